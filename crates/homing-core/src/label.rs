@@ -1,0 +1,156 @@
+//! The rules every textual identifier obeys (length bounds, no control
+//! characters, an optional restricted alphabet), and the error that names the
+//! rule an input broke.
+
+use thiserror::Error;
+
+/// Why a piece of text was refused as an identifier. `what` names the field
+/// (`"dc id"`, `"key name"`, …) so the message points at the culprit.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LabelError {
+    /// The field must not be empty.
+    #[error("{what} must not be empty")]
+    Empty {
+        /// The field that was empty.
+        what: &'static str,
+    },
+    /// The field is longer than its limit (in bytes of UTF-8).
+    #[error("{what} is {len} bytes, over the limit of {max} bytes")]
+    TooLong {
+        /// The field that was too long.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The field holds a control character (U+0000–U+001F, U+007F–U+009F).
+    #[error("{what} contains a control character at byte {at}")]
+    ControlCharacter {
+        /// The field.
+        what: &'static str,
+        /// Byte offset of the first control character.
+        at: usize,
+    },
+    /// The field holds a character outside its alphabet.
+    #[error("{what} may only contain {alphabet}, found {found:?} at byte {at}")]
+    Alphabet {
+        /// The field.
+        what: &'static str,
+        /// A description of the allowed alphabet.
+        alphabet: &'static str,
+        /// The offending character.
+        found: char,
+        /// Its byte offset.
+        at: usize,
+    },
+    /// A reservation ID is not `<dc>.<unique>`.
+    #[error("reservation id {input:?} is not `<dc>.<unique>`: {reason}")]
+    ReservationId {
+        /// The input as given (truncated to a printable length).
+        input: String,
+        /// What was wrong with it.
+        reason: &'static str,
+    },
+}
+
+/// How a field's text is checked.
+pub(crate) struct LabelRule {
+    pub what: &'static str,
+    pub bytes_min: usize,
+    pub bytes_max: usize,
+    /// `Some((allowed, description))` restricts the alphabet.
+    pub alphabet: Option<(fn(char) -> bool, &'static str)>,
+}
+
+impl LabelRule {
+    /// Checks `text` against the rule; the first broken rule is reported.
+    pub fn check(&self, text: &str) -> Result<(), LabelError> {
+        let what = self.what;
+        if text.is_empty() && self.bytes_min > 0 {
+            return Err(LabelError::Empty { what });
+        }
+        if text.len() > self.bytes_max {
+            return Err(LabelError::TooLong {
+                what,
+                len: text.len(),
+                max: self.bytes_max,
+            });
+        }
+        for (at, found) in text.char_indices() {
+            if found.is_control() {
+                return Err(LabelError::ControlCharacter { what, at });
+            }
+            if let Some((allowed, alphabet)) = self.alphabet
+                && !allowed(found)
+            {
+                return Err(LabelError::Alphabet {
+                    what,
+                    alphabet,
+                    found,
+                    at,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Declares a validated string newtype: constructor through `LabelRule`,
+/// `Display`, `FromStr`, `AsRef<str>`, and serde as the plain string (so a
+/// decoded value went through the same checks as a constructed one).
+macro_rules! label_type {
+    ($(#[$meta:meta])* $name:ident, $rule:expr) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `text`; the error names the rule it broke.
+            pub fn new(text: impl Into<String>) -> Result<Self, $crate::label::LabelError> {
+                let text = text.into();
+                $rule.check(&text)?;
+                Ok(Self(text))
+            }
+
+            /// The text itself.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = $crate::label::LabelError;
+            fn try_from(text: String) -> Result<Self, Self::Error> {
+                Self::new(text)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = $crate::label::LabelError;
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                Self::new(text)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+pub(crate) use label_type;

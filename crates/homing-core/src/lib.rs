@@ -1,0 +1,52 @@
+//! homing-core: the sans-IO model of homing. Validated types, the DC record
+//! state machine, the lease timeline, the chain walk and the wire messages.
+//!
+//! Nothing here reads a clock, opens a socket or draws randomness: time and
+//! random bits are parameters, so the daemon and the simulator run exactly
+//! this code and a simulation is reproducible from its seed.
+//!
+//! ```
+//! use homing_core::{DcRecord, FencingToken, Key, KeyName, LeasePolicy, ActorId,
+//!                   ReservationId, HostTime, StoreTime, LinkReply};
+//! let policy = LeasePolicy::DEFAULT;
+//! let key = Key::new(KeyName::new("room-42")?);
+//! let id: ReservationId = "iad.1".parse()?;
+//! // iad reserves the key for an actor; the host's clock and the store's differ.
+//! let (record, deadlines) = DcRecord::reserve(id, key, None, FencingToken::FIRST, None,
+//!     ActorId::new("10.1.0.7:9000")?, HostTime::from_ms(500), StoreTime::from_ms(90_000), &policy);
+//! assert!(deadlines.hard_terminate_at < HostTime::from_ms(500 + policy.ttl_ms()));
+//! // The holder releases; fra then links the vacant tail to its new reservation.
+//! let released = record.release(FencingToken::FIRST, StoreTime::from_ms(91_000)).next.unwrap();
+//! let link = released.link(&"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy);
+//! assert_eq!(link.reply, LinkReply::Linked);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod access;
+pub mod actor;
+pub mod chain;
+pub mod dc;
+pub mod fencing;
+pub mod key;
+pub mod label;
+pub mod lease;
+pub mod record;
+pub mod reservation;
+pub mod time;
+pub mod wire;
+
+pub use access::{Identity, Role, authorize};
+pub use actor::ActorId;
+pub use chain::{ChainError, ChainWalk, Link, Need, Poll, Segment, Source, Walked};
+pub use dc::DcId;
+pub use fencing::FencingToken;
+pub use key::{Key, KeyConfig, KeyName, Namespace, Tag};
+pub use label::LabelError;
+pub use lease::{Deadlines, LeasePolicy};
+pub use record::{
+    ActivateReply, DcRecord, LinkReply, RecordState, RecordView, ReleaseCause, ReleaseReply,
+    RenewReply, TailState, TailView, Transition,
+};
+pub use reservation::ReservationId;
+pub use time::{HostTime, StoreTime};
+pub use wire::{ErrorKind, ErrorReply, FrameError, Reply, Request};

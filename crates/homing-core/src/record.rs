@@ -1,0 +1,612 @@
+//! The DC record and its state machine. A DC owns one record per reservation
+//! it created; every change is a pure function `(record, request, now) ->
+//! (next record, reply)`, and the store writes `next` with a compare-and-set
+//! on `version`, so a stale token or a lost race is caught in the store's
+//! transaction. Transitions:
+//!
+//! ```text
+//! reserve ─► Active ──renew (same token, allow_renew)──► Active (expiry moved)
+//!              │ release (same token)      │ now ≥ expiry + grace (reap)
+//!              ▼                           ▼
+//!            Released ◄────────────────────┘
+//!              │ activate (same DC): token + 1 ─► Active
+//!              │ link(to, expected token)       ─► Linked { to }   (terminal)
+//! Active/Released, never linked, lost the race ─► Abandoned          (terminal)
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::actor::ActorId;
+use crate::fencing::FencingToken;
+use crate::key::{Key, Tag};
+use crate::lease::{Deadlines, LeasePolicy};
+use crate::reservation::ReservationId;
+use crate::time::{HostTime, StoreTime};
+
+/// A DC's record of one reservation it owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DcRecord {
+    /// The reservation; its DC is the owner of this record.
+    pub id: ReservationId,
+    /// The key reserved.
+    pub key: Key,
+    /// The tag of the current (or last) holder.
+    pub tag: Option<Tag>,
+    /// The current holder's fencing token.
+    pub token: FencingToken,
+    /// `false` once an operator drained the key: renewals are refused.
+    pub allow_renew: bool,
+    /// The reservation this one continues (`None` for the global entry's own).
+    pub predecessor: Option<ReservationId>,
+    /// Where the reservation is in its life.
+    pub state: RecordState,
+    /// Bumped by every transition; the store's compare-and-set checks it.
+    pub version: u64,
+}
+
+/// Where a reservation is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RecordState {
+    /// A host holds a lease on `actor` until `expires_at` (store time).
+    Active {
+        /// The actor the holder runs.
+        actor: ActorId,
+        /// Lease expiry in store time; reaped after the grace period.
+        expires_at: StoreTime,
+    },
+    /// No holder; the next reserve re-activates (same DC) or links (other DC).
+    Released {
+        /// When it was released or reaped, in store time.
+        at: StoreTime,
+        /// Why.
+        cause: ReleaseCause,
+    },
+    /// Continues as `to`. Immutable: every cached link stays true forever.
+    Linked {
+        /// The next reservation of the chain.
+        to: ReservationId,
+    },
+    /// Never became part of the key's chain (it lost a race); kept as a
+    /// tombstone so its ID is not reused, never served.
+    Abandoned,
+}
+
+/// Why a record left `Active`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseCause {
+    /// The holder released it.
+    Released,
+    /// The lease ran out and was reaped after the grace period.
+    Expired,
+}
+
+/// A transition's result: the record to write (if it changed) and the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition<R> {
+    /// `Some` when the record must be written (compare-and-set on the old version).
+    pub next: Option<DcRecord>,
+    /// What to answer.
+    pub reply: R,
+}
+
+impl<R> Transition<R> {
+    fn unchanged(reply: R) -> Self {
+        Transition { next: None, reply }
+    }
+}
+
+/// What a reservation looks like to a resolver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TailState {
+    /// A live holder runs `actor`.
+    Active {
+        /// The actor.
+        actor: ActorId,
+    },
+    /// No live holder (released or lease lapsed).
+    Vacant,
+}
+
+/// A tail as a resolver sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TailView {
+    /// The tail reservation.
+    pub id: ReservationId,
+    /// Its current fencing token.
+    pub token: FencingToken,
+    /// Whether an actor runs there.
+    pub state: TailState,
+}
+
+/// A record as a resolver sees it: a link to follow, a tail, or nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordView {
+    /// Follow this link.
+    Link(ReservationId),
+    /// The end of the chain.
+    Tail(TailView),
+    /// Not part of any chain.
+    Abandoned,
+}
+
+/// Reply to an acquire at the DC that owns the tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActivateReply {
+    /// The caller is the new holder.
+    Activated {
+        /// Its token (previous + 1).
+        token: FencingToken,
+        /// Its deadlines, in its clock.
+        deadlines: Deadlines,
+    },
+    /// Someone holds it; connect semantics return that actor.
+    StillActive {
+        /// The live actor.
+        actor: ActorId,
+        /// Its token.
+        token: FencingToken,
+    },
+    /// A live actor holds it under another tag.
+    TagMismatch {
+        /// The live actor's tag.
+        existing: Option<Tag>,
+    },
+    /// The record is not the tail: follow `to`.
+    Linked {
+        /// The next reservation.
+        to: ReservationId,
+    },
+    /// The record lost its race and is no part of the chain.
+    Abandoned,
+}
+
+/// Reply to a renewal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RenewReply {
+    /// Renewed; the new deadlines.
+    Renewed(Deadlines),
+    /// The key is drained: stop by the deadlines already given.
+    Draining,
+    /// The token is not the current holder's.
+    StaleToken {
+        /// The current token.
+        current: FencingToken,
+    },
+    /// The lease had already run out; the holder must stop now.
+    Expired,
+}
+
+/// Reply to a release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseReply {
+    /// Released (or already released under this token: idempotent).
+    Released,
+    /// The token is not the current holder's; nothing changed.
+    StaleToken {
+        /// The current token.
+        current: FencingToken,
+    },
+}
+
+/// Reply to `link(tail, to, expected_token)` at the tail's DC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkReply {
+    /// The tail now continues as `to` (or already did: idempotent).
+    Linked,
+    /// The tail was already linked elsewhere: follow `0` and retry there.
+    AlreadyLinked(ReservationId),
+    /// A live actor holds the tail: return it to the caller.
+    StillActive {
+        /// The live actor.
+        actor: ActorId,
+        /// Its token.
+        token: FencingToken,
+    },
+    /// The tail's token moved since the caller read it (re-activated): re-read.
+    TokenMoved {
+        /// The current token.
+        current: FencingToken,
+    },
+    /// The record is not part of a chain.
+    Abandoned,
+}
+
+impl DcRecord {
+    /// A fresh reservation with `actor` as holder: the DC's first write for
+    /// a key it creates. `token` is [`FencingToken::FIRST`] for a key's first
+    /// reservation, or the old tail's token + 1 when recreating.
+    #[allow(clippy::too_many_arguments)] // each argument is one field of the new record
+    pub fn reserve(
+        id: ReservationId,
+        key: Key,
+        tag: Option<Tag>,
+        token: FencingToken,
+        predecessor: Option<ReservationId>,
+        actor: ActorId,
+        host_time: HostTime,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) -> (DcRecord, Deadlines) {
+        let grant = policy.grant(host_time, now);
+        let record = DcRecord {
+            id,
+            key,
+            tag,
+            token,
+            allow_renew: true,
+            predecessor,
+            state: RecordState::Active {
+                actor,
+                expires_at: grant.expires_at,
+            },
+            version: 1,
+        };
+        (record, grant.deadlines)
+    }
+
+    /// The live holder's actor, if a lease is held at `now` (until expiry plus
+    /// grace, the DC treats the lease as held: the host may still be running).
+    pub fn live_actor(&self, now: StoreTime, policy: &LeasePolicy) -> Option<&ActorId> {
+        match &self.state {
+            RecordState::Active { actor, expires_at } if now < policy.reapable_at(*expires_at) => {
+                Some(actor)
+            }
+            _ => None,
+        }
+    }
+
+    /// How a resolver sees this record at `now`.
+    pub fn view(&self, now: StoreTime, policy: &LeasePolicy) -> RecordView {
+        match &self.state {
+            RecordState::Linked { to } => RecordView::Link(to.clone()),
+            RecordState::Abandoned => RecordView::Abandoned,
+            RecordState::Active { .. } | RecordState::Released { .. } => {
+                let state = match self.live_actor(now, policy) {
+                    Some(actor) => TailState::Active {
+                        actor: actor.clone(),
+                    },
+                    None => TailState::Vacant,
+                };
+                RecordView::Tail(TailView {
+                    id: self.id.clone(),
+                    token: self.token,
+                    state,
+                })
+            }
+        }
+    }
+
+    fn changed(&self, edit: impl FnOnce(&mut DcRecord)) -> DcRecord {
+        let mut next = self.clone();
+        edit(&mut next);
+        next.version = self.version + 1;
+        // Tokens never go down, links never change: checked on every write.
+        assert!(next.token >= self.token, "fencing token decreased");
+        if let RecordState::Linked { to } = &self.state {
+            assert_eq!(next.state, RecordState::Linked { to: to.clone() }, "link changed");
+        }
+        next
+    }
+
+    /// Acquire at the tail's own DC: return the live actor (tag permitting),
+    /// or re-activate a vacant tail for `actor` with token + 1.
+    pub fn activate(
+        &self,
+        tag: Option<&Tag>,
+        actor: ActorId,
+        host_time: HostTime,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) -> Transition<ActivateReply> {
+        match &self.state {
+            RecordState::Linked { to } => {
+                return Transition::unchanged(ActivateReply::Linked { to: to.clone() });
+            }
+            RecordState::Abandoned => return Transition::unchanged(ActivateReply::Abandoned),
+            RecordState::Active { .. } | RecordState::Released { .. } => {}
+        }
+        if let Some(live) = self.live_actor(now, policy) {
+            let reply = if self.tag.as_ref() == tag {
+                ActivateReply::StillActive {
+                    actor: live.clone(),
+                    token: self.token,
+                }
+            } else {
+                ActivateReply::TagMismatch {
+                    existing: self.tag.clone(),
+                }
+            };
+            return Transition::unchanged(reply);
+        }
+        let grant = policy.grant(host_time, now);
+        let token = self.token.next();
+        let next = self.changed(|r| {
+            r.token = token;
+            r.tag = tag.cloned();
+            r.allow_renew = true;
+            r.state = RecordState::Active {
+                actor,
+                expires_at: grant.expires_at,
+            };
+        });
+        Transition {
+            next: Some(next),
+            reply: ActivateReply::Activated {
+                token,
+                deadlines: grant.deadlines,
+            },
+        }
+    }
+
+    /// Renew the holder's lease. Refused for a stale token, a drained key, or
+    /// a lease already past its expiry (the host must have stopped).
+    pub fn renew(
+        &self,
+        token: FencingToken,
+        host_time: HostTime,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) -> Transition<RenewReply> {
+        if token != self.token {
+            return Transition::unchanged(RenewReply::StaleToken {
+                current: self.token,
+            });
+        }
+        let RecordState::Active { actor, expires_at } = &self.state else {
+            return Transition::unchanged(RenewReply::Expired);
+        };
+        if now >= *expires_at {
+            return Transition::unchanged(RenewReply::Expired);
+        }
+        if !self.allow_renew {
+            return Transition::unchanged(RenewReply::Draining);
+        }
+        let grant = policy.grant(host_time, now);
+        let actor = actor.clone();
+        let next = self.changed(|r| {
+            r.state = RecordState::Active {
+                actor,
+                expires_at: grant.expires_at,
+            }
+        });
+        Transition {
+            next: Some(next),
+            reply: RenewReply::Renewed(grant.deadlines),
+        }
+    }
+
+    /// The holder stops gracefully.
+    pub fn release(&self, token: FencingToken, now: StoreTime) -> Transition<ReleaseReply> {
+        if token != self.token {
+            return Transition::unchanged(ReleaseReply::StaleToken {
+                current: self.token,
+            });
+        }
+        match &self.state {
+            RecordState::Active { .. } => Transition {
+                next: Some(self.changed(|r| {
+                    r.state = RecordState::Released {
+                        at: now,
+                        cause: ReleaseCause::Released,
+                    }
+                })),
+                reply: ReleaseReply::Released,
+            },
+            // Retried release, or the lease was reaped first: nothing to undo.
+            RecordState::Released { .. } | RecordState::Linked { .. } | RecordState::Abandoned => {
+                Transition::unchanged(ReleaseReply::Released)
+            }
+        }
+    }
+
+    /// The reaper: a lease past expiry + grace becomes `Released(Expired)`.
+    pub fn expire(&self, now: StoreTime, policy: &LeasePolicy) -> Option<DcRecord> {
+        match &self.state {
+            RecordState::Active { expires_at, .. } if now >= policy.reapable_at(*expires_at) => {
+                Some(self.changed(|r| {
+                    r.state = RecordState::Released {
+                        at: now,
+                        cause: ReleaseCause::Expired,
+                    }
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// Drain: refuse further renewals so the holder stops by its deadlines.
+    pub fn drain(&self) -> Option<DcRecord> {
+        match &self.state {
+            RecordState::Active { .. } if self.allow_renew => {
+                Some(self.changed(|r| r.allow_renew = false))
+            }
+            _ => None,
+        }
+    }
+
+    /// The compare-and-set at the tail: continue this reservation as `to`,
+    /// provided it is vacant and still carries `expected_token`.
+    pub fn link(
+        &self,
+        to: &ReservationId,
+        expected_token: FencingToken,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) -> Transition<LinkReply> {
+        match &self.state {
+            RecordState::Linked { to: existing } if existing == to => {
+                Transition::unchanged(LinkReply::Linked)
+            }
+            RecordState::Linked { to: existing } => {
+                Transition::unchanged(LinkReply::AlreadyLinked(existing.clone()))
+            }
+            RecordState::Abandoned => Transition::unchanged(LinkReply::Abandoned),
+            RecordState::Active { .. } | RecordState::Released { .. } => {
+                if let Some(actor) = self.live_actor(now, policy) {
+                    return Transition::unchanged(LinkReply::StillActive {
+                        actor: actor.clone(),
+                        token: self.token,
+                    });
+                }
+                if expected_token != self.token {
+                    return Transition::unchanged(LinkReply::TokenMoved {
+                        current: self.token,
+                    });
+                }
+                assert_ne!(to, &self.id, "a reservation cannot link to itself");
+                Transition {
+                    next: Some(self.changed(|r| r.state = RecordState::Linked { to: to.clone() })),
+                    reply: LinkReply::Linked,
+                }
+            }
+        }
+    }
+
+    /// Mark a record that lost its race (global entry or link went to
+    /// another reservation). Only a record that is not linked can be abandoned.
+    pub fn abandon(&self) -> Option<DcRecord> {
+        match &self.state {
+            RecordState::Active { .. } | RecordState::Released { .. } => {
+                Some(self.changed(|r| r.state = RecordState::Abandoned))
+            }
+            RecordState::Linked { .. } | RecordState::Abandoned => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dc::DcId;
+    use crate::key::KeyName;
+
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+    fn id(text: &str) -> ReservationId {
+        text.parse().unwrap()
+    }
+
+    fn actor(text: &str) -> ActorId {
+        ActorId::new(text).unwrap()
+    }
+
+    fn fresh(at_ms: u64) -> DcRecord {
+        let key = Key::new(KeyName::new("room").unwrap());
+        DcRecord::reserve(
+            ReservationId::new(DcId::new("iad").unwrap(), 1),
+            key,
+            None,
+            FencingToken::FIRST,
+            None,
+            actor("a1"),
+            HostTime::from_ms(at_ms),
+            StoreTime::from_ms(at_ms),
+            &POLICY,
+        )
+        .0
+    }
+
+    fn t(ms: u64) -> StoreTime {
+        StoreTime::from_ms(ms)
+    }
+
+    #[test]
+    fn renew_keeps_the_token_and_moves_expiry() {
+        let r = fresh(0);
+        let out = r.renew(FencingToken::FIRST, HostTime::from_ms(5_000), t(5_000), &POLICY);
+        let next = out.next.unwrap();
+        assert_eq!(next.token, FencingToken::FIRST);
+        assert_eq!(next.version, r.version + 1);
+        assert!(matches!(next.state, RecordState::Active { expires_at, .. } if expires_at == t(15_000)));
+        assert!(matches!(out.reply, RenewReply::Renewed(_)));
+    }
+
+    #[test]
+    fn renew_with_a_stale_token_changes_nothing() {
+        let r = fresh(0);
+        let out = r.renew(FencingToken::new(7), HostTime::from_ms(1), t(1), &POLICY);
+        assert_eq!(out.next, None);
+        assert_eq!(out.reply, RenewReply::StaleToken { current: FencingToken::FIRST });
+    }
+
+    #[test]
+    fn renew_after_expiry_is_refused_even_within_grace() {
+        let out = fresh(0).renew(FencingToken::FIRST, HostTime::from_ms(10_000), t(10_000), &POLICY);
+        assert_eq!((out.next, out.reply), (None, RenewReply::Expired));
+    }
+
+    #[test]
+    fn drained_key_refuses_renewal() {
+        let drained = fresh(0).drain().unwrap();
+        assert!(!drained.allow_renew);
+        let out = drained.renew(FencingToken::FIRST, HostTime::from_ms(1), t(1), &POLICY);
+        assert_eq!((out.next, out.reply), (None, RenewReply::Draining));
+        assert_eq!(drained.drain(), None, "draining twice writes nothing");
+    }
+
+    #[test]
+    fn reaper_waits_for_expiry_plus_grace() {
+        let r = fresh(0);
+        assert_eq!(r.expire(t(11_999), &POLICY), None);
+        let reaped = r.expire(t(12_000), &POLICY).unwrap();
+        assert_eq!(
+            reaped.state,
+            RecordState::Released { at: t(12_000), cause: ReleaseCause::Expired }
+        );
+    }
+
+    #[test]
+    fn reactivation_in_the_same_dc_bumps_the_token() {
+        let released = fresh(0).release(FencingToken::FIRST, t(1)).next.unwrap();
+        let out = released.activate(None, actor("a2"), HostTime::from_ms(2), t(2), &POLICY);
+        let next = out.next.unwrap();
+        assert_eq!(next.token, FencingToken::new(2));
+        assert!(matches!(out.reply, ActivateReply::Activated { token, .. } if token == FencingToken::new(2)));
+        // The old holder's release is now stale.
+        assert_eq!(
+            next.release(FencingToken::FIRST, t(3)).reply,
+            ReleaseReply::StaleToken { current: FencingToken::new(2) }
+        );
+    }
+
+    #[test]
+    fn activate_returns_the_live_actor_or_a_tag_mismatch() {
+        let r = fresh(0);
+        let same = r.activate(None, actor("other"), HostTime::from_ms(1), t(1), &POLICY);
+        assert_eq!(same.next, None);
+        assert_eq!(same.reply, ActivateReply::StillActive { actor: actor("a1"), token: FencingToken::FIRST });
+        let tag = Tag::new("v2").unwrap();
+        let other = r.activate(Some(&tag), actor("other"), HostTime::from_ms(1), t(1), &POLICY);
+        assert_eq!(other.reply, ActivateReply::TagMismatch { existing: None });
+    }
+
+    #[test]
+    fn link_cas_outcomes() {
+        let to = id("fra.9");
+        let live = fresh(0);
+        assert!(matches!(
+            live.link(&to, FencingToken::FIRST, t(1), &POLICY).reply,
+            LinkReply::StillActive { .. }
+        ));
+        let released = live.release(FencingToken::FIRST, t(1)).next.unwrap();
+        assert_eq!(
+            released.link(&to, FencingToken::new(5), t(2), &POLICY).reply,
+            LinkReply::TokenMoved { current: FencingToken::FIRST }
+        );
+        let linked = released.link(&to, FencingToken::FIRST, t(2), &POLICY).next.unwrap();
+        assert_eq!(linked.state, RecordState::Linked { to: to.clone() });
+        assert_eq!(linked.link(&to, FencingToken::FIRST, t(3), &POLICY).reply, LinkReply::Linked);
+        assert_eq!(
+            linked.link(&id("sin.4"), FencingToken::FIRST, t(3), &POLICY).reply,
+            LinkReply::AlreadyLinked(to.clone())
+        );
+        assert_eq!(linked.abandon(), None, "a linked record is part of the chain forever");
+        assert_eq!(linked.view(t(3), &POLICY), RecordView::Link(to));
+    }
+
+    #[test]
+    fn an_expired_lease_can_be_linked_without_waiting_for_the_reaper() {
+        let out = fresh(0).link(&id("fra.9"), FencingToken::FIRST, t(12_000), &POLICY);
+        assert_eq!(out.reply, LinkReply::Linked);
+    }
+}

@@ -1,0 +1,318 @@
+//! Wire messages: one `Request` and one `Reply` per QUIC stream, each a
+//! postcard frame of at most [`FRAME_BYTES_MAX`] bytes. Decoding hostile
+//! bytes returns a [`FrameError`], never panics, and every decoded value went
+//! through the same validating constructors as a locally built one.
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use thiserror::Error;
+
+use crate::actor::ActorId;
+use crate::chain::Segment;
+use crate::dc::DcId;
+use crate::fencing::FencingToken;
+use crate::key::{Key, KeyConfig, Tag};
+use crate::lease::Deadlines;
+use crate::record::{DcRecord, LinkReply, ReleaseReply, RenewReply};
+use crate::reservation::ReservationId;
+use crate::time::HostTime;
+
+/// The protocol version; a peer speaking another one is refused at the handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The ALPN identifier that carries [`PROTOCOL_VERSION`].
+pub const ALPN: &[u8] = b"homing/1";
+/// Largest frame either side accepts, in bytes.
+pub const FRAME_BYTES_MAX: usize = 64 * 1024;
+/// Longest human-readable message in an error reply, in bytes.
+pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+
+/// A request; the roles allowed to send each are in [`crate::access`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Where does `key` live? Answered with [`Reply::Resolved`].
+    Resolve {
+        /// The key.
+        key: Key,
+    },
+    /// What does the owner know about `id`? Answered with [`Reply::Reservation`].
+    ResolveReservation {
+        /// A reservation owned by the receiving DC.
+        id: ReservationId,
+    },
+    /// Connect: reserve the key for `actor` in the receiving DC, or learn who holds it.
+    Acquire {
+        /// The key, its namespace and tag.
+        config: KeyConfig,
+        /// The actor the caller will run.
+        actor: ActorId,
+        /// The caller's clock when it sent this.
+        host_time: HostTime,
+    },
+    /// Renew the lease on `reservation`.
+    Renew {
+        /// The held reservation.
+        reservation: ReservationId,
+        /// The holder's token.
+        token: FencingToken,
+        /// The caller's clock when it sent this.
+        host_time: HostTime,
+    },
+    /// Release the lease on `reservation`.
+    Release {
+        /// The held reservation.
+        reservation: ReservationId,
+        /// The holder's token.
+        token: FencingToken,
+    },
+    /// DC to DC: continue the tail `from` as `to` if it is vacant with `expected_token`.
+    Link {
+        /// The tail, owned by the receiving DC.
+        from: ReservationId,
+        /// The caller's new reservation.
+        to: ReservationId,
+        /// The tail token the caller read.
+        expected_token: FencingToken,
+    },
+    /// Operator: refuse further renewals of the key's live lease.
+    Drain {
+        /// The key.
+        key: Key,
+    },
+    /// Operator: every record of the key's chain this DC can reach.
+    Inspect {
+        /// The key.
+        key: Key,
+    },
+}
+
+impl Request {
+    /// The request's kind, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Resolve { .. } => "resolve",
+            Request::ResolveReservation { .. } => "resolve_reservation",
+            Request::Acquire { .. } => "acquire",
+            Request::Renew { .. } => "renew",
+            Request::Release { .. } => "release",
+            Request::Link { .. } => "link",
+            Request::Drain { .. } => "drain",
+            Request::Inspect { .. } => "inspect",
+        }
+    }
+}
+
+/// A reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// To `Resolve`: the global entry and, when this DC owns it, the segment
+    /// from it. `entry: None` means the key was never reserved.
+    Resolved {
+        /// The key's global entry.
+        entry: Option<ReservationId>,
+        /// The chain from `entry` as far as this DC knows it.
+        segment: Option<Segment>,
+    },
+    /// To `ResolveReservation`: links inside this DC, then the tail if here.
+    Reservation(Segment),
+    /// To `Acquire`: the caller holds the key.
+    Acquired {
+        /// The key (with its generated name, if none was given).
+        key: Key,
+        /// The reservation held.
+        reservation: ReservationId,
+        /// The holder's fencing token.
+        token: FencingToken,
+        /// When to renew and stop, in the caller's clock.
+        deadlines: Deadlines,
+    },
+    /// To `Acquire`: a live actor holds the key (connect returns it).
+    HeldElsewhere {
+        /// The key.
+        key: Key,
+        /// The reservation holding it.
+        reservation: ReservationId,
+        /// The actor.
+        actor: ActorId,
+        /// Its token.
+        token: FencingToken,
+    },
+    /// To `Acquire`: a live actor holds the key under another tag.
+    TagMismatch {
+        /// The live actor's tag.
+        existing: Option<Tag>,
+    },
+    /// To `Renew`.
+    Renew(RenewReply),
+    /// To `Release`.
+    Release(ReleaseReply),
+    /// To `Link`.
+    Link(LinkReply),
+    /// To `Drain`: renewals are now refused (or there was no live lease).
+    Drained,
+    /// To `Inspect`: the records this DC could reach, in chain order.
+    Inspected {
+        /// The records.
+        records: Vec<DcRecord>,
+    },
+    /// The request could not be served.
+    Error(ErrorReply),
+}
+
+/// Why a request failed, in a form the caller can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Error)]
+#[error("{kind}: {message}")]
+pub struct ErrorReply {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Details for humans, at most [`ERROR_MESSAGE_BYTES_MAX`] bytes.
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// An error reply, its message cut to [`ERROR_MESSAGE_BYTES_MAX`] bytes.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ErrorReply {
+        let mut message = message.into();
+        if message.len() > ERROR_MESSAGE_BYTES_MAX {
+            let mut cut = ERROR_MESSAGE_BYTES_MAX;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        ErrorReply { kind, message }
+    }
+}
+
+/// The kinds of failure a caller handles differently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Error)]
+pub enum ErrorKind {
+    /// The caller's role may not send this request here.
+    #[error("unauthorized")]
+    Unauthorized,
+    /// The request was malformed or names something this DC does not own.
+    #[error("bad request")]
+    BadRequest,
+    /// The reservation does not exist in this DC.
+    #[error("unknown reservation")]
+    UnknownReservation,
+    /// A DC needed for the answer could not be reached.
+    #[error("dc {dc} unavailable")]
+    Unavailable {
+        /// The DC.
+        dc: DcId,
+    },
+    /// A peer's answer contradicted the chain (cycle, hop limit, wrong owner).
+    #[error("inconsistent chain")]
+    Inconsistent,
+    /// The server is at a limit; retry later.
+    #[error("overloaded")]
+    Overloaded,
+    /// Anything else (a store error, …).
+    #[error("internal error")]
+    Internal,
+}
+
+/// Why a frame could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FrameError {
+    /// The frame exceeds the size limit.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The bytes are not a valid message.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// A valid message followed by extra bytes.
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+}
+
+/// Encodes a message into one frame.
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
+    let bytes = postcard::to_allocvec(message).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if bytes.len() > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            len: bytes.len(),
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Decodes one frame holding exactly one message.
+pub fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, FrameError> {
+    if frame.len() > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            len: frame.len(),
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    let (message, rest) =
+        postcard::take_from_bytes(frame).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(FrameError::Trailing(rest.len()));
+    }
+    Ok(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::KeyName;
+    use proptest::prelude::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let request = Request::Acquire {
+            config: KeyConfig::named(KeyName::new("room").unwrap()),
+            actor: ActorId::new("10.0.0.1:8080").unwrap(),
+            host_time: HostTime::from_ms(5),
+        };
+        assert_eq!(decode::<Request>(&encode(&request).unwrap()).unwrap(), request);
+        let reply = Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, "router may not link"));
+        assert_eq!(decode::<Reply>(&encode(&reply).unwrap()).unwrap(), reply);
+    }
+
+    #[test]
+    fn oversized_and_trailing_frames_are_rejected() {
+        let frame = vec![0u8; FRAME_BYTES_MAX + 1];
+        assert!(matches!(decode::<Request>(&frame), Err(FrameError::TooLarge { .. })));
+        let mut frame = encode(&Request::Drain { key: Key::new(KeyName::new("k").unwrap()) }).unwrap();
+        frame.push(0);
+        assert_eq!(decode::<Request>(&frame), Err(FrameError::Trailing(1)));
+    }
+
+    #[test]
+    fn a_frame_with_an_invalid_field_is_refused() {
+        // A Resolve whose key name is empty: well-formed postcard, invalid key.
+        let frame = [0u8, 0, 0];
+        assert!(matches!(decode::<Request>(&frame), Err(FrameError::Malformed(_))));
+    }
+
+    #[test]
+    fn error_messages_are_bounded() {
+        let reply = ErrorReply::new(ErrorKind::Internal, "é".repeat(ERROR_MESSAGE_BYTES_MAX));
+        assert!(reply.message.len() <= ERROR_MESSAGE_BYTES_MAX);
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic_any_decoder(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode::<Request>(&bytes);
+            let _ = decode::<Reply>(&bytes);
+            let _ = decode::<DcRecord>(&bytes);
+            let _ = decode::<Segment>(&bytes);
+        }
+
+        #[test]
+        fn decoded_requests_re_encode_identically(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(request) = decode::<Request>(&bytes) {
+                let again = encode(&request).unwrap();
+                prop_assert_eq!(decode::<Request>(&again).unwrap(), request);
+            }
+        }
+    }
+}
