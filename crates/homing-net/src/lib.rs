@@ -1,0 +1,1 @@
+//! homing-net: being written (see issue).

@@ -1,0 +1,1 @@
+//! homing-store: being written (see issue).
