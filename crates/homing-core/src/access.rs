@@ -122,7 +122,9 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
         Request::Resolve { .. } | Request::ResolveReservation { .. } => {
             matches!(caller.role, Role::Router | Role::Node | Role::Admin)
         }
-        Request::Acquire { .. } | Request::Release { .. } => own_dc_host || caller.role == Role::Admin,
+        Request::Acquire { .. } | Request::Release { .. } => {
+            own_dc_host || caller.role == Role::Admin
+        }
         Request::Renew { .. } => own_dc_host,
         Request::Link { .. } => caller.role == Role::Node,
         Request::Drain { .. } | Request::Inspect { .. } => caller.role == Role::Admin,
@@ -157,8 +159,16 @@ mod tests {
         let key = Key::new(KeyName::new("k").unwrap());
         let id: crate::ReservationId = "iad.1".parse().unwrap();
         let resolve = Request::Resolve { key: key.clone() };
-        let renew = Request::Renew { reservation: id.clone(), token: FencingToken::FIRST, host_time: crate::HostTime::from_ms(0) };
-        let link = Request::Link { from: id.clone(), to: "fra.1".parse().unwrap(), expected_token: FencingToken::FIRST };
+        let renew = Request::Renew {
+            reservation: id.clone(),
+            token: FencingToken::FIRST,
+            host_time: crate::HostTime::from_ms(0),
+        };
+        let link = Request::Link {
+            from: id.clone(),
+            to: "fra.1".parse().unwrap(),
+            expected_token: FencingToken::FIRST,
+        };
         let drain = Request::Drain { key };
         let iad = dc("iad");
         let router = who(Role::Router, None);
@@ -182,7 +192,10 @@ mod tests {
 
     #[test]
     fn node_and_host_identities_must_name_a_dc() {
-        assert_eq!(Identity::new(Role::Host, None), Err(IdentityError::MissingDc(Role::Host)));
+        assert_eq!(
+            Identity::new(Role::Host, None),
+            Err(IdentityError::MissingDc(Role::Host))
+        );
         assert!("root".parse::<Role>().is_err());
         assert_eq!("router".parse::<Role>(), Ok(Role::Router));
     }

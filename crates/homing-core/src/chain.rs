@@ -227,10 +227,16 @@ impl ChainWalk {
             return Ok(());
         };
         if tail.id != at {
-            return self.fail(inconsistent(format!("tail {} where the walk stands at {at}", tail.id)));
+            return self.fail(inconsistent(format!(
+                "tail {} where the walk stands at {at}",
+                tail.id
+            )));
         }
         if tail.id.dc() != answered_by {
-            return self.fail(inconsistent(format!("speaks for {}, owned by another dc", tail.id)));
+            return self.fail(inconsistent(format!(
+                "speaks for {}, owned by another dc",
+                tail.id
+            )));
         }
         // Invariant: `entry` is set before any reservation is needed.
         let entry = self.entry.clone().expect("entry known before segments");
@@ -274,11 +280,18 @@ mod tests {
     }
 
     fn link(from: &str, to: &str) -> Link {
-        Link { from: id(from), to: id(to) }
+        Link {
+            from: id(from),
+            to: id(to),
+        }
     }
 
     fn vacant(at: &str) -> TailView {
-        TailView { id: id(at), token: FencingToken::new(3), state: TailState::Vacant }
+        TailView {
+            id: id(at),
+            token: FencingToken::new(3),
+            state: TailState::Vacant,
+        }
     }
 
     fn key() -> Key {
@@ -289,15 +302,29 @@ mod tests {
     fn walk_follows_links_across_dcs_and_counts_round_trips() {
         let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
         assert_eq!(walk.poll(), &Poll::Need(Need::GlobalEntry(key())));
-        walk.handle_global(Some(id("iad.1")), Source::Cache).unwrap();
+        walk.handle_global(Some(id("iad.1")), Source::Cache)
+            .unwrap();
         assert_eq!(walk.poll(), &Poll::Need(Need::Reservation(id("iad.1"))));
         // iad follows its own link iad.1 → iad.5 in the same reply.
-        let segment = Segment { links: vec![link("iad.1", "iad.5"), link("iad.5", "fra.2")], tail: None };
-        walk.handle_segment(&dc("iad"), segment, Source::Remote).unwrap();
-        assert_eq!(walk.poll(), &Poll::Need(Need::Reservation(id("fra.2"))));
-        walk.handle_segment(&dc("fra"), Segment { links: vec![], tail: Some(vacant("fra.2")) }, Source::Remote)
+        let segment = Segment {
+            links: vec![link("iad.1", "iad.5"), link("iad.5", "fra.2")],
+            tail: None,
+        };
+        walk.handle_segment(&dc("iad"), segment, Source::Remote)
             .unwrap();
-        let Poll::Done(done) = walk.poll() else { panic!("{:?}", walk.poll()) };
+        assert_eq!(walk.poll(), &Poll::Need(Need::Reservation(id("fra.2"))));
+        walk.handle_segment(
+            &dc("fra"),
+            Segment {
+                links: vec![],
+                tail: Some(vacant("fra.2")),
+            },
+            Source::Remote,
+        )
+        .unwrap();
+        let Poll::Done(done) = walk.poll() else {
+            panic!("{:?}", walk.poll())
+        };
         assert_eq!(done.entry, id("iad.1"));
         assert_eq!(done.links.len(), 2);
         assert_eq!(done.remote_round_trips, 2);
@@ -314,10 +341,24 @@ mod tests {
     #[test]
     fn a_cycle_is_detected() {
         let mut walk = ChainWalk::from_reservation(id("iad.1"), HOP_LIMIT_DEFAULT);
-        walk.handle_segment(&dc("iad"), Segment { links: vec![link("iad.1", "fra.1")], tail: None }, Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("iad"),
+            Segment {
+                links: vec![link("iad.1", "fra.1")],
+                tail: None,
+            },
+            Source::Remote,
+        )
+        .unwrap();
         let err = walk
-            .handle_segment(&dc("fra"), Segment { links: vec![link("fra.1", "iad.1")], tail: None }, Source::Remote)
+            .handle_segment(
+                &dc("fra"),
+                Segment {
+                    links: vec![link("fra.1", "iad.1")],
+                    tail: None,
+                },
+                Source::Remote,
+            )
             .unwrap_err();
         assert_eq!(err, ChainError::Cycle(id("iad.1")));
         assert_eq!(walk.poll(), &Poll::Failed(err));
@@ -326,8 +367,12 @@ mod tests {
     #[test]
     fn the_hop_limit_is_enforced() {
         let mut walk = ChainWalk::from_reservation(id("a.0"), 3);
-        let links = (0..4).map(|i| link(&format!("a.{i}"), &format!("a.{}", i + 1))).collect();
-        let err = walk.handle_segment(&dc("a"), Segment { links, tail: None }, Source::Remote).unwrap_err();
+        let links = (0..4)
+            .map(|i| link(&format!("a.{i}"), &format!("a.{}", i + 1)))
+            .collect();
+        let err = walk
+            .handle_segment(&dc("a"), Segment { links, tail: None }, Source::Remote)
+            .unwrap_err();
         assert_eq!(err, ChainError::TooLong(3));
     }
 
@@ -335,12 +380,26 @@ mod tests {
     fn a_dc_may_not_speak_for_another_dcs_reservation() {
         let mut walk = ChainWalk::from_reservation(id("iad.1"), HOP_LIMIT_DEFAULT);
         let err = walk
-            .handle_segment(&dc("fra"), Segment { links: vec![link("iad.1", "fra.1")], tail: None }, Source::Remote)
+            .handle_segment(
+                &dc("fra"),
+                Segment {
+                    links: vec![link("iad.1", "fra.1")],
+                    tail: None,
+                },
+                Source::Remote,
+            )
             .unwrap_err();
         assert!(matches!(err, ChainError::Inconsistent { .. }), "{err}");
         let mut walk = ChainWalk::from_reservation(id("iad.1"), HOP_LIMIT_DEFAULT);
         let err = walk
-            .handle_segment(&dc("iad"), Segment { links: vec![], tail: Some(vacant("iad.2")) }, Source::Remote)
+            .handle_segment(
+                &dc("iad"),
+                Segment {
+                    links: vec![],
+                    tail: Some(vacant("iad.2")),
+                },
+                Source::Remote,
+            )
             .unwrap_err();
         assert!(err.to_string().contains("where the walk stands"), "{err}");
     }
@@ -349,7 +408,14 @@ mod tests {
     fn answers_out_of_turn_fail_the_walk() {
         let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
         let err = walk
-            .handle_segment(&dc("iad"), Segment { links: vec![], tail: Some(vacant("iad.1")) }, Source::Remote)
+            .handle_segment(
+                &dc("iad"),
+                Segment {
+                    links: vec![],
+                    tail: Some(vacant("iad.1")),
+                },
+                Source::Remote,
+            )
             .unwrap_err();
         assert_eq!(err, ChainError::Unexpected);
     }

@@ -1,6 +1,6 @@
 //! `DcId`: the name of a datacenter, the prefix of every reservation it owns.
 
-use crate::label::{LabelRule, label_type};
+use crate::label::{Alphabet, LabelRule, label_type};
 
 /// Longest DC id, in bytes.
 pub const DC_ID_BYTES_MAX: usize = 32;
@@ -14,7 +14,10 @@ const DC_ID_RULE: LabelRule = LabelRule {
     bytes_min: 1,
     bytes_max: DC_ID_BYTES_MAX,
     // No `.`: it separates the DC from the unique part of a reservation ID.
-    alphabet: Some((dc_id_char, "[a-z0-9-] (no `.`, no upper case)")),
+    alphabet: Some(Alphabet {
+        allowed: dc_id_char,
+        description: "[a-z0-9-] (no `.`, no upper case)",
+    }),
 };
 
 label_type!(
@@ -37,13 +40,35 @@ mod tests {
 
     #[test]
     fn dc_id_rejects_each_rule_by_name() {
-        assert!(matches!(DcId::new(""), Err(LabelError::Empty { what: "dc id" })));
-        assert!(matches!(DcId::new("a".repeat(33)), Err(LabelError::TooLong { max: 32, .. })));
-        assert!(matches!(DcId::new("ia.d"), Err(LabelError::Alphabet { found: '.', at: 2, .. })));
-        assert!(matches!(DcId::new("IAD"), Err(LabelError::Alphabet { found: 'I', .. })));
-        assert!(matches!(DcId::new("i\nd"), Err(LabelError::ControlCharacter { at: 1, .. })));
+        assert!(matches!(
+            DcId::new(""),
+            Err(LabelError::Empty { what: "dc id" })
+        ));
+        assert!(matches!(
+            DcId::new("a".repeat(33)),
+            Err(LabelError::TooLong { max: 32, .. })
+        ));
+        assert!(matches!(
+            DcId::new("ia.d"),
+            Err(LabelError::Alphabet {
+                found: '.',
+                at: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            DcId::new("IAD"),
+            Err(LabelError::Alphabet { found: 'I', .. })
+        ));
+        assert!(matches!(
+            DcId::new("i\nd"),
+            Err(LabelError::ControlCharacter { at: 1, .. })
+        ));
         let message = DcId::new("ia.d").unwrap_err().to_string();
-        assert!(message.contains("dc id") && message.contains("'.'"), "{message}");
+        assert!(
+            message.contains("dc id") && message.contains("'.'"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -59,8 +59,14 @@ pub(crate) struct LabelRule {
     pub what: &'static str,
     pub bytes_min: usize,
     pub bytes_max: usize,
-    /// `Some((allowed, description))` restricts the alphabet.
-    pub alphabet: Option<(fn(char) -> bool, &'static str)>,
+    /// `Some` restricts the characters allowed.
+    pub alphabet: Option<Alphabet>,
+}
+
+/// A restricted set of characters and how to describe it in an error.
+pub(crate) struct Alphabet {
+    pub allowed: fn(char) -> bool,
+    pub description: &'static str,
 }
 
 impl LabelRule {
@@ -81,12 +87,12 @@ impl LabelRule {
             if found.is_control() {
                 return Err(LabelError::ControlCharacter { what, at });
             }
-            if let Some((allowed, alphabet)) = self.alphabet
-                && !allowed(found)
+            if let Some(alphabet) = &self.alphabet
+                && !(alphabet.allowed)(found)
             {
                 return Err(LabelError::Alphabet {
                     what,
-                    alphabet,
+                    alphabet: alphabet.description,
                     found,
                     at,
                 });

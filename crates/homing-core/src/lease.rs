@@ -187,7 +187,13 @@ mod tests {
     fn default_policy_is_valid() {
         let d = LeasePolicy::DEFAULT;
         assert_eq!(
-            LeasePolicy::new(d.ttl_ms, d.renew_at_permille, d.soft_margin_ms, d.hard_margin_ms, d.grace_ms),
+            LeasePolicy::new(
+                d.ttl_ms,
+                d.renew_at_permille,
+                d.soft_margin_ms,
+                d.hard_margin_ms,
+                d.grace_ms
+            ),
             Ok(d)
         );
     }
@@ -195,20 +201,42 @@ mod tests {
     #[test]
     fn grant_puts_deadlines_in_host_clock_and_expiry_in_store_clock() {
         // The host's clock is an hour behind the store's: irrelevant.
-        let grant = LeasePolicy::DEFAULT.grant(HostTime::from_ms(1_000), StoreTime::from_ms(3_601_000));
+        let grant =
+            LeasePolicy::DEFAULT.grant(HostTime::from_ms(1_000), StoreTime::from_ms(3_601_000));
         assert_eq!(grant.deadlines.renew_at, HostTime::from_ms(1_000 + 3_330));
-        assert_eq!(grant.deadlines.soft_terminate_at, HostTime::from_ms(1_000 + 7_000));
-        assert_eq!(grant.deadlines.hard_terminate_at, HostTime::from_ms(1_000 + 9_000));
+        assert_eq!(
+            grant.deadlines.soft_terminate_at,
+            HostTime::from_ms(1_000 + 7_000)
+        );
+        assert_eq!(
+            grant.deadlines.hard_terminate_at,
+            HostTime::from_ms(1_000 + 9_000)
+        );
         assert_eq!(grant.expires_at, StoreTime::from_ms(3_611_000));
-        assert_eq!(LeasePolicy::DEFAULT.reapable_at(grant.expires_at), StoreTime::from_ms(3_613_000));
+        assert_eq!(
+            LeasePolicy::DEFAULT.reapable_at(grant.expires_at),
+            StoreTime::from_ms(3_613_000)
+        );
     }
 
     #[test]
     fn policy_rejects_misordered_margins_naming_the_field() {
-        assert_eq!(LeasePolicy::new(0, 333, 3, 1, 0), Err(LeasePolicyError::Ttl(0)));
-        assert_eq!(LeasePolicy::new(10_000, 1000, 3, 1, 0), Err(LeasePolicyError::RenewAt(1000)));
-        assert_eq!(LeasePolicy::new(10_000, 333, 3, 0, 0), Err(LeasePolicyError::HardMargin));
-        assert!(matches!(LeasePolicy::new(10_000, 333, 1, 1, 0), Err(LeasePolicyError::SoftMargin { .. })));
+        assert_eq!(
+            LeasePolicy::new(0, 333, 3, 1, 0),
+            Err(LeasePolicyError::Ttl(0))
+        );
+        assert_eq!(
+            LeasePolicy::new(10_000, 1000, 3, 1, 0),
+            Err(LeasePolicyError::RenewAt(1000))
+        );
+        assert_eq!(
+            LeasePolicy::new(10_000, 333, 3, 0, 0),
+            Err(LeasePolicyError::HardMargin)
+        );
+        assert!(matches!(
+            LeasePolicy::new(10_000, 333, 1, 1, 0),
+            Err(LeasePolicyError::SoftMargin { .. })
+        ));
         let err = LeasePolicy::new(10_000, 900, 3_000, 1_000, 0).unwrap_err();
         assert!(err.to_string().contains("soft termination"), "{err}");
     }

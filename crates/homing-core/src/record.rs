@@ -283,7 +283,11 @@ impl DcRecord {
         // Tokens never go down, links never change: checked on every write.
         assert!(next.token >= self.token, "fencing token decreased");
         if let RecordState::Linked { to } = &self.state {
-            assert_eq!(next.state, RecordState::Linked { to: to.clone() }, "link changed");
+            assert_eq!(
+                next.state,
+                RecordState::Linked { to: to.clone() },
+                "link changed"
+            );
         }
         next
     }
@@ -513,11 +517,18 @@ mod tests {
     #[test]
     fn renew_keeps_the_token_and_moves_expiry() {
         let r = fresh(0);
-        let out = r.renew(FencingToken::FIRST, HostTime::from_ms(5_000), t(5_000), &POLICY);
+        let out = r.renew(
+            FencingToken::FIRST,
+            HostTime::from_ms(5_000),
+            t(5_000),
+            &POLICY,
+        );
         let next = out.next.unwrap();
         assert_eq!(next.token, FencingToken::FIRST);
         assert_eq!(next.version, r.version + 1);
-        assert!(matches!(next.state, RecordState::Active { expires_at, .. } if expires_at == t(15_000)));
+        assert!(
+            matches!(next.state, RecordState::Active { expires_at, .. } if expires_at == t(15_000))
+        );
         assert!(matches!(out.reply, RenewReply::Renewed(_)));
     }
 
@@ -526,12 +537,22 @@ mod tests {
         let r = fresh(0);
         let out = r.renew(FencingToken::new(7), HostTime::from_ms(1), t(1), &POLICY);
         assert_eq!(out.next, None);
-        assert_eq!(out.reply, RenewReply::StaleToken { current: FencingToken::FIRST });
+        assert_eq!(
+            out.reply,
+            RenewReply::StaleToken {
+                current: FencingToken::FIRST
+            }
+        );
     }
 
     #[test]
     fn renew_after_expiry_is_refused_even_within_grace() {
-        let out = fresh(0).renew(FencingToken::FIRST, HostTime::from_ms(10_000), t(10_000), &POLICY);
+        let out = fresh(0).renew(
+            FencingToken::FIRST,
+            HostTime::from_ms(10_000),
+            t(10_000),
+            &POLICY,
+        );
         assert_eq!((out.next, out.reply), (None, RenewReply::Expired));
     }
 
@@ -551,7 +572,10 @@ mod tests {
         let reaped = r.expire(t(12_000), &POLICY).unwrap();
         assert_eq!(
             reaped.state,
-            RecordState::Released { at: t(12_000), cause: ReleaseCause::Expired }
+            RecordState::Released {
+                at: t(12_000),
+                cause: ReleaseCause::Expired
+            }
         );
     }
 
@@ -561,11 +585,15 @@ mod tests {
         let out = released.activate(None, actor("a2"), HostTime::from_ms(2), t(2), &POLICY);
         let next = out.next.unwrap();
         assert_eq!(next.token, FencingToken::new(2));
-        assert!(matches!(out.reply, ActivateReply::Activated { token, .. } if token == FencingToken::new(2)));
+        assert!(
+            matches!(out.reply, ActivateReply::Activated { token, .. } if token == FencingToken::new(2))
+        );
         // The old holder's release is now stale.
         assert_eq!(
             next.release(FencingToken::FIRST, t(3)).reply,
-            ReleaseReply::StaleToken { current: FencingToken::new(2) }
+            ReleaseReply::StaleToken {
+                current: FencingToken::new(2)
+            }
         );
     }
 
@@ -574,9 +602,21 @@ mod tests {
         let r = fresh(0);
         let same = r.activate(None, actor("other"), HostTime::from_ms(1), t(1), &POLICY);
         assert_eq!(same.next, None);
-        assert_eq!(same.reply, ActivateReply::StillActive { actor: actor("a1"), token: FencingToken::FIRST });
+        assert_eq!(
+            same.reply,
+            ActivateReply::StillActive {
+                actor: actor("a1"),
+                token: FencingToken::FIRST
+            }
+        );
         let tag = Tag::new("v2").unwrap();
-        let other = r.activate(Some(&tag), actor("other"), HostTime::from_ms(1), t(1), &POLICY);
+        let other = r.activate(
+            Some(&tag),
+            actor("other"),
+            HostTime::from_ms(1),
+            t(1),
+            &POLICY,
+        );
         assert_eq!(other.reply, ActivateReply::TagMismatch { existing: None });
     }
 
@@ -590,17 +630,33 @@ mod tests {
         ));
         let released = live.release(FencingToken::FIRST, t(1)).next.unwrap();
         assert_eq!(
-            released.link(&to, FencingToken::new(5), t(2), &POLICY).reply,
-            LinkReply::TokenMoved { current: FencingToken::FIRST }
+            released
+                .link(&to, FencingToken::new(5), t(2), &POLICY)
+                .reply,
+            LinkReply::TokenMoved {
+                current: FencingToken::FIRST
+            }
         );
-        let linked = released.link(&to, FencingToken::FIRST, t(2), &POLICY).next.unwrap();
+        let linked = released
+            .link(&to, FencingToken::FIRST, t(2), &POLICY)
+            .next
+            .unwrap();
         assert_eq!(linked.state, RecordState::Linked { to: to.clone() });
-        assert_eq!(linked.link(&to, FencingToken::FIRST, t(3), &POLICY).reply, LinkReply::Linked);
         assert_eq!(
-            linked.link(&id("sin.4"), FencingToken::FIRST, t(3), &POLICY).reply,
+            linked.link(&to, FencingToken::FIRST, t(3), &POLICY).reply,
+            LinkReply::Linked
+        );
+        assert_eq!(
+            linked
+                .link(&id("sin.4"), FencingToken::FIRST, t(3), &POLICY)
+                .reply,
             LinkReply::AlreadyLinked(to.clone())
         );
-        assert_eq!(linked.abandon(), None, "a linked record is part of the chain forever");
+        assert_eq!(
+            linked.abandon(),
+            None,
+            "a linked record is part of the chain forever"
+        );
         assert_eq!(linked.view(t(3), &POLICY), RecordView::Link(to));
     }
 

@@ -271,16 +271,28 @@ mod tests {
             actor: ActorId::new("10.0.0.1:8080").unwrap(),
             host_time: HostTime::from_ms(5),
         };
-        assert_eq!(decode::<Request>(&encode(&request).unwrap()).unwrap(), request);
-        let reply = Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, "router may not link"));
+        assert_eq!(
+            decode::<Request>(&encode(&request).unwrap()).unwrap(),
+            request
+        );
+        let reply = Reply::Error(ErrorReply::new(
+            ErrorKind::Unauthorized,
+            "router may not link",
+        ));
         assert_eq!(decode::<Reply>(&encode(&reply).unwrap()).unwrap(), reply);
     }
 
     #[test]
     fn oversized_and_trailing_frames_are_rejected() {
         let frame = vec![0u8; FRAME_BYTES_MAX + 1];
-        assert!(matches!(decode::<Request>(&frame), Err(FrameError::TooLarge { .. })));
-        let mut frame = encode(&Request::Drain { key: Key::new(KeyName::new("k").unwrap()) }).unwrap();
+        assert!(matches!(
+            decode::<Request>(&frame),
+            Err(FrameError::TooLarge { .. })
+        ));
+        let mut frame = encode(&Request::Drain {
+            key: Key::new(KeyName::new("k").unwrap()),
+        })
+        .unwrap();
         frame.push(0);
         assert_eq!(decode::<Request>(&frame), Err(FrameError::Trailing(1)));
     }
@@ -289,7 +301,10 @@ mod tests {
     fn a_frame_with_an_invalid_field_is_refused() {
         // A Resolve whose key name is empty: well-formed postcard, invalid key.
         let frame = [0u8, 0, 0];
-        assert!(matches!(decode::<Request>(&frame), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            decode::<Request>(&frame),
+            Err(FrameError::Malformed(_))
+        ));
     }
 
     #[test]
