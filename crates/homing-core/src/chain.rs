@@ -110,6 +110,98 @@ pub enum ChainError {
     Unexpected,
 }
 
+/// Builds the [`Segment`] a DC answers for one of its reservations: it
+/// follows links that stay inside the DC in the same reply, so a chain that
+/// bounces within one DC costs a resolver one round trip, not one per link.
+///
+/// Driver: while [`LocalSegment::need`] names a reservation, read that local
+/// record and pass it to [`LocalSegment::handle`]; then take [`LocalSegment::finish`].
+#[derive(Debug, Clone)]
+pub struct LocalSegment {
+    local: DcId,
+    at: Option<ReservationId>,
+    hop_limit: usize,
+    segment: Segment,
+}
+
+/// Why a DC cannot answer for one of its reservations.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SegmentError {
+    /// The DC has no record of the reservation asked about.
+    #[error("no reservation {0} in this dc")]
+    Unknown(ReservationId),
+    /// A link inside the DC points at a record that does not exist or never joined a chain.
+    #[error("reservation {0} is linked to but has no live record")]
+    Broken(ReservationId),
+    /// The reservation asked about lost its race and is no part of any chain.
+    #[error("reservation {0} was abandoned")]
+    Abandoned(ReservationId),
+}
+
+impl LocalSegment {
+    /// Starts at `start`, which `local` owns.
+    pub fn new(local: DcId, start: ReservationId, hop_limit: usize) -> LocalSegment {
+        LocalSegment {
+            local,
+            at: Some(start),
+            hop_limit: hop_limit.min(HOP_LIMIT_MAX),
+            segment: Segment {
+                links: Vec::new(),
+                tail: None,
+            },
+        }
+    }
+
+    /// The local record to read next, `None` once the segment is complete.
+    pub fn need(&self) -> Option<&ReservationId> {
+        self.at.as_ref()
+    }
+
+    /// The record asked for (`None` if the store has none) at store time `now`.
+    pub fn handle(
+        &mut self,
+        record: Option<&crate::record::DcRecord>,
+        now: crate::time::StoreTime,
+        policy: &crate::lease::LeasePolicy,
+    ) -> Result<(), SegmentError> {
+        let Some(at) = self.at.take() else {
+            return Ok(());
+        };
+        let first = self.segment.links.is_empty();
+        let missing = |at: ReservationId| {
+            if first {
+                SegmentError::Unknown(at)
+            } else {
+                SegmentError::Broken(at)
+            }
+        };
+        let Some(record) = record.filter(|r| r.id == at) else {
+            return Err(missing(at));
+        };
+        match record.view(now, policy) {
+            crate::record::RecordView::Link(to) => {
+                let stays = to.dc() == &self.local && self.segment.links.len() < self.hop_limit;
+                self.segment.links.push(Link {
+                    from: at,
+                    to: to.clone(),
+                });
+                self.at = stays.then_some(to);
+            }
+            crate::record::RecordView::Tail(tail) => self.segment.tail = Some(tail),
+            crate::record::RecordView::Abandoned if first => {
+                return Err(SegmentError::Abandoned(at));
+            }
+            crate::record::RecordView::Abandoned => return Err(SegmentError::Broken(at)),
+        }
+        Ok(())
+    }
+
+    /// The segment; call once [`LocalSegment::need`] is `None`.
+    pub fn finish(self) -> Segment {
+        self.segment
+    }
+}
+
 /// The stepper. See the module docs for the driving loop.
 #[derive(Debug, Clone)]
 pub struct ChainWalk {
@@ -288,6 +380,7 @@ mod tests {
 
     fn vacant(at: &str) -> TailView {
         TailView {
+            tag: None,
             id: id(at),
             token: FencingToken::new(3),
             state: TailState::Vacant,
@@ -402,6 +495,57 @@ mod tests {
             )
             .unwrap_err();
         assert!(err.to_string().contains("where the walk stands"), "{err}");
+    }
+
+    #[test]
+    fn local_segment_follows_links_inside_the_dc_and_stops_at_the_border() {
+        use crate::record::{DcRecord, RecordState};
+        use crate::{ActorId, HostTime, LeasePolicy, StoreTime};
+        let policy = LeasePolicy::DEFAULT;
+        let record = |at: &str, state: RecordState| {
+            let (mut r, _) = DcRecord::reserve(
+                id(at),
+                key(),
+                None,
+                FencingToken::FIRST,
+                None,
+                ActorId::new("a").unwrap(),
+                HostTime::from_ms(0),
+                StoreTime::from_ms(0),
+                &policy,
+            );
+            r.state = state;
+            r
+        };
+        let records = [
+            record("iad.1", RecordState::Linked { to: id("iad.2") }),
+            record("iad.2", RecordState::Linked { to: id("fra.1") }),
+        ];
+        let mut segment = LocalSegment::new(dc("iad"), id("iad.1"), HOP_LIMIT_DEFAULT);
+        let mut reads = 0;
+        while let Some(at) = segment.need().cloned() {
+            reads += 1;
+            segment
+                .handle(
+                    records.iter().find(|r| r.id == at),
+                    StoreTime::from_ms(1),
+                    &policy,
+                )
+                .unwrap();
+        }
+        assert_eq!(reads, 2);
+        let segment = segment.finish();
+        assert_eq!(
+            segment.links,
+            vec![link("iad.1", "iad.2"), link("iad.2", "fra.1")]
+        );
+        assert_eq!(segment.tail, None);
+
+        let mut unknown = LocalSegment::new(dc("iad"), id("iad.9"), HOP_LIMIT_DEFAULT);
+        assert_eq!(
+            unknown.handle(None, StoreTime::from_ms(1), &policy),
+            Err(SegmentError::Unknown(id("iad.9")))
+        );
     }
 
     #[test]

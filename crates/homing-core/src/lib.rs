@@ -25,6 +25,7 @@
 pub mod access;
 pub mod actor;
 pub mod chain;
+pub mod connect;
 pub mod dc;
 pub mod fencing;
 pub mod key;
@@ -37,7 +38,10 @@ pub mod wire;
 
 pub use access::{Identity, Role, authorize};
 pub use actor::ActorId;
-pub use chain::{ChainError, ChainWalk, Link, Need, Poll, Segment, Source, Walked};
+pub use chain::{
+    ChainError, ChainWalk, Link, LocalSegment, Need, Poll, Segment, SegmentError, Source, Walked,
+};
+pub use connect::{Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, Written};
 pub use dc::DcId;
 pub use fencing::FencingToken;
 pub use key::{Key, KeyConfig, KeyName, Namespace, Tag};

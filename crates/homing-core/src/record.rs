@@ -114,6 +114,8 @@ pub struct TailView {
     pub id: ReservationId,
     /// Its current fencing token.
     pub token: FencingToken,
+    /// The tag of its current (or last) holder: connect checks it.
+    pub tag: Option<Tag>,
     /// Whether an actor runs there.
     pub state: TailState,
 }
@@ -270,6 +272,7 @@ impl DcRecord {
                 RecordView::Tail(TailView {
                     id: self.id.clone(),
                     token: self.token,
+                    tag: self.tag.clone(),
                     state,
                 })
             }

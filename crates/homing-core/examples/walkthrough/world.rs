@@ -1,0 +1,180 @@
+//! An in-memory multi-DC world that drives homing-core's steppers the way
+//! homingd does, with maps for stores and function calls for the network.
+//! Shared by the walkthrough example and the connect tests.
+
+#![allow(dead_code)] // each user takes the parts it needs
+
+use std::collections::BTreeMap;
+
+use homing_core::{
+    ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcRecord, FencingToken, Key, LeasePolicy,
+    LocalSegment, Need, Poll, ReleaseReply, ReservationId, Segment, SegmentError, Source,
+    StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
+};
+
+/// One DC: its records and its allocator.
+#[derive(Default)]
+pub struct Dc {
+    pub records: BTreeMap<ReservationId, DcRecord>,
+    next_unique: u64,
+}
+
+/// Every DC's store, the global store, one clock, and a round-trip counter.
+pub struct World {
+    pub dcs: BTreeMap<DcId, Dc>,
+    pub global: BTreeMap<Key, ReservationId>,
+    pub now_ms: u64,
+    pub policy: LeasePolicy,
+    /// Messages that crossed between DCs (each a round trip).
+    pub round_trips: u32,
+}
+
+impl World {
+    pub fn new(dcs: &[&str]) -> World {
+        World {
+            dcs: dcs
+                .iter()
+                .map(|d| (DcId::new(*d).unwrap(), Dc::default()))
+                .collect(),
+            global: BTreeMap::new(),
+            now_ms: 1_000,
+            policy: LeasePolicy::DEFAULT,
+            round_trips: 0,
+        }
+    }
+
+    pub fn now(&self) -> StoreTime {
+        StoreTime::from_ms(self.now_ms)
+    }
+
+    pub fn record(&self, id: &ReservationId) -> Option<&DcRecord> {
+        self.dcs.get(id.dc())?.records.get(id)
+    }
+
+    /// Compare-and-set, as every store backend implements it.
+    pub fn write(&mut self, expected: Option<u64>, record: DcRecord) -> Written {
+        let dc = self.dcs.get_mut(record.id.dc()).expect("known dc");
+        if dc.records.get(&record.id).map(|r| r.version) != expected {
+            return Written::Conflict;
+        }
+        dc.records.insert(record.id.clone(), record);
+        Written::Yes
+    }
+
+    /// What `id`'s DC answers to `ResolveReservation`.
+    pub fn segment(&self, id: &ReservationId) -> Result<Segment, SegmentError> {
+        let mut segment = LocalSegment::new(id.dc().clone(), id.clone(), HOP_LIMIT_DEFAULT);
+        while let Some(at) = segment.need().cloned() {
+            segment.handle(self.record(&at), self.now(), &self.policy)?;
+        }
+        Ok(segment.finish())
+    }
+
+    /// Performs the connect's next need on behalf of DC `local`.
+    /// Returns false once the connect is finished.
+    pub fn step(&mut self, local: &DcId, connect: &mut Connect) -> bool {
+        let ConnectPoll::Need(need) = connect.poll() else {
+            return false;
+        };
+        match need {
+            ConnectNeed::GlobalEntry(key) => {
+                connect.handle_global(self.global.get(&key).cloned(), Source::Local)
+            }
+            ConnectNeed::Reservation(id) => {
+                let source = if id.dc() == local {
+                    Source::Local
+                } else {
+                    Source::Remote
+                };
+                if source == Source::Remote {
+                    self.round_trips += 1;
+                }
+                let segment = self.segment(&id).expect("reservations in chains answer");
+                connect.handle_segment(&id.dc().clone(), segment, source);
+            }
+            ConnectNeed::LocalRecord(id) => {
+                let record = self.record(&id).cloned();
+                connect.handle_local_record(record, self.now());
+            }
+            ConnectNeed::Allocate => {
+                let dc = self.dcs.get_mut(local).expect("known dc");
+                dc.next_unique += 1;
+                let unique = dc.next_unique;
+                connect.handle_allocated(unique, self.now());
+            }
+            ConnectNeed::Write { expected, record } => {
+                let written = self.write(expected, record);
+                connect.handle_written(written);
+            }
+            ConnectNeed::SetIfAbsent { key, id } => {
+                let existing = self.global.get(&key).cloned();
+                if existing.is_none() {
+                    self.global.insert(key, id);
+                }
+                connect.handle_set_if_absent(existing);
+            }
+            ConnectNeed::Link {
+                from,
+                to,
+                expected_token,
+            } => {
+                self.round_trips += 1;
+                let tail = self.record(&from).expect("tail exists").clone();
+                let out = tail.link(&to, expected_token, self.now(), &self.policy);
+                if let Some(next) = out.next {
+                    assert_eq!(self.write(Some(tail.version), next), Written::Yes);
+                }
+                connect.handle_link(out.reply);
+            }
+        }
+        true
+    }
+
+    /// Runs a connect to its end.
+    pub fn run(&mut self, local: &DcId, connect: &mut Connect) -> ConnectPoll {
+        for _ in 0..1_000 {
+            if !self.step(local, connect) {
+                return connect.poll();
+            }
+        }
+        panic!("connect did not finish in 1000 steps");
+    }
+
+    /// A router attached to `router_dc` resolves `key`: the global read is
+    /// local, every DC other than the router's costs one round trip.
+    pub fn resolve(&mut self, router_dc: &DcId, key: &Key) -> Poll {
+        let mut walk = ChainWalk::from_key(key.clone(), HOP_LIMIT_DEFAULT);
+        loop {
+            match walk.poll().clone() {
+                Poll::Need(Need::GlobalEntry(key)) => {
+                    walk.handle_global(self.global.get(&key).cloned(), Source::Local)
+                        .ok();
+                }
+                Poll::Need(Need::Reservation(id)) => {
+                    let source = if id.dc() == router_dc {
+                        Source::Local
+                    } else {
+                        Source::Remote
+                    };
+                    match self.segment(&id) {
+                        Ok(segment) => {
+                            walk.handle_segment(&id.dc().clone(), segment, source).ok();
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// The holder of `id` releases it.
+    pub fn release(&mut self, id: &ReservationId, token: FencingToken) -> ReleaseReply {
+        let record = self.record(id).expect("record").clone();
+        let out = record.release(token, self.now());
+        if let Some(next) = out.next {
+            self.write(Some(record.version), next);
+        }
+        out.reply
+    }
+}

@@ -1,0 +1,490 @@
+//! Connect (`Acquire`) as a sans-IO stepper, run by the DC that received the
+//! request (DESIGN.md §3.1, §3.2, §3.6). The driver loops on
+//! [`Connect::poll`] and answers each [`ConnectNeed`] with the matching
+//! `handle_*` call; every decision — create, follow the winner, re-activate,
+//! link, give up — is taken here, so the daemon and the simulator agree.
+//!
+//! ```text
+//! read global ─ absent ─► allocate ─► write own record ─► set_if_absent ─ Inserted ─► Acquired
+//!      │                                                      └ Exists(w) ─► abandon own, walk from w
+//!      └ present ─► walk the chain to the tail
+//!           tail here:   read record ─► activate ─► CAS ─► Acquired | HeldElsewhere | TagMismatch
+//!           tail there:  live ─► HeldElsewhere / TagMismatch
+//!                        vacant ─► allocate ─► write own (token = tail + 1) ─► link at tail's DC
+//!                             Linked ─► Acquired; AlreadyLinked(z) ─► abandon own, walk from z;
+//!                             StillActive / TokenMoved ─► abandon own, walk from the tail again
+//! ```
+//!
+//! Restarted walks are bounded by [`CONNECT_ATTEMPTS_MAX`]; each walk by its hop limit.
+
+use thiserror::Error;
+
+use crate::actor::ActorId;
+use crate::chain::{ChainError, ChainWalk, Need, Poll, Segment, Source};
+use crate::dc::DcId;
+use crate::fencing::FencingToken;
+use crate::key::{Key, Tag};
+use crate::lease::{Deadlines, LeasePolicy};
+use crate::record::{ActivateReply, DcRecord, LinkReply, TailState, TailView};
+use crate::reservation::ReservationId;
+use crate::time::{HostTime, StoreTime};
+
+/// Most walks one connect may start (the first plus restarts after lost races).
+pub const CONNECT_ATTEMPTS_MAX: u32 = 8;
+
+/// What the driver must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectNeed {
+    /// Read the key's global entry; answer with [`Connect::handle_global`].
+    GlobalEntry(Key),
+    /// What the owner of `id` knows about it: the local store's segment if
+    /// `id.dc()` is the local DC, else a `ResolveReservation` to that DC.
+    /// Answer with [`Connect::handle_segment`].
+    Reservation(ReservationId),
+    /// Read the local record `id`; answer with [`Connect::handle_local_record`].
+    LocalRecord(ReservationId),
+    /// A fresh unique from the local allocator; answer with [`Connect::handle_allocated`].
+    Allocate,
+    /// Compare-and-set a local record (`expected: None` = create); answer
+    /// with [`Connect::handle_written`].
+    Write {
+        /// The version the stored record must have.
+        expected: Option<u64>,
+        /// The record to write.
+        record: DcRecord,
+    },
+    /// Write-once the global entry; answer with [`Connect::handle_set_if_absent`].
+    SetIfAbsent {
+        /// The key.
+        key: Key,
+        /// Our new reservation.
+        id: ReservationId,
+    },
+    /// Ask the tail's DC to link; answer with [`Connect::handle_link`].
+    Link {
+        /// The vacant tail (owned by another DC).
+        from: ReservationId,
+        /// Our new reservation.
+        to: ReservationId,
+        /// The tail's token as read.
+        expected_token: FencingToken,
+    },
+}
+
+/// How a connect ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectOutcome {
+    /// The caller holds the key.
+    Acquired {
+        /// The key.
+        key: Key,
+        /// The reservation it holds.
+        reservation: ReservationId,
+        /// Its fencing token.
+        token: FencingToken,
+        /// Its deadlines, in its clock.
+        deadlines: Deadlines,
+    },
+    /// A live actor with the same tag holds the key: connect returns it.
+    HeldElsewhere {
+        /// The key.
+        key: Key,
+        /// The live reservation.
+        reservation: ReservationId,
+        /// Its actor.
+        actor: ActorId,
+        /// Its token.
+        token: FencingToken,
+    },
+    /// A live actor holds the key under another tag.
+    TagMismatch {
+        /// The live actor's tag.
+        existing: Option<Tag>,
+    },
+}
+
+/// Why a connect failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConnectError {
+    /// The chain could not be walked.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    /// Lost [`CONNECT_ATTEMPTS_MAX`] races in a row.
+    #[error("gave up after {0} contended attempts")]
+    Contended(u32),
+    /// The stores contradict the protocol (e.g. a reservation in a chain is missing).
+    #[error("inconsistent state: {0}")]
+    Inconsistent(String),
+    /// An answer arrived that the connect did not ask for.
+    #[error("answer does not match what the connect needs")]
+    Unexpected,
+}
+
+/// Where a connect stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectPoll {
+    /// Do this and hand back the answer.
+    Need(ConnectNeed),
+    /// Finished.
+    Done(ConnectOutcome),
+    /// Failed; nothing more to do.
+    Failed(ConnectError),
+}
+
+/// The result of a compare-and-set, as the store reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The record was written.
+    Yes,
+    /// The stored version was not the expected one; nothing written.
+    Conflict,
+}
+
+/// Whether our reservation is the key's first or continues a vacant tail.
+#[derive(Debug, Clone)]
+enum Plan {
+    First,
+    Recreate(TailView),
+}
+
+/// What to do once an abandoned record has been written.
+#[derive(Debug, Clone)]
+enum Then {
+    WalkFrom(ReservationId),
+}
+
+#[derive(Debug, Clone)]
+enum Phase {
+    Walking(ChainWalk),
+    Allocating(Plan),
+    Creating(Plan, DcRecord, Deadlines),
+    SettingGlobal(DcRecord, Deadlines),
+    Linking(DcRecord, Deadlines, TailView),
+    ReadingLocal(ReservationId),
+    Activating(DcRecord, ActivateReply),
+    Abandoning(DcRecord, Then),
+    Finished(ConnectPoll),
+}
+
+/// One connect. See the module docs for the flow.
+#[derive(Debug, Clone)]
+pub struct Connect {
+    local: DcId,
+    key: Key,
+    tag: Option<Tag>,
+    actor: ActorId,
+    host_time: HostTime,
+    policy: LeasePolicy,
+    hop_limit: usize,
+    attempts: u32,
+    phase: Phase,
+}
+
+impl Connect {
+    /// A connect for `key` received by `local` from a host whose clock read
+    /// `host_time` when it sent the request.
+    #[allow(clippy::too_many_arguments)] // the request's fields plus the DC's settings
+    pub fn new(
+        local: DcId,
+        key: Key,
+        tag: Option<Tag>,
+        actor: ActorId,
+        host_time: HostTime,
+        policy: LeasePolicy,
+        hop_limit: usize,
+    ) -> Connect {
+        let walk = ChainWalk::from_key(key.clone(), hop_limit);
+        Connect {
+            local,
+            key,
+            tag,
+            actor,
+            host_time,
+            policy,
+            hop_limit,
+            attempts: 1,
+            phase: Phase::Walking(walk),
+        }
+    }
+
+    /// What the connect needs next, or how it ended.
+    pub fn poll(&self) -> ConnectPoll {
+        match &self.phase {
+            Phase::Walking(walk) => match walk.poll() {
+                Poll::Need(Need::GlobalEntry(key)) => {
+                    ConnectPoll::Need(ConnectNeed::GlobalEntry(key.clone()))
+                }
+                Poll::Need(Need::Reservation(id)) => {
+                    ConnectPoll::Need(ConnectNeed::Reservation(id.clone()))
+                }
+                // `handle_global`/`handle_segment` move on from these at once.
+                Poll::NotFound | Poll::Done(_) => ConnectPoll::Failed(ConnectError::Unexpected),
+                Poll::Failed(e) => ConnectPoll::Failed(e.clone().into()),
+            },
+            Phase::Allocating(_) => ConnectPoll::Need(ConnectNeed::Allocate),
+            Phase::Creating(_, record, _) => ConnectPoll::Need(ConnectNeed::Write {
+                expected: None,
+                record: record.clone(),
+            }),
+            Phase::SettingGlobal(record, _) => ConnectPoll::Need(ConnectNeed::SetIfAbsent {
+                key: self.key.clone(),
+                id: record.id.clone(),
+            }),
+            Phase::Linking(record, _, tail) => ConnectPoll::Need(ConnectNeed::Link {
+                from: tail.id.clone(),
+                to: record.id.clone(),
+                expected_token: tail.token,
+            }),
+            Phase::ReadingLocal(id) => ConnectPoll::Need(ConnectNeed::LocalRecord(id.clone())),
+            Phase::Activating(next, _) => ConnectPoll::Need(ConnectNeed::Write {
+                expected: Some(next.version - 1),
+                record: next.clone(),
+            }),
+            Phase::Abandoning(abandoned, _) => ConnectPoll::Need(ConnectNeed::Write {
+                expected: Some(abandoned.version - 1),
+                record: abandoned.clone(),
+            }),
+            Phase::Finished(poll) => poll.clone(),
+        }
+    }
+
+    /// The key's global entry.
+    pub fn handle_global(&mut self, entry: Option<ReservationId>, source: Source) {
+        let Phase::Walking(walk) = &mut self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        if let Err(e) = walk.handle_global(entry, source) {
+            return self.fail(e.into());
+        }
+        self.after_walk_step();
+    }
+
+    /// What `answered_by` knows about the reservation the walk needs.
+    pub fn handle_segment(&mut self, answered_by: &DcId, segment: Segment, source: Source) {
+        let Phase::Walking(walk) = &mut self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        if let Err(e) = walk.handle_segment(answered_by, segment, source) {
+            return self.fail(e.into());
+        }
+        self.after_walk_step();
+    }
+
+    fn after_walk_step(&mut self) {
+        let Phase::Walking(walk) = &self.phase else {
+            return;
+        };
+        match walk.poll().clone() {
+            Poll::Need(_) | Poll::Failed(_) => {}
+            Poll::NotFound => self.phase = Phase::Allocating(Plan::First),
+            Poll::Done(walked) => self.at_tail(walked.tail),
+        }
+    }
+
+    fn at_tail(&mut self, tail: TailView) {
+        if tail.id.dc() == &self.local {
+            self.phase = Phase::ReadingLocal(tail.id);
+            return;
+        }
+        match tail.state {
+            TailState::Vacant => self.phase = Phase::Allocating(Plan::Recreate(tail)),
+            TailState::Active { actor } if tail.tag == self.tag => {
+                self.finish(ConnectOutcome::HeldElsewhere {
+                    key: self.key.clone(),
+                    reservation: tail.id,
+                    actor,
+                    token: tail.token,
+                })
+            }
+            TailState::Active { .. } => {
+                self.finish(ConnectOutcome::TagMismatch { existing: tail.tag })
+            }
+        }
+    }
+
+    /// A fresh unique from the local allocator; `now` is the local store's clock.
+    pub fn handle_allocated(&mut self, unique: u64, now: StoreTime) {
+        let Phase::Allocating(plan) = &self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        let (token, predecessor) = match plan {
+            Plan::First => (FencingToken::FIRST, None),
+            Plan::Recreate(tail) => (tail.token.next(), Some(tail.id.clone())),
+        };
+        let (record, deadlines) = DcRecord::reserve(
+            ReservationId::new(self.local.clone(), unique),
+            self.key.clone(),
+            self.tag.clone(),
+            token,
+            predecessor,
+            self.actor.clone(),
+            self.host_time,
+            now,
+            &self.policy,
+        );
+        self.phase = Phase::Creating(plan.clone(), record, deadlines);
+    }
+
+    /// The result of the compare-and-set the connect asked for.
+    pub fn handle_written(&mut self, written: Written) {
+        match (
+            std::mem::replace(
+                &mut self.phase,
+                Phase::Finished(ConnectPoll::Failed(ConnectError::Unexpected)),
+            ),
+            written,
+        ) {
+            (Phase::Creating(plan, record, deadlines), Written::Yes) => {
+                self.phase = match plan {
+                    Plan::First => Phase::SettingGlobal(record, deadlines),
+                    Plan::Recreate(tail) => Phase::Linking(record, deadlines, tail),
+                }
+            }
+            (Phase::Creating(_, record, _), Written::Conflict) => {
+                self.fail(ConnectError::Inconsistent(format!(
+                    "allocator handed out {}, which already has a record",
+                    record.id
+                )))
+            }
+            (
+                Phase::Activating(next, ActivateReply::Activated { token, deadlines }),
+                Written::Yes,
+            ) => self.finish(ConnectOutcome::Acquired {
+                key: self.key.clone(),
+                reservation: next.id,
+                token,
+                deadlines,
+            }),
+            (Phase::Activating(next, _), Written::Conflict) => {
+                // Someone changed the tail between our read and write: read again.
+                if self.count_attempt() {
+                    self.phase = Phase::ReadingLocal(next.id);
+                }
+            }
+            // An abandon that loses its race is left to the orphan sweeper.
+            (Phase::Abandoning(_, Then::WalkFrom(id)), _) => self.walk_from(id),
+            (_, _) => self.fail(ConnectError::Unexpected),
+        }
+    }
+
+    /// The result of writing the global entry.
+    pub fn handle_set_if_absent(&mut self, existing: Option<ReservationId>) {
+        let Phase::SettingGlobal(record, deadlines) = &self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        match existing {
+            // Inserted, or a retried write of our own entry.
+            None => self.acquired(record.clone(), *deadlines),
+            Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines),
+            Some(winner) => self.abandon(record.clone(), Then::WalkFrom(winner)),
+        }
+    }
+
+    /// The local record the connect asked for; `now` is the local store's clock.
+    pub fn handle_local_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
+        let Phase::ReadingLocal(id) = &self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        let Some(record) = record else {
+            let message = format!("reservation {id} is in the chain but has no record");
+            return self.fail(ConnectError::Inconsistent(message));
+        };
+        let out = record.activate(
+            self.tag.as_ref(),
+            self.actor.clone(),
+            self.host_time,
+            now,
+            &self.policy,
+        );
+        match (out.next, out.reply) {
+            (Some(next), reply @ ActivateReply::Activated { .. }) => {
+                self.phase = Phase::Activating(next, reply)
+            }
+            (_, ActivateReply::StillActive { actor, token }) => {
+                self.finish(ConnectOutcome::HeldElsewhere {
+                    key: self.key.clone(),
+                    reservation: record.id,
+                    actor,
+                    token,
+                })
+            }
+            (_, ActivateReply::TagMismatch { existing }) => {
+                self.finish(ConnectOutcome::TagMismatch { existing })
+            }
+            (_, ActivateReply::Linked { to }) => {
+                // Linked since the walk read it: continue from the new link.
+                if self.count_attempt() {
+                    self.walk_from(to);
+                }
+            }
+            (_, ActivateReply::Abandoned) | (None, ActivateReply::Activated { .. }) => {
+                self.fail(ConnectError::Inconsistent(format!(
+                    "reservation {} is in the chain but abandoned",
+                    record.id
+                )))
+            }
+        }
+    }
+
+    /// The tail DC's answer to our link request.
+    pub fn handle_link(&mut self, reply: LinkReply) {
+        let Phase::Linking(record, deadlines, tail) = &self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        let (record, deadlines, tail) = (record.clone(), *deadlines, tail.id.clone());
+        match reply {
+            LinkReply::Linked => self.acquired(record, deadlines),
+            LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
+            // Re-read the tail: its new holder's tag decides HeldElsewhere or TagMismatch.
+            LinkReply::StillActive { .. } | LinkReply::TokenMoved { .. } => {
+                self.abandon(record, Then::WalkFrom(tail))
+            }
+            LinkReply::Abandoned => self.fail(ConnectError::Inconsistent(format!(
+                "tail {tail} answered that it is abandoned"
+            ))),
+        }
+    }
+
+    fn acquired(&mut self, record: DcRecord, deadlines: Deadlines) {
+        self.finish(ConnectOutcome::Acquired {
+            key: self.key.clone(),
+            reservation: record.id,
+            token: record.token,
+            deadlines,
+        });
+    }
+
+    fn abandon(&mut self, record: DcRecord, then: Then) {
+        if !self.count_attempt() {
+            return;
+        }
+        match record.abandon() {
+            Some(abandoned) => self.phase = Phase::Abandoning(abandoned, then),
+            None => match then {
+                Then::WalkFrom(id) => self.walk_from(id),
+            },
+        }
+    }
+
+    fn walk_from(&mut self, id: ReservationId) {
+        self.phase = Phase::Walking(ChainWalk::from_reservation(id, self.hop_limit));
+    }
+
+    /// Counts a restart; false (and failed) once the bound is reached.
+    fn count_attempt(&mut self) -> bool {
+        self.attempts += 1;
+        if self.attempts > CONNECT_ATTEMPTS_MAX {
+            self.fail(ConnectError::Contended(CONNECT_ATTEMPTS_MAX));
+            return false;
+        }
+        true
+    }
+
+    fn finish(&mut self, outcome: ConnectOutcome) {
+        self.phase = Phase::Finished(ConnectPoll::Done(outcome));
+    }
+
+    fn fail(&mut self, error: ConnectError) {
+        self.phase = Phase::Finished(ConnectPoll::Failed(error));
+    }
+}

@@ -1,0 +1,197 @@
+//! Connect (acquire) driven end to end against in-memory DCs, including
+//! racing DCs interleaved step by step.
+
+#[path = "../examples/walkthrough/world.rs"]
+mod world;
+
+use homing_core::{
+    ActorId, Connect, ConnectOutcome, ConnectPoll, DcId, FencingToken, HostTime, Key, KeyName,
+    Poll, RecordState, ReservationId, Tag, TailState, chain::HOP_LIMIT_DEFAULT,
+};
+use world::World;
+
+fn dc(name: &str) -> DcId {
+    DcId::new(name).unwrap()
+}
+
+fn key() -> Key {
+    Key::new(KeyName::new("room").unwrap())
+}
+
+fn connect(world: &World, at: &str, actor: &str, tag: Option<&str>) -> Connect {
+    Connect::new(
+        dc(at),
+        key(),
+        tag.map(|t| Tag::new(t).unwrap()),
+        ActorId::new(actor).unwrap(),
+        HostTime::from_ms(7),
+        world.policy,
+        HOP_LIMIT_DEFAULT,
+    )
+}
+
+fn acquire(world: &mut World, at: &str, actor: &str) -> ConnectOutcome {
+    let mut c = connect(world, at, actor, None);
+    match world.run(&dc(at), &mut c) {
+        ConnectPoll::Done(outcome) => outcome,
+        other => panic!("connect failed: {other:?}"),
+    }
+}
+
+fn acquired(outcome: &ConnectOutcome) -> (ReservationId, FencingToken) {
+    match outcome {
+        ConnectOutcome::Acquired {
+            reservation, token, ..
+        } => (reservation.clone(), *token),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+#[test]
+fn connect_first_reservation_writes_own_record_then_the_global_entry() {
+    let mut world = World::new(&["iad", "fra"]);
+    let (id, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    assert_eq!(id.to_string(), "iad.1");
+    assert_eq!(token, FencingToken::FIRST);
+    assert_eq!(world.global.get(&key()), Some(&id));
+    assert_eq!(world.round_trips, 0, "a first reserve needs no other DC");
+}
+
+#[test]
+fn connect_live_key_returns_its_actor_from_any_dc_and_checks_the_tag() {
+    let mut world = World::new(&["iad", "fra"]);
+    acquire(&mut world, "iad", "a1");
+    match acquire(&mut world, "fra", "a2") {
+        ConnectOutcome::HeldElsewhere {
+            reservation, actor, ..
+        } => {
+            assert_eq!(reservation.to_string(), "iad.1");
+            assert_eq!(actor.as_str(), "a1");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut tagged = connect(&world, "fra", "a3", Some("v2"));
+    assert_eq!(
+        world.run(&dc("fra"), &mut tagged),
+        ConnectPoll::Done(ConnectOutcome::TagMismatch { existing: None })
+    );
+}
+
+#[test]
+fn connect_recreate_elsewhere_links_the_tail_and_resolve_follows_it() {
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    world.round_trips = 0;
+    let (second, token2) = acquired(&acquire(&mut world, "fra", "a2"));
+    assert_eq!(second.dc().as_str(), "fra");
+    assert_eq!(token2, FencingToken::new(2));
+    assert_eq!(
+        world.record(&first).unwrap().state,
+        RecordState::Linked { to: second.clone() }
+    );
+    assert_eq!(
+        world.round_trips, 2,
+        "one read of the remote tail, one link"
+    );
+
+    let Poll::Done(walked) = world.resolve(&dc("sin"), &key()) else {
+        panic!()
+    };
+    assert_eq!(walked.tail.id, second);
+    assert!(matches!(walked.tail.state, TailState::Active { ref actor } if actor.as_str() == "a2"));
+    assert_eq!(
+        walked.remote_round_trips, 2,
+        "iad for the link, fra for the tail"
+    );
+}
+
+#[test]
+fn connect_same_dc_reactivation_bumps_the_token_without_a_link() {
+    let mut world = World::new(&["iad"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    let (again, token2) = acquired(&acquire(&mut world, "iad", "a2"));
+    assert_eq!(again, first);
+    assert_eq!(token2, token.next());
+}
+
+#[test]
+fn connect_racing_first_reservations_have_one_winner_and_the_loser_returns_its_actor() {
+    let mut world = World::new(&["iad", "fra"]);
+    let mut a = connect(&world, "iad", "a1", None);
+    let mut b = connect(&world, "fra", "b1", None);
+    // Both read the empty global entry, allocate and write their records.
+    for _ in 0..3 {
+        world.step(&dc("iad"), &mut a);
+        world.step(&dc("fra"), &mut b);
+    }
+    let a = world.run(&dc("iad"), &mut a);
+    let b = world.run(&dc("fra"), &mut b);
+    assert!(
+        matches!(a, ConnectPoll::Done(ConnectOutcome::Acquired { .. })),
+        "{a:?}"
+    );
+    match b {
+        ConnectPoll::Done(ConnectOutcome::HeldElsewhere {
+            reservation, actor, ..
+        }) => {
+            assert_eq!(reservation.to_string(), "iad.1");
+            assert_eq!(actor.as_str(), "a1");
+        }
+        other => panic!("{other:?}"),
+    }
+    let loser: ReservationId = "fra.1".parse().unwrap();
+    assert_eq!(world.record(&loser).unwrap().state, RecordState::Abandoned);
+}
+
+#[test]
+fn connect_racing_recreations_the_loser_follows_already_linked_to_the_winner() {
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    let mut f = connect(&world, "fra", "f1", None);
+    let mut s = connect(&world, "sin", "s1", None);
+    // Both walk to the vacant tail, allocate and write their own records.
+    for _ in 0..4 {
+        world.step(&dc("fra"), &mut f);
+        world.step(&dc("sin"), &mut s);
+    }
+    let f = world.run(&dc("fra"), &mut f);
+    let s = world.run(&dc("sin"), &mut s);
+    let (winner, token) = match f {
+        ConnectPoll::Done(outcome) => acquired(&outcome),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(token, FencingToken::new(2));
+    match s {
+        ConnectPoll::Done(ConnectOutcome::HeldElsewhere { reservation, .. }) => {
+            assert_eq!(reservation, winner)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        world.record(&"sin.1".parse().unwrap()).unwrap().state,
+        RecordState::Abandoned
+    );
+}
+
+#[test]
+fn resolve_a_chain_revisiting_a_dc_costs_one_round_trip_per_hop() {
+    let mut world = World::new(&["iad", "fra"]);
+    // iad.1 → fra.1 → iad.2: recreated back in iad after a stay in fra.
+    let (a, t) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&a, t);
+    let (b, t) = acquired(&acquire(&mut world, "fra", "b1"));
+    world.release(&b, t);
+    let (c, _) = acquired(&acquire(&mut world, "iad", "c1"));
+    assert_eq!(c.to_string(), "iad.2");
+    let Poll::Done(walked) = world.resolve(&dc("sin"), &key()) else {
+        panic!()
+    };
+    assert_eq!(walked.links.len(), 2);
+    assert_eq!(
+        walked.remote_round_trips, 3,
+        "iad, fra, iad: no DC answers for another's reservation"
+    );
+}
