@@ -1,1 +1,43 @@
-//! homing-net: being written (see issue).
+//! homing-net: the QUIC transport between edge routers, host agents and DC
+//! daemons. quinn + rustls with the ring provider, TLS 1.3 only, mutual TLS:
+//! every peer presents a certificate from the deployment's CA whose SAN URI
+//! `homing://<role>[/<dc>]` names its [`homing_core::Identity`]. ALPN
+//! `homing/1` carries the protocol version. Each request is one bidirectional
+//! stream holding one postcard frame each way, over one pooled connection per
+//! peer; the server authorizes every request by the caller's certificate.
+//!
+//! ```no_run
+//! # async fn example(handler: std::sync::Arc<dyn homing_net::Handler>) -> Result<(), Box<dyn std::error::Error>> {
+//! use homing_core::{DcId, Identity, Key, KeyName, Request, Role};
+//! use homing_net::{Client, ClientLimits, DevCa, Peer, Server, ServerLimits};
+//! let iad = DcId::new("iad")?;
+//! // A dev CA; production loads PEM files with `TlsIdentity::load_pem`.
+//! let ca = DevCa::generate("test ca")?;
+//! let node = ca.tls_identity(&Identity::new(Role::Node, Some(iad.clone()))?)?;
+//! let server = Server::bind("127.0.0.1:0".parse()?, &node, iad.clone(),
+//!     ServerLimits::default(), handler).await?;
+//! let router = Client::new(&ca.tls_identity(&Identity::new(Role::Router, None)?)?, ClientLimits::default())?;
+//! let peer = Peer { addr: server.local_addr(), dc: iad };
+//! let reply = router.request(&peer, &Request::Resolve { key: Key::new(KeyName::new("room")?) }).await?;
+//! server.shutdown().await;
+//! # let _ = reply; Ok(()) }
+//! ```
+
+mod client;
+mod error;
+pub mod frame;
+pub mod identity;
+pub mod limits;
+pub mod pki;
+mod pool;
+mod server;
+mod tls;
+
+pub use client::Client;
+pub use error::NetError;
+pub use identity::{CertIdentityError, identity_from_cert, identity_uri, node_server_name};
+pub use limits::{ClientLimits, ServerLimits};
+pub use pki::{DevCa, IssuedCert, PkiError, generate_dev_pki};
+pub use pool::Peer;
+pub use server::{Handler, Server};
+pub use tls::TlsIdentity;

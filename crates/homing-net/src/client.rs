@@ -1,0 +1,184 @@
+//! `Client`: sends one request per bidirectional stream over the pooled
+//! connection to a peer and waits, bounded by the request timeout, for the
+//! reply. Cheap to clone; clones share the endpoint and the pool.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use homing_core::wire;
+use homing_core::{Reply, Request, Role};
+use quinn::crypto::rustls::QuicClientConfig;
+use quinn::{Connection, Endpoint, VarInt};
+
+use crate::error::NetError;
+use crate::frame::{self, CODE_BAD_IDENTITY, CODE_CLIENT_CLOSED, ReadFrameError};
+use crate::identity::node_server_name;
+use crate::limits::ClientLimits;
+use crate::pool::{Peer, Pool};
+use crate::server::{idle_timeout, peer_identity, stream_window};
+use crate::tls::TlsIdentity;
+
+/// A client of homing servers, with one pooled connection per peer.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoint: Endpoint,
+    config: quinn::ClientConfig,
+    limits: ClientLimits,
+    pool: Pool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.endpoint.close(CODE_CLIENT_CLOSED, b"client dropped");
+    }
+}
+
+impl Client {
+    /// A client on an ephemeral IPv4 UDP port, presenting `tls`'s
+    /// certificate. Must be called within a tokio runtime.
+    pub fn new(tls: &TlsIdentity, limits: ClientLimits) -> Result<Client, NetError> {
+        Client::bind(tls, limits, SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
+    }
+
+    /// A client on the UDP address `addr` (e.g. `[::]:0` for IPv6 peers).
+    /// Must be called within a tokio runtime.
+    pub fn bind(
+        tls: &TlsIdentity,
+        limits: ClientLimits,
+        addr: SocketAddr,
+    ) -> Result<Client, NetError> {
+        limits.validate()?;
+        let crypto = QuicClientConfig::try_from(tls.rustls_client_config()?)
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        let mut transport = quinn::TransportConfig::default();
+        transport
+            .max_concurrent_bidi_streams(VarInt::from_u32(0))
+            .max_concurrent_uni_streams(VarInt::from_u32(0))
+            .max_idle_timeout(Some(idle_timeout(limits.idle_timeout_ms)?))
+            .keep_alive_interval(Some(Duration::from_millis(limits.keep_alive_interval_ms)))
+            .stream_receive_window(VarInt::from_u32(stream_window(limits.frame_bytes_max)));
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(transport));
+        let endpoint = Endpoint::client(addr)?;
+        let pool = Pool::new(
+            limits.peers_max,
+            limits.backoff_base_ms,
+            limits.backoff_max_ms,
+        );
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoint,
+                config,
+                limits,
+                pool,
+            }),
+        })
+    }
+
+    /// Sends `request` to `peer` and returns its reply. A [`Reply::Error`]
+    /// is the peer's answer; a [`NetError`] means no answer arrived (for
+    /// [`NetError::Closed`] and [`NetError::Timeout`] the peer may still have
+    /// processed the request).
+    pub async fn request(&self, peer: &Peer, request: &Request) -> Result<Reply, NetError> {
+        let frame = wire::encode(request).map_err(|_| NetError::FrameTooLarge {
+            max: wire::FRAME_BYTES_MAX,
+        })?;
+        let limits = &self.inner.limits;
+        if frame.len() > limits.frame_bytes_max {
+            return Err(NetError::FrameTooLarge {
+                max: limits.frame_bytes_max,
+            });
+        }
+        let timeout = Duration::from_millis(limits.request_timeout_ms);
+        tokio::time::timeout(timeout, self.exchange(peer, &frame))
+            .await
+            .map_err(|_| NetError::Timeout {
+                peer: peer.addr,
+                timeout_ms: limits.request_timeout_ms,
+            })?
+    }
+
+    async fn exchange(&self, peer: &Peer, frame: &[u8]) -> Result<Reply, NetError> {
+        let closed = |reason: String| NetError::Closed {
+            peer: peer.addr,
+            reason,
+        };
+        let connection = self.connection(peer).await?;
+        let (mut send, mut recv) = match connection.open_bi().await {
+            Ok(streams) => streams,
+            // The pooled connection died since it was last used; nothing was
+            // sent yet, so one fresh connection is safe to try.
+            Err(_) => self
+                .connection(peer)
+                .await?
+                .open_bi()
+                .await
+                .map_err(|e| closed(e.to_string()))?,
+        };
+        frame::write_frame(&mut send, frame).await.map_err(closed)?;
+        let bytes = frame::read_frame(&mut recv, self.inner.limits.frame_bytes_max)
+            .await
+            .map_err(|error| match error {
+                ReadFrameError::TooLarge => NetError::FrameTooLarge {
+                    max: self.inner.limits.frame_bytes_max,
+                },
+                ReadFrameError::Closed(reason) => closed(reason),
+            })?;
+        wire::decode(&bytes).map_err(NetError::Malformed)
+    }
+
+    async fn connection(&self, peer: &Peer) -> Result<Connection, NetError> {
+        let inner = &self.inner;
+        inner
+            .pool
+            .connection(peer, || async {
+                let connect_error = |reason: String| NetError::Connect {
+                    peer: peer.addr,
+                    reason,
+                };
+                let connecting = inner
+                    .endpoint
+                    .connect_with(inner.config.clone(), peer.addr, &node_server_name(&peer.dc))
+                    .map_err(|e| connect_error(e.to_string()))?;
+                let timeout = Duration::from_millis(inner.limits.connect_timeout_ms);
+                let connection = match tokio::time::timeout(timeout, connecting).await {
+                    Ok(Ok(connection)) => connection,
+                    Ok(Err(error)) => return Err(connect_error(error.to_string())),
+                    Err(_) => {
+                        let reason = format!(
+                            "handshake timed out after {} ms",
+                            inner.limits.connect_timeout_ms
+                        );
+                        return Err(connect_error(reason));
+                    }
+                };
+                // The server name already binds the certificate to the DC; this
+                // also insists that the identity URI says node of that DC.
+                match peer_identity(&connection) {
+                    Ok(identity)
+                        if identity.role() == Role::Node && identity.dc() == Some(&peer.dc) =>
+                    {
+                        Ok(connection)
+                    }
+                    Ok(identity) => {
+                        connection.close(CODE_BAD_IDENTITY, b"not the expected node");
+                        Err(connect_error(format!(
+                            "peer is {identity}, expected node@{}",
+                            peer.dc
+                        )))
+                    }
+                    Err(error) => {
+                        connection
+                            .close(CODE_BAD_IDENTITY, b"certificate names no homing identity");
+                        Err(connect_error(error.to_string()))
+                    }
+                }
+            })
+            .await
+    }
+}

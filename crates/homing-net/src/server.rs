@@ -1,0 +1,363 @@
+//! `Server`: accepts mutually authenticated QUIC connections, derives each
+//! caller's identity from its certificate once per connection, and serves one
+//! request per bidirectional stream: authorize, hand to the [`Handler`], reply.
+//! Shutdown stops accepting, lets in-flight requests finish (bounded), then
+//! closes the endpoint.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use homing_core::wire::{self, ALPN};
+use homing_core::{DcId, ErrorKind, ErrorReply, Identity, Reply, Request, authorize};
+use quinn::crypto::rustls::QuicServerConfig;
+use quinn::{
+    Connection, ConnectionError, Endpoint, Incoming, RecvStream, SendStream, TransportErrorCode,
+    VarInt,
+};
+use rustls::pki_types::CertificateDer;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tracing::{debug, warn};
+
+use crate::error::NetError;
+use crate::frame::{self, CODE_BAD_IDENTITY, CODE_REQUEST_TIMEOUT, CODE_SHUTDOWN, ReadFrameError};
+use crate::identity::identity_from_cert;
+use crate::limits::ServerLimits;
+use crate::tls::TlsIdentity;
+
+/// TLS alert `no_application_protocol` (RFC 7301), carried as a QUIC crypto error.
+const ALERT_NO_APPLICATION_PROTOCOL: u8 = 120;
+/// How long `shutdown` waits for closing connections to be acknowledged, in milliseconds.
+const CLOSE_WAIT_MS: u64 = 1_000;
+
+/// Serves requests. The server has already checked the caller's role with
+/// [`homing_core::authorize`]; the handler decides everything else.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Answers `request` from `caller`.
+    async fn handle(&self, caller: &Identity, request: Request) -> Reply;
+}
+
+/// A running QUIC server.
+pub struct Server {
+    endpoint: Endpoint,
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    /// Every accept loop, connection and request task holds a clone; all are
+    /// dropped once the last in-flight request has finished.
+    drain: Option<mpsc::Sender<()>>,
+    drained: mpsc::Receiver<()>,
+    accepting: Option<tokio::task::JoinHandle<()>>,
+    shutdown_drain_ms: u64,
+}
+
+/// What every connection and request task shares.
+struct Shared {
+    local_dc: DcId,
+    limits: ServerLimits,
+    handler: Arc<dyn Handler>,
+}
+
+impl Server {
+    /// Binds `addr` and starts accepting connections whose certificates chain
+    /// to `tls`'s CA, serving requests to `local_dc` with `handler`.
+    pub async fn bind(
+        addr: SocketAddr,
+        tls: &TlsIdentity,
+        local_dc: DcId,
+        limits: ServerLimits,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Server, NetError> {
+        limits.validate()?;
+        let config = server_config(tls, &limits)?;
+        let endpoint = Endpoint::server(config, addr)?;
+        let local_addr = endpoint.local_addr()?;
+        let (stop, stop_rx) = watch::channel(false);
+        let (drain, drained) = mpsc::channel(1);
+        let shutdown_drain_ms = limits.shutdown_drain_ms;
+        let connections = Arc::new(Semaphore::new(limits.connections_max));
+        let shared = Arc::new(Shared {
+            local_dc,
+            limits,
+            handler,
+        });
+        let accepting = tokio::spawn(accept_loop(
+            endpoint.clone(),
+            shared,
+            connections,
+            stop_rx,
+            drain.clone(),
+        ));
+        Ok(Server {
+            endpoint,
+            local_addr,
+            stop,
+            drain: Some(drain),
+            drained,
+            accepting: Some(accepting),
+            shutdown_drain_ms,
+        })
+    }
+
+    /// The bound address (useful after binding port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// How many connections are open now (for metrics and tests).
+    pub fn open_connections(&self) -> usize {
+        self.endpoint.open_connections()
+    }
+
+    /// Stops accepting connections and streams, waits up to the limits'
+    /// `shutdown_drain_ms` for in-flight requests to be answered, then closes
+    /// the endpoint. Returns whether every in-flight request finished in time.
+    pub async fn shutdown(mut self) -> bool {
+        self.endpoint.set_server_config(None);
+        let _ = self.stop.send(true);
+        if let Some(accepting) = self.accepting.take() {
+            let _ = accepting.await;
+        }
+        self.drain = None;
+        let drain_time = Duration::from_millis(self.shutdown_drain_ms);
+        // `recv` yields `None` once every task's sender is dropped.
+        let drained = tokio::time::timeout(drain_time, self.drained.recv())
+            .await
+            .is_ok();
+        if !drained {
+            warn!(
+                drain_ms = self.shutdown_drain_ms,
+                "shutdown: in-flight requests still running, closing anyway"
+            );
+        }
+        self.endpoint.close(CODE_SHUTDOWN, b"shutdown");
+        let _ = tokio::time::timeout(
+            Duration::from_millis(CLOSE_WAIT_MS),
+            self.endpoint.wait_idle(),
+        )
+        .await;
+        drained
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        self.endpoint.close(CODE_SHUTDOWN, b"shutdown");
+    }
+}
+
+fn server_config(
+    tls: &TlsIdentity,
+    limits: &ServerLimits,
+) -> Result<quinn::ServerConfig, NetError> {
+    let crypto = QuicServerConfig::try_from(tls.rustls_server_config()?)
+        .map_err(|e| NetError::Tls(e.to_string()))?;
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(VarInt::from_u32(limits.streams_max))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .max_idle_timeout(Some(idle_timeout(limits.idle_timeout_ms)?))
+        .keep_alive_interval(Some(Duration::from_millis(limits.keep_alive_interval_ms)))
+        // Flow control bounds what a peer can make us buffer: one frame per
+        // stream, and a fixed window per connection.
+        .stream_receive_window(VarInt::from_u32(stream_window(limits.frame_bytes_max)))
+        .receive_window(VarInt::from_u32(limits.connection_receive_bytes_max));
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
+}
+
+/// The per-stream receive window: one frame plus one byte, so an oversized
+/// frame is detected by `read_to_end` rather than stalled by flow control.
+pub(crate) fn stream_window(frame_bytes_max: usize) -> u32 {
+    u32::try_from(frame_bytes_max.saturating_add(1)).unwrap_or(u32::MAX)
+}
+
+pub(crate) fn idle_timeout(idle_timeout_ms: u64) -> Result<quinn::IdleTimeout, NetError> {
+    quinn::IdleTimeout::try_from(Duration::from_millis(idle_timeout_ms))
+        .map_err(|_| NetError::Limits("idle_timeout_ms is too large for QUIC"))
+}
+
+async fn accept_loop(
+    endpoint: Endpoint,
+    shared: Arc<Shared>,
+    connections: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+    drain: mpsc::Sender<()>,
+) {
+    loop {
+        let incoming = tokio::select! {
+            _ = stop.changed() => break,
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming,
+                None => break,
+            },
+        };
+        match connections.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let task = serve_connection(
+                    incoming,
+                    shared.clone(),
+                    permit,
+                    stop.clone(),
+                    drain.clone(),
+                );
+                tokio::spawn(task);
+            }
+            Err(_) => {
+                warn!(remote = %incoming.remote_address(), connections_max = shared.limits.connections_max,
+                    "refusing connection: at the connection limit");
+                incoming.refuse();
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    incoming: Incoming,
+    shared: Arc<Shared>,
+    _permit: OwnedSemaphorePermit,
+    mut stop: watch::Receiver<bool>,
+    drain: mpsc::Sender<()>,
+) {
+    let remote = incoming.remote_address();
+    let connection = match incoming.await {
+        Ok(connection) => connection,
+        Err(error) => {
+            log_handshake_failure(remote, &error);
+            return;
+        }
+    };
+    let caller = match peer_identity(&connection) {
+        Ok(identity) => Arc::new(identity),
+        Err(error) => {
+            warn!(%remote, %error, "closing connection: certificate names no homing identity");
+            connection.close(CODE_BAD_IDENTITY, b"certificate names no homing identity");
+            return;
+        }
+    };
+    debug!(%remote, caller = %caller, "connection established");
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let (send, recv) = tokio::select! {
+            _ = stop.changed() => break,
+            stream = connection.accept_bi() => match stream {
+                Ok(stream) => stream,
+                Err(error) => {
+                    debug!(%remote, %error, "connection ended");
+                    break;
+                }
+            },
+        };
+        tokio::spawn(serve_request(
+            send,
+            recv,
+            caller.clone(),
+            shared.clone(),
+            drain.clone(),
+        ));
+    }
+}
+
+fn log_handshake_failure(remote: SocketAddr, error: &ConnectionError) {
+    let alpn_mismatch = matches!(error, ConnectionError::TransportError(e)
+        if e.code == TransportErrorCode::crypto(ALERT_NO_APPLICATION_PROTOCOL));
+    if alpn_mismatch {
+        warn!(%remote, expected = %String::from_utf8_lossy(ALPN), protocol_version = wire::PROTOCOL_VERSION,
+            "handshake refused: protocol version mismatch (peer offered no matching alpn)");
+    } else {
+        warn!(%remote, %error, "handshake failed");
+    }
+}
+
+/// The peer's identity from its verified certificate.
+pub(crate) fn peer_identity(connection: &Connection) -> Result<Identity, NetError> {
+    let certs = connection
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or_else(|| NetError::Tls("peer presented no certificate".to_string()))?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| NetError::Tls("peer presented an empty chain".to_string()))?;
+    Ok(identity_from_cert(leaf)?)
+}
+
+async fn serve_request(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    caller: Arc<Identity>,
+    shared: Arc<Shared>,
+    _drain: mpsc::Sender<()>,
+) {
+    let timeout = Duration::from_millis(shared.limits.request_timeout_ms);
+    let served =
+        tokio::time::timeout(timeout, exchange(&mut send, &mut recv, &caller, &shared)).await;
+    if served.is_err() {
+        debug!(caller = %caller, timeout_ms = shared.limits.request_timeout_ms, "request timed out");
+        let _ = send.reset(CODE_REQUEST_TIMEOUT);
+        let _ = recv.stop(CODE_REQUEST_TIMEOUT);
+    }
+}
+
+/// Reads one request, answers it and waits until the reply is acknowledged,
+/// so that shutdown's drain covers delivery, not just handling.
+async fn exchange(
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    caller: &Identity,
+    shared: &Shared,
+) {
+    let reply = match frame::read_frame(recv, shared.limits.frame_bytes_max).await {
+        Ok(bytes) => answer(&bytes, caller, shared).await,
+        Err(ReadFrameError::TooLarge) => {
+            debug!(caller = %caller, frame_bytes_max = shared.limits.frame_bytes_max, "request frame too large");
+            Reply::Error(ErrorReply::new(
+                ErrorKind::BadRequest,
+                format!(
+                    "request frame exceeds {} bytes",
+                    shared.limits.frame_bytes_max
+                ),
+            ))
+        }
+        Err(ReadFrameError::Closed(reason)) => {
+            debug!(caller = %caller, %reason, "request stream closed before the frame ended");
+            return;
+        }
+    };
+    let bytes = match wire::encode(&reply) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            warn!(caller = %caller, %error, "reply could not be encoded");
+            let internal = Reply::Error(ErrorReply::new(
+                ErrorKind::Internal,
+                "reply could not be encoded",
+            ));
+            // Unwrap: a short error reply always fits in a frame.
+            wire::encode(&internal).expect("error reply fits a frame")
+        }
+    };
+    if let Err(reason) = frame::write_frame(send, &bytes).await {
+        debug!(caller = %caller, %reason, "reply not sent");
+        return;
+    }
+    let _ = send.stopped().await;
+}
+
+async fn answer(bytes: &[u8], caller: &Identity, shared: &Shared) -> Reply {
+    let request = match wire::decode::<Request>(bytes) {
+        Ok(request) => request,
+        Err(error) => {
+            debug!(caller = %caller, %error, "malformed request");
+            return Reply::Error(ErrorReply::new(ErrorKind::BadRequest, error.to_string()));
+        }
+    };
+    if let Err(denied) = authorize(caller, &request, &shared.local_dc) {
+        debug!(caller = %caller, request = request.kind(), "request denied");
+        return Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, denied.to_string()));
+    }
+    shared.handler.handle(caller, request).await
+}

@@ -1,0 +1,158 @@
+//! `TlsIdentity`: the deployment CA plus this process's certificate and key,
+//! loaded from PEM, and the rustls configurations built from it: TLS 1.3
+//! only, ring provider, mutual authentication, ALPN [`homing_core::wire::ALPN`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use homing_core::Identity;
+use homing_core::wire::ALPN;
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+
+use crate::error::NetError;
+use crate::identity::{CertIdentityError, identity_from_cert};
+
+/// The CA every peer must chain to, this process's certificate chain and its key.
+#[derive(Debug)]
+pub struct TlsIdentity {
+    ca: CertificateDer<'static>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Clone for TlsIdentity {
+    fn clone(&self) -> TlsIdentity {
+        TlsIdentity {
+            ca: self.ca.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl TlsIdentity {
+    /// Loads the CA certificate, this process's certificate chain (leaf
+    /// first) and its private key from PEM files.
+    pub fn load_pem(
+        ca_path: &Path,
+        cert_path: &Path,
+        key_path: &Path,
+    ) -> Result<TlsIdentity, NetError> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| NetError::Pem {
+                what: path.display().to_string(),
+                reason: e.to_string(),
+            })
+        };
+        TlsIdentity::from_pem_bytes(
+            (&ca_path.display().to_string(), &read(ca_path)?),
+            (&cert_path.display().to_string(), &read(cert_path)?),
+            (&key_path.display().to_string(), &read(key_path)?),
+        )
+    }
+
+    /// Builds an identity from PEM text: the CA certificate, this process's
+    /// certificate chain (leaf first) and its private key.
+    pub fn from_pem_strings(
+        ca_pem: &str,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> Result<TlsIdentity, NetError> {
+        TlsIdentity::from_pem_bytes(
+            ("ca", ca_pem.as_bytes()),
+            ("cert", cert_pem.as_bytes()),
+            ("key", key_pem.as_bytes()),
+        )
+    }
+
+    fn from_pem_bytes(
+        ca: (&str, &[u8]),
+        cert: (&str, &[u8]),
+        key: (&str, &[u8]),
+    ) -> Result<TlsIdentity, NetError> {
+        let pem_error = |what: &str, reason: String| NetError::Pem {
+            what: what.to_string(),
+            reason,
+        };
+        let certs = |(what, bytes): (&str, &[u8])| {
+            let certs = CertificateDer::pem_slice_iter(bytes)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| pem_error(what, e.to_string()))?;
+            if certs.is_empty() {
+                return Err(pem_error(what, "no certificate".to_string()));
+            }
+            Ok(certs)
+        };
+        let mut ca_certs = certs(ca)?;
+        if ca_certs.len() != 1 {
+            return Err(pem_error(
+                ca.0,
+                "expected exactly one ca certificate".to_string(),
+            ));
+        }
+        let chain = certs(cert)?;
+        let key_der =
+            PrivateKeyDer::from_pem_slice(key.1).map_err(|e| pem_error(key.0, e.to_string()))?;
+        let identity = TlsIdentity {
+            ca: ca_certs.remove(0),
+            chain,
+            key: key_der,
+        };
+        identity.identity()?;
+        Ok(identity)
+    }
+
+    /// The homing identity this process's certificate names.
+    pub fn identity(&self) -> Result<Identity, CertIdentityError> {
+        let leaf = self.chain.first().ok_or(CertIdentityError::Missing)?;
+        identity_from_cert(leaf)
+    }
+
+    /// A rustls server configuration: TLS 1.3, ring, clients must present a
+    /// certificate from the CA, ALPN `homing/1` only.
+    pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig, NetError> {
+        let provider = provider();
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
+            .build()
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| NetError::Tls(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(config)
+    }
+
+    /// A rustls client configuration: TLS 1.3, ring, servers must present a
+    /// certificate from the CA, this process's certificate as client
+    /// certificate, ALPN `homing/1` only.
+    pub fn rustls_client_config(&self) -> Result<rustls::ClientConfig, NetError> {
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| NetError::Tls(e.to_string()))?
+            .with_root_certificates(self.roots()?)
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(config)
+    }
+
+    fn roots(&self) -> Result<Arc<RootCertStore>, NetError> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(self.ca.clone())
+            .map_err(|e| NetError::Tls(e.to_string()))?;
+        Ok(Arc::new(roots))
+    }
+}
+
+/// The ring crypto provider; never aws-lc-rs.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}

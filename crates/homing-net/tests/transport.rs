@@ -1,0 +1,600 @@
+//! End-to-end transport tests on 127.0.0.1: real sockets, real TLS, each
+//! bounded by a timeout.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use homing_core::wire::{self, FRAME_BYTES_MAX};
+use homing_core::{
+    DcId, ErrorKind, FencingToken, Identity, Key, KeyName, LinkReply, Reply, Request, Role,
+};
+use homing_net::{
+    Client, ClientLimits, DevCa, Handler, NetError, Peer, Server, ServerLimits, TlsIdentity,
+};
+use quinn::crypto::rustls::QuicClientConfig;
+use tokio::task::JoinSet;
+use tokio::time::timeout;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Answers Resolve and Drain recognizably after an optional delay, counting calls.
+#[derive(Default)]
+struct TestHandler {
+    delay: Duration,
+    started: AtomicUsize,
+}
+
+#[async_trait]
+impl Handler for TestHandler {
+    async fn handle(&self, _caller: &Identity, request: Request) -> Reply {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        match request {
+            Request::Resolve { .. } => Reply::Resolved {
+                entry: None,
+                segment: None,
+            },
+            Request::Drain { .. } => Reply::Drained,
+            Request::Link { .. } => Reply::Link(LinkReply::Linked),
+            _ => Reply::Error(homing_core::ErrorReply::new(
+                ErrorKind::Internal,
+                "unexpected in test",
+            )),
+        }
+    }
+}
+
+fn iad() -> DcId {
+    DcId::new("iad").unwrap()
+}
+
+fn tls(ca: &DevCa, role: Role, dc: Option<DcId>) -> TlsIdentity {
+    ca.tls_identity(&Identity::new(role, dc).unwrap()).unwrap()
+}
+
+fn resolve() -> Request {
+    Request::Resolve {
+        key: Key::new(KeyName::new("room-42").unwrap()),
+    }
+}
+
+fn link() -> Request {
+    Request::Link {
+        from: "iad.1".parse().unwrap(),
+        to: "fra.1".parse().unwrap(),
+        expected_token: FencingToken::FIRST,
+    }
+}
+
+async fn start(ca: &DevCa, handler: Arc<TestHandler>, limits: ServerLimits) -> (Server, Peer) {
+    let node = tls(ca, Role::Node, Some(iad()));
+    let server = Server::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        &node,
+        iad(),
+        limits,
+        handler,
+    )
+    .await
+    .unwrap();
+    let peer = Peer {
+        addr: server.local_addr(),
+        dc: iad(),
+    };
+    (server, peer)
+}
+
+fn client(ca: &DevCa, role: Role) -> Client {
+    let dc = role.needs_dc().then(iad);
+    Client::new(&tls(ca, role, dc), ClientLimits::default()).unwrap()
+}
+
+fn is_resolved(reply: &Reply) -> bool {
+    matches!(
+        reply,
+        Reply::Resolved {
+            entry: None,
+            segment: None
+        }
+    )
+}
+
+/// A raw quinn connection with `tls`'s settings, optionally another ALPN.
+async fn raw_connect(
+    tls: &TlsIdentity,
+    peer: &Peer,
+    alpn: Option<&[u8]>,
+) -> Result<quinn::Connection, String> {
+    let mut crypto = tls.rustls_client_config().unwrap();
+    if let Some(alpn) = alpn {
+        crypto.alpn_protocols = vec![alpn.to_vec()];
+    }
+    let config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(crypto).unwrap()));
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let connecting = endpoint
+        .connect_with(config, peer.addr, "iad.node.homing")
+        .map_err(|e| e.to_string())?;
+    connecting.await.map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn round_trip_answers_each_request_kind() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), ServerLimits::default()).await;
+        let router = client(&ca, Role::Router);
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        let admin = client(&ca, Role::Admin);
+        let drain = Request::Drain {
+            key: Key::new(KeyName::new("k").unwrap()),
+        };
+        assert_eq!(admin.request(&peer, &drain).await.unwrap(), Reply::Drained);
+        assert!(server.shutdown().await);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_requests_on_one_connection_are_all_answered() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let handler = Arc::new(TestHandler {
+            delay: Duration::from_millis(50),
+            ..TestHandler::default()
+        });
+        let (server, peer) = start(&ca, handler.clone(), ServerLimits::default()).await;
+        let router = client(&ca, Role::Router);
+        let mut requests = JoinSet::new();
+        for _ in 0..1000 {
+            let (router, peer) = (router.clone(), peer.clone());
+            requests.spawn(async move { router.request(&peer, &resolve()).await });
+        }
+        let mut answered = 0;
+        while let Some(result) = requests.join_next().await {
+            assert!(is_resolved(&result.unwrap().unwrap()));
+            answered += 1;
+        }
+        assert_eq!(answered, 1000);
+        assert_eq!(handler.started.load(Ordering::SeqCst), 1000);
+        assert_eq!(
+            server.open_connections(),
+            1,
+            "all requests shared one pooled connection"
+        );
+        assert!(server.shutdown().await);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_client_certificate_from_another_ca_is_rejected() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), ServerLimits::default()).await;
+        let rogue_ca = DevCa::generate("rogue ca").unwrap();
+        let rogue = rogue_ca
+            .issue(&Identity::new(Role::Admin, None).unwrap())
+            .unwrap();
+        // Trusts the real CA (so it accepts the server) but presents a rogue certificate.
+        let rogue_tls =
+            TlsIdentity::from_pem_strings(ca.cert_pem(), &rogue.cert_pem, &rogue.key_pem).unwrap();
+        let rogue_client = Client::new(&rogue_tls, ClientLimits::default()).unwrap();
+        let result = rogue_client.request(&peer, &resolve()).await;
+        assert!(
+            matches!(
+                result,
+                Err(NetError::Connect { .. } | NetError::Closed { .. })
+            ),
+            "{result:?}"
+        );
+        // The legitimate client is unaffected.
+        assert!(is_resolved(
+            &client(&ca, Role::Router)
+                .request(&peer, &resolve())
+                .await
+                .unwrap()
+        ));
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_server_certificate_from_another_ca_or_dc_is_rejected() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), ServerLimits::default()).await;
+        let other_ca = DevCa::generate("other ca").unwrap();
+        let stranger = client(&other_ca, Role::Router);
+        let result = stranger.request(&peer, &resolve()).await;
+        assert!(
+            matches!(result, Err(NetError::Connect { .. })),
+            "{result:?}"
+        );
+        // The iad node's certificate does not name fra: the server-name check refuses it.
+        let router = client(&ca, Role::Router);
+        let as_fra = Peer {
+            addr: peer.addr,
+            dc: DcId::new("fra").unwrap(),
+        };
+        let result = router.request(&as_fra, &resolve()).await;
+        assert!(
+            matches!(result, Err(NetError::Connect { .. })),
+            "{result:?}"
+        );
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_router_sending_link_is_unauthorized_and_its_connection_still_serves() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let handler = Arc::new(TestHandler::default());
+        let (server, peer) = start(&ca, handler.clone(), ServerLimits::default()).await;
+        let router = client(&ca, Role::Router);
+        match router.request(&peer, &link()).await.unwrap() {
+            Reply::Error(error) => {
+                assert_eq!(error.kind, ErrorKind::Unauthorized);
+                assert_eq!(error.message, "router may not send link to dc iad");
+            }
+            other => panic!("expected unauthorized, got {other:?}"),
+        }
+        assert_eq!(
+            handler.started.load(Ordering::SeqCst),
+            0,
+            "denied requests never reach the handler"
+        );
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        assert_eq!(server.open_connections(), 1);
+        // A node certificate may link.
+        let node = client(&ca, Role::Node);
+        assert_eq!(
+            node.request(&peer, &link()).await.unwrap(),
+            Reply::Link(LinkReply::Linked)
+        );
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_frame_is_refused_without_buffering_it() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), ServerLimits::default()).await;
+        let router_tls = tls(&ca, Role::Router, None);
+        let raw = raw_connect(&router_tls, &peer, None).await.unwrap();
+        // 64 MiB: far beyond the frame limit and the flow-control window, so the
+        // write can only complete if the server stops the stream early.
+        let (mut send, mut recv) = raw.open_bi().await.unwrap();
+        let writer = tokio::spawn(async move {
+            let huge = vec![0u8; 64 * 1024 * 1024];
+            send.write_all(&huge).await
+        });
+        let started = tokio::time::Instant::now();
+        let reply = recv.read_to_end(FRAME_BYTES_MAX).await.unwrap();
+        match wire::decode::<Reply>(&reply).unwrap() {
+            Reply::Error(error) => assert_eq!(error.kind, ErrorKind::BadRequest),
+            other => panic!("expected bad request, got {other:?}"),
+        }
+        let stopped = writer.await.unwrap();
+        assert!(matches!(stopped, Err(quinn::WriteError::Stopped(code)) if code == homing_net::frame::CODE_FRAME_TOO_LARGE));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The same connection and other clients keep working.
+        let (mut send, mut recv) = raw.open_bi().await.unwrap();
+        send.write_all(&wire::encode(&resolve()).unwrap()).await.unwrap();
+        send.finish().unwrap();
+        assert!(is_resolved(&wire::decode(&recv.read_to_end(FRAME_BYTES_MAX).await.unwrap()).unwrap()));
+        assert!(is_resolved(&client(&ca, Role::Router).request(&peer, &resolve()).await.unwrap()));
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_datagrams_and_silent_streams_do_not_harm_other_clients() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let limits = ServerLimits {
+            request_timeout_ms: 500,
+            ..ServerLimits::default()
+        };
+        let (server, peer) = start(&ca, Arc::default(), limits).await;
+        // Random UDP bytes at the server port (deterministic xorshift noise).
+        let noise = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for size in [1usize, 20, 100, 1200, 1500] {
+            for _ in 0..200 {
+                let datagram: Vec<u8> = (0..size)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        state as u8
+                    })
+                    .collect();
+                let _ = noise.send_to(&datagram, peer.addr);
+            }
+        }
+        // A client that opens streams and never finishes them (one byte, no FIN),
+        // plus streams it opens but never writes.
+        let router_tls = tls(&ca, Role::Router, None);
+        let silent = raw_connect(&router_tls, &peer, None).await.unwrap();
+        let mut held = Vec::new();
+        for i in 0..200 {
+            let (mut send, recv) = silent.open_bi().await.unwrap();
+            if i % 2 == 0 {
+                send.write_all(&[0]).await.unwrap();
+            }
+            held.push((send, recv));
+        }
+        let router = client(&ca, Role::Router);
+        for _ in 0..20 {
+            let reply = timeout(Duration::from_secs(2), router.request(&peer, &resolve())).await;
+            assert!(is_resolved(&reply.expect("answered in time").unwrap()));
+        }
+        // The silent client's unfinished streams are reset after the request timeout.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let (_, recv) = &mut held[0];
+        assert!(recv.read_to_end(FRAME_BYTES_MAX).await.is_err());
+        assert!(server.shutdown().await);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests_and_refuses_new_connections() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let handler = Arc::new(TestHandler {
+            delay: Duration::from_millis(700),
+            ..TestHandler::default()
+        });
+        let (server, peer) = start(&ca, handler.clone(), ServerLimits::default()).await;
+        let router = client(&ca, Role::Router);
+        let in_flight = {
+            let (router, peer) = (router.clone(), peer.clone());
+            tokio::spawn(async move { router.request(&peer, &resolve()).await })
+        };
+        while handler.started.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let shutdown = tokio::spawn(server.shutdown());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let late = Client::new(
+            &tls(&ca, Role::Router, None),
+            ClientLimits {
+                connect_timeout_ms: 500,
+                ..ClientLimits::default()
+            },
+        )
+        .unwrap();
+        let refused = late.request(&peer, &resolve()).await;
+        assert!(
+            refused.is_err(),
+            "new connection during shutdown: {refused:?}"
+        );
+        assert!(
+            is_resolved(&in_flight.await.unwrap().unwrap()),
+            "in-flight request completed"
+        );
+        assert!(shutdown.await.unwrap(), "drained within the bound");
+    })
+    .await
+    .unwrap();
+}
+
+/// Collects the WARN events of the current thread, formatted as `field=value` pairs.
+struct WarnCapture(Arc<std::sync::Mutex<Vec<String>>>);
+
+struct FieldText(String);
+
+impl tracing::field::Visit for FieldText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={:?} ", field.name(), value));
+    }
+}
+
+impl tracing::Subscriber for WarnCapture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut text = FieldText(String::new());
+            event.record(&mut text);
+            self.0.lock().unwrap().push(text.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// Current-thread runtime: the server's tasks run on this thread and log to its capture.
+#[tokio::test(flavor = "current_thread")]
+async fn an_alpn_mismatch_fails_the_handshake_and_is_logged_as_a_version_mismatch() {
+    let warnings = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _capture = tracing::subscriber::set_default(WarnCapture(warnings.clone()));
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), ServerLimits::default()).await;
+        let router_tls = tls(&ca, Role::Router, None);
+        let refused = raw_connect(&router_tls, &peer, Some(b"homing/0")).await;
+        let error = refused.expect_err("handshake with homing/0 must fail");
+        assert!(
+            error.contains("120") || error.to_lowercase().contains("application protocol"),
+            "{error}"
+        );
+        assert!(raw_connect(&router_tls, &peer, None).await.is_ok());
+        server.shutdown().await;
+        let warnings = warnings.lock().unwrap();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/1")),
+            "{warnings:?}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_peer_is_connected_once_then_backed_off() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        // A bound UDP socket that never answers.
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = Peer {
+            addr: silent.local_addr().unwrap(),
+            dc: iad(),
+        };
+        let limits = ClientLimits {
+            connect_timeout_ms: 300,
+            backoff_base_ms: 2_000,
+            ..ClientLimits::default()
+        };
+        let router = Client::new(&tls(&ca, Role::Router, None), limits).unwrap();
+        let mut requests = JoinSet::new();
+        for _ in 0..10 {
+            let (router, peer) = (router.clone(), peer.clone());
+            requests.spawn(async move { router.request(&peer, &resolve()).await });
+        }
+        let (mut connects, mut backoffs) = (0, 0);
+        while let Some(result) = requests.join_next().await {
+            match result.unwrap() {
+                Err(NetError::Connect { .. }) => connects += 1,
+                Err(NetError::Backoff { .. }) => backoffs += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            (connects, backoffs),
+            (1, 9),
+            "one shared handshake, the rest backed off"
+        );
+        assert!(matches!(
+            router.request(&peer, &resolve()).await,
+            Err(NetError::Backoff { .. })
+        ));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_client_reconnects_after_the_server_restarts() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), ServerLimits::default()).await;
+        let router = client(&ca, Role::Router);
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        server.shutdown().await;
+        let node = tls(&ca, Role::Node, Some(iad()));
+        let addr: SocketAddr = peer.addr;
+        // The old endpoint's driver releases the port asynchronously.
+        let again = loop {
+            match Server::bind(
+                addr,
+                &node,
+                iad(),
+                ServerLimits::default(),
+                Arc::new(TestHandler::default()),
+            )
+            .await
+            {
+                Ok(server) => break server,
+                Err(NetError::Io(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(error) => panic!("{error}"),
+            }
+        };
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        again.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_are_refused_and_existing_ones_keep_serving() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let limits = ServerLimits {
+            connections_max: 1,
+            ..ServerLimits::default()
+        };
+        let (server, peer) = start(&ca, Arc::default(), limits).await;
+        let first = client(&ca, Role::Router);
+        assert!(is_resolved(
+            &first.request(&peer, &resolve()).await.unwrap()
+        ));
+        let second = client(&ca, Role::Router);
+        let refused = second.request(&peer, &resolve()).await;
+        assert!(
+            matches!(refused, Err(NetError::Connect { .. })),
+            "{refused:?}"
+        );
+        assert!(is_resolved(
+            &first.request(&peer, &resolve()).await.unwrap()
+        ));
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_reply_slower_than_the_request_timeout_is_a_timeout_error() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let handler = Arc::new(TestHandler {
+            delay: Duration::from_millis(1_500),
+            ..TestHandler::default()
+        });
+        let (server, peer) = start(&ca, handler, ServerLimits::default()).await;
+        let limits = ClientLimits {
+            request_timeout_ms: 200,
+            ..ClientLimits::default()
+        };
+        let impatient = Client::new(&tls(&ca, Role::Admin, None), limits).unwrap();
+        let result = impatient.request(&peer, &resolve()).await;
+        assert!(
+            matches!(
+                result,
+                Err(NetError::Timeout {
+                    timeout_ms: 200,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
