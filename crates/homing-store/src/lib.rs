@@ -1,1 +1,54 @@
-//! homing-store: being written (see issue).
+//! homing-store: where homing keeps its state.
+//!
+//! Two stores, two traits:
+//!
+//! - [`GlobalStore`]: `key → ReservationId`, written once and never changed or
+//!   deleted, so readers may cache entries forever.
+//! - [`DcStore`]: one DC's own mutable [`homing_core::DcRecord`]s, changed by
+//!   compare-and-set on the record's `version`, plus a durable allocator of
+//!   reservation uniques.
+//!
+//! Backends: [`memory`] (tests and the simulator), [`redb`] (embedded, the
+//! default: zero set-up, group commit), `etcd` (cargo feature `etcd`) and
+//! `fdb` (cargo feature `fdb`, FoundationDB). Every backend passes the same
+//! [`conformance`] suite (cargo feature `conformance` exports it).
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use homing_store::{GlobalStore, MemoryGlobalStore, SetIfAbsent};
+//! use homing_core::{Key, KeyName, ReservationId};
+//! let global = MemoryGlobalStore::new();
+//! let key = Key::new(KeyName::new("room-42")?);
+//! let iad: ReservationId = "iad.1".parse()?;
+//! let fra: ReservationId = "fra.1".parse()?;
+//! assert_eq!(global.set_if_absent(&key, &iad).await?, SetIfAbsent::Inserted);
+//! // The loser of the race learns the winner.
+//! assert_eq!(global.set_if_absent(&key, &fra).await?, SetIfAbsent::Exists(iad));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod allocator;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+pub mod dc;
+pub mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(feature = "etcd")]
+pub mod etcd_cluster;
+#[cfg(feature = "fdb")]
+pub mod fdb;
+pub mod global;
+pub mod keyspace;
+pub mod memory;
+pub mod redb;
+mod writer;
+
+pub use dc::{Cas, DcStore, SCAN_LIMIT_MAX, ScanCursor};
+pub use error::StoreError;
+pub use global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
+pub use memory::{MemoryDcStore, MemoryGlobalStore};
+pub use redb::{CommitMode, RedbDcStore, RedbGlobalStore, RedbOptions};

@@ -1,0 +1,128 @@
+//! The DC store contract: one DC's own records, changed only by
+//! compare-and-set on `DcRecord::version`, scanned in `(key, id)` order, and
+//! the durable allocator of the DC's reservation uniques.
+
+use async_trait::async_trait;
+use homing_core::{DcRecord, Key, Namespace, ReservationId};
+
+use crate::error::StoreError;
+
+/// Most records one [`DcStore::scan`] returns.
+pub const SCAN_LIMIT_MAX: usize = 128;
+
+/// What [`DcStore::compare_and_set`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cas {
+    /// The record was written (durably, for durable backends).
+    Written,
+    /// The stored version was not the expected one; nothing was written.
+    Conflict {
+        /// The record as stored now (`None`: no record with this id).
+        current: Option<DcRecord>,
+    },
+}
+
+/// Where a scan page ended: the last record returned. The next page starts
+/// strictly after it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScanCursor {
+    /// The last record's key.
+    pub key: Key,
+    /// The last record's reservation ID.
+    pub id: ReservationId,
+}
+
+impl ScanCursor {
+    /// The cursor just past `record`.
+    pub fn after(record: &DcRecord) -> ScanCursor {
+        ScanCursor {
+            key: record.key.clone(),
+            id: record.id.clone(),
+        }
+    }
+}
+
+/// One DC's records and allocator.
+#[async_trait]
+pub trait DcStore: Send + Sync + 'static {
+    /// The record of reservation `id`, if any.
+    async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError>;
+
+    /// Writes `record` iff the stored record's version is `expected` (`None`:
+    /// no record with this id yet). `record.version` must be
+    /// `expected.map_or(1, |v| v + 1)`, else [`StoreError::InvalidVersion`]
+    /// (caller bug) and nothing is written; a record's key never changes
+    /// ([`StoreError::KeyChanged`]).
+    async fn compare_and_set(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+    ) -> Result<Cas, StoreError>;
+
+    /// Records whose key is in `namespace` and whose name starts with
+    /// `name_prefix`, in `(key, id)` order, strictly after `after` if given, at
+    /// most `limit` (≤ [`SCAN_LIMIT_MAX`], else [`StoreError::BatchTooLarge`]).
+    /// The empty namespace with the empty prefix pages through every record
+    /// of every namespace (the reaper and the orphan sweeper use that).
+    async fn scan(
+        &self,
+        namespace: &Namespace,
+        name_prefix: &str,
+        after: Option<&ScanCursor>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError>;
+
+    /// A unique for this DC's next reservation: never returned twice, also
+    /// across crashes and reopen. Always ≥ 1.
+    async fn allocate(&self) -> Result<u64, StoreError>;
+}
+
+/// The caller-bug checks every backend runs before a compare-and-set.
+pub(crate) fn check_cas(expected: Option<u64>, record: &DcRecord) -> Result<(), StoreError> {
+    let want = match expected {
+        None => 1,
+        Some(v) => v.checked_add(1).ok_or(StoreError::InvalidVersion {
+            expected,
+            got: record.version,
+        })?,
+    };
+    if record.version != want {
+        return Err(StoreError::InvalidVersion {
+            expected,
+            got: record.version,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a CAS against the stored record: `Ok(None)` to write, `Ok(Some(conflict))`
+/// to refuse, `Err` for a key change.
+pub(crate) fn judge_cas(
+    expected: Option<u64>,
+    record: &DcRecord,
+    current: Option<DcRecord>,
+) -> Result<Option<Cas>, StoreError> {
+    match (&current, expected) {
+        (None, None) => Ok(None),
+        (Some(stored), Some(v)) if stored.version == v => {
+            if stored.key != record.key {
+                return Err(StoreError::KeyChanged {
+                    id: record.id.clone(),
+                });
+            }
+            Ok(None)
+        }
+        _ => Ok(Some(Cas::Conflict { current })),
+    }
+}
+
+/// Rejects a scan limit above the bound.
+pub(crate) fn check_limit(limit: usize) -> Result<(), StoreError> {
+    if limit > SCAN_LIMIT_MAX {
+        return Err(StoreError::BatchTooLarge {
+            len: limit,
+            max: SCAN_LIMIT_MAX,
+        });
+    }
+    Ok(())
+}

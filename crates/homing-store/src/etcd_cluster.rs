@@ -1,0 +1,134 @@
+//! A throwaway 3-member etcd cluster on loopback, for tests and the store
+//! benchmark (cargo feature `etcd`). Members run the `etcd` binary from
+//! `PATH` with data in a temporary directory; dropping the cluster kills
+//! them, also when a test panics.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Members of the cluster.
+pub const MEMBERS: usize = 3;
+/// How long to wait for the cluster to accept a write, in milliseconds.
+pub const HEALTHY_WAIT_MS_MAX: u64 = 30_000;
+const HEALTH_POLL_MS: u64 = 100;
+
+/// Why a cluster could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// No `etcd` binary on `PATH`: callers skip rather than fail.
+    #[error("no etcd binary on PATH (apt-get install etcd-server)")]
+    NoBinary,
+    /// Starting or waiting for the members failed.
+    #[error("etcd cluster failed to start: {0}")]
+    Start(String),
+}
+
+/// Running members; killed on drop.
+pub struct LocalEtcdCluster {
+    members: Vec<Child>,
+    endpoints: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> Result<u16, ClusterError> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| ClusterError::Start(e.to_string()))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| ClusterError::Start(e.to_string()))?
+        .port();
+    Ok(port)
+}
+
+fn etcd_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("etcd"))
+        .find(|p| p.is_file())
+}
+
+impl LocalEtcdCluster {
+    /// Starts the members and waits (bounded) until a write through the client succeeds.
+    pub async fn start() -> Result<LocalEtcdCluster, ClusterError> {
+        let binary = etcd_binary().ok_or(ClusterError::NoBinary)?;
+        let dir = tempfile::tempdir().map_err(|e| ClusterError::Start(e.to_string()))?;
+        let mut ports = Vec::with_capacity(MEMBERS);
+        for _ in 0..MEMBERS {
+            ports.push((free_port()?, free_port()?));
+        }
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let mut cluster = LocalEtcdCluster {
+            members: Vec::with_capacity(MEMBERS),
+            endpoints: ports
+                .iter()
+                .map(|(client, _)| format!("http://127.0.0.1:{client}"))
+                .collect(),
+            _dir: dir,
+        };
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let data = cluster._dir.path().join(format!("m{i}"));
+            let log = std::fs::File::create(cluster._dir.path().join(format!("m{i}.log")))
+                .map_err(|e| ClusterError::Start(e.to_string()))?;
+            let child = Command::new(&binary)
+                .arg(format!("--name=m{i}"))
+                .arg(format!("--data-dir={}", data.display()))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+                ))
+                .arg(format!("--initial-cluster={}", initial.join(",")))
+                .arg("--initial-cluster-state=new")
+                .arg("--initial-cluster-token=homing-test")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| ClusterError::Start(e.to_string()))?;
+            cluster.members.push(child);
+        }
+        cluster.wait_healthy().await?;
+        Ok(cluster)
+    }
+
+    async fn wait_healthy(&self) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + Duration::from_millis(HEALTHY_WAIT_MS_MAX);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let options =
+                etcd_client::ConnectOptions::new().with_timeout(Duration::from_millis(1_000));
+            match etcd_client::Client::connect(&self.endpoints, Some(options)).await {
+                Ok(mut client) => match client.put("/health", "ok", None).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => last = e.to_string(),
+                },
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(HEALTH_POLL_MS)).await;
+        }
+        Err(ClusterError::Start(format!(
+            "not healthy after {HEALTHY_WAIT_MS_MAX} ms: {last}"
+        )))
+    }
+
+    /// Client URLs of the members.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+}
+
+impl Drop for LocalEtcdCluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            // Already-exited members fail to be killed; nothing else to do.
+            let _ = member.kill();
+            let _ = member.wait();
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The FoundationDB backend (cargo feature `fdb`), the production global
+//! store. **Verified by compilation only on the development machine**: no
+//! FDB server or client library is installed there; its conformance test
+//! runs only when `FDB_CLUSTER_FILE` is set.
+//!
+//! Keys live under a subspace prefix scoped by deployment/tenant, with the
+//! same layout as the etcd backend: `g/<key bytes>` → reservation ID,
+//! `r/<id>` → postcard record, `k/<(key, id) bytes>` → id, `alloc` → the
+//! allocator's high-water mark (8 bytes big-endian). Every operation is one
+//! serializable FDB transaction (reads add conflict ranges, so a racing
+//! set_if_absent or CAS retries and then sees the winner), retried at most
+//! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff.
+//!
+//! The caller must start the FDB network first (`foundationdb::boot`, which
+//! is `unsafe`: the returned guard must be dropped before exit) and hand us a
+//! [`foundationdb::Database`].
+
+use async_trait::async_trait;
+use foundationdb::{Database, FdbError, RangeOption};
+use homing_core::{DcRecord, Key, Namespace, ReservationId};
+use tokio::sync::Mutex;
+
+use crate::allocator::Blocks;
+use crate::dc::{Cas, DcStore, ScanCursor, check_cas, check_limit, judge_cas};
+use crate::error::StoreError;
+use crate::global::{GlobalStore, SetIfAbsent, check_batch};
+use crate::keyspace;
+
+/// Most attempts of one transaction (conflicts, recoverable FDB errors).
+pub const TRANSACTION_ATTEMPTS_MAX: usize = 16;
+
+fn fdb_err(e: FdbError) -> StoreError {
+    if e.is_retryable() {
+        StoreError::Unavailable {
+            backend: "fdb",
+            reason: e.to_string(),
+        }
+    } else {
+        StoreError::Backend {
+            backend: "fdb",
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// An operation's outcome, or the FDB error that aborts the attempt.
+enum Step<T> {
+    Done(T),
+    Fdb(FdbError),
+}
+
+/// A database handle and the subspace prefix.
+#[derive(Clone)]
+struct Space {
+    db: std::sync::Arc<Database>,
+    prefix: Vec<u8>,
+}
+
+impl Space {
+    fn key(&self, section: &[u8], rest: &[u8]) -> Vec<u8> {
+        [self.prefix.as_slice(), section, rest].concat()
+    }
+}
+
+/// Runs `$body` (an expression over the transaction `$trx` yielding
+/// `Result<Step<T>, StoreError>`) then commits, retrying through `on_error` at
+/// most [`TRANSACTION_ATTEMPTS_MAX`] times; `$body`'s own errors end the loop.
+/// A macro rather than a generic function: async closures borrowing the
+/// transaction are not provably `Send` for `async_trait` yet.
+macro_rules! transact {
+    ($space:expr, $trx:ident, $body:expr) => {{
+        let mut $trx = $space.db.create_trx().map_err(fdb_err)?;
+        let mut attempts = 0;
+        loop {
+            if attempts == TRANSACTION_ATTEMPTS_MAX {
+                break Err(StoreError::Unavailable {
+                    backend: "fdb",
+                    reason: format!(
+                        "transaction did not commit in {TRANSACTION_ATTEMPTS_MAX} attempts"
+                    ),
+                });
+            }
+            attempts += 1;
+            let step: Result<Step<_>, StoreError> = async { $body }.await;
+            match step? {
+                Step::Done(value) => match $trx.commit().await {
+                    Ok(_) => break Ok(value),
+                    Err(e) => $trx = e.on_error().await.map_err(fdb_err)?,
+                },
+                Step::Fdb(e) => $trx = $trx.on_error(e).await.map_err(fdb_err)?,
+            }
+        }
+    }};
+}
+
+macro_rules! step {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Ok(Step::Fdb(e)),
+        }
+    };
+}
+
+/// A [`GlobalStore`] in FoundationDB.
+pub struct FdbGlobalStore {
+    space: Space,
+}
+
+impl FdbGlobalStore {
+    /// A store over `db` (network already booted) with keys under `prefix`
+    /// (e.g. `b"homing/<deployment>/global/"`).
+    pub fn new(db: std::sync::Arc<Database>, prefix: &[u8]) -> FdbGlobalStore {
+        FdbGlobalStore {
+            space: Space {
+                db,
+                prefix: prefix.to_vec(),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl GlobalStore for FdbGlobalStore {
+    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        let k = self.space.key(b"g/", &keyspace::key_bytes(key));
+        let found = transact!(self.space, trx, {
+            Ok(Step::Done(
+                step!(trx.get(&k, false).await).map(|v| v.to_vec()),
+            ))
+        })?;
+        found.map(|b| keyspace::decode_id(&b)).transpose()
+    }
+
+    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
+        check_batch(keys.len())?;
+        let ks: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| self.space.key(b"g/", &keyspace::key_bytes(k)))
+            .collect();
+        let found = transact!(self.space, trx, {
+            let mut out = Vec::with_capacity(ks.len());
+            for k in &ks {
+                out.push(step!(trx.get(k, false).await).map(|v| v.to_vec()));
+            }
+            Ok(Step::Done(out))
+        })?;
+        found
+            .into_iter()
+            .map(|b| b.map(|b| keyspace::decode_id(&b)).transpose())
+            .collect()
+    }
+
+    async fn set_if_absent(
+        &self,
+        key: &Key,
+        id: &ReservationId,
+    ) -> Result<SetIfAbsent, StoreError> {
+        let k = self.space.key(b"g/", &keyspace::key_bytes(key));
+        let v = keyspace::id_bytes(id);
+        transact!(
+            self.space,
+            trx,
+            match step!(trx.get(&k, false).await) {
+                Some(existing) => Ok(Step::Done(SetIfAbsent::Exists(keyspace::decode_id(
+                    &existing,
+                )?))),
+                None => {
+                    trx.set(&k, &v);
+                    Ok(Step::Done(SetIfAbsent::Inserted))
+                }
+            }
+        )
+    }
+}
+
+/// A [`DcStore`] in FoundationDB.
+pub struct FdbDcStore {
+    space: Space,
+    blocks: Mutex<Blocks>,
+}
+
+impl FdbDcStore {
+    /// A store over `db` (network already booted) with this DC's keys under `prefix`.
+    pub fn new(db: std::sync::Arc<Database>, prefix: &[u8]) -> FdbDcStore {
+        FdbDcStore {
+            space: Space {
+                db,
+                prefix: prefix.to_vec(),
+            },
+            // The first allocation reads the persisted mark before serving.
+            blocks: Mutex::new(Blocks::resume(0)),
+        }
+    }
+}
+
+#[async_trait]
+impl DcStore for FdbDcStore {
+    async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
+        let k = self.space.key(b"r/", &keyspace::id_bytes(id));
+        let found = transact!(self.space, trx, {
+            Ok(Step::Done(
+                step!(trx.get(&k, false).await).map(|v| v.to_vec()),
+            ))
+        })?;
+        found.map(|b| keyspace::decode_record(&b)).transpose()
+    }
+
+    async fn compare_and_set(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+    ) -> Result<Cas, StoreError> {
+        check_cas(expected, record)?;
+        let value = keyspace::encode_record(record)?;
+        let id = keyspace::id_bytes(&record.id);
+        let rk = self.space.key(b"r/", &id);
+        let index = self
+            .space
+            .key(b"k/", &keyspace::record_scan_bytes(&record.key, &record.id));
+        transact!(self.space, trx, {
+            let current = step!(trx.get(&rk, false).await)
+                .map(|v| keyspace::decode_record(&v))
+                .transpose()?;
+            if let Some(conflict) = judge_cas(expected, record, current)? {
+                return Ok(Step::Done(conflict));
+            }
+            trx.set(&rk, &value);
+            if expected.is_none() {
+                trx.set(&index, &id);
+            }
+            Ok(Step::Done(Cas::Written))
+        })
+    }
+
+    async fn scan(
+        &self,
+        namespace: &Namespace,
+        name_prefix: &str,
+        after: Option<&ScanCursor>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        check_limit(limit)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (start, end) = keyspace::scan_range(namespace, name_prefix, after);
+        let start = self.space.key(b"k/", &start);
+        let end = match end {
+            Some(end) => self.space.key(b"k/", &end),
+            None => keyspace::prefix_end(&self.space.key(b"k/", b""))
+                .ok_or_else(|| StoreError::corrupt("subspace prefix", "unbounded"))?,
+        };
+        let found = transact!(self.space, trx, {
+            let mut range = RangeOption::from((start.clone(), end.clone()));
+            range.limit = Some(limit);
+            let ids: Vec<Vec<u8>> = step!(trx.get_range(&range, 1, false).await)
+                .iter()
+                .map(|kv| kv.value().to_vec())
+                .collect();
+            let mut out = Vec::with_capacity(limit);
+            for id in &ids {
+                let rk = self.space.key(b"r/", id);
+                out.push(step!(trx.get(&rk, false).await).map(|v| v.to_vec()));
+            }
+            Ok(Step::Done(out))
+        })?;
+        found
+            .into_iter()
+            .map(|b| {
+                let b =
+                    b.ok_or_else(|| StoreError::corrupt("scan index", "entry without a record"))?;
+                keyspace::decode_record(&b)
+            })
+            .collect()
+    }
+
+    async fn allocate(&self) -> Result<u64, StoreError> {
+        let mut blocks = self.blocks.lock().await;
+        if let Some(unique) = blocks.take() {
+            return Ok(unique);
+        }
+        let counter = self.space.key(b"alloc", b"");
+        let from = blocks.clone();
+        let high_water = transact!(self.space, trx, {
+            let persisted = match step!(trx.get(&counter, false).await) {
+                Some(v) => u64::from_be_bytes(
+                    v.as_ref()
+                        .try_into()
+                        .map_err(|_| StoreError::corrupt("allocator", "not 8 bytes"))?,
+                ),
+                None => 0,
+            };
+            let mut b = from.clone();
+            b.jump_to(persisted);
+            let mark = b.next_high_water()?;
+            trx.set(&counter, &mark.to_be_bytes());
+            Ok(Step::Done((persisted, mark)))
+        })?;
+        blocks.jump_to(high_water.0);
+        blocks.granted(high_water.1);
+        // Invariant: a fresh block of ALLOCATOR_BLOCK_IDS ≥ 1 has a first unique.
+        Ok(blocks.take().expect("a granted block is not empty"))
+    }
+}

@@ -1,0 +1,48 @@
+//! The global store contract: `key → ReservationId`, written once, never
+//! changed, never deleted. There is deliberately no update or delete in the API.
+
+use async_trait::async_trait;
+use homing_core::{Key, ReservationId};
+
+use crate::error::StoreError;
+
+/// Most keys one [`GlobalStore::get_many`] may ask for (an etcd transaction
+/// holds at most 128 operations by default).
+pub const GET_MANY_KEYS_MAX: usize = 128;
+
+/// What [`GlobalStore::set_if_absent`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetIfAbsent {
+    /// The caller's ID is now the key's entry, forever.
+    Inserted,
+    /// The key already had this entry (equal to the caller's ID on a retry
+    /// of a write that was applied).
+    Exists(ReservationId),
+}
+
+/// Write-once map from keys to the reservation that first claimed them.
+#[async_trait]
+pub trait GlobalStore: Send + Sync + 'static {
+    /// The key's entry, if any.
+    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError>;
+
+    /// The entries of `keys`, in the same order. More than
+    /// [`GET_MANY_KEYS_MAX`] keys fail with [`StoreError::BatchTooLarge`].
+    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError>;
+
+    /// Makes `id` the key's entry unless it has one; returns the entry it has
+    /// otherwise. Acknowledged inserts are durable (for durable backends).
+    async fn set_if_absent(&self, key: &Key, id: &ReservationId)
+    -> Result<SetIfAbsent, StoreError>;
+}
+
+/// Rejects a `get_many` batch above the bound.
+pub(crate) fn check_batch(len: usize) -> Result<(), StoreError> {
+    if len > GET_MANY_KEYS_MAX {
+        return Err(StoreError::BatchTooLarge {
+            len,
+            max: GET_MANY_KEYS_MAX,
+        });
+    }
+    Ok(())
+}
