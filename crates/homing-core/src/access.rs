@@ -127,7 +127,9 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
         }
         Request::Renew { .. } => own_dc_host,
         Request::Link { .. } => caller.role == Role::Node,
-        Request::Drain { .. } | Request::Inspect { .. } => caller.role == Role::Admin,
+        // A node forwards an operator's drain to the DC that owns the tail.
+        Request::Drain { .. } => matches!(caller.role, Role::Admin | Role::Node),
+        Request::Inspect { .. } => caller.role == Role::Admin,
     };
     if allowed {
         Ok(())
@@ -184,7 +186,11 @@ mod tests {
         assert!(authorize(&host_there, &renew, &iad).is_err());
         assert!(authorize(&host_here, &resolve, &iad).is_err());
         assert!(authorize(&node, &link, &iad).is_ok());
-        assert!(authorize(&node, &drain, &iad).is_err());
+        assert!(
+            authorize(&node, &drain, &iad).is_ok(),
+            "nodes forward drains"
+        );
+        assert!(authorize(&host_here, &drain, &iad).is_err());
         assert!(authorize(&admin, &drain, &iad).is_ok());
         let denied = authorize(&router, &link, &iad).unwrap_err().to_string();
         assert_eq!(denied, "router may not send link to dc iad");

@@ -67,8 +67,12 @@ pub struct Walked {
     pub entry: ReservationId,
     /// Every link followed, in order.
     pub links: Vec<Link>,
+    /// Where the answer carrying each link came from (same length as `links`).
+    pub link_sources: Vec<Source>,
     /// The tail and its state.
     pub tail: TailView,
+    /// Where the tail's state came from.
+    pub tail_source: Source,
     /// Answers that needed a network round trip.
     pub remote_round_trips: u32,
     /// Answers taken from cache.
@@ -208,6 +212,7 @@ pub struct ChainWalk {
     hop_limit: usize,
     entry: Option<ReservationId>,
     links: Vec<Link>,
+    link_sources: Vec<Source>,
     remote_round_trips: u32,
     cached_answers: u32,
     state: Poll,
@@ -229,6 +234,7 @@ impl ChainWalk {
             hop_limit: hop_limit.min(HOP_LIMIT_MAX),
             entry,
             links: Vec::new(),
+            link_sources: Vec::new(),
             remote_round_trips: 0,
             cached_answers: 0,
             state: Poll::Need(need),
@@ -312,6 +318,7 @@ impl ChainWalk {
             if let Err(e) = self.follow(link.clone()) {
                 return self.fail(e);
             }
+            self.link_sources.push(source);
             at = link.to;
         }
         let Some(tail) = segment.tail else {
@@ -335,7 +342,9 @@ impl ChainWalk {
         self.state = Poll::Done(Walked {
             entry,
             links: std::mem::take(&mut self.links),
+            link_sources: std::mem::take(&mut self.link_sources),
             tail,
+            tail_source: source,
             remote_round_trips: self.remote_round_trips,
             cached_answers: self.cached_answers,
         });

@@ -141,6 +141,21 @@ impl LeasePolicy {
         self.ttl_ms
     }
 
+    /// When renewal is due, in thousandths of the lease.
+    pub fn renew_at_permille(&self) -> u16 {
+        self.renew_at_permille
+    }
+
+    /// How long before the host-side lease end the host stops gracefully, in milliseconds.
+    pub fn soft_margin_ms(&self) -> u64 {
+        self.soft_margin_ms
+    }
+
+    /// How long before the host-side lease end the host kills the actor, in milliseconds.
+    pub fn hard_margin_ms(&self) -> u64 {
+        self.hard_margin_ms
+    }
+
     /// Slack after expiry before the DC reaps the lease, in milliseconds.
     pub fn grace_ms(&self) -> u64 {
         self.grace_ms

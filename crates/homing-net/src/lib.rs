@@ -30,6 +30,7 @@ pub mod identity;
 pub mod limits;
 pub mod pki;
 mod pool;
+pub mod relay;
 mod server;
 mod tls;
 
@@ -39,5 +40,6 @@ pub use identity::{CertIdentityError, identity_from_cert, identity_uri, node_ser
 pub use limits::{ClientLimits, ServerLimits};
 pub use pki::{DevCa, IssuedCert, PkiError, generate_dev_pki};
 pub use pool::Peer;
+pub use relay::Relay;
 pub use server::{Handler, Server};
 pub use tls::TlsIdentity;

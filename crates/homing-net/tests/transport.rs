@@ -598,3 +598,57 @@ async fn a_reply_slower_than_the_request_timeout_is_a_timeout_error() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn relay_adds_latency_and_partitions_on_command() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("relay ca").unwrap();
+        let (server, direct) = start(
+            &ca,
+            Arc::new(TestHandler::default()),
+            ServerLimits::default(),
+        )
+        .await;
+        let relay = homing_net::Relay::start("127.0.0.1:0".parse().unwrap(), direct.addr, 7)
+            .await
+            .unwrap();
+        relay.impairment().set_one_way_delay_ms(25);
+        let via = Peer {
+            addr: relay.addr(),
+            dc: iad(),
+        };
+        let router = client(&ca, Role::Router);
+        assert!(
+            is_resolved(&router.request(&via, &resolve()).await.unwrap()),
+            "handshake through the relay"
+        );
+        let started = std::time::Instant::now();
+        assert!(is_resolved(
+            &router.request(&via, &resolve()).await.unwrap()
+        ));
+        let rtt = started.elapsed();
+        assert!(
+            rtt >= Duration::from_millis(50),
+            "one request = one round trip = 2 × 25 ms, got {rtt:?}"
+        );
+
+        relay.impairment().partition(true);
+        let limits = ClientLimits {
+            request_timeout_ms: 300,
+            ..ClientLimits::default()
+        };
+        let cut = Client::new(&tls(&ca, Role::Router, None), limits).unwrap();
+        assert!(
+            cut.request(&via, &resolve()).await.is_err(),
+            "a partitioned peer does not answer"
+        );
+        relay.impairment().partition(false);
+        assert!(
+            is_resolved(&router.request(&via, &resolve()).await.unwrap()),
+            "healed"
+        );
+        server.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
+}
