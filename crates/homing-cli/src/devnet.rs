@@ -1,0 +1,491 @@
+//! `homing devnet`: several DCs as real homingd instances in this process, on
+//! loopback, with real QUIC and mutual TLS, redb DC stores and one shared
+//! embedded global store; then the story of homing, each step checked.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use homing_client::{Resolver, ResolverConfig};
+use homing_core::{
+    ActorId, DcId, FencingToken, HostTime, Identity, Key, KeyConfig, KeyName, RenewReply, Reply,
+    Request, ReservationId, Role,
+};
+use homing_daemon::{Config, Daemon, Settings};
+use homing_net::{Client, ClientLimits, Peer, Relay, generate_dev_pki};
+use homing_store::{GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions};
+
+use crate::reach::load_identity;
+use crate::show;
+
+/// Options of `homing devnet`.
+#[derive(Debug, Args)]
+pub struct DevnetArgs {
+    /// DC ids to start, comma-separated; the router is attached to the last.
+    #[arg(long, value_delimiter = ',', default_value = "iad,fra,sin")]
+    dcs: Vec<String>,
+    /// Latency added between DCs (and from the router to other DCs), one-way, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Keep stores and certificates here instead of a temporary directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// After the story, keep the DCs running and print how to reach them.
+    #[arg(long)]
+    serve: bool,
+}
+
+struct Dc {
+    id: DcId,
+    daemon: Daemon,
+    /// The address other DCs and the router use: a relay when latency is injected.
+    reached_at: SocketAddr,
+    _relay: Option<Relay>,
+}
+
+/// Prints checks and counts failures.
+struct Story {
+    failures: u32,
+}
+
+impl Story {
+    fn step(&self, text: &str) {
+        println!("\n{text}");
+    }
+
+    fn check(&mut self, ok: bool, what: impl AsRef<str>) {
+        println!("   {} {}", if ok { "✓" } else { "✗" }, what.as_ref());
+        if !ok {
+            self.failures += 1;
+        }
+    }
+}
+
+fn free_udp_port() -> anyhow::Result<SocketAddr> {
+    // Bound and released at once: the daemon binds it right after.
+    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn host_now() -> HostTime {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    HostTime::from_ms(ms)
+}
+
+/// Runs the devnet; returns whether every check passed.
+pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
+    let ids = args
+        .dcs
+        .iter()
+        .map(|d| DcId::new(d.as_str()).with_context(|| format!("--dcs {d:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if ids.len() < 3 {
+        bail!("--dcs: the story needs at least 3 DCs, got {}", ids.len());
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("homing-devnet-")
+        .tempdir()?;
+    let dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    let certs = dir.join("certs");
+    generate_dev_pki(&certs, &ids)?;
+    // One embedded global store shared by every DC of this process.
+    let global: Arc<dyn GlobalStore> = Arc::new(RedbGlobalStore::open(
+        dir.join("global.redb"),
+        RedbOptions::default(),
+    )?);
+
+    let listen: Vec<SocketAddr> = ids
+        .iter()
+        .map(|_| free_udp_port())
+        .collect::<anyhow::Result<_>>()?;
+    let mut relays = Vec::new();
+    for (i, addr) in listen.iter().enumerate() {
+        if args.latency_ms > 0 {
+            let relay = Relay::start("127.0.0.1:0".parse()?, *addr, i as u64 + 1).await?;
+            relay.impairment().set_one_way_delay_ms(args.latency_ms);
+            relays.push(Some(relay));
+        } else {
+            relays.push(None);
+        }
+    }
+    let reached_at = |i: usize| relays[i].as_ref().map_or(listen[i], Relay::addr);
+
+    let mut dcs = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let peers = ids
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(j, other)| (other.to_string(), reached_at(j)))
+            .collect();
+        let settings = Settings {
+            dc: Some(id.to_string()),
+            listen: Some(listen[i]),
+            metrics_listen: Some("127.0.0.1:0".parse()?),
+            peers: Some(peers),
+            data_dir: Some(dir.join(id.as_str())),
+            ca_cert: Some(certs.join("ca.pem")),
+            cert: Some(certs.join(format!("node-{id}.pem"))),
+            key: Some(certs.join(format!("node-{id}.key"))),
+            ..Settings::default()
+        };
+        let config = Config::from_settings(settings)?;
+        let tls = load_identity(&certs, &Identity::new(Role::Node, Some(id.clone()))?)?;
+        std::fs::create_dir_all(&config.data_dir)?;
+        let records = Arc::new(RedbDcStore::open(
+            config.data_dir.join(format!("dc-{id}.redb")),
+            RedbOptions::default(),
+        )?);
+        let daemon = Daemon::start(&config, &tls, global.clone(), records).await?;
+        dcs.push(Dc {
+            id: id.clone(),
+            daemon,
+            reached_at: reached_at(i),
+            _relay: None,
+        });
+    }
+    for (dc, relay) in dcs.iter_mut().zip(relays) {
+        dc._relay = relay;
+    }
+
+    println!(
+        "homing devnet: {} DCs on loopback, QUIC + mutual TLS, redb stores in {}",
+        dcs.len(),
+        dir.display()
+    );
+    for dc in &dcs {
+        println!(
+            "   {} serving on {}{} (metrics http://{}/metrics)",
+            dc.id,
+            dc.daemon.local_addr(),
+            if args.latency_ms > 0 {
+                format!(
+                    ", reached via relay {} (+{} ms each way)",
+                    dc.reached_at, args.latency_ms
+                )
+            } else {
+                String::new()
+            },
+            dc.daemon
+                .metrics_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        );
+    }
+
+    let ok = story(&dcs, &certs).await?;
+
+    if args.serve {
+        let table: Vec<String> = {
+            let router_at = dcs.len() - 1;
+            let mut order: Vec<&Dc> = vec![&dcs[router_at]];
+            order.extend(dcs.iter().take(router_at));
+            order
+                .iter()
+                .map(|dc| format!("{}={}", dc.id, dc.daemon.local_addr()))
+                .collect()
+        };
+        println!("\nserving until Ctrl-C. Try:");
+        println!(
+            "   export HOMING_CERTS={} HOMING_DCS={}",
+            certs.display(),
+            table.join(",")
+        );
+        println!(
+            "   homing reserve my-key --actor 10.0.0.1:8080 --at {}",
+            dcs[0].id
+        );
+        println!("   homing resolve my-key");
+        println!("   homing chain my-key");
+        tokio::signal::ctrl_c().await?;
+    }
+    for dc in dcs {
+        dc.daemon.shutdown().await;
+    }
+    drop(temp);
+    Ok(ok)
+}
+
+struct Actors {
+    hosts: Vec<(DcId, Client)>,
+    admin: Client,
+}
+
+impl Actors {
+    fn host(&self, dc: &DcId) -> &Client {
+        // Invariant: one host client per devnet DC, built below.
+        &self
+            .hosts
+            .iter()
+            .find(|(id, _)| id == dc)
+            .expect("a host client per dc")
+            .1
+    }
+}
+
+fn peer_of(dcs: &[Dc], id: &DcId) -> Peer {
+    let dc = dcs.iter().find(|d| &d.id == id).expect("devnet dc");
+    Peer {
+        addr: dc.daemon.local_addr(),
+        dc: id.clone(),
+    }
+}
+
+async fn acquire(
+    actors: &Actors,
+    dcs: &[Dc],
+    at: &DcId,
+    key: &Key,
+    actor: &str,
+) -> anyhow::Result<Reply> {
+    let request = Request::Acquire {
+        config: KeyConfig {
+            name: Some(key.name.clone()),
+            namespace: key.namespace.clone(),
+            tag: None,
+        },
+        actor: ActorId::new(actor)?,
+        host_time: host_now(),
+    };
+    Ok(actors.host(at).request(&peer_of(dcs, at), &request).await?)
+}
+
+fn describe(reply: &Reply) -> String {
+    match reply {
+        Reply::Acquired {
+            reservation,
+            token,
+            deadlines,
+            ..
+        } => format!(
+            "Acquired {reservation} token {token}; renew in {} ms, hard stop in {} ms",
+            deadlines.renew_at.ms_since(host_now()),
+            deadlines.hard_terminate_at.ms_since(host_now())
+        ),
+        Reply::HeldElsewhere {
+            reservation, actor, ..
+        } => format!("HeldElsewhere: actor {actor} under {reservation}"),
+        other => format!("{other:?}"),
+    }
+}
+
+fn acquired(reply: &Reply) -> Option<(ReservationId, FencingToken)> {
+    match reply {
+        Reply::Acquired {
+            reservation, token, ..
+        } => Some((reservation.clone(), *token)),
+        _ => None,
+    }
+}
+
+async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
+    let mut s = Story { failures: 0 };
+    let (a, b, c) = (
+        dcs[0].id.clone(),
+        dcs[1].id.clone(),
+        dcs[dcs.len() - 1].id.clone(),
+    );
+    let mut hosts = Vec::new();
+    for dc in dcs {
+        let tls = load_identity(certs, &Identity::new(Role::Host, Some(dc.id.clone()))?)?;
+        hosts.push((dc.id.clone(), Client::new(&tls, ClientLimits::default())?));
+    }
+    let actors = Actors {
+        hosts,
+        admin: Client::new(
+            &load_identity(certs, &Identity::new(Role::Admin, None)?)?,
+            ClientLimits::default(),
+        )?,
+    };
+    // The router is attached to the last DC: nearest first, others through their relays.
+    let mut table = vec![(c.clone(), dcs[dcs.len() - 1].daemon.local_addr())];
+    table.extend(
+        dcs.iter()
+            .take(dcs.len() - 1)
+            .map(|d| (d.id.clone(), d.reached_at)),
+    );
+    let router_tls = load_identity(certs, &Identity::new(Role::Router, None)?)?;
+    // A long tail TTL keeps the story deterministic at any --latency-ms: the
+    // router drops its answer only when told routing failed (step 5).
+    let config = ResolverConfig {
+        tail_ttl_ms: 60_000,
+        ..ResolverConfig::new(table)
+    };
+    let router = Resolver::new(Client::new(&router_tls, ClientLimits::default())?, config);
+
+    let run = format!("{:04x}", host_now().as_ms() & 0xffff);
+    let room = Key::new(KeyName::new(format!("room-{run}"))?);
+
+    s.step(&format!("1. a host in {a} connects to key {room}"));
+    let reply = acquire(&actors, dcs, &a, &room, &format!("{a}-host:9000")).await?;
+    println!("   {}", describe(&reply));
+    let Some((first, token)) = acquired(&reply) else {
+        s.check(false, format!("{a} acquires the new key"));
+        return Ok(false);
+    };
+    s.check(
+        first.dc() == &a && token == FencingToken::FIRST,
+        format!("{a} wrote its record, then the global entry {room} → {first}"),
+    );
+
+    s.step(&format!("2. a router attached to {c} resolves it"));
+    let started = Instant::now();
+    match router.resolve(&room).await {
+        Ok(r) => {
+            println!(
+                "   {}  [{} ms]",
+                show::resolution(&r),
+                started.elapsed().as_millis()
+            );
+            s.check(
+                r.reservation == first && r.remote_round_trips == 2,
+                format!("global read at {c} + one round trip to {a}"),
+            );
+        }
+        Err(e) => s.check(false, format!("resolve: {e}")),
+    }
+    match router.resolve(&room).await {
+        Ok(r) => {
+            println!("   again: {}", show::resolution(&r));
+            s.check(
+                r.from_cache && r.remote_round_trips == 0,
+                "second resolve: one cache lookup, no round trip",
+            );
+        }
+        Err(e) => s.check(false, format!("resolve: {e}")),
+    }
+
+    s.step(&format!(
+        "3. a host in {b} connects to {room} while {a}'s actor lives"
+    ));
+    let reply = acquire(&actors, dcs, &b, &room, &format!("{b}-host:9000")).await?;
+    println!("   {}", describe(&reply));
+    s.check(
+        matches!(&reply, Reply::HeldElsewhere { reservation, .. } if *reservation == first),
+        "connect returns the live actor; no second one starts",
+    );
+
+    s.step(&format!(
+        "4. {a}'s actor stops and releases; a host in {b} connects again"
+    ));
+    let release = Request::Release {
+        reservation: first.clone(),
+        token,
+    };
+    let released = actors.host(&a).request(&peer_of(dcs, &a), &release).await?;
+    s.check(
+        matches!(
+            released,
+            Reply::Release(homing_core::ReleaseReply::Released)
+        ),
+        format!("{first} released"),
+    );
+    let reply = acquire(&actors, dcs, &b, &room, &format!("{b}-host:9000")).await?;
+    println!("   {}", describe(&reply));
+    let second = acquired(&reply);
+    s.check(
+        second.as_ref().is_some_and(|(id, t)| id.dc() == &b && *t == token.next()),
+        format!("recreated in {b} with token + 1; {a} linked {first} → it (the global entry never changes)"),
+    );
+    let Some((second, second_token)) = second else {
+        return Ok(false);
+    };
+
+    s.step(&format!(
+        "5. routing to {a}'s old actor fails; the router reports it and resolves again"
+    ));
+    if let Ok(old) = router.resolve(&room).await {
+        router.report_unreachable(&old).await;
+    }
+    let started = Instant::now();
+    match router.resolve(&room).await {
+        Ok(r) => {
+            println!(
+                "   {}  [{} ms]",
+                show::resolution(&r),
+                started.elapsed().as_millis()
+            );
+            s.check(
+                r.reservation == second && r.remote_round_trips == 2,
+                format!("entry from cache; {a} answers with the link, {b} with the actor"),
+            );
+        }
+        Err(e) => s.check(false, format!("resolve: {e}")),
+    }
+    match router.trace(&room).await {
+        Ok(walked) => {
+            println!(
+                "   the chain, hop by hop:\n{}",
+                show::chain(&walked, "     ")
+            );
+            s.check(
+                walked.links.len() == 1 && walked.remote_round_trips == 1,
+                "entry and link now cached: only the tail is asked",
+            );
+        }
+        Err(e) => s.check(false, format!("trace: {e}")),
+    }
+    match router.resolve(&room).await {
+        Ok(r) => s.check(
+            r.from_cache && r.reservation == second,
+            format!("and again: {}", show::resolution(&r)),
+        ),
+        Err(e) => s.check(false, format!("resolve: {e}")),
+    }
+
+    let lobby = Key::new(KeyName::new(format!("lobby-{run}"))?);
+    s.step(&format!(
+        "6. hosts in {a} and {c} race for a new key, {lobby}"
+    ));
+    let (actor_a, actor_c) = (format!("{a}-host:9001"), format!("{c}-host:9001"));
+    let (x, y) = tokio::join!(
+        acquire(&actors, dcs, &a, &lobby, &actor_a),
+        acquire(&actors, dcs, &c, &lobby, &actor_c),
+    );
+    let (x, y) = (x?, y?);
+    println!("   {a}: {}\n   {c}: {}", describe(&x), describe(&y));
+    let winner = acquired(&x).or(acquired(&y)).map(|(id, _)| id);
+    let loser_follows = [&x, &y].iter().any(|r| matches!(r, Reply::HeldElsewhere { reservation, .. } if Some(reservation) == winner.as_ref()));
+    s.check(
+        winner.is_some() && loser_follows,
+        "exactly one winner; the loser returns the winner's actor",
+    );
+
+    s.step(&format!(
+        "7. an operator drains {room} (allow_renew = false) through {c}"
+    ));
+    let drained = actors
+        .admin
+        .request(&peer_of(dcs, &c), &Request::Drain { key: room.clone() })
+        .await?;
+    s.check(
+        matches!(drained, Reply::Drained),
+        format!("{c} forwarded the drain to {b}, which owns the tail"),
+    );
+    let renew = Request::Renew {
+        reservation: second.clone(),
+        token: second_token,
+        host_time: host_now(),
+    };
+    let renewed = actors.host(&b).request(&peer_of(dcs, &b), &renew).await?;
+    println!("   {b}'s host renews: {renewed:?}");
+    s.check(
+        matches!(renewed, Reply::Renew(RenewReply::Draining)),
+        "renewal refused: the host stops by its deadlines",
+    );
+
+    if s.failures == 0 {
+        println!("\nall checks passed");
+    } else {
+        println!("\n{} check(s) failed", s.failures);
+    }
+    Ok(s.failures == 0)
+}

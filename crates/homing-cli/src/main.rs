@@ -1,0 +1,222 @@
+//! `homing`: the operator's and developer's command line.
+
+mod devnet;
+mod reach;
+mod show;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use homing_client::{Resolver, ResolverConfig};
+use homing_core::{
+    ActorId, DcId, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace, Reply, Request,
+    ReservationId, Tag,
+};
+
+use crate::reach::Reach;
+
+/// homing — which datacenter hosts the actor for a key, right now.
+///
+/// Commands that talk to a deployment need its certificates (--certs, as
+/// written by `homing certs`) and its DCs (--dc NAME=ADDR, nearest first).
+/// `homing devnet --serve` starts a local deployment and prints both.
+#[derive(Debug, Parser)]
+#[command(name = "homing", version, about, long_about)]
+struct Cli {
+    #[command(flatten)]
+    reach: Reach,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// A key on the command line.
+#[derive(Debug, clap::Args)]
+struct KeyArgs {
+    /// The key name.
+    key: String,
+    /// The key's namespace (default: the empty namespace).
+    #[arg(long, default_value = "")]
+    namespace: String,
+}
+
+impl KeyArgs {
+    fn key(&self) -> anyhow::Result<Key> {
+        Ok(Key::in_namespace(
+            Namespace::new(self.namespace.as_str()).context("--namespace")?,
+            KeyName::new(self.key.as_str()).context("key")?,
+        ))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a local multi-DC deployment in this process and tell homing's story:
+    /// reserve, resolve, recreate elsewhere, follow the chain, race, drain.
+    Devnet(devnet::DevnetArgs),
+    /// Write a development CA and node, host, router and admin certificates.
+    Certs {
+        /// Directory to write into (created if missing).
+        #[arg(long, default_value = "homing-certs")]
+        out: PathBuf,
+        /// DC ids to issue node and host certificates for, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "iad,fra,sin")]
+        dcs: Vec<String>,
+    },
+    /// Where the key's actor lives now: DC, reservation, actor, token.
+    Resolve(KeyArgs),
+    /// The key's reservation chain, hop by hop, with where each answer came from.
+    Chain(KeyArgs),
+    /// Reserve the key for an actor in a DC (connect semantics: an existing
+    /// live actor is returned instead).
+    Reserve {
+        #[command(flatten)]
+        key: KeyArgs,
+        /// The actor to run (typically the address it answers on).
+        #[arg(long)]
+        actor: String,
+        /// The DC to reserve in (default: the nearest in --dc).
+        #[arg(long)]
+        at: Option<String>,
+        /// Only return an existing actor with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+    },
+    /// Release a reservation held with the given fencing token.
+    Release {
+        /// The reservation, `<dc>.<unique>`.
+        reservation: String,
+        /// The holder's fencing token.
+        #[arg(long)]
+        token: u64,
+    },
+    /// Refuse further renewals of the key's live lease: its host stops by its deadlines.
+    Drain(KeyArgs),
+}
+
+fn now() -> HostTime {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    HostTime::from_ms(ms)
+}
+
+fn print_reply(reply: Reply) -> anyhow::Result<()> {
+    match reply {
+        Reply::Error(e) => bail!("{e}"),
+        Reply::Acquired {
+            key,
+            reservation,
+            token,
+            ..
+        } => {
+            println!("acquired {key}: reservation {reservation}, token {token}");
+            println!(
+                "(the lease is not renewed by this command: it lapses after the DC's lease ttl)"
+            );
+        }
+        Reply::HeldElsewhere {
+            key,
+            reservation,
+            actor,
+            token,
+        } => {
+            println!("{key} is held: reservation {reservation}, actor {actor}, token {token}")
+        }
+        Reply::TagMismatch { existing } => {
+            bail!("a live actor holds the key under tag {existing:?}")
+        }
+        other => println!("{other:?}"),
+    }
+    Ok(())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    let reach = cli.reach;
+    match cli.command {
+        Command::Devnet(args) => return devnet::run(args).await,
+        Command::Certs { out, dcs } => {
+            let dcs = dcs
+                .iter()
+                .map(|d| DcId::new(d.as_str()))
+                .collect::<Result<Vec<_>, _>>()
+                .context("--dcs")?;
+            let files = homing_net::generate_dev_pki(&out, &dcs)?;
+            println!(
+                "wrote a dev CA and {} certificates to {}",
+                files.certs.len(),
+                out.display()
+            );
+            for (identity, cert, _) in &files.certs {
+                println!("   {identity:<12} {}", cert.display());
+            }
+        }
+        Command::Resolve(key) => {
+            let resolver = Resolver::new(reach.client()?, ResolverConfig::new(reach.dcs()?));
+            println!(
+                "{}",
+                show::resolution(&resolver.resolve(&key.key()?).await?)
+            );
+        }
+        Command::Chain(key) => {
+            let resolver = Resolver::new(reach.client()?, ResolverConfig::new(reach.dcs()?));
+            println!("{}", show::chain(&resolver.trace(&key.key()?).await?, ""));
+        }
+        Command::Reserve {
+            key,
+            actor,
+            at,
+            tag,
+        } => {
+            let peer = match at {
+                Some(dc) => reach.peer(&DcId::new(dc).context("--at")?)?,
+                None => reach.nearest()?,
+            };
+            let key = key.key()?;
+            let config = KeyConfig {
+                name: Some(key.name),
+                namespace: key.namespace,
+                tag: tag.map(Tag::new).transpose().context("--tag")?,
+            };
+            let request = Request::Acquire {
+                config,
+                actor: ActorId::new(actor).context("--actor")?,
+                host_time: now(),
+            };
+            print_reply(reach.client()?.request(&peer, &request).await?)?;
+        }
+        Command::Release { reservation, token } => {
+            let reservation: ReservationId = reservation.parse().context("reservation")?;
+            let peer = reach.peer(reservation.dc())?;
+            let request = Request::Release {
+                reservation,
+                token: FencingToken::new(token),
+            };
+            print_reply(reach.client()?.request(&peer, &request).await?)?;
+        }
+        Command::Drain(key) => {
+            let request = Request::Drain { key: key.key()? };
+            print_reply(reach.client()?.request(&reach.nearest()?, &request).await?)?;
+        }
+    }
+    Ok(true)
+}
+
+#[tokio::main]
+async fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()).await {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

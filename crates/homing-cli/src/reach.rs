@@ -1,0 +1,99 @@
+//! How the CLI reaches a deployment: a certificate directory (as written by
+//! `homing certs`) and a table of DCs, nearest first.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use homing_core::{DcId, Identity, Role};
+use homing_net::{Client, ClientLimits, Peer, TlsIdentity, pki::cert_name};
+
+/// Where the deployment is and who the CLI is.
+#[derive(Debug, Clone, Args)]
+pub struct Reach {
+    /// Directory with ca.pem and role certificates, as written by `homing certs`.
+    #[arg(
+        long,
+        env = "HOMING_CERTS",
+        default_value = "homing-certs",
+        global = true
+    )]
+    pub certs: PathBuf,
+    /// The certificate to present: admin or router.
+    #[arg(long = "as", env = "HOMING_AS", default_value = "admin", global = true)]
+    pub role: String,
+    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated).
+    #[arg(long = "dc", env = "HOMING_DCS", value_delimiter = ',', global = true)]
+    pub dcs: Vec<String>,
+}
+
+impl Reach {
+    /// The DC table, parsed.
+    pub fn dcs(&self) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
+        if self.dcs.is_empty() {
+            bail!(
+                "no DCs given: pass --dc NAME=ADDR (nearest first) or set HOMING_DCS, e.g. `homing devnet --serve` prints them"
+            );
+        }
+        self.dcs
+            .iter()
+            .map(|entry| {
+                let (dc, addr) = entry
+                    .split_once('=')
+                    .with_context(|| format!("--dc {entry:?} is not NAME=ADDR"))?;
+                let dc = DcId::new(dc).with_context(|| format!("--dc {entry:?}"))?;
+                let addr = addr
+                    .parse()
+                    .with_context(|| format!("--dc {entry:?}: address"))?;
+                Ok((dc, addr))
+            })
+            .collect()
+    }
+
+    /// The peer for `dc`.
+    pub fn peer(&self, dc: &DcId) -> anyhow::Result<Peer> {
+        let addr = self
+            .dcs()?
+            .into_iter()
+            .find(|(name, _)| name == dc)
+            .map(|(_, addr)| addr)
+            .with_context(|| format!("dc {dc} is not in the --dc table"))?;
+        Ok(Peer {
+            addr,
+            dc: dc.clone(),
+        })
+    }
+
+    /// The nearest DC.
+    pub fn nearest(&self) -> anyhow::Result<Peer> {
+        let (dc, addr) = self.dcs()?.into_iter().next().context("empty --dc table")?;
+        Ok(Peer { addr, dc })
+    }
+
+    /// A QUIC client presenting the chosen role's certificate.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let role: Role = self.role.parse().context("--as")?;
+        if role.needs_dc() {
+            bail!("--as {role}: the CLI acts as admin or router");
+        }
+        let tls = load_identity(&self.certs, &Identity::new(role, None)?)?;
+        Ok(Client::new(&tls, ClientLimits::default())?)
+    }
+}
+
+/// Loads `identity`'s certificate, key and the CA from `dir`.
+pub fn load_identity(dir: &Path, identity: &Identity) -> anyhow::Result<TlsIdentity> {
+    let name = cert_name(identity);
+    let (cert, key) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    TlsIdentity::load_pem(&dir.join("ca.pem"), &cert, &key).with_context(|| {
+        format!(
+            "loading {} (run `homing certs --out {}` first?)",
+            cert.display(),
+            dir.display()
+        )
+    })
+}

@@ -1,0 +1,58 @@
+//! How the CLI prints what homing answers.
+
+use homing_client::Resolution;
+use homing_core::{Source, TailState, Walked};
+
+fn source(source: Source) -> &'static str {
+    match source {
+        Source::Cache => "cache",
+        Source::Local => "same reply",
+        Source::Remote => "round trip",
+    }
+}
+
+/// One line for a resolution.
+pub fn resolution(r: &Resolution) -> String {
+    let origin = if r.stale {
+        "stale, remembered"
+    } else if r.from_cache {
+        "cache"
+    } else {
+        "walked"
+    };
+    format!(
+        "{} → dc {} reservation {} actor {} token {} ({} hop(s), {} round trip(s), {origin})",
+        r.key, r.dc, r.reservation, r.actor, r.token, r.hops, r.remote_round_trips
+    )
+}
+
+/// The chain hop by hop, one line each, indented by `indent`.
+pub fn chain(walked: &Walked, indent: &str) -> String {
+    let mut lines = vec![format!("{indent}global entry → {}", walked.entry)];
+    for (link, from) in walked.links.iter().zip(&walked.link_sources) {
+        lines.push(format!(
+            "{indent}{} (dc {}) released, linked → {}   [{}]",
+            link.from,
+            link.from.dc(),
+            link.to,
+            source(*from)
+        ));
+    }
+    let tail = &walked.tail;
+    let state = match &tail.state {
+        TailState::Active { actor } => format!("active, actor {actor}"),
+        TailState::Vacant => "vacant".to_string(),
+    };
+    lines.push(format!(
+        "{indent}{} (dc {}) tail: {state}, token {}   [{}]",
+        tail.id,
+        tail.id.dc(),
+        tail.token,
+        source(walked.tail_source)
+    ));
+    lines.push(format!(
+        "{indent}{} remote round trip(s)",
+        walked.remote_round_trips
+    ));
+    lines.join("\n")
+}

@@ -1,0 +1,400 @@
+//! `Resolver`: what an edge router embeds to learn which DC hosts a key's
+//! actor. Cheap to clone, safe to share across tasks.
+//!
+//! Three caches, because three kinds of fact age differently:
+//! global entries and links never change, so they are cached until evicted
+//! by capacity; the tail's live state changes, so the whole answer is cached
+//! for a short TTL (and dropped by [`Resolver::report_unreachable`] when
+//! routing to it fails). A hit is one moka lookup. Concurrent cold resolves
+//! of one key share one walk (single-flight), so each hop is asked once.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use homing_core::chain::{HOP_LIMIT_DEFAULT, Link};
+use homing_core::{
+    ActorId, ChainError, ChainWalk, DcId, FencingToken, Key, Need, Poll, Reply, Request,
+    ReservationId, Segment, Source, TailState, TailView, Walked,
+};
+use homing_net::{Client, Peer};
+use thiserror::Error;
+
+/// Default time a resolved answer (the tail's live state) is served from cache.
+pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
+/// Default capacity of each cache, in entries.
+pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
+/// Default timeout of one request to one DC.
+pub const HOP_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+
+/// How a [`Resolver`] reaches DCs and how much it remembers.
+#[derive(Debug, Clone)]
+pub struct ResolverConfig {
+    /// Every DC the router may ask, nearest first: the global read goes to
+    /// the first that answers; each chain hop goes to the reservation's owner.
+    pub dcs: Vec<(DcId, SocketAddr)>,
+    /// Capacity of the global-entry and link caches (each), in entries.
+    pub cache_entries: u64,
+    /// How long an answer's tail state is served from cache, in milliseconds.
+    pub tail_ttl_ms: u64,
+    /// Timeout of one request to one DC, in milliseconds.
+    pub hop_timeout_ms: u64,
+    /// Most links one resolve follows.
+    pub hop_limit: usize,
+}
+
+impl ResolverConfig {
+    /// Defaults for everything but the DC table.
+    pub fn new(dcs: Vec<(DcId, SocketAddr)>) -> ResolverConfig {
+        ResolverConfig {
+            dcs,
+            cache_entries: CACHE_ENTRIES_DEFAULT,
+            tail_ttl_ms: TAIL_TTL_MS_DEFAULT,
+            hop_timeout_ms: HOP_TIMEOUT_MS_DEFAULT,
+            hop_limit: HOP_LIMIT_DEFAULT,
+        }
+    }
+}
+
+/// Where a key's actor lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The key.
+    pub key: Key,
+    /// The DC hosting the actor.
+    pub dc: DcId,
+    /// The tail reservation.
+    pub reservation: ReservationId,
+    /// The actor.
+    pub actor: ActorId,
+    /// Its fencing token.
+    pub token: FencingToken,
+    /// Links followed from the global entry to the tail.
+    pub hops: u32,
+    /// Network round trips this resolve made (0 when answered from cache).
+    pub remote_round_trips: u32,
+    /// Whether the whole answer came from cache.
+    pub from_cache: bool,
+    /// Whether this is a remembered answer served because a DC was unavailable
+    /// (only from [`Resolver::resolve_or_stale`]).
+    pub stale: bool,
+}
+
+/// Why a key could not be resolved; each variant is a different router action.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ResolveError {
+    /// The key was never reserved (authoritative: a DC read the global store).
+    #[error("key {0} not found")]
+    NotFound(Key),
+    /// The key's chain ends in a reservation with no live actor.
+    #[error("no live actor for key {key}: tail {reservation} is vacant")]
+    Vacant {
+        /// The key.
+        key: Key,
+        /// The vacant tail.
+        reservation: ReservationId,
+    },
+    /// A DC needed for the answer did not answer.
+    #[error("dc {dc} unavailable: {reason}")]
+    Unavailable {
+        /// The DC.
+        dc: DcId,
+        /// Why.
+        reason: String,
+    },
+    /// The chain is longer than the hop limit.
+    #[error("chain longer than the hop limit of {0}")]
+    ChainTooLong(usize),
+    /// An answer contradicts the chain or what is known immutable.
+    #[error("inconsistent answer: {0}")]
+    Inconsistent(String),
+}
+
+impl From<ChainError> for ResolveError {
+    fn from(e: ChainError) -> ResolveError {
+        match e {
+            ChainError::TooLong(limit) => ResolveError::ChainTooLong(limit),
+            other => ResolveError::Inconsistent(other.to_string()),
+        }
+    }
+}
+
+struct Inner {
+    client: Client,
+    dcs: Vec<Peer>,
+    config: ResolverConfig,
+    /// Key → global entry; immutable facts.
+    entries: moka::future::Cache<Key, ReservationId>,
+    /// Released reservation → its successor; immutable facts.
+    links: moka::future::Cache<ReservationId, ReservationId>,
+    /// Key → whole answer, for `tail_ttl_ms`: the hot path.
+    answers: moka::future::Cache<Key, Arc<Resolution>>,
+    /// Key → last good answer, for callers who accept stale answers.
+    remembered: moka::future::Cache<Key, Arc<Resolution>>,
+}
+
+/// The edge router's resolver. See the module docs.
+#[derive(Clone)]
+pub struct Resolver {
+    inner: Arc<Inner>,
+}
+
+/// Counters for tests and benchmarks: requests sent, by kind.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// `Resolve` requests (global reads).
+    pub resolve: u32,
+    /// `ResolveReservation` requests (chain hops).
+    pub resolve_reservation: u32,
+}
+
+impl Resolver {
+    /// A resolver sending through `client` (a router identity) to `config.dcs`.
+    pub fn new(client: Client, config: ResolverConfig) -> Resolver {
+        let dcs = config
+            .dcs
+            .iter()
+            .map(|(dc, addr)| Peer {
+                addr: *addr,
+                dc: dc.clone(),
+            })
+            .collect();
+        let answers = moka::future::Cache::builder()
+            .max_capacity(config.cache_entries)
+            .time_to_live(Duration::from_millis(config.tail_ttl_ms))
+            .build();
+        Resolver {
+            inner: Arc::new(Inner {
+                client,
+                dcs,
+                entries: forever(config.cache_entries),
+                links: forever(config.cache_entries),
+                answers,
+                remembered: forever(config.cache_entries),
+                config,
+            }),
+        }
+    }
+
+    /// Where `key`'s actor lives now. From cache if the answer is younger
+    /// than the tail TTL; otherwise walks the chain, reusing cached entries
+    /// and links, with concurrent callers for one key sharing the walk.
+    pub async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
+        if let Some(hit) = self.inner.answers.get(key).await {
+            return Ok(Resolution {
+                from_cache: true,
+                remote_round_trips: 0,
+                ..(*hit).clone()
+            });
+        }
+        let inner = self.inner.clone();
+        let walked = self
+            .inner
+            .answers
+            .try_get_with(
+                key.clone(),
+                async move { inner.walk(key).await.map(Arc::new) },
+            )
+            .await
+            .map_err(|e| (*e).clone())?;
+        self.inner
+            .remembered
+            .insert(key.clone(), walked.clone())
+            .await;
+        Ok((*walked).clone())
+    }
+
+    /// Like [`Resolver::resolve`], but when a DC is unavailable and an earlier
+    /// answer is remembered, returns that answer marked `stale`.
+    pub async fn resolve_or_stale(&self, key: &Key) -> Result<Resolution, ResolveError> {
+        match self.resolve(key).await {
+            Err(ResolveError::Unavailable { dc, reason }) => {
+                match self.inner.remembered.get(key).await {
+                    Some(old) => Ok(Resolution {
+                        stale: true,
+                        from_cache: true,
+                        remote_round_trips: 0,
+                        ..(*old).clone()
+                    }),
+                    None => Err(ResolveError::Unavailable { dc, reason }),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Routing to `resolution` failed: forget the cached tail state so the
+    /// next resolve asks the tail's DC again (which answers with the link if
+    /// the actor moved). Entries and links stay cached: they are immutable.
+    pub async fn report_unreachable(&self, resolution: &Resolution) {
+        self.inner.answers.invalidate(&resolution.key).await;
+    }
+
+    /// The chain of `key` hop by hop, with where each answer came from. Always
+    /// asks the tail's DC (the answer cache is bypassed), but uses cached
+    /// entries and links; for operators and demos, not the hot path.
+    pub async fn trace(&self, key: &Key) -> Result<Walked, ResolveError> {
+        let walked = self.inner.walk_chain(key).await?;
+        Ok(walked)
+    }
+
+    /// Entries in the answer cache (approximate; for metrics).
+    pub fn cached_answers(&self) -> u64 {
+        self.inner.answers.entry_count()
+    }
+}
+
+impl Inner {
+    /// Walks the chain, caching every link learned.
+    async fn walk_chain(&self, key: &Key) -> Result<Walked, ResolveError> {
+        let mut walk = ChainWalk::from_key(key.clone(), self.config.hop_limit);
+        loop {
+            let step = match walk.poll().clone() {
+                Poll::Need(Need::GlobalEntry(key)) => self.global_step(&mut walk, &key).await?,
+                Poll::Need(Need::Reservation(id)) => self.hop_step(&mut walk, &id).await?,
+                Poll::NotFound => return Err(ResolveError::NotFound(key.clone())),
+                Poll::Failed(e) => return Err(e.into()),
+                Poll::Done(walked) => {
+                    for link in &walked.links {
+                        self.links.insert(link.from.clone(), link.to.clone()).await;
+                    }
+                    return Ok(walked);
+                }
+            };
+            step.map_err(ResolveError::from)?;
+        }
+    }
+
+    async fn walk(&self, key: &Key) -> Result<Resolution, ResolveError> {
+        let walked = self.walk_chain(key).await?;
+        let TailView {
+            id, token, state, ..
+        } = walked.tail;
+        let TailState::Active { actor } = state else {
+            return Err(ResolveError::Vacant {
+                key: key.clone(),
+                reservation: id,
+            });
+        };
+        Ok(Resolution {
+            key: key.clone(),
+            dc: id.dc().clone(),
+            reservation: id,
+            actor,
+            token,
+            hops: walked.links.len() as u32,
+            remote_round_trips: walked.remote_round_trips,
+            from_cache: false,
+            stale: false,
+        })
+    }
+
+    /// The global read: from cache, or from the nearest DC that answers.
+    async fn global_step(
+        &self,
+        walk: &mut ChainWalk,
+        key: &Key,
+    ) -> Result<Result<(), ChainError>, ResolveError> {
+        if let Some(entry) = self.entries.get(key).await {
+            return Ok(walk.handle_global(Some(entry), Source::Cache));
+        }
+        let mut last_error = None;
+        for peer in &self.dcs {
+            match self.ask(peer, &Request::Resolve { key: key.clone() }).await {
+                Ok(Reply::Resolved { entry, segment }) => {
+                    if let Some(id) = &entry {
+                        self.entries.insert(key.clone(), id.clone()).await;
+                    }
+                    let mut step = walk.handle_global(entry.clone(), Source::Remote);
+                    // The DC owning the entry answered its segment in the same round trip.
+                    if let (Ok(()), Some(id), Some(segment)) = (&step, &entry, segment) {
+                        step = walk.handle_segment(id.dc(), segment, Source::Local);
+                    }
+                    return Ok(step);
+                }
+                Ok(other) => last_error = Some(unexpected(&peer.dc, "resolve", &other)),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error
+            .unwrap_or_else(|| ResolveError::Inconsistent("no dc configured".to_string())))
+    }
+
+    /// One hop: a cached link, or a round trip to the reservation's owner.
+    async fn hop_step(
+        &self,
+        walk: &mut ChainWalk,
+        id: &ReservationId,
+    ) -> Result<Result<(), ChainError>, ResolveError> {
+        if let Some(to) = self.links.get(id).await {
+            let segment = Segment {
+                links: vec![Link {
+                    from: id.clone(),
+                    to,
+                }],
+                tail: None,
+            };
+            return Ok(walk.handle_segment(id.dc(), segment, Source::Cache));
+        }
+        let Some(peer) = self.dcs.iter().find(|p| &p.dc == id.dc()) else {
+            return Err(ResolveError::Unavailable {
+                dc: id.dc().clone(),
+                reason: "not in this router's dc table".to_string(),
+            });
+        };
+        match self
+            .ask(peer, &Request::ResolveReservation { id: id.clone() })
+            .await?
+        {
+            Reply::Reservation(segment) => {
+                Ok(walk.handle_segment(id.dc(), segment, Source::Remote))
+            }
+            other => Err(unexpected(&peer.dc, "resolve_reservation", &other)),
+        }
+    }
+
+    async fn ask(&self, peer: &Peer, request: &Request) -> Result<Reply, ResolveError> {
+        let unavailable = |reason: String| ResolveError::Unavailable {
+            dc: peer.dc.clone(),
+            reason,
+        };
+        let timeout = Duration::from_millis(self.config.hop_timeout_ms);
+        match tokio::time::timeout(timeout, self.client.request(peer, request)).await {
+            Err(_) => Err(unavailable(format!(
+                "no answer within {} ms",
+                self.config.hop_timeout_ms
+            ))),
+            Ok(Err(e)) => Err(unavailable(e.to_string())),
+            Ok(Ok(Reply::Error(e))) => match e.kind {
+                homing_core::ErrorKind::Unavailable { dc } => Err(ResolveError::Unavailable {
+                    dc,
+                    reason: e.message,
+                }),
+                homing_core::ErrorKind::Overloaded | homing_core::ErrorKind::Internal => {
+                    Err(unavailable(e.to_string()))
+                }
+                _ => Err(ResolveError::Inconsistent(format!(
+                    "dc {} answered {e}",
+                    peer.dc
+                ))),
+            },
+            Ok(Ok(reply)) => Ok(reply),
+        }
+    }
+}
+
+/// A cache whose entries stay until evicted by capacity.
+fn forever<K, V>(capacity: u64) -> moka::future::Cache<K, V>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    moka::future::Cache::builder()
+        .max_capacity(capacity)
+        .build()
+}
+
+fn unexpected(dc: &DcId, request: &str, reply: &Reply) -> ResolveError {
+    let reply: String = format!("{reply:?}").chars().take(200).collect();
+    ResolveError::Inconsistent(format!("dc {dc} answered {reply} to {request}"))
+}

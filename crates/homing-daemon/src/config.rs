@@ -1,0 +1,406 @@
+//! homingd's configuration: a TOML file, overridden by `HOMING_*`
+//! environment variables, overridden by flags. One struct, [`Settings`],
+//! carries every field as an `Option` for all three sources; [`Config`] is
+//! the validated result, and each error names the field that broke.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use homing_core::chain::{HOP_LIMIT_DEFAULT, HOP_LIMIT_MAX};
+use homing_core::{DcId, LeasePolicy};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Which backend holds a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    /// Embedded redb files under `data_dir` (the default).
+    Redb,
+    /// An etcd cluster (cargo feature `etcd`).
+    Etcd,
+    /// A FoundationDB cluster (cargo feature `fdb`).
+    Fdb,
+}
+
+/// Every setting, each optional, as read from one source.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// This daemon's DC id: 1–32 characters of [a-z0-9-].
+    #[arg(long, env = "HOMING_DC")]
+    pub dc: Option<String>,
+    /// QUIC address to serve on, e.g. 0.0.0.0:7400.
+    #[arg(long, env = "HOMING_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// HTTP address for /metrics and /healthz; unset disables the endpoint.
+    #[arg(long, env = "HOMING_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Peer DCs as DC=ADDR, repeatable (env: comma-separated), e.g. fra=10.0.2.1:7400.
+    #[arg(long = "peer", env = "HOMING_PEERS", value_delimiter = ',', value_parser = parse_peer)]
+    #[serde(default, deserialize_with = "peers_from_table")]
+    pub peers: Option<Vec<(String, SocketAddr)>>,
+    /// Directory for the redb DC store (and the redb global store, if used).
+    #[arg(long, env = "HOMING_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// PEM file of the deployment's CA.
+    #[arg(long, env = "HOMING_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// PEM file of this node's certificate (role node, this DC).
+    #[arg(long, env = "HOMING_CERT")]
+    pub cert: Option<PathBuf>,
+    /// PEM file of this node's private key.
+    #[arg(long, env = "HOMING_KEY")]
+    pub key: Option<PathBuf>,
+    /// DC store backend: redb (default), etcd, fdb.
+    #[arg(long, env = "HOMING_DC_STORE")]
+    pub dc_store: Option<String>,
+    /// Global store backend: redb (single-machine only), etcd, fdb.
+    #[arg(long, env = "HOMING_GLOBAL_STORE")]
+    pub global_store: Option<String>,
+    /// etcd endpoints, comma-separated host:port.
+    #[arg(long, env = "HOMING_ETCD_ENDPOINTS", value_delimiter = ',')]
+    pub etcd_endpoints: Option<Vec<String>>,
+    /// Key prefix for this deployment in etcd, e.g. /homing/prod.
+    #[arg(long, env = "HOMING_ETCD_PREFIX")]
+    pub etcd_prefix: Option<String>,
+    /// Lease length in milliseconds.
+    #[arg(long, env = "HOMING_LEASE_TTL_MS")]
+    pub lease_ttl_ms: Option<u64>,
+    /// When to renew, in thousandths of the lease (333 = a third of the way in).
+    #[arg(long, env = "HOMING_RENEW_AT_PERMILLE")]
+    pub renew_at_permille: Option<u16>,
+    /// Milliseconds before the host-side lease end at which the host stops gracefully.
+    #[arg(long, env = "HOMING_SOFT_MARGIN_MS")]
+    pub soft_margin_ms: Option<u64>,
+    /// Milliseconds before the host-side lease end at which the host kills the actor.
+    #[arg(long, env = "HOMING_HARD_MARGIN_MS")]
+    pub hard_margin_ms: Option<u64>,
+    /// Milliseconds after expiry before the DC reaps a lease and lets another holder in.
+    #[arg(long, env = "HOMING_GRACE_MS")]
+    pub grace_ms: Option<u64>,
+    /// Most links one resolve or connect follows.
+    #[arg(long, env = "HOMING_HOP_LIMIT")]
+    pub hop_limit: Option<usize>,
+    /// How often the reaper and orphan sweeper scan the DC store, in milliseconds.
+    #[arg(long, env = "HOMING_REAPER_INTERVAL_MS")]
+    pub reaper_interval_ms: Option<u64>,
+    /// A reservation that lost its race is marked abandoned once released this long, in milliseconds.
+    #[arg(long, env = "HOMING_ORPHAN_AGE_MS")]
+    pub orphan_age_ms: Option<u64>,
+    /// Timeout for one request to a peer DC, in milliseconds.
+    #[arg(long, env = "HOMING_PEER_TIMEOUT_MS")]
+    pub peer_timeout_ms: Option<u64>,
+    /// Capacity of the cache of global entries (immutable, so never stale), in entries.
+    #[arg(long, env = "HOMING_GLOBAL_CACHE_ENTRIES")]
+    pub global_cache_entries: Option<u64>,
+}
+
+fn parse_peer(text: &str) -> Result<(String, SocketAddr), String> {
+    let (dc, addr) = text
+        .split_once('=')
+        .ok_or_else(|| format!("peer {text:?} is not DC=ADDR"))?;
+    let addr = addr
+        .parse()
+        .map_err(|e| format!("peer {dc}: address {addr:?}: {e}"))?;
+    Ok((dc.to_string(), addr))
+}
+
+fn peers_from_table<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<(String, SocketAddr)>>, D::Error> {
+    let table = Option::<BTreeMap<String, SocketAddr>>::deserialize(d)?;
+    Ok(table.map(|t| t.into_iter().collect()))
+}
+
+macro_rules! overlay {
+    ($low:expr, $high:expr, $($field:ident),*) => {
+        Settings { $($field: $high.$field.or($low.$field)),* }
+    };
+}
+
+impl Settings {
+    /// Reads a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// `self` with every field that `over` sets replaced by `over`'s value.
+    pub fn overlay(self, over: Settings) -> Settings {
+        overlay!(
+            self,
+            over,
+            dc,
+            listen,
+            metrics_listen,
+            peers,
+            data_dir,
+            ca_cert,
+            cert,
+            key,
+            dc_store,
+            global_store,
+            etcd_endpoints,
+            etcd_prefix,
+            lease_ttl_ms,
+            renew_at_permille,
+            soft_margin_ms,
+            hard_margin_ms,
+            grace_ms,
+            hop_limit,
+            reaper_interval_ms,
+            orphan_age_ms,
+            peer_timeout_ms,
+            global_cache_entries
+        )
+    }
+}
+
+/// A configuration that failed validation; the message names the field.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// A required field is unset.
+    #[error("{0} is required (flag --{flag}, env HOMING_{env}, or `{0}` in the config file)", flag = .0.replace('_', "-"), env = .0.to_uppercase())]
+    Missing(&'static str),
+    /// A field's value is invalid.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The config file could not be read or parsed.
+    #[error("config file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn invalid(field: &'static str, reason: impl ToString) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.to_string(),
+    }
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This DC.
+    pub dc: DcId,
+    /// QUIC listen address.
+    pub listen: SocketAddr,
+    /// HTTP metrics address, if enabled.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Peer DCs.
+    pub peers: BTreeMap<DcId, SocketAddr>,
+    /// Data directory (redb stores).
+    pub data_dir: PathBuf,
+    /// CA certificate file.
+    pub ca_cert: PathBuf,
+    /// Own certificate file.
+    pub cert: PathBuf,
+    /// Own key file.
+    pub key: PathBuf,
+    /// DC store backend.
+    pub dc_store: StoreKind,
+    /// Global store backend.
+    pub global_store: StoreKind,
+    /// etcd endpoints (when a store is etcd).
+    pub etcd_endpoints: Vec<String>,
+    /// etcd key prefix.
+    pub etcd_prefix: String,
+    /// Lease policy.
+    pub policy: LeasePolicy,
+    /// Hop limit.
+    pub hop_limit: usize,
+    /// Reaper interval, ms.
+    pub reaper_interval_ms: u64,
+    /// Orphan age, ms.
+    pub orphan_age_ms: u64,
+    /// Peer request timeout, ms.
+    pub peer_timeout_ms: u64,
+    /// Global entry cache capacity, entries.
+    pub global_cache_entries: u64,
+}
+
+fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, ConfigError> {
+    match value.as_deref().unwrap_or("redb") {
+        "redb" => Ok(StoreKind::Redb),
+        "etcd" if cfg!(feature = "etcd") => Ok(StoreKind::Etcd),
+        "fdb" if cfg!(feature = "fdb") => Ok(StoreKind::Fdb),
+        "etcd" | "fdb" => Err(invalid(
+            field,
+            "this homingd was built without that backend's cargo feature",
+        )),
+        other => Err(invalid(
+            field,
+            format!("unknown backend {other:?} (expected redb, etcd or fdb)"),
+        )),
+    }
+}
+
+impl Config {
+    /// Validates `settings`, filling defaults.
+    pub fn from_settings(s: Settings) -> Result<Config, ConfigError> {
+        let dc =
+            DcId::new(s.dc.ok_or(ConfigError::Missing("dc"))?).map_err(|e| invalid("dc", e))?;
+        let mut peers = BTreeMap::new();
+        for (name, addr) in s.peers.unwrap_or_default() {
+            let peer = DcId::new(name).map_err(|e| invalid("peers", e))?;
+            if peer == dc {
+                return Err(invalid("peers", format!("{peer} is this daemon's own dc")));
+            }
+            if peers.insert(peer.clone(), addr).is_some() {
+                return Err(invalid("peers", format!("{peer} is listed twice")));
+            }
+        }
+        let d = LeasePolicy::DEFAULT;
+        let policy = LeasePolicy::new(
+            s.lease_ttl_ms.unwrap_or(d.ttl_ms()),
+            s.renew_at_permille.unwrap_or(d.renew_at_permille()),
+            s.soft_margin_ms.unwrap_or(d.soft_margin_ms()),
+            s.hard_margin_ms.unwrap_or(d.hard_margin_ms()),
+            s.grace_ms.unwrap_or(d.grace_ms()),
+        )
+        .map_err(|e| invalid("lease policy", e))?;
+        let hop_limit = s.hop_limit.unwrap_or(HOP_LIMIT_DEFAULT);
+        if hop_limit == 0 || hop_limit > HOP_LIMIT_MAX {
+            return Err(invalid("hop_limit", format!("must be 1..={HOP_LIMIT_MAX}")));
+        }
+        let dc_store = store_kind("dc_store", s.dc_store)?;
+        let global_store = store_kind("global_store", s.global_store)?;
+        let uses_etcd = dc_store == StoreKind::Etcd || global_store == StoreKind::Etcd;
+        let etcd_endpoints = s.etcd_endpoints.unwrap_or_default();
+        if uses_etcd && etcd_endpoints.is_empty() {
+            return Err(ConfigError::Missing("etcd_endpoints"));
+        }
+        let positive = |field: &'static str, value: Option<u64>, default: u64| match value
+            .unwrap_or(default)
+        {
+            0 => Err(invalid(field, "must be greater than 0")),
+            v => Ok(v),
+        };
+        Ok(Config {
+            listen: s.listen.ok_or(ConfigError::Missing("listen"))?,
+            metrics_listen: s.metrics_listen,
+            peers,
+            data_dir: s.data_dir.ok_or(ConfigError::Missing("data_dir"))?,
+            ca_cert: s.ca_cert.ok_or(ConfigError::Missing("ca_cert"))?,
+            cert: s.cert.ok_or(ConfigError::Missing("cert"))?,
+            key: s.key.ok_or(ConfigError::Missing("key"))?,
+            dc_store,
+            global_store,
+            etcd_endpoints,
+            etcd_prefix: s
+                .etcd_prefix
+                .unwrap_or_else(|| "/homing/default".to_string()),
+            policy,
+            hop_limit,
+            reaper_interval_ms: positive("reaper_interval_ms", s.reaper_interval_ms, 1_000)?,
+            orphan_age_ms: positive("orphan_age_ms", s.orphan_age_ms, 60_000)?,
+            peer_timeout_ms: positive("peer_timeout_ms", s.peer_timeout_ms, 2_000)?,
+            global_cache_entries: positive(
+                "global_cache_entries",
+                s.global_cache_entries,
+                1_000_000,
+            )?,
+            dc,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> Settings {
+        toml::from_str(
+            r#"
+            dc = "iad"
+            listen = "127.0.0.1:7400"
+            data_dir = "/tmp/x"
+            ca_cert = "ca.pem"
+            cert = "node-iad.pem"
+            key = "node-iad.key"
+            [peers]
+            fra = "127.0.0.1:7401"
+            "#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_minimal_file_validates_with_defaults() {
+        let config = Config::from_settings(minimal()).unwrap();
+        assert_eq!(config.dc.as_str(), "iad");
+        assert_eq!(config.peers.len(), 1);
+        assert_eq!(config.dc_store, StoreKind::Redb);
+        assert_eq!(config.policy, LeasePolicy::DEFAULT);
+    }
+
+    #[test]
+    fn flags_override_env_override_file() {
+        let over = Settings {
+            dc: Some("fra".into()),
+            peers: Some(vec![("iad".into(), "127.0.0.1:1".parse().unwrap())]),
+            ..Settings::default()
+        };
+        let config = Config::from_settings(minimal().overlay(over)).unwrap();
+        assert_eq!(config.dc.as_str(), "fra");
+        assert_eq!(
+            config.listen,
+            "127.0.0.1:7400".parse().unwrap(),
+            "unset fields keep the file's value"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut s = minimal();
+        s.dc = Some("IAD".into());
+        assert!(
+            Config::from_settings(s)
+                .unwrap_err()
+                .to_string()
+                .starts_with("dc:")
+        );
+        let mut s = minimal();
+        s.listen = None;
+        let err = Config::from_settings(s).unwrap_err().to_string();
+        assert!(
+            err.contains("listen is required") && err.contains("HOMING_LISTEN"),
+            "{err}"
+        );
+        let mut s = minimal();
+        s.soft_margin_ms = Some(500);
+        assert!(
+            Config::from_settings(s)
+                .unwrap_err()
+                .to_string()
+                .contains("soft_margin_ms")
+        );
+        let mut s = minimal();
+        s.peers = Some(vec![("iad".into(), "127.0.0.1:1".parse().unwrap())]);
+        assert!(
+            Config::from_settings(s)
+                .unwrap_err()
+                .to_string()
+                .contains("own dc")
+        );
+        let bad: Result<Settings, _> = toml::from_str("dc = \"iad\"\nlisten_addr = \"x\"");
+        assert!(bad.unwrap_err().to_string().contains("listen_addr"));
+    }
+}

@@ -1,0 +1,167 @@
+//! The peer table (DC id → address) and the requests this daemon sends to
+//! other DCs. Nothing a peer says is trusted blindly: a reply of the wrong
+//! kind is an error, and the chain walk checks that a DC speaks only for its
+//! own reservations.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use homing_core::{
+    DcId, ErrorKind, ErrorReply, FencingToken, Key, LinkReply, Reply, Request, ReservationId,
+    Segment,
+};
+use homing_net::{Client, Peer};
+use thiserror::Error;
+
+use crate::metrics::Metrics;
+
+/// Why a request to a peer DC did not yield a usable answer.
+#[derive(Debug, Clone, Error)]
+pub enum PeerError {
+    /// The DC is not in the peer table, or could not be reached in time.
+    #[error("dc {dc} unavailable: {reason}")]
+    Unavailable {
+        /// The DC.
+        dc: DcId,
+        /// Why.
+        reason: String,
+    },
+    /// The DC answered with an error.
+    #[error("dc {dc} refused: {reply}")]
+    Refused {
+        /// The DC.
+        dc: DcId,
+        /// Its answer.
+        reply: ErrorReply,
+    },
+    /// The DC answered something that is not an answer to the request.
+    #[error("dc {dc} answered {reply} to {request}")]
+    Lied {
+        /// The DC.
+        dc: DcId,
+        /// The request kind.
+        request: &'static str,
+        /// The reply kind received.
+        reply: String,
+    },
+}
+
+impl PeerError {
+    /// The error reply to pass on to our own caller.
+    pub fn to_reply(&self) -> ErrorReply {
+        match self {
+            PeerError::Unavailable { dc, .. } => {
+                ErrorReply::new(ErrorKind::Unavailable { dc: dc.clone() }, self.to_string())
+            }
+            PeerError::Refused { reply, .. } => reply.clone(),
+            PeerError::Lied { .. } => ErrorReply::new(ErrorKind::Inconsistent, self.to_string()),
+        }
+    }
+}
+
+/// The other DCs and a pooled QUIC client to reach them.
+#[derive(Clone)]
+pub struct Peers {
+    table: Arc<BTreeMap<DcId, SocketAddr>>,
+    client: Client,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Peers {
+    /// Peers reachable through `client`, each request bounded by `timeout`.
+    pub fn new(
+        table: BTreeMap<DcId, SocketAddr>,
+        client: Client,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Peers {
+        Peers {
+            table: Arc::new(table),
+            client,
+            timeout,
+            metrics,
+        }
+    }
+
+    async fn call(&self, dc: &DcId, request: &Request) -> Result<Reply, PeerError> {
+        let unavailable = |reason: String| PeerError::Unavailable {
+            dc: dc.clone(),
+            reason,
+        };
+        let addr = *self
+            .table
+            .get(dc)
+            .ok_or_else(|| unavailable("not in the peer table".to_string()))?;
+        let peer = Peer {
+            addr,
+            dc: dc.clone(),
+        };
+        let started = Instant::now();
+        let reply = tokio::time::timeout(self.timeout, self.client.request(&peer, request))
+            .await
+            .map_err(|_| unavailable(format!("no answer within {} ms", self.timeout.as_millis())))?
+            .map_err(|e| unavailable(e.to_string()))?;
+        self.metrics.peer(dc.as_str(), started.elapsed());
+        match reply {
+            Reply::Error(reply) => Err(PeerError::Refused {
+                dc: dc.clone(),
+                reply,
+            }),
+            reply => Ok(reply),
+        }
+    }
+
+    fn lied(dc: &DcId, request: &Request, reply: &Reply) -> PeerError {
+        let reply = format!("{reply:?}");
+        PeerError::Lied {
+            dc: dc.clone(),
+            request: request.kind(),
+            reply: reply.chars().take(200).collect(),
+        }
+    }
+
+    /// What `id`'s owner knows about it (the chain walk validates the segment).
+    pub async fn resolve_reservation(&self, id: &ReservationId) -> Result<Segment, PeerError> {
+        let request = Request::ResolveReservation { id: id.clone() };
+        match self.call(id.dc(), &request).await? {
+            Reply::Reservation(segment) => Ok(segment),
+            other => Err(Self::lied(id.dc(), &request, &other)),
+        }
+    }
+
+    /// Asks `from`'s owner to link it to our reservation `to`.
+    pub async fn link(
+        &self,
+        from: &ReservationId,
+        to: &ReservationId,
+        expected_token: FencingToken,
+    ) -> Result<LinkReply, PeerError> {
+        let request = Request::Link {
+            from: from.clone(),
+            to: to.clone(),
+            expected_token,
+        };
+        match self.call(from.dc(), &request).await? {
+            // A peer may not claim the tail is linked to itself: that would loop.
+            Reply::Link(LinkReply::AlreadyLinked(next)) if &next == from => Err(Self::lied(
+                from.dc(),
+                &request,
+                &Reply::Link(LinkReply::AlreadyLinked(next)),
+            )),
+            Reply::Link(reply) => Ok(reply),
+            other => Err(Self::lied(from.dc(), &request, &other)),
+        }
+    }
+
+    /// Forwards an operator's drain to the DC that owns the key's tail.
+    pub async fn drain(&self, dc: &DcId, key: &Key) -> Result<(), PeerError> {
+        let request = Request::Drain { key: key.clone() };
+        match self.call(dc, &request).await? {
+            Reply::Drained => Ok(()),
+            other => Err(Self::lied(dc, &request, &other)),
+        }
+    }
+}
