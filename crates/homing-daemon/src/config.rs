@@ -56,7 +56,7 @@ pub struct Settings {
     /// DC store backend: redb (default), etcd, fdb.
     #[arg(long, env = "HOMING_DC_STORE")]
     pub dc_store: Option<String>,
-    /// Global store backend: redb (single-machine only), etcd, fdb.
+    /// Global store backend: etcd, fdb, or redb (one process only: tests and the devnet).
     #[arg(long, env = "HOMING_GLOBAL_STORE")]
     pub global_store: Option<String>,
     /// etcd endpoints, comma-separated host:port.

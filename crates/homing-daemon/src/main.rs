@@ -16,7 +16,7 @@ use homing_net::TlsIdentity;
 #[derive(Debug, Parser)]
 #[command(name = "homingd", version, about, long_about)]
 struct Cli {
-    /// TOML config file; its fields have the flags' names with `_` for `-`.
+    /// TOML config file: the flags' names with `_` for `-`, peers as a [peers] table of dc = "addr".
     #[arg(long, env = "HOMING_CONFIG")]
     config: Option<PathBuf>,
     /// Log format: text or json.
