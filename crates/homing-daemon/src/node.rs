@@ -24,6 +24,9 @@ use crate::peers::{PeerError, Peers};
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
 pub const CAS_ATTEMPTS_MAX: u32 = 16;
+/// Most records one `Inspect` reply carries: a record encodes to at most about
+/// 1 KiB, so this keeps the reply inside one 64 KiB frame.
+pub const INSPECT_RECORDS_MAX: usize = 48;
 
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
 pub fn store_now() -> StoreTime {
@@ -467,10 +470,11 @@ impl Node {
             let done = page.len() < homing_store::SCAN_LIMIT_MAX;
             after = page.last().map(homing_store::ScanCursor::after);
             records.extend(page.into_iter().filter(|r| r.key == key));
-            if done || records.len() >= homing_store::SCAN_LIMIT_MAX {
+            if done || records.len() >= INSPECT_RECORDS_MAX {
                 break;
             }
         }
+        records.truncate(INSPECT_RECORDS_MAX);
         Ok(Reply::Inspected { records })
     }
 

@@ -31,7 +31,10 @@ impl Drop for Homingd {
 }
 
 fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 fn start(dir: &Path, addr: SocketAddr) -> Homingd {
@@ -58,7 +61,9 @@ fn start(dir: &Path, addr: SocketAddr) -> Homingd {
             let _ = tx.send(line);
         }
     });
-    let line = rx.recv_timeout(START_TIMEOUT).expect("homingd prints its listening line");
+    let line = rx
+        .recv_timeout(START_TIMEOUT)
+        .expect("homingd prints its listening line");
     assert!(line.contains("listening on"), "{line}");
     Homingd { child, addr }
 }
@@ -79,7 +84,12 @@ fn client(ca: &DevCa, role: Role) -> Client {
 }
 
 fn now() -> HostTime {
-    HostTime::from_ms(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64)
+    HostTime::from_ms(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    )
 }
 
 fn key(name: &str) -> Key {
@@ -98,11 +108,20 @@ fn acquire(name: &str) -> Request {
 async fn homingd_serves_the_protocol_over_quic() {
     let (dir, ca) = setup();
     let daemon = start(dir.path(), free_port());
-    let peer = Peer { addr: daemon.addr, dc: DcId::new("iad").unwrap() };
+    let peer = Peer {
+        addr: daemon.addr,
+        dc: DcId::new("iad").unwrap(),
+    };
     let host = client(&ca, Role::Host);
     let router = client(&ca, Role::Router);
 
-    let Reply::Acquired { reservation, token, deadlines, .. } = host.request(&peer, &acquire("room")).await.unwrap() else {
+    let Reply::Acquired {
+        reservation,
+        token,
+        deadlines,
+        ..
+    } = host.request(&peer, &acquire("room")).await.unwrap()
+    else {
         panic!("acquire")
     };
     assert_eq!(reservation.dc().as_str(), "iad");
@@ -110,21 +129,51 @@ async fn homingd_serves_the_protocol_over_quic() {
     assert!(deadlines.renew_at < deadlines.hard_terminate_at);
 
     // The router reads the global entry and the tail in one reply: iad owns both.
-    match router.request(&peer, &Request::Resolve { key: key("room") }).await.unwrap() {
-        Reply::Resolved { entry, segment: Some(segment) } => {
+    match router
+        .request(&peer, &Request::Resolve { key: key("room") })
+        .await
+        .unwrap()
+    {
+        Reply::Resolved {
+            entry,
+            segment: Some(segment),
+        } => {
             assert_eq!(entry.as_ref(), Some(&reservation));
             assert_eq!(segment.tail.map(|t| t.id), Some(reservation.clone()));
         }
         other => panic!("{other:?}"),
     }
-    match router.request(&peer, &Request::Resolve { key: key("never-reserved") }).await.unwrap() {
-        Reply::Resolved { entry: None, segment: None } => {}
+    match router
+        .request(
+            &peer,
+            &Request::Resolve {
+                key: key("never-reserved"),
+            },
+        )
+        .await
+        .unwrap()
+    {
+        Reply::Resolved {
+            entry: None,
+            segment: None,
+        } => {}
         other => panic!("{other:?}"),
     }
 
-    let renew = Request::Renew { reservation: reservation.clone(), token, host_time: now() };
-    assert!(matches!(host.request(&peer, &renew).await.unwrap(), Reply::Renew(homing_core::RenewReply::Renewed(_))));
-    let stale = Request::Renew { reservation: reservation.clone(), token: FencingToken::new(9), host_time: now() };
+    let renew = Request::Renew {
+        reservation: reservation.clone(),
+        token,
+        host_time: now(),
+    };
+    assert!(matches!(
+        host.request(&peer, &renew).await.unwrap(),
+        Reply::Renew(homing_core::RenewReply::Renewed(_))
+    ));
+    let stale = Request::Renew {
+        reservation: reservation.clone(),
+        token: FencingToken::new(9),
+        host_time: now(),
+    };
     assert!(matches!(
         host.request(&peer, &stale).await.unwrap(),
         Reply::Renew(homing_core::RenewReply::StaleToken { current }) if current == token
@@ -135,23 +184,42 @@ async fn homingd_serves_the_protocol_over_quic() {
         Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Unauthorized),
         other => panic!("{other:?}"),
     }
-    let link = Request::Link { from: reservation.clone(), to: "fra.1".parse().unwrap(), expected_token: token };
+    let link = Request::Link {
+        from: reservation.clone(),
+        to: "fra.1".parse().unwrap(),
+        expected_token: token,
+    };
     match host.request(&peer, &link).await.unwrap() {
         Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Unauthorized),
         other => panic!("{other:?}"),
     }
     // A reservation another DC owns is refused by name.
-    let foreign = Request::ResolveReservation { id: "fra.1".parse().unwrap() };
+    let foreign = Request::ResolveReservation {
+        id: "fra.1".parse().unwrap(),
+    };
     match router.request(&peer, &foreign).await.unwrap() {
-        Reply::Error(e) => assert!(e.kind == ErrorKind::BadRequest && e.message.contains("owned by dc fra"), "{e}"),
+        Reply::Error(e) => assert!(
+            e.kind == ErrorKind::BadRequest && e.message.contains("owned by dc fra"),
+            "{e}"
+        ),
         other => panic!("{other:?}"),
     }
 
-    let release = Request::Release { reservation: reservation.clone(), token };
-    assert!(matches!(host.request(&peer, &release).await.unwrap(), Reply::Release(homing_core::ReleaseReply::Released)));
+    let release = Request::Release {
+        reservation: reservation.clone(),
+        token,
+    };
+    assert!(matches!(
+        host.request(&peer, &release).await.unwrap(),
+        Reply::Release(homing_core::ReleaseReply::Released)
+    ));
     // Connect again in the same DC: re-activation with token + 1.
     match host.request(&peer, &acquire("room")).await.unwrap() {
-        Reply::Acquired { reservation: again, token: next, .. } => {
+        Reply::Acquired {
+            reservation: again,
+            token: next,
+            ..
+        } => {
             assert_eq!(again, reservation);
             assert_eq!(next, token.next());
         }
@@ -164,7 +232,10 @@ async fn sigterm_during_a_burst_of_reserves_loses_no_acknowledged_reservation() 
     let (dir, ca) = setup();
     let addr = free_port();
     let daemon = start(dir.path(), addr);
-    let peer = Peer { addr, dc: DcId::new("iad").unwrap() };
+    let peer = Peer {
+        addr,
+        dc: DcId::new("iad").unwrap(),
+    };
     let host = client(&ca, Role::Host);
 
     let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -174,8 +245,15 @@ async fn sigterm_during_a_burst_of_reserves_loses_no_acknowledged_reservation() 
         tasks.push(tokio::spawn(async move {
             for n in 0.. {
                 let name = format!("burst-{worker}-{n}");
-                match tokio::time::timeout(Duration::from_secs(5), host.request(&peer, &acquire(&name))).await {
-                    Ok(Ok(Reply::Acquired { reservation, .. })) => acknowledged.lock().unwrap().push((name, reservation)),
+                match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    host.request(&peer, &acquire(&name)),
+                )
+                .await
+                {
+                    Ok(Ok(Reply::Acquired { reservation, .. })) => {
+                        acknowledged.lock().unwrap().push((name, reservation))
+                    }
                     _ => break, // the daemon is going away
                 }
             }
@@ -186,25 +264,51 @@ async fn sigterm_during_a_burst_of_reserves_loses_no_acknowledged_reservation() 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let pid = daemon.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     for task in tasks {
         let _ = task.await;
     }
     let mut daemon = daemon;
     let status = daemon.child.wait().unwrap();
-    assert!(status.success(), "homingd exits cleanly on SIGTERM: {status}");
+    assert!(
+        status.success(),
+        "homingd exits cleanly on SIGTERM: {status}"
+    );
     let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(acknowledged.len() >= 200, "burst too small: {}", acknowledged.len());
+    assert!(
+        acknowledged.len() >= 200,
+        "burst too small: {}",
+        acknowledged.len()
+    );
     drop(daemon);
 
     let restarted = start(dir.path(), free_port());
-    let peer = Peer { addr: restarted.addr, dc: DcId::new("iad").unwrap() };
+    let peer = Peer {
+        addr: restarted.addr,
+        dc: DcId::new("iad").unwrap(),
+    };
     let router = client(&ca, Role::Router);
     for (name, reservation) in &acknowledged {
-        match router.request(&peer, &Request::Resolve { key: key(name) }).await.unwrap() {
-            Reply::Resolved { entry: Some(entry), segment: Some(_) } => assert_eq!(&entry, reservation, "{name}"),
+        match router
+            .request(&peer, &Request::Resolve { key: key(name) })
+            .await
+            .unwrap()
+        {
+            Reply::Resolved {
+                entry: Some(entry),
+                segment: Some(_),
+            } => assert_eq!(&entry, reservation, "{name}"),
             other => panic!("acknowledged {name} → {reservation} lost after SIGTERM: {other:?}"),
         }
     }
-    eprintln!("{} acknowledged reservations all present after SIGTERM and restart", acknowledged.len());
+    eprintln!(
+        "{} acknowledged reservations all present after SIGTERM and restart",
+        acknowledged.len()
+    );
 }
