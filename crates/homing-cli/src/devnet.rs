@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use homing_client::{Resolver, ResolverConfig};
+use homing_client::{Resolution, Resolver, ResolverConfig};
 use homing_core::{
     ActorId, DcId, FencingToken, HostTime, Identity, Key, KeyConfig, KeyName, RenewReply, Reply,
     Request, ReservationId, Role,
@@ -286,6 +286,28 @@ fn acquired(reply: &Reply) -> Option<(ReservationId, FencingToken)> {
     }
 }
 
+/// Resolves `key`, prints the answer and its wall time, and checks it.
+async fn resolve_and_check(
+    s: &mut Story,
+    router: &Resolver,
+    key: &Key,
+    what: &str,
+    expect: impl Fn(&Resolution) -> bool,
+) {
+    let started = Instant::now();
+    match router.resolve(key).await {
+        Ok(r) => {
+            println!(
+                "   {}  [{} ms]",
+                show::resolution(&r),
+                started.elapsed().as_millis()
+            );
+            s.check(expect(&r), what);
+        }
+        Err(e) => s.check(false, format!("resolve: {e}")),
+    }
+}
+
 async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     let mut s = Story { failures: 0 };
     let (a, b, c) = (
@@ -337,31 +359,24 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     );
 
     s.step(&format!("2. a router attached to {c} resolves it"));
-    let started = Instant::now();
-    match router.resolve(&room).await {
-        Ok(r) => {
-            println!(
-                "   {}  [{} ms]",
-                show::resolution(&r),
-                started.elapsed().as_millis()
-            );
-            s.check(
-                r.reservation == first && r.remote_round_trips == 2,
-                format!("global read at {c} + one round trip to {a}"),
-            );
-        }
-        Err(e) => s.check(false, format!("resolve: {e}")),
-    }
-    match router.resolve(&room).await {
-        Ok(r) => {
-            println!("   again: {}", show::resolution(&r));
-            s.check(
-                r.from_cache && r.remote_round_trips == 0,
-                "second resolve: one cache lookup, no round trip",
-            );
-        }
-        Err(e) => s.check(false, format!("resolve: {e}")),
-    }
+    let expect = |r: &Resolution| r.reservation == first && r.remote_round_trips == 2;
+    resolve_and_check(
+        &mut s,
+        &router,
+        &room,
+        &format!("global read at {c} + one round trip to {a}"),
+        expect,
+    )
+    .await;
+    let expect = |r: &Resolution| r.from_cache && r.remote_round_trips == 0;
+    resolve_and_check(
+        &mut s,
+        &router,
+        &room,
+        "again: one cache lookup, no round trip",
+        expect,
+    )
+    .await;
 
     s.step(&format!(
         "3. a host in {b} connects to {room} while {a}'s actor lives"
@@ -405,21 +420,9 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     if let Ok(old) = router.resolve(&room).await {
         router.report_unreachable(&old).await;
     }
-    let started = Instant::now();
-    match router.resolve(&room).await {
-        Ok(r) => {
-            println!(
-                "   {}  [{} ms]",
-                show::resolution(&r),
-                started.elapsed().as_millis()
-            );
-            s.check(
-                r.reservation == second && r.remote_round_trips == 2,
-                format!("entry from cache; {a} answers with the link, {b} with the actor"),
-            );
-        }
-        Err(e) => s.check(false, format!("resolve: {e}")),
-    }
+    let expect = |r: &Resolution| r.reservation == second && r.remote_round_trips == 2;
+    let what = format!("entry from cache; {a} answers with the link, {b} with the actor");
+    resolve_and_check(&mut s, &router, &room, &what, expect).await;
     match router.trace(&room).await {
         Ok(walked) => {
             println!(
@@ -433,13 +436,8 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
         }
         Err(e) => s.check(false, format!("trace: {e}")),
     }
-    match router.resolve(&room).await {
-        Ok(r) => s.check(
-            r.from_cache && r.reservation == second,
-            format!("and again: {}", show::resolution(&r)),
-        ),
-        Err(e) => s.check(false, format!("resolve: {e}")),
-    }
+    let expect = |r: &Resolution| r.from_cache && r.reservation == second;
+    resolve_and_check(&mut s, &router, &room, "and again: from cache", expect).await;
 
     let lobby = Key::new(KeyName::new(format!("lobby-{run}"))?);
     s.step(&format!(
