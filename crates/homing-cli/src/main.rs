@@ -8,7 +8,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use homing_client::{Resolver, ResolverConfig};
 use homing_core::{
     ActorId, DcId, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace, Reply, Request,
     ReservationId, Tag,
@@ -24,13 +23,11 @@ use crate::reach::Reach;
 #[derive(Debug, Parser)]
 #[command(name = "homing", version, about, long_about)]
 struct Cli {
-    #[command(flatten)]
-    reach: Reach,
     #[command(subcommand)]
     command: Command,
 }
 
-/// A key on the command line.
+/// A key on the command line, and how to reach the deployment.
 #[derive(Debug, clap::Args)]
 struct KeyArgs {
     /// The key name.
@@ -38,6 +35,8 @@ struct KeyArgs {
     /// The key's namespace (default: the empty namespace).
     #[arg(long, default_value = "")]
     namespace: String,
+    #[command(flatten)]
+    reach: Reach,
 }
 
 impl KeyArgs {
@@ -89,6 +88,8 @@ enum Command {
         /// The holder's fencing token.
         #[arg(long)]
         token: u64,
+        #[command(flatten)]
+        reach: Reach,
     },
     /// Refuse further renewals of the key's live lease: its host stops by its deadlines.
     Drain(KeyArgs),
@@ -133,7 +134,6 @@ fn print_reply(reply: Reply) -> anyhow::Result<()> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
-    let reach = cli.reach;
     match cli.command {
         Command::Devnet(args) => return devnet::run(args).await,
         Command::Certs { out, dcs } => {
@@ -152,16 +152,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 println!("   {identity:<12} {}", cert.display());
             }
         }
-        Command::Resolve(key) => {
-            let resolver = Resolver::new(reach.client()?, ResolverConfig::new(reach.dcs()?));
-            println!(
-                "{}",
-                show::resolution(&resolver.resolve(&key.key()?).await?)
-            );
+        Command::Resolve(args) => {
+            let key = args.key()?;
+            let resolver = args.reach.resolver()?;
+            println!("{}", show::resolution(&resolver.resolve(&key).await?));
         }
-        Command::Chain(key) => {
-            let resolver = Resolver::new(reach.client()?, ResolverConfig::new(reach.dcs()?));
-            println!("{}", show::chain(&resolver.trace(&key.key()?).await?, ""));
+        Command::Chain(args) => {
+            let key = args.key()?;
+            let resolver = args.reach.resolver()?;
+            println!("{}", show::chain(&resolver.trace(&key).await?, ""));
         }
         Command::Reserve {
             key,
@@ -169,10 +168,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             at,
             tag,
         } => {
+            let reach = &key.reach;
             let peer = match at {
                 Some(dc) => reach.peer(&DcId::new(dc).context("--at")?)?,
                 None => reach.nearest()?,
             };
+            let client = reach.client()?;
             let key = key.key()?;
             let config = KeyConfig {
                 name: Some(key.name),
@@ -184,9 +185,13 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 actor: ActorId::new(actor).context("--actor")?,
                 host_time: now(),
             };
-            print_reply(reach.client()?.request(&peer, &request).await?)?;
+            print_reply(client.request(&peer, &request).await?)?;
         }
-        Command::Release { reservation, token } => {
+        Command::Release {
+            reservation,
+            token,
+            reach,
+        } => {
             let reservation: ReservationId = reservation.parse().context("reservation")?;
             let peer = reach.peer(reservation.dc())?;
             let request = Request::Release {
@@ -197,7 +202,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Command::Drain(key) => {
             let request = Request::Drain { key: key.key()? };
-            print_reply(reach.client()?.request(&reach.nearest()?, &request).await?)?;
+            let peer = key.reach.nearest()?;
+            print_reply(key.reach.client()?.request(&peer, &request).await?)?;
         }
     }
     Ok(true)

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
+use homing_client::{Resolver, ResolverConfig};
 use homing_core::{DcId, Identity, Role};
 use homing_net::{Client, ClientLimits, Peer, TlsIdentity, pki::cert_name};
 
@@ -21,10 +22,10 @@ pub struct Reach {
     )]
     pub certs: PathBuf,
     /// The certificate to present: admin or router.
-    #[arg(long = "as", env = "HOMING_AS", default_value = "admin", global = true)]
+    #[arg(long = "as", env = "HOMING_AS", default_value = "admin")]
     pub role: String,
     /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated).
-    #[arg(long = "dc", env = "HOMING_DCS", value_delimiter = ',', global = true)]
+    #[arg(long = "dc", env = "HOMING_DCS", value_delimiter = ',')]
     pub dcs: Vec<String>,
 }
 
@@ -69,6 +70,12 @@ impl Reach {
     pub fn nearest(&self) -> anyhow::Result<Peer> {
         let (dc, addr) = self.dcs()?.into_iter().next().context("empty --dc table")?;
         Ok(Peer { addr, dc })
+    }
+
+    /// A resolver over the DC table (checked first: it is the usual omission).
+    pub fn resolver(&self) -> anyhow::Result<Resolver> {
+        let dcs = self.dcs()?;
+        Ok(Resolver::new(self.client()?, ResolverConfig::new(dcs)))
     }
 
     /// A QUIC client presenting the chosen role's certificate.
