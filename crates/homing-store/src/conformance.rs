@@ -381,6 +381,42 @@ pub async fn dc_scan_orders_filters_and_pages(b: &dyn Backend) {
     assert!(s.scan(&a, "x", None, 0).await.unwrap().is_empty());
 }
 
+/// dc: a page shorter than `limit` is the last one (callers stop there), also
+/// when the page holds many bytes.
+pub async fn dc_scan_page_is_full_unless_last(b: &dyn Backend) {
+    let s = b.dc_store("dc_scan_full").await;
+    let total = SCAN_LIMIT_MAX + 1;
+    let tasks: Vec<_> = (0..RACERS)
+        .map(|t| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for i in (t..total).step_by(RACERS) {
+                    // Long names: a page is tens of KiB, more than one small batch.
+                    let name = format!("{i:04}{}", "n".repeat(KEY_NAME_BYTES_MAX - 4));
+                    let r = record(&rid(&format!("iad.{}", i + 1)), &key("full", &name));
+                    assert_eq!(s.compare_and_set(None, &r).await.unwrap(), Cas::Written);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ns = Namespace::new("full").unwrap();
+    let first = s.scan(&ns, "", None, SCAN_LIMIT_MAX).await.unwrap();
+    assert_eq!(
+        first.len(),
+        SCAN_LIMIT_MAX,
+        "a full page while more records match"
+    );
+    let cursor = first.last().map(ScanCursor::after);
+    let rest = s
+        .scan(&ns, "", cursor.as_ref(), SCAN_LIMIT_MAX)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 1);
+}
+
 /// dc: concurrent allocations are all distinct and positive.
 pub async fn dc_concurrent_allocations_are_unique(b: &dyn Backend) {
     const PER_TASK: usize = 100;
@@ -455,6 +491,7 @@ pub async fn run_all(b: &dyn Backend) {
         dc_concurrent_cas_has_exactly_one_winner,
         dc_max_length_record_round_trips,
         dc_scan_orders_filters_and_pages,
+        dc_scan_page_is_full_unless_last,
         dc_concurrent_allocations_are_unique,
         dc_reopen_keeps_records_and_allocator_continues_above,
     );
@@ -477,6 +514,7 @@ macro_rules! conformance_tests {
             dc_concurrent_cas_has_exactly_one_winner,
             dc_max_length_record_round_trips,
             dc_scan_orders_filters_and_pages,
+            dc_scan_page_is_full_unless_last,
             dc_concurrent_allocations_are_unique,
             dc_reopen_keeps_records_and_allocator_continues_above,
         );

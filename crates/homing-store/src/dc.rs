@@ -62,6 +62,8 @@ pub trait DcStore: Send + Sync + 'static {
     /// Records whose key is in `namespace` and whose name starts with
     /// `name_prefix`, in `(key, id)` order, strictly after `after` if given, at
     /// most `limit` (≤ [`SCAN_LIMIT_MAX`], else [`StoreError::BatchTooLarge`]).
+    /// Fewer than `limit` only when no more records match: callers stop
+    /// paging at a short page.
     /// The empty namespace with the empty prefix pages through every record
     /// of every namespace (the reaper and the orphan sweeper use that).
     async fn scan(
