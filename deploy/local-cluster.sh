@@ -17,7 +17,7 @@ command -v protoc >/dev/null || { echo "protoc not found: apt-get install protob
 
 echo "building homingd (with etcd) and homing..."
 (cd "$root" && cargo build -q -p homing-daemon --features etcd --bin homingd && cargo build -q -p homing-cli --bin homing)
-bin=$root/target/debug
+bin=${CARGO_TARGET_DIR:-$root/target}/debug
 
 pids=()
 cleanup() {
