@@ -305,8 +305,10 @@ impl Config {
             dc_store,
             global_store,
             etcd_endpoints,
+            // Store prefixes are built as `<etcd_prefix>/global/` and `<etcd_prefix>/dc/<dc>/`.
             etcd_prefix: s
                 .etcd_prefix
+                .map(|p| p.trim_end_matches('/').to_string())
                 .unwrap_or_else(|| "/homing/default".to_string()),
             policy,
             hop_limit,

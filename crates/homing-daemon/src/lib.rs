@@ -64,7 +64,7 @@ pub async fn open_stores(
         StoreKind::Etcd => Arc::new(
             homing_store::etcd::EtcdGlobalStore::connect(
                 &config.etcd_endpoints,
-                &config.etcd_prefix,
+                &format!("{}/global/", config.etcd_prefix),
             )
             .await
             .map_err(store("global"))?,
@@ -84,7 +84,7 @@ pub async fn open_stores(
         StoreKind::Etcd => Arc::new(
             homing_store::etcd::EtcdDcStore::connect(
                 &config.etcd_endpoints,
-                &format!("{}/dc/{}", config.etcd_prefix, config.dc),
+                &format!("{}/dc/{}/", config.etcd_prefix, config.dc),
             )
             .await
             .map_err(store("dc"))?,
