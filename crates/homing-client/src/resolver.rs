@@ -10,6 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use homing_core::chain::{HOP_LIMIT_DEFAULT, Link};
@@ -26,6 +27,8 @@ pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
 pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
 /// Default timeout of one request to one DC.
 pub const HOP_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+/// `resolve`'s marker for "another caller's future ran the walk" (not a u32).
+const NOT_WALKED: u64 = u64::MAX;
 
 /// How a [`Resolver`] reaches DCs and how much it remembers.
 #[derive(Debug, Clone)]
@@ -128,24 +131,66 @@ struct Inner {
     /// Released reservation → its successor; immutable facts.
     links: moka::future::Cache<ReservationId, ReservationId>,
     /// Key → whole answer, for `tail_ttl_ms`: the hot path.
-    answers: moka::future::Cache<Key, Arc<Resolution>>,
+    answers: moka::future::Cache<Key, Answer>,
     /// Key → last good answer, for callers who accept stale answers.
-    remembered: moka::future::Cache<Key, Arc<Resolution>>,
+    remembered: moka::future::Cache<Key, Answer>,
+}
+
+/// What the answer caches hold per key: the tail, and nothing the cache key
+/// or the tail already says (no second copy of the key, no separate DC), held
+/// inline rather than behind an `Arc` — per-key memory is what bounds how
+/// many keys a router can keep hot (see `examples/resolve_bench.rs`).
+#[derive(Debug, Clone)]
+struct Answer {
+    reservation: ReservationId,
+    actor: ActorId,
+    token: FencingToken,
+    hops: u32,
+}
+
+impl Answer {
+    fn of(resolution: Resolution) -> Answer {
+        Answer {
+            reservation: resolution.reservation,
+            actor: resolution.actor,
+            token: resolution.token,
+            hops: resolution.hops,
+        }
+    }
+
+    /// The answer as served from cache (no round trip of this call).
+    fn cached(self, key: &Key, stale: bool) -> Resolution {
+        Resolution {
+            key: key.clone(),
+            dc: self.reservation.dc().clone(),
+            reservation: self.reservation,
+            actor: self.actor,
+            token: self.token,
+            hops: self.hops,
+            remote_round_trips: 0,
+            from_cache: true,
+            stale,
+        }
+    }
 }
 
 /// The edge router's resolver. See the module docs.
+///
+/// ```no_run
+/// # async fn example(client: homing_net::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use homing_client::{Resolver, ResolverConfig};
+/// use homing_core::{DcId, Key, KeyName};
+/// // `client` presents a router certificate.
+/// let resolver = Resolver::new(client, ResolverConfig::new(vec![
+///     (DcId::new("iad")?, "10.0.0.1:7400".parse()?),
+/// ]));
+/// let at = resolver.resolve(&Key::new(KeyName::new("room-42")?)).await?;
+/// println!("route to {} in {} (token {})", at.actor, at.dc, at.token);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Resolver {
     inner: Arc<Inner>,
-}
-
-/// Counters for tests and benchmarks: requests sent, by kind.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Sent {
-    /// `Resolve` requests (global reads).
-    pub resolve: u32,
-    /// `ResolveReservation` requests (chain hops).
-    pub resolve_reservation: u32,
 }
 
 impl Resolver {
@@ -179,29 +224,39 @@ impl Resolver {
     /// Where `key`'s actor lives now. From cache if the answer is younger
     /// than the tail TTL; otherwise walks the chain, reusing cached entries
     /// and links, with concurrent callers for one key sharing the walk.
+    ///
+    /// The caller whose walk produced the answer gets `from_cache: false` and
+    /// the walk's round trips; callers that waited for another's walk get
+    /// the shared answer as `from_cache: true` with no round trips of their own.
     pub async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
         if let Some(hit) = self.inner.answers.get(key).await {
-            return Ok(Resolution {
-                from_cache: true,
-                remote_round_trips: 0,
-                ..(*hit).clone()
-            });
+            return Ok(hit.cached(key, false));
         }
-        let inner = self.inner.clone();
-        let walked = self
+        // Set only if this call's future ran the walk (single-flight); atomic
+        // because the future must be Send, never contended.
+        let walked_here = AtomicU64::new(NOT_WALKED);
+        let answer = self
             .inner
             .answers
-            .try_get_with(
-                key.clone(),
-                async move { inner.walk(key).await.map(Arc::new) },
-            )
+            .try_get_with(key.clone(), async {
+                let resolution = self.inner.walk(key).await?;
+                walked_here.store(u64::from(resolution.remote_round_trips), Ordering::Relaxed);
+                Ok::<_, ResolveError>(Answer::of(resolution))
+            })
             .await
             .map_err(|e| (*e).clone())?;
+        let Ok(remote_round_trips) = u32::try_from(walked_here.load(Ordering::Relaxed)) else {
+            return Ok(answer.cached(key, false));
+        };
         self.inner
             .remembered
-            .insert(key.clone(), walked.clone())
+            .insert(key.clone(), answer.clone())
             .await;
-        Ok((*walked).clone())
+        Ok(Resolution {
+            remote_round_trips,
+            from_cache: false,
+            ..answer.cached(key, false)
+        })
     }
 
     /// Like [`Resolver::resolve`], but when a DC is unavailable and an earlier
@@ -210,12 +265,7 @@ impl Resolver {
         match self.resolve(key).await {
             Err(ResolveError::Unavailable { dc, reason }) => {
                 match self.inner.remembered.get(key).await {
-                    Some(old) => Ok(Resolution {
-                        stale: true,
-                        from_cache: true,
-                        remote_round_trips: 0,
-                        ..(*old).clone()
-                    }),
+                    Some(old) => Ok(old.cached(key, true)),
                     None => Err(ResolveError::Unavailable { dc, reason }),
                 }
             }
@@ -241,6 +291,25 @@ impl Resolver {
     /// Entries in the answer cache (approximate; for metrics).
     pub fn cached_answers(&self) -> u64 {
         self.inner.answers.entry_count()
+    }
+
+    /// Inserts `resolution` into the answer cache as if a walk had just
+    /// produced it (served until the tail TTL runs out). For benchmarks and
+    /// tests that measure or exercise the hit path without a DC; a router
+    /// has no use for it.
+    #[doc(hidden)]
+    pub async fn prime(&self, resolution: Resolution) {
+        self.inner
+            .answers
+            .insert(resolution.key.clone(), Answer::of(resolution))
+            .await;
+    }
+
+    /// Runs the caches' pending maintenance (evictions, counts) now. For
+    /// benchmarks and tests; moka otherwise does it on its own schedule.
+    #[doc(hidden)]
+    pub async fn run_pending_tasks(&self) {
+        self.inner.answers.run_pending_tasks().await;
     }
 }
 
@@ -306,9 +375,11 @@ impl Inner {
                         self.entries.insert(key.clone(), id.clone()).await;
                     }
                     let mut step = walk.handle_global(entry.clone(), Source::Remote);
-                    // The DC owning the entry answered its segment in the same round trip.
-                    if let (Ok(()), Some(id), Some(segment)) = (&step, &entry, segment) {
-                        step = walk.handle_segment(id.dc(), segment, Source::Local);
+                    // A DC owning the entry answers its segment in the same round
+                    // trip. Checked as spoken by the DC that answered, so a peer
+                    // speaking for another DC's reservation is caught by the walk.
+                    if let (Ok(()), Some(_), Some(segment)) = (&step, &entry, segment) {
+                        step = walk.handle_segment(&peer.dc, segment, Source::Local);
                     }
                     return Ok(step);
                 }

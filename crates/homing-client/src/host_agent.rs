@@ -1,0 +1,646 @@
+//! `HostAgent`: what runs beside an actor on a host. It acquires the key's
+//! lease from its own DC, renews it on the daemon's timeline, and tells the
+//! actor when to stop.
+//!
+//! Clocks: the agent sends its host clock ([`HostClock`]) with every acquire
+//! and renew, and the daemon answers with deadlines in that clock. The agent
+//! never compares them with anything but the reading it sent: a deadline `d`
+//! answering a request sent at host time `t` and monotonic instant `i` fires
+//! at `i + (d - t)` on `tokio::time`, so a paused tokio clock drives it
+//! deterministically and a host clock that jumps cannot stretch a lease.
+//!
+//! Timeline of one lease, all in the host's clock:
+//!
+//! ```text
+//! renew_at: renew ─ fails ─► retry every retry_interval_ms ─► … until soft_terminate_at
+//! soft_terminate_at without a renewal: Actor::on_soft_terminate, stop renewing
+//! hard_terminate_at without a renewal: Actor::on_hard_terminate, the agent is done
+//! Renew answered Draining: stop renewing, terminate at the deadlines already held
+//! Renew answered StaleToken / Expired: another holder may exist, hard-terminate now
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use homing_core::{
+    ActorId, DcId, Deadlines, ErrorReply, FencingToken, HostTime, Key, KeyConfig, ReleaseReply,
+    RenewReply, Reply, Request, ReservationId, Tag,
+};
+use homing_net::{Client, Peer};
+use thiserror::Error;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+/// Default timeout of one acquire, renew or release, in milliseconds.
+pub const AGENT_REQUEST_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+/// Default wait between failed renewals, in milliseconds.
+pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 250;
+/// Smallest accepted retry interval, in milliseconds: bounds the renewal rate
+/// of a host whose DC keeps failing fast.
+pub const RETRY_INTERVAL_MS_MIN: u64 = 10;
+
+/// The actor a [`HostAgent`] guards. Called from the agent's task: return
+/// quickly (spawn the real work) and never block.
+pub trait Actor: Send + Sync + 'static {
+    /// The lease could not be renewed in time (or the key is drained): stop
+    /// accepting work and wind down; [`Actor::on_hard_terminate`] follows.
+    /// Called at most once.
+    fn on_soft_terminate(&self);
+    /// The lease is (or may be) lost: stop now and make no more writes under
+    /// this fencing token. Called at most once, after the soft call unless the
+    /// DC answered that another holder may exist.
+    fn on_hard_terminate(&self);
+}
+
+/// A host's own clock, read when a request is sent. Never compared with a
+/// DC's clock: only the deadlines the DC computes from it come back.
+pub trait HostClock: Send + Sync + 'static {
+    /// The host's time now, in milliseconds.
+    fn now(&self) -> HostTime;
+}
+
+/// The wall clock in milliseconds since the Unix epoch; the default [`HostClock`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl HostClock for SystemClock {
+    fn now(&self) -> HostTime {
+        // A clock before 1970 reads as 0: the deadlines are still relative to it.
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        HostTime::from_ms(ms)
+    }
+}
+
+/// How the agent sends lease requests to its DC. [`HostAgent::start`] uses
+/// QUIC; tests and simulations inject their own to drive the timeline with
+/// a paused clock and no sockets.
+#[async_trait]
+pub trait LeaseTransport: Send + Sync + 'static {
+    /// Sends `request` to the agent's DC. `Err` (with a reason) means no
+    /// answer arrived; the agent bounds every call with its request timeout.
+    async fn send(&self, request: Request) -> Result<Reply, String>;
+}
+
+/// [`LeaseTransport`] over a homing-net [`Client`] with a host identity.
+#[derive(Clone)]
+pub struct QuicTransport {
+    client: Client,
+    peer: Peer,
+}
+
+impl QuicTransport {
+    /// Sends through `client` (a host certificate of `peer.dc`) to `peer`.
+    pub fn new(client: Client, peer: Peer) -> QuicTransport {
+        QuicTransport { client, peer }
+    }
+}
+
+#[async_trait]
+impl LeaseTransport for QuicTransport {
+    async fn send(&self, request: Request) -> Result<Reply, String> {
+        self.client
+            .request(&self.peer, &request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What a [`HostAgent`] needs to know.
+#[derive(Debug, Clone)]
+pub struct HostAgentConfig {
+    /// The host's own DC (its homingd); hosts may only hold leases there.
+    pub dc: Peer,
+    /// The key to hold, its namespace and tag.
+    pub key: KeyConfig,
+    /// The actor this host runs (e.g. the address it answers on).
+    pub actor: ActorId,
+    /// Timeout of one acquire, renew or release, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// Wait between failed renewals, in milliseconds (at least
+    /// [`RETRY_INTERVAL_MS_MIN`]).
+    pub retry_interval_ms: u64,
+}
+
+impl HostAgentConfig {
+    /// Default timeouts for holding `key` for `actor` at `dc`.
+    pub fn new(dc: Peer, key: KeyConfig, actor: ActorId) -> HostAgentConfig {
+        HostAgentConfig {
+            dc,
+            key,
+            actor,
+            request_timeout_ms: AGENT_REQUEST_TIMEOUT_MS_DEFAULT,
+            retry_interval_ms: RETRY_INTERVAL_MS_DEFAULT,
+        }
+    }
+}
+
+/// Where the agent's lease is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentState {
+    /// The lease is held (and renewed, unless draining).
+    Holding,
+    /// [`Actor::on_soft_terminate`] was called; the hard deadline follows.
+    SoftTerminated,
+    /// [`Actor::on_hard_terminate`] was called; the lease is gone.
+    HardTerminated,
+    /// [`HostAgent::stop`] released the lease.
+    Released,
+}
+
+/// What connecting to the key gave.
+pub enum Started {
+    /// This host holds the key: run the actor, write with [`HostAgent::token`].
+    Holding(HostAgent),
+    /// A live actor elsewhere holds the key: send its work there.
+    HeldElsewhere {
+        /// The key.
+        key: Key,
+        /// The reservation holding it (its DC is `reservation.dc()`).
+        reservation: ReservationId,
+        /// The live actor.
+        actor: ActorId,
+        /// Its fencing token.
+        token: FencingToken,
+    },
+    /// A live actor holds the key under another tag.
+    TagMismatch {
+        /// The live actor's tag.
+        existing: Option<Tag>,
+    },
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Started::Holding(agent) => f
+                .debug_struct("Holding")
+                .field("reservation", &agent.reservation)
+                .field("token", &agent.token)
+                .finish(),
+            Started::HeldElsewhere {
+                reservation, actor, ..
+            } => f
+                .debug_struct("HeldElsewhere")
+                .field("reservation", reservation)
+                .field("actor", actor)
+                .finish(),
+            Started::TagMismatch { existing } => f
+                .debug_struct("TagMismatch")
+                .field("existing", existing)
+                .finish(),
+        }
+    }
+}
+
+/// Why an agent operation failed; each variant is a different host action.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AgentError {
+    /// The DC did not answer within the request timeout: retry later.
+    #[error("dc {dc} unavailable: {reason}")]
+    Unavailable {
+        /// The DC.
+        dc: DcId,
+        /// Why.
+        reason: String,
+    },
+    /// The DC refused the request (unauthorized, bad request, overloaded, …).
+    #[error("dc {dc} refused: {error}")]
+    Refused {
+        /// The DC.
+        dc: DcId,
+        /// Its answer.
+        error: ErrorReply,
+    },
+    /// Release: the token is no longer the holder's; someone else holds the key.
+    #[error("stale token: the key's current token is {current}")]
+    StaleToken {
+        /// The current token.
+        current: FencingToken,
+    },
+    /// The DC answered with a reply that does not fit the request.
+    #[error("dc {dc} answered {reply} to {request}")]
+    Unexpected {
+        /// The DC.
+        dc: DcId,
+        /// The request kind.
+        request: &'static str,
+        /// The reply, shortened.
+        reply: String,
+    },
+    /// The configuration cannot work (names the field).
+    #[error("invalid host agent config: {0}")]
+    Config(&'static str),
+}
+
+/// The host side of one lease. See the module docs.
+///
+/// Dropped without [`HostAgent::stop`], the agent stops renewing but still
+/// terminates the actor at the deadlines already held: an actor is never left
+/// running on a lease nobody renews.
+///
+/// ```no_run
+/// # async fn example(client: homing_net::Client, own_dc: homing_net::Peer,
+/// #     actor: std::sync::Arc<dyn homing_client::Actor>) -> Result<(), Box<dyn std::error::Error>> {
+/// use homing_client::{HostAgent, HostAgentConfig, Started};
+/// use homing_core::{ActorId, KeyConfig, KeyName};
+/// // `client` presents a host certificate of `own_dc`.
+/// let config = HostAgentConfig::new(own_dc, KeyConfig::named(KeyName::new("room-42")?),
+///     ActorId::new("10.0.3.9:9000")?);
+/// if let Started::Holding(agent) = HostAgent::start(client, config, actor).await? {
+///     // … run the actor, writing with agent.token(), until it is done or
+///     // agent.state() (or agent.watch_state()) leaves `Holding`; then release:
+///     agent.stop().await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct HostAgent {
+    key: Key,
+    reservation: ReservationId,
+    token: FencingToken,
+    state: Arc<watch::Sender<AgentState>>,
+    command: watch::Sender<Command>,
+    task: Option<JoinHandle<()>>,
+    link: Arc<Link>,
+}
+
+/// What the owner wants of the renewal task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Command {
+    Run,
+    /// Exit without calling the actor: `stop` releases the lease next.
+    Exit,
+}
+
+/// How the agent reaches its DC, with the bounds every request gets.
+struct Link {
+    transport: Arc<dyn LeaseTransport>,
+    clock: Arc<dyn HostClock>,
+    dc: DcId,
+    request_timeout: Duration,
+}
+
+impl Link {
+    /// Sends `request`, bounded by the request timeout and by `by` if given.
+    async fn ask(&self, request: Request, by: Option<Instant>) -> Result<Reply, AgentError> {
+        let kind = request.kind();
+        let mut until = Instant::now() + self.request_timeout;
+        if let Some(by) = by {
+            until = until.min(by);
+        }
+        let reply = tokio::time::timeout_at(until, self.transport.send(request)).await;
+        match reply {
+            Err(_) => Err(self.unavailable(format!("{kind}: no answer in time"))),
+            Ok(Err(reason)) => Err(self.unavailable(reason)),
+            Ok(Ok(Reply::Error(error))) => Err(AgentError::Refused {
+                dc: self.dc.clone(),
+                error,
+            }),
+            Ok(Ok(reply)) => Ok(reply),
+        }
+    }
+
+    fn unavailable(&self, reason: String) -> AgentError {
+        AgentError::Unavailable {
+            dc: self.dc.clone(),
+            reason,
+        }
+    }
+
+    fn unexpected(&self, request: &'static str, reply: &Reply) -> AgentError {
+        AgentError::Unexpected {
+            dc: self.dc.clone(),
+            request,
+            reply: format!("{reply:?}").chars().take(200).collect(),
+        }
+    }
+}
+
+/// The deadlines of the lease, as instants on the host's monotonic clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timeline {
+    renew_at: Instant,
+    soft_at: Instant,
+    hard_at: Instant,
+}
+
+impl Timeline {
+    /// `deadlines` answered a request sent at host time `sent` and instant `sent_at`.
+    fn new(deadlines: &Deadlines, sent: HostTime, sent_at: Instant) -> Timeline {
+        let at = |d: HostTime| sent_at + Duration::from_millis(d.ms_since(sent));
+        let timeline = Timeline {
+            renew_at: at(deadlines.renew_at),
+            soft_at: at(deadlines.soft_terminate_at),
+            hard_at: at(deadlines.hard_terminate_at),
+        };
+        // A DC whose deadlines are out of order is hostile or broken; keep
+        // the ordering the actor relies on by pulling the later ones in.
+        Timeline {
+            renew_at: timeline.renew_at.min(timeline.hard_at),
+            soft_at: timeline.soft_at.min(timeline.hard_at),
+            hard_at: timeline.hard_at,
+        }
+    }
+}
+
+impl HostAgent {
+    /// Connects to the key at `config.dc` over QUIC through `client` (a host
+    /// certificate of that DC), with the wall clock as host clock. On
+    /// `Holding`, a background task renews the lease until [`HostAgent::stop`].
+    /// Fails with [`AgentError::Unavailable`] if the DC did not answer and
+    /// [`AgentError::Refused`] if it refused.
+    pub async fn start(
+        client: Client,
+        config: HostAgentConfig,
+        actor: Arc<dyn Actor>,
+    ) -> Result<Started, AgentError> {
+        let transport = Arc::new(QuicTransport::new(client, config.dc.clone()));
+        HostAgent::start_with(transport, Arc::new(SystemClock), config, actor).await
+    }
+
+    /// Like [`HostAgent::start`] with an injected transport and host clock
+    /// (tests, simulations; `config.dc.addr` is then unused).
+    pub async fn start_with(
+        transport: Arc<dyn LeaseTransport>,
+        clock: Arc<dyn HostClock>,
+        config: HostAgentConfig,
+        actor: Arc<dyn Actor>,
+    ) -> Result<Started, AgentError> {
+        if config.request_timeout_ms == 0 {
+            return Err(AgentError::Config("request_timeout_ms must be at least 1"));
+        }
+        if config.retry_interval_ms < RETRY_INTERVAL_MS_MIN {
+            return Err(AgentError::Config(
+                "retry_interval_ms must be at least RETRY_INTERVAL_MS_MIN",
+            ));
+        }
+        let link = Arc::new(Link {
+            transport,
+            clock,
+            dc: config.dc.dc.clone(),
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+        });
+        let sent_at = Instant::now();
+        let sent = link.clock.now();
+        let request = Request::Acquire {
+            config: config.key.clone(),
+            actor: config.actor.clone(),
+            host_time: sent,
+        };
+        let (key, reservation, token, deadlines) = match link.ask(request, None).await? {
+            Reply::Acquired {
+                key,
+                reservation,
+                token,
+                deadlines,
+            } => (key, reservation, token, deadlines),
+            Reply::HeldElsewhere {
+                key,
+                reservation,
+                actor,
+                token,
+            } => {
+                return Ok(Started::HeldElsewhere {
+                    key,
+                    reservation,
+                    actor,
+                    token,
+                });
+            }
+            Reply::TagMismatch { existing } => return Ok(Started::TagMismatch { existing }),
+            other => return Err(link.unexpected("acquire", &other)),
+        };
+        info!(%key, %reservation, %token, dc = %link.dc, "lease acquired");
+        let state = Arc::new(watch::Sender::new(AgentState::Holding));
+        let (command, command_rx) = watch::channel(Command::Run);
+        let renewal = Renewal {
+            link: link.clone(),
+            actor,
+            reservation: reservation.clone(),
+            token,
+            retry_interval: Duration::from_millis(config.retry_interval_ms),
+            timeline: Timeline::new(&deadlines, sent, sent_at),
+            state: state.clone(),
+            command: command_rx,
+        };
+        let task = tokio::spawn(renewal.run());
+        Ok(Started::Holding(HostAgent {
+            key,
+            reservation,
+            token,
+            state,
+            command,
+            task: Some(task),
+            link,
+        }))
+    }
+
+    /// The key held (with its generated name, if the config gave none).
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The fencing token the actor's writes must carry; constant for the
+    /// life of this agent (renewals keep it).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The reservation held.
+    pub fn reservation(&self) -> &ReservationId {
+        &self.reservation
+    }
+
+    /// Where the lease is now.
+    pub fn state(&self) -> AgentState {
+        *self.state.borrow()
+    }
+
+    /// A receiver of every state change, to await termination.
+    pub fn watch_state(&self) -> watch::Receiver<AgentState> {
+        self.state.subscribe()
+    }
+
+    /// Graceful stop, once the actor has stopped: ends renewals (without
+    /// calling the actor) and releases the lease with this agent's token.
+    /// Fails with [`AgentError::StaleToken`] if another holder has the key by
+    /// now, and with `Unavailable` if the DC did not answer (the lease then
+    /// expires at the DC on its own).
+    pub async fn stop(mut self) -> Result<(), AgentError> {
+        let _ = self.command.send(Command::Exit);
+        if let Some(task) = self.task.take() {
+            // The task exits at its next await point; a panic in it (an actor
+            // callback that panicked) must not stop the release.
+            let _ = task.await;
+        }
+        let request = Request::Release {
+            reservation: self.reservation.clone(),
+            token: self.token,
+        };
+        match self.link.ask(request, None).await? {
+            Reply::Release(ReleaseReply::Released) => {
+                self.state.send_replace(AgentState::Released);
+                info!(key = %self.key, reservation = %self.reservation, dc = %self.link.dc, "lease released");
+                Ok(())
+            }
+            Reply::Release(ReleaseReply::StaleToken { current }) => {
+                Err(AgentError::StaleToken { current })
+            }
+            other => Err(self.link.unexpected("release", &other)),
+        }
+    }
+}
+
+/// The background task: renews on the timeline and terminates the actor.
+struct Renewal {
+    link: Arc<Link>,
+    actor: Arc<dyn Actor>,
+    reservation: ReservationId,
+    token: FencingToken,
+    retry_interval: Duration,
+    timeline: Timeline,
+    state: Arc<watch::Sender<AgentState>>,
+    command: watch::Receiver<Command>,
+}
+
+/// What one renewal attempt decided.
+enum Renewed {
+    /// New deadlines.
+    Moved(Timeline),
+    /// Keep the deadlines, stop renewing.
+    Draining,
+    /// Another holder may exist: stop now.
+    Lost,
+    /// No answer or a refusal: retry.
+    Failed,
+}
+
+impl Renewal {
+    async fn run(mut self) {
+        let mut next_renew = Some(self.timeline.renew_at);
+        let mut soft_done = false;
+        let mut owner_gone = false;
+        loop {
+            let now = Instant::now();
+            if now >= self.timeline.hard_at {
+                self.hard_terminate("hard deadline passed without a renewal");
+                return;
+            }
+            if now >= self.timeline.soft_at && !soft_done {
+                soft_done = true;
+                next_renew = None;
+                self.soft_terminate();
+            }
+            if let Some(at) = next_renew.filter(|at| now >= *at) {
+                debug_assert!(at < self.timeline.soft_at);
+                match self.renew().await {
+                    Renewed::Moved(timeline) => {
+                        self.timeline = timeline;
+                        next_renew = Some(timeline.renew_at);
+                    }
+                    Renewed::Draining => next_renew = None,
+                    Renewed::Lost => {
+                        self.hard_terminate("the dc says another holder may exist");
+                        return;
+                    }
+                    Renewed::Failed => {
+                        let retry = Instant::now() + self.retry_interval;
+                        next_renew = (retry < self.timeline.soft_at).then_some(retry);
+                    }
+                }
+                continue;
+            }
+            let mut wake = self.timeline.hard_at;
+            if !soft_done {
+                wake = wake.min(self.timeline.soft_at);
+            }
+            if let Some(at) = next_renew {
+                wake = wake.min(at);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                changed = self.command.changed(), if !owner_gone => match changed {
+                    Ok(()) if *self.command.borrow() == Command::Exit => return,
+                    Ok(()) => {}
+                    // The HostAgent was dropped without stop(): nobody will
+                    // release, so stop renewing and let the deadlines run out.
+                    Err(_) => {
+                        owner_gone = true;
+                        next_renew = None;
+                    }
+                },
+            }
+        }
+    }
+
+    /// One renewal, bounded by the soft deadline: an answer after it is too late.
+    async fn renew(&self) -> Renewed {
+        let sent_at = Instant::now();
+        let sent = self.link.clock.now();
+        let request = Request::Renew {
+            reservation: self.reservation.clone(),
+            token: self.token,
+            host_time: sent,
+        };
+        let reply = tokio::select! {
+            reply = self.link.ask(request, Some(self.timeline.soft_at)) => reply,
+            // stop() must not wait for a slow renewal.
+            _ = wait_exit(self.command.clone()) => return Renewed::Failed,
+        };
+        match reply {
+            Ok(Reply::Renew(RenewReply::Renewed(deadlines))) => {
+                debug!(reservation = %self.reservation, token = %self.token, "lease renewed");
+                Renewed::Moved(Timeline::new(&deadlines, sent, sent_at))
+            }
+            Ok(Reply::Renew(RenewReply::Draining)) => {
+                info!(reservation = %self.reservation, "key drained: stopping by the current deadlines");
+                Renewed::Draining
+            }
+            Ok(Reply::Renew(RenewReply::StaleToken { current })) => {
+                warn!(reservation = %self.reservation, token = %self.token, %current, "renew: stale token");
+                Renewed::Lost
+            }
+            Ok(Reply::Renew(RenewReply::Expired)) => {
+                warn!(reservation = %self.reservation, token = %self.token, "renew: lease expired");
+                Renewed::Lost
+            }
+            Ok(other) => {
+                let error = self.link.unexpected("renew", &other);
+                warn!(reservation = %self.reservation, %error, "renew failed");
+                Renewed::Failed
+            }
+            Err(error) => {
+                warn!(reservation = %self.reservation, %error, "renew failed");
+                Renewed::Failed
+            }
+        }
+    }
+
+    fn soft_terminate(&self) {
+        warn!(reservation = %self.reservation, token = %self.token, "soft terminate");
+        self.state.send_replace(AgentState::SoftTerminated);
+        self.actor.on_soft_terminate();
+    }
+
+    fn hard_terminate(&self, why: &'static str) {
+        warn!(reservation = %self.reservation, token = %self.token, why, "hard terminate");
+        self.state.send_replace(AgentState::HardTerminated);
+        self.actor.on_hard_terminate();
+    }
+}
+
+/// Resolves once the owner asked the task to exit (never if it was dropped).
+async fn wait_exit(mut command: watch::Receiver<Command>) {
+    loop {
+        if *command.borrow_and_update() == Command::Exit {
+            return;
+        }
+        if command.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

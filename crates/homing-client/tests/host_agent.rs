@@ -1,0 +1,451 @@
+//! The HostAgent's lease timeline. Paused-clock tests drive it through an
+//! in-memory DC (a `LeaseTransport` granting with the core `LeasePolicy`), so
+//! every deadline is hit to the millisecond without sockets; two unpaused
+//! tests run the same agent over real QUIC against a scripted homing-net server.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use homing_client::{
+    Actor, AgentError, AgentState, HostAgent, HostAgentConfig, HostClock, LeaseTransport, Started,
+};
+use homing_core::{
+    ActorId, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, KeyConfig, KeyName, LeasePolicy,
+    ReleaseReply, RenewReply, Reply, Request, ReservationId, Role, StoreTime,
+};
+use homing_net::{DevCa, Peer};
+use support::{TestDc, client};
+use tokio::time::Instant;
+
+/// How the in-memory DC answers renewals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Answer,
+    Silent,
+    Refuse,
+    Draining,
+    Stale,
+    Expired,
+}
+
+/// An in-memory DC: grants with `LeasePolicy::DEFAULT` (10 s ttl: renew at
+/// 3.33 s, soft at 7 s, hard at 9 s after the host time sent).
+struct MemoryDc {
+    mode: Mutex<Mode>,
+    acquire: Mutex<Option<Reply>>,
+    log: Mutex<Vec<(Duration, Request)>>,
+    start: Instant,
+}
+
+impl MemoryDc {
+    fn new(start: Instant) -> Arc<MemoryDc> {
+        Arc::new(MemoryDc {
+            mode: Mutex::new(Mode::Answer),
+            acquire: Mutex::new(None),
+            log: Mutex::new(Vec::new()),
+            start,
+        })
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn renewals(&self) -> Vec<Duration> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| matches!(r, Request::Renew { .. }))
+            .map(|(at, _)| *at)
+            .collect()
+    }
+
+    fn count(&self, kind: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r.kind() == kind)
+            .count()
+    }
+}
+
+#[async_trait]
+impl LeaseTransport for MemoryDc {
+    async fn send(&self, request: Request) -> Result<Reply, String> {
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.start.elapsed(), request.clone()));
+        let policy = LeasePolicy::DEFAULT;
+        let mode = *self.mode.lock().unwrap();
+        match request {
+            Request::Acquire {
+                config, host_time, ..
+            } => Ok(self
+                .acquire
+                .lock()
+                .unwrap()
+                .clone()
+                .unwrap_or(Reply::Acquired {
+                    key: config.key(0),
+                    reservation: "iad.1".parse().unwrap(),
+                    token: FencingToken::new(3),
+                    deadlines: policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
+                })),
+            Request::Renew { host_time, .. } => match mode {
+                Mode::Answer => Ok(Reply::Renew(RenewReply::Renewed(
+                    policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
+                ))),
+                Mode::Silent => std::future::pending().await,
+                Mode::Refuse => Ok(Reply::Error(ErrorReply::new(ErrorKind::Overloaded, "busy"))),
+                Mode::Draining => Ok(Reply::Renew(RenewReply::Draining)),
+                Mode::Stale => Ok(Reply::Renew(RenewReply::StaleToken {
+                    current: FencingToken::new(4),
+                })),
+                Mode::Expired => Ok(Reply::Renew(RenewReply::Expired)),
+            },
+            Request::Release { .. } => Ok(Reply::Release(ReleaseReply::Released)),
+            other => Err(format!("unexpected {}", other.kind())),
+        }
+    }
+}
+
+/// The host clock: an arbitrary epoch far from the DC's, advancing with tokio time.
+struct TokioClock {
+    start: Instant,
+}
+
+impl HostClock for TokioClock {
+    fn now(&self) -> HostTime {
+        HostTime::from_ms(5_000_000 + self.start.elapsed().as_millis() as u64)
+    }
+}
+
+/// Records when each callback ran, relative to the test's start.
+struct Recorder {
+    start: Instant,
+    calls: Mutex<Vec<(&'static str, Duration)>>,
+}
+
+impl Actor for Recorder {
+    fn on_soft_terminate(&self) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("soft", self.start.elapsed()));
+    }
+    fn on_hard_terminate(&self) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("hard", self.start.elapsed()));
+    }
+}
+
+impl Recorder {
+    fn calls(&self) -> Vec<(&'static str, u128)> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(what, at)| (*what, at.as_millis()))
+            .collect()
+    }
+}
+
+fn config() -> HostAgentConfig {
+    let peer = Peer {
+        addr: "127.0.0.1:9".parse().unwrap(),
+        dc: DcId::new("iad").unwrap(),
+    };
+    HostAgentConfig::new(
+        peer,
+        KeyConfig::named(KeyName::new("room").unwrap()),
+        ActorId::new("10.1.0.7:9000").unwrap(),
+    )
+}
+
+struct Harness {
+    dc: Arc<MemoryDc>,
+    actor: Arc<Recorder>,
+}
+
+async fn start() -> (HostAgent, Harness) {
+    let (started, harness) = start_raw().await;
+    match started {
+        Started::Holding(agent) => (agent, harness),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn start_raw() -> (Started, Harness) {
+    let now = Instant::now();
+    let dc = MemoryDc::new(now);
+    let actor = Arc::new(Recorder {
+        start: now,
+        calls: Mutex::new(Vec::new()),
+    });
+    let started = HostAgent::start_with(
+        dc.clone(),
+        Arc::new(TokioClock { start: now }),
+        config(),
+        actor.clone(),
+    )
+    .await
+    .unwrap();
+    (started, Harness { dc, actor })
+}
+
+async fn sleep_ms(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_renewals_that_succeed_keep_the_actor_running_over_several_ttls() {
+    let (agent, h) = start().await;
+    sleep_ms(50_000).await;
+    assert_eq!(agent.state(), AgentState::Holding);
+    assert!(h.actor.calls().is_empty(), "{:?}", h.actor.calls());
+    // Every 3.33 s, at the deadline the last renewal gave, to the millisecond.
+    let renewals: Vec<u128> = h.dc.renewals().iter().map(|d| d.as_millis()).collect();
+    assert_eq!(renewals.len(), 15, "{renewals:?}");
+    for (n, at) in renewals.iter().enumerate() {
+        assert_eq!(*at, 3_330 * (n as u128 + 1), "{renewals:?}");
+    }
+    assert_eq!(agent.token(), FencingToken::new(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_a_silent_dc_soft_then_hard_terminates_at_the_deadlines() {
+    let (agent, h) = start().await;
+    h.dc.set(Mode::Silent);
+    let mut state = agent.watch_state();
+    sleep_ms(20_000).await;
+    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 9_000)]);
+    assert_eq!(agent.state(), AgentState::HardTerminated);
+    assert_eq!(*state.borrow_and_update(), AgentState::HardTerminated);
+    // Retries were bounded by the soft deadline; none after it.
+    let renewals = h.dc.renewals();
+    assert_eq!(renewals.first().map(|d| d.as_millis()), Some(3_330));
+    assert!(renewals.len() >= 2, "{renewals:?}");
+    assert!(
+        renewals.iter().all(|d| d.as_millis() < 7_000),
+        "{renewals:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_failed_renewals_are_retried_and_a_late_success_moves_the_deadlines() {
+    let (agent, h) = start().await;
+    h.dc.set(Mode::Refuse);
+    sleep_ms(5_000).await;
+    h.dc.set(Mode::Answer);
+    sleep_ms(30_000).await;
+    assert!(h.actor.calls().is_empty(), "{:?}", h.actor.calls());
+    assert_eq!(agent.state(), AgentState::Holding);
+    let refused: Vec<u128> =
+        h.dc.renewals()
+            .iter()
+            .map(|d| d.as_millis())
+            .take_while(|ms| *ms < 5_000)
+            .collect();
+    // 3330, then every 250 ms (the default retry interval).
+    assert_eq!(refused.first(), Some(&3_330));
+    assert!(
+        refused.windows(2).all(|w| w[1] - w[0] == 250),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_draining_stops_renewals_and_terminates_at_the_last_deadlines() {
+    let (agent, h) = start().await;
+    // The renewal at 3.33 s succeeds: deadlines move to 6.66 / 10.33 / 12.33 s.
+    sleep_ms(4_000).await;
+    h.dc.set(Mode::Draining);
+    sleep_ms(20_000).await;
+    assert_eq!(h.actor.calls(), vec![("soft", 10_330), ("hard", 12_330)]);
+    let renewals: Vec<u128> = h.dc.renewals().iter().map(|d| d.as_millis()).collect();
+    assert_eq!(renewals, vec![3_330, 6_660], "no renewal after Draining");
+    assert_eq!(agent.state(), AgentState::HardTerminated);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_a_stale_token_or_expired_answer_hard_terminates_at_once() {
+    for mode in [Mode::Stale, Mode::Expired] {
+        let (agent, h) = start().await;
+        h.dc.set(mode);
+        sleep_ms(20_000).await;
+        assert_eq!(h.actor.calls(), vec![("hard", 3_330)], "{mode:?}");
+        assert_eq!(h.dc.renewals().len(), 1, "{mode:?}");
+        assert_eq!(agent.state(), AgentState::HardTerminated);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_stop_releases_with_the_token_and_calls_no_callback() {
+    let (agent, h) = start().await;
+    sleep_ms(5_000).await;
+    let state = agent.watch_state();
+    agent.stop().await.unwrap();
+    assert_eq!(*state.borrow(), AgentState::Released);
+    let log = h.dc.log.lock().unwrap().clone();
+    match log.last() {
+        Some((_, Request::Release { reservation, token })) => {
+            assert_eq!(
+                (reservation.to_string().as_str(), *token),
+                ("iad.1", FencingToken::new(3))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    sleep_ms(30_000).await;
+    assert_eq!(h.dc.count("renew"), 1, "no renewal after stop");
+    assert!(h.actor.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_stop_does_not_wait_for_a_hanging_renewal() {
+    let (agent, h) = start().await;
+    h.dc.set(Mode::Silent);
+    sleep_ms(3_400).await; // a renewal is in flight and will never be answered
+    let before = Instant::now();
+    agent.stop().await.unwrap();
+    assert!(
+        before.elapsed() < Duration::from_millis(10),
+        "{:?}",
+        before.elapsed()
+    );
+    assert_eq!(h.dc.count("release"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_a_dropped_agent_stops_renewing_but_still_terminates_the_actor() {
+    let (agent, h) = start().await;
+    drop(agent);
+    sleep_ms(20_000).await;
+    assert_eq!(h.dc.count("renew"), 0);
+    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 9_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_connect_returns_the_live_actor_elsewhere_or_a_tag_mismatch() {
+    let now = Instant::now();
+    let dc = MemoryDc::new(now);
+    let actor = Arc::new(Recorder {
+        start: now,
+        calls: Mutex::new(Vec::new()),
+    });
+    let clock = Arc::new(TokioClock { start: now });
+    let fra7: ReservationId = "fra.7".parse().unwrap();
+    *dc.acquire.lock().unwrap() = Some(Reply::HeldElsewhere {
+        key: homing_core::Key::new(KeyName::new("room").unwrap()),
+        reservation: fra7.clone(),
+        actor: ActorId::new("10.2.0.1:9000").unwrap(),
+        token: FencingToken::new(9),
+    });
+    match HostAgent::start_with(dc.clone(), clock.clone(), config(), actor.clone())
+        .await
+        .unwrap()
+    {
+        Started::HeldElsewhere {
+            reservation, token, ..
+        } => assert_eq!((reservation, token), (fra7, FencingToken::new(9))),
+        other => panic!("{other:?}"),
+    }
+    *dc.acquire.lock().unwrap() = Some(Reply::TagMismatch { existing: None });
+    assert!(matches!(
+        HostAgent::start_with(dc.clone(), clock.clone(), config(), actor.clone())
+            .await
+            .unwrap(),
+        Started::TagMismatch { existing: None }
+    ));
+    *dc.acquire.lock().unwrap() =
+        Some(Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, "no")));
+    assert!(matches!(
+        HostAgent::start_with(dc, clock, config(), actor).await,
+        Err(AgentError::Refused { .. })
+    ));
+}
+
+// ---- real QUIC, real time ----
+
+/// 600 ms leases: renew at 199 ms, soft stop at 400 ms, hard at 500 ms.
+fn short_policy() -> LeasePolicy {
+    LeasePolicy::new(600, 333, 200, 100, 100).unwrap()
+}
+
+async fn quic_agent(ca: &DevCa, dc: &TestDc, actor: Arc<Recorder>) -> HostAgent {
+    *dc.script.policy.lock().unwrap() = Some(short_policy());
+    let config = HostAgentConfig {
+        request_timeout_ms: 150,
+        retry_interval_ms: 50,
+        ..HostAgentConfig::new(
+            dc.peer(),
+            KeyConfig::named(KeyName::new("room").unwrap()),
+            ActorId::new("a").unwrap(),
+        )
+    };
+    match HostAgent::start(client(ca, Role::Host, Some("iad")), config, actor)
+        .await
+        .unwrap()
+    {
+        Started::Holding(agent) => agent,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn quic_a_host_acquires_renews_and_releases_over_quic() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let actor = Arc::new(Recorder {
+        start: Instant::now(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let agent = quic_agent(&ca, &iad, actor.clone()).await;
+    assert_eq!(agent.reservation().to_string(), "iad.1");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(agent.state(), AgentState::Holding);
+    assert!(actor.calls().is_empty(), "{:?}", actor.calls());
+    assert!(
+        iad.script.count("renew") >= 4,
+        "renewals: {}",
+        iad.script.count("renew")
+    );
+    agent.stop().await.unwrap();
+    assert_eq!(iad.script.count("release"), 1);
+}
+
+#[tokio::test]
+async fn quic_a_daemon_that_stops_answering_gets_the_actor_soft_then_hard_terminated() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let actor = Arc::new(Recorder {
+        start: Instant::now(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let agent = quic_agent(&ca, &iad, actor.clone()).await;
+    iad.script.silent.store(true, Ordering::SeqCst);
+    let mut state = agent.watch_state();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        state.wait_for(|s| *s == AgentState::HardTerminated),
+    )
+    .await
+    .expect("hard termination within the lease")
+    .unwrap();
+    let calls = actor.calls();
+    assert_eq!(
+        calls.iter().map(|(what, _)| *what).collect::<Vec<_>>(),
+        vec!["soft", "hard"]
+    );
+    // Hard at 500 ms after the acquire was sent (the recorder started a little earlier).
+    assert!(calls[1].1 < 1_000, "{calls:?}");
+}

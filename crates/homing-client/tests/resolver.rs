@@ -1,0 +1,316 @@
+//! The Resolver against scripted DCs over real QUIC on loopback: what it
+//! caches and for how long, single-flight, failover of the global read, and
+//! peers that answer with cycles or lies.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use homing_client::{ResolveError, Resolver, ResolverConfig};
+use homing_core::{DcId, Role, TailState};
+use homing_net::DevCa;
+use support::{TestDc, active, client, id, key, link, segment};
+
+const TAIL_TTL_MS: u64 = 300;
+
+fn resolver(ca: &DevCa, dcs: &[&TestDc]) -> Resolver {
+    let config = ResolverConfig {
+        tail_ttl_ms: TAIL_TTL_MS,
+        hop_timeout_ms: 1_000,
+        ..ResolverConfig::new(dcs.iter().map(|d| d.entry()).collect())
+    };
+    Resolver::new(client(ca, Role::Router, None), config)
+}
+
+/// `room`: global entry iad.1 (asked at iad), linked inside iad's answer to
+/// fra.1, whose tail fra answers.
+async fn two_dcs_with_a_link(ca: &DevCa) -> (TestDc, TestDc) {
+    let iad = TestDc::start(ca, "iad").await;
+    let fra = TestDc::start(ca, "fra").await;
+    let room = key("room");
+    iad.script.entry(
+        &room,
+        &id("iad.1"),
+        Some(segment(vec![link("iad.1", "fra.1")], None)),
+    );
+    fra.script.segment(
+        &id("fra.1"),
+        segment(vec![], Some(active("fra.1", "10.2.0.1:9000", 2))),
+    );
+    (iad, fra)
+}
+
+#[tokio::test]
+async fn resolve_caches_entries_and_links_forever_and_the_answer_for_the_tail_ttl() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let (iad, fra) = two_dcs_with_a_link(&ca).await;
+    let resolver = resolver(&ca, &[&iad, &fra]);
+    let room = key("room");
+
+    let cold = resolver.resolve(&room).await.unwrap();
+    assert_eq!(
+        (cold.dc.as_str(), cold.reservation.to_string().as_str()),
+        ("fra", "fra.1")
+    );
+    assert_eq!(
+        (cold.hops, cold.remote_round_trips, cold.from_cache),
+        (1, 2, false)
+    );
+    assert_eq!(
+        (
+            iad.script.count("resolve"),
+            fra.script.count("resolve_reservation")
+        ),
+        (1, 1)
+    );
+
+    // Within the TTL: the whole answer from cache, no request.
+    let hit = resolver.resolve(&room).await.unwrap();
+    assert!(hit.from_cache);
+    assert_eq!(
+        (hit.remote_round_trips, hit.actor.as_str()),
+        (0, "10.2.0.1:9000")
+    );
+    assert_eq!(
+        (
+            iad.script.count("resolve"),
+            fra.script.count("resolve_reservation")
+        ),
+        (1, 1)
+    );
+
+    // After the TTL: entry and link from cache, only the tail's DC is asked.
+    tokio::time::sleep(Duration::from_millis(TAIL_TTL_MS + 200)).await;
+    let again = resolver.resolve(&room).await.unwrap();
+    assert_eq!((again.remote_round_trips, again.from_cache), (1, false));
+    assert_eq!(
+        (
+            iad.script.count("resolve"),
+            fra.script.count("resolve_reservation")
+        ),
+        (1, 2)
+    );
+    assert_eq!(iad.script.count("resolve_reservation"), 0);
+}
+
+#[tokio::test]
+async fn report_unreachable_drops_the_answer_so_the_next_resolve_asks_the_tail_again() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let (iad, fra) = two_dcs_with_a_link(&ca).await;
+    let resolver = resolver(&ca, &[&iad, &fra]);
+    let room = key("room");
+
+    let first = resolver.resolve(&room).await.unwrap();
+    assert!(resolver.resolve(&room).await.unwrap().from_cache);
+    resolver.report_unreachable(&first).await;
+    let next = resolver.resolve(&room).await.unwrap();
+    assert!(!next.from_cache);
+    assert_eq!(
+        (
+            iad.script.count("resolve"),
+            fra.script.count("resolve_reservation")
+        ),
+        (1, 2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_cold_resolves_of_one_key_send_one_request_per_hop() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let (iad, fra) = two_dcs_with_a_link(&ca).await;
+    iad.script.delay_ms.store(100, Ordering::SeqCst);
+    fra.script.delay_ms.store(100, Ordering::SeqCst);
+    let resolver = resolver(&ca, &[&iad, &fra]);
+
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let resolver = resolver.clone();
+        tasks.push(tokio::spawn(
+            async move { resolver.resolve(&key("room")).await },
+        ));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap().reservation, id("fra.1"));
+    }
+    assert_eq!(iad.script.count("resolve"), 1);
+    assert_eq!(fra.script.count("resolve_reservation"), 1);
+}
+
+#[tokio::test]
+async fn the_global_read_fails_over_to_the_next_dc_when_the_nearest_does_not_answer() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let fra = TestDc::start(&ca, "fra").await;
+    fra.script.entry(
+        &key("room"),
+        &id("fra.4"),
+        Some(segment(vec![], Some(active("fra.4", "a", 1)))),
+    );
+    // Nothing listens on this port: the nearest DC never answers.
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = ResolverConfig {
+        hop_timeout_ms: 300,
+        ..ResolverConfig::new(vec![(DcId::new("iad").unwrap(), dead), fra.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+
+    let started = std::time::Instant::now();
+    let answer = resolver.resolve(&key("room")).await.unwrap();
+    assert_eq!(answer.reservation, id("fra.4"));
+    assert_eq!(fra.script.count("resolve"), 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_chain_that_cycles_across_two_dcs_is_inconsistent_not_a_hang() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let fra = TestDc::start(&ca, "fra").await;
+    iad.script.entry(
+        &key("loop"),
+        &id("iad.1"),
+        Some(segment(vec![link("iad.1", "fra.1")], None)),
+    );
+    iad.script
+        .segment(&id("iad.1"), segment(vec![link("iad.1", "fra.1")], None));
+    fra.script
+        .segment(&id("fra.1"), segment(vec![link("fra.1", "iad.1")], None));
+    let resolver = resolver(&ca, &[&iad, &fra]);
+
+    let outcome = tokio::time::timeout(Duration::from_secs(5), resolver.resolve(&key("loop")))
+        .await
+        .expect("a cyclic chain ends the walk");
+    match outcome {
+        Err(ResolveError::Inconsistent(why)) => assert!(why.contains("cycle"), "{why}"),
+        Err(ResolveError::ChainTooLong(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    // A failed walk caches nothing: the links it saw are not trusted.
+    assert!(resolver.resolve(&key("loop")).await.is_err());
+}
+
+#[tokio::test]
+async fn a_dc_that_loops_inside_its_own_answers_hits_the_hop_limit_or_a_cycle() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    // iad answers each hop with a fresh link to the next number: an endless chain.
+    iad.script.entry(&key("long"), &id("iad.1"), None);
+    for n in 1..100 {
+        iad.script.segment(
+            &id(&format!("iad.{n}")),
+            segment(
+                vec![link(&format!("iad.{n}"), &format!("iad.{}", n + 1))],
+                None,
+            ),
+        );
+    }
+    let config = ResolverConfig {
+        hop_limit: 8,
+        ..ResolverConfig::new(vec![iad.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    assert_eq!(
+        resolver.resolve(&key("long")).await,
+        Err(ResolveError::ChainTooLong(8))
+    );
+    assert!(iad.script.count("resolve_reservation") <= 9);
+}
+
+#[tokio::test]
+async fn a_dc_that_answers_for_another_dcs_reservation_is_inconsistent() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let fra = TestDc::start(&ca, "fra").await;
+    iad.script.entry(
+        &key("room"),
+        &id("iad.1"),
+        Some(segment(vec![link("iad.1", "fra.1")], None)),
+    );
+    // fra, asked about fra.1, claims a link out of sea.9 (not its own) …
+    fra.script
+        .segment(&id("fra.1"), segment(vec![link("sea.9", "fra.2")], None));
+    // … and about fra.5 answers with a tail of another reservation.
+    iad.script.entry(
+        &key("other"),
+        &id("iad.2"),
+        Some(segment(vec![link("iad.2", "fra.5")], None)),
+    );
+    fra.script
+        .segment(&id("fra.5"), segment(vec![], Some(active("iad.7", "a", 1))));
+    // … and iad, asked for a global entry it does not own, answers fra's tail itself.
+    iad.script.entry(
+        &key("third"),
+        &id("fra.8"),
+        Some(segment(vec![], Some(active("fra.8", "a", 1)))),
+    );
+    let resolver = resolver(&ca, &[&iad, &fra]);
+
+    assert!(matches!(
+        resolver.resolve(&key("room")).await,
+        Err(ResolveError::Inconsistent(_))
+    ));
+    assert!(matches!(
+        resolver.resolve(&key("other")).await,
+        Err(ResolveError::Inconsistent(_))
+    ));
+    match resolver.resolve(&key("third")).await {
+        Err(ResolveError::Inconsistent(why)) => {
+            assert!(why.contains("owned by another dc"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fra.script.count("resolve_reservation"),
+        2,
+        "the lie was not followed up"
+    );
+}
+
+#[tokio::test]
+async fn a_key_without_global_entry_is_not_found_and_a_vacant_tail_is_vacant() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let mut tail = active("iad.3", "a", 4);
+    tail.state = TailState::Vacant;
+    iad.script.entry(
+        &key("empty"),
+        &id("iad.3"),
+        Some(segment(vec![], Some(tail))),
+    );
+    let resolver = resolver(&ca, &[&iad]);
+
+    assert_eq!(
+        resolver.resolve(&key("nobody")).await,
+        Err(ResolveError::NotFound(key("nobody")))
+    );
+    assert_eq!(
+        resolver.resolve(&key("empty")).await,
+        Err(ResolveError::Vacant {
+            key: key("empty"),
+            reservation: id("iad.3")
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_silent_dc_is_unavailable_not_not_found() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    iad.script.silent.store(true, Ordering::SeqCst);
+    let config = ResolverConfig {
+        hop_timeout_ms: 200,
+        ..ResolverConfig::new(vec![iad.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    assert!(matches!(
+        resolver.resolve(&key("room")).await,
+        Err(ResolveError::Unavailable { .. })
+    ));
+}
