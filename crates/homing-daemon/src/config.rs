@@ -20,6 +20,8 @@ pub enum StoreKind {
     Redb,
     /// An etcd cluster (cargo feature `etcd`).
     Etcd,
+    /// A FoundationDB cluster (cargo feature `fdb`).
+    Fdb,
 }
 
 /// Every setting, each optional, as read from one source.
@@ -51,18 +53,21 @@ pub struct Settings {
     /// PEM file of this node's private key.
     #[arg(long, env = "HOMING_KEY")]
     pub key: Option<PathBuf>,
-    /// DC store backend: redb (default) or etcd.
+    /// DC store backend: redb (default), etcd or fdb.
     #[arg(long, env = "HOMING_DC_STORE")]
     pub dc_store: Option<String>,
-    /// Global store backend: etcd, or redb (one process only: tests and the devnet).
+    /// Global store backend: etcd, fdb, or redb (one process only: tests and the devnet).
     #[arg(long, env = "HOMING_GLOBAL_STORE")]
     pub global_store: Option<String>,
     /// etcd endpoints, comma-separated host:port.
     #[arg(long, env = "HOMING_ETCD_ENDPOINTS", value_delimiter = ',')]
     pub etcd_endpoints: Option<Vec<String>>,
-    /// Key prefix for this deployment in etcd, e.g. /homing/prod.
-    #[arg(long, env = "HOMING_ETCD_PREFIX")]
-    pub etcd_prefix: Option<String>,
+    /// Key prefix of this deployment in etcd or FoundationDB, e.g. /homing/prod.
+    #[arg(long, env = "HOMING_STORE_PREFIX")]
+    pub store_prefix: Option<String>,
+    /// FoundationDB cluster file (default: the platform's, /etc/foundationdb/fdb.cluster).
+    #[arg(long, env = "HOMING_FDB_CLUSTER_FILE")]
+    pub fdb_cluster_file: Option<PathBuf>,
     /// Lease length in milliseconds.
     #[arg(long, env = "HOMING_LEASE_TTL_MS")]
     pub lease_ttl_ms: Option<u64>,
@@ -147,7 +152,8 @@ impl Settings {
             dc_store,
             global_store,
             etcd_endpoints,
-            etcd_prefix,
+            store_prefix,
+            fdb_cluster_file,
             lease_ttl_ms,
             renew_at_permille,
             soft_margin_ms,
@@ -218,8 +224,10 @@ pub struct Config {
     pub global_store: StoreKind,
     /// etcd endpoints (when a store is etcd).
     pub etcd_endpoints: Vec<String>,
-    /// etcd key prefix.
-    pub etcd_prefix: String,
+    /// Key prefix in etcd or FoundationDB.
+    pub store_prefix: String,
+    /// FoundationDB cluster file, if not the platform default.
+    pub fdb_cluster_file: Option<PathBuf>,
     /// Lease policy.
     pub policy: LeasePolicy,
     /// Hop limit.
@@ -235,20 +243,21 @@ pub struct Config {
 }
 
 fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, ConfigError> {
+    let built_without = |feature: &str| {
+        invalid(
+            field,
+            format!("this homingd was built without the `{feature}` cargo feature"),
+        )
+    };
     match value.as_deref().unwrap_or("redb") {
         "redb" => Ok(StoreKind::Redb),
         "etcd" if cfg!(feature = "etcd") => Ok(StoreKind::Etcd),
-        "etcd" => Err(invalid(
-            field,
-            "this homingd was built without the `etcd` cargo feature",
-        )),
-        "fdb" => Err(invalid(
-            field,
-            "homingd cannot open FoundationDB yet: homing-store has the backend (feature `fdb`), the daemon does not boot the FDB network",
-        )),
+        "fdb" if cfg!(feature = "fdb") => Ok(StoreKind::Fdb),
+        "etcd" => Err(built_without("etcd")),
+        "fdb" => Err(built_without("fdb")),
         other => Err(invalid(
             field,
-            format!("unknown backend {other:?} (expected redb or etcd)"),
+            format!("unknown backend {other:?} (expected redb, etcd or fdb)"),
         )),
     }
 }
@@ -305,9 +314,10 @@ impl Config {
             dc_store,
             global_store,
             etcd_endpoints,
-            // Store prefixes are built as `<etcd_prefix>/global/` and `<etcd_prefix>/dc/<dc>/`.
-            etcd_prefix: s
-                .etcd_prefix
+            fdb_cluster_file: s.fdb_cluster_file,
+            // Store prefixes are built as `<store_prefix>/global/` and `<store_prefix>/dc/<dc>/`.
+            store_prefix: s
+                .store_prefix
                 .map(|p| p.trim_end_matches('/').to_string())
                 .unwrap_or_else(|| "/homing/default".to_string()),
             policy,

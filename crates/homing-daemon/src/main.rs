@@ -51,13 +51,15 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::from_settings(file.overlay(cli.settings))?;
     let tls = TlsIdentity::load_pem(&config.ca_cert, &config.cert, &config.key)
         .with_context(|| format!("loading TLS identity from {}", config.cert.display()))?;
-    let (global, records) = open_stores(&config).await?;
-    let daemon = Daemon::start(&config, &tls, global, records).await?;
+    let stores = open_stores(&config).await?;
+    let daemon =
+        Daemon::start(&config, &tls, stores.global.clone(), stores.records.clone()).await?;
     // A line a supervisor or test can wait for.
     println!("homingd {} listening on {}", config.dc, daemon.local_addr());
     shutdown_signal().await;
     tracing::info!("shutdown requested: draining in-flight requests");
     daemon.shutdown().await;
+    drop(stores);
     Ok(())
 }
 

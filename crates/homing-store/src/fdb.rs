@@ -18,12 +18,13 @@
 //! set_if_absent or CAS retries and then sees the winner), retried at most
 //! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff.
 //!
-//! The caller must start the FDB network first (`foundationdb::boot`, which
-//! is `unsafe`: the returned guard must be dropped before exit) and hand us a
-//! [`foundationdb::Database`].
+//! The FDB client network must run before any database is opened:
+//! [`FdbNetwork::start`] starts it (at most once per process) and
+//! [`FdbNetwork::open`] opens a database; keep the network until every store
+//! built on it is dropped.
 
 use async_trait::async_trait;
-use foundationdb::options::StreamingMode;
+use foundationdb::options::{DatabaseOption, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption};
 use homing_core::{DcRecord, Key, Namespace, ReservationId};
 use tokio::sync::Mutex;
@@ -36,6 +37,64 @@ use crate::keyspace;
 
 /// Most attempts of one transaction (conflicts, recoverable FDB errors).
 pub const TRANSACTION_ATTEMPTS_MAX: usize = 16;
+
+/// Bound on one transaction, in milliseconds, retries included.
+pub const TRANSACTION_TIMEOUT_MS: i32 = 5_000;
+/// Bound on FDB's own retries of one transaction.
+const TRANSACTION_RETRY_LIMIT: i32 = 100;
+
+/// Whether this process already started the FDB network (it may only once).
+static NETWORK_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The FDB client network of this process; stops it when dropped.
+pub struct FdbNetwork {
+    _guard: foundationdb::api::NetworkAutoStop,
+}
+
+impl FdbNetwork {
+    /// Starts the network. Fails if this process already started it once.
+    pub fn start() -> Result<FdbNetwork, StoreError> {
+        if NETWORK_STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Backend {
+                backend: "fdb",
+                reason: "the fdb network can only be started once per process".to_string(),
+            });
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: `boot` may run at most once per process, which the flag above
+        // guarantees; its guard is owned by the returned `FdbNetwork`, whose
+        // documented contract is to outlive every database opened from it.
+        let guard = unsafe { foundationdb::boot() };
+        Ok(FdbNetwork { _guard: guard })
+    }
+
+    /// Opens the database of `cluster_file` (the platform default if `None`).
+    pub fn open(
+        &self,
+        cluster_file: Option<&std::path::Path>,
+    ) -> Result<std::sync::Arc<Database>, StoreError> {
+        let db = match cluster_file {
+            Some(path) => {
+                let path = path.to_str().ok_or_else(|| StoreError::Backend {
+                    backend: "fdb",
+                    reason: format!("cluster file path {} is not UTF-8", path.display()),
+                })?;
+                Database::from_path(path)
+            }
+            None => Database::default(),
+        };
+        let db = db.map_err(fdb_err)?;
+        // FDB retries a transaction forever by default; bound it so an
+        // unreachable cluster fails requests instead of hanging them.
+        db.set_option(DatabaseOption::TransactionTimeout(TRANSACTION_TIMEOUT_MS))
+            .map_err(fdb_err)?;
+        db.set_option(DatabaseOption::TransactionRetryLimit(
+            TRANSACTION_RETRY_LIMIT,
+        ))
+        .map_err(fdb_err)?;
+        Ok(std::sync::Arc::new(db))
+    }
+}
 
 fn fdb_err(e: FdbError) -> StoreError {
     if e.is_retryable() {
@@ -328,29 +387,11 @@ mod tests {
     use std::sync::Arc;
 
     use async_trait::async_trait;
-    use foundationdb::api::NetworkAutoStop;
-    use foundationdb::options::DatabaseOption;
 
     use super::*;
     use crate::conformance::{self, Backend};
 
     const CLUSTER_FILE_ENV: &str = "FDB_CLUSTER_FILE";
-    /// Per-transaction bound, so an unreachable cluster fails the test
-    /// instead of hanging it (FDB retries forever by default).
-    const TRANSACTION_TIMEOUT_MS: i32 = 10_000;
-    const TRANSACTION_RETRY_LIMIT: i32 = 100;
-
-    /// Starts the FDB client network; the guard stops it on drop.
-    #[allow(unsafe_code)]
-    fn boot_network() -> NetworkAutoStop {
-        // SAFETY: `boot` may run once per process and its guard must be
-        // dropped before the process exits. This is the only call in the test
-        // binary (one test, called once), and the caller keeps the guard as
-        // its first local, so it is dropped last — after every store and
-        // `Database` — both on return and while unwinding from a failed case;
-        // the test harness waits for running tests before it exits.
-        unsafe { foundationdb::boot() }
-    }
 
     /// A prefix no other run shares: `RandomState` is seeded from the OS.
     fn run_prefix() -> Vec<u8> {
@@ -417,16 +458,12 @@ mod tests {
             .into_string()
             .expect("FDB_CLUSTER_FILE is valid UTF-8");
         // Declared first so it is dropped last, after every `Database`.
-        let _network = boot_network();
-        let db = Database::from_path(&cluster_file).expect("open the FDB database");
-        db.set_option(DatabaseOption::TransactionTimeout(TRANSACTION_TIMEOUT_MS))
-            .expect("set transaction timeout");
-        db.set_option(DatabaseOption::TransactionRetryLimit(
-            TRANSACTION_RETRY_LIMIT,
-        ))
-        .expect("set transaction retry limit");
+        let network = FdbNetwork::start().expect("start the FDB network");
+        let db = network
+            .open(Some(std::path::Path::new(&cluster_file)))
+            .expect("open the FDB database");
         let backend = Arc::new(FdbBackend {
-            db: Arc::new(db),
+            db,
             prefix: run_prefix(),
         });
         println!(

@@ -32,11 +32,11 @@
 //! # }).unwrap();
 //! ```
 
-// The library forbids unsafe code. The one exception is the FDB conformance
-// test (`fdb::tests`, test builds with feature `fdb` only), which must call the
-// unsafe `foundationdb::boot`: there the crate's `deny` applies and that one
-// function allows it locally.
-#![cfg_attr(not(all(test, feature = "fdb")), forbid(unsafe_code))]
+// The library forbids unsafe code. The one exception is starting the FDB
+// client network (`fdb::FdbNetwork::start`, feature `fdb` only), which must
+// call the unsafe `foundationdb::boot`: there the crate's `deny` applies and
+// that one function allows it locally.
+#![cfg_attr(not(feature = "fdb"), forbid(unsafe_code))]
 
 pub mod allocator;
 #[cfg(any(test, feature = "conformance"))]
