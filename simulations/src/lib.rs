@@ -1,0 +1,1 @@
+//! homing-sim: being written.

@@ -1,0 +1,2 @@
+//! homing-sim binary: being written.
+fn main() {}

@@ -1,0 +1,1 @@
+//! homing end-to-end test harness: being written.
