@@ -76,9 +76,15 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> Failure {
 }
 
 impl Failure {
-    fn into_reply(self) -> ErrorReply {
+    /// The reply for this failure at DC `dc`. A store that cannot be reached
+    /// makes the DC unavailable (retryable); other store errors are internal.
+    fn into_reply(self, dc: &DcId) -> ErrorReply {
         match self {
             Failure::Reply(reply) => reply,
+            Failure::Store(e @ StoreError::Unavailable { .. }) => ErrorReply::new(
+                ErrorKind::Unavailable { dc: dc.clone() },
+                format!("store: {e}"),
+            ),
             Failure::Store(e) => ErrorReply::new(ErrorKind::Internal, format!("store: {e}")),
             Failure::Peer(e) => e.to_reply(),
         }
@@ -219,7 +225,9 @@ impl Node {
 
     /// This DC's answer for its own reservation `id`, as an error reply on failure.
     pub async fn walk_segment(&self, id: &ReservationId) -> Result<Segment, ErrorReply> {
-        self.local_segment(id).await.map_err(Failure::into_reply)
+        self.local_segment(id)
+            .await
+            .map_err(|f| f.into_reply(&self.dc))
     }
 
     /// What `id`'s owner knows: ourselves for our own, else a peer round trip.
@@ -238,11 +246,11 @@ impl Node {
             let step = match walk.poll().clone() {
                 Poll::Need(Need::GlobalEntry(key)) => match self.global_entry(&key).await {
                     Ok(entry) => walk.handle_global(entry, Source::Local),
-                    Err(e) => return Err(Failure::from(e).into_reply()),
+                    Err(e) => return Err(Failure::from(e).into_reply(&self.dc)),
                 },
                 Poll::Need(Need::Reservation(id)) => match self.segment(&id).await {
                     Ok((segment, source)) => walk.handle_segment(id.dc(), segment, source),
-                    Err(e) => return Err(e.into_reply()),
+                    Err(e) => return Err(e.into_reply(&self.dc)),
                 },
                 Poll::NotFound => return Ok(None),
                 Poll::Done(walked) => return Ok(Some(walked)),
@@ -265,7 +273,7 @@ impl Node {
     ) -> Result<R, ErrorReply> {
         self.update_inner(id, transition)
             .await
-            .map_err(Failure::into_reply)
+            .map_err(|f| f.into_reply(&self.dc))
     }
 
     async fn update_inner<R>(
@@ -594,7 +602,7 @@ impl Handler for Node {
         let reply = async {
             let reply = match self.serve(caller, request).await {
                 Ok(reply) => reply,
-                Err(failure) => Reply::Error(failure.into_reply()),
+                Err(failure) => Reply::Error(failure.into_reply(&self.dc)),
             };
             if let Reply::Error(e) = &reply {
                 tracing::warn!(error = %e, "request failed");

@@ -108,17 +108,29 @@ impl Client {
             peer: peer.addr,
             reason,
         };
-        let connection = self.connection(peer).await?;
+        let mut connection = self.connection(peer).await?;
         let (mut send, mut recv) = match connection.open_bi().await {
             Ok(streams) => streams,
             // The pooled connection died since it was last used; nothing was
             // sent yet, so one fresh connection is safe to try.
-            Err(_) => self
-                .connection(peer)
-                .await?
-                .open_bi()
-                .await
-                .map_err(|e| closed(e.to_string()))?,
+            Err(_) => {
+                connection = self.connection(peer).await?;
+                connection
+                    .open_bi()
+                    .await
+                    .map_err(|e| closed(e.to_string()))?
+            }
+        };
+        // Until the reply is in, the connection is suspect: an error, this
+        // request's timeout or the caller giving up evicts it from the pool.
+        // A peer that restarted cannot be told apart from a slow one (its
+        // stateless resets are not recognised), so without this every request
+        // would wait for the idle timeout.
+        let suspect = EvictUnlessAnswered {
+            pool: &self.inner.pool,
+            peer,
+            connection: &connection,
+            answered: false,
         };
         frame::write_frame(&mut send, frame).await.map_err(closed)?;
         let bytes = frame::read_frame(&mut recv, self.inner.limits.frame_bytes_max)
@@ -129,6 +141,7 @@ impl Client {
                 },
                 ReadFrameError::Closed(reason) => closed(reason),
             })?;
+        suspect.answered();
         wire::decode(&bytes).map_err(NetError::Malformed)
     }
 
@@ -180,5 +193,27 @@ impl Client {
                 }
             })
             .await
+    }
+}
+
+/// Evicts a pooled connection when dropped before [`Self::answered`].
+struct EvictUnlessAnswered<'a> {
+    pool: &'a Pool,
+    peer: &'a Peer,
+    connection: &'a Connection,
+    answered: bool,
+}
+
+impl EvictUnlessAnswered<'_> {
+    fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for EvictUnlessAnswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.pool.evict(self.peer, self.connection);
+        }
     }
 }

@@ -126,6 +126,18 @@ impl Pool {
         }
     }
 
+    /// Forgets `connection` as `peer`'s pooled connection (if it still is),
+    /// so the next request connects afresh. Requests already using it go on.
+    pub(crate) fn evict(&self, peer: &Peer, connection: &Connection) {
+        let slot = lock(&self.slots).get(&peer.addr).cloned();
+        if let Some(slot) = slot {
+            let mut live = lock(&slot.live);
+            if live.as_ref().map(Connection::stable_id) == Some(connection.stable_id()) {
+                *live = None;
+            }
+        }
+    }
+
     /// The wait after `failures` consecutive failed connects: base, 2×base, …, max.
     fn backoff_delay(&self, failures: u32) -> Duration {
         let shift = failures.saturating_sub(1).min(BACKOFF_SHIFT_MAX);

@@ -1,0 +1,382 @@
+//! A 3-DC homing deployment of real processes on loopback: `homingd` for
+//! iad, fra and sin (redb DC stores in temp dirs), the global store on a real
+//! 3-member etcd cluster, a dev PKI, and a [`Relay`] on every DC-to-DC path
+//! (`from → to`) so a test can add latency or partition one DC.
+//!
+//! Routers and hosts reach a DC directly ([`Cluster::addr`]) or through a
+//! relay of their own ([`Cluster::relay_to`]) when the test needs to cut
+//! exactly that path.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use homing_client::{Resolver, ResolverConfig};
+use homing_core::{
+    ActorId, DcId, HostTime, Identity, Key, KeyConfig, KeyName, Reply, Request, Role,
+};
+use homing_net::{Client, ClientLimits, DevCa, NetError, Peer, Relay, generate_dev_pki};
+use homing_store::etcd::EtcdGlobalStore;
+
+use crate::etcd::{EtcdCluster, EtcdError};
+use crate::homingd::{Homingd, HomingdSpec};
+
+/// The DCs of the cluster, in the order they are started.
+pub const DCS: [&str; 3] = ["iad", "fra", "sin"];
+/// Timeout of one request a test sends, in milliseconds: generous, so only a
+/// real hang fails a test.
+pub const TEST_REQUEST_TIMEOUT_MS: u64 = 5_000;
+
+/// `name` as a DC id (panics on an invalid name: test input).
+pub fn dc(name: &str) -> DcId {
+    DcId::new(name).expect("a valid dc id")
+}
+
+/// `name` as a key in the default namespace (panics on an invalid name: test input).
+pub fn key(name: &str) -> Key {
+    Key::new(KeyName::new(name).expect("a valid key name"))
+}
+
+/// This machine's wall clock as a host clock.
+pub fn host_now() -> HostTime {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    HostTime::from_ms(ms)
+}
+
+/// An `Acquire` of `name` for `actor`, sent now.
+pub fn acquire(name: &str, actor: &str) -> Request {
+    Request::Acquire {
+        config: KeyConfig::named(KeyName::new(name).expect("a valid key name")),
+        actor: ActorId::new(actor).expect("a valid actor id"),
+        host_time: host_now(),
+    }
+}
+
+/// A UDP port on 127.0.0.1 that was free a moment ago.
+pub fn free_udp_addr() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free loopback port")
+}
+
+/// A distinct etcd prefix per cluster, so runs never see each other's keys.
+fn unique_prefix() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "/e2e/{}-{}-{}",
+        std::process::id(),
+        nanos,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Extra `homingd` flags for every DC, e.g. a short lease.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    /// Appended to every daemon's command line.
+    pub homingd_args: Vec<String>,
+}
+
+impl ClusterOptions {
+    /// A 2 s lease with tight margins and a fast reaper (scenario d's policy).
+    pub fn short_lease() -> ClusterOptions {
+        let args = [
+            "--lease-ttl-ms=2000",
+            "--soft-margin-ms=800",
+            "--hard-margin-ms=400",
+            "--grace-ms=500",
+            "--renew-at-permille=300",
+            "--reaper-interval-ms=100",
+            "--peer-timeout-ms=1000",
+        ];
+        ClusterOptions {
+            homingd_args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+}
+
+/// Why a cluster could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// etcd is missing or did not start.
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    /// Anything else (PKI, a daemon, a relay).
+    #[error("{0}")]
+    Start(String),
+}
+
+/// The running deployment. Drop order: daemons, relays, then etcd.
+pub struct Cluster {
+    daemons: BTreeMap<DcId, Homingd>,
+    /// `(from, to)` → the relay `from` uses to reach `to`.
+    paths: BTreeMap<(DcId, DcId), Relay>,
+    etcd: EtcdCluster,
+    ca: DevCa,
+    prefix: String,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts etcd, the PKI, the six inter-DC relays and the three daemons.
+    /// `Err(ClusterError::Etcd(EtcdError::NoBinary))` means: skip the test.
+    pub async fn start(options: ClusterOptions) -> Result<Cluster, ClusterError> {
+        let etcd = EtcdCluster::start().await?;
+        let dir = tempfile::tempdir().map_err(|e| ClusterError::Start(e.to_string()))?;
+        let certs = dir.path().join("certs");
+        let dcs: Vec<DcId> = DCS.iter().map(|d| dc(d)).collect();
+        generate_dev_pki(&certs, &dcs).map_err(|e| ClusterError::Start(e.to_string()))?;
+        let ca = load_ca(&certs)?;
+        let listen: BTreeMap<DcId, SocketAddr> =
+            dcs.iter().map(|d| (d.clone(), free_udp_addr())).collect();
+        let mut paths = BTreeMap::new();
+        for (seed, (from, to)) in pairs(&dcs).into_iter().enumerate() {
+            let relay = Relay::start(local_any(), listen[&to], seed as u64 + 1)
+                .await
+                .map_err(|e| ClusterError::Start(format!("relay {from}→{to}: {e}")))?;
+            paths.insert((from, to), relay);
+        }
+        let prefix = unique_prefix();
+        let mut daemons = BTreeMap::new();
+        for d in &dcs {
+            let peers = dcs
+                .iter()
+                .filter(|p| *p != d)
+                .map(|p| (p.clone(), paths[&(d.clone(), p.clone())].addr()))
+                .collect();
+            let spec = HomingdSpec {
+                dc: d.clone(),
+                listen: listen[d],
+                data_dir: dir.path().join(d.as_str()),
+                certs_dir: certs.clone(),
+                peers,
+                etcd_endpoints: etcd.endpoints().to_vec(),
+                store_prefix: prefix.clone(),
+                extra_args: options.homingd_args.clone(),
+                log: dir.path().join(format!("{d}.log")),
+            };
+            let daemon = Homingd::start(spec).await.map_err(ClusterError::Start)?;
+            daemons.insert(d.clone(), daemon);
+        }
+        Ok(Cluster {
+            daemons,
+            paths,
+            etcd,
+            ca,
+            prefix,
+            dir,
+        })
+    }
+
+    /// The daemon of `dc`.
+    pub fn daemon(&mut self, dc: &DcId) -> &mut Homingd {
+        self.daemons.get_mut(dc).expect("a dc of this cluster")
+    }
+
+    /// `dc`'s QUIC address (direct, no relay).
+    pub fn addr(&self, dc: &DcId) -> SocketAddr {
+        self.daemons[dc].addr()
+    }
+
+    /// `dc` as a peer reached directly.
+    pub fn peer(&self, dc: &DcId) -> Peer {
+        Peer {
+            addr: self.addr(dc),
+            dc: dc.clone(),
+        }
+    }
+
+    /// The relay `from` uses to reach `to`.
+    pub fn path(&self, from: &DcId, to: &DcId) -> &Relay {
+        &self.paths[&(from.clone(), to.clone())]
+    }
+
+    /// Cuts (or heals) every inter-DC path into and out of `dc`. Clients
+    /// reaching `dc` directly are unaffected.
+    pub fn partition_dc(&self, dc: &DcId, blocked: bool) {
+        for ((from, to), relay) in &self.paths {
+            if from == dc || to == dc {
+                relay.impairment().partition(blocked);
+            }
+        }
+    }
+
+    /// Adds `ms` of one-way delay on every inter-DC path.
+    pub fn set_inter_dc_delay_ms(&self, ms: u64) {
+        for relay in self.paths.values() {
+            relay.impairment().set_one_way_delay_ms(ms);
+        }
+    }
+
+    /// A new relay to `dc`, for a client whose own path a test cuts.
+    pub async fn relay_to(&self, dc: &DcId) -> Relay {
+        Relay::start(local_any(), self.addr(dc), 0x5eed)
+            .await
+            .expect("a loopback relay starts")
+    }
+
+    /// A fresh client (own UDP endpoint and pool) presenting `role`'s
+    /// certificate, bound to `dc` for hosts and nodes.
+    pub fn client(&self, role: Role, dc: Option<&DcId>) -> Client {
+        let identity = Identity::new(role, dc.cloned()).expect("a valid identity");
+        let tls = self.ca.tls_identity(&identity).expect("the dev CA issues");
+        let limits = ClientLimits {
+            request_timeout_ms: TEST_REQUEST_TIMEOUT_MS,
+            ..ClientLimits::default()
+        };
+        Client::new(&tls, limits).expect("a client endpoint binds")
+    }
+
+    /// A client with a host certificate of `dc`.
+    pub fn host(&self, dc: &DcId) -> Client {
+        self.client(Role::Host, Some(dc))
+    }
+
+    /// A router's resolver whose DC table lists `order` nearest first, each
+    /// reached directly.
+    pub fn resolver(&self, order: &[&DcId]) -> Resolver {
+        Resolver::new(self.client(Role::Router, None), self.resolver_config(order))
+    }
+
+    /// The default resolver config for a DC table of `order`, nearest first,
+    /// to adjust before [`Cluster::resolver_with`].
+    pub fn resolver_config(&self, order: &[&DcId]) -> ResolverConfig {
+        let dcs = order.iter().map(|d| ((*d).clone(), self.addr(d))).collect();
+        ResolverConfig::new(dcs)
+    }
+
+    /// A router's resolver with `config`.
+    pub fn resolver_with(&self, config: ResolverConfig) -> Resolver {
+        Resolver::new(self.client(Role::Router, None), config)
+    }
+
+    /// Sends `request` to `dc` directly through `client`.
+    pub async fn ask(
+        &self,
+        client: &Client,
+        dc: &DcId,
+        request: &Request,
+    ) -> Result<Reply, NetError> {
+        client.request(&self.peer(dc), request).await
+    }
+
+    /// The global store the daemons share, opened by the test itself.
+    pub async fn global_store(&self) -> EtcdGlobalStore {
+        EtcdGlobalStore::connect(self.etcd.endpoints(), &format!("{}/global/", self.prefix))
+            .await
+            .expect("etcd reachable")
+    }
+
+    /// Starts one more daemon for `dc` in a deployment of its own (its own
+    /// etcd prefix, data dir and port), whose peer table is `peers` (e.g. a
+    /// test double). Returns it with that deployment's global store, so the
+    /// test can plant global entries. `dc` must be one of [`DCS`] (it needs
+    /// a node certificate).
+    pub async fn start_lone_daemon(
+        &self,
+        dc: &DcId,
+        peers: Vec<(DcId, SocketAddr)>,
+        extra_args: Vec<String>,
+    ) -> (Homingd, EtcdGlobalStore) {
+        let prefix = unique_prefix();
+        let name = format!("lone-{}", prefix.replace('/', "_"));
+        let spec = HomingdSpec {
+            dc: dc.clone(),
+            listen: free_udp_addr(),
+            data_dir: self.dir.path().join(&name),
+            certs_dir: self.dir.path().join("certs"),
+            peers,
+            etcd_endpoints: self.etcd.endpoints().to_vec(),
+            store_prefix: prefix.clone(),
+            extra_args,
+            log: self.dir.path().join(format!("{name}.log")),
+        };
+        let daemon = Homingd::start(spec).await.expect("the lone daemon starts");
+        let global = EtcdGlobalStore::connect(self.etcd.endpoints(), &format!("{prefix}/global/"))
+            .await
+            .expect("etcd reachable");
+        (daemon, global)
+    }
+
+    /// The etcd cluster (to kill a member).
+    pub fn etcd(&mut self) -> &mut EtcdCluster {
+        &mut self.etcd
+    }
+
+    /// The dev CA that issued every certificate (to issue more).
+    pub fn ca(&self) -> &DevCa {
+        &self.ca
+    }
+
+    /// The cluster's scratch directory (certs, data, logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Every daemon's log, for a failure message.
+    pub fn logs(&self) -> String {
+        self.daemons
+            .iter()
+            .map(|(dc, d)| format!("--- {dc} ---\n{}", d.log()))
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Daemons first: they hold etcd connections and relay paths.
+        self.daemons.clear();
+        self.paths.clear();
+    }
+}
+
+fn local_any() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn pairs(dcs: &[DcId]) -> Vec<(DcId, DcId)> {
+    let mut out = Vec::new();
+    for from in dcs {
+        for to in dcs {
+            if from != to {
+                out.push((from.clone(), to.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn load_ca(certs: &Path) -> Result<DevCa, ClusterError> {
+    let read = |name: &str| -> Result<String, ClusterError> {
+        let path: PathBuf = certs.join(name);
+        std::fs::read_to_string(&path)
+            .map_err(|e| ClusterError::Start(format!("{}: {e}", path.display())))
+    };
+    DevCa::from_pem(&read("ca.pem")?, &read("ca.key")?)
+        .map_err(|e| ClusterError::Start(e.to_string()))
+}
+
+/// Starts a cluster, or prints why the test is skipped and returns `None`
+/// (only when the etcd binary is missing; any other failure panics).
+pub async fn start_or_skip(test: &str, options: ClusterOptions) -> Option<Cluster> {
+    match Cluster::start(options).await {
+        Ok(cluster) => Some(cluster),
+        Err(ClusterError::Etcd(EtcdError::NoBinary)) => {
+            eprintln!("SKIPPED {test}: no etcd binary on PATH (apt-get install etcd-server)");
+            None
+        }
+        Err(e) => panic!("{test}: cluster did not start: {e}"),
+    }
+}
+
+/// Waits `ms` milliseconds.
+pub async fn sleep_ms(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}

@@ -1,0 +1,185 @@
+//! A real `homingd` process: started from the binary the workspace built,
+//! waited for until it prints its listening line, SIGKILLed on demand and
+//! restarted on the same data directory and port. Killed when dropped, also
+//! when a test panics.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use homing_core::DcId;
+
+/// The command that builds the binary these tests run.
+pub const BUILD_HOMINGD: &str = "cargo build -p homing-daemon --features etcd --bin homingd";
+/// How long a daemon may take to print its listening line, in milliseconds.
+pub const START_WAIT_MS_MAX: u64 = 20_000;
+
+/// Where the `homingd` binary is: `$HOMINGD_BIN`, else next to this test
+/// executable's `deps/` directory (`<target>/<profile>/homingd`). Panics with
+/// the build command when it is missing.
+pub fn homingd_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("HOMINGD_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test executable has a path");
+    // <target>/<profile>/deps/<test>-<hash> → <target>/<profile>/homingd
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executables live in <target>/<profile>/deps");
+    let binary = profile_dir.join(format!("homingd{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "no homingd at {}: build it first with `{BUILD_HOMINGD}` (same CARGO_TARGET_DIR), \
+         or set HOMINGD_BIN",
+        binary.display()
+    );
+    binary
+}
+
+/// How to run one daemon.
+#[derive(Debug, Clone)]
+pub struct HomingdSpec {
+    /// Its DC.
+    pub dc: DcId,
+    /// The QUIC address it binds (fixed, so a restart keeps it).
+    pub listen: SocketAddr,
+    /// Its data directory (the redb DC store).
+    pub data_dir: PathBuf,
+    /// Directory holding `ca.pem`, `node-<dc>.pem`, `node-<dc>.key`.
+    pub certs_dir: PathBuf,
+    /// Peer table: DC → the address this daemon uses for it (a relay).
+    pub peers: Vec<(DcId, SocketAddr)>,
+    /// etcd client URLs of the global store.
+    pub etcd_endpoints: Vec<String>,
+    /// This deployment's key prefix in etcd.
+    pub store_prefix: String,
+    /// Further flags (lease policy, timeouts).
+    pub extra_args: Vec<String>,
+    /// File that collects the daemon's stderr across restarts.
+    pub log: PathBuf,
+}
+
+/// A running daemon; SIGKILLed on drop.
+pub struct Homingd {
+    spec: HomingdSpec,
+    child: Option<Child>,
+}
+
+impl Homingd {
+    /// Starts the daemon and waits for its listening line. Fails with the
+    /// daemon's log when it exits or stays silent.
+    pub async fn start(spec: HomingdSpec) -> Result<Homingd, String> {
+        let mut daemon = Homingd { spec, child: None };
+        daemon.spawn().await?;
+        Ok(daemon)
+    }
+
+    async fn spawn(&mut self) -> Result<(), String> {
+        let spec = &self.spec;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .map_err(|e| format!("log file {}: {e}", spec.log.display()))?;
+        let certs = &spec.certs_dir;
+        let mut command = Command::new(homingd_binary());
+        command
+            .arg("--dc")
+            .arg(spec.dc.as_str())
+            .arg("--listen")
+            .arg(spec.listen.to_string())
+            .arg("--data-dir")
+            .arg(&spec.data_dir)
+            .arg("--ca-cert")
+            .arg(certs.join("ca.pem"))
+            .arg("--cert")
+            .arg(certs.join(format!("node-{}.pem", spec.dc)))
+            .arg("--key")
+            .arg(certs.join(format!("node-{}.key", spec.dc)))
+            .args(["--dc-store", "redb", "--global-store", "etcd"])
+            .arg("--etcd-endpoints")
+            .arg(spec.etcd_endpoints.join(","))
+            .arg("--store-prefix")
+            .arg(&spec.store_prefix);
+        for (dc, addr) in &spec.peers {
+            command.arg("--peer").arg(format!("{dc}={addr}"));
+        }
+        let mut child = command
+            .args(&spec.extra_args)
+            .env("HOMING_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("spawning {}: {e}", homingd_binary().display()))?;
+        let stdout = child.stdout.take().expect("stdout was piped");
+        self.child = Some(child);
+        let line = tokio::task::spawn_blocking(move || {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx.recv_timeout(Duration::from_millis(START_WAIT_MS_MAX))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        match line {
+            Ok(line) if line.contains("listening on") => Ok(()),
+            other => {
+                let log = std::fs::read_to_string(&self.spec.log).unwrap_or_default();
+                Err(format!(
+                    "homingd {} did not start ({other:?}); log:\n{log}",
+                    self.spec.dc
+                ))
+            }
+        }
+    }
+
+    /// Its DC.
+    pub fn dc(&self) -> &DcId {
+        &self.spec.dc
+    }
+
+    /// The address it serves on (not a relay).
+    pub fn addr(&self) -> SocketAddr {
+        self.spec.listen
+    }
+
+    /// The OS process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL (`kill -9`): no shutdown, no flush beyond what was durable.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Already exited: nothing to kill.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data directory.
+    pub async fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.spawn().await
+    }
+
+    /// Everything it logged so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.spec.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Homingd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
