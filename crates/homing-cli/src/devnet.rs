@@ -36,6 +36,10 @@ pub struct DevnetArgs {
     /// After the story, keep the DCs running and print how to reach them.
     #[arg(long)]
     serve: bool,
+    /// After the story, start an HTTP edge router (attached to the last DC)
+    /// and one actor host per DC, and route a request to each.
+    #[arg(long)]
+    with_router: bool,
 }
 
 struct Dc {
@@ -181,7 +185,14 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         );
     }
 
-    let ok = story(&dcs, &certs).await?;
+    let mut ok = story(&dcs, &certs).await?;
+    let edge = if args.with_router {
+        let (edge, routed) = edge::start(&dcs, &certs, args.serve).await?;
+        ok &= routed;
+        Some(edge)
+    } else {
+        None
+    };
 
     if args.serve {
         let table: Vec<String> = {
@@ -205,7 +216,13 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         );
         println!("   homing resolve my-key");
         println!("   homing chain my-key");
+        if let Some(edge) = &edge {
+            edge.print_curl();
+        }
         tokio::signal::ctrl_c().await?;
+    }
+    if let Some(edge) = edge {
+        edge.stop().await;
     }
     for dc in dcs {
         dc.daemon.shutdown().await;
@@ -486,4 +503,135 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
         println!("\n{} check(s) failed", s.failures);
     }
     Ok(s.failures == 0)
+}
+
+/// `--with-router`: an HTTP edge router on a Resolver attached to the last
+/// DC, and one actor host per DC, each holding its own key (`demo` in the
+/// first DC, `demo-<dc>` in the others).
+mod edge {
+    use std::time::Duration;
+
+    use homing_client::{Resolver, ResolverConfig};
+    use homing_core::{Identity, KeyConfig, KeyName, Role};
+    use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, HostStarted, Serving};
+    use homing_net::{Client, ClientLimits, Peer};
+
+    use super::{Dc, Story};
+    use crate::reach::load_identity;
+
+    /// Time in-flight requests get when the devnet stops, in milliseconds.
+    const DRAIN_MS: u64 = 1_000;
+
+    /// The running router and actor hosts.
+    pub struct Edge {
+        serving: Serving,
+        hosts: Vec<ActorHost>,
+    }
+
+    fn key_of(dcs: &[Dc], i: usize) -> String {
+        if i == 0 {
+            "demo".to_string()
+        } else {
+            format!("demo-{}", dcs[i].id)
+        }
+    }
+
+    /// Starts the router and the hosts; unless `serving`, routes one request
+    /// to each key and checks it landed in the host's DC.
+    pub async fn start(
+        dcs: &[Dc],
+        certs: &std::path::Path,
+        serving: bool,
+    ) -> anyhow::Result<(Edge, bool)> {
+        let mut s = Story { failures: 0 };
+        let last = dcs.len() - 1;
+        s.step(&format!(
+            "8. an HTTP edge router attached to {} routes to one actor host per DC",
+            dcs[last].id
+        ));
+        let mut hosts = Vec::new();
+        for (i, dc) in dcs.iter().enumerate() {
+            let tls = load_identity(certs, &Identity::new(Role::Host, Some(dc.id.clone()))?)?;
+            let peer = Peer {
+                addr: dc.daemon.local_addr(),
+                dc: dc.id.clone(),
+            };
+            let key = KeyConfig::named(KeyName::new(key_of(dcs, i))?);
+            let config = ActorHostConfig::new(peer, key, "127.0.0.1:0".parse()?);
+            let client = Client::new(&tls, ClientLimits::default())?;
+            match ActorHost::start(client, config).await? {
+                HostStarted::Serving(host) => {
+                    println!(
+                        "   actor host for {} in {} on {} ({}, token {})",
+                        host.key(),
+                        dc.id,
+                        host.local_addr(),
+                        host.reservation(),
+                        host.token()
+                    );
+                    hosts.push(host);
+                }
+                other => s.check(false, format!("{}: {other:?}", key_of(dcs, i))),
+            }
+        }
+        let mut table = vec![(dcs[last].id.clone(), dcs[last].daemon.local_addr())];
+        table.extend(dcs[..last].iter().map(|d| (d.id.clone(), d.reached_at)));
+        let router_tls = load_identity(certs, &Identity::new(Role::Router, None)?)?;
+        let resolver = Resolver::new(
+            Client::new(&router_tls, ClientLimits::default())?,
+            ResolverConfig::new(table),
+        );
+        let router = EdgeRouter::new(resolver, EdgeConfig::default());
+        let serving_at = router.spawn(tokio::net::TcpListener::bind("127.0.0.1:0").await?)?;
+        println!("   edge router on http://{}", serving_at.local_addr());
+        let edge = Edge {
+            serving: serving_at,
+            hosts,
+        };
+        if !serving {
+            for host in &edge.hosts {
+                let key = host.key().to_string();
+                match homing_edge::probe::get(edge.serving.local_addr(), "/", Some(&key)).await {
+                    Ok((status, body)) => {
+                        let body = String::from_utf8_lossy(&body);
+                        println!(
+                            "   curl -H 'x-homing-key: {key}' → {status} {}",
+                            body.trim()
+                        );
+                        let landed = format!("\"reservation\":\"{}\"", host.reservation());
+                        s.check(
+                            status.is_success() && body.contains(&landed),
+                            format!("{key} routed to its actor in {}", host.reservation().dc()),
+                        );
+                    }
+                    Err(e) => s.check(false, format!("{key}: {e}")),
+                }
+            }
+        }
+        Ok((edge, s.failures == 0))
+    }
+
+    impl Edge {
+        /// Prints curl lines that reach each actor through the router.
+        pub fn print_curl(&self) {
+            let at = self.serving.local_addr();
+            for host in &self.hosts {
+                println!("   curl -H 'x-homing-key: {}' http://{at}/", host.key());
+            }
+            if let Some(host) = self.hosts.first() {
+                println!("   curl http://{at}/k/{}/any/path", host.key());
+            }
+        }
+
+        /// Stops the router, then releases every host's key.
+        pub async fn stop(self) {
+            self.serving.stop(Duration::from_millis(DRAIN_MS)).await;
+            for host in self.hosts {
+                let key = host.key().to_string();
+                if let Err(e) = host.stop().await {
+                    eprintln!("actor host {key}: release failed: {e}");
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,91 @@
+//! `actor-host`: a tiny HTTP actor that holds a key's lease from its own DC
+//! and answers every request with where it landed. Ctrl-C releases the key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use homing_core::{DcId, Identity, KeyConfig, KeyName, Namespace, Role};
+use homing_edge::{ActorHost, ActorHostConfig, HostStarted};
+use homing_net::{Client, ClientLimits, Peer};
+
+/// A tiny actor host running under a homing HostAgent.
+#[derive(Debug, Parser)]
+#[command(name = "actor-host", version)]
+struct Args {
+    /// The key to hold.
+    key: String,
+    /// The key's namespace.
+    #[arg(long, default_value = "")]
+    namespace: String,
+    /// The host's own DC as NAME=ADDR.
+    #[arg(long)]
+    dc: String,
+    /// Address to serve on; its bound address is the actor id.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Directory with ca.pem and `host-<dc>.pem`/`.key`, as written by `homing certs`.
+    #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
+    certs: PathBuf,
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let (dc, addr) = args
+        .dc
+        .split_once('=')
+        .with_context(|| format!("--dc {:?} is not NAME=ADDR", args.dc))?;
+    let dc = DcId::new(dc).context("--dc")?;
+    let addr: SocketAddr = addr.parse().context("--dc: address")?;
+    let identity = Identity::new(Role::Host, Some(dc.clone()))?;
+    let name = homing_net::pki::cert_name(&identity);
+    let tls = homing_net::TlsIdentity::load_pem(
+        &args.certs.join("ca.pem"),
+        &args.certs.join(format!("{name}.pem")),
+        &args.certs.join(format!("{name}.key")),
+    )
+    .with_context(|| format!("loading the host certificate from {}", args.certs.display()))?;
+    let key = KeyConfig {
+        namespace: Namespace::new(args.namespace.as_str()).context("--namespace")?,
+        ..KeyConfig::named(KeyName::new(args.key.as_str()).context("key")?)
+    };
+    let config = ActorHostConfig::new(Peer { addr, dc }, key, args.listen);
+    let client = Client::new(&tls, ClientLimits::default())?;
+    let mut host = match ActorHost::start(client, config).await? {
+        HostStarted::Serving(host) => host,
+        HostStarted::HeldElsewhere { reservation, actor } => {
+            bail!("the key is live elsewhere: actor {actor} under {reservation}")
+        }
+        HostStarted::TagMismatch { existing } => bail!("the key is held under tag {existing:?}"),
+    };
+    println!(
+        "actor-host serving {} on http://{} under {} (token {})",
+        host.key(),
+        host.local_addr(),
+        host.reservation(),
+        host.token()
+    );
+    tokio::select! {
+        signal = tokio::signal::ctrl_c() => {
+            signal?;
+            host.stop().await?;
+            println!("released");
+        }
+        () = host.terminated() => bail!("the lease was lost: stopped serving"),
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(Args::parse()).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
+}

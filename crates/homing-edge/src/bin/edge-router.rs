@@ -1,0 +1,143 @@
+//! `edge-router`: the homing edge router as a process. Resolves the key of
+//! each HTTP request through the DCs given with `--dc` (nearest first) and
+//! forwards it to the actor.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use homing_client::{Resolver, ResolverConfig};
+use homing_core::{Identity, Namespace, Role};
+use homing_edge::{EdgeConfig, EdgeRouter};
+use homing_net::{Client, ClientLimits};
+use hyper::header::HeaderName;
+
+/// Time in-flight requests get after Ctrl-C, in milliseconds.
+const DRAIN_MS: u64 = 5_000;
+
+/// An HTTP edge router on the homing Resolver.
+#[derive(Debug, Parser)]
+#[command(name = "edge-router", version)]
+struct Args {
+    /// Address to accept HTTP/1.1 and HTTP/2 (prior knowledge) on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Directory with ca.pem and router.pem/router.key, as written by `homing certs`.
+    #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
+    certs: PathBuf,
+    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated).
+    #[arg(
+        long = "dc",
+        env = "HOMING_DCS",
+        value_delimiter = ',',
+        required = true
+    )]
+    dcs: Vec<String>,
+    /// Header carrying the key name.
+    #[arg(long, default_value = homing_edge::config::KEY_HEADER_DEFAULT)]
+    key_header: String,
+    /// Do not route `/k/<key>/…` paths (the header only).
+    #[arg(long)]
+    no_path_prefix: bool,
+    /// Namespace of the keys routed.
+    #[arg(long, default_value = "")]
+    namespace: String,
+    /// How long a resolved answer is served from cache, in milliseconds.
+    #[arg(long, default_value_t = homing_client::resolver::TAIL_TTL_MS_DEFAULT)]
+    tail_ttl_ms: u64,
+    /// Capacity of each resolver cache, in entries.
+    #[arg(long, default_value_t = homing_client::resolver::CACHE_ENTRIES_DEFAULT)]
+    cache_entries: u64,
+    /// Wait for an actor's response headers, in milliseconds.
+    #[arg(long, default_value_t = homing_edge::config::UPSTREAM_TIMEOUT_MS_DEFAULT)]
+    upstream_timeout_ms: u64,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = homing_edge::config::REQUEST_BODY_BYTES_MAX_DEFAULT)]
+    request_body_bytes_max: usize,
+    /// Wait while a key's actor moves (vacant tail) before 503, in milliseconds.
+    #[arg(long, default_value_t = homing_edge::config::MOVE_WAIT_MS_DEFAULT)]
+    move_wait_ms: u64,
+    /// Serve remembered answers, marked stale, while a DC is unavailable.
+    #[arg(long)]
+    stale_answers: bool,
+}
+
+fn dc_table(entries: &[String]) -> anyhow::Result<Vec<(homing_core::DcId, SocketAddr)>> {
+    entries
+        .iter()
+        .map(|entry| {
+            let (dc, addr) = entry
+                .split_once('=')
+                .with_context(|| format!("--dc {entry:?} is not NAME=ADDR"))?;
+            let dc = homing_core::DcId::new(dc).with_context(|| format!("--dc {entry:?}"))?;
+            let addr = addr
+                .parse()
+                .with_context(|| format!("--dc {entry:?}: address"))?;
+            Ok((dc, addr))
+        })
+        .collect()
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let dcs = dc_table(&args.dcs)?;
+    let identity = Identity::new(Role::Router, None)?;
+    let name = homing_net::pki::cert_name(&identity);
+    let tls = homing_net::TlsIdentity::load_pem(
+        &args.certs.join("ca.pem"),
+        &args.certs.join(format!("{name}.pem")),
+        &args.certs.join(format!("{name}.key")),
+    )
+    .with_context(|| {
+        format!(
+            "loading the router certificate from {}",
+            args.certs.display()
+        )
+    })?;
+    let resolver_config = ResolverConfig {
+        tail_ttl_ms: args.tail_ttl_ms,
+        cache_entries: args.cache_entries,
+        ..ResolverConfig::new(dcs)
+    };
+    let resolver = Resolver::new(Client::new(&tls, ClientLimits::default())?, resolver_config);
+    let config = EdgeConfig {
+        key_header: HeaderName::try_from(args.key_header.as_str()).context("--key-header")?,
+        path_prefix: !args.no_path_prefix,
+        namespace: Namespace::new(args.namespace.as_str()).context("--namespace")?,
+        upstream_timeout_ms: args.upstream_timeout_ms,
+        request_body_bytes_max: args.request_body_bytes_max,
+        move_wait_ms: args.move_wait_ms,
+        stale_answers: args.stale_answers,
+        ..EdgeConfig::default()
+    };
+    let router = EdgeRouter::new(resolver, config);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("--listen {}", args.listen))?;
+    println!("edge-router listening on http://{}", listener.local_addr()?);
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("waiting for Ctrl-C: {e}; stopping");
+        }
+    };
+    router
+        .serve(listener, ctrl_c, Duration::from_millis(DRAIN_MS))
+        .await?;
+    println!("edge-router stopped: {:?}", router.stats());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(Args::parse()).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
+}

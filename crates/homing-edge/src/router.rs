@@ -1,0 +1,453 @@
+//! `EdgeRouter`: the reverse proxy. Per request: find the key, resolve it
+//! (one cache lookup when hot), forward to the actor's address, stream the
+//! answer back. A forward that cannot reach the actor reports the answer
+//! unreachable and is retried once on a fresh resolve; a vacant tail (an
+//! actor moving between DCs) is waited for, boundedly.
+//!
+//! The router's own answers carry `{"error":<reason>,"key":…}`:
+//!
+//! | reason | status | when |
+//! |---|---|---|
+//! | `no_key`, `bad_key` | 400 | no key header or `/k/<key>/` path; an invalid name |
+//! | `body_too_large` | 413 | the body exceeds `request_body_bytes_max` |
+//! | `not_found` | 404 | [`ResolveError::NotFound`]: never reserved |
+//! | `unavailable` (+ `"dc"`) | 503 | [`ResolveError::Unavailable`] |
+//! | `vacant` | 503 | [`ResolveError::Vacant`] for longer than `move_wait_ms` |
+//! | `inconsistent`, `chain_too_long` | 502 | [`ResolveError::Inconsistent`], [`ResolveError::ChainTooLong`] |
+//! | `actor_unreachable`, `bad_actor_address` | 502 | the forward failed after the retry; the actor id is not `host:port` |
+//! | `upstream_timeout` | 504 | no response headers within `upstream_timeout_ms` |
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use homing_client::{Resolution, ResolveError, Resolver};
+use homing_core::Key;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::config::{EdgeConfig, MOVE_POLL_MS};
+use crate::json;
+use crate::route::{KeyError, route};
+use crate::serve::{self, Serving};
+
+/// Forwards per request: the first, and one retry after a fresh resolve.
+pub const FORWARD_ATTEMPTS_MAX: u32 = 2;
+/// Header telling the actor which DC the router resolved.
+pub const DC_HEADER: &str = "x-homing-dc";
+/// Header telling the actor which reservation the router resolved.
+pub const RESERVATION_HEADER: &str = "x-homing-reservation";
+/// Header telling the actor the fencing token the router resolved.
+pub const TOKEN_HEADER: &str = "x-homing-token";
+
+/// The body of every response the router sends: the actor's, streamed, or
+/// the router's own short JSON.
+pub type EdgeBody = BoxBody<Bytes, hyper::Error>;
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Counters of what the router did, since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EdgeStats {
+    /// Requests received.
+    pub requests: u64,
+    /// Resolves answered from the Resolver's answer cache.
+    pub resolved_from_cache: u64,
+    /// Resolves that walked the chain (round trips to DCs).
+    pub resolved_by_walk: u64,
+    /// Forwards retried after the actor was unreachable.
+    pub retries: u64,
+    /// Responses the router made itself with a 4xx/5xx status.
+    pub failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    resolved_from_cache: AtomicU64,
+    resolved_by_walk: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+struct Inner {
+    resolver: Resolver,
+    config: EdgeConfig,
+    client: Client<HttpConnector, Full<Bytes>>,
+    forwards: Semaphore,
+    counters: Counters,
+}
+
+/// The edge router. Cheap to clone; clones share the resolver, the actor
+/// connection pool and the counters.
+#[derive(Clone)]
+pub struct EdgeRouter {
+    inner: Arc<Inner>,
+}
+
+/// Why one forward failed.
+enum Forward {
+    /// No connection, or it broke before an answer: the actor may be gone.
+    /// `sent` if the request may have reached the actor (not a connect error).
+    Unreachable { error: String, sent: bool },
+    /// No response headers within the upstream timeout.
+    Timeout,
+    /// The actor id is not a `host:port` this router can dial.
+    BadActor(String),
+}
+
+impl EdgeRouter {
+    /// A router resolving through `resolver` (built with a router identity).
+    pub fn new(resolver: Resolver, config: EdgeConfig) -> EdgeRouter {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_millis(config.pool_idle_timeout_ms))
+            .pool_max_idle_per_host(config.pool_idle_per_actor_max)
+            .build(connector);
+        EdgeRouter {
+            inner: Arc::new(Inner {
+                resolver,
+                forwards: Semaphore::new(config.forwards_in_flight_max),
+                config,
+                client,
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// The resolver it routes with.
+    pub fn resolver(&self) -> &Resolver {
+        &self.inner.resolver
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> EdgeStats {
+        let c = &self.inner.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        EdgeStats {
+            requests: get(&c.requests),
+            resolved_from_cache: get(&c.resolved_from_cache),
+            resolved_by_walk: get(&c.resolved_by_walk),
+            retries: get(&c.retries),
+            failures: get(&c.failures),
+        }
+    }
+
+    /// Serves on `listener` in a background task until [`Serving::stop`].
+    /// Fails only if the listener has no local address.
+    pub fn spawn(&self, listener: TcpListener) -> std::io::Result<Serving> {
+        let router = self.clone();
+        let service = service_fn(move |request| {
+            let router = router.clone();
+            async move { Ok::<_, Infallible>(router.handle(request).await) }
+        });
+        let (stop, _) = watch::channel(None);
+        serve::spawn(listener, service, self.inner.config.serve, Arc::new(stop))
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then gives in-flight
+    /// requests up to `drain` and returns. Fails only if the listener has
+    /// no local address.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+        drain: Duration,
+    ) -> std::io::Result<()> {
+        let serving = self.spawn(listener)?;
+        shutdown.await;
+        serving.stop(drain).await;
+        Ok(())
+    }
+
+    /// Routes one request; every failure is a response (see the module docs
+    /// for the statuses), never an error.
+    pub async fn handle(&self, request: Request<Incoming>) -> Response<EdgeBody> {
+        Counters::bump(&self.inner.counters.requests);
+        let (parts, body) = request.into_parts();
+        let routed = match route(&parts, &self.inner.config) {
+            Ok(routed) => routed,
+            Err(e) => {
+                let reason = match e {
+                    KeyError::Missing => "no_key",
+                    KeyError::Invalid(_) => "bad_key",
+                };
+                return self.refuse(StatusCode::BAD_REQUEST, reason, None, None);
+            }
+        };
+        let key = &routed.key;
+        let body = match self.read_body(&parts, body).await {
+            Ok(body) => body,
+            Err(status) => {
+                let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "body_too_large"
+                } else {
+                    "bad_body"
+                };
+                return self.refuse(status, reason, Some(key), None);
+            }
+        };
+        for attempt in 1..=FORWARD_ATTEMPTS_MAX {
+            let at = match self.resolve(key).await {
+                Ok(at) => at,
+                Err(e) => return self.unresolved(key, &e),
+            };
+            match self
+                .forward(&at, &parts, &routed.path_and_query, body.clone())
+                .await
+            {
+                Ok(response) => return response,
+                Err(Forward::Unreachable { error, sent }) => {
+                    debug!(%key, reservation = %at.reservation, actor = %at.actor, %error, attempt, "actor unreachable");
+                    self.inner.resolver.report_unreachable(&at).await;
+                    // A request that may have reached the actor is sent again
+                    // only if doing it twice means doing it once.
+                    if sent && !parts.method.is_idempotent() {
+                        break;
+                    }
+                    if attempt < FORWARD_ATTEMPTS_MAX {
+                        Counters::bump(&self.inner.counters.retries);
+                    }
+                }
+                Err(Forward::Timeout) => {
+                    self.inner.resolver.report_unreachable(&at).await;
+                    return self.refuse(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "upstream_timeout",
+                        Some(key),
+                        None,
+                    );
+                }
+                Err(Forward::BadActor(actor)) => {
+                    warn!(%key, reservation = %at.reservation, %actor, "actor id is not host:port");
+                    return self.refuse(
+                        StatusCode::BAD_GATEWAY,
+                        "bad_actor_address",
+                        Some(key),
+                        None,
+                    );
+                }
+            }
+        }
+        self.refuse(
+            StatusCode::BAD_GATEWAY,
+            "actor_unreachable",
+            Some(key),
+            None,
+        )
+    }
+
+    /// Buffers the body (bounded) so a failed forward can be retried.
+    async fn read_body(&self, parts: &Parts, body: Incoming) -> Result<Bytes, StatusCode> {
+        let max = self.inner.config.request_body_bytes_max;
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > max as u64) {
+            return Err(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        match Limited::new(body, max).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                Err(StatusCode::PAYLOAD_TOO_LARGE)
+            }
+            Err(_) => Err(StatusCode::BAD_REQUEST),
+        }
+    }
+
+    /// Resolves `key`, waiting (boundedly) while its tail is vacant.
+    async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
+        let resolver = &self.inner.resolver;
+        let until = Instant::now() + Duration::from_millis(self.inner.config.move_wait_ms);
+        let poll = Duration::from_millis(MOVE_POLL_MS);
+        loop {
+            let answer = if self.inner.config.stale_answers {
+                resolver.resolve_or_stale(key).await
+            } else {
+                resolver.resolve(key).await
+            };
+            match answer {
+                Ok(at) => {
+                    let counters = &self.inner.counters;
+                    Counters::bump(if at.from_cache {
+                        &counters.resolved_from_cache
+                    } else {
+                        &counters.resolved_by_walk
+                    });
+                    return Ok(at);
+                }
+                Err(ResolveError::Vacant { .. }) if Instant::now() + poll < until => {
+                    tokio::time::sleep(poll).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn forward(
+        &self,
+        at: &Resolution,
+        parts: &Parts,
+        path_and_query: &str,
+        body: Bytes,
+    ) -> Result<Response<EdgeBody>, Forward> {
+        let uri: Uri = format!("http://{}{path_and_query}", at.actor)
+            .parse()
+            .map_err(|_| Forward::BadActor(at.actor.to_string()))?;
+        let authority = HeaderValue::from_str(at.actor.as_str())
+            .map_err(|_| Forward::BadActor(at.actor.to_string()))?;
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = parts.method.clone();
+        *request.uri_mut() = uri;
+        *request.version_mut() = Version::HTTP_11;
+        let headers = request.headers_mut();
+        copy_end_to_end(&parts.headers, headers);
+        headers.insert(header::HOST, authority);
+        identify(headers, at);
+        let timeout = Duration::from_millis(self.inner.config.upstream_timeout_ms);
+        let sent = async {
+            let _permit = self.inner.forwards.acquire().await;
+            self.inner.client.request(request).await
+        };
+        match tokio::time::timeout(timeout, sent).await {
+            Err(_) => Err(Forward::Timeout),
+            Ok(Err(e)) => Err(Forward::Unreachable {
+                error: error_chain(&e),
+                sent: !e.is_connect(),
+            }),
+            Ok(Ok(response)) => {
+                let (mut parts, body) = response.into_parts();
+                let mut headers = HeaderMap::with_capacity(parts.headers.len());
+                copy_end_to_end(&parts.headers, &mut headers);
+                parts.headers = headers;
+                Ok(Response::from_parts(parts, body.boxed()))
+            }
+        }
+    }
+
+    fn unresolved(&self, key: &Key, error: &ResolveError) -> Response<EdgeBody> {
+        let (status, reason, dc) = match error {
+            ResolveError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
+            ResolveError::Unavailable { dc, .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                Some(dc.as_str()),
+            ),
+            ResolveError::Vacant { .. } => (StatusCode::SERVICE_UNAVAILABLE, "vacant", None),
+            ResolveError::ChainTooLong(_) => (StatusCode::BAD_GATEWAY, "chain_too_long", None),
+            ResolveError::Inconsistent(_) => (StatusCode::BAD_GATEWAY, "inconsistent", None),
+        };
+        debug!(%key, %error, "not routed");
+        self.refuse(status, reason, Some(key), dc)
+    }
+
+    /// The router's own answer: `{"error":reason,"key":…,"dc":…}`.
+    fn refuse(
+        &self,
+        status: StatusCode,
+        reason: &str,
+        key: Option<&Key>,
+        dc: Option<&str>,
+    ) -> Response<EdgeBody> {
+        Counters::bump(&self.inner.counters.failures);
+        let mut object = json::Object::new().string("error", reason);
+        if let Some(key) = key {
+            object = object.string("key", &key.to_string());
+        }
+        if let Some(dc) = dc {
+            object = object.string("dc", dc);
+        }
+        json_response(status, object.finish())
+    }
+}
+
+/// A response with a JSON body.
+pub(crate) fn json_response(status: StatusCode, text: String) -> Response<EdgeBody> {
+    let mut response = Response::new(Full::new(Bytes::from(text)).map_err(|e| match e {}).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Copies every header but the hop-by-hop ones and `Host`.
+fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<&str> = from
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    for (name, value) in from {
+        let hop = HOP_BY_HOP.contains(name)
+            || name == header::HOST
+            || name == header::UPGRADE
+            || named.iter().any(|n| name.as_str().eq_ignore_ascii_case(n));
+        if !hop {
+            to.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Tells the actor what the router resolved, so it can refuse misrouted work.
+fn identify(headers: &mut HeaderMap, at: &Resolution) {
+    let pairs = [
+        (DC_HEADER, at.dc.to_string()),
+        (RESERVATION_HEADER, at.reservation.to_string()),
+        (TOKEN_HEADER, at.token.to_string()),
+    ];
+    for (name, value) in pairs {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
