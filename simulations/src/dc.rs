@@ -1,0 +1,832 @@
+//! A simulated DC: its durable state (records, the ID allocator — durable
+//! at commit), its volatile state (the global-entry cache, in-flight
+//! requests — lost in a crash), its clock, and its request handling, which
+//! mirrors `homing-daemon`'s `Node`: acquire drives `homing_core::Connect`,
+//! renew/release/link read the record, apply the transition and
+//! compare-and-set on `version`, resolves answer a `LocalSegment`.
+//!
+//! Every DC-store operation takes the store's latency and applies when it
+//! completes; the global write-once lands even if the DC crashed meanwhile.
+
+use std::collections::BTreeMap;
+
+use homing_core::{
+    Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId, DcRecord, ErrorKind,
+    ErrorReply, FencingToken, HostTime, Key, LocalSegment, RecordState, Reply, Request,
+    ReservationId, Segment, SegmentError, Source, Written, chain::HOP_LIMIT_DEFAULT,
+};
+
+use crate::clock::NodeClock;
+use crate::invariants::View;
+use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim};
+use crate::trace::NO_KEY;
+
+/// Most compare-and-set attempts on one record (as homingd's `CAS_ATTEMPTS_MAX`).
+pub const CAS_ATTEMPTS_MAX: u32 = 16;
+
+/// One simulated DC.
+#[derive(Debug)]
+pub struct Dc {
+    /// Its name.
+    pub id: DcId,
+    /// Its index.
+    pub idx: u16,
+    /// Its store's clock.
+    pub clock: NodeClock,
+    /// Durable: its records.
+    pub records: BTreeMap<ReservationId, DcRecord>,
+    /// Durable: the last unique the allocator handed out.
+    pub allocated: u64,
+    /// Whether it runs.
+    pub up: bool,
+    /// Bumped by every crash: voids store operations started before it.
+    pub epoch: u32,
+    /// When it last (re)started, true µs.
+    pub up_since_us: u64,
+    global_cache: BTreeMap<Key, ReservationId>,
+    tasks: BTreeMap<u64, Task>,
+    peer_rpcs: BTreeMap<u64, u64>,
+    next_task: u64,
+}
+
+impl Dc {
+    /// A running DC with empty stores.
+    pub fn new(id: DcId, idx: u16, clock: NodeClock) -> Dc {
+        Dc {
+            id,
+            idx,
+            clock,
+            records: BTreeMap::new(),
+            allocated: 0,
+            up: true,
+            epoch: 0,
+            up_since_us: 0,
+            global_cache: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            peer_rpcs: BTreeMap::new(),
+            next_task: 0,
+        }
+    }
+}
+
+/// Per-request work counters, reported with acquire replies.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Work {
+    /// Round trips to other DCs.
+    pub peer_rtts: u32,
+    /// DC-store writes.
+    pub dc_writes: u32,
+    /// Global reads (cache misses).
+    pub global_reads: u32,
+    /// Global write-once operations.
+    pub global_writes: u32,
+    /// Link requests sent to a tail's DC.
+    pub links: u32,
+}
+
+#[derive(Debug)]
+struct Task {
+    client: NodeId,
+    rpc: u64,
+    key: u32,
+    kind: TaskKind,
+    waiting: Option<StoreOp>,
+    work: Work,
+}
+
+#[derive(Debug)]
+enum UpdateOp {
+    Renew {
+        token: FencingToken,
+        host_time: HostTime,
+    },
+    Release {
+        token: FencingToken,
+    },
+    Link {
+        to: ReservationId,
+        expected: FencingToken,
+    },
+}
+
+#[derive(Debug)]
+enum TaskKind {
+    Acquire(Box<Connect>),
+    Update {
+        id: ReservationId,
+        op: UpdateOp,
+        attempts: u32,
+        reply: Option<Reply>,
+    },
+    Segment,
+    Resolve {
+        entry: Option<ReservationId>,
+    },
+}
+
+#[derive(Debug)]
+enum StoreOp {
+    GlobalGet(Key),
+    Segment(ReservationId),
+    Get(ReservationId),
+    Allocate,
+    Cas {
+        expected: Option<u64>,
+        record: DcRecord,
+    },
+}
+
+/// What a driving step decided.
+enum Next {
+    Store(StoreOp),
+    SetIfAbsent(Key, ReservationId),
+    Peer(u16, Request),
+    Reply(Reply),
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
+    Reply::Error(ErrorReply::new(kind, message))
+}
+
+fn segment_error(e: SegmentError) -> Reply {
+    match e {
+        SegmentError::Unknown(_) => error(ErrorKind::UnknownReservation, e.to_string()),
+        SegmentError::Abandoned(_) | SegmentError::Broken(_) => {
+            error(ErrorKind::Inconsistent, e.to_string())
+        }
+    }
+}
+
+impl Sim {
+    fn store_delay_us(&mut self, d: usize, base_ms: f64, jitter_ms: f64) -> u64 {
+        let jitter = if jitter_ms > 0.0 {
+            self.rng.below((jitter_ms * 1000.0) as u64 + 1)
+        } else {
+            0
+        };
+        (((base_ms * 1000.0) as u64 + jitter) as f64 * self.store_factor(d)) as u64 + 1
+    }
+
+    /// A request arrives at DC `d` (or a reply to one of its peer requests).
+    pub(crate) fn dc_receive(&mut self, d: usize, message: Message) {
+        if !self.dcs[d].up {
+            return;
+        }
+        match message.body {
+            Body::Reply(reply) => self.dc_peer_reply(d, message.from, message.rpc, reply),
+            Body::Request(request) => {
+                self.dc_request(d, message.from, message.rpc, message.key, request)
+            }
+        }
+    }
+
+    fn dc_request(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, request: Request) {
+        let local = self.dcs[d].id.clone();
+        let kind = match request {
+            Request::Resolve { key: wanted } => {
+                let entry = self.dcs[d].global_cache.get(&wanted).cloned();
+                let next = match &entry {
+                    None => Next::Store(StoreOp::GlobalGet(wanted)),
+                    Some(id) if id.dc() == &local => Next::Store(StoreOp::Segment(id.clone())),
+                    Some(_) => Next::Reply(Reply::Resolved {
+                        entry: entry.clone(),
+                        segment: None,
+                    }),
+                };
+                return self.dc_start(d, client, rpc, key, TaskKind::Resolve { entry }, next);
+            }
+            Request::ResolveReservation { id } => {
+                if id.dc() != &local {
+                    let reply = error(ErrorKind::BadRequest, format!("{id} is not owned here"));
+                    return self.dc_reply_to(d, client, rpc, key, reply);
+                }
+                return self.dc_start(
+                    d,
+                    client,
+                    rpc,
+                    key,
+                    TaskKind::Segment,
+                    Next::Store(StoreOp::Segment(id)),
+                );
+            }
+            Request::Acquire {
+                config,
+                actor,
+                host_time,
+            } => {
+                let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
+                let key_value = config.key(bits);
+                let connect = Connect::new(
+                    local,
+                    key_value,
+                    config.tag,
+                    actor,
+                    host_time,
+                    self.policy,
+                    HOP_LIMIT_DEFAULT,
+                );
+                TaskKind::Acquire(Box::new(connect))
+            }
+            Request::Renew {
+                reservation,
+                token,
+                host_time,
+            } => TaskKind::Update {
+                id: reservation,
+                op: UpdateOp::Renew { token, host_time },
+                attempts: 0,
+                reply: None,
+            },
+            Request::Release { reservation, token } => TaskKind::Update {
+                id: reservation,
+                op: UpdateOp::Release { token },
+                attempts: 0,
+                reply: None,
+            },
+            Request::Link {
+                from,
+                to,
+                expected_token,
+            } => TaskKind::Update {
+                id: from,
+                op: UpdateOp::Link {
+                    to,
+                    expected: expected_token,
+                },
+                attempts: 0,
+                reply: None,
+            },
+            Request::Drain { .. } | Request::Inspect { .. } => {
+                let reply = error(ErrorKind::BadRequest, "not simulated");
+                return self.dc_reply_to(d, client, rpc, key, reply);
+            }
+        };
+        let mut task = Task {
+            client,
+            rpc,
+            key,
+            kind,
+            waiting: None,
+            work: Work::default(),
+        };
+        let next = match &task.kind {
+            TaskKind::Update { id, .. } if id.dc() != &self.dcs[d].id => Next::Reply(error(
+                ErrorKind::BadRequest,
+                format!("reservation {id} is owned by dc {}", id.dc()),
+            )),
+            TaskKind::Update { id, .. } => Next::Store(StoreOp::Get(id.clone())),
+            _ => self.acquire_step(d, &mut task),
+        };
+        let tid = self.new_task_id(d);
+        self.dc_continue(d, tid, task, next);
+    }
+
+    fn new_task_id(&mut self, d: usize) -> u64 {
+        self.dcs[d].next_task += 1;
+        self.dcs[d].next_task
+    }
+
+    fn dc_start(
+        &mut self,
+        d: usize,
+        client: NodeId,
+        rpc: u64,
+        key: u32,
+        kind: TaskKind,
+        next: Next,
+    ) {
+        let task = Task {
+            client,
+            rpc,
+            key,
+            kind,
+            waiting: None,
+            work: Work::default(),
+        };
+        let tid = self.new_task_id(d);
+        self.dc_continue(d, tid, task, next);
+    }
+
+    fn dc_reply_to(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, reply: Reply) {
+        self.send(Message {
+            from: NodeId::Dc(d as u16),
+            to: client,
+            rpc,
+            key,
+            body: Body::Reply(reply),
+        });
+    }
+
+    /// Parks the task on its next need, or answers.
+    fn dc_continue(&mut self, d: usize, tid: u64, mut task: Task, next: Next) {
+        let (base, jitter) = (
+            self.scenario.stores.dc_op_ms,
+            self.scenario.stores.dc_op_jitter_ms,
+        );
+        match next {
+            Next::Store(op) => {
+                let delay = match op {
+                    StoreOp::GlobalGet(_) => {
+                        let ms = self.scenario.stores.global_read_ms;
+                        self.store_delay_us(d, ms, 0.0)
+                    }
+                    _ => self.store_delay_us(d, base, jitter),
+                };
+                task.waiting = Some(op);
+                let epoch = self.dcs[d].epoch;
+                self.dcs[d].tasks.insert(tid, task);
+                self.schedule(
+                    self.now + delay,
+                    Event::Store {
+                        dc: d as u16,
+                        epoch,
+                        task: tid,
+                    },
+                );
+            }
+            Next::SetIfAbsent(key, id) => {
+                task.work.global_writes += 1;
+                let ms = self.scenario.stores.global_write_ms;
+                let delay = self.store_delay_us(d, ms, 0.0);
+                let set = GlobalSet {
+                    dc: d as u16,
+                    epoch: self.dcs[d].epoch,
+                    task: tid,
+                    key: self.key_index.get(&key).copied().unwrap_or(NO_KEY),
+                    id,
+                };
+                self.dcs[d].tasks.insert(tid, task);
+                self.schedule(self.now + delay, Event::GlobalSet(Box::new(set)));
+            }
+            Next::Peer(to, request) => {
+                task.work.peer_rtts += 1;
+                if matches!(request, Request::Link { .. }) {
+                    task.work.links += 1;
+                }
+                let rpc = self.request(NodeId::Dc(d as u16), NodeId::Dc(to), task.key, request);
+                self.dcs[d].peer_rpcs.insert(rpc, tid);
+                self.dcs[d].tasks.insert(tid, task);
+            }
+            Next::Reply(reply) => {
+                if matches!(task.kind, TaskKind::Acquire(_)) {
+                    self.measurements.note_acquire_work(task.rpc, task.work);
+                }
+                self.dc_reply_to(d, task.client, task.rpc, task.key, reply);
+            }
+        }
+    }
+
+    /// Polls the connect until it needs I/O or ends.
+    fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
+        let TaskKind::Acquire(connect) = &mut task.kind else {
+            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
+        };
+        loop {
+            let need = match connect.poll() {
+                ConnectPoll::Done(outcome) => return Next::Reply(acquire_reply(outcome)),
+                ConnectPoll::Failed(e) => {
+                    self.measurements.count("connect_failed");
+                    let kind = match e {
+                        ConnectError::Contended(_) => ErrorKind::Overloaded,
+                        _ => ErrorKind::Inconsistent,
+                    };
+                    return Next::Reply(error(kind, e.to_string()));
+                }
+                ConnectPoll::Need(need) => need,
+            };
+            return match need {
+                ConnectNeed::GlobalEntry(key) => {
+                    if let Some(id) = self.dcs[d].global_cache.get(&key) {
+                        connect.handle_global(Some(id.clone()), Source::Local);
+                        continue;
+                    }
+                    Next::Store(StoreOp::GlobalGet(key))
+                }
+                ConnectNeed::Reservation(id) if id.dc() == &self.dcs[d].id => {
+                    Next::Store(StoreOp::Segment(id))
+                }
+                ConnectNeed::Reservation(id) => match self.dc_index.get(id.dc()) {
+                    Some(&to) => Next::Peer(to, Request::ResolveReservation { id }),
+                    None => Next::Reply(error(
+                        ErrorKind::Inconsistent,
+                        format!("unknown dc in {id}"),
+                    )),
+                },
+                ConnectNeed::LocalRecord(id) => Next::Store(StoreOp::Get(id)),
+                ConnectNeed::Allocate => Next::Store(StoreOp::Allocate),
+                ConnectNeed::Write { expected, record } => {
+                    Next::Store(StoreOp::Cas { expected, record })
+                }
+                ConnectNeed::SetIfAbsent { key, id } => Next::SetIfAbsent(key, id),
+                ConnectNeed::Link {
+                    from,
+                    to,
+                    expected_token,
+                } => match self.dc_index.get(from.dc()) {
+                    Some(&dc) => Next::Peer(
+                        dc,
+                        Request::Link {
+                            from,
+                            to,
+                            expected_token,
+                        },
+                    ),
+                    None => Next::Reply(error(
+                        ErrorKind::Inconsistent,
+                        format!("unknown dc in {from}"),
+                    )),
+                },
+            };
+        }
+    }
+
+    fn local_segment(&self, d: usize, id: &ReservationId) -> Result<Segment, SegmentError> {
+        let dc = &self.dcs[d];
+        let now = dc.clock.store_time(self.now);
+        let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), HOP_LIMIT_DEFAULT);
+        while let Some(at) = segment.need().cloned() {
+            segment.handle(dc.records.get(&at), now, &self.policy)?;
+        }
+        Ok(segment.finish())
+    }
+
+    /// Writes a record (the store commit) and lets the checker see it.
+    pub(crate) fn commit(&mut self, d: usize, record: DcRecord) {
+        let id = record.id.clone();
+        let key = match self.reservation_key.get(&id) {
+            Some(k) => *k,
+            None => {
+                let k = self.key_index.get(&record.key).copied().unwrap_or(NO_KEY);
+                self.reservation_key.insert(id.clone(), k);
+                k
+            }
+        };
+        self.current_key = key;
+        let version = record.version;
+        let previous = self.dcs[d].records.insert(id.clone(), record);
+        let view = View {
+            dcs: &self.dcs,
+            global: &self.global,
+            keys: &self.keys,
+            dc_index: &self.dc_index,
+        };
+        self.checker
+            .on_commit(&view, self.now, key, d, &id, version, previous.as_ref());
+    }
+
+    fn cas(&mut self, d: usize, expected: Option<u64>, record: DcRecord) -> Written {
+        let current = self.dcs[d].records.get(&record.id).map(|r| r.version);
+        if current != expected {
+            return Written::Conflict;
+        }
+        self.commit(d, record);
+        Written::Yes
+    }
+
+    pub(crate) fn dc_store_done(&mut self, d: usize, epoch: u32, tid: u64) {
+        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+            return;
+        }
+        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+            return;
+        };
+        self.current_key = task.key;
+        let Some(op) = task.waiting.take() else {
+            return;
+        };
+        let now = self.dcs[d].clock.store_time(self.now);
+        let next = match op {
+            StoreOp::GlobalGet(key) => {
+                task.work.global_reads += 1;
+                let entry = self.global.get(&key).cloned();
+                if let Some(id) = &entry {
+                    self.dcs[d].global_cache.insert(key, id.clone());
+                }
+                match &mut task.kind {
+                    TaskKind::Acquire(c) => {
+                        c.handle_global(entry, Source::Local);
+                        self.acquire_step(d, &mut task)
+                    }
+                    TaskKind::Resolve { entry: slot } => {
+                        *slot = entry.clone();
+                        match entry {
+                            Some(id) if id.dc() == &self.dcs[d].id => {
+                                Next::Store(StoreOp::Segment(id))
+                            }
+                            _ => Next::Reply(Reply::Resolved {
+                                entry,
+                                segment: None,
+                            }),
+                        }
+                    }
+                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected global read")),
+                }
+            }
+            StoreOp::Segment(id) => {
+                let segment = self.local_segment(d, &id);
+                match (&mut task.kind, segment) {
+                    (TaskKind::Acquire(c), Ok(s)) => {
+                        let local = self.dcs[d].id.clone();
+                        c.handle_segment(&local, s, Source::Local);
+                        self.acquire_step(d, &mut task)
+                    }
+                    (TaskKind::Segment, Ok(s)) => Next::Reply(Reply::Reservation(s)),
+                    (TaskKind::Resolve { entry }, Ok(s)) => Next::Reply(Reply::Resolved {
+                        entry: entry.clone(),
+                        segment: Some(s),
+                    }),
+                    (_, Err(e)) => Next::Reply(segment_error(e)),
+                    (TaskKind::Update { .. }, Ok(_)) => {
+                        Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
+                    }
+                }
+            }
+            StoreOp::Get(id) => {
+                let record = self.dcs[d].records.get(&id).cloned();
+                match &mut task.kind {
+                    TaskKind::Acquire(c) => {
+                        c.handle_local_record(record, now);
+                        self.acquire_step(d, &mut task)
+                    }
+                    TaskKind::Update { .. } => self.update_read(&mut task, record, now),
+                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
+                }
+            }
+            StoreOp::Allocate => {
+                self.dcs[d].allocated += 1;
+                let unique = self.dcs[d].allocated;
+                self.checker.on_allocate(d, unique);
+                match &mut task.kind {
+                    TaskKind::Acquire(c) => {
+                        c.handle_allocated(unique, now);
+                        self.acquire_step(d, &mut task)
+                    }
+                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected allocate")),
+                }
+            }
+            StoreOp::Cas { expected, record } => {
+                task.work.dc_writes += 1;
+                let id = record.id.clone();
+                let written = self.cas(d, expected, record);
+                match &mut task.kind {
+                    TaskKind::Acquire(c) => {
+                        c.handle_written(written);
+                        self.acquire_step(d, &mut task)
+                    }
+                    TaskKind::Update {
+                        attempts, reply, ..
+                    } => match written {
+                        // Invariant: an update only writes after computing its reply.
+                        Written::Yes => Next::Reply(reply.take().expect("reply computed")),
+                        Written::Conflict if *attempts + 1 >= CAS_ATTEMPTS_MAX => Next::Reply(
+                            error(ErrorKind::Overloaded, format!("reservation {id} contended")),
+                        ),
+                        Written::Conflict => {
+                            self.measurements.count("update_cas_conflict");
+                            *attempts += 1;
+                            Next::Store(StoreOp::Get(id))
+                        }
+                    },
+                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected write")),
+                }
+            }
+        };
+        self.dc_continue(d, tid, task, next);
+    }
+
+    /// Renew / release / link: the record was read; apply the rule.
+    fn update_read(
+        &mut self,
+        task: &mut Task,
+        record: Option<DcRecord>,
+        now: homing_core::StoreTime,
+    ) -> Next {
+        let TaskKind::Update { id, op, reply, .. } = &mut task.kind else {
+            return Next::Reply(error(ErrorKind::Internal, "not an update"));
+        };
+        let Some(record) = record else {
+            return Next::Reply(error(
+                ErrorKind::UnknownReservation,
+                format!("no reservation {id}"),
+            ));
+        };
+        let policy = self.policy;
+        let (next, answer) = match op {
+            UpdateOp::Renew { token, host_time } => {
+                let t = (self.rules.renew)(&record, *token, *host_time, now, &policy);
+                (t.next, Reply::Renew(t.reply))
+            }
+            UpdateOp::Release { token } => {
+                let t = (self.rules.release)(&record, *token, now);
+                (t.next, Reply::Release(t.reply))
+            }
+            UpdateOp::Link { to, expected } => {
+                let t = (self.rules.link)(&record, to, *expected, now, &policy);
+                self.measurements.count(match t.reply {
+                    homing_core::LinkReply::Linked => "link_linked",
+                    homing_core::LinkReply::AlreadyLinked(_) => "link_already_linked",
+                    homing_core::LinkReply::StillActive { .. } => "link_still_active",
+                    homing_core::LinkReply::TokenMoved { .. } => "link_token_moved",
+                    homing_core::LinkReply::Abandoned => "link_abandoned",
+                });
+                (t.next, Reply::Link(t.reply))
+            }
+        };
+        match next {
+            None => Next::Reply(answer),
+            Some(next) => {
+                *reply = Some(answer);
+                Next::Store(StoreOp::Cas {
+                    expected: Some(record.version),
+                    record: next,
+                })
+            }
+        }
+    }
+
+    /// The global write-once lands; then the DC that asked (if it still runs) goes on.
+    pub(crate) fn dc_global_set(&mut self, set: GlobalSet) {
+        let d = usize::from(set.dc);
+        self.current_key = set.key;
+        let key = self.keys[set.key as usize].clone();
+        let existing = self.global.get(&key).cloned();
+        if existing.is_none() {
+            self.global.insert(key.clone(), set.id.clone());
+            let view = View {
+                dcs: &self.dcs,
+                global: &self.global,
+                keys: &self.keys,
+                dc_index: &self.dc_index,
+            };
+            self.checker
+                .on_global_set(&view, self.now, set.key, &set.id);
+        }
+        if !self.dcs[d].up || self.dcs[d].epoch != set.epoch {
+            return;
+        }
+        let Some(mut task) = self.dcs[d].tasks.remove(&set.task) else {
+            return;
+        };
+        let winner = existing.clone().unwrap_or(set.id);
+        self.dcs[d].global_cache.insert(key, winner);
+        let next = match &mut task.kind {
+            TaskKind::Acquire(c) => {
+                c.handle_set_if_absent(existing);
+                self.acquire_step(d, &mut task)
+            }
+            _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),
+        };
+        self.dc_continue(d, set.task, task, next);
+    }
+
+    fn dc_peer_reply(&mut self, d: usize, from: NodeId, rpc: u64, reply: Reply) {
+        let Some(tid) = self.dcs[d].peer_rpcs.remove(&rpc) else {
+            return;
+        };
+        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+            return;
+        };
+        self.current_key = task.key;
+        let NodeId::Dc(peer) = from else {
+            return;
+        };
+        let peer_id = self.dcs[usize::from(peer)].id.clone();
+        let next = match (&mut task.kind, reply) {
+            (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
+            (TaskKind::Acquire(c), Reply::Reservation(segment)) => {
+                c.handle_segment(&peer_id, segment, Source::Remote);
+                self.acquire_step(d, &mut task)
+            }
+            (TaskKind::Acquire(c), Reply::Link(link)) => {
+                c.handle_link(link);
+                self.acquire_step(d, &mut task)
+            }
+            _ => Next::Reply(error(ErrorKind::Inconsistent, "unexpected peer reply")),
+        };
+        self.dc_continue(d, tid, task, next);
+    }
+
+    pub(crate) fn dc_timeout(&mut self, d: usize, rpc: u64) {
+        let Some(tid) = self.dcs[d].peer_rpcs.remove(&rpc) else {
+            return;
+        };
+        self.measurements.count("dc_peer_timeout");
+        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
+            return;
+        };
+        self.current_key = task.key;
+        let reply = error(
+            ErrorKind::Unavailable {
+                dc: self.dcs[d].id.clone(),
+            },
+            "a peer dc did not answer in time",
+        );
+        self.dc_continue(d, tid, task, Next::Reply(reply));
+    }
+
+    /// The reaper: every lease past expiry + grace becomes `Released(Expired)`.
+    pub(crate) fn reap(&mut self, d: usize) {
+        let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
+        self.schedule(self.now + interval, Event::Reap { dc: d as u16 });
+        if !self.dcs[d].up {
+            return;
+        }
+        let now = self.dcs[d].clock.store_time(self.now);
+        let expire = self.rules.expire;
+        let reaped: Vec<DcRecord> = self.dcs[d]
+            .records
+            .values()
+            .filter(|r| matches!(r.state, RecordState::Active { .. }))
+            .filter_map(|r| expire(r, now, &self.policy))
+            .collect();
+        for record in reaped {
+            self.measurements.count("lease_reaped");
+            self.commit(d, record);
+        }
+    }
+
+    /// The DC crashes: in-flight requests and caches are lost, committed records stay.
+    pub(crate) fn dc_crash(&mut self, d: usize) {
+        let dc = &mut self.dcs[d];
+        dc.up = false;
+        dc.epoch += 1;
+        dc.tasks.clear();
+        dc.peer_rpcs.clear();
+        dc.global_cache.clear();
+    }
+
+    /// The DC restarts from its durable state.
+    pub(crate) fn dc_restart(&mut self, d: usize) {
+        self.dcs[d].up = true;
+        self.dcs[d].up_since_us = self.now;
+        let view = View {
+            dcs: &self.dcs,
+            global: &self.global,
+            keys: &self.keys,
+            dc_index: &self.dc_index,
+        };
+        self.checker.on_restart(&view, d);
+    }
+
+    /// An operator drains `count` random keys at their tails (via the true chain).
+    pub(crate) fn drain_keys(&mut self, count: u32) {
+        for _ in 0..count {
+            let k = self.rng.below(self.keys.len() as u64) as usize;
+            let Some(mut at) = self.global.get(&self.keys[k]).cloned() else {
+                continue;
+            };
+            let mut hops = 0;
+            let (d, record) = loop {
+                let Some(&d) = self.dc_index.get(at.dc()) else {
+                    break (usize::MAX, None);
+                };
+                let record = self.dcs[usize::from(d)].records.get(&at).cloned();
+                match record {
+                    Some(DcRecord {
+                        state: RecordState::Linked { to },
+                        ..
+                    }) if hops < 10_000 => {
+                        at = to;
+                        hops += 1;
+                    }
+                    other => break (usize::from(d), other),
+                }
+            };
+            if d == usize::MAX || !self.dcs[d].up {
+                continue;
+            }
+            if let Some(next) = record.and_then(|r| (self.rules.drain)(&r)) {
+                self.measurements.count("key_drained");
+                self.commit(d, next);
+            }
+        }
+    }
+}
+
+fn acquire_reply(outcome: ConnectOutcome) -> Reply {
+    match outcome {
+        ConnectOutcome::Acquired {
+            key,
+            reservation,
+            token,
+            deadlines,
+        } => Reply::Acquired {
+            key,
+            reservation,
+            token,
+            deadlines,
+        },
+        ConnectOutcome::HeldElsewhere {
+            key,
+            reservation,
+            actor,
+            token,
+        } => Reply::HeldElsewhere {
+            key,
+            reservation,
+            actor,
+            token,
+        },
+        ConnectOutcome::TagMismatch { existing } => Reply::TagMismatch { existing },
+    }
+}

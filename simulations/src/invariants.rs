@@ -1,0 +1,434 @@
+//! The correctness checkers, fed by the simulator after every event that
+//! could break them (DESIGN.md §3). Each invariant has a name; the first
+//! violation stops the run and is reported with the seed, the event index
+//! and the last events of the key.
+//!
+//! Truth is judged in true time, which no node can read: a holder is
+//! "active" from the moment its host got `Acquired` until it stopped,
+//! crashed or was killed just before its own clock reached its hard
+//! deadline; a resolve answer must match some state of the key's chain
+//! between the moment the request started and the moment it was answered.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use homing_core::{
+    ActorId, DcId, DcRecord, FencingToken, HostTime, Key, LeasePolicy, RecordState, ReservationId,
+    StoreTime, TailState, TailView,
+};
+
+use crate::clock::NodeClock;
+use crate::dc::Dc;
+use crate::trace::NO_KEY;
+
+/// The invariants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Invariant {
+    /// At most one active holder per key at any instant of true time.
+    SingleHolder,
+    /// No holder acts at or past its hard deadline by its own clock.
+    HardDeadline,
+    /// The chain from the global entry is acyclic, made of existing records, and ends in one tail.
+    ChainShape,
+    /// A link, once written, never changes or disappears.
+    LinkImmutable,
+    /// Tokens strictly increase from one holder of a key to the next.
+    TokenAcrossHolders,
+    /// Tokens strictly increase along the chain.
+    TokenAlongChain,
+    /// Every acknowledged (committed) write survives a crash.
+    AckedWriteSurvives,
+    /// A DC's allocator never hands out a unique twice.
+    UniqueNeverReused,
+    /// Every resolve answer was true at some instant during the request.
+    ResolveWasTrue,
+    /// A resolver's chain walk never finds the chain inconsistent.
+    ResolveChainConsistent,
+    /// Liveness, at the end of a run: a DC that runs reaps every lease past
+    /// expiry + grace within two reaper intervals.
+    ReaperProgress,
+}
+
+impl Invariant {
+    /// The invariant's name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::SingleHolder => "single_holder",
+            Invariant::HardDeadline => "hard_deadline",
+            Invariant::ChainShape => "chain_shape",
+            Invariant::LinkImmutable => "link_immutable",
+            Invariant::TokenAcrossHolders => "token_across_holders",
+            Invariant::TokenAlongChain => "token_along_chain",
+            Invariant::AckedWriteSurvives => "acked_write_survives",
+            Invariant::UniqueNeverReused => "unique_never_reused",
+            Invariant::ResolveWasTrue => "resolve_was_true",
+            Invariant::ResolveChainConsistent => "resolve_chain_consistent",
+            Invariant::ReaperProgress => "reaper_progress",
+        }
+    }
+}
+
+/// A violated invariant.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// Which.
+    pub invariant: Invariant,
+    /// The key concerned, if any.
+    pub key: Option<u32>,
+    /// What was seen.
+    pub detail: String,
+}
+
+/// What the checker may read of the world.
+pub struct View<'a> {
+    /// The DCs (their durable records).
+    pub dcs: &'a [Dc],
+    /// The global store.
+    pub global: &'a BTreeMap<Key, ReservationId>,
+    /// The keys by index.
+    pub keys: &'a [Key],
+    /// DC index by name.
+    pub dc_index: &'a BTreeMap<DcId, u16>,
+}
+
+impl View<'_> {
+    fn record(&self, id: &ReservationId) -> Option<(usize, &DcRecord)> {
+        let d = usize::from(*self.dc_index.get(id.dc())?);
+        self.dcs[d].records.get(id).map(|r| (d, r))
+    }
+}
+
+/// The tail of a key's chain as it stood from `at_us` on.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    at_us: u64,
+    tail: ReservationId,
+    dc: usize,
+    token: FencingToken,
+    actor: Option<ActorId>,
+    reapable_at: Option<StoreTime>,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    tail: Option<ReservationId>,
+    members: BTreeSet<ReservationId>,
+    history: VecDeque<Snapshot>,
+    acting: Vec<(u32, FencingToken, ReservationId)>,
+    last_token: Option<FencingToken>,
+    global_set_at_us: Option<u64>,
+}
+
+/// The checkers' state.
+#[derive(Debug)]
+pub struct Checker {
+    keys: Vec<KeyState>,
+    dc_clocks: Vec<NodeClock>,
+    policy: LeasePolicy,
+    horizon_us: u64,
+    acked: Vec<BTreeMap<ReservationId, u64>>,
+    last_unique: Vec<u64>,
+    violation: Option<Violation>,
+}
+
+impl Checker {
+    /// A checker for `keys` keys and DCs with these clocks; resolve history
+    /// older than `horizon_us` (longer than any request plus cache TTL) is dropped.
+    pub fn new(
+        keys: usize,
+        dc_clocks: Vec<NodeClock>,
+        policy: LeasePolicy,
+        horizon_us: u64,
+    ) -> Checker {
+        let dcs = dc_clocks.len();
+        Checker {
+            keys: (0..keys).map(|_| KeyState::default()).collect(),
+            dc_clocks,
+            policy,
+            horizon_us,
+            acked: vec![BTreeMap::new(); dcs],
+            last_unique: vec![0; dcs],
+            violation: None,
+        }
+    }
+
+    /// The first violation, once.
+    pub fn take_violation(&mut self) -> Option<Violation> {
+        self.violation.take()
+    }
+
+    fn fail(&mut self, invariant: Invariant, key: u32, detail: String) {
+        if self.violation.is_none() {
+            self.violation = Some(Violation {
+                invariant,
+                key: (key != NO_KEY).then_some(key),
+                detail,
+            });
+        }
+    }
+
+    /// A host got `Acquired` and starts acting.
+    pub fn on_holder_start(
+        &mut self,
+        _now_us: u64,
+        key: u32,
+        host: u32,
+        token: FencingToken,
+        reservation: &ReservationId,
+    ) {
+        let ks = &mut self.keys[key as usize];
+        if let Some((other, other_token, other_res)) = ks.acting.iter().find(|a| a.0 != host) {
+            let detail = format!(
+                "host {host} starts holding k{key} ({reservation}, token {token}) while host {other} still holds it ({other_res}, token {other_token})"
+            );
+            return self.fail(Invariant::SingleHolder, key, detail);
+        }
+        if let Some(last) = ks.last_token
+            && token <= last
+        {
+            let detail = format!(
+                "host {host} holds k{key} with token {token}, not above the previous holder's {last}"
+            );
+            return self.fail(Invariant::TokenAcrossHolders, key, detail);
+        }
+        ks.last_token = Some(token);
+        ks.acting.push((host, token, reservation.clone()));
+    }
+
+    /// A holder stopped acting (released, killed, crashed, told to stop).
+    pub fn on_holder_stop(&mut self, key: u32, host: u32) {
+        self.keys[key as usize].acting.retain(|a| a.0 != host);
+    }
+
+    /// A holder is seen acting with its clock reading `host_ms`.
+    pub fn on_holder_check(&mut self, key: u32, host: u32, host_ms: u64, hard: HostTime) {
+        if host_ms >= hard.as_ms() {
+            let detail = format!(
+                "host {host} acts on k{key} at {host_ms}ms by its clock, hard deadline {hard}"
+            );
+            self.fail(Invariant::HardDeadline, key, detail);
+        }
+    }
+
+    /// DC `d`'s allocator handed out `unique`.
+    pub fn on_allocate(&mut self, d: usize, unique: u64) {
+        if unique <= self.last_unique[d] {
+            let detail = format!("dc #{d} allocated {unique} after {}", self.last_unique[d]);
+            return self.fail(Invariant::UniqueNeverReused, NO_KEY, detail);
+        }
+        self.last_unique[d] = unique;
+    }
+
+    /// A DC store committed a record write (acknowledged from now on).
+    #[allow(clippy::too_many_arguments)] // the write and where it happened
+    pub fn on_commit(
+        &mut self,
+        view: &View<'_>,
+        now_us: u64,
+        key: u32,
+        d: usize,
+        id: &ReservationId,
+        version: u64,
+        previous: Option<&DcRecord>,
+    ) {
+        self.acked[d].insert(id.clone(), version);
+        if let Some(RecordState::Linked { to }) = previous.map(|p| &p.state) {
+            let now = view.record(id).map(|(_, r)| &r.state);
+            if now != Some(&RecordState::Linked { to: to.clone() }) {
+                let detail = format!("link {id} → {to} became {now:?}");
+                return self.fail(Invariant::LinkImmutable, key, detail);
+            }
+        }
+        if key == NO_KEY {
+            return;
+        }
+        if self.keys[key as usize].tail.as_ref() == Some(id) {
+            self.settle(view, now_us, key);
+        }
+    }
+
+    /// The global store accepted `id` as `key`'s entry.
+    pub fn on_global_set(&mut self, view: &View<'_>, now_us: u64, key: u32, id: &ReservationId) {
+        let ks = &mut self.keys[key as usize];
+        ks.global_set_at_us = Some(now_us);
+        ks.tail = Some(id.clone());
+        ks.members.insert(id.clone());
+        self.settle(view, now_us, key);
+    }
+
+    /// Follows new links from the known tail and records the tail's state.
+    fn settle(&mut self, view: &View<'_>, now_us: u64, key: u32) {
+        let ks = &mut self.keys[key as usize];
+        let Some(mut tail) = ks.tail.clone() else {
+            return;
+        };
+        loop {
+            let Some((d, record)) = view.record(&tail) else {
+                let detail = format!("chain of k{key} reaches {tail}, which has no record");
+                return self.fail(Invariant::ChainShape, key, detail);
+            };
+            match &record.state {
+                RecordState::Abandoned => {
+                    let detail = format!("chain of k{key} reaches {tail}, which is abandoned");
+                    return self.fail(Invariant::ChainShape, key, detail);
+                }
+                RecordState::Linked { to } => {
+                    if ks.members.contains(to) {
+                        let detail = format!("chain of k{key} cycles: {tail} → {to}");
+                        return self.fail(Invariant::ChainShape, key, detail);
+                    }
+                    if let Some((_, next)) = view.record(to)
+                        && next.token <= record.token
+                    {
+                        let detail = format!(
+                            "link {tail} (token {}) → {to} (token {})",
+                            record.token, next.token
+                        );
+                        return self.fail(Invariant::TokenAlongChain, key, detail);
+                    }
+                    ks.members.insert(to.clone());
+                    tail = to.clone();
+                    ks.tail = Some(tail.clone());
+                }
+                RecordState::Active { actor, expires_at } => {
+                    let snapshot = Snapshot {
+                        at_us: now_us,
+                        tail: tail.clone(),
+                        dc: d,
+                        token: record.token,
+                        actor: Some(actor.clone()),
+                        reapable_at: Some(self.policy.reapable_at(*expires_at)),
+                    };
+                    return self.push(key, snapshot);
+                }
+                RecordState::Released { .. } => {
+                    let snapshot = Snapshot {
+                        at_us: now_us,
+                        tail: tail.clone(),
+                        dc: d,
+                        token: record.token,
+                        actor: None,
+                        reapable_at: None,
+                    };
+                    return self.push(key, snapshot);
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, key: u32, snapshot: Snapshot) {
+        let horizon = snapshot.at_us.saturating_sub(self.horizon_us);
+        let history = &mut self.keys[key as usize].history;
+        history.push_back(snapshot);
+        while history.len() > 2 && history[1].at_us < horizon {
+            history.pop_front();
+        }
+    }
+
+    /// A resolve that started at `start_us` answered at `now_us`: `None` for
+    /// `NotFound`, else the tail it found.
+    pub fn on_resolve(&mut self, key: u32, start_us: u64, now_us: u64, answer: Option<&TailView>) {
+        let ks = &self.keys[key as usize];
+        let Some(tail) = answer else {
+            if let Some(set) = ks.global_set_at_us
+                && set <= start_us
+            {
+                let detail =
+                    format!("k{key} resolved NotFound, but its global entry exists since {set}µs");
+                self.fail(Invariant::ResolveWasTrue, key, detail);
+            }
+            return;
+        };
+        let history = &ks.history;
+        let matches = history.iter().enumerate().any(|(i, s)| {
+            let end = history.get(i + 1).map_or(u64::MAX, |n| n.at_us);
+            if s.at_us > now_us || end <= start_us {
+                return false;
+            }
+            if s.tail != tail.id || s.token != tail.token {
+                return false;
+            }
+            let clock = &self.dc_clocks[s.dc];
+            let lo = clock.store_time(s.at_us.max(start_us));
+            let hi = clock.store_time(end.min(now_us));
+            match (&tail.state, &s.actor, s.reapable_at) {
+                (TailState::Active { actor }, Some(a), Some(reapable)) => {
+                    a == actor && reapable > lo
+                }
+                (TailState::Active { .. }, _, _) => false,
+                (TailState::Vacant, None, _) => true,
+                (TailState::Vacant, Some(_), reapable) => reapable.is_none_or(|r| r <= hi),
+            }
+        });
+        if !matches {
+            let window: Vec<String> = history
+                .iter()
+                .filter(|s| s.at_us <= now_us)
+                .rev()
+                .take(4)
+                .map(|s| {
+                    format!(
+                        "{}µs: {} token {} actor {:?}",
+                        s.at_us, s.tail, s.token, s.actor
+                    )
+                })
+                .collect();
+            let detail = format!(
+                "k{key} resolved to {} token {} {:?} during [{start_us}µs, {now_us}µs], never true then; recent states: {window:?}",
+                tail.id, tail.token, tail.state
+            );
+            self.fail(Invariant::ResolveWasTrue, key, detail);
+        }
+    }
+
+    /// A resolver's chain walk failed.
+    pub fn on_resolve_error(&mut self, key: u32, error: String) {
+        self.fail(
+            Invariant::ResolveChainConsistent,
+            key,
+            format!("resolving k{key}: {error}"),
+        );
+    }
+
+    /// The run ended at `now_us`: every running DC that has been up for two
+    /// reaper intervals has reaped every lease that was reapable two intervals ago.
+    pub fn on_end(&mut self, view: &View<'_>, now_us: u64, interval_us: u64, up_since_us: &[u64]) {
+        let settle = 2 * interval_us;
+        for (d, dc) in view.dcs.iter().enumerate() {
+            if !dc.up || now_us < up_since_us[d] + settle || now_us < settle {
+                continue;
+            }
+            let deadline = dc.clock.store_time(now_us - settle);
+            let stuck = dc.records.values().find(|r| match &r.state {
+                RecordState::Active { expires_at, .. } => {
+                    self.policy.reapable_at(*expires_at) < deadline
+                }
+                _ => false,
+            });
+            if let Some(r) = stuck {
+                let key = view
+                    .keys
+                    .iter()
+                    .position(|k| k == &r.key)
+                    .map_or(NO_KEY, |k| k as u32);
+                let detail = format!("{} is still active, reapable since before {deadline}", r.id);
+                return self.fail(Invariant::ReaperProgress, key, detail);
+            }
+        }
+    }
+
+    /// DC `d` restarted: every write it acknowledged must still be there.
+    pub fn on_restart(&mut self, view: &View<'_>, d: usize) {
+        let lost = self.acked[d].iter().find(|(id, version)| {
+            view.dcs[d].records.get(*id).map(|r| r.version) < Some(**version)
+        });
+        if let Some((id, version)) = lost {
+            let detail = format!("{id} version {version} was acknowledged, gone after restart");
+            let key = view.dcs[d]
+                .records
+                .get(id)
+                .and_then(|r| view.keys.iter().position(|k| k == &r.key))
+                .map_or(NO_KEY, |k| k as u32);
+            self.fail(Invariant::AckedWriteSurvives, key, detail);
+        }
+    }
+}

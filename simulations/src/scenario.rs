@@ -1,0 +1,389 @@
+//! Scenario files: the knobs of a run, read from TOML. Every field has a
+//! default, so a scenario names only what it changes. The seed is not part
+//! of a scenario: a run is (scenario, seed).
+
+use std::path::Path;
+
+use homing_core::LeasePolicy;
+use serde::Deserialize;
+
+/// Round-trip times in ms between the built-in regions, from public
+/// inter-region ping tables (rounded): iad (US East), fra (Frankfurt),
+/// sin (Singapore), syd (Sydney), gru (São Paulo).
+pub const REGION_RTT_MS: [(&str, &str, f64); 10] = [
+    ("iad", "fra", 90.0),
+    ("iad", "sin", 215.0),
+    ("iad", "syd", 200.0),
+    ("iad", "gru", 115.0),
+    ("fra", "sin", 160.0),
+    ("fra", "syd", 280.0),
+    ("fra", "gru", 200.0),
+    ("sin", "syd", 95.0),
+    ("sin", "gru", 320.0),
+    ("syd", "gru", 310.0),
+];
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scenario {
+    /// Name, used in reports.
+    pub name: String,
+    /// Simulated length of the run, ms of true time.
+    pub duration_ms: u64,
+    /// The DCs, one per region; names of the built-in table unless `network.rtt_ms` is given.
+    pub dcs: Vec<String>,
+    /// Number of keys the workload draws from (`k0`, `k1`, …).
+    pub keys: u32,
+    /// Edge routers per region.
+    pub routers_per_dc: u32,
+    /// Host agents per DC.
+    pub hosts_per_dc: u32,
+    /// Round-trip every message through `homing_core::wire::encode/decode`.
+    pub encode_messages: bool,
+    /// Network knobs.
+    pub network: NetworkSpec,
+    /// Store knobs.
+    pub stores: StoreSpec,
+    /// Lease policy of every DC.
+    pub lease: LeaseSpec,
+    /// Clock offsets and drifts.
+    pub clocks: ClockSpec,
+    /// What hosts and routers do.
+    pub workload: WorkloadSpec,
+    /// Faults injected at fixed times.
+    pub faults: Vec<Fault>,
+}
+
+/// Network knobs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkSpec {
+    /// RTT matrix in ms (square, one row per DC); the built-in table when absent.
+    pub rtt_ms: Option<Vec<Vec<f64>>>,
+    /// RTT inside one region (host ↔ DC, router ↔ its region's DC), ms.
+    pub intra_dc_rtt_ms: f64,
+    /// Extra one-way delay, uniform in `0..=jitter_ms`.
+    pub jitter_ms: f64,
+    /// Probability that any one message is lost.
+    pub loss: f64,
+    /// How long any requester waits for a reply, ms.
+    pub request_timeout_ms: u64,
+}
+
+/// Store knobs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSpec {
+    /// Latency of one DC-store operation (get, CAS, allocate), ms.
+    pub dc_op_ms: f64,
+    /// Extra DC-store latency, uniform in `0..=dc_op_jitter_ms`.
+    pub dc_op_jitter_ms: f64,
+    /// Latency of a global-store read from the nearest replica, ms.
+    pub global_read_ms: f64,
+    /// Latency of a global write-once (a consensus round), ms.
+    pub global_write_ms: f64,
+    /// How often each DC's reaper runs, ms.
+    pub reaper_interval_ms: u64,
+}
+
+/// The lease policy, field by field (checked by `LeasePolicy::new`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseSpec {
+    /// Lease length, ms.
+    pub ttl_ms: u64,
+    /// When to renew, thousandths of the lease.
+    pub renew_at_permille: u16,
+    /// Soft stop before the host-side end, ms.
+    pub soft_margin_ms: u64,
+    /// Hard stop before the host-side end, ms.
+    pub hard_margin_ms: u64,
+    /// DC slack after expiry before reaping, ms.
+    pub grace_ms: u64,
+}
+
+/// Clock offsets (uniform in ±max) and drifts (uniform in ±max).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClockSpec {
+    /// Largest host clock offset, ms.
+    pub host_offset_ms: i64,
+    /// Largest DC clock offset, ms.
+    pub store_offset_ms: i64,
+    /// Largest host drift, ppm.
+    pub host_drift_ppm: i64,
+    /// Largest DC drift, ppm.
+    pub store_drift_ppm: i64,
+}
+
+/// What hosts and routers do.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadSpec {
+    /// Mean idle time of a host before it acquires a key, ms.
+    pub think_ms: f64,
+    /// Mean time a host holds a key before releasing it (the churn), ms.
+    pub hold_ms: f64,
+    /// Mean gap between two resolves of one router, ms.
+    pub resolve_interval_ms: f64,
+    /// How long a router caches a tail's state, ms.
+    pub tail_ttl_ms: u64,
+    /// Fraction of resolves made as a freshly started router would (no cache at all).
+    pub cold_fraction: f64,
+    /// Mean gap between two host crashes anywhere (0 = none), ms.
+    pub host_crash_interval_ms: f64,
+    /// How long a crashed host stays down, ms.
+    pub host_restart_ms: u64,
+    /// Longest graceful stop after the soft deadline, ms (past the hard deadline it is killed).
+    pub graceful_stop_ms: u64,
+    /// Host retry interval for a failed renewal, ms.
+    pub renew_retry_ms: u64,
+    /// Fraction of acquires that go to a key drawn from the first 10% of keys (hot keys).
+    pub hot_fraction: f64,
+}
+
+/// A fault at a fixed time.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// Messages from `from` to `to` (and back unless `one_way`) are dropped.
+    Partition {
+        /// One side (DC name).
+        from: String,
+        /// The other side.
+        to: String,
+        /// Start, ms.
+        at_ms: u64,
+        /// Length, ms.
+        for_ms: u64,
+        /// Only `from → to` is cut.
+        #[serde(default)]
+        one_way: bool,
+    },
+    /// A DC crashes (in-flight requests lost, committed writes kept) and restarts.
+    CrashDc {
+        /// The DC.
+        dc: String,
+        /// Crash time, ms.
+        at_ms: u64,
+        /// Downtime, ms.
+        for_ms: u64,
+    },
+    /// A DC's store gets `factor` times slower.
+    SlowStore {
+        /// The DC.
+        dc: String,
+        /// Start, ms.
+        at_ms: u64,
+        /// Length, ms.
+        for_ms: u64,
+        /// Latency multiplier.
+        factor: f64,
+    },
+    /// An operator drains `count` random keys (renewals refused at their tails).
+    Drain {
+        /// When, ms.
+        at_ms: u64,
+        /// How many keys.
+        count: u32,
+    },
+    /// A fraction of one DC's hosts crash at once.
+    CrashHosts {
+        /// The DC.
+        dc: String,
+        /// When, ms.
+        at_ms: u64,
+        /// Fraction of its hosts, 0..=1.
+        fraction: f64,
+    },
+}
+
+impl Default for Scenario {
+    fn default() -> Scenario {
+        Scenario {
+            name: "unnamed".into(),
+            duration_ms: 60_000,
+            dcs: ["iad", "fra", "sin", "syd", "gru"]
+                .map(String::from)
+                .to_vec(),
+            keys: 200,
+            routers_per_dc: 2,
+            hosts_per_dc: 10,
+            encode_messages: false,
+            network: NetworkSpec::default(),
+            stores: StoreSpec::default(),
+            lease: LeaseSpec::default(),
+            clocks: ClockSpec::default(),
+            workload: WorkloadSpec::default(),
+            faults: Vec::new(),
+        }
+    }
+}
+
+impl Default for NetworkSpec {
+    fn default() -> NetworkSpec {
+        NetworkSpec {
+            rtt_ms: None,
+            intra_dc_rtt_ms: 0.5,
+            jitter_ms: 2.0,
+            loss: 0.0,
+            request_timeout_ms: 1_500,
+        }
+    }
+}
+
+impl Default for StoreSpec {
+    fn default() -> StoreSpec {
+        StoreSpec {
+            dc_op_ms: 1.0,
+            dc_op_jitter_ms: 0.5,
+            global_read_ms: 1.0,
+            global_write_ms: 40.0,
+            reaper_interval_ms: 1_000,
+        }
+    }
+}
+
+impl Default for LeaseSpec {
+    fn default() -> LeaseSpec {
+        let d = LeasePolicy::DEFAULT;
+        LeaseSpec {
+            ttl_ms: d.ttl_ms(),
+            renew_at_permille: d.renew_at_permille(),
+            soft_margin_ms: d.soft_margin_ms(),
+            hard_margin_ms: d.hard_margin_ms(),
+            grace_ms: d.grace_ms(),
+        }
+    }
+}
+
+impl Default for ClockSpec {
+    fn default() -> ClockSpec {
+        ClockSpec {
+            host_offset_ms: 500,
+            store_offset_ms: 500,
+            host_drift_ppm: 20,
+            store_drift_ppm: 20,
+        }
+    }
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> WorkloadSpec {
+        WorkloadSpec {
+            think_ms: 2_000.0,
+            hold_ms: 8_000.0,
+            resolve_interval_ms: 20.0,
+            tail_ttl_ms: 1_000,
+            cold_fraction: 0.02,
+            host_crash_interval_ms: 0.0,
+            host_restart_ms: 5_000,
+            graceful_stop_ms: 1_500,
+            renew_retry_ms: 300,
+            hot_fraction: 0.3,
+        }
+    }
+}
+
+/// Why a scenario cannot run; names the field.
+#[derive(Debug)]
+pub struct ScenarioError(pub String);
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+impl Scenario {
+    /// Parses a scenario from TOML text.
+    pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
+        let scenario: Scenario =
+            toml::from_str(text).map_err(|e| ScenarioError(format!("scenario: {e}")))?;
+        scenario.policy()?;
+        scenario.rtt_matrix_ms()?;
+        if scenario.keys == 0 {
+            return Err(ScenarioError("keys must be at least 1".into()));
+        }
+        for fault in &scenario.faults {
+            match fault {
+                Fault::Partition { from, to, .. } => {
+                    scenario.dc_index(from)?;
+                    scenario.dc_index(to)?;
+                }
+                Fault::CrashDc { dc, .. }
+                | Fault::SlowStore { dc, .. }
+                | Fault::CrashHosts { dc, .. } => {
+                    scenario.dc_index(dc)?;
+                }
+                Fault::Drain { .. } => {}
+            }
+        }
+        Ok(scenario)
+    }
+
+    /// Reads and parses a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError(format!("{}: {e}", path.display())))?;
+        Scenario::from_toml(&text)
+    }
+
+    /// The lease policy, or the rule the `[lease]` table breaks.
+    pub fn policy(&self) -> Result<LeasePolicy, ScenarioError> {
+        let l = &self.lease;
+        LeasePolicy::new(
+            l.ttl_ms,
+            l.renew_at_permille,
+            l.soft_margin_ms,
+            l.hard_margin_ms,
+            l.grace_ms,
+        )
+        .map_err(|e| ScenarioError(format!("lease: {e}")))
+    }
+
+    /// The index of DC `name`.
+    pub fn dc_index(&self, name: &str) -> Result<usize, ScenarioError> {
+        self.dcs
+            .iter()
+            .position(|d| d == name)
+            .ok_or_else(|| ScenarioError(format!("unknown dc {name:?}")))
+    }
+
+    /// The RTT matrix in ms, from `network.rtt_ms` or the built-in table.
+    pub fn rtt_matrix_ms(&self) -> Result<Vec<Vec<f64>>, ScenarioError> {
+        let n = self.dcs.len();
+        if n == 0 {
+            return Err(ScenarioError("dcs must name at least one dc".into()));
+        }
+        if let Some(m) = &self.network.rtt_ms {
+            if m.len() != n || m.iter().any(|row| row.len() != n) {
+                return Err(ScenarioError(format!(
+                    "network.rtt_ms must be {n}x{n}, one row per dc"
+                )));
+            }
+            return Ok(m.clone());
+        }
+        let mut m = vec![vec![self.network.intra_dc_rtt_ms; n]; n];
+        for (i, a) in self.dcs.iter().enumerate() {
+            for (j, b) in self.dcs.iter().enumerate() {
+                if i == j {
+                    continue;
+                }
+                m[i][j] = REGION_RTT_MS
+                    .iter()
+                    .find(|(x, y, _)| (x == a && y == b) || (x == b && y == a))
+                    .map(|r| r.2)
+                    .ok_or_else(|| {
+                        ScenarioError(format!(
+                            "no built-in rtt between {a} and {b}: give network.rtt_ms"
+                        ))
+                    })?;
+            }
+        }
+        Ok(m)
+    }
+}

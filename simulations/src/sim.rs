@@ -1,0 +1,784 @@
+//! The discrete-event core: a binary heap of events ordered by (true time,
+//! sequence number), the nodes (DCs, hosts, routers), the global store, the
+//! network, the invariant checker and the trace. One [`Rng`] seeded from the
+//! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
+//! hash order, and the wall clock is read only to report events per second.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, wire};
+
+use crate::clock::NodeClock;
+use crate::dc::Dc;
+use crate::host::{Host, HostTimer};
+use crate::invariants::{Checker, View, Violation};
+use crate::network::{Network, Partition};
+use crate::report::Measurements;
+use crate::rng::Rng;
+use crate::router::Router;
+use crate::rules::Rules;
+use crate::scenario::{Fault, Scenario, ScenarioError};
+use crate::trace::{NO_KEY, Trace, TraceRecord};
+
+/// A node of the simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NodeId {
+    /// A DC's daemon (index into the scenario's `dcs`).
+    Dc(u16),
+    /// A host agent.
+    Host(u32),
+    /// An edge router.
+    Router(u32),
+}
+
+impl NodeId {
+    /// A compact code for the trace.
+    pub fn code(self) -> u32 {
+        match self {
+            NodeId::Dc(i) => u32::from(i),
+            NodeId::Host(i) => (1 << 30) | i,
+            NodeId::Router(i) => (2 << 30) | i,
+        }
+    }
+}
+
+/// What a message carries: a homing wire request or reply.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// A request.
+    Request(Request),
+    /// A reply to the request with the same RPC id.
+    Reply(Reply),
+}
+
+/// One message in flight.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// Sender.
+    pub from: NodeId,
+    /// Receiver.
+    pub to: NodeId,
+    /// RPC id, shared by a request and its reply.
+    pub rpc: u64,
+    /// The key concerned (for traces), or `NO_KEY`.
+    pub key: u32,
+    /// The payload.
+    pub body: Body,
+}
+
+/// The global store's write landing (it lands even if the DC that sent it crashed).
+#[derive(Debug, Clone)]
+pub struct GlobalSet {
+    /// The DC that asked.
+    pub dc: u16,
+    /// Its epoch when it asked.
+    pub epoch: u32,
+    /// Its task.
+    pub task: u64,
+    /// The key index.
+    pub key: u32,
+    /// The reservation to write once.
+    pub id: ReservationId,
+}
+
+/// Something that happens at an instant of true time.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A message arrives.
+    Deliver(Box<Message>),
+    /// A DC-store operation of a DC task completes.
+    Store {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when the operation started (a crash voids it).
+        epoch: u32,
+        /// The task.
+        task: u64,
+    },
+    /// A global write-once lands.
+    GlobalSet(Box<GlobalSet>),
+    /// An RPC's reply did not come in time.
+    Timeout {
+        /// The requester.
+        node: NodeId,
+        /// The RPC.
+        rpc: u64,
+    },
+    /// A host timer.
+    Host {
+        /// The host.
+        host: u32,
+        /// The host's incarnation when the timer was set.
+        incarnation: u32,
+        /// Which timer.
+        timer: HostTimer,
+        /// The lease generation it belongs to.
+        generation: u64,
+    },
+    /// A router starts a resolve.
+    RouterTick {
+        /// The router.
+        router: u32,
+    },
+    /// A DC's reaper pass.
+    Reap {
+        /// The DC.
+        dc: u16,
+    },
+    /// A random host crashes (the crash process).
+    HostCrash,
+    /// A crashed host comes back.
+    HostRestart {
+        /// The host.
+        host: u32,
+    },
+    /// A DC crashes.
+    DcCrash {
+        /// The DC.
+        dc: u16,
+    },
+    /// A DC restarts.
+    DcRestart {
+        /// The DC.
+        dc: u16,
+    },
+    /// An operator drains keys.
+    Drain {
+        /// How many.
+        count: u32,
+    },
+    /// Some of a DC's hosts crash.
+    CrashHosts {
+        /// The DC.
+        dc: u16,
+        /// Fraction, parts per million.
+        fraction_ppm: u32,
+    },
+}
+
+impl Event {
+    fn name(&self) -> &'static str {
+        match self {
+            Event::Deliver(m) => match &m.body {
+                Body::Request(r) => r.kind(),
+                Body::Reply(r) => reply_kind(r),
+            },
+            Event::Store { .. } => "store_done",
+            Event::GlobalSet(_) => "global_set",
+            Event::Timeout { .. } => "timeout",
+            Event::Host { timer, .. } => timer.name(),
+            Event::RouterTick { .. } => "router_tick",
+            Event::Reap { .. } => "reap",
+            Event::HostCrash => "host_crash",
+            Event::HostRestart { .. } => "host_restart",
+            Event::DcCrash { .. } => "dc_crash",
+            Event::DcRestart { .. } => "dc_restart",
+            Event::Drain { .. } => "drain",
+            Event::CrashHosts { .. } => "crash_hosts",
+        }
+    }
+}
+
+/// The kind of a reply, for traces.
+pub fn reply_kind(reply: &Reply) -> &'static str {
+    match reply {
+        Reply::Resolved { .. } => "reply_resolved",
+        Reply::Reservation(_) => "reply_reservation",
+        Reply::Acquired { .. } => "reply_acquired",
+        Reply::HeldElsewhere { .. } => "reply_held_elsewhere",
+        Reply::TagMismatch { .. } => "reply_tag_mismatch",
+        Reply::Renew(_) => "reply_renew",
+        Reply::Release(_) => "reply_release",
+        Reply::Link(_) => "reply_link",
+        Reply::Drained => "reply_drained",
+        Reply::Inspected { .. } => "reply_inspected",
+        Reply::Error(_) => "reply_error",
+    }
+}
+
+struct Scheduled {
+    at_us: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.seq) == (other.at_us, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    /// Reversed: the heap pops the earliest (time, sequence) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at_us, other.seq).cmp(&(self.at_us, self.seq))
+    }
+}
+
+/// How to run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Print every processed event (replay).
+    pub print_trace: bool,
+}
+
+/// A violated invariant, as reported.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The run's seed.
+    pub seed: u64,
+    /// Index of the event after which the invariant failed.
+    pub event_index: u64,
+    /// True time, µs.
+    pub at_us: u64,
+    /// The violation.
+    pub violation: Violation,
+    /// The last events concerning the key, formatted.
+    pub trace: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "INVARIANT VIOLATED: {} (seed {}, event #{}, t={:.3}ms)",
+            self.violation.invariant.name(),
+            self.seed,
+            self.event_index,
+            self.at_us as f64 / 1000.0
+        )?;
+        writeln!(f, "  {}", self.violation.detail)?;
+        writeln!(f, "  last events for this key:")?;
+        for line in &self.trace {
+            writeln!(f, "    {line}")?;
+        }
+        write!(
+            f,
+            "  replay: homing-sim replay --seed {} <scenario>",
+            self.seed
+        )
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// The scenario's name.
+    pub scenario: String,
+    /// Events processed.
+    pub events: u64,
+    /// Simulated time reached, µs.
+    pub sim_us: u64,
+    /// FNV-1a over every processed event.
+    pub trace_hash: u64,
+    /// The first invariant violation, if any.
+    pub failure: Option<Failure>,
+    /// Latency and round-trip samples per operation.
+    pub measurements: Measurements,
+}
+
+/// The whole simulated world.
+pub struct Sim {
+    pub(crate) seed: u64,
+    pub(crate) scenario: Scenario,
+    pub(crate) policy: LeasePolicy,
+    pub(crate) rules: Rules,
+    pub(crate) rng: Rng,
+    pub(crate) now: u64,
+    end_us: u64,
+    queue: BinaryHeap<Scheduled>,
+    seq: u64,
+    next_rpc: u64,
+    pub(crate) dcs: Vec<Dc>,
+    pub(crate) hosts: Vec<Host>,
+    pub(crate) routers: Vec<Router>,
+    pub(crate) global: BTreeMap<Key, ReservationId>,
+    pub(crate) keys: Vec<Key>,
+    pub(crate) key_index: BTreeMap<Key, u32>,
+    pub(crate) dc_index: BTreeMap<DcId, u16>,
+    pub(crate) reservation_key: BTreeMap<ReservationId, u32>,
+    pub(crate) network: Network,
+    pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
+    pub(crate) checker: Checker,
+    pub(crate) trace: Trace,
+    pub(crate) measurements: Measurements,
+    pub(crate) request_timeout_us: u64,
+    events: u64,
+    options: RunOptions,
+    /// What the event being processed concerns, for its trace record.
+    pub(crate) current_key: u32,
+}
+
+fn ms_to_us(ms: u64) -> u64 {
+    ms.saturating_mul(1000)
+}
+
+impl Sim {
+    /// A world for `scenario` and `seed`, applying `rules` in every DC.
+    pub fn new(
+        scenario: &Scenario,
+        seed: u64,
+        rules: Rules,
+        options: RunOptions,
+    ) -> Result<Sim, ScenarioError> {
+        let policy = scenario.policy()?;
+        let rtt = scenario.rtt_matrix_ms()?;
+        let mut rng = Rng::new(seed);
+        let c = &scenario.clocks;
+        let mut dcs = Vec::new();
+        let mut dc_index = BTreeMap::new();
+        for (i, name) in scenario.dcs.iter().enumerate() {
+            let id = DcId::new(name.as_str())
+                .map_err(|e| ScenarioError(format!("dcs: {name:?}: {e}")))?;
+            let clock = NodeClock::new(
+                rng.signed(c.store_offset_ms * 1000),
+                rng.signed(c.store_drift_ppm),
+            );
+            dc_index.insert(id.clone(), i as u16);
+            dcs.push(Dc::new(id, i as u16, clock));
+        }
+        let mut hosts = Vec::new();
+        for d in 0..dcs.len() {
+            for _ in 0..scenario.hosts_per_dc {
+                let clock = NodeClock::new(
+                    rng.signed(c.host_offset_ms * 1000),
+                    rng.signed(c.host_drift_ppm),
+                );
+                hosts.push(Host::new(hosts.len() as u32, d as u16, clock));
+            }
+        }
+        let mut routers = Vec::new();
+        for d in 0..dcs.len() {
+            for _ in 0..scenario.routers_per_dc {
+                routers.push(Router::new(routers.len() as u32, d as u16));
+            }
+        }
+        let keys: Vec<Key> = (0..scenario.keys)
+            .map(|i| {
+                // Invariant: "k<n>" satisfies the key-name rule.
+                Key::new(KeyName::new(format!("k{i}")).expect("valid key name"))
+            })
+            .collect();
+        let key_index = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), i as u32))
+            .collect();
+        let mut partitions = Vec::new();
+        let mut slow_stores = Vec::new();
+        for fault in &scenario.faults {
+            match fault {
+                Fault::Partition {
+                    from,
+                    to,
+                    at_ms,
+                    for_ms,
+                    one_way,
+                } => partitions.push(Partition {
+                    from: scenario.dc_index(from)?,
+                    to: scenario.dc_index(to)?,
+                    start_us: ms_to_us(*at_ms),
+                    end_us: ms_to_us(at_ms + for_ms),
+                    one_way: *one_way,
+                }),
+                Fault::SlowStore {
+                    dc,
+                    at_ms,
+                    for_ms,
+                    factor,
+                } => slow_stores.push((
+                    scenario.dc_index(dc)? as u16,
+                    ms_to_us(*at_ms),
+                    ms_to_us(at_ms + for_ms),
+                    *factor,
+                )),
+                _ => {}
+            }
+        }
+        let n = &scenario.network;
+        let network = Network::new(&rtt, n.jitter_ms, n.loss, partitions);
+        let dc_clocks = dcs.iter().map(|d| d.clock).collect();
+        // Longer than any resolve can take (every hop may wait for its timeout)
+        // plus the time its answer stays cached.
+        let hops_max = homing_core::chain::HOP_LIMIT_DEFAULT as u64 + 2;
+        let horizon_us =
+            ms_to_us(scenario.workload.tail_ttl_ms + hops_max * n.request_timeout_ms + 1000);
+        let mut sim = Sim {
+            seed,
+            scenario: scenario.clone(),
+            policy,
+            rules,
+            rng,
+            now: 0,
+            end_us: ms_to_us(scenario.duration_ms),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            next_rpc: 1,
+            dcs,
+            hosts,
+            routers,
+            global: BTreeMap::new(),
+            checker: Checker::new(scenario.keys as usize, dc_clocks, policy, horizon_us),
+            keys,
+            key_index,
+            dc_index,
+            reservation_key: BTreeMap::new(),
+            network,
+            slow_stores,
+            trace: Trace::default(),
+            measurements: Measurements::default(),
+            request_timeout_us: ms_to_us(n.request_timeout_ms),
+            events: 0,
+            options,
+            current_key: NO_KEY,
+        };
+        sim.schedule_start();
+        Ok(sim)
+    }
+
+    fn schedule_start(&mut self) {
+        let w = self.scenario.workload.clone();
+        for h in 0..self.hosts.len() {
+            let at = ms_to_us(self.rng.exp(w.think_ms));
+            self.schedule(
+                at,
+                Event::Host {
+                    host: h as u32,
+                    incarnation: 0,
+                    timer: HostTimer::Act,
+                    generation: 0,
+                },
+            );
+        }
+        for r in 0..self.routers.len() {
+            let at = self.rng.exp(w.resolve_interval_ms * 1000.0);
+            self.schedule(at, Event::RouterTick { router: r as u32 });
+        }
+        let reap = ms_to_us(self.scenario.stores.reaper_interval_ms.max(1));
+        for d in 0..self.dcs.len() {
+            let at = self.rng.below(reap) + 1;
+            self.schedule(at, Event::Reap { dc: d as u16 });
+        }
+        if w.host_crash_interval_ms > 0.0 && !self.hosts.is_empty() {
+            let at = ms_to_us(self.rng.exp(w.host_crash_interval_ms));
+            self.schedule(at, Event::HostCrash);
+        }
+        for fault in self.scenario.faults.clone() {
+            match fault {
+                Fault::CrashDc { dc, at_ms, for_ms } => {
+                    // Invariant: fault DCs were checked when the scenario was parsed.
+                    let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    self.schedule(ms_to_us(at_ms), Event::DcCrash { dc });
+                    self.schedule(ms_to_us(at_ms + for_ms), Event::DcRestart { dc });
+                }
+                Fault::Drain { at_ms, count } => {
+                    self.schedule(ms_to_us(at_ms), Event::Drain { count })
+                }
+                Fault::CrashHosts {
+                    dc,
+                    at_ms,
+                    fraction,
+                } => {
+                    let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    let fraction_ppm = (fraction.clamp(0.0, 1.0) * 1e6) as u32;
+                    self.schedule(ms_to_us(at_ms), Event::CrashHosts { dc, fraction_ppm });
+                }
+                Fault::Partition { .. } | Fault::SlowStore { .. } => {}
+            }
+        }
+    }
+
+    /// Schedules `event` at true time `at_us` (never in the past).
+    pub(crate) fn schedule(&mut self, at_us: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Scheduled {
+            at_us: at_us.max(self.now),
+            seq: self.seq,
+            event,
+        });
+    }
+
+    /// A fresh RPC id.
+    pub(crate) fn rpc(&mut self) -> u64 {
+        self.next_rpc += 1;
+        self.next_rpc
+    }
+
+    /// The region a node sits in.
+    pub(crate) fn region(&self, node: NodeId) -> usize {
+        match node {
+            NodeId::Dc(d) => usize::from(d),
+            NodeId::Host(h) => usize::from(self.hosts[h as usize].dc),
+            NodeId::Router(r) => usize::from(self.routers[r as usize].region),
+        }
+    }
+
+    /// Sends a message over the simulated network (it may be lost).
+    pub(crate) fn send(&mut self, message: Message) {
+        let (from, to) = (self.region(message.from), self.region(message.to));
+        let Some(delay) = self.network.delay_us(from, to, self.now, &mut self.rng) else {
+            return;
+        };
+        let message = if self.scenario.encode_messages {
+            round_trip(message)
+        } else {
+            message
+        };
+        self.schedule(self.now + delay, Event::Deliver(Box::new(message)));
+    }
+
+    /// Sends a request and arms its timeout; returns the RPC id.
+    pub(crate) fn request(&mut self, from: NodeId, to: NodeId, key: u32, request: Request) -> u64 {
+        let rpc = self.rpc();
+        self.send(Message {
+            from,
+            to,
+            rpc,
+            key,
+            body: Body::Request(request),
+        });
+        self.schedule(
+            self.now + self.request_timeout_us,
+            Event::Timeout { node: from, rpc },
+        );
+        rpc
+    }
+
+    /// Runs to the end of the scenario or the first violation.
+    pub fn run(mut self) -> Outcome {
+        let mut failure = None;
+        while let Some(next) = self.queue.pop() {
+            if next.at_us > self.end_us {
+                break;
+            }
+            self.now = next.at_us;
+            self.events += 1;
+            self.current_key = NO_KEY;
+            let what = next.event.name();
+            let (node, detail) = self.describe(&next.event);
+            let verbose = self
+                .options
+                .print_trace
+                .then(|| format!("{:?}", next.event));
+            self.dispatch(next.event);
+            let record = TraceRecord {
+                index: self.events,
+                at_us: self.now,
+                what,
+                node,
+                key: self.current_key,
+                detail,
+            };
+            self.trace.push(record);
+            if let Some(v) = verbose {
+                println!("{}  {}", format_record(&record, &self.scenario), short(&v));
+            }
+            if let Some(violation) = self.checker.take_violation() {
+                let key = violation.key.unwrap_or(NO_KEY);
+                failure = Some(Failure {
+                    seed: self.seed,
+                    event_index: self.events,
+                    at_us: self.now,
+                    trace: self
+                        .trace
+                        .last_for_key(key, 24)
+                        .iter()
+                        .map(|r| format_record(r, &self.scenario))
+                        .collect(),
+                    violation,
+                });
+                break;
+            }
+        }
+        if failure.is_none() {
+            failure = self.check_end();
+        }
+        Outcome {
+            seed: self.seed,
+            scenario: self.scenario.name.clone(),
+            events: self.events,
+            sim_us: self.now,
+            trace_hash: self.trace.hash(),
+            failure,
+            measurements: self.measurements,
+        }
+    }
+
+    /// The end-of-run (liveness) checks.
+    fn check_end(&mut self) -> Option<Failure> {
+        let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
+        let up_since: Vec<u64> = self.dcs.iter().map(|d| d.up_since_us).collect();
+        let view = View {
+            dcs: &self.dcs,
+            global: &self.global,
+            keys: &self.keys,
+            dc_index: &self.dc_index,
+        };
+        self.checker.on_end(&view, self.now, interval, &up_since);
+        let violation = self.checker.take_violation()?;
+        let key = violation.key.unwrap_or(NO_KEY);
+        Some(Failure {
+            seed: self.seed,
+            event_index: self.events,
+            at_us: self.now,
+            trace: self
+                .trace
+                .last_for_key(key, 24)
+                .iter()
+                .map(|r| format_record(r, &self.scenario))
+                .collect(),
+            violation,
+        })
+    }
+
+    fn describe(&mut self, event: &Event) -> (u32, u64) {
+        match event {
+            Event::Deliver(m) => {
+                self.current_key = m.key;
+                (m.to.code(), m.rpc)
+            }
+            Event::Store { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
+            Event::GlobalSet(g) => {
+                self.current_key = g.key;
+                (NodeId::Dc(g.dc).code(), g.task)
+            }
+            Event::Timeout { node, rpc } => (node.code(), *rpc),
+            Event::Host {
+                host, generation, ..
+            } => (NodeId::Host(*host).code(), *generation),
+            Event::RouterTick { router } => (NodeId::Router(*router).code(), 0),
+            Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc } => {
+                (NodeId::Dc(*dc).code(), 0)
+            }
+            Event::HostRestart { host } => (NodeId::Host(*host).code(), 0),
+            Event::HostCrash => (u32::MAX, 0),
+            Event::Drain { count } => (u32::MAX, u64::from(*count)),
+            Event::CrashHosts { dc, fraction_ppm } => {
+                (NodeId::Dc(*dc).code(), u64::from(*fraction_ppm))
+            }
+        }
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        match event {
+            Event::Deliver(message) => self.deliver(*message),
+            Event::Store { dc, epoch, task } => self.dc_store_done(usize::from(dc), epoch, task),
+            Event::GlobalSet(set) => self.dc_global_set(*set),
+            Event::Timeout { node, rpc } => match node {
+                NodeId::Dc(d) => self.dc_timeout(usize::from(d), rpc),
+                NodeId::Host(h) => self.host_timeout(h as usize, rpc),
+                NodeId::Router(r) => self.router_timeout(r as usize, rpc),
+            },
+            Event::Host {
+                host,
+                incarnation,
+                timer,
+                generation,
+            } => self.host_timer(host as usize, incarnation, timer, generation),
+            Event::RouterTick { router } => self.router_tick(router as usize),
+            Event::Reap { dc } => self.reap(usize::from(dc)),
+            Event::HostCrash => {
+                let h = self.rng.below(self.hosts.len() as u64) as usize;
+                self.host_crash(h);
+                let mean = self.scenario.workload.host_crash_interval_ms;
+                let at = self.now + ms_to_us(self.rng.exp(mean));
+                self.schedule(at, Event::HostCrash);
+            }
+            Event::HostRestart { host } => self.host_restart(host as usize),
+            Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
+            Event::DcRestart { dc } => self.dc_restart(usize::from(dc)),
+            Event::Drain { count } => self.drain_keys(count),
+            Event::CrashHosts { dc, fraction_ppm } => {
+                for h in 0..self.hosts.len() {
+                    if self.hosts[h].dc == dc && self.rng.below(1_000_000) < u64::from(fraction_ppm)
+                    {
+                        self.host_crash(h);
+                    }
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, message: Message) {
+        match message.to {
+            NodeId::Dc(d) => self.dc_receive(usize::from(d), message),
+            NodeId::Host(h) => self.host_receive(h as usize, message),
+            NodeId::Router(r) => self.router_receive(r as usize, message),
+        }
+    }
+
+    /// The slow-store factor for DC `d` now.
+    pub(crate) fn store_factor(&self, d: usize) -> f64 {
+        self.slow_stores
+            .iter()
+            .filter(|(dc, start, end, _)| {
+                usize::from(*dc) == d && *start <= self.now && self.now < *end
+            })
+            .map(|s| s.3)
+            .fold(1.0, f64::max)
+    }
+}
+
+fn round_trip(message: Message) -> Message {
+    // A frame that does not survive encode/decode is a homing-core bug: crash loudly.
+    let body = match &message.body {
+        Body::Request(r) => {
+            let frame = wire::encode(r).expect("request encodes");
+            Body::Request(wire::decode(&frame).expect("request decodes"))
+        }
+        Body::Reply(r) => {
+            let frame = wire::encode(r).expect("reply encodes");
+            Body::Reply(wire::decode(&frame).expect("reply decodes"))
+        }
+    };
+    Message { body, ..message }
+}
+
+fn short(text: &str) -> &str {
+    let mut end = text.len().min(200);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A trace record as one human-readable line.
+pub fn format_record(r: &TraceRecord, scenario: &Scenario) -> String {
+    let node = if r.node == u32::MAX {
+        "-".to_string()
+    } else {
+        match r.node >> 30 {
+            0 => format!(
+                "dc:{}",
+                scenario
+                    .dcs
+                    .get(r.node as usize)
+                    .map_or("?", |s| s.as_str())
+            ),
+            1 => format!("host:{}", r.node & 0x3fff_ffff),
+            _ => format!("router:{}", r.node & 0x3fff_ffff),
+        }
+    };
+    let key = if r.key == NO_KEY {
+        String::new()
+    } else {
+        format!(" key=k{}", r.key)
+    };
+    format!(
+        "#{} t={:.3}ms {} {}{} [{}]",
+        r.index,
+        r.at_us as f64 / 1000.0,
+        r.what,
+        node,
+        key,
+        r.detail
+    )
+}
