@@ -2,23 +2,19 @@
 //! loopback, with real QUIC and mutual TLS, redb DC stores and one shared
 //! embedded global store; then the story of homing, each step checked.
 
-use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use homing_client::{Resolution, Resolver, ResolverConfig};
 use homing_core::{
-    ActorId, DcId, FencingToken, HostTime, Identity, Key, KeyConfig, KeyName, RenewReply, Reply,
-    Request, ReservationId, Role,
+    ActorId, DcId, FencingToken, HostTime, Key, KeyConfig, KeyName, RenewReply, Reply, Request,
+    ReservationId, Role,
 };
-use homing_daemon::{Config, Daemon, Settings};
-use homing_net::{Client, ClientLimits, Peer, Relay, generate_dev_pki};
-use homing_store::{GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions};
+use homing_daemon::{Devnet, DevnetDc, DevnetOptions, Settings};
+use homing_net::Client;
 
-use crate::reach::load_identity;
 use crate::show;
 
 /// Options of `homing devnet`.
@@ -42,14 +38,6 @@ pub struct DevnetArgs {
     with_router: bool,
 }
 
-struct Dc {
-    id: DcId,
-    daemon: Daemon,
-    /// The address other DCs and the router use: a relay when latency is injected.
-    reached_at: SocketAddr,
-    _relay: Option<Relay>,
-}
-
 /// Prints checks and counts failures.
 struct Story {
     failures: u32,
@@ -66,11 +54,6 @@ impl Story {
             self.failures += 1;
         }
     }
-}
-
-fn free_udp_port() -> anyhow::Result<SocketAddr> {
-    // Bound and released at once: the daemon binds it right after.
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 fn host_now() -> HostTime {
@@ -91,81 +74,22 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
     if ids.len() < 3 {
         bail!("--dcs: the story needs at least 3 DCs, got {}", ids.len());
     }
-    let temp = tempfile::Builder::new()
-        .prefix("homing-devnet-")
-        .tempdir()?;
-    let dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| temp.path().to_path_buf());
-    let certs = dir.join("certs");
-    generate_dev_pki(&certs, &ids)?;
-    // One embedded global store shared by every DC of this process.
-    let global: Arc<dyn GlobalStore> = Arc::new(RedbGlobalStore::open(
-        dir.join("global.redb"),
-        RedbOptions::default(),
-    )?);
-
-    let listen: Vec<SocketAddr> = ids
-        .iter()
-        .map(|_| free_udp_port())
-        .collect::<anyhow::Result<_>>()?;
-    let mut relays = Vec::new();
-    for (i, addr) in listen.iter().enumerate() {
-        if args.latency_ms > 0 {
-            let relay = Relay::start("127.0.0.1:0".parse()?, *addr, i as u64 + 1).await?;
-            relay.impairment().set_one_way_delay_ms(args.latency_ms);
-            relays.push(Some(relay));
-        } else {
-            relays.push(None);
-        }
-    }
-    let reached_at = |i: usize| relays[i].as_ref().map_or(listen[i], Relay::addr);
-
-    let mut dcs = Vec::new();
-    for (i, id) in ids.iter().enumerate() {
-        let peers = ids
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(j, other)| (other.to_string(), reached_at(j)))
-            .collect();
-        let settings = Settings {
-            dc: Some(id.to_string()),
-            listen: Some(listen[i]),
-            metrics_listen: Some("127.0.0.1:0".parse()?),
-            peers: Some(peers),
-            data_dir: Some(dir.join(id.as_str())),
-            ca_cert: Some(certs.join("ca.pem")),
-            cert: Some(certs.join(format!("node-{id}.pem"))),
-            key: Some(certs.join(format!("node-{id}.key"))),
-            ..Settings::default()
-        };
-        let config = Config::from_settings(settings)?;
-        let tls = load_identity(&certs, &Identity::new(Role::Node, Some(id.clone()))?)?;
-        std::fs::create_dir_all(&config.data_dir)?;
-        let records = Arc::new(RedbDcStore::open(
-            config.data_dir.join(format!("dc-{id}.redb")),
-            RedbOptions::default(),
-        )?);
-        let daemon = Daemon::start(&config, &tls, global.clone(), records).await?;
-        dcs.push(Dc {
-            id: id.clone(),
-            daemon,
-            reached_at: reached_at(i),
-            _relay: None,
-        });
-    }
-    for (dc, relay) in dcs.iter_mut().zip(relays) {
-        dc._relay = relay;
-    }
+    let net = Devnet::start(DevnetOptions {
+        dcs: ids,
+        latency_ms: args.latency_ms,
+        data_dir: args.data_dir.clone(),
+        overrides: Settings::default(),
+    })
+    .await?;
+    let dcs = net.dcs();
+    let certs = net.certs().to_path_buf();
 
     println!(
         "homing devnet: {} DCs on loopback, QUIC + mutual TLS, redb stores in {}",
         dcs.len(),
-        dir.display()
+        net.dir().display()
     );
-    for dc in &dcs {
+    for dc in dcs {
         println!(
             "   {} serving on {}{} (metrics http://{}/metrics)",
             dc.id,
@@ -185,9 +109,9 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         );
     }
 
-    let mut ok = story(&dcs, &certs).await?;
+    let mut ok = story(&net).await?;
     let edge = if args.with_router {
-        let (edge, routed) = edge::start(&dcs, &certs, args.serve).await?;
+        let (edge, routed) = edge::start(&net, args.serve).await?;
         ok &= routed;
         Some(edge)
     } else {
@@ -197,7 +121,7 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
     if args.serve {
         let table: Vec<String> = {
             let router_at = dcs.len() - 1;
-            let mut order: Vec<&Dc> = vec![&dcs[router_at]];
+            let mut order: Vec<&DevnetDc> = vec![&dcs[router_at]];
             order.extend(dcs.iter().take(router_at));
             order
                 .iter()
@@ -224,10 +148,7 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
     if let Some(edge) = edge {
         edge.stop().await;
     }
-    for dc in dcs {
-        dc.daemon.shutdown().await;
-    }
-    drop(temp);
+    net.shutdown().await;
     Ok(ok)
 }
 
@@ -248,17 +169,9 @@ impl Actors {
     }
 }
 
-fn peer_of(dcs: &[Dc], id: &DcId) -> Peer {
-    let dc = dcs.iter().find(|d| &d.id == id).expect("devnet dc");
-    Peer {
-        addr: dc.daemon.local_addr(),
-        dc: id.clone(),
-    }
-}
-
 async fn acquire(
     actors: &Actors,
-    dcs: &[Dc],
+    net: &Devnet,
     at: &DcId,
     key: &Key,
     actor: &str,
@@ -272,7 +185,7 @@ async fn acquire(
         actor: ActorId::new(actor)?,
         host_time: host_now(),
     };
-    Ok(actors.host(at).request(&peer_of(dcs, at), &request).await?)
+    Ok(actors.host(at).request(&net.peer(at), &request).await?)
 }
 
 fn describe(reply: &Reply) -> String {
@@ -325,8 +238,9 @@ async fn resolve_and_check(
     }
 }
 
-async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
+async fn story(net: &Devnet) -> anyhow::Result<bool> {
     let mut s = Story { failures: 0 };
+    let dcs = net.dcs();
     let (a, b, c) = (
         dcs[0].id.clone(),
         dcs[1].id.clone(),
@@ -334,37 +248,27 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     );
     let mut hosts = Vec::new();
     for dc in dcs {
-        let tls = load_identity(certs, &Identity::new(Role::Host, Some(dc.id.clone()))?)?;
-        hosts.push((dc.id.clone(), Client::new(&tls, ClientLimits::default())?));
+        hosts.push((dc.id.clone(), net.client(Role::Host, Some(&dc.id))?));
     }
     let actors = Actors {
         hosts,
-        admin: Client::new(
-            &load_identity(certs, &Identity::new(Role::Admin, None)?)?,
-            ClientLimits::default(),
-        )?,
+        admin: net.client(Role::Admin, None)?,
     };
     // The router is attached to the last DC: nearest first, others through their relays.
-    let mut table = vec![(c.clone(), dcs[dcs.len() - 1].daemon.local_addr())];
-    table.extend(
-        dcs.iter()
-            .take(dcs.len() - 1)
-            .map(|d| (d.id.clone(), d.reached_at)),
-    );
-    let router_tls = load_identity(certs, &Identity::new(Role::Router, None)?)?;
+    let table = net.router_table(&c);
     // A long tail TTL keeps the story deterministic at any --latency-ms: the
     // router drops its answer only when told routing failed (step 5).
     let config = ResolverConfig {
         tail_ttl_ms: 60_000,
         ..ResolverConfig::new(table)
     };
-    let router = Resolver::new(Client::new(&router_tls, ClientLimits::default())?, config);
+    let router = Resolver::new(net.client(Role::Router, None)?, config);
 
     let run = format!("{:04x}", host_now().as_ms() & 0xffff);
     let room = Key::new(KeyName::new(format!("room-{run}"))?);
 
     s.step(&format!("1. a host in {a} connects to key {room}"));
-    let reply = acquire(&actors, dcs, &a, &room, &format!("{a}-host:9000")).await?;
+    let reply = acquire(&actors, net, &a, &room, &format!("{a}-host:9000")).await?;
     println!("   {}", describe(&reply));
     let Some((first, token)) = acquired(&reply) else {
         s.check(false, format!("{a} acquires the new key"));
@@ -398,7 +302,7 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     s.step(&format!(
         "3. a host in {b} connects to {room} while {a}'s actor lives"
     ));
-    let reply = acquire(&actors, dcs, &b, &room, &format!("{b}-host:9000")).await?;
+    let reply = acquire(&actors, net, &b, &room, &format!("{b}-host:9000")).await?;
     println!("   {}", describe(&reply));
     s.check(
         matches!(&reply, Reply::HeldElsewhere { reservation, .. } if *reservation == first),
@@ -412,7 +316,7 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
         reservation: first.clone(),
         token,
     };
-    let released = actors.host(&a).request(&peer_of(dcs, &a), &release).await?;
+    let released = actors.host(&a).request(&net.peer(&a), &release).await?;
     s.check(
         matches!(
             released,
@@ -420,7 +324,7 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
         ),
         format!("{first} released"),
     );
-    let reply = acquire(&actors, dcs, &b, &room, &format!("{b}-host:9000")).await?;
+    let reply = acquire(&actors, net, &b, &room, &format!("{b}-host:9000")).await?;
     println!("   {}", describe(&reply));
     let second = acquired(&reply);
     s.check(
@@ -462,8 +366,8 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     ));
     let (actor_a, actor_c) = (format!("{a}-host:9001"), format!("{c}-host:9001"));
     let (x, y) = tokio::join!(
-        acquire(&actors, dcs, &a, &lobby, &actor_a),
-        acquire(&actors, dcs, &c, &lobby, &actor_c),
+        acquire(&actors, net, &a, &lobby, &actor_a),
+        acquire(&actors, net, &c, &lobby, &actor_c),
     );
     let (x, y) = (x?, y?);
     println!("   {a}: {}\n   {c}: {}", describe(&x), describe(&y));
@@ -479,7 +383,7 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
     ));
     let drained = actors
         .admin
-        .request(&peer_of(dcs, &c), &Request::Drain { key: room.clone() })
+        .request(&net.peer(&c), &Request::Drain { key: room.clone() })
         .await?;
     s.check(
         matches!(drained, Reply::Drained),
@@ -490,7 +394,7 @@ async fn story(dcs: &[Dc], certs: &std::path::Path) -> anyhow::Result<bool> {
         token: second_token,
         host_time: host_now(),
     };
-    let renewed = actors.host(&b).request(&peer_of(dcs, &b), &renew).await?;
+    let renewed = actors.host(&b).request(&net.peer(&b), &renew).await?;
     println!("   {b}'s host renews: {renewed:?}");
     s.check(
         matches!(renewed, Reply::Renew(RenewReply::Draining)),
@@ -512,12 +416,12 @@ mod edge {
     use std::time::Duration;
 
     use homing_client::{Resolver, ResolverConfig};
-    use homing_core::{Identity, KeyConfig, KeyName, Role};
+    use homing_core::{KeyConfig, KeyName, Role};
     use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, HostStarted, Serving};
-    use homing_net::{Client, ClientLimits, Peer};
 
-    use super::{Dc, Story};
-    use crate::reach::load_identity;
+    use homing_daemon::Devnet;
+
+    use super::Story;
 
     /// Time in-flight requests get when the devnet stops, in milliseconds.
     const DRAIN_MS: u64 = 1_000;
@@ -528,7 +432,7 @@ mod edge {
         hosts: Vec<ActorHost>,
     }
 
-    fn key_of(dcs: &[Dc], i: usize) -> String {
+    fn key_of(dcs: &[homing_daemon::DevnetDc], i: usize) -> String {
         if i == 0 {
             "demo".to_string()
         } else {
@@ -538,12 +442,9 @@ mod edge {
 
     /// Starts the router and the hosts; unless `serving`, routes one request
     /// to each key and checks it landed in the host's DC.
-    pub async fn start(
-        dcs: &[Dc],
-        certs: &std::path::Path,
-        serving: bool,
-    ) -> anyhow::Result<(Edge, bool)> {
+    pub async fn start(net: &Devnet, serving: bool) -> anyhow::Result<(Edge, bool)> {
         let mut s = Story { failures: 0 };
+        let dcs = net.dcs();
         let last = dcs.len() - 1;
         s.step(&format!(
             "8. an HTTP edge router attached to {} routes to one actor host per DC",
@@ -551,14 +452,10 @@ mod edge {
         ));
         let mut hosts = Vec::new();
         for (i, dc) in dcs.iter().enumerate() {
-            let tls = load_identity(certs, &Identity::new(Role::Host, Some(dc.id.clone()))?)?;
-            let peer = Peer {
-                addr: dc.daemon.local_addr(),
-                dc: dc.id.clone(),
-            };
+            let peer = net.peer(&dc.id);
             let key = KeyConfig::named(KeyName::new(key_of(dcs, i))?);
             let config = ActorHostConfig::new(peer, key, "127.0.0.1:0".parse()?);
-            let client = Client::new(&tls, ClientLimits::default())?;
+            let client = net.client(Role::Host, Some(&dc.id))?;
             match ActorHost::start(client, config).await? {
                 HostStarted::Serving(host) => {
                     println!(
@@ -574,13 +471,8 @@ mod edge {
                 other => s.check(false, format!("{}: {other:?}", key_of(dcs, i))),
             }
         }
-        let mut table = vec![(dcs[last].id.clone(), dcs[last].daemon.local_addr())];
-        table.extend(dcs[..last].iter().map(|d| (d.id.clone(), d.reached_at)));
-        let router_tls = load_identity(certs, &Identity::new(Role::Router, None)?)?;
-        let resolver = Resolver::new(
-            Client::new(&router_tls, ClientLimits::default())?,
-            ResolverConfig::new(table),
-        );
+        let table = net.router_table(&dcs[last].id);
+        let resolver = Resolver::new(net.client(Role::Router, None)?, ResolverConfig::new(table));
         let router = EdgeRouter::new(resolver, EdgeConfig::default());
         let serving_at = router.spawn(tokio::net::TcpListener::bind("127.0.0.1:0").await?)?;
         println!("   edge router on http://{}", serving_at.local_addr());

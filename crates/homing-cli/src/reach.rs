@@ -89,17 +89,14 @@ impl Reach {
     }
 }
 
-/// Loads `identity`'s certificate, key and the CA from `dir`.
+/// Loads `identity`'s certificate, key and the CA from `dir`, saying how to
+/// make them when they are missing.
 pub fn load_identity(dir: &Path, identity: &Identity) -> anyhow::Result<TlsIdentity> {
-    let name = cert_name(identity);
-    let (cert, key) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    TlsIdentity::load_pem(&dir.join("ca.pem"), &cert, &key).with_context(|| {
+    homing_net::pki::load_identity(dir, identity).with_context(|| {
         format!(
-            "loading {} (run `homing certs --out {}` first?)",
-            cert.display(),
+            "loading the {} certificate from {} (run `homing certs --out {}` first?)",
+            cert_name(identity),
+            dir.display(),
             dir.display()
         )
     })

@@ -7,6 +7,7 @@
 //! `homing devnet` builds several in one process.
 
 pub mod config;
+pub mod devnet;
 pub mod metrics;
 pub mod node;
 pub mod peers;
@@ -23,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{Config, ConfigError, Settings, StoreKind};
+pub use devnet::{Devnet, DevnetDc, DevnetOptions};
 pub use metrics::Metrics;
 pub use node::Node;
 pub use peers::Peers;
@@ -44,6 +46,9 @@ pub enum DaemonError {
     /// TLS material or the QUIC endpoint failed.
     #[error(transparent)]
     Net(#[from] homing_net::NetError),
+    /// Dev certificates could not be generated.
+    #[error(transparent)]
+    Pki(#[from] homing_net::PkiError),
     /// An address could not be bound, a directory not created.
     #[error(transparent)]
     Io(#[from] std::io::Error),

@@ -154,13 +154,14 @@ struct Counts {
 
 impl RouterChild {
     fn start(net: &Net) -> anyhow::Result<RouterChild> {
-        let mut table = vec![format!("{}={}", net.dcs[2].0, net.dcs[2].1.local_addr())];
-        for (id, daemon) in &net.dcs[..2] {
-            table.push(format!("{id}={}", daemon.local_addr()));
+        let dcs = net.dcs();
+        let mut table = vec![format!("{}={}", dcs[2].0, dcs[2].1)];
+        for (id, addr) in &dcs[..2] {
+            table.push(format!("{id}={addr}"));
         }
         let mut child = Command::new(std::env::current_exe()?)
             .arg("--router-child")
-            .arg(&net.certs)
+            .arg(net.certs())
             .arg(table.join(","))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -322,7 +323,7 @@ async fn run(connections: usize, phase_ms: u64) -> anyhow::Result<()> {
         < Duration::from_millis(phase_ms)
     {
         tokio::time::sleep(Duration::from_millis(MOVE_INTERVAL_MS)).await;
-        dc = (dc + 1) % net.dcs.len();
+        dc = (dc + 1) % net.dcs().len();
         actor.stop().await?;
         actor = host(&net, dc).await?;
         moves += 1;

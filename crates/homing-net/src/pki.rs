@@ -159,6 +159,17 @@ pub fn cert_name(identity: &Identity) -> String {
     }
 }
 
+/// Loads `identity`'s certificate and key, and the CA, from a directory laid
+/// out as [`generate_dev_pki`] writes it (`ca.pem`, `<cert_name>.pem|.key`).
+pub fn load_identity(dir: &Path, identity: &Identity) -> Result<TlsIdentity, NetError> {
+    let name = cert_name(identity);
+    TlsIdentity::load_pem(
+        &dir.join(format!("{CA_FILE_STEM}.pem")),
+        &dir.join(format!("{name}.pem")),
+        &dir.join(format!("{name}.key")),
+    )
+}
+
 /// The files [`generate_dev_pki`] wrote.
 #[derive(Debug, Clone)]
 pub struct DevPkiFiles {
