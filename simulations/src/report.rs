@@ -245,7 +245,7 @@ impl Measurements {
 
     /// An SVG plot of each operation's latency CDF (log-scaled x axis).
     pub fn cdf_svg(&self) -> String {
-        const W: f64 = 900.0;
+        const W: f64 = 1000.0;
         const H: f64 = 520.0;
         const LEFT: f64 = 60.0;
         const BOTTOM: f64 = 40.0;
@@ -288,7 +288,8 @@ impl Measurements {
             );
             decade += 1;
         }
-        for f in [0.0, 0.5, 0.9, 0.99, 1.0] {
+        // 0.99 is too close to 1 to label legibly at this height.
+        for f in [0.0, 0.5, 0.9, 1.0] {
             let _ = writeln!(
                 svg,
                 "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{f}</text>",
@@ -304,6 +305,12 @@ impl Measurements {
         );
         for (i, r) in rows.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
+            // Past the palette, lines repeat a colour: dash them to tell them apart.
+            let dash = if i >= COLORS.len() {
+                " stroke-dasharray=\"6,3\""
+            } else {
+                ""
+            };
             let step = (r.sorted.len() / 400).max(1);
             let points: Vec<String> = r
                 .sorted
@@ -321,13 +328,13 @@ impl Measurements {
                 .collect();
             let _ = writeln!(
                 svg,
-                "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>",
+                "<polyline fill=\"none\" stroke=\"{color}\"{dash} stroke-width=\"1.5\" points=\"{}\"/>",
                 points.join(" ")
             );
             let ly = 30.0 + i as f64 * 16.0;
             let _ = writeln!(
                 svg,
-                "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{2}\" y=\"{3}\">{4} (n={5})</text>",
+                "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{color}\"{dash} stroke-width=\"3\"/><text x=\"{2}\" y=\"{3}\">{4} (n={5})</text>",
                 LEFT + PLOT_W + 15.0,
                 LEFT + PLOT_W + 35.0,
                 LEFT + PLOT_W + 40.0,
