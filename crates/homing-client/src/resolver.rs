@@ -276,8 +276,16 @@ impl Resolver {
     /// Routing to `resolution` failed: forget the cached tail state so the
     /// next resolve asks the tail's DC again (which answers with the link if
     /// the actor moved). Entries and links stay cached: they are immutable.
+    ///
+    /// Only an answer that still names the reported reservation is dropped: a
+    /// late report must not throw away a newer answer that already replaced it.
     pub async fn report_unreachable(&self, resolution: &Resolution) {
-        self.inner.answers.invalidate(&resolution.key).await;
+        let answers = &self.inner.answers;
+        if let Some(cached) = answers.get(&resolution.key).await
+            && cached.reservation == resolution.reservation
+        {
+            answers.invalidate(&resolution.key).await;
+        }
     }
 
     /// The chain of `key` hop by hop, with where each answer came from. Always

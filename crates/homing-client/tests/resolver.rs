@@ -115,6 +115,26 @@ async fn report_unreachable_drops_the_answer_so_the_next_resolve_asks_the_tail_a
     );
 }
 
+#[tokio::test]
+async fn a_late_report_about_an_old_tail_keeps_the_newer_cached_answer() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let (iad, fra) = two_dcs_with_a_link(&ca).await;
+    let resolver = resolver(&ca, &[&iad, &fra]);
+    let room = key("room");
+
+    let current = resolver.resolve(&room).await.unwrap();
+    // A report about a reservation the cache no longer names changes nothing.
+    let old = homing_client::Resolution {
+        reservation: "iad.1".parse().unwrap(),
+        ..current.clone()
+    };
+    assert_ne!(old.reservation, current.reservation);
+    resolver.report_unreachable(&old).await;
+    assert!(resolver.resolve(&room).await.unwrap().from_cache);
+    resolver.report_unreachable(&current).await;
+    assert!(!resolver.resolve(&room).await.unwrap().from_cache);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_cold_resolves_of_one_key_send_one_request_per_hop() {
     let ca = DevCa::generate("test ca").unwrap();
