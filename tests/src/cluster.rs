@@ -20,8 +20,8 @@ use homing_core::{
 use homing_net::{Client, ClientLimits, DevCa, NetError, Peer, Relay, generate_dev_pki};
 use homing_store::etcd::EtcdGlobalStore;
 
-use crate::etcd::{EtcdCluster, EtcdError};
 use crate::homingd::{Homingd, HomingdSpec};
+use homing_store::etcd_cluster::{self, LocalEtcdCluster};
 
 /// The DCs of the cluster, in the order they are started.
 pub const DCS: [&str; 3] = ["iad", "fra", "sin"];
@@ -107,7 +107,7 @@ impl ClusterOptions {
 pub enum ClusterError {
     /// etcd is missing or did not start.
     #[error(transparent)]
-    Etcd(#[from] EtcdError),
+    Etcd(#[from] etcd_cluster::ClusterError),
     /// Anything else (PKI, a daemon, a relay).
     #[error("{0}")]
     Start(String),
@@ -118,7 +118,7 @@ pub struct Cluster {
     daemons: BTreeMap<DcId, Homingd>,
     /// `(from, to)` → the relay `from` uses to reach `to`.
     paths: BTreeMap<(DcId, DcId), Relay>,
-    etcd: EtcdCluster,
+    etcd: LocalEtcdCluster,
     ca: DevCa,
     prefix: String,
     dir: tempfile::TempDir,
@@ -126,9 +126,9 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts etcd, the PKI, the six inter-DC relays and the three daemons.
-    /// `Err(ClusterError::Etcd(EtcdError::NoBinary))` means: skip the test.
+    /// `Err(ClusterError::Etcd(etcd_cluster::ClusterError::NoBinary))` means: skip the test.
     pub async fn start(options: ClusterOptions) -> Result<Cluster, ClusterError> {
-        let etcd = EtcdCluster::start().await?;
+        let etcd = LocalEtcdCluster::start().await?;
         let dir = tempfile::tempdir().map_err(|e| ClusterError::Start(e.to_string()))?;
         let certs = dir.path().join("certs");
         let dcs: Vec<DcId> = DCS.iter().map(|d| dc(d)).collect();
@@ -306,7 +306,7 @@ impl Cluster {
     }
 
     /// The etcd cluster (to kill a member).
-    pub fn etcd(&mut self) -> &mut EtcdCluster {
+    pub fn etcd(&mut self) -> &mut LocalEtcdCluster {
         &mut self.etcd
     }
 
@@ -368,7 +368,7 @@ fn load_ca(certs: &Path) -> Result<DevCa, ClusterError> {
 pub async fn start_or_skip(test: &str, options: ClusterOptions) -> Option<Cluster> {
     match Cluster::start(options).await {
         Ok(cluster) => Some(cluster),
-        Err(ClusterError::Etcd(EtcdError::NoBinary)) => {
+        Err(ClusterError::Etcd(etcd_cluster::ClusterError::NoBinary)) => {
             eprintln!("SKIPPED {test}: no etcd binary on PATH (apt-get install etcd-server)");
             None
         }

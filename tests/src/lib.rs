@@ -10,14 +10,12 @@
 #[cfg(feature = "etcd")]
 pub mod cluster;
 #[cfg(feature = "etcd")]
-pub mod etcd;
-#[cfg(feature = "etcd")]
 pub mod homingd;
 
 #[cfg(feature = "etcd")]
 pub use cluster::{Cluster, ClusterOptions, start_or_skip};
 #[cfg(feature = "etcd")]
-pub use etcd::EtcdCluster;
+pub use homing_store::etcd_cluster::LocalEtcdCluster;
 #[cfg(feature = "etcd")]
 pub use homingd::{BUILD_HOMINGD, Homingd, HomingdSpec, homingd_binary};
 

@@ -1,7 +1,8 @@
-//! A throwaway 3-member etcd cluster on loopback, for tests and the store
-//! benchmark (cargo feature `etcd`). Members run the `etcd` binary from
-//! `PATH` with data in a temporary directory; dropping the cluster kills
-//! them, also when a test panics.
+//! A throwaway 3-member etcd cluster on loopback, for tests, the store
+//! benchmark and the end-to-end suite (cargo feature `etcd`). Members run the
+//! `etcd` binary from `PATH` with data in a temporary directory; a member can
+//! be killed on its own (the other two keep the quorum); dropping the cluster
+//! kills every member still running, also when a test panics.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ pub enum ClusterError {
 
 /// Running members; killed on drop.
 pub struct LocalEtcdCluster {
-    members: Vec<Child>,
+    members: Vec<Option<Child>>,
     endpoints: Vec<String>,
     _dir: tempfile::TempDir,
 }
@@ -87,11 +88,14 @@ impl LocalEtcdCluster {
                 .arg(format!("--initial-cluster={}", initial.join(",")))
                 .arg("--initial-cluster-state=new")
                 .arg("--initial-cluster-token=homing-test")
+                // Loopback: elect fast so a killed leader is replaced within a second.
+                .arg("--heartbeat-interval=50")
+                .arg("--election-timeout=500")
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
                 .map_err(|e| ClusterError::Start(e.to_string()))?;
-            cluster.members.push(child);
+            cluster.members.push(Some(child));
         }
         cluster.wait_healthy().await?;
         Ok(cluster)
@@ -117,18 +121,30 @@ impl LocalEtcdCluster {
         )))
     }
 
-    /// Client URLs of the members.
+    /// Client URLs of every member (killed ones included: clients fail over).
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
+    }
+
+    /// SIGKILLs member `index` (0-based); the other two keep the quorum.
+    pub fn kill_member(&mut self, index: usize) {
+        if let Some(mut child) = self.members.get_mut(index).and_then(Option::take) {
+            // Already exited: nothing left to kill.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// How many members are still running.
+    pub fn running_members(&self) -> usize {
+        self.members.iter().filter(|m| m.is_some()).count()
     }
 }
 
 impl Drop for LocalEtcdCluster {
     fn drop(&mut self) {
-        for member in &mut self.members {
-            // Already-exited members fail to be killed; nothing else to do.
-            let _ = member.kill();
-            let _ = member.wait();
+        for index in 0..self.members.len() {
+            self.kill_member(index);
         }
     }
 }
