@@ -2,7 +2,26 @@
 //! characters, an optional restricted alphabet), and the error that names the
 //! rule an input broke.
 
+use std::cell::RefCell;
+
 use thiserror::Error;
+
+thread_local! {
+    /// The last rule a value decoded on this thread broke. postcard drops
+    /// serde's custom error messages, so `wire::decode` reads the reason here
+    /// to name the rule in its error instead of a bare "deserialization error".
+    static LAST_REFUSED: RefCell<Option<LabelError>> = const { RefCell::new(None) };
+}
+
+/// Records `error` as the reason a decode on this thread failed.
+pub(crate) fn note_refused(error: &LabelError) {
+    LAST_REFUSED.with(|last| *last.borrow_mut() = Some(error.clone()));
+}
+
+/// Takes (and clears) the last recorded reason, if any.
+pub(crate) fn take_refused() -> Option<LabelError> {
+    LAST_REFUSED.with(|last| last.borrow_mut().take())
+}
 
 /// Why a piece of text was refused as an identifier. `what` names the field
 /// (`"dc id"`, `"key name"`, …) so the message points at the culprit.
@@ -128,8 +147,9 @@ macro_rules! label_type {
 
         impl TryFrom<String> for $name {
             type Error = $crate::label::LabelError;
+            /// The serde path: a refusal is also noted for `wire::decode`'s error.
             fn try_from(text: String) -> Result<Self, Self::Error> {
-                Self::new(text)
+                Self::new(text).inspect_err($crate::label::note_refused)
             }
         }
 

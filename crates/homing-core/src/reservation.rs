@@ -79,8 +79,9 @@ impl FromStr for ReservationId {
 
 impl TryFrom<String> for ReservationId {
     type Error = LabelError;
+    /// The serde path: a refusal is also noted for `wire::decode`'s error.
     fn try_from(text: String) -> Result<Self, Self::Error> {
-        text.parse()
+        text.parse().inspect_err(crate::label::note_refused)
     }
 }
 

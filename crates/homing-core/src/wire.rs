@@ -250,8 +250,14 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, FrameError> {
             max: FRAME_BYTES_MAX,
         });
     }
-    let (message, rest) =
-        postcard::take_from_bytes(frame).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    crate::label::take_refused();
+    let (message, rest) = postcard::take_from_bytes(frame).map_err(|e| {
+        // Name the broken rule when a field refused its value.
+        match crate::label::take_refused() {
+            Some(refused) => FrameError::Malformed(refused.to_string()),
+            None => FrameError::Malformed(e.to_string()),
+        }
+    })?;
     if !rest.is_empty() {
         return Err(FrameError::Trailing(rest.len()));
     }
@@ -298,11 +304,28 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_with_an_invalid_field_is_refused() {
+    fn a_frame_with_an_invalid_field_is_refused_naming_the_rule() {
         // A Resolve whose key name is empty: well-formed postcard, invalid key.
         let frame = [0u8, 0, 0];
-        assert!(matches!(
+        assert_eq!(
             decode::<Request>(&frame),
+            Err(FrameError::Malformed(
+                "key name must not be empty".to_string()
+            ))
+        );
+        // A reservation id whose DC has an upper-case letter.
+        let frame = encode(&Request::ResolveReservation {
+            id: "iad.1".parse().unwrap(),
+        })
+        .unwrap();
+        let mut bad = frame.clone();
+        let at = bad.iter().position(|b| *b == b'a').unwrap();
+        bad[at] = b'A';
+        let err = decode::<Request>(&bad).unwrap_err().to_string();
+        assert!(err.contains("dc id may only contain"), "{err}");
+        // Plain garbage still gets postcard's own message.
+        assert!(matches!(
+            decode::<Request>(&[0xff]),
             Err(FrameError::Malformed(_))
         ));
     }
