@@ -16,7 +16,7 @@ use homing_core::{
     SegmentError, Source, StoreTime, Transition, Walked, Written,
 };
 use homing_net::Handler;
-use homing_store::{Cas, DcStore, GlobalStore, SetIfAbsent, StoreError};
+use homing_store::{DcStore, GlobalStore, SetIfAbsent, StoreError};
 use tracing::Instrument;
 
 use crate::metrics::Metrics;
@@ -302,15 +302,14 @@ impl Node {
             let Some(next) = out.next else {
                 return Ok(out.reply);
             };
-            match self
+            let cas = self
                 .timed(
                     "dc_cas",
                     self.records.compare_and_set(Some(record.version), &next),
                 )
-                .await?
-            {
-                Cas::Written => return Ok(out.reply),
-                Cas::Conflict { .. } => continue,
+                .await?;
+            if cas.landed(&next) {
+                return Ok(out.reply);
             }
         }
         Err(fail(
@@ -371,12 +370,13 @@ impl Node {
                 connect.handle_allocated(unique, store_now());
             }
             ConnectNeed::Write { expected, record } => {
-                let written = match self
+                let cas = self
                     .timed("dc_cas", self.records.compare_and_set(expected, &record))
-                    .await?
-                {
-                    Cas::Written => Written::Yes,
-                    Cas::Conflict { .. } => Written::Conflict,
+                    .await?;
+                let written = if cas.landed(&record) {
+                    Written::Yes
+                } else {
+                    Written::Conflict
                 };
                 connect.handle_written(written);
             }

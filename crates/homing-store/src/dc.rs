@@ -22,6 +22,19 @@ pub enum Cas {
     },
 }
 
+impl Cas {
+    /// Whether `record` is now what the store holds: written by this call, or
+    /// found already there — a write retried after a lost reply (a backend
+    /// retrying on `Unavailable`, or the caller) that had landed the first
+    /// time. Versions only grow, so an equal record is that same write.
+    pub fn landed(&self, record: &DcRecord) -> bool {
+        match self {
+            Cas::Written => true,
+            Cas::Conflict { current } => current.as_ref() == Some(record),
+        }
+    }
+}
+
 /// Where a scan page ended: the last record returned. The next page starts
 /// strictly after it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -127,4 +140,39 @@ pub(crate) fn check_limit(limit: usize) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homing_core::{ActorId, FencingToken, HostTime, Key, KeyName, LeasePolicy, StoreTime};
+
+    #[test]
+    fn a_conflict_with_the_record_we_wrote_counts_as_landed() {
+        let (record, _) = DcRecord::reserve(
+            "iad.1".parse().unwrap(),
+            Key::new(KeyName::new("k").unwrap()),
+            None,
+            FencingToken::FIRST,
+            None,
+            ActorId::new("a").unwrap(),
+            HostTime::from_ms(0),
+            StoreTime::from_ms(0),
+            &LeasePolicy::DEFAULT,
+        );
+        assert!(Cas::Written.landed(&record));
+        let same = Cas::Conflict {
+            current: Some(record.clone()),
+        };
+        assert!(same.landed(&record));
+        let mut other = record.clone();
+        other.version += 1;
+        assert!(
+            !Cas::Conflict {
+                current: Some(other)
+            }
+            .landed(&record)
+        );
+        assert!(!Cas::Conflict { current: None }.landed(&record));
+    }
 }

@@ -34,6 +34,11 @@ pub const ALLOCATE_ATTEMPTS_MAX: usize = 16;
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
 /// Per-request timeout, in milliseconds.
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Attempts of one request when the member it went to does not answer (the
+/// client then reaches another member).
+pub const TRANSPORT_ATTEMPTS_MAX: usize = 3;
+/// Pause between such attempts, in milliseconds.
+pub const TRANSPORT_RETRY_PAUSE_MS: u64 = 100;
 
 fn map_err(e: etcd_client::Error) -> StoreError {
     use etcd_client::Error as E;
@@ -86,8 +91,47 @@ impl Space {
         out
     }
 
+    /// Runs `request` again (bounded) while it fails for want of a member.
+    /// A retried write may have landed the first time: `set_if_absent` then
+    /// sees its own entry and a CAS sees its own record, which callers treat
+    /// as success (see `Cas::landed`).
+    async fn retrying<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match request(self.kv.clone()).await.map_err(map_err) {
+                Err(StoreError::Unavailable { .. }) if attempt < TRANSPORT_ATTEMPTS_MAX => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(TRANSPORT_RETRY_PAUSE_MS))
+                        .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn get(
+        &self,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse, StoreError> {
+        self.retrying(|mut kv| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+    }
+
     async fn txn(&self, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
-        let response = self.kv.clone().txn(txn).await.map_err(map_err)?;
+        let response = self
+            .retrying(|mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await?;
         Ok((response.succeeded(), response.op_responses()))
     }
 }
@@ -127,13 +171,7 @@ impl EtcdGlobalStore {
 #[async_trait]
 impl GlobalStore for EtcdGlobalStore {
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        let response = self
-            .space
-            .kv
-            .clone()
-            .get(self.entry_key(key), None)
-            .await
-            .map_err(map_err)?;
+        let response = self.space.get(self.entry_key(key), None).await?;
         response
             .kvs()
             .first()
@@ -224,13 +262,7 @@ fn decode_kv(kv: &KeyValue) -> Result<DcRecord, StoreError> {
 #[async_trait]
 impl DcStore for EtcdDcStore {
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
-        let response = self
-            .space
-            .kv
-            .clone()
-            .get(self.record_key(id), None)
-            .await
-            .map_err(map_err)?;
+        let response = self.space.get(self.record_key(id), None).await?;
         response.kvs().first().map(decode_kv).transpose()
     }
 
@@ -302,13 +334,7 @@ impl DcStore for EtcdDcStore {
                 .ok_or_else(|| protocol("unbounded prefix"))?,
         };
         let options = GetOptions::new().with_range(end).with_limit(limit as i64);
-        let index = self
-            .space
-            .kv
-            .clone()
-            .get(start, Some(options))
-            .await
-            .map_err(map_err)?;
+        let index = self.space.get(start, Some(options)).await?;
         if index.kvs().is_empty() {
             return Ok(Vec::new());
         }
@@ -335,13 +361,7 @@ impl DcStore for EtcdDcStore {
         }
         let counter = self.space.key(b"alloc", b"");
         for _ in 0..ALLOCATE_ATTEMPTS_MAX {
-            let response = self
-                .space
-                .kv
-                .clone()
-                .get(counter.clone(), None)
-                .await
-                .map_err(map_err)?;
+            let response = self.space.get(counter.clone(), None).await?;
             let (persisted, guard) = match response.kvs().first() {
                 Some(kv) => {
                     let text = std::str::from_utf8(kv.value())
