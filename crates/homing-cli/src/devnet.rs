@@ -3,18 +3,19 @@
 //! embedded global store; then the story of homing, each step checked.
 
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use homing_client::{Resolution, Resolver, ResolverConfig};
 use homing_core::{
-    ActorId, DcId, FencingToken, HostTime, Key, KeyConfig, KeyName, RenewReply, Reply, Request,
+    ActorId, DcId, FencingToken, Key, KeyConfig, KeyName, RenewReply, Reply, Request,
     ReservationId, Role,
 };
 use homing_daemon::{Devnet, DevnetDc, DevnetOptions, Settings};
 use homing_net::Client;
 
+use crate::host_now;
 use crate::show;
 
 /// Options of `homing devnet`.
@@ -54,14 +55,6 @@ impl Story {
             self.failures += 1;
         }
     }
-}
-
-fn host_now() -> HostTime {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    HostTime::from_ms(ms)
 }
 
 /// Runs the devnet; returns whether every check passed.

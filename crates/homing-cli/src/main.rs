@@ -1,5 +1,6 @@
 //! `homing`: the operator's and developer's command line.
 
+mod bench;
 mod devnet;
 mod reach;
 mod show;
@@ -53,6 +54,9 @@ enum Command {
     /// Run a local multi-DC deployment in this process and tell homing's story:
     /// reserve, resolve, recreate elsewhere, follow the chain, race, drain.
     Devnet(devnet::DevnetArgs),
+    /// Run an end-to-end benchmark suite against real homingd instances in
+    /// this process and print homing next to its model or baseline.
+    Bench(bench::BenchArgs),
     /// Write a development CA and node, host, router and admin certificates.
     Certs {
         /// Directory to write into (created if missing).
@@ -95,12 +99,11 @@ enum Command {
     Drain(KeyArgs),
 }
 
-fn now() -> HostTime {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    HostTime::from_ms(ms)
+/// This machine's clock as a host clock reading (the CLI acts as a host
+/// when it reserves): the one clock homing-client's HostAgent reads too.
+pub(crate) fn host_now() -> HostTime {
+    use homing_client::HostClock;
+    homing_client::SystemClock.now()
 }
 
 fn print_reply(reply: Reply) -> anyhow::Result<()> {
@@ -136,6 +139,7 @@ fn print_reply(reply: Reply) -> anyhow::Result<()> {
 async fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
         Command::Devnet(args) => return devnet::run(args).await,
+        Command::Bench(args) => return bench::run(args).await,
         Command::Certs { out, dcs } => {
             let dcs = dcs
                 .iter()
@@ -183,7 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             let request = Request::Acquire {
                 config,
                 actor: ActorId::new(actor).context("--actor")?,
-                host_time: now(),
+                host_time: host_now(),
             };
             print_reply(client.request(&peer, &request).await?)?;
         }
