@@ -326,13 +326,13 @@ impl DcStore for EtcdDcStore {
             // etcd reads limit 0 as "no limit".
             return Ok(Vec::new());
         }
-        let (start, end) = keyspace::scan_range(namespace, name_prefix, after);
-        let start = self.space.key(b"k/", &start);
-        let end = match end {
-            Some(end) => self.space.key(b"k/", &end),
-            None => keyspace::prefix_end(&self.space.key(b"k/", b""))
-                .ok_or_else(|| protocol("unbounded prefix"))?,
-        };
+        let (start, end) = keyspace::prefixed_scan_range(
+            &self.space.key(b"k/", b""),
+            namespace,
+            name_prefix,
+            after,
+        )
+        .ok_or_else(|| protocol("unbounded prefix"))?;
         let options = GetOptions::new().with_range(end).with_limit(limit as i64);
         let index = self.space.get(start, Some(options)).await?;
         if index.kvs().is_empty() {

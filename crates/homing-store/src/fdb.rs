@@ -311,13 +311,13 @@ impl DcStore for FdbDcStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (start, end) = keyspace::scan_range(namespace, name_prefix, after);
-        let start = self.space.key(b"k/", &start);
-        let end = match end {
-            Some(end) => self.space.key(b"k/", &end),
-            None => keyspace::prefix_end(&self.space.key(b"k/", b""))
-                .ok_or_else(|| StoreError::corrupt("subspace prefix", "unbounded"))?,
-        };
+        let (start, end) = keyspace::prefixed_scan_range(
+            &self.space.key(b"k/", b""),
+            namespace,
+            name_prefix,
+            after,
+        )
+        .ok_or_else(|| StoreError::corrupt("subspace prefix", "unbounded"))?;
         let found = transact!(self.space, trx, {
             let mut range = RangeOption::from((start.clone(), end.clone()));
             range.limit = Some(limit);

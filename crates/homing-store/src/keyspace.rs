@@ -130,6 +130,23 @@ pub fn scan_range(
     (start, end)
 }
 
+/// [`scan_range`] for index keys stored under `index_prefix` (a backend's
+/// subspace plus its index section), with the open end bounded by the end of
+/// that prefix. `None` only if `index_prefix` is empty or all `0xFF`.
+pub fn prefixed_scan_range(
+    index_prefix: &[u8],
+    namespace: &Namespace,
+    name_prefix: &str,
+    after: Option<&ScanCursor>,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (start, end) = scan_range(namespace, name_prefix, after);
+    let end = match end {
+        Some(end) => [index_prefix, &end].concat(),
+        None => prefix_end(index_prefix)?,
+    };
+    Some(([index_prefix, &start].concat(), end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
