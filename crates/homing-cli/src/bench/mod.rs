@@ -81,6 +81,40 @@ fn separate(command: &str, what: &str) {
 }
 
 /// A short tag unique to this run, so keys never collide with earlier runs.
+/// Leases long enough to outlive any suite: the reaper has nothing to do.
+const LEASE_TTL_MS: u64 = 600_000;
+
+/// A 1-DC devnet with long leases, and a host client of that DC.
+struct OneDc {
+    net: homing_daemon::Devnet,
+    dc: homing_core::DcId,
+    client: homing_net::Client,
+    peer: homing_net::Peer,
+}
+
+impl OneDc {
+    async fn start() -> anyhow::Result<OneDc> {
+        let dc = homing_core::DcId::new("dc0")?;
+        let net = homing_daemon::Devnet::start(homing_daemon::DevnetOptions {
+            dcs: vec![dc.clone()],
+            overrides: homing_daemon::Settings {
+                lease_ttl_ms: Some(LEASE_TTL_MS),
+                ..homing_daemon::Settings::default()
+            },
+            ..homing_daemon::DevnetOptions::default()
+        })
+        .await?;
+        let client = net.client(homing_core::Role::Host, Some(&dc))?;
+        let peer = net.peer(&dc);
+        Ok(OneDc {
+            net,
+            dc,
+            client,
+            peer,
+        })
+    }
+}
+
 fn run_tag() -> String {
     format!("{:x}", host_now().as_ms())
 }

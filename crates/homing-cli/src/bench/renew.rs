@@ -5,34 +5,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use homing_core::{DcId, FencingToken, RenewReply, Reply, Request, ReservationId, Role};
-use homing_daemon::{Devnet, DevnetOptions, Settings};
+use homing_core::{FencingToken, RenewReply, Reply, Request, ReservationId};
 
-use super::{acquire_request, key, median_cell, run_cell, run_tag, thousands};
+use super::{OneDc, acquire_request, key, median_cell, run_cell, run_tag, thousands};
 use crate::host_now;
 
 const LEASES: usize = 10_000;
 const TASKS: usize = 64;
 const CELL: Duration = Duration::from_secs(3);
 const REPETITIONS: usize = 3;
-/// Leases long enough to outlive the run whatever the renewal order.
-const LEASE_TTL_MS: u64 = 600_000;
 
 /// Runs the suite; always `true` (nothing here has a target to enforce).
 pub async fn run() -> anyhow::Result<bool> {
-    let dc = DcId::new("dc0")?;
-    let net = Devnet::start(DevnetOptions {
-        dcs: vec![dc.clone()],
-        latency_ms: 0,
-        data_dir: None,
-        overrides: Settings {
-            lease_ttl_ms: Some(LEASE_TTL_MS),
-            ..Settings::default()
-        },
-    })
-    .await?;
-    let client = net.client(Role::Host, Some(&dc))?;
-    let peer = net.peer(&dc);
+    let OneDc {
+        net, client, peer, ..
+    } = OneDc::start().await?;
     let tag = run_tag();
 
     println!("renew: acquiring {LEASES} leases ({TASKS} at a time, not timed)…");

@@ -11,35 +11,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use homing_core::{DcId, Identity, Reply, ReservationId, Role};
-use homing_daemon::{Devnet, DevnetOptions, Settings};
+use homing_core::{Identity, Reply, ReservationId, Role};
 use homing_net::Handler;
 use homing_store::{GlobalStore, RedbGlobalStore, RedbOptions};
 
 use super::svg::{Series, line_chart};
-use super::{Cell, acquire_request, key, median_cell, run_cell, run_tag, thousands, write_plot};
+use super::{
+    Cell, OneDc, acquire_request, key, median_cell, run_cell, run_tag, thousands, write_plot,
+};
 
 const CONCURRENCY: [usize; 4] = [1, 8, 64, 256];
 const CELL: Duration = Duration::from_secs(2);
 const REPETITIONS: usize = 3;
-/// Leases long enough that the reaper has nothing to do during the run.
-const LEASE_TTL_MS: u64 = 600_000;
 
 /// Runs the suite; always `true` (the targets are reported, not enforced).
 pub async fn run(out: &Path) -> anyhow::Result<bool> {
-    let dc = DcId::new("dc0")?;
-    let net = Devnet::start(DevnetOptions {
-        dcs: vec![dc.clone()],
-        latency_ms: 0,
-        data_dir: None,
-        overrides: Settings {
-            lease_ttl_ms: Some(LEASE_TTL_MS),
-            ..Settings::default()
-        },
-    })
-    .await?;
-    let client = net.client(Role::Host, Some(&dc))?;
-    let peer = net.peer(&dc);
+    let OneDc {
+        net,
+        dc,
+        client,
+        peer,
+    } = OneDc::start().await?;
     let raw_dir = tempfile::Builder::new()
         .prefix("homing-bench-raw-")
         .tempdir()?;
