@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 
 use homing_core::{
-    Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId, DcRecord, ErrorKind,
-    ErrorReply, FencingToken, HostTime, Key, LocalSegment, RecordState, Reply, Request,
-    ReservationId, Segment, SegmentError, Source, Written, chain::HOP_LIMIT_DEFAULT,
+    Connect, ConnectError, ConnectNeed, ConnectPoll, DcId, DcRecord, ErrorKind, ErrorReply,
+    FencingToken, HostTime, Key, LocalSegment, RecordState, Reply, Request, ReservationId,
+    RunOutcome, Segment, SegmentError, Source, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use crate::clock::NodeClock;
@@ -102,6 +102,7 @@ enum UpdateOp {
     },
     Release {
         token: FencingToken,
+        outcome: RunOutcome,
     },
     Link {
         to: ReservationId,
@@ -213,6 +214,7 @@ impl Sim {
                 config,
                 actor,
                 host_time,
+                wait_ms: _,
             } => {
                 let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
                 let key_value = config.key(bits);
@@ -237,9 +239,13 @@ impl Sim {
                 attempts: 0,
                 reply: None,
             },
-            Request::Release { reservation, token } => TaskKind::Update {
+            Request::Release {
+                reservation,
+                token,
+                outcome,
+            } => TaskKind::Update {
                 id: reservation,
-                op: UpdateOp::Release { token },
+                op: UpdateOp::Release { token, outcome },
                 attempts: 0,
                 reply: None,
             },
@@ -256,7 +262,12 @@ impl Sim {
                 attempts: 0,
                 reply: None,
             },
-            Request::Drain { .. } | Request::Inspect { .. } => {
+            Request::Drain { .. }
+            | Request::Inspect { .. }
+            | Request::Await { .. }
+            | Request::Watch { .. }
+            | Request::Scan { .. }
+            | Request::DrainScope { .. } => {
                 let reply = error(ErrorKind::BadRequest, "not simulated");
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
@@ -383,7 +394,7 @@ impl Sim {
         };
         loop {
             let need = match connect.poll() {
-                ConnectPoll::Done(outcome) => return Next::Reply(acquire_reply(outcome)),
+                ConnectPoll::Done(outcome) => return Next::Reply(Reply::from(outcome)),
                 ConnectPoll::Failed(e) => {
                     self.measurements.count("connect_failed");
                     let kind = match e {
@@ -616,8 +627,8 @@ impl Sim {
                 let t = (self.rules.renew)(&record, *token, *host_time, now, &policy);
                 (t.next, Reply::Renew(t.reply))
             }
-            UpdateOp::Release { token } => {
-                let t = (self.rules.release)(&record, *token, now);
+            UpdateOp::Release { token, outcome } => {
+                let t = (self.rules.release)(&record, *token, outcome.clone(), now);
                 (t.next, Reply::Release(t.reply))
             }
             UpdateOp::Link { to, expected } => {
@@ -800,33 +811,5 @@ impl Sim {
                 self.commit(d, next);
             }
         }
-    }
-}
-
-fn acquire_reply(outcome: ConnectOutcome) -> Reply {
-    match outcome {
-        ConnectOutcome::Acquired {
-            key,
-            reservation,
-            token,
-            deadlines,
-        } => Reply::Acquired {
-            key,
-            reservation,
-            token,
-            deadlines,
-        },
-        ConnectOutcome::HeldElsewhere {
-            key,
-            reservation,
-            actor,
-            token,
-        } => Reply::HeldElsewhere {
-            key,
-            reservation,
-            actor,
-            token,
-        },
-        ConnectOutcome::TagMismatch { existing } => Reply::TagMismatch { existing },
     }
 }

@@ -181,7 +181,11 @@ impl Sim {
             to: NodeId::Dc(dc),
             rpc,
             key,
-            body: Body::Request(Request::Release { reservation, token }),
+            body: Body::Request(Request::Release {
+                reservation,
+                token,
+                outcome: homing_core::RunOutcome::Ok,
+            }),
         });
         self.hosts[h].generation += 1;
         self.go_idle(h);
@@ -254,6 +258,7 @@ impl Sim {
             config: KeyConfig::named(self.keys[key as usize].name.clone()),
             actor,
             host_time: host.clock.host_time(self.now),
+            wait_ms: 0,
         };
         let dc = host.dc;
         self.current_key = key;
@@ -346,7 +351,11 @@ impl Sim {
                 to: NodeId::Dc(dc),
                 rpc,
                 key,
-                body: Body::Request(Request::Release { reservation, token }),
+                body: Body::Request(Request::Release {
+                    reservation,
+                    token,
+                    outcome: homing_core::RunOutcome::Ok,
+                }),
             });
         }
         self.hosts[h].generation += 1;

@@ -355,8 +355,8 @@ impl Checker {
                     a == actor && reapable > lo
                 }
                 (TailState::Active { .. }, _, _) => false,
-                (TailState::Vacant, None, _) => true,
-                (TailState::Vacant, Some(_), reapable) => reapable.is_none_or(|r| r <= hi),
+                (TailState::Vacant { .. }, None, _) => true,
+                (TailState::Vacant { .. }, Some(_), reapable) => reapable.is_none_or(|r| r <= hi),
             }
         });
         if !matches {

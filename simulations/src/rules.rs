@@ -5,14 +5,15 @@
 
 use homing_core::{
     DcRecord, FencingToken, HostTime, LeasePolicy, LinkReply, ReleaseReply, RenewReply,
-    ReservationId, StoreTime, Transition,
+    ReservationId, RunOutcome, StoreTime, Transition,
 };
 
 /// `DcRecord::renew`'s signature.
 pub type RenewRule =
     fn(&DcRecord, FencingToken, HostTime, StoreTime, &LeasePolicy) -> Transition<RenewReply>;
 /// `DcRecord::release`'s signature.
-pub type ReleaseRule = fn(&DcRecord, FencingToken, StoreTime) -> Transition<ReleaseReply>;
+pub type ReleaseRule =
+    fn(&DcRecord, FencingToken, RunOutcome, StoreTime) -> Transition<ReleaseReply>;
 /// `DcRecord::link`'s signature.
 pub type LinkRule =
     fn(&DcRecord, &ReservationId, FencingToken, StoreTime, &LeasePolicy) -> Transition<LinkReply>;
@@ -35,6 +36,30 @@ pub struct Rules {
     pub expire: ExpireRule,
     /// Drain.
     pub drain: DrainRule,
+    /// How parked acquirers are woken (homingd's `Waiters`).
+    pub waiting: WaitRules,
+}
+
+/// The waiting mechanism's choices, as homingd makes them; tests break one
+/// on purpose to show that the wake-up checkers catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitRules {
+    /// Every landed write of a record notifies its waiters (`Node::wrote`).
+    pub notify_on_write: bool,
+    /// A vacated reservation wakes the first waiter registered (`false`: the last).
+    pub wake_first: bool,
+    /// Added to the grant's host time of an acquire that waited (`0`: homingd's
+    /// `host_time + time held`, which keeps the host's deadlines conservative).
+    pub grant_extra_ms: u64,
+}
+
+impl WaitRules {
+    /// homingd's choices.
+    pub const REAL: WaitRules = WaitRules {
+        notify_on_write: true,
+        wake_first: true,
+        grant_extra_ms: 0,
+    };
 }
 
 impl Rules {
@@ -46,6 +71,7 @@ impl Rules {
             link: DcRecord::link,
             expire: DcRecord::expire,
             drain: DcRecord::drain,
+            waiting: WaitRules::REAL,
         }
     }
 }

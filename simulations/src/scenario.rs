@@ -51,6 +51,8 @@ pub struct Scenario {
     pub clocks: ClockSpec,
     /// What hosts and routers do.
     pub workload: WorkloadSpec,
+    /// How DCs park acquirers that wait (homingd's `WaitLimits`).
+    pub waiting: WaitingSpec,
     /// Faults injected at fixed times.
     pub faults: Vec<Fault>,
 }
@@ -67,8 +69,13 @@ pub struct NetworkSpec {
     pub jitter_ms: f64,
     /// Probability that any one message is lost.
     pub loss: f64,
-    /// How long any requester waits for a reply, ms.
+    /// How long any requester waits for a reply, ms (a request that asks to
+    /// be parked, `wait_ms`, gets that much more, as in homing-net).
     pub request_timeout_ms: u64,
+    /// QUIC idle timeout, ms: a parked `Await` rides a connection, and the
+    /// origin learns that its registration is lost (the tail's DC crashed, or
+    /// the path was cut for this long) this long after the last packet.
+    pub idle_timeout_ms: u64,
 }
 
 /// Store knobs.
@@ -141,6 +148,34 @@ pub struct WorkloadSpec {
     pub renew_retry_ms: u64,
     /// Fraction of acquires that go to a key drawn from the first 10% of keys (hot keys).
     pub hot_fraction: f64,
+    /// `wait_ms` of the acquires that wait: how long a held key is awaited.
+    pub acquire_wait_ms: u32,
+    /// Fraction of acquires sent with `acquire_wait_ms` (the others answer at once).
+    pub wait_fraction: f64,
+    /// Fraction of releases that report `RunOutcome::Failed` (the others `Ok`).
+    pub release_failed_fraction: f64,
+}
+
+/// homingd's `WaitLimits`: bounds on parked acquirers and the hand-off window.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WaitingSpec {
+    /// Most waiters on one reservation in one DC (more: `Overloaded`).
+    pub waiters_per_key_max: usize,
+    /// Most waiters in one DC (more: `Overloaded`).
+    pub waiters_max: usize,
+    /// How long a woken first waiter has the vacant reservation to itself, ms.
+    pub handoff_ms: u64,
+}
+
+impl Default for WaitingSpec {
+    fn default() -> WaitingSpec {
+        WaitingSpec {
+            waiters_per_key_max: 64,
+            waiters_max: 10_000,
+            handoff_ms: 2_000,
+        }
+    }
 }
 
 /// A fault at a fixed time.
@@ -216,6 +251,7 @@ impl Default for Scenario {
             lease: LeaseSpec::default(),
             clocks: ClockSpec::default(),
             workload: WorkloadSpec::default(),
+            waiting: WaitingSpec::default(),
             faults: Vec::new(),
         }
     }
@@ -229,6 +265,7 @@ impl Default for NetworkSpec {
             jitter_ms: 2.0,
             loss: 0.0,
             request_timeout_ms: 1_500,
+            idle_timeout_ms: 30_000,
         }
     }
 }
@@ -282,6 +319,9 @@ impl Default for WorkloadSpec {
             graceful_stop_ms: 1_500,
             renew_retry_ms: 300,
             hot_fraction: 0.3,
+            acquire_wait_ms: 0,
+            wait_fraction: 0.0,
+            release_failed_fraction: 0.0,
         }
     }
 }
@@ -307,6 +347,20 @@ impl Scenario {
         scenario.rtt_matrix_ms()?;
         if scenario.keys == 0 {
             return Err(ScenarioError("keys must be at least 1".into()));
+        }
+        let w = &scenario.workload;
+        if w.acquire_wait_ms > homing_core::wire::WAIT_MS_MAX {
+            return Err(ScenarioError(format!(
+                "workload.acquire_wait_ms must be at most {} (WAIT_MS_MAX)",
+                homing_core::wire::WAIT_MS_MAX
+            )));
+        }
+        let waiting = &scenario.waiting;
+        if waiting.waiters_per_key_max == 0 || waiting.waiters_max == 0 || waiting.handoff_ms == 0 {
+            return Err(ScenarioError(
+                "waiting: waiters_per_key_max, waiters_max and handoff_ms must be at least 1"
+                    .into(),
+            ));
         }
         for fault in &scenario.faults {
             match fault {

@@ -193,6 +193,10 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
         Reply::Link(_) => "reply_link",
         Reply::Drained => "reply_drained",
         Reply::Inspected { .. } => "reply_inspected",
+        Reply::Awaited(_) => "reply_awaited",
+        Reply::Events { .. } => "reply_events",
+        Reply::Records { .. } => "reply_records",
+        Reply::DrainedPage { .. } => "reply_drained_page",
         Reply::Error(_) => "reply_error",
     }
 }

@@ -53,6 +53,7 @@ pub fn acquire(name: &str, actor: &str) -> Request {
         config: KeyConfig::named(KeyName::new(name).expect("a valid key name")),
         actor: ActorId::new(actor).expect("a valid actor id"),
         host_time: host_now(),
+        wait_ms: 0,
     }
 }
 

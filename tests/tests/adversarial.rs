@@ -617,7 +617,9 @@ fn reservation() -> impl Strategy<Value = ReservationId> {
 }
 
 fn request() -> impl Strategy<Value = Request> {
-    let key = ("\\PC{0,20}", "\\PC{1,40}").prop_map(|(ns, name)| {
+    // Namespaces are `/`-separated segments, none empty.
+    let namespace = "([^/\\p{C}]{1,6}(/[^/\\p{C}]{1,6}){0,2})?";
+    let key = (namespace, "\\PC{1,40}").prop_map(|(ns, name)| {
         homing_core::Key::in_namespace(ns.parse().unwrap(), name.parse().unwrap())
     });
     prop_oneof![
@@ -632,6 +634,7 @@ fn request() -> impl Strategy<Value = Request> {
                 },
                 actor: ActorId::new(actor).unwrap(),
                 host_time: homing_core::HostTime::from_ms(t),
+                wait_ms: 0,
             }
         ),
         (reservation(), 1..u64::MAX, any::<u64>()).prop_map(|(reservation, token, t)| {

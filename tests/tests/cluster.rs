@@ -83,6 +83,7 @@ async fn devnet_story_reserve_in_iad_resolve_from_sin_recreate_in_fra_and_follow
         let release = Request::Release {
             reservation: first.clone(),
             token,
+            outcome: homing_core::RunOutcome::Ok,
         };
         assert_eq!(
             cluster
@@ -339,6 +340,7 @@ async fn partition_a_dc_during_a_recreation_race_yields_at_most_one_holder_and_h
             let release = Request::Release {
                 reservation: held.clone(),
                 token,
+                outcome: homing_core::RunOutcome::Ok,
             };
             assert_eq!(
                 cluster.ask(&host_a, &iad, &release).await.unwrap(),

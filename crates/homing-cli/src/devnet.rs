@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use homing_client::{Resolution, Resolver, ResolverConfig};
 use homing_core::{
-    ActorId, DcId, FencingToken, Key, KeyConfig, KeyName, RenewReply, Reply, Request,
-    ReservationId, Role,
+    ActorId, DcId, FailureReason, FencingToken, Key, KeyConfig, KeyName, NamespaceScope,
+    ReleaseCause, RenewReply, Reply, Request, ReservationId, Role, RunOutcome,
 };
 use homing_daemon::{Devnet, DevnetDc, DevnetOptions, Settings};
 use homing_net::Client;
@@ -162,14 +162,11 @@ impl Actors {
     }
 }
 
-async fn acquire(
-    actors: &Actors,
-    net: &Devnet,
-    at: &DcId,
-    key: &Key,
-    actor: &str,
-) -> anyhow::Result<Reply> {
-    let request = Request::Acquire {
+/// How long the story's waiting host waits, in milliseconds.
+const STORY_WAIT_MS: u32 = 10_000;
+
+fn acquire_request(key: &Key, actor: &str, wait_ms: u32) -> anyhow::Result<Request> {
+    Ok(Request::Acquire {
         config: KeyConfig {
             name: Some(key.name.clone()),
             namespace: key.namespace.clone(),
@@ -177,7 +174,18 @@ async fn acquire(
         },
         actor: ActorId::new(actor)?,
         host_time: host_now(),
-    };
+        wait_ms,
+    })
+}
+
+async fn acquire(
+    actors: &Actors,
+    net: &Devnet,
+    at: &DcId,
+    key: &Key,
+    actor: &str,
+) -> anyhow::Result<Reply> {
+    let request = acquire_request(key, actor, 0)?;
     Ok(actors.host(at).request(&net.peer(at), &request).await?)
 }
 
@@ -303,26 +311,48 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
     );
 
     s.step(&format!(
-        "4. {a}'s actor stops and releases; a host in {b} connects again"
+        "4. a host in {b} connects again and waits; {a}'s actor stops, releasing with a failure"
     ));
+    let waiting = {
+        let request = acquire_request(&room, &format!("{b}-host:9000"), STORY_WAIT_MS)?;
+        let (client, peer) = (actors.host(&b).clone(), net.peer(&b));
+        tokio::spawn(async move { client.request(&peer, &request).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    s.check(
+        !waiting.is_finished(),
+        format!("{b} parks the acquire at {a}, which owns the live reservation"),
+    );
+    let reason = FailureReason::new("demo: the room's state was lost")?;
     let release = Request::Release {
         reservation: first.clone(),
         token,
+        outcome: RunOutcome::Failed { reason },
     };
+    let released_at = Instant::now();
     let released = actors.host(&a).request(&net.peer(&a), &release).await?;
     s.check(
         matches!(
             released,
             Reply::Release(homing_core::ReleaseReply::Released)
         ),
-        format!("{first} released"),
+        format!("{first} released (outcome: failed)"),
     );
-    let reply = acquire(&actors, net, &b, &room, &format!("{b}-host:9000")).await?;
-    println!("   {}", describe(&reply));
+    let reply = waiting.await??;
+    println!(
+        "   {}  [{} ms after the release]",
+        describe(&reply),
+        released_at.elapsed().as_millis()
+    );
     let second = acquired(&reply);
     s.check(
         second.as_ref().is_some_and(|(id, t)| id.dc() == &b && *t == token.next()),
-        format!("recreated in {b} with token + 1; {a} linked {first} → it (the global entry never changes)"),
+        format!("{a} woke the waiter: recreated in {b} with token + 1; {a} linked {first} → it (the global entry never changes)"),
+    );
+    s.check(
+        matches!(&reply, Reply::Acquired { previous: Some(p), .. }
+            if p.reservation == first && matches!(p.ended, ReleaseCause::Released(RunOutcome::Failed { .. }))),
+        "the new holder learns the previous run failed",
     );
     let Some((second, second_token)) = second else {
         return Ok(false);
@@ -394,6 +424,31 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
         "renewal refused: the host stops by its deadlines",
     );
 
+    s.step(&format!(
+        "8. what {a} and {b} recorded: their lifecycle events for {room}"
+    ));
+    let mut kinds = Vec::new();
+    for dc in [&a, &b] {
+        let watch = Request::Watch {
+            scope: NamespaceScope::exact(room.namespace.clone()),
+            after: 0,
+            wait_ms: 0,
+        };
+        match actors.admin.request(&net.peer(dc), &watch).await? {
+            Reply::Events { events, .. } => {
+                for event in events.iter().filter(|e| e.key == room) {
+                    println!("   {}", crate::scope::event_line(dc, event));
+                    kinds.push(event.kind.name());
+                }
+            }
+            other => println!("   {dc}: {other:?}"),
+        }
+    }
+    s.check(
+        kinds == ["reserved", "released", "linked", "reserved", "drained"],
+        "reserved, released (failed), linked in the old dc; reserved, drained in the new — durable, in order, resumable by `homing watch`",
+    );
+
     if s.failures == 0 {
         println!("\nall checks passed");
     } else {
@@ -459,7 +514,7 @@ mod edge {
                         host.reservation(),
                         host.token()
                     );
-                    hosts.push(host);
+                    hosts.push(*host);
                 }
                 other => s.check(false, format!("{}: {other:?}", key_of(dcs, i))),
             }

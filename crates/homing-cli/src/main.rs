@@ -3,6 +3,7 @@
 mod bench;
 mod devnet;
 mod reach;
+mod scope;
 mod show;
 
 use std::path::PathBuf;
@@ -10,8 +11,8 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use homing_core::{
-    ActorId, DcId, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace, Reply, Request,
-    ReservationId, Tag,
+    ActorId, DcId, FailureReason, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace,
+    Reply, Request, ReservationId, RunOutcome, Tag,
 };
 
 use crate::reach::Reach;
@@ -84,19 +85,41 @@ enum Command {
         /// Only return an existing actor with this tag.
         #[arg(long)]
         tag: Option<String>,
+        /// If a live actor holds the key, wait up to this many milliseconds
+        /// for it to release or expire, then take it (max 300000).
+        #[arg(long, default_value_t = 0)]
+        wait_ms: u32,
     },
-    /// Release a reservation held with the given fencing token.
+    /// Release a reservation held with the given fencing token, recording
+    /// how the run ended for the next holder.
     Release {
         /// The reservation, `<dc>.<unique>`.
         reservation: String,
         /// The holder's fencing token.
         #[arg(long)]
         token: u64,
+        /// The run failed, for this reason (default: it finished cleanly).
+        #[arg(long, value_name = "REASON")]
+        failed: Option<String>,
         #[command(flatten)]
         reach: Reach,
     },
-    /// Refuse further renewals of the key's live lease: its host stops by its deadlines.
-    Drain(KeyArgs),
+    /// Refuse further renewals: of one key's live lease (KEY), or of every
+    /// live lease in a namespace in every DC (--namespace, --include-children).
+    /// Their hosts stop by their deadlines.
+    Drain {
+        /// The key; omit it to drain the whole namespace.
+        key: Option<String>,
+        #[command(flatten)]
+        scope: scope::ScopeArgs,
+        #[command(flatten)]
+        reach: Reach,
+    },
+    /// Follow lifecycle events (reserved, released with outcome, expired,
+    /// linked, drained, abandoned) of every DC, resumable from printed cursors.
+    Watch(scope::WatchArgs),
+    /// List every record in a namespace (and its children) in every DC.
+    Inspect(scope::ScopeCommand),
 }
 
 /// This machine's clock as a host clock reading (the CLI acts as a host
@@ -113,9 +136,16 @@ fn print_reply(reply: Reply) -> anyhow::Result<()> {
             key,
             reservation,
             token,
+            previous,
             ..
         } => {
             println!("acquired {key}: reservation {reservation}, token {token}");
+            if let Some(p) = previous {
+                println!(
+                    "previous run: reservation {} token {}, {}",
+                    p.reservation, p.token, p.ended
+                );
+            }
             println!(
                 "(the lease is not renewed by this command: it lapses after the DC's lease ttl)"
             );
@@ -130,6 +160,10 @@ fn print_reply(reply: Reply) -> anyhow::Result<()> {
         }
         Reply::TagMismatch { existing } => {
             bail!("a live actor holds the key under tag {existing:?}")
+        }
+        Reply::Release(homing_core::ReleaseReply::Released) => println!("released"),
+        Reply::Drained => {
+            println!("drained: renewals are refused, the host stops by its deadlines")
         }
         other => println!("{other:?}"),
     }
@@ -171,7 +205,14 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             actor,
             at,
             tag,
+            wait_ms,
         } => {
+            if wait_ms > homing_core::wire::WAIT_MS_MAX {
+                bail!(
+                    "--wait-ms {wait_ms} is over the limit of {} ms",
+                    homing_core::wire::WAIT_MS_MAX
+                );
+            }
             let reach = &key.reach;
             let peer = match at {
                 Some(dc) => reach.peer(&DcId::new(dc).context("--at")?)?,
@@ -188,27 +229,49 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 config,
                 actor: ActorId::new(actor).context("--actor")?,
                 host_time: host_now(),
+                wait_ms,
             };
             print_reply(client.request(&peer, &request).await?)?;
         }
         Command::Release {
             reservation,
             token,
+            failed,
             reach,
         } => {
             let reservation: ReservationId = reservation.parse().context("reservation")?;
+            let outcome = match failed {
+                Some(reason) => RunOutcome::Failed {
+                    reason: FailureReason::new(reason).context("--failed")?,
+                },
+                None => RunOutcome::Ok,
+            };
             let peer = reach.peer(reservation.dc())?;
             let request = Request::Release {
                 reservation,
                 token: FencingToken::new(token),
+                outcome,
             };
             print_reply(reach.client()?.request(&peer, &request).await?)?;
         }
-        Command::Drain(key) => {
-            let request = Request::Drain { key: key.key()? };
-            let peer = key.reach.nearest()?;
-            print_reply(key.reach.client()?.request(&peer, &request).await?)?;
-        }
+        Command::Drain { key, scope, reach } => match key {
+            Some(name) => {
+                if scope.include_children {
+                    bail!("--include-children drains a namespace: give no KEY");
+                }
+                let key = KeyArgs {
+                    key: name,
+                    namespace: scope.namespace,
+                    reach,
+                };
+                let request = Request::Drain { key: key.key()? };
+                let peer = key.reach.nearest()?;
+                print_reply(key.reach.client()?.request(&peer, &request).await?)?;
+            }
+            None => return scope::drain(scope::ScopeCommand { scope, reach }).await,
+        },
+        Command::Watch(args) => return scope::watch(args).await,
+        Command::Inspect(args) => return scope::inspect(args).await,
     }
     Ok(true)
 }

@@ -1,7 +1,7 @@
 //! How the CLI prints what homing answers.
 
 use homing_client::Resolution;
-use homing_core::{Source, TailState, Walked};
+use homing_core::{DcRecord, RecordState, Source, TailState, Walked};
 
 fn source(source: Source) -> &'static str {
     match source {
@@ -41,7 +41,7 @@ pub fn chain(walked: &Walked, indent: &str) -> String {
     let tail = &walked.tail;
     let state = match &tail.state {
         TailState::Active { actor } => format!("active, actor {actor}"),
-        TailState::Vacant => "vacant".to_string(),
+        TailState::Vacant { ended } => format!("vacant, last run {ended}"),
     };
     lines.push(format!(
         "{indent}{} (dc {}) tail: {state}, token {}   [{}]",
@@ -55,4 +55,21 @@ pub fn chain(walked: &Walked, indent: &str) -> String {
         walked.remote_round_trips
     ));
     lines.join("\n")
+}
+
+/// One line for a DC record: key, reservation, token, state.
+pub fn record(r: &DcRecord) -> String {
+    let state = match &r.state {
+        RecordState::Active { actor, .. } if r.allow_renew => format!("active, actor {actor}"),
+        RecordState::Active { actor, .. } => format!("active (drained), actor {actor}"),
+        RecordState::Released { cause, .. } => format!("vacant, last run {cause}"),
+        RecordState::Linked { to } => format!("linked → {to}"),
+        RecordState::Abandoned => "abandoned".to_string(),
+    };
+    format!(
+        "{:<24} {:<10} token {:<3} {state}",
+        r.key.to_string(),
+        r.id.to_string(),
+        r.token.get()
+    )
 }

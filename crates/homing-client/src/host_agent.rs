@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    ActorId, DcId, Deadlines, ErrorReply, FencingToken, HostTime, Key, KeyConfig, ReleaseReply,
-    RenewReply, Reply, Request, ReservationId, Tag,
+    ActorId, DcId, Deadlines, ErrorReply, FencingToken, HostTime, Key, KeyConfig, PreviousRun,
+    ReleaseReply, RenewReply, Reply, Request, ReservationId, RunOutcome, Tag,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -124,6 +124,10 @@ pub struct HostAgentConfig {
     /// Wait between failed renewals, in milliseconds (at least
     /// [`RETRY_INTERVAL_MS_MIN`]).
     pub retry_interval_ms: u64,
+    /// When a live actor holds the key, how long the acquire waits for it to
+    /// release or expire before answering `HeldElsewhere` (≤
+    /// [`homing_core::wire::WAIT_MS_MAX`]); `0` answers at once.
+    pub wait_ms: u32,
 }
 
 impl HostAgentConfig {
@@ -135,6 +139,7 @@ impl HostAgentConfig {
             actor,
             request_timeout_ms: AGENT_REQUEST_TIMEOUT_MS_DEFAULT,
             retry_interval_ms: RETRY_INTERVAL_MS_DEFAULT,
+            wait_ms: 0,
         }
     }
 }
@@ -262,6 +267,7 @@ pub struct HostAgent {
     key: Key,
     reservation: ReservationId,
     token: FencingToken,
+    previous: Option<PreviousRun>,
     state: Arc<watch::Sender<AgentState>>,
     command: watch::Sender<Command>,
     task: Option<JoinHandle<()>>,
@@ -286,9 +292,11 @@ struct Link {
 
 impl Link {
     /// Sends `request`, bounded by the request timeout and by `by` if given.
+    /// A request that asks to wait (`wait_ms`) gets that much more time.
     async fn ask(&self, request: Request, by: Option<Instant>) -> Result<Reply, AgentError> {
         let kind = request.kind();
-        let mut until = Instant::now() + self.request_timeout;
+        let parked = Duration::from_millis(u64::from(request.wait_ms()));
+        let mut until = Instant::now() + self.request_timeout + parked;
         if let Some(by) = by {
             until = until.min(by);
         }
@@ -390,14 +398,16 @@ impl HostAgent {
             config: config.key.clone(),
             actor: config.actor.clone(),
             host_time: sent,
+            wait_ms: config.wait_ms,
         };
-        let (key, reservation, token, deadlines) = match link.ask(request, None).await? {
+        let (key, reservation, token, deadlines, previous) = match link.ask(request, None).await? {
             Reply::Acquired {
                 key,
                 reservation,
                 token,
                 deadlines,
-            } => (key, reservation, token, deadlines),
+                previous,
+            } => (key, reservation, token, deadlines, previous),
             Reply::HeldElsewhere {
                 key,
                 reservation,
@@ -414,7 +424,11 @@ impl HostAgent {
             Reply::TagMismatch { existing } => return Ok(Started::TagMismatch { existing }),
             other => return Err(link.unexpected("acquire", &other)),
         };
-        info!(%key, %reservation, %token, dc = %link.dc, "lease acquired");
+        match &previous {
+            Some(p) => info!(%key, %reservation, %token, dc = %link.dc,
+                previous = %p.reservation, previous_ended = %p.ended, "lease acquired"),
+            None => info!(%key, %reservation, %token, dc = %link.dc, "lease acquired"),
+        }
         let state = Arc::new(watch::Sender::new(AgentState::Holding));
         let (command, command_rx) = watch::channel(Command::Run);
         let renewal = Renewal {
@@ -432,6 +446,7 @@ impl HostAgent {
             key,
             reservation,
             token,
+            previous,
             state,
             command,
             task: Some(task),
@@ -455,6 +470,14 @@ impl HostAgent {
         &self.reservation
     }
 
+    /// The run this lease follows and how it ended (`None`: the key's first
+    /// holder). `ended` is `Released(Failed { .. })` when the previous
+    /// holder said its run failed, `Expired` when it stopped renewing: an
+    /// actor may need to recover before serving.
+    pub fn previous(&self) -> Option<&PreviousRun> {
+        self.previous.as_ref()
+    }
+
     /// Where the lease is now.
     pub fn state(&self) -> AgentState {
         *self.state.borrow()
@@ -465,12 +488,19 @@ impl HostAgent {
         self.state.subscribe()
     }
 
+    /// Graceful stop of a run that finished cleanly: [`HostAgent::stop_with`]
+    /// of [`RunOutcome::Ok`].
+    pub async fn stop(self) -> Result<(), AgentError> {
+        self.stop_with(RunOutcome::Ok).await
+    }
+
     /// Graceful stop, once the actor has stopped: ends renewals (without
-    /// calling the actor) and releases the lease with this agent's token.
+    /// calling the actor) and releases the lease with this agent's token,
+    /// recording `outcome` for the next holder.
     /// Fails with [`AgentError::StaleToken`] if another holder has the key by
     /// now, and with `Unavailable` if the DC did not answer (the lease then
-    /// expires at the DC on its own).
-    pub async fn stop(mut self) -> Result<(), AgentError> {
+    /// expires at the DC on its own, and the next holder sees `Expired`).
+    pub async fn stop_with(mut self, outcome: RunOutcome) -> Result<(), AgentError> {
         let _ = self.command.send(Command::Exit);
         if let Some(task) = self.task.take() {
             // The task exits at its next await point; a panic in it (an actor
@@ -480,6 +510,7 @@ impl HostAgent {
         let request = Request::Release {
             reservation: self.reservation.clone(),
             token: self.token,
+            outcome,
         };
         match self.link.ask(request, None).await? {
             Reply::Release(ReleaseReply::Released) => {

@@ -2,8 +2,10 @@
 //!
 //! - [`Resolver`] — embedded by edge routers: which DC hosts a key's actor,
 //!   from cache in one lookup, or by walking the reservation chain.
-//! - [`HostAgent`] — runs beside an actor on a host: holds its lease, renews it
-//!   on the daemon's timeline, and tells the actor when to stop.
+//! - [`HostAgent`] — runs beside an actor on a host: holds its lease (waiting
+//!   for a busy key if asked), renews it on the daemon's timeline, tells the
+//!   actor when to stop, and releases with the run's outcome.
+//! - [`Watcher`] — follows a DC's lifecycle events from a resumable cursor.
 //!
 //! An edge router resolving a key:
 //!
@@ -74,9 +76,11 @@
 
 pub mod host_agent;
 pub mod resolver;
+pub mod watch;
 
 pub use host_agent::{
     Actor, AgentError, AgentState, HostAgent, HostAgentConfig, HostClock, LeaseTransport,
     QuicTransport, Started, SystemClock,
 };
 pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig};
+pub use watch::{WatchError, WatchStream, Watcher};

@@ -37,6 +37,8 @@ enum Mode {
 struct MemoryDc {
     mode: Mutex<Mode>,
     acquire: Mutex<Option<Reply>>,
+    /// How long an acquire takes to answer (a DC holding a waiting acquire).
+    acquire_delay: Mutex<Duration>,
     log: Mutex<Vec<(Duration, Request)>>,
     start: Instant,
 }
@@ -46,6 +48,7 @@ impl MemoryDc {
         Arc::new(MemoryDc {
             mode: Mutex::new(Mode::Answer),
             acquire: Mutex::new(None),
+            acquire_delay: Mutex::new(Duration::ZERO),
             log: Mutex::new(Vec::new()),
             start,
         })
@@ -84,6 +87,10 @@ impl LeaseTransport for MemoryDc {
             .push((self.start.elapsed(), request.clone()));
         let policy = LeasePolicy::DEFAULT;
         let mode = *self.mode.lock().unwrap();
+        if matches!(request, Request::Acquire { .. }) {
+            let delay = *self.acquire_delay.lock().unwrap();
+            tokio::time::sleep(delay).await;
+        }
         match request {
             Request::Acquire {
                 config, host_time, ..
@@ -97,6 +104,7 @@ impl LeaseTransport for MemoryDc {
                     reservation: "iad.1".parse().unwrap(),
                     token: FencingToken::new(3),
                     deadlines: policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
+                    previous: None,
                 })),
             Request::Renew { host_time, .. } => match mode {
                 Mode::Answer => Ok(Reply::Renew(RenewReply::Renewed(
@@ -187,6 +195,14 @@ async fn start() -> (HostAgent, Harness) {
 async fn start_raw() -> (Started, Harness) {
     let now = Instant::now();
     let dc = MemoryDc::new(now);
+    start_on(dc, config()).await.unwrap()
+}
+
+async fn start_on(
+    dc: Arc<MemoryDc>,
+    config: HostAgentConfig,
+) -> Result<(Started, Harness), AgentError> {
+    let now = dc.start;
     let actor = Arc::new(Recorder {
         start: now,
         calls: Mutex::new(Vec::new()),
@@ -194,12 +210,11 @@ async fn start_raw() -> (Started, Harness) {
     let started = HostAgent::start_with(
         dc.clone(),
         Arc::new(TokioClock { start: now }),
-        config(),
+        config,
         actor.clone(),
     )
-    .await
-    .unwrap();
-    (started, Harness { dc, actor })
+    .await?;
+    Ok((started, Harness { dc, actor }))
 }
 
 async fn sleep_ms(ms: u64) {
@@ -297,7 +312,12 @@ async fn lease_stop_releases_with_the_token_and_calls_no_callback() {
     assert_eq!(*state.borrow(), AgentState::Released);
     let log = h.dc.log.lock().unwrap().clone();
     match log.last() {
-        Some((_, Request::Release { reservation, token })) => {
+        Some((
+            _,
+            Request::Release {
+                reservation, token, ..
+            },
+        )) => {
             assert_eq!(
                 (reservation.to_string().as_str(), *token),
                 ("iad.1", FencingToken::new(3))
@@ -308,6 +328,64 @@ async fn lease_stop_releases_with_the_token_and_calls_no_callback() {
     sleep_ms(30_000).await;
     assert_eq!(h.dc.count("renew"), 1, "no renewal after stop");
     assert!(h.actor.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_a_waiting_acquire_gets_its_wait_on_top_of_the_request_timeout() {
+    // The DC holds the acquire for 5 s (a busy key being awaited); the
+    // request timeout is 2 s.
+    let slow = || {
+        let dc = MemoryDc::new(Instant::now());
+        *dc.acquire_delay.lock().unwrap() = Duration::from_secs(5);
+        dc
+    };
+    let impatient = start_on(slow(), config()).await;
+    assert!(
+        matches!(impatient, Err(AgentError::Unavailable { .. })),
+        "without wait_ms the 2 s timeout applies"
+    );
+    let mut waiting = config();
+    waiting.wait_ms = 10_000;
+    let dc = slow();
+    let (started, h) = start_on(dc, waiting).await.unwrap();
+    assert!(matches!(started, Started::Holding(_)));
+    match h.dc.log.lock().unwrap().first() {
+        Some((_, Request::Acquire { wait_ms, .. })) => assert_eq!(*wait_ms, 10_000),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it() {
+    let reason = homing_core::FailureReason::new("lost the game state").unwrap();
+    let previous = homing_core::PreviousRun {
+        reservation: "iad.1".parse().unwrap(),
+        token: FencingToken::new(2),
+        ended: homing_core::ReleaseCause::Released(homing_core::RunOutcome::Failed {
+            reason: reason.clone(),
+        }),
+    };
+    let dc = MemoryDc::new(Instant::now());
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquired {
+        key: homing_core::Key::new(KeyName::new("room").unwrap()),
+        reservation: "iad.1".parse().unwrap(),
+        token: FencingToken::new(3),
+        deadlines: LeasePolicy::DEFAULT
+            .grant(HostTime::from_ms(1_000_000), StoreTime::from_ms(0))
+            .deadlines,
+        previous: Some(previous.clone()),
+    });
+    let (started, h) = start_on(dc, config()).await.unwrap();
+    let Started::Holding(agent) = started else {
+        panic!("not holding");
+    };
+    assert_eq!(agent.previous(), Some(&previous));
+    let failed = homing_core::RunOutcome::Failed { reason };
+    agent.stop_with(failed.clone()).await.unwrap();
+    match h.dc.log.lock().unwrap().last() {
+        Some((_, Request::Release { outcome, .. })) => assert_eq!(outcome, &failed),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test(start_paused = true)]

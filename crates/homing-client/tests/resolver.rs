@@ -298,7 +298,9 @@ async fn a_key_without_global_entry_is_not_found_and_a_vacant_tail_is_vacant() {
     let ca = DevCa::generate("test ca").unwrap();
     let iad = TestDc::start(&ca, "iad").await;
     let mut tail = active("iad.3", "a", 4);
-    tail.state = TailState::Vacant;
+    tail.state = TailState::Vacant {
+        ended: homing_core::ReleaseCause::Expired,
+    };
     iad.script.entry(
         &key("empty"),
         &id("iad.3"),

@@ -129,7 +129,13 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
         Request::Link { .. } => caller.role == Role::Node,
         // A node forwards an operator's drain to the DC that owns the tail.
         Request::Drain { .. } => matches!(caller.role, Role::Admin | Role::Node),
-        Request::Inspect { .. } => caller.role == Role::Admin,
+        Request::Inspect { .. } | Request::Scan { .. } | Request::DrainScope { .. } => {
+            caller.role == Role::Admin
+        }
+        // A DC registers its waiting acquirer at the tail's DC.
+        Request::Await { .. } => caller.role == Role::Node,
+        // Events carry what resolves do (keys, actors): the resolving roles may watch.
+        Request::Watch { .. } => matches!(caller.role, Role::Router | Role::Node | Role::Admin),
     };
     if allowed {
         Ok(())
@@ -192,6 +198,28 @@ mod tests {
         );
         assert!(authorize(&host_here, &drain, &iad).is_err());
         assert!(authorize(&admin, &drain, &iad).is_ok());
+        let watch = Request::Watch {
+            scope: crate::NamespaceScope::everything(),
+            after: 0,
+            wait_ms: 0,
+        };
+        let wait = Request::Await {
+            reservation: id.clone(),
+            wait_ms: 10,
+        };
+        assert!(authorize(&router, &watch, &iad).is_ok());
+        assert!(authorize(&host_here, &watch, &iad).is_err());
+        assert!(authorize(&node, &wait, &iad).is_ok());
+        assert!(
+            authorize(&host_here, &wait, &iad).is_err(),
+            "hosts wait via acquire"
+        );
+        let scan = Request::Scan {
+            scope: crate::NamespaceScope::everything(),
+            after: None,
+        };
+        assert!(authorize(&admin, &scan, &iad).is_ok());
+        assert!(authorize(&router, &scan, &iad).is_err());
         let denied = authorize(&router, &link, &iad).unwrap_err().to_string();
         assert_eq!(denied, "router may not send link to dc iad");
     }

@@ -11,6 +11,7 @@ const ACTOR_ID_RULE: LabelRule = LabelRule {
     bytes_min: 1,
     bytes_max: ACTOR_ID_BYTES_MAX,
     alphabet: None,
+    segmented: false,
 };
 
 label_type!(

@@ -392,7 +392,9 @@ mod tests {
             tag: None,
             id: id(at),
             token: FencingToken::new(3),
-            state: TailState::Vacant,
+            state: TailState::Vacant {
+                ended: crate::ReleaseCause::Expired,
+            },
         }
     }
 

@@ -25,7 +25,7 @@ use crate::dc::DcId;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::lease::{Deadlines, LeasePolicy};
-use crate::record::{ActivateReply, DcRecord, LinkReply, TailState, TailView};
+use crate::record::{ActivateReply, DcRecord, LinkReply, PreviousRun, TailState, TailView};
 use crate::reservation::ReservationId;
 use crate::time::{HostTime, StoreTime};
 
@@ -84,6 +84,8 @@ pub enum ConnectOutcome {
         token: FencingToken,
         /// Its deadlines, in its clock.
         deadlines: Deadlines,
+        /// The run it follows and how that ended (`None`: the key's first holder).
+        previous: Option<PreviousRun>,
     },
     /// A live actor with the same tag holds the key: connect returns it.
     HeldElsewhere {
@@ -287,7 +289,7 @@ impl Connect {
             return;
         }
         match tail.state {
-            TailState::Vacant => self.phase = Phase::Allocating(Plan::Recreate(tail)),
+            TailState::Vacant { .. } => self.phase = Phase::Allocating(Plan::Recreate(tail)),
             TailState::Active { actor } if tail.tag == self.tag => {
                 self.finish(ConnectOutcome::HeldElsewhere {
                     key: self.key.clone(),
@@ -347,13 +349,21 @@ impl Connect {
                 )))
             }
             (
-                Phase::Activating(next, ActivateReply::Activated { token, deadlines }),
+                Phase::Activating(
+                    next,
+                    ActivateReply::Activated {
+                        token,
+                        deadlines,
+                        previous,
+                    },
+                ),
                 Written::Yes,
             ) => self.finish(ConnectOutcome::Acquired {
                 key: self.key.clone(),
                 reservation: next.id,
                 token,
                 deadlines,
+                previous: Some(previous),
             }),
             (Phase::Activating(next, _), Written::Conflict) => {
                 // Someone changed the tail between our read and write: read again.
@@ -374,8 +384,8 @@ impl Connect {
         };
         match existing {
             // Inserted, or a retried write of our own entry.
-            None => self.acquired(record.clone(), *deadlines),
-            Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines),
+            None => self.acquired(record.clone(), *deadlines, None),
+            Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines, None),
             Some(winner) => self.abandon(record.clone(), Then::WalkFrom(winner)),
         }
     }
@@ -431,9 +441,17 @@ impl Connect {
         let Phase::Linking(record, deadlines, tail) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
+        let previous = match &tail.state {
+            TailState::Vacant { ended } => Some(PreviousRun {
+                reservation: tail.id.clone(),
+                token: tail.token,
+                ended: ended.clone(),
+            }),
+            TailState::Active { .. } => None,
+        };
         let (record, deadlines, tail) = (record.clone(), *deadlines, tail.id.clone());
         match reply {
-            LinkReply::Linked => self.acquired(record, deadlines),
+            LinkReply::Linked => self.acquired(record, deadlines, previous),
             LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
             // Re-read the tail: its new holder's tag decides HeldElsewhere or TagMismatch.
             LinkReply::StillActive { .. } | LinkReply::TokenMoved { .. } => {
@@ -445,12 +463,13 @@ impl Connect {
         }
     }
 
-    fn acquired(&mut self, record: DcRecord, deadlines: Deadlines) {
+    fn acquired(&mut self, record: DcRecord, deadlines: Deadlines, previous: Option<PreviousRun>) {
         self.finish(ConnectOutcome::Acquired {
             key: self.key.clone(),
             reservation: record.id,
             token: record.token,
             deadlines,
+            previous,
         });
     }
 

@@ -18,6 +18,7 @@ const DC_ID_RULE: LabelRule = LabelRule {
         allowed: dc_id_char,
         description: "[a-z0-9-] (no `.`, no upper case)",
     }),
+    segmented: false,
 };
 
 label_type!(

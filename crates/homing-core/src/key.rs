@@ -18,22 +18,28 @@ const NAMESPACE_RULE: LabelRule = LabelRule {
     bytes_min: 0,
     bytes_max: NAMESPACE_BYTES_MAX,
     alphabet: None,
+    segmented: true,
 };
 const KEY_NAME_RULE: LabelRule = LabelRule {
     what: "key name",
     bytes_min: 1,
     bytes_max: KEY_NAME_BYTES_MAX,
     alphabet: None,
+    segmented: false,
 };
 const TAG_RULE: LabelRule = LabelRule {
     what: "tag",
     bytes_min: 1,
     bytes_max: TAG_BYTES_MAX,
     alphabet: None,
+    segmented: false,
 };
 
 label_type!(
-    /// Scopes key names: 0–128 bytes, no control characters. `""` is the default.
+    /// Scopes key names: 0–128 bytes, no control characters. `""` is the
+    /// default. Namespaces are hierarchical: `/` separates segments
+    /// (`games/eu/lobbies` is a child of `games/eu`), and no segment may be
+    /// empty (no leading, trailing or doubled `/`).
     Namespace,
     NAMESPACE_RULE
 );
@@ -53,6 +59,75 @@ label_type!(
 impl Default for Namespace {
     fn default() -> Self {
         Namespace(String::new())
+    }
+}
+
+impl Namespace {
+    /// Whether this namespace is `ancestor` or lies under it. Every namespace
+    /// lies under the default (empty) one.
+    pub fn is_within(&self, ancestor: &Namespace) -> bool {
+        let (me, up) = (self.as_str(), ancestor.as_str());
+        up.is_empty()
+            || me == up
+            || (me.len() > up.len() && me.starts_with(up) && me.as_bytes()[up.len()] == b'/')
+    }
+
+    /// The `/`-separated segments (none for the default namespace).
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.as_str().split('/').filter(|s| !s.is_empty())
+    }
+}
+
+/// Which namespaces a query covers: one, or one with every namespace under it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NamespaceScope {
+    /// The namespace named by the query.
+    pub namespace: Namespace,
+    /// Also every namespace under it (`games/eu` covers `games/eu/lobbies`).
+    pub include_children: bool,
+}
+
+impl NamespaceScope {
+    /// Exactly `namespace`.
+    pub fn exact(namespace: Namespace) -> NamespaceScope {
+        NamespaceScope {
+            namespace,
+            include_children: false,
+        }
+    }
+
+    /// `namespace` and every namespace under it.
+    pub fn subtree(namespace: Namespace) -> NamespaceScope {
+        NamespaceScope {
+            namespace,
+            include_children: true,
+        }
+    }
+
+    /// Every namespace (the default namespace's subtree).
+    pub fn everything() -> NamespaceScope {
+        NamespaceScope::subtree(Namespace::default())
+    }
+
+    /// Whether `namespace` is in scope.
+    pub fn contains(&self, namespace: &Namespace) -> bool {
+        if self.include_children {
+            namespace.is_within(&self.namespace)
+        } else {
+            namespace == &self.namespace
+        }
+    }
+}
+
+impl std::fmt::Display for NamespaceScope {
+    /// `games/eu`, `games/eu/**` with children, `""` / `**` for the default.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.namespace.as_str(), self.include_children) {
+            ("", false) => f.write_str("\"\""),
+            ("", true) => f.write_str("**"),
+            (ns, false) => f.write_str(ns),
+            (ns, true) => write!(f, "{ns}/**"),
+        }
     }
 }
 
@@ -173,6 +248,39 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_are_slash_separated_segments() {
+        assert!(Namespace::new("games/eu/lobbies").is_ok());
+        for (bad, at) in [("/games", 0), ("games/", 6), ("games//eu", 6), ("/", 0)] {
+            assert_eq!(
+                Namespace::new(bad),
+                Err(LabelError::EmptySegment {
+                    what: "namespace",
+                    at
+                }),
+                "{bad}"
+            );
+        }
+        let ns = |s: &str| Namespace::new(s).unwrap();
+        assert_eq!(
+            ns("games/eu").segments().collect::<Vec<_>>(),
+            ["games", "eu"]
+        );
+        assert_eq!(ns("").segments().count(), 0);
+        assert!(ns("games/eu/lobbies").is_within(&ns("games/eu")));
+        assert!(ns("games/eu").is_within(&ns("games/eu")));
+        assert!(ns("games").is_within(&ns("")));
+        assert!(!ns("games/europe").is_within(&ns("games/eu")));
+        assert!(!ns("games").is_within(&ns("games/eu")));
+        let eu = NamespaceScope::subtree(ns("games/eu"));
+        assert!(eu.contains(&ns("games/eu/lobbies")) && eu.contains(&ns("games/eu")));
+        assert!(!eu.contains(&ns("games/eu-west")));
+        let exact = NamespaceScope::exact(ns("games/eu"));
+        assert!(!exact.contains(&ns("games/eu/lobbies")) && exact.contains(&ns("games/eu")));
+        assert!(NamespaceScope::everything().contains(&ns("x/y")));
+        assert!(!NamespaceScope::exact(ns("")).contains(&ns("x")));
+    }
+
+    #[test]
     fn connect_without_a_name_gets_a_random_valid_name() {
         let config = KeyConfig::default();
         let a = config.key(1);
@@ -191,7 +299,7 @@ mod tests {
         }
 
         #[test]
-        fn key_postcard_round_trips(ns in "\\PC{0,16}", name in "\\PC{1,32}") {
+        fn key_postcard_round_trips(ns in "([^/\\p{C}]{1,6}(/[^/\\p{C}]{1,6}){0,2})?", name in "\\PC{1,32}") {
             let key = Key::in_namespace(Namespace::new(ns).unwrap(), KeyName::new(name).unwrap());
             let bytes = postcard::to_allocvec(&key).unwrap();
             prop_assert_eq!(postcard::from_bytes::<Key>(&bytes).unwrap(), key);

@@ -63,6 +63,17 @@ pub enum LabelError {
         /// Its byte offset.
         at: usize,
     },
+    /// A `/`-separated field has an empty segment (leading, trailing or
+    /// doubled `/`).
+    #[error(
+        "{what} has an empty segment at byte {at}: segments are separated by single `/`, with none at the start or end"
+    )]
+    EmptySegment {
+        /// The field.
+        what: &'static str,
+        /// Byte offset of the empty segment.
+        at: usize,
+    },
     /// A reservation ID is not `<dc>.<unique>`.
     #[error("reservation id {input:?} is not `<dc>.<unique>`: {reason}")]
     ReservationId {
@@ -80,6 +91,8 @@ pub(crate) struct LabelRule {
     pub bytes_max: usize,
     /// `Some` restricts the characters allowed.
     pub alphabet: Option<Alphabet>,
+    /// Non-empty text is `/`-separated segments, none of them empty.
+    pub segmented: bool,
 }
 
 /// A restricted set of characters and how to describe it in an error.
@@ -115,6 +128,15 @@ impl LabelRule {
                     found,
                     at,
                 });
+            }
+        }
+        if self.segmented && !text.is_empty() {
+            let mut at = 0;
+            for segment in text.split('/') {
+                if segment.is_empty() {
+                    return Err(LabelError::EmptySegment { what, at });
+                }
+                at += segment.len() + 1;
             }
         }
         Ok(())

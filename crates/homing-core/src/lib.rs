@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use homing_core::{DcRecord, FencingToken, Key, KeyName, LeasePolicy, ActorId,
-//!                   ReservationId, HostTime, StoreTime, LinkReply};
+//!                   ReservationId, HostTime, StoreTime, LinkReply, RunOutcome};
 //! let policy = LeasePolicy::DEFAULT;
 //! let key = Key::new(KeyName::new("room-42")?);
 //! let id: ReservationId = "iad.1".parse()?;
@@ -16,7 +16,7 @@
 //!     ActorId::new("10.1.0.7:9000")?, HostTime::from_ms(500), StoreTime::from_ms(90_000), &policy);
 //! assert!(deadlines.hard_terminate_at < HostTime::from_ms(500 + policy.ttl_ms()));
 //! // The holder releases; fra then links the vacant tail to its new reservation.
-//! let released = record.release(FencingToken::FIRST, StoreTime::from_ms(91_000)).next.unwrap();
+//! let released = record.release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(91_000)).next.unwrap();
 //! let link = released.link(&"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy);
 //! assert_eq!(link.reply, LinkReply::Linked);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -27,6 +27,7 @@ pub mod actor;
 pub mod chain;
 pub mod connect;
 pub mod dc;
+pub mod event;
 pub mod fencing;
 pub mod key;
 pub mod label;
@@ -43,14 +44,16 @@ pub use chain::{
 };
 pub use connect::{Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, Written};
 pub use dc::DcId;
+pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;
-pub use key::{Key, KeyConfig, KeyName, Namespace, Tag};
+pub use key::{Key, KeyConfig, KeyName, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
 pub use record::{
-    ActivateReply, DcRecord, LinkReply, RecordState, RecordView, ReleaseCause, ReleaseReply,
-    RenewReply, TailState, TailView, Transition,
+    ActivateReply, DcRecord, FailureReason, LinkReply, PreviousRun, RecordState, RecordView,
+    ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState, TailView,
+    Transition,
 };
 pub use reservation::ReservationId;
 pub use time::{HostTime, StoreTime};
-pub use wire::{ErrorKind, ErrorReply, FrameError, Reply, Request};
+pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::actor::ActorId;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
+use crate::label::{LabelRule, label_type};
 use crate::lease::{Deadlines, LeasePolicy};
 use crate::reservation::ReservationId;
 use crate::time::{HostTime, StoreTime};
@@ -71,13 +72,87 @@ pub enum RecordState {
     Abandoned,
 }
 
-/// Why a record left `Active`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where a page of records in `(key, id)` order ended: the last record
+/// returned. The next page starts strictly after it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ScanCursor {
+    /// The last record's key.
+    pub key: Key,
+    /// The last record's reservation ID.
+    pub id: ReservationId,
+}
+
+impl ScanCursor {
+    /// The cursor just past `record`.
+    pub fn after(record: &DcRecord) -> ScanCursor {
+        ScanCursor {
+            key: record.key.clone(),
+            id: record.id.clone(),
+        }
+    }
+}
+
+/// Why a record left `Active`: the previous run's end, as the next holder learns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReleaseCause {
-    /// The holder released it.
-    Released,
-    /// The lease ran out and was reaped after the grace period.
+    /// The holder released it, saying how its run ended.
+    Released(RunOutcome),
+    /// The lease ran out and was reaped after the grace period: the holder
+    /// stopped (or was presumed stopped) without saying how.
     Expired,
+}
+
+impl std::fmt::Display for ReleaseCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReleaseCause::Released(RunOutcome::Ok) => f.write_str("released ok"),
+            ReleaseCause::Released(RunOutcome::Failed { reason }) => {
+                write!(f, "released failed: {reason}")
+            }
+            ReleaseCause::Expired => f.write_str("expired"),
+        }
+    }
+}
+
+/// How a holder's run ended, carried by its `Release`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunOutcome {
+    /// It finished cleanly.
+    #[default]
+    Ok,
+    /// It failed; the next holder may need to recover.
+    Failed {
+        /// Why, for the next holder and the operator.
+        reason: FailureReason,
+    },
+}
+
+/// Longest failure reason a release may carry, in bytes.
+pub const FAILURE_REASON_BYTES_MAX: usize = 512;
+
+const FAILURE_REASON_RULE: LabelRule = LabelRule {
+    what: "failure reason",
+    bytes_min: 1,
+    bytes_max: FAILURE_REASON_BYTES_MAX,
+    alphabet: None,
+    segmented: false,
+};
+
+label_type!(
+    /// Why a run failed: 1–512 bytes of text, no control characters.
+    FailureReason,
+    FAILURE_REASON_RULE
+);
+
+/// The run a new holder follows: the reservation and token it replaced and how that run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousRun {
+    /// The reservation the previous holder held.
+    pub reservation: ReservationId,
+    /// Its token.
+    pub token: FencingToken,
+    /// How it ended.
+    pub ended: ReleaseCause,
 }
 
 /// A transition's result: the record to write (if it changed) and the reply.
@@ -103,8 +178,11 @@ pub enum TailState {
         /// The actor.
         actor: ActorId,
     },
-    /// No live holder (released or lease lapsed).
-    Vacant,
+    /// No live holder: released, or the lease lapsed.
+    Vacant {
+        /// How the last run ended (`Expired` also for a lapsed lease not yet reaped).
+        ended: ReleaseCause,
+    },
 }
 
 /// A tail as a resolver sees it.
@@ -140,6 +218,8 @@ pub enum ActivateReply {
         token: FencingToken,
         /// Its deadlines, in its clock.
         deadlines: Deadlines,
+        /// The run it follows.
+        previous: PreviousRun,
     },
     /// Someone holds it; connect semantics return that actor.
     StillActive {
@@ -257,17 +337,30 @@ impl DcRecord {
         }
     }
 
+    /// How the last run ended, if no lease is held at `now`.
+    pub fn ended(&self, now: StoreTime, policy: &LeasePolicy) -> Option<ReleaseCause> {
+        match &self.state {
+            RecordState::Released { cause, .. } => Some(cause.clone()),
+            RecordState::Active { .. } if self.live_actor(now, policy).is_none() => {
+                Some(ReleaseCause::Expired)
+            }
+            _ => None,
+        }
+    }
+
     /// How a resolver sees this record at `now`.
     pub fn view(&self, now: StoreTime, policy: &LeasePolicy) -> RecordView {
         match &self.state {
             RecordState::Linked { to } => RecordView::Link(to.clone()),
             RecordState::Abandoned => RecordView::Abandoned,
             RecordState::Active { .. } | RecordState::Released { .. } => {
-                let state = match self.live_actor(now, policy) {
-                    Some(actor) => TailState::Active {
+                let state = match (self.live_actor(now, policy), self.ended(now, policy)) {
+                    (Some(actor), _) => TailState::Active {
                         actor: actor.clone(),
                     },
-                    None => TailState::Vacant,
+                    (None, ended) => TailState::Vacant {
+                        ended: ended.unwrap_or(ReleaseCause::Expired),
+                    },
                 };
                 RecordView::Tail(TailView {
                     id: self.id.clone(),
@@ -325,6 +418,11 @@ impl DcRecord {
             };
             return Transition::unchanged(reply);
         }
+        let previous = PreviousRun {
+            reservation: self.id.clone(),
+            token: self.token,
+            ended: self.ended(now, policy).unwrap_or(ReleaseCause::Expired),
+        };
         let grant = policy.grant(host_time, now);
         let token = self.token.next();
         let next = self.changed(|r| {
@@ -341,6 +439,7 @@ impl DcRecord {
             reply: ActivateReply::Activated {
                 token,
                 deadlines: grant.deadlines,
+                previous,
             },
         }
     }
@@ -382,8 +481,13 @@ impl DcRecord {
         }
     }
 
-    /// The holder stops gracefully.
-    pub fn release(&self, token: FencingToken, now: StoreTime) -> Transition<ReleaseReply> {
+    /// The holder stops gracefully, saying how its run ended.
+    pub fn release(
+        &self,
+        token: FencingToken,
+        outcome: RunOutcome,
+        now: StoreTime,
+    ) -> Transition<ReleaseReply> {
         if token != self.token {
             return Transition::unchanged(ReleaseReply::StaleToken {
                 current: self.token,
@@ -394,7 +498,7 @@ impl DcRecord {
                 next: Some(self.changed(|r| {
                     r.state = RecordState::Released {
                         at: now,
-                        cause: ReleaseCause::Released,
+                        cause: ReleaseCause::Released(outcome),
                     }
                 })),
                 reply: ReleaseReply::Released,
@@ -584,16 +688,31 @@ mod tests {
 
     #[test]
     fn reactivation_in_the_same_dc_bumps_the_token() {
-        let released = fresh(0).release(FencingToken::FIRST, t(1)).next.unwrap();
+        let released = fresh(0)
+            .release(FencingToken::FIRST, RunOutcome::Ok, t(1))
+            .next
+            .unwrap();
         let out = released.activate(None, actor("a2"), HostTime::from_ms(2), t(2), &POLICY);
         let next = out.next.unwrap();
         assert_eq!(next.token, FencingToken::new(2));
+        let ActivateReply::Activated { previous, .. } = &out.reply else {
+            panic!("not activated: {:?}", out.reply);
+        };
+        assert_eq!(
+            previous,
+            &PreviousRun {
+                reservation: id("iad.1"),
+                token: FencingToken::FIRST,
+                ended: ReleaseCause::Released(RunOutcome::Ok)
+            }
+        );
         assert!(
             matches!(out.reply, ActivateReply::Activated { token, .. } if token == FencingToken::new(2))
         );
         // The old holder's release is now stale.
         assert_eq!(
-            next.release(FencingToken::FIRST, t(3)).reply,
+            next.release(FencingToken::FIRST, RunOutcome::Ok, t(3))
+                .reply,
             ReleaseReply::StaleToken {
                 current: FencingToken::new(2)
             }
@@ -631,7 +750,10 @@ mod tests {
             live.link(&to, FencingToken::FIRST, t(1), &POLICY).reply,
             LinkReply::StillActive { .. }
         ));
-        let released = live.release(FencingToken::FIRST, t(1)).next.unwrap();
+        let released = live
+            .release(FencingToken::FIRST, RunOutcome::Ok, t(1))
+            .next
+            .unwrap();
         assert_eq!(
             released
                 .link(&to, FencingToken::new(5), t(2), &POLICY)
@@ -661,6 +783,44 @@ mod tests {
             "a linked record is part of the chain forever"
         );
         assert_eq!(linked.view(t(3), &POLICY), RecordView::Link(to));
+    }
+
+    #[test]
+    fn a_failed_release_is_kept_and_shown_to_the_next_holder() {
+        let reason = FailureReason::new("worker crashed: OOM").unwrap();
+        let failed = RunOutcome::Failed { reason };
+        let released = fresh(0)
+            .release(FencingToken::FIRST, failed.clone(), t(1))
+            .next
+            .unwrap();
+        let RecordView::Tail(tail) = released.view(t(2), &POLICY) else {
+            panic!("not a tail");
+        };
+        assert_eq!(
+            tail.state,
+            TailState::Vacant {
+                ended: ReleaseCause::Released(failed.clone())
+            }
+        );
+        // A retried release with another outcome does not rewrite the first.
+        assert_eq!(
+            released
+                .release(FencingToken::FIRST, RunOutcome::Ok, t(3))
+                .next,
+            None
+        );
+        // A lapsed, not yet reaped lease reads as expired.
+        let RecordView::Tail(lapsed) = fresh(0).view(t(12_000), &POLICY) else {
+            panic!("not a tail");
+        };
+        assert_eq!(
+            lapsed.state,
+            TailState::Vacant {
+                ended: ReleaseCause::Expired
+            }
+        );
+        assert!(FailureReason::new("").is_err());
+        assert!(FailureReason::new("x".repeat(FAILURE_REASON_BYTES_MAX + 1)).is_err());
     }
 
     #[test]

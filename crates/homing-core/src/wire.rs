@@ -9,17 +9,24 @@ use thiserror::Error;
 use crate::actor::ActorId;
 use crate::chain::Segment;
 use crate::dc::DcId;
+use crate::event::{Event, EventSeq};
 use crate::fencing::FencingToken;
-use crate::key::{Key, KeyConfig, Tag};
+use crate::key::{Key, KeyConfig, NamespaceScope, Tag};
 use crate::lease::Deadlines;
-use crate::record::{DcRecord, LinkReply, ReleaseReply, RenewReply};
+use crate::record::{
+    DcRecord, LinkReply, PreviousRun, ReleaseCause, ReleaseReply, RenewReply, RunOutcome,
+    ScanCursor,
+};
 use crate::reservation::ReservationId;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/1";
+pub const ALPN: &[u8] = b"homing/2";
+/// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
+/// and `Watch`), in milliseconds: 5 minutes.
+pub const WAIT_MS_MAX: u32 = 300_000;
 /// Largest frame either side accepts, in bytes.
 pub const FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Longest human-readable message in an error reply, in bytes.
@@ -46,6 +53,10 @@ pub enum Request {
         actor: ActorId,
         /// The caller's clock when it sent this.
         host_time: HostTime,
+        /// When a live actor holds the key, wait up to this long (≤
+        /// [`WAIT_MS_MAX`]) for it to release or expire, then acquire; `0`
+        /// answers `HeldElsewhere` at once.
+        wait_ms: u32,
     },
     /// Renew the lease on `reservation`.
     Renew {
@@ -62,6 +73,8 @@ pub enum Request {
         reservation: ReservationId,
         /// The holder's token.
         token: FencingToken,
+        /// How the run ended; stored on the record for the next holder.
+        outcome: RunOutcome,
     },
     /// DC to DC: continue the tail `from` as `to` if it is vacant with `expected_token`.
     Link {
@@ -82,6 +95,41 @@ pub enum Request {
         /// The key.
         key: Key,
     },
+    /// DC to DC: park until `reservation` (owned by the receiving DC) has no
+    /// live holder, or `wait_ms` passes. Answered with [`Reply::Awaited`].
+    Await {
+        /// The held tail.
+        reservation: ReservationId,
+        /// How long to wait, ≤ [`WAIT_MS_MAX`].
+        wait_ms: u32,
+    },
+    /// The receiving DC's lifecycle events after `after`, in `scope`. When
+    /// none are there, waits up to `wait_ms` for the next. Answered with
+    /// [`Reply::Events`].
+    Watch {
+        /// Which namespaces.
+        scope: NamespaceScope,
+        /// The cursor: the `next` of the previous answer, `0` from the start.
+        after: EventSeq,
+        /// How long to wait for an event, ≤ [`WAIT_MS_MAX`].
+        wait_ms: u32,
+    },
+    /// Operator: one page of the receiving DC's records in `scope`, after
+    /// `after`. Answered with [`Reply::Records`].
+    Scan {
+        /// Which namespaces.
+        scope: NamespaceScope,
+        /// Where the previous page ended.
+        after: Option<ScanCursor>,
+    },
+    /// Operator: drain one page of the receiving DC's live leases in
+    /// `scope`, after `after`. Answered with [`Reply::DrainedPage`].
+    DrainScope {
+        /// Which namespaces.
+        scope: NamespaceScope,
+        /// Where the previous page ended.
+        after: Option<ScanCursor>,
+    },
 }
 
 impl Request {
@@ -96,6 +144,21 @@ impl Request {
             Request::Link { .. } => "link",
             Request::Drain { .. } => "drain",
             Request::Inspect { .. } => "inspect",
+            Request::Await { .. } => "await",
+            Request::Watch { .. } => "watch",
+            Request::Scan { .. } => "scan",
+            Request::DrainScope { .. } => "drain_scope",
+        }
+    }
+
+    /// How long the request asks to be parked, in milliseconds (capped at
+    /// [`WAIT_MS_MAX`]): servers and clients add it to their request timeouts.
+    pub fn wait_ms(&self) -> u32 {
+        match self {
+            Request::Acquire { wait_ms, .. }
+            | Request::Await { wait_ms, .. }
+            | Request::Watch { wait_ms, .. } => (*wait_ms).min(WAIT_MS_MAX),
+            _ => 0,
         }
     }
 }
@@ -123,6 +186,8 @@ pub enum Reply {
         token: FencingToken,
         /// When to renew and stop, in the caller's clock.
         deadlines: Deadlines,
+        /// The run this one follows and how it ended (`None`: the first).
+        previous: Option<PreviousRun>,
     },
     /// To `Acquire`: a live actor holds the key (connect returns it).
     HeldElsewhere {
@@ -153,8 +218,80 @@ pub enum Reply {
         /// The records.
         records: Vec<DcRecord>,
     },
+    /// To `Await`.
+    Awaited(AwaitReply),
+    /// To `Watch`: events in order; pass `next` as the next `after`. Events
+    /// outside the scope are skipped but still move `next`.
+    Events {
+        /// The events, in log order.
+        events: Vec<Event>,
+        /// The cursor to resume from.
+        next: EventSeq,
+    },
+    /// To `Scan`: one page of records in `(key, id)` order.
+    Records {
+        /// The records.
+        records: Vec<DcRecord>,
+        /// Where to continue; `None` when this was the last page.
+        next: Option<ScanCursor>,
+    },
+    /// To `DrainScope`: how many live leases this page drained.
+    DrainedPage {
+        /// Leases drained now (already-drained ones are not counted).
+        drained: u32,
+        /// Where to continue; `None` when this was the last page.
+        next: Option<ScanCursor>,
+    },
     /// The request could not be served.
     Error(ErrorReply),
+}
+
+impl From<crate::connect::ConnectOutcome> for Reply {
+    /// The reply to an `Acquire` that ended with `outcome`.
+    fn from(outcome: crate::connect::ConnectOutcome) -> Reply {
+        use crate::connect::ConnectOutcome;
+        match outcome {
+            ConnectOutcome::Acquired {
+                key,
+                reservation,
+                token,
+                deadlines,
+                previous,
+            } => Reply::Acquired {
+                key,
+                reservation,
+                token,
+                deadlines,
+                previous,
+            },
+            ConnectOutcome::HeldElsewhere {
+                key,
+                reservation,
+                actor,
+                token,
+            } => Reply::HeldElsewhere {
+                key,
+                reservation,
+                actor,
+                token,
+            },
+            ConnectOutcome::TagMismatch { existing } => Reply::TagMismatch { existing },
+        }
+    }
+}
+
+/// Reply to [`Request::Await`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AwaitReply {
+    /// The reservation has no live holder now: acquire it.
+    Vacated {
+        /// How the last run ended.
+        ended: ReleaseCause,
+    },
+    /// The reservation continues as `to` (or lost its race): walk again.
+    Moved,
+    /// Still held when the wait ran out.
+    TimedOut,
 }
 
 /// Why a request failed, in a form the caller can act on.
@@ -206,6 +343,13 @@ pub enum ErrorKind {
     /// The server is at a limit; retry later.
     #[error("overloaded")]
     Overloaded,
+    /// A watch cursor points before the oldest event the DC still keeps:
+    /// events were trimmed (retention) and the watcher missed some.
+    #[error("events before {oldest} were trimmed")]
+    Trimmed {
+        /// The oldest event still kept.
+        oldest: EventSeq,
+    },
     /// Anything else (a store error, …).
     #[error("internal error")]
     Internal,
@@ -276,6 +420,7 @@ mod tests {
             config: KeyConfig::named(KeyName::new("room").unwrap()),
             actor: ActorId::new("10.0.0.1:8080").unwrap(),
             host_time: HostTime::from_ms(5),
+            wait_ms: 0,
         };
         assert_eq!(
             decode::<Request>(&encode(&request).unwrap()).unwrap(),

@@ -193,7 +193,9 @@ impl World {
                 if let Some(h) = self.live_holder(n) {
                     let (id, token) = (self.holders[h].id.clone(), self.holders[h].token);
                     let now = self.store_now(self.dc_of(&id));
-                    let out = self.record(&id).release(token, now);
+                    let out = self
+                        .record(&id)
+                        .release(token, homing_core::RunOutcome::Ok, now);
                     self.holders[h].stopped = true;
                     if let Some(next) = out.next {
                         self.write(next);
@@ -267,7 +269,10 @@ impl World {
             if let Some(next) = out.next {
                 self.write(next);
             }
-            if let ActivateReply::Activated { token, deadlines } = out.reply {
+            if let ActivateReply::Activated {
+                token, deadlines, ..
+            } = out.reply
+            {
                 self.grant(tail, token, host, deadlines);
             }
             return;
@@ -275,7 +280,7 @@ impl World {
         let tail_now = self.store_now(tail_dc);
         match self.record(&tail).view(tail_now, &POLICY) {
             RecordView::Tail(view)
-                if stale_view || matches!(view.state, homing_core::TailState::Vacant) =>
+                if stale_view || matches!(view.state, homing_core::TailState::Vacant { .. }) =>
             {
                 let id = self.allocate(dc);
                 let token = view.token.next();

@@ -13,6 +13,8 @@ use homing_core::{DcId, LeasePolicy};
 use serde::Deserialize;
 use thiserror::Error;
 
+pub use crate::waiters::WaitLimits;
+
 /// Which backend holds a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreKind {
@@ -98,6 +100,18 @@ pub struct Settings {
     /// Capacity of the cache of global entries (immutable, so never stale), in entries.
     #[arg(long, env = "HOMING_GLOBAL_CACHE_ENTRIES")]
     pub global_cache_entries: Option<u64>,
+    /// Most acquirers parked on one reservation of this DC (Acquire with wait_ms).
+    #[arg(long, env = "HOMING_WAITERS_PER_KEY_MAX")]
+    pub waiters_per_key_max: Option<u64>,
+    /// Most acquirers parked on this DC's reservations in total.
+    #[arg(long, env = "HOMING_WAITERS_MAX")]
+    pub waiters_max: Option<u64>,
+    /// How long a vacated reservation is held for the first waiter to take it before the next waiter is woken, in milliseconds.
+    #[arg(long, env = "HOMING_HANDOFF_MS")]
+    pub handoff_ms: Option<u64>,
+    /// How many lifecycle events this DC keeps for watchers; older ones are trimmed by the reaper.
+    #[arg(long, env = "HOMING_EVENTS_RETAINED")]
+    pub events_retained: Option<u64>,
 }
 
 fn parse_peer(text: &str) -> Result<(String, SocketAddr), String> {
@@ -163,7 +177,11 @@ impl Settings {
             reaper_interval_ms,
             orphan_age_ms,
             peer_timeout_ms,
-            global_cache_entries
+            global_cache_entries,
+            waiters_per_key_max,
+            waiters_max,
+            handoff_ms,
+            events_retained
         )
     }
 }
@@ -240,6 +258,10 @@ pub struct Config {
     pub peer_timeout_ms: u64,
     /// Global entry cache capacity, entries.
     pub global_cache_entries: u64,
+    /// Bounds and hand-off of parked acquirers.
+    pub waiting: WaitLimits,
+    /// Lifecycle events kept for watchers.
+    pub events_retained: u64,
 }
 
 fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, ConfigError> {
@@ -330,6 +352,12 @@ impl Config {
                 s.global_cache_entries,
                 1_000_000,
             )?,
+            waiting: WaitLimits {
+                per_key: positive("waiters_per_key_max", s.waiters_per_key_max, 64)? as usize,
+                total: positive("waiters_max", s.waiters_max, 10_000)? as usize,
+                handoff_ms: positive("handoff_ms", s.handoff_ms, 2_000)?,
+            },
+            events_retained: positive("events_retained", s.events_retained, 1_000_000)?,
             dc,
         })
     }

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod node;
 pub mod peers;
 pub mod reaper;
+pub mod waiters;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -187,6 +188,7 @@ impl Daemon {
             config.policy,
             config.hop_limit,
             config.global_cache_entries,
+            config.waiting,
             metrics.clone(),
         ));
         let server = Server::bind(
@@ -200,8 +202,11 @@ impl Daemon {
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(reaper::run(
             node.clone(),
-            Duration::from_millis(config.reaper_interval_ms),
-            config.orphan_age_ms,
+            reaper::Upkeep {
+                interval: Duration::from_millis(config.reaper_interval_ms),
+                orphan_age_ms: config.orphan_age_ms,
+                events_retained: config.events_retained,
+            },
             stopped.clone(),
         ))];
         let mut metrics_addr = None;
@@ -238,6 +243,8 @@ impl Daemon {
     /// Stops accepting, lets in-flight requests finish, stops background
     /// tasks. Every acknowledged write was durable before it was acknowledged.
     pub async fn shutdown(self) {
+        // Parked acquirers and watchers answer now instead of holding the drain.
+        self.node.close();
         let drained = self.server.shutdown().await;
         let _ = self.stop.send(true);
         for task in self.tasks {

@@ -6,27 +6,40 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    ActorId, ChainWalk, Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId,
-    DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Identity, Key, KeyConfig, LeasePolicy,
-    LinkReply, LocalSegment, Need, Poll, Reply, Request, ReservationId, Role, Segment,
-    SegmentError, Source, StoreTime, Transition, Walked, Written,
+    ActorId, AwaitReply, ChainWalk, Connect, ConnectError, ConnectNeed, ConnectOutcome,
+    ConnectPoll, DcId, DcRecord, ErrorKind, ErrorReply, Event, EventSeq, FencingToken, HostTime,
+    Identity, Key, KeyConfig, LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll,
+    RecordView, Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Source,
+    StoreTime, TailState, Transition, Walked, Written, wire,
 };
 use homing_net::Handler;
-use homing_store::{DcStore, GlobalStore, SetIfAbsent, StoreError};
+use homing_store::{
+    DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
+};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
+use crate::waiters::{WaitLimits, Waiters};
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
 pub const CAS_ATTEMPTS_MAX: u32 = 16;
-/// Most records one `Inspect` reply carries: a record encodes to at most about
-/// 1 KiB, so this keeps the reply inside one 64 KiB frame.
+/// Most records one `Inspect` or `Scan` reply carries: a record encodes to at
+/// most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
 pub const INSPECT_RECORDS_MAX: usize = 48;
+/// Most encoded bytes of events one `Watch` reply carries (the rest of the
+/// 64 KiB frame is headroom).
+pub const WATCH_REPLY_BYTES_MAX: usize = 48 * 1024;
+/// Most event pages one `Watch` reads looking for events in its scope before
+/// answering with none (but a moved cursor).
+pub const WATCH_PAGES_MAX: usize = 8;
+/// Pause before registering again when the tail's DC did not answer an `Await`.
+const AWAIT_RETRY_MS: u64 = 250;
 
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
 pub fn store_now() -> StoreTime {
@@ -49,6 +62,12 @@ pub struct Node {
     /// Global entries never change, so caching them can never be stale.
     global_cache: moka::sync::Cache<Key, ReservationId>,
     random: (std::collections::hash_map::RandomState, AtomicU64),
+    /// Acquirers parked on this DC's reservations.
+    waiters: Waiters,
+    /// Bumped after every write that appends an event: parked watchers re-read.
+    changes: watch::Sender<u64>,
+    /// Turns true when the daemon shuts down: parked requests answer at once.
+    closing: watch::Sender<bool>,
 }
 
 /// How a request failed, before it becomes an error reply.
@@ -76,6 +95,16 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> Failure {
 }
 
 impl Failure {
+    /// Whether a DC or store could not be reached (worth retrying), as
+    /// opposed to an answer (a refusal, a full queue, a contradiction).
+    fn is_unavailable(&self) -> bool {
+        match self {
+            Failure::Store(e) => matches!(e, StoreError::Unavailable { .. }),
+            Failure::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
+            Failure::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
+        }
+    }
+
     /// The reply for this failure at DC `dc`. A store that cannot be reached
     /// makes the DC unavailable (retryable); other store errors are internal.
     fn into_reply(self, dc: &DcId) -> ErrorReply {
@@ -109,8 +138,10 @@ fn outcome_of(reply: &Reply) -> &'static str {
             ErrorKind::Unavailable { .. } => "unavailable",
             ErrorKind::Inconsistent => "inconsistent",
             ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Trimmed { .. } => "trimmed",
             ErrorKind::Internal => "internal",
         },
+        Reply::Awaited(AwaitReply::TimedOut) => "timed_out",
         Reply::Resolved { entry: None, .. } => "not_found",
         Reply::HeldElsewhere { .. } => "held_elsewhere",
         Reply::TagMismatch { .. } => "tag_mismatch",
@@ -129,9 +160,13 @@ impl Node {
         policy: LeasePolicy,
         hop_limit: usize,
         global_cache_entries: u64,
+        waiting: WaitLimits,
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
+            waiters: Waiters::new(waiting),
+            changes: watch::Sender::new(0),
+            closing: watch::Sender::new(false),
             dc,
             global,
             records,
@@ -175,6 +210,45 @@ impl Node {
     /// The peers.
     pub fn peers(&self) -> &Peers {
         &self.peers
+    }
+
+    /// How many acquirers are parked here.
+    pub fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Shutdown: parked acquirers and watchers are answered now.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+        self.waiters.wake_all(AwaitReply::TimedOut);
+    }
+
+    /// A write of `after` landed; `event` if it appended a lifecycle event.
+    /// Wakes the watchers and the waiters the change concerns.
+    fn wrote(&self, event: bool, after: &DcRecord) {
+        if event {
+            self.changes.send_modify(|v| *v = v.wrapping_add(1));
+        }
+        self.waiters.notify(after, store_now(), &self.policy);
+    }
+
+    /// Compare-and-set of our record `next` over `before` (`None`: a create
+    /// or an unknown previous record), then [`Node::wrote`] if it landed.
+    async fn cas(
+        &self,
+        expected: Option<u64>,
+        before: Option<&DcRecord>,
+        next: &DcRecord,
+    ) -> Result<bool, StoreError> {
+        let cas = self
+            .timed("dc_cas", self.records.compare_and_set(expected, next))
+            .await?;
+        let landed = cas.landed(next);
+        if landed {
+            let event = before.is_none_or(|b| homing_core::event::derive(Some(b), next).is_some());
+            self.wrote(event, next);
+        }
+        Ok(landed)
     }
 
     /// 128 random bits for a key name a connect did not give: the process's
@@ -302,13 +376,7 @@ impl Node {
             let Some(next) = out.next else {
                 return Ok(out.reply);
             };
-            let cas = self
-                .timed(
-                    "dc_cas",
-                    self.records.compare_and_set(Some(record.version), &next),
-                )
-                .await?;
-            if cas.landed(&next) {
+            if self.cas(Some(record.version), Some(&record), &next).await? {
                 return Ok(out.reply);
             }
         }
@@ -318,19 +386,90 @@ impl Node {
         ))
     }
 
+    /// Connect for `actor`; with `wait_ms`, a key held by a live actor is
+    /// awaited (at the holder's DC) and then taken, until the wait runs out.
     async fn acquire(
         &self,
         config: KeyConfig,
         actor: ActorId,
         host_time: HostTime,
+        wait_ms: u32,
     ) -> Result<Reply, Failure> {
         let key = config.key(self.random_bits());
         tracing::Span::current().record("key", tracing::field::display(&key));
+        let started = tokio::time::Instant::now();
+        let wait = Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
+        loop {
+            // The host's clock moved on while we waited: grant from the
+            // reading it sent plus the time we held its request, which is at
+            // most the time that passed for the host (receipt ≥ send).
+            let waited = started.elapsed().as_millis() as u64;
+            let outcome = self
+                .connect(&key, &config, &actor, host_time.plus_ms(waited))
+                .await?;
+            let ConnectOutcome::HeldElsewhere { reservation, .. } = &outcome else {
+                return Ok(acquire_reply(outcome));
+            };
+            let Some(remaining) = wait.checked_sub(started.elapsed()).filter(|r| !r.is_zero())
+            else {
+                return Ok(acquire_reply(outcome));
+            };
+            let remaining_ms = remaining.as_millis().max(1) as u32;
+            tracing::debug!(reservation = %reservation, remaining_ms, "key held: waiting");
+            let awaited = if reservation.dc() == &self.dc {
+                self.await_vacant(reservation, remaining_ms).await
+            } else {
+                self.peers
+                    .await_vacant(reservation, remaining_ms)
+                    .await
+                    .map_err(Failure::from)
+            };
+            match awaited {
+                // The holder may have changed while we waited: answer with a fresh look.
+                Ok(AwaitReply::TimedOut) => {
+                    let waited = started.elapsed().as_millis() as u64;
+                    let last = self
+                        .connect(&key, &config, &actor, host_time.plus_ms(waited))
+                        .await?;
+                    return Ok(acquire_reply(last));
+                }
+                Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => {}
+                Err(failure) if !failure.is_unavailable() => return Err(failure),
+                Err(failure) => {
+                    // The tail's DC lost our registration (restart, partition):
+                    // register again after a pause, within the wait.
+                    let error = failure.into_reply(&self.dc);
+                    tracing::info!(reservation = %reservation, %error, "wait interrupted; registering again");
+                    let pause = Duration::from_millis(AWAIT_RETRY_MS).min(remaining);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.closed() => return Ok(acquire_reply(outcome)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Resolves once the daemon is shutting down.
+    async fn closed(&self) {
+        let mut closing = self.closing.subscribe();
+        // The sender lives as long as the node, so this only ends on close.
+        let _ = closing.wait_for(|c| *c).await.is_ok();
+    }
+
+    /// One connect of `key` for `actor` (DESIGN.md §3.1).
+    async fn connect(
+        &self,
+        key: &Key,
+        config: &KeyConfig,
+        actor: &ActorId,
+        host_time: HostTime,
+    ) -> Result<ConnectOutcome, Failure> {
         let mut connect = Connect::new(
             self.dc.clone(),
-            key,
-            config.tag,
-            actor,
+            key.clone(),
+            config.tag.clone(),
+            actor.clone(),
             host_time,
             self.policy,
             self.hop_limit,
@@ -338,7 +477,7 @@ impl Node {
         loop {
             match connect.poll() {
                 ConnectPoll::Need(need) => self.perform(&mut connect, need).await?,
-                ConnectPoll::Done(outcome) => return Ok(acquire_reply(outcome)),
+                ConnectPoll::Done(outcome) => return Ok(outcome),
                 ConnectPoll::Failed(e) => {
                     let kind = match e {
                         ConnectError::Contended(_) => ErrorKind::Overloaded,
@@ -348,6 +487,206 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Parks until our reservation `id` has no live holder (answering
+    /// `Vacated` to the first waiter, in registration order), is linked
+    /// onwards (`Moved`), or `wait_ms` passes (`TimedOut`).
+    async fn await_vacant(&self, id: &ReservationId, wait_ms: u32) -> Result<AwaitReply, Failure> {
+        if id.dc() != &self.dc {
+            return Err(fail(
+                ErrorKind::BadRequest,
+                format!("reservation {id} is owned by dc {}, ask it", id.dc()),
+            ));
+        }
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
+        let read = |record: Option<DcRecord>| {
+            record.ok_or_else(|| {
+                fail(
+                    ErrorKind::UnknownReservation,
+                    format!("no reservation {id} in dc {}", self.dc),
+                )
+            })
+        };
+        let record = read(self.timed("dc_get", self.records.get(id)).await?)?;
+        // Free now and nobody ahead: no need to queue.
+        if !self.waiters.has_waiters(id)
+            && let Some(reply) = settled(&record, store_now(), &self.policy)
+        {
+            return Ok(reply);
+        }
+        let mut ticket = self
+            .waiters
+            .register(id)
+            .map_err(|full| fail(ErrorKind::Overloaded, full.to_string()))?;
+        loop {
+            // Read after registering, so a change between the two is not missed.
+            let record = read(self.timed("dc_get", self.records.get(id)).await?)?;
+            let now = store_now();
+            self.waiters.notify(&record, now, &self.policy);
+            // Wake up when the holder's lease becomes reapable (the reaper may
+            // be slower) or when a hand-off window ends.
+            let lapse = match &record.state {
+                homing_core::RecordState::Active { expires_at, .. } => {
+                    let at = self.policy.reapable_at(*expires_at);
+                    Some(tokio::time::Instant::now() + Duration::from_millis(at.ms_since(now) + 1))
+                }
+                _ => None,
+            };
+            let wake = [lapse, self.waiters.handoff_until(id), Some(deadline)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(deadline);
+            tokio::select! {
+                reply = &mut ticket.woken => {
+                    return Ok(reply.unwrap_or(AwaitReply::TimedOut));
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(AwaitReply::TimedOut);
+                    }
+                    if record.expire(store_now(), &self.policy).is_some() {
+                        let policy = self.policy;
+                        self.update_inner(id, |r, now| Transition {
+                            next: r.expire(now, &policy),
+                            reply: (),
+                        })
+                        .await?;
+                        tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
+                    }
+                }
+                _ = ticket.changed.changed() => {}
+                _ = self.closed() => return Ok(AwaitReply::TimedOut),
+            }
+        }
+    }
+
+    /// This DC's events after `after` in `scope`; waits up to `wait_ms` for
+    /// one when there are none.
+    async fn watch(
+        &self,
+        scope: &NamespaceScope,
+        mut after: EventSeq,
+        wait_ms: u32,
+    ) -> Result<Reply, Failure> {
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
+        let mut changes = self.changes.subscribe();
+        let mut checked_cursor = false;
+        loop {
+            changes.mark_unchanged();
+            let mut events: Vec<Event> = Vec::new();
+            let mut bytes = 0;
+            let mut more = false;
+            for _ in 0..WATCH_PAGES_MAX {
+                let page = self
+                    .timed("dc_events", self.records.events(after, EVENTS_LIMIT_MAX))
+                    .await?;
+                // A cursor of 0 starts from the oldest event kept; any other
+                // must not point before it, or the watcher missed events.
+                if !checked_cursor && after > 0 && after + 1 < page.oldest {
+                    return Err(fail(
+                        ErrorKind::Trimmed {
+                            oldest: page.oldest,
+                        },
+                        format!(
+                            "events {}..{} were trimmed (events_retained); resume from {}",
+                            after + 1,
+                            page.oldest - 1,
+                            page.oldest - 1
+                        ),
+                    ));
+                }
+                if !checked_cursor && after > page.head {
+                    return Err(fail(
+                        ErrorKind::BadRequest,
+                        format!(
+                            "cursor {after} is beyond this dc's last event {}: a cursor of another dc or another log",
+                            page.head
+                        ),
+                    ));
+                }
+                checked_cursor = true;
+                let full = page.events.len() == EVENTS_LIMIT_MAX;
+                more = full;
+                for event in page.events {
+                    if scope.contains(&event.key.namespace) {
+                        let size = wire::encode(&event).map_or(usize::MAX, |b| b.len());
+                        if bytes + size > WATCH_REPLY_BYTES_MAX {
+                            return Ok(Reply::Events {
+                                events,
+                                next: after,
+                            });
+                        }
+                        bytes += size;
+                        events.push(event.clone());
+                    }
+                    after = event.seq;
+                }
+                if !full {
+                    break;
+                }
+            }
+            // Events found, or pages read without reaching the head: answer
+            // now (with a moved cursor) rather than wait for a change.
+            if !events.is_empty() || more {
+                return Ok(Reply::Events {
+                    events,
+                    next: after,
+                });
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(Reply::Events { events, next: after }),
+                _ = self.closed() => return Ok(Reply::Events { events, next: after }),
+            }
+        }
+    }
+
+    /// One page of this DC's records in `scope`.
+    async fn scan_page(
+        &self,
+        scope: &NamespaceScope,
+        after: Option<&ScanCursor>,
+        limit: usize,
+    ) -> Result<(Vec<DcRecord>, Option<ScanCursor>), Failure> {
+        let records = self
+            .timed("dc_scan", self.records.scan(scope, "", after, limit))
+            .await?;
+        let next = if records.len() == limit {
+            records.last().map(ScanCursor::after)
+        } else {
+            None
+        };
+        Ok((records, next))
+    }
+
+    /// Drains one page of this DC's live leases in `scope`.
+    async fn drain_scope(
+        &self,
+        scope: &NamespaceScope,
+        after: Option<&ScanCursor>,
+    ) -> Result<Reply, Failure> {
+        let (records, next) = self.scan_page(scope, after, SCAN_LIMIT_MAX).await?;
+        let mut drained = 0;
+        for record in records {
+            if record.drain().is_none() {
+                continue;
+            }
+            let changed = self
+                .update_inner(&record.id, |r, _| Transition {
+                    next: r.drain(),
+                    reply: r.drain().is_some(),
+                })
+                .await?;
+            if changed {
+                tracing::info!(reservation = %record.id, key = %record.key, "drained");
+                drained += 1;
+            }
+        }
+        Ok(Reply::DrainedPage { drained, next })
     }
 
     /// Performs one need of a connect.
@@ -370,10 +709,7 @@ impl Node {
                 connect.handle_allocated(unique, store_now());
             }
             ConnectNeed::Write { expected, record } => {
-                let cas = self
-                    .timed("dc_cas", self.records.compare_and_set(expected, &record))
-                    .await?;
-                let written = if cas.landed(&record) {
+                let written = if self.cas(expected, None, &record).await? {
                     Written::Yes
                 } else {
                     Written::Conflict
@@ -468,7 +804,7 @@ impl Node {
                 .timed(
                     "dc_scan",
                     self.records.scan(
-                        &key.namespace,
+                        &NamespaceScope::exact(key.namespace.clone()),
                         key.name.as_str(),
                         after.as_ref(),
                         homing_store::SCAN_LIMIT_MAX,
@@ -509,7 +845,8 @@ impl Node {
                 config,
                 actor,
                 host_time,
-            } => self.acquire(config, actor, host_time).await,
+                wait_ms,
+            } => self.acquire(config, actor, host_time, wait_ms).await,
             Request::Renew {
                 reservation,
                 token,
@@ -523,9 +860,15 @@ impl Node {
                     .await?;
                 Ok(Reply::Renew(reply))
             }
-            Request::Release { reservation, token } => {
+            Request::Release {
+                reservation,
+                token,
+                outcome,
+            } => {
                 let reply = self
-                    .update_inner(&reservation, |r, now| r.release(token, now))
+                    .update_inner(&reservation, |r, now| {
+                        r.release(token, outcome.clone(), now)
+                    })
                     .await?;
                 Ok(Reply::Release(reply))
             }
@@ -536,38 +879,54 @@ impl Node {
             } => self.link(caller, from, to, expected_token).await,
             Request::Drain { key } => self.drain(caller, key).await,
             Request::Inspect { key } => self.inspect(key).await,
+            Request::Await {
+                reservation,
+                wait_ms,
+            } => Ok(Reply::Awaited(
+                self.await_vacant(&reservation, wait_ms).await?,
+            )),
+            Request::Watch {
+                scope,
+                after,
+                wait_ms,
+            } => self.watch(&scope, after, wait_ms).await,
+            Request::Scan { scope, after } => {
+                let (records, next) = self
+                    .scan_page(&scope, after.as_ref(), INSPECT_RECORDS_MAX)
+                    .await?;
+                Ok(Reply::Records { records, next })
+            }
+            Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
         }
     }
 }
 
 fn acquire_reply(outcome: ConnectOutcome) -> Reply {
-    match outcome {
-        ConnectOutcome::Acquired {
-            key,
-            reservation,
-            token,
-            deadlines,
-        } => {
-            tracing::info!(reservation = %reservation, token = token.get(), "acquired");
-            Reply::Acquired {
-                key,
-                reservation,
-                token,
-                deadlines,
-            }
+    if let ConnectOutcome::Acquired {
+        reservation,
+        token,
+        previous,
+        ..
+    } = &outcome
+    {
+        match previous {
+            Some(p) => tracing::info!(reservation = %reservation, token = token.get(),
+                previous = %p.reservation, previous_ended = %p.ended, "acquired"),
+            None => tracing::info!(reservation = %reservation, token = token.get(), "acquired"),
         }
-        ConnectOutcome::HeldElsewhere {
-            key,
-            reservation,
-            actor,
-            token,
-        } => Reply::HeldElsewhere {
-            key,
-            reservation,
-            actor,
-            token,
+    }
+    Reply::from(outcome)
+}
+
+/// The answer to a waiter that need not wait: the record has no live holder
+/// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.
+fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Option<AwaitReply> {
+    match record.view(now, policy) {
+        RecordView::Link(_) | RecordView::Abandoned => Some(AwaitReply::Moved),
+        RecordView::Tail(tail) => match tail.state {
+            TailState::Vacant { ended } => Some(AwaitReply::Vacated { ended }),
+            TailState::Active { .. } => None,
         },
-        ConnectOutcome::TagMismatch { existing } => Reply::TagMismatch { existing },
     }
 }
 
@@ -582,6 +941,8 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
             (None, Some(reservation.to_string()))
         }
         Request::Link { from, .. } => (None, Some(from.to_string())),
+        Request::Await { reservation, .. } => (None, Some(reservation.to_string())),
+        Request::Watch { .. } | Request::Scan { .. } | Request::DrainScope { .. } => (None, None),
     };
     tracing::info_span!(
         "request",

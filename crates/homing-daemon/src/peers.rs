@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use homing_core::{
-    DcId, ErrorKind, ErrorReply, FencingToken, Key, LinkReply, Reply, Request, ReservationId,
-    Segment,
+    AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, Key, LinkReply, Reply, Request,
+    ReservationId, Segment,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -100,11 +100,15 @@ impl Peers {
             dc: dc.clone(),
         };
         let started = Instant::now();
-        let reply = tokio::time::timeout(self.timeout, self.client.request(&peer, request))
+        // A request that asks the peer to wait gets that much more time.
+        let timeout = self.timeout + Duration::from_millis(u64::from(request.wait_ms()));
+        let reply = tokio::time::timeout(timeout, self.client.request(&peer, request))
             .await
-            .map_err(|_| unavailable(format!("no answer within {} ms", self.timeout.as_millis())))?
+            .map_err(|_| unavailable(format!("no answer within {} ms", timeout.as_millis())))?
             .map_err(|e| unavailable(e.to_string()))?;
-        self.metrics.peer(dc.as_str(), started.elapsed());
+        if request.wait_ms() == 0 {
+            self.metrics.peer(dc.as_str(), started.elapsed());
+        }
         match reply {
             Reply::Error(reply) => Err(PeerError::Refused {
                 dc: dc.clone(),
@@ -153,6 +157,23 @@ impl Peers {
             )),
             Reply::Link(reply) => Ok(reply),
             other => Err(Self::lied(from.dc(), &request, &other)),
+        }
+    }
+
+    /// Registers at `id`'s owner to be told when `id` has no live holder,
+    /// waiting at most `wait_ms` there.
+    pub async fn await_vacant(
+        &self,
+        id: &ReservationId,
+        wait_ms: u32,
+    ) -> Result<AwaitReply, PeerError> {
+        let request = Request::Await {
+            reservation: id.clone(),
+            wait_ms,
+        };
+        match self.call(id.dc(), &request).await? {
+            Reply::Awaited(reply) => Ok(reply),
+            other => Err(Self::lied(id.dc(), &request, &other)),
         }
     }
 

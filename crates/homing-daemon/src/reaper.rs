@@ -29,23 +29,43 @@ enum Membership {
     Unknown,
 }
 
-/// Runs passes every `interval` until `shutdown` turns true.
-pub async fn run(
-    node: Arc<Node>,
-    interval: Duration,
-    orphan_age_ms: u64,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// What the upkeep does and how often.
+#[derive(Debug, Clone, Copy)]
+pub struct Upkeep {
+    /// Time between passes.
+    pub interval: Duration,
+    /// A released record that lost its race is abandoned once this old, ms.
+    pub orphan_age_ms: u64,
+    /// Events kept for watchers; older ones are trimmed each pass.
+    pub events_retained: u64,
+}
+
+/// Runs passes every `upkeep.interval` until `shutdown` turns true.
+pub async fn run(node: Arc<Node>, upkeep: Upkeep, mut shutdown: watch::Receiver<bool>) {
     let mut confirmed = HashSet::new();
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(upkeep.interval) => {}
             _ = shutdown.changed() => return,
         }
-        if let Err(e) = pass(&node, orphan_age_ms, &mut confirmed).await {
+        if let Err(e) = pass(&node, upkeep.orphan_age_ms, &mut confirmed).await {
             tracing::warn!(error = %e, "reaper pass stopped early");
         }
+        if let Err(e) = trim(&node, upkeep.events_retained).await {
+            tracing::warn!(error = %e, "event trim failed");
+        }
     }
+}
+
+/// Keeps the newest `retained` events of the DC's log.
+pub async fn trim(node: &Node, retained: u64) -> Result<(), homing_store::StoreError> {
+    let page = node.records().events(0, 0).await?;
+    let keep_from = page.head.saturating_sub(retained) + 1;
+    if page.oldest < keep_from {
+        node.records().trim_events(keep_from).await?;
+        tracing::info!(before = keep_from, "trimmed events");
+    }
+    Ok(())
 }
 
 /// One scan over every record of the DC.
@@ -57,13 +77,13 @@ pub async fn pass(
     if confirmed.len() > CONFIRMED_MAX {
         confirmed.clear();
     }
-    let ns = homing_core::Namespace::default();
+    let everything = homing_core::NamespaceScope::everything();
     let mut after: Option<ScanCursor> = None;
     let mut active = 0u64;
     loop {
         let page = node
             .records()
-            .scan(&ns, "", after.as_ref(), SCAN_LIMIT_MAX)
+            .scan(&everything, "", after.as_ref(), SCAN_LIMIT_MAX)
             .await?;
         let done = page.len() < SCAN_LIMIT_MAX;
         after = page.last().map(ScanCursor::after);

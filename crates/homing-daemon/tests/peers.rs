@@ -135,6 +135,7 @@ async fn acquire(setup: &Setup) -> Reply {
         config: KeyConfig::named(KeyName::new("room").unwrap()),
         actor: ActorId::new("iad-actor").unwrap(),
         host_time: HostTime::from_ms(1),
+        wait_ms: 0,
     };
     let peer = Peer {
         addr: setup.iad.local_addr(),
@@ -186,7 +187,9 @@ async fn peers_a_dc_answering_for_another_dcs_reservation_is_inconsistent() {
             id: id("sin.3"),
             token: FencingToken::FIRST,
             tag: None,
-            state: TailState::Vacant,
+            state: TailState::Vacant {
+                ended: homing_core::ReleaseCause::Expired,
+            },
         }),
     };
     let setup = setup("fra.1", vec![], Some(lie)).await;

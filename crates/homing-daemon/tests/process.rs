@@ -101,6 +101,7 @@ fn acquire(name: &str) -> Request {
         config: KeyConfig::named(KeyName::new(name).unwrap()),
         actor: ActorId::new(format!("actor-{name}")).unwrap(),
         host_time: now(),
+        wait_ms: 0,
     }
 }
 
@@ -208,6 +209,7 @@ async fn homingd_serves_the_protocol_over_quic() {
     let release = Request::Release {
         reservation: reservation.clone(),
         token,
+        outcome: homing_core::RunOutcome::Ok,
     };
     assert!(matches!(
         host.request(&peer, &release).await.unwrap(),

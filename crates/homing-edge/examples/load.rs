@@ -269,7 +269,7 @@ async fn host(net: &Net, dc: usize) -> anyhow::Result<ActorHost> {
         "127.0.0.1:0".parse()?,
     );
     match ActorHost::start(net.host_client(dc)?, config).await? {
-        HostStarted::Serving(host) => Ok(host),
+        HostStarted::Serving(host) => Ok(*host),
         other => bail!("no lease in dc {dc}: {other:?}"),
     }
 }

@@ -74,7 +74,7 @@ pub enum ActorHostError {
 #[derive(Debug)]
 pub enum HostStarted {
     /// This host holds the key and serves it.
-    Serving(ActorHost),
+    Serving(Box<ActorHost>),
     /// A live actor elsewhere holds the key; nothing is served here.
     HeldElsewhere {
         /// The reservation holding it.
@@ -160,12 +160,12 @@ impl ActorHost {
         });
         let serving = serve::spawn(listener, service, config.serve, stop)?;
         info!(key = %agent.key(), reservation = %agent.reservation(), %actor, "actor host serving");
-        Ok(HostStarted::Serving(ActorHost {
+        Ok(HostStarted::Serving(Box::new(ActorHost {
             agent,
             serving,
             actor,
             drain: Duration::from_millis(config.drain_ms),
-        }))
+        })))
     }
 
     /// The address it serves on (its actor id).

@@ -68,7 +68,7 @@ async fn start_host(net: &Net, dc: usize, key: &str) -> anyhow::Result<ActorHost
         "127.0.0.1:0".parse()?,
     );
     match ActorHost::start(net.host_client(dc)?, config).await? {
-        HostStarted::Serving(host) => Ok(host),
+        HostStarted::Serving(host) => Ok(*host),
         other => anyhow::bail!("host in dc {dc} did not get the key: {other:?}"),
     }
 }

@@ -94,13 +94,17 @@ impl Client {
                 max: limits.frame_bytes_max,
             });
         }
-        let timeout = Duration::from_millis(limits.request_timeout_ms);
-        tokio::time::timeout(timeout, self.exchange(peer, &frame))
-            .await
-            .map_err(|_| NetError::Timeout {
-                peer: peer.addr,
-                timeout_ms: limits.request_timeout_ms,
-            })?
+        // A request that asks to wait gets that much more time.
+        let timeout_ms = limits.request_timeout_ms + u64::from(request.wait_ms());
+        tokio::time::timeout(
+            Duration::from_millis(timeout_ms),
+            self.exchange(peer, &frame),
+        )
+        .await
+        .map_err(|_| NetError::Timeout {
+            peer: peer.addr,
+            timeout_ms,
+        })?
     }
 
     async fn exchange(&self, peer: &Peer, frame: &[u8]) -> Result<Reply, NetError> {

@@ -40,7 +40,8 @@ pub struct ServerLimits {
     pub idle_timeout_ms: u64,
     /// Send keep-alives this often, in milliseconds.
     pub keep_alive_interval_ms: u64,
-    /// Reset a request stream not answered within this time, in milliseconds.
+    /// Reset a request stream not answered within this time (plus the
+    /// request's own `wait_ms`, for requests that ask to be parked), in milliseconds.
     pub request_timeout_ms: u64,
     /// Largest request frame, in bytes (at most [`FRAME_BYTES_MAX`]).
     pub frame_bytes_max: usize,
@@ -93,7 +94,8 @@ impl ServerLimits {
 pub struct ClientLimits {
     /// Give up on a handshake after this long, in milliseconds.
     pub connect_timeout_ms: u64,
-    /// Give up on a request (including waiting for a stream) after this long, in milliseconds.
+    /// Give up on a request (including waiting for a stream) after this long
+    /// (plus the request's own `wait_ms`), in milliseconds.
     pub request_timeout_ms: u64,
     /// Close a pooled connection idle this long, in milliseconds.
     pub idle_timeout_ms: u64,

@@ -294,26 +294,36 @@ async fn serve_request(
     _drain: mpsc::Sender<()>,
 ) {
     let timeout = Duration::from_millis(shared.limits.request_timeout_ms);
-    let served =
-        tokio::time::timeout(timeout, exchange(&mut send, &mut recv, &caller, &shared)).await;
-    if served.is_err() {
-        debug!(caller = %caller, timeout_ms = shared.limits.request_timeout_ms, "request timed out");
-        let _ = send.reset(CODE_REQUEST_TIMEOUT);
-        let _ = recv.stop(CODE_REQUEST_TIMEOUT);
-    }
-}
-
-/// Reads one request, answers it and waits until the reply is acknowledged,
-/// so that shutdown's drain covers delivery, not just handling.
-async fn exchange(
-    send: &mut SendStream,
-    recv: &mut RecvStream,
-    caller: &Identity,
-    shared: &Shared,
-) {
-    let reply = match frame::read_frame(recv, shared.limits.frame_bytes_max).await {
-        Ok(bytes) => answer(&bytes, caller, shared).await,
-        Err(ReadFrameError::TooLarge) => {
+    let read = tokio::time::timeout(
+        timeout,
+        frame::read_frame(&mut recv, shared.limits.frame_bytes_max),
+    )
+    .await;
+    let reply = match read {
+        Err(_) => {
+            debug!(caller = %caller, timeout_ms = shared.limits.request_timeout_ms, "request not received in time");
+            let _ = send.reset(CODE_REQUEST_TIMEOUT);
+            let _ = recv.stop(CODE_REQUEST_TIMEOUT);
+            return;
+        }
+        Ok(Ok(bytes)) => match decode(&bytes, &caller) {
+            // A request that asks to wait gets that much more time.
+            Ok(request) => {
+                let parked = Duration::from_millis(u64::from(request.wait_ms()));
+                let answered =
+                    tokio::time::timeout(timeout + parked, answer(request, &caller, &shared)).await;
+                match answered {
+                    Ok(reply) => reply,
+                    Err(_) => {
+                        debug!(caller = %caller, "request timed out");
+                        let _ = send.reset(CODE_REQUEST_TIMEOUT);
+                        return;
+                    }
+                }
+            }
+            Err(error) => Reply::Error(error),
+        },
+        Ok(Err(ReadFrameError::TooLarge)) => {
             debug!(caller = %caller, frame_bytes_max = shared.limits.frame_bytes_max, "request frame too large");
             Reply::Error(ErrorReply::new(
                 ErrorKind::BadRequest,
@@ -323,12 +333,24 @@ async fn exchange(
                 ),
             ))
         }
-        Err(ReadFrameError::Closed(reason)) => {
+        Ok(Err(ReadFrameError::Closed(reason))) => {
             debug!(caller = %caller, %reason, "request stream closed before the frame ended");
             return;
         }
     };
-    let bytes = match wire::encode(&reply) {
+    if tokio::time::timeout(timeout, deliver(&mut send, &reply, &caller))
+        .await
+        .is_err()
+    {
+        debug!(caller = %caller, "reply not acknowledged in time");
+        let _ = send.reset(CODE_REQUEST_TIMEOUT);
+    }
+}
+
+/// Writes the reply and waits until it is acknowledged, so that shutdown's
+/// drain covers delivery, not just handling.
+async fn deliver(send: &mut SendStream, reply: &Reply, caller: &Identity) {
+    let bytes = match wire::encode(reply) {
         Ok(bytes) => bytes,
         Err(error) => {
             warn!(caller = %caller, %error, "reply could not be encoded");
@@ -347,14 +369,15 @@ async fn exchange(
     let _ = send.stopped().await;
 }
 
-async fn answer(bytes: &[u8], caller: &Identity, shared: &Shared) -> Reply {
-    let request = match wire::decode::<Request>(bytes) {
-        Ok(request) => request,
-        Err(error) => {
-            debug!(caller = %caller, %error, "malformed request");
-            return Reply::Error(ErrorReply::new(ErrorKind::BadRequest, error.to_string()));
-        }
-    };
+/// Decodes a request frame, or the error to answer a malformed one with.
+fn decode(bytes: &[u8], caller: &Identity) -> Result<Request, ErrorReply> {
+    wire::decode::<Request>(bytes).map_err(|error| {
+        debug!(caller = %caller, %error, "malformed request");
+        ErrorReply::new(ErrorKind::BadRequest, error.to_string())
+    })
+}
+
+async fn answer(request: Request, caller: &Identity, shared: &Shared) -> Reply {
     if let Err(denied) = authorize(caller, &request, &shared.local_dc) {
         debug!(caller = %caller, request = request.kind(), "request denied");
         return Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, denied.to_string()));

@@ -452,7 +452,7 @@ async fn an_alpn_mismatch_fails_the_handshake_and_is_logged_as_a_version_mismatc
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/1")),
+                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/2")),
             "{warnings:?}"
         );
     })

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use homing_core::actor::ACTOR_ID_BYTES_MAX;
 use homing_core::dc::DC_ID_BYTES_MAX;
+use homing_core::event::derive;
 use homing_core::key::{KEY_NAME_BYTES_MAX, NAMESPACE_BYTES_MAX, TAG_BYTES_MAX};
 use homing_core::{
-    ActorId, DcId, DcRecord, FencingToken, HostTime, Key, KeyName, LeasePolicy, Namespace,
-    ReservationId, StoreTime, Tag,
+    ActorId, DcId, DcRecord, Event, EventKind, EventSeq, FencingToken, HostTime, Key, KeyName,
+    LeasePolicy, Namespace, NamespaceScope, ReservationId, RunOutcome, StoreTime, Tag,
 };
 
-use crate::dc::{Cas, DcStore, SCAN_LIMIT_MAX, ScanCursor};
+use crate::dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
 use crate::error::StoreError;
 use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
 
@@ -250,7 +251,7 @@ pub async fn dc_cas_rejects_caller_bugs(b: &dyn Backend) {
     ));
     assert_eq!(s.get(&r.id).await.unwrap(), Some(r));
     assert!(matches!(
-        s.scan(&Namespace::default(), "", None, SCAN_LIMIT_MAX + 1)
+        s.scan(&NamespaceScope::everything(), "", None, SCAN_LIMIT_MAX + 1)
             .await,
         Err(StoreError::BatchTooLarge { .. })
     ));
@@ -308,13 +309,19 @@ pub async fn dc_max_length_record_round_trips(b: &dyn Backend) {
     assert_eq!(s.compare_and_set(None, &r).await.unwrap(), Cas::Written);
     assert_eq!(s.get(&r.id).await.unwrap(), Some(r.clone()));
     let page = s
-        .scan(&r.key.namespace, r.key.name.as_str(), None, 10)
+        .scan(
+            &NamespaceScope::exact(r.key.namespace.clone()),
+            r.key.name.as_str(),
+            None,
+            10,
+        )
         .await
         .unwrap();
     assert_eq!(page, vec![r]);
 }
 
-/// dc: scan returns `(key, id)` order, filters by namespace and name prefix, and pages.
+/// dc: scan returns `(key, id)` order, filters by exact namespace and name
+/// prefix, and pages; the exact default namespace is only itself.
 pub async fn dc_scan_orders_filters_and_pages(b: &dyn Backend) {
     let s = b.dc_store("dc_scan").await;
     let keys = [
@@ -340,10 +347,10 @@ pub async fn dc_scan_orders_filters_and_pages(b: &dyn Backend) {
         }
     }
     all.sort_by(|a, b| (&a.key, &a.id).cmp(&(&b.key, &b.id)));
-    let a = Namespace::new("a").unwrap();
+    let a = NamespaceScope::exact(Namespace::new("a").unwrap());
     let want: Vec<_> = all
         .iter()
-        .filter(|r| r.key.namespace == a && r.key.name.as_str().starts_with('x'))
+        .filter(|r| a.contains(&r.key.namespace) && r.key.name.as_str().starts_with('x'))
         .cloned()
         .collect();
     assert_eq!(s.scan(&a, "x", None, SCAN_LIMIT_MAX).await.unwrap(), want);
@@ -352,24 +359,32 @@ pub async fn dc_scan_orders_filters_and_pages(b: &dyn Backend) {
         .filter(|r| r.key.namespace.as_str().is_empty() && r.key.name.as_str().starts_with('x'))
         .cloned()
         .collect();
+    let default_only = NamespaceScope::exact(Namespace::default());
     assert_eq!(
-        s.scan(&Namespace::default(), "x", None, SCAN_LIMIT_MAX)
+        s.scan(&default_only, "x", None, SCAN_LIMIT_MAX)
             .await
             .unwrap(),
         default_x
     );
-    assert!(
-        s.scan(&Namespace::new("zz").unwrap(), "", None, 10)
+    let default_all: Vec<_> = all
+        .iter()
+        .filter(|r| r.key.namespace.as_str().is_empty())
+        .cloned()
+        .collect();
+    assert_eq!(
+        s.scan(&default_only, "", None, SCAN_LIMIT_MAX)
             .await
-            .unwrap()
-            .is_empty()
+            .unwrap(),
+        default_all
     );
+    let zz = NamespaceScope::exact(Namespace::new("zz").unwrap());
+    assert!(s.scan(&zz, "", None, 10).await.unwrap().is_empty());
     // Paging through everything with a small page reproduces the full order.
     let mut paged = Vec::new();
     let mut cursor: Option<ScanCursor> = None;
     loop {
         let page = s
-            .scan(&Namespace::default(), "", cursor.as_ref(), 4)
+            .scan(&NamespaceScope::everything(), "", cursor.as_ref(), 4)
             .await
             .unwrap();
         assert!(page.len() <= 4);
@@ -402,7 +417,7 @@ pub async fn dc_scan_page_is_full_unless_last(b: &dyn Backend) {
     for t in tasks {
         t.await.unwrap();
     }
-    let ns = Namespace::new("full").unwrap();
+    let ns = NamespaceScope::exact(Namespace::new("full").unwrap());
     let first = s.scan(&ns, "", None, SCAN_LIMIT_MAX).await.unwrap();
     assert_eq!(
         first.len(),
@@ -471,6 +486,506 @@ pub async fn dc_reopen_keeps_records_and_allocator_continues_above(b: &dyn Backe
     assert_eq!(g.get(&r.key).await.unwrap(), Some(r.id.clone()));
 }
 
+/// Every event of `s` with `seq > after`, paging with full pages.
+async fn all_events(s: &dyn DcStore, after: EventSeq) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::new();
+    let mut cursor = after;
+    loop {
+        let page = s.events(cursor, EVENTS_LIMIT_MAX).await.unwrap();
+        let full = page.events.len() == EVENTS_LIMIT_MAX;
+        if let Some(last) = page.events.last() {
+            cursor = last.seq;
+        }
+        out.extend(page.events);
+        if !full {
+            return out;
+        }
+    }
+}
+
+/// Writes `next` over `before` by compare-and-set and returns the event the
+/// store must have appended for it (seq still 0).
+async fn write(s: &dyn DcStore, before: Option<&DcRecord>, next: &DcRecord) -> Option<Event> {
+    let expected = before.map(|r| r.version);
+    assert_eq!(
+        s.compare_and_set(expected, next).await.unwrap(),
+        Cas::Written,
+        "{} v{}",
+        next.id,
+        next.version
+    );
+    derive(before, next)
+}
+
+fn numbered(events: Vec<Option<Event>>) -> Vec<Event> {
+    events
+        .into_iter()
+        .flatten()
+        .zip(1..)
+        .map(|(mut e, seq)| {
+            e.seq = seq;
+            e
+        })
+        .collect()
+}
+
+/// The reserve → renew → drain → release → re-activate → expire → link
+/// history of one record, each step the record after it.
+fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+    let reserved = record(id, key);
+    let renewed = reserved
+        .renew(
+            FencingToken::FIRST,
+            HostTime::from_ms(1),
+            StoreTime::from_ms(1),
+            &POLICY,
+        )
+        .next
+        .expect("a live lease renews");
+    let drained = renewed.drain().expect("a renewable record drains");
+    let released = drained
+        .release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(2))
+        .next
+        .expect("an active record releases");
+    let again = released
+        .activate(
+            None,
+            ActorId::new("10.0.0.2:9000").unwrap(),
+            HostTime::from_ms(3),
+            StoreTime::from_ms(3),
+            &POLICY,
+        )
+        .next
+        .expect("a released record re-activates");
+    let expired = again
+        .expire(StoreTime::from_ms(100_000), &POLICY)
+        .expect("a lease long past its grace expires");
+    let linked = expired
+        .link(
+            &rid("fra.2"),
+            again.token,
+            StoreTime::from_ms(100_001),
+            &POLICY,
+        )
+        .next
+        .expect("a vacant record links");
+    vec![reserved, renewed, drained, released, again, expired, linked]
+}
+
+/// events: each change of holder appends exactly one event in the same
+/// write, numbered 1, 2, …; renewals and refused writes append none.
+pub async fn dc_events_record_every_change_of_holder_and_nothing_else(b: &dyn Backend) {
+    let s = b.dc_store("dc_events").await;
+    let empty = s.events(0, 10).await.unwrap();
+    assert_eq!(
+        empty,
+        EventPage {
+            events: vec![],
+            oldest: 1,
+            head: 0
+        }
+    );
+    let steps = lifecycle(&rid("iad.1"), &key("ev", "room"));
+    let mut derived = Vec::new();
+    let mut before = None;
+    for step in &steps {
+        derived.push(write(s.as_ref(), before, step).await);
+        before = Some(step);
+    }
+    // A stale writer (still at the re-activated version) is refused: no event.
+    let stale = steps[4]
+        .release(steps[4].token, RunOutcome::Ok, StoreTime::from_ms(4))
+        .next
+        .unwrap();
+    assert!(matches!(
+        s.compare_and_set(Some(steps[4].version), &stale)
+            .await
+            .unwrap(),
+        Cas::Conflict { .. }
+    ));
+    let want = numbered(derived);
+    let kinds: Vec<&str> = want.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "reserved", "drained", "released", "reserved", "expired", "linked"
+        ]
+    );
+    assert!(matches!(want[5].kind, EventKind::Linked { ref to } if to == &rid("fra.2")));
+    assert_eq!(want[3].token, FencingToken::new(2));
+    let page = s.events(0, EVENTS_LIMIT_MAX).await.unwrap();
+    assert_eq!(page.events, want);
+    assert_eq!((page.oldest, page.head), (1, 6));
+    // Paging.
+    assert_eq!(s.events(0, 2).await.unwrap().events, want[0..2]);
+    assert_eq!(s.events(2, 2).await.unwrap().events, want[2..4]);
+    assert_eq!(s.events(4, 10).await.unwrap().events, want[4..]);
+    let past = s.events(6, 10).await.unwrap();
+    assert!(past.events.is_empty());
+    assert_eq!((past.oldest, past.head), (1, 6));
+    let none = s.events(0, 0).await.unwrap();
+    assert!(none.events.is_empty());
+    assert_eq!(none.head, 6);
+    assert!(matches!(
+        s.events(0, EVENTS_LIMIT_MAX + 1).await,
+        Err(StoreError::BatchTooLarge { .. })
+    ));
+    // Trimming moves `oldest`, never the head.
+    s.trim_events(3).await.unwrap();
+    let trimmed = s.events(0, 10).await.unwrap();
+    assert_eq!(trimmed.events, want[2..]);
+    assert_eq!((trimmed.oldest, trimmed.head), (3, 6));
+    s.trim_events(1).await.unwrap();
+    assert_eq!(s.events(0, 10).await.unwrap(), trimmed);
+    s.trim_events(7).await.unwrap();
+    let gone = s.events(0, 10).await.unwrap();
+    assert!(gone.events.is_empty());
+    assert_eq!((gone.oldest, gone.head), (7, 6));
+    // The next event continues after the head.
+    let other = record(&rid("iad.2"), &key("ev", "other"));
+    let mut next = write(s.as_ref(), None, &other).await.unwrap();
+    next.seq = 7;
+    let after = s.events(0, 10).await.unwrap();
+    assert_eq!(after.events, vec![next]);
+    assert_eq!((after.oldest, after.head), (7, 7));
+}
+
+/// Concurrent writers on the event race.
+pub const EVENT_WRITERS: usize = 16;
+
+/// events: concurrent writers on different records each get their event
+/// exactly once, and the seqs are 1..n without gap or duplicate.
+pub async fn dc_concurrent_writes_get_contiguous_event_seqs(b: &dyn Backend) {
+    let s = b.dc_store("dc_events_race").await;
+    let tasks: Vec<_> = (0..EVENT_WRITERS)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let steps = lifecycle(&rid(&format!("iad.{}", i + 1)), &key("race", "k"));
+                let mut derived = Vec::new();
+                let mut before = None;
+                for step in &steps {
+                    derived.extend(write(s.as_ref(), before, step).await);
+                    before = Some(step);
+                }
+                derived
+            })
+        })
+        .collect();
+    let mut want = Vec::new();
+    for t in tasks {
+        want.extend(t.await.unwrap());
+    }
+    let got = all_events(s.as_ref(), 0).await;
+    let seqs: Vec<EventSeq> = got.iter().map(|e| e.seq).collect();
+    let contiguous: Vec<EventSeq> = (1..=want.len() as u64).collect();
+    assert_eq!(seqs, contiguous, "seqs 1..n, no gap, no duplicate");
+    let mut unnumbered: Vec<Event> = got
+        .into_iter()
+        .map(|mut e| {
+            e.seq = 0;
+            e
+        })
+        .collect();
+    let order = |e: &Event| (e.reservation.clone(), e.token, e.kind.name());
+    unnumbered.sort_by_key(order);
+    want.sort_by_key(order);
+    assert_eq!(unnumbered, want, "every write's event exactly once");
+    // Each record's own events are in its write order.
+    let page = s.events(0, EVENTS_LIMIT_MAX).await.unwrap();
+    for i in 0..EVENT_WRITERS {
+        let id = rid(&format!("iad.{}", i + 1));
+        let kinds: Vec<&str> = page
+            .events
+            .iter()
+            .filter(|e| e.reservation == id)
+            .map(|e| e.kind.name())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "reserved", "drained", "released", "reserved", "expired", "linked"
+            ]
+        );
+    }
+}
+
+/// events: the log and its head survive reopen, also when trimmed empty.
+pub async fn dc_events_survive_reopen(b: &dyn Backend) {
+    if !b.durable() {
+        return;
+    }
+    let place = "dc_events_reopen";
+    let steps = lifecycle(&rid("iad.1"), &key("", "room"));
+    let s = b.dc_store(place).await;
+    let first = write(s.as_ref(), None, &steps[0]).await;
+    let second = write(s.as_ref(), Some(&steps[0]), &steps[1]).await;
+    let third = write(s.as_ref(), Some(&steps[1]), &steps[2]).await;
+    let before = s.events(0, 10).await.unwrap();
+    assert_eq!(before.events, numbered(vec![first, second, third]));
+    drop(s);
+    let s = b.dc_store(place).await;
+    assert_eq!(s.events(0, 10).await.unwrap(), before);
+    s.trim_events(before.head + 1).await.unwrap();
+    drop(s);
+    let s = b.dc_store(place).await;
+    let empty = s.events(0, 10).await.unwrap();
+    assert!(empty.events.is_empty());
+    assert_eq!(empty.head, before.head, "the head outlives its events");
+    let mut next = write(s.as_ref(), Some(&steps[2]), &steps[3]).await.unwrap();
+    next.seq = before.head + 1;
+    assert_eq!(s.events(0, 10).await.unwrap().events, vec![next]);
+}
+
+/// scan: an exact scope is one namespace, a subtree is it and every
+/// namespace under it (not `g/eu-west`, not `g/eu!`), in `(key, id)` order,
+/// paged across the boundary between the two; a subtree takes no name prefix.
+pub async fn dc_scan_scopes_cover_exactly_their_namespaces(b: &dyn Backend) {
+    let s = b.dc_store("dc_scan_scopes").await;
+    let namespaces = ["g", "g/eu", "g/eu/x", "g/eu-west", "g/eu!", "h", ""];
+    let mut all = Vec::new();
+    let mut unique = 0;
+    for ns in namespaces {
+        for name in ["b", "a"] {
+            for dc in ["iad", "fra"] {
+                unique += 1;
+                let r = record(&rid(&format!("{dc}.{unique}")), &key(ns, name));
+                s.compare_and_set(None, &r).await.unwrap();
+                all.push(r);
+            }
+        }
+    }
+    all.sort_by(|a, b| (&a.key, &a.id).cmp(&(&b.key, &b.id)));
+    let scope = |ns: &str, children: bool| {
+        let ns = Namespace::new(ns).unwrap();
+        if children {
+            NamespaceScope::subtree(ns)
+        } else {
+            NamespaceScope::exact(ns)
+        }
+    };
+    let in_scope = |sc: &NamespaceScope| -> Vec<DcRecord> {
+        all.iter()
+            .filter(|r| sc.contains(&r.key.namespace))
+            .cloned()
+            .collect()
+    };
+    let cases = [
+        (scope("g/eu", false), &["g/eu"][..]),
+        (scope("g/eu", true), &["g/eu", "g/eu/x"][..]),
+        (scope("g", false), &["g"][..]),
+        (
+            scope("g", true),
+            &["g", "g/eu", "g/eu!", "g/eu-west", "g/eu/x"][..],
+        ),
+        (scope("", false), &[""][..]),
+        (scope("g/eu/x", true), &["g/eu/x"][..]),
+        (scope("g/e", true), &[][..]),
+        (NamespaceScope::everything(), &namespaces[..]),
+    ];
+    for (sc, namespaces) in &cases {
+        let want = in_scope(sc);
+        let mut seen: Vec<&str> = want.iter().map(|r| r.key.namespace.as_str()).collect();
+        seen.dedup();
+        let mut expected: Vec<&str> = namespaces.to_vec();
+        expected.sort();
+        seen.sort();
+        assert_eq!(seen, expected, "{sc}: the test's own model");
+        let got = s.scan(sc, "", None, SCAN_LIMIT_MAX).await.unwrap();
+        assert_eq!(got, want, "{sc}");
+        for limit in [1, 2, 3, 5] {
+            let mut paged = Vec::new();
+            let mut cursor: Option<ScanCursor> = None;
+            loop {
+                let page = s.scan(sc, "", cursor.as_ref(), limit).await.unwrap();
+                assert!(page.len() <= limit);
+                let last_page = page.len() < limit;
+                cursor = page.last().map(ScanCursor::after);
+                paged.extend(page);
+                if last_page {
+                    break;
+                }
+            }
+            assert_eq!(paged, want, "{sc} in pages of {limit}");
+        }
+    }
+    let exact_a: Vec<_> = in_scope(&scope("g/eu", false))
+        .into_iter()
+        .filter(|r| r.key.name.as_str() == "a")
+        .collect();
+    assert_eq!(
+        s.scan(&scope("g/eu", false), "a", None, 10).await.unwrap(),
+        exact_a
+    );
+    for sc in [scope("g/eu", true), NamespaceScope::everything()] {
+        assert!(
+            matches!(
+                s.scan(&sc, "a", None, 10).await,
+                Err(StoreError::InvalidScan { .. })
+            ),
+            "{sc} with a name prefix"
+        );
+    }
+}
+
+/// import: an absent or older record is written as given (version
+/// included, no event); an equal one is present; anything else conflicts.
+/// Events import at their own seq and lift the head.
+pub async fn dc_import_copies_records_and_events_without_overwriting(b: &dyn Backend) {
+    let s = b.dc_store("dc_import").await;
+    let mut r5 = record(&rid("iad.7"), &key("imp", "a"));
+    r5.version = 5;
+    assert_eq!(s.import(&r5).await.unwrap(), Import::Written);
+    assert_eq!(s.get(&r5.id).await.unwrap(), Some(r5.clone()));
+    let imp = NamespaceScope::exact(Namespace::new("imp").unwrap());
+    assert_eq!(s.scan(&imp, "", None, 10).await.unwrap(), vec![r5.clone()]);
+    assert_eq!(
+        s.events(0, 10).await.unwrap().head,
+        0,
+        "an import appends no event"
+    );
+    assert_eq!(s.import(&r5).await.unwrap(), Import::Present);
+    let r6 = next_version(&r5);
+    assert_eq!(s.import(&r6).await.unwrap(), Import::Written);
+    assert_eq!(s.get(&r5.id).await.unwrap(), Some(r6.clone()));
+    let conflict = Import::Conflict {
+        current: r6.clone(),
+    };
+    assert_eq!(s.import(&r5).await.unwrap(), conflict, "older than stored");
+    let mut other6 = r6.clone();
+    other6.token = FencingToken::new(9);
+    assert_eq!(
+        s.import(&other6).await.unwrap(),
+        conflict,
+        "same version, other contents"
+    );
+    let mut moved = next_version(&r6);
+    moved.key = key("imp", "elsewhere");
+    assert_eq!(s.import(&moved).await.unwrap(), conflict, "another key");
+    assert_eq!(s.get(&r5.id).await.unwrap(), Some(r6.clone()));
+    assert_eq!(s.scan(&imp, "", None, 10).await.unwrap(), vec![r6.clone()]);
+    // Compare-and-set carries on from the imported version.
+    let r7 = next_version(&r6);
+    assert_eq!(s.compare_and_set(Some(6), &r7).await.unwrap(), Cas::Written);
+    assert_eq!(s.get(&r7.id).await.unwrap(), Some(r7));
+
+    let mut event = derive(None, &record(&rid("iad.8"), &key("imp", "b"))).unwrap();
+    event.seq = 10;
+    assert_eq!(s.import_event(&event).await.unwrap(), Import::Written);
+    let page = s.events(0, 10).await.unwrap();
+    assert_eq!(page.events, vec![event.clone()]);
+    assert!(page.head >= 10);
+    assert_eq!(s.import_event(&event).await.unwrap(), Import::Present);
+    let mut other = event.clone();
+    other.token = FencingToken::new(3);
+    assert_eq!(
+        s.import_event(&other).await.unwrap(),
+        Import::Conflict {
+            current: event.clone()
+        }
+    );
+    let mut lower = event.clone();
+    lower.seq = 4;
+    assert_eq!(s.import_event(&lower).await.unwrap(), Import::Written);
+    let page = s.events(0, 10).await.unwrap();
+    assert_eq!(page.events, vec![lower, event]);
+    assert_eq!((page.oldest, page.head), (4, 10));
+    // A written change continues after the imported head.
+    let fresh = record(&rid("iad.9"), &key("imp", "c"));
+    write(s.as_ref(), None, &fresh).await;
+    let page = s.events(10, 10).await.unwrap();
+    assert_eq!(page.events.len(), 1);
+    assert_eq!((page.events[0].seq, page.head), (11, 11));
+}
+
+/// allocator: the floor bounds every unique handed out; after a raise every
+/// allocation is above it, also after reopen.
+pub async fn dc_allocator_floor_bounds_uniques_and_raise_skips_past(b: &dyn Backend) {
+    let place = "dc_alloc_floor";
+    let s = b.dc_store(place).await;
+    let mut max = 0;
+    for _ in 0..5 {
+        max = max.max(s.allocate().await.unwrap());
+    }
+    assert!(s.allocator_floor().await.unwrap() >= max);
+    s.raise_allocator(5_000).await.unwrap();
+    assert!(s.allocator_floor().await.unwrap() >= 5_000);
+    let first = s.allocate().await.unwrap();
+    assert!(first > 5_000, "{first} not above the raised floor");
+    // A lower floor changes nothing.
+    s.raise_allocator(10).await.unwrap();
+    let second = s.allocate().await.unwrap();
+    assert!(second > 5_000 && second != first);
+    assert!(s.allocator_floor().await.unwrap() >= second);
+    if !b.durable() {
+        return;
+    }
+    drop(s);
+    let s = b.dc_store(place).await;
+    let after = s.allocate().await.unwrap();
+    assert!(after > second, "reopen: {after} not above {second}");
+    // A raise is durable before anything is allocated above it.
+    s.raise_allocator(1_000_000).await.unwrap();
+    drop(s);
+    let s = b.dc_store(place).await;
+    assert!(s.allocator_floor().await.unwrap() >= 1_000_000);
+    let raised = s.allocate().await.unwrap();
+    assert!(raised > 1_000_000, "reopen after a raise: {raised}");
+}
+
+/// global: scan pages through every entry in key order.
+pub async fn global_scan_pages_in_key_order(b: &dyn Backend) {
+    let g = b.global_store("global_scan").await;
+    assert!(g.scan(None, 10).await.unwrap().is_empty());
+    let keys = [
+        key("b", "x"),
+        key("", "b"),
+        key("a/b", "c"),
+        key("a", "b/c"),
+        key("", "a"),
+        key("ключ", "名前"),
+        key("a", "b"),
+        key("ab", "a"),
+        key("", "ab"),
+    ];
+    let mut want = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let id = ReservationId::new(DcId::new("iad").unwrap(), i as u64 + 1);
+        g.set_if_absent(k, &id).await.unwrap();
+        want.push((k.clone(), id));
+    }
+    want.sort();
+    assert_eq!(g.scan(None, GET_MANY_KEYS_MAX).await.unwrap(), want);
+    for limit in [1, 2, 4] {
+        let mut paged = Vec::new();
+        let mut after: Option<Key> = None;
+        loop {
+            let page = g.scan(after.as_ref(), limit).await.unwrap();
+            assert!(page.len() <= limit);
+            let last_page = page.len() < limit;
+            after = page.last().map(|(k, _)| k.clone());
+            paged.extend(page);
+            if last_page {
+                break;
+            }
+        }
+        assert_eq!(paged, want, "pages of {limit}");
+    }
+    // A cursor that is no entry starts at the next one.
+    assert_eq!(
+        g.scan(Some(&key("", "aa")), 1).await.unwrap(),
+        want[1..2].to_vec()
+    );
+    let last = &want[want.len() - 1].0;
+    assert!(g.scan(Some(last), 10).await.unwrap().is_empty());
+    assert!(g.scan(None, 0).await.unwrap().is_empty());
+    assert!(matches!(
+        g.scan(None, GET_MANY_KEYS_MAX + 1).await,
+        Err(StoreError::BatchTooLarge { .. })
+    ));
+}
+
 /// Runs every case in sequence, printing each name.
 pub async fn run_all(b: &dyn Backend) {
     macro_rules! run {
@@ -494,6 +1009,13 @@ pub async fn run_all(b: &dyn Backend) {
         dc_scan_page_is_full_unless_last,
         dc_concurrent_allocations_are_unique,
         dc_reopen_keeps_records_and_allocator_continues_above,
+        global_scan_pages_in_key_order,
+        dc_events_record_every_change_of_holder_and_nothing_else,
+        dc_concurrent_writes_get_contiguous_event_seqs,
+        dc_events_survive_reopen,
+        dc_scan_scopes_cover_exactly_their_namespaces,
+        dc_import_copies_records_and_events_without_overwriting,
+        dc_allocator_floor_bounds_uniques_and_raise_skips_past,
     );
 }
 
@@ -517,6 +1039,13 @@ macro_rules! conformance_tests {
             dc_scan_page_is_full_unless_last,
             dc_concurrent_allocations_are_unique,
             dc_reopen_keeps_records_and_allocator_continues_above,
+            global_scan_pages_in_key_order,
+            dc_events_record_every_change_of_holder_and_nothing_else,
+            dc_concurrent_writes_get_contiguous_event_seqs,
+            dc_events_survive_reopen,
+            dc_scan_scopes_cover_exactly_their_namespaces,
+            dc_import_copies_records_and_events_without_overwriting,
+            dc_allocator_floor_bounds_uniques_and_raise_skips_past,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {$(

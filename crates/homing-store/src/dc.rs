@@ -1,14 +1,47 @@
 //! The DC store contract: one DC's own records, changed only by
-//! compare-and-set on `DcRecord::version`, scanned in `(key, id)` order, and
-//! the durable allocator of the DC's reservation uniques.
+//! compare-and-set on `DcRecord::version`, scanned in `(key, id)` order; the
+//! DC's lifecycle event log, appended in the same transaction as the change
+//! it records; and the durable allocator of the DC's reservation uniques.
 
 use async_trait::async_trait;
-use homing_core::{DcRecord, Key, Namespace, ReservationId};
+use homing_core::{DcRecord, Event, EventSeq, NamespaceScope, ReservationId};
 
 use crate::error::StoreError;
 
+pub use homing_core::ScanCursor;
+
 /// Most records one [`DcStore::scan`] returns.
 pub const SCAN_LIMIT_MAX: usize = 128;
+/// Most events one [`DcStore::events`] returns.
+pub const EVENTS_LIMIT_MAX: usize = 256;
+
+/// One page of a DC's event log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventPage {
+    /// Events with `seq > after`, in order, at most `limit`.
+    pub events: Vec<Event>,
+    /// The oldest event still kept (`head + 1` when none is kept): a cursor
+    /// below `oldest - 1` has missed trimmed events.
+    pub oldest: EventSeq,
+    /// The last event ever appended (`0`: none yet). Never goes down, also
+    /// when every event is trimmed.
+    pub head: EventSeq,
+}
+
+/// What [`DcStore::import`] or [`DcStore::import_event`] did with a copied item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Import<T> {
+    /// Written: it was absent (or, for a record, an older version of it was there).
+    Written,
+    /// An equal item was already there: nothing to do (a resumed copy).
+    Present,
+    /// A different item is there (a record with a newer or equal version but
+    /// other contents, an event with other contents): left alone, reported.
+    Conflict {
+        /// What the target holds.
+        current: T,
+    },
+}
 
 /// What [`DcStore::compare_and_set`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,26 +68,6 @@ impl Cas {
     }
 }
 
-/// Where a scan page ended: the last record returned. The next page starts
-/// strictly after it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ScanCursor {
-    /// The last record's key.
-    pub key: Key,
-    /// The last record's reservation ID.
-    pub id: ReservationId,
-}
-
-impl ScanCursor {
-    /// The cursor just past `record`.
-    pub fn after(record: &DcRecord) -> ScanCursor {
-        ScanCursor {
-            key: record.key.clone(),
-            id: record.id.clone(),
-        }
-    }
-}
-
 /// One DC's records and allocator.
 #[async_trait]
 pub trait DcStore: Send + Sync + 'static {
@@ -66,22 +79,27 @@ pub trait DcStore: Send + Sync + 'static {
     /// `expected.map_or(1, |v| v + 1)`, else [`StoreError::InvalidVersion`]
     /// (caller bug) and nothing is written; a record's key never changes
     /// ([`StoreError::KeyChanged`]).
+    ///
+    /// In the same transaction, when [`homing_core::event::derive`] of
+    /// (stored record, `record`) gives an event, the event is appended to the
+    /// log with `seq = head + 1`: a written change and its event land
+    /// together or not at all.
     async fn compare_and_set(
         &self,
         expected: Option<u64>,
         record: &DcRecord,
     ) -> Result<Cas, StoreError>;
 
-    /// Records whose key is in `namespace` and whose name starts with
+    /// Records whose key is in `scope` and whose name starts with
     /// `name_prefix`, in `(key, id)` order, strictly after `after` if given, at
     /// most `limit` (≤ [`SCAN_LIMIT_MAX`], else [`StoreError::BatchTooLarge`]).
     /// Fewer than `limit` only when no more records match: callers stop
-    /// paging at a short page.
-    /// The empty namespace with the empty prefix pages through every record
-    /// of every namespace (the reaper and the orphan sweeper use that).
+    /// paging at a short page. A scope with children takes no name prefix
+    /// ([`StoreError::InvalidScan`]); [`NamespaceScope::everything`] pages
+    /// through every record (the reaper and the orphan sweeper use that).
     async fn scan(
         &self,
-        namespace: &Namespace,
+        scope: &NamespaceScope,
         name_prefix: &str,
         after: Option<&ScanCursor>,
         limit: usize,
@@ -90,6 +108,83 @@ pub trait DcStore: Send + Sync + 'static {
     /// A unique for this DC's next reservation: never returned twice, also
     /// across crashes and reopen. Always ≥ 1.
     async fn allocate(&self) -> Result<u64, StoreError>;
+
+    /// Events with `seq > after`, oldest first, at most `limit` (≤
+    /// [`EVENTS_LIMIT_MAX`], else [`StoreError::BatchTooLarge`]), with the
+    /// log's bounds. Fewer than `limit` only when no more are kept.
+    async fn events(&self, after: EventSeq, limit: usize) -> Result<EventPage, StoreError>;
+
+    /// Deletes every event with `seq < before` (retention). The head stays.
+    async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError>;
+
+    /// Migration: writes `record` exactly as given (version included) unless
+    /// the store holds it already — equal: [`Import::Present`]; an older
+    /// version: overwritten, [`Import::Written`]; same or newer version with
+    /// other contents: [`Import::Conflict`]. Appends no event.
+    async fn import(&self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError>;
+
+    /// Migration: writes `event` at its own `seq` unless one is there
+    /// (equal: [`Import::Present`], else [`Import::Conflict`]); the head
+    /// becomes at least `event.seq`.
+    async fn import_event(&self, event: &Event) -> Result<Import<Event>, StoreError>;
+
+    /// Migration: a bound at or above every unique [`DcStore::allocate`]
+    /// ever returned (a backend reserving blocks reports its durable bound).
+    async fn allocator_floor(&self) -> Result<u64, StoreError>;
+
+    /// Migration: every later [`DcStore::allocate`] returns more than `floor`.
+    /// A floor below the current one changes nothing.
+    async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError>;
+}
+
+/// The caller-bug check every backend runs before a scan.
+pub(crate) fn check_scan(
+    scope: &NamespaceScope,
+    name_prefix: &str,
+    limit: usize,
+) -> Result<(), StoreError> {
+    check_limit(limit)?;
+    if scope.include_children && !name_prefix.is_empty() {
+        return Err(StoreError::InvalidScan {
+            reason: format!(
+                "a scan of namespace {scope} with children takes no name prefix (got {name_prefix:?})"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Rejects an events limit above the bound.
+pub(crate) fn check_events_limit(limit: usize) -> Result<(), StoreError> {
+    if limit > EVENTS_LIMIT_MAX {
+        return Err(StoreError::BatchTooLarge {
+            len: limit,
+            max: EVENTS_LIMIT_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// How an import judges the stored record against the copied one.
+pub(crate) fn judge_import(
+    record: &DcRecord,
+    current: Option<DcRecord>,
+) -> Option<Import<DcRecord>> {
+    match current {
+        None => None,
+        Some(current) if &current == record => Some(Import::Present),
+        Some(current) if current.version < record.version && current.key == record.key => None,
+        Some(current) => Some(Import::Conflict { current }),
+    }
+}
+
+/// How an event import judges the stored event at the same seq.
+pub(crate) fn judge_event_import(event: &Event, current: Option<Event>) -> Option<Import<Event>> {
+    match current {
+        None => None,
+        Some(current) if &current == event => Some(Import::Present),
+        Some(current) => Some(Import::Conflict { current }),
+    }
 }
 
 /// The caller-bug checks every backend runs before a compare-and-set.
@@ -132,7 +227,7 @@ pub(crate) fn judge_cas(
 }
 
 /// Rejects a scan limit above the bound.
-pub(crate) fn check_limit(limit: usize) -> Result<(), StoreError> {
+fn check_limit(limit: usize) -> Result<(), StoreError> {
     if limit > SCAN_LIMIT_MAX {
         return Err(StoreError::BatchTooLarge {
             len: limit,

@@ -62,6 +62,12 @@ pub enum StoreError {
         /// The limit.
         max: usize,
     },
+    /// Caller bug: a scan that cannot be served as asked. Nothing was read.
+    #[error("invalid scan: {reason}")]
+    InvalidScan {
+        /// What was wrong.
+        reason: String,
+    },
     /// The allocator ran out of `u64` uniques (never expected in practice).
     #[error("reservation allocator exhausted")]
     AllocatorExhausted,

@@ -12,11 +12,18 @@
 //!
 //! Keys live under a subspace prefix scoped by deployment/tenant, with the
 //! same layout as the etcd backend: `g/<key bytes>` → reservation ID,
-//! `r/<id>` → postcard record, `k/<(key, id) bytes>` → id, `alloc` → the
-//! allocator's high-water mark (8 bytes big-endian). Every operation is one
-//! serializable FDB transaction (reads add conflict ranges, so a racing
-//! set_if_absent or CAS retries and then sees the winner), retried at most
-//! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff.
+//! `r/<id>` → postcard record, `k/<(key, id) bytes>` → id,
+//! `events/<seq, 8 bytes big-endian>` → postcard event, `events-head` → the
+//! last event seq ever appended and `alloc` → the allocator's high-water
+//! mark (both 8 bytes big-endian). Every operation is one serializable FDB
+//! transaction (reads add conflict ranges, so a racing set_if_absent or CAS
+//! retries and then sees the winner), retried at most
+//! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff. A
+//! compare-and-set that derives an event reads the head and writes the
+//! record, the event at `head + 1` and the new head in that one
+//! transaction; such appends of one process take turns (a renewal, which
+//! derives none, does not wait for them), so they only conflict with other
+//! processes' appends.
 //!
 //! The FDB client network must run before any database is opened:
 //! [`FdbNetwork::start`] starts it (at most once per process) and
@@ -26,11 +33,14 @@
 use async_trait::async_trait;
 use foundationdb::options::{DatabaseOption, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption};
-use homing_core::{DcRecord, Key, Namespace, ReservationId};
+use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
 use tokio::sync::Mutex;
 
 use crate::allocator::Blocks;
-use crate::dc::{Cas, DcStore, ScanCursor, check_cas, check_limit, judge_cas};
+use crate::dc::{
+    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
+    judge_cas, judge_event_import, judge_import,
+};
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
@@ -239,12 +249,62 @@ impl GlobalStore for FdbGlobalStore {
             }
         )
     }
+
+    async fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
+        check_batch(limit)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let section = self.space.key(b"g/", b"");
+        // Invariant: the section ends in `/`, so it has an end.
+        let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
+        // Byte order is key order; the successor of `after`'s bytes is the
+        // smallest key bytes strictly after it.
+        let start = match after {
+            Some(k) => self
+                .space
+                .key(b"g/", &keyspace::successor(&keyspace::key_bytes(k))),
+            None => section.clone(),
+        };
+        let rows = transact!(self.space, trx, {
+            let range = exact_range(start.clone(), end.clone(), limit);
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = step!(trx.get_range(&range, 1, false).await)
+                .iter()
+                .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
+                .collect();
+            Ok(Step::Done(rows))
+        })?;
+        rows.into_iter()
+            .map(|(k, id)| {
+                let k = k.strip_prefix(section.as_slice()).ok_or_else(|| {
+                    StoreError::corrupt("global entry", "key outside its section")
+                })?;
+                Ok((keyspace::decode_key(k)?, keyspace::decode_id(&id)?))
+            })
+            .collect()
+    }
 }
 
 /// A [`DcStore`] in FoundationDB.
 pub struct FdbDcStore {
     space: Space,
     blocks: Mutex<Blocks>,
+    /// Held by a compare-and-set while it appends an event: every append
+    /// reads and writes the one head key, so appends of this process take
+    /// turns instead of failing each other's commits (other processes still
+    /// conflict, and FDB retries them).
+    appending: Mutex<()>,
+}
+
+/// What the first, event-less attempt of a compare-and-set found.
+enum CasStep {
+    Done(Cas),
+    /// The write derives an event: redo it holding the append turn.
+    Append,
 }
 
 impl FdbDcStore {
@@ -257,8 +317,45 @@ impl FdbDcStore {
             },
             // The first allocation reads the persisted mark before serving.
             blocks: Mutex::new(Blocks::resume(0)),
+            appending: Mutex::new(()),
         }
     }
+
+    fn event_key(&self, seq: EventSeq) -> Vec<u8> {
+        self.space.key(b"events/", &keyspace::event_seq_bytes(seq))
+    }
+
+    fn head_key(&self) -> Vec<u8> {
+        self.space.key(b"events-head", b"")
+    }
+
+    fn counter_key(&self) -> Vec<u8> {
+        self.space.key(b"alloc", b"")
+    }
+}
+
+/// An 8-byte big-endian counter (the event head, the allocator's mark); absent is 0.
+fn decode_counter(what: &'static str, bytes: Option<&[u8]>) -> Result<u64, StoreError> {
+    match bytes {
+        None => Ok(0),
+        Some(b) => Ok(u64::from_be_bytes(
+            b.try_into()
+                .map_err(|_| StoreError::corrupt(what, "not 8 bytes"))?,
+        )),
+    }
+}
+
+/// `limit` rows of `[begin, end)` in one go: the default `Iterator` mode's
+/// first batch is a few KiB, so a page would come back short while more rows
+/// exist, and callers read a short page as the end. `Exact` delivers `limit`
+/// rows, or every row left in the range. `limit` must be above 0 (FDB reads
+/// 0 as "no limit").
+fn exact_range<'a>(begin: Vec<u8>, end: Vec<u8>, limit: usize) -> RangeOption<'a> {
+    debug_assert!(limit > 0);
+    let mut range = RangeOption::from((begin, end));
+    range.limit = Some(limit);
+    range.mode = StreamingMode::Exact;
+    range
 }
 
 #[async_trait]
@@ -285,12 +382,42 @@ impl DcStore for FdbDcStore {
         let index = self
             .space
             .key(b"k/", &keyspace::record_scan_bytes(&record.key, &record.id));
-        transact!(self.space, trx, {
+        // First without the append turn: a renewal derives no event.
+        let first = transact!(self.space, trx, {
             let current = step!(trx.get(&rk, false).await)
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
+            let event = homing_core::event::derive(current.as_ref(), record);
+            if let Some(conflict) = judge_cas(expected, record, current)? {
+                return Ok(Step::Done(CasStep::Done(conflict)));
+            }
+            if event.is_some() {
+                return Ok(Step::Done(CasStep::Append));
+            }
+            trx.set(&rk, &value);
+            Ok(Step::Done(CasStep::Done(Cas::Written)))
+        })?;
+        if let CasStep::Done(cas) = first {
+            return Ok(cas);
+        }
+        let _turn = self.appending.lock().await;
+        let head_key = self.head_key();
+        transact!(self.space, trx, {
+            // Judged again: the record may have moved since the first look.
+            let current = step!(trx.get(&rk, false).await)
+                .map(|v| keyspace::decode_record(&v))
+                .transpose()?;
+            let event = homing_core::event::derive(current.as_ref(), record);
             if let Some(conflict) = judge_cas(expected, record, current)? {
                 return Ok(Step::Done(conflict));
+            }
+            if let Some(mut event) = event {
+                let head = step!(trx.get(&head_key, false).await);
+                let head = decode_counter("event head", head.as_deref())?;
+                // Invariant: a u64 log never fills (one event per write).
+                event.seq = head.checked_add(1).expect("event seq overflow");
+                trx.set(&self.event_key(event.seq), &keyspace::encode_event(&event)?);
+                trx.set(&head_key, &event.seq.to_be_bytes());
             }
             trx.set(&rk, &value);
             if expected.is_none() {
@@ -302,35 +429,28 @@ impl DcStore for FdbDcStore {
 
     async fn scan(
         &self,
-        namespace: &Namespace,
+        scope: &NamespaceScope,
         name_prefix: &str,
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<Vec<DcRecord>, StoreError> {
-        check_limit(limit)?;
+        check_scan(scope, name_prefix, limit)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (start, end) = keyspace::prefixed_scan_range(
-            &self.space.key(b"k/", b""),
-            namespace,
-            name_prefix,
-            after,
-        )
-        .ok_or_else(|| StoreError::corrupt("subspace prefix", "unbounded"))?;
+        let ranges =
+            keyspace::prefixed_scan_ranges(&self.space.key(b"k/", b""), scope, name_prefix, after);
         let found = transact!(self.space, trx, {
-            let mut range = RangeOption::from((start.clone(), end.clone()));
-            range.limit = Some(limit);
-            // The default `Iterator` mode's first batch is a few KiB, so a page
-            // would come back short while more rows exist, and callers (the
-            // reaper, inspect) read a short page as the end of the scan.
-            // `Exact` delivers `limit` rows, or every row left in the range.
-            range.mode = StreamingMode::Exact;
-            let ids: Vec<Vec<u8>> = step!(trx.get_range(&range, 1, false).await)
-                .iter()
-                .map(|kv| kv.value().to_vec())
-                .collect();
-            let mut out = Vec::with_capacity(limit);
+            let mut ids: Vec<Vec<u8>> = Vec::with_capacity(limit);
+            for (start, end) in &ranges {
+                let range = exact_range(start.clone(), end.clone(), limit - ids.len());
+                let rows = step!(trx.get_range(&range, 1, false).await);
+                ids.extend(rows.iter().map(|kv| kv.value().to_vec()));
+                if ids.len() == limit {
+                    break;
+                }
+            }
+            let mut out = Vec::with_capacity(ids.len());
             for id in &ids {
                 let rk = self.space.key(b"r/", id);
                 out.push(step!(trx.get(&rk, false).await).map(|v| v.to_vec()));
@@ -352,17 +472,11 @@ impl DcStore for FdbDcStore {
         if let Some(unique) = blocks.take() {
             return Ok(unique);
         }
-        let counter = self.space.key(b"alloc", b"");
+        let counter = self.counter_key();
         let from = blocks.clone();
         let high_water = transact!(self.space, trx, {
-            let persisted = match step!(trx.get(&counter, false).await) {
-                Some(v) => u64::from_be_bytes(
-                    v.as_ref()
-                        .try_into()
-                        .map_err(|_| StoreError::corrupt("allocator", "not 8 bytes"))?,
-                ),
-                None => 0,
-            };
+            let persisted = step!(trx.get(&counter, false).await);
+            let persisted = decode_counter("allocator", persisted.as_deref())?;
             let mut b = from.clone();
             b.jump_to(persisted);
             let mark = b.next_high_water()?;
@@ -373,6 +487,123 @@ impl DcStore for FdbDcStore {
         blocks.granted(high_water.1);
         // Invariant: a fresh block of ALLOCATOR_BLOCK_IDS ≥ 1 has a first unique.
         Ok(blocks.take().expect("a granted block is not empty"))
+    }
+
+    async fn events(&self, after: EventSeq, limit: usize) -> Result<EventPage, StoreError> {
+        check_events_limit(limit)?;
+        let section = self.space.key(b"events/", b"");
+        // Invariant: the section ends in `/`, so it has an end.
+        let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
+        let head_key = self.head_key();
+        // Past the last seq nothing follows; FDB reads limit 0 as "no limit".
+        let start = after
+            .checked_add(1)
+            .filter(|_| limit > 0)
+            .map(|seq| self.event_key(seq));
+        let (head, first, page) = transact!(self.space, trx, {
+            let head = step!(trx.get(&head_key, false).await).map(|v| v.to_vec());
+            let oldest = exact_range(section.clone(), end.clone(), 1);
+            let first: Option<Vec<u8>> = step!(trx.get_range(&oldest, 1, false).await)
+                .iter()
+                .next()
+                .map(|kv| kv.value().to_vec());
+            let mut page = Vec::new();
+            if let Some(start) = &start {
+                let range = exact_range(start.clone(), end.clone(), limit);
+                let rows = step!(trx.get_range(&range, 1, false).await);
+                page.extend(rows.iter().map(|kv| kv.value().to_vec()));
+            }
+            Ok(Step::Done((head, first, page)))
+        })?;
+        let head = decode_counter("event head", head.as_deref())?;
+        let oldest = match first {
+            Some(bytes) => keyspace::decode_event(&bytes)?.seq,
+            None => head + 1,
+        };
+        Ok(EventPage {
+            events: page
+                .iter()
+                .map(|b| keyspace::decode_event(b))
+                .collect::<Result<_, _>>()?,
+            oldest,
+            head,
+        })
+    }
+
+    async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {
+        let (begin, end) = (self.event_key(0), self.event_key(before));
+        transact!(self.space, trx, {
+            trx.clear_range(&begin, &end);
+            Ok(Step::Done(()))
+        })
+    }
+
+    async fn import(&self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
+        let value = keyspace::encode_record(record)?;
+        let id = keyspace::id_bytes(&record.id);
+        let rk = self.space.key(b"r/", &id);
+        let index = self
+            .space
+            .key(b"k/", &keyspace::record_scan_bytes(&record.key, &record.id));
+        transact!(self.space, trx, {
+            let current = step!(trx.get(&rk, false).await)
+                .map(|v| keyspace::decode_record(&v))
+                .transpose()?;
+            if let Some(judged) = judge_import(record, current) {
+                return Ok(Step::Done(judged));
+            }
+            trx.set(&rk, &value);
+            // An older version has the same key (judge_import checks it).
+            trx.set(&index, &id);
+            Ok(Step::Done(Import::Written))
+        })
+    }
+
+    async fn import_event(&self, event: &Event) -> Result<Import<Event>, StoreError> {
+        let value = keyspace::encode_event(event)?;
+        let (ek, head_key) = (self.event_key(event.seq), self.head_key());
+        transact!(self.space, trx, {
+            let current = step!(trx.get(&ek, false).await)
+                .map(|v| keyspace::decode_event(&v))
+                .transpose()?;
+            if let Some(judged) = judge_event_import(event, current) {
+                return Ok(Step::Done(judged));
+            }
+            let head = step!(trx.get(&head_key, false).await);
+            let head = decode_counter("event head", head.as_deref())?;
+            trx.set(&ek, &value);
+            if event.seq > head {
+                trx.set(&head_key, &event.seq.to_be_bytes());
+            }
+            Ok(Step::Done(Import::Written))
+        })
+    }
+
+    async fn allocator_floor(&self) -> Result<u64, StoreError> {
+        // The persisted mark is exclusive: every unique handed out is below it.
+        let counter = self.counter_key();
+        let mark = transact!(self.space, trx, {
+            Ok(Step::Done(
+                step!(trx.get(&counter, false).await).map(|v| v.to_vec()),
+            ))
+        })?;
+        decode_counter("allocator", mark.as_deref())
+    }
+
+    async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
+        // Held across the write so no allocation of this store interleaves.
+        let mut blocks = self.blocks.lock().await;
+        let past = floor.checked_add(1).ok_or(StoreError::AllocatorExhausted)?;
+        let counter = self.counter_key();
+        transact!(self.space, trx, {
+            let persisted = step!(trx.get(&counter, false).await);
+            if decode_counter("allocator", persisted.as_deref())? < past {
+                trx.set(&counter, &past.to_be_bytes());
+            }
+            Ok(Step::Done(()))
+        })?;
+        blocks.jump_to(past);
+        Ok(())
     }
 }
 

@@ -34,6 +34,15 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// otherwise. Acknowledged inserts are durable (for durable backends).
     async fn set_if_absent(&self, key: &Key, id: &ReservationId)
     -> Result<SetIfAbsent, StoreError>;
+
+    /// Migration: entries in key order, strictly after `after` if given, at
+    /// most `limit` (≤ [`GET_MANY_KEYS_MAX`], else
+    /// [`StoreError::BatchTooLarge`]). Fewer than `limit` only at the end.
+    async fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, ReservationId)>, StoreError>;
 }
 
 /// Rejects a `get_many` batch above the bound.

@@ -9,7 +9,9 @@
 //! A record's scan key appends the reservation's DC as a component and its
 //! unique as 8 big-endian bytes, so byte order is `(Key, ReservationId)` order.
 
-use homing_core::{DcRecord, Key, Namespace, ReservationId, wire};
+use homing_core::{
+    DcRecord, Event, EventSeq, Key, KeyName, Namespace, NamespaceScope, ReservationId, wire,
+};
 
 use crate::dc::ScanCursor;
 use crate::error::StoreError;
@@ -42,6 +44,42 @@ pub fn key_bytes(key: &Key) -> Vec<u8> {
     out
 }
 
+/// Splits one escaped, terminated component off the front of `bytes`:
+/// `(component, rest)`, or `None` when no terminator ends it.
+fn split_component(bytes: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1)) {
+            (0, Some(&ESCAPE)) => {
+                out.push(0);
+                i += 2;
+            }
+            (0, _) => return Some((out, &bytes[i + 1..])),
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    None
+}
+
+/// Parses the store key of a global entry back into its [`Key`] (the inverse
+/// of [`key_bytes`]); bytes that are not exactly one valid key are `Corrupt`.
+pub fn decode_key(bytes: &[u8]) -> Result<Key, StoreError> {
+    let corrupt = |reason: &str| StoreError::corrupt("key", reason);
+    let (namespace, rest) = split_component(bytes).ok_or_else(|| corrupt("no namespace"))?;
+    let (name, rest) = split_component(rest).ok_or_else(|| corrupt("no name"))?;
+    if !rest.is_empty() {
+        return Err(corrupt("bytes after the name"));
+    }
+    let text = |b: Vec<u8>| String::from_utf8(b).map_err(|e| StoreError::corrupt("key", e));
+    let namespace = Namespace::new(text(namespace)?).map_err(|e| StoreError::corrupt("key", e))?;
+    let name = KeyName::new(text(name)?).map_err(|e| StoreError::corrupt("key", e))?;
+    Ok(Key::in_namespace(namespace, name))
+}
+
 /// The scan-index key of a record: its key, then its reservation ID.
 pub fn record_scan_bytes(key: &Key, id: &ReservationId) -> Vec<u8> {
     let mut out = key_bytes(key);
@@ -50,17 +88,25 @@ pub fn record_scan_bytes(key: &Key, id: &ReservationId) -> Vec<u8> {
     out
 }
 
-/// The byte prefix of every record whose key is in `namespace` and whose name
-/// starts with `name_prefix`; empty (everything) for the empty namespace and
-/// the empty prefix, as [`crate::DcStore::scan`] specifies.
-pub fn scan_prefix(namespace: &Namespace, name_prefix: &str) -> Vec<u8> {
-    if namespace.as_str().is_empty() && name_prefix.is_empty() {
-        return Vec::new();
+/// The byte prefixes whose records make up `scope` with names starting with
+/// `name_prefix`, in byte order: `namespace` itself, then (with children)
+/// every namespace under it — `ns/…` sorts after `ns` and its names, since the
+/// terminator `0x00` sorts below `/`. The whole-tree scope is one empty prefix.
+pub fn scope_prefixes(scope: &NamespaceScope, name_prefix: &str) -> Vec<Vec<u8>> {
+    let namespace = scope.namespace.as_str().as_bytes();
+    if scope.include_children && namespace.is_empty() {
+        return vec![Vec::new()];
     }
-    let mut out = Vec::new();
-    push_component(&mut out, namespace.as_str().as_bytes());
-    push_escaped(&mut out, name_prefix.as_bytes());
-    out
+    let mut exact = Vec::new();
+    push_component(&mut exact, namespace);
+    push_escaped(&mut exact, name_prefix.as_bytes());
+    if !scope.include_children {
+        return vec![exact];
+    }
+    let mut children = Vec::new();
+    push_escaped(&mut children, namespace);
+    children.push(b'/');
+    vec![exact, children]
 }
 
 /// The smallest byte string greater than every string starting with
@@ -112,45 +158,80 @@ pub fn decode_record(bytes: &[u8]) -> Result<DcRecord, StoreError> {
     wire::decode(bytes).map_err(|e| StoreError::corrupt("record", e))
 }
 
-/// The scan-index byte range `[start, end)` of a scan (`end` `None`: unbounded).
-pub fn scan_range(
-    namespace: &Namespace,
+/// The scan-index byte ranges `[start, end)` of a scan (`end` `None`:
+/// unbounded), in byte order, each starting strictly after `after`; ranges
+/// wholly before `after` are left out.
+pub fn scan_ranges(
+    scope: &NamespaceScope,
     name_prefix: &str,
     after: Option<&ScanCursor>,
-) -> (Vec<u8>, Option<Vec<u8>>) {
-    let prefix = scan_prefix(namespace, name_prefix);
-    let end = prefix_end(&prefix);
-    let start = match after {
-        Some(c) => {
-            let past = successor(&record_scan_bytes(&c.key, &c.id));
-            past.max(prefix)
-        }
-        None => prefix,
-    };
-    (start, end)
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let past = after.map(|c| successor(&record_scan_bytes(&c.key, &c.id)));
+    scope_prefixes(scope, name_prefix)
+        .into_iter()
+        .filter_map(|prefix| {
+            let end = prefix_end(&prefix);
+            let start = match &past {
+                Some(past) => past.clone().max(prefix),
+                None => prefix,
+            };
+            match &end {
+                Some(end) if &start >= end => None,
+                _ => Some((start, end)),
+            }
+        })
+        .collect()
 }
 
-/// [`scan_range`] for index keys stored under `index_prefix` (a backend's
-/// subspace plus its index section), with the open end bounded by the end of
-/// that prefix. `None` only if `index_prefix` is empty or all `0xFF`.
-pub fn prefixed_scan_range(
+/// [`scan_ranges`] for index keys stored under `index_prefix` (a backend's
+/// subspace plus its index section), with open ends bounded by the end of
+/// that prefix. Empty only if `index_prefix` is empty or all `0xFF`.
+pub fn prefixed_scan_ranges(
     index_prefix: &[u8],
-    namespace: &Namespace,
+    scope: &NamespaceScope,
     name_prefix: &str,
     after: Option<&ScanCursor>,
-) -> Option<(Vec<u8>, Vec<u8>)> {
-    let (start, end) = scan_range(namespace, name_prefix, after);
-    let end = match end {
-        Some(end) => [index_prefix, &end].concat(),
-        None => prefix_end(index_prefix)?,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let Some(section_end) = prefix_end(index_prefix) else {
+        return Vec::new();
     };
-    Some(([index_prefix, &start].concat(), end))
+    scan_ranges(scope, name_prefix, after)
+        .into_iter()
+        .map(|(start, end)| {
+            let end = match end {
+                Some(end) => [index_prefix, &end].concat(),
+                None => section_end.clone(),
+            };
+            ([index_prefix, &start].concat(), end)
+        })
+        .collect()
+}
+
+/// The store key of event `seq` within a backend's event section: 8
+/// big-endian bytes, so byte order is log order.
+pub fn event_seq_bytes(seq: EventSeq) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+/// Encodes an event (postcard), refusing one above [`RECORD_BYTES_MAX`].
+pub fn encode_event(event: &Event) -> Result<Vec<u8>, StoreError> {
+    match wire::encode(event) {
+        Ok(bytes) => Ok(bytes),
+        Err(wire::FrameError::TooLarge { len, max }) => {
+            Err(StoreError::TooLarge { bytes: len, max })
+        }
+        Err(e) => Err(StoreError::corrupt("event", e)),
+    }
+}
+
+/// Decodes a stored event.
+pub fn decode_event(bytes: &[u8]) -> Result<Event, StoreError> {
+    wire::decode(bytes).map_err(|e| StoreError::corrupt("event", e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homing_core::KeyName;
 
     fn key(ns: &str, name: &str) -> Key {
         Key::in_namespace(Namespace::new(ns).unwrap(), KeyName::new(name).unwrap())
@@ -160,9 +241,42 @@ mod tests {
     fn namespaces_containing_separators_do_not_collide() {
         assert_ne!(key_bytes(&key("a/b", "c")), key_bytes(&key("a", "b/c")));
         assert_ne!(key_bytes(&key("", "ab")), key_bytes(&key("a", "b")));
-        let p = scan_prefix(&Namespace::new("a").unwrap(), "");
+        let scope = NamespaceScope::exact(Namespace::new("a").unwrap());
+        let [p] = scope_prefixes(&scope, "").try_into().unwrap();
         assert!(!key_bytes(&key("ab", "x")).starts_with(&p));
         assert!(key_bytes(&key("a", "x")).starts_with(&p));
+    }
+
+    #[test]
+    fn a_subtree_is_its_namespace_then_its_children_and_nothing_between() {
+        let scope = NamespaceScope::subtree(Namespace::new("g/eu").unwrap());
+        let prefixes = scope_prefixes(&scope, "");
+        let inside = |k: &Key| prefixes.iter().any(|p| key_bytes(k).starts_with(p));
+        assert!(inside(&key("g/eu", "x")));
+        assert!(inside(&key("g/eu/lobbies", "x")));
+        assert!(inside(&key("g/eu/a/b", "x")));
+        assert!(!inside(&key("g/eu-west", "x")));
+        assert!(!inside(&key("g/eu!", "x")), "sorts between the two ranges");
+        assert!(!inside(&key("g", "eu")));
+        assert!(prefixes[0] < prefixes[1]);
+        let all = scope_prefixes(&NamespaceScope::everything(), "");
+        assert_eq!(all, vec![Vec::<u8>::new()]);
+        let default_only = NamespaceScope::exact(Namespace::default());
+        let [p] = scope_prefixes(&default_only, "").try_into().unwrap();
+        assert!(key_bytes(&key("", "x")).starts_with(&p));
+        assert!(!key_bytes(&key("a", "x")).starts_with(&p));
+    }
+
+    #[test]
+    fn a_cursor_in_the_children_range_skips_the_exact_one() {
+        let scope = NamespaceScope::subtree(Namespace::new("g").unwrap());
+        let cursor = ScanCursor {
+            key: key("g/a", "x"),
+            id: "iad.1".parse().unwrap(),
+        };
+        let ranges = scan_ranges(&scope, "", Some(&cursor));
+        assert_eq!(ranges.len(), 1);
+        assert!(ranges[0].0 > record_scan_bytes(&cursor.key, &cursor.id));
     }
 
     #[test]
@@ -188,6 +302,20 @@ mod tests {
         let id = |t: &str| t.parse::<ReservationId>().unwrap();
         assert!(record_scan_bytes(&k, &id("iad.9")) < record_scan_bytes(&k, &id("iad.10")));
         assert!(record_scan_bytes(&k, &id("fra.99")) < record_scan_bytes(&k, &id("iad.1")));
+    }
+
+    #[test]
+    fn key_bytes_decode_back_to_the_key() {
+        for k in [
+            key("", "a"),
+            key("a/b", "c/d"),
+            key("ключ", "名前 x"),
+            key("ÿ", "ÿÿ"),
+        ] {
+            assert_eq!(decode_key(&key_bytes(&k)).unwrap(), k);
+        }
+        assert!(decode_key(b"ns\0").is_err());
+        assert!(decode_key(b"ns\0n\0x").is_err());
     }
 
     #[test]

@@ -3,10 +3,17 @@
 //! Two stores, two traits:
 //!
 //! - [`GlobalStore`]: `key → ReservationId`, written once and never changed or
-//!   deleted, so readers may cache entries forever.
+//!   deleted, so readers may cache entries forever;
+//!   [`GlobalStore::scan`] pages through every entry in key order (migration).
 //! - [`DcStore`]: one DC's own mutable [`homing_core::DcRecord`]s, changed by
-//!   compare-and-set on the record's `version`, plus a durable allocator of
-//!   reservation uniques.
+//!   compare-and-set on the record's `version` and scanned by namespace scope
+//!   (one namespace, or a namespace and everything under it); the DC's
+//!   lifecycle event log, each event appended in the same transaction as the
+//!   change it records (seqs 1, 2, … without gaps, trimmed by retention);
+//!   and a durable allocator of reservation uniques. Migration copies
+//!   records and events with [`DcStore::import`] / [`DcStore::import_event`]
+//!   and carries the allocator over with [`DcStore::allocator_floor`] /
+//!   [`DcStore::raise_allocator`].
 //!
 //! Backends: [`memory`] (tests and the simulator), [`redb`] (embedded, the
 //! default: zero set-up, group commit), `etcd` (cargo feature `etcd`) and
@@ -55,7 +62,7 @@ pub mod memory;
 pub mod redb;
 mod writer;
 
-pub use dc::{Cas, DcStore, SCAN_LIMIT_MAX, ScanCursor};
+pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
 pub use error::StoreError;
 pub use global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
 pub use memory::{MemoryDcStore, MemoryGlobalStore};

@@ -6,17 +6,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use homing_core::{DcRecord, Key, Namespace, ReservationId};
+use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
 
-use crate::dc::{Cas, DcStore, ScanCursor, check_cas, check_limit, judge_cas};
+use crate::dc::{
+    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
+    judge_cas, judge_event_import, judge_import,
+};
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 
-/// A [`GlobalStore`] in a `HashMap`.
+/// A [`GlobalStore`] in a `BTreeMap` (key order, for [`GlobalStore::scan`]).
 #[derive(Debug, Default)]
 pub struct MemoryGlobalStore {
-    entries: Mutex<HashMap<Key, ReservationId>>,
+    entries: Mutex<BTreeMap<Key, ReservationId>>,
 }
 
 impl MemoryGlobalStore {
@@ -25,7 +28,7 @@ impl MemoryGlobalStore {
         MemoryGlobalStore::default()
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Key, ReservationId>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, ReservationId>> {
         // A panic while holding the lock cannot leave a half-written entry
         // (inserts are single calls), so a poisoned map is still consistent.
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
@@ -58,6 +61,24 @@ impl GlobalStore for MemoryGlobalStore {
             }
         }
     }
+
+    async fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
+        check_batch(limit)?;
+        let entries = self.entries();
+        let range = match after {
+            Some(after) => entries
+                .range::<Key, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            None => entries.range::<Key, _>(..),
+        };
+        Ok(range
+            .take(limit)
+            .map(|(k, id)| (k.clone(), id.clone()))
+            .collect())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +86,16 @@ struct DcState {
     records: HashMap<ReservationId, DcRecord>,
     by_scan_key: BTreeMap<Vec<u8>, ReservationId>,
     next_unique: u64,
+    events: BTreeMap<EventSeq, Event>,
+    event_head: EventSeq,
+}
+
+impl DcState {
+    fn put(&mut self, record: &DcRecord) {
+        let scan_key = keyspace::record_scan_bytes(&record.key, &record.id);
+        self.by_scan_key.insert(scan_key, record.id.clone());
+        self.records.insert(record.id.clone(), record.clone());
+    }
 }
 
 /// A [`DcStore`] in memory.
@@ -101,33 +132,43 @@ impl DcStore for MemoryDcStore {
         keyspace::encode_record(record)?;
         let mut state = self.state();
         let current = state.records.get(&record.id).cloned();
+        let event = homing_core::event::derive(current.as_ref(), record);
         if let Some(conflict) = judge_cas(expected, record, current)? {
             return Ok(conflict);
         }
-        if expected.is_none() {
-            let scan_key = keyspace::record_scan_bytes(&record.key, &record.id);
-            state.by_scan_key.insert(scan_key, record.id.clone());
+        if let Some(mut event) = event {
+            keyspace::encode_event(&event)?;
+            state.event_head += 1;
+            event.seq = state.event_head;
+            state.events.insert(event.seq, event);
         }
-        state.records.insert(record.id.clone(), record.clone());
+        state.put(record);
         Ok(Cas::Written)
     }
 
     async fn scan(
         &self,
-        namespace: &Namespace,
+        scope: &NamespaceScope,
         name_prefix: &str,
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<Vec<DcRecord>, StoreError> {
-        check_limit(limit)?;
-        let (start, end) = keyspace::scan_range(namespace, name_prefix, after);
+        check_scan(scope, name_prefix, limit)?;
         let state = self.state();
-        let range = state.by_scan_key.range(start..);
-        Ok(range
-            .take_while(|(k, _)| end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice()))
-            .take(limit)
-            .filter_map(|(_, id)| state.records.get(id).cloned())
-            .collect())
+        let mut out = Vec::new();
+        for (start, end) in keyspace::scan_ranges(scope, name_prefix, after) {
+            let range = state.by_scan_key.range(start..);
+            out.extend(
+                range
+                    .take_while(|(k, _)| end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice()))
+                    .take(limit - out.len())
+                    .filter_map(|(_, id)| state.records.get(id).cloned()),
+            );
+            if out.len() == limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     async fn allocate(&self) -> Result<u64, StoreError> {
@@ -137,5 +178,66 @@ impl DcStore for MemoryDcStore {
             .checked_add(1)
             .ok_or(StoreError::AllocatorExhausted)?;
         Ok(state.next_unique)
+    }
+
+    async fn events(&self, after: EventSeq, limit: usize) -> Result<EventPage, StoreError> {
+        check_events_limit(limit)?;
+        let state = self.state();
+        let events = state
+            .events
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect();
+        let oldest = state
+            .events
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(state.event_head + 1);
+        Ok(EventPage {
+            events,
+            oldest,
+            head: state.event_head,
+        })
+    }
+
+    async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {
+        let mut state = self.state();
+        state.events = state.events.split_off(&before);
+        Ok(())
+    }
+
+    async fn import(&self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
+        keyspace::encode_record(record)?;
+        let mut state = self.state();
+        let current = state.records.get(&record.id).cloned();
+        if let Some(judged) = judge_import(record, current) {
+            return Ok(judged);
+        }
+        state.put(record);
+        Ok(Import::Written)
+    }
+
+    async fn import_event(&self, event: &Event) -> Result<Import<Event>, StoreError> {
+        keyspace::encode_event(event)?;
+        let mut state = self.state();
+        let current = state.events.get(&event.seq).cloned();
+        if let Some(judged) = judge_event_import(event, current) {
+            return Ok(judged);
+        }
+        state.events.insert(event.seq, event.clone());
+        state.event_head = state.event_head.max(event.seq);
+        Ok(Import::Written)
+    }
+
+    async fn allocator_floor(&self) -> Result<u64, StoreError> {
+        Ok(self.state().next_unique)
+    }
+
+    async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
+        let mut state = self.state();
+        state.next_unique = state.next_unique.max(floor);
+        Ok(())
     }
 }

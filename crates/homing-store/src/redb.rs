@@ -1,24 +1,32 @@
 //! The embedded redb backend, the zero-set-up default: one file per store
 //! (each DC its own DC-store file; the devnet shares one global-store file).
 //!
-//! Writes go through the group-commit [`writer`](crate::writer) thread and
+//! Writes go through the group-commit writer thread (`writer.rs`) and
 //! are durable when acknowledged (`Durability::Immediate`, redb's default:
-//! fsync on commit). Reads run in read transactions on tokio's blocking pool.
+//! fsync on commit); a compare-and-set's event is appended in the same write
+//! transaction, numbered after the head kept in the `meta` table, so the
+//! events of one group get consecutive seqs. Imports, trims and allocator
+//! raises go through the writer too. Reads run in read transactions on
+//! tokio's blocking pool.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use homing_core::{DcRecord, Key, Namespace, ReservationId};
-use redb::{Database, ReadableDatabase};
+use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use redb::{Database, ReadableDatabase, ReadableTable};
 use tokio::sync::Mutex;
 
 use crate::allocator::Blocks;
-use crate::dc::{Cas, DcStore, ScanCursor, check_cas, check_limit};
+use crate::dc::{
+    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
+};
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
-use crate::writer::{BY_KEY, GLOBAL, HIGH_WATER, META, Op, Outcome, RECORDS, Writer, backend};
+use crate::writer::{
+    BY_KEY, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, Op, Outcome, RECORDS, Writer, backend,
+};
 
 /// Default most operations committed in one group (one transaction, one fsync).
 pub const GROUP_OPS_MAX_DEFAULT: usize = 256;
@@ -73,6 +81,7 @@ impl Shared {
         for table in [GLOBAL, RECORDS, BY_KEY] {
             txn.open_table(table).map_err(backend)?;
         }
+        txn.open_table(EVENTS).map_err(backend)?;
         txn.open_table(META).map_err(backend)?;
         txn.commit().map_err(backend)?;
         let db = Arc::new(db);
@@ -176,6 +185,35 @@ impl GlobalStore for RedbGlobalStore {
             _ => Err(unexpected()),
         }
     }
+
+    async fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
+        check_batch(limit)?;
+        // Byte order is key order, and the smallest key bytes above `after`'s
+        // start strictly after them.
+        let start = after.map_or_else(Vec::new, |k| keyspace::successor(&keyspace::key_bytes(k)));
+        let found = self
+            .shared
+            .read(move |txn| {
+                let table = txn.open_table(GLOBAL).map_err(backend)?;
+                let range = table.range::<&[u8]>(start.as_slice()..).map_err(backend)?;
+                range
+                    .take(limit)
+                    .map(|entry| {
+                        let (k, id) = entry.map_err(backend)?;
+                        Ok((k.value().to_vec(), id.value().to_vec()))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            })
+            .await?;
+        found
+            .into_iter()
+            .map(|(k, id)| Ok((keyspace::decode_key(&k)?, keyspace::decode_id(&id)?)))
+            .collect()
+    }
 }
 
 /// A [`DcStore`] in a redb file.
@@ -239,32 +277,129 @@ impl DcStore for RedbDcStore {
 
     async fn scan(
         &self,
-        namespace: &Namespace,
+        scope: &NamespaceScope,
         name_prefix: &str,
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<Vec<DcRecord>, StoreError> {
-        check_limit(limit)?;
-        let (start, end) = keyspace::scan_range(namespace, name_prefix, after);
+        check_scan(scope, name_prefix, limit)?;
+        let ranges = keyspace::scan_ranges(scope, name_prefix, after);
         self.shared
             .read(move |txn| {
                 let index = txn.open_table(BY_KEY).map_err(backend)?;
-                let range = match &end {
-                    Some(end) => index.range::<&[u8]>(start.as_slice()..end.as_slice()),
-                    None => index.range::<&[u8]>(start.as_slice()..),
-                }
-                .map_err(backend)?;
                 let mut out = Vec::with_capacity(limit);
-                for entry in range.take(limit) {
-                    let (_, id) = entry.map_err(backend)?;
-                    let record = read_record(txn, id.value())?.ok_or_else(|| {
-                        StoreError::corrupt("scan index", "entry without a record")
-                    })?;
-                    out.push(record);
+                for (start, end) in &ranges {
+                    let range = match end {
+                        Some(end) => index.range::<&[u8]>(start.as_slice()..end.as_slice()),
+                        None => index.range::<&[u8]>(start.as_slice()..),
+                    }
+                    .map_err(backend)?;
+                    for entry in range.take(limit - out.len()) {
+                        let (_, id) = entry.map_err(backend)?;
+                        let record = read_record(txn, id.value())?.ok_or_else(|| {
+                            StoreError::corrupt("scan index", "entry without a record")
+                        })?;
+                        out.push(record);
+                    }
+                    if out.len() == limit {
+                        break;
+                    }
                 }
                 Ok(out)
             })
             .await
+    }
+
+    async fn events(&self, after: EventSeq, limit: usize) -> Result<EventPage, StoreError> {
+        check_events_limit(limit)?;
+        let found = self
+            .shared
+            .read(move |txn| {
+                let events = txn.open_table(EVENTS).map_err(backend)?;
+                let meta = txn.open_table(META).map_err(backend)?;
+                let head = meta
+                    .get(EVENT_HEAD)
+                    .map_err(backend)?
+                    .map_or(0, |v| v.value());
+                let oldest = events
+                    .first()
+                    .map_err(backend)?
+                    .map_or(head + 1, |(seq, _)| seq.value());
+                // Past the last seq nothing follows.
+                let page = match after.checked_add(1) {
+                    Some(start) => events
+                        .range(start..)
+                        .map_err(backend)?
+                        .take(limit)
+                        .map(|entry| Ok(entry.map_err(backend)?.1.value().to_vec()))
+                        .collect::<Result<Vec<_>, StoreError>>()?,
+                    None => Vec::new(),
+                };
+                Ok((page, oldest, head))
+            })
+            .await?;
+        let (page, oldest, head) = found;
+        Ok(EventPage {
+            events: page
+                .iter()
+                .map(|bytes| keyspace::decode_event(bytes))
+                .collect::<Result<_, _>>()?,
+            oldest,
+            head,
+        })
+    }
+
+    async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {
+        match self.shared.writer.submit(Op::TrimEvents(before)).await? {
+            Outcome::Trimmed => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn import(&self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
+        let op = Op::Import {
+            record: record.clone(),
+            value: keyspace::encode_record(record)?,
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::Import(import) => Ok(import),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn import_event(&self, event: &Event) -> Result<Import<Event>, StoreError> {
+        let op = Op::ImportEvent {
+            event: event.clone(),
+            value: keyspace::encode_event(event)?,
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::ImportEvent(import) => Ok(import),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn allocator_floor(&self) -> Result<u64, StoreError> {
+        // The durable mark is exclusive: every unique handed out is below it.
+        self.shared
+            .read(|txn| {
+                let meta = txn.open_table(META).map_err(backend)?;
+                let high_water = meta.get(HIGH_WATER).map_err(backend)?;
+                Ok(high_water.map_or(0, |v| v.value()))
+            })
+            .await
+    }
+
+    async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
+        // Held across the write so no allocation interleaves.
+        let mut blocks = self.blocks.lock().await;
+        let past = floor.checked_add(1).ok_or(StoreError::AllocatorExhausted)?;
+        // Durable first: after a crash the store resumes at or above `past`.
+        match self.shared.writer.submit(Op::HighWater(past)).await? {
+            Outcome::HighWater => {}
+            _ => return Err(unexpected()),
+        }
+        blocks.jump_to(past);
+        Ok(())
     }
 
     async fn allocate(&self) -> Result<u64, StoreError> {

@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use homing_core::DcRecord;
-use redb::{Database, ReadableTable, TableDefinition};
+use homing_core::{DcRecord, Event, EventSeq};
+use redb::{Database, ReadableTable, Table, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::dc::{Cas, judge_cas};
+use crate::dc::{Cas, Import, judge_cas, judge_event_import, judge_import};
 use crate::error::StoreError;
 use crate::keyspace;
 
@@ -24,10 +24,16 @@ pub(crate) const GLOBAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("g
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
 /// Scan index: `(key, id)` bytes → reservation ID text.
 pub(crate) const BY_KEY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records_by_key");
-/// Small counters (the allocator's high-water mark).
+/// The DC's event log: seq → postcard event.
+pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+/// Small counters (the allocator's high-water mark, the event head).
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// The allocator's persisted high-water mark in [`META`].
+/// The allocator's persisted high-water mark in [`META`] (exclusive: every
+/// unique handed out is below it).
 pub(crate) const HIGH_WATER: &str = "allocator_high_water";
+/// The seq of the last event ever appended, in [`META`]: kept apart from
+/// [`EVENTS`] so that trimming every event does not reset it.
+pub(crate) const EVENT_HEAD: &str = "event_head";
 
 /// Operations queued for the writer before senders wait (backpressure).
 pub const WRITE_QUEUE_OPS_MAX: usize = 4096;
@@ -44,6 +50,12 @@ pub(crate) enum Op {
     },
     /// Raise the allocator's high-water mark to at least this.
     HighWater(u64),
+    /// Write a copied record unless it is there (see `DcStore::import`).
+    Import { record: DcRecord, value: Vec<u8> },
+    /// Write a copied event at its seq unless one is there.
+    ImportEvent { event: Event, value: Vec<u8> },
+    /// Delete every event with a seq below this.
+    TrimEvents(EventSeq),
 }
 
 /// What an applied [`Op`] found.
@@ -54,6 +66,12 @@ pub(crate) enum Outcome {
     Cas(Cas),
     /// The high-water mark is durable.
     HighWater,
+    /// What a record import did.
+    Import(Import<DcRecord>),
+    /// What an event import did.
+    ImportEvent(Import<Event>),
+    /// The events are gone.
+    Trimmed,
 }
 
 struct Request {
@@ -150,59 +168,163 @@ fn run(db: &Database, mut rx: mpsc::Receiver<Request>, group_ops_max: usize) {
 
 type Answer = Result<Outcome, StoreError>;
 
-/// Applies every op in one write transaction. The outer error aborts the
-/// whole group; inner errors belong to one op only.
+/// Why one op was not applied: its own failure (answered to its caller, the
+/// group goes on), or the storage failing under the whole group.
+enum Failure {
+    /// This op only; it wrote nothing (every check runs before its first insert).
+    Op(StoreError),
+    /// The transaction: the whole group is aborted.
+    Group(redb::Error),
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Failure {
+        Failure::Op(e)
+    }
+}
+
+impl From<redb::StorageError> for Failure {
+    fn from(e: redb::StorageError) -> Failure {
+        Failure::Group(e.into())
+    }
+}
+
+/// The tables one group writes, open for the group's transaction.
+struct Tables<'txn> {
+    global: Table<'txn, &'static [u8], &'static [u8]>,
+    records: Table<'txn, &'static [u8], &'static [u8]>,
+    by_key: Table<'txn, &'static [u8], &'static [u8]>,
+    events: Table<'txn, u64, &'static [u8]>,
+    meta: Table<'txn, &'static str, u64>,
+}
+
+/// Applies every op in one write transaction, in arrival order.
 fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::Error> {
     let txn = db.begin_write()?;
     let mut answers = Vec::with_capacity(batch.len());
     {
-        let mut global = txn.open_table(GLOBAL)?;
-        let mut records = txn.open_table(RECORDS)?;
-        let mut by_key = txn.open_table(BY_KEY)?;
-        let mut meta = txn.open_table(META)?;
+        let mut tables = Tables {
+            global: txn.open_table(GLOBAL)?,
+            records: txn.open_table(RECORDS)?,
+            by_key: txn.open_table(BY_KEY)?,
+            events: txn.open_table(EVENTS)?,
+            meta: txn.open_table(META)?,
+        };
         for request in batch {
-            let answer = match &request.op {
-                Op::SetIfAbsent { key, id } => {
-                    let existing = global.get(key.as_slice())?.map(|v| v.value().to_vec());
-                    if existing.is_none() {
-                        global.insert(key.as_slice(), id.as_slice())?;
-                    }
-                    Ok(Outcome::SetIfAbsent(existing))
-                }
-                Op::Cas {
-                    expected,
-                    record,
-                    value,
-                } => {
-                    let id = keyspace::id_bytes(&record.id);
-                    let current = records
-                        .get(id.as_slice())?
-                        .map(|v| keyspace::decode_record(v.value()));
-                    match current.transpose() {
-                        Err(e) => Err(e),
-                        Ok(current) => match judge_cas(*expected, record, current) {
-                            Err(e) => Err(e),
-                            Ok(Some(conflict)) => Ok(Outcome::Cas(conflict)),
-                            Ok(None) => {
-                                records.insert(id.as_slice(), value.as_slice())?;
-                                if expected.is_none() {
-                                    let scan = keyspace::record_scan_bytes(&record.key, &record.id);
-                                    by_key.insert(scan.as_slice(), id.as_slice())?;
-                                }
-                                Ok(Outcome::Cas(Cas::Written))
-                            }
-                        },
-                    }
-                }
-                Op::HighWater(mark) => {
-                    let old = meta.get(HIGH_WATER)?.map_or(0, |v| v.value());
-                    meta.insert(HIGH_WATER, old.max(*mark))?;
-                    Ok(Outcome::HighWater)
-                }
-            };
-            answers.push(answer);
+            answers.push(match apply(&mut tables, &request.op) {
+                Ok(outcome) => Ok(outcome),
+                Err(Failure::Op(e)) => Err(e),
+                Err(Failure::Group(e)) => return Err(e),
+            });
         }
     }
     txn.commit()?;
     Ok(answers)
+}
+
+/// Applies one op inside the group's transaction.
+fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
+    match op {
+        Op::SetIfAbsent { key, id } => {
+            let existing = t.global.get(key.as_slice())?.map(|v| v.value().to_vec());
+            if existing.is_none() {
+                t.global.insert(key.as_slice(), id.as_slice())?;
+            }
+            Ok(Outcome::SetIfAbsent(existing))
+        }
+        Op::Cas {
+            expected,
+            record,
+            value,
+        } => cas(t, *expected, record, value),
+        Op::HighWater(mark) => {
+            let old = t.meta.get(HIGH_WATER)?.map_or(0, |v| v.value());
+            t.meta.insert(HIGH_WATER, old.max(*mark))?;
+            Ok(Outcome::HighWater)
+        }
+        Op::Import { record, value } => import(t, record, value),
+        Op::ImportEvent { event, value } => import_event(t, event, value),
+        Op::TrimEvents(before) => {
+            t.events.retain_in(..*before, |_, _| false)?;
+            Ok(Outcome::Trimmed)
+        }
+    }
+}
+
+/// The stored record of `id`, decoded.
+fn stored(t: &Tables<'_>, id: &[u8]) -> Result<Option<DcRecord>, Failure> {
+    let current = t.records.get(id)?;
+    Ok(current
+        .map(|v| keyspace::decode_record(v.value()))
+        .transpose()?)
+}
+
+/// The last event seq ever appended (0: none).
+fn head(t: &Tables<'_>) -> Result<EventSeq, Failure> {
+    Ok(t.meta.get(EVENT_HEAD)?.map_or(0, |v| v.value()))
+}
+
+/// A compare-and-set and, in the same transaction, its event at `head + 1`.
+/// Events of several ops in one group get consecutive seqs: each reads the
+/// head the previous one wrote.
+fn cas(
+    t: &mut Tables<'_>,
+    expected: Option<u64>,
+    record: &DcRecord,
+    value: &[u8],
+) -> Result<Outcome, Failure> {
+    let id = keyspace::id_bytes(&record.id);
+    let current = stored(t, &id)?;
+    let event = homing_core::event::derive(current.as_ref(), record);
+    if let Some(conflict) = judge_cas(expected, record, current)? {
+        return Ok(Outcome::Cas(conflict));
+    }
+    let event = match event {
+        Some(mut event) => {
+            // Invariant: a u64 log never fills (one event per write).
+            event.seq = head(t)?.checked_add(1).expect("event seq overflow");
+            Some((event.seq, keyspace::encode_event(&event)?))
+        }
+        None => None,
+    };
+    if let Some((seq, bytes)) = &event {
+        t.events.insert(*seq, bytes.as_slice())?;
+        t.meta.insert(EVENT_HEAD, *seq)?;
+    }
+    t.records.insert(id.as_slice(), value)?;
+    if expected.is_none() {
+        let scan = keyspace::record_scan_bytes(&record.key, &record.id);
+        t.by_key.insert(scan.as_slice(), id.as_slice())?;
+    }
+    Ok(Outcome::Cas(Cas::Written))
+}
+
+/// A record import: written when absent or older, judged otherwise; no event.
+fn import(t: &mut Tables<'_>, record: &DcRecord, value: &[u8]) -> Result<Outcome, Failure> {
+    let id = keyspace::id_bytes(&record.id);
+    if let Some(judged) = judge_import(record, stored(t, &id)?) {
+        return Ok(Outcome::Import(judged));
+    }
+    t.records.insert(id.as_slice(), value)?;
+    // An older version of the record has the same key (judge_import checks
+    // it), so its index entry is these same bytes.
+    let scan = keyspace::record_scan_bytes(&record.key, &record.id);
+    t.by_key.insert(scan.as_slice(), id.as_slice())?;
+    Ok(Outcome::Import(Import::Written))
+}
+
+/// An event import at its own seq; the head becomes at least that seq.
+fn import_event(t: &mut Tables<'_>, event: &Event, value: &[u8]) -> Result<Outcome, Failure> {
+    let current = t
+        .events
+        .get(event.seq)?
+        .map(|v| keyspace::decode_event(v.value()))
+        .transpose()?;
+    if let Some(judged) = judge_event_import(event, current) {
+        return Ok(Outcome::ImportEvent(judged));
+    }
+    let head = head(t)?;
+    t.events.insert(event.seq, value)?;
+    t.meta.insert(EVENT_HEAD, head.max(event.seq))?;
+    Ok(Outcome::ImportEvent(Import::Written))
 }

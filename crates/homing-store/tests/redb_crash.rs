@@ -1,9 +1,11 @@
 //! Crash safety of the redb backend with group commit: a child process (this
 //! test binary re-invoked with `HOMING_CRASH_CHILD` set) makes reservations
-//! from several tasks and prints each acknowledged one; the parent SIGKILLs it
-//! at a seeded random moment, reopens the files and checks that every
-//! acknowledged write is there and that the allocator continues above every
-//! unique ever printed. Repeated for `KILLS` kill points on the same files.
+//! and releases them from several tasks, printing each acknowledged write;
+//! the parent SIGKILLs it at a seeded random moment, reopens the files and
+//! checks that every acknowledged write is there with its event, that the
+//! event log is contiguous (seqs 1..=head, each change once, none without its
+//! record change) and that the allocator continues above every unique ever
+//! printed. Repeated for `KILLS` kill points on the same files.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -11,12 +13,15 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::HashSet;
+
 use homing_core::{
-    ActorId, DcId, DcRecord, FencingToken, HostTime, Key, KeyName, LeasePolicy, ReservationId,
-    StoreTime,
+    ActorId, DcId, DcRecord, EventKind, FencingToken, HostTime, Key, KeyName, LeasePolicy,
+    RecordState, ReservationId, RunOutcome, StoreTime,
 };
 use homing_store::{
-    Cas, DcStore, GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions, SetIfAbsent,
+    Cas, DcStore, EVENTS_LIMIT_MAX, GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions,
+    SetIfAbsent,
 };
 
 const CHILD_ENV: &str = "HOMING_CRASH_CHILD";
@@ -62,6 +67,97 @@ fn next(state: &mut u64) -> u64 {
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
+fn print_ack(what: &str, unique: u64) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{what} {unique}").unwrap();
+    out.flush().unwrap();
+}
+
+/// The acknowledged creates and releases a child printed.
+#[derive(Default)]
+struct Acked {
+    created: Vec<u64>,
+    released: Vec<u64>,
+}
+
+impl Acked {
+    fn parse(lines: impl Iterator<Item = String>) -> Acked {
+        let mut acked = Acked::default();
+        for line in lines {
+            let Some((what, unique)) = line.split_once(' ') else {
+                continue;
+            };
+            let Ok(unique) = unique.parse::<u64>() else {
+                continue;
+            };
+            match what {
+                "ack" => acked.created.push(unique),
+                "rel" => acked.released.push(unique),
+                _ => {}
+            }
+        }
+        acked
+    }
+}
+
+/// The event log after a kill: contiguous from 1, each change once, each
+/// event's change in the records, every acknowledged change's event there.
+async fn check_events(kill: usize, dc: &RedbDcStore, acked: &Acked) {
+    let mut events = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |e: &homing_core::Event| e.seq);
+        let page = dc.events(after, EVENTS_LIMIT_MAX).await.unwrap();
+        assert_eq!(page.oldest, 1, "kill {kill}: nothing trims this log");
+        let full = page.events.len() == EVENTS_LIMIT_MAX;
+        events.extend(page.events);
+        if !full {
+            let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+            let want: Vec<u64> = (1..=page.head).collect();
+            assert!(
+                seqs == want,
+                "kill {kill}: event seqs not 1..={}",
+                page.head
+            );
+            break;
+        }
+    }
+    let mut reserved = HashSet::new();
+    let mut released = HashSet::new();
+    for e in &events {
+        let record = dc.get(&e.reservation).await.unwrap();
+        let record =
+            record.unwrap_or_else(|| panic!("kill {kill}: event {} without record", e.seq));
+        let seen = match e.kind {
+            EventKind::Reserved { .. } => &mut reserved,
+            EventKind::Released { .. } => {
+                assert!(
+                    matches!(record.state, RecordState::Released { .. }),
+                    "kill {kill}: release event {} without the release",
+                    e.seq
+                );
+                &mut released
+            }
+            ref other => panic!("kill {kill}: unexpected event {}", other.name()),
+        };
+        assert!(
+            seen.insert(e.reservation.unique()),
+            "kill {kill}: event twice"
+        );
+    }
+    for unique in &acked.created {
+        assert!(
+            reserved.contains(unique),
+            "kill {kill}: reserve {unique} has no event"
+        );
+    }
+    for unique in &acked.released {
+        assert!(
+            released.contains(unique),
+            "kill {kill}: release {unique} has no event"
+        );
+    }
+}
+
 async fn child(dir: &Path) {
     let dc = Arc::new(RedbDcStore::open(dir.join("dc.redb"), RedbOptions::default()).unwrap());
     let global =
@@ -80,9 +176,16 @@ async fn child(dir: &Path) {
                     );
                     let won = global.set_if_absent(&record.key, &record.id).await.unwrap();
                     assert_eq!(won, SetIfAbsent::Inserted);
-                    let mut out = std::io::stdout().lock();
-                    writeln!(out, "ack {unique}").unwrap();
-                    out.flush().unwrap();
+                    print_ack("ack", unique);
+                    if unique % 2 == 0 {
+                        let released = record
+                            .release(record.token, RunOutcome::Ok, StoreTime::from_ms(1))
+                            .next
+                            .unwrap();
+                        let cas = dc.compare_and_set(Some(1), &released).await.unwrap();
+                        assert_eq!(cas, Cas::Written);
+                        print_ack("rel", unique);
+                    }
                 }
             })
         })
@@ -118,11 +221,7 @@ async fn redb_every_acknowledged_write_survives_sigkill_and_the_allocator_contin
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| l.strip_prefix("ack ").and_then(|u| u.parse::<u64>().ok()))
-                .collect::<Vec<u64>>()
+            Acked::parse(BufReader::new(stdout).lines().map_while(Result::ok))
         });
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         child.kill().unwrap(); // SIGKILL on unix
@@ -132,7 +231,7 @@ async fn redb_every_acknowledged_write_survives_sigkill_and_the_allocator_contin
         let dc = RedbDcStore::open(dir.path().join("dc.redb"), RedbOptions::default()).unwrap();
         let global =
             RedbGlobalStore::open(dir.path().join("global.redb"), RedbOptions::default()).unwrap();
-        for &unique in &acked {
+        for &unique in &acked.created {
             let record = dc.get(&id_of(unique)).await.unwrap();
             assert!(
                 record.is_some(),
@@ -144,7 +243,15 @@ async fn redb_every_acknowledged_write_survives_sigkill_and_the_allocator_contin
                 "kill {kill}: entry {unique} lost"
             );
         }
-        acked_all.extend(&acked);
+        for &unique in &acked.released {
+            let record = dc.get(&id_of(unique)).await.unwrap().unwrap();
+            assert!(
+                matches!(record.state, RecordState::Released { .. }),
+                "kill {kill}: acknowledged release {unique} lost"
+            );
+        }
+        check_events(kill, &dc, &acked).await;
+        acked_all.extend(&acked.created);
         let max = acked_all.iter().copied().max().unwrap_or(0);
         let fresh = dc.allocate().await.unwrap();
         assert!(
@@ -152,8 +259,9 @@ async fn redb_every_acknowledged_write_survives_sigkill_and_the_allocator_contin
             "kill {kill}: allocator handed out {fresh}, not above {max}"
         );
         println!(
-            "kill {kill} after {delay_ms} ms: {} acknowledged, max {max}, next {fresh}",
-            acked.len()
+            "kill {kill} after {delay_ms} ms: {} reserves and {} releases acknowledged, max {max}, next {fresh}",
+            acked.created.len(),
+            acked.released.len()
         );
     }
     assert!(

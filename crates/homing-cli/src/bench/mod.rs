@@ -129,6 +129,7 @@ fn acquire_request(key: &Key) -> anyhow::Result<Request> {
         },
         actor: ActorId::new("bench-host:9000")?,
         host_time: host_now(),
+        wait_ms: 0,
     })
 }
 

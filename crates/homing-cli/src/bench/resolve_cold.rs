@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use homing_client::{Resolver, ResolverConfig};
-use homing_core::{DcId, Key, ReleaseReply, Reply, Request, Role};
+use homing_core::{DcId, Key, ReleaseReply, Reply, Request, Role, RunOutcome};
 use homing_daemon::{Devnet, DevnetOptions, Settings};
 use homing_net::{Client, Peer};
 
@@ -296,7 +296,11 @@ async fn build_chain(
         if i == links {
             break;
         }
-        let release = Request::Release { reservation, token };
+        let release = Request::Release {
+            reservation,
+            token,
+            outcome: RunOutcome::Ok,
+        };
         match client.request(peer, &release).await? {
             Reply::Release(ReleaseReply::Released) => {}
             other => bail!("release of {key} in {} answered {other:?}", ids[i]),

@@ -119,6 +119,7 @@ impl Scripted {
                     reservation: ReservationId::new(self.dc.clone(), 1),
                     token: FencingToken::FIRST,
                     deadlines: grant.deadlines,
+                    previous: None,
                 }
             }
             Request::Renew { host_time, .. } => {

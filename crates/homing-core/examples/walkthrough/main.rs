@@ -80,7 +80,7 @@ fn resolve(
             hops.extend(walked.links.iter().map(|l| l.to.to_string()));
             let state = match &walked.tail.state {
                 TailState::Active { actor } => format!("active, actor {actor}"),
-                TailState::Vacant => "vacant".to_string(),
+                TailState::Vacant { ended } => format!("vacant, {ended}"),
             };
             println!(
                 "   router@{router}: {} — tail {} ({state}, token {}), {} remote round trip(s)",

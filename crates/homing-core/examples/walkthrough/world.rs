@@ -171,7 +171,7 @@ impl World {
     /// The holder of `id` releases it.
     pub fn release(&mut self, id: &ReservationId, token: FencingToken) -> ReleaseReply {
         let record = self.record(id).expect("record").clone();
-        let out = record.release(token, self.now());
+        let out = record.release(token, homing_core::RunOutcome::Ok, self.now());
         if let Some(next) = out.next {
             self.write(Some(record.version), next);
         }

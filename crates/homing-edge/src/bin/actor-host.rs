@@ -52,7 +52,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let config = ActorHostConfig::new(Peer { addr, dc }, key, args.listen);
     let client = Client::new(&tls, ClientLimits::default())?;
     let mut host = match ActorHost::start(client, config).await? {
-        HostStarted::Serving(host) => host,
+        HostStarted::Serving(host) => *host,
         HostStarted::HeldElsewhere { reservation, actor } => {
             bail!("the key is live elsewhere: actor {actor} under {reservation}")
         }

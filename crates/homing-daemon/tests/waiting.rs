@@ -1,0 +1,228 @@
+//! Acquire with `wait_ms` through real homingd instances (an in-process
+//! devnet over QUIC): a parked acquirer is woken by the holder's release or
+//! lease expiry — not by polling, not by the reaper — in registration order,
+//! learns how the previous run ended, and gives up with `HeldElsewhere` when
+//! its wait runs out.
+
+use std::time::{Duration, Instant};
+
+use homing_core::{
+    ActorId, DcId, ErrorKind, FailureReason, FencingToken, HostTime, KeyConfig, KeyName,
+    PreviousRun, ReleaseCause, ReleaseReply, Reply, Request, ReservationId, Role, RunOutcome,
+};
+use homing_daemon::{Devnet, DevnetOptions, Settings};
+use homing_net::Client;
+
+fn dc(name: &str) -> DcId {
+    DcId::new(name).unwrap()
+}
+
+/// Short leases; a reaper too slow to matter, so expiry must come from the
+/// waiter's own timer.
+fn settings(lease_ttl_ms: u64) -> Settings {
+    Settings {
+        lease_ttl_ms: Some(lease_ttl_ms),
+        soft_margin_ms: Some(500),
+        hard_margin_ms: Some(250),
+        grace_ms: Some(300),
+        reaper_interval_ms: Some(600_000),
+        handoff_ms: Some(1_000),
+        waiters_per_key_max: Some(2),
+        ..Settings::default()
+    }
+}
+
+async fn devnet(dcs: &[&str], lease_ttl_ms: u64) -> Devnet {
+    Devnet::start(DevnetOptions {
+        dcs: dcs.iter().map(|d| dc(d)).collect(),
+        overrides: settings(lease_ttl_ms),
+        ..DevnetOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn now() -> HostTime {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    HostTime::from_ms(since_epoch.as_millis() as u64)
+}
+
+fn acquire(name: &str, actor: &str, wait_ms: u32) -> Request {
+    Request::Acquire {
+        config: KeyConfig::named(KeyName::new(name).unwrap()),
+        actor: ActorId::new(actor).unwrap(),
+        host_time: now(),
+        wait_ms,
+    }
+}
+
+struct Host {
+    client: Client,
+    net_dc: DcId,
+}
+
+impl Host {
+    fn new(net: &Devnet, at: &str) -> Host {
+        Host {
+            client: net.client(Role::Host, Some(&dc(at))).unwrap(),
+            net_dc: dc(at),
+        }
+    }
+
+    async fn ask(&self, net: &Devnet, request: &Request) -> Reply {
+        self.client
+            .request(&net.peer(&self.net_dc), request)
+            .await
+            .unwrap()
+    }
+}
+
+fn held(reply: &Reply) -> (ReservationId, FencingToken) {
+    match reply {
+        Reply::Acquired {
+            reservation, token, ..
+        } => (reservation.clone(), *token),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn previous(reply: &Reply) -> Option<PreviousRun> {
+    match reply {
+        Reply::Acquired { previous, .. } => previous.clone(),
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("test finished within 60 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_dc_takes_the_key_when_the_holder_releases_and_learns_it_failed() {
+    bounded(async {
+        let net = devnet(&["iad", "fra"], 10_000).await;
+        let (iad, fra) = (Host::new(&net, "iad"), Host::new(&net, "fra"));
+        let (first, token) = held(&iad.ask(&net, &acquire("room", "iad-actor", 0)).await);
+
+        let waiting = {
+            let request = acquire("room", "fra-actor", 20_000);
+            let peer = net.peer(&dc("fra"));
+            let client = fra.client.clone();
+            tokio::spawn(async move {
+                let reply = client.request(&peer, &request).await.unwrap();
+                (reply, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "the key is held: fra waits");
+        let reason = FailureReason::new("actor crashed: out of memory").unwrap();
+        let release = Request::Release {
+            reservation: first.clone(),
+            token,
+            outcome: RunOutcome::Failed {
+                reason: reason.clone(),
+            },
+        };
+        let released_at = Instant::now();
+        assert_eq!(
+            iad.ask(&net, &release).await,
+            Reply::Release(ReleaseReply::Released)
+        );
+        let (reply, acquired_at) = waiting.await.unwrap();
+        let (second, second_token) = held(&reply);
+        assert_eq!(second.dc(), &dc("fra"), "recreated in the waiter's dc");
+        assert!(second_token > token);
+        assert_eq!(
+            previous(&reply),
+            Some(PreviousRun {
+                reservation: first,
+                token,
+                ended: ReleaseCause::Released(RunOutcome::Failed { reason }),
+            })
+        );
+        // Woken by the release, not by a timeout or a poll period.
+        assert!(
+            acquired_at.duration_since(released_at) < Duration::from_millis(1_000),
+            "took {:?} after the release",
+            acquired_at.duration_since(released_at)
+        );
+        net.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_lease_is_taken_only_after_expiry_plus_grace_without_the_reaper() {
+    bounded(async {
+        let net = devnet(&["iad"], 1_500).await;
+        let iad = Host::new(&net, "iad");
+        let started = Instant::now();
+        let (first, token) = held(&iad.ask(&net, &acquire("lapsing", "a1", 0)).await);
+        // The holder never renews. ttl 1500 + grace 300 ⇒ reapable at ~1.8 s.
+        let reply = iad.ask(&net, &acquire("lapsing", "a2", 20_000)).await;
+        let waited = started.elapsed();
+        let (again, next_token) = held(&reply);
+        assert_eq!(again, first, "same-dc re-activation");
+        assert_eq!(next_token, token.next());
+        assert_eq!(previous(&reply).unwrap().ended, ReleaseCause::Expired);
+        assert!(
+            waited >= Duration::from_millis(1_800),
+            "acquired after {waited:?}: before expiry + grace"
+        );
+        assert!(
+            waited < Duration::from_millis(4_000),
+            "acquired after {waited:?}: the waiter's timer should fire at reapable time"
+        );
+        net.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_order_bounded_and_time_out_with_held_elsewhere() {
+    bounded(async {
+        let net = devnet(&["iad"], 10_000).await;
+        let iad = Host::new(&net, "iad");
+        let (first, token) = held(&iad.ask(&net, &acquire("busy", "holder", 0)).await);
+
+        let spawn_wait = |actor: &'static str, wait_ms: u32| {
+            let request = acquire("busy", actor, wait_ms);
+            let peer = net.peer(&dc("iad"));
+            let client = iad.client.clone();
+            tokio::spawn(async move { client.request(&peer, &request).await.unwrap() })
+        };
+        let a = spawn_wait("waiter-a", 20_000);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let b = spawn_wait("waiter-b", 2_500);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // waiters_per_key_max = 2: a third is refused at once.
+        match iad.ask(&net, &acquire("busy", "waiter-c", 5_000)).await {
+            Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Overloaded, "{e}"),
+            other => panic!("expected Overloaded, got {other:?}"),
+        }
+        let release = Request::Release {
+            reservation: first.clone(),
+            token,
+            outcome: RunOutcome::Ok,
+        };
+        iad.ask(&net, &release).await;
+        // The first registered gets the key; the second keeps waiting on the
+        // new holder until its wait runs out.
+        let a = a.await.unwrap();
+        assert_eq!(held(&a).1, token.next());
+        let b_started = Instant::now();
+        match b.await.unwrap() {
+            Reply::HeldElsewhere { actor, .. } => {
+                assert_eq!(actor.as_str(), "waiter-a")
+            }
+            other => panic!("expected HeldElsewhere, got {other:?}"),
+        }
+        assert!(b_started.elapsed() < Duration::from_millis(3_000));
+        net.shutdown().await;
+    })
+    .await;
+}

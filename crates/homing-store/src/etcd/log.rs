@@ -1,0 +1,275 @@
+//! The etcd event log's appender: one task per DC store owns the event head.
+//! Every event is a write of the single head key, so writers racing on etcd
+//! would fail each other's guards nearly every time. Instead, compare-and-sets
+//! that derive an event are queued here; the task takes the first waiting one,
+//! drains more that are already queued (bounded in count and bytes), and
+//! writes them all in ONE transaction: each record guarded by the
+//! `mod_revision` its caller read, the head guarded by the value the task
+//! last saw, the events at consecutive seqs after it and the new head. If a
+//! guard fails the transaction reads back every record and the head; a caller
+//! whose record moved is told so (it reads again and judges its CAS anew),
+//! the rest go again with the fresh head, at most [`CAS_ATTEMPTS_MAX`] times.
+
+use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
+use homing_core::{Event, EventSeq};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{CAS_ATTEMPTS_MAX, EVENT_HEAD, EVENTS, Space, decode_counter, every_first_kv};
+use crate::error::StoreError;
+use crate::keyspace;
+
+/// Most compare-and-sets one transaction carries: each costs one compare and
+/// up to three puts, and etcd allows 128 of each per transaction by default.
+pub const APPEND_GROUP_OPS_MAX: usize = 32;
+/// Most key and value bytes one transaction carries (etcd refuses requests
+/// above 1.5 MiB by default). A single larger op still goes alone.
+pub const APPEND_GROUP_BYTES_MAX: usize = 1024 * 1024;
+/// Appends queued before callers wait (backpressure).
+pub const APPEND_QUEUE_OPS_MAX: usize = 4096;
+
+/// One compare-and-set that appends an event, judged by its caller.
+pub(super) struct Append {
+    /// The record's key.
+    pub(super) record_key: Vec<u8>,
+    /// Its `mod_revision` as the caller read it (`None`: absent).
+    pub(super) read_revision: Option<i64>,
+    /// The record (and, for a create, its index entry).
+    pub(super) puts: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The event; the appender numbers it.
+    pub(super) event: Event,
+}
+
+/// What became of an [`Append`].
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Appended {
+    /// Record and event are written.
+    Written,
+    /// The record is no longer as read: nothing written; read and judge again.
+    Moved,
+}
+
+struct Queued {
+    append: Append,
+    reply: oneshot::Sender<Result<Appended, StoreError>>,
+}
+
+impl Queued {
+    fn bytes(&self) -> usize {
+        let puts: usize = self
+            .append
+            .puts
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        // The event repeats the record's key and ids: bound it by the record.
+        2 * puts
+    }
+}
+
+/// Handle to the appender task; the task ends when the handle is dropped
+/// (after answering what is queued).
+pub(super) struct Appender {
+    queue: mpsc::Sender<Queued>,
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable {
+        backend: "etcd",
+        reason: "event appender stopped".into(),
+    }
+}
+
+impl Appender {
+    /// Starts the task on the current tokio runtime.
+    pub(super) fn start(space: Space) -> Appender {
+        let (queue, rx) = mpsc::channel(APPEND_QUEUE_OPS_MAX);
+        tokio::spawn(run(space, rx));
+        Appender { queue }
+    }
+
+    /// Queues `append` and waits for its transaction.
+    pub(super) async fn submit(&self, append: Append) -> Result<Appended, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Queued { append, reply })
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+async fn run(space: Space, mut rx: mpsc::Receiver<Queued>) {
+    let head_key = space.key(EVENT_HEAD, b"");
+    // The head as last seen; `None`: unknown, read it first.
+    let mut head: Option<EventSeq> = None;
+    let mut held: Option<Queued> = None;
+    loop {
+        let first = match held.take() {
+            Some(first) => first,
+            None => match rx.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        let mut bytes = first.bytes();
+        let mut group = vec![first];
+        while group.len() < APPEND_GROUP_OPS_MAX {
+            let Ok(next) = rx.try_recv() else { break };
+            // One transaction may not put a key twice: a second write of a
+            // record waits for the next group (where its guard fails).
+            let twice = group
+                .iter()
+                .any(|q| q.append.record_key == next.append.record_key);
+            if twice || bytes + next.bytes() > APPEND_GROUP_BYTES_MAX {
+                held = Some(next);
+                break;
+            }
+            bytes += next.bytes();
+            group.push(next);
+        }
+        commit(&space, &head_key, &mut head, group).await;
+    }
+}
+
+/// A copy of `e` for each caller of a failed group.
+fn copy(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable { backend, reason } => StoreError::Unavailable {
+            backend,
+            reason: reason.clone(),
+        },
+        e => StoreError::Backend {
+            backend: "etcd",
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// Writes `group` (bounded retries when only the head moved) and answers
+/// every caller.
+async fn commit(
+    space: &Space,
+    head_key: &[u8],
+    head: &mut Option<EventSeq>,
+    mut group: Vec<Queued>,
+) {
+    for _ in 0..CAS_ATTEMPTS_MAX {
+        if group.is_empty() {
+            return;
+        }
+        match attempt(space, head_key, head, &mut group).await {
+            Ok(true) => {
+                for q in group.drain(..) {
+                    let _ = q.reply.send(Ok(Appended::Written));
+                }
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                *head = None;
+                for q in group.drain(..) {
+                    let _ = q.reply.send(Err(copy(&e)));
+                }
+                return;
+            }
+        }
+    }
+    for q in group.drain(..) {
+        let _ = q.reply.send(Err(StoreError::Unavailable {
+            backend: "etcd",
+            reason: format!("event head contended for {CAS_ATTEMPTS_MAX} attempts"),
+        }));
+    }
+}
+
+/// One transaction for `group`: `Ok(true)` written; `Ok(false)` a guard
+/// failed, and `group` and `head` now hold what is left to try and the head
+/// as it is. Callers with a bad event or a moved record are answered here.
+async fn attempt(
+    space: &Space,
+    head_key: &[u8],
+    head: &mut Option<EventSeq>,
+    group: &mut Vec<Queued>,
+) -> Result<bool, StoreError> {
+    let base = match *head {
+        Some(seq) => seq,
+        None => {
+            let response = space.get(head_key.to_vec(), None).await?;
+            decode_counter("event head", response.kvs().first())?
+        }
+    };
+    *head = Some(base);
+    let mut guards = Vec::with_capacity(group.len() + 1);
+    let mut ops = Vec::with_capacity(3 * group.len() + 1);
+    let mut seq = base;
+    let mut encoded = Vec::with_capacity(group.len());
+    for q in group.drain(..) {
+        let mut event = q.append.event.clone();
+        // Invariant: a u64 log never fills (one event per write).
+        event.seq = seq.checked_add(1).expect("event seq overflow");
+        match keyspace::encode_event(&event) {
+            Ok(bytes) => {
+                seq = event.seq;
+                encoded.push((q, event.seq, bytes));
+            }
+            Err(e) => {
+                let _ = q.reply.send(Err(e));
+            }
+        }
+    }
+    for (q, seq, bytes) in &encoded {
+        let a = &q.append;
+        guards.push(match a.read_revision {
+            Some(rev) => Compare::mod_revision(a.record_key.clone(), CompareOp::Equal, rev),
+            None => Compare::create_revision(a.record_key.clone(), CompareOp::Equal, 0),
+        });
+        ops.extend(
+            a.puts
+                .iter()
+                .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None)),
+        );
+        ops.push(TxnOp::put(
+            space.key(EVENTS, &keyspace::event_seq_bytes(*seq)),
+            bytes.clone(),
+            None,
+        ));
+    }
+    group.extend(encoded.into_iter().map(|(q, _, _)| q));
+    if group.is_empty() {
+        return Ok(true);
+    }
+    guards.push(match base {
+        0 => Compare::create_revision(head_key.to_vec(), CompareOp::Equal, 0),
+        // The head only grows, so its value names it as well as a revision.
+        seq => Compare::value(head_key.to_vec(), CompareOp::Equal, seq.to_string()),
+    });
+    ops.push(TxnOp::put(head_key.to_vec(), seq.to_string(), None));
+    let mut reread: Vec<TxnOp> = group
+        .iter()
+        .map(|q| TxnOp::get(q.append.record_key.clone(), None))
+        .collect();
+    reread.push(TxnOp::get(head_key.to_vec(), None));
+    let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
+    let (written, responses) = space.txn(txn).await?;
+    if written {
+        *head = Some(seq);
+        return Ok(true);
+    }
+    let mut now = every_first_kv(&responses, group.len() + 1)?;
+    let head_kv: Option<KeyValue> = now.pop().flatten();
+    *head = Some(decode_counter("event head", head_kv.as_ref())?);
+    // A record that moved may have been written by this very group on an
+    // earlier try whose answer was lost (the transport retries): its caller
+    // reads again and recognises its own record (`Cas::landed`).
+    let mut kept = Vec::with_capacity(group.len());
+    for (q, kv) in group.drain(..).zip(now) {
+        let revision = kv.as_ref().map(KeyValue::mod_revision);
+        if revision == q.append.read_revision {
+            kept.push(q);
+        } else {
+            let _ = q.reply.send(Ok(Appended::Moved));
+        }
+    }
+    *group = kept;
+    Ok(false)
+}
