@@ -1,0 +1,244 @@
+//! `Watch`, `Scan` and `DrainScope` through a real homingd (in-process
+//! devnet over QUIC): a parked watch wakes on the write that appends an
+//! event, scopes cover a namespace or its tree, cursors resume exactly, and a
+//! cursor the DC cannot serve is refused instead of silently skipping.
+
+use std::time::{Duration, Instant};
+
+use homing_core::{
+    ActorId, DcId, ErrorKind, EventKind, HostTime, KeyConfig, KeyName, Namespace, NamespaceScope,
+    Reply, Request, RunOutcome,
+};
+use homing_daemon::{Devnet, DevnetOptions};
+use homing_net::{Client, Peer};
+
+fn iad() -> DcId {
+    DcId::new("iad").unwrap()
+}
+
+fn now() -> HostTime {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    HostTime::from_ms(since_epoch.as_millis() as u64)
+}
+
+fn ns(text: &str) -> Namespace {
+    Namespace::new(text).unwrap()
+}
+
+fn acquire(namespace: &str, name: &str) -> Request {
+    Request::Acquire {
+        config: KeyConfig {
+            name: Some(KeyName::new(name).unwrap()),
+            namespace: ns(namespace),
+            tag: None,
+        },
+        actor: ActorId::new(format!("actor-{name}")).unwrap(),
+        host_time: now(),
+        wait_ms: 0,
+    }
+}
+
+fn watch(scope: NamespaceScope, after: u64, wait_ms: u32) -> Request {
+    Request::Watch {
+        scope,
+        after,
+        wait_ms,
+    }
+}
+
+struct Dc {
+    net: Devnet,
+    host: Client,
+    admin: Client,
+    peer: Peer,
+}
+
+impl Dc {
+    async fn start() -> Dc {
+        let net = Devnet::start(DevnetOptions {
+            dcs: vec![iad()],
+            ..DevnetOptions::default()
+        })
+        .await
+        .unwrap();
+        Dc {
+            host: net.client(homing_core::Role::Host, Some(&iad())).unwrap(),
+            admin: net.client(homing_core::Role::Admin, None).unwrap(),
+            peer: net.peer(&iad()),
+            net,
+        }
+    }
+
+    async fn host(&self, request: &Request) -> Reply {
+        self.host.request(&self.peer, request).await.unwrap()
+    }
+
+    async fn admin(&self, request: &Request) -> Reply {
+        self.admin.request(&self.peer, request).await.unwrap()
+    }
+}
+
+fn events(reply: Reply) -> (Vec<homing_core::Event>, u64) {
+    match reply {
+        Reply::Events { events, next } => (events, next),
+        other => panic!("expected Events, got {other:?}"),
+    }
+}
+
+async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("test finished within 60 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_watch_wakes_on_the_next_event_and_cursors_resume_exactly() {
+    bounded(async {
+        let dc = Dc::start().await;
+        let everything = NamespaceScope::everything();
+        let (none, next) = events(dc.admin(&watch(everything.clone(), 0, 0)).await);
+        assert!(none.is_empty() && next == 0);
+
+        let parked = {
+            let (client, peer) = (dc.admin.clone(), dc.peer.clone());
+            let request = watch(everything.clone(), 0, 20_000);
+            tokio::spawn(async move { (client.request(&peer, &request).await, Instant::now()) })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!parked.is_finished(), "nothing to report yet: the watch waits");
+        let wrote_at = Instant::now();
+        let Reply::Acquired {
+            reservation, token, ..
+        } = dc.host(&acquire("games/eu", "room-1")).await
+        else {
+            panic!("acquire failed");
+        };
+        let (reply, answered_at) = parked.await.unwrap();
+        let (first, next) = events(reply.unwrap());
+        assert!(
+            answered_at.duration_since(wrote_at) < Duration::from_millis(1_000),
+            "woken by the write, not by the 20 s wait"
+        );
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].seq, 1);
+        assert!(matches!(first[0].kind, EventKind::Reserved { .. }));
+
+        dc.host(&acquire("games/eu/lobbies", "room-2")).await;
+        dc.host(&acquire("games/europe", "room-3")).await;
+        let release = Request::Release {
+            reservation,
+            token,
+            outcome: RunOutcome::Ok,
+        };
+        dc.host(&release).await;
+
+        // Resume after the first event: the rest, in order.
+        let (rest, head) = events(dc.admin(&watch(everything.clone(), next, 0)).await);
+        let seqs: Vec<u64> = rest.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [2, 3, 4]);
+        assert_eq!(head, 4);
+        assert!(matches!(
+            rest[2].kind,
+            EventKind::Released {
+                outcome: RunOutcome::Ok,
+                ..
+            }
+        ));
+
+        // A tree scope: games/eu and below, not games/europe.
+        let tree = NamespaceScope::subtree(ns("games/eu"));
+        let (in_tree, next) = events(dc.admin(&watch(tree, 0, 0)).await);
+        let names: Vec<String> = in_tree.iter().map(|e| e.key.to_string()).collect();
+        assert_eq!(
+            names,
+            ["games/eu/room-1", "games/eu/lobbies/room-2", "games/eu/room-1"]
+        );
+        assert_eq!(next, 4, "skipped events still move the cursor");
+        let exact = NamespaceScope::exact(ns("games/eu"));
+        let (exact_only, _) = events(dc.admin(&watch(exact, 0, 0)).await);
+        assert_eq!(exact_only.len(), 2);
+
+        // A cursor beyond the head is another log's: refused, not a silent wait.
+        match dc.admin(&watch(everything.clone(), 99, 0)).await {
+            Reply::Error(e) => assert_eq!(e.kind, ErrorKind::BadRequest, "{e}"),
+            other => panic!("expected BadRequest, got {other:?}"),
+        }
+        // A cursor before the oldest kept event: Trimmed, naming the oldest.
+        let node = dc.net.dcs()[0].daemon.node().clone();
+        homing_daemon::reaper::trim(&node, 2).await.unwrap();
+        match dc.admin(&watch(everything.clone(), 1, 0)).await {
+            Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Trimmed { oldest: 3 }, "{e}"),
+            other => panic!("expected Trimmed, got {other:?}"),
+        }
+        let (kept, _) = events(dc.admin(&watch(everything, 2, 0)).await);
+        assert_eq!(kept.len(), 2, "resuming at oldest - 1 is fine");
+        dc.net.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_and_drain_cover_a_namespace_tree_page_by_page() {
+    bounded(async {
+        let dc = Dc::start().await;
+        for i in 0..60 {
+            dc.host(&acquire("games/eu", &format!("a{i:02}"))).await;
+        }
+        dc.host(&acquire("games/eu/lobbies", "b")).await;
+        dc.host(&acquire("games/eu-west", "c")).await;
+        let tree = NamespaceScope::subtree(ns("games/eu"));
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let scan = Request::Scan {
+                scope: tree.clone(),
+                after: after.take(),
+            };
+            match dc.admin(&scan).await {
+                Reply::Records { records, next } => {
+                    seen.extend(records.into_iter().map(|r| r.key.to_string()));
+                    match next {
+                        Some(next) => after = Some(next),
+                        None => break,
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen.len(), 61, "60 in games/eu, 1 below it, none in games/eu-west");
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "key order, no repeats");
+        assert!(seen.iter().all(|k| !k.starts_with("games/eu-west")));
+
+        let drain = Request::DrainScope {
+            scope: tree.clone(),
+            after: None,
+        };
+        match dc.admin(&drain).await {
+            Reply::DrainedPage { drained, next } => {
+                assert_eq!((drained, next), (61, None));
+            }
+            other => panic!("{other:?}"),
+        }
+        match dc.admin(&drain).await {
+            Reply::DrainedPage { drained, .. } => assert_eq!(drained, 0, "already drained"),
+            other => panic!("{other:?}"),
+        }
+        // The router may watch but not scan.
+        let router = dc
+            .net
+            .client(homing_core::Role::Router, None)
+            .unwrap();
+        let scan = Request::Scan {
+            scope: tree,
+            after: None,
+        };
+        match router.request(&dc.peer, &scan).await.unwrap() {
+            Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Unauthorized),
+            other => panic!("{other:?}"),
+        }
+        dc.net.shutdown().await;
+    })
+    .await;
+}
