@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod node;
 pub mod peers;
 pub mod reaper;
+pub mod stores;
 pub mod waiters;
 
 use std::net::SocketAddr;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use homing_net::{Client, ClientLimits, Server, ServerLimits, TlsIdentity};
-use homing_store::{DcStore, GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions};
+use homing_store::{DcStore, GlobalStore};
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -29,6 +30,7 @@ pub use devnet::{Devnet, DevnetDc, DevnetOptions};
 pub use metrics::Metrics;
 pub use node::Node;
 pub use peers::Peers;
+pub use stores::{OpenMode, StoreOpener, StoreSpec, Stores, open_stores};
 
 /// Why a daemon could not start.
 #[derive(Debug, Error)]
@@ -53,106 +55,6 @@ pub enum DaemonError {
     /// An address could not be bound, a directory not created.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-}
-
-/// The stores a daemon runs on, and what must outlive them.
-pub struct Stores {
-    /// The global store.
-    pub global: Arc<dyn GlobalStore>,
-    /// This DC's store.
-    pub records: Arc<dyn DcStore>,
-    /// The FoundationDB network, when a store uses it; declared last so it is
-    /// dropped after the stores.
-    #[cfg(feature = "fdb")]
-    _fdb: Option<homing_store::fdb::FdbNetwork>,
-}
-
-fn not_built(field: &'static str) -> DaemonError {
-    DaemonError::Config(ConfigError::Invalid {
-        field,
-        reason: "this homingd was built without that backend's cargo feature".to_string(),
-    })
-}
-
-/// Opens the DC store and the global store the config names.
-pub async fn open_stores(config: &Config) -> Result<Stores, DaemonError> {
-    std::fs::create_dir_all(&config.data_dir)?;
-    let store = |which| move |source| DaemonError::Store { which, source };
-    #[cfg(feature = "fdb")]
-    let fdb = if config.global_store == StoreKind::Fdb || config.dc_store == StoreKind::Fdb {
-        let network = homing_store::fdb::FdbNetwork::start().map_err(store("fdb network"))?;
-        let db = network
-            .open(config.fdb_cluster_file.as_deref())
-            .map_err(store("fdb database"))?;
-        Some((network, db))
-    } else {
-        None
-    };
-    let global: Arc<dyn GlobalStore> = match config.global_store {
-        StoreKind::Redb => Arc::new(
-            RedbGlobalStore::open(config.data_dir.join("global.redb"), RedbOptions::default())
-                .map_err(store("global"))?,
-        ),
-        #[cfg(feature = "etcd")]
-        StoreKind::Etcd => Arc::new(
-            homing_store::etcd::EtcdGlobalStore::connect(
-                &config.etcd_endpoints,
-                &format!("{}/global/", config.store_prefix),
-            )
-            .await
-            .map_err(store("global"))?,
-        ),
-        #[cfg(feature = "fdb")]
-        StoreKind::Fdb => {
-            let (_, db) = fdb
-                .as_ref()
-                .expect("fdb network started above for an fdb store");
-            let prefix = format!("{}/global/", config.store_prefix);
-            Arc::new(homing_store::fdb::FdbGlobalStore::new(
-                db.clone(),
-                prefix.as_bytes(),
-            ))
-        }
-        #[allow(unreachable_patterns)] // reachable when built without a backend feature
-        _ => return Err(not_built("global_store")),
-    };
-    let records: Arc<dyn DcStore> = match config.dc_store {
-        StoreKind::Redb => Arc::new(
-            RedbDcStore::open(
-                config.data_dir.join(format!("dc-{}.redb", config.dc)),
-                RedbOptions::default(),
-            )
-            .map_err(store("dc"))?,
-        ),
-        #[cfg(feature = "etcd")]
-        StoreKind::Etcd => Arc::new(
-            homing_store::etcd::EtcdDcStore::connect(
-                &config.etcd_endpoints,
-                &format!("{}/dc/{}/", config.store_prefix, config.dc),
-            )
-            .await
-            .map_err(store("dc"))?,
-        ),
-        #[cfg(feature = "fdb")]
-        StoreKind::Fdb => {
-            let (_, db) = fdb
-                .as_ref()
-                .expect("fdb network started above for an fdb store");
-            let prefix = format!("{}/dc/{}/", config.store_prefix, config.dc);
-            Arc::new(homing_store::fdb::FdbDcStore::new(
-                db.clone(),
-                prefix.as_bytes(),
-            ))
-        }
-        #[allow(unreachable_patterns)]
-        _ => return Err(not_built("dc_store")),
-    };
-    Ok(Stores {
-        global,
-        records,
-        #[cfg(feature = "fdb")]
-        _fdb: fdb.map(|(network, _)| network),
-    })
 }
 
 /// A running DC daemon.

@@ -73,6 +73,8 @@ pub struct Metrics {
     global_cache_hits: AtomicU64,
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
+    waiters: Arc<AtomicU64>,
+    event_head: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -120,6 +122,16 @@ impl Metrics {
     /// Leases active at the last reaper pass.
     pub fn set_active_leases(&self, n: u64) {
         self.active_leases.store(n, Ordering::Relaxed);
+    }
+
+    /// The gauge of parked acquirers, kept current by the waiter registry.
+    pub fn waiters_gauge(&self) -> Arc<AtomicU64> {
+        self.waiters.clone()
+    }
+
+    /// The DC's last event sequence number, as of the last reaper pass.
+    pub fn set_event_head(&self, seq: u64) {
+        self.event_head.store(seq, Ordering::Relaxed);
     }
 
     /// Requests counted so far with this kind and outcome.
@@ -179,6 +191,16 @@ impl Metrics {
             out,
             "# HELP homing_active_leases Leases active in this DC at the last reaper pass.\n# TYPE homing_active_leases gauge\nhoming_active_leases {}",
             self.active_leases.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_waiters Acquirers parked in this DC, waiting for a busy key.\n# TYPE homing_waiters gauge\nhoming_waiters {}",
+            self.waiters.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
+            self.event_head.load(Ordering::Relaxed)
         );
         out
     }

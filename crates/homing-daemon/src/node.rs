@@ -164,7 +164,7 @@ impl Node {
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
-            waiters: Waiters::new(waiting),
+            waiters: Waiters::new(waiting, metrics.waiters_gauge()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
             dc,

@@ -60,6 +60,7 @@ pub async fn run(node: Arc<Node>, upkeep: Upkeep, mut shutdown: watch::Receiver<
 /// Keeps the newest `retained` events of the DC's log.
 pub async fn trim(node: &Node, retained: u64) -> Result<(), homing_store::StoreError> {
     let page = node.records().events(0, 0).await?;
+    node.metrics().set_event_head(page.head);
     let keep_from = page.head.saturating_sub(retained) + 1;
     if page.oldest < keep_from {
         node.records().trim_events(keep_from).await?;

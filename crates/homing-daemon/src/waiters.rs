@@ -15,7 +15,8 @@
 //! (its request future dropped) leaves the queue at once.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::TailState;
@@ -68,6 +69,31 @@ struct Queue {
     changed: watch::Sender<u64>,
 }
 
+/// The locked registry; publishes the count to the gauge when released.
+struct Guard<'a> {
+    inner: std::sync::MutexGuard<'a, Inner>,
+    gauge: &'a AtomicU64,
+}
+
+impl std::ops::Deref for Guard<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for Guard<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.inner
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.gauge.store(self.inner.total as u64, Ordering::Relaxed);
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     queues: HashMap<ReservationId, Queue>,
@@ -79,6 +105,8 @@ struct Inner {
 pub struct Waiters {
     limits: WaitLimits,
     inner: Mutex<Inner>,
+    /// Mirrors the number waiting, for metrics.
+    gauge: Arc<AtomicU64>,
 }
 
 /// One registered waiter; dropping it leaves the queue.
@@ -99,17 +127,21 @@ impl Drop for Ticket<'_> {
 }
 
 impl Waiters {
-    /// No waiters yet.
-    pub fn new(limits: WaitLimits) -> Waiters {
+    /// No waiters yet; `gauge` follows how many wait.
+    pub fn new(limits: WaitLimits, gauge: Arc<AtomicU64>) -> Waiters {
         Waiters {
             limits,
             inner: Mutex::new(Inner::default()),
+            gauge,
         }
     }
 
-    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn inner(&self) -> Guard<'_> {
         // Every critical section completes its edits before anything can panic.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        Guard {
+            inner: self.inner.lock().unwrap_or_else(|p| p.into_inner()),
+            gauge: &self.gauge,
+        }
     }
 
     /// How many wait now.
@@ -277,7 +309,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_vacated_reservation_wakes_the_first_waiter_only() {
-        let waiters = Waiters::new(limits());
+        let waiters = Waiters::new(limits(), Arc::default());
         let record = held();
         let mut first = waiters.register(&record.id).unwrap();
         let mut second = waiters.register(&record.id).unwrap();
@@ -301,7 +333,7 @@ mod tests {
 
     #[tokio::test]
     async fn bounds_are_per_reservation_and_total() {
-        let waiters = Waiters::new(limits());
+        let waiters = Waiters::new(limits(), Arc::default());
         let a: ReservationId = "iad.1".parse().unwrap();
         let b: ReservationId = "iad.2".parse().unwrap();
         let _a1 = waiters.register(&a).unwrap();
@@ -316,7 +348,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_link_wakes_everyone_to_walk_again() {
-        let waiters = Waiters::new(limits());
+        let waiters = Waiters::new(limits(), Arc::default());
         let record = held();
         let mut first = waiters.register(&record.id).unwrap();
         let mut second = waiters.register(&record.id).unwrap();
