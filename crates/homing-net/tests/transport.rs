@@ -39,6 +39,10 @@ impl Handler for TestHandler {
             },
             Request::Drain { .. } => Reply::Drained,
             Request::Link { .. } => Reply::Link(LinkReply::Linked),
+            Request::Watch { after, .. } => Reply::Events {
+                events: Vec::new(),
+                next: after,
+            },
             _ => Reply::Error(homing_core::ErrorReply::new(
                 ErrorKind::Internal,
                 "unexpected in test",
@@ -593,6 +597,51 @@ async fn a_reply_slower_than_the_request_timeout_is_a_timeout_error() {
             ),
             "{result:?}"
         );
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_parked_request_gets_its_wait_on_top_of_both_request_timeouts() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        // The handler takes 1.5 s, three times both sides' request timeout.
+        let handler = Arc::new(TestHandler {
+            delay: Duration::from_millis(1_500),
+            ..TestHandler::default()
+        });
+        let server_limits = ServerLimits {
+            request_timeout_ms: 500,
+            ..ServerLimits::default()
+        };
+        let (server, peer) = start(&ca, handler, server_limits).await;
+        let limits = ClientLimits {
+            request_timeout_ms: 500,
+            ..ClientLimits::default()
+        };
+        let client = Client::new(&tls(&ca, Role::Admin, None), limits).unwrap();
+        let watch = |wait_ms| Request::Watch {
+            scope: homing_core::NamespaceScope::everything(),
+            after: 7,
+            wait_ms,
+        };
+        // Asking to wait 2 s: answered after 1.5 s.
+        let reply = client.request(&peer, &watch(2_000)).await.unwrap();
+        assert!(matches!(reply, Reply::Events { next: 7, .. }), "{reply:?}");
+        // Not asking to wait: the 500 ms timeouts apply (the client's, or
+        // the server's reset, whichever comes first).
+        let result = client.request(&peer, &watch(0)).await;
+        assert!(
+            matches!(
+                result,
+                Err(NetError::Timeout { .. } | NetError::Closed { .. })
+            ),
+            "{result:?}"
+        );
+        // A wait above the protocol's maximum is capped, not trusted.
+        assert_eq!(watch(u32::MAX).wait_ms(), homing_core::wire::WAIT_MS_MAX);
         server.shutdown().await;
     })
     .await
