@@ -424,6 +424,20 @@ impl Node {
                     .await
                     .map_err(Failure::from)
             };
+            // A wait answered well before its end came from a DC shutting down:
+            // its registration is gone, like an unreachable DC's.
+            let cut_short = matches!(awaited, Ok(AwaitReply::TimedOut))
+                && started.elapsed() + Duration::from_millis(AWAIT_RETRY_MS) < wait;
+            let awaited = if cut_short {
+                Err(fail(
+                    ErrorKind::Unavailable {
+                        dc: reservation.dc().clone(),
+                    },
+                    format!("dc {} ended the wait early (shutting down)", reservation.dc()),
+                ))
+            } else {
+                awaited
+            };
             match awaited {
                 // The holder may have changed while we waited: answer with a fresh look.
                 Ok(AwaitReply::TimedOut) => {
