@@ -53,7 +53,8 @@ impl KeyArgs {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a local multi-DC deployment in this process and tell homing's story:
-    /// reserve, resolve, recreate elsewhere, follow the chain, race, drain.
+    /// reserve, resolve, wait for a busy key, recreate elsewhere, follow the
+    /// chain, race, drain, read the event logs.
     Devnet(devnet::DevnetArgs),
     /// Run an end-to-end benchmark suite against real homingd instances in
     /// this process and print homing next to its model or baseline.
@@ -117,6 +118,10 @@ enum Command {
     },
     /// Follow lifecycle events (reserved, released with outcome, expired,
     /// linked, drained, abandoned) of every DC, resumable from printed cursors.
+    #[command(after_help = "Examples:
+  homing watch --namespace games --include-children
+  homing watch --after iad=41,fra=7          # resume: the last cursor printed per DC
+  homing watch --only iad --count 10         # ten events of iad, then exit")]
     Watch(scope::WatchArgs),
     /// List every record in a namespace (and its children) in every DC.
     Inspect(scope::ScopeCommand),
