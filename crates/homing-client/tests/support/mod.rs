@@ -36,6 +36,8 @@ pub struct Script {
     pub draining: AtomicBool,
     /// Lease grants: the policy and the next reservation number.
     pub policy: Mutex<Option<LeasePolicy>>,
+    /// `Watch` → these replies, one per request, in order (then empty batches).
+    pub watch: Mutex<std::collections::VecDeque<Reply>>,
 }
 
 impl Script {
@@ -132,6 +134,17 @@ impl Scripted {
                 ))
             }
             Request::Release { .. } => Reply::Release(ReleaseReply::Released),
+            Request::Watch { after, .. } => {
+                script
+                    .watch
+                    .lock()
+                    .unwrap()
+                    .pop_front()
+                    .unwrap_or(Reply::Events {
+                        events: Vec::new(),
+                        next: after,
+                    })
+            }
             other => Reply::Error(ErrorReply::new(ErrorKind::BadRequest, other.kind())),
         }
     }
