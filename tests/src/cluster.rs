@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{
-    ActorId, DcId, HostTime, Identity, Key, KeyConfig, KeyName, Reply, Request, Role,
+    ActorId, DcId, HostTime, Identity, Key, KeyConfig, KeyName, LeasePolicy, Reply, Request, Role,
 };
 use homing_net::{Client, ClientLimits, DevCa, NetError, Peer, Relay, generate_dev_pki};
 use homing_store::etcd::EtcdGlobalStore;
@@ -78,28 +78,51 @@ fn unique_prefix() -> String {
     )
 }
 
-/// Extra `homingd` flags for every DC, e.g. a short lease.
+/// How every DC's `homingd` runs: its lease policy and further flags.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterOptions {
-    /// Appended to every daemon's command line.
+    /// The lease policy every DC grants with (passed as flags, so a test can
+    /// compute deadlines and expiry from it).
+    pub lease: LeasePolicy,
+    /// Appended to every daemon's command line, after the lease flags.
     pub homingd_args: Vec<String>,
 }
 
 impl ClusterOptions {
     /// A 2 s lease with tight margins and a fast reaper (scenario d's policy).
     pub fn short_lease() -> ClusterOptions {
-        let args = [
-            "--lease-ttl-ms=2000",
-            "--soft-margin-ms=800",
-            "--hard-margin-ms=400",
-            "--grace-ms=500",
-            "--renew-at-permille=300",
-            "--reaper-interval-ms=100",
-            "--peer-timeout-ms=1000",
-        ];
+        let lease = LeasePolicy::new(2_000, 300, 800, 400, 500).expect("an ordered policy");
+        let args = ["--reaper-interval-ms=100", "--peer-timeout-ms=1000"];
         ClusterOptions {
+            lease,
             homingd_args: args.iter().map(|a| a.to_string()).collect(),
         }
+    }
+
+    /// These options with `lease` as every DC's lease policy.
+    pub fn with_lease(mut self, lease: LeasePolicy) -> ClusterOptions {
+        self.lease = lease;
+        self
+    }
+
+    /// These options with `arg` appended to every daemon's command line.
+    pub fn with_arg(mut self, arg: &str) -> ClusterOptions {
+        self.homingd_args.push(arg.to_string());
+        self
+    }
+
+    /// The daemon flags these options stand for.
+    fn args(&self) -> Vec<String> {
+        let lease = &self.lease;
+        let mut args = vec![
+            format!("--lease-ttl-ms={}", lease.ttl_ms()),
+            format!("--renew-at-permille={}", lease.renew_at_permille()),
+            format!("--soft-margin-ms={}", lease.soft_margin_ms()),
+            format!("--hard-margin-ms={}", lease.hard_margin_ms()),
+            format!("--grace-ms={}", lease.grace_ms()),
+        ];
+        args.extend(self.homingd_args.iter().cloned());
+        args
     }
 }
 
@@ -116,6 +139,7 @@ pub enum ClusterError {
 
 /// The running deployment. Drop order: daemons, relays, then etcd.
 pub struct Cluster {
+    options: ClusterOptions,
     daemons: BTreeMap<DcId, Homingd>,
     /// `(from, to)` → the relay `from` uses to reach `to`.
     paths: BTreeMap<(DcId, DcId), Relay>,
@@ -160,13 +184,14 @@ impl Cluster {
                 peers,
                 etcd_endpoints: etcd.endpoints().to_vec(),
                 store_prefix: prefix.clone(),
-                extra_args: options.homingd_args.clone(),
+                extra_args: options.args(),
                 log: dir.path().join(format!("{d}.log")),
             };
             let daemon = Homingd::start(spec).await.map_err(ClusterError::Start)?;
             daemons.insert(d.clone(), daemon);
         }
         Ok(Cluster {
+            options,
             daemons,
             paths,
             etcd,
@@ -174,6 +199,11 @@ impl Cluster {
             prefix,
             dir,
         })
+    }
+
+    /// The options every daemon runs with.
+    pub fn options(&self) -> &ClusterOptions {
+        &self.options
     }
 
     /// The daemon of `dc`.
@@ -226,10 +256,22 @@ impl Cluster {
     /// A fresh client (own UDP endpoint and pool) presenting `role`'s
     /// certificate, bound to `dc` for hosts and nodes.
     pub fn client(&self, role: Role, dc: Option<&DcId>) -> Client {
+        self.client_with_timeout(role, dc, TEST_REQUEST_TIMEOUT_MS)
+    }
+
+    /// Like [`Cluster::client`], giving up on a request after
+    /// `request_timeout_ms` (plus what the request asks to wait): a client
+    /// whose connection died with a killed daemon notices no sooner.
+    pub fn client_with_timeout(
+        &self,
+        role: Role,
+        dc: Option<&DcId>,
+        request_timeout_ms: u64,
+    ) -> Client {
         let identity = Identity::new(role, dc.cloned()).expect("a valid identity");
         let tls = self.ca.tls_identity(&identity).expect("the dev CA issues");
         let limits = ClientLimits {
-            request_timeout_ms: TEST_REQUEST_TIMEOUT_MS,
+            request_timeout_ms,
             ..ClientLimits::default()
         };
         Client::new(&tls, limits).expect("a client endpoint binds")

@@ -39,6 +39,12 @@ pub fn homingd_binary() -> PathBuf {
     binary
 }
 
+/// The daemons' log filter: `$HOMING_E2E_LOG` (e.g. `info` to see every
+/// request a failing test made), else `warn`.
+pub fn daemon_log_filter() -> String {
+    std::env::var("HOMING_E2E_LOG").unwrap_or_else(|_| "warn".to_string())
+}
+
 /// How to run one daemon.
 #[derive(Debug, Clone)]
 pub struct HomingdSpec {
@@ -109,7 +115,7 @@ impl Homingd {
         }
         let mut child = command
             .args(&spec.extra_args)
-            .env("HOMING_LOG", "warn")
+            .env("HOMING_LOG", daemon_log_filter())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)

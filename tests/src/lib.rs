@@ -1,7 +1,9 @@
 //! homing's end-to-end test harness: real `homingd` processes for three DCs
 //! (iad, fra, sin) on loopback, a real 3-member etcd as the global store, a
 //! dev PKI, and UDP relays on every inter-DC path to add latency or cut a DC
-//! off. See [`cluster::Cluster`]; the scenarios live in `tests/`.
+//! off. See [`cluster::Cluster`]; the scenarios live in `tests/`, and
+//! [`event_log::Ledger`] checks a DC's lifecycle event log against what a
+//! workload was acknowledged.
 //!
 //! The binary is not built by the tests: run
 //! `cargo build -p homing-daemon --features etcd --bin homingd` first (with the
@@ -9,6 +11,7 @@
 
 #[cfg(feature = "etcd")]
 pub mod cluster;
+pub mod event_log;
 #[cfg(feature = "etcd")]
 pub mod homingd;
 

@@ -127,8 +127,10 @@ impl Client {
         };
         // Until the reply is in, the connection is suspect: an error, this
         // request's timeout or the caller giving up evicts it from the pool.
-        // A peer that restarted cannot be told apart from a slow one (its
-        // stateless resets are not recognised), so without this every request
+        // A homing server that restarted answers our next packet with a
+        // stateless reset we recognise (its keys derive from its identity),
+        // but a peer that is gone, or restarted with another identity, cannot
+        // be told apart from a slow one: without this every request to it
         // would wait for the idle timeout.
         let suspect = EvictUnlessAnswered {
             pool: &self.inner.pool,

@@ -11,9 +11,14 @@ pub const CONNECTIONS_MAX: usize = 4096;
 pub const STREAMS_MAX: u32 = 1024;
 /// Default idle time after which a connection is closed, in milliseconds.
 pub const IDLE_TIMEOUT_MS: u64 = 30_000;
-/// Default keep-alive interval, in milliseconds; below the idle timeout so a
-/// pooled connection survives quiet periods.
+/// Default keep-alive interval of a server, in milliseconds; below the idle
+/// timeout so a pooled connection survives quiet periods.
 pub const KEEP_ALIVE_INTERVAL_MS: u64 = 10_000;
+/// Default keep-alive interval of a client, in milliseconds: shorter, because
+/// a client's ping is also how it learns that its peer restarted (the new
+/// process answers it with a stateless reset the client recognises), which
+/// ends a request parked on the dead connection within this time.
+pub const CLIENT_KEEP_ALIVE_INTERVAL_MS: u64 = 2_000;
 /// Default time for one request (read, handle, reply), in milliseconds.
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// Default bytes of unread request data a server buffers per connection.
@@ -117,7 +122,7 @@ impl Default for ClientLimits {
             connect_timeout_ms: CONNECT_TIMEOUT_MS,
             request_timeout_ms: REQUEST_TIMEOUT_MS,
             idle_timeout_ms: IDLE_TIMEOUT_MS,
-            keep_alive_interval_ms: KEEP_ALIVE_INTERVAL_MS,
+            keep_alive_interval_ms: CLIENT_KEEP_ALIVE_INTERVAL_MS,
             frame_bytes_max: FRAME_BYTES_MAX,
             backoff_base_ms: BACKOFF_BASE_MS,
             backoff_max_ms: BACKOFF_MAX_MS,

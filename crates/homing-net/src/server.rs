@@ -71,7 +71,11 @@ impl Server {
     ) -> Result<Server, NetError> {
         limits.validate()?;
         let config = server_config(tls, &limits)?;
-        let endpoint = Endpoint::server(config, addr)?;
+        let endpoint_config = endpoint_config(tls);
+        let socket = std::net::UdpSocket::bind(addr)?;
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| NetError::Limits("no async runtime for the QUIC endpoint"))?;
+        let endpoint = Endpoint::new(endpoint_config, Some(config), socket, runtime)?;
         let local_addr = endpoint.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
         let (drain, drained) = mpsc::channel(1);
@@ -146,6 +150,21 @@ impl Drop for Server {
         let _ = self.stop.send(true);
         self.endpoint.close(CODE_SHUTDOWN, b"shutdown");
     }
+}
+
+/// The endpoint's stateless-reset key and connection-ID generator, both
+/// derived from the server's identity, so that a restarted process (same
+/// identity, same address) recognises the connection IDs of its predecessor
+/// and answers their packets with resets the peers accept: a peer's
+/// connection to the dead process, and any request parked on it, ends within
+/// one client keep-alive instead of at the idle timeout.
+fn endpoint_config(tls: &TlsIdentity) -> quinn::EndpointConfig {
+    let (reset_key, cid_key) = tls.endpoint_keys();
+    let mut config = quinn::EndpointConfig::new(Arc::new(reset_key));
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    config
 }
 
 fn server_config(

@@ -112,6 +112,23 @@ impl TlsIdentity {
         identity_from_cert(leaf)
     }
 
+    /// The keys a server's QUIC endpoint signs stateless resets with and
+    /// validates its connection IDs with, derived from its private key: a
+    /// restarted process holding the same identity recognises its
+    /// predecessor's connection IDs and sends resets its peers accept.
+    pub fn endpoint_keys(&self) -> (ring::hmac::Key, u64) {
+        let secret = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.key.secret_der());
+        let derive = |label: &[u8]| ring::hmac::sign(&secret, label);
+        let reset = derive(b"homing quic stateless reset key v1");
+        let cid = derive(b"homing quic connection id key v1");
+        let mut cid_key = [0u8; 8];
+        cid_key.copy_from_slice(&cid.as_ref()[..8]);
+        (
+            ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset.as_ref()),
+            u64::from_le_bytes(cid_key),
+        )
+    }
+
     /// A rustls server configuration: TLS 1.3, ring, clients must present a
     /// certificate from the CA, ALPN `homing/2` only.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig, NetError> {
