@@ -399,41 +399,72 @@ impl Node {
         tracing::Span::current().record("key", tracing::field::display(&key));
         let started = tokio::time::Instant::now();
         let wait = Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
+        let deadline = started + wait;
+        let pause = Duration::from_millis(AWAIT_RETRY_MS);
         loop {
             // The host's clock moved on while we waited: grant from the
             // reading it sent plus the time we held its request, which is at
             // most the time that passed for the host (receipt ≥ send).
             let waited = started.elapsed().as_millis() as u64;
-            let outcome = self
+            let outcome = match self
                 .connect(&key, &config, &actor, host_time.plus_ms(waited))
-                .await?;
+                .await
+            {
+                Ok(outcome) => outcome,
+                // A DC of the chain is unreachable while we wait (a crash, a
+                // partition): try again within the wait.
+                Err(failure)
+                    if failure.is_unavailable()
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    let error = failure.into_reply(&self.dc);
+                    tracing::info!(%error, "connect failed while waiting; trying again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => continue,
+                        _ = self.closed() => return Err(fail(error.kind, error.message)),
+                    }
+                }
+                Err(failure) => return Err(failure),
+            };
             let ConnectOutcome::HeldElsewhere { reservation, .. } = &outcome else {
                 return Ok(acquire_reply(outcome));
             };
-            let Some(remaining) = wait.checked_sub(started.elapsed()).filter(|r| !r.is_zero())
+            let Some(remaining) = deadline
+                .checked_duration_since(tokio::time::Instant::now())
+                .filter(|r| !r.is_zero())
             else {
                 return Ok(acquire_reply(outcome));
             };
             let remaining_ms = remaining.as_millis().max(1) as u32;
             tracing::debug!(reservation = %reservation, remaining_ms, "key held: waiting");
-            let awaited = if reservation.dc() == &self.dc {
-                self.await_vacant(reservation, remaining_ms).await
-            } else {
-                self.peers
-                    .await_vacant(reservation, remaining_ms)
-                    .await
-                    .map_err(Failure::from)
+            let register = async {
+                if reservation.dc() == &self.dc {
+                    self.await_vacant(reservation, remaining_ms).await
+                } else {
+                    self.peers
+                        .await_vacant(reservation, remaining_ms)
+                        .await
+                        .map_err(Failure::from)
+                }
+            };
+            // Our own deadline bounds the wait, also when the tail's DC went
+            // silent with our registration: the host is answered in time.
+            let Ok(awaited) = tokio::time::timeout_at(deadline, register).await else {
+                return Ok(acquire_reply(outcome));
             };
             // A wait answered well before its end came from a DC shutting down:
             // its registration is gone, like an unreachable DC's.
             let cut_short = matches!(awaited, Ok(AwaitReply::TimedOut))
-                && started.elapsed() + Duration::from_millis(AWAIT_RETRY_MS) < wait;
+                && tokio::time::Instant::now() + pause < deadline;
             let awaited = if cut_short {
                 Err(fail(
                     ErrorKind::Unavailable {
                         dc: reservation.dc().clone(),
                     },
-                    format!("dc {} ended the wait early (shutting down)", reservation.dc()),
+                    format!(
+                        "dc {} ended the wait early (shutting down)",
+                        reservation.dc()
+                    ),
                 ))
             } else {
                 awaited
@@ -448,13 +479,16 @@ impl Node {
                     return Ok(acquire_reply(last));
                 }
                 Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => {}
+                // A full queue, a refusal: the caller learns it now.
                 Err(failure) if !failure.is_unavailable() => return Err(failure),
+                // The tail's DC lost our registration (restart, partition):
+                // register again after a pause, if the wait leaves time for it.
                 Err(failure) => {
-                    // The tail's DC lost our registration (restart, partition):
-                    // register again after a pause, within the wait.
                     let error = failure.into_reply(&self.dc);
+                    if tokio::time::Instant::now() + pause >= deadline {
+                        return Ok(acquire_reply(outcome));
+                    }
                     tracing::info!(reservation = %reservation, %error, "wait interrupted; registering again");
-                    let pause = Duration::from_millis(AWAIT_RETRY_MS).min(remaining);
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
                         _ = self.closed() => return Ok(acquire_reply(outcome)),

@@ -107,7 +107,10 @@ async fn a_parked_watch_wakes_on_the_next_event_and_cursors_resume_exactly() {
             tokio::spawn(async move { (client.request(&peer, &request).await, Instant::now()) })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!parked.is_finished(), "nothing to report yet: the watch waits");
+        assert!(
+            !parked.is_finished(),
+            "nothing to report yet: the watch waits"
+        );
         let wrote_at = Instant::now();
         let Reply::Acquired {
             reservation, token, ..
@@ -153,7 +156,11 @@ async fn a_parked_watch_wakes_on_the_next_event_and_cursors_resume_exactly() {
         let names: Vec<String> = in_tree.iter().map(|e| e.key.to_string()).collect();
         assert_eq!(
             names,
-            ["games/eu/room-1", "games/eu/lobbies/room-2", "games/eu/room-1"]
+            [
+                "games/eu/room-1",
+                "games/eu/lobbies/room-2",
+                "games/eu/room-1"
+            ]
         );
         assert_eq!(next, 4, "skipped events still move the cursor");
         let exact = NamespaceScope::exact(ns("games/eu"));
@@ -207,8 +214,15 @@ async fn scan_and_drain_cover_a_namespace_tree_page_by_page() {
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!(seen.len(), 61, "60 in games/eu, 1 below it, none in games/eu-west");
-        assert!(seen.windows(2).all(|w| w[0] < w[1]), "key order, no repeats");
+        assert_eq!(
+            seen.len(),
+            61,
+            "60 in games/eu, 1 below it, none in games/eu-west"
+        );
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "key order, no repeats"
+        );
         assert!(seen.iter().all(|k| !k.starts_with("games/eu-west")));
 
         let drain = Request::DrainScope {
@@ -226,10 +240,7 @@ async fn scan_and_drain_cover_a_namespace_tree_page_by_page() {
             other => panic!("{other:?}"),
         }
         // The router may watch but not scan.
-        let router = dc
-            .net
-            .client(homing_core::Role::Router, None)
-            .unwrap();
+        let router = dc.net.client(homing_core::Role::Router, None).unwrap();
         let scan = Request::Scan {
             scope: tree,
             after: None,

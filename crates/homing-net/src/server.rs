@@ -74,7 +74,7 @@ impl Server {
         let endpoint_config = endpoint_config(tls);
         let socket = std::net::UdpSocket::bind(addr)?;
         let runtime = quinn::default_runtime()
-            .ok_or_else(|| NetError::Limits("no async runtime for the QUIC endpoint"))?;
+            .ok_or(NetError::Limits("no async runtime for the QUIC endpoint"))?;
         let endpoint = Endpoint::new(endpoint_config, Some(config), socket, runtime)?;
         let local_addr = endpoint.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
