@@ -2,6 +2,7 @@
 
 mod bench;
 mod devnet;
+mod migrate;
 mod reach;
 mod scope;
 mod show;
@@ -125,6 +126,11 @@ enum Command {
     Watch(scope::WatchArgs),
     /// List every record in a namespace (and its children) in every DC.
     Inspect(scope::ScopeCommand),
+    /// Copy a deployment's stores (global entries, DC records, events,
+    /// allocators) to another backend, e.g. redb to etcd, with homingd
+    /// stopped; resumable, never overwriting, then verified.
+    #[command(after_long_help = migrate::LONG_HELP)]
+    Migrate(migrate::MigrateArgs),
 }
 
 /// This machine's clock as a host clock reading (the CLI acts as a host
@@ -277,6 +283,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         },
         Command::Watch(args) => return scope::watch(args).await,
         Command::Inspect(args) => return scope::inspect(args).await,
+        Command::Migrate(args) => return migrate::run(args).await,
     }
     Ok(true)
 }

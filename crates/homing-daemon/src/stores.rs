@@ -106,7 +106,9 @@ pub enum SpecError {
         reason: String,
     },
     /// Names a backend this binary was built without.
-    #[error("store spec {spec:?}: this build has no {backend} backend (rebuild with `--features {backend}`)")]
+    #[error(
+        "store spec {spec:?}: this build has no {backend} backend (rebuild with `--features {backend}`)"
+    )]
     NotBuilt {
         /// The spec as given.
         spec: String,
@@ -115,21 +117,27 @@ pub enum SpecError {
     },
 }
 
+/// A spec's `?key=value&…` options, keys checked against the allowed ones.
+type SpecOptions<'a> = Vec<(&'static str, &'a str)>;
+
 /// Splits `rest?query` and parses `k=v&k=v` against the allowed keys.
 fn split_query<'a>(
     rest: &'a str,
     allowed: &[&'static str],
-) -> Result<(&'a str, Vec<(&'static str, &'a str)>), String> {
+) -> Result<(&'a str, SpecOptions<'a>), String> {
     let Some((head, query)) = rest.split_once('?') else {
         return Ok((rest, Vec::new()));
     };
-    let mut options: Vec<(&'static str, &'a str)> = Vec::new();
+    let mut options: SpecOptions<'a> = Vec::new();
     for pair in query.split('&') {
         let (k, v) = pair
             .split_once('=')
             .ok_or_else(|| format!("option {pair:?} is not KEY=VALUE"))?;
         let known = allowed.iter().find(|a| **a == k).ok_or_else(|| {
-            format!("unknown option {k:?} (this backend takes: {})", allowed.join(", "))
+            format!(
+                "unknown option {k:?} (this backend takes: {})",
+                allowed.join(", ")
+            )
         })?;
         if options.iter().any(|(seen, _)| seen == known) {
             return Err(format!("option {k:?} given twice"));
@@ -142,7 +150,7 @@ fn split_query<'a>(
 fn prefix_option(options: &[(&'static str, &str)]) -> Result<String, String> {
     match options.iter().find(|(k, _)| *k == "prefix") {
         None => Ok(STORE_PREFIX_DEFAULT.to_string()),
-        Some((_, p)) if p.is_empty() => Err("prefix is empty".to_string()),
+        Some((_, "")) => Err("prefix is empty".to_string()),
         Some((_, p)) => Ok(normalize_prefix(p)),
     }
 }
@@ -473,7 +481,10 @@ impl StoreOpener {
                 })?;
             self.fdb = Some(network);
         }
-        Ok(self.fdb.as_ref().expect("the fdb network was started above"))
+        Ok(self
+            .fdb
+            .as_ref()
+            .expect("the fdb network was started above"))
     }
 }
 
@@ -585,15 +596,30 @@ mod tests {
             Path::new("/tmp/d/dc-iad.redb")
         );
         assert!(parse("redb:").unwrap_err().contains("needs a directory"));
-        assert!(parse("redb:/x?layout=flat").unwrap_err().contains("\"flat\""));
-        assert!(parse("redb:/x?prefix=/p").unwrap_err().contains("unknown option \"prefix\""));
+        assert!(
+            parse("redb:/x?layout=flat")
+                .unwrap_err()
+                .contains("\"flat\"")
+        );
+        assert!(
+            parse("redb:/x?prefix=/p")
+                .unwrap_err()
+                .contains("unknown option \"prefix\"")
+        );
     }
 
     #[test]
     fn bad_specs_say_what_is_wrong_and_what_is_expected() {
         let err = parse("/var/lib/homing").unwrap_err();
-        assert!(err.contains("no backend") && err.contains("etcd:HOST:PORT"), "{err}");
-        assert!(parse("mysql:x").unwrap_err().contains("unknown backend \"mysql\""));
+        assert!(
+            err.contains("no backend") && err.contains("etcd:HOST:PORT"),
+            "{err}"
+        );
+        assert!(
+            parse("mysql:x")
+                .unwrap_err()
+                .contains("unknown backend \"mysql\"")
+        );
     }
 
     #[cfg(feature = "etcd")]
@@ -610,15 +636,29 @@ mod tests {
                 prefix: "/homing/prod".to_string(),
             }
         );
-        assert_eq!(parse(&spec.to_string()).unwrap(), spec, "display parses back");
+        assert_eq!(
+            parse(&spec.to_string()).unwrap(),
+            spec,
+            "display parses back"
+        );
         let default = parse("etcd:localhost:2379").unwrap();
-        assert!(matches!(default, StoreSpec::Etcd { prefix, .. } if prefix == STORE_PREFIX_DEFAULT));
+        assert!(
+            matches!(default, StoreSpec::Etcd { prefix, .. } if prefix == STORE_PREFIX_DEFAULT)
+        );
         assert!(parse("etcd:").unwrap_err().contains("at least one"));
         assert!(parse("etcd:host").unwrap_err().contains("not HOST:PORT"));
         assert!(parse("etcd:host:99999").unwrap_err().contains("port"));
         assert!(parse("etcd:https://h:1").unwrap_err().contains("no TLS"));
-        assert!(parse("etcd:h:1?prefix=").unwrap_err().contains("prefix is empty"));
-        assert!(parse("etcd:h:1?prefix=/a&prefix=/b").unwrap_err().contains("twice"));
+        assert!(
+            parse("etcd:h:1?prefix=")
+                .unwrap_err()
+                .contains("prefix is empty")
+        );
+        assert!(
+            parse("etcd:h:1?prefix=/a&prefix=/b")
+                .unwrap_err()
+                .contains("twice")
+        );
     }
 
     #[cfg(not(feature = "etcd"))]
@@ -660,10 +700,25 @@ mod tests {
             .await
             .err()
             .expect("nothing there yet");
-        assert!(matches!(err, OpenError::Missing { which: "global", .. }), "{err}");
-        let created = opener.set(&spec, &[iad.clone()], OpenMode::Create).await.unwrap();
+        assert!(
+            matches!(
+                err,
+                OpenError::Missing {
+                    which: "global",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let created = opener
+            .set(&spec, std::slice::from_ref(&iad), OpenMode::Create)
+            .await
+            .unwrap();
         assert!(redb_dc_path(dir.path(), &iad).is_file());
         drop(created);
-        opener.set(&spec, &[iad], OpenMode::MustExist).await.unwrap();
+        opener
+            .set(&spec, &[iad], OpenMode::MustExist)
+            .await
+            .unwrap();
     }
 }

@@ -59,6 +59,7 @@ pub mod fdb;
 pub mod global;
 pub mod keyspace;
 pub mod memory;
+pub mod migrate;
 pub mod redb;
 mod writer;
 

@@ -1,0 +1,446 @@
+//! Migration round trips between real backends: a realistic population made
+//! through the public store API (reserve, renew, drain, release, expire,
+//! recreate in another DC with a link, lost races abandoned, nested
+//! namespaces, a trimmed event log) is copied, and the copy must hold every
+//! entry, record and event, carry on allocating above the source, keep
+//! global entries write-once, accept compare-and-set on migrated versions,
+//! and find everything present on a second run.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use homing_core::{
+    ActorId, DcId, DcRecord, Event, EventSeq, FailureReason, FencingToken, HostTime, Key, KeyName,
+    LeasePolicy, Namespace, NamespaceScope, RecordState, ReservationId, RunOutcome, ScanCursor,
+    StoreTime,
+};
+use homing_store::migrate::{MigrateOptions, MigrateReport, SAMPLE_MAX, StoreSet, migrate, verify};
+use homing_store::{
+    Cas, DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, RedbDcStore, RedbGlobalStore,
+    RedbOptions, SCAN_LIMIT_MAX, SetIfAbsent,
+};
+
+const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+/// Keys each DC reserves: more than a scan page, so paging is exercised.
+const KEYS_PER_DC: u64 = 150;
+const NAMESPACES: [&str; 4] = ["", "games", "games/eu", "a/b"];
+/// Events below this are trimmed in the first DC (retention ran there).
+const TRIMMED_BELOW: EventSeq = 25;
+
+fn dcs() -> Vec<DcId> {
+    ["iad", "fra"].map(|d| DcId::new(d).unwrap()).to_vec()
+}
+
+fn redb_set(dir: &Path) -> StoreSet {
+    let global: Arc<dyn GlobalStore> =
+        Arc::new(RedbGlobalStore::open(dir.join("global.redb"), RedbOptions::default()).unwrap());
+    let dcs = dcs()
+        .into_iter()
+        .map(|dc| {
+            let store: Arc<dyn DcStore> = Arc::new(
+                RedbDcStore::open(dir.join(format!("dc-{dc}.redb")), RedbOptions::default())
+                    .unwrap(),
+            );
+            (dc, store)
+        })
+        .collect();
+    StoreSet { global, dcs }
+}
+
+async fn cas(store: &dyn DcStore, expected: Option<u64>, record: &DcRecord) {
+    assert_eq!(
+        store.compare_and_set(expected, record).await.unwrap(),
+        Cas::Written
+    );
+}
+
+async fn update(store: &dyn DcStore, next: Option<DcRecord>) -> DcRecord {
+    let next = next.expect("the transition writes");
+    cas(store, Some(next.version - 1), &next).await;
+    next
+}
+
+fn actor(dc: &DcId, i: u64) -> ActorId {
+    ActorId::new(format!("{dc}-host-{}:9000", i % 7)).unwrap()
+}
+
+/// Reserves a fresh reservation of `key` in `store`.
+async fn reserve(
+    store: &dyn DcStore,
+    dc: &DcId,
+    key: &Key,
+    token: FencingToken,
+    predecessor: Option<ReservationId>,
+    now: StoreTime,
+) -> DcRecord {
+    let id = ReservationId::new(dc.clone(), store.allocate().await.unwrap());
+    let (record, _) = DcRecord::reserve(
+        id,
+        key.clone(),
+        None,
+        token,
+        predecessor,
+        actor(dc, token.get()),
+        HostTime::from_ms(now.as_ms()),
+        now,
+        &POLICY,
+    );
+    cas(store, None, &record).await;
+    record
+}
+
+/// Each DC reserves `KEYS_PER_DC` keys over nested namespaces, then each key
+/// goes one of seven ways; every tenth key also gets a losing racer.
+async fn populate(set: &StoreSet) {
+    let dcs = &set.dcs;
+    for i in 0..KEYS_PER_DC {
+        for (d, (dc, store)) in dcs.iter().enumerate() {
+            let store = store.as_ref();
+            let key = Key::in_namespace(
+                Namespace::new(NAMESPACES[(i % 4) as usize]).unwrap(),
+                KeyName::new(format!("{dc}-room-{i}")).unwrap(),
+            );
+            let now = StoreTime::from_ms(1_000_000 + i * 100);
+            let later = StoreTime::from_ms(now.as_ms() + 1_000);
+            let r = reserve(store, dc, &key, FencingToken::FIRST, None, now).await;
+            assert_eq!(
+                set.global.set_if_absent(&key, &r.id).await.unwrap(),
+                SetIfAbsent::Inserted
+            );
+            let host = HostTime::from_ms(later.as_ms());
+            match i % 7 {
+                0 => {
+                    let r = update(store, r.renew(r.token, host, later, &POLICY).next).await;
+                    update(store, r.renew(r.token, host, later, &POLICY).next).await;
+                }
+                1 => {
+                    update(store, r.release(r.token, RunOutcome::Ok, later).next).await;
+                }
+                2 => {
+                    let reason = FailureReason::new(format!("exit {i}")).unwrap();
+                    let failed = RunOutcome::Failed { reason };
+                    update(store, r.release(r.token, failed, later).next).await;
+                }
+                3 => {
+                    let reaped = StoreTime::from_ms(now.as_ms() + 10_000_000);
+                    update(store, r.expire(reaped, &POLICY)).await;
+                }
+                4 => {
+                    let drained = update(store, r.drain()).await;
+                    update(store, drained.release(r.token, RunOutcome::Ok, later).next).await;
+                }
+                5 => {
+                    // Released, recreated in the other DC, linked there.
+                    let released =
+                        update(store, r.release(r.token, RunOutcome::Ok, later).next).await;
+                    let (other_dc, other) = &dcs[(d + 1) % dcs.len()];
+                    let next = reserve(
+                        other.as_ref(),
+                        other_dc,
+                        &key,
+                        released.token.next(),
+                        Some(released.id.clone()),
+                        later,
+                    )
+                    .await;
+                    let linked = released.link(&next.id, released.token, later, &POLICY);
+                    update(store, linked.next).await;
+                }
+                _ => {
+                    // Re-activated in the same DC.
+                    let released =
+                        update(store, r.release(r.token, RunOutcome::Ok, later).next).await;
+                    let again = StoreTime::from_ms(later.as_ms() + 1);
+                    let activated = released.activate(None, actor(dc, 99), host, again, &POLICY);
+                    update(store, activated.next).await;
+                }
+            }
+            if i % 10 == 0 {
+                // A racer for the same key lost: its record is abandoned.
+                let lost = reserve(store, dc, &key, FencingToken::FIRST, None, now).await;
+                assert_eq!(
+                    set.global.set_if_absent(&key, &lost.id).await.unwrap(),
+                    SetIfAbsent::Exists(r.id.clone())
+                );
+                update(store, lost.abandon()).await;
+            }
+        }
+    }
+    // Retention ran in the first DC.
+    set.dcs[0].1.trim_events(TRIMMED_BELOW).await.unwrap();
+}
+
+async fn all_records(store: &dyn DcStore, scope: &NamespaceScope) -> Vec<DcRecord> {
+    let mut out = Vec::new();
+    let mut after: Option<ScanCursor> = None;
+    loop {
+        let page = store
+            .scan(scope, "", after.as_ref(), SCAN_LIMIT_MAX)
+            .await
+            .unwrap();
+        after = page.last().map(ScanCursor::after);
+        let last = page.len() < SCAN_LIMIT_MAX;
+        out.extend(page);
+        if last {
+            return out;
+        }
+    }
+}
+
+/// Every kept event, with the log's `(oldest, head)`.
+async fn all_events(store: &dyn DcStore) -> (Vec<Event>, EventSeq, EventSeq) {
+    let mut out: Vec<Event> = Vec::new();
+    loop {
+        let after = out.last().map_or(0, |e| e.seq);
+        let page = store.events(after, EVENTS_LIMIT_MAX).await.unwrap();
+        let last = page.events.len() < EVENTS_LIMIT_MAX;
+        out.extend(page.events);
+        if last {
+            return (out, page.oldest, page.head);
+        }
+    }
+}
+
+async fn all_entries(global: &dyn GlobalStore) -> Vec<(Key, ReservationId)> {
+    let mut out: Vec<(Key, ReservationId)> = Vec::new();
+    loop {
+        let after = out.last().map(|(k, _)| k.clone());
+        let page = global
+            .scan(after.as_ref(), GET_MANY_KEYS_MAX)
+            .await
+            .unwrap();
+        let last = page.len() < GET_MANY_KEYS_MAX;
+        out.extend(page);
+        if last {
+            return out;
+        }
+    }
+}
+
+/// Every entry, record (in every scope) and kept event of `a` is in `b`, and nothing else.
+async fn assert_same(a: &StoreSet, b: &StoreSet) {
+    let entries = all_entries(a.global.as_ref()).await;
+    assert_eq!(entries.len() as u64, KEYS_PER_DC * a.dcs.len() as u64);
+    assert_eq!(
+        entries,
+        all_entries(b.global.as_ref()).await,
+        "global entries"
+    );
+    let scopes = [
+        NamespaceScope::everything(),
+        NamespaceScope::exact(Namespace::new("a/b").unwrap()),
+        NamespaceScope::subtree(Namespace::new("games").unwrap()),
+    ];
+    for ((dc, from), (_, to)) in a.dcs.iter().zip(&b.dcs) {
+        for scope in &scopes {
+            let want = all_records(from.as_ref(), scope).await;
+            assert!(!want.is_empty());
+            assert_eq!(want, all_records(to.as_ref(), scope).await, "{dc} {scope}");
+        }
+        let (events, oldest, head) = all_events(from.as_ref()).await;
+        assert!(
+            events.len() > SCAN_LIMIT_MAX,
+            "{dc}: {} events",
+            events.len()
+        );
+        assert_eq!(
+            (events, oldest, head),
+            all_events(to.as_ref()).await,
+            "{dc} events"
+        );
+    }
+}
+
+/// The target works as a store of the same deployment. Writes to it.
+async fn assert_target_carries_on(source: &StoreSet, target: &StoreSet) {
+    // Write-once entries stay write-once: the original wins.
+    let (key, original) = all_entries(source.global.as_ref()).await.remove(7);
+    let intruder: ReservationId = "sin.1".parse().unwrap();
+    assert_eq!(
+        target.global.set_if_absent(&key, &intruder).await.unwrap(),
+        SetIfAbsent::Exists(original)
+    );
+    for ((dc, from), (_, to)) in source.dcs.iter().zip(&target.dcs) {
+        let records = all_records(from.as_ref(), &NamespaceScope::everything()).await;
+        let used = records.iter().map(|r| r.id.unique()).max().unwrap();
+        let floor = from.allocator_floor().await.unwrap();
+        assert!(floor >= used);
+        let fresh = to.allocate().await.unwrap();
+        assert!(
+            fresh > floor,
+            "{dc}: target allocated {fresh}, source floor {floor}"
+        );
+        // A compare-and-set on a migrated record, at its migrated version.
+        let active = records
+            .iter()
+            .find(|r| matches!(r.state, RecordState::Active { .. }) && r.allow_renew)
+            .expect("an active record");
+        let (_, _, head) = all_events(to.as_ref()).await;
+        let at = StoreTime::from_ms(1_000_000);
+        let released = active
+            .release(active.token, RunOutcome::Ok, at)
+            .next
+            .unwrap();
+        assert_eq!(
+            to.compare_and_set(Some(active.version), &released)
+                .await
+                .unwrap(),
+            Cas::Written
+        );
+        let (events, _, new_head) = all_events(to.as_ref()).await;
+        assert_eq!(
+            new_head,
+            head + 1,
+            "{dc}: the log continues after the migrated head"
+        );
+        assert_eq!(events.last().unwrap().reservation, active.id);
+        // A stale version is refused as before.
+        assert!(matches!(
+            to.compare_and_set(Some(active.version), &released)
+                .await
+                .unwrap(),
+            Cas::Conflict { .. }
+        ));
+    }
+}
+
+async fn run(source: &StoreSet, target: &StoreSet) -> MigrateReport {
+    let options = MigrateOptions {
+        dry_run: false,
+        sample: 32,
+    };
+    let report = migrate(source, target, &options, &mut |_| {})
+        .await
+        .unwrap();
+    println!("{report}");
+    report
+}
+
+/// A second run copies nothing and finds every item present.
+async fn assert_rerun_finds_everything_present(
+    source: &StoreSet,
+    target: &StoreSet,
+    first: &MigrateReport,
+) {
+    let again = run(source, target).await;
+    assert!(again.ok(), "{again}");
+    assert_eq!(again.global.copied, 0);
+    assert_eq!(again.global.present, first.global.copied);
+    for (a, b) in first.dcs.iter().zip(&again.dcs) {
+        assert_eq!((b.records.copied, b.records.present), (0, a.records.copied));
+        assert_eq!((b.events.copied, b.events.present), (0, a.events.copied));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redb_to_redb_round_trip_copies_everything_and_the_copy_carries_on() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let source = redb_set(a.path());
+    populate(&source).await;
+
+    let dry = migrate(
+        &source,
+        &redb_set(b.path()),
+        &MigrateOptions {
+            dry_run: true,
+            sample: 0,
+        },
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
+    assert!(dry.ok() && dry.verification.is_none(), "{dry}");
+    assert!(
+        all_entries(redb_set(b.path()).global.as_ref())
+            .await
+            .is_empty(),
+        "a dry run writes nothing"
+    );
+
+    let target = redb_set(b.path());
+    let report = run(&source, &target).await;
+    assert!(report.ok(), "{report}");
+    assert_eq!(report.global.copied, dry.global.copied);
+    assert_eq!(report.dcs[0].records.copied, dry.dcs[0].records.copied);
+    assert_eq!(report.dcs[0].events.copied, dry.dcs[0].events.copied);
+    assert_same(&source, &target).await;
+    // Imports are durable: the files hold it all after reopening.
+    drop(target);
+    let target = redb_set(b.path());
+    assert_same(&source, &target).await;
+    assert!(
+        verify(&source, &target, SAMPLE_MAX, &mut |_| {})
+            .await
+            .unwrap()
+            .ok()
+    );
+    assert_rerun_finds_everything_present(&source, &target, &report).await;
+    assert_target_carries_on(&source, &target).await;
+    // ... after which the target no longer matches, and verification says so.
+    assert!(
+        !verify(&source, &target, SAMPLE_MAX, &mut |_| {})
+            .await
+            .unwrap()
+            .ok()
+    );
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use homing_store::etcd::{EtcdDcStore, EtcdGlobalStore};
+    use homing_store::etcd_cluster::{ClusterError, LocalEtcdCluster};
+
+    /// homingd's etcd layout under `prefix`.
+    async fn etcd_set(endpoints: &[String], prefix: &str) -> StoreSet {
+        let global: Arc<dyn GlobalStore> = Arc::new(
+            EtcdGlobalStore::connect(endpoints, &format!("{prefix}/global/"))
+                .await
+                .unwrap(),
+        );
+        let mut stores = Vec::new();
+        for dc in dcs() {
+            let store: Arc<dyn DcStore> = Arc::new(
+                EtcdDcStore::connect(endpoints, &format!("{prefix}/dc/{dc}/"))
+                    .await
+                    .unwrap(),
+            );
+            stores.push((dc, store));
+        }
+        StoreSet {
+            global,
+            dcs: stores,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn redb_to_etcd_to_redb_round_trip_keeps_everything() {
+        let cluster = match LocalEtcdCluster::start().await {
+            Ok(cluster) => cluster,
+            Err(ClusterError::NoBinary) => {
+                println!("SKIP etcd migration: no `etcd` binary on PATH");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let (a, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let source = redb_set(a.path());
+        populate(&source).await;
+
+        let etcd = etcd_set(cluster.endpoints(), "/homing/migrated").await;
+        let there = run(&source, &etcd).await;
+        assert!(there.ok(), "{there}");
+        assert_same(&source, &etcd).await;
+        assert_rerun_finds_everything_present(&source, &etcd, &there).await;
+
+        let back = redb_set(c.path());
+        let report = run(&etcd, &back).await;
+        assert!(report.ok(), "{report}");
+        assert_same(&etcd, &back).await;
+        assert_same(&source, &back).await;
+        assert_target_carries_on(&source, &back).await;
+        // etcd, too, carries on above the source (it was raised, not just copied).
+        assert_target_carries_on(&source, &etcd).await;
+        drop(cluster);
+    }
+}
