@@ -57,7 +57,18 @@ impl NodeClock {
 
     /// The earliest true time at which this clock reads at least `ms`.
     pub fn first_true_us_at_ms(&self, ms: u64) -> u64 {
-        let target = i128::from(ms) * 1000;
+        self.first_true_us_at_us(ms.saturating_mul(1000))
+    }
+
+    /// The true time at which this clock has advanced `local_us` past its
+    /// reading at `true_us` (a timer armed on this machine).
+    pub fn true_us_after(&self, true_us: u64, local_us: u64) -> u64 {
+        self.first_true_us_at_us(self.local_us(true_us).saturating_add(local_us))
+    }
+
+    /// The earliest true time at which this clock reads at least `us`.
+    pub fn first_true_us_at_us(&self, us: u64) -> u64 {
+        let target = i128::from(us);
         let from_base = target - i128::from(CLOCK_BASE_US + self.offset_us);
         let estimate = from_base * 1_000_000 / (1_000_000 + i128::from(self.drift_ppm));
         let mut t = estimate.clamp(0, i128::from(u64::MAX / 2)) as u64;

@@ -7,22 +7,34 @@
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
+//!
+//! An acquire with `wait_ms` loops as homingd's `Node::acquire` does:
+//! connect; if the key is held and wait time remains, await the holder's
+//! reservation at its DC (here: [`crate::waiting`]; elsewhere: an `Await`
+//! request) and connect again when answered `Vacated`/`Moved`; `TimedOut`
+//! answers `HeldElsewhere`; a lost registration pauses `AWAIT_RETRY_MS` and
+//! goes round again. The grant uses `host_time + time held`.
 
 use std::collections::BTreeMap;
 
 use homing_core::{
-    Connect, ConnectError, ConnectNeed, ConnectPoll, DcId, DcRecord, ErrorKind, ErrorReply,
-    FencingToken, HostTime, Key, LocalSegment, RecordState, Reply, Request, ReservationId,
-    RunOutcome, Segment, SegmentError, Source, Written, chain::HOP_LIMIT_DEFAULT,
+    ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId,
+    DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LocalSegment, RecordState, Reply,
+    Request, ReservationId, RunOutcome, Segment, SegmentError, Source, Tag, Written,
+    chain::HOP_LIMIT_DEFAULT, wire::WAIT_MS_MAX,
 };
 
 use crate::clock::NodeClock;
 use crate::invariants::View;
-use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim};
+use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
+use crate::waiting::{AwaitFor, AwaitJob, WaitQueue};
 
 /// Most compare-and-set attempts on one record (as homingd's `CAS_ATTEMPTS_MAX`).
 pub const CAS_ATTEMPTS_MAX: u32 = 16;
+/// Pause before registering again when the tail's DC did not answer an
+/// `Await` (homingd's `AWAIT_RETRY_MS`), ms.
+pub const AWAIT_RETRY_MS: u64 = 250;
 
 /// One simulated DC.
 #[derive(Debug)]
@@ -43,9 +55,20 @@ pub struct Dc {
     pub epoch: u32,
     /// When it last (re)started, true µs.
     pub up_since_us: u64,
+    /// When it last crashed, true µs.
+    pub down_since_us: u64,
     global_cache: BTreeMap<Key, ReservationId>,
-    tasks: BTreeMap<u64, Task>,
+    pub(crate) tasks: BTreeMap<u64, Task>,
     peer_rpcs: BTreeMap<u64, u64>,
+    /// Volatile: this DC's pending `Await` requests to other DCs (RPC → peer).
+    pub(crate) await_rpcs: BTreeMap<u64, u16>,
+    /// Volatile: parked acquirers per reservation of this DC (lost in a crash).
+    pub(crate) waiters: BTreeMap<ReservationId, WaitQueue>,
+    /// How many wait here in all.
+    pub(crate) waiters_total: usize,
+    pub(crate) next_ticket: u64,
+    /// Wake-ups handed to waiter tasks, taken at their next select point.
+    pub(crate) woken: BTreeMap<u64, AwaitReply>,
     next_task: u64,
 }
 
@@ -61,9 +84,15 @@ impl Dc {
             up: true,
             epoch: 0,
             up_since_us: 0,
+            down_since_us: 0,
             global_cache: BTreeMap::new(),
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
+            await_rpcs: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            waiters_total: 0,
+            next_ticket: 0,
+            woken: BTreeMap::new(),
             next_task: 0,
         }
     }
@@ -82,20 +111,43 @@ pub struct Work {
     pub global_writes: u32,
     /// Link requests sent to a tail's DC.
     pub links: u32,
+    /// Times the acquire awaited the holder's reservation.
+    pub awaits: u32,
 }
 
 #[derive(Debug)]
-struct Task {
-    client: NodeId,
-    rpc: u64,
-    key: u32,
-    kind: TaskKind,
-    waiting: Option<StoreOp>,
-    work: Work,
+pub(crate) struct Task {
+    pub(crate) client: NodeId,
+    pub(crate) rpc: u64,
+    pub(crate) key: u32,
+    pub(crate) kind: TaskKind,
+    pub(crate) waiting: Option<StoreOp>,
+    pub(crate) work: Work,
+}
+
+/// An acquire in progress at the acquirer's DC: the current connect and
+/// what it needs to connect again after waiting.
+#[derive(Debug)]
+pub(crate) struct AcquireJob {
+    connect: Connect,
+    key: Key,
+    tag: Option<Tag>,
+    actor: ActorId,
+    host_time: HostTime,
+    /// The wait asked for, in this DC's clock, µs.
+    wait_us: u64,
+    /// This DC's clock when the request arrived, µs.
+    started_local_us: u64,
+    /// The `HeldElsewhere` to answer if the wait ends.
+    held: Option<Reply>,
+    /// The wait left when the last await started, µs.
+    remaining_us: u64,
+    /// Bumped by every pause: voids older pause timers.
+    pub(crate) generation: u64,
 }
 
 #[derive(Debug)]
-enum UpdateOp {
+pub(crate) enum UpdateOp {
     Renew {
         token: FencingToken,
         host_time: HostTime,
@@ -111,13 +163,14 @@ enum UpdateOp {
 }
 
 #[derive(Debug)]
-enum TaskKind {
-    Acquire(Box<Connect>),
+pub(crate) enum TaskKind {
+    Acquire(Box<AcquireJob>),
+    Await(Box<AwaitJob>),
     Update {
         id: ReservationId,
         op: UpdateOp,
         attempts: u32,
-        reply: Option<Reply>,
+        reply: Option<Box<Reply>>,
     },
     Segment,
     Resolve {
@@ -126,7 +179,7 @@ enum TaskKind {
 }
 
 #[derive(Debug)]
-enum StoreOp {
+pub(crate) enum StoreOp {
     GlobalGet(Key),
     Segment(ReservationId),
     Get(ReservationId),
@@ -138,14 +191,21 @@ enum StoreOp {
 }
 
 /// What a driving step decided.
-enum Next {
+pub(crate) enum Next {
     Store(StoreOp),
     SetIfAbsent(Key, ReservationId),
     Peer(u16, Request),
     Reply(Reply),
+    /// The key is held and wait time remains: await its reservation.
+    Await {
+        reservation: ReservationId,
+        remaining_ms: u32,
+    },
+    /// Sleep this long (this DC's clock, µs), then connect again.
+    Pause(u64),
 }
 
-fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
+pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
 }
 
@@ -214,20 +274,38 @@ impl Sim {
                 config,
                 actor,
                 host_time,
-                wait_ms: _,
+                wait_ms,
             } => {
                 let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
                 let key_value = config.key(bits);
                 let connect = Connect::new(
                     local,
-                    key_value,
-                    config.tag,
-                    actor,
+                    key_value.clone(),
+                    config.tag.clone(),
+                    actor.clone(),
                     host_time,
                     self.policy,
                     HOP_LIMIT_DEFAULT,
                 );
-                TaskKind::Acquire(Box::new(connect))
+                TaskKind::Acquire(Box::new(AcquireJob {
+                    connect,
+                    key: key_value,
+                    tag: config.tag,
+                    actor,
+                    host_time,
+                    wait_us: u64::from(wait_ms.min(WAIT_MS_MAX)) * 1000,
+                    started_local_us: self.dcs[d].clock.local_us(self.now),
+                    held: None,
+                    remaining_us: 0,
+                    generation: 0,
+                }))
+            }
+            Request::Await {
+                reservation,
+                wait_ms,
+            } => {
+                let origin = AwaitFor::Remote;
+                return self.await_start(d, client, rpc, key, reservation, wait_ms, origin);
             }
             Request::Renew {
                 reservation,
@@ -264,7 +342,6 @@ impl Sim {
             },
             Request::Drain { .. }
             | Request::Inspect { .. }
-            | Request::Await { .. }
             | Request::Watch { .. }
             | Request::Scan { .. }
             | Request::DrainScope { .. } => {
@@ -292,7 +369,7 @@ impl Sim {
         self.dc_continue(d, tid, task, next);
     }
 
-    fn new_task_id(&mut self, d: usize) -> u64 {
+    pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
         self.dcs[d].next_task += 1;
         self.dcs[d].next_task
     }
@@ -318,7 +395,14 @@ impl Sim {
         self.dc_continue(d, tid, task, next);
     }
 
-    fn dc_reply_to(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, reply: Reply) {
+    pub(crate) fn dc_reply_to(
+        &mut self,
+        d: usize,
+        client: NodeId,
+        rpc: u64,
+        key: u32,
+        reply: Reply,
+    ) {
         self.send(Message {
             from: NodeId::Dc(d as u16),
             to: client,
@@ -329,7 +413,7 @@ impl Sim {
     }
 
     /// Parks the task on its next need, or answers.
-    fn dc_continue(&mut self, d: usize, tid: u64, mut task: Task, next: Next) {
+    pub(crate) fn dc_continue(&mut self, d: usize, tid: u64, mut task: Task, next: Next) {
         let (base, jitter) = (
             self.scenario.stores.dc_op_ms,
             self.scenario.stores.dc_op_jitter_ms,
@@ -381,20 +465,184 @@ impl Sim {
             Next::Reply(reply) => {
                 if matches!(task.kind, TaskKind::Acquire(_)) {
                     self.measurements.note_acquire_work(task.rpc, task.work);
+                    if task.work.awaits > 0 && matches!(reply, Reply::Error(_)) {
+                        // homingd ends a wait whose next connect fails.
+                        self.measurements.count("wait_ended_by_connect_error");
+                    }
+                }
+                if matches!(task.kind, TaskKind::Await(_)) {
+                    let result = match reply {
+                        Reply::Awaited(answer) => Ok(answer),
+                        Reply::Error(e) => Err(e),
+                        other => Err(ErrorReply::new(ErrorKind::Internal, reply_kind(&other))),
+                    };
+                    return self.await_finish(d, task, result);
+                }
+                if let TaskKind::Acquire(job) = &task.kind
+                    && job.wait_us > 0
+                {
+                    // A parked request is answered on its QUIC stream.
+                    return self.stream_reply(d, task.client, task.rpc, task.key, reply);
                 }
                 self.dc_reply_to(d, task.client, task.rpc, task.key, reply);
+            }
+            Next::Await {
+                reservation,
+                remaining_ms,
+            } => self.acquire_await(d, tid, task, reservation, remaining_ms),
+            Next::Pause(local_us) => {
+                let TaskKind::Acquire(job) = &mut task.kind else {
+                    return;
+                };
+                job.generation += 1;
+                let generation = job.generation;
+                let at = self.dcs[d].clock.true_us_after(self.now, local_us);
+                let epoch = self.dcs[d].epoch;
+                self.dcs[d].tasks.insert(tid, task);
+                self.schedule(
+                    at,
+                    Event::DcTask {
+                        dc: d as u16,
+                        epoch,
+                        task: tid,
+                        generation,
+                    },
+                );
             }
         }
     }
 
-    /// Polls the connect until it needs I/O or ends.
-    fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
-        let TaskKind::Acquire(connect) = &mut task.kind else {
+    /// The key is held: register at the holder's DC (this one: a local
+    /// waiter; another: an `Await` request on a QUIC stream).
+    fn acquire_await(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        reservation: ReservationId,
+        remaining_ms: u32,
+    ) {
+        task.work.awaits += 1;
+        self.measurements.count("wait_await");
+        if reservation.dc() == &self.dcs[d].id {
+            let key = task.key;
+            self.dcs[d].tasks.insert(tid, task);
+            let origin = AwaitFor::Local { acquire: tid };
+            let me = NodeId::Dc(d as u16);
+            return self.await_start(d, me, 0, key, reservation, remaining_ms, origin);
+        }
+        let Some(&to) = self.dc_index.get(reservation.dc()) else {
+            let reply = error(
+                ErrorKind::Inconsistent,
+                format!("unknown dc in {reservation}"),
+            );
+            return self.dc_continue(d, tid, task, Next::Reply(reply));
+        };
+        let timeout_us = self.request_timeout_us + u64::from(remaining_ms) * 1000;
+        let request = Request::Await {
+            reservation,
+            wait_ms: remaining_ms,
+        };
+        let (me, peer) = (NodeId::Dc(d as u16), NodeId::Dc(to));
+        let rpc = self.stream_request(me, peer, task.key, request, timeout_us);
+        let dc = &mut self.dcs[d];
+        dc.peer_rpcs.insert(rpc, tid);
+        dc.await_rpcs.insert(rpc, to);
+        dc.tasks.insert(tid, task);
+        self.checker.wake.on_origin_sent(d as u16, rpc);
+        // The registration rides a QUIC connection: the origin learns that
+        // it is lost one idle timeout after the path died or the peer crashed.
+        let idle_us = self.scenario.network.idle_timeout_ms * 1000;
+        let until_us = self.now + timeout_us;
+        let mut lost_at =
+            self.network
+                .path_dead_at(d, usize::from(to), self.now, until_us, idle_us);
+        let peer_dc = &self.dcs[usize::from(to)];
+        if !peer_dc.up {
+            let dead = self.now.max(peer_dc.down_since_us + idle_us);
+            lost_at = Some(lost_at.map_or(dead, |l| l.min(dead)));
+        }
+        if let Some(at) = lost_at.filter(|at| *at < until_us) {
+            self.schedule(at, Event::ConnectionLost { dc: d as u16, rpc });
+        }
+    }
+
+    /// The await of an acquire ended: connect again, answer, or pause and retry.
+    pub(crate) fn acquire_awaited(
+        &mut self,
+        d: usize,
+        task: &mut Task,
+        result: Result<AwaitReply, ErrorReply>,
+    ) -> Next {
+        let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
         };
+        match result {
+            Ok(AwaitReply::TimedOut) => {
+                self.measurements.count("wait_timed_out");
+                let held = job.held.take();
+                Next::Reply(held.unwrap_or_else(|| error(ErrorKind::Internal, "nothing held")))
+            }
+            Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => self.acquire_reconnect(d, task),
+            Err(_) => {
+                // The tail's DC lost our registration (restart, partition):
+                // register again after a pause, within the wait.
+                self.measurements.count("wait_reregister");
+                Next::Pause((AWAIT_RETRY_MS * 1000).min(job.remaining_us))
+            }
+        }
+    }
+
+    /// Connects again after waiting, granting from the host's reading plus
+    /// the time this DC held the request (at most what passed for the host).
+    pub(crate) fn acquire_reconnect(&mut self, d: usize, task: &mut Task) -> Next {
+        let TaskKind::Acquire(job) = &mut task.kind else {
+            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
+        };
+        let local_now = self.dcs[d].clock.local_us(self.now);
+        let waited_ms = local_now.saturating_sub(job.started_local_us) / 1000;
+        let host_time = job
+            .host_time
+            .plus_ms(waited_ms + self.rules.waiting.grant_extra_ms);
+        job.connect = Connect::new(
+            self.dcs[d].id.clone(),
+            job.key.clone(),
+            job.tag.clone(),
+            job.actor.clone(),
+            host_time,
+            self.policy,
+            HOP_LIMIT_DEFAULT,
+        );
+        self.acquire_step(d, task)
+    }
+
+    /// Polls the connect until it needs I/O or ends.
+    fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
+        let TaskKind::Acquire(job) = &mut task.kind else {
+            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
+        };
+        let connect = &mut job.connect;
         loop {
             let need = match connect.poll() {
-                ConnectPoll::Done(outcome) => return Next::Reply(Reply::from(outcome)),
+                ConnectPoll::Done(outcome) => {
+                    let ConnectOutcome::HeldElsewhere { reservation, .. } = &outcome else {
+                        return Next::Reply(Reply::from(outcome));
+                    };
+                    let local_now = self.dcs[d].clock.local_us(self.now);
+                    let elapsed = local_now.saturating_sub(job.started_local_us);
+                    let Some(remaining) = job.wait_us.checked_sub(elapsed).filter(|r| *r > 0)
+                    else {
+                        return Next::Reply(Reply::from(outcome));
+                    };
+                    job.remaining_us = remaining;
+                    let reservation = reservation.clone();
+                    job.held = Some(Reply::from(outcome));
+                    let remaining_ms = (remaining / 1000).max(1) as u32;
+                    return Next::Await {
+                        reservation,
+                        remaining_ms,
+                    };
+                }
                 ConnectPoll::Failed(e) => {
                     self.measurements.count("connect_failed");
                     let kind = match e {
@@ -483,9 +731,14 @@ impl Sim {
         };
         self.checker
             .on_commit(&view, self.now, key, d, &id, version, previous.as_ref());
+        // homingd's `Node::wrote`: every landed write notifies the record's waiters.
+        if self.rules.waiting.notify_on_write && self.dcs[d].waiters.contains_key(&id) {
+            let record = self.dcs[d].records[&id].clone();
+            self.waiters_notify(d, &record);
+        }
     }
 
-    fn cas(&mut self, d: usize, expected: Option<u64>, record: DcRecord) -> Written {
+    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: DcRecord) -> Written {
         let current = self.dcs[d].records.get(&record.id).map(|r| r.version);
         if current != expected {
             return Written::Conflict;
@@ -505,6 +758,9 @@ impl Sim {
         let Some(op) = task.waiting.take() else {
             return;
         };
+        if matches!(task.kind, TaskKind::Await(_)) {
+            return self.await_store_done(d, tid, task, op);
+        }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::GlobalGet(key) => {
@@ -514,7 +770,8 @@ impl Sim {
                     self.dcs[d].global_cache.insert(key, id.clone());
                 }
                 match &mut task.kind {
-                    TaskKind::Acquire(c) => {
+                    TaskKind::Acquire(job) => {
+                        let c = &mut job.connect;
                         c.handle_global(entry, Source::Local);
                         self.acquire_step(d, &mut task)
                     }
@@ -536,7 +793,8 @@ impl Sim {
             StoreOp::Segment(id) => {
                 let segment = self.local_segment(d, &id);
                 match (&mut task.kind, segment) {
-                    (TaskKind::Acquire(c), Ok(s)) => {
+                    (TaskKind::Acquire(job), Ok(s)) => {
+                        let c = &mut job.connect;
                         let local = self.dcs[d].id.clone();
                         c.handle_segment(&local, s, Source::Local);
                         self.acquire_step(d, &mut task)
@@ -547,7 +805,7 @@ impl Sim {
                         segment: Some(s),
                     }),
                     (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (TaskKind::Update { .. }, Ok(_)) => {
+                    (TaskKind::Update { .. } | TaskKind::Await(_), Ok(_)) => {
                         Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
                     }
                 }
@@ -555,7 +813,8 @@ impl Sim {
             StoreOp::Get(id) => {
                 let record = self.dcs[d].records.get(&id).cloned();
                 match &mut task.kind {
-                    TaskKind::Acquire(c) => {
+                    TaskKind::Acquire(job) => {
+                        let c = &mut job.connect;
                         c.handle_local_record(record, now);
                         self.acquire_step(d, &mut task)
                     }
@@ -568,7 +827,8 @@ impl Sim {
                 let unique = self.dcs[d].allocated;
                 self.checker.on_allocate(d, unique);
                 match &mut task.kind {
-                    TaskKind::Acquire(c) => {
+                    TaskKind::Acquire(job) => {
+                        let c = &mut job.connect;
                         c.handle_allocated(unique, now);
                         self.acquire_step(d, &mut task)
                     }
@@ -580,7 +840,8 @@ impl Sim {
                 let id = record.id.clone();
                 let written = self.cas(d, expected, record);
                 match &mut task.kind {
-                    TaskKind::Acquire(c) => {
+                    TaskKind::Acquire(job) => {
+                        let c = &mut job.connect;
                         c.handle_written(written);
                         self.acquire_step(d, &mut task)
                     }
@@ -588,7 +849,7 @@ impl Sim {
                         attempts, reply, ..
                     } => match written {
                         // Invariant: an update only writes after computing its reply.
-                        Written::Yes => Next::Reply(reply.take().expect("reply computed")),
+                        Written::Yes => Next::Reply(*reply.take().expect("reply computed")),
                         Written::Conflict if *attempts + 1 >= CAS_ATTEMPTS_MAX => Next::Reply(
                             error(ErrorKind::Overloaded, format!("reservation {id} contended")),
                         ),
@@ -646,7 +907,7 @@ impl Sim {
         match next {
             None => Next::Reply(answer),
             Some(next) => {
-                *reply = Some(answer);
+                *reply = Some(Box::new(answer));
                 Next::Store(StoreOp::Cas {
                     expected: Some(record.version),
                     record: next,
@@ -681,7 +942,8 @@ impl Sim {
         let winner = existing.clone().unwrap_or(set.id);
         self.dcs[d].global_cache.insert(key, winner);
         let next = match &mut task.kind {
-            TaskKind::Acquire(c) => {
+            TaskKind::Acquire(job) => {
+                let c = &mut job.connect;
                 c.handle_set_if_absent(existing);
                 self.acquire_step(d, &mut task)
             }
@@ -701,14 +963,29 @@ impl Sim {
         let NodeId::Dc(peer) = from else {
             return;
         };
+        if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
+            self.checker.wake.on_origin_done(d as u16, rpc);
+            let result = match reply {
+                Reply::Awaited(answer) => Ok(answer),
+                Reply::Error(e) => Err(e),
+                other => Err(ErrorReply::new(
+                    ErrorKind::Inconsistent,
+                    format!("await answered {}", reply_kind(&other)),
+                )),
+            };
+            let next = self.acquire_awaited(d, &mut task, result);
+            return self.dc_continue(d, tid, task, next);
+        }
         let peer_id = self.dcs[usize::from(peer)].id.clone();
         let next = match (&mut task.kind, reply) {
             (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
-            (TaskKind::Acquire(c), Reply::Reservation(segment)) => {
+            (TaskKind::Acquire(job), Reply::Reservation(segment)) => {
+                let c = &mut job.connect;
                 c.handle_segment(&peer_id, segment, Source::Remote);
                 self.acquire_step(d, &mut task)
             }
-            (TaskKind::Acquire(c), Reply::Link(link)) => {
+            (TaskKind::Acquire(job), Reply::Link(link)) => {
+                let c = &mut job.connect;
                 c.handle_link(link);
                 self.acquire_step(d, &mut task)
             }
@@ -718,21 +995,64 @@ impl Sim {
     }
 
     pub(crate) fn dc_timeout(&mut self, d: usize, rpc: u64) {
+        self.dc_rpc_failed(
+            d,
+            rpc,
+            "dc_peer_timeout",
+            "a peer dc did not answer in time",
+        );
+    }
+
+    /// The QUIC connection a parked `Await` rode died (idle timeout).
+    pub(crate) fn dc_connection_lost(&mut self, d: usize, rpc: u64) {
+        if !self.dcs[d].up {
+            return;
+        }
+        let why = "the connection to the peer dc timed out";
+        self.dc_rpc_failed(d, rpc, "wait_connection_lost", why);
+    }
+
+    fn dc_rpc_failed(&mut self, d: usize, rpc: u64, counter: &'static str, why: &str) {
         let Some(tid) = self.dcs[d].peer_rpcs.remove(&rpc) else {
             return;
         };
-        self.measurements.count("dc_peer_timeout");
-        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
+        self.measurements.count(counter);
+        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
         self.current_key = task.key;
-        let reply = error(
-            ErrorKind::Unavailable {
-                dc: self.dcs[d].id.clone(),
-            },
-            "a peer dc did not answer in time",
-        );
-        self.dc_continue(d, tid, task, Next::Reply(reply));
+        let unavailable = ErrorKind::Unavailable {
+            dc: self.dcs[d].id.clone(),
+        };
+        if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
+            self.checker.wake.on_origin_done(d as u16, rpc);
+            let next = self.acquire_awaited(d, &mut task, Err(ErrorReply::new(unavailable, why)));
+            return self.dc_continue(d, tid, task, next);
+        }
+        self.dc_continue(d, tid, task, Next::Reply(error(unavailable, why)));
+    }
+
+    /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.
+    pub(crate) fn dc_task_timer(&mut self, d: usize, epoch: u32, tid: u64, generation: u64) {
+        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+            return;
+        }
+        let current = match self.dcs[d].tasks.get(&tid).map(|t| &t.kind) {
+            Some(TaskKind::Acquire(job)) => job.generation == generation,
+            Some(TaskKind::Await(job)) => job.parked == Some(generation),
+            _ => false,
+        };
+        if !current {
+            return;
+        }
+        // Invariant: the task was just found in the map.
+        let mut task = self.dcs[d].tasks.remove(&tid).expect("task present");
+        self.current_key = task.key;
+        if matches!(task.kind, TaskKind::Await(_)) {
+            return self.await_select(d, tid, task);
+        }
+        let next = self.acquire_reconnect(d, &mut task);
+        self.dc_continue(d, tid, task, next);
     }
 
     /// The reaper: every lease past expiry + grace becomes `Released(Expired)`.
@@ -761,9 +1081,31 @@ impl Sim {
         let dc = &mut self.dcs[d];
         dc.up = false;
         dc.epoch += 1;
+        dc.down_since_us = self.now;
         dc.tasks.clear();
         dc.peer_rpcs.clear();
+        dc.await_rpcs.clear();
+        if !dc.waiters.is_empty() {
+            self.measurements.count("wait_registrations_lost_in_crash");
+        }
+        dc.waiters.clear();
+        dc.waiters_total = 0;
+        dc.woken.clear();
         dc.global_cache.clear();
+        self.checker.wake.on_dc_crash(self.now, d as u16);
+        // Every other DC parked on this one learns it one idle timeout later.
+        let idle_us = self.scenario.network.idle_timeout_ms * 1000;
+        let mut lost = Vec::new();
+        for (o, other) in self.dcs.iter().enumerate() {
+            for (rpc, peer) in &other.await_rpcs {
+                if usize::from(*peer) == d {
+                    lost.push((o as u16, *rpc));
+                }
+            }
+        }
+        for (o, rpc) in lost {
+            self.schedule(self.now + idle_us, Event::ConnectionLost { dc: o, rpc });
+        }
     }
 
     /// The DC restarts from its durable state.

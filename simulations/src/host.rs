@@ -6,8 +6,11 @@
 //! `Draining` stops renewals, a failed renewal is retried until the soft deadline.
 
 use homing_core::{
-    ActorId, Deadlines, FencingToken, KeyConfig, RenewReply, Reply, Request, ReservationId,
+    ActorId, Deadlines, ErrorKind, FailureReason, FencingToken, KeyConfig, PreviousRun,
+    ReleaseCause, RenewReply, Reply, Request, ReservationId, RunOutcome,
 };
+
+use crate::invariants::View;
 
 use crate::clock::NodeClock;
 use crate::report::Op;
@@ -174,6 +177,30 @@ impl Sim {
         };
         let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
         self.checker.on_holder_stop(key, h as u32);
+        self.host_release(h, key, reservation, token);
+        self.hosts[h].generation += 1;
+        self.go_idle(h);
+    }
+
+    /// Sends `Release`, saying how the run ended (`release_failed_fraction` of them `Failed`).
+    fn host_release(
+        &mut self,
+        h: usize,
+        key: u32,
+        reservation: ReservationId,
+        token: FencingToken,
+    ) {
+        let outcome = if self
+            .rng
+            .chance(self.scenario.workload.release_failed_fraction)
+        {
+            // Invariant: a short printable reason satisfies the failure-reason rule.
+            let reason = FailureReason::new(format!("host {h} run failed")).expect("valid reason");
+            RunOutcome::Failed { reason }
+        } else {
+            RunOutcome::Ok
+        };
+        self.checker.on_release_sent(&reservation, token, &outcome);
         let rpc = self.rpc();
         let dc = self.hosts[h].dc;
         self.send(Message {
@@ -184,11 +211,9 @@ impl Sim {
             body: Body::Request(Request::Release {
                 reservation,
                 token,
-                outcome: homing_core::RunOutcome::Ok,
+                outcome,
             }),
         });
-        self.hosts[h].generation += 1;
-        self.go_idle(h);
     }
 
     pub(crate) fn host_timer(
@@ -254,15 +279,35 @@ impl Sim {
             host.idx, host.incarnation, host.acquires
         ))
         .expect("valid actor id");
+        let host_time = host.clock.host_time(self.now);
+        let dc = host.dc;
+        let w = &self.scenario.workload;
+        let wait_ms = if self.rng.chance(w.wait_fraction) {
+            w.acquire_wait_ms
+        } else {
+            0
+        };
         let request = Request::Acquire {
             config: KeyConfig::named(self.keys[key as usize].name.clone()),
             actor,
-            host_time: host.clock.host_time(self.now),
-            wait_ms: 0,
+            host_time,
+            wait_ms,
         };
-        let dc = host.dc;
         self.current_key = key;
-        let rpc = self.request(NodeId::Host(h as u32), NodeId::Dc(dc), key, request);
+        let rpc = if wait_ms == 0 {
+            self.request(NodeId::Host(h as u32), NodeId::Dc(dc), key, request)
+        } else {
+            // A request that asks to wait gets that much more time (HostAgent).
+            self.measurements.count("host_acquire_with_wait");
+            let timeout_us = self.request_timeout_us + u64::from(wait_ms) * 1000;
+            self.stream_request(
+                NodeId::Host(h as u32),
+                NodeId::Dc(dc),
+                key,
+                request,
+                timeout_us,
+            )
+        };
         self.hosts[h].state = HostState::Acquiring {
             key,
             rpc,
@@ -287,6 +332,16 @@ impl Sim {
             HostState::Holding(lease) if lease.renewing.map(|r| r.0) == Some(message.rpc) => {
                 self.host_renewed(h, lease, reply)
             }
+            // A grant nobody asked for any more (the request timed out
+            // while the DC waited): the lease lapses unused.
+            _ if matches!(reply, Reply::Acquired { .. }) => {
+                let work = self.measurements.take_acquire_work(message.rpc);
+                self.measurements.count(if work.awaits > 0 {
+                    "acquired_after_the_host_gave_up_waiting"
+                } else {
+                    "acquired_after_the_host_gave_up"
+                })
+            }
             _ => {}
         }
     }
@@ -298,17 +353,30 @@ impl Sim {
             reservation,
             token,
             deadlines,
+            previous,
             ..
         } = reply
         else {
-            let op = match reply {
+            let op = match &reply {
                 Reply::HeldElsewhere { .. } | Reply::TagMismatch { .. } => Op::AcquireHeldElsewhere,
+                Reply::Error(e) => {
+                    self.measurements.count(match e.kind {
+                        ErrorKind::Unavailable { .. } => "acquire_error_unavailable",
+                        ErrorKind::Overloaded => "acquire_error_overloaded",
+                        ErrorKind::Inconsistent => "acquire_error_inconsistent",
+                        _ => "acquire_error_other",
+                    });
+                    Op::AcquireFailed
+                }
                 _ => Op::AcquireFailed,
             };
             self.measurements.record(op, latency, work.peer_rtts, 0);
             return self.go_idle(h);
         };
-        let (op, model) = if work.global_writes > 0 {
+        self.check_previous(key, &reservation, token, previous.as_ref());
+        let (op, model) = if work.awaits > 0 {
+            (Op::AcquireAfterWait, 0)
+        } else if work.global_writes > 0 {
             (Op::AcquireFirst, 0)
         } else if work.links > 0 {
             (Op::AcquireRecreate, 1)
@@ -341,22 +409,34 @@ impl Sim {
         self.arm_lease(h);
     }
 
+    /// Checks the `previous` an `Acquired` carries against what truly happened.
+    fn check_previous(
+        &mut self,
+        key: u32,
+        reservation: &ReservationId,
+        token: FencingToken,
+        previous: Option<&PreviousRun>,
+    ) {
+        self.measurements.count(match previous.map(|p| &p.ended) {
+            None => "previous_none",
+            Some(ReleaseCause::Released(RunOutcome::Ok)) => "previous_released_ok",
+            Some(ReleaseCause::Released(RunOutcome::Failed { .. })) => "previous_released_failed",
+            Some(ReleaseCause::Expired) => "previous_expired",
+        });
+        let view = View {
+            dcs: &self.dcs,
+            global: &self.global,
+            keys: &self.keys,
+            dc_index: &self.dc_index,
+        };
+        self.checker
+            .on_acquired(&view, key, reservation, token, previous);
+    }
+
     fn host_stop_without_acting(&mut self, h: usize) {
         if let HostState::Holding(lease) = &self.hosts[h].state {
             let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
-            let rpc = self.rpc();
-            let dc = self.hosts[h].dc;
-            self.send(Message {
-                from: NodeId::Host(h as u32),
-                to: NodeId::Dc(dc),
-                rpc,
-                key,
-                body: Body::Request(Request::Release {
-                    reservation,
-                    token,
-                    outcome: homing_core::RunOutcome::Ok,
-                }),
-            });
+            self.host_release(h, key, reservation, token);
         }
         self.hosts[h].generation += 1;
         self.go_idle(h);
@@ -413,6 +493,7 @@ impl Sim {
             } if waiting == rpc => {
                 let work = self.measurements.take_acquire_work(rpc);
                 let latency = self.now - sent_at_us;
+                self.measurements.count("acquire_timed_out_at_host");
                 self.measurements
                     .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
                 self.go_idle(h);

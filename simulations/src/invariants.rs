@@ -12,13 +12,14 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use homing_core::{
-    ActorId, DcId, DcRecord, FencingToken, HostTime, Key, LeasePolicy, RecordState, ReservationId,
-    StoreTime, TailState, TailView,
+    ActorId, DcId, DcRecord, FencingToken, HostTime, Key, LeasePolicy, PreviousRun, RecordState,
+    ReleaseCause, ReservationId, RunOutcome, StoreTime, TailState, TailView,
 };
 
 use crate::clock::NodeClock;
 use crate::dc::Dc;
 use crate::trace::NO_KEY;
+use crate::wakeups::WakeChecker;
 
 /// The invariants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,6 +47,15 @@ pub enum Invariant {
     /// Liveness, at the end of a run: a DC that runs reaps every lease past
     /// expiry + grace within two reaper intervals.
     ReaperProgress,
+    /// Liveness of waiting: every registration is answered, and a vacant
+    /// (or moved) reservation with waiters wakes one (all) in bounded time
+    /// (see `wakeups`).
+    NoLostWakeup,
+    /// A vacated reservation wakes the earliest registered waiter of its DC.
+    WaiterFifo,
+    /// `Acquired.previous` names the previous token of the key's chain and
+    /// how that run truly ended.
+    PreviousRunTrue,
 }
 
 impl Invariant {
@@ -63,6 +73,9 @@ impl Invariant {
             Invariant::ResolveWasTrue => "resolve_was_true",
             Invariant::ResolveChainConsistent => "resolve_chain_consistent",
             Invariant::ReaperProgress => "reaper_progress",
+            Invariant::NoLostWakeup => "no_lost_wakeup",
+            Invariant::WaiterFifo => "waiter_fifo",
+            Invariant::PreviousRunTrue => "previous_run_true",
         }
     }
 }
@@ -91,7 +104,8 @@ pub struct View<'a> {
 }
 
 impl View<'_> {
-    fn record(&self, id: &ReservationId) -> Option<(usize, &DcRecord)> {
+    /// The record of `id` at its DC, with that DC's index.
+    pub fn record(&self, id: &ReservationId) -> Option<(usize, &DcRecord)> {
         let d = usize::from(*self.dc_index.get(id.dc())?);
         self.dcs[d].records.get(id).map(|r| (d, r))
     }
@@ -118,6 +132,15 @@ struct KeyState {
     global_set_at_us: Option<u64>,
 }
 
+/// How a holder's run (a reservation under one token) truly ended, as its DC committed it.
+#[derive(Debug, Clone)]
+struct RunEnd {
+    cause: ReleaseCause,
+    /// The lease was already past expiry + grace when the run ended, so a
+    /// reader may have seen it `Expired` first.
+    lapsed: bool,
+}
+
 /// The checkers' state.
 #[derive(Debug)]
 pub struct Checker {
@@ -127,6 +150,13 @@ pub struct Checker {
     horizon_us: u64,
     acked: Vec<BTreeMap<ReservationId, u64>>,
     last_unique: Vec<u64>,
+    runs: BTreeMap<(ReservationId, FencingToken), RunEnd>,
+    sent: BTreeMap<(ReservationId, FencingToken), RunOutcome>,
+    /// The wake-up checkers.
+    pub wake: WakeChecker,
+    /// Grants told `Expired` for a run whose late release (after its lease
+    /// lapsed) the DC then recorded as `Released`.
+    pub previous_expired_released_late: u64,
     violation: Option<Violation>,
 }
 
@@ -138,6 +168,7 @@ impl Checker {
         dc_clocks: Vec<NodeClock>,
         policy: LeasePolicy,
         horizon_us: u64,
+        wake: WakeChecker,
     ) -> Checker {
         let dcs = dc_clocks.len();
         Checker {
@@ -147,13 +178,103 @@ impl Checker {
             horizon_us,
             acked: vec![BTreeMap::new(); dcs],
             last_unique: vec![0; dcs],
+            runs: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            wake,
+            previous_expired_released_late: 0,
             violation: None,
         }
     }
 
     /// The first violation, once.
     pub fn take_violation(&mut self) -> Option<Violation> {
-        self.violation.take()
+        self.violation.take().or_else(|| self.wake.take_violation())
+    }
+
+    /// A host sent `Release` for `reservation` under `token`, saying `outcome`.
+    pub fn on_release_sent(
+        &mut self,
+        reservation: &ReservationId,
+        token: FencingToken,
+        outcome: &RunOutcome,
+    ) {
+        self.sent
+            .insert((reservation.clone(), token), outcome.clone());
+    }
+
+    /// A host got `Acquired { reservation, token, previous }` for `key`:
+    /// `previous` must be the run just before it on the key's chain, ended
+    /// as its DC committed it (a release names the outcome its host sent; a
+    /// lapsed lease may also read `Expired`).
+    pub fn on_acquired(
+        &mut self,
+        view: &View<'_>,
+        key: u32,
+        reservation: &ReservationId,
+        token: FencingToken,
+        previous: Option<&PreviousRun>,
+    ) {
+        let Some(p) = previous else {
+            if token != FencingToken::FIRST {
+                let detail =
+                    format!("k{key} acquired {reservation} with token {token} and no previous run");
+                self.fail(Invariant::PreviousRunTrue, key, detail);
+            }
+            return;
+        };
+        let continues = &p.reservation == reservation
+            || view.record(&p.reservation).is_some_and(|(_, r)| {
+                r.state
+                    == RecordState::Linked {
+                        to: reservation.clone(),
+                    }
+            });
+        if p.token.next() != token || !continues {
+            let detail = format!(
+                "k{key} acquired {reservation} token {token} after {} token {}, not its predecessor",
+                p.reservation, p.token
+            );
+            return self.fail(Invariant::PreviousRunTrue, key, detail);
+        }
+        let run = (p.reservation.clone(), p.token);
+        let truth = self.runs.get(&run);
+        let sent = self.sent.get(&run);
+        let true_end = match (&p.ended, truth) {
+            (_, None) => false,
+            (ReleaseCause::Expired, Some(end)) if end.cause == ReleaseCause::Expired => true,
+            (ReleaseCause::Expired, Some(end)) => {
+                self.previous_expired_released_late += 1;
+                end.lapsed
+            }
+            (ReleaseCause::Released(o), Some(end)) => end.cause == p.ended && sent == Some(o),
+        };
+        if !true_end {
+            let detail = format!(
+                "k{key} acquired {reservation} token {token}: previous {} token {} said to have ended {}, but it ended {:?} (its host sent {sent:?})",
+                p.reservation,
+                p.token,
+                p.ended,
+                truth.map(|e| (&e.cause, e.lapsed))
+            );
+            self.fail(Invariant::PreviousRunTrue, key, detail);
+        }
+    }
+
+    /// Records how a holder's run ended when a write moves its record off it.
+    fn note_run_end(&mut self, d: usize, now_us: u64, previous: &DcRecord, next: &DcRecord) {
+        let RecordState::Active { expires_at, .. } = &previous.state else {
+            return;
+        };
+        let cause = match &next.state {
+            RecordState::Active { .. } if next.token == previous.token => return,
+            RecordState::Released { cause, .. } if next.token == previous.token => cause.clone(),
+            _ => ReleaseCause::Expired,
+        };
+        let now = self.dc_clocks[d].store_time(now_us);
+        let lapsed = now >= self.policy.reapable_at(*expires_at);
+        self.runs
+            .entry((previous.id.clone(), previous.token))
+            .or_insert(RunEnd { cause, lapsed });
     }
 
     fn fail(&mut self, invariant: Invariant, key: u32, detail: String) {
@@ -231,6 +352,12 @@ impl Checker {
         previous: Option<&DcRecord>,
     ) {
         self.acked[d].insert(id.clone(), version);
+        if let Some((_, next)) = view.record(id) {
+            if let Some(p) = previous {
+                self.note_run_end(d, now_us, p, next);
+            }
+            self.wake.on_commit(now_us, d as u16, next);
+        }
         if let Some(RecordState::Linked { to }) = previous.map(|p| &p.state) {
             let now = view.record(id).map(|(_, r)| &r.state);
             if now != Some(&RecordState::Linked { to: to.clone() }) {

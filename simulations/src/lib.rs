@@ -30,10 +30,12 @@ pub mod rules;
 pub mod scenario;
 pub mod sim;
 pub mod trace;
+mod waiting;
+pub mod wakeups;
 
 pub use invariants::{Invariant, Violation};
 pub use report::Measurements;
-pub use rules::Rules;
+pub use rules::{Rules, WaitRules};
 pub use scenario::{Scenario, ScenarioError};
 pub use sim::{Failure, Outcome, RunOptions, Sim};
 

@@ -17,6 +17,8 @@ pub enum Op {
     AcquireReactivate,
     /// Acquire that created a reservation and linked the old tail in another DC.
     AcquireRecreate,
+    /// Acquire that waited for the holder (`wait_ms`) and then got the key.
+    AcquireAfterWait,
     /// Acquire answered with the live holder (or a tag mismatch).
     AcquireHeldElsewhere,
     /// Acquire that failed or timed out.
@@ -42,6 +44,7 @@ impl Op {
             Op::AcquireFirst => "acquire: first reserve".into(),
             Op::AcquireReactivate => "acquire: re-activate (same dc)".into(),
             Op::AcquireRecreate => "acquire: recreate elsewhere".into(),
+            Op::AcquireAfterWait => "acquire: after waiting".into(),
             Op::AcquireHeldElsewhere => "acquire: held elsewhere".into(),
             Op::AcquireFailed => "acquire: failed/timeout".into(),
             Op::Renew => "renew".into(),
@@ -59,6 +62,7 @@ impl Op {
             Op::AcquireFirst => "1 DC write + 1 global write-once, 0 inter-DC RTT",
             Op::AcquireReactivate => "walk to the tail + own DC read + CAS",
             Op::AcquireRecreate => "1 RTT for the link (+ walk to the tail)",
+            Op::AcquireAfterWait => "the wait, then connect again (not in §4)",
             Op::AcquireHeldElsewhere => "walk to the tail (1 RTT per remote hop)",
             Op::AcquireFailed => "-",
             Op::Renew => "1 RTT to own DC, 1 DC-store CAS",

@@ -20,6 +20,7 @@ use crate::router::Router;
 use crate::rules::Rules;
 use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
+use crate::wakeups::WakeChecker;
 
 /// A node of the simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -121,6 +122,24 @@ pub enum Event {
         /// The router.
         router: u32,
     },
+    /// A DC task's timer (a waiter's select, an acquire's pause before registering again).
+    DcTask {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when the timer was armed (a crash voids it).
+        epoch: u32,
+        /// The task.
+        task: u64,
+        /// The task's generation when armed (a later re-arm voids it).
+        generation: u64,
+    },
+    /// The QUIC connection a DC's parked `Await` rode timed out.
+    ConnectionLost {
+        /// The DC that sent the `Await`.
+        dc: u16,
+        /// Its RPC.
+        rpc: u64,
+    },
     /// A DC's reaper pass.
     Reap {
         /// The DC.
@@ -169,6 +188,8 @@ impl Event {
             Event::Timeout { .. } => "timeout",
             Event::Host { timer, .. } => timer.name(),
             Event::RouterTick { .. } => "router_tick",
+            Event::DcTask { .. } => "dc_task_timer",
+            Event::ConnectionLost { .. } => "connection_lost",
             Event::Reap { .. } => "reap",
             Event::HostCrash => "host_crash",
             Event::HostRestart { .. } => "host_restart",
@@ -415,6 +436,19 @@ impl Sim {
         let hops_max = homing_core::chain::HOP_LIMIT_DEFAULT as u64 + 2;
         let horizon_us =
             ms_to_us(scenario.workload.tail_ttl_ms + hops_max * n.request_timeout_ms + 1000);
+        // Slack for a wake-up: a timer's millisecond, a few store operations
+        // at their slowest (a waiter's read, an expire's read and CAS, a
+        // release computed one operation before it lands).
+        let slow = slow_stores.iter().map(|s| s.3).fold(1.0, f64::max);
+        let op_us = (scenario.stores.dc_op_ms + scenario.stores.dc_op_jitter_ms) * 1000.0;
+        let allowance_us = 5_000 + (6.0 * op_us * slow) as u64;
+        let wake = WakeChecker::new(
+            allowance_us,
+            scenario.waiting.handoff_ms,
+            n.idle_timeout_ms,
+            dcs.iter().map(|d| d.clock).collect(),
+            policy,
+        );
         let mut sim = Sim {
             seed,
             scenario: scenario.clone(),
@@ -430,7 +464,7 @@ impl Sim {
             hosts,
             routers,
             global: BTreeMap::new(),
-            checker: Checker::new(scenario.keys as usize, dc_clocks, policy, horizon_us),
+            checker: Checker::new(scenario.keys as usize, dc_clocks, policy, horizon_us, wake),
             keys,
             key_index,
             dc_index,
@@ -556,11 +590,82 @@ impl Sim {
         rpc
     }
 
+    /// Sends a request on a QUIC stream (see [`Network::stream_delay_us`])
+    /// and arms its timeout; returns the RPC id.
+    pub(crate) fn stream_request(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        key: u32,
+        request: Request,
+        timeout_us: u64,
+    ) -> u64 {
+        let rpc = self.rpc();
+        let message = Message {
+            from,
+            to,
+            rpc,
+            key,
+            body: Body::Request(request),
+        };
+        self.stream_send(message);
+        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
+        rpc
+    }
+
+    /// Answers DC `d`'s parked request on its QUIC stream.
+    pub(crate) fn stream_reply(
+        &mut self,
+        d: usize,
+        client: NodeId,
+        rpc: u64,
+        key: u32,
+        reply: Reply,
+    ) {
+        let message = Message {
+            from: NodeId::Dc(d as u16),
+            to: client,
+            rpc,
+            key,
+            body: Body::Reply(reply),
+        };
+        if !self.stream_send(message)
+            && let NodeId::Dc(o) = client
+        {
+            self.checker.wake.on_reply_undeliverable(self.now, o, rpc);
+        }
+    }
+
+    /// Sends on a QUIC stream; `false` if the connection died under it.
+    fn stream_send(&mut self, message: Message) -> bool {
+        let (from, to) = (self.region(message.from), self.region(message.to));
+        let idle_us = ms_to_us(self.scenario.network.idle_timeout_ms);
+        let delay = self
+            .network
+            .stream_delay_us(from, to, self.now, idle_us, &mut self.rng);
+        let Some(delay) = delay else {
+            return false;
+        };
+        let message = if self.scenario.encode_messages {
+            round_trip(message)
+        } else {
+            message
+        };
+        self.schedule(self.now + delay, Event::Deliver(Box::new(message)));
+        true
+    }
+
     /// Runs to the end of the scenario or the first violation.
     pub fn run(mut self) -> Outcome {
         let mut failure = None;
         while let Some(next) = self.queue.pop() {
             if next.at_us > self.end_us {
+                break;
+            }
+            // Liveness obligations due before this event are judged on the
+            // state that held until it.
+            if let Some(f) = self.check_due(next.at_us) {
+                failure = Some(f);
                 break;
             }
             self.now = next.at_us;
@@ -605,6 +710,12 @@ impl Sim {
         if failure.is_none() {
             failure = self.check_end();
         }
+        let late = self.checker.previous_expired_released_late;
+        if late > 0 {
+            self.measurements
+                .counters
+                .insert("previous_expired_released_late", late);
+        }
         Outcome {
             seed: self.seed,
             scenario: self.scenario.name.clone(),
@@ -616,8 +727,35 @@ impl Sim {
         }
     }
 
+    /// Judges the wake-up obligations that fell due before `before_us`.
+    fn check_due(&mut self, before_us: u64) -> Option<Failure> {
+        let view = View {
+            dcs: &self.dcs,
+            global: &self.global,
+            keys: &self.keys,
+            dc_index: &self.dc_index,
+        };
+        let (at_us, violation) = self.checker.wake.check_due(before_us, &view)?;
+        let key = violation.key.unwrap_or(NO_KEY);
+        Some(Failure {
+            seed: self.seed,
+            event_index: self.events,
+            at_us,
+            trace: self
+                .trace
+                .last_for_key(key, 24)
+                .iter()
+                .map(|r| format_record(r, &self.scenario))
+                .collect(),
+            violation,
+        })
+    }
+
     /// The end-of-run (liveness) checks.
     fn check_end(&mut self) -> Option<Failure> {
+        if let Some(f) = self.check_due(self.end_us + 1) {
+            return Some(f);
+        }
         let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
         let up_since: Vec<u64> = self.dcs.iter().map(|d| d.up_since_us).collect();
         let view = View {
@@ -659,6 +797,8 @@ impl Sim {
                 host, generation, ..
             } => (NodeId::Host(*host).code(), *generation),
             Event::RouterTick { router } => (NodeId::Router(*router).code(), 0),
+            Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
+            Event::ConnectionLost { dc, rpc } => (NodeId::Dc(*dc).code(), *rpc),
             Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc } => {
                 (NodeId::Dc(*dc).code(), 0)
             }
@@ -688,6 +828,13 @@ impl Sim {
                 generation,
             } => self.host_timer(host as usize, incarnation, timer, generation),
             Event::RouterTick { router } => self.router_tick(router as usize),
+            Event::DcTask {
+                dc,
+                epoch,
+                task,
+                generation,
+            } => self.dc_task_timer(usize::from(dc), epoch, task, generation),
+            Event::ConnectionLost { dc, rpc } => self.dc_connection_lost(usize::from(dc), rpc),
             Event::Reap { dc } => self.reap(usize::from(dc)),
             Event::HostCrash => {
                 let h = self.rng.below(self.hosts.len() as u64) as usize;

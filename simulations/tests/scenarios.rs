@@ -14,8 +14,8 @@ fn scenarios() -> Vec<(String, Scenario)> {
         .collect();
     files.sort();
     assert!(
-        files.len() >= 7,
-        "expected the seven scenarios, found {files:?}"
+        files.len() >= 8,
+        "expected the eight scenarios, found {files:?}"
     );
     files
         .into_iter()

@@ -1,0 +1,362 @@
+//! The wake-up checkers: `no_lost_wakeup` and `waiter_fifo`. They keep a
+//! shadow of every registration at a tail DC, fed by the waiting
+//! mechanism's events (registered, woken, left, lost in a crash), and judge
+//! liveness obligations at the instant they fall due, on the state that held
+//! then (the simulator asks before it processes the next event).
+//!
+//! With `A` the allowance (a few store operations at their slowest plus
+//! timer slack) and `H` the hand-off window, `no_lost_wakeup` holds when:
+//!
+//! 1. a reservation whose record is linked or abandoned has, `A` after
+//!    that, no registration left at its (running) DC: all were told `Moved`;
+//! 2. a reservation continuously vacant — released, or its lease past
+//!    expiry + grace by its DC's clock — for `A` with a registration older
+//!    than `A` has had a waiter woken with `Vacated` within the last `H + A`
+//!    and no live holder since that wake-up (else the hand-off has ended or
+//!    been cleared, and the next waiter is due);
+//! 3. a registration is answered by its deadline + `A`;
+//! 4. a registration lost to a crash of the tail's DC, or a wake-up the
+//!    network could not deliver (the connection died), is noticed by its
+//!    origin within the idle timeout + `A` (its `Await` ends), so the origin
+//!    registers again.
+//!
+//! `waiter_fifo`: a `Vacated` wake-up goes to the earliest registration
+//! still waiting for that reservation in that DC.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use homing_core::{DcRecord, LeasePolicy, RecordState, RecordView, ReservationId, TailState};
+
+use crate::clock::NodeClock;
+use crate::invariants::{Invariant, View, Violation};
+use crate::trace::NO_KEY;
+
+#[derive(Debug, Clone)]
+struct Registration {
+    id: ReservationId,
+    key: u32,
+    at_us: u64,
+    deadline_us: u64,
+    origin: Option<(u16, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct Track {
+    /// Waiting tickets, in registration order.
+    order: VecDeque<u64>,
+    last_wake_us: Option<u64>,
+    last_live_us: Option<u64>,
+    moved_at_us: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Obligation {
+    /// Rules 1 and 2 for a reservation of a DC.
+    Tail(u16, ReservationId),
+    /// Rule 3 for a ticket of a DC.
+    Deadline(u16, u64),
+    /// Rule 4 for an origin DC's `Await` RPC.
+    Origin(u16, u64, u64),
+}
+
+/// The wake-up checkers' state.
+#[derive(Debug)]
+pub struct WakeChecker {
+    allowance_us: u64,
+    handoff_us: u64,
+    idle_us: u64,
+    dc_clocks: Vec<NodeClock>,
+    policy: LeasePolicy,
+    regs: BTreeMap<(u16, u64), Registration>,
+    tracks: BTreeMap<(u16, ReservationId), Track>,
+    origin_pending: BTreeSet<(u16, u64)>,
+    due: BTreeSet<(u64, u64, Obligation)>,
+    seq: u64,
+    violation: Option<Violation>,
+}
+
+impl WakeChecker {
+    /// A checker allowing `allowance_us` for store work and timers, with
+    /// hand-off window `handoff_ms` and connection idle timeout `idle_ms`.
+    pub fn new(
+        allowance_us: u64,
+        handoff_ms: u64,
+        idle_ms: u64,
+        dc_clocks: Vec<NodeClock>,
+        policy: LeasePolicy,
+    ) -> WakeChecker {
+        WakeChecker {
+            allowance_us,
+            handoff_us: handoff_ms * 1000,
+            idle_us: idle_ms * 1000,
+            dc_clocks,
+            policy,
+            regs: BTreeMap::new(),
+            tracks: BTreeMap::new(),
+            origin_pending: BTreeSet::new(),
+            due: BTreeSet::new(),
+            seq: 0,
+            violation: None,
+        }
+    }
+
+    /// The first violation, once.
+    pub fn take_violation(&mut self) -> Option<Violation> {
+        self.violation.take()
+    }
+
+    fn oblige(&mut self, at_us: u64, what: Obligation) {
+        self.seq += 1;
+        self.due.insert((at_us, self.seq, what));
+    }
+
+    /// The true instant DC `d`'s clock reaches the reapable time of a lease expiring at `record`'s expiry.
+    fn lapse_us(&self, d: u16, record: &DcRecord) -> Option<u64> {
+        match &record.state {
+            RecordState::Active { expires_at, .. } => {
+                let at = self.policy.reapable_at(*expires_at);
+                Some(self.dc_clocks[usize::from(d)].first_true_us_at_ms(at.as_ms()))
+            }
+            _ => None,
+        }
+    }
+
+    /// A waiter registered at DC `d` for `id` (whose record reads `record`).
+    #[allow(clippy::too_many_arguments)] // the registration, field by field
+    pub fn on_register(
+        &mut self,
+        now_us: u64,
+        d: u16,
+        id: &ReservationId,
+        key: u32,
+        ticket: u64,
+        deadline_us: u64,
+        origin: Option<(u16, u64)>,
+        record: &DcRecord,
+    ) {
+        let registration = Registration {
+            id: id.clone(),
+            key,
+            at_us: now_us,
+            deadline_us,
+            origin,
+        };
+        self.regs.insert((d, ticket), registration);
+        let track = self.tracks.entry((d, id.clone())).or_default();
+        track.order.push_back(ticket);
+        let a = self.allowance_us;
+        self.oblige(now_us + a + 1, Obligation::Tail(d, id.clone()));
+        self.oblige(deadline_us + a + 1, Obligation::Deadline(d, ticket));
+        if let Some(lapse) = self.lapse_us(d, record) {
+            self.oblige(lapse.max(now_us) + a + 1, Obligation::Tail(d, id.clone()));
+        }
+    }
+
+    fn forget(&mut self, d: u16, ticket: u64) -> Option<Registration> {
+        let registration = self.regs.remove(&(d, ticket))?;
+        let key = (d, registration.id.clone());
+        if let Some(track) = self.tracks.get_mut(&key) {
+            track.order.retain(|t| *t != ticket);
+        }
+        Some(registration)
+    }
+
+    /// A waiter was woken (`Vacated` when `vacated`, else `Moved`).
+    pub fn on_wake(&mut self, now_us: u64, d: u16, id: &ReservationId, ticket: u64, vacated: bool) {
+        let key = (d, id.clone());
+        let first = self.tracks.get(&key).and_then(|t| t.order.front().copied());
+        let registration = self.forget(d, ticket);
+        if !vacated {
+            return;
+        }
+        if let Some(track) = self.tracks.get_mut(&key) {
+            track.last_wake_us = Some(now_us);
+        }
+        let due = now_us + self.handoff_us + self.allowance_us + 1;
+        self.oblige(due, Obligation::Tail(d, id.clone()));
+        if first == Some(ticket) || self.violation.is_some() {
+            return;
+        }
+        let k = registration.as_ref().map_or(NO_KEY, |r| r.key);
+        self.violation = Some(Violation {
+            invariant: Invariant::WaiterFifo,
+            key: (k != NO_KEY).then_some(k),
+            detail: format!(
+                "dc #{d} woke ticket {ticket} for {id} (k{k}) while ticket {first:?}, registered earlier, still waits"
+            ),
+        });
+    }
+
+    /// A waiter left without being woken (timed out, failed).
+    pub fn on_left(&mut self, d: u16, ticket: u64) {
+        self.forget(d, ticket);
+    }
+
+    /// DC `d` committed `record`.
+    pub fn on_commit(&mut self, now_us: u64, d: u16, record: &DcRecord) {
+        let key = (d, record.id.clone());
+        let Some(track) = self.tracks.get_mut(&key) else {
+            return;
+        };
+        if track.order.is_empty() {
+            self.tracks.remove(&key);
+            return;
+        }
+        let clock = self.dc_clocks[usize::from(d)];
+        let view = record.view(clock.store_time(now_us), &self.policy);
+        let a = self.allowance_us;
+        match view {
+            RecordView::Link(_) | RecordView::Abandoned => {
+                track.moved_at_us.get_or_insert(now_us);
+                self.oblige(now_us + a + 1, Obligation::Tail(d, record.id.clone()));
+            }
+            RecordView::Tail(tail) => match tail.state {
+                TailState::Active { .. } => {
+                    track.last_live_us = Some(now_us);
+                    if let Some(lapse) = self.lapse_us(d, record) {
+                        self.oblige(lapse + a + 1, Obligation::Tail(d, record.id.clone()));
+                    }
+                }
+                TailState::Vacant { .. } => {
+                    self.oblige(now_us + a + 1, Obligation::Tail(d, record.id.clone()));
+                }
+            },
+        }
+    }
+
+    /// DC `d` crashed: its registrations are lost; their origins must notice.
+    pub fn on_dc_crash(&mut self, now_us: u64, d: u16) {
+        let lost: Vec<u64> = self
+            .regs
+            .range((d, 0)..=(d, u64::MAX))
+            .map(|(k, _)| k.1)
+            .collect();
+        for ticket in lost {
+            if let Some(r) = self.forget(d, ticket)
+                && let Some((o, rpc)) = r.origin
+                && self.origin_pending.contains(&(o, rpc))
+            {
+                let due = now_us + self.idle_us + self.allowance_us + 1;
+                self.oblige(due, Obligation::Origin(o, rpc, now_us));
+            }
+        }
+        self.tracks.retain(|(dc, _), _| *dc != d);
+        self.origin_pending.retain(|(o, _)| *o != d);
+    }
+
+    /// Origin DC `o` sent an `Await` as RPC `rpc`.
+    pub fn on_origin_sent(&mut self, o: u16, rpc: u64) {
+        self.origin_pending.insert((o, rpc));
+    }
+
+    /// Origin DC `o`'s `Await` RPC ended (answered, failed, timed out, connection lost).
+    pub fn on_origin_done(&mut self, o: u16, rpc: u64) {
+        self.origin_pending.remove(&(o, rpc));
+    }
+
+    /// The answer to origin `o`'s `Await` RPC could not be delivered (the connection died).
+    pub fn on_reply_undeliverable(&mut self, now_us: u64, o: u16, rpc: u64) {
+        if self.origin_pending.contains(&(o, rpc)) {
+            let due = now_us + self.idle_us + self.allowance_us + 1;
+            self.oblige(due, Obligation::Origin(o, rpc, now_us));
+        }
+    }
+
+    /// Judges every obligation that fell due before `before_us`; returns the
+    /// first violated one's instant and what was seen.
+    pub fn check_due(&mut self, before_us: u64, view: &View<'_>) -> Option<(u64, Violation)> {
+        while let Some((due, _, _)) = self.due.first()
+            && *due < before_us
+        {
+            // Invariant: `first` just returned an element.
+            let (due, _, what) = self.due.pop_first().expect("an obligation");
+            if let Some(v) = self.judge(due, &what, view) {
+                return Some((due, v));
+            }
+        }
+        None
+    }
+
+    fn judge(&self, t: u64, what: &Obligation, view: &View<'_>) -> Option<Violation> {
+        let violation = |key: u32, detail: String| Violation {
+            invariant: Invariant::NoLostWakeup,
+            key: (key != NO_KEY).then_some(key),
+            detail,
+        };
+        match what {
+            Obligation::Deadline(d, ticket) => {
+                let r = self.regs.get(&(*d, *ticket))?;
+                view.dcs[usize::from(*d)].up.then(|| {
+                    violation(r.key, format!(
+                        "ticket {ticket} for {} at dc #{d} still waits {}µs past its deadline",
+                        r.id,
+                        t - r.deadline_us
+                    ))
+                })
+            }
+            Obligation::Origin(o, rpc, lost_us) => {
+                self.origin_pending.contains(&(*o, *rpc)).then(|| {
+                    violation(NO_KEY, format!(
+                        "dc #{o} still waits on await rpc {rpc} {}µs after its registration or answer was lost",
+                        t - lost_us
+                    ))
+                })
+            }
+            Obligation::Tail(d, id) => self.judge_tail(t, *d, id, view).map(|(k, m)| violation(k, m)),
+        }
+    }
+
+    fn judge_tail(
+        &self,
+        t: u64,
+        d: u16,
+        id: &ReservationId,
+        view: &View<'_>,
+    ) -> Option<(u32, String)> {
+        let dc = &view.dcs[usize::from(d)];
+        let track = self.tracks.get(&(d, id.clone()))?;
+        let a = self.allowance_us;
+        let old: Vec<&Registration> = track
+            .order
+            .iter()
+            .filter_map(|ticket| self.regs.get(&(d, *ticket)))
+            .filter(|r| r.at_us + a <= t)
+            .collect();
+        let first = old.first()?;
+        if !dc.up {
+            return None;
+        }
+        let record = dc.records.get(id)?;
+        let clock = self.dc_clocks[usize::from(d)];
+        let vacant_since = match &record.state {
+            RecordState::Linked { .. } | RecordState::Abandoned => {
+                let since = track.moved_at_us.unwrap_or(first.at_us);
+                return (since + a <= t).then(|| {
+                    (first.key, format!(
+                        "{} waiter(s) for {id} at dc #{d} still wait {}µs after it stopped being a tail (nobody told them Moved)",
+                        old.len(),
+                        t - since
+                    ))
+                });
+            }
+            RecordState::Released { at, .. } => clock.first_true_us_at_ms(at.as_ms()),
+            RecordState::Active { .. } => self.lapse_us(d, record)?,
+        };
+        if vacant_since + a > t {
+            return None;
+        }
+        let covered = track.last_wake_us.is_some_and(|w| {
+            w + self.handoff_us + a >= t && track.last_live_us.is_none_or(|l| l <= w)
+        });
+        (!covered).then(|| {
+            (first.key, format!(
+                "{id} at dc #{d} vacant for {}µs with {} waiter(s) registered (the first {}µs ago), last wake-up {:?}, last live holder {:?}: nobody was woken",
+                t - vacant_since,
+                old.len(),
+                t - first.at_us,
+                track.last_wake_us.map(|w| format!("{}µs ago", t - w)),
+                track.last_live_us.map(|l| format!("{}µs ago", t.saturating_sub(l))),
+            ))
+        })
+    }
+}
