@@ -338,10 +338,11 @@ impl Config {
             etcd_endpoints,
             fdb_cluster_file: s.fdb_cluster_file,
             // Store prefixes are built as `<store_prefix>/global/` and `<store_prefix>/dc/<dc>/`.
-            store_prefix: s
-                .store_prefix
-                .map(|p| p.trim_end_matches('/').to_string())
-                .unwrap_or_else(|| "/homing/default".to_string()),
+            store_prefix: crate::stores::normalize_prefix(
+                s.store_prefix
+                    .as_deref()
+                    .unwrap_or(crate::stores::STORE_PREFIX_DEFAULT),
+            ),
             policy,
             hop_limit,
             reaper_interval_ms: positive("reaper_interval_ms", s.reaper_interval_ms, 1_000)?,

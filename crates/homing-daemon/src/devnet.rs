@@ -71,12 +71,14 @@ impl Devnet {
         generate_dev_pki(&certs, &options.dcs)?;
         // One embedded global store shared by every DC of this process.
         let global: Arc<dyn GlobalStore> = Arc::new(
-            RedbGlobalStore::open(dir.join("global.redb"), RedbOptions::default()).map_err(
-                |source| DaemonError::Store {
-                    which: "global",
-                    source,
-                },
-            )?,
+            RedbGlobalStore::open(
+                crate::stores::redb_global_path(&dir),
+                RedbOptions::default(),
+            )
+            .map_err(|source| DaemonError::Store {
+                which: "global",
+                source,
+            })?,
         );
         let listen = options
             .dcs
@@ -130,7 +132,7 @@ impl Devnet {
             std::fs::create_dir_all(&config.data_dir)?;
             let records = Arc::new(
                 RedbDcStore::open(
-                    config.data_dir.join(format!("dc-{id}.redb")),
+                    crate::stores::redb_dc_path(&config.data_dir, id),
                     RedbOptions::default(),
                 )
                 .map_err(|source| DaemonError::Store {
