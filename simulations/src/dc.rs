@@ -8,12 +8,18 @@
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
 //!
-//! An acquire with `wait_ms` loops as homingd's `Node::acquire` does:
-//! connect; if the key is held and wait time remains, await the holder's
-//! reservation at its DC (here: [`crate::waiting`]; elsewhere: an `Await`
-//! request) and connect again when answered `Vacated`/`Moved`; `TimedOut`
-//! answers `HeldElsewhere`; a lost registration pauses `AWAIT_RETRY_MS` and
-//! goes round again. The grant uses `host_time + time held`.
+//! An acquire with `wait_ms` loops as homingd's `Node::acquire` does, its
+//! wait bounded by its own deadline (`start + wait`): connect (a connect that
+//! fails `Unavailable` pauses `AWAIT_RETRY_MS` and connects again if the pause
+//! ends before the deadline); if the key is held and wait time remains, await
+//! the holder's reservation at its DC (here: [`crate::waiting`]; elsewhere:
+//! an `Await` request) until the deadline at most (then it answers the last
+//! `HeldElsewhere`), and connect again when answered `Vacated`/`Moved`.
+//! `TimedOut` at the end of the wait takes one last look (a connect whose
+//! outcome is the answer); earlier, it means a lost registration. An `Await`
+//! refused (a full queue) answers that error; a lost registration pauses and
+//! registers again if the pause ends before the deadline, else answers the
+//! last `HeldElsewhere`. The grant uses `host_time + time held`.
 
 use std::collections::BTreeMap;
 
@@ -138,12 +144,41 @@ pub(crate) struct AcquireJob {
     wait_us: u64,
     /// This DC's clock when the request arrived, µs.
     started_local_us: u64,
+    /// When the wait ends, this DC's clock, µs (`started + wait`).
+    deadline_local_us: u64,
+    /// The same instant in true time, µs (the deadline timer's).
+    deadline_us: u64,
     /// The `HeldElsewhere` to answer if the wait ends.
     held: Option<Reply>,
-    /// The wait left when the last await started, µs.
-    remaining_us: u64,
-    /// Bumped by every pause: voids older pause timers.
+    /// Where the acquire is registered now, if it awaits.
+    pub(crate) awaiting: Option<Awaiting>,
+    /// The wait is over: this connect's outcome is the answer.
+    last_look: bool,
+    /// Bumped whenever an await starts or ends and by every pause: voids
+    /// older deadline and pause timers.
     pub(crate) generation: u64,
+}
+
+/// Where a waiting acquire is registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Awaiting {
+    /// With an `Await` RPC to the tail's DC.
+    Remote {
+        /// The RPC.
+        rpc: u64,
+    },
+    /// With a waiter task of this DC.
+    Local,
+}
+
+/// How an acquire's `Await` failed, split as homingd's `Failure::is_unavailable`.
+#[derive(Debug)]
+pub(crate) enum AwaitFailure {
+    /// The tail's DC did not answer or lost the registration (a timeout, a
+    /// lost connection): register again, if the wait leaves time.
+    Unavailable,
+    /// An answer — a full queue, a refusal: the caller learns it now.
+    Refused(ErrorReply),
 }
 
 #[derive(Debug)]
@@ -207,6 +242,13 @@ pub(crate) enum Next {
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
+}
+
+/// The `HeldElsewhere` a waiting acquire answers when its wait ends.
+fn held_reply(job: &mut AcquireJob) -> Reply {
+    job.held
+        .take()
+        .unwrap_or_else(|| error(ErrorKind::Internal, "nothing held"))
 }
 
 fn segment_error(e: SegmentError) -> Reply {
@@ -287,16 +329,22 @@ impl Sim {
                     self.policy,
                     HOP_LIMIT_DEFAULT,
                 );
+                let wait_us = u64::from(wait_ms.min(WAIT_MS_MAX)) * 1000;
+                let clock = self.dcs[d].clock;
+                let started_local_us = clock.local_us(self.now);
                 TaskKind::Acquire(Box::new(AcquireJob {
                     connect,
                     key: key_value,
                     tag: config.tag,
                     actor,
                     host_time,
-                    wait_us: u64::from(wait_ms.min(WAIT_MS_MAX)) * 1000,
-                    started_local_us: self.dcs[d].clock.local_us(self.now),
+                    wait_us,
+                    started_local_us,
+                    deadline_local_us: started_local_us + wait_us,
+                    deadline_us: clock.true_us_after(self.now, wait_us),
                     held: None,
-                    remaining_us: 0,
+                    awaiting: None,
+                    last_look: false,
                     generation: 0,
                 }))
             }
@@ -465,10 +513,6 @@ impl Sim {
             Next::Reply(reply) => {
                 if matches!(task.kind, TaskKind::Acquire(_)) {
                     self.measurements.note_acquire_work(task.rpc, task.work);
-                    if task.work.awaits > 0 && matches!(reply, Reply::Error(_)) {
-                        // homingd ends a wait whose next connect fails.
-                        self.measurements.count("wait_ended_by_connect_error");
-                    }
                 }
                 if matches!(task.kind, TaskKind::Await(_)) {
                     let result = match reply {
@@ -524,19 +568,38 @@ impl Sim {
     ) {
         task.work.awaits += 1;
         self.measurements.count("wait_await");
-        if reservation.dc() == &self.dcs[d].id {
-            let key = task.key;
-            self.dcs[d].tasks.insert(tid, task);
-            let origin = AwaitFor::Local { acquire: tid };
-            let me = NodeId::Dc(d as u16);
-            return self.await_start(d, me, 0, key, reservation, remaining_ms, origin);
-        }
-        let Some(&to) = self.dc_index.get(reservation.dc()) else {
+        let local = reservation.dc() == &self.dcs[d].id;
+        let to = self.dc_index.get(reservation.dc()).copied();
+        if !local && to.is_none() {
             let reply = error(
                 ErrorKind::Inconsistent,
                 format!("unknown dc in {reservation}"),
             );
             return self.dc_continue(d, tid, task, Next::Reply(reply));
+        }
+        let TaskKind::Acquire(job) = &mut task.kind else {
+            return;
+        };
+        // Our own deadline bounds the wait (`timeout_at(deadline, register)`).
+        job.generation += 1;
+        let (generation, deadline_us) = (job.generation, job.deadline_us);
+        if self.rules.waiting.origin_deadline {
+            let epoch = self.dcs[d].epoch;
+            let timer = Event::DcTask {
+                dc: d as u16,
+                epoch,
+                task: tid,
+                generation,
+            };
+            self.schedule(deadline_us, timer);
+        }
+        let Some(to) = to.filter(|_| !local) else {
+            job.awaiting = Some(Awaiting::Local);
+            let key = task.key;
+            self.dcs[d].tasks.insert(tid, task);
+            let origin = AwaitFor::Local { acquire: tid };
+            let me = NodeId::Dc(d as u16);
+            return self.await_start(d, me, 0, key, reservation, remaining_ms, origin);
         };
         let timeout_us = self.request_timeout_us + u64::from(remaining_ms) * 1000;
         let request = Request::Await {
@@ -545,11 +608,16 @@ impl Sim {
         };
         let (me, peer) = (NodeId::Dc(d as u16), NodeId::Dc(to));
         let rpc = self.stream_request(me, peer, task.key, request, timeout_us);
+        if let TaskKind::Acquire(job) = &mut task.kind {
+            job.awaiting = Some(Awaiting::Remote { rpc });
+        }
         let dc = &mut self.dcs[d];
         dc.peer_rpcs.insert(rpc, tid);
         dc.await_rpcs.insert(rpc, to);
         dc.tasks.insert(tid, task);
-        self.checker.wake.on_origin_sent(d as u16, rpc);
+        self.checker
+            .wake
+            .on_origin_sent(self.now, d as u16, rpc, to, deadline_us);
         // The registration rides a QUIC connection: the origin learns that
         // it is lost one idle timeout after the path died or the peer crashed.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
@@ -563,34 +631,116 @@ impl Sim {
             lost_at = Some(lost_at.map_or(dead, |l| l.min(dead)));
         }
         if let Some(at) = lost_at.filter(|at| *at < until_us) {
-            self.schedule(at, Event::ConnectionLost { dc: d as u16, rpc });
+            let lost = Event::ConnectionLost {
+                dc: d as u16,
+                rpc,
+                reset: false,
+            };
+            self.schedule(at, lost);
         }
     }
 
-    /// The await of an acquire ended: connect again, answer, or pause and retry.
+    /// The await of an acquire ended: connect again, answer, or pause and
+    /// register again.
     pub(crate) fn acquire_awaited(
         &mut self,
         d: usize,
         task: &mut Task,
-        result: Result<AwaitReply, ErrorReply>,
+        result: Result<AwaitReply, AwaitFailure>,
     ) -> Next {
+        let local_now = self.dcs[d].clock.local_us(self.now);
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
         };
+        job.awaiting = None;
+        job.generation += 1;
+        let pause_us = AWAIT_RETRY_MS * 1000;
+        let time_for_a_pause = local_now + pause_us < job.deadline_local_us;
         match result {
+            // A wait answered well before its end came from a DC shutting
+            // down: its registration is gone, like an unreachable DC's.
+            Ok(AwaitReply::TimedOut) if time_for_a_pause => {
+                self.measurements.count("wait_cut_short");
+            }
+            // The holder may have changed while we waited: answer with a fresh look.
             Ok(AwaitReply::TimedOut) => {
                 self.measurements.count("wait_timed_out");
-                let held = job.held.take();
-                Next::Reply(held.unwrap_or_else(|| error(ErrorKind::Internal, "nothing held")))
+                job.last_look = true;
+                return self.acquire_reconnect(d, task);
             }
-            Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => self.acquire_reconnect(d, task),
-            Err(_) => {
-                // The tail's DC lost our registration (restart, partition):
-                // register again after a pause, within the wait.
-                self.measurements.count("wait_reregister");
-                Next::Pause((AWAIT_RETRY_MS * 1000).min(job.remaining_us))
+            Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => {
+                return self.acquire_reconnect(d, task);
             }
+            // A full queue, a refusal: the caller learns it now.
+            Err(AwaitFailure::Refused(e)) => {
+                self.measurements.count("wait_refused");
+                return Next::Reply(Reply::Error(e));
+            }
+            Err(AwaitFailure::Unavailable) => {}
         }
+        // The tail's DC lost our registration (restart, partition): register
+        // again after a pause, if the wait leaves time for it.
+        if !time_for_a_pause {
+            self.measurements
+                .count("wait_lost_without_time_to_register_again");
+            return Next::Reply(held_reply(job));
+        }
+        self.measurements.count("wait_reregister");
+        Next::Pause(pause_us)
+    }
+
+    /// The acquire's own deadline passed while it awaited: it stops waiting
+    /// (its registration future dropped: a local waiter leaves the queue, a
+    /// remote one runs on at the tail's DC unanswered) and answers the last
+    /// `HeldElsewhere` at once.
+    fn acquire_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
+        let TaskKind::Acquire(job) = &mut task.kind else {
+            return;
+        };
+        job.generation += 1;
+        match job.awaiting.take() {
+            Some(Awaiting::Remote { rpc }) => {
+                let dc = &mut self.dcs[d];
+                dc.peer_rpcs.remove(&rpc);
+                dc.await_rpcs.remove(&rpc);
+                self.checker.wake.on_origin_done(d as u16, rpc);
+            }
+            Some(Awaiting::Local) => self.await_drop(d, tid),
+            None => {}
+        }
+        self.measurements.count("wait_deadline_passed");
+        let held = held_reply(job);
+        self.dc_continue(d, tid, task, Next::Reply(held));
+    }
+
+    /// A connect of an acquire failed with `e`: an `unavailable` one (a DC
+    /// of the chain did not answer) while waiting pauses and connects again
+    /// if the pause ends before the deadline; otherwise the caller gets `e`.
+    pub(crate) fn acquire_failed(
+        &mut self,
+        d: usize,
+        task: &mut Task,
+        e: ErrorReply,
+        unavailable: bool,
+    ) -> Next {
+        let local_now = self.dcs[d].clock.local_us(self.now);
+        let waited = task.work.awaits > 0;
+        let TaskKind::Acquire(job) = &mut task.kind else {
+            return Next::Reply(Reply::Error(e));
+        };
+        let pause_us = AWAIT_RETRY_MS * 1000;
+        if unavailable && !job.last_look && local_now + pause_us < job.deadline_local_us {
+            self.measurements.count("wait_connect_retried");
+            return Next::Pause(pause_us);
+        }
+        if waited {
+            self.measurements.count(match (job.last_look, unavailable) {
+                (true, _) => "wait_last_look_failed",
+                (false, true) => "wait_ended_by_connect_error_unavailable",
+                (false, false) => "wait_ended_by_connect_error",
+            });
+        }
+        Next::Reply(Reply::Error(e))
     }
 
     /// Connects again after waiting, granting from the host's reading plus
@@ -630,11 +780,10 @@ impl Sim {
                     };
                     let local_now = self.dcs[d].clock.local_us(self.now);
                     let elapsed = local_now.saturating_sub(job.started_local_us);
-                    let Some(remaining) = job.wait_us.checked_sub(elapsed).filter(|r| *r > 0)
-                    else {
+                    let remaining = job.wait_us.checked_sub(elapsed).filter(|r| *r > 0);
+                    let Some(remaining) = remaining.filter(|_| !job.last_look) else {
                         return Next::Reply(Reply::from(outcome));
                     };
-                    job.remaining_us = remaining;
                     let reservation = reservation.clone();
                     job.held = Some(Reply::from(outcome));
                     let remaining_ms = (remaining / 1000).max(1) as u32;
@@ -649,7 +798,8 @@ impl Sim {
                         ConnectError::Contended(_) => ErrorKind::Overloaded,
                         _ => ErrorKind::Inconsistent,
                     };
-                    return Next::Reply(error(kind, e.to_string()));
+                    let e = ErrorReply::new(kind, e.to_string());
+                    return self.acquire_failed(d, task, e, false);
                 }
                 ConnectPoll::Need(need) => need,
             };
@@ -666,10 +816,11 @@ impl Sim {
                 }
                 ConnectNeed::Reservation(id) => match self.dc_index.get(id.dc()) {
                     Some(&to) => Next::Peer(to, Request::ResolveReservation { id }),
-                    None => Next::Reply(error(
-                        ErrorKind::Inconsistent,
-                        format!("unknown dc in {id}"),
-                    )),
+                    None => {
+                        let e =
+                            ErrorReply::new(ErrorKind::Inconsistent, format!("unknown dc in {id}"));
+                        self.acquire_failed(d, task, e, false)
+                    }
                 },
                 ConnectNeed::LocalRecord(id) => Next::Store(StoreOp::Get(id)),
                 ConnectNeed::Allocate => Next::Store(StoreOp::Allocate),
@@ -690,10 +841,13 @@ impl Sim {
                             expected_token,
                         },
                     ),
-                    None => Next::Reply(error(
-                        ErrorKind::Inconsistent,
-                        format!("unknown dc in {from}"),
-                    )),
+                    None => {
+                        let e = ErrorReply::new(
+                            ErrorKind::Inconsistent,
+                            format!("unknown dc in {from}"),
+                        );
+                        self.acquire_failed(d, task, e, false)
+                    }
                 },
             };
         }
@@ -804,6 +958,10 @@ impl Sim {
                         entry: entry.clone(),
                         segment: Some(s),
                     }),
+                    (TaskKind::Acquire(_), Err(e)) => match segment_error(e) {
+                        Reply::Error(e) => self.acquire_failed(d, &mut task, e, false),
+                        reply => Next::Reply(reply),
+                    },
                     (_, Err(e)) => Next::Reply(segment_error(e)),
                     (TaskKind::Update { .. } | TaskKind::Await(_), Ok(_)) => {
                         Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
@@ -965,19 +1123,22 @@ impl Sim {
         };
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
+            // Any answer of the peer, even an error of kind `Unavailable`, is
+            // a refusal (`PeerError::Refused`), not an unreachable DC.
             let result = match reply {
                 Reply::Awaited(answer) => Ok(answer),
-                Reply::Error(e) => Err(e),
-                other => Err(ErrorReply::new(
+                Reply::Error(e) => Err(AwaitFailure::Refused(e)),
+                other => Err(AwaitFailure::Refused(ErrorReply::new(
                     ErrorKind::Inconsistent,
                     format!("await answered {}", reply_kind(&other)),
-                )),
+                ))),
             };
             let next = self.acquire_awaited(d, &mut task, result);
             return self.dc_continue(d, tid, task, next);
         }
         let peer_id = self.dcs[usize::from(peer)].id.clone();
         let next = match (&mut task.kind, reply) {
+            (TaskKind::Acquire(_), Reply::Error(e)) => self.acquire_failed(d, &mut task, e, false),
             (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
             (TaskKind::Acquire(job), Reply::Reservation(segment)) => {
                 let c = &mut job.connect;
@@ -1003,13 +1164,24 @@ impl Sim {
         );
     }
 
-    /// The QUIC connection a parked `Await` rode died (idle timeout).
-    pub(crate) fn dc_connection_lost(&mut self, d: usize, rpc: u64) {
+    /// The QUIC connection a parked `Await` rode died (idle timeout, or a
+    /// stateless `reset` from the tail's restarted DC).
+    pub(crate) fn dc_connection_lost(&mut self, d: usize, rpc: u64, reset: bool) {
         if !self.dcs[d].up {
             return;
         }
-        let why = "the connection to the peer dc timed out";
-        self.dc_rpc_failed(d, rpc, "wait_connection_lost", why);
+        let (counter, why) = if reset {
+            (
+                "wait_connection_reset",
+                "the restarted peer dc reset the connection",
+            )
+        } else {
+            (
+                "wait_connection_lost",
+                "the connection to the peer dc timed out",
+            )
+        };
+        self.dc_rpc_failed(d, rpc, counter, why);
     }
 
     fn dc_rpc_failed(&mut self, d: usize, rpc: u64, counter: &'static str, why: &str) {
@@ -1026,10 +1198,16 @@ impl Sim {
         };
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
-            let next = self.acquire_awaited(d, &mut task, Err(ErrorReply::new(unavailable, why)));
+            let next = self.acquire_awaited(d, &mut task, Err(AwaitFailure::Unavailable));
             return self.dc_continue(d, tid, task, next);
         }
-        self.dc_continue(d, tid, task, Next::Reply(error(unavailable, why)));
+        let e = ErrorReply::new(unavailable, why);
+        let next = if matches!(task.kind, TaskKind::Acquire(_)) {
+            self.acquire_failed(d, &mut task, e, true)
+        } else {
+            Next::Reply(Reply::Error(e))
+        };
+        self.dc_continue(d, tid, task, next);
     }
 
     /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.
@@ -1050,6 +1228,11 @@ impl Sim {
         self.current_key = task.key;
         if matches!(task.kind, TaskKind::Await(_)) {
             return self.await_select(d, tid, task);
+        }
+        if let TaskKind::Acquire(job) = &task.kind
+            && job.awaiting.is_some()
+        {
+            return self.acquire_deadline(d, tid, task);
         }
         let next = self.acquire_reconnect(d, &mut task);
         self.dc_continue(d, tid, task, next);
@@ -1104,14 +1287,48 @@ impl Sim {
             }
         }
         for (o, rpc) in lost {
-            self.schedule(self.now + idle_us, Event::ConnectionLost { dc: o, rpc });
+            let event = Event::ConnectionLost {
+                dc: o,
+                rpc,
+                reset: false,
+            };
+            self.schedule(self.now + idle_us, event);
         }
+    }
+
+    /// The `Await` RPCs of running DCs pending on DC `d`.
+    fn awaits_on(&self, d: usize) -> Vec<(usize, u64)> {
+        let mut on = Vec::new();
+        for (o, other) in self.dcs.iter().enumerate().filter(|(_, o)| o.up) {
+            for (rpc, peer) in &other.await_rpcs {
+                if usize::from(*peer) == d {
+                    on.push((o, *rpc));
+                }
+            }
+        }
+        on
     }
 
     /// The DC restarts from its durable state.
     pub(crate) fn dc_restart(&mut self, d: usize) {
         self.dcs[d].up = true;
         self.dcs[d].up_since_us = self.now;
+        self.checker.wake.on_dc_restart(self.now, d as u16);
+        if self.rules.waiting.reset_on_restart {
+            // Every pending `Await` on `d` rode a connection to its previous
+            // process: the origin's next packet (a keep-alive at the latest)
+            // draws a stateless reset from the new one, a round trip later.
+            let keep_alive_us = self.scenario.network.keep_alive_ms.max(1) * 1000;
+            for (o, rpc) in self.awaits_on(d) {
+                let at = self.now + self.rng.below(keep_alive_us) + self.network.rtt_us(o, d);
+                let event = Event::ConnectionLost {
+                    dc: o as u16,
+                    rpc,
+                    reset: true,
+                };
+                self.schedule(at, event);
+            }
+        }
         let view = View {
             dcs: &self.dcs,
             global: &self.global,

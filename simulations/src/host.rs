@@ -332,14 +332,17 @@ impl Sim {
             HostState::Holding(lease) if lease.renewing.map(|r| r.0) == Some(message.rpc) => {
                 self.host_renewed(h, lease, reply)
             }
-            // A grant nobody asked for any more (the request timed out
-            // while the DC waited): the lease lapses unused.
+            // A grant nobody asked for any more (the request timed out, or
+            // the host crashed, while the DC worked on it): the lease lapses
+            // unused.
             _ if matches!(reply, Reply::Acquired { .. }) => {
                 let work = self.measurements.take_acquire_work(message.rpc);
-                self.measurements.count(if work.awaits > 0 {
-                    "acquired_after_the_host_gave_up_waiting"
-                } else {
-                    "acquired_after_the_host_gave_up"
+                let gave_up = self.acquires_given_up.remove(&message.rpc);
+                self.measurements.count(match (gave_up, work.awaits > 0) {
+                    (true, true) => "acquired_after_the_host_gave_up_waiting",
+                    (true, false) => "acquired_after_the_host_gave_up",
+                    (false, true) => "acquired_after_the_host_crashed_waiting",
+                    (false, false) => "acquired_after_the_host_crashed",
                 })
             }
             _ => {}
@@ -494,6 +497,7 @@ impl Sim {
                 let work = self.measurements.take_acquire_work(rpc);
                 let latency = self.now - sent_at_us;
                 self.measurements.count("acquire_timed_out_at_host");
+                self.acquires_given_up.insert(rpc);
                 self.measurements
                     .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
                 self.go_idle(h);

@@ -51,6 +51,14 @@ pub struct WaitRules {
     /// Added to the grant's host time of an acquire that waited (`0`: homingd's
     /// `host_time + time held`, which keeps the host's deadlines conservative).
     pub grant_extra_ms: u64,
+    /// The origin's own deadline bounds its `Await` (`timeout_at(deadline)`
+    /// in `Node::acquire`); `false`: it waits for the tail's answer.
+    pub origin_deadline: bool,
+    /// A restarted DC answers packets of its previous process's connections
+    /// with a stateless reset (keys derived from its identity, homing-net's
+    /// `endpoint_config`); `false`: its peers learn of the loss only at the
+    /// idle timeout (random keys per process).
+    pub reset_on_restart: bool,
 }
 
 impl WaitRules {
@@ -59,6 +67,8 @@ impl WaitRules {
         notify_on_write: true,
         wake_first: true,
         grant_extra_ms: 0,
+        origin_deadline: true,
+        reset_on_restart: true,
     };
 }
 

@@ -76,6 +76,12 @@ pub struct NetworkSpec {
     /// origin learns that its registration is lost (the tail's DC crashed, or
     /// the path was cut for this long) this long after the last packet.
     pub idle_timeout_ms: u64,
+    /// QUIC keep-alive of a DC's connections to its peers, ms (homing-net's
+    /// `CLIENT_KEEP_ALIVE_INTERVAL_MS`): once a crashed tail's DC runs again
+    /// (same identity, so the same stateless-reset key), the origin's next
+    /// packet — at most this long after the restart — draws a stateless reset
+    /// and the connection ends a round trip later, before the idle timeout.
+    pub keep_alive_ms: u64,
 }
 
 /// Store knobs.
@@ -266,6 +272,7 @@ impl Default for NetworkSpec {
             loss: 0.0,
             request_timeout_ms: 1_500,
             idle_timeout_ms: 30_000,
+            keep_alive_ms: 2_000,
         }
     }
 }

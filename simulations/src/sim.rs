@@ -5,7 +5,7 @@
 //! hash order, and the wall clock is read only to report events per second.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, wire};
 
@@ -20,7 +20,7 @@ use crate::router::Router;
 use crate::rules::Rules;
 use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
-use crate::wakeups::WakeChecker;
+use crate::wakeups::{Connections, WakeChecker};
 
 /// A node of the simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -133,12 +133,15 @@ pub enum Event {
         /// The task's generation when armed (a later re-arm voids it).
         generation: u64,
     },
-    /// The QUIC connection a DC's parked `Await` rode timed out.
+    /// The QUIC connection a DC's parked `Await` rode ended: it timed out,
+    /// or (`reset`) the restarted tail's DC answered it with a stateless reset.
     ConnectionLost {
         /// The DC that sent the `Await`.
         dc: u16,
         /// Its RPC.
         rpc: u64,
+        /// Ended by a stateless reset rather than the idle timeout.
+        reset: bool,
     },
     /// A DC's reaper pass.
     Reap {
@@ -336,6 +339,8 @@ pub struct Sim {
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
     pub(crate) request_timeout_us: u64,
+    /// Acquire RPCs whose host gave up (timed out) while the DC still worked on them.
+    pub(crate) acquires_given_up: BTreeSet<u64>,
     events: u64,
     options: RunOptions,
     /// What the event being processed concerns, for its trace record.
@@ -442,10 +447,17 @@ impl Sim {
         let slow = slow_stores.iter().map(|s| s.3).fold(1.0, f64::max);
         let op_us = (scenario.stores.dc_op_ms + scenario.stores.dc_op_jitter_ms) * 1000.0;
         let allowance_us = 5_000 + (6.0 * op_us * slow) as u64;
+        let connections = Connections {
+            idle_us: ms_to_us(n.idle_timeout_ms),
+            keep_alive_us: ms_to_us(n.keep_alive_ms),
+            rtt_us: (0..dcs.len())
+                .map(|a| (0..dcs.len()).map(|b| network.rtt_us(a, b)).collect())
+                .collect(),
+        };
         let wake = WakeChecker::new(
             allowance_us,
             scenario.waiting.handoff_ms,
-            n.idle_timeout_ms,
+            connections,
             dcs.iter().map(|d| d.clock).collect(),
             policy,
         );
@@ -474,6 +486,7 @@ impl Sim {
             trace: Trace::default(),
             measurements: Measurements::default(),
             request_timeout_us: ms_to_us(n.request_timeout_ms),
+            acquires_given_up: BTreeSet::new(),
             events: 0,
             options,
             current_key: NO_KEY,
@@ -637,7 +650,14 @@ impl Sim {
     }
 
     /// Sends on a QUIC stream; `false` if the connection died under it.
+    /// A message to a DC that is down is lost: it rides a connection to the
+    /// dead process, which its restarted successor resets.
     fn stream_send(&mut self, message: Message) -> bool {
+        if let NodeId::Dc(t) = message.to
+            && !self.dcs[usize::from(t)].up
+        {
+            return true;
+        }
         let (from, to) = (self.region(message.from), self.region(message.to));
         let idle_us = ms_to_us(self.scenario.network.idle_timeout_ms);
         let delay = self
@@ -798,7 +818,7 @@ impl Sim {
             } => (NodeId::Host(*host).code(), *generation),
             Event::RouterTick { router } => (NodeId::Router(*router).code(), 0),
             Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
-            Event::ConnectionLost { dc, rpc } => (NodeId::Dc(*dc).code(), *rpc),
+            Event::ConnectionLost { dc, rpc, .. } => (NodeId::Dc(*dc).code(), *rpc),
             Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc } => {
                 (NodeId::Dc(*dc).code(), 0)
             }
@@ -834,7 +854,9 @@ impl Sim {
                 task,
                 generation,
             } => self.dc_task_timer(usize::from(dc), epoch, task, generation),
-            Event::ConnectionLost { dc, rpc } => self.dc_connection_lost(usize::from(dc), rpc),
+            Event::ConnectionLost { dc, rpc, reset } => {
+                self.dc_connection_lost(usize::from(dc), rpc, reset)
+            }
             Event::Reap { dc } => self.reap(usize::from(dc)),
             Event::HostCrash => {
                 let h = self.rng.below(self.hosts.len() as u64) as usize;

@@ -24,7 +24,7 @@ use homing_core::{
     ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
-use crate::dc::{CAS_ATTEMPTS_MAX, Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{AwaitFailure, CAS_ATTEMPTS_MAX, Next, StoreOp, Task, TaskKind, Work};
 use crate::sim::{Event, NodeId, Sim};
 
 /// The waiters of one reservation in one DC.
@@ -161,7 +161,7 @@ impl Sim {
     fn await_step(&mut self, d: usize, tid: u64, task: &mut Task, op: StoreOp) -> Step {
         let now = self.dcs[d].clock.store_time(self.now);
         let policy = self.policy;
-        let (client, rpc, key) = (task.client, task.rpc, task.key);
+        let key = task.key;
         let TaskKind::Await(job) = &mut task.kind else {
             return Step::Finish(refused(ErrorKind::Internal, "not a waiter"));
         };
@@ -181,10 +181,6 @@ impl Sim {
                     self.measurements.count("wait_answered_at_once");
                     return Step::Finish(Ok(answer));
                 }
-                let origin = match (job.origin, client) {
-                    (AwaitFor::Remote, NodeId::Dc(o)) => Some((o, rpc)),
-                    _ => None,
-                };
                 match self.waiters_register(d, &id, tid) {
                     Ok((ticket, seen)) => {
                         job.ticket = Some(ticket);
@@ -197,7 +193,6 @@ impl Sim {
                             key,
                             ticket,
                             job.deadline_us,
-                            origin,
                             &record,
                         );
                         Step::Store(StoreOp::Get(id))
@@ -500,6 +495,32 @@ impl Sim {
         self.await_answer(d, task.client, task.rpc, task.key, job.origin, result);
     }
 
+    /// The local acquire `acquire` stopped waiting (its deadline passed):
+    /// its waiter ends at once, leaving the queue, and a wake-up it had not
+    /// yet taken is lost with it — as when homingd drops the `await_vacant`
+    /// future (the hand-off window then passes the turn on).
+    pub(crate) fn await_drop(&mut self, d: usize, acquire: u64) {
+        let origin = AwaitFor::Local { acquire };
+        let waiter = self.dcs[d].tasks.iter().find_map(|(tid, t)| match &t.kind {
+            TaskKind::Await(job) if job.origin == origin => Some(*tid),
+            _ => None,
+        });
+        let Some(tid) = waiter else {
+            return;
+        };
+        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
+            return;
+        };
+        if self.dcs[d].woken.remove(&tid).is_some() {
+            self.measurements.count("wait_wake_up_dropped_at_deadline");
+        }
+        if let TaskKind::Await(job) = &task.kind
+            && let Some(ticket) = job.ticket
+        {
+            self.waiters_leave(d, &job.id, ticket);
+        }
+    }
+
     /// Answers a waiter: a reply on the requesting DC's stream, or the local acquire resumes.
     fn await_answer(
         &mut self,
@@ -522,6 +543,12 @@ impl Sim {
                 let Some(mut task) = self.dcs[d].tasks.remove(&acquire) else {
                     return;
                 };
+                // A local failure is unavailable only if its kind says so
+                // (homingd's `Failure::Reply`).
+                let result = result.map_err(|e| match e.kind {
+                    ErrorKind::Unavailable { .. } => AwaitFailure::Unavailable,
+                    _ => AwaitFailure::Refused(e),
+                });
                 let next = self.acquire_awaited(d, &mut task, result);
                 self.dc_continue(d, acquire, task, next);
             }

@@ -15,10 +15,15 @@
 //!    and no live holder since that wake-up (else the hand-off has ended or
 //!    been cleared, and the next waiter is due);
 //! 3. a registration is answered by its deadline + `A`;
-//! 4. a registration lost to a crash of the tail's DC, or a wake-up the
-//!    network could not deliver (the connection died), is noticed by its
-//!    origin within the idle timeout + `A` (its `Await` ends), so the origin
-//!    registers again.
+//! 4. an origin's `Await` whose registration is lost — the tail's DC
+//!    crashed with it (or was down when it was sent), or the network could
+//!    not deliver its wake-up (the connection died) — ends (so the origin may
+//!    register again) within the idle timeout + `A` after the loss; after a
+//!    crash, also within `K` + the round trip + `A` after the tail's DC runs
+//!    again (`K` the keep-alive: the origin's next packet draws a stateless
+//!    reset from the new process, which shares the old one's identity);
+//! 5. an origin's `Await` ends by the origin's own deadline + `A` (the wait
+//!    is bounded by the origin, not by the tail's answer).
 //!
 //! `waiter_fifo`: a `Vacated` wake-up goes to the earliest registration
 //! still waiting for that reservation in that DC.
@@ -37,7 +42,6 @@ struct Registration {
     key: u32,
     at_us: u64,
     deadline_us: u64,
-    origin: Option<(u16, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -55,8 +59,30 @@ enum Obligation {
     Tail(u16, ReservationId),
     /// Rule 3 for a ticket of a DC.
     Deadline(u16, u64),
-    /// Rule 4 for an origin DC's `Await` RPC.
+    /// Rule 4 for an origin DC's `Await` RPC (and when its registration was lost).
     Origin(u16, u64, u64),
+    /// Rule 5 for an origin DC's `Await` RPC.
+    OriginDeadline(u16, u64),
+}
+
+/// What the checker knows of the QUIC connections an `Await` rides.
+#[derive(Debug, Clone)]
+pub struct Connections {
+    /// The idle timeout, µs.
+    pub idle_us: u64,
+    /// The keep-alive of a DC's connections to its peers, µs.
+    pub keep_alive_us: u64,
+    /// Round trip between DCs `[a][b]` without jitter, µs.
+    pub rtt_us: Vec<Vec<u64>>,
+}
+
+/// An origin's pending `Await`.
+#[derive(Debug, Clone, Copy)]
+struct OriginAwait {
+    /// The tail's DC it was sent to.
+    tail: u16,
+    /// When the origin's wait ends, true µs.
+    deadline_us: u64,
 }
 
 /// The wake-up checkers' state.
@@ -64,12 +90,14 @@ enum Obligation {
 pub struct WakeChecker {
     allowance_us: u64,
     handoff_us: u64,
-    idle_us: u64,
+    connections: Connections,
     dc_clocks: Vec<NodeClock>,
     policy: LeasePolicy,
     regs: BTreeMap<(u16, u64), Registration>,
     tracks: BTreeMap<(u16, ReservationId), Track>,
-    origin_pending: BTreeSet<(u16, u64)>,
+    origin_pending: BTreeMap<(u16, u64), OriginAwait>,
+    /// DCs that are down, with when they crashed (true µs).
+    down_since: BTreeMap<u16, u64>,
     due: BTreeSet<(u64, u64, Obligation)>,
     seq: u64,
     violation: Option<Violation>,
@@ -77,23 +105,24 @@ pub struct WakeChecker {
 
 impl WakeChecker {
     /// A checker allowing `allowance_us` for store work and timers, with
-    /// hand-off window `handoff_ms` and connection idle timeout `idle_ms`.
+    /// hand-off window `handoff_ms` and `connections` between the DCs.
     pub fn new(
         allowance_us: u64,
         handoff_ms: u64,
-        idle_ms: u64,
+        connections: Connections,
         dc_clocks: Vec<NodeClock>,
         policy: LeasePolicy,
     ) -> WakeChecker {
         WakeChecker {
             allowance_us,
             handoff_us: handoff_ms * 1000,
-            idle_us: idle_ms * 1000,
+            connections,
             dc_clocks,
             policy,
             regs: BTreeMap::new(),
             tracks: BTreeMap::new(),
-            origin_pending: BTreeSet::new(),
+            origin_pending: BTreeMap::new(),
+            down_since: BTreeMap::new(),
             due: BTreeSet::new(),
             seq: 0,
             violation: None,
@@ -131,7 +160,6 @@ impl WakeChecker {
         key: u32,
         ticket: u64,
         deadline_us: u64,
-        origin: Option<(u16, u64)>,
         record: &DcRecord,
     ) {
         let registration = Registration {
@@ -139,7 +167,6 @@ impl WakeChecker {
             key,
             at_us: now_us,
             deadline_us,
-            origin,
         };
         self.regs.insert((d, ticket), registration);
         let track = self.tracks.entry((d, id.clone())).or_default();
@@ -224,7 +251,17 @@ impl WakeChecker {
         }
     }
 
-    /// DC `d` crashed: its registrations are lost; their origins must notice.
+    /// The pending origin `Await`s sent to DC `tail`.
+    fn awaiting(&self, tail: u16) -> Vec<(u16, u64)> {
+        self.origin_pending
+            .iter()
+            .filter(|(_, a)| a.tail == tail)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// DC `d` crashed: its registrations, and every `Await` on its way to
+    /// it, are lost; their origins must notice.
     pub fn on_dc_crash(&mut self, now_us: u64, d: u16) {
         let lost: Vec<u64> = self
             .regs
@@ -232,32 +269,54 @@ impl WakeChecker {
             .map(|(k, _)| k.1)
             .collect();
         for ticket in lost {
-            if let Some(r) = self.forget(d, ticket)
-                && let Some((o, rpc)) = r.origin
-                && self.origin_pending.contains(&(o, rpc))
-            {
-                let due = now_us + self.idle_us + self.allowance_us + 1;
-                self.oblige(due, Obligation::Origin(o, rpc, now_us));
-            }
+            self.forget(d, ticket);
         }
         self.tracks.retain(|(dc, _), _| *dc != d);
-        self.origin_pending.retain(|(o, _)| *o != d);
+        self.origin_pending.retain(|(o, _), _| *o != d);
+        let due = now_us + self.connections.idle_us + self.allowance_us + 1;
+        for (o, rpc) in self.awaiting(d) {
+            self.oblige(due, Obligation::Origin(o, rpc, now_us));
+        }
+        self.down_since.insert(d, now_us);
     }
 
-    /// Origin DC `o` sent an `Await` as RPC `rpc`.
-    pub fn on_origin_sent(&mut self, o: u16, rpc: u64) {
-        self.origin_pending.insert((o, rpc));
+    /// DC `d` runs again: every `Await` still pending on it rode a
+    /// connection to its previous process, which the origin's next packet
+    /// resets.
+    pub fn on_dc_restart(&mut self, now_us: u64, d: u16) {
+        self.down_since.remove(&d);
+        for (o, rpc) in self.awaiting(d) {
+            let rtt_us = self.connections.rtt_us[usize::from(o)][usize::from(d)];
+            let due = now_us + self.connections.keep_alive_us + rtt_us + self.allowance_us + 1;
+            self.oblige(due, Obligation::Origin(o, rpc, now_us));
+        }
     }
 
-    /// Origin DC `o`'s `Await` RPC ended (answered, failed, timed out, connection lost).
+    /// Origin DC `o` sent an `Await` to DC `tail` as RPC `rpc`, its own wait
+    /// ending at `deadline_us`.
+    pub fn on_origin_sent(&mut self, now_us: u64, o: u16, rpc: u64, tail: u16, deadline_us: u64) {
+        self.origin_pending
+            .insert((o, rpc), OriginAwait { tail, deadline_us });
+        let a = self.allowance_us;
+        self.oblige(deadline_us + a + 1, Obligation::OriginDeadline(o, rpc));
+        if let Some(&down_us) = self.down_since.get(&tail) {
+            // Sent to a dead process: lost at once, noticed like a crash's loss.
+            let lost_us = now_us.max(down_us);
+            let due = (down_us + self.connections.idle_us).max(now_us) + a + 1;
+            self.oblige(due, Obligation::Origin(o, rpc, lost_us));
+        }
+    }
+
+    /// Origin DC `o`'s `Await` RPC ended (answered, failed, timed out,
+    /// connection lost, or its deadline passed).
     pub fn on_origin_done(&mut self, o: u16, rpc: u64) {
         self.origin_pending.remove(&(o, rpc));
     }
 
     /// The answer to origin `o`'s `Await` RPC could not be delivered (the connection died).
     pub fn on_reply_undeliverable(&mut self, now_us: u64, o: u16, rpc: u64) {
-        if self.origin_pending.contains(&(o, rpc)) {
-            let due = now_us + self.idle_us + self.allowance_us + 1;
+        if self.origin_pending.contains_key(&(o, rpc)) {
+            let due = now_us + self.connections.idle_us + self.allowance_us + 1;
             self.oblige(due, Obligation::Origin(o, rpc, now_us));
         }
     }
@@ -295,12 +354,19 @@ impl WakeChecker {
                 })
             }
             Obligation::Origin(o, rpc, lost_us) => {
-                self.origin_pending.contains(&(*o, *rpc)).then(|| {
+                self.origin_pending.contains_key(&(*o, *rpc)).then(|| {
                     violation(NO_KEY, format!(
-                        "dc #{o} still waits on await rpc {rpc} {}µs after its registration or answer was lost",
+                        "dc #{o} still waits on await rpc {rpc} {}µs after its registration or answer was lost (or the tail's dc restarted)",
                         t - lost_us
                     ))
                 })
+            }
+            Obligation::OriginDeadline(o, rpc) => {
+                let pending = self.origin_pending.get(&(*o, *rpc))?;
+                Some(violation(NO_KEY, format!(
+                    "dc #{o} still waits on await rpc {rpc} {}µs past its own deadline",
+                    t - pending.deadline_us
+                )))
             }
             Obligation::Tail(d, id) => self.judge_tail(t, *d, id, view).map(|(k, m)| violation(k, m)),
         }

@@ -1,8 +1,10 @@
 //! Waiting (acquire with `wait_ms`): each wake-up checker catches the
 //! mechanism broken on purpose — a release that does not notify, a wake-up
 //! of the last waiter instead of the first, a grant that forgets the wait,
-//! a release that loses its outcome — the same seed fails again at the same
-//! event, and the real mechanism passes that seed.
+//! a release that loses its outcome, an origin that waits past its own
+//! deadline, a restarted DC that does not reset its old connections — the
+//! same seed fails again at the same event, and the real mechanism passes
+//! that seed.
 
 use homing_core::{DcRecord, FencingToken, ReleaseReply, RunOutcome, StoreTime, Transition};
 use homing_sim::{Failure, Invariant, Rules, RunOptions, Scenario, WaitRules, run};
@@ -52,6 +54,11 @@ fn waiting_keeps_every_invariant_and_exercises_every_path() {
         "wait_lease_expired_by_waiter",
         "wait_reregister",
         "wait_overloaded",
+        "wait_refused",
+        "wait_deadline_passed",
+        "wait_connect_retried",
+        "wait_connection_lost",
+        "wait_connection_reset",
         "previous_released_failed",
         "previous_expired",
     ] {
@@ -113,6 +120,50 @@ fn a_grant_that_runs_past_the_waiters_lease_lets_two_holders_act() {
         Invariant::SingleHolder,
         "{failure}"
     );
+}
+
+#[test]
+fn an_origin_that_waits_for_the_tails_answer_overruns_its_own_deadline() {
+    // The tail's wait ends one way later than the origin's, and its answer
+    // takes another: without its own timer the origin answers its host late.
+    let broken = Rules {
+        waiting: WaitRules {
+            origin_deadline: false,
+            ..WaitRules::REAL
+        },
+        ..Rules::real()
+    };
+    let failure = first_failure(&waiting(), broken);
+    assert_eq!(
+        failure.violation.invariant,
+        Invariant::NoLostWakeup,
+        "{failure}"
+    );
+    assert!(
+        failure.violation.detail.contains("past its own deadline"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn a_restarted_dc_that_keeps_its_old_connections_leaves_origins_waiting_on_lost_registrations() {
+    // syd is down 1.5 s, far less than the 6 s idle timeout: with stateless
+    // resets its peers learn of the lost registrations a keep-alive after
+    // the restart; without, only at the idle timeout.
+    let broken = Rules {
+        waiting: WaitRules {
+            reset_on_restart: false,
+            ..WaitRules::REAL
+        },
+        ..Rules::real()
+    };
+    let failure = first_failure(&waiting(), broken);
+    assert_eq!(
+        failure.violation.invariant,
+        Invariant::NoLostWakeup,
+        "{failure}"
+    );
+    assert!(failure.violation.detail.contains("was lost"), "{failure}");
 }
 
 /// Releases, but records every run as `Ok` whatever the holder said.
