@@ -1,8 +1,10 @@
 //! Store benchmark: `set_if_absent` per second for redb (1 writer, 64 writers
 //! with group commit, 64 writers with one transaction per op) and, with the
 //! `etcd` feature and an `etcd` binary on PATH, a local 3-member etcd cluster
-//! (1 and 64 writers). Each cell is the median of `REPETITIONS` runs of
-//! `CELL_MS` each.
+//! (1 and 64 writers); then, on the same cluster, the etcd DC store's
+//! compare-and-set as homingd uses it (a renewal: get + CAS without event; a
+//! create: CAS with a `Reserved` event), without and with the store's record
+//! cache. Each cell is the median of `REPETITIONS` runs of `CELL_MS` each.
 //!
 //! `cargo run --release -p homing-store --example store_bench [--features etcd]`
 
@@ -63,7 +65,7 @@ async fn redb_cell(commit: CommitMode, writers: usize) -> f64 {
 }
 
 #[cfg(feature = "etcd")]
-async fn etcd_rows(rows: &mut Vec<(String, usize, f64)>) {
+async fn etcd_rows(rows: &mut Vec<(String, usize, f64)>, dc_rows: &mut Vec<(String, usize, f64)>) {
     use homing_store::etcd::EtcdGlobalStore;
     use homing_store::etcd_cluster::LocalEtcdCluster;
     let cluster = match LocalEtcdCluster::start().await {
@@ -83,6 +85,164 @@ async fn etcd_rows(rows: &mut Vec<(String, usize, f64)>) {
             runs.push(run_cell(Arc::new(store), writers).await);
         }
         rows.push(("etcd 3 members, txn per op".into(), writers, median(runs)));
+    }
+    dc::rows(cluster.endpoints(), dc_rows).await;
+}
+
+/// The etcd DC store's compare-and-set as homingd uses it.
+#[cfg(feature = "etcd")]
+mod dc {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use homing_core::{
+        ActorId, DcId, DcRecord, FencingToken, HostTime, Key, KeyName, LeasePolicy, ReservationId,
+        StoreTime,
+    };
+    use homing_store::etcd::{EtcdDcOptions, EtcdDcStore};
+    use homing_store::{Cas, DcStore};
+
+    use super::{CELL_MS, REPETITIONS, WRITERS_MANY, median};
+
+    /// Pause before each cell, in milliseconds.
+    const SETTLE_MS: u64 = 1_000;
+
+    static NEXT_UNIQUE: AtomicU64 = AtomicU64::new(1);
+    static NEXT_PREFIX: AtomicU64 = AtomicU64::new(0);
+
+    fn fresh_record() -> DcRecord {
+        let unique = NEXT_UNIQUE.fetch_add(1, Ordering::Relaxed);
+        DcRecord::reserve(
+            ReservationId::new(DcId::new("bench").expect("valid dc"), unique),
+            Key::new(KeyName::new(format!("r{unique}")).expect("valid name")),
+            None,
+            FencingToken::FIRST,
+            None,
+            ActorId::new("10.0.0.1:9000").expect("valid actor"),
+            HostTime::from_ms(0),
+            StoreTime::from_ms(0),
+            &LeasePolicy::DEFAULT,
+        )
+        .0
+    }
+
+    async fn fresh_store(endpoints: &[String], cached: bool) -> Arc<EtcdDcStore> {
+        // Lets etcd finish with the previous cell's writes, which otherwise
+        // slow the next cell down.
+        tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
+        let prefix = format!(
+            "/homing-bench/dc/{}/",
+            NEXT_PREFIX.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut options = EtcdDcOptions::default();
+        if !cached {
+            options.record_cache_entries_max = 0;
+        }
+        Arc::new(
+            EtcdDcStore::connect_with(endpoints, &prefix, options)
+                .await
+                .expect("connect"),
+        )
+    }
+
+    /// Ops per second of `writers` tasks, each calling `op(writer)` in a loop for CELL_MS.
+    async fn rate<F, Fut>(writers: usize, op: F) -> f64
+    where
+        F: Fn(usize) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let deadline = Instant::now() + Duration::from_millis(CELL_MS);
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..writers)
+            .map(|w| {
+                let op = op.clone();
+                tokio::spawn(async move {
+                    let mut ops = 0u64;
+                    while Instant::now() < deadline {
+                        op(w).await;
+                        ops += 1;
+                    }
+                    ops
+                })
+            })
+            .collect();
+        let mut ops = 0;
+        for t in tasks {
+            ops += t.await.expect("writer task");
+        }
+        ops as f64 / start.elapsed().as_secs_f64()
+    }
+
+    /// homingd's renewal (`update_inner`): get the record, then CAS it at
+    /// version + 1 (no event). One record per writer.
+    async fn get_and_renew(endpoints: &[String], cached: bool, writers: usize) -> f64 {
+        let store = fresh_store(endpoints, cached).await;
+        let mut ids = Vec::with_capacity(writers);
+        for _ in 0..writers {
+            let record = fresh_record();
+            let cas = store.compare_and_set(None, &record).await.expect("create");
+            assert_eq!(cas, Cas::Written);
+            ids.push(record.id);
+        }
+        let ids = Arc::new(ids);
+        rate(writers, move |w| {
+            let (store, ids) = (store.clone(), ids.clone());
+            async move {
+                let record = store.get(&ids[w]).await.expect("get").expect("created");
+                let next = record
+                    .renew(
+                        record.token,
+                        HostTime::from_ms(0),
+                        StoreTime::from_ms(0),
+                        &LeasePolicy::DEFAULT,
+                    )
+                    .next
+                    .expect("a live lease renews");
+                let cas = store
+                    .compare_and_set(Some(record.version), &next)
+                    .await
+                    .expect("renew");
+                assert_eq!(cas, Cas::Written, "one writer per record");
+            }
+        })
+        .await
+    }
+
+    /// homingd's create: CAS a fresh record in (appends a `Reserved` event).
+    async fn create(endpoints: &[String], cached: bool, writers: usize) -> f64 {
+        let store = fresh_store(endpoints, cached).await;
+        rate(writers, move |_| {
+            let store = store.clone();
+            async move {
+                let record = fresh_record();
+                let cas = store.compare_and_set(None, &record).await.expect("create");
+                assert_eq!(cas, Cas::Written);
+            }
+        })
+        .await
+    }
+
+    /// Each case without the record cache (every CAS reads first: the
+    /// read-then-write path) and with it, repetitions alternating so that
+    /// both see the same machine load.
+    pub(super) async fn rows(endpoints: &[String], rows: &mut Vec<(String, usize, f64)>) {
+        for writers in [1, WRITERS_MANY] {
+            for case in ["renew (get + CAS)", "create + event"] {
+                let (mut off, mut on) = (Vec::new(), Vec::new());
+                for _ in 0..REPETITIONS {
+                    for (cached, runs) in [(false, &mut off), (true, &mut on)] {
+                        runs.push(match case {
+                            "create + event" => create(endpoints, cached, writers).await,
+                            _ => get_and_renew(endpoints, cached, writers).await,
+                        });
+                    }
+                }
+                rows.push((format!("etcd, {case}, no cache"), writers, median(off)));
+                rows.push((format!("etcd, {case}, cache"), writers, median(on)));
+            }
+        }
     }
 }
 
@@ -107,13 +267,26 @@ async fn main() {
             redb_cell(CommitMode::PerOp, WRITERS_MANY).await,
         ),
     ];
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+    let mut dc_rows = Vec::new();
     #[cfg(feature = "etcd")]
-    etcd_rows(&mut rows).await;
+    etcd_rows(&mut rows, &mut dc_rows).await;
     #[cfg(not(feature = "etcd"))]
     println!("etcd rows skipped: built without the `etcd` feature");
     println!("set_if_absent, median of {REPETITIONS} x {CELL_MS} ms");
     println!("{:<30} {:>8} {:>12}", "store", "writers", "ops/s");
     for (store, writers, rate) in rows {
         println!("{store:<30} {writers:>8} {rate:>12.0}");
+    }
+    if !dc_rows.is_empty() {
+        println!();
+        println!("DC store compare-and-set, median of {REPETITIONS} x {CELL_MS} ms");
+        println!(
+            "{:<36} {:>8} {:>12}",
+            "store, operation", "writers", "ops/s"
+        );
+    }
+    for (case, writers, rate) in dc_rows {
+        println!("{case:<36} {writers:>8} {rate:>12.0}");
     }
 }

@@ -10,16 +10,22 @@
 //! high-water mark (decimal).
 //!
 //! - `set_if_absent`: one transaction, `create_revision(g/k) == 0` ? put : get.
-//! - compare-and-set: read the record, judge the CAS and derive its event
-//!   locally, then write guarded by the record's `mod_revision` as read
-//!   (absent: `create_revision == 0`). Without an event (a renewal) that is
-//!   one transaction. With one, the write goes through the DC store's event
-//!   appender (`log`), which puts the record, the event at `head + 1` and the
-//!   new head in one transaction, grouping concurrent appends so that they do
-//!   not fail each other's guard on the head. If the guard fails because the
-//!   record moved, the CAS reads and judges again (bounded by
-//!   [`CAS_ATTEMPTS_MAX`]): the caller sees `Cas::Conflict` only when the
-//!   record itself differs from `expected`. (Records are compared by
+//! - compare-and-set: take the stored record from the store's record cache
+//!   (`record_cache`: the last record and `mod_revision` this store saw per
+//!   id) when it holds version `expected`, assume a create's record is absent
+//!   unless the cache knows it, else read it; judge the CAS and derive its
+//!   event locally, then write guarded by that `mod_revision` (absent:
+//!   `create_revision == 0`). So homingd's get-then-CAS renewal is one read
+//!   and one write, and a create one write. Without an event (a renewal) the
+//!   write is one transaction. With one, the write goes through the DC
+//!   store's event appender (`log`), which puts the record, the event at
+//!   `head + 1` and the new head in one transaction, grouping concurrent
+//!   appends so that they do not fail each other's guard on the head. If the
+//!   guard fails because the record moved (another writer, or a stale
+//!   cache), the failed transaction reads the record back and the CAS judges
+//!   again against that (bounded by [`CAS_ATTEMPTS_MAX`]): the caller sees
+//!   `Cas::Conflict` only when the stored record differs from `expected`, so
+//!   no answer depends on the cache. (Records are compared by
 //!   `mod_revision`, not by etcd's per-key `version`, because an imported
 //!   record keeps its own version.)
 //! - allocator: hi-lo blocks; the high-water mark is raised by a transaction
@@ -34,6 +40,8 @@ use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId}
 use tokio::sync::Mutex;
 
 use self::log::{Append, Appended, Appender};
+pub use self::record_cache::{RECORD_CACHE_BYTES_MAX, RECORD_CACHE_ENTRIES_MAX};
+use self::record_cache::{RecordCache, Seen};
 use crate::allocator::Blocks;
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
@@ -44,6 +52,7 @@ use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 
 mod log;
+mod record_cache;
 
 /// The section of the event log: `events/<seq, 8 bytes big-endian>`.
 const EVENTS: &[u8] = b"events/";
@@ -151,13 +160,23 @@ impl Space {
     }
 
     async fn txn(&self, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
+        let (succeeded, _, responses) = self.txn_at(txn).await?;
+        Ok((succeeded, responses))
+    }
+
+    /// [`Space::txn`] with the store's revision after it: for a transaction
+    /// that wrote, the `mod_revision` of every key it put.
+    async fn txn_at(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>), StoreError> {
         let response = self
             .retrying(|mut kv| {
                 let txn = txn.clone();
                 async move { kv.txn(txn).await }
             })
             .await?;
-        Ok((response.succeeded(), response.op_responses()))
+        // etcd always sends a header; without one, revision 0 matches no
+        // stored key, so a guard built on it fails safe.
+        let revision = response.header().map_or(0, |h| h.revision());
+        Ok((response.succeeded(), revision, response.op_responses()))
     }
 }
 
@@ -283,25 +302,127 @@ impl GlobalStore for EtcdGlobalStore {
     }
 }
 
+/// How an [`EtcdDcStore`] is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdDcOptions {
+    /// Most records the compare-and-set cache holds (at most
+    /// [`RECORD_CACHE_BYTES_MAX`] bytes of them). `0`: no cache, every
+    /// compare-and-set reads the record first (one more round trip).
+    pub record_cache_entries_max: usize,
+}
+
+impl Default for EtcdDcOptions {
+    fn default() -> EtcdDcOptions {
+        EtcdDcOptions {
+            record_cache_entries_max: RECORD_CACHE_ENTRIES_MAX,
+        }
+    }
+}
+
 /// A [`DcStore`] in etcd.
 pub struct EtcdDcStore {
     space: Space,
     blocks: Mutex<Blocks>,
     appender: Appender,
+    cache: RecordCache,
+}
+
+/// A record as the store holds it (or is assumed to), for a compare-and-set.
+struct Stored {
+    record: Option<DcRecord>,
+    /// Its `mod_revision` (`None`: absent).
+    revision: Option<i64>,
 }
 
 impl EtcdDcStore {
-    /// Connects to the cluster at `endpoints`; this DC's keys live under
-    /// `prefix`. Spawns the store's event appender on the current tokio
-    /// runtime (it ends when the store is dropped).
+    /// Connects to the cluster at `endpoints` with the default options; this
+    /// DC's keys live under `prefix`. Spawns the store's event appender on
+    /// the current tokio runtime (it ends when the store is dropped).
     pub async fn connect(endpoints: &[String], prefix: &str) -> Result<EtcdDcStore, StoreError> {
+        EtcdDcStore::connect_with(endpoints, prefix, EtcdDcOptions::default()).await
+    }
+
+    /// [`EtcdDcStore::connect`] with `options`.
+    pub async fn connect_with(
+        endpoints: &[String],
+        prefix: &str,
+        options: EtcdDcOptions,
+    ) -> Result<EtcdDcStore, StoreError> {
         let space = Space::connect(endpoints, prefix).await?;
         Ok(EtcdDcStore {
             appender: Appender::start(space.clone()),
             space,
             // The first allocation reads the persisted mark before serving.
             blocks: Mutex::new(Blocks::resume(0)),
+            cache: RecordCache::new(options.record_cache_entries_max, RECORD_CACHE_BYTES_MAX),
         })
+    }
+
+    /// Decodes `id`'s record kv as read from etcd and caches it.
+    fn note(&self, id: &ReservationId, kv: Option<&KeyValue>) -> Result<Stored, StoreError> {
+        let record = decode_record_kv(kv)?;
+        if let Some(kv) = kv {
+            let seen = Seen {
+                revision: kv.mod_revision(),
+                value: kv.value().to_vec(),
+            };
+            self.cache.insert(id, seen);
+        }
+        Ok(Stored {
+            record,
+            revision: kv.map(KeyValue::mod_revision),
+        })
+    }
+
+    /// What a compare-and-set may take the stored record to be without
+    /// reading it: the cached record if it has version `expected`; for a
+    /// create, absent unless the cache knows the id. The write's guard
+    /// checks the guess.
+    fn assume(&self, expected: Option<u64>, id: &ReservationId) -> Option<Stored> {
+        if !self.cache.enabled() {
+            return None;
+        }
+        let seen = self.cache.get(id);
+        match (expected, seen) {
+            (None, None) => Some(Stored {
+                record: None,
+                revision: None,
+            }),
+            (Some(version), Some(seen)) => {
+                // Cached bytes were decoded or encoded before; a failure
+                // here only means a miss.
+                let record = keyspace::decode_record(&seen.value).ok()?;
+                (record.version == version).then_some(Stored {
+                    record: Some(record),
+                    revision: Some(seen.revision),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Puts `puts` guarded by the record at `rk` still having `revision`
+    /// (`None`: absent), without an event.
+    async fn put_unchanged(
+        &self,
+        rk: &[u8],
+        revision: Option<i64>,
+        puts: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Appended, StoreError> {
+        let ops = puts
+            .iter()
+            .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None))
+            .collect();
+        Ok(
+            match self
+                .guarded(vec![unchanged_at(rk, revision)], ops, &[rk])
+                .await?
+            {
+                Guarded::Written { revision } => Appended::Written { revision },
+                // Invariant: `guarded` answers one kv per reread key (one here).
+                Guarded::Failed { mut now } => Appended::Moved { now: now.remove(0) },
+            },
+        )
     }
 
     fn record_key(&self, id: &ReservationId) -> Vec<u8> {
@@ -332,22 +453,31 @@ impl EtcdDcStore {
         every_first_kv(&responses, keys.len())
     }
 
-    /// Runs `txn` guarded by `guards`; on failure, the first kv of each of
-    /// `reread` as they are now (`None` when the transaction succeeded).
+    /// Runs `ops` guarded by `guards`; on failure, reads `reread` back.
     async fn guarded(
         &self,
         guards: Vec<Compare>,
         ops: Vec<TxnOp>,
         reread: &[&[u8]],
-    ) -> Result<Option<Vec<Option<KeyValue>>>, StoreError> {
+    ) -> Result<Guarded, StoreError> {
         let gets: Vec<TxnOp> = reread.iter().map(|k| TxnOp::get(*k, None)).collect();
         let txn = Txn::new().when(guards).and_then(ops).or_else(gets);
-        let (written, responses) = self.space.txn(txn).await?;
+        let (written, revision, responses) = self.space.txn_at(txn).await?;
         if written {
-            return Ok(None);
+            return Ok(Guarded::Written { revision });
         }
-        Ok(Some(every_first_kv(&responses, reread.len())?))
+        Ok(Guarded::Failed {
+            now: every_first_kv(&responses, reread.len())?,
+        })
     }
+}
+
+/// What [`EtcdDcStore::guarded`] did.
+enum Guarded {
+    /// Written, at this revision.
+    Written { revision: i64 },
+    /// A guard failed: nothing written; the first kv of each reread key.
+    Failed { now: Vec<Option<KeyValue>> },
 }
 
 /// The first kv of each of `expected` get responses.
@@ -363,8 +493,13 @@ fn every_first_kv(
 
 /// The guard that `key` is as it was read (`kv`), or still absent.
 fn unchanged(key: &[u8], kv: Option<&KeyValue>) -> Compare {
-    match kv {
-        Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+    unchanged_at(key, kv.map(KeyValue::mod_revision))
+}
+
+/// The guard that `key` still has `mod_revision` (`None`: still absent).
+fn unchanged_at(key: &[u8], mod_revision: Option<i64>) -> Compare {
+    match mod_revision {
+        Some(revision) => Compare::mod_revision(key, CompareOp::Equal, revision),
         None => Compare::create_revision(key, CompareOp::Equal, 0),
     }
 }
@@ -392,7 +527,7 @@ fn contended(what: &str) -> StoreError {
 impl DcStore for EtcdDcStore {
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
         let response = self.space.get(self.record_key(id), None).await?;
-        decode_record_kv(response.kvs().first())
+        Ok(self.note(id, response.kvs().first())?.record)
     }
 
     async fn compare_and_set(
@@ -403,47 +538,44 @@ impl DcStore for EtcdDcStore {
         check_cas(expected, record)?;
         let value = keyspace::encode_record(record)?;
         let rk = self.record_key(&record.id);
-        let mut puts = vec![(rk.clone(), value)];
+        let mut puts = vec![(rk.clone(), value.clone())];
         if expected.is_none() {
             puts.push((self.index_key(record), keyspace::id_bytes(&record.id)));
         }
+        let mut stored = match self.assume(expected, &record.id) {
+            Some(assumed) => assumed,
+            None => {
+                let response = self.space.get(rk.clone(), None).await?;
+                self.note(&record.id, response.kvs().first())?
+            }
+        };
         for _ in 0..CAS_ATTEMPTS_MAX {
-            let response = self.space.get(rk.clone(), None).await?;
-            let kv = response.kvs().first();
-            let current = decode_record_kv(kv)?;
-            let event = homing_core::event::derive(current.as_ref(), record);
+            let event = homing_core::event::derive(stored.record.as_ref(), record);
             // A retried write that had landed finds its own record here and
             // answers `Conflict` with it (see `Cas::landed`).
-            if let Some(conflict) = judge_cas(expected, record, current)? {
+            if let Some(conflict) = judge_cas(expected, record, stored.record)? {
                 return Ok(conflict);
             }
-            let read_revision = kv.map(KeyValue::mod_revision);
             let appended = match event {
                 Some(event) => {
                     let append = Append {
                         record_key: rk.clone(),
-                        read_revision,
+                        read_revision: stored.revision,
                         puts: puts.clone(),
                         event,
                     };
                     self.appender.submit(append).await?
                 }
-                None => {
-                    let txn = Txn::new().when([unchanged(&rk, kv)]).and_then(
-                        puts.iter()
-                            .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None))
-                            .collect::<Vec<_>>(),
-                    );
-                    match self.space.txn(txn).await?.0 {
-                        true => Appended::Written,
-                        false => Appended::Moved,
-                    }
-                }
+                None => self.put_unchanged(&rk, stored.revision, &puts).await?,
             };
             match appended {
-                Appended::Written => return Ok(Cas::Written),
-                // The record moved since it was read: judge again.
-                Appended::Moved => {}
+                Appended::Written { revision } => {
+                    self.cache.insert(&record.id, Seen { revision, value });
+                    return Ok(Cas::Written);
+                }
+                // The record moved since it was read or cached: judge again
+                // against it as it is now.
+                Appended::Moved { now } => stored = self.note(&record.id, now.as_ref())?,
             }
         }
         Err(StoreError::Unavailable {
@@ -588,6 +720,8 @@ impl DcStore for EtcdDcStore {
     }
 
     async fn import(&self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
+        // Written around the cache: forget what it knew of this record.
+        self.cache.remove(&record.id);
         let value = keyspace::encode_record(record)?;
         let rk = self.record_key(&record.id);
         let mut read = self.read_together(&[&rk]).await?;
@@ -606,8 +740,8 @@ impl DcStore for EtcdDcStore {
                 .guarded(vec![unchanged(&rk, kv.as_ref())], ops, &[&rk])
                 .await?
             {
-                None => return Ok(Import::Written),
-                Some(now) => read = now,
+                Guarded::Written { .. } => return Ok(Import::Written),
+                Guarded::Failed { now } => read = now,
             }
         }
         Err(contended("import"))
@@ -633,8 +767,8 @@ impl DcStore for EtcdDcStore {
                 ops.push(TxnOp::put(hk.clone(), event.seq.to_string(), None));
             }
             match self.guarded(guards, ops, &[&ek, &hk]).await? {
-                None => return Ok(Import::Written),
-                Some(now) => read = now,
+                Guarded::Written { .. } => return Ok(Import::Written),
+                Guarded::Failed { now } => read = now,
             }
         }
         Err(contended("event import"))
@@ -687,6 +821,7 @@ mod tests {
     struct EtcdBackend {
         endpoints: Vec<String>,
         run: u64,
+        options: EtcdDcOptions,
     }
 
     static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -710,7 +845,7 @@ mod tests {
         async fn dc_store(&self, place: &str) -> Arc<dyn DcStore> {
             let prefix = self.prefix("dc", place);
             Arc::new(
-                EtcdDcStore::connect(&self.endpoints, &prefix)
+                EtcdDcStore::connect_with(&self.endpoints, &prefix, self.options)
                     .await
                     .expect("connect"),
             )
@@ -732,13 +867,30 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         };
+        // The suite once without the record cache (every compare-and-set
+        // reads first), then with it, as deployed.
+        let uncached = EtcdBackend {
+            endpoints: cluster.endpoints().to_vec(),
+            run: RUNS.fetch_add(1, Ordering::Relaxed),
+            options: EtcdDcOptions {
+                record_cache_entries_max: 0,
+            },
+        };
+        conformance::run_all(&uncached).await;
         let backend = EtcdBackend {
             endpoints: cluster.endpoints().to_vec(),
             run: RUNS.fetch_add(1, Ordering::Relaxed),
+            options: EtcdDcOptions::default(),
         };
         conformance::run_all(&backend).await;
         println!("etcd: two_stores_on_one_prefix_share_one_contiguous_log");
         two_stores_on_one_prefix_share_one_contiguous_log(&backend).await;
+        println!("etcd: a_write_caches_the_revision_etcd_stored_it_at");
+        a_write_caches_the_revision_etcd_stored_it_at(&backend).await;
+        println!("etcd: a_stale_cache_never_changes_an_answer");
+        a_stale_cache_never_changes_an_answer(&backend).await;
+        println!("etcd: import_forgets_the_cached_record");
+        import_forgets_the_cached_record(&backend).await;
         drop(cluster);
     }
 
@@ -809,5 +961,133 @@ mod tests {
         changes.sort();
         changes.dedup();
         assert_eq!(changes.len(), writes, "each change once");
+    }
+
+    fn test_record(unique: u64) -> DcRecord {
+        let id = ReservationId::new(homing_core::DcId::new("iad").unwrap(), unique);
+        let key = Key::new(homing_core::KeyName::new(format!("k{unique}")).unwrap());
+        conformance::record(&id, &key)
+    }
+
+    fn renewed(r: &DcRecord) -> DcRecord {
+        let (host, now) = (
+            homing_core::HostTime::from_ms(1),
+            homing_core::StoreTime::from_ms(1),
+        );
+        r.renew(r.token, host, now, &homing_core::LeasePolicy::DEFAULT)
+            .next
+            .unwrap()
+    }
+
+    fn released(r: &DcRecord) -> DcRecord {
+        let now = homing_core::StoreTime::from_ms(2);
+        r.release(r.token, homing_core::RunOutcome::Ok, now)
+            .next
+            .unwrap()
+    }
+
+    async fn stored_revision(store: &EtcdDcStore, id: &ReservationId) -> i64 {
+        let response = store.space.get(store.record_key(id), None).await.unwrap();
+        response.kvs()[0].mod_revision()
+    }
+
+    /// A write through the appender (a create) and one without an event (a
+    /// renewal) both cache the revision etcd gave the record, so the next
+    /// compare-and-set of that record needs no read.
+    async fn a_write_caches_the_revision_etcd_stored_it_at(backend: &EtcdBackend) {
+        let prefix = backend.prefix("dc", "cache_revision");
+        let store = EtcdDcStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap();
+        let created = test_record(1);
+        let id = created.id.clone();
+        assert_eq!(
+            store.compare_and_set(None, &created).await.unwrap(),
+            Cas::Written
+        );
+        let cached = store.cache.get(&id).unwrap();
+        assert_eq!(cached.revision, stored_revision(&store, &id).await);
+        let next = renewed(&created);
+        assert_eq!(
+            store.compare_and_set(Some(1), &next).await.unwrap(),
+            Cas::Written
+        );
+        let cached = store.cache.get(&id).unwrap();
+        assert_eq!(cached.revision, stored_revision(&store, &id).await);
+        assert_eq!(keyspace::decode_record(&cached.value).unwrap(), next);
+    }
+
+    /// Store `a` caches a record that store `b` (another daemon on the same
+    /// prefix) then changes: `a`'s compare-and-set on its stale copy gets the
+    /// conflict with `b`'s record and appends no event; a store that never
+    /// saw the record and assumes a create is absent gets the conflict too.
+    async fn a_stale_cache_never_changes_an_answer(backend: &EtcdBackend) {
+        let prefix = backend.prefix("dc", "stale_cache");
+        let mut stores = Vec::new();
+        for _ in 0..3 {
+            let store = EtcdDcStore::connect(&backend.endpoints, &prefix);
+            stores.push(store.await.unwrap());
+        }
+        let (a, b, c) = (&stores[0], &stores[1], &stores[2]);
+        let created = test_record(1);
+        assert_eq!(
+            a.compare_and_set(None, &created).await.unwrap(),
+            Cas::Written
+        );
+        let by_b = renewed(&b.get(&created.id).await.unwrap().unwrap());
+        assert_eq!(
+            b.compare_and_set(Some(1), &by_b).await.unwrap(),
+            Cas::Written
+        );
+        let conflict = Cas::Conflict {
+            current: Some(by_b.clone()),
+        };
+        // `a` still caches version 1: the release is judged against `b`'s record.
+        assert_eq!(
+            a.compare_and_set(Some(1), &released(&created))
+                .await
+                .unwrap(),
+            conflict
+        );
+        assert_eq!(c.compare_and_set(None, &created).await.unwrap(), conflict);
+        // The conflict refreshed `a`'s cache: the release at version 2 lands.
+        let ended = released(&by_b);
+        assert_eq!(
+            a.compare_and_set(Some(2), &ended).await.unwrap(),
+            Cas::Written
+        );
+        assert_eq!(b.get(&created.id).await.unwrap(), Some(ended));
+        let kinds: Vec<_> = a
+            .events(0, 16)
+            .await
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| e.kind.name())
+            .collect();
+        assert_eq!(kinds, ["reserved", "released"]);
+    }
+
+    /// An import writes around the cache, so it forgets the record.
+    async fn import_forgets_the_cached_record(backend: &EtcdBackend) {
+        let prefix = backend.prefix("dc", "import_cache");
+        let store = EtcdDcStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap();
+        let created = test_record(1);
+        assert_eq!(
+            store.compare_and_set(None, &created).await.unwrap(),
+            Cas::Written
+        );
+        assert!(store.cache.get(&created.id).is_some());
+        let mut copied = renewed(&created);
+        copied.version = 10;
+        assert_eq!(store.import(&copied).await.unwrap(), Import::Written);
+        assert!(store.cache.get(&created.id).is_none());
+        let next = renewed(&copied);
+        assert_eq!(
+            store.compare_and_set(Some(10), &next).await.unwrap(),
+            Cas::Written
+        );
     }
 }

@@ -7,7 +7,8 @@
 //! `mod_revision` its caller read, the head guarded by the value the task
 //! last saw, the events at consecutive seqs after it and the new head. If a
 //! guard fails the transaction reads back every record and the head; a caller
-//! whose record moved is told so (it reads again and judges its CAS anew),
+//! whose record moved is told so, with the record as read back (it judges its
+//! CAS anew),
 //! the rest go again with the fresh head, at most [`CAS_ATTEMPTS_MAX`] times.
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
@@ -40,12 +41,20 @@ pub(super) struct Append {
 }
 
 /// What became of an [`Append`].
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum Appended {
-    /// Record and event are written.
-    Written,
-    /// The record is no longer as read: nothing written; read and judge again.
-    Moved,
+    /// Record and event are written, at this etcd revision (the record's
+    /// new `mod_revision`).
+    Written {
+        /// The transaction's revision.
+        revision: i64,
+    },
+    /// The record is no longer as read: nothing written; judge again
+    /// against the record as it is now.
+    Moved {
+        /// The record's kv as the failed transaction read it back.
+        now: Option<KeyValue>,
+    },
 }
 
 struct Queued {
@@ -158,13 +167,13 @@ async fn commit(
             return;
         }
         match attempt(space, head_key, head, &mut group).await {
-            Ok(true) => {
+            Ok(Some(revision)) => {
                 for q in group.drain(..) {
-                    let _ = q.reply.send(Ok(Appended::Written));
+                    let _ = q.reply.send(Ok(Appended::Written { revision }));
                 }
                 return;
             }
-            Ok(false) => {}
+            Ok(None) => {}
             Err(e) => {
                 *head = None;
                 for q in group.drain(..) {
@@ -182,15 +191,16 @@ async fn commit(
     }
 }
 
-/// One transaction for `group`: `Ok(true)` written; `Ok(false)` a guard
-/// failed, and `group` and `head` now hold what is left to try and the head
-/// as it is. Callers with a bad event or a moved record are answered here.
+/// One transaction for `group`: `Ok(Some(revision))` written at that
+/// revision; `Ok(None)` not written, and `group` and `head` now hold what is
+/// left to try and the head as it is. Callers with a bad event or a moved
+/// record are answered here.
 async fn attempt(
     space: &Space,
     head_key: &[u8],
     head: &mut Option<EventSeq>,
     group: &mut Vec<Queued>,
-) -> Result<bool, StoreError> {
+) -> Result<Option<i64>, StoreError> {
     let base = match *head {
         Some(seq) => seq,
         None => {
@@ -236,7 +246,7 @@ async fn attempt(
     }
     group.extend(encoded.into_iter().map(|(q, _, _)| q));
     if group.is_empty() {
-        return Ok(true);
+        return Ok(None);
     }
     guards.push(match base {
         0 => Compare::create_revision(head_key.to_vec(), CompareOp::Equal, 0),
@@ -250,26 +260,26 @@ async fn attempt(
         .collect();
     reread.push(TxnOp::get(head_key.to_vec(), None));
     let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
-    let (written, responses) = space.txn(txn).await?;
+    let (written, revision, responses) = space.txn_at(txn).await?;
     if written {
         *head = Some(seq);
-        return Ok(true);
+        return Ok(Some(revision));
     }
     let mut now = every_first_kv(&responses, group.len() + 1)?;
     let head_kv: Option<KeyValue> = now.pop().flatten();
     *head = Some(decode_counter("event head", head_kv.as_ref())?);
     // A record that moved may have been written by this very group on an
     // earlier try whose answer was lost (the transport retries): its caller
-    // reads again and recognises its own record (`Cas::landed`).
+    // judges against it and recognises its own record (`Cas::landed`).
     let mut kept = Vec::with_capacity(group.len());
     for (q, kv) in group.drain(..).zip(now) {
         let revision = kv.as_ref().map(KeyValue::mod_revision);
         if revision == q.append.read_revision {
             kept.push(q);
         } else {
-            let _ = q.reply.send(Ok(Appended::Moved));
+            let _ = q.reply.send(Ok(Appended::Moved { now: kv }));
         }
     }
     *group = kept;
-    Ok(false)
+    Ok(None)
 }
