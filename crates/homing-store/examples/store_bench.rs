@@ -268,7 +268,7 @@ async fn main() {
         ),
     ];
     #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
-    let mut dc_rows = Vec::new();
+    let mut dc_rows: Vec<(String, usize, f64)> = Vec::new();
     #[cfg(feature = "etcd")]
     etcd_rows(&mut rows, &mut dc_rows).await;
     #[cfg(not(feature = "etcd"))]

@@ -278,14 +278,7 @@ impl GlobalStore for EtcdGlobalStore {
         let section = self.space.key(b"g/", b"");
         // Invariant: the section ends in `/`, so it has an end.
         let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
-        // Byte order is key order; the successor of `after`'s bytes is the
-        // smallest key bytes strictly after it.
-        let start = match after {
-            Some(k) => self
-                .space
-                .key(b"g/", &keyspace::successor(&keyspace::key_bytes(k))),
-            None => section.clone(),
-        };
+        let start = self.space.key(b"g/", &keyspace::global_scan_start(after));
         let options = GetOptions::new().with_range(end).with_limit(limit as i64);
         let response = self.space.get(start, Some(options)).await?;
         response

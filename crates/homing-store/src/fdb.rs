@@ -262,14 +262,7 @@ impl GlobalStore for FdbGlobalStore {
         let section = self.space.key(b"g/", b"");
         // Invariant: the section ends in `/`, so it has an end.
         let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
-        // Byte order is key order; the successor of `after`'s bytes is the
-        // smallest key bytes strictly after it.
-        let start = match after {
-            Some(k) => self
-                .space
-                .key(b"g/", &keyspace::successor(&keyspace::key_bytes(k))),
-            None => section.clone(),
-        };
+        let start = self.space.key(b"g/", &keyspace::global_scan_start(after));
         let rows = transact!(self.space, trx, {
             let range = exact_range(start.clone(), end.clone(), limit);
             let rows: Vec<(Vec<u8>, Vec<u8>)> = step!(trx.get_range(&range, 1, false).await)

@@ -130,6 +130,13 @@ pub fn successor(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Where a global-entry scan strictly after `after` starts, before a
+/// backend's section prefix: byte order is key order, so the successor of
+/// `after`'s bytes is the smallest key strictly after it (empty: the start).
+pub fn global_scan_start(after: Option<&Key>) -> Vec<u8> {
+    after.map_or_else(Vec::new, |k| successor(&key_bytes(k)))
+}
+
 /// The stored form of a reservation ID: its canonical text.
 pub fn id_bytes(id: &ReservationId) -> Vec<u8> {
     id.to_string().into_bytes()
