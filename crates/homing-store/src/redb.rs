@@ -6,8 +6,9 @@
 //! fsync on commit); a compare-and-set's event is appended in the same write
 //! transaction, numbered after the head kept in the `meta` table, so the
 //! events of one group get consecutive seqs. Imports, trims and allocator
-//! raises go through the writer too. Reads run in read transactions on
-//! tokio's blocking pool.
+//! raises go through the writer too. Point reads (one key) run in a read
+//! transaction on the caller's thread; scans and event pages, which read up
+//! to their limits, run on tokio's blocking pool.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -106,6 +107,22 @@ impl Shared {
         .await
         .map_err(backend)?
     }
+
+    /// Runs `read` in a read transaction on this thread: for point reads
+    /// only. One key is a few µs from redb's page cache, while handing it to
+    /// the blocking pool costs a thread wake-up each way. Profiled under
+    /// `homing bench reserve` (64 clients): the hand-off of the global get
+    /// alone was ~8 % of the process's CPU (plus the pool threads parking
+    /// again); reading here took a reserve from ~86 to ~75 µs of CPU and its
+    /// global get from ~0.19 ms to ~2 µs (docs/BENCHMARKS.md). The price: a
+    /// page in no cache blocks the calling worker for one disk read.
+    fn read_here<T>(
+        &self,
+        read: impl FnOnce(&redb::ReadTransaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        read(&txn)
+    }
 }
 
 fn unexpected() -> StoreError {
@@ -134,15 +151,11 @@ impl RedbGlobalStore {
 impl GlobalStore for RedbGlobalStore {
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
         let key = keyspace::key_bytes(key);
-        let found = self
-            .shared
-            .read(move |txn| {
-                let table = txn.open_table(GLOBAL).map_err(backend)?;
-                let value = table.get(key.as_slice()).map_err(backend)?;
-                Ok(value.map(|v| v.value().to_vec()))
-            })
-            .await?;
-        found.map(|bytes| keyspace::decode_id(&bytes)).transpose()
+        self.shared.read_here(|txn| {
+            let table = txn.open_table(GLOBAL).map_err(backend)?;
+            let value = table.get(key.as_slice()).map_err(backend)?;
+            value.map(|v| keyspace::decode_id(v.value())).transpose()
+        })
     }
 
     async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
@@ -254,7 +267,7 @@ fn read_record(txn: &redb::ReadTransaction, id: &[u8]) -> Result<Option<DcRecord
 impl DcStore for RedbDcStore {
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
         let id = keyspace::id_bytes(id);
-        self.shared.read(move |txn| read_record(txn, &id)).await
+        self.shared.read_here(|txn| read_record(txn, &id))
     }
 
     async fn compare_and_set(
