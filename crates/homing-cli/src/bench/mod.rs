@@ -26,6 +26,44 @@ pub struct BenchArgs {
     /// Directory for plots.
     #[arg(long, default_value = "target/homing-bench")]
     out: PathBuf,
+    /// Concurrent clients per cell (comma-separated) for the suites that
+    /// scale (`reserve`, `resolve-cold`); default 1,8,64,256.
+    #[arg(long, value_delimiter = ',')]
+    tasks: Vec<usize>,
+    /// Repetitions per cell (the median is reported); default 3.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
+    repetitions: u32,
+    /// Length of one load cell, in milliseconds.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    cell_ms: u64,
+}
+
+/// How long and how often each load cell runs, and at which concurrencies.
+#[derive(Debug, Clone)]
+struct Load {
+    tasks: Vec<usize>,
+    repetitions: usize,
+    cell: Duration,
+}
+
+/// Concurrencies measured when `--tasks` is not given.
+const TASKS_DEFAULT: [usize; 4] = [1, 8, 64, 256];
+
+impl BenchArgs {
+    fn load(&self) -> Load {
+        let mut tasks = if self.tasks.is_empty() {
+            TASKS_DEFAULT.to_vec()
+        } else {
+            self.tasks.iter().map(|&t| t.max(1)).collect()
+        };
+        tasks.sort_unstable();
+        tasks.dedup();
+        Load {
+            tasks,
+            repetitions: self.repetitions as usize,
+            cell: Duration::from_millis(self.cell_ms),
+        }
+    }
 }
 
 /// A benchmark suite.
@@ -35,6 +73,8 @@ enum Suite {
     ResolveCold,
     /// Reservations/s through homingd vs the raw global store at 1/8/64/256 clients.
     Reserve,
+    /// The same with a 3-member etcd cluster as the global store (feature `etcd`).
+    ReserveEtcd,
     /// Renewals/s of 10 k leases by 64 concurrent tasks.
     Renew,
     /// Cached resolve (a separate program: prints its command).
@@ -48,8 +88,18 @@ enum Suite {
 /// Runs one suite.
 pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
     match args.suite {
-        Suite::ResolveCold => resolve_cold::run(&args.out).await,
-        Suite::Reserve => reserve::run(&args.out).await,
+        Suite::ResolveCold => resolve_cold::run(&args.out, &args.load()).await,
+        Suite::Reserve => reserve::run(&args.out, &args.load()).await,
+        #[cfg(feature = "etcd")]
+        Suite::ReserveEtcd => reserve::run_etcd(&args.out, &args.load()).await,
+        #[cfg(not(feature = "etcd"))]
+        Suite::ReserveEtcd => {
+            println!(
+                "reserve-etcd needs the etcd backend: \
+                 cargo run --release --features etcd --bin homing -- bench reserve-etcd"
+            );
+            Ok(true)
+        }
         Suite::Renew => renew::run().await,
         Suite::ResolveCached => {
             separate(
@@ -111,6 +161,61 @@ impl OneDc {
             dc,
             client,
             peer,
+        })
+    }
+}
+
+/// A 1-DC daemon like [`OneDc`]'s but over a global store of the caller's
+/// (the devnet always opens its own redb one), with a redb DC store.
+#[cfg(feature = "etcd")]
+struct OwnGlobalDc {
+    daemon: homing_daemon::Daemon,
+    dc: homing_core::DcId,
+    client: homing_net::Client,
+    peer: homing_net::Peer,
+    _dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "etcd")]
+impl OwnGlobalDc {
+    async fn start(global: Arc<dyn homing_store::GlobalStore>) -> anyhow::Result<OwnGlobalDc> {
+        use homing_core::{Identity, Role};
+        use homing_net::pki::load_identity;
+        let dc = homing_core::DcId::new("dc0")?;
+        let dir = tempfile::Builder::new()
+            .prefix("homing-bench-dc-")
+            .tempdir()?;
+        let certs = dir.path().join("certs");
+        homing_net::generate_dev_pki(&certs, std::slice::from_ref(&dc))?;
+        let config = homing_daemon::Config::from_settings(homing_daemon::Settings {
+            dc: Some(dc.to_string()),
+            listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            data_dir: Some(dir.path().join("data")),
+            ca_cert: Some(certs.join("ca.pem")),
+            cert: Some(certs.join(format!("node-{dc}.pem"))),
+            key: Some(certs.join(format!("node-{dc}.key"))),
+            lease_ttl_ms: Some(LEASE_TTL_MS),
+            ..homing_daemon::Settings::default()
+        })?;
+        std::fs::create_dir_all(&config.data_dir)?;
+        let records = Arc::new(homing_store::RedbDcStore::open(
+            config.data_dir.join("dc.redb"),
+            homing_store::RedbOptions::default(),
+        )?);
+        let node_tls = load_identity(&certs, &Identity::new(Role::Node, Some(dc.clone()))?)?;
+        let daemon = homing_daemon::Daemon::start(&config, &node_tls, global, records).await?;
+        let host_tls = load_identity(&certs, &Identity::new(Role::Host, Some(dc.clone()))?)?;
+        let client = homing_net::Client::new(&host_tls, homing_net::ClientLimits::default())?;
+        let peer = homing_net::Peer {
+            addr: daemon.local_addr(),
+            dc: dc.clone(),
+        };
+        Ok(OwnGlobalDc {
+            daemon,
+            dc,
+            client,
+            peer,
+            _dir: dir,
         })
     }
 }
@@ -187,6 +292,11 @@ struct Cell {
     p50_us: u64,
     /// 99th percentile latency, in microseconds.
     p99_us: u64,
+    /// Mean latency of successful operations, in microseconds.
+    mean_us: f64,
+    /// CPU time this whole process (load generator, daemons, stores) spent
+    /// per successful operation, in microseconds; 0 where unreadable.
+    cpu_us_per_op: f64,
     /// Operations that failed.
     errors: u64,
 }
@@ -199,6 +309,7 @@ where
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let next = Arc::new(AtomicU64::new(0));
+    let cpu_before = process_cpu_us();
     let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
     let started = Instant::now();
     let deadline = started + duration;
@@ -233,18 +344,40 @@ where
         errors += e;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu_us = process_cpu_us()
+        .zip(cpu_before)
+        .map(|(a, b)| a.saturating_sub(b));
     if let Ok(first) = first_error.lock()
         && let Some(e) = first.as_ref()
     {
         eprintln!("   ({errors} failed operations at {tasks} tasks; first: {e})");
     }
     all.sort_unstable();
+    let mean_us = all.iter().sum::<u64>() as f64 / all.len().max(1) as f64;
     Ok(Cell {
         rate: all.len() as f64 / elapsed,
+        mean_us,
         p50_us: quantile(&all, 0.5),
         p99_us: quantile(&all, 0.99),
+        cpu_us_per_op: cpu_us.map_or(0.0, |us| us as f64 / all.len().max(1) as f64),
         errors,
     })
+}
+
+/// Linux's clock ticks per second for `/proc/self/stat` (USER_HZ, 100 on
+/// every Linux platform Rust targets).
+const USER_HZ: u64 = 100;
+
+/// User + system CPU time of this process so far, in microseconds (from
+/// `/proc/self/stat`, 10 ms resolution); `None` off Linux.
+fn process_cpu_us() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) are
+    // space-separated; utime and stime are fields 14 and 15 of the line.
+    let after_comm = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 1_000_000 / USER_HZ)
 }
 
 /// The cell with the median rate of `cells`, its latencies the medians of all.
@@ -253,7 +386,61 @@ fn median_cell(cells: &[Cell]) -> Cell {
         rate: median(cells.iter().map(|c| c.rate).collect()),
         p50_us: median(cells.iter().map(|c| c.p50_us as f64).collect()) as u64,
         p99_us: median(cells.iter().map(|c| c.p99_us as f64).collect()) as u64,
+        mean_us: median(cells.iter().map(|c| c.mean_us).collect()),
+        cpu_us_per_op: median(cells.iter().map(|c| c.cpu_us_per_op).collect()),
         errors: cells.iter().map(|c| c.errors).sum(),
+    }
+}
+
+/// Totals of one duration histogram in a daemon's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Timed {
+    seconds: f64,
+    count: u64,
+}
+
+/// The `_sum` and `_count` of every `name{label="…"}` histogram in a
+/// Prometheus text rendering (homingd's `/metrics`), by label value.
+fn histogram_totals(
+    render: &str,
+    name: &str,
+    label: &str,
+) -> std::collections::BTreeMap<String, Timed> {
+    let mut out = std::collections::BTreeMap::<String, Timed>::new();
+    for line in render.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (is_sum, rest) = if let Some(r) = rest.strip_prefix("_sum{") {
+            (true, r)
+        } else if let Some(r) = rest.strip_prefix("_count{") {
+            (false, r)
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(which) = labels
+            .strip_prefix(&format!("{label}=\""))
+            .and_then(|v| v.strip_suffix('"'))
+        else {
+            continue;
+        };
+        let entry = out.entry(which.to_string()).or_default();
+        if is_sum {
+            entry.seconds = value.trim().parse().unwrap_or(0.0);
+        } else {
+            entry.count = value.trim().parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+impl Timed {
+    /// Mean microseconds per operation; `None` when nothing was counted.
+    fn mean_us(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.seconds * 1e6 / self.count as f64)
     }
 }
 
@@ -268,6 +455,26 @@ mod tests {
         assert_eq!(quantile(&xs, 0.99), 99);
         assert_eq!(quantile(&[], 0.5), 0);
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn histogram_totals_read_sums_and_counts_by_label() {
+        let render = "# TYPE homing_store_duration_seconds histogram\n\
+            homing_store_duration_seconds_bucket{op=\"dc_cas\",le=\"0.001\"} 3\n\
+            homing_store_duration_seconds_sum{op=\"dc_cas\"} 0.004\n\
+            homing_store_duration_seconds_count{op=\"dc_cas\"} 4\n\
+            homing_request_duration_seconds_sum{kind=\"acquire\"} 1\n";
+        let totals = histogram_totals(render, "homing_store_duration_seconds", "op");
+        assert_eq!(
+            totals.get("dc_cas"),
+            Some(&Timed {
+                seconds: 0.004,
+                count: 4
+            })
+        );
+        assert_eq!(totals.len(), 1);
+        let mean = totals.get("dc_cas").and_then(Timed::mean_us).unwrap();
+        assert!((mean - 1000.0).abs() < 1e-6);
     }
 
     #[test]

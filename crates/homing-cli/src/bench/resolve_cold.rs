@@ -8,6 +8,14 @@
 //! dc`k`, where the actor stays live. The router is attached to dc`k`, so the
 //! walk asks dc`k` (global read), dc0 … dc`k-1` (one remote round trip each)
 //! and dc`k` again for the tail.
+//!
+//! Then throughput: N concurrent tasks (1, 8, 64, 256 by default) share one
+//! router's `Resolver` and resolve keys it has never seen (so every walk is
+//! cold), with chains of 0 links (all at the attached DC: one round trip on
+//! loopback) and 1 link (one 20 ms round trip to another DC), next to
+//! linear scaling from the lowest concurrency measured (what N tasks would
+//! reach if each resolve kept its latency there): where the measured rate
+//! leaves that line is where it flattens.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +28,10 @@ use homing_daemon::{Devnet, DevnetOptions, Settings};
 use homing_net::{Client, Peer};
 
 use super::svg::{Series, line_chart};
-use super::{acquire_request, key, median, quantile, run_tag, write_plot};
+use super::{
+    Cell, Load, acquire_request, key, median, median_cell, quantile, run_cell, run_tag, thousands,
+    write_plot,
+};
 
 const DCS: usize = 4;
 /// One-way latency each relay adds: 20 ms round trips between DCs.
@@ -33,6 +44,16 @@ const BUILD_CONCURRENCY: usize = 16;
 const LEASE_TTL_MS: u64 = 600_000;
 /// Requests timed to measure one round trip.
 const PROBES: usize = 30;
+/// Chain lengths whose throughput is measured against concurrency.
+const SCALING_LINKS: [usize; 2] = [0, 1];
+/// Cold keys built per chain length and per second of a throughput cell:
+/// well above the fastest rate each length reaches here (about 24 k/s with
+/// 0 links, 6 k/s with 1), so a cell does not run out.
+const SCALING_KEYS_PER_SECOND: [usize; 2] = [40_000, 12_000];
+/// Chains built at once for the throughput cells.
+const SCALING_BUILD_CONCURRENCY: usize = 256;
+/// How long a task whose cell ran out of keys waits before it tries again.
+const EXHAUSTED_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// One chain length's results.
 struct Row {
@@ -48,7 +69,7 @@ struct Row {
 }
 
 /// Runs the suite; `false` if a resolve gave an unexpected answer.
-pub async fn run(out: &Path) -> anyhow::Result<bool> {
+pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
     let ids = (0..DCS)
         .map(|i| DcId::new(format!("dc{i}")))
         .collect::<Result<Vec<_>, _>>()?;
@@ -99,7 +120,7 @@ pub async fn run(out: &Path) -> anyhow::Result<bool> {
             .map(|i| format!("cold-{tag}-{links}-{i}"))
             .collect();
         let started = Instant::now();
-        let keys = build_chains(&hosts, &ids, links, names).await?;
+        let keys = build_chains(&hosts, &ids, links, names, BUILD_CONCURRENCY).await?;
         println!(
             "   built {} chains of {links} link(s) in {:.1} s",
             keys.len(),
@@ -154,6 +175,35 @@ pub async fn run(out: &Path) -> anyhow::Result<bool> {
             calibrated_ms: f64::from(inter_dc) * relay_rtt_ms + f64::from(local) * direct_rtt_ms,
         });
     }
+    let mut scaling = Vec::new();
+    for (links, per_second) in SCALING_LINKS.into_iter().zip(SCALING_KEYS_PER_SECOND) {
+        let count = (per_second as f64 * load.cell.as_secs_f64()).ceil() as usize;
+        let names = (0..count)
+            .map(|i| format!("scale-{tag}-{links}-{i}"))
+            .collect();
+        let started = Instant::now();
+        let keys =
+            Arc::new(build_chains(&hosts, &ids, links, names, SCALING_BUILD_CONCURRENCY).await?);
+        println!(
+            "   built {count} chains of {links} link(s) for the throughput cells in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let config = ResolverConfig::new(net.router_table(&ids[links]));
+        let mut cells = Vec::new();
+        for &tasks in &load.tasks {
+            let mut reps = Vec::new();
+            for _ in 0..load.repetitions {
+                reps.push(throughput_cell(&router, &config, &keys, links, tasks, load).await?);
+            }
+            let cell = median_cell(&reps);
+            println!(
+                "   {links} link(s), {tasks:>3} tasks: {:>8} cold resolves/s",
+                thousands(cell.rate)
+            );
+            cells.push((tasks, cell));
+        }
+        scaling.push((links, cells));
+    }
     net.shutdown().await;
 
     println!(
@@ -204,6 +254,9 @@ pub async fn run(out: &Path) -> anyhow::Result<bool> {
         if calibrated_within { "yes" } else { "no" }
     );
 
+    report_scaling(&scaling, load);
+    plot_scaling(out, &scaling, load)?;
+
     let labels: Vec<String> = rows.iter().map(|r| r.links.to_string()).collect();
     let svg = line_chart(
         "resolve, cold: latency vs chain length (20 ms RTT between DCs)",
@@ -238,6 +291,124 @@ pub async fn run(out: &Path) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
+/// One throughput cell: `tasks` tasks share one new [`Resolver`] (a
+/// router's) and each resolve asks for a key it has not seen, so every
+/// resolve walks cold; past the end of `keys` a task stops (counted as a
+/// failure) rather than resolving from cache.
+async fn throughput_cell(
+    router: &Client,
+    config: &ResolverConfig,
+    keys: &Arc<Vec<Key>>,
+    links: usize,
+    tasks: usize,
+    load: &Load,
+) -> anyhow::Result<Cell> {
+    let resolver = Resolver::new(router.clone(), config.clone());
+    let keys = keys.clone();
+    run_cell(tasks, load.cell, move |n| {
+        let (resolver, keys) = (resolver.clone(), keys.clone());
+        async move {
+            let Some(k) = keys.get(n as usize) else {
+                // Do not spin: the cell is over for this task.
+                tokio::time::sleep(EXHAUSTED_PAUSE).await;
+                bail!(
+                    "all {} keys resolved: the cell ran out of cold keys",
+                    keys.len()
+                );
+            };
+            let r = resolver.resolve(k).await?;
+            if r.hops as usize != links || r.from_cache {
+                bail!("unexpected resolution of {k}: {r:?}");
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Chain length, and (tasks, cell) per concurrency, lowest first.
+type Scaling = Vec<(usize, Vec<(usize, Cell)>)>;
+
+/// The rate at `tasks` if it grew linearly from the lowest concurrency measured.
+fn linear(cells: &[(usize, Cell)], tasks: usize) -> f64 {
+    cells
+        .first()
+        .map_or(0.0, |(t0, c0)| c0.rate * tasks as f64 / (*t0).max(1) as f64)
+}
+
+fn report_scaling(scaling: &Scaling, load: &Load) {
+    println!(
+        "\nThroughput: cold resolves per second by N concurrent tasks sharing one new Resolver \
+         per cell, each resolve a key it has not seen, \
+         each cell {} ms, median of {}; linear = the lowest concurrency's rate × N ÷ its N; \
+         cores busy = rate × CPU per resolve (this whole process: router, daemons, relays)\n",
+        load.cell.as_millis(),
+        load.repetitions
+    );
+    println!(
+        "| chain links | tasks | resolves/s | p50 ms | p99 ms | linear /s | measured / linear | CPU µs per resolve | cores busy |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (links, cells) in scaling {
+        for (tasks, c) in cells {
+            let bound = linear(cells, *tasks);
+            println!(
+                "| {links} | {tasks} | {} | {:.2} | {:.2} | {} | {:.2} | {:.0} | {:.2} |",
+                thousands(c.rate),
+                c.p50_us as f64 / 1000.0,
+                c.p99_us as f64 / 1000.0,
+                thousands(bound),
+                c.rate / bound,
+                c.cpu_us_per_op,
+                c.rate * c.cpu_us_per_op / 1e6
+            );
+        }
+    }
+    for (links, cells) in scaling {
+        let tasks: Vec<usize> = cells.iter().map(|(t, _)| *t).collect();
+        let rates: Vec<f64> = cells.iter().map(|(_, c)| c.rate).collect();
+        println!(
+            "{links} link(s): flattens {}",
+            super::reserve::flattening(&tasks, &rates)
+        );
+        let failed: u64 = cells.iter().map(|(_, c)| c.errors).sum();
+        if failed > 0 {
+            println!("   {failed} resolves failed (not counted)");
+        }
+    }
+}
+
+fn plot_scaling(out: &Path, scaling: &Scaling, load: &Load) -> anyhow::Result<()> {
+    let labels: Vec<String> = load.tasks.iter().map(usize::to_string).collect();
+    let mut series = Vec::new();
+    for (links, cells) in scaling {
+        series.push(Series {
+            label: format!("{links} link(s): measured"),
+            values: cells.iter().map(|(_, c)| c.rate).collect(),
+            dashed: false,
+        });
+        // The 0-link line (×256 of ~12 k/s) is off any useful scale: table only.
+        if *links == 0 {
+            continue;
+        }
+        series.push(Series {
+            label: format!("{links} link(s): linear scaling"),
+            values: cells.iter().map(|(t, _)| linear(cells, *t)).collect(),
+            dashed: true,
+        });
+    }
+    let svg = line_chart(
+        "resolve, cold: resolves per second vs concurrency",
+        "concurrent tasks",
+        "resolves / s",
+        &labels,
+        &series,
+    );
+    let path = write_plot(out, "resolve-cold-scaling.svg", &svg)?;
+    println!("plot: {}", path.display());
+    Ok(())
+}
+
 /// Median wall time of a warm request/reply to `peer` (a resolve of a key
 /// never reserved: the DC reads the global store and answers), in ms.
 async fn round_trip_ms(client: &Client, peer: &Peer, key: &Key) -> anyhow::Result<f64> {
@@ -253,15 +424,16 @@ async fn round_trip_ms(client: &Client, peer: &Peer, key: &Key) -> anyhow::Resul
     Ok(quantile(&us, 0.5) as f64 / 1000.0)
 }
 
-/// Builds a chain of `links` links for each name, [`BUILD_CONCURRENCY`] at a time.
+/// Builds a chain of `links` links for each name, `concurrency` at a time.
 async fn build_chains(
     hosts: &Arc<Vec<(Client, Peer)>>,
     ids: &[DcId],
     links: usize,
     names: Vec<String>,
+    concurrency: usize,
 ) -> anyhow::Result<Vec<Key>> {
     let mut keys = Vec::with_capacity(names.len());
-    for batch in names.chunks(BUILD_CONCURRENCY) {
+    for batch in names.chunks(concurrency) {
         let handles: Vec<_> = batch
             .iter()
             .map(|name| {
