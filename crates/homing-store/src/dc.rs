@@ -28,6 +28,25 @@ pub struct EventPage {
     pub head: EventSeq,
 }
 
+impl EventPage {
+    /// A page of stored (encoded) events, decoded.
+    pub(crate) fn decode<B: AsRef<[u8]>>(
+        stored: &[B],
+        oldest: EventSeq,
+        head: EventSeq,
+    ) -> Result<EventPage, StoreError> {
+        let events = stored
+            .iter()
+            .map(|bytes| crate::keyspace::decode_event(bytes.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(EventPage {
+            events,
+            oldest,
+            head,
+        })
+    }
+}
+
 /// What [`DcStore::import`] or [`DcStore::import_event`] did with a copied item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Import<T> {

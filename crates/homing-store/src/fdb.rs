@@ -513,14 +513,7 @@ impl DcStore for FdbDcStore {
             Some(bytes) => keyspace::decode_event(&bytes)?.seq,
             None => head + 1,
         };
-        Ok(EventPage {
-            events: page
-                .iter()
-                .map(|b| keyspace::decode_event(b))
-                .collect::<Result<_, _>>()?,
-            oldest,
-            head,
-        })
+        EventPage::decode(&page, oldest, head)
     }
 
     async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {

@@ -352,14 +352,7 @@ impl DcStore for RedbDcStore {
             })
             .await?;
         let (page, oldest, head) = found;
-        Ok(EventPage {
-            events: page
-                .iter()
-                .map(|bytes| keyspace::decode_event(bytes))
-                .collect::<Result<_, _>>()?,
-            oldest,
-            head,
-        })
+        EventPage::decode(&page, oldest, head)
     }
 
     async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {
