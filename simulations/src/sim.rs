@@ -711,19 +711,7 @@ impl Sim {
                 println!("{}  {}", format_record(&record, &self.scenario), short(&v));
             }
             if let Some(violation) = self.checker.take_violation() {
-                let key = violation.key.unwrap_or(NO_KEY);
-                failure = Some(Failure {
-                    seed: self.seed,
-                    event_index: self.events,
-                    at_us: self.now,
-                    trace: self
-                        .trace
-                        .last_for_key(key, 24)
-                        .iter()
-                        .map(|r| format_record(r, &self.scenario))
-                        .collect(),
-                    violation,
-                });
+                failure = Some(self.failure(violation));
                 break;
             }
         }
@@ -786,8 +774,13 @@ impl Sim {
         };
         self.checker.on_end(&view, self.now, interval, &up_since);
         let violation = self.checker.take_violation()?;
+        Some(self.failure(violation))
+    }
+
+    /// The report of `violation`, found now: the seed, where, and the key's last events.
+    fn failure(&self, violation: Violation) -> Failure {
         let key = violation.key.unwrap_or(NO_KEY);
-        Some(Failure {
+        Failure {
             seed: self.seed,
             event_index: self.events,
             at_us: self.now,
@@ -798,7 +791,7 @@ impl Sim {
                 .map(|r| format_record(r, &self.scenario))
                 .collect(),
             violation,
-        })
+        }
     }
 
     fn describe(&mut self, event: &Event) -> (u32, u64) {
