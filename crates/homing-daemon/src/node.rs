@@ -724,9 +724,12 @@ impl Node {
                 continue;
             }
             let changed = self
-                .update_inner(&record.id, |r, _| Transition {
-                    next: r.drain(),
-                    reply: r.drain().is_some(),
+                .update_inner(&record.id, |r, _| {
+                    let next = r.drain();
+                    Transition {
+                        reply: next.is_some(),
+                        next,
+                    }
                 })
                 .await?;
             if changed {
