@@ -50,6 +50,16 @@ pub fn store_now() -> StoreTime {
     StoreTime::from_ms(ms)
 }
 
+/// How current a global read must be.
+#[derive(Debug, Clone, Copy)]
+enum GlobalRead {
+    /// Linearizable: an "absent" answer is the truth (resolves, the reaper).
+    Latest,
+    /// The nearest replica's view: "absent" may lag a write acknowledged
+    /// moments ago. Only where "absent" leads to `set_if_absent` (a connect).
+    Nearest,
+}
+
 /// One DC: its stores, its peers, its policy.
 pub struct Node {
     dc: DcId,
@@ -273,12 +283,28 @@ impl Node {
 
     /// The key's global entry, from cache when known (entries never change).
     pub async fn global_entry(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.read_global(key, GlobalRead::Latest).await
+    }
+
+    /// `key`'s global entry, from the cache (entries never change) or the
+    /// store, read as `read` says.
+    async fn read_global(
+        &self,
+        key: &Key,
+        read: GlobalRead,
+    ) -> Result<Option<ReservationId>, StoreError> {
         if let Some(id) = self.global_cache.get(key) {
             self.metrics.global_cache(true);
             return Ok(Some(id));
         }
         self.metrics.global_cache(false);
-        let entry = self.timed("global_get", self.global.get(key)).await?;
+        let entry = match read {
+            GlobalRead::Latest => self.timed("global_get", self.global.get(key)).await?,
+            GlobalRead::Nearest => {
+                self.timed("global_get", self.global.get_nearest(key))
+                    .await?
+            }
+        };
         if let Some(id) = &entry {
             self.global_cache.insert(key.clone(), id.clone());
         }
@@ -744,7 +770,9 @@ impl Node {
     async fn perform(&self, connect: &mut Connect, need: ConnectNeed) -> Result<(), Failure> {
         match need {
             ConnectNeed::GlobalEntry(key) => {
-                let entry = self.global_entry(&key).await?;
+                // "Absent" leads to set_if_absent, which decides: a nearest
+                // replica's read is enough (GlobalStore::get_nearest).
+                let entry = self.read_global(&key, GlobalRead::Nearest).await?;
                 connect.handle_global(entry, Source::Local);
             }
             ConnectNeed::Reservation(id) => {

@@ -92,6 +92,37 @@ pub async fn global_write_once(b: &dyn Backend) {
     assert_eq!(g.get(&k).await.unwrap(), Some(rid("iad.1")));
 }
 
+/// global: the nearest-replica read never names a wrong entry and catches up
+/// with acknowledged writes; a key never written reads absent.
+pub async fn global_nearest_read_is_never_wrong_and_catches_up(b: &dyn Backend) {
+    let g = b.global_store("global_nearest_read").await;
+    let keys: Vec<Key> = (0..16).map(|i| key("near", &format!("k{i}"))).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let id = rid(&format!("iad.{}", i + 1));
+        assert_eq!(
+            g.set_if_absent(k, &id).await.unwrap(),
+            SetIfAbsent::Inserted
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for (i, k) in keys.iter().enumerate() {
+        let id = rid(&format!("iad.{}", i + 1));
+        loop {
+            match g.get_nearest(k).await.unwrap() {
+                Some(found) => {
+                    assert_eq!(found, id, "nearest read of {k} named a wrong entry");
+                    break;
+                }
+                None if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                None => panic!("nearest read of {k} still absent 10 s after the write"),
+            }
+        }
+    }
+    assert_eq!(g.get_nearest(&key("near", "never")).await.unwrap(), None);
+}
+
 /// global: concurrent set_if_absent on one key has exactly one winner and every loser sees it.
 pub async fn global_concurrent_set_if_absent_has_exactly_one_winner(b: &dyn Backend) {
     let g = b.global_store("global_race").await;
@@ -996,6 +1027,7 @@ pub async fn run_all(b: &dyn Backend) {
     }
     run!(
         global_write_once,
+        global_nearest_read_is_never_wrong_and_catches_up,
         global_concurrent_set_if_absent_has_exactly_one_winner,
         global_get_many_keeps_order_and_bounds_the_batch,
         global_unicode_and_long_keys_do_not_collide,
@@ -1026,6 +1058,7 @@ macro_rules! conformance_tests {
     ($backend:expr) => {
         $crate::conformance_tests!(@cases $backend;
             global_write_once,
+            global_nearest_read_is_never_wrong_and_catches_up,
             global_concurrent_set_if_absent_has_exactly_one_winner,
             global_get_many_keeps_order_and_bounds_the_batch,
             global_unicode_and_long_keys_do_not_collide,

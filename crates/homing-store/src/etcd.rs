@@ -210,17 +210,33 @@ impl EtcdGlobalStore {
     fn entry_key(&self, key: &Key) -> Vec<u8> {
         self.space.key(b"g/", &keyspace::key_bytes(key))
     }
-}
 
-#[async_trait]
-impl GlobalStore for EtcdGlobalStore {
-    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        let response = self.space.get(self.entry_key(key), None).await?;
+    async fn entry(
+        &self,
+        key: &Key,
+        options: Option<GetOptions>,
+    ) -> Result<Option<ReservationId>, StoreError> {
+        let response = self.space.get(self.entry_key(key), options).await?;
         response
             .kvs()
             .first()
             .map(|kv| keyspace::decode_id(kv.value()))
             .transpose()
+    }
+}
+
+#[async_trait]
+impl GlobalStore for EtcdGlobalStore {
+    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.entry(key, None).await
+    }
+
+    /// A serializable read: answered by the member this client talks to
+    /// from its own state, no quorum round trip (under load on a 3-member
+    /// cluster, about as costly as the write-once itself; docs/BENCHMARKS.md).
+    async fn get_nearest(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.entry(key, Some(GetOptions::new().with_serializable()))
+            .await
     }
 
     async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {

@@ -23,8 +23,24 @@ pub enum SetIfAbsent {
 /// Write-once map from keys to the reservation that first claimed them.
 #[async_trait]
 pub trait GlobalStore: Send + Sync + 'static {
-    /// The key's entry, if any.
+    /// The key's entry, if any: linearizable, so "absent" is the truth at
+    /// some instant during the call.
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError>;
+
+    /// The key's entry as the nearest replica knows it, without a quorum
+    /// round trip: a present answer is always true (entries never change),
+    /// but "absent" may lag writes acknowledged moments ago. Only for a
+    /// caller whose next step after "absent" is [`set_if_absent`], which
+    /// decides (a connect: a stale "absent" makes the write-once answer
+    /// `Exists`, and the connect follows the winner). Never answer "absent"
+    /// to anyone from it. Backends whose every read is already local
+    /// (memory, redb) or linearizable at no extra cost use [`get`].
+    ///
+    /// [`get`]: GlobalStore::get
+    /// [`set_if_absent`]: GlobalStore::set_if_absent
+    async fn get_nearest(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.get(key).await
+    }
 
     /// The entries of `keys`, in the same order. More than
     /// [`GET_MANY_KEYS_MAX`] keys fail with [`StoreError::BatchTooLarge`].
