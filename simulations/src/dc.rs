@@ -270,6 +270,16 @@ impl Sim {
         (((base_ms * 1000.0) as u64 + jitter) as f64 * self.store_factor(d)) as u64 + 1
     }
 
+    /// Whether a connect's nearest-replica read misses `key`'s entry: it
+    /// landed less than a draw from `0..=global_nearest_lag_ms` ago.
+    fn nearest_read_misses(&mut self, key: &Key) -> bool {
+        let lag_us = (self.scenario.stores.global_nearest_lag_ms * 1000.0) as u64;
+        match self.global_landed_us.get(key) {
+            Some(&landed) if lag_us > 0 => self.now < landed + self.rng.below(lag_us + 1),
+            _ => false,
+        }
+    }
+
     /// A request arrives at DC `d` (or a reply to one of its peer requests).
     pub(crate) fn dc_receive(&mut self, d: usize, message: Message) {
         if !self.dcs[d].up {
@@ -919,7 +929,14 @@ impl Sim {
         let next = match op {
             StoreOp::GlobalGet(key) => {
                 task.work.global_reads += 1;
-                let entry = self.global.get(&key).cloned();
+                let mut entry = self.global.get(&key).cloned();
+                if matches!(task.kind, TaskKind::Acquire(_))
+                    && entry.is_some()
+                    && self.nearest_read_misses(&key)
+                {
+                    self.measurements.count("connect_stale_global_reads");
+                    entry = None;
+                }
                 if let Some(id) = &entry {
                     self.dcs[d].global_cache.insert(key, id.clone());
                 }
@@ -1082,6 +1099,7 @@ impl Sim {
         let existing = self.global.get(&key).cloned();
         if existing.is_none() {
             self.global.insert(key.clone(), set.id.clone());
+            self.global_landed_us.insert(key.clone(), self.now);
             let view = View {
                 dcs: &self.dcs,
                 global: &self.global,

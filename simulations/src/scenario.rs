@@ -96,6 +96,11 @@ pub struct StoreSpec {
     pub global_read_ms: f64,
     /// Latency of a global write-once (a consensus round), ms.
     pub global_write_ms: f64,
+    /// How far the nearest replica a connect reads the global entry from
+    /// (homingd's `GlobalStore::get_nearest`) lags the write-once: an entry
+    /// that landed less than a uniform draw from `0..=` this many ms ago
+    /// reads absent. Resolves read linearizably, never stale. 0: no lag.
+    pub global_nearest_lag_ms: f64,
     /// How often each DC's reaper runs, ms.
     pub reaper_interval_ms: u64,
 }
@@ -284,6 +289,7 @@ impl Default for StoreSpec {
             dc_op_jitter_ms: 0.5,
             global_read_ms: 1.0,
             global_write_ms: 40.0,
+            global_nearest_lag_ms: 0.0,
             reaper_interval_ms: 1_000,
         }
     }

@@ -329,6 +329,8 @@ pub struct Sim {
     pub(crate) hosts: Vec<Host>,
     pub(crate) routers: Vec<Router>,
     pub(crate) global: BTreeMap<Key, ReservationId>,
+    /// When each global entry landed (µs of true time), for lagging nearest reads.
+    pub(crate) global_landed_us: BTreeMap<Key, u64>,
     pub(crate) keys: Vec<Key>,
     pub(crate) key_index: BTreeMap<Key, u32>,
     pub(crate) dc_index: BTreeMap<DcId, u16>,
@@ -476,6 +478,7 @@ impl Sim {
             hosts,
             routers,
             global: BTreeMap::new(),
+            global_landed_us: BTreeMap::new(),
             checker: Checker::new(scenario.keys as usize, dc_clocks, policy, horizon_us, wake),
             keys,
             key_index,
