@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// Length of one load cell, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     cell_ms: u64,
+    /// Only the throughput cells (`resolve-cold`: skips the latency-per-chain-length
+    /// part and its model table).
+    #[arg(long)]
+    throughput_only: bool,
 }
 
 /// How long and how often each load cell runs, and at which concurrencies.
@@ -44,6 +48,7 @@ struct Load {
     tasks: Vec<usize>,
     repetitions: usize,
     cell: Duration,
+    throughput_only: bool,
 }
 
 /// Concurrencies measured when `--tasks` is not given.
@@ -62,6 +67,7 @@ impl BenchArgs {
             tasks,
             repetitions: self.repetitions as usize,
             cell: Duration::from_millis(self.cell_ms),
+            throughput_only: self.throughput_only,
         }
     }
 }
