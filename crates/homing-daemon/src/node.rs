@@ -298,13 +298,11 @@ impl Node {
             return Ok(Some(id));
         }
         self.metrics.global_cache(false);
-        let entry = match read {
-            GlobalRead::Latest => self.timed("global_get", self.global.get(key)).await?,
-            GlobalRead::Nearest => {
-                self.timed("global_get", self.global.get_nearest(key))
-                    .await?
-            }
+        let get = match read {
+            GlobalRead::Latest => self.global.get(key),
+            GlobalRead::Nearest => self.global.get_nearest(key),
         };
+        let entry = self.timed("global_get", get).await?;
         if let Some(id) = &entry {
             self.global_cache.insert(key.clone(), id.clone());
         }

@@ -232,8 +232,9 @@ impl GlobalStore for EtcdGlobalStore {
     }
 
     /// A serializable read: answered by the member this client talks to
-    /// from its own state, no quorum round trip (under load on a 3-member
-    /// cluster, about as costly as the write-once itself; docs/BENCHMARKS.md).
+    /// from its own state, without the quorum round trip of `get` (which,
+    /// under load on a 3-member cluster, costs about as much as the
+    /// write-once itself; docs/BENCHMARKS.md).
     async fn get_nearest(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
         self.entry(key, Some(GetOptions::new().with_serializable()))
             .await
