@@ -16,11 +16,12 @@
 //!   unless the cache knows it, else read it; judge the CAS and derive its
 //!   event locally, then write guarded by that `mod_revision` (absent:
 //!   `create_revision == 0`). So homingd's get-then-CAS renewal is one read
-//!   and one write, and a create one write. Without an event (a renewal) the
-//!   write is one transaction. With one, the write goes through the DC
-//!   store's event appender (`log`), which puts the record, the event at
-//!   `head + 1` and the new head in one transaction, grouping concurrent
-//!   appends so that they do not fail each other's guard on the head. If the
+//!   and one write, and a create one write. Every write goes through the DC
+//!   store's appender (`log`), which groups concurrent compare-and-sets into
+//!   one transaction: each record guarded by its `mod_revision`, and for
+//!   those that derive an event, the event at `head + 1` and the new head,
+//!   so that appends do not fail each other's guard on the head (a group of
+//!   renewals alone leaves the head alone). If the
 //!   guard fails because the record moved (another writer, or a stale
 //!   cache), the failed transaction reads the record back and the CAS judges
 //!   again against that (bounded by [`CAS_ATTEMPTS_MAX`]): the caller sees
@@ -411,30 +412,6 @@ impl EtcdDcStore {
         }
     }
 
-    /// Puts `puts` guarded by the record at `rk` still having `revision`
-    /// (`None`: absent), without an event.
-    async fn put_unchanged(
-        &self,
-        rk: &[u8],
-        revision: Option<i64>,
-        puts: &[(Vec<u8>, Vec<u8>)],
-    ) -> Result<Appended, StoreError> {
-        let ops = puts
-            .iter()
-            .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None))
-            .collect();
-        Ok(
-            match self
-                .guarded(vec![unchanged_at(rk, revision)], ops, &[rk])
-                .await?
-            {
-                Guarded::Written { revision } => Appended::Written { revision },
-                // Invariant: `guarded` answers one kv per reread key (one here).
-                Guarded::Failed { mut now } => Appended::Moved { now: now.remove(0) },
-            },
-        )
-    }
-
     fn record_key(&self, id: &ReservationId) -> Vec<u8> {
         self.space.key(b"r/", &keyspace::id_bytes(id))
     }
@@ -472,9 +449,9 @@ impl EtcdDcStore {
     ) -> Result<Guarded, StoreError> {
         let gets: Vec<TxnOp> = reread.iter().map(|k| TxnOp::get(*k, None)).collect();
         let txn = Txn::new().when(guards).and_then(ops).or_else(gets);
-        let (written, revision, responses) = self.space.txn_at(txn).await?;
+        let (written, responses) = self.space.txn(txn).await?;
         if written {
-            return Ok(Guarded::Written { revision });
+            return Ok(Guarded::Written);
         }
         Ok(Guarded::Failed {
             now: every_first_kv(&responses, reread.len())?,
@@ -484,8 +461,8 @@ impl EtcdDcStore {
 
 /// What [`EtcdDcStore::guarded`] did.
 enum Guarded {
-    /// Written, at this revision.
-    Written { revision: i64 },
+    /// Written.
+    Written,
     /// A guard failed: nothing written; the first kv of each reread key.
     Failed { now: Vec<Option<KeyValue>> },
 }
@@ -566,18 +543,13 @@ impl DcStore for EtcdDcStore {
             if let Some(conflict) = judge_cas(expected, record, stored.record)? {
                 return Ok(conflict);
             }
-            let appended = match event {
-                Some(event) => {
-                    let append = Append {
-                        record_key: rk.clone(),
-                        read_revision: stored.revision,
-                        puts: puts.clone(),
-                        event,
-                    };
-                    self.appender.submit(append).await?
-                }
-                None => self.put_unchanged(&rk, stored.revision, &puts).await?,
+            let append = Append {
+                record_key: rk.clone(),
+                read_revision: stored.revision,
+                puts: puts.clone(),
+                event,
             };
+            let appended = self.appender.submit(append).await?;
             match appended {
                 Appended::Written { revision } => {
                     self.cache.insert(&record.id, Seen { revision, value });
@@ -750,7 +722,7 @@ impl DcStore for EtcdDcStore {
                 .guarded(vec![unchanged(&rk, kv.as_ref())], ops, &[&rk])
                 .await?
             {
-                Guarded::Written { .. } => return Ok(Import::Written),
+                Guarded::Written => return Ok(Import::Written),
                 Guarded::Failed { now } => read = now,
             }
         }
@@ -777,7 +749,7 @@ impl DcStore for EtcdDcStore {
                 ops.push(TxnOp::put(hk.clone(), event.seq.to_string(), None));
             }
             match self.guarded(guards, ops, &[&ek, &hk]).await? {
-                Guarded::Written { .. } => return Ok(Import::Written),
+                Guarded::Written => return Ok(Import::Written),
                 Guarded::Failed { now } => read = now,
             }
         }
@@ -1001,8 +973,8 @@ mod tests {
         response.kvs()[0].mod_revision()
     }
 
-    /// A write through the appender (a create) and one without an event (a
-    /// renewal) both cache the revision etcd gave the record, so the next
+    /// A write with an event (a create) and one without (a renewal) both
+    /// cache the revision etcd gave the record, so the next
     /// compare-and-set of that record needs no read.
     async fn a_write_caches_the_revision_etcd_stored_it_at(backend: &EtcdBackend) {
         let prefix = backend.prefix("dc", "cache_revision");

@@ -1,15 +1,17 @@
-//! The etcd event log's appender: one task per DC store owns the event head.
-//! Every event is a write of the single head key, so writers racing on etcd
-//! would fail each other's guards nearly every time. Instead, compare-and-sets
-//! that derive an event are queued here; the task takes the first waiting one,
-//! drains more that are already queued (bounded in count and bytes), and
-//! writes them all in ONE transaction: each record guarded by the
-//! `mod_revision` its caller read, the head guarded by the value the task
-//! last saw, the events at consecutive seqs after it and the new head. If a
-//! guard fails the transaction reads back every record and the head; a caller
+//! The etcd DC store's appender: one task per DC store writes every
+//! compare-and-set, and owns the event head. Every event is a write of the
+//! single head key, so writers racing on etcd would fail each other's guards
+//! nearly every time; and one transaction per write caps a DC store at one
+//! etcd round trip per renewal. Instead, compare-and-sets are queued here;
+//! the task takes the first waiting one, drains more that are already queued
+//! (bounded in count and bytes, never the same record twice), and writes them
+//! all in ONE transaction: each record guarded by the `mod_revision` its
+//! caller read, and — when the group derives events — the head guarded by the
+//! value the task last saw, the events at consecutive seqs after it and the
+//! new head (a group of renewals alone leaves the head alone). If a guard
+//! fails the transaction reads back every record (and the head); a caller
 //! whose record moved is told so, with the record as read back (it judges its
-//! CAS anew),
-//! the rest go again with the fresh head, at most [`CAS_ATTEMPTS_MAX`] times.
+//! CAS anew), the rest go again, at most [`CAS_ATTEMPTS_MAX`] times.
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use homing_core::{Event, EventSeq};
@@ -28,7 +30,7 @@ pub const APPEND_GROUP_BYTES_MAX: usize = 1024 * 1024;
 /// Appends queued before callers wait (backpressure).
 pub const APPEND_QUEUE_OPS_MAX: usize = 4096;
 
-/// One compare-and-set that appends an event, judged by its caller.
+/// One compare-and-set, judged by its caller.
 pub(super) struct Append {
     /// The record's key.
     pub(super) record_key: Vec<u8>,
@@ -36,8 +38,9 @@ pub(super) struct Append {
     pub(super) read_revision: Option<i64>,
     /// The record (and, for a create, its index entry).
     pub(super) puts: Vec<(Vec<u8>, Vec<u8>)>,
-    /// The event; the appender numbers it.
-    pub(super) event: Event,
+    /// The event the change derives, if any (a renewal derives none); the
+    /// appender numbers it.
+    pub(super) event: Option<Event>,
 }
 
 /// What became of an [`Append`].
@@ -201,33 +204,43 @@ async fn attempt(
     head: &mut Option<EventSeq>,
     group: &mut Vec<Queued>,
 ) -> Result<Option<i64>, StoreError> {
-    let base = match *head {
-        Some(seq) => seq,
-        None => {
-            let response = space.get(head_key.to_vec(), None).await?;
-            decode_counter("event head", response.kvs().first())?
-        }
+    // The head is read, guarded and moved only when the group has events.
+    let base = if group.iter().any(|q| q.append.event.is_some()) {
+        let base = match *head {
+            Some(seq) => seq,
+            None => {
+                let response = space.get(head_key.to_vec(), None).await?;
+                decode_counter("event head", response.kvs().first())?
+            }
+        };
+        *head = Some(base);
+        Some(base)
+    } else {
+        None
     };
-    *head = Some(base);
     let mut guards = Vec::with_capacity(group.len() + 1);
     let mut ops = Vec::with_capacity(3 * group.len() + 1);
-    let mut seq = base;
+    let mut seq = base.unwrap_or_default();
     let mut encoded = Vec::with_capacity(group.len());
     for q in group.drain(..) {
-        let mut event = q.append.event.clone();
+        let Some(event) = &q.append.event else {
+            encoded.push((q, None));
+            continue;
+        };
+        let mut event = event.clone();
         // Invariant: a u64 log never fills (one event per write).
         event.seq = seq.checked_add(1).expect("event seq overflow");
         match keyspace::encode_event(&event) {
             Ok(bytes) => {
                 seq = event.seq;
-                encoded.push((q, event.seq, bytes));
+                encoded.push((q, Some((event.seq, bytes))));
             }
             Err(e) => {
                 let _ = q.reply.send(Err(e));
             }
         }
     }
-    for (q, seq, bytes) in &encoded {
+    for (q, event) in &encoded {
         let a = &q.append;
         guards.push(match a.read_revision {
             Some(rev) => Compare::mod_revision(a.record_key.clone(), CompareOp::Equal, rev),
@@ -238,36 +251,44 @@ async fn attempt(
                 .iter()
                 .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None)),
         );
-        ops.push(TxnOp::put(
-            space.key(EVENTS, &keyspace::event_seq_bytes(*seq)),
-            bytes.clone(),
-            None,
-        ));
+        if let Some((seq, bytes)) = event {
+            ops.push(TxnOp::put(
+                space.key(EVENTS, &keyspace::event_seq_bytes(*seq)),
+                bytes.clone(),
+                None,
+            ));
+        }
     }
-    group.extend(encoded.into_iter().map(|(q, _, _)| q));
+    group.extend(encoded.into_iter().map(|(q, _)| q));
     if group.is_empty() {
         return Ok(None);
     }
-    guards.push(match base {
-        0 => Compare::create_revision(head_key.to_vec(), CompareOp::Equal, 0),
-        // The head only grows, so its value names it as well as a revision.
-        seq => Compare::value(head_key.to_vec(), CompareOp::Equal, seq.to_string()),
-    });
-    ops.push(TxnOp::put(head_key.to_vec(), seq.to_string(), None));
     let mut reread: Vec<TxnOp> = group
         .iter()
         .map(|q| TxnOp::get(q.append.record_key.clone(), None))
         .collect();
-    reread.push(TxnOp::get(head_key.to_vec(), None));
+    if let Some(base) = base {
+        guards.push(match base {
+            0 => Compare::create_revision(head_key.to_vec(), CompareOp::Equal, 0),
+            // The head only grows, so its value names it as well as a revision.
+            seq => Compare::value(head_key.to_vec(), CompareOp::Equal, seq.to_string()),
+        });
+        ops.push(TxnOp::put(head_key.to_vec(), seq.to_string(), None));
+        reread.push(TxnOp::get(head_key.to_vec(), None));
+    }
     let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
     let (written, revision, responses) = space.txn_at(txn).await?;
     if written {
-        *head = Some(seq);
+        if base.is_some() {
+            *head = Some(seq);
+        }
         return Ok(Some(revision));
     }
-    let mut now = every_first_kv(&responses, group.len() + 1)?;
-    let head_kv: Option<KeyValue> = now.pop().flatten();
-    *head = Some(decode_counter("event head", head_kv.as_ref())?);
+    let mut now = every_first_kv(&responses, group.len() + usize::from(base.is_some()))?;
+    if base.is_some() {
+        let head_kv: Option<KeyValue> = now.pop().flatten();
+        *head = Some(decode_counter("event head", head_kv.as_ref())?);
+    }
     // A record that moved may have been written by this very group on an
     // earlier try whose answer was lost (the transport retries): its caller
     // judges against it and recognises its own record (`Cas::landed`).
