@@ -149,9 +149,16 @@ impl LabelRule {
 macro_rules! label_type {
     ($(#[$meta:meta])* $name:ident, $rule:expr) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(String);
+
+        /// Serialized as the plain string, borrowed (no copy per encode).
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
 
         impl $name {
             /// Validates `text`; the error names the rule it broke.
