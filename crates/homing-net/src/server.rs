@@ -4,8 +4,11 @@
 //! Shutdown stops accepting, lets in-flight requests finish (bounded), then
 //! closes the endpoint.
 
+use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,6 +21,7 @@ use quinn::{
 };
 use rustls::pki_types::CertificateDer;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::time::Sleep;
 use tracing::{debug, warn};
 
 use crate::error::NetError;
@@ -258,12 +262,14 @@ async fn serve_connection(
         }
     };
     debug!(%remote, caller = %caller, "connection established");
+    if *stop.borrow_and_update() {
+        return;
+    }
+    // One future for the whole connection, not one per stream.
+    let mut stopped = pin!(stop.changed());
     loop {
-        if *stop.borrow() {
-            break;
-        }
         let (send, recv) = tokio::select! {
-            _ = stop.changed() => break,
+            _ = &mut stopped => break,
             stream = connection.accept_bi() => match stream {
                 Ok(stream) => stream,
                 Err(error) => {
@@ -312,28 +318,34 @@ async fn serve_request(
     shared: Arc<Shared>,
     _drain: mpsc::Sender<()>,
 ) {
-    let timeout = Duration::from_millis(shared.limits.request_timeout_ms);
-    let read = tokio::time::timeout(
-        timeout,
-        frame::read_frame(&mut recv, shared.limits.frame_bytes_max),
+    let limits = &shared.limits;
+    // One deadline for reading, answering and writing: a timer is registered
+    // only if some step has to wait, and at most once per request.
+    let deadline = tokio::time::sleep(Duration::from_millis(limits.request_timeout_ms));
+    tokio::pin!(deadline);
+    let read = within(
+        deadline.as_mut(),
+        frame::read_frame(&mut recv, limits.frame_bytes_max),
     )
     .await;
     let reply = match read {
-        Err(_) => {
-            debug!(caller = %caller, timeout_ms = shared.limits.request_timeout_ms, "request not received in time");
+        None => {
+            debug!(caller = %caller, timeout_ms = limits.request_timeout_ms, "request not received in time");
             let _ = send.reset(CODE_REQUEST_TIMEOUT);
             let _ = recv.stop(CODE_REQUEST_TIMEOUT);
             return;
         }
-        Ok(Ok(bytes)) => match decode(&bytes, &caller) {
-            // A request that asks to wait gets that much more time.
+        Some(Ok(bytes)) => match decode(&bytes, &caller) {
             Ok(request) => {
+                // A request that asks to wait gets that much more time.
                 let parked = Duration::from_millis(u64::from(request.wait_ms()));
-                let answered =
-                    tokio::time::timeout(timeout + parked, answer(request, &caller, &shared)).await;
-                match answered {
-                    Ok(reply) => reply,
-                    Err(_) => {
+                if !parked.is_zero() {
+                    let extended = deadline.deadline() + parked;
+                    deadline.as_mut().reset(extended);
+                }
+                match within(deadline.as_mut(), answer(request, &caller, &shared)).await {
+                    Some(reply) => reply,
+                    None => {
                         debug!(caller = %caller, "request timed out");
                         let _ = send.reset(CODE_REQUEST_TIMEOUT);
                         return;
@@ -342,33 +354,51 @@ async fn serve_request(
             }
             Err(error) => Reply::Error(error),
         },
-        Ok(Err(ReadFrameError::TooLarge)) => {
-            debug!(caller = %caller, frame_bytes_max = shared.limits.frame_bytes_max, "request frame too large");
+        Some(Err(ReadFrameError::TooLarge)) => {
+            debug!(caller = %caller, frame_bytes_max = limits.frame_bytes_max, "request frame too large");
             Reply::Error(ErrorReply::new(
                 ErrorKind::BadRequest,
-                format!(
-                    "request frame exceeds {} bytes",
-                    shared.limits.frame_bytes_max
-                ),
+                format!("request frame exceeds {} bytes", limits.frame_bytes_max),
             ))
         }
-        Ok(Err(ReadFrameError::Closed(reason))) => {
+        Some(Err(ReadFrameError::Closed(reason))) => {
             debug!(caller = %caller, %reason, "request stream closed before the frame ended");
             return;
         }
     };
-    if tokio::time::timeout(timeout, deliver(&mut send, &reply, &caller))
-        .await
-        .is_err()
-    {
-        debug!(caller = %caller, "reply not acknowledged in time");
-        let _ = send.reset(CODE_REQUEST_TIMEOUT);
+    match within(deadline.as_mut(), deliver(&mut send, &reply, &caller)).await {
+        None => {
+            debug!(caller = %caller, "reply not written in time");
+            let _ = send.reset(CODE_REQUEST_TIMEOUT);
+        }
+        // Hold the request (and shutdown's drain) until the reply is
+        // acknowledged, so that the drain covers delivery, not just handling.
+        // Without a timer: quinn counts a stream against the caller's stream
+        // limit until its reply is acknowledged, so a caller that never
+        // acknowledges holds at most `streams_max` of these waits per
+        // connection, and shutdown bounds them by its drain time.
+        Some(true) => {
+            let _ = send.stopped().await;
+        }
+        Some(false) => {}
     }
 }
 
-/// Writes the reply and waits until it is acknowledged, so that shutdown's
-/// drain covers delivery, not just handling.
-async fn deliver(send: &mut SendStream, reply: &Reply, caller: &Identity) {
+/// `work`'s output, or `None` if `deadline` passes first. `work` is polled
+/// first, so work that is ready at once never registers the timer.
+async fn within<F: Future>(mut deadline: Pin<&mut Sleep>, work: F) -> Option<F::Output> {
+    let mut work = pin!(work);
+    poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        deadline.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
+/// Writes the reply and finishes the stream; whether it was written.
+async fn deliver(send: &mut SendStream, reply: &Reply, caller: &Identity) -> bool {
     let bytes = match wire::encode(reply) {
         Ok(bytes) => bytes,
         Err(error) => {
@@ -383,9 +413,9 @@ async fn deliver(send: &mut SendStream, reply: &Reply, caller: &Identity) {
     };
     if let Err(reason) = frame::write_frame(send, &bytes).await {
         debug!(caller = %caller, %reason, "reply not sent");
-        return;
+        return false;
     }
-    let _ = send.stopped().await;
+    true
 }
 
 /// Decodes a request frame, or the error to answer a malformed one with.

@@ -649,6 +649,47 @@ async fn a_parked_request_gets_its_wait_on_top_of_both_request_timeouts() {
 }
 
 #[tokio::test]
+async fn the_server_resets_a_request_not_answered_within_its_timeout_plus_wait() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let handler = Arc::new(TestHandler {
+            delay: Duration::from_millis(1_000),
+            ..TestHandler::default()
+        });
+        let server_limits = ServerLimits {
+            request_timeout_ms: 200,
+            ..ServerLimits::default()
+        };
+        let (server, peer) = start(&ca, handler, server_limits).await;
+        // The client would wait 10 s: only the server's deadline can end it.
+        let limits = ClientLimits {
+            request_timeout_ms: 10_000,
+            ..ClientLimits::default()
+        };
+        let client = Client::new(&tls(&ca, Role::Admin, None), limits).unwrap();
+        let started = std::time::Instant::now();
+        let result = client.request(&peer, &resolve()).await;
+        assert!(matches!(result, Err(NetError::Closed { .. })), "{result:?}");
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(900),
+            "reset after {elapsed:?}"
+        );
+        // Asking to wait 2 s moves the server's deadline past the handler's 1 s.
+        let watch = Request::Watch {
+            scope: homing_core::NamespaceScope::everything(),
+            after: 7,
+            wait_ms: 2_000,
+        };
+        let reply = client.request(&peer, &watch).await.unwrap();
+        assert!(matches!(reply, Reply::Events { next: 7, .. }), "{reply:?}");
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
 async fn relay_adds_latency_and_partitions_on_command() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let ca = DevCa::generate("relay ca").unwrap();
