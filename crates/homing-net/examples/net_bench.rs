@@ -118,14 +118,18 @@ async fn homing_net_call(node: &TlsIdentity, router: &TlsIdentity, dc: &DcId) ->
         addr: server.local_addr(),
         dc: dc.clone(),
     };
-    let request = Arc::new(Request::Resolve {
+    let request = Request::Resolve {
         key: Key::new(KeyName::new("room-42").unwrap()),
-    });
+    };
+    // One Arc per call, as the bare side's (connection, frame) pair: the
+    // harness clones no peer or request.
+    let target = Arc::new((client, peer, request));
     let call: Call = Arc::new(move || {
-        let (client, peer, request) = (client.clone(), peer.clone(), request.clone());
+        let target = target.clone();
         Box::pin(async move {
+            let (client, peer, request) = &*target;
             let reply = client
-                .request(&peer, &request)
+                .request(peer, request)
                 .await
                 .expect("homing-net request");
             assert!(matches!(reply, Reply::Resolved { .. }));
