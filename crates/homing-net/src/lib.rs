@@ -33,6 +33,7 @@ mod pool;
 pub mod relay;
 mod server;
 mod tls;
+mod unacked;
 
 pub use client::Client;
 pub use error::NetError;

@@ -1,8 +1,8 @@
 //! `Server`: accepts mutually authenticated QUIC connections, derives each
 //! caller's identity from its certificate once per connection, and serves one
 //! request per bidirectional stream: authorize, hand to the [`Handler`], reply.
-//! Shutdown stops accepting, lets in-flight requests finish (bounded), then
-//! closes the endpoint.
+//! Shutdown stops accepting, lets in-flight requests finish and their replies
+//! be acknowledged (bounded by the drain time), then closes the endpoint.
 
 use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
@@ -29,6 +29,7 @@ use crate::frame::{self, CODE_BAD_IDENTITY, CODE_REQUEST_TIMEOUT, CODE_SHUTDOWN,
 use crate::identity::identity_from_cert;
 use crate::limits::ServerLimits;
 use crate::tls::TlsIdentity;
+use crate::unacked::Unacked;
 
 /// TLS alert `no_application_protocol` (RFC 7301), carried as a QUIC crypto error.
 const ALERT_NO_APPLICATION_PROTOCOL: u8 = 120;
@@ -265,6 +266,7 @@ async fn serve_connection(
     if *stop.borrow_and_update() {
         return;
     }
+    let unacked = Arc::new(Unacked::new());
     // One future for the whole connection, not one per stream.
     let mut stopped = pin!(stop.changed());
     loop {
@@ -282,10 +284,14 @@ async fn serve_connection(
             send,
             recv,
             caller.clone(),
+            unacked.clone(),
             shared.clone(),
             drain.clone(),
         ));
     }
+    // Let the connection go only once every reply on it is acknowledged
+    // (an ended connection has nothing left to wait for).
+    unacked.drain().await;
 }
 
 fn log_handshake_failure(remote: SocketAddr, error: &ConnectionError) {
@@ -315,6 +321,7 @@ async fn serve_request(
     mut send: SendStream,
     mut recv: RecvStream,
     caller: Arc<Identity>,
+    unacked: Arc<Unacked>,
     shared: Arc<Shared>,
     _drain: mpsc::Sender<()>,
 ) {
@@ -371,14 +378,15 @@ async fn serve_request(
             debug!(caller = %caller, "reply not written in time");
             let _ = send.reset(CODE_REQUEST_TIMEOUT);
         }
-        // Hold the request (and shutdown's drain) until the reply is
-        // acknowledged, so that the drain covers delivery, not just handling.
-        // Without a timer: quinn counts a stream against the caller's stream
-        // limit until its reply is acknowledged, so a caller that never
-        // acknowledges holds at most `streams_max` of these waits per
-        // connection, and shutdown bounds them by its drain time.
+        // Shutdown's drain covers delivery, not just handling: the
+        // connection keeps the written reply until it is acknowledged, or,
+        // once the connection drains, this task waits for it (no timer:
+        // quinn counts a stream against the caller's stream limit until its
+        // reply is acknowledged, and shutdown bounds the wait by its drain time).
         Some(true) => {
-            let _ = send.stopped().await;
+            if let Some(send) = unacked.keep(send) {
+                let _ = send.stopped().await;
+            }
         }
         Some(false) => {}
     }

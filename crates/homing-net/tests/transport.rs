@@ -404,6 +404,57 @@ async fn shutdown_drains_in_flight_requests_and_refuses_new_connections() {
     .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_holds_connections_until_their_replies_are_acknowledged() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let handler = Arc::new(TestHandler {
+            delay: Duration::from_millis(400),
+            ..TestHandler::default()
+        });
+        let (server, direct) = start(&ca, handler, ServerLimits::default()).await;
+        let relay = homing_net::Relay::start("127.0.0.1:0".parse().unwrap(), direct.addr, 11)
+            .await
+            .unwrap();
+        let via = Peer {
+            addr: relay.addr(),
+            dc: iad(),
+        };
+        let router = client(&ca, Role::Router);
+        router.request(&via, &resolve()).await.unwrap();
+        // From here every packet from the server is lost until healed.
+        relay.impairment().block_to_client(true);
+        let send = |router: Client, via: Peer| {
+            tokio::spawn(async move { router.request(&via, &resolve()).await })
+        };
+        // `before`'s reply is written (and lost) before shutdown begins;
+        // `during`'s is written (and lost) while shutdown drains.
+        let before = send(router.clone(), via.clone());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let during = send(router.clone(), via.clone());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let shutdown = tokio::spawn(server.shutdown());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !shutdown.is_finished(),
+            "shutdown waits for the acknowledgements"
+        );
+        relay.impairment().block_to_client(false);
+        // QUIC retransmits both replies; the server closes only once they
+        // are acknowledged.
+        for (name, request) in [("before", before), ("during", during)] {
+            let reply = request.await.unwrap();
+            assert!(
+                reply.as_ref().is_ok_and(is_resolved),
+                "reply {name} shutdown: {reply:?}"
+            );
+        }
+        assert!(shutdown.await.unwrap(), "drained within the bound");
+    })
+    .await
+    .unwrap();
+}
+
 /// Collects the WARN events of the current thread, formatted as `field=value` pairs.
 struct WarnCapture(Arc<std::sync::Mutex<Vec<String>>>);
 
