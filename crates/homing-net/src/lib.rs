@@ -44,3 +44,12 @@ pub use pool::Peer;
 pub use relay::Relay;
 pub use server::{Handler, Server};
 pub use tls::TlsIdentity;
+
+/// Locks `mutex`, ignoring poisoning: every critical section in this crate
+/// is a few reads and assignments that leave the state consistent even if a
+/// panic interrupts the holder.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -6,13 +6,14 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use homing_core::DcId;
 use quinn::Connection;
 
 use crate::error::NetError;
+use crate::lock;
 
 /// Largest backoff exponent: `base << 16` already exceeds any sane maximum.
 const BACKOFF_SHIFT_MAX: u32 = 16;
@@ -47,14 +48,6 @@ struct Slot {
 struct Backoff {
     failures: u32,
     retry_at: Option<Instant>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these locks cannot leave them inconsistent (each
-    // critical section is a single read or assignment), so poisoning is ignored.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Slot {

@@ -78,11 +78,7 @@ impl Unacked {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Every critical section leaves the state consistent, so a panic in
-        // one (there is none to expect) cannot poison it meaningfully.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.state)
     }
 }
 
