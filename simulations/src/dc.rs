@@ -30,14 +30,16 @@ use homing_core::{
     chain::HOP_LIMIT_DEFAULT, wire::WAIT_MS_MAX,
 };
 
+use homing_node::{Mutations, Update, UpdatePoll, WaitLimits, Waiters};
+
 use crate::clock::NodeClock;
 use crate::invariants::View;
+use crate::report::Measurements;
+use crate::rules::Rules;
 use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
-use crate::waiting::{AwaitFor, AwaitJob, WaitQueue};
+use crate::waiting::{AwaitFor, AwaitJob};
 
-/// Most compare-and-set attempts on one record (as homingd's `CAS_ATTEMPTS_MAX`).
-pub const CAS_ATTEMPTS_MAX: u32 = 16;
 /// Pause before registering again when the tail's DC did not answer an
 /// `Await` (homingd's `AWAIT_RETRY_MS`), ms.
 pub const AWAIT_RETRY_MS: u64 = 250;
@@ -68,19 +70,23 @@ pub struct Dc {
     peer_rpcs: BTreeMap<u64, u64>,
     /// Volatile: this DC's pending `Await` requests to other DCs (RPC → peer).
     pub(crate) await_rpcs: BTreeMap<u64, u16>,
-    /// Volatile: parked acquirers per reservation of this DC (lost in a crash).
-    pub(crate) waiters: BTreeMap<ReservationId, WaitQueue>,
-    /// How many wait here in all.
-    pub(crate) waiters_total: usize,
-    pub(crate) next_ticket: u64,
+    /// Volatile: parked acquirers of this DC by task (lost in a crash).
+    pub(crate) waiters: Waiters<u64>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     next_task: u64,
 }
 
 impl Dc {
-    /// A running DC with empty stores.
-    pub fn new(id: DcId, idx: u16, clock: NodeClock) -> Dc {
+    /// A running DC with empty stores; its waiters bounded by `limits`
+    /// (rules broken on purpose: `mutations`).
+    pub fn new(
+        id: DcId,
+        idx: u16,
+        clock: NodeClock,
+        limits: WaitLimits,
+        mutations: Mutations,
+    ) -> Dc {
         Dc {
             id,
             idx,
@@ -95,9 +101,7 @@ impl Dc {
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            waiters_total: 0,
-            next_ticket: 0,
+            waiters: Waiters::new(limits, mutations),
             woken: BTreeMap::new(),
             next_task: 0,
         }
@@ -201,11 +205,10 @@ pub(crate) enum UpdateOp {
 pub(crate) enum TaskKind {
     Acquire(Box<AcquireJob>),
     Await(Box<AwaitJob>),
+    /// Renew, release, link: homing-node's [`Update`] applying `op`.
     Update {
-        id: ReservationId,
         op: UpdateOp,
-        attempts: u32,
-        reply: Option<Box<Reply>>,
+        update: Box<Update<Reply>>,
     },
     Segment,
     Resolve {
@@ -369,35 +372,23 @@ impl Sim {
                 reservation,
                 token,
                 host_time,
-            } => TaskKind::Update {
-                id: reservation,
-                op: UpdateOp::Renew { token, host_time },
-                attempts: 0,
-                reply: None,
-            },
+            } => self.update_task(d, reservation, UpdateOp::Renew { token, host_time }),
             Request::Release {
                 reservation,
                 token,
                 outcome,
-            } => TaskKind::Update {
-                id: reservation,
-                op: UpdateOp::Release { token, outcome },
-                attempts: 0,
-                reply: None,
-            },
+            } => self.update_task(d, reservation, UpdateOp::Release { token, outcome }),
             Request::Link {
                 from,
                 to,
                 expected_token,
-            } => TaskKind::Update {
-                id: from,
-                op: UpdateOp::Link {
+            } => {
+                let op = UpdateOp::Link {
                     to,
                     expected: expected_token,
-                },
-                attempts: 0,
-                reply: None,
-            },
+                };
+                self.update_task(d, from, op)
+            }
             Request::Drain { .. }
             | Request::Inspect { .. }
             | Request::Watch { .. }
@@ -415,12 +406,8 @@ impl Sim {
             waiting: None,
             work: Work::default(),
         };
-        let next = match &task.kind {
-            TaskKind::Update { id, .. } if id.dc() != &self.dcs[d].id => Next::Reply(error(
-                ErrorKind::BadRequest,
-                format!("reservation {id} is owned by dc {}", id.dc()),
-            )),
-            TaskKind::Update { id, .. } => Next::Store(StoreOp::Get(id.clone())),
+        let next = match &mut task.kind {
+            TaskKind::Update { update, .. } => update_next(update),
             _ => self.acquire_step(d, &mut task),
         };
         let tid = self.new_task_id(d);
@@ -895,10 +882,10 @@ impl Sim {
         };
         self.checker
             .on_commit(&view, self.now, key, d, &id, version, previous.as_ref());
-        // homingd's `Node::wrote`: every landed write notifies the record's waiters.
-        if self.rules.waiting.notify_on_write && self.dcs[d].waiters.contains_key(&id) {
+        // homingd's `Node::wrote`: every landed write goes to the record's waiters.
+        if self.dcs[d].waiters.has_waiters(&id) {
             let record = self.dcs[d].records[&id].clone();
-            self.waiters_notify(d, &record);
+            self.waiters_notify(d, &record, true);
         }
     }
 
@@ -993,7 +980,14 @@ impl Sim {
                         c.handle_local_record(record, now);
                         self.acquire_step(d, &mut task)
                     }
-                    TaskKind::Update { .. } => self.update_read(&mut task, record, now),
+                    TaskKind::Update { op, update } => {
+                        let (rules, policy) = (self.rules, self.policy);
+                        let counts = &mut self.measurements;
+                        update.handle_record(record, now, |r, now| {
+                            apply(op, &rules, &policy, r, now, counts)
+                        });
+                        update_next(update)
+                    }
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
                 }
             }
@@ -1012,7 +1006,6 @@ impl Sim {
             }
             StoreOp::Cas { expected, record } => {
                 task.work.dc_writes += 1;
-                let id = record.id.clone();
                 let written = self.cas(d, expected, record);
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
@@ -1020,20 +1013,13 @@ impl Sim {
                         c.handle_written(written);
                         self.acquire_step(d, &mut task)
                     }
-                    TaskKind::Update {
-                        attempts, reply, ..
-                    } => match written {
-                        // Invariant: an update only writes after computing its reply.
-                        Written::Yes => Next::Reply(*reply.take().expect("reply computed")),
-                        Written::Conflict if *attempts + 1 >= CAS_ATTEMPTS_MAX => Next::Reply(
-                            error(ErrorKind::Overloaded, format!("reservation {id} contended")),
-                        ),
-                        Written::Conflict => {
+                    TaskKind::Update { update, .. } => {
+                        if written == Written::Conflict {
                             self.measurements.count("update_cas_conflict");
-                            *attempts += 1;
-                            Next::Store(StoreOp::Get(id))
                         }
-                    },
+                        update.handle_written(written);
+                        update_next(update)
+                    }
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected write")),
                 }
             }
@@ -1041,54 +1027,10 @@ impl Sim {
         self.dc_continue(d, tid, task, next);
     }
 
-    /// Renew / release / link: the record was read; apply the rule.
-    fn update_read(
-        &mut self,
-        task: &mut Task,
-        record: Option<DcRecord>,
-        now: homing_core::StoreTime,
-    ) -> Next {
-        let TaskKind::Update { id, op, reply, .. } = &mut task.kind else {
-            return Next::Reply(error(ErrorKind::Internal, "not an update"));
-        };
-        let Some(record) = record else {
-            return Next::Reply(error(
-                ErrorKind::UnknownReservation,
-                format!("no reservation {id}"),
-            ));
-        };
-        let policy = self.policy;
-        let (next, answer) = match op {
-            UpdateOp::Renew { token, host_time } => {
-                let t = (self.rules.renew)(&record, *token, *host_time, now, &policy);
-                (t.next, Reply::Renew(t.reply))
-            }
-            UpdateOp::Release { token, outcome } => {
-                let t = (self.rules.release)(&record, *token, outcome.clone(), now);
-                (t.next, Reply::Release(t.reply))
-            }
-            UpdateOp::Link { to, expected } => {
-                let t = (self.rules.link)(&record, to, *expected, now, &policy);
-                self.measurements.count(match t.reply {
-                    homing_core::LinkReply::Linked => "link_linked",
-                    homing_core::LinkReply::AlreadyLinked(_) => "link_already_linked",
-                    homing_core::LinkReply::StillActive { .. } => "link_still_active",
-                    homing_core::LinkReply::TokenMoved { .. } => "link_token_moved",
-                    homing_core::LinkReply::Abandoned => "link_abandoned",
-                });
-                (t.next, Reply::Link(t.reply))
-            }
-        };
-        match next {
-            None => Next::Reply(answer),
-            Some(next) => {
-                *reply = Some(Box::new(answer));
-                Next::Store(StoreOp::Cas {
-                    expected: Some(record.version),
-                    record: next,
-                })
-            }
-        }
+    /// An update task for our reservation `id`.
+    fn update_task(&self, d: usize, id: ReservationId, op: UpdateOp) -> TaskKind {
+        let update = Box::new(Update::new(self.dcs[d].id.clone(), id));
+        TaskKind::Update { op, update }
     }
 
     /// The global write-once lands; then the DC that asked (if it still runs) goes on.
@@ -1289,8 +1231,8 @@ impl Sim {
         if !dc.waiters.is_empty() {
             self.measurements.count("wait_registrations_lost_in_crash");
         }
-        dc.waiters.clear();
-        dc.waiters_total = 0;
+        // Tickets keep counting up across the crash: the checkers know them.
+        dc.waiters.wake_all(AwaitReply::TimedOut);
         dc.woken.clear();
         dc.global_cache.clear();
         self.checker.wake.on_dc_crash(self.now, d as u16);
@@ -1389,4 +1331,52 @@ impl Sim {
             }
         }
     }
+}
+
+/// What an update task does next, as homing-node's [`Update`] says.
+fn update_next(update: &mut Update<Reply>) -> Next {
+    match update.poll() {
+        UpdatePoll::Read(id) => Next::Store(StoreOp::Get(id)),
+        UpdatePoll::Write {
+            expected, record, ..
+        } => Next::Store(StoreOp::Cas {
+            expected: Some(expected),
+            record,
+        }),
+        UpdatePoll::Done(reply) => Next::Reply(reply),
+        UpdatePoll::Failed(e) => Next::Reply(Reply::Error(e.reply())),
+    }
+}
+
+/// Renew / release / link: `op`'s rule applied to `record` at `now`.
+fn apply(
+    op: &UpdateOp,
+    rules: &Rules,
+    policy: &homing_core::LeasePolicy,
+    record: &DcRecord,
+    now: homing_core::StoreTime,
+    measurements: &mut Measurements,
+) -> homing_core::Transition<Reply> {
+    let (next, reply) = match op {
+        UpdateOp::Renew { token, host_time } => {
+            let t = (rules.renew)(record, *token, *host_time, now, policy);
+            (t.next, Reply::Renew(t.reply))
+        }
+        UpdateOp::Release { token, outcome } => {
+            let t = (rules.release)(record, *token, outcome.clone(), now);
+            (t.next, Reply::Release(t.reply))
+        }
+        UpdateOp::Link { to, expected } => {
+            let t = (rules.link)(record, to, *expected, now, policy);
+            measurements.count(match t.reply {
+                homing_core::LinkReply::Linked => "link_linked",
+                homing_core::LinkReply::AlreadyLinked(_) => "link_already_linked",
+                homing_core::LinkReply::StillActive { .. } => "link_still_active",
+                homing_core::LinkReply::TokenMoved { .. } => "link_token_moved",
+                homing_core::LinkReply::Abandoned => "link_abandoned",
+            });
+            (t.next, Reply::Link(t.reply))
+        }
+    };
+    homing_core::Transition { next, reply }
 }

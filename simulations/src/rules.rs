@@ -1,7 +1,10 @@
-//! The record transitions a simulated DC applies, as function pointers.
-//! [`Rules::real`] is homing-core's; tests swap in a deliberately broken
-//! rule to prove that the invariant checkers catch it. Nothing in production
-//! code selects anything else.
+//! The rules a simulated DC applies that a test may break on purpose to
+//! prove that the invariant checkers catch it: homing-core's record
+//! transitions as function pointers, homing-node's [`Mutations`] (rules
+//! inside the code homingd runs), and the driver's own choices
+//! ([`WaitRules`]). [`Rules::real`] breaks nothing.
+
+use homing_node::Mutations;
 
 use homing_core::{
     DcRecord, FencingToken, HostTime, LeasePolicy, LinkReply, ReleaseReply, RenewReply,
@@ -36,18 +39,17 @@ pub struct Rules {
     pub expire: ExpireRule,
     /// Drain.
     pub drain: DrainRule,
-    /// How parked acquirers are woken (homingd's `Waiters`).
+    /// The drivers' waiting choices.
     pub waiting: WaitRules,
+    /// Rules of homing-node broken on purpose (none in [`Rules::real`]).
+    pub mutations: Mutations,
 }
 
-/// The waiting mechanism's choices, as homingd makes them; tests break one
-/// on purpose to show that the wake-up checkers catch it.
+/// The waiting choices still made in homingd's driver (not yet in
+/// homing-node), as homingd makes them; tests break one on purpose to show
+/// that the wake-up checkers catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitRules {
-    /// Every landed write of a record notifies its waiters (`Node::wrote`).
-    pub notify_on_write: bool,
-    /// A vacated reservation wakes the first waiter registered (`false`: the last).
-    pub wake_first: bool,
     /// Added to the grant's host time of an acquire that waited (`0`: homingd's
     /// `host_time + time held`, which keeps the host's deadlines conservative).
     pub grant_extra_ms: u64,
@@ -64,8 +66,6 @@ pub struct WaitRules {
 impl WaitRules {
     /// homingd's choices.
     pub const REAL: WaitRules = WaitRules {
-        notify_on_write: true,
-        wake_first: true,
         grant_extra_ms: 0,
         origin_deadline: true,
         reset_on_restart: true,
@@ -82,6 +82,7 @@ impl Rules {
             expire: DcRecord::expire,
             drain: DcRecord::drain,
             waiting: WaitRules::REAL,
+            mutations: Mutations::NONE,
         }
     }
 }

@@ -375,7 +375,12 @@ impl Sim {
                 rng.signed(c.store_drift_ppm),
             );
             dc_index.insert(id.clone(), i as u16);
-            dcs.push(Dc::new(id, i as u16, clock));
+            let limits = homing_node::WaitLimits {
+                per_key: scenario.waiting.waiters_per_key_max,
+                total: scenario.waiting.waiters_max,
+                handoff_ms: scenario.waiting.handoff_ms,
+            };
+            dcs.push(Dc::new(id, i as u16, clock, limits, rules.mutations));
         }
         let mut hosts = Vec::new();
         for d in 0..dcs.len() {

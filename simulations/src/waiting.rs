@@ -1,13 +1,8 @@
-//! Parked acquirers at the DC that owns the holder's reservation, as
-//! homingd's `Waiters` and `Node::await_vacant` keep them: a FIFO queue per
-//! reservation, bounded per reservation and per DC (`Overloaded` beyond),
-//! woken from the writes that change the record — never by polling:
-//!
-//! - vacant (released, or the lease lapsed past expiry + grace): the first
-//!   waiter alone gets `Vacated` and the hand-off window (`handoff_ms`); if
-//!   the reservation is still vacant when the window ends, the next is woken;
-//! - linked or abandoned: every waiter gets `Moved`;
-//! - re-activated: the waiters keep waiting (the hand-off ends).
+//! Parked acquirers at the DC that owns the holder's reservation. Who is
+//! woken with what — FIFO per reservation, the bounds, the hand-off window —
+//! is homing-node's `Waiters`, the same registry homingd runs; this module
+//! delivers its answers to simulated tasks and keeps the select loop of
+//! homingd's `Node::await_vacant`.
 //!
 //! Each waiter is a DC task looping like the daemon's: read the record after
 //! registering, notify, then "select" on its wake-up, a timer at the
@@ -17,26 +12,14 @@
 //! the wake-up first, then the timer, then the change (tokio picks at
 //! random; any order is one the daemon can take).
 
-use std::collections::VecDeque;
-
 use homing_core::{
     AwaitReply, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordState, RecordView, Reply,
     ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
+use homing_node::{CAS_ATTEMPTS_MAX, NodeTime, Ticket};
 
-use crate::dc::{AwaitFailure, CAS_ATTEMPTS_MAX, Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{AwaitFailure, Next, StoreOp, Task, TaskKind, Work};
 use crate::sim::{Event, NodeId, Sim};
-
-/// The waiters of one reservation in one DC.
-#[derive(Debug, Default)]
-pub(crate) struct WaitQueue {
-    /// Registered waiters in order: (ticket, task).
-    tickets: VecDeque<(u64, u64)>,
-    /// Until when (true µs) the last woken waiter has the vacant reservation to itself.
-    handoff_until_us: Option<u64>,
-    /// Bumped whenever the hand-off changes, so parked waiters re-arm.
-    changed: u64,
-}
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +52,7 @@ pub(crate) struct AwaitJob {
     pub(crate) origin: AwaitFor,
     /// When the wait ends, true µs (this DC's clock advanced `wait_ms`).
     deadline_us: u64,
-    ticket: Option<u64>,
+    ticket: Option<Ticket>,
     /// The record as last read.
     record: Option<DcRecord>,
     seen_changed: u64,
@@ -175,7 +158,7 @@ impl Sim {
                     return Step::Finish(refused(ErrorKind::UnknownReservation, id.to_string()));
                 };
                 // Free now and nobody ahead: no need to queue.
-                if !self.dcs[d].waiters.contains_key(&id)
+                if !self.dcs[d].waiters.has_waiters(&id)
                     && let Some(answer) = settled(&record, now, &policy)
                 {
                     self.measurements.count("wait_answered_at_once");
@@ -191,7 +174,7 @@ impl Sim {
                             d as u16,
                             &id,
                             key,
-                            ticket,
+                            ticket.get(),
                             job.deadline_us,
                             &record,
                         );
@@ -206,7 +189,7 @@ impl Sim {
                 };
                 // Read after registering, so a change between the two is not missed.
                 job.record = Some(record.clone());
-                self.waiters_notify(d, &record);
+                self.waiters_notify(d, &record, false);
                 Step::Select
             }
             (StoreOp::Get(id), AwaitPhase::Expiring { attempts }) => {
@@ -251,34 +234,19 @@ impl Sim {
         }
     }
 
-    /// `Waiters::register`: queues task `tid` behind those already waiting
-    /// for `id`; returns its ticket and the queue's hand-off version.
+    /// Queues task `tid` behind those already waiting for `id`; returns its
+    /// ticket and the queue's hand-off version.
     fn waiters_register(
         &mut self,
         d: usize,
         id: &ReservationId,
         tid: u64,
-    ) -> Result<(u64, u64), ErrorReply> {
-        let limits = &self.scenario.waiting;
-        let (per_key_max, total_max) = (limits.waiters_per_key_max, limits.waiters_max);
-        let dc = &mut self.dcs[d];
-        let registered = if dc.waiters_total >= total_max {
-            let message = format!("{} acquirers already wait in this dc", dc.waiters_total);
-            Err(ErrorReply::new(ErrorKind::Overloaded, message))
-        } else {
-            let ticket = dc.next_ticket;
-            dc.next_ticket += 1;
-            let queue = dc.waiters.entry(id.clone()).or_default();
-            if queue.tickets.len() >= per_key_max {
-                let message = format!("{} acquirers already wait for {id}", queue.tickets.len());
-                Err(ErrorReply::new(ErrorKind::Overloaded, message))
-            } else {
-                queue.tickets.push_back((ticket, tid));
-                let seen = queue.changed;
-                dc.waiters_total += 1;
-                Ok((ticket, seen))
-            }
-        };
+    ) -> Result<(Ticket, u64), ErrorReply> {
+        let waiters = &mut self.dcs[d].waiters;
+        let registered = waiters
+            .register(id, tid)
+            .map(|ticket| (ticket, waiters.handoff_version(id)))
+            .map_err(|full| ErrorReply::new(ErrorKind::Overloaded, full.to_string()));
         self.measurements.count(if registered.is_ok() {
             "wait_registered"
         } else {
@@ -288,87 +256,36 @@ impl Sim {
     }
 
     /// A waiter leaves the queue (it timed out or failed; dropping its ticket).
-    fn waiters_leave(&mut self, d: usize, id: &ReservationId, ticket: u64) {
-        let dc = &mut self.dcs[d];
-        let Some(queue) = dc.waiters.get_mut(id) else {
-            return;
-        };
-        let before = queue.tickets.len();
-        queue.tickets.retain(|(t, _)| *t != ticket);
-        let left = before - queue.tickets.len();
-        if queue.tickets.is_empty() {
-            dc.waiters.remove(id);
-        }
-        dc.waiters_total -= left;
-        if left > 0 {
-            self.checker.wake.on_left(d as u16, ticket);
+    fn waiters_leave(&mut self, d: usize, id: &ReservationId, ticket: Ticket) {
+        if self.dcs[d].waiters.leave(id, ticket).is_some() {
+            self.checker.wake.on_left(d as u16, ticket.get());
         }
     }
 
-    /// `Waiters::notify`: `record` (of DC `d`) was written or read now; wakes
-    /// the waiters its state lets go.
-    pub(crate) fn waiters_notify(&mut self, d: usize, record: &DcRecord) {
-        let now = self.dcs[d].clock.store_time(self.now);
-        let handoff_until = self.dcs[d]
-            .clock
-            .true_us_after(self.now, self.scenario.waiting.handoff_ms * 1000);
-        let wake_first = self.rules.waiting.wake_first;
+    /// `record` (of DC `d`) was read, or `written`, now: wakes the waiters
+    /// its state lets go, as homing-node's `Waiters` decides.
+    pub(crate) fn waiters_notify(&mut self, d: usize, record: &DcRecord, written: bool) {
+        let clock = self.dcs[d].clock;
+        let now = clock.store_time(self.now);
+        let mono = NodeTime::from_us(clock.local_us(self.now));
         let true_now = self.now;
-        let dc = &mut self.dcs[d];
-        let Some(queue) = dc.waiters.get_mut(&record.id) else {
-            return;
+        let waiters = &mut self.dcs[d].waiters;
+        // Simulated waiters leave the queue themselves when they stop listening.
+        let notified = if written {
+            waiters.written(record, now, mono, &self.policy, |_| true)
+        } else {
+            waiters.notify(record, now, mono, &self.policy, |_| true)
         };
-        let mut woken = Vec::new();
-        let mut bumped = false;
-        let mut handoff_expired = false;
-        match record.view(now, &self.policy) {
-            RecordView::Link(_) | RecordView::Abandoned => {
-                for (ticket, tid) in queue.tickets.drain(..) {
-                    woken.push((ticket, tid, AwaitReply::Moved));
-                }
-            }
-            RecordView::Tail(tail) => match tail.state {
-                TailState::Active { .. } => {
-                    if queue.handoff_until_us.take().is_some() {
-                        queue.changed += 1;
-                        bumped = true;
-                    }
-                }
-                TailState::Vacant { ended } => {
-                    let in_handoff = queue.handoff_until_us.is_some_and(|t| t > true_now);
-                    if !in_handoff {
-                        handoff_expired = queue.handoff_until_us.is_some();
-                        // The first waiter takes the turn.
-                        let first = if wake_first {
-                            queue.tickets.pop_front()
-                        } else {
-                            queue.tickets.pop_back()
-                        };
-                        if let Some((ticket, tid)) = first {
-                            woken.push((ticket, tid, AwaitReply::Vacated { ended }));
-                        }
-                        queue.handoff_until_us = Some(handoff_until);
-                        queue.changed += 1;
-                        bumped = true;
-                    }
-                }
-            },
-        }
-        let rearm: Vec<u64> = if bumped {
-            queue.tickets.iter().map(|(_, tid)| *tid).collect()
+        let mut wake_tasks: Vec<u64> = if notified.handoff_moved {
+            waiters.queued(&record.id).copied().collect()
         } else {
             Vec::new()
         };
-        if queue.tickets.is_empty() {
-            dc.waiters.remove(&record.id);
-        }
-        dc.waiters_total -= woken.len();
-        if handoff_expired && !woken.is_empty() {
+        if notified.handoff_expired && !notified.woken.is_empty() {
             self.measurements.count("wait_handoff_expired");
         }
-        let mut wake_tasks = rearm;
-        for (ticket, tid, answer) in woken {
-            let vacated = matches!(answer, AwaitReply::Vacated { .. });
+        for wake in notified.woken {
+            let vacated = matches!(wake.reply, AwaitReply::Vacated { .. });
             self.measurements.count(if vacated {
                 "wait_woken_vacated"
             } else {
@@ -376,9 +293,9 @@ impl Sim {
             });
             self.checker
                 .wake
-                .on_wake(true_now, d as u16, &record.id, ticket, vacated);
-            self.dcs[d].woken.insert(tid, answer);
-            wake_tasks.push(tid);
+                .on_wake(true_now, d as u16, &record.id, wake.ticket.get(), vacated);
+            self.dcs[d].woken.insert(wake.waiter, wake.reply);
+            wake_tasks.push(wake.waiter);
         }
         for tid in wake_tasks {
             self.await_rouse(d, tid);
@@ -428,9 +345,15 @@ impl Sim {
             }
             _ => None,
         };
-        let queue = self.dcs[d].waiters.get(&job.id);
-        let handoff = queue.and_then(|q| q.handoff_until_us);
-        let changed = queue.map_or(job.seen_changed, |q| q.changed);
+        let waiters = &self.dcs[d].waiters;
+        let handoff = waiters
+            .handoff_until(&job.id)
+            .map(|until| clock.first_true_us_at_us(until.as_us()));
+        let changed = if waiters.has_waiters(&job.id) {
+            waiters.handoff_version(&job.id)
+        } else {
+            job.seen_changed
+        };
         let wake = [lapse, handoff, Some(job.deadline_us)]
             .into_iter()
             .flatten()

@@ -7,6 +7,7 @@
 //! that seed.
 
 use homing_core::{DcRecord, FencingToken, ReleaseReply, RunOutcome, StoreTime, Transition};
+use homing_node::{Mutation, Mutations};
 use homing_sim::{Failure, Invariant, Rules, RunOptions, Scenario, WaitRules, run};
 
 fn waiting() -> Scenario {
@@ -72,10 +73,7 @@ fn waiting_keeps_every_invariant_and_exercises_every_path() {
 #[test]
 fn waiting_without_a_notify_on_write_loses_a_wake_up() {
     let broken = Rules {
-        waiting: WaitRules {
-            notify_on_write: false,
-            ..WaitRules::REAL
-        },
+        mutations: Mutations::NONE.with(Mutation::WriteForgetsWaiters),
         ..Rules::real()
     };
     let failure = first_failure(&waiting(), broken);
@@ -89,10 +87,7 @@ fn waiting_without_a_notify_on_write_loses_a_wake_up() {
 #[test]
 fn waking_the_last_waiter_instead_of_the_first_breaks_fifo() {
     let broken = Rules {
-        waiting: WaitRules {
-            wake_first: false,
-            ..WaitRules::REAL
-        },
+        mutations: Mutations::NONE.with(Mutation::WaiterQueuePopsBack),
         ..Rules::real()
     };
     let failure = first_failure(&waiting(), broken);

@@ -17,6 +17,7 @@ use homing_core::{
     StoreTime, TailState, Transition, Walked, Written, wire,
 };
 use homing_net::Handler;
+use homing_node::{Update, UpdatePoll};
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
 };
@@ -27,8 +28,6 @@ use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
 use crate::waiters::{WaitLimits, Waiters};
 
-/// Most compare-and-set attempts on one record before answering `Overloaded`.
-pub const CAS_ATTEMPTS_MAX: u32 = 16;
 /// Most records one `Inspect` or `Scan` reply carries: a record encodes to at
 /// most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
 pub const INSPECT_RECORDS_MAX: usize = 48;
@@ -239,15 +238,16 @@ impl Node {
         if event {
             self.changes.send_modify(|v| *v = v.wrapping_add(1));
         }
-        self.waiters.notify(after, store_now(), &self.policy);
+        self.waiters.written(after, store_now(), &self.policy);
     }
 
-    /// Compare-and-set of our record `next` over `before` (`None`: a create
-    /// or an unknown previous record), then [`Node::wrote`] if it landed.
+    /// Compare-and-set of our record `next` over version `expected`
+    /// (`None`: a create), then [`Node::wrote`] if it landed; `event`: the
+    /// write appends a lifecycle event.
     async fn cas(
         &self,
         expected: Option<u64>,
-        before: Option<&DcRecord>,
+        event: bool,
         next: &DcRecord,
     ) -> Result<bool, StoreError> {
         let cas = self
@@ -255,7 +255,6 @@ impl Node {
             .await?;
         let landed = cas.landed(next);
         if landed {
-            let event = before.is_none_or(|b| homing_core::event::derive(Some(b), next).is_some());
             self.wrote(event, next);
         }
         Ok(landed)
@@ -363,7 +362,7 @@ impl Node {
     }
 
     /// Applies `transition` to our record `id` with compare-and-set, re-reading
-    /// and retrying on conflict, at most [`CAS_ATTEMPTS_MAX`] times.
+    /// and retrying on conflict, as homing-node's [`Update`] decides.
     pub async fn update<R>(
         &self,
         id: &ReservationId,
@@ -379,35 +378,29 @@ impl Node {
         id: &ReservationId,
         transition: impl Fn(&DcRecord, StoreTime) -> Transition<R>,
     ) -> Result<R, Failure> {
-        if id.dc() != &self.dc {
-            return Err(fail(
-                ErrorKind::BadRequest,
-                format!(
-                    "reservation {id} is owned by dc {}, not {}",
-                    id.dc(),
-                    self.dc
-                ),
-            ));
-        }
-        for _ in 0..CAS_ATTEMPTS_MAX {
-            let Some(record) = self.timed("dc_get", self.records.get(id)).await? else {
-                return Err(fail(
-                    ErrorKind::UnknownReservation,
-                    format!("no reservation {id} in dc {}", self.dc),
-                ));
-            };
-            let out = transition(&record, store_now());
-            let Some(next) = out.next else {
-                return Ok(out.reply);
-            };
-            if self.cas(Some(record.version), Some(&record), &next).await? {
-                return Ok(out.reply);
+        let mut update = Update::new(self.dc.clone(), id.clone());
+        loop {
+            match update.poll() {
+                UpdatePoll::Read(id) => {
+                    let record = self.timed("dc_get", self.records.get(&id)).await?;
+                    update.handle_record(record, store_now(), &transition);
+                }
+                UpdatePoll::Write {
+                    expected,
+                    record,
+                    event,
+                } => {
+                    let written = if self.cas(Some(expected), event, &record).await? {
+                        Written::Yes
+                    } else {
+                        Written::Conflict
+                    };
+                    update.handle_written(written);
+                }
+                UpdatePoll::Done(reply) => return Ok(reply),
+                UpdatePoll::Failed(e) => return Err(Failure::Reply(e.reply())),
             }
         }
-        Err(fail(
-            ErrorKind::Overloaded,
-            format!("reservation {id} contended for {CAS_ATTEMPTS_MAX} attempts"),
-        ))
     }
 
     /// Connect for `actor`; with `wait_ms`, a key held by a live actor is
@@ -629,7 +622,7 @@ impl Node {
                         tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
                     }
                 }
-                _ = ticket.changed.changed() => {}
+                _ = ticket.rouse.notified() => {}
                 _ = self.closed() => return Ok(AwaitReply::TimedOut),
             }
         }
@@ -786,7 +779,7 @@ impl Node {
                 connect.handle_allocated(unique, store_now());
             }
             ConnectNeed::Write { expected, record } => {
-                let written = if self.cas(expected, None, &record).await? {
+                let written = if self.cas(expected, true, &record).await? {
                     Written::Yes
                 } else {
                     Written::Conflict

@@ -1,0 +1,34 @@
+//! homing-node: the request handling of one DC as sans-IO parts, in the
+//! shape of quinn-proto (DESIGN.md §7.1). No tokio, no sockets, no clock
+//! reads, no entropy: both clocks come in as arguments — [`NodeTime`], the
+//! node's own monotonic clock for its timers, and `homing_core::StoreTime`,
+//! the DC store's clock in which leases expire — and every decision is
+//! taken here, so `homingd` (tokio, real stores, QUIC) and the simulator
+//! (its event queue, in-memory stores) run the same code.
+//!
+//! Moved here so far:
+//!
+//! - [`waiters`]: the parked acquirers of a DC — FIFO per reservation,
+//!   bounded, hand-off window, who is woken by which write;
+//! - [`update`]: read → transition → compare-and-set of one record,
+//!   bounded retries, the owner check, and how each failure is answered.
+//!
+//! Still decided in the drivers (issue 18, later steps): the acquire wait
+//! loop, await-vacant's select, upkeep (reap, orphan sweep, event trim),
+//! drain forwarding, watch cursors.
+//!
+//! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
+//! feature `mutations`), so a simulator sweep that catches it is evidence
+//! about the code homingd runs.
+
+#![forbid(unsafe_code)]
+
+pub mod mutation;
+pub mod time;
+pub mod update;
+pub mod waiters;
+
+pub use mutation::{Mutation, Mutations};
+pub use time::NodeTime;
+pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
+pub use waiters::{Full, Notified, Ticket, WaitLimits, Waiters, Wake};

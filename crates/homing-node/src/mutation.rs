@@ -1,0 +1,55 @@
+//! Rules of homing-node that a test can break on purpose, to show that the
+//! simulator's checkers catch a bug in the code homingd runs (not in a copy).
+//!
+//! Without the `mutations` cargo feature a [`Mutations`] set is always empty
+//! and [`Mutations::has`] is a constant `false`; with it, a set is still
+//! empty unless a test builds one with [`Mutations::with`]. homingd and the
+//! CLI only ever pass [`Mutations::NONE`].
+
+/// One rule broken on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Mutation {
+    /// A vacated reservation wakes the waiter registered last instead of
+    /// the first (breaks first come, first served).
+    WaiterQueuePopsBack = 1 << 0,
+    /// A record write no longer wakes that record's waiters.
+    WriteForgetsWaiters = 1 << 1,
+}
+
+/// The set of rules broken in one node: empty in production.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mutations {
+    #[cfg(feature = "mutations")]
+    active: u32,
+}
+
+impl Mutations {
+    /// No rule broken.
+    pub const NONE: Mutations = Mutations {
+        #[cfg(feature = "mutations")]
+        active: 0,
+    };
+
+    /// This set with `mutation` broken as well.
+    #[cfg(feature = "mutations")]
+    pub const fn with(self, mutation: Mutation) -> Mutations {
+        Mutations {
+            active: self.active | mutation as u32,
+        }
+    }
+
+    /// Whether `mutation` is broken here.
+    #[inline]
+    pub fn has(self, mutation: Mutation) -> bool {
+        #[cfg(feature = "mutations")]
+        {
+            self.active & mutation as u32 != 0
+        }
+        #[cfg(not(feature = "mutations"))]
+        {
+            let _ = mutation;
+            false
+        }
+    }
+}

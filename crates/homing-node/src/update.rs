@@ -1,0 +1,323 @@
+//! Update: one change to one of this DC's records — read it, apply a
+//! transition (`homing_core::DcRecord::{renew, release, link, expire,
+//! drain, abandon}`), compare-and-set on the version read — as a sans-IO
+//! stepper. Renew, release, link, drain, the reaper and the sweeper all
+//! change records this way.
+//!
+//! ```text
+//! owner check ─► Read ─ absent ─► Failed(Unknown)
+//!                  └ present ─► transition ─ no change ─► Done(reply)
+//!                                   └ change ─► Write ─ landed ─► Done(reply)
+//!                                                 └ conflict ─► Read again (≤ CAS_ATTEMPTS_MAX in all)
+//! ```
+//!
+//! The driver loops: [`Update::poll`], perform what it names, hand the
+//! answer back with [`Update::handle_record`] or [`Update::handle_written`].
+//! A landed write must also reach the DC's waiters
+//! ([`crate::Waiters::written`]).
+
+use homing_core::{
+    DcId, DcRecord, ErrorKind, ErrorReply, ReservationId, StoreTime, Transition, Written,
+};
+use thiserror::Error;
+
+/// Most compare-and-set attempts on one record before answering `Overloaded`.
+pub const CAS_ATTEMPTS_MAX: u32 = 16;
+
+/// Why an update failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum UpdateError {
+    /// A node only changes its own DC's records.
+    #[error("reservation {id} is owned by dc {}, not {dc}", id.dc())]
+    NotOwned {
+        /// The reservation.
+        id: ReservationId,
+        /// The DC that was asked.
+        dc: DcId,
+    },
+    /// No such record in this DC.
+    #[error("no reservation {id} in dc {dc}")]
+    Unknown {
+        /// The reservation.
+        id: ReservationId,
+        /// This DC.
+        dc: DcId,
+    },
+    /// Every compare-and-set lost to a concurrent write.
+    #[error("reservation {id} contended for {attempts} attempts")]
+    Contended {
+        /// The reservation.
+        id: ReservationId,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+impl UpdateError {
+    /// The error reply a caller gets.
+    pub fn reply(&self) -> ErrorReply {
+        let kind = match self {
+            UpdateError::NotOwned { .. } => ErrorKind::BadRequest,
+            UpdateError::Unknown { .. } => ErrorKind::UnknownReservation,
+            UpdateError::Contended { .. } => ErrorKind::Overloaded,
+        };
+        ErrorReply::new(kind, self.to_string())
+    }
+}
+
+/// What the driver must do next.
+#[derive(Debug)]
+pub enum UpdatePoll<R> {
+    /// Read this DC's record; answer with [`Update::handle_record`].
+    Read(ReservationId),
+    /// Compare-and-set `record` over stored version `expected`; answer with
+    /// [`Update::handle_written`].
+    Write {
+        /// The version read.
+        expected: u64,
+        /// The record to write.
+        record: DcRecord,
+        /// Whether the write appends a lifecycle event (watchers learn of it).
+        event: bool,
+    },
+    /// Finished: the transition's reply.
+    Done(R),
+    /// Failed; nothing more to do.
+    Failed(UpdateError),
+}
+
+#[derive(Debug)]
+enum Phase<R> {
+    Read,
+    Write {
+        expected: u64,
+        record: DcRecord,
+        event: bool,
+        reply: R,
+    },
+    Done(R),
+    Failed(UpdateError),
+    /// The outcome was handed out.
+    Over,
+}
+
+/// One record update in progress.
+#[derive(Debug)]
+pub struct Update<R> {
+    dc: DcId,
+    id: ReservationId,
+    attempts: u32,
+    phase: Phase<R>,
+}
+
+impl<R> Update<R> {
+    /// An update of reservation `id` at DC `dc`; fails at once if `id` is
+    /// another DC's.
+    pub fn new(dc: DcId, id: ReservationId) -> Update<R> {
+        let phase = if id.dc() == &dc {
+            Phase::Read
+        } else {
+            Phase::Failed(UpdateError::NotOwned {
+                id: id.clone(),
+                dc: dc.clone(),
+            })
+        };
+        Update {
+            dc,
+            id,
+            attempts: 0,
+            phase,
+        }
+    }
+
+    /// The reservation being updated.
+    pub fn id(&self) -> &ReservationId {
+        &self.id
+    }
+
+    /// What to do next. `Done` and `Failed` are handed out once; polling
+    /// again after them is a driver bug (it panics).
+    pub fn poll(&mut self) -> UpdatePoll<R> {
+        match std::mem::replace(&mut self.phase, Phase::Over) {
+            Phase::Read => {
+                self.phase = Phase::Read;
+                UpdatePoll::Read(self.id.clone())
+            }
+            Phase::Write {
+                expected,
+                record,
+                event,
+                reply,
+            } => {
+                let poll = UpdatePoll::Write {
+                    expected,
+                    record: record.clone(),
+                    event,
+                };
+                self.phase = Phase::Write {
+                    expected,
+                    record,
+                    event,
+                    reply,
+                };
+                poll
+            }
+            Phase::Done(reply) => UpdatePoll::Done(reply),
+            Phase::Failed(e) => UpdatePoll::Failed(e),
+            Phase::Over => panic!("update of {} polled after it ended", self.id),
+        }
+    }
+
+    /// The record as read at `now` (store clock): applies `transition`.
+    pub fn handle_record(
+        &mut self,
+        record: Option<DcRecord>,
+        now: StoreTime,
+        transition: impl FnOnce(&DcRecord, StoreTime) -> Transition<R>,
+    ) {
+        assert!(
+            matches!(self.phase, Phase::Read),
+            "update of {}: a record it did not ask for",
+            self.id
+        );
+        let Some(record) = record else {
+            self.phase = Phase::Failed(UpdateError::Unknown {
+                id: self.id.clone(),
+                dc: self.dc.clone(),
+            });
+            return;
+        };
+        let out = transition(&record, now);
+        self.phase = match out.next {
+            None => Phase::Done(out.reply),
+            Some(next) => {
+                assert_eq!(next.id, self.id, "a transition keeps the record's id");
+                Phase::Write {
+                    expected: record.version,
+                    event: homing_core::event::derive(Some(&record), &next).is_some(),
+                    record: next,
+                    reply: out.reply,
+                }
+            }
+        };
+    }
+
+    /// The outcome of the compare-and-set asked for.
+    pub fn handle_written(&mut self, written: Written) {
+        let Phase::Write { reply, .. } = std::mem::replace(&mut self.phase, Phase::Over) else {
+            panic!("update of {}: a write it did not ask for", self.id);
+        };
+        self.attempts += 1;
+        self.phase = match written {
+            Written::Yes => Phase::Done(reply),
+            Written::Conflict if self.attempts >= CAS_ATTEMPTS_MAX => {
+                Phase::Failed(UpdateError::Contended {
+                    id: self.id.clone(),
+                    attempts: self.attempts,
+                })
+            }
+            Written::Conflict => Phase::Read,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homing_core::{
+        ActorId, FencingToken, HostTime, Key, KeyName, LeasePolicy, ReleaseReply, RunOutcome,
+    };
+
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+    fn held() -> DcRecord {
+        DcRecord::reserve(
+            "iad.1".parse().unwrap(),
+            Key::new(KeyName::new("k").unwrap()),
+            None,
+            FencingToken::FIRST,
+            None,
+            ActorId::new("a").unwrap(),
+            HostTime::from_ms(0),
+            StoreTime::from_ms(0),
+            &POLICY,
+        )
+        .0
+    }
+
+    fn release(r: &DcRecord, now: StoreTime) -> Transition<ReleaseReply> {
+        r.release(FencingToken::FIRST, RunOutcome::Ok, now)
+    }
+
+    fn iad() -> DcId {
+        "iad".parse().unwrap()
+    }
+
+    #[test]
+    fn update_another_dcs_reservation_is_refused_without_io() {
+        let mut u = Update::<()>::new("fra".parse().unwrap(), "iad.1".parse().unwrap());
+        let UpdatePoll::Failed(e) = u.poll() else {
+            panic!("expected a refusal")
+        };
+        assert_eq!(e.reply().kind, ErrorKind::BadRequest);
+    }
+
+    #[test]
+    fn update_reads_transitions_and_writes_over_the_version_read() {
+        let record = held();
+        let mut u = Update::new(iad(), record.id.clone());
+        assert!(matches!(u.poll(), UpdatePoll::Read(id) if id == record.id));
+        u.handle_record(Some(record.clone()), StoreTime::from_ms(1), release);
+        let UpdatePoll::Write {
+            expected,
+            record: next,
+            event,
+        } = u.poll()
+        else {
+            panic!("expected a write")
+        };
+        assert_eq!(expected, record.version);
+        assert!(event, "a release is a lifecycle event");
+        assert!(next.version > record.version);
+        u.handle_written(Written::Yes);
+        assert!(matches!(u.poll(), UpdatePoll::Done(ReleaseReply::Released)));
+    }
+
+    #[test]
+    fn update_without_a_change_answers_without_writing() {
+        let record = held();
+        let released = release(&record, StoreTime::from_ms(1)).next.unwrap();
+        let mut u = Update::new(iad(), record.id.clone());
+        u.poll();
+        // Releasing twice: the same answer, nothing to write.
+        u.handle_record(Some(released), StoreTime::from_ms(2), release);
+        assert!(matches!(u.poll(), UpdatePoll::Done(_)));
+    }
+
+    #[test]
+    fn update_of_an_unknown_record_fails_as_unknown() {
+        let mut u = Update::new(iad(), "iad.9".parse().unwrap());
+        u.poll();
+        u.handle_record(None, StoreTime::from_ms(1), release);
+        let UpdatePoll::Failed(e) = u.poll() else {
+            panic!("expected a failure")
+        };
+        assert_eq!(e.reply().kind, ErrorKind::UnknownReservation);
+    }
+
+    #[test]
+    fn update_rereads_on_conflict_and_gives_up_after_the_bound() {
+        let record = held();
+        let mut u = Update::new(iad(), record.id.clone());
+        for attempt in 1..=CAS_ATTEMPTS_MAX {
+            assert!(matches!(u.poll(), UpdatePoll::Read(_)), "attempt {attempt}");
+            u.handle_record(Some(record.clone()), StoreTime::from_ms(1), release);
+            assert!(matches!(u.poll(), UpdatePoll::Write { .. }));
+            u.handle_written(Written::Conflict);
+        }
+        let UpdatePoll::Failed(e) = u.poll() else {
+            panic!("expected contention")
+        };
+        assert_eq!(e.reply().kind, ErrorKind::Overloaded);
+    }
+}

@@ -1,0 +1,513 @@
+//! Parked acquirers (DESIGN.md §3.1 with `wait_ms`). An acquire whose key is
+//! held waits at the DC that owns the holder's reservation; that DC wakes
+//! its waiters from the records it writes or reads — never by polling:
+//!
+//! - vacant (released, or the lease lapsed past expiry + grace): the first
+//!   waiter still listening is woken alone (first come, first served) and
+//!   gets the hand-off window (`handoff_ms`) to take the reservation; if the
+//!   reservation is still vacant when the window ends, the next is woken;
+//! - linked or abandoned: every waiter is woken to walk the chain again;
+//! - re-activated: the waiters keep waiting, and the hand-off ends.
+//!
+//! Bounded per reservation and in total. [`Waiters`] is generic over the
+//! driver's handle `W` for one waiter (homingd: a channel to its request
+//! task; the simulator: a task number): it decides who is woken with what,
+//! and hands the handles back for the driver to deliver. A waiter whose
+//! caller went away leaves with [`Waiters::leave`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use homing_core::{
+    AwaitReply, DcRecord, LeasePolicy, RecordView, ReservationId, StoreTime, TailState,
+};
+use thiserror::Error;
+
+use crate::mutation::{Mutation, Mutations};
+use crate::time::NodeTime;
+
+/// How many may wait and how long a woken waiter has to take its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitLimits {
+    /// Most waiters on one reservation.
+    pub per_key: usize,
+    /// Most waiters in this DC.
+    pub total: usize,
+    /// How long a woken first waiter has the vacant reservation to itself, in milliseconds.
+    pub handoff_ms: u64,
+}
+
+impl Default for WaitLimits {
+    fn default() -> WaitLimits {
+        WaitLimits {
+            per_key: 64,
+            total: 10_000,
+            handoff_ms: 2_000,
+        }
+    }
+}
+
+/// Why a waiter could not be registered (answered `Overloaded`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Full {
+    /// The reservation's queue is full.
+    #[error("{waiting} acquirers already wait for {reservation} (waiters_per_key_max)")]
+    Reservation {
+        /// The reservation.
+        reservation: ReservationId,
+        /// How many wait.
+        waiting: usize,
+    },
+    /// The DC's waiters are at their bound.
+    #[error("{0} acquirers already wait in this dc (waiters_max)")]
+    Dc(usize),
+}
+
+/// One registration, unique within a node's [`Waiters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(u64);
+
+impl Ticket {
+    /// The ticket's number (registration order within the node).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A waiter woken: deliver `reply` to `waiter`; it has left the queue.
+#[derive(Debug)]
+pub struct Wake<W> {
+    /// The driver's handle.
+    pub waiter: W,
+    /// Its registration.
+    pub ticket: Ticket,
+    /// What it is told.
+    pub reply: AwaitReply,
+}
+
+/// What one record change did to its waiters.
+#[derive(Debug)]
+pub struct Notified<W> {
+    /// Waiters woken, in queue order; each has left the queue.
+    pub woken: Vec<Wake<W>>,
+    /// Waiters dropped because their caller no longer listened.
+    pub gone: Vec<W>,
+    /// The hand-off window moved (began or ended): the waiters still queued
+    /// must re-arm their timers ([`Waiters::queued`] lists them).
+    pub handoff_moved: bool,
+    /// A vacant reservation's window ended without being taken and the turn
+    /// passed on.
+    pub handoff_expired: bool,
+}
+
+impl<W> Notified<W> {
+    fn none() -> Notified<W> {
+        Notified {
+            woken: Vec::new(),
+            gone: Vec::new(),
+            handoff_moved: false,
+            handoff_expired: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Queue<W> {
+    waiters: VecDeque<(Ticket, W)>,
+    /// Until when the last woken waiter has the vacant reservation to itself.
+    handoff_until: Option<NodeTime>,
+    /// Bumped whenever the hand-off moves.
+    version: u64,
+}
+
+/// The parked acquirers of one DC.
+#[derive(Debug)]
+pub struct Waiters<W> {
+    limits: WaitLimits,
+    mutations: Mutations,
+    queues: BTreeMap<ReservationId, Queue<W>>,
+    total: usize,
+    next_ticket: u64,
+}
+
+impl<W> Waiters<W> {
+    /// Nobody waits yet.
+    pub fn new(limits: WaitLimits, mutations: Mutations) -> Waiters<W> {
+        Waiters {
+            limits,
+            mutations,
+            queues: BTreeMap::new(),
+            total: 0,
+            next_ticket: 0,
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &WaitLimits {
+        &self.limits
+    }
+
+    /// How many wait now.
+    pub fn len(&self) -> usize {
+        self.total
+    }
+
+    /// Whether nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Whether someone already waits for `reservation` (a newcomer queues behind).
+    pub fn has_waiters(&self, reservation: &ReservationId) -> bool {
+        self.queues.contains_key(reservation)
+    }
+
+    /// Until when a woken waiter has `reservation` to itself, if one does.
+    pub fn handoff_until(&self, reservation: &ReservationId) -> Option<NodeTime> {
+        self.queues.get(reservation).and_then(|q| q.handoff_until)
+    }
+
+    /// How often `reservation`'s hand-off moved: a parked waiter that saw
+    /// another number re-reads the record.
+    pub fn handoff_version(&self, reservation: &ReservationId) -> u64 {
+        self.queues.get(reservation).map_or(0, |q| q.version)
+    }
+
+    /// The waiters still queued for `reservation`, first first.
+    pub fn queued(&self, reservation: &ReservationId) -> impl Iterator<Item = &W> {
+        self.queues
+            .get(reservation)
+            .into_iter()
+            .flat_map(|q| q.waiters.iter().map(|(_, w)| w))
+    }
+
+    /// Queues `waiter` for `reservation`, behind those already there.
+    pub fn register(&mut self, reservation: &ReservationId, waiter: W) -> Result<Ticket, Full> {
+        if self.total >= self.limits.total {
+            return Err(Full::Dc(self.total));
+        }
+        let queue = self
+            .queues
+            .entry(reservation.clone())
+            .or_insert_with(|| Queue {
+                waiters: VecDeque::new(),
+                handoff_until: None,
+                version: 0,
+            });
+        if queue.waiters.len() >= self.limits.per_key {
+            let waiting = queue.waiters.len();
+            if waiting == 0 {
+                self.queues.remove(reservation);
+            }
+            return Err(Full::Reservation {
+                reservation: reservation.clone(),
+                waiting,
+            });
+        }
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        queue.waiters.push_back((ticket, waiter));
+        self.total += 1;
+        Ok(ticket)
+    }
+
+    /// `ticket` leaves `reservation`'s queue (its caller went away or its
+    /// wait ended); returns its handle if it was still queued.
+    pub fn leave(&mut self, reservation: &ReservationId, ticket: Ticket) -> Option<W> {
+        let queue = self.queues.get_mut(reservation)?;
+        let at = queue.waiters.iter().position(|(t, _)| *t == ticket)?;
+        let (_, waiter) = queue.waiters.remove(at)?;
+        if queue.waiters.is_empty() {
+            self.queues.remove(reservation);
+        }
+        self.total -= 1;
+        Some(waiter)
+    }
+
+    /// `record` (of this DC) was just written: its waiters learn of it.
+    /// Every landed write of a record must come through here.
+    pub fn written(
+        &mut self,
+        record: &DcRecord,
+        store_now: StoreTime,
+        now: NodeTime,
+        policy: &LeasePolicy,
+        listening: impl FnMut(&W) -> bool,
+    ) -> Notified<W> {
+        if self.mutations.has(Mutation::WriteForgetsWaiters) {
+            return Notified::none();
+        }
+        self.notify(record, store_now, now, policy, listening)
+    }
+
+    /// `record` (of this DC) was read or written at `store_now` (store
+    /// clock) and `now` (node clock): wakes the waiters its state lets go.
+    /// `listening` says whether a waiter's caller still waits; the first
+    /// vacancy goes to the first that does, the others are dropped.
+    pub fn notify(
+        &mut self,
+        record: &DcRecord,
+        store_now: StoreTime,
+        now: NodeTime,
+        policy: &LeasePolicy,
+        mut listening: impl FnMut(&W) -> bool,
+    ) -> Notified<W> {
+        let mut out = Notified::none();
+        let Some(queue) = self.queues.get_mut(&record.id) else {
+            return out;
+        };
+        let queued = queue.waiters.len();
+        match record.view(store_now, policy) {
+            RecordView::Link(_) | RecordView::Abandoned => {
+                for (ticket, waiter) in queue.waiters.drain(..) {
+                    let reply = AwaitReply::Moved;
+                    out.woken.push(Wake {
+                        waiter,
+                        ticket,
+                        reply,
+                    });
+                }
+            }
+            RecordView::Tail(tail) => match tail.state {
+                TailState::Active { .. } => {
+                    if queue.handoff_until.take().is_some() {
+                        queue.version += 1;
+                        out.handoff_moved = true;
+                    }
+                }
+                TailState::Vacant { ended } => {
+                    let in_handoff = queue.handoff_until.is_some_and(|t| t > now);
+                    if !in_handoff {
+                        out.handoff_expired = queue.handoff_until.is_some();
+                        let pops_back = self.mutations.has(Mutation::WaiterQueuePopsBack);
+                        loop {
+                            let next = if pops_back {
+                                queue.waiters.pop_back()
+                            } else {
+                                queue.waiters.pop_front()
+                            };
+                            let Some((ticket, waiter)) = next else { break };
+                            if listening(&waiter) {
+                                let reply = AwaitReply::Vacated { ended };
+                                out.woken.push(Wake {
+                                    waiter,
+                                    ticket,
+                                    reply,
+                                });
+                                break;
+                            }
+                            out.gone.push(waiter);
+                        }
+                        queue.handoff_until = Some(now.plus_ms(self.limits.handoff_ms));
+                        queue.version += 1;
+                        out.handoff_moved = true;
+                    }
+                }
+            },
+        }
+        let left = queue.waiters.len();
+        if left == 0 {
+            self.queues.remove(&record.id);
+        }
+        self.total -= queued - left;
+        out
+    }
+
+    /// Every waiter leaves, woken with `reply` (shutdown).
+    pub fn wake_all(&mut self, reply: AwaitReply) -> Vec<Wake<W>> {
+        let mut woken = Vec::with_capacity(self.total);
+        for (_, queue) in std::mem::take(&mut self.queues) {
+            for (ticket, waiter) in queue.waiters {
+                let reply = reply.clone();
+                woken.push(Wake {
+                    waiter,
+                    ticket,
+                    reply,
+                });
+            }
+        }
+        self.total = 0;
+        woken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homing_core::{ActorId, FencingToken, HostTime, Key, KeyName, RunOutcome};
+
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+    fn held() -> DcRecord {
+        DcRecord::reserve(
+            "iad.1".parse().unwrap(),
+            Key::new(KeyName::new("k").unwrap()),
+            None,
+            FencingToken::FIRST,
+            None,
+            ActorId::new("a").unwrap(),
+            HostTime::from_ms(0),
+            StoreTime::from_ms(0),
+            &POLICY,
+        )
+        .0
+    }
+
+    fn released(record: &DcRecord) -> DcRecord {
+        record
+            .release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(2))
+            .next
+            .unwrap()
+    }
+
+    fn limits() -> WaitLimits {
+        WaitLimits {
+            per_key: 2,
+            total: 3,
+            handoff_ms: 60_000,
+        }
+    }
+
+    fn waiters() -> Waiters<&'static str> {
+        Waiters::new(limits(), Mutations::NONE)
+    }
+
+    fn at(ms: u64) -> (StoreTime, NodeTime) {
+        (StoreTime::from_ms(ms), NodeTime::from_us(ms * 1000))
+    }
+
+    fn names(n: &Notified<&'static str>) -> Vec<&'static str> {
+        n.woken.iter().map(|w| w.waiter).collect()
+    }
+
+    #[test]
+    fn waiting_vacated_wakes_the_first_waiter_only_and_holds_the_handoff() {
+        let mut w = waiters();
+        let record = held();
+        w.register(&record.id, "first").unwrap();
+        w.register(&record.id, "second").unwrap();
+        let (s, n) = at(1);
+        assert!(names(&w.notify(&record, s, n, &POLICY, |_| true)).is_empty());
+        let vacant = released(&record);
+        let (s, n) = at(2);
+        let woke = w.written(&vacant, s, n, &POLICY, |_| true);
+        assert_eq!(names(&woke), ["first"]);
+        assert!(woke.handoff_moved && !woke.handoff_expired);
+        assert_eq!(w.handoff_until(&record.id), Some(n.plus_ms(60_000)));
+        // Within the hand-off window nobody else is woken.
+        let (s, n) = at(3);
+        assert!(names(&w.notify(&vacant, s, n, &POLICY, |_| true)).is_empty());
+        // After it, the next one is.
+        let (s, n) = at(60_003);
+        let woke = w.notify(&vacant, s, n, &POLICY, |_| true);
+        assert_eq!(names(&woke), ["second"]);
+        assert!(woke.handoff_expired);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn waiting_a_waiter_no_longer_listening_passes_its_turn_on() {
+        let mut w = waiters();
+        let record = held();
+        w.register(&record.id, "gone").unwrap();
+        w.register(&record.id, "here").unwrap();
+        let (s, n) = at(2);
+        let woke = w.notify(&released(&record), s, n, &POLICY, |w| *w != "gone");
+        assert_eq!(names(&woke), ["here"]);
+        assert_eq!(woke.gone, ["gone"]);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn waiting_bounds_are_per_reservation_and_total() {
+        let mut w = waiters();
+        let a: ReservationId = "iad.1".parse().unwrap();
+        let b: ReservationId = "iad.2".parse().unwrap();
+        w.register(&a, "a1").unwrap();
+        w.register(&a, "a2").unwrap();
+        assert!(matches!(
+            w.register(&a, "a3"),
+            Err(Full::Reservation { waiting: 2, .. })
+        ));
+        w.register(&b, "b1").unwrap();
+        assert_eq!(w.register(&b, "b2").err(), Some(Full::Dc(3)));
+        assert_eq!(w.len(), 3);
+    }
+
+    #[test]
+    fn waiting_a_link_wakes_everyone_to_walk_again() {
+        let mut w = waiters();
+        let record = held();
+        w.register(&record.id, "first").unwrap();
+        w.register(&record.id, "second").unwrap();
+        let (s, n) = at(100_000);
+        let linked = record
+            .link(&"fra.1".parse().unwrap(), FencingToken::FIRST, s, &POLICY)
+            .next
+            .unwrap();
+        let woke = w.written(&linked, s, n, &POLICY, |_| true);
+        assert_eq!(names(&woke), ["first", "second"]);
+        assert!(woke.woken.iter().all(|w| w.reply == AwaitReply::Moved));
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn waiting_a_reactivation_ends_the_handoff_and_keeps_the_queue() {
+        let mut w = waiters();
+        let record = held();
+        w.register(&record.id, "first").unwrap();
+        w.register(&record.id, "second").unwrap();
+        let (s, n) = at(2);
+        w.notify(&released(&record), s, n, &POLICY, |_| true);
+        let version = w.handoff_version(&record.id);
+        let woke = w.notify(&record, s, n, &POLICY, |_| true);
+        assert!(woke.woken.is_empty() && woke.handoff_moved);
+        assert_eq!(w.handoff_until(&record.id), None);
+        assert_eq!(w.handoff_version(&record.id), version + 1);
+        assert_eq!(
+            w.queued(&record.id).copied().collect::<Vec<_>>(),
+            ["second"]
+        );
+    }
+
+    #[test]
+    fn waiting_leave_and_wake_all_keep_the_count() {
+        let mut w = waiters();
+        let record = held();
+        let t = w.register(&record.id, "first").unwrap();
+        w.register(&record.id, "second").unwrap();
+        assert_eq!(w.leave(&record.id, t), Some("first"));
+        assert_eq!(w.leave(&record.id, t), None);
+        assert_eq!(w.len(), 1);
+        let woke = w.wake_all(AwaitReply::TimedOut);
+        assert_eq!(woke.len(), 1);
+        assert!(w.is_empty() && !w.has_waiters(&record.id));
+    }
+
+    #[cfg(feature = "mutations")]
+    #[test]
+    fn waiting_mutants_change_what_they_name() {
+        let record = held();
+        let (s, n) = at(2);
+        let mut back = Waiters::new(
+            limits(),
+            Mutations::NONE.with(Mutation::WaiterQueuePopsBack),
+        );
+        back.register(&record.id, "first").unwrap();
+        back.register(&record.id, "second").unwrap();
+        assert_eq!(
+            names(&back.notify(&released(&record), s, n, &POLICY, |_| true)),
+            ["second"]
+        );
+        let mut forgets = Waiters::new(
+            limits(),
+            Mutations::NONE.with(Mutation::WriteForgetsWaiters),
+        );
+        forgets.register(&record.id, "first").unwrap();
+        assert!(
+            forgets
+                .written(&released(&record), s, n, &POLICY, |_| true)
+                .woken
+                .is_empty()
+        );
+    }
+}
