@@ -885,7 +885,7 @@ impl Sim {
         // homingd's `Node::wrote`: every landed write goes to the record's waiters.
         if self.dcs[d].waiters.has_waiters(&id) {
             let record = self.dcs[d].records[&id].clone();
-            self.waiters_notify(d, &record, true);
+            self.waiters_written(d, &record);
         }
     }
 

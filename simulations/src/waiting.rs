@@ -1,22 +1,17 @@
 //! Parked acquirers at the DC that owns the holder's reservation. Who is
 //! woken with what — FIFO per reservation, the bounds, the hand-off window —
-//! is homing-node's `Waiters`, the same registry homingd runs; this module
-//! delivers its answers to simulated tasks and keeps the select loop of
-//! homingd's `Node::await_vacant`.
+//! is homing-node's `Waiters`, and each waiter's loop (first look, register,
+//! re-read, park until the earliest timer, expire a lapsed holder, time out)
+//! is homing-node's `AwaitVacant`: the same code homingd runs. This module
+//! performs what they ask for with simulated store operations and timers,
+//! and delivers wake-ups to tasks.
 //!
-//! Each waiter is a DC task looping like the daemon's: read the record after
-//! registering, notify, then "select" on its wake-up, a timer at the
-//! holder's reapable time, the end of the hand-off or its deadline (where it
-//! applies `expire` itself), and a change of the hand-off. Queues live in
-//! memory: a crash loses them. A select with several branches ready takes
-//! the wake-up first, then the timer, then the change (tokio picks at
-//! random; any order is one the daemon can take).
+//! A parked waiter's "select" takes its wake-up first, then a due timer,
+//! then a hand-off change (tokio picks at random; any order is one the
+//! daemon can take). Queues live in memory: a crash loses them.
 
-use homing_core::{
-    AwaitReply, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordState, RecordView, Reply,
-    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
-};
-use homing_node::{CAS_ATTEMPTS_MAX, NodeTime, Ticket};
+use homing_core::{AwaitReply, DcRecord, ErrorKind, ErrorReply, Reply, ReservationId, Written};
+use homing_node::{AwaitPoll, AwaitVacant, NodeTime, Notified, Ticket};
 
 use crate::dc::{AwaitFailure, Next, StoreOp, Task, TaskKind, Work};
 use crate::sim::{Event, NodeId, Sim};
@@ -33,62 +28,26 @@ pub(crate) enum AwaitFor {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AwaitPhase {
-    /// The read before registering.
-    FirstRead,
-    /// The read after registering (or after a wake-up of the loop).
-    Reread,
-    /// Applying `expire` for a lapsed holder (`update_inner`).
-    Expiring { attempts: u32 },
-    /// At the select.
-    Parked,
-}
-
 /// One waiter at the reservation's DC.
 #[derive(Debug)]
 pub(crate) struct AwaitJob {
-    id: ReservationId,
+    /// homing-node's waiter.
+    wait: AwaitVacant,
     pub(crate) origin: AwaitFor,
-    /// When the wait ends, true µs (this DC's clock advanced `wait_ms`).
-    deadline_us: u64,
-    ticket: Option<Ticket>,
-    /// The record as last read.
-    record: Option<DcRecord>,
-    seen_changed: u64,
-    phase: AwaitPhase,
+    /// Whether the first read is still to come back.
+    first_read: bool,
     /// `Some(generation)` while parked: timers of other generations are stale.
     pub(crate) parked: Option<u64>,
-    /// When the parked waiter's timer is armed to fire, true µs.
-    armed_us: Option<u64>,
     generation: u64,
 }
 
-/// The answer to a waiter that need not wait: the record has no live holder
-/// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.
-fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Option<AwaitReply> {
-    match record.view(now, policy) {
-        RecordView::Link(_) | RecordView::Abandoned => Some(AwaitReply::Moved),
-        RecordView::Tail(tail) => match tail.state {
-            TailState::Vacant { ended } => Some(AwaitReply::Vacated { ended }),
-            TailState::Active { .. } => None,
-        },
-    }
-}
-
-fn refused(kind: ErrorKind, message: impl Into<String>) -> Result<AwaitReply, ErrorReply> {
-    Err(ErrorReply::new(kind, message))
-}
-
-/// What a waiter does after a store operation.
-enum Step {
-    Finish(Result<AwaitReply, ErrorReply>),
-    Store(StoreOp),
-    Select,
-}
-
 impl Sim {
-    /// A waiter for `id` (owned here) starts: read, then register.
+    /// The node clock of DC `d` now: its local clock, µs.
+    fn node_now(&self, d: usize) -> NodeTime {
+        NodeTime::from_us(self.dcs[d].clock.local_us(self.now))
+    }
+
+    /// A waiter for `id` starts: read, then register.
     #[allow(clippy::too_many_arguments)] // the request's origin and its content
     pub(crate) fn await_start(
         &mut self,
@@ -100,23 +59,13 @@ impl Sim {
         wait_ms: u32,
         origin: AwaitFor,
     ) {
-        if id.dc() != &self.dcs[d].id {
-            let message = format!("reservation {id} is owned by dc {}, ask it", id.dc());
-            let result = refused(ErrorKind::BadRequest, message);
-            return self.await_answer(d, client, rpc, key, origin, result);
-        }
         let key = self.reservation_key.get(&id).copied().unwrap_or(key);
-        let wait_us = u64::from(wait_ms.min(WAIT_MS_MAX)) * 1000;
+        let wait = AwaitVacant::new(&self.dcs[d].id, id, wait_ms, self.node_now(d));
         let job = AwaitJob {
-            id: id.clone(),
+            wait,
             origin,
-            deadline_us: self.dcs[d].clock.true_us_after(self.now, wait_us),
-            ticket: None,
-            record: None,
-            seen_changed: 0,
-            phase: AwaitPhase::FirstRead,
+            first_read: true,
             parked: None,
-            armed_us: None,
             generation: 0,
         };
         let task = Task {
@@ -128,131 +77,130 @@ impl Sim {
             work: Work::default(),
         };
         let tid = self.new_task_id(d);
-        self.dc_continue(d, tid, task, Next::Store(StoreOp::Get(id)));
+        self.await_drive(d, tid, task, false);
     }
 
     /// A waiter's store operation completed.
     pub(crate) fn await_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
-        let step = self.await_step(d, tid, &mut task, op);
-        match step {
-            Step::Finish(result) => self.await_finish(d, task, result),
-            Step::Store(op) => self.dc_continue(d, tid, task, Next::Store(op)),
-            Step::Select => self.await_select(d, tid, task),
-        }
-    }
-
-    fn await_step(&mut self, d: usize, tid: u64, task: &mut Task, op: StoreOp) -> Step {
-        let now = self.dcs[d].clock.store_time(self.now);
+        let store_now = self.dcs[d].clock.store_time(self.now);
+        let now = self.node_now(d);
         let policy = self.policy;
         let key = task.key;
         let TaskKind::Await(job) = &mut task.kind else {
-            return Step::Finish(refused(ErrorKind::Internal, "not a waiter"));
+            return;
         };
-        let record = match &op {
-            StoreOp::Get(id) => self.dcs[d].records.get(id).cloned(),
-            _ => None,
-        };
-        match (op, job.phase) {
-            (StoreOp::Get(id), AwaitPhase::FirstRead) => {
-                let Some(record) = record else {
-                    return Step::Finish(refused(ErrorKind::UnknownReservation, id.to_string()));
-                };
-                // Free now and nobody ahead: no need to queue.
-                if !self.dcs[d].waiters.has_waiters(&id)
-                    && let Some(answer) = settled(&record, now, &policy)
-                {
-                    self.measurements.count("wait_answered_at_once");
-                    return Step::Finish(Ok(answer));
-                }
-                match self.waiters_register(d, &id, tid) {
-                    Ok((ticket, seen)) => {
-                        job.ticket = Some(ticket);
-                        job.seen_changed = seen;
-                        job.phase = AwaitPhase::Reread;
-                        self.checker.wake.on_register(
-                            self.now,
-                            d as u16,
-                            &id,
-                            key,
-                            ticket.get(),
-                            job.deadline_us,
-                            &record,
-                        );
-                        Step::Store(StoreOp::Get(id))
-                    }
-                    Err(e) => Step::Finish(Err(e)),
-                }
-            }
-            (StoreOp::Get(id), AwaitPhase::Reread) => {
-                let Some(record) = record else {
-                    return Step::Finish(refused(ErrorKind::UnknownReservation, id.to_string()));
-                };
-                // Read after registering, so a change between the two is not missed.
-                job.record = Some(record.clone());
-                self.waiters_notify(d, &record, false);
-                Step::Select
-            }
-            (StoreOp::Get(id), AwaitPhase::Expiring { attempts }) => {
-                let Some(record) = record else {
-                    return Step::Finish(refused(ErrorKind::UnknownReservation, id.to_string()));
-                };
-                match (self.rules.expire)(&record, now, &policy) {
-                    None => {
-                        job.phase = AwaitPhase::Reread;
-                        Step::Store(StoreOp::Get(id))
-                    }
-                    Some(next) => {
-                        job.phase = AwaitPhase::Expiring { attempts };
-                        Step::Store(StoreOp::Cas {
-                            expected: Some(record.version),
-                            record: next,
-                        })
+        match op {
+            StoreOp::Get(id) => {
+                let record = self.dcs[d].records.get(&id).cloned();
+                let dc = &mut self.dcs[d];
+                // Simulated waiters leave the queue themselves when they stop listening.
+                let notified = job.wait.handle_record(
+                    record.clone(),
+                    store_now,
+                    now,
+                    &policy,
+                    &mut dc.waiters,
+                    || tid,
+                    |_| true,
+                );
+                let first = std::mem::replace(&mut job.first_read, false);
+                if first {
+                    match (job.wait.ticket(), record) {
+                        (Some(ticket), Some(record)) => {
+                            self.measurements.count("wait_registered");
+                            let deadline_us = self.dcs[d]
+                                .clock
+                                .first_true_us_at_us(job.wait.deadline().as_us());
+                            self.checker.wake.on_register(
+                                self.now,
+                                d as u16,
+                                &id,
+                                key,
+                                ticket.get(),
+                                deadline_us,
+                                &record,
+                            );
+                        }
+                        _ => {
+                            let AwaitPoll::Done(result) = job.wait.poll() else {
+                                unreachable!("a first look that does not register is an answer");
+                            };
+                            match &result {
+                                Ok(_) => self.measurements.count("wait_answered_at_once"),
+                                Err(e) if e.kind == ErrorKind::Overloaded => {
+                                    self.measurements.count("wait_overloaded");
+                                }
+                                Err(_) => {}
+                            }
+                            return self.await_finish(d, task, result);
+                        }
                     }
                 }
+                self.waiters_deliver(d, &id, notified);
             }
-            (StoreOp::Cas { expected, record }, AwaitPhase::Expiring { attempts }) => {
-                let id = record.id.clone();
-                match self.cas(d, expected, record) {
-                    Written::Yes => {
-                        self.measurements.count("wait_lease_expired_by_waiter");
-                        job.phase = AwaitPhase::Reread;
-                        Step::Store(StoreOp::Get(id))
-                    }
-                    Written::Conflict if attempts + 1 >= CAS_ATTEMPTS_MAX => {
-                        let message = format!("reservation {id} contended");
-                        Step::Finish(refused(ErrorKind::Overloaded, message))
-                    }
-                    Written::Conflict => {
-                        job.phase = AwaitPhase::Expiring {
-                            attempts: attempts + 1,
-                        };
-                        Step::Store(StoreOp::Get(id))
-                    }
+            StoreOp::Cas { expected, record } => {
+                let written = self.cas(d, expected, record);
+                if written == Written::Yes {
+                    self.measurements.count("wait_lease_expired_by_waiter");
                 }
+                job.wait.handle_written(written);
             }
-            _ => Step::Finish(refused(ErrorKind::Internal, "unexpected store operation")),
+            _ => {
+                let message = "unexpected store operation";
+                let result = Err(ErrorReply::new(ErrorKind::Internal, message));
+                return self.await_finish(d, task, result);
+            }
         }
+        self.await_drive(d, tid, task, false);
     }
 
-    /// Queues task `tid` behind those already waiting for `id`; returns its
-    /// ticket and the queue's hand-off version.
-    fn waiters_register(
-        &mut self,
-        d: usize,
-        id: &ReservationId,
-        tid: u64,
-    ) -> Result<(Ticket, u64), ErrorReply> {
-        let waiters = &mut self.dcs[d].waiters;
-        let registered = waiters
-            .register(id, tid)
-            .map(|ticket| (ticket, waiters.handoff_version(id)))
-            .map_err(|full| ErrorReply::new(ErrorKind::Overloaded, full.to_string()));
-        self.measurements.count(if registered.is_ok() {
-            "wait_registered"
-        } else {
-            "wait_overloaded"
-        });
-        registered
+    /// Runs the waiter until it needs the store, parks, or ends. `selected`:
+    /// its select already ran at this instant (a `Park` now is for real).
+    fn await_drive(&mut self, d: usize, tid: u64, mut task: Task, mut selected: bool) {
+        loop {
+            let TaskKind::Await(job) = &mut task.kind else {
+                return;
+            };
+            match job.wait.poll() {
+                AwaitPoll::Read(id) => {
+                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Get(id)));
+                }
+                AwaitPoll::Write {
+                    expected, record, ..
+                } => {
+                    let op = StoreOp::Cas {
+                        expected: Some(expected),
+                        record,
+                    };
+                    return self.dc_continue(d, tid, task, Next::Store(op));
+                }
+                AwaitPoll::Park { .. } if !selected => {
+                    selected = true;
+                    let woken = self.dcs[d].woken.remove(&tid);
+                    let store_now = self.dcs[d].clock.store_time(self.now);
+                    let now = self.node_now(d);
+                    let waiters = &self.dcs[d].waiters;
+                    job.wait
+                        .handle_wakeup(woken, store_now, now, &self.policy, waiters);
+                }
+                AwaitPoll::Park { until } => {
+                    job.generation += 1;
+                    let generation = job.generation;
+                    job.parked = Some(generation);
+                    let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
+                    let epoch = self.dcs[d].epoch;
+                    self.dcs[d].tasks.insert(tid, task);
+                    let event = Event::DcTask {
+                        dc: d as u16,
+                        epoch,
+                        task: tid,
+                        generation,
+                    };
+                    return self.schedule(at, event);
+                }
+                AwaitPoll::Done(result) => return self.await_finish(d, task, result),
+            }
+        }
     }
 
     /// A waiter leaves the queue (it timed out or failed; dropping its ticket).
@@ -262,22 +210,25 @@ impl Sim {
         }
     }
 
-    /// `record` (of DC `d`) was read, or `written`, now: wakes the waiters
-    /// its state lets go, as homing-node's `Waiters` decides.
-    pub(crate) fn waiters_notify(&mut self, d: usize, record: &DcRecord, written: bool) {
+    /// `record` (of DC `d`) was just written: wakes the waiters its state
+    /// lets go, as homing-node's `Waiters` decides.
+    pub(crate) fn waiters_written(&mut self, d: usize, record: &DcRecord) {
         let clock = self.dcs[d].clock;
-        let now = clock.store_time(self.now);
-        let mono = NodeTime::from_us(clock.local_us(self.now));
-        let true_now = self.now;
-        let waiters = &mut self.dcs[d].waiters;
+        let store_now = clock.store_time(self.now);
+        let now = self.node_now(d);
         // Simulated waiters leave the queue themselves when they stop listening.
-        let notified = if written {
-            waiters.written(record, now, mono, &self.policy, |_| true)
-        } else {
-            waiters.notify(record, now, mono, &self.policy, |_| true)
-        };
+        let notified = self.dcs[d]
+            .waiters
+            .written(record, store_now, now, &self.policy, |_| true);
+        self.waiters_deliver(d, &record.id, notified);
+    }
+
+    /// Delivers what a change of `id` did to its waiters: wake-ups to their
+    /// tasks, and a look again for those a moved hand-off concerns.
+    fn waiters_deliver(&mut self, d: usize, id: &ReservationId, notified: Notified<u64>) {
+        let true_now = self.now;
         let mut wake_tasks: Vec<u64> = if notified.handoff_moved {
-            waiters.queued(&record.id).copied().collect()
+            self.dcs[d].waiters.queued(id).copied().collect()
         } else {
             Vec::new()
         };
@@ -293,7 +244,7 @@ impl Sim {
             });
             self.checker
                 .wake
-                .on_wake(true_now, d as u16, &record.id, wake.ticket.get(), vacated);
+                .on_wake(true_now, d as u16, id, wake.ticket.get(), vacated);
             self.dcs[d].woken.insert(wake.waiter, wake.reply);
             wake_tasks.push(wake.waiter);
         }
@@ -321,82 +272,12 @@ impl Sim {
         }
     }
 
-    /// The waiter's select: its wake-up, then a due timer, then a hand-off
-    /// change; otherwise it parks until the earliest of its timers.
+    /// A parked waiter's timer fired or it was roused: its select runs.
     pub(crate) fn await_select(&mut self, d: usize, tid: u64, mut task: Task) {
-        let now_store = self.dcs[d].clock.store_time(self.now);
-        let policy = self.policy;
-        let clock = self.dcs[d].clock;
-        let TaskKind::Await(job) = &mut task.kind else {
-            return;
-        };
-        job.parked = None;
-        let fired = job.armed_us.take().is_some_and(|at| at <= self.now);
-        if let Some(answer) = self.dcs[d].woken.remove(&tid) {
-            job.ticket = None;
-            return self.await_finish(d, task, Ok(answer));
+        if let TaskKind::Await(job) = &mut task.kind {
+            job.parked = None;
         }
-        // Wake up when the holder's lease becomes reapable (the reaper may be
-        // slower) or when a hand-off window ends.
-        let lapse = match job.record.as_ref().map(|r| &r.state) {
-            Some(RecordState::Active { expires_at, .. }) => {
-                let at = policy.reapable_at(*expires_at);
-                Some(clock.true_us_after(self.now, (at.ms_since(now_store) + 1) * 1000))
-            }
-            _ => None,
-        };
-        let waiters = &self.dcs[d].waiters;
-        let handoff = waiters
-            .handoff_until(&job.id)
-            .map(|until| clock.first_true_us_at_us(until.as_us()));
-        let changed = if waiters.has_waiters(&job.id) {
-            waiters.handoff_version(&job.id)
-        } else {
-            job.seen_changed
-        };
-        let wake = [lapse, handoff, Some(job.deadline_us)]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(job.deadline_us);
-        if fired || wake <= self.now {
-            if self.now >= job.deadline_us {
-                return self.await_finish(d, task, Ok(AwaitReply::TimedOut));
-            }
-            let id = job.id.clone();
-            let lapsed = job
-                .record
-                .as_ref()
-                .is_some_and(|r| (self.rules.expire)(r, now_store, &policy).is_some());
-            job.phase = if lapsed {
-                AwaitPhase::Expiring { attempts: 0 }
-            } else {
-                AwaitPhase::Reread
-            };
-            return self.dc_continue(d, tid, task, Next::Store(StoreOp::Get(id)));
-        }
-        if changed != job.seen_changed {
-            job.seen_changed = changed;
-            job.phase = AwaitPhase::Reread;
-            let id = job.id.clone();
-            return self.dc_continue(d, tid, task, Next::Store(StoreOp::Get(id)));
-        }
-        job.generation += 1;
-        let generation = job.generation;
-        job.parked = Some(generation);
-        job.armed_us = Some(wake);
-        job.phase = AwaitPhase::Parked;
-        let epoch = self.dcs[d].epoch;
-        self.dcs[d].tasks.insert(tid, task);
-        self.schedule(
-            wake,
-            Event::DcTask {
-                dc: d as u16,
-                epoch,
-                task: tid,
-                generation,
-            },
-        );
+        self.await_drive(d, tid, task, false);
     }
 
     /// The waiter ends: it leaves the queue (unless woken) and is answered.
@@ -409,8 +290,8 @@ impl Sim {
         let TaskKind::Await(job) = &task.kind else {
             return;
         };
-        if let Some(ticket) = job.ticket {
-            self.waiters_leave(d, &job.id, ticket);
+        if let Some(ticket) = job.wait.ticket() {
+            self.waiters_leave(d, job.wait.id(), ticket);
         }
         if matches!(result, Ok(AwaitReply::TimedOut)) {
             self.measurements.count("wait_timed_out_at_tail");
@@ -438,9 +319,9 @@ impl Sim {
             self.measurements.count("wait_wake_up_dropped_at_deadline");
         }
         if let TaskKind::Await(job) = &task.kind
-            && let Some(ticket) = job.ticket
+            && let Some(ticket) = job.wait.ticket()
         {
-            self.waiters_leave(d, &job.id, ticket);
+            self.waiters_leave(d, job.wait.id(), ticket);
         }
     }
 

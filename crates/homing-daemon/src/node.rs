@@ -13,11 +13,11 @@ use homing_core::{
     ActorId, AwaitReply, ChainWalk, Connect, ConnectError, ConnectNeed, ConnectOutcome,
     ConnectPoll, DcId, DcRecord, ErrorKind, ErrorReply, Event, EventSeq, FencingToken, HostTime,
     Identity, Key, KeyConfig, LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll,
-    RecordView, Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Source,
-    StoreTime, TailState, Transition, Walked, Written, wire,
+    Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Source, StoreTime,
+    Transition, Walked, Written, wire,
 };
 use homing_net::Handler;
-use homing_node::{Update, UpdatePoll};
+use homing_node::{AwaitPoll, AwaitVacant, Update, UpdatePoll};
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
 };
@@ -556,74 +556,52 @@ impl Node {
 
     /// Parks until our reservation `id` has no live holder (answering
     /// `Vacated` to the first waiter, in registration order), is linked
-    /// onwards (`Moved`), or `wait_ms` passes (`TimedOut`).
+    /// onwards (`Moved`), or `wait_ms` passes (`TimedOut`), as homing-node's
+    /// [`AwaitVacant`] decides.
     async fn await_vacant(&self, id: &ReservationId, wait_ms: u32) -> Result<AwaitReply, Failure> {
-        if id.dc() != &self.dc {
-            return Err(fail(
-                ErrorKind::BadRequest,
-                format!("reservation {id} is owned by dc {}, ask it", id.dc()),
-            ));
-        }
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
-        let read = |record: Option<DcRecord>| {
-            record.ok_or_else(|| {
-                fail(
-                    ErrorKind::UnknownReservation,
-                    format!("no reservation {id} in dc {}", self.dc),
-                )
-            })
-        };
-        let record = read(self.timed("dc_get", self.records.get(id)).await?)?;
-        // Free now and nobody ahead: no need to queue.
-        if !self.waiters.has_waiters(id)
-            && let Some(reply) = settled(&record, store_now(), &self.policy)
-        {
-            return Ok(reply);
-        }
-        let mut ticket = self
-            .waiters
-            .register(id)
-            .map_err(|full| fail(ErrorKind::Overloaded, full.to_string()))?;
+        let mut wait = AwaitVacant::new(&self.dc, id.clone(), wait_ms, self.waiters.now());
+        let mut registration = None;
         loop {
-            // Read after registering, so a change between the two is not missed.
-            let record = read(self.timed("dc_get", self.records.get(id)).await?)?;
-            let now = store_now();
-            self.waiters.notify(&record, now, &self.policy);
-            // Wake up when the holder's lease becomes reapable (the reaper may
-            // be slower) or when a hand-off window ends.
-            let lapse = match &record.state {
-                homing_core::RecordState::Active { expires_at, .. } => {
-                    let at = self.policy.reapable_at(*expires_at);
-                    Some(tokio::time::Instant::now() + Duration::from_millis(at.ms_since(now) + 1))
-                }
-                _ => None,
-            };
-            let wake = [lapse, self.waiters.handoff_until(id), Some(deadline)]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(deadline);
-            tokio::select! {
-                reply = &mut ticket.woken => {
-                    return Ok(reply.unwrap_or(AwaitReply::TimedOut));
-                }
-                _ = tokio::time::sleep_until(wake) => {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Ok(AwaitReply::TimedOut);
+            match wait.poll() {
+                AwaitPoll::Read(id) => {
+                    let record = self.timed("dc_get", self.records.get(&id)).await?;
+                    let registered =
+                        self.waiters
+                            .look(&mut wait, record, store_now(), &self.policy);
+                    if registered.is_some() {
+                        registration = registered;
                     }
-                    if record.expire(store_now(), &self.policy).is_some() {
-                        let policy = self.policy;
-                        self.update_inner(id, |r, now| Transition {
-                            next: r.expire(now, &policy),
-                            reply: (),
-                        })
-                        .await?;
+                }
+                AwaitPoll::Write {
+                    expected,
+                    record,
+                    event,
+                } => {
+                    let landed = self.cas(Some(expected), event, &record).await?;
+                    if landed {
                         tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
                     }
+                    wait.handle_written(if landed {
+                        Written::Yes
+                    } else {
+                        Written::Conflict
+                    });
                 }
-                _ = ticket.rouse.notified() => {}
-                _ = self.closed() => return Ok(AwaitReply::TimedOut),
+                AwaitPoll::Park { until } => {
+                    // Invariant: a waiter parks only once registered.
+                    let parked = registration
+                        .as_mut()
+                        .expect("a parked waiter is registered");
+                    let woken = tokio::select! {
+                        reply = &mut parked.woken => Some(reply.unwrap_or(AwaitReply::TimedOut)),
+                        _ = tokio::time::sleep_until(self.waiters.instant(until)) => None,
+                        _ = parked.rouse.notified() => None,
+                        _ = self.closed() => return Ok(AwaitReply::TimedOut),
+                    };
+                    self.waiters
+                        .wakeup(&mut wait, woken, store_now(), &self.policy);
+                }
+                AwaitPoll::Done(result) => return result.map_err(Failure::Reply),
             }
         }
     }
@@ -986,18 +964,6 @@ fn acquire_reply(outcome: ConnectOutcome) -> Reply {
         }
     }
     Reply::from(outcome)
-}
-
-/// The answer to a waiter that need not wait: the record has no live holder
-/// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.
-fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Option<AwaitReply> {
-    match record.view(now, policy) {
-        RecordView::Link(_) | RecordView::Abandoned => Some(AwaitReply::Moved),
-        RecordView::Tail(tail) => match tail.state {
-            TailState::Vacant { ended } => Some(AwaitReply::Vacated { ended }),
-            TailState::Active { .. } => None,
-        },
-    }
 }
 
 fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Span {

@@ -1,16 +1,17 @@
 //! homingd's side of parked acquirers: homing-node's [`homing_node::Waiters`]
-//! decides who is woken with what (FIFO, bounds, hand-off); this module
-//! delivers its answers to request tasks over channels and reads the clock.
-//! A waiter whose request future is dropped leaves the queue at once
-//! ([`Ticket`]'s `Drop`).
+//! decides who is woken with what (FIFO, bounds, hand-off) and
+//! [`AwaitVacant`] runs each waiter's loop; this module keeps the registry
+//! under a lock, reads the node clock, and delivers answers to request tasks
+//! over channels. A waiter whose request future is dropped leaves the queue
+//! at once ([`Registration`]'s `Drop`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::{AwaitReply, DcRecord, LeasePolicy, ReservationId, StoreTime};
+use homing_node::{AwaitVacant, Mutations, NodeTime, Notified};
 pub use homing_node::{Full, WaitLimits};
-use homing_node::{Mutations, NodeTime, Notified};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -31,8 +32,8 @@ pub struct Waiters {
     gauge: Arc<AtomicU64>,
 }
 
-/// One registered waiter; dropping it leaves the queue.
-pub struct Ticket<'a> {
+/// One registered waiter's side of the channels; dropping it leaves the queue.
+pub struct Registration<'a> {
     waiters: &'a Waiters,
     reservation: ReservationId,
     ticket: homing_node::Ticket,
@@ -42,7 +43,7 @@ pub struct Ticket<'a> {
     pub rouse: Arc<Notify>,
 }
 
-impl Drop for Ticket<'_> {
+impl Drop for Registration<'_> {
     fn drop(&mut self) {
         self.waiters
             .with(|w| w.leave(&self.reservation, self.ticket).is_some());
@@ -69,8 +70,13 @@ impl Waiters {
     }
 
     /// The node clock now.
-    fn now(&self) -> NodeTime {
+    pub fn now(&self) -> NodeTime {
         NodeTime::from_us(self.origin.elapsed().as_micros() as u64)
+    }
+
+    /// The node clock's reading `at` as a tokio instant.
+    pub fn instant(&self, at: NodeTime) -> Instant {
+        self.origin + Duration::from_micros(at.as_us())
     }
 
     /// How many wait now.
@@ -83,45 +89,51 @@ impl Waiters {
         self.len() == 0
     }
 
-    /// Whether someone already waits for `reservation` (a newcomer queues behind).
-    pub fn has_waiters(&self, reservation: &ReservationId) -> bool {
-        self.with(|w| w.has_waiters(reservation))
-    }
-
-    /// Until when a woken waiter has `reservation` to itself, if one does.
-    pub fn handoff_until(&self, reservation: &ReservationId) -> Option<Instant> {
-        let until = self.with(|w| w.handoff_until(reservation))?;
-        Some(self.origin + Duration::from_micros(until.as_us()))
-    }
-
-    /// Queues a waiter for `reservation`, behind those already there.
-    pub fn register(&self, reservation: &ReservationId) -> Result<Ticket<'_>, Full> {
+    /// Hands `record` (read at `store_now`) to the waiter `wait` and
+    /// delivers what it woke; returns the waiter's channels if this read
+    /// registered it.
+    pub fn look(
+        &self,
+        wait: &mut AwaitVacant,
+        record: Option<DcRecord>,
+        store_now: StoreTime,
+        policy: &LeasePolicy,
+    ) -> Option<Registration<'_>> {
         let (tx, woken) = oneshot::channel();
         let rouse = Arc::new(Notify::new());
-        let parked = Parked {
+        let parked = || Parked {
             woken: tx,
             rouse: rouse.clone(),
         };
-        let ticket = self.with(|w| w.register(reservation, parked))?;
-        Ok(Ticket {
+        let before = wait.ticket();
+        let now = self.now();
+        let notified =
+            self.with(|w| wait.handle_record(record, store_now, now, policy, w, parked, listening));
+        self.deliver(wait.id(), notified);
+        let ticket = wait.ticket().filter(|_| before.is_none())?;
+        Some(Registration {
             waiters: self,
-            reservation: reservation.clone(),
+            reservation: wait.id().clone(),
             ticket,
             woken,
             rouse,
         })
     }
 
-    /// `record` (of this DC) was read at `now`: wakes the waiters its state
-    /// lets go. Returns how many were woken.
-    pub fn notify(&self, record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> usize {
-        let mono = self.now();
-        let notified = self.with(|w| w.notify(record, now, mono, policy, listening));
-        self.deliver(&record.id, notified)
+    /// The parked waiter `wait` woke up (with its reply, if `woken`).
+    pub fn wakeup(
+        &self,
+        wait: &mut AwaitVacant,
+        woken: Option<AwaitReply>,
+        store_now: StoreTime,
+        policy: &LeasePolicy,
+    ) {
+        let now = self.now();
+        self.with(|w| wait.handle_wakeup(woken, store_now, now, policy, w));
     }
 
-    /// `record` (of this DC) was just written at `now`: as [`Waiters::notify`],
-    /// for every landed write.
+    /// `record` (of this DC) was just written at `now`: wakes the waiters
+    /// its state lets go. Returns how many were woken.
     pub fn written(&self, record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> usize {
         let mono = self.now();
         let notified = self.with(|w| w.written(record, now, mono, policy, listening));

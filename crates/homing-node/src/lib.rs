@@ -11,10 +11,12 @@
 //! - [`waiters`]: the parked acquirers of a DC — FIFO per reservation,
 //!   bounded, hand-off window, who is woken by which write;
 //! - [`update`]: read → transition → compare-and-set of one record,
-//!   bounded retries, the owner check, and how each failure is answered.
+//!   bounded retries, the owner check, and how each failure is answered;
+//! - [`await_vacant`]: one waiter's loop — first look, register, re-read,
+//!   park until the earliest timer, expire a lapsed holder, time out.
 //!
 //! Still decided in the drivers (issue 18, later steps): the acquire wait
-//! loop, await-vacant's select, upkeep (reap, orphan sweep, event trim),
+//! loop, upkeep (reap, orphan sweep, event trim),
 //! drain forwarding, watch cursors.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
@@ -23,11 +25,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod await_vacant;
 pub mod mutation;
 pub mod time;
 pub mod update;
 pub mod waiters;
 
+pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use mutation::{Mutation, Mutations};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};

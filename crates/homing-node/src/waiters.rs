@@ -99,8 +99,9 @@ pub struct Notified<W> {
     pub handoff_expired: bool,
 }
 
-impl<W> Notified<W> {
-    fn none() -> Notified<W> {
+impl<W> Default for Notified<W> {
+    /// Nothing happened.
+    fn default() -> Notified<W> {
         Notified {
             woken: Vec::new(),
             gone: Vec::new(),
@@ -234,7 +235,7 @@ impl<W> Waiters<W> {
         listening: impl FnMut(&W) -> bool,
     ) -> Notified<W> {
         if self.mutations.has(Mutation::WriteForgetsWaiters) {
-            return Notified::none();
+            return Notified::default();
         }
         self.notify(record, store_now, now, policy, listening)
     }
@@ -251,7 +252,7 @@ impl<W> Waiters<W> {
         policy: &LeasePolicy,
         mut listening: impl FnMut(&W) -> bool,
     ) -> Notified<W> {
-        let mut out = Notified::none();
+        let mut out = Notified::default();
         let Some(queue) = self.queues.get_mut(&record.id) else {
             return out;
         };
