@@ -24,13 +24,15 @@
 use std::collections::BTreeMap;
 
 use homing_core::{
-    ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId,
-    DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LocalSegment, RecordState, Reply,
-    Request, ReservationId, RunOutcome, Segment, SegmentError, Source, Tag, Written,
-    chain::HOP_LIMIT_DEFAULT, wire::WAIT_MS_MAX,
+    AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
+    LocalSegment, RecordState, Reply, Request, ReservationId, RunOutcome, Segment, SegmentError,
+    Source, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
-use homing_node::{Mutations, Update, UpdatePoll, WaitLimits, Waiters};
+use homing_node::{
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, Mutations, NodeTime, Update,
+    UpdatePoll, WaitLimits, Waiters,
+};
 
 use crate::clock::NodeClock;
 use crate::invariants::View;
@@ -135,29 +137,14 @@ pub(crate) struct Task {
     pub(crate) work: Work,
 }
 
-/// An acquire in progress at the acquirer's DC: the current connect and
-/// what it needs to connect again after waiting.
+/// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]
+/// and where it is registered while it waits.
 #[derive(Debug)]
 pub(crate) struct AcquireJob {
-    connect: Connect,
-    key: Key,
-    tag: Option<Tag>,
-    actor: ActorId,
-    host_time: HostTime,
-    /// The wait asked for, in this DC's clock, µs.
-    wait_us: u64,
-    /// This DC's clock when the request arrived, µs.
-    started_local_us: u64,
-    /// When the wait ends, this DC's clock, µs (`started + wait`).
-    deadline_local_us: u64,
-    /// The same instant in true time, µs (the deadline timer's).
-    deadline_us: u64,
-    /// The `HeldElsewhere` to answer if the wait ends.
-    held: Option<Reply>,
+    /// What decides.
+    pub(crate) acquire: Acquire,
     /// Where the acquire is registered now, if it awaits.
     pub(crate) awaiting: Option<Awaiting>,
-    /// The wait is over: this connect's outcome is the answer.
-    last_look: bool,
     /// Bumped whenever an await starts or ends and by every pause: voids
     /// older deadline and pause timers.
     pub(crate) generation: u64,
@@ -173,16 +160,6 @@ pub(crate) enum Awaiting {
     },
     /// With a waiter task of this DC.
     Local,
-}
-
-/// How an acquire's `Await` failed, split as homingd's `Failure::is_unavailable`.
-#[derive(Debug)]
-pub(crate) enum AwaitFailure {
-    /// The tail's DC did not answer or lost the registration (a timeout, a
-    /// lost connection): register again, if the wait leaves time.
-    Unavailable,
-    /// An answer — a full queue, a refusal: the caller learns it now.
-    Refused(ErrorReply),
 }
 
 #[derive(Debug)]
@@ -239,19 +216,12 @@ pub(crate) enum Next {
         reservation: ReservationId,
         remaining_ms: u32,
     },
-    /// Sleep this long (this DC's clock, µs), then connect again.
-    Pause(u64),
+    /// Sleep until then (this DC's node clock), then connect again.
+    Pause(NodeTime),
 }
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
-}
-
-/// The `HeldElsewhere` a waiting acquire answers when its wait ends.
-fn held_reply(job: &mut AcquireJob) -> Reply {
-    job.held
-        .take()
-        .unwrap_or_else(|| error(ErrorKind::Internal, "nothing held"))
 }
 
 fn segment_error(e: SegmentError) -> Reply {
@@ -332,32 +302,24 @@ impl Sim {
                 wait_ms,
             } => {
                 let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
-                let key_value = config.key(bits);
-                let connect = Connect::new(
-                    local,
-                    key_value.clone(),
-                    config.tag.clone(),
-                    actor.clone(),
-                    host_time,
-                    self.policy,
-                    HOP_LIMIT_DEFAULT,
-                );
-                let wait_us = u64::from(wait_ms.min(WAIT_MS_MAX)) * 1000;
-                let clock = self.dcs[d].clock;
-                let started_local_us = clock.local_us(self.now);
-                TaskKind::Acquire(Box::new(AcquireJob {
-                    connect,
-                    key: key_value,
+                let request = AcquireRequest {
+                    key: config.key(bits),
                     tag: config.tag,
                     actor,
                     host_time,
-                    wait_us,
-                    started_local_us,
-                    deadline_local_us: started_local_us + wait_us,
-                    deadline_us: clock.true_us_after(self.now, wait_us),
-                    held: None,
+                    wait_ms,
+                };
+                let acquire = Acquire::new(
+                    local,
+                    request,
+                    self.node_now(d),
+                    self.policy,
+                    HOP_LIMIT_DEFAULT,
+                    self.rules.mutations,
+                );
+                TaskKind::Acquire(Box::new(AcquireJob {
+                    acquire,
                     awaiting: None,
-                    last_look: false,
                     generation: 0,
                 }))
             }
@@ -520,7 +482,7 @@ impl Sim {
                     return self.await_finish(d, task, result);
                 }
                 if let TaskKind::Acquire(job) = &task.kind
-                    && job.wait_us > 0
+                    && job.acquire.waits()
                 {
                     // A parked request is answered on its QUIC stream.
                     return self.stream_reply(d, task.client, task.rpc, task.key, reply);
@@ -531,13 +493,13 @@ impl Sim {
                 reservation,
                 remaining_ms,
             } => self.acquire_await(d, tid, task, reservation, remaining_ms),
-            Next::Pause(local_us) => {
+            Next::Pause(until) => {
                 let TaskKind::Acquire(job) = &mut task.kind else {
                     return;
                 };
                 job.generation += 1;
                 let generation = job.generation;
-                let at = self.dcs[d].clock.true_us_after(self.now, local_us);
+                let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
                 let epoch = self.dcs[d].epoch;
                 self.dcs[d].tasks.insert(tid, task);
                 self.schedule(
@@ -564,7 +526,6 @@ impl Sim {
         remaining_ms: u32,
     ) {
         task.work.awaits += 1;
-        self.measurements.count("wait_await");
         let local = reservation.dc() == &self.dcs[d].id;
         let to = self.dc_index.get(reservation.dc()).copied();
         if !local && to.is_none() {
@@ -579,7 +540,10 @@ impl Sim {
         };
         // Our own deadline bounds the wait (`timeout_at(deadline, register)`).
         job.generation += 1;
-        let (generation, deadline_us) = (job.generation, job.deadline_us);
+        let deadline_us = self.dcs[d]
+            .clock
+            .first_true_us_at_us(job.acquire.deadline().as_us());
+        let generation = job.generation;
         if self.rules.waiting.origin_deadline {
             let epoch = self.dcs[d].epoch;
             let timer = Event::DcTask {
@@ -637,60 +601,29 @@ impl Sim {
         }
     }
 
-    /// The await of an acquire ended: connect again, answer, or pause and
-    /// register again.
+    /// The await of an acquire ended: homing-node's [`Acquire`] decides
+    /// what follows.
     pub(crate) fn acquire_awaited(
         &mut self,
         d: usize,
         task: &mut Task,
-        result: Result<AwaitReply, AwaitFailure>,
+        result: Result<AwaitReply, Failure>,
     ) -> Next {
-        let local_now = self.dcs[d].clock.local_us(self.now);
+        let now = self.node_now(d);
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
         };
         job.awaiting = None;
         job.generation += 1;
-        let pause_us = AWAIT_RETRY_MS * 1000;
-        let time_for_a_pause = local_now + pause_us < job.deadline_local_us;
-        match result {
-            // A wait answered well before its end came from a DC shutting
-            // down: its registration is gone, like an unreachable DC's.
-            Ok(AwaitReply::TimedOut) if time_for_a_pause => {
-                self.measurements.count("wait_cut_short");
-            }
-            // The holder may have changed while we waited: answer with a fresh look.
-            Ok(AwaitReply::TimedOut) => {
-                self.measurements.count("wait_timed_out");
-                job.last_look = true;
-                return self.acquire_reconnect(d, task);
-            }
-            Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => {
-                return self.acquire_reconnect(d, task);
-            }
-            // A full queue, a refusal: the caller learns it now.
-            Err(AwaitFailure::Refused(e)) => {
-                self.measurements.count("wait_refused");
-                return Next::Reply(Reply::Error(e));
-            }
-            Err(AwaitFailure::Unavailable) => {}
-        }
-        // The tail's DC lost our registration (restart, partition): register
-        // again after a pause, if the wait leaves time for it.
-        if !time_for_a_pause {
-            self.measurements
-                .count("wait_lost_without_time_to_register_again");
-            return Next::Reply(held_reply(job));
-        }
-        self.measurements.count("wait_reregister");
-        Next::Pause(pause_us)
+        job.acquire.handle_awaited(now, result);
+        self.acquire_step(d, task)
     }
 
     /// The acquire's own deadline passed while it awaited: it stops waiting
     /// (its registration future dropped: a local waiter leaves the queue, a
-    /// remote one runs on at the tail's DC unanswered) and answers the last
-    /// `HeldElsewhere` at once.
+    /// remote one runs on at the tail's DC unanswered) and answers at once.
     fn acquire_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
+        let now = self.node_now(d);
         let TaskKind::Acquire(job) = &mut task.kind else {
             return;
         };
@@ -705,14 +638,13 @@ impl Sim {
             Some(Awaiting::Local) => self.await_drop(d, tid),
             None => {}
         }
-        self.measurements.count("wait_deadline_passed");
-        let held = held_reply(job);
-        self.dc_continue(d, tid, task, Next::Reply(held));
+        job.acquire.handle_deadline(now);
+        let next = self.acquire_step(d, &mut task);
+        self.dc_continue(d, tid, task, next);
     }
 
-    /// A connect of an acquire failed with `e`: an `unavailable` one (a DC
-    /// of the chain did not answer) while waiting pauses and connects again
-    /// if the pause ends before the deadline; otherwise the caller gets `e`.
+    /// A need of an acquire's connect failed with `e` (`unavailable`: a DC
+    /// did not answer).
     pub(crate) fn acquire_failed(
         &mut self,
         d: usize,
@@ -720,90 +652,65 @@ impl Sim {
         e: ErrorReply,
         unavailable: bool,
     ) -> Next {
-        let local_now = self.dcs[d].clock.local_us(self.now);
-        let waited = task.work.awaits > 0;
+        let now = self.node_now(d);
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(Reply::Error(e));
         };
-        let pause_us = AWAIT_RETRY_MS * 1000;
-        if unavailable && !job.last_look && local_now + pause_us < job.deadline_local_us {
-            self.measurements.count("wait_connect_retried");
-            return Next::Pause(pause_us);
-        }
-        if waited {
-            self.measurements.count(match (job.last_look, unavailable) {
-                (true, _) => "wait_last_look_failed",
-                (false, true) => "wait_ended_by_connect_error_unavailable",
-                (false, false) => "wait_ended_by_connect_error",
-            });
-        }
-        Next::Reply(Reply::Error(e))
-    }
-
-    /// Connects again after waiting, granting from the host's reading plus
-    /// the time this DC held the request (at most what passed for the host).
-    pub(crate) fn acquire_reconnect(&mut self, d: usize, task: &mut Task) -> Next {
-        let TaskKind::Acquire(job) = &mut task.kind else {
-            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
+        let failure = if unavailable {
+            Failure::Unreachable(e)
+        } else {
+            Failure::Refused(e)
         };
-        let local_now = self.dcs[d].clock.local_us(self.now);
-        let waited_ms = local_now.saturating_sub(job.started_local_us) / 1000;
-        let host_time = job
-            .host_time
-            .plus_ms(waited_ms + self.rules.waiting.grant_extra_ms);
-        job.connect = Connect::new(
-            self.dcs[d].id.clone(),
-            job.key.clone(),
-            job.tag.clone(),
-            job.actor.clone(),
-            host_time,
-            self.policy,
-            HOP_LIMIT_DEFAULT,
-        );
+        job.acquire.handle_failure(now, failure);
         self.acquire_step(d, task)
     }
 
-    /// Polls the connect until it needs I/O or ends.
+    /// An acquire's pause ended: it connects again.
+    pub(crate) fn acquire_reconnect(&mut self, d: usize, task: &mut Task) -> Next {
+        let now = self.node_now(d);
+        let TaskKind::Acquire(job) = &mut task.kind else {
+            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
+        };
+        job.acquire.handle_timeout(now);
+        self.acquire_step(d, task)
+    }
+
+    /// Polls the acquire until it needs I/O or ends.
     fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
         };
-        let connect = &mut job.connect;
         loop {
-            let need = match connect.poll() {
-                ConnectPoll::Done(outcome) => {
-                    let ConnectOutcome::HeldElsewhere { reservation, .. } = &outcome else {
-                        return Next::Reply(Reply::from(outcome));
-                    };
-                    let local_now = self.dcs[d].clock.local_us(self.now);
-                    let elapsed = local_now.saturating_sub(job.started_local_us);
-                    let remaining = job.wait_us.checked_sub(elapsed).filter(|r| *r > 0);
-                    let Some(remaining) = remaining.filter(|_| !job.last_look) else {
-                        return Next::Reply(Reply::from(outcome));
-                    };
-                    let reservation = reservation.clone();
-                    job.held = Some(Reply::from(outcome));
-                    let remaining_ms = (remaining / 1000).max(1) as u32;
+            let now = NodeTime::from_us(self.dcs[d].clock.local_us(self.now));
+            let poll = job.acquire.poll(now);
+            while let Some(event) = job.acquire.poll_event() {
+                self.measurements.count(acquire_counter(event));
+            }
+            let need = match poll {
+                AcquirePoll::Connect(need) => need,
+                AcquirePoll::Await {
+                    reservation,
+                    wait_ms,
+                    ..
+                } => {
                     return Next::Await {
                         reservation,
-                        remaining_ms,
+                        remaining_ms: wait_ms,
                     };
                 }
-                ConnectPoll::Failed(e) => {
-                    self.measurements.count("connect_failed");
-                    let kind = match e {
-                        ConnectError::Contended(_) => ErrorKind::Overloaded,
-                        _ => ErrorKind::Inconsistent,
-                    };
-                    let e = ErrorReply::new(kind, e.to_string());
-                    return self.acquire_failed(d, task, e, false);
-                }
-                ConnectPoll::Need(need) => need,
+                AcquirePoll::Pause { until } => return Next::Pause(until),
+                AcquirePoll::Done(Ok(outcome)) => return Next::Reply(Reply::from(outcome)),
+                AcquirePoll::Done(Err(e)) => return Next::Reply(Reply::Error(e)),
+            };
+            let unknown_dc = |id: &ReservationId| {
+                let e = ErrorReply::new(ErrorKind::Inconsistent, format!("unknown dc in {id}"));
+                Failure::Refused(e)
             };
             return match need {
                 ConnectNeed::GlobalEntry(key) => {
                     if let Some(id) = self.dcs[d].global_cache.get(&key) {
-                        connect.handle_global(Some(id.clone()), Source::Local);
+                        let id = id.clone();
+                        job.acquire.connect().handle_global(Some(id), Source::Local);
                         continue;
                     }
                     Next::Store(StoreOp::GlobalGet(key))
@@ -814,9 +721,8 @@ impl Sim {
                 ConnectNeed::Reservation(id) => match self.dc_index.get(id.dc()) {
                     Some(&to) => Next::Peer(to, Request::ResolveReservation { id }),
                     None => {
-                        let e =
-                            ErrorReply::new(ErrorKind::Inconsistent, format!("unknown dc in {id}"));
-                        self.acquire_failed(d, task, e, false)
+                        job.acquire.handle_failure(now, unknown_dc(&id));
+                        continue;
                     }
                 },
                 ConnectNeed::LocalRecord(id) => Next::Store(StoreOp::Get(id)),
@@ -839,11 +745,8 @@ impl Sim {
                         },
                     ),
                     None => {
-                        let e = ErrorReply::new(
-                            ErrorKind::Inconsistent,
-                            format!("unknown dc in {from}"),
-                        );
-                        self.acquire_failed(d, task, e, false)
+                        job.acquire.handle_failure(now, unknown_dc(&from));
+                        continue;
                     }
                 },
             };
@@ -929,7 +832,7 @@ impl Sim {
                 }
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
-                        let c = &mut job.connect;
+                        let c = job.acquire.connect();
                         c.handle_global(entry, Source::Local);
                         self.acquire_step(d, &mut task)
                     }
@@ -952,7 +855,7 @@ impl Sim {
                 let segment = self.local_segment(d, &id);
                 match (&mut task.kind, segment) {
                     (TaskKind::Acquire(job), Ok(s)) => {
-                        let c = &mut job.connect;
+                        let c = job.acquire.connect();
                         let local = self.dcs[d].id.clone();
                         c.handle_segment(&local, s, Source::Local);
                         self.acquire_step(d, &mut task)
@@ -976,7 +879,7 @@ impl Sim {
                 let record = self.dcs[d].records.get(&id).cloned();
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
-                        let c = &mut job.connect;
+                        let c = job.acquire.connect();
                         c.handle_local_record(record, now);
                         self.acquire_step(d, &mut task)
                     }
@@ -997,7 +900,7 @@ impl Sim {
                 self.checker.on_allocate(d, unique);
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
-                        let c = &mut job.connect;
+                        let c = job.acquire.connect();
                         c.handle_allocated(unique, now);
                         self.acquire_step(d, &mut task)
                     }
@@ -1009,7 +912,7 @@ impl Sim {
                 let written = self.cas(d, expected, record);
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
-                        let c = &mut job.connect;
+                        let c = job.acquire.connect();
                         c.handle_written(written);
                         self.acquire_step(d, &mut task)
                     }
@@ -1061,7 +964,7 @@ impl Sim {
         self.dcs[d].global_cache.insert(key, winner);
         let next = match &mut task.kind {
             TaskKind::Acquire(job) => {
-                let c = &mut job.connect;
+                let c = job.acquire.connect();
                 c.handle_set_if_absent(existing);
                 self.acquire_step(d, &mut task)
             }
@@ -1087,8 +990,8 @@ impl Sim {
             // a refusal (`PeerError::Refused`), not an unreachable DC.
             let result = match reply {
                 Reply::Awaited(answer) => Ok(answer),
-                Reply::Error(e) => Err(AwaitFailure::Refused(e)),
-                other => Err(AwaitFailure::Refused(ErrorReply::new(
+                Reply::Error(e) => Err(Failure::Refused(e)),
+                other => Err(Failure::Refused(ErrorReply::new(
                     ErrorKind::Inconsistent,
                     format!("await answered {}", reply_kind(&other)),
                 ))),
@@ -1101,12 +1004,12 @@ impl Sim {
             (TaskKind::Acquire(_), Reply::Error(e)) => self.acquire_failed(d, &mut task, e, false),
             (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
             (TaskKind::Acquire(job), Reply::Reservation(segment)) => {
-                let c = &mut job.connect;
+                let c = job.acquire.connect();
                 c.handle_segment(&peer_id, segment, Source::Remote);
                 self.acquire_step(d, &mut task)
             }
             (TaskKind::Acquire(job), Reply::Link(link)) => {
-                let c = &mut job.connect;
+                let c = job.acquire.connect();
                 c.handle_link(link);
                 self.acquire_step(d, &mut task)
             }
@@ -1158,7 +1061,8 @@ impl Sim {
         };
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
-            let next = self.acquire_awaited(d, &mut task, Err(AwaitFailure::Unavailable));
+            let lost = ErrorReply::new(unavailable, why);
+            let next = self.acquire_awaited(d, &mut task, Err(Failure::Unreachable(lost)));
             return self.dc_continue(d, tid, task, next);
         }
         let e = ErrorReply::new(unavailable, why);
@@ -1379,4 +1283,26 @@ fn apply(
         }
     };
     homing_core::Transition { next, reply }
+}
+
+/// The counter of an acquire event.
+fn acquire_counter(event: AcquireEvent) -> &'static str {
+    match event {
+        AcquireEvent::ConnectFailed => "connect_failed",
+        AcquireEvent::ConnectRetried => "wait_connect_retried",
+        AcquireEvent::Awaiting => "wait_await",
+        AcquireEvent::WaitCutShort => "wait_cut_short",
+        AcquireEvent::WaitTimedOut => "wait_timed_out",
+        AcquireEvent::WaitRefused => "wait_refused",
+        AcquireEvent::WaitLostWithoutTimeToRegisterAgain => {
+            "wait_lost_without_time_to_register_again"
+        }
+        AcquireEvent::WaitReregister => "wait_reregister",
+        AcquireEvent::WaitDeadlinePassed => "wait_deadline_passed",
+        AcquireEvent::LastLookFailed => "wait_last_look_failed",
+        AcquireEvent::WaitEndedByConnectErrorUnavailable => {
+            "wait_ended_by_connect_error_unavailable"
+        }
+        AcquireEvent::WaitEndedByConnectError => "wait_ended_by_connect_error",
+    }
 }

@@ -50,9 +50,6 @@ pub struct Rules {
 /// that the wake-up checkers catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitRules {
-    /// Added to the grant's host time of an acquire that waited (`0`: homingd's
-    /// `host_time + time held`, which keeps the host's deadlines conservative).
-    pub grant_extra_ms: u64,
     /// The origin's own deadline bounds its `Await` (`timeout_at(deadline)`
     /// in `Node::acquire`); `false`: it waits for the tail's answer.
     pub origin_deadline: bool,
@@ -66,7 +63,6 @@ pub struct WaitRules {
 impl WaitRules {
     /// homingd's choices.
     pub const REAL: WaitRules = WaitRules {
-        grant_extra_ms: 0,
         origin_deadline: true,
         reset_on_restart: true,
     };

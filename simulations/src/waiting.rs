@@ -11,9 +11,9 @@
 //! daemon can take). Queues live in memory: a crash loses them.
 
 use homing_core::{AwaitReply, DcRecord, ErrorKind, ErrorReply, Reply, ReservationId, Written};
-use homing_node::{AwaitPoll, AwaitVacant, NodeTime, Notified, Ticket};
+use homing_node::{AwaitPoll, AwaitVacant, Failure, NodeTime, Notified, Ticket};
 
-use crate::dc::{AwaitFailure, Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
 use crate::sim::{Event, NodeId, Sim};
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
@@ -43,7 +43,7 @@ pub(crate) struct AwaitJob {
 
 impl Sim {
     /// The node clock of DC `d` now: its local clock, µs.
-    fn node_now(&self, d: usize) -> NodeTime {
+    pub(crate) fn node_now(&self, d: usize) -> NodeTime {
         NodeTime::from_us(self.dcs[d].clock.local_us(self.now))
     }
 
@@ -349,10 +349,7 @@ impl Sim {
                 };
                 // A local failure is unavailable only if its kind says so
                 // (homingd's `Failure::Reply`).
-                let result = result.map_err(|e| match e.kind {
-                    ErrorKind::Unavailable { .. } => AwaitFailure::Unavailable,
-                    _ => AwaitFailure::Refused(e),
-                });
+                let result = result.map_err(Failure::from_reply);
                 let next = self.acquire_awaited(d, &mut task, result);
                 self.dc_continue(d, acquire, task, next);
             }

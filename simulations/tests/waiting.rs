@@ -103,10 +103,7 @@ fn a_grant_that_runs_past_the_waiters_lease_lets_two_holders_act() {
     // Deadlines as if the host had sent its request a lease later than it
     // did: it acts past the expiry its DC reaps at, while a waiter takes over.
     let broken = Rules {
-        waiting: WaitRules {
-            grant_extra_ms: 4_000,
-            ..WaitRules::REAL
-        },
+        mutations: Mutations::NONE.with(Mutation::GrantRunsLate),
         ..Rules::real()
     };
     let failure = first_failure(&waiting(), broken);

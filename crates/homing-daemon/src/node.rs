@@ -10,14 +10,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    ActorId, AwaitReply, ChainWalk, Connect, ConnectError, ConnectNeed, ConnectOutcome,
-    ConnectPoll, DcId, DcRecord, ErrorKind, ErrorReply, Event, EventSeq, FencingToken, HostTime,
-    Identity, Key, KeyConfig, LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll,
-    Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Source, StoreTime,
-    Transition, Walked, Written, wire,
+    ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, ConnectOutcome, DcId, DcRecord,
+    ErrorKind, ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig,
+    LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll, Reply, Request,
+    ReservationId, Role, ScanCursor, Segment, SegmentError, Source, StoreTime, Transition, Walked,
+    Written, wire,
 };
 use homing_net::Handler;
-use homing_node::{AwaitPoll, AwaitVacant, Update, UpdatePoll};
+use homing_node::{
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant, Mutations, Update,
+    UpdatePoll,
+};
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
 };
@@ -37,8 +40,6 @@ pub const WATCH_REPLY_BYTES_MAX: usize = 48 * 1024;
 /// Most event pages one `Watch` reads looking for events in its scope before
 /// answering with none (but a moved cursor).
 pub const WATCH_PAGES_MAX: usize = 8;
-/// Pause before registering again when the tail's DC did not answer an `Await`.
-const AWAIT_RETRY_MS: u64 = 250;
 
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
 pub fn store_now() -> StoreTime {
@@ -104,13 +105,20 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> Failure {
 }
 
 impl Failure {
-    /// Whether a DC or store could not be reached (worth retrying), as
-    /// opposed to an answer (a refusal, a full queue, a contradiction).
-    fn is_unavailable(&self) -> bool {
-        match self {
+    /// homing-node's split of this failure at DC `dc`: a DC or store that
+    /// could not be reached (worth retrying), or an answer (a refusal, a
+    /// full queue, a contradiction). A peer relaying an error is an answer.
+    fn classify(self, dc: &DcId) -> homing_node::Failure {
+        let unreachable = match &self {
             Failure::Store(e) => matches!(e, StoreError::Unavailable { .. }),
             Failure::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
             Failure::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
+        };
+        let reply = self.into_reply(dc);
+        if unreachable {
+            homing_node::Failure::Unreachable(reply)
+        } else {
+            homing_node::Failure::Refused(reply)
         }
     }
 
@@ -404,7 +412,8 @@ impl Node {
     }
 
     /// Connect for `actor`; with `wait_ms`, a key held by a live actor is
-    /// awaited (at the holder's DC) and then taken, until the wait runs out.
+    /// awaited (at the holder's DC) and then taken, until the wait runs out,
+    /// as homing-node's [`Acquire`] decides.
     async fn acquire(
         &self,
         config: KeyConfig,
@@ -414,103 +423,69 @@ impl Node {
     ) -> Result<Reply, Failure> {
         let key = config.key(self.random_bits());
         tracing::Span::current().record("key", tracing::field::display(&key));
-        let started = tokio::time::Instant::now();
-        let wait = Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
-        let deadline = started + wait;
-        let pause = Duration::from_millis(AWAIT_RETRY_MS);
+        let request = AcquireRequest {
+            key,
+            tag: config.tag,
+            actor,
+            host_time,
+            wait_ms,
+        };
+        let now = self.waiters.now();
+        let mut acquire = Acquire::new(
+            self.dc.clone(),
+            request,
+            now,
+            self.policy,
+            self.hop_limit,
+            Mutations::NONE,
+        );
         loop {
-            // The host's clock moved on while we waited: grant from the
-            // reading it sent plus the time we held its request, which is at
-            // most the time that passed for the host (receipt ≥ send).
-            let waited = started.elapsed().as_millis() as u64;
-            let outcome = match self
-                .connect(&key, &config, &actor, host_time.plus_ms(waited))
-                .await
-            {
-                Ok(outcome) => outcome,
-                // A DC of the chain is unreachable while we wait (a crash, a
-                // partition): try again within the wait.
-                Err(failure)
-                    if failure.is_unavailable()
-                        && tokio::time::Instant::now() + pause < deadline =>
-                {
-                    let error = failure.into_reply(&self.dc);
-                    tracing::info!(%error, "connect failed while waiting; trying again");
+            let poll = acquire.poll(self.waiters.now());
+            while let Some(event) = acquire.poll_event() {
+                log_acquire(event);
+            }
+            match poll {
+                AcquirePoll::Connect(need) => {
+                    if let Err(failure) = self.perform(acquire.connect(), need).await {
+                        let failure = failure.classify(&self.dc);
+                        acquire.handle_failure(self.waiters.now(), failure);
+                    }
+                }
+                AcquirePoll::Await {
+                    reservation,
+                    wait_ms,
+                    until,
+                } => {
+                    tracing::debug!(reservation = %reservation, wait_ms, "key held: waiting");
+                    let register = async {
+                        if reservation.dc() == &self.dc {
+                            self.await_vacant(&reservation, wait_ms).await
+                        } else {
+                            let remote = self.peers.await_vacant(&reservation, wait_ms).await;
+                            remote.map_err(Failure::from)
+                        }
+                    };
+                    // Our own deadline bounds the wait, also when the tail's DC
+                    // went silent with our registration: the host is answered in time.
+                    let awaited = tokio::time::timeout_at(self.waiters.instant(until), register);
+                    match awaited.await {
+                        Err(_) => acquire.handle_deadline(self.waiters.now()),
+                        Ok(result) => {
+                            let result = result.map_err(|f| f.classify(&self.dc));
+                            acquire.handle_awaited(self.waiters.now(), result);
+                        }
+                    }
+                }
+                AcquirePoll::Pause { until } => {
                     tokio::select! {
-                        _ = tokio::time::sleep(pause) => continue,
-                        _ = self.closed() => return Err(fail(error.kind, error.message)),
+                        _ = tokio::time::sleep_until(self.waiters.instant(until)) => {
+                            acquire.handle_timeout(self.waiters.now());
+                        }
+                        _ = self.closed() => acquire.handle_close(),
                     }
                 }
-                Err(failure) => return Err(failure),
-            };
-            let ConnectOutcome::HeldElsewhere { reservation, .. } = &outcome else {
-                return Ok(acquire_reply(outcome));
-            };
-            let Some(remaining) = deadline
-                .checked_duration_since(tokio::time::Instant::now())
-                .filter(|r| !r.is_zero())
-            else {
-                return Ok(acquire_reply(outcome));
-            };
-            let remaining_ms = remaining.as_millis().max(1) as u32;
-            tracing::debug!(reservation = %reservation, remaining_ms, "key held: waiting");
-            let register = async {
-                if reservation.dc() == &self.dc {
-                    self.await_vacant(reservation, remaining_ms).await
-                } else {
-                    self.peers
-                        .await_vacant(reservation, remaining_ms)
-                        .await
-                        .map_err(Failure::from)
-                }
-            };
-            // Our own deadline bounds the wait, also when the tail's DC went
-            // silent with our registration: the host is answered in time.
-            let Ok(awaited) = tokio::time::timeout_at(deadline, register).await else {
-                return Ok(acquire_reply(outcome));
-            };
-            // A wait answered well before its end came from a DC shutting down:
-            // its registration is gone, like an unreachable DC's.
-            let cut_short = matches!(awaited, Ok(AwaitReply::TimedOut))
-                && tokio::time::Instant::now() + pause < deadline;
-            let awaited = if cut_short {
-                Err(fail(
-                    ErrorKind::Unavailable {
-                        dc: reservation.dc().clone(),
-                    },
-                    format!(
-                        "dc {} ended the wait early (shutting down)",
-                        reservation.dc()
-                    ),
-                ))
-            } else {
-                awaited
-            };
-            match awaited {
-                // The holder may have changed while we waited: answer with a fresh look.
-                Ok(AwaitReply::TimedOut) => {
-                    let waited = started.elapsed().as_millis() as u64;
-                    let last = self
-                        .connect(&key, &config, &actor, host_time.plus_ms(waited))
-                        .await?;
-                    return Ok(acquire_reply(last));
-                }
-                Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => {}
-                // A full queue, a refusal: the caller learns it now.
-                Err(failure) if !failure.is_unavailable() => return Err(failure),
-                // The tail's DC lost our registration (restart, partition):
-                // register again after a pause, if the wait leaves time for it.
-                Err(failure) => {
-                    let error = failure.into_reply(&self.dc);
-                    if tokio::time::Instant::now() + pause >= deadline {
-                        return Ok(acquire_reply(outcome));
-                    }
-                    tracing::info!(reservation = %reservation, %error, "wait interrupted; registering again");
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = self.closed() => return Ok(acquire_reply(outcome)),
-                    }
-                }
+                AcquirePoll::Done(Ok(outcome)) => return Ok(acquire_reply(outcome)),
+                AcquirePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
             }
         }
     }
@@ -520,38 +495,6 @@ impl Node {
         let mut closing = self.closing.subscribe();
         // The sender lives as long as the node, so this only ends on close.
         let _ = closing.wait_for(|c| *c).await.is_ok();
-    }
-
-    /// One connect of `key` for `actor` (DESIGN.md §3.1).
-    async fn connect(
-        &self,
-        key: &Key,
-        config: &KeyConfig,
-        actor: &ActorId,
-        host_time: HostTime,
-    ) -> Result<ConnectOutcome, Failure> {
-        let mut connect = Connect::new(
-            self.dc.clone(),
-            key.clone(),
-            config.tag.clone(),
-            actor.clone(),
-            host_time,
-            self.policy,
-            self.hop_limit,
-        );
-        loop {
-            match connect.poll() {
-                ConnectPoll::Need(need) => self.perform(&mut connect, need).await?,
-                ConnectPoll::Done(outcome) => return Ok(outcome),
-                ConnectPoll::Failed(e) => {
-                    let kind = match e {
-                        ConnectError::Contended(_) => ErrorKind::Overloaded,
-                        _ => ErrorKind::Inconsistent,
-                    };
-                    return Err(fail(kind, e.to_string()));
-                }
-            }
-        }
     }
 
     /// Parks until our reservation `id` has no live holder (answering
@@ -946,6 +889,19 @@ impl Node {
             }
             Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
         }
+    }
+}
+
+/// One log line per acquire event worth an operator's eye.
+fn log_acquire(event: AcquireEvent) {
+    match event {
+        AcquireEvent::ConnectRetried => {
+            tracing::info!("connect failed while waiting; trying again")
+        }
+        AcquireEvent::WaitReregister | AcquireEvent::WaitCutShort => {
+            tracing::info!(?event, "wait interrupted; registering again")
+        }
+        other => tracing::debug!(event = ?other, "acquire"),
     }
 }
 

@@ -12,11 +12,13 @@
 //!   bounded, hand-off window, who is woken by which write;
 //! - [`update`]: read → transition → compare-and-set of one record,
 //!   bounded retries, the owner check, and how each failure is answered;
+//! - [`acquire`]: the wait around a connect — await the holder, retry an
+//!   unreachable DC, the last look, the grant after a wait;
+//! - [`failure`]: unreachable vs refused, which every retry rests on;
 //! - [`await_vacant`]: one waiter's loop — first look, register, re-read,
 //!   park until the earliest timer, expire a lapsed holder, time out.
 //!
-//! Still decided in the drivers (issue 18, later steps): the acquire wait
-//! loop, upkeep (reap, orphan sweep, event trim),
+//! Still decided in the drivers (issue 18, later steps): upkeep (reap, orphan sweep, event trim),
 //! drain forwarding, watch cursors.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
@@ -25,13 +27,17 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acquire;
 pub mod await_vacant;
+pub mod failure;
 pub mod mutation;
 pub mod time;
 pub mod update;
 pub mod waiters;
 
+pub use acquire::{AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest};
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
+pub use failure::Failure;
 pub use mutation::{Mutation, Mutations};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};

@@ -15,7 +15,14 @@ pub enum Mutation {
     WaiterQueuePopsBack = 1 << 0,
     /// A record write no longer wakes that record's waiters.
     WriteForgetsWaiters = 1 << 1,
+    /// The grant after a wait is computed as if the host had sent its
+    /// request [`GRANT_LATE_MS`] later than it did: its deadlines run past
+    /// the lease the DC stored.
+    GrantRunsLate = 1 << 2,
 }
+
+/// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.
+pub const GRANT_LATE_MS: u64 = 4_000;
 
 /// The set of rules broken in one node: empty in production.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

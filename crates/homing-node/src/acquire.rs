@@ -1,0 +1,399 @@
+//! Acquire: the connect of DESIGN.md §3.1 at the host's DC, with the wait of
+//! `wait_ms` around it, as a sans-IO stepper. homing-core's `Connect` decides
+//! one connect; this stepper decides what happens between connects.
+//!
+//! ```text
+//! connect ─ Acquired / TagMismatch ─► Done
+//!    │      HeldElsewhere, no wait left (or this was the last look) ─► Done(HeldElsewhere)
+//!    │      HeldElsewhere, wait left ─► Await at the holder's DC, bounded by our deadline
+//!    │            Vacated / Moved ─► connect again (grant: host time + time held)
+//!    │            TimedOut at the end of the wait ─► last look: one more connect, its outcome is the answer
+//!    │            TimedOut early (the DC shut down) or unreachable ─► pause, connect again;
+//!    │                 no time for a pause ─► Done(HeldElsewhere)
+//!    │            refused (a full queue) ─► Done(error)
+//!    │            our deadline passed first ─► Done(HeldElsewhere)
+//!    └ failed: unreachable with time for a pause (not the last look) ─► pause, connect again
+//!              otherwise ─► Done(error)
+//! ```
+//!
+//! The grant after a wait uses the host's reading plus the time the DC held
+//! the request: at most what passed for the host (receipt ≥ send), so the
+//! host's deadlines stay conservative.
+//!
+//! Driver: loop on [`Acquire::poll`]. `Connect(need)`: perform it, answer
+//! through [`Acquire::connect`]'s `handle_*`, or [`Acquire::handle_failure`]
+//! if it could not be done. `Await`: register at the reservation's DC (this
+//! DC: [`crate::AwaitVacant`]; another: an `Await` request), answer with
+//! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
+//! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`. Take
+//! [`Acquire::poll_event`]s for logs and counters.
+
+use std::collections::VecDeque;
+
+use homing_core::{
+    ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId,
+    ErrorKind, ErrorReply, HostTime, Key, LeasePolicy, ReservationId, Tag, wire::WAIT_MS_MAX,
+};
+
+use crate::failure::Failure;
+use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
+use crate::time::NodeTime;
+
+/// Pause before connecting or registering again after a DC did not answer,
+/// in milliseconds.
+pub const AWAIT_RETRY_MS: u64 = 250;
+
+/// What the driver must do next.
+#[derive(Debug)]
+pub enum AcquirePoll {
+    /// Perform this need of the current connect.
+    Connect(ConnectNeed),
+    /// Wait at `reservation`'s DC for it to be vacated, `wait_ms` at most,
+    /// and never past `until` (node clock).
+    Await {
+        /// The live holder's reservation.
+        reservation: ReservationId,
+        /// The wait left, in milliseconds (≥ 1).
+        wait_ms: u32,
+        /// This acquire's own deadline.
+        until: NodeTime,
+    },
+    /// Sleep until `until` (node clock), then [`Acquire::handle_timeout`].
+    Pause {
+        /// When to connect again.
+        until: NodeTime,
+    },
+    /// Finished: the outcome for the host, or the error.
+    Done(Result<ConnectOutcome, ErrorReply>),
+}
+
+/// What happened inside an acquire, for logs and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireEvent {
+    /// A connect failed (its chain or store contradicted it, or it lost too many races).
+    ConnectFailed,
+    /// A connect could not reach a DC; it is tried again after a pause.
+    ConnectRetried,
+    /// The key is held: the acquire waits at the holder's DC.
+    Awaiting,
+    /// The holder's DC answered `TimedOut` before the wait's end (it shut down).
+    WaitCutShort,
+    /// The wait ran out: one last look.
+    WaitTimedOut,
+    /// The holder's DC refused the wait (a full queue).
+    WaitRefused,
+    /// The registration was lost and there is no time to register again.
+    WaitLostWithoutTimeToRegisterAgain,
+    /// The registration was lost: connect and register again after a pause.
+    WaitReregister,
+    /// This acquire's own deadline passed while it waited.
+    WaitDeadlinePassed,
+    /// The last look's connect failed.
+    LastLookFailed,
+    /// A connect after waiting could not reach a DC, with no time left.
+    WaitEndedByConnectErrorUnavailable,
+    /// A connect after waiting failed with an answer.
+    WaitEndedByConnectError,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Connecting,
+    Awaiting,
+    /// `error`: the failure that caused the pause, if a connect failed.
+    Paused {
+        until: NodeTime,
+        error: Option<ErrorReply>,
+    },
+    Done(Result<ConnectOutcome, ErrorReply>),
+    Over,
+}
+
+/// How an acquire started: what the host asked for.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    /// The key (its name drawn by the driver if the host gave none).
+    pub key: Key,
+    /// The tag the key must carry.
+    pub tag: Option<Tag>,
+    /// The host's actor.
+    pub actor: ActorId,
+    /// The host's clock when it sent the request.
+    pub host_time: HostTime,
+    /// How long the host lets the DC wait for a held key, ms.
+    pub wait_ms: u32,
+}
+
+/// One acquire in progress at the host's DC.
+#[derive(Debug)]
+pub struct Acquire {
+    dc: DcId,
+    request: AcquireRequest,
+    policy: LeasePolicy,
+    hop_limit: usize,
+    mutations: Mutations,
+    started: NodeTime,
+    deadline: NodeTime,
+    connect: Connect,
+    /// The `HeldElsewhere` to answer if the wait ends.
+    held: Option<ConnectOutcome>,
+    last_look: bool,
+    awaits: u32,
+    phase: Phase,
+    events: VecDeque<AcquireEvent>,
+}
+
+impl Acquire {
+    /// An acquire at DC `dc` arriving at `now` (node clock).
+    pub fn new(
+        dc: DcId,
+        request: AcquireRequest,
+        now: NodeTime,
+        policy: LeasePolicy,
+        hop_limit: usize,
+        mutations: Mutations,
+    ) -> Acquire {
+        let wait_ms = u64::from(request.wait_ms.min(WAIT_MS_MAX));
+        let connect = Connect::new(
+            dc.clone(),
+            request.key.clone(),
+            request.tag.clone(),
+            request.actor.clone(),
+            request.host_time,
+            policy,
+            hop_limit,
+        );
+        Acquire {
+            dc,
+            request,
+            policy,
+            hop_limit,
+            mutations,
+            started: now,
+            deadline: now.plus_ms(wait_ms),
+            connect,
+            held: None,
+            last_look: false,
+            awaits: 0,
+            phase: Phase::Connecting,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The key acquired.
+    pub fn key(&self) -> &Key {
+        &self.request.key
+    }
+
+    /// Whether the host asked to wait.
+    pub fn waits(&self) -> bool {
+        self.request.wait_ms > 0
+    }
+
+    /// When the wait ends (node clock).
+    pub fn deadline(&self) -> NodeTime {
+        self.deadline
+    }
+
+    /// The current connect, to answer the need [`Acquire::poll`] named.
+    pub fn connect(&mut self) -> &mut Connect {
+        &mut self.connect
+    }
+
+    /// What happened since the last call, oldest first.
+    pub fn poll_event(&mut self) -> Option<AcquireEvent> {
+        self.events.pop_front()
+    }
+
+    /// What to do next at `now`; `Done` is handed out once.
+    pub fn poll(&mut self, now: NodeTime) -> AcquirePoll {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Over) {
+                Phase::Connecting => match self.connect.poll() {
+                    ConnectPoll::Need(need) => {
+                        self.phase = Phase::Connecting;
+                        return AcquirePoll::Connect(need);
+                    }
+                    ConnectPoll::Done(outcome) => self.connected(now, outcome),
+                    ConnectPoll::Failed(e) => {
+                        self.events.push_back(AcquireEvent::ConnectFailed);
+                        let kind = match e {
+                            ConnectError::Contended(_) => ErrorKind::Overloaded,
+                            _ => ErrorKind::Inconsistent,
+                        };
+                        self.phase = Phase::Connecting;
+                        let failure = Failure::Refused(ErrorReply::new(kind, e.to_string()));
+                        self.handle_failure(now, failure);
+                    }
+                },
+                Phase::Awaiting => {
+                    self.phase = Phase::Awaiting;
+                    let Some(ConnectOutcome::HeldElsewhere { reservation, .. }) = &self.held else {
+                        unreachable!("an acquire awaits only a key held elsewhere");
+                    };
+                    let remaining_us = self.deadline.us_since(now);
+                    return AcquirePoll::Await {
+                        reservation: reservation.clone(),
+                        wait_ms: (remaining_us / 1000).max(1) as u32,
+                        until: self.deadline,
+                    };
+                }
+                Phase::Paused { until, error } => {
+                    self.phase = Phase::Paused { until, error };
+                    return AcquirePoll::Pause { until };
+                }
+                Phase::Done(result) => return AcquirePoll::Done(result),
+                Phase::Over => panic!("acquire of {} polled after it ended", self.request.key),
+            }
+        }
+    }
+
+    /// A connect ended with `outcome` at `now`.
+    fn connected(&mut self, now: NodeTime, outcome: ConnectOutcome) {
+        let waits = matches!(outcome, ConnectOutcome::HeldElsewhere { .. })
+            && !self.last_look
+            && self.deadline > now;
+        if waits {
+            self.awaits += 1;
+            self.events.push_back(AcquireEvent::Awaiting);
+            self.held = Some(outcome);
+            self.phase = Phase::Awaiting;
+        } else {
+            self.phase = Phase::Done(Ok(outcome));
+        }
+    }
+
+    /// A need of the current connect could not be performed at `now`.
+    pub fn handle_failure(&mut self, now: NodeTime, failure: Failure) {
+        assert!(
+            matches!(self.phase, Phase::Connecting),
+            "acquire of {}: a failure while not connecting",
+            self.request.key
+        );
+        let unreachable = failure.is_unreachable();
+        if unreachable && !self.last_look && self.time_for_a_pause(now) {
+            self.events.push_back(AcquireEvent::ConnectRetried);
+            self.phase = Phase::Paused {
+                until: now.plus_ms(AWAIT_RETRY_MS),
+                error: Some(failure.into_reply()),
+            };
+            return;
+        }
+        if self.awaits > 0 {
+            self.events.push_back(match (self.last_look, unreachable) {
+                (true, _) => AcquireEvent::LastLookFailed,
+                (false, true) => AcquireEvent::WaitEndedByConnectErrorUnavailable,
+                (false, false) => AcquireEvent::WaitEndedByConnectError,
+            });
+        }
+        self.phase = Phase::Done(Err(failure.into_reply()));
+    }
+
+    /// The await asked for ended at `now` with `result`.
+    pub fn handle_awaited(&mut self, now: NodeTime, result: Result<AwaitReply, Failure>) {
+        assert!(
+            matches!(self.phase, Phase::Awaiting),
+            "acquire of {}: an await it did not ask for",
+            self.request.key
+        );
+        let time_for_a_pause = self.time_for_a_pause(now);
+        match result {
+            // A wait answered well before its end came from a DC shutting
+            // down: its registration is gone, like an unreachable DC's.
+            Ok(AwaitReply::TimedOut) if time_for_a_pause => {
+                self.events.push_back(AcquireEvent::WaitCutShort);
+            }
+            // The holder may have changed while we waited: a fresh look answers.
+            Ok(AwaitReply::TimedOut) => {
+                self.events.push_back(AcquireEvent::WaitTimedOut);
+                self.last_look = true;
+                return self.reconnect(now);
+            }
+            Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => return self.reconnect(now),
+            Err(Failure::Refused(e)) => {
+                self.events.push_back(AcquireEvent::WaitRefused);
+                self.phase = Phase::Done(Err(e));
+                return;
+            }
+            Err(Failure::Unreachable(_)) => {}
+        }
+        // The holder's DC lost our registration (restart, partition):
+        // connect and register again after a pause, if the wait leaves time.
+        if !time_for_a_pause {
+            self.events
+                .push_back(AcquireEvent::WaitLostWithoutTimeToRegisterAgain);
+            self.phase = Phase::Done(Ok(self.take_held()));
+            return;
+        }
+        self.events.push_back(AcquireEvent::WaitReregister);
+        self.phase = Phase::Paused {
+            until: now.plus_ms(AWAIT_RETRY_MS),
+            error: None,
+        };
+    }
+
+    /// This acquire's deadline passed at `now` while it waited: it answers
+    /// the last `HeldElsewhere` (the driver drops the registration).
+    pub fn handle_deadline(&mut self, _now: NodeTime) {
+        assert!(
+            matches!(self.phase, Phase::Awaiting),
+            "acquire of {}: a deadline while not waiting",
+            self.request.key
+        );
+        self.events.push_back(AcquireEvent::WaitDeadlinePassed);
+        self.phase = Phase::Done(Ok(self.take_held()));
+    }
+
+    /// The pause ended at `now`: connect again.
+    pub fn handle_timeout(&mut self, now: NodeTime) {
+        assert!(
+            matches!(self.phase, Phase::Paused { .. }),
+            "acquire of {}: a timeout while not paused",
+            self.request.key
+        );
+        self.reconnect(now);
+    }
+
+    /// The DC shuts down during a pause: answer now (the failure that
+    /// caused the pause, or the last `HeldElsewhere`).
+    pub fn handle_close(&mut self) {
+        if let Phase::Paused { error, .. } = std::mem::replace(&mut self.phase, Phase::Over) {
+            self.phase = Phase::Done(match error {
+                Some(e) => Err(e),
+                None => Ok(self.take_held()),
+            });
+        } else {
+            panic!("acquire of {}: closed while not paused", self.request.key);
+        }
+    }
+
+    fn time_for_a_pause(&self, now: NodeTime) -> bool {
+        now.plus_ms(AWAIT_RETRY_MS) < self.deadline
+    }
+
+    fn take_held(&mut self) -> ConnectOutcome {
+        // Invariant: a wait starts only from a `HeldElsewhere`, kept until it ends.
+        self.held
+            .take()
+            .expect("a waiting acquire keeps its HeldElsewhere")
+    }
+
+    /// Connects again, granting from the host's reading plus the time this
+    /// DC held the request.
+    fn reconnect(&mut self, now: NodeTime) {
+        let mut held_ms = now.us_since(self.started) / 1000;
+        if self.mutations.has(Mutation::GrantRunsLate) {
+            held_ms += GRANT_LATE_MS;
+        }
+        self.connect = Connect::new(
+            self.dc.clone(),
+            self.request.key.clone(),
+            self.request.tag.clone(),
+            self.request.actor.clone(),
+            self.request.host_time.plus_ms(held_ms),
+            self.policy,
+            self.hop_limit,
+        );
+        self.phase = Phase::Connecting;
+    }
+}

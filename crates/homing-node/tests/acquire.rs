@@ -1,0 +1,206 @@
+//! Acquire's wait loop over in-memory DCs (homing-core's walkthrough
+//! world): connects are performed at once, time is moved by hand.
+
+#[path = "../../homing-core/examples/walkthrough/world.rs"]
+mod world;
+
+use homing_core::{
+    ActorId, AwaitReply, ConnectOutcome, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
+    KeyName, ReleaseCause, RunOutcome, chain::HOP_LIMIT_DEFAULT,
+};
+use homing_node::{
+    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, Mutations,
+    NodeTime,
+};
+use world::World;
+
+const HOST_TIME_MS: u64 = 7;
+
+fn dc(name: &str) -> DcId {
+    DcId::new(name).unwrap()
+}
+
+fn key() -> Key {
+    Key::new(KeyName::new("room").unwrap())
+}
+
+fn start(world: &World, at: &str, actor: &str, wait_ms: u32) -> Acquire {
+    let request = AcquireRequest {
+        key: key(),
+        tag: None,
+        actor: ActorId::new(actor).unwrap(),
+        host_time: HostTime::from_ms(HOST_TIME_MS),
+        wait_ms,
+    };
+    Acquire::new(
+        dc(at),
+        request,
+        node_now(world),
+        world.policy,
+        HOP_LIMIT_DEFAULT,
+        Mutations::NONE,
+    )
+}
+
+/// The node clock reads the world's store clock here.
+fn node_now(world: &World) -> NodeTime {
+    NodeTime::from_us(world.now_ms * 1000)
+}
+
+/// Performs connects until the acquire asks for something else.
+fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
+    for _ in 0..1_000 {
+        match acquire.poll(node_now(world)) {
+            AcquirePoll::Connect(_) => {
+                assert!(world.step(&dc(at), acquire.connect()));
+            }
+            other => return other,
+        }
+    }
+    panic!("acquire did not leave its connect in 1000 steps");
+}
+
+fn events(acquire: &mut Acquire) -> Vec<AcquireEvent> {
+    std::iter::from_fn(|| acquire.poll_event()).collect()
+}
+
+/// iad's a1 holds the key; fra's a2 asks with `wait_ms` and is told to await.
+fn held_at_iad(wait_ms: u32) -> (World, Acquire) {
+    let mut world = World::new(&["iad", "fra"]);
+    let mut first = start(&world, "iad", "a1", 0);
+    assert!(matches!(
+        drive(&mut world, "iad", &mut first),
+        AcquirePoll::Done(Ok(ConnectOutcome::Acquired { .. }))
+    ));
+    let mut second = start(&world, "fra", "a2", wait_ms);
+    match drive(&mut world, "fra", &mut second) {
+        AcquirePoll::Await {
+            reservation,
+            wait_ms: asked,
+            until,
+        } => {
+            assert_eq!(reservation.to_string(), "iad.1");
+            assert_eq!(asked, wait_ms);
+            assert_eq!(until, node_now(&world).plus_ms(u64::from(wait_ms)));
+        }
+        other => panic!("expected an await, got {other:?}"),
+    }
+    assert_eq!(events(&mut second), [AcquireEvent::Awaiting]);
+    (world, second)
+}
+
+#[test]
+fn acquire_without_a_wait_answers_held_elsewhere_at_once() {
+    let mut world = World::new(&["iad", "fra"]);
+    let mut first = start(&world, "iad", "a1", 0);
+    drive(&mut world, "iad", &mut first);
+    let mut second = start(&world, "fra", "a2", 0);
+    assert!(matches!(
+        drive(&mut world, "fra", &mut second),
+        AcquirePoll::Done(Ok(ConnectOutcome::HeldElsewhere { .. }))
+    ));
+}
+
+#[test]
+fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
+    let (mut world, mut acquire) = held_at_iad(5_000);
+    world.now_ms += 1_000;
+    world.release(&"iad.1".parse().unwrap(), FencingToken::FIRST);
+    let vacated = AwaitReply::Vacated {
+        ended: ReleaseCause::Released(RunOutcome::Ok),
+    };
+    acquire.handle_awaited(node_now(&world), Ok(vacated));
+    let AcquirePoll::Done(Ok(ConnectOutcome::Acquired {
+        reservation,
+        deadlines,
+        ..
+    })) = drive(&mut world, "fra", &mut acquire)
+    else {
+        panic!("expected the key")
+    };
+    assert_eq!(reservation.to_string(), "fra.1");
+    let expected = world
+        .policy
+        .grant(HostTime::from_ms(HOST_TIME_MS + 1_000), world.now());
+    assert_eq!(deadlines, expected.deadlines, "host time + the 1 s held");
+}
+
+#[test]
+fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
+    let (mut world, mut acquire) = held_at_iad(5_000);
+    world.now_ms += 10;
+    acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
+    let AcquirePoll::Pause { until } = drive(&mut world, "fra", &mut acquire) else {
+        panic!("expected a pause")
+    };
+    assert_eq!(until, node_now(&world).plus_ms(AWAIT_RETRY_MS));
+    assert_eq!(
+        events(&mut acquire),
+        [AcquireEvent::WaitCutShort, AcquireEvent::WaitReregister]
+    );
+    world.now_ms += AWAIT_RETRY_MS;
+    acquire.handle_timeout(node_now(&world));
+    assert!(matches!(
+        drive(&mut world, "fra", &mut acquire),
+        AcquirePoll::Await { wait_ms: 4_740, .. }
+    ));
+}
+
+#[test]
+fn acquire_the_wait_running_out_takes_one_last_look_that_is_the_answer() {
+    let (mut world, mut acquire) = held_at_iad(5_000);
+    world.now_ms += 5_000;
+    acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
+    assert!(matches!(
+        drive(&mut world, "fra", &mut acquire),
+        AcquirePoll::Done(Ok(ConnectOutcome::HeldElsewhere { .. }))
+    ));
+    assert_eq!(events(&mut acquire), [AcquireEvent::WaitTimedOut]);
+}
+
+#[test]
+fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
+    let unreachable = || {
+        Failure::Unreachable(ErrorReply::new(
+            ErrorKind::Unavailable { dc: dc("iad") },
+            "iad did not answer",
+        ))
+    };
+    let world = World::new(&["iad", "fra"]);
+    let mut patient = start(&world, "fra", "a2", 5_000);
+    assert!(matches!(
+        patient.poll(node_now(&world)),
+        AcquirePoll::Connect(_)
+    ));
+    patient.handle_failure(node_now(&world), unreachable());
+    assert!(matches!(
+        patient.poll(node_now(&world)),
+        AcquirePoll::Pause { .. }
+    ));
+    let mut hasty = start(&world, "fra", "a2", 0);
+    hasty.poll(node_now(&world));
+    hasty.handle_failure(node_now(&world), unreachable());
+    let AcquirePoll::Done(Err(e)) = hasty.poll(node_now(&world)) else {
+        panic!("expected the error")
+    };
+    assert!(matches!(e.kind, ErrorKind::Unavailable { .. }));
+}
+
+#[test]
+fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held() {
+    let (world, mut refused) = held_at_iad(5_000);
+    let full = ErrorReply::new(ErrorKind::Overloaded, "queue full");
+    refused.handle_awaited(node_now(&world), Err(Failure::Refused(full)));
+    let AcquirePoll::Done(Err(e)) = refused.poll(node_now(&world)) else {
+        panic!("expected the refusal")
+    };
+    assert_eq!(e.kind, ErrorKind::Overloaded);
+
+    let (world, mut late) = held_at_iad(5_000);
+    late.handle_deadline(node_now(&world).plus_ms(5_000));
+    assert!(matches!(
+        late.poll(node_now(&world)),
+        AcquirePoll::Done(Ok(ConnectOutcome::HeldElsewhere { .. }))
+    ));
+    assert_eq!(events(&mut late), [AcquireEvent::WaitDeadlinePassed]);
+}
