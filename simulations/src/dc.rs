@@ -24,20 +24,20 @@
 use std::collections::BTreeMap;
 
 use homing_core::{
-    AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
-    LocalSegment, RecordState, Reply, Request, ReservationId, RunOutcome, Segment, SegmentError,
-    Source, Written, chain::HOP_LIMIT_DEFAULT,
+    AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, Key, LinkReply, LocalSegment,
+    RecordState, Reply, Request, ReservationId, Segment, SegmentError, Source, Written,
+    chain::HOP_LIMIT_DEFAULT,
 };
 
+use homing_node::change::expire;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, Mutations, NodeTime, Update,
-    UpdatePoll, WaitLimits, Waiters,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Change, Changed, Failure, Mutations,
+    NodeTime, Update, UpdatePoll, WaitLimits, Waiters,
 };
 
 use crate::clock::NodeClock;
 use crate::invariants::View;
 use crate::report::Measurements;
-use crate::rules::Rules;
 use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
 use crate::waiting::{AwaitFor, AwaitJob};
@@ -163,30 +163,11 @@ pub(crate) enum Awaiting {
 }
 
 #[derive(Debug)]
-pub(crate) enum UpdateOp {
-    Renew {
-        token: FencingToken,
-        host_time: HostTime,
-    },
-    Release {
-        token: FencingToken,
-        outcome: RunOutcome,
-    },
-    Link {
-        to: ReservationId,
-        expected: FencingToken,
-    },
-}
-
-#[derive(Debug)]
 pub(crate) enum TaskKind {
     Acquire(Box<AcquireJob>),
     Await(Box<AwaitJob>),
-    /// Renew, release, link: homing-node's [`Update`] applying `op`.
-    Update {
-        op: UpdateOp,
-        update: Box<Update<Reply>>,
-    },
+    /// Renew, release, link: homing-node's [`Update`].
+    Update(Box<Update>),
     Segment,
     Resolve {
         entry: Option<ReservationId>,
@@ -334,18 +315,18 @@ impl Sim {
                 reservation,
                 token,
                 host_time,
-            } => self.update_task(d, reservation, UpdateOp::Renew { token, host_time }),
+            } => self.update_task(d, reservation, Change::Renew { token, host_time }),
             Request::Release {
                 reservation,
                 token,
                 outcome,
-            } => self.update_task(d, reservation, UpdateOp::Release { token, outcome }),
+            } => self.update_task(d, reservation, Change::Release { token, outcome }),
             Request::Link {
                 from,
                 to,
                 expected_token,
             } => {
-                let op = UpdateOp::Link {
+                let op = Change::Link {
                     to,
                     expected: expected_token,
                 };
@@ -369,7 +350,7 @@ impl Sim {
             work: Work::default(),
         };
         let next = match &mut task.kind {
-            TaskKind::Update { update, .. } => update_next(update),
+            TaskKind::Update(update) => update_next(update, &mut self.measurements),
             _ => self.acquire_step(d, &mut task),
         };
         let tid = self.new_task_id(d);
@@ -870,7 +851,7 @@ impl Sim {
                         reply => Next::Reply(reply),
                     },
                     (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (TaskKind::Update { .. } | TaskKind::Await(_), Ok(_)) => {
+                    (TaskKind::Update(_) | TaskKind::Await(_), Ok(_)) => {
                         Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
                     }
                 }
@@ -883,13 +864,9 @@ impl Sim {
                         c.handle_local_record(record, now);
                         self.acquire_step(d, &mut task)
                     }
-                    TaskKind::Update { op, update } => {
-                        let (rules, policy) = (self.rules, self.policy);
-                        let counts = &mut self.measurements;
-                        update.handle_record(record, now, |r, now| {
-                            apply(op, &rules, &policy, r, now, counts)
-                        });
-                        update_next(update)
+                    TaskKind::Update(update) => {
+                        update.handle_record(record, now, &self.policy);
+                        update_next(update, &mut self.measurements)
                     }
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
                 }
@@ -916,12 +893,12 @@ impl Sim {
                         c.handle_written(written);
                         self.acquire_step(d, &mut task)
                     }
-                    TaskKind::Update { update, .. } => {
+                    TaskKind::Update(update) => {
                         if written == Written::Conflict {
                             self.measurements.count("update_cas_conflict");
                         }
                         update.handle_written(written);
-                        update_next(update)
+                        update_next(update, &mut self.measurements)
                     }
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected write")),
                 }
@@ -931,9 +908,9 @@ impl Sim {
     }
 
     /// An update task for our reservation `id`.
-    fn update_task(&self, d: usize, id: ReservationId, op: UpdateOp) -> TaskKind {
-        let update = Box::new(Update::new(self.dcs[d].id.clone(), id));
-        TaskKind::Update { op, update }
+    fn update_task(&self, d: usize, id: ReservationId, change: Change) -> TaskKind {
+        let dc = self.dcs[d].id.clone();
+        TaskKind::Update(Box::new(Update::new(dc, id, change, self.rules.mutations)))
     }
 
     /// The global write-once lands; then the DC that asked (if it still runs) goes on.
@@ -1110,12 +1087,12 @@ impl Sim {
             return;
         }
         let now = self.dcs[d].clock.store_time(self.now);
-        let expire = self.rules.expire;
+        let mutations = self.rules.mutations;
         let reaped: Vec<DcRecord> = self.dcs[d]
             .records
             .values()
             .filter(|r| matches!(r.state, RecordState::Active { .. }))
-            .filter_map(|r| expire(r, now, &self.policy))
+            .filter_map(|r| expire(r, now, &self.policy, mutations))
             .collect();
         for record in reaped {
             self.measurements.count("lease_reaped");
@@ -1229,7 +1206,7 @@ impl Sim {
             if d == usize::MAX || !self.dcs[d].up {
                 continue;
             }
-            if let Some(next) = record.and_then(|r| (self.rules.drain)(&r)) {
+            if let Some(next) = record.and_then(|r| r.drain()) {
                 self.measurements.count("key_drained");
                 self.commit(d, next);
             }
@@ -1238,7 +1215,7 @@ impl Sim {
 }
 
 /// What an update task does next, as homing-node's [`Update`] says.
-fn update_next(update: &mut Update<Reply>) -> Next {
+fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
     match update.poll() {
         UpdatePoll::Read(id) => Next::Store(StoreOp::Get(id)),
         UpdatePoll::Write {
@@ -1247,42 +1224,23 @@ fn update_next(update: &mut Update<Reply>) -> Next {
             expected: Some(expected),
             record,
         }),
-        UpdatePoll::Done(reply) => Next::Reply(reply),
+        UpdatePoll::Done(changed) => {
+            if let Changed::Link(link) = &changed {
+                measurements.count(match link {
+                    LinkReply::Linked => "link_linked",
+                    LinkReply::AlreadyLinked(_) => "link_already_linked",
+                    LinkReply::StillActive { .. } => "link_still_active",
+                    LinkReply::TokenMoved { .. } => "link_token_moved",
+                    LinkReply::Abandoned => "link_abandoned",
+                });
+            }
+            match changed.into_reply() {
+                Some(reply) => Next::Reply(reply),
+                None => Next::Reply(error(ErrorKind::Internal, "a change without a reply")),
+            }
+        }
         UpdatePoll::Failed(e) => Next::Reply(Reply::Error(e.reply())),
     }
-}
-
-/// Renew / release / link: `op`'s rule applied to `record` at `now`.
-fn apply(
-    op: &UpdateOp,
-    rules: &Rules,
-    policy: &homing_core::LeasePolicy,
-    record: &DcRecord,
-    now: homing_core::StoreTime,
-    measurements: &mut Measurements,
-) -> homing_core::Transition<Reply> {
-    let (next, reply) = match op {
-        UpdateOp::Renew { token, host_time } => {
-            let t = (rules.renew)(record, *token, *host_time, now, policy);
-            (t.next, Reply::Renew(t.reply))
-        }
-        UpdateOp::Release { token, outcome } => {
-            let t = (rules.release)(record, *token, outcome.clone(), now);
-            (t.next, Reply::Release(t.reply))
-        }
-        UpdateOp::Link { to, expected } => {
-            let t = (rules.link)(record, to, *expected, now, policy);
-            measurements.count(match t.reply {
-                homing_core::LinkReply::Linked => "link_linked",
-                homing_core::LinkReply::AlreadyLinked(_) => "link_already_linked",
-                homing_core::LinkReply::StillActive { .. } => "link_still_active",
-                homing_core::LinkReply::TokenMoved { .. } => "link_token_moved",
-                homing_core::LinkReply::Abandoned => "link_abandoned",
-            });
-            (t.next, Reply::Link(t.reply))
-        }
-    };
-    homing_core::Transition { next, reply }
 }
 
 /// The counter of an acquire event.

@@ -1,47 +1,17 @@
 //! The rules a simulated DC applies that a test may break on purpose to
-//! prove that the invariant checkers catch it: homing-core's record
-//! transitions as function pointers, homing-node's [`Mutations`] (rules
-//! inside the code homingd runs), and the driver's own choices
+//! prove that the invariant checkers catch it: homing-node's [`Mutations`]
+//! (rules inside the code homingd runs), and the drivers' own choices
 //! ([`WaitRules`]). [`Rules::real`] breaks nothing.
 
 use homing_node::Mutations;
 
-use homing_core::{
-    DcRecord, FencingToken, HostTime, LeasePolicy, LinkReply, ReleaseReply, RenewReply,
-    ReservationId, RunOutcome, StoreTime, Transition,
-};
-
-/// `DcRecord::renew`'s signature.
-pub type RenewRule =
-    fn(&DcRecord, FencingToken, HostTime, StoreTime, &LeasePolicy) -> Transition<RenewReply>;
-/// `DcRecord::release`'s signature.
-pub type ReleaseRule =
-    fn(&DcRecord, FencingToken, RunOutcome, StoreTime) -> Transition<ReleaseReply>;
-/// `DcRecord::link`'s signature.
-pub type LinkRule =
-    fn(&DcRecord, &ReservationId, FencingToken, StoreTime, &LeasePolicy) -> Transition<LinkReply>;
-/// `DcRecord::expire`'s signature.
-pub type ExpireRule = fn(&DcRecord, StoreTime, &LeasePolicy) -> Option<DcRecord>;
-/// `DcRecord::drain`'s signature.
-pub type DrainRule = fn(&DcRecord) -> Option<DcRecord>;
-
-/// The transitions of a DC record that a simulated DC applies on request.
-/// (Acquire's `activate` runs inside `homing_core::Connect` and is always real.)
+/// What a simulated DC runs: homing-node with `mutations` broken on purpose
+/// (none in [`Rules::real`]), and the drivers' own waiting choices.
 #[derive(Debug, Clone, Copy)]
 pub struct Rules {
-    /// Renew a lease.
-    pub renew: RenewRule,
-    /// Release a lease.
-    pub release: ReleaseRule,
-    /// Link a vacant tail to a new reservation.
-    pub link: LinkRule,
-    /// The reaper.
-    pub expire: ExpireRule,
-    /// Drain.
-    pub drain: DrainRule,
     /// The drivers' waiting choices.
     pub waiting: WaitRules,
-    /// Rules of homing-node broken on purpose (none in [`Rules::real`]).
+    /// Rules of homing-node broken on purpose.
     pub mutations: Mutations,
 }
 
@@ -72,11 +42,6 @@ impl Rules {
     /// homing-core's transitions.
     pub fn real() -> Rules {
         Rules {
-            renew: DcRecord::renew,
-            release: DcRecord::release,
-            link: DcRecord::link,
-            expire: DcRecord::expire,
-            drain: DcRecord::drain,
             waiting: WaitRules::REAL,
             mutations: Mutations::NONE,
         }

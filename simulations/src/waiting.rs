@@ -60,7 +60,8 @@ impl Sim {
         origin: AwaitFor,
     ) {
         let key = self.reservation_key.get(&id).copied().unwrap_or(key);
-        let wait = AwaitVacant::new(&self.dcs[d].id, id, wait_ms, self.node_now(d));
+        let (now, mutations) = (self.node_now(d), self.rules.mutations);
+        let wait = AwaitVacant::new(&self.dcs[d].id, id, wait_ms, now, mutations);
         let job = AwaitJob {
             wait,
             origin,

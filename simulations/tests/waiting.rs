@@ -6,40 +6,18 @@
 //! same seed fails again at the same event, and the real mechanism passes
 //! that seed.
 
-use homing_core::{DcRecord, FencingToken, ReleaseReply, RunOutcome, StoreTime, Transition};
-use homing_node::{Mutation, Mutations};
+mod support;
+
+use homing_node::Mutation;
 use homing_sim::{Failure, Invariant, Rules, RunOptions, Scenario, WaitRules, run};
 
 fn waiting() -> Scenario {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scenarios/waiting.toml"
-    ))
-    .unwrap();
-    let mut scenario = Scenario::from_toml(&text).unwrap();
-    scenario.duration_ms = 30_000;
-    scenario
+    support::scenario("waiting", 30_000)
 }
 
-/// The first seed in 1..=20 whose run with `broken` fails, checked to fail
-/// again at the same event and to pass with the real rules.
+/// The first seed that catches `broken` (see `support::first_failure`).
 fn first_failure(scenario: &Scenario, broken: Rules) -> Failure {
-    let (seed, first) = (1..=20)
-        .find_map(|seed| {
-            let outcome = run(scenario, seed, broken, RunOptions::default()).unwrap();
-            outcome.failure.map(|f| (seed, f))
-        })
-        .expect("some seed in 1..=20 catches the broken mechanism");
-    println!("{first}");
-    let again = run(scenario, seed, broken, RunOptions::default())
-        .unwrap()
-        .failure
-        .expect("the same seed fails again");
-    assert_eq!(again.event_index, first.event_index);
-    assert_eq!(again.violation.invariant, first.violation.invariant);
-    let real = run(scenario, seed, Rules::real(), RunOptions::default()).unwrap();
-    assert!(real.failure.is_none(), "{}", real.failure.unwrap());
-    first
+    support::first_failure(scenario, broken).1
 }
 
 #[test]
@@ -72,10 +50,7 @@ fn waiting_keeps_every_invariant_and_exercises_every_path() {
 
 #[test]
 fn waiting_without_a_notify_on_write_loses_a_wake_up() {
-    let broken = Rules {
-        mutations: Mutations::NONE.with(Mutation::WriteForgetsWaiters),
-        ..Rules::real()
-    };
+    let broken = support::mutant(Mutation::WriteForgetsWaiters);
     let failure = first_failure(&waiting(), broken);
     assert_eq!(
         failure.violation.invariant,
@@ -86,10 +61,7 @@ fn waiting_without_a_notify_on_write_loses_a_wake_up() {
 
 #[test]
 fn waking_the_last_waiter_instead_of_the_first_breaks_fifo() {
-    let broken = Rules {
-        mutations: Mutations::NONE.with(Mutation::WaiterQueuePopsBack),
-        ..Rules::real()
-    };
+    let broken = support::mutant(Mutation::WaiterQueuePopsBack);
     let failure = first_failure(&waiting(), broken);
     assert_eq!(
         failure.violation.invariant,
@@ -102,10 +74,7 @@ fn waking_the_last_waiter_instead_of_the_first_breaks_fifo() {
 fn a_grant_that_runs_past_the_waiters_lease_lets_two_holders_act() {
     // Deadlines as if the host had sent its request a lease later than it
     // did: it acts past the expiry its DC reaps at, while a waiter takes over.
-    let broken = Rules {
-        mutations: Mutations::NONE.with(Mutation::GrantRunsLate),
-        ..Rules::real()
-    };
+    let broken = support::mutant(Mutation::GrantRunsLate);
     let failure = first_failure(&waiting(), broken);
     assert_eq!(
         failure.violation.invariant,
@@ -158,22 +127,9 @@ fn a_restarted_dc_that_keeps_its_old_connections_leaves_origins_waiting_on_lost_
     assert!(failure.violation.detail.contains("was lost"), "{failure}");
 }
 
-/// Releases, but records every run as `Ok` whatever the holder said.
-fn release_forgetting_the_outcome(
-    record: &DcRecord,
-    token: FencingToken,
-    _outcome: RunOutcome,
-    now: StoreTime,
-) -> Transition<ReleaseReply> {
-    record.release(token, RunOutcome::Ok, now)
-}
-
 #[test]
 fn a_release_that_forgets_the_outcome_tells_the_next_holder_a_wrong_previous_run() {
-    let broken = Rules {
-        release: release_forgetting_the_outcome,
-        ..Rules::real()
-    };
+    let broken = support::mutant(Mutation::ReleaseForgetsOutcome);
     let failure = first_failure(&waiting(), broken);
     assert_eq!(
         failure.violation.invariant,

@@ -13,13 +13,13 @@ use homing_core::{
     ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, ConnectOutcome, DcId, DcRecord,
     ErrorKind, ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig,
     LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll, Reply, Request,
-    ReservationId, Role, ScanCursor, Segment, SegmentError, Source, StoreTime, Transition, Walked,
-    Written, wire,
+    ReservationId, Role, ScanCursor, Segment, SegmentError, Source, StoreTime, Walked, Written,
+    wire,
 };
 use homing_net::Handler;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant, Mutations, Update,
-    UpdatePoll,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant, Change, Changed,
+    Mutations, Update, UpdatePoll,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -369,29 +369,21 @@ impl Node {
         }
     }
 
-    /// Applies `transition` to our record `id` with compare-and-set, re-reading
+    /// Makes `change` to our record `id` with compare-and-set, re-reading
     /// and retrying on conflict, as homing-node's [`Update`] decides.
-    pub async fn update<R>(
-        &self,
-        id: &ReservationId,
-        transition: impl Fn(&DcRecord, StoreTime) -> Transition<R>,
-    ) -> Result<R, ErrorReply> {
-        self.update_inner(id, transition)
+    pub async fn update(&self, id: &ReservationId, change: Change) -> Result<Changed, ErrorReply> {
+        self.update_inner(id, change)
             .await
             .map_err(|f| f.into_reply(&self.dc))
     }
 
-    async fn update_inner<R>(
-        &self,
-        id: &ReservationId,
-        transition: impl Fn(&DcRecord, StoreTime) -> Transition<R>,
-    ) -> Result<R, Failure> {
-        let mut update = Update::new(self.dc.clone(), id.clone());
+    async fn update_inner(&self, id: &ReservationId, change: Change) -> Result<Changed, Failure> {
+        let mut update = Update::new(self.dc.clone(), id.clone(), change, Mutations::NONE);
         loop {
             match update.poll() {
                 UpdatePoll::Read(id) => {
                     let record = self.timed("dc_get", self.records.get(&id)).await?;
-                    update.handle_record(record, store_now(), &transition);
+                    update.handle_record(record, store_now(), &self.policy);
                 }
                 UpdatePoll::Write {
                     expected,
@@ -502,7 +494,8 @@ impl Node {
     /// onwards (`Moved`), or `wait_ms` passes (`TimedOut`), as homing-node's
     /// [`AwaitVacant`] decides.
     async fn await_vacant(&self, id: &ReservationId, wait_ms: u32) -> Result<AwaitReply, Failure> {
-        let mut wait = AwaitVacant::new(&self.dc, id.clone(), wait_ms, self.waiters.now());
+        let now = self.waiters.now();
+        let mut wait = AwaitVacant::new(&self.dc, id.clone(), wait_ms, now, Mutations::NONE);
         let mut registration = None;
         loop {
             match wait.poll() {
@@ -661,16 +654,8 @@ impl Node {
             if record.drain().is_none() {
                 continue;
             }
-            let changed = self
-                .update_inner(&record.id, |r, _| {
-                    let next = r.drain();
-                    Transition {
-                        reply: next.is_some(),
-                        next,
-                    }
-                })
-                .await?;
-            if changed {
+            let changed = self.update_inner(&record.id, Change::Drain).await?;
+            if changed.made() {
                 tracing::info!(reservation = %record.id, key = %record.key, "drained");
                 drained += 1;
             }
@@ -745,16 +730,15 @@ impl Node {
                 format!("{caller} may not link to {to}, a reservation of another dc"),
             ));
         }
-        let policy = self.policy;
-        let reply = self
-            .update_inner(&from, |record, now| {
-                record.link(&to, expected, now, &policy)
-            })
-            .await?;
-        if reply == LinkReply::Linked {
+        let change = Change::Link {
+            to: to.clone(),
+            expected,
+        };
+        let reply = answer(self.update_inner(&from, change).await?);
+        if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");
         }
-        Ok(Reply::Link(reply))
+        Ok(reply)
     }
 
     async fn drain(&self, caller: &Identity, key: Key) -> Result<Reply, Failure> {
@@ -766,11 +750,7 @@ impl Node {
         };
         let tail = walked.tail.id;
         if tail.dc() == &self.dc {
-            self.update_inner(&tail, |record, _| Transition {
-                next: record.drain(),
-                reply: (),
-            })
-            .await?;
+            self.update_inner(&tail, Change::Drain).await?;
             tracing::info!(reservation = %tail, "drained");
             return Ok(Reply::Drained);
         }
@@ -843,25 +823,16 @@ impl Node {
                 token,
                 host_time,
             } => {
-                let policy = self.policy;
-                let reply = self
-                    .update_inner(&reservation, |r, now| {
-                        r.renew(token, host_time, now, &policy)
-                    })
-                    .await?;
-                Ok(Reply::Renew(reply))
+                let change = Change::Renew { token, host_time };
+                Ok(answer(self.update_inner(&reservation, change).await?))
             }
             Request::Release {
                 reservation,
                 token,
                 outcome,
             } => {
-                let reply = self
-                    .update_inner(&reservation, |r, now| {
-                        r.release(token, outcome.clone(), now)
-                    })
-                    .await?;
-                Ok(Reply::Release(reply))
+                let change = Change::Release { token, outcome };
+                Ok(answer(self.update_inner(&reservation, change).await?))
             }
             Request::Link {
                 from,
@@ -890,6 +861,14 @@ impl Node {
             Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
         }
     }
+}
+
+/// The reply to a host's or a peer's change (renew, release, link).
+fn answer(changed: Changed) -> Reply {
+    // Invariant: `Change::{Renew, Release, Link}` answer with their replies.
+    changed
+        .into_reply()
+        .expect("a host's or a peer's change has a reply")
 }
 
 /// One log line per acquire event worth an operator's eye.

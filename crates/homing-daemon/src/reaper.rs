@@ -12,7 +12,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use homing_core::{DcRecord, RecordState, ReservationId, StoreTime, Transition};
+use homing_core::{DcRecord, RecordState, ReservationId, StoreTime};
+use homing_node::Change;
 use homing_store::{SCAN_LIMIT_MAX, ScanCursor};
 use tokio::sync::watch;
 
@@ -118,15 +119,9 @@ fn is_sweepable(record: &DcRecord, now: StoreTime, orphan_age_ms: u64) -> bool {
 }
 
 async fn reap(node: &Node, record: &DcRecord) {
-    let policy = *node.policy();
-    let result = node
-        .update(&record.id, |r, now| Transition {
-            next: r.expire(now, &policy),
-            reply: (),
-        })
-        .await;
-    match result {
-        Ok(()) => {
+    match node.update(&record.id, Change::Expire).await {
+        Ok(changed) if !changed.made() => {}
+        Ok(_) => {
             tracing::info!(reservation = %record.id, key = %record.key, "lease expired, reaped")
         }
         Err(e) => tracing::warn!(reservation = %record.id, error = %e, "reap failed"),
@@ -134,14 +129,9 @@ async fn reap(node: &Node, record: &DcRecord) {
 }
 
 async fn abandon(node: &Node, record: &DcRecord) {
-    let result = node
-        .update(&record.id, |r, _| Transition {
-            next: r.abandon(),
-            reply: (),
-        })
-        .await;
-    match result {
-        Ok(()) => tracing::info!(reservation = %record.id, key = %record.key, "orphan abandoned"),
+    match node.update(&record.id, Change::Abandon).await {
+        Ok(changed) if !changed.made() => {}
+        Ok(_) => tracing::info!(reservation = %record.id, key = %record.key, "orphan abandoned"),
         Err(e) => tracing::warn!(reservation = %record.id, error = %e, "abandon failed"),
     }
 }

@@ -28,9 +28,11 @@
 
 use homing_core::{
     AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordState, RecordView,
-    ReservationId, StoreTime, TailState, Transition, Written, wire::WAIT_MS_MAX,
+    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
+use crate::change::{Change, expire};
+use crate::mutation::Mutations;
 use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 use crate::waiters::{Notified, Ticket, Waiters};
@@ -76,7 +78,7 @@ pub enum AwaitPoll {
 enum Phase {
     FirstRead,
     Reread,
-    Expiring(Box<Update<()>>),
+    Expiring(Box<Update>),
     Parked { until: NodeTime },
     Done(Result<AwaitReply, ErrorReply>),
     Over,
@@ -92,6 +94,7 @@ pub struct AwaitVacant {
     record: Option<DcRecord>,
     /// The queue's hand-off version when last looked at.
     seen_version: u64,
+    mutations: Mutations,
     phase: Phase,
 }
 
@@ -106,7 +109,13 @@ impl AwaitVacant {
     /// A waiter at DC `dc` for `id` arriving at `now`, waiting at most
     /// `wait_ms` (capped at `WAIT_MS_MAX`). Another DC's reservation is
     /// refused at once.
-    pub fn new(dc: &DcId, id: ReservationId, wait_ms: u32, now: NodeTime) -> AwaitVacant {
+    pub fn new(
+        dc: &DcId,
+        id: ReservationId,
+        wait_ms: u32,
+        now: NodeTime,
+        mutations: Mutations,
+    ) -> AwaitVacant {
         let phase = if id.dc() == dc {
             Phase::FirstRead
         } else {
@@ -121,6 +130,7 @@ impl AwaitVacant {
             ticket: None,
             record: None,
             seen_version: 0,
+            mutations,
             phase,
         }
     }
@@ -159,7 +169,7 @@ impl AwaitVacant {
                         record,
                         event,
                     },
-                    UpdatePoll::Done(()) => {
+                    UpdatePoll::Done(_) => {
                         self.phase = Phase::Reread;
                         return AwaitPoll::Read(self.id.clone());
                     }
@@ -233,10 +243,7 @@ impl AwaitVacant {
                 notified
             }
             Phase::Expiring(mut update) => {
-                update.handle_record(record, store_now, |r, now| Transition {
-                    next: r.expire(now, policy),
-                    reply: (),
-                });
+                update.handle_record(record, store_now, policy);
                 self.phase = Phase::Expiring(update);
                 Notified::default()
             }
@@ -283,9 +290,11 @@ impl AwaitVacant {
             let lapsed = self
                 .record
                 .as_ref()
-                .is_some_and(|r| r.expire(store_now, policy).is_some());
+                .is_some_and(|r| expire(r, store_now, policy, self.mutations).is_some());
             self.phase = if lapsed {
-                Phase::Expiring(Box::new(Update::new(self.id.dc().clone(), self.id.clone())))
+                let (dc, id) = (self.id.dc().clone(), self.id.clone());
+                let update = Update::new(dc, id, Change::Expire, self.mutations);
+                Phase::Expiring(Box::new(update))
             } else {
                 Phase::Reread
             };
@@ -341,7 +350,6 @@ mod tests {
     };
 
     use super::*;
-    use crate::mutation::Mutations;
     use crate::waiters::WaitLimits;
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
@@ -426,8 +434,13 @@ mod tests {
 
         fn start(&mut self, id: &ReservationId, wait_ms: u32) -> usize {
             let (_, now) = self.clocks();
-            self.waits
-                .push(AwaitVacant::new(&self.id, id.clone(), wait_ms, now));
+            self.waits.push(AwaitVacant::new(
+                &self.id,
+                id.clone(),
+                wait_ms,
+                now,
+                Mutations::NONE,
+            ));
             let w = self.waits.len() - 1;
             self.drive(w, false);
             w

@@ -10,6 +10,8 @@
 //!
 //! - [`waiters`]: the parked acquirers of a DC — FIFO per reservation,
 //!   bounded, hand-off window, who is woken by which write;
+//! - [`change`]: which transition each change of a record makes (renew,
+//!   release, link, drain, expire, abandon);
 //! - [`update`]: read → transition → compare-and-set of one record,
 //!   bounded retries, the owner check, and how each failure is answered;
 //! - [`acquire`]: the wait around a connect — await the holder, retry an
@@ -29,6 +31,7 @@
 
 pub mod acquire;
 pub mod await_vacant;
+pub mod change;
 pub mod failure;
 pub mod mutation;
 pub mod time;
@@ -37,6 +40,7 @@ pub mod waiters;
 
 pub use acquire::{AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest};
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
+pub use change::{Change, Changed};
 pub use failure::Failure;
 pub use mutation::{Mutation, Mutations};
 pub use time::NodeTime;

@@ -19,6 +19,18 @@ pub enum Mutation {
     /// request [`GRANT_LATE_MS`] later than it did: its deadlines run past
     /// the lease the DC stored.
     GrantRunsLate = 1 << 2,
+    /// A link ignores the token the linker read (it links over a tail
+    /// re-activated since).
+    LinkIgnoresToken = 1 << 3,
+    /// A link links whatever it is asked to: no liveness check, no token.
+    LinkIgnoresLiveness = 1 << 4,
+    /// Expiry releases every active lease at once, ignoring its expiry
+    /// and the grace period.
+    ReaperIgnoresExpiry = 1 << 5,
+    /// No lease ever expires.
+    ExpiryNeverComes = 1 << 6,
+    /// A release records every run as `Ok`, whatever the holder said.
+    ReleaseForgetsOutcome = 1 << 7,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

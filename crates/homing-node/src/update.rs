@@ -1,8 +1,7 @@
-//! Update: one change to one of this DC's records — read it, apply a
-//! transition (`homing_core::DcRecord::{renew, release, link, expire,
-//! drain, abandon}`), compare-and-set on the version read — as a sans-IO
-//! stepper. Renew, release, link, drain, the reaper and the sweeper all
-//! change records this way.
+//! Update: one [`Change`] to one of this DC's records — read it, apply the
+//! change's transition, compare-and-set on the version read — as a sans-IO
+//! stepper. Renew, release, link, drain, the reaper, the sweeper and
+//! waiters all change records this way.
 //!
 //! ```text
 //! owner check ─► Read ─ absent ─► Failed(Unknown)
@@ -17,9 +16,12 @@
 //! ([`crate::Waiters::written`]).
 
 use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, ReservationId, StoreTime, Transition, Written,
+    DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, ReservationId, StoreTime, Written,
 };
 use thiserror::Error;
+
+use crate::change::{Change, Changed};
+use crate::mutation::Mutations;
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
 pub const CAS_ATTEMPTS_MAX: u32 = 16;
@@ -67,7 +69,7 @@ impl UpdateError {
 
 /// What the driver must do next.
 #[derive(Debug)]
-pub enum UpdatePoll<R> {
+pub enum UpdatePoll {
     /// Read this DC's record; answer with [`Update::handle_record`].
     Read(ReservationId),
     /// Compare-and-set `record` over stored version `expected`; answer with
@@ -80,22 +82,22 @@ pub enum UpdatePoll<R> {
         /// Whether the write appends a lifecycle event (watchers learn of it).
         event: bool,
     },
-    /// Finished: the transition's reply.
-    Done(R),
+    /// Finished: what the change's caller learns.
+    Done(Changed),
     /// Failed; nothing more to do.
     Failed(UpdateError),
 }
 
 #[derive(Debug)]
-enum Phase<R> {
+enum Phase {
     Read,
     Write {
         expected: u64,
         record: DcRecord,
         event: bool,
-        reply: R,
+        reply: Changed,
     },
-    Done(R),
+    Done(Changed),
     Failed(UpdateError),
     /// The outcome was handed out.
     Over,
@@ -103,17 +105,19 @@ enum Phase<R> {
 
 /// One record update in progress.
 #[derive(Debug)]
-pub struct Update<R> {
+pub struct Update {
     dc: DcId,
     id: ReservationId,
+    change: Change,
+    mutations: Mutations,
     attempts: u32,
-    phase: Phase<R>,
+    phase: Phase,
 }
 
-impl<R> Update<R> {
-    /// An update of reservation `id` at DC `dc`; fails at once if `id` is
+impl Update {
+    /// `change` of reservation `id` at DC `dc`; fails at once if `id` is
     /// another DC's.
-    pub fn new(dc: DcId, id: ReservationId) -> Update<R> {
+    pub fn new(dc: DcId, id: ReservationId, change: Change, mutations: Mutations) -> Update {
         let phase = if id.dc() == &dc {
             Phase::Read
         } else {
@@ -125,6 +129,8 @@ impl<R> Update<R> {
         Update {
             dc,
             id,
+            change,
+            mutations,
             attempts: 0,
             phase,
         }
@@ -137,7 +143,7 @@ impl<R> Update<R> {
 
     /// What to do next. `Done` and `Failed` are handed out once; polling
     /// again after them is a driver bug (it panics).
-    pub fn poll(&mut self) -> UpdatePoll<R> {
+    pub fn poll(&mut self) -> UpdatePoll {
         match std::mem::replace(&mut self.phase, Phase::Over) {
             Phase::Read => {
                 self.phase = Phase::Read;
@@ -168,12 +174,12 @@ impl<R> Update<R> {
         }
     }
 
-    /// The record as read at `now` (store clock): applies `transition`.
+    /// The record as read at `now` (store clock): applies the change.
     pub fn handle_record(
         &mut self,
         record: Option<DcRecord>,
         now: StoreTime,
-        transition: impl FnOnce(&DcRecord, StoreTime) -> Transition<R>,
+        policy: &LeasePolicy,
     ) {
         assert!(
             matches!(self.phase, Phase::Read),
@@ -187,7 +193,7 @@ impl<R> Update<R> {
             });
             return;
         };
-        let out = transition(&record, now);
+        let out = self.change.apply(&record, now, policy, self.mutations);
         self.phase = match out.next {
             None => Phase::Done(out.reply),
             Some(next) => {
@@ -224,9 +230,7 @@ impl<R> Update<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homing_core::{
-        ActorId, FencingToken, HostTime, Key, KeyName, LeasePolicy, ReleaseReply, RunOutcome,
-    };
+    use homing_core::{ActorId, FencingToken, HostTime, Key, KeyName, ReleaseReply, RunOutcome};
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 
@@ -245,8 +249,15 @@ mod tests {
         .0
     }
 
-    fn release(r: &DcRecord, now: StoreTime) -> Transition<ReleaseReply> {
-        r.release(FencingToken::FIRST, RunOutcome::Ok, now)
+    fn release() -> Change {
+        Change::Release {
+            token: FencingToken::FIRST,
+            outcome: RunOutcome::Ok,
+        }
+    }
+
+    fn update(id: ReservationId) -> Update {
+        Update::new(iad(), id, release(), Mutations::NONE)
     }
 
     fn iad() -> DcId {
@@ -255,7 +266,8 @@ mod tests {
 
     #[test]
     fn update_another_dcs_reservation_is_refused_without_io() {
-        let mut u = Update::<()>::new("fra".parse().unwrap(), "iad.1".parse().unwrap());
+        let fra = "fra".parse().unwrap();
+        let mut u = Update::new(fra, "iad.1".parse().unwrap(), release(), Mutations::NONE);
         let UpdatePoll::Failed(e) = u.poll() else {
             panic!("expected a refusal")
         };
@@ -265,9 +277,9 @@ mod tests {
     #[test]
     fn update_reads_transitions_and_writes_over_the_version_read() {
         let record = held();
-        let mut u = Update::new(iad(), record.id.clone());
+        let mut u = update(record.id.clone());
         assert!(matches!(u.poll(), UpdatePoll::Read(id) if id == record.id));
-        u.handle_record(Some(record.clone()), StoreTime::from_ms(1), release);
+        u.handle_record(Some(record.clone()), StoreTime::from_ms(1), &POLICY);
         let UpdatePoll::Write {
             expected,
             record: next,
@@ -280,25 +292,31 @@ mod tests {
         assert!(event, "a release is a lifecycle event");
         assert!(next.version > record.version);
         u.handle_written(Written::Yes);
-        assert!(matches!(u.poll(), UpdatePoll::Done(ReleaseReply::Released)));
+        assert!(matches!(
+            u.poll(),
+            UpdatePoll::Done(Changed::Release(ReleaseReply::Released))
+        ));
     }
 
     #[test]
     fn update_without_a_change_answers_without_writing() {
         let record = held();
-        let released = release(&record, StoreTime::from_ms(1)).next.unwrap();
-        let mut u = Update::new(iad(), record.id.clone());
+        let released = record
+            .release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(1))
+            .next
+            .unwrap();
+        let mut u = update(record.id.clone());
         u.poll();
         // Releasing twice: the same answer, nothing to write.
-        u.handle_record(Some(released), StoreTime::from_ms(2), release);
+        u.handle_record(Some(released), StoreTime::from_ms(2), &POLICY);
         assert!(matches!(u.poll(), UpdatePoll::Done(_)));
     }
 
     #[test]
     fn update_of_an_unknown_record_fails_as_unknown() {
-        let mut u = Update::new(iad(), "iad.9".parse().unwrap());
+        let mut u = update("iad.9".parse().unwrap());
         u.poll();
-        u.handle_record(None, StoreTime::from_ms(1), release);
+        u.handle_record(None, StoreTime::from_ms(1), &POLICY);
         let UpdatePoll::Failed(e) = u.poll() else {
             panic!("expected a failure")
         };
@@ -308,10 +326,10 @@ mod tests {
     #[test]
     fn update_rereads_on_conflict_and_gives_up_after_the_bound() {
         let record = held();
-        let mut u = Update::new(iad(), record.id.clone());
+        let mut u = update(record.id.clone());
         for attempt in 1..=CAS_ATTEMPTS_MAX {
             assert!(matches!(u.poll(), UpdatePoll::Read(_)), "attempt {attempt}");
-            u.handle_record(Some(record.clone()), StoreTime::from_ms(1), release);
+            u.handle_record(Some(record.clone()), StoreTime::from_ms(1), &POLICY);
             assert!(matches!(u.poll(), UpdatePoll::Write { .. }));
             u.handle_written(Written::Conflict);
         }

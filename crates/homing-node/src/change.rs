@@ -1,0 +1,172 @@
+//! The changes a DC makes to its own records, each one homing-core
+//! transition, named: what a host asks (renew, release), what a peer asks
+//! (link), what an operator asks (drain), what upkeep does (expire a lapsed
+//! lease, abandon a proven orphan). [`Change::apply`] is the one place that
+//! picks the transition, so the rules a test breaks on purpose
+//! ([`Mutation`]) are broken here for homingd and the simulator alike.
+
+use homing_core::{
+    DcRecord, FencingToken, HostTime, LeasePolicy, LinkReply, RecordState, ReleaseCause,
+    ReleaseReply, RenewReply, Reply, ReservationId, RunOutcome, StoreTime, Transition,
+};
+
+use crate::mutation::{Mutation, Mutations};
+
+/// A change asked of one of this DC's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A host renews its lease.
+    Renew {
+        /// The holder's token.
+        token: FencingToken,
+        /// The host's clock when it sent the renewal.
+        host_time: HostTime,
+    },
+    /// A host (or an admin) releases the lease.
+    Release {
+        /// The holder's token.
+        token: FencingToken,
+        /// How the run ended.
+        outcome: RunOutcome,
+    },
+    /// A peer links this vacant tail to its new reservation.
+    Link {
+        /// The new reservation.
+        to: ReservationId,
+        /// The tail's token as the peer read it.
+        expected: FencingToken,
+    },
+    /// An operator drains the lease: renewals stop.
+    Drain,
+    /// Upkeep: a lease past expiry + grace is released as expired.
+    Expire,
+    /// Upkeep: a proven orphan is abandoned.
+    Abandon,
+}
+
+/// What a change's caller learns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changed {
+    /// The answer to a renewal.
+    Renew(RenewReply),
+    /// The answer to a release.
+    Release(ReleaseReply),
+    /// The answer to a link.
+    Link(LinkReply),
+    /// Drain, expire, abandon: whether the record changed (false: nothing to do).
+    Done(bool),
+}
+
+impl Changed {
+    /// The reply a host or a peer gets: `None` for drain and upkeep changes.
+    pub fn into_reply(self) -> Option<Reply> {
+        match self {
+            Changed::Renew(r) => Some(Reply::Renew(r)),
+            Changed::Release(r) => Some(Reply::Release(r)),
+            Changed::Link(r) => Some(Reply::Link(r)),
+            Changed::Done(_) => None,
+        }
+    }
+
+    /// Whether a drain or upkeep change changed the record.
+    pub fn made(&self) -> bool {
+        matches!(self, Changed::Done(true))
+    }
+}
+
+impl Change {
+    /// The transition this change makes of `record` at `now`.
+    pub fn apply(
+        &self,
+        record: &DcRecord,
+        now: StoreTime,
+        policy: &LeasePolicy,
+        mutations: Mutations,
+    ) -> Transition<Changed> {
+        let done = |next: Option<DcRecord>| Transition {
+            reply: Changed::Done(next.is_some()),
+            next,
+        };
+        match self {
+            Change::Renew { token, host_time } => {
+                let t = record.renew(*token, *host_time, now, policy);
+                Transition {
+                    next: t.next,
+                    reply: Changed::Renew(t.reply),
+                }
+            }
+            Change::Release { token, outcome } => {
+                let outcome = if mutations.has(Mutation::ReleaseForgetsOutcome) {
+                    RunOutcome::Ok
+                } else {
+                    outcome.clone()
+                };
+                let t = record.release(*token, outcome, now);
+                Transition {
+                    next: t.next,
+                    reply: Changed::Release(t.reply),
+                }
+            }
+            Change::Link { to, expected } => {
+                let t = if mutations.has(Mutation::LinkIgnoresLiveness) {
+                    link_ignoring_liveness(record, to)
+                } else if mutations.has(Mutation::LinkIgnoresToken) {
+                    record.link(to, record.token, now, policy)
+                } else {
+                    record.link(to, *expected, now, policy)
+                };
+                Transition {
+                    next: t.next,
+                    reply: Changed::Link(t.reply),
+                }
+            }
+            Change::Drain => done(record.drain()),
+            Change::Expire => done(expire(record, now, policy, mutations)),
+            Change::Abandon => done(record.abandon()),
+        }
+    }
+}
+
+/// The expiry rule, as the reaper and waiters apply it.
+pub fn expire(
+    record: &DcRecord,
+    now: StoreTime,
+    policy: &LeasePolicy,
+    mutations: Mutations,
+) -> Option<DcRecord> {
+    if mutations.has(Mutation::ExpiryNeverComes) {
+        return None;
+    }
+    if mutations.has(Mutation::ReaperIgnoresExpiry) {
+        let RecordState::Active { .. } = record.state else {
+            return None;
+        };
+        let mut next = record.clone();
+        next.state = RecordState::Released {
+            at: now,
+            cause: ReleaseCause::Expired,
+        };
+        next.version += 1;
+        return Some(next);
+    }
+    record.expire(now, policy)
+}
+
+/// [`Mutation::LinkIgnoresLiveness`]: links whatever it is asked to link.
+fn link_ignoring_liveness(record: &DcRecord, to: &ReservationId) -> Transition<LinkReply> {
+    if let RecordState::Linked { to: existing } = &record.state {
+        let reply = if existing == to {
+            LinkReply::Linked
+        } else {
+            LinkReply::AlreadyLinked(existing.clone())
+        };
+        return Transition { next: None, reply };
+    }
+    let mut next = record.clone();
+    next.state = RecordState::Linked { to: to.clone() };
+    next.version += 1;
+    Transition {
+        next: Some(next),
+        reply: LinkReply::Linked,
+    }
+}
