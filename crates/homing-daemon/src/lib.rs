@@ -11,8 +11,8 @@ pub mod devnet;
 pub mod metrics;
 pub mod node;
 pub mod peers;
-pub mod reaper;
 pub mod stores;
+pub mod upkeep;
 pub mod waiters;
 
 use std::net::SocketAddr;
@@ -102,9 +102,9 @@ impl Daemon {
         )
         .await?;
         let (stop, stopped) = watch::channel(false);
-        let mut tasks = vec![tokio::spawn(reaper::run(
+        let mut tasks = vec![tokio::spawn(upkeep::run(
             node.clone(),
-            reaper::Upkeep {
+            upkeep::UpkeepConfig {
                 interval: Duration::from_millis(config.reaper_interval_ms),
                 orphan_age_ms: config.orphan_age_ms,
                 events_retained: config.events_retained,

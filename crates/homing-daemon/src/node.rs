@@ -251,7 +251,16 @@ impl Node {
 
     /// Compare-and-set of our record `next` over version `expected`
     /// (`None`: a create), then [`Node::wrote`] if it landed; `event`: the
-    /// write appends a lifecycle event.
+    /// write appends a lifecycle event. Returns whether it landed.
+    pub async fn write(
+        &self,
+        expected: Option<u64>,
+        event: bool,
+        next: &DcRecord,
+    ) -> Result<bool, StoreError> {
+        self.cas(expected, event, next).await
+    }
+
     async fn cas(
         &self,
         expected: Option<u64>,
@@ -371,13 +380,7 @@ impl Node {
 
     /// Makes `change` to our record `id` with compare-and-set, re-reading
     /// and retrying on conflict, as homing-node's [`Update`] decides.
-    pub async fn update(&self, id: &ReservationId, change: Change) -> Result<Changed, ErrorReply> {
-        self.update_inner(id, change)
-            .await
-            .map_err(|f| f.into_reply(&self.dc))
-    }
-
-    async fn update_inner(&self, id: &ReservationId, change: Change) -> Result<Changed, Failure> {
+    async fn update(&self, id: &ReservationId, change: Change) -> Result<Changed, Failure> {
         let mut update = Update::new(self.dc.clone(), id.clone(), change, Mutations::NONE);
         loop {
             match update.poll() {
@@ -654,7 +657,7 @@ impl Node {
             if record.drain().is_none() {
                 continue;
             }
-            let changed = self.update_inner(&record.id, Change::Drain).await?;
+            let changed = self.update(&record.id, Change::Drain).await?;
             if changed.made() {
                 tracing::info!(reservation = %record.id, key = %record.key, "drained");
                 drained += 1;
@@ -734,7 +737,7 @@ impl Node {
             to: to.clone(),
             expected,
         };
-        let reply = answer(self.update_inner(&from, change).await?);
+        let reply = answer(self.update(&from, change).await?);
         if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");
         }
@@ -750,7 +753,7 @@ impl Node {
         };
         let tail = walked.tail.id;
         if tail.dc() == &self.dc {
-            self.update_inner(&tail, Change::Drain).await?;
+            self.update(&tail, Change::Drain).await?;
             tracing::info!(reservation = %tail, "drained");
             return Ok(Reply::Drained);
         }
@@ -824,7 +827,7 @@ impl Node {
                 host_time,
             } => {
                 let change = Change::Renew { token, host_time };
-                Ok(answer(self.update_inner(&reservation, change).await?))
+                Ok(answer(self.update(&reservation, change).await?))
             }
             Request::Release {
                 reservation,
@@ -832,7 +835,7 @@ impl Node {
                 outcome,
             } => {
                 let change = Change::Release { token, outcome };
-                Ok(answer(self.update_inner(&reservation, change).await?))
+                Ok(answer(self.update(&reservation, change).await?))
             }
             Request::Link {
                 from,

@@ -174,7 +174,13 @@ async fn a_parked_watch_wakes_on_the_next_event_and_cursors_resume_exactly() {
         }
         // A cursor before the oldest kept event: Trimmed, naming the oldest.
         let node = dc.net.dcs()[0].daemon.node().clone();
-        homing_daemon::reaper::trim(&node, 2).await.unwrap();
+        let config = homing_daemon::upkeep::UpkeepConfig {
+            interval: std::time::Duration::ZERO,
+            orphan_age_ms: u64::MAX,
+            events_retained: 2,
+        };
+        let mut upkeep = homing_daemon::upkeep::upkeep(&node, config);
+        homing_daemon::upkeep::pass(&node, &mut upkeep).await;
         match dc.admin(&watch(everything.clone(), 1, 0)).await {
             Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Trimmed { oldest: 3 }, "{e}"),
             other => panic!("expected Trimmed, got {other:?}"),

@@ -20,8 +20,11 @@
 //! - [`await_vacant`]: one waiter's loop — first look, register, re-read,
 //!   park until the earliest timer, expire a lapsed holder, time out.
 //!
-//! Still decided in the drivers (issue 18, later steps): upkeep (reap, orphan sweep, event trim),
-//! drain forwarding, watch cursors.
+//! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
+//!   proven orphans, trim the event log.
+//!
+//! Still decided in the drivers (issue 18, later steps): resolve, drain
+//! forwarding, watch cursors, inspect and scan.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
 //! feature `mutations`), so a simulator sweep that catches it is evidence
@@ -36,6 +39,7 @@ pub mod failure;
 pub mod mutation;
 pub mod time;
 pub mod update;
+pub mod upkeep;
 pub mod waiters;
 
 pub use acquire::{AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest};
@@ -45,4 +49,5 @@ pub use failure::Failure;
 pub use mutation::{Mutation, Mutations};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
+pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 pub use waiters::{Full, Notified, Ticket, WaitLimits, Waiters, Wake};

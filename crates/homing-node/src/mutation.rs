@@ -31,6 +31,9 @@ pub enum Mutation {
     ExpiryNeverComes = 1 << 6,
     /// A release records every run as `Ok`, whatever the holder said.
     ReleaseForgetsOutcome = 1 << 7,
+    /// The orphan sweeper abandons every old released record without
+    /// proving that it lost its race.
+    SweeperSkipsProof = 1 << 8,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

@@ -1,0 +1,143 @@
+//! homingd's driver of homing-node's [`Upkeep`]: every `interval` after the
+//! last pass ended, one pass over the DC store — reap lapsed leases, abandon
+//! proven orphans, trim the event log — performing what the stepper asks
+//! with this DC's stores and peers, logging and counting what it reports.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use homing_core::Written;
+use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
+use homing_store::{SCAN_LIMIT_MAX, StoreError};
+use tokio::sync::watch;
+
+use crate::node::{Node, store_now};
+
+/// What the upkeep does and how often.
+#[derive(Debug, Clone, Copy)]
+pub struct UpkeepConfig {
+    /// Time between passes.
+    pub interval: Duration,
+    /// A released record that lost its race is abandoned once this old, ms.
+    pub orphan_age_ms: u64,
+    /// Events kept for watchers; older ones are trimmed each pass.
+    pub events_retained: u64,
+}
+
+/// Runs passes every `config.interval` until `shutdown` turns true.
+pub async fn run(node: Arc<Node>, config: UpkeepConfig, mut shutdown: watch::Receiver<bool>) {
+    let mut upkeep = upkeep(&node, config);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(config.interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        pass(&node, &mut upkeep).await;
+    }
+}
+
+/// homing-node's upkeep for `node` with `config`.
+pub fn upkeep(node: &Node, config: UpkeepConfig) -> Upkeep {
+    let limits = UpkeepLimits {
+        page_records: SCAN_LIMIT_MAX,
+        orphan_age_ms: config.orphan_age_ms,
+        events_retained: Some(config.events_retained),
+    };
+    Upkeep::new(node.dc().clone(), *node.policy(), limits, Mutations::NONE)
+}
+
+fn store_failure(node: &Node, e: StoreError) -> Failure {
+    let unreachable = matches!(e, StoreError::Unavailable { .. });
+    let reply = homing_core::ErrorReply::new(
+        if unreachable {
+            homing_core::ErrorKind::Unavailable {
+                dc: node.dc().clone(),
+            }
+        } else {
+            homing_core::ErrorKind::Internal
+        },
+        format!("store: {e}"),
+    );
+    if unreachable {
+        Failure::Unreachable(reply)
+    } else {
+        Failure::Refused(reply)
+    }
+}
+
+/// One whole pass.
+pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
+    upkeep.start();
+    loop {
+        match upkeep.poll() {
+            UpkeepPoll::Scan { after, limit } => {
+                let everything = homing_core::NamespaceScope::everything();
+                let page = node.records().scan(&everything, "", after.as_ref(), limit);
+                let page = page.await.map_err(|e| store_failure(node, e));
+                upkeep.handle_page(page, store_now());
+            }
+            UpkeepPoll::Read(id) => match node.records().get(&id).await {
+                Ok(record) => upkeep.handle_record(record, store_now()),
+                Err(e) => upkeep.handle_change_failure(store_failure(node, e)),
+            },
+            UpkeepPoll::Write {
+                expected,
+                record,
+                event,
+            } => match node.write(Some(expected), event, &record).await {
+                Ok(true) => upkeep.handle_written(Written::Yes),
+                Ok(false) => upkeep.handle_written(Written::Conflict),
+                Err(e) => upkeep.handle_change_failure(store_failure(node, e)),
+            },
+            UpkeepPoll::GlobalEntry(key) => {
+                let entry = node.global_entry(&key).await;
+                upkeep.handle_global(entry.map_err(|e| store_failure(node, e)));
+            }
+            UpkeepPoll::Reservation(id) => {
+                let segment = if id.dc() == node.dc() {
+                    node.walk_segment(&id).await.map_err(Failure::from_reply)
+                } else {
+                    let segment = node.peers().resolve_reservation(&id).await;
+                    segment.map_err(|e| Failure::from_reply(e.to_reply()))
+                };
+                upkeep.handle_segment(segment);
+            }
+            UpkeepPoll::Events => {
+                let page = node.records().events(0, 0).await;
+                let log = page.map(|p| (p.oldest, p.head));
+                upkeep.handle_events(log.map_err(|e| store_failure(node, e)));
+            }
+            UpkeepPoll::TrimEvents { before } => {
+                let trimmed = node.records().trim_events(before).await;
+                upkeep.handle_trimmed(trimmed.map_err(|e| store_failure(node, e)));
+            }
+            UpkeepPoll::Idle => return,
+        }
+        while let Some(event) = upkeep.poll_event() {
+            report(node, event);
+        }
+    }
+}
+
+/// Logs and metrics for one upkeep event.
+fn report(node: &Node, event: UpkeepEvent) {
+    match event {
+        UpkeepEvent::Reaped(id) => tracing::info!(reservation = %id, "lease expired, reaped"),
+        UpkeepEvent::Abandoned(id) => tracing::info!(reservation = %id, "orphan abandoned"),
+        UpkeepEvent::Confirmed(id) => tracing::debug!(reservation = %id, "in its chain"),
+        UpkeepEvent::ChangeFailed(id, f) => {
+            tracing::warn!(reservation = %id, error = %f.into_reply(), "reap or abandon failed")
+        }
+        UpkeepEvent::ScanFailed(f) => {
+            tracing::warn!(error = %f.into_reply(), "upkeep pass stopped early")
+        }
+        UpkeepEvent::Trimmed(before) => tracing::info!(before, "trimmed events"),
+        UpkeepEvent::TrimFailed(f) => tracing::warn!(error = %f.into_reply(), "event trim failed"),
+        UpkeepEvent::PassDone { active, event_head } => {
+            node.metrics().set_active_leases(active);
+            if let Some(head) = event_head {
+                node.metrics().set_event_head(head);
+            }
+        }
+    }
+}

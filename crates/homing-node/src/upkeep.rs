@@ -1,0 +1,708 @@
+//! Upkeep: the passes a DC makes over its own records, as a sans-IO stepper.
+//! A pass scans every record page by page and
+//!
+//! - reaps: a lease past expiry + grace becomes `Released(Expired)`;
+//! - sweeps: a record released at least `orphan_age_ms` ago that lost its
+//!   race (a crash or an unreachable peer between writing the record and
+//!   winning the global entry or the link) becomes `Abandoned` — only on
+//!   proof that it can never join the chain: the key's global entry, or its
+//!   predecessor's link, names another reservation, and both are
+//!   immutable, so no delayed write can later link to an abandoned record.
+//!   Without an answer (absent entry, unlinked predecessor, unreachable
+//!   DC) the record is left for a later pass. Records proven in the chain
+//!   are remembered (at most [`CONFIRMED_MAX`]) and not asked about again;
+//! - trims the event log to the newest `events_retained` events.
+//!
+//! ```text
+//! Scan page ─► for each record, in order: reap (Update Expire) │ prove (GlobalEntry │ Reservation)
+//!                                              ─ orphan ─► Update Abandon
+//! last page ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
+//! ```
+//!
+//! Driver: [`Upkeep::start`] a pass, loop on [`Upkeep::poll`], answer each
+//! [`UpkeepPoll`] with its `handle_*`, take [`Upkeep::poll_event`]s for logs
+//! and counters. One pass at a time.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use homing_core::{
+    DcId, DcRecord, EventSeq, Key, LeasePolicy, RecordState, ReservationId, ScanCursor, Segment,
+    StoreTime, Written,
+};
+
+use crate::change::{Change, expire};
+use crate::failure::Failure;
+use crate::mutation::{Mutation, Mutations};
+use crate::update::{Update, UpdatePoll};
+
+/// Most reservations remembered as proven members between passes; past it
+/// the set is cleared and proofs are simply redone.
+pub const CONFIRMED_MAX: usize = 100_000;
+
+/// What upkeep does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpkeepLimits {
+    /// Records read per scan page.
+    pub page_records: usize,
+    /// A released record that lost its race is abandoned once this old, ms.
+    pub orphan_age_ms: u64,
+    /// Events kept for watchers (`None`: the log is not trimmed).
+    pub events_retained: Option<u64>,
+}
+
+/// What the driver must do next.
+#[derive(Debug)]
+pub enum UpkeepPoll {
+    /// Read the next page of this DC's records (every namespace, in scan
+    /// order); answer with [`Upkeep::handle_page`].
+    Scan {
+        /// Start after this record (`None`: from the first).
+        after: Option<ScanCursor>,
+        /// At most this many.
+        limit: usize,
+    },
+    /// Read this DC's record; answer with [`Upkeep::handle_record`].
+    Read(ReservationId),
+    /// Compare-and-set; answer with [`Upkeep::handle_written`].
+    Write {
+        /// The version read.
+        expected: u64,
+        /// The record to write.
+        record: DcRecord,
+        /// Whether the write appends a lifecycle event.
+        event: bool,
+    },
+    /// Read the key's global entry, linearizably; answer with
+    /// [`Upkeep::handle_global`].
+    GlobalEntry(Key),
+    /// What the owner of this reservation (this DC or a peer) answers for
+    /// it; answer with [`Upkeep::handle_segment`].
+    Reservation(ReservationId),
+    /// Read the event log's oldest kept and last sequence numbers; answer
+    /// with [`Upkeep::handle_events`].
+    Events,
+    /// Trim the event log below `before`; answer with [`Upkeep::handle_trimmed`].
+    TrimEvents {
+        /// The first event kept.
+        before: EventSeq,
+    },
+    /// Nothing to do until the next [`Upkeep::start`].
+    Idle,
+}
+
+/// What happened in a pass, for logs and counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpkeepEvent {
+    /// A lapsed lease was released as expired.
+    Reaped(ReservationId),
+    /// A proven orphan was abandoned.
+    Abandoned(ReservationId),
+    /// A record was proven a member of its chain.
+    Confirmed(ReservationId),
+    /// A reap or an abandon failed (tried again next pass).
+    ChangeFailed(ReservationId, Failure),
+    /// The scan failed: the pass stopped early.
+    ScanFailed(Failure),
+    /// Events before this one were trimmed.
+    Trimmed(EventSeq),
+    /// Reading or trimming the event log failed.
+    TrimFailed(Failure),
+    /// The pass ended: live leases counted, and the log's last event if read.
+    PassDone {
+        /// Leases held at the time of the scan.
+        active: u64,
+        /// The event log's last sequence number.
+        event_head: Option<EventSeq>,
+    },
+}
+
+#[derive(Debug)]
+enum Job {
+    Reap(ReservationId),
+    Prove(DcRecord),
+    Abandon(ReservationId),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Scan,
+    /// Working through the page's jobs; `more`: another page follows.
+    Jobs {
+        more: bool,
+    },
+    Changing {
+        more: bool,
+        update: Box<Update>,
+        reap: bool,
+    },
+    Proving {
+        more: bool,
+        record: DcRecord,
+    },
+    Events,
+    Trim {
+        before: EventSeq,
+        head: EventSeq,
+    },
+}
+
+/// One DC's upkeep: the pass in progress and the proofs it remembers.
+#[derive(Debug)]
+pub struct Upkeep {
+    dc: DcId,
+    policy: LeasePolicy,
+    limits: UpkeepLimits,
+    mutations: Mutations,
+    confirmed: BTreeSet<ReservationId>,
+    phase: Phase,
+    after: Option<ScanCursor>,
+    jobs: VecDeque<Job>,
+    active: u64,
+    events: VecDeque<UpkeepEvent>,
+}
+
+impl Upkeep {
+    /// No pass yet.
+    pub fn new(
+        dc: DcId,
+        policy: LeasePolicy,
+        limits: UpkeepLimits,
+        mutations: Mutations,
+    ) -> Upkeep {
+        assert!(
+            limits.page_records > 0,
+            "a scan page holds at least one record"
+        );
+        Upkeep {
+            dc,
+            policy,
+            limits,
+            mutations,
+            confirmed: BTreeSet::new(),
+            phase: Phase::Idle,
+            after: None,
+            jobs: VecDeque::new(),
+            active: 0,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Whether a pass is in progress.
+    pub fn running(&self) -> bool {
+        !matches!(self.phase, Phase::Idle)
+    }
+
+    /// Starts a pass (a no-op while one runs).
+    pub fn start(&mut self) {
+        if self.running() {
+            return;
+        }
+        if self.confirmed.len() > CONFIRMED_MAX {
+            self.confirmed.clear();
+        }
+        self.after = None;
+        self.active = 0;
+        self.jobs.clear();
+        self.phase = Phase::Scan;
+    }
+
+    /// What happened since the last call, oldest first.
+    pub fn poll_event(&mut self) -> Option<UpkeepEvent> {
+        self.events.pop_front()
+    }
+
+    /// What to do next.
+    pub fn poll(&mut self) -> UpkeepPoll {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Idle) {
+                Phase::Idle => return UpkeepPoll::Idle,
+                Phase::Scan => {
+                    self.phase = Phase::Scan;
+                    return UpkeepPoll::Scan {
+                        after: self.after.clone(),
+                        limit: self.limits.page_records,
+                    };
+                }
+                Phase::Jobs { more } => self.next_job(more),
+                Phase::Changing {
+                    more,
+                    mut update,
+                    reap,
+                } => {
+                    let poll = match update.poll() {
+                        UpdatePoll::Read(id) => UpkeepPoll::Read(id),
+                        UpdatePoll::Write {
+                            expected,
+                            record,
+                            event,
+                        } => UpkeepPoll::Write {
+                            expected,
+                            record,
+                            event,
+                        },
+                        UpdatePoll::Done(changed) => {
+                            if changed.made() {
+                                let id = update.id().clone();
+                                self.events.push_back(if reap {
+                                    UpkeepEvent::Reaped(id)
+                                } else {
+                                    UpkeepEvent::Abandoned(id)
+                                });
+                            }
+                            self.phase = Phase::Jobs { more };
+                            continue;
+                        }
+                        UpdatePoll::Failed(e) => {
+                            let failure = Failure::Refused(e.reply());
+                            let id = update.id().clone();
+                            self.events
+                                .push_back(UpkeepEvent::ChangeFailed(id, failure));
+                            self.phase = Phase::Jobs { more };
+                            continue;
+                        }
+                    };
+                    self.phase = Phase::Changing { more, update, reap };
+                    return poll;
+                }
+                Phase::Proving { more, record } => {
+                    let poll = match &record.predecessor {
+                        None => UpkeepPoll::GlobalEntry(record.key.clone()),
+                        Some(predecessor) => UpkeepPoll::Reservation(predecessor.clone()),
+                    };
+                    self.phase = Phase::Proving { more, record };
+                    return poll;
+                }
+                Phase::Events => {
+                    self.phase = Phase::Events;
+                    return UpkeepPoll::Events;
+                }
+                Phase::Trim { before, head } => {
+                    self.phase = Phase::Trim { before, head };
+                    return UpkeepPoll::TrimEvents { before };
+                }
+            }
+        }
+    }
+
+    /// Takes the next job of the page, or moves on to the next page or the
+    /// event log.
+    fn next_job(&mut self, more: bool) {
+        self.phase = match self.jobs.pop_front() {
+            Some(Job::Reap(id)) => self.changing(more, id, Change::Expire),
+            Some(Job::Abandon(id)) => self.changing(more, id, Change::Abandon),
+            Some(Job::Prove(record)) => Phase::Proving { more, record },
+            None if more => Phase::Scan,
+            None => match self.limits.events_retained {
+                Some(_) => Phase::Events,
+                None => self.finish(None),
+            },
+        };
+    }
+
+    fn changing(&self, more: bool, id: ReservationId, change: Change) -> Phase {
+        let reap = change == Change::Expire;
+        let update = Update::new(self.dc.clone(), id, change, self.mutations);
+        Phase::Changing {
+            more,
+            update: Box::new(update),
+            reap,
+        }
+    }
+
+    fn finish(&mut self, event_head: Option<EventSeq>) -> Phase {
+        self.events.push_back(UpkeepEvent::PassDone {
+            active: self.active,
+            event_head,
+        });
+        Phase::Idle
+    }
+
+    /// A page of records read at `now` (store clock), or why not.
+    pub fn handle_page(&mut self, page: Result<Vec<DcRecord>, Failure>, now: StoreTime) {
+        assert!(
+            matches!(self.phase, Phase::Scan),
+            "upkeep: a page it did not ask for"
+        );
+        let page = match page {
+            Ok(page) => page,
+            Err(failure) => {
+                self.events.push_back(UpkeepEvent::ScanFailed(failure));
+                self.phase = self.finish(None);
+                return;
+            }
+        };
+        let more = page.len() >= self.limits.page_records;
+        self.after = page.last().map(ScanCursor::after);
+        for record in page {
+            if expire(&record, now, &self.policy, self.mutations).is_some() {
+                self.jobs.push_back(Job::Reap(record.id.clone()));
+            } else if record.live_actor(now, &self.policy).is_some() {
+                self.active += 1;
+            }
+            if self.sweepable(&record, now) && !self.confirmed.contains(&record.id) {
+                self.jobs
+                    .push_back(if self.mutations.has(Mutation::SweeperSkipsProof) {
+                        Job::Abandon(record.id.clone())
+                    } else {
+                        Job::Prove(record)
+                    });
+            }
+        }
+        self.phase = Phase::Jobs { more };
+    }
+
+    fn sweepable(&self, record: &DcRecord, now: StoreTime) -> bool {
+        matches!(record.state, RecordState::Released { at, .. }
+            if now.ms_since(at) >= self.limits.orphan_age_ms)
+    }
+
+    /// The record read for a reap or an abandon, at `now`.
+    pub fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
+        let Phase::Changing { update, .. } = &mut self.phase else {
+            panic!("upkeep: a record it did not ask for");
+        };
+        update.handle_record(record, now, &self.policy);
+    }
+
+    /// The outcome of the write asked for.
+    pub fn handle_written(&mut self, written: Written) {
+        let Phase::Changing { update, .. } = &mut self.phase else {
+            panic!("upkeep: a write it did not ask for");
+        };
+        update.handle_written(written);
+    }
+
+    /// A store operation of a reap or an abandon failed: it is tried again
+    /// next pass.
+    pub fn handle_change_failure(&mut self, failure: Failure) {
+        let Phase::Changing { more, update, .. } = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            panic!("upkeep: a failure of a change it did not ask for");
+        };
+        let id = update.id().clone();
+        self.events
+            .push_back(UpkeepEvent::ChangeFailed(id, failure));
+        self.phase = Phase::Jobs { more };
+    }
+
+    /// The key's global entry (or why it could not be read).
+    pub fn handle_global(&mut self, entry: Result<Option<ReservationId>, Failure>) {
+        let record = self.proving();
+        let member = match entry {
+            Ok(Some(entry)) => Some(entry == record.id),
+            // Absent: a delayed set_if_absent could still land; no answer.
+            Ok(None) | Err(_) => None,
+        };
+        self.proved(member);
+    }
+
+    /// What the predecessor's owner answered (or why it did not).
+    pub fn handle_segment(&mut self, segment: Result<Segment, Failure>) {
+        let record = self.proving();
+        let Some(predecessor) = record.predecessor.clone() else {
+            panic!("upkeep: a segment for a record without a predecessor");
+        };
+        let link = segment.ok().and_then(|s| s.links.into_iter().next());
+        let member = match link {
+            Some(link) if link.from == predecessor => Some(link.to == record.id),
+            // Not linked yet (a delayed link could still land), or no answer.
+            _ => None,
+        };
+        self.proved(member);
+    }
+
+    fn proving(&self) -> &DcRecord {
+        let Phase::Proving { record, .. } = &self.phase else {
+            panic!("upkeep: a proof it did not ask for");
+        };
+        record
+    }
+
+    /// `Some(true)`: in the chain; `Some(false)`: proven orphan; `None`: no answer.
+    fn proved(&mut self, member: Option<bool>) {
+        let Phase::Proving { more, record } = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            unreachable!("checked by proving()");
+        };
+        match member {
+            Some(true) => {
+                self.events
+                    .push_back(UpkeepEvent::Confirmed(record.id.clone()));
+                self.confirmed.insert(record.id);
+                self.phase = Phase::Jobs { more };
+            }
+            Some(false) => self.phase = self.changing(more, record.id, Change::Abandon),
+            None => self.phase = Phase::Jobs { more },
+        }
+    }
+
+    /// The event log's oldest kept and last sequence numbers (or why not).
+    pub fn handle_events(&mut self, log: Result<(EventSeq, EventSeq), Failure>) {
+        assert!(
+            matches!(self.phase, Phase::Events),
+            "upkeep: an event log it did not ask for"
+        );
+        let (oldest, head) = match log {
+            Ok(log) => log,
+            Err(failure) => {
+                self.events.push_back(UpkeepEvent::TrimFailed(failure));
+                self.phase = self.finish(None);
+                return;
+            }
+        };
+        let retained = self.limits.events_retained.unwrap_or(u64::MAX);
+        let keep_from = head.saturating_sub(retained) + 1;
+        self.phase = if oldest < keep_from {
+            Phase::Trim {
+                before: keep_from,
+                head,
+            }
+        } else {
+            self.finish(Some(head))
+        };
+    }
+
+    /// The trim asked for is done (or failed).
+    pub fn handle_trimmed(&mut self, trimmed: Result<(), Failure>) {
+        let Phase::Trim { before, head } = self.phase else {
+            panic!("upkeep: a trim it did not ask for");
+        };
+        self.events.push_back(match trimmed {
+            Ok(()) => UpkeepEvent::Trimmed(before),
+            Err(failure) => UpkeepEvent::TrimFailed(failure),
+        });
+        self.phase = self.finish(Some(head));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! One DC in memory (records, global entries, an event log) and a peer
+    //! whose answers the test sets; a pass is driven to its end.
+
+    use std::collections::BTreeMap;
+
+    use homing_core::{ActorId, FencingToken, HostTime, KeyName, Link, RunOutcome};
+
+    use super::*;
+
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+    struct World {
+        records: BTreeMap<ReservationId, DcRecord>,
+        global: BTreeMap<Key, ReservationId>,
+        /// The peer's answers: reservation → the reservation it links to.
+        peer_links: BTreeMap<ReservationId, ReservationId>,
+        log: (EventSeq, EventSeq),
+        now: StoreTime,
+        reads: usize,
+    }
+
+    fn key(name: &str) -> Key {
+        Key::new(KeyName::new(name).unwrap())
+    }
+
+    fn id(s: &str) -> ReservationId {
+        s.parse().unwrap()
+    }
+
+    impl World {
+        fn new() -> World {
+            World {
+                records: BTreeMap::new(),
+                global: BTreeMap::new(),
+                peer_links: BTreeMap::new(),
+                log: (1, 10),
+                now: StoreTime::from_ms(1_000_000),
+                reads: 0,
+            }
+        }
+
+        /// A record `rid` of key `name`, granted at 0 (lapsed by now), released at 1 ms if `released`.
+        fn record(&mut self, rid: &str, name: &str, predecessor: Option<&str>, released: bool) {
+            let (mut record, _) = DcRecord::reserve(
+                id(rid),
+                key(name),
+                None,
+                FencingToken::FIRST,
+                predecessor.map(id),
+                ActorId::new("a").unwrap(),
+                HostTime::from_ms(0),
+                StoreTime::from_ms(0),
+                &POLICY,
+            );
+            if released {
+                let t = record.release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(1));
+                record = t.next.unwrap();
+            }
+            self.records.insert(record.id.clone(), record);
+        }
+
+        fn pass(&mut self, upkeep: &mut Upkeep) -> Vec<UpkeepEvent> {
+            upkeep.start();
+            let mut events = Vec::new();
+            loop {
+                match upkeep.poll() {
+                    UpkeepPoll::Scan { after, limit } => {
+                        let mut all: Vec<&DcRecord> = self.records.values().collect();
+                        all.sort_by(|a, b| (&a.key, &a.id).cmp(&(&b.key, &b.id)));
+                        let page = all
+                            .into_iter()
+                            .filter(|r| {
+                                after
+                                    .as_ref()
+                                    .is_none_or(|c| (&r.key, &r.id) > (&c.key, &c.id))
+                            })
+                            .take(limit)
+                            .cloned()
+                            .collect();
+                        upkeep.handle_page(Ok(page), self.now);
+                    }
+                    UpkeepPoll::Read(rid) => {
+                        upkeep.handle_record(self.records.get(&rid).cloned(), self.now)
+                    }
+                    UpkeepPoll::Write { record, .. } => {
+                        self.records.insert(record.id.clone(), record);
+                        upkeep.handle_written(Written::Yes);
+                    }
+                    UpkeepPoll::GlobalEntry(k) => {
+                        self.reads += 1;
+                        upkeep.handle_global(Ok(self.global.get(&k).cloned()));
+                    }
+                    UpkeepPoll::Reservation(p) => {
+                        self.reads += 1;
+                        let link = self.peer_links.get(&p).map(|to| Link {
+                            from: p.clone(),
+                            to: to.clone(),
+                        });
+                        let links = link.into_iter().collect();
+                        upkeep.handle_segment(Ok(Segment { links, tail: None }));
+                    }
+                    UpkeepPoll::Events => upkeep.handle_events(Ok(self.log)),
+                    UpkeepPoll::TrimEvents { before } => {
+                        self.log.0 = before;
+                        upkeep.handle_trimmed(Ok(()));
+                    }
+                    UpkeepPoll::Idle => return events,
+                }
+                events.extend(std::iter::from_fn(|| upkeep.poll_event()));
+            }
+        }
+    }
+
+    fn upkeep(page_records: usize, mutations: Mutations) -> Upkeep {
+        let limits = UpkeepLimits {
+            page_records,
+            orphan_age_ms: 60_000,
+            events_retained: Some(4),
+        };
+        Upkeep::new("iad".parse().unwrap(), POLICY, limits, mutations)
+    }
+
+    fn state(world: &World, rid: &str) -> &'static str {
+        match world.records[&id(rid)].state {
+            RecordState::Active { .. } => "active",
+            RecordState::Released { .. } => "released",
+            RecordState::Linked { .. } => "linked",
+            RecordState::Abandoned => "abandoned",
+        }
+    }
+
+    #[test]
+    fn upkeep_reaps_lapsed_leases_page_by_page_and_counts_live_ones() {
+        let mut world = World::new();
+        world.record("iad.1", "a", None, false);
+        world.record("iad.2", "b", None, false);
+        world.record("iad.3", "c", None, false);
+        // iad.3 renewed recently: live.
+        let live = DcRecord::reserve(
+            id("iad.3"),
+            key("c"),
+            None,
+            FencingToken::FIRST,
+            None,
+            ActorId::new("a").unwrap(),
+            HostTime::from_ms(0),
+            world.now,
+            &POLICY,
+        );
+        world.records.insert(id("iad.3"), live.0);
+        let events = world.pass(&mut upkeep(1, Mutations::NONE));
+        assert_eq!(
+            (state(&world, "iad.1"), state(&world, "iad.2")),
+            ("released", "released")
+        );
+        assert_eq!(state(&world, "iad.3"), "active");
+        assert!(events.contains(&UpkeepEvent::Reaped(id("iad.1"))));
+        assert!(events.contains(&UpkeepEvent::PassDone {
+            active: 1,
+            event_head: Some(10)
+        }));
+        assert_eq!(world.log.0, 7, "the newest 4 events are kept");
+    }
+
+    #[test]
+    fn upkeep_abandons_only_proven_orphans_and_remembers_members() {
+        let mut world = World::new();
+        // Lost the global entry to iad.9: orphan.
+        world.record("iad.1", "a", None, true);
+        world.global.insert(key("a"), id("iad.9"));
+        // Won it: member.
+        world.record("iad.2", "b", None, true);
+        world.global.insert(key("b"), id("iad.2"));
+        // No entry yet: a delayed write could still land.
+        world.record("iad.3", "c", None, true);
+        // Its predecessor links elsewhere: orphan; and one it links to: member.
+        world.record("iad.4", "d", Some("fra.1"), true);
+        world.peer_links.insert(id("fra.1"), id("iad.8"));
+        world.record("iad.5", "e", Some("fra.2"), true);
+        world.peer_links.insert(id("fra.2"), id("iad.5"));
+        // Its predecessor is not linked yet.
+        world.record("iad.6", "f", Some("fra.3"), true);
+        let mut upkeep = upkeep(2, Mutations::NONE);
+        world.pass(&mut upkeep);
+        let states: Vec<_> = ["iad.1", "iad.2", "iad.3", "iad.4", "iad.5", "iad.6"]
+            .iter()
+            .map(|r| state(&world, r))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                "abandoned",
+                "released",
+                "released",
+                "abandoned",
+                "released",
+                "released"
+            ]
+        );
+        assert_eq!(world.reads, 6);
+        world.pass(&mut upkeep);
+        assert_eq!(world.reads, 6 + 2, "members are not asked about again");
+    }
+
+    #[test]
+    fn upkeep_leaves_young_released_records_alone() {
+        let mut world = World::new();
+        world.now = StoreTime::from_ms(30_000);
+        world.record("iad.1", "a", None, true);
+        world.global.insert(key("a"), id("iad.9"));
+        world.pass(&mut upkeep(8, Mutations::NONE));
+        assert_eq!(state(&world, "iad.1"), "released");
+        assert_eq!(world.reads, 0);
+    }
+
+    #[cfg(feature = "mutations")]
+    #[test]
+    fn upkeep_mutant_sweeper_skipping_proof_abandons_a_member() {
+        let mut world = World::new();
+        world.record("iad.2", "b", None, true);
+        world.global.insert(key("b"), id("iad.2"));
+        world.pass(&mut upkeep(
+            8,
+            Mutations::NONE.with(Mutation::SweeperSkipsProof),
+        ));
+        assert_eq!(state(&world, "iad.2"), "abandoned");
+    }
+}
