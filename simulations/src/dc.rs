@@ -21,18 +21,18 @@
 //! registers again if the pause ends before the deadline, else answers the
 //! last `HeldElsewhere`. The grant uses `host_time + time held`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use homing_core::{
     AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, Key, LinkReply, LocalSegment,
-    RecordState, Reply, Request, ReservationId, Segment, SegmentError, Source, Written,
+    RecordState, Reply, Request, ReservationId, ScanCursor, Segment, SegmentError, Source, Written,
     chain::HOP_LIMIT_DEFAULT,
 };
 
-use homing_node::change::expire;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Change, Changed, Failure, Mutations,
-    NodeTime, Update, UpdatePoll, WaitLimits, Waiters,
+    NodeTime, Update, UpdatePoll, Upkeep, WaitLimits, Waiters,
 };
 
 use crate::clock::NodeClock;
@@ -74,6 +74,10 @@ pub struct Dc {
     pub(crate) await_rpcs: BTreeMap<u64, u16>,
     /// Volatile: parked acquirers of this DC by task (lost in a crash).
     pub(crate) waiters: Waiters<u64>,
+    /// Volatile: the upkeep pass and the proofs it remembers.
+    pub(crate) upkeep: Upkeep,
+    /// Durable: the records in scan order (key, then reservation).
+    by_key: BTreeSet<(Key, ReservationId)>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     next_task: u64,
@@ -81,12 +85,13 @@ pub struct Dc {
 
 impl Dc {
     /// A running DC with empty stores; its waiters bounded by `limits`
-    /// (rules broken on purpose: `mutations`).
+    /// (rules broken on purpose: `mutations`), its upkeep `upkeep`.
     pub fn new(
         id: DcId,
         idx: u16,
         clock: NodeClock,
         limits: WaitLimits,
+        upkeep: Upkeep,
         mutations: Mutations,
     ) -> Dc {
         Dc {
@@ -104,9 +109,26 @@ impl Dc {
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
+            upkeep,
+            by_key: BTreeSet::new(),
             woken: BTreeMap::new(),
             next_task: 0,
         }
+    }
+}
+
+impl Dc {
+    /// A page of records in scan order after `after`, at most `limit`.
+    pub(crate) fn scan(&self, after: Option<&ScanCursor>, limit: usize) -> Vec<DcRecord> {
+        let start = match after {
+            Some(c) => Bound::Excluded((c.key.clone(), c.id.clone())),
+            None => Bound::Unbounded,
+        };
+        self.by_key
+            .range((start, Bound::Unbounded))
+            .take(limit)
+            .map(|(_, id)| self.records[id].clone())
+            .collect()
     }
 }
 
@@ -169,6 +191,8 @@ pub(crate) enum TaskKind {
     /// Renew, release, link: homing-node's [`Update`].
     Update(Box<Update>),
     Segment,
+    /// An upkeep pass (its state is the DC's `upkeep`).
+    Upkeep,
     Resolve {
         entry: Option<ReservationId>,
     },
@@ -183,6 +207,10 @@ pub(crate) enum StoreOp {
     Cas {
         expected: Option<u64>,
         record: DcRecord,
+    },
+    Scan {
+        after: Option<ScanCursor>,
+        limit: usize,
     },
 }
 
@@ -205,7 +233,7 @@ pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
 }
 
-fn segment_error(e: SegmentError) -> Reply {
+pub(crate) fn segment_error(e: SegmentError) -> Reply {
     match e {
         SegmentError::Unknown(_) => error(ErrorKind::UnknownReservation, e.to_string()),
         SegmentError::Abandoned(_) | SegmentError::Broken(_) => {
@@ -734,7 +762,11 @@ impl Sim {
         }
     }
 
-    fn local_segment(&self, d: usize, id: &ReservationId) -> Result<Segment, SegmentError> {
+    pub(crate) fn local_segment(
+        &self,
+        d: usize,
+        id: &ReservationId,
+    ) -> Result<Segment, SegmentError> {
         let dc = &self.dcs[d];
         let now = dc.clock.store_time(self.now);
         let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), HOP_LIMIT_DEFAULT);
@@ -757,7 +789,11 @@ impl Sim {
         };
         self.current_key = key;
         let version = record.version;
+        let key_of = record.key.clone();
         let previous = self.dcs[d].records.insert(id.clone(), record);
+        if previous.is_none() {
+            self.dcs[d].by_key.insert((key_of, id.clone()));
+        }
         let view = View {
             dcs: &self.dcs,
             global: &self.global,
@@ -795,6 +831,9 @@ impl Sim {
         };
         if matches!(task.kind, TaskKind::Await(_)) {
             return self.await_store_done(d, tid, task, op);
+        }
+        if matches!(task.kind, TaskKind::Upkeep) {
+            return self.upkeep_store_done(d, tid, task, op);
         }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
@@ -851,7 +890,7 @@ impl Sim {
                         reply => Next::Reply(reply),
                     },
                     (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (TaskKind::Update(_) | TaskKind::Await(_), Ok(_)) => {
+                    (TaskKind::Update(_) | TaskKind::Await(_) | TaskKind::Upkeep, Ok(_)) => {
                         Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
                     }
                 }
@@ -871,6 +910,7 @@ impl Sim {
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
                 }
             }
+            StoreOp::Scan { .. } => Next::Reply(error(ErrorKind::Internal, "unexpected scan")),
             StoreOp::Allocate => {
                 self.dcs[d].allocated += 1;
                 let unique = self.dcs[d].allocated;
@@ -961,6 +1001,17 @@ impl Sim {
         let NodeId::Dc(peer) = from else {
             return;
         };
+        if matches!(task.kind, TaskKind::Upkeep) {
+            let segment = match reply {
+                Reply::Reservation(segment) => Ok(segment),
+                Reply::Error(e) => Err(Failure::Refused(e)),
+                other => Err(Failure::Refused(ErrorReply::new(
+                    ErrorKind::Inconsistent,
+                    format!("resolve-reservation answered {}", reply_kind(&other)),
+                ))),
+            };
+            return self.upkeep_peer_answer(d, tid, task, segment);
+        }
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
             // Any answer of the peer, even an error of kind `Unavailable`, is
@@ -1043,6 +1094,9 @@ impl Sim {
             return self.dc_continue(d, tid, task, next);
         }
         let e = ErrorReply::new(unavailable, why);
+        if matches!(task.kind, TaskKind::Upkeep) {
+            return self.upkeep_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
+        }
         let next = if matches!(task.kind, TaskKind::Acquire(_)) {
             self.acquire_failed(d, &mut task, e, true)
         } else {
@@ -1079,27 +1133,6 @@ impl Sim {
         self.dc_continue(d, tid, task, next);
     }
 
-    /// The reaper: every lease past expiry + grace becomes `Released(Expired)`.
-    pub(crate) fn reap(&mut self, d: usize) {
-        let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
-        self.schedule(self.now + interval, Event::Reap { dc: d as u16 });
-        if !self.dcs[d].up {
-            return;
-        }
-        let now = self.dcs[d].clock.store_time(self.now);
-        let mutations = self.rules.mutations;
-        let reaped: Vec<DcRecord> = self.dcs[d]
-            .records
-            .values()
-            .filter(|r| matches!(r.state, RecordState::Active { .. }))
-            .filter_map(|r| expire(r, now, &self.policy, mutations))
-            .collect();
-        for record in reaped {
-            self.measurements.count("lease_reaped");
-            self.commit(d, record);
-        }
-    }
-
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.
     pub(crate) fn dc_crash(&mut self, d: usize) {
         let dc = &mut self.dcs[d];
@@ -1114,6 +1147,8 @@ impl Sim {
         }
         // Tickets keep counting up across the crash: the checkers know them.
         dc.waiters.wake_all(AwaitReply::TimedOut);
+        self.dcs[d].upkeep = self.fresh_upkeep(d);
+        let dc = &mut self.dcs[d];
         dc.woken.clear();
         dc.global_cache.clear();
         self.checker.wake.on_dc_crash(self.now, d as u16);

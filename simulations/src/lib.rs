@@ -30,6 +30,7 @@ pub mod rules;
 pub mod scenario;
 pub mod sim;
 pub mod trace;
+mod upkeep;
 mod waiting;
 pub mod wakeups;
 

@@ -101,8 +101,11 @@ pub struct StoreSpec {
     /// that landed less than a uniform draw from `0..=` this many ms ago
     /// reads absent. Resolves read linearizably, never stale. 0: no lag.
     pub global_nearest_lag_ms: f64,
-    /// How often each DC's reaper runs, ms.
+    /// How often each DC's upkeep pass (reap, orphan sweep) starts, ms.
     pub reaper_interval_ms: u64,
+    /// A released record that lost its race is abandoned (on proof) once
+    /// this old, ms (homingd's `orphan_age_ms`).
+    pub orphan_age_ms: u64,
 }
 
 /// The lease policy, field by field (checked by `LeasePolicy::new`).
@@ -291,6 +294,7 @@ impl Default for StoreSpec {
             global_write_ms: 40.0,
             global_nearest_lag_ms: 0.0,
             reaper_interval_ms: 1_000,
+            orphan_age_ms: 60_000,
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::router::Router;
 use crate::rules::Rules;
 use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
+use crate::upkeep::new_upkeep;
 use crate::wakeups::{Connections, WakeChecker};
 
 /// A node of the simulation.
@@ -380,7 +381,16 @@ impl Sim {
                 total: scenario.waiting.waiters_max,
                 handoff_ms: scenario.waiting.handoff_ms,
             };
-            dcs.push(Dc::new(id, i as u16, clock, limits, rules.mutations));
+            let orphan_age_ms = scenario.stores.orphan_age_ms;
+            let upkeep = new_upkeep(id.clone(), policy, orphan_age_ms, rules.mutations);
+            dcs.push(Dc::new(
+                id,
+                i as u16,
+                clock,
+                limits,
+                upkeep,
+                rules.mutations,
+            ));
         }
         let mut hosts = Vec::new();
         for d in 0..dcs.len() {

@@ -68,3 +68,16 @@ fn link_ignoring_the_token_breaks_an_invariant_and_the_seed_replays_it() {
         "unexpected invariant: {first}"
     );
 }
+
+#[test]
+fn sweeper_abandoning_without_proof_breaks_a_chain_and_the_seed_replays_it() {
+    let (_, first) = first_failure(
+        &scenario("partition-during-recreation", 30_000),
+        mutant(Mutation::SweeperSkipsProof),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::ChainShape,
+        "{first}"
+    );
+}

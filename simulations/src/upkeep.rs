@@ -1,0 +1,156 @@
+//! Each simulated DC's upkeep: homing-node's `Upkeep` — the pass homingd
+//! runs (reap lapsed leases, abandon proven orphans) — performed with
+//! simulated store operations and peer requests, each taking its latency. A
+//! pass starts every `reaper_interval_ms` unless one still runs (homingd
+//! waits the interval after a pass ends: the simulator's passes may start a
+//! little earlier, never overlap). The event log is not simulated, so
+//! passes do not trim. A crash loses the pass and the proofs remembered.
+
+use homing_core::{DcId, LeasePolicy, Reply, Segment, Written};
+use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
+
+use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::sim::{Event, NodeId, Sim};
+use crate::trace::NO_KEY;
+
+/// Records per scan page (homing-store's `SCAN_LIMIT_MAX`).
+pub const SCAN_PAGE_RECORDS: usize = 256;
+
+/// A DC's upkeep as it starts: no proofs remembered, no event log to trim.
+pub(crate) fn new_upkeep(
+    dc: DcId,
+    policy: LeasePolicy,
+    orphan_age_ms: u64,
+    mutations: Mutations,
+) -> Upkeep {
+    let limits = UpkeepLimits {
+        page_records: SCAN_PAGE_RECORDS,
+        orphan_age_ms,
+        events_retained: None,
+    };
+    Upkeep::new(dc, policy, limits, mutations)
+}
+
+impl Sim {
+    /// DC `d`'s upkeep as it restarts: no proofs remembered.
+    pub(crate) fn fresh_upkeep(&self, d: usize) -> Upkeep {
+        let dc = self.dcs[d].id.clone();
+        let orphan_age_ms = self.scenario.stores.orphan_age_ms;
+        new_upkeep(dc, self.policy, orphan_age_ms, self.rules.mutations)
+    }
+
+    /// The interval's tick: the next one is scheduled; a pass starts if the
+    /// DC runs and none is in progress.
+    pub(crate) fn reap(&mut self, d: usize) {
+        let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
+        self.schedule(self.now + interval, Event::Reap { dc: d as u16 });
+        if !self.dcs[d].up || self.dcs[d].upkeep.running() {
+            return;
+        }
+        self.dcs[d].upkeep.start();
+        let task = Task {
+            client: NodeId::Dc(d as u16),
+            rpc: 0,
+            key: NO_KEY,
+            kind: TaskKind::Upkeep,
+            waiting: None,
+            work: Work::default(),
+        };
+        let tid = self.new_task_id(d);
+        self.upkeep_drive(d, tid, task);
+    }
+
+    /// A store operation of the pass completed.
+    pub(crate) fn upkeep_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
+        let now = self.dcs[d].clock.store_time(self.now);
+        match op {
+            StoreOp::Scan { after, limit } => {
+                let page = self.dcs[d].scan(after.as_ref(), limit);
+                self.dcs[d].upkeep.handle_page(Ok(page), now);
+            }
+            StoreOp::Get(id) => {
+                let record = self.dcs[d].records.get(&id).cloned();
+                self.dcs[d].upkeep.handle_record(record, now);
+            }
+            StoreOp::Cas { expected, record } => {
+                let written = self.cas(d, expected, record);
+                if written == Written::Conflict {
+                    self.measurements.count("update_cas_conflict");
+                }
+                self.dcs[d].upkeep.handle_written(written);
+            }
+            StoreOp::GlobalGet(key) => {
+                let entry = self.global.get(&key).cloned();
+                self.dcs[d].upkeep.handle_global(Ok(entry));
+            }
+            StoreOp::Segment(id) => {
+                let segment = self.local_segment(d, &id);
+                let segment = segment.map_err(|e| match crate::dc::segment_error(e) {
+                    Reply::Error(e) => Failure::Refused(e),
+                    _ => unreachable!("segment errors are error replies"),
+                });
+                self.dcs[d].upkeep.handle_segment(segment);
+            }
+            StoreOp::Allocate => unreachable!("upkeep never allocates"),
+        }
+        self.upkeep_drive(d, tid, task);
+    }
+
+    /// The predecessor's DC answered (or did not).
+    pub(crate) fn upkeep_peer_answer(
+        &mut self,
+        d: usize,
+        tid: u64,
+        task: Task,
+        segment: Result<Segment, Failure>,
+    ) {
+        self.dcs[d].upkeep.handle_segment(segment);
+        self.upkeep_drive(d, tid, task);
+    }
+
+    /// Runs the pass until it needs a store or a peer, or ends.
+    fn upkeep_drive(&mut self, d: usize, tid: u64, task: Task) {
+        let poll = self.dcs[d].upkeep.poll();
+        while let Some(event) = self.dcs[d].upkeep.poll_event() {
+            self.measurements.count(match event {
+                UpkeepEvent::Reaped(_) => "lease_reaped",
+                UpkeepEvent::Abandoned(_) => "orphan_abandoned",
+                UpkeepEvent::Confirmed(_) => "orphan_proof_member",
+                UpkeepEvent::ChangeFailed(..) => "upkeep_change_failed",
+                UpkeepEvent::ScanFailed(_) => "upkeep_scan_failed",
+                UpkeepEvent::Trimmed(_) | UpkeepEvent::TrimFailed(_) => "upkeep_trim",
+                UpkeepEvent::PassDone { .. } => "upkeep_pass",
+            });
+        }
+        let next = match poll {
+            UpkeepPoll::Scan { after, limit } => Next::Store(StoreOp::Scan { after, limit }),
+            UpkeepPoll::Read(id) => Next::Store(StoreOp::Get(id)),
+            UpkeepPoll::Write {
+                expected, record, ..
+            } => Next::Store(StoreOp::Cas {
+                expected: Some(expected),
+                record,
+            }),
+            UpkeepPoll::GlobalEntry(key) => Next::Store(StoreOp::GlobalGet(key)),
+            UpkeepPoll::Reservation(id) if id.dc() == &self.dcs[d].id => {
+                Next::Store(StoreOp::Segment(id))
+            }
+            UpkeepPoll::Reservation(id) => match self.dc_index.get(id.dc()) {
+                Some(&to) => Next::Peer(to, homing_core::Request::ResolveReservation { id }),
+                None => {
+                    let e = homing_core::ErrorReply::new(
+                        homing_core::ErrorKind::Inconsistent,
+                        format!("unknown dc in {id}"),
+                    );
+                    return self.upkeep_peer_answer(d, tid, task, Err(Failure::Refused(e)));
+                }
+            },
+            // The event log is not simulated (`events_retained: None`).
+            UpkeepPoll::Events | UpkeepPoll::TrimEvents { .. } => {
+                unreachable!("the simulator's upkeep never trims")
+            }
+            UpkeepPoll::Idle => return,
+        };
+        self.dc_continue(d, tid, task, next);
+    }
+}
