@@ -1,7 +1,9 @@
 #!/usr/bin/env sh
-# Bounded simulator sweep for CI: every scenario over a fixed range of seeds
-# (about a minute on 2 cores once built). A failure prints the seed to replay
-# and makes the script exit non-zero.
+# Bounded simulator sweep for CI: every scenario over a fixed range of seeds,
+# a share of the swarm (scenarios drawn from the seed) and the regression
+# seeds (about two minutes on 2 cores once built). A failure prints the seed
+# to replay and makes the script exit non-zero. The full swarm run:
+#   homing-sim swarm --seeds 1..=2000   (about 30 s on 2 cores)
 set -eu
 cd "$(dirname "$0")/.."
 cargo build --release -p homing-sim
@@ -21,3 +23,10 @@ for scenario in simulations/scenarios/*.toml; do
     fi
     printf '%s\n' "$out" | tail -n 2
 done
+# A bounded share of the swarm, then the regression seeds.
+if ! out=$("$bin" swarm --seeds 1..=500 2>&1); then
+    printf '%s\n' "$out"
+    exit 1
+fi
+printf '%s\n' "$out" | tail -n 2
+"$bin" regressions simulations/regressions.txt

@@ -69,7 +69,8 @@ pub struct Dc {
     pub down_since_us: u64,
     global_cache: BTreeMap<Key, ReservationId>,
     pub(crate) tasks: BTreeMap<u64, Task>,
-    peer_rpcs: BTreeMap<u64, u64>,
+    /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
+    peer_rpcs: BTreeMap<u64, (u64, u16)>,
     /// Volatile: this DC's pending `Await` requests to other DCs (RPC → peer).
     pub(crate) await_rpcs: BTreeMap<u64, u16>,
     /// Volatile: parked acquirers of this DC by task (lost in a crash).
@@ -475,7 +476,7 @@ impl Sim {
                     task.work.links += 1;
                 }
                 let rpc = self.request(NodeId::Dc(d as u16), NodeId::Dc(to), task.key, request);
-                self.dcs[d].peer_rpcs.insert(rpc, tid);
+                self.dcs[d].peer_rpcs.insert(rpc, (tid, to));
                 self.dcs[d].tasks.insert(tid, task);
             }
             Next::Reply(reply) => {
@@ -582,7 +583,7 @@ impl Sim {
             job.awaiting = Some(Awaiting::Remote { rpc });
         }
         let dc = &mut self.dcs[d];
-        dc.peer_rpcs.insert(rpc, tid);
+        dc.peer_rpcs.insert(rpc, (tid, to));
         dc.await_rpcs.insert(rpc, to);
         dc.tasks.insert(tid, task);
         self.checker
@@ -991,7 +992,7 @@ impl Sim {
     }
 
     fn dc_peer_reply(&mut self, d: usize, from: NodeId, rpc: u64, reply: Reply) {
-        let Some(tid) = self.dcs[d].peer_rpcs.remove(&rpc) else {
+        let Some((tid, _)) = self.dcs[d].peer_rpcs.remove(&rpc) else {
             return;
         };
         let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
@@ -1076,7 +1077,7 @@ impl Sim {
     }
 
     fn dc_rpc_failed(&mut self, d: usize, rpc: u64, counter: &'static str, why: &str) {
-        let Some(tid) = self.dcs[d].peer_rpcs.remove(&rpc) else {
+        let Some((tid, peer)) = self.dcs[d].peer_rpcs.remove(&rpc) else {
             return;
         };
         self.measurements.count(counter);
@@ -1084,8 +1085,10 @@ impl Sim {
             return;
         };
         self.current_key = task.key;
+        // The peer that did not answer is the one unavailable (homingd's
+        // `PeerError::Unavailable { dc }`), not this DC.
         let unavailable = ErrorKind::Unavailable {
-            dc: self.dcs[d].id.clone(),
+            dc: self.dcs[usize::from(peer)].id.clone(),
         };
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);

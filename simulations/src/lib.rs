@@ -29,6 +29,7 @@ pub mod router;
 pub mod rules;
 pub mod scenario;
 pub mod sim;
+pub mod swarm;
 pub mod trace;
 mod upkeep;
 mod waiting;

@@ -360,6 +360,13 @@ impl Scenario {
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
         let scenario: Scenario =
             toml::from_str(text).map_err(|e| ScenarioError(format!("scenario: {e}")))?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Checks every rule a runnable scenario keeps; the error names the field.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let scenario = self;
         scenario.policy()?;
         scenario.rtt_matrix_ms()?;
         if scenario.keys == 0 {
@@ -393,7 +400,7 @@ impl Scenario {
                 Fault::Drain { .. } => {}
             }
         }
-        Ok(scenario)
+        Ok(())
     }
 
     /// Reads and parses a scenario file.

@@ -260,6 +260,8 @@ pub struct RunOptions {
 /// A violated invariant, as reported.
 #[derive(Debug, Clone)]
 pub struct Failure {
+    /// The run's scenario name (`swarm`: drawn from the seed).
+    pub scenario: String,
     /// The run's seed.
     pub seed: u64,
     /// Index of the event after which the invariant failed.
@@ -287,11 +289,15 @@ impl std::fmt::Display for Failure {
         for line in &self.trace {
             writeln!(f, "    {line}")?;
         }
-        write!(
-            f,
-            "  replay: homing-sim replay --seed {} <scenario>",
-            self.seed
-        )
+        if self.scenario == crate::swarm::SWARM {
+            write!(f, "  replay: homing-sim replay swarm --seed {}", self.seed)
+        } else {
+            write!(
+                f,
+                "  replay: homing-sim replay <{}.toml> --seed {}",
+                self.scenario, self.seed
+            )
+        }
     }
 }
 
@@ -762,19 +768,7 @@ impl Sim {
             dc_index: &self.dc_index,
         };
         let (at_us, violation) = self.checker.wake.check_due(before_us, &view)?;
-        let key = violation.key.unwrap_or(NO_KEY);
-        Some(Failure {
-            seed: self.seed,
-            event_index: self.events,
-            at_us,
-            trace: self
-                .trace
-                .last_for_key(key, 24)
-                .iter()
-                .map(|r| format_record(r, &self.scenario))
-                .collect(),
-            violation,
-        })
+        Some(self.failure_at(violation, at_us))
     }
 
     /// The end-of-run (liveness) checks.
@@ -797,11 +791,17 @@ impl Sim {
 
     /// The report of `violation`, found now: the seed, where, and the key's last events.
     fn failure(&self, violation: Violation) -> Failure {
+        self.failure_at(violation, self.now)
+    }
+
+    /// The report of `violation`, due at `at_us`.
+    fn failure_at(&self, violation: Violation, at_us: u64) -> Failure {
         let key = violation.key.unwrap_or(NO_KEY);
         Failure {
+            scenario: self.scenario.name.clone(),
             seed: self.seed,
             event_index: self.events,
-            at_us: self.now,
+            at_us,
             trace: self
                 .trace
                 .last_for_key(key, 24)

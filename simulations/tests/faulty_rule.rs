@@ -75,9 +75,5 @@ fn sweeper_abandoning_without_proof_breaks_a_chain_and_the_seed_replays_it() {
         &scenario("partition-during-recreation", 30_000),
         mutant(Mutation::SweeperSkipsProof),
     );
-    assert_eq!(
-        first.violation.invariant,
-        Invariant::ChainShape,
-        "{first}"
-    );
+    assert_eq!(first.violation.invariant, Invariant::ChainShape, "{first}");
 }
