@@ -197,6 +197,12 @@ impl Drop for Hold {
         // Still running: the test failed. Once hold exited, its COMMAND's
         // group is gone (hold waits for it), and its pid may be reused.
         if matches!(self.process.try_wait(), Ok(None)) {
+            // `started` may be among the lines no test step read.
+            while let Ok((value, _)) = self.lines.try_recv() {
+                if value["event"] == "started" {
+                    self.command_pid = value["pid"].as_i64().map(|p| p as i32);
+                }
+            }
             if let Some(group) = self.command_pid.and_then(Pid::from_raw) {
                 let _ = rustix::process::kill_process_group(group, Signal::KILL);
             }
@@ -307,7 +313,11 @@ fn ms(value: &Value, field: &str) -> u64 {
 fn assert_dead_by_hard_deadline(test: &str, deadlines: &Value, dead_at_us: u64) -> f64 {
     let hard_us = ms(deadlines, "hard_terminate_at_ms") * 1_000;
     let margin_ms = (hard_us as f64 - dead_at_us as f64) / 1_000.0;
-    eprintln!("{test}: the command's group was dead {margin_ms:.1} ms before the hard deadline");
+    let side = if margin_ms >= 0.0 { "before" } else { "after" };
+    eprintln!(
+        "{test}: the command's group was dead {:.1} ms {side} the hard deadline",
+        margin_ms.abs()
+    );
     assert!(
         dead_at_us <= hard_us,
         "{test}: the command's group outlived the hard deadline by {:.1} ms",
@@ -461,7 +471,10 @@ async fn hold_a_second_hold_waits_and_starts_only_after_the_first_command_exited
         // The second acquire is parked at the DC while the first holds the key.
         let parked_by = tokio::time::Instant::now() + EVENT_WAIT;
         while dc.waiters().await == 0 {
-            assert!(tokio::time::Instant::now() < parked_by, "the second hold never waited");
+            assert!(
+                tokio::time::Instant::now() < parked_by,
+                "the second hold never waited at the dc (did it start while the first command ran?)"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
 
@@ -495,7 +508,6 @@ async fn hold_a_failing_commands_outcome_is_seen_by_the_next_holder() {
         let mut failing = Hold::spawn(&dc, "flaky", &[], "exit 3", &[]);
         let (holding, _) = failing.event("holding").await;
         let (released, _) = failing.event("released").await;
-        assert_eq!(released["outcome"], "failed: exit status 3");
         assert_eq!(failing.exit_code().await, 3, "hold exits with the command's status");
 
         let mut probe = Probe::new(dc.dir(), "next");
@@ -511,6 +523,7 @@ async fn hold_a_failing_commands_outcome_is_seen_by_the_next_holder() {
         let (next_holding, _) = next.event("holding").await;
         assert_eq!(next_holding["previous"]["ended"], "released failed: exit status 3");
         assert_eq!(next.exit_code().await, 0);
+        assert_eq!(released["outcome"], "failed: exit status 3");
     })
     .await;
 }
