@@ -23,6 +23,7 @@ mod lease;
 mod signal;
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,21 +46,6 @@ use tokio::time::Instant;
 use self::group::{ChildStatus, Group, GroupEvent};
 use self::lease::{LeaseView, ObservedTransport};
 use crate::reach;
-
-/// Exit code: bad flags, key or certificates; nothing was acquired.
-pub const EXIT_USAGE: i32 = 2;
-/// Exit code: the DC (or a DC it needed) could not be reached; COMMAND never ran.
-pub const EXIT_UNAVAILABLE: i32 = 69;
-/// Exit code: a live actor holds the key (after `--wait-ms`); COMMAND never ran.
-pub const EXIT_HELD_ELSEWHERE: i32 = 75;
-/// Exit code: the DC refused (tag mismatch, a limit, not a host of that DC); COMMAND never ran.
-pub const EXIT_REFUSED: i32 = 77;
-/// Exit code: the lease was lost while COMMAND ran; its whole group was stopped and is gone.
-pub const EXIT_LEASE_LOST: i32 = 124;
-/// Exit code: COMMAND could not be executed; the lease was released as failed.
-pub const EXIT_CANNOT_EXECUTE: i32 = 126;
-/// Exit code: COMMAND was not found; the lease was released as failed.
-pub const EXIT_NOT_FOUND: i32 = 127;
 
 /// Default of `--kill-lead-ms`: how long before the hard deadline the group
 /// is sent SIGKILL, so it is dead by the deadline even when `hold` wakes
@@ -154,11 +140,45 @@ Example:
   homing hold room-42 --namespace games --actor 10.0.3.9:9000 --wait-ms 30000 -- \\
       ./room-server --listen 10.0.3.9:9000     # its writes carry $HOMING_TOKEN";
 
-/// How a `hold` ended: its exit code and a word for supervisors.
+/// How a `hold` ended: its exit code and a word for supervisors (`cause`
+/// in the `--json` exit line). Besides these, COMMAND's own status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Exit {
     code: i32,
     cause: &'static str,
+}
+
+impl Exit {
+    /// Bad flags, key or certificates; nothing was acquired.
+    const USAGE: Exit = Exit::new(2, "usage");
+    /// The DC (or a DC it needed) could not be reached; COMMAND never ran.
+    const UNAVAILABLE: Exit = Exit::new(69, "unavailable");
+    /// A live actor holds the key (after `--wait-ms`); COMMAND never ran.
+    const HELD_ELSEWHERE: Exit = Exit::new(75, "held_elsewhere");
+    /// The DC refused (a limit, not a host of that DC); COMMAND never ran.
+    const REFUSED: Exit = Exit::new(77, "refused");
+    /// A live actor holds the key under another tag; COMMAND never ran.
+    const TAG_MISMATCH: Exit = Exit::new(77, "tag_mismatch");
+    /// The lease was lost while COMMAND ran; its whole group was stopped and is gone.
+    const LEASE_LOST: Exit = Exit::new(124, "lease_lost");
+    /// COMMAND could not be executed; the lease was released as failed.
+    const CANNOT_EXECUTE: Exit = Exit::new(126, "cannot_execute");
+    /// COMMAND was not found; the lease was released as failed.
+    const NOT_FOUND: Exit = Exit::new(127, "not_found");
+
+    const fn new(code: i32, cause: &'static str) -> Exit {
+        Exit { code, cause }
+    }
+
+    /// COMMAND ended with `status`: `hold` exits with it.
+    fn child(status: ChildStatus) -> Exit {
+        Exit::new(status.shell_code(), "child")
+    }
+
+    /// `signal` came before the lease was held: the shell's 128 + N.
+    fn interrupted(signal: Signal) -> Exit {
+        Exit::new(128 + signal.as_raw(), "interrupted")
+    }
 }
 
 /// Runs `homing hold`; returns the process's exit code.
@@ -169,10 +189,7 @@ pub async fn run(args: HoldArgs) -> i32 {
         Err(error) => {
             report.say(&format!("error: {error:#}"));
             report.event(json!({ "event": "error", "error": format!("{error:#}") }));
-            Exit {
-                code: EXIT_USAGE,
-                cause: "usage",
-            }
+            Exit::USAGE
         }
     };
     report.event(json!({ "event": "exit", "code": exit.code, "cause": exit.cause }));
@@ -242,20 +259,21 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
     // Before anything runs: a signal now must reach `hold`, not kill it.
     let mut interrupts = Interrupts::new().context("installing signal handlers")?;
     group::become_subreaper().context("becoming the subreaper of COMMAND's group")?;
-    let peer = plan.config.dc.clone();
-    let (transport, lease) = ObservedTransport::new(QuicTransport::new(plan.client.clone(), peer));
+    let actor = plan.config.actor.clone();
+    let quic = QuicTransport::new(plan.client, plan.config.dc.clone());
+    let (transport, lease) = ObservedTransport::new(quic);
     let (terminate, calls) = mpsc::unbounded_channel();
     let start = HostAgent::start_with(
         Arc::new(transport),
         Arc::new(SystemClock),
-        plan.config.clone(),
+        plan.config,
         Arc::new(Terminator(terminate)),
     );
     let started = tokio::select! {
         started = start => started,
         signal = interrupts.next() => {
             report.say(&format!("{} before the lease was held: COMMAND not started", signal::name(signal.as_raw())));
-            return Ok(Exit { code: 128 + signal.as_raw(), cause: "interrupted" });
+            return Ok(Exit::interrupted(signal));
         }
     };
     let agent = match started {
@@ -275,20 +293,14 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
                 "namespace": key.namespace.as_str(), "dc": reservation.dc().as_str(),
                 "reservation": reservation.to_string(), "actor": actor.as_str(), "token": token.get(),
             }));
-            return Ok(Exit {
-                code: EXIT_HELD_ELSEWHERE,
-                cause: "held_elsewhere",
-            });
+            return Ok(Exit::HELD_ELSEWHERE);
         }
         Ok(Started::TagMismatch { existing }) => {
             let existing = existing.as_ref().map_or("no tag", |t| t.as_str());
             report.say(&format!(
                 "refused: a live actor holds the key under {existing}"
             ));
-            return Ok(Exit {
-                code: EXIT_REFUSED,
-                cause: "tag_mismatch",
-            });
+            return Ok(Exit::TAG_MISMATCH);
         }
         Err(error) => {
             report.say(&format!("could not acquire: {error}"));
@@ -297,7 +309,7 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
     };
     let holder = Holder {
         agent,
-        actor: plan.config.actor.clone(),
+        actor,
         lease,
         calls,
         interrupts,
@@ -311,27 +323,16 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
 
 /// The exit for an acquire that failed: unreachable, or refused.
 fn acquire_failed(error: &AgentError) -> Exit {
-    let unavailable = Exit {
-        code: EXIT_UNAVAILABLE,
-        cause: "unavailable",
-    };
-    let refused = Exit {
-        code: EXIT_REFUSED,
-        cause: "refused",
-    };
     match error {
-        AgentError::Unavailable { .. } | AgentError::Unexpected { .. } => unavailable,
+        AgentError::Unavailable { .. } | AgentError::Unexpected { .. } => Exit::UNAVAILABLE,
         AgentError::Refused { error, .. } => match error.kind {
             ErrorKind::Unavailable { .. } | ErrorKind::Internal | ErrorKind::Inconsistent => {
-                unavailable
+                Exit::UNAVAILABLE
             }
-            _ => refused,
+            _ => Exit::REFUSED,
         },
-        AgentError::Config(_) => Exit {
-            code: EXIT_USAGE,
-            cause: "usage",
-        },
-        AgentError::StaleToken { .. } => refused,
+        AgentError::Config(_) => Exit::USAGE,
+        AgentError::StaleToken { .. } => Exit::REFUSED,
     }
 }
 
@@ -342,13 +343,15 @@ struct Report {
 }
 
 impl Report {
+    // Write errors are ignored, not panicked on as by `println!`: a reader
+    // that went away must not take `hold` down while COMMAND runs.
     fn say(&self, text: &str) {
-        eprintln!("homing hold: {text}");
+        let _ = writeln!(std::io::stderr(), "homing hold: {text}");
     }
 
     fn event(&self, event: Value) {
         if self.json {
-            println!("{event}");
+            let _ = writeln!(std::io::stdout(), "{event}");
         }
     }
 }
@@ -603,15 +606,9 @@ impl Holder<'_> {
                     "event": "lease_lost", "why": why, "status": status.to_string(),
                     "deadlines": deadlines_json(&deadlines),
                 }));
-                Exit {
-                    code: EXIT_LEASE_LOST,
-                    cause: "lease_lost",
-                }
+                Exit::LEASE_LOST
             }
-            None => Exit {
-                code: status.shell_code(),
-                cause: "child",
-            },
+            None => Exit::child(status),
         };
         let outcome = match (status.success(), &lost) {
             (true, _) => RunOutcome::Ok,
@@ -627,14 +624,8 @@ impl Holder<'_> {
         self.report
             .say(&format!("could not start {command:?}: {error}"));
         let exit = match error.kind() {
-            std::io::ErrorKind::NotFound => Exit {
-                code: EXIT_NOT_FOUND,
-                cause: "not_found",
-            },
-            _ => Exit {
-                code: EXIT_CANNOT_EXECUTE,
-                cause: "cannot_execute",
-            },
+            std::io::ErrorKind::NotFound => Exit::NOT_FOUND,
+            _ => Exit::CANNOT_EXECUTE,
         };
         self.release(failed(format!("could not start COMMAND: {error}")))
             .await;
