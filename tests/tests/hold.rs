@@ -29,14 +29,18 @@ use tokio::sync::mpsc;
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for any one event a test expects.
 const EVENT_WAIT: Duration = Duration::from_secs(10);
-/// `hold`'s timeout per request: short, so a release to a killed DC gives
-/// up soon.
-const HOLD_REQUEST_TIMEOUT_MS: &str = "500";
 
-/// Every test's lease: 2 s, renewed every 500 ms; without a renewal the
-/// soft deadline comes 1 s and the hard deadline 1.5 s after the last grant.
+/// The lease of the tests that lose it: 2 s, renewed every 500 ms; without a
+/// renewal the soft deadline comes 1 s and the hard deadline 1.5 s after the
+/// last grant.
 fn lease() -> LeasePolicy {
     LeasePolicy::new(2_000, 250, 1_000, 500, 500).expect("an ordered policy")
+}
+
+/// The lease of the tests that must keep it: the daemon's default (10 s),
+/// so a slow renewal on a loaded machine never stops a command early.
+fn steady_lease() -> LeasePolicy {
+    LeasePolicy::DEFAULT
 }
 
 async fn bounded<F: std::future::Future<Output = ()>>(f: F) {
@@ -102,13 +106,7 @@ impl Hold {
         let stderr = dc.dir().join(format!("hold-{key}-{}.log", wall_us()));
         let log = std::fs::File::create(&stderr).expect("a log file");
         let mut process = Command::new(homing_binary())
-            .args([
-                "hold",
-                key,
-                "--json",
-                "--request-timeout-ms",
-                HOLD_REQUEST_TIMEOUT_MS,
-            ])
+            .args(["hold", key, "--json"])
             .arg("--certs")
             .arg(dc.certs_dir())
             .arg("--dc")
@@ -332,7 +330,7 @@ fn assert_dead_by_hard_deadline(test: &str, deadlines: &Value, dead_at_us: u64) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_starts_the_command_only_once_the_lease_is_granted_with_the_lease_in_its_env() {
-    let dc = LoneDc::start(lease(), &[]).await;
+    let dc = LoneDc::start(steady_lease(), &[]).await;
     bounded(async {
         let marker = dc.dir().join("ran");
         let touch = r#"touch "$MARKER""#;
@@ -360,6 +358,7 @@ async fn hold_starts_the_command_only_once_the_lease_is_granted_with_the_lease_i
         let flags = ["--namespace", "games", "--actor", "10.0.3.9:9000"];
         let mut granted = Hold::spawn(&dc, "free", &flags, script, &[("PROBE", &probe.path)]);
         let (holding, _) = granted.event("holding").await;
+        assert_eq!(holding["actor"], "10.0.3.9:9000");
         let (env, _) = probe.line("env").await;
         let expected = format!(
             "env free|games|{}|{}|iad|10.0.3.9:9000",
@@ -390,7 +389,7 @@ async fn hold_kill_9_of_the_dc_sends_the_soft_signal_and_the_command_is_dead_by_
 
         let (_, term_us) = probe.line("term").await;
         let dead_us = probe.eof().await;
-        let (lost, lost_us) = hold.event("lease_lost").await;
+        let (lost, _) = hold.event("lease_lost").await;
         let deadlines = &lost["deadlines"];
         assert_eq!(*deadlines, hold.last_deadlines(), "the deadlines of the last grant");
         assert!(
@@ -399,7 +398,13 @@ async fn hold_kill_9_of_the_dc_sends_the_soft_signal_and_the_command_is_dead_by_
         );
         assert!(term_us < dead_us, "the soft signal came before the kill");
         assert_dead_by_hard_deadline("kill9", deadlines, dead_us);
-        assert!(lost_us >= dead_us, "hold reported the lease lost before the group was gone");
+        // Reported only once the command was dead and reaped.
+        let command = hold.command_pid.and_then(Pid::from_raw).expect("started");
+        assert_eq!(
+            rustix::process::test_kill_process(command),
+            Err(rustix::io::Errno::SRCH),
+            "hold reported the lease lost while the command still existed"
+        );
         assert_eq!(hold.exit_code().await, 124);
     })
     .await;
@@ -451,7 +456,7 @@ async fn hold_a_renewal_answered_stale_token_kills_the_command_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_a_second_hold_waits_and_starts_only_after_the_first_command_exited_and_released() {
-    let dc = LoneDc::start(lease(), &[]).await;
+    let dc = LoneDc::start(steady_lease(), &[]).await;
     bounded(async {
         let order = dc.dir().join("order");
         let go = dc.dir().join("go");
@@ -503,7 +508,7 @@ async fn hold_a_second_hold_waits_and_starts_only_after_the_first_command_exited
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_a_failing_commands_outcome_is_seen_by_the_next_holder() {
-    let dc = LoneDc::start(lease(), &[]).await;
+    let dc = LoneDc::start(steady_lease(), &[]).await;
     bounded(async {
         let mut failing = Hold::spawn(&dc, "flaky", &[], "exit 3", &[]);
         let (holding, _) = failing.event("holding").await;
@@ -530,7 +535,7 @@ async fn hold_a_failing_commands_outcome_is_seen_by_the_next_holder() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_sigint_is_forwarded_and_the_key_released() {
-    let dc = LoneDc::start(lease(), &[]).await;
+    let dc = LoneDc::start(steady_lease(), &[]).await;
     bounded(async {
         let mut probe = Probe::new(dc.dir(), "sigint");
         let script = r#"exec 3>"$PROBE"; echo started >&3; exec sleep 600"#;
@@ -568,6 +573,43 @@ async fn hold_sigint_is_forwarded_and_the_key_released() {
             }
             other => panic!("the key is still held after SIGINT: {other:?}"),
         }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_sigterm_to_hold_a_command_ignoring_it_is_killed_after_the_grace_then_released() {
+    let dc = LoneDc::start(steady_lease(), &[]).await;
+    bounded(async {
+        let mut probe = Probe::new(dc.dir(), "graceless");
+        let script = r#"exec 3>"$PROBE"; trap '' TERM; echo started >&3; exec sleep 600"#;
+        let flags = ["--grace-ms", "300"];
+        let mut hold = Hold::spawn(&dc, "graceless", &flags, script, &[("PROBE", &probe.path)]);
+        hold.event("holding").await;
+        probe.line("started").await;
+
+        let signalled_us = wall_us();
+        rustix::process::kill_process(hold.pid(), Signal::TERM).expect("SIGTERM to hold");
+        let (forwarded, _) = hold.event("signal").await;
+        assert_eq!(forwarded["signal"], "SIGTERM");
+        let dead_us = probe.eof().await;
+        let waited_ms = (dead_us - signalled_us) / 1_000;
+        assert!(
+            waited_ms >= 300,
+            "killed {waited_ms} ms after SIGTERM, before the grace ran out"
+        );
+        // Well before the lease's own deadlines would have stopped it: the
+        // lease was renewed all along.
+        assert!(waited_ms < 1_000, "killed {waited_ms} ms after SIGTERM");
+        let (killed, _) = hold.event("hard_terminate").await;
+        assert!(
+            killed["why"].as_str().unwrap().contains("grace"),
+            "{killed}"
+        );
+        let (released, _) = hold.event("released").await;
+        assert_eq!(released["outcome"], "failed: killed by SIGKILL");
+        assert_eq!(hold.exit_code().await, 137);
+        eprintln!("grace: killed {waited_ms} ms after SIGTERM (--grace-ms 300)");
     })
     .await;
 }

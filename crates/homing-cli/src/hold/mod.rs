@@ -50,7 +50,7 @@ use crate::reach;
 /// Default of `--kill-lead-ms`: how long before the hard deadline the group
 /// is sent SIGKILL, so it is dead by the deadline even when `hold` wakes
 /// late or the kernel takes a while to tear the processes down.
-pub const KILL_LEAD_MS_DEFAULT: u64 = 50;
+pub const KILL_LEAD_MS_DEFAULT: u64 = 100;
 /// Default of `--grace-ms`: how long COMMAND may take to exit after a
 /// forwarded SIGINT/SIGTERM before its group is killed.
 pub const GRACE_MS_DEFAULT: u64 = 10_000;
@@ -478,7 +478,8 @@ impl Holder<'_> {
         self.report.event(json!({
             "event": "holding", "key": key.name.as_str(), "namespace": key.namespace.as_str(),
             "dc": agent.reservation().dc().as_str(), "reservation": agent.reservation().to_string(),
-            "token": agent.token().get(), "deadlines": deadlines_json(deadlines), "previous": previous,
+            "token": agent.token().get(), "actor": self.actor.as_str(),
+            "deadlines": deadlines_json(deadlines), "previous": previous,
         }));
     }
 
