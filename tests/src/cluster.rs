@@ -20,7 +20,7 @@ use homing_core::{
 use homing_net::{Client, ClientLimits, DevCa, NetError, Peer, Relay, generate_dev_pki};
 use homing_store::etcd::EtcdGlobalStore;
 
-use crate::homingd::{Homingd, HomingdSpec};
+use crate::homingd::{GlobalStoreSpec, Homingd, HomingdSpec};
 use homing_store::etcd_cluster::{self, LocalEtcdCluster};
 
 /// The DCs of the cluster, in the order they are started.
@@ -182,8 +182,10 @@ impl Cluster {
                 data_dir: dir.path().join(d.as_str()),
                 certs_dir: certs.clone(),
                 peers,
-                etcd_endpoints: etcd.endpoints().to_vec(),
-                store_prefix: prefix.clone(),
+                global: GlobalStoreSpec::Etcd {
+                    endpoints: etcd.endpoints().to_vec(),
+                    prefix: prefix.clone(),
+                },
                 extra_args: options.args(),
                 log: dir.path().join(format!("{d}.log")),
             };
@@ -336,8 +338,10 @@ impl Cluster {
             data_dir: self.dir.path().join(&name),
             certs_dir: self.dir.path().join("certs"),
             peers,
-            etcd_endpoints: self.etcd.endpoints().to_vec(),
-            store_prefix: prefix.clone(),
+            global: GlobalStoreSpec::Etcd {
+                endpoints: self.etcd.endpoints().to_vec(),
+                prefix: prefix.clone(),
+            },
             extra_args,
             log: self.dir.path().join(format!("{name}.log")),
         };

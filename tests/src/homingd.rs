@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use homing_core::DcId;
 
-/// The command that builds the binary these tests run.
-pub const BUILD_HOMINGD: &str = "cargo build -p homing-daemon --features etcd --bin homingd";
+/// The command that builds the binaries these tests run (`homing` for the
+/// `homing hold` tests).
+pub const BUILD_HOMINGD: &str =
+    "cargo build -p homing-daemon -p homing-cli --features etcd --bin homingd --bin homing";
 /// How long a daemon may take to print its listening line, in milliseconds.
 pub const START_WAIT_MS_MAX: u64 = 20_000;
 
@@ -20,20 +22,32 @@ pub const START_WAIT_MS_MAX: u64 = 20_000;
 /// executable's `deps/` directory (`<target>/<profile>/homingd`). Panics with
 /// the build command when it is missing.
 pub fn homingd_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("HOMINGD_BIN") {
+    workspace_binary("homingd", "HOMINGD_BIN")
+}
+
+/// Where the `homing` CLI binary is: `$HOMING_BIN`, else beside `homingd`
+/// (`<target>/<profile>/homing`). Panics with the build command when it is
+/// missing.
+pub fn homing_binary() -> PathBuf {
+    workspace_binary("homing", "HOMING_BIN")
+}
+
+/// `$<env>` if set, else `<target>/<profile>/<name>` of this test executable.
+fn workspace_binary(name: &str, env: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("the test executable has a path");
-    // <target>/<profile>/deps/<test>-<hash> → <target>/<profile>/homingd
+    // <target>/<profile>/deps/<test>-<hash> → <target>/<profile>/<name>
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("test executables live in <target>/<profile>/deps");
-    let binary = profile_dir.join(format!("homingd{}", std::env::consts::EXE_SUFFIX));
+    let binary = profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         binary.is_file(),
-        "no homingd at {}: build it first with `{BUILD_HOMINGD}` (same CARGO_TARGET_DIR), \
-         or set HOMINGD_BIN",
+        "no {name} at {}: build it first with `{BUILD_HOMINGD}` (same CARGO_TARGET_DIR), \
+         or set {env}",
         binary.display()
     );
     binary
@@ -58,14 +72,26 @@ pub struct HomingdSpec {
     pub certs_dir: PathBuf,
     /// Peer table: DC → the address this daemon uses for it (a relay).
     pub peers: Vec<(DcId, SocketAddr)>,
-    /// etcd client URLs of the global store.
-    pub etcd_endpoints: Vec<String>,
-    /// This deployment's key prefix in etcd.
-    pub store_prefix: String,
+    /// Where the global store is.
+    pub global: GlobalStoreSpec,
     /// Further flags (lease policy, timeouts).
     pub extra_args: Vec<String>,
     /// File that collects the daemon's stderr across restarts.
     pub log: PathBuf,
+}
+
+/// Where a daemon's global store lives.
+#[derive(Debug, Clone)]
+pub enum GlobalStoreSpec {
+    /// A real etcd cluster.
+    Etcd {
+        /// Its client URLs.
+        endpoints: Vec<String>,
+        /// This deployment's key prefix in etcd.
+        prefix: String,
+    },
+    /// redb in the daemon's data directory: a deployment of one DC, no etcd.
+    Redb,
 }
 
 /// A running daemon; SIGKILLed on drop.
@@ -105,11 +131,16 @@ impl Homingd {
             .arg(certs.join(format!("node-{}.pem", spec.dc)))
             .arg("--key")
             .arg(certs.join(format!("node-{}.key", spec.dc)))
-            .args(["--dc-store", "redb", "--global-store", "etcd"])
-            .arg("--etcd-endpoints")
-            .arg(spec.etcd_endpoints.join(","))
-            .arg("--store-prefix")
-            .arg(&spec.store_prefix);
+            .args(["--dc-store", "redb"]);
+        match &spec.global {
+            GlobalStoreSpec::Etcd { endpoints, prefix } => command
+                .args(["--global-store", "etcd"])
+                .arg("--etcd-endpoints")
+                .arg(endpoints.join(","))
+                .arg("--store-prefix")
+                .arg(prefix),
+            GlobalStoreSpec::Redb => command.args(["--global-store", "redb"]),
+        };
         for (dc, addr) in &spec.peers {
             command.arg("--peer").arg(format!("{dc}={addr}"));
         }

@@ -3,24 +3,29 @@
 //! dev PKI, and UDP relays on every inter-DC path to add latency or cut a DC
 //! off. See [`cluster::Cluster`]; the scenarios live in `tests/`, and
 //! [`event_log::Ledger`] checks a DC's lifecycle event log against what a
-//! workload was acknowledged.
+//! workload was acknowledged. [`lone_dc::LoneDc`] is a deployment of one DC
+//! with no etcd, for the `homing hold` tests.
 //!
-//! The binary is not built by the tests: run
-//! `cargo build -p homing-daemon --features etcd --bin homingd` first (with the
-//! same `CARGO_TARGET_DIR`), or set `HOMINGD_BIN`.
+//! The binaries are not built by the tests: run
+//! `cargo build -p homing-daemon -p homing-cli --features etcd --bin homingd --bin homing`
+//! first (with the same `CARGO_TARGET_DIR`), or set `HOMINGD_BIN` and `HOMING_BIN`.
 
 #[cfg(feature = "etcd")]
 pub mod cluster;
 pub mod event_log;
 #[cfg(feature = "etcd")]
 pub mod homingd;
+#[cfg(feature = "etcd")]
+pub mod lone_dc;
 
 #[cfg(feature = "etcd")]
 pub use cluster::{Cluster, ClusterOptions, start_or_skip};
 #[cfg(feature = "etcd")]
 pub use homing_store::etcd_cluster::LocalEtcdCluster;
 #[cfg(feature = "etcd")]
-pub use homingd::{BUILD_HOMINGD, Homingd, HomingdSpec, homingd_binary};
+pub use homingd::{
+    BUILD_HOMINGD, GlobalStoreSpec, Homingd, HomingdSpec, homing_binary, homingd_binary,
+};
 
 /// Without feature `etcd` there is no harness: say how to run the suite.
 #[cfg(all(test, not(feature = "etcd")))]
@@ -28,7 +33,7 @@ mod without_etcd {
     #[test]
     fn e2e_suite_needs_feature_etcd() {
         println!(
-            "SKIPPED homing-e2e: run `cargo build -p homing-daemon --features etcd --bin homingd` \
+            "SKIPPED homing-e2e: run `cargo build -p homing-daemon -p homing-cli --features etcd --bin homingd --bin homing` \
              then `cargo test -p homing-e2e --features etcd -- --test-threads=2` (needs protoc and etcd)"
         );
     }

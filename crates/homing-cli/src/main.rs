@@ -2,6 +2,7 @@
 
 mod bench;
 mod devnet;
+mod hold;
 mod migrate;
 mod reach;
 mod scope;
@@ -131,6 +132,7 @@ enum Command {
     /// stopped; resumable, never overwriting, then verified.
     #[command(after_long_help = migrate::LONG_HELP)]
     Migrate(migrate::MigrateArgs),
+    Hold(hold::HoldArgs),
 }
 
 /// This machine's clock as a host clock reading (the CLI acts as a host
@@ -284,6 +286,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Watch(args) => return scope::watch(args).await,
         Command::Inspect(args) => return scope::inspect(args).await,
         Command::Migrate(args) => return migrate::run(args).await,
+        // Exit codes of its own (COMMAND's status among them).
+        Command::Hold(args) => std::process::exit(hold::run(args).await),
     }
     Ok(true)
 }

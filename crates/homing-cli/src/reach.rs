@@ -32,24 +32,7 @@ pub struct Reach {
 impl Reach {
     /// The DC table, parsed.
     pub fn dcs(&self) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
-        if self.dcs.is_empty() {
-            bail!(
-                "no DCs given: pass --dc NAME=ADDR (nearest first) or set HOMING_DCS, e.g. `homing devnet --serve` prints them"
-            );
-        }
-        self.dcs
-            .iter()
-            .map(|entry| {
-                let (dc, addr) = entry
-                    .split_once('=')
-                    .with_context(|| format!("--dc {entry:?} is not NAME=ADDR"))?;
-                let dc = DcId::new(dc).with_context(|| format!("--dc {entry:?}"))?;
-                let addr = addr
-                    .parse()
-                    .with_context(|| format!("--dc {entry:?}: address"))?;
-                Ok((dc, addr))
-            })
-            .collect()
+        parse_dc_table(&self.dcs)
     }
 
     /// The peer for `dc`.
@@ -87,6 +70,29 @@ impl Reach {
         let tls = load_identity(&self.certs, &Identity::new(role, None)?)?;
         Ok(Client::new(&tls, ClientLimits::default())?)
     }
+}
+
+/// A DC table given as `--dc NAME=ADDR` entries (or `HOMING_DCS`), nearest
+/// first. Fails on an empty table, saying where to get one.
+pub fn parse_dc_table(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
+    if entries.is_empty() {
+        bail!(
+            "no DCs given: pass --dc NAME=ADDR (nearest first) or set HOMING_DCS, e.g. `homing devnet --serve` prints them"
+        );
+    }
+    entries
+        .iter()
+        .map(|entry| {
+            let (dc, addr) = entry
+                .split_once('=')
+                .with_context(|| format!("--dc {entry:?} is not NAME=ADDR"))?;
+            let dc = DcId::new(dc).with_context(|| format!("--dc {entry:?}"))?;
+            let addr = addr
+                .parse()
+                .with_context(|| format!("--dc {entry:?}: address"))?;
+            Ok((dc, addr))
+        })
+        .collect()
 }
 
 /// Loads `identity`'s certificate, key and the CA from `dir`, saying how to
