@@ -1017,15 +1017,14 @@ pub async fn global_scan_pages_in_key_order(b: &dyn Backend) {
     ));
 }
 
-/// Runs every case in sequence, printing each name.
-pub async fn run_all(b: &dyn Backend) {
-    macro_rules! run {
-        ($($case:ident),* $(,)?) => {$(
-            println!("conformance: {}", stringify!($case));
-            $case(b).await;
-        )*};
-    }
-    run!(
+/// The conformance cases, listed once: `conformance_cases!((m) { args })`
+/// calls `m!` with `args`, then every case's name. [`run_all`] and [`conformance_tests!`]
+/// both take their list from here, so a case added here runs everywhere.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! conformance_cases {
+    (($($callback:tt)+) { $($args:tt)* }) => {
+        $($callback)+! { $($args)*
         global_write_once,
         global_nearest_read_is_never_wrong_and_catches_up,
         global_concurrent_set_if_absent_has_exactly_one_winner,
@@ -1048,7 +1047,19 @@ pub async fn run_all(b: &dyn Backend) {
         dc_scan_scopes_cover_exactly_their_namespaces,
         dc_import_copies_records_and_events_without_overwriting,
         dc_allocator_floor_bounds_uniques_and_raise_skips_past,
-    );
+        }
+    };
+}
+
+/// Runs every case in sequence, printing each name.
+pub async fn run_all(b: &dyn Backend) {
+    macro_rules! run {
+        ($($case:ident),* $(,)?) => {$(
+            println!("conformance: {}", stringify!($case));
+            $case(b).await;
+        )*};
+    }
+    conformance_cases!((run) {});
 }
 
 /// One `#[tokio::test]` per conformance case, each opening its stores through
@@ -1056,30 +1067,7 @@ pub async fn run_all(b: &dyn Backend) {
 #[macro_export]
 macro_rules! conformance_tests {
     ($backend:expr) => {
-        $crate::conformance_tests!(@cases $backend;
-            global_write_once,
-            global_nearest_read_is_never_wrong_and_catches_up,
-            global_concurrent_set_if_absent_has_exactly_one_winner,
-            global_get_many_keeps_order_and_bounds_the_batch,
-            global_unicode_and_long_keys_do_not_collide,
-            dc_cas_creates_then_updates,
-            dc_cas_with_stale_version_fails_and_changes_nothing,
-            dc_cas_create_when_exists_fails,
-            dc_cas_rejects_caller_bugs,
-            dc_concurrent_cas_has_exactly_one_winner,
-            dc_max_length_record_round_trips,
-            dc_scan_orders_filters_and_pages,
-            dc_scan_page_is_full_unless_last,
-            dc_concurrent_allocations_are_unique,
-            dc_reopen_keeps_records_and_allocator_continues_above,
-            global_scan_pages_in_key_order,
-            dc_events_record_every_change_of_holder_and_nothing_else,
-            dc_concurrent_writes_get_contiguous_event_seqs,
-            dc_events_survive_reopen,
-            dc_scan_scopes_cover_exactly_their_namespaces,
-            dc_import_copies_records_and_events_without_overwriting,
-            dc_allocator_floor_bounds_uniques_and_raise_skips_past,
-        );
+        $crate::conformance_cases!(($crate::conformance_tests) { @cases $backend; });
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
