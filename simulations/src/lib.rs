@@ -53,26 +53,24 @@ pub fn run(
 
 /// The JSON summary of one run (`events_per_s` is the only wall-clock figure).
 pub fn summary_json(outcome: &Outcome, events_per_s: f64) -> String {
-    let violation = match &outcome.failure {
-        None => "null".to_string(),
-        Some(f) => format!(
-            "{{\"invariant\":{},\"event_index\":{},\"at_ms\":{:.3},\"detail\":{}}}",
-            report::json_string(f.violation.invariant.name()),
-            f.event_index,
-            f.at_us as f64 / 1000.0,
-            report::json_string(&f.violation.detail)
-        ),
-    };
-    format!(
-        "{{\"scenario\":{},\"seed\":{},\"events\":{},\"sim_ms\":{:.3},\"trace_hash\":\"{:016x}\",\"events_per_s\":{:.0},\"violation\":{},\"operations\":{},\"counters\":{}}}\n",
-        report::json_string(&outcome.scenario),
-        outcome.seed,
-        outcome.events,
-        outcome.sim_us as f64 / 1000.0,
-        outcome.trace_hash,
-        events_per_s,
-        violation,
-        outcome.measurements.json(),
-        outcome.measurements.counters_json()
-    )
+    let violation = outcome.failure.as_ref().map(|f| {
+        serde_json::json!({
+            "invariant": f.violation.invariant.name(),
+            "event_index": f.event_index,
+            "at_ms": f.at_us as f64 / 1000.0,
+            "detail": f.violation.detail,
+        })
+    });
+    let summary = serde_json::json!({
+        "scenario": outcome.scenario,
+        "seed": outcome.seed,
+        "events": outcome.events,
+        "sim_ms": outcome.sim_us as f64 / 1000.0,
+        "trace_hash": format!("{:016x}", outcome.trace_hash),
+        "events_per_s": events_per_s.round(),
+        "violation": violation,
+        "operations": outcome.measurements.json(),
+        "counters": outcome.measurements.counters_json(),
+    });
+    format!("{summary}\n")
 }

@@ -216,35 +216,31 @@ impl Measurements {
     }
 
     /// The operations as a JSON array.
-    pub fn json(&self) -> String {
-        let rows: Vec<String> = self
+    pub fn json(&self) -> serde_json::Value {
+        let rows: Vec<serde_json::Value> = self
             .rows()
             .iter()
             .map(|r| {
-                format!(
-                    "{{\"op\":{},\"count\":{},\"model\":{},\"model_rtt_mean\":{:.4},\"rtt_mean\":{:.4},\"latency_ms\":{{\"mean\":{:.4},\"p50\":{:.4},\"p99\":{:.4}}}}}",
-                    json_string(&r.op.label()),
-                    r.count,
-                    json_string(r.op.model()),
-                    r.model_rtt_mean,
-                    r.rtt_mean,
-                    r.mean_ms,
-                    r.p50_ms,
-                    r.p99_ms
-                )
+                serde_json::json!({
+                    "op": r.op.label(),
+                    "count": r.count,
+                    "model": r.op.model(),
+                    "model_rtt_mean": r.model_rtt_mean,
+                    "rtt_mean": r.rtt_mean,
+                    "latency_ms": {"mean": r.mean_ms, "p50": r.p50_ms, "p99": r.p99_ms},
+                })
             })
             .collect();
-        format!("[{}]", rows.join(","))
+        serde_json::Value::Array(rows)
     }
 
     /// The counters as a JSON object.
-    pub fn counters_json(&self) -> String {
-        let pairs: Vec<String> = self
-            .counters
+    pub fn counters_json(&self) -> serde_json::Value {
+        self.counters
             .iter()
-            .map(|(k, v)| format!("{}:{v}", json_string(k)))
-            .collect();
-        format!("{{{}}}", pairs.join(","))
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     }
 
     /// An SVG plot of each operation's latency CDF (log-scaled x axis).
@@ -367,23 +363,6 @@ fn xml_escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
-}
-
-/// `text` as a JSON string literal.
-pub fn json_string(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Writes `summary.json` and `latency_cdf.svg` into `dir`.
