@@ -271,7 +271,7 @@ pub struct HostAgent {
     state: Arc<watch::Sender<AgentState>>,
     command: watch::Sender<Command>,
     task: Option<JoinHandle<()>>,
-    link: Arc<Link>,
+    channel: Arc<DcChannel>,
 }
 
 /// What the owner wants of the renewal task.
@@ -283,14 +283,14 @@ enum Command {
 }
 
 /// How the agent reaches its DC, with the bounds every request gets.
-struct Link {
+struct DcChannel {
     transport: Arc<dyn LeaseTransport>,
     clock: Arc<dyn HostClock>,
     dc: DcId,
     request_timeout: Duration,
 }
 
-impl Link {
+impl DcChannel {
     /// Sends `request`, bounded by the request timeout and by `by` if given.
     /// A request that asks to wait (`wait_ms`) gets that much more time.
     async fn ask(&self, request: Request, by: Option<Instant>) -> Result<Reply, AgentError> {
@@ -386,53 +386,54 @@ impl HostAgent {
                 "retry_interval_ms must be at least RETRY_INTERVAL_MS_MIN",
             ));
         }
-        let link = Arc::new(Link {
+        let channel = Arc::new(DcChannel {
             transport,
             clock,
             dc: config.dc.dc.clone(),
             request_timeout: Duration::from_millis(config.request_timeout_ms),
         });
         let sent_at = Instant::now();
-        let sent = link.clock.now();
+        let sent = channel.clock.now();
         let request = Request::Acquire {
             config: config.key.clone(),
             actor: config.actor.clone(),
             host_time: sent,
             wait_ms: config.wait_ms,
         };
-        let (key, reservation, token, deadlines, previous) = match link.ask(request, None).await? {
-            Reply::Acquired {
-                key,
-                reservation,
-                token,
-                deadlines,
-                previous,
-            } => (key, reservation, token, deadlines, previous),
-            Reply::HeldElsewhere {
-                key,
-                reservation,
-                actor,
-                token,
-            } => {
-                return Ok(Started::HeldElsewhere {
+        let (key, reservation, token, deadlines, previous) =
+            match channel.ask(request, None).await? {
+                Reply::Acquired {
+                    key,
+                    reservation,
+                    token,
+                    deadlines,
+                    previous,
+                } => (key, reservation, token, deadlines, previous),
+                Reply::HeldElsewhere {
                     key,
                     reservation,
                     actor,
                     token,
-                });
-            }
-            Reply::TagMismatch { existing } => return Ok(Started::TagMismatch { existing }),
-            other => return Err(link.unexpected("acquire", &other)),
-        };
+                } => {
+                    return Ok(Started::HeldElsewhere {
+                        key,
+                        reservation,
+                        actor,
+                        token,
+                    });
+                }
+                Reply::TagMismatch { existing } => return Ok(Started::TagMismatch { existing }),
+                other => return Err(channel.unexpected("acquire", &other)),
+            };
         match &previous {
-            Some(p) => info!(%key, %reservation, %token, dc = %link.dc,
+            Some(p) => info!(%key, %reservation, %token, dc = %channel.dc,
                 previous = %p.reservation, previous_ended = %p.ended, "lease acquired"),
-            None => info!(%key, %reservation, %token, dc = %link.dc, "lease acquired"),
+            None => info!(%key, %reservation, %token, dc = %channel.dc, "lease acquired"),
         }
         let state = Arc::new(watch::Sender::new(AgentState::Holding));
         let (command, command_rx) = watch::channel(Command::Run);
         let renewal = Renewal {
-            link: link.clone(),
+            channel: channel.clone(),
             actor,
             reservation: reservation.clone(),
             token,
@@ -450,7 +451,7 @@ impl HostAgent {
             state,
             command,
             task: Some(task),
-            link,
+            channel,
         }))
     }
 
@@ -512,23 +513,23 @@ impl HostAgent {
             token: self.token,
             outcome,
         };
-        match self.link.ask(request, None).await? {
+        match self.channel.ask(request, None).await? {
             Reply::Release(ReleaseReply::Released) => {
                 self.state.send_replace(AgentState::Released);
-                info!(key = %self.key, reservation = %self.reservation, dc = %self.link.dc, "lease released");
+                info!(key = %self.key, reservation = %self.reservation, dc = %self.channel.dc, "lease released");
                 Ok(())
             }
             Reply::Release(ReleaseReply::StaleToken { current }) => {
                 Err(AgentError::StaleToken { current })
             }
-            other => Err(self.link.unexpected("release", &other)),
+            other => Err(self.channel.unexpected("release", &other)),
         }
     }
 }
 
 /// The background task: renews on the timeline and terminates the actor.
 struct Renewal {
-    link: Arc<Link>,
+    channel: Arc<DcChannel>,
     actor: Arc<dyn Actor>,
     reservation: ReservationId,
     token: FencingToken,
@@ -611,14 +612,14 @@ impl Renewal {
     /// One renewal, bounded by the soft deadline: an answer after it is too late.
     async fn renew(&self) -> Renewed {
         let sent_at = Instant::now();
-        let sent = self.link.clock.now();
+        let sent = self.channel.clock.now();
         let request = Request::Renew {
             reservation: self.reservation.clone(),
             token: self.token,
             host_time: sent,
         };
         let reply = tokio::select! {
-            reply = self.link.ask(request, Some(self.timeline.soft_at)) => reply,
+            reply = self.channel.ask(request, Some(self.timeline.soft_at)) => reply,
             // stop() must not wait for a slow renewal.
             _ = wait_exit(self.command.clone()) => return Renewed::Failed,
         };
@@ -640,7 +641,7 @@ impl Renewal {
                 Renewed::Lost
             }
             Ok(other) => {
-                let error = self.link.unexpected("renew", &other);
+                let error = self.channel.unexpected("renew", &other);
                 warn!(reservation = %self.reservation, %error, "renew failed");
                 Renewed::Failed
             }
