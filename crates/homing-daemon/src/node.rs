@@ -19,7 +19,7 @@ use homing_core::{
 use homing_net::Handler;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant, Change, Changed,
-    Mutations, Update, UpdatePoll,
+    Drain, DrainPoll, Mutations, Update, UpdatePoll,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -744,30 +744,48 @@ impl Node {
         Ok(reply)
     }
 
+    /// Drains `key` at its tail, here or forwarded once, as homing-node's
+    /// [`Drain`] decides (a node caller: the drain arrived forwarded).
     async fn drain(&self, caller: &Identity, key: Key) -> Result<Reply, Failure> {
-        let Some(walked) = self.walk(&key).await.map_err(Failure::Reply)? else {
-            return Err(fail(
-                ErrorKind::UnknownReservation,
-                format!("key {key} was never reserved"),
-            ));
-        };
-        let tail = walked.tail.id;
-        if tail.dc() == &self.dc {
-            self.update(&tail, Change::Drain).await?;
-            tracing::info!(reservation = %tail, "drained");
-            return Ok(Reply::Drained);
-        }
-        if caller.role() == Role::Node {
-            // Forwarded once already: the chain moved on; let the operator retry.
-            return Err(fail(
-                ErrorKind::Unavailable {
-                    dc: tail.dc().clone(),
+        let forwarded = caller.role() == Role::Node;
+        let mut drain = Drain::new(self.dc.clone(), key, forwarded, Mutations::NONE);
+        loop {
+            match drain.poll() {
+                DrainPoll::Walk(key) => {
+                    let walked = self.walk(&key).await;
+                    let tail = walked.map(|w| w.map(|w| w.tail.id));
+                    drain.handle_walked(tail.map_err(homing_node::Failure::from_reply));
+                }
+                DrainPoll::Read(id) => match self.timed("dc_get", self.records.get(&id)).await {
+                    Ok(record) => drain.handle_record(record, store_now(), &self.policy),
+                    Err(e) => drain.handle_failure(Failure::from(e).classify(&self.dc)),
                 },
-                format!("tail {tail} moved away during the drain"),
-            ));
+                DrainPoll::Write {
+                    expected,
+                    record,
+                    event,
+                } => match self.cas(Some(expected), event, &record).await {
+                    Ok(landed) => drain.handle_written(if landed {
+                        Written::Yes
+                    } else {
+                        Written::Conflict
+                    }),
+                    Err(e) => drain.handle_failure(Failure::from(e).classify(&self.dc)),
+                },
+                DrainPoll::Forward { dc, key } => {
+                    let answer = self.peers.drain(&dc, &key).await;
+                    let answer = answer.map_err(|e| Failure::from(e).classify(&self.dc));
+                    drain.handle_forwarded(answer);
+                }
+                DrainPoll::Done(Ok(drained)) => {
+                    if let Some(id) = drained {
+                        tracing::info!(reservation = %id, "drained");
+                    }
+                    return Ok(Reply::Drained);
+                }
+                DrainPoll::Done(Err(e)) => return Err(Failure::Reply(e)),
+            }
         }
-        self.peers.drain(tail.dc(), &key).await?;
-        Ok(Reply::Drained)
     }
 
     async fn inspect(&self, key: Key) -> Result<Reply, Failure> {

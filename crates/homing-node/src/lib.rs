@@ -20,11 +20,12 @@
 //! - [`await_vacant`]: one waiter's loop — first look, register, re-read,
 //!   park until the earliest timer, expire a lapsed holder, time out.
 //!
+//! - [`drain`]: find the tail, drain it here or forward once;
 //! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
 //!   proven orphans, trim the event log.
 //!
-//! Still decided in the drivers (issue 18, later steps): resolve, drain
-//! forwarding, watch cursors, inspect and scan.
+//! Still decided in the drivers (issue 18, later steps): resolve, watch
+//! cursors, inspect and scan, drain scopes.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
 //! feature `mutations`), so a simulator sweep that catches it is evidence
@@ -35,6 +36,7 @@
 pub mod acquire;
 pub mod await_vacant;
 pub mod change;
+pub mod drain;
 pub mod failure;
 pub mod mutation;
 pub mod time;
@@ -45,6 +47,7 @@ pub mod waiters;
 pub use acquire::{AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest};
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use change::{Change, Changed};
+pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;
 pub use mutation::{Mutation, Mutations};
 pub use time::NodeTime;

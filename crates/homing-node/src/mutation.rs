@@ -34,6 +34,9 @@ pub enum Mutation {
     /// The orphan sweeper abandons every old released record without
     /// proving that it lost its race.
     SweeperSkipsProof = 1 << 8,
+    /// A drain that arrived forwarded is forwarded again when the tail
+    /// moved on (one operator request may bounce between DCs).
+    DrainForwardedTwice = 1 << 9,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.
