@@ -1138,6 +1138,7 @@ impl Sim {
 
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.
     pub(crate) fn dc_crash(&mut self, d: usize) {
+        self.land_in_flight_writes(d);
         let dc = &mut self.dcs[d];
         dc.up = false;
         dc.epoch += 1;
@@ -1172,6 +1173,41 @@ impl Sim {
                 reset: false,
             };
             self.schedule(self.now + idle_us, event);
+        }
+    }
+
+    /// DC `d` is crashing: each store write it has in flight lands or is
+    /// lost (`crash_lands_in_flight`). A landed write is durable but its
+    /// task never learns it: committed, not acknowledged.
+    fn land_in_flight_writes(&mut self, d: usize) {
+        let p = self.scenario.stores.crash_lands_in_flight;
+        let in_flight: Vec<StoreOp> = self.dcs[d]
+            .tasks
+            .values()
+            .filter_map(|t| match &t.waiting {
+                Some(StoreOp::Cas { expected, record }) => Some(StoreOp::Cas {
+                    expected: *expected,
+                    record: record.clone(),
+                }),
+                Some(StoreOp::Allocate) => Some(StoreOp::Allocate),
+                _ => None,
+            })
+            .collect();
+        for op in in_flight {
+            if !self.rng.chance(p) {
+                continue;
+            }
+            self.measurements.count("crash_write_landed_unacknowledged");
+            match op {
+                StoreOp::Cas { expected, record } => {
+                    self.cas(d, expected, record);
+                }
+                _ => {
+                    self.dcs[d].allocated += 1;
+                    let unique = self.dcs[d].allocated;
+                    self.checker.on_allocate(d, unique);
+                }
+            }
         }
     }
 

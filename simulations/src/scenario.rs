@@ -106,6 +106,10 @@ pub struct StoreSpec {
     /// A released record that lost its race is abandoned (on proof) once
     /// this old, ms (homingd's `orphan_age_ms`).
     pub orphan_age_ms: u64,
+    /// The chance that a DC-store write in flight when its DC crashes lands
+    /// anyway (committed, never acknowledged: the ambiguous commit); else
+    /// it is lost. Per write, 0..=1.
+    pub crash_lands_in_flight: f64,
 }
 
 /// The lease policy, field by field (checked by `LeasePolicy::new`).
@@ -295,6 +299,7 @@ impl Default for StoreSpec {
             global_nearest_lag_ms: 0.0,
             reaper_interval_ms: 1_000,
             orphan_age_ms: 60_000,
+            crash_lands_in_flight: 0.5,
         }
     }
 }
