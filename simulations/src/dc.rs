@@ -26,7 +26,7 @@ use std::ops::Bound;
 
 use homing_core::{
     AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, Key, LinkReply, LocalSegment,
-    RecordState, Reply, Request, ReservationId, ScanCursor, Segment, SegmentError, Source, Written,
+    Reply, Request, ReservationId, ScanCursor, Segment, SegmentError, Source, Written,
     chain::HOP_LIMIT_DEFAULT,
 };
 
@@ -36,6 +36,7 @@ use homing_node::{
 };
 
 use crate::clock::NodeClock;
+use crate::drain::DrainJob;
 use crate::invariants::View;
 use crate::report::Measurements;
 use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
@@ -194,6 +195,8 @@ pub(crate) enum TaskKind {
     Segment,
     /// An upkeep pass (its state is the DC's `upkeep`).
     Upkeep,
+    /// An operator's drain, or one forwarded by a peer.
+    Drain(Box<DrainJob>),
     Resolve {
         entry: Option<ReservationId>,
     },
@@ -361,8 +364,11 @@ impl Sim {
                 };
                 self.update_task(d, from, op)
             }
-            Request::Drain { .. }
-            | Request::Inspect { .. }
+            Request::Drain { key: wanted } => {
+                let forwarded = matches!(client, NodeId::Dc(_));
+                return self.drain_start(d, client, rpc, key, wanted, forwarded);
+            }
+            Request::Inspect { .. }
             | Request::Watch { .. }
             | Request::Scan { .. }
             | Request::DrainScope { .. } => {
@@ -836,6 +842,9 @@ impl Sim {
         if matches!(task.kind, TaskKind::Upkeep) {
             return self.upkeep_store_done(d, tid, task, op);
         }
+        if matches!(task.kind, TaskKind::Drain(_)) {
+            return self.drain_store_done(d, tid, task, op);
+        }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::GlobalGet(key) => {
@@ -891,9 +900,13 @@ impl Sim {
                         reply => Next::Reply(reply),
                     },
                     (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (TaskKind::Update(_) | TaskKind::Await(_) | TaskKind::Upkeep, Ok(_)) => {
-                        Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
-                    }
+                    (
+                        TaskKind::Update(_)
+                        | TaskKind::Await(_)
+                        | TaskKind::Upkeep
+                        | TaskKind::Drain(_),
+                        Ok(_),
+                    ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }
             }
             StoreOp::Get(id) => {
@@ -1002,6 +1015,9 @@ impl Sim {
         let NodeId::Dc(peer) = from else {
             return;
         };
+        if matches!(task.kind, TaskKind::Drain(_)) {
+            return self.drain_peer_answer(d, tid, task, usize::from(peer), Ok(reply));
+        }
         if matches!(task.kind, TaskKind::Upkeep) {
             let segment = match reply {
                 Reply::Reservation(segment) => Ok(segment),
@@ -1097,6 +1113,10 @@ impl Sim {
             return self.dc_continue(d, tid, task, next);
         }
         let e = ErrorReply::new(unavailable, why);
+        if matches!(task.kind, TaskKind::Drain(_)) {
+            let failure = Err(Failure::Unreachable(e));
+            return self.drain_peer_answer(d, tid, task, usize::from(peer), failure);
+        }
         if matches!(task.kind, TaskKind::Upkeep) {
             return self.upkeep_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
         }
@@ -1251,40 +1271,6 @@ impl Sim {
             dc_index: &self.dc_index,
         };
         self.checker.on_restart(&view, d);
-    }
-
-    /// An operator drains `count` random keys at their tails (via the true chain).
-    pub(crate) fn drain_keys(&mut self, count: u32) {
-        for _ in 0..count {
-            let k = self.rng.below(self.keys.len() as u64) as usize;
-            let Some(mut at) = self.global.get(&self.keys[k]).cloned() else {
-                continue;
-            };
-            let mut hops = 0;
-            let (d, record) = loop {
-                let Some(&d) = self.dc_index.get(at.dc()) else {
-                    break (usize::MAX, None);
-                };
-                let record = self.dcs[usize::from(d)].records.get(&at).cloned();
-                match record {
-                    Some(DcRecord {
-                        state: RecordState::Linked { to },
-                        ..
-                    }) if hops < 10_000 => {
-                        at = to;
-                        hops += 1;
-                    }
-                    other => break (usize::from(d), other),
-                }
-            };
-            if d == usize::MAX || !self.dcs[d].up {
-                continue;
-            }
-            if let Some(next) = record.and_then(|r| r.drain()) {
-                self.measurements.count("key_drained");
-                self.commit(d, next);
-            }
-        }
     }
 }
 

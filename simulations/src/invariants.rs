@@ -56,6 +56,9 @@ pub enum Invariant {
     /// `Acquired.previous` names the previous token of the key's chain and
     /// how that run truly ended.
     PreviousRunTrue,
+    /// One operator drain costs at most one forward: a DC serving a
+    /// forwarded drain never forwards it again.
+    DrainForwardedOnce,
 }
 
 impl Invariant {
@@ -76,6 +79,7 @@ impl Invariant {
             Invariant::NoLostWakeup => "no_lost_wakeup",
             Invariant::WaiterFifo => "waiter_fifo",
             Invariant::PreviousRunTrue => "previous_run_true",
+            Invariant::DrainForwardedOnce => "drain_forwarded_once",
         }
     }
 }
@@ -505,6 +509,11 @@ impl Checker {
             );
             self.fail(Invariant::ResolveWasTrue, key, detail);
         }
+    }
+
+    /// A DC serving a forwarded drain forwarded it again.
+    pub fn on_drain_forwarded_again(&mut self, key: u32, detail: String) {
+        self.fail(Invariant::DrainForwardedOnce, key, detail);
     }
 
     /// A resolver's chain walk failed.

@@ -20,6 +20,7 @@
 
 pub mod clock;
 pub mod dc;
+mod drain;
 pub mod host;
 pub mod invariants;
 pub mod network;

@@ -77,3 +77,16 @@ fn sweeper_abandoning_without_proof_breaks_a_chain_and_the_seed_replays_it() {
     );
     assert_eq!(first.violation.invariant, Invariant::ChainShape, "{first}");
 }
+
+#[test]
+fn drain_forwarded_twice_breaks_drain_forwarded_once_and_the_seed_replays_it() {
+    let (_, first) = first_failure(
+        &scenario("drain", 60_000),
+        mutant(Mutation::DrainForwardedTwice),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::DrainForwardedOnce,
+        "{first}"
+    );
+}

@@ -1,0 +1,237 @@
+//! Operator drains as requests: homing-node's `Drain`, as homingd runs it.
+//! A `drain` fault picks `count` keys; each drain is sent by an operator to a
+//! random running DC, which walks the key's chain (its own store, its
+//! peers), drains the tail if it owns it, and otherwise forwards the drain
+//! once to the tail's DC. A DC serving a forwarded drain that forwards it
+//! again breaks `drain_forwarded_once` (one operator request may never
+//! bounce between DCs).
+
+use homing_core::{
+    ChainWalk, ErrorKind, ErrorReply, Key, Need, Poll, Reply, Request, Source, Written,
+    chain::HOP_LIMIT_DEFAULT,
+};
+use homing_node::{Drain, DrainPoll, Failure};
+
+use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::sim::{NodeId, Sim};
+
+/// A drain in progress at one DC, and its chain walk while it walks.
+#[derive(Debug)]
+pub(crate) struct DrainJob {
+    drain: Drain,
+    walk: Option<ChainWalk>,
+    /// It arrived from another DC.
+    forwarded: bool,
+}
+
+impl Sim {
+    /// The `drain` fault: an operator drains `count` random keys, each
+    /// through a random running DC.
+    pub(crate) fn drain_keys(&mut self, count: u32) {
+        for _ in 0..count {
+            let k = self.rng.below(self.keys.len() as u64) as usize;
+            let d = self.rng.below(self.dcs.len() as u64) as usize;
+            if !self.dcs[d].up {
+                continue;
+            }
+            self.measurements.count("drain_requested");
+            let key = self.keys[k].clone();
+            self.drain_start(d, NodeId::Dc(d as u16), 0, k as u32, key, false);
+        }
+    }
+
+    /// A drain of `key` starts at DC `d` (`forwarded`: from another DC).
+    pub(crate) fn drain_start(
+        &mut self,
+        d: usize,
+        client: NodeId,
+        rpc: u64,
+        key_index: u32,
+        key: Key,
+        forwarded: bool,
+    ) {
+        let dc = self.dcs[d].id.clone();
+        let job = DrainJob {
+            drain: Drain::new(dc, key, forwarded, self.rules.mutations),
+            walk: None,
+            forwarded,
+        };
+        let task = Task {
+            client,
+            rpc,
+            key: key_index,
+            kind: TaskKind::Drain(Box::new(job)),
+            waiting: None,
+            work: Work::default(),
+        };
+        let tid = self.new_task_id(d);
+        self.drain_drive(d, tid, task);
+    }
+
+    /// A store operation of the drain completed.
+    pub(crate) fn drain_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
+        let now = self.dcs[d].clock.store_time(self.now);
+        let local = self.dcs[d].id.clone();
+        let segment = match &op {
+            StoreOp::Segment(id) => Some(self.local_segment(d, id)),
+            _ => None,
+        };
+        let TaskKind::Drain(job) = &mut task.kind else {
+            return;
+        };
+        match (op, job.walk.as_mut()) {
+            (StoreOp::GlobalGet(key), Some(walk)) => {
+                let entry = self.global.get(&key).cloned();
+                let _ = walk.handle_global(entry, Source::Local);
+            }
+            (StoreOp::Segment(_), Some(walk)) => match segment {
+                Some(Ok(s)) => {
+                    let _ = walk.handle_segment(&local, s, Source::Local);
+                }
+                _ => {
+                    let e = ErrorReply::new(ErrorKind::Inconsistent, "a broken local segment");
+                    job.walk = None;
+                    job.drain.handle_walked(Err(Failure::Refused(e)));
+                }
+            },
+            (StoreOp::Get(id), None) => {
+                let record = self.dcs[d].records.get(&id).cloned();
+                job.drain.handle_record(record, now, &self.policy);
+            }
+            (StoreOp::Cas { expected, record }, None) => {
+                let written = self.cas(d, expected, record);
+                if let TaskKind::Drain(job) = &mut task.kind {
+                    job.drain.handle_written(written);
+                    if written == Written::Yes {
+                        self.measurements.count("key_drained");
+                    }
+                }
+            }
+            _ => {
+                let e = ErrorReply::new(ErrorKind::Internal, "unexpected store operation");
+                job.walk = None;
+                job.drain.handle_failure(Failure::Refused(e));
+            }
+        }
+        self.drain_drive(d, tid, task);
+    }
+
+    /// A peer answered the drain's walk or its forward (or did not: `Err`).
+    pub(crate) fn drain_peer_answer(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        peer: usize,
+        reply: Result<Reply, Failure>,
+    ) {
+        let peer_id = self.dcs[peer].id.clone();
+        let TaskKind::Drain(job) = &mut task.kind else {
+            return;
+        };
+        match (job.walk.as_mut(), reply) {
+            (Some(walk), Ok(Reply::Reservation(segment))) => {
+                let _ = walk.handle_segment(&peer_id, segment, Source::Remote);
+            }
+            (Some(_), other) => {
+                job.walk = None;
+                job.drain.handle_walked(Err(failure_of(other)));
+            }
+            (None, Ok(Reply::Drained)) => job.drain.handle_forwarded(Ok(())),
+            (None, other) => job.drain.handle_forwarded(Err(failure_of(other))),
+        }
+        self.drain_drive(d, tid, task);
+    }
+
+    /// Runs the drain until it needs a store or a peer, or ends.
+    fn drain_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+        let TaskKind::Drain(job) = &mut task.kind else {
+            return;
+        };
+        let next = loop {
+            if let Some(walk) = job.walk.as_mut() {
+                match walk.poll().clone() {
+                    Poll::Need(Need::GlobalEntry(key)) => {
+                        break Next::Store(StoreOp::GlobalGet(key));
+                    }
+                    Poll::Need(Need::Reservation(id)) if id.dc() == &self.dcs[d].id => {
+                        break Next::Store(StoreOp::Segment(id));
+                    }
+                    Poll::Need(Need::Reservation(id)) => match self.dc_index.get(id.dc()) {
+                        Some(&to) => break Next::Peer(to, Request::ResolveReservation { id }),
+                        None => {
+                            let e = ErrorReply::new(ErrorKind::Inconsistent, "unknown dc");
+                            job.walk = None;
+                            job.drain.handle_walked(Err(Failure::Refused(e)));
+                        }
+                    },
+                    Poll::NotFound => {
+                        job.walk = None;
+                        job.drain.handle_walked(Ok(None));
+                    }
+                    Poll::Done(walked) => {
+                        job.walk = None;
+                        job.drain.handle_walked(Ok(Some(walked.tail.id)));
+                    }
+                    Poll::Failed(e) => {
+                        let e = ErrorReply::new(ErrorKind::Inconsistent, e.to_string());
+                        job.walk = None;
+                        job.drain.handle_walked(Err(Failure::Refused(e)));
+                    }
+                }
+                continue;
+            }
+            match job.drain.poll() {
+                DrainPoll::Walk(key) => {
+                    job.walk = Some(ChainWalk::from_key(key, HOP_LIMIT_DEFAULT));
+                }
+                DrainPoll::Read(id) => break Next::Store(StoreOp::Get(id)),
+                DrainPoll::Write {
+                    expected, record, ..
+                } => {
+                    break Next::Store(StoreOp::Cas {
+                        expected: Some(expected),
+                        record,
+                    });
+                }
+                DrainPoll::Forward { dc, key } => {
+                    if job.forwarded {
+                        let detail =
+                            format!("a forwarded drain of {key} was forwarded again to {dc}");
+                        self.checker.on_drain_forwarded_again(task.key, detail);
+                    }
+                    self.measurements.count("drain_forwarded");
+                    // Invariant: the walk named the tail's DC, one of ours.
+                    let to = self.dc_index[&dc];
+                    break Next::Peer(to, Request::Drain { key });
+                }
+                DrainPoll::Done(result) => {
+                    self.measurements.count(match &result {
+                        Ok(_) => "drain_done",
+                        Err(_) => "drain_refused",
+                    });
+                    if task.client == NodeId::Dc(d as u16) {
+                        return; // the operator's own drain: nobody to answer
+                    }
+                    break Next::Reply(match result {
+                        Ok(_) => Reply::Drained,
+                        Err(e) => Reply::Error(e),
+                    });
+                }
+            }
+        };
+        self.dc_continue(d, tid, task, next);
+    }
+}
+
+/// A peer's reply that is not the answer asked for, as a failure.
+fn failure_of(reply: Result<Reply, Failure>) -> Failure {
+    match reply {
+        Err(failure) => failure,
+        Ok(Reply::Error(e)) => Failure::Refused(e),
+        Ok(other) => Failure::Refused(ErrorReply::new(
+            ErrorKind::Inconsistent,
+            format!("unexpected answer {}", crate::sim::reply_kind(&other)),
+        )),
+    }
+}
