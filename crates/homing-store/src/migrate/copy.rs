@@ -1,0 +1,469 @@
+//! The copy: counting the source, then one walk over it page by page that
+//! imports into the target (or judges as an import would, or only picks
+//! samples), keeping the order that makes an interrupted copy safe.
+
+use super::*;
+
+/// What one store set holds, counted.
+#[derive(Debug, Default)]
+pub(super) struct Counts {
+    pub(super) global: u64,
+    pub(super) referenced_dcs: BTreeMap<DcId, u64>,
+    pub(super) dcs: Vec<DcCounts>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct DcCounts {
+    pub(super) records: u64,
+    pub(super) events: u64,
+    pub(super) event_head: EventSeq,
+    /// The store's allocator floor.
+    pub(super) floor: u64,
+    /// The highest unique of the DC's own records.
+    pub(super) unique_max: u64,
+}
+
+impl DcCounts {
+    /// What a target's allocator must be raised to: above it, it can hand
+    /// out no ID the source used (a record above the source's own floor,
+    /// restored from elsewhere, included).
+    pub(super) fn raise_to(&self) -> u64 {
+        self.floor.max(self.unique_max)
+    }
+}
+
+/// Counts `set`, reporting `Step::Count` progress (or `Step::Verify` with
+/// `expected` items when counting a target).
+pub(super) async fn count(
+    set: &StoreSet,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<Counts, StoreError> {
+    count_as(set, Step::Count, None, progress).await
+}
+
+pub(super) async fn count_as(
+    set: &StoreSet,
+    step: Step,
+    expected: Option<u64>,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<Counts, StoreError> {
+    let mut counts = Counts::default();
+    let mut done = 0;
+    let mut report = |n: usize, progress: &mut (dyn FnMut(&Progress) + Send)| {
+        done += n as u64;
+        progress(&Progress {
+            step: step.clone(),
+            done,
+            total: expected,
+        });
+    };
+    for (dc, store) in &set.dcs {
+        let mut c = DcCounts {
+            floor: store.allocator_floor().await?,
+            ..DcCounts::default()
+        };
+        let mut after: Option<ScanCursor> = None;
+        loop {
+            let page = scan_page(store.as_ref(), after.as_ref()).await?;
+            c.records += page.len() as u64;
+            for r in page.iter().filter(|r| r.id.dc() == dc) {
+                c.unique_max = c.unique_max.max(r.id.unique());
+            }
+            report(page.len(), progress);
+            after = page.last().map(ScanCursor::after);
+            if page.len() < SCAN_LIMIT_MAX {
+                break;
+            }
+        }
+        let mut seq = 0;
+        loop {
+            let page = store.events(seq, EVENTS_LIMIT_MAX).await?;
+            c.events += page.events.len() as u64;
+            c.event_head = page.head;
+            report(page.events.len(), progress);
+            match page.events.last() {
+                Some(last) if page.events.len() == EVENTS_LIMIT_MAX => seq = last.seq,
+                _ => break,
+            }
+        }
+        counts.dcs.push(c);
+    }
+    let mut after: Option<Key> = None;
+    loop {
+        let page = set.global.scan(after.as_ref(), GET_MANY_KEYS_MAX).await?;
+        counts.global += page.len() as u64;
+        for (_, id) in &page {
+            let known = counts.referenced_dcs.len() < REFERENCED_DCS_MAX;
+            if let Some(n) = counts.referenced_dcs.get_mut(id.dc()) {
+                *n += 1;
+            } else if known {
+                counts.referenced_dcs.insert(id.dc().clone(), 1);
+            }
+        }
+        report(page.len(), progress);
+        after = page.last().map(|(k, _)| k.clone());
+        if page.len() < GET_MANY_KEYS_MAX {
+            break;
+        }
+    }
+    Ok(counts)
+}
+
+pub(super) async fn scan_page(
+    store: &dyn DcStore,
+    after: Option<&ScanCursor>,
+) -> Result<Vec<DcRecord>, StoreError> {
+    store
+        .scan(&NamespaceScope::everything(), "", after, SCAN_LIMIT_MAX)
+        .await
+}
+/// What a walk over the source does with each page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Import into the target.
+    Copy,
+    /// Read the target and judge as an import would.
+    DryRun,
+    /// Only pick samples.
+    Sample,
+}
+
+/// Items picked for verification while walking the source.
+#[derive(Debug, Default)]
+pub(super) struct Samples {
+    /// (DC index, record).
+    pub(super) records: Vec<(usize, DcRecord)>,
+    /// (DC index, event).
+    pub(super) events: Vec<(usize, Event)>,
+    pub(super) entries: Vec<(Key, ReservationId)>,
+}
+
+/// Picks `n` of `total` items in walk order, evenly spread: the items at
+/// `k * total / n` for `k` in `0..n` (all of them when `n ≥ total`).
+#[derive(Debug)]
+pub(super) struct Picker {
+    pub(super) total: u64,
+    pub(super) n: u64,
+    pub(super) k: u64,
+    pub(super) index: u64,
+}
+
+impl Picker {
+    pub(super) fn new(total: u64, n: usize) -> Picker {
+        Picker {
+            total,
+            n: (n.min(SAMPLE_MAX) as u64).min(total),
+            k: 0,
+            index: 0,
+        }
+    }
+
+    /// Whether the next item is picked.
+    pub(super) fn pick(&mut self) -> bool {
+        let index = self.index;
+        self.index += 1;
+        // n ≤ total, so the picked indices strictly increase with k.
+        let next = (u128::from(self.k) * u128::from(self.total) / u128::from(self.n.max(1))) as u64;
+        if self.k < self.n && index == next {
+            self.k += 1;
+            return true;
+        }
+        false
+    }
+}
+
+/// One pass over the source, page by page.
+pub(super) struct Walk<'p> {
+    pub(super) mode: Mode,
+    pub(super) sample: usize,
+    pub(super) conflicts: Vec<Conflict>,
+    pub(super) samples: Samples,
+    pub(super) progress: &'p mut (dyn FnMut(&Progress) + Send),
+}
+
+/// Awaits a spawned store call; a panic in it is re-raised here.
+pub(super) async fn joined<T>(handle: JoinHandle<Result<T, StoreError>>) -> Result<T, StoreError> {
+    match handle.await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(StoreError::Backend {
+            backend: "migrate",
+            reason: e.to_string(),
+        }),
+    }
+}
+
+impl<'p> Walk<'p> {
+    pub(super) fn new(
+        mode: Mode,
+        sample: usize,
+        progress: &'p mut (dyn FnMut(&Progress) + Send),
+    ) -> Walk<'p> {
+        Walk {
+            mode,
+            sample,
+            conflicts: Vec::new(),
+            samples: Samples::default(),
+            progress,
+        }
+    }
+
+    pub(super) fn conflict(&mut self, conflict: Conflict) {
+        if self.conflicts.len() < CONFLICTS_LISTED_MAX {
+            self.conflicts.push(conflict);
+        }
+    }
+
+    pub(super) fn progress(&mut self, step: Step, done: u64, total: u64) {
+        (self.progress)(&Progress {
+            step,
+            done,
+            total: Some(total),
+        });
+    }
+
+    /// Raises the target's allocator above the source's floor (in a dry run,
+    /// only reads it).
+    pub(super) async fn allocator(
+        &mut self,
+        to: &dyn DcStore,
+        counts: &DcCounts,
+    ) -> Result<AllocatorReport, StoreError> {
+        let target_before = to.allocator_floor().await?;
+        let mut target_after = target_before;
+        if self.mode == Mode::Copy {
+            // Always, also when the target's floor looks high enough: a floor
+            // bounds what was handed out, not what a reserved block will hand out.
+            to.raise_allocator(counts.raise_to()).await?;
+            target_after = to.allocator_floor().await?;
+            assert!(
+                target_after >= counts.raise_to(),
+                "raise_allocator left the floor below what it was asked for"
+            );
+        }
+        Ok(AllocatorReport {
+            floor: counts.raise_to(),
+            target_before,
+            target_after,
+        })
+    }
+
+    /// Imports one DC's records, a page at a time (a page's imports run
+    /// concurrently: they touch distinct records).
+    pub(super) async fn records(
+        &mut self,
+        dc_index: usize,
+        dc: &DcId,
+        from: &Arc<dyn DcStore>,
+        to: &Arc<dyn DcStore>,
+        total: u64,
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        let mut picker = Picker::new(total, self.sample);
+        let mut after: Option<ScanCursor> = None;
+        let mut done = 0;
+        loop {
+            let page = scan_page(from.as_ref(), after.as_ref()).await?;
+            for record in &page {
+                if picker.pick() {
+                    self.samples.records.push((dc_index, record.clone()));
+                }
+            }
+            for (record, import) in page.iter().zip(self.import_records(to, &page).await?) {
+                tally.add(&import);
+                if let Import::Conflict { current } = import {
+                    self.conflict(Conflict::Record {
+                        dc: dc.clone(),
+                        source: Box::new(record.clone()),
+                        target: Box::new(current),
+                    });
+                }
+            }
+            done += page.len() as u64;
+            if self.mode != Mode::Sample {
+                self.progress(Step::Records(dc.clone()), done, total);
+            }
+            after = page.last().map(ScanCursor::after);
+            if page.len() < SCAN_LIMIT_MAX {
+                return Ok(tally);
+            }
+        }
+    }
+
+    /// What importing `page` into `to` did (in a dry run: would do).
+    pub(super) async fn import_records(
+        &self,
+        to: &Arc<dyn DcStore>,
+        page: &[DcRecord],
+    ) -> Result<Vec<Import<DcRecord>>, StoreError> {
+        let spawn = |record: &DcRecord| {
+            let (to, record, mode) = (to.clone(), record.clone(), self.mode);
+            tokio::spawn(async move {
+                if mode == Mode::Copy {
+                    return to.import(&record).await;
+                }
+                let current = to.get(&record.id).await?;
+                Ok(judge_import(&record, current).unwrap_or(Import::Written))
+            })
+        };
+        if self.mode == Mode::Sample {
+            return Ok(Vec::new());
+        }
+        let handles: Vec<_> = page.iter().map(spawn).collect();
+        let mut out = Vec::with_capacity(handles.len());
+        for handle in handles {
+            out.push(joined(handle).await?);
+        }
+        Ok(out)
+    }
+
+    /// Imports one DC's kept events one at a time, in seq order.
+    pub(super) async fn events(
+        &mut self,
+        dc_index: usize,
+        dc: &DcId,
+        from: &dyn DcStore,
+        to: &dyn DcStore,
+        counts: &DcCounts,
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        let mut picker = Picker::new(counts.events, self.sample);
+        let (mut seq, mut done) = (0, 0);
+        loop {
+            let page = from.events(seq, EVENTS_LIMIT_MAX).await?.events;
+            for event in &page {
+                if picker.pick() {
+                    self.samples.events.push((dc_index, event.clone()));
+                }
+            }
+            let mut held = match (self.mode, page.first(), page.last()) {
+                (Mode::DryRun, Some(first), Some(last)) => {
+                    events_between(to, first.seq, last.seq).await?
+                }
+                _ => BTreeMap::new(),
+            };
+            for event in &page {
+                let import = match self.mode {
+                    Mode::Copy => to.import_event(event).await?,
+                    Mode::DryRun => judge_event_import(event, held.remove(&event.seq))
+                        .unwrap_or(Import::Written),
+                    Mode::Sample => continue,
+                };
+                tally.add(&import);
+                if let Import::Conflict { current } = import {
+                    self.conflict(Conflict::Event {
+                        dc: dc.clone(),
+                        source: Box::new(event.clone()),
+                        target: Box::new(current),
+                    });
+                }
+            }
+            done += page.len() as u64;
+            if self.mode != Mode::Sample {
+                self.progress(Step::Events(dc.clone()), done, counts.events);
+            }
+            match page.last() {
+                Some(last) if page.len() == EVENTS_LIMIT_MAX => seq = last.seq,
+                _ => return Ok(tally),
+            }
+        }
+    }
+
+    /// Copies the global entries with `set_if_absent`, a page at a time.
+    pub(super) async fn global(
+        &mut self,
+        from: &dyn GlobalStore,
+        to: &Arc<dyn GlobalStore>,
+        total: u64,
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        let mut picker = Picker::new(total, self.sample);
+        let mut after: Option<Key> = None;
+        let mut done = 0;
+        loop {
+            let page = from.scan(after.as_ref(), GET_MANY_KEYS_MAX).await?;
+            for entry in &page {
+                if picker.pick() {
+                    self.samples.entries.push(entry.clone());
+                }
+            }
+            let found = match self.mode {
+                Mode::Copy => set_all(to, &page).await?,
+                Mode::DryRun => {
+                    let keys: Vec<Key> = page.iter().map(|(k, _)| k.clone()).collect();
+                    to.get_many(&keys).await?
+                }
+                Mode::Sample => Vec::new(),
+            };
+            for ((key, id), found) in page.iter().zip(found) {
+                match found {
+                    None => tally.copied += 1,
+                    Some(existing) if &existing == id => tally.present += 1,
+                    Some(existing) => {
+                        tally.conflicts += 1;
+                        self.conflict(Conflict::Global {
+                            key: key.clone(),
+                            source: id.clone(),
+                            target: existing,
+                        });
+                    }
+                }
+            }
+            done += page.len() as u64;
+            if self.mode != Mode::Sample {
+                self.progress(Step::Global, done, total);
+            }
+            after = page.last().map(|(k, _)| k.clone());
+            if page.len() < GET_MANY_KEYS_MAX {
+                return Ok(tally);
+            }
+        }
+    }
+}
+
+/// `set_if_absent` of every entry of `page`, concurrently: `None` where it
+/// was inserted, the entry found otherwise.
+pub(super) async fn set_all(
+    to: &Arc<dyn GlobalStore>,
+    page: &[(Key, ReservationId)],
+) -> Result<Vec<Option<ReservationId>>, StoreError> {
+    let handles: Vec<_> = page
+        .iter()
+        .map(|(key, id)| {
+            let (to, key, id) = (to.clone(), key.clone(), id.clone());
+            tokio::spawn(async move { to.set_if_absent(&key, &id).await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(match joined(handle).await? {
+            SetIfAbsent::Inserted => None,
+            SetIfAbsent::Exists(existing) => Some(existing),
+        });
+    }
+    Ok(out)
+}
+
+/// The target's events with `first ≤ seq ≤ last`.
+pub(super) async fn events_between(
+    to: &dyn DcStore,
+    first: EventSeq,
+    last: EventSeq,
+) -> Result<BTreeMap<EventSeq, Event>, StoreError> {
+    let mut held = BTreeMap::new();
+    let mut seq = first.saturating_sub(1);
+    loop {
+        let page = to.events(seq, EVENTS_LIMIT_MAX).await?.events;
+        let full = page.len() == EVENTS_LIMIT_MAX;
+        for event in page {
+            if event.seq > last {
+                return Ok(held);
+            }
+            seq = event.seq;
+            held.insert(event.seq, event);
+        }
+        if !full {
+            return Ok(held);
+        }
+    }
+}

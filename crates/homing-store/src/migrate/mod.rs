@@ -1,0 +1,665 @@
+//! Migration: copying a deployment's state — the global entries, and each
+//! DC's records, lifecycle event log and allocator — from one set of stores
+//! to another of any backend (the embedded redb of a single-node start to
+//! etcd or FoundationDB when a deployment grows), then verifying the copy.
+//!
+//! A copy is idempotent and resumable: every write is an import that leaves
+//! an equal item alone, so a run stopped anywhere is finished by running it
+//! again. It never overwrites what differs: a write-once global entry, a
+//! record or an event that the target holds with other contents is a
+//! [`Conflict`], reported with both values and left as it is.
+//!
+//! Migration is **offline**: every homingd of the deployment must be
+//! stopped. A live daemon changes records while they are copied (renewals
+//! bump versions, the reaper releases, each change appends an event), so the
+//! copy would mix two moments and the verification would fail; worse, a
+//! reservation allocated at the source after the target's allocator was
+//! raised could later be handed out again by the target.
+//!
+//! Order, per DC: raise the target's allocator above the source's floor
+//! first, so the target never hands out a reservation ID the source used,
+//! even when the copy stops half way; then records; then events in `seq`
+//! order, so an interrupted copy leaves a gap-free prefix of the log. Global
+//! entries come last, in the order a reserve writes them (record first,
+//! then entry): an entry in the target has its record there. They are held
+//! back (judged, not written) when a DC's records or events conflicted: a
+//! written entry can never be taken back.
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use homing_core::{DcId, DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use tokio::task::JoinHandle;
+
+use crate::dc::{
+    DcStore, EVENTS_LIMIT_MAX, Import, SCAN_LIMIT_MAX, ScanCursor, judge_event_import, judge_import,
+};
+use crate::error::StoreError;
+use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
+
+mod copy;
+mod report;
+mod verify;
+
+use copy::{Counts, Mode, Samples, Walk, count, count_as};
+pub use report::*;
+use verify::{check, event_diff, record_diff};
+
+/// Records, entries and events compared per DC (entries: in all) when
+/// [`MigrateOptions::sample`] is not set otherwise.
+pub const SAMPLE_DEFAULT: usize = 64;
+/// Most items of each kind a verification samples (they are held in memory).
+pub const SAMPLE_MAX: usize = 10_000;
+/// Most conflicts a report lists; the rest are counted.
+pub const CONFLICTS_LISTED_MAX: usize = 100;
+/// Most mismatches a verification lists; the rest are counted.
+pub const MISMATCHES_LISTED_MAX: usize = 100;
+/// Most distinct DCs noted from the global entries' reservation IDs.
+pub const REFERENCED_DCS_MAX: usize = 1_024;
+
+/// One deployment's stores: the global store and the DC stores to copy.
+#[derive(Clone)]
+pub struct StoreSet {
+    /// The global store.
+    pub global: Arc<dyn GlobalStore>,
+    /// Each DC's store, by DC.
+    pub dcs: Vec<(DcId, Arc<dyn DcStore>)>,
+}
+
+impl StoreSet {
+    fn dc_ids(&self) -> Vec<&DcId> {
+        self.dcs.iter().map(|(dc, _)| dc).collect()
+    }
+}
+
+/// How to migrate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigrateOptions {
+    /// Read only: report what would be copied, present or conflicting, and
+    /// write nothing (no verification: the target is not meant to match).
+    pub dry_run: bool,
+    /// How many records (and events) per DC, and global entries, the
+    /// verification compares field by field, spread evenly over the key
+    /// space; capped at [`SAMPLE_MAX`]. 0 compares counts only.
+    pub sample: usize,
+}
+
+impl Default for MigrateOptions {
+    fn default() -> Self {
+        MigrateOptions {
+            dry_run: false,
+            sample: SAMPLE_DEFAULT,
+        }
+    }
+}
+/// Copies `source` into `target`: for each DC (in order) the allocator, the
+/// records and the events, then the global entries (held back, only
+/// judged, if a record or event conflicted); then verifies the
+/// target (see [`verify`]) unless `options.dry_run`. `progress` is called
+/// after every page. Conflicts are reported, never overwritten; a run that
+/// fails part way (a store error) is resumed by running it again.
+///
+/// Offline only: every daemon using either set must be stopped (see the
+/// module docs).
+///
+/// # Panics
+/// If `source` and `target` do not list the same DCs in the same order (a
+/// caller bug).
+pub async fn migrate(
+    source: &StoreSet,
+    target: &StoreSet,
+    options: &MigrateOptions,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<MigrateReport, StoreError> {
+    assert_eq!(
+        source.dc_ids(),
+        target.dc_ids(),
+        "source and target must list the same DCs"
+    );
+    let counts = count(source, progress).await?;
+    let mode = if options.dry_run {
+        Mode::DryRun
+    } else {
+        Mode::Copy
+    };
+    let mut walk = Walk::new(mode, options.sample, progress);
+    let mut report = MigrateReport {
+        dry_run: options.dry_run,
+        global: Tally::default(),
+        global_held_back: false,
+        dcs: Vec::with_capacity(source.dcs.len()),
+        conflicts: Vec::new(),
+        unmigrated_dcs: counts
+            .referenced_dcs
+            .iter()
+            .filter(|(dc, _)| !source.dcs.iter().any(|(d, _)| &d == dc))
+            .map(|(dc, n)| (dc.clone(), *n))
+            .collect(),
+        verification: None,
+    };
+    for (i, ((dc, from), (_, to))) in source.dcs.iter().zip(&target.dcs).enumerate() {
+        let dc_counts = &counts.dcs[i];
+        let allocator = walk.allocator(to.as_ref(), dc_counts).await?;
+        let records = walk.records(i, dc, from, to, dc_counts.records).await?;
+        let events = walk
+            .events(i, dc, from.as_ref(), to.as_ref(), dc_counts)
+            .await?;
+        report.dcs.push(DcReport {
+            dc: dc.clone(),
+            allocator,
+            records,
+            events,
+        });
+    }
+    if report.conflicts_total() > 0 && walk.mode == Mode::Copy {
+        walk.mode = Mode::DryRun;
+        report.global_held_back = true;
+    }
+    report.global = walk
+        .global(source.global.as_ref(), &target.global, counts.global)
+        .await?;
+    let Walk {
+        conflicts, samples, ..
+    } = walk;
+    report.conflicts = conflicts;
+    if !options.dry_run {
+        report.verification = Some(check(source, target, &counts, &samples, progress).await?);
+    }
+    Ok(report)
+}
+
+/// Verifies that `target` holds what `source` holds, reading both and
+/// writing nothing: equal counts of global entries and of each DC's records
+/// and kept events, each target allocator floor and event head at or above
+/// the source's, and `sample` records and events per DC and `sample` global
+/// entries (spread evenly over the key space, the same ones every run)
+/// equal field by field, with the global entries of the sampled records'
+/// keys.
+///
+/// # Panics
+/// If `source` and `target` do not list the same DCs in the same order (a
+/// caller bug).
+pub async fn verify(
+    source: &StoreSet,
+    target: &StoreSet,
+    sample: usize,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<Verification, StoreError> {
+    assert_eq!(
+        source.dc_ids(),
+        target.dc_ids(),
+        "source and target must list the same DCs"
+    );
+    let counts = count(source, progress).await?;
+    let mut walk = Walk::new(Mode::Sample, sample, progress);
+    for (i, ((dc, from), (_, to))) in source.dcs.iter().zip(&target.dcs).enumerate() {
+        walk.records(i, dc, from, to, counts.dcs[i].records).await?;
+        walk.events(i, dc, from.as_ref(), to.as_ref(), &counts.dcs[i])
+            .await?;
+    }
+    walk.global(source.global.as_ref(), &target.global, counts.global)
+        .await?;
+    let samples = walk.samples;
+    check(source, target, &counts, &samples, progress).await
+}
+#[cfg(test)]
+mod tests {
+    use super::copy::{Picker, scan_page};
+    use super::*;
+    use crate::dc::Cas;
+    use crate::memory::{MemoryDcStore, MemoryGlobalStore};
+    use homing_core::{
+        ActorId, FencingToken, HostTime, KeyName, LeasePolicy, Namespace, RunOutcome, StoreTime,
+    };
+
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+    fn memory_set(dcs: &[&str]) -> StoreSet {
+        StoreSet {
+            global: Arc::new(MemoryGlobalStore::new()),
+            dcs: dcs
+                .iter()
+                .map(|dc| {
+                    let store: Arc<dyn DcStore> = Arc::new(MemoryDcStore::new());
+                    (DcId::new(*dc).unwrap(), store)
+                })
+                .collect(),
+        }
+    }
+
+    async fn write(store: &dyn DcStore, expected: Option<u64>, record: &DcRecord) {
+        assert_eq!(
+            store.compare_and_set(expected, record).await.unwrap(),
+            Cas::Written
+        );
+    }
+
+    /// `per_dc` keys per DC over three namespaces, each reserved; then kept
+    /// active, released, recreated (released, linked to a new reservation)
+    /// or abandoned, in turn. Every key gets its global entry.
+    async fn populate(set: &StoreSet, per_dc: u64) {
+        for (dc, store) in &set.dcs {
+            for i in 0..per_dc {
+                let ns = ["", "a", "a/b"][(i % 3) as usize];
+                let key = Key::in_namespace(
+                    Namespace::new(ns).unwrap(),
+                    KeyName::new(format!("{dc}-{i}")).unwrap(),
+                );
+                let id = ReservationId::new(dc.clone(), store.allocate().await.unwrap());
+                let now = StoreTime::from_ms(i);
+                let (r, _) = DcRecord::reserve(
+                    id,
+                    key,
+                    None,
+                    FencingToken::FIRST,
+                    None,
+                    ActorId::new("10.0.0.1:9000").unwrap(),
+                    HostTime::from_ms(0),
+                    now,
+                    &POLICY,
+                );
+                write(store.as_ref(), None, &r).await;
+                set.global.set_if_absent(&r.key, &r.id).await.unwrap();
+                let released = r.release(r.token, RunOutcome::Ok, now).next;
+                match i % 4 {
+                    0 => {}
+                    1 => write(store.as_ref(), Some(1), &released.unwrap()).await,
+                    2 => {
+                        let released = released.unwrap();
+                        write(store.as_ref(), Some(1), &released).await;
+                        let next = ReservationId::new(dc.clone(), store.allocate().await.unwrap());
+                        let (r2, _) = DcRecord::reserve(
+                            next.clone(),
+                            r.key.clone(),
+                            None,
+                            r.token.next(),
+                            Some(r.id.clone()),
+                            ActorId::new("10.0.0.2:9000").unwrap(),
+                            HostTime::from_ms(0),
+                            now,
+                            &POLICY,
+                        );
+                        write(store.as_ref(), None, &r2).await;
+                        let linked = released.link(&next, released.token, now, &POLICY).next;
+                        write(store.as_ref(), Some(2), &linked.unwrap()).await;
+                    }
+                    _ => write(store.as_ref(), Some(1), &r.abandon().unwrap()).await,
+                }
+            }
+        }
+    }
+
+    async fn run(source: &StoreSet, target: &StoreSet, dry_run: bool) -> MigrateReport {
+        let options = MigrateOptions {
+            dry_run,
+            sample: SAMPLE_MAX,
+        };
+        migrate(source, target, &options, &mut |_| {})
+            .await
+            .unwrap()
+    }
+
+    async fn all_records(store: &dyn DcStore) -> Vec<DcRecord> {
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = scan_page(store, after.as_ref()).await.unwrap();
+            after = page.last().map(ScanCursor::after);
+            let last = page.len() < SCAN_LIMIT_MAX;
+            out.extend(page);
+            if last {
+                return out;
+            }
+        }
+    }
+
+    async fn all_events(store: &dyn DcStore) -> Vec<Event> {
+        let mut out = Vec::new();
+        loop {
+            let after = out.last().map_or(0, |e: &Event| e.seq);
+            let page = store.events(after, EVENTS_LIMIT_MAX).await.unwrap();
+            let last = page.events.len() < EVENTS_LIMIT_MAX;
+            out.extend(page.events);
+            if last {
+                return out;
+            }
+        }
+    }
+
+    async fn all_entries(store: &dyn GlobalStore) -> Vec<(Key, ReservationId)> {
+        let mut out: Vec<(Key, ReservationId)> = Vec::new();
+        loop {
+            let after = out.last().map(|(k, _)| k.clone());
+            let page = store.scan(after.as_ref(), GET_MANY_KEYS_MAX).await.unwrap();
+            let last = page.len() < GET_MANY_KEYS_MAX;
+            out.extend(page);
+            if last {
+                return out;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn copy_moves_every_entry_record_and_event_and_raises_the_allocator() {
+        let (source, target) = (memory_set(&["iad", "fra"]), memory_set(&["iad", "fra"]));
+        populate(&source, 300).await;
+        let mut steps = Vec::new();
+        let report = migrate(&source, &target, &MigrateOptions::default(), &mut |p| {
+            steps.push(p.step.clone())
+        })
+        .await
+        .unwrap();
+        assert!(report.ok(), "{report}");
+        assert_eq!(report.global.copied, 600);
+        assert_eq!(report.dcs[0].records.copied, 375, "300 keys + 75 recreated");
+        assert!(report.dcs[0].events.copied > 375);
+        assert_eq!(report.conflicts_total(), 0);
+        assert!(report.verification.as_ref().unwrap().sampled > 0);
+        assert_eq!(
+            all_entries(target.global.as_ref()).await,
+            all_entries(source.global.as_ref()).await
+        );
+        for ((_, from), (_, to)) in source.dcs.iter().zip(&target.dcs) {
+            assert_eq!(
+                all_records(to.as_ref()).await,
+                all_records(from.as_ref()).await
+            );
+            assert_eq!(
+                all_events(to.as_ref()).await,
+                all_events(from.as_ref()).await
+            );
+            let floor = from.allocator_floor().await.unwrap();
+            assert!(
+                to.allocate().await.unwrap() > floor,
+                "target allocates above the source"
+            );
+        }
+        assert!(steps.contains(&Step::Records(DcId::new("fra").unwrap())));
+        assert!(steps.contains(&Step::Global) && steps.contains(&Step::Verify));
+        assert!(report.to_string().ends_with("result: OK"), "{report}");
+    }
+
+    #[tokio::test]
+    async fn a_second_run_finds_everything_present_and_copies_nothing() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 150).await;
+        let first = run(&source, &target, false).await;
+        let second = run(&source, &target, false).await;
+        assert!(second.ok(), "{second}");
+        assert_eq!(second.global.copied, 0);
+        assert_eq!(second.global.present, first.global.copied);
+        let (a, b) = (&first.dcs[0], &second.dcs[0]);
+        assert_eq!((b.records.copied, b.records.present), (0, a.records.copied));
+        assert_eq!((b.events.copied, b.events.present), (0, a.events.copied));
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_copy_is_finished_by_running_it_again() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 40).await;
+        // Half the records and the first events made it before the stop.
+        let records = all_records(source.dcs[0].1.as_ref()).await;
+        for r in &records[..records.len() / 2] {
+            target.dcs[0].1.import(r).await.unwrap();
+        }
+        for e in &all_events(source.dcs[0].1.as_ref()).await[..10] {
+            target.dcs[0].1.import_event(e).await.unwrap();
+        }
+        let report = run(&source, &target, false).await;
+        assert!(report.ok(), "{report}");
+        assert_eq!(report.dcs[0].records.present, (records.len() / 2) as u64);
+        assert_eq!(report.dcs[0].events.present, 10);
+    }
+
+    #[tokio::test]
+    async fn conflicts_are_reported_with_both_values_and_never_overwritten() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 20).await;
+        let (key, id) = all_entries(source.global.as_ref()).await.remove(0);
+        let other: ReservationId = "fra.99".parse().unwrap();
+        target.global.set_if_absent(&key, &other).await.unwrap();
+        let mut record = all_records(source.dcs[0].1.as_ref()).await.remove(3);
+        record.allow_renew = !record.allow_renew;
+        target.dcs[0].1.import(&record).await.unwrap();
+
+        let report = run(&source, &target, false).await;
+        assert!(!report.ok());
+        assert_eq!(report.conflicts_total(), 2);
+        assert!(report.conflicts.contains(&Conflict::Global {
+            key: key.clone(),
+            source: id,
+            target: other.clone()
+        }));
+        assert!(report.conflicts.iter().any(|c| matches!(
+            c,
+            Conflict::Record { target, .. } if **target == record
+        )));
+        assert_eq!(target.global.get(&key).await.unwrap(), Some(other));
+        assert_eq!(target.dcs[0].1.get(&record.id).await.unwrap(), Some(record));
+        // The record conflict held the global entries back: none was written.
+        assert!(report.global_held_back);
+        assert_eq!(report.global.copied, 19, "judged as would-be copies");
+        assert_eq!(all_entries(target.global.as_ref()).await.len(), 1);
+        let text = report.to_string();
+        assert!(text.contains("differing in allow_renew"), "{text}");
+        assert!(text.contains("global entries held back"), "{text}");
+        assert!(text.ends_with("result: 2 CONFLICTS"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_global_conflict_alone_leaves_that_entry_and_copies_the_others() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 20).await;
+        let (key, _) = all_entries(source.global.as_ref()).await.remove(0);
+        let other: ReservationId = "fra.99".parse().unwrap();
+        target.global.set_if_absent(&key, &other).await.unwrap();
+        let report = run(&source, &target, false).await;
+        assert!(!report.ok() && !report.global_held_back, "{report}");
+        assert_eq!((report.global.copied, report.global.conflicts), (19, 1));
+        assert_eq!(target.global.get(&key).await.unwrap(), Some(other));
+        assert_eq!(all_entries(target.global.as_ref()).await.len(), 20);
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_reports_what_it_would_do_and_writes_nothing() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 30).await;
+        let (key, _) = all_entries(source.global.as_ref()).await.remove(0);
+        target
+            .global
+            .set_if_absent(&key, &"fra.1".parse().unwrap())
+            .await
+            .unwrap();
+        let first_event = all_events(source.dcs[0].1.as_ref()).await.remove(0);
+        target.dcs[0].1.import_event(&first_event).await.unwrap();
+
+        let report = run(&source, &target, true).await;
+        assert!(report.dry_run && report.verification.is_none());
+        assert_eq!(report.global.copied, 29);
+        assert_eq!(report.global.conflicts, 1);
+        assert_eq!(report.dcs[0].events.present, 1);
+        assert!(report.dcs[0].records.copied > 30);
+        assert_eq!(all_entries(target.global.as_ref()).await.len(), 1);
+        assert!(all_records(target.dcs[0].1.as_ref()).await.is_empty());
+        assert_eq!(
+            all_events(target.dcs[0].1.as_ref()).await,
+            vec![first_event]
+        );
+        assert_eq!(target.dcs[0].1.allocator_floor().await.unwrap(), 0);
+        assert!(report.to_string().contains("would copy"), "{report}");
+    }
+
+    #[tokio::test]
+    async fn verify_catches_a_changed_record_a_missing_event_and_an_extra_entry() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 30).await;
+        assert!(run(&source, &target, false).await.ok());
+        let (_, to) = &target.dcs[0];
+        let mut changed = all_records(to.as_ref()).await.remove(5);
+        changed.version += 1;
+        changed.token = changed.token.next();
+        to.import(&changed).await.unwrap();
+        let extra = Key::new(KeyName::new("not-in-source").unwrap());
+        target
+            .global
+            .set_if_absent(&extra, &"iad.999".parse().unwrap())
+            .await
+            .unwrap();
+        let clean = verify(&source, &source, SAMPLE_MAX, &mut |_| {})
+            .await
+            .unwrap();
+        assert!(clean.ok(), "{clean}");
+
+        let v = verify(&source, &target, SAMPLE_MAX, &mut |_| {})
+            .await
+            .unwrap();
+        assert!(!v.ok());
+        assert!(
+            v.mismatches.iter().any(|m| matches!(
+                m,
+                Mismatch::RecordDiffers { id, fields, .. }
+                    if id == &changed.id && fields == &vec!["token", "version"]
+            )),
+            "{v}"
+        );
+        assert!(
+            v.mismatches.contains(&Mismatch::Count {
+                what: "global entries",
+                dc: None,
+                counted: Counted {
+                    source: 30,
+                    target: 31
+                },
+            }),
+            "{v}"
+        );
+        assert!(
+            v.to_string().ends_with("verification: MISMATCH (2 found)"),
+            "{v}"
+        );
+
+        // An empty target: every count differs, every sample is missing.
+        let empty = memory_set(&["iad"]);
+        let v = verify(&source, &empty, 8, &mut |_| {}).await.unwrap();
+        assert!(
+            v.mismatches
+                .iter()
+                .any(|m| matches!(m, Mismatch::RecordMissing { .. }))
+        );
+        assert!(
+            v.mismatches
+                .iter()
+                .any(|m| matches!(m, Mismatch::AllocatorBelow { .. }))
+        );
+        assert!(
+            v.mismatches
+                .iter()
+                .any(|m| matches!(m, Mismatch::EventHeadBelow { .. }))
+        );
+        assert!(v.mismatches.iter().any(
+            |m| matches!(m, Mismatch::EventDiffers { fields, .. } if fields == &vec!["missing"])
+        ));
+    }
+
+    /// A memory DC store that logs the kind of every write.
+    #[derive(Default)]
+    struct Logged {
+        inner: MemoryDcStore,
+        writes: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    impl Logged {
+        fn log(&self, what: &'static str) {
+            self.writes.lock().unwrap().push(what);
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl DcStore for Logged {
+        async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
+            self.inner.get(id).await
+        }
+        async fn compare_and_set(&self, e: Option<u64>, r: &DcRecord) -> Result<Cas, StoreError> {
+            self.log("compare_and_set");
+            self.inner.compare_and_set(e, r).await
+        }
+        async fn scan(
+            &self,
+            scope: &NamespaceScope,
+            prefix: &str,
+            after: Option<&ScanCursor>,
+            limit: usize,
+        ) -> Result<Vec<DcRecord>, StoreError> {
+            self.inner.scan(scope, prefix, after, limit).await
+        }
+        async fn allocate(&self) -> Result<u64, StoreError> {
+            self.log("allocate");
+            self.inner.allocate().await
+        }
+        async fn events(
+            &self,
+            after: EventSeq,
+            limit: usize,
+        ) -> Result<crate::EventPage, StoreError> {
+            self.inner.events(after, limit).await
+        }
+        async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {
+            self.log("trim_events");
+            self.inner.trim_events(before).await
+        }
+        async fn import(&self, r: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
+            self.log("import");
+            self.inner.import(r).await
+        }
+        async fn import_event(&self, e: &Event) -> Result<Import<Event>, StoreError> {
+            self.log("import_event");
+            self.inner.import_event(e).await
+        }
+        async fn allocator_floor(&self) -> Result<u64, StoreError> {
+            self.inner.allocator_floor().await
+        }
+        async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
+            self.log("raise_allocator");
+            self.inner.raise_allocator(floor).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_allocator_is_raised_before_anything_else_and_past_every_record() {
+        let source = memory_set(&["iad"]);
+        let logged = Arc::new(Logged::default());
+        let target = StoreSet {
+            global: Arc::new(MemoryGlobalStore::new()),
+            dcs: vec![(DcId::new("iad").unwrap(), logged.clone())],
+        };
+        populate(&source, 10).await;
+        // A record above the allocator's floor (restored from elsewhere):
+        // the target must still never hand out its unique.
+        let mut stray = all_records(source.dcs[0].1.as_ref()).await.remove(0);
+        stray.id = ReservationId::new(DcId::new("iad").unwrap(), 5_000);
+        source.dcs[0].1.import(&stray).await.unwrap();
+        let report = run(&source, &target, false).await;
+        assert!(report.ok(), "{report}");
+        assert_eq!(report.dcs[0].allocator.floor, 5_000);
+        let writes = logged.writes.lock().unwrap().clone();
+        assert_eq!(writes[0], "raise_allocator", "{writes:?}");
+        let first_event = writes.iter().position(|w| *w == "import_event").unwrap();
+        assert!(writes[..first_event].iter().skip(1).all(|w| *w == "import"));
+        assert!(writes[first_event..].iter().all(|w| *w == "import_event"));
+        assert!(target.dcs[0].1.allocate().await.unwrap() > 5_000);
+    }
+
+    #[test]
+    fn the_picker_spreads_its_picks_evenly_and_always_the_same() {
+        let picked = |total: u64, n: usize| {
+            let mut p = Picker::new(total, n);
+            (0..total).filter(|_| p.pick()).collect::<Vec<_>>()
+        };
+        assert_eq!(picked(10, 5), vec![0, 2, 4, 6, 8]);
+        assert_eq!(picked(10, 3), vec![0, 3, 6]);
+        assert_eq!(picked(3, 10), vec![0, 1, 2]);
+        assert!(picked(10, 0).is_empty());
+        assert_eq!(picked(1_000, 7), picked(1_000, 7));
+        assert_eq!(picked(1_000_000, 100).len(), 100);
+    }
+}

@@ -1,0 +1,483 @@
+//! What a migration and a verification report: per-DC tallies, conflicts
+//! with both values, mismatches, and how they print.
+
+use super::*;
+
+/// What a migration is doing, for a progress display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Counting the source (totals for the other steps).
+    Count,
+    /// Copying one DC's records.
+    Records(DcId),
+    /// Copying one DC's events.
+    Events(DcId),
+    /// Copying the global entries.
+    Global,
+    /// Reading the target to verify it.
+    Verify,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Count => f.write_str("counting source"),
+            Step::Records(dc) => write!(f, "{dc} records"),
+            Step::Events(dc) => write!(f, "{dc} events"),
+            Step::Global => f.write_str("global entries"),
+            Step::Verify => f.write_str("verifying"),
+        }
+    }
+}
+
+/// Progress of one step, reported after every page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// The step.
+    pub step: Step,
+    /// Items done in this step.
+    pub done: u64,
+    /// Items the step will do, when known (not while counting).
+    pub total: Option<u64>,
+}
+
+/// What happened to the items of one kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Written to the target (in a dry run: would be).
+    pub copied: u64,
+    /// Already in the target, equal: skipped.
+    pub present: u64,
+    /// In the target with other contents: left alone, listed in the report.
+    pub conflicts: u64,
+}
+
+impl Tally {
+    pub(super) fn add<T>(&mut self, import: &Import<T>) {
+        match import {
+            Import::Written => self.copied += 1,
+            Import::Present => self.present += 1,
+            Import::Conflict { .. } => self.conflicts += 1,
+        }
+    }
+}
+
+/// What the migration did to one DC's allocator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocatorReport {
+    /// What the target was raised above: the source's floor, or its highest
+    /// record unique if that is higher.
+    pub floor: u64,
+    /// The target's floor before.
+    pub target_before: u64,
+    /// The target's floor after (before, in a dry run).
+    pub target_after: u64,
+}
+
+/// What the migration did for one DC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DcReport {
+    /// The DC.
+    pub dc: DcId,
+    /// Its allocator.
+    pub allocator: AllocatorReport,
+    /// Its records.
+    pub records: Tally,
+    /// Its events.
+    pub events: Tally,
+}
+
+/// An item the target holds with other contents than the source: never
+/// overwritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// A global entry (write-once) names another reservation.
+    Global {
+        /// The key.
+        key: Key,
+        /// The source's entry.
+        source: ReservationId,
+        /// The target's entry.
+        target: ReservationId,
+    },
+    /// A record of the same reservation with a newer or equal version (or
+    /// another key) and other contents.
+    Record {
+        /// The DC.
+        dc: DcId,
+        /// The source's record.
+        source: Box<DcRecord>,
+        /// The target's record.
+        target: Box<DcRecord>,
+    },
+    /// Another event at the same `seq`.
+    Event {
+        /// The DC.
+        dc: DcId,
+        /// The source's event.
+        source: Box<Event>,
+        /// The target's event.
+        target: Box<Event>,
+    },
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::Global {
+                key,
+                source,
+                target,
+            } => write!(
+                f,
+                "global entry {key}: source {source}, target {target} (write-once: left as is)"
+            ),
+            Conflict::Record { dc, source, target } => write!(
+                f,
+                "{dc} record {}: source version {}, target version {}, differing in {}",
+                source.id,
+                source.version,
+                target.version,
+                record_diff(source, target).join(", ")
+            ),
+            Conflict::Event { dc, source, target } => write!(
+                f,
+                "{dc} event {}: source {} token {}, target {} token {}, differing in {}",
+                source.seq,
+                source.reservation,
+                source.token,
+                target.reservation,
+                target.token,
+                event_diff(source, target).join(", ")
+            ),
+        }
+    }
+}
+
+/// What a source and a target count of one kind found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// In the source.
+    pub source: u64,
+    /// In the target.
+    pub target: u64,
+}
+
+/// One DC's verification counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DcVerification {
+    /// The DC.
+    pub dc: DcId,
+    /// Records: equal counts expected.
+    pub records: Counted,
+    /// Kept events: equal counts expected.
+    pub events: Counted,
+    /// Last event ever appended: target ≥ source expected (watchers resume
+    /// from cursors the source handed out).
+    pub event_head: Counted,
+    /// Allocator floor (source: raised to its highest record unique if that
+    /// is higher): target ≥ source expected.
+    pub allocator_floor: Counted,
+}
+
+/// How the target differs from the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Different numbers of items of one kind.
+    Count {
+        /// `global entries`, `records` or `events`.
+        what: &'static str,
+        /// The DC, for records and events.
+        dc: Option<DcId>,
+        /// The counts.
+        counted: Counted,
+    },
+    /// The target could hand out a unique the source used.
+    AllocatorBelow {
+        /// The DC.
+        dc: DcId,
+        /// The floors.
+        floor: Counted,
+    },
+    /// The target's event log would reuse seqs watchers have seen.
+    EventHeadBelow {
+        /// The DC.
+        dc: DcId,
+        /// The heads.
+        head: Counted,
+    },
+    /// A sampled record is not in the target.
+    RecordMissing {
+        /// The DC.
+        dc: DcId,
+        /// The record.
+        id: ReservationId,
+    },
+    /// A sampled record differs.
+    RecordDiffers {
+        /// The DC.
+        dc: DcId,
+        /// The record.
+        id: ReservationId,
+        /// The fields that differ.
+        fields: Vec<&'static str>,
+    },
+    /// A sampled global entry (or a sampled record's key's) differs.
+    EntryDiffers {
+        /// The key.
+        key: Key,
+        /// The source's entry.
+        source: Option<ReservationId>,
+        /// The target's entry.
+        target: Option<ReservationId>,
+    },
+    /// A sampled event differs or is missing.
+    EventDiffers {
+        /// The DC.
+        dc: DcId,
+        /// Its seq.
+        seq: EventSeq,
+        /// The fields that differ (`missing` when absent).
+        fields: Vec<&'static str>,
+    },
+}
+
+fn or_none(id: &Option<ReservationId>) -> String {
+    id.as_ref()
+        .map_or_else(|| "none".to_string(), |id| id.to_string())
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Count { what, dc, counted } => {
+                if let Some(dc) = dc {
+                    write!(f, "{dc} ")?;
+                }
+                write!(
+                    f,
+                    "{what}: {} in the source, {} in the target",
+                    counted.source, counted.target
+                )
+            }
+            Mismatch::AllocatorBelow { dc, floor } => write!(
+                f,
+                "{dc} allocator: target floor {} is below the source's {}: it could reuse reservation IDs",
+                floor.target, floor.source
+            ),
+            Mismatch::EventHeadBelow { dc, head } => write!(
+                f,
+                "{dc} events: target head {} is below the source's {}: watchers would miss events",
+                head.target, head.source
+            ),
+            Mismatch::RecordMissing { dc, id } => write!(f, "{dc} record {id}: not in the target"),
+            Mismatch::RecordDiffers { dc, id, fields } => {
+                write!(f, "{dc} record {id}: differs in {}", fields.join(", "))
+            }
+            Mismatch::EntryDiffers {
+                key,
+                source,
+                target,
+            } => write!(
+                f,
+                "global entry {key}: source {}, target {}",
+                or_none(source),
+                or_none(target)
+            ),
+            Mismatch::EventDiffers { dc, seq, fields } => {
+                write!(f, "{dc} event {seq}: {}", fields.join(", "))
+            }
+        }
+    }
+}
+
+/// The outcome of [`verify`]: counts per kind and what differs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    /// Global entries.
+    pub global: Counted,
+    /// Per DC.
+    pub dcs: Vec<DcVerification>,
+    /// Items compared field by field: records, global entries, events.
+    pub sampled: u64,
+    /// The first [`MISMATCHES_LISTED_MAX`] mismatches.
+    pub mismatches: Vec<Mismatch>,
+    /// Every mismatch found.
+    pub mismatches_total: u64,
+}
+
+impl Verification {
+    /// Whether the target matches: counts equal, floors and heads not below,
+    /// every sampled item equal.
+    pub fn ok(&self) -> bool {
+        self.mismatches_total == 0
+    }
+}
+
+impl fmt::Display for Verification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mark = |ok: bool| if ok { "✓" } else { "✗" };
+        let equal =
+            |c: Counted| format!("{} → {} {}", c.source, c.target, mark(c.source == c.target));
+        let at_least =
+            |c: Counted| format!("{} → {} {}", c.source, c.target, mark(c.target >= c.source));
+        writeln!(f, "verification (source → target):")?;
+        writeln!(f, "  {:<24} {}", "global entries", equal(self.global))?;
+        for dc in &self.dcs {
+            let row = |what: &str| format!("{} {what}", dc.dc);
+            writeln!(f, "  {:<24} {}", row("records"), equal(dc.records))?;
+            writeln!(
+                f,
+                "  {:<24} {}   head {}",
+                row("events"),
+                equal(dc.events),
+                at_least(dc.event_head)
+            )?;
+            writeln!(
+                f,
+                "  {:<24} {}",
+                row("allocator floor"),
+                at_least(dc.allocator_floor)
+            )?;
+        }
+        writeln!(
+            f,
+            "  {} sampled items compared field by field",
+            self.sampled
+        )?;
+        for m in &self.mismatches {
+            writeln!(f, "  mismatch: {m}")?;
+        }
+        let unlisted = self.mismatches_total - self.mismatches.len() as u64;
+        if unlisted > 0 {
+            writeln!(f, "  … and {unlisted} more mismatches")?;
+        }
+        if self.ok() {
+            write!(f, "verification: OK")
+        } else {
+            write!(
+                f,
+                "verification: MISMATCH ({} found)",
+                self.mismatches_total
+            )
+        }
+    }
+}
+
+/// What [`migrate`] did (in a dry run: would do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Nothing was written.
+    pub dry_run: bool,
+    /// Global entries (judged only, not written, when `global_held_back`).
+    pub global: Tally,
+    /// The global entries were not written because a DC's records or events
+    /// conflicted: an entry can never be taken back, and it would name a
+    /// reservation whose record at the target is another one.
+    pub global_held_back: bool,
+    /// Per DC, in the order given.
+    pub dcs: Vec<DcReport>,
+    /// The first [`CONFLICTS_LISTED_MAX`] conflicts.
+    pub conflicts: Vec<Conflict>,
+    /// DCs that global entries name but whose DC store was not in the set
+    /// (up to [`REFERENCED_DCS_MAX`]), with how many entries name each: their
+    /// records were not copied.
+    pub unmigrated_dcs: Vec<(DcId, u64)>,
+    /// The verification pass (not in a dry run).
+    pub verification: Option<Verification>,
+}
+
+impl MigrateReport {
+    /// Conflicts of every kind.
+    pub fn conflicts_total(&self) -> u64 {
+        self.global.conflicts
+            + self
+                .dcs
+                .iter()
+                .map(|d| d.records.conflicts + d.events.conflicts)
+                .sum::<u64>()
+    }
+
+    /// No conflict, and the verification (if any) passed.
+    pub fn ok(&self) -> bool {
+        self.conflicts_total() == 0 && self.verification.as_ref().is_none_or(Verification::ok)
+    }
+}
+
+fn tally_line(f: &mut fmt::Formatter<'_>, what: &str, t: &Tally, dry_run: bool) -> fmt::Result {
+    writeln!(
+        f,
+        "  {what:<24} {} {:>8}   present {:>8}   conflicts {:>4}",
+        if dry_run { "would copy" } else { "copied" },
+        t.copied,
+        t.present,
+        t.conflicts
+    )
+}
+
+impl fmt::Display for MigrateReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.dry_run {
+            writeln!(f, "migration (dry run: nothing written)")?;
+        } else {
+            writeln!(f, "migration")?;
+        }
+        for dc in &self.dcs {
+            let a = dc.allocator;
+            let verb = match (self.dry_run, a.target_before >= a.floor) {
+                (_, true) => "already at or above",
+                (true, false) => "would be raised above",
+                (false, false) => "raised above",
+            };
+            let floors = if self.dry_run {
+                format!("target floor {}", a.target_before)
+            } else {
+                format!("target floor {} → {}", a.target_before, a.target_after)
+            };
+            writeln!(
+                f,
+                "  {:<24} {verb} {} ({floors})",
+                format!("{} allocator", dc.dc),
+                a.floor,
+            )?;
+            tally_line(f, &format!("{} records", dc.dc), &dc.records, self.dry_run)?;
+            tally_line(f, &format!("{} events", dc.dc), &dc.events, self.dry_run)?;
+        }
+        tally_line(
+            f,
+            "global entries",
+            &self.global,
+            self.dry_run || self.global_held_back,
+        )?;
+        if self.global_held_back {
+            writeln!(
+                f,
+                "  global entries held back: DC conflicts first (an entry can never be taken back)"
+            )?;
+        }
+        for (dc, entries) in &self.unmigrated_dcs {
+            writeln!(
+                f,
+                "  warning: {entries} global entries name DC {dc}, whose DC store was not migrated"
+            )?;
+        }
+        let total = self.conflicts_total();
+        if total > 0 {
+            writeln!(f, "conflicts (never overwritten):")?;
+            for c in &self.conflicts {
+                writeln!(f, "  {c}")?;
+            }
+            if total > self.conflicts.len() as u64 {
+                writeln!(f, "  … and {} more", total - self.conflicts.len() as u64)?;
+            }
+        }
+        if let Some(v) = &self.verification {
+            writeln!(f, "{v}")?;
+        }
+        match (total, &self.verification) {
+            (0, Some(v)) if !v.ok() => write!(f, "result: MISMATCH"),
+            (0, _) => write!(f, "result: OK"),
+            (n, _) => write!(f, "result: {n} CONFLICTS"),
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The verification: counts, allocator floors and event heads compared, and
+//! the sampled records, events and entries compared field by field.
+
+use super::*;
+
+/// Counts the target and compares it with the source's `counts` and `samples`.
+pub(super) async fn check(
+    source: &StoreSet,
+    target: &StoreSet,
+    counts: &Counts,
+    samples: &Samples,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<Verification, StoreError> {
+    let expected = counts.global + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
+    let found = count_as(target, Step::Verify, Some(expected), progress).await?;
+    let mut mismatches = Mismatches::default();
+    let global = Counted {
+        source: counts.global,
+        target: found.global,
+    };
+    mismatches.count("global entries", None, global);
+    let mut dcs = Vec::with_capacity(source.dcs.len());
+    for (((dc, _), s), t) in source.dcs.iter().zip(&counts.dcs).zip(&found.dcs) {
+        let v = DcVerification {
+            dc: dc.clone(),
+            records: Counted {
+                source: s.records,
+                target: t.records,
+            },
+            events: Counted {
+                source: s.events,
+                target: t.events,
+            },
+            event_head: Counted {
+                source: s.event_head,
+                target: t.event_head,
+            },
+            allocator_floor: Counted {
+                source: s.raise_to(),
+                target: t.floor,
+            },
+        };
+        mismatches.count("records", Some(dc), v.records);
+        mismatches.count("events", Some(dc), v.events);
+        if v.event_head.target < v.event_head.source {
+            mismatches.push(Mismatch::EventHeadBelow {
+                dc: dc.clone(),
+                head: v.event_head,
+            });
+        }
+        if v.allocator_floor.target < v.allocator_floor.source {
+            mismatches.push(Mismatch::AllocatorBelow {
+                dc: dc.clone(),
+                floor: v.allocator_floor,
+            });
+        }
+        dcs.push(v);
+    }
+    let sampled = compare_samples(source, target, samples, &mut mismatches).await?;
+    Ok(Verification {
+        global,
+        dcs,
+        sampled,
+        mismatches: mismatches.listed,
+        mismatches_total: mismatches.total,
+    })
+}
+
+#[derive(Default)]
+pub(super) struct Mismatches {
+    pub(super) listed: Vec<Mismatch>,
+    pub(super) total: u64,
+}
+
+impl Mismatches {
+    pub(super) fn push(&mut self, m: Mismatch) {
+        self.total += 1;
+        if self.listed.len() < MISMATCHES_LISTED_MAX {
+            self.listed.push(m);
+        }
+    }
+
+    pub(super) fn count(&mut self, what: &'static str, dc: Option<&DcId>, counted: Counted) {
+        if counted.source != counted.target {
+            self.push(Mismatch::Count {
+                what,
+                dc: dc.cloned(),
+                counted,
+            });
+        }
+    }
+}
+
+/// Compares every sampled item with the target; returns how many were compared.
+pub(super) async fn compare_samples(
+    source: &StoreSet,
+    target: &StoreSet,
+    samples: &Samples,
+    mismatches: &mut Mismatches,
+) -> Result<u64, StoreError> {
+    for (i, record) in &samples.records {
+        let (dc, store) = &target.dcs[*i];
+        match store.get(&record.id).await? {
+            None => mismatches.push(Mismatch::RecordMissing {
+                dc: dc.clone(),
+                id: record.id.clone(),
+            }),
+            Some(found) if &found != record => mismatches.push(Mismatch::RecordDiffers {
+                dc: dc.clone(),
+                id: record.id.clone(),
+                fields: record_diff(record, &found),
+            }),
+            Some(_) => {}
+        }
+    }
+    for (i, event) in &samples.events {
+        let (dc, store) = &target.dcs[*i];
+        let page = store.events(event.seq.saturating_sub(1), 1).await?;
+        let fields = match page.events.first() {
+            Some(found) if found.seq == event.seq => event_diff(event, found),
+            _ => vec!["missing"],
+        };
+        if !fields.is_empty() {
+            mismatches.push(Mismatch::EventDiffers {
+                dc: dc.clone(),
+                seq: event.seq,
+                fields,
+            });
+        }
+    }
+    // The sampled entries, and the entries of the sampled records' keys.
+    let mut keys: BTreeSet<&Key> = samples.entries.iter().map(|(k, _)| k).collect();
+    keys.extend(samples.records.iter().map(|(_, r)| &r.key));
+    let keys: Vec<Key> = keys.into_iter().cloned().collect();
+    for chunk in keys.chunks(GET_MANY_KEYS_MAX) {
+        let want = source.global.get_many(chunk).await?;
+        let found = target.global.get_many(chunk).await?;
+        for ((key, want), found) in chunk.iter().zip(want).zip(found) {
+            if want != found {
+                mismatches.push(Mismatch::EntryDiffers {
+                    key: key.clone(),
+                    source: want,
+                    target: found,
+                });
+            }
+        }
+    }
+    Ok((samples.records.len() + samples.events.len() + keys.len()) as u64)
+}
+
+/// The names of the fields in which two records differ.
+pub(super) fn record_diff(a: &DcRecord, b: &DcRecord) -> Vec<&'static str> {
+    let DcRecord {
+        id,
+        key,
+        tag,
+        token,
+        allow_renew,
+        predecessor,
+        state,
+        version,
+    } = a;
+    [
+        ("id", id == &b.id),
+        ("key", key == &b.key),
+        ("tag", tag == &b.tag),
+        ("token", token == &b.token),
+        ("allow_renew", allow_renew == &b.allow_renew),
+        ("predecessor", predecessor == &b.predecessor),
+        ("state", state == &b.state),
+        ("version", version == &b.version),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
+
+/// The names of the fields in which two events differ.
+pub(super) fn event_diff(a: &Event, b: &Event) -> Vec<&'static str> {
+    let Event {
+        seq,
+        reservation,
+        key,
+        token,
+        kind,
+    } = a;
+    [
+        ("seq", seq == &b.seq),
+        ("reservation", reservation == &b.reservation),
+        ("key", key == &b.key),
+        ("token", token == &b.token),
+        ("kind", kind == &b.kind),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
