@@ -1019,28 +1019,20 @@ impl Sim {
             return self.drain_peer_answer(d, tid, task, usize::from(peer), Ok(reply));
         }
         if matches!(task.kind, TaskKind::Upkeep) {
-            let segment = match reply {
-                Reply::Reservation(segment) => Ok(segment),
-                Reply::Error(e) => Err(Failure::Refused(e)),
-                other => Err(Failure::Refused(ErrorReply::new(
-                    ErrorKind::Inconsistent,
-                    format!("resolve-reservation answered {}", reply_kind(&other)),
-                ))),
-            };
+            let segment = peer_answer(reply, "resolve-reservation", |r| match r {
+                Reply::Reservation(segment) => Some(segment),
+                _ => None,
+            });
             return self.upkeep_peer_answer(d, tid, task, segment);
         }
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
             // Any answer of the peer, even an error of kind `Unavailable`, is
             // a refusal (`PeerError::Refused`), not an unreachable DC.
-            let result = match reply {
-                Reply::Awaited(answer) => Ok(answer),
-                Reply::Error(e) => Err(Failure::Refused(e)),
-                other => Err(Failure::Refused(ErrorReply::new(
-                    ErrorKind::Inconsistent,
-                    format!("await answered {}", reply_kind(&other)),
-                ))),
-            };
+            let result = peer_answer(reply, "await", |r| match r {
+                Reply::Awaited(answer) => Some(answer),
+                _ => None,
+            });
             let next = self.acquire_awaited(d, &mut task, result);
             return self.dc_continue(d, tid, task, next);
         }
@@ -1322,5 +1314,24 @@ fn acquire_counter(event: AcquireEvent) -> &'static str {
             "wait_ended_by_connect_error_unavailable"
         }
         AcquireEvent::WaitEndedByConnectError => "wait_ended_by_connect_error",
+    }
+}
+
+/// A peer's `reply` to `asked`: its error reply as a refusal, else what
+/// `pick` takes from it, else (a reply of the wrong kind) a contradiction.
+pub(crate) fn peer_answer<T>(
+    reply: Reply,
+    asked: &str,
+    pick: impl FnOnce(Reply) -> Option<T>,
+) -> Result<T, Failure> {
+    let kind = reply_kind(&reply);
+    match reply {
+        Reply::Error(e) => Err(Failure::Refused(e)),
+        other => pick(other).ok_or_else(|| {
+            Failure::Refused(ErrorReply::new(
+                ErrorKind::Inconsistent,
+                format!("{asked} answered {kind}"),
+            ))
+        }),
     }
 }

@@ -12,7 +12,7 @@ use homing_core::{
 };
 use homing_node::{Drain, DrainPoll, Failure};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{Next, StoreOp, Task, TaskKind, Work, peer_answer};
 use crate::sim::{NodeId, Sim};
 
 /// A drain in progress at one DC, and its chain walk while it walks.
@@ -135,10 +135,17 @@ impl Sim {
             }
             (Some(_), other) => {
                 job.walk = None;
-                job.drain.handle_walked(Err(failure_of(other)));
+                let failure =
+                    other.and_then(|r| peer_answer::<()>(r, "resolve-reservation", |_| None));
+                job.drain
+                    .handle_walked(Err(failure.err().unwrap_or_else(lie)));
             }
-            (None, Ok(Reply::Drained)) => job.drain.handle_forwarded(Ok(())),
-            (None, other) => job.drain.handle_forwarded(Err(failure_of(other))),
+            (None, reply) => {
+                let drained = reply.and_then(|r| {
+                    peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
+                });
+                job.drain.handle_forwarded(drained);
+            }
         }
         self.drain_drive(d, tid, task);
     }
@@ -224,14 +231,10 @@ impl Sim {
     }
 }
 
-/// A peer's reply that is not the answer asked for, as a failure.
-fn failure_of(reply: Result<Reply, Failure>) -> Failure {
-    match reply {
-        Err(failure) => failure,
-        Ok(Reply::Error(e)) => Failure::Refused(e),
-        Ok(other) => Failure::Refused(ErrorReply::new(
-            ErrorKind::Inconsistent,
-            format!("unexpected answer {}", crate::sim::reply_kind(&other)),
-        )),
-    }
+/// A walk answered with a segment it could not take.
+fn lie() -> Failure {
+    Failure::Refused(ErrorReply::new(
+        ErrorKind::Inconsistent,
+        "a segment the walk refused",
+    ))
 }

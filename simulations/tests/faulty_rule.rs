@@ -6,15 +6,12 @@
 mod support;
 
 use homing_node::Mutation;
+use homing_sim::Failure;
 use homing_sim::{Invariant, Rules, RunOptions, run};
 use support::{first_failure, mutant, scenario};
 
-#[test]
-fn link_ignoring_liveness_breaks_an_invariant_and_the_seed_replays_the_failure() {
-    let (_, first) = first_failure(
-        &scenario("racing-dcs", 20_000),
-        mutant(Mutation::LinkIgnoresLiveness),
-    );
+/// A broken link shows as two holders or as tokens out of order.
+fn assert_holders_or_tokens(first: &Failure) {
     assert!(
         matches!(
             first.violation.invariant,
@@ -22,6 +19,15 @@ fn link_ignoring_liveness_breaks_an_invariant_and_the_seed_replays_the_failure()
         ),
         "unexpected invariant: {first}"
     );
+}
+
+#[test]
+fn link_ignoring_liveness_breaks_an_invariant_and_the_seed_replays_the_failure() {
+    let (_, first) = first_failure(
+        &scenario("racing-dcs", 20_000),
+        mutant(Mutation::LinkIgnoresLiveness),
+    );
+    assert_holders_or_tokens(&first);
 }
 
 #[test]
@@ -60,13 +66,7 @@ fn link_ignoring_the_token_breaks_an_invariant_and_the_seed_replays_it() {
         &scenario("racing-dcs", 60_000),
         mutant(Mutation::LinkIgnoresToken),
     );
-    assert!(
-        matches!(
-            first.violation.invariant,
-            Invariant::SingleHolder | Invariant::TokenAlongChain | Invariant::TokenAcrossHolders
-        ),
-        "unexpected invariant: {first}"
-    );
+    assert_holders_or_tokens(&first);
 }
 
 #[test]

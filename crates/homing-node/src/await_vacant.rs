@@ -345,9 +345,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use homing_core::{
-        ActorId, FencingToken, HostTime, Key, KeyName, ReleaseCause, RunOutcome, Written,
-    };
+    use homing_core::{FencingToken, ReleaseCause, RunOutcome, Written};
 
     use super::*;
     use crate::waiters::WaitLimits;
@@ -391,18 +389,8 @@ mod tests {
         fn hold(&mut self, unique: u64) -> ReservationId {
             let (store_now, _) = self.clocks();
             let id = ReservationId::new(self.id.clone(), unique);
-            let record = DcRecord::reserve(
-                id.clone(),
-                Key::new(KeyName::new(format!("k{unique}")).unwrap()),
-                None,
-                FencingToken::FIRST,
-                None,
-                ActorId::new("a").unwrap(),
-                HostTime::from_ms(0),
-                store_now,
-                &POLICY,
-            )
-            .0;
+            let name = format!("k{unique}");
+            let record = crate::fixture::held(&id.to_string(), &name, None, store_now);
             self.records.insert(id.clone(), record);
             id
         }

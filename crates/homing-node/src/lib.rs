@@ -38,6 +38,8 @@ pub mod await_vacant;
 pub mod change;
 pub mod drain;
 pub mod failure;
+#[cfg(test)]
+mod fixture;
 pub mod mutation;
 pub mod time;
 pub mod update;

@@ -230,23 +230,12 @@ impl Update {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homing_core::{ActorId, FencingToken, HostTime, Key, KeyName, ReleaseReply, RunOutcome};
+    use homing_core::{FencingToken, ReleaseReply, RunOutcome};
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 
     fn held() -> DcRecord {
-        DcRecord::reserve(
-            "iad.1".parse().unwrap(),
-            Key::new(KeyName::new("k").unwrap()),
-            None,
-            FencingToken::FIRST,
-            None,
-            ActorId::new("a").unwrap(),
-            HostTime::from_ms(0),
-            StoreTime::from_ms(0),
-            &POLICY,
-        )
-        .0
+        crate::fixture::held("iad.1", "k", None, StoreTime::from_ms(0))
     }
 
     fn release() -> Change {

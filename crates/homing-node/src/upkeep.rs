@@ -483,7 +483,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use homing_core::{ActorId, FencingToken, HostTime, KeyName, Link, RunOutcome};
+    use homing_core::{FencingToken, KeyName, Link, RunOutcome};
 
     use super::*;
 
@@ -521,17 +521,7 @@ mod tests {
 
         /// A record `rid` of key `name`, granted at 0 (lapsed by now), released at 1 ms if `released`.
         fn record(&mut self, rid: &str, name: &str, predecessor: Option<&str>, released: bool) {
-            let (mut record, _) = DcRecord::reserve(
-                id(rid),
-                key(name),
-                None,
-                FencingToken::FIRST,
-                predecessor.map(id),
-                ActorId::new("a").unwrap(),
-                HostTime::from_ms(0),
-                StoreTime::from_ms(0),
-                &POLICY,
-            );
+            let mut record = crate::fixture::held(rid, name, predecessor, StoreTime::from_ms(0));
             if released {
                 let t = record.release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(1));
                 record = t.next.unwrap();
@@ -616,18 +606,8 @@ mod tests {
         world.record("iad.2", "b", None, false);
         world.record("iad.3", "c", None, false);
         // iad.3 renewed recently: live.
-        let live = DcRecord::reserve(
-            id("iad.3"),
-            key("c"),
-            None,
-            FencingToken::FIRST,
-            None,
-            ActorId::new("a").unwrap(),
-            HostTime::from_ms(0),
-            world.now,
-            &POLICY,
-        );
-        world.records.insert(id("iad.3"), live.0);
+        let live = crate::fixture::held("iad.3", "c", None, world.now);
+        world.records.insert(id("iad.3"), live);
         let events = world.pass(&mut upkeep(1, Mutations::NONE));
         assert_eq!(
             (state(&world, "iad.1"), state(&world, "iad.2")),

@@ -1,0 +1,30 @@
+//! Records the unit tests start from (tests only).
+
+use homing_core::{
+    ActorId, DcRecord, FencingToken, HostTime, Key, KeyName, LeasePolicy, ReservationId, StoreTime,
+};
+
+/// The lease policy of every fixture.
+pub(crate) const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+/// Reservation `id` of key `name`, first token, held by actor `a` since
+/// `granted` (store clock), continuing `predecessor` if given.
+pub(crate) fn held(
+    id: &str,
+    name: &str,
+    predecessor: Option<&str>,
+    granted: StoreTime,
+) -> DcRecord {
+    DcRecord::reserve(
+        id.parse::<ReservationId>().unwrap(),
+        Key::new(KeyName::new(name).unwrap()),
+        None,
+        FencingToken::FIRST,
+        predecessor.map(|p| p.parse().unwrap()),
+        ActorId::new("a").unwrap(),
+        HostTime::from_ms(0),
+        granted,
+        &POLICY,
+    )
+    .0
+}
