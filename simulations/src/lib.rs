@@ -1,10 +1,12 @@
-//! homing-sim: a deterministic multi-DC simulator that runs homing-core's
-//! real state machines — `Connect` for acquire, the `DcRecord` transitions,
-//! `LocalSegment` and `ChainWalk` for resolves — for several DCs, routers
-//! and hosts over a simulated network (latency matrix, jitter, loss,
-//! partitions), simulated stores (latency, crashes) and per-node clocks
-//! (offset, drift). Invariants are checked after every event; a run is its
-//! scenario plus its seed, and the same seed always gives the same trace hash.
+//! homing-sim: a deterministic multi-DC simulator that runs the request
+//! handling homingd runs — homing-node's acquire, update, waiters, upkeep
+//! and drain steppers, homing-core's `Connect`, `LocalSegment` and
+//! `ChainWalk` — for several DCs, routers and hosts over a simulated network
+//! (latency matrix, jitter, loss, partitions), simulated stores (latency,
+//! crashes that may land in-flight writes) and per-node clocks (offset,
+//! drift). Invariants are checked after every event; a run is its scenario
+//! (a file, or `swarm`: drawn from the seed) plus its seed, and the same
+//! seed always gives the same trace hash.
 //!
 //! ```
 //! use homing_sim::{Rules, RunOptions, Scenario, run};
