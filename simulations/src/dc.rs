@@ -358,11 +358,14 @@ impl Sim {
                 to,
                 expected_token,
             } => {
-                let op = Change::Link {
-                    to,
-                    expected: expected_token,
+                let caller = match client {
+                    NodeId::Dc(c) => Some(&self.dcs[usize::from(c)].id),
+                    _ => None,
                 };
-                self.update_task(d, from, op)
+                match Change::link(caller, to, expected_token) {
+                    Ok(change) => self.update_task(d, from, change),
+                    Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
+                }
             }
             Request::Drain { key: wanted } => {
                 let forwarded = matches!(client, NodeId::Dc(_));

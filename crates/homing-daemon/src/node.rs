@@ -726,17 +726,7 @@ impl Node {
         to: ReservationId,
         expected: FencingToken,
     ) -> Result<Reply, Failure> {
-        // A node may only continue a chain with its own reservations.
-        if caller.dc() != Some(to.dc()) {
-            return Err(fail(
-                ErrorKind::Unauthorized,
-                format!("{caller} may not link to {to}, a reservation of another dc"),
-            ));
-        }
-        let change = Change::Link {
-            to: to.clone(),
-            expected,
-        };
+        let change = Change::link(caller.dc(), to.clone(), expected).map_err(Failure::Reply)?;
         let reply = answer(self.update(&from, change).await?);
         if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");

@@ -6,8 +6,9 @@
 //! ([`Mutation`]) are broken here for homingd and the simulator alike.
 
 use homing_core::{
-    DcRecord, FencingToken, HostTime, LeasePolicy, LinkReply, RecordState, ReleaseCause,
-    ReleaseReply, RenewReply, Reply, ReservationId, RunOutcome, StoreTime, Transition,
+    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, LeasePolicy, LinkReply,
+    RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply, ReservationId, RunOutcome,
+    StoreTime, Transition,
 };
 
 use crate::mutation::{Mutation, Mutations};
@@ -75,6 +76,27 @@ impl Changed {
 }
 
 impl Change {
+    /// The link a peer of DC `caller` asks for: `from → to`, `expected`
+    /// being the tail's token as it read it. A node may only continue a
+    /// chain with its own reservations: `to` must be the caller's.
+    pub fn link(
+        caller: Option<&DcId>,
+        to: ReservationId,
+        expected: FencingToken,
+    ) -> Result<Change, ErrorReply> {
+        if caller != Some(to.dc()) {
+            let who = caller.map_or_else(
+                || "a caller without a dc".to_string(),
+                |dc| format!("dc {dc}"),
+            );
+            return Err(ErrorReply::new(
+                ErrorKind::Unauthorized,
+                format!("{who} may not link to {to}, a reservation of another dc"),
+            ));
+        }
+        Ok(Change::Link { to, expected })
+    }
+
     /// The transition this change makes of `record` at `now`.
     pub fn apply(
         &self,
@@ -168,5 +190,21 @@ fn link_ignoring_liveness(record: &DcRecord, to: &ReservationId) -> Transition<L
     Transition {
         next: Some(next),
         reply: LinkReply::Linked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_a_node_may_link_only_to_its_own_reservation() {
+        let iad: DcId = "iad".parse().unwrap();
+        let to: ReservationId = "iad.7".parse().unwrap();
+        assert!(Change::link(Some(&iad), to.clone(), FencingToken::FIRST).is_ok());
+        let fra: DcId = "fra".parse().unwrap();
+        let e = Change::link(Some(&fra), to.clone(), FencingToken::FIRST).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unauthorized);
+        assert!(Change::link(None, to, FencingToken::FIRST).is_err());
     }
 }
