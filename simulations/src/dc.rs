@@ -31,8 +31,8 @@ use homing_core::{
 };
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Change, Changed, Failure, Mutations,
-    NodeTime, Update, UpdatePoll, Upkeep, WaitLimits, Waiters,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ, Change, Changed,
+    Failure, GlobalRead, Mutations, NodeTime, Update, UpdatePoll, Upkeep, WaitLimits, Waiters,
 };
 
 use crate::clock::NodeClock;
@@ -853,10 +853,10 @@ impl Sim {
             StoreOp::GlobalGet(key) => {
                 task.work.global_reads += 1;
                 let mut entry = self.global.get(&key).cloned();
-                if matches!(task.kind, TaskKind::Acquire(_))
-                    && entry.is_some()
-                    && self.nearest_read_misses(&key)
-                {
+                // Only a connect reads the nearest replica (homing-node's CONNECT_GLOBAL_READ).
+                let nearest = matches!(task.kind, TaskKind::Acquire(_))
+                    && CONNECT_GLOBAL_READ == GlobalRead::Nearest;
+                if nearest && entry.is_some() && self.nearest_read_misses(&key) {
                     self.measurements.count("connect_stale_global_reads");
                     entry = None;
                 }

@@ -18,8 +18,9 @@ use homing_core::{
 };
 use homing_net::Handler;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant, Change, Changed,
-    Drain, DrainPoll, Mutations, Update, UpdatePoll,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant,
+    CONNECT_GLOBAL_READ, Change, Changed, Drain, DrainPoll, GlobalRead, Mutations, Update,
+    UpdatePoll,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -48,16 +49,6 @@ pub fn store_now() -> StoreTime {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
     StoreTime::from_ms(ms)
-}
-
-/// How current a global read must be.
-#[derive(Debug, Clone, Copy)]
-enum GlobalRead {
-    /// Linearizable: an "absent" answer is the truth (resolves, the reaper).
-    Latest,
-    /// The nearest replica's view: "absent" may lag a write acknowledged
-    /// moments ago. Only where "absent" leads to `set_if_absent` (a connect).
-    Nearest,
 }
 
 /// One DC: its stores, its peers, its policy.
@@ -670,9 +661,7 @@ impl Node {
     async fn perform(&self, connect: &mut Connect, need: ConnectNeed) -> Result<(), Failure> {
         match need {
             ConnectNeed::GlobalEntry(key) => {
-                // "Absent" leads to set_if_absent, which decides: a nearest
-                // replica's read is enough (GlobalStore::get_nearest).
-                let entry = self.read_global(&key, GlobalRead::Nearest).await?;
+                let entry = self.read_global(&key, CONNECT_GLOBAL_READ).await?;
                 connect.handle_global(entry, Source::Local);
             }
             ConnectNeed::Reservation(id) => {

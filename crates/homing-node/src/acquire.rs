@@ -43,6 +43,22 @@ use crate::time::NodeTime;
 /// in milliseconds.
 pub const AWAIT_RETRY_MS: u64 = 250;
 
+/// How current a global read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobalRead {
+    /// Linearizable: an "absent" answer is the truth (resolves, upkeep's proofs).
+    Latest,
+    /// The nearest replica's view: "absent" may lag a write acknowledged
+    /// moments ago (etcd: a serializable read).
+    Nearest,
+}
+
+/// How a connect reads the key's global entry: from the nearest replica. A
+/// present entry is always true (entries never change), and a stale
+/// "absent" only leads to `set_if_absent`, which answers with the winner —
+/// the ordinary race path. Every other global read is [`GlobalRead::Latest`].
+pub const CONNECT_GLOBAL_READ: GlobalRead = GlobalRead::Nearest;
+
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum AcquirePoll {

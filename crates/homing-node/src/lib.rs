@@ -46,7 +46,10 @@ pub mod update;
 pub mod upkeep;
 pub mod waiters;
 
-pub use acquire::{AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest};
+pub use acquire::{
+    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ,
+    GlobalRead,
+};
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use change::{Change, Changed};
 pub use drain::{Drain, DrainPoll};
