@@ -242,30 +242,27 @@ impl Node {
 
     /// Compare-and-set of our record `next` over version `expected`
     /// (`None`: a create), then [`Node::wrote`] if it landed; `event`: the
-    /// write appends a lifecycle event. Returns whether it landed.
+    /// write appends a lifecycle event.
     pub async fn write(
         &self,
         expected: Option<u64>,
         event: bool,
         next: &DcRecord,
-    ) -> Result<bool, StoreError> {
-        self.cas(expected, event, next).await
-    }
-
-    async fn cas(
-        &self,
-        expected: Option<u64>,
-        event: bool,
-        next: &DcRecord,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Written, StoreError> {
         let cas = self
             .timed("dc_cas", self.records.compare_and_set(expected, next))
             .await?;
-        let landed = cas.landed(next);
-        if landed {
-            self.wrote(event, next);
+        if !cas.landed(next) {
+            return Ok(Written::Conflict);
         }
-        Ok(landed)
+        self.wrote(event, next);
+        Ok(Written::Yes)
+    }
+
+    /// A store error as homing-node's failure at this DC (unreachable store:
+    /// the DC is unavailable; anything else: internal).
+    pub fn store_failure(&self, e: StoreError) -> homing_node::Failure {
+        Failure::Store(e).classify(&self.dc)
     }
 
     /// 128 random bits for a key name a connect did not give: the process's
@@ -384,12 +381,7 @@ impl Node {
                     record,
                     event,
                 } => {
-                    let written = if self.cas(Some(expected), event, &record).await? {
-                        Written::Yes
-                    } else {
-                        Written::Conflict
-                    };
-                    update.handle_written(written);
+                    update.handle_written(self.write(Some(expected), event, &record).await?);
                 }
                 UpdatePoll::Done(reply) => return Ok(reply),
                 UpdatePoll::Failed(e) => return Err(Failure::Reply(e.reply())),
@@ -507,15 +499,11 @@ impl Node {
                     record,
                     event,
                 } => {
-                    let landed = self.cas(Some(expected), event, &record).await?;
-                    if landed {
+                    let written = self.write(Some(expected), event, &record).await?;
+                    if written == Written::Yes {
                         tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
                     }
-                    wait.handle_written(if landed {
-                        Written::Yes
-                    } else {
-                        Written::Conflict
-                    });
+                    wait.handle_written(written);
                 }
                 AwaitPoll::Park { until } => {
                     // Invariant: a waiter parks only once registered.
@@ -677,11 +665,7 @@ impl Node {
                 connect.handle_allocated(unique, store_now());
             }
             ConnectNeed::Write { expected, record } => {
-                let written = if self.cas(expected, true, &record).await? {
-                    Written::Yes
-                } else {
-                    Written::Conflict
-                };
+                let written = self.write(expected, true, &record).await?;
                 connect.handle_written(written);
             }
             ConnectNeed::SetIfAbsent { key, id } => {
@@ -737,19 +721,15 @@ impl Node {
                 }
                 DrainPoll::Read(id) => match self.timed("dc_get", self.records.get(&id)).await {
                     Ok(record) => drain.handle_record(record, store_now(), &self.policy),
-                    Err(e) => drain.handle_failure(Failure::from(e).classify(&self.dc)),
+                    Err(e) => drain.handle_failure(self.store_failure(e)),
                 },
                 DrainPoll::Write {
                     expected,
                     record,
                     event,
-                } => match self.cas(Some(expected), event, &record).await {
-                    Ok(landed) => drain.handle_written(if landed {
-                        Written::Yes
-                    } else {
-                        Written::Conflict
-                    }),
-                    Err(e) => drain.handle_failure(Failure::from(e).classify(&self.dc)),
+                } => match self.write(Some(expected), event, &record).await {
+                    Ok(written) => drain.handle_written(written),
+                    Err(e) => drain.handle_failure(self.store_failure(e)),
                 },
                 DrainPoll::Forward { dc, key } => {
                     let answer = self.peers.drain(&dc, &key).await;

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use homing_core::Written;
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
-use homing_store::{SCAN_LIMIT_MAX, StoreError};
+use homing_store::SCAN_LIMIT_MAX;
 use tokio::sync::watch;
 
 use crate::node::{Node, store_now};
@@ -46,25 +45,6 @@ pub fn upkeep(node: &Node, config: UpkeepConfig) -> Upkeep {
     Upkeep::new(node.dc().clone(), *node.policy(), limits, Mutations::NONE)
 }
 
-fn store_failure(node: &Node, e: StoreError) -> Failure {
-    let unreachable = matches!(e, StoreError::Unavailable { .. });
-    let reply = homing_core::ErrorReply::new(
-        if unreachable {
-            homing_core::ErrorKind::Unavailable {
-                dc: node.dc().clone(),
-            }
-        } else {
-            homing_core::ErrorKind::Internal
-        },
-        format!("store: {e}"),
-    );
-    if unreachable {
-        Failure::Unreachable(reply)
-    } else {
-        Failure::Refused(reply)
-    }
-}
-
 /// One whole pass.
 pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
     upkeep.start();
@@ -73,25 +53,24 @@ pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
             UpkeepPoll::Scan { after, limit } => {
                 let everything = homing_core::NamespaceScope::everything();
                 let page = node.records().scan(&everything, "", after.as_ref(), limit);
-                let page = page.await.map_err(|e| store_failure(node, e));
+                let page = page.await.map_err(|e| node.store_failure(e));
                 upkeep.handle_page(page, store_now());
             }
             UpkeepPoll::Read(id) => match node.records().get(&id).await {
                 Ok(record) => upkeep.handle_record(record, store_now()),
-                Err(e) => upkeep.handle_change_failure(store_failure(node, e)),
+                Err(e) => upkeep.handle_change_failure(node.store_failure(e)),
             },
             UpkeepPoll::Write {
                 expected,
                 record,
                 event,
             } => match node.write(Some(expected), event, &record).await {
-                Ok(true) => upkeep.handle_written(Written::Yes),
-                Ok(false) => upkeep.handle_written(Written::Conflict),
-                Err(e) => upkeep.handle_change_failure(store_failure(node, e)),
+                Ok(written) => upkeep.handle_written(written),
+                Err(e) => upkeep.handle_change_failure(node.store_failure(e)),
             },
             UpkeepPoll::GlobalEntry(key) => {
                 let entry = node.global_entry(&key).await;
-                upkeep.handle_global(entry.map_err(|e| store_failure(node, e)));
+                upkeep.handle_global(entry.map_err(|e| node.store_failure(e)));
             }
             UpkeepPoll::Reservation(id) => {
                 let segment = if id.dc() == node.dc() {
@@ -105,11 +84,11 @@ pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
             UpkeepPoll::Events => {
                 let page = node.records().events(0, 0).await;
                 let log = page.map(|p| (p.oldest, p.head));
-                upkeep.handle_events(log.map_err(|e| store_failure(node, e)));
+                upkeep.handle_events(log.map_err(|e| node.store_failure(e)));
             }
             UpkeepPoll::TrimEvents { before } => {
                 let trimmed = node.records().trim_events(before).await;
-                upkeep.handle_trimmed(trimmed.map_err(|e| store_failure(node, e)));
+                upkeep.handle_trimmed(trimmed.map_err(|e| node.store_failure(e)));
             }
             UpkeepPoll::Idle => return,
         }

@@ -99,18 +99,21 @@ impl Waiters {
         store_now: StoreTime,
         policy: &LeasePolicy,
     ) -> Option<Registration<'_>> {
-        let (tx, woken) = oneshot::channel();
-        let rouse = Arc::new(Notify::new());
-        let parked = || Parked {
-            woken: tx,
-            rouse: rouse.clone(),
+        // The channels exist only if this read tries to register the waiter
+        // (a full queue refuses it: then there is no ticket either).
+        let mut receiving = None;
+        let parked = || {
+            let (tx, woken) = oneshot::channel();
+            let rouse = Arc::new(Notify::new());
+            receiving = Some((woken, rouse.clone()));
+            Parked { woken: tx, rouse }
         };
-        let before = wait.ticket();
         let now = self.now();
         let notified =
             self.with(|w| wait.handle_record(record, store_now, now, policy, w, parked, listening));
         self.deliver(wait.id(), notified);
-        let ticket = wait.ticket().filter(|_| before.is_none())?;
+        let (woken, rouse) = receiving?;
+        let ticket = wait.ticket()?;
         Some(Registration {
             waiters: self,
             reservation: wait.id().clone(),
