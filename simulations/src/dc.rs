@@ -718,7 +718,7 @@ impl Sim {
                     };
                 }
                 AcquirePoll::Pause { until } => return Next::Pause(until),
-                AcquirePoll::Done(Ok(outcome)) => return Next::Reply(Reply::from(outcome)),
+                AcquirePoll::Done(Ok(outcome)) => return Next::Reply(Reply::Acquire(outcome)),
                 AcquirePoll::Done(Err(e)) => return Next::Reply(Reply::Error(e)),
             };
             let unknown_dc = |id: &ReservationId| {

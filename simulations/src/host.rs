@@ -5,6 +5,7 @@
 //! `HostAgent`: a renewal answered `StaleToken`/`Expired` stops it at once,
 //! `Draining` stops renewals, a failed renewal is retried until the soft deadline.
 
+use homing_core::{AcquireReply, Grant};
 use homing_core::{
     ActorId, Deadlines, ErrorKind, FailureReason, FencingToken, KeyConfig, PreviousRun,
     ReleaseCause, RenewReply, Reply, Request, ReservationId, RunOutcome,
@@ -335,7 +336,7 @@ impl Sim {
             // A grant nobody asked for any more (the request timed out, or
             // the host crashed, while the DC worked on it): the lease lapses
             // unused.
-            _ if matches!(reply, Reply::Acquired { .. }) => {
+            _ if matches!(reply, Reply::Acquire(AcquireReply::Acquired(_))) => {
                 let work = self.measurements.take_acquire_work(message.rpc);
                 let gave_up = self.acquires_given_up.remove(&message.rpc);
                 self.measurements.count(match (gave_up, work.awaits > 0) {
@@ -352,16 +353,17 @@ impl Sim {
     fn host_acquired(&mut self, h: usize, key: u32, rpc: u64, sent_at_us: u64, reply: Reply) {
         let work = self.measurements.take_acquire_work(rpc);
         let latency = self.now - sent_at_us;
-        let Reply::Acquired {
+        let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             previous,
             ..
-        } = reply
+        })) = reply
         else {
             let op = match &reply {
-                Reply::HeldElsewhere { .. } | Reply::TagMismatch { .. } => Op::AcquireHeldElsewhere,
+                Reply::Acquire(AcquireReply::HeldElsewhere(_))
+                | Reply::Acquire(AcquireReply::TagMismatch { .. }) => Op::AcquireHeldElsewhere,
                 Reply::Error(e) => {
                     self.measurements.count(match e.kind {
                         ErrorKind::Unavailable { .. } => "acquire_error_unavailable",

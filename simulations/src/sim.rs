@@ -4,6 +4,7 @@
 //! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
 //! hash order, and the wall clock is read only to report events per second.
 
+use homing_core::AcquireReply;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -210,9 +211,9 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Resolved { .. } => "reply_resolved",
         Reply::Reservation(_) => "reply_reservation",
-        Reply::Acquired { .. } => "reply_acquired",
-        Reply::HeldElsewhere { .. } => "reply_held_elsewhere",
-        Reply::TagMismatch { .. } => "reply_tag_mismatch",
+        Reply::Acquire(AcquireReply::Acquired(_)) => "reply_acquired",
+        Reply::Acquire(AcquireReply::HeldElsewhere(_)) => "reply_held_elsewhere",
+        Reply::Acquire(AcquireReply::TagMismatch { .. }) => "reply_tag_mismatch",
         Reply::Renew(_) => "reply_renew",
         Reply::Release(_) => "reply_release",
         Reply::Link(_) => "reply_link",

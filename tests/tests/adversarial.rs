@@ -159,7 +159,7 @@ async fn wire_garbage_truncated_and_oversized_frames_get_bad_request_and_homingd
             )
             .await
         {
-            Ok(Reply::Acquired { .. }) => {}
+            Ok(Reply::Acquire(AcquireReply::Acquired(_))) => {}
             other => panic!("homingd stopped serving: {other:?}"),
         }
     })
@@ -551,9 +551,9 @@ async fn daemon_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra
             .await
             .unwrap()
         {
-            Reply::HeldElsewhere {
+            Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
                 reservation, actor, ..
-            } => assert_eq!((reservation, actor.as_str()), (fra_id(1), HONEST_ACTOR)),
+            })) => assert_eq!((reservation, actor.as_str()), (fra_id(1), HONEST_ACTOR)),
             other => panic!("{mode:?}: after the fix homingd answered {other:?}"),
         }
     }

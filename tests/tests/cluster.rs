@@ -42,9 +42,9 @@ async fn must_acquire(
     actor: &str,
 ) -> (ReservationId, FencingToken) {
     match cluster.ask(host, at, &acquire(name, actor)).await {
-        Ok(Reply::Acquired {
+        Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
-        }) => (reservation, token),
+        }))) => (reservation, token),
         other => panic!("acquire {name} at {at}: {other:?}\n{}", cluster.logs()),
     }
 }
@@ -161,9 +161,9 @@ fn storm_worker(
             let reply =
                 tokio::time::timeout(bounded, host.request(&peer, &acquire(&name, "10.9.9.9:1")))
                     .await;
-            let Ok(Ok(Reply::Acquired {
+            let Ok(Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
                 reservation, token, ..
-            })) = reply
+            })))) = reply
             else {
                 return; // the daemon died under us
             };
@@ -287,8 +287,12 @@ async fn race_acquire(host: Client, peer: Peer, name: String, actor: &'static st
     )
     .await;
     match reply {
-        Ok(Ok(Reply::Acquired { reservation, .. })) => Raced::Acquired(reservation),
-        Ok(Ok(Reply::HeldElsewhere { reservation, .. })) => Raced::HeldElsewhere(reservation),
+        Ok(Ok(Reply::Acquire(AcquireReply::Acquired(Grant { reservation, .. })))) => {
+            Raced::Acquired(reservation)
+        }
+        Ok(Ok(Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. })))) => {
+            Raced::HeldElsewhere(reservation)
+        }
         Ok(Ok(Reply::Error(e))) if matches!(e.kind, ErrorKind::Unavailable { .. }) => {
             Raced::Unavailable
         }
@@ -314,13 +318,13 @@ async fn partition_a_dc_during_a_recreation_race_yields_at_most_one_holder_and_h
             let probe = acquire("warm", "10.0.2.9:9");
             matches!(
                 cluster.ask(&cluster.host(&fra), &fra, &probe).await,
-                Ok(Reply::HeldElsewhere { .. })
+                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_)))
             )
         };
         let probe = acquire("warm", "10.0.3.9:9");
         assert!(matches!(
             cluster.ask(&cluster.host(&sin), &sin, &probe).await,
-            Ok(Reply::HeldElsewhere { .. })
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_)))
         ));
         // Cut fra off at different moments of the race: before it starts, while
         // fra reads iad's tail, while the links are in flight, after.
@@ -439,7 +443,7 @@ async fn lease_a_host_cut_off_from_its_dc_stops_by_its_deadlines_before_another_
         let started = HostAgent::start(cluster.host(&iad), config, actor.clone())
             .await
             .expect("the agent connects");
-        let Started::Holding(agent) = started else {
+        let AcquireReply::Acquired(agent) = started else {
             panic!("{started:?}")
         };
         let held = agent.reservation().clone();
@@ -451,7 +455,9 @@ async fn lease_a_host_cut_off_from_its_dc_stops_by_its_deadlines_before_another_
             .ask(&fra_host, &fra, &acquire("leased", "10.0.2.5:7000"))
             .await
         {
-            Ok(Reply::HeldElsewhere { reservation, .. }) => assert_eq!(reservation, held),
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. }))) => {
+                assert_eq!(reservation, held)
+            }
             other => panic!("a live lease is held elsewhere: {other:?}"),
         }
 
@@ -464,11 +470,11 @@ async fn lease_a_host_cut_off_from_its_dc_stops_by_its_deadlines_before_another_
                 .ask(&fra_host, &fra, &acquire("leased", "10.0.2.5:7000"))
                 .await
             {
-                Ok(Reply::Acquired { reservation, .. }) => {
+                Ok(Reply::Acquire(AcquireReply::Acquired(Grant { reservation, .. }))) => {
                     assert_eq!(reservation.dc(), &fra);
                     break sent_at;
                 }
-                Ok(Reply::HeldElsewhere { .. }) => {}
+                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_))) => {}
                 other => panic!("fra's acquire: {other:?}"),
             }
             assert!(
@@ -551,9 +557,9 @@ async fn etcd_a_killed_member_does_not_stop_reserves_on_the_remaining_quorum() {
                     )
                     .await;
                     match reply {
-                        Ok(Ok(Reply::Acquired {
+                        Ok(Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
                             reservation, token, ..
-                        })) => acknowledged.lock().unwrap().push((name, reservation, token)),
+                        })))) => acknowledged.lock().unwrap().push((name, reservation, token)),
                         other => {
                             let mut failures = failures.lock().unwrap();
                             if failures.is_empty() {
@@ -630,13 +636,13 @@ async fn crash_a_restarted_dc_is_reachable_again_from_its_peers_within_seconds()
         let probe = acquire("anchor", "10.0.3.3:3");
         assert!(matches!(
             cluster.ask(&sin_host, &sin, &probe).await,
-            Ok(Reply::HeldElsewhere { .. })
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_)))
         ));
         cluster.daemon(&iad).restart().await.expect("iad restarts");
         let restarted = Instant::now();
         loop {
             let reply = cluster.ask(&sin_host, &sin, &probe).await;
-            if matches!(reply, Ok(Reply::HeldElsewhere { .. })) {
+            if matches!(reply, Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_)))) {
                 break;
             }
             assert!(

@@ -2,6 +2,7 @@
 //! loopback, with real QUIC and mutual TLS, redb DC stores and one shared
 //! embedded global store; then the story of homing, each step checked.
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -191,28 +192,28 @@ async fn acquire(
 
 fn describe(reply: &Reply) -> String {
     match reply {
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             ..
-        } => format!(
+        })) => format!(
             "Acquired {reservation} token {token}; renew in {} ms, hard stop in {} ms",
             deadlines.renew_at.ms_since(host_now()),
             deadlines.hard_terminate_at.ms_since(host_now())
         ),
-        Reply::HeldElsewhere {
+        Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        } => format!("HeldElsewhere: actor {actor} under {reservation}"),
+        })) => format!("HeldElsewhere: actor {actor} under {reservation}"),
         other => format!("{other:?}"),
     }
 }
 
 fn acquired(reply: &Reply) -> Option<(ReservationId, FencingToken)> {
     match reply {
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
-        } => Some((reservation.clone(), *token)),
+        })) => Some((reservation.clone(), *token)),
         _ => None,
     }
 }
@@ -306,7 +307,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
     let reply = acquire(&actors, net, &b, &room, &format!("{b}-host:9000")).await?;
     println!("   {}", describe(&reply));
     s.check(
-        matches!(&reply, Reply::HeldElsewhere { reservation, .. } if *reservation == first),
+        matches!(&reply, Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. })) if *reservation == first),
         "connect returns the live actor; no second one starts",
     );
 
@@ -350,7 +351,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
         format!("{a} woke the waiter: recreated in {b} with token + 1; {a} linked {first} → it (the global entry never changes)"),
     );
     s.check(
-        matches!(&reply, Reply::Acquired { previous: Some(p), .. }
+        matches!(&reply, Reply::Acquire(AcquireReply::Acquired(Grant { previous: Some(p), .. }))
             if p.reservation == first && matches!(p.ended, ReleaseCause::Released(RunOutcome::Failed { .. }))),
         "the new holder learns the previous run failed",
     );
@@ -395,7 +396,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
     let (x, y) = (x?, y?);
     println!("   {a}: {}\n   {c}: {}", describe(&x), describe(&y));
     let winner = acquired(&x).or(acquired(&y)).map(|(id, _)| id);
-    let loser_follows = [&x, &y].iter().any(|r| matches!(r, Reply::HeldElsewhere { reservation, .. } if Some(reservation) == winner.as_ref()));
+    let loser_follows = [&x, &y].iter().any(|r| matches!(r, Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. })) if Some(reservation) == winner.as_ref()));
     s.check(
         winner.is_some() && loser_follows,
         "exactly one winner; the loser returns the winner's actor",
@@ -464,8 +465,9 @@ mod edge {
     use std::time::Duration;
 
     use homing_client::{Resolver, ResolverConfig};
+    use homing_core::AcquireReply;
     use homing_core::{KeyConfig, KeyName, Role};
-    use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, HostStarted, Serving};
+    use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, Serving};
 
     use homing_daemon::Devnet;
 
@@ -505,7 +507,7 @@ mod edge {
             let config = ActorHostConfig::new(peer, key, "127.0.0.1:0".parse()?);
             let client = net.client(Role::Host, Some(&dc.id))?;
             match ActorHost::start(client, config).await? {
-                HostStarted::Serving(host) => {
+                AcquireReply::Acquired(host) => {
                     println!(
                         "   actor host for {} in {} on {} ({}, token {})",
                         host.key(),

@@ -8,6 +8,7 @@ mod reach;
 mod scope;
 mod show;
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -145,13 +146,13 @@ pub(crate) fn host_now() -> HostTime {
 fn print_reply(reply: Reply) -> anyhow::Result<()> {
     match reply {
         Reply::Error(e) => bail!("{e}"),
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             key,
             reservation,
             token,
             previous,
             ..
-        } => {
+        })) => {
             println!("acquired {key}: reservation {reservation}, token {token}");
             if let Some(p) = previous {
                 println!(
@@ -163,15 +164,15 @@ fn print_reply(reply: Reply) -> anyhow::Result<()> {
                 "(the lease is not renewed by this command: it lapses after the DC's lease ttl)"
             );
         }
-        Reply::HeldElsewhere {
+        Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
             key,
             reservation,
             actor,
             token,
-        } => {
+        })) => {
             println!("{key} is held: reservation {reservation}, actor {actor}, token {token}")
         }
-        Reply::TagMismatch { existing } => {
+        Reply::Acquire(AcquireReply::TagMismatch { existing }) => {
             bail!("a live actor holds the key under tag {existing:?}")
         }
         Reply::Release(homing_core::ReleaseReply::Released) => println!("released"),

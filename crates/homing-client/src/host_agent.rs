@@ -19,13 +19,14 @@
 //! Renew answered StaleToken / Expired: another holder may exist, hard-terminate now
 //! ```
 
+use homing_core::{AcquireReply, Grant};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
     ActorId, DcId, Deadlines, ErrorReply, FencingToken, HostTime, Key, KeyConfig, PreviousRun,
-    ReleaseReply, RenewReply, Reply, Request, ReservationId, RunOutcome, Tag,
+    ReleaseReply, RenewReply, Reply, Request, ReservationId, RunOutcome,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -157,50 +158,9 @@ pub enum AgentState {
     Released,
 }
 
-/// What connecting to the key gave.
-pub enum Started {
-    /// This host holds the key: run the actor, write with [`HostAgent::token`].
-    Holding(HostAgent),
-    /// A live actor elsewhere holds the key: send its work there.
-    HeldElsewhere {
-        /// The key.
-        key: Key,
-        /// The reservation holding it (its DC is `reservation.dc()`).
-        reservation: ReservationId,
-        /// The live actor.
-        actor: ActorId,
-        /// Its fencing token.
-        token: FencingToken,
-    },
-    /// A live actor holds the key under another tag.
-    TagMismatch {
-        /// The live actor's tag.
-        existing: Option<Tag>,
-    },
-}
-
-impl std::fmt::Debug for Started {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Started::Holding(agent) => f
-                .debug_struct("Holding")
-                .field("reservation", &agent.reservation)
-                .field("token", &agent.token)
-                .finish(),
-            Started::HeldElsewhere {
-                reservation, actor, ..
-            } => f
-                .debug_struct("HeldElsewhere")
-                .field("reservation", reservation)
-                .field("actor", actor)
-                .finish(),
-            Started::TagMismatch { existing } => f
-                .debug_struct("TagMismatch")
-                .field("existing", existing)
-                .finish(),
-        }
-    }
-}
+/// What connecting to the key gave: the acquire's reply, with a running
+/// [`HostAgent`] when this host won (run the actor, write with [`HostAgent::token`]).
+pub type Started = AcquireReply<HostAgent>;
 
 /// Why an agent operation failed; each variant is a different host action.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -256,7 +216,7 @@ pub enum AgentError {
 /// // `client` presents a host certificate of `own_dc`.
 /// let config = HostAgentConfig::new(own_dc, KeyConfig::named(KeyName::new("room-42")?),
 ///     ActorId::new("10.0.3.9:9000")?);
-/// if let Started::Holding(agent) = HostAgent::start(client, config, actor).await? {
+/// if let AcquireReply::Acquired(agent) = HostAgent::start(client, config, actor).await? {
 ///     // … run the actor, writing with agent.token(), until it is done or
 ///     // agent.state() (or agent.watch_state()) leaves `Holding`; then release:
 ///     agent.stop().await?;
@@ -272,6 +232,15 @@ pub struct HostAgent {
     command: watch::Sender<Command>,
     task: Option<JoinHandle<()>>,
     channel: Arc<DcChannel>,
+}
+
+impl std::fmt::Debug for HostAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostAgent")
+            .field("reservation", &self.reservation)
+            .field("token", &self.token)
+            .finish()
+    }
 }
 
 /// What the owner wants of the renewal task.
@@ -400,31 +369,23 @@ impl HostAgent {
             host_time: sent,
             wait_ms: config.wait_ms,
         };
-        let (key, reservation, token, deadlines, previous) =
-            match channel.ask(request, None).await? {
-                Reply::Acquired {
-                    key,
-                    reservation,
-                    token,
-                    deadlines,
-                    previous,
-                } => (key, reservation, token, deadlines, previous),
-                Reply::HeldElsewhere {
-                    key,
-                    reservation,
-                    actor,
-                    token,
-                } => {
-                    return Ok(Started::HeldElsewhere {
-                        key,
-                        reservation,
-                        actor,
-                        token,
-                    });
-                }
-                Reply::TagMismatch { existing } => return Ok(Started::TagMismatch { existing }),
-                other => return Err(channel.unexpected("acquire", &other)),
-            };
+        let reply = match channel.ask(request, None).await? {
+            Reply::Acquire(reply) => reply,
+            other => return Err(channel.unexpected("acquire", &other)),
+        };
+        let Grant {
+            key,
+            reservation,
+            token,
+            deadlines,
+            previous,
+        } = match reply {
+            AcquireReply::Acquired(grant) => grant,
+            AcquireReply::HeldElsewhere(holder) => return Ok(AcquireReply::HeldElsewhere(holder)),
+            AcquireReply::TagMismatch { existing } => {
+                return Ok(AcquireReply::TagMismatch { existing });
+            }
+        };
         match &previous {
             Some(p) => info!(%key, %reservation, %token, dc = %channel.dc,
                 previous = %p.reservation, previous_ended = %p.ended, "lease acquired"),
@@ -443,7 +404,7 @@ impl HostAgent {
             command: command_rx,
         };
         let task = tokio::spawn(renewal.run());
-        Ok(Started::Holding(HostAgent {
+        Ok(AcquireReply::Acquired(HostAgent {
             key,
             reservation,
             token,

@@ -5,6 +5,7 @@
 
 mod support;
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -99,13 +100,13 @@ impl LeaseTransport for MemoryDc {
                 .lock()
                 .unwrap()
                 .clone()
-                .unwrap_or(Reply::Acquired {
+                .unwrap_or(Reply::Acquire(AcquireReply::Acquired(Grant {
                     key: config.key(0),
                     reservation: "iad.1".parse().unwrap(),
                     token: FencingToken::new(3),
                     deadlines: policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
                     previous: None,
-                })),
+                })))),
             Request::Renew { host_time, .. } => match mode {
                 Mode::Answer => Ok(Reply::Renew(RenewReply::Renewed(
                     policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
@@ -187,7 +188,7 @@ struct Harness {
 async fn start() -> (HostAgent, Harness) {
     let (started, harness) = start_raw().await;
     match started {
-        Started::Holding(agent) => (agent, harness),
+        AcquireReply::Acquired(agent) => (agent, harness),
         other => panic!("{other:?}"),
     }
 }
@@ -348,7 +349,7 @@ async fn lease_a_waiting_acquire_gets_its_wait_on_top_of_the_request_timeout() {
     waiting.wait_ms = 10_000;
     let dc = slow();
     let (started, h) = start_on(dc, waiting).await.unwrap();
-    assert!(matches!(started, Started::Holding(_)));
+    assert!(matches!(started, AcquireReply::Acquired(_)));
     match h.dc.log.lock().unwrap().first() {
         Some((_, Request::Acquire { wait_ms, .. })) => assert_eq!(*wait_ms, 10_000),
         other => panic!("{other:?}"),
@@ -366,7 +367,7 @@ async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it(
         }),
     };
     let dc = MemoryDc::new(Instant::now());
-    *dc.acquire.lock().unwrap() = Some(Reply::Acquired {
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquire(AcquireReply::Acquired(Grant {
         key: homing_core::Key::new(KeyName::new("room").unwrap()),
         reservation: "iad.1".parse().unwrap(),
         token: FencingToken::new(3),
@@ -374,9 +375,9 @@ async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it(
             .grant(HostTime::from_ms(1_000_000), StoreTime::from_ms(0))
             .deadlines,
         previous: Some(previous.clone()),
-    });
+    })));
     let (started, h) = start_on(dc, config()).await.unwrap();
-    let Started::Holding(agent) = started else {
+    let AcquireReply::Acquired(agent) = started else {
         panic!("not holding");
     };
     assert_eq!(agent.previous(), Some(&previous));
@@ -422,27 +423,28 @@ async fn lease_connect_returns_the_live_actor_elsewhere_or_a_tag_mismatch() {
     });
     let clock = Arc::new(TokioClock { start: now });
     let fra7: ReservationId = "fra.7".parse().unwrap();
-    *dc.acquire.lock().unwrap() = Some(Reply::HeldElsewhere {
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
         key: homing_core::Key::new(KeyName::new("room").unwrap()),
         reservation: fra7.clone(),
         actor: ActorId::new("10.2.0.1:9000").unwrap(),
         token: FencingToken::new(9),
-    });
+    })));
     match HostAgent::start_with(dc.clone(), clock.clone(), config(), actor.clone())
         .await
         .unwrap()
     {
-        Started::HeldElsewhere {
+        AcquireReply::HeldElsewhere(Holder {
             reservation, token, ..
-        } => assert_eq!((reservation, token), (fra7, FencingToken::new(9))),
+        }) => assert_eq!((reservation, token), (fra7, FencingToken::new(9))),
         other => panic!("{other:?}"),
     }
-    *dc.acquire.lock().unwrap() = Some(Reply::TagMismatch { existing: None });
+    *dc.acquire.lock().unwrap() =
+        Some(Reply::Acquire(AcquireReply::TagMismatch { existing: None }));
     assert!(matches!(
         HostAgent::start_with(dc.clone(), clock.clone(), config(), actor.clone())
             .await
             .unwrap(),
-        Started::TagMismatch { existing: None }
+        AcquireReply::TagMismatch { existing: None }
     ));
     *dc.acquire.lock().unwrap() =
         Some(Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, "no")));
@@ -474,7 +476,7 @@ async fn quic_agent(ca: &DevCa, dc: &TestDc, actor: Arc<Recorder>) -> HostAgent 
         .await
         .unwrap()
     {
-        Started::Holding(agent) => agent,
+        AcquireReply::Acquired(agent) => agent,
         other => panic!("{other:?}"),
     }
 }

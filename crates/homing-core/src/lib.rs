@@ -42,7 +42,9 @@ pub use actor::ActorId;
 pub use chain::{
     ChainError, ChainWalk, Link, LocalSegment, Need, Poll, Segment, SegmentError, Source, Walked,
 };
-pub use connect::{Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, Written};
+pub use connect::{
+    AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, Written,
+};
 pub use dc::DcId;
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;

@@ -5,6 +5,7 @@
 //! record is abandoned at once — and a resolve, which reads with the
 //! linearizable `get`, must never see the stale "absent".
 
+use homing_core::{AcquireReply, Holder};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,9 +125,9 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
         .expect("answered in time")
         .unwrap();
     match &reply {
-        Reply::HeldElsewhere {
+        Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        } => {
+        })) => {
             assert_eq!(reservation, &holder);
             assert_eq!(actor.as_str(), "first");
         }

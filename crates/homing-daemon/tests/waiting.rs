@@ -4,6 +4,7 @@
 //! learns how the previous run ended, and gives up with `HeldElsewhere` when
 //! its wait runs out.
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::time::{Duration, Instant};
 
 use homing_core::{
@@ -81,16 +82,16 @@ impl Host {
 
 fn held(reply: &Reply) -> (ReservationId, FencingToken) {
     match reply {
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
-        } => (reservation.clone(), *token),
+        })) => (reservation.clone(), *token),
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
 
 fn previous(reply: &Reply) -> Option<PreviousRun> {
     match reply {
-        Reply::Acquired { previous, .. } => previous.clone(),
+        Reply::Acquire(AcquireReply::Acquired(Grant { previous, .. })) => previous.clone(),
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
@@ -216,7 +217,7 @@ async fn waiters_are_served_in_order_bounded_and_time_out_with_held_elsewhere() 
         assert_eq!(held(&a).1, token.next());
         let b_started = Instant::now();
         match b.await.unwrap() {
-            Reply::HeldElsewhere { actor, .. } => {
+            Reply::Acquire(AcquireReply::HeldElsewhere(Holder { actor, .. })) => {
                 assert_eq!(actor.as_str(), "waiter-a")
             }
             other => panic!("expected HeldElsewhere, got {other:?}"),

@@ -2,7 +2,7 @@
 //! daemons. quinn + rustls with the ring provider, TLS 1.3 only, mutual TLS:
 //! every peer presents a certificate from the deployment's CA whose SAN URI
 //! `homing://<role>[/<dc>]` names its [`homing_core::Identity`]. ALPN
-//! `homing/2` carries the protocol version. Each request is one bidirectional
+//! `homing/3` carries the protocol version. Each request is one bidirectional
 //! stream holding one postcard frame each way, over one pooled connection per
 //! peer; the server authorizes every request by the caller's certificate.
 //!

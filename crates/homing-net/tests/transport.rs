@@ -507,7 +507,7 @@ async fn an_alpn_mismatch_fails_the_handshake_and_is_logged_as_a_version_mismatc
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/2")),
+                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/3")),
             "{warnings:?}"
         );
     })
