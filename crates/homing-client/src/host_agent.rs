@@ -211,8 +211,8 @@ pub enum AgentError {
 /// ```no_run
 /// # async fn example(client: homing_net::Client, own_dc: homing_net::Peer,
 /// #     actor: std::sync::Arc<dyn homing_client::Actor>) -> Result<(), Box<dyn std::error::Error>> {
-/// use homing_client::{HostAgent, HostAgentConfig, Started};
-/// use homing_core::{ActorId, KeyConfig, KeyName};
+/// use homing_client::{HostAgent, HostAgentConfig};
+/// use homing_core::{AcquireReply, ActorId, KeyConfig, KeyName};
 /// // `client` presents a host certificate of `own_dc`.
 /// let config = HostAgentConfig::new(own_dc, KeyConfig::named(KeyName::new("room-42")?),
 ///     ActorId::new("10.0.3.9:9000")?);

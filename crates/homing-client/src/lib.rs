@@ -42,8 +42,8 @@
 //! ```no_run
 //! # async fn host() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use homing_client::{Actor, HostAgent, HostAgentConfig, Started};
-//! use homing_core::{ActorId, DcId, KeyConfig, KeyName};
+//! use homing_client::{Actor, HostAgent, HostAgentConfig};
+//! use homing_core::{AcquireReply, ActorId, DcId, Holder, KeyConfig, KeyName};
 //! use homing_net::{Client, ClientLimits, Peer, TlsIdentity};
 //!
 //! struct Room;
