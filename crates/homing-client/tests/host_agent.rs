@@ -243,7 +243,7 @@ async fn lease_a_silent_dc_soft_then_hard_terminates_at_the_deadlines() {
     h.dc.set(Mode::Silent);
     let mut state = agent.watch_state();
     sleep_ms(20_000).await;
-    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 9_000)]);
+    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 8_999)]);
     assert_eq!(agent.state(), AgentState::HardTerminated);
     assert_eq!(*state.borrow_and_update(), AgentState::HardTerminated);
     // Retries were bounded by the soft deadline; none after it.
@@ -286,7 +286,7 @@ async fn lease_draining_stops_renewals_and_terminates_at_the_last_deadlines() {
     sleep_ms(4_000).await;
     h.dc.set(Mode::Draining);
     sleep_ms(20_000).await;
-    assert_eq!(h.actor.calls(), vec![("soft", 10_330), ("hard", 12_330)]);
+    assert_eq!(h.actor.calls(), vec![("soft", 10_330), ("hard", 12_329)]);
     let renewals: Vec<u128> = h.dc.renewals().iter().map(|d| d.as_millis()).collect();
     assert_eq!(renewals, vec![3_330, 6_660], "no renewal after Draining");
     assert_eq!(agent.state(), AgentState::HardTerminated);
@@ -372,7 +372,7 @@ async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it(
         reservation: "iad.1".parse().unwrap(),
         token: FencingToken::new(3),
         deadlines: LeasePolicy::DEFAULT
-            .grant(HostTime::from_ms(1_000_000), StoreTime::from_ms(0))
+            .grant(HostTime::from_ms(5_000_000), StoreTime::from_ms(0))
             .deadlines,
         previous: Some(previous.clone()),
     })));
@@ -387,6 +387,32 @@ async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it(
         Some((_, Request::Release { outcome, .. })) => assert_eq!(outcome, &failed),
         other => panic!("{other:?}"),
     }
+}
+
+/// A grant that arrives at or after its soft deadline (here: deadlines from
+/// a DC that answered long after the host sent) is never held: the agent
+/// releases it and the start fails as `Unavailable`, so nothing runs on it.
+#[tokio::test(start_paused = true)]
+async fn lease_a_grant_arriving_after_its_soft_deadline_is_released_not_held() {
+    let dc = MemoryDc::new(Instant::now());
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquire(AcquireReply::Acquired(Grant {
+        key: homing_core::Key::new(KeyName::new("room").unwrap()),
+        reservation: "iad.1".parse().unwrap(),
+        token: FencingToken::new(1),
+        // Granted for a request sent 8 s before the one this host sent.
+        deadlines: LeasePolicy::DEFAULT
+            .grant(HostTime::from_ms(4_992_000), StoreTime::from_ms(0))
+            .deadlines,
+        previous: None,
+    })));
+    let Err(error) = start_on(dc.clone(), config()).await else {
+        panic!("a late grant must not be held");
+    };
+    assert!(
+        matches!(&error, AgentError::Unavailable { reason, .. } if reason.contains("soft deadline")),
+        "{error}"
+    );
+    assert_eq!(dc.count("release"), 1, "the late grant is given back");
 }
 
 #[tokio::test(start_paused = true)]
@@ -410,7 +436,7 @@ async fn lease_a_dropped_agent_stops_renewing_but_still_terminates_the_actor() {
     drop(agent);
     sleep_ms(20_000).await;
     assert_eq!(h.dc.count("renew"), 0);
-    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 9_000)]);
+    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 8_999)]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -29,6 +29,7 @@ pub mod connect;
 pub mod dc;
 pub mod event;
 pub mod fencing;
+pub mod host_lease;
 pub mod key;
 pub mod label;
 pub mod lease;
@@ -48,6 +49,7 @@ pub use connect::{
 pub use dc::DcId;
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;
+pub use host_lease::{HostInstant, HostLease, HostLeasePoll};
 pub use key::{Key, KeyConfig, KeyName, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
