@@ -89,6 +89,12 @@ pub struct ServerStats {
     pub(crate) admission: Arc<Admission>,
 }
 
+impl std::fmt::Debug for ServerStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
 impl ServerStats {
     /// A copy of every counter now.
     pub fn snapshot(&self) -> ConnectionStats {
@@ -216,5 +222,33 @@ impl Counters {
     pub(crate) fn unbuffer(&self, removed: usize) {
         self.request_bytes_buffered
             .fetch_sub(removed, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_failures_logs_the_first_of_each_kind_per_interval_and_counts_all() {
+        let counters = Counters::default();
+        assert!(counters.handshake_failed("tls"), "the first is logged");
+        for _ in 0..10_000 {
+            assert!(
+                !counters.handshake_failed("tls"),
+                "the rest are only counted"
+            );
+        }
+        assert!(counters.refused("router", "identity_share"));
+        assert!(counters.handshake_failed("timeout"));
+        counters.log_summary(10_000);
+        assert!(
+            counters.handshake_failed("tls"),
+            "a new interval logs again"
+        );
+        let stats = counters.snapshot();
+        assert_eq!(stats.handshake_failures["tls"], 10_002);
+        assert_eq!(stats.handshake_failures["timeout"], 1);
+        assert_eq!(stats.refusals[&("router", "identity_share")], 1);
     }
 }
