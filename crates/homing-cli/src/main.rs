@@ -288,7 +288,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Inspect(args) => return scope::inspect(args).await,
         Command::Migrate(args) => return migrate::run(args).await,
         // Exit codes of its own (COMMAND's status among them).
-        Command::Hold(args) => std::process::exit(hold::run(args).await),
+        Command::Hold(args) => {
+            let code = hold::run(args).await;
+            reach::close_clients().await;
+            std::process::exit(code)
+        }
     }
     Ok(true)
 }
@@ -301,7 +305,10 @@ async fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()).await {
+    let outcome = run(Cli::parse()).await;
+    // Before exiting, whatever the outcome: the DCs free our connections now.
+    reach::close_clients().await;
+    match outcome {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -68,7 +69,35 @@ impl Reach {
             bail!("--as {role}: the CLI acts as admin or router");
         }
         let tls = load_identity(&self.certs, &Identity::new(role, None)?)?;
-        Ok(Client::new(&tls, ClientLimits::default())?)
+        Ok(closed_at_exit(Client::new(&tls, ClientLimits::default())?))
+    }
+}
+
+/// The clients this process made, for [`close_clients`]: a client that is
+/// only dropped when the process exits leaves its connections open at the
+/// DCs until their idle timeout, and a script calling `homing` in a loop
+/// would fill a DC's connection table.
+static CLIENTS: Mutex<Vec<Client>> = Mutex::new(Vec::new());
+
+/// `client`, remembered to be closed by [`close_clients`].
+pub fn closed_at_exit(client: Client) -> Client {
+    CLIENTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(client.clone());
+    client
+}
+
+/// Closes every client made through [`closed_at_exit`], each bounded by
+/// homing-net's close wait. Called once, before the process exits.
+pub async fn close_clients() {
+    let clients = std::mem::take(
+        &mut *CLIENTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    );
+    for client in clients {
+        client.close().await;
     }
 }
 

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use homing_net::{Client, ClientLimits, Server, ServerLimits, TlsIdentity};
+use homing_net::{Client, ClientLimits, Server, TlsIdentity};
 use homing_store::{DcStore, GlobalStore};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -97,10 +97,11 @@ impl Daemon {
             config.listen,
             tls,
             config.dc.clone(),
-            ServerLimits::default(),
+            config.server_limits.clone(),
             node.clone(),
         )
         .await?;
+        metrics.attach_connections(server.stats());
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(upkeep::run(
             node.clone(),

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -75,6 +75,7 @@ pub struct Metrics {
     active_leases: AtomicU64,
     waiters: Arc<AtomicU64>,
     event_head: AtomicU64,
+    connections: OnceLock<homing_net::ServerStats>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -132,6 +133,11 @@ impl Metrics {
     /// The DC's last event sequence number, as of the last reaper pass.
     pub fn set_event_head(&self, seq: u64) {
         self.event_head.store(seq, Ordering::Relaxed);
+    }
+
+    /// Shows the QUIC server's connection counters too (set once, at start).
+    pub fn attach_connections(&self, stats: homing_net::ServerStats) {
+        let _ = self.connections.set(stats);
     }
 
     /// Requests counted so far with this kind and outcome.
@@ -202,8 +208,52 @@ impl Metrics {
             "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
             self.event_head.load(Ordering::Relaxed)
         );
+        if let Some(stats) = self.connections.get() {
+            render_connections(&mut out, &stats.snapshot());
+        }
         out
     }
+}
+
+/// The QUIC server's connection counters, in Prometheus text format.
+fn render_connections(out: &mut String, stats: &homing_net::ConnectionStats) {
+    out.push_str("# HELP homing_connections Connections holding a slot, by the caller's role.\n# TYPE homing_connections gauge\n");
+    for (role, n) in &stats.open {
+        let _ = writeln!(out, "homing_connections{{role=\"{role}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP homing_handshakes TLS handshakes in progress.\n# TYPE homing_handshakes gauge\nhoming_handshakes {}",
+        stats.handshakes
+    );
+    out.push_str("# HELP homing_connection_refusals_total Connections refused, by role (unauthenticated before the handshake) and the share or limit that was full.\n# TYPE homing_connection_refusals_total counter\n");
+    for ((role, reason), n) in &stats.refusals {
+        let _ = writeln!(
+            out,
+            "homing_connection_refusals_total{{role=\"{role}\",reason=\"{reason}\"}} {n}"
+        );
+    }
+    out.push_str("# HELP homing_connection_closes_total Connections ended, by how: graceful (the caller closed), idle_timeout, error, local.\n# TYPE homing_connection_closes_total counter\n");
+    for (kind, n) in &stats.closes {
+        let _ = writeln!(out, "homing_connection_closes_total{{kind=\"{kind}\"}} {n}");
+    }
+    out.push_str("# HELP homing_handshake_failures_total Handshakes that failed, by reason.\n# TYPE homing_handshake_failures_total counter\n");
+    for (reason, n) in &stats.handshake_failures {
+        let _ = writeln!(
+            out,
+            "homing_handshake_failures_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP homing_handshake_retries_total QUIC Retry packets sent to make callers prove their address.\n# TYPE homing_handshake_retries_total counter\nhoming_handshake_retries_total {}",
+        stats.retries
+    );
+    let _ = writeln!(
+        out,
+        "# HELP homing_request_bytes_buffered Request bytes held in partly read frames.\n# TYPE homing_request_bytes_buffered gauge\nhoming_request_bytes_buffered {}",
+        stats.request_bytes_buffered
+    );
 }
 
 /// Serves `/metrics` and `/healthz` on `listener` until `shutdown` turns true.

@@ -23,6 +23,7 @@
 //! # let _ = reply; Ok(()) }
 //! ```
 
+mod admission;
 mod client;
 mod error;
 pub mod frame;
@@ -32,17 +33,20 @@ pub mod pki;
 mod pool;
 pub mod relay;
 mod server;
+mod stats;
 mod tls;
 mod unacked;
 
+pub use admission::Refusal;
 pub use client::Client;
 pub use error::NetError;
 pub use identity::{CertIdentityError, identity_from_cert, identity_uri, node_server_name};
-pub use limits::{ClientLimits, ServerLimits};
+pub use limits::{ClientLimits, ConnectionShares, ServerLimits};
 pub use pki::{DevCa, IssuedCert, PkiError, generate_dev_pki};
 pub use pool::Peer;
 pub use relay::Relay;
 pub use server::{Handler, Server};
+pub use stats::{CloseKind, ConnectionStats, ServerStats};
 pub use tls::TlsIdentity;
 
 /// Locks `mutex`, ignoring poisoning: every critical section in this crate

@@ -232,7 +232,7 @@ impl Plan {
         };
         let identity = Identity::new(Role::Host, Some(dc.clone()))?;
         let tls = reach::load_identity(&args.certs, &identity)?;
-        let client = Client::new(&tls, ClientLimits::default())?;
+        let client = reach::closed_at_exit(Client::new(&tls, ClientLimits::default())?);
         let mut config = HostAgentConfig::new(Peer { addr, dc }, key, actor);
         config.wait_ms = args.wait_ms;
         config.request_timeout_ms = args.request_timeout_ms;
