@@ -613,6 +613,18 @@ impl Sim {
 
     /// Sends a request and arms its timeout; returns the RPC id.
     pub(crate) fn request(&mut self, from: NodeId, to: NodeId, key: u32, request: Request) -> u64 {
+        self.request_within(from, to, key, request, self.request_timeout_us)
+    }
+
+    /// [`Sim::request`] given up on after `timeout_us` instead of the request timeout.
+    pub(crate) fn request_within(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        key: u32,
+        request: Request,
+        timeout_us: u64,
+    ) -> u64 {
         let rpc = self.rpc();
         self.send(Message {
             from,
@@ -621,10 +633,7 @@ impl Sim {
             key,
             body: Body::Request(request),
         });
-        self.schedule(
-            self.now + self.request_timeout_us,
-            Event::Timeout { node: from, rpc },
-        );
+        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
         rpc
     }
 
