@@ -625,15 +625,8 @@ impl Sim {
         request: Request,
         timeout_us: u64,
     ) -> u64 {
-        let rpc = self.rpc();
-        self.send(Message {
-            from,
-            to,
-            rpc,
-            key,
-            body: Body::Request(request),
-        });
-        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
+        let (rpc, message) = self.request_message(from, to, key, request, timeout_us);
+        self.send(message);
         rpc
     }
 
@@ -647,7 +640,22 @@ impl Sim {
         request: Request,
         timeout_us: u64,
     ) -> u64 {
+        let (rpc, message) = self.request_message(from, to, key, request, timeout_us);
+        self.stream_send(message);
+        rpc
+    }
+
+    /// A new RPC's request message, its timeout armed.
+    fn request_message(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        key: u32,
+        request: Request,
+        timeout_us: u64,
+    ) -> (u64, Message) {
         let rpc = self.rpc();
+        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
         let message = Message {
             from,
             to,
@@ -655,9 +663,7 @@ impl Sim {
             key,
             body: Body::Request(request),
         };
-        self.stream_send(message);
-        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
-        rpc
+        (rpc, message)
     }
 
     /// Answers DC `d`'s parked request on its QUIC stream.

@@ -522,6 +522,7 @@ struct LeaseTask {
 
 impl LeaseTask {
     async fn run(mut self) {
+        let mut owner_gone = false;
         loop {
             let now = self.clock.instant(Instant::now());
             match self.lease.poll(now) {
@@ -530,32 +531,17 @@ impl LeaseTask {
                 HostLeasePoll::Renew { by } => self.renew(by).await,
                 HostLeasePoll::Wait { until } => tokio::select! {
                     _ = tokio::time::sleep_until(self.clock.at(until)) => {}
-                    changed = self.command.changed() => match changed {
+                    changed = self.command.changed(), if !owner_gone => match changed {
                         Ok(()) if *self.command.borrow() == Command::Exit => return,
                         Ok(()) => {}
                         // The HostAgent was dropped without stop(): nobody will
                         // release, so stop renewing and let the deadlines run out.
                         Err(_) => {
+                            owner_gone = true;
                             self.lease.stop_renewing();
-                            return self.run_out().await;
                         }
                     },
                 },
-            }
-        }
-    }
-
-    /// With the owner gone: terminate the actor at the deadlines held.
-    async fn run_out(mut self) {
-        loop {
-            let now = self.clock.instant(Instant::now());
-            match self.lease.poll(now) {
-                HostLeasePoll::HardTerminate(cause) => return self.hard_terminate(cause),
-                HostLeasePoll::SoftTerminate => self.soft_terminate(),
-                HostLeasePoll::Renew { .. } => unreachable!("renewals stopped"),
-                HostLeasePoll::Wait { until } => {
-                    tokio::time::sleep_until(self.clock.at(until)).await
-                }
             }
         }
     }
