@@ -699,7 +699,8 @@ impl Node {
         to: ReservationId,
         expected: FencingToken,
     ) -> Result<Reply, Failure> {
-        let change = Change::link(caller.dc(), to.clone(), expected).map_err(Failure::Reply)?;
+        let change =
+            Change::link(caller.dc(), &from, to.clone(), expected).map_err(Failure::Reply)?;
         let reply = answer(self.update(&from, change).await?);
         if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");
