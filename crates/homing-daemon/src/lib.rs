@@ -116,7 +116,13 @@ impl Daemon {
         if let Some(addr) = config.metrics_listen {
             let listener = metrics::bind(addr).await?;
             metrics_addr = Some(listener.local_addr()?);
-            tasks.push(tokio::spawn(metrics::serve(listener, metrics, stopped)));
+            let health = metrics::Health {
+                global: node.global().clone(),
+                records: node.records().clone(),
+            };
+            tasks.push(tokio::spawn(metrics::serve(
+                listener, metrics, health, stopped,
+            )));
         }
         tracing::info!(dc = %config.dc, listen = %server.local_addr(), peers = config.peers.len(), "homingd serving");
         Ok(Daemon {

@@ -125,6 +125,14 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The writer thread runs and a read transaction opens.
+    fn health(&self) -> Result<(), StoreError> {
+        self.writer.running()?;
+        self.read_here(|txn| txn.open_table(META).map(|_| ()).map_err(backend))
+    }
+}
+
 fn unexpected() -> StoreError {
     backend("writer answered with the wrong outcome kind")
 }
@@ -149,6 +157,10 @@ impl RedbGlobalStore {
 
 #[async_trait]
 impl GlobalStore for RedbGlobalStore {
+    async fn health(&self) -> Result<(), StoreError> {
+        self.shared.health()
+    }
+
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
         let key = keyspace::key_bytes(key);
         self.shared.read_here(|txn| {
@@ -265,6 +277,10 @@ fn read_record(txn: &redb::ReadTransaction, id: &[u8]) -> Result<Option<DcRecord
 
 #[async_trait]
 impl DcStore for RedbDcStore {
+    async fn health(&self) -> Result<(), StoreError> {
+        self.shared.health()
+    }
+
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
         let id = keyspace::id_bytes(id);
         self.shared.read_here(|txn| read_record(txn, &id))
@@ -471,6 +487,29 @@ mod tests {
         crate::conformance_tests!(super::RedbBackend::new(super::RedbOptions {
             commit: super::CommitMode::PerOp
         }));
+    }
+
+    #[tokio::test]
+    async fn a_dead_writer_thread_makes_the_store_unhealthy_though_reads_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbDcStore::open(dir.path().join("dc.redb"), RedbOptions::default()).unwrap();
+        store.health().await.unwrap();
+        let crashed = store.shared.writer.submit(crate::writer::Op::Crash).await;
+        assert!(matches!(crashed, Err(StoreError::Unavailable { .. })));
+        // The panic ends the thread; its reply channel closed first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.shared.writer.running().is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "writer thread still runs"
+            );
+            std::thread::yield_now();
+        }
+        assert!(store.events(0, 0).await.is_ok(), "reads still work");
+        assert!(matches!(
+            store.health().await,
+            Err(StoreError::Unavailable { .. })
+        ));
     }
 
     #[test]

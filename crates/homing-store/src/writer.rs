@@ -56,6 +56,9 @@ pub(crate) enum Op {
     ImportEvent { event: Event, value: Vec<u8> },
     /// Delete every event with a seq below this.
     TrimEvents(EventSeq),
+    /// Tests: panic in the writer thread, as a bug in redb would.
+    #[cfg(test)]
+    Crash,
 }
 
 /// What an applied [`Op`] found.
@@ -113,6 +116,16 @@ impl Writer {
             queue: Some(queue),
             thread: Some(thread),
         })
+    }
+
+    /// `Ok` while the writer thread runs. A thread that died (a panic in
+    /// redb) leaves every later write of the store failing while reads still
+    /// work: health checks must ask this, not only read.
+    pub(crate) fn running(&self) -> Result<(), StoreError> {
+        match &self.thread {
+            Some(thread) if !thread.is_finished() => Ok(()),
+            _ => Err(stopped()),
+        }
     }
 
     /// Queues `op` and waits until its transaction committed (or failed).
@@ -248,6 +261,8 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
             t.events.retain_in(..*before, |_, _| false)?;
             Ok(Outcome::Trimmed)
         }
+        #[cfg(test)]
+        Op::Crash => panic!("the writer thread crashes on purpose"),
     }
 }
 
