@@ -77,6 +77,21 @@ impl Shared {
             },
             e => backend(e),
         })?;
+        Shared::start(db, options)
+    }
+
+    /// Over storage other than a file (see `RedbDcStore::on_storage`).
+    fn on_storage(
+        storage: impl redb::StorageBackend,
+        options: RedbOptions,
+    ) -> Result<Shared, StoreError> {
+        let db = Database::builder()
+            .create_with_backend(storage)
+            .map_err(backend)?;
+        Shared::start(db, options)
+    }
+
+    fn start(db: Database, options: RedbOptions) -> Result<Shared, StoreError> {
         // Create every table up front so read transactions never miss one.
         let txn = db.begin_write().map_err(backend)?;
         for table in [GLOBAL, RECORDS, BY_KEY] {
@@ -151,6 +166,17 @@ impl RedbGlobalStore {
     ) -> Result<RedbGlobalStore, StoreError> {
         Ok(RedbGlobalStore {
             shared: Shared::open(path.as_ref(), options)?,
+        })
+    }
+
+    /// Opens the global store on `storage` instead of a file (see
+    /// [`RedbDcStore::on_storage`]).
+    pub fn on_storage(
+        storage: impl redb::StorageBackend,
+        options: RedbOptions,
+    ) -> Result<RedbGlobalStore, StoreError> {
+        Ok(RedbGlobalStore {
+            shared: Shared::on_storage(storage, options)?,
         })
     }
 }
@@ -251,7 +277,20 @@ impl RedbDcStore {
     /// Opens (creating if needed) the DC store at `path`; the allocator
     /// resumes above every unique it may have handed out before.
     pub fn open(path: impl AsRef<Path>, options: RedbOptions) -> Result<RedbDcStore, StoreError> {
-        let shared = Shared::open(path.as_ref(), options)?;
+        RedbDcStore::resume(Shared::open(path.as_ref(), options)?)
+    }
+
+    /// Opens the DC store on `storage` instead of a file: for tests that
+    /// model the disk, such as a power cut that loses every write not yet
+    /// synced (`tests/redb_power_loss.rs`).
+    pub fn on_storage(
+        storage: impl redb::StorageBackend,
+        options: RedbOptions,
+    ) -> Result<RedbDcStore, StoreError> {
+        RedbDcStore::resume(Shared::on_storage(storage, options)?)
+    }
+
+    fn resume(shared: Shared) -> Result<RedbDcStore, StoreError> {
         let txn = shared.db.begin_read().map_err(backend)?;
         let meta = txn.open_table(META).map_err(backend)?;
         let high_water = meta
