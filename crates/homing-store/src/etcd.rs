@@ -128,8 +128,8 @@ impl Space {
 
     /// Runs `request` again (bounded) while it fails for want of a member.
     /// A retried write may have landed the first time: `set_if_absent` then
-    /// sees its own entry and a CAS sees its own record, which callers treat
-    /// as success (see `Cas::landed`).
+    /// sees its own entry, and a CAS whose append moved the record finds its
+    /// own record (see `Cas::after_unknown_outcome`).
     async fn retrying<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
     where
         F: Fn(KvClient) -> Fut,
@@ -536,12 +536,20 @@ impl DcStore for EtcdDcStore {
                 self.note(&record.id, response.kvs().first())?
             }
         };
+        // Whether our own append may have committed: the record moved under
+        // it, and the transport retries a transaction whose answer was lost.
+        let mut moved = false;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let event = homing_core::event::derive(stored.record.as_ref(), record);
-            // A retried write that had landed finds its own record here and
-            // answers `Conflict` with it (see `Cas::landed`).
             if let Some(conflict) = judge_cas(expected, record, stored.record)? {
-                return Ok(conflict);
+                // Only after our append moved the record can an equal record
+                // be ours (a retried write that had landed); before, it is
+                // someone else's identical write.
+                return Ok(if moved {
+                    conflict.after_unknown_outcome(record)
+                } else {
+                    conflict
+                });
             }
             let append = Append {
                 record_key: rk.clone(),
@@ -557,7 +565,10 @@ impl DcStore for EtcdDcStore {
                 }
                 // The record moved since it was read or cached: judge again
                 // against it as it is now.
-                Appended::Moved { now } => stored = self.note(&record.id, now.as_ref())?,
+                Appended::Moved { now } => {
+                    moved = true;
+                    stored = self.note(&record.id, now.as_ref())?
+                }
             }
         }
         Err(StoreError::Unavailable {

@@ -291,7 +291,8 @@ async fn attempt(
     }
     // A record that moved may have been written by this very group on an
     // earlier try whose answer was lost (the transport retries): its caller
-    // judges against it and recognises its own record (`Cas::landed`).
+    // judges against it and recognises its own record
+    // (`Cas::after_unknown_outcome`).
     let mut kept = Vec::with_capacity(group.len());
     for (q, kv) in group.drain(..).zip(now) {
         let revision = kv.as_ref().map(KeyValue::mod_revision);
