@@ -169,6 +169,21 @@ pub trait DcStore: Send + Sync + 'static {
     /// A floor below the current one changes nothing.
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError>;
 
+    /// Whether an unfinished `homing migrate` is copying into this store.
+    /// The migration marks its target DC stores before it copies and clears
+    /// the mark once the copy verified; homingd refuses to start on a marked
+    /// store (its allocator and records are still being brought in). A
+    /// backend that keeps no mark answers `false`.
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Sets or clears the mark [`DcStore::migrating`] reads, durably.
+    /// `Ok(false)`: this backend keeps no mark (nothing was written).
+    async fn set_migrating(&self, _on: bool) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     /// Whether the store serves now (homingd's `/healthz` asks): one read of
     /// the event log's bounds, plus what a backend needs to write (redb: its
     /// writer thread runs).

@@ -337,6 +337,11 @@ impl FdbDcStore {
     fn counter_key(&self) -> Vec<u8> {
         self.space.key(b"alloc", b"")
     }
+
+    /// Present while an unfinished migration copies into this store.
+    fn migrating_key(&self) -> Vec<u8> {
+        self.space.key(b"migrating", b"")
+    }
 }
 
 /// An 8-byte big-endian counter (the event head, the allocator's mark); absent is 0.
@@ -599,6 +604,25 @@ impl DcStore for FdbDcStore {
             ))
         })?;
         decode_counter("allocator", mark.as_deref())
+    }
+
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        let key = self.migrating_key();
+        transact!(self.space, trx, {
+            Ok(Step::Done(step!(trx.get(&key, false).await).is_some()))
+        })
+    }
+
+    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+        let key = self.migrating_key();
+        transact!(self.space, trx, {
+            if on {
+                trx.set(&key, b"1");
+            } else {
+                trx.clear(&key);
+            }
+            Ok(Step::Done(true))
+        })
     }
 
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {

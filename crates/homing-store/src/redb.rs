@@ -26,7 +26,8 @@ use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 use crate::writer::{
-    BY_KEY, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, Op, Outcome, RECORDS, Writer, backend,
+    BY_KEY, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, MIGRATING, Op, Outcome, RECORDS, Writer,
+    backend,
 };
 
 /// Default most operations committed in one group (one transaction, one fsync).
@@ -448,6 +449,21 @@ impl DcStore for RedbDcStore {
                 Ok(high_water.map_or(0, |v| v.value()))
             })
             .await
+    }
+
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        self.shared.read_here(|txn| {
+            let meta = txn.open_table(META).map_err(backend)?;
+            let mark = meta.get(MIGRATING).map_err(backend)?;
+            Ok(mark.is_some_and(|v| v.value() != 0))
+        })
+    }
+
+    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+        match self.shared.writer.submit(Op::Migrating(on)).await? {
+            Outcome::Migrating => Ok(true),
+            _ => Err(unexpected()),
+        }
     }
 
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {

@@ -34,6 +34,8 @@ pub(crate) const HIGH_WATER: &str = "allocator_high_water";
 /// The seq of the last event ever appended, in [`META`]: kept apart from
 /// [`EVENTS`] so that trimming every event does not reset it.
 pub(crate) const EVENT_HEAD: &str = "event_head";
+/// `1` in [`META`] while an unfinished migration copies into the store.
+pub(crate) const MIGRATING: &str = "migrating";
 
 /// Operations queued for the writer before senders wait (backpressure).
 pub const WRITE_QUEUE_OPS_MAX: usize = 4096;
@@ -56,6 +58,8 @@ pub(crate) enum Op {
     ImportEvent { event: Event, value: Vec<u8> },
     /// Delete every event with a seq below this.
     TrimEvents(EventSeq),
+    /// Set or clear the migration mark.
+    Migrating(bool),
     /// Tests: panic in the writer thread, as a bug in redb would.
     #[cfg(test)]
     Crash,
@@ -75,6 +79,8 @@ pub(crate) enum Outcome {
     ImportEvent(Import<Event>),
     /// The events are gone.
     Trimmed,
+    /// The migration mark is durable.
+    Migrating,
 }
 
 struct Request {
@@ -260,6 +266,10 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
         Op::TrimEvents(before) => {
             t.events.retain_in(..*before, |_, _| false)?;
             Ok(Outcome::Trimmed)
+        }
+        Op::Migrating(on) => {
+            t.meta.insert(MIGRATING, u64::from(*on))?;
+            Ok(Outcome::Migrating)
         }
         #[cfg(test)]
         Op::Crash => panic!("the writer thread crashes on purpose"),

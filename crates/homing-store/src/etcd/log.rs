@@ -57,6 +57,9 @@ pub(super) enum Appended {
     Moved {
         /// The record's kv as the failed transaction read it back.
         now: Option<KeyValue>,
+        /// The transaction was resent after a lost answer: an earlier
+        /// attempt may have written this very record.
+        resent: bool,
     },
 }
 
@@ -277,7 +280,7 @@ async fn attempt(
         reread.push(TxnOp::get(head_key.to_vec(), None));
     }
     let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
-    let (written, revision, responses) = space.txn_at(txn).await?;
+    let (written, revision, responses, resent) = space.txn_at(txn).await?;
     if written {
         if base.is_some() {
             *head = Some(seq);
@@ -299,7 +302,7 @@ async fn attempt(
         if revision == q.append.read_revision {
             kept.push(q);
         } else {
-            let _ = q.reply.send(Ok(Appended::Moved { now: kv }));
+            let _ = q.reply.send(Ok(Appended::Moved { now: kv, resent }));
         }
     }
     *group = kept;
