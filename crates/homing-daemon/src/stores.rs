@@ -784,4 +784,21 @@ mod tests {
         // Alone, a DC may keep its global store in its own redb file.
         assert!(check_global_store_shared(&config(None, &[])).is_ok());
     }
+
+    #[tokio::test]
+    async fn a_redb_target_that_a_homingd_holds_cannot_be_opened_for_a_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let iad = DcId::new("iad").unwrap();
+        // What homingd keeps open while it serves.
+        let served = RedbDcStore::open(redb_dc_path(dir.path(), &iad), RedbOptions::default());
+        let _served = served.unwrap();
+        let spec = parse(&format!("redb:{}", dir.path().display())).unwrap();
+        let err = StoreOpener::new()
+            .set(&spec, &[iad], OpenMode::Create)
+            .await
+            .err()
+            .expect("the live store is refused")
+            .to_string();
+        assert!(err.contains("already open"), "{err}");
+    }
 }

@@ -1,6 +1,7 @@
 //! homingd when its global store itself fails (not a peer DC): a resolve
 //! answers `Unavailable`, never "absent"; `/healthz` turns unhealthy and
-//! back; and the metrics endpoint closes a connection that sends nothing.
+//! back; the metrics endpoint closes a connection that sends nothing; and
+//! homingd refuses a DC store that an unfinished migration copies into.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +70,18 @@ impl GlobalStore for Switchable {
 }
 
 async fn start(global: Arc<Switchable>) -> (Daemon, tempfile::TempDir) {
+    let records = Arc::new(MemoryDcStore::new()) as Arc<dyn DcStore>;
+    let (daemon, dir) = start_on(global, records).await;
+    (daemon.unwrap(), dir)
+}
+
+async fn start_on(
+    global: Arc<Switchable>,
+    records: Arc<dyn DcStore>,
+) -> (
+    Result<Daemon, homing_daemon::DaemonError>,
+    tempfile::TempDir,
+) {
     let iad = DcId::new("iad").unwrap();
     let ca = DevCa::generate("store faults test ca").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -86,10 +99,7 @@ async fn start(global: Arc<Switchable>) -> (Daemon, tempfile::TempDir) {
     let tls = ca
         .tls_identity(&Identity::new(Role::Node, Some(iad)).unwrap())
         .unwrap();
-    let records = Arc::new(MemoryDcStore::new()) as Arc<dyn DcStore>;
-    let daemon = Daemon::start(&config, &tls, global as Arc<dyn GlobalStore>, records)
-        .await
-        .unwrap();
+    let daemon = Daemon::start(&config, &tls, global as Arc<dyn GlobalStore>, records).await;
     (daemon, dir)
 }
 
@@ -202,4 +212,27 @@ async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
         "a connection that sent nothing is still open"
     );
     daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn store_faults_homingd_refuses_a_dc_store_an_unfinished_migration_copies_into() {
+    let global = Arc::new(Switchable {
+        inner: MemoryGlobalStore::new(),
+        down: AtomicBool::new(false),
+    });
+    let records = Arc::new(MemoryDcStore::new());
+    assert!(records.set_migrating(true).await.unwrap());
+    let (refused, _dir) = start_on(global.clone(), records.clone()).await;
+    let err = refused
+        .err()
+        .expect("a marked store is refused")
+        .to_string();
+    assert!(
+        err.contains("unfinished `homing migrate`") && err.contains("iad"),
+        "{err}"
+    );
+    // Once the migration finished (cleared its mark), homingd starts.
+    records.set_migrating(false).await.unwrap();
+    let (started, _dir) = start_on(global, records).await;
+    started.unwrap().shutdown().await;
 }

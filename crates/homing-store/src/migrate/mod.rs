@@ -433,6 +433,30 @@ mod tests {
         assert_eq!(report.dcs[0].events.present, 10);
     }
 
+    async fn marked(set: &StoreSet) -> bool {
+        set.dcs[0].1.migrating().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_target_stays_marked_until_a_copy_verifies() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 20).await;
+        run(&source, &target, true).await;
+        assert!(!marked(&target).await, "a dry run marks nothing");
+        // A copy that ends in a conflict leaves the target marked: homingd
+        // must not start on it.
+        let mut record = all_records(source.dcs[0].1.as_ref()).await.remove(3);
+        record.allow_renew = !record.allow_renew;
+        target.dcs[0].1.import(&record).await.unwrap();
+        assert!(!run(&source, &target, false).await.ok());
+        assert!(marked(&target).await, "an unfinished copy leaves its mark");
+        assert!(!marked(&source).await, "the source is never marked");
+        // A copy that verifies frees it.
+        let fresh = memory_set(&["iad"]);
+        assert!(run(&source, &fresh, false).await.ok());
+        assert!(!marked(&fresh).await, "a verified copy clears its mark");
+    }
+
     #[tokio::test]
     async fn conflicts_are_reported_with_both_values_and_never_overwritten() {
         let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
