@@ -575,7 +575,9 @@ async fn etcd_a_killed_member_does_not_stop_reserves_on_the_remaining_quorum() {
                     .await;
                     let ok = match reply {
                         Ok(Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
-                            reservation, token, ..
+                            reservation,
+                            token,
+                            ..
                         })))) => {
                             acknowledged
                                 .lock()
