@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use homing_client::{ResolveError, Resolver, ResolverConfig};
 use homing_core::chain::{HOP_LIMIT_DEFAULT, Link};
 use homing_core::wire::{self, FRAME_BYTES_MAX};
+use homing_core::{AcquireReply, Holder};
 use homing_core::{
     ActorId, DcId, ErrorKind, FencingToken, Identity, Reply, Request, ReservationId, Role, Segment,
     TailState, TailView,

@@ -10,7 +10,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use homing_client::{Actor, AgentState, HostAgent, HostAgentConfig, ResolveError, Started};
+use homing_client::{Actor, AgentState, HostAgent, HostAgentConfig, ResolveError};
+use homing_core::{AcquireReply, Grant, Holder};
 use homing_core::{
     ActorId, DcId, ErrorKind, FencingToken, KeyConfig, KeyName, ReleaseReply, RenewReply, Reply,
     Request, ReservationId,
