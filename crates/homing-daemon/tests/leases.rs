@@ -7,21 +7,17 @@
 use std::time::Duration;
 
 use homing_core::{
-    AcquireReply, ActorId, DcId, ErrorKind, FencingToken, Grant, Holder, HostTime, KeyConfig,
-    KeyName, ReleaseReply, RenewReply, Reply, Request, ReservationId, Role, RunOutcome,
+    AcquireReply, ActorId, DcId, ErrorKind, FencingToken, Holder, KeyConfig, KeyName, ReleaseReply,
+    RenewReply, Reply, Request, ReservationId, Role, RunOutcome,
 };
 use homing_daemon::{Devnet, DevnetOptions};
 use homing_net::Client;
 
+mod support;
+use support::{held, now};
+
 fn dc(name: &str) -> DcId {
     DcId::new(name).unwrap()
-}
-
-fn now() -> HostTime {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    HostTime::from_ms(since_epoch.as_millis() as u64)
 }
 
 fn acquire(actor: &str) -> Request {
@@ -38,15 +34,6 @@ fn release(reservation: &ReservationId, token: FencingToken) -> Request {
         reservation: reservation.clone(),
         token,
         outcome: RunOutcome::Ok,
-    }
-}
-
-fn held(reply: &Reply) -> (ReservationId, FencingToken) {
-    match reply {
-        Reply::Acquire(AcquireReply::Acquired(Grant {
-            reservation, token, ..
-        })) => (reservation.clone(), *token),
-        other => panic!("expected Acquired, got {other:?}"),
     }
 }
 

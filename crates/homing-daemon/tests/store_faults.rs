@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use homing_core::{
-    DcId, ErrorKind, ErrorReply, Identity, Key, KeyName, Reply, Request, ReservationId, Role,
+    ErrorKind, ErrorReply, Identity, Key, KeyName, Reply, Request, ReservationId, Role,
 };
-use homing_daemon::{Config, Daemon, Settings};
+use homing_daemon::Daemon;
 use homing_net::{DevCa, Handler};
 use homing_store::{
     DcStore, GlobalStore, MemoryDcStore, MemoryGlobalStore, SetIfAbsent, StoreError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+mod support;
 
 /// Longest any step here may take on a loaded machine.
 const STEP_MS_MAX: u64 = 30_000;
@@ -30,6 +32,13 @@ struct Switchable {
 }
 
 impl Switchable {
+    fn new(down: bool) -> Arc<Switchable> {
+        Arc::new(Switchable {
+            inner: MemoryGlobalStore::new(),
+            down: AtomicBool::new(down),
+        })
+    }
+
     fn check(&self) -> Result<(), StoreError> {
         match self.down.load(Ordering::SeqCst) {
             true => Err(StoreError::Unavailable {
@@ -82,25 +91,8 @@ async fn start_on(
     Result<Daemon, homing_daemon::DaemonError>,
     tempfile::TempDir,
 ) {
-    let iad = DcId::new("iad").unwrap();
     let ca = DevCa::generate("store faults test ca").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let settings = Settings {
-        dc: Some("iad".into()),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
-        data_dir: Some(dir.path().to_path_buf()),
-        ca_cert: Some(dir.path().join("unused")),
-        cert: Some(dir.path().join("unused")),
-        key: Some(dir.path().join("unused")),
-        ..Settings::default()
-    };
-    let config = Config::from_settings(settings).unwrap();
-    let tls = ca
-        .tls_identity(&Identity::new(Role::Node, Some(iad)).unwrap())
-        .unwrap();
-    let daemon = Daemon::start(&config, &tls, global as Arc<dyn GlobalStore>, records).await;
-    (daemon, dir)
+    support::start_iad(&ca, global as Arc<dyn GlobalStore>, records, true).await
 }
 
 /// One GET over a fresh connection: the status code and the body.
@@ -133,10 +125,7 @@ fn room() -> Key {
 
 #[tokio::test]
 async fn store_faults_a_resolve_when_the_global_store_fails_is_unavailable_never_absent() {
-    let global = Arc::new(Switchable {
-        inner: MemoryGlobalStore::new(),
-        down: AtomicBool::new(true),
-    });
+    let global = Switchable::new(true);
     let (daemon, _dir) = start(global.clone()).await;
     let router = Identity::new(Role::Router, None).unwrap();
     let resolve = || {
@@ -162,10 +151,7 @@ async fn store_faults_a_resolve_when_the_global_store_fails_is_unavailable_never
 
 #[tokio::test]
 async fn store_faults_healthz_follows_the_global_store() {
-    let global = Arc::new(Switchable {
-        inner: MemoryGlobalStore::new(),
-        down: AtomicBool::new(false),
-    });
+    let global = Switchable::new(false);
     let (daemon, _dir) = start(global.clone()).await;
     assert_eq!(get(&daemon, "/healthz").await, (200, "ok\n".to_string()));
     global.down.store(true, Ordering::SeqCst);
@@ -188,10 +174,7 @@ async fn store_faults_healthz_follows_the_global_store() {
 
 #[tokio::test]
 async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
-    let global = Arc::new(Switchable {
-        inner: MemoryGlobalStore::new(),
-        down: AtomicBool::new(false),
-    });
+    let global = Switchable::new(false);
     let (daemon, _dir) = start(global).await;
     let addr = daemon.metrics_addr().expect("metrics enabled");
     let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -216,10 +199,7 @@ async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
 
 #[tokio::test]
 async fn store_faults_homingd_refuses_a_dc_store_an_unfinished_migration_copies_into() {
-    let global = Arc::new(Switchable {
-        inner: MemoryGlobalStore::new(),
-        down: AtomicBool::new(false),
-    });
+    let global = Switchable::new(false);
     let records = Arc::new(MemoryDcStore::new());
     assert!(records.set_migrating(true).await.unwrap());
     let (refused, _dir) = start_on(global.clone(), records.clone()).await;

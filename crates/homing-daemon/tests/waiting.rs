@@ -11,11 +11,14 @@ use homing_core::{AcquireReply, Grant, Holder};
 use std::time::{Duration, Instant};
 
 use homing_core::{
-    ActorId, DcId, ErrorKind, FailureReason, FencingToken, HostTime, KeyConfig, KeyName,
-    PreviousRun, ReleaseCause, ReleaseReply, Reply, Request, ReservationId, Role, RunOutcome,
+    ActorId, DcId, ErrorKind, FailureReason, KeyConfig, KeyName, PreviousRun, ReleaseCause,
+    ReleaseReply, Reply, Request, Role, RunOutcome,
 };
 use homing_daemon::{Devnet, DevnetOptions, Settings};
 use homing_net::Client;
+
+mod support;
+use support::{held, now};
 
 fn dc(name: &str) -> DcId {
     DcId::new(name).unwrap()
@@ -44,13 +47,6 @@ async fn devnet(dcs: &[&str], lease_ttl_ms: u64) -> Devnet {
     })
     .await
     .unwrap()
-}
-
-fn now() -> HostTime {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    HostTime::from_ms(since_epoch.as_millis() as u64)
 }
 
 fn acquire(name: &str, actor: &str, wait_ms: u32) -> Request {
@@ -100,15 +96,6 @@ async fn parked(net: &Devnet, at: &str, n: usize) {
         .clone();
     while node.waiting() != n {
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn held(reply: &Reply) -> (ReservationId, FencingToken) {
-    match reply {
-        Reply::Acquire(AcquireReply::Acquired(Grant {
-            reservation, token, ..
-        })) => (reservation.clone(), *token),
-        other => panic!("expected Acquired, got {other:?}"),
     }
 }
 
