@@ -81,7 +81,13 @@ async fn homing_in_a_loop_is_never_refused_and_holds_no_connections_after_it_exi
         wait_ms: 0,
     };
     let reply = dc.ask(&admin, &acquire).await;
-    assert!(matches!(reply, Reply::Acquired { .. }), "{reply:?}");
+    assert!(
+        matches!(
+            reply,
+            Reply::Acquire(homing_core::AcquireReply::Acquired(_))
+        ),
+        "{reply:?}"
+    );
     admin.close().await;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use homing_core::{
-    ActorId, Key, KeyConfig, KeyName, LeasePolicy, ReleaseCause, ReleaseReply, Reply, Request,
-    ReservationId, Role, RunOutcome,
+    AcquireReply, ActorId, Grant, Key, KeyConfig, KeyName, LeasePolicy, ReleaseCause, ReleaseReply,
+    Reply, Request, ReservationId, Role, RunOutcome,
 };
 use homing_e2e::cluster::{free_udp_addr, host_now};
 use homing_e2e::homing_binary;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use homing_client::Watcher;
+use homing_core::{AcquireReply, Grant, Holder};
 use homing_core::{
     ActorId, DcId, Deadlines, ErrorKind, Event, EventSeq, FailureReason, FencingToken, Key,
     KeyConfig, KeyName, LeasePolicy, Namespace, NamespaceScope, PreviousRun, ReleaseCause,

@@ -11,6 +11,8 @@ use homing_client::{Resolver, ResolverConfig};
 use homing_core::{DcId, Identity, Role};
 use homing_net::{Client, ClientLimits, Peer, TlsIdentity, pki::cert_name};
 
+use crate::exit::{BadInput, Exit, fail};
+
 /// Where the deployment is and who the CLI is.
 #[derive(Debug, Clone, Args)]
 pub struct Reach {
@@ -43,7 +45,8 @@ impl Reach {
             .into_iter()
             .find(|(name, _)| name == dc)
             .map(|(_, addr)| addr)
-            .with_context(|| format!("dc {dc} is not in the --dc table"))?;
+            .with_context(|| format!("dc {dc} is not in the --dc table"))
+            .bad_input("--dc")?;
         Ok(Peer {
             addr,
             dc: dc.clone(),
@@ -52,7 +55,8 @@ impl Reach {
 
     /// The nearest DC.
     pub fn nearest(&self) -> anyhow::Result<Peer> {
-        let (dc, addr) = self.dcs()?.into_iter().next().context("empty --dc table")?;
+        let first = self.dcs()?.into_iter().next();
+        let (dc, addr) = first.context("empty --dc table").bad_input("--dc")?;
         Ok(Peer { addr, dc })
     }
 
@@ -64,11 +68,15 @@ impl Reach {
 
     /// A QUIC client presenting the chosen role's certificate.
     pub fn client(&self) -> anyhow::Result<Client> {
-        let role: Role = self.role.parse().context("--as")?;
+        let role: Role = self.role.parse().bad_input("--as")?;
         if role.needs_dc() {
-            bail!("--as {role}: the CLI acts as admin or router");
+            return Err(fail(
+                Exit::BadInput,
+                format!("--as {role}: the CLI acts as admin or router"),
+            ));
         }
-        let tls = load_identity(&self.certs, &Identity::new(role, None)?)?;
+        let identity = Identity::new(role, None).bad_input("--as")?;
+        let tls = load_identity(&self.certs, &identity)?;
         Ok(closed_at_exit(Client::new(&tls, ClientLimits::default())?))
     }
 }
@@ -102,8 +110,12 @@ pub async fn close_clients() {
 }
 
 /// A DC table given as `--dc NAME=ADDR` entries (or `HOMING_DCS`), nearest
-/// first. Fails on an empty table, saying where to get one.
+/// first. Fails on an empty table, saying where to get one (bad input).
 pub fn parse_dc_table(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
+    parse_entries(entries).bad_input("the DC table")
+}
+
+fn parse_entries(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
     if entries.is_empty() {
         bail!(
             "no DCs given: pass --dc NAME=ADDR (nearest first) or set HOMING_DCS, e.g. `homing devnet --serve` prints them"
@@ -125,14 +137,12 @@ pub fn parse_dc_table(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAdd
 }
 
 /// Loads `identity`'s certificate, key and the CA from `dir`, saying how to
-/// make them when they are missing.
+/// make them when they are missing (bad input).
 pub fn load_identity(dir: &Path, identity: &Identity) -> anyhow::Result<TlsIdentity> {
-    homing_net::pki::load_identity(dir, identity).with_context(|| {
-        format!(
-            "loading the {} certificate from {} (run `homing certs --out {}` first?)",
-            cert_name(identity),
-            dir.display(),
-            dir.display()
-        )
-    })
+    homing_net::pki::load_identity(dir, identity).bad_input(format!(
+        "loading the {} certificate from {} (run `homing certs --out {}` first?)",
+        cert_name(identity),
+        dir.display(),
+        dir.display()
+    ))
 }

@@ -252,7 +252,7 @@ impl Node {
         let cas = self
             .timed("dc_cas", self.records.compare_and_set(expected, next))
             .await?;
-        if !cas.landed(next) {
+        if !cas.landed() {
             return Ok(Written::Conflict);
         }
         self.wrote(event, next);

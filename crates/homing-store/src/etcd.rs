@@ -128,8 +128,8 @@ impl Space {
 
     /// Runs `request` again (bounded) while it fails for want of a member.
     /// A retried write may have landed the first time: `set_if_absent` then
-    /// sees its own entry and a CAS sees its own record, which callers treat
-    /// as success (see `Cas::landed`).
+    /// sees its own entry, and a CAS whose append moved the record finds its
+    /// own record (see `Cas::after_unknown_outcome`).
     async fn retrying<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
     where
         F: Fn(KvClient) -> Fut,
@@ -161,15 +161,19 @@ impl Space {
     }
 
     async fn txn(&self, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
-        let (succeeded, _, responses) = self.txn_at(txn).await?;
+        let (succeeded, _, responses, _) = self.txn_at(txn).await?;
         Ok((succeeded, responses))
     }
 
-    /// [`Space::txn`] with the store's revision after it: for a transaction
-    /// that wrote, the `mod_revision` of every key it put.
-    async fn txn_at(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>), StoreError> {
+    /// [`Space::txn`] with the store's revision after it (for a transaction
+    /// that wrote, the `mod_revision` of every key it put) and whether it was
+    /// sent more than once (an earlier attempt's answer was lost, so that
+    /// attempt may have committed).
+    async fn txn_at(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>, bool), StoreError> {
+        let sent = std::sync::atomic::AtomicU32::new(0);
         let response = self
             .retrying(|mut kv| {
+                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let txn = txn.clone();
                 async move { kv.txn(txn).await }
             })
@@ -177,7 +181,13 @@ impl Space {
         // etcd always sends a header; without one, revision 0 matches no
         // stored key, so a guard built on it fails safe.
         let revision = response.header().map_or(0, |h| h.revision());
-        Ok((response.succeeded(), revision, response.op_responses()))
+        let resent = sent.into_inner() > 1;
+        Ok((
+            response.succeeded(),
+            revision,
+            response.op_responses(),
+            resent,
+        ))
     }
 }
 
@@ -536,12 +546,19 @@ impl DcStore for EtcdDcStore {
                 self.note(&record.id, response.kvs().first())?
             }
         };
+        // Whether our own append may have committed unseen: its transaction
+        // was resent after a lost answer and then found the record moved.
+        let mut maybe_ours = false;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let event = homing_core::event::derive(stored.record.as_ref(), record);
-            // A retried write that had landed finds its own record here and
-            // answers `Conflict` with it (see `Cas::landed`).
             if let Some(conflict) = judge_cas(expected, record, stored.record)? {
-                return Ok(conflict);
+                // Only then can an equal record be ours (a resent write that
+                // had landed); otherwise it is someone else's identical write.
+                return Ok(if maybe_ours {
+                    conflict.after_unknown_outcome(record)
+                } else {
+                    conflict
+                });
             }
             let append = Append {
                 record_key: rk.clone(),
@@ -557,7 +574,10 @@ impl DcStore for EtcdDcStore {
                 }
                 // The record moved since it was read or cached: judge again
                 // against it as it is now.
-                Appended::Moved { now } => stored = self.note(&record.id, now.as_ref())?,
+                Appended::Moved { now, resent } => {
+                    maybe_ours |= resent;
+                    stored = self.note(&record.id, now.as_ref())?
+                }
             }
         }
         Err(StoreError::Unavailable {

@@ -57,6 +57,9 @@ pub(super) enum Appended {
     Moved {
         /// The record's kv as the failed transaction read it back.
         now: Option<KeyValue>,
+        /// The transaction was resent after a lost answer: an earlier
+        /// attempt may have written this very record.
+        resent: bool,
     },
 }
 
@@ -277,7 +280,7 @@ async fn attempt(
         reread.push(TxnOp::get(head_key.to_vec(), None));
     }
     let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
-    let (written, revision, responses) = space.txn_at(txn).await?;
+    let (written, revision, responses, resent) = space.txn_at(txn).await?;
     if written {
         if base.is_some() {
             *head = Some(seq);
@@ -291,14 +294,15 @@ async fn attempt(
     }
     // A record that moved may have been written by this very group on an
     // earlier try whose answer was lost (the transport retries): its caller
-    // judges against it and recognises its own record (`Cas::landed`).
+    // judges against it and recognises its own record
+    // (`Cas::after_unknown_outcome`).
     let mut kept = Vec::with_capacity(group.len());
     for (q, kv) in group.drain(..).zip(now) {
         let revision = kv.as_ref().map(KeyValue::mod_revision);
         if revision == q.append.read_revision {
             kept.push(q);
         } else {
-            let _ = q.reply.send(Ok(Appended::Moved { now: kv }));
+            let _ = q.reply.send(Ok(Appended::Moved { now: kv, resent }));
         }
     }
     *group = kept;
