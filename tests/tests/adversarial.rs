@@ -280,6 +280,36 @@ async fn auth_foreign_ca_certificates_are_rejected_and_roles_only_send_what_they
         assert!(unauthorized(
             cluster.ask(&fra_node, &iad, &foreign_link).await
         ));
+        // A reservation never links to itself: a vacant one asked to (by
+        // its own DC's node certificate, with the right token) is refused,
+        // not applied (the record's transition asserts it; the handler
+        // panicked on it once).
+        let host = cluster.host(&iad);
+        let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = cluster
+            .ask(&host, &iad, &acquire("self-link", "10.0.0.1:1"))
+            .await
+        else {
+            panic!("acquire at iad");
+        };
+        let release = Request::Release {
+            reservation: grant.reservation.clone(),
+            token: grant.token,
+            outcome: homing_core::RunOutcome::Ok,
+        };
+        assert!(matches!(
+            cluster.ask(&host, &iad, &release).await,
+            Ok(Reply::Release(_))
+        ));
+        let self_link = Request::Link {
+            from: grant.reservation.clone(),
+            to: grant.reservation.clone(),
+            expected_token: grant.token,
+        };
+        let iad_node = cluster.client(Role::Node, Some(&iad));
+        assert!(matches!(
+            cluster.ask(&iad_node, &iad, &self_link).await,
+            Ok(Reply::Error(e)) if e.kind == ErrorKind::BadRequest
+        ));
         // And the router is still served.
         assert!(matches!(
             cluster.ask(&router, &iad, &resolve).await,
