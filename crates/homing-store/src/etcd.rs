@@ -10,6 +10,9 @@
 //! high-water mark (decimal).
 //!
 //! - `set_if_absent`: one transaction, `create_revision(g/k) == 0` ? put : get.
+//!   Retried on another member when one does not answer in time (`members`);
+//!   if an abandoned attempt may have landed and the retry reads the
+//!   caller's own id back, the answer is `Inserted` (it was, once).
 //! - compare-and-set: take the stored record from the store's record cache
 //!   (`record_cache`: the last record and `mod_revision` this store saw per
 //!   id) when it holds version `expected`, assume a create's record is absent
@@ -32,15 +35,21 @@
 //! - allocator: hi-lo blocks; the high-water mark is raised by a transaction
 //!   on the counter key's `mod_revision`, retried a bounded number of times.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
-    TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
 };
 use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
 use tokio::sync::Mutex;
 
 use self::log::{Append, Appended, Appender};
+pub use self::members::{
+    ATTEMPTS_MAX, BULK_DEADLINE_MS, HOT_DEADLINE_MS, KEEP_ALIVE_INTERVAL_MS, KEEP_ALIVE_TIMEOUT_MS,
+    PROBE_DEADLINE_MS, PROBE_INTERVAL_MS, RETRY_PAUSE_MS,
+};
+use self::members::{Members, Op};
 pub use self::record_cache::{RECORD_CACHE_BYTES_MAX, RECORD_CACHE_ENTRIES_MAX};
 use self::record_cache::{RecordCache, Seen};
 use crate::allocator::Blocks;
@@ -49,10 +58,12 @@ use crate::dc::{
     judge_cas, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
+use crate::failover::Failover;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 
 mod log;
+mod members;
 mod record_cache;
 
 /// The section of the event log: `events/<seq, 8 bytes big-endian>`.
@@ -67,13 +78,9 @@ pub const ALLOCATE_ATTEMPTS_MAX: usize = 16;
 pub const CAS_ATTEMPTS_MAX: usize = 64;
 /// Connect timeout, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
-/// Per-request timeout, in milliseconds.
+/// Per-request timeout, in milliseconds: the outer bound of one attempt;
+/// hot operations give up on a member much sooner ([`HOT_DEADLINE_MS`]).
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
-/// Attempts of one request when the member it went to does not answer (the
-/// client then reaches another member).
-pub const TRANSPORT_ATTEMPTS_MAX: usize = 3;
-/// Pause between such attempts, in milliseconds.
-pub const TRANSPORT_RETRY_PAUSE_MS: u64 = 100;
 
 fn map_err(e: etcd_client::Error) -> StoreError {
     use etcd_client::Error as E;
@@ -97,23 +104,31 @@ fn protocol(reason: &str) -> StoreError {
     }
 }
 
-/// A connection and the prefix every key lives under.
+/// The members and the prefix every key lives under.
 #[derive(Clone)]
 struct Space {
-    kv: KvClient,
+    members: Arc<Members>,
     prefix: Vec<u8>,
+}
+
+/// A transaction's outcome.
+struct Txned {
+    /// Its guards held (or it had none).
+    succeeded: bool,
+    /// The store's revision after it: for a transaction that wrote, the
+    /// `mod_revision` of every key it put. (etcd always sends a header;
+    /// without one, 0 matches no stored key, so a guard built on it fails
+    /// safe.)
+    revision: i64,
+    responses: Vec<TxnOpResponse>,
+    /// An earlier attempt may have landed (see `members::Answer::ambiguous`).
+    ambiguous: bool,
 }
 
 impl Space {
     async fn connect(endpoints: &[String], prefix: &str) -> Result<Space, StoreError> {
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(std::time::Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .with_timeout(std::time::Duration::from_millis(REQUEST_TIMEOUT_MS));
-        let client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(map_err)?;
         Ok(Space {
-            kv: client.kv_client(),
+            members: Members::connect(endpoints).await?,
             prefix: prefix.as_bytes().to_vec(),
         })
     }
@@ -126,58 +141,43 @@ impl Space {
         out
     }
 
-    /// Runs `request` again (bounded) while it fails for want of a member.
-    /// A retried write may have landed the first time: `set_if_absent` then
-    /// sees its own entry and a CAS sees its own record, which callers treat
-    /// as success (see `Cas::landed`).
-    async fn retrying<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
-    where
-        F: Fn(KvClient) -> Fut,
-        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
-    {
-        let mut attempt = 1;
-        loop {
-            match request(self.kv.clone()).await.map_err(map_err) {
-                Err(StoreError::Unavailable { .. }) if attempt < TRANSPORT_ATTEMPTS_MAX => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(TRANSPORT_RETRY_PAUSE_MS))
-                        .await;
-                }
-                other => return other,
-            }
-        }
-    }
-
     async fn get(
         &self,
+        op: Op,
         key: Vec<u8>,
         options: Option<GetOptions>,
     ) -> Result<etcd_client::GetResponse, StoreError> {
-        self.retrying(|mut kv| {
-            let (key, options) = (key.clone(), options.clone());
-            async move { kv.get(key, options).await }
-        })
-        .await
+        let answer = self
+            .members
+            .run(op, |mut kv| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { kv.get(key, options).await }
+            })
+            .await?;
+        Ok(answer.value)
     }
 
-    async fn txn(&self, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
-        let (succeeded, _, responses) = self.txn_at(txn).await?;
-        Ok((succeeded, responses))
+    async fn txn(&self, op: Op, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
+        let txned = self.txn_at(op, txn).await?;
+        Ok((txned.succeeded, txned.responses))
     }
 
-    /// [`Space::txn`] with the store's revision after it: for a transaction
-    /// that wrote, the `mod_revision` of every key it put.
-    async fn txn_at(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>), StoreError> {
-        let response = self
-            .retrying(|mut kv| {
+    /// [`Space::txn`] with the revision after it and whether it is ambiguous.
+    async fn txn_at(&self, op: Op, txn: Txn) -> Result<Txned, StoreError> {
+        let answer = self
+            .members
+            .run(op, |mut kv| {
                 let txn = txn.clone();
                 async move { kv.txn(txn).await }
             })
             .await?;
-        // etcd always sends a header; without one, revision 0 matches no
-        // stored key, so a guard built on it fails safe.
-        let revision = response.header().map_or(0, |h| h.revision());
-        Ok((response.succeeded(), revision, response.op_responses()))
+        let response = answer.value;
+        Ok(Txned {
+            succeeded: response.succeeded(),
+            revision: response.header().map_or(0, |h| h.revision()),
+            responses: response.op_responses(),
+            ambiguous: answer.ambiguous,
+        })
     }
 }
 
@@ -217,7 +217,10 @@ impl EtcdGlobalStore {
         key: &Key,
         options: Option<GetOptions>,
     ) -> Result<Option<ReservationId>, StoreError> {
-        let response = self.space.get(self.entry_key(key), options).await?;
+        let response = self
+            .space
+            .get(Op::HotRead, self.entry_key(key), options)
+            .await?;
         response
             .kvs()
             .first()
@@ -250,7 +253,10 @@ impl GlobalStore for EtcdGlobalStore {
             .iter()
             .map(|k| TxnOp::get(self.entry_key(k), None))
             .collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::HotRead, Txn::new().and_then(gets))
+            .await?;
         if responses.len() != keys.len() {
             return Err(protocol("transaction answered a different number of gets"));
         }
@@ -274,13 +280,20 @@ impl GlobalStore for EtcdGlobalStore {
             .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(k.clone(), keyspace::id_bytes(id), None)])
             .or_else([TxnOp::get(k, None)]);
-        let (inserted, responses) = self.space.txn(txn).await?;
-        if inserted {
+        let txned = self.space.txn_at(Op::HotWrite, txn).await?;
+        if txned.succeeded {
             return Ok(SetIfAbsent::Inserted);
         }
-        let kv = first_kv(responses.first())?
+        // The failed guard read the entry back in the same transaction.
+        let kv = first_kv(txned.responses.first())?
             .ok_or_else(|| protocol("entry vanished (entries are never deleted)"))?;
-        Ok(SetIfAbsent::Exists(keyspace::decode_id(kv.value())?))
+        let existing = keyspace::decode_id(kv.value())?;
+        // An abandoned attempt landed: the entry is ours, inserted once.
+        if txned.ambiguous && existing == *id {
+            self.space.members.resolved_ambiguous();
+            return Ok(SetIfAbsent::Inserted);
+        }
+        Ok(SetIfAbsent::Exists(existing))
     }
 
     async fn scan(
@@ -298,7 +311,7 @@ impl GlobalStore for EtcdGlobalStore {
         let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
         let start = self.space.key(b"g/", &keyspace::global_scan_start(after));
         let options = GetOptions::new().with_range(end).with_limit(limit as i64);
-        let response = self.space.get(start, Some(options)).await?;
+        let response = self.space.get(Op::BulkRead, start, Some(options)).await?;
         response
             .kvs()
             .iter()
@@ -310,6 +323,10 @@ impl GlobalStore for EtcdGlobalStore {
                 Ok((keyspace::decode_key(key)?, keyspace::decode_id(kv.value())?))
             })
             .collect()
+    }
+
+    fn failover(&self) -> Option<Arc<Failover>> {
+        Some(self.space.members.failover().clone())
     }
 }
 
@@ -436,7 +453,10 @@ impl EtcdDcStore {
     /// Reads `keys` in one transaction (one revision): the first kv of each.
     async fn read_together(&self, keys: &[&[u8]]) -> Result<Vec<Option<KeyValue>>, StoreError> {
         let gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(*k, None)).collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         every_first_kv(&responses, keys.len())
     }
 
@@ -449,7 +469,7 @@ impl EtcdDcStore {
     ) -> Result<Guarded, StoreError> {
         let gets: Vec<TxnOp> = reread.iter().map(|k| TxnOp::get(*k, None)).collect();
         let txn = Txn::new().when(guards).and_then(ops).or_else(gets);
-        let (written, responses) = self.space.txn(txn).await?;
+        let (written, responses) = self.space.txn(Op::BulkWrite, txn).await?;
         if written {
             return Ok(Guarded::Written);
         }
@@ -513,7 +533,10 @@ fn contended(what: &str) -> StoreError {
 #[async_trait]
 impl DcStore for EtcdDcStore {
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
-        let response = self.space.get(self.record_key(id), None).await?;
+        let response = self
+            .space
+            .get(Op::HotRead, self.record_key(id), None)
+            .await?;
         Ok(self.note(id, response.kvs().first())?.record)
     }
 
@@ -532,7 +555,7 @@ impl DcStore for EtcdDcStore {
         let mut stored = match self.assume(expected, &record.id) {
             Some(assumed) => assumed,
             None => {
-                let response = self.space.get(rk.clone(), None).await?;
+                let response = self.space.get(Op::HotRead, rk.clone(), None).await?;
                 self.note(&record.id, response.kvs().first())?
             }
         };
@@ -589,7 +612,10 @@ impl DcStore for EtcdDcStore {
                 TxnOp::get(start, Some(options))
             })
             .collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         let mut ids = Vec::with_capacity(limit);
         for response in &responses {
             let TxnOpResponse::Get(get) = response else {
@@ -607,7 +633,10 @@ impl DcStore for EtcdDcStore {
             .iter()
             .map(|id| TxnOp::get(self.space.key(b"r/", id), None))
             .collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         every_first_kv(&responses, ids.len())?
             .into_iter()
             .map(|kv| {
@@ -625,7 +654,7 @@ impl DcStore for EtcdDcStore {
         }
         let counter = self.counter_key();
         for _ in 0..ALLOCATE_ATTEMPTS_MAX {
-            let response = self.space.get(counter.clone(), None).await?;
+            let response = self.space.get(Op::HotRead, counter.clone(), None).await?;
             let kv = response.kvs().first();
             let persisted = decode_counter("allocator", kv)?;
             let guard = unchanged(&counter, kv);
@@ -636,7 +665,7 @@ impl DcStore for EtcdDcStore {
                 high_water.to_string(),
                 None,
             )]);
-            if self.space.txn(txn).await?.0 {
+            if self.space.txn(Op::HotWrite, txn).await?.0 {
                 blocks.granted(high_water);
                 // Invariant: a fresh block of ALLOCATOR_BLOCK_IDS ≥ 1 has a first unique.
                 return Ok(blocks.take().expect("a granted block is not empty"));
@@ -664,7 +693,10 @@ impl DcStore for EtcdDcStore {
             let page = GetOptions::new().with_range(end).with_limit(limit as i64);
             gets.push(TxnOp::get(self.event_key(start), Some(page)));
         }
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         let head = decode_counter("event head", first_kv(responses.first())?.as_ref())?;
         let oldest = match first_kv(responses.get(1))? {
             Some(kv) => keyspace::decode_event(kv.value())?.seq,
@@ -697,7 +729,9 @@ impl DcStore for EtcdDcStore {
         }
         let options = DeleteOptions::new().with_range(self.event_key(before));
         let delete = TxnOp::delete(self.event_key(0), Some(options));
-        self.space.txn(Txn::new().and_then([delete])).await?;
+        self.space
+            .txn(Op::BulkWrite, Txn::new().and_then([delete]))
+            .await?;
         Ok(())
     }
 
@@ -756,9 +790,16 @@ impl DcStore for EtcdDcStore {
         Err(contended("event import"))
     }
 
+    fn failover(&self) -> Option<Arc<Failover>> {
+        Some(self.space.members.failover().clone())
+    }
+
     async fn allocator_floor(&self) -> Result<u64, StoreError> {
         // The persisted mark is exclusive: every unique handed out is below it.
-        let response = self.space.get(self.counter_key(), None).await?;
+        let response = self
+            .space
+            .get(Op::BulkRead, self.counter_key(), None)
+            .await?;
         decode_counter("allocator", response.kvs().first())
     }
 
@@ -768,7 +809,7 @@ impl DcStore for EtcdDcStore {
         let past = floor.checked_add(1).ok_or(StoreError::AllocatorExhausted)?;
         let counter = self.counter_key();
         for _ in 0..ALLOCATE_ATTEMPTS_MAX {
-            let response = self.space.get(counter.clone(), None).await?;
+            let response = self.space.get(Op::BulkRead, counter.clone(), None).await?;
             let kv = response.kvs().first();
             if decode_counter("allocator", kv)? >= past {
                 blocks.jump_to(past);
@@ -777,7 +818,7 @@ impl DcStore for EtcdDcStore {
             let txn = Txn::new()
                 .when([unchanged(&counter, kv)])
                 .and_then([TxnOp::put(counter.clone(), past.to_string(), None)]);
-            if self.space.txn(txn).await?.0 {
+            if self.space.txn(Op::BulkWrite, txn).await?.0 {
                 blocks.jump_to(past);
                 return Ok(());
             }
@@ -969,7 +1010,11 @@ mod tests {
     }
 
     async fn stored_revision(store: &EtcdDcStore, id: &ReservationId) -> i64 {
-        let response = store.space.get(store.record_key(id), None).await.unwrap();
+        let response = store
+            .space
+            .get(Op::HotRead, store.record_key(id), None)
+            .await
+            .unwrap();
         response.kvs()[0].mod_revision()
     }
 

@@ -54,6 +54,7 @@ pub mod error;
 pub mod etcd;
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
+pub mod failover;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 pub mod global;
@@ -65,6 +66,7 @@ mod writer;
 
 pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
 pub use error::StoreError;
+pub use failover::{EndpointHealth, Failover, FailoverEvent};
 pub use global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
 pub use memory::{MemoryDcStore, MemoryGlobalStore};
 pub use redb::{CommitMode, RedbDcStore, RedbGlobalStore, RedbOptions};
