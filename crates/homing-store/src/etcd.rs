@@ -63,6 +63,8 @@ use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 
 mod log;
+#[cfg(test)]
+mod lost_answer;
 mod members;
 mod record_cache;
 
@@ -837,9 +839,11 @@ mod tests {
 
     use async_trait::async_trait;
 
+    use super::lost_answer::AnswerRelay;
     use super::*;
     use crate::conformance::{self, Backend};
     use crate::etcd_cluster::{ClusterError, LocalEtcdCluster};
+    use crate::failover::FailoverEvent;
 
     struct EtcdBackend {
         endpoints: Vec<String>,
@@ -875,6 +879,34 @@ mod tests {
         }
         fn durable(&self) -> bool {
             true
+        }
+        async fn global_store_losing_next_answer(
+            &self,
+            place: &str,
+        ) -> Option<conformance::AnswerLost> {
+            let relay = AnswerRelay::start(&self.endpoints[0]).await;
+            let endpoints = [relay.endpoint(), self.endpoints[1].clone()];
+            let store = EtcdGlobalStore::connect(&endpoints, &self.prefix("global", place))
+                .await
+                .expect("connect");
+            warm_round_robin(&store.space).await;
+            relay.lose_answers();
+            Some(conformance::AnswerLost {
+                store: Arc::new(store),
+                lost: Box::new(move || relay.lost_any()),
+            })
+        }
+    }
+
+    /// Two reads on a fresh two-member store: the first (round-robin) opens
+    /// the connection to member 0, the second goes to member 1, so the next
+    /// operation goes to member 0 again.
+    async fn warm_round_robin(space: &Space) {
+        for _ in 0..2 {
+            space
+                .get(Op::HotRead, space.key(b"warm", b""), None)
+                .await
+                .expect("warm read");
         }
     }
 
@@ -914,6 +946,11 @@ mod tests {
         a_stale_cache_never_changes_an_answer(&backend).await;
         println!("etcd: import_forgets_the_cached_record");
         import_forgets_the_cached_record(&backend).await;
+        println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
+        a_cas_whose_answer_was_lost_is_written_once(&backend).await;
+        println!("etcd: a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers");
+        a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(&backend, &cluster)
+            .await;
         drop(cluster);
     }
 
@@ -1116,5 +1153,93 @@ mod tests {
             store.compare_and_set(Some(10), &next).await.unwrap(),
             Cas::Written
         );
+    }
+
+    /// A renewal (a compare-and-set) whose transaction landed but whose
+    /// answer was lost is retried on another member; the retry's guard fails
+    /// (the record moved: to our own bytes), the re-read shows our record,
+    /// and the caller is told Written, once: no second write, no event.
+    async fn a_cas_whose_answer_was_lost_is_written_once(backend: &EtcdBackend) {
+        let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+        let endpoints = [relay.endpoint(), backend.endpoints[1].clone()];
+        let prefix = backend.prefix("dc", "lost_cas");
+        let store = EtcdDcStore::connect(&endpoints, &prefix).await.unwrap();
+        // The create reads the head (member 0), then writes (member 1);
+        // the renewal, cached, is one write: to member 0, through the relay.
+        let created = test_record(1);
+        assert_eq!(
+            store.compare_and_set(None, &created).await.unwrap(),
+            Cas::Written
+        );
+        relay.lose_answers();
+        let next = renewed(&created);
+        assert_eq!(
+            store.compare_and_set(Some(1), &next).await.unwrap(),
+            Cas::Written
+        );
+        assert!(relay.lost_any(), "the renewal's answer was not lost");
+        assert_eq!(store.get(&created.id).await.unwrap(), Some(next.clone()));
+        let failover = store.failover().unwrap();
+        assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+        // The next write is judged against version 2: it lands once.
+        let ended = released(&next);
+        assert_eq!(
+            store.compare_and_set(Some(2), &ended).await.unwrap(),
+            Cas::Written
+        );
+        let kinds: Vec<_> = store
+            .events(0, 16)
+            .await
+            .unwrap()
+            .events
+            .iter()
+            .map(|e| e.kind.name())
+            .collect();
+        assert_eq!(kinds, ["reserved", "released"]);
+    }
+
+    /// Writes in sequence while member 0 is frozen (SIGSTOP): the first that
+    /// goes to it misses its deadline and is retried elsewhere; after that
+    /// the member is avoided, so writes stop paying the deadline. Once
+    /// resumed it answers a probe and is healthy again.
+    async fn a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(
+        backend: &EtcdBackend,
+        cluster: &LocalEtcdCluster,
+    ) {
+        const WRITES: usize = 30;
+        let store =
+            EtcdGlobalStore::connect(&backend.endpoints, &backend.prefix("global", "frozen"))
+                .await
+                .unwrap();
+        let failover = store.failover().unwrap();
+        assert!(cluster.freeze_member(0));
+        let iad = homing_core::DcId::new("iad").unwrap();
+        for n in 0..WRITES {
+            let key = Key::new(homing_core::KeyName::new(format!("f{n}")).unwrap());
+            let id = ReservationId::new(iad.clone(), n as u64 + 1);
+            let written = store.set_if_absent(&key, &id).await;
+            if written.is_err() {
+                cluster.thaw_member(0);
+            }
+            assert_eq!(written.unwrap(), SetIfAbsent::Inserted);
+        }
+        let missed = failover.total(FailoverEvent::DeadlineMissed);
+        let healthy_while_frozen = failover.endpoints()[0].healthy();
+        assert!(cluster.thaw_member(0));
+        // A frozen leader also stalls the others until one is elected: a
+        // few misses there, never one per write that went round to member 0.
+        assert!(
+            (1..=3).contains(&missed),
+            "{missed} deadlines missed in {WRITES} writes"
+        );
+        assert!(!healthy_while_frozen, "the frozen member was not avoided");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !failover.endpoints()[0].healthy() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the resumed member did not answer a probe within 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 }
