@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use homing_store::{Failover, FailoverEvent};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -75,6 +76,8 @@ pub struct Metrics {
     active_leases: AtomicU64,
     waiters: Arc<AtomicU64>,
     event_head: AtomicU64,
+    /// Stores that go around a silent endpoint (etcd), by role (`global`, `dc`).
+    failover: Mutex<Vec<(&'static str, Arc<Failover>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -132,6 +135,12 @@ impl Metrics {
     /// The DC's last event sequence number, as of the last reaper pass.
     pub fn set_event_head(&self, seq: u64) {
         self.event_head.store(seq, Ordering::Relaxed);
+    }
+
+    /// Shows `failover` (a store's endpoint health and counters) as the
+    /// store of role `store` (`global`, `dc`).
+    pub fn watch_failover(&self, store: &'static str, failover: Arc<Failover>) {
+        lock(&self.failover).push((store, failover));
     }
 
     /// Requests counted so far with this kind and outcome.
@@ -202,7 +211,49 @@ impl Metrics {
             "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
             self.event_head.load(Ordering::Relaxed)
         );
+        self.render_failover(&mut out);
         out
+    }
+
+    fn render_failover(&self, out: &mut String) {
+        let stores = lock(&self.failover);
+        if stores.is_empty() {
+            return;
+        }
+        out.push_str("# HELP homing_store_endpoint_healthy Whether the store sends operations to this endpoint (0: it missed a deadline or failed, and has not answered a probe since).\n# TYPE homing_store_endpoint_healthy gauge\n");
+        for (store, failover) in stores.iter() {
+            for endpoint in failover.endpoints() {
+                let _ = writeln!(
+                    out,
+                    "homing_store_endpoint_healthy{{store=\"{store}\",endpoint=\"{}\"}} {}",
+                    endpoint.endpoint,
+                    u8::from(endpoint.healthy())
+                );
+            }
+        }
+        let counters = [
+            (
+                "homing_store_retried_elsewhere_total",
+                "Store operations sent to another endpoint after one failed them or missed their deadline.",
+                FailoverEvent::RetriedElsewhere,
+            ),
+            (
+                "homing_store_deadlines_missed_total",
+                "Store operations an endpoint did not answer within their deadline.",
+                FailoverEvent::DeadlineMissed,
+            ),
+            (
+                "homing_store_ambiguous_resolved_total",
+                "Writes whose first attempt may have landed, found landed by the retry's re-read and counted as written once.",
+                FailoverEvent::AmbiguousResolved,
+            ),
+        ];
+        for (name, help, event) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (store, failover) in stores.iter() {
+                let _ = writeln!(out, "{name}{{store=\"{store}\"}} {}", failover.total(event));
+            }
+        }
     }
 }
 
@@ -286,5 +337,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("homing_global_cache_hits_total 1"));
+        assert!(!text.contains("homing_store_endpoint_healthy"), "{text}");
+    }
+
+    #[test]
+    fn a_store_that_fails_over_shows_its_endpoints_and_counters() {
+        let m = Metrics::default();
+        let endpoints = [
+            "http://127.0.0.1:1".to_string(),
+            "http://127.0.0.1:2".to_string(),
+        ];
+        m.watch_failover("global", Arc::new(Failover::new(&endpoints)));
+        let text = m.render();
+        assert!(
+            text.contains(
+                "homing_store_endpoint_healthy{store=\"global\",endpoint=\"http://127.0.0.1:2\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("homing_store_ambiguous_resolved_total{store=\"global\"} 0"),
+            "{text}"
+        );
     }
 }

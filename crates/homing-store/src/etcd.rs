@@ -32,6 +32,11 @@
 //!   no answer depends on the cache. (Records are compared by
 //!   `mod_revision`, not by etcd's per-key `version`, because an imported
 //!   record keeps its own version.)
+//! - members (`members`): one connection per member; each attempt of a hot
+//!   operation has a deadline, a miss sends it to another member, and a
+//!   member that missed one is avoided until it answers a probe. An attempt
+//!   abandoned at its deadline may land later: every write is guarded, and
+//!   the retry's re-read recognises a write that landed (above).
 //! - allocator: hi-lo blocks; the high-water mark is raised by a transaction
 //!   on the counter key's `mod_revision`, retried a bounded number of times.
 

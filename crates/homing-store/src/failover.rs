@@ -66,15 +66,16 @@ impl Failover {
         &self.endpoints
     }
 
-    /// Marks endpoint `index` healthy or not; returns whether it was healthy.
-    pub(crate) fn set_healthy(&self, index: usize, healthy: bool) -> bool {
+    /// Marks endpoint `index` healthy or not (for the backend); returns
+    /// whether it was healthy. Panics if there is no such endpoint.
+    pub fn set_healthy(&self, index: usize, healthy: bool) -> bool {
         self.endpoints[index]
             .healthy
             .swap(healthy, Ordering::Relaxed)
     }
 
-    /// Counts one `event`.
-    pub(crate) fn count(&self, event: FailoverEvent) {
+    /// Counts one `event` (for the backend).
+    pub fn count(&self, event: FailoverEvent) {
         self.counter(event).fetch_add(1, Ordering::Relaxed);
     }
 
