@@ -9,7 +9,8 @@
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
 //! high-water mark (decimal).
 //!
-//! - `set_if_absent`: one transaction, `create_revision(g/k) == 0` ? put : get.
+//! - `set_if_absent`: `create_revision(g/k) == 0` ? put : get; concurrent
+//!   calls share one transaction, a nested one per key (`write_once`).
 //!   Retried on another member when one does not answer in time (`members`);
 //!   if an abandoned attempt may have landed and the retry reads the
 //!   caller's own id back, the answer is `Inserted` (it was, once).
@@ -66,6 +67,7 @@ use crate::error::StoreError;
 use crate::failover::Failover;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
+use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 mod log;
 #[cfg(test)]
@@ -202,6 +204,68 @@ fn first_kv(response: Option<&TxnOpResponse>) -> Result<Option<KeyValue>, StoreE
 #[derive(Clone)]
 pub struct EtcdGlobalStore {
     space: Space,
+    /// Groups concurrent `set_if_absent` calls into one transaction.
+    batcher: Arc<WriteOnceBatcher>,
+}
+
+/// The global entries under one prefix, as the write-once batcher writes them.
+struct Entries {
+    space: Space,
+}
+
+#[async_trait]
+impl WriteOnceBatch for Entries {
+    /// One transaction of nested ones, each deciding its own key:
+    /// `create_revision(g/k) == 0` ? put : get.
+    async fn commit(&self, batch: &[(Key, ReservationId)]) -> Result<Vec<SetIfAbsent>, StoreError> {
+        let nested: Vec<TxnOp> = batch
+            .iter()
+            .map(|(key, id)| {
+                let k = self.space.key(b"g/", &keyspace::key_bytes(key));
+                TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(k.clone(), keyspace::id_bytes(id), None)])
+                        .or_else([TxnOp::get(k, None)]),
+                )
+            })
+            .collect();
+        let txned = self
+            .space
+            .txn_at(Op::HotWrite, Txn::new().and_then(nested))
+            .await?;
+        if txned.responses.len() != batch.len() {
+            return Err(protocol(
+                "transaction answered a different number of writes",
+            ));
+        }
+        batch
+            .iter()
+            .zip(&txned.responses)
+            .map(|((_, id), response)| {
+                let TxnOpResponse::Txn(nested) = response else {
+                    return Err(protocol("transaction answered without its nested one"));
+                };
+                if nested.succeeded() {
+                    return Ok(SetIfAbsent::Inserted);
+                }
+                // The failed guard read the entry back in the same transaction.
+                let kv = first_kv(nested.op_responses().first())?
+                    .ok_or_else(|| protocol("entry vanished (entries are never deleted)"))?;
+                let existing = keyspace::decode_id(kv.value())?;
+                // An abandoned attempt landed: the entry is ours, inserted once.
+                if txned.ambiguous && existing == *id {
+                    self.space.members.resolved_ambiguous();
+                    return Ok(SetIfAbsent::Inserted);
+                }
+                Ok(SetIfAbsent::Exists(existing))
+            })
+            .collect()
+    }
+
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
 }
 
 impl EtcdGlobalStore {
@@ -210,8 +274,13 @@ impl EtcdGlobalStore {
         endpoints: &[String],
         prefix: &str,
     ) -> Result<EtcdGlobalStore, StoreError> {
+        let space = Space::connect(endpoints, prefix).await?;
+        let entries = Arc::new(Entries {
+            space: space.clone(),
+        });
         Ok(EtcdGlobalStore {
-            space: Space::connect(endpoints, prefix).await?,
+            space,
+            batcher: Arc::new(WriteOnceBatcher::start(entries)),
         })
     }
 
@@ -282,25 +351,7 @@ impl GlobalStore for EtcdGlobalStore {
         key: &Key,
         id: &ReservationId,
     ) -> Result<SetIfAbsent, StoreError> {
-        let k = self.entry_key(key);
-        let txn = Txn::new()
-            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(k.clone(), keyspace::id_bytes(id), None)])
-            .or_else([TxnOp::get(k, None)]);
-        let txned = self.space.txn_at(Op::HotWrite, txn).await?;
-        if txned.succeeded {
-            return Ok(SetIfAbsent::Inserted);
-        }
-        // The failed guard read the entry back in the same transaction.
-        let kv = first_kv(txned.responses.first())?
-            .ok_or_else(|| protocol("entry vanished (entries are never deleted)"))?;
-        let existing = keyspace::decode_id(kv.value())?;
-        // An abandoned attempt landed: the entry is ours, inserted once.
-        if txned.ambiguous && existing == *id {
-            self.space.members.resolved_ambiguous();
-            return Ok(SetIfAbsent::Inserted);
-        }
-        Ok(SetIfAbsent::Exists(existing))
+        self.batcher.set_if_absent(key, id).await
     }
 
     async fn scan(
@@ -951,6 +1002,8 @@ mod tests {
         a_stale_cache_never_changes_an_answer(&backend).await;
         println!("etcd: import_forgets_the_cached_record");
         import_forgets_the_cached_record(&backend).await;
+        println!("etcd: concurrent_write_once_calls_each_get_their_own_outcome");
+        concurrent_write_once_calls_each_get_their_own_outcome(&backend).await;
         println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
         a_cas_whose_answer_was_lost_is_written_once(&backend).await;
         println!("etcd: a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers");
@@ -1245,6 +1298,67 @@ mod tests {
                 "the resumed member did not answer a probe within 10 s"
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Calls at once on fresh keys and on keys already taken, several per
+    /// key: grouped into nested transactions, each call is answered what its
+    /// own key holds — one `Inserted` per fresh key, every other call the
+    /// winner's id.
+    async fn concurrent_write_once_calls_each_get_their_own_outcome(backend: &EtcdBackend) {
+        const KEYS: usize = 96;
+        const CALLS_PER_KEY: usize = 3;
+        let store = Arc::new(
+            EtcdGlobalStore::connect(&backend.endpoints, &backend.prefix("global", "batched"))
+                .await
+                .unwrap(),
+        );
+        let iad = homing_core::DcId::new("iad").unwrap();
+        let key = |k: usize| Key::new(homing_core::KeyName::new(format!("b{k}")).unwrap());
+        let id =
+            |k: usize, call: usize| ReservationId::new(iad.clone(), (k * 10 + call + 1) as u64);
+        // Every other key is taken before the race, by call 9.
+        for k in (0..KEYS).step_by(2) {
+            assert_eq!(
+                store.set_if_absent(&key(k), &id(k, 9)).await.unwrap(),
+                SetIfAbsent::Inserted
+            );
+        }
+        let mut tasks = Vec::new();
+        for call in 0..CALLS_PER_KEY {
+            for k in 0..KEYS {
+                let (store, key, id) = (store.clone(), key(k), id(k, call));
+                tasks.push(tokio::spawn(async move {
+                    (k, id.clone(), store.set_if_absent(&key, &id).await.unwrap())
+                }));
+            }
+        }
+        let mut winners = std::collections::BTreeMap::new();
+        let mut answers = Vec::new();
+        for task in tasks {
+            let (k, id, outcome) = task.await.unwrap();
+            if outcome == SetIfAbsent::Inserted {
+                assert!(winners.insert(k, id).is_none(), "two calls inserted b{k}");
+            } else {
+                answers.push((k, outcome));
+            }
+        }
+        for k in 0..KEYS {
+            let winner = match winners.get(&k) {
+                Some(winner) => {
+                    assert!(k % 2 == 1, "b{k} was taken before the race");
+                    winner.clone()
+                }
+                None => {
+                    assert!(k % 2 == 0, "no call inserted fresh b{k}");
+                    id(k, 9)
+                }
+            };
+            assert_eq!(store.get(&key(k)).await.unwrap(), Some(winner));
+        }
+        for (k, outcome) in answers {
+            let stored = store.get(&key(k)).await.unwrap().unwrap();
+            assert_eq!(outcome, SetIfAbsent::Exists(stored), "b{k}");
         }
     }
 }

@@ -62,6 +62,7 @@ pub mod keyspace;
 pub mod memory;
 pub mod migrate;
 pub mod redb;
+pub mod write_once;
 mod writer;
 
 pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};

@@ -144,20 +144,6 @@ async fn run(space: Space, mut rx: mpsc::Receiver<Queued>) {
     }
 }
 
-/// A copy of `e` for each caller of a failed group.
-fn copy(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable { backend, reason } => StoreError::Unavailable {
-            backend,
-            reason: reason.clone(),
-        },
-        e => StoreError::Backend {
-            backend: "etcd",
-            reason: e.to_string(),
-        },
-    }
-}
-
 /// Writes `group` (bounded retries when only the head moved) and answers
 /// every caller.
 async fn commit(
@@ -181,7 +167,7 @@ async fn commit(
             Err(e) => {
                 *head = None;
                 for q in group.drain(..) {
-                    let _ = q.reply.send(Err(copy(&e)));
+                    let _ = q.reply.send(Err(e.for_each_caller("etcd")));
                 }
                 return;
             }
