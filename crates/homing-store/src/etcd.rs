@@ -1179,15 +1179,13 @@ mod tests {
             Cas::Written
         );
         assert_eq!(b.get(&created.id).await.unwrap(), Some(ended));
-        let kinds: Vec<_> = a
-            .events(0, 16)
-            .await
-            .unwrap()
-            .events
-            .iter()
-            .map(|e| e.kind.name())
-            .collect();
-        assert_eq!(kinds, ["reserved", "released"]);
+        assert_eq!(event_kinds(a).await, ["reserved", "released"]);
+    }
+
+    /// The kinds of the first events of `store`'s log, in order.
+    async fn event_kinds(store: &EtcdDcStore) -> Vec<&'static str> {
+        let page = store.events(0, 16).await.unwrap();
+        page.events.iter().map(|e| e.kind.name()).collect()
     }
 
     /// An import writes around the cache, so it forgets the record.
@@ -1245,15 +1243,7 @@ mod tests {
             store.compare_and_set(Some(2), &ended).await.unwrap(),
             Cas::Written
         );
-        let kinds: Vec<_> = store
-            .events(0, 16)
-            .await
-            .unwrap()
-            .events
-            .iter()
-            .map(|e| e.kind.name())
-            .collect();
-        assert_eq!(kinds, ["reserved", "released"]);
+        assert_eq!(event_kinds(&store).await, ["reserved", "released"]);
     }
 
     /// Writes in sequence while member 0 is frozen (SIGSTOP): the first that

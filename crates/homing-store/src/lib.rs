@@ -62,6 +62,7 @@ pub mod keyspace;
 pub mod memory;
 pub mod migrate;
 pub mod redb;
+#[cfg(any(feature = "etcd", feature = "fdb", test))]
 pub mod write_once;
 mod writer;
 

@@ -169,6 +169,19 @@ mod tests {
         gate: Semaphore,
     }
 
+    impl Gated {
+        /// A closed gate and a batcher over it.
+        fn start() -> (Arc<Gated>, Arc<WriteOnceBatcher>) {
+            let store = Arc::new(Gated {
+                entries: Mutex::default(),
+                batches: Mutex::default(),
+                gate: Semaphore::new(0),
+            });
+            let batcher = Arc::new(WriteOnceBatcher::start(store.clone()));
+            (store, batcher)
+        }
+    }
+
     #[async_trait]
     impl WriteOnceBatch for Gated {
         async fn commit(
@@ -213,12 +226,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_queued_behind_full_batches_share_one_and_each_gets_its_own_outcome() {
-        let store = Arc::new(Gated {
-            entries: Mutex::default(),
-            batches: Mutex::default(),
-            gate: Semaphore::new(0),
-        });
-        let batcher = Arc::new(WriteOnceBatcher::start(store.clone()));
+        let (store, batcher) = Gated::start();
         let call = |k: usize, i: usize| {
             let batcher = batcher.clone();
             tokio::spawn(async move { batcher.set_if_absent(&key(k), &id(i)).await.unwrap() })
@@ -259,12 +267,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_batch_never_exceeds_its_bound() {
-        let store = Arc::new(Gated {
-            entries: Mutex::default(),
-            batches: Mutex::default(),
-            gate: Semaphore::new(0),
-        });
-        let batcher = Arc::new(WriteOnceBatcher::start(store.clone()));
+        let (store, batcher) = Gated::start();
         let calls = WRITE_ONCE_BATCHES_IN_FLIGHT_MAX + 3 * WRITE_ONCE_BATCH_KEYS_MAX;
         let tasks: Vec<_> = (0..calls)
             .map(|n| {
