@@ -1275,9 +1275,10 @@ mod tests {
         let healthy_while_frozen = failover.endpoints()[0].healthy();
         assert!(cluster.thaw_member(0));
         // A frozen leader also stalls the others until one is elected: a
-        // few misses there, never one per write that went round to member 0.
+        // few misses there, never one per write that went round to member 0
+        // (without avoiding it: 12 in 30).
         assert!(
-            (1..=3).contains(&missed),
+            (1..=5).contains(&missed),
             "{missed} deadlines missed in {WRITES} writes"
         );
         assert!(!healthy_while_frozen, "the frozen member was not avoided");
