@@ -67,6 +67,8 @@ impl Histogram {
 /// The daemon's counters. Cheap to update from any task.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// Stores that go around a silent endpoint (etcd), by role (`global`, `dc`).
+    failover: Mutex<Vec<(&'static str, Arc<Failover>)>>,
     requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     request_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
     store_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
@@ -76,8 +78,6 @@ pub struct Metrics {
     active_leases: AtomicU64,
     waiters: Arc<AtomicU64>,
     event_head: AtomicU64,
-    /// Stores that go around a silent endpoint (etcd), by role (`global`, `dc`).
-    failover: Mutex<Vec<(&'static str, Arc<Failover>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -101,6 +101,12 @@ impl Metrics {
             .entry(op)
             .or_default()
             .observe(elapsed);
+    }
+
+    /// Shows `failover` (a store's endpoint health and counters) as the
+    /// store of role `store` (`global`, `dc`).
+    pub fn watch_failover(&self, store: &'static str, failover: Arc<Failover>) {
+        lock(&self.failover).push((store, failover));
     }
 
     /// One request to peer DC `dc` took `elapsed` (a round trip).
@@ -135,12 +141,6 @@ impl Metrics {
     /// The DC's last event sequence number, as of the last reaper pass.
     pub fn set_event_head(&self, seq: u64) {
         self.event_head.store(seq, Ordering::Relaxed);
-    }
-
-    /// Shows `failover` (a store's endpoint health and counters) as the
-    /// store of role `store` (`global`, `dc`).
-    pub fn watch_failover(&self, store: &'static str, failover: Arc<Failover>) {
-        lock(&self.failover).push((store, failover));
     }
 
     /// Requests counted so far with this kind and outcome.
@@ -178,6 +178,7 @@ impl Metrics {
                 &format!("op=\"{op}\","),
             );
         }
+        self.render_failover(&mut out);
         out.push_str("# HELP homing_peer_rtt_seconds Round trip of one request to a peer DC.\n# TYPE homing_peer_rtt_seconds histogram\n");
         for (dc, h) in lock(&self.peer_seconds).iter() {
             h.render(
@@ -211,7 +212,6 @@ impl Metrics {
             "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
             self.event_head.load(Ordering::Relaxed)
         );
-        self.render_failover(&mut out);
         out
     }
 
