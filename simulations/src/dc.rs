@@ -362,7 +362,7 @@ impl Sim {
                     NodeId::Dc(c) => Some(&self.dcs[usize::from(c)].id),
                     _ => None,
                 };
-                match Change::link(caller, to, expected_token) {
+                match Change::link(caller, &from, to, expected_token) {
                     Ok(change) => self.update_task(d, from, change),
                     Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
                 }
@@ -718,7 +718,7 @@ impl Sim {
                     };
                 }
                 AcquirePoll::Pause { until } => return Next::Pause(until),
-                AcquirePoll::Done(Ok(outcome)) => return Next::Reply(Reply::from(outcome)),
+                AcquirePoll::Done(Ok(outcome)) => return Next::Reply(Reply::Acquire(outcome)),
                 AcquirePoll::Done(Err(e)) => return Next::Reply(Reply::Error(e)),
             };
             let unknown_dc = |id: &ReservationId| {

@@ -1,13 +1,16 @@
-//! Host agents. A host sits in one DC, acquires a key there (connect),
-//! renews at `renew_at`, stops gracefully at `soft_terminate_at` and is
-//! killed at `hard_terminate_at` — all read from its own drifting clock — and
-//! releases when its workload says so. It mirrors homing-client's
-//! `HostAgent`: a renewal answered `StaleToken`/`Expired` stops it at once,
-//! `Draining` stops renewals, a failed renewal is retried until the soft deadline.
+//! Host agents. A host sits in one DC, acquires a key there (connect), and
+//! holds it by homing-core's [`HostLease`] — the same stepper
+//! homing-client's `HostAgent` drives: renewals bounded by the soft deadline
+//! and retried until it, a graceful stop at the soft deadline, a kill just
+//! before the hard deadline, `StaleToken`/`Expired` stopping it at once,
+//! `Draining` ending renewals, a grant that arrives too late never started —
+//! all on the host's own drifting clock. It releases when its workload says so.
 
+use homing_core::host_lease::{HardCause, Renewal};
+use homing_core::{AcquireReply, Grant};
 use homing_core::{
-    ActorId, Deadlines, ErrorKind, FailureReason, FencingToken, KeyConfig, PreviousRun,
-    ReleaseCause, RenewReply, Reply, Request, ReservationId, RunOutcome,
+    ActorId, ErrorKind, FailureReason, FencingToken, HostInstant, HostLease, HostLeasePoll,
+    HostTime, KeyConfig, PreviousRun, ReleaseCause, Reply, Request, ReservationId, RunOutcome,
 };
 
 use crate::invariants::View;
@@ -21,12 +24,8 @@ use crate::sim::{Body, Event, Message, NodeId, Sim};
 pub enum HostTimer {
     /// Idle: acquire a key.
     Act,
-    /// Renewal due.
-    Renew,
-    /// Soft deadline: start a graceful stop.
-    Soft,
-    /// Just before the hard deadline: kill the actor.
-    Kill,
+    /// A deadline of the lease ([`HostLeasePoll::Wait`]): poll it again.
+    Lease,
     /// The graceful stop finished.
     Stopped,
     /// The workload releases the key.
@@ -38,9 +37,7 @@ impl HostTimer {
     pub fn name(self) -> &'static str {
         match self {
             HostTimer::Act => "host_act",
-            HostTimer::Renew => "host_renew_due",
-            HostTimer::Soft => "host_soft_deadline",
-            HostTimer::Kill => "host_hard_kill",
+            HostTimer::Lease => "host_lease_deadline",
             HostTimer::Stopped => "host_stopped",
             HostTimer::Leave => "host_leave",
         }
@@ -52,17 +49,37 @@ struct Lease {
     key: u32,
     reservation: ReservationId,
     token: FencingToken,
-    deadlines: Deadlines,
+    /// The hard deadline of the last grant or renewal taken, for the checker.
+    hard: HostTime,
+    lease: HostLease,
+    /// Told to stop gracefully: the workload's stop is under way.
     stopping: bool,
-    draining: bool,
-    renewing: Option<(u64, u64)>,
-    leave_at_us: u64,
+    renewing: Option<Renewing>,
+    /// The lease deadline a `Lease` timer is armed for.
+    wake_at: Option<HostInstant>,
+}
+
+/// A renewal in flight.
+#[derive(Debug, Clone, Copy)]
+struct Renewing {
+    rpc: u64,
+    sent: HostTime,
+    sent_at: HostInstant,
+    sent_at_us: u64,
+}
+
+/// When a request left the host, by its clock and in true time.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    host_time: HostTime,
+    instant: HostInstant,
+    true_us: u64,
 }
 
 #[derive(Debug, Clone)]
 enum HostState {
     Idle,
-    Acquiring { key: u32, rpc: u64, sent_at_us: u64 },
+    Acquiring { key: u32, rpc: u64, sent: Sent },
     Holding(Lease),
     Down,
 }
@@ -113,11 +130,6 @@ impl Sim {
         self.schedule(at_us, event);
     }
 
-    /// The true time at which host `h`'s clock reaches `ms` (plus `minus_us` earlier).
-    fn host_true_at(&self, h: usize, ms: u64) -> u64 {
-        self.hosts[h].clock.first_true_us_at_ms(ms)
-    }
-
     fn pick_key(&mut self) -> u32 {
         let n = self.keys.len() as u64;
         let hot = (n / 10).max(1);
@@ -141,33 +153,85 @@ impl Sim {
         if let HostState::Holding(lease) = &self.hosts[h].state {
             let host_ms = self.hosts[h].clock.local_ms(self.now);
             self.current_key = lease.key;
-            self.checker.on_holder_check(
-                lease.key,
-                h as u32,
-                host_ms,
-                lease.deadlines.hard_terminate_at,
-            );
+            self.checker
+                .on_holder_check(lease.key, h as u32, host_ms, lease.hard);
         }
     }
 
-    /// Arms renew/soft/kill/leave for the current lease generation.
-    fn arm_lease(&mut self, h: usize) {
-        self.hosts[h].generation += 1;
+    /// The host's monotonic clock now (its drifting clock, in µs).
+    fn host_instant(&self, h: usize) -> HostInstant {
+        HostInstant::from_us(self.hosts[h].clock.local_us(self.now))
+    }
+
+    /// Does what host `h`'s lease asks until it waits: renew, stop
+    /// gracefully, kill, or arm a timer for its next deadline.
+    fn drive_lease(&mut self, h: usize) {
+        loop {
+            let now = self.host_instant(h);
+            let HostState::Holding(lease) = &mut self.hosts[h].state else {
+                return;
+            };
+            match lease.lease.poll(now) {
+                HostLeasePoll::Renew { by } => self.host_renew(h, by),
+                HostLeasePoll::SoftTerminate => {
+                    self.measurements.count("host_soft_deadline_stop");
+                    if let HostState::Holding(l) = &mut self.hosts[h].state {
+                        l.stopping = true;
+                    }
+                    let graceful = self.scenario.workload.graceful_stop_ms * 1000;
+                    let at = self.now + self.rng.below(graceful + 1);
+                    self.host_timer_at(h, at, HostTimer::Stopped);
+                }
+                HostLeasePoll::HardTerminate(cause) => {
+                    self.measurements.count(match cause {
+                        HardCause::HardDeadline => "host_killed_at_hard_deadline",
+                        HardCause::Lost => "renew_refused_stop_now",
+                    });
+                    return self.host_stop(h);
+                }
+                HostLeasePoll::Wait { until } => {
+                    if lease.wake_at != Some(until) {
+                        lease.wake_at = Some(until);
+                        let at = self.hosts[h].clock.first_true_us_at_us(until.as_us());
+                        self.host_timer_at(h, at.max(self.now), HostTimer::Lease);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends a `Renew`, given up on at the soft deadline `by`.
+    fn host_renew(&mut self, h: usize, by: HostInstant) {
         let HostState::Holding(lease) = &self.hosts[h].state else {
             return;
         };
-        let d = lease.deadlines;
-        let leave = lease.leave_at_us;
-        let renew = self.host_true_at(h, d.renew_at.as_ms());
-        let soft = self.host_true_at(h, d.soft_terminate_at.as_ms());
-        // The last instant at which the host's clock still reads before the hard deadline.
-        let kill = self
-            .host_true_at(h, d.hard_terminate_at.as_ms())
-            .saturating_sub(1);
-        self.host_timer_at(h, renew, HostTimer::Renew);
-        self.host_timer_at(h, soft, HostTimer::Soft);
-        self.host_timer_at(h, kill, HostTimer::Kill);
-        self.host_timer_at(h, leave, HostTimer::Leave);
+        let host_time = self.hosts[h].clock.host_time(self.now);
+        let request = Request::Renew {
+            reservation: lease.reservation.clone(),
+            token: lease.token,
+            host_time,
+        };
+        let key = lease.key;
+        let by_us = self.hosts[h].clock.first_true_us_at_us(by.as_us());
+        let timeout = self.request_timeout_us.min(by_us.saturating_sub(self.now));
+        let dc = self.hosts[h].dc;
+        let rpc = self.request_within(
+            NodeId::Host(h as u32),
+            NodeId::Dc(dc),
+            key,
+            request,
+            timeout,
+        );
+        let renewing = Renewing {
+            rpc,
+            sent: host_time,
+            sent_at: self.host_instant(h),
+            sent_at_us: self.now,
+        };
+        if let HostState::Holding(l) = &mut self.hosts[h].state {
+            l.renewing = Some(renewing);
+        }
     }
 
     /// The actor stops (released, killed, or told the lease is gone); the host releases.
@@ -229,36 +293,9 @@ impl Sim {
         }
         self.host_check(h);
         let current = generation == self.hosts[h].generation;
-        match (timer, self.hosts[h].state.clone()) {
+        match (timer, &self.hosts[h].state) {
             (HostTimer::Act, HostState::Idle) => self.host_acquire(h),
-            (HostTimer::Renew, HostState::Holding(lease))
-                if current && !lease.stopping && !lease.draining && lease.renewing.is_none() =>
-            {
-                let host_time = self.hosts[h].clock.host_time(self.now);
-                let request = Request::Renew {
-                    reservation: lease.reservation.clone(),
-                    token: lease.token,
-                    host_time,
-                };
-                let dc = self.hosts[h].dc;
-                let rpc = self.request(NodeId::Host(h as u32), NodeId::Dc(dc), lease.key, request);
-                if let HostState::Holding(l) = &mut self.hosts[h].state {
-                    l.renewing = Some((rpc, self.now));
-                }
-            }
-            (HostTimer::Soft, HostState::Holding(lease)) if current && !lease.stopping => {
-                self.measurements.count("host_soft_deadline_stop");
-                if let HostState::Holding(l) = &mut self.hosts[h].state {
-                    l.stopping = true;
-                }
-                let graceful = self.scenario.workload.graceful_stop_ms * 1000;
-                let at = self.now + self.rng.below(graceful + 1);
-                self.host_timer_at(h, at, HostTimer::Stopped);
-            }
-            (HostTimer::Kill, HostState::Holding(_)) if current => {
-                self.measurements.count("host_killed_at_hard_deadline");
-                self.host_stop(h)
-            }
+            (HostTimer::Lease, HostState::Holding(_)) if current => self.drive_lease(h),
             (HostTimer::Stopped, HostState::Holding(lease)) if current && lease.stopping => {
                 self.host_stop(h)
             }
@@ -279,7 +316,12 @@ impl Sim {
             host.idx, host.incarnation, host.acquires
         ))
         .expect("valid actor id");
-        let host_time = host.clock.host_time(self.now);
+        let sent = Sent {
+            host_time: host.clock.host_time(self.now),
+            instant: HostInstant::from_us(host.clock.local_us(self.now)),
+            true_us: self.now,
+        };
+        let host_time = sent.host_time;
         let dc = host.dc;
         let w = &self.scenario.workload;
         let wait_ms = if self.rng.chance(w.wait_fraction) {
@@ -308,11 +350,7 @@ impl Sim {
                 timeout_us,
             )
         };
-        self.hosts[h].state = HostState::Acquiring {
-            key,
-            rpc,
-            sent_at_us: self.now,
-        };
+        self.hosts[h].state = HostState::Acquiring { key, rpc, sent };
     }
 
     pub(crate) fn host_receive(&mut self, h: usize, message: Message) {
@@ -324,18 +362,16 @@ impl Sim {
         };
         self.host_check(h);
         match self.hosts[h].state.clone() {
-            HostState::Acquiring {
-                key,
-                rpc,
-                sent_at_us,
-            } if rpc == message.rpc => self.host_acquired(h, key, rpc, sent_at_us, reply),
-            HostState::Holding(lease) if lease.renewing.map(|r| r.0) == Some(message.rpc) => {
-                self.host_renewed(h, lease, reply)
+            HostState::Acquiring { key, rpc, sent } if rpc == message.rpc => {
+                self.host_acquired(h, key, rpc, sent, reply)
+            }
+            HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(message.rpc) => {
+                self.host_renewed(h, Some(reply))
             }
             // A grant nobody asked for any more (the request timed out, or
             // the host crashed, while the DC worked on it): the lease lapses
             // unused.
-            _ if matches!(reply, Reply::Acquired { .. }) => {
+            _ if matches!(reply, Reply::Acquire(AcquireReply::Acquired(_))) => {
                 let work = self.measurements.take_acquire_work(message.rpc);
                 let gave_up = self.acquires_given_up.remove(&message.rpc);
                 self.measurements.count(match (gave_up, work.awaits > 0) {
@@ -349,19 +385,20 @@ impl Sim {
         }
     }
 
-    fn host_acquired(&mut self, h: usize, key: u32, rpc: u64, sent_at_us: u64, reply: Reply) {
+    fn host_acquired(&mut self, h: usize, key: u32, rpc: u64, sent: Sent, reply: Reply) {
         let work = self.measurements.take_acquire_work(rpc);
-        let latency = self.now - sent_at_us;
-        let Reply::Acquired {
+        let latency = self.now - sent.true_us;
+        let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             previous,
             ..
-        } = reply
+        })) = reply
         else {
             let op = match &reply {
-                Reply::HeldElsewhere { .. } | Reply::TagMismatch { .. } => Op::AcquireHeldElsewhere,
+                Reply::Acquire(AcquireReply::HeldElsewhere(_))
+                | Reply::Acquire(AcquireReply::TagMismatch { .. }) => Op::AcquireHeldElsewhere,
                 Reply::Error(e) => {
                     self.measurements.count(match e.kind {
                         ErrorKind::Unavailable { .. } => "acquire_error_unavailable",
@@ -387,29 +424,32 @@ impl Sim {
             (Op::AcquireReactivate, 0)
         };
         self.measurements.record(op, latency, work.peer_rtts, model);
-        let host_now = self.hosts[h].clock.host_time(self.now);
-        let hold = self.scenario.workload.hold_ms;
-        let leave_at_us = self.now + self.rng.exp(hold * 1000.0);
-        let lease = Lease {
-            key,
-            reservation: reservation.clone(),
-            token,
-            deadlines,
-            stopping: false,
-            draining: false,
-            renewing: None,
-            leave_at_us,
-        };
-        if host_now >= deadlines.soft_terminate_at {
+        let now = self.host_instant(h);
+        let retry_ms = self.scenario.workload.renew_retry_ms;
+        let started = HostLease::start(&deadlines, sent.host_time, sent.instant, now, retry_ms);
+        let Ok(held) = started else {
             // Too late to start: the grant is already past its soft deadline.
             self.measurements.count("host_grant_too_late");
-            self.hosts[h].state = HostState::Holding(lease);
-            return self.host_stop_without_acting(h);
-        }
+            self.host_release(h, key, reservation, token);
+            return self.go_idle(h);
+        };
         self.checker
             .on_holder_start(self.now, key, h as u32, token, &reservation);
-        self.hosts[h].state = HostState::Holding(lease);
-        self.arm_lease(h);
+        let hold = self.scenario.workload.hold_ms;
+        let leave_at = self.now + self.rng.exp(hold * 1000.0);
+        self.hosts[h].generation += 1;
+        self.hosts[h].state = HostState::Holding(Lease {
+            key,
+            reservation,
+            token,
+            hard: deadlines.hard_terminate_at,
+            lease: held,
+            stopping: false,
+            renewing: None,
+            wake_at: None,
+        });
+        self.host_timer_at(h, leave_at, HostTimer::Leave);
+        self.drive_lease(h);
     }
 
     /// Checks the `previous` an `Acquired` carries against what truly happened.
@@ -436,52 +476,40 @@ impl Sim {
             .on_acquired(&view, key, reservation, token, previous);
     }
 
-    fn host_stop_without_acting(&mut self, h: usize) {
-        if let HostState::Holding(lease) = &self.hosts[h].state {
-            let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
-            self.host_release(h, key, reservation, token);
-        }
-        self.hosts[h].generation += 1;
-        self.go_idle(h);
-    }
-
-    fn host_renewed(&mut self, h: usize, lease: Lease, reply: Reply) {
-        let sent_at = lease.renewing.map_or(self.now, |r| r.1);
-        if let HostState::Holding(l) = &mut self.hosts[h].state {
-            l.renewing = None;
-        }
-        match reply {
-            Reply::Renew(answer) => {
-                self.measurements
-                    .record(Op::Renew, self.now - sent_at, 0, 0);
-                match answer {
-                    RenewReply::Renewed(deadlines) if !lease.stopping => {
-                        if let HostState::Holding(l) = &mut self.hosts[h].state {
-                            l.deadlines = deadlines;
-                        }
-                        self.arm_lease(h);
-                    }
-                    RenewReply::Renewed(_) => {}
-                    RenewReply::Draining => {
-                        self.measurements.count("renew_draining");
-                        if let HostState::Holding(l) = &mut self.hosts[h].state {
-                            l.draining = true;
-                        }
-                    }
-                    // The DC says another holder may exist: stop now.
-                    RenewReply::StaleToken { .. } | RenewReply::Expired => {
-                        self.measurements.count("renew_refused_stop_now");
-                        self.host_stop(h)
-                    }
-                }
+    /// The answer to host `h`'s renewal (`None`: none in time).
+    fn host_renewed(&mut self, h: usize, reply: Option<Reply>) {
+        let now = self.host_instant(h);
+        let HostState::Holding(lease) = &mut self.hosts[h].state else {
+            return;
+        };
+        let Some(renewing) = lease.renewing.take() else {
+            return;
+        };
+        let answer = match reply {
+            Some(Reply::Renew(answer)) => Some(answer),
+            _ => None,
+        };
+        let answered = answer.is_some();
+        let deadlines = match &answer {
+            Some(homing_core::RenewReply::Renewed(deadlines)) => Some(*deadlines),
+            _ => None,
+        };
+        let renewal = lease
+            .lease
+            .handle_renew(answer, renewing.sent, renewing.sent_at, now);
+        match renewal {
+            Renewal::Moved(_) => {
+                lease.hard = deadlines.expect("moved by a renewal").hard_terminate_at
             }
-            _ => self.host_retry_renew(h),
+            Renewal::Draining => self.measurements.count("renew_draining"),
+            Renewal::TooLate => self.measurements.count("renew_answered_too_late"),
+            Renewal::Lost | Renewal::Failed { .. } => {}
         }
-    }
-
-    fn host_retry_renew(&mut self, h: usize) {
-        let at = self.now + self.scenario.workload.renew_retry_ms * 1000;
-        self.host_timer_at(h, at, HostTimer::Renew);
+        if answered {
+            let latency = self.now - renewing.sent_at_us;
+            self.measurements.record(Op::Renew, latency, 0, 0);
+        }
+        self.drive_lease(h);
     }
 
     pub(crate) fn host_timeout(&mut self, h: usize, rpc: u64) {
@@ -490,24 +518,19 @@ impl Sim {
         }
         match self.hosts[h].state.clone() {
             HostState::Acquiring {
-                rpc: waiting,
-                sent_at_us,
-                ..
+                rpc: waiting, sent, ..
             } if waiting == rpc => {
                 let work = self.measurements.take_acquire_work(rpc);
-                let latency = self.now - sent_at_us;
+                let latency = self.now - sent.true_us;
                 self.measurements.count("acquire_timed_out_at_host");
                 self.acquires_given_up.insert(rpc);
                 self.measurements
                     .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
                 self.go_idle(h);
             }
-            HostState::Holding(lease) if lease.renewing.map(|r| r.0) == Some(rpc) => {
+            HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(rpc) => {
                 self.host_check(h);
-                if let HostState::Holding(l) = &mut self.hosts[h].state {
-                    l.renewing = None;
-                }
-                self.host_retry_renew(h);
+                self.host_renewed(h, None);
             }
             _ => {}
         }

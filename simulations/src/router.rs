@@ -1,6 +1,7 @@
 //! Edge routers. A router resolves keys the way homing-client's `Resolver`
 //! does, with homing-core's `ChainWalk`: the global entry and every link are
-//! cached forever (they never change), the tail's state for `tail_ttl_ms`.
+//! cached forever (they never change), a live tail for `tail_ttl_ms` and a
+//! vacant one not at all (`TailView::answer`, the rule the Resolver caches by).
 //! A cold walk asks its region's DC (`Resolve`: global read + the segment if
 //! that DC owns the entry), then each remote tail DC (`ResolveReservation`).
 //! A timeout or an error reply makes the answer `Unavailable`, never `NotFound`.
@@ -170,6 +171,9 @@ impl Sim {
                         self.now,
                         Some(&walked.tail),
                     );
+                    if walked.tail.answer().is_none() {
+                        return; // a vacant tail is read again next time (the Resolver's rule)
+                    }
                     let ttl = self.scenario.workload.tail_ttl_ms * 1000;
                     self.routers[r].tails.insert(
                         resolve.key,

@@ -4,6 +4,7 @@
 //! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
 //! hash order, and the wall clock is read only to report events per second.
 
+use homing_core::AcquireReply;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -210,9 +211,9 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
     match reply {
         Reply::Resolved { .. } => "reply_resolved",
         Reply::Reservation(_) => "reply_reservation",
-        Reply::Acquired { .. } => "reply_acquired",
-        Reply::HeldElsewhere { .. } => "reply_held_elsewhere",
-        Reply::TagMismatch { .. } => "reply_tag_mismatch",
+        Reply::Acquire(AcquireReply::Acquired(_)) => "reply_acquired",
+        Reply::Acquire(AcquireReply::HeldElsewhere(_)) => "reply_held_elsewhere",
+        Reply::Acquire(AcquireReply::TagMismatch { .. }) => "reply_tag_mismatch",
         Reply::Renew(_) => "reply_renew",
         Reply::Release(_) => "reply_release",
         Reply::Link(_) => "reply_link",
@@ -612,18 +613,20 @@ impl Sim {
 
     /// Sends a request and arms its timeout; returns the RPC id.
     pub(crate) fn request(&mut self, from: NodeId, to: NodeId, key: u32, request: Request) -> u64 {
-        let rpc = self.rpc();
-        self.send(Message {
-            from,
-            to,
-            rpc,
-            key,
-            body: Body::Request(request),
-        });
-        self.schedule(
-            self.now + self.request_timeout_us,
-            Event::Timeout { node: from, rpc },
-        );
+        self.request_within(from, to, key, request, self.request_timeout_us)
+    }
+
+    /// [`Sim::request`] given up on after `timeout_us` instead of the request timeout.
+    pub(crate) fn request_within(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        key: u32,
+        request: Request,
+        timeout_us: u64,
+    ) -> u64 {
+        let (rpc, message) = self.request_message(from, to, key, request, timeout_us);
+        self.send(message);
         rpc
     }
 
@@ -637,7 +640,22 @@ impl Sim {
         request: Request,
         timeout_us: u64,
     ) -> u64 {
+        let (rpc, message) = self.request_message(from, to, key, request, timeout_us);
+        self.stream_send(message);
+        rpc
+    }
+
+    /// A new RPC's request message, its timeout armed.
+    fn request_message(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        key: u32,
+        request: Request,
+        timeout_us: u64,
+    ) -> (u64, Message) {
         let rpc = self.rpc();
+        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
         let message = Message {
             from,
             to,
@@ -645,9 +663,7 @@ impl Sim {
             key,
             body: Body::Request(request),
         };
-        self.stream_send(message);
-        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
-        rpc
+        (rpc, message)
     }
 
     /// Answers DC `d`'s parked request on its QUIC stream.

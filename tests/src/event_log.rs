@@ -9,6 +9,7 @@
 //! one event with its kind, reservation, token and outcome; and every other
 //! event belongs to a key whose write was in flight.
 
+use homing_core::{AcquireReply, Grant};
 use std::collections::BTreeSet;
 
 use homing_core::{
@@ -91,12 +92,12 @@ impl Ledger {
     /// of another record, that record's `Linked` change. Other replies change
     /// nothing.
     pub fn acquired(&mut self, key: &Key, actor: &ActorId, reply: &Reply) {
-        let Reply::Acquired {
+        let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             previous,
             ..
-        } = reply
+        })) = reply
         else {
             return;
         };
@@ -234,7 +235,7 @@ mod tests {
 
     fn acquired(reservation: &str, token: u64, previous: Option<PreviousRun>) -> Reply {
         let at = HostTime::from_ms(0);
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             key: key(),
             reservation: id(reservation),
             token: FencingToken::new(token),
@@ -244,7 +245,7 @@ mod tests {
                 hard_terminate_at: at,
             },
             previous,
-        }
+        }))
     }
 
     fn key() -> Key {

@@ -125,6 +125,14 @@ impl LoneDc {
             .expect("the scrape does not panic")
     }
 
+    /// The daemon's whole `/metrics` page.
+    pub async fn metrics_text(&self) -> String {
+        let metrics = self.metrics;
+        tokio::task::spawn_blocking(move || metrics_page(metrics))
+            .await
+            .expect("the scrape does not panic")
+    }
+
     /// Everything the daemon logged (for failure messages).
     pub fn log(&self) -> String {
         self.daemon.log()
@@ -133,6 +141,20 @@ impl LoneDc {
 
 /// The value of the unlabelled metric `name` at `addr`'s `/metrics`.
 fn scrape(addr: SocketAddr, name: &str) -> u64 {
+    let text = metrics_page(addr);
+    metric(&text, name).unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+}
+
+/// The value of the metric line `name` (with its labels, if any) in a
+/// `/metrics` page.
+pub fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// `addr`'s `/metrics` page.
+fn metrics_page(addr: SocketAddr) -> String {
     let timeout = Some(Duration::from_millis(TEST_REQUEST_TIMEOUT_MS));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(1_000))
         .expect("the metrics endpoint accepts");
@@ -144,10 +166,7 @@ fn scrape(addr: SocketAddr, name: &str) -> u64 {
     stream
         .read_to_string(&mut text)
         .expect("the metrics are read");
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    text
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.

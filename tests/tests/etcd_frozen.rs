@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use homing_core::{ErrorKind, LeasePolicy, RenewReply, Reply, Request, ReservationId};
+use homing_core::{
+    AcquireReply, ErrorKind, Grant, LeasePolicy, RenewReply, Reply, Request, ReservationId,
+};
 use homing_e2e::cluster::{Cluster, acquire, dc, host_now, key, sleep_ms};
 use homing_e2e::{ClusterOptions, DcStoreSpec, start_or_skip};
 use homing_net::{Client, Peer};
@@ -104,7 +106,9 @@ fn reserve_loop(
                 tokio::time::timeout(bound, host.request(&peer, &acquire(&name, "10.7.7.7:1")))
                     .await;
             let outcome = match reply {
-                Ok(Ok(Reply::Acquired { reservation, .. })) => Ok(reservation),
+                Ok(Ok(Reply::Acquire(AcquireReply::Acquired(Grant { reservation, .. })))) => {
+                    Ok(reservation)
+                }
                 Ok(other) => Err(format!("{other:?}")),
                 Err(_) => Err(format!("no answer in {RESERVE_TIMEOUT_MS} ms")),
             };
@@ -376,12 +380,12 @@ fn holder(
 ) -> tokio::task::JoinHandle<usize> {
     tokio::spawn(async move {
         let reply = host.request(&peer, &acquire(&name, "10.7.7.8:1")).await;
-        let Ok(Reply::Acquired {
+        let Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             ..
-        }) = reply
+        }))) = reply
         else {
             panic!("holder {name} acquires: {reply:?}");
         };

@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use homing_core::{
-    ActorId, Key, KeyConfig, KeyName, LeasePolicy, ReleaseCause, ReleaseReply, Reply, Request,
-    ReservationId, Role, RunOutcome,
+    AcquireReply, ActorId, Grant, Key, KeyConfig, KeyName, LeasePolicy, ReleaseCause, ReleaseReply,
+    Reply, Request, ReservationId, Role, RunOutcome,
 };
 use homing_e2e::cluster::{free_udp_addr, host_now};
 use homing_e2e::homing_binary;
@@ -336,7 +336,7 @@ async fn hold_starts_the_command_only_once_the_lease_is_granted_with_the_lease_i
         let touch = r#"touch "$MARKER""#;
         // Held by another host: exit 75, say where, never run.
         let host = dc.client(Role::Host);
-        let Reply::Acquired { reservation, .. } = dc.ask(&host, &acquire("busy", "10.9.9.9:1")).await
+        let Reply::Acquire(AcquireReply::Acquired(Grant { reservation, .. })) = dc.ask(&host, &acquire("busy", "10.9.9.9:1")).await
         else {
             panic!("the other host acquires");
         };
@@ -432,7 +432,7 @@ async fn hold_a_renewal_answered_stale_token_kills_the_command_at_once() {
         let admin = dc.client(Role::Admin);
         assert_eq!(dc.ask(&admin, &release).await, Reply::Release(ReleaseReply::Released));
         let host = dc.client(Role::Host);
-        let Reply::Acquired { token: taken, .. } = dc.ask(&host, &acquire("stale", "10.9.9.9:2")).await
+        let Reply::Acquire(AcquireReply::Acquired(Grant { token: taken, .. })) = dc.ask(&host, &acquire("stale", "10.9.9.9:2")).await
         else {
             panic!("the other host acquires");
         };
@@ -557,10 +557,10 @@ async fn hold_sigint_is_forwarded_and_the_key_released() {
         // and learns how the run ended.
         let host = dc.client(Role::Host);
         match dc.ask(&host, &acquire("interrupted", "10.9.9.9:3")).await {
-            Reply::Acquired {
+            Reply::Acquire(AcquireReply::Acquired(Grant {
                 previous: Some(previous),
                 ..
-            } => {
+            })) => {
                 assert_eq!(previous.reservation.to_string(), holding["reservation"]);
                 assert!(
                     matches!(

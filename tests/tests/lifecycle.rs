@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use homing_client::Watcher;
+use homing_core::{AcquireReply, Grant, Holder};
 use homing_core::{
     ActorId, DcId, Deadlines, ErrorKind, Event, EventSeq, FailureReason, FencingToken, Key,
     KeyConfig, KeyName, LeasePolicy, Namespace, NamespaceScope, PreviousRun, ReleaseCause,
@@ -185,11 +186,11 @@ impl Driver {
                 .ask(&self.hosts[at], at, &acquire(key, actor, 0))
                 .await;
             match reply {
-                Ok(reply @ Reply::Acquired { .. }) => {
+                Ok(reply @ Reply::Acquire(AcquireReply::Acquired(_))) => {
                     self.ledger.acquired(key, actor, &reply);
-                    let Reply::Acquired {
+                    let Reply::Acquire(AcquireReply::Acquired(Grant {
                         reservation, token, ..
-                    } = reply
+                    })) = reply
                     else {
                         unreachable!("matched above")
                     };
@@ -295,15 +296,15 @@ fn burst_writer(
             let key = key_in(NAMESPACES[n % NAMESPACES.len()], &format!("burst-{w}-{n}"));
             let reply =
                 tokio::time::timeout(bound, host.request(&peer, &acquire(&key, &holder, 0))).await;
-            let Ok(Ok(reply @ Reply::Acquired { .. })) = reply else {
+            let Ok(Ok(reply @ Reply::Acquire(AcquireReply::Acquired(_)))) = reply else {
                 ledger.in_flight(&key);
                 return ledger;
             };
             ledger.acquired(&key, &holder, &reply);
             acks.fetch_add(1, Ordering::Relaxed);
-            let Reply::Acquired {
+            let Reply::Acquire(AcquireReply::Acquired(Grant {
                 reservation, token, ..
-            } = reply
+            })) = reply
             else {
                 unreachable!("matched above")
             };
@@ -500,12 +501,12 @@ fn send_later(cluster: &Cluster, at: &DcId, request: Request) -> tokio::task::Jo
 async fn hold(cluster: &Cluster, at: &DcId, key: &Key) -> (ReservationId, FencingToken, Deadlines) {
     let request = acquire(key, &actor("10.0.1.1:1"), 0);
     match cluster.ask(&cluster.host(at), at, &request).await {
-        Ok(Reply::Acquired {
+        Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             ..
-        }) => (reservation, token, deadlines),
+        }))) => (reservation, token, deadlines),
         other => panic!("acquire {key} at {at}: {other:?}"),
     }
 }
@@ -513,12 +514,12 @@ async fn hold(cluster: &Cluster, at: &DcId, key: &Key) -> (ReservationId, Fencin
 /// Expects `Acquired` in `at`, with the next token, following `previous`.
 fn expect_acquired(reply: &Result<Reply, NetError>, at: &DcId, previous: &PreviousRun) {
     match reply {
-        Ok(Reply::Acquired {
+        Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             previous: got,
             ..
-        }) => {
+        }))) => {
             assert_eq!(reservation.dc(), at, "acquired in the waiter's dc");
             assert_eq!(*token, previous.token.next(), "the next token");
             assert_eq!(got.as_ref(), Some(previous), "how the previous run ended");
@@ -545,7 +546,9 @@ async fn wait_an_acquirer_in_another_dc_gets_the_key_only_after_the_holders_expi
             .ask(&cluster.host(&fra), &fra, &acquire(&key, &waiter, 0))
             .await
         {
-            Ok(Reply::HeldElsewhere { reservation, .. }) => assert_eq!(reservation, held),
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. }))) => {
+                assert_eq!(reservation, held)
+            }
             other => panic!("without a wait: {other:?}"),
         }
 

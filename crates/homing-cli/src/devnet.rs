@@ -2,6 +2,7 @@
 //! loopback, with real QUIC and mutual TLS, redb DC stores and one shared
 //! embedded global store; then the story of homing, each step checked.
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -102,14 +103,21 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         );
     }
 
-    let mut ok = story(&net).await?;
+    let mut failures = story(&net).await?;
     let edge = if args.with_router {
-        let (edge, routed) = edge::start(&net, args.serve).await?;
-        ok &= routed;
+        let (edge, router_failures) = edge::start(&net, args.serve).await?;
+        failures += router_failures;
         Some(edge)
     } else {
         None
     };
+    // After every step, the router's included.
+    if failures == 0 {
+        println!("\nall checks passed");
+    } else {
+        println!("\n{failures} check(s) failed");
+    }
+    let ok = failures == 0;
 
     if args.serve {
         let table: Vec<String> = {
@@ -191,28 +199,28 @@ async fn acquire(
 
 fn describe(reply: &Reply) -> String {
     match reply {
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             ..
-        } => format!(
+        })) => format!(
             "Acquired {reservation} token {token}; renew in {} ms, hard stop in {} ms",
             deadlines.renew_at.ms_since(host_now()),
             deadlines.hard_terminate_at.ms_since(host_now())
         ),
-        Reply::HeldElsewhere {
+        Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        } => format!("HeldElsewhere: actor {actor} under {reservation}"),
+        })) => format!("HeldElsewhere: actor {actor} under {reservation}"),
         other => format!("{other:?}"),
     }
 }
 
 fn acquired(reply: &Reply) -> Option<(ReservationId, FencingToken)> {
     match reply {
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
-        } => Some((reservation.clone(), *token)),
+        })) => Some((reservation.clone(), *token)),
         _ => None,
     }
 }
@@ -239,7 +247,8 @@ async fn resolve_and_check(
     }
 }
 
-async fn story(net: &Devnet) -> anyhow::Result<bool> {
+/// The story's steps 1–8; returns how many checks failed.
+async fn story(net: &Devnet) -> anyhow::Result<u32> {
     let mut s = Story { failures: 0 };
     let dcs = net.dcs();
     let (a, b, c) = (
@@ -273,7 +282,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
     println!("   {}", describe(&reply));
     let Some((first, token)) = acquired(&reply) else {
         s.check(false, format!("{a} acquires the new key"));
-        return Ok(false);
+        return Ok(s.failures);
     };
     s.check(
         first.dc() == &a && token == FencingToken::FIRST,
@@ -306,7 +315,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
     let reply = acquire(&actors, net, &b, &room, &format!("{b}-host:9000")).await?;
     println!("   {}", describe(&reply));
     s.check(
-        matches!(&reply, Reply::HeldElsewhere { reservation, .. } if *reservation == first),
+        matches!(&reply, Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. })) if *reservation == first),
         "connect returns the live actor; no second one starts",
     );
 
@@ -350,12 +359,13 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
         format!("{a} woke the waiter: recreated in {b} with token + 1; {a} linked {first} → it (the global entry never changes)"),
     );
     s.check(
-        matches!(&reply, Reply::Acquired { previous: Some(p), .. }
+        matches!(&reply, Reply::Acquire(AcquireReply::Acquired(Grant { previous: Some(p), .. }))
             if p.reservation == first && matches!(p.ended, ReleaseCause::Released(RunOutcome::Failed { .. }))),
         "the new holder learns the previous run failed",
     );
     let Some((second, second_token)) = second else {
-        return Ok(false);
+        // The story cannot go on without the second holder.
+        return Ok(s.failures.max(1));
     };
 
     s.step(&format!(
@@ -395,7 +405,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
     let (x, y) = (x?, y?);
     println!("   {a}: {}\n   {c}: {}", describe(&x), describe(&y));
     let winner = acquired(&x).or(acquired(&y)).map(|(id, _)| id);
-    let loser_follows = [&x, &y].iter().any(|r| matches!(r, Reply::HeldElsewhere { reservation, .. } if Some(reservation) == winner.as_ref()));
+    let loser_follows = [&x, &y].iter().any(|r| matches!(r, Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. })) if Some(reservation) == winner.as_ref()));
     s.check(
         winner.is_some() && loser_follows,
         "exactly one winner; the loser returns the winner's actor",
@@ -449,12 +459,7 @@ async fn story(net: &Devnet) -> anyhow::Result<bool> {
         "reserved, released (failed), linked in the old dc; reserved, drained in the new — durable, in order, resumable by `homing watch`",
     );
 
-    if s.failures == 0 {
-        println!("\nall checks passed");
-    } else {
-        println!("\n{} check(s) failed", s.failures);
-    }
-    Ok(s.failures == 0)
+    Ok(s.failures)
 }
 
 /// `--with-router`: an HTTP edge router on a Resolver attached to the last
@@ -464,8 +469,9 @@ mod edge {
     use std::time::Duration;
 
     use homing_client::{Resolver, ResolverConfig};
+    use homing_core::AcquireReply;
     use homing_core::{KeyConfig, KeyName, Role};
-    use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, HostStarted, Serving};
+    use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, Serving};
 
     use homing_daemon::Devnet;
 
@@ -489,13 +495,14 @@ mod edge {
     }
 
     /// Starts the router and the hosts; unless `serving`, routes one request
-    /// to each key and checks it landed in the host's DC.
-    pub async fn start(net: &Devnet, serving: bool) -> anyhow::Result<(Edge, bool)> {
+    /// to each key and checks it landed in the host's DC. Returns how many
+    /// checks failed.
+    pub async fn start(net: &Devnet, serving: bool) -> anyhow::Result<(Edge, u32)> {
         let mut s = Story { failures: 0 };
         let dcs = net.dcs();
         let last = dcs.len() - 1;
         s.step(&format!(
-            "8. an HTTP edge router attached to {} routes to one actor host per DC",
+            "9. an HTTP edge router attached to {} routes to one actor host per DC",
             dcs[last].id
         ));
         let mut hosts = Vec::new();
@@ -505,7 +512,7 @@ mod edge {
             let config = ActorHostConfig::new(peer, key, "127.0.0.1:0".parse()?);
             let client = net.client(Role::Host, Some(&dc.id))?;
             match ActorHost::start(client, config).await? {
-                HostStarted::Serving(host) => {
+                AcquireReply::Acquired(host) => {
                     println!(
                         "   actor host for {} in {} on {} ({}, token {})",
                         host.key(),
@@ -548,7 +555,7 @@ mod edge {
                 }
             }
         }
-        Ok((edge, s.failures == 0))
+        Ok((edge, s.failures))
     }
 
     impl Edge {

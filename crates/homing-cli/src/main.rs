@@ -2,21 +2,23 @@
 
 mod bench;
 mod devnet;
+mod exit;
 mod hold;
 mod migrate;
 mod reach;
 mod scope;
 mod show;
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use homing_core::{
     ActorId, DcId, FailureReason, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace,
-    Reply, Request, ReservationId, RunOutcome, Tag,
+    ReleaseReply, Reply, Request, ReservationId, RunOutcome, Tag,
 };
 
+use crate::exit::{BadInput, EXIT_CODES_HELP, Exit, fail};
 use crate::reach::Reach;
 
 /// homing — which datacenter hosts the actor for a key, right now.
@@ -25,7 +27,7 @@ use crate::reach::Reach;
 /// written by `homing certs`) and its DCs (--dc NAME=ADDR, nearest first).
 /// `homing devnet --serve` starts a local deployment and prints both.
 #[derive(Debug, Parser)]
-#[command(name = "homing", version, about, long_about)]
+#[command(name = "homing", version, about, long_about, after_help = EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,10 +48,18 @@ struct KeyArgs {
 impl KeyArgs {
     fn key(&self) -> anyhow::Result<Key> {
         Ok(Key::in_namespace(
-            Namespace::new(self.namespace.as_str()).context("--namespace")?,
-            KeyName::new(self.key.as_str()).context("key")?,
+            Namespace::new(self.namespace.as_str()).bad_input("--namespace")?,
+            KeyName::new(self.key.as_str()).bad_input("key")?,
         ))
     }
+}
+
+/// `--json`: one JSON object on stdout instead of sentences.
+#[derive(Debug, Clone, Copy, clap::Args)]
+struct JsonArg {
+    /// Print one JSON object on stdout (also on failure: `outcome`, `error`).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,11 +81,18 @@ enum Command {
         dcs: Vec<String>,
     },
     /// Where the key's actor lives now: DC, reservation, actor, token.
-    Resolve(KeyArgs),
+    #[command(after_help = EXIT_CODES_HELP)]
+    Resolve {
+        #[command(flatten)]
+        key: KeyArgs,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// The key's reservation chain, hop by hop, with where each answer came from.
     Chain(KeyArgs),
     /// Reserve the key for an actor in a DC (connect semantics: an existing
-    /// live actor is returned instead).
+    /// live actor is returned instead, and the command exits 75).
+    #[command(after_help = EXIT_CODES_HELP)]
     Reserve {
         #[command(flatten)]
         key: KeyArgs,
@@ -92,9 +109,13 @@ enum Command {
         /// for it to release or expire, then take it (max 300000).
         #[arg(long, default_value_t = 0)]
         wait_ms: u32,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// Release a reservation held with the given fencing token, recording
-    /// how the run ended for the next holder.
+    /// how the run ended for the next holder (a token that is not the
+    /// holder's is refused: exit 77).
+    #[command(after_help = EXIT_CODES_HELP)]
     Release {
         /// The reservation, `<dc>.<unique>`.
         reservation: String,
@@ -106,6 +127,8 @@ enum Command {
         failed: Option<String>,
         #[command(flatten)]
         reach: Reach,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// Refuse further renewals: of one key's live lease (KEY), or of every
     /// live lease in a namespace in every DC (--namespace, --include-children).
@@ -142,16 +165,61 @@ pub(crate) fn host_now() -> HostTime {
     homing_client::SystemClock.now()
 }
 
-fn print_reply(reply: Reply) -> anyhow::Result<()> {
+/// Whether this run prints JSON (set once, from the command's `--json`).
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn json_mode() -> bool {
+    JSON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A reply that does not answer the request sent: a human sentence (never
+/// Debug output), exit 1.
+fn unexpected(request: &Request, reply: &Reply) -> anyhow::Error {
     match reply {
-        Reply::Error(e) => bail!("{e}"),
-        Reply::Acquired {
+        Reply::Error(e) => anyhow::Error::new(e.clone()),
+        other => fail(
+            Exit::Failed,
+            format!(
+                "the DC answered a {} request with {}",
+                request.kind(),
+                show::reply_kind(other)
+            ),
+        ),
+    }
+}
+
+/// Prints the answer to `homing reserve`; the exit it calls for.
+fn reserved(request: &Request, reply: Reply) -> anyhow::Result<Exit> {
+    let Reply::Acquire(acquire) = reply else {
+        return Err(unexpected(request, &reply));
+    };
+    match acquire {
+        AcquireReply::Acquired(Grant {
             key,
             reservation,
             token,
             previous,
             ..
-        } => {
+        }) => {
+            if json_mode() {
+                let previous = previous.map(|p| {
+                    serde_json::json!({
+                        "reservation": p.reservation.to_string(),
+                        "token": p.token.get(),
+                        "ended": p.ended.to_string(),
+                    })
+                });
+                print_json(serde_json::json!({
+                    "outcome": "acquired",
+                    "namespace": key.namespace.as_str(),
+                    "key": key.name.as_str(),
+                    "dc": reservation.dc().as_str(),
+                    "reservation": reservation.to_string(),
+                    "token": token.get(),
+                    "previous": previous,
+                }));
+                return Ok(Exit::Ok);
+            }
             println!("acquired {key}: reservation {reservation}, token {token}");
             if let Some(p) = previous {
                 println!(
@@ -162,37 +230,92 @@ fn print_reply(reply: Reply) -> anyhow::Result<()> {
             println!(
                 "(the lease is not renewed by this command: it lapses after the DC's lease ttl)"
             );
+            Ok(Exit::Ok)
         }
-        Reply::HeldElsewhere {
+        AcquireReply::HeldElsewhere(Holder {
             key,
             reservation,
             actor,
             token,
-        } => {
-            println!("{key} is held: reservation {reservation}, actor {actor}, token {token}")
+        }) => {
+            if json_mode() {
+                print_json(serde_json::json!({
+                    "outcome": Exit::HeldElsewhere.word(),
+                    "namespace": key.namespace.as_str(),
+                    "key": key.name.as_str(),
+                    "dc": reservation.dc().as_str(),
+                    "reservation": reservation.to_string(),
+                    "actor": actor.as_str(),
+                    "token": token.get(),
+                }));
+            } else {
+                println!(
+                    "{key} is held by actor {actor} in dc {}: reservation {reservation}, token {token}; nothing was reserved",
+                    reservation.dc()
+                );
+            }
+            Ok(Exit::HeldElsewhere)
         }
-        Reply::TagMismatch { existing } => {
-            bail!("a live actor holds the key under tag {existing:?}")
+        AcquireReply::TagMismatch { existing } => {
+            let tag = existing.map_or("no tag".to_string(), |t| format!("tag {t}"));
+            Err(fail(
+                Exit::Refused,
+                format!("refused: a live actor holds the key under {tag}"),
+            ))
         }
-        Reply::Release(homing_core::ReleaseReply::Released) => println!("released"),
-        Reply::Drained => {
-            println!("drained: renewals are refused, the host stops by its deadlines")
-        }
-        other => println!("{other:?}"),
     }
-    Ok(())
 }
 
-async fn run(cli: Cli) -> anyhow::Result<bool> {
+/// Prints the answer to `homing release`; the exit it calls for.
+fn released(request: &Request, reply: Reply) -> anyhow::Result<Exit> {
+    let Request::Release {
+        reservation, token, ..
+    } = request
+    else {
+        unreachable!("released() answers a Release request");
+    };
+    match reply {
+        Reply::Release(ReleaseReply::Released) => {
+            if json_mode() {
+                print_json(serde_json::json!({
+                    "outcome": "released",
+                    "reservation": reservation.to_string(),
+                    "token": token.get(),
+                }));
+            } else {
+                println!("released {reservation} (token {token})");
+            }
+            Ok(Exit::Ok)
+        }
+        Reply::Release(ReleaseReply::StaleToken { current }) => Err(fail(
+            Exit::Refused,
+            format!(
+                "refused: {reservation} is held under token {current}, not {token}: a newer holder took over, or the token is wrong; nothing was released"
+            ),
+        )),
+        other => Err(unexpected(request, &other)),
+    }
+}
+
+fn print_json(value: serde_json::Value) {
+    println!("{value}");
+}
+
+/// `true` → ok, `false` → a check failed.
+fn checked(ok: bool) -> Exit {
+    if ok { Exit::Ok } else { Exit::Failed }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
-        Command::Devnet(args) => return devnet::run(args).await,
-        Command::Bench(args) => return bench::run(args).await,
+        Command::Devnet(args) => return devnet::run(args).await.map(checked),
+        Command::Bench(args) => return bench::run(args).await.map(checked),
         Command::Certs { out, dcs } => {
             let dcs = dcs
                 .iter()
                 .map(|d| DcId::new(d.as_str()))
                 .collect::<Result<Vec<_>, _>>()
-                .context("--dcs")?;
+                .bad_input("--dcs")?;
             let files = homing_net::generate_dev_pki(&out, &dcs)?;
             println!(
                 "wrote a dev CA and {} certificates to {}",
@@ -203,10 +326,16 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 println!("   {identity:<12} {}", cert.display());
             }
         }
-        Command::Resolve(args) => {
+        Command::Resolve { key: args, json } => {
+            JSON.store(json.json, std::sync::atomic::Ordering::Relaxed);
             let key = args.key()?;
             let resolver = args.reach.resolver()?;
-            println!("{}", show::resolution(&resolver.resolve(&key).await?));
+            let resolution = resolver.resolve(&key).await?;
+            if json.json {
+                print_json(show::resolution_json(&resolution));
+            } else {
+                println!("{}", show::resolution(&resolution));
+            }
         }
         Command::Chain(args) => {
             let key = args.key()?;
@@ -219,16 +348,21 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             at,
             tag,
             wait_ms,
+            json,
         } => {
+            JSON.store(json.json, std::sync::atomic::Ordering::Relaxed);
             if wait_ms > homing_core::wire::WAIT_MS_MAX {
-                bail!(
-                    "--wait-ms {wait_ms} is over the limit of {} ms",
-                    homing_core::wire::WAIT_MS_MAX
-                );
+                return Err(fail(
+                    Exit::BadInput,
+                    format!(
+                        "--wait-ms {wait_ms} is over the limit of {} ms",
+                        homing_core::wire::WAIT_MS_MAX
+                    ),
+                ));
             }
             let reach = &key.reach;
             let peer = match at {
-                Some(dc) => reach.peer(&DcId::new(dc).context("--at")?)?,
+                Some(dc) => reach.peer(&DcId::new(dc).bad_input("--at")?)?,
                 None => reach.nearest()?,
             };
             let client = reach.client()?;
@@ -236,26 +370,28 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             let config = KeyConfig {
                 name: Some(key.name),
                 namespace: key.namespace,
-                tag: tag.map(Tag::new).transpose().context("--tag")?,
+                tag: tag.map(Tag::new).transpose().bad_input("--tag")?,
             };
             let request = Request::Acquire {
                 config,
-                actor: ActorId::new(actor).context("--actor")?,
+                actor: ActorId::new(actor).bad_input("--actor")?,
                 host_time: host_now(),
                 wait_ms,
             };
-            print_reply(client.request(&peer, &request).await?)?;
+            return reserved(&request, client.request(&peer, &request).await?);
         }
         Command::Release {
             reservation,
             token,
             failed,
             reach,
+            json,
         } => {
-            let reservation: ReservationId = reservation.parse().context("reservation")?;
+            JSON.store(json.json, std::sync::atomic::Ordering::Relaxed);
+            let reservation: ReservationId = reservation.parse().bad_input("reservation")?;
             let outcome = match failed {
                 Some(reason) => RunOutcome::Failed {
-                    reason: FailureReason::new(reason).context("--failed")?,
+                    reason: FailureReason::new(reason).bad_input("--failed")?,
                 },
                 None => RunOutcome::Ok,
             };
@@ -265,12 +401,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 token: FencingToken::new(token),
                 outcome,
             };
-            print_reply(reach.client()?.request(&peer, &request).await?)?;
+            return released(&request, reach.client()?.request(&peer, &request).await?);
         }
         Command::Drain { key, scope, reach } => match key {
             Some(name) => {
                 if scope.include_children {
-                    bail!("--include-children drains a namespace: give no KEY");
+                    return Err(fail(
+                        Exit::BadInput,
+                        "--include-children drains a namespace: give no KEY",
+                    ));
                 }
                 let key = KeyArgs {
                     key: name,
@@ -279,17 +418,30 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 };
                 let request = Request::Drain { key: key.key()? };
                 let peer = key.reach.nearest()?;
-                print_reply(key.reach.client()?.request(&peer, &request).await?)?;
+                match key.reach.client()?.request(&peer, &request).await? {
+                    Reply::Drained => {
+                        println!("drained: renewals are refused, the host stops by its deadlines")
+                    }
+                    other => return Err(unexpected(&request, &other)),
+                }
             }
-            None => return scope::drain(scope::ScopeCommand { scope, reach }).await,
+            None => {
+                return scope::drain(scope::ScopeCommand { scope, reach })
+                    .await
+                    .map(checked);
+            }
         },
-        Command::Watch(args) => return scope::watch(args).await,
-        Command::Inspect(args) => return scope::inspect(args).await,
-        Command::Migrate(args) => return migrate::run(args).await,
+        Command::Watch(args) => return scope::watch(args).await.map(checked),
+        Command::Inspect(args) => return scope::inspect(args).await.map(checked),
+        Command::Migrate(args) => return migrate::run(args).await.map(checked),
         // Exit codes of its own (COMMAND's status among them).
-        Command::Hold(args) => std::process::exit(hold::run(args).await),
+        Command::Hold(args) => {
+            let code = hold::run(args).await;
+            reach::close_clients().await;
+            std::process::exit(code)
+        }
     }
-    Ok(true)
+    Ok(Exit::Ok)
 }
 
 #[tokio::main]
@@ -300,12 +452,21 @@ async fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()).await {
-        Ok(true) => {}
-        Ok(false) => std::process::exit(1),
+    let outcome = run(Cli::parse()).await;
+    // Before exiting, whatever the outcome: the DCs free our connections now.
+    reach::close_clients().await;
+    let exit = match outcome {
+        Ok(exit) => exit,
         Err(e) => {
+            let exit = exit::classify(&e);
+            if json_mode() {
+                print_json(
+                    serde_json::json!({ "outcome": exit.word(), "error": format!("{e:#}") }),
+                );
+            }
             eprintln!("error: {e:#}");
-            std::process::exit(2);
+            exit
         }
-    }
+    };
+    std::process::exit(exit.code());
 }

@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use homing_core::DcId;
 use homing_daemon::stores::OpenError;
@@ -18,6 +18,8 @@ use homing_store::migrate::{
     Verification,
 };
 use homing_store::{DcStore, GlobalStore, MemoryDcStore, MemoryGlobalStore};
+
+use crate::exit::{BadInput, Exit, fail};
 
 /// The long help's examples and notes (`homing migrate --help`).
 pub const LONG_HELP: &str = "\
@@ -32,8 +34,11 @@ Store specs (homingd's layout on every backend):
                            the platform's); needs --features fdb
 
 Stop every homingd of the deployment first: a live daemon changes records
-while they are copied. A redb source must exist; a target is created as
-needed. The target's allocator is raised above the source's first, so it
+while they are copied (a redb store a homingd has open is locked and
+refused). The target's DC stores are marked while they are copied, and
+homingd refuses to start on a marked store until a run verified the copy
+(the etcd backend keeps no mark yet: the report warns). A redb source must
+exist; a target is created as needed. The target's allocator is raised above the source's first, so it
 never hands out a reservation ID the source used. Items already at the target
 and equal are skipped, so an interrupted migration is finished by running the
 same command again. A global entry, record or event the target holds with
@@ -58,7 +63,9 @@ Then point homingd at the new stores (dc_store, global_store,
 etcd_endpoints, store_prefix) and start it.
 
 Exit status: 0 copied and verified (or, with --dry-run, no conflict found);
-1 conflicts or a verification mismatch; 2 an error (re-run to resume).";
+1 conflicts, a verification mismatch or another error; 2 bad input (flags,
+--dcs, a missing redb source); 69 a store did not answer, or a redb store is
+held by a running homingd (re-run to resume).";
 
 /// Options of `homing migrate`.
 #[derive(Debug, Args)]
@@ -90,10 +97,16 @@ pub struct MigrateArgs {
 pub async fn run(args: MigrateArgs) -> anyhow::Result<bool> {
     let dcs = dc_ids(&args.dcs)?;
     if args.sample > SAMPLE_MAX {
-        bail!("--sample {} is over the limit of {SAMPLE_MAX}", args.sample);
+        return Err(fail(
+            Exit::BadInput,
+            format!("--sample {} is over the limit of {SAMPLE_MAX}", args.sample),
+        ));
     }
     if args.from == args.to {
-        bail!("--from and --to name the same stores ({})", args.from);
+        return Err(fail(
+            Exit::BadInput,
+            format!("--from and --to name the same stores ({})", args.from),
+        ));
     }
     // Declared first, so dropped last: it owns what the stores share.
     let mut opener = StoreOpener::new();
@@ -142,9 +155,9 @@ pub async fn run(args: MigrateArgs) -> anyhow::Result<bool> {
 fn dc_ids(names: &[String]) -> anyhow::Result<Vec<DcId>> {
     let mut dcs: Vec<DcId> = Vec::with_capacity(names.len());
     for name in names {
-        let dc = DcId::new(name.as_str()).with_context(|| format!("--dcs {name:?}"))?;
+        let dc = DcId::new(name.as_str()).bad_input(format!("--dcs {name:?}"))?;
         if dcs.contains(&dc) {
-            bail!("--dcs names {dc} twice");
+            return Err(fail(Exit::BadInput, format!("--dcs names {dc} twice")));
         }
         dcs.push(dc);
     }

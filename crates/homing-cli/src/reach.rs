@@ -3,12 +3,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{DcId, Identity, Role};
 use homing_net::{Client, ClientLimits, Peer, TlsIdentity, pki::cert_name};
+
+use crate::exit::{BadInput, Exit, fail};
 
 /// Where the deployment is and who the CLI is.
 #[derive(Debug, Clone, Args)]
@@ -42,7 +45,8 @@ impl Reach {
             .into_iter()
             .find(|(name, _)| name == dc)
             .map(|(_, addr)| addr)
-            .with_context(|| format!("dc {dc} is not in the --dc table"))?;
+            .with_context(|| format!("dc {dc} is not in the --dc table"))
+            .bad_input("--dc")?;
         Ok(Peer {
             addr,
             dc: dc.clone(),
@@ -51,7 +55,8 @@ impl Reach {
 
     /// The nearest DC.
     pub fn nearest(&self) -> anyhow::Result<Peer> {
-        let (dc, addr) = self.dcs()?.into_iter().next().context("empty --dc table")?;
+        let first = self.dcs()?.into_iter().next();
+        let (dc, addr) = first.context("empty --dc table").bad_input("--dc")?;
         Ok(Peer { addr, dc })
     }
 
@@ -63,18 +68,54 @@ impl Reach {
 
     /// A QUIC client presenting the chosen role's certificate.
     pub fn client(&self) -> anyhow::Result<Client> {
-        let role: Role = self.role.parse().context("--as")?;
+        let role: Role = self.role.parse().bad_input("--as")?;
         if role.needs_dc() {
-            bail!("--as {role}: the CLI acts as admin or router");
+            return Err(fail(
+                Exit::BadInput,
+                format!("--as {role}: the CLI acts as admin or router"),
+            ));
         }
-        let tls = load_identity(&self.certs, &Identity::new(role, None)?)?;
-        Ok(Client::new(&tls, ClientLimits::default())?)
+        let identity = Identity::new(role, None).bad_input("--as")?;
+        let tls = load_identity(&self.certs, &identity)?;
+        Ok(closed_at_exit(Client::new(&tls, ClientLimits::default())?))
+    }
+}
+
+/// The clients this process made, for [`close_clients`]: a client that is
+/// only dropped when the process exits leaves its connections open at the
+/// DCs until their idle timeout, and a script calling `homing` in a loop
+/// would fill a DC's connection table.
+static CLIENTS: Mutex<Vec<Client>> = Mutex::new(Vec::new());
+
+/// `client`, remembered to be closed by [`close_clients`].
+pub fn closed_at_exit(client: Client) -> Client {
+    CLIENTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(client.clone());
+    client
+}
+
+/// Closes every client made through [`closed_at_exit`], each bounded by
+/// homing-net's close wait. Called once, before the process exits.
+pub async fn close_clients() {
+    let clients = std::mem::take(
+        &mut *CLIENTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    );
+    for client in clients {
+        client.close().await;
     }
 }
 
 /// A DC table given as `--dc NAME=ADDR` entries (or `HOMING_DCS`), nearest
-/// first. Fails on an empty table, saying where to get one.
+/// first. Fails on an empty table, saying where to get one (bad input).
 pub fn parse_dc_table(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
+    parse_entries(entries).bad_input("the DC table")
+}
+
+fn parse_entries(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAddr)>> {
     if entries.is_empty() {
         bail!(
             "no DCs given: pass --dc NAME=ADDR (nearest first) or set HOMING_DCS, e.g. `homing devnet --serve` prints them"
@@ -96,14 +137,12 @@ pub fn parse_dc_table(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAdd
 }
 
 /// Loads `identity`'s certificate, key and the CA from `dir`, saying how to
-/// make them when they are missing.
+/// make them when they are missing (bad input).
 pub fn load_identity(dir: &Path, identity: &Identity) -> anyhow::Result<TlsIdentity> {
-    homing_net::pki::load_identity(dir, identity).with_context(|| {
-        format!(
-            "loading the {} certificate from {} (run `homing certs --out {}` first?)",
-            cert_name(identity),
-            dir.display(),
-            dir.display()
-        )
-    })
+    homing_net::pki::load_identity(dir, identity).bad_input(format!(
+        "loading the {} certificate from {} (run `homing certs --out {}` first?)",
+        cert_name(identity),
+        dir.display(),
+        dir.display()
+    ))
 }

@@ -205,7 +205,10 @@ pub async fn inspect(args: ScopeCommand) -> anyhow::Result<bool> {
                     }
                 }
                 Reply::Error(e) => bail!("dc {dc}: {e}"),
-                other => bail!("dc {dc} answered {other:?} to scan"),
+                other => bail!(
+                    "dc {dc} answered a scan with {}",
+                    crate::show::reply_kind(&other)
+                ),
             }
         }
         println!("   {count} record(s) in {scope}");
@@ -239,7 +242,10 @@ pub async fn drain(args: ScopeCommand) -> anyhow::Result<bool> {
                     }
                 }
                 Reply::Error(e) => bail!("dc {dc}: {e}"),
-                other => bail!("dc {dc} answered {other:?} to drain"),
+                other => bail!(
+                    "dc {dc} answered a drain with {}",
+                    crate::show::reply_kind(&other)
+                ),
             }
         }
         println!("dc {dc}: drained {drained} live lease(s) in {scope}");

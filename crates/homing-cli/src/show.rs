@@ -1,7 +1,7 @@
 //! How the CLI prints what homing answers.
 
 use homing_client::Resolution;
-use homing_core::{DcRecord, RecordState, Source, TailState, Walked};
+use homing_core::{DcRecord, RecordState, Reply, Source, TailState, Walked};
 
 fn source(source: Source) -> &'static str {
     match source {
@@ -24,6 +24,43 @@ pub fn resolution(r: &Resolution) -> String {
         "{} → dc {} reservation {} actor {} token {} ({} hop(s), {} round trip(s), {origin})",
         r.key, r.dc, r.reservation, r.actor, r.token, r.hops, r.remote_round_trips
     )
+}
+
+/// A resolution as one JSON object (`homing resolve --json`).
+pub fn resolution_json(r: &Resolution) -> serde_json::Value {
+    serde_json::json!({
+        "outcome": "ok",
+        "namespace": r.key.namespace.as_str(),
+        "key": r.key.name.as_str(),
+        "dc": r.dc.as_str(),
+        "reservation": r.reservation.to_string(),
+        "actor": r.actor.as_str(),
+        "token": r.token.get(),
+        "hops": r.hops,
+        "round_trips": r.remote_round_trips,
+        "from_cache": r.from_cache,
+        "stale": r.stale,
+    })
+}
+
+/// What kind of answer a reply is, in words (for a reply that does not fit
+/// the request: never Debug output).
+pub fn reply_kind(reply: &Reply) -> String {
+    match reply {
+        Reply::Resolved { .. } => "a resolve answer".into(),
+        Reply::Reservation(_) => "a reservation's state".into(),
+        Reply::Acquire(_) => "an acquire answer".into(),
+        Reply::Renew(_) => "a renewal answer".into(),
+        Reply::Release(_) => "a release answer".into(),
+        Reply::Link(_) => "a link answer".into(),
+        Reply::Drained => "\"drained\"".into(),
+        Reply::Inspected { .. } => "an inspection".into(),
+        Reply::Awaited(_) => "an await answer".into(),
+        Reply::Events { .. } => "a page of events".into(),
+        Reply::Records { .. } => "a page of records".into(),
+        Reply::DrainedPage { .. } => "a page of drained leases".into(),
+        Reply::Error(e) => format!("an error: {e}"),
+    }
 }
 
 /// The chain hop by hop, one line each, indented by `indent`.

@@ -2,30 +2,30 @@
 //! lease from its own DC, renews it on the daemon's timeline, and tells the
 //! actor when to stop.
 //!
+//! The lease's rules — the timeline a grant gives, renewals bounded by the
+//! soft deadline, when to soft- and hard-terminate, what each renewal answer
+//! means, a grant that arrives too late to start on — are homing-core's
+//! [`HostLease`] (see `homing_core::host_lease`), which the simulator's hosts
+//! run too; this module performs them with QUIC, `tokio::time` and the actor.
+//!
 //! Clocks: the agent sends its host clock ([`HostClock`]) with every acquire
 //! and renew, and the daemon answers with deadlines in that clock. The agent
 //! never compares them with anything but the reading it sent: a deadline `d`
 //! answering a request sent at host time `t` and monotonic instant `i` fires
 //! at `i + (d - t)` on `tokio::time`, so a paused tokio clock drives it
 //! deterministically and a host clock that jumps cannot stretch a lease.
-//!
-//! Timeline of one lease, all in the host's clock:
-//!
-//! ```text
-//! renew_at: renew ─ fails ─► retry every retry_interval_ms ─► … until soft_terminate_at
-//! soft_terminate_at without a renewal: Actor::on_soft_terminate, stop renewing
-//! hard_terminate_at without a renewal: Actor::on_hard_terminate, the agent is done
-//! Renew answered Draining: stop renewing, terminate at the deadlines already held
-//! Renew answered StaleToken / Expired: another holder may exist, hard-terminate now
-//! ```
+//! A grant that arrives at or after its soft deadline is released at once and
+//! the start fails as `Unavailable`: no actor runs on it.
 
+use homing_core::{AcquireReply, Grant};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use homing_core::host_lease::{HardCause, LateGrant, Renewal};
 use homing_core::{
-    ActorId, DcId, Deadlines, ErrorReply, FencingToken, HostTime, Key, KeyConfig, PreviousRun,
-    ReleaseReply, RenewReply, Reply, Request, ReservationId, RunOutcome, Tag,
+    ActorId, DcId, ErrorReply, FailureReason, FencingToken, HostInstant, HostLease, HostLeasePoll,
+    HostTime, Key, KeyConfig, PreviousRun, ReleaseReply, Reply, Request, ReservationId, RunOutcome,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -157,50 +157,9 @@ pub enum AgentState {
     Released,
 }
 
-/// What connecting to the key gave.
-pub enum Started {
-    /// This host holds the key: run the actor, write with [`HostAgent::token`].
-    Holding(HostAgent),
-    /// A live actor elsewhere holds the key: send its work there.
-    HeldElsewhere {
-        /// The key.
-        key: Key,
-        /// The reservation holding it (its DC is `reservation.dc()`).
-        reservation: ReservationId,
-        /// The live actor.
-        actor: ActorId,
-        /// Its fencing token.
-        token: FencingToken,
-    },
-    /// A live actor holds the key under another tag.
-    TagMismatch {
-        /// The live actor's tag.
-        existing: Option<Tag>,
-    },
-}
-
-impl std::fmt::Debug for Started {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Started::Holding(agent) => f
-                .debug_struct("Holding")
-                .field("reservation", &agent.reservation)
-                .field("token", &agent.token)
-                .finish(),
-            Started::HeldElsewhere {
-                reservation, actor, ..
-            } => f
-                .debug_struct("HeldElsewhere")
-                .field("reservation", reservation)
-                .field("actor", actor)
-                .finish(),
-            Started::TagMismatch { existing } => f
-                .debug_struct("TagMismatch")
-                .field("existing", existing)
-                .finish(),
-        }
-    }
-}
+/// What connecting to the key gave: the acquire's reply, with a running
+/// [`HostAgent`] when this host won (run the actor, write with [`HostAgent::token`]).
+pub type Started = AcquireReply<HostAgent>;
 
 /// Why an agent operation failed; each variant is a different host action.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -251,12 +210,12 @@ pub enum AgentError {
 /// ```no_run
 /// # async fn example(client: homing_net::Client, own_dc: homing_net::Peer,
 /// #     actor: std::sync::Arc<dyn homing_client::Actor>) -> Result<(), Box<dyn std::error::Error>> {
-/// use homing_client::{HostAgent, HostAgentConfig, Started};
-/// use homing_core::{ActorId, KeyConfig, KeyName};
+/// use homing_client::{HostAgent, HostAgentConfig};
+/// use homing_core::{AcquireReply, ActorId, KeyConfig, KeyName};
 /// // `client` presents a host certificate of `own_dc`.
 /// let config = HostAgentConfig::new(own_dc, KeyConfig::named(KeyName::new("room-42")?),
 ///     ActorId::new("10.0.3.9:9000")?);
-/// if let Started::Holding(agent) = HostAgent::start(client, config, actor).await? {
+/// if let AcquireReply::Acquired(agent) = HostAgent::start(client, config, actor).await? {
 ///     // … run the actor, writing with agent.token(), until it is done or
 ///     // agent.state() (or agent.watch_state()) leaves `Holding`; then release:
 ///     agent.stop().await?;
@@ -272,6 +231,15 @@ pub struct HostAgent {
     command: watch::Sender<Command>,
     task: Option<JoinHandle<()>>,
     channel: Arc<DcChannel>,
+}
+
+impl std::fmt::Debug for HostAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostAgent")
+            .field("reservation", &self.reservation)
+            .field("token", &self.token)
+            .finish()
+    }
 }
 
 /// What the owner wants of the renewal task.
@@ -328,33 +296,6 @@ impl DcChannel {
     }
 }
 
-/// The deadlines of the lease, as instants on the host's monotonic clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Timeline {
-    renew_at: Instant,
-    soft_at: Instant,
-    hard_at: Instant,
-}
-
-impl Timeline {
-    /// `deadlines` answered a request sent at host time `sent` and instant `sent_at`.
-    fn new(deadlines: &Deadlines, sent: HostTime, sent_at: Instant) -> Timeline {
-        let at = |d: HostTime| sent_at + Duration::from_millis(d.ms_since(sent));
-        let timeline = Timeline {
-            renew_at: at(deadlines.renew_at),
-            soft_at: at(deadlines.soft_terminate_at),
-            hard_at: at(deadlines.hard_terminate_at),
-        };
-        // A DC whose deadlines are out of order is hostile or broken; keep
-        // the ordering the actor relies on by pulling the later ones in.
-        Timeline {
-            renew_at: timeline.renew_at.min(timeline.hard_at),
-            soft_at: timeline.soft_at.min(timeline.hard_at),
-            hard_at: timeline.hard_at,
-        }
-    }
-}
-
 impl HostAgent {
     /// Connects to the key at `config.dc` over QUIC through `client` (a host
     /// certificate of that DC), with the wall clock as host clock. On
@@ -400,31 +341,51 @@ impl HostAgent {
             host_time: sent,
             wait_ms: config.wait_ms,
         };
-        let (key, reservation, token, deadlines, previous) =
-            match channel.ask(request, None).await? {
-                Reply::Acquired {
-                    key,
+        let reply = match channel.ask(request, None).await? {
+            Reply::Acquire(reply) => reply,
+            other => return Err(channel.unexpected("acquire", &other)),
+        };
+        let Grant {
+            key,
+            reservation,
+            token,
+            deadlines,
+            previous,
+        } = match reply {
+            AcquireReply::Acquired(grant) => grant,
+            AcquireReply::HeldElsewhere(holder) => return Ok(AcquireReply::HeldElsewhere(holder)),
+            AcquireReply::TagMismatch { existing } => {
+                return Ok(AcquireReply::TagMismatch { existing });
+            }
+        };
+        let clock = MonoClock { epoch: sent_at };
+        let lease = match HostLease::start(
+            &deadlines,
+            sent,
+            clock.instant(sent_at),
+            clock.instant(Instant::now()),
+            config.retry_interval_ms,
+        ) {
+            Ok(lease) => lease,
+            Err(LateGrant { .. }) => {
+                // The actor would be told to stop before it starts: give the
+                // key back and let the caller retry.
+                warn!(%key, %reservation, %token, "grant arrived after its soft deadline: releasing it");
+                let reason = FailureReason::new("the grant arrived after its soft deadline")
+                    .expect("a short printable reason");
+                let release = Request::Release {
                     reservation,
                     token,
-                    deadlines,
-                    previous,
-                } => (key, reservation, token, deadlines, previous),
-                Reply::HeldElsewhere {
-                    key,
-                    reservation,
-                    actor,
-                    token,
-                } => {
-                    return Ok(Started::HeldElsewhere {
-                        key,
-                        reservation,
-                        actor,
-                        token,
-                    });
+                    outcome: RunOutcome::Failed { reason },
+                };
+                if let Err(error) = channel.ask(release, None).await {
+                    warn!(%error, "releasing the late grant failed: it expires at the dc");
                 }
-                Reply::TagMismatch { existing } => return Ok(Started::TagMismatch { existing }),
-                other => return Err(channel.unexpected("acquire", &other)),
-            };
+                return Err(channel.unavailable(
+                    "the grant arrived after its soft deadline (released it); retry".to_string(),
+                ));
+            }
+        };
         match &previous {
             Some(p) => info!(%key, %reservation, %token, dc = %channel.dc,
                 previous = %p.reservation, previous_ended = %p.ended, "lease acquired"),
@@ -432,18 +393,18 @@ impl HostAgent {
         }
         let state = Arc::new(watch::Sender::new(AgentState::Holding));
         let (command, command_rx) = watch::channel(Command::Run);
-        let renewal = Renewal {
+        let renewal = LeaseTask {
             channel: channel.clone(),
             actor,
             reservation: reservation.clone(),
             token,
-            retry_interval: Duration::from_millis(config.retry_interval_ms),
-            timeline: Timeline::new(&deadlines, sent, sent_at),
+            lease,
+            clock,
             state: state.clone(),
             command: command_rx,
         };
         let task = tokio::spawn(renewal.run());
-        Ok(Started::Holding(HostAgent {
+        Ok(AcquireReply::Acquired(HostAgent {
             key,
             reservation,
             token,
@@ -527,90 +488,66 @@ impl HostAgent {
     }
 }
 
-/// The background task: renews on the timeline and terminates the actor.
-struct Renewal {
+/// The host's monotonic clock as homing-core's [`HostInstant`]: microseconds
+/// of `tokio::time` since the acquire was sent (so a paused tokio clock
+/// drives the lease deterministically).
+#[derive(Debug, Clone, Copy)]
+struct MonoClock {
+    epoch: Instant,
+}
+
+impl MonoClock {
+    fn instant(&self, at: Instant) -> HostInstant {
+        let us = at.saturating_duration_since(self.epoch).as_micros();
+        HostInstant::from_us(u64::try_from(us).unwrap_or(u64::MAX))
+    }
+
+    fn at(&self, instant: HostInstant) -> Instant {
+        self.epoch + Duration::from_micros(instant.as_us())
+    }
+}
+
+/// The background task: drives homing-core's [`HostLease`] (renewals and
+/// the stop rules) with the DC channel and the actor.
+struct LeaseTask {
     channel: Arc<DcChannel>,
     actor: Arc<dyn Actor>,
     reservation: ReservationId,
     token: FencingToken,
-    retry_interval: Duration,
-    timeline: Timeline,
+    lease: HostLease,
+    clock: MonoClock,
     state: Arc<watch::Sender<AgentState>>,
     command: watch::Receiver<Command>,
 }
 
-/// What one renewal attempt decided.
-enum Renewed {
-    /// New deadlines.
-    Moved(Timeline),
-    /// Keep the deadlines, stop renewing.
-    Draining,
-    /// Another holder may exist: stop now.
-    Lost,
-    /// No answer or a refusal: retry.
-    Failed,
-}
-
-impl Renewal {
+impl LeaseTask {
     async fn run(mut self) {
-        let mut next_renew = Some(self.timeline.renew_at);
-        let mut soft_done = false;
         let mut owner_gone = false;
         loop {
-            let now = Instant::now();
-            if now >= self.timeline.hard_at {
-                self.hard_terminate("hard deadline passed without a renewal");
-                return;
-            }
-            if now >= self.timeline.soft_at && !soft_done {
-                soft_done = true;
-                next_renew = None;
-                self.soft_terminate();
-            }
-            if let Some(at) = next_renew.filter(|at| now >= *at) {
-                debug_assert!(at < self.timeline.soft_at);
-                match self.renew().await {
-                    Renewed::Moved(timeline) => {
-                        self.timeline = timeline;
-                        next_renew = Some(timeline.renew_at);
-                    }
-                    Renewed::Draining => next_renew = None,
-                    Renewed::Lost => {
-                        self.hard_terminate("the dc says another holder may exist");
-                        return;
-                    }
-                    Renewed::Failed => {
-                        let retry = Instant::now() + self.retry_interval;
-                        next_renew = (retry < self.timeline.soft_at).then_some(retry);
-                    }
-                }
-                continue;
-            }
-            let mut wake = self.timeline.hard_at;
-            if !soft_done {
-                wake = wake.min(self.timeline.soft_at);
-            }
-            if let Some(at) = next_renew {
-                wake = wake.min(at);
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(wake) => {}
-                changed = self.command.changed(), if !owner_gone => match changed {
-                    Ok(()) if *self.command.borrow() == Command::Exit => return,
-                    Ok(()) => {}
-                    // The HostAgent was dropped without stop(): nobody will
-                    // release, so stop renewing and let the deadlines run out.
-                    Err(_) => {
-                        owner_gone = true;
-                        next_renew = None;
-                    }
+            let now = self.clock.instant(Instant::now());
+            match self.lease.poll(now) {
+                HostLeasePoll::HardTerminate(cause) => return self.hard_terminate(cause),
+                HostLeasePoll::SoftTerminate => self.soft_terminate(),
+                HostLeasePoll::Renew { by } => self.renew(by).await,
+                HostLeasePoll::Wait { until } => tokio::select! {
+                    _ = tokio::time::sleep_until(self.clock.at(until)) => {}
+                    changed = self.command.changed(), if !owner_gone => match changed {
+                        Ok(()) if *self.command.borrow() == Command::Exit => return,
+                        Ok(()) => {}
+                        // The HostAgent was dropped without stop(): nobody will
+                        // release, so stop renewing and let the deadlines run out.
+                        Err(_) => {
+                            owner_gone = true;
+                            self.lease.stop_renewing();
+                        }
+                    },
                 },
             }
         }
     }
 
-    /// One renewal, bounded by the soft deadline: an answer after it is too late.
-    async fn renew(&self) -> Renewed {
+    /// One renewal, bounded by the soft deadline `by`: an answer after it is too late.
+    async fn renew(&mut self, by: HostInstant) {
         let sent_at = Instant::now();
         let sent = self.channel.clock.now();
         let request = Request::Renew {
@@ -619,36 +556,40 @@ impl Renewal {
             host_time: sent,
         };
         let reply = tokio::select! {
-            reply = self.channel.ask(request, Some(self.timeline.soft_at)) => reply,
+            reply = self.channel.ask(request, Some(self.clock.at(by))) => reply,
             // stop() must not wait for a slow renewal.
-            _ = wait_exit(self.command.clone()) => return Renewed::Failed,
+            _ = wait_exit(self.command.clone()) => {
+                Err(self.channel.unavailable("renew: the agent is stopping".to_string()))
+            }
         };
-        match reply {
-            Ok(Reply::Renew(RenewReply::Renewed(deadlines))) => {
-                debug!(reservation = %self.reservation, token = %self.token, "lease renewed");
-                Renewed::Moved(Timeline::new(&deadlines, sent, sent_at))
-            }
-            Ok(Reply::Renew(RenewReply::Draining)) => {
-                info!(reservation = %self.reservation, "key drained: stopping by the current deadlines");
-                Renewed::Draining
-            }
-            Ok(Reply::Renew(RenewReply::StaleToken { current })) => {
-                warn!(reservation = %self.reservation, token = %self.token, %current, "renew: stale token");
-                Renewed::Lost
-            }
-            Ok(Reply::Renew(RenewReply::Expired)) => {
-                warn!(reservation = %self.reservation, token = %self.token, "renew: lease expired");
-                Renewed::Lost
-            }
+        let answer = match reply {
+            Ok(Reply::Renew(answer)) => Some(answer),
             Ok(other) => {
                 let error = self.channel.unexpected("renew", &other);
                 warn!(reservation = %self.reservation, %error, "renew failed");
-                Renewed::Failed
+                None
             }
             Err(error) => {
                 warn!(reservation = %self.reservation, %error, "renew failed");
-                Renewed::Failed
+                None
             }
+        };
+        let now = self.clock.instant(Instant::now());
+        let (reservation, token) = (&self.reservation, self.token);
+        match self
+            .lease
+            .handle_renew(answer.clone(), sent, self.clock.instant(sent_at), now)
+        {
+            Renewal::Moved(_) => debug!(%reservation, %token, "lease renewed"),
+            Renewal::Draining => {
+                info!(%reservation, "key drained: stopping by the current deadlines")
+            }
+            Renewal::Lost => warn!(%reservation, %token, ?answer, "renew refused"),
+            Renewal::Failed { retry_at: None } => {
+                warn!(%reservation, "renew failed; the soft deadline comes before a retry")
+            }
+            Renewal::Failed { .. } => {}
+            Renewal::TooLate => debug!(%reservation, "renewal answered after the soft deadline"),
         }
     }
 
@@ -658,8 +599,8 @@ impl Renewal {
         self.actor.on_soft_terminate();
     }
 
-    fn hard_terminate(&self, why: &'static str) {
-        warn!(reservation = %self.reservation, token = %self.token, why, "hard terminate");
+    fn hard_terminate(&self, cause: HardCause) {
+        warn!(reservation = %self.reservation, token = %self.token, why = cause.as_str(), "hard terminate");
         self.state.send_replace(AgentState::HardTerminated);
         self.actor.on_hard_terminate();
     }

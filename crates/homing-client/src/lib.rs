@@ -42,8 +42,8 @@
 //! ```no_run
 //! # async fn host() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use homing_client::{Actor, HostAgent, HostAgentConfig, Started};
-//! use homing_core::{ActorId, DcId, KeyConfig, KeyName};
+//! use homing_client::{Actor, HostAgent, HostAgentConfig};
+//! use homing_core::{AcquireReply, ActorId, DcId, Holder, KeyConfig, KeyName};
 //! use homing_net::{Client, ClientLimits, Peer, TlsIdentity};
 //!
 //! struct Room;
@@ -59,15 +59,15 @@
 //! let config = HostAgentConfig::new(own_dc, KeyConfig::named(KeyName::new("room-42")?),
 //!     ActorId::new("10.0.3.9:9000")?);
 //! match HostAgent::start(client, config, Arc::new(Room)).await? {
-//!     Started::Holding(agent) => {
+//!     AcquireReply::Acquired(agent) => {
 //!         // Run the actor; its fenced writes carry `agent.token()`.
 //!         println!("holding {} with token {}", agent.reservation(), agent.token());
 //!         agent.stop().await?; // once the actor is done: release the lease
 //!     }
-//!     Started::HeldElsewhere { actor, reservation, .. } => {
+//!     AcquireReply::HeldElsewhere(Holder { actor, reservation, .. }) => {
 //!         println!("already live at {actor} in {}", reservation.dc());
 //!     }
-//!     Started::TagMismatch { existing } => println!("held under tag {existing:?}"),
+//!     AcquireReply::TagMismatch { existing } => println!("held under tag {existing:?}"),
 //! }
 //! # Ok(()) }
 //! ```

@@ -16,7 +16,7 @@ use std::time::Duration;
 use homing_core::chain::{HOP_LIMIT_DEFAULT, Link};
 use homing_core::{
     ActorId, ChainError, ChainWalk, DcId, FencingToken, Key, Need, Poll, Reply, Request,
-    ReservationId, Segment, Source, TailState, TailView, Walked,
+    ReservationId, Segment, Source, TailView, Walked,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -378,15 +378,13 @@ impl Inner {
 
     async fn walk(&self, key: &Key) -> Result<Resolution, ResolveError> {
         let walked = self.walk_chain(key).await?;
-        let TailView {
-            id, token, state, ..
-        } = walked.tail;
-        let TailState::Active { actor } = state else {
+        let Some(actor) = walked.tail.answer().cloned() else {
             return Err(ResolveError::Vacant {
                 key: key.clone(),
-                reservation: id,
+                reservation: walked.tail.id,
             });
         };
+        let TailView { id, token, .. } = walked.tail;
         Ok(Resolution {
             key: key.clone(),
             dc: id.dc().clone(),

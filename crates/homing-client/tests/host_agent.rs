@@ -5,6 +5,7 @@
 
 mod support;
 
+use homing_core::{AcquireReply, Grant, Holder};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -99,13 +100,13 @@ impl LeaseTransport for MemoryDc {
                 .lock()
                 .unwrap()
                 .clone()
-                .unwrap_or(Reply::Acquired {
+                .unwrap_or(Reply::Acquire(AcquireReply::Acquired(Grant {
                     key: config.key(0),
                     reservation: "iad.1".parse().unwrap(),
                     token: FencingToken::new(3),
                     deadlines: policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
                     previous: None,
-                })),
+                })))),
             Request::Renew { host_time, .. } => match mode {
                 Mode::Answer => Ok(Reply::Renew(RenewReply::Renewed(
                     policy.grant(host_time, StoreTime::from_ms(0)).deadlines,
@@ -187,7 +188,7 @@ struct Harness {
 async fn start() -> (HostAgent, Harness) {
     let (started, harness) = start_raw().await;
     match started {
-        Started::Holding(agent) => (agent, harness),
+        AcquireReply::Acquired(agent) => (agent, harness),
         other => panic!("{other:?}"),
     }
 }
@@ -242,7 +243,7 @@ async fn lease_a_silent_dc_soft_then_hard_terminates_at_the_deadlines() {
     h.dc.set(Mode::Silent);
     let mut state = agent.watch_state();
     sleep_ms(20_000).await;
-    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 9_000)]);
+    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 8_999)]);
     assert_eq!(agent.state(), AgentState::HardTerminated);
     assert_eq!(*state.borrow_and_update(), AgentState::HardTerminated);
     // Retries were bounded by the soft deadline; none after it.
@@ -285,7 +286,7 @@ async fn lease_draining_stops_renewals_and_terminates_at_the_last_deadlines() {
     sleep_ms(4_000).await;
     h.dc.set(Mode::Draining);
     sleep_ms(20_000).await;
-    assert_eq!(h.actor.calls(), vec![("soft", 10_330), ("hard", 12_330)]);
+    assert_eq!(h.actor.calls(), vec![("soft", 10_330), ("hard", 12_329)]);
     let renewals: Vec<u128> = h.dc.renewals().iter().map(|d| d.as_millis()).collect();
     assert_eq!(renewals, vec![3_330, 6_660], "no renewal after Draining");
     assert_eq!(agent.state(), AgentState::HardTerminated);
@@ -348,7 +349,7 @@ async fn lease_a_waiting_acquire_gets_its_wait_on_top_of_the_request_timeout() {
     waiting.wait_ms = 10_000;
     let dc = slow();
     let (started, h) = start_on(dc, waiting).await.unwrap();
-    assert!(matches!(started, Started::Holding(_)));
+    assert!(matches!(started, AcquireReply::Acquired(_)));
     match h.dc.log.lock().unwrap().first() {
         Some((_, Request::Acquire { wait_ms, .. })) => assert_eq!(*wait_ms, 10_000),
         other => panic!("{other:?}"),
@@ -366,17 +367,17 @@ async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it(
         }),
     };
     let dc = MemoryDc::new(Instant::now());
-    *dc.acquire.lock().unwrap() = Some(Reply::Acquired {
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquire(AcquireReply::Acquired(Grant {
         key: homing_core::Key::new(KeyName::new("room").unwrap()),
         reservation: "iad.1".parse().unwrap(),
         token: FencingToken::new(3),
         deadlines: LeasePolicy::DEFAULT
-            .grant(HostTime::from_ms(1_000_000), StoreTime::from_ms(0))
+            .grant(HostTime::from_ms(5_000_000), StoreTime::from_ms(0))
             .deadlines,
         previous: Some(previous.clone()),
-    });
+    })));
     let (started, h) = start_on(dc, config()).await.unwrap();
-    let Started::Holding(agent) = started else {
+    let AcquireReply::Acquired(agent) = started else {
         panic!("not holding");
     };
     assert_eq!(agent.previous(), Some(&previous));
@@ -386,6 +387,32 @@ async fn lease_stop_with_a_failure_sends_the_reason_and_the_next_holder_sees_it(
         Some((_, Request::Release { outcome, .. })) => assert_eq!(outcome, &failed),
         other => panic!("{other:?}"),
     }
+}
+
+/// A grant that arrives at or after its soft deadline (here: deadlines from
+/// a DC that answered long after the host sent) is never held: the agent
+/// releases it and the start fails as `Unavailable`, so nothing runs on it.
+#[tokio::test(start_paused = true)]
+async fn lease_a_grant_arriving_after_its_soft_deadline_is_released_not_held() {
+    let dc = MemoryDc::new(Instant::now());
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquire(AcquireReply::Acquired(Grant {
+        key: homing_core::Key::new(KeyName::new("room").unwrap()),
+        reservation: "iad.1".parse().unwrap(),
+        token: FencingToken::new(1),
+        // Granted for a request sent 8 s before the one this host sent.
+        deadlines: LeasePolicy::DEFAULT
+            .grant(HostTime::from_ms(4_992_000), StoreTime::from_ms(0))
+            .deadlines,
+        previous: None,
+    })));
+    let Err(error) = start_on(dc.clone(), config()).await else {
+        panic!("a late grant must not be held");
+    };
+    assert!(
+        matches!(&error, AgentError::Unavailable { reason, .. } if reason.contains("soft deadline")),
+        "{error}"
+    );
+    assert_eq!(dc.count("release"), 1, "the late grant is given back");
 }
 
 #[tokio::test(start_paused = true)]
@@ -409,7 +436,7 @@ async fn lease_a_dropped_agent_stops_renewing_but_still_terminates_the_actor() {
     drop(agent);
     sleep_ms(20_000).await;
     assert_eq!(h.dc.count("renew"), 0);
-    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 9_000)]);
+    assert_eq!(h.actor.calls(), vec![("soft", 7_000), ("hard", 8_999)]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -422,27 +449,28 @@ async fn lease_connect_returns_the_live_actor_elsewhere_or_a_tag_mismatch() {
     });
     let clock = Arc::new(TokioClock { start: now });
     let fra7: ReservationId = "fra.7".parse().unwrap();
-    *dc.acquire.lock().unwrap() = Some(Reply::HeldElsewhere {
+    *dc.acquire.lock().unwrap() = Some(Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
         key: homing_core::Key::new(KeyName::new("room").unwrap()),
         reservation: fra7.clone(),
         actor: ActorId::new("10.2.0.1:9000").unwrap(),
         token: FencingToken::new(9),
-    });
+    })));
     match HostAgent::start_with(dc.clone(), clock.clone(), config(), actor.clone())
         .await
         .unwrap()
     {
-        Started::HeldElsewhere {
+        AcquireReply::HeldElsewhere(Holder {
             reservation, token, ..
-        } => assert_eq!((reservation, token), (fra7, FencingToken::new(9))),
+        }) => assert_eq!((reservation, token), (fra7, FencingToken::new(9))),
         other => panic!("{other:?}"),
     }
-    *dc.acquire.lock().unwrap() = Some(Reply::TagMismatch { existing: None });
+    *dc.acquire.lock().unwrap() =
+        Some(Reply::Acquire(AcquireReply::TagMismatch { existing: None }));
     assert!(matches!(
         HostAgent::start_with(dc.clone(), clock.clone(), config(), actor.clone())
             .await
             .unwrap(),
-        Started::TagMismatch { existing: None }
+        AcquireReply::TagMismatch { existing: None }
     ));
     *dc.acquire.lock().unwrap() =
         Some(Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, "no")));
@@ -474,7 +502,7 @@ async fn quic_agent(ca: &DevCa, dc: &TestDc, actor: Arc<Recorder>) -> HostAgent 
         .await
         .unwrap()
     {
-        Started::Holding(agent) => agent,
+        AcquireReply::Acquired(agent) => agent,
         other => panic!("{other:?}"),
     }
 }

@@ -17,6 +17,7 @@
 //!
 //! Restarted walks are bounded by [`CONNECT_ATTEMPTS_MAX`]; each walk by its hop limit.
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::actor::ActorId;
@@ -71,38 +72,59 @@ pub enum ConnectNeed {
     },
 }
 
-/// How a connect ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnectOutcome {
+/// How an acquire ended: the one type from the connect stepper through the
+/// wire to the host. `G` is what the caller holds when it won: a [`Grant`]
+/// from the stepper and on the wire, a running `HostAgent` in the client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AcquireReply<G = Grant> {
     /// The caller holds the key.
-    Acquired {
-        /// The key.
-        key: Key,
-        /// The reservation it holds.
-        reservation: ReservationId,
-        /// Its fencing token.
-        token: FencingToken,
-        /// Its deadlines, in its clock.
-        deadlines: Deadlines,
-        /// The run it follows and how that ended (`None`: the key's first holder).
-        previous: Option<PreviousRun>,
-    },
+    Acquired(G),
     /// A live actor with the same tag holds the key: connect returns it.
-    HeldElsewhere {
-        /// The key.
-        key: Key,
-        /// The live reservation.
-        reservation: ReservationId,
-        /// Its actor.
-        actor: ActorId,
-        /// Its token.
-        token: FencingToken,
-    },
+    HeldElsewhere(Holder),
     /// A live actor holds the key under another tag.
     TagMismatch {
         /// The live actor's tag.
         existing: Option<Tag>,
     },
+}
+
+impl<G> AcquireReply<G> {
+    /// The same reply with the winner's grant turned into `f(grant)`.
+    pub fn map_acquired<H>(self, f: impl FnOnce(G) -> H) -> AcquireReply<H> {
+        match self {
+            AcquireReply::Acquired(grant) => AcquireReply::Acquired(f(grant)),
+            AcquireReply::HeldElsewhere(holder) => AcquireReply::HeldElsewhere(holder),
+            AcquireReply::TagMismatch { existing } => AcquireReply::TagMismatch { existing },
+        }
+    }
+}
+
+/// What an acquire that won grants its caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The key (with its generated name, if none was given).
+    pub key: Key,
+    /// The reservation held.
+    pub reservation: ReservationId,
+    /// The holder's fencing token.
+    pub token: FencingToken,
+    /// When to renew and stop, in the caller's clock.
+    pub deadlines: Deadlines,
+    /// The run this one follows and how it ended (`None`: the key's first holder).
+    pub previous: Option<PreviousRun>,
+}
+
+/// The live actor that holds a key someone else tried to acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The key.
+    pub key: Key,
+    /// The live reservation (its DC is `reservation.dc()`).
+    pub reservation: ReservationId,
+    /// Its actor.
+    pub actor: ActorId,
+    /// Its fencing token.
+    pub token: FencingToken,
 }
 
 /// Why a connect failed.
@@ -128,7 +150,7 @@ pub enum ConnectPoll {
     /// Do this and hand back the answer.
     Need(ConnectNeed),
     /// Finished.
-    Done(ConnectOutcome),
+    Done(AcquireReply),
     /// Failed; nothing more to do.
     Failed(ConnectError),
 }
@@ -291,15 +313,15 @@ impl Connect {
         match tail.state {
             TailState::Vacant { .. } => self.phase = Phase::Allocating(Plan::Recreate(tail)),
             TailState::Active { actor } if tail.tag == self.tag => {
-                self.finish(ConnectOutcome::HeldElsewhere {
+                self.finish(AcquireReply::HeldElsewhere(Holder {
                     key: self.key.clone(),
                     reservation: tail.id,
                     actor,
                     token: tail.token,
-                })
+                }))
             }
             TailState::Active { .. } => {
-                self.finish(ConnectOutcome::TagMismatch { existing: tail.tag })
+                self.finish(AcquireReply::TagMismatch { existing: tail.tag })
             }
         }
     }
@@ -358,13 +380,13 @@ impl Connect {
                     },
                 ),
                 Written::Yes,
-            ) => self.finish(ConnectOutcome::Acquired {
+            ) => self.finish(AcquireReply::Acquired(Grant {
                 key: self.key.clone(),
                 reservation: next.id,
                 token,
                 deadlines,
                 previous: Some(previous),
-            }),
+            })),
             (Phase::Activating(next, _), Written::Conflict) => {
                 // Someone changed the tail between our read and write: read again.
                 if self.count_attempt() {
@@ -411,15 +433,15 @@ impl Connect {
                 self.phase = Phase::Activating(next, reply)
             }
             (_, ActivateReply::StillActive { actor, token }) => {
-                self.finish(ConnectOutcome::HeldElsewhere {
+                self.finish(AcquireReply::HeldElsewhere(Holder {
                     key: self.key.clone(),
                     reservation: record.id,
                     actor,
                     token,
-                })
+                }))
             }
             (_, ActivateReply::TagMismatch { existing }) => {
-                self.finish(ConnectOutcome::TagMismatch { existing })
+                self.finish(AcquireReply::TagMismatch { existing })
             }
             (_, ActivateReply::Linked { to }) => {
                 // Linked since the walk read it: continue from the new link.
@@ -464,13 +486,13 @@ impl Connect {
     }
 
     fn acquired(&mut self, record: DcRecord, deadlines: Deadlines, previous: Option<PreviousRun>) {
-        self.finish(ConnectOutcome::Acquired {
+        self.finish(AcquireReply::Acquired(Grant {
             key: self.key.clone(),
             reservation: record.id,
             token: record.token,
             deadlines,
             previous,
-        });
+        }));
     }
 
     fn abandon(&mut self, record: DcRecord, then: Then) {
@@ -499,7 +521,7 @@ impl Connect {
         true
     }
 
-    fn finish(&mut self, outcome: ConnectOutcome) {
+    fn finish(&mut self, outcome: AcquireReply) {
         self.phase = Phase::Finished(ConnectPoll::Done(outcome));
     }
 

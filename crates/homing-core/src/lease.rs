@@ -74,10 +74,10 @@ pub struct Deadlines {
     pub hard_terminate_at: HostTime,
 }
 
-/// What one grant (acquire or renew) yields: the host's deadlines and the
+/// The term one grant (acquire or renew) gives: the host's deadlines and the
 /// store-time expiry the DC records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
+pub struct LeaseTerm {
     /// For the host, in its clock.
     pub deadlines: Deadlines,
     /// For the DC record, in store time.
@@ -163,7 +163,7 @@ impl LeasePolicy {
 
     /// The deadlines for a request the host sent at `host_time`, received by
     /// the DC at `received`.
-    pub fn grant(&self, host_time: HostTime, received: StoreTime) -> Grant {
+    pub fn grant(&self, host_time: HostTime, received: StoreTime) -> LeaseTerm {
         let renew_at_ms = self.ttl_ms * u64::from(self.renew_at_permille) / 1000;
         let deadlines = Deadlines {
             renew_at: host_time.plus_ms(renew_at_ms),
@@ -175,7 +175,7 @@ impl LeasePolicy {
         assert!(deadlines.renew_at <= deadlines.soft_terminate_at);
         assert!(deadlines.soft_terminate_at <= deadlines.hard_terminate_at);
         assert!(deadlines.hard_terminate_at <= host_time.plus_ms(self.ttl_ms));
-        Grant {
+        LeaseTerm {
             deadlines,
             expires_at: received.plus_ms(self.ttl_ms),
         }

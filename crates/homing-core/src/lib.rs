@@ -29,6 +29,7 @@ pub mod connect;
 pub mod dc;
 pub mod event;
 pub mod fencing;
+pub mod host_lease;
 pub mod key;
 pub mod label;
 pub mod lease;
@@ -42,10 +43,13 @@ pub use actor::ActorId;
 pub use chain::{
     ChainError, ChainWalk, Link, LocalSegment, Need, Poll, Segment, SegmentError, Source, Walked,
 };
-pub use connect::{Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, Written};
+pub use connect::{
+    AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, Written,
+};
 pub use dc::DcId;
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;
+pub use host_lease::{HostInstant, HostLease, HostLeasePoll};
 pub use key::{Key, KeyConfig, KeyName, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};

@@ -198,6 +198,18 @@ pub struct TailView {
     pub state: TailState,
 }
 
+impl TailView {
+    /// The actor a resolver answers with, and may cache for its tail TTL;
+    /// `None` for a vacant tail, which is never an answer nor cached: it is
+    /// about to be recreated, and the next resolve must see the new link.
+    pub fn answer(&self) -> Option<&ActorId> {
+        match &self.state {
+            TailState::Active { actor } => Some(actor),
+            TailState::Vacant { .. } => None,
+        }
+    }
+}
+
 /// A record as a resolver sees it: a link to follow, a tail, or nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordView {

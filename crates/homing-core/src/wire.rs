@@ -8,22 +8,21 @@ use thiserror::Error;
 
 use crate::actor::ActorId;
 use crate::chain::Segment;
+use crate::connect::AcquireReply;
 use crate::dc::DcId;
 use crate::event::{Event, EventSeq};
 use crate::fencing::FencingToken;
-use crate::key::{Key, KeyConfig, NamespaceScope, Tag};
-use crate::lease::Deadlines;
+use crate::key::{Key, KeyConfig, NamespaceScope};
 use crate::record::{
-    DcRecord, LinkReply, PreviousRun, ReleaseCause, ReleaseReply, RenewReply, RunOutcome,
-    ScanCursor,
+    DcRecord, LinkReply, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
 };
 use crate::reservation::ReservationId;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/2";
+pub const ALPN: &[u8] = b"homing/3";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -176,35 +175,8 @@ pub enum Reply {
     },
     /// To `ResolveReservation`: links inside this DC, then the tail if here.
     Reservation(Segment),
-    /// To `Acquire`: the caller holds the key.
-    Acquired {
-        /// The key (with its generated name, if none was given).
-        key: Key,
-        /// The reservation held.
-        reservation: ReservationId,
-        /// The holder's fencing token.
-        token: FencingToken,
-        /// When to renew and stop, in the caller's clock.
-        deadlines: Deadlines,
-        /// The run this one follows and how it ended (`None`: the first).
-        previous: Option<PreviousRun>,
-    },
-    /// To `Acquire`: a live actor holds the key (connect returns it).
-    HeldElsewhere {
-        /// The key.
-        key: Key,
-        /// The reservation holding it.
-        reservation: ReservationId,
-        /// The actor.
-        actor: ActorId,
-        /// Its token.
-        token: FencingToken,
-    },
-    /// To `Acquire`: a live actor holds the key under another tag.
-    TagMismatch {
-        /// The live actor's tag.
-        existing: Option<Tag>,
-    },
+    /// To `Acquire`: whether the caller holds the key, and if not who does.
+    Acquire(AcquireReply),
     /// To `Renew`.
     Renew(RenewReply),
     /// To `Release`.
@@ -244,40 +216,6 @@ pub enum Reply {
     },
     /// The request could not be served.
     Error(ErrorReply),
-}
-
-impl From<crate::connect::ConnectOutcome> for Reply {
-    /// The reply to an `Acquire` that ended with `outcome`.
-    fn from(outcome: crate::connect::ConnectOutcome) -> Reply {
-        use crate::connect::ConnectOutcome;
-        match outcome {
-            ConnectOutcome::Acquired {
-                key,
-                reservation,
-                token,
-                deadlines,
-                previous,
-            } => Reply::Acquired {
-                key,
-                reservation,
-                token,
-                deadlines,
-                previous,
-            },
-            ConnectOutcome::HeldElsewhere {
-                key,
-                reservation,
-                actor,
-                token,
-            } => Reply::HeldElsewhere {
-                key,
-                reservation,
-                actor,
-                token,
-            },
-            ConnectOutcome::TagMismatch { existing } => Reply::TagMismatch { existing },
-        }
-    }
 }
 
 /// Reply to [`Request::Await`].

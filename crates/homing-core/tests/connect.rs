@@ -5,9 +5,10 @@
 mod world;
 
 use homing_core::{
-    ActorId, Connect, ConnectOutcome, ConnectPoll, DcId, FencingToken, HostTime, Key, KeyName,
-    Poll, RecordState, ReservationId, Tag, TailState, chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, ActorId, Connect, ConnectPoll, DcId, FencingToken, HostTime, Key, KeyName, Poll,
+    RecordState, ReservationId, Tag, TailState, chain::HOP_LIMIT_DEFAULT,
 };
+use homing_core::{Grant, Holder};
 use world::World;
 
 fn dc(name: &str) -> DcId {
@@ -30,7 +31,7 @@ fn connect(world: &World, at: &str, actor: &str, tag: Option<&str>) -> Connect {
     )
 }
 
-fn acquire(world: &mut World, at: &str, actor: &str) -> ConnectOutcome {
+fn acquire(world: &mut World, at: &str, actor: &str) -> AcquireReply {
     let mut c = connect(world, at, actor, None);
     match world.run(&dc(at), &mut c) {
         ConnectPoll::Done(outcome) => outcome,
@@ -38,11 +39,11 @@ fn acquire(world: &mut World, at: &str, actor: &str) -> ConnectOutcome {
     }
 }
 
-fn acquired(outcome: &ConnectOutcome) -> (ReservationId, FencingToken) {
+fn acquired(outcome: &AcquireReply) -> (ReservationId, FencingToken) {
     match outcome {
-        ConnectOutcome::Acquired {
+        AcquireReply::Acquired(Grant {
             reservation, token, ..
-        } => (reservation.clone(), *token),
+        }) => (reservation.clone(), *token),
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
@@ -62,9 +63,9 @@ fn connect_live_key_returns_its_actor_from_any_dc_and_checks_the_tag() {
     let mut world = World::new(&["iad", "fra"]);
     acquire(&mut world, "iad", "a1");
     match acquire(&mut world, "fra", "a2") {
-        ConnectOutcome::HeldElsewhere {
+        AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        } => {
+        }) => {
             assert_eq!(reservation.to_string(), "iad.1");
             assert_eq!(actor.as_str(), "a1");
         }
@@ -73,7 +74,7 @@ fn connect_live_key_returns_its_actor_from_any_dc_and_checks_the_tag() {
     let mut tagged = connect(&world, "fra", "a3", Some("v2"));
     assert_eq!(
         world.run(&dc("fra"), &mut tagged),
-        ConnectPoll::Done(ConnectOutcome::TagMismatch { existing: None })
+        ConnectPoll::Done(AcquireReply::TagMismatch { existing: None })
     );
 }
 
@@ -129,13 +130,13 @@ fn connect_racing_first_reservations_have_one_winner_and_the_loser_returns_its_a
     let a = world.run(&dc("iad"), &mut a);
     let b = world.run(&dc("fra"), &mut b);
     assert!(
-        matches!(a, ConnectPoll::Done(ConnectOutcome::Acquired { .. })),
+        matches!(a, ConnectPoll::Done(AcquireReply::Acquired(_))),
         "{a:?}"
     );
     match b {
-        ConnectPoll::Done(ConnectOutcome::HeldElsewhere {
+        ConnectPoll::Done(AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        }) => {
+        })) => {
             assert_eq!(reservation.to_string(), "iad.1");
             assert_eq!(actor.as_str(), "a1");
         }
@@ -165,7 +166,7 @@ fn connect_racing_recreations_the_loser_follows_already_linked_to_the_winner() {
     };
     assert_eq!(token, FencingToken::new(2));
     match s {
-        ConnectPoll::Done(ConnectOutcome::HeldElsewhere { reservation, .. }) => {
+        ConnectPoll::Done(AcquireReply::HeldElsewhere(Holder { reservation, .. })) => {
             assert_eq!(reservation, winner)
         }
         other => panic!("{other:?}"),

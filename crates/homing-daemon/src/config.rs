@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use clap::Args;
 use homing_core::chain::{HOP_LIMIT_DEFAULT, HOP_LIMIT_MAX};
 use homing_core::{DcId, LeasePolicy};
+use homing_net::{ConnectionShares, ServerLimits};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -112,6 +113,27 @@ pub struct Settings {
     /// How many lifecycle events this DC keeps for watchers; older ones are trimmed by the reaper.
     #[arg(long, env = "HOMING_EVENTS_RETAINED")]
     pub events_retained: Option<u64>,
+    /// Most QUIC connections at once (default 4096).
+    #[arg(long, env = "HOMING_CONNECTIONS_MAX")]
+    pub connections_max: Option<usize>,
+    /// Connections only peer DCs (node certificates) may take (default 256).
+    #[arg(long, env = "HOMING_NODE_CONNECTIONS_RESERVED")]
+    pub node_connections_reserved: Option<usize>,
+    /// Connections only hosts of this DC may take (default 1024).
+    #[arg(long, env = "HOMING_HOST_CONNECTIONS_RESERVED")]
+    pub host_connections_reserved: Option<usize>,
+    /// Most connections one certificate may hold (default 1024).
+    #[arg(long, env = "HOMING_IDENTITY_CONNECTIONS_MAX")]
+    pub identity_connections_max: Option<usize>,
+    /// Most TLS handshakes in progress; past half, callers must answer a QUIC Retry first (default 512).
+    #[arg(long, env = "HOMING_HANDSHAKES_MAX")]
+    pub handshakes_max: Option<usize>,
+    /// A handshake not finished within this time is abandoned, in milliseconds (default 5000).
+    #[arg(long, env = "HOMING_HANDSHAKE_TIMEOUT_MS")]
+    pub handshake_timeout_ms: Option<u64>,
+    /// Receive buffer asked of the QUIC UDP socket, in bytes; capped by net.core.rmem_max (default 8 MiB, 0 keeps the system's).
+    #[arg(long, env = "HOMING_UDP_RECEIVE_BUFFER_BYTES")]
+    pub udp_receive_buffer_bytes: Option<usize>,
 }
 
 fn parse_peer(text: &str) -> Result<(String, SocketAddr), String> {
@@ -181,7 +203,14 @@ impl Settings {
             waiters_per_key_max,
             waiters_max,
             handoff_ms,
-            events_retained
+            events_retained,
+            connections_max,
+            node_connections_reserved,
+            host_connections_reserved,
+            identity_connections_max,
+            handshakes_max,
+            handshake_timeout_ms,
+            udp_receive_buffer_bytes
         )
     }
 }
@@ -262,6 +291,8 @@ pub struct Config {
     pub waiting: WaitLimits,
     /// Lifecycle events kept for watchers.
     pub events_retained: u64,
+    /// What the QUIC server allows: connection shares, handshakes, buffers.
+    pub server_limits: ServerLimits,
 }
 
 fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, ConfigError> {
@@ -287,6 +318,7 @@ fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, C
 impl Config {
     /// Validates `settings`, filling defaults.
     pub fn from_settings(s: Settings) -> Result<Config, ConfigError> {
+        let server_limits = server_limits(&s)?;
         let dc =
             DcId::new(s.dc.ok_or(ConfigError::Missing("dc"))?).map_err(|e| invalid("dc", e))?;
         let mut peers = BTreeMap::new();
@@ -359,9 +391,40 @@ impl Config {
                 handoff_ms: positive("handoff_ms", s.handoff_ms, 2_000)?,
             },
             events_retained: positive("events_retained", s.events_retained, 1_000_000)?,
+            server_limits,
             dc,
         })
     }
+}
+
+/// The QUIC server's limits from the connection settings, homing-net's
+/// defaults for the rest; the error names the limit that does not fit.
+fn server_limits(s: &Settings) -> Result<ServerLimits, ConfigError> {
+    let d = ServerLimits::default();
+    let limits = ServerLimits {
+        shares: ConnectionShares {
+            connections_max: s.connections_max.unwrap_or(d.shares.connections_max),
+            node_connections_reserved: s
+                .node_connections_reserved
+                .unwrap_or(d.shares.node_connections_reserved),
+            host_connections_reserved: s
+                .host_connections_reserved
+                .unwrap_or(d.shares.host_connections_reserved),
+            identity_connections_max: s
+                .identity_connections_max
+                .unwrap_or(d.shares.identity_connections_max),
+        },
+        handshakes_max: s.handshakes_max.unwrap_or(d.handshakes_max),
+        handshake_timeout_ms: s.handshake_timeout_ms.unwrap_or(d.handshake_timeout_ms),
+        udp_receive_buffer_bytes: s
+            .udp_receive_buffer_bytes
+            .unwrap_or(d.udp_receive_buffer_bytes),
+        ..d
+    };
+    limits
+        .validate()
+        .map_err(|e| invalid("connection limits", e))?;
+    Ok(limits)
 }
 
 #[cfg(test)]
@@ -442,6 +505,10 @@ mod tests {
                 .to_string()
                 .contains("own dc")
         );
+        let mut s = minimal();
+        s.connections_max = Some(1_000);
+        let err = Config::from_settings(s).unwrap_err().to_string();
+        assert!(err.contains("node_connections_reserved"), "{err}");
         let bad: Result<Settings, _> = toml::from_str("dc = \"iad\"\nlisten_addr = \"x\"");
         assert!(bad.unwrap_err().to_string().contains("listen_addr"));
     }

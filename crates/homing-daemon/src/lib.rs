@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use homing_net::{Client, ClientLimits, Server, ServerLimits, TlsIdentity};
+use homing_net::{Client, ClientLimits, Server, TlsIdentity};
 use homing_store::{DcStore, GlobalStore};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -55,6 +55,14 @@ pub enum DaemonError {
     /// An address could not be bound, a directory not created.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The DC store is the target of an unfinished `homing migrate`.
+    #[error(
+        "the dc store of {dc} is the target of an unfinished `homing migrate` (its records and allocator are still being copied in): run the same migration again to finish it, then start homingd"
+    )]
+    Migrating {
+        /// The DC.
+        dc: homing_core::DcId,
+    },
 }
 
 /// A running DC daemon.
@@ -74,6 +82,16 @@ impl Daemon {
         global: Arc<dyn GlobalStore>,
         records: Arc<dyn DcStore>,
     ) -> Result<Daemon, DaemonError> {
+        let migrating = records.migrating().await;
+        let migrating = migrating.map_err(|source| DaemonError::Store {
+            which: "dc",
+            source,
+        })?;
+        if migrating {
+            return Err(DaemonError::Migrating {
+                dc: config.dc.clone(),
+            });
+        }
         let metrics = Arc::new(Metrics::default());
         for (role, failover) in [("global", global.failover()), ("dc", records.failover())] {
             if let Some(failover) = failover {
@@ -102,10 +120,11 @@ impl Daemon {
             config.listen,
             tls,
             config.dc.clone(),
-            ServerLimits::default(),
+            config.server_limits.clone(),
             node.clone(),
         )
         .await?;
+        metrics.attach_connections(server.stats());
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(upkeep::run(
             node.clone(),
@@ -120,7 +139,13 @@ impl Daemon {
         if let Some(addr) = config.metrics_listen {
             let listener = metrics::bind(addr).await?;
             metrics_addr = Some(listener.local_addr()?);
-            tasks.push(tokio::spawn(metrics::serve(listener, metrics, stopped)));
+            let health = metrics::Health {
+                global: node.global().clone(),
+                records: node.records().clone(),
+            };
+            tasks.push(tokio::spawn(metrics::serve(
+                listener, metrics, health, stopped,
+            )));
         }
         tracing::info!(dc = %config.dc, listen = %server.local_addr(), peers = config.peers.len(), "homingd serving");
         Ok(Daemon {

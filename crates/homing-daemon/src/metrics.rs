@@ -1,28 +1,47 @@
 //! What homingd counts, and the HTTP endpoint that shows it: `/metrics` in
-//! Prometheus text format and `/healthz`. Hand-rolled over a tokio TCP
-//! listener: two fixed GET routes do not earn an HTTP stack.
+//! Prometheus text format and `/healthz`, served with hyper (HTTP/1.1, one
+//! request per connection). The text format stays hand-written: a dozen
+//! series do not earn a metrics crate, and `render` is tested against the
+//! exposition format. The endpoint is bounded: at most
+//! [`METRICS_CONNECTIONS_MAX`] connections at once (more wait in the
+//! kernel's backlog), each closed after [`METRICS_CONNECTION_MS_MAX`]
+//! whatever it does (a silent or never-reading scraper), and a failed accept
+//! (out of file descriptors) pauses the loop instead of spinning.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use homing_store::{Failover, FailoverEvent};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use homing_store::{DcStore, Failover, FailoverEvent, GlobalStore};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 /// Upper bounds of the latency buckets, in microseconds.
 const BUCKETS_US: [u64; 12] = [
     50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 1_000_000,
 ];
-/// Longest HTTP request head the endpoint reads, in bytes.
-const HTTP_REQUEST_BYTES_MAX: usize = 4096;
-/// How long a scraper may take to send its request, in milliseconds.
-const HTTP_READ_TIMEOUT_MS: u64 = 2_000;
+/// Most connections the endpoint serves at once.
+pub const METRICS_CONNECTIONS_MAX: usize = 16;
+/// How long a scraper may take to send its request head, in milliseconds.
+pub const METRICS_HEADER_READ_MS_MAX: u64 = 2_000;
+/// Longest life of one connection, from accept to the end of its response
+/// (request head, health check, writing): a scraper that stops reading is
+/// cut off here.
+pub const METRICS_CONNECTION_MS_MAX: u64 = 5_000;
+/// How long `/healthz` waits for the stores before it calls them unhealthy.
+pub const HEALTH_CHECK_MS_MAX: u64 = 2_000;
+/// Pause after a failed accept (e.g. out of file descriptors) before the next.
+const ACCEPT_ERROR_PAUSE_MS: u64 = 100;
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -78,6 +97,7 @@ pub struct Metrics {
     active_leases: AtomicU64,
     waiters: Arc<AtomicU64>,
     event_head: AtomicU64,
+    connections: OnceLock<homing_net::ServerStats>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -141,6 +161,11 @@ impl Metrics {
     /// The DC's last event sequence number, as of the last reaper pass.
     pub fn set_event_head(&self, seq: u64) {
         self.event_head.store(seq, Ordering::Relaxed);
+    }
+
+    /// Shows the QUIC server's connection counters too (set once, at start).
+    pub fn attach_connections(&self, stats: homing_net::ServerStats) {
+        let _ = self.connections.set(stats);
     }
 
     /// Requests counted so far with this kind and outcome.
@@ -212,6 +237,9 @@ impl Metrics {
             "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
             self.event_head.load(Ordering::Relaxed)
         );
+        if let Some(stats) = self.connections.get() {
+            render_connections(&mut out, &stats.snapshot());
+        }
         out
     }
 
@@ -257,46 +285,153 @@ impl Metrics {
     }
 }
 
+/// The QUIC server's connection counters, in Prometheus text format.
+fn render_connections(out: &mut String, stats: &homing_net::ConnectionStats) {
+    out.push_str("# HELP homing_connections Connections holding a slot, by the caller's role.\n# TYPE homing_connections gauge\n");
+    for (role, n) in &stats.open {
+        let _ = writeln!(out, "homing_connections{{role=\"{role}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP homing_handshakes TLS handshakes in progress.\n# TYPE homing_handshakes gauge\nhoming_handshakes {}",
+        stats.handshakes
+    );
+    out.push_str("# HELP homing_connection_refusals_total Connections refused, by role (unauthenticated before the handshake) and the share or limit that was full.\n# TYPE homing_connection_refusals_total counter\n");
+    for ((role, reason), n) in &stats.refusals {
+        let _ = writeln!(
+            out,
+            "homing_connection_refusals_total{{role=\"{role}\",reason=\"{reason}\"}} {n}"
+        );
+    }
+    out.push_str("# HELP homing_connection_closes_total Connections ended, by how: graceful (the caller closed), idle_timeout, error, local.\n# TYPE homing_connection_closes_total counter\n");
+    for (kind, n) in &stats.closes {
+        let _ = writeln!(out, "homing_connection_closes_total{{kind=\"{kind}\"}} {n}");
+    }
+    out.push_str("# HELP homing_handshake_failures_total Handshakes that failed, by reason.\n# TYPE homing_handshake_failures_total counter\n");
+    for (reason, n) in &stats.handshake_failures {
+        let _ = writeln!(
+            out,
+            "homing_handshake_failures_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP homing_handshake_retries_total QUIC Retry packets sent to make callers prove their address.\n# TYPE homing_handshake_retries_total counter\nhoming_handshake_retries_total {}",
+        stats.retries
+    );
+    let _ = writeln!(
+        out,
+        "# HELP homing_request_bytes_buffered Request bytes held in partly read frames.\n# TYPE homing_request_bytes_buffered gauge\nhoming_request_bytes_buffered {}",
+        stats.request_bytes_buffered
+    );
+}
+
+/// What `/healthz` checks: the stores this DC serves from.
+#[derive(Clone)]
+pub struct Health {
+    /// The global store.
+    pub global: Arc<dyn GlobalStore>,
+    /// This DC's store.
+    pub records: Arc<dyn DcStore>,
+}
+
+impl Health {
+    /// `Ok` when both stores answer their health check within
+    /// [`HEALTH_CHECK_MS_MAX`]; else why not, in words.
+    pub async fn check(&self) -> Result<(), String> {
+        let both = async {
+            self.global
+                .health()
+                .await
+                .map_err(|e| format!("global store: {e}"))?;
+            self.records
+                .health()
+                .await
+                .map_err(|e| format!("dc store: {e}"))
+        };
+        match tokio::time::timeout(Duration::from_millis(HEALTH_CHECK_MS_MAX), both).await {
+            Ok(checked) => checked,
+            Err(_) => Err(format!(
+                "the stores did not answer within {HEALTH_CHECK_MS_MAX} ms"
+            )),
+        }
+    }
+}
+
 /// Serves `/metrics` and `/healthz` on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    health: Health,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let permits = Arc::new(Semaphore::new(METRICS_CONNECTIONS_MAX));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(METRICS_HEADER_READ_MS_MAX))
+        .keep_alive(false);
     loop {
-        let (mut stream, _) = tokio::select! {
+        // A permit first: at the cap, connections wait in the backlog.
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return, // never closed
+            },
+            _ = shutdown.changed() => return,
+        };
+        let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
+                Ok((stream, _)) => stream,
                 Err(e) => {
-                    tracing::warn!(error = %e, "metrics endpoint accept failed");
+                    tracing::warn!(error = %e, pause_ms = ACCEPT_ERROR_PAUSE_MS, "metrics endpoint accept failed");
+                    tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_PAUSE_MS)).await;
                     continue;
                 }
             },
             _ = shutdown.changed() => return,
         };
-        let metrics = metrics.clone();
+        let (metrics, health) = (metrics.clone(), health.clone());
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let (metrics, health) = (metrics.clone(), health.clone());
+            async move { Ok::<_, Infallible>(respond(request.uri().path(), &metrics, &health).await) }
+        });
+        let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
-            let mut head = vec![0u8; HTTP_REQUEST_BYTES_MAX];
-            let read = tokio::time::timeout(
-                Duration::from_millis(HTTP_READ_TIMEOUT_MS),
-                stream.read(&mut head),
-            )
-            .await;
-            let Ok(Ok(n)) = read else { return };
-            let line = String::from_utf8_lossy(&head[..n]);
-            let path = line.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = match path {
-                "/metrics" => ("200 OK", metrics.render()),
-                "/healthz" => ("200 OK", "ok\n".to_string()),
-                _ => ("404 Not Found", "try /metrics or /healthz\n".to_string()),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            let limit = Duration::from_millis(METRICS_CONNECTION_MS_MAX);
+            if tokio::time::timeout(limit, connection).await.is_err() {
+                tracing::debug!(
+                    limit_ms = METRICS_CONNECTION_MS_MAX,
+                    "metrics connection cut off"
+                );
+            }
+            drop(permit);
         });
     }
+}
+
+/// The answer to a GET of `path`.
+async fn respond(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
+    let (status, body) = match path {
+        "/metrics" => (StatusCode::OK, metrics.render()),
+        "/healthz" => match health.check().await {
+            Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+            Err(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("unhealthy: {why}\n"),
+            ),
+        },
+        _ => (
+            StatusCode::NOT_FOUND,
+            "try /metrics or /healthz\n".to_string(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
 }
 
 /// Binds the endpoint; the error names the address.

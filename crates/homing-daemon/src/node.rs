@@ -3,6 +3,7 @@
 //! stores and its peers; every decision is homing-core's, this module only
 //! performs the I/O they ask for and maps outcomes to replies.
 
+use homing_core::Grant;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,11 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, ConnectOutcome, DcId, DcRecord,
-    ErrorKind, ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig,
-    LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll, Reply, Request,
-    ReservationId, Role, ScanCursor, Segment, SegmentError, Source, StoreTime, Walked, Written,
-    wire,
+    AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
+    ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeasePolicy,
+    LinkReply, LocalSegment, NamespaceScope, Need, Poll, Reply, Request, ReservationId, Role,
+    ScanCursor, Segment, SegmentError, Source, StoreTime, Walked, Written, wire,
 };
 use homing_net::Handler;
 use homing_node::{
@@ -151,8 +151,8 @@ fn outcome_of(reply: &Reply) -> &'static str {
         },
         Reply::Awaited(AwaitReply::TimedOut) => "timed_out",
         Reply::Resolved { entry: None, .. } => "not_found",
-        Reply::HeldElsewhere { .. } => "held_elsewhere",
-        Reply::TagMismatch { .. } => "tag_mismatch",
+        Reply::Acquire(AcquireReply::HeldElsewhere(_)) => "held_elsewhere",
+        Reply::Acquire(AcquireReply::TagMismatch { .. }) => "tag_mismatch",
         _ => "ok",
     }
 }
@@ -252,7 +252,7 @@ impl Node {
         let cas = self
             .timed("dc_cas", self.records.compare_and_set(expected, next))
             .await?;
-        if !cas.landed(next) {
+        if !cas.landed() {
             return Ok(Written::Conflict);
         }
         self.wrote(event, next);
@@ -699,7 +699,8 @@ impl Node {
         to: ReservationId,
         expected: FencingToken,
     ) -> Result<Reply, Failure> {
-        let change = Change::link(caller.dc(), to.clone(), expected).map_err(Failure::Reply)?;
+        let change =
+            Change::link(caller.dc(), &from, to.clone(), expected).map_err(Failure::Reply)?;
         let reply = answer(self.update(&from, change).await?);
         if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");
@@ -864,13 +865,13 @@ fn log_acquire(event: AcquireEvent) {
     }
 }
 
-fn acquire_reply(outcome: ConnectOutcome) -> Reply {
-    if let ConnectOutcome::Acquired {
+fn acquire_reply(outcome: AcquireReply) -> Reply {
+    if let AcquireReply::Acquired(Grant {
         reservation,
         token,
         previous,
         ..
-    } = &outcome
+    }) = &outcome
     {
         match previous {
             Some(p) => tracing::info!(reservation = %reservation, token = token.get(),
@@ -878,7 +879,7 @@ fn acquire_reply(outcome: ConnectOutcome) -> Reply {
             None => tracing::info!(reservation = %reservation, token = token.get(), "acquired"),
         }
     }
-    Reply::from(outcome)
+    Reply::Acquire(outcome)
 }
 
 fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Span {

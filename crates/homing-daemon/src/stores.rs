@@ -539,10 +539,33 @@ fn daemon_error(field: &'static str, e: OpenError) -> DaemonError {
     }
 }
 
+/// Refuses a global store this process cannot share with its peers: a redb
+/// global store is a file of this process alone, so with peers configured
+/// every DC would keep its own and the same key would get token 1 in two
+/// DCs. (The devnet shares one redb global store between the DCs of one
+/// process and does not come here.)
+pub fn check_global_store_shared(config: &Config) -> Result<(), ConfigError> {
+    if config.global_store != StoreKind::Redb || config.peers.is_empty() {
+        return Ok(());
+    }
+    let peers: Vec<&str> = config.peers.keys().map(DcId::as_str).collect();
+    Err(ConfigError::Invalid {
+        field: "global_store",
+        reason: format!(
+            "redb (the default) is this process's own file, but peers are configured ({}): \
+             every DC would keep its own global store and one key could be reserved in two \
+             DCs; set global_store to etcd or fdb (shared by every DC), or remove the peers",
+            peers.join(", ")
+        ),
+    })
+}
+
 /// Opens the DC store and the global store the config names, laid out as
 /// [`redb_global_path`], [`redb_dc_path`], [`global_prefix`] and
-/// [`dc_prefix`] say.
+/// [`dc_prefix`] say; refuses a global store the DCs cannot share
+/// ([`check_global_store_shared`]).
 pub async fn open_stores(config: &Config) -> Result<Stores, DaemonError> {
+    check_global_store_shared(config)?;
     std::fs::create_dir_all(&config.data_dir)?;
     let mut opener = StoreOpener::new();
     let global = opener
@@ -720,5 +743,62 @@ mod tests {
             .set(&spec, &[iad], OpenMode::MustExist)
             .await
             .unwrap();
+    }
+
+    fn config(global_store: Option<&str>, peers: &[(&str, &str)]) -> Config {
+        let settings = crate::Settings {
+            dc: Some("iad".into()),
+            listen: Some("127.0.0.1:7400".parse().unwrap()),
+            data_dir: Some("/nonexistent/homing".into()),
+            ca_cert: Some("ca.pem".into()),
+            cert: Some("node-iad.pem".into()),
+            key: Some("node-iad.key".into()),
+            global_store: global_store.map(str::to_string),
+            peers: Some(
+                peers
+                    .iter()
+                    .map(|(dc, addr)| (dc.to_string(), addr.parse().unwrap()))
+                    .collect(),
+            ),
+            ..crate::Settings::default()
+        };
+        Config::from_settings(settings).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_redb_global_store_with_peers_is_refused_naming_both_fields() {
+        let peers = [("fra", "127.0.0.1:7401"), ("sin", "127.0.0.1:7402")];
+        for global in [None, Some("redb")] {
+            let err = open_stores(&config(global, &peers))
+                .await
+                .err()
+                .expect("each DC would have its own global store")
+                .to_string();
+            assert!(
+                err.starts_with("global_store:")
+                    && err.contains("peers")
+                    && err.contains("fra, sin"),
+                "{err}"
+            );
+        }
+        // Alone, a DC may keep its global store in its own redb file.
+        assert!(check_global_store_shared(&config(None, &[])).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_redb_target_that_a_homingd_holds_cannot_be_opened_for_a_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let iad = DcId::new("iad").unwrap();
+        // What homingd keeps open while it serves.
+        let served = RedbDcStore::open(redb_dc_path(dir.path(), &iad), RedbOptions::default());
+        let _served = served.unwrap();
+        let spec = parse(&format!("redb:{}", dir.path().display())).unwrap();
+        let err = StoreOpener::new()
+            .set(&spec, &[iad], OpenMode::Create)
+            .await
+            .err()
+            .expect("the live store is refused")
+            .to_string();
+        assert!(err.contains("already open"), "{err}");
     }
 }

@@ -3,6 +3,7 @@
 //! event, scopes cover a namespace or its tree, cursors resume exactly, and a
 //! cursor the DC cannot serve is refused instead of silently skipping.
 
+use homing_core::{AcquireReply, Grant};
 use std::time::{Duration, Instant};
 
 use homing_core::{
@@ -112,9 +113,9 @@ async fn a_parked_watch_wakes_on_the_next_event_and_cursors_resume_exactly() {
             "nothing to report yet: the watch waits"
         );
         let wrote_at = Instant::now();
-        let Reply::Acquired {
+        let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
-        } = dc.host(&acquire("games/eu", "room-1")).await
+        })) = dc.host(&acquire("games/eu", "room-1")).await
         else {
             panic!("acquire failed");
         };

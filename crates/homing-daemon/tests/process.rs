@@ -2,6 +2,7 @@
 //! TLS, and SIGTERM during a burst of reserves losing nothing acknowledged.
 //! Every process is killed when its guard drops, also when a test fails.
 
+use homing_core::{AcquireReply, Grant};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -116,12 +117,12 @@ async fn homingd_serves_the_protocol_over_quic() {
     let host = client(&ca, Role::Host);
     let router = client(&ca, Role::Router);
 
-    let Reply::Acquired {
+    let Reply::Acquire(AcquireReply::Acquired(Grant {
         reservation,
         token,
         deadlines,
         ..
-    } = host.request(&peer, &acquire("room")).await.unwrap()
+    })) = host.request(&peer, &acquire("room")).await.unwrap()
     else {
         panic!("acquire")
     };
@@ -217,11 +218,11 @@ async fn homingd_serves_the_protocol_over_quic() {
     ));
     // Connect again in the same DC: re-activation with token + 1.
     match host.request(&peer, &acquire("room")).await.unwrap() {
-        Reply::Acquired {
+        Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation: again,
             token: next,
             ..
-        } => {
+        })) => {
             assert_eq!(again, reservation);
             assert_eq!(next, token.next());
         }
@@ -253,9 +254,9 @@ async fn sigterm_during_a_burst_of_reserves_loses_no_acknowledged_reservation() 
                 )
                 .await
                 {
-                    Ok(Ok(Reply::Acquired { reservation, .. })) => {
-                        acknowledged.lock().unwrap().push((name, reservation))
-                    }
+                    Ok(Ok(Reply::Acquire(AcquireReply::Acquired(Grant {
+                        reservation, ..
+                    })))) => acknowledged.lock().unwrap().push((name, reservation)),
                     _ => break, // the daemon is going away
                 }
             }

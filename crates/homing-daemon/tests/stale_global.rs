@@ -5,6 +5,7 @@
 //! record is abandoned at once — and a resolve, which reads with the
 //! linearizable `get`, must never see the stale "absent".
 
+use homing_core::{AcquireReply, Holder};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +15,12 @@ use homing_core::{
     LeasePolicy, NamespaceScope, RecordState, Reply, Request, ReservationId, Role,
 };
 use homing_daemon::node::store_now;
-use homing_daemon::{Config, Daemon, Settings};
 use homing_net::{Client, ClientLimits, DevCa, Handler, Peer};
 use homing_store::{
     DcStore, GlobalStore, MemoryDcStore, MemoryGlobalStore, SetIfAbsent, StoreError,
 };
+
+mod support;
 
 /// A global store whose nearest replica never saw any write.
 struct NeverCaughtUp {
@@ -82,28 +84,14 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
     records.raise_allocator(2).await.unwrap();
 
     let ca = DevCa::generate("stale global test ca").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let settings = Settings {
-        dc: Some("iad".into()),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        data_dir: Some(dir.path().to_path_buf()),
-        ca_cert: Some(dir.path().join("unused")),
-        cert: Some(dir.path().join("unused")),
-        key: Some(dir.path().join("unused")),
-        ..Settings::default()
-    };
-    let config = Config::from_settings(settings).unwrap();
-    let tls = ca
-        .tls_identity(&Identity::new(Role::Node, Some(iad.clone())).unwrap())
-        .unwrap();
-    let daemon = Daemon::start(
-        &config,
-        &tls,
+    let (daemon, _dir) = support::start_iad(
+        &ca,
         global.clone() as Arc<dyn GlobalStore>,
         records.clone() as Arc<dyn DcStore>,
+        false,
     )
-    .await
-    .unwrap();
+    .await;
+    let daemon = daemon.unwrap();
     let host_tls = ca
         .tls_identity(&Identity::new(Role::Host, Some(iad.clone())).unwrap())
         .unwrap();
@@ -124,9 +112,9 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
         .expect("answered in time")
         .unwrap();
     match &reply {
-        Reply::HeldElsewhere {
+        Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        } => {
+        })) => {
             assert_eq!(reservation, &holder);
             assert_eq!(actor.as_str(), "first");
         }

@@ -11,6 +11,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use homing_core::AcquireReply;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -20,7 +21,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{DcId, KeyConfig, KeyName};
-use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, HostStarted};
+use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter};
 use homing_net::{Client, ClientLimits};
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
@@ -269,7 +270,7 @@ async fn host(net: &Net, dc: usize) -> anyhow::Result<ActorHost> {
         "127.0.0.1:0".parse()?,
     );
     match ActorHost::start(net.host_client(dc)?, config).await? {
-        HostStarted::Serving(host) => Ok(*host),
+        AcquireReply::Acquired(host) => Ok(*host),
         other => bail!("no lease in dc {dc}: {other:?}"),
     }
 }

@@ -4,14 +4,15 @@
 //! once when the agent hard-terminates it. Every request is answered with
 //! `{"dc","reservation","token","actor","key"}`: where the request landed.
 
+use homing_core::AcquireReply;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use homing_client::{Actor, AgentError, HostAgent, HostAgentConfig, Started};
-use homing_core::{ActorId, FencingToken, Key, KeyConfig, ReservationId, Tag};
+use homing_client::{Actor, AgentError, HostAgent, HostAgentConfig};
+use homing_core::{ActorId, FencingToken, Key, KeyConfig, ReservationId};
 use homing_net::{Client, Peer};
 use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
@@ -70,24 +71,9 @@ pub enum ActorHostError {
     Agent(#[from] AgentError),
 }
 
-/// What starting an actor host gave.
-#[derive(Debug)]
-pub enum HostStarted {
-    /// This host holds the key and serves it.
-    Serving(Box<ActorHost>),
-    /// A live actor elsewhere holds the key; nothing is served here.
-    HeldElsewhere {
-        /// The reservation holding it.
-        reservation: ReservationId,
-        /// The live actor.
-        actor: ActorId,
-    },
-    /// A live actor holds the key under another tag.
-    TagMismatch {
-        /// Its tag.
-        existing: Option<Tag>,
-    },
-}
+/// What starting an actor host gave: the acquire's reply, with the serving
+/// host when this one won (nothing is served otherwise).
+pub type HostStarted = AcquireReply<Box<ActorHost>>;
 
 /// A serving actor host. See the module docs.
 pub struct ActorHost {
@@ -139,11 +125,11 @@ impl ActorHost {
         let terminate = Arc::new(Terminate { stop: stop.clone() });
         let agent_config = HostAgentConfig::new(config.dc.clone(), config.key, actor.clone());
         let agent = match HostAgent::start(client, agent_config, terminate).await? {
-            Started::Holding(agent) => agent,
-            Started::HeldElsewhere {
-                reservation, actor, ..
-            } => return Ok(HostStarted::HeldElsewhere { reservation, actor }),
-            Started::TagMismatch { existing } => return Ok(HostStarted::TagMismatch { existing }),
+            AcquireReply::Acquired(agent) => agent,
+            AcquireReply::HeldElsewhere(holder) => return Ok(AcquireReply::HeldElsewhere(holder)),
+            AcquireReply::TagMismatch { existing } => {
+                return Ok(AcquireReply::TagMismatch { existing });
+            }
         };
         let landed = Bytes::from(
             json::Object::new()
@@ -160,7 +146,7 @@ impl ActorHost {
         });
         let serving = serve::spawn(listener, service, config.serve, stop)?;
         info!(key = %agent.key(), reservation = %agent.reservation(), %actor, "actor host serving");
-        Ok(HostStarted::Serving(Box::new(ActorHost {
+        Ok(AcquireReply::Acquired(Box::new(ActorHost {
             agent,
             serving,
             actor,

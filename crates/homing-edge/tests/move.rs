@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use homing_core::AcquireReply;
 use homing_core::{KeyConfig, KeyName};
-use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, HostStarted};
+use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter};
 use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper_util::client::legacy::Client;
@@ -68,7 +69,7 @@ async fn start_host(net: &Net, dc: usize, key: &str) -> anyhow::Result<ActorHost
         "127.0.0.1:0".parse()?,
     );
     match ActorHost::start(net.host_client(dc)?, config).await? {
-        HostStarted::Serving(host) => Ok(*host),
+        AcquireReply::Acquired(host) => Ok(*host),
         other => anyhow::bail!("host in dc {dc} did not get the key: {other:?}"),
     }
 }

@@ -1,20 +1,24 @@
 //! `Client`: sends one request per bidirectional stream over the pooled
 //! connection to a peer and waits, bounded by the request timeout, for the
-//! reply. Cheap to clone; clones share the endpoint and the pool.
+//! reply. Cheap to clone; clones share the endpoint and the pool. A program
+//! about to exit calls [`Client::close`], so that servers free its
+//! connections at once instead of keeping them until their idle timeout.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use homing_core::wire;
 use homing_core::{Reply, Request, Role};
 use quinn::crypto::rustls::QuicClientConfig;
-use quinn::{Connection, Endpoint, VarInt};
+use quinn::{Connection, ConnectionError, Endpoint, VarInt};
+use tracing::debug;
 
 use crate::error::NetError;
-use crate::frame::{self, CODE_BAD_IDENTITY, CODE_CLIENT_CLOSED, ReadFrameError};
+use crate::frame::{self, CODE_BAD_IDENTITY, CODE_CLIENT_CLOSED, CODE_REFUSED, ReadFrameError};
 use crate::identity::node_server_name;
-use crate::limits::ClientLimits;
+use crate::limits::{CLIENT_CLOSE_WAIT_MS, ClientLimits};
 use crate::pool::{Peer, Pool};
 use crate::server::{idle_timeout, peer_identity, stream_window};
 use crate::tls::TlsIdentity;
@@ -30,10 +34,20 @@ struct Inner {
     config: quinn::ClientConfig,
     limits: ClientLimits,
     pool: Pool,
+    /// Set by [`Client::close`].
+    closed: AtomicBool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if !self.closed.load(Ordering::Relaxed) && self.endpoint.open_connections() > 0 {
+            // Nothing waits for this close to be sent: in a program that
+            // exits now, servers keep the connections until their idle timeout.
+            debug!(
+                connections = self.endpoint.open_connections(),
+                "client dropped without close(): its servers may keep its connections until they time out"
+            );
+        }
         self.endpoint.close(CODE_CLIENT_CLOSED, b"client dropped");
     }
 }
@@ -76,8 +90,29 @@ impl Client {
                 config,
                 limits,
                 pool,
+                closed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Closes every connection of this client (and of its clones) and waits,
+    /// at most [`CLIENT_CLOSE_WAIT_MS`], until the servers were told: they
+    /// free the connections at once. Requests after this fail. Call it
+    /// before a program exits.
+    pub async fn close(&self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::Relaxed);
+        inner.endpoint.close(CODE_CLIENT_CLOSED, b"client closed");
+        let wait = Duration::from_millis(CLIENT_CLOSE_WAIT_MS);
+        if tokio::time::timeout(wait, inner.endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            debug!(
+                wait_ms = CLIENT_CLOSE_WAIT_MS,
+                "client close: connections still closing"
+            );
+        }
     }
 
     /// Sends `request` to `peer` and returns its reply. A [`Reply::Error`]
@@ -108,11 +143,13 @@ impl Client {
     }
 
     async fn exchange(&self, peer: &Peer, frame: &[u8]) -> Result<Reply, NetError> {
-        let closed = |reason: String| NetError::Closed {
-            peer: peer.addr,
-            reason,
-        };
         let mut connection = self.connection(peer).await?;
+        let closed = |connection: &Connection, reason: String| {
+            refusal(peer, connection).unwrap_or(NetError::Closed {
+                peer: peer.addr,
+                reason,
+            })
+        };
         let (mut send, mut recv) = match connection.open_bi().await {
             Ok(streams) => streams,
             // The pooled connection died since it was last used; nothing was
@@ -122,7 +159,7 @@ impl Client {
                 connection
                     .open_bi()
                     .await
-                    .map_err(|e| closed(e.to_string()))?
+                    .map_err(|e| closed(&connection, e.to_string()))?
             }
         };
         // Until the reply is in, the connection is suspect: an error, this
@@ -138,14 +175,19 @@ impl Client {
             connection: &connection,
             answered: false,
         };
-        frame::write_frame(&mut send, frame).await.map_err(closed)?;
+        frame::write_frame(&mut send, frame)
+            .await
+            .map_err(|reason| closed(&connection, reason))?;
         let bytes = frame::read_frame(&mut recv, self.inner.limits.frame_bytes_max)
             .await
             .map_err(|error| match error {
                 ReadFrameError::TooLarge => NetError::FrameTooLarge {
                     max: self.inner.limits.frame_bytes_max,
                 },
-                ReadFrameError::Closed(reason) => closed(reason),
+                ReadFrameError::Closed(reason) => closed(&connection, reason),
+                ReadFrameError::OverBudget { .. } => {
+                    unreachable!("replies are read without a budget")
+                }
             })?;
         suspect.answered();
         wire::decode(&bytes).map_err(NetError::Malformed)
@@ -199,6 +241,20 @@ impl Client {
                 }
             })
             .await
+    }
+}
+
+/// The server's refusal, if it closed `connection` because the caller's
+/// share of its connections is full.
+fn refusal(peer: &Peer, connection: &Connection) -> Option<NetError> {
+    match connection.close_reason()? {
+        ConnectionError::ApplicationClosed(close) if close.error_code == CODE_REFUSED => {
+            Some(NetError::Refused {
+                peer: peer.addr,
+                reason: String::from_utf8_lossy(&close.reason).into_owned(),
+            })
+        }
+        _ => None,
     }
 }
 

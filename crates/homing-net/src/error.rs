@@ -72,6 +72,15 @@ pub enum NetError {
     /// The peer's reply is not a valid frame.
     #[error("malformed reply: {0}")]
     Malformed(FrameError),
+    /// The server finished the handshake but refused the connection: the
+    /// caller's share of its connections is full. No request was processed.
+    #[error("connection to {peer} refused: {reason}")]
+    Refused {
+        /// The peer's address.
+        peer: SocketAddr,
+        /// The server's reason, naming the role and the share that was full.
+        reason: String,
+    },
     /// The connection or stream was closed or reset before the reply arrived;
     /// the request may or may not have been processed.
     #[error("connection to {peer} closed: {reason}")]

@@ -2,7 +2,7 @@
 //! daemons. quinn + rustls with the ring provider, TLS 1.3 only, mutual TLS:
 //! every peer presents a certificate from the deployment's CA whose SAN URI
 //! `homing://<role>[/<dc>]` names its [`homing_core::Identity`]. ALPN
-//! `homing/2` carries the protocol version. Each request is one bidirectional
+//! `homing/3` carries the protocol version. Each request is one bidirectional
 //! stream holding one postcard frame each way, over one pooled connection per
 //! peer; the server authorizes every request by the caller's certificate.
 //!
@@ -23,6 +23,7 @@
 //! # let _ = reply; Ok(()) }
 //! ```
 
+mod admission;
 mod client;
 mod error;
 pub mod frame;
@@ -32,17 +33,20 @@ pub mod pki;
 mod pool;
 pub mod relay;
 mod server;
+mod stats;
 mod tls;
 mod unacked;
 
+pub use admission::Refusal;
 pub use client::Client;
 pub use error::NetError;
 pub use identity::{CertIdentityError, identity_from_cert, identity_uri, node_server_name};
-pub use limits::{ClientLimits, ServerLimits};
+pub use limits::{ClientLimits, ConnectionShares, ServerLimits};
 pub use pki::{DevCa, IssuedCert, PkiError, generate_dev_pki};
 pub use pool::Peer;
 pub use relay::Relay;
 pub use server::{Handler, Server};
+pub use stats::{CloseKind, ConnectionStats, ServerStats};
 pub use tls::TlsIdentity;
 
 /// Locks `mutex`, ignoring poisoning: every critical section in this crate

@@ -20,14 +20,19 @@ use quinn::{
     VarInt,
 };
 use rustls::pki_types::CertificateDer;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Sleep;
 use tracing::{debug, warn};
 
+use crate::admission::{Admission, CertFingerprint};
 use crate::error::NetError;
-use crate::frame::{self, CODE_BAD_IDENTITY, CODE_REQUEST_TIMEOUT, CODE_SHUTDOWN, ReadFrameError};
+use crate::frame::{
+    self, CODE_BAD_IDENTITY, CODE_REFUSED, CODE_REQUEST_TIMEOUT, CODE_SHUTDOWN, ReadFrameError,
+    RequestBudget,
+};
 use crate::identity::identity_from_cert;
-use crate::limits::ServerLimits;
+use crate::limits::{FAILURE_SUMMARY_INTERVAL_MS, ServerLimits};
+use crate::stats::{CloseKind, Counters, ServerStats};
 use crate::tls::TlsIdentity;
 use crate::unacked::Unacked;
 
@@ -55,6 +60,7 @@ pub struct Server {
     drained: mpsc::Receiver<()>,
     accepting: Option<tokio::task::JoinHandle<()>>,
     shutdown_drain_ms: u64,
+    stats: ServerStats,
 }
 
 /// What every connection and request task shares.
@@ -62,6 +68,8 @@ struct Shared {
     local_dc: DcId,
     limits: ServerLimits,
     handler: Arc<dyn Handler>,
+    admission: Arc<Admission>,
+    counters: Arc<Counters>,
 }
 
 impl Server {
@@ -78,6 +86,7 @@ impl Server {
         let config = server_config(tls, &limits)?;
         let endpoint_config = endpoint_config(tls);
         let socket = std::net::UdpSocket::bind(addr)?;
+        size_receive_buffer(&socket, limits.udp_receive_buffer_bytes);
         let runtime = quinn::default_runtime()
             .ok_or(NetError::Limits("no async runtime for the QUIC endpoint"))?;
         let endpoint = Endpoint::new(endpoint_config, Some(config), socket, runtime)?;
@@ -85,16 +94,22 @@ impl Server {
         let (stop, stop_rx) = watch::channel(false);
         let (drain, drained) = mpsc::channel(1);
         let shutdown_drain_ms = limits.shutdown_drain_ms;
-        let connections = Arc::new(Semaphore::new(limits.connections_max));
+        let admission = Admission::new(limits.shares, local_dc.clone());
+        let counters = Arc::new(Counters::default());
+        let stats = ServerStats {
+            counters: counters.clone(),
+            admission: admission.clone(),
+        };
         let shared = Arc::new(Shared {
             local_dc,
             limits,
             handler,
+            admission,
+            counters,
         });
         let accepting = tokio::spawn(accept_loop(
             endpoint.clone(),
             shared,
-            connections,
             stop_rx,
             drain.clone(),
         ));
@@ -106,6 +121,7 @@ impl Server {
             drained,
             accepting: Some(accepting),
             shutdown_drain_ms,
+            stats,
         })
     }
 
@@ -114,9 +130,15 @@ impl Server {
         self.local_addr
     }
 
-    /// How many connections are open now (for metrics and tests).
+    /// How many connections are open now, in any state (for tests).
     pub fn open_connections(&self) -> usize {
         self.endpoint.open_connections()
+    }
+
+    /// The server's connection counters (open by role, handshakes,
+    /// refusals, closes), readable for as long as the handle is kept.
+    pub fn stats(&self) -> ServerStats {
+        self.stats.clone()
     }
 
     /// Stops accepting connections and streams, waits up to the limits'
@@ -154,6 +176,41 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
         self.endpoint.close(CODE_SHUTDOWN, b"shutdown");
+    }
+}
+
+/// Asks for a receive buffer of `bytes` on the server's UDP socket, so a
+/// burst of datagrams (a flood of Initials, many callers at once) waits in
+/// the kernel instead of being dropped; says so when the kernel caps it
+/// (`net.core.rmem_max` on Linux, see OPERATIONS.md).
+fn size_receive_buffer(socket: &std::net::UdpSocket, bytes: usize) {
+    if bytes == 0 {
+        return;
+    }
+    let socket = socket2::SockRef::from(socket);
+    let granted = socket
+        .set_recv_buffer_size(bytes)
+        .and_then(|()| socket.recv_buffer_size());
+    // Linux grants twice what is asked (half of it for bookkeeping) and
+    // reports that.
+    let full = if cfg!(target_os = "linux") {
+        bytes.saturating_mul(2)
+    } else {
+        bytes
+    };
+    match granted {
+        Ok(granted) if granted >= full => {
+            debug!(
+                udp_receive_buffer_bytes = granted,
+                "udp receive buffer sized"
+            );
+        }
+        Ok(granted) => warn!(
+            asked_bytes = bytes,
+            granted_bytes = granted,
+            "udp receive buffer capped by the system: raise net.core.rmem_max (see OPERATIONS.md)"
+        ),
+        Err(error) => warn!(%error, "udp receive buffer could not be sized"),
     }
 }
 
@@ -207,34 +264,101 @@ pub(crate) fn idle_timeout(idle_timeout_ms: u64) -> Result<quinn::IdleTimeout, N
 async fn accept_loop(
     endpoint: Endpoint,
     shared: Arc<Shared>,
-    connections: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
     drain: mpsc::Sender<()>,
 ) {
+    let interval = Duration::from_millis(FAILURE_SUMMARY_INTERVAL_MS);
+    let mut summary = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    summary.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let incoming = tokio::select! {
             _ = stop.changed() => break,
+            _ = summary.tick() => {
+                shared.counters.log_summary(FAILURE_SUMMARY_INTERVAL_MS);
+                continue;
+            }
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => incoming,
                 None => break,
             },
         };
-        match connections.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let task = serve_connection(
-                    incoming,
-                    shared.clone(),
-                    permit,
-                    stop.clone(),
-                    drain.clone(),
-                );
-                tokio::spawn(task);
+        if let Some(incoming) = admit_handshake(incoming, &shared) {
+            shared.counters.handshake_started();
+            tokio::spawn(serve_connection(
+                incoming,
+                shared.clone(),
+                stop.clone(),
+                drain.clone(),
+            ));
+        }
+    }
+}
+
+/// Whether a new handshake may start. Handshakes hold no connection slot
+/// (that is taken once the certificate is known) but are bounded on their
+/// own: past half of `handshakes_max`, a caller must first prove it can
+/// receive at its address (a stateless QUIC Retry, which forged Initials
+/// never answer); past all of it, even proven callers are refused.
+fn admit_handshake(incoming: Incoming, shared: &Shared) -> Option<Incoming> {
+    let counters = &shared.counters;
+    let in_progress = counters.handshakes_in_progress();
+    let handshakes_max = shared.limits.handshakes_max;
+    if in_progress >= handshakes_max / 2 && !incoming.remote_address_validated() {
+        if incoming.may_retry() {
+            counters.retried();
+            // Only fails when the Initial carried a token already (then it
+            // is validated, which was checked above).
+            let _ = incoming.retry();
+            return None;
+        }
+    } else if in_progress < handshakes_max {
+        return Some(incoming);
+    }
+    let remote = incoming.remote_address();
+    if counters.refused(UNAUTHENTICATED, "handshakes_full") {
+        warn!(%remote, handshakes_max, "refusing connection: too many handshakes in progress");
+    }
+    incoming.refuse();
+    None
+}
+
+/// The role label of refusals before the caller is known.
+const UNAUTHENTICATED: &str = "unauthenticated";
+
+/// Ends the handshake count when the handshake ends, however it ends.
+struct Handshaking<'a>(&'a Counters);
+
+impl Drop for Handshaking<'_> {
+    fn drop(&mut self) {
+        self.0.handshake_ended();
+    }
+}
+
+/// The finished handshake of `incoming`, within the handshake timeout.
+async fn handshake(incoming: Incoming, shared: &Shared) -> Option<Connection> {
+    let counters = &shared.counters;
+    let _handshaking = Handshaking(counters);
+    let remote = incoming.remote_address();
+    let connecting = match incoming.accept() {
+        Ok(connecting) => connecting,
+        Err(error) => {
+            log_handshake_failure(counters, remote, &error);
+            return None;
+        }
+    };
+    let timeout_ms = shared.limits.handshake_timeout_ms;
+    // Dropping an unfinished `Connecting` abandons the handshake.
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), connecting).await {
+        Ok(Ok(connection)) => Some(connection),
+        Ok(Err(error)) => {
+            log_handshake_failure(counters, remote, &error);
+            None
+        }
+        Err(_) => {
+            if counters.handshake_failed("timeout") {
+                warn!(%remote, timeout_ms, "handshake abandoned: not finished in time");
             }
-            Err(_) => {
-                warn!(remote = %incoming.remote_address(), connections_max = shared.limits.connections_max,
-                    "refusing connection: at the connection limit");
-                incoming.refuse();
-            }
+            None
         }
     }
 }
@@ -242,40 +366,62 @@ async fn accept_loop(
 async fn serve_connection(
     incoming: Incoming,
     shared: Arc<Shared>,
-    _permit: OwnedSemaphorePermit,
     mut stop: watch::Receiver<bool>,
     drain: mpsc::Sender<()>,
 ) {
     let remote = incoming.remote_address();
-    let connection = match incoming.await {
-        Ok(connection) => connection,
+    let Some(connection) = handshake(incoming, &shared).await else {
+        return;
+    };
+    let counters = &shared.counters;
+    let (caller, cert) = match peer_certificate(&connection) {
+        Ok((identity, cert)) => (Arc::new(identity), cert),
         Err(error) => {
-            log_handshake_failure(remote, &error);
+            if counters.refused(UNAUTHENTICATED, "no_identity") {
+                warn!(%remote, %error, "closing connection: certificate names no homing identity");
+            }
+            connection.close(CODE_BAD_IDENTITY, b"certificate names no homing identity");
             return;
         }
     };
-    let caller = match peer_identity(&connection) {
-        Ok(identity) => Arc::new(identity),
-        Err(error) => {
-            warn!(%remote, %error, "closing connection: certificate names no homing identity");
-            connection.close(CODE_BAD_IDENTITY, b"certificate names no homing identity");
+    // The slot is held until every reply on the connection is acknowledged.
+    let _slot = match shared.admission.admit(&caller, cert) {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            let role = caller.role().as_str();
+            if counters.refused(role, refusal.as_str()) {
+                warn!(%remote, caller = %caller, %refusal, "refusing connection");
+            } else {
+                debug!(%remote, caller = %caller, %refusal, "refusing connection");
+            }
+            let reason = format!("connection refused to {role}: {refusal}");
+            connection.close(CODE_REFUSED, reason.as_bytes());
             return;
         }
     };
     debug!(%remote, caller = %caller, "connection established");
     if *stop.borrow_and_update() {
+        counters.closed(CloseKind::Local);
         return;
     }
     let unacked = Arc::new(Unacked::new());
+    let budget = Arc::new(RequestBudget::new(
+        shared.limits.connection_receive_bytes_max,
+        counters.clone(),
+    ));
     // One future for the whole connection, not one per stream.
     let mut stopped = pin!(stop.changed());
     loop {
         let (send, recv) = tokio::select! {
-            _ = &mut stopped => break,
+            _ = &mut stopped => {
+                counters.closed(CloseKind::Local);
+                break;
+            }
             stream = connection.accept_bi() => match stream {
                 Ok(stream) => stream,
                 Err(error) => {
                     debug!(%remote, %error, "connection ended");
+                    counters.closed(CloseKind::of(&error));
                     break;
                 }
             },
@@ -285,6 +431,7 @@ async fn serve_connection(
             recv,
             caller.clone(),
             unacked.clone(),
+            budget.clone(),
             shared.clone(),
             drain.clone(),
         ));
@@ -294,19 +441,28 @@ async fn serve_connection(
     unacked.drain().await;
 }
 
-fn log_handshake_failure(remote: SocketAddr, error: &ConnectionError) {
+fn log_handshake_failure(counters: &Counters, remote: SocketAddr, error: &ConnectionError) {
     let alpn_mismatch = matches!(error, ConnectionError::TransportError(e)
         if e.code == TransportErrorCode::crypto(ALERT_NO_APPLICATION_PROTOCOL));
     if alpn_mismatch {
-        warn!(%remote, expected = %String::from_utf8_lossy(ALPN), protocol_version = wire::PROTOCOL_VERSION,
-            "handshake refused: protocol version mismatch (peer offered no matching alpn)");
-    } else {
+        if counters.handshake_failed("version_mismatch") {
+            warn!(%remote, expected = %String::from_utf8_lossy(ALPN), protocol_version = wire::PROTOCOL_VERSION,
+                "handshake refused: protocol version mismatch (peer offered no matching alpn)");
+        }
+    } else if counters.handshake_failed("tls") {
         warn!(%remote, %error, "handshake failed");
+    } else {
+        debug!(%remote, %error, "handshake failed");
     }
 }
 
 /// The peer's identity from its verified certificate.
 pub(crate) fn peer_identity(connection: &Connection) -> Result<Identity, NetError> {
+    Ok(peer_certificate(connection)?.0)
+}
+
+/// The peer's identity and the fingerprint of its verified certificate.
+fn peer_certificate(connection: &Connection) -> Result<(Identity, CertFingerprint), NetError> {
     let certs = connection
         .peer_identity()
         .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
@@ -314,7 +470,7 @@ pub(crate) fn peer_identity(connection: &Connection) -> Result<Identity, NetErro
     let leaf = certs
         .first()
         .ok_or_else(|| NetError::Tls("peer presented an empty chain".to_string()))?;
-    Ok(identity_from_cert(leaf)?)
+    Ok((identity_from_cert(leaf)?, CertFingerprint::of(leaf)))
 }
 
 async fn serve_request(
@@ -322,6 +478,7 @@ async fn serve_request(
     mut recv: RecvStream,
     caller: Arc<Identity>,
     unacked: Arc<Unacked>,
+    budget: Arc<RequestBudget>,
     shared: Arc<Shared>,
     _drain: mpsc::Sender<()>,
 ) {
@@ -332,9 +489,12 @@ async fn serve_request(
     tokio::pin!(deadline);
     let read = within(
         deadline.as_mut(),
-        frame::read_frame(&mut recv, limits.frame_bytes_max),
+        budget.read_frame(&mut recv, limits.frame_bytes_max),
     )
     .await;
+    // The frame's bytes (and their budget) go as soon as it is decoded: a
+    // request may be parked for minutes.
+    let read = read.map(|read| read.map(|frame| decode(frame.bytes(), &caller)));
     let reply = match read {
         None => {
             debug!(caller = %caller, timeout_ms = limits.request_timeout_ms, "request not received in time");
@@ -342,7 +502,7 @@ async fn serve_request(
             let _ = recv.stop(CODE_REQUEST_TIMEOUT);
             return;
         }
-        Some(Ok(bytes)) => match decode(&bytes, &caller) {
+        Some(Ok(decoded)) => match decoded {
             Ok(request) => {
                 // A request that asks to wait gets that much more time.
                 let parked = Duration::from_millis(u64::from(request.wait_ms()));
@@ -366,6 +526,15 @@ async fn serve_request(
             Reply::Error(ErrorReply::new(
                 ErrorKind::BadRequest,
                 format!("request frame exceeds {} bytes", limits.frame_bytes_max),
+            ))
+        }
+        Some(Err(ReadFrameError::OverBudget { budget_bytes })) => {
+            debug!(caller = %caller, budget_bytes, "request refused: the connection's request budget is spent");
+            Reply::Error(ErrorReply::new(
+                ErrorKind::Overloaded,
+                format!(
+                    "this connection's partly received requests already hold {budget_bytes} bytes"
+                ),
             ))
         }
         Some(Err(ReadFrameError::Closed(reason))) => {

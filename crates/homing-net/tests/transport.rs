@@ -12,7 +12,8 @@ use homing_core::{
     DcId, ErrorKind, FencingToken, Identity, Key, KeyName, LinkReply, Reply, Request, Role,
 };
 use homing_net::{
-    Client, ClientLimits, DevCa, Handler, NetError, Peer, Server, ServerLimits, TlsIdentity,
+    Client, ClientLimits, ConnectionShares, ConnectionStats, DevCa, Handler, NetError, Peer,
+    Server, ServerLimits, TlsIdentity,
 };
 use quinn::crypto::rustls::QuicClientConfig;
 use tokio::task::JoinSet;
@@ -507,7 +508,7 @@ async fn an_alpn_mismatch_fails_the_handshake_and_is_logged_as_a_version_mismatc
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/2")),
+                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/3")),
             "{warnings:?}"
         );
     })
@@ -595,28 +596,157 @@ async fn a_client_reconnects_after_the_server_restarts() {
     .unwrap();
 }
 
+/// Waits (bounded by the test's timeout) until `done` holds for the server's stats.
+async fn until_stats(server: &Server, done: impl Fn(&ConnectionStats) -> bool) {
+    let stats = server.stats();
+    while !done(&stats.snapshot()) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Shares small enough to fill in a test: 6 slots, 1 kept for peers, 1 for
+/// hosts of iad, at most 3 per certificate.
+fn small_shares() -> ServerLimits {
+    ServerLimits {
+        shares: ConnectionShares {
+            connections_max: 6,
+            node_connections_reserved: 1,
+            host_connections_reserved: 1,
+            identity_connections_max: 3,
+        },
+        ..ServerLimits::default()
+    }
+}
+
 #[tokio::test]
-async fn connections_beyond_the_limit_are_refused_and_existing_ones_keep_serving() {
+async fn one_router_certificate_cannot_crowd_out_peers_and_hosts() {
     timeout(TEST_TIMEOUT, async {
         let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), small_shares()).await;
+        // One router certificate, many processes: each its own client.
+        let router_tls = tls(&ca, Role::Router, None);
+        let mut routers = Vec::new();
+        let refusal = loop {
+            let router = Client::new(&router_tls, ClientLimits::default()).unwrap();
+            match router.request(&peer, &resolve()).await {
+                Ok(reply) => assert!(is_resolved(&reply)),
+                Err(error) => break error,
+            }
+            routers.push(router);
+        };
+        assert_eq!(routers.len(), 3, "the certificate's share");
+        let NetError::Refused { reason, .. } = &refusal else {
+            panic!("expected a refusal, got {refusal:?}");
+        };
+        assert!(
+            reason.contains("router") && reason.contains("3 connections per certificate"),
+            "{reason}"
+        );
+        // Another router certificate takes the last unreserved slot; a third is refused.
+        let other = client(&ca, Role::Router);
+        assert!(is_resolved(&other.request(&peer, &resolve()).await.unwrap()));
+        let refused = client(&ca, Role::Admin).request(&peer, &resolve()).await;
+        assert!(
+            matches!(&refused, Err(NetError::Refused { reason, .. })
+                if reason.contains("admin") && reason.contains("not reserved for peers and hosts is full (4 connections)")),
+            "{refused:?}"
+        );
+        // A peer DC and a new host of this DC still connect and are served.
+        let node = Client::new(&tls(&ca, Role::Node, Some(DcId::new("fra").unwrap())), ClientLimits::default()).unwrap();
+        assert!(is_resolved(&node.request(&peer, &resolve()).await.unwrap()));
+        let host = client(&ca, Role::Host);
+        let answered = host.request(&peer, &resolve()).await;
+        assert!(
+            matches!(&answered, Ok(Reply::Error(e)) if e.kind == ErrorKind::Unauthorized),
+            "a host may not resolve, but it is answered: {answered:?}"
+        );
+        // The connections that got in keep serving.
+        assert!(is_resolved(&routers[0].request(&peer, &resolve()).await.unwrap()));
+        let stats = server.stats().snapshot();
+        assert_eq!(stats.open["router"], 4);
+        assert_eq!(stats.open["node"], 1);
+        assert_eq!(stats.open["host"], 1);
+        assert_eq!(stats.refusals[&("router", "identity_share")], 1);
+        assert_eq!(stats.refusals[&("admin", "unreserved_share")], 1);
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_closed_client_frees_its_slot_at_once_and_the_close_is_counted() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let (server, peer) = start(&ca, Arc::default(), small_shares()).await;
+        let router_tls = tls(&ca, Role::Router, None);
+        // Far more clients than the certificate's share, one after another:
+        // each closes before the next starts, so none is refused.
+        for _ in 0..10 {
+            let router = Client::new(&router_tls, ClientLimits::default()).unwrap();
+            assert!(is_resolved(
+                &router.request(&peer, &resolve()).await.unwrap()
+            ));
+            router.close().await;
+            until_stats(&server, |stats| stats.open["router"] == 0).await;
+        }
+        let stats = server.stats().snapshot();
+        assert_eq!(stats.closes["graceful"], 10, "{stats:?}");
+        assert!(stats.refusals.is_empty(), "{stats:?}");
+        assert_eq!(stats.handshakes, 0);
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_cannot_make_the_server_hold_more_than_its_request_budget() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let budget_bytes: u32 = 256 * 1024;
         let limits = ServerLimits {
-            connections_max: 1,
+            streams_max: 64,
+            connection_receive_bytes_max: budget_bytes,
             ..ServerLimits::default()
         };
         let (server, peer) = start(&ca, Arc::default(), limits).await;
-        let first = client(&ca, Role::Router);
-        assert!(is_resolved(
-            &first.request(&peer, &resolve()).await.unwrap()
-        ));
-        let second = client(&ca, Role::Router);
-        let refused = second.request(&peer, &resolve()).await;
+        let connection = raw_connect(&tls(&ca, Role::Router, None), &peer, None)
+            .await
+            .unwrap();
+        // 64 streams of one whole-size frame each, sent side by side: 4 MiB
+        // in all, 16 times the budget. Each is answered: read whole (and
+        // found malformed), or refused as over the budget.
+        let mut streams = JoinSet::new();
+        for _ in 0..64 {
+            let connection = connection.clone();
+            streams.spawn(async move {
+                let (mut send, mut recv) = connection.open_bi().await.unwrap();
+                // A refused stream is stopped: its write fails, its reply comes.
+                if send.write_all(&vec![0xff; FRAME_BYTES_MAX]).await.is_ok() {
+                    let _ = send.finish();
+                }
+                recv.read_to_end(FRAME_BYTES_MAX).await.unwrap()
+            });
+        }
+        let mut refused = 0;
+        while let Some(reply) = streams.join_next().await {
+            let reply: Reply = wire::decode(&reply.unwrap()).unwrap();
+            match &reply {
+                Reply::Error(e) if e.kind == ErrorKind::Overloaded => refused += 1,
+                Reply::Error(e) if e.kind == ErrorKind::BadRequest => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let stats = server.stats().snapshot();
+        let peak = stats.connection_request_bytes_peak;
         assert!(
-            matches!(refused, Err(NetError::Connect { .. })),
-            "{refused:?}"
+            peak <= budget_bytes as usize,
+            "one connection made the server hold {peak} bytes of requests, over its budget of {budget_bytes}"
         );
-        assert!(is_resolved(
-            &first.request(&peer, &resolve()).await.unwrap()
-        ));
+        assert!(peak >= FRAME_BYTES_MAX, "whole frames were held: {peak}");
+        assert!(refused > 0, "some frames did not fit the budget");
+        assert_eq!(stats.request_bytes_buffered, 0, "all given back");
         server.shutdown().await;
     })
     .await

@@ -28,10 +28,11 @@
 //! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`. Take
 //! [`Acquire::poll_event`]s for logs and counters.
 
+use homing_core::Holder;
 use std::collections::VecDeque;
 
 use homing_core::{
-    ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectOutcome, ConnectPoll, DcId,
+    AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
     ErrorKind, ErrorReply, HostTime, Key, LeasePolicy, ReservationId, Tag, wire::WAIT_MS_MAX,
 };
 
@@ -80,7 +81,7 @@ pub enum AcquirePoll {
         until: NodeTime,
     },
     /// Finished: the outcome for the host, or the error.
-    Done(Result<ConnectOutcome, ErrorReply>),
+    Done(Result<AcquireReply, ErrorReply>),
 }
 
 /// What happened inside an acquire, for logs and counters.
@@ -121,7 +122,7 @@ enum Phase {
         until: NodeTime,
         error: Option<ErrorReply>,
     },
-    Done(Result<ConnectOutcome, ErrorReply>),
+    Done(Result<AcquireReply, ErrorReply>),
     Over,
 }
 
@@ -152,7 +153,7 @@ pub struct Acquire {
     deadline: NodeTime,
     connect: Connect,
     /// The `HeldElsewhere` to answer if the wait ends.
-    held: Option<ConnectOutcome>,
+    held: Option<AcquireReply>,
     last_look: bool,
     awaits: u32,
     phase: Phase,
@@ -244,7 +245,8 @@ impl Acquire {
                 },
                 Phase::Awaiting => {
                     self.phase = Phase::Awaiting;
-                    let Some(ConnectOutcome::HeldElsewhere { reservation, .. }) = &self.held else {
+                    let Some(AcquireReply::HeldElsewhere(Holder { reservation, .. })) = &self.held
+                    else {
                         unreachable!("an acquire awaits only a key held elsewhere");
                     };
                     let remaining_us = self.deadline.us_since(now);
@@ -265,8 +267,8 @@ impl Acquire {
     }
 
     /// A connect ended with `outcome` at `now`.
-    fn connected(&mut self, now: NodeTime, outcome: ConnectOutcome) {
-        let waits = matches!(outcome, ConnectOutcome::HeldElsewhere { .. })
+    fn connected(&mut self, now: NodeTime, outcome: AcquireReply) {
+        let waits = matches!(outcome, AcquireReply::HeldElsewhere(_))
             && !self.last_look
             && self.deadline > now;
         if waits {
@@ -387,7 +389,7 @@ impl Acquire {
         now.plus_ms(AWAIT_RETRY_MS) < self.deadline
     }
 
-    fn take_held(&mut self) -> ConnectOutcome {
+    fn take_held(&mut self) -> AcquireReply {
         // Invariant: a wait starts only from a `HeldElsewhere`, kept until it ends.
         self.held
             .take()

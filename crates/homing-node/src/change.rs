@@ -78,12 +78,21 @@ impl Changed {
 impl Change {
     /// The link a peer of DC `caller` asks for: `from → to`, `expected`
     /// being the tail's token as it read it. A node may only continue a
-    /// chain with its own reservations: `to` must be the caller's.
+    /// chain with its own reservations: `to` must be the caller's; and a
+    /// reservation never links to itself (a lying peer's request is refused,
+    /// never applied).
     pub fn link(
         caller: Option<&DcId>,
+        from: &ReservationId,
         to: ReservationId,
         expected: FencingToken,
     ) -> Result<Change, ErrorReply> {
+        if &to == from {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                format!("{from} cannot link to itself"),
+            ));
+        }
         if caller != Some(to.dc()) {
             let who = caller.map_or_else(
                 || "a caller without a dc".to_string(),
@@ -201,10 +210,21 @@ mod tests {
     fn change_a_node_may_link_only_to_its_own_reservation() {
         let iad: DcId = "iad".parse().unwrap();
         let to: ReservationId = "iad.7".parse().unwrap();
-        assert!(Change::link(Some(&iad), to.clone(), FencingToken::FIRST).is_ok());
+        let from: ReservationId = "fra.3".parse().unwrap();
+        assert!(Change::link(Some(&iad), &from, to.clone(), FencingToken::FIRST).is_ok());
         let fra: DcId = "fra".parse().unwrap();
-        let e = Change::link(Some(&fra), to.clone(), FencingToken::FIRST).unwrap_err();
+        let e = Change::link(Some(&fra), &from, to.clone(), FencingToken::FIRST).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Unauthorized);
-        assert!(Change::link(None, to, FencingToken::FIRST).is_err());
+        assert!(Change::link(None, &from, to, FencingToken::FIRST).is_err());
+    }
+
+    /// `DcRecord::link` asserts a reservation never links to itself: a
+    /// peer's request to do so must be refused before it gets there.
+    #[test]
+    fn change_a_link_to_itself_is_refused() {
+        let iad: DcId = "iad".parse().unwrap();
+        let own: ReservationId = "iad.7".parse().unwrap();
+        let e = Change::link(Some(&iad), &own, own.clone(), FencingToken::FIRST).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BadRequest);
     }
 }

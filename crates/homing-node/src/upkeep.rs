@@ -13,10 +13,15 @@
 //!   are remembered (at most [`CONFIRMED_MAX`]) and not asked about again;
 //! - trims the event log to the newest `events_retained` events.
 //!
+//! Reaps come first: a page's reaps are done before the next page is read,
+//! and proofs (each a global read or a peer round trip, which may time out)
+//! wait until the scan is over, at most [`PROOFS_PER_PASS_MAX`] per pass, so
+//! a slow or unreachable peer never holds up a reap.
+//!
 //! ```text
-//! Scan page ─► for each record, in order: reap (Update Expire) │ prove (GlobalEntry │ Reservation)
-//!                                              ─ orphan ─► Update Abandon
-//! last page ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
+//! Scan page ─► reap each due lease (Update Expire) ─► next page
+//! last page ─► prove each candidate (GlobalEntry │ Reservation) ─ orphan ─► Update Abandon
+//!           ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
 //! ```
 //!
 //! Driver: [`Upkeep::start`] a pass, loop on [`Upkeep::poll`], answer each
@@ -38,6 +43,10 @@ use crate::update::{Update, UpdatePoll};
 /// Most reservations remembered as proven members between passes; past it
 /// the set is cleared and proofs are simply redone.
 pub const CONFIRMED_MAX: usize = 100_000;
+
+/// Most orphan candidates one pass proves; the rest are found again by the
+/// next pass.
+pub const PROOFS_PER_PASS_MAX: usize = 1_024;
 
 /// What upkeep does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +128,6 @@ pub enum UpkeepEvent {
 #[derive(Debug)]
 enum Job {
     Reap(ReservationId),
-    Prove(DcRecord),
     Abandon(ReservationId),
 }
 
@@ -158,6 +166,8 @@ pub struct Upkeep {
     phase: Phase,
     after: Option<ScanCursor>,
     jobs: VecDeque<Job>,
+    /// Orphan candidates, proven once the scan is over.
+    proofs: VecDeque<DcRecord>,
     active: u64,
     events: VecDeque<UpkeepEvent>,
 }
@@ -183,6 +193,7 @@ impl Upkeep {
             phase: Phase::Idle,
             after: None,
             jobs: VecDeque::new(),
+            proofs: VecDeque::new(),
             active: 0,
             events: VecDeque::new(),
         }
@@ -204,6 +215,7 @@ impl Upkeep {
         self.after = None;
         self.active = 0;
         self.jobs.clear();
+        self.proofs.clear();
         self.phase = Phase::Scan;
     }
 
@@ -291,8 +303,11 @@ impl Upkeep {
         self.phase = match self.jobs.pop_front() {
             Some(Job::Reap(id)) => self.changing(more, id, Change::Expire),
             Some(Job::Abandon(id)) => self.changing(more, id, Change::Abandon),
-            Some(Job::Prove(record)) => Phase::Proving { more, record },
             None if more => Phase::Scan,
+            None if !self.proofs.is_empty() => {
+                let record = self.proofs.pop_front().expect("not empty");
+                Phase::Proving { more, record }
+            }
             None => match self.limits.events_retained {
                 Some(_) => Phase::Events,
                 None => self.finish(None),
@@ -341,12 +356,11 @@ impl Upkeep {
                 self.active += 1;
             }
             if self.sweepable(&record, now) && !self.confirmed.contains(&record.id) {
-                self.jobs
-                    .push_back(if self.mutations.has(Mutation::SweeperSkipsProof) {
-                        Job::Abandon(record.id.clone())
-                    } else {
-                        Job::Prove(record)
-                    });
+                if self.mutations.has(Mutation::SweeperSkipsProof) {
+                    self.jobs.push_back(Job::Abandon(record.id.clone()));
+                } else if self.proofs.len() < PROOFS_PER_PASS_MAX {
+                    self.proofs.push_back(record);
+                }
             }
         }
         self.phase = Phase::Jobs { more };
@@ -497,6 +511,8 @@ mod tests {
         log: (EventSeq, EventSeq),
         now: StoreTime,
         reads: usize,
+        /// Every write and proof read, in order: `write <id>`, `prove <what>`.
+        trace: Vec<String>,
     }
 
     fn key(name: &str) -> Key {
@@ -516,6 +532,7 @@ mod tests {
                 log: (1, 10),
                 now: StoreTime::from_ms(1_000_000),
                 reads: 0,
+                trace: Vec::new(),
             }
         }
 
@@ -553,15 +570,18 @@ mod tests {
                         upkeep.handle_record(self.records.get(&rid).cloned(), self.now)
                     }
                     UpkeepPoll::Write { record, .. } => {
+                        self.trace.push(format!("write {}", record.id));
                         self.records.insert(record.id.clone(), record);
                         upkeep.handle_written(Written::Yes);
                     }
                     UpkeepPoll::GlobalEntry(k) => {
                         self.reads += 1;
+                        self.trace.push(format!("prove {k}"));
                         upkeep.handle_global(Ok(self.global.get(&k).cloned()));
                     }
                     UpkeepPoll::Reservation(p) => {
                         self.reads += 1;
+                        self.trace.push(format!("prove {p}"));
                         let link = self.peer_links.get(&p).map(|to| Link {
                             from: p.clone(),
                             to: to.clone(),
@@ -660,6 +680,32 @@ mod tests {
         assert_eq!(world.reads, 6);
         world.pass(&mut upkeep);
         assert_eq!(world.reads, 6 + 2, "members are not asked about again");
+    }
+
+    /// A proof is a global read or a peer round trip that may time out: no
+    /// reap of the pass waits for one (swarm seed 526 found a reap held up
+    /// for over two upkeep intervals behind proofs to a lossy peer).
+    #[test]
+    fn upkeep_reaps_every_page_before_proving_any_orphan() {
+        let mut world = World::new();
+        world.record("iad.1", "a", None, true);
+        world.global.insert(key("a"), id("iad.9"));
+        world.record("iad.2", "b", None, false);
+        world.record("iad.3", "c", Some("fra.1"), true);
+        world.peer_links.insert(id("fra.1"), id("iad.8"));
+        world.record("iad.4", "d", None, false);
+        world.pass(&mut upkeep(1, Mutations::NONE));
+        assert_eq!(
+            world.trace,
+            [
+                "write iad.2",
+                "write iad.4",
+                "prove a",
+                "write iad.1",
+                "prove fra.1",
+                "write iad.3"
+            ]
+        );
     }
 
     #[test]

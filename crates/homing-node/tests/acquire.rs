@@ -4,8 +4,9 @@
 #[path = "../../homing-core/examples/walkthrough/world.rs"]
 mod world;
 
+use homing_core::Grant;
 use homing_core::{
-    ActorId, AwaitReply, ConnectOutcome, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
+    AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
     KeyName, ReleaseCause, RunOutcome, chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
@@ -70,7 +71,7 @@ fn held_at_iad(wait_ms: u32) -> (World, Acquire) {
     let mut first = start(&world, "iad", "a1", 0);
     assert!(matches!(
         drive(&mut world, "iad", &mut first),
-        AcquirePoll::Done(Ok(ConnectOutcome::Acquired { .. }))
+        AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))
     ));
     let mut second = start(&world, "fra", "a2", wait_ms);
     match drive(&mut world, "fra", &mut second) {
@@ -97,7 +98,7 @@ fn acquire_without_a_wait_answers_held_elsewhere_at_once() {
     let mut second = start(&world, "fra", "a2", 0);
     assert!(matches!(
         drive(&mut world, "fra", &mut second),
-        AcquirePoll::Done(Ok(ConnectOutcome::HeldElsewhere { .. }))
+        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
 }
 
@@ -110,11 +111,11 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
         ended: ReleaseCause::Released(RunOutcome::Ok),
     };
     acquire.handle_awaited(node_now(&world), Ok(vacated));
-    let AcquirePoll::Done(Ok(ConnectOutcome::Acquired {
+    let AcquirePoll::Done(Ok(AcquireReply::Acquired(Grant {
         reservation,
         deadlines,
         ..
-    })) = drive(&mut world, "fra", &mut acquire)
+    }))) = drive(&mut world, "fra", &mut acquire)
     else {
         panic!("expected the key")
     };
@@ -153,7 +154,7 @@ fn acquire_the_wait_running_out_takes_one_last_look_that_is_the_answer() {
     acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
     assert!(matches!(
         drive(&mut world, "fra", &mut acquire),
-        AcquirePoll::Done(Ok(ConnectOutcome::HeldElsewhere { .. }))
+        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
     assert_eq!(events(&mut acquire), [AcquireEvent::WaitTimedOut]);
 }
@@ -200,7 +201,7 @@ fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held
     late.handle_deadline(node_now(&world).plus_ms(5_000));
     assert!(matches!(
         late.poll(node_now(&world)),
-        AcquirePoll::Done(Ok(ConnectOutcome::HeldElsewhere { .. }))
+        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
     assert_eq!(events(&mut late), [AcquireEvent::WaitDeadlinePassed]);
 }

@@ -356,6 +356,33 @@ pub async fn dc_concurrent_cas_has_exactly_one_winner(b: &dyn Backend) {
     assert_eq!(s.get(&r1.id).await.unwrap().map(|r| r.version), Some(2));
 }
 
+/// dc: racers writing the same record over one version (two re-activations
+/// of one released record compute identical records): exactly one lands;
+/// the others' conflicts name an equal record and still are not theirs.
+pub async fn dc_identical_concurrent_writes_land_once(b: &dyn Backend) {
+    let s = b.dc_store("dc_identical_race").await;
+    let r1 = record(&rid("iad.1"), &key("", "room"));
+    s.compare_and_set(None, &r1).await.unwrap();
+    let next = next_version(&r1);
+    let tasks: Vec<_> = (0..RACERS)
+        .map(|_| {
+            let (s, next) = (s.clone(), next.clone());
+            tokio::spawn(async move { s.compare_and_set(Some(1), &next).await.unwrap() })
+        })
+        .collect();
+    let mut landed = 0;
+    for t in tasks {
+        if t.await.unwrap().landed() {
+            landed += 1;
+        }
+    }
+    assert_eq!(
+        landed, 1,
+        "an identical concurrent write counted as one's own"
+    );
+    assert_eq!(s.get(&r1.id).await.unwrap(), Some(next));
+}
+
 fn max_length_record() -> DcRecord {
     let dc = DcId::new("d".repeat(DC_ID_BYTES_MAX)).unwrap();
     let id = ReservationId::new(dc.clone(), u64::MAX);
@@ -1082,6 +1109,7 @@ macro_rules! conformance_cases {
         dc_cas_create_when_exists_fails,
         dc_cas_rejects_caller_bugs,
         dc_concurrent_cas_has_exactly_one_winner,
+        dc_identical_concurrent_writes_land_once,
         dc_max_length_record_round_trips,
         dc_scan_orders_filters_and_pages,
         dc_scan_page_is_full_unless_last,

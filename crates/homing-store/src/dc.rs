@@ -78,14 +78,28 @@ pub enum Cas {
 }
 
 impl Cas {
-    /// Whether `record` is now what the store holds: written by this call, or
-    /// found already there — a write retried after a lost reply (a backend
-    /// retrying on `Unavailable`, or the caller) that had landed the first
-    /// time. Versions only grow, so an equal record is that same write.
-    pub fn landed(&self, record: &DcRecord) -> bool {
+    /// Whether this call's write is what the store holds. Only
+    /// [`Cas::Written`] is: a conflict whose current record equals the one
+    /// written is another caller's identical write (two re-activations of
+    /// one released record in the same millisecond compute the same record),
+    /// and counting it as ours would let both callers hold the key with one
+    /// token. A backend that retries an attempt whose outcome it could not
+    /// learn settles that itself ([`Cas::after_unknown_outcome`]).
+    pub fn landed(&self) -> bool {
+        matches!(self, Cas::Written)
+    }
+
+    /// For a backend that retried this very compare-and-set after an attempt
+    /// whose commit outcome was lost (the attempt may have committed): a
+    /// conflict with exactly `record` is that attempt's write, so
+    /// [`Cas::Written`]. Only after such a retry: anywhere else an equal
+    /// record is someone else's write.
+    pub fn after_unknown_outcome(self, record: &DcRecord) -> Cas {
         match self {
-            Cas::Written => true,
-            Cas::Conflict { current } => current.as_ref() == Some(record),
+            Cas::Conflict {
+                current: Some(current),
+            } if &current == record => Cas::Written,
+            other => other,
         }
     }
 }
@@ -163,6 +177,28 @@ pub trait DcStore: Send + Sync + 'static {
     /// the others.
     fn failover(&self) -> Option<Arc<Failover>> {
         None
+    }
+
+    /// Whether an unfinished `homing migrate` is copying into this store.
+    /// The migration marks its target DC stores before it copies and clears
+    /// the mark once the copy verified; homingd refuses to start on a marked
+    /// store (its allocator and records are still being brought in). A
+    /// backend that keeps no mark answers `false`.
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Sets or clears the mark [`DcStore::migrating`] reads, durably.
+    /// `Ok(false)`: this backend keeps no mark (nothing was written).
+    async fn set_migrating(&self, _on: bool) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Whether the store serves now (homingd's `/healthz` asks): one read of
+    /// the event log's bounds, plus what a backend needs to write (redb: its
+    /// writer thread runs).
+    async fn health(&self) -> Result<(), StoreError> {
+        self.events(0, 0).await.map(|_| ())
     }
 }
 
@@ -272,7 +308,7 @@ mod tests {
     use homing_core::{ActorId, FencingToken, HostTime, Key, KeyName, LeasePolicy, StoreTime};
 
     #[test]
-    fn a_conflict_with_the_record_we_wrote_counts_as_landed() {
+    fn only_a_write_or_a_retry_after_an_unknown_outcome_counts_as_landed() {
         let (record, _) = DcRecord::reserve(
             "iad.1".parse().unwrap(),
             Key::new(KeyName::new("k").unwrap()),
@@ -284,19 +320,23 @@ mod tests {
             StoreTime::from_ms(0),
             &LeasePolicy::DEFAULT,
         );
-        assert!(Cas::Written.landed(&record));
+        assert!(Cas::Written.landed());
         let same = Cas::Conflict {
             current: Some(record.clone()),
         };
-        assert!(same.landed(&record));
+        // An equal record found by a first attempt is someone else's write.
+        assert!(!same.landed());
+        assert!(same.after_unknown_outcome(&record).landed());
         let mut other = record.clone();
         other.version += 1;
+        let moved = Cas::Conflict {
+            current: Some(other),
+        };
+        assert!(!moved.after_unknown_outcome(&record).landed());
         assert!(
-            !Cas::Conflict {
-                current: Some(other)
-            }
-            .landed(&record)
+            !Cas::Conflict { current: None }
+                .after_unknown_outcome(&record)
+                .landed()
         );
-        assert!(!Cas::Conflict { current: None }.landed(&record));
     }
 }

@@ -617,12 +617,19 @@ impl DcStore for EtcdDcStore {
                 self.note(&record.id, response.kvs().first())?
             }
         };
+        // Whether our own append may have committed unseen: its transaction
+        // was resent after a lost answer and then found the record moved.
+        let mut maybe_ours = false;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let event = homing_core::event::derive(stored.record.as_ref(), record);
-            // A retried write that had landed finds its own record here and
-            // answers `Conflict` with it (see `Cas::landed`).
             if let Some(conflict) = judge_cas(expected, record, stored.record)? {
-                return Ok(conflict);
+                // Only then can an equal record be ours (a resent write that
+                // had landed); otherwise it is someone else's identical write.
+                return Ok(if maybe_ours {
+                    conflict.after_unknown_outcome(record)
+                } else {
+                    conflict
+                });
             }
             let append = Append {
                 record_key: rk.clone(),
@@ -638,7 +645,10 @@ impl DcStore for EtcdDcStore {
                 }
                 // The record moved since it was read or cached: judge again
                 // against it as it is now.
-                Appended::Moved { now } => stored = self.note(&record.id, now.as_ref())?,
+                Appended::Moved { now, resent } => {
+                    maybe_ours |= resent;
+                    stored = self.note(&record.id, now.as_ref())?
+                }
             }
         }
         Err(StoreError::Unavailable {

@@ -146,9 +146,18 @@ impl Space {
 /// `Result<Step<T>, StoreError>`) then commits, retrying through `on_error` at
 /// most [`TRANSACTION_ATTEMPTS_MAX`] times; `$body`'s own errors end the loop.
 /// A macro rather than a generic function: async closures borrowing the
-/// transaction are not provably `Send` for `async_trait` yet.
+/// transaction are not provably `Send` for `async_trait` yet. The four-argument
+/// form also sets the caller's `bool` `$unknown` once a commit failed in a way
+/// that may have committed (`commit_unknown_result`), so `$body`, run again,
+/// can recognise its own earlier write.
 macro_rules! transact {
     ($space:expr, $trx:ident, $body:expr) => {{
+        let mut unknown_outcome = false;
+        let out = transact!($space, $trx, unknown_outcome, $body);
+        let _ = unknown_outcome;
+        out
+    }};
+    ($space:expr, $trx:ident, $unknown:ident, $body:expr) => {{
         let mut $trx = $space.db.create_trx().map_err(fdb_err)?;
         let mut attempts = 0;
         loop {
@@ -165,7 +174,10 @@ macro_rules! transact {
             match step? {
                 Step::Done(value) => match $trx.commit().await {
                     Ok(_) => break Ok(value),
-                    Err(e) => $trx = e.on_error().await.map_err(fdb_err)?,
+                    Err(e) => {
+                        $unknown |= e.is_maybe_committed();
+                        $trx = e.on_error().await.map_err(fdb_err)?
+                    }
                 },
                 Step::Fdb(e) => $trx = $trx.on_error(e).await.map_err(fdb_err)?,
             }
@@ -366,6 +378,11 @@ impl FdbDcStore {
     fn counter_key(&self) -> Vec<u8> {
         self.space.key(b"alloc", b"")
     }
+
+    /// Present while an unfinished migration copies into this store.
+    fn migrating_key(&self) -> Vec<u8> {
+        self.space.key(b"migrating", b"")
+    }
 }
 
 /// An 8-byte big-endian counter (the event head, the allocator's mark); absent is 0.
@@ -416,13 +433,21 @@ impl DcStore for FdbDcStore {
         let index = self
             .space
             .key(b"k/", &keyspace::record_scan_bytes(&record.key, &record.id));
+        // A retry after a commit that may have landed recognises its own
+        // record (`Cas::after_unknown_outcome`); a first attempt never does.
+        let mut unknown = false;
         // First without the append turn: a renewal derives no event.
-        let first = transact!(self.space, trx, {
+        let first = transact!(self.space, trx, unknown, {
             let current = step!(trx.get(&rk, false).await)
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
             let event = homing_core::event::derive(current.as_ref(), record);
             if let Some(conflict) = judge_cas(expected, record, current)? {
+                let conflict = if unknown {
+                    conflict.after_unknown_outcome(record)
+                } else {
+                    conflict
+                };
                 return Ok(Step::Done(CasStep::Done(conflict)));
             }
             if event.is_some() {
@@ -436,14 +461,19 @@ impl DcStore for FdbDcStore {
         }
         let _turn = self.appending.lock().await;
         let head_key = self.head_key();
-        transact!(self.space, trx, {
+        let mut unknown = false;
+        transact!(self.space, trx, unknown, {
             // Judged again: the record may have moved since the first look.
             let current = step!(trx.get(&rk, false).await)
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
             let event = homing_core::event::derive(current.as_ref(), record);
             if let Some(conflict) = judge_cas(expected, record, current)? {
-                return Ok(Step::Done(conflict));
+                return Ok(Step::Done(if unknown {
+                    conflict.after_unknown_outcome(record)
+                } else {
+                    conflict
+                }));
             }
             if let Some(mut event) = event {
                 let head = step!(trx.get(&head_key, false).await);
@@ -615,6 +645,25 @@ impl DcStore for FdbDcStore {
             ))
         })?;
         decode_counter("allocator", mark.as_deref())
+    }
+
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        let key = self.migrating_key();
+        transact!(self.space, trx, {
+            Ok(Step::Done(step!(trx.get(&key, false).await).is_some()))
+        })
+    }
+
+    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+        let key = self.migrating_key();
+        transact!(self.space, trx, {
+            if on {
+                trx.set(&key, b"1");
+            } else {
+                trx.clear(&key);
+            }
+            Ok(Step::Done(true))
+        })
     }
 
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {

@@ -69,6 +69,22 @@ pub trait GlobalStore: Send + Sync + 'static {
     fn failover(&self) -> Option<Arc<Failover>> {
         None
     }
+
+    /// Whether the store serves now (homingd's `/healthz` asks): one
+    /// linearizable read, plus what a backend needs to write (redb: its
+    /// writer thread runs). The default reads a key nobody writes.
+    async fn health(&self) -> Result<(), StoreError> {
+        self.get(&health_probe_key()).await.map(|_| ())
+    }
+}
+
+/// The key [`GlobalStore::health`] reads by default: reading it changes
+/// nothing, whether or not anyone reserved it.
+pub fn health_probe_key() -> Key {
+    Key::in_namespace(
+        homing_core::Namespace::new("homing-health").expect("a valid namespace literal"),
+        homing_core::KeyName::new("probe").expect("a valid key name literal"),
+    )
 }
 
 /// Rejects a `get_many` batch above the bound.

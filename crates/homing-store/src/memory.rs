@@ -88,6 +88,7 @@ struct DcState {
     next_unique: u64,
     events: BTreeMap<EventSeq, Event>,
     event_head: EventSeq,
+    migrating: bool,
 }
 
 impl DcState {
@@ -239,5 +240,14 @@ impl DcStore for MemoryDcStore {
         let mut state = self.state();
         state.next_unique = state.next_unique.max(floor);
         Ok(())
+    }
+
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        Ok(self.state().migrating)
+    }
+
+    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+        self.state().migrating = on;
+        Ok(true)
     }
 }

@@ -26,7 +26,8 @@ use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 use crate::writer::{
-    BY_KEY, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, Op, Outcome, RECORDS, Writer, backend,
+    BY_KEY, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, MIGRATING, Op, Outcome, RECORDS, Writer,
+    backend,
 };
 
 /// Default most operations committed in one group (one transaction, one fsync).
@@ -77,6 +78,21 @@ impl Shared {
             },
             e => backend(e),
         })?;
+        Shared::start(db, options)
+    }
+
+    /// Over storage other than a file (see `RedbDcStore::on_storage`).
+    fn on_storage(
+        storage: impl redb::StorageBackend,
+        options: RedbOptions,
+    ) -> Result<Shared, StoreError> {
+        let db = Database::builder()
+            .create_with_backend(storage)
+            .map_err(backend)?;
+        Shared::start(db, options)
+    }
+
+    fn start(db: Database, options: RedbOptions) -> Result<Shared, StoreError> {
         // Create every table up front so read transactions never miss one.
         let txn = db.begin_write().map_err(backend)?;
         for table in [GLOBAL, RECORDS, BY_KEY] {
@@ -125,6 +141,14 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The writer thread runs and a read transaction opens.
+    fn health(&self) -> Result<(), StoreError> {
+        self.writer.running()?;
+        self.read_here(|txn| txn.open_table(META).map(|_| ()).map_err(backend))
+    }
+}
+
 fn unexpected() -> StoreError {
     backend("writer answered with the wrong outcome kind")
 }
@@ -145,10 +169,25 @@ impl RedbGlobalStore {
             shared: Shared::open(path.as_ref(), options)?,
         })
     }
+
+    /// Opens the global store on `storage` instead of a file (see
+    /// [`RedbDcStore::on_storage`]).
+    pub fn on_storage(
+        storage: impl redb::StorageBackend,
+        options: RedbOptions,
+    ) -> Result<RedbGlobalStore, StoreError> {
+        Ok(RedbGlobalStore {
+            shared: Shared::on_storage(storage, options)?,
+        })
+    }
 }
 
 #[async_trait]
 impl GlobalStore for RedbGlobalStore {
+    async fn health(&self) -> Result<(), StoreError> {
+        self.shared.health()
+    }
+
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
         let key = keyspace::key_bytes(key);
         self.shared.read_here(|txn| {
@@ -239,7 +278,20 @@ impl RedbDcStore {
     /// Opens (creating if needed) the DC store at `path`; the allocator
     /// resumes above every unique it may have handed out before.
     pub fn open(path: impl AsRef<Path>, options: RedbOptions) -> Result<RedbDcStore, StoreError> {
-        let shared = Shared::open(path.as_ref(), options)?;
+        RedbDcStore::resume(Shared::open(path.as_ref(), options)?)
+    }
+
+    /// Opens the DC store on `storage` instead of a file: for tests that
+    /// model the disk, such as a power cut that loses every write not yet
+    /// synced (`tests/redb_power_loss.rs`).
+    pub fn on_storage(
+        storage: impl redb::StorageBackend,
+        options: RedbOptions,
+    ) -> Result<RedbDcStore, StoreError> {
+        RedbDcStore::resume(Shared::on_storage(storage, options)?)
+    }
+
+    fn resume(shared: Shared) -> Result<RedbDcStore, StoreError> {
         let txn = shared.db.begin_read().map_err(backend)?;
         let meta = txn.open_table(META).map_err(backend)?;
         let high_water = meta
@@ -265,6 +317,10 @@ fn read_record(txn: &redb::ReadTransaction, id: &[u8]) -> Result<Option<DcRecord
 
 #[async_trait]
 impl DcStore for RedbDcStore {
+    async fn health(&self) -> Result<(), StoreError> {
+        self.shared.health()
+    }
+
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
         let id = keyspace::id_bytes(id);
         self.shared.read_here(|txn| read_record(txn, &id))
@@ -395,6 +451,21 @@ impl DcStore for RedbDcStore {
             .await
     }
 
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        self.shared.read_here(|txn| {
+            let meta = txn.open_table(META).map_err(backend)?;
+            let mark = meta.get(MIGRATING).map_err(backend)?;
+            Ok(mark.is_some_and(|v| v.value() != 0))
+        })
+    }
+
+    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+        match self.shared.writer.submit(Op::Migrating(on)).await? {
+            Outcome::Migrating => Ok(true),
+            _ => Err(unexpected()),
+        }
+    }
+
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
         // Held across the write so no allocation interleaves.
         let mut blocks = self.blocks.lock().await;
@@ -471,6 +542,29 @@ mod tests {
         crate::conformance_tests!(super::RedbBackend::new(super::RedbOptions {
             commit: super::CommitMode::PerOp
         }));
+    }
+
+    #[tokio::test]
+    async fn a_dead_writer_thread_makes_the_store_unhealthy_though_reads_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbDcStore::open(dir.path().join("dc.redb"), RedbOptions::default()).unwrap();
+        store.health().await.unwrap();
+        let crashed = store.shared.writer.submit(crate::writer::Op::Crash).await;
+        assert!(matches!(crashed, Err(StoreError::Unavailable { .. })));
+        // The panic ends the thread; its reply channel closed first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.shared.writer.running().is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "writer thread still runs"
+            );
+            std::thread::yield_now();
+        }
+        assert!(store.events(0, 0).await.is_ok(), "reads still work");
+        assert!(matches!(
+            store.health().await,
+            Err(StoreError::Unavailable { .. })
+        ));
     }
 
     #[test]

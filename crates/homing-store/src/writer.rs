@@ -34,6 +34,8 @@ pub(crate) const HIGH_WATER: &str = "allocator_high_water";
 /// The seq of the last event ever appended, in [`META`]: kept apart from
 /// [`EVENTS`] so that trimming every event does not reset it.
 pub(crate) const EVENT_HEAD: &str = "event_head";
+/// `1` in [`META`] while an unfinished migration copies into the store.
+pub(crate) const MIGRATING: &str = "migrating";
 
 /// Operations queued for the writer before senders wait (backpressure).
 pub const WRITE_QUEUE_OPS_MAX: usize = 4096;
@@ -56,6 +58,11 @@ pub(crate) enum Op {
     ImportEvent { event: Event, value: Vec<u8> },
     /// Delete every event with a seq below this.
     TrimEvents(EventSeq),
+    /// Set or clear the migration mark.
+    Migrating(bool),
+    /// Tests: panic in the writer thread, as a bug in redb would.
+    #[cfg(test)]
+    Crash,
 }
 
 /// What an applied [`Op`] found.
@@ -72,6 +79,8 @@ pub(crate) enum Outcome {
     ImportEvent(Import<Event>),
     /// The events are gone.
     Trimmed,
+    /// The migration mark is durable.
+    Migrating,
 }
 
 struct Request {
@@ -113,6 +122,16 @@ impl Writer {
             queue: Some(queue),
             thread: Some(thread),
         })
+    }
+
+    /// `Ok` while the writer thread runs. A thread that died (a panic in
+    /// redb) leaves every later write of the store failing while reads still
+    /// work: health checks must ask this, not only read.
+    pub(crate) fn running(&self) -> Result<(), StoreError> {
+        match &self.thread {
+            Some(thread) if !thread.is_finished() => Ok(()),
+            _ => Err(stopped()),
+        }
     }
 
     /// Queues `op` and waits until its transaction committed (or failed).
@@ -248,6 +267,12 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
             t.events.retain_in(..*before, |_, _| false)?;
             Ok(Outcome::Trimmed)
         }
+        Op::Migrating(on) => {
+            t.meta.insert(MIGRATING, u64::from(*on))?;
+            Ok(Outcome::Migrating)
+        }
+        #[cfg(test)]
+        Op::Crash => panic!("the writer thread crashes on purpose"),
     }
 }
 

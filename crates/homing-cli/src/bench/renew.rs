@@ -1,6 +1,7 @@
 //! `homing bench renew`: how many renewals per second one homingd sustains
 //! for 10 000 live leases, renewed by 64 concurrent tasks cycling over them.
 
+use homing_core::{AcquireReply, Grant};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,9 +34,11 @@ pub async fn run() -> anyhow::Result<bool> {
                 tokio::spawn(async move {
                     let request = acquire_request(&key(name)?)?;
                     match client.request(&peer, &request).await? {
-                        Reply::Acquired {
-                            reservation, token, ..
-                        } => Ok((reservation, token)),
+                        Reply::Acquire(AcquireReply::Acquired(Grant {
+                            reservation,
+                            token,
+                            ..
+                        })) => Ok((reservation, token)),
                         other => bail!("acquire answered {other:?}"),
                     }
                 })

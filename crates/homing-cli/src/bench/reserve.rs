@@ -18,6 +18,7 @@
 //! homing code) and homing-store's batched `EtcdGlobalStore::set_if_absent`
 //! (concurrent calls share one txn).
 
+use homing_core::AcquireReply;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -229,7 +230,7 @@ async fn measure(lanes: &Lanes, load: &Load) -> anyhow::Result<Vec<Row>> {
     let request = acquire_request(&key(format!("warm-{tag}"))?)?;
     if !matches!(
         lanes.client.request(&lanes.peer, &request).await?,
-        Reply::Acquired { .. }
+        Reply::Acquire(AcquireReply::Acquired(_))
     ) {
         bail!("warm-up acquire was not Acquired");
     }
@@ -328,7 +329,7 @@ async fn homing_cell(
         async move {
             let request = acquire_request(&key(name)?)?;
             match client.request(&peer, &request).await? {
-                Reply::Acquired { .. } => Ok(()),
+                Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
                 other => bail!("acquire answered {other:?}"),
             }
         }
@@ -363,7 +364,7 @@ async fn local_cell(
         let (node, host, name) = (node.clone(), host.clone(), format!("{prefix}{n}"));
         async move {
             match node.handle(&host, acquire_request(&key(name)?)?).await {
-                Reply::Acquired { .. } => Ok(()),
+                Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
                 other => bail!("in-process acquire answered {other:?}"),
             }
         }

@@ -17,6 +17,7 @@
 //! reach if each resolve kept its latency there): where the measured rate
 //! leaves that line is where it flattens.
 
+use homing_core::{AcquireReply, Grant};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -470,9 +471,9 @@ async fn build_chain(
     let key = key(name)?;
     for (i, (client, peer)) in hosts.iter().enumerate().take(links + 1) {
         let reply = client.request(peer, &acquire_request(&key)?).await?;
-        let Reply::Acquired {
+        let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
-        } = reply
+        })) = reply
         else {
             bail!("acquire of {key} in {} answered {reply:?}", ids[i]);
         };

@@ -12,6 +12,7 @@
 
 use async_trait::async_trait;
 use homing_client::{LeaseTransport, QuicTransport};
+use homing_core::{AcquireReply, Grant};
 use homing_core::{Deadlines, FencingToken, HostTime, RenewReply, Reply, Request};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -81,7 +82,7 @@ impl LeaseTransport for ObservedTransport {
         };
         let reply = self.inner.send(request).await?;
         match (&reply, sent) {
-            (Reply::Acquired { deadlines, .. }, Some(sent)) => {
+            (Reply::Acquire(AcquireReply::Acquired(Grant { deadlines, .. })), Some(sent)) => {
                 self.granted(*deadlines, sent, sent_at, false)
             }
             (Reply::Renew(RenewReply::Renewed(deadlines)), Some(sent)) => {

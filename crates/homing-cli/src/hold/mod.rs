@@ -22,6 +22,7 @@ mod group;
 mod lease;
 mod signal;
 
+use homing_core::AcquireReply;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ use std::time::Duration;
 use anyhow::Context;
 use homing_client::host_agent::AGENT_REQUEST_TIMEOUT_MS_DEFAULT;
 use homing_client::{
-    Actor, AgentError, AgentState, HostAgent, HostAgentConfig, QuicTransport, Started, SystemClock,
+    Actor, AgentError, AgentState, HostAgent, HostAgentConfig, QuicTransport, SystemClock,
 };
 use homing_core::{
     ActorId, Deadlines, ErrorKind, FailureReason, Identity, KeyConfig, KeyName, Namespace, Role,
@@ -231,7 +232,7 @@ impl Plan {
         };
         let identity = Identity::new(Role::Host, Some(dc.clone()))?;
         let tls = reach::load_identity(&args.certs, &identity)?;
-        let client = Client::new(&tls, ClientLimits::default())?;
+        let client = reach::closed_at_exit(Client::new(&tls, ClientLimits::default())?);
         let mut config = HostAgentConfig::new(Peer { addr, dc }, key, actor);
         config.wait_ms = args.wait_ms;
         config.request_timeout_ms = args.request_timeout_ms;
@@ -277,13 +278,13 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
         }
     };
     let agent = match started {
-        Ok(Started::Holding(agent)) => agent,
-        Ok(Started::HeldElsewhere {
+        Ok(AcquireReply::Acquired(agent)) => agent,
+        Ok(AcquireReply::HeldElsewhere(homing_core::Holder {
             key,
             reservation,
             actor,
             token,
-        }) => {
+        })) => {
             report.say(&format!(
                 "{key} is held elsewhere: dc {}, reservation {reservation}, actor {actor}, token {token}",
                 reservation.dc()
@@ -295,7 +296,7 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
             }));
             return Ok(Exit::HELD_ELSEWHERE);
         }
-        Ok(Started::TagMismatch { existing }) => {
+        Ok(AcquireReply::TagMismatch { existing }) => {
             let existing = existing.as_ref().map_or("no tag", |t| t.as_str());
             report.say(&format!(
                 "refused: a live actor holds the key under {existing}"

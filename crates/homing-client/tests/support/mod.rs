@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+use homing_core::{AcquireReply, Grant};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -116,13 +117,13 @@ impl Scripted {
             } => {
                 let policy = script.policy.lock().unwrap().unwrap_or_default();
                 let grant = policy.grant(host_time, StoreTime::from_ms(0));
-                Reply::Acquired {
+                Reply::Acquire(AcquireReply::Acquired(Grant {
                     key: config.key(0),
                     reservation: ReservationId::new(self.dc.clone(), 1),
                     token: FencingToken::FIRST,
                     deadlines: grant.deadlines,
                     previous: None,
-                }
+                }))
             }
             Request::Renew { host_time, .. } => {
                 if script.draining.load(Ordering::SeqCst) {

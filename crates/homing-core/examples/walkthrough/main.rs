@@ -8,9 +8,10 @@
 mod world;
 
 use homing_core::{
-    ActorId, Connect, ConnectOutcome, ConnectPoll, DcId, HostTime, Key, KeyName, Poll, RecordState,
+    AcquireReply, ActorId, Connect, ConnectPoll, DcId, HostTime, Key, KeyName, Poll, RecordState,
     RenewReply, TailState, chain::HOP_LIMIT_DEFAULT,
 };
+use homing_core::{Grant, Holder};
 use world::World;
 
 struct Story {
@@ -32,7 +33,7 @@ fn dc(name: &str) -> DcId {
     DcId::new(name).expect("valid dc id")
 }
 
-fn connect(world: &mut World, at: &str, key: &Key, actor: &str) -> ConnectOutcome {
+fn connect(world: &mut World, at: &str, key: &Key, actor: &str) -> AcquireReply {
     let mut c = Connect::new(
         dc(at),
         key.clone(),
@@ -48,23 +49,23 @@ fn connect(world: &mut World, at: &str, key: &Key, actor: &str) -> ConnectOutcom
     }
 }
 
-fn describe(outcome: &ConnectOutcome) -> String {
+fn describe(outcome: &AcquireReply) -> String {
     match outcome {
-        ConnectOutcome::Acquired {
+        AcquireReply::Acquired(Grant {
             reservation,
             token,
             deadlines,
             ..
-        } => format!(
+        }) => format!(
             "Acquired {reservation} token {token}; renew at {}, stop by {} (host clock)",
             deadlines.renew_at, deadlines.hard_terminate_at
         ),
-        ConnectOutcome::HeldElsewhere {
+        AcquireReply::HeldElsewhere(Holder {
             reservation, actor, ..
-        } => {
+        }) => {
             format!("HeldElsewhere: {actor} under {reservation}")
         }
-        ConnectOutcome::TagMismatch { existing } => format!("TagMismatch (live tag {existing:?})"),
+        AcquireReply::TagMismatch { existing } => format!("TagMismatch (live tag {existing:?})"),
     }
 }
 
@@ -109,11 +110,11 @@ fn main() {
     println!("1. a host in iad connects to key {room}");
     let first = connect(&mut world, "iad", &room, "iad-host-1:9000");
     println!("   {}", describe(&first));
-    let ConnectOutcome::Acquired {
+    let AcquireReply::Acquired(Grant {
         reservation: iad1,
         token,
         ..
-    } = first
+    }) = first
     else {
         story.check(false, "iad acquires the new key");
         std::process::exit(1);
@@ -134,7 +135,7 @@ fn main() {
     let held = connect(&mut world, "fra", &room, "fra-host-1:9000");
     println!("   {}", describe(&held));
     story.check(
-        matches!(held, ConnectOutcome::HeldElsewhere { .. }),
+        matches!(held, AcquireReply::HeldElsewhere(_)),
         "connect returns the live actor, no second one",
     );
 
@@ -145,7 +146,7 @@ fn main() {
     let moved = connect(&mut world, "fra", &room, "fra-host-1:9000");
     println!("   {}", describe(&moved));
     let fra1 = match &moved {
-        ConnectOutcome::Acquired { reservation, .. } => reservation.clone(),
+        AcquireReply::Acquired(Grant { reservation, .. }) => reservation.clone(),
         _ => iad1.clone(),
     };
     story.check(
@@ -193,7 +194,7 @@ fn main() {
     }
     let winners = [&a, &b]
         .iter()
-        .filter(|p| matches!(p, ConnectPoll::Done(ConnectOutcome::Acquired { .. })))
+        .filter(|p| matches!(p, ConnectPoll::Done(AcquireReply::Acquired(_))))
         .count();
     story.check(
         winners == 1,

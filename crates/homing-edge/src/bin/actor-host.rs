@@ -1,13 +1,14 @@
 //! `actor-host`: a tiny HTTP actor that holds a key's lease from its own DC
 //! and answers every request with where it landed. Ctrl-C releases the key.
 
+use homing_core::{AcquireReply, Holder};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use homing_core::{DcId, Identity, KeyConfig, KeyName, Namespace, Role};
-use homing_edge::{ActorHost, ActorHostConfig, HostStarted};
+use homing_edge::{ActorHost, ActorHostConfig};
 use homing_net::{Client, ClientLimits, Peer};
 
 /// A tiny actor host running under a homing HostAgent.
@@ -51,12 +52,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let config = ActorHostConfig::new(Peer { addr, dc }, key, args.listen);
     let client = Client::new(&tls, ClientLimits::default())?;
+    let served = serve(client.clone(), config).await;
+    // However it ended: the DC frees this host's connection now.
+    client.close().await;
+    served
+}
+
+/// Serves the actor until Ctrl-C or the lease is lost.
+async fn serve(client: Client, config: ActorHostConfig) -> anyhow::Result<()> {
     let mut host = match ActorHost::start(client, config).await? {
-        HostStarted::Serving(host) => *host,
-        HostStarted::HeldElsewhere { reservation, actor } => {
+        AcquireReply::Acquired(host) => *host,
+        AcquireReply::HeldElsewhere(Holder {
+            reservation, actor, ..
+        }) => {
             bail!("the key is live elsewhere: actor {actor} under {reservation}")
         }
-        HostStarted::TagMismatch { existing } => bail!("the key is held under tag {existing:?}"),
+        AcquireReply::TagMismatch { existing } => bail!("the key is held under tag {existing:?}"),
     };
     println!(
         "actor-host serving {} on http://{} under {} (token {})",

@@ -100,7 +100,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cache_entries: args.cache_entries,
         ..ResolverConfig::new(dcs)
     };
-    let resolver = Resolver::new(Client::new(&tls, ClientLimits::default())?, resolver_config);
+    let client = Client::new(&tls, ClientLimits::default())?;
+    let resolver = Resolver::new(client.clone(), resolver_config);
     let config = EdgeConfig {
         key_header: HeaderName::try_from(args.key_header.as_str()).context("--key-header")?,
         path_prefix: !args.no_path_prefix,
@@ -121,9 +122,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             eprintln!("waiting for Ctrl-C: {e}; stopping");
         }
     };
-    router
+    let served = router
         .serve(listener, ctrl_c, Duration::from_millis(DRAIN_MS))
-        .await?;
+        .await;
+    // The DCs free the router's connections now, not at their idle timeout.
+    client.close().await;
+    served?;
     println!("edge-router stopped: {:?}", router.stats());
     Ok(())
 }

@@ -58,6 +58,9 @@ pub(super) enum Appended {
     Moved {
         /// The record's kv as the failed transaction read it back.
         now: Option<KeyValue>,
+        /// The transaction was resent after a lost answer: an earlier
+        /// attempt may have written this very record.
+        resent: bool,
     },
 }
 
@@ -292,7 +295,10 @@ async fn attempt(
             space.members.resolved_ambiguous();
             let _ = q.reply.send(Ok(Appended::Written { revision }));
         } else {
-            let _ = q.reply.send(Ok(Appended::Moved { now: kv }));
+            let _ = q.reply.send(Ok(Appended::Moved {
+                now: kv,
+                resent: txned.ambiguous,
+            }));
         }
     }
     *group = kept;

@@ -16,6 +16,13 @@
 //! reservation allocated at the source after the target's allocator was
 //! raised could later be handed out again by the target.
 //!
+//! The target is marked while it is copied into: every target DC store's
+//! [`DcStore::set_migrating`] mark is set before the first item is copied
+//! and cleared only once the copy verified, so homingd refuses to start on a
+//! half-copied store (re-run the migration to finish it). The other way
+//! round, a store a homingd holds cannot be migrated into where the backend
+//! locks it (redb: the file is open; `homing migrate` fails to open it).
+//!
 //! Order, per DC: raise the target's allocator above the source's floor
 //! first, so the target never hands out a reservation ID the source used,
 //! even when the copy stops half way; then records; then events in `seq`
@@ -135,8 +142,17 @@ pub async fn migrate(
             .filter(|(dc, _)| !source.dcs.iter().any(|(d, _)| &d == dc))
             .map(|(dc, n)| (dc.clone(), *n))
             .collect(),
+        unmarked_dcs: Vec::new(),
         verification: None,
     };
+    if walk.mode == Mode::Copy {
+        // Before anything is copied: a homingd must not start on a half-copied store.
+        for (dc, to) in &target.dcs {
+            if !to.set_migrating(true).await? {
+                report.unmarked_dcs.push(dc.clone());
+            }
+        }
+    }
     for (i, ((dc, from), (_, to))) in source.dcs.iter().zip(&target.dcs).enumerate() {
         let dc_counts = &counts.dcs[i];
         let allocator = walk.allocator(to.as_ref(), dc_counts).await?;
@@ -164,6 +180,12 @@ pub async fn migrate(
     report.conflicts = conflicts;
     if !options.dry_run {
         report.verification = Some(check(source, target, &counts, &samples, progress).await?);
+        // Only a copy that verified frees the target for homingd.
+        if report.ok() {
+            for (_, to) in &target.dcs {
+                to.set_migrating(false).await?;
+            }
+        }
     }
     Ok(report)
 }
@@ -409,6 +431,30 @@ mod tests {
         assert!(report.ok(), "{report}");
         assert_eq!(report.dcs[0].records.present, (records.len() / 2) as u64);
         assert_eq!(report.dcs[0].events.present, 10);
+    }
+
+    async fn marked(set: &StoreSet) -> bool {
+        set.dcs[0].1.migrating().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_target_stays_marked_until_a_copy_verifies() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 20).await;
+        run(&source, &target, true).await;
+        assert!(!marked(&target).await, "a dry run marks nothing");
+        // A copy that ends in a conflict leaves the target marked: homingd
+        // must not start on it.
+        let mut record = all_records(source.dcs[0].1.as_ref()).await.remove(3);
+        record.allow_renew = !record.allow_renew;
+        target.dcs[0].1.import(&record).await.unwrap();
+        assert!(!run(&source, &target, false).await.ok());
+        assert!(marked(&target).await, "an unfinished copy leaves its mark");
+        assert!(!marked(&source).await, "the source is never marked");
+        // A copy that verifies frees it.
+        let fresh = memory_set(&["iad"]);
+        assert!(run(&source, &fresh, false).await.ok());
+        assert!(!marked(&fresh).await, "a verified copy clears its mark");
     }
 
     #[tokio::test]

@@ -1,0 +1,218 @@
+//! homingd when its global store itself fails (not a peer DC): a resolve
+//! answers `Unavailable`, never "absent"; `/healthz` turns unhealthy and
+//! back; the metrics endpoint closes a connection that sends nothing; and
+//! homingd refuses a DC store that an unfinished migration copies into.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use homing_core::{
+    ErrorKind, ErrorReply, Identity, Key, KeyName, Reply, Request, ReservationId, Role,
+};
+use homing_daemon::Daemon;
+use homing_net::{DevCa, Handler};
+use homing_store::{
+    DcStore, GlobalStore, MemoryDcStore, MemoryGlobalStore, SetIfAbsent, StoreError,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+mod support;
+
+/// Longest any step here may take on a loaded machine.
+const STEP_MS_MAX: u64 = 30_000;
+
+/// A global store that can be switched off: every call then fails as an
+/// unreachable backend does.
+struct Switchable {
+    inner: MemoryGlobalStore,
+    down: AtomicBool,
+}
+
+impl Switchable {
+    fn new(down: bool) -> Arc<Switchable> {
+        Arc::new(Switchable {
+            inner: MemoryGlobalStore::new(),
+            down: AtomicBool::new(down),
+        })
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        match self.down.load(Ordering::SeqCst) {
+            true => Err(StoreError::Unavailable {
+                backend: "test",
+                reason: "switched off".into(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl GlobalStore for Switchable {
+    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
+        self.check()?;
+        self.inner.get_many(keys).await
+    }
+    async fn set_if_absent(
+        &self,
+        key: &Key,
+        id: &ReservationId,
+    ) -> Result<SetIfAbsent, StoreError> {
+        self.check()?;
+        self.inner.set_if_absent(key, id).await
+    }
+    async fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
+        self.check()?;
+        self.inner.scan(after, limit).await
+    }
+}
+
+async fn start(global: Arc<Switchable>) -> (Daemon, tempfile::TempDir) {
+    let records = Arc::new(MemoryDcStore::new()) as Arc<dyn DcStore>;
+    let (daemon, dir) = start_on(global, records).await;
+    (daemon.unwrap(), dir)
+}
+
+async fn start_on(
+    global: Arc<Switchable>,
+    records: Arc<dyn DcStore>,
+) -> (
+    Result<Daemon, homing_daemon::DaemonError>,
+    tempfile::TempDir,
+) {
+    let ca = DevCa::generate("store faults test ca").unwrap();
+    support::start_iad(&ca, global as Arc<dyn GlobalStore>, records, true).await
+}
+
+/// One GET over a fresh connection: the status code and the body.
+async fn get(daemon: &Daemon, path: &str) -> (u16, String) {
+    let addr = daemon.metrics_addr().expect("metrics enabled");
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nhost: homingd\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        // One request per connection: the server closes after answering.
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    };
+    let response = tokio::time::timeout(Duration::from_millis(STEP_MS_MAX), exchange)
+        .await
+        .expect("answered in time");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"));
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status, body.to_string())
+}
+
+fn room() -> Key {
+    Key::new(KeyName::new("room").unwrap())
+}
+
+#[tokio::test]
+async fn store_faults_a_resolve_when_the_global_store_fails_is_unavailable_never_absent() {
+    let global = Switchable::new(true);
+    let (daemon, _dir) = start(global.clone()).await;
+    let router = Identity::new(Role::Router, None).unwrap();
+    let resolve = || {
+        daemon
+            .node()
+            .handle(&router, Request::Resolve { key: room() })
+    };
+    match resolve().await {
+        Reply::Error(ErrorReply {
+            kind: ErrorKind::Unavailable { dc },
+            ..
+        }) => assert_eq!(dc.as_str(), "iad"),
+        other => panic!("a resolve with the global store down answered {other:?}"),
+    }
+    // Back up: the key really is absent, and only now is that the answer.
+    global.down.store(false, Ordering::SeqCst);
+    match resolve().await {
+        Reply::Resolved { entry: None, .. } => {}
+        other => panic!("a resolve of an absent key answered {other:?}"),
+    }
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn store_faults_healthz_follows_the_global_store() {
+    let global = Switchable::new(false);
+    let (daemon, _dir) = start(global.clone()).await;
+    assert_eq!(get(&daemon, "/healthz").await, (200, "ok\n".to_string()));
+    global.down.store(true, Ordering::SeqCst);
+    let (status, body) = get(&daemon, "/healthz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("global store") && body.contains("switched off"),
+        "{body}"
+    );
+    global.down.store(false, Ordering::SeqCst);
+    assert_eq!(get(&daemon, "/healthz").await.0, 200);
+    let (status, metrics) = get(&daemon, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("# TYPE homing_requests_total counter"),
+        "{metrics}"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
+    let global = Switchable::new(false);
+    let (daemon, _dir) = start(global).await;
+    let addr = daemon.metrics_addr().expect("metrics enabled");
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 256];
+    // The server ends it (EOF, or a reset after a timeout response); a
+    // server without a read timeout would hold it open forever.
+    let ended = tokio::time::timeout(Duration::from_millis(STEP_MS_MAX), async {
+        loop {
+            match silent.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "a connection that sent nothing is still open"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn store_faults_homingd_refuses_a_dc_store_an_unfinished_migration_copies_into() {
+    let global = Switchable::new(false);
+    let records = Arc::new(MemoryDcStore::new());
+    assert!(records.set_migrating(true).await.unwrap());
+    let (refused, _dir) = start_on(global.clone(), records.clone()).await;
+    let err = refused
+        .err()
+        .expect("a marked store is refused")
+        .to_string();
+    assert!(
+        err.contains("unfinished `homing migrate`") && err.contains("iad"),
+        "{err}"
+    );
+    // Once the migration finished (cleared its mark), homingd starts.
+    records.set_migrating(false).await.unwrap();
+    let (started, _dir) = start_on(global, records).await;
+    started.unwrap().shutdown().await;
+}
