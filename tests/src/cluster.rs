@@ -20,7 +20,7 @@ use homing_core::{
 use homing_net::{Client, ClientLimits, DevCa, NetError, Peer, Relay, generate_dev_pki};
 use homing_store::etcd::EtcdGlobalStore;
 
-use crate::homingd::{GlobalStoreSpec, Homingd, HomingdSpec};
+use crate::homingd::{DcStoreSpec, GlobalStoreSpec, Homingd, HomingdSpec};
 use homing_store::etcd_cluster::{self, LocalEtcdCluster};
 
 /// The DCs of the cluster, in the order they are started.
@@ -86,6 +86,8 @@ pub struct ClusterOptions {
     pub lease: LeasePolicy,
     /// Appended to every daemon's command line, after the lease flags.
     pub homingd_args: Vec<String>,
+    /// Where every DC keeps its records (redb unless a test asks for etcd).
+    pub dc_store: DcStoreSpec,
 }
 
 impl ClusterOptions {
@@ -96,12 +98,19 @@ impl ClusterOptions {
         ClusterOptions {
             lease,
             homingd_args: args.iter().map(|a| a.to_string()).collect(),
+            dc_store: DcStoreSpec::Redb,
         }
     }
 
     /// These options with `lease` as every DC's lease policy.
     pub fn with_lease(mut self, lease: LeasePolicy) -> ClusterOptions {
         self.lease = lease;
+        self
+    }
+
+    /// These options with every DC's records in `dc_store`.
+    pub fn with_dc_store(mut self, dc_store: DcStoreSpec) -> ClusterOptions {
+        self.dc_store = dc_store;
         self
     }
 
@@ -186,6 +195,7 @@ impl Cluster {
                     endpoints: etcd.endpoints().to_vec(),
                     prefix: prefix.clone(),
                 },
+                dc_store: options.dc_store,
                 extra_args: options.args(),
                 log: dir.path().join(format!("{d}.log")),
             };
@@ -342,6 +352,7 @@ impl Cluster {
                 endpoints: self.etcd.endpoints().to_vec(),
                 prefix: prefix.clone(),
             },
+            dc_store: DcStoreSpec::Redb,
             extra_args,
             log: self.dir.path().join(format!("{name}.log")),
         };
@@ -355,6 +366,11 @@ impl Cluster {
     /// The etcd cluster (to kill a member).
     pub fn etcd(&mut self) -> &mut LocalEtcdCluster {
         &mut self.etcd
+    }
+
+    /// The etcd cluster, shared (to freeze and resume a member).
+    pub fn etcd_cluster(&self) -> &LocalEtcdCluster {
+        &self.etcd
     }
 
     /// The dev CA that issued every certificate (to issue more).

@@ -74,6 +74,8 @@ pub struct HomingdSpec {
     pub peers: Vec<(DcId, SocketAddr)>,
     /// Where the global store is.
     pub global: GlobalStoreSpec,
+    /// Where this DC's records are.
+    pub dc_store: DcStoreSpec,
     /// Further flags (lease policy, timeouts).
     pub extra_args: Vec<String>,
     /// File that collects the daemon's stderr across restarts.
@@ -92,6 +94,16 @@ pub enum GlobalStoreSpec {
     },
     /// redb in the daemon's data directory: a deployment of one DC, no etcd.
     Redb,
+}
+
+/// Where a daemon's DC store lives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DcStoreSpec {
+    /// redb in the daemon's data directory.
+    #[default]
+    Redb,
+    /// The etcd cluster of [`GlobalStoreSpec::Etcd`], under the same prefix.
+    Etcd,
 }
 
 /// A running daemon; SIGKILLed on drop.
@@ -130,8 +142,11 @@ impl Homingd {
             .arg("--cert")
             .arg(certs.join(format!("node-{}.pem", spec.dc)))
             .arg("--key")
-            .arg(certs.join(format!("node-{}.key", spec.dc)))
-            .args(["--dc-store", "redb"]);
+            .arg(certs.join(format!("node-{}.key", spec.dc)));
+        match spec.dc_store {
+            DcStoreSpec::Redb => command.args(["--dc-store", "redb"]),
+            DcStoreSpec::Etcd => command.args(["--dc-store", "etcd"]),
+        };
         match &spec.global {
             GlobalStoreSpec::Etcd { endpoints, prefix } => command
                 .args(["--global-store", "etcd"])

@@ -24,7 +24,8 @@ pub use cluster::{Cluster, ClusterOptions, start_or_skip};
 pub use homing_store::etcd_cluster::LocalEtcdCluster;
 #[cfg(feature = "etcd")]
 pub use homingd::{
-    BUILD_HOMINGD, GlobalStoreSpec, Homingd, HomingdSpec, homing_binary, homingd_binary,
+    BUILD_HOMINGD, DcStoreSpec, GlobalStoreSpec, Homingd, HomingdSpec, homing_binary,
+    homingd_binary,
 };
 
 /// Without feature `etcd` there is no harness: say how to run the suite.

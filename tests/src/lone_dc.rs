@@ -12,7 +12,7 @@ use homing_core::{DcId, Identity, LeasePolicy, Reply, Request, Role};
 use homing_net::{Client, ClientLimits, Peer, generate_dev_pki};
 
 use crate::cluster::{TEST_REQUEST_TIMEOUT_MS, dc, free_udp_addr};
-use crate::homingd::{GlobalStoreSpec, Homingd, HomingdSpec};
+use crate::homingd::{DcStoreSpec, GlobalStoreSpec, Homingd, HomingdSpec};
 
 /// The DC of a [`LoneDc`].
 pub const LONE_DC: &str = "iad";
@@ -49,6 +49,7 @@ impl LoneDc {
             certs_dir: certs,
             peers: Vec::new(),
             global: GlobalStoreSpec::Redb,
+            dc_store: DcStoreSpec::Redb,
             extra_args: args,
             log: dir.path().join("homingd.log"),
         };

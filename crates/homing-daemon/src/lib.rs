@@ -93,6 +93,11 @@ impl Daemon {
             });
         }
         let metrics = Arc::new(Metrics::default());
+        for (role, failover) in [("global", global.failover()), ("dc", records.failover())] {
+            if let Some(failover) = failover {
+                metrics.watch_failover(role, failover);
+            }
+        }
         let client = Client::new(tls, ClientLimits::default())?;
         let peers = Peers::new(
             config.peers.clone(),

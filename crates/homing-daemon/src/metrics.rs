@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use homing_store::{DcStore, GlobalStore};
+use homing_store::{DcStore, Failover, FailoverEvent, GlobalStore};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -86,6 +86,8 @@ impl Histogram {
 /// The daemon's counters. Cheap to update from any task.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// Stores that go around a silent endpoint (etcd), by role (`global`, `dc`).
+    failover: Mutex<Vec<(&'static str, Arc<Failover>)>>,
     requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     request_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
     store_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
@@ -119,6 +121,12 @@ impl Metrics {
             .entry(op)
             .or_default()
             .observe(elapsed);
+    }
+
+    /// Shows `failover` (a store's endpoint health and counters) as the
+    /// store of role `store` (`global`, `dc`).
+    pub fn watch_failover(&self, store: &'static str, failover: Arc<Failover>) {
+        lock(&self.failover).push((store, failover));
     }
 
     /// One request to peer DC `dc` took `elapsed` (a round trip).
@@ -195,6 +203,7 @@ impl Metrics {
                 &format!("op=\"{op}\","),
             );
         }
+        self.render_failover(&mut out);
         out.push_str("# HELP homing_peer_rtt_seconds Round trip of one request to a peer DC.\n# TYPE homing_peer_rtt_seconds histogram\n");
         for (dc, h) in lock(&self.peer_seconds).iter() {
             h.render(
@@ -232,6 +241,47 @@ impl Metrics {
             render_connections(&mut out, &stats.snapshot());
         }
         out
+    }
+
+    fn render_failover(&self, out: &mut String) {
+        let stores = lock(&self.failover);
+        if stores.is_empty() {
+            return;
+        }
+        out.push_str("# HELP homing_store_endpoint_healthy Whether the store sends operations to this endpoint (0: it missed a deadline or failed, and has not answered a probe since).\n# TYPE homing_store_endpoint_healthy gauge\n");
+        for (store, failover) in stores.iter() {
+            for endpoint in failover.endpoints() {
+                let _ = writeln!(
+                    out,
+                    "homing_store_endpoint_healthy{{store=\"{store}\",endpoint=\"{}\"}} {}",
+                    endpoint.endpoint,
+                    u8::from(endpoint.healthy())
+                );
+            }
+        }
+        let counters = [
+            (
+                "homing_store_retried_elsewhere_total",
+                "Store operations sent to another endpoint after one failed them or missed their deadline.",
+                FailoverEvent::RetriedElsewhere,
+            ),
+            (
+                "homing_store_deadlines_missed_total",
+                "Store operations an endpoint did not answer within their deadline.",
+                FailoverEvent::DeadlineMissed,
+            ),
+            (
+                "homing_store_ambiguous_resolved_total",
+                "Writes whose first attempt may have landed, found landed by the retry's re-read and counted as written once.",
+                FailoverEvent::AmbiguousResolved,
+            ),
+        ];
+        for (name, help, event) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (store, failover) in stores.iter() {
+                let _ = writeln!(out, "{name}{{store=\"{store}\"}} {}", failover.total(event));
+            }
+        }
     }
 }
 
@@ -422,5 +472,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("homing_global_cache_hits_total 1"));
+        assert!(!text.contains("homing_store_endpoint_healthy"), "{text}");
+    }
+
+    #[test]
+    fn a_store_that_fails_over_shows_its_endpoints_and_counters() {
+        let m = Metrics::default();
+        let endpoints = [
+            "http://127.0.0.1:1".to_string(),
+            "http://127.0.0.1:2".to_string(),
+        ];
+        m.watch_failover("global", Arc::new(Failover::new(&endpoints)));
+        let text = m.render();
+        assert!(
+            text.contains(
+                "homing_store_endpoint_healthy{store=\"global\",endpoint=\"http://127.0.0.1:2\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("homing_store_ambiguous_resolved_total{store=\"global\"} 0"),
+            "{text}"
+        );
     }
 }

@@ -35,6 +35,23 @@ pub trait Backend: Send + Sync {
     async fn dc_store(&self, place: &str) -> Arc<dyn DcStore>;
     /// Whether reopening a place finds what was written there.
     fn durable(&self) -> bool;
+    /// A global store at `place` whose next `set_if_absent` is applied but
+    /// whose answer is lost on the way back (its transport drops it), so the
+    /// store itself must resolve the ambiguous outcome; `None` (the case is
+    /// skipped) where a write's answer cannot be lost: a local call (memory,
+    /// redb) or a client that resolves it out of our sight (FoundationDB).
+    async fn global_store_losing_next_answer(&self, _place: &str) -> Option<AnswerLost> {
+        None
+    }
+}
+
+/// A global store whose next write's answer is lost, from
+/// [`Backend::global_store_losing_next_answer`].
+pub struct AnswerLost {
+    /// The store.
+    pub store: Arc<dyn GlobalStore>,
+    /// Whether an answer was in fact lost (keeps whatever loses it alive).
+    pub lost: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
 fn key(ns: &str, name: &str) -> Key {
@@ -90,6 +107,35 @@ pub async fn global_write_once(b: &dyn Backend) {
         SetIfAbsent::Exists(rid("iad.1"))
     );
     assert_eq!(g.get(&k).await.unwrap(), Some(rid("iad.1")));
+}
+
+/// global: a write-once that landed but whose answer was lost is retried by
+/// the store, which reads the caller's own id back and answers `Inserted`
+/// (it was, once); a later writer sees that entry.
+pub async fn global_write_once_whose_answer_was_lost_is_inserted_once(b: &dyn Backend) {
+    let Some(lossy) = b
+        .global_store_losing_next_answer("global_lost_answer")
+        .await
+    else {
+        println!("  skipped: this backend's writes cannot lose their answer");
+        return;
+    };
+    let g = lossy.store;
+    let k = key("", "lost-answer");
+    assert_eq!(
+        g.set_if_absent(&k, &rid("iad.7")).await.unwrap(),
+        SetIfAbsent::Inserted
+    );
+    assert!((lossy.lost)(), "the answer to the write was not lost");
+    assert_eq!(
+        g.set_if_absent(&k, &rid("fra.7")).await.unwrap(),
+        SetIfAbsent::Exists(rid("iad.7"))
+    );
+    assert_eq!(g.get(&k).await.unwrap(), Some(rid("iad.7")));
+    if let Some(failover) = g.failover() {
+        let resolved = failover.total(crate::FailoverEvent::AmbiguousResolved);
+        assert_eq!(resolved, 1, "the store counts the outcome it resolved");
+    }
 }
 
 /// global: the nearest-replica read never names a wrong entry and catches up
@@ -1053,6 +1099,7 @@ macro_rules! conformance_cases {
     (($($callback:tt)+) { $($args:tt)* }) => {
         $($callback)+! { $($args)*
         global_write_once,
+        global_write_once_whose_answer_was_lost_is_inserted_once,
         global_nearest_read_is_never_wrong_and_catches_up,
         global_concurrent_set_if_absent_has_exactly_one_winner,
         global_get_many_keeps_order_and_bounds_the_batch,

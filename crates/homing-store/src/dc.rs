@@ -3,10 +3,13 @@
 //! DC's lifecycle event log, appended in the same transaction as the change
 //! it records; and the durable allocator of the DC's reservation uniques.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use homing_core::{DcRecord, Event, EventSeq, NamespaceScope, ReservationId};
 
 use crate::error::StoreError;
+use crate::failover::Failover;
 
 pub use homing_core::ScanCursor;
 
@@ -168,6 +171,13 @@ pub trait DcStore: Send + Sync + 'static {
     /// Migration: every later [`DcStore::allocate`] returns more than `floor`.
     /// A floor below the current one changes nothing.
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError>;
+
+    /// Its endpoints' health and failover counters, for a store that talks
+    /// to several servers and goes around a silent one (etcd); `None` for
+    /// the others.
+    fn failover(&self) -> Option<Arc<Failover>> {
+        None
+    }
 
     /// Whether an unfinished `homing migrate` is copying into this store.
     /// The migration marks its target DC stores before it copies and clears

@@ -81,4 +81,21 @@ impl StoreError {
             reason: reason.to_string(),
         }
     }
+
+    /// A copy of this error for each caller of a failed group or batch of
+    /// `backend`: a retryable error stays retryable, any other becomes
+    /// `Backend` with its message.
+    #[cfg(any(feature = "etcd", feature = "fdb", test))]
+    pub(crate) fn for_each_caller(&self, backend: &'static str) -> StoreError {
+        match self {
+            StoreError::Unavailable { backend, reason } => StoreError::Unavailable {
+                backend,
+                reason: reason.clone(),
+            },
+            e => StoreError::Backend {
+                backend,
+                reason: e.to_string(),
+            },
+        }
+    }
 }

@@ -9,7 +9,11 @@
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
 //! high-water mark (decimal).
 //!
-//! - `set_if_absent`: one transaction, `create_revision(g/k) == 0` ? put : get.
+//! - `set_if_absent`: `create_revision(g/k) == 0` ? put : get; concurrent
+//!   calls share one transaction, a nested one per key (`write_once`).
+//!   Retried on another member when one does not answer in time (`members`);
+//!   if an abandoned attempt may have landed and the retry reads the
+//!   caller's own id back, the answer is `Inserted` (it was, once).
 //! - compare-and-set: take the stored record from the store's record cache
 //!   (`record_cache`: the last record and `mod_revision` this store saw per
 //!   id) when it holds version `expected`, assume a create's record is absent
@@ -29,18 +33,29 @@
 //!   no answer depends on the cache. (Records are compared by
 //!   `mod_revision`, not by etcd's per-key `version`, because an imported
 //!   record keeps its own version.)
+//! - members (`members`): one connection per member; each attempt of a hot
+//!   operation has a deadline, a miss sends it to another member, and a
+//!   member that missed one is avoided until it answers a probe. An attempt
+//!   abandoned at its deadline may land later: every write is guarded, and
+//!   the retry's re-read recognises a write that landed (above).
 //! - allocator: hi-lo blocks; the high-water mark is raised by a transaction
 //!   on the counter key's `mod_revision`, retried a bounded number of times.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, KvClient, Txn, TxnOp,
-    TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
 };
 use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
 use tokio::sync::Mutex;
 
 use self::log::{Append, Appended, Appender};
+pub use self::members::{
+    ATTEMPTS_MAX, BULK_DEADLINE_MS, HOT_DEADLINE_MS, KEEP_ALIVE_INTERVAL_MS, KEEP_ALIVE_TIMEOUT_MS,
+    PROBE_DEADLINE_MS, PROBE_INTERVAL_MS, RETRY_PAUSE_MS,
+};
+use self::members::{Members, Op};
 pub use self::record_cache::{RECORD_CACHE_BYTES_MAX, RECORD_CACHE_ENTRIES_MAX};
 use self::record_cache::{RecordCache, Seen};
 use crate::allocator::Blocks;
@@ -49,10 +64,15 @@ use crate::dc::{
     judge_cas, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
+use crate::failover::Failover;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
+use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 mod log;
+#[cfg(test)]
+mod lost_answer;
+mod members;
 mod record_cache;
 
 /// The section of the event log: `events/<seq, 8 bytes big-endian>`.
@@ -67,13 +87,9 @@ pub const ALLOCATE_ATTEMPTS_MAX: usize = 16;
 pub const CAS_ATTEMPTS_MAX: usize = 64;
 /// Connect timeout, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
-/// Per-request timeout, in milliseconds.
+/// Per-request timeout, in milliseconds: the outer bound of one attempt;
+/// hot operations give up on a member much sooner ([`HOT_DEADLINE_MS`]).
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
-/// Attempts of one request when the member it went to does not answer (the
-/// client then reaches another member).
-pub const TRANSPORT_ATTEMPTS_MAX: usize = 3;
-/// Pause between such attempts, in milliseconds.
-pub const TRANSPORT_RETRY_PAUSE_MS: u64 = 100;
 
 fn map_err(e: etcd_client::Error) -> StoreError {
     use etcd_client::Error as E;
@@ -97,23 +113,31 @@ fn protocol(reason: &str) -> StoreError {
     }
 }
 
-/// A connection and the prefix every key lives under.
+/// The members and the prefix every key lives under.
 #[derive(Clone)]
 struct Space {
-    kv: KvClient,
+    members: Arc<Members>,
     prefix: Vec<u8>,
+}
+
+/// A transaction's outcome.
+struct Txned {
+    /// Its guards held (or it had none).
+    succeeded: bool,
+    /// The store's revision after it: for a transaction that wrote, the
+    /// `mod_revision` of every key it put. (etcd always sends a header;
+    /// without one, 0 matches no stored key, so a guard built on it fails
+    /// safe.)
+    revision: i64,
+    responses: Vec<TxnOpResponse>,
+    /// An earlier attempt may have landed (see `members::Answer::ambiguous`).
+    ambiguous: bool,
 }
 
 impl Space {
     async fn connect(endpoints: &[String], prefix: &str) -> Result<Space, StoreError> {
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(std::time::Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .with_timeout(std::time::Duration::from_millis(REQUEST_TIMEOUT_MS));
-        let client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(map_err)?;
         Ok(Space {
-            kv: client.kv_client(),
+            members: Members::connect(endpoints).await?,
             prefix: prefix.as_bytes().to_vec(),
         })
     }
@@ -126,68 +150,43 @@ impl Space {
         out
     }
 
-    /// Runs `request` again (bounded) while it fails for want of a member.
-    /// A retried write may have landed the first time: `set_if_absent` then
-    /// sees its own entry, and a CAS whose append moved the record finds its
-    /// own record (see `Cas::after_unknown_outcome`).
-    async fn retrying<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
-    where
-        F: Fn(KvClient) -> Fut,
-        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
-    {
-        let mut attempt = 1;
-        loop {
-            match request(self.kv.clone()).await.map_err(map_err) {
-                Err(StoreError::Unavailable { .. }) if attempt < TRANSPORT_ATTEMPTS_MAX => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(TRANSPORT_RETRY_PAUSE_MS))
-                        .await;
-                }
-                other => return other,
-            }
-        }
-    }
-
     async fn get(
         &self,
+        op: Op,
         key: Vec<u8>,
         options: Option<GetOptions>,
     ) -> Result<etcd_client::GetResponse, StoreError> {
-        self.retrying(|mut kv| {
-            let (key, options) = (key.clone(), options.clone());
-            async move { kv.get(key, options).await }
-        })
-        .await
+        let answer = self
+            .members
+            .run(op, |mut kv| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { kv.get(key, options).await }
+            })
+            .await?;
+        Ok(answer.value)
     }
 
-    async fn txn(&self, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
-        let (succeeded, _, responses, _) = self.txn_at(txn).await?;
-        Ok((succeeded, responses))
+    async fn txn(&self, op: Op, txn: Txn) -> Result<(bool, Vec<TxnOpResponse>), StoreError> {
+        let txned = self.txn_at(op, txn).await?;
+        Ok((txned.succeeded, txned.responses))
     }
 
-    /// [`Space::txn`] with the store's revision after it (for a transaction
-    /// that wrote, the `mod_revision` of every key it put) and whether it was
-    /// sent more than once (an earlier attempt's answer was lost, so that
-    /// attempt may have committed).
-    async fn txn_at(&self, txn: Txn) -> Result<(bool, i64, Vec<TxnOpResponse>, bool), StoreError> {
-        let sent = std::sync::atomic::AtomicU32::new(0);
-        let response = self
-            .retrying(|mut kv| {
-                sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// [`Space::txn`] with the revision after it and whether it is ambiguous.
+    async fn txn_at(&self, op: Op, txn: Txn) -> Result<Txned, StoreError> {
+        let answer = self
+            .members
+            .run(op, |mut kv| {
                 let txn = txn.clone();
                 async move { kv.txn(txn).await }
             })
             .await?;
-        // etcd always sends a header; without one, revision 0 matches no
-        // stored key, so a guard built on it fails safe.
-        let revision = response.header().map_or(0, |h| h.revision());
-        let resent = sent.into_inner() > 1;
-        Ok((
-            response.succeeded(),
-            revision,
-            response.op_responses(),
-            resent,
-        ))
+        let response = answer.value;
+        Ok(Txned {
+            succeeded: response.succeeded(),
+            revision: response.header().map_or(0, |h| h.revision()),
+            responses: response.op_responses(),
+            ambiguous: answer.ambiguous,
+        })
     }
 }
 
@@ -205,6 +204,68 @@ fn first_kv(response: Option<&TxnOpResponse>) -> Result<Option<KeyValue>, StoreE
 #[derive(Clone)]
 pub struct EtcdGlobalStore {
     space: Space,
+    /// Groups concurrent `set_if_absent` calls into one transaction.
+    batcher: Arc<WriteOnceBatcher>,
+}
+
+/// The global entries under one prefix, as the write-once batcher writes them.
+struct Entries {
+    space: Space,
+}
+
+#[async_trait]
+impl WriteOnceBatch for Entries {
+    /// One transaction of nested ones, each deciding its own key:
+    /// `create_revision(g/k) == 0` ? put : get.
+    async fn commit(&self, batch: &[(Key, ReservationId)]) -> Result<Vec<SetIfAbsent>, StoreError> {
+        let nested: Vec<TxnOp> = batch
+            .iter()
+            .map(|(key, id)| {
+                let k = self.space.key(b"g/", &keyspace::key_bytes(key));
+                TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(k.clone(), keyspace::id_bytes(id), None)])
+                        .or_else([TxnOp::get(k, None)]),
+                )
+            })
+            .collect();
+        let txned = self
+            .space
+            .txn_at(Op::HotWrite, Txn::new().and_then(nested))
+            .await?;
+        if txned.responses.len() != batch.len() {
+            return Err(protocol(
+                "transaction answered a different number of writes",
+            ));
+        }
+        batch
+            .iter()
+            .zip(&txned.responses)
+            .map(|((_, id), response)| {
+                let TxnOpResponse::Txn(nested) = response else {
+                    return Err(protocol("transaction answered without its nested one"));
+                };
+                if nested.succeeded() {
+                    return Ok(SetIfAbsent::Inserted);
+                }
+                // The failed guard read the entry back in the same transaction.
+                let kv = first_kv(nested.op_responses().first())?
+                    .ok_or_else(|| protocol("entry vanished (entries are never deleted)"))?;
+                let existing = keyspace::decode_id(kv.value())?;
+                // An abandoned attempt landed: the entry is ours, inserted once.
+                if txned.ambiguous && existing == *id {
+                    self.space.members.resolved_ambiguous();
+                    return Ok(SetIfAbsent::Inserted);
+                }
+                Ok(SetIfAbsent::Exists(existing))
+            })
+            .collect()
+    }
+
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
 }
 
 impl EtcdGlobalStore {
@@ -213,8 +274,13 @@ impl EtcdGlobalStore {
         endpoints: &[String],
         prefix: &str,
     ) -> Result<EtcdGlobalStore, StoreError> {
+        let space = Space::connect(endpoints, prefix).await?;
+        let entries = Arc::new(Entries {
+            space: space.clone(),
+        });
         Ok(EtcdGlobalStore {
-            space: Space::connect(endpoints, prefix).await?,
+            space,
+            batcher: Arc::new(WriteOnceBatcher::start(entries)),
         })
     }
 
@@ -227,7 +293,10 @@ impl EtcdGlobalStore {
         key: &Key,
         options: Option<GetOptions>,
     ) -> Result<Option<ReservationId>, StoreError> {
-        let response = self.space.get(self.entry_key(key), options).await?;
+        let response = self
+            .space
+            .get(Op::HotRead, self.entry_key(key), options)
+            .await?;
         response
             .kvs()
             .first()
@@ -260,7 +329,10 @@ impl GlobalStore for EtcdGlobalStore {
             .iter()
             .map(|k| TxnOp::get(self.entry_key(k), None))
             .collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::HotRead, Txn::new().and_then(gets))
+            .await?;
         if responses.len() != keys.len() {
             return Err(protocol("transaction answered a different number of gets"));
         }
@@ -279,18 +351,7 @@ impl GlobalStore for EtcdGlobalStore {
         key: &Key,
         id: &ReservationId,
     ) -> Result<SetIfAbsent, StoreError> {
-        let k = self.entry_key(key);
-        let txn = Txn::new()
-            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(k.clone(), keyspace::id_bytes(id), None)])
-            .or_else([TxnOp::get(k, None)]);
-        let (inserted, responses) = self.space.txn(txn).await?;
-        if inserted {
-            return Ok(SetIfAbsent::Inserted);
-        }
-        let kv = first_kv(responses.first())?
-            .ok_or_else(|| protocol("entry vanished (entries are never deleted)"))?;
-        Ok(SetIfAbsent::Exists(keyspace::decode_id(kv.value())?))
+        self.batcher.set_if_absent(key, id).await
     }
 
     async fn scan(
@@ -308,7 +369,7 @@ impl GlobalStore for EtcdGlobalStore {
         let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
         let start = self.space.key(b"g/", &keyspace::global_scan_start(after));
         let options = GetOptions::new().with_range(end).with_limit(limit as i64);
-        let response = self.space.get(start, Some(options)).await?;
+        let response = self.space.get(Op::BulkRead, start, Some(options)).await?;
         response
             .kvs()
             .iter()
@@ -320,6 +381,10 @@ impl GlobalStore for EtcdGlobalStore {
                 Ok((keyspace::decode_key(key)?, keyspace::decode_id(kv.value())?))
             })
             .collect()
+    }
+
+    fn failover(&self) -> Option<Arc<Failover>> {
+        Some(self.space.members.failover().clone())
     }
 }
 
@@ -446,7 +511,10 @@ impl EtcdDcStore {
     /// Reads `keys` in one transaction (one revision): the first kv of each.
     async fn read_together(&self, keys: &[&[u8]]) -> Result<Vec<Option<KeyValue>>, StoreError> {
         let gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(*k, None)).collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         every_first_kv(&responses, keys.len())
     }
 
@@ -459,7 +527,7 @@ impl EtcdDcStore {
     ) -> Result<Guarded, StoreError> {
         let gets: Vec<TxnOp> = reread.iter().map(|k| TxnOp::get(*k, None)).collect();
         let txn = Txn::new().when(guards).and_then(ops).or_else(gets);
-        let (written, responses) = self.space.txn(txn).await?;
+        let (written, responses) = self.space.txn(Op::BulkWrite, txn).await?;
         if written {
             return Ok(Guarded::Written);
         }
@@ -523,7 +591,10 @@ fn contended(what: &str) -> StoreError {
 #[async_trait]
 impl DcStore for EtcdDcStore {
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
-        let response = self.space.get(self.record_key(id), None).await?;
+        let response = self
+            .space
+            .get(Op::HotRead, self.record_key(id), None)
+            .await?;
         Ok(self.note(id, response.kvs().first())?.record)
     }
 
@@ -542,7 +613,7 @@ impl DcStore for EtcdDcStore {
         let mut stored = match self.assume(expected, &record.id) {
             Some(assumed) => assumed,
             None => {
-                let response = self.space.get(rk.clone(), None).await?;
+                let response = self.space.get(Op::HotRead, rk.clone(), None).await?;
                 self.note(&record.id, response.kvs().first())?
             }
         };
@@ -609,7 +680,10 @@ impl DcStore for EtcdDcStore {
                 TxnOp::get(start, Some(options))
             })
             .collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         let mut ids = Vec::with_capacity(limit);
         for response in &responses {
             let TxnOpResponse::Get(get) = response else {
@@ -627,7 +701,10 @@ impl DcStore for EtcdDcStore {
             .iter()
             .map(|id| TxnOp::get(self.space.key(b"r/", id), None))
             .collect();
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         every_first_kv(&responses, ids.len())?
             .into_iter()
             .map(|kv| {
@@ -645,7 +722,7 @@ impl DcStore for EtcdDcStore {
         }
         let counter = self.counter_key();
         for _ in 0..ALLOCATE_ATTEMPTS_MAX {
-            let response = self.space.get(counter.clone(), None).await?;
+            let response = self.space.get(Op::HotRead, counter.clone(), None).await?;
             let kv = response.kvs().first();
             let persisted = decode_counter("allocator", kv)?;
             let guard = unchanged(&counter, kv);
@@ -656,7 +733,7 @@ impl DcStore for EtcdDcStore {
                 high_water.to_string(),
                 None,
             )]);
-            if self.space.txn(txn).await?.0 {
+            if self.space.txn(Op::HotWrite, txn).await?.0 {
                 blocks.granted(high_water);
                 // Invariant: a fresh block of ALLOCATOR_BLOCK_IDS ≥ 1 has a first unique.
                 return Ok(blocks.take().expect("a granted block is not empty"));
@@ -684,7 +761,10 @@ impl DcStore for EtcdDcStore {
             let page = GetOptions::new().with_range(end).with_limit(limit as i64);
             gets.push(TxnOp::get(self.event_key(start), Some(page)));
         }
-        let (_, responses) = self.space.txn(Txn::new().and_then(gets)).await?;
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
         let head = decode_counter("event head", first_kv(responses.first())?.as_ref())?;
         let oldest = match first_kv(responses.get(1))? {
             Some(kv) => keyspace::decode_event(kv.value())?.seq,
@@ -717,7 +797,9 @@ impl DcStore for EtcdDcStore {
         }
         let options = DeleteOptions::new().with_range(self.event_key(before));
         let delete = TxnOp::delete(self.event_key(0), Some(options));
-        self.space.txn(Txn::new().and_then([delete])).await?;
+        self.space
+            .txn(Op::BulkWrite, Txn::new().and_then([delete]))
+            .await?;
         Ok(())
     }
 
@@ -776,9 +858,16 @@ impl DcStore for EtcdDcStore {
         Err(contended("event import"))
     }
 
+    fn failover(&self) -> Option<Arc<Failover>> {
+        Some(self.space.members.failover().clone())
+    }
+
     async fn allocator_floor(&self) -> Result<u64, StoreError> {
         // The persisted mark is exclusive: every unique handed out is below it.
-        let response = self.space.get(self.counter_key(), None).await?;
+        let response = self
+            .space
+            .get(Op::BulkRead, self.counter_key(), None)
+            .await?;
         decode_counter("allocator", response.kvs().first())
     }
 
@@ -788,7 +877,7 @@ impl DcStore for EtcdDcStore {
         let past = floor.checked_add(1).ok_or(StoreError::AllocatorExhausted)?;
         let counter = self.counter_key();
         for _ in 0..ALLOCATE_ATTEMPTS_MAX {
-            let response = self.space.get(counter.clone(), None).await?;
+            let response = self.space.get(Op::BulkRead, counter.clone(), None).await?;
             let kv = response.kvs().first();
             if decode_counter("allocator", kv)? >= past {
                 blocks.jump_to(past);
@@ -797,7 +886,7 @@ impl DcStore for EtcdDcStore {
             let txn = Txn::new()
                 .when([unchanged(&counter, kv)])
                 .and_then([TxnOp::put(counter.clone(), past.to_string(), None)]);
-            if self.space.txn(txn).await?.0 {
+            if self.space.txn(Op::BulkWrite, txn).await?.0 {
                 blocks.jump_to(past);
                 return Ok(());
             }
@@ -816,9 +905,11 @@ mod tests {
 
     use async_trait::async_trait;
 
+    use super::lost_answer::AnswerRelay;
     use super::*;
     use crate::conformance::{self, Backend};
     use crate::etcd_cluster::{ClusterError, LocalEtcdCluster};
+    use crate::failover::FailoverEvent;
 
     struct EtcdBackend {
         endpoints: Vec<String>,
@@ -854,6 +945,34 @@ mod tests {
         }
         fn durable(&self) -> bool {
             true
+        }
+        async fn global_store_losing_next_answer(
+            &self,
+            place: &str,
+        ) -> Option<conformance::AnswerLost> {
+            let relay = AnswerRelay::start(&self.endpoints[0]).await;
+            let endpoints = [relay.endpoint(), self.endpoints[1].clone()];
+            let store = EtcdGlobalStore::connect(&endpoints, &self.prefix("global", place))
+                .await
+                .expect("connect");
+            warm_round_robin(&store.space).await;
+            relay.lose_answers();
+            Some(conformance::AnswerLost {
+                store: Arc::new(store),
+                lost: Box::new(move || relay.lost_any()),
+            })
+        }
+    }
+
+    /// Two reads on a fresh two-member store: the first (round-robin) opens
+    /// the connection to member 0, the second goes to member 1, so the next
+    /// operation goes to member 0 again.
+    async fn warm_round_robin(space: &Space) {
+        for _ in 0..2 {
+            space
+                .get(Op::HotRead, space.key(b"warm", b""), None)
+                .await
+                .expect("warm read");
         }
     }
 
@@ -893,6 +1012,13 @@ mod tests {
         a_stale_cache_never_changes_an_answer(&backend).await;
         println!("etcd: import_forgets_the_cached_record");
         import_forgets_the_cached_record(&backend).await;
+        println!("etcd: concurrent_write_once_calls_each_get_their_own_outcome");
+        concurrent_write_once_calls_each_get_their_own_outcome(&backend).await;
+        println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
+        a_cas_whose_answer_was_lost_is_written_once(&backend).await;
+        println!("etcd: a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers");
+        a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(&backend, &cluster)
+            .await;
         drop(cluster);
     }
 
@@ -989,7 +1115,11 @@ mod tests {
     }
 
     async fn stored_revision(store: &EtcdDcStore, id: &ReservationId) -> i64 {
-        let response = store.space.get(store.record_key(id), None).await.unwrap();
+        let response = store
+            .space
+            .get(Op::HotRead, store.record_key(id), None)
+            .await
+            .unwrap();
         response.kvs()[0].mod_revision()
     }
 
@@ -1059,15 +1189,13 @@ mod tests {
             Cas::Written
         );
         assert_eq!(b.get(&created.id).await.unwrap(), Some(ended));
-        let kinds: Vec<_> = a
-            .events(0, 16)
-            .await
-            .unwrap()
-            .events
-            .iter()
-            .map(|e| e.kind.name())
-            .collect();
-        assert_eq!(kinds, ["reserved", "released"]);
+        assert_eq!(event_kinds(a).await, ["reserved", "released"]);
+    }
+
+    /// The kinds of the first events of `store`'s log, in order.
+    async fn event_kinds(store: &EtcdDcStore) -> Vec<&'static str> {
+        let page = store.events(0, 16).await.unwrap();
+        page.events.iter().map(|e| e.kind.name()).collect()
     }
 
     /// An import writes around the cache, so it forgets the record.
@@ -1091,5 +1219,147 @@ mod tests {
             store.compare_and_set(Some(10), &next).await.unwrap(),
             Cas::Written
         );
+    }
+
+    /// A renewal (a compare-and-set) whose transaction landed but whose
+    /// answer was lost is retried on another member; the retry's guard fails
+    /// (the record moved: to our own bytes), the re-read shows our record,
+    /// and the caller is told Written, once: no second write, no event.
+    async fn a_cas_whose_answer_was_lost_is_written_once(backend: &EtcdBackend) {
+        let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+        let endpoints = [relay.endpoint(), backend.endpoints[1].clone()];
+        let prefix = backend.prefix("dc", "lost_cas");
+        let store = EtcdDcStore::connect(&endpoints, &prefix).await.unwrap();
+        // The create reads the head (member 0), then writes (member 1);
+        // the renewal, cached, is one write: to member 0, through the relay.
+        let created = test_record(1);
+        assert_eq!(
+            store.compare_and_set(None, &created).await.unwrap(),
+            Cas::Written
+        );
+        relay.lose_answers();
+        let next = renewed(&created);
+        assert_eq!(
+            store.compare_and_set(Some(1), &next).await.unwrap(),
+            Cas::Written
+        );
+        assert!(relay.lost_any(), "the renewal's answer was not lost");
+        assert_eq!(store.get(&created.id).await.unwrap(), Some(next.clone()));
+        let failover = store.failover().unwrap();
+        assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+        // The next write is judged against version 2: it lands once.
+        let ended = released(&next);
+        assert_eq!(
+            store.compare_and_set(Some(2), &ended).await.unwrap(),
+            Cas::Written
+        );
+        assert_eq!(event_kinds(&store).await, ["reserved", "released"]);
+    }
+
+    /// Writes in sequence while member 0 is frozen (SIGSTOP): the first that
+    /// goes to it misses its deadline and is retried elsewhere; after that
+    /// the member is avoided, so writes stop paying the deadline. Once
+    /// resumed it answers a probe and is healthy again.
+    async fn a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(
+        backend: &EtcdBackend,
+        cluster: &LocalEtcdCluster,
+    ) {
+        const WRITES: usize = 30;
+        let store =
+            EtcdGlobalStore::connect(&backend.endpoints, &backend.prefix("global", "frozen"))
+                .await
+                .unwrap();
+        let failover = store.failover().unwrap();
+        assert!(cluster.freeze_member(0));
+        let iad = homing_core::DcId::new("iad").unwrap();
+        for n in 0..WRITES {
+            let key = Key::new(homing_core::KeyName::new(format!("f{n}")).unwrap());
+            let id = ReservationId::new(iad.clone(), n as u64 + 1);
+            let written = store.set_if_absent(&key, &id).await;
+            if written.is_err() {
+                cluster.thaw_member(0);
+            }
+            assert_eq!(written.unwrap(), SetIfAbsent::Inserted);
+        }
+        let missed = failover.total(FailoverEvent::DeadlineMissed);
+        let healthy_while_frozen = failover.endpoints()[0].healthy();
+        assert!(cluster.thaw_member(0));
+        // A frozen leader also stalls the others until one is elected: a
+        // few misses there, never one per write that went round to member 0
+        // (without avoiding it: 12 in 30).
+        assert!(
+            (1..=5).contains(&missed),
+            "{missed} deadlines missed in {WRITES} writes"
+        );
+        assert!(!healthy_while_frozen, "the frozen member was not avoided");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !failover.endpoints()[0].healthy() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the resumed member did not answer a probe within 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Calls at once on fresh keys and on keys already taken, several per
+    /// key: grouped into nested transactions, each call is answered what its
+    /// own key holds — one `Inserted` per fresh key, every other call the
+    /// winner's id.
+    async fn concurrent_write_once_calls_each_get_their_own_outcome(backend: &EtcdBackend) {
+        const KEYS: usize = 96;
+        const CALLS_PER_KEY: usize = 3;
+        let store = Arc::new(
+            EtcdGlobalStore::connect(&backend.endpoints, &backend.prefix("global", "batched"))
+                .await
+                .unwrap(),
+        );
+        let iad = homing_core::DcId::new("iad").unwrap();
+        let key = |k: usize| Key::new(homing_core::KeyName::new(format!("b{k}")).unwrap());
+        let id =
+            |k: usize, call: usize| ReservationId::new(iad.clone(), (k * 10 + call + 1) as u64);
+        // Every other key is taken before the race, by call 9.
+        for k in (0..KEYS).step_by(2) {
+            assert_eq!(
+                store.set_if_absent(&key(k), &id(k, 9)).await.unwrap(),
+                SetIfAbsent::Inserted
+            );
+        }
+        let mut tasks = Vec::new();
+        for call in 0..CALLS_PER_KEY {
+            for k in 0..KEYS {
+                let (store, key, id) = (store.clone(), key(k), id(k, call));
+                tasks.push(tokio::spawn(async move {
+                    (k, id.clone(), store.set_if_absent(&key, &id).await.unwrap())
+                }));
+            }
+        }
+        let mut winners = std::collections::BTreeMap::new();
+        let mut answers = Vec::new();
+        for task in tasks {
+            let (k, id, outcome) = task.await.unwrap();
+            if outcome == SetIfAbsent::Inserted {
+                assert!(winners.insert(k, id).is_none(), "two calls inserted b{k}");
+            } else {
+                answers.push((k, outcome));
+            }
+        }
+        for k in 0..KEYS {
+            let winner = match winners.get(&k) {
+                Some(winner) => {
+                    assert!(k % 2 == 1, "b{k} was taken before the race");
+                    winner.clone()
+                }
+                None => {
+                    assert!(k % 2 == 0, "no call inserted fresh b{k}");
+                    id(k, 9)
+                }
+            };
+            assert_eq!(store.get(&key(k)).await.unwrap(), Some(winner));
+        }
+        for (k, outcome) in answers {
+            let stored = store.get(&key(k)).await.unwrap().unwrap();
+            assert_eq!(outcome, SetIfAbsent::Exists(stored), "b{k}");
+        }
     }
 }

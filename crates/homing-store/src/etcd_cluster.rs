@@ -1,7 +1,9 @@
 //! A throwaway 3-member etcd cluster on loopback, for tests, the store
 //! benchmark and the end-to-end suite (cargo feature `etcd`). Members run the
 //! `etcd` binary from `PATH` with data in a temporary directory; a member can
-//! be killed on its own (the other two keep the quorum); dropping the cluster
+//! be killed on its own (the other two keep the quorum) or frozen with
+//! SIGSTOP (a GC pause, a stalled disk, a frozen VM: its connections stay
+//! open and swallow requests) and resumed with SIGCONT; dropping the cluster
 //! kills every member still running, also when a test panics.
 
 use std::net::TcpListener;
@@ -133,6 +135,28 @@ impl LocalEtcdCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGSTOPs member `index` (0-based): it stops answering but keeps its
+    /// sockets open, so clients see silence, not a reset. Returns false if
+    /// the member is not running.
+    pub fn freeze_member(&self, index: usize) -> bool {
+        self.signal_member(index, rustix::process::Signal::STOP)
+    }
+
+    /// SIGCONTs member `index` after [`LocalEtcdCluster::freeze_member`].
+    pub fn thaw_member(&self, index: usize) -> bool {
+        self.signal_member(index, rustix::process::Signal::CONT)
+    }
+
+    fn signal_member(&self, index: usize, signal: rustix::process::Signal) -> bool {
+        let Some(Some(child)) = self.members.get(index) else {
+            return false;
+        };
+        let pid = i32::try_from(child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw);
+        pid.is_some_and(|pid| rustix::process::kill_process(pid, signal).is_ok())
     }
 
     /// How many members are still running.

@@ -23,7 +23,9 @@
 //! record, the event at `head + 1` and the new head in that one
 //! transaction; such appends of one process take turns (a renewal, which
 //! derives none, does not wait for them), so they only conflict with other
-//! processes' appends.
+//! processes' appends. Concurrent `set_if_absent` calls share one
+//! transaction (`write_once`): each key read and set when absent, a conflict
+//! on any key retrying the batch.
 //!
 //! The FDB client network must run before any database is opened:
 //! [`FdbNetwork::start`] starts it (at most once per process) and
@@ -44,6 +46,7 @@ use crate::dc::{
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
+use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 /// Most attempts of one transaction (conflicts, recoverable FDB errors).
 pub const TRANSACTION_ATTEMPTS_MAX: usize = 16;
@@ -194,18 +197,70 @@ macro_rules! step {
 /// A [`GlobalStore`] in FoundationDB.
 pub struct FdbGlobalStore {
     space: Space,
+    /// Groups concurrent `set_if_absent` calls into one transaction.
+    batcher: WriteOnceBatcher,
 }
 
 impl FdbGlobalStore {
     /// A store over `db` (network already booted) with keys under `prefix`
-    /// (e.g. `b"homing/<deployment>/global/"`).
+    /// (e.g. `b"homing/<deployment>/global/"`). Spawns the store's
+    /// write-once batcher on the current tokio runtime (it ends when the
+    /// store is dropped).
     pub fn new(db: std::sync::Arc<Database>, prefix: &[u8]) -> FdbGlobalStore {
+        let space = Space {
+            db,
+            prefix: prefix.to_vec(),
+        };
+        let entries = std::sync::Arc::new(Entries {
+            space: space.clone(),
+        });
         FdbGlobalStore {
-            space: Space {
-                db,
-                prefix: prefix.to_vec(),
-            },
+            space,
+            batcher: WriteOnceBatcher::start(entries),
         }
+    }
+}
+
+/// The global entries under one prefix, as the write-once batcher writes them.
+struct Entries {
+    space: Space,
+}
+
+#[async_trait]
+impl WriteOnceBatch for Entries {
+    /// One serializable transaction: each key read (adding its conflict
+    /// range) and set when absent. A conflict on any key retries the whole
+    /// batch, which then reads the winner's entry for that key.
+    async fn commit(&self, batch: &[(Key, ReservationId)]) -> Result<Vec<SetIfAbsent>, StoreError> {
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = batch
+            .iter()
+            .map(|(key, id)| {
+                let k = self.space.key(b"g/", &keyspace::key_bytes(key));
+                (k, keyspace::id_bytes(id))
+            })
+            .collect();
+        let found = transact!(self.space, trx, {
+            let mut found = Vec::with_capacity(entries.len());
+            for (k, v) in &entries {
+                let existing = step!(trx.get(k, false).await).map(|e| e.to_vec());
+                if existing.is_none() {
+                    trx.set(k, v);
+                }
+                found.push(existing);
+            }
+            Ok(Step::Done(found))
+        })?;
+        found
+            .into_iter()
+            .map(|existing| match existing {
+                None => Ok(SetIfAbsent::Inserted),
+                Some(bytes) => Ok(SetIfAbsent::Exists(keyspace::decode_id(&bytes)?)),
+            })
+            .collect()
+    }
+
+    fn backend(&self) -> &'static str {
+        "fdb"
     }
 }
 
@@ -245,21 +300,7 @@ impl GlobalStore for FdbGlobalStore {
         key: &Key,
         id: &ReservationId,
     ) -> Result<SetIfAbsent, StoreError> {
-        let k = self.space.key(b"g/", &keyspace::key_bytes(key));
-        let v = keyspace::id_bytes(id);
-        transact!(
-            self.space,
-            trx,
-            match step!(trx.get(&k, false).await) {
-                Some(existing) => Ok(Step::Done(SetIfAbsent::Exists(keyspace::decode_id(
-                    &existing,
-                )?))),
-                None => {
-                    trx.set(&k, &v);
-                    Ok(Step::Done(SetIfAbsent::Inserted))
-                }
-            }
-        )
+        self.batcher.set_if_absent(key, id).await
     }
 
     async fn scan(

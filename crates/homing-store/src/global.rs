@@ -1,10 +1,13 @@
 //! The global store contract: `key → ReservationId`, written once, never
 //! changed, never deleted. There is deliberately no update or delete in the API.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use homing_core::{Key, ReservationId};
 
 use crate::error::StoreError;
+use crate::failover::Failover;
 
 /// Most keys one [`GlobalStore::get_many`] may ask for (an etcd transaction
 /// holds at most 128 operations by default).
@@ -59,6 +62,13 @@ pub trait GlobalStore: Send + Sync + 'static {
         after: Option<&Key>,
         limit: usize,
     ) -> Result<Vec<(Key, ReservationId)>, StoreError>;
+
+    /// Its endpoints' health and failover counters, for a store that talks
+    /// to several servers and goes around a silent one (etcd); `None` for
+    /// the others.
+    fn failover(&self) -> Option<Arc<Failover>> {
+        None
+    }
 
     /// Whether the store serves now (homingd's `/healthz` asks): one
     /// linearizable read, plus what a backend needs to write (redb: its

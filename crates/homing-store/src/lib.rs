@@ -54,6 +54,7 @@ pub mod error;
 pub mod etcd;
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
+pub mod failover;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 pub mod global;
@@ -61,10 +62,13 @@ pub mod keyspace;
 pub mod memory;
 pub mod migrate;
 pub mod redb;
+#[cfg(any(feature = "etcd", feature = "fdb", test))]
+pub mod write_once;
 mod writer;
 
 pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
 pub use error::StoreError;
+pub use failover::{EndpointHealth, Failover, FailoverEvent};
 pub use global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
 pub use memory::{MemoryDcStore, MemoryGlobalStore};
 pub use redb::{CommitMode, RedbDcStore, RedbGlobalStore, RedbOptions};

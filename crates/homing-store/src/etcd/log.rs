@@ -17,6 +17,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use homing_core::{Event, EventSeq};
 use tokio::sync::{mpsc, oneshot};
 
+use super::members::Op;
 use super::{CAS_ATTEMPTS_MAX, EVENT_HEAD, EVENTS, Space, decode_counter, every_first_kv};
 use crate::error::StoreError;
 use crate::keyspace;
@@ -36,7 +37,7 @@ pub(super) struct Append {
     pub(super) record_key: Vec<u8>,
     /// Its `mod_revision` as the caller read it (`None`: absent).
     pub(super) read_revision: Option<i64>,
-    /// The record (and, for a create, its index entry).
+    /// The record first (and, for a create, its index entry).
     pub(super) puts: Vec<(Vec<u8>, Vec<u8>)>,
     /// The event the change derives, if any (a renewal derives none); the
     /// appender numbers it.
@@ -146,20 +147,6 @@ async fn run(space: Space, mut rx: mpsc::Receiver<Queued>) {
     }
 }
 
-/// A copy of `e` for each caller of a failed group.
-fn copy(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable { backend, reason } => StoreError::Unavailable {
-            backend,
-            reason: reason.clone(),
-        },
-        e => StoreError::Backend {
-            backend: "etcd",
-            reason: e.to_string(),
-        },
-    }
-}
-
 /// Writes `group` (bounded retries when only the head moved) and answers
 /// every caller.
 async fn commit(
@@ -183,7 +170,7 @@ async fn commit(
             Err(e) => {
                 *head = None;
                 for q in group.drain(..) {
-                    let _ = q.reply.send(Err(copy(&e)));
+                    let _ = q.reply.send(Err(e.for_each_caller("etcd")));
                 }
                 return;
             }
@@ -212,7 +199,7 @@ async fn attempt(
         let base = match *head {
             Some(seq) => seq,
             None => {
-                let response = space.get(head_key.to_vec(), None).await?;
+                let response = space.get(Op::HotRead, head_key.to_vec(), None).await?;
                 decode_counter("event head", response.kvs().first())?
             }
         };
@@ -280,7 +267,8 @@ async fn attempt(
         reread.push(TxnOp::get(head_key.to_vec(), None));
     }
     let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
-    let (written, revision, responses, resent) = space.txn_at(txn).await?;
+    let txned = space.txn_at(Op::HotWrite, txn).await?;
+    let (written, revision, responses) = (txned.succeeded, txned.revision, txned.responses);
     if written {
         if base.is_some() {
             *head = Some(seq);
@@ -293,18 +281,36 @@ async fn attempt(
         *head = Some(decode_counter("event head", head_kv.as_ref())?);
     }
     // A record that moved may have been written by this very group on an
-    // earlier try whose answer was lost (the transport retries): its caller
-    // judges against it and recognises its own record
-    // (`Cas::after_unknown_outcome`).
+    // attempt that was abandoned and landed (`members`): a transaction is
+    // all or nothing, so if the group landed every record holds the bytes
+    // its caller put, at the revision the group got. That caller is told
+    // Written, once; every guard of the group now fails, so it cannot land
+    // again. Any other moved record is told to its caller, who judges anew.
     let mut kept = Vec::with_capacity(group.len());
     for (q, kv) in group.drain(..).zip(now) {
         let revision = kv.as_ref().map(KeyValue::mod_revision);
         if revision == q.append.read_revision {
             kept.push(q);
+        } else if let Some(revision) = landed(txned.ambiguous, &q.append, kv.as_ref()) {
+            space.members.resolved_ambiguous();
+            let _ = q.reply.send(Ok(Appended::Written { revision }));
         } else {
-            let _ = q.reply.send(Ok(Appended::Moved { now: kv, resent }));
+            let _ = q.reply.send(Ok(Appended::Moved {
+                now: kv,
+                resent: txned.ambiguous,
+            }));
         }
     }
     *group = kept;
     Ok(None)
+}
+
+/// The revision `append`'s record was written at, if an ambiguous attempt of
+/// its group landed: the record now holds exactly the bytes it put (records
+/// carry their version, so equal bytes are this write, not another's).
+fn landed(ambiguous: bool, append: &Append, now: Option<&KeyValue>) -> Option<i64> {
+    let now = now.filter(|_| ambiguous)?;
+    // Invariant: an append's first put is its record (see `Append::puts`).
+    let (_, record) = append.puts.first()?;
+    (now.value() == record.as_slice()).then(|| now.mod_revision())
 }
