@@ -428,7 +428,15 @@ async fn story(net: &Devnet) -> anyhow::Result<u32> {
         host_time: host_now(),
     };
     let renewed = actors.host(&b).request(&net.peer(&b), &renew).await?;
-    println!("   {b}'s host renews: {renewed:?}");
+    let answer = match &renewed {
+        Reply::Renew(RenewReply::Renewed(_)) => "renewed".to_string(),
+        Reply::Renew(RenewReply::Draining) => "draining, no more renewals".to_string(),
+        Reply::Renew(RenewReply::StaleToken { current }) => format!("stale token (now {current})"),
+        Reply::Renew(RenewReply::Expired) => "expired".to_string(),
+        Reply::Error(e) => format!("refused: {e}"),
+        _ => "an answer of the wrong kind".to_string(),
+    };
+    println!("   {b}'s host renews: {answer}");
     s.check(
         matches!(renewed, Reply::Renew(RenewReply::Draining)),
         "renewal refused: the host stops by its deadlines",
