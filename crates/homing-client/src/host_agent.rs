@@ -351,12 +351,9 @@ impl HostAgent {
             token,
             deadlines,
             previous,
-        } = match reply {
-            AcquireReply::Acquired(grant) => grant,
-            AcquireReply::HeldElsewhere(holder) => return Ok(AcquireReply::HeldElsewhere(holder)),
-            AcquireReply::TagMismatch { existing } => {
-                return Ok(AcquireReply::TagMismatch { existing });
-            }
+        } = match reply.into_grant() {
+            Ok(grant) => grant,
+            Err(elsewhere) => return Ok(elsewhere),
         };
         let clock = MonoClock { epoch: sent_at };
         let lease = match HostLease::start(

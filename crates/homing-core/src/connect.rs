@@ -89,12 +89,13 @@ pub enum AcquireReply<G = Grant> {
 }
 
 impl<G> AcquireReply<G> {
-    /// The same reply with the winner's grant turned into `f(grant)`.
-    pub fn map_acquired<H>(self, f: impl FnOnce(G) -> H) -> AcquireReply<H> {
+    /// The grant if the caller won; otherwise the reply as it stands, ready
+    /// to be handed on with whatever grant type the caller's caller holds.
+    pub fn into_grant<H>(self) -> Result<G, AcquireReply<H>> {
         match self {
-            AcquireReply::Acquired(grant) => AcquireReply::Acquired(f(grant)),
-            AcquireReply::HeldElsewhere(holder) => AcquireReply::HeldElsewhere(holder),
-            AcquireReply::TagMismatch { existing } => AcquireReply::TagMismatch { existing },
+            AcquireReply::Acquired(grant) => Ok(grant),
+            AcquireReply::HeldElsewhere(holder) => Err(AcquireReply::HeldElsewhere(holder)),
+            AcquireReply::TagMismatch { existing } => Err(AcquireReply::TagMismatch { existing }),
         }
     }
 }

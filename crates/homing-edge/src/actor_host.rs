@@ -124,12 +124,12 @@ impl ActorHost {
         let stop = Arc::new(stop);
         let terminate = Arc::new(Terminate { stop: stop.clone() });
         let agent_config = HostAgentConfig::new(config.dc.clone(), config.key, actor.clone());
-        let agent = match HostAgent::start(client, agent_config, terminate).await? {
-            AcquireReply::Acquired(agent) => agent,
-            AcquireReply::HeldElsewhere(holder) => return Ok(AcquireReply::HeldElsewhere(holder)),
-            AcquireReply::TagMismatch { existing } => {
-                return Ok(AcquireReply::TagMismatch { existing });
-            }
+        let agent = match HostAgent::start(client, agent_config, terminate)
+            .await?
+            .into_grant()
+        {
+            Ok(agent) => agent,
+            Err(elsewhere) => return Ok(elsewhere),
         };
         let landed = Bytes::from(
             json::Object::new()
