@@ -63,9 +63,7 @@ struct Lease {
 #[derive(Debug, Clone, Copy)]
 struct Renewing {
     rpc: u64,
-    sent: HostTime,
-    sent_at: HostInstant,
-    sent_at_us: u64,
+    sent: Sent,
 }
 
 /// When a request left the host, by its clock and in true time.
@@ -163,6 +161,15 @@ impl Sim {
         HostInstant::from_us(self.hosts[h].clock.local_us(self.now))
     }
 
+    /// A request host `h` sends now: its clock's reading and instant, and true time.
+    fn host_sent(&self, h: usize) -> Sent {
+        Sent {
+            host_time: self.hosts[h].clock.host_time(self.now),
+            instant: self.host_instant(h),
+            true_us: self.now,
+        }
+    }
+
     /// Does what host `h`'s lease asks until it waits: renew, stop
     /// gracefully, kill, or arm a timer for its next deadline.
     fn drive_lease(&mut self, h: usize) {
@@ -206,11 +213,11 @@ impl Sim {
         let HostState::Holding(lease) = &self.hosts[h].state else {
             return;
         };
-        let host_time = self.hosts[h].clock.host_time(self.now);
+        let sent = self.host_sent(h);
         let request = Request::Renew {
             reservation: lease.reservation.clone(),
             token: lease.token,
-            host_time,
+            host_time: sent.host_time,
         };
         let key = lease.key;
         let by_us = self.hosts[h].clock.first_true_us_at_us(by.as_us());
@@ -223,12 +230,7 @@ impl Sim {
             request,
             timeout,
         );
-        let renewing = Renewing {
-            rpc,
-            sent: host_time,
-            sent_at: self.host_instant(h),
-            sent_at_us: self.now,
-        };
+        let renewing = Renewing { rpc, sent };
         if let HostState::Holding(l) = &mut self.hosts[h].state {
             l.renewing = Some(renewing);
         }
@@ -308,6 +310,7 @@ impl Sim {
 
     fn host_acquire(&mut self, h: usize) {
         let key = self.pick_key();
+        let sent = self.host_sent(h);
         let host = &mut self.hosts[h];
         host.acquires += 1;
         // Invariant: "h<n>.<n>.<n>" satisfies the actor-id rule.
@@ -316,11 +319,6 @@ impl Sim {
             host.idx, host.incarnation, host.acquires
         ))
         .expect("valid actor id");
-        let sent = Sent {
-            host_time: host.clock.host_time(self.now),
-            instant: HostInstant::from_us(host.clock.local_us(self.now)),
-            true_us: self.now,
-        };
         let host_time = sent.host_time;
         let dc = host.dc;
         let w = &self.scenario.workload;
@@ -494,9 +492,10 @@ impl Sim {
             Some(homing_core::RenewReply::Renewed(deadlines)) => Some(*deadlines),
             _ => None,
         };
-        let renewal = lease
-            .lease
-            .handle_renew(answer, renewing.sent, renewing.sent_at, now);
+        let renewal =
+            lease
+                .lease
+                .handle_renew(answer, renewing.sent.host_time, renewing.sent.instant, now);
         match renewal {
             Renewal::Moved(_) => {
                 lease.hard = deadlines.expect("moved by a renewal").hard_terminate_at
@@ -506,7 +505,7 @@ impl Sim {
             Renewal::Lost | Renewal::Failed { .. } => {}
         }
         if answered {
-            let latency = self.now - renewing.sent_at_us;
+            let latency = self.now - renewing.sent.true_us;
             self.measurements.record(Op::Renew, latency, 0, 0);
         }
         self.drive_lease(h);
