@@ -304,13 +304,10 @@ impl Upkeep {
             Some(Job::Reap(id)) => self.changing(more, id, Change::Expire),
             Some(Job::Abandon(id)) => self.changing(more, id, Change::Abandon),
             None if more => Phase::Scan,
-            None if !self.proofs.is_empty() => {
-                let record = self.proofs.pop_front().expect("not empty");
-                Phase::Proving { more, record }
-            }
-            None => match self.limits.events_retained {
-                Some(_) => Phase::Events,
-                None => self.finish(None),
+            None => match (self.proofs.pop_front(), self.limits.events_retained) {
+                (Some(record), _) => Phase::Proving { more, record },
+                (None, Some(_)) => Phase::Events,
+                (None, None) => self.finish(None),
             },
         };
     }
