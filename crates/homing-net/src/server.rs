@@ -191,23 +191,25 @@ fn size_receive_buffer(socket: &std::net::UdpSocket, bytes: usize) {
     let granted = socket
         .set_recv_buffer_size(bytes)
         .and_then(|()| socket.recv_buffer_size());
-    // Linux grants twice what is asked (half of it for bookkeeping) and
-    // reports that.
-    let full = if cfg!(target_os = "linux") {
-        bytes.saturating_mul(2)
-    } else {
-        bytes
+    // Linux reports twice the buffer it set (half of it is bookkeeping):
+    // what datagrams may use is half the figure reported.
+    let usable = |reported: usize| {
+        if cfg!(target_os = "linux") {
+            reported / 2
+        } else {
+            reported
+        }
     };
-    match granted {
-        Ok(granted) if granted >= full => {
+    match granted.map(usable) {
+        Ok(usable) if usable >= bytes => {
             debug!(
-                udp_receive_buffer_bytes = granted,
+                udp_receive_buffer_bytes = usable,
                 "udp receive buffer sized"
             );
         }
-        Ok(granted) => warn!(
+        Ok(usable) => warn!(
             asked_bytes = bytes,
-            granted_bytes = granted,
+            usable_bytes = usable,
             "udp receive buffer capped by the system: raise net.core.rmem_max (see OPERATIONS.md)"
         ),
         Err(error) => warn!(%error, "udp receive buffer could not be sized"),
