@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use homing_core::{
-    AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, Key, LinkReply, LocalSegment,
-    Reply, Request, ReservationId, ScanCursor, Segment, SegmentError, Source, Written,
-    chain::HOP_LIMIT_DEFAULT,
+    AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage, ErrorKind,
+    ErrorReply, Key, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment, SegmentError,
+    Source, StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_node::{
@@ -78,8 +78,9 @@ pub struct Dc {
     pub(crate) waiters: Waiters<u64>,
     /// Volatile: the upkeep pass and the proofs it remembers.
     pub(crate) upkeep: Upkeep,
-    /// Durable: the records in scan order (key, then reservation).
-    by_key: BTreeSet<(Key, ReservationId)>,
+    /// Durable: the expiry index, as homing-store keeps it (kind, time,
+    /// reservation); a settled member has no entry.
+    due: BTreeMap<DueKind, BTreeSet<(StoreTime, ReservationId)>>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     next_task: u64,
@@ -112,7 +113,7 @@ impl Dc {
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
             upkeep,
-            by_key: BTreeSet::new(),
+            due: BTreeMap::new(),
             woken: BTreeMap::new(),
             next_task: 0,
         }
@@ -120,17 +121,63 @@ impl Dc {
 }
 
 impl Dc {
-    /// A page of records in scan order after `after`, at most `limit`.
-    pub(crate) fn scan(&self, after: Option<&ScanCursor>, limit: usize) -> Vec<DcRecord> {
+    /// A page of the expiry index: records of `kind` due by `until`, after
+    /// `after`, at most `limit` (homing-store's `DcStore::due`).
+    pub(crate) fn due(
+        &self,
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<&DueCursor>,
+        limit: usize,
+    ) -> DuePage {
         let start = match after {
-            Some(c) => Bound::Excluded((c.key.clone(), c.id.clone())),
+            Some(c) => Bound::Excluded((c.at, c.id.clone())),
             None => Bound::Unbounded,
         };
-        self.by_key
-            .range((start, Bound::Unbounded))
-            .take(limit)
-            .map(|(_, id)| self.records[id].clone())
-            .collect()
+        let mut page = DuePage::default();
+        let Some(section) = self.due.get(&kind) else {
+            return page;
+        };
+        let entries = section.range((start, Bound::Unbounded));
+        for (at, id) in entries.take_while(|(at, _)| *at <= until).take(limit) {
+            page.records.push(self.records[id].clone());
+            page.next = Some(DueCursor {
+                at: *at,
+                id: id.clone(),
+            });
+        }
+        if page.records.len() < limit {
+            page.next = None;
+            let not_due = section.iter().rev().take_while(|(at, _)| *at > until);
+            page.pending = not_due.count() as u64;
+        }
+        page
+    }
+
+    /// Moves `id`'s expiry entry from `old` to `new` (a write).
+    fn reindex(&mut self, id: &ReservationId, old: Option<Due>, new: Option<Due>) {
+        if let Some(old) = old {
+            let section = self.due.entry(old.kind).or_default();
+            section.remove(&(old.at, id.clone()));
+        }
+        if let Some(new) = new {
+            let section = self.due.entry(new.kind).or_default();
+            section.insert((new.at, id.clone()));
+        }
+    }
+
+    /// Drops a proven member's released entry if the record has `version`.
+    pub(crate) fn settle(&mut self, id: &ReservationId, version: u64) -> bool {
+        let Some(due) = self
+            .records
+            .get(id)
+            .filter(|r| r.version == version)
+            .and_then(Due::of)
+        else {
+            return false;
+        };
+        let section = self.due.entry(due.kind).or_default();
+        due.kind == DueKind::Released && section.remove(&(due.at, id.clone()))
     }
 }
 
@@ -212,9 +259,15 @@ pub(crate) enum StoreOp {
         expected: Option<u64>,
         record: DcRecord,
     },
-    Scan {
-        after: Option<ScanCursor>,
+    Due {
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<DueCursor>,
         limit: usize,
+    },
+    Settle {
+        id: ReservationId,
+        version: u64,
     },
 }
 
@@ -799,11 +852,10 @@ impl Sim {
         };
         self.current_key = key;
         let version = record.version;
-        let key_of = record.key.clone();
+        let new_due = Due::of(&record);
         let previous = self.dcs[d].records.insert(id.clone(), record);
-        if previous.is_none() {
-            self.dcs[d].by_key.insert((key_of, id.clone()));
-        }
+        let old_due = previous.as_ref().and_then(Due::of);
+        self.dcs[d].reindex(&id, old_due, new_due);
         let view = View {
             dcs: &self.dcs,
             global: &self.global,
@@ -927,7 +979,9 @@ impl Sim {
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
                 }
             }
-            StoreOp::Scan { .. } => Next::Reply(error(ErrorKind::Internal, "unexpected scan")),
+            StoreOp::Due { .. } | StoreOp::Settle { .. } => {
+                Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read"))
+            }
             StoreOp::Allocate => {
                 self.dcs[d].allocated += 1;
                 let unique = self.dcs[d].allocated;

@@ -1,5 +1,6 @@
 //! Each simulated DC's upkeep: homing-node's `Upkeep` — the pass homingd
-//! runs (reap lapsed leases, abandon proven orphans) — performed with
+//! runs (reap lapsed leases, abandon proven orphans, settle proven members,
+//! reading only what the DC's expiry index says is due) — performed with
 //! simulated store operations and peer requests, each taking its latency. A
 //! pass starts every `reaper_interval_ms` unless one still runs (homingd
 //! waits the interval after a pass ends: the simulator's passes may start a
@@ -13,7 +14,7 @@ use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
-/// Records per scan page (homing-store's `SCAN_LIMIT_MAX`).
+/// Index entries per page.
 pub const SCAN_PAGE_RECORDS: usize = 256;
 
 /// A DC's upkeep as it starts: no proofs remembered, no event log to trim.
@@ -47,7 +48,8 @@ impl Sim {
         if !self.dcs[d].up || self.dcs[d].upkeep.running() {
             return;
         }
-        self.dcs[d].upkeep.start();
+        let now = self.dcs[d].clock.store_time(self.now);
+        self.dcs[d].upkeep.start(now);
         let task = Task {
             client: NodeId::Dc(d as u16),
             rpc: 0,
@@ -64,9 +66,18 @@ impl Sim {
     pub(crate) fn upkeep_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
         let now = self.dcs[d].clock.store_time(self.now);
         match op {
-            StoreOp::Scan { after, limit } => {
-                let page = self.dcs[d].scan(after.as_ref(), limit);
-                self.dcs[d].upkeep.handle_page(Ok(page), now);
+            StoreOp::Due {
+                kind,
+                until,
+                after,
+                limit,
+            } => {
+                let page = self.dcs[d].due(kind, until, after.as_ref(), limit);
+                self.dcs[d].upkeep.handle_due(Ok(page), now);
+            }
+            StoreOp::Settle { id, version } => {
+                let settled = self.dcs[d].settle(&id, version);
+                self.dcs[d].upkeep.handle_settled(Ok(settled));
             }
             StoreOp::Get(id) => {
                 let record = self.dcs[d].records.get(&id).cloned();
@@ -115,7 +126,9 @@ impl Sim {
             self.measurements.count(match event {
                 UpkeepEvent::Reaped(_) => "lease_reaped",
                 UpkeepEvent::Abandoned(_) => "orphan_abandoned",
-                UpkeepEvent::Confirmed(_) => "orphan_proof_member",
+                UpkeepEvent::Confirmed(..) => "orphan_proof_member",
+                UpkeepEvent::BadRecord(_) => "upkeep_bad_record",
+                UpkeepEvent::SettleFailed(..) => "upkeep_settle_failed",
                 UpkeepEvent::ChangeFailed(..) => "upkeep_change_failed",
                 UpkeepEvent::ScanFailed(_) => "upkeep_scan_failed",
                 UpkeepEvent::Trimmed(_) | UpkeepEvent::TrimFailed(_) => "upkeep_trim",
@@ -123,7 +136,18 @@ impl Sim {
             });
         }
         let next = match poll {
-            UpkeepPoll::Scan { after, limit } => Next::Store(StoreOp::Scan { after, limit }),
+            UpkeepPoll::Due {
+                kind,
+                until,
+                after,
+                limit,
+            } => Next::Store(StoreOp::Due {
+                kind,
+                until,
+                after,
+                limit,
+            }),
+            UpkeepPoll::Settle { id, version } => Next::Store(StoreOp::Settle { id, version }),
             UpkeepPoll::Read(id) => Next::Store(StoreOp::Get(id)),
             UpkeepPoll::Write {
                 expected, record, ..

@@ -27,6 +27,7 @@ pub mod actor;
 pub mod chain;
 pub mod connect;
 pub mod dc;
+pub mod due;
 pub mod event;
 pub mod fencing;
 pub mod host_lease;
@@ -47,6 +48,7 @@ pub use connect::{
     AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, Written,
 };
 pub use dc::DcId;
+pub use due::{BadRecord, Due, DueCursor, DueKind, DuePage};
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;
 pub use host_lease::{HostInstant, HostLease, HostLeasePoll};

@@ -95,6 +95,7 @@ pub struct Metrics {
     global_cache_hits: AtomicU64,
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
+    upkeep_bad_records: AtomicU64,
     waiters: Arc<AtomicU64>,
     event_head: AtomicU64,
     connections: OnceLock<homing_net::ServerStats>,
@@ -151,6 +152,11 @@ impl Metrics {
     /// Leases active at the last reaper pass.
     pub fn set_active_leases(&self, n: u64) {
         self.active_leases.store(n, Ordering::Relaxed);
+    }
+
+    /// The upkeep skipped an expiry-index entry whose record could not be read.
+    pub fn upkeep_bad_record(&self) {
+        self.upkeep_bad_records.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The gauge of parked acquirers, kept current by the waiter registry.
@@ -226,6 +232,11 @@ impl Metrics {
             out,
             "# HELP homing_active_leases Leases active in this DC at the last reaper pass.\n# TYPE homing_active_leases gauge\nhoming_active_leases {}",
             self.active_leases.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_upkeep_bad_records_total Expiry-index entries the upkeep skipped because their record could not be read back (each pass that meets one counts it again).\n# TYPE homing_upkeep_bad_records_total counter\nhoming_upkeep_bad_records_total {}",
+            self.upkeep_bad_records.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -1,7 +1,8 @@
 //! homingd's driver of homing-node's [`Upkeep`]: every `interval` after the
-//! last pass ended, one pass over the DC store — reap lapsed leases, abandon
-//! proven orphans, trim the event log — performing what the stepper asks
-//! with this DC's stores and peers, logging and counting what it reports.
+//! last pass ended, one pass over what the DC store's expiry index says is
+//! due — reap lapsed leases, abandon proven orphans and settle proven
+//! members, trim the event log — performing what the stepper asks with this
+//! DC's stores and peers, logging and counting what it reports.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,14 +48,22 @@ pub fn upkeep(node: &Node, config: UpkeepConfig) -> Upkeep {
 
 /// One whole pass.
 pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
-    upkeep.start();
+    upkeep.start(store_now());
     loop {
         match upkeep.poll() {
-            UpkeepPoll::Scan { after, limit } => {
-                let everything = homing_core::NamespaceScope::everything();
-                let page = node.records().scan(&everything, "", after.as_ref(), limit);
+            UpkeepPoll::Due {
+                kind,
+                until,
+                after,
+                limit,
+            } => {
+                let page = node.records().due(kind, until, after.as_ref(), limit);
                 let page = page.await.map_err(|e| node.store_failure(e));
-                upkeep.handle_page(page, store_now());
+                upkeep.handle_due(page, store_now());
+            }
+            UpkeepPoll::Settle { id, version } => {
+                let settled = node.records().settle(&id, version).await;
+                upkeep.handle_settled(settled.map_err(|e| node.store_failure(e)));
             }
             UpkeepPoll::Read(id) => match node.records().get(&id).await {
                 Ok(record) => upkeep.handle_record(record, store_now()),
@@ -103,7 +112,16 @@ fn report(node: &Node, event: UpkeepEvent) {
     match event {
         UpkeepEvent::Reaped(id) => tracing::info!(reservation = %id, "lease expired, reaped"),
         UpkeepEvent::Abandoned(id) => tracing::info!(reservation = %id, "orphan abandoned"),
-        UpkeepEvent::Confirmed(id) => tracing::debug!(reservation = %id, "in its chain"),
+        UpkeepEvent::Confirmed(id, settled) => {
+            tracing::debug!(reservation = %id, settled, "in its chain")
+        }
+        UpkeepEvent::BadRecord(bad) => {
+            node.metrics().upkeep_bad_record();
+            tracing::warn!(reservation = %bad.entry, reason = %bad.reason, "unreadable record skipped by the upkeep")
+        }
+        UpkeepEvent::SettleFailed(id, f) => {
+            tracing::warn!(reservation = %id, error = %f.into_reply(), "settling a proven member failed")
+        }
         UpkeepEvent::ChangeFailed(id, f) => {
             tracing::warn!(reservation = %id, error = %f.into_reply(), "reap or abandon failed")
         }
@@ -113,7 +131,9 @@ fn report(node: &Node, event: UpkeepEvent) {
         UpkeepEvent::Trimmed(before) => tracing::info!(before, "trimmed events"),
         UpkeepEvent::TrimFailed(f) => tracing::warn!(error = %f.into_reply(), "event trim failed"),
         UpkeepEvent::PassDone { active, event_head } => {
-            node.metrics().set_active_leases(active);
+            if let Some(active) = active {
+                node.metrics().set_active_leases(active);
+            }
             if let Some(head) = event_head {
                 node.metrics().set_event_head(head);
             }

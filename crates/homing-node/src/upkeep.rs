@@ -1,48 +1,54 @@
 //! Upkeep: the passes a DC makes over its own records, as a sans-IO stepper.
-//! A pass scans every record page by page and
+//! A pass reads only the records that are due, from the DC store's expiry
+//! index ([`homing_core::Due`]), page by page, so its cost is what is due,
+//! not every record the DC ever wrote:
 //!
-//! - reaps: a lease past expiry + grace becomes `Released(Expired)`;
-//! - sweeps: a record released at least `orphan_age_ms` ago that lost its
-//!   race (a crash or an unreachable peer between writing the record and
-//!   winning the global entry or the link) becomes `Abandoned` — only on
-//!   proof that it can never join the chain: the key's global entry, or its
-//!   predecessor's link, names another reservation, and both are
-//!   immutable, so no delayed write can later link to an abandoned record.
-//!   Without an answer (absent entry, unlinked predecessor, unreachable
-//!   DC) the record is left for a later pass. Records proven in the chain
-//!   are remembered (at most [`CONFIRMED_MAX`]) and not asked about again;
+//! - reaps: leases whose expiry + grace has passed (index kind `Lease`)
+//!   become `Released(Expired)`;
+//! - sweeps: a record released at least `orphan_age_ms` ago (index kind
+//!   `Released`) that lost its race (a crash or an unreachable peer between
+//!   writing the record and winning the global entry or the link) becomes
+//!   `Abandoned` — only on proof that it can never join the chain: the key's
+//!   global entry, or its predecessor's link, names another reservation, and
+//!   both are immutable, so no delayed write can later link to an abandoned
+//!   record. Without an answer (absent entry, unlinked predecessor,
+//!   unreachable DC) the record is left for a later pass. A record proven in
+//!   the chain is *settled*: its index entry is dropped (it stays a member
+//!   forever), so it is not read or asked about again until it changes;
 //! - trims the event log to the newest `events_retained` events.
+//!
+//! An index entry whose record cannot be read back is reported
+//! ([`UpkeepEvent::BadRecord`]) and skipped: one bad record never stops a
+//! pass.
 //!
 //! Reaps come first: a page's reaps are done before the next page is read,
 //! and proofs (each a global read or a peer round trip, which may time out)
-//! wait until the scan is over, at most [`PROOFS_PER_PASS_MAX`] per pass, so
-//! a slow or unreachable peer never holds up a reap.
+//! wait until the released records are read, at most
+//! [`PROOFS_PER_PASS_MAX`] per pass, so a slow or unreachable peer never
+//! holds up a reap.
 //!
 //! ```text
-//! Scan page ─► reap each due lease (Update Expire) ─► next page
-//! last page ─► prove each candidate (GlobalEntry │ Reservation) ─ orphan ─► Update Abandon
+//! Due(Lease) page ─► reap each (Update Expire) ─► next page
+//! last page ─► Due(Released) pages ─► prove each candidate (GlobalEntry │ Reservation)
+//!           ─ orphan ─► Update Abandon │ member ─► Settle
 //!           ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
 //! ```
 //!
-//! Driver: [`Upkeep::start`] a pass, loop on [`Upkeep::poll`], answer each
-//! [`UpkeepPoll`] with its `handle_*`, take [`Upkeep::poll_event`]s for logs
-//! and counters. One pass at a time.
+//! Driver: [`Upkeep::start`] a pass at the store's `now`, loop on
+//! [`Upkeep::poll`], answer each [`UpkeepPoll`] with its `handle_*`, take
+//! [`Upkeep::poll_event`]s for logs and counters. One pass at a time.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use homing_core::{
-    DcId, DcRecord, EventSeq, Key, LeasePolicy, RecordState, ReservationId, ScanCursor, Segment,
-    StoreTime, Written,
+    BadRecord, DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, Key, LeasePolicy,
+    RecordState, ReservationId, Segment, StoreTime, Written,
 };
 
 use crate::change::{Change, expire};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::update::{Update, UpdatePoll};
-
-/// Most reservations remembered as proven members between passes; past it
-/// the set is cleared and proofs are simply redone.
-pub const CONFIRMED_MAX: usize = 100_000;
 
 /// Most orphan candidates one pass proves; the rest are found again by the
 /// next pass.
@@ -51,7 +57,7 @@ pub const PROOFS_PER_PASS_MAX: usize = 1_024;
 /// What upkeep does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpkeepLimits {
-    /// Records read per scan page.
+    /// Index entries read per page.
     pub page_records: usize,
     /// A released record that lost its race is abandoned once this old, ms.
     pub orphan_age_ms: u64,
@@ -62,12 +68,16 @@ pub struct UpkeepLimits {
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum UpkeepPoll {
-    /// Read the next page of this DC's records (every namespace, in scan
-    /// order); answer with [`Upkeep::handle_page`].
-    Scan {
-        /// Start after this record (`None`: from the first).
-        after: Option<ScanCursor>,
-        /// At most this many.
+    /// Read the next page of the expiry index: records of `kind` due by
+    /// `until`; answer with [`Upkeep::handle_due`].
+    Due {
+        /// Which section of the index.
+        kind: DueKind,
+        /// Entries at or before this store time.
+        until: StoreTime,
+        /// Start after this entry (`None`: from the first).
+        after: Option<DueCursor>,
+        /// At most this many entries.
         limit: usize,
     },
     /// Read this DC's record; answer with [`Upkeep::handle_record`].
@@ -87,6 +97,14 @@ pub enum UpkeepPoll {
     /// What the owner of this reservation (this DC or a peer) answers for
     /// it; answer with [`Upkeep::handle_segment`].
     Reservation(ReservationId),
+    /// Drop this proven member's `Released` entry from the expiry index if
+    /// the record still has `version`; answer with [`Upkeep::handle_settled`].
+    Settle {
+        /// The member.
+        id: ReservationId,
+        /// Its version when proven.
+        version: u64,
+    },
     /// Read the event log's oldest kept and last sequence numbers; answer
     /// with [`Upkeep::handle_events`].
     Events,
@@ -106,20 +124,25 @@ pub enum UpkeepEvent {
     Reaped(ReservationId),
     /// A proven orphan was abandoned.
     Abandoned(ReservationId),
-    /// A record was proven a member of its chain.
-    Confirmed(ReservationId),
+    /// A record was proven a member of its chain (and settled, if `true`).
+    Confirmed(ReservationId, bool),
+    /// An index entry whose record could not be read back: skipped.
+    BadRecord(BadRecord),
     /// A reap or an abandon failed (tried again next pass).
     ChangeFailed(ReservationId, Failure),
-    /// The scan failed: the pass stopped early.
+    /// Reading the index failed: the pass stopped early.
     ScanFailed(Failure),
+    /// Settling a proven member failed (it is proven again next pass).
+    SettleFailed(ReservationId, Failure),
     /// Events before this one were trimmed.
     Trimmed(EventSeq),
     /// Reading or trimming the event log failed.
     TrimFailed(Failure),
-    /// The pass ended: live leases counted, and the log's last event if read.
+    /// The pass ended: leases counted, and the log's last event if read.
     PassDone {
-        /// Leases held at the time of the scan.
-        active: u64,
+        /// Leases not due for the reaper when it read the index (`None`:
+        /// it did not finish reading).
+        active: Option<u64>,
         /// The event log's last sequence number.
         event_head: Option<EventSeq>,
     },
@@ -134,19 +157,25 @@ enum Job {
 #[derive(Debug)]
 enum Phase {
     Idle,
-    Scan,
-    /// Working through the page's jobs; `more`: another page follows.
+    /// Reading a page of the index's `kind` section.
+    Read(DueKind),
+    /// Working through the page's jobs; `more`: another page of `kind` follows.
     Jobs {
+        kind: DueKind,
         more: bool,
     },
     Changing {
+        kind: DueKind,
         more: bool,
         update: Box<Update>,
         reap: bool,
     },
     Proving {
-        more: bool,
         record: DcRecord,
+    },
+    Settling {
+        id: ReservationId,
+        version: u64,
     },
     Events,
     Trim {
@@ -162,13 +191,14 @@ pub struct Upkeep {
     policy: LeasePolicy,
     limits: UpkeepLimits,
     mutations: Mutations,
-    confirmed: BTreeSet<ReservationId>,
     phase: Phase,
-    after: Option<ScanCursor>,
+    /// The store time the pass started at: what is due is judged by it.
+    started: StoreTime,
+    after: Option<DueCursor>,
     jobs: VecDeque<Job>,
-    /// Orphan candidates, proven once the scan is over.
+    /// Orphan candidates, proven once the released records are read.
     proofs: VecDeque<DcRecord>,
-    active: u64,
+    active: Option<u64>,
     events: VecDeque<UpkeepEvent>,
 }
 
@@ -189,12 +219,12 @@ impl Upkeep {
             policy,
             limits,
             mutations,
-            confirmed: BTreeSet::new(),
             phase: Phase::Idle,
+            started: StoreTime::from_ms(0),
             after: None,
             jobs: VecDeque::new(),
             proofs: VecDeque::new(),
-            active: 0,
+            active: None,
             events: VecDeque::new(),
         }
     }
@@ -204,19 +234,30 @@ impl Upkeep {
         !matches!(self.phase, Phase::Idle)
     }
 
-    /// Starts a pass (a no-op while one runs).
-    pub fn start(&mut self) {
+    /// Starts a pass at `now`, store time (a no-op while one runs).
+    pub fn start(&mut self, now: StoreTime) {
         if self.running() {
             return;
         }
-        if self.confirmed.len() > CONFIRMED_MAX {
-            self.confirmed.clear();
-        }
+        self.started = now;
         self.after = None;
-        self.active = 0;
+        self.active = None;
         self.jobs.clear();
         self.proofs.clear();
-        self.phase = Phase::Scan;
+        self.phase = Phase::Read(DueKind::Lease);
+    }
+
+    /// The latest index time due for `kind` in this pass.
+    fn until(&self, kind: DueKind) -> StoreTime {
+        let margin_ms = match kind {
+            // The mutant reaps every lease, so it reads them all.
+            DueKind::Lease if self.mutations.has(Mutation::ReaperIgnoresExpiry) => {
+                return StoreTime::from_ms(u64::MAX);
+            }
+            DueKind::Lease => self.policy.reapable_at(StoreTime::from_ms(0)).as_ms(),
+            DueKind::Released => self.limits.orphan_age_ms,
+        };
+        StoreTime::from_ms(self.started.as_ms().saturating_sub(margin_ms))
     }
 
     /// What happened since the last call, oldest first.
@@ -229,15 +270,18 @@ impl Upkeep {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Idle) {
                 Phase::Idle => return UpkeepPoll::Idle,
-                Phase::Scan => {
-                    self.phase = Phase::Scan;
-                    return UpkeepPoll::Scan {
+                Phase::Read(kind) => {
+                    self.phase = Phase::Read(kind);
+                    return UpkeepPoll::Due {
+                        kind,
+                        until: self.until(kind),
                         after: self.after.clone(),
                         limit: self.limits.page_records,
                     };
                 }
-                Phase::Jobs { more } => self.next_job(more),
+                Phase::Jobs { kind, more } => self.next_job(kind, more),
                 Phase::Changing {
+                    kind,
                     more,
                     mut update,
                     reap,
@@ -262,7 +306,7 @@ impl Upkeep {
                                     UpkeepEvent::Abandoned(id)
                                 });
                             }
-                            self.phase = Phase::Jobs { more };
+                            self.phase = Phase::Jobs { kind, more };
                             continue;
                         }
                         UpdatePoll::Failed(e) => {
@@ -270,19 +314,32 @@ impl Upkeep {
                             let id = update.id().clone();
                             self.events
                                 .push_back(UpkeepEvent::ChangeFailed(id, failure));
-                            self.phase = Phase::Jobs { more };
+                            self.phase = Phase::Jobs { kind, more };
                             continue;
                         }
                     };
-                    self.phase = Phase::Changing { more, update, reap };
+                    self.phase = Phase::Changing {
+                        kind,
+                        more,
+                        update,
+                        reap,
+                    };
                     return poll;
                 }
-                Phase::Proving { more, record } => {
+                Phase::Proving { record } => {
                     let poll = match &record.predecessor {
                         None => UpkeepPoll::GlobalEntry(record.key.clone()),
                         Some(predecessor) => UpkeepPoll::Reservation(predecessor.clone()),
                     };
-                    self.phase = Phase::Proving { more, record };
+                    self.phase = Phase::Proving { record };
+                    return poll;
+                }
+                Phase::Settling { id, version } => {
+                    let poll = UpkeepPoll::Settle {
+                        id: id.clone(),
+                        version,
+                    };
+                    self.phase = Phase::Settling { id, version };
                     return poll;
                 }
                 Phase::Events => {
@@ -297,25 +354,35 @@ impl Upkeep {
         }
     }
 
-    /// Takes the next job of the page, or moves on to the next page or the
-    /// event log.
-    fn next_job(&mut self, more: bool) {
+    /// Takes the next job of the page, or moves on to the next page, the
+    /// released records, the proofs or the event log.
+    fn next_job(&mut self, kind: DueKind, more: bool) {
         self.phase = match self.jobs.pop_front() {
-            Some(Job::Reap(id)) => self.changing(more, id, Change::Expire),
-            Some(Job::Abandon(id)) => self.changing(more, id, Change::Abandon),
-            None if more => Phase::Scan,
-            None => match (self.proofs.pop_front(), self.limits.events_retained) {
-                (Some(record), _) => Phase::Proving { more, record },
-                (None, Some(_)) => Phase::Events,
-                (None, None) => self.finish(None),
-            },
+            Some(Job::Reap(id)) => self.changing(kind, more, id, Change::Expire),
+            Some(Job::Abandon(id)) => self.changing(kind, more, id, Change::Abandon),
+            None if more => Phase::Read(kind),
+            None if kind == DueKind::Lease => {
+                self.after = None;
+                Phase::Read(DueKind::Released)
+            }
+            None => self.next_proof(),
         };
     }
 
-    fn changing(&self, more: bool, id: ReservationId, change: Change) -> Phase {
+    /// The next proof, or the event log once every proof is done.
+    fn next_proof(&mut self) -> Phase {
+        match (self.proofs.pop_front(), self.limits.events_retained) {
+            (Some(record), _) => Phase::Proving { record },
+            (None, Some(_)) => Phase::Events,
+            (None, None) => self.finish(None),
+        }
+    }
+
+    fn changing(&self, kind: DueKind, more: bool, id: ReservationId, change: Change) -> Phase {
         let reap = change == Change::Expire;
         let update = Update::new(self.dc.clone(), id, change, self.mutations);
         Phase::Changing {
+            kind,
             more,
             update: Box::new(update),
             reap,
@@ -330,12 +397,11 @@ impl Upkeep {
         Phase::Idle
     }
 
-    /// A page of records read at `now` (store clock), or why not.
-    pub fn handle_page(&mut self, page: Result<Vec<DcRecord>, Failure>, now: StoreTime) {
-        assert!(
-            matches!(self.phase, Phase::Scan),
-            "upkeep: a page it did not ask for"
-        );
+    /// A page of the expiry index read at `now` (store clock), or why not.
+    pub fn handle_due(&mut self, page: Result<DuePage, Failure>, now: StoreTime) {
+        let Phase::Read(kind) = self.phase else {
+            panic!("upkeep: a page it did not ask for");
+        };
         let page = match page {
             Ok(page) => page,
             Err(failure) => {
@@ -344,23 +410,38 @@ impl Upkeep {
                 return;
             }
         };
-        let more = page.len() >= self.limits.page_records;
-        self.after = page.last().map(ScanCursor::after);
-        for record in page {
-            if expire(&record, now, &self.policy, self.mutations).is_some() {
-                self.jobs.push_back(Job::Reap(record.id.clone()));
-            } else if record.live_actor(now, &self.policy).is_some() {
-                self.active += 1;
-            }
-            if self.sweepable(&record, now) && !self.confirmed.contains(&record.id) {
-                if self.mutations.has(Mutation::SweeperSkipsProof) {
-                    self.jobs.push_back(Job::Abandon(record.id.clone()));
-                } else if self.proofs.len() < PROOFS_PER_PASS_MAX {
-                    self.proofs.push_back(record);
+        assert!(
+            page.records.len() + page.bad.len() <= self.limits.page_records,
+            "upkeep: a page larger than asked for"
+        );
+        self.events
+            .extend(page.bad.into_iter().map(UpkeepEvent::BadRecord));
+        let mut more = page.next.is_some();
+        self.after = page.next;
+        if kind == DueKind::Lease && !more {
+            self.active = Some(page.pending);
+        }
+        for record in page.records {
+            match kind {
+                DueKind::Lease => {
+                    if expire(&record, now, &self.policy, self.mutations).is_some() {
+                        self.jobs.push_back(Job::Reap(record.id.clone()));
+                    }
                 }
+                DueKind::Released if self.sweepable(&record, now) => {
+                    if self.mutations.has(Mutation::SweeperSkipsProof) {
+                        self.jobs.push_back(Job::Abandon(record.id.clone()));
+                    } else if self.proofs.len() < PROOFS_PER_PASS_MAX {
+                        self.proofs.push_back(record);
+                    } else {
+                        // The rest are found again by the next pass.
+                        more = false;
+                    }
+                }
+                DueKind::Released => {}
             }
         }
-        self.phase = Phase::Jobs { more };
+        self.phase = Phase::Jobs { kind, more };
     }
 
     fn sweepable(&self, record: &DcRecord, now: StoreTime) -> bool {
@@ -387,14 +468,16 @@ impl Upkeep {
     /// A store operation of a reap or an abandon failed: it is tried again
     /// next pass.
     pub fn handle_change_failure(&mut self, failure: Failure) {
-        let Phase::Changing { more, update, .. } = std::mem::replace(&mut self.phase, Phase::Idle)
+        let Phase::Changing {
+            kind, more, update, ..
+        } = std::mem::replace(&mut self.phase, Phase::Idle)
         else {
             panic!("upkeep: a failure of a change it did not ask for");
         };
         let id = update.id().clone();
         self.events
             .push_back(UpkeepEvent::ChangeFailed(id, failure));
-        self.phase = Phase::Jobs { more };
+        self.phase = Phase::Jobs { kind, more };
     }
 
     /// The key's global entry (or why it could not be read).
@@ -432,20 +515,35 @@ impl Upkeep {
 
     /// `Some(true)`: in the chain; `Some(false)`: proven orphan; `None`: no answer.
     fn proved(&mut self, member: Option<bool>) {
-        let Phase::Proving { more, record } = std::mem::replace(&mut self.phase, Phase::Idle)
-        else {
+        let Phase::Proving { record } = std::mem::replace(&mut self.phase, Phase::Idle) else {
             unreachable!("checked by proving()");
         };
-        match member {
-            Some(true) => {
-                self.events
-                    .push_back(UpkeepEvent::Confirmed(record.id.clone()));
-                self.confirmed.insert(record.id);
-                self.phase = Phase::Jobs { more };
-            }
-            Some(false) => self.phase = self.changing(more, record.id, Change::Abandon),
-            None => self.phase = Phase::Jobs { more },
-        }
+        // Proofs come after the last page of released records.
+        let (kind, more) = (DueKind::Released, false);
+        self.phase = match member {
+            Some(true) => Phase::Settling {
+                id: record.id,
+                version: record.version,
+            },
+            Some(false) => self.changing(kind, more, record.id, Change::Abandon),
+            None => Phase::Jobs { kind, more },
+        };
+    }
+
+    /// Whether the proven member was settled (`false`: it changed since it
+    /// was read, and is judged again when due), or why not.
+    pub fn handle_settled(&mut self, settled: Result<bool, Failure>) {
+        let Phase::Settling { id, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            panic!("upkeep: a settle it did not ask for");
+        };
+        self.events.push_back(match settled {
+            Ok(settled) => UpkeepEvent::Confirmed(id, settled),
+            Err(failure) => UpkeepEvent::SettleFailed(id, failure),
+        });
+        self.phase = Phase::Jobs {
+            kind: DueKind::Released,
+            more: false,
+        };
     }
 
     /// The event log's oldest kept and last sequence numbers (or why not).
@@ -492,7 +590,7 @@ mod tests {
     //! One DC in memory (records, global entries, an event log) and a peer
     //! whose answers the test sets; a pass is driven to its end.
 
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use homing_core::{FencingToken, KeyName, Link, RunOutcome};
 
@@ -502,12 +600,18 @@ mod tests {
 
     struct World {
         records: BTreeMap<ReservationId, DcRecord>,
+        /// Released members whose index entry the sweeper dropped.
+        settled: BTreeSet<ReservationId>,
+        /// Lease index entries whose record does not decode: (expiry, id).
+        bad: BTreeSet<(StoreTime, ReservationId)>,
         global: BTreeMap<Key, ReservationId>,
         /// The peer's answers: reservation → the reservation it links to.
         peer_links: BTreeMap<ReservationId, ReservationId>,
         log: (EventSeq, EventSeq),
         now: StoreTime,
         reads: usize,
+        /// Index entries read (records and bad ones), over every pass.
+        entries_read: usize,
         /// Every write and proof read, in order: `write <id>`, `prove <what>`.
         trace: Vec<String>,
     }
@@ -524,11 +628,14 @@ mod tests {
         fn new() -> World {
             World {
                 records: BTreeMap::new(),
+                settled: BTreeSet::new(),
+                bad: BTreeSet::new(),
                 global: BTreeMap::new(),
                 peer_links: BTreeMap::new(),
                 log: (1, 10),
                 now: StoreTime::from_ms(1_000_000),
                 reads: 0,
+                entries_read: 0,
                 trace: Vec::new(),
             }
         }
@@ -543,31 +650,74 @@ mod tests {
             self.records.insert(record.id.clone(), record);
         }
 
+        /// The expiry index as a store keeps it: `(at, id)` order.
+        fn due(
+            &mut self,
+            kind: DueKind,
+            until: StoreTime,
+            after: Option<DueCursor>,
+            limit: usize,
+        ) -> DuePage {
+            let mut entries: Vec<(StoreTime, ReservationId, Option<DcRecord>)> = self
+                .records
+                .values()
+                .filter_map(|r| {
+                    let due = homing_core::Due::of(r)?;
+                    let settled = kind == DueKind::Released && self.settled.contains(&r.id);
+                    (due.kind == kind && !settled).then(|| (due.at, r.id.clone(), Some(r.clone())))
+                })
+                .collect();
+            if kind == DueKind::Lease {
+                entries.extend(self.bad.iter().map(|(at, id)| (*at, id.clone(), None)));
+            }
+            entries.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            let pending = entries.iter().filter(|e| e.0 > until).count() as u64;
+            let page: Vec<_> = entries
+                .into_iter()
+                .filter(|e| e.0 <= until)
+                .filter(|e| after.as_ref().is_none_or(|c| (e.0, &e.1) > (c.at, &c.id)))
+                .take(limit)
+                .collect();
+            self.entries_read += page.len();
+            let full = page.len() == limit;
+            let mut out = DuePage::default();
+            for (at, id, record) in page {
+                out.next = Some(DueCursor { at, id: id.clone() });
+                match record {
+                    Some(record) => out.records.push(record),
+                    None => out.bad.push(BadRecord {
+                        entry: id.to_string(),
+                        reason: "undecodable".into(),
+                    }),
+                }
+            }
+            if !full {
+                out.next = None;
+                out.pending = pending;
+            }
+            out
+        }
+
         fn pass(&mut self, upkeep: &mut Upkeep) -> Vec<UpkeepEvent> {
-            upkeep.start();
+            upkeep.start(self.now);
             let mut events = Vec::new();
             loop {
                 match upkeep.poll() {
-                    UpkeepPoll::Scan { after, limit } => {
-                        let mut all: Vec<&DcRecord> = self.records.values().collect();
-                        all.sort_by(|a, b| (&a.key, &a.id).cmp(&(&b.key, &b.id)));
-                        let page = all
-                            .into_iter()
-                            .filter(|r| {
-                                after
-                                    .as_ref()
-                                    .is_none_or(|c| (&r.key, &r.id) > (&c.key, &c.id))
-                            })
-                            .take(limit)
-                            .cloned()
-                            .collect();
-                        upkeep.handle_page(Ok(page), self.now);
+                    UpkeepPoll::Due {
+                        kind,
+                        until,
+                        after,
+                        limit,
+                    } => {
+                        let page = self.due(kind, until, after, limit);
+                        upkeep.handle_due(Ok(page), self.now);
                     }
                     UpkeepPoll::Read(rid) => {
                         upkeep.handle_record(self.records.get(&rid).cloned(), self.now)
                     }
                     UpkeepPoll::Write { record, .. } => {
                         self.trace.push(format!("write {}", record.id));
+                        self.settled.remove(&record.id);
                         self.records.insert(record.id.clone(), record);
                         upkeep.handle_written(Written::Yes);
                     }
@@ -585,6 +735,10 @@ mod tests {
                         });
                         let links = link.into_iter().collect();
                         upkeep.handle_segment(Ok(Segment { links, tail: None }));
+                    }
+                    UpkeepPoll::Settle { id, version } => {
+                        let current = self.records.get(&id).is_some_and(|r| r.version == version);
+                        upkeep.handle_settled(Ok(current && self.settled.insert(id)));
                     }
                     UpkeepPoll::Events => upkeep.handle_events(Ok(self.log)),
                     UpkeepPoll::TrimEvents { before } => {
@@ -633,7 +787,7 @@ mod tests {
         assert_eq!(state(&world, "iad.3"), "active");
         assert!(events.contains(&UpkeepEvent::Reaped(id("iad.1"))));
         assert!(events.contains(&UpkeepEvent::PassDone {
-            active: 1,
+            active: Some(1),
             event_head: Some(10)
         }));
         assert_eq!(world.log.0, 7, "the newest 4 events are kept");
@@ -714,6 +868,93 @@ mod tests {
         world.pass(&mut upkeep(8, Mutations::NONE));
         assert_eq!(state(&world, "iad.1"), "released");
         assert_eq!(world.reads, 0);
+    }
+
+    /// The issue's O(history) reaper: a DC with a long history (linked and
+    /// abandoned records, released members, live leases) pays per pass for
+    /// what is due, not for what it ever wrote.
+    #[test]
+    fn upkeep_reads_only_the_records_that_are_due() {
+        let mut world = World::new();
+        for n in 0..300 {
+            let rid = format!("iad.{}", 1_000 + n);
+            world.record(&rid, &format!("h{n}"), None, false);
+            let record = world.records.get_mut(&id(&rid)).unwrap();
+            record.state = if n % 2 == 0 {
+                RecordState::Abandoned
+            } else {
+                RecordState::Linked { to: id("fra.1") }
+            };
+        }
+        // 50 released members (won their global entry), 20 live leases.
+        for n in 0..50 {
+            world.record(&format!("iad.{}", 2_000 + n), &format!("m{n}"), None, true);
+            world
+                .global
+                .insert(key(&format!("m{n}")), id(&format!("iad.{}", 2_000 + n)));
+        }
+        for n in 0..20 {
+            let rid = format!("iad.{}", 3_000 + n);
+            let live = crate::fixture::held(&rid, &format!("l{n}"), None, world.now);
+            world.records.insert(live.id.clone(), live);
+        }
+        // 3 lapsed leases.
+        for n in 0..3 {
+            world.record(&format!("iad.{}", 4_000 + n), &format!("x{n}"), None, false);
+        }
+        let mut upkeep = upkeep(16, Mutations::NONE);
+        let events = world.pass(&mut upkeep);
+        assert_eq!(
+            world.entries_read,
+            3 + 50,
+            "the lapsed leases and the unproven members"
+        );
+        assert!(events.contains(&UpkeepEvent::PassDone {
+            active: Some(20),
+            event_head: Some(10)
+        }));
+        let confirmed = events
+            .iter()
+            .filter(|e| matches!(e, UpkeepEvent::Confirmed(_, true)))
+            .count();
+        assert_eq!(confirmed, 50);
+        // The next pass: nothing is due (the reaped leases are too young to
+        // sweep, the members are settled).
+        world.now = world.now.plus_ms(1_000);
+        world.pass(&mut upkeep);
+        assert_eq!(
+            world.entries_read,
+            3 + 50,
+            "a pass with nothing due reads nothing"
+        );
+        assert_eq!(world.reads, 50, "members are not asked about again");
+    }
+
+    /// One undecodable record used to stop the whole pass.
+    #[test]
+    fn upkeep_reports_a_bad_record_and_reaps_the_rest() {
+        let mut world = World::new();
+        world.record("iad.1", "a", None, false);
+        world.record("iad.3", "c", None, false);
+        let lapsed = world.records[&id("iad.1")].clone();
+        let RecordState::Active { expires_at, .. } = lapsed.state else {
+            unreachable!("held")
+        };
+        world.bad.insert((expires_at, id("iad.2")));
+        let events = world.pass(&mut upkeep(1, Mutations::NONE));
+        assert_eq!(
+            (state(&world, "iad.1"), state(&world, "iad.3")),
+            ("released", "released")
+        );
+        let bad: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                UpkeepEvent::BadRecord(b) => Some(b.entry.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(bad, ["iad.2"]);
+        assert!(matches!(events.last(), Some(UpkeepEvent::PassDone { .. })));
     }
 
     #[cfg(feature = "mutations")]

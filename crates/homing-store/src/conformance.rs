@@ -14,8 +14,9 @@ use homing_core::dc::DC_ID_BYTES_MAX;
 use homing_core::event::derive;
 use homing_core::key::{KEY_NAME_BYTES_MAX, NAMESPACE_BYTES_MAX, TAG_BYTES_MAX};
 use homing_core::{
-    ActorId, DcId, DcRecord, Event, EventKind, EventSeq, FencingToken, HostTime, Key, KeyName,
-    LeasePolicy, Namespace, NamespaceScope, ReservationId, RunOutcome, StoreTime, Tag,
+    ActorId, DcId, DcRecord, DueCursor, DueKind, Event, EventKind, EventSeq, FencingToken,
+    HostTime, Key, KeyName, LeasePolicy, Namespace, NamespaceScope, RecordState, ReleaseCause,
+    ReservationId, RunOutcome, StoreTime, Tag,
 };
 
 use crate::dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
@@ -383,7 +384,9 @@ pub async fn dc_identical_concurrent_writes_land_once(b: &dyn Backend) {
     assert_eq!(s.get(&r1.id).await.unwrap(), Some(next));
 }
 
-fn max_length_record() -> DcRecord {
+/// A version-1 record with every field at its maximum length (the largest
+/// record a store holds).
+pub fn max_length_record() -> DcRecord {
     let dc = DcId::new("d".repeat(DC_ID_BYTES_MAX)).unwrap();
     let id = ReservationId::new(dc.clone(), u64::MAX);
     let k = key(
@@ -588,6 +591,142 @@ pub async fn dc_reopen_keeps_records_and_allocator_continues_above(b: &dyn Backe
     drop(g);
     let g = b.global_store(place).await;
     assert_eq!(g.get(&r.key).await.unwrap(), Some(r.id.clone()));
+}
+
+/// `r` as its next version in `state`.
+fn in_state(r: &DcRecord, state: RecordState) -> DcRecord {
+    let mut next = r.clone();
+    next.state = state;
+    next.version = r.version + 1;
+    next
+}
+
+fn leased_until(ms: u64) -> RecordState {
+    RecordState::Active {
+        actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
+        expires_at: StoreTime::from_ms(ms),
+    }
+}
+
+fn released_at(ms: u64) -> RecordState {
+    RecordState::Released {
+        at: StoreTime::from_ms(ms),
+        cause: ReleaseCause::Expired,
+    }
+}
+
+/// Every record of `kind` due by `until`, paging `limit` entries at a time;
+/// and the pending count of the last page.
+async fn all_due(s: &dyn DcStore, kind: DueKind, until: u64, limit: usize) -> (Vec<String>, u64) {
+    let until = StoreTime::from_ms(until);
+    let mut ids = Vec::new();
+    let mut after: Option<DueCursor> = None;
+    loop {
+        let page = s.due(kind, until, after.as_ref(), limit).await.unwrap();
+        assert!(page.bad.is_empty(), "bad records: {:?}", page.bad);
+        assert!(page.records.len() <= limit);
+        ids.extend(page.records.iter().map(|r| r.id.to_string()));
+        match page.next {
+            Some(next) => {
+                assert_eq!(page.pending, 0, "pending is counted on the last page only");
+                after = Some(next);
+            }
+            None => return (ids, page.pending),
+        }
+    }
+}
+
+/// dc: the expiry index lists exactly the records due by a time, oldest
+/// first, page by page; follows every compare-and-set and import; counts
+/// what is not due yet; forgets a settled record until its next write.
+pub async fn dc_due_lists_exactly_what_is_due_and_follows_writes(b: &dyn Backend) {
+    let place = "dc_due";
+    let s = b.dc_store(place).await;
+    let mut records = Vec::new();
+    // iad.1..iad.5 leased until 500, 400, .., 100 (id order is not time order).
+    for (i, until) in [500, 400, 300, 200, 100].into_iter().enumerate() {
+        let fresh = record(&rid(&format!("iad.{}", i + 1)), &key("", &format!("k{i}")));
+        s.compare_and_set(None, &fresh).await.unwrap();
+        let leased = in_state(&fresh, leased_until(until));
+        assert_eq!(
+            s.compare_and_set(Some(1), &leased).await.unwrap(),
+            Cas::Written
+        );
+        records.push(leased);
+    }
+    for limit in [1, 2, SCAN_LIMIT_MAX] {
+        let (ids, pending) = all_due(&*s, DueKind::Lease, 300, limit).await;
+        assert_eq!(ids, ["iad.5", "iad.4", "iad.3"], "limit {limit}");
+        assert_eq!(pending, 2, "limit {limit}");
+    }
+    assert_eq!(all_due(&*s, DueKind::Lease, 99, 8).await, (vec![], 5));
+    assert_eq!(
+        all_due(&*s, DueKind::Released, u64::MAX, 8).await,
+        (vec![], 0)
+    );
+    // A renewal moves a lease's entry, a release moves it to the sweeper's.
+    let renewed = in_state(&records[4], leased_until(1_000));
+    s.compare_and_set(Some(2), &renewed).await.unwrap();
+    let released = in_state(&records[3], released_at(250));
+    s.compare_and_set(Some(2), &released).await.unwrap();
+    let early = in_state(&records[2], released_at(150));
+    s.compare_and_set(Some(2), &early).await.unwrap();
+    assert_eq!(all_due(&*s, DueKind::Lease, 300, 8).await, (vec![], 3));
+    let (ids, _) = all_due(&*s, DueKind::Released, 300, 1).await;
+    assert_eq!(ids, ["iad.3", "iad.4"]);
+    // Linked and abandoned records are never due.
+    let linked = in_state(&early, RecordState::Linked { to: rid("fra.1") });
+    s.compare_and_set(Some(3), &linked).await.unwrap();
+    let abandoned = in_state(&records[0], RecordState::Abandoned);
+    s.compare_and_set(Some(2), &abandoned).await.unwrap();
+    assert_eq!(
+        all_due(&*s, DueKind::Released, u64::MAX, 8).await.0,
+        ["iad.4"]
+    );
+    assert_eq!(
+        all_due(&*s, DueKind::Lease, u64::MAX, 8).await.0,
+        ["iad.2", "iad.5"]
+    );
+    // Settling needs the current version, and holds until the next write.
+    assert!(!s.settle(&released.id, 2).await.unwrap());
+    assert!(
+        !s.settle(&rid("iad.2"), 2).await.unwrap(),
+        "a lease is not settled"
+    );
+    assert!(!s.settle(&rid("iad.99"), 1).await.unwrap());
+    assert!(s.settle(&released.id, 3).await.unwrap());
+    assert!(!s.settle(&released.id, 3).await.unwrap());
+    assert_eq!(
+        all_due(&*s, DueKind::Released, u64::MAX, 8).await.0,
+        Vec::<String>::new()
+    );
+    let again = in_state(&released, leased_until(50));
+    s.compare_and_set(Some(3), &again).await.unwrap();
+    assert_eq!(
+        all_due(&*s, DueKind::Lease, 300, 8).await,
+        (vec!["iad.4".to_string()], 2)
+    );
+    // An imported record is indexed like a written one.
+    let imported = in_state(&record(&rid("iad.9"), &key("", "imp")), leased_until(10));
+    assert_eq!(s.import(&imported).await.unwrap(), Import::Written);
+    let (ids, _) = all_due(&*s, DueKind::Lease, 300, 8).await;
+    assert_eq!(ids, ["iad.9", "iad.4"]);
+    assert!(matches!(
+        s.due(
+            DueKind::Lease,
+            StoreTime::from_ms(0),
+            None,
+            SCAN_LIMIT_MAX + 1
+        )
+        .await,
+        Err(StoreError::BatchTooLarge { .. })
+    ));
+    if b.durable() {
+        drop(s);
+        let s = b.dc_store(place).await;
+        let (ids, pending) = all_due(&*s, DueKind::Lease, 300, 8).await;
+        assert_eq!((ids, pending), (vec!["iad.9".into(), "iad.4".into()], 2));
+    }
 }
 
 /// Every event of `s` with `seq > after`, paging with full pages.
@@ -1122,6 +1261,7 @@ macro_rules! conformance_cases {
         dc_scan_scopes_cover_exactly_their_namespaces,
         dc_import_copies_records_and_events_without_overwriting,
         dc_allocator_floor_bounds_uniques_and_raise_skips_past,
+        dc_due_lists_exactly_what_is_due_and_follows_writes,
         }
     };
 }

@@ -6,7 +6,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use homing_core::{DcRecord, Event, EventSeq, NamespaceScope, ReservationId};
+use homing_core::{
+    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
+    StoreTime,
+};
 
 use crate::error::StoreError;
 use crate::failover::Failover;
@@ -140,6 +143,31 @@ pub trait DcStore: Send + Sync + 'static {
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<Vec<DcRecord>, StoreError>;
+
+    /// The expiry index: records whose [`homing_core::Due`] entry is of
+    /// `kind` and at or before `until`, oldest first, strictly after `after`
+    /// if given, at most `limit` entries (≤ [`SCAN_LIMIT_MAX`], else
+    /// [`StoreError::BatchTooLarge`]). Reads only those entries and their
+    /// records, all at one point in time, so a pass costs what is due, not
+    /// what the DC ever wrote. An entry whose record cannot be read back
+    /// (undecodable, dangling, not matching its entry) is returned in
+    /// [`DuePage::bad`] instead of failing the page. Every compare-and-set
+    /// and import keeps the record's entry in the same transaction
+    /// ([`homing_core::Due::of`]); linked and abandoned records have none.
+    async fn due(
+        &self,
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<&DueCursor>,
+        limit: usize,
+    ) -> Result<DuePage, StoreError>;
+
+    /// Drops the [`DueKind::Released`] entry of record `id` iff the stored
+    /// record still has `version` (the orphan sweeper proved it a member of
+    /// its chain, which it stays forever): `Ok(true)` dropped, `Ok(false)`
+    /// the record moved, is gone or had no such entry. A later write of the
+    /// record indexes it again as [`homing_core::Due::of`] says.
+    async fn settle(&self, id: &ReservationId, version: u64) -> Result<bool, StoreError>;
 
     /// A unique for this DC's next reservation: never returned twice, also
     /// across crashes and reopen. Always ≥ 1.
@@ -291,8 +319,8 @@ pub(crate) fn judge_cas(
     }
 }
 
-/// Rejects a scan limit above the bound.
-fn check_limit(limit: usize) -> Result<(), StoreError> {
+/// Rejects a scan (or expiry-index page) limit above the bound.
+pub(crate) fn check_limit(limit: usize) -> Result<(), StoreError> {
     if limit > SCAN_LIMIT_MAX {
         return Err(StoreError::BatchTooLarge {
             len: limit,

@@ -7,7 +7,9 @@
 //! index); `events/<seq, 8 bytes big-endian>` → postcard event;
 //! `events-head` → the last event seq ever appended (decimal; outside the
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
-//! high-water mark (decimal).
+//! high-water mark (decimal); `d/<kind, time, id>` → id (expiry index,
+//! written in the transaction of every record write; `due-index` → `1`
+//! once a store from before the index was indexed on connect).
 //!
 //! - `set_if_absent`: `create_revision(g/k) == 0` ? put : get; concurrent
 //!   calls share one transaction, a nested one per key (`write_once`).
@@ -47,9 +49,13 @@ use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
 };
-use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use homing_core::{
+    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
+    ReservationId, StoreTime,
+};
 use tokio::sync::Mutex;
 
+use self::compaction::{CompactionPolicy, Compactor};
 use self::log::{Append, Appended, Appender};
 pub use self::members::{
     ATTEMPTS_MAX, BULK_DEADLINE_MS, HOT_DEADLINE_MS, KEEP_ALIVE_INTERVAL_MS, KEEP_ALIVE_TIMEOUT_MS,
@@ -60,8 +66,8 @@ pub use self::record_cache::{RECORD_CACHE_BYTES_MAX, RECORD_CACHE_ENTRIES_MAX};
 use self::record_cache::{RecordCache, Seen};
 use crate::allocator::Blocks;
 use crate::dc::{
-    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
-    judge_cas, judge_event_import, judge_import,
+    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
+    check_scan, judge_cas, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
 use crate::failover::Failover;
@@ -69,6 +75,7 @@ use crate::global::{GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
+pub mod compaction;
 mod log;
 #[cfg(test)]
 mod lost_answer;
@@ -77,6 +84,8 @@ mod record_cache;
 
 /// The section of the event log: `events/<seq, 8 bytes big-endian>`.
 const EVENTS: &[u8] = b"events/";
+/// The section of the expiry index: `d/<keyspace::due_bytes>` → id.
+const DUE: &[u8] = b"d/";
 /// The key of the event head: outside [`EVENTS`], so trimming keeps it.
 const EVENT_HEAD: &[u8] = b"events-head";
 
@@ -269,6 +278,12 @@ impl WriteOnceBatch for Entries {
 }
 
 impl EtcdGlobalStore {
+    /// Starts compacting the cluster this store is on (see
+    /// [`compaction`]); the compactor stops when dropped.
+    pub fn compactor(&self, policy: CompactionPolicy) -> Compactor {
+        Compactor::start(self.space.clone(), policy)
+    }
+
     /// Connects to the cluster at `endpoints` (`http://host:port`); keys live under `prefix`.
     pub async fn connect(
         endpoints: &[String],
@@ -435,6 +450,14 @@ impl EtcdDcStore {
         options: EtcdDcOptions,
     ) -> Result<EtcdDcStore, StoreError> {
         let space = Space::connect(endpoints, prefix).await?;
+        let indexed = index_existing_records(&space).await?;
+        if indexed > 0 {
+            tracing::info!(
+                records = indexed,
+                prefix,
+                "indexed existing records by expiry (once)"
+            );
+        }
         Ok(EtcdDcStore {
             appender: Appender::start(space.clone()),
             space,
@@ -442,6 +465,12 @@ impl EtcdDcStore {
             blocks: Mutex::new(Blocks::resume(0)),
             cache: RecordCache::new(options.record_cache_entries_max, RECORD_CACHE_BYTES_MAX),
         })
+    }
+
+    /// Starts compacting the cluster this store is on (see
+    /// [`compaction`]); the compactor stops when dropped.
+    pub fn compactor(&self, policy: CompactionPolicy) -> Compactor {
+        Compactor::start(self.space.clone(), policy)
     }
 
     /// Decodes `id`'s record kv as read from etcd and caches it.
@@ -496,6 +525,10 @@ impl EtcdDcStore {
             .key(b"k/", &keyspace::record_scan_bytes(&record.key, &record.id))
     }
 
+    fn due_key(&self, due: Due, id: &ReservationId) -> Vec<u8> {
+        self.space.key(DUE, &keyspace::due_bytes(due, id))
+    }
+
     fn event_key(&self, seq: EventSeq) -> Vec<u8> {
         self.space.key(EVENTS, &keyspace::event_seq_bytes(seq))
     }
@@ -535,6 +568,87 @@ impl EtcdDcStore {
             now: every_first_kv(&responses, reread.len())?,
         })
     }
+}
+
+/// The key marking a DC store's records as indexed by expiry.
+const DUE_INDEX: &[u8] = b"due-index";
+/// Records read per transaction while indexing a store from before the
+/// expiry index (each page's puts are guarded by its records' revisions).
+const INDEX_PAGE_RECORDS: usize = 64;
+
+/// Indexes by expiry every decodable record of a DC store written before
+/// the index existed, once (`due-index` marks it done), page by page: each
+/// page's entries are put in one transaction guarded by its records'
+/// `mod_revision`s, so a record written meanwhile (by a writer that indexes
+/// it itself) is read again. Undecodable records get no entry and are
+/// logged. Returns how many records were indexed.
+async fn index_existing_records(space: &Space) -> Result<u64, StoreError> {
+    let marker = space.key(DUE_INDEX, b"");
+    let end = space.key(b"r0", b"");
+    let mut start = space.key(b"r/", b"");
+    let mut indexed = 0;
+    let mut attempts = 0;
+    loop {
+        // The mark and a page of records in one read: an indexed store
+        // costs one request on connect, a fresh one two.
+        let options = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(INDEX_PAGE_RECORDS as i64);
+        let gets = vec![
+            TxnOp::get(marker.clone(), None),
+            TxnOp::get(start.clone(), Some(options)),
+        ];
+        let (_, responses) = space.txn(Op::BulkRead, Txn::new().and_then(gets)).await?;
+        let [TxnOpResponse::Get(mark), TxnOpResponse::Get(page)] = responses.as_slice() else {
+            return Err(protocol(
+                "transaction answered without the gets it asked for",
+            ));
+        };
+        if !mark.kvs().is_empty() {
+            return Ok(indexed);
+        }
+        let (mut guards, mut ops) = (Vec::new(), Vec::new());
+        for kv in page.kvs() {
+            let record = match keyspace::decode_record(kv.value()) {
+                Ok(record) => record,
+                Err(e) => {
+                    let key = String::from_utf8_lossy(kv.key()).into_owned();
+                    tracing::warn!(key, error = %e, "undecodable record left out of the expiry index");
+                    continue;
+                }
+            };
+            if let Some(due) = Due::of(&record) {
+                guards.push(unchanged(kv.key(), Some(kv)));
+                let entry = space.key(DUE, &keyspace::due_bytes(due, &record.id));
+                ops.push(TxnOp::put(entry, keyspace::id_bytes(&record.id), None));
+            }
+        }
+        let count = ops.len() as u64;
+        if !ops.is_empty() {
+            let txn = Txn::new().when(guards).and_then(ops);
+            if !space.txn(Op::BulkWrite, txn).await?.0 {
+                attempts += 1;
+                if attempts >= CAS_ATTEMPTS_MAX {
+                    return Err(contended("indexing existing records"));
+                }
+                continue;
+            }
+        }
+        indexed += count;
+        match page.kvs().last() {
+            Some(last) if page.kvs().len() == INDEX_PAGE_RECORDS => {
+                start = keyspace::successor(last.key());
+            }
+            _ => break,
+        }
+    }
+    space
+        .txn(
+            Op::BulkWrite,
+            Txn::new().and_then([TxnOp::put(marker, "1", None)]),
+        )
+        .await?;
+    Ok(indexed)
 }
 
 /// What [`EtcdDcStore::guarded`] did.
@@ -610,6 +724,13 @@ impl DcStore for EtcdDcStore {
         if expected.is_none() {
             puts.push((self.index_key(record), keyspace::id_bytes(&record.id)));
         }
+        let new_due = Due::of(record);
+        if let Some(due) = new_due {
+            puts.push((
+                self.due_key(due, &record.id),
+                keyspace::id_bytes(&record.id),
+            ));
+        }
         let mut stored = match self.assume(expected, &record.id) {
             Some(assumed) => assumed,
             None => {
@@ -622,6 +743,7 @@ impl DcStore for EtcdDcStore {
         let mut maybe_ours = false;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let event = homing_core::event::derive(stored.record.as_ref(), record);
+            let old_due = stored.record.as_ref().and_then(Due::of);
             if let Some(conflict) = judge_cas(expected, record, stored.record)? {
                 // Only then can an equal record be ours (a resent write that
                 // had landed); otherwise it is someone else's identical write.
@@ -635,6 +757,14 @@ impl DcStore for EtcdDcStore {
                 record_key: rk.clone(),
                 read_revision: stored.revision,
                 puts: puts.clone(),
+                // An entry that stays is put again (one transaction may
+                // not delete and put one key), which also restores a
+                // settled one.
+                deletes: old_due
+                    .filter(|old| Some(*old) != new_due)
+                    .map(|old| self.due_key(old, &record.id))
+                    .into_iter()
+                    .collect(),
                 event,
             };
             let appended = self.appender.submit(append).await?;
@@ -713,6 +843,96 @@ impl DcStore for EtcdDcStore {
                 keyspace::decode_record(kv.value())
             })
             .collect()
+    }
+
+    async fn due(
+        &self,
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<&DueCursor>,
+        limit: usize,
+    ) -> Result<DuePage, StoreError> {
+        check_limit(limit)?;
+        if limit == 0 {
+            // etcd reads limit 0 as "no limit".
+            return Ok(DuePage::default());
+        }
+        let section = |(start, end): (Vec<u8>, Vec<u8>)| {
+            (self.space.key(DUE, &start), self.space.key(DUE, &end))
+        };
+        let (start, end) = section(keyspace::due_range(kind, until, after));
+        let (pending_start, pending_end) = section(keyspace::due_pending_range(kind, until));
+        // The entries and the count of those not due, in one read; the
+        // records at that same revision, so an entry and its record agree
+        // unless the store is damaged.
+        let gets = vec![
+            TxnOp::get(
+                start,
+                Some(GetOptions::new().with_range(end).with_limit(limit as i64)),
+            ),
+            TxnOp::get(
+                pending_start,
+                Some(GetOptions::new().with_range(pending_end).with_count_only()),
+            ),
+        ];
+        let txned = self
+            .space
+            .txn_at(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
+        let [TxnOpResponse::Get(entries), TxnOpResponse::Get(pending)] = txned.responses.as_slice()
+        else {
+            return Err(protocol(
+                "transaction answered without the gets it asked for",
+            ));
+        };
+        let prefix = self.space.key(DUE, b"");
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = entries
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key()[prefix.len()..].to_vec(), kv.value().to_vec()))
+            .collect();
+        let pending = u64::try_from(pending.count()).unwrap_or_default();
+        if entries.is_empty() {
+            return keyspace::due_page(kind, Vec::new(), limit, pending);
+        }
+        let at = GetOptions::new().with_revision(txned.revision);
+        let gets: Vec<TxnOp> = entries
+            .iter()
+            .map(|(_, id)| TxnOp::get(self.space.key(b"r/", id), Some(at.clone())))
+            .collect();
+        let (_, responses) = self
+            .space
+            .txn(Op::BulkRead, Txn::new().and_then(gets))
+            .await?;
+        let values = every_first_kv(&responses, entries.len())?;
+        let entries = entries
+            .into_iter()
+            .zip(values)
+            .map(|((entry, _), kv)| (entry, kv.map(|kv| kv.value().to_vec())))
+            .collect();
+        keyspace::due_page(kind, entries, limit, pending)
+    }
+
+    async fn settle(&self, id: &ReservationId, version: u64) -> Result<bool, StoreError> {
+        let rk = self.record_key(id);
+        let response = self.space.get(Op::BulkRead, rk.clone(), None).await?;
+        let kv = response.kvs().first();
+        let Some(record) = decode_record_kv(kv)?.filter(|r| r.version == version) else {
+            return Ok(false);
+        };
+        let Some(due) = Due::of(&record).filter(|d| d.kind == DueKind::Released) else {
+            return Ok(false);
+        };
+        let dk = self.due_key(due, id);
+        let guards = vec![
+            unchanged(&rk, kv),
+            Compare::create_revision(dk.clone(), CompareOp::Greater, 0),
+        ];
+        let delete = TxnOp::delete(dk, None);
+        Ok(matches!(
+            self.guarded(guards, vec![delete], &[]).await?,
+            Guarded::Written
+        ))
     }
 
     async fn allocate(&self) -> Result<u64, StoreError> {
@@ -811,15 +1031,27 @@ impl DcStore for EtcdDcStore {
         let mut read = self.read_together(&[&rk]).await?;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let kv = read[0].take();
-            if let Some(judged) = judge_import(record, decode_record_kv(kv.as_ref())?) {
+            let current = decode_record_kv(kv.as_ref())?;
+            let old_due = current.as_ref().and_then(Due::of);
+            if let Some(judged) = judge_import(record, current) {
                 return Ok(judged);
             }
             // An older version has the same key (judge_import checks it),
             // so the index entry is the same either way.
-            let ops = vec![
+            let mut ops = vec![
                 TxnOp::put(rk.clone(), value.clone(), None),
                 TxnOp::put(self.index_key(record), keyspace::id_bytes(&record.id), None),
             ];
+            let new_due = Due::of(record);
+            if old_due != new_due {
+                if let Some(old) = old_due {
+                    ops.push(TxnOp::delete(self.due_key(old, &record.id), None));
+                }
+                if let Some(new) = new_due {
+                    let id = keyspace::id_bytes(&record.id);
+                    ops.push(TxnOp::put(self.due_key(new, &record.id), id, None));
+                }
+            }
             match self
                 .guarded(vec![unchanged(&rk, kv.as_ref())], ops, &[&rk])
                 .await?
@@ -1089,6 +1321,106 @@ mod tests {
         changes.sort();
         changes.dedup();
         assert_eq!(changes.len(), writes, "each change once");
+    }
+
+    /// etcd's backend quota in the storm tests: 32 MiB (without compaction
+    /// it is full after about 21 MiB of record versions).
+    const STORM_QUOTA_BYTES: usize = 32 * 1024 * 1024;
+    /// Record bytes the storm writes: twice the quota, so etcd must reuse
+    /// the space of compacted revisions to take them all.
+    const STORM_BYTES: usize = 2 * STORM_QUOTA_BYTES;
+    /// Records renewed concurrently, one task each.
+    const STORM_TASKS: usize = 64;
+
+    /// A renewal storm on a one-member etcd with a small quota: every task
+    /// renews its own largest-size record until the storm has written
+    /// [`STORM_BYTES`]; returns the first write error, if any, and how many
+    /// renewals landed.
+    async fn renewal_storm(compaction: Option<CompactionPolicy>) -> Option<(Option<String>, u64)> {
+        let quota = format!("--quota-backend-bytes={STORM_QUOTA_BYTES}");
+        let cluster = match LocalEtcdCluster::start_with(1, &[quota.as_str()]).await {
+            Ok(cluster) => cluster,
+            Err(ClusterError::NoBinary) => {
+                println!("skipped: no etcd binary on PATH");
+                return None;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let store = Arc::new(
+            EtcdDcStore::connect(cluster.endpoints(), "/storm/dc/iad/")
+                .await
+                .unwrap(),
+        );
+        let compactor = compaction.map(|policy| store.compactor(policy));
+        let big = conformance::max_length_record();
+        let record_bytes = keyspace::encode_record(&big).unwrap().len();
+        let renewals_max = (STORM_BYTES / record_bytes / STORM_TASKS) as u64;
+        let started = std::time::Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..STORM_TASKS as u64 {
+            let store = store.clone();
+            let mut record = big.clone();
+            record.id = ReservationId::new(big.id.dc().clone(), t + 1);
+            tasks.push(tokio::spawn(async move {
+                store.compare_and_set(None, &record).await.unwrap();
+                for n in 0..renewals_max {
+                    let next = renewed(&record);
+                    match store.compare_and_set(Some(record.version), &next).await {
+                        Ok(Cas::Written) => record = next,
+                        Ok(other) => return (Some(format!("{other:?}")), n),
+                        Err(e) => return (Some(e.to_string()), n),
+                    }
+                }
+                (None, renewals_max)
+            }));
+        }
+        let (mut first_error, mut landed) = (None, 0);
+        for task in tasks {
+            let (error, n) = task.await.unwrap();
+            landed += n;
+            first_error = first_error.or(error);
+        }
+        let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .unwrap();
+        let status = client.status().await.unwrap();
+        println!(
+            "storm (compaction {}): {landed} renewals of {record_bytes}-byte records ({} MiB) in {} ms; \
+             etcd db {} MiB of a {} MiB quota; compactions {}; first error: {first_error:?}",
+            if compaction.is_some() { "on" } else { "off" },
+            landed * record_bytes as u64 / (1024 * 1024),
+            started.elapsed().as_millis(),
+            status.db_size() / (1024 * 1024),
+            STORM_QUOTA_BYTES / (1024 * 1024),
+            compactor.as_ref().map_or(0, |c| c.stats().compactions()),
+        );
+        Some((first_error, landed))
+    }
+
+    /// The issue's weeks on etcd, compressed: renewals write twice etcd's
+    /// quota in record versions; with the compactor keeping only
+    /// recent revisions, etcd reuses the freed space and every renewal lands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_renewal_storm_on_a_small_quota_runs_on_with_compaction() {
+        let policy = CompactionPolicy {
+            interval_ms: 200,
+            retain_revisions: 100,
+        };
+        let Some((error, landed)) = renewal_storm(Some(policy)).await else {
+            return;
+        };
+        assert_eq!(error, None, "a renewal failed after {landed}");
+    }
+
+    /// The control: the same storm without compaction fills the quota and
+    /// etcd refuses writes (NOSPACE), so the test above measures compaction.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn without_compaction_the_storm_fills_the_quota_and_etcd_refuses_writes() {
+        let Some((error, _)) = renewal_storm(None).await else {
+            return;
+        };
+        let error = error.expect("the storm fit in the quota: it is too small to test compaction");
+        assert!(error.contains("space exceeded"), "{error}");
     }
 
     fn test_record(unique: u64) -> DcRecord {

@@ -5,6 +5,8 @@
 //! SIGSTOP (a GC pause, a stalled disk, a frozen VM: its connections stay
 //! open and swallow requests) and resumed with SIGCONT; dropping the cluster
 //! kills every member still running, also when a test panics.
+//! [`LocalEtcdCluster::start_with`] picks the member count and extra flags
+//! (a small `--quota-backend-bytes` for the compaction test).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -55,10 +57,21 @@ fn etcd_binary() -> Option<PathBuf> {
 impl LocalEtcdCluster {
     /// Starts the members and waits (bounded) until a write through the client succeeds.
     pub async fn start() -> Result<LocalEtcdCluster, ClusterError> {
+        LocalEtcdCluster::start_with(MEMBERS, &[]).await
+    }
+
+    /// [`LocalEtcdCluster::start`] with `members` members (at least 1), each
+    /// started with `args` besides the cluster's own (for example
+    /// `--quota-backend-bytes=67108864`).
+    pub async fn start_with(
+        members: usize,
+        args: &[&str],
+    ) -> Result<LocalEtcdCluster, ClusterError> {
+        assert!(members >= 1, "a cluster has at least one member");
         let binary = etcd_binary().ok_or(ClusterError::NoBinary)?;
         let dir = tempfile::tempdir().map_err(|e| ClusterError::Start(e.to_string()))?;
-        let mut ports = Vec::with_capacity(MEMBERS);
-        for _ in 0..MEMBERS {
+        let mut ports = Vec::with_capacity(members);
+        for _ in 0..members {
             ports.push((free_port()?, free_port()?));
         }
         let initial: Vec<String> = ports
@@ -67,7 +80,7 @@ impl LocalEtcdCluster {
             .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
             .collect();
         let mut cluster = LocalEtcdCluster {
-            members: Vec::with_capacity(MEMBERS),
+            members: Vec::with_capacity(members),
             endpoints: ports
                 .iter()
                 .map(|(client, _)| format!("http://127.0.0.1:{client}"))
@@ -93,6 +106,7 @@ impl LocalEtcdCluster {
                 // Loopback: elect fast so a killed leader is replaced within a second.
                 .arg("--heartbeat-interval=50")
                 .arg("--election-timeout=500")
+                .args(args)
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()

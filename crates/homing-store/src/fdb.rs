@@ -15,7 +15,9 @@
 //! `r/<id>` → postcard record, `k/<(key, id) bytes>` → id,
 //! `events/<seq, 8 bytes big-endian>` → postcard event, `events-head` → the
 //! last event seq ever appended and `alloc` → the allocator's high-water
-//! mark (both 8 bytes big-endian). Every operation is one serializable FDB
+//! mark (both 8 bytes big-endian), `d/<kind, time, id>` → id (the expiry
+//! index, kept by every record write; a store from before it is indexed on
+//! its first expiry query, `due-index` marking that done). Every operation is one serializable FDB
 //! transaction (reads add conflict ranges, so a racing set_if_absent or CAS
 //! retries and then sees the winner), retried at most
 //! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff. A
@@ -35,13 +37,16 @@
 use async_trait::async_trait;
 use foundationdb::options::{DatabaseOption, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption};
-use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use homing_core::{
+    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
+    ReservationId, StoreTime,
+};
 use tokio::sync::Mutex;
 
 use crate::allocator::Blocks;
 use crate::dc::{
-    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
-    judge_cas, judge_event_import, judge_import,
+    Cas, DcStore, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor, check_cas, check_events_limit,
+    check_limit, check_scan, judge_cas, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
@@ -194,6 +199,13 @@ macro_rules! step {
     };
 }
 
+/// The section of the expiry index: `d/<keyspace::due_bytes>` → id.
+const DUE: &[u8] = b"d/";
+/// Set once a DC store's records are indexed by expiry.
+const DUE_INDEX: &[u8] = b"due-index";
+/// Records indexed per transaction for a store from before the index.
+const INDEX_PAGE_RECORDS: usize = 128;
+
 /// A [`GlobalStore`] in FoundationDB.
 pub struct FdbGlobalStore {
     space: Space,
@@ -344,6 +356,10 @@ pub struct FdbDcStore {
     /// turns instead of failing each other's commits (other processes still
     /// conflict, and FDB retries them).
     appending: Mutex<()>,
+    /// The store's records are known to be indexed by expiry (checked
+    /// before the first expiry query: stores from before the index are
+    /// indexed then).
+    indexed: std::sync::atomic::AtomicBool,
 }
 
 /// What the first, event-less attempt of a compare-and-set found.
@@ -364,6 +380,7 @@ impl FdbDcStore {
             // The first allocation reads the persisted mark before serving.
             blocks: Mutex::new(Blocks::resume(0)),
             appending: Mutex::new(()),
+            indexed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -377,6 +394,75 @@ impl FdbDcStore {
 
     fn counter_key(&self) -> Vec<u8> {
         self.space.key(b"alloc", b"")
+    }
+
+    fn due_key(&self, due: Due, id: &ReservationId) -> Vec<u8> {
+        self.space.key(DUE, &keyspace::due_bytes(due, id))
+    }
+
+    /// Moves `record`'s expiry entry from `old` (the stored record's) to the
+    /// one it has now, in `trx` (put again when it stays: that restores a
+    /// settled one).
+    fn reindex(&self, trx: &foundationdb::Transaction, old: Option<Due>, record: &DcRecord) {
+        let new = Due::of(record);
+        if let Some(old) = old.filter(|old| Some(*old) != new) {
+            trx.clear(&self.due_key(old, &record.id));
+        }
+        if let Some(new) = new {
+            trx.set(
+                &self.due_key(new, &record.id),
+                &keyspace::id_bytes(&record.id),
+            );
+        }
+    }
+
+    /// Indexes by expiry every decodable record of a store written before
+    /// the index existed, once (`due-index` marks it done), one page of
+    /// records per transaction (a concurrent write conflicts and the page
+    /// is retried). Undecodable records get no entry and are logged.
+    async fn index_existing_records(&self) -> Result<(), StoreError> {
+        if self.indexed.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        let _turn = self.appending.lock().await;
+        let marker = self.space.key(DUE_INDEX, b"");
+        let section = self.space.key(b"r/", b"");
+        // Invariant: the section ends in `/`, so it has an end.
+        let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
+        let mut start = section;
+        loop {
+            let next = transact!(self.space, trx, {
+                if step!(trx.get(&marker, false).await).is_some() {
+                    return Ok(Step::Done(None));
+                }
+                let range = exact_range(start.clone(), end.clone(), INDEX_PAGE_RECORDS);
+                let rows = step!(trx.get_range(&range, 1, false).await);
+                for kv in rows.iter() {
+                    match keyspace::decode_record(kv.value()) {
+                        Ok(record) => self.reindex(&trx, None, &record),
+                        Err(e) => {
+                            let key = String::from_utf8_lossy(kv.key()).into_owned();
+                            tracing::warn!(key, error = %e, "undecodable record left out of the expiry index");
+                        }
+                    }
+                }
+                let last = rows.iter().last().map(|kv| keyspace::successor(kv.key()));
+                match last {
+                    Some(next) if rows.len() == INDEX_PAGE_RECORDS => Ok(Step::Done(Some(next))),
+                    _ => {
+                        trx.set(&marker, b"1");
+                        Ok(Step::Done(None))
+                    }
+                }
+            })?;
+            match next {
+                Some(next) => start = next,
+                None => break,
+            }
+        }
+        self.indexed
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Present while an unfinished migration copies into this store.
@@ -442,6 +528,7 @@ impl DcStore for FdbDcStore {
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
             let event = homing_core::event::derive(current.as_ref(), record);
+            let old_due = current.as_ref().and_then(Due::of);
             if let Some(conflict) = judge_cas(expected, record, current)? {
                 let conflict = if unknown {
                     conflict.after_unknown_outcome(record)
@@ -454,6 +541,7 @@ impl DcStore for FdbDcStore {
                 return Ok(Step::Done(CasStep::Append));
             }
             trx.set(&rk, &value);
+            self.reindex(&trx, old_due, record);
             Ok(Step::Done(CasStep::Done(Cas::Written)))
         })?;
         if let CasStep::Done(cas) = first {
@@ -468,6 +556,7 @@ impl DcStore for FdbDcStore {
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
             let event = homing_core::event::derive(current.as_ref(), record);
+            let old_due = current.as_ref().and_then(Due::of);
             if let Some(conflict) = judge_cas(expected, record, current)? {
                 return Ok(Step::Done(if unknown {
                     conflict.after_unknown_outcome(record)
@@ -487,6 +576,7 @@ impl DcStore for FdbDcStore {
             if expected.is_none() {
                 trx.set(&index, &id);
             }
+            self.reindex(&trx, old_due, record);
             Ok(Step::Done(Cas::Written))
         })
     }
@@ -529,6 +619,75 @@ impl DcStore for FdbDcStore {
                 keyspace::decode_record(&b)
             })
             .collect()
+    }
+
+    async fn due(
+        &self,
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<&DueCursor>,
+        limit: usize,
+    ) -> Result<DuePage, StoreError> {
+        check_limit(limit)?;
+        if limit == 0 {
+            return Ok(DuePage::default());
+        }
+        self.index_existing_records().await?;
+        let section = |(start, end): (Vec<u8>, Vec<u8>)| {
+            (self.space.key(DUE, &start), self.space.key(DUE, &end))
+        };
+        let (start, end) = section(keyspace::due_range(kind, until, after));
+        let (pending_start, pending_end) = section(keyspace::due_pending_range(kind, until));
+        let prefix_len = self.space.key(DUE, b"").len();
+        let (entries, pending) = transact!(self.space, trx, {
+            let range = exact_range(start.clone(), end.clone(), limit);
+            let rows = step!(trx.get_range(&range, 1, false).await);
+            let mut entries = Vec::with_capacity(limit);
+            for kv in rows.iter() {
+                let rk = self.space.key(b"r/", kv.value());
+                let value = step!(trx.get(&rk, false).await).map(|v| v.to_vec());
+                entries.push((kv.key()[prefix_len..].to_vec(), value));
+            }
+            let mut pending = 0;
+            if entries.len() < limit {
+                // Keys only matter; FDB has no server-side count.
+                let mut from = pending_start.clone();
+                loop {
+                    let range = exact_range(from.clone(), pending_end.clone(), SCAN_LIMIT_MAX);
+                    let rows = step!(trx.get_range(&range, 1, false).await);
+                    pending += rows.len() as u64;
+                    match rows.iter().last() {
+                        Some(last) if rows.len() == SCAN_LIMIT_MAX => {
+                            from = keyspace::successor(last.key())
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            Ok(Step::Done((entries, pending)))
+        })?;
+        keyspace::due_page(kind, entries, limit, pending)
+    }
+
+    async fn settle(&self, id: &ReservationId, version: u64) -> Result<bool, StoreError> {
+        let rk = self.space.key(b"r/", &keyspace::id_bytes(id));
+        transact!(self.space, trx, {
+            let current = step!(trx.get(&rk, false).await)
+                .map(|v| keyspace::decode_record(&v))
+                .transpose()?;
+            let Some(record) = current.filter(|r| r.version == version) else {
+                return Ok(Step::Done(false));
+            };
+            let Some(due) = Due::of(&record).filter(|d| d.kind == DueKind::Released) else {
+                return Ok(Step::Done(false));
+            };
+            let dk = self.due_key(due, id);
+            if step!(trx.get(&dk, false).await).is_none() {
+                return Ok(Step::Done(false));
+            }
+            trx.clear(&dk);
+            Ok(Step::Done(true))
+        })
     }
 
     async fn allocate(&self) -> Result<u64, StoreError> {
@@ -606,10 +765,12 @@ impl DcStore for FdbDcStore {
             let current = step!(trx.get(&rk, false).await)
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
+            let old_due = current.as_ref().and_then(Due::of);
             if let Some(judged) = judge_import(record, current) {
                 return Ok(Step::Done(judged));
             }
             trx.set(&rk, &value);
+            self.reindex(&trx, old_due, record);
             // An older version has the same key (judge_import checks it).
             trx.set(&index, &id);
             Ok(Step::Done(Import::Written))

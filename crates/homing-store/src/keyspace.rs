@@ -10,7 +10,8 @@
 //! unique as 8 big-endian bytes, so byte order is `(Key, ReservationId)` order.
 
 use homing_core::{
-    DcRecord, Event, EventSeq, Key, KeyName, Namespace, NamespaceScope, ReservationId, wire,
+    BadRecord, DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, KeyName,
+    Namespace, NamespaceScope, ReservationId, StoreTime, wire,
 };
 
 use crate::dc::ScanCursor;
@@ -163,6 +164,116 @@ pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
 /// Decodes a stored record.
 pub fn decode_record(bytes: &[u8]) -> Result<DcRecord, StoreError> {
     wire::decode(bytes).map_err(|e| StoreError::corrupt("record", e))
+}
+
+/// The expiry-index key of `id`'s entry `due`: the kind's tag, the time as 8
+/// big-endian bytes, then the id. Byte order is `(kind, at, id)` order, so
+/// "kind `k`, due by `t`" is one byte range.
+pub fn due_bytes(due: Due, id: &ReservationId) -> Vec<u8> {
+    let id = id_bytes(id);
+    let mut out = Vec::with_capacity(9 + id.len());
+    out.push(due.kind.tag());
+    out.extend_from_slice(&due.at.as_ms().to_be_bytes());
+    out.extend_from_slice(&id);
+    out
+}
+
+/// The expiry-index range `[start, end)` of entries of `kind` due by
+/// `until` (inclusive), strictly after `after` if given.
+pub fn due_range(kind: DueKind, until: StoreTime, after: Option<&DueCursor>) -> (Vec<u8>, Vec<u8>) {
+    let start = match after {
+        Some(after) => {
+            let due = Due { kind, at: after.at };
+            successor(&due_bytes(due, &after.id))
+        }
+        None => vec![kind.tag()],
+    };
+    (start, due_section_end(kind, until))
+}
+
+/// The expiry-index range `[start, end)` of entries of `kind` not due by
+/// `until`: what [`homing_core::DuePage::pending`] counts.
+pub fn due_pending_range(kind: DueKind, until: StoreTime) -> (Vec<u8>, Vec<u8>) {
+    (due_section_end(kind, until), vec![kind.tag() + 1])
+}
+
+/// The first key past the entries of `kind` due by `until`.
+fn due_section_end(kind: DueKind, until: StoreTime) -> Vec<u8> {
+    match until.as_ms().checked_add(1) {
+        Some(next) => {
+            let mut end = vec![kind.tag()];
+            end.extend_from_slice(&next.to_be_bytes());
+            end
+        }
+        None => vec![kind.tag() + 1],
+    }
+}
+
+/// The cursor just past an expiry-index entry; an entry that is not one
+/// `due_bytes` wrote is `Corrupt`.
+pub fn decode_due(bytes: &[u8]) -> Result<DueCursor, StoreError> {
+    let corrupt = |reason: &str| StoreError::corrupt("expiry index entry", reason);
+    let (_, rest) = bytes.split_first().ok_or_else(|| corrupt("empty"))?;
+    let (at, id) = rest
+        .split_first_chunk::<8>()
+        .ok_or_else(|| corrupt("no time"))?;
+    Ok(DueCursor {
+        at: StoreTime::from_ms(u64::from_be_bytes(*at)),
+        id: decode_id(id)?,
+    })
+}
+
+/// A page of the expiry index from the entries read (index key, the
+/// record's stored bytes if any), `limit` entries at most were asked for:
+/// undecodable or dangling entries become [`BadRecord`]s, so one bad record
+/// never stops a pass. Entries of another kind or not due by the query's
+/// bound are never passed in.
+pub fn due_page(
+    kind: DueKind,
+    entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    limit: usize,
+    pending: u64,
+) -> Result<DuePage, StoreError> {
+    let full = limit > 0 && entries.len() >= limit;
+    let mut page = DuePage::default();
+    for (entry, value) in entries {
+        let cursor = decode_due(&entry)?;
+        let judged = match value {
+            None => Err("index entry without a record".to_string()),
+            Some(value) => match decode_record(&value) {
+                Err(e) => Err(e.to_string()),
+                Ok(record) => {
+                    let listed = Due {
+                        kind,
+                        at: cursor.at,
+                    };
+                    if Due::of(&record) == Some(listed) && record.id == cursor.id {
+                        Ok(record)
+                    } else {
+                        Err(format!(
+                            "index entry {kind:?} at {} does not match its record",
+                            cursor.at
+                        ))
+                    }
+                }
+            },
+        };
+        match judged {
+            Ok(record) => page.records.push(record),
+            Err(reason) => page.bad.push(BadRecord {
+                entry: cursor.id.to_string(),
+                reason,
+            }),
+        }
+        page.next = Some(cursor);
+    }
+    if full {
+        debug_assert!(page.next.is_some());
+    } else {
+        page.next = None;
+        page.pending = pending;
+    }
+    Ok(page)
 }
 
 /// The scan-index byte ranges `[start, end)` of a scan (`end` `None`:

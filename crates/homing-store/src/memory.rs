@@ -6,11 +6,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use homing_core::{DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use homing_core::{
+    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
+    ReservationId, StoreTime,
+};
 
 use crate::dc::{
-    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_scan,
-    judge_cas, judge_event_import, judge_import,
+    Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
+    check_scan, judge_cas, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch};
@@ -85,6 +88,9 @@ impl GlobalStore for MemoryGlobalStore {
 struct DcState {
     records: HashMap<ReservationId, DcRecord>,
     by_scan_key: BTreeMap<Vec<u8>, ReservationId>,
+    /// The expiry index, keyed like the byte-keyed backends' (so cursors
+    /// page alike).
+    due: BTreeMap<Vec<u8>, ReservationId>,
     next_unique: u64,
     events: BTreeMap<EventSeq, Event>,
     event_head: EventSeq,
@@ -93,6 +99,14 @@ struct DcState {
 
 impl DcState {
     fn put(&mut self, record: &DcRecord) {
+        let old = self.records.get(&record.id).and_then(Due::of);
+        if let Some(old) = old {
+            self.due.remove(&keyspace::due_bytes(old, &record.id));
+        }
+        if let Some(due) = Due::of(record) {
+            self.due
+                .insert(keyspace::due_bytes(due, &record.id), record.id.clone());
+        }
         let scan_key = keyspace::record_scan_bytes(&record.key, &record.id);
         self.by_scan_key.insert(scan_key, record.id.clone());
         self.records.insert(record.id.clone(), record.clone());
@@ -170,6 +184,44 @@ impl DcStore for MemoryDcStore {
             }
         }
         Ok(out)
+    }
+
+    async fn due(
+        &self,
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<&DueCursor>,
+        limit: usize,
+    ) -> Result<DuePage, StoreError> {
+        check_limit(limit)?;
+        let state = self.state();
+        let (start, end) = keyspace::due_range(kind, until, after);
+        let entries = state
+            .due
+            .range(start..end)
+            .take(limit)
+            .map(|(entry, id)| {
+                let value = state.records.get(id).map(keyspace::encode_record);
+                Ok((entry.clone(), value.transpose()?))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let (start, end) = keyspace::due_pending_range(kind, until);
+        let pending = state.due.range(start..end).count() as u64;
+        keyspace::due_page(kind, entries, limit, pending)
+    }
+
+    async fn settle(&self, id: &ReservationId, version: u64) -> Result<bool, StoreError> {
+        let mut state = self.state();
+        let Some(record) = state.records.get(id).filter(|r| r.version == version) else {
+            return Ok(false);
+        };
+        match Due::of(record) {
+            Some(due) if due.kind == DueKind::Released => {
+                let entry = keyspace::due_bytes(due, id);
+                Ok(state.due.remove(&entry).is_some())
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn allocate(&self) -> Result<u64, StoreError> {

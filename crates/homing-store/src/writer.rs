@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use homing_core::{DcRecord, Event, EventSeq};
+use homing_core::{DcRecord, Due, DueKind, Event, EventSeq};
 use redb::{Database, ReadableTable, Table, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
@@ -24,6 +24,8 @@ pub(crate) const GLOBAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("g
 pub(crate) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
 /// Scan index: `(key, id)` bytes → reservation ID text.
 pub(crate) const BY_KEY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records_by_key");
+/// Expiry index: `keyspace::due_bytes` (kind, time, id) → reservation ID text.
+pub(crate) const DUE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records_due");
 /// The DC's event log: seq → postcard event.
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 /// Small counters (the allocator's high-water mark, the event head).
@@ -34,6 +36,9 @@ pub(crate) const HIGH_WATER: &str = "allocator_high_water";
 /// The seq of the last event ever appended, in [`META`]: kept apart from
 /// [`EVENTS`] so that trimming every event does not reset it.
 pub(crate) const EVENT_HEAD: &str = "event_head";
+/// The expiry index's layout version in [`META`]: absent in files written
+/// before the index existed, which are indexed once on open.
+pub(crate) const DUE_INDEX: &str = "due_index";
 /// `1` in [`META`] while an unfinished migration copies into the store.
 pub(crate) const MIGRATING: &str = "migrating";
 
@@ -60,6 +65,8 @@ pub(crate) enum Op {
     TrimEvents(EventSeq),
     /// Set or clear the migration mark.
     Migrating(bool),
+    /// Drop a released record's expiry entry if the record has `version`.
+    Settle { id: Vec<u8>, version: u64 },
     /// Tests: panic in the writer thread, as a bug in redb would.
     #[cfg(test)]
     Crash,
@@ -81,6 +88,8 @@ pub(crate) enum Outcome {
     Trimmed,
     /// The migration mark is durable.
     Migrating,
+    /// Whether the entry was dropped.
+    Settled(bool),
 }
 
 struct Request {
@@ -213,6 +222,7 @@ struct Tables<'txn> {
     global: Table<'txn, &'static [u8], &'static [u8]>,
     records: Table<'txn, &'static [u8], &'static [u8]>,
     by_key: Table<'txn, &'static [u8], &'static [u8]>,
+    due: Table<'txn, &'static [u8], &'static [u8]>,
     events: Table<'txn, u64, &'static [u8]>,
     meta: Table<'txn, &'static str, u64>,
 }
@@ -226,6 +236,7 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
             global: txn.open_table(GLOBAL)?,
             records: txn.open_table(RECORDS)?,
             by_key: txn.open_table(BY_KEY)?,
+            due: txn.open_table(DUE)?,
             events: txn.open_table(EVENTS)?,
             meta: txn.open_table(META)?,
         };
@@ -271,6 +282,7 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
             t.meta.insert(MIGRATING, u64::from(*on))?;
             Ok(Outcome::Migrating)
         }
+        Op::Settle { id, version } => settle(t, id, *version),
         #[cfg(test)]
         Op::Crash => panic!("the writer thread crashes on purpose"),
     }
@@ -301,9 +313,11 @@ fn cas(
     let id = keyspace::id_bytes(&record.id);
     let current = stored(t, &id)?;
     let event = homing_core::event::derive(current.as_ref(), record);
+    let old_due = current.as_ref().and_then(Due::of);
     if let Some(conflict) = judge_cas(expected, record, current)? {
         return Ok(Outcome::Cas(conflict));
     }
+    reindex(t, &id, old_due, record)?;
     let event = match event {
         Some(mut event) => {
             // Invariant: a u64 log never fills (one event per write).
@@ -327,15 +341,84 @@ fn cas(
 /// A record import: written when absent or older, judged otherwise; no event.
 fn import(t: &mut Tables<'_>, record: &DcRecord, value: &[u8]) -> Result<Outcome, Failure> {
     let id = keyspace::id_bytes(&record.id);
-    if let Some(judged) = judge_import(record, stored(t, &id)?) {
+    let current = stored(t, &id)?;
+    let old_due = current.as_ref().and_then(Due::of);
+    if let Some(judged) = judge_import(record, current) {
         return Ok(Outcome::Import(judged));
     }
+    reindex(t, &id, old_due, record)?;
     t.records.insert(id.as_slice(), value)?;
     // An older version of the record has the same key (judge_import checks
     // it), so its index entry is these same bytes.
     let scan = keyspace::record_scan_bytes(&record.key, &record.id);
     t.by_key.insert(scan.as_slice(), id.as_slice())?;
     Ok(Outcome::Import(Import::Written))
+}
+
+/// Moves `record`'s expiry entry from `old` (the stored record's) to the
+/// one it has now (put again when it stays: that restores a settled one).
+fn reindex(
+    t: &mut Tables<'_>,
+    id: &[u8],
+    old: Option<Due>,
+    record: &DcRecord,
+) -> Result<(), Failure> {
+    let new = Due::of(record);
+    if let Some(old) = old.filter(|old| Some(*old) != new) {
+        t.due
+            .remove(keyspace::due_bytes(old, &record.id).as_slice())?;
+    }
+    if let Some(new) = new {
+        t.due
+            .insert(keyspace::due_bytes(new, &record.id).as_slice(), id)?;
+    }
+    Ok(())
+}
+
+/// Drops a released record's expiry entry if the record is at `version`.
+fn settle(t: &mut Tables<'_>, id: &[u8], version: u64) -> Result<Outcome, Failure> {
+    let Some(record) = stored(t, id)?.filter(|r| r.version == version) else {
+        return Ok(Outcome::Settled(false));
+    };
+    let dropped = match Due::of(&record) {
+        Some(due) if due.kind == DueKind::Released => t
+            .due
+            .remove(keyspace::due_bytes(due, &record.id).as_slice())?
+            .is_some(),
+        _ => false,
+    };
+    Ok(Outcome::Settled(dropped))
+}
+
+/// Indexes every decodable record of a file written before the expiry index
+/// existed, once, in the transaction that opens the file (`DUE_INDEX`
+/// marks it done). An undecodable record gets no entry (a full-scan reaper
+/// could not read it either) and is logged.
+pub(crate) fn build_due_index(txn: &redb::WriteTransaction) -> Result<u64, redb::Error> {
+    let mut meta = txn.open_table(META)?;
+    if meta.get(DUE_INDEX)?.is_some() {
+        return Ok(0);
+    }
+    let records = txn.open_table(RECORDS)?;
+    let mut due = txn.open_table(DUE)?;
+    let mut indexed = 0;
+    for entry in records.iter()? {
+        let (id, value) = entry?;
+        let record = match keyspace::decode_record(value.value()) {
+            Ok(record) => record,
+            Err(e) => {
+                let id = String::from_utf8_lossy(id.value()).into_owned();
+                tracing::warn!(reservation = %id, error = %e, "undecodable record left out of the expiry index");
+                continue;
+            }
+        };
+        if let Some(at) = Due::of(&record) {
+            due.insert(keyspace::due_bytes(at, &record.id).as_slice(), id.value())?;
+            indexed += 1;
+        }
+    }
+    meta.insert(DUE_INDEX, 1)?;
+    Ok(indexed)
 }
 
 /// An event import at its own seq; the head becomes at least that seq.

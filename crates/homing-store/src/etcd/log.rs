@@ -23,8 +23,10 @@ use crate::error::StoreError;
 use crate::keyspace;
 
 /// Most compare-and-sets one transaction carries: each costs one compare and
-/// up to three puts, and etcd allows 128 of each per transaction by default.
-pub const APPEND_GROUP_OPS_MAX: usize = 32;
+/// up to four writes (record, scan-index entry or old expiry entry's delete,
+/// new expiry entry, event), plus the head once, and etcd allows 128 of each
+/// per transaction by default: 31 × 4 + 1 = 125.
+pub const APPEND_GROUP_OPS_MAX: usize = 31;
 /// Most key and value bytes one transaction carries (etcd refuses requests
 /// above 1.5 MiB by default). A single larger op still goes alone.
 pub const APPEND_GROUP_BYTES_MAX: usize = 1024 * 1024;
@@ -37,8 +39,12 @@ pub(super) struct Append {
     pub(super) record_key: Vec<u8>,
     /// Its `mod_revision` as the caller read it (`None`: absent).
     pub(super) read_revision: Option<i64>,
-    /// The record first (and, for a create, its index entry).
+    /// The record first (and, for a create, its scan-index entry; its new
+    /// expiry-index entry).
     pub(super) puts: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Keys deleted in the same transaction (the record's old expiry-index
+    /// entry); never one of `puts`.
+    pub(super) deletes: Vec<Vec<u8>>,
     /// The event the change derives, if any (a renewal derives none); the
     /// appender numbers it.
     pub(super) event: Option<Event>,
@@ -76,7 +82,8 @@ impl Queued {
             .puts
             .iter()
             .map(|(k, v)| k.len() + v.len())
-            .sum();
+            .sum::<usize>()
+            + self.append.deletes.iter().map(Vec::len).sum::<usize>();
         // The event repeats the record's key and ids: bound it by the record.
         2 * puts
     }
@@ -241,6 +248,7 @@ async fn attempt(
                 .iter()
                 .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None)),
         );
+        ops.extend(a.deletes.iter().map(|k| TxnOp::delete(k.clone(), None)));
         if let Some((seq, bytes)) = event {
             ops.push(TxnOp::put(
                 space.key(EVENTS, &keyspace::event_seq_bytes(*seq)),

@@ -638,6 +638,19 @@ mod tests {
         ) -> Result<Vec<DcRecord>, StoreError> {
             self.inner.scan(scope, prefix, after, limit).await
         }
+        async fn due(
+            &self,
+            kind: homing_core::DueKind,
+            until: homing_core::StoreTime,
+            after: Option<&homing_core::DueCursor>,
+            limit: usize,
+        ) -> Result<homing_core::DuePage, StoreError> {
+            self.inner.due(kind, until, after, limit).await
+        }
+        async fn settle(&self, id: &ReservationId, version: u64) -> Result<bool, StoreError> {
+            self.log("settle");
+            self.inner.settle(id, version).await
+        }
         async fn allocate(&self) -> Result<u64, StoreError> {
             self.log("allocate");
             self.inner.allocate().await
