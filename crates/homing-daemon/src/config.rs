@@ -71,6 +71,12 @@ pub struct Settings {
     /// FoundationDB cluster file (default: the platform's, /etc/foundationdb/fdb.cluster).
     #[arg(long, env = "HOMING_FDB_CLUSTER_FILE")]
     pub fdb_cluster_file: Option<PathBuf>,
+    /// How often homingd compacts etcd's history when a store is on etcd, in milliseconds (0: never, e.g. when etcd runs its own --auto-compaction).
+    #[arg(long, env = "HOMING_ETCD_COMPACT_INTERVAL_MS")]
+    pub etcd_compact_interval_ms: Option<u64>,
+    /// etcd revisions kept below the current one when compacting.
+    #[arg(long, env = "HOMING_ETCD_COMPACT_RETAIN_REVISIONS")]
+    pub etcd_compact_retain_revisions: Option<u64>,
     /// Lease length in milliseconds.
     #[arg(long, env = "HOMING_LEASE_TTL_MS")]
     pub lease_ttl_ms: Option<u64>,
@@ -190,6 +196,8 @@ impl Settings {
             etcd_endpoints,
             store_prefix,
             fdb_cluster_file,
+            etcd_compact_interval_ms,
+            etcd_compact_retain_revisions,
             lease_ttl_ms,
             renew_at_permille,
             soft_margin_ms,
@@ -275,6 +283,11 @@ pub struct Config {
     pub store_prefix: String,
     /// FoundationDB cluster file, if not the platform default.
     pub fdb_cluster_file: Option<PathBuf>,
+    /// Time between compactions of etcd's history, ms (0: homingd does not
+    /// compact).
+    pub etcd_compact_interval_ms: u64,
+    /// etcd revisions kept below the current one when compacting.
+    pub etcd_compact_retain_revisions: u64,
     /// Lease policy.
     pub policy: LeasePolicy,
     /// Hop limit.
@@ -294,6 +307,13 @@ pub struct Config {
     /// What the QUIC server allows: connection shares, handshakes, buffers.
     pub server_limits: ServerLimits,
 }
+
+/// Default time between compactions of etcd's history, ms (homing-store's
+/// `etcd::compaction::COMPACT_INTERVAL_MS_DEFAULT`, which exists only with
+/// the `etcd` feature).
+pub const ETCD_COMPACT_INTERVAL_MS_DEFAULT: u64 = 60_000;
+/// Default etcd revisions kept below the current one.
+pub const ETCD_COMPACT_RETAIN_REVISIONS_DEFAULT: u64 = 10_000;
 
 fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, ConfigError> {
     let built_without = |feature: &str| {
@@ -369,6 +389,14 @@ impl Config {
             global_store,
             etcd_endpoints,
             fdb_cluster_file: s.fdb_cluster_file,
+            etcd_compact_interval_ms: s
+                .etcd_compact_interval_ms
+                .unwrap_or(ETCD_COMPACT_INTERVAL_MS_DEFAULT),
+            etcd_compact_retain_revisions: positive(
+                "etcd_compact_retain_revisions",
+                s.etcd_compact_retain_revisions,
+                ETCD_COMPACT_RETAIN_REVISIONS_DEFAULT,
+            )?,
             // Store prefixes are built as `<store_prefix>/global/` and `<store_prefix>/dc/<dc>/`.
             store_prefix: crate::stores::normalize_prefix(
                 s.store_prefix

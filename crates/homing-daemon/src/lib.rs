@@ -65,6 +65,39 @@ pub enum DaemonError {
     },
 }
 
+/// Starts compacting etcd's history when a store is on etcd and
+/// `etcd_compact_interval_ms` is not 0 (docs/OPERATIONS.md, "etcd: history,
+/// compaction and defragmentation").
+#[cfg(feature = "etcd")]
+async fn start_compactor(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<homing_store::etcd::compaction::Compactor>, DaemonError> {
+    use homing_store::etcd::compaction::{CompactionPolicy, Compactor};
+    let etcd = config::StoreKind::Etcd;
+    let on_etcd = config.dc_store == etcd || config.global_store == etcd;
+    if !on_etcd || config.etcd_compact_interval_ms == 0 {
+        return Ok(None);
+    }
+    let policy = CompactionPolicy {
+        interval_ms: config.etcd_compact_interval_ms,
+        retain_revisions: config.etcd_compact_retain_revisions,
+    };
+    let compactor = Compactor::connect(&config.etcd_endpoints, policy).await;
+    let compactor = compactor.map_err(|source| DaemonError::Store {
+        which: "etcd compactor",
+        source,
+    })?;
+    let stats = compactor.stats();
+    let read = move || metrics::Compaction {
+        compactions: stats.compactions(),
+        failures: stats.failures(),
+        revision: stats.revision(),
+    };
+    metrics.watch_compaction(metrics::CompactionSource(Box::new(read)));
+    Ok(Some(compactor))
+}
+
 /// A running DC daemon.
 pub struct Daemon {
     node: Arc<Node>,
@@ -72,6 +105,9 @@ pub struct Daemon {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     metrics_addr: Option<SocketAddr>,
+    /// Compacts etcd's history while the daemon runs (a store on etcd).
+    #[cfg(feature = "etcd")]
+    _compactor: Option<homing_store::etcd::compaction::Compactor>,
 }
 
 impl Daemon {
@@ -98,6 +134,8 @@ impl Daemon {
                 metrics.watch_failover(role, failover);
             }
         }
+        #[cfg(feature = "etcd")]
+        let compactor = start_compactor(config, &metrics).await?;
         let client = Client::new(tls, ClientLimits::default())?;
         let peers = Peers::new(
             config.peers.clone(),
@@ -154,6 +192,8 @@ impl Daemon {
             stop,
             tasks,
             metrics_addr,
+            #[cfg(feature = "etcd")]
+            _compactor: compactor,
         })
     }
 

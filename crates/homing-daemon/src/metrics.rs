@@ -83,6 +83,28 @@ impl Histogram {
     }
 }
 
+/// What the etcd compactor did (see `homing_store::etcd::compaction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    /// Compactions etcd accepted.
+    pub compactions: u64,
+    /// Compactions that failed.
+    pub failures: u64,
+    /// The revision last compacted to.
+    pub revision: i64,
+}
+
+/// Reads what the etcd compactor did, at each scrape.
+pub struct CompactionSource(pub Box<dyn Fn() -> Compaction + Send + Sync>);
+
+impl std::fmt::Debug for CompactionSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CompactionSource")
+            .field(&(self.0)())
+            .finish()
+    }
+}
+
 /// The daemon's counters. Cheap to update from any task.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -96,6 +118,7 @@ pub struct Metrics {
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
     upkeep_bad_records: AtomicU64,
+    compaction: OnceLock<CompactionSource>,
     waiters: Arc<AtomicU64>,
     event_head: AtomicU64,
     connections: OnceLock<homing_net::ServerStats>,
@@ -152,6 +175,11 @@ impl Metrics {
     /// Leases active at the last reaper pass.
     pub fn set_active_leases(&self, n: u64) {
         self.active_leases.store(n, Ordering::Relaxed);
+    }
+
+    /// Shows what the etcd compactor did, read by `source` at each scrape.
+    pub fn watch_compaction(&self, source: CompactionSource) {
+        let _ = self.compaction.set(source);
     }
 
     /// The upkeep skipped an expiry-index entry whose record could not be read.
@@ -248,6 +276,14 @@ impl Metrics {
             "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
             self.event_head.load(Ordering::Relaxed)
         );
+        if let Some(source) = self.compaction.get() {
+            let c = (source.0)();
+            let _ = writeln!(
+                out,
+                "# HELP homing_etcd_compactions_total Compactions of etcd's history by this homingd.\n# TYPE homing_etcd_compactions_total counter\nhoming_etcd_compactions_total {}\n# HELP homing_etcd_compaction_failures_total Compactions of etcd's history that failed (tried again next interval).\n# TYPE homing_etcd_compaction_failures_total counter\nhoming_etcd_compaction_failures_total {}\n# HELP homing_etcd_compacted_revision The etcd revision this homingd last compacted to.\n# TYPE homing_etcd_compacted_revision gauge\nhoming_etcd_compacted_revision {}",
+                c.compactions, c.failures, c.revision
+            );
+        }
         if let Some(stats) = self.connections.get() {
             render_connections(&mut out, &stats.snapshot());
         }

@@ -83,6 +83,18 @@ pub struct Compactor {
 }
 
 impl Compactor {
+    /// Connects to the cluster at `endpoints` and starts compacting it by
+    /// `policy` on the current tokio runtime.
+    pub async fn connect(
+        endpoints: &[String],
+        policy: CompactionPolicy,
+    ) -> Result<Compactor, StoreError> {
+        Ok(Compactor::start(
+            Space::connect(endpoints, "").await?,
+            policy,
+        ))
+    }
+
     /// Starts compacting the cluster of `space` by `policy` on the current
     /// tokio runtime.
     pub(super) fn start(space: Space, policy: CompactionPolicy) -> Compactor {
