@@ -2,11 +2,16 @@
 //! close to: a bare `moka::future::Cache::get`, a `moka::sync::Cache::get`
 //! and a `HashMap` lookup of the same 40-byte keys, on one core (a
 //! current-thread runtime), at 10 k and 1 M keys; then memory per cached key
-//! at 1 M keys (RSS growth while priming, divided by the key count).
+//! at 1 M keys (RSS growth while priming, divided by the key count); then
+//! throughput on 1 and 2 threads sharing one cache (each thread its own
+//! current-thread runtime), next to a bare moka get and a shared `HashMap`
+//! (which takes no lock: the most the machine's cores give at that moment).
 //!
 //! `cargo run --release -p homing-client --example resolve_bench`
+//! (`-- --threads 1,2` runs only the thread scaling)
 //!
 //! Targets (issue 7): cached resolve ≤ 2× bare moka get; ≤ 200 bytes per key.
+//! Issue 22: on 2 threads ≥ 1.8× one thread's throughput.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -27,6 +32,13 @@ const REPS: usize = 5;
 const PAGE_BYTES: u64 = 4096;
 /// Long enough that no primed answer expires during the run.
 const TTL_MS: u64 = 3_600_000;
+
+/// Threads of the scaling measurement.
+const SCALING_THREADS: [usize; 2] = [1, 2];
+/// Keys in the cache of the scaling measurement.
+const SCALING_KEYS: usize = 10_000;
+/// Lookups per thread per repetition of the scaling measurement.
+const SCALING_LOOKUPS_PER_THREAD: usize = 2_000_000;
 
 /// Keys for the memory measurement.
 const MEMORY_KEYS: usize = 1_000_000;
@@ -50,7 +62,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{bytes}");
         return Ok(());
     }
+    if let [_, mode, threads] = args.as_slice()
+        && mode == "--threads"
+    {
+        let threads: Vec<usize> = threads
+            .split(',')
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        return runtime.block_on(scaling(&threads));
+    }
     runtime.block_on(run())?;
+    runtime.block_on(scaling(&SCALING_THREADS))?;
     println!(
         "memory per cached key, {MEMORY_KEYS} keys (RSS growth while filling / keys; fresh process each):"
     );
@@ -234,6 +256,155 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!();
     }
     Ok(())
+}
+
+/// Throughput of cached resolves, bare moka gets and shared-`HashMap` gets
+/// on `threads` threads at once over one shared cache of [`SCALING_KEYS`]
+/// keys: lookups per second summed over the threads (median of [`REPS`]),
+/// and each count's ratio to one thread.
+async fn scaling(threads: &[usize]) -> Result<(), Box<dyn std::error::Error>> {
+    let ca = DevCa::generate("bench ca")?;
+    let tls = ca.tls_identity(&Identity::new(Role::Router, None)?)?;
+    let client = Client::new(&tls, ClientLimits::default())?;
+    let iad = DcId::new("iad")?;
+    let keys: Vec<Key> = (0..SCALING_KEYS).map(key).collect::<Result<_, _>>()?;
+    let resolutions: Vec<Resolution> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| resolution(k.clone(), &iad, i as u64))
+        .collect::<Result<_, _>>()?;
+    let config = ResolverConfig {
+        cache_entries: 2 * SCALING_KEYS as u64,
+        tail_ttl_ms: TTL_MS,
+        ..ResolverConfig::new(vec![(iad.clone(), "127.0.0.1:9".parse()?)])
+    };
+    let resolver = Resolver::new(client, config);
+    let moka: moka::future::Cache<Key, Arc<Resolution>> = moka::future::Cache::builder()
+        .max_capacity(2 * SCALING_KEYS as u64)
+        .time_to_live(Duration::from_millis(TTL_MS))
+        .build();
+    for r in &resolutions {
+        resolver.prime(r.clone()).await;
+        moka.insert(r.key.clone(), Arc::new(r.clone())).await;
+    }
+    resolver.run_pending_tasks().await;
+    moka.run_pending_tasks().await;
+    let map: HashMap<Key, Arc<Resolution>> = resolutions
+        .iter()
+        .map(|r| (r.key.clone(), Arc::new(r.clone())))
+        .collect();
+    // Each thread its own order (a different start), so threads do not
+    // walk the same keys in lock step.
+    let orders: Vec<Vec<usize>> = (0..threads.iter().copied().max().unwrap_or(1))
+        .map(|t| {
+            let mut order = scattered(SCALING_KEYS, SCALING_LOOKUPS_PER_THREAD + t);
+            order.drain(..t);
+            order
+        })
+        .collect();
+    println!(
+        "\nthreads sharing one cache of {SCALING_KEYS} keys, {SCALING_LOOKUPS_PER_THREAD} lookups per thread, \
+         each thread its own current-thread runtime, median of {REPS}"
+    );
+    println!(
+        "{:>7}  {:<28} {:>14} {:>13}",
+        "threads", "lookup", "ops/s (total)", "vs 1 thread"
+    );
+    let mut one: [f64; 3] = [0.0; 3];
+    for &n in threads {
+        let rates = [
+            rate(n, &orders, |order| {
+                let (resolver, keys) = (&resolver, &keys);
+                async move {
+                    for &i in order {
+                        black_box(resolver.resolve(&keys[i]).await.ok());
+                    }
+                }
+            }),
+            rate(n, &orders, |order| {
+                let (moka, keys) = (&moka, &keys);
+                async move {
+                    for &i in order {
+                        black_box(moka.get(&keys[i]).await);
+                    }
+                }
+            }),
+            rate(n, &orders, |order| {
+                let (map, keys) = (&map, &keys);
+                async move {
+                    for &i in order {
+                        black_box(map.get(&keys[i]).cloned());
+                    }
+                }
+            }),
+        ];
+        for (i, name) in [
+            "Resolver::resolve (hit)",
+            "moka::future::Cache::get",
+            "HashMap::get (no lock)",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if n == 1 {
+                one[i] = rates[i];
+            }
+            let ratio = if one[i] > 0.0 { rates[i] / one[i] } else { 0.0 };
+            println!("{n:>7}  {name:<28} {:>14.0} {ratio:>12.2}x", rates[i]);
+        }
+    }
+    Ok(())
+}
+
+/// Lookups per second of `work` run on `threads` threads at once (thread
+/// `t` on `orders[t]`), each on its own current-thread runtime; median of
+/// [`REPS`] after a warm-up.
+fn rate<'a, F, Fut>(threads: usize, orders: &'a [Vec<usize>], work: F) -> f64
+where
+    F: Fn(&'a [usize]) -> Fut + Sync,
+    Fut: std::future::Future<Output = ()>,
+{
+    let once = || {
+        let start = std::sync::Barrier::new(threads);
+        let started = std::thread::scope(|scope| {
+            let handles: Vec<_> = orders[..threads]
+                .iter()
+                .map(|order| {
+                    let (work, start) = (&work, &start);
+                    scope.spawn(move || {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .build()
+                            .expect("a current-thread runtime");
+                        start.wait();
+                        let began = Instant::now();
+                        runtime.block_on(work(order));
+                        (began, Instant::now())
+                    })
+                })
+                .collect();
+            let spans: Vec<(Instant, Instant)> = handles
+                .into_iter()
+                .map(|h| h.join().expect("a bench thread"))
+                .collect();
+            let first = spans
+                .iter()
+                .map(|s| s.0)
+                .min()
+                .expect("at least one thread");
+            let last = spans
+                .iter()
+                .map(|s| s.1)
+                .max()
+                .expect("at least one thread");
+            last - first
+        });
+        let lookups: usize = orders[..threads].iter().map(Vec::len).sum();
+        lookups as f64 / started.as_secs_f64()
+    };
+    once(); // warm-up
+    let mut rates: Vec<f64> = (0..REPS).map(|_| once()).collect();
+    rates.sort_by(f64::total_cmp);
+    rates[REPS / 2]
 }
 
 /// A 40-byte key name.

@@ -641,12 +641,15 @@ impl DcStore for FdbDcStore {
         let prefix_len = self.space.key(DUE, b"").len();
         let (entries, pending) = transact!(self.space, trx, {
             let range = exact_range(start.clone(), end.clone(), limit);
-            let rows = step!(trx.get_range(&range, 1, false).await);
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = step!(trx.get_range(&range, 1, false).await)
+                .iter()
+                .map(|kv| (kv.key()[prefix_len..].to_vec(), kv.value().to_vec()))
+                .collect();
             let mut entries = Vec::with_capacity(limit);
-            for kv in rows.iter() {
-                let rk = self.space.key(b"r/", kv.value());
+            for (entry, id) in rows {
+                let rk = self.space.key(b"r/", &id);
                 let value = step!(trx.get(&rk, false).await).map(|v| v.to_vec());
-                entries.push((kv.key()[prefix_len..].to_vec(), value));
+                entries.push((entry, value));
             }
             let mut pending = 0;
             if entries.len() < limit {

@@ -83,6 +83,8 @@ enum Suite {
     ReserveEtcd,
     /// Renewals/s of 10 k leases by 64 concurrent tasks.
     Renew,
+    /// The same with the DC store on a 3-member etcd, vs etcd's own guarded put (feature `etcd`).
+    RenewEtcd,
     /// Cached resolve (a separate program: prints its command).
     ResolveCached,
     /// Transport (a separate program: prints its command).
@@ -107,10 +109,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
             Ok(true)
         }
         Suite::Renew => renew::run().await,
+        #[cfg(feature = "etcd")]
+        Suite::RenewEtcd => renew::run_etcd().await,
+        #[cfg(not(feature = "etcd"))]
+        Suite::RenewEtcd => {
+            println!(
+                "renew-etcd needs the etcd backend: \
+                 cargo run --release --features etcd --bin homing -- bench renew-etcd"
+            );
+            Ok(true)
+        }
         Suite::ResolveCached => {
             separate(
                 "cargo run --release -p homing-client --example resolve_bench",
-                "cached resolve vs bare moka / HashMap lookups",
+                "cached resolve vs bare moka / HashMap lookups, and on 1 vs 2 threads \
+                 (`-- --threads 1,2` for that part alone)",
             );
             Ok(true)
         }
@@ -185,6 +198,15 @@ struct OwnGlobalDc {
 #[cfg(feature = "etcd")]
 impl OwnGlobalDc {
     async fn start(global: Arc<dyn homing_store::GlobalStore>) -> anyhow::Result<OwnGlobalDc> {
+        OwnGlobalDc::start_with(global, None).await
+    }
+
+    /// [`OwnGlobalDc::start`] with the caller's DC store too (`None`: a redb
+    /// one in a temporary directory).
+    async fn start_with(
+        global: Arc<dyn homing_store::GlobalStore>,
+        records: Option<Arc<dyn homing_store::DcStore>>,
+    ) -> anyhow::Result<OwnGlobalDc> {
         use homing_core::{Identity, Role};
         use homing_net::pki::load_identity;
         let dc = homing_core::DcId::new("dc0")?;
@@ -204,10 +226,13 @@ impl OwnGlobalDc {
             ..homing_daemon::Settings::default()
         })?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let records = Arc::new(homing_store::RedbDcStore::open(
-            config.data_dir.join("dc.redb"),
-            homing_store::RedbOptions::default(),
-        )?);
+        let records: Arc<dyn homing_store::DcStore> = match records {
+            Some(records) => records,
+            None => Arc::new(homing_store::RedbDcStore::open(
+                config.data_dir.join("dc.redb"),
+                homing_store::RedbOptions::default(),
+            )?),
+        };
         let node_tls = load_identity(&certs, &Identity::new(Role::Node, Some(dc.clone()))?)?;
         let daemon = homing_daemon::Daemon::start(&config, &node_tls, global, records).await?;
         let host_tls = load_identity(&certs, &Identity::new(Role::Host, Some(dc.clone()))?)?;

@@ -21,8 +21,41 @@ pub async fn run() -> anyhow::Result<bool> {
     let OneDc {
         net, client, peer, ..
     } = OneDc::start().await?;
-    let tag = run_tag();
+    let leases = acquire_leases(&client, &peer).await?;
+    let cells = renew_cells(&client, &peer, &leases, REPETITIONS).await?;
+    net.shutdown().await;
+    let c = median_cell(&cells);
 
+    println!(
+        "\nRenew through homingd (1 DC, QUIC + mTLS, redb DC store with group commit), \
+         {TASKS} tasks cycling over {LEASES} leases, median of {REPETITIONS} × {} ms\n",
+        CELL.as_millis()
+    );
+    println!("| leases | tasks | renewals/s | p50 ms | p99 ms | failed |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} | {TASKS} | {} | {:.2} | {:.2} | {} |",
+        thousands(LEASES as f64),
+        thousands(c.rate),
+        c.p50_us as f64 / 1000.0,
+        c.p99_us as f64 / 1000.0,
+        c.errors
+    );
+    let period_s = LEASES as f64 / c.rate.max(1e-9);
+    println!(
+        "\nat this rate one daemon renews all {LEASES} leases every {period_s:.2} s: \
+         with renewal at a third of the lease, it carries {} leases of a 10 s ttl",
+        thousands(c.rate * 10.0 / 3.0)
+    );
+    Ok(true)
+}
+
+/// Acquires [`LEASES`] fresh leases from `peer`, [`TASKS`] at a time.
+async fn acquire_leases(
+    client: &homing_net::Client,
+    peer: &homing_net::Peer,
+) -> anyhow::Result<Arc<Vec<(ReservationId, FencingToken)>>> {
+    let tag = run_tag();
     println!("renew: acquiring {LEASES} leases ({TASKS} at a time, not timed)…");
     let mut leases: Vec<(ReservationId, FencingToken)> = Vec::with_capacity(LEASES);
     let mut next = 0usize;
@@ -49,10 +82,18 @@ pub async fn run() -> anyhow::Result<bool> {
             leases.push(handle.await??);
         }
     }
-    let leases = Arc::new(leases);
+    Ok(Arc::new(leases))
+}
 
+/// `repetitions` cells of [`TASKS`] tasks renewing `leases` in turn.
+async fn renew_cells(
+    client: &homing_net::Client,
+    peer: &homing_net::Peer,
+    leases: &Arc<Vec<(ReservationId, FencingToken)>>,
+    repetitions: usize,
+) -> anyhow::Result<Vec<super::Cell>> {
     let mut cells = Vec::new();
-    for _ in 0..REPETITIONS {
+    for _ in 0..repetitions {
         let (client, peer, leases) = (client.clone(), peer.clone(), leases.clone());
         cells.push(
             run_cell(TASKS, CELL, move |n| {
@@ -73,29 +114,118 @@ pub async fn run() -> anyhow::Result<bool> {
             .await?,
         );
     }
-    net.shutdown().await;
-    let c = median_cell(&cells);
+    Ok(cells)
+}
 
+/// `homing bench renew-etcd`: the same renewals with the DC store (and the
+/// global store) on a local 3-member etcd, next to etcd's own guarded put
+/// (one txn per renewal: compare the key's `mod_revision`, put) of records of
+/// the same size from the same number of tasks, in one run.
+#[cfg(feature = "etcd")]
+pub async fn run_etcd() -> anyhow::Result<bool> {
+    use homing_store::etcd::{EtcdDcStore, EtcdGlobalStore};
+    use homing_store::etcd_cluster::LocalEtcdCluster;
+
+    let cluster = LocalEtcdCluster::start().await?;
+    let tag = run_tag();
+    let prefix = format!("/bench-{tag}");
+    let global = Arc::new(
+        EtcdGlobalStore::connect(cluster.endpoints(), &format!("{prefix}/global/")).await?,
+    );
+    let records =
+        Arc::new(EtcdDcStore::connect(cluster.endpoints(), &format!("{prefix}/dc/dc0/")).await?);
+    let one = super::OwnGlobalDc::start_with(global, Some(records)).await?;
+    let leases = acquire_leases(&one.client, &one.peer).await?;
+    let sample = one.daemon.node().records().get(&leases[0].0).await?;
+    let record_bytes = sample
+        .map(|r| homing_store::keyspace::encode_record(&r).map(|b| b.len()))
+        .transpose()?
+        .unwrap_or(0);
+    let mut homing = Vec::new();
+    let mut raw = Vec::new();
+    let kv = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await?
+        .kv_client();
+    let raw_keys = Arc::new(raw_records(&kv, &prefix, record_bytes).await?);
+    for _ in 0..REPETITIONS {
+        homing.extend(renew_cells(&one.client, &one.peer, &leases, 1).await?);
+        raw.push(raw_cell(&kv, &raw_keys, record_bytes).await?);
+    }
+    one.daemon.shutdown().await;
+    drop(cluster);
+    let (h, r) = (median_cell(&homing), median_cell(&raw));
     println!(
-        "\nRenew through homingd (1 DC, QUIC + mTLS, redb DC store with group commit), \
-         {TASKS} tasks cycling over {LEASES} leases, median of {REPETITIONS} × {} ms\n",
+        "\nRenew through homingd (1 DC, QUIC + mTLS, DC store and global store on a 3-member \
+         etcd on loopback), {TASKS} tasks cycling over {LEASES} leases, vs etcd's own guarded \
+         put of a {record_bytes}-byte value (txn: compare mod_revision, put; one per renewal), \
+         same tasks and keys; median of {REPETITIONS} × {} ms, lanes alternating\n",
         CELL.as_millis()
     );
-    println!("| leases | tasks | renewals/s | p50 ms | p99 ms | failed |");
-    println!("|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| {} | {TASKS} | {} | {:.2} | {:.2} | {} |",
-        thousands(LEASES as f64),
-        thousands(c.rate),
-        c.p50_us as f64 / 1000.0,
-        c.p99_us as f64 / 1000.0,
-        c.errors
-    );
-    let period_s = LEASES as f64 / c.rate.max(1e-9);
-    println!(
-        "\nat this rate one daemon renews all {LEASES} leases every {period_s:.2} s: \
-         with renewal at a third of the lease, it carries {} leases of a 10 s ttl",
-        thousands(c.rate * 10.0 / 3.0)
-    );
+    println!("| lane | renewals/s | p50 ms | p99 ms | failed |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, c) in [
+        ("homing renew (etcd DC store)", &h),
+        ("raw etcd guarded put", &r),
+    ] {
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {} |",
+            thousands(c.rate),
+            c.p50_us as f64 / 1000.0,
+            c.p99_us as f64 / 1000.0,
+            c.errors
+        );
+    }
+    println!("\nhoming / raw: {:.2}x", h.rate / r.rate.max(1e-9));
     Ok(true)
+}
+
+/// [`LEASES`] keys of `record_bytes` under `prefix/raw/`, with their
+/// `mod_revision`s, for the raw lane.
+#[cfg(feature = "etcd")]
+async fn raw_records(
+    kv: &etcd_client::KvClient,
+    prefix: &str,
+    record_bytes: usize,
+) -> anyhow::Result<Vec<(String, std::sync::atomic::AtomicI64)>> {
+    let mut kv = kv.clone();
+    let mut keys = Vec::with_capacity(LEASES);
+    for i in 0..LEASES {
+        let k = format!("{prefix}/raw/{i}");
+        let put = kv.put(k.clone(), vec![b'r'; record_bytes], None).await?;
+        let revision = put.header().map_or(0, |h| h.revision());
+        keys.push((k, std::sync::atomic::AtomicI64::new(revision)));
+    }
+    Ok(keys)
+}
+
+/// One cell of guarded puts: each op takes the next key, compares its
+/// last known `mod_revision` and puts a new value (each key is one task's at
+/// a time: the tasks cycle over more keys than there are tasks).
+#[cfg(feature = "etcd")]
+async fn raw_cell(
+    kv: &etcd_client::KvClient,
+    keys: &Arc<Vec<(String, std::sync::atomic::AtomicI64)>>,
+    record_bytes: usize,
+) -> anyhow::Result<super::Cell> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    use std::sync::atomic::Ordering;
+    let (kv, keys) = (kv.clone(), keys.clone());
+    run_cell(TASKS, CELL, move |n| {
+        let (mut kv, keys) = (kv.clone(), keys.clone());
+        async move {
+            let (k, revision) = &keys[n as usize % keys.len()];
+            let read = revision.load(Ordering::Relaxed);
+            let txn = Txn::new()
+                .when([Compare::mod_revision(k.clone(), CompareOp::Equal, read)])
+                .and_then([TxnOp::put(k.clone(), vec![b'n'; record_bytes], None)]);
+            let done = kv.txn(txn).await?;
+            if !done.succeeded() {
+                bail!("raw guarded put: {k} moved");
+            }
+            let now = done.header().map_or(0, |h| h.revision());
+            revision.store(now, Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .await
 }
