@@ -254,7 +254,7 @@ impl Upkeep {
             DueKind::Lease if self.mutations.has(Mutation::ReaperIgnoresExpiry) => {
                 return StoreTime::from_ms(u64::MAX);
             }
-            DueKind::Lease => self.policy.reapable_at(StoreTime::from_ms(0)).as_ms(),
+            DueKind::Lease => self.policy.grace_ms(),
             DueKind::Released => self.limits.orphan_age_ms,
         };
         StoreTime::from_ms(self.started.as_ms().saturating_sub(margin_ms))

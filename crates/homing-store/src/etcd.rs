@@ -857,11 +857,8 @@ impl DcStore for EtcdDcStore {
             // etcd reads limit 0 as "no limit".
             return Ok(DuePage::default());
         }
-        let section = |(start, end): (Vec<u8>, Vec<u8>)| {
-            (self.space.key(DUE, &start), self.space.key(DUE, &end))
-        };
-        let (start, end) = section(keyspace::due_range(kind, until, after));
-        let (pending_start, pending_end) = section(keyspace::due_pending_range(kind, until));
+        let [(start, end), (pending_start, pending_end)] =
+            keyspace::prefixed_due_ranges(&self.space.key(DUE, b""), kind, until, after);
         // The entries and the count of those not due, in one read; the
         // records at that same revision, so an entry and its record agree
         // unless the store is damaged.

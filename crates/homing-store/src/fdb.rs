@@ -633,11 +633,8 @@ impl DcStore for FdbDcStore {
             return Ok(DuePage::default());
         }
         self.index_existing_records().await?;
-        let section = |(start, end): (Vec<u8>, Vec<u8>)| {
-            (self.space.key(DUE, &start), self.space.key(DUE, &end))
-        };
-        let (start, end) = section(keyspace::due_range(kind, until, after));
-        let (pending_start, pending_end) = section(keyspace::due_pending_range(kind, until));
+        let [(start, end), (pending_start, pending_end)] =
+            keyspace::prefixed_due_ranges(&self.space.key(DUE, b""), kind, until, after);
         let prefix_len = self.space.key(DUE, b"").len();
         let (entries, pending) = transact!(self.space, trx, {
             let range = exact_range(start.clone(), end.clone(), limit);

@@ -197,6 +197,22 @@ pub fn due_pending_range(kind: DueKind, until: StoreTime) -> (Vec<u8>, Vec<u8>) 
     (due_section_end(kind, until), vec![kind.tag() + 1])
 }
 
+/// [`due_range`] and [`due_pending_range`] under a backend's section
+/// `prefix` (etcd, FoundationDB): `[due, pending]`.
+pub fn prefixed_due_ranges(
+    prefix: &[u8],
+    kind: DueKind,
+    until: StoreTime,
+    after: Option<&DueCursor>,
+) -> [(Vec<u8>, Vec<u8>); 2] {
+    let under =
+        |(start, end): (Vec<u8>, Vec<u8>)| ([prefix, &start].concat(), [prefix, &end].concat());
+    [
+        under(due_range(kind, until, after)),
+        under(due_pending_range(kind, until)),
+    ]
+}
+
 /// The first key past the entries of `kind` due by `until`.
 fn due_section_end(kind: DueKind, until: StoreTime) -> Vec<u8> {
     match until.as_ms().checked_add(1) {

@@ -647,70 +647,60 @@ mod tests {
         (ids, page.bad.iter().map(|b| b.entry.clone()).collect())
     }
 
+    /// A store file holding leases `(unique, expiry ms)`, changed with
+    /// `damage` (a raw write transaction on the closed file), then reopened.
+    async fn damaged(
+        leases: &[(u64, u64)],
+        damage: impl FnOnce(&redb::WriteTransaction),
+    ) -> (tempfile::TempDir, RedbDcStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dc.redb");
+        let store = RedbDcStore::open(&path, RedbOptions::default()).unwrap();
+        for &(unique, at) in leases {
+            let record = leased(unique, at);
+            store.compare_and_set(None, &record).await.unwrap();
+        }
+        drop(store);
+        let db = Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        damage(&txn);
+        txn.commit().unwrap();
+        drop(db);
+        let store = RedbDcStore::open(&path, RedbOptions::default()).unwrap();
+        (dir, store)
+    }
+
+    /// Writes undecodable bytes as record `id`.
+    fn garbage(txn: &redb::WriteTransaction, id: &str) {
+        let mut records = txn.open_table(RECORDS).unwrap();
+        records.insert(id.as_bytes(), &b"\xffgarbage"[..]).unwrap();
+    }
+
     /// A file written before the expiry index existed (no `records_due`
     /// table, no layout mark) is indexed once on open; an undecodable
     /// record among them is left out and the rest are indexed.
     #[tokio::test]
     async fn a_file_from_before_the_expiry_index_is_indexed_on_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("dc.redb");
-        let store = RedbDcStore::open(&path, RedbOptions::default()).unwrap();
-        for (unique, at) in [(1, 300), (2, 100)] {
-            store
-                .compare_and_set(None, &leased(unique, at))
-                .await
-                .unwrap();
-        }
-        drop(store);
-        {
-            let db = Database::create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
+        let (_dir, store) = damaged(&[(1, 300), (2, 100)], |txn| {
             txn.delete_table(DUE).unwrap();
-            txn.open_table(META)
-                .unwrap()
-                .remove(crate::writer::DUE_INDEX)
-                .unwrap();
-            txn.open_table(RECORDS)
-                .unwrap()
-                .insert(&b"iad.3"[..], &b"\xffgarbage"[..])
-                .unwrap();
-            txn.commit().unwrap();
-        }
-        let store = RedbDcStore::open(&path, RedbOptions::default()).unwrap();
-        assert_eq!(
-            due_ids(&store).await,
-            (vec!["iad.2".into(), "iad.1".into()], vec![])
-        );
+            let mut meta = txn.open_table(META).unwrap();
+            meta.remove(crate::writer::DUE_INDEX).unwrap();
+            drop(meta);
+            garbage(txn, "iad.3");
+        })
+        .await;
+        let indexed = (vec!["iad.2".into(), "iad.1".into()], vec![]);
+        assert_eq!(due_ids(&store).await, indexed);
     }
 
     /// An index entry whose record does not decode is returned as bad and
     /// the page goes on past it.
     #[tokio::test]
     async fn an_undecodable_due_record_is_reported_and_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("dc.redb");
-        let store = RedbDcStore::open(&path, RedbOptions::default()).unwrap();
-        for (unique, at) in [(1, 100), (2, 200), (3, 300)] {
-            store
-                .compare_and_set(None, &leased(unique, at))
-                .await
-                .unwrap();
-        }
-        drop(store);
-        {
-            let db = Database::create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            txn.open_table(RECORDS)
-                .unwrap()
-                .insert(&b"iad.2"[..], &b"\xffgarbage"[..])
-                .unwrap();
-            txn.commit().unwrap();
-        }
-        let store = RedbDcStore::open(&path, RedbOptions::default()).unwrap();
-        assert_eq!(
-            due_ids(&store).await,
-            (vec!["iad.1".into(), "iad.3".into()], vec!["iad.2".into()])
-        );
+        let leases = [(1, 100), (2, 200), (3, 300)];
+        let (_dir, store) = damaged(&leases, |txn| garbage(txn, "iad.2")).await;
+        let page = (vec!["iad.1".into(), "iad.3".into()], vec!["iad.2".into()]);
+        assert_eq!(due_ids(&store).await, page);
     }
 
     #[test]

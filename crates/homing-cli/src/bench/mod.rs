@@ -101,24 +101,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         #[cfg(feature = "etcd")]
         Suite::ReserveEtcd => reserve::run_etcd(&args.out, &args.load()).await,
         #[cfg(not(feature = "etcd"))]
-        Suite::ReserveEtcd => {
-            println!(
-                "reserve-etcd needs the etcd backend: \
-                 cargo run --release --features etcd --bin homing -- bench reserve-etcd"
-            );
-            Ok(true)
-        }
+        Suite::ReserveEtcd => Ok(needs_etcd("reserve-etcd")),
         Suite::Renew => renew::run().await,
         #[cfg(feature = "etcd")]
         Suite::RenewEtcd => renew::run_etcd().await,
         #[cfg(not(feature = "etcd"))]
-        Suite::RenewEtcd => {
-            println!(
-                "renew-etcd needs the etcd backend: \
-                 cargo run --release --features etcd --bin homing -- bench renew-etcd"
-            );
-            Ok(true)
-        }
+        Suite::RenewEtcd => Ok(needs_etcd("renew-etcd")),
         Suite::ResolveCached => {
             separate(
                 "cargo run --release -p homing-client --example resolve_bench",
@@ -142,6 +130,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
             Ok(true)
         }
     }
+}
+
+/// Says how to run an etcd suite in a build without the backend; `true`
+/// (nothing was measured, nothing missed).
+#[cfg(not(feature = "etcd"))]
+fn needs_etcd(suite: &str) -> bool {
+    println!(
+        "{suite} needs the etcd backend: \
+         cargo run --release --features etcd --bin homing -- bench {suite}"
+    );
+    true
 }
 
 fn separate(command: &str, what: &str) {
