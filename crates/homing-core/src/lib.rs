@@ -41,10 +41,12 @@ pub mod wire;
 pub use access::{Identity, Role, authorize};
 pub use actor::ActorId;
 pub use chain::{
-    ChainError, ChainWalk, Link, LocalSegment, Need, Poll, Segment, SegmentError, Source, Walked,
+    ChainError, ChainWalk, Jump, Link, LocalSegment, Need, Poll, Segment, SegmentError, Shortcut,
+    Source, Walked,
 };
 pub use connect::{
-    AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, Written,
+    AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, ShortcutNotice,
+    Written,
 };
 pub use dc::DcId;
 pub use event::{Event, EventKind, EventSeq};

@@ -582,9 +582,15 @@ mod tests {
                         let link = self.peer_links.get(&p).map(|to| Link {
                             from: p.clone(),
                             to: to.clone(),
+                            token: FencingToken::FIRST,
                         });
                         let links = link.into_iter().collect();
-                        upkeep.handle_segment(Ok(Segment { links, tail: None }));
+                        upkeep.handle_segment(Ok(Segment {
+                            key: key("proof"),
+                            links,
+                            tail: None,
+                            shortcut: None,
+                        }));
                     }
                     UpkeepPoll::Events => upkeep.handle_events(Ok(self.log)),
                     UpkeepPoll::TrimEvents { before } => {
