@@ -274,7 +274,9 @@ impl LocalSegment {
     pub fn finish(self) -> Segment {
         Segment {
             // Invariant: the first handled record set the key (see the docs).
-            key: self.key.expect("a segment is finished after its first record"),
+            key: self
+                .key
+                .expect("a segment is finished after its first record"),
             links: self.links,
             tail: self.tail,
             shortcut: self.shortcut,
@@ -333,12 +335,7 @@ impl ChainWalk {
         Self::start(key, Some(id.clone()), Need::Reservation(id), hop_limit)
     }
 
-    fn start(
-        key: Key,
-        entry: Option<ReservationId>,
-        need: Need,
-        hop_limit: usize,
-    ) -> ChainWalk {
+    fn start(key: Key, entry: Option<ReservationId>, need: Need, hop_limit: usize) -> ChainWalk {
         ChainWalk {
             key,
             hop_limit: hop_limit.min(HOP_LIMIT_MAX),
@@ -446,7 +443,11 @@ impl ChainWalk {
     /// `answered_by` says it has no usable record of the reservation the
     /// walk needs (unknown, abandoned). Fatal unless the walk was trying a
     /// shortcut, which it then gives up for the links.
-    pub fn handle_disowned(&mut self, answered_by: &DcId, source: Source) -> Result<(), ChainError> {
+    pub fn handle_disowned(
+        &mut self,
+        answered_by: &DcId,
+        source: Source,
+    ) -> Result<(), ChainError> {
         let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
             return self.fail(ChainError::Unexpected);
         };
@@ -576,7 +577,12 @@ impl ChainWalk {
     /// Whether `segment`, answered by `answered_by` for `at`, continues the
     /// walk: the walk's key, the DC's own reservations, links continuous,
     /// tokens rising (a jump's target at least at the promised token).
-    fn check(&self, answered_by: &DcId, at: &ReservationId, segment: &Segment) -> Result<(), String> {
+    fn check(
+        &self,
+        answered_by: &DcId,
+        at: &ReservationId,
+        segment: &Segment,
+    ) -> Result<(), String> {
         if segment.key != self.key {
             return Err(format!(
                 "answered for key {} where the walk is of {}",
@@ -593,11 +599,14 @@ impl ChainWalk {
             _ => None,
         };
         let mut tokens_rise = |token: FencingToken, what: &ReservationId| {
-            let low = promised.take().is_some_and(|p| token < p)
-                || floor.is_some_and(|f| token <= f);
+            let low =
+                promised.take().is_some_and(|p| token < p) || floor.is_some_and(|f| token <= f);
             floor = Some(token);
             if low {
-                Err(format!("token {} of {what} is not above the chain's so far", token.get()))
+                Err(format!(
+                    "token {} of {what} is not above the chain's so far",
+                    token.get()
+                ))
             } else {
                 Ok(())
             }
@@ -617,10 +626,7 @@ impl ChainWalk {
         }
         if let Some(tail) = &segment.tail {
             if &tail.id != at {
-                return Err(format!(
-                    "tail {} where the walk stands at {at}",
-                    tail.id
-                ));
+                return Err(format!("tail {} where the walk stands at {at}", tail.id));
             }
             if tail.id.dc() != answered_by {
                 return Err(format!("speaks for {}, owned by another dc", tail.id));
@@ -690,7 +696,11 @@ mod tests {
     }
 
     fn needs(walk: &ChainWalk, at: &str) {
-        assert_eq!(walk.poll(), &Poll::Need(Need::Reservation(id(at))), "{walk:?}");
+        assert_eq!(
+            walk.poll(),
+            &Poll::Need(Need::Reservation(id(at))),
+            "{walk:?}"
+        );
     }
 
     fn done(walk: &ChainWalk) -> &Walked {
@@ -715,8 +725,12 @@ mod tests {
         walk.handle_segment(&dc("iad"), segment, Source::Remote)
             .unwrap();
         needs(&walk, "fra.2");
-        walk.handle_segment(&dc("fra"), seg(vec![], Some(vacant("fra.2", 3))), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![], Some(vacant("fra.2", 3))),
+            Source::Remote,
+        )
+        .unwrap();
         let done = done(&walk);
         assert_eq!(done.entry, id("iad.1"));
         assert_eq!(done.links.len(), 2);
@@ -735,10 +749,18 @@ mod tests {
     #[test]
     fn a_cycle_is_detected() {
         let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
-        walk.handle_segment(&dc("iad"), seg(vec![link("iad.1", "fra.1", 1)], None), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("iad"),
+            seg(vec![link("iad.1", "fra.1", 1)], None),
+            Source::Remote,
+        )
+        .unwrap();
         let err = walk
-            .handle_segment(&dc("fra"), seg(vec![link("fra.1", "iad.1", 2)], None), Source::Remote)
+            .handle_segment(
+                &dc("fra"),
+                seg(vec![link("fra.1", "iad.1", 2)], None),
+                Source::Remote,
+            )
             .unwrap_err();
         assert_eq!(err, ChainError::Cycle(id("iad.1")));
         assert_eq!(walk.poll(), &Poll::Failed(err));
@@ -760,12 +782,20 @@ mod tests {
     fn a_dc_may_not_speak_for_another_dcs_reservation() {
         let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
         let err = walk
-            .handle_segment(&dc("fra"), seg(vec![link("iad.1", "fra.1", 1)], None), Source::Remote)
+            .handle_segment(
+                &dc("fra"),
+                seg(vec![link("iad.1", "fra.1", 1)], None),
+                Source::Remote,
+            )
             .unwrap_err();
         assert!(matches!(err, ChainError::Inconsistent { .. }), "{err}");
         let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
         let err = walk
-            .handle_segment(&dc("iad"), seg(vec![], Some(vacant("iad.2", 1))), Source::Remote)
+            .handle_segment(
+                &dc("iad"),
+                seg(vec![], Some(vacant("iad.2", 1))),
+                Source::Remote,
+            )
             .unwrap_err();
         assert!(err.to_string().contains("where the walk stands"), "{err}");
     }
@@ -784,10 +814,18 @@ mod tests {
     #[test]
     fn tokens_must_rise_along_the_chain() {
         let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
-        walk.handle_segment(&dc("iad"), seg(vec![link("iad.1", "fra.1", 4)], None), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("iad"),
+            seg(vec![link("iad.1", "fra.1", 4)], None),
+            Source::Remote,
+        )
+        .unwrap();
         let err = walk
-            .handle_segment(&dc("fra"), seg(vec![], Some(vacant("fra.1", 4))), Source::Remote)
+            .handle_segment(
+                &dc("fra"),
+                seg(vec![], Some(vacant("fra.1", 4))),
+                Source::Remote,
+            )
             .unwrap_err();
         assert!(err.to_string().contains("token 4"), "{err}");
     }
@@ -802,8 +840,12 @@ mod tests {
         walk.handle_segment(&dc("iad"), first, Source::Remote)
             .unwrap();
         needs(&walk, "sin.9");
-        walk.handle_segment(&dc("sin"), seg(vec![], Some(vacant("sin.9", 901))), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("sin"),
+            seg(vec![], Some(vacant("sin.9", 901))),
+            Source::Remote,
+        )
+        .unwrap();
         let done = done(&walk);
         assert_eq!(done.tail.id, id("sin.9"));
         assert_eq!(done.links, vec![link("iad.1", "fra.1", 1)]);
@@ -826,9 +868,14 @@ mod tests {
         walk.handle_global(Some(id("a.1")), Source::Remote).unwrap();
         let mut first = seg(vec![link("a.1", "b.2", 1)], None);
         first.shortcut = shortcut("b.1000", 1000);
-        walk.handle_segment(&dc("a"), first, Source::Remote).unwrap();
-        walk.handle_segment(&dc("b"), seg(vec![], Some(vacant("b.1000", 1000))), Source::Remote)
+        walk.handle_segment(&dc("a"), first, Source::Remote)
             .unwrap();
+        walk.handle_segment(
+            &dc("b"),
+            seg(vec![], Some(vacant("b.1000", 1000))),
+            Source::Remote,
+        )
+        .unwrap();
         assert_eq!(done(&walk).remote_round_trips, 3);
     }
 
@@ -849,7 +896,10 @@ mod tests {
         other_key.key = Key::new(KeyName::new("hall").unwrap());
         let answers = [
             ("another key", other_key),
-            ("a token below the promise", seg(vec![], Some(vacant("sin.9", 8)))),
+            (
+                "a token below the promise",
+                seg(vec![], Some(vacant("sin.9", 8))),
+            ),
             ("another reservation", seg(vec![], Some(vacant("sin.8", 9)))),
             ("an empty answer", seg(vec![], None)),
         ];
@@ -858,8 +908,12 @@ mod tests {
             walk.handle_segment(&dc("sin"), answer, Source::Remote)
                 .unwrap();
             needs(&walk, "fra.1");
-            walk.handle_segment(&dc("fra"), seg(vec![], Some(vacant("fra.1", 2))), Source::Remote)
-                .unwrap();
+            walk.handle_segment(
+                &dc("fra"),
+                seg(vec![], Some(vacant("fra.1", 2))),
+                Source::Remote,
+            )
+            .unwrap();
             let done = done(&walk);
             assert_eq!(done.tail.id, id("fra.1"), "{what}");
             assert!(!done.jumps[0].taken, "{what}");
@@ -868,7 +922,9 @@ mod tests {
         walk.handle_disowned(&dc("sin"), Source::Remote).unwrap();
         needs(&walk, "fra.1");
         // Without a jump pending, a DC disowning the reservation fails the walk.
-        let err = walk.handle_disowned(&dc("fra"), Source::Remote).unwrap_err();
+        let err = walk
+            .handle_disowned(&dc("fra"), Source::Remote)
+            .unwrap_err();
         assert!(matches!(err, ChainError::Inconsistent { .. }), "{err}");
     }
 
@@ -889,8 +945,12 @@ mod tests {
         walk.handle_global(Some(id("iad.1")), Source::Cache)
             .unwrap();
         needs(&walk, "fra.4");
-        walk.handle_segment(&dc("fra"), seg(vec![], Some(vacant("fra.4", 6))), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![], Some(vacant("fra.4", 6))),
+            Source::Remote,
+        )
+        .unwrap();
         let done = done(&walk);
         assert_eq!(done.remote_round_trips, 1);
         assert!(done.jumps[0].taken);
@@ -904,16 +964,24 @@ mod tests {
             ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT).with_hint(shortcut("fra.4", 4));
         walk.handle_global(Some(id("iad.1")), Source::Cache)
             .unwrap();
-        walk.handle_segment(&dc("fra"), seg(vec![link("fra.4", "sin.5", 4)], None), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![link("fra.4", "sin.5", 4)], None),
+            Source::Remote,
+        )
+        .unwrap();
         needs(&walk, "iad.1");
         let mut entry = seg(vec![link("iad.1", "fra.2", 1)], None);
         entry.shortcut = shortcut("fra.700", 700);
         walk.handle_segment(&dc("iad"), entry, Source::Remote)
             .unwrap();
         needs(&walk, "fra.700");
-        walk.handle_segment(&dc("fra"), seg(vec![], Some(vacant("fra.700", 700))), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![], Some(vacant("fra.700", 700))),
+            Source::Remote,
+        )
+        .unwrap();
         let done = done(&walk);
         assert_eq!(done.tail.id, id("fra.700"));
         assert_eq!(done.remote_round_trips, 3);
@@ -924,10 +992,18 @@ mod tests {
             ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT).with_hint(shortcut("fra.4", 4));
         walk.handle_global(Some(id("iad.1")), Source::Cache)
             .unwrap();
-        walk.handle_segment(&dc("fra"), seg(vec![link("fra.4", "sin.5", 4)], None), Source::Remote)
-            .unwrap();
-        walk.handle_segment(&dc("iad"), seg(vec![link("iad.1", "fra.2", 1)], None), Source::Remote)
-            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![link("fra.4", "sin.5", 4)], None),
+            Source::Remote,
+        )
+        .unwrap();
+        walk.handle_segment(
+            &dc("iad"),
+            seg(vec![link("iad.1", "fra.2", 1)], None),
+            Source::Remote,
+        )
+        .unwrap();
         needs(&walk, "sin.5");
     }
 
@@ -990,7 +1066,11 @@ mod tests {
     fn answers_out_of_turn_fail_the_walk() {
         let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
         let err = walk
-            .handle_segment(&dc("iad"), seg(vec![], Some(vacant("iad.1", 1))), Source::Remote)
+            .handle_segment(
+                &dc("iad"),
+                seg(vec![], Some(vacant("iad.1", 1))),
+                Source::Remote,
+            )
             .unwrap_err();
         assert_eq!(err, ChainError::Unexpected);
     }

@@ -789,7 +789,8 @@ mod tests {
         let to = id("fra.9");
         let live = fresh(0);
         assert!(matches!(
-            live.link(&key(), &to, FencingToken::FIRST, t(1), &POLICY).reply,
+            live.link(&key(), &to, FencingToken::FIRST, t(1), &POLICY)
+                .reply,
             LinkReply::StillActive { .. }
         ));
         let released = live
@@ -810,7 +811,9 @@ mod tests {
             .unwrap();
         assert_eq!(linked.state, RecordState::Linked { to: to.clone() });
         assert_eq!(
-            linked.link(&key(), &to, FencingToken::FIRST, t(3), &POLICY).reply,
+            linked
+                .link(&key(), &to, FencingToken::FIRST, t(3), &POLICY)
+                .reply,
             LinkReply::Linked
         );
         assert_eq!(
@@ -857,10 +860,22 @@ mod tests {
         let noted = linked.note_shortcut(&key(), &shortcut("sin.3", 5)).unwrap();
         assert_eq!(noted.shortcut, Some(shortcut("sin.3", 5)));
         assert_eq!(noted.version, linked.version + 1);
-        assert_eq!(noted.note_shortcut(&key(), &shortcut("fra.7", 4)), None, "older");
-        assert_eq!(noted.note_shortcut(&key(), &shortcut("fra.7", 5)), None, "not newer");
+        assert_eq!(
+            noted.note_shortcut(&key(), &shortcut("fra.7", 4)),
+            None,
+            "older"
+        );
+        assert_eq!(
+            noted.note_shortcut(&key(), &shortcut("fra.7", 5)),
+            None,
+            "not newer"
+        );
         let hall = Key::new(KeyName::new("hall").unwrap());
-        assert_eq!(noted.note_shortcut(&hall, &shortcut("fra.7", 9)), None, "another key");
+        assert_eq!(
+            noted.note_shortcut(&hall, &shortcut("fra.7", 9)),
+            None,
+            "another key"
+        );
         assert_eq!(
             linked.note_shortcut(&key(), &shortcut("fra.7", 1)),
             None,
@@ -909,7 +924,13 @@ mod tests {
 
     #[test]
     fn an_expired_lease_can_be_linked_without_waiting_for_the_reaper() {
-        let out = fresh(0).link(&key(), &id("fra.9"), FencingToken::FIRST, t(12_000), &POLICY);
+        let out = fresh(0).link(
+            &key(),
+            &id("fra.9"),
+            FencingToken::FIRST,
+            t(12_000),
+            &POLICY,
+        );
         assert_eq!(out.reply, LinkReply::Linked);
     }
 }

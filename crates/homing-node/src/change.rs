@@ -241,7 +241,8 @@ mod tests {
     fn change_a_link_to_itself_is_refused() {
         let iad: DcId = "iad".parse().unwrap();
         let own: ReservationId = "iad.7".parse().unwrap();
-        let e = Change::link(Some(&iad), key(), &own, own.clone(), FencingToken::FIRST).unwrap_err();
+        let e =
+            Change::link(Some(&iad), key(), &own, own.clone(), FencingToken::FIRST).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BadRequest);
     }
 }
