@@ -57,6 +57,14 @@ pub struct Shortcut {
     pub token: FencingToken,
 }
 
+impl Shortcut {
+    /// Whether this member is further along the chain than `known` (tokens
+    /// only rise along a chain): what a record, a DC or a resolver keeps.
+    pub fn is_past(&self, known: Option<&Shortcut>) -> bool {
+        known.is_none_or(|known| self.token > known.token)
+    }
+}
+
 /// What one DC knows about a run of its own reservations: the links it
 /// followed inside itself, then the tail if the chain ends there, and the
 /// shortcut recorded on the first reservation asked about, if any.

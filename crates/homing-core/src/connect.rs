@@ -336,6 +336,18 @@ impl Connect {
         self.after_walk_step();
     }
 
+    /// `answered_by` has no usable record of the reservation the walk needs
+    /// (unknown or abandoned): fatal, unless the walk was trying a shortcut.
+    pub fn handle_disowned(&mut self, answered_by: &DcId, source: Source) {
+        let Phase::Walking(walk) = &mut self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        if let Err(e) = walk.handle_disowned(answered_by, source) {
+            return self.fail(e.into());
+        }
+        self.after_walk_step();
+    }
+
     fn after_walk_step(&mut self) {
         let Phase::Walking(walk) = &self.phase else {
             return;

@@ -603,10 +603,7 @@ impl DcRecord {
     /// past this record's token, or not newer.
     pub fn note_shortcut(&self, key: &Key, shortcut: &Shortcut) -> Option<DcRecord> {
         let linked = matches!(self.state, RecordState::Linked { .. });
-        let newer = self
-            .shortcut
-            .as_ref()
-            .is_none_or(|known| shortcut.token > known.token);
+        let newer = shortcut.is_past(self.shortcut.as_ref());
         let ahead = shortcut.token > self.token && shortcut.to != self.id;
         (key == &self.key && linked && newer && ahead)
             .then(|| self.changed(|r| r.shortcut = Some(shortcut.clone())))

@@ -309,6 +309,18 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// Whether this answer to a `ResolveReservation` says the owner has no
+    /// usable record of the reservation (unknown, abandoned, broken): a walk
+    /// trying a shortcut falls back on it; any other walk fails.
+    pub fn disowns(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::UnknownReservation | ErrorKind::Inconsistent
+        )
+    }
+}
+
 /// Why a frame could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FrameError {

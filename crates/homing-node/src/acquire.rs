@@ -212,6 +212,17 @@ impl Acquire {
         self.connect.take_notice()
     }
 
+    /// Whether the current connect waits for what a DC knows about a
+    /// reservation (so an error answer may be the owner disowning it:
+    /// [`Connect::handle_disowned`]).
+    pub fn needs_reservation(&self) -> bool {
+        matches!(self.phase, Phase::Connecting)
+            && matches!(
+                self.connect.poll(),
+                ConnectPoll::Need(ConnectNeed::Reservation(_))
+            )
+    }
+
     /// The key acquired.
     pub fn key(&self) -> &Key {
         &self.request.key

@@ -64,7 +64,9 @@ pub enum Changed {
     Release(ReleaseReply),
     /// The answer to a link.
     Link(LinkReply),
-    /// Shortcut, drain, expire, abandon: whether the record changed (false: nothing to do).
+    /// The answer to a shortcut notice: whether the record took it.
+    Noted(bool),
+    /// Drain, expire, abandon: whether the record changed (false: nothing to do).
     Done(bool),
 }
 
@@ -75,13 +77,14 @@ impl Changed {
             Changed::Renew(r) => Some(Reply::Renew(r)),
             Changed::Release(r) => Some(Reply::Release(r)),
             Changed::Link(r) => Some(Reply::Link(r)),
+            Changed::Noted(noted) => Some(Reply::Noted(noted)),
             Changed::Done(_) => None,
         }
     }
 
-    /// Whether a drain or upkeep change changed the record.
+    /// Whether a drain, upkeep or shortcut change changed the record.
     pub fn made(&self) -> bool {
-        matches!(self, Changed::Done(true))
+        matches!(self, Changed::Done(true) | Changed::Noted(true))
     }
 }
 
@@ -162,7 +165,13 @@ impl Change {
                     reply: Changed::Link(t.reply),
                 }
             }
-            Change::Shortcut { key, shortcut } => done(record.note_shortcut(key, shortcut)),
+            Change::Shortcut { key, shortcut } => {
+                let next = record.note_shortcut(key, shortcut);
+                Transition {
+                    reply: Changed::Noted(next.is_some()),
+                    next,
+                }
+            }
             Change::Drain => done(record.drain()),
             Change::Expire => done(expire(record, now, policy, mutations)),
             Change::Abandon => done(record.abandon()),
