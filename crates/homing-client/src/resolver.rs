@@ -27,6 +27,8 @@ use thiserror::Error;
 
 /// Default time a resolved answer (the tail's live state) is served from cache.
 pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
+/// Default time a `NotFound` is served from cache (DESIGN.md §7.4).
+pub const ABSENT_TTL_MS_DEFAULT: u64 = 250;
 /// Default capacity of each cache, in entries.
 pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
 /// Default timeout of one request to one DC.
@@ -44,6 +46,9 @@ pub struct ResolverConfig {
     pub cache_entries: u64,
     /// How long an answer's tail state is served from cache, in milliseconds.
     pub tail_ttl_ms: u64,
+    /// How long a `NotFound` is served from cache, in milliseconds (0: never):
+    /// a key reserved meanwhile stays unseen by this router at most that long.
+    pub absent_ttl_ms: u64,
     /// Timeout of one request to one DC, in milliseconds.
     pub hop_timeout_ms: u64,
     /// Most links one resolve follows.
@@ -57,6 +62,7 @@ impl ResolverConfig {
             dcs,
             cache_entries: CACHE_ENTRIES_DEFAULT,
             tail_ttl_ms: TAIL_TTL_MS_DEFAULT,
+            absent_ttl_ms: ABSENT_TTL_MS_DEFAULT,
             hop_timeout_ms: HOP_TIMEOUT_MS_DEFAULT,
             hop_limit: HOP_LIMIT_DEFAULT,
         }
@@ -139,6 +145,8 @@ struct Inner {
     answers: moka::future::Cache<Key, Answer>,
     /// Key → last good answer, for callers who accept stale answers.
     remembered: moka::future::Cache<Key, Answer>,
+    /// Keys found absent, for `absent_ttl_ms`.
+    absent: moka::future::Cache<Key, ()>,
 }
 
 /// What the answer caches hold per key: the tail, and nothing the cache key
@@ -239,6 +247,14 @@ impl Resolver {
             .max_capacity(config.cache_entries)
             .time_to_live(Duration::from_millis(config.tail_ttl_ms))
             .build();
+        let absent = moka::future::Cache::builder()
+            .max_capacity(if config.absent_ttl_ms > 0 {
+                config.cache_entries
+            } else {
+                0
+            })
+            .time_to_live(Duration::from_millis(config.absent_ttl_ms.max(1)))
+            .build();
         Resolver {
             inner: Arc::new(Inner {
                 client,
@@ -247,6 +263,7 @@ impl Resolver {
                 members: forever(config.cache_entries),
                 answers,
                 remembered: forever(config.cache_entries),
+                absent,
                 config,
             }),
         }
@@ -263,6 +280,9 @@ impl Resolver {
         let dcs = &self.inner.dcs;
         if let Some(hit) = self.inner.answers.get(key).await {
             return Ok(hit.cached(key, false, dcs));
+        }
+        if self.inner.absent.contains_key(key) {
+            return Err(ResolveError::NotFound(key.clone()));
         }
         // Set only if this call's future ran the walk (single-flight); atomic
         // because the future must be Send, never contended.
@@ -281,8 +301,18 @@ impl Resolver {
                     ))
                 })
             })
-            .await
-            .map_err(|e| (*e).clone())?;
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                if let ResolveError::NotFound(_) = *e
+                    && self.inner.config.absent_ttl_ms > 0
+                {
+                    self.inner.absent.insert(key.clone(), ()).await;
+                }
+                return Err((*e).clone());
+            }
+        };
         let Ok(remote_round_trips) = u32::try_from(walked_here.load(Ordering::Relaxed)) else {
             return Ok(answer.cached(key, false, dcs));
         };

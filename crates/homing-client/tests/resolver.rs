@@ -348,3 +348,56 @@ async fn a_silent_dc_is_unavailable_not_not_found() {
         Err(ResolveError::Unavailable { .. })
     ));
 }
+
+/// A `NotFound` is cached for `absent_ttl_ms` and concurrent misses share
+/// one request; a key reserved meanwhile shows once the absence ages out.
+#[tokio::test]
+async fn not_found_is_cached_briefly_and_concurrent_misses_share_one_request() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let config = ResolverConfig {
+        absent_ttl_ms: 300,
+        ..ResolverConfig::new(vec![iad.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    iad.script.delay_ms.store(50, Ordering::SeqCst);
+    let storm: Vec<_> = (0..32)
+        .map(|_| {
+            let resolver = resolver.clone();
+            tokio::spawn(async move { resolver.resolve(&key("nobody")).await })
+        })
+        .collect();
+    for answer in storm {
+        assert_eq!(
+            answer.await.unwrap(),
+            Err(ResolveError::NotFound(key("nobody")))
+        );
+    }
+    for _ in 0..10 {
+        assert!(resolver.resolve(&key("nobody")).await.is_err());
+    }
+    assert_eq!(
+        iad.script.count("resolve"),
+        1,
+        "one request for 42 resolves"
+    );
+
+    iad.script.delay_ms.store(0, Ordering::SeqCst);
+    iad.script.entry(
+        &key("nobody"),
+        &id("iad.3"),
+        Some(segment("nobody", vec![], Some(active("iad.3", "a", 1)))),
+    );
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(found) = resolver.resolve(&key("nobody")).await {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the absence ages out");
+    assert_eq!(found.reservation, id("iad.3"));
+    assert_eq!(iad.script.count("resolve"), 2);
+}

@@ -67,6 +67,11 @@ pub struct Node {
     /// walked to or granted): the next walk's hint. Members stay members
     /// (links never change), so a hint is never wrong, only possibly behind.
     members: moka::sync::Cache<Key, Shortcut>,
+    /// A resolve's global reads of the last `absent_ttl_ms`, by key: an
+    /// absent answer is reused that long, and concurrent resolves of one key
+    /// share one read (DESIGN.md §7.4). Never asked by a connect: only
+    /// `set_if_absent` decides a create.
+    resolve_reads: Option<moka::future::Cache<Key, Option<ReservationId>>>,
     random: (std::collections::hash_map::RandomState, AtomicU64),
     /// Acquirers parked on this DC's reservations.
     waiters: Waiters,
@@ -74,6 +79,15 @@ pub struct Node {
     changes: watch::Sender<u64>,
     /// Turns true when the daemon shuts down: parked requests answer at once.
     closing: watch::Sender<bool>,
+}
+
+/// What a node keeps in memory about other DCs' facts.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeCaches {
+    /// Capacity of the global-entry and chain-member caches (each), entries.
+    pub entries: u64,
+    /// How long a resolve's absent answer is reused, ms (0: never).
+    pub absent_ttl_ms: u64,
 }
 
 /// How a request failed, before it becomes an error reply.
@@ -185,7 +199,7 @@ impl Node {
         peers: Peers,
         policy: LeasePolicy,
         hop_limit: usize,
-        global_cache_entries: u64,
+        caches: NodeCaches,
         waiting: WaitLimits,
         metrics: Arc<Metrics>,
     ) -> Node {
@@ -200,8 +214,14 @@ impl Node {
             policy,
             hop_limit,
             metrics,
-            global_cache: moka::sync::Cache::new(global_cache_entries),
-            members: moka::sync::Cache::new(global_cache_entries),
+            global_cache: moka::sync::Cache::new(caches.entries),
+            members: moka::sync::Cache::new(caches.entries),
+            resolve_reads: (caches.absent_ttl_ms > 0).then(|| {
+                moka::future::Cache::builder()
+                    .max_capacity(caches.entries)
+                    .time_to_live(Duration::from_millis(caches.absent_ttl_ms))
+                    .build()
+            }),
             random: (
                 std::collections::hash_map::RandomState::new(),
                 AtomicU64::new(0),
@@ -307,6 +327,25 @@ impl Node {
     /// The key's global entry, from cache when known (entries never change).
     pub async fn global_entry(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
         self.read_global(key, GlobalRead::Latest).await
+    }
+
+    /// A resolve's read of `key`'s global entry: like [`Node::global_entry`],
+    /// but an absent answer is reused for `absent_ttl_ms` and concurrent
+    /// resolves of one key share one read.
+    async fn resolve_entry(&self, key: &Key) -> Result<Option<ReservationId>, Failure> {
+        let Some(reads) = &self.resolve_reads else {
+            return Ok(self.global_entry(key).await?);
+        };
+        if let Some(id) = self.global_cache.get(key) {
+            self.metrics.global_cache(true);
+            return Ok(Some(id));
+        }
+        let read = async {
+            let entry = self.global_entry(key).await;
+            entry.map_err(|e| Failure::Store(e).into_reply(&self.dc))
+        };
+        let shared = reads.try_get_with(key.clone(), read).await;
+        shared.map_err(|e| Failure::Reply((*e).clone()))
     }
 
     /// `key`'s global entry, from the cache (entries never change) or the
@@ -862,7 +901,7 @@ impl Node {
     async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
         match request {
             Request::Resolve { key } => {
-                let entry = self.global_entry(&key).await?;
+                let entry = self.resolve_entry(&key).await?;
                 let segment = match &entry {
                     Some(id) if id.dc() == &self.dc => Some(self.local_segment(id).await?),
                     _ => None,
