@@ -11,9 +11,11 @@ bin="${CARGO_TARGET_DIR:-target}/release/homing-sim"
 for scenario in simulations/scenarios/*.toml; do
     case "$scenario" in
         *baseline*) seeds="1..=20" ;;
-        # Small and fast (about 3 s for 200 seeds on 2 cores): more seeds
-        # for the wake-up checkers' races.
-        *waiting*) seeds="1..=200" ;;
+        # Ten simulated minutes each: about 1 s a seed (waiting), 6 s
+        # (nomad) and 19 s (racing) on one core.
+        *waiting*) seeds="1..=100" ;;
+        *nomad*) seeds="1..=10" ;;
+        *racing*) seeds="1..=8" ;;
         *) seeds="1..=50" ;;
     esac
     # Not piped straight into tail: that would hide a failing sweep's status.

@@ -27,12 +27,13 @@ use std::ops::Bound;
 use homing_core::{
     AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage, ErrorKind,
     ErrorReply, Key, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment, SegmentError,
-    Source, StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
+    Shortcut, ShortcutNotice, Source, StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ, Change, Changed,
     Failure, GlobalRead, Mutations, NodeTime, Update, UpdatePoll, Upkeep, WaitLimits, Waiters,
+    member_named,
 };
 
 use crate::clock::NodeClock;
@@ -69,6 +70,8 @@ pub struct Dc {
     /// When it last crashed, true µs.
     pub down_since_us: u64,
     global_cache: BTreeMap<Key, ReservationId>,
+    /// Volatile: per key, the furthest chain member seen (homingd's `members`).
+    members: BTreeMap<Key, Shortcut>,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
     peer_rpcs: BTreeMap<u64, (u64, u16)>,
@@ -108,6 +111,7 @@ impl Dc {
             up_since_us: 0,
             down_since_us: 0,
             global_cache: BTreeMap::new(),
+            members: BTreeMap::new(),
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
@@ -375,6 +379,7 @@ impl Sim {
                     host_time,
                     wait_ms,
                 };
+                let hint = self.dcs[d].members.get(&request.key).cloned();
                 let acquire = Acquire::new(
                     local,
                     request,
@@ -382,7 +387,8 @@ impl Sim {
                     self.policy,
                     HOP_LIMIT_DEFAULT,
                     self.rules.mutations,
-                );
+                )
+                .with_hint(hint);
                 TaskKind::Acquire(Box::new(AcquireJob {
                     acquire,
                     awaiting: None,
@@ -407,6 +413,7 @@ impl Sim {
                 outcome,
             } => self.update_task(d, reservation, Change::Release { token, outcome }),
             Request::Link {
+                key: chain_key,
                 from,
                 to,
                 expected_token,
@@ -415,10 +422,25 @@ impl Sim {
                     NodeId::Dc(c) => Some(&self.dcs[usize::from(c)].id),
                     _ => None,
                 };
-                match Change::link(caller, &from, to, expected_token) {
+                match Change::link(caller, chain_key, &from, to, expected_token) {
                     Ok(change) => self.update_task(d, from, change),
                     Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
                 }
+            }
+            Request::Shortcut {
+                key: chain_key,
+                entry,
+                shortcut,
+            } => {
+                if entry.dc() != &local {
+                    let reply = error(ErrorKind::BadRequest, format!("{entry} is not owned here"));
+                    return self.dc_reply_to(d, client, rpc, key, reply);
+                }
+                let change = Change::Shortcut {
+                    key: chain_key,
+                    shortcut,
+                };
+                self.update_task(d, entry, change)
             }
             Request::Drain { key: wanted } => {
                 let forwarded = matches!(client, NodeId::Dc(_));
@@ -749,6 +771,7 @@ impl Sim {
 
     /// Polls the acquire until it needs I/O or ends.
     fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
+        let task_key = task.key;
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
         };
@@ -771,7 +794,18 @@ impl Sim {
                     };
                 }
                 AcquirePoll::Pause { until } => return Next::Pause(until),
-                AcquirePoll::Done(Ok(outcome)) => return Next::Reply(Reply::Acquire(outcome)),
+                AcquirePoll::Done(Ok(outcome)) => {
+                    let members = &mut self.dcs[d].members;
+                    if let Some(member) = member_named(&outcome)
+                        && member.is_past(members.get(job.acquire.key()))
+                    {
+                        members.insert(job.acquire.key().clone(), member);
+                    }
+                    if let Some(notice) = job.acquire.take_notice() {
+                        self.tell_shortcut(d, task_key, notice);
+                    }
+                    return Next::Reply(Reply::Acquire(outcome));
+                }
                 AcquirePoll::Done(Err(e)) => return Next::Reply(Reply::Error(e)),
             };
             let unknown_dc = |id: &ReservationId| {
@@ -804,6 +838,7 @@ impl Sim {
                 }
                 ConnectNeed::SetIfAbsent { key, id } => Next::SetIfAbsent(key, id),
                 ConnectNeed::Link {
+                    key,
                     from,
                     to,
                     expected_token,
@@ -811,6 +846,7 @@ impl Sim {
                     Some(&dc) => Next::Peer(
                         dc,
                         Request::Link {
+                            key,
                             from,
                             to,
                             expected_token,
@@ -823,6 +859,22 @@ impl Sim {
                 },
             };
         }
+    }
+
+    /// Tells the entry's DC about the chain's new member, not waiting for
+    /// the answer (homingd: a background task; its own entry it updates
+    /// before replying, which here is a request to itself).
+    fn tell_shortcut(&mut self, d: usize, key: u32, notice: ShortcutNotice) {
+        let Some(&to) = self.dc_index.get(notice.entry.dc()) else {
+            return;
+        };
+        self.measurements.count("shortcut_notices");
+        let request = Request::Shortcut {
+            key: notice.key,
+            entry: notice.entry,
+            shortcut: notice.shortcut,
+        };
+        self.request(NodeId::Dc(d as u16), NodeId::Dc(to), key, request);
     }
 
     pub(crate) fn local_segment(
@@ -950,10 +1002,13 @@ impl Sim {
                         entry: entry.clone(),
                         segment: Some(s),
                     }),
-                    (TaskKind::Acquire(_), Err(e)) => match segment_error(e) {
-                        Reply::Error(e) => self.acquire_failed(d, &mut task, e, false),
-                        reply => Next::Reply(reply),
-                    },
+                    // No usable record: a shortcut that does not hold up
+                    // (the walk falls back), or a contradiction (it fails).
+                    (TaskKind::Acquire(job), Err(_)) => {
+                        let local = self.dcs[d].id.clone();
+                        job.acquire.connect().handle_disowned(&local, Source::Local);
+                        self.acquire_step(d, &mut task)
+                    }
                     (_, Err(e)) => Next::Reply(segment_error(e)),
                     (
                         TaskKind::Update(_)
@@ -1095,6 +1150,14 @@ impl Sim {
         }
         let peer_id = self.dcs[usize::from(peer)].id.clone();
         let next = match (&mut task.kind, reply) {
+            (TaskKind::Acquire(job), Reply::Error(e))
+                if e.kind.disowns() && job.acquire.needs_reservation() =>
+            {
+                job.acquire
+                    .connect()
+                    .handle_disowned(&peer_id, Source::Remote);
+                self.acquire_step(d, &mut task)
+            }
             (TaskKind::Acquire(_), Reply::Error(e)) => self.acquire_failed(d, &mut task, e, false),
             (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
             (TaskKind::Acquire(job), Reply::Reservation(segment)) => {
@@ -1224,6 +1287,7 @@ impl Sim {
         let dc = &mut self.dcs[d];
         dc.woken.clear();
         dc.global_cache.clear();
+        dc.members.clear();
         self.checker.wake.on_dc_crash(self.now, d as u16);
         // Every other DC parked on this one learns it one idle timeout later.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
@@ -1341,6 +1405,7 @@ fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
                     LinkReply::StillActive { .. } => "link_still_active",
                     LinkReply::TokenMoved { .. } => "link_token_moved",
                     LinkReply::Abandoned => "link_abandoned",
+                    LinkReply::OtherKey => "link_other_key",
                 });
             }
             match changed.into_reply() {

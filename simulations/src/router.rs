@@ -1,16 +1,19 @@
 //! Edge routers. A router resolves keys the way homing-client's `Resolver`
-//! does, with homing-core's `ChainWalk`: the global entry and every link are
-//! cached forever (they never change), a live tail for `tail_ttl_ms` and a
-//! vacant one not at all (`TailView::answer`, the rule the Resolver caches by).
-//! A cold walk asks its region's DC (`Resolve`: global read + the segment if
-//! that DC owns the entry), then each remote tail DC (`ResolveReservation`).
-//! A timeout or an error reply makes the answer `Unavailable`, never `NotFound`.
+//! does, with homing-core's `ChainWalk`: the global entry and the furthest
+//! chain member a walk proved are cached forever (entries never change,
+//! members stay members) and the next walk starts at that member; a live
+//! tail is cached for `tail_ttl_ms` and a vacant one not at all
+//! (`TailView::answer`, the rule the Resolver caches by). A cold walk asks
+//! its region's DC (`Resolve`: global read + the segment if that DC owns the
+//! entry), then the DCs the walk needs (`ResolveReservation`): the
+//! shortcut's, and any whose links it follows. A timeout or an error reply
+//! makes the answer `Unavailable`, never `NotFound`.
 
 use std::collections::BTreeMap;
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
-    ChainWalk, Link, Need, Poll, Reply, Request, ReservationId, Segment, Source, TailView,
+    ChainWalk, Need, Poll, Reply, Request, ReservationId, Shortcut, Source, TailView,
 };
 
 use crate::report::Op;
@@ -42,7 +45,7 @@ pub struct Router {
     /// Its region (the index of its nearest DC).
     pub region: u16,
     entries: BTreeMap<u32, ReservationId>,
-    links: BTreeMap<ReservationId, ReservationId>,
+    members: BTreeMap<u32, Shortcut>,
     tails: BTreeMap<u32, CachedTail>,
     inflight: BTreeMap<u64, Resolve>,
 }
@@ -54,7 +57,7 @@ impl Router {
             idx,
             region,
             entries: BTreeMap::new(),
-            links: BTreeMap::new(),
+            members: BTreeMap::new(),
             tails: BTreeMap::new(),
             inflight: BTreeMap::new(),
         }
@@ -84,9 +87,14 @@ impl Sim {
             return;
         }
         let entry_cached = !cold && self.routers[r].entries.contains_key(&key);
+        let hint = match cold {
+            true => None,
+            false => self.routers[r].members.get(&key).cloned(),
+        };
+        let walk = ChainWalk::from_key(self.keys[key as usize].clone(), HOP_LIMIT_DEFAULT);
         let resolve = Resolve {
             key,
-            walk: ChainWalk::from_key(self.keys[key as usize].clone(), HOP_LIMIT_DEFAULT),
+            walk: walk.with_hint(hint),
             started_us: self.now,
             entry_cached,
             cold,
@@ -116,19 +124,6 @@ impl Sim {
                     return;
                 }
                 Poll::Need(Need::Reservation(id)) => {
-                    if let Some(to) = self.routers[r].links.get(&id)
-                        && !resolve.cold
-                    {
-                        let segment = Segment {
-                            links: vec![Link {
-                                from: id.clone(),
-                                to: to.clone(),
-                            }],
-                            tail: None,
-                        };
-                        let _ = resolve.walk.handle_segment(id.dc(), segment, Source::Cache);
-                        continue;
-                    }
                     let Some(&dc) = self.dc_index.get(id.dc()) else {
                         self.checker
                             .on_resolve_error(resolve.key, format!("unknown dc in {id}"));
@@ -155,6 +150,11 @@ impl Sim {
                     return;
                 }
                 Poll::Done(walked) => {
+                    let member = walked.hint();
+                    let members = &mut self.routers[r].members;
+                    if member.is_past(members.get(&resolve.key)) {
+                        members.insert(resolve.key, member);
+                    }
                     let latency = self.now - resolve.started_us;
                     let (op, model) = if resolve.entry_cached {
                         // Only the tail's state is fetched: one RTT unless it is local.
@@ -193,11 +193,12 @@ impl Sim {
         }
     }
 
-    /// DESIGN.md §4 for this chain: one RTT per run of reservations in a
-    /// remote DC (the region's own DC answers the global read and its own run).
+    /// DESIGN.md §7.2 for this chain: the entry's DC answers with the
+    /// shortcut, the tail's DC with the tail, one RTT each unless it is the
+    /// region's own DC (which answers the global read); links the shortcut
+    /// skips cost nothing.
     fn model_remote_rtts(&self, home: u16, walked: &homing_core::Walked) -> u32 {
-        let mut dcs = vec![walked.entry.dc()];
-        dcs.extend(walked.links.iter().map(|l| l.to.dc()));
+        let mut dcs = vec![walked.entry.dc(), walked.tail.id.dc()];
         dcs.dedup();
         let home = &self.dcs[usize::from(home)].id;
         dcs.iter().filter(|d| *d != &home).count() as u32
@@ -225,16 +226,24 @@ impl Sim {
                 if let Some(id) = &entry {
                     self.routers[r].entries.insert(resolve.key, id.clone());
                 }
-                let owner = entry.as_ref().map(|e| e.dc().clone());
-                let _ = resolve.walk.handle_global(entry, Source::Local);
-                if let (Some(segment), Some(owner)) = (segment, owner) {
-                    self.cache_links(r, &segment);
-                    let _ = resolve.walk.handle_segment(&owner, segment, Source::Local);
+                let _ = resolve.walk.handle_global(entry.clone(), Source::Local);
+                // Used unless a hint sent the walk elsewhere (the Resolver's rule).
+                if let (Some(segment), Some(entry)) = (segment, entry)
+                    && resolve.walk.poll() == &Poll::Need(Need::Reservation(entry.clone()))
+                {
+                    let _ = resolve
+                        .walk
+                        .handle_segment(entry.dc(), segment, Source::Local);
                 }
             }
             Reply::Reservation(segment) => {
-                self.cache_links(r, &segment);
                 let _ = resolve.walk.handle_segment(&from_id, segment, source);
+            }
+            Reply::Error(e)
+                if e.kind.disowns()
+                    && matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(_))) =>
+            {
+                let _ = resolve.walk.handle_disowned(&from_id, source);
             }
             _ => {
                 let latency = self.now - resolve.started_us;
@@ -244,14 +253,6 @@ impl Sim {
             }
         }
         self.router_drive(r, resolve);
-    }
-
-    fn cache_links(&mut self, r: usize, segment: &Segment) {
-        for link in &segment.links {
-            self.routers[r]
-                .links
-                .insert(link.from.clone(), link.to.clone());
-        }
     }
 
     pub(crate) fn router_timeout(&mut self, r: usize, rpc: u64) {

@@ -217,6 +217,7 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
         Reply::Renew(_) => "reply_renew",
         Reply::Release(_) => "reply_release",
         Reply::Link(_) => "reply_link",
+        Reply::Noted(_) => "reply_noted",
         Reply::Drained => "reply_drained",
         Reply::Inspected { .. } => "reply_inspected",
         Reply::Awaited(_) => "reply_awaited",

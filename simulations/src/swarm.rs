@@ -16,11 +16,9 @@ use crate::scenario::{Fault, Scenario, ScenarioError};
 /// The scenario argument that means "drawn from the seed".
 pub const SWARM: &str = "swarm";
 
-/// Fewest keys a swarm scenario draws (see the hop-limit note in [`scenario`]).
-pub const KEYS_MIN: u32 = 80;
-
-/// Shortest pause a swarm host thinks between holds, ms (see [`KEYS_MIN`]).
-pub const THINK_MS_MIN: f64 = 1_000.0;
+/// Fewest keys a swarm scenario draws: few keys, a hot fraction and short
+/// thinking make long chains, which walks cross by shortcuts (DESIGN.md §7.2).
+pub const KEYS_MIN: u32 = 5;
 
 /// The shortest heal phase, ms: a lease and its grace, the longest wait a
 /// host asks for, and two upkeep intervals.
@@ -40,15 +38,12 @@ pub fn scenario(seed: u64) -> Result<Scenario, ScenarioError> {
     s.dcs = (0..dcs)
         .map(|i| regions[(first + i) % regions.len()].to_string())
         .collect();
-    // Known limit until issue 19 (shortcuts) lands: a chain longer than the
-    // hop limit is unresolvable, so the swarm keeps each key's moves under
-    // it — at least KEYS_MIN keys, a hot fraction of at most 0.3, hosts
-    // thinking at least THINK_MS_MIN between holds. Drawn from 5 keys, a 0.9
-    // hot fraction and 200 ms of thinking, 27 of seeds 1..=2000 failed
-    // `resolve_chain_consistent: chain longer than the hop limit of 16`;
-    // with 60 keys at least, seeds 2 and 503 did once hosts ran homing-core's
-    // HostLease; with 80, only 503 does (issue 19 removes this guard).
-    s.keys = KEYS_MIN + rng.below(200) as u32;
+    // Before shortcuts a chain longer than the hop limit was unresolvable:
+    // drawn from 5 keys, a 0.9 hot fraction and 200 ms of thinking, 27 of
+    // seeds 1..=2000 failed `chain longer than the hop limit of 16`, and the
+    // swarm kept to 80 keys, a 0.3 hot fraction and 1 s of thinking. Now
+    // the long chains are drawn again.
+    s.keys = KEYS_MIN + rng.below(275) as u32;
     s.hosts_per_dc = 1 + rng.below(6) as u32;
     s.routers_per_dc = rng.below(3) as u32;
     s.network.jitter_ms = pick(&mut rng, &[0.0, 2.0, 10.0]);
@@ -62,9 +57,9 @@ pub fn scenario(seed: u64) -> Result<Scenario, ScenarioError> {
     s.clocks.host_drift_ppm = pick(&mut rng, &[0, 20, 200]);
     s.clocks.store_drift_ppm = pick(&mut rng, &[0, 20, 200]);
     let w = &mut s.workload;
-    w.think_ms = pick(&mut rng, &[THINK_MS_MIN, 2_000.0]);
+    w.think_ms = pick(&mut rng, &[200.0, 1_000.0, 2_000.0]);
     w.hold_ms = pick(&mut rng, &[1_000.0, 8_000.0]);
-    w.hot_fraction = pick(&mut rng, &[0.0, 0.1, 0.3]);
+    w.hot_fraction = pick(&mut rng, &[0.0, 0.3, 0.9]);
     w.wait_fraction = pick(&mut rng, &[0.0, 0.5, 1.0]);
     w.acquire_wait_ms = pick(&mut rng, &[0, 2_000, 8_000]);
     w.release_failed_fraction = pick(&mut rng, &[0.0, 0.2]);

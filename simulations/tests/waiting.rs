@@ -23,7 +23,12 @@ fn first_failure(scenario: &Scenario, broken: Rules) -> Failure {
 #[test]
 fn waiting_keeps_every_invariant_and_exercises_every_path() {
     let scenario = waiting();
-    let outcome = run(&scenario, 7, Rules::real(), RunOptions::default()).unwrap();
+    // A seed whose run takes every path below. Seeds are trajectories: once
+    // the upkeep read the expiry index instead of scanning (fewer store
+    // operations, other draws) on top of the shortcut work, seed 7 stopped
+    // losing a connection while waiting; seeds 1-59 all keep every
+    // invariant, and 2 takes every path.
+    let outcome = run(&scenario, 2, Rules::real(), RunOptions::default()).unwrap();
     assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
     let counters = &outcome.measurements.counters;
     for path in [

@@ -17,8 +17,8 @@ use homing_core::chain::{HOP_LIMIT_DEFAULT, Link};
 use homing_core::wire::{self, FRAME_BYTES_MAX};
 use homing_core::{AcquireReply, Holder};
 use homing_core::{
-    ActorId, DcId, ErrorKind, FencingToken, Identity, Reply, Request, ReservationId, Role, Segment,
-    TailState, TailView,
+    ActorId, DcId, ErrorKind, FencingToken, Identity, Key, Reply, Request, ReservationId, Role,
+    Segment, TailState, TailView,
 };
 use homing_e2e::cluster::{Cluster, acquire, dc, key};
 use homing_e2e::{ClusterOptions, start_or_skip};
@@ -249,6 +249,7 @@ async fn auth_foreign_ca_certificates_are_rejected_and_roles_only_send_what_they
         };
         // A router may not link (node only) nor acquire.
         let link = Request::Link {
+            key: key("room"),
             from: ReservationId::new(iad.clone(), 1),
             to: ReservationId::new(fra.clone(), 1),
             expected_token: FencingToken::FIRST,
@@ -273,6 +274,7 @@ async fn auth_foreign_ca_certificates_are_rejected_and_roles_only_send_what_they
         // A node may only link to its own reservations.
         let fra_node = cluster.client(Role::Node, Some(&fra));
         let foreign_link = Request::Link {
+            key: key("room"),
             from: ReservationId::new(iad.clone(), 1),
             to: ReservationId::new(dc("sin"), 1),
             expected_token: FencingToken::FIRST,
@@ -301,6 +303,7 @@ async fn auth_foreign_ca_certificates_are_rejected_and_roles_only_send_what_they
             Ok(Reply::Release(_))
         ));
         let self_link = Request::Link {
+            key: key("self-link"),
             from: grant.reservation.clone(),
             to: grant.reservation.clone(),
             expected_token: grant.token,
@@ -334,6 +337,8 @@ enum Mode {
     ForeignTail,
     /// Forty links inside fra: longer than any hop limit allows.
     TooLong,
+    /// The truth about `fra.1`, but for another key than the one asked about.
+    OtherKey,
     /// Accepts the request and never answers.
     Silent,
     /// Answers with a frame of several megabytes (raw server only).
@@ -344,14 +349,19 @@ fn fra_id(unique: u64) -> ReservationId {
     ReservationId::new(dc("fra"), unique)
 }
 
+/// A link whose token is `from`'s unique number: tokens rise along fra's numbering.
 fn link(from: ReservationId, to: ReservationId) -> Link {
-    Link { from, to }
+    Link {
+        token: FencingToken::new(from.unique()),
+        from,
+        to,
+    }
 }
 
 const HONEST_ACTOR: &str = "10.0.2.1:4000";
 
-/// What `mode` answers to `request`; `None`: no answer at all.
-fn answer(mode: Mode, request: &Request) -> Option<Reply> {
+/// What `mode` answers to `request` about `key`'s chain; `None`: no answer at all.
+fn answer(mode: Mode, key: &Key, request: &Request) -> Option<Reply> {
     let id = match request {
         // The global entry is the truth in every mode: key → fra.1.
         Request::Resolve { .. } => {
@@ -368,11 +378,19 @@ fn answer(mode: Mode, request: &Request) -> Option<Reply> {
             )));
         }
     };
+    let segment = |links, tail| Segment {
+        key: key.clone(),
+        links,
+        tail,
+        shortcut: None,
+    };
     let honest = Segment {
+        key: key.clone(),
+        shortcut: None,
         links: vec![],
         tail: Some(TailView {
             id: fra_id(1),
-            token: FencingToken::FIRST,
+            token: FencingToken::new(50),
             tag: None,
             state: TailState::Active {
                 actor: ActorId::new(HONEST_ACTOR).unwrap(),
@@ -387,61 +405,76 @@ fn answer(mode: Mode, request: &Request) -> Option<Reply> {
                 format!("no reservation {id}"),
             )));
         }
-        Mode::Cycle => Segment {
-            links: vec![link(fra_id(1), fra_id(2)), link(fra_id(2), fra_id(1))],
-            tail: None,
+        Mode::OtherKey => Segment {
+            key: homing_core::Key::new("not-asked-about".parse().unwrap()),
+            ..honest
         },
-        Mode::ForeignLink => Segment {
-            links: vec![
+        Mode::Cycle => segment(
+            vec![link(fra_id(1), fra_id(2)), link(fra_id(2), fra_id(1))],
+            None,
+        ),
+        Mode::ForeignLink => segment(
+            vec![
                 link(fra_id(1), ReservationId::new(dc("sin"), 2)),
                 link(
                     ReservationId::new(dc("sin"), 2),
                     ReservationId::new(dc("sin"), 3),
                 ),
             ],
-            tail: None,
-        },
-        Mode::ForeignTail => Segment {
-            links: vec![link(fra_id(1), fra_id(2))],
-            tail: Some(TailView {
+            None,
+        ),
+        Mode::ForeignTail => segment(
+            vec![link(fra_id(1), fra_id(2))],
+            Some(TailView {
                 id: ReservationId::new(dc("sin"), 9),
                 ..honest.tail.clone().unwrap()
             }),
-        },
-        Mode::TooLong => Segment {
-            links: (1..=40).map(|n| link(fra_id(n), fra_id(n + 1))).collect(),
-            tail: None,
-        },
+        ),
+        Mode::TooLong => segment(
+            (1..=40).map(|n| link(fra_id(n), fra_id(n + 1))).collect(),
+            None,
+        ),
         Mode::Silent | Mode::Huge => return None,
     };
     Some(Reply::Reservation(segment))
 }
 
-/// A fake `fra` on the real protocol (homing-net `Server`), switchable.
+/// A fake `fra` on the real protocol (homing-net `Server`), switchable,
+/// answering about one key's chain at a time.
 struct FakeFra {
-    mode: Mutex<Mode>,
+    mode: Mutex<(Mode, Key)>,
 }
 
 impl FakeFra {
     fn new(mode: Mode) -> FakeFra {
         FakeFra {
-            mode: Mutex::new(mode),
+            mode: Mutex::new((mode, key("lied-about"))),
         }
     }
 
     fn set(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
+        self.mode.lock().unwrap().0 = mode;
+    }
+
+    /// From now on answers about `key`'s chain.
+    fn about(&self, key: Key) {
+        self.mode.lock().unwrap().1 = key;
     }
 
     fn mode(&self) -> Mode {
-        *self.mode.lock().unwrap()
+        self.mode.lock().unwrap().0
+    }
+
+    fn answer(&self, request: &Request) -> Option<Reply> {
+        let (mode, key) = self.mode.lock().unwrap().clone();
+        answer(mode, &key, request)
     }
 }
 
 #[async_trait]
 impl Handler for FakeFra {
     async fn handle(&self, _caller: &Identity, request: Request) -> Reply {
-        match answer(self.mode(), &request) {
+        match self.answer(&request) {
             Some(reply) => reply,
             None => std::future::pending().await,
         }
@@ -486,7 +519,7 @@ impl RawFra {
                             let Ok(request) = wire::decode::<Request>(&bytes) else {
                                 return;
                             };
-                            let frame = match (fake.mode(), answer(fake.mode(), &request)) {
+                            let frame = match (fake.mode(), fake.answer(&request)) {
                                 (_, Some(reply)) => wire::encode(&reply).unwrap(),
                                 (Mode::Huge, None) => vec![0x02; 4 * 1024 * 1024],
                                 (_, None) => return std::future::pending().await,
@@ -513,7 +546,7 @@ fn fra_node_tls(cluster: &Cluster) -> TlsIdentity {
 
 fn expected_at_resolver(mode: Mode, error: &ResolveError) -> bool {
     match mode {
-        Mode::Cycle | Mode::ForeignLink | Mode::ForeignTail => {
+        Mode::Cycle | Mode::ForeignLink | Mode::ForeignTail | Mode::OtherKey => {
             matches!(error, ResolveError::Inconsistent(_))
         }
         Mode::TooLong => matches!(error, ResolveError::ChainTooLong(HOP_LIMIT_DEFAULT)),
@@ -528,6 +561,7 @@ fn expected_at_resolver(mode: Mode, error: &ResolveError) -> bool {
 /// truth once `fra` is fixed: nothing the lie said was cached.
 async fn resolver_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra, mode: Mode) {
     let room = key("lied-about");
+    fake.about(room.clone());
     let mut config = ResolverConfig::new(vec![(dc("fra"), fra_addr)]);
     config.hop_timeout_ms = 500;
     let resolver = Resolver::new(cluster.client(Role::Router, None), config);
@@ -567,6 +601,7 @@ async fn daemon_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra
     for (n, mode) in modes.iter().enumerate() {
         let name = format!("lied-{n}");
         global.set_if_absent(&key(&name), &fra_id(1)).await.unwrap();
+        fake.about(key(&name));
         fake.set(*mode);
         let reply = host
             .request(&peer, &acquire(&name, "10.0.1.1:1"))
@@ -616,6 +651,7 @@ async fn malicious_peer_lies_loops_and_silence_give_typed_errors_and_cache_nothi
             Mode::ForeignLink,
             Mode::ForeignTail,
             Mode::TooLong,
+            Mode::OtherKey,
             Mode::Silent,
         ];
         for mode in modes {
@@ -661,8 +697,13 @@ fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         key.clone().prop_map(|key| Request::Resolve { key }),
         reservation().prop_map(|id| Request::ResolveReservation { id }),
-        (key, proptest::option::of(label()), label(), any::<u64>()).prop_map(
-            |(key, tag, actor, t)| Request::Acquire {
+        (
+            key.clone(),
+            proptest::option::of(label()),
+            label(),
+            any::<u64>()
+        )
+            .prop_map(|(key, tag, actor, t)| Request::Acquire {
                 config: homing_core::KeyConfig {
                     name: Some(key.name),
                     namespace: key.namespace,
@@ -671,8 +712,7 @@ fn request() -> impl Strategy<Value = Request> {
                 actor: ActorId::new(actor).unwrap(),
                 host_time: homing_core::HostTime::from_ms(t),
                 wait_ms: 0,
-            }
-        ),
+            }),
         (reservation(), 1..u64::MAX, any::<u64>()).prop_map(|(reservation, token, t)| {
             Request::Renew {
                 reservation,
@@ -680,10 +720,13 @@ fn request() -> impl Strategy<Value = Request> {
                 host_time: homing_core::HostTime::from_ms(t),
             }
         }),
-        (reservation(), reservation(), 1..u64::MAX).prop_map(|(from, to, token)| Request::Link {
-            from,
-            to,
-            expected_token: FencingToken::new(token),
+        (key, reservation(), reservation(), 1..u64::MAX).prop_map(|(key, from, to, token)| {
+            Request::Link {
+                key,
+                from,
+                to,
+                expected_token: FencingToken::new(token),
+            }
         }),
     ]
 }

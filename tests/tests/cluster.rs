@@ -680,3 +680,90 @@ async fn crash_a_restarted_dc_is_reachable_again_from_its_peers_within_seconds()
     })
     .await;
 }
+
+/// Keys move freely (DESIGN.md §7.2): a key moved 100 times across the three
+/// DCs — six times the hop limit — still resolves, cold, in at most two
+/// remote round trips: the entry's DC answers with the shortcut its peers
+/// told it after each link, the tail's DC with the tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_a_key_moved_100_times_resolves_cold_in_at_most_two_round_trips() {
+    const MOVES: usize = 100;
+    let Some(cluster) = start_or_skip("moves_100", ClusterOptions::default()).await else {
+        return;
+    };
+    bounded(async {
+        let (iad, fra, sin) = dcs();
+        let order = [&iad, &fra, &sin];
+        let name = "nomad-1";
+        let mut tail = None;
+        for n in 0..=MOVES {
+            let at = order[n % order.len()];
+            let host = cluster.host(at);
+            let (reservation, token) =
+                must_acquire(&cluster, &host, at, name, "10.0.9.9:9000").await;
+            if n == MOVES {
+                tail = Some((reservation, token));
+                break;
+            }
+            let release = Request::Release {
+                reservation,
+                token,
+                outcome: homing_core::RunOutcome::Ok,
+            };
+            assert_eq!(
+                cluster.ask(&host, at, &release).await.unwrap(),
+                Reply::Release(ReleaseReply::Released)
+            );
+        }
+        let (tail, token) = tail.unwrap();
+        assert_eq!(token, FencingToken::new(MOVES as u64 + 1));
+
+        // The last move's shortcut notice travels in the background: wait
+        // for iad (the entry's DC) to have recorded it.
+        let admin = cluster.client(homing_core::Role::Admin, None);
+        let inspect = Request::Inspect { key: key(name) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let Ok(Reply::Inspected { records }) = cluster.ask(&admin, &iad, &inspect).await else {
+                panic!("inspect at iad");
+            };
+            let entry = records
+                .iter()
+                .find(|r| r.id.unique() == 1 || r.predecessor.is_none());
+            if entry.and_then(|r| r.shortcut.as_ref()).map(|s| &s.to) == Some(&tail) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "iad never recorded the shortcut to {tail}"
+            );
+            sleep_ms(50).await;
+        }
+
+        // Cold: a fresh router near iad reads the entry (with iad's segment
+        // and its shortcut) and asks the tail's DC.
+        let at = cluster
+            .resolver(&[&iad, &fra, &sin])
+            .resolve(&key(name))
+            .await
+            .expect("a key moved 100 times resolves");
+        assert_eq!(at.reservation, tail);
+        assert!(
+            at.remote_round_trips <= 2,
+            "{} round trips for a cold resolve",
+            at.remote_round_trips
+        );
+        // A connect walks the same way: a host of the entry's DC finds the live
+        // holder at once.
+        match cluster
+            .ask(&cluster.host(&iad), &iad, &acquire(name, "10.0.1.1:1"))
+            .await
+        {
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(Holder { reservation, .. }))) => {
+                assert_eq!(reservation, tail)
+            }
+            other => panic!("{other:?}"),
+        }
+    })
+    .await;
+}

@@ -53,6 +53,7 @@ pub fn reply_kind(reply: &Reply) -> String {
         Reply::Renew(_) => "a renewal answer".into(),
         Reply::Release(_) => "a release answer".into(),
         Reply::Link(_) => "a link answer".into(),
+        Reply::Noted(_) => "a shortcut answer".into(),
         Reply::Drained => "\"drained\"".into(),
         Reply::Inspected { .. } => "an inspection".into(),
         Reply::Awaited(_) => "an await answer".into(),
@@ -63,9 +64,29 @@ pub fn reply_kind(reply: &Reply) -> String {
     }
 }
 
-/// The chain hop by hop, one line each, indented by `indent`.
+/// The chain hop by hop, one line each, indented by `indent`: the links
+/// followed, and each shortcut tried where the walk stood when it tried it
+/// (the links a taken shortcut skips are not walked, so not shown: `homing
+/// inspect` shows every record).
 pub fn chain(walked: &Walked, indent: &str) -> String {
     let mut lines = vec![format!("{indent}global entry → {}", walked.entry)];
+    let jumps_from = |at: &homing_core::ReservationId, lines: &mut Vec<String>| {
+        for jump in walked.jumps.iter().filter(|j| &j.from == at) {
+            lines.push(match jump.taken {
+                true => format!(
+                    "{indent}{} shortcut → {} (dc {}), skipping the links between",
+                    jump.from,
+                    jump.to,
+                    jump.to.dc()
+                ),
+                false => format!(
+                    "{indent}{} shortcut → {} did not hold up; following the links",
+                    jump.from, jump.to
+                ),
+            });
+        }
+    };
+    jumps_from(&walked.entry, &mut lines);
     for (link, from) in walked.links.iter().zip(&walked.link_sources) {
         lines.push(format!(
             "{indent}{} (dc {}) released, linked → {}   [{}]",
@@ -74,6 +95,7 @@ pub fn chain(walked: &Walked, indent: &str) -> String {
             link.to,
             source(*from)
         ));
+        jumps_from(&link.to, &mut lines);
     }
     let tail = &walked.tail;
     let state = match &tail.state {

@@ -2,27 +2,33 @@
 //! actor. Cheap to clone, safe to share across tasks.
 //!
 //! Three caches, because three kinds of fact age differently:
-//! global entries and links never change, so they are cached until evicted
-//! by capacity; the tail's live state changes, so the whole answer is cached
-//! for a short TTL (and dropped by [`Resolver::report_unreachable`] when
-//! routing to it fails). A hit is one moka lookup. Concurrent cold resolves
-//! of one key share one walk (single-flight), so each hop is asked once.
+//! global entries never change, so they are cached until evicted by
+//! capacity; nor does membership of a chain (links never change), so the
+//! furthest member of each key's chain a walk proved (its tail) is kept as
+//! well, and the next walk starts there (DESIGN.md §7.2) instead of
+//! following every link again; the tail's live state changes, so the whole
+//! answer is cached for a short TTL (and dropped by
+//! [`Resolver::report_unreachable`] when routing to it fails). A hit is one
+//! moka lookup. Concurrent cold resolves of one key share one walk
+//! (single-flight), so each hop is asked once.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use homing_core::chain::{HOP_LIMIT_DEFAULT, Link};
+use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
-    ActorId, ChainError, ChainWalk, DcId, FencingToken, Key, Need, Poll, Reply, Request,
-    ReservationId, Segment, Source, TailView, Walked,
+    ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, Need, Poll, Reply, Request,
+    ReservationId, Shortcut, Source, TailView, Walked,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
 
 /// Default time a resolved answer (the tail's live state) is served from cache.
 pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
+/// Default time a `NotFound` is served from cache (DESIGN.md §7.4).
+pub const ABSENT_TTL_MS_DEFAULT: u64 = 250;
 /// Default capacity of each cache, in entries.
 pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
 /// Default timeout of one request to one DC.
@@ -36,10 +42,13 @@ pub struct ResolverConfig {
     /// Every DC the router may ask, nearest first: the global read goes to
     /// the first that answers; each chain hop goes to the reservation's owner.
     pub dcs: Vec<(DcId, SocketAddr)>,
-    /// Capacity of the global-entry and link caches (each), in entries.
+    /// Capacity of the global-entry and chain-member caches (each), in entries.
     pub cache_entries: u64,
     /// How long an answer's tail state is served from cache, in milliseconds.
     pub tail_ttl_ms: u64,
+    /// How long a `NotFound` is served from cache, in milliseconds (0: never):
+    /// a key reserved meanwhile stays unseen by this router at most that long.
+    pub absent_ttl_ms: u64,
     /// Timeout of one request to one DC, in milliseconds.
     pub hop_timeout_ms: u64,
     /// Most links one resolve follows.
@@ -53,6 +62,7 @@ impl ResolverConfig {
             dcs,
             cache_entries: CACHE_ENTRIES_DEFAULT,
             tail_ttl_ms: TAIL_TTL_MS_DEFAULT,
+            absent_ttl_ms: ABSENT_TTL_MS_DEFAULT,
             hop_timeout_ms: HOP_TIMEOUT_MS_DEFAULT,
             hop_limit: HOP_LIMIT_DEFAULT,
         }
@@ -128,12 +138,15 @@ struct Inner {
     config: ResolverConfig,
     /// Key → global entry; immutable facts.
     entries: moka::future::Cache<Key, ReservationId>,
-    /// Released reservation → its successor; immutable facts.
-    links: moka::future::Cache<ReservationId, ReservationId>,
+    /// Key → the furthest member of its chain a walk proved; members stay
+    /// members, so this only ever falls behind, never becomes wrong.
+    members: moka::future::Cache<Key, Shortcut>,
     /// Key → whole answer, for `tail_ttl_ms`: the hot path.
     answers: moka::future::Cache<Key, Answer>,
     /// Key → last good answer, for callers who accept stale answers.
     remembered: moka::future::Cache<Key, Answer>,
+    /// Keys found absent, for `absent_ttl_ms`.
+    absent: moka::future::Cache<Key, ()>,
 }
 
 /// What the answer caches hold per key: the tail, and nothing the cache key
@@ -234,14 +247,23 @@ impl Resolver {
             .max_capacity(config.cache_entries)
             .time_to_live(Duration::from_millis(config.tail_ttl_ms))
             .build();
+        let absent = moka::future::Cache::builder()
+            .max_capacity(if config.absent_ttl_ms > 0 {
+                config.cache_entries
+            } else {
+                0
+            })
+            .time_to_live(Duration::from_millis(config.absent_ttl_ms.max(1)))
+            .build();
         Resolver {
             inner: Arc::new(Inner {
                 client,
                 dcs,
                 entries: forever(config.cache_entries),
-                links: forever(config.cache_entries),
+                members: forever(config.cache_entries),
                 answers,
                 remembered: forever(config.cache_entries),
+                absent,
                 config,
             }),
         }
@@ -258,6 +280,9 @@ impl Resolver {
         let dcs = &self.inner.dcs;
         if let Some(hit) = self.inner.answers.get(key).await {
             return Ok(hit.cached(key, false, dcs));
+        }
+        if self.inner.absent.contains_key(key) {
+            return Err(ResolveError::NotFound(key.clone()));
         }
         // Set only if this call's future ran the walk (single-flight); atomic
         // because the future must be Send, never contended.
@@ -276,8 +301,18 @@ impl Resolver {
                     ))
                 })
             })
-            .await
-            .map_err(|e| (*e).clone())?;
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                if let ResolveError::NotFound(_) = *e
+                    && self.inner.config.absent_ttl_ms > 0
+                {
+                    self.inner.absent.insert(key.clone(), ()).await;
+                }
+                return Err((*e).clone());
+            }
+        };
         let Ok(remote_round_trips) = u32::try_from(walked_here.load(Ordering::Relaxed)) else {
             return Ok(answer.cached(key, false, dcs));
         };
@@ -308,7 +343,7 @@ impl Resolver {
 
     /// Routing to `resolution` failed: forget the cached tail state so the
     /// next resolve asks the tail's DC again (which answers with the link if
-    /// the actor moved). Entries and links stay cached: they are immutable.
+    /// the actor moved). Entries and chain members stay cached: they are immutable.
     ///
     /// Only an answer that still names the reported reservation is dropped: a
     /// late report must not throw away a newer answer that already replaced it.
@@ -321,9 +356,10 @@ impl Resolver {
         }
     }
 
-    /// The chain of `key` hop by hop, with where each answer came from. Always
-    /// asks the tail's DC (the answer cache is bypassed), but uses cached
-    /// entries and links; for operators and demos, not the hot path.
+    /// The chain of `key` hop by hop, with where each answer came from and
+    /// the shortcuts taken. Always asks the tail's DC (the answer cache is
+    /// bypassed), but uses the cached entry and chain member; for operators
+    /// and demos, not the hot path.
     pub async fn trace(&self, key: &Key) -> Result<Walked, ResolveError> {
         let walked = self.inner.walk_chain(key).await?;
         Ok(walked)
@@ -356,9 +392,10 @@ impl Resolver {
 }
 
 impl Inner {
-    /// Walks the chain, caching every link learned.
+    /// Walks the chain from the furthest member known, remembering the tail reached.
     async fn walk_chain(&self, key: &Key) -> Result<Walked, ResolveError> {
-        let mut walk = ChainWalk::from_key(key.clone(), self.config.hop_limit);
+        let hint = self.members.get(key).await;
+        let mut walk = ChainWalk::from_key(key.clone(), self.config.hop_limit).with_hint(hint);
         loop {
             let step = match walk.poll().clone() {
                 Poll::Need(Need::GlobalEntry(key)) => self.global_step(&mut walk, &key).await?,
@@ -366,8 +403,9 @@ impl Inner {
                 Poll::NotFound => return Err(ResolveError::NotFound(key.clone())),
                 Poll::Failed(e) => return Err(e.into()),
                 Poll::Done(walked) => {
-                    for link in &walked.links {
-                        self.links.insert(link.from.clone(), link.to.clone()).await;
+                    let member = walked.hint();
+                    if member.is_past(self.members.get(key).await.as_ref()) {
+                        self.members.insert(key.clone(), member).await;
                     }
                     return Ok(walked);
                 }
@@ -416,9 +454,12 @@ impl Inner {
                     }
                     let mut step = walk.handle_global(entry.clone(), Source::Remote);
                     // A DC owning the entry answers its segment in the same round
-                    // trip. Checked as spoken by the DC that answered, so a peer
-                    // speaking for another DC's reservation is caught by the walk.
-                    if let (Ok(()), Some(_), Some(segment)) = (&step, &entry, segment) {
+                    // trip (used unless a hint sent the walk elsewhere). Checked
+                    // as spoken by the DC that answered, so a peer speaking for
+                    // another DC's reservation is caught by the walk.
+                    if let (Ok(()), Some(entry), Some(segment)) = (&step, &entry, segment)
+                        && walk.poll() == &Poll::Need(Need::Reservation(entry.clone()))
+                    {
                         step = walk.handle_segment(&peer.dc, segment, Source::Local);
                     }
                     return Ok(step);
@@ -431,22 +472,12 @@ impl Inner {
             .unwrap_or_else(|| ResolveError::Inconsistent("no dc configured".to_string())))
     }
 
-    /// One hop: a cached link, or a round trip to the reservation's owner.
+    /// One hop: a round trip to the reservation's owner.
     async fn hop_step(
         &self,
         walk: &mut ChainWalk,
         id: &ReservationId,
     ) -> Result<Result<(), ChainError>, ResolveError> {
-        if let Some(to) = self.links.get(id).await {
-            let segment = Segment {
-                links: vec![Link {
-                    from: id.clone(),
-                    to,
-                }],
-                tail: None,
-            };
-            return Ok(walk.handle_segment(id.dc(), segment, Source::Cache));
-        }
         let Some(peer) = self.dcs.iter().find(|p| &p.dc == id.dc()) else {
             return Err(ResolveError::Unavailable {
                 dc: id.dc().clone(),
@@ -459,6 +490,11 @@ impl Inner {
         {
             Reply::Reservation(segment) => {
                 Ok(walk.handle_segment(id.dc(), segment, Source::Remote))
+            }
+            // The owner has no usable record of it: a shortcut that does not
+            // hold up (the walk falls back), or a contradiction (it fails).
+            Reply::Error(e) if e.kind.disowns() => {
+                Ok(walk.handle_disowned(id.dc(), Source::Remote))
             }
             other => Err(unexpected(&peer.dc, "resolve_reservation", &other)),
         }
@@ -477,12 +513,16 @@ impl Inner {
             ))),
             Ok(Err(e)) => Err(unavailable(e.to_string())),
             Ok(Ok(Reply::Error(e))) => match e.kind {
-                homing_core::ErrorKind::Unavailable { dc } => Err(ResolveError::Unavailable {
+                ErrorKind::Unavailable { dc } => Err(ResolveError::Unavailable {
                     dc,
                     reason: e.message,
                 }),
-                homing_core::ErrorKind::Overloaded | homing_core::ErrorKind::Internal => {
-                    Err(unavailable(e.to_string()))
+                ErrorKind::Overloaded | ErrorKind::Internal => Err(unavailable(e.to_string())),
+                // Left to the walk: see `hop_step`.
+                ref kind
+                    if kind.disowns() && matches!(request, Request::ResolveReservation { .. }) =>
+                {
+                    Ok(Reply::Error(e))
                 }
                 _ => Err(ResolveError::Inconsistent(format!(
                     "dc {} answered {e}",

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use homing_client::{ResolveError, Resolver, ResolverConfig};
-use homing_core::{DcId, Role, TailState};
+use homing_core::{DcId, FencingToken, Link, Role, TailState};
 use homing_net::DevCa;
 use support::{TestDc, active, client, id, key, link, segment};
 
@@ -32,11 +32,11 @@ async fn two_dcs_with_a_link(ca: &DevCa) -> (TestDc, TestDc) {
     iad.script.entry(
         &room,
         &id("iad.1"),
-        Some(segment(vec![link("iad.1", "fra.1")], None)),
+        Some(segment("room", vec![link("iad.1", "fra.1")], None)),
     );
     fra.script.segment(
         &id("fra.1"),
-        segment(vec![], Some(active("fra.1", "10.2.0.1:9000", 2))),
+        segment("room", vec![], Some(active("fra.1", "10.2.0.1:9000", 2))),
     );
     (iad, fra)
 }
@@ -164,7 +164,7 @@ async fn the_global_read_fails_over_to_the_next_dc_when_the_nearest_does_not_ans
     fra.script.entry(
         &key("room"),
         &id("fra.4"),
-        Some(segment(vec![], Some(active("fra.4", "a", 1)))),
+        Some(segment("room", vec![], Some(active("fra.4", "a", 1)))),
     );
     // Nothing listens on this port: the nearest DC never answers.
     let dead = std::net::UdpSocket::bind("127.0.0.1:0")
@@ -196,12 +196,19 @@ async fn a_chain_that_cycles_across_two_dcs_is_inconsistent_not_a_hang() {
     iad.script.entry(
         &key("loop"),
         &id("iad.1"),
-        Some(segment(vec![link("iad.1", "fra.1")], None)),
+        Some(segment("loop", vec![link("iad.1", "fra.1")], None)),
     );
-    iad.script
-        .segment(&id("iad.1"), segment(vec![link("iad.1", "fra.1")], None));
+    iad.script.segment(
+        &id("iad.1"),
+        segment("loop", vec![link("iad.1", "fra.1")], None),
+    );
+    // Tokens rise around the loop, so only the cycle check can catch it.
+    let cyclic = Link {
+        token: FencingToken::new(2),
+        ..link("fra.1", "iad.1")
+    };
     fra.script
-        .segment(&id("fra.1"), segment(vec![link("fra.1", "iad.1")], None));
+        .segment(&id("fra.1"), segment("loop", vec![cyclic], None));
     let resolver = resolver(&ca, &[&iad, &fra]);
 
     let outcome = tokio::time::timeout(Duration::from_secs(5), resolver.resolve(&key("loop")))
@@ -226,6 +233,7 @@ async fn a_dc_that_loops_inside_its_own_answers_hits_the_hop_limit_or_a_cycle() 
         iad.script.segment(
             &id(&format!("iad.{n}")),
             segment(
+                "long",
                 vec![link(&format!("iad.{n}"), &format!("iad.{}", n + 1))],
                 None,
             ),
@@ -251,24 +259,28 @@ async fn a_dc_that_answers_for_another_dcs_reservation_is_inconsistent() {
     iad.script.entry(
         &key("room"),
         &id("iad.1"),
-        Some(segment(vec![link("iad.1", "fra.1")], None)),
+        Some(segment("room", vec![link("iad.1", "fra.1")], None)),
     );
     // fra, asked about fra.1, claims a link out of sea.9 (not its own) …
-    fra.script
-        .segment(&id("fra.1"), segment(vec![link("sea.9", "fra.2")], None));
+    fra.script.segment(
+        &id("fra.1"),
+        segment("room", vec![link("sea.9", "fra.2")], None),
+    );
     // … and about fra.5 answers with a tail of another reservation.
     iad.script.entry(
         &key("other"),
         &id("iad.2"),
-        Some(segment(vec![link("iad.2", "fra.5")], None)),
+        Some(segment("other", vec![link("iad.2", "fra.5")], None)),
     );
-    fra.script
-        .segment(&id("fra.5"), segment(vec![], Some(active("iad.7", "a", 1))));
+    fra.script.segment(
+        &id("fra.5"),
+        segment("other", vec![], Some(active("iad.7", "a", 1))),
+    );
     // … and iad, asked for a global entry it does not own, answers fra's tail itself.
     iad.script.entry(
         &key("third"),
         &id("fra.8"),
-        Some(segment(vec![], Some(active("fra.8", "a", 1)))),
+        Some(segment("third", vec![], Some(active("fra.8", "a", 1)))),
     );
     let resolver = resolver(&ca, &[&iad, &fra]);
 
@@ -304,7 +316,7 @@ async fn a_key_without_global_entry_is_not_found_and_a_vacant_tail_is_vacant() {
     iad.script.entry(
         &key("empty"),
         &id("iad.3"),
-        Some(segment(vec![], Some(tail))),
+        Some(segment("empty", vec![], Some(tail))),
     );
     let resolver = resolver(&ca, &[&iad]);
 
@@ -335,4 +347,57 @@ async fn a_silent_dc_is_unavailable_not_not_found() {
         resolver.resolve(&key("room")).await,
         Err(ResolveError::Unavailable { .. })
     ));
+}
+
+/// A `NotFound` is cached for `absent_ttl_ms` and concurrent misses share
+/// one request; a key reserved meanwhile shows once the absence ages out.
+#[tokio::test]
+async fn not_found_is_cached_briefly_and_concurrent_misses_share_one_request() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = TestDc::start(&ca, "iad").await;
+    let config = ResolverConfig {
+        absent_ttl_ms: 300,
+        ..ResolverConfig::new(vec![iad.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    iad.script.delay_ms.store(50, Ordering::SeqCst);
+    let storm: Vec<_> = (0..32)
+        .map(|_| {
+            let resolver = resolver.clone();
+            tokio::spawn(async move { resolver.resolve(&key("nobody")).await })
+        })
+        .collect();
+    for answer in storm {
+        assert_eq!(
+            answer.await.unwrap(),
+            Err(ResolveError::NotFound(key("nobody")))
+        );
+    }
+    for _ in 0..10 {
+        assert!(resolver.resolve(&key("nobody")).await.is_err());
+    }
+    assert_eq!(
+        iad.script.count("resolve"),
+        1,
+        "one request for 42 resolves"
+    );
+
+    iad.script.delay_ms.store(0, Ordering::SeqCst);
+    iad.script.entry(
+        &key("nobody"),
+        &id("iad.3"),
+        Some(segment("nobody", vec![], Some(active("iad.3", "a", 1)))),
+    );
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(found) = resolver.resolve(&key("nobody")).await {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the absence ages out");
+    assert_eq!(found.reservation, id("iad.3"));
+    assert_eq!(iad.script.count("resolve"), 2);
 }

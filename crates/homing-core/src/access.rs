@@ -126,7 +126,7 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
             own_dc_host || caller.role == Role::Admin
         }
         Request::Renew { .. } => own_dc_host,
-        Request::Link { .. } => caller.role == Role::Node,
+        Request::Link { .. } | Request::Shortcut { .. } => caller.role == Role::Node,
         // A node forwards an operator's drain to the DC that owns the tail.
         Request::Drain { .. } => matches!(caller.role, Role::Admin | Role::Node),
         Request::Inspect { .. } | Request::Scan { .. } | Request::DrainScope { .. } => {
@@ -173,9 +173,18 @@ mod tests {
             host_time: crate::HostTime::from_ms(0),
         };
         let link = Request::Link {
+            key: key.clone(),
             from: id.clone(),
             to: "fra.1".parse().unwrap(),
             expected_token: FencingToken::FIRST,
+        };
+        let shortcut = Request::Shortcut {
+            key: key.clone(),
+            entry: id.clone(),
+            shortcut: crate::chain::Shortcut {
+                to: "fra.1".parse().unwrap(),
+                token: FencingToken::new(2),
+            },
         };
         let drain = Request::Drain { key };
         let iad = dc("iad");
@@ -192,6 +201,10 @@ mod tests {
         assert!(authorize(&host_there, &renew, &iad).is_err());
         assert!(authorize(&host_here, &resolve, &iad).is_err());
         assert!(authorize(&node, &link, &iad).is_ok());
+        assert!(authorize(&node, &shortcut, &iad).is_ok());
+        assert!(authorize(&router, &shortcut, &iad).is_err());
+        assert!(authorize(&host_here, &shortcut, &iad).is_err());
+        assert!(authorize(&admin, &shortcut, &iad).is_err());
         assert!(
             authorize(&node, &drain, &iad).is_ok(),
             "nodes forward drains"

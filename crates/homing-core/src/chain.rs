@@ -4,19 +4,34 @@
 //! key's global entry, or what a DC knows about a reservation); the driver
 //! fetches it from a cache, its own store or a peer DC and hands the answer
 //! back with `handle_*`, saying where it came from. The walk checks every
-//! answer — a DC may only speak for reservations it owns, links must
-//! continue where the walk stands, no reservation may repeat, the hop count
-//! is bounded — and counts hops and remote round trips.
+//! answer — it must be about the walk's key, a DC may only speak for
+//! reservations it owns, links must continue where the walk stands, tokens
+//! must rise along the chain, no reservation may repeat, the hop count is
+//! bounded — and counts hops and remote round trips.
+//!
+//! Chains only grow, so walks take *shortcuts* (DESIGN.md §7.2): the owner
+//! of a key's first reservation records a later member of the chain, and
+//! answers with it; a walker may also start from a member it remembers
+//! itself (a *hint*). A member stays a member forever (links never change),
+//! so a shortcut can be old but never wrong — unless a DC lies. So a jump is
+//! checked: the member's own DC must answer for a record of the same key
+//! with at least the promised token, else the walk falls back to where it
+//! jumped from and follows links. The hop limit bounds lies, not a key's
+//! lifetime: an honest walk of a key moved any number of times is the entry's
+//! answer, one jump, and the tail's answer.
+
+use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::dc::DcId;
+use crate::fencing::FencingToken;
 use crate::key::Key;
 use crate::record::TailView;
 use crate::reservation::ReservationId;
 
-/// Default bound on links followed in one walk.
+/// Default bound on hops (links followed plus shortcuts taken) in one walk.
 pub const HOP_LIMIT_DEFAULT: usize = 16;
 /// Largest hop limit a caller may configure.
 pub const HOP_LIMIT_MAX: usize = 256;
@@ -28,16 +43,41 @@ pub struct Link {
     pub from: ReservationId,
     /// The reservation it continues as.
     pub to: ReservationId,
+    /// `from`'s token when it was linked (its last holder's); `to`'s is higher.
+    pub token: FencingToken,
+}
+
+/// A later member of a key's chain and its token when it joined: a hint a
+/// walker may jump to (checked when it gets there).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shortcut {
+    /// The member.
+    pub to: ReservationId,
+    /// Its token when it joined the chain; its record's token is at least this.
+    pub token: FencingToken,
+}
+
+impl Shortcut {
+    /// Whether this member is further along the chain than `known` (tokens
+    /// only rise along a chain): what a record, a DC or a resolver keeps.
+    pub fn is_past(&self, known: Option<&Shortcut>) -> bool {
+        known.is_none_or(|known| self.token > known.token)
+    }
 }
 
 /// What one DC knows about a run of its own reservations: the links it
-/// followed inside itself, then the tail if the chain ends there.
+/// followed inside itself, then the tail if the chain ends there, and the
+/// shortcut recorded on the first reservation asked about, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
+    /// The key of every record in the segment.
+    pub key: Key,
     /// Links in walk order; each `from` is owned by the answering DC.
     pub links: Vec<Link>,
     /// The tail, if the chain ends in the answering DC.
     pub tail: Option<TailView>,
+    /// A later member of the chain, recorded on the first reservation.
+    pub shortcut: Option<Shortcut>,
 }
 
 /// Where an answer came from.
@@ -60,15 +100,29 @@ pub enum Need {
     Reservation(ReservationId),
 }
 
+/// A shortcut the walk took: it jumped from `from` (whose answer carried
+/// the shortcut, or the entry for a walker's own hint) to `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Jump {
+    /// Where the walk stood.
+    pub from: ReservationId,
+    /// The member it jumped to.
+    pub to: ReservationId,
+    /// Whether the member's DC confirmed it (false: the walk fell back to `from`'s links).
+    pub taken: bool,
+}
+
 /// A finished walk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Walked {
     /// The reservation the walk started from (the global entry for a key).
     pub entry: ReservationId,
-    /// Every link followed, in order.
+    /// Every link followed, in order (links a shortcut skipped are not here).
     pub links: Vec<Link>,
     /// Where the answer carrying each link came from (same length as `links`).
     pub link_sources: Vec<Source>,
+    /// Shortcuts tried, in order.
+    pub jumps: Vec<Jump>,
     /// The tail and its state.
     pub tail: TailView,
     /// Where the tail's state came from.
@@ -77,6 +131,16 @@ pub struct Walked {
     pub remote_round_trips: u32,
     /// Answers taken from cache.
     pub cached_answers: u32,
+}
+
+impl Walked {
+    /// The furthest member this walk proved: the tail, as a hint for the next walk.
+    pub fn hint(&self) -> Shortcut {
+        Shortcut {
+            to: self.tail.id.clone(),
+            token: self.tail.token,
+        }
+    }
 }
 
 /// Where the walk stands.
@@ -98,7 +162,7 @@ pub enum ChainError {
     /// A reservation appeared twice: the chain loops.
     #[error("chain cycles at reservation {0}")]
     Cycle(ReservationId),
-    /// More links than the hop limit.
+    /// More hops than the hop limit.
     #[error("chain longer than the hop limit of {0}")]
     TooLong(usize),
     /// An answer contradicts the walk (wrong DC, discontinuous link, …).
@@ -125,7 +189,10 @@ pub struct LocalSegment {
     local: DcId,
     at: Option<ReservationId>,
     hop_limit: usize,
-    segment: Segment,
+    key: Option<Key>,
+    links: Vec<Link>,
+    tail: Option<TailView>,
+    shortcut: Option<Shortcut>,
 }
 
 /// Why a DC cannot answer for one of its reservations.
@@ -149,10 +216,10 @@ impl LocalSegment {
             local,
             at: Some(start),
             hop_limit: hop_limit.min(HOP_LIMIT_MAX),
-            segment: Segment {
-                links: Vec::new(),
-                tail: None,
-            },
+            key: None,
+            links: Vec::new(),
+            tail: None,
+            shortcut: None,
         }
     }
 
@@ -171,7 +238,7 @@ impl LocalSegment {
         let Some(at) = self.at.take() else {
             return Ok(());
         };
-        let first = self.segment.links.is_empty();
+        let first = self.key.is_none();
         let missing = |at: ReservationId| {
             if first {
                 SegmentError::Unknown(at)
@@ -182,16 +249,26 @@ impl LocalSegment {
         let Some(record) = record.filter(|r| r.id == at) else {
             return Err(missing(at));
         };
+        match &self.key {
+            None => {
+                self.key = Some(record.key.clone());
+                self.shortcut = record.shortcut.clone();
+            }
+            // A link inside the DC to another key's record: the store is corrupt.
+            Some(key) if key != &record.key => return Err(SegmentError::Broken(at)),
+            Some(_) => {}
+        }
         match record.view(now, policy) {
             crate::record::RecordView::Link(to) => {
-                let stays = to.dc() == &self.local && self.segment.links.len() < self.hop_limit;
-                self.segment.links.push(Link {
+                let stays = to.dc() == &self.local && self.links.len() < self.hop_limit;
+                self.links.push(Link {
                     from: at,
                     to: to.clone(),
+                    token: record.token,
                 });
                 self.at = stays.then_some(to);
             }
-            crate::record::RecordView::Tail(tail) => self.segment.tail = Some(tail),
+            crate::record::RecordView::Tail(tail) => self.tail = Some(tail),
             crate::record::RecordView::Abandoned if first => {
                 return Err(SegmentError::Abandoned(at));
             }
@@ -200,45 +277,99 @@ impl LocalSegment {
         Ok(())
     }
 
-    /// The segment; call once [`LocalSegment::need`] is `None`.
+    /// The segment; call once [`LocalSegment::need`] is `None` after at
+    /// least one record was handled.
     pub fn finish(self) -> Segment {
-        self.segment
+        Segment {
+            // Invariant: the first handled record set the key (see the docs).
+            key: self
+                .key
+                .expect("a segment is finished after its first record"),
+            links: self.links,
+            tail: self.tail,
+            shortcut: self.shortcut,
+        }
     }
+}
+
+/// Why the walk asks for the reservation it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Purpose {
+    /// The next reservation along a link (or the start): its first record's
+    /// token must exceed the last one passed.
+    Follow,
+    /// A shortcut or hint: its DC must answer for a record of the key with
+    /// at least `token`; otherwise the walk goes on at `fallback`.
+    Jump {
+        token: FencingToken,
+        fallback: ReservationId,
+    },
+    /// The start again, only for its shortcut (a hint led to a member that
+    /// moved on since): whatever it answers, the walk goes on, jumping or at `resume`.
+    Consult { resume: ReservationId },
 }
 
 /// The stepper. See the module docs for the driving loop.
 #[derive(Debug, Clone)]
 pub struct ChainWalk {
+    key: Key,
     hop_limit: usize,
+    /// Where the walk started: the global entry, or the reservation given.
     entry: Option<ReservationId>,
+    /// The caller's own remembered member, tried right after the entry.
+    hint: Option<Shortcut>,
+    /// Whether the start's shortcut may still be consulted (after a hint led astray).
+    may_consult: bool,
+    purpose: Purpose,
+    /// The highest token passed so far.
+    floor: Option<FencingToken>,
     links: Vec<Link>,
     link_sources: Vec<Source>,
+    jumps: Vec<Jump>,
+    seen: HashSet<ReservationId>,
     remote_round_trips: u32,
     cached_answers: u32,
     state: Poll,
 }
 
 impl ChainWalk {
-    /// A walk from a key's global entry.
+    /// A walk from `key`'s global entry.
     pub fn from_key(key: Key, hop_limit: usize) -> ChainWalk {
-        Self::start(None, Need::GlobalEntry(key), hop_limit)
+        Self::start(key.clone(), None, Need::GlobalEntry(key), hop_limit)
     }
 
-    /// A walk from a known reservation (e.g. a cached global entry).
-    pub fn from_reservation(id: ReservationId, hop_limit: usize) -> ChainWalk {
-        Self::start(Some(id.clone()), Need::Reservation(id), hop_limit)
+    /// A walk of `key`'s chain from a known member `id` (e.g. a cached global entry).
+    pub fn from_reservation(key: Key, id: ReservationId, hop_limit: usize) -> ChainWalk {
+        Self::start(key, Some(id.clone()), Need::Reservation(id), hop_limit)
     }
 
-    fn start(entry: Option<ReservationId>, need: Need, hop_limit: usize) -> ChainWalk {
+    fn start(key: Key, entry: Option<ReservationId>, need: Need, hop_limit: usize) -> ChainWalk {
         ChainWalk {
+            key,
             hop_limit: hop_limit.min(HOP_LIMIT_MAX),
+            seen: entry.iter().cloned().collect(),
             entry,
+            hint: None,
+            may_consult: false,
+            purpose: Purpose::Follow,
+            floor: None,
             links: Vec::new(),
             link_sources: Vec::new(),
+            jumps: Vec::new(),
             remote_round_trips: 0,
             cached_answers: 0,
             state: Poll::Need(need),
         }
+    }
+
+    /// Starts at `hint` (a member the caller remembers) once the entry is
+    /// known, instead of walking from the entry. Call before the first answer.
+    pub fn with_hint(mut self, hint: Option<Shortcut>) -> ChainWalk {
+        self.hint = hint;
+        if let (Some(entry), Poll::Need(Need::Reservation(_))) = (self.entry.clone(), &self.state) {
+            self.jump_from_start(entry);
+        }
+        self
     }
 
     /// What the walk needs, or its result.
@@ -264,6 +395,11 @@ impl ChainWalk {
         Err(error)
     }
 
+    /// Links followed plus shortcuts tried: what the hop limit bounds.
+    fn hops(&self) -> usize {
+        self.links.len() + self.jumps.len()
+    }
+
     /// The key's global entry, `None` if the key was never reserved.
     pub fn handle_global(
         &mut self,
@@ -274,14 +410,80 @@ impl ChainWalk {
             return self.fail(ChainError::Unexpected);
         }
         self.count(source);
-        self.state = match entry {
-            None => Poll::NotFound,
-            Some(id) => {
-                self.entry = Some(id.clone());
-                Poll::Need(Need::Reservation(id))
-            }
+        let Some(id) = entry else {
+            self.state = Poll::NotFound;
+            return Ok(());
         };
+        self.seen.insert(id.clone());
+        self.entry = Some(id.clone());
+        self.state = Poll::Need(Need::Reservation(id.clone()));
+        self.jump_from_start(id);
         Ok(())
+    }
+
+    /// With a hint naming another member, asks for it first, falling back to `start`.
+    fn jump_from_start(&mut self, start: ReservationId) {
+        let Some(hint) = self.hint.take() else {
+            return;
+        };
+        if hint.to == start {
+            return;
+        }
+        self.may_consult = true;
+        self.jump(start, hint);
+    }
+
+    /// Asks for `to`'s member next, going on at `from` if it does not hold up.
+    fn jump(&mut self, from: ReservationId, to: Shortcut) {
+        self.seen.insert(to.to.clone());
+        self.jumps.push(Jump {
+            from: from.clone(),
+            to: to.to.clone(),
+            taken: false,
+        });
+        self.state = Poll::Need(Need::Reservation(to.to));
+        self.purpose = Purpose::Jump {
+            token: to.token,
+            fallback: from,
+        };
+    }
+
+    /// `answered_by` says it has no usable record of the reservation the
+    /// walk needs (unknown, abandoned). Fatal unless the walk was trying a
+    /// shortcut, which it then gives up for the links.
+    pub fn handle_disowned(
+        &mut self,
+        answered_by: &DcId,
+        source: Source,
+    ) -> Result<(), ChainError> {
+        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+            return self.fail(ChainError::Unexpected);
+        };
+        self.count(source);
+        self.fall_back(answered_by, format!("has no record of {at}"))
+    }
+
+    /// A shortcut or consult that did not hold up: go on along the links.
+    /// Anything else: the walk fails with `reason`.
+    fn fall_back(&mut self, answered_by: &DcId, reason: String) -> Result<(), ChainError> {
+        match std::mem::replace(&mut self.purpose, Purpose::Follow) {
+            Purpose::Jump { fallback, .. } => {
+                // The target may still be met along the links, honestly.
+                if let Poll::Need(Need::Reservation(target)) = &self.state {
+                    self.seen.remove(target);
+                }
+                self.state = Poll::Need(Need::Reservation(fallback));
+                Ok(())
+            }
+            Purpose::Consult { resume } => {
+                self.state = Poll::Need(Need::Reservation(resume));
+                Ok(())
+            }
+            Purpose::Follow => self.fail(ChainError::Inconsistent {
+                dc: answered_by.to_string(),
+                reason,
+            }),
+        }
     }
 
     /// What `answered_by` knows about the reservation the walk needs.
@@ -291,76 +493,154 @@ impl ChainWalk {
         segment: Segment,
         source: Source,
     ) -> Result<(), ChainError> {
-        let Poll::Need(Need::Reservation(mut at)) = self.state.clone() else {
+        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
             return self.fail(ChainError::Unexpected);
         };
         self.count(source);
-        let inconsistent = |reason: String| ChainError::Inconsistent {
-            dc: answered_by.to_string(),
-            reason,
-        };
-        if segment.links.is_empty() && segment.tail.is_none() {
-            return self.fail(inconsistent(format!("empty answer for {at}")));
-        }
-        for link in segment.links {
-            if link.from != at {
-                return self.fail(inconsistent(format!(
-                    "link from {} where the walk stands at {at}",
-                    link.from
-                )));
+        if let Purpose::Consult { resume } = self.purpose.clone() {
+            self.purpose = Purpose::Follow;
+            self.state = Poll::Need(Need::Reservation(resume.clone()));
+            if segment.key == self.key
+                && let Some(shortcut) = segment.shortcut
+                && self.worth_jumping(&shortcut)
+            {
+                return self.checked_jump(resume, shortcut);
             }
-            if link.from.dc() != answered_by {
-                return self.fail(inconsistent(format!(
-                    "speaks for {}, owned by another dc",
-                    link.from
-                )));
-            }
-            if let Err(e) = self.follow(link.clone()) {
-                return self.fail(e);
-            }
-            self.link_sources.push(source);
-            at = link.to;
-        }
-        let Some(tail) = segment.tail else {
-            self.state = Poll::Need(Need::Reservation(at));
             return Ok(());
-        };
-        if tail.id != at {
-            return self.fail(inconsistent(format!(
-                "tail {} where the walk stands at {at}",
-                tail.id
-            )));
         }
-        if tail.id.dc() != answered_by {
-            return self.fail(inconsistent(format!(
-                "speaks for {}, owned by another dc",
-                tail.id
-            )));
+        if let Err(reason) = self.check(answered_by, &at, &segment) {
+            return self.fall_back(answered_by, reason);
         }
-        // Invariant: `entry` is set before any reservation is needed.
-        let entry = self.entry.clone().expect("entry known before segments");
-        self.state = Poll::Done(Walked {
-            entry,
-            links: std::mem::take(&mut self.links),
-            link_sources: std::mem::take(&mut self.link_sources),
-            tail,
-            tail_source: source,
-            remote_round_trips: self.remote_round_trips,
-            cached_answers: self.cached_answers,
-        });
+        if let Some(jump) = self.jumps.last_mut()
+            && matches!(self.purpose, Purpose::Jump { .. })
+        {
+            jump.taken = true;
+        }
+        let jumped = std::mem::replace(&mut self.purpose, Purpose::Follow) != Purpose::Follow;
+        let mut at = at;
+        for link in segment.links {
+            if self.seen.contains(&link.to) {
+                return self.fail(ChainError::Cycle(link.to));
+            }
+            if self.hops() >= self.hop_limit {
+                return self.fail(ChainError::TooLong(self.hop_limit));
+            }
+            self.seen.insert(link.to.clone());
+            self.floor = Some(link.token);
+            at = link.to.clone();
+            self.links.push(link);
+            self.link_sources.push(source);
+        }
+        if let Some(tail) = segment.tail {
+            // Invariant: `entry` is set before any reservation is needed.
+            let entry = self.entry.clone().expect("entry known before segments");
+            self.state = Poll::Done(Walked {
+                entry,
+                links: std::mem::take(&mut self.links),
+                link_sources: std::mem::take(&mut self.link_sources),
+                jumps: std::mem::take(&mut self.jumps),
+                tail,
+                tail_source: source,
+                remote_round_trips: self.remote_round_trips,
+                cached_answers: self.cached_answers,
+            });
+            return Ok(());
+        }
+        self.state = Poll::Need(Need::Reservation(at.clone()));
+        if let Some(shortcut) = segment.shortcut
+            && self.worth_jumping(&shortcut)
+        {
+            return self.checked_jump(at, shortcut);
+        }
+        // A hint led to a member that moved on: the start's shortcut is
+        // likely further along than these links.
+        if jumped
+            && self.may_consult
+            && let Some(entry) = self.entry.clone()
+        {
+            self.may_consult = false;
+            if self.hops() >= self.hop_limit {
+                return self.fail(ChainError::TooLong(self.hop_limit));
+            }
+            self.state = Poll::Need(Need::Reservation(entry));
+            self.purpose = Purpose::Consult { resume: at };
+        }
         Ok(())
     }
 
-    fn follow(&mut self, link: Link) -> Result<(), ChainError> {
-        let entry = self.entry.as_ref();
-        let seen = |id: &ReservationId| entry == Some(id) || self.links.iter().any(|l| &l.to == id);
-        if seen(&link.to) {
-            return Err(ChainError::Cycle(link.to));
+    /// A shortcut is worth a jump when it names a member not seen yet,
+    /// further along than anything passed.
+    fn worth_jumping(&self, shortcut: &Shortcut) -> bool {
+        !self.seen.contains(&shortcut.to) && self.floor.is_none_or(|floor| shortcut.token > floor)
+    }
+
+    fn checked_jump(&mut self, from: ReservationId, shortcut: Shortcut) -> Result<(), ChainError> {
+        if self.hops() >= self.hop_limit {
+            return self.fail(ChainError::TooLong(self.hop_limit));
         }
-        if self.links.len() >= self.hop_limit {
-            return Err(ChainError::TooLong(self.hop_limit));
+        self.jump(from, shortcut);
+        Ok(())
+    }
+
+    /// Whether `segment`, answered by `answered_by` for `at`, continues the
+    /// walk: the walk's key, the DC's own reservations, links continuous,
+    /// tokens rising (a jump's target at least at the promised token).
+    fn check(
+        &self,
+        answered_by: &DcId,
+        at: &ReservationId,
+        segment: &Segment,
+    ) -> Result<(), String> {
+        if segment.key != self.key {
+            return Err(format!(
+                "answered for key {} where the walk is of {}",
+                segment.key, self.key
+            ));
         }
-        self.links.push(link);
+        if segment.links.is_empty() && segment.tail.is_none() {
+            return Err(format!("empty answer for {at}"));
+        }
+        let mut at = at;
+        let mut floor = self.floor;
+        let mut promised = match &self.purpose {
+            Purpose::Jump { token, .. } => Some(*token),
+            _ => None,
+        };
+        let mut tokens_rise = |token: FencingToken, what: &ReservationId| {
+            let low =
+                promised.take().is_some_and(|p| token < p) || floor.is_some_and(|f| token <= f);
+            floor = Some(token);
+            if low {
+                Err(format!(
+                    "token {} of {what} is not above the chain's so far",
+                    token.get()
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        for link in &segment.links {
+            if &link.from != at {
+                return Err(format!(
+                    "link from {} where the walk stands at {at}",
+                    link.from
+                ));
+            }
+            if link.from.dc() != answered_by {
+                return Err(format!("speaks for {}, owned by another dc", link.from));
+            }
+            tokens_rise(link.token, &link.from)?;
+            at = &link.to;
+        }
+        if let Some(tail) = &segment.tail {
+            if &tail.id != at {
+                return Err(format!("tail {} where the walk stands at {at}", tail.id));
+            }
+            if tail.id.dc() != answered_by {
+                return Err(format!("speaks for {}, owned by another dc", tail.id));
+            }
+            tokens_rise(tail.token, &tail.id)?;
+        }
         Ok(())
     }
 }
@@ -380,18 +660,23 @@ mod tests {
         DcId::new(text).unwrap()
     }
 
-    fn link(from: &str, to: &str) -> Link {
+    fn token(n: u64) -> FencingToken {
+        FencingToken::new(n)
+    }
+
+    fn link(from: &str, to: &str, from_token: u64) -> Link {
         Link {
             from: id(from),
             to: id(to),
+            token: token(from_token),
         }
     }
 
-    fn vacant(at: &str) -> TailView {
+    fn vacant(at: &str, at_token: u64) -> TailView {
         TailView {
             tag: None,
             id: id(at),
-            token: FencingToken::new(3),
+            token: token(at_token),
             state: TailState::Vacant {
                 ended: crate::ReleaseCause::Expired,
             },
@@ -402,37 +687,64 @@ mod tests {
         Key::new(KeyName::new("room").unwrap())
     }
 
+    fn seg(links: Vec<Link>, tail: Option<TailView>) -> Segment {
+        Segment {
+            key: key(),
+            links,
+            tail,
+            shortcut: None,
+        }
+    }
+
+    fn shortcut(to: &str, to_token: u64) -> Option<Shortcut> {
+        Some(Shortcut {
+            to: id(to),
+            token: token(to_token),
+        })
+    }
+
+    fn needs(walk: &ChainWalk, at: &str) {
+        assert_eq!(
+            walk.poll(),
+            &Poll::Need(Need::Reservation(id(at))),
+            "{walk:?}"
+        );
+    }
+
+    fn done(walk: &ChainWalk) -> &Walked {
+        let Poll::Done(done) = walk.poll() else {
+            panic!("{:?}", walk.poll())
+        };
+        done
+    }
+
     #[test]
     fn walk_follows_links_across_dcs_and_counts_round_trips() {
         let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
         assert_eq!(walk.poll(), &Poll::Need(Need::GlobalEntry(key())));
         walk.handle_global(Some(id("iad.1")), Source::Cache)
             .unwrap();
-        assert_eq!(walk.poll(), &Poll::Need(Need::Reservation(id("iad.1"))));
+        needs(&walk, "iad.1");
         // iad follows its own link iad.1 → iad.5 in the same reply.
-        let segment = Segment {
-            links: vec![link("iad.1", "iad.5"), link("iad.5", "fra.2")],
-            tail: None,
-        };
+        let segment = seg(
+            vec![link("iad.1", "iad.5", 1), link("iad.5", "fra.2", 2)],
+            None,
+        );
         walk.handle_segment(&dc("iad"), segment, Source::Remote)
             .unwrap();
-        assert_eq!(walk.poll(), &Poll::Need(Need::Reservation(id("fra.2"))));
+        needs(&walk, "fra.2");
         walk.handle_segment(
             &dc("fra"),
-            Segment {
-                links: vec![],
-                tail: Some(vacant("fra.2")),
-            },
+            seg(vec![], Some(vacant("fra.2", 3))),
             Source::Remote,
         )
         .unwrap();
-        let Poll::Done(done) = walk.poll() else {
-            panic!("{:?}", walk.poll())
-        };
+        let done = done(&walk);
         assert_eq!(done.entry, id("iad.1"));
         assert_eq!(done.links.len(), 2);
         assert_eq!(done.remote_round_trips, 2);
         assert_eq!(done.cached_answers, 1);
+        assert!(done.jumps.is_empty());
     }
 
     #[test]
@@ -444,23 +756,17 @@ mod tests {
 
     #[test]
     fn a_cycle_is_detected() {
-        let mut walk = ChainWalk::from_reservation(id("iad.1"), HOP_LIMIT_DEFAULT);
+        let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
         walk.handle_segment(
             &dc("iad"),
-            Segment {
-                links: vec![link("iad.1", "fra.1")],
-                tail: None,
-            },
+            seg(vec![link("iad.1", "fra.1", 1)], None),
             Source::Remote,
         )
         .unwrap();
         let err = walk
             .handle_segment(
                 &dc("fra"),
-                Segment {
-                    links: vec![link("fra.1", "iad.1")],
-                    tail: None,
-                },
+                seg(vec![link("fra.1", "iad.1", 2)], None),
                 Source::Remote,
             )
             .unwrap_err();
@@ -470,38 +776,32 @@ mod tests {
 
     #[test]
     fn the_hop_limit_is_enforced() {
-        let mut walk = ChainWalk::from_reservation(id("a.0"), 3);
+        let mut walk = ChainWalk::from_reservation(key(), id("a.0"), 3);
         let links = (0..4)
-            .map(|i| link(&format!("a.{i}"), &format!("a.{}", i + 1)))
+            .map(|i| link(&format!("a.{i}"), &format!("a.{}", i + 1), i + 1))
             .collect();
         let err = walk
-            .handle_segment(&dc("a"), Segment { links, tail: None }, Source::Remote)
+            .handle_segment(&dc("a"), seg(links, None), Source::Remote)
             .unwrap_err();
         assert_eq!(err, ChainError::TooLong(3));
     }
 
     #[test]
     fn a_dc_may_not_speak_for_another_dcs_reservation() {
-        let mut walk = ChainWalk::from_reservation(id("iad.1"), HOP_LIMIT_DEFAULT);
+        let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
         let err = walk
             .handle_segment(
                 &dc("fra"),
-                Segment {
-                    links: vec![link("iad.1", "fra.1")],
-                    tail: None,
-                },
+                seg(vec![link("iad.1", "fra.1", 1)], None),
                 Source::Remote,
             )
             .unwrap_err();
         assert!(matches!(err, ChainError::Inconsistent { .. }), "{err}");
-        let mut walk = ChainWalk::from_reservation(id("iad.1"), HOP_LIMIT_DEFAULT);
+        let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
         let err = walk
             .handle_segment(
                 &dc("iad"),
-                Segment {
-                    links: vec![],
-                    tail: Some(vacant("iad.2")),
-                },
+                seg(vec![], Some(vacant("iad.2", 1))),
                 Source::Remote,
             )
             .unwrap_err();
@@ -509,16 +809,223 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_about_another_key_fails_the_walk() {
+        let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
+        let mut other = seg(vec![], Some(vacant("iad.1", 1)));
+        other.key = Key::new(KeyName::new("hall").unwrap());
+        let err = walk
+            .handle_segment(&dc("iad"), other, Source::Remote)
+            .unwrap_err();
+        assert!(err.to_string().contains("key hall"), "{err}");
+    }
+
+    #[test]
+    fn tokens_must_rise_along_the_chain() {
+        let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
+        walk.handle_segment(
+            &dc("iad"),
+            seg(vec![link("iad.1", "fra.1", 4)], None),
+            Source::Remote,
+        )
+        .unwrap();
+        let err = walk
+            .handle_segment(
+                &dc("fra"),
+                seg(vec![], Some(vacant("fra.1", 4))),
+                Source::Remote,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("token 4"), "{err}");
+    }
+
+    #[test]
+    fn a_shortcut_skips_the_links_between() {
+        let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
+        walk.handle_global(Some(id("iad.1")), Source::Remote)
+            .unwrap();
+        let mut first = seg(vec![link("iad.1", "fra.1", 1)], None);
+        first.shortcut = shortcut("sin.9", 900);
+        walk.handle_segment(&dc("iad"), first, Source::Remote)
+            .unwrap();
+        needs(&walk, "sin.9");
+        walk.handle_segment(
+            &dc("sin"),
+            seg(vec![], Some(vacant("sin.9", 901))),
+            Source::Remote,
+        )
+        .unwrap();
+        let done = done(&walk);
+        assert_eq!(done.tail.id, id("sin.9"));
+        assert_eq!(done.links, vec![link("iad.1", "fra.1", 1)]);
+        assert_eq!(
+            done.jumps,
+            vec![Jump {
+                from: id("fra.1"),
+                to: id("sin.9"),
+                taken: true
+            }]
+        );
+        assert_eq!(done.remote_round_trips, 3);
+    }
+
+    /// A key moved a thousand times: an honest walk is the entry's answer,
+    /// one jump and the tail's answer, well inside the default hop limit.
+    #[test]
+    fn a_long_chain_is_walked_in_two_answers_after_the_entry() {
+        let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
+        walk.handle_global(Some(id("a.1")), Source::Remote).unwrap();
+        let mut first = seg(vec![link("a.1", "b.2", 1)], None);
+        first.shortcut = shortcut("b.1000", 1000);
+        walk.handle_segment(&dc("a"), first, Source::Remote)
+            .unwrap();
+        walk.handle_segment(
+            &dc("b"),
+            seg(vec![], Some(vacant("b.1000", 1000))),
+            Source::Remote,
+        )
+        .unwrap();
+        assert_eq!(done(&walk).remote_round_trips, 3);
+    }
+
+    /// Every way a shortcut's target can fail to hold up sends the walk
+    /// back along the links, never to a wrong tail.
+    #[test]
+    fn a_shortcut_that_does_not_hold_up_falls_back_to_the_links() {
+        let start = || {
+            let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
+            let mut first = seg(vec![link("iad.1", "fra.1", 1)], None);
+            first.shortcut = shortcut("sin.9", 9);
+            walk.handle_segment(&dc("iad"), first, Source::Remote)
+                .unwrap();
+            needs(&walk, "sin.9");
+            walk
+        };
+        let mut other_key = seg(vec![], Some(vacant("sin.9", 9)));
+        other_key.key = Key::new(KeyName::new("hall").unwrap());
+        let answers = [
+            ("another key", other_key),
+            (
+                "a token below the promise",
+                seg(vec![], Some(vacant("sin.9", 8))),
+            ),
+            ("another reservation", seg(vec![], Some(vacant("sin.8", 9)))),
+            ("an empty answer", seg(vec![], None)),
+        ];
+        for (what, answer) in answers {
+            let mut walk = start();
+            walk.handle_segment(&dc("sin"), answer, Source::Remote)
+                .unwrap();
+            needs(&walk, "fra.1");
+            walk.handle_segment(
+                &dc("fra"),
+                seg(vec![], Some(vacant("fra.1", 2))),
+                Source::Remote,
+            )
+            .unwrap();
+            let done = done(&walk);
+            assert_eq!(done.tail.id, id("fra.1"), "{what}");
+            assert!(!done.jumps[0].taken, "{what}");
+        }
+        let mut walk = start();
+        walk.handle_disowned(&dc("sin"), Source::Remote).unwrap();
+        needs(&walk, "fra.1");
+        // Without a jump pending, a DC disowning the reservation fails the walk.
+        let err = walk
+            .handle_disowned(&dc("fra"), Source::Remote)
+            .unwrap_err();
+        assert!(matches!(err, ChainError::Inconsistent { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_shortcut_behind_the_walk_is_not_taken() {
+        let mut walk = ChainWalk::from_reservation(key(), id("iad.1"), HOP_LIMIT_DEFAULT);
+        let mut first = seg(vec![link("iad.1", "fra.1", 5)], None);
+        first.shortcut = shortcut("sin.9", 5);
+        walk.handle_segment(&dc("iad"), first, Source::Remote)
+            .unwrap();
+        needs(&walk, "fra.1");
+    }
+
+    #[test]
+    fn a_hint_is_tried_after_the_entry() {
+        let mut walk =
+            ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT).with_hint(shortcut("fra.4", 4));
+        walk.handle_global(Some(id("iad.1")), Source::Cache)
+            .unwrap();
+        needs(&walk, "fra.4");
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![], Some(vacant("fra.4", 6))),
+            Source::Remote,
+        )
+        .unwrap();
+        let done = done(&walk);
+        assert_eq!(done.remote_round_trips, 1);
+        assert!(done.jumps[0].taken);
+    }
+
+    /// A remembered member that moved on since: rather than follow every
+    /// move made since, the walk asks the entry for its shortcut.
+    #[test]
+    fn a_stale_hint_consults_the_entry() {
+        let mut walk =
+            ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT).with_hint(shortcut("fra.4", 4));
+        walk.handle_global(Some(id("iad.1")), Source::Cache)
+            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![link("fra.4", "sin.5", 4)], None),
+            Source::Remote,
+        )
+        .unwrap();
+        needs(&walk, "iad.1");
+        let mut entry = seg(vec![link("iad.1", "fra.2", 1)], None);
+        entry.shortcut = shortcut("fra.700", 700);
+        walk.handle_segment(&dc("iad"), entry, Source::Remote)
+            .unwrap();
+        needs(&walk, "fra.700");
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![], Some(vacant("fra.700", 700))),
+            Source::Remote,
+        )
+        .unwrap();
+        let done = done(&walk);
+        assert_eq!(done.tail.id, id("fra.700"));
+        assert_eq!(done.remote_round_trips, 3);
+        assert_eq!(done.links, vec![link("fra.4", "sin.5", 4)]);
+
+        // The entry knows nothing newer: on along the links from where the hint led.
+        let mut walk =
+            ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT).with_hint(shortcut("fra.4", 4));
+        walk.handle_global(Some(id("iad.1")), Source::Cache)
+            .unwrap();
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![link("fra.4", "sin.5", 4)], None),
+            Source::Remote,
+        )
+        .unwrap();
+        walk.handle_segment(
+            &dc("iad"),
+            seg(vec![link("iad.1", "fra.2", 1)], None),
+            Source::Remote,
+        )
+        .unwrap();
+        needs(&walk, "sin.5");
+    }
+
+    #[test]
     fn local_segment_follows_links_inside_the_dc_and_stops_at_the_border() {
         use crate::record::{DcRecord, RecordState};
         use crate::{ActorId, HostTime, LeasePolicy, StoreTime};
         let policy = LeasePolicy::DEFAULT;
-        let record = |at: &str, state: RecordState| {
+        let record = |at: &str, token: u64, state: RecordState| {
             let (mut r, _) = DcRecord::reserve(
                 id(at),
                 key(),
                 None,
-                FencingToken::FIRST,
+                FencingToken::new(token),
                 None,
                 ActorId::new("a").unwrap(),
                 HostTime::from_ms(0),
@@ -528,9 +1035,11 @@ mod tests {
             r.state = state;
             r
         };
+        let mut first = record("iad.1", 1, RecordState::Linked { to: id("iad.2") });
+        first.shortcut = shortcut("sin.7", 7);
         let records = [
-            record("iad.1", RecordState::Linked { to: id("iad.2") }),
-            record("iad.2", RecordState::Linked { to: id("fra.1") }),
+            first,
+            record("iad.2", 2, RecordState::Linked { to: id("fra.1") }),
         ];
         let mut segment = LocalSegment::new(dc("iad"), id("iad.1"), HOP_LIMIT_DEFAULT);
         let mut reads = 0;
@@ -548,9 +1057,11 @@ mod tests {
         let segment = segment.finish();
         assert_eq!(
             segment.links,
-            vec![link("iad.1", "iad.2"), link("iad.2", "fra.1")]
+            vec![link("iad.1", "iad.2", 1), link("iad.2", "fra.1", 2)]
         );
         assert_eq!(segment.tail, None);
+        assert_eq!(segment.key, key());
+        assert_eq!(segment.shortcut, shortcut("sin.7", 7));
 
         let mut unknown = LocalSegment::new(dc("iad"), id("iad.9"), HOP_LIMIT_DEFAULT);
         assert_eq!(
@@ -565,10 +1076,7 @@ mod tests {
         let err = walk
             .handle_segment(
                 &dc("iad"),
-                Segment {
-                    links: vec![],
-                    tail: Some(vacant("iad.1")),
-                },
+                seg(vec![], Some(vacant("iad.1", 1))),
                 Source::Remote,
             )
             .unwrap_err();

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::actor::ActorId;
-use crate::chain::{ChainError, ChainWalk, Need, Poll, Segment, Source};
+use crate::chain::{ChainError, ChainWalk, Need, Poll, Segment, Shortcut, Source};
 use crate::dc::DcId;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
@@ -63,6 +63,8 @@ pub enum ConnectNeed {
     },
     /// Ask the tail's DC to link; answer with [`Connect::handle_link`].
     Link {
+        /// The key.
+        key: Key,
         /// The vacant tail (owned by another DC).
         from: ReservationId,
         /// Our new reservation.
@@ -202,7 +204,24 @@ pub struct Connect {
     policy: LeasePolicy,
     hop_limit: usize,
     attempts: u32,
+    /// The key's first reservation, once a walk or the global write named it.
+    entry: Option<ReservationId>,
+    /// What the driver should tell the entry's DC after a link.
+    notice: Option<ShortcutNotice>,
     phase: Phase,
+}
+
+/// After a link, the new tail tells the DC of the key's first reservation
+/// (DESIGN.md §7.2), which records it as the chain's shortcut. Best effort:
+/// a lost notice only leaves walks a few links longer until the next move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShortcutNotice {
+    /// The key.
+    pub key: Key,
+    /// The key's first reservation (its owner records the shortcut).
+    pub entry: ReservationId,
+    /// The new tail.
+    pub shortcut: Shortcut,
 }
 
 impl Connect {
@@ -228,8 +247,26 @@ impl Connect {
             policy,
             hop_limit,
             attempts: 1,
+            entry: None,
+            notice: None,
             phase: Phase::Walking(walk),
         }
+    }
+
+    /// Starts the first walk at `hint`, a member of the key's chain the
+    /// driver remembers (from an earlier connect's tail), instead of walking
+    /// from the entry. Call before the first answer.
+    pub fn with_hint(mut self, hint: Option<Shortcut>) -> Connect {
+        if let Phase::Walking(walk) = self.phase {
+            self.phase = Phase::Walking(walk.with_hint(hint));
+        }
+        self
+    }
+
+    /// The notice to send after this connect linked the key's chain to its
+    /// new reservation; `None` otherwise (taken once).
+    pub fn take_notice(&mut self) -> Option<ShortcutNotice> {
+        self.notice.take()
     }
 
     /// What the connect needs next, or how it ended.
@@ -256,6 +293,7 @@ impl Connect {
                 id: record.id.clone(),
             }),
             Phase::Linking(record, _, tail) => ConnectPoll::Need(ConnectNeed::Link {
+                key: self.key.clone(),
                 from: tail.id.clone(),
                 to: record.id.clone(),
                 expected_token: tail.token,
@@ -278,6 +316,9 @@ impl Connect {
         let Phase::Walking(walk) = &mut self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
+        if let Some(id) = &entry {
+            self.entry = Some(id.clone());
+        }
         if let Err(e) = walk.handle_global(entry, source) {
             return self.fail(e.into());
         }
@@ -290,6 +331,18 @@ impl Connect {
             return self.fail(ConnectError::Unexpected);
         };
         if let Err(e) = walk.handle_segment(answered_by, segment, source) {
+            return self.fail(e.into());
+        }
+        self.after_walk_step();
+    }
+
+    /// `answered_by` has no usable record of the reservation the walk needs
+    /// (unknown or abandoned): fatal, unless the walk was trying a shortcut.
+    pub fn handle_disowned(&mut self, answered_by: &DcId, source: Source) {
+        let Phase::Walking(walk) = &mut self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        if let Err(e) = walk.handle_disowned(answered_by, source) {
             return self.fail(e.into());
         }
         self.after_walk_step();
@@ -409,7 +462,10 @@ impl Connect {
             // Inserted, or a retried write of our own entry.
             None => self.acquired(record.clone(), *deadlines, None),
             Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines, None),
-            Some(winner) => self.abandon(record.clone(), Then::WalkFrom(winner)),
+            Some(winner) => {
+                self.entry = Some(winner.clone());
+                self.abandon(record.clone(), Then::WalkFrom(winner))
+            }
         }
     }
 
@@ -474,7 +530,21 @@ impl Connect {
         };
         let (record, deadlines, tail) = (record.clone(), *deadlines, tail.id.clone());
         match reply {
-            LinkReply::Linked => self.acquired(record, deadlines, previous),
+            LinkReply::Linked => {
+                self.notice = self
+                    .entry
+                    .clone()
+                    .filter(|entry| entry != &tail)
+                    .map(|entry| ShortcutNotice {
+                        key: self.key.clone(),
+                        entry,
+                        shortcut: Shortcut {
+                            to: record.id.clone(),
+                            token: record.token,
+                        },
+                    });
+                self.acquired(record, deadlines, previous)
+            }
             LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
             // Re-read the tail: its new holder's tag decides HeldElsewhere or TagMismatch.
             LinkReply::StillActive { .. } | LinkReply::TokenMoved { .. } => {
@@ -482,6 +552,10 @@ impl Connect {
             }
             LinkReply::Abandoned => self.fail(ConnectError::Inconsistent(format!(
                 "tail {tail} answered that it is abandoned"
+            ))),
+            LinkReply::OtherKey => self.fail(ConnectError::Inconsistent(format!(
+                "tail {tail} answered that it is of another key than {}",
+                self.key
             ))),
         }
     }
@@ -509,7 +583,8 @@ impl Connect {
     }
 
     fn walk_from(&mut self, id: ReservationId) {
-        self.phase = Phase::Walking(ChainWalk::from_reservation(id, self.hop_limit));
+        let walk = ChainWalk::from_reservation(self.key.clone(), id, self.hop_limit);
+        self.phase = Phase::Walking(walk);
     }
 
     /// Counts a restart; false (and failed) once the bound is reached.

@@ -207,7 +207,7 @@ mod tests {
         );
         let to: ReservationId = "fra.2".parse().unwrap();
         let linked = expired
-            .link(&to, FencingToken::new(2), t(100_001), &POLICY)
+            .link(&expired.key, &to, FencingToken::new(2), t(100_001), &POLICY)
             .next
             .unwrap();
         assert_eq!(

@@ -17,7 +17,7 @@
 //! assert!(deadlines.hard_terminate_at < HostTime::from_ms(500 + policy.ttl_ms()));
 //! // The holder releases; fra then links the vacant tail to its new reservation.
 //! let released = record.release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(91_000)).next.unwrap();
-//! let link = released.link(&"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy);
+//! let link = released.link(&released.key, &"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy);
 //! assert_eq!(link.reply, LinkReply::Linked);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -42,10 +42,12 @@ pub mod wire;
 pub use access::{Identity, Role, authorize};
 pub use actor::ActorId;
 pub use chain::{
-    ChainError, ChainWalk, Link, LocalSegment, Need, Poll, Segment, SegmentError, Source, Walked,
+    ChainError, ChainWalk, Jump, Link, LocalSegment, Need, Poll, Segment, SegmentError, Shortcut,
+    Source, Walked,
 };
 pub use connect::{
-    AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, Written,
+    AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, ShortcutNotice,
+    Written,
 };
 pub use dc::DcId;
 pub use due::{BadRecord, Due, DueCursor, DueKind, DuePage};

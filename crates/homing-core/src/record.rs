@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::actor::ActorId;
+use crate::chain::Shortcut;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::label::{LabelRule, label_type};
@@ -41,6 +42,9 @@ pub struct DcRecord {
     pub predecessor: Option<ReservationId>,
     /// Where the reservation is in its life.
     pub state: RecordState,
+    /// A later member of the key's chain, recorded on the key's first
+    /// reservation after every move (a hint for walkers; DESIGN.md §7.2).
+    pub shortcut: Option<Shortcut>,
     /// Bumped by every transition; the store's compare-and-set checks it.
     pub version: u64,
 }
@@ -303,6 +307,9 @@ pub enum LinkReply {
     },
     /// The record is not part of a chain.
     Abandoned,
+    /// The record is of another key than the link asked about: the caller
+    /// walked a chain that is not this record's.
+    OtherKey,
 }
 
 impl DcRecord {
@@ -333,6 +340,7 @@ impl DcRecord {
                 actor,
                 expires_at: grant.expires_at,
             },
+            shortcut: None,
             version: 1,
         };
         (record, grant.deadlines)
@@ -551,11 +559,15 @@ impl DcRecord {
     /// provided it is vacant and still carries `expected_token`.
     pub fn link(
         &self,
+        key: &Key,
         to: &ReservationId,
         expected_token: FencingToken,
         now: StoreTime,
         policy: &LeasePolicy,
     ) -> Transition<LinkReply> {
+        if key != &self.key {
+            return Transition::unchanged(LinkReply::OtherKey);
+        }
         match &self.state {
             RecordState::Linked { to: existing } if existing == to => {
                 Transition::unchanged(LinkReply::Linked)
@@ -583,6 +595,18 @@ impl DcRecord {
                 }
             }
         }
+    }
+
+    /// Records `shortcut`, a later member of this linked reservation's
+    /// chain of `key`, if it is further along than the one recorded (tokens
+    /// only rise). `None` when nothing changes: another key, not linked, not
+    /// past this record's token, or not newer.
+    pub fn note_shortcut(&self, key: &Key, shortcut: &Shortcut) -> Option<DcRecord> {
+        let linked = matches!(self.state, RecordState::Linked { .. });
+        let newer = shortcut.is_past(self.shortcut.as_ref());
+        let ahead = shortcut.token > self.token && shortcut.to != self.id;
+        (key == &self.key && linked && newer && ahead)
+            .then(|| self.changed(|r| r.shortcut = Some(shortcut.clone())))
     }
 
     /// Mark a record that lost its race (global entry or link went to
@@ -613,11 +637,14 @@ mod tests {
         ActorId::new(text).unwrap()
     }
 
+    fn key() -> Key {
+        Key::new(KeyName::new("room").unwrap())
+    }
+
     fn fresh(at_ms: u64) -> DcRecord {
-        let key = Key::new(KeyName::new("room").unwrap());
         DcRecord::reserve(
             ReservationId::new(DcId::new("iad").unwrap(), 1),
-            key,
+            key(),
             None,
             FencingToken::FIRST,
             None,
@@ -759,7 +786,8 @@ mod tests {
         let to = id("fra.9");
         let live = fresh(0);
         assert!(matches!(
-            live.link(&to, FencingToken::FIRST, t(1), &POLICY).reply,
+            live.link(&key(), &to, FencingToken::FIRST, t(1), &POLICY)
+                .reply,
             LinkReply::StillActive { .. }
         ));
         let released = live
@@ -768,24 +796,26 @@ mod tests {
             .unwrap();
         assert_eq!(
             released
-                .link(&to, FencingToken::new(5), t(2), &POLICY)
+                .link(&key(), &to, FencingToken::new(5), t(2), &POLICY)
                 .reply,
             LinkReply::TokenMoved {
                 current: FencingToken::FIRST
             }
         );
         let linked = released
-            .link(&to, FencingToken::FIRST, t(2), &POLICY)
+            .link(&key(), &to, FencingToken::FIRST, t(2), &POLICY)
             .next
             .unwrap();
         assert_eq!(linked.state, RecordState::Linked { to: to.clone() });
         assert_eq!(
-            linked.link(&to, FencingToken::FIRST, t(3), &POLICY).reply,
+            linked
+                .link(&key(), &to, FencingToken::FIRST, t(3), &POLICY)
+                .reply,
             LinkReply::Linked
         );
         assert_eq!(
             linked
-                .link(&id("sin.4"), FencingToken::FIRST, t(3), &POLICY)
+                .link(&key(), &id("sin.4"), FencingToken::FIRST, t(3), &POLICY)
                 .reply,
             LinkReply::AlreadyLinked(to.clone())
         );
@@ -794,7 +824,61 @@ mod tests {
             None,
             "a linked record is part of the chain forever"
         );
-        assert_eq!(linked.view(t(3), &POLICY), RecordView::Link(to));
+        assert_eq!(linked.view(t(3), &POLICY), RecordView::Link(to.clone()));
+        let other = Key::new(KeyName::new("hall").unwrap());
+        assert_eq!(
+            released
+                .link(&other, &to, FencingToken::FIRST, t(2), &POLICY)
+                .reply,
+            LinkReply::OtherKey,
+            "a link is only made for the record's own key"
+        );
+    }
+
+    #[test]
+    fn a_shortcut_is_recorded_on_a_linked_record_only_when_further_along() {
+        let released = fresh(0)
+            .release(FencingToken::FIRST, RunOutcome::Ok, t(1))
+            .next
+            .unwrap();
+        let shortcut = |to: &str, token: u64| Shortcut {
+            to: id(to),
+            token: FencingToken::new(token),
+        };
+        assert_eq!(
+            released.note_shortcut(&key(), &shortcut("fra.2", 2)),
+            None,
+            "not linked: it is the tail"
+        );
+        let linked = released
+            .link(&key(), &id("fra.2"), FencingToken::FIRST, t(2), &POLICY)
+            .next
+            .unwrap();
+        let noted = linked.note_shortcut(&key(), &shortcut("sin.3", 5)).unwrap();
+        assert_eq!(noted.shortcut, Some(shortcut("sin.3", 5)));
+        assert_eq!(noted.version, linked.version + 1);
+        assert_eq!(
+            noted.note_shortcut(&key(), &shortcut("fra.7", 4)),
+            None,
+            "older"
+        );
+        assert_eq!(
+            noted.note_shortcut(&key(), &shortcut("fra.7", 5)),
+            None,
+            "not newer"
+        );
+        let hall = Key::new(KeyName::new("hall").unwrap());
+        assert_eq!(
+            noted.note_shortcut(&hall, &shortcut("fra.7", 9)),
+            None,
+            "another key"
+        );
+        assert_eq!(
+            linked.note_shortcut(&key(), &shortcut("fra.7", 1)),
+            None,
+            "not past the record's own token"
+        );
+        assert!(noted.note_shortcut(&key(), &shortcut("fra.7", 6)).is_some());
     }
 
     #[test]
@@ -837,7 +921,13 @@ mod tests {
 
     #[test]
     fn an_expired_lease_can_be_linked_without_waiting_for_the_reaper() {
-        let out = fresh(0).link(&id("fra.9"), FencingToken::FIRST, t(12_000), &POLICY);
+        let out = fresh(0).link(
+            &key(),
+            &id("fra.9"),
+            FencingToken::FIRST,
+            t(12_000),
+            &POLICY,
+        );
         assert_eq!(out.reply, LinkReply::Linked);
     }
 }

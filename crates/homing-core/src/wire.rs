@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use thiserror::Error;
 
 use crate::actor::ActorId;
-use crate::chain::Segment;
+use crate::chain::{Segment, Shortcut};
 use crate::connect::AcquireReply;
 use crate::dc::DcId;
 use crate::event::{Event, EventSeq};
@@ -20,9 +20,9 @@ use crate::reservation::ReservationId;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/3";
+pub const ALPN: &[u8] = b"homing/4";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -75,14 +75,27 @@ pub enum Request {
         /// How the run ended; stored on the record for the next holder.
         outcome: RunOutcome,
     },
-    /// DC to DC: continue the tail `from` as `to` if it is vacant with `expected_token`.
+    /// DC to DC: continue the tail `from` of `key` as `to` if it is vacant with `expected_token`.
     Link {
+        /// The key whose chain the caller walked.
+        key: Key,
         /// The tail, owned by the receiving DC.
         from: ReservationId,
         /// The caller's new reservation.
         to: ReservationId,
         /// The tail token the caller read.
         expected_token: FencingToken,
+    },
+    /// DC to DC, after a link: `shortcut` is a later member of the chain
+    /// of `key` that starts at `entry` (owned by the receiving DC), which
+    /// records it for walkers. Answered with [`Reply::Noted`].
+    Shortcut {
+        /// The key.
+        key: Key,
+        /// The key's first reservation.
+        entry: ReservationId,
+        /// The member that just joined the chain.
+        shortcut: Shortcut,
     },
     /// Operator: refuse further renewals of the key's live lease.
     Drain {
@@ -141,6 +154,7 @@ impl Request {
             Request::Renew { .. } => "renew",
             Request::Release { .. } => "release",
             Request::Link { .. } => "link",
+            Request::Shortcut { .. } => "shortcut",
             Request::Drain { .. } => "drain",
             Request::Inspect { .. } => "inspect",
             Request::Await { .. } => "await",
@@ -183,6 +197,8 @@ pub enum Reply {
     Release(ReleaseReply),
     /// To `Link`.
     Link(LinkReply),
+    /// To `Shortcut`: whether the entry recorded it (false: it knew a later one, or ignored it).
+    Noted(bool),
     /// To `Drain`: renewals are now refused (or there was no live lease).
     Drained,
     /// To `Inspect`: the records this DC could reach, in chain order.
@@ -291,6 +307,18 @@ pub enum ErrorKind {
     /// Anything else (a store error, …).
     #[error("internal error")]
     Internal,
+}
+
+impl ErrorKind {
+    /// Whether this answer to a `ResolveReservation` says the owner has no
+    /// usable record of the reservation (unknown, abandoned, broken): a walk
+    /// trying a shortcut falls back on it; any other walk fails.
+    pub fn disowns(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::UnknownReservation | ErrorKind::Inconsistent
+        )
+    }
 }
 
 /// Why a frame could not be encoded or decoded.

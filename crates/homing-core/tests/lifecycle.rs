@@ -326,7 +326,8 @@ impl World {
                 expected,
             } => {
                 let tail_now = self.store_now(self.dc_of(&tail));
-                let out = self.record(&tail).link(&id, expected, tail_now, &POLICY);
+                let record = self.record(&tail);
+                let out = record.link(&record.key, &id, expected, tail_now, &POLICY);
                 if let Some(next) = out.next {
                     self.write(next);
                 }

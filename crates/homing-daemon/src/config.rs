@@ -107,6 +107,9 @@ pub struct Settings {
     /// Capacity of the cache of global entries (immutable, so never stale), in entries.
     #[arg(long, env = "HOMING_GLOBAL_CACHE_ENTRIES")]
     pub global_cache_entries: Option<u64>,
+    /// How long a resolve's "no global entry" answer is reused for the same key, in milliseconds (concurrent misses share one read); 0 reads the global store for every such resolve.
+    #[arg(long, env = "HOMING_ABSENT_TTL_MS")]
+    pub absent_ttl_ms: Option<u64>,
     /// Most acquirers parked on one reservation of this DC (Acquire with wait_ms).
     #[arg(long, env = "HOMING_WAITERS_PER_KEY_MAX")]
     pub waiters_per_key_max: Option<u64>,
@@ -208,6 +211,7 @@ impl Settings {
             orphan_age_ms,
             peer_timeout_ms,
             global_cache_entries,
+            absent_ttl_ms,
             waiters_per_key_max,
             waiters_max,
             handoff_ms,
@@ -222,6 +226,10 @@ impl Settings {
         )
     }
 }
+
+/// Default of `absent_ttl_ms`: how long a resolve's "no global entry"
+/// answer is reused (DESIGN.md §7.4: well under a second).
+pub const ABSENT_TTL_MS_DEFAULT: u64 = 500;
 
 /// A configuration that failed validation; the message names the field.
 #[derive(Debug, Error)]
@@ -300,6 +308,8 @@ pub struct Config {
     pub peer_timeout_ms: u64,
     /// Global entry cache capacity, entries.
     pub global_cache_entries: u64,
+    /// How long a resolve's absent answer is reused, ms (0: never).
+    pub absent_ttl_ms: u64,
     /// Bounds and hand-off of parked acquirers.
     pub waiting: WaitLimits,
     /// Lifecycle events kept for watchers.
@@ -413,6 +423,7 @@ impl Config {
                 s.global_cache_entries,
                 1_000_000,
             )?,
+            absent_ttl_ms: s.absent_ttl_ms.unwrap_or(ABSENT_TTL_MS_DEFAULT),
             waiting: WaitLimits {
                 per_key: positive("waiters_per_key_max", s.waiters_per_key_max, 64)? as usize,
                 total: positive("waiters_max", s.waiters_max, 10_000)? as usize,

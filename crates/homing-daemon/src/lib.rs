@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 pub use config::{Config, ConfigError, Settings, StoreKind};
 pub use devnet::{Devnet, DevnetDc, DevnetOptions};
 pub use metrics::Metrics;
-pub use node::Node;
+pub use node::{Node, NodeCaches};
 pub use peers::Peers;
 pub use stores::{OpenMode, StoreOpener, StoreSpec, Stores, open_stores};
 
@@ -150,7 +150,10 @@ impl Daemon {
             peers,
             config.policy,
             config.hop_limit,
-            config.global_cache_entries,
+            node::NodeCaches {
+                entries: config.global_cache_entries,
+                absent_ttl_ms: config.absent_ttl_ms,
+            },
             config.waiting,
             metrics.clone(),
         ));

@@ -14,13 +14,14 @@ use homing_core::{
     AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
     ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeasePolicy,
     LinkReply, LocalSegment, NamespaceScope, Need, Poll, Reply, Request, ReservationId, Role,
-    ScanCursor, Segment, SegmentError, Source, StoreTime, Walked, Written, wire,
+    ScanCursor, Segment, SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, Walked,
+    Written, wire,
 };
 use homing_net::Handler;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant,
     CONNECT_GLOBAL_READ, Change, Changed, Drain, DrainPoll, GlobalRead, Mutations, Update,
-    UpdatePoll,
+    UpdatePoll, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -62,6 +63,15 @@ pub struct Node {
     metrics: Arc<Metrics>,
     /// Global entries never change, so caching them can never be stale.
     global_cache: moka::sync::Cache<Key, ReservationId>,
+    /// Per key, the furthest member of its chain this DC has seen (a tail it
+    /// walked to or granted): the next walk's hint. Members stay members
+    /// (links never change), so a hint is never wrong, only possibly behind.
+    members: moka::sync::Cache<Key, Shortcut>,
+    /// A resolve's global reads of the last `absent_ttl_ms`, by key: an
+    /// absent answer is reused that long, and concurrent resolves of one key
+    /// share one read (DESIGN.md §7.4). Never asked by a connect: only
+    /// `set_if_absent` decides a create.
+    resolve_reads: Option<moka::future::Cache<Key, Option<ReservationId>>>,
     random: (std::collections::hash_map::RandomState, AtomicU64),
     /// Acquirers parked on this DC's reservations.
     waiters: Waiters,
@@ -69,6 +79,15 @@ pub struct Node {
     changes: watch::Sender<u64>,
     /// Turns true when the daemon shuts down: parked requests answer at once.
     closing: watch::Sender<bool>,
+}
+
+/// What a node keeps in memory about other DCs' facts.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeCaches {
+    /// Capacity of the global-entry and chain-member caches (each), entries.
+    pub entries: u64,
+    /// How long a resolve's absent answer is reused, ms (0: never).
+    pub absent_ttl_ms: u64,
 }
 
 /// How a request failed, before it becomes an error reply.
@@ -128,6 +147,19 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// Whether the owner of a reservation said it has no usable record of it
+    /// (unknown, abandoned, broken): what a walk trying a shortcut falls back on.
+    fn disowns(&self) -> bool {
+        match self {
+            Failure::Reply(reply) | Failure::Peer(PeerError::Refused { reply, .. }) => {
+                reply.kind.disowns()
+            }
+            Failure::Store(_) | Failure::Peer(_) => false,
+        }
+    }
+}
+
 fn segment_failure(e: SegmentError) -> Failure {
     match e {
         SegmentError::Unknown(_) => fail(ErrorKind::UnknownReservation, e.to_string()),
@@ -167,7 +199,7 @@ impl Node {
         peers: Peers,
         policy: LeasePolicy,
         hop_limit: usize,
-        global_cache_entries: u64,
+        caches: NodeCaches,
         waiting: WaitLimits,
         metrics: Arc<Metrics>,
     ) -> Node {
@@ -182,7 +214,14 @@ impl Node {
             policy,
             hop_limit,
             metrics,
-            global_cache: moka::sync::Cache::new(global_cache_entries),
+            global_cache: moka::sync::Cache::new(caches.entries),
+            members: moka::sync::Cache::new(caches.entries),
+            resolve_reads: (caches.absent_ttl_ms > 0).then(|| {
+                moka::future::Cache::builder()
+                    .max_capacity(caches.entries)
+                    .time_to_live(Duration::from_millis(caches.absent_ttl_ms))
+                    .build()
+            }),
             random: (
                 std::collections::hash_map::RandomState::new(),
                 AtomicU64::new(0),
@@ -290,6 +329,25 @@ impl Node {
         self.read_global(key, GlobalRead::Latest).await
     }
 
+    /// A resolve's read of `key`'s global entry: like [`Node::global_entry`],
+    /// but an absent answer is reused for `absent_ttl_ms` and concurrent
+    /// resolves of one key share one read.
+    async fn resolve_entry(&self, key: &Key) -> Result<Option<ReservationId>, Failure> {
+        let Some(reads) = &self.resolve_reads else {
+            return Ok(self.global_entry(key).await?);
+        };
+        if let Some(id) = self.global_cache.get(key) {
+            self.metrics.global_cache(true);
+            return Ok(Some(id));
+        }
+        let read = async {
+            let entry = self.global_entry(key).await;
+            entry.map_err(|e| Failure::Store(e).into_reply(&self.dc))
+        };
+        let shared = reads.try_get_with(key.clone(), read).await;
+        shared.map_err(|e| Failure::Reply((*e).clone()))
+    }
+
     /// `key`'s global entry, from the cache (entries never change) or the
     /// store, read as `read` says.
     async fn read_global(
@@ -341,9 +399,30 @@ impl Node {
         }
     }
 
+    /// The source of an answer about `id`: our own store, or a peer.
+    fn source_of(&self, id: &ReservationId) -> Source {
+        if id.dc() == &self.dc {
+            Source::Local
+        } else {
+            Source::Remote
+        }
+    }
+
+    /// The hint for the next walk of `key`: the furthest member remembered.
+    fn hint(&self, key: &Key) -> Option<Shortcut> {
+        self.members.get(key)
+    }
+
+    /// Remembers `member` of `key`'s chain if it is further along than the one known.
+    fn remember(&self, key: &Key, member: Shortcut) {
+        if member.is_past(self.members.get(key).as_ref()) {
+            self.members.insert(key.clone(), member);
+        }
+    }
+
     /// Walks `key`'s chain to its tail; `None` if the key was never reserved.
     pub async fn walk(&self, key: &Key) -> Result<Option<Walked>, ErrorReply> {
-        let mut walk = ChainWalk::from_key(key.clone(), self.hop_limit);
+        let mut walk = ChainWalk::from_key(key.clone(), self.hop_limit).with_hint(self.hint(key));
         loop {
             let step = match walk.poll().clone() {
                 Poll::Need(Need::GlobalEntry(key)) => match self.global_entry(&key).await {
@@ -352,10 +431,14 @@ impl Node {
                 },
                 Poll::Need(Need::Reservation(id)) => match self.segment(&id).await {
                     Ok((segment, source)) => walk.handle_segment(id.dc(), segment, source),
+                    Err(e) if e.disowns() => walk.handle_disowned(id.dc(), self.source_of(&id)),
                     Err(e) => return Err(e.into_reply(&self.dc)),
                 },
                 Poll::NotFound => return Ok(None),
-                Poll::Done(walked) => return Ok(Some(walked)),
+                Poll::Done(walked) => {
+                    self.remember(key, walked.hint());
+                    return Ok(Some(walked));
+                }
                 Poll::Failed(e) => {
                     return Err(ErrorReply::new(ErrorKind::Inconsistent, e.to_string()));
                 }
@@ -409,6 +492,7 @@ impl Node {
             wait_ms,
         };
         let now = self.waiters.now();
+        let hint = self.hint(&request.key);
         let mut acquire = Acquire::new(
             self.dc.clone(),
             request,
@@ -416,7 +500,8 @@ impl Node {
             self.policy,
             self.hop_limit,
             Mutations::NONE,
-        );
+        )
+        .with_hint(hint);
         loop {
             let poll = acquire.poll(self.waiters.now());
             while let Some(event) = acquire.poll_event() {
@@ -462,10 +547,46 @@ impl Node {
                         _ = self.closed() => acquire.handle_close(),
                     }
                 }
-                AcquirePoll::Done(Ok(outcome)) => return Ok(acquire_reply(outcome)),
+                AcquirePoll::Done(Ok(outcome)) => {
+                    if let Some(member) = member_named(&outcome) {
+                        self.remember(acquire.key(), member);
+                    }
+                    if let Some(notice) = acquire.take_notice() {
+                        self.tell_shortcut(notice).await;
+                    }
+                    return Ok(acquire_reply(outcome));
+                }
                 AcquirePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
             }
         }
+    }
+
+    /// Tells the entry's DC about the chain's new member: our own entry is
+    /// updated here and now (one local write); another DC's is told in the
+    /// background. Best effort: a lost notice only leaves walks a few links
+    /// longer until the next move.
+    async fn tell_shortcut(&self, notice: ShortcutNotice) {
+        let entry = notice.entry.clone();
+        if entry.dc() == &self.dc {
+            let change = Change::Shortcut {
+                key: notice.key,
+                shortcut: notice.shortcut,
+            };
+            match self.update(&entry, change).await {
+                Ok(changed) => {
+                    tracing::debug!(entry = %entry, noted = changed.made(), "shortcut noted")
+                }
+                Err(e) => tracing::info!(entry = %entry, error = ?e, "shortcut not noted"),
+            }
+            return;
+        }
+        let peers = self.peers.clone();
+        tokio::spawn(async move {
+            match peers.shortcut(notice).await {
+                Ok(noted) => tracing::debug!(entry = %entry, noted, "shortcut told"),
+                Err(e) => tracing::info!(entry = %entry, error = %e, "shortcut not told"),
+            }
+        });
     }
 
     /// Resolves once the daemon is shutting down.
@@ -652,10 +773,11 @@ impl Node {
                 let entry = self.read_global(&key, CONNECT_GLOBAL_READ).await?;
                 connect.handle_global(entry, Source::Local);
             }
-            ConnectNeed::Reservation(id) => {
-                let (segment, source) = self.segment(&id).await?;
-                connect.handle_segment(id.dc(), segment, source);
-            }
+            ConnectNeed::Reservation(id) => match self.segment(&id).await {
+                Ok((segment, source)) => connect.handle_segment(id.dc(), segment, source),
+                Err(e) if e.disowns() => connect.handle_disowned(id.dc(), self.source_of(&id)),
+                Err(e) => return Err(e),
+            },
             ConnectNeed::LocalRecord(id) => {
                 let record = self.timed("dc_get", self.records.get(&id)).await?;
                 connect.handle_local_record(record, store_now());
@@ -681,11 +803,12 @@ impl Node {
                 connect.handle_set_if_absent(existing);
             }
             ConnectNeed::Link {
+                key,
                 from,
                 to,
                 expected_token,
             } => {
-                let reply = self.peers.link(&from, &to, expected_token).await?;
+                let reply = self.peers.link(&key, &from, &to, expected_token).await?;
                 connect.handle_link(reply);
             }
         }
@@ -695,12 +818,13 @@ impl Node {
     async fn link(
         &self,
         caller: &Identity,
+        key: Key,
         from: ReservationId,
         to: ReservationId,
         expected: FencingToken,
     ) -> Result<Reply, Failure> {
         let change =
-            Change::link(caller.dc(), &from, to.clone(), expected).map_err(Failure::Reply)?;
+            Change::link(caller.dc(), key, &from, to.clone(), expected).map_err(Failure::Reply)?;
         let reply = answer(self.update(&from, change).await?);
         if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");
@@ -777,7 +901,7 @@ impl Node {
     async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
         match request {
             Request::Resolve { key } => {
-                let entry = self.global_entry(&key).await?;
+                let entry = self.resolve_entry(&key).await?;
                 let segment = match &entry {
                     Some(id) if id.dc() == &self.dc => Some(self.local_segment(id).await?),
                     _ => None,
@@ -816,10 +940,25 @@ impl Node {
                 Ok(answer(self.update(&reservation, change).await?))
             }
             Request::Link {
+                key,
                 from,
                 to,
                 expected_token,
-            } => self.link(caller, from, to, expected_token).await,
+            } => self.link(caller, key, from, to, expected_token).await,
+            Request::Shortcut {
+                key,
+                entry,
+                shortcut,
+            } => {
+                if entry.dc() != &self.dc {
+                    return Err(fail(
+                        ErrorKind::BadRequest,
+                        format!("reservation {entry} is owned by dc {}", entry.dc()),
+                    ));
+                }
+                let change = Change::Shortcut { key, shortcut };
+                Ok(answer(self.update(&entry, change).await?))
+            }
             Request::Drain { key } => self.drain(caller, key).await,
             Request::Inspect { key } => self.inspect(key).await,
             Request::Await {
@@ -844,9 +983,9 @@ impl Node {
     }
 }
 
-/// The reply to a host's or a peer's change (renew, release, link).
+/// The reply to a host's or a peer's change (renew, release, link, shortcut).
 fn answer(changed: Changed) -> Reply {
-    // Invariant: `Change::{Renew, Release, Link}` answer with their replies.
+    // Invariant: `Change::{Renew, Release, Link, Shortcut}` answer with their replies.
     changed
         .into_reply()
         .expect("a host's or a peer's change has a reply")
@@ -893,6 +1032,7 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
             (None, Some(reservation.to_string()))
         }
         Request::Link { from, .. } => (None, Some(from.to_string())),
+        Request::Shortcut { entry, .. } => (None, Some(entry.to_string())),
         Request::Await { reservation, .. } => (None, Some(reservation.to_string())),
         Request::Watch { .. } | Request::Scan { .. } | Request::DrainScope { .. } => (None, None),
     };

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use homing_core::{
     AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, Key, LinkReply, Reply, Request,
-    ReservationId, Segment,
+    ReservationId, Segment, ShortcutNotice,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -139,11 +139,13 @@ impl Peers {
     /// Asks `from`'s owner to link it to our reservation `to`.
     pub async fn link(
         &self,
+        key: &Key,
         from: &ReservationId,
         to: &ReservationId,
         expected_token: FencingToken,
     ) -> Result<LinkReply, PeerError> {
         let request = Request::Link {
+            key: key.clone(),
             from: from.clone(),
             to: to.clone(),
             expected_token,
@@ -157,6 +159,20 @@ impl Peers {
             )),
             Reply::Link(reply) => Ok(reply),
             other => Err(Self::lied(from.dc(), &request, &other)),
+        }
+    }
+
+    /// Tells the owner of the key's first reservation about the chain's new member.
+    pub async fn shortcut(&self, notice: ShortcutNotice) -> Result<bool, PeerError> {
+        let dc = notice.entry.dc().clone();
+        let request = Request::Shortcut {
+            key: notice.key,
+            entry: notice.entry,
+            shortcut: notice.shortcut,
+        };
+        match self.call(&dc, &request).await? {
+            Reply::Noted(noted) => Ok(noted),
+            other => Err(Self::lied(&dc, &request, &other)),
         }
     }
 

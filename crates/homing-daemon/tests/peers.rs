@@ -182,6 +182,8 @@ async fn teardown(setup: Setup) {
 async fn peers_a_dc_answering_for_another_dcs_reservation_is_inconsistent() {
     // fra is asked about fra.1 and answers with a tail owned by sin.
     let lie = Segment {
+        key: key(),
+        shortcut: None,
         links: vec![],
         tail: Some(TailView {
             id: id("sin.3"),
@@ -206,9 +208,12 @@ async fn peers_a_dc_answering_for_another_dcs_reservation_is_inconsistent() {
 async fn peers_a_chain_that_loops_back_is_inconsistent() {
     // iad.1 → fra.1 here; fra claims fra.1 → iad.1: a cycle.
     let lie = Segment {
+        key: key(),
+        shortcut: None,
         links: vec![Link {
             from: id("fra.1"),
             to: id("iad.1"),
+            token: FencingToken::new(2),
         }],
         tail: None,
     };

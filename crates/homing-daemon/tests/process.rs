@@ -187,6 +187,7 @@ async fn homingd_serves_the_protocol_over_quic() {
         other => panic!("{other:?}"),
     }
     let link = Request::Link {
+        key: homing_core::Key::new(homing_core::KeyName::new("other").unwrap()),
         from: reservation.clone(),
         to: "fra.1".parse().unwrap(),
         expected_token: token,

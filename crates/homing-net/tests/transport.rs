@@ -68,6 +68,7 @@ fn resolve() -> Request {
 
 fn link() -> Request {
     Request::Link {
+        key: Key::new(KeyName::new("room-42").unwrap()),
         from: "iad.1".parse().unwrap(),
         to: "fra.1".parse().unwrap(),
         expected_token: FencingToken::FIRST,

@@ -33,7 +33,8 @@ use std::collections::VecDeque;
 
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
-    ErrorKind, ErrorReply, HostTime, Key, LeasePolicy, ReservationId, Tag, wire::WAIT_MS_MAX,
+    ErrorKind, ErrorReply, HostTime, Key, LeasePolicy, ReservationId, Shortcut, ShortcutNotice,
+    Tag, wire::WAIT_MS_MAX,
 };
 
 use crate::failure::Failure;
@@ -195,6 +196,31 @@ impl Acquire {
             phase: Phase::Connecting,
             events: VecDeque::new(),
         }
+    }
+
+    /// Starts the first connect's walk at `hint`, a member of the key's
+    /// chain the driver remembers (see [`member_named`]). Connects after a
+    /// wait start at the holder they waited on.
+    pub fn with_hint(mut self, hint: Option<Shortcut>) -> Acquire {
+        self.connect = self.connect.with_hint(hint);
+        self
+    }
+
+    /// The notice the driver sends (best effort, not awaited) after this
+    /// acquire linked the key's chain: see [`ShortcutNotice`]. Taken once.
+    pub fn take_notice(&mut self) -> Option<ShortcutNotice> {
+        self.connect.take_notice()
+    }
+
+    /// Whether the current connect waits for what a DC knows about a
+    /// reservation (so an error answer may be the owner disowning it:
+    /// [`Connect::handle_disowned`]).
+    pub fn needs_reservation(&self) -> bool {
+        matches!(self.phase, Phase::Connecting)
+            && matches!(
+                self.connect.poll(),
+                ConnectPoll::Need(ConnectNeed::Reservation(_))
+            )
     }
 
     /// The key acquired.
@@ -403,6 +429,7 @@ impl Acquire {
         if self.mutations.has(Mutation::GrantRunsLate) {
             held_ms += GRANT_LATE_MS;
         }
+        let waited_on = self.held.as_ref().and_then(member_named);
         self.connect = Connect::new(
             self.dc.clone(),
             self.request.key.clone(),
@@ -411,7 +438,26 @@ impl Acquire {
             self.request.host_time.plus_ms(held_ms),
             self.policy,
             self.hop_limit,
-        );
+        )
+        .with_hint(waited_on);
         self.phase = Phase::Connecting;
+    }
+}
+
+/// The member of the key's chain an acquire's outcome names (the tail it
+/// was granted or found held): what a driver remembers as the next walk's
+/// hint. A member stays a member forever, so the hint is never wrong, only
+/// possibly behind.
+pub fn member_named(reply: &AcquireReply) -> Option<Shortcut> {
+    match reply {
+        AcquireReply::Acquired(grant) => Some(Shortcut {
+            to: grant.reservation.clone(),
+            token: grant.token,
+        }),
+        AcquireReply::HeldElsewhere(holder) => Some(Shortcut {
+            to: holder.reservation.clone(),
+            token: holder.token,
+        }),
+        AcquireReply::TagMismatch { .. } => None,
     }
 }

@@ -600,8 +600,10 @@ mod tests {
             ErrorKind::Overloaded
         );
         let lapsed = StoreTime::from_ms(100_000);
-        let linked = dc.records[&id]
+        let record = &dc.records[&id];
+        let linked = record
             .link(
+                &record.key,
                 &"fra.1".parse().unwrap(),
                 FencingToken::FIRST,
                 lapsed,

@@ -6,9 +6,9 @@
 //! ([`Mutation`]) are broken here for homingd and the simulator alike.
 
 use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, LeasePolicy, LinkReply,
+    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LeasePolicy, LinkReply,
     RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply, ReservationId, RunOutcome,
-    StoreTime, Transition,
+    Shortcut, StoreTime, Transition,
 };
 
 use crate::mutation::{Mutation, Mutations};
@@ -30,12 +30,22 @@ pub enum Change {
         /// How the run ended.
         outcome: RunOutcome,
     },
-    /// A peer links this vacant tail to its new reservation.
+    /// A peer links this vacant tail of `key` to its new reservation.
     Link {
+        /// The key whose chain the peer walked.
+        key: Key,
         /// The new reservation.
         to: ReservationId,
         /// The tail's token as the peer read it.
         expected: FencingToken,
+    },
+    /// A peer that just linked the key's chain tells its first
+    /// reservation (ours) about the new member.
+    Shortcut {
+        /// The key.
+        key: Key,
+        /// The new member.
+        shortcut: Shortcut,
     },
     /// An operator drains the lease: renewals stop.
     Drain,
@@ -54,6 +64,8 @@ pub enum Changed {
     Release(ReleaseReply),
     /// The answer to a link.
     Link(LinkReply),
+    /// The answer to a shortcut notice: whether the record took it.
+    Noted(bool),
     /// Drain, expire, abandon: whether the record changed (false: nothing to do).
     Done(bool),
 }
@@ -65,13 +77,14 @@ impl Changed {
             Changed::Renew(r) => Some(Reply::Renew(r)),
             Changed::Release(r) => Some(Reply::Release(r)),
             Changed::Link(r) => Some(Reply::Link(r)),
+            Changed::Noted(noted) => Some(Reply::Noted(noted)),
             Changed::Done(_) => None,
         }
     }
 
-    /// Whether a drain or upkeep change changed the record.
+    /// Whether a drain, upkeep or shortcut change changed the record.
     pub fn made(&self) -> bool {
-        matches!(self, Changed::Done(true))
+        matches!(self, Changed::Done(true) | Changed::Noted(true))
     }
 }
 
@@ -83,6 +96,7 @@ impl Change {
     /// never applied).
     pub fn link(
         caller: Option<&DcId>,
+        key: Key,
         from: &ReservationId,
         to: ReservationId,
         expected: FencingToken,
@@ -103,7 +117,7 @@ impl Change {
                 format!("{who} may not link to {to}, a reservation of another dc"),
             ));
         }
-        Ok(Change::Link { to, expected })
+        Ok(Change::Link { key, to, expected })
     }
 
     /// The transition this change makes of `record` at `now`.
@@ -138,17 +152,24 @@ impl Change {
                     reply: Changed::Release(t.reply),
                 }
             }
-            Change::Link { to, expected } => {
+            Change::Link { key, to, expected } => {
                 let t = if mutations.has(Mutation::LinkIgnoresLiveness) {
                     link_ignoring_liveness(record, to)
                 } else if mutations.has(Mutation::LinkIgnoresToken) {
-                    record.link(to, record.token, now, policy)
+                    record.link(key, to, record.token, now, policy)
                 } else {
-                    record.link(to, *expected, now, policy)
+                    record.link(key, to, *expected, now, policy)
                 };
                 Transition {
                     next: t.next,
                     reply: Changed::Link(t.reply),
+                }
+            }
+            Change::Shortcut { key, shortcut } => {
+                let next = record.note_shortcut(key, shortcut);
+                Transition {
+                    reply: Changed::Noted(next.is_some()),
+                    next,
                 }
             }
             Change::Drain => done(record.drain()),
@@ -206,16 +227,21 @@ fn link_ignoring_liveness(record: &DcRecord, to: &ReservationId) -> Transition<L
 mod tests {
     use super::*;
 
+    fn key() -> Key {
+        Key::new(homing_core::KeyName::new("room").unwrap())
+    }
+
     #[test]
     fn change_a_node_may_link_only_to_its_own_reservation() {
         let iad: DcId = "iad".parse().unwrap();
         let to: ReservationId = "iad.7".parse().unwrap();
         let from: ReservationId = "fra.3".parse().unwrap();
-        assert!(Change::link(Some(&iad), &from, to.clone(), FencingToken::FIRST).is_ok());
+        let link = |caller, to| Change::link(caller, key(), &from, to, FencingToken::FIRST);
+        assert!(link(Some(&iad), to.clone()).is_ok());
         let fra: DcId = "fra".parse().unwrap();
-        let e = Change::link(Some(&fra), &from, to.clone(), FencingToken::FIRST).unwrap_err();
+        let e = link(Some(&fra), to.clone()).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Unauthorized);
-        assert!(Change::link(None, &from, to, FencingToken::FIRST).is_err());
+        assert!(link(None, to).is_err());
     }
 
     /// `DcRecord::link` asserts a reservation never links to itself: a
@@ -224,7 +250,8 @@ mod tests {
     fn change_a_link_to_itself_is_refused() {
         let iad: DcId = "iad".parse().unwrap();
         let own: ReservationId = "iad.7".parse().unwrap();
-        let e = Change::link(Some(&iad), &own, own.clone(), FencingToken::FIRST).unwrap_err();
+        let e =
+            Change::link(Some(&iad), key(), &own, own.clone(), FencingToken::FIRST).unwrap_err();
         assert_eq!(e.kind, ErrorKind::BadRequest);
     }
 }

@@ -48,7 +48,7 @@ pub mod waiters;
 
 pub use acquire::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ,
-    GlobalRead,
+    GlobalRead, member_named,
 };
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use change::{Change, Changed};

@@ -732,9 +732,15 @@ mod tests {
                         let link = self.peer_links.get(&p).map(|to| Link {
                             from: p.clone(),
                             to: to.clone(),
+                            token: FencingToken::FIRST,
                         });
                         let links = link.into_iter().collect();
-                        upkeep.handle_segment(Ok(Segment { links, tail: None }));
+                        upkeep.handle_segment(Ok(Segment {
+                            key: key("proof"),
+                            links,
+                            tail: None,
+                            shortcut: None,
+                        }));
                     }
                     UpkeepPoll::Settle { id, version } => {
                         let current = self.records.get(&id).is_some_and(|r| r.version == version);

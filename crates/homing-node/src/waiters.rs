@@ -431,7 +431,13 @@ mod tests {
         w.register(&record.id, "second").unwrap();
         let (s, n) = at(100_000);
         let linked = record
-            .link(&"fra.1".parse().unwrap(), FencingToken::FIRST, s, &POLICY)
+            .link(
+                &record.key,
+                &"fra.1".parse().unwrap(),
+                FencingToken::FIRST,
+                s,
+                &POLICY,
+            )
             .next
             .unwrap();
         let woke = w.written(&linked, s, n, &POLICY, |_| true);

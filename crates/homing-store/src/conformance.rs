@@ -16,7 +16,7 @@ use homing_core::key::{KEY_NAME_BYTES_MAX, NAMESPACE_BYTES_MAX, TAG_BYTES_MAX};
 use homing_core::{
     ActorId, DcId, DcRecord, DueCursor, DueKind, Event, EventKind, EventSeq, FencingToken,
     HostTime, Key, KeyName, LeasePolicy, Namespace, NamespaceScope, RecordState, ReleaseCause,
-    ReservationId, RunOutcome, StoreTime, Tag,
+    ReservationId, RunOutcome, Shortcut, StoreTime, Tag,
 };
 
 use crate::dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
@@ -806,6 +806,7 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
         .expect("a lease long past its grace expires");
     let linked = expired
         .link(
+            &expired.key,
             &rid("fra.2"),
             again.token,
             StoreTime::from_ms(100_001),
@@ -813,7 +814,16 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
         )
         .next
         .expect("a vacant record links");
-    vec![reserved, renewed, drained, released, again, expired, linked]
+    let shortcut = Shortcut {
+        to: rid("sin.3"),
+        token: again.token.next().next(),
+    };
+    let noted = linked
+        .note_shortcut(&linked.key, &shortcut)
+        .expect("a linked first reservation records a shortcut");
+    vec![
+        reserved, renewed, drained, released, again, expired, linked, noted,
+    ]
 }
 
 /// events: each change of holder appends exactly one event in the same

@@ -150,10 +150,30 @@ pub fn decode_id(bytes: &[u8]) -> Result<ReservationId, StoreError> {
         .map_err(|e| StoreError::corrupt("reservation id", e))
 }
 
-/// Encodes a record (postcard), refusing one above [`RECORD_BYTES_MAX`].
+/// The first byte of a record stored since records carry a shortcut. A
+/// record stored before starts with its reservation ID's length (at most
+/// 53, below 0x80), so the two never mix up.
+const RECORD_FORMAT_SHORTCUT: u8 = 0x82;
+
+/// A record as stored before the shortcut field: read, never written.
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct RecordBeforeShortcut {
+    id: homing_core::ReservationId,
+    key: homing_core::Key,
+    tag: Option<homing_core::Tag>,
+    token: homing_core::FencingToken,
+    allow_renew: bool,
+    predecessor: Option<homing_core::ReservationId>,
+    state: homing_core::RecordState,
+    version: u64,
+}
+
+/// Encodes a record (a format byte, then postcard), refusing one above
+/// [`RECORD_BYTES_MAX`].
 pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
     match wire::encode(record) {
-        Ok(bytes) => Ok(bytes),
+        Ok(bytes) => Ok([&[RECORD_FORMAT_SHORTCUT][..], &bytes].concat()),
         Err(wire::FrameError::TooLarge { len, max }) => {
             Err(StoreError::TooLarge { bytes: len, max })
         }
@@ -161,9 +181,26 @@ pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
     }
 }
 
-/// Decodes a stored record.
+/// Decodes a stored record, of either format.
 pub fn decode_record(bytes: &[u8]) -> Result<DcRecord, StoreError> {
-    wire::decode(bytes).map_err(|e| StoreError::corrupt("record", e))
+    let corrupt = |e| StoreError::corrupt("record", e);
+    match bytes.split_first() {
+        Some((&RECORD_FORMAT_SHORTCUT, rest)) => wire::decode(rest).map_err(corrupt),
+        _ => {
+            let old: RecordBeforeShortcut = wire::decode(bytes).map_err(corrupt)?;
+            Ok(DcRecord {
+                id: old.id,
+                key: old.key,
+                tag: old.tag,
+                token: old.token,
+                allow_renew: old.allow_renew,
+                predecessor: old.predecessor,
+                state: old.state,
+                shortcut: None,
+                version: old.version,
+            })
+        }
+    }
 }
 
 /// The expiry-index key of `id`'s entry `due`: the kind's tag, the time as 8
@@ -369,6 +406,44 @@ mod tests {
 
     fn key(ns: &str, name: &str) -> Key {
         Key::in_namespace(Namespace::new(ns).unwrap(), KeyName::new(name).unwrap())
+    }
+
+    /// Data written before records carried a shortcut still reads, as
+    /// records without one; records written now carry theirs.
+    #[test]
+    fn records_of_both_formats_decode() {
+        use homing_core::{ActorId, FencingToken, HostTime, LeasePolicy, Shortcut, StoreTime};
+        let (mut record, _) = DcRecord::reserve(
+            "iad.1".parse().unwrap(),
+            key("g", "room"),
+            None,
+            FencingToken::FIRST,
+            None,
+            ActorId::new("a").unwrap(),
+            HostTime::from_ms(0),
+            StoreTime::from_ms(0),
+            &LeasePolicy::DEFAULT,
+        );
+        let before = RecordBeforeShortcut {
+            id: record.id.clone(),
+            key: record.key.clone(),
+            tag: record.tag.clone(),
+            token: record.token,
+            allow_renew: record.allow_renew,
+            predecessor: record.predecessor.clone(),
+            state: record.state.clone(),
+            version: record.version,
+        };
+        let old_bytes = wire::encode(&before).unwrap();
+        assert!(old_bytes[0] < 0x80);
+        assert_eq!(decode_record(&old_bytes).unwrap(), record);
+        record.shortcut = Some(Shortcut {
+            to: "fra.9".parse().unwrap(),
+            token: FencingToken::new(9),
+        });
+        let bytes = encode_record(&record).unwrap();
+        assert_eq!(bytes[0], RECORD_FORMAT_SHORTCUT);
+        assert_eq!(decode_record(&bytes).unwrap(), record);
     }
 
     #[test]

@@ -143,7 +143,8 @@ async fn populate(set: &StoreSet) {
                         later,
                     )
                     .await;
-                    let linked = released.link(&next.id, released.token, later, &POLICY);
+                    let linked =
+                        released.link(&released.key, &next.id, released.token, later, &POLICY);
                     update(store, linked.next).await;
                 }
                 _ => {

@@ -210,9 +210,13 @@ pub fn id(text: &str) -> ReservationId {
     text.parse().unwrap()
 }
 
+/// A link out of `from`, whose token is its unique number (so tokens rise
+/// along chains numbered upwards).
 pub fn link(from: &str, to: &str) -> Link {
+    let from = id(from);
     Link {
-        from: id(from),
+        token: FencingToken::new(from.unique()),
+        from,
         to: id(to),
     }
 }
@@ -228,6 +232,11 @@ pub fn active(tail: &str, actor: &str, token: u64) -> TailView {
     }
 }
 
-pub fn segment(links: Vec<Link>, tail: Option<TailView>) -> Segment {
-    Segment { links, tail }
+pub fn segment(key_name: &str, links: Vec<Link>, tail: Option<TailView>) -> Segment {
+    Segment {
+        key: key(key_name),
+        links,
+        tail,
+        shortcut: None,
+    }
 }

@@ -114,13 +114,14 @@ impl World {
                 connect.handle_set_if_absent(existing);
             }
             ConnectNeed::Link {
+                key,
                 from,
                 to,
                 expected_token,
             } => {
                 self.round_trips += 1;
                 let tail = self.record(&from).expect("tail exists").clone();
-                let out = tail.link(&to, expected_token, self.now(), &self.policy);
+                let out = tail.link(&key, &to, expected_token, self.now(), &self.policy);
                 if let Some(next) = out.next {
                     assert_eq!(self.write(Some(tail.version), next), Written::Yes);
                 }

@@ -302,7 +302,9 @@ mod tests {
                             &POLICY,
                         );
                         write(store.as_ref(), None, &r2).await;
-                        let linked = released.link(&next, released.token, now, &POLICY).next;
+                        let linked = released
+                            .link(&released.key, &next, released.token, now, &POLICY)
+                            .next;
                         write(store.as_ref(), Some(2), &linked.unwrap()).await;
                     }
                     _ => write(store.as_ref(), Some(1), &r.abandon().unwrap()).await,

@@ -158,6 +158,7 @@ pub(super) fn record_diff(a: &DcRecord, b: &DcRecord) -> Vec<&'static str> {
         allow_renew,
         predecessor,
         state,
+        shortcut,
         version,
     } = a;
     [
@@ -168,6 +169,7 @@ pub(super) fn record_diff(a: &DcRecord, b: &DcRecord) -> Vec<&'static str> {
         ("allow_renew", allow_renew == &b.allow_renew),
         ("predecessor", predecessor == &b.predecessor),
         ("state", state == &b.state),
+        ("shortcut", shortcut == &b.shortcut),
         ("version", version == &b.version),
     ]
     .into_iter()
