@@ -161,7 +161,7 @@ pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
         };
         let cold = ColdSet {
             keys: keys.to_vec(),
-            attached,
+            tail_dc: attached,
             links,
             expected_inter_dc: links as u32,
         };
@@ -200,7 +200,7 @@ pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
         };
         let cold = ColdSet {
             keys,
-            attached,
+            tail_dc: &chain_dcs[moves % chain_dcs.len()],
             links: moves,
             expected_inter_dc: 2,
         };
@@ -454,10 +454,10 @@ struct Timing {
     local: u32,
 }
 
-/// Keys to resolve cold, each by a fresh router attached to `attached`.
+/// Keys to resolve cold, each by a fresh router, whose tails are in `tail_dc`.
 struct ColdSet<'a> {
     keys: Vec<Key>,
-    attached: &'a DcId,
+    tail_dc: &'a DcId,
     links: usize,
     expected_inter_dc: u32,
 }
@@ -485,7 +485,7 @@ async fn latency_row(
             let t = Instant::now();
             let r = resolver.resolve(k).await?;
             us.push(t.elapsed().as_micros() as u64);
-            if r.dc == *cold.attached || r.from_cache {
+            if r.dc != *cold.tail_dc || r.from_cache {
                 println!("   ✗ unexpected resolution of {k}: {r:?}");
                 *ok = false;
             }
