@@ -171,14 +171,17 @@ pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
     // router attached to dc3: the global read there, then the entry's DC
     // (its answer carries the shortcut) and the tail's DC, 2 inter-DC round
     // trips however long the chain (DESIGN.md §7.2).
-    for moves in if load.throughput_only { vec![] } else { LONG_CHAIN_MOVES.to_vec() } {
+    for moves in if load.throughput_only {
+        vec![]
+    } else {
+        LONG_CHAIN_MOVES.to_vec()
+    } {
         let started = Instant::now();
         let chain_dcs = &ids[..DCS - 1];
         let names = (0..=LONG_CHAIN_KEYS)
             .map(|i| format!("long-{tag}-{moves}-{i}"))
             .collect();
-        let keys =
-            build_cycling_chains(&hosts[..DCS - 1], chain_dcs, moves, names, &admin).await?;
+        let keys = build_cycling_chains(&hosts[..DCS - 1], chain_dcs, moves, names, &admin).await?;
         println!(
             "   built {} chains of {moves} moves in {:.1} s",
             keys.len(),
@@ -656,7 +659,10 @@ async fn shortcut_recorded(
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{} never recorded the shortcut of {key} to {tail}", entry_dc.dc);
+            bail!(
+                "{} never recorded the shortcut of {key} to {tail}",
+                entry_dc.dc
+            );
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
