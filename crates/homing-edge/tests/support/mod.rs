@@ -20,16 +20,21 @@ impl Net {
         Net::start_with(names, None).await
     }
 
+    /// Like [`Net::start`], with leases of `lease_ttl_ms` (default margins).
+    pub async fn start_with_lease_ttl(names: &[&str], lease_ttl_ms: u64) -> anyhow::Result<Net> {
+        let overrides = Settings {
+            lease_ttl_ms: Some(lease_ttl_ms),
+            ..Settings::default()
+        };
+        Net::start_settings(names, overrides).await
+    }
+
     /// Like [`Net::start`], with leases of `short_lease` =
     /// `(ttl_ms, soft_margin_ms, hard_margin_ms, grace_ms)` if given.
     pub async fn start_with(
         names: &[&str],
         short_lease: Option<(u64, u64, u64, u64)>,
     ) -> anyhow::Result<Net> {
-        let dcs = names
-            .iter()
-            .map(|n| DcId::new(*n))
-            .collect::<Result<Vec<_>, _>>()?;
         let overrides = Settings {
             lease_ttl_ms: short_lease.map(|l| l.0),
             soft_margin_ms: short_lease.map(|l| l.1),
@@ -37,6 +42,14 @@ impl Net {
             grace_ms: short_lease.map(|l| l.3),
             ..Settings::default()
         };
+        Net::start_settings(names, overrides).await
+    }
+
+    async fn start_settings(names: &[&str], overrides: Settings) -> anyhow::Result<Net> {
+        let dcs = names
+            .iter()
+            .map(|n| DcId::new(*n))
+            .collect::<Result<Vec<_>, _>>()?;
         let options = DevnetOptions {
             dcs,
             overrides,
