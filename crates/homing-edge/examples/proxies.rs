@@ -35,7 +35,7 @@ use bytes::Bytes;
 use clap::Parser;
 use homing_client::{HostClock, Resolver, ResolverConfig, SystemClock};
 use homing_core::{AcquireReply, ActorId, DcId, KeyConfig, KeyName, Reply, Request};
-use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter};
+use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, runtime};
 use homing_net::{Client, ClientLimits};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -237,19 +237,6 @@ fn clk_tck() -> u64 {
         .unwrap_or(CLK_TCK_DEFAULT)
 }
 
-fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()
-    }
-}
-
 /// Answers "stats" lines on stdin with `line()` until EOF.
 async fn answer_stats(line: impl Fn() -> String + Send + 'static) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || {
@@ -313,7 +300,10 @@ fn hyper_child(args: &[String]) -> anyhow::Result<()> {
     let [threads, hot, hosts] = args else {
         bail!("--hyper-child THREADS HOT HOSTS");
     };
-    let groups = [vec![hot.clone()], hosts.split(',').map(str::to_string).collect()];
+    let groups = [
+        vec![hot.clone()],
+        hosts.split(',').map(str::to_string).collect(),
+    ];
     runtime(threads.parse()?)?.block_on(async {
         let client: LegacyClient<_, Incoming> = LegacyClient::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
@@ -691,12 +681,11 @@ fn report(shape: Shape, phases: &BTreeMap<Target, Vec<Phase>>) {
     };
     let _ = nginx;
     for target in [Target::Hyper, Target::Router] {
-        let ratio = |f: &dyn Fn(&Phase) -> Option<f64>| {
-            match (med(target, f), med(Target::Nginx, f)) {
+        let ratio =
+            |f: &dyn Fn(&Phase) -> Option<f64>| match (med(target, f), med(Target::Nginx, f)) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "—".to_string(),
-            }
-        };
+            };
         println!(
             "\n{} / nginx: CPU per request {}, throughput {}, p99 {}",
             target.name(),
