@@ -35,7 +35,7 @@ use bytes::Bytes;
 use clap::Parser;
 use homing_client::{HostClock, Resolver, ResolverConfig, SystemClock};
 use homing_core::{AcquireReply, ActorId, DcId, KeyConfig, KeyName, Reply, Request};
-use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter, runtime};
+use homing_edge::{ActorHost, EdgeConfig, EdgeRouter, runtime};
 use homing_net::{Client, ClientLimits};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -88,6 +88,11 @@ struct Args {
     /// Skip the move phase.
     #[arg(long)]
     no_moves: bool,
+    /// Another build of this example whose router runs as one more target
+    /// ("router before"), e.g. built from the commit before a change: a
+    /// before/after comparison in one run.
+    #[arg(long)]
+    router_before: Option<PathBuf>,
     /// Internal: run as the router child (CERTS TABLE THREADS).
     #[arg(long, num_args = 3, hide = true)]
     router_child: Option<Vec<String>>,
@@ -126,6 +131,7 @@ enum Target {
     Direct,
     Nginx,
     Hyper,
+    RouterBefore,
     Router,
 }
 
@@ -135,6 +141,7 @@ impl Target {
             Target::Direct => "direct",
             Target::Nginx => "nginx",
             Target::Hyper => "hyper proxy",
+            Target::RouterBefore => "edge-router before",
             Target::Router => "edge-router",
         }
     }
@@ -176,8 +183,8 @@ struct ProxyChild {
 }
 
 impl ProxyChild {
-    fn start(args: &[String]) -> anyhow::Result<ProxyChild> {
-        let mut child = Command::new(std::env::current_exe()?)
+    fn start(exe: &Path, args: &[String]) -> anyhow::Result<ProxyChild> {
+        let mut child = Command::new(exe)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -357,6 +364,9 @@ async fn plain_proxy(
 
 /// nginx as one process serving three ports: HTTP/1.1 to the hot actor
 /// host, HTTP/1.1 round robin over the many-keys hosts, h2c to the hot host.
+/// Connections are kept for good (nginx's default closes client and
+/// upstream connections after 1000 requests, which would charge it for
+/// reconnects the others never make, and end h2load's connections early).
 fn start_nginx(
     nginx: &Path,
     dir: &Path,
@@ -376,11 +386,11 @@ fn start_nginx(
         "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
          error_log {d}/error.log warn;\n\
          events {{ worker_connections 4096; }}\n\
-         http {{ access_log off;\n\
+         http {{ access_log off; keepalive_requests 1000000000;\n\
            client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
            fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-           upstream hot {{ server {hot}; keepalive 64; }}\n\
-           upstream hosts {{ {servers}keepalive 64; }}\n\
+           upstream hot {{ server {hot}; keepalive 64; keepalive_requests 1000000000; }}\n\
+           upstream hosts {{ {servers}keepalive 64; keepalive_requests 1000000000; }}\n\
            server {{ listen {}; set $up hot; location / {{ {proxy} }} }}\n\
            server {{ listen {}; set $up hosts; location / {{ {proxy} }} }}\n\
            server {{ listen {} http2; set $up hot; location / {{ {proxy} }} }}\n\
@@ -538,6 +548,12 @@ fn h2load(tools: &Tools, dir: &Path, args: &Args, addr: SocketAddr) -> anyhow::R
             .find_map(|part| part.trim().strip_suffix(what)?.trim().parse().ok())
             .unwrap_or(0)
     };
+    // "finished in 4.00s, 8000.00 req/s, …"
+    let rate = text
+        .lines()
+        .find_map(|l| l.strip_prefix("finished in "))
+        .and_then(|l| l.split(", ").nth(1)?.strip_suffix(" req/s")?.parse().ok())
+        .with_context(|| format!("h2load printed no rate: {text}"))?;
     let mut latencies: Vec<u64> = Vec::new();
     for line in std::fs::read_to_string(&log)?.lines() {
         // start time (µs since the epoch), status, duration (µs)
@@ -554,24 +570,12 @@ fn h2load(tools: &Tools, dir: &Path, args: &Args, addr: SocketAddr) -> anyhow::R
     let at = |q: f64| latencies.get(((latencies.len() as f64 - 1.0) * q) as usize);
     Ok(Phase {
         requests: count(" done"),
-        rate: count(" done") as f64 / args.phase_s as f64,
+        rate,
         p50_us: at(0.5).copied().unwrap_or(0) as f64,
         p99_us: at(0.99).copied().unwrap_or(0) as f64,
         errors: count(" failed") + count(" errored") + count(" timeout"),
         cpu_us: None,
     })
-}
-
-async fn hot_host(net: &Net, dc: usize) -> anyhow::Result<ActorHost> {
-    let config = ActorHostConfig::new(
-        net.peer(dc),
-        KeyConfig::named(KeyName::new(HOT_KEY)?),
-        "127.0.0.1:0".parse()?,
-    );
-    match ActorHost::start(net.host_client(dc)?, config).await? {
-        AcquireReply::Acquired(host) => Ok(*host),
-        other => bail!("no lease on {HOT_KEY} in dc {dc}: {other:?}"),
-    }
 }
 
 /// Reserves `key-0 … key-(keys-1)`, key `i` for host `i % hosts` in that host's DC.
@@ -680,7 +684,10 @@ fn report(shape: Shape, phases: &BTreeMap<Target, Vec<Phase>>) {
         return;
     };
     let _ = nginx;
-    for target in [Target::Hyper, Target::Router] {
+    for target in [Target::Hyper, Target::RouterBefore, Target::Router] {
+        if !phases.contains_key(&target) {
+            continue;
+        }
         let ratio =
             |f: &dyn Fn(&Phase) -> Option<f64>| match (med(target, f), med(Target::Nginx, f)) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
@@ -732,20 +739,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         )?;
     }
     let net = Net::start_with_lease_ttl(&["iad", "fra", "sin"], LEASE_TTL_MS).await?;
-    let mut hot = hot_host(&net, 0).await?;
+    let mut hot = net.start_host(0, HOT_KEY).await?;
     let mut key_hosts = Vec::new();
     if shapes.contains(&Shape::Keys) {
         for i in 0..KEY_HOSTS {
             let dc = i % net.dcs().len();
-            let config = ActorHostConfig::new(
-                net.peer(dc),
-                KeyConfig::named(KeyName::new(format!("host-{i}"))?),
-                "127.0.0.1:0".parse()?,
-            );
-            match ActorHost::start(net.host_client(dc)?, config).await? {
-                AcquireReply::Acquired(host) => key_hosts.push((dc, *host)),
-                other => bail!("no lease on host-{i}: {other:?}"),
-            }
+            key_hosts.push((dc, net.start_host(dc, &format!("host-{i}")).await?));
         }
         let started = Instant::now();
         reserve_keys(&net, &key_hosts, args.keys).await?;
@@ -773,18 +772,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .join(",");
     let threads = args.proxy_threads.to_string();
-    let mut router = ProxyChild::start(&[
+    let exe = std::env::current_exe()?;
+    let router_args = [
         "--router-child".to_string(),
         net.certs().display().to_string(),
         table,
         threads.clone(),
-    ])?;
-    let mut hyper = ProxyChild::start(&[
-        "--hyper-child".to_string(),
-        threads,
-        hot.local_addr().to_string(),
-        hosts_arg,
-    ])?;
+    ];
+    let mut router = ProxyChild::start(&exe, &router_args)?;
+    let mut before = match &args.router_before {
+        Some(path) => Some(ProxyChild::start(path, &router_args)?),
+        None => None,
+    };
+    let mut hyper = ProxyChild::start(
+        &exe,
+        &[
+            "--hyper-child".to_string(),
+            threads,
+            hot.local_addr().to_string(),
+            hosts_arg,
+        ],
+    )?;
     let nginx = match &tools.nginx {
         Some(path) => {
             let many = if key_addrs.is_empty() {
@@ -799,6 +807,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if shapes.contains(&Shape::Keys) {
         let started = Instant::now();
         warm_keys(router.addrs[0], args.keys).await?;
+        if let Some(before) = &before {
+            warm_keys(before.addrs[0], args.keys).await?;
+        }
         println!(
             "router cache warmed with {} keys in {:.1} s",
             args.keys,
@@ -808,8 +819,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let ticks = clk_tck();
     println!(
-        "\nproxies: wrk/h2load -t1 -c{} -d{}s per phase, {} rounds, phases alternating \
-         (direct, nginx, hyper proxy, edge-router); router and hyper proxy on {} thread(s), \
+        "\nproxies: wrk/h2load -t1 -c{} -d{}s per phase, {} rounds after a warm-up round, phases \
+         alternating (direct, nginx, hyper proxy[, edge-router before], edge-router); routers \
+         and hyper proxy on {} thread(s), \
          nginx one process (master_process off); router pid {}, hyper pid {}{}",
         args.connections,
         args.phase_s,
@@ -840,6 +852,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             let hyper_addr = hyper.addrs[usize::from(shape == Shape::Keys)];
             targets.push((Target::Hyper, hyper_addr, Some(hyper.child.id())));
+            if let Some(before) = &before {
+                targets.push((
+                    Target::RouterBefore,
+                    before.addrs[0],
+                    Some(before.child.id()),
+                ));
+            }
             targets.push((Target::Router, router.addrs[0], Some(router.child.id())));
             for (target, addr, pid) in targets {
                 let phase = drive(&tools, &dir, shape, &args, addr, pid, ticks)
@@ -884,7 +903,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(MOVE_INTERVAL_MS)).await;
             dc = (dc + 1) % dcs.len();
             hot.stop().await?;
-            hot = hot_host(&net, dc).await?;
+            hot = net.start_host(dc, HOT_KEY).await?;
             moves += 1;
         }
         let moved = moving
@@ -908,6 +927,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     router.stop();
+    if let Some(before) = &mut before {
+        before.stop();
+    }
     hyper.stop();
     if let Some((mut child, _)) = nginx {
         let _ = child.kill();

@@ -170,10 +170,34 @@ async fn reserve(net: &Net, key: &str, addr: SocketAddr) -> anyhow::Result<(Stri
     }
 }
 
-async fn router(net: &Net, config: EdgeConfig) -> anyhow::Result<(EdgeRouter, Serving)> {
-    let router = EdgeRouter::new(net.resolver(0, 60_000)?, config);
-    let serving = router.spawn(TcpListener::bind("127.0.0.1:0").await?)?;
-    Ok((router, serving))
+/// Two DCs, `key` reserved in the first for the actor at `actor`, and a
+/// router with `config` in front.
+struct Scene {
+    net: Net,
+    router: EdgeRouter,
+    serving: Serving,
+    /// The reservation and token the key was granted.
+    grant: (String, u64),
+}
+
+impl Scene {
+    async fn start(key: &str, actor: SocketAddr, config: EdgeConfig) -> anyhow::Result<Scene> {
+        let net = Net::start(&["iad", "fra"]).await?;
+        let grant = reserve(&net, key, actor).await?;
+        let router = EdgeRouter::new(net.resolver(0, 60_000)?, config);
+        let serving = router.spawn(TcpListener::bind("127.0.0.1:0").await?)?;
+        Ok(Scene {
+            net,
+            router,
+            serving,
+            grant,
+        })
+    }
+
+    async fn stop(self) {
+        self.serving.stop(Duration::ZERO).await;
+        self.net.shutdown().await;
+    }
 }
 
 /// What the router answered.
@@ -224,20 +248,17 @@ async fn bounded(scenario: impl std::future::Future<Output = anyhow::Result<()>>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_actor_is_reported_re_resolved_and_retried_once_then_502() {
     bounded(async {
-        let net = Net::start(&["iad", "fra"]).await?;
         // An address nothing listens on.
         let gone = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        reserve(&net, "gone", gone).await?;
-        let (router, serving) = router(&net, EdgeConfig::default()).await?;
-        let before = router.stats();
-        let Answer { status, body, .. } = send(&serving, Method::POST, "gone", &[]).await?;
+        let scene = Scene::start("gone", gone, EdgeConfig::default()).await?;
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::POST, "gone", &[]).await?;
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
         assert_eq!(body, "{\"error\":\"actor_unreachable\",\"key\":\"gone\"}\n");
         // A connect error means nothing was sent: even a POST is retried,
         // once, on a fresh resolve (the report dropped the cached answer).
-        assert_eq!(diff(router.stats(), before), (1, 2));
-        serving.stop(Duration::ZERO).await;
-        net.shutdown().await;
+        assert_eq!(diff(scene.router.stats(), before), (1, 2));
+        scene.stop().await;
         Ok(())
     })
     .await;
@@ -246,24 +267,21 @@ async fn unreachable_actor_is_reported_re_resolved_and_retried_once_then_502() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_the_actor_may_have_received_is_retried_only_if_idempotent() {
     bounded(async {
-        let net = Net::start(&["iad", "fra"]).await?;
         let mut actor = Scripted::start(Script::DropAfterRead).await?;
-        reserve(&net, "flaky", actor.addr).await?;
-        let (router, serving) = router(&net, EdgeConfig::default()).await?;
+        let scene = Scene::start("flaky", actor.addr, EdgeConfig::default()).await?;
 
-        let before = router.stats();
-        let Answer { status, body, .. } = send(&serving, Method::POST, "flaky", &[]).await?;
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::POST, "flaky", &[]).await?;
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
         assert_eq!(actor.heads_so_far().len(), 1, "a POST is sent once");
-        assert_eq!(diff(router.stats(), before), (0, 1));
+        assert_eq!(diff(scene.router.stats(), before), (0, 1));
 
-        let before = router.stats();
-        let Answer { status, body, .. } = send(&serving, Method::GET, "flaky", &[]).await?;
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::GET, "flaky", &[]).await?;
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
         assert_eq!(actor.heads_so_far().len(), 2, "a GET is sent again, once");
-        assert_eq!(diff(router.stats(), before), (1, 2));
-        serving.stop(Duration::ZERO).await;
-        net.shutdown().await;
+        assert_eq!(diff(scene.router.stats(), before), (1, 2));
+        scene.stop().await;
         Ok(())
     })
     .await;
@@ -272,22 +290,19 @@ async fn request_the_actor_may_have_received_is_retried_only_if_idempotent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actor_silent_past_the_upstream_timeout_is_answered_504() {
     bounded(async {
-        let net = Net::start(&["iad", "fra"]).await?;
         let actor = Scripted::start(Script::Hang).await?;
-        reserve(&net, "silent", actor.addr).await?;
         let config = EdgeConfig {
             upstream_timeout_ms: UPSTREAM_TIMEOUT_MS,
             ..EdgeConfig::default()
         };
-        let (_router, serving) = router(&net, config).await?;
-        let Answer { status, body, .. } = send(&serving, Method::GET, "silent", &[]).await?;
+        let scene = Scene::start("silent", actor.addr, config).await?;
+        let Answer { status, body, .. } = send(&scene.serving, Method::GET, "silent", &[]).await?;
         assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
         assert_eq!(
             body,
             "{\"error\":\"upstream_timeout\",\"key\":\"silent\"}\n"
         );
-        serving.stop(Duration::ZERO).await;
-        net.shutdown().await;
+        scene.stop().await;
         Ok(())
     })
     .await;
@@ -296,17 +311,16 @@ async fn actor_silent_past_the_upstream_timeout_is_answered_504() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actor_sees_identifying_headers_and_no_hop_by_hop_ones_over_one_reused_connection() {
     bounded(async {
-        let net = Net::start(&["iad", "fra"]).await?;
         let mut actor = Scripted::start(Script::Answer).await?;
-        let (reservation, token) = reserve(&net, "room", actor.addr).await?;
-        let (_router, serving) = router(&net, EdgeConfig::default()).await?;
+        let scene = Scene::start("room", actor.addr, EdgeConfig::default()).await?;
+        let (reservation, token) = scene.grant.clone();
         let hop = [
             ("connection", "x-private"),
             ("x-private", "1"),
             ("te", "trailers"),
             ("x-end-to-end", "kept"),
         ];
-        let answer = send(&serving, Method::GET, "room", &hop).await?;
+        let answer = send(&scene.serving, Method::GET, "room", &hop).await?;
         assert_eq!(
             (answer.status, answer.body.as_str()),
             (StatusCode::OK, "ok")
@@ -314,7 +328,7 @@ async fn actor_sees_identifying_headers_and_no_hop_by_hop_ones_over_one_reused_c
         // The actor's hop-by-hop header stays between it and the router.
         assert_eq!(answer.headers.get("keep-alive"), None);
         for _ in 0..2 {
-            let Answer { status, .. } = send(&serving, Method::GET, "room", &[]).await?;
+            let Answer { status, .. } = send(&scene.serving, Method::GET, "room", &[]).await?;
             assert_eq!(status, StatusCode::OK);
         }
         let heads = actor.heads_so_far();
@@ -340,8 +354,7 @@ async fn actor_sees_identifying_headers_and_no_hop_by_hop_ones_over_one_reused_c
         );
         // Three requests one after another share one pooled connection.
         assert_eq!(actor.accepted(), 1);
-        serving.stop(Duration::ZERO).await;
-        net.shutdown().await;
+        scene.stop().await;
         Ok(())
     })
     .await;

@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use homing_client::{Resolver, ResolverConfig};
-use homing_core::{DcId, Role};
+use homing_core::{AcquireReply, DcId, KeyConfig, KeyName, Role};
 use homing_daemon::{Devnet, DevnetOptions, Settings};
+use homing_edge::{ActorHost, ActorHostConfig};
 use homing_net::{Client, Peer};
 
 /// Running DCs and the certificates to reach them.
@@ -107,6 +108,19 @@ impl Net {
             ..ResolverConfig::new(table)
         };
         Ok(Resolver::new(self.router_client()?, config))
+    }
+
+    /// An actor host holding `key` in DC number `dc`, on a loopback port.
+    pub async fn start_host(&self, dc: usize, key: &str) -> anyhow::Result<ActorHost> {
+        let config = ActorHostConfig::new(
+            self.peer(dc),
+            KeyConfig::named(KeyName::new(key)?),
+            "127.0.0.1:0".parse()?,
+        );
+        match ActorHost::start(self.host_client(dc)?, config).await? {
+            AcquireReply::Acquired(host) => Ok(*host),
+            other => anyhow::bail!("host in dc {dc} did not get {key}: {other:?}"),
+        }
     }
 
     /// Stops every daemon.
