@@ -13,9 +13,9 @@ for scenario in simulations/scenarios/*.toml; do
         *baseline*) seeds="1..=20" ;;
         # Ten simulated minutes each: about 1 s a seed (waiting), 6 s
         # (nomad) and 19 s (racing) on one core.
-        *waiting*) seeds="1..=100" ;;
-        *nomad*) seeds="1..=10" ;;
-        *racing*) seeds="1..=8" ;;
+        *waiting*) seeds="1..=50" ;;
+        *nomad*) seeds="1..=4" ;;
+        *racing*) seeds="1..=4" ;;
         *) seeds="1..=50" ;;
     esac
     # Not piped straight into tail: that would hide a failing sweep's status.

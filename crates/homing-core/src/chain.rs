@@ -252,7 +252,7 @@ impl LocalSegment {
         match &self.key {
             None => {
                 self.key = Some(record.key.clone());
-                self.shortcut = record.shortcut.clone();
+                self.shortcut = record.shortcut.as_deref().cloned();
             }
             // A link inside the DC to another key's record: the store is corrupt.
             Some(key) if key != &record.key => return Err(SegmentError::Broken(at)),
@@ -1036,7 +1036,7 @@ mod tests {
             r
         };
         let mut first = record("iad.1", 1, RecordState::Linked { to: id("iad.2") });
-        first.shortcut = shortcut("sin.7", 7);
+        first.shortcut = shortcut("sin.7", 7).map(Box::new);
         let records = [
             first,
             record("iad.2", 2, RecordState::Linked { to: id("fra.1") }),

@@ -182,7 +182,8 @@ enum Then {
 
 #[derive(Debug, Clone)]
 enum Phase {
-    Walking(ChainWalk),
+    /// Boxed: a walk is several times larger than the other phases.
+    Walking(Box<ChainWalk>),
     Allocating(Plan),
     Creating(Plan, DcRecord, Deadlines),
     SettingGlobal(DcRecord, Deadlines),
@@ -249,7 +250,7 @@ impl Connect {
             attempts: 1,
             entry: None,
             notice: None,
-            phase: Phase::Walking(walk),
+            phase: Phase::Walking(Box::new(walk)),
         }
     }
 
@@ -258,7 +259,7 @@ impl Connect {
     /// from the entry. Call before the first answer.
     pub fn with_hint(mut self, hint: Option<Shortcut>) -> Connect {
         if let Phase::Walking(walk) = self.phase {
-            self.phase = Phase::Walking(walk.with_hint(hint));
+            self.phase = Phase::Walking(Box::new(walk.with_hint(hint)));
         }
         self
     }
@@ -584,7 +585,7 @@ impl Connect {
 
     fn walk_from(&mut self, id: ReservationId) {
         let walk = ChainWalk::from_reservation(self.key.clone(), id, self.hop_limit);
-        self.phase = Phase::Walking(walk);
+        self.phase = Phase::Walking(Box::new(walk));
     }
 
     /// Counts a restart; false (and failed) once the bound is reached.

@@ -44,7 +44,8 @@ pub struct DcRecord {
     pub state: RecordState,
     /// A later member of the key's chain, recorded on the key's first
     /// reservation after every move (a hint for walkers; DESIGN.md §7.2).
-    pub shortcut: Option<Shortcut>,
+    /// Boxed: most records have none, and a record travels inside enums.
+    pub shortcut: Option<Box<Shortcut>>,
     /// Bumped by every transition; the store's compare-and-set checks it.
     pub version: u64,
 }
@@ -603,10 +604,10 @@ impl DcRecord {
     /// past this record's token, or not newer.
     pub fn note_shortcut(&self, key: &Key, shortcut: &Shortcut) -> Option<DcRecord> {
         let linked = matches!(self.state, RecordState::Linked { .. });
-        let newer = shortcut.is_past(self.shortcut.as_ref());
+        let newer = shortcut.is_past(self.shortcut.as_deref());
         let ahead = shortcut.token > self.token && shortcut.to != self.id;
         (key == &self.key && linked && newer && ahead)
-            .then(|| self.changed(|r| r.shortcut = Some(shortcut.clone())))
+            .then(|| self.changed(|r| r.shortcut = Some(Box::new(shortcut.clone()))))
     }
 
     /// Mark a record that lost its race (global entry or link went to
@@ -855,7 +856,7 @@ mod tests {
             .next
             .unwrap();
         let noted = linked.note_shortcut(&key(), &shortcut("sin.3", 5)).unwrap();
-        assert_eq!(noted.shortcut, Some(shortcut("sin.3", 5)));
+        assert_eq!(noted.shortcut.as_deref(), Some(&shortcut("sin.3", 5)));
         assert_eq!(noted.version, linked.version + 1);
         assert_eq!(
             noted.note_shortcut(&key(), &shortcut("fra.7", 4)),

@@ -172,6 +172,11 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Global-entry reads that went to the global store so far (cache misses).
+    pub fn global_reads(&self) -> u64 {
+        self.global_cache_misses.load(Ordering::Relaxed)
+    }
+
     /// Leases active at the last reaper pass.
     pub fn set_active_leases(&self, n: u64) {
         self.active_leases.store(n, Ordering::Relaxed);

@@ -5,54 +5,16 @@
 //! sees it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use homing_core::{
     ActorId, HostTime, Identity, Key, KeyConfig, KeyName, Reply, Request, ReservationId, Role,
 };
 use homing_net::Handler;
-use homing_store::{GlobalStore, MemoryDcStore, MemoryGlobalStore, SetIfAbsent, StoreError};
+use homing_store::{GlobalStore, MemoryDcStore};
 
 mod support;
-
-/// A global store that counts its linearizable reads.
-#[derive(Default)]
-struct CountedReads {
-    inner: MemoryGlobalStore,
-    gets: AtomicU64,
-}
-
-#[async_trait]
-impl GlobalStore for CountedReads {
-    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        // Slow enough that concurrent resolves overlap with this read.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        self.inner.get(key).await
-    }
-    async fn get_nearest(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        self.inner.get_nearest(key).await
-    }
-    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
-        self.inner.get_many(keys).await
-    }
-    async fn set_if_absent(
-        &self,
-        key: &Key,
-        id: &ReservationId,
-    ) -> Result<SetIfAbsent, StoreError> {
-        self.inner.set_if_absent(key, id).await
-    }
-    async fn scan(
-        &self,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
-        self.inner.scan(after, limit).await
-    }
-}
 
 fn key(name: &str) -> Key {
     Key::new(KeyName::new(name).unwrap())
@@ -60,7 +22,11 @@ fn key(name: &str) -> Key {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_keys_share_one_read_and_never_decide_a_create() {
-    let global = Arc::new(CountedReads::default());
+    // Slow reads: the concurrent resolves overlap with the first one.
+    let global = Arc::new(support::TestGlobal {
+        get_delay: Duration::from_millis(20),
+        ..support::TestGlobal::default()
+    });
     let ca = homing_net::DevCa::generate("absent test ca").unwrap();
     let (daemon, _dir) =
         support::start_iad(&ca, global.clone(), Arc::new(MemoryDcStore::new()), false).await;

@@ -9,50 +9,15 @@ use homing_core::{AcquireReply, Holder};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use homing_core::{
     ActorId, DcId, DcRecord, FencingToken, HostTime, Identity, Key, KeyConfig, KeyName,
     LeasePolicy, NamespaceScope, RecordState, Reply, Request, ReservationId, Role,
 };
 use homing_daemon::node::store_now;
 use homing_net::{Client, ClientLimits, DevCa, Handler, Peer};
-use homing_store::{
-    DcStore, GlobalStore, MemoryDcStore, MemoryGlobalStore, SetIfAbsent, StoreError,
-};
+use homing_store::{DcStore, GlobalStore, MemoryDcStore};
 
 mod support;
-
-/// A global store whose nearest replica never saw any write.
-struct NeverCaughtUp {
-    inner: MemoryGlobalStore,
-}
-
-#[async_trait]
-impl GlobalStore for NeverCaughtUp {
-    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn get_nearest(&self, _key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        Ok(None)
-    }
-    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
-        self.inner.get_many(keys).await
-    }
-    async fn set_if_absent(
-        &self,
-        key: &Key,
-        id: &ReservationId,
-    ) -> Result<SetIfAbsent, StoreError> {
-        self.inner.set_if_absent(key, id).await
-    }
-    async fn scan(
-        &self,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
-        self.inner.scan(after, limit).await
-    }
-}
 
 fn room() -> Key {
     Key::new(KeyName::new("room").unwrap())
@@ -63,8 +28,9 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
     let iad = DcId::new("iad").unwrap();
     let holder: ReservationId = "iad.1".parse().unwrap();
     // The key is held: its global entry and its live record exist.
-    let global = Arc::new(NeverCaughtUp {
-        inner: MemoryGlobalStore::new(),
+    let global = Arc::new(support::TestGlobal {
+        nearest_never_caught_up: true,
+        ..support::TestGlobal::default()
     });
     global.set_if_absent(&room(), &holder).await.unwrap();
     let records = Arc::new(MemoryDcStore::new());

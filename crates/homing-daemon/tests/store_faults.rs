@@ -4,88 +4,38 @@
 //! homingd refuses a DC store that an unfinished migration copies into.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use homing_core::{
-    ErrorKind, ErrorReply, Identity, Key, KeyName, Reply, Request, ReservationId, Role,
-};
+use homing_core::{ErrorKind, ErrorReply, Identity, Key, KeyName, Reply, Request, Role};
 use homing_daemon::Daemon;
 use homing_net::{DevCa, Handler};
-use homing_store::{
-    DcStore, GlobalStore, MemoryDcStore, MemoryGlobalStore, SetIfAbsent, StoreError,
-};
+use homing_store::{DcStore, GlobalStore, MemoryDcStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod support;
+use support::TestGlobal;
 
 /// Longest any step here may take on a loaded machine.
 const STEP_MS_MAX: u64 = 30_000;
 
 /// A global store that can be switched off: every call then fails as an
 /// unreachable backend does.
-struct Switchable {
-    inner: MemoryGlobalStore,
-    down: AtomicBool,
+fn switchable(down: bool) -> Arc<TestGlobal> {
+    let global = TestGlobal::default();
+    global.down.store(down, Ordering::SeqCst);
+    Arc::new(global)
 }
 
-impl Switchable {
-    fn new(down: bool) -> Arc<Switchable> {
-        Arc::new(Switchable {
-            inner: MemoryGlobalStore::new(),
-            down: AtomicBool::new(down),
-        })
-    }
-
-    fn check(&self) -> Result<(), StoreError> {
-        match self.down.load(Ordering::SeqCst) {
-            true => Err(StoreError::Unavailable {
-                backend: "test",
-                reason: "switched off".into(),
-            }),
-            false => Ok(()),
-        }
-    }
-}
-
-#[async_trait]
-impl GlobalStore for Switchable {
-    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        self.check()?;
-        self.inner.get(key).await
-    }
-    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
-        self.check()?;
-        self.inner.get_many(keys).await
-    }
-    async fn set_if_absent(
-        &self,
-        key: &Key,
-        id: &ReservationId,
-    ) -> Result<SetIfAbsent, StoreError> {
-        self.check()?;
-        self.inner.set_if_absent(key, id).await
-    }
-    async fn scan(
-        &self,
-        after: Option<&Key>,
-        limit: usize,
-    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
-        self.check()?;
-        self.inner.scan(after, limit).await
-    }
-}
-
-async fn start(global: Arc<Switchable>) -> (Daemon, tempfile::TempDir) {
+async fn start(global: Arc<TestGlobal>) -> (Daemon, tempfile::TempDir) {
     let records = Arc::new(MemoryDcStore::new()) as Arc<dyn DcStore>;
     let (daemon, dir) = start_on(global, records).await;
     (daemon.unwrap(), dir)
 }
 
 async fn start_on(
-    global: Arc<Switchable>,
+    global: Arc<TestGlobal>,
     records: Arc<dyn DcStore>,
 ) -> (
     Result<Daemon, homing_daemon::DaemonError>,
@@ -125,7 +75,7 @@ fn room() -> Key {
 
 #[tokio::test]
 async fn store_faults_a_resolve_when_the_global_store_fails_is_unavailable_never_absent() {
-    let global = Switchable::new(true);
+    let global = switchable(true);
     let (daemon, _dir) = start(global.clone()).await;
     let router = Identity::new(Role::Router, None).unwrap();
     let resolve = || {
@@ -151,7 +101,7 @@ async fn store_faults_a_resolve_when_the_global_store_fails_is_unavailable_never
 
 #[tokio::test]
 async fn store_faults_healthz_follows_the_global_store() {
-    let global = Switchable::new(false);
+    let global = switchable(false);
     let (daemon, _dir) = start(global.clone()).await;
     assert_eq!(get(&daemon, "/healthz").await, (200, "ok\n".to_string()));
     global.down.store(true, Ordering::SeqCst);
@@ -174,7 +124,7 @@ async fn store_faults_healthz_follows_the_global_store() {
 
 #[tokio::test]
 async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
-    let global = Switchable::new(false);
+    let global = switchable(false);
     let (daemon, _dir) = start(global).await;
     let addr = daemon.metrics_addr().expect("metrics enabled");
     let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -199,7 +149,7 @@ async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
 
 #[tokio::test]
 async fn store_faults_homingd_refuses_a_dc_store_an_unfinished_migration_copies_into() {
-    let global = Switchable::new(false);
+    let global = switchable(false);
     let records = Arc::new(MemoryDcStore::new());
     assert!(records.set_migrating(true).await.unwrap());
     let (refused, _dir) = start_on(global.clone(), records.clone()).await;

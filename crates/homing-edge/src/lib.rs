@@ -27,6 +27,7 @@
 pub mod actor_host;
 pub mod config;
 mod json;
+mod pool;
 pub mod probe;
 pub mod route;
 pub mod router;
@@ -35,4 +36,4 @@ pub mod serve;
 pub use actor_host::{ActorHost, ActorHostConfig, ActorHostError, HostStarted};
 pub use config::EdgeConfig;
 pub use router::{EdgeBody, EdgeRouter, EdgeStats};
-pub use serve::{ServeLimits, Serving};
+pub use serve::{ServeLimits, Serving, runtime};

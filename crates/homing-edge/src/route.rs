@@ -3,6 +3,7 @@
 
 use homing_core::{Key, KeyName, LabelError};
 use hyper::http::request::Parts;
+use hyper::http::uri::PathAndQuery;
 use thiserror::Error;
 
 use crate::config::EdgeConfig;
@@ -33,21 +34,22 @@ pub struct Routed {
     /// The key.
     pub key: Key,
     /// Path and query for the actor (the prefix removed, if it named the key).
-    pub path_and_query: String,
+    pub path_and_query: PathAndQuery,
 }
 
 /// Finds the key of a request. The key name is taken as written (no
 /// percent-decoding): routers and hosts must agree on names byte for byte.
 pub fn route(parts: &Parts, config: &EdgeConfig) -> Result<Routed, KeyError> {
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_string();
     if let Some(value) = parts.headers.get(&config.key_header) {
         let name = value
             .to_str()
             .map_err(|_| KeyError::Invalid("key header is not visible ascii".to_string()))?;
+        // Shared with the request's own URI: no copy.
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
         return Ok(Routed {
             key: key(config, name)?,
             path_and_query,
@@ -62,14 +64,18 @@ pub fn route(parts: &Parts, config: &EdgeConfig) -> Result<Routed, KeyError> {
         Some(at) => rest.split_at(at),
         None => (rest, "/"),
     };
+    let key = key(config, name)?;
     let mut forwarded = path.to_string();
     if let Some(query) = parts.uri.query() {
         forwarded.push('?');
         forwarded.push_str(query);
     }
+    // A tail of a valid path and its query is a valid path and query.
+    let path_and_query = PathAndQuery::try_from(forwarded)
+        .map_err(|e| KeyError::Invalid(format!("path after the key: {e}")))?;
     Ok(Routed {
-        key: key(config, name)?,
-        path_and_query: forwarded,
+        key,
+        path_and_query,
     })
 }
 

@@ -27,14 +27,12 @@ use homing_client::{Resolution, ResolveError, Resolver};
 use homing_core::Key;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
+use hyper::http::uri::PathAndQuery;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri, Version};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
@@ -42,6 +40,7 @@ use tracing::{debug, warn};
 
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
 use crate::json;
+use crate::pool::{ActorPool, SendError};
 use crate::route::{KeyError, route};
 use crate::serve::{self, Serving};
 
@@ -102,7 +101,7 @@ impl Counters {
 struct Inner {
     resolver: Resolver,
     config: EdgeConfig,
-    client: Client<HttpConnector, Full<Bytes>>,
+    pool: Arc<ActorPool>,
     forwards: Semaphore,
     counters: Counters,
 }
@@ -128,20 +127,17 @@ enum Forward {
 impl EdgeRouter {
     /// A router resolving through `resolver` (built with a router identity).
     pub fn new(resolver: Resolver, config: EdgeConfig) -> EdgeRouter {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_millis(config.connect_timeout_ms)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_millis(config.pool_idle_timeout_ms))
-            .pool_max_idle_per_host(config.pool_idle_per_actor_max)
-            .build(connector);
+        let pool = ActorPool::new(
+            config.pool_idle_per_actor_max,
+            Duration::from_millis(config.pool_idle_timeout_ms),
+            Duration::from_millis(config.connect_timeout_ms),
+        );
         EdgeRouter {
             inner: Arc::new(Inner {
                 resolver,
                 forwards: Semaphore::new(config.forwards_in_flight_max),
                 config,
-                client,
+                pool: Arc::new(pool),
                 counters: Counters::default(),
             }),
         }
@@ -196,7 +192,7 @@ impl EdgeRouter {
     /// for the statuses), never an error.
     pub async fn handle(&self, request: Request<Incoming>) -> Response<EdgeBody> {
         Counters::bump(&self.inner.counters.requests);
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let routed = match route(&parts, &self.inner.config) {
             Ok(routed) => routed,
             Err(e) => {
@@ -208,6 +204,8 @@ impl EdgeRouter {
             }
         };
         let key = &routed.key;
+        // Hop-by-hop headers and Host go now, once for every attempt.
+        strip_hop_by_hop(&mut parts.headers);
         let body = match self.read_body(&parts, body).await {
             Ok(body) => body,
             Err(status) => {
@@ -271,6 +269,10 @@ impl EdgeRouter {
 
     /// Buffers the body (bounded) so a failed forward can be retried.
     async fn read_body(&self, parts: &Parts, body: Incoming) -> Result<Bytes, StatusCode> {
+        // Most requests have none: nothing to collect.
+        if body.is_end_stream() {
+            return Ok(Bytes::new());
+        }
         let max = self.inner.config.request_body_bytes_max;
         let declared = parts
             .headers
@@ -292,8 +294,9 @@ impl EdgeRouter {
     /// Resolves `key`, waiting (boundedly) while its tail is vacant.
     async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
         let resolver = &self.inner.resolver;
-        let until = Instant::now() + Duration::from_millis(self.inner.config.move_wait_ms);
         let poll = Duration::from_millis(MOVE_POLL_MS);
+        // Set at the first vacant answer: a hit reads no clock.
+        let mut until = None;
         loop {
             let answer = if self.inner.config.stale_answers {
                 resolver.resolve_or_stale(key).await
@@ -310,7 +313,12 @@ impl EdgeRouter {
                     });
                     return Ok(at);
                 }
-                Err(ResolveError::Vacant { .. }) if Instant::now() + poll < until => {
+                Err(e @ ResolveError::Vacant { .. }) => {
+                    let now = Instant::now();
+                    let wait = Duration::from_millis(self.inner.config.move_wait_ms);
+                    if now + poll >= *until.get_or_insert(now + wait) {
+                        return Err(e);
+                    }
                     tokio::time::sleep(poll).await;
                 }
                 Err(e) => return Err(e),
@@ -322,38 +330,30 @@ impl EdgeRouter {
         &self,
         at: &Resolution,
         parts: &Parts,
-        path_and_query: &str,
+        path_and_query: &PathAndQuery,
         body: Bytes,
     ) -> Result<Response<EdgeBody>, Forward> {
-        let uri: Uri = format!("http://{}{path_and_query}", at.actor)
-            .parse()
-            .map_err(|_| Forward::BadActor(at.actor.to_string()))?;
-        let authority = HeaderValue::from_str(at.actor.as_str())
-            .map_err(|_| Forward::BadActor(at.actor.to_string()))?;
+        // Origin-form: the actor connection is the actor's own.
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = parts.method.clone();
-        *request.uri_mut() = uri;
+        *request.uri_mut() = Uri::from(path_and_query.clone());
         *request.version_mut() = Version::HTTP_11;
-        let headers = request.headers_mut();
-        copy_end_to_end(&parts.headers, headers);
-        headers.insert(header::HOST, authority);
-        identify(headers, at);
+        // Kept in `parts` for a retry; the values are shared, not copied.
+        *request.headers_mut() = parts.headers.clone();
+        identify(request.headers_mut(), at);
         let timeout = Duration::from_millis(self.inner.config.upstream_timeout_ms);
         let sent = async {
             let _permit = self.inner.forwards.acquire().await;
-            self.inner.client.request(request).await
+            self.inner.pool.send(&at.actor, request).await
         };
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Err(Forward::Timeout),
-            Ok(Err(e)) => Err(Forward::Unreachable {
-                error: error_chain(&e),
-                sent: !e.is_connect(),
-            }),
+            Ok(Err(SendError::BadActor)) => Err(Forward::BadActor(at.actor.to_string())),
+            Ok(Err(SendError::Connect(error))) => Err(Forward::Unreachable { error, sent: false }),
+            Ok(Err(SendError::Broken { error, sent })) => Err(Forward::Unreachable { error, sent }),
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
-                let mut headers = HeaderMap::with_capacity(parts.headers.len());
-                copy_end_to_end(&parts.headers, &mut headers);
-                parts.headers = headers;
+                strip_hop_by_hop(&mut parts.headers);
                 Ok(Response::from_parts(parts, body.boxed()))
             }
         }
@@ -406,25 +406,26 @@ pub(crate) fn json_response(status: StatusCode, text: String) -> Response<EdgeBo
     response
 }
 
-/// Copies every header but the hop-by-hop ones and `Host`.
-fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
+/// Removes the hop-by-hop headers, `Upgrade` and `Host`, in place.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    headers.remove(header::HOST);
+    let hop = |name: &HeaderName| HOP_BY_HOP.contains(name) || name == header::UPGRADE;
+    // Most messages have none: one pass to see, no work after it.
+    if !headers.keys().any(hop) {
+        return;
+    }
     // Headers named in `Connection` are hop-by-hop too.
-    let named: Vec<&str> = from
+    let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for (name, value) in from {
-        let hop = HOP_BY_HOP.contains(name)
-            || name == header::HOST
-            || name == header::UPGRADE
-            || named.iter().any(|n| name.as_str().eq_ignore_ascii_case(n));
-        if !hop {
-            to.append(name.clone(), value.clone());
-        }
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
     }
+    headers.remove(header::UPGRADE);
 }
 
 /// Tells the actor what the router resolved, so it can refuse misrouted work.
@@ -435,19 +436,9 @@ fn identify(headers: &mut HeaderMap, at: &Resolution) {
         (TOKEN_HEADER, at.token.to_string()),
     ];
     for (name, value) in pairs {
-        if let Ok(value) = HeaderValue::from_str(&value) {
+        // Takes the string's bytes as they are: no second copy.
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
             headers.insert(HeaderName::from_static(name), value);
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

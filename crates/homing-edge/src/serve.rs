@@ -45,6 +45,23 @@ impl Default for ServeLimits {
     }
 }
 
+/// The tokio runtime for a router or an actor host on `threads` threads.
+/// One thread runs everything on a current-thread runtime: a request and
+/// its forward wake each other without crossing threads (what one nginx
+/// worker does); more make a multi-thread runtime with that many workers.
+pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+}
+
 /// What a server's stop signal holds: `None` while running, then the drain
 /// time in-flight requests get.
 pub(crate) type StopSignal = Arc<watch::Sender<Option<Duration>>>;

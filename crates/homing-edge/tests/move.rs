@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use homing_core::AcquireReply;
-use homing_core::{KeyConfig, KeyName};
-use homing_edge::{ActorHost, ActorHostConfig, EdgeConfig, EdgeRouter};
+use homing_edge::{ActorHost, EdgeConfig, EdgeRouter};
 use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
 use hyper_util::client::legacy::Client;
@@ -62,18 +60,6 @@ async fn send(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-async fn start_host(net: &Net, dc: usize, key: &str) -> anyhow::Result<ActorHost> {
-    let config = ActorHostConfig::new(
-        net.peer(dc),
-        KeyConfig::named(KeyName::new(key)?),
-        "127.0.0.1:0".parse()?,
-    );
-    match ActorHost::start(net.host_client(dc)?, config).await? {
-        AcquireReply::Acquired(host) => Ok(*host),
-        other => anyhow::bail!("host in dc {dc} did not get the key: {other:?}"),
-    }
-}
-
 fn landed_on(body: &str, host: &ActorHost) -> bool {
     body.contains(&format!("\"reservation\":\"{}\"", host.reservation()))
 }
@@ -89,7 +75,7 @@ async fn move_between_dcs_every_request_through_the_router_succeeds() {
 async fn move_scenario() -> anyhow::Result<()> {
     let net = Net::start(&["iad", "fra", "sin"]).await?;
     let key = "room-move";
-    let a = start_host(&net, 0, key).await?;
+    let a = net.start_host(0, key).await?;
     let router = EdgeRouter::new(net.resolver(2, TAIL_TTL_MS)?, EdgeConfig::default());
     let serving = router.spawn(TcpListener::bind("127.0.0.1:0").await?)?;
     let url = format!("http://{}/", serving.local_addr());
@@ -118,7 +104,7 @@ async fn move_scenario() -> anyhow::Result<()> {
     let a_reservation = a.reservation().clone();
     a.stop().await?;
     let moved_at = Instant::now();
-    let b = start_host(&net, 1, key).await?;
+    let b = net.start_host(1, key).await?;
     let b_started = Instant::now();
     tokio::time::sleep(Duration::from_millis(TAIL_TTL_MS + 500)).await;
     running.store(false, Ordering::Relaxed);
@@ -203,7 +189,7 @@ async fn errors_scenario() -> anyhow::Result<()> {
     );
 
     // The path prefix routes too, and the actor sees the rest of the path.
-    let host = start_host(&net, 0, "room-gone").await?;
+    let host = net.start_host(0, "room-gone").await?;
     let (status, body) = get(&http, &format!("{base}/k/room-gone/a"), None).await?;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(landed_on(&body, &host), "{body}");
@@ -215,7 +201,7 @@ async fn errors_scenario() -> anyhow::Result<()> {
     assert_eq!(body, "{\"error\":\"vacant\",\"key\":\"room-gone\"}\n");
 
     // Bodies are bounded: the limit passes, one byte more is refused.
-    let host = start_host(&net, 1, "room-body").await?;
+    let host = net.start_host(1, "room-body").await?;
     let post = |len: usize| {
         let body = Bytes::from(vec![b'x'; len]);
         send(&http, hyper::Method::POST, &base, Some("room-body"), body)
@@ -265,7 +251,7 @@ async fn actor_host_stops_serving_at_its_hard_deadline_once_its_key_is_drained()
 async fn drain_scenario() -> anyhow::Result<()> {
     // Leases of 1.5 s: renew at 0.5 s, soft stop at 1 s, hard stop at 1.3 s.
     let net = Net::start_with(&["iad", "fra", "sin"], Some((1_500, 500, 200, 200))).await?;
-    let mut host = start_host(&net, 0, "room-drained").await?;
+    let mut host = net.start_host(0, "room-drained").await?;
     let addr = host.local_addr();
     let (status, _) = homing_edge::probe::get(addr, "/", None).await?;
     assert_eq!(status, StatusCode::OK);

@@ -505,11 +505,12 @@ async fn an_alpn_mismatch_fails_the_handshake_and_is_logged_as_a_version_mismatc
         );
         assert!(raw_connect(&router_tls, &peer, None).await.is_ok());
         server.shutdown().await;
+        let ours = std::str::from_utf8(homing_core::wire::ALPN).unwrap();
         let warnings = warnings.lock().unwrap();
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("protocol version mismatch") && w.contains("homing/3")),
+                .any(|w| w.contains("protocol version mismatch") && w.contains(ours)),
             "{warnings:?}"
         );
     })

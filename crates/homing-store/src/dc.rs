@@ -70,6 +70,7 @@ pub enum Import<T> {
 
 /// What [`DcStore::compare_and_set`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // one per write, never stored: boxing buys nothing
 pub enum Cas {
     /// The record was written (durably, for durable backends).
     Written,

@@ -437,10 +437,10 @@ mod tests {
         let old_bytes = wire::encode(&before).unwrap();
         assert!(old_bytes[0] < 0x80);
         assert_eq!(decode_record(&old_bytes).unwrap(), record);
-        record.shortcut = Some(Shortcut {
+        record.shortcut = Some(Box::new(Shortcut {
             to: "fra.9".parse().unwrap(),
             token: FencingToken::new(9),
-        });
+        }));
         let bytes = encode_record(&record).unwrap();
         assert_eq!(bytes[0], RECORD_FORMAT_SHORTCUT);
         assert_eq!(decode_record(&bytes).unwrap(), record);

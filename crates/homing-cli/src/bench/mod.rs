@@ -4,6 +4,7 @@
 
 mod renew;
 mod reserve;
+mod resolve_absent;
 mod resolve_cold;
 mod svg;
 
@@ -75,8 +76,10 @@ impl BenchArgs {
 /// A benchmark suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Suite {
-    /// Cold resolves through chains of 0–3 links, 4 DCs 20 ms apart, vs the cost model.
+    /// Cold resolves through chains of 0–3 links and keys moved 16 and 1,000 times, 4 DCs 20 ms apart, vs the cost model.
     ResolveCold,
+    /// Resolves of absent keys at one homingd: global reads per resolve with its absent cache off and on.
+    ResolveAbsent,
     /// Reservations/s through homingd vs the raw global store at 1/8/64/256 clients.
     Reserve,
     /// The same with a 3-member etcd cluster as the global store (feature `etcd`).
@@ -97,6 +100,7 @@ enum Suite {
 pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
     match args.suite {
         Suite::ResolveCold => resolve_cold::run(&args.out, &args.load()).await,
+        Suite::ResolveAbsent => resolve_absent::run(&args.load()).await,
         Suite::Reserve => reserve::run(&args.out, &args.load()).await,
         #[cfg(feature = "etcd")]
         Suite::ReserveEtcd => reserve::run_etcd(&args.out, &args.load()).await,

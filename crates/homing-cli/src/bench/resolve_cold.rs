@@ -161,7 +161,7 @@ pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
         };
         let cold = ColdSet {
             keys: keys.to_vec(),
-            attached,
+            tail_dc: attached,
             links,
             expected_inter_dc: links as u32,
         };
@@ -171,14 +171,17 @@ pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
     // router attached to dc3: the global read there, then the entry's DC
     // (its answer carries the shortcut) and the tail's DC, 2 inter-DC round
     // trips however long the chain (DESIGN.md §7.2).
-    for moves in if load.throughput_only { vec![] } else { LONG_CHAIN_MOVES.to_vec() } {
+    for moves in if load.throughput_only {
+        vec![]
+    } else {
+        LONG_CHAIN_MOVES.to_vec()
+    } {
         let started = Instant::now();
         let chain_dcs = &ids[..DCS - 1];
         let names = (0..=LONG_CHAIN_KEYS)
             .map(|i| format!("long-{tag}-{moves}-{i}"))
             .collect();
-        let keys =
-            build_cycling_chains(&hosts[..DCS - 1], chain_dcs, moves, names, &admin).await?;
+        let keys = build_cycling_chains(&hosts[..DCS - 1], chain_dcs, moves, names, &admin).await?;
         println!(
             "   built {} chains of {moves} moves in {:.1} s",
             keys.len(),
@@ -200,7 +203,7 @@ pub async fn run(out: &Path, load: &Load) -> anyhow::Result<bool> {
         };
         let cold = ColdSet {
             keys,
-            attached,
+            tail_dc: &chain_dcs[moves % chain_dcs.len()],
             links: moves,
             expected_inter_dc: 2,
         };
@@ -454,10 +457,10 @@ struct Timing {
     local: u32,
 }
 
-/// Keys to resolve cold, each by a fresh router attached to `attached`.
+/// Keys to resolve cold, each by a fresh router, whose tails are in `tail_dc`.
 struct ColdSet<'a> {
     keys: Vec<Key>,
-    attached: &'a DcId,
+    tail_dc: &'a DcId,
     links: usize,
     expected_inter_dc: u32,
 }
@@ -485,7 +488,7 @@ async fn latency_row(
             let t = Instant::now();
             let r = resolver.resolve(k).await?;
             us.push(t.elapsed().as_micros() as u64);
-            if r.dc == *cold.attached || r.from_cache {
+            if r.dc != *cold.tail_dc || r.from_cache {
                 println!("   ✗ unexpected resolution of {k}: {r:?}");
                 *ok = false;
             }
@@ -656,7 +659,10 @@ async fn shortcut_recorded(
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{} never recorded the shortcut of {key} to {tail}", entry_dc.dc);
+            bail!(
+                "{} never recorded the shortcut of {key} to {tail}",
+                entry_dc.dc
+            );
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

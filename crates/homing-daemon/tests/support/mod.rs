@@ -1,18 +1,22 @@
 //! What several of homingd's integration tests share: a host's clock, the
-//! grant in an acquire reply, and one DC started in this process on stores
-//! the test hands in.
+//! grant in an acquire reply, one DC started in this process on stores the
+//! test hands in, and a global store the test can make misbehave.
 
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
 
 use homing_core::{
-    AcquireReply, DcId, FencingToken, Grant, HostTime, Identity, Reply, ReservationId, Role,
+    AcquireReply, DcId, FencingToken, Grant, HostTime, Identity, Key, Reply, ReservationId, Role,
 };
 use homing_daemon::{Config, Daemon, DaemonError, Settings};
 use homing_net::DevCa;
-use homing_store::{DcStore, GlobalStore};
+use homing_store::{DcStore, GlobalStore, MemoryGlobalStore, SetIfAbsent, StoreError};
 
 /// This machine's wall clock as a host clock reading.
 pub fn now() -> HostTime {
@@ -57,4 +61,70 @@ pub async fn start_iad(
         .tls_identity(&Identity::new(Role::Node, Some(iad)).unwrap())
         .unwrap();
     (Daemon::start(&config, &tls, global, records).await, dir)
+}
+
+/// A global store in memory that a test can make misbehave: switched off
+/// (every call fails as an unreachable backend does), a nearest replica that
+/// never saw any write, slow linearizable reads; it counts those reads.
+#[derive(Default)]
+pub struct TestGlobal {
+    /// The store itself.
+    pub inner: MemoryGlobalStore,
+    /// Switched off: every call fails `Unavailable`.
+    pub down: AtomicBool,
+    /// `get_nearest` answers "absent" whatever is stored.
+    pub nearest_never_caught_up: bool,
+    /// How long each `get` takes.
+    pub get_delay: Duration,
+    /// `get` calls so far.
+    pub gets: AtomicU64,
+}
+
+impl TestGlobal {
+    fn check(&self) -> Result<(), StoreError> {
+        match self.down.load(Ordering::SeqCst) {
+            true => Err(StoreError::Unavailable {
+                backend: "test",
+                reason: "switched off".into(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl GlobalStore for TestGlobal {
+    async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.get_delay).await;
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn get_nearest(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
+        self.check()?;
+        match self.nearest_never_caught_up {
+            true => Ok(None),
+            false => self.inner.get_nearest(key).await,
+        }
+    }
+    async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
+        self.check()?;
+        self.inner.get_many(keys).await
+    }
+    async fn set_if_absent(
+        &self,
+        key: &Key,
+        id: &ReservationId,
+    ) -> Result<SetIfAbsent, StoreError> {
+        self.check()?;
+        self.inner.set_if_absent(key, id).await
+    }
+    async fn scan(
+        &self,
+        after: Option<&Key>,
+        limit: usize,
+    ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
+        self.check()?;
+        self.inner.scan(after, limit).await
+    }
 }

@@ -62,6 +62,10 @@ struct Args {
     /// Serve remembered answers, marked stale, while a DC is unavailable.
     #[arg(long)]
     stale_answers: bool,
+    /// Threads serving requests; 1 runs everything on one thread (no
+    /// cross-thread wake-ups, like one nginx worker). Default: one per CPU.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 fn dc_table(entries: &[String]) -> anyhow::Result<Vec<(homing_core::DcId, SocketAddr)>> {
@@ -132,15 +136,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    if let Err(e) = run(Args::parse()).await {
+    let args = Args::parse();
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let ran = homing_edge::runtime(threads)
+        .context("starting the runtime")
+        .and_then(|runtime| runtime.block_on(run(args)));
+    if let Err(e) = ran {
         eprintln!("error: {e:#}");
         std::process::exit(2);
     }

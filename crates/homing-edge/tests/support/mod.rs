@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use homing_client::{Resolver, ResolverConfig};
-use homing_core::{DcId, Role};
+use homing_core::{AcquireReply, DcId, KeyConfig, KeyName, Role};
 use homing_daemon::{Devnet, DevnetOptions, Settings};
+use homing_edge::{ActorHost, ActorHostConfig};
 use homing_net::{Client, Peer};
 
 /// Running DCs and the certificates to reach them.
@@ -20,16 +21,21 @@ impl Net {
         Net::start_with(names, None).await
     }
 
+    /// Like [`Net::start`], with leases of `lease_ttl_ms` (default margins).
+    pub async fn start_with_lease_ttl(names: &[&str], lease_ttl_ms: u64) -> anyhow::Result<Net> {
+        let overrides = Settings {
+            lease_ttl_ms: Some(lease_ttl_ms),
+            ..Settings::default()
+        };
+        Net::start_settings(names, overrides).await
+    }
+
     /// Like [`Net::start`], with leases of `short_lease` =
     /// `(ttl_ms, soft_margin_ms, hard_margin_ms, grace_ms)` if given.
     pub async fn start_with(
         names: &[&str],
         short_lease: Option<(u64, u64, u64, u64)>,
     ) -> anyhow::Result<Net> {
-        let dcs = names
-            .iter()
-            .map(|n| DcId::new(*n))
-            .collect::<Result<Vec<_>, _>>()?;
         let overrides = Settings {
             lease_ttl_ms: short_lease.map(|l| l.0),
             soft_margin_ms: short_lease.map(|l| l.1),
@@ -37,6 +43,14 @@ impl Net {
             grace_ms: short_lease.map(|l| l.3),
             ..Settings::default()
         };
+        Net::start_settings(names, overrides).await
+    }
+
+    async fn start_settings(names: &[&str], overrides: Settings) -> anyhow::Result<Net> {
+        let dcs = names
+            .iter()
+            .map(|n| DcId::new(*n))
+            .collect::<Result<Vec<_>, _>>()?;
         let options = DevnetOptions {
             dcs,
             overrides,
@@ -94,6 +108,19 @@ impl Net {
             ..ResolverConfig::new(table)
         };
         Ok(Resolver::new(self.router_client()?, config))
+    }
+
+    /// An actor host holding `key` in DC number `dc`, on a loopback port.
+    pub async fn start_host(&self, dc: usize, key: &str) -> anyhow::Result<ActorHost> {
+        let config = ActorHostConfig::new(
+            self.peer(dc),
+            KeyConfig::named(KeyName::new(key)?),
+            "127.0.0.1:0".parse()?,
+        );
+        match ActorHost::start(self.host_client(dc)?, config).await? {
+            AcquireReply::Acquired(host) => Ok(*host),
+            other => anyhow::bail!("host in dc {dc} did not get {key}: {other:?}"),
+        }
     }
 
     /// Stops every daemon.

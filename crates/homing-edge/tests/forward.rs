@@ -1,0 +1,361 @@
+//! The forward rules, against a scripted actor: a TCP server in this test
+//! that answers, hangs, or drops the connection after reading a request,
+//! reserved in a real DC under its own address. One unreachable actor costs
+//! one report and one retry; a request that may have reached the actor is
+//! retried only if idempotent; a silent actor gets 504; the actor sees the
+//! identifying headers and no hop-by-hop ones; connections are reused.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use homing_client::{HostClock, SystemClock};
+use homing_core::{AcquireReply, ActorId, KeyConfig, KeyName, Reply, Request};
+use homing_edge::{EdgeConfig, EdgeRouter, EdgeStats, Serving};
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use support::Net;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// Each scenario must finish within this, in milliseconds.
+const TEST_MS_MAX: u64 = 30_000;
+/// The router's wait for response headers in the timeout scenario, in milliseconds.
+const UPSTREAM_TIMEOUT_MS: u64 = 300;
+/// Largest request head the scripted actor reads, in bytes.
+const HEAD_BYTES_MAX: usize = 16 * 1024;
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+/// What the scripted actor does with each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Script {
+    /// Answers 200 `ok`, with a hop-by-hop `Keep-Alive` header, and keeps the connection.
+    Answer,
+    /// Reads the request, then closes the connection without answering.
+    DropAfterRead,
+    /// Reads the request and never answers.
+    Hang,
+}
+
+/// A scripted actor: its address, the request heads it read, its accepts.
+struct Scripted {
+    addr: SocketAddr,
+    heads: mpsc::UnboundedReceiver<String>,
+    accepted: Arc<Mutex<usize>>,
+}
+
+impl Scripted {
+    async fn start(script: Script) -> anyhow::Result<Scripted> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (heads_tx, heads) = mpsc::unbounded_channel();
+        let accepted = Arc::new(Mutex::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                *counted.lock().expect("test lock") += 1;
+                tokio::spawn(serve(stream, script, heads_tx.clone()));
+            }
+        });
+        Ok(Scripted {
+            addr,
+            heads,
+            accepted,
+        })
+    }
+
+    fn accepted(&self) -> usize {
+        *self.accepted.lock().expect("test lock")
+    }
+
+    /// Request heads read so far (without waiting).
+    fn heads_so_far(&mut self) -> Vec<String> {
+        let mut heads = Vec::new();
+        while let Ok(head) = self.heads.try_recv() {
+            heads.push(head);
+        }
+        heads
+    }
+}
+
+async fn serve(mut stream: TcpStream, script: Script, heads: mpsc::UnboundedSender<String>) {
+    let mut buf = Vec::new();
+    loop {
+        let Some(end) = read_head(&mut stream, &mut buf).await else {
+            return;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let body_len = content_length(&head);
+        // The body follows the head; read it all before answering.
+        while buf.len() < end + body_len {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..end + body_len);
+        let _ = heads.send(head);
+        match script {
+            Script::Answer => {
+                let answer =
+                    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=5\r\n\r\nok";
+                if stream.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            Script::DropAfterRead => return,
+            Script::Hang => {
+                let _ = stream.read(&mut [0u8; 1]).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Reads until a full head is in `buf`; its length with the blank line.
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(at + 4);
+        }
+        if buf.len() > HEAD_BYTES_MAX {
+            return None;
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The value of header `name` in `head`, if present.
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+}
+
+/// Reserves `key` in DC 0 for the actor at `addr`; the reply's reservation and token.
+async fn reserve(net: &Net, key: &str, addr: SocketAddr) -> anyhow::Result<(String, u64)> {
+    let request = Request::Acquire {
+        config: KeyConfig::named(KeyName::new(key)?),
+        actor: ActorId::new(addr.to_string())?,
+        host_time: SystemClock.now(),
+        wait_ms: 0,
+    };
+    match net.host_client(0)?.request(&net.peer(0), &request).await? {
+        Reply::Acquire(AcquireReply::Acquired(grant)) => {
+            Ok((grant.reservation.to_string(), grant.token.get()))
+        }
+        other => anyhow::bail!("acquire {key}: {other:?}"),
+    }
+}
+
+/// Two DCs, `key` reserved in the first for the actor at `actor`, and a
+/// router with `config` in front.
+struct Scene {
+    net: Net,
+    router: EdgeRouter,
+    serving: Serving,
+    /// The reservation and token the key was granted.
+    grant: (String, u64),
+}
+
+impl Scene {
+    async fn start(key: &str, actor: SocketAddr, config: EdgeConfig) -> anyhow::Result<Scene> {
+        let net = Net::start(&["iad", "fra"]).await?;
+        let grant = reserve(&net, key, actor).await?;
+        let router = EdgeRouter::new(net.resolver(0, 60_000)?, config);
+        let serving = router.spawn(TcpListener::bind("127.0.0.1:0").await?)?;
+        Ok(Scene {
+            net,
+            router,
+            serving,
+            grant,
+        })
+    }
+
+    async fn stop(self) {
+        self.serving.stop(Duration::ZERO).await;
+        self.net.shutdown().await;
+    }
+}
+
+/// What the router answered.
+struct Answer {
+    status: StatusCode,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+async fn send(
+    serving: &Serving,
+    method: Method,
+    key: &str,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<Answer> {
+    let http: Http = Client::builder(TokioExecutor::new()).build_http();
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{}/", serving.local_addr()))
+        .header("x-homing-key", key);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = http.request(request.body(Full::new(Bytes::new()))?).await?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await?.to_bytes();
+    Ok(Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+fn diff(after: EdgeStats, before: EdgeStats) -> (u64, u64) {
+    (
+        after.retries - before.retries,
+        after.resolved_by_walk - before.resolved_by_walk,
+    )
+}
+
+async fn bounded(scenario: impl std::future::Future<Output = anyhow::Result<()>>) {
+    tokio::time::timeout(Duration::from_millis(TEST_MS_MAX), scenario)
+        .await
+        .expect("the scenario finishes within TEST_MS_MAX")
+        .expect("the scenario runs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_actor_is_reported_re_resolved_and_retried_once_then_502() {
+    bounded(async {
+        // An address nothing listens on.
+        let gone = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let scene = Scene::start("gone", gone, EdgeConfig::default()).await?;
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::POST, "gone", &[]).await?;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+        assert_eq!(body, "{\"error\":\"actor_unreachable\",\"key\":\"gone\"}\n");
+        // A connect error means nothing was sent: even a POST is retried,
+        // once, on a fresh resolve (the report dropped the cached answer).
+        assert_eq!(diff(scene.router.stats(), before), (1, 2));
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_the_actor_may_have_received_is_retried_only_if_idempotent() {
+    bounded(async {
+        let mut actor = Scripted::start(Script::DropAfterRead).await?;
+        let scene = Scene::start("flaky", actor.addr, EdgeConfig::default()).await?;
+
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::POST, "flaky", &[]).await?;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+        assert_eq!(actor.heads_so_far().len(), 1, "a POST is sent once");
+        assert_eq!(diff(scene.router.stats(), before), (0, 1));
+
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::GET, "flaky", &[]).await?;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+        assert_eq!(actor.heads_so_far().len(), 2, "a GET is sent again, once");
+        assert_eq!(diff(scene.router.stats(), before), (1, 2));
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_silent_past_the_upstream_timeout_is_answered_504() {
+    bounded(async {
+        let actor = Scripted::start(Script::Hang).await?;
+        let config = EdgeConfig {
+            upstream_timeout_ms: UPSTREAM_TIMEOUT_MS,
+            ..EdgeConfig::default()
+        };
+        let scene = Scene::start("silent", actor.addr, config).await?;
+        let Answer { status, body, .. } = send(&scene.serving, Method::GET, "silent", &[]).await?;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        assert_eq!(
+            body,
+            "{\"error\":\"upstream_timeout\",\"key\":\"silent\"}\n"
+        );
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_sees_identifying_headers_and_no_hop_by_hop_ones_over_one_reused_connection() {
+    bounded(async {
+        let mut actor = Scripted::start(Script::Answer).await?;
+        let scene = Scene::start("room", actor.addr, EdgeConfig::default()).await?;
+        let (reservation, token) = scene.grant.clone();
+        let hop = [
+            ("connection", "x-private"),
+            ("x-private", "1"),
+            ("te", "trailers"),
+            ("x-end-to-end", "kept"),
+        ];
+        let answer = send(&scene.serving, Method::GET, "room", &hop).await?;
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (StatusCode::OK, "ok")
+        );
+        // The actor's hop-by-hop header stays between it and the router.
+        assert_eq!(answer.headers.get("keep-alive"), None);
+        for _ in 0..2 {
+            let Answer { status, .. } = send(&scene.serving, Method::GET, "room", &[]).await?;
+            assert_eq!(status, StatusCode::OK);
+        }
+        let heads = actor.heads_so_far();
+        assert_eq!(heads.len(), 3);
+        let first = &heads[0];
+        assert_eq!(header(first, "host"), Some(actor.addr.to_string().as_str()));
+        assert_eq!(header(first, "x-homing-dc"), Some("iad"));
+        assert_eq!(
+            header(first, "x-homing-reservation"),
+            Some(reservation.as_str())
+        );
+        assert_eq!(
+            header(first, "x-homing-token"),
+            Some(token.to_string().as_str())
+        );
+        assert_eq!(header(first, "x-end-to-end"), Some("kept"));
+        for gone in ["x-private", "te"] {
+            assert_eq!(header(first, gone), None, "{gone} forwarded: {first}");
+        }
+        assert!(
+            first.starts_with("GET / HTTP/1.1\r\n"),
+            "origin form: {first}"
+        );
+        // Three requests one after another share one pooled connection.
+        assert_eq!(actor.accepted(), 1);
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
