@@ -363,6 +363,7 @@ pub struct FdbDcStore {
 }
 
 /// What the first, event-less attempt of a compare-and-set found.
+#[allow(clippy::large_enum_variant)] // one per write, never stored, like `Cas`
 enum CasStep {
     Done(Cas),
     /// The write derives an event: redo it holding the append turn.
