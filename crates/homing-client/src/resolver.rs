@@ -145,8 +145,8 @@ struct Inner {
     answers: moka::future::Cache<Key, Answer>,
     /// Key → last good answer, for callers who accept stale answers.
     remembered: moka::future::Cache<Key, Answer>,
-    /// Keys found absent, for `absent_ttl_ms`.
-    absent: moka::future::Cache<Key, ()>,
+    /// Keys found absent, for `absent_ttl_ms` (`None` when that is 0).
+    absent: Option<moka::future::Cache<Key, ()>>,
 }
 
 /// What the answer caches hold per key: the tail, and nothing the cache key
@@ -247,14 +247,12 @@ impl Resolver {
             .max_capacity(config.cache_entries)
             .time_to_live(Duration::from_millis(config.tail_ttl_ms))
             .build();
-        let absent = moka::future::Cache::builder()
-            .max_capacity(if config.absent_ttl_ms > 0 {
-                config.cache_entries
-            } else {
-                0
-            })
-            .time_to_live(Duration::from_millis(config.absent_ttl_ms.max(1)))
-            .build();
+        let absent = (config.absent_ttl_ms > 0).then(|| {
+            moka::future::Cache::builder()
+                .max_capacity(config.cache_entries)
+                .time_to_live(Duration::from_millis(config.absent_ttl_ms))
+                .build()
+        });
         Resolver {
             inner: Arc::new(Inner {
                 client,
@@ -281,7 +279,9 @@ impl Resolver {
         if let Some(hit) = self.inner.answers.get(key).await {
             return Ok(hit.cached(key, false, dcs));
         }
-        if self.inner.absent.contains_key(key) {
+        if let Some(absent) = &self.inner.absent
+            && absent.contains_key(key)
+        {
             return Err(ResolveError::NotFound(key.clone()));
         }
         // Set only if this call's future ran the walk (single-flight); atomic
@@ -305,10 +305,8 @@ impl Resolver {
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {
-                if let ResolveError::NotFound(_) = *e
-                    && self.inner.config.absent_ttl_ms > 0
-                {
-                    self.inner.absent.insert(key.clone(), ()).await;
+                if let (ResolveError::NotFound(_), Some(absent)) = (&*e, &self.inner.absent) {
+                    absent.insert(key.clone(), ()).await;
                 }
                 return Err((*e).clone());
             }

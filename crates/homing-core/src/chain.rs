@@ -511,12 +511,11 @@ impl ChainWalk {
         if let Err(reason) = self.check(answered_by, &at, &segment) {
             return self.fall_back(answered_by, reason);
         }
-        if let Some(jump) = self.jumps.last_mut()
-            && matches!(self.purpose, Purpose::Jump { .. })
-        {
+        // A consult was answered above: the purpose is a jump or a follow.
+        let jumped = std::mem::replace(&mut self.purpose, Purpose::Follow) != Purpose::Follow;
+        if jumped && let Some(jump) = self.jumps.last_mut() {
             jump.taken = true;
         }
-        let jumped = std::mem::replace(&mut self.purpose, Purpose::Follow) != Purpose::Follow;
         let mut at = at;
         for link in segment.links {
             if self.seen.contains(&link.to) {
