@@ -25,15 +25,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use homing_core::{
-    AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage, ErrorKind,
-    ErrorReply, Key, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment, SegmentError,
-    Shortcut, ShortcutNotice, Source, StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage,
+    ErrorKind, ErrorReply, Key, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment,
+    SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ, Change, Changed,
-    Failure, GlobalRead, Mutations, NodeTime, Update, UpdatePoll, Upkeep, WaitLimits, Waiters,
-    member_named,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ, Cancellations, Change,
+    Changed, Failure, GlobalRead, Mutations, NodeTime, Update, UpdatePoll, Upkeep, WaitLimits,
+    Waiters, cancel, member_named,
 };
 
 use crate::clock::NodeClock;
@@ -72,6 +72,8 @@ pub struct Dc {
     global_cache: BTreeMap<Key, ReservationId>,
     /// Volatile: per key, the furthest chain member seen (homingd's `members`).
     members: BTreeMap<Key, Shortcut>,
+    /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
+    cancelled: Cancellations,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
     peer_rpcs: BTreeMap<u64, (u64, u16)>,
@@ -112,6 +114,7 @@ impl Dc {
             down_since_us: 0,
             global_cache: BTreeMap::new(),
             members: BTreeMap::new(),
+            cancelled: Cancellations::default(),
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
@@ -368,6 +371,7 @@ impl Sim {
             Request::Acquire {
                 config,
                 actor,
+                lease,
                 host_time,
                 wait_ms,
             } => {
@@ -376,6 +380,7 @@ impl Sim {
                     key: config.key(bits),
                     tag: config.tag,
                     actor,
+                    lease,
                     host_time,
                     wait_ms,
                 };
@@ -405,13 +410,53 @@ impl Sim {
             Request::Renew {
                 reservation,
                 token,
+                lease,
                 host_time,
-            } => self.update_task(d, reservation, Change::Renew { token, host_time }),
+            } => {
+                let change = Change::Renew {
+                    token,
+                    lease,
+                    host_time,
+                };
+                self.update_task(d, reservation, change)
+            }
             Request::Release {
                 reservation,
                 token,
+                lease,
                 outcome,
-            } => self.update_task(d, reservation, Change::Release { token, outcome }),
+            } => {
+                let change = Change::Release {
+                    token,
+                    lease,
+                    outcome,
+                };
+                self.update_task(d, reservation, change)
+            }
+            Request::ForceRelease { reservation, token } => {
+                self.update_task(d, reservation, Change::ForceRelease { token })
+            }
+            Request::Cancel { key: wanted, lease } => {
+                let now = self.node_now(d);
+                let dc = &mut self.dcs[d];
+                dc.cancelled.note(lease, now);
+                let records: Vec<DcRecord> = dc
+                    .records
+                    .values()
+                    .filter(|r| r.key == wanted)
+                    .cloned()
+                    .collect();
+                match cancel::target(&records, &lease) {
+                    Some(id) => {
+                        self.measurements.count("cancel_found_a_grant");
+                        self.update_task(d, id, Change::Cancel { lease })
+                    }
+                    None => {
+                        self.measurements.count("cancel_found_no_grant");
+                        return self.dc_reply_to(d, client, rpc, key, Reply::Cancelled(false));
+                    }
+                }
+            }
             Request::Link {
                 key: chain_key,
                 from,
@@ -803,6 +848,18 @@ impl Sim {
                     }
                     if let Some(notice) = job.acquire.take_notice() {
                         self.tell_shortcut(d, task_key, notice);
+                    }
+                    let lease = job.acquire.lease();
+                    if matches!(outcome, AcquireReply::Acquired(_))
+                        && self.dcs[d].cancelled.cancelled(&lease, now)
+                    {
+                        // Its host gave up on it: cancel the grant as it lands.
+                        self.measurements.count("cancelled_grant_landed");
+                        let cancel = Request::Cancel {
+                            key: job.acquire.key().clone(),
+                            lease,
+                        };
+                        self.request(NodeId::Dc(d as u16), NodeId::Dc(d as u16), task_key, cancel);
                     }
                     return Next::Reply(Reply::Acquire(outcome));
                 }
@@ -1288,6 +1345,7 @@ impl Sim {
         dc.woken.clear();
         dc.global_cache.clear();
         dc.members.clear();
+        dc.cancelled = Cancellations::default();
         self.checker.wake.on_dc_crash(self.now, d as u16);
         // Every other DC parked on this one learns it one idle timeout later.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;

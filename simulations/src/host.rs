@@ -6,11 +6,12 @@
 //! `Draining` ending renewals, a grant that arrives too late never started —
 //! all on the host's own drifting clock. It releases when its workload says so.
 
-use homing_core::host_lease::{HardCause, Renewal};
+use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
 use homing_core::{AcquireReply, Grant};
 use homing_core::{
     ActorId, ErrorKind, FailureReason, FencingToken, HostInstant, HostLease, HostLeasePoll,
-    HostTime, KeyConfig, PreviousRun, ReleaseCause, Reply, Request, ReservationId, RunOutcome,
+    HostTime, KeyConfig, LeaseKey, PreviousRun, ReleaseCause, Reply, Request, ReservationId,
+    RunOutcome,
 };
 
 use crate::invariants::View;
@@ -49,6 +50,8 @@ struct Lease {
     key: u32,
     reservation: ReservationId,
     token: FencingToken,
+    /// The acquire's lease key: renewals and the release present it.
+    lease_key: LeaseKey,
     /// The hard deadline of the last grant or renewal taken, for the checker.
     hard: HostTime,
     lease: HostLease,
@@ -74,10 +77,28 @@ struct Sent {
     true_us: u64,
 }
 
+/// One try of an acquire: its RPC and when it left.
+#[derive(Debug, Clone, Copy)]
+struct Try {
+    rpc: u64,
+    sent: Sent,
+}
+
+/// A logical acquire: every try carries its lease key (HostAgent's rule).
+#[derive(Debug, Clone)]
+struct Acquiring {
+    key: u32,
+    actor: ActorId,
+    lease: LeaseKey,
+    wait_ms: u32,
+    /// Every try so far, the last one current; a reply to any is the answer.
+    tries: Vec<Try>,
+}
+
 #[derive(Debug, Clone)]
 enum HostState {
     Idle,
-    Acquiring { key: u32, rpc: u64, sent: Sent },
+    Acquiring(Acquiring),
     Holding(Lease),
     Down,
 }
@@ -217,6 +238,7 @@ impl Sim {
         let request = Request::Renew {
             reservation: lease.reservation.clone(),
             token: lease.token,
+            lease: lease.lease_key,
             host_time: sent.host_time,
         };
         let key = lease.key;
@@ -242,8 +264,9 @@ impl Sim {
             return;
         };
         let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
+        let lease_key = lease.lease_key;
         self.checker.on_holder_stop(key, h as u32);
-        self.host_release(h, key, reservation, token);
+        self.host_release(h, key, reservation, token, lease_key);
         self.hosts[h].generation += 1;
         self.go_idle(h);
     }
@@ -255,6 +278,7 @@ impl Sim {
         key: u32,
         reservation: ReservationId,
         token: FencingToken,
+        lease: LeaseKey,
     ) {
         let outcome = if self
             .rng
@@ -277,6 +301,7 @@ impl Sim {
             body: Body::Request(Request::Release {
                 reservation,
                 token,
+                lease,
                 outcome,
             }),
         });
@@ -310,7 +335,6 @@ impl Sim {
 
     fn host_acquire(&mut self, h: usize) {
         let key = self.pick_key();
-        let sent = self.host_sent(h);
         let host = &mut self.hosts[h];
         host.acquires += 1;
         // Invariant: "h<n>.<n>.<n>" satisfies the actor-id rule.
@@ -319,18 +343,36 @@ impl Sim {
             host.idx, host.incarnation, host.acquires
         ))
         .expect("valid actor id");
-        let host_time = sent.host_time;
-        let dc = host.dc;
         let w = &self.scenario.workload;
         let wait_ms = if self.rng.chance(w.wait_fraction) {
             w.acquire_wait_ms
         } else {
             0
         };
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&self.rng.next_u64().to_le_bytes());
+        bytes[8..].copy_from_slice(&(self.rng.next_u64() | 1).to_le_bytes());
+        let lease = LeaseKey::from_bytes(bytes).expect("never all zeros");
+        let acquiring = Acquiring {
+            key,
+            actor,
+            lease,
+            wait_ms,
+            tries: Vec::new(),
+        };
+        self.host_try_acquire(h, acquiring);
+    }
+
+    /// Sends one try of `acquiring` (the same lease key every time).
+    fn host_try_acquire(&mut self, h: usize, mut acquiring: Acquiring) {
+        let sent = self.host_sent(h);
+        let (key, wait_ms) = (acquiring.key, acquiring.wait_ms);
+        let dc = self.hosts[h].dc;
         let request = Request::Acquire {
             config: KeyConfig::named(self.keys[key as usize].name.clone()),
-            actor,
-            host_time,
+            actor: acquiring.actor.clone(),
+            lease: acquiring.lease,
+            host_time: sent.host_time,
             wait_ms,
         };
         self.current_key = key;
@@ -348,7 +390,8 @@ impl Sim {
                 timeout_us,
             )
         };
-        self.hosts[h].state = HostState::Acquiring { key, rpc, sent };
+        acquiring.tries.push(Try { rpc, sent });
+        self.hosts[h].state = HostState::Acquiring(acquiring);
     }
 
     pub(crate) fn host_receive(&mut self, h: usize, message: Message) {
@@ -360,8 +403,15 @@ impl Sim {
         };
         self.host_check(h);
         match self.hosts[h].state.clone() {
-            HostState::Acquiring { key, rpc, sent } if rpc == message.rpc => {
-                self.host_acquired(h, key, rpc, sent, reply)
+            HostState::Acquiring(acquiring)
+                if acquiring.tries.iter().any(|t| t.rpc == message.rpc) =>
+            {
+                let answered = *acquiring
+                    .tries
+                    .iter()
+                    .find(|t| t.rpc == message.rpc)
+                    .expect("matched above");
+                self.host_acquired(h, acquiring.key, answered, acquiring.lease, reply)
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(message.rpc) => {
                 self.host_renewed(h, Some(reply))
@@ -383,7 +433,15 @@ impl Sim {
         }
     }
 
-    fn host_acquired(&mut self, h: usize, key: u32, rpc: u64, sent: Sent, reply: Reply) {
+    fn host_acquired(
+        &mut self,
+        h: usize,
+        key: u32,
+        answered: Try,
+        lease_key: LeaseKey,
+        reply: Reply,
+    ) {
+        let Try { rpc, sent } = answered;
         let work = self.measurements.take_acquire_work(rpc);
         let latency = self.now - sent.true_us;
         let Reply::Acquire(AcquireReply::Acquired(Grant {
@@ -428,7 +486,7 @@ impl Sim {
         let Ok(held) = started else {
             // Too late to start: the grant is already past its soft deadline.
             self.measurements.count("host_grant_too_late");
-            self.host_release(h, key, reservation, token);
+            self.host_release(h, key, reservation, token, lease_key);
             return self.go_idle(h);
         };
         self.checker
@@ -440,6 +498,7 @@ impl Sim {
             key,
             reservation,
             token,
+            lease_key,
             hard: deadlines.hard_terminate_at,
             lease: held,
             stopping: false,
@@ -463,6 +522,8 @@ impl Sim {
             Some(ReleaseCause::Released(RunOutcome::Ok)) => "previous_released_ok",
             Some(ReleaseCause::Released(RunOutcome::Failed { .. })) => "previous_released_failed",
             Some(ReleaseCause::Expired) => "previous_expired",
+            Some(ReleaseCause::Forced) => "previous_force_released",
+            Some(ReleaseCause::Cancelled) => "previous_cancelled",
         });
         let view = View {
             dcs: &self.dcs,
@@ -516,15 +577,34 @@ impl Sim {
             return;
         }
         match self.hosts[h].state.clone() {
-            HostState::Acquiring {
-                rpc: waiting, sent, ..
-            } if waiting == rpc => {
+            HostState::Acquiring(acquiring)
+                if acquiring.tries.last().map(|t| t.rpc) == Some(rpc) =>
+            {
+                if acquiring.tries.len() < ACQUIRE_ATTEMPTS_DEFAULT as usize {
+                    // No answer in time: the same acquire again, same lease key.
+                    self.measurements.count("acquire_retried_at_host");
+                    return self.host_try_acquire(h, acquiring);
+                }
+                let first = acquiring.tries[0].sent;
                 let work = self.measurements.take_acquire_work(rpc);
-                let latency = self.now - sent.true_us;
+                let latency = self.now - first.true_us;
                 self.measurements.count("acquire_timed_out_at_host");
-                self.acquires_given_up.insert(rpc);
+                self.acquires_given_up
+                    .extend(acquiring.tries.iter().map(|t| t.rpc));
                 self.measurements
                     .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
+                // Gave up: cancel the grant it may have been made (HostAgent's rule).
+                let cancel = Request::Cancel {
+                    key: self.keys[acquiring.key as usize].clone(),
+                    lease: acquiring.lease,
+                };
+                let dc = self.hosts[h].dc;
+                self.request(
+                    NodeId::Host(h as u32),
+                    NodeId::Dc(dc),
+                    acquiring.key,
+                    cancel,
+                );
                 self.go_idle(h);
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(rpc) => {

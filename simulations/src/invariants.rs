@@ -251,6 +251,7 @@ impl Checker {
                 end.lapsed
             }
             (ReleaseCause::Released(o), Some(end)) => end.cause == p.ended && sent == Some(o),
+            (ReleaseCause::Forced | ReleaseCause::Cancelled, Some(end)) => end.cause == p.ended,
         };
         if !true_end {
             let detail = format!(
@@ -420,7 +421,9 @@ impl Checker {
                     tail = to.clone();
                     ks.tail = Some(tail.clone());
                 }
-                RecordState::Active { actor, expires_at } => {
+                RecordState::Active {
+                    actor, expires_at, ..
+                } => {
                     let snapshot = Snapshot {
                         at_us: now_us,
                         tail: tail.clone(),

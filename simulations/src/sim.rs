@@ -218,6 +218,7 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
         Reply::Release(_) => "reply_release",
         Reply::Link(_) => "reply_link",
         Reply::Noted(_) => "reply_noted",
+        Reply::Cancelled(_) => "reply_cancelled",
         Reply::Drained => "reply_drained",
         Reply::Inspected { .. } => "reply_inspected",
         Reply::Awaited(_) => "reply_awaited",

@@ -47,9 +47,20 @@ pub fn host_now() -> HostTime {
     HostTime::from_ms(ms)
 }
 
+/// The lease key the host of `actor` uses in these tests: one per actor,
+/// as each HostAgent draws its own.
+pub fn lease_of(actor: &str) -> homing_core::LeaseKey {
+    let mut bytes = [0x5A; 16];
+    for (i, b) in actor.bytes().enumerate() {
+        bytes[i % 16] ^= b.rotate_left((i / 16) as u32);
+    }
+    homing_core::LeaseKey::from_bytes(bytes).expect("not all zeros")
+}
+
 /// An `Acquire` of `name` for `actor`, sent now.
 pub fn acquire(name: &str, actor: &str) -> Request {
     Request::Acquire {
+        lease: lease_of(actor),
         config: KeyConfig::named(KeyName::new(name).expect("a valid key name")),
         actor: ActorId::new(actor).expect("a valid actor id"),
         host_time: host_now(),

@@ -294,6 +294,7 @@ async fn auth_foreign_ca_certificates_are_rejected_and_roles_only_send_what_they
             panic!("acquire at iad");
         };
         let release = Request::Release {
+            lease: homing_e2e::cluster::lease_of("10.0.0.1:1"),
             reservation: grant.reservation.clone(),
             token: grant.token,
             outcome: homing_core::RunOutcome::Ok,
@@ -704,6 +705,7 @@ fn request() -> impl Strategy<Value = Request> {
             any::<u64>()
         )
             .prop_map(|(key, tag, actor, t)| Request::Acquire {
+                lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
                 config: homing_core::KeyConfig {
                     name: Some(key.name),
                     namespace: key.namespace,
@@ -715,6 +717,7 @@ fn request() -> impl Strategy<Value = Request> {
             }),
         (reservation(), 1..u64::MAX, any::<u64>()).prop_map(|(reservation, token, t)| {
             Request::Renew {
+                lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
                 reservation,
                 token: FencingToken::new(token),
                 host_time: homing_core::HostTime::from_ms(t),

@@ -82,6 +82,7 @@ async fn devnet_story_reserve_in_iad_resolve_from_sin_recreate_in_fra_and_follow
         // Release in iad: the chain ends in a vacant tail (a fresh router sees it;
         // ours still serves its cached answer until the tail TTL).
         let release = Request::Release {
+            lease: homing_e2e::cluster::lease_of("10.0.1.7:9000"),
             reservation: first.clone(),
             token,
             outcome: homing_core::RunOutcome::Ok,
@@ -174,6 +175,7 @@ fn storm_worker(
                 .push((name, reservation.clone(), token));
             // Renew what we hold: renewals are CAS writes racing the crash too.
             let renew = Request::Renew {
+                lease: homing_e2e::cluster::lease_of("10.9.9.9:1"),
                 reservation,
                 token,
                 host_time: host_now(),
@@ -343,6 +345,7 @@ async fn partition_a_dc_during_a_recreation_race_yields_at_most_one_holder_and_h
             let host_a = cluster.host(&iad);
             let (held, token) = must_acquire(&cluster, &host_a, &iad, &name, "10.0.1.1:1").await;
             let release = Request::Release {
+                lease: homing_e2e::cluster::lease_of("10.0.1.1:1"),
                 reservation: held.clone(),
                 token,
                 outcome: homing_core::RunOutcome::Ok,
@@ -518,6 +521,7 @@ async fn lease_a_host_cut_off_from_its_dc_stops_by_its_deadlines_before_another_
         // Healed, the old holder's token is fenced off: it cannot renew.
         host_path.impairment().partition(false);
         let renew = Request::Renew {
+            lease: homing_e2e::cluster::lease_of("not-the-agent"), /* the agent keeps its own */
             reservation: held,
             token: agent.token(),
             host_time: host_now(),
@@ -706,6 +710,7 @@ async fn moves_a_key_moved_100_times_resolves_cold_in_at_most_two_round_trips() 
                 break;
             }
             let release = Request::Release {
+                lease: homing_e2e::cluster::lease_of("10.0.9.9:9000"),
                 reservation,
                 token,
                 outcome: homing_core::RunOutcome::Ok,

@@ -75,6 +75,7 @@ async fn homing_in_a_loop_is_never_refused_and_holds_no_connections_after_it_exi
     let dc = LoneDc::start(lease, &[&share]).await;
     let admin = dc.client(Role::Admin);
     let acquire = Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new("loop-key").expect("a valid key name")),
         actor: ActorId::new("10.0.0.1:8080").expect("a valid actor id"),
         host_time: host_now(),

@@ -415,6 +415,7 @@ fn holder(
                     return renewed;
                 }
                 let renew = Request::Renew {
+                    lease: homing_e2e::cluster::lease_of("10.7.7.8:1"),
                     reservation: reservation.clone(),
                     token,
                     host_time: host_now(),

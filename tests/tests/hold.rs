@@ -63,6 +63,7 @@ fn key(name: &str) -> Key {
 /// A host's `Acquire` of `name` for `actor`, sent now, not waiting.
 fn acquire(name: &str, actor: &str) -> Request {
     Request::Acquire {
+        lease: homing_e2e::cluster::lease_of(actor),
         config: KeyConfig::named(KeyName::new(name).expect("a valid key name")),
         actor: ActorId::new(actor).expect("a valid actor id"),
         host_time: host_now(),
@@ -424,11 +425,7 @@ async fn hold_a_renewal_answered_stale_token_kills_the_command_at_once() {
         // the holder's next renewal meets a higher token.
         let reservation: ReservationId = holding["reservation"].as_str().unwrap().parse().unwrap();
         let token = homing_core::FencingToken::new(holding["token"].as_u64().unwrap());
-        let release = Request::Release {
-            reservation,
-            token,
-            outcome: RunOutcome::Ok,
-        };
+        let release = Request::ForceRelease { reservation, token };
         let admin = dc.client(Role::Admin);
         assert_eq!(dc.ask(&admin, &release).await, Reply::Release(ReleaseReply::Released));
         let host = dc.client(Role::Host);

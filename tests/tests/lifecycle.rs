@@ -75,6 +75,7 @@ fn failed(reason: &str) -> RunOutcome {
 /// An `Acquire` of `key` for `actor`, sent now, waiting up to `wait_ms`.
 fn acquire(key: &Key, actor: &ActorId, wait_ms: u32) -> Request {
     Request::Acquire {
+        lease: homing_e2e::cluster::lease_of(actor.as_str()),
         config: KeyConfig {
             name: Some(key.name.clone()),
             namespace: key.namespace.clone(),
@@ -210,16 +211,18 @@ impl Driver {
         );
     }
 
-    /// Releases `reservation` (of `key`) at its DC with `outcome`.
+    /// Releases `reservation` (of `key`), held by `actor`, at its DC with `outcome`.
     async fn release(
         &mut self,
         cluster: &Cluster,
         key: &Key,
         (reservation, token): &(ReservationId, FencingToken),
+        actor: &str,
         outcome: RunOutcome,
     ) {
         let (at, token) = (reservation.dc().clone(), *token);
         let request = Request::Release {
+            lease: homing_e2e::cluster::lease_of(actor),
             reservation: reservation.clone(),
             token,
             outcome: outcome.clone(),
@@ -258,17 +261,20 @@ impl Driver {
             let first = self
                 .acquire(cluster, &iad, &key, &actor("10.0.1.1:1"))
                 .await;
-            self.release(cluster, &key, &first, outcome(0)).await;
+            self.release(cluster, &key, &first, "10.0.1.1:1", outcome(0))
+                .await;
             let again = self
                 .acquire(cluster, &iad, &key, &actor("10.0.1.2:1"))
                 .await;
             assert_eq!(again, (first.0, first.1.next()), "re-activated in place");
-            self.release(cluster, &key, &again, outcome(1)).await;
+            self.release(cluster, &key, &again, "10.0.1.2:1", outcome(1))
+                .await;
             let moved = self
                 .acquire(cluster, &fra, &key, &actor("10.0.2.1:1"))
                 .await;
             assert_eq!(moved.0.dc(), &fra, "recreated in fra");
-            self.release(cluster, &key, &moved, outcome(2)).await;
+            self.release(cluster, &key, &moved, "10.0.2.1:1", outcome(2))
+                .await;
             let back = self
                 .acquire(cluster, &iad, &key, &actor("10.0.1.3:1"))
                 .await;
@@ -314,6 +320,7 @@ fn burst_writer(
                 failed(&format!("burst {w}-{n}"))
             };
             let release = Request::Release {
+                lease: homing_e2e::cluster::lease_of("10.0.9.9:1"),
                 reservation: reservation.clone(),
                 token,
                 outcome: outcome.clone(),
@@ -610,6 +617,7 @@ async fn wait_a_failed_release_hands_the_key_to_the_waiter_in_another_dc_at_once
 
         let outcome = failed("exit code 137: out of memory");
         let release = Request::Release {
+            lease: homing_e2e::cluster::lease_of("10.0.1.1:1"),
             reservation: held.clone(),
             token,
             outcome: outcome.clone(),
@@ -675,6 +683,7 @@ async fn wait_a_waiter_registers_again_after_the_holders_dc_is_sigkilled_and_res
         );
 
         let release = Request::Release {
+            lease: homing_e2e::cluster::lease_of("10.0.1.1:1"),
             reservation: held.clone(),
             token,
             outcome: RunOutcome::Ok,

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use homing_client::{Resolution, Resolver, ResolverConfig};
 use homing_core::{
-    ActorId, DcId, FailureReason, FencingToken, Key, KeyConfig, KeyName, NamespaceScope,
+    ActorId, DcId, FailureReason, FencingToken, Key, KeyConfig, KeyName, LeaseKey, NamespaceScope,
     ReleaseCause, RenewReply, Reply, Request, ReservationId, Role, RunOutcome,
 };
 use homing_daemon::{Devnet, DevnetDc, DevnetOptions, Settings};
@@ -156,9 +156,22 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
 struct Actors {
     hosts: Vec<(DcId, Client)>,
     admin: Client,
+    /// Each story actor's lease key (its host would hold it: HostAgent draws one per acquire).
+    leases: std::sync::Mutex<std::collections::HashMap<String, LeaseKey>>,
 }
 
 impl Actors {
+    /// The lease key the host of `actor` acquires, renews and releases with.
+    fn lease(&self, actor: &str) -> anyhow::Result<LeaseKey> {
+        let mut leases = self.leases.lock().expect("never poisoned");
+        if let Some(lease) = leases.get(actor) {
+            return Ok(*lease);
+        }
+        let lease = crate::lease_key::random()?;
+        leases.insert(actor.to_string(), lease);
+        Ok(lease)
+    }
+
     fn host(&self, dc: &DcId) -> &Client {
         // Invariant: one host client per devnet DC, built below.
         &self
@@ -173,7 +186,12 @@ impl Actors {
 /// How long the story's waiting host waits, in milliseconds.
 const STORY_WAIT_MS: u32 = 10_000;
 
-fn acquire_request(key: &Key, actor: &str, wait_ms: u32) -> anyhow::Result<Request> {
+fn acquire_request(
+    key: &Key,
+    actor: &str,
+    wait_ms: u32,
+    lease: LeaseKey,
+) -> anyhow::Result<Request> {
     Ok(Request::Acquire {
         config: KeyConfig {
             name: Some(key.name.clone()),
@@ -181,6 +199,7 @@ fn acquire_request(key: &Key, actor: &str, wait_ms: u32) -> anyhow::Result<Reque
             tag: None,
         },
         actor: ActorId::new(actor)?,
+        lease,
         host_time: host_now(),
         wait_ms,
     })
@@ -193,7 +212,7 @@ async fn acquire(
     key: &Key,
     actor: &str,
 ) -> anyhow::Result<Reply> {
-    let request = acquire_request(key, actor, 0)?;
+    let request = acquire_request(key, actor, 0, actors.lease(actor)?)?;
     Ok(actors.host(at).request(&net.peer(at), &request).await?)
 }
 
@@ -263,6 +282,7 @@ async fn story(net: &Devnet) -> anyhow::Result<u32> {
     let actors = Actors {
         hosts,
         admin: net.client(Role::Admin, None)?,
+        leases: Default::default(),
     };
     // The router is attached to the last DC: nearest first, others through their relays.
     let table = net.router_table(&c);
@@ -323,7 +343,8 @@ async fn story(net: &Devnet) -> anyhow::Result<u32> {
         "4. a host in {b} connects again and waits; {a}'s actor stops, releasing with a failure"
     ));
     let waiting = {
-        let request = acquire_request(&room, &format!("{b}-host:9000"), STORY_WAIT_MS)?;
+        let actor = format!("{b}-host:9000");
+        let request = acquire_request(&room, &actor, STORY_WAIT_MS, actors.lease(&actor)?)?;
         let (client, peer) = (actors.host(&b).clone(), net.peer(&b));
         tokio::spawn(async move { client.request(&peer, &request).await })
     };
@@ -336,6 +357,7 @@ async fn story(net: &Devnet) -> anyhow::Result<u32> {
     let release = Request::Release {
         reservation: first.clone(),
         token,
+        lease: actors.lease(&format!("{a}-host:9000"))?,
         outcome: RunOutcome::Failed { reason },
     };
     let released_at = Instant::now();
@@ -426,6 +448,7 @@ async fn story(net: &Devnet) -> anyhow::Result<u32> {
     let renew = Request::Renew {
         reservation: second.clone(),
         token: second_token,
+        lease: actors.lease(&format!("{b}-host:9000"))?,
         host_time: host_now(),
     };
     let renewed = actors.host(&b).request(&net.peer(&b), &renew).await?;

@@ -4,6 +4,7 @@ mod bench;
 mod devnet;
 mod exit;
 mod hold;
+mod lease_key;
 mod migrate;
 mod reach;
 mod scope;
@@ -14,8 +15,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use homing_core::{
-    ActorId, DcId, FailureReason, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace,
-    ReleaseReply, Reply, Request, ReservationId, RunOutcome, Tag,
+    ActorId, DcId, FencingToken, HostTime, Key, KeyConfig, KeyName, Namespace, ReleaseReply, Reply,
+    Request, ReservationId, Tag,
 };
 
 use crate::exit::{BadInput, EXIT_CODES_HELP, Exit, fail};
@@ -112,9 +113,13 @@ enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
-    /// Release a reservation held with the given fencing token, recording
-    /// how the run ended for the next holder (a token that is not the
-    /// holder's is refused: exit 77).
+    /// Force-release a reservation held with the given fencing token,
+    /// without its holder: an operator's act, logged by the DC and evented
+    /// as `force_released`; the next holder learns the previous run was
+    /// force-released. The holder is not told and may run until its hard
+    /// deadline (drain it first to stop it by its deadlines). A token that
+    /// is not the holder's is refused: exit 77. Hosts release their own
+    /// leases with their lease key (HostAgent, `homing hold`).
     #[command(after_help = EXIT_CODES_HELP)]
     Release {
         /// The reservation, `<dc>.<unique>`.
@@ -122,9 +127,6 @@ enum Command {
         /// The holder's fencing token.
         #[arg(long)]
         token: u64,
-        /// The run failed, for this reason (default: it finished cleanly).
-        #[arg(long, value_name = "REASON")]
-        failed: Option<String>,
         #[command(flatten)]
         reach: Reach,
         #[command(flatten)]
@@ -268,11 +270,8 @@ fn reserved(request: &Request, reply: Reply) -> anyhow::Result<Exit> {
 
 /// Prints the answer to `homing release`; the exit it calls for.
 fn released(request: &Request, reply: Reply) -> anyhow::Result<Exit> {
-    let Request::Release {
-        reservation, token, ..
-    } = request
-    else {
-        unreachable!("released() answers a Release request");
+    let Request::ForceRelease { reservation, token } = request else {
+        unreachable!("released() answers a ForceRelease request");
     };
     match reply {
         Reply::Release(ReleaseReply::Released) => {
@@ -283,7 +282,7 @@ fn released(request: &Request, reply: Reply) -> anyhow::Result<Exit> {
                     "token": token.get(),
                 }));
             } else {
-                println!("released {reservation} (token {token})");
+                println!("force-released {reservation} (token {token})");
             }
             Ok(Exit::Ok)
         }
@@ -375,6 +374,7 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
             let request = Request::Acquire {
                 config,
                 actor: ActorId::new(actor).bad_input("--actor")?,
+                lease: lease_key::random()?,
                 host_time: host_now(),
                 wait_ms,
             };
@@ -383,23 +383,15 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Release {
             reservation,
             token,
-            failed,
             reach,
             json,
         } => {
             JSON.store(json.json, std::sync::atomic::Ordering::Relaxed);
             let reservation: ReservationId = reservation.parse().bad_input("reservation")?;
-            let outcome = match failed {
-                Some(reason) => RunOutcome::Failed {
-                    reason: FailureReason::new(reason).bad_input("--failed")?,
-                },
-                None => RunOutcome::Ok,
-            };
             let peer = reach.peer(reservation.dc())?;
-            let request = Request::Release {
+            let request = Request::ForceRelease {
                 reservation,
                 token: FencingToken::new(token),
-                outcome,
             };
             return released(&request, reach.client()?.request(&peer, &request).await?);
         }

@@ -91,6 +91,8 @@ pub fn event_line(dc: &DcId, event: &Event) -> String {
         } => format!("outcome failed: {reason}"),
         EventKind::Expired { .. } => "lease lapsed past grace".to_string(),
         EventKind::Linked { to } => format!("continues as {to}"),
+        EventKind::ForceReleased { .. } => "by an operator, without its holder".to_string(),
+        EventKind::Cancelled { .. } => "its host gave up on the acquire".to_string(),
         EventKind::Drained | EventKind::Abandoned => String::new(),
     };
     let line = format!(

@@ -54,6 +54,7 @@ pub fn reply_kind(reply: &Reply) -> String {
         Reply::Release(_) => "a release answer".into(),
         Reply::Link(_) => "a link answer".into(),
         Reply::Noted(_) => "a shortcut answer".into(),
+        Reply::Cancelled(_) => "a cancel answer".into(),
         Reply::Drained => "\"drained\"".into(),
         Reply::Inspected { .. } => "an inspection".into(),
         Reply::Awaited(_) => "an await answer".into(),

@@ -16,6 +16,14 @@
 //! deterministically and a host clock that jumps cannot stretch a lease.
 //! A grant that arrives at or after its soft deadline is released at once and
 //! the start fails as `Unavailable`: no actor runs on it.
+//!
+//! Lease key (DESIGN.md §7.3): each start draws 128 random bits (and, for a
+//! config without a key name, the name too) and sends them with every try
+//! of its acquire, every renewal and the release. An acquire whose reply is
+//! lost is sent again (up to [`HostAgentConfig::acquire_attempts`] in all)
+//! and the DC answers the retry with the same grant; one that never gets an
+//! answer is cancelled by its lease key, so no grant the host never saw
+//! stays a phantom holder.
 
 use homing_core::{AcquireReply, Grant};
 use std::sync::Arc;
@@ -25,7 +33,8 @@ use async_trait::async_trait;
 use homing_core::host_lease::{HardCause, LateGrant, Renewal};
 use homing_core::{
     ActorId, DcId, ErrorReply, FailureReason, FencingToken, HostInstant, HostLease, HostLeasePoll,
-    HostTime, Key, KeyConfig, PreviousRun, ReleaseReply, Reply, Request, ReservationId, RunOutcome,
+    HostTime, Key, KeyConfig, KeyName, LeaseKey, PreviousRun, ReleaseReply, Reply, Request,
+    ReservationId, RunOutcome,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -36,6 +45,7 @@ use tracing::{debug, info, warn};
 
 /// Default timeout of one acquire, renew or release, in milliseconds.
 pub const AGENT_REQUEST_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+pub use homing_core::host_lease::ACQUIRE_ATTEMPTS_DEFAULT;
 /// Default wait between failed renewals, in milliseconds.
 pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 250;
 /// Smallest accepted retry interval, in milliseconds: bounds the renewal rate
@@ -121,6 +131,9 @@ pub struct HostAgentConfig {
     pub actor: ActorId,
     /// Timeout of one acquire, renew or release, in milliseconds.
     pub request_timeout_ms: u64,
+    /// How many times one acquire is sent when no answer arrives in time
+    /// (at least 1); the same lease key every time, then a cancel.
+    pub acquire_attempts: u32,
     /// Wait between failed renewals, in milliseconds (at least
     /// [`RETRY_INTERVAL_MS_MIN`]).
     pub retry_interval_ms: u64,
@@ -138,6 +151,7 @@ impl HostAgentConfig {
             key,
             actor,
             request_timeout_ms: AGENT_REQUEST_TIMEOUT_MS_DEFAULT,
+            acquire_attempts: ACQUIRE_ATTEMPTS_DEFAULT,
             retry_interval_ms: RETRY_INTERVAL_MS_DEFAULT,
             wait_ms: 0,
         }
@@ -186,6 +200,10 @@ pub enum AgentError {
         /// The current token.
         current: FencingToken,
     },
+    /// Release: the DC does not recognise this agent's lease key as the
+    /// holder's (nothing changed).
+    #[error("not the holder: the dc refused this agent's lease key")]
+    NotHolder,
     /// The DC answered with a reply that does not fit the request.
     #[error("dc {dc} answered {reply} to {request}")]
     Unexpected {
@@ -226,6 +244,7 @@ pub struct HostAgent {
     key: Key,
     reservation: ReservationId,
     token: FencingToken,
+    lease_key: LeaseKey,
     previous: Option<PreviousRun>,
     state: Arc<watch::Sender<AgentState>>,
     command: watch::Sender<Command>,
@@ -322,6 +341,9 @@ impl HostAgent {
         if config.request_timeout_ms == 0 {
             return Err(AgentError::Config("request_timeout_ms must be at least 1"));
         }
+        if config.acquire_attempts == 0 {
+            return Err(AgentError::Config("acquire_attempts must be at least 1"));
+        }
         if config.retry_interval_ms < RETRY_INTERVAL_MS_MIN {
             return Err(AgentError::Config(
                 "retry_interval_ms must be at least RETRY_INTERVAL_MS_MIN",
@@ -333,15 +355,18 @@ impl HostAgent {
             dc: config.dc.dc.clone(),
             request_timeout: Duration::from_millis(config.request_timeout_ms),
         });
-        let sent_at = Instant::now();
-        let sent = channel.clock.now();
-        let request = Request::Acquire {
-            config: config.key.clone(),
-            actor: config.actor.clone(),
-            host_time: sent,
-            wait_ms: config.wait_ms,
+        let mut key_config = config.key.clone();
+        let name = match key_config.name.clone() {
+            Some(name) => name,
+            // Named here, not by the DC: every try must ask for the same key.
+            None => KeyName::random(u128::from_le_bytes(random_bytes()?)),
         };
-        let reply = match channel.ask(request, None).await? {
+        key_config.name = Some(name.clone());
+        let lease_key = LeaseKey::from_bytes(random_bytes()?)
+            .ok_or(AgentError::Config("the random source returned zeros"))?;
+        let (reply, sent, sent_at) =
+            acquire_once(&channel, &config, &key_config, lease_key).await?;
+        let reply = match reply {
             Reply::Acquire(reply) => reply,
             other => return Err(channel.unexpected("acquire", &other)),
         };
@@ -373,6 +398,7 @@ impl HostAgent {
                 let release = Request::Release {
                     reservation,
                     token,
+                    lease: lease_key,
                     outcome: RunOutcome::Failed { reason },
                 };
                 if let Err(error) = channel.ask(release, None).await {
@@ -395,6 +421,7 @@ impl HostAgent {
             actor,
             reservation: reservation.clone(),
             token,
+            lease_key,
             lease,
             clock,
             state: state.clone(),
@@ -405,6 +432,7 @@ impl HostAgent {
             key,
             reservation,
             token,
+            lease_key,
             previous,
             state,
             command,
@@ -469,6 +497,7 @@ impl HostAgent {
         let request = Request::Release {
             reservation: self.reservation.clone(),
             token: self.token,
+            lease: self.lease_key,
             outcome,
         };
         match self.channel.ask(request, None).await? {
@@ -480,9 +509,76 @@ impl HostAgent {
             Reply::Release(ReleaseReply::StaleToken { current }) => {
                 Err(AgentError::StaleToken { current })
             }
+            Reply::Release(ReleaseReply::NotHolder) => Err(AgentError::NotHolder),
             other => Err(self.channel.unexpected("release", &other)),
         }
     }
+}
+
+/// One logical acquire: sent up to `config.acquire_attempts` times with the
+/// same lease key while no answer arrives; the reply, with the host time
+/// and instant its (last) try was sent. When every try went unanswered, the
+/// acquire is cancelled by its lease key before the error is returned.
+async fn acquire_once(
+    channel: &DcChannel,
+    config: &HostAgentConfig,
+    key_config: &KeyConfig,
+    lease: LeaseKey,
+) -> Result<(Reply, HostTime, Instant), AgentError> {
+    let mut attempt = 1;
+    loop {
+        let sent_at = Instant::now();
+        let sent = channel.clock.now();
+        let request = Request::Acquire {
+            config: key_config.clone(),
+            actor: config.actor.clone(),
+            lease,
+            host_time: sent,
+            wait_ms: config.wait_ms,
+        };
+        match channel.ask(request, None).await {
+            Ok(reply) => return Ok((reply, sent, sent_at)),
+            Err(error @ AgentError::Unavailable { .. }) if attempt < config.acquire_attempts => {
+                attempt += 1;
+                warn!(%error, attempt, "acquire not answered; sending it again with the same lease key");
+            }
+            Err(error @ AgentError::Unavailable { .. }) => {
+                cancel(channel, key_config, lease).await;
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Tells the DC this host gave up on the acquire with `lease`, so a grant
+/// it never saw is released instead of held until it expires. Best effort:
+/// a cancel that gets no answer leaves that grant to expire as before.
+async fn cancel(channel: &DcChannel, key_config: &KeyConfig, lease: LeaseKey) {
+    let Some(name) = key_config.name.clone() else {
+        return;
+    };
+    let key = Key::in_namespace(key_config.namespace.clone(), name);
+    let request = Request::Cancel {
+        key: key.clone(),
+        lease,
+    };
+    match channel.ask(request, None).await {
+        Ok(Reply::Cancelled(true)) => info!(%key, "gave up on the acquire; its grant is cancelled"),
+        Ok(Reply::Cancelled(false)) => info!(%key, "gave up on the acquire; no grant was made"),
+        Ok(other) => warn!(%key, reply = ?other, "cancel answered unexpectedly"),
+        Err(error) => warn!(%key, %error, "cancel failed: a grant, if made, expires at the dc"),
+    }
+}
+
+/// 16 bytes from the operating system's secure random source.
+fn random_bytes() -> Result<[u8; 16], AgentError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| AgentError::Config("the system random source failed"))?;
+    Ok(bytes)
 }
 
 /// The host's monotonic clock as homing-core's [`HostInstant`]: microseconds
@@ -511,6 +607,7 @@ struct LeaseTask {
     actor: Arc<dyn Actor>,
     reservation: ReservationId,
     token: FencingToken,
+    lease_key: LeaseKey,
     lease: HostLease,
     clock: MonoClock,
     state: Arc<watch::Sender<AgentState>>,
@@ -550,6 +647,7 @@ impl LeaseTask {
         let request = Request::Renew {
             reservation: self.reservation.clone(),
             token: self.token,
+            lease: self.lease_key,
             host_time: sent,
         };
         let reply = tokio::select! {

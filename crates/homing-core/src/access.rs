@@ -122,10 +122,12 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
         Request::Resolve { .. } | Request::ResolveReservation { .. } => {
             matches!(caller.role, Role::Router | Role::Node | Role::Admin)
         }
-        Request::Acquire { .. } | Request::Release { .. } => {
+        Request::Acquire { .. } | Request::Release { .. } | Request::Cancel { .. } => {
             own_dc_host || caller.role == Role::Admin
         }
         Request::Renew { .. } => own_dc_host,
+        // Without the lease key: an operator's act, never a host's.
+        Request::ForceRelease { .. } => caller.role == Role::Admin,
         Request::Link { .. } | Request::Shortcut { .. } => caller.role == Role::Node,
         // A node forwards an operator's drain to the DC that owns the tail.
         Request::Drain { .. } => matches!(caller.role, Role::Admin | Role::Node),
@@ -170,6 +172,7 @@ mod tests {
         let renew = Request::Renew {
             reservation: id.clone(),
             token: FencingToken::FIRST,
+            lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
             host_time: crate::HostTime::from_ms(0),
         };
         let link = Request::Link {
@@ -232,6 +235,21 @@ mod tests {
             after: None,
         };
         assert!(authorize(&admin, &scan, &iad).is_ok());
+        let force = Request::ForceRelease {
+            reservation: id.clone(),
+            token: FencingToken::FIRST,
+        };
+        assert!(authorize(&admin, &force, &iad).is_ok());
+        assert!(
+            authorize(&host_here, &force, &iad).is_err(),
+            "a host releases with its lease key"
+        );
+        let cancel = Request::Cancel {
+            key: Key::new(KeyName::new("k").unwrap()),
+            lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+        };
+        assert!(authorize(&host_here, &cancel, &iad).is_ok());
+        assert!(authorize(&host_there, &cancel, &iad).is_err());
         assert!(authorize(&router, &scan, &iad).is_err());
         let denied = authorize(&router, &link, &iad).unwrap_err().to_string();
         assert_eq!(denied, "router may not send link to dc iad");

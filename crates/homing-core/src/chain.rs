@@ -1026,8 +1026,11 @@ mod tests {
                 None,
                 FencingToken::new(token),
                 None,
-                ActorId::new("a").unwrap(),
-                HostTime::from_ms(0),
+                &crate::Holding {
+                    actor: ActorId::new("a").unwrap(),
+                    lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                    host_time: HostTime::from_ms(0),
+                },
                 StoreTime::from_ms(0),
                 &policy,
             );

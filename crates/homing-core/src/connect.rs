@@ -26,9 +26,11 @@ use crate::dc::DcId;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::lease::{Deadlines, LeasePolicy};
-use crate::record::{ActivateReply, DcRecord, LinkReply, PreviousRun, TailState, TailView};
+use crate::record::{
+    ActivateReply, DcRecord, Holding, LinkReply, PreviousRun, TailState, TailView,
+};
 use crate::reservation::ReservationId;
-use crate::time::{HostTime, StoreTime};
+use crate::time::StoreTime;
 
 /// Most walks one connect may start (the first plus restarts after lost races).
 pub const CONNECT_ATTEMPTS_MAX: u32 = 8;
@@ -200,8 +202,7 @@ pub struct Connect {
     local: DcId,
     key: Key,
     tag: Option<Tag>,
-    actor: ActorId,
-    host_time: HostTime,
+    holder: Holding,
     policy: LeasePolicy,
     hop_limit: usize,
     attempts: u32,
@@ -226,15 +227,13 @@ pub struct ShortcutNotice {
 }
 
 impl Connect {
-    /// A connect for `key` received by `local` from a host whose clock read
-    /// `host_time` when it sent the request.
-    #[allow(clippy::too_many_arguments)] // the request's fields plus the DC's settings
+    /// A connect for `key` received by `local` from `holder` (its actor,
+    /// lease key, and clock when it sent the request).
     pub fn new(
         local: DcId,
         key: Key,
         tag: Option<Tag>,
-        actor: ActorId,
-        host_time: HostTime,
+        holder: Holding,
         policy: LeasePolicy,
         hop_limit: usize,
     ) -> Connect {
@@ -243,8 +242,7 @@ impl Connect {
             local,
             key,
             tag,
-            actor,
-            host_time,
+            holder,
             policy,
             hop_limit,
             attempts: 1,
@@ -386,18 +384,17 @@ impl Connect {
         let Phase::Allocating(plan) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let (token, predecessor) = match plan {
+        let (token, previous) = match plan {
             Plan::First => (FencingToken::FIRST, None),
-            Plan::Recreate(tail) => (tail.token.next(), Some(tail.id.clone())),
+            Plan::Recreate(tail) => (tail.token.next(), Some(previous_run(tail))),
         };
         let (record, deadlines) = DcRecord::reserve(
             ReservationId::new(self.local.clone(), unique),
             self.key.clone(),
             self.tag.clone(),
             token,
-            predecessor,
-            self.actor.clone(),
-            self.host_time,
+            previous,
+            &self.holder,
             now,
             &self.policy,
         );
@@ -440,7 +437,7 @@ impl Connect {
                 reservation: next.id,
                 token,
                 deadlines,
-                previous: Some(previous),
+                previous,
             })),
             (Phase::Activating(next, _), Written::Conflict) => {
                 // Someone changed the tail between our read and write: read again.
@@ -479,13 +476,7 @@ impl Connect {
             let message = format!("reservation {id} is in the chain but has no record");
             return self.fail(ConnectError::Inconsistent(message));
         };
-        let out = record.activate(
-            self.tag.as_ref(),
-            self.actor.clone(),
-            self.host_time,
-            now,
-            &self.policy,
-        );
+        let out = record.activate(self.tag.as_ref(), &self.holder, now, &self.policy);
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {
                 self.phase = Phase::Activating(next, reply)
@@ -521,14 +512,7 @@ impl Connect {
         let Phase::Linking(record, deadlines, tail) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let previous = match &tail.state {
-            TailState::Vacant { ended } => Some(PreviousRun {
-                reservation: tail.id.clone(),
-                token: tail.token,
-                ended: ended.clone(),
-            }),
-            TailState::Active { .. } => None,
-        };
+        let previous = Some(previous_run(tail));
         let (record, deadlines, tail) = (record.clone(), *deadlines, tail.id.clone());
         match reply {
             LinkReply::Linked => {
@@ -604,5 +588,19 @@ impl Connect {
 
     fn fail(&mut self, error: ConnectError) {
         self.phase = Phase::Finished(ConnectPoll::Failed(error));
+    }
+}
+
+/// The run a recreate follows: the vacant tail it links from.
+fn previous_run(tail: &TailView) -> PreviousRun {
+    let ended = match &tail.state {
+        TailState::Vacant { ended } => ended.clone(),
+        // Only a vacant tail is recreated; a lapsed one ended by expiry.
+        TailState::Active { .. } => crate::record::ReleaseCause::Expired,
+    };
+    PreviousRun {
+        reservation: tail.id.clone(),
+        token: tail.token,
+        ended,
     }
 }

@@ -69,6 +69,16 @@ pub enum EventKind {
     Drained,
     /// The reservation lost a race and is no part of the key's chain.
     Abandoned,
+    /// An operator released the lease without its holder (`ForceRelease`).
+    ForceReleased {
+        /// When, in the DC store's time.
+        at: StoreTime,
+    },
+    /// The host gave up on its acquire and cancelled the grant: no actor ran.
+    Cancelled {
+        /// When, in the DC store's time.
+        at: StoreTime,
+    },
 }
 
 impl EventKind {
@@ -81,6 +91,8 @@ impl EventKind {
             EventKind::Linked { .. } => "linked",
             EventKind::Drained => "drained",
             EventKind::Abandoned => "abandoned",
+            EventKind::ForceReleased { .. } => "force_released",
+            EventKind::Cancelled { .. } => "cancelled",
         }
     }
 }
@@ -109,6 +121,8 @@ pub fn derive(before: Option<&DcRecord>, after: &DcRecord) -> Option<Event> {
                     outcome: outcome.clone(),
                 },
                 ReleaseCause::Expired => EventKind::Expired { at: *at },
+                ReleaseCause::Forced => EventKind::ForceReleased { at: *at },
+                ReleaseCause::Cancelled => EventKind::Cancelled { at: *at },
             }
         }
         (RecordState::Linked { to }, b)
@@ -151,8 +165,11 @@ mod tests {
             None,
             FencingToken::FIRST,
             None,
-            ActorId::new("a1").unwrap(),
-            HostTime::from_ms(0),
+            &crate::Holding {
+                actor: ActorId::new("a1").unwrap(),
+                lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                host_time: HostTime::from_ms(0),
+            },
             t(0),
             &POLICY,
         )
@@ -168,7 +185,13 @@ mod tests {
         let r = fresh();
         assert!(matches!(kind(None, &r), Some(EventKind::Reserved { .. })));
         let renewed = r
-            .renew(FencingToken::FIRST, HostTime::from_ms(1), t(1), &POLICY)
+            .renew(
+                FencingToken::FIRST,
+                &crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                HostTime::from_ms(1),
+                t(1),
+                &POLICY,
+            )
             .next
             .unwrap();
         assert_eq!(kind(Some(&r), &renewed), None);
@@ -177,7 +200,12 @@ mod tests {
         let reason = FailureReason::new("boom").unwrap();
         let failed = RunOutcome::Failed { reason };
         let released = drained
-            .release(FencingToken::FIRST, failed.clone(), t(2))
+            .release(
+                FencingToken::FIRST,
+                &crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                failed.clone(),
+                t(2),
+            )
             .next
             .unwrap();
         assert_eq!(
@@ -190,8 +218,11 @@ mod tests {
         let again = released
             .activate(
                 None,
-                ActorId::new("a2").unwrap(),
-                HostTime::from_ms(3),
+                &crate::Holding {
+                    actor: ActorId::new("a2").unwrap(),
+                    lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                    host_time: HostTime::from_ms(3),
+                },
                 t(3),
                 &POLICY,
             )

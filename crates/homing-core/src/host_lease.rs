@@ -23,6 +23,11 @@ use crate::lease::Deadlines;
 use crate::record::RenewReply;
 use crate::time::HostTime;
 
+/// How many times a host sends one acquire when no answer arrives in time
+/// (the same lease key every time, then a cancel): HostAgent's default, and
+/// the simulated hosts'.
+pub const ACQUIRE_ATTEMPTS_DEFAULT: u32 = 3;
+
 /// The host kills its actor this long before the hard deadline's instant:
 /// [`HostTime`] counts milliseconds, so no reading of the host clock at which
 /// the actor still acts is at or after `hard_terminate_at`.
@@ -257,7 +262,7 @@ impl HostLease {
                 self.next_renew = None;
                 Renewal::Draining
             }
-            Some(RenewReply::StaleToken { .. } | RenewReply::Expired) => {
+            Some(RenewReply::StaleToken { .. } | RenewReply::Expired | RenewReply::NotHolder) => {
                 self.over = Some(HardCause::Lost);
                 Renewal::Lost
             }

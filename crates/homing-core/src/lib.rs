@@ -6,17 +6,20 @@
 //! this code and a simulation is reproducible from its seed.
 //!
 //! ```
-//! use homing_core::{DcRecord, FencingToken, Key, KeyName, LeasePolicy, ActorId,
-//!                   ReservationId, HostTime, StoreTime, LinkReply, RunOutcome};
+//! use homing_core::{ActorId, DcRecord, FencingToken, Holding, HostTime, Key, KeyName,
+//!                   LeaseKey, LeasePolicy, LinkReply, ReservationId, RunOutcome, StoreTime};
 //! let policy = LeasePolicy::DEFAULT;
 //! let key = Key::new(KeyName::new("room-42")?);
 //! let id: ReservationId = "iad.1".parse()?;
-//! // iad reserves the key for an actor; the host's clock and the store's differ.
-//! let (record, deadlines) = DcRecord::reserve(id, key, None, FencingToken::FIRST, None,
-//!     ActorId::new("10.1.0.7:9000")?, HostTime::from_ms(500), StoreTime::from_ms(90_000), &policy);
+//! // iad reserves the key for a host's actor; the host's clock and the store's differ.
+//! let lease = LeaseKey::from_bytes([0x2a; 16]).expect("the host's random bits");
+//! let host = Holding { actor: ActorId::new("10.1.0.7:9000")?, lease, host_time: HostTime::from_ms(500) };
+//! let (record, deadlines) = DcRecord::reserve(id, key, None, FencingToken::FIRST, None, &host,
+//!                                             StoreTime::from_ms(90_000), &policy);
 //! assert!(deadlines.hard_terminate_at < HostTime::from_ms(500 + policy.ttl_ms()));
-//! // The holder releases; fra then links the vacant tail to its new reservation.
-//! let released = record.release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(91_000)).next.unwrap();
+//! // The holder releases (token and lease key); fra then links the vacant tail.
+//! let released = record.release(FencingToken::FIRST, &lease, RunOutcome::Ok, StoreTime::from_ms(91_000))
+//!     .next.unwrap();
 //! let link = released.link(&released.key, &"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy);
 //! assert_eq!(link.reply, LinkReply::Linked);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -34,6 +37,7 @@ pub mod host_lease;
 pub mod key;
 pub mod label;
 pub mod lease;
+pub mod lease_key;
 pub mod record;
 pub mod reservation;
 pub mod time;
@@ -57,10 +61,11 @@ pub use host_lease::{HostInstant, HostLease, HostLeasePoll};
 pub use key::{Key, KeyConfig, KeyName, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
+pub use lease_key::LeaseKey;
 pub use record::{
-    ActivateReply, DcRecord, FailureReason, LinkReply, PreviousRun, RecordState, RecordView,
-    ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState, TailView,
-    Transition,
+    ActivateReply, DcRecord, FailureReason, Holding, LinkReply, PreviousRun, RecordState,
+    RecordView, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState,
+    TailView, Transition,
 };
 pub use reservation::ReservationId;
 pub use time::{HostTime, StoreTime};

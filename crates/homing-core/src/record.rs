@@ -5,14 +5,20 @@
 //! transaction. Transitions:
 //!
 //! ```text
-//! reserve ─► Active ──renew (same token, allow_renew)──► Active (expiry moved)
-//!              │ release (same token)      │ now ≥ expiry + grace (reap)
+//! reserve ─► Active ──renew (same token and lease key, allow_renew)──► Active (expiry moved)
+//!              │ release (same token and lease key),
+//!              │ force release (same token), cancel (same lease key)
+//!              │                           │ now ≥ expiry + grace (reap)
 //!              ▼                           ▼
 //!            Released ◄────────────────────┘
 //!              │ activate (same DC): token + 1 ─► Active
 //!              │ link(to, expected token)       ─► Linked { to }   (terminal)
 //! Active/Released, never linked, lost the race ─► Abandoned          (terminal)
 //! ```
+//!
+//! An `Active` record keeps the holder's [`LeaseKey`]: renew and release
+//! must present it, and an acquire that presents it again (a retry whose
+//! reply was lost) is answered with the same grant, renewed.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +28,7 @@ use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::label::{LabelRule, label_type};
 use crate::lease::{Deadlines, LeasePolicy};
+use crate::lease_key::LeaseKey;
 use crate::reservation::ReservationId;
 use crate::time::{HostTime, StoreTime};
 
@@ -59,6 +66,13 @@ pub enum RecordState {
         actor: ActorId,
         /// Lease expiry in store time; reaped after the grace period.
         expires_at: StoreTime,
+        /// The holder's secret: renew and release present it, a retried
+        /// acquire with it gets this grant again. `None` only for leases
+        /// granted before lease keys existed, which no host can present.
+        lease: Option<LeaseKey>,
+        /// The run this grant follows, as the grant told the holder (a
+        /// retried acquire is told the same). Boxed: it may carry a reason.
+        previous: Option<Box<PreviousRun>>,
     },
     /// No holder; the next reserve re-activates (same DC) or links (other DC).
     Released {
@@ -105,6 +119,12 @@ pub enum ReleaseCause {
     /// The lease ran out and was reaped after the grace period: the holder
     /// stopped (or was presumed stopped) without saying how.
     Expired,
+    /// An operator released it without the holder (`homing release`): the
+    /// holder may still be running until its hard deadline.
+    Forced,
+    /// The host gave up on its acquire before the grant reached it and
+    /// cancelled it: no actor ran.
+    Cancelled,
 }
 
 impl std::fmt::Display for ReleaseCause {
@@ -115,6 +135,8 @@ impl std::fmt::Display for ReleaseCause {
                 write!(f, "released failed: {reason}")
             }
             ReleaseCause::Expired => f.write_str("expired"),
+            ReleaseCause::Forced => f.write_str("force-released by an operator"),
+            ReleaseCause::Cancelled => f.write_str("cancelled by its host before it ran"),
         }
     }
 }
@@ -231,12 +253,12 @@ pub enum RecordView {
 pub enum ActivateReply {
     /// The caller is the new holder.
     Activated {
-        /// Its token (previous + 1).
+        /// Its token (previous + 1, or the same for a retried acquire).
         token: FencingToken,
         /// Its deadlines, in its clock.
         deadlines: Deadlines,
         /// The run it follows.
-        previous: PreviousRun,
+        previous: Option<PreviousRun>,
     },
     /// Someone holds it; connect semantics return that actor.
     StillActive {
@@ -273,6 +295,9 @@ pub enum RenewReply {
     },
     /// The lease had already run out; the holder must stop now.
     Expired,
+    /// The token is current but the lease key is not the holder's: the
+    /// caller is not the holder (nothing changed, nothing revealed).
+    NotHolder,
 }
 
 /// Reply to a release.
@@ -285,6 +310,9 @@ pub enum ReleaseReply {
         /// The current token.
         current: FencingToken,
     },
+    /// The token is current but the lease key is not the holder's: the
+    /// caller is not the holder (nothing changed, nothing revealed).
+    NotHolder,
 }
 
 /// Reply to `link(tail, to, expected_token)` at the tail's DC.
@@ -313,33 +341,47 @@ pub enum LinkReply {
     OtherKey,
 }
 
+/// Who asks for a lease: the actor it will run, its lease key, and its
+/// clock when it asked (the grant's deadlines are in that clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The actor.
+    pub actor: ActorId,
+    /// The holder's secret for this logical acquire.
+    pub lease: LeaseKey,
+    /// The host's clock when it sent the acquire.
+    pub host_time: HostTime,
+}
+
 impl DcRecord {
-    /// A fresh reservation with `actor` as holder: the DC's first write for
-    /// a key it creates. `token` is [`FencingToken::FIRST`] for a key's first
-    /// reservation, or the old tail's token + 1 when recreating.
+    /// A fresh reservation with `holder` as holder: the DC's first write
+    /// for a key it creates. `token` is [`FencingToken::FIRST`] for a key's
+    /// first reservation, or the old tail's token + 1 when recreating, and
+    /// `previous` the old tail's run.
     #[allow(clippy::too_many_arguments)] // each argument is one field of the new record
     pub fn reserve(
         id: ReservationId,
         key: Key,
         tag: Option<Tag>,
         token: FencingToken,
-        predecessor: Option<ReservationId>,
-        actor: ActorId,
-        host_time: HostTime,
+        previous: Option<PreviousRun>,
+        holder: &Holding,
         now: StoreTime,
         policy: &LeasePolicy,
     ) -> (DcRecord, Deadlines) {
-        let grant = policy.grant(host_time, now);
+        let grant = policy.grant(holder.host_time, now);
         let record = DcRecord {
             id,
             key,
             tag,
             token,
             allow_renew: true,
-            predecessor,
+            predecessor: previous.as_ref().map(|p| p.reservation.clone()),
             state: RecordState::Active {
-                actor,
+                actor: holder.actor.clone(),
                 expires_at: grant.expires_at,
+                lease: Some(holder.lease),
+                previous: previous.map(Box::new),
             },
             shortcut: None,
             version: 1,
@@ -351,9 +393,9 @@ impl DcRecord {
     /// grace, the DC treats the lease as held: the host may still be running).
     pub fn live_actor(&self, now: StoreTime, policy: &LeasePolicy) -> Option<&ActorId> {
         match &self.state {
-            RecordState::Active { actor, expires_at } if now < policy.reapable_at(*expires_at) => {
-                Some(actor)
-            }
+            RecordState::Active {
+                actor, expires_at, ..
+            } if now < policy.reapable_at(*expires_at) => Some(actor),
             _ => None,
         }
     }
@@ -410,12 +452,14 @@ impl DcRecord {
     }
 
     /// Acquire at the tail's own DC: return the live actor (tag permitting),
-    /// or re-activate a vacant tail for `actor` with token + 1.
+    /// or re-activate a vacant tail for `holder` with token + 1. A live
+    /// lease whose key `holder` presents is its own grant, asked for again
+    /// (a lost reply): the same token, renewed — unless the key is drained,
+    /// which a renewal could not extend either.
     pub fn activate(
         &self,
         tag: Option<&Tag>,
-        actor: ActorId,
-        host_time: HostTime,
+        holder: &Holding,
         now: StoreTime,
         policy: &LeasePolicy,
     ) -> Transition<ActivateReply> {
@@ -425,6 +469,9 @@ impl DcRecord {
             }
             RecordState::Abandoned => return Transition::unchanged(ActivateReply::Abandoned),
             RecordState::Active { .. } | RecordState::Released { .. } => {}
+        }
+        if let Some(again) = self.grant_again(holder, now, policy) {
+            return again;
         }
         if let Some(live) = self.live_actor(now, policy) {
             let reply = if self.tag.as_ref() == tag {
@@ -444,15 +491,17 @@ impl DcRecord {
             token: self.token,
             ended: self.ended(now, policy).unwrap_or(ReleaseCause::Expired),
         };
-        let grant = policy.grant(host_time, now);
+        let grant = policy.grant(holder.host_time, now);
         let token = self.token.next();
         let next = self.changed(|r| {
             r.token = token;
             r.tag = tag.cloned();
             r.allow_renew = true;
             r.state = RecordState::Active {
-                actor,
+                actor: holder.actor.clone(),
                 expires_at: grant.expires_at,
+                lease: Some(holder.lease),
+                previous: Some(Box::new(previous.clone())),
             };
         });
         Transition {
@@ -460,16 +509,62 @@ impl DcRecord {
             reply: ActivateReply::Activated {
                 token,
                 deadlines: grant.deadlines,
-                previous,
+                previous: Some(previous),
             },
         }
     }
 
-    /// Renew the holder's lease. Refused for a stale token, a drained key, or
-    /// a lease already past its expiry (the host must have stopped).
+    /// The grant `holder` already has here, renewed: `None` unless the
+    /// lease is live (not past its expiry), renewable, and its key is the
+    /// one `holder` presents.
+    fn grant_again(
+        &self,
+        holder: &Holding,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) -> Option<Transition<ActivateReply>> {
+        let RecordState::Active {
+            actor,
+            expires_at,
+            lease: Some(lease),
+            previous,
+        } = &self.state
+        else {
+            return None;
+        };
+        if !lease.admits(&holder.lease) || now >= *expires_at || !self.allow_renew {
+            return None;
+        }
+        let grant = policy.grant(holder.host_time, now);
+        let previous = previous.clone();
+        let actor = actor.clone();
+        let lease = *lease;
+        let reply = ActivateReply::Activated {
+            token: self.token,
+            deadlines: grant.deadlines,
+            previous: previous.as_deref().cloned(),
+        };
+        let next = self.changed(|r| {
+            r.state = RecordState::Active {
+                actor,
+                expires_at: grant.expires_at,
+                lease: Some(lease),
+                previous,
+            }
+        });
+        Some(Transition {
+            next: Some(next),
+            reply,
+        })
+    }
+
+    /// Renew the holder's lease. Refused for a stale token, a lease key that
+    /// is not the holder's, a drained key, or a lease already past its
+    /// expiry (the host must have stopped).
     pub fn renew(
         &self,
         token: FencingToken,
+        presented: &LeaseKey,
         host_time: HostTime,
         now: StoreTime,
         policy: &LeasePolicy,
@@ -479,9 +574,18 @@ impl DcRecord {
                 current: self.token,
             });
         }
-        let RecordState::Active { actor, expires_at } = &self.state else {
+        let RecordState::Active {
+            actor,
+            expires_at,
+            lease,
+            previous,
+        } = &self.state
+        else {
             return Transition::unchanged(RenewReply::Expired);
         };
+        if !lease.is_some_and(|lease| lease.admits(presented)) {
+            return Transition::unchanged(RenewReply::NotHolder);
+        }
         if now >= *expires_at {
             return Transition::unchanged(RenewReply::Expired);
         }
@@ -489,11 +593,13 @@ impl DcRecord {
             return Transition::unchanged(RenewReply::Draining);
         }
         let grant = policy.grant(host_time, now);
-        let actor = actor.clone();
+        let (actor, lease, previous) = (actor.clone(), *lease, previous.clone());
         let next = self.changed(|r| {
             r.state = RecordState::Active {
                 actor,
                 expires_at: grant.expires_at,
+                lease,
+                previous,
             }
         });
         Transition {
@@ -502,33 +608,66 @@ impl DcRecord {
         }
     }
 
-    /// The holder stops gracefully, saying how its run ended.
+    /// The holder stops gracefully, saying how its run ended; it must
+    /// present its token and lease key.
     pub fn release(
         &self,
         token: FencingToken,
+        presented: &LeaseKey,
         outcome: RunOutcome,
         now: StoreTime,
     ) -> Transition<ReleaseReply> {
+        match &self.state {
+            RecordState::Active { lease, .. } if token == self.token => {
+                if lease.is_some_and(|lease| lease.admits(presented)) {
+                    self.released(now, ReleaseCause::Released(outcome))
+                } else {
+                    Transition::unchanged(ReleaseReply::NotHolder)
+                }
+            }
+            _ => self.released_already(token),
+        }
+    }
+
+    /// An operator releases the lease under `token` without its holder
+    /// (who may still run until its hard deadline: it is an admin act).
+    pub fn force_release(&self, token: FencingToken, now: StoreTime) -> Transition<ReleaseReply> {
+        match &self.state {
+            RecordState::Active { .. } if token == self.token => {
+                self.released(now, ReleaseCause::Forced)
+            }
+            _ => self.released_already(token),
+        }
+    }
+
+    /// A host that gave up on its acquire cancels the grant it may have
+    /// been made, by its lease key: `Some` if this live lease is that grant.
+    pub fn cancel(&self, presented: &LeaseKey, now: StoreTime) -> Option<DcRecord> {
+        match &self.state {
+            RecordState::Active {
+                lease: Some(lease), ..
+            } if lease.admits(presented) => self.released(now, ReleaseCause::Cancelled).next,
+            _ => None,
+        }
+    }
+
+    fn released(&self, now: StoreTime, cause: ReleaseCause) -> Transition<ReleaseReply> {
+        Transition {
+            next: Some(self.changed(|r| r.state = RecordState::Released { at: now, cause })),
+            reply: ReleaseReply::Released,
+        }
+    }
+
+    /// A release of a record that is not an active lease under `token`:
+    /// refused for another token; otherwise a retried release, or the lease
+    /// was reaped first, and there is nothing to undo.
+    fn released_already(&self, token: FencingToken) -> Transition<ReleaseReply> {
         if token != self.token {
             return Transition::unchanged(ReleaseReply::StaleToken {
                 current: self.token,
             });
         }
-        match &self.state {
-            RecordState::Active { .. } => Transition {
-                next: Some(self.changed(|r| {
-                    r.state = RecordState::Released {
-                        at: now,
-                        cause: ReleaseCause::Released(outcome),
-                    }
-                })),
-                reply: ReleaseReply::Released,
-            },
-            // Retried release, or the lease was reaped first: nothing to undo.
-            RecordState::Released { .. } | RecordState::Linked { .. } | RecordState::Abandoned => {
-                Transition::unchanged(ReleaseReply::Released)
-            }
-        }
+        Transition::unchanged(ReleaseReply::Released)
     }
 
     /// The reaper: a lease past expiry + grace becomes `Released(Expired)`.
@@ -610,6 +749,15 @@ impl DcRecord {
             .then(|| self.changed(|r| r.shortcut = Some(Box::new(shortcut.clone()))))
     }
 
+    /// This record as shown outside its DC's store (inspect, scan): an
+    /// active lease's key is left out, so no answer ever reveals it.
+    pub fn redacted(mut self) -> DcRecord {
+        if let RecordState::Active { lease, .. } = &mut self.state {
+            *lease = None;
+        }
+        self
+    }
+
     /// Mark a record that lost its race (global entry or link went to
     /// another reservation). Only a record that is not linked can be abandoned.
     pub fn abandon(&self) -> Option<DcRecord> {
@@ -638,6 +786,23 @@ mod tests {
         ActorId::new(text).unwrap()
     }
 
+    /// Each actor's lease key, from its name.
+    fn lease(name: &str) -> LeaseKey {
+        let mut bytes = [0x33; 16];
+        for (i, b) in name.bytes().enumerate() {
+            bytes[i % 16] ^= b;
+        }
+        LeaseKey::from_bytes(bytes).unwrap()
+    }
+
+    fn holding(name: &str, at_ms: u64) -> Holding {
+        Holding {
+            actor: actor(name),
+            lease: lease(name),
+            host_time: HostTime::from_ms(at_ms),
+        }
+    }
+
     fn key() -> Key {
         Key::new(KeyName::new("room").unwrap())
     }
@@ -649,8 +814,7 @@ mod tests {
             None,
             FencingToken::FIRST,
             None,
-            actor("a1"),
-            HostTime::from_ms(at_ms),
+            &holding("a1", at_ms),
             StoreTime::from_ms(at_ms),
             &POLICY,
         )
@@ -666,6 +830,7 @@ mod tests {
         let r = fresh(0);
         let out = r.renew(
             FencingToken::FIRST,
+            &lease("a1"),
             HostTime::from_ms(5_000),
             t(5_000),
             &POLICY,
@@ -682,7 +847,13 @@ mod tests {
     #[test]
     fn renew_with_a_stale_token_changes_nothing() {
         let r = fresh(0);
-        let out = r.renew(FencingToken::new(7), HostTime::from_ms(1), t(1), &POLICY);
+        let out = r.renew(
+            FencingToken::new(7),
+            &lease("a1"),
+            HostTime::from_ms(1),
+            t(1),
+            &POLICY,
+        );
         assert_eq!(out.next, None);
         assert_eq!(
             out.reply,
@@ -696,6 +867,7 @@ mod tests {
     fn renew_after_expiry_is_refused_even_within_grace() {
         let out = fresh(0).renew(
             FencingToken::FIRST,
+            &lease("a1"),
             HostTime::from_ms(10_000),
             t(10_000),
             &POLICY,
@@ -707,7 +879,13 @@ mod tests {
     fn drained_key_refuses_renewal() {
         let drained = fresh(0).drain().unwrap();
         assert!(!drained.allow_renew);
-        let out = drained.renew(FencingToken::FIRST, HostTime::from_ms(1), t(1), &POLICY);
+        let out = drained.renew(
+            FencingToken::FIRST,
+            &lease("a1"),
+            HostTime::from_ms(1),
+            t(1),
+            &POLICY,
+        );
         assert_eq!((out.next, out.reply), (None, RenewReply::Draining));
         assert_eq!(drained.drain(), None, "draining twice writes nothing");
     }
@@ -729,17 +907,17 @@ mod tests {
     #[test]
     fn reactivation_in_the_same_dc_bumps_the_token() {
         let released = fresh(0)
-            .release(FencingToken::FIRST, RunOutcome::Ok, t(1))
+            .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(1))
             .next
             .unwrap();
-        let out = released.activate(None, actor("a2"), HostTime::from_ms(2), t(2), &POLICY);
+        let out = released.activate(None, &holding("a2", 2), t(2), &POLICY);
         let next = out.next.unwrap();
         assert_eq!(next.token, FencingToken::new(2));
         let ActivateReply::Activated { previous, .. } = &out.reply else {
             panic!("not activated: {:?}", out.reply);
         };
         assert_eq!(
-            previous,
+            previous.as_ref().unwrap(),
             &PreviousRun {
                 reservation: id("iad.1"),
                 token: FencingToken::FIRST,
@@ -751,7 +929,7 @@ mod tests {
         );
         // The old holder's release is now stale.
         assert_eq!(
-            next.release(FencingToken::FIRST, RunOutcome::Ok, t(3))
+            next.release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(3))
                 .reply,
             ReleaseReply::StaleToken {
                 current: FencingToken::new(2)
@@ -762,7 +940,7 @@ mod tests {
     #[test]
     fn activate_returns_the_live_actor_or_a_tag_mismatch() {
         let r = fresh(0);
-        let same = r.activate(None, actor("other"), HostTime::from_ms(1), t(1), &POLICY);
+        let same = r.activate(None, &holding("other", 1), t(1), &POLICY);
         assert_eq!(same.next, None);
         assert_eq!(
             same.reply,
@@ -772,14 +950,121 @@ mod tests {
             }
         );
         let tag = Tag::new("v2").unwrap();
-        let other = r.activate(
-            Some(&tag),
-            actor("other"),
+        let other = r.activate(Some(&tag), &holding("other", 1), t(1), &POLICY);
+        assert_eq!(other.reply, ActivateReply::TagMismatch { existing: None });
+    }
+
+    #[test]
+    fn an_acquire_retried_with_the_holders_lease_key_gets_the_same_grant_renewed() {
+        let released = fresh(0)
+            .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(1))
+            .next
+            .unwrap();
+        let first = released.activate(None, &holding("a2", 2), t(2), &POLICY);
+        let granted = first.next.unwrap();
+        let ActivateReply::Activated {
+            token, previous, ..
+        } = first.reply.clone()
+        else {
+            panic!("not activated: {:?}", first.reply);
+        };
+        // The reply was lost; a2 asks again with the same lease key.
+        let again = granted.activate(None, &holding("a2", 3_000), t(3_000), &POLICY);
+        let ActivateReply::Activated {
+            token: token_again,
+            previous: previous_again,
+            deadlines,
+        } = again.reply
+        else {
+            panic!("a retry must be granted again: {:?}", again.reply);
+        };
+        assert_eq!((token_again, &previous_again), (token, &previous));
+        assert_eq!(
+            deadlines,
+            POLICY.grant(HostTime::from_ms(3_000), t(3_000)).deadlines
+        );
+        let renewed = again.next.unwrap();
+        assert!(
+            matches!(renewed.state, RecordState::Active { expires_at, .. }
+            if expires_at == t(13_000))
+        );
+        // Anyone else still sees the holder, never the grant.
+        let other = renewed.activate(None, &holding("a3", 4_000), t(4_000), &POLICY);
+        assert_eq!(other.next, None);
+        assert!(matches!(other.reply, ActivateReply::StillActive { .. }));
+        // A drained lease cannot be extended by a retry either.
+        let drained = renewed.drain().unwrap();
+        let retry = drained.activate(None, &holding("a2", 5_000), t(5_000), &POLICY);
+        assert_eq!(retry.next, None);
+        assert!(matches!(retry.reply, ActivateReply::StillActive { .. }));
+    }
+
+    #[test]
+    fn the_token_alone_renews_and_releases_nothing() {
+        let r = fresh(0);
+        let stranger = lease("b1");
+        let renew = r.renew(
+            FencingToken::FIRST,
+            &stranger,
             HostTime::from_ms(1),
             t(1),
             &POLICY,
         );
-        assert_eq!(other.reply, ActivateReply::TagMismatch { existing: None });
+        assert_eq!((renew.next, renew.reply), (None, RenewReply::NotHolder));
+        let release = r.release(FencingToken::FIRST, &stranger, RunOutcome::Ok, t(1));
+        assert_eq!(
+            (release.next, release.reply),
+            (None, ReleaseReply::NotHolder)
+        );
+        assert_eq!(r.cancel(&stranger, t(1)), None);
+        // A lease granted before lease keys existed: no host can present it.
+        let mut legacy = r.clone();
+        if let RecordState::Active { lease, .. } = &mut legacy.state {
+            *lease = None;
+        }
+        let renew = legacy.renew(
+            FencingToken::FIRST,
+            &lease("a1"),
+            HostTime::from_ms(1),
+            t(1),
+            &POLICY,
+        );
+        assert_eq!(renew.reply, RenewReply::NotHolder);
+        // The holder itself can.
+        let renew = r.renew(
+            FencingToken::FIRST,
+            &lease("a1"),
+            HostTime::from_ms(1),
+            t(1),
+            &POLICY,
+        );
+        assert!(matches!(renew.reply, RenewReply::Renewed(_)));
+    }
+
+    #[test]
+    fn an_operator_force_releases_by_token_and_a_host_cancels_by_lease_key() {
+        let r = fresh(0);
+        let stale = r.force_release(FencingToken::new(9), t(1));
+        assert_eq!(stale.next, None);
+        assert!(matches!(stale.reply, ReleaseReply::StaleToken { .. }));
+        let forced = r.force_release(FencingToken::FIRST, t(1));
+        assert_eq!(forced.reply, ReleaseReply::Released);
+        assert!(matches!(
+            forced.next.unwrap().state,
+            RecordState::Released {
+                cause: ReleaseCause::Forced,
+                ..
+            }
+        ));
+        let cancelled = r.cancel(&lease("a1"), t(1)).unwrap();
+        assert!(matches!(
+            cancelled.state,
+            RecordState::Released {
+                cause: ReleaseCause::Cancelled,
+                ..
+            }
+        ));
+        assert_eq!(cancelled.cancel(&lease("a1"), t(2)), None, "once");
     }
 
     #[test]
@@ -792,7 +1077,7 @@ mod tests {
             LinkReply::StillActive { .. }
         ));
         let released = live
-            .release(FencingToken::FIRST, RunOutcome::Ok, t(1))
+            .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(1))
             .next
             .unwrap();
         assert_eq!(
@@ -839,7 +1124,7 @@ mod tests {
     #[test]
     fn a_shortcut_is_recorded_on_a_linked_record_only_when_further_along() {
         let released = fresh(0)
-            .release(FencingToken::FIRST, RunOutcome::Ok, t(1))
+            .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(1))
             .next
             .unwrap();
         let shortcut = |to: &str, token: u64| Shortcut {
@@ -887,7 +1172,7 @@ mod tests {
         let reason = FailureReason::new("worker crashed: OOM").unwrap();
         let failed = RunOutcome::Failed { reason };
         let released = fresh(0)
-            .release(FencingToken::FIRST, failed.clone(), t(1))
+            .release(FencingToken::FIRST, &lease("a1"), failed.clone(), t(1))
             .next
             .unwrap();
         let RecordView::Tail(tail) = released.view(t(2), &POLICY) else {
@@ -902,7 +1187,7 @@ mod tests {
         // A retried release with another outcome does not rewrite the first.
         assert_eq!(
             released
-                .release(FencingToken::FIRST, RunOutcome::Ok, t(3))
+                .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(3))
                 .next,
             None
         );

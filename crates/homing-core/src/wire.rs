@@ -13,6 +13,7 @@ use crate::dc::DcId;
 use crate::event::{Event, EventSeq};
 use crate::fencing::FencingToken;
 use crate::key::{Key, KeyConfig, NamespaceScope};
+use crate::lease_key::LeaseKey;
 use crate::record::{
     DcRecord, LinkReply, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
 };
@@ -20,9 +21,9 @@ use crate::reservation::ReservationId;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/4";
+pub const ALPN: &[u8] = b"homing/5";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -50,6 +51,9 @@ pub enum Request {
         config: KeyConfig,
         /// The actor the caller will run.
         actor: ActorId,
+        /// The caller's secret for this logical acquire, the same on every
+        /// retry of it: a retry of a granted acquire gets that grant again.
+        lease: LeaseKey,
         /// The caller's clock when it sent this.
         host_time: HostTime,
         /// When a live actor holds the key, wait up to this long (≤
@@ -63,6 +67,8 @@ pub enum Request {
         reservation: ReservationId,
         /// The holder's token.
         token: FencingToken,
+        /// The holder's lease key (the one its acquire sent).
+        lease: LeaseKey,
         /// The caller's clock when it sent this.
         host_time: HostTime,
     },
@@ -72,8 +78,28 @@ pub enum Request {
         reservation: ReservationId,
         /// The holder's token.
         token: FencingToken,
+        /// The holder's lease key (the one its acquire sent).
+        lease: LeaseKey,
         /// How the run ended; stored on the record for the next holder.
         outcome: RunOutcome,
+    },
+    /// A host that gave up on the acquire it sent with `lease` (no reply in
+    /// time): if that acquire was granted here, or is granted later, the
+    /// grant is released at once as cancelled. Answered with [`Reply::Cancelled`].
+    Cancel {
+        /// The key the acquire asked for (with the name the host chose).
+        key: Key,
+        /// The abandoned acquire's lease key.
+        lease: LeaseKey,
+    },
+    /// Operator: release the lease on `reservation` held under `token`
+    /// without its holder, who may still run until its hard deadline.
+    /// Logged, and evented as `Forced`.
+    ForceRelease {
+        /// The held reservation.
+        reservation: ReservationId,
+        /// The holder's token (a newer holder is never released by mistake).
+        token: FencingToken,
     },
     /// DC to DC: continue the tail `from` of `key` as `to` if it is vacant with `expected_token`.
     Link {
@@ -153,6 +179,8 @@ impl Request {
             Request::Acquire { .. } => "acquire",
             Request::Renew { .. } => "renew",
             Request::Release { .. } => "release",
+            Request::Cancel { .. } => "cancel",
+            Request::ForceRelease { .. } => "force_release",
             Request::Link { .. } => "link",
             Request::Shortcut { .. } => "shortcut",
             Request::Drain { .. } => "drain",
@@ -193,8 +221,11 @@ pub enum Reply {
     Acquire(AcquireReply),
     /// To `Renew`.
     Renew(RenewReply),
-    /// To `Release`.
+    /// To `Release` and `ForceRelease`.
     Release(ReleaseReply),
+    /// To `Cancel`: whether a grant was found and released (false: none
+    /// was made here yet; one made later is released as it lands).
+    Cancelled(bool),
     /// To `Link`.
     Link(LinkReply),
     /// To `Shortcut`: whether the entry recorded it (false: it knew a later one, or ignored it).
@@ -390,6 +421,7 @@ mod tests {
         let request = Request::Acquire {
             config: KeyConfig::named(KeyName::new("room").unwrap()),
             actor: ActorId::new("10.0.0.1:8080").unwrap(),
+            lease: LeaseKey::from_bytes([1; 16]).unwrap(),
             host_time: HostTime::from_ms(5),
             wait_ms: 0,
         };

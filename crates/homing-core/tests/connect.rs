@@ -9,7 +9,7 @@ use homing_core::{
     RecordState, ReservationId, Tag, TailState, chain::HOP_LIMIT_DEFAULT,
 };
 use homing_core::{Grant, Holder};
-use world::World;
+use world::{World, lease_of};
 
 fn dc(name: &str) -> DcId {
     DcId::new(name).unwrap()
@@ -24,8 +24,14 @@ fn connect(world: &World, at: &str, actor: &str, tag: Option<&str>) -> Connect {
         dc(at),
         key(),
         tag.map(|t| Tag::new(t).unwrap()),
-        ActorId::new(actor).unwrap(),
-        HostTime::from_ms(7),
+        {
+            let actor = ActorId::new(actor).unwrap();
+            homing_core::Holding {
+                lease: lease_of(&actor),
+                actor,
+                host_time: HostTime::from_ms(7),
+            }
+        },
         world.policy,
         HOP_LIMIT_DEFAULT,
     )

@@ -71,6 +71,13 @@ enum Pending {
     },
 }
 
+/// Each host's lease key (hosts are numbered from 0).
+fn lease_of(host: usize) -> homing_core::LeaseKey {
+    let mut bytes = [0xA5; 16];
+    bytes[..8].copy_from_slice(&(host as u64).to_le_bytes());
+    homing_core::LeaseKey::from_bytes(bytes).unwrap()
+}
+
 #[derive(Debug)]
 struct Holder {
     id: ReservationId,
@@ -93,6 +100,8 @@ struct World {
     holders: Vec<Holder>,
     links_seen: BTreeMap<ReservationId, ReservationId>,
     last_granted: Option<FencingToken>,
+    /// Hosts begun so far: each begin is a new host with its own lease key.
+    hosts: usize,
 }
 
 impl World {
@@ -112,6 +121,7 @@ impl World {
             holders: Vec::new(),
             links_seen: BTreeMap::new(),
             last_granted: None,
+            hosts: 0,
         }
     }
 
@@ -193,9 +203,12 @@ impl World {
                 if let Some(h) = self.live_holder(n) {
                     let (id, token) = (self.holders[h].id.clone(), self.holders[h].token);
                     let now = self.store_now(self.dc_of(&id));
-                    let out = self
-                        .record(&id)
-                        .release(token, homing_core::RunOutcome::Ok, now);
+                    let out = self.record(&id).release(
+                        token,
+                        &lease_of(self.holders[h].host),
+                        homing_core::RunOutcome::Ok,
+                        now,
+                    );
                     self.holders[h].stopped = true;
                     if let Some(next) = out.next {
                         self.write(next);
@@ -240,7 +253,8 @@ impl World {
     }
 
     fn begin(&mut self, dc: usize, stale_view: bool) {
-        let host = self.holders.len() + self.pending.len();
+        let host = self.hosts;
+        self.hosts += 1;
         let actor = ActorId::new(format!("actor-{host}")).unwrap();
         let host_time = self.host_now(host);
         let now = self.store_now(dc);
@@ -252,8 +266,11 @@ impl World {
                 None,
                 FencingToken::FIRST,
                 None,
-                actor,
-                host_time,
+                &homing_core::Holding {
+                    actor: actor.clone(),
+                    lease: lease_of(host),
+                    host_time,
+                },
                 now,
                 &POLICY,
             );
@@ -263,9 +280,16 @@ impl World {
         };
         let tail_dc = self.dc_of(&tail);
         if tail_dc == dc {
-            let out = self
-                .record(&tail)
-                .activate(None, actor, host_time, now, &POLICY);
+            let out = self.record(&tail).activate(
+                None,
+                &homing_core::Holding {
+                    actor: actor.clone(),
+                    lease: lease_of(host),
+                    host_time,
+                },
+                now,
+                &POLICY,
+            );
             if let Some(next) = out.next {
                 self.write(next);
             }
@@ -289,9 +313,16 @@ impl World {
                     World::key(),
                     None,
                     token,
-                    Some(tail.clone()),
-                    actor,
-                    host_time,
+                    Some(homing_core::PreviousRun {
+                        reservation: tail.clone(),
+                        token: view.token,
+                        ended: homing_core::ReleaseCause::Expired,
+                    }),
+                    &homing_core::Holding {
+                        actor: actor.clone(),
+                        lease: lease_of(host),
+                        host_time,
+                    },
                     now,
                     &POLICY,
                 );
@@ -359,7 +390,13 @@ impl World {
         }
         let (id, token) = (self.holders[h].id.clone(), self.holders[h].token);
         let now = self.store_now(self.dc_of(&id));
-        let out = self.record(&id).renew(token, host_now, now, &POLICY);
+        let out = self.record(&id).renew(
+            token,
+            &lease_of(self.holders[h].host),
+            host_now,
+            now,
+            &POLICY,
+        );
         if let Some(next) = out.next {
             assert_eq!(next.token, token, "renew keeps the token");
             self.write(next);
@@ -369,7 +406,9 @@ impl World {
                 self.holders[h].hard_terminate_at = d.hard_terminate_at;
                 self.holders[h].soft_terminate_at = d.soft_terminate_at;
             }
-            RenewReply::StaleToken { .. } | RenewReply::Expired => self.holders[h].stopped = true,
+            RenewReply::StaleToken { .. } | RenewReply::Expired | RenewReply::NotHolder => {
+                self.holders[h].stopped = true
+            }
             RenewReply::Draining => {}
         }
     }

@@ -12,16 +12,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
-    ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeasePolicy,
-    LinkReply, LocalSegment, NamespaceScope, Need, Poll, Reply, Request, ReservationId, Role,
-    ScanCursor, Segment, SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, Walked,
-    Written, wire,
+    ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey,
+    LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
+    ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
+    StoreTime, Walked, Written, wire,
 };
 use homing_net::Handler;
+use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant,
-    CONNECT_GLOBAL_READ, Change, Changed, Drain, DrainPoll, GlobalRead, Mutations, Update,
-    UpdatePoll, member_named,
+    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll, GlobalRead, Mutations,
+    Update, UpdatePoll, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -75,6 +76,9 @@ pub struct Node {
     random: (std::collections::hash_map::RandomState, AtomicU64),
     /// Acquirers parked on this DC's reservations.
     waiters: Waiters,
+    /// Lease keys of acquires their hosts cancelled: one still running
+    /// releases its grant as it lands.
+    cancelled: std::sync::Mutex<Cancellations>,
     /// Bumped after every write that appends an event: parked watchers re-read.
     changes: watch::Sender<u64>,
     /// Turns true when the daemon shuts down: parked requests answer at once.
@@ -205,6 +209,7 @@ impl Node {
     ) -> Node {
         Node {
             waiters: Waiters::new(waiting, metrics.waiters_gauge()),
+            cancelled: std::sync::Mutex::new(Cancellations::default()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
             dc,
@@ -479,6 +484,7 @@ impl Node {
         &self,
         config: KeyConfig,
         actor: ActorId,
+        lease: LeaseKey,
         host_time: HostTime,
         wait_ms: u32,
     ) -> Result<Reply, Failure> {
@@ -488,6 +494,7 @@ impl Node {
             key,
             tag: config.tag,
             actor,
+            lease,
             host_time,
             wait_ms,
         };
@@ -554,11 +561,57 @@ impl Node {
                     if let Some(notice) = acquire.take_notice() {
                         self.tell_shortcut(notice).await;
                     }
+                    if let AcquireReply::Acquired(grant) = &outcome
+                        && self.was_cancelled(&lease)
+                    {
+                        self.cancel_grant(&grant.reservation, lease).await?;
+                    }
                     return Ok(acquire_reply(outcome));
                 }
                 AcquirePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
             }
         }
+    }
+
+    /// A host gave up on the acquire it sent with `lease`: remember it (an
+    /// acquire still running honours it as it lands) and release the grant
+    /// if one was made here already, as homing-node's [`cancel`] decides.
+    async fn cancel(&self, key: Key, lease: LeaseKey) -> Result<Reply, Failure> {
+        let now = self.waiters.now();
+        self.cancelled
+            .lock()
+            .expect("the cancellations lock is never poisoned")
+            .note(lease, now);
+        let records = self.own_records(&key, usize::MAX).await?;
+        match cancel::target(&records, &lease) {
+            Some(tail) => Ok(Reply::Cancelled(self.cancel_grant(&tail, lease).await?)),
+            None => Ok(Reply::Cancelled(false)),
+        }
+    }
+
+    /// Releases `reservation` as cancelled if it is the grant made under
+    /// `lease`; whether it was.
+    async fn cancel_grant(
+        &self,
+        reservation: &ReservationId,
+        lease: LeaseKey,
+    ) -> Result<bool, Failure> {
+        let found = self
+            .update(reservation, Change::Cancel { lease })
+            .await?
+            .made();
+        if found {
+            tracing::info!(reservation = %reservation, "grant cancelled: its host gave up on the acquire");
+        }
+        Ok(found)
+    }
+
+    fn was_cancelled(&self, lease: &LeaseKey) -> bool {
+        let now = self.waiters.now();
+        self.cancelled
+            .lock()
+            .expect("the cancellations lock is never poisoned")
+            .cancelled(lease, now)
     }
 
     /// Tells the entry's DC about the chain's new member: our own entry is
@@ -873,6 +926,13 @@ impl Node {
     }
 
     async fn inspect(&self, key: Key) -> Result<Reply, Failure> {
+        let records = self.own_records(&key, INSPECT_RECORDS_MAX).await?;
+        let records = records.into_iter().map(DcRecord::redacted).collect();
+        Ok(Reply::Inspected { records })
+    }
+
+    /// This DC's records of `key`, at most `limit`, in `(key, id)` order.
+    async fn own_records(&self, key: &Key, limit: usize) -> Result<Vec<DcRecord>, Failure> {
         let mut records = Vec::new();
         let mut after = None;
         loop {
@@ -889,13 +949,13 @@ impl Node {
                 .await?;
             let done = page.len() < homing_store::SCAN_LIMIT_MAX;
             after = page.last().map(homing_store::ScanCursor::after);
-            records.extend(page.into_iter().filter(|r| r.key == key));
-            if done || records.len() >= INSPECT_RECORDS_MAX {
+            records.extend(page.into_iter().filter(|r| &r.key == key));
+            if done || records.len() >= limit {
                 break;
             }
         }
-        records.truncate(INSPECT_RECORDS_MAX);
-        Ok(Reply::Inspected { records })
+        records.truncate(limit);
+        Ok(records)
     }
 
     async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
@@ -920,25 +980,46 @@ impl Node {
             Request::Acquire {
                 config,
                 actor,
+                lease,
                 host_time,
                 wait_ms,
-            } => self.acquire(config, actor, host_time, wait_ms).await,
+            } => self.acquire(config, actor, lease, host_time, wait_ms).await,
             Request::Renew {
                 reservation,
                 token,
+                lease,
                 host_time,
             } => {
-                let change = Change::Renew { token, host_time };
+                let change = Change::Renew {
+                    token,
+                    lease,
+                    host_time,
+                };
                 Ok(answer(self.update(&reservation, change).await?))
             }
             Request::Release {
                 reservation,
                 token,
+                lease,
                 outcome,
             } => {
-                let change = Change::Release { token, outcome };
+                let change = Change::Release {
+                    token,
+                    lease,
+                    outcome,
+                };
                 Ok(answer(self.update(&reservation, change).await?))
             }
+            Request::ForceRelease { reservation, token } => {
+                let change = Change::ForceRelease { token };
+                let reply = answer(self.update(&reservation, change).await?);
+                if reply == Reply::Release(ReleaseReply::Released) {
+                    tracing::warn!(reservation = %reservation, token = token.get(), caller = %caller,
+                        "force-released by an operator: its holder may run until its hard deadline");
+                }
+                Ok(reply)
+            }
+            Request::Cancel { key, lease } => self.cancel(key, lease).await,
             Request::Link {
                 key,
                 from,
@@ -976,6 +1057,7 @@ impl Node {
                 let (records, next) = self
                     .scan_page(&scope, after.as_ref(), INSPECT_RECORDS_MAX)
                     .await?;
+                let records = records.into_iter().map(DcRecord::redacted).collect();
                 Ok(Reply::Records { records, next })
             }
             Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
@@ -1023,14 +1105,15 @@ fn acquire_reply(outcome: AcquireReply) -> Reply {
 
 fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Span {
     let (key, reservation) = match request {
-        Request::Resolve { key } | Request::Drain { key } | Request::Inspect { key } => {
-            (Some(key.to_string()), None)
-        }
+        Request::Resolve { key }
+        | Request::Drain { key }
+        | Request::Inspect { key }
+        | Request::Cancel { key, .. } => (Some(key.to_string()), None),
         Request::ResolveReservation { id } => (None, Some(id.to_string())),
         Request::Acquire { config, .. } => (config.name.as_ref().map(|n| n.to_string()), None),
-        Request::Renew { reservation, .. } | Request::Release { reservation, .. } => {
-            (None, Some(reservation.to_string()))
-        }
+        Request::Renew { reservation, .. }
+        | Request::Release { reservation, .. }
+        | Request::ForceRelease { reservation, .. } => (None, Some(reservation.to_string())),
         Request::Link { from, .. } => (None, Some(from.to_string())),
         Request::Shortcut { entry, .. } => (None, Some(entry.to_string())),
         Request::Await { reservation, .. } => (None, Some(reservation.to_string())),

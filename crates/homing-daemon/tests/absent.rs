@@ -62,6 +62,7 @@ async fn absent_keys_share_one_read_and_never_decide_a_create() {
     // A connect right after a cached absence still reserves the key (only
     // set_if_absent decides a create), and resolves see it at once.
     let acquire = Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new("nobody").unwrap()),
         actor: ActorId::new("10.0.0.1:1").unwrap(),
         host_time: HostTime::from_ms(1),

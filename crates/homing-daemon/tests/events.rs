@@ -30,6 +30,7 @@ fn ns(text: &str) -> Namespace {
 
 fn acquire(namespace: &str, name: &str) -> Request {
     Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig {
             name: Some(KeyName::new(name).unwrap()),
             namespace: ns(namespace),
@@ -132,6 +133,7 @@ async fn a_parked_watch_wakes_on_the_next_event_and_cursors_resume_exactly() {
         dc.host(&acquire("games/eu/lobbies", "room-2")).await;
         dc.host(&acquire("games/europe", "room-3")).await;
         let release = Request::Release {
+            lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
             reservation,
             token,
             outcome: RunOutcome::Ok,

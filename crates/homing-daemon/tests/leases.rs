@@ -1,8 +1,10 @@
 //! Two hosts, one key, through real homingd instances (an in-process devnet
 //! over QUIC): a holder cannot release someone else's lease. The first
 //! holder's token is stale once the key has a new holder; a host of another
-//! DC may not release here at all, even with the current token. The current
-//! holder keeps its lease through both attempts.
+//! DC may not release here at all, even with the current token; a host of
+//! the same DC with the current token but not the holder's lease key is
+//! `NotHolder` for renew and release. The current holder keeps its lease
+//! through every attempt.
 
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use homing_daemon::{Devnet, DevnetOptions};
 use homing_net::Client;
 
 mod support;
-use support::{held, now};
+use support::{held, lease_of, now};
 
 fn dc(name: &str) -> DcId {
     DcId::new(name).unwrap()
@@ -22,6 +24,7 @@ fn dc(name: &str) -> DcId {
 
 fn acquire(actor: &str) -> Request {
     Request::Acquire {
+        lease: lease_of(actor),
         config: KeyConfig::named(KeyName::new("shared").unwrap()),
         actor: ActorId::new(actor).unwrap(),
         host_time: now(),
@@ -29,8 +32,9 @@ fn acquire(actor: &str) -> Request {
     }
 }
 
-fn release(reservation: &ReservationId, token: FencingToken) -> Request {
+fn release(actor: &str, reservation: &ReservationId, token: FencingToken) -> Request {
     Request::Release {
+        lease: lease_of(actor),
         reservation: reservation.clone(),
         token,
         outcome: RunOutcome::Ok,
@@ -56,31 +60,41 @@ async fn a_holder_cannot_release_someone_elses_lease() {
 
         // The first host holds the key, then lets it go; the second takes it.
         let (id, old) = held(&ask(&net, &first, "iad", &acquire("first")).await);
-        let reply = ask(&net, &first, "iad", &release(&id, old)).await;
+        let reply = ask(&net, &first, "iad", &release("first", &id, old)).await;
         assert_eq!(reply, Reply::Release(ReleaseReply::Released));
         let (again, current) = held(&ask(&net, &second, "iad", &acquire("second")).await);
         assert_eq!(again, id, "same-dc re-activation");
         assert!(current > old);
 
         // The first host, late, releases with its old token: refused.
-        let reply = ask(&net, &first, "iad", &release(&id, old)).await;
+        let reply = ask(&net, &first, "iad", &release("first", &id, old)).await;
         assert_eq!(reply, Reply::Release(ReleaseReply::StaleToken { current }));
+        // The first host again, now with the current token (HeldElsewhere
+        // tells anyone the token) but its own lease key: not the holder.
+        let reply = ask(&net, &first, "iad", &release("first", &id, current)).await;
+        assert_eq!(reply, Reply::Release(ReleaseReply::NotHolder));
+        let renew_as = |actor: &str| Request::Renew {
+            lease: lease_of(actor),
+            reservation: id.clone(),
+            token: current,
+            host_time: now(),
+        };
+        let reply = ask(&net, &first, "iad", &renew_as("first")).await;
+        assert_eq!(reply, Reply::Renew(RenewReply::NotHolder));
         // A host of another DC, even with the current token: refused.
         // (Refused with the connection, or answered Unauthorized.)
         let peer = net.peer(&dc("iad"));
-        match elsewhere.request(&peer, &release(&id, current)).await {
+        match elsewhere
+            .request(&peer, &release("second", &id, current))
+            .await
+        {
             Err(homing_net::NetError::Refused { .. }) => {}
             Ok(Reply::Error(e)) => assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}"),
             other => panic!("a host of fra released iad's lease: {other:?}"),
         }
 
         // The second host still holds it: it renews, and a newcomer is sent to it.
-        let renew = Request::Renew {
-            reservation: id.clone(),
-            token: current,
-            host_time: now(),
-        };
-        match ask(&net, &second, "iad", &renew).await {
+        match ask(&net, &second, "iad", &renew_as("second")).await {
             Reply::Renew(RenewReply::Renewed(_)) => {}
             other => panic!("the holder lost its lease: {other:?}"),
         }

@@ -132,6 +132,7 @@ async fn setup(entry: &str, records: Vec<DcRecord>, fra_says: Option<Segment>) -
 
 async fn acquire(setup: &Setup) -> Reply {
     let request = Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new("room").unwrap()),
         actor: ActorId::new("iad-actor").unwrap(),
         host_time: HostTime::from_ms(1),
@@ -154,8 +155,11 @@ fn linked(from: &str, to: &str) -> DcRecord {
         None,
         FencingToken::FIRST,
         None,
-        ActorId::new("old").unwrap(),
-        HostTime::from_ms(0),
+        &homing_core::Holding {
+            actor: ActorId::new("old").unwrap(),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(0),
+        },
         StoreTime::from_ms(0),
         &LeasePolicy::DEFAULT,
     );

@@ -99,6 +99,7 @@ fn key(name: &str) -> Key {
 
 fn acquire(name: &str) -> Request {
     Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new(name).unwrap()),
         actor: ActorId::new(format!("actor-{name}")).unwrap(),
         host_time: now(),
@@ -163,6 +164,7 @@ async fn homingd_serves_the_protocol_over_quic() {
     }
 
     let renew = Request::Renew {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         reservation: reservation.clone(),
         token,
         host_time: now(),
@@ -172,6 +174,7 @@ async fn homingd_serves_the_protocol_over_quic() {
         Reply::Renew(homing_core::RenewReply::Renewed(_))
     ));
     let stale = Request::Renew {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         reservation: reservation.clone(),
         token: FencingToken::new(9),
         host_time: now(),
@@ -209,6 +212,7 @@ async fn homingd_serves_the_protocol_over_quic() {
     }
 
     let release = Request::Release {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         reservation: reservation.clone(),
         token,
         outcome: homing_core::RunOutcome::Ok,

@@ -40,8 +40,11 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
         None,
         FencingToken::FIRST,
         None,
-        ActorId::new("first").unwrap(),
-        HostTime::from_ms(0),
+        &homing_core::Holding {
+            actor: ActorId::new("first").unwrap(),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(0),
+        },
         store_now(),
         &LeasePolicy::DEFAULT,
     );
@@ -68,6 +71,7 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
     };
 
     let acquire = Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new("room").unwrap()),
         actor: ActorId::new("second").unwrap(),
         host_time: HostTime::from_ms(1),

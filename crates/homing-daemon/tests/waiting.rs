@@ -18,7 +18,7 @@ use homing_daemon::{Devnet, DevnetOptions, Settings};
 use homing_net::Client;
 
 mod support;
-use support::{held, now};
+use support::{held, lease_of, now};
 
 fn dc(name: &str) -> DcId {
     DcId::new(name).unwrap()
@@ -51,6 +51,7 @@ async fn devnet(dcs: &[&str], lease_ttl_ms: u64) -> Devnet {
 
 fn acquire(name: &str, actor: &str, wait_ms: u32) -> Request {
     Request::Acquire {
+        lease: lease_of(actor),
         config: KeyConfig::named(KeyName::new(name).unwrap()),
         actor: ActorId::new(actor).unwrap(),
         host_time: now(),
@@ -133,6 +134,7 @@ async fn a_waiter_in_another_dc_takes_the_key_when_the_holder_releases_and_learn
         assert!(!waiting.is_finished(), "the key is held: fra waits");
         let reason = FailureReason::new("actor crashed: out of memory").unwrap();
         let release = Request::Release {
+            lease: lease_of("iad-actor"),
             reservation: first.clone(),
             token,
             outcome: RunOutcome::Failed {
@@ -217,6 +219,7 @@ async fn waiters_are_served_in_order_bounded_and_time_out_with_held_elsewhere() 
             other => panic!("expected Overloaded, got {other:?}"),
         }
         let release = Request::Release {
+            lease: lease_of("holder"),
             reservation: first.clone(),
             token,
             outcome: RunOutcome::Ok,

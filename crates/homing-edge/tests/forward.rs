@@ -157,6 +157,7 @@ fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
 /// Reserves `key` in DC 0 for the actor at `addr`; the reply's reservation and token.
 async fn reserve(net: &Net, key: &str, addr: SocketAddr) -> anyhow::Result<(String, u64)> {
     let request = Request::Acquire {
+        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new(key)?),
         actor: ActorId::new(addr.to_string())?,
         host_time: SystemClock.now(),

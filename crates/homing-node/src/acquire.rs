@@ -33,8 +33,8 @@ use std::collections::VecDeque;
 
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
-    ErrorKind, ErrorReply, HostTime, Key, LeasePolicy, ReservationId, Shortcut, ShortcutNotice,
-    Tag, wire::WAIT_MS_MAX,
+    ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, ReservationId, Shortcut,
+    ShortcutNotice, Tag, wire::WAIT_MS_MAX,
 };
 
 use crate::failure::Failure;
@@ -136,10 +136,23 @@ pub struct AcquireRequest {
     pub tag: Option<Tag>,
     /// The host's actor.
     pub actor: ActorId,
+    /// The host's lease key for this logical acquire.
+    pub lease: LeaseKey,
     /// The host's clock when it sent the request.
     pub host_time: HostTime,
     /// How long the host lets the DC wait for a held key, ms.
     pub wait_ms: u32,
+}
+
+impl AcquireRequest {
+    /// The host as a lease holder whose clock reads `host_time`.
+    fn holding(&self, host_time: HostTime) -> Holding {
+        Holding {
+            actor: self.actor.clone(),
+            lease: self.lease,
+            host_time,
+        }
+    }
 }
 
 /// One acquire in progress at the host's DC.
@@ -176,8 +189,7 @@ impl Acquire {
             dc.clone(),
             request.key.clone(),
             request.tag.clone(),
-            request.actor.clone(),
-            request.host_time,
+            request.holding(request.host_time),
             policy,
             hop_limit,
         );
@@ -226,6 +238,11 @@ impl Acquire {
     /// The key acquired.
     pub fn key(&self) -> &Key {
         &self.request.key
+    }
+
+    /// The host's lease key for this acquire.
+    pub fn lease(&self) -> LeaseKey {
+        self.request.lease
     }
 
     /// Whether the host asked to wait.
@@ -434,8 +451,8 @@ impl Acquire {
             self.dc.clone(),
             self.request.key.clone(),
             self.request.tag.clone(),
-            self.request.actor.clone(),
-            self.request.host_time.plus_ms(held_ms),
+            self.request
+                .holding(self.request.host_time.plus_ms(held_ms)),
             self.policy,
             self.hop_limit,
         )

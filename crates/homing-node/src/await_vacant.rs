@@ -504,7 +504,12 @@ mod tests {
 
         fn release(&mut self, id: &ReservationId) {
             let (store_now, _) = self.clocks();
-            let t = self.records[id].release(FencingToken::FIRST, RunOutcome::Ok, store_now);
+            let t = self.records[id].release(
+                FencingToken::FIRST,
+                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                RunOutcome::Ok,
+                store_now,
+            );
             self.write(t.next.unwrap());
         }
     }

@@ -6,9 +6,9 @@
 //! ([`Mutation`]) are broken here for homingd and the simulator alike.
 
 use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LeasePolicy, LinkReply,
-    RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply, ReservationId, RunOutcome,
-    Shortcut, StoreTime, Transition,
+    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LeaseKey, LeasePolicy,
+    LinkReply, RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply, ReservationId,
+    RunOutcome, Shortcut, StoreTime, Transition,
 };
 
 use crate::mutation::{Mutation, Mutations};
@@ -20,15 +20,29 @@ pub enum Change {
     Renew {
         /// The holder's token.
         token: FencingToken,
+        /// The holder's lease key.
+        lease: LeaseKey,
         /// The host's clock when it sent the renewal.
         host_time: HostTime,
     },
-    /// A host (or an admin) releases the lease.
+    /// A host releases its lease.
     Release {
         /// The holder's token.
         token: FencingToken,
+        /// The holder's lease key.
+        lease: LeaseKey,
         /// How the run ended.
         outcome: RunOutcome,
+    },
+    /// An operator releases the lease without its holder.
+    ForceRelease {
+        /// The holder's token.
+        token: FencingToken,
+    },
+    /// A host that gave up on its acquire cancels the grant it was made.
+    Cancel {
+        /// The abandoned acquire's lease key.
+        lease: LeaseKey,
     },
     /// A peer links this vacant tail of `key` to its new reservation.
     Link {
@@ -66,6 +80,8 @@ pub enum Changed {
     Link(LinkReply),
     /// The answer to a shortcut notice: whether the record took it.
     Noted(bool),
+    /// The answer to a cancel: whether the record was the cancelled grant.
+    Cancelled(bool),
     /// Drain, expire, abandon: whether the record changed (false: nothing to do).
     Done(bool),
 }
@@ -78,13 +94,17 @@ impl Changed {
             Changed::Release(r) => Some(Reply::Release(r)),
             Changed::Link(r) => Some(Reply::Link(r)),
             Changed::Noted(noted) => Some(Reply::Noted(noted)),
+            Changed::Cancelled(found) => Some(Reply::Cancelled(found)),
             Changed::Done(_) => None,
         }
     }
 
     /// Whether a drain, upkeep or shortcut change changed the record.
     pub fn made(&self) -> bool {
-        matches!(self, Changed::Done(true) | Changed::Noted(true))
+        matches!(
+            self,
+            Changed::Done(true) | Changed::Noted(true) | Changed::Cancelled(true)
+        )
     }
 }
 
@@ -133,23 +153,45 @@ impl Change {
             next,
         };
         match self {
-            Change::Renew { token, host_time } => {
-                let t = record.renew(*token, *host_time, now, policy);
+            Change::Renew {
+                token,
+                lease,
+                host_time,
+            } => {
+                let t = record.renew(*token, lease, *host_time, now, policy);
                 Transition {
                     next: t.next,
                     reply: Changed::Renew(t.reply),
                 }
             }
-            Change::Release { token, outcome } => {
+            Change::Release {
+                token,
+                lease,
+                outcome,
+            } => {
                 let outcome = if mutations.has(Mutation::ReleaseForgetsOutcome) {
                     RunOutcome::Ok
                 } else {
                     outcome.clone()
                 };
-                let t = record.release(*token, outcome, now);
+                let t = record.release(*token, lease, outcome, now);
                 Transition {
                     next: t.next,
                     reply: Changed::Release(t.reply),
+                }
+            }
+            Change::ForceRelease { token } => {
+                let t = record.force_release(*token, now);
+                Transition {
+                    next: t.next,
+                    reply: Changed::Release(t.reply),
+                }
+            }
+            Change::Cancel { lease } => {
+                let next = record.cancel(lease, now);
+                Transition {
+                    reply: Changed::Cancelled(next.is_some()),
+                    next,
                 }
             }
             Change::Link { key, to, expected } => {

@@ -20,9 +20,16 @@ pub(crate) fn held(
         Key::new(KeyName::new(name).unwrap()),
         None,
         FencingToken::FIRST,
-        predecessor.map(|p| p.parse().unwrap()),
-        ActorId::new("a").unwrap(),
-        HostTime::from_ms(0),
+        (predecessor.map(|p| p.parse().unwrap())).map(|reservation| homing_core::PreviousRun {
+            reservation,
+            token: homing_core::FencingToken::FIRST,
+            ended: homing_core::ReleaseCause::Expired,
+        }),
+        &homing_core::Holding {
+            actor: ActorId::new("a").unwrap(),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(0),
+        },
         granted,
         &POLICY,
     )

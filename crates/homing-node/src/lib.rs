@@ -21,6 +21,8 @@
 //!   park until the earliest timer, expire a lapsed holder, time out.
 //!
 //! - [`drain`]: find the tail, drain it here or forward once;
+//! - [`cancel`]: which grant a host's cancel releases, and the cancelled
+//!   lease keys an acquire still running must honour;
 //! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
 //!   proven orphans, trim the event log.
 //!
@@ -35,6 +37,7 @@
 
 pub mod acquire;
 pub mod await_vacant;
+pub mod cancel;
 pub mod change;
 pub mod drain;
 pub mod failure;
@@ -51,6 +54,7 @@ pub use acquire::{
     GlobalRead, member_named,
 };
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
+pub use cancel::Cancellations;
 pub use change::{Change, Changed};
 pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;

@@ -93,7 +93,8 @@ enum Phase {
     Read,
     Write {
         expected: u64,
-        record: DcRecord,
+        /// Boxed: a record is several times larger than the other phases.
+        record: Box<DcRecord>,
         event: bool,
         reply: Changed,
     },
@@ -157,7 +158,7 @@ impl Update {
             } => {
                 let poll = UpdatePoll::Write {
                     expected,
-                    record: record.clone(),
+                    record: DcRecord::clone(&record),
                     event,
                 };
                 self.phase = Phase::Write {
@@ -201,7 +202,7 @@ impl Update {
                 Phase::Write {
                     expected: record.version,
                     event: homing_core::event::derive(Some(&record), &next).is_some(),
-                    record: next,
+                    record: Box::new(next),
                     reply: out.reply,
                 }
             }
@@ -241,6 +242,7 @@ mod tests {
     fn release() -> Change {
         Change::Release {
             token: FencingToken::FIRST,
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
             outcome: RunOutcome::Ok,
         }
     }
@@ -291,7 +293,12 @@ mod tests {
     fn update_without_a_change_answers_without_writing() {
         let record = held();
         let released = record
-            .release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(1))
+            .release(
+                FencingToken::FIRST,
+                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                RunOutcome::Ok,
+                StoreTime::from_ms(1),
+            )
             .next
             .unwrap();
         let mut u = update(record.id.clone());

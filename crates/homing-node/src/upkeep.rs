@@ -644,7 +644,12 @@ mod tests {
         fn record(&mut self, rid: &str, name: &str, predecessor: Option<&str>, released: bool) {
             let mut record = crate::fixture::held(rid, name, predecessor, StoreTime::from_ms(0));
             if released {
-                let t = record.release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(1));
+                let t = record.release(
+                    FencingToken::FIRST,
+                    &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                    RunOutcome::Ok,
+                    StoreTime::from_ms(1),
+                );
                 record = t.next.unwrap();
             }
             self.records.insert(record.id.clone(), record);

@@ -344,7 +344,12 @@ mod tests {
 
     fn released(record: &DcRecord) -> DcRecord {
         record
-            .release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(2))
+            .release(
+                FencingToken::FIRST,
+                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                RunOutcome::Ok,
+                StoreTime::from_ms(2),
+            )
             .next
             .unwrap()
     }

@@ -13,7 +13,7 @@ use homing_node::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, Mutations,
     NodeTime,
 };
-use world::World;
+use world::{World, lease_of};
 
 const HOST_TIME_MS: u64 = 7;
 
@@ -30,6 +30,7 @@ fn start(world: &World, at: &str, actor: &str, wait_ms: u32) -> Acquire {
         key: key(),
         tag: None,
         actor: ActorId::new(actor).unwrap(),
+        lease: lease_of(&ActorId::new(actor).unwrap()),
         host_time: HostTime::from_ms(HOST_TIME_MS),
         wait_ms,
     };

@@ -124,8 +124,11 @@ mod dc {
             None,
             FencingToken::FIRST,
             None,
-            ActorId::new("10.0.0.1:9000").expect("valid actor"),
-            HostTime::from_ms(0),
+            &homing_core::Holding {
+                actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
+                lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                host_time: HostTime::from_ms(0),
+            },
             StoreTime::from_ms(0),
             &LeasePolicy::DEFAULT,
         )
@@ -198,6 +201,7 @@ mod dc {
                 let next = record
                     .renew(
                         record.token,
+                        &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
                         HostTime::from_ms(0),
                         StoreTime::from_ms(0),
                         &LeasePolicy::DEFAULT,

@@ -15,8 +15,8 @@ use homing_core::event::derive;
 use homing_core::key::{KEY_NAME_BYTES_MAX, NAMESPACE_BYTES_MAX, TAG_BYTES_MAX};
 use homing_core::{
     ActorId, DcId, DcRecord, DueCursor, DueKind, Event, EventKind, EventSeq, FencingToken,
-    HostTime, Key, KeyName, LeasePolicy, Namespace, NamespaceScope, RecordState, ReleaseCause,
-    ReservationId, RunOutcome, Shortcut, StoreTime, Tag,
+    HostTime, Key, KeyName, LeaseKey, LeasePolicy, Namespace, NamespaceScope, RecordState,
+    ReleaseCause, ReservationId, RunOutcome, Shortcut, StoreTime, Tag,
 };
 
 use crate::dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
@@ -74,8 +74,11 @@ pub fn record(id: &ReservationId, key: &Key) -> DcRecord {
         None,
         FencingToken::FIRST,
         None,
-        ActorId::new("10.0.0.1:9000").expect("valid actor"),
-        HostTime::from_ms(0),
+        &homing_core::Holding {
+            actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(0),
+        },
         StoreTime::from_ms(0),
         &LeasePolicy::DEFAULT,
     )
@@ -398,9 +401,16 @@ pub fn max_length_record() -> DcRecord {
         k,
         Some(Tag::new("t".repeat(TAG_BYTES_MAX)).unwrap()),
         FencingToken::new(u64::MAX - 1),
-        Some(ReservationId::new(dc, u64::MAX - 1)),
-        ActorId::new("ä".repeat(ACTOR_ID_BYTES_MAX / 2)).unwrap(),
-        HostTime::from_ms(u64::MAX / 4),
+        (Some(ReservationId::new(dc, u64::MAX - 1))).map(|reservation| homing_core::PreviousRun {
+            reservation,
+            token: homing_core::FencingToken::FIRST,
+            ended: homing_core::ReleaseCause::Expired,
+        }),
+        &homing_core::Holding {
+            actor: ActorId::new("ä".repeat(ACTOR_ID_BYTES_MAX / 2)).unwrap(),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(u64::MAX / 4),
+        },
         StoreTime::from_ms(u64::MAX / 4),
         &LeasePolicy::DEFAULT,
     )
@@ -605,6 +615,8 @@ fn leased_until(ms: u64) -> RecordState {
     RecordState::Active {
         actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
         expires_at: StoreTime::from_ms(ms),
+        lease: LeaseKey::from_bytes([1; 16]),
+        previous: None,
     }
 }
 
@@ -780,6 +792,7 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
     let renewed = reserved
         .renew(
             FencingToken::FIRST,
+            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
             HostTime::from_ms(1),
             StoreTime::from_ms(1),
             &POLICY,
@@ -788,14 +801,22 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
         .expect("a live lease renews");
     let drained = renewed.drain().expect("a renewable record drains");
     let released = drained
-        .release(FencingToken::FIRST, RunOutcome::Ok, StoreTime::from_ms(2))
+        .release(
+            FencingToken::FIRST,
+            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            RunOutcome::Ok,
+            StoreTime::from_ms(2),
+        )
         .next
         .expect("an active record releases");
     let again = released
         .activate(
             None,
-            ActorId::new("10.0.0.2:9000").unwrap(),
-            HostTime::from_ms(3),
+            &homing_core::Holding {
+                actor: ActorId::new("10.0.0.2:9000").unwrap(),
+                lease: homing_core::LeaseKey::from_bytes([2; 16]).unwrap(),
+                host_time: HostTime::from_ms(3),
+            },
             StoreTime::from_ms(3),
             &POLICY,
         )
@@ -848,7 +869,12 @@ pub async fn dc_events_record_every_change_of_holder_and_nothing_else(b: &dyn Ba
     }
     // A stale writer (still at the re-activated version) is refused: no event.
     let stale = steps[4]
-        .release(steps[4].token, RunOutcome::Ok, StoreTime::from_ms(4))
+        .release(
+            steps[4].token,
+            &homing_core::LeaseKey::from_bytes([2; 16]).unwrap(),
+            RunOutcome::Ok,
+            StoreTime::from_ms(4),
+        )
         .next
         .unwrap();
     assert!(matches!(

@@ -344,8 +344,11 @@ mod tests {
             None,
             FencingToken::FIRST,
             None,
-            ActorId::new("a").unwrap(),
-            HostTime::from_ms(0),
+            &homing_core::Holding {
+                actor: ActorId::new("a").unwrap(),
+                lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                host_time: HostTime::from_ms(0),
+            },
             StoreTime::from_ms(0),
             &LeasePolicy::DEFAULT,
         );

@@ -1286,6 +1286,7 @@ mod tests {
                         let released = created
                             .release(
                                 created.token,
+                                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
                                 homing_core::RunOutcome::Ok,
                                 homing_core::StoreTime::from_ms(1),
                             )
@@ -1431,16 +1432,27 @@ mod tests {
             homing_core::HostTime::from_ms(1),
             homing_core::StoreTime::from_ms(1),
         );
-        r.renew(r.token, host, now, &homing_core::LeasePolicy::DEFAULT)
-            .next
-            .unwrap()
+        r.renew(
+            r.token,
+            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host,
+            now,
+            &homing_core::LeasePolicy::DEFAULT,
+        )
+        .next
+        .unwrap()
     }
 
     fn released(r: &DcRecord) -> DcRecord {
         let now = homing_core::StoreTime::from_ms(2);
-        r.release(r.token, homing_core::RunOutcome::Ok, now)
-            .next
-            .unwrap()
+        r.release(
+            r.token,
+            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            homing_core::RunOutcome::Ok,
+            now,
+        )
+        .next
+        .unwrap()
     }
 
     async fn stored_revision(store: &EtcdDcStore, id: &ReservationId) -> i64 {

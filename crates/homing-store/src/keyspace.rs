@@ -11,7 +11,7 @@
 
 use homing_core::{
     BadRecord, DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, KeyName,
-    Namespace, NamespaceScope, ReservationId, StoreTime, wire,
+    Namespace, NamespaceScope, RecordState, ReservationId, StoreTime, wire,
 };
 
 use crate::dc::ScanCursor;
@@ -150,10 +150,64 @@ pub fn decode_id(bytes: &[u8]) -> Result<ReservationId, StoreError> {
         .map_err(|e| StoreError::corrupt("reservation id", e))
 }
 
-/// The first byte of a record stored since records carry a shortcut. A
-/// record stored before starts with its reservation ID's length (at most
-/// 53, below 0x80), so the two never mix up.
+/// The first byte of a record stored since active leases carry their lease
+/// key and previous run. A record stored before records carried a shortcut
+/// starts with its reservation ID's length (at most 53, below 0x80), so the
+/// formats never mix up.
+const RECORD_FORMAT_LEASE_KEY: u8 = 0x83;
+/// The first byte of a record stored with a shortcut but no lease key: read, never written.
 const RECORD_FORMAT_SHORTCUT: u8 = 0x82;
+
+/// A record's state as stored before lease keys: read, never written.
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+enum StateBeforeLeaseKey {
+    Active {
+        actor: homing_core::ActorId,
+        expires_at: homing_core::StoreTime,
+    },
+    Released {
+        at: homing_core::StoreTime,
+        cause: homing_core::ReleaseCause,
+    },
+    Linked {
+        to: homing_core::ReservationId,
+    },
+    Abandoned,
+}
+
+impl From<StateBeforeLeaseKey> for RecordState {
+    /// A lease granted before lease keys has none: no host can present it,
+    /// so it ends by expiry (or an operator's force release).
+    fn from(state: StateBeforeLeaseKey) -> RecordState {
+        match state {
+            StateBeforeLeaseKey::Active { actor, expires_at } => RecordState::Active {
+                actor,
+                expires_at,
+                lease: None,
+                previous: None,
+            },
+            StateBeforeLeaseKey::Released { at, cause } => RecordState::Released { at, cause },
+            StateBeforeLeaseKey::Linked { to } => RecordState::Linked { to },
+            StateBeforeLeaseKey::Abandoned => RecordState::Abandoned,
+        }
+    }
+}
+
+/// A record as stored with a shortcut, before lease keys: read, never written.
+#[derive(serde::Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+struct RecordBeforeLeaseKey {
+    id: homing_core::ReservationId,
+    key: homing_core::Key,
+    tag: Option<homing_core::Tag>,
+    token: homing_core::FencingToken,
+    allow_renew: bool,
+    predecessor: Option<homing_core::ReservationId>,
+    state: StateBeforeLeaseKey,
+    shortcut: Option<Box<homing_core::Shortcut>>,
+    version: u64,
+}
 
 /// A record as stored before the shortcut field: read, never written.
 #[derive(serde::Deserialize)]
@@ -165,15 +219,47 @@ struct RecordBeforeShortcut {
     token: homing_core::FencingToken,
     allow_renew: bool,
     predecessor: Option<homing_core::ReservationId>,
-    state: homing_core::RecordState,
+    state: StateBeforeLeaseKey,
     version: u64,
+}
+
+impl From<RecordBeforeLeaseKey> for DcRecord {
+    fn from(old: RecordBeforeLeaseKey) -> DcRecord {
+        DcRecord {
+            id: old.id,
+            key: old.key,
+            tag: old.tag,
+            token: old.token,
+            allow_renew: old.allow_renew,
+            predecessor: old.predecessor,
+            state: old.state.into(),
+            shortcut: old.shortcut,
+            version: old.version,
+        }
+    }
+}
+
+impl From<RecordBeforeShortcut> for DcRecord {
+    fn from(old: RecordBeforeShortcut) -> DcRecord {
+        DcRecord {
+            id: old.id,
+            key: old.key,
+            tag: old.tag,
+            token: old.token,
+            allow_renew: old.allow_renew,
+            predecessor: old.predecessor,
+            state: old.state.into(),
+            shortcut: None,
+            version: old.version,
+        }
+    }
 }
 
 /// Encodes a record (a format byte, then postcard), refusing one above
 /// [`RECORD_BYTES_MAX`].
 pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
     match wire::encode(record) {
-        Ok(bytes) => Ok([&[RECORD_FORMAT_SHORTCUT][..], &bytes].concat()),
+        Ok(bytes) => Ok([&[RECORD_FORMAT_LEASE_KEY][..], &bytes].concat()),
         Err(wire::FrameError::TooLarge { len, max }) => {
             Err(StoreError::TooLarge { bytes: len, max })
         }
@@ -181,25 +267,17 @@ pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
     }
 }
 
-/// Decodes a stored record, of either format.
+/// Decodes a stored record, of any format.
 pub fn decode_record(bytes: &[u8]) -> Result<DcRecord, StoreError> {
     let corrupt = |e| StoreError::corrupt("record", e);
     match bytes.split_first() {
-        Some((&RECORD_FORMAT_SHORTCUT, rest)) => wire::decode(rest).map_err(corrupt),
-        _ => {
-            let old: RecordBeforeShortcut = wire::decode(bytes).map_err(corrupt)?;
-            Ok(DcRecord {
-                id: old.id,
-                key: old.key,
-                tag: old.tag,
-                token: old.token,
-                allow_renew: old.allow_renew,
-                predecessor: old.predecessor,
-                state: old.state,
-                shortcut: None,
-                version: old.version,
-            })
-        }
+        Some((&RECORD_FORMAT_LEASE_KEY, rest)) => wire::decode(rest).map_err(corrupt),
+        Some((&RECORD_FORMAT_SHORTCUT, rest)) => wire::decode::<RecordBeforeLeaseKey>(rest)
+            .map(DcRecord::from)
+            .map_err(corrupt),
+        _ => wire::decode::<RecordBeforeShortcut>(bytes)
+            .map(DcRecord::from)
+            .map_err(corrupt),
     }
 }
 
@@ -408,42 +486,82 @@ mod tests {
         Key::in_namespace(Namespace::new(ns).unwrap(), KeyName::new(name).unwrap())
     }
 
-    /// Data written before records carried a shortcut still reads, as
-    /// records without one; records written now carry theirs.
+    /// Data written before records carried a shortcut, and before active
+    /// leases carried a lease key, still reads: as records without them (a
+    /// lease no host can present, which ends by expiry); records written
+    /// now carry theirs.
     #[test]
-    fn records_of_both_formats_decode() {
-        use homing_core::{ActorId, FencingToken, HostTime, LeasePolicy, Shortcut, StoreTime};
+    fn records_of_every_format_decode() {
+        use homing_core::{
+            ActorId, FencingToken, HostTime, LeaseKey, LeasePolicy, RecordState, Shortcut,
+        };
         let (mut record, _) = DcRecord::reserve(
             "iad.1".parse().unwrap(),
             key("g", "room"),
             None,
             FencingToken::FIRST,
             None,
-            ActorId::new("a").unwrap(),
-            HostTime::from_ms(0),
+            &homing_core::Holding {
+                actor: ActorId::new("a").unwrap(),
+                lease: LeaseKey::from_bytes([1; 16]).unwrap(),
+                host_time: HostTime::from_ms(0),
+            },
             StoreTime::from_ms(0),
             &LeasePolicy::DEFAULT,
         );
-        let before = RecordBeforeShortcut {
+        let old_state = || StateBeforeLeaseKey::Active {
+            actor: ActorId::new("a").unwrap(),
+            expires_at: StoreTime::from_ms(10_000),
+        };
+        let mut without_lease_key = record.clone();
+        without_lease_key.state = RecordState::Active {
+            actor: ActorId::new("a").unwrap(),
+            expires_at: StoreTime::from_ms(10_000),
+            lease: None,
+            previous: None,
+        };
+        let before_shortcut = RecordBeforeShortcut {
             id: record.id.clone(),
             key: record.key.clone(),
             tag: record.tag.clone(),
             token: record.token,
             allow_renew: record.allow_renew,
             predecessor: record.predecessor.clone(),
-            state: record.state.clone(),
+            state: old_state(),
             version: record.version,
         };
-        let old_bytes = wire::encode(&before).unwrap();
+        let old_bytes = wire::encode(&before_shortcut).unwrap();
         assert!(old_bytes[0] < 0x80);
-        assert_eq!(decode_record(&old_bytes).unwrap(), record);
+        assert_eq!(decode_record(&old_bytes).unwrap(), without_lease_key);
         record.shortcut = Some(Box::new(Shortcut {
             to: "fra.9".parse().unwrap(),
             token: FencingToken::new(9),
         }));
+        without_lease_key.shortcut = record.shortcut.clone();
+        let before_lease_key = RecordBeforeLeaseKey {
+            id: record.id.clone(),
+            key: record.key.clone(),
+            tag: record.tag.clone(),
+            token: record.token,
+            allow_renew: record.allow_renew,
+            predecessor: record.predecessor.clone(),
+            state: old_state(),
+            shortcut: record.shortcut.clone(),
+            version: record.version,
+        };
+        let old_bytes = [
+            &[RECORD_FORMAT_SHORTCUT][..],
+            &wire::encode(&before_lease_key).unwrap(),
+        ]
+        .concat();
+        assert_eq!(decode_record(&old_bytes).unwrap(), without_lease_key);
         let bytes = encode_record(&record).unwrap();
-        assert_eq!(bytes[0], RECORD_FORMAT_SHORTCUT);
+        assert_eq!(bytes[0], RECORD_FORMAT_LEASE_KEY);
         assert_eq!(decode_record(&bytes).unwrap(), record);
+        assert!(matches!(
+            decode_record(&bytes).unwrap().state,
+            RecordState::Active { lease: Some(_), .. }
+        ));
     }
 
     #[test]

@@ -634,6 +634,8 @@ mod tests {
         record.state = homing_core::RecordState::Active {
             actor: homing_core::ActorId::new("a").unwrap(),
             expires_at: StoreTime::from_ms(expires_ms),
+            lease: None,
+            previous: None,
         };
         record
     }

@@ -79,9 +79,16 @@ async fn reserve(
         key.clone(),
         None,
         token,
-        predecessor,
-        actor(dc, token.get()),
-        HostTime::from_ms(now.as_ms()),
+        (predecessor).map(|reservation| homing_core::PreviousRun {
+            reservation,
+            token: homing_core::FencingToken::FIRST,
+            ended: homing_core::ReleaseCause::Expired,
+        }),
+        &homing_core::Holding {
+            actor: actor(dc, token.get()),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(now.as_ms()),
+        },
         now,
         &POLICY,
     );
@@ -110,16 +117,58 @@ async fn populate(set: &StoreSet) {
             let host = HostTime::from_ms(later.as_ms());
             match i % 7 {
                 0 => {
-                    let r = update(store, r.renew(r.token, host, later, &POLICY).next).await;
-                    update(store, r.renew(r.token, host, later, &POLICY).next).await;
+                    let r = update(
+                        store,
+                        r.renew(
+                            r.token,
+                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            host,
+                            later,
+                            &POLICY,
+                        )
+                        .next,
+                    )
+                    .await;
+                    update(
+                        store,
+                        r.renew(
+                            r.token,
+                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            host,
+                            later,
+                            &POLICY,
+                        )
+                        .next,
+                    )
+                    .await;
                 }
                 1 => {
-                    update(store, r.release(r.token, RunOutcome::Ok, later).next).await;
+                    update(
+                        store,
+                        r.release(
+                            r.token,
+                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            RunOutcome::Ok,
+                            later,
+                        )
+                        .next,
+                    )
+                    .await;
                 }
                 2 => {
                     let reason = FailureReason::new(format!("exit {i}")).unwrap();
                     let failed = RunOutcome::Failed { reason };
-                    update(store, r.release(r.token, failed, later).next).await;
+                    update(
+                        store,
+                        r.release(
+                            r.token,
+                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            failed,
+                            later,
+                        )
+                        .next,
+                    )
+                    .await;
                 }
                 3 => {
                     let reaped = StoreTime::from_ms(now.as_ms() + 10_000_000);
@@ -127,12 +176,32 @@ async fn populate(set: &StoreSet) {
                 }
                 4 => {
                     let drained = update(store, r.drain()).await;
-                    update(store, drained.release(r.token, RunOutcome::Ok, later).next).await;
+                    update(
+                        store,
+                        drained
+                            .release(
+                                r.token,
+                                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                                RunOutcome::Ok,
+                                later,
+                            )
+                            .next,
+                    )
+                    .await;
                 }
                 5 => {
                     // Released, recreated in the other DC, linked there.
-                    let released =
-                        update(store, r.release(r.token, RunOutcome::Ok, later).next).await;
+                    let released = update(
+                        store,
+                        r.release(
+                            r.token,
+                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            RunOutcome::Ok,
+                            later,
+                        )
+                        .next,
+                    )
+                    .await;
                     let (other_dc, other) = &dcs[(d + 1) % dcs.len()];
                     let next = reserve(
                         other.as_ref(),
@@ -149,10 +218,28 @@ async fn populate(set: &StoreSet) {
                 }
                 _ => {
                     // Re-activated in the same DC.
-                    let released =
-                        update(store, r.release(r.token, RunOutcome::Ok, later).next).await;
+                    let released = update(
+                        store,
+                        r.release(
+                            r.token,
+                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            RunOutcome::Ok,
+                            later,
+                        )
+                        .next,
+                    )
+                    .await;
                     let again = StoreTime::from_ms(later.as_ms() + 1);
-                    let activated = released.activate(None, actor(dc, 99), host, again, &POLICY);
+                    let activated = released.activate(
+                        None,
+                        &homing_core::Holding {
+                            actor: actor(dc, 99),
+                            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            host_time: host,
+                        },
+                        again,
+                        &POLICY,
+                    );
                     update(store, activated.next).await;
                 }
             }
@@ -279,7 +366,12 @@ async fn assert_target_carries_on(source: &StoreSet, target: &StoreSet) {
         let (_, _, head) = all_events(to.as_ref()).await;
         let at = StoreTime::from_ms(1_000_000);
         let released = active
-            .release(active.token, RunOutcome::Ok, at)
+            .release(
+                active.token,
+                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                RunOutcome::Ok,
+                at,
+            )
             .next
             .unwrap();
         assert_eq!(

@@ -51,8 +51,11 @@ fn record(unique: u64) -> DcRecord {
         None,
         FencingToken::FIRST,
         None,
-        actor,
-        at_host,
+        &homing_core::Holding {
+            actor,
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: at_host,
+        },
         at_store,
         &policy,
     )
@@ -179,7 +182,12 @@ async fn child(dir: &Path) {
                     print_ack("ack", unique);
                     if unique % 2 == 0 {
                         let released = record
-                            .release(record.token, RunOutcome::Ok, StoreTime::from_ms(1))
+                            .release(
+                                record.token,
+                                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                                RunOutcome::Ok,
+                                StoreTime::from_ms(1),
+                            )
                             .next
                             .unwrap();
                         let cas = dc.compare_and_set(Some(1), &released).await.unwrap();

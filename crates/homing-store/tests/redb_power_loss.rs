@@ -96,8 +96,11 @@ fn record(unique: u64) -> DcRecord {
         None,
         FencingToken::FIRST,
         None,
-        ActorId::new("10.0.0.1:9000").unwrap(),
-        HostTime::from_ms(0),
+        &homing_core::Holding {
+            actor: ActorId::new("10.0.0.1:9000").unwrap(),
+            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            host_time: HostTime::from_ms(0),
+        },
         StoreTime::from_ms(0),
         &LeasePolicy::DEFAULT,
     )

@@ -258,8 +258,8 @@ fn run_tag() -> String {
     format!("{:x}", host_now().as_ms())
 }
 
-/// An acquire of `key` for a bench actor.
-fn acquire_request(key: &Key) -> anyhow::Result<Request> {
+/// An acquire of `key` for a bench actor, under `lease`.
+fn acquire_request(key: &Key, lease: homing_core::LeaseKey) -> anyhow::Result<Request> {
     Ok(Request::Acquire {
         config: KeyConfig {
             name: Some(key.name.clone()),
@@ -267,6 +267,7 @@ fn acquire_request(key: &Key) -> anyhow::Result<Request> {
             tag: None,
         },
         actor: ActorId::new("bench-host:9000")?,
+        lease,
         host_time: host_now(),
         wait_ms: 0,
     })

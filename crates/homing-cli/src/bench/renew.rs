@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use homing_core::{FencingToken, RenewReply, Reply, Request, ReservationId};
+use homing_core::{FencingToken, LeaseKey, RenewReply, Reply, Request, ReservationId};
 
 use super::{OneDc, acquire_request, key, median_cell, run_cell, run_tag, thousands};
 use crate::host_now;
@@ -54,10 +54,10 @@ pub async fn run() -> anyhow::Result<bool> {
 async fn acquire_leases(
     client: &homing_net::Client,
     peer: &homing_net::Peer,
-) -> anyhow::Result<Arc<Vec<(ReservationId, FencingToken)>>> {
+) -> anyhow::Result<Arc<Vec<(ReservationId, FencingToken, LeaseKey)>>> {
     let tag = run_tag();
     println!("renew: acquiring {LEASES} leases ({TASKS} at a time, not timed)…");
-    let mut leases: Vec<(ReservationId, FencingToken)> = Vec::with_capacity(LEASES);
+    let mut leases: Vec<(ReservationId, FencingToken, LeaseKey)> = Vec::with_capacity(LEASES);
     let mut next = 0usize;
     while next < LEASES {
         let batch: Vec<_> = (next..(next + TASKS).min(LEASES))
@@ -65,13 +65,14 @@ async fn acquire_leases(
                 let (client, peer, name) =
                     (client.clone(), peer.clone(), format!("lease-{tag}-{i}"));
                 tokio::spawn(async move {
-                    let request = acquire_request(&key(name)?)?;
+                    let lease = crate::lease_key::random()?;
+                    let request = acquire_request(&key(name)?, lease)?;
                     match client.request(&peer, &request).await? {
                         Reply::Acquire(AcquireReply::Acquired(Grant {
                             reservation,
                             token,
                             ..
-                        })) => Ok((reservation, token)),
+                        })) => Ok((reservation, token, lease)),
                         other => bail!("acquire answered {other:?}"),
                     }
                 })
@@ -89,7 +90,7 @@ async fn acquire_leases(
 async fn renew_cells(
     client: &homing_net::Client,
     peer: &homing_net::Peer,
-    leases: &Arc<Vec<(ReservationId, FencingToken)>>,
+    leases: &Arc<Vec<(ReservationId, FencingToken, LeaseKey)>>,
     repetitions: usize,
 ) -> anyhow::Result<Vec<super::Cell>> {
     let mut cells = Vec::new();
@@ -98,11 +99,12 @@ async fn renew_cells(
         cells.push(
             run_cell(TASKS, CELL, move |n| {
                 let (client, peer) = (client.clone(), peer.clone());
-                let (reservation, token) = leases[n as usize % leases.len()].clone();
+                let (reservation, token, lease) = leases[n as usize % leases.len()].clone();
                 async move {
                     let request = Request::Renew {
                         reservation,
                         token,
+                        lease,
                         host_time: host_now(),
                     };
                     match client.request(&peer, &request).await? {

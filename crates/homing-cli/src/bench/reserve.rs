@@ -227,7 +227,7 @@ pub async fn run_etcd(out: &Path, load: &Load) -> anyhow::Result<bool> {
 async fn measure(lanes: &Lanes, load: &Load) -> anyhow::Result<Vec<Row>> {
     let tag = run_tag();
     // Warm the connection (handshake) and the stores.
-    let request = acquire_request(&key(format!("warm-{tag}"))?)?;
+    let request = acquire_request(&key(format!("warm-{tag}"))?, crate::lease_key::random()?)?;
     if !matches!(
         lanes.client.request(&lanes.peer, &request).await?,
         Reply::Acquire(AcquireReply::Acquired(_))
@@ -327,7 +327,7 @@ async fn homing_cell(
     run_cell(tasks, load.cell, move |n| {
         let (client, peer, name) = (client.clone(), peer.clone(), format!("{prefix}{n}"));
         async move {
-            let request = acquire_request(&key(name)?)?;
+            let request = acquire_request(&key(name)?, crate::lease_key::random()?)?;
             match client.request(&peer, &request).await? {
                 Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
                 other => bail!("acquire answered {other:?}"),
@@ -363,7 +363,13 @@ async fn local_cell(
     run_cell(tasks, load.cell, move |n| {
         let (node, host, name) = (node.clone(), host.clone(), format!("{prefix}{n}"));
         async move {
-            match node.handle(&host, acquire_request(&key(name)?)?).await {
+            match node
+                .handle(
+                    &host,
+                    acquire_request(&key(name)?, crate::lease_key::random()?)?,
+                )
+                .await
+            {
                 Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
                 other => bail!("in-process acquire answered {other:?}"),
             }

@@ -616,7 +616,8 @@ async fn move_key_to_tail(
     let key = key(name)?;
     let links = hosts.len() - 1;
     for (i, (client, peer)) in hosts.iter().enumerate() {
-        let reply = client.request(peer, &acquire_request(&key)?).await?;
+        let lease = crate::lease_key::random()?;
+        let reply = client.request(peer, &acquire_request(&key, lease)?).await?;
         let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
         })) = reply
@@ -629,6 +630,7 @@ async fn move_key_to_tail(
         let release = Request::Release {
             reservation,
             token,
+            lease,
             outcome: RunOutcome::Ok,
         };
         match client.request(peer, &release).await? {

@@ -333,7 +333,7 @@ fn acquire_failed(error: &AgentError) -> Exit {
             _ => Exit::REFUSED,
         },
         AgentError::Config(_) => Exit::USAGE,
-        AgentError::StaleToken { .. } => Exit::REFUSED,
+        AgentError::StaleToken { .. } | AgentError::NotHolder => Exit::REFUSED,
     }
 }
 

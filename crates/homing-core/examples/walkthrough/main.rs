@@ -12,7 +12,7 @@ use homing_core::{
     RenewReply, TailState, chain::HOP_LIMIT_DEFAULT,
 };
 use homing_core::{Grant, Holder};
-use world::World;
+use world::{World, lease_of};
 
 struct Story {
     failures: u32,
@@ -38,8 +38,14 @@ fn connect(world: &mut World, at: &str, key: &Key, actor: &str) -> AcquireReply 
         dc(at),
         key.clone(),
         None,
-        ActorId::new(actor).expect("valid actor id"),
-        HostTime::from_ms(world.now_ms),
+        {
+            let actor = ActorId::new(actor).expect("valid actor id");
+            homing_core::Holding {
+                lease: lease_of(&actor),
+                actor,
+                host_time: HostTime::from_ms(world.now_ms),
+            }
+        },
         world.policy,
         HOP_LIMIT_DEFAULT,
     );
@@ -172,8 +178,14 @@ fn main() {
             dc(at),
             lobby.clone(),
             None,
-            ActorId::new(actor).expect("valid"),
-            HostTime::from_ms(world.now_ms),
+            {
+                let actor = ActorId::new(actor).expect("valid");
+                homing_core::Holding {
+                    lease: lease_of(&actor),
+                    actor,
+                    host_time: HostTime::from_ms(world.now_ms),
+                }
+            },
             world.policy,
             HOP_LIMIT_DEFAULT,
         )
@@ -208,8 +220,12 @@ fn main() {
             world.write(Some(record.version), drained);
         }
         let renewal = world.record(&fra1).map(|r| {
+            let homing_core::RecordState::Active { actor, .. } = &r.state else {
+                panic!("fra's record has no holder");
+            };
             r.renew(
                 r.token,
+                &lease_of(actor),
                 HostTime::from_ms(world.now_ms),
                 world.now(),
                 &world.policy,

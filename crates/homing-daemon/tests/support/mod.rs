@@ -128,3 +128,14 @@ impl GlobalStore for TestGlobal {
         self.inner.scan(after, limit).await
     }
 }
+
+/// The lease key the host of `actor` uses in these tests: one per actor,
+/// as each HostAgent draws its own.
+#[allow(dead_code)] // each test binary takes the parts it needs
+pub fn lease_of(actor: &str) -> homing_core::LeaseKey {
+    let mut bytes = [0x5A; 16];
+    for (i, b) in actor.bytes().enumerate() {
+        bytes[i % 16] ^= b.rotate_left((i / 16) as u32);
+    }
+    homing_core::LeaseKey::from_bytes(bytes).expect("not all zeros")
+}

@@ -275,14 +275,24 @@ mod tests {
                     None,
                     FencingToken::FIRST,
                     None,
-                    ActorId::new("10.0.0.1:9000").unwrap(),
-                    HostTime::from_ms(0),
+                    &homing_core::Holding {
+                        actor: ActorId::new("10.0.0.1:9000").unwrap(),
+                        lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                        host_time: HostTime::from_ms(0),
+                    },
                     now,
                     &POLICY,
                 );
                 write(store.as_ref(), None, &r).await;
                 set.global.set_if_absent(&r.key, &r.id).await.unwrap();
-                let released = r.release(r.token, RunOutcome::Ok, now).next;
+                let released = r
+                    .release(
+                        r.token,
+                        &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                        RunOutcome::Ok,
+                        now,
+                    )
+                    .next;
                 match i % 4 {
                     0 => {}
                     1 => write(store.as_ref(), Some(1), &released.unwrap()).await,
@@ -295,9 +305,16 @@ mod tests {
                             r.key.clone(),
                             None,
                             r.token.next(),
-                            Some(r.id.clone()),
-                            ActorId::new("10.0.0.2:9000").unwrap(),
-                            HostTime::from_ms(0),
+                            (Some(r.id.clone())).map(|reservation| homing_core::PreviousRun {
+                                reservation,
+                                token: homing_core::FencingToken::FIRST,
+                                ended: homing_core::ReleaseCause::Expired,
+                            }),
+                            &homing_core::Holding {
+                                actor: ActorId::new("10.0.0.2:9000").unwrap(),
+                                lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                                host_time: HostTime::from_ms(0),
+                            },
                             now,
                             &POLICY,
                         );
