@@ -26,6 +26,7 @@
 
 pub mod actor_host;
 pub mod config;
+pub mod connection;
 mod json;
 mod pool;
 pub mod probe;

@@ -10,6 +10,8 @@
 //! |---|---|---|
 //! | `no_key`, `bad_key` | 400 | no key header or `/k/<key>/` path; an invalid name |
 //! | `body_too_large` | 413 | the body exceeds `request_body_bytes_max` |
+//! | `overloaded` | 503 | buffering the body would exceed `request_bodies_bytes_max` (all requests together) |
+//! | `body_timeout` | 408 | the body did not arrive within `body_read_timeout_ms` |
 //! | `not_found` | 404 | [`ResolveError::NotFound`]: never reserved |
 //! | `unavailable` (+ `"dc"`) | 503 | [`ResolveError::Unavailable`] |
 //! | `vacant` | 503 | [`ResolveError::Vacant`] for longer than `move_wait_ms` |
@@ -26,7 +28,7 @@ use bytes::Bytes;
 use homing_client::{Resolution, ResolveError, Resolver};
 use homing_core::Key;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
@@ -34,7 +36,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -103,6 +105,8 @@ struct Inner {
     config: EdgeConfig,
     pool: Arc<ActorPool>,
     forwards: Semaphore,
+    /// Request body bytes buffered, over all requests: one permit a byte.
+    bodies: Semaphore,
     counters: Counters,
 }
 
@@ -136,6 +140,7 @@ impl EdgeRouter {
             inner: Arc::new(Inner {
                 resolver,
                 forwards: Semaphore::new(config.forwards_in_flight_max),
+                bodies: Semaphore::new(config.request_bodies_bytes_max.min(Semaphore::MAX_PERMITS)),
                 config,
                 pool: Arc::new(pool),
                 counters: Counters::default(),
@@ -206,13 +211,15 @@ impl EdgeRouter {
         let key = &routed.key;
         // Hop-by-hop headers and Host go now, once for every attempt.
         strip_hop_by_hop(&mut parts.headers);
-        let body = match self.read_body(&parts, body).await {
-            Ok(body) => body,
+        // The body's bytes stay counted until the answer is on its way.
+        let (body, _buffered) = match self.read_body(&parts, body).await {
+            Ok(read) => read,
             Err(status) => {
-                let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "body_too_large"
-                } else {
-                    "bad_body"
+                let reason = match status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+                    StatusCode::REQUEST_TIMEOUT => "body_timeout",
+                    StatusCode::SERVICE_UNAVAILABLE => "overloaded",
+                    _ => "bad_body",
                 };
                 return self.refuse(status, reason, Some(key), None);
             }
@@ -267,11 +274,17 @@ impl EdgeRouter {
         )
     }
 
-    /// Buffers the body (bounded) so a failed forward can be retried.
-    async fn read_body(&self, parts: &Parts, body: Incoming) -> Result<Bytes, StatusCode> {
+    /// Buffers the body (bounded in size, in time, and with every other
+    /// body in bytes) so a failed forward can be retried; returns it with
+    /// the permits that count its bytes.
+    async fn read_body(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+    ) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
         // Most requests have none: nothing to collect.
         if body.is_end_stream() {
-            return Ok(Bytes::new());
+            return Ok((Bytes::new(), None));
         }
         let max = self.inner.config.request_body_bytes_max;
         let declared = parts
@@ -282,13 +295,49 @@ impl EdgeRouter {
         if declared.is_some_and(|len| len > max as u64) {
             return Err(StatusCode::PAYLOAD_TOO_LARGE);
         }
-        match Limited::new(body, max).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                Err(StatusCode::PAYLOAD_TOO_LARGE)
+        let timeout = Duration::from_millis(self.inner.config.body_read_timeout_ms);
+        tokio::time::timeout(timeout, self.collect_body(body, max))
+            .await
+            .unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
+    }
+
+    async fn collect_body(
+        &self,
+        mut body: Incoming,
+        max: usize,
+    ) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
+        let mut chunks = Vec::new();
+        let mut len = 0;
+        let mut counted: Option<SemaphorePermit<'_>> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| StatusCode::BAD_REQUEST)?;
+            // Trailers are not forwarded.
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            len += data.len();
+            if len > max {
+                return Err(StatusCode::PAYLOAD_TOO_LARGE);
             }
-            Err(_) => Err(StatusCode::BAD_REQUEST),
+            // A frame of 4 GiB or more cannot be counted: refused as overload.
+            let permits = u32::try_from(data.len()).map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+            let permit = self
+                .inner
+                .bodies
+                .try_acquire_many(permits)
+                .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+            match &mut counted {
+                Some(counted) => counted.merge(permit),
+                None => counted = Some(permit),
+            }
+            chunks.push(data);
         }
+        let body = match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.swap_remove(0),
+            _ => Bytes::from(chunks.concat()),
+        };
+        Ok((body, counted))
     }
 
     /// Resolves `key`, waiting (boundedly) while its tail is vacant.
