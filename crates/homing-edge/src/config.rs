@@ -1,9 +1,11 @@
 //! `EdgeConfig`: how the edge router finds the key in a request and the
-//! bounds it keeps on bodies, upstream waits and connections to actors.
+//! bounds it keeps on bodies, upstream waits and connections to actors, and
+//! the networks it forwards to.
 
 use homing_core::Namespace;
 use hyper::header::HeaderName;
 
+use crate::network::ActorNetwork;
 use crate::serve::ServeLimits;
 
 /// Default header carrying the key name.
@@ -68,6 +70,10 @@ pub struct EdgeConfig {
     /// Serve a remembered answer, marked stale, when a DC is unavailable
     /// ([`Resolver::resolve_or_stale`](homing_client::Resolver::resolve_or_stale)).
     pub stale_answers: bool,
+    /// Networks actor addresses must lie in to be forwarded to; any other
+    /// is answered 502 `actor_not_allowed`. Default: loopback only
+    /// ([`ACTOR_NETWORKS_DEFAULT`](crate::network::ACTOR_NETWORKS_DEFAULT)).
+    pub actor_networks: Vec<ActorNetwork>,
     /// Bounds of the listening side.
     pub serve: ServeLimits,
 }
@@ -88,6 +94,7 @@ impl Default for EdgeConfig {
             forwards_in_flight_max: FORWARDS_IN_FLIGHT_MAX_DEFAULT,
             move_wait_ms: MOVE_WAIT_MS_DEFAULT,
             stale_answers: false,
+            actor_networks: ActorNetwork::defaults(),
             serve: ServeLimits::default(),
         }
     }

@@ -16,6 +16,7 @@
 //! | `unavailable` (+ `"dc"`) | 503 | [`ResolveError::Unavailable`] |
 //! | `vacant` | 503 | [`ResolveError::Vacant`] for longer than `move_wait_ms` |
 //! | `inconsistent`, `chain_too_long` | 502 | [`ResolveError::Inconsistent`], [`ResolveError::ChainTooLong`] |
+//! | `actor_not_allowed` | 502 | the actor's address lies outside `actor_networks` |
 //! | `actor_unreachable`, `bad_actor_address` | 502 | the forward failed after the retry; the actor id is not `host:port` |
 //! | `upstream_timeout` | 504 | no response headers within `upstream_timeout_ms` |
 
@@ -83,6 +84,12 @@ pub struct EdgeStats {
     pub retries: u64,
     /// Responses the router made itself with a 4xx/5xx status.
     pub failures: u64,
+    /// Requests refused because their actor's address lies outside the
+    /// actor networks (each such actor is also logged once).
+    pub actors_not_allowed: u64,
+    /// Request body bytes buffered now, over all requests (a gauge, under
+    /// `request_bodies_bytes_max`).
+    pub body_bytes_buffered: u64,
 }
 
 #[derive(Default)]
@@ -92,6 +99,7 @@ struct Counters {
     resolved_by_walk: AtomicU64,
     retries: AtomicU64,
     failures: AtomicU64,
+    actors_not_allowed: AtomicU64,
 }
 
 impl Counters {
@@ -107,6 +115,8 @@ struct Inner {
     forwards: Semaphore,
     /// Request body bytes buffered, over all requests: one permit a byte.
     bodies: Semaphore,
+    /// The permits `bodies` started with.
+    bodies_bytes_max: usize,
     counters: Counters,
 }
 
@@ -126,6 +136,8 @@ enum Forward {
     Timeout,
     /// The actor id is not a `host:port` this router can dial.
     BadActor(String),
+    /// The actor's address lies outside the actor networks.
+    NotAllowed,
 }
 
 impl EdgeRouter {
@@ -135,12 +147,15 @@ impl EdgeRouter {
             config.pool_idle_per_actor_max,
             Duration::from_millis(config.pool_idle_timeout_ms),
             Duration::from_millis(config.connect_timeout_ms),
+            config.actor_networks.clone(),
         );
+        let bodies_bytes_max = config.request_bodies_bytes_max.min(Semaphore::MAX_PERMITS);
         EdgeRouter {
             inner: Arc::new(Inner {
                 resolver,
                 forwards: Semaphore::new(config.forwards_in_flight_max),
-                bodies: Semaphore::new(config.request_bodies_bytes_max.min(Semaphore::MAX_PERMITS)),
+                bodies: Semaphore::new(bodies_bytes_max),
+                bodies_bytes_max,
                 config,
                 pool: Arc::new(pool),
                 counters: Counters::default(),
@@ -163,6 +178,9 @@ impl EdgeRouter {
             resolved_by_walk: get(&c.resolved_by_walk),
             retries: get(&c.retries),
             failures: get(&c.failures),
+            actors_not_allowed: get(&c.actors_not_allowed),
+            body_bytes_buffered: (self.inner.bodies_bytes_max
+                - self.inner.bodies.available_permits()) as u64,
         }
     }
 
@@ -251,6 +269,15 @@ impl EdgeRouter {
                     return self.refuse(
                         StatusCode::GATEWAY_TIMEOUT,
                         "upstream_timeout",
+                        Some(key),
+                        None,
+                    );
+                }
+                Err(Forward::NotAllowed) => {
+                    Counters::bump(&self.inner.counters.actors_not_allowed);
+                    return self.refuse(
+                        StatusCode::BAD_GATEWAY,
+                        "actor_not_allowed",
                         Some(key),
                         None,
                     );
@@ -398,6 +425,7 @@ impl EdgeRouter {
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Err(Forward::Timeout),
             Ok(Err(SendError::BadActor)) => Err(Forward::BadActor(at.actor.to_string())),
+            Ok(Err(SendError::NotAllowed)) => Err(Forward::NotAllowed),
             Ok(Err(SendError::Connect(error))) => Err(Forward::Unreachable { error, sent: false }),
             Ok(Err(SendError::Broken { error, sent })) => Err(Forward::Unreachable { error, sent }),
             Ok(Ok(response)) => {

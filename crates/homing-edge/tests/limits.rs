@@ -31,6 +31,10 @@ const ANSWER_BYTES_MAX: usize = 64 * 1024;
 
 /// A router resolving through one DC at an address nothing answers on.
 async fn router(config: EdgeConfig) -> anyhow::Result<Serving> {
+    Ok(router_and_stats(config).await?.1)
+}
+
+async fn router_and_stats(config: EdgeConfig) -> anyhow::Result<(EdgeRouter, Serving)> {
     let ca = homing_net::pki::DevCa::generate("limits test")?;
     let tls = ca.tls_identity(&Identity::new(Role::Router, None)?)?;
     let client = homing_net::Client::new(&tls, homing_net::ClientLimits::default())?;
@@ -44,7 +48,8 @@ async fn router(config: EdgeConfig) -> anyhow::Result<Serving> {
         },
     );
     let router = EdgeRouter::new(resolver, config);
-    Ok(router.spawn(TcpListener::bind("127.0.0.1:0").await?)?)
+    let serving = router.spawn(TcpListener::bind("127.0.0.1:0").await?)?;
+    Ok((router, serving))
 }
 
 fn with_serve(serve: ServeLimits) -> EdgeConfig {
@@ -192,7 +197,7 @@ async fn body_that_trickles_past_the_body_read_timeout_is_cut_with_408() {
 async fn bodies_buffered_over_all_requests_are_bounded_then_answered_503_overloaded() {
     bounded(async {
         const BODIES_BYTES_MAX: usize = 1_000;
-        let serving = router(EdgeConfig {
+        let (router, serving) = router_and_stats(EdgeConfig {
             request_bodies_bytes_max: BODIES_BYTES_MAX,
             ..EdgeConfig::default()
         })
@@ -204,18 +209,21 @@ async fn bodies_buffered_over_all_requests_are_bounded_then_answered_503_overloa
         let mut holder = TcpStream::connect(serving.local_addr()).await?;
         holder.write_all(post(BODIES_BYTES_MAX).as_bytes()).await?;
         holder.write_all(&[b'a'; 600]).await?;
-        // Another 600 would pass the bound: refused once the holder's
-        // bytes are counted (earlier tries resolve and get 503 unavailable).
-        loop {
-            let mut client = TcpStream::connect(serving.local_addr()).await?;
-            client.write_all(post(600).as_bytes()).await?;
-            client.write_all(&[b'b'; 600]).await?;
-            let answer = read_answer(&mut client).await?;
-            assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-            if answer.ends_with("{\"error\":\"overloaded\",\"key\":\"big\"}\n") {
-                break;
-            }
+        while router.stats().body_bytes_buffered < 600 {
+            // A condition poll: the router reads the holder's bytes soon.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        // Another 600 would pass the bound.
+        let mut client = TcpStream::connect(serving.local_addr()).await?;
+        client.write_all(post(600).as_bytes()).await?;
+        client.write_all(&[b'b'; 600]).await?;
+        let answer = read_answer(&mut client).await?;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(
+            answer.ends_with("{\"error\":\"overloaded\",\"key\":\"big\"}\n"),
+            "{answer}"
+        );
+        assert_eq!(router.stats().body_bytes_buffered, 600, "the refused body is not counted");
         serving.stop(Duration::ZERO).await;
         Ok(())
     })

@@ -11,7 +11,7 @@ use clap::Parser;
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{Identity, Namespace, Role};
 use homing_edge::serve::{self, ServeLimits};
-use homing_edge::{EdgeConfig, EdgeRouter};
+use homing_edge::{ActorNetwork, EdgeConfig, EdgeRouter};
 use homing_net::{Client, ClientLimits};
 use hyper::header::HeaderName;
 
@@ -70,6 +70,18 @@ struct Args {
     /// Serve remembered answers, marked stale, while a DC is unavailable.
     #[arg(long)]
     stale_answers: bool,
+    /// A network (CIDR) actor addresses may lie in; repeatable (env:
+    /// comma-separated). A resolved actor outside every one is answered 502
+    /// actor_not_allowed and never dialled. Default: loopback only; list
+    /// your actor hosts' networks (e.g. 10.0.0.0/8), or 0.0.0.0/0 and ::/0
+    /// to allow any address.
+    #[arg(
+        long = "actor-network",
+        env = "HOMING_ACTOR_NETWORKS",
+        value_delimiter = ',',
+        default_values = homing_edge::network::ACTOR_NETWORKS_DEFAULT
+    )]
+    actor_networks: Vec<ActorNetwork>,
     /// Threads serving requests; 1 runs everything on one thread (no
     /// cross-thread wake-ups, like one nginx worker). Default: one per CPU.
     #[arg(long)]
@@ -176,6 +188,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         request_body_bytes_max: args.request_body_bytes_max,
         request_bodies_bytes_max: args.request_bodies_bytes_max,
         body_read_timeout_ms: args.body_read_timeout_ms,
+        actor_networks: args.actor_networks.clone(),
         serve: args.serve.limits(),
         move_wait_ms: args.move_wait_ms,
         stale_answers: args.stale_answers,
