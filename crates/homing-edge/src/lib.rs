@@ -26,7 +26,9 @@
 
 pub mod actor_host;
 pub mod config;
+pub mod connection;
 mod json;
+pub mod network;
 mod pool;
 pub mod probe;
 pub mod route;
@@ -35,5 +37,6 @@ pub mod serve;
 
 pub use actor_host::{ActorHost, ActorHostConfig, ActorHostError, HostStarted};
 pub use config::EdgeConfig;
+pub use network::ActorNetwork;
 pub use router::{EdgeBody, EdgeRouter, EdgeStats};
 pub use serve::{ServeLimits, Serving, runtime};

@@ -5,6 +5,9 @@
 //! dropped early closes it. Per actor the pool keeps the dial address and
 //! the `Host` header, so a request pays for neither a parse nor a format.
 //!
+//! A slot whose address lies outside the configured actor networks is kept
+//! too, marked refused: the refusal is logged once per slot, not per request.
+//!
 //! Bounds: at most `idle_per_actor_max` parked connections per actor, none
 //! parked longer than `idle_timeout` (swept when a connection is parked or
 //! taken), each dial within `connect_timeout`. Connections in use are bounded
@@ -26,7 +29,9 @@ use hyper::header::HeaderValue;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tracing::debug;
+use tracing::{debug, warn};
+
+use crate::network::ActorNetwork;
 
 /// What an actor connection sends: the router buffers bodies (to retry).
 pub(crate) type ActorRequest = Request<Full<Bytes>>;
@@ -36,6 +41,8 @@ pub(crate) type ActorRequest = Request<Full<Bytes>>;
 pub(crate) enum SendError {
     /// The actor id is not `host:port` (or names no address).
     BadActor,
+    /// The actor's address lies outside the configured actor networks.
+    NotAllowed,
     /// No connection (refused, timed out, handshake failed): nothing was sent.
     Connect(String),
     /// The connection broke; `sent` if the request may have reached the actor.
@@ -48,6 +55,7 @@ pub(crate) struct ActorPool {
     idle_per_actor_max: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
+    networks: Vec<ActorNetwork>,
 }
 
 struct Actors {
@@ -59,6 +67,8 @@ struct Actors {
 /// One actor: where to dial it, its `Host` header, its parked connections.
 struct Slot {
     addr: SocketAddr,
+    /// Whether `addr` lies in an actor network.
+    allowed: bool,
     host: HeaderValue,
     parked: Mutex<Vec<Parked>>,
 }
@@ -81,6 +91,7 @@ impl ActorPool {
         idle_per_actor_max: usize,
         idle_timeout: Duration,
         connect_timeout: Duration,
+        networks: Vec<ActorNetwork>,
     ) -> ActorPool {
         ActorPool {
             actors: Mutex::new(Actors {
@@ -90,6 +101,7 @@ impl ActorPool {
             idle_per_actor_max,
             idle_timeout,
             connect_timeout,
+            networks,
         }
     }
 
@@ -103,6 +115,9 @@ impl ActorPool {
         mut request: ActorRequest,
     ) -> Result<Response<PooledBody>, SendError> {
         let slot = self.slot(actor).ok_or(SendError::BadActor)?;
+        if !slot.allowed {
+            return Err(SendError::NotAllowed);
+        }
         request
             .headers_mut()
             .insert(hyper::header::HOST, slot.host.clone());
@@ -138,8 +153,13 @@ impl ActorPool {
         }
         let addr: SocketAddr = actor.as_str().parse().ok()?;
         let host = HeaderValue::from_str(actor.as_str()).ok()?;
+        let allowed = self.networks.iter().any(|n| n.contains(addr.ip()));
+        if !allowed {
+            warn!(%actor, "actor address outside the actor networks: not forwarding to it");
+        }
         let slot = Arc::new(Slot {
             addr,
+            allowed,
             host,
             parked: Mutex::new(Vec::new()),
         });

@@ -10,10 +10,13 @@
 //! |---|---|---|
 //! | `no_key`, `bad_key` | 400 | no key header or `/k/<key>/` path; an invalid name |
 //! | `body_too_large` | 413 | the body exceeds `request_body_bytes_max` |
+//! | `overloaded` | 503 | buffering the body would exceed `request_bodies_bytes_max` (all requests together) |
+//! | `body_timeout` | 408 | the body did not arrive within `body_read_timeout_ms` |
 //! | `not_found` | 404 | [`ResolveError::NotFound`]: never reserved |
 //! | `unavailable` (+ `"dc"`) | 503 | [`ResolveError::Unavailable`] |
 //! | `vacant` | 503 | [`ResolveError::Vacant`] for longer than `move_wait_ms` |
 //! | `inconsistent`, `chain_too_long` | 502 | [`ResolveError::Inconsistent`], [`ResolveError::ChainTooLong`] |
+//! | `actor_not_allowed` | 502 | the actor's address lies outside `actor_networks` |
 //! | `actor_unreachable`, `bad_actor_address` | 502 | the forward failed after the retry; the actor id is not `host:port` |
 //! | `upstream_timeout` | 504 | no response headers within `upstream_timeout_ms` |
 
@@ -26,7 +29,7 @@ use bytes::Bytes;
 use homing_client::{Resolution, ResolveError, Resolver};
 use homing_core::Key;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
@@ -34,7 +37,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -81,6 +84,12 @@ pub struct EdgeStats {
     pub retries: u64,
     /// Responses the router made itself with a 4xx/5xx status.
     pub failures: u64,
+    /// Requests refused because their actor's address lies outside the
+    /// actor networks (each such actor is also logged once).
+    pub actors_not_allowed: u64,
+    /// Request body bytes buffered now, over all requests (a gauge, under
+    /// `request_bodies_bytes_max`).
+    pub body_bytes_buffered: u64,
 }
 
 #[derive(Default)]
@@ -90,6 +99,7 @@ struct Counters {
     resolved_by_walk: AtomicU64,
     retries: AtomicU64,
     failures: AtomicU64,
+    actors_not_allowed: AtomicU64,
 }
 
 impl Counters {
@@ -103,6 +113,10 @@ struct Inner {
     config: EdgeConfig,
     pool: Arc<ActorPool>,
     forwards: Semaphore,
+    /// Request body bytes buffered, over all requests: one permit a byte.
+    bodies: Semaphore,
+    /// The permits `bodies` started with.
+    bodies_bytes_max: usize,
     counters: Counters,
 }
 
@@ -122,6 +136,8 @@ enum Forward {
     Timeout,
     /// The actor id is not a `host:port` this router can dial.
     BadActor(String),
+    /// The actor's address lies outside the actor networks.
+    NotAllowed,
 }
 
 impl EdgeRouter {
@@ -131,11 +147,15 @@ impl EdgeRouter {
             config.pool_idle_per_actor_max,
             Duration::from_millis(config.pool_idle_timeout_ms),
             Duration::from_millis(config.connect_timeout_ms),
+            config.actor_networks.clone(),
         );
+        let bodies_bytes_max = config.request_bodies_bytes_max.min(Semaphore::MAX_PERMITS);
         EdgeRouter {
             inner: Arc::new(Inner {
                 resolver,
                 forwards: Semaphore::new(config.forwards_in_flight_max),
+                bodies: Semaphore::new(bodies_bytes_max),
+                bodies_bytes_max,
                 config,
                 pool: Arc::new(pool),
                 counters: Counters::default(),
@@ -158,6 +178,9 @@ impl EdgeRouter {
             resolved_by_walk: get(&c.resolved_by_walk),
             retries: get(&c.retries),
             failures: get(&c.failures),
+            actors_not_allowed: get(&c.actors_not_allowed),
+            body_bytes_buffered: (self.inner.bodies_bytes_max
+                - self.inner.bodies.available_permits()) as u64,
         }
     }
 
@@ -206,13 +229,15 @@ impl EdgeRouter {
         let key = &routed.key;
         // Hop-by-hop headers and Host go now, once for every attempt.
         strip_hop_by_hop(&mut parts.headers);
-        let body = match self.read_body(&parts, body).await {
-            Ok(body) => body,
+        // The body's bytes stay counted until the answer is on its way.
+        let (body, _buffered) = match self.read_body(&parts, body).await {
+            Ok(read) => read,
             Err(status) => {
-                let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "body_too_large"
-                } else {
-                    "bad_body"
+                let reason = match status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+                    StatusCode::REQUEST_TIMEOUT => "body_timeout",
+                    StatusCode::SERVICE_UNAVAILABLE => "overloaded",
+                    _ => "bad_body",
                 };
                 return self.refuse(status, reason, Some(key), None);
             }
@@ -248,6 +273,15 @@ impl EdgeRouter {
                         None,
                     );
                 }
+                Err(Forward::NotAllowed) => {
+                    Counters::bump(&self.inner.counters.actors_not_allowed);
+                    return self.refuse(
+                        StatusCode::BAD_GATEWAY,
+                        "actor_not_allowed",
+                        Some(key),
+                        None,
+                    );
+                }
                 Err(Forward::BadActor(actor)) => {
                     warn!(%key, reservation = %at.reservation, %actor, "actor id is not host:port");
                     return self.refuse(
@@ -267,11 +301,17 @@ impl EdgeRouter {
         )
     }
 
-    /// Buffers the body (bounded) so a failed forward can be retried.
-    async fn read_body(&self, parts: &Parts, body: Incoming) -> Result<Bytes, StatusCode> {
+    /// Buffers the body (bounded in size, in time, and with every other
+    /// body in bytes) so a failed forward can be retried; returns it with
+    /// the permits that count its bytes.
+    async fn read_body(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+    ) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
         // Most requests have none: nothing to collect.
         if body.is_end_stream() {
-            return Ok(Bytes::new());
+            return Ok((Bytes::new(), None));
         }
         let max = self.inner.config.request_body_bytes_max;
         let declared = parts
@@ -282,13 +322,49 @@ impl EdgeRouter {
         if declared.is_some_and(|len| len > max as u64) {
             return Err(StatusCode::PAYLOAD_TOO_LARGE);
         }
-        match Limited::new(body, max).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                Err(StatusCode::PAYLOAD_TOO_LARGE)
+        let timeout = Duration::from_millis(self.inner.config.body_read_timeout_ms);
+        tokio::time::timeout(timeout, self.collect_body(body, max))
+            .await
+            .unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
+    }
+
+    async fn collect_body(
+        &self,
+        mut body: Incoming,
+        max: usize,
+    ) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
+        let mut chunks = Vec::new();
+        let mut len = 0;
+        let mut counted: Option<SemaphorePermit<'_>> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| StatusCode::BAD_REQUEST)?;
+            // Trailers are not forwarded.
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            len += data.len();
+            if len > max {
+                return Err(StatusCode::PAYLOAD_TOO_LARGE);
             }
-            Err(_) => Err(StatusCode::BAD_REQUEST),
+            // A frame of 4 GiB or more cannot be counted: refused as overload.
+            let permits = u32::try_from(data.len()).map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+            let permit = self
+                .inner
+                .bodies
+                .try_acquire_many(permits)
+                .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+            match &mut counted {
+                Some(counted) => counted.merge(permit),
+                None => counted = Some(permit),
+            }
+            chunks.push(data);
         }
+        let body = match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.swap_remove(0),
+            _ => Bytes::from(chunks.concat()),
+        };
+        Ok((body, counted))
     }
 
     /// Resolves `key`, waiting (boundedly) while its tail is vacant.
@@ -349,6 +425,7 @@ impl EdgeRouter {
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Err(Forward::Timeout),
             Ok(Err(SendError::BadActor)) => Err(Forward::BadActor(at.actor.to_string())),
+            Ok(Err(SendError::NotAllowed)) => Err(Forward::NotAllowed),
             Ok(Err(SendError::Connect(error))) => Err(Forward::Unreachable { error, sent: false }),
             Ok(Err(SendError::Broken { error, sent })) => Err(Forward::Unreachable { error, sent }),
             Ok(Ok(response)) => {

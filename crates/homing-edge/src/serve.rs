@@ -1,7 +1,9 @@
 //! Accepting HTTP connections for the router and the actor host: HTTP/1.1
 //! and HTTP/2 (prior knowledge) on one TCP listener, a bounded number of
-//! connections at a time, until stopped; then in-flight requests get a
-//! bounded drain time and whatever is left is dropped.
+//! connections at a time, each bounded in time and in what it may make the
+//! server buffer (see [`ServeLimits`] and [`crate::connection`]), until
+//! stopped; then in-flight requests get a bounded drain time and whatever is
+//! left is dropped.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,35 +14,80 @@ use bytes::Bytes;
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
+use crate::connection::{self, Builders};
+
 /// Default most connections served at once; more are closed on accept.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
-/// Default time an HTTP/1 client has to send a request's headers, in milliseconds.
+/// Default time a new connection has to show its protocol (the HTTP/2
+/// preface, or bytes that cannot start it), in milliseconds.
+pub const DETECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Default time an HTTP/1 client has to send a request's headers, counted
+/// from the end of the previous response, in milliseconds.
 pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Default time a connection may stay open with no request in flight, in milliseconds.
+pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default most concurrent streams of one HTTP/2 connection.
+pub const H2_STREAMS_MAX_DEFAULT: u32 = 100;
+/// Default HTTP/2 stream flow-control window, in bytes.
+pub const H2_STREAM_WINDOW_BYTES_DEFAULT: u32 = 256 * 1024;
+/// Default HTTP/2 connection flow-control window, in bytes.
+pub const H2_CONNECTION_WINDOW_BYTES_DEFAULT: u32 = 1024 * 1024;
+/// Default largest HTTP/2 header list (decoded, RFC 9113 §6.5.2), in bytes.
+pub const H2_HEADER_LIST_BYTES_MAX_DEFAULT: u32 = 16 * 1024;
+/// Default most response bytes queued per HTTP/2 stream toward a slow client, in bytes.
+pub const H2_SEND_BUFFER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
 /// Pause after a failed accept (e.g. out of file descriptors), in milliseconds.
 const ACCEPT_BACKOFF_MS: u64 = 50;
 
-/// Bounds of a listening side.
+/// Bounds of a listening side. What one HTTP/2 connection can make the
+/// server hold is bounded by these (EDGE-ROUTER.md works it out).
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
     /// Most connections served at once.
     pub connections_max: usize,
-    /// Time an HTTP/1 client has to send a request's headers, in milliseconds.
+    /// Time a new connection has to show its protocol, in milliseconds; a
+    /// silent connection is closed after it.
+    pub detect_timeout_ms: u64,
+    /// Time an HTTP/1 client has to send a request's headers, in
+    /// milliseconds, counted from the end of the previous response: also
+    /// the longest an HTTP/1 connection waits idle between requests.
     pub header_read_timeout_ms: u64,
+    /// Time a connection (HTTP/1 or HTTP/2) may stay open with no request in
+    /// flight, in milliseconds; then it is shut down gracefully (HTTP/2:
+    /// GOAWAY) and dropped if not closed within
+    /// [`IDLE_CLOSE_GRACE_MS`](crate::connection::IDLE_CLOSE_GRACE_MS).
+    pub idle_timeout_ms: u64,
+    /// Most concurrent streams of one HTTP/2 connection.
+    pub h2_streams_max: u32,
+    /// HTTP/2 stream flow-control window: request body bytes one stream may
+    /// have sent and the server not yet read, in bytes.
+    pub h2_stream_window_bytes: u32,
+    /// HTTP/2 connection flow-control window: the same over all streams of
+    /// the connection, in bytes.
+    pub h2_connection_window_bytes: u32,
+    /// Largest HTTP/2 header list a request may carry, in bytes.
+    pub h2_header_list_bytes_max: u32,
+    /// Most response bytes queued per HTTP/2 stream toward the client, in bytes.
+    pub h2_send_buffer_bytes_max: usize,
 }
 
 impl Default for ServeLimits {
     fn default() -> ServeLimits {
         ServeLimits {
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            detect_timeout_ms: DETECT_TIMEOUT_MS_DEFAULT,
             header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
+            idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            h2_streams_max: H2_STREAMS_MAX_DEFAULT,
+            h2_stream_window_bytes: H2_STREAM_WINDOW_BYTES_DEFAULT,
+            h2_connection_window_bytes: H2_CONNECTION_WINDOW_BYTES_DEFAULT,
+            h2_header_list_bytes_max: H2_HEADER_LIST_BYTES_MAX_DEFAULT,
+            h2_send_buffer_bytes_max: H2_SEND_BUFFER_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -115,7 +162,7 @@ where
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let addr = listener.local_addr()?;
@@ -139,16 +186,11 @@ async fn accept_loop<S, B>(
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
+    let builders = Arc::new(Builders::new(&limits));
     let permits = Arc::new(Semaphore::new(limits.connections_max));
-    let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     let drain = loop {
         tokio::select! {
@@ -166,14 +208,9 @@ async fn accept_loop<S, B>(
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let connection = builder
-                    .serve_connection(TokioIo::new(stream), service.clone())
-                    .into_owned();
-                let connection = graceful.watch(connection);
+                let served = connection::serve(stream, builders.clone(), service.clone(), stop.clone());
                 connections.spawn(async move {
-                    if let Err(error) = connection.await {
-                        debug!(error = %error, "connection ended with an error");
-                    }
+                    served.await;
                     drop(permit);
                 });
             }
@@ -186,6 +223,10 @@ async fn accept_loop<S, B>(
         }
     };
     drop(listener);
-    // Dropping the set aborts connections still open after the drain.
-    let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+    // Each connection saw the stop and shuts down gracefully; dropping the
+    // set aborts those still open after the drain.
+    let _ = tokio::time::timeout(drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
 }

@@ -360,3 +360,44 @@ async fn actor_sees_identifying_headers_and_no_hop_by_hop_ones_over_one_reused_c
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_outside_the_default_loopback_networks_is_refused_without_a_connect() {
+    bounded(async {
+        // TEST-NET-1: a host could register any address as its actor.
+        let outside: SocketAddr = "192.0.2.1:80".parse()?;
+        let scene = Scene::start("far", outside, EdgeConfig::default()).await?;
+        for refused in 1..=2 {
+            let Answer { status, body, .. } = send(&scene.serving, Method::GET, "far", &[]).await?;
+            assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+            assert_eq!(body, "{\"error\":\"actor_not_allowed\",\"key\":\"far\"}\n");
+            let stats = scene.router.stats();
+            assert_eq!((stats.actors_not_allowed, stats.retries), (refused, 0));
+        }
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_outside_the_configured_networks_is_never_dialled() {
+    bounded(async {
+        let actor = Scripted::start(Script::Answer).await?;
+        let config = EdgeConfig {
+            actor_networks: vec!["10.0.0.0/8".parse()?, "fd00::/8".parse()?],
+            ..EdgeConfig::default()
+        };
+        let scene = Scene::start("local", actor.addr, config).await?;
+        let Answer { status, body, .. } = send(&scene.serving, Method::GET, "local", &[]).await?;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+        assert_eq!(
+            body,
+            "{\"error\":\"actor_not_allowed\",\"key\":\"local\"}\n"
+        );
+        assert_eq!(actor.accepted(), 0);
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}

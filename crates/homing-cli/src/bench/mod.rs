@@ -2,6 +2,7 @@
 //! homingd instances (an in-process devnet over QUIC + mutual TLS with redb
 //! stores), each printing homing next to its model or baseline in one run.
 
+mod flood;
 mod renew;
 mod reserve;
 mod resolve_absent;
@@ -37,6 +38,17 @@ pub struct BenchArgs {
     /// Length of one load cell, in milliseconds.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     cell_ms: u64,
+    /// `flood`: forged QUIC Initials per second to aim at homingd.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    flood_rate: u64,
+    /// `flood`: length of each flood, in milliseconds (the phases before
+    /// and after last `--cell-ms`).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
+    flood_ms: u64,
+    /// `flood`: idle TCP connections to hold at the edge router (the bench
+    /// raises its fd limit to hold both ends; see `ulimit -n`).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    idle_connections: u64,
     /// Only the throughput cells (`resolve-cold`: skips the latency-per-chain-length
     /// part and its model table).
     #[arg(long)]
@@ -88,6 +100,8 @@ enum Suite {
     Renew,
     /// The same with the DC store on a 3-member etcd, vs etcd's own guarded put (feature `etcd`).
     RenewEtcd,
+    /// Resolve p50/p99 before, during and after 100 k forged QUIC Initials/s at homingd and 10 k idle TCP connections at the edge router.
+    Flood,
     /// Cached resolve (a separate program: prints its command).
     ResolveCached,
     /// Transport (a separate program: prints its command).
@@ -107,6 +121,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         #[cfg(not(feature = "etcd"))]
         Suite::ReserveEtcd => Ok(needs_etcd("reserve-etcd")),
         Suite::Renew => renew::run().await,
+        Suite::Flood => {
+            let flood = flood::Flood {
+                rate: args.flood_rate,
+                flood: Duration::from_millis(args.flood_ms),
+                idle_connections: args.idle_connections as usize,
+            };
+            flood::run(&args.load(), &flood).await
+        }
         #[cfg(feature = "etcd")]
         Suite::RenewEtcd => renew::run_etcd().await,
         #[cfg(not(feature = "etcd"))]

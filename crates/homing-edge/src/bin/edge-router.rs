@@ -10,7 +10,8 @@ use anyhow::Context;
 use clap::Parser;
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{Identity, Namespace, Role};
-use homing_edge::{EdgeConfig, EdgeRouter};
+use homing_edge::serve::{self, ServeLimits};
+use homing_edge::{ActorNetwork, EdgeConfig, EdgeRouter};
 use homing_net::{Client, ClientLimits};
 use hyper::header::HeaderName;
 
@@ -56,16 +57,89 @@ struct Args {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = homing_edge::config::REQUEST_BODY_BYTES_MAX_DEFAULT)]
     request_body_bytes_max: usize,
+    /// Most request body bytes buffered at once over all requests; a body
+    /// that would pass it is answered 503 overloaded.
+    #[arg(long, default_value_t = homing_edge::config::REQUEST_BODIES_BYTES_MAX_DEFAULT)]
+    request_bodies_bytes_max: usize,
+    /// Time a request's whole body has to arrive, in milliseconds; then 408 body_timeout.
+    #[arg(long, default_value_t = homing_edge::config::BODY_READ_TIMEOUT_MS_DEFAULT)]
+    body_read_timeout_ms: u64,
     /// Wait while a key's actor moves (vacant tail) before 503, in milliseconds.
     #[arg(long, default_value_t = homing_edge::config::MOVE_WAIT_MS_DEFAULT)]
     move_wait_ms: u64,
     /// Serve remembered answers, marked stale, while a DC is unavailable.
     #[arg(long)]
     stale_answers: bool,
+    /// A network (CIDR) actor addresses may lie in; repeatable (env:
+    /// comma-separated). A resolved actor outside every one is answered 502
+    /// actor_not_allowed and never dialled. Default: loopback only; list
+    /// your actor hosts' networks (e.g. 10.0.0.0/8), or 0.0.0.0/0 and ::/0
+    /// to allow any address.
+    #[arg(
+        long = "actor-network",
+        env = "HOMING_ACTOR_NETWORKS",
+        value_delimiter = ',',
+        default_values = homing_edge::network::ACTOR_NETWORKS_DEFAULT
+    )]
+    actor_networks: Vec<ActorNetwork>,
     /// Threads serving requests; 1 runs everything on one thread (no
     /// cross-thread wake-ups, like one nginx worker). Default: one per CPU.
     #[arg(long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Bounds on each client connection (EDGE-ROUTER.md, "Bounds").
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Client connection bounds")]
+struct ServeArgs {
+    /// Most client connections at once; more are closed on accept.
+    #[arg(long, default_value_t = serve::CONNECTIONS_MAX_DEFAULT)]
+    connections_max: usize,
+    /// Time a new connection has to send its first bytes (HTTP/2 preface
+    /// or an HTTP/1 request line), in milliseconds; a silent one is closed.
+    #[arg(long, default_value_t = serve::DETECT_TIMEOUT_MS_DEFAULT)]
+    detect_timeout_ms: u64,
+    /// Time an HTTP/1 client has to send a request's headers, counted from
+    /// the end of the previous response (so also its keep-alive idle limit), in milliseconds.
+    #[arg(long, default_value_t = serve::HEADER_READ_TIMEOUT_MS_DEFAULT)]
+    header_read_timeout_ms: u64,
+    /// Time a connection may stay open with no request in flight, in
+    /// milliseconds; then it is closed (HTTP/2: GOAWAY).
+    #[arg(long, default_value_t = serve::IDLE_TIMEOUT_MS_DEFAULT)]
+    idle_timeout_ms: u64,
+    /// Most concurrent streams per HTTP/2 connection.
+    #[arg(long, default_value_t = serve::H2_STREAMS_MAX_DEFAULT)]
+    h2_streams_max: u32,
+    /// HTTP/2 per-stream flow-control window (unread request body per stream), in bytes.
+    #[arg(long, default_value_t = serve::H2_STREAM_WINDOW_BYTES_DEFAULT)]
+    h2_stream_window_bytes: u32,
+    /// HTTP/2 per-connection flow-control window (unread request body over all streams), in bytes.
+    #[arg(long, default_value_t = serve::H2_CONNECTION_WINDOW_BYTES_DEFAULT)]
+    h2_connection_window_bytes: u32,
+    /// Largest HTTP/2 header list of one request, in bytes.
+    #[arg(long, default_value_t = serve::H2_HEADER_LIST_BYTES_MAX_DEFAULT)]
+    h2_header_list_bytes_max: u32,
+    /// Most response bytes queued per HTTP/2 stream toward a slow client, in bytes.
+    #[arg(long, default_value_t = serve::H2_SEND_BUFFER_BYTES_MAX_DEFAULT)]
+    h2_send_buffer_bytes_max: usize,
+}
+
+impl ServeArgs {
+    fn limits(&self) -> ServeLimits {
+        ServeLimits {
+            connections_max: self.connections_max,
+            detect_timeout_ms: self.detect_timeout_ms,
+            header_read_timeout_ms: self.header_read_timeout_ms,
+            idle_timeout_ms: self.idle_timeout_ms,
+            h2_streams_max: self.h2_streams_max,
+            h2_stream_window_bytes: self.h2_stream_window_bytes,
+            h2_connection_window_bytes: self.h2_connection_window_bytes,
+            h2_header_list_bytes_max: self.h2_header_list_bytes_max,
+            h2_send_buffer_bytes_max: self.h2_send_buffer_bytes_max,
+        }
+    }
 }
 
 fn dc_table(entries: &[String]) -> anyhow::Result<Vec<(homing_core::DcId, SocketAddr)>> {
@@ -112,6 +186,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         namespace: Namespace::new(args.namespace.as_str()).context("--namespace")?,
         upstream_timeout_ms: args.upstream_timeout_ms,
         request_body_bytes_max: args.request_body_bytes_max,
+        request_bodies_bytes_max: args.request_bodies_bytes_max,
+        body_read_timeout_ms: args.body_read_timeout_ms,
+        actor_networks: args.actor_networks.clone(),
+        serve: args.serve.limits(),
         move_wait_ms: args.move_wait_ms,
         stale_answers: args.stale_answers,
         ..EdgeConfig::default()

@@ -1,0 +1,355 @@
+//! One accepted TCP connection, from its first byte to its close, for the
+//! router and the actor host: the protocol is detected within a deadline
+//! (the HTTP/2 preface, else HTTP/1.1), then hyper serves it while this
+//! module watches it. A connection with no request in flight for the idle
+//! timeout is shut down gracefully (HTTP/2: GOAWAY; HTTP/1.1: closed
+//! between requests) and dropped if it has not closed within
+//! [`IDLE_CLOSE_GRACE_MS`]; a stop signal shuts it down gracefully too.
+//!
+//! ```text
+//!  accepted ──first bytes within detect_timeout──► HTTP/1.1 or HTTP/2 ──no request for idle_timeout──► GOAWAY / close ──grace──► dropped
+//!      └── silent or closed: dropped                    └── stop: graceful shutdown (the server bounds the drain)
+//! ```
+
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::server::conn::{http1, http2};
+use hyper::service::{Service, service_fn};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::serve::ServeLimits;
+
+/// What an HTTP/2 client sends first (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Most bytes read while detecting the protocol; all are replayed to hyper.
+const DETECT_READ_BYTES_MAX: usize = 4096;
+/// Time a connection shut down for idleness has to finish closing (an HTTP/2
+/// client acknowledging the GOAWAY's ping) before it is dropped, in milliseconds.
+pub const IDLE_CLOSE_GRACE_MS: u64 = 1_000;
+
+/// The protocol a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// hyper's connection builders, configured from [`ServeLimits`] once per listener.
+pub(crate) struct Builders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+    detect_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl Builders {
+    pub(crate) fn new(limits: &ServeLimits) -> Builders {
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(limits.h2_streams_max)
+            .initial_stream_window_size(limits.h2_stream_window_bytes)
+            .initial_connection_window_size(limits.h2_connection_window_bytes)
+            .max_header_list_size(limits.h2_header_list_bytes_max)
+            .max_send_buf_size(limits.h2_send_buffer_bytes_max);
+        Builders {
+            http1: h1,
+            http2: h2,
+            detect_timeout: Duration::from_millis(limits.detect_timeout_ms),
+            idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+        }
+    }
+}
+
+/// Serves one accepted connection until it closes, is idle too long, or the
+/// server stops (`stop` holds a drain time; the server bounds the drain).
+pub(crate) async fn serve<S, B>(
+    mut stream: TcpStream,
+    builders: Arc<Builders>,
+    service: S,
+    mut stop: watch::Receiver<Option<std::time::Duration>>,
+) where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = std::convert::Infallible>
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let detected = tokio::select! {
+        detected = tokio::time::timeout(builders.detect_timeout, detect(&mut stream)) => detected,
+        _ = stop.changed() => return,
+    };
+    let (protocol, prefix) = match detected {
+        Ok(Ok(detected)) => detected,
+        Ok(Err(error)) => {
+            debug!(%error, "connection closed before its protocol was known");
+            return;
+        }
+        Err(_) => {
+            debug!(
+                timeout_ms = builders.detect_timeout.as_millis() as u64,
+                "no request within the detect timeout: closing"
+            );
+            return;
+        }
+    };
+    let io = TokioIo::new(Prefixed { prefix, stream });
+    let activity = Arc::new(Activity::new());
+    let tracked = activity.clone();
+    let service = service_fn(move |request| {
+        let guard = tracked.start();
+        let answer = service.call(request);
+        async move {
+            let response = answer.await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
+                body,
+                _guard: guard,
+            }))
+        }
+    });
+    let idle = builders.idle_timeout;
+    match protocol {
+        Protocol::Http1 => {
+            let connection = builders.http1.serve_connection(io, service);
+            watch_over(connection, &activity, idle, stop).await;
+        }
+        Protocol::Http2 => {
+            let connection = builders.http2.serve_connection(io, service);
+            watch_over(connection, &activity, idle, stop).await;
+        }
+    }
+}
+
+/// Reads the first bytes of a connection until they tell HTTP/2's preface
+/// from anything else (taken as HTTP/1.1); returns them for replay.
+async fn detect(stream: &mut TcpStream) -> std::io::Result<(Protocol, Bytes)> {
+    let mut read = Vec::with_capacity(DETECT_READ_BYTES_MAX);
+    loop {
+        if stream.read_buf(&mut read).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let seen = read.len().min(H2_PREFACE.len());
+        if read[..seen] != H2_PREFACE[..seen] {
+            return Ok((Protocol::Http1, Bytes::from(read)));
+        }
+        if seen == H2_PREFACE.len() {
+            return Ok((Protocol::Http2, Bytes::from(read)));
+        }
+    }
+}
+
+/// Polls `connection` to its end; shuts it down when idle or stopped.
+async fn watch_over<C>(
+    connection: C,
+    activity: &Activity,
+    idle: Duration,
+    mut stop: watch::Receiver<Option<Duration>>,
+) where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    let mut connection = pin!(connection);
+    let timer = tokio::time::sleep(idle);
+    let mut timer = pin!(timer);
+    let mut shut_down = false;
+    let mut watching_stop = true;
+    loop {
+        tokio::select! {
+            ended = connection.as_mut() => {
+                if let Err(error) = ended {
+                    debug!(%error, "connection ended with an error");
+                }
+                return;
+            }
+            () = timer.as_mut() => match activity.idle_until(idle) {
+                Some(deadline) => timer.as_mut().reset(deadline),
+                None if !shut_down => {
+                    debug!(idle_ms = idle.as_millis() as u64, "idle: shutting down");
+                    connection.as_mut().graceful_shutdown();
+                    shut_down = true;
+                    timer.as_mut().reset(Instant::now() + Duration::from_millis(IDLE_CLOSE_GRACE_MS));
+                }
+                None => {
+                    debug!("idle and not closed after the grace: dropped");
+                    return;
+                }
+            },
+            changed = stop.changed(), if watching_stop => {
+                watching_stop = false;
+                if changed.is_ok() && stop.borrow().is_some() && !shut_down {
+                    connection.as_mut().graceful_shutdown();
+                    shut_down = true;
+                }
+            }
+        }
+    }
+}
+
+/// Requests in flight on one connection, and when the last one ended.
+struct Activity {
+    born: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `born` at which the last request ended.
+    last_end_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            born: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_end_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+
+    /// `None` if no request is in flight and none ended within `idle`; else
+    /// when to look again.
+    fn idle_until(&self, idle: Duration) -> Option<Instant> {
+        let now = Instant::now();
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return Some(now + idle);
+        }
+        let last_end = self.born + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
+        (last_end + idle > now).then_some(last_end + idle)
+    }
+}
+
+/// One request in flight: from the service call to the end of its response
+/// body (or the drop of either).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let ms = self.0.born.elapsed().as_millis() as u64;
+        self.0.last_end_ms.fetch_max(ms, Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A response body that keeps its request in flight until it is dropped.
+struct Tracked<B> {
+    body: B,
+    /// Held for its drop.
+    _guard: InFlight,
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A TCP stream with the bytes read while detecting its protocol put back.
+struct Prefixed {
+    prefix: Bytes,
+    stream: TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.stream).poll_read(cx, buf);
+        }
+        let n = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix[..n]);
+        self.prefix.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn detect_tells_the_h2_preface_from_http1_and_keeps_every_byte() {
+        for (sent, protocol) in [
+            (&b"GET / HTTP/1.1\r\n\r\n"[..], Protocol::Http1),
+            (&H2_PREFACE[..], Protocol::Http2),
+            (&b"PRI * HTTP/1.1\r\n"[..], Protocol::Http1),
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback");
+            let addr = listener.local_addr().expect("bound");
+            let mut client = TcpStream::connect(addr).await.expect("connect");
+            let (mut server, _) = listener.accept().await.expect("accept");
+            tokio::io::AsyncWriteExt::write_all(&mut client, sent)
+                .await
+                .expect("write");
+            let (detected, prefix) = detect(&mut server).await.expect("detected");
+            assert_eq!(detected, protocol);
+            assert!(sent.starts_with(&prefix), "prefix is what was sent");
+        }
+    }
+}
