@@ -317,8 +317,12 @@ async fn partition_a_dc_during_a_recreation_race_yields_at_most_one_holder_and_h
         // Warm the pooled connections fra → iad and sin → iad, so each round
         // races on live connections rather than on handshakes.
         must_acquire(&cluster, &cluster.host(&iad), &iad, "warm", "10.0.1.9:9").await;
+        // Each probe is a new host (its own lease key): a probe never finds
+        // its own grant, whoever holds "warm" by then.
+        let probes = std::sync::atomic::AtomicU32::new(0);
         let fra_reaches_iad = || async {
-            let probe = acquire("warm", "10.0.2.9:9");
+            let n = probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let probe = acquire("warm", &format!("10.0.2.9:{}", 1000 + n));
             matches!(
                 cluster.ask(&cluster.host(&fra), &fra, &probe).await,
                 Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_)))
