@@ -589,6 +589,12 @@ impl Sim {
                 let work = self.measurements.take_acquire_work(rpc);
                 let latency = self.now - first.true_us;
                 self.measurements.count("acquire_timed_out_at_host");
+                // Fault-free: nothing but load delayed it (DESIGN.md §7.6 wants none).
+                let (from_ms, to_ms) = (first.true_us / 1000, self.now / 1000);
+                if !self.scenario.faulty_between(from_ms, to_ms) {
+                    self.measurements
+                        .count("acquire_timed_out_at_host_with_no_fault");
+                }
                 self.acquires_given_up
                     .extend(acquiring.tries.iter().map(|t| t.rpc));
                 self.measurements

@@ -252,6 +252,27 @@ pub enum Fault {
     },
 }
 
+impl Scenario {
+    /// Whether a fault that can delay a request — a partition, a DC crash,
+    /// a slow store, or message loss at any time — is in effect at some
+    /// point of `[from_ms, to_ms]` (simulated ms). Host crashes and drains
+    /// are not: they end a host's run or a key's renewals, not a request.
+    pub fn faulty_between(&self, from_ms: u64, to_ms: u64) -> bool {
+        if self.network.loss > 0.0 {
+            return true;
+        }
+        self.faults.iter().any(|fault| {
+            let (at_ms, for_ms) = match fault {
+                Fault::Partition { at_ms, for_ms, .. }
+                | Fault::CrashDc { at_ms, for_ms, .. }
+                | Fault::SlowStore { at_ms, for_ms, .. } => (*at_ms, *for_ms),
+                Fault::Drain { .. } | Fault::CrashHosts { .. } => return false,
+            };
+            at_ms <= to_ms && from_ms <= at_ms.saturating_add(for_ms)
+        })
+    }
+}
+
 impl Default for Scenario {
     fn default() -> Scenario {
         Scenario {
