@@ -4,7 +4,9 @@
 //! DC already made — the same reservation and token — not `HeldElsewhere`
 //! naming its own actor; one that never hears back cancels by lease key and
 //! the DC releases the grant at once, so the next host takes the key with
-//! no wait for expiry. The reply is lost in the host's transport (the DC
+//! no wait for expiry; a second host that knows the holder's token (any
+//! `HeldElsewhere` tells it) but not its lease key renews and releases
+//! nothing. The reply is lost in the host's transport (the DC
 //! processed the request and answered), so the test waits on nothing but
 //! the answers.
 
@@ -19,10 +21,10 @@ use homing_client::{
     Actor, AgentError, HostAgent, HostAgentConfig, LeaseTransport, QuicTransport, SystemClock,
 };
 use homing_core::{
-    AcquireReply, ActorId, Grant, KeyConfig, KeyName, LeasePolicy, RecordState, ReleaseCause,
-    Reply, Request, Role,
+    AcquireReply, ActorId, Grant, Holder, KeyConfig, KeyName, LeasePolicy, RecordState,
+    ReleaseCause, ReleaseReply, RenewReply, Reply, Request, Role, RunOutcome,
 };
-use homing_e2e::cluster::acquire;
+use homing_e2e::cluster::{acquire, host_now, lease_of};
 use homing_e2e::lone_dc::LoneDc;
 use homing_net::Peer;
 use tokio::sync::Mutex;
@@ -190,6 +192,55 @@ async fn lease_key_a_host_that_gives_up_cancels_the_grant_it_never_saw() {
             RecordState::Active { lease, .. } => lease.is_none(),
             _ => true,
         }));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_key_the_token_alone_renews_and_releases_nothing() {
+    bounded(async {
+        let dc = LoneDc::start(LeasePolicy::DEFAULT, &[]).await;
+        let (holder, other) = (dc.client(Role::Host), dc.client(Role::Host));
+        let granted = dc.ask(&holder, &acquire("guarded", "holder:1")).await;
+        let Reply::Acquire(AcquireReply::Acquired(Grant { reservation, .. })) = granted else {
+            panic!("the holder acquires: {granted:?}");
+        };
+        // Another host of the same DC learns the token from HeldElsewhere.
+        let told = dc.ask(&other, &acquire("guarded", "other:2")).await;
+        let Reply::Acquire(AcquireReply::HeldElsewhere(Holder { token, .. })) = told else {
+            panic!("the other host is told who holds it: {told:?}");
+        };
+        let renew = Request::Renew {
+            reservation: reservation.clone(),
+            token,
+            lease: lease_of("other:2"),
+            host_time: host_now(),
+        };
+        assert_eq!(
+            dc.ask(&other, &renew).await,
+            Reply::Renew(RenewReply::NotHolder)
+        );
+        let release = Request::Release {
+            reservation: reservation.clone(),
+            token,
+            lease: lease_of("other:2"),
+            outcome: RunOutcome::Ok,
+        };
+        assert_eq!(
+            dc.ask(&other, &release).await,
+            Reply::Release(ReleaseReply::NotHolder)
+        );
+        // The holder still holds it, and renews with its own lease key.
+        let renew = Request::Renew {
+            reservation,
+            token,
+            lease: lease_of("holder:1"),
+            host_time: host_now(),
+        };
+        assert!(matches!(
+            dc.ask(&holder, &renew).await,
+            Reply::Renew(RenewReply::Renewed(_))
+        ));
     })
     .await;
 }
