@@ -253,14 +253,12 @@ pub enum Fault {
 }
 
 impl Scenario {
-    /// Whether a fault that can delay a request — a partition, a DC crash,
-    /// a slow store, or message loss at any time — is in effect at some
-    /// point of `[from_ms, to_ms]` (simulated ms). Host crashes and drains
-    /// are not: they end a host's run or a key's renewals, not a request.
+    /// Whether a fault window that can delay a request — a partition, a DC
+    /// crash, a slow store — overlaps `[from_ms, to_ms]` (simulated ms).
+    /// Host crashes and drains are not: they end a host's run or a key's
+    /// renewals, not a request. Message loss (`network.loss`, in effect all
+    /// the time) is not a window either.
     pub fn faulty_between(&self, from_ms: u64, to_ms: u64) -> bool {
-        if self.network.loss > 0.0 {
-            return true;
-        }
         self.faults.iter().any(|fault| {
             let (at_ms, for_ms) = match fault {
                 Fault::Partition { at_ms, for_ms, .. }
