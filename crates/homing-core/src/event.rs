@@ -158,6 +158,10 @@ mod tests {
         StoreTime::from_ms(ms)
     }
 
+    fn lease() -> crate::LeaseKey {
+        crate::LeaseKey::from_bytes([1; 16]).unwrap()
+    }
+
     fn fresh() -> DcRecord {
         DcRecord::reserve(
             "iad.1".parse().unwrap(),
@@ -167,7 +171,7 @@ mod tests {
             None,
             &crate::Holding {
                 actor: ActorId::new("a1").unwrap(),
-                lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                lease: lease(),
                 host_time: HostTime::from_ms(0),
             },
             t(0),
@@ -187,7 +191,7 @@ mod tests {
         let renewed = r
             .renew(
                 FencingToken::FIRST,
-                &crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                &lease(),
                 HostTime::from_ms(1),
                 t(1),
                 &POLICY,
@@ -200,12 +204,7 @@ mod tests {
         let reason = FailureReason::new("boom").unwrap();
         let failed = RunOutcome::Failed { reason };
         let released = drained
-            .release(
-                FencingToken::FIRST,
-                &crate::LeaseKey::from_bytes([1; 16]).unwrap(),
-                failed.clone(),
-                t(2),
-            )
+            .release(FencingToken::FIRST, &lease(), failed.clone(), t(2))
             .next
             .unwrap();
         assert_eq!(
@@ -220,7 +219,7 @@ mod tests {
                 None,
                 &crate::Holding {
                     actor: ActorId::new("a2").unwrap(),
-                    lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
+                    lease: lease(),
                     host_time: HostTime::from_ms(3),
                 },
                 t(3),

@@ -126,7 +126,7 @@ mod dc {
             None,
             &homing_core::Holding {
                 actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
-                lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                lease: super::lease(),
                 host_time: HostTime::from_ms(0),
             },
             StoreTime::from_ms(0),
@@ -201,7 +201,7 @@ mod dc {
                 let next = record
                     .renew(
                         record.token,
-                        &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                        &super::lease(),
                         HostTime::from_ms(0),
                         StoreTime::from_ms(0),
                         &LeasePolicy::DEFAULT,
@@ -297,4 +297,9 @@ async fn main() {
     for (case, writers, rate) in dc_rows {
         println!("{case:<36} {writers:>8} {rate:>12.0}");
     }
+}
+
+/// The lease key of every holder here.
+fn lease() -> homing_core::LeaseKey {
+    homing_core::LeaseKey::from_bytes([1; 16]).expect("not all zeros")
 }

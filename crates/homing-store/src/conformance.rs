@@ -66,7 +66,12 @@ fn rid(text: &str) -> ReservationId {
     text.parse().expect("valid reservation id")
 }
 
-/// A fresh version-1 record of `id` for `key`.
+/// The lease key of the holder of every record these cases make.
+pub fn lease() -> LeaseKey {
+    LeaseKey::from_bytes([1; 16]).expect("not all zeros")
+}
+
+/// A fresh version-1 record of `id` for `key`, held under [`lease`].
 pub fn record(id: &ReservationId, key: &Key) -> DcRecord {
     DcRecord::reserve(
         id.clone(),
@@ -76,7 +81,7 @@ pub fn record(id: &ReservationId, key: &Key) -> DcRecord {
         None,
         &homing_core::Holding {
             actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
-            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            lease: lease(),
             host_time: HostTime::from_ms(0),
         },
         StoreTime::from_ms(0),
@@ -408,7 +413,7 @@ pub fn max_length_record() -> DcRecord {
         }),
         &homing_core::Holding {
             actor: ActorId::new("ä".repeat(ACTOR_ID_BYTES_MAX / 2)).unwrap(),
-            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            lease: lease(),
             host_time: HostTime::from_ms(u64::MAX / 4),
         },
         StoreTime::from_ms(u64::MAX / 4),
@@ -615,7 +620,7 @@ fn leased_until(ms: u64) -> RecordState {
     RecordState::Active {
         actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
         expires_at: StoreTime::from_ms(ms),
-        lease: LeaseKey::from_bytes([1; 16]),
+        lease: Some(lease()),
         previous: None,
     }
 }
@@ -792,7 +797,7 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
     let renewed = reserved
         .renew(
             FencingToken::FIRST,
-            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            &lease(),
             HostTime::from_ms(1),
             StoreTime::from_ms(1),
             &POLICY,
@@ -803,7 +808,7 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
     let released = drained
         .release(
             FencingToken::FIRST,
-            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            &lease(),
             RunOutcome::Ok,
             StoreTime::from_ms(2),
         )

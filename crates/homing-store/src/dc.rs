@@ -346,7 +346,7 @@ mod tests {
             None,
             &homing_core::Holding {
                 actor: ActorId::new("a").unwrap(),
-                lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                lease: crate::conformance::lease(),
                 host_time: HostTime::from_ms(0),
             },
             StoreTime::from_ms(0),

@@ -1286,7 +1286,7 @@ mod tests {
                         let released = created
                             .release(
                                 created.token,
-                                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                                &conformance::lease(),
                                 homing_core::RunOutcome::Ok,
                                 homing_core::StoreTime::from_ms(1),
                             )
@@ -1434,7 +1434,7 @@ mod tests {
         );
         r.renew(
             r.token,
-            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            &conformance::lease(),
             host,
             now,
             &homing_core::LeasePolicy::DEFAULT,
@@ -1447,7 +1447,7 @@ mod tests {
         let now = homing_core::StoreTime::from_ms(2);
         r.release(
             r.token,
-            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            &conformance::lease(),
             homing_core::RunOutcome::Ok,
             now,
         )

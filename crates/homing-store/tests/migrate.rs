@@ -86,7 +86,7 @@ async fn reserve(
         }),
         &homing_core::Holding {
             actor: actor(dc, token.get()),
-            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            lease: lease(),
             host_time: HostTime::from_ms(now.as_ms()),
         },
         now,
@@ -117,58 +117,21 @@ async fn populate(set: &StoreSet) {
             let host = HostTime::from_ms(later.as_ms());
             match i % 7 {
                 0 => {
-                    let r = update(
-                        store,
-                        r.renew(
-                            r.token,
-                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                            host,
-                            later,
-                            &POLICY,
-                        )
-                        .next,
-                    )
-                    .await;
-                    update(
-                        store,
-                        r.renew(
-                            r.token,
-                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                            host,
-                            later,
-                            &POLICY,
-                        )
-                        .next,
-                    )
-                    .await;
+                    let r =
+                        update(store, r.renew(r.token, &lease(), host, later, &POLICY).next).await;
+                    update(store, r.renew(r.token, &lease(), host, later, &POLICY).next).await;
                 }
                 1 => {
                     update(
                         store,
-                        r.release(
-                            r.token,
-                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                            RunOutcome::Ok,
-                            later,
-                        )
-                        .next,
+                        r.release(r.token, &lease(), RunOutcome::Ok, later).next,
                     )
                     .await;
                 }
                 2 => {
                     let reason = FailureReason::new(format!("exit {i}")).unwrap();
                     let failed = RunOutcome::Failed { reason };
-                    update(
-                        store,
-                        r.release(
-                            r.token,
-                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                            failed,
-                            later,
-                        )
-                        .next,
-                    )
-                    .await;
+                    update(store, r.release(r.token, &lease(), failed, later).next).await;
                 }
                 3 => {
                     let reaped = StoreTime::from_ms(now.as_ms() + 10_000_000);
@@ -179,12 +142,7 @@ async fn populate(set: &StoreSet) {
                     update(
                         store,
                         drained
-                            .release(
-                                r.token,
-                                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                                RunOutcome::Ok,
-                                later,
-                            )
+                            .release(r.token, &lease(), RunOutcome::Ok, later)
                             .next,
                     )
                     .await;
@@ -193,13 +151,7 @@ async fn populate(set: &StoreSet) {
                     // Released, recreated in the other DC, linked there.
                     let released = update(
                         store,
-                        r.release(
-                            r.token,
-                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                            RunOutcome::Ok,
-                            later,
-                        )
-                        .next,
+                        r.release(r.token, &lease(), RunOutcome::Ok, later).next,
                     )
                     .await;
                     let (other_dc, other) = &dcs[(d + 1) % dcs.len()];
@@ -220,13 +172,7 @@ async fn populate(set: &StoreSet) {
                     // Re-activated in the same DC.
                     let released = update(
                         store,
-                        r.release(
-                            r.token,
-                            &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                            RunOutcome::Ok,
-                            later,
-                        )
-                        .next,
+                        r.release(r.token, &lease(), RunOutcome::Ok, later).next,
                     )
                     .await;
                     let again = StoreTime::from_ms(later.as_ms() + 1);
@@ -234,7 +180,7 @@ async fn populate(set: &StoreSet) {
                         None,
                         &homing_core::Holding {
                             actor: actor(dc, 99),
-                            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                            lease: lease(),
                             host_time: host,
                         },
                         again,
@@ -366,12 +312,7 @@ async fn assert_target_carries_on(source: &StoreSet, target: &StoreSet) {
         let (_, _, head) = all_events(to.as_ref()).await;
         let at = StoreTime::from_ms(1_000_000);
         let released = active
-            .release(
-                active.token,
-                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                RunOutcome::Ok,
-                at,
-            )
+            .release(active.token, &lease(), RunOutcome::Ok, at)
             .next
             .unwrap();
         assert_eq!(
@@ -536,4 +477,9 @@ mod etcd {
         assert_target_carries_on(&source, &etcd).await;
         drop(cluster);
     }
+}
+
+/// The lease key of every holder here.
+fn lease() -> homing_core::LeaseKey {
+    homing_core::LeaseKey::from_bytes([1; 16]).expect("not all zeros")
 }

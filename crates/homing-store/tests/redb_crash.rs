@@ -53,7 +53,7 @@ fn record(unique: u64) -> DcRecord {
         None,
         &homing_core::Holding {
             actor,
-            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            lease: lease(),
             host_time: at_host,
         },
         at_store,
@@ -184,7 +184,7 @@ async fn child(dir: &Path) {
                         let released = record
                             .release(
                                 record.token,
-                                &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                                &lease(),
                                 RunOutcome::Ok,
                                 StoreTime::from_ms(1),
                             )
@@ -276,4 +276,9 @@ async fn redb_every_acknowledged_write_survives_sigkill_and_the_allocator_contin
         acked_all.len() > KILLS,
         "the child made too little progress to test anything"
     );
+}
+
+/// The lease key of every holder here.
+fn lease() -> homing_core::LeaseKey {
+    homing_core::LeaseKey::from_bytes([1; 16]).expect("not all zeros")
 }

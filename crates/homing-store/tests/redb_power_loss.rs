@@ -98,7 +98,7 @@ fn record(unique: u64) -> DcRecord {
         None,
         &homing_core::Holding {
             actor: ActorId::new("10.0.0.1:9000").unwrap(),
-            lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+            lease: lease(),
             host_time: HostTime::from_ms(0),
         },
         StoreTime::from_ms(0),
@@ -177,4 +177,9 @@ async fn power_loss_every_acknowledged_write_survives_a_power_cut() {
         uniques.iter().all(|&u| next > u),
         "the allocator handed out {next} again after the cut"
     );
+}
+
+/// The lease key of every holder here.
+fn lease() -> homing_core::LeaseKey {
+    homing_core::LeaseKey::from_bytes([1; 16]).expect("not all zeros")
 }

@@ -277,7 +277,7 @@ mod tests {
                     None,
                     &homing_core::Holding {
                         actor: ActorId::new("10.0.0.1:9000").unwrap(),
-                        lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                        lease: crate::conformance::lease(),
                         host_time: HostTime::from_ms(0),
                     },
                     now,
@@ -286,12 +286,7 @@ mod tests {
                 write(store.as_ref(), None, &r).await;
                 set.global.set_if_absent(&r.key, &r.id).await.unwrap();
                 let released = r
-                    .release(
-                        r.token,
-                        &homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
-                        RunOutcome::Ok,
-                        now,
-                    )
+                    .release(r.token, &crate::conformance::lease(), RunOutcome::Ok, now)
                     .next;
                 match i % 4 {
                     0 => {}
@@ -312,7 +307,7 @@ mod tests {
                             }),
                             &homing_core::Holding {
                                 actor: ActorId::new("10.0.0.2:9000").unwrap(),
-                                lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
+                                lease: crate::conformance::lease(),
                                 host_time: HostTime::from_ms(0),
                             },
                             now,
