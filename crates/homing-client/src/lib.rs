@@ -75,6 +75,7 @@
 #![forbid(unsafe_code)]
 
 pub mod host_agent;
+pub mod reachability;
 pub mod resolver;
 pub mod watch;
 
@@ -82,5 +83,5 @@ pub use host_agent::{
     Actor, AgentError, AgentState, HostAgent, HostAgentConfig, HostClock, LeaseTransport,
     QuicTransport, Started, SystemClock,
 };
-pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig};
+pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig, ResolverStats};
 pub use watch::{WatchError, WatchStream, Watcher};

@@ -87,7 +87,14 @@ fn row(phase: &str, cell: &Cell) -> String {
 async fn quic(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
     let dc = OneDc::start().await?;
     let key = key(format!("flood-{}", run_tag()))?;
-    match dc.client.request(&dc.peer, &acquire_request(&key, crate::lease_key::random()?)?).await? {
+    match dc
+        .client
+        .request(
+            &dc.peer,
+            &acquire_request(&key, crate::lease_key::random()?)?,
+        )
+        .await?
+    {
         Reply::Acquire(AcquireReply::Acquired(_)) => {}
         other => anyhow::bail!("reserving the flood key: {other:?}"),
     }
