@@ -627,11 +627,25 @@ async fn daemon_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra
         };
         assert_eq!(kind, expected, "{mode:?}: {reply:?}");
         fake.set(Mode::Honest);
-        match host
-            .request(&peer, &acquire(&name, "10.0.1.1:1"))
-            .await
-            .unwrap()
-        {
+        // A silent fra is held suspect by homingd (answered Unavailable at
+        // once) until its probe gets an answer.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let reply = loop {
+            let reply = host
+                .request(&peer, &acquire(&name, "10.0.1.1:1"))
+                .await
+                .unwrap();
+            let suspect = matches!(&reply, Reply::Error(e) if e.kind == expected);
+            if !(suspect && matches!(mode, Mode::Silent)) {
+                break reply;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode:?}: fra stays suspect"
+            );
+            sleep_ms(20).await;
+        };
+        match reply {
             Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
                 reservation, actor, ..
             })) => assert_eq!((reservation, actor.as_str()), (fra_id(1), HONEST_ACTOR)),

@@ -8,6 +8,10 @@
 //! resolve as before. After SIGCONT iad is routed to again within one probe
 //! timeout plus one probe interval (plus slack for a loaded machine).
 //!
+//! The same holds for homingd's own calls to a peer: fra's connect of a key
+//! whose tail is in frozen iad waits one peer timeout, then answers
+//! `Unavailable { dc: iad }` at once until fra's probe gets an answer.
+//!
 //! Prints the latencies (median, p99, max) so a run reports them.
 
 #![cfg(feature = "etcd")]
@@ -15,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use homing_client::ResolveError;
-use homing_core::{AcquireReply, DcId, Grant, LeasePolicy, Reply, ReservationId};
+use homing_core::{AcquireReply, DcId, ErrorKind, Grant, LeasePolicy, Reply, ReservationId};
 use homing_e2e::cluster::{Cluster, acquire, dc, key};
 use homing_e2e::{ClusterOptions, start_or_skip};
 use rustix::process::{Pid, Signal};
@@ -195,6 +199,93 @@ async fn a_frozen_dc_costs_a_router_one_timeout_then_answers_come_at_once_until_
         );
         assert!(stale_p50 <= 50.0, "stale median {stale_p50} ms");
         assert!(refused_p50 <= 50.0, "refused median {refused_p50} ms");
+    };
+    tokio::time::timeout(SCENARIO_TIMEOUT, scenario)
+        .await
+        .expect("the scenario finished within its time bound");
+}
+
+/// Peer timeout of every homingd in these clusters (homingd's default).
+const PEER_TIMEOUT_MS: u64 = 2_000;
+
+/// Whether `reply` is `Unavailable { dc }`.
+fn unavailable_from(reply: &Reply, dc: &DcId) -> bool {
+    matches!(reply, Reply::Error(e) if e.kind == ErrorKind::Unavailable { dc: dc.clone() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_peer_costs_homingd_one_timeout_then_connects_needing_it_fail_at_once() {
+    let lease = LeasePolicy::new(LEASE_TTL_MS, 333, 3_000, 1_000, 2_000).expect("a policy");
+    let options = ClusterOptions::default()
+        .with_lease(lease)
+        .with_arg(&format!("--peer-timeout-ms={PEER_TIMEOUT_MS}"));
+    let Some(mut cluster) = start_or_skip("partition_peers", options).await else {
+        return;
+    };
+    let scenario = async {
+        let (iad, fra) = (dc("iad"), dc("fra"));
+        must_acquire(&cluster, &iad, "room-q", "10.0.1.7:9000").await;
+        let host = cluster.host(&fra);
+        let contender = acquire("room-q", "10.0.2.9:9000");
+        // Healthy: fra asks iad and learns the key is held there.
+        let reply = cluster.ask(&host, &fra, &contender).await.expect("a reply");
+        assert!(
+            matches!(reply, Reply::Acquire(AcquireReply::HeldElsewhere(_))),
+            "{reply:?}"
+        );
+
+        let pid = cluster.daemon(&iad).pid().expect("iad's homingd runs");
+        let frozen = Frozen::freeze(pid);
+        let peer_timeout = Duration::from_millis(PEER_TIMEOUT_MS);
+        let started = Instant::now();
+        let reply = cluster.ask(&host, &fra, &contender).await.expect("a reply");
+        let first_wait = started.elapsed();
+        assert!(unavailable_from(&reply, &iad), "{reply:?}");
+        assert!(first_wait >= peer_timeout, "{first_wait:?}");
+
+        let mut times = Vec::with_capacity(SAMPLES / 4);
+        for _ in 0..SAMPLES / 4 {
+            let started = Instant::now();
+            let reply = cluster.ask(&host, &fra, &contender).await.expect("a reply");
+            let took = started.elapsed();
+            assert!(
+                took < peer_timeout / 2,
+                "fra waited for iad again: {took:?}"
+            );
+            assert!(unavailable_from(&reply, &iad), "{reply:?}");
+            times.push(took);
+        }
+
+        frozen.thaw();
+        let thawed = Instant::now();
+        // One probe timeout, one capped probe interval (+ jitter), slack.
+        let heal_bound = Duration::from_millis(PEER_TIMEOUT_MS + 2_400 + HEAL_SLACK_MS);
+        let healed_after = loop {
+            let reply = cluster.ask(&host, &fra, &contender).await.expect("a reply");
+            if matches!(reply, Reply::Acquire(AcquireReply::HeldElsewhere(_))) {
+                break thawed.elapsed();
+            }
+            assert!(unavailable_from(&reply, &iad), "{reply:?}");
+            assert!(
+                thawed.elapsed() < heal_bound,
+                "still unavailable after {heal_bound:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let (p50, p99, max) = summary(times);
+        println!(
+            "partition (peers): fra's first connect needing frozen iad waited {:.0} ms (peer timeout {PEER_TIMEOUT_MS} ms)",
+            first_wait.as_secs_f64() * 1_000.0
+        );
+        println!(
+            "partition (peers): then {} Unavailable: median {p50:.3} ms, p99 {p99:.3} ms, max {max:.3} ms",
+            SAMPLES / 4
+        );
+        println!(
+            "partition (peers): after SIGCONT, fra connects through iad again after {} ms (bound {} ms)",
+            healed_after.as_millis(),
+            heal_bound.as_millis()
+        );
     };
     tokio::time::timeout(SCENARIO_TIMEOUT, scenario)
         .await

@@ -75,7 +75,9 @@
 #![forbid(unsafe_code)]
 
 pub mod host_agent;
-pub mod reachability;
+/// Which DCs are suspect, and when to probe them: the sans-IO decisions the
+/// [`Resolver`] drives (re-exported from homing-core).
+pub use homing_core::reachability;
 pub mod resolver;
 pub mod watch;
 

@@ -32,7 +32,7 @@ use homing_core::{
     ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, Need, Poll, Reply, Request,
     ReservationId, Shortcut, Source, TailView, Walked,
 };
-use homing_net::{Client, NetError, Peer};
+use homing_net::{Client, Peer};
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -705,7 +705,7 @@ impl Inner {
                     Err(format!("no answer within {timeout_ms} ms")),
                     Some(false),
                 ),
-                Ok(Err(e)) => (Err(e.to_string()), reached(&e)),
+                Ok(Err(e)) => (Err(e.to_string()), e.reached_peer()),
                 Ok(Ok(reply)) => (Ok(reply), Some(true)),
             };
         let now = Instant::now();
@@ -787,26 +787,6 @@ async fn probe_loop(resolver: Weak<Inner>, addr: AddrSlot, epoch: u64) {
                 }
             }
         }
-    }
-}
-
-/// Whether a transport error says the peer was reached (`Some(true)`: it
-/// answered, if only to refuse), not reached (`Some(false)`: timeout, no
-/// connection, connection lost), or says nothing about it (local errors).
-fn reached(e: &NetError) -> Option<bool> {
-    match e {
-        NetError::Timeout { .. }
-        | NetError::Connect { .. }
-        | NetError::Backoff { .. }
-        | NetError::Closed { .. }
-        | NetError::Io(_) => Some(false),
-        NetError::Refused { .. } | NetError::Malformed(_) => Some(true),
-        NetError::Pem { .. }
-        | NetError::Tls(_)
-        | NetError::Identity(_)
-        | NetError::Limits(_)
-        | NetError::PoolFull { .. }
-        | NetError::FrameTooLarge { .. } => None,
     }
 }
 

@@ -1,7 +1,8 @@
-//! Reachability: which DC addresses a [`Resolver`](crate::Resolver) may wait
-//! for, and when to probe one that stopped answering. Sans-IO: the resolver
-//! (the driver) passes `now` in and does what the answers say; nothing here
-//! reads a clock, sleeps or sends.
+//! Reachability: which DC addresses a caller (a router's `Resolver`, a
+//! homingd's peer client) may wait for, and when to probe one that stopped
+//! answering. Sans-IO: the driver passes `now` in and does what the answers
+//! say; nothing here reads a clock, sleeps, sends or draws randomness (the
+//! jitter comes from a seed the driver passes).
 //!
 //! ```text
 //!            request timed out / refused          probe failed: next probe
@@ -11,12 +12,13 @@
 //!        any answer: a probe's, or a request's sent before the suspicion
 //! ```
 //!
-//! A partition must cost a router one timeout, not one per request: while
+//! A partition must cost a caller one timeout, not one per request: while
 //! every address of a DC is suspect, [`Reachability::route`] says so at
-//! once and the request does not wait for that DC (the resolver answers
-//! `Unavailable`, or a remembered answer marked stale); one background probe
-//! per suspect address ([`Reachability::poll_probe`]) finds out when it
-//! answers again, and its first answer clears the suspicion for everyone.
+//! once and the request does not wait for that DC (the caller answers
+//! `Unavailable`, or a router a remembered answer marked stale); one
+//! background probe per suspect address ([`Reachability::poll_probe`])
+//! finds out when it answers again, and its first answer clears the
+//! suspicion for everyone.
 //!
 //! Suspicion is per address, so a DC listing several homingd addresses is
 //! routed to one that answers and is suspect only when all of them are.
