@@ -20,7 +20,7 @@ use homing_core::{
     ActorId, DcId, ErrorKind, FencingToken, Identity, Key, Reply, Request, ReservationId, Role,
     Segment, TailState, TailView,
 };
-use homing_e2e::cluster::{Cluster, acquire, dc, key};
+use homing_e2e::cluster::{Cluster, acquire, dc, key, sleep_ms};
 use homing_e2e::{ClusterOptions, start_or_skip};
 use homing_net::{Client, ClientLimits, DevCa, Handler, Peer, Server, ServerLimits, TlsIdentity};
 use homing_store::GlobalStore;
@@ -573,6 +573,15 @@ async fn resolver_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeF
         .expect_err("a lie is not an answer");
     assert!(expected_at_resolver(mode, &error), "{mode:?}: {error:?}");
     fake.set(Mode::Honest);
+    // A silent fra is held suspect (not asked) until a probe gets an answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while resolver.is_suspect(&dc("fra")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{mode:?}: fra stays suspect"
+        );
+        sleep_ms(20).await;
+    }
     let truth = resolver.resolve(&room).await.unwrap_or_else(|e| {
         panic!("{mode:?}: after the fix the resolver still fails: {e} (a lie was cached)")
     });
@@ -618,11 +627,25 @@ async fn daemon_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra
         };
         assert_eq!(kind, expected, "{mode:?}: {reply:?}");
         fake.set(Mode::Honest);
-        match host
-            .request(&peer, &acquire(&name, "10.0.1.1:1"))
-            .await
-            .unwrap()
-        {
+        // A silent fra is held suspect by homingd (answered Unavailable at
+        // once) until its probe gets an answer.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let reply = loop {
+            let reply = host
+                .request(&peer, &acquire(&name, "10.0.1.1:1"))
+                .await
+                .unwrap();
+            let suspect = matches!(&reply, Reply::Error(e) if e.kind == expected);
+            if !(suspect && matches!(mode, Mode::Silent)) {
+                break reply;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode:?}: fra stays suspect"
+            );
+            sleep_ms(20).await;
+        };
+        match reply {
             Reply::Acquire(AcquireReply::HeldElsewhere(Holder {
                 reservation, actor, ..
             })) => assert_eq!((reservation, actor.as_str()), (fra_id(1), HONEST_ACTOR)),

@@ -308,7 +308,11 @@ async fn race_acquire(host: Client, peer: Peer, name: String, actor: &'static st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_a_dc_during_a_recreation_race_yields_at_most_one_holder_and_heals_to_the_winner()
 {
-    let Some(cluster) = start_or_skip("partition_race", ClusterOptions::default()).await else {
+    // "warm" must stay held for every round (each waits for fra to reach
+    // iad again, which takes a probe after the cut): a lease longer than the test.
+    let lease = homing_core::LeasePolicy::new(120_000, 333, 3_000, 1_000, 2_000).unwrap();
+    let options = ClusterOptions::default().with_lease(lease);
+    let Some(cluster) = start_or_skip("partition_race", options).await else {
         return;
     };
     bounded(async {

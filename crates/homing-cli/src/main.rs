@@ -329,7 +329,9 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
             JSON.store(json.json, std::sync::atomic::Ordering::Relaxed);
             let key = args.key()?;
             let resolver = args.reach.resolver()?;
-            let resolution = resolver.resolve(&key).await?;
+            let resolution = resolver.resolve(&key).await;
+            note_suspects(&resolver, &args.reach.dcs()?);
+            let resolution = resolution?;
             if json.json {
                 print_json(show::resolution_json(&resolution));
             } else {
@@ -339,7 +341,9 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Chain(args) => {
             let key = args.key()?;
             let resolver = args.reach.resolver()?;
-            println!("{}", show::chain(&resolver.trace(&key).await?, ""));
+            let walked = resolver.trace(&key).await;
+            note_suspects(&resolver, &args.reach.dcs()?);
+            println!("{}", show::chain(&walked?, ""));
         }
         Command::Reserve {
             key,
@@ -461,4 +465,14 @@ async fn main() {
         }
     };
     std::process::exit(exit.code());
+}
+
+/// Tells (on stderr) which DCs stopped answering during this command: each
+/// was waited for once, then skipped as suspect rather than waited for again.
+fn note_suspects(resolver: &homing_client::Resolver, dcs: &[(DcId, std::net::SocketAddr)]) {
+    for (dc, addr) in dcs {
+        if resolver.is_suspect(dc) {
+            eprintln!("note: dc {dc} ({addr}) did not answer; skipped as suspect after that");
+        }
+    }
 }

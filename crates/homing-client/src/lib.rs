@@ -75,6 +75,9 @@
 #![forbid(unsafe_code)]
 
 pub mod host_agent;
+/// Which DCs are suspect, and when to probe them: the sans-IO decisions the
+/// [`Resolver`] drives (re-exported from homing-core).
+pub use homing_core::reachability;
 pub mod resolver;
 pub mod watch;
 
@@ -82,5 +85,5 @@ pub use host_agent::{
     Actor, AgentError, AgentState, HostAgent, HostAgentConfig, HostClock, LeaseTransport,
     QuicTransport, Started, SystemClock,
 };
-pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig};
+pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig, ResolverStats};
 pub use watch::{WatchError, WatchStream, Watcher};

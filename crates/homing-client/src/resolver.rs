@@ -11,11 +11,21 @@
 //! [`Resolver::report_unreachable`] when routing to it fails). A hit is one
 //! moka lookup. Concurrent cold resolves of one key share one walk
 //! (single-flight), so each hop is asked once.
+//!
+//! A DC that stops answering costs one timeout, not one per request: the
+//! first request to time out (or fail to connect) makes the DC *suspect*
+//! ([`crate::reachability`] decides; this module only drives it). While it
+//! is, requests that need it are not sent: `resolve` answers
+//! [`ResolveError::Unavailable`] with `suspect: true` at once and
+//! `resolve_or_stale` the remembered answer, marked stale, while one
+//! background probe per DC finds out when it answers again. Requests that
+//! do not need the DC are unaffected (the global read goes to the next DC).
 
+use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
@@ -24,6 +34,11 @@ use homing_core::{
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
+use tracing::{info, warn};
+
+use crate::reachability::{
+    AddrSlot, Change, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route,
+};
 
 /// Default time a resolved answer (the tail's live state) is served from cache.
 pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
@@ -33,6 +48,11 @@ pub const ABSENT_TTL_MS_DEFAULT: u64 = 250;
 pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
 /// Default timeout of one request to one DC.
 pub const HOP_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+/// Default timeout of one probe of a suspect DC.
+pub const PROBE_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+pub use crate::reachability::{
+    PROBE_INTERVAL_MAX_MS_DEFAULT, PROBE_INTERVAL_MS_DEFAULT, PROBE_JITTER_PERCENT_DEFAULT,
+};
 /// `resolve`'s marker for "another caller's future ran the walk" (not a u32).
 const NOT_WALKED: u64 = u64::MAX;
 
@@ -49,10 +69,24 @@ pub struct ResolverConfig {
     /// How long a `NotFound` is served from cache, in milliseconds (0: never):
     /// a key reserved meanwhile stays unseen by this router at most that long.
     pub absent_ttl_ms: u64,
-    /// Timeout of one request to one DC, in milliseconds.
+    /// Timeout of one request to one DC, in milliseconds. A DC that lets it
+    /// run out (or cannot be connected to) becomes suspect: not waited for
+    /// again until a probe gets an answer.
     pub hop_timeout_ms: u64,
     /// Most links one resolve follows.
     pub hop_limit: usize,
+    /// Timeout of one probe of a suspect DC, in milliseconds.
+    pub probe_timeout_ms: u64,
+    /// Wait before the first probe of a suspect DC, and the base of the
+    /// backoff between probes, in milliseconds (at least 1).
+    pub probe_interval_ms: u64,
+    /// Longest wait between two probes of a suspect DC, in milliseconds
+    /// (at least `probe_interval_ms`). A DC that answers again is routed to
+    /// within about `probe_timeout_ms + probe_interval_max_ms`.
+    pub probe_interval_max_ms: u64,
+    /// Spread of each wait between probes, in percent either way (at most
+    /// 100), so routers do not probe a DC in step.
+    pub probe_jitter_percent: u8,
 }
 
 impl ResolverConfig {
@@ -65,8 +99,43 @@ impl ResolverConfig {
             absent_ttl_ms: ABSENT_TTL_MS_DEFAULT,
             hop_timeout_ms: HOP_TIMEOUT_MS_DEFAULT,
             hop_limit: HOP_LIMIT_DEFAULT,
+            probe_timeout_ms: PROBE_TIMEOUT_MS_DEFAULT,
+            probe_interval_ms: PROBE_INTERVAL_MS_DEFAULT,
+            probe_interval_max_ms: PROBE_INTERVAL_MAX_MS_DEFAULT,
+            probe_jitter_percent: PROBE_JITTER_PERCENT_DEFAULT,
         }
     }
+
+    /// The probe schedule, with out-of-range values brought into range
+    /// (interval at least 1 ms, cap at least the interval, jitter at most 100 %).
+    fn probe_schedule(&self) -> ProbeSchedule {
+        let interval_ms = self.probe_interval_ms.max(1);
+        ProbeSchedule {
+            interval_ms,
+            interval_max_ms: self.probe_interval_max_ms.max(interval_ms),
+            jitter_percent: self.probe_jitter_percent.min(100),
+        }
+    }
+}
+
+/// What a [`Resolver`] did about unreachable DCs, since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResolverStats {
+    /// DCs suspect now (a gauge).
+    pub dcs_suspect: u64,
+    /// Times a DC became suspect.
+    pub suspicions: u64,
+    /// Times a suspect DC answered again.
+    pub recoveries: u64,
+    /// Requests to a DC not sent because it was suspect (each answered at
+    /// once instead of waiting for a timeout).
+    pub skipped_suspect: u64,
+    /// Remembered answers served stale by `resolve_or_stale`.
+    pub stale_answers: u64,
+    /// Probes sent to suspect DCs.
+    pub probes: u64,
+    /// Probes that got no answer.
+    pub probes_failed: u64,
 }
 
 /// Where a key's actor lives.
@@ -107,13 +176,16 @@ pub enum ResolveError {
         /// The vacant tail.
         reservation: ReservationId,
     },
-    /// A DC needed for the answer did not answer.
+    /// A DC needed for the answer did not answer, or was not asked because
+    /// it is suspect (it let a request time out and has not answered since).
     #[error("dc {dc} unavailable: {reason}")]
     Unavailable {
         /// The DC.
         dc: DcId,
         /// Why.
         reason: String,
+        /// Not asked: the DC was suspect, so this was answered at once.
+        suspect: bool,
     },
     /// The chain is longer than the hop limit.
     #[error("chain longer than the hop limit of {0}")]
@@ -134,8 +206,15 @@ impl From<ChainError> for ResolveError {
 
 struct Inner {
     client: Client,
+    /// The DC table; a DC's place in it is its `DcSlot` (and, one address
+    /// per DC for now, its address's `AddrSlot`).
     dcs: Vec<Peer>,
     config: ResolverConfig,
+    /// Which DCs are suspect; locked briefly, never across an await.
+    reach: Mutex<Reachability>,
+    /// This resolver, for the probe loops it starts (which end when it is dropped).
+    this: Weak<Inner>,
+    counters: Counters,
     /// Key → global entry; immutable facts.
     entries: moka::future::Cache<Key, ReservationId>,
     /// Key → the furthest member of its chain a walk proved; members stay
@@ -147,6 +226,20 @@ struct Inner {
     remembered: moka::future::Cache<Key, Answer>,
     /// Keys found absent, for `absent_ttl_ms` (`None` when that is 0).
     absent: Option<moka::future::Cache<Key, ()>>,
+}
+
+#[derive(Default)]
+struct Counters {
+    suspicions: AtomicU64,
+    recoveries: AtomicU64,
+    skipped_suspect: AtomicU64,
+    stale_answers: AtomicU64,
+    probes: AtomicU64,
+    probes_failed: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What the answer caches hold per key: the tail, and nothing the cache key
@@ -253,10 +346,17 @@ impl Resolver {
                 .time_to_live(Duration::from_millis(config.absent_ttl_ms))
                 .build()
         });
+        let dc_of_addr: Vec<DcSlot> = (0..config.dcs.len()).map(DcSlot).collect();
+        // The jitter's seed: random per resolver, so routers spread their probes.
+        let seed = RandomState::new().hash_one(std::process::id());
+        let reach = Reachability::new(config.probe_schedule(), &dc_of_addr, seed);
         Resolver {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|this| Inner {
                 client,
                 dcs,
+                reach: Mutex::new(reach),
+                this: this.clone(),
+                counters: Counters::default(),
                 entries: forever(config.cache_entries),
                 members: forever(config.cache_entries),
                 answers,
@@ -329,12 +429,21 @@ impl Resolver {
     /// answer is remembered, returns that answer marked `stale`.
     pub async fn resolve_or_stale(&self, key: &Key) -> Result<Resolution, ResolveError> {
         match self.resolve(key).await {
-            Err(ResolveError::Unavailable { dc, reason }) => {
-                match self.inner.remembered.get(key).await {
-                    Some(old) => Ok(old.cached(key, true, &self.inner.dcs)),
-                    None => Err(ResolveError::Unavailable { dc, reason }),
+            Err(ResolveError::Unavailable {
+                dc,
+                reason,
+                suspect,
+            }) => match self.inner.remembered.get(key).await {
+                Some(old) => {
+                    bump(&self.inner.counters.stale_answers);
+                    Ok(old.cached(key, true, &self.inner.dcs))
                 }
-            }
+                None => Err(ResolveError::Unavailable {
+                    dc,
+                    reason,
+                    suspect,
+                }),
+            },
             other => other,
         }
     }
@@ -361,6 +470,32 @@ impl Resolver {
     pub async fn trace(&self, key: &Key) -> Result<Walked, ResolveError> {
         let walked = self.inner.walk_chain(key).await?;
         Ok(walked)
+    }
+
+    /// What it did about unreachable DCs so far.
+    pub fn stats(&self) -> ResolverStats {
+        let c = &self.inner.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ResolverStats {
+            dcs_suspect: self.inner.reach().dcs_suspect() as u64,
+            suspicions: get(&c.suspicions),
+            recoveries: get(&c.recoveries),
+            skipped_suspect: get(&c.skipped_suspect),
+            stale_answers: get(&c.stale_answers),
+            probes: get(&c.probes),
+            probes_failed: get(&c.probes_failed),
+        }
+    }
+
+    /// Whether `dc` is suspect now (not asked until a probe gets an answer);
+    /// false for a DC not in the table.
+    pub fn is_suspect(&self, dc: &DcId) -> bool {
+        let inner = &self.inner;
+        inner
+            .dcs
+            .iter()
+            .position(|p| &p.dc == dc)
+            .is_some_and(|slot| inner.reach().dc_suspect(DcSlot(slot)))
     }
 
     /// Entries in the answer cache (approximate; for metrics).
@@ -444,8 +579,9 @@ impl Inner {
             return Ok(walk.handle_global(Some(entry), Source::Cache));
         }
         let mut last_error = None;
-        for peer in &self.dcs {
-            match self.ask(peer, &Request::Resolve { key: key.clone() }).await {
+        for (slot, peer) in self.dcs.iter().enumerate() {
+            let request = Request::Resolve { key: key.clone() };
+            match self.ask(DcSlot(slot), &request).await {
                 Ok(Reply::Resolved { entry, segment }) => {
                     if let Some(id) = &entry {
                         self.entries.insert(key.clone(), id.clone()).await;
@@ -476,14 +612,19 @@ impl Inner {
         walk: &mut ChainWalk,
         id: &ReservationId,
     ) -> Result<Result<(), ChainError>, ResolveError> {
-        let Some(peer) = self.dcs.iter().find(|p| &p.dc == id.dc()) else {
+        let Some(slot) = self.dcs.iter().position(|p| &p.dc == id.dc()) else {
             return Err(ResolveError::Unavailable {
                 dc: id.dc().clone(),
                 reason: "not in this router's dc table".to_string(),
+                suspect: false,
             });
         };
+        let peer = &self.dcs[slot];
         match self
-            .ask(peer, &Request::ResolveReservation { id: id.clone() })
+            .ask(
+                DcSlot(slot),
+                &Request::ResolveReservation { id: id.clone() },
+            )
             .await?
         {
             Reply::Reservation(segment) => {
@@ -498,22 +639,40 @@ impl Inner {
         }
     }
 
-    async fn ask(&self, peer: &Peer, request: &Request) -> Result<Reply, ResolveError> {
+    /// One request to the DC in `slot`, unless it is suspect: then
+    /// `Unavailable` at once. Timeouts and connect failures make it suspect.
+    async fn ask(&self, slot: DcSlot, request: &Request) -> Result<Reply, ResolveError> {
+        let dc = &self.dcs[slot.0].dc;
         let unavailable = |reason: String| ResolveError::Unavailable {
-            dc: peer.dc.clone(),
+            dc: dc.clone(),
             reason,
+            suspect: false,
         };
-        let timeout = Duration::from_millis(self.config.hop_timeout_ms);
-        match tokio::time::timeout(timeout, self.client.request(peer, request)).await {
-            Err(_) => Err(unavailable(format!(
-                "no answer within {} ms",
-                self.config.hop_timeout_ms
-            ))),
-            Ok(Err(e)) => Err(unavailable(e.to_string())),
-            Ok(Ok(Reply::Error(e))) => match e.kind {
+        let route = self.reach().route(slot);
+        let addr = match route {
+            Route::Ask(addr) => addr,
+            Route::Suspect { since } => {
+                bump(&self.counters.skipped_suspect);
+                return Err(ResolveError::Unavailable {
+                    dc: dc.clone(),
+                    reason: format!(
+                        "suspect (no answer for {} ms); not asked until a probe gets one",
+                        since.elapsed().as_millis()
+                    ),
+                    suspect: true,
+                });
+            }
+        };
+        let reply = match self.send(addr, request, self.config.hop_timeout_ms).await {
+            Ok(reply) => reply,
+            Err(e) => return Err(unavailable(e)),
+        };
+        match reply {
+            Reply::Error(e) => match e.kind {
                 ErrorKind::Unavailable { dc } => Err(ResolveError::Unavailable {
                     dc,
                     reason: e.message,
+                    suspect: false,
                 }),
                 ErrorKind::Overloaded | ErrorKind::Internal => Err(unavailable(e.to_string())),
                 // Left to the walk: see `hop_step`.
@@ -522,12 +681,111 @@ impl Inner {
                 {
                     Ok(Reply::Error(e))
                 }
-                _ => Err(ResolveError::Inconsistent(format!(
-                    "dc {} answered {e}",
-                    peer.dc
-                ))),
+                _ => Err(ResolveError::Inconsistent(format!("dc {dc} answered {e}"))),
             },
-            Ok(Ok(reply)) => Ok(reply),
+            reply => Ok(reply),
+        }
+    }
+
+    /// Sends `request` to `addr` within `timeout_ms` and tells the
+    /// reachability what came of it: any reply is an answer; a timeout or
+    /// a failed connection is a failure. Errors are the reason, as text.
+    async fn send(
+        &self,
+        addr: AddrSlot,
+        request: &Request,
+        timeout_ms: u64,
+    ) -> Result<Reply, String> {
+        // One address per DC for now: the address slot is the DC's.
+        let peer = &self.dcs[addr.0];
+        let timeout = Duration::from_millis(timeout_ms);
+        let (outcome, reached) =
+            match tokio::time::timeout(timeout, self.client.request(peer, request)).await {
+                Err(_) => (
+                    Err(format!("no answer within {timeout_ms} ms")),
+                    Some(false),
+                ),
+                Ok(Err(e)) => (Err(e.to_string()), e.reached_peer()),
+                Ok(Ok(reply)) => (Ok(reply), Some(true)),
+            };
+        let now = Instant::now();
+        let change = match reached {
+            Some(true) => self.reach().handle_answer(addr, now),
+            Some(false) => self.reach().handle_failure(addr, now),
+            None => None,
+        };
+        if let Some(change) = change {
+            self.changed(change);
+        }
+        outcome
+    }
+
+    /// Logs a transition (once per transition, not per request), counts
+    /// it, and starts the probe loop of a new suspicion.
+    fn changed(&self, change: Change) {
+        let peer = &self.dcs[change.addr.0];
+        let (dc, addr) = (&peer.dc, peer.addr);
+        if change.suspect {
+            bump(&self.counters.suspicions);
+            warn!(
+                %dc,
+                %addr,
+                dc_suspect = change.dc_changed,
+                "dc suspect: no answer; not waited for until a probe gets one"
+            );
+            if let Some(this) = self.this.upgrade() {
+                let loop_ = probe_loop(Arc::downgrade(&this), change.addr, change.epoch);
+                tokio::spawn(loop_);
+            }
+        } else {
+            bump(&self.counters.recoveries);
+            let suspect_ms = change.suspect_for.as_millis() as u64;
+            info!(%dc, %addr, suspect_ms, "dc answers again");
+        }
+    }
+
+    fn reach(&self) -> std::sync::MutexGuard<'_, Reachability> {
+        // A panic while holding the lock left the state consistent (each
+        // method updates it in one step): keep using it.
+        self.reach
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Probes a suspect address until it answers (or the resolver is gone),
+/// when [`Reachability::poll_probe`] says, with a request that cannot
+/// change anything: reservation 0 of the address's DC (any reply is an
+/// answer, even "unknown reservation").
+async fn probe_loop(resolver: Weak<Inner>, addr: AddrSlot, epoch: u64) {
+    loop {
+        let Some(inner) = resolver.upgrade() else {
+            return;
+        };
+        let step = inner.reach().poll_probe(addr, epoch, Instant::now());
+        match step {
+            ProbeStep::Stop => return,
+            ProbeStep::WaitUntil(at) => {
+                drop(inner);
+                tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+            }
+            ProbeStep::Send => {
+                bump(&inner.counters.probes);
+                let probe = Request::ResolveReservation {
+                    id: ReservationId::new(inner.dcs[addr.0].dc.clone(), 0),
+                };
+                let timeout_ms = inner.config.probe_timeout_ms;
+                // An answer is reported (and clears the suspicion) inside `send`.
+                let answered = inner.send(addr, &probe, timeout_ms).await.is_ok();
+                if !answered {
+                    bump(&inner.counters.probes_failed);
+                }
+                let now = Instant::now();
+                let change = inner.reach().handle_probe(addr, epoch, answered, now);
+                if let Some(change) = change {
+                    inner.changed(change);
+                }
+            }
         }
     }
 }

@@ -401,3 +401,114 @@ async fn not_found_is_cached_briefly_and_concurrent_misses_share_one_request() {
     assert_eq!(found.reservation, id("iad.3"));
     assert_eq!(iad.script.count("resolve"), 2);
 }
+
+/// Waits (bounded) until `done` holds, polling every few milliseconds.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited too long: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A partition costs one timeout, not one per request: once iad let a hop
+/// time out it is suspect, and until a probe gets an answer every resolve
+/// that needs it is answered at once (the remembered answer, marked stale;
+/// or `Unavailable { suspect: true }`) while keys that do not need it
+/// resolve as before. One probe at a time; its first answer clears it.
+#[tokio::test]
+async fn a_dc_that_timed_out_is_suspect_and_not_waited_for_until_a_probe_gets_an_answer() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let fra = TestDc::start(&ca, "fra").await;
+    let iad = TestDc::start(&ca, "iad").await;
+    // room: entry at fra, tail in iad. lobby: entry and tail at fra.
+    fra.script.entry(&key("room"), &id("iad.7"), None);
+    iad.script.segment(
+        &id("iad.7"),
+        segment("room", vec![], Some(active("iad.7", "10.1.0.7:9000", 3))),
+    );
+    fra.script.entry(
+        &key("lobby"),
+        &id("fra.3"),
+        Some(segment(
+            "lobby",
+            vec![],
+            Some(active("fra.3", "10.2.0.3:9000", 1)),
+        )),
+    );
+    let hop_timeout = Duration::from_millis(1_000);
+    let config = ResolverConfig {
+        tail_ttl_ms: 60_000,
+        hop_timeout_ms: hop_timeout.as_millis() as u64,
+        probe_timeout_ms: 200,
+        probe_interval_ms: 20,
+        probe_interval_max_ms: 50,
+        ..ResolverConfig::new(vec![fra.entry(), iad.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    let (room, lobby) = (key("room"), key("lobby"));
+    let first = resolver.resolve_or_stale(&room).await.unwrap();
+    assert!(!first.stale && first.reservation == id("iad.7"));
+
+    // iad stops answering; the router's answer is dropped (routing failed).
+    iad.script.silent.store(true, Ordering::SeqCst);
+    resolver.report_unreachable(&first).await;
+    let started = std::time::Instant::now();
+    let stale = resolver.resolve_or_stale(&room).await.unwrap();
+    assert!(stale.stale && stale.reservation == id("iad.7"));
+    assert!(started.elapsed() >= hop_timeout, "the first one waits");
+    assert!(resolver.is_suspect(&DcId::new("iad").unwrap()));
+    assert_eq!(
+        (resolver.stats().suspicions, resolver.stats().dcs_suspect),
+        (1, 1)
+    );
+
+    // Every later request that needs iad is answered without waiting.
+    let asked_before = iad.script.count("resolve_reservation");
+    for _ in 0..20 {
+        let started = std::time::Instant::now();
+        let again = resolver.resolve_or_stale(&room).await.unwrap();
+        assert!(again.stale && again.reservation == id("iad.7"));
+        assert!(
+            started.elapsed() < hop_timeout / 2,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    let started = std::time::Instant::now();
+    match resolver.resolve(&room).await {
+        Err(ResolveError::Unavailable { dc, suspect, .. }) => {
+            assert!(suspect && dc.as_str() == "iad", "{dc} {suspect}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < hop_timeout / 2);
+    let stats = resolver.stats();
+    assert!(stats.skipped_suspect >= 21, "{stats:?}");
+    assert!(stats.stale_answers >= 21, "{stats:?}");
+    // Only probes reached iad meanwhile, one at a time.
+    let probes_sent = iad.script.count("resolve_reservation") - asked_before;
+    assert!(
+        probes_sent as u64 <= resolver.stats().probes,
+        "{probes_sent}"
+    );
+
+    // A key that does not need iad is unaffected.
+    let hall = resolver.resolve_or_stale(&lobby).await.unwrap();
+    assert!(!hall.stale && !hall.from_cache && hall.reservation == id("fra.3"));
+
+    // Probes back off while iad is silent.
+    until("two probes failed", || resolver.stats().probes_failed >= 2).await;
+    assert!(resolver.is_suspect(&DcId::new("iad").unwrap()));
+
+    // iad answers again: the first probe answered clears it for everyone.
+    iad.script.silent.store(false, Ordering::SeqCst);
+    until("iad healthy again", || resolver.stats().recoveries == 1).await;
+    let healed = resolver.resolve_or_stale(&room).await.unwrap();
+    assert!(!healed.stale && !healed.from_cache, "{healed:?}");
+    let stats = resolver.stats();
+    assert_eq!((stats.dcs_suspect, stats.suspicions), (0, 1), "{stats:?}");
+}

@@ -38,6 +38,7 @@ pub mod key;
 pub mod label;
 pub mod lease;
 pub mod lease_key;
+pub mod reachability;
 pub mod record;
 pub mod reservation;
 pub mod time;

@@ -2,18 +2,29 @@
 //! other DCs. Nothing a peer says is trusted blindly: a reply of the wrong
 //! kind is an error, and the chain walk checks that a DC speaks only for its
 //! own reservations.
+//!
+//! A peer that lets a request time out (or cannot be connected to) becomes
+//! suspect ([`homing_core::reachability`] decides): until one background
+//! probe gets an answer from it, requests that need it (a walk, a link, an
+//! await) answer `Unavailable` at once instead of each waiting for the peer
+//! timeout, so a partition between DCs does not stall requests at every DC.
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use homing_core::reachability::{
+    AddrSlot, Change, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route,
+};
 use homing_core::{
     AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, Key, LinkReply, Reply, Request,
     ReservationId, Segment, ShortcutNotice,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
+use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 
@@ -64,50 +75,83 @@ impl PeerError {
 /// The other DCs and a pooled QUIC client to reach them.
 #[derive(Clone)]
 pub struct Peers {
-    table: Arc<BTreeMap<DcId, SocketAddr>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The peer table; a peer's place in it is its `DcSlot` and (one
+    /// address per DC) its `AddrSlot`.
+    table: Vec<Peer>,
     client: Client,
     timeout: Duration,
     metrics: Arc<Metrics>,
+    /// Which peers are suspect; locked briefly, never across an await.
+    reach: Mutex<Reachability>,
 }
 
 impl Peers {
-    /// Peers reachable through `client`, each request bounded by `timeout`.
+    /// Peers reachable through `client`, each request bounded by `timeout`
+    /// (also each probe of a suspect peer).
     pub fn new(
         table: BTreeMap<DcId, SocketAddr>,
         client: Client,
         timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Peers {
+        let table: Vec<Peer> = table
+            .into_iter()
+            .map(|(dc, addr)| Peer { addr, dc })
+            .collect();
+        let slots: Vec<DcSlot> = (0..table.len()).map(DcSlot).collect();
+        // The jitter's seed: random per daemon, so DCs spread their probes.
+        let seed = RandomState::new().hash_one(std::process::id());
+        let reach = Reachability::new(ProbeSchedule::default(), &slots, seed);
         Peers {
-            table: Arc::new(table),
-            client,
-            timeout,
-            metrics,
+            shared: Arc::new(Shared {
+                table,
+                client,
+                timeout,
+                metrics,
+                reach: Mutex::new(reach),
+            }),
         }
     }
 
+    /// Whether `dc` is suspect now (not asked until a probe gets an answer).
+    pub fn is_suspect(&self, dc: &DcId) -> bool {
+        let shared = &self.shared;
+        shared
+            .slot(dc)
+            .is_some_and(|slot| shared.reach().dc_suspect(DcSlot(slot)))
+    }
+
     async fn call(&self, dc: &DcId, request: &Request) -> Result<Reply, PeerError> {
+        let shared = &self.shared;
         let unavailable = |reason: String| PeerError::Unavailable {
             dc: dc.clone(),
             reason,
         };
-        let addr = *self
-            .table
-            .get(dc)
+        let slot = shared
+            .slot(dc)
             .ok_or_else(|| unavailable("not in the peer table".to_string()))?;
-        let peer = Peer {
-            addr,
-            dc: dc.clone(),
+        let route = shared.reach().route(DcSlot(slot));
+        let addr = match route {
+            Route::Ask(addr) => addr,
+            Route::Suspect { since } => {
+                return Err(unavailable(format!(
+                    "suspect (no answer for {} ms); not asked until a probe gets one",
+                    since.elapsed().as_millis()
+                )));
+            }
         };
         let started = Instant::now();
         // A request that asks the peer to wait gets that much more time.
-        let timeout = self.timeout + Duration::from_millis(u64::from(request.wait_ms()));
-        let reply = tokio::time::timeout(timeout, self.client.request(&peer, request))
+        let timeout = shared.timeout + Duration::from_millis(u64::from(request.wait_ms()));
+        let reply = Shared::send(&self.shared, addr, request, timeout)
             .await
-            .map_err(|_| unavailable(format!("no answer within {} ms", timeout.as_millis())))?
-            .map_err(|e| unavailable(e.to_string()))?;
+            .map_err(unavailable)?;
         if request.wait_ms() == 0 {
-            self.metrics.peer(dc.as_str(), started.elapsed());
+            shared.metrics.peer(dc.as_str(), started.elapsed());
         }
         match reply {
             Reply::Error(reply) => Err(PeerError::Refused {
@@ -199,6 +243,101 @@ impl Peers {
         match self.call(dc, &request).await? {
             Reply::Drained => Ok(()),
             other => Err(Self::lied(dc, &request, &other)),
+        }
+    }
+}
+
+impl Shared {
+    fn slot(&self, dc: &DcId) -> Option<usize> {
+        self.table.iter().position(|p| &p.dc == dc)
+    }
+
+    fn reach(&self) -> MutexGuard<'_, Reachability> {
+        // Each method updates the state in one step: a panic elsewhere while
+        // it was locked left it consistent.
+        self.reach
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sends `request` to `addr` within `timeout` and tells the
+    /// reachability what came of it (any reply is an answer; a timeout or
+    /// a failed connection a failure). Errors are the reason, as text.
+    async fn send(
+        shared: &Arc<Shared>,
+        addr: AddrSlot,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        let peer = &shared.table[addr.0];
+        let (outcome, reached) =
+            match tokio::time::timeout(timeout, shared.client.request(peer, request)).await {
+                Err(_) => (
+                    Err(format!("no answer within {} ms", timeout.as_millis())),
+                    Some(false),
+                ),
+                Ok(Err(e)) => (Err(e.to_string()), e.reached_peer()),
+                Ok(Ok(reply)) => (Ok(reply), Some(true)),
+            };
+        let now = Instant::now();
+        let change = match reached {
+            Some(true) => shared.reach().handle_answer(addr, now),
+            Some(false) => shared.reach().handle_failure(addr, now),
+            None => None,
+        };
+        if let Some(change) = change {
+            Shared::changed(shared, change);
+        }
+        outcome
+    }
+
+    /// Logs a transition once and starts the probe loop of a new suspicion.
+    fn changed(shared: &Arc<Shared>, change: Change) {
+        let peer = &shared.table[change.addr.0];
+        let (dc, addr) = (&peer.dc, peer.addr);
+        if change.suspect {
+            warn!(
+                peer = %dc,
+                %addr,
+                "peer suspect: no answer; not waited for until a probe gets one"
+            );
+            let probes = probe_loop(Arc::downgrade(shared), change.addr, change.epoch);
+            tokio::spawn(probes);
+        } else {
+            let suspect_ms = change.suspect_for.as_millis() as u64;
+            info!(peer = %dc, %addr, suspect_ms, "peer answers again");
+        }
+    }
+}
+
+/// Probes a suspect peer until it answers (or the daemon's peers are gone),
+/// when [`Reachability::poll_probe`] says, with a request that changes
+/// nothing: reservation 0 of that DC (any reply is an answer).
+async fn probe_loop(shared: Weak<Shared>, addr: AddrSlot, epoch: u64) {
+    loop {
+        let Some(live) = shared.upgrade() else {
+            return;
+        };
+        let step = live.reach().poll_probe(addr, epoch, Instant::now());
+        match step {
+            ProbeStep::Stop => return,
+            ProbeStep::WaitUntil(at) => {
+                drop(live);
+                tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+            }
+            ProbeStep::Send => {
+                let probe = Request::ResolveReservation {
+                    id: ReservationId::new(live.table[addr.0].dc.clone(), 0),
+                };
+                let answered = Shared::send(&live, addr, &probe, live.timeout)
+                    .await
+                    .is_ok();
+                let now = Instant::now();
+                let change = live.reach().handle_probe(addr, epoch, answered, now);
+                if let Some(change) = change {
+                    Shared::changed(&live, change);
+                }
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 //! | `overloaded` | 503 | buffering the body would exceed `request_bodies_bytes_max` (all requests together) |
 //! | `body_timeout` | 408 | the body did not arrive within `body_read_timeout_ms` |
 //! | `not_found` | 404 | [`ResolveError::NotFound`]: never reserved |
-//! | `unavailable` (+ `"dc"`) | 503 | [`ResolveError::Unavailable`] |
+//! | `unavailable` (+ `"dc"`) | 503 | [`ResolveError::Unavailable`] (at once while the DC is suspect) |
 //! | `vacant` | 503 | [`ResolveError::Vacant`] for longer than `move_wait_ms` |
 //! | `inconsistent`, `chain_too_long` | 502 | [`ResolveError::Inconsistent`], [`ResolveError::ChainTooLong`] |
 //! | `actor_not_allowed` | 502 | the actor's address lies outside `actor_networks` |
@@ -80,6 +80,18 @@ pub struct EdgeStats {
     pub resolved_from_cache: u64,
     /// Resolves that walked the chain (round trips to DCs).
     pub resolved_by_walk: u64,
+    /// Resolves answered with a remembered answer, marked stale, because a
+    /// DC was unavailable (with `stale_answers` only; also counted in
+    /// `resolved_from_cache`).
+    pub resolved_stale: u64,
+    /// Requests answered 503 `unavailable` at once because their DC was
+    /// suspect (not asked: it let a request time out and has not answered
+    /// a probe since).
+    pub unavailable_suspect: u64,
+    /// DCs the resolver holds suspect now (a gauge).
+    pub dcs_suspect: u64,
+    /// Times a DC became suspect (each also logged once, as is its recovery).
+    pub dc_suspicions: u64,
     /// Forwards retried after the actor was unreachable.
     pub retries: u64,
     /// Responses the router made itself with a 4xx/5xx status.
@@ -97,6 +109,8 @@ struct Counters {
     requests: AtomicU64,
     resolved_from_cache: AtomicU64,
     resolved_by_walk: AtomicU64,
+    resolved_stale: AtomicU64,
+    unavailable_suspect: AtomicU64,
     retries: AtomicU64,
     failures: AtomicU64,
     actors_not_allowed: AtomicU64,
@@ -172,10 +186,15 @@ impl EdgeRouter {
     pub fn stats(&self) -> EdgeStats {
         let c = &self.inner.counters;
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let resolver = self.inner.resolver.stats();
         EdgeStats {
             requests: get(&c.requests),
             resolved_from_cache: get(&c.resolved_from_cache),
             resolved_by_walk: get(&c.resolved_by_walk),
+            resolved_stale: get(&c.resolved_stale),
+            unavailable_suspect: get(&c.unavailable_suspect),
+            dcs_suspect: resolver.dcs_suspect,
+            dc_suspicions: resolver.suspicions,
             retries: get(&c.retries),
             failures: get(&c.failures),
             actors_not_allowed: get(&c.actors_not_allowed),
@@ -387,6 +406,9 @@ impl EdgeRouter {
                     } else {
                         &counters.resolved_by_walk
                     });
+                    if at.stale {
+                        Counters::bump(&counters.resolved_stale);
+                    }
                     return Ok(at);
                 }
                 Err(e @ ResolveError::Vacant { .. }) => {
@@ -397,7 +419,12 @@ impl EdgeRouter {
                     }
                     tokio::time::sleep(poll).await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if let ResolveError::Unavailable { suspect: true, .. } = e {
+                        Counters::bump(&self.inner.counters.unavailable_suspect);
+                    }
+                    return Err(e);
+                }
             }
         }
     }

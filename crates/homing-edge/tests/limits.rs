@@ -6,6 +6,8 @@
 //! configured stream, window and header bounds; buffered bodies over all
 //! requests stay under their bound; and silent connections
 //! filling `connections_max` stop locking clients out once detected silent.
+//! And the DC that never answers costs the first request one timeout, not
+//! every request: once it is suspect, 503 `unavailable` comes at once.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -341,6 +343,53 @@ async fn http2_client_is_told_the_configured_stream_window_and_header_bounds() {
             "max header list size: {settings:?}"
         );
         assert_eq!(connection_window, Some(300_000));
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
+
+/// The first request waits for the silent DC's timeout; from then on the DC
+/// is suspect and every request is refused at once, counted, not waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_dc_costs_the_first_request_one_timeout_and_later_ones_none() {
+    bounded(async {
+        let (router, serving) = router_and_stats(EdgeConfig::default()).await?;
+        let request = b"GET / HTTP/1.1\r\nhost: router\r\nx-homing-key: room\r\n\r\n";
+        let mut stream = TcpStream::connect(serving.local_addr()).await?;
+        let started = std::time::Instant::now();
+        stream.write_all(request).await?;
+        let first = read_answer(&mut stream).await?;
+        assert!(first.starts_with("HTTP/1.1 503"), "{first}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(SHORT_MS),
+            "waited"
+        );
+        let stats = router.stats();
+        assert_eq!(
+            (stats.dcs_suspect, stats.dc_suspicions),
+            (1, 1),
+            "{stats:?}"
+        );
+        for _ in 0..10 {
+            let started = std::time::Instant::now();
+            stream.write_all(request).await?;
+            let answer = read_answer(&mut stream).await?;
+            assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+            assert!(answer.contains(r#""error":"unavailable""#), "{answer}");
+            // The probe's own timeout is longer; the request does not wait for it.
+            assert!(
+                started.elapsed() < Duration::from_millis(SHORT_MS),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        let stats = router.stats();
+        assert_eq!(stats.unavailable_suspect, 10, "{stats:?}");
+        assert_eq!(
+            stats.dc_suspicions, 1,
+            "one transition, however many requests"
+        );
         serving.stop(Duration::ZERO).await;
         Ok(())
     })

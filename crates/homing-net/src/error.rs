@@ -91,3 +91,26 @@ pub enum NetError {
         reason: String,
     },
 }
+
+impl NetError {
+    /// What this error says about the peer: `Some(true)` it answered (if
+    /// only to refuse or with garbage), `Some(false)` it was not reached
+    /// (timeout, no connection, connection lost: a caller may hold it
+    /// suspect), `None` nothing (a local error).
+    pub fn reached_peer(&self) -> Option<bool> {
+        match self {
+            NetError::Timeout { .. }
+            | NetError::Connect { .. }
+            | NetError::Backoff { .. }
+            | NetError::Closed { .. }
+            | NetError::Io(_) => Some(false),
+            NetError::Refused { .. } | NetError::Malformed(_) => Some(true),
+            NetError::Pem { .. }
+            | NetError::Tls(_)
+            | NetError::Identity(_)
+            | NetError::Limits(_)
+            | NetError::PoolFull { .. }
+            | NetError::FrameTooLarge { .. } => None,
+        }
+    }
+}

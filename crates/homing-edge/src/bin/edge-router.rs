@@ -48,6 +48,19 @@ struct Args {
     /// How long a resolved answer is served from cache, in milliseconds.
     #[arg(long, default_value_t = homing_client::resolver::TAIL_TTL_MS_DEFAULT)]
     tail_ttl_ms: u64,
+    /// Timeout of one request to one DC, in milliseconds; a DC that lets it
+    /// run out is suspect (answered for at once) until a probe gets an answer.
+    #[arg(long, default_value_t = homing_client::resolver::HOP_TIMEOUT_MS_DEFAULT)]
+    hop_timeout_ms: u64,
+    /// Timeout of one probe of a suspect DC, in milliseconds.
+    #[arg(long, default_value_t = homing_client::resolver::PROBE_TIMEOUT_MS_DEFAULT)]
+    probe_timeout_ms: u64,
+    /// First wait before probing a suspect DC (then doubling), in milliseconds.
+    #[arg(long, default_value_t = homing_client::resolver::PROBE_INTERVAL_MS_DEFAULT)]
+    probe_interval_ms: u64,
+    /// Longest wait between probes of a suspect DC, in milliseconds.
+    #[arg(long, default_value_t = homing_client::resolver::PROBE_INTERVAL_MAX_MS_DEFAULT)]
+    probe_interval_max_ms: u64,
     /// Capacity of each resolver cache, in entries.
     #[arg(long, default_value_t = homing_client::resolver::CACHE_ENTRIES_DEFAULT)]
     cache_entries: u64,
@@ -176,6 +189,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let resolver_config = ResolverConfig {
         tail_ttl_ms: args.tail_ttl_ms,
         cache_entries: args.cache_entries,
+        hop_timeout_ms: args.hop_timeout_ms,
+        probe_timeout_ms: args.probe_timeout_ms,
+        probe_interval_ms: args.probe_interval_ms,
+        probe_interval_max_ms: args.probe_interval_max_ms,
         ..ResolverConfig::new(dcs)
     };
     let client = Client::new(&tls, ClientLimits::default())?;
@@ -215,8 +232,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn main() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,homing_client::resolver=info")
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
