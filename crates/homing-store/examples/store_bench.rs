@@ -300,6 +300,7 @@ async fn main() {
 }
 
 /// The lease key of every holder here.
+#[cfg(feature = "etcd")]
 fn lease() -> homing_core::LeaseKey {
     homing_core::LeaseKey::from_bytes([1; 16]).expect("not all zeros")
 }
