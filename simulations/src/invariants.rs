@@ -59,6 +59,11 @@ pub enum Invariant {
     /// One operator drain costs at most one forward: a DC serving a
     /// forwarded drain never forwards it again.
     DrainForwardedOnce,
+    /// Liveness of reachability (DESIGN.md §7, issue 27): once a partition
+    /// or a DC crash ends and no other fault window is open, no router
+    /// still holds the DC suspect since before it ended a few probe cycles
+    /// later (two; five when messages may be lost).
+    SuspicionClears,
 }
 
 impl Invariant {
@@ -80,6 +85,7 @@ impl Invariant {
             Invariant::WaiterFifo => "waiter_fifo",
             Invariant::PreviousRunTrue => "previous_run_true",
             Invariant::DrainForwardedOnce => "drain_forwarded_once",
+            Invariant::SuspicionClears => "suspicion_clears",
         }
     }
 }
@@ -280,6 +286,11 @@ impl Checker {
         self.runs
             .entry((previous.id.clone(), previous.token))
             .or_insert(RunEnd { cause, lapsed });
+    }
+
+    /// A router still holds a healed DC suspect past the bound.
+    pub fn on_suspicion_not_cleared(&mut self, detail: String) {
+        self.fail(Invariant::SuspicionClears, NO_KEY, detail);
     }
 
     fn fail(&mut self, invariant: Invariant, key: u32, detail: String) {

@@ -70,6 +70,16 @@ impl Network {
         self.one_way_us[a][b] + self.one_way_us[b][a]
     }
 
+    /// The widest RTT between two regions without jitter, µs.
+    pub fn rtt_max_us(&self) -> u64 {
+        let n = self.one_way_us.len();
+        (0..n)
+            .flat_map(|a| (0..n).map(move |b| (a, b)))
+            .map(|(a, b)| self.rtt_us(a, b))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether a partition cuts `from → to` at `now_us`.
     pub fn partitioned(&self, from: usize, to: usize, now_us: u64) -> bool {
         from != to && self.partitions.iter().any(|p| p.cuts(from, to, now_us))

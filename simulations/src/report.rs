@@ -35,6 +35,8 @@ pub enum Op {
     ResolveNotFound,
     /// A resolve that could not reach a DC it needed.
     ResolveUnavailable,
+    /// A resolve answered `Unavailable` at once: a DC it needed is suspect.
+    ResolveSuspect,
 }
 
 impl Op {
@@ -53,6 +55,7 @@ impl Op {
             Op::ResolveRefresh => "resolve: refresh (entry+links cached)".into(),
             Op::ResolveNotFound => "resolve: not found".into(),
             Op::ResolveUnavailable => "resolve: unavailable".into(),
+            Op::ResolveSuspect => "resolve: unavailable, dc suspect".into(),
         }
     }
 
@@ -71,6 +74,7 @@ impl Op {
             Op::ResolveRefresh => "1 RTT to the tail's DC (0 if local)",
             Op::ResolveNotFound => "1 global read, no fan-out",
             Op::ResolveUnavailable => "-",
+            Op::ResolveSuspect => "no wait: one timeout per partition",
         }
     }
 }

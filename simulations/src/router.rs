@@ -8,13 +8,22 @@
 //! entry), then the DCs the walk needs (`ResolveReservation`): the
 //! shortcut's, and any whose links it follows. A timeout or an error reply
 //! makes the answer `Unavailable`, never `NotFound`.
+//!
+//! Reachability as the Resolver keeps it (homing-core's `reachability`): a
+//! DC whose request timed out is suspect, requests that need it are
+//! answered `Unavailable` at once instead of waiting for it again, and one
+//! probe per suspect DC (a `ResolveReservation` of `<dc>.0`, on the probe
+//! schedule) finds out when it answers; any answer clears the suspicion.
 
 use std::collections::BTreeMap;
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
+use homing_core::reachability::{AddrSlot, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route};
 use homing_core::{
     ChainWalk, Need, Poll, Reply, Request, ReservationId, Shortcut, Source, TailView,
 };
+
+use crate::trace::NO_KEY;
 
 use crate::report::Op;
 use crate::sim::{Body, Event, Message, NodeId, Sim};
@@ -38,7 +47,7 @@ struct Resolve {
 }
 
 /// One edge router with its caches.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Router {
     /// Its index.
     pub idx: u32,
@@ -47,12 +56,19 @@ pub struct Router {
     entries: BTreeMap<u32, ReservationId>,
     members: BTreeMap<u32, Shortcut>,
     tails: BTreeMap<u32, CachedTail>,
-    inflight: BTreeMap<u64, Resolve>,
+    /// Resolves waiting for an answer, by RPC, with the DC asked.
+    inflight: BTreeMap<u64, (Resolve, u16)>,
+    /// Which DCs it waits for (one address per DC).
+    reach: Reachability,
+    /// Probes in flight, by RPC: the DC and the suspicion's epoch.
+    probes: BTreeMap<u64, (u16, u64)>,
 }
 
 impl Router {
-    /// A router with empty caches in `region`.
-    pub fn new(idx: u32, region: u16) -> Router {
+    /// A router with empty caches in `region`, every one of `dcs` DCs
+    /// reachable; `seed` spreads its probes.
+    pub fn new(idx: u32, region: u16, dcs: usize, seed: u64) -> Router {
+        let slots: Vec<DcSlot> = (0..dcs).map(DcSlot).collect();
         Router {
             idx,
             region,
@@ -60,7 +76,22 @@ impl Router {
             members: BTreeMap::new(),
             tails: BTreeMap::new(),
             inflight: BTreeMap::new(),
+            reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
+            probes: BTreeMap::new(),
         }
+    }
+
+    /// Since when it holds `dc` suspect, if it does.
+    pub fn suspects_since(&self, dc: u16) -> Option<std::time::Instant> {
+        match self.reach.route(DcSlot(usize::from(dc))) {
+            Route::Suspect { since } => Some(since),
+            Route::Ask(_) => None,
+        }
+    }
+
+    /// Whether it holds `dc` suspect now.
+    pub fn suspects(&self, dc: u16) -> bool {
+        self.suspects_since(dc).is_some()
     }
 }
 
@@ -114,14 +145,7 @@ impl Sim {
                         let _ = resolve.walk.handle_global(Some(id.clone()), Source::Cache);
                         continue;
                     }
-                    let rpc = self.request(
-                        NodeId::Router(r as u32),
-                        NodeId::Dc(home),
-                        resolve.key,
-                        Request::Resolve { key },
-                    );
-                    self.routers[r].inflight.insert(rpc, resolve);
-                    return;
+                    return self.router_ask(r, home, resolve, Request::Resolve { key });
                 }
                 Poll::Need(Need::Reservation(id)) => {
                     let Some(&dc) = self.dc_index.get(id.dc()) else {
@@ -132,14 +156,7 @@ impl Sim {
                     if dc != home {
                         resolve.remote += 1;
                     }
-                    let rpc = self.request(
-                        NodeId::Router(r as u32),
-                        NodeId::Dc(dc),
-                        resolve.key,
-                        Request::ResolveReservation { id },
-                    );
-                    self.routers[r].inflight.insert(rpc, resolve);
-                    return;
+                    return self.router_ask(r, dc, resolve, Request::ResolveReservation { id });
                 }
                 Poll::NotFound => {
                     let latency = self.now - resolve.started_us;
@@ -204,13 +221,93 @@ impl Sim {
         dcs.iter().filter(|d| *d != &home).count() as u32
     }
 
+    /// Sends `request` for `resolve` to DC `dc`, unless the router holds
+    /// it suspect: then the resolve is `Unavailable` at once.
+    fn router_ask(&mut self, r: usize, dc: u16, resolve: Resolve, request: Request) {
+        if self.routers[r].suspects(dc) {
+            let latency = self.now - resolve.started_us;
+            self.measurements
+                .record(Op::ResolveSuspect, latency, resolve.remote, 0);
+            return;
+        }
+        let rpc = self.request(
+            NodeId::Router(r as u32),
+            NodeId::Dc(dc),
+            resolve.key,
+            request,
+        );
+        self.routers[r].inflight.insert(rpc, (resolve, dc));
+    }
+
+    /// DC `dc` answered router `r` (any answer): healthy again if it was suspect.
+    fn router_heard(&mut self, r: usize, dc: u16) {
+        let now = self.instant();
+        let heard = self.routers[r]
+            .reach
+            .handle_answer(AddrSlot(usize::from(dc)), now);
+        if heard.is_some() {
+            self.measurements.count("router_dc_answers_again");
+        }
+    }
+
+    /// A request of router `r` to `dc` got no answer in time: suspect, and
+    /// the suspicion's probe loop starts.
+    fn router_lost(&mut self, r: usize, dc: u16) {
+        let now = self.instant();
+        let lost = self.routers[r]
+            .reach
+            .handle_failure(AddrSlot(usize::from(dc)), now);
+        if let Some(change) = lost {
+            self.measurements.count("router_dc_suspect");
+            self.router_probe(r, dc, change.epoch);
+        }
+    }
+
+    /// The probe loop `epoch` of router `r` for `dc`: wait, send, or end.
+    pub(crate) fn router_probe(&mut self, r: usize, dc: u16, epoch: u64) {
+        let now = self.instant();
+        let addr = AddrSlot(usize::from(dc));
+        match self.routers[r].reach.poll_probe(addr, epoch, now) {
+            ProbeStep::Stop => {}
+            ProbeStep::WaitUntil(at) => {
+                let at_us = self.us_at(at);
+                let router = r as u32;
+                self.schedule(at_us, Event::RouterProbe { router, dc, epoch });
+            }
+            ProbeStep::Send => {
+                self.measurements.count("router_probe_sent");
+                let id = ReservationId::new(self.dcs[usize::from(dc)].id.clone(), 0);
+                let request = Request::ResolveReservation { id };
+                let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
+                self.routers[r].probes.insert(rpc, (dc, epoch));
+            }
+        }
+    }
+
+    /// A probe of router `r` was answered (`answered`) or timed out.
+    fn router_probed(&mut self, r: usize, (dc, epoch): (u16, u64), answered: bool) {
+        let now = self.instant();
+        let addr = AddrSlot(usize::from(dc));
+        let probed = self.routers[r]
+            .reach
+            .handle_probe(addr, epoch, answered, now);
+        if probed.is_some() {
+            self.measurements.count("router_dc_answers_again");
+        }
+        self.router_probe(r, dc, epoch);
+    }
+
     pub(crate) fn router_receive(&mut self, r: usize, message: Message) {
-        let Some(mut resolve) = self.routers[r].inflight.remove(&message.rpc) else {
+        if let Some(probe) = self.routers[r].probes.remove(&message.rpc) {
+            return self.router_probed(r, probe, true);
+        }
+        let Some((mut resolve, _)) = self.routers[r].inflight.remove(&message.rpc) else {
             return;
         };
         let NodeId::Dc(from) = message.from else {
             return;
         };
+        self.router_heard(r, from);
         let Body::Reply(reply) = message.body else {
             return;
         };
@@ -256,11 +353,15 @@ impl Sim {
     }
 
     pub(crate) fn router_timeout(&mut self, r: usize, rpc: u64) {
-        if let Some(resolve) = self.routers[r].inflight.remove(&rpc) {
+        if let Some(probe) = self.routers[r].probes.remove(&rpc) {
+            return self.router_probed(r, probe, false);
+        }
+        if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;
             let latency = self.now - resolve.started_us;
             self.measurements
                 .record(Op::ResolveUnavailable, latency, resolve.remote, 0);
+            self.router_lost(r, dc);
         }
     }
 }

@@ -124,6 +124,24 @@ pub enum Event {
         /// The router.
         router: u32,
     },
+    /// A router's probe loop for a suspect DC polls again.
+    RouterProbe {
+        /// The router.
+        router: u32,
+        /// The suspect DC.
+        dc: u16,
+        /// The suspicion the loop belongs to.
+        epoch: u64,
+    },
+    /// A fault involving `dc` ended a few probe cycles ago: no router may
+    /// still hold it suspect since before the fault ended (unless another
+    /// fault window is open).
+    SuspicionCheck {
+        /// The DC.
+        dc: u16,
+        /// When the fault ended, true µs.
+        ended_us: u64,
+    },
     /// A DC task's timer (a waiter's select, an acquire's pause before registering again).
     DcTask {
         /// The DC.
@@ -193,6 +211,8 @@ impl Event {
             Event::Timeout { .. } => "timeout",
             Event::Host { timer, .. } => timer.name(),
             Event::RouterTick { .. } => "router_tick",
+            Event::RouterProbe { .. } => "router_probe",
+            Event::SuspicionCheck { .. } => "suspicion_check",
             Event::DcTask { .. } => "dc_task_timer",
             Event::ConnectionLost { .. } => "connection_lost",
             Event::Reap { .. } => "reap",
@@ -331,6 +351,10 @@ pub struct Sim {
     pub(crate) rules: Rules,
     pub(crate) rng: Rng,
     pub(crate) now: u64,
+    /// True time 0 as an `Instant`, for homing-core parts that count in
+    /// `Instant`s (reachability): only differences are used, so a run
+    /// replays whatever the wall clock.
+    epoch: std::time::Instant,
     end_us: u64,
     queue: BinaryHeap<Scheduled>,
     seq: u64,
@@ -414,7 +438,8 @@ impl Sim {
         let mut routers = Vec::new();
         for d in 0..dcs.len() {
             for _ in 0..scenario.routers_per_dc {
-                routers.push(Router::new(routers.len() as u32, d as u16));
+                let seed = rng.next_u64();
+                routers.push(Router::new(routers.len() as u32, d as u16, dcs.len(), seed));
             }
         }
         let keys: Vec<Key> = (0..scenario.keys)
@@ -497,6 +522,7 @@ impl Sim {
             end_us: ms_to_us(scenario.duration_ms),
             queue: BinaryHeap::new(),
             seq: 0,
+            epoch: std::time::Instant::now(),
             next_rpc: 1,
             dcs,
             hosts,
@@ -550,6 +576,7 @@ impl Sim {
             self.schedule(at, Event::HostCrash);
         }
         for fault in self.scenario.faults.clone() {
+            self.schedule_suspicion_checks(&fault);
             match fault {
                 Fault::CrashDc { dc, at_ms, for_ms } => {
                     // Invariant: fault DCs were checked when the scenario was parsed.
@@ -572,6 +599,77 @@ impl Sim {
                 Fault::Partition { .. } | Fault::SlowStore { .. } => {}
             }
         }
+    }
+
+    /// After a partition or a DC crash, one check per DC involved that no
+    /// router still suspects it a few probe cycles after the fault ended. A
+    /// cycle: a probe in flight times out, the next comes after the longest
+    /// probe interval (plus jitter), and its answer travels the widest RTT.
+    /// Two cycles without message loss; with loss, five (four probes lost in
+    /// a row at 1 % loss each way: about 2·10⁻⁷ per recovery).
+    fn schedule_suspicion_checks(&mut self, fault: &Fault) {
+        let (dcs, end_ms) = match fault {
+            Fault::Partition {
+                from,
+                to,
+                at_ms,
+                for_ms,
+                ..
+            } => (vec![from.clone(), to.clone()], at_ms + for_ms),
+            Fault::CrashDc { dc, at_ms, for_ms } => (vec![dc.clone()], at_ms + for_ms),
+            _ => return,
+        };
+        let schedule = homing_core::reachability::ProbeSchedule::default();
+        let cycle_ms = self.scenario.network.request_timeout_ms
+            + schedule.interval_max_ms * (100 + u64::from(schedule.jitter_percent)) / 100
+            + 2 * self.network.rtt_max_us() / 1000;
+        let cycles = if self.scenario.network.loss > 0.0 {
+            5
+        } else {
+            2
+        };
+        let bound_ms = cycles * cycle_ms + 500;
+        for dc in dcs {
+            // Invariant: fault DCs were checked when the scenario was parsed.
+            let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+            let ended_us = ms_to_us(end_ms);
+            self.schedule(
+                ms_to_us(end_ms + bound_ms),
+                Event::SuspicionCheck { dc, ended_us },
+            );
+        }
+    }
+
+    /// [`Invariant::SuspicionClears`] for `dc`, unless another fault window
+    /// was open since the fault ended at `ended_us`: a suspicion that began
+    /// before it ended must be gone (a newer one — a lost message — is a
+    /// new suspicion).
+    fn suspicion_check(&mut self, dc: u16, ended_us: u64) {
+        let (ended_ms, now_ms) = (ended_us / 1000, self.now / 1000);
+        if self.scenario.faulty_between(ended_ms + 1, now_ms) || !self.dcs[usize::from(dc)].up {
+            return;
+        }
+        let ended = self.epoch + std::time::Duration::from_micros(ended_us);
+        let stale = |r: &&Router| r.suspects_since(dc).is_some_and(|since| since <= ended);
+        if let Some(router) = self.routers.iter().find(stale) {
+            let detail = format!(
+                "router {} still holds dc {} suspect, since before its fault ended, {} ms after",
+                router.idx,
+                self.dcs[usize::from(dc)].id,
+                (self.now - ended_us) / 1000
+            );
+            self.checker.on_suspicion_not_cleared(detail);
+        }
+    }
+
+    /// True time `at` as the `Instant` homing-core's reachability counts in.
+    pub(crate) fn instant(&self) -> std::time::Instant {
+        self.epoch + std::time::Duration::from_micros(self.now)
+    }
+
+    /// The true time (µs) of an `Instant` from [`Sim::instant`].
+    pub(crate) fn us_at(&self, at: std::time::Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Schedules `event` at true time `at_us` (never in the past).
@@ -846,6 +944,8 @@ impl Sim {
                 host, generation, ..
             } => (NodeId::Host(*host).code(), *generation),
             Event::RouterTick { router } => (NodeId::Router(*router).code(), 0),
+            Event::RouterProbe { router, epoch, .. } => (NodeId::Router(*router).code(), *epoch),
+            Event::SuspicionCheck { dc, ended_us } => (NodeId::Dc(*dc).code(), *ended_us),
             Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
             Event::ConnectionLost { dc, rpc, .. } => (NodeId::Dc(*dc).code(), *rpc),
             Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc } => {
@@ -877,6 +977,10 @@ impl Sim {
                 generation,
             } => self.host_timer(host as usize, incarnation, timer, generation),
             Event::RouterTick { router } => self.router_tick(router as usize),
+            Event::RouterProbe { router, dc, epoch } => {
+                self.router_probe(router as usize, dc, epoch)
+            }
+            Event::SuspicionCheck { dc, ended_us } => self.suspicion_check(dc, ended_us),
             Event::DcTask {
                 dc,
                 epoch,
