@@ -258,6 +258,11 @@ impl World {
         let actor = ActorId::new(format!("actor-{host}")).unwrap();
         let host_time = self.host_now(host);
         let now = self.store_now(dc);
+        let holder = homing_core::Holding {
+            actor,
+            lease: lease_of(host),
+            host_time,
+        };
         let Some(tail) = self.tail() else {
             let id = self.allocate(dc);
             let (record, deadlines) = DcRecord::reserve(
@@ -266,11 +271,7 @@ impl World {
                 None,
                 FencingToken::FIRST,
                 None,
-                &homing_core::Holding {
-                    actor: actor.clone(),
-                    lease: lease_of(host),
-                    host_time,
-                },
+                &holder,
                 now,
                 &POLICY,
             );
@@ -280,16 +281,7 @@ impl World {
         };
         let tail_dc = self.dc_of(&tail);
         if tail_dc == dc {
-            let out = self.record(&tail).activate(
-                None,
-                &homing_core::Holding {
-                    actor: actor.clone(),
-                    lease: lease_of(host),
-                    host_time,
-                },
-                now,
-                &POLICY,
-            );
+            let out = self.record(&tail).activate(None, &holder, now, &POLICY);
             if let Some(next) = out.next {
                 self.write(next);
             }
@@ -318,11 +310,7 @@ impl World {
                         token: view.token,
                         ended: homing_core::ReleaseCause::Expired,
                     }),
-                    &homing_core::Holding {
-                        actor: actor.clone(),
-                        lease: lease_of(host),
-                        host_time,
-                    },
+                    &holder,
                     now,
                     &POLICY,
                 );
