@@ -119,6 +119,9 @@ pub struct Settings {
     /// How long a vacated reservation is held for the first waiter to take it before the next waiter is woken, in milliseconds.
     #[arg(long, env = "HOMING_HANDOFF_MS")]
     pub handoff_ms: Option<u64>,
+    /// Most Watch requests parked at this DC at once (each re-reads the event log on every write); more are answered Overloaded at once.
+    #[arg(long, env = "HOMING_WATCHES_PARKED_MAX")]
+    pub watches_parked_max: Option<u64>,
     /// How many lifecycle events this DC keeps for watchers; older ones are trimmed by the reaper.
     #[arg(long, env = "HOMING_EVENTS_RETAINED")]
     pub events_retained: Option<u64>,
@@ -215,6 +218,7 @@ impl Settings {
             waiters_per_key_max,
             waiters_max,
             handoff_ms,
+            watches_parked_max,
             events_retained,
             connections_max,
             node_connections_reserved,
@@ -230,6 +234,8 @@ impl Settings {
 /// Default of `absent_ttl_ms`: how long a resolve's "no global entry"
 /// answer is reused (DESIGN.md §7.4: well under a second).
 pub const ABSENT_TTL_MS_DEFAULT: u64 = 500;
+/// Default most Watch requests parked at a DC at once.
+pub const WATCHES_PARKED_MAX_DEFAULT: u64 = 1_024;
 
 /// A configuration that failed validation; the message names the field.
 #[derive(Debug, Error)]
@@ -314,6 +320,8 @@ pub struct Config {
     pub waiting: WaitLimits,
     /// Lifecycle events kept for watchers.
     pub events_retained: u64,
+    /// Most Watch requests parked at once.
+    pub watches_parked_max: usize,
     /// What the QUIC server allows: connection shares, handshakes, buffers.
     pub server_limits: ServerLimits,
 }
@@ -430,6 +438,11 @@ impl Config {
                 handoff_ms: positive("handoff_ms", s.handoff_ms, 2_000)?,
             },
             events_retained: positive("events_retained", s.events_retained, 1_000_000)?,
+            watches_parked_max: positive(
+                "watches_parked_max",
+                s.watches_parked_max,
+                WATCHES_PARKED_MAX_DEFAULT,
+            )? as usize,
             server_limits,
             dc,
         })

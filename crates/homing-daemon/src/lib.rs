@@ -155,6 +155,7 @@ impl Daemon {
                 absent_ttl_ms: config.absent_ttl_ms,
             },
             config.waiting,
+            config.watches_parked_max,
             metrics.clone(),
         ));
         let server = Server::bind(

@@ -120,6 +120,7 @@ pub struct Metrics {
     upkeep_bad_records: AtomicU64,
     compaction: OnceLock<CompactionSource>,
     waiters: Arc<AtomicU64>,
+    watches_parked: Arc<AtomicU64>,
     event_head: AtomicU64,
     connections: OnceLock<homing_net::ServerStats>,
 }
@@ -195,6 +196,11 @@ impl Metrics {
     /// The gauge of parked acquirers, kept current by the waiter registry.
     pub fn waiters_gauge(&self) -> Arc<AtomicU64> {
         self.waiters.clone()
+    }
+
+    /// The gauge of parked `Watch` requests, kept current by the node.
+    pub fn watches_parked_gauge(&self) -> Arc<AtomicU64> {
+        self.watches_parked.clone()
     }
 
     /// The DC's last event sequence number, as of the last reaper pass.
@@ -275,6 +281,11 @@ impl Metrics {
             out,
             "# HELP homing_waiters Acquirers parked in this DC, waiting for a busy key.\n# TYPE homing_waiters gauge\nhoming_waiters {}",
             self.waiters.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_watches_parked Watch requests parked at this DC, waiting for an event (at most watches_parked_max).\n# TYPE homing_watches_parked gauge\nhoming_watches_parked {}",
+            self.watches_parked.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -81,6 +81,10 @@ pub struct Node {
     cancelled: std::sync::Mutex<Cancellations>,
     /// Bumped after every write that appends an event: parked watchers re-read.
     changes: watch::Sender<u64>,
+    /// Watch requests parked now, and the most allowed at once: each
+    /// re-reads the event log on every write, so the DC bounds them.
+    watches_parked: Arc<AtomicU64>,
+    watches_parked_max: usize,
     /// Turns true when the daemon shuts down: parked requests answer at once.
     closing: watch::Sender<bool>,
 }
@@ -205,9 +209,12 @@ impl Node {
         hop_limit: usize,
         caches: NodeCaches,
         waiting: WaitLimits,
+        watches_parked_max: usize,
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
+            watches_parked: metrics.watches_parked_gauge(),
+            watches_parked_max,
             waiters: Waiters::new(waiting, metrics.waiters_gauge()),
             cancelled: std::sync::Mutex::new(Cancellations::default()),
             changes: watch::Sender::new(0),
@@ -267,6 +274,11 @@ impl Node {
     /// How many acquirers are parked here.
     pub fn waiting(&self) -> usize {
         self.waiters.len()
+    }
+
+    /// Watch requests parked now.
+    pub fn watches_parked(&self) -> u64 {
+        self.watches_parked.load(Ordering::Acquire)
     }
 
     /// Shutdown: parked acquirers and watchers are answered now.
@@ -710,6 +722,7 @@ impl Node {
             + Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
         let mut changes = self.changes.subscribe();
         let mut checked_cursor = false;
+        let mut parked: Option<Parked<'_>> = None;
         loop {
             changes.mark_unchanged();
             let mut events: Vec<Event> = Vec::new();
@@ -771,6 +784,17 @@ impl Node {
                     events,
                     next: after,
                 });
+            }
+            if parked.is_none() && tokio::time::Instant::now() < deadline {
+                parked = Some(Parked::take(&self.watches_parked, self.watches_parked_max).ok_or_else(|| {
+                    fail(
+                        ErrorKind::Overloaded,
+                        format!(
+                            "{} watches are parked at this dc (watches_parked_max); retry later",
+                            self.watches_parked_max
+                        ),
+                    )
+                })?);
             }
             tokio::select! {
                 _ = changes.changed() => {}
@@ -1062,6 +1086,28 @@ impl Node {
             }
             Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
         }
+    }
+}
+
+/// One of the bounded slots of parked watches, given back when dropped.
+struct Parked<'a>(&'a AtomicU64);
+
+impl<'a> Parked<'a> {
+    /// A slot of `parked`, if fewer than `max` are taken.
+    fn take(parked: &'a AtomicU64, max: usize) -> Option<Parked<'a>> {
+        let max = u64::try_from(max).unwrap_or(u64::MAX);
+        parked
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Parked(parked))
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

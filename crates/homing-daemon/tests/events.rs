@@ -59,8 +59,13 @@ struct Dc {
 
 impl Dc {
     async fn start() -> Dc {
+        Dc::start_with(homing_daemon::Settings::default()).await
+    }
+
+    async fn start_with(overrides: homing_daemon::Settings) -> Dc {
         let net = Devnet::start(DevnetOptions {
             dcs: vec![iad()],
+            overrides,
             ..DevnetOptions::default()
         })
         .await
@@ -258,6 +263,65 @@ async fn scan_and_drain_cover_a_namespace_tree_page_by_page() {
             Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Unauthorized),
             other => panic!("{other:?}"),
         }
+        dc.net.shutdown().await;
+    })
+    .await;
+}
+
+/// Parked watches are bounded per DC (`watches_parked_max`): one past the
+/// bound is answered `Overloaded` at once instead of parking; a watch that
+/// does not ask to wait never needs a slot; slots come back when watches
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_watches_are_bounded_per_dc() {
+    bounded(async {
+        let overrides = homing_daemon::Settings {
+            watches_parked_max: Some(2),
+            ..homing_daemon::Settings::default()
+        };
+        let dc = Dc::start_with(overrides).await;
+        let node = dc.net.dcs()[0].daemon.node().clone();
+        let everything = NamespaceScope::everything();
+        let park = || {
+            let (client, peer) = (dc.admin.clone(), dc.peer.clone());
+            let request = watch(everything.clone(), 0, 20_000);
+            tokio::spawn(async move { client.request(&peer, &request).await.unwrap() })
+        };
+        let parked_until = |n: u64| {
+            let node = node.clone();
+            async move {
+                while node.watches_parked() != n {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        let (a, b) = (park(), park());
+        parked_until(2).await;
+        match dc.admin(&watch(everything.clone(), 0, 20_000)).await {
+            Reply::Error(e) => assert_eq!(e.kind, ErrorKind::Overloaded, "{e}"),
+            other => panic!("a third parked watch must be refused, got {other:?}"),
+        }
+        let (none, _) = events(dc.admin(&watch(everything.clone(), 0, 0)).await);
+        assert!(none.is_empty(), "a watch that does not wait needs no slot");
+        // A write answers both parked watches; their slots come back.
+        let Reply::Acquire(AcquireReply::Acquired(_)) = dc.host(&acquire("games", "room-9")).await
+        else {
+            panic!("acquire failed");
+        };
+        assert_eq!(events(a.await.unwrap()).0.len(), 1);
+        assert_eq!(events(b.await.unwrap()).0.len(), 1);
+        parked_until(0).await;
+        let c = {
+            let (client, peer) = (dc.admin.clone(), dc.peer.clone());
+            let request = watch(everything.clone(), 1, 20_000);
+            tokio::spawn(async move { client.request(&peer, &request).await.unwrap() })
+        };
+        parked_until(1).await;
+        let Reply::Acquire(AcquireReply::Acquired(_)) = dc.host(&acquire("games", "room-10")).await
+        else {
+            panic!("acquire failed");
+        };
+        assert_eq!(events(c.await.unwrap()).0.len(), 1);
         dc.net.shutdown().await;
     })
     .await;
