@@ -114,6 +114,8 @@ pub struct Metrics {
     request_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
     store_seconds: Mutex<BTreeMap<&'static str, Histogram>>,
     peer_seconds: Mutex<BTreeMap<String, Histogram>>,
+    /// Per peer DC: held suspect now, and how many suspicions began.
+    peer_suspect: Mutex<BTreeMap<String, (bool, u64)>>,
     global_cache_hits: AtomicU64,
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
@@ -160,6 +162,16 @@ impl Metrics {
         match peers.get_mut(dc) {
             Some(h) => h.observe(elapsed),
             None => peers.entry(dc.to_string()).or_default().observe(elapsed),
+        }
+    }
+
+    /// Peer `dc` became suspect (`true`) or answers again (`false`).
+    pub fn peer_suspect(&self, dc: &str, suspect: bool) {
+        let mut peers = lock(&self.peer_suspect);
+        let entry = peers.entry(dc.to_string()).or_default();
+        entry.0 = suspect;
+        if suspect {
+            entry.1 += 1;
         }
     }
 
@@ -257,6 +269,20 @@ impl Metrics {
                 &format!("dc=\"{dc}\","),
             );
         }
+        let suspects = lock(&self.peer_suspect);
+        out.push_str("# HELP homing_peer_suspect 1 while this DC holds a peer suspect: requests that need it answer Unavailable at once until a probe gets an answer.\n# TYPE homing_peer_suspect gauge\n");
+        for (dc, (suspect, _)) in suspects.iter() {
+            let _ = writeln!(
+                out,
+                "homing_peer_suspect{{dc=\"{dc}\"}} {}",
+                u8::from(*suspect)
+            );
+        }
+        out.push_str("# HELP homing_peer_suspicions_total Times a peer became suspect (a request timed out or could not connect).\n# TYPE homing_peer_suspicions_total counter\n");
+        for (dc, (_, total)) in suspects.iter() {
+            let _ = writeln!(out, "homing_peer_suspicions_total{{dc=\"{dc}\"}} {total}");
+        }
+        drop(suspects);
         let _ = writeln!(
             out,
             "# HELP homing_global_cache_hits_total Global entries served from the in-memory cache.\n# TYPE homing_global_cache_hits_total counter\nhoming_global_cache_hits_total {}",
@@ -536,6 +562,23 @@ mod tests {
         );
         assert!(text.contains("homing_global_cache_hits_total 1"));
         assert!(!text.contains("homing_store_endpoint_healthy"), "{text}");
+    }
+
+    #[test]
+    fn a_suspect_peer_is_a_gauge_and_each_suspicion_is_counted() {
+        let m = Metrics::default();
+        m.peer_suspect("fra", true);
+        let text = m.render();
+        assert!(text.contains("homing_peer_suspect{dc=\"fra\"} 1"), "{text}");
+        m.peer_suspect("fra", false);
+        m.peer_suspect("fra", true);
+        m.peer_suspect("fra", false);
+        let text = m.render();
+        assert!(text.contains("homing_peer_suspect{dc=\"fra\"} 0"), "{text}");
+        assert!(
+            text.contains("homing_peer_suspicions_total{dc=\"fra\"} 2"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -295,6 +295,7 @@ impl Shared {
     fn changed(shared: &Arc<Shared>, change: Change) {
         let peer = &shared.table[change.addr.0];
         let (dc, addr) = (&peer.dc, peer.addr);
+        shared.metrics.peer_suspect(dc.as_str(), change.suspect);
         if change.suspect {
             warn!(
                 peer = %dc,

@@ -248,5 +248,12 @@ async fn peers_an_unreachable_tail_dc_is_unavailable_not_not_found() {
         .metrics()
         .requests_total("acquire", "unavailable");
     assert_eq!(metrics, 1);
+    // The silent peer is now held suspect, and /metrics says so.
+    let text = setup.iad.node().metrics().render();
+    assert!(text.contains("homing_peer_suspect{dc=\"fra\"} 1"), "{text}");
+    assert!(
+        text.contains("homing_peer_suspicions_total{dc=\"fra\"} 1"),
+        "{text}"
+    );
     teardown(setup).await;
 }
