@@ -514,48 +514,39 @@ impl DcRecord {
         }
     }
 
-    /// The grant `holder` already has here, renewed: `None` unless the
-    /// lease is live (not past its expiry), renewable, and its key is the
-    /// one `holder` presents.
+    /// The grant `holder` already has here, renewed exactly as its
+    /// renewal would be: `None` unless `holder` presents this live lease's
+    /// key and the renewal is granted (not past expiry, not drained).
     fn grant_again(
         &self,
         holder: &Holding,
         now: StoreTime,
         policy: &LeasePolicy,
     ) -> Option<Transition<ActivateReply>> {
-        let RecordState::Active {
-            actor,
-            expires_at,
-            lease: Some(lease),
-            previous,
-        } = &self.state
-        else {
+        let RecordState::Active { previous, .. } = &self.state else {
             return None;
         };
-        if !lease.admits(&holder.lease) || now >= *expires_at || !self.allow_renew {
+        if !self.held_under(&holder.lease) {
             return None;
         }
-        let grant = policy.grant(holder.host_time, now);
-        let previous = previous.clone();
-        let actor = actor.clone();
-        let lease = *lease;
-        let reply = ActivateReply::Activated {
-            token: self.token,
-            deadlines: grant.deadlines,
-            previous: previous.as_deref().cloned(),
+        let renewed = self.renew(self.token, &holder.lease, holder.host_time, now, policy);
+        let RenewReply::Renewed(deadlines) = renewed.reply else {
+            return None;
         };
-        let next = self.changed(|r| {
-            r.state = RecordState::Active {
-                actor,
-                expires_at: grant.expires_at,
-                lease: Some(lease),
-                previous,
-            }
-        });
         Some(Transition {
-            next: Some(next),
-            reply,
+            next: renewed.next,
+            reply: ActivateReply::Activated {
+                token: self.token,
+                deadlines,
+                previous: previous.as_deref().cloned(),
+            },
         })
+    }
+
+    /// Whether this is a live lease granted under `presented` (a lease of
+    /// before lease keys is held under none).
+    pub fn held_under(&self, presented: &LeaseKey) -> bool {
+        matches!(&self.state, RecordState::Active { lease: Some(lease), .. } if lease.admits(presented))
     }
 
     /// Renew the holder's lease. Refused for a stale token, a lease key that
@@ -574,16 +565,10 @@ impl DcRecord {
                 current: self.token,
             });
         }
-        let RecordState::Active {
-            actor,
-            expires_at,
-            lease,
-            previous,
-        } = &self.state
-        else {
+        let RecordState::Active { expires_at, .. } = &self.state else {
             return Transition::unchanged(RenewReply::Expired);
         };
-        if !lease.is_some_and(|lease| lease.admits(presented)) {
+        if !self.held_under(presented) {
             return Transition::unchanged(RenewReply::NotHolder);
         }
         if now >= *expires_at {
@@ -593,13 +578,9 @@ impl DcRecord {
             return Transition::unchanged(RenewReply::Draining);
         }
         let grant = policy.grant(host_time, now);
-        let (actor, lease, previous) = (actor.clone(), *lease, previous.clone());
         let next = self.changed(|r| {
-            r.state = RecordState::Active {
-                actor,
-                expires_at: grant.expires_at,
-                lease,
-                previous,
+            if let RecordState::Active { expires_at, .. } = &mut r.state {
+                *expires_at = grant.expires_at;
             }
         });
         Transition {
@@ -618,8 +599,8 @@ impl DcRecord {
         now: StoreTime,
     ) -> Transition<ReleaseReply> {
         match &self.state {
-            RecordState::Active { lease, .. } if token == self.token => {
-                if lease.is_some_and(|lease| lease.admits(presented)) {
+            RecordState::Active { .. } if token == self.token => {
+                if self.held_under(presented) {
                     self.released(now, ReleaseCause::Released(outcome))
                 } else {
                     Transition::unchanged(ReleaseReply::NotHolder)
@@ -643,12 +624,9 @@ impl DcRecord {
     /// A host that gave up on its acquire cancels the grant it may have
     /// been made, by its lease key: `Some` if this live lease is that grant.
     pub fn cancel(&self, presented: &LeaseKey, now: StoreTime) -> Option<DcRecord> {
-        match &self.state {
-            RecordState::Active {
-                lease: Some(lease), ..
-            } if lease.admits(presented) => self.released(now, ReleaseCause::Cancelled).next,
-            _ => None,
-        }
+        self.held_under(presented)
+            .then(|| self.released(now, ReleaseCause::Cancelled).next)
+            .flatten()
     }
 
     fn released(&self, now: StoreTime, cause: ReleaseCause) -> Transition<ReleaseReply> {

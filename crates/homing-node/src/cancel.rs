@@ -17,7 +17,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use homing_core::wire::WAIT_MS_MAX;
-use homing_core::{DcRecord, LeaseKey, RecordState, ReservationId};
+use homing_core::{DcRecord, LeaseKey, ReservationId};
 
 use crate::time::NodeTime;
 
@@ -33,7 +33,7 @@ pub const CANCELLATIONS_MAX: usize = 65_536;
 pub fn target(records: &[DcRecord], lease: &LeaseKey) -> Option<ReservationId> {
     records
         .iter()
-        .find(|r| matches!(&r.state, RecordState::Active { lease: Some(l), .. } if l.admits(lease)))
+        .find(|r| r.held_under(lease))
         .map(|r| r.id.clone())
 }
 
@@ -89,6 +89,7 @@ impl Cancellations {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use homing_core::RecordState;
 
     fn lease(n: u32) -> LeaseKey {
         let mut bytes = [0xC3; 16];
