@@ -241,17 +241,17 @@ impl From<RecordBeforeLeaseKey> for DcRecord {
 
 impl From<RecordBeforeShortcut> for DcRecord {
     fn from(old: RecordBeforeShortcut) -> DcRecord {
-        DcRecord {
+        DcRecord::from(RecordBeforeLeaseKey {
             id: old.id,
             key: old.key,
             tag: old.tag,
             token: old.token,
             allow_renew: old.allow_renew,
             predecessor: old.predecessor,
-            state: old.state.into(),
+            state: old.state,
             shortcut: None,
             version: old.version,
-        }
+        })
     }
 }
 
