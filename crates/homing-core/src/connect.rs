@@ -458,8 +458,8 @@ impl Connect {
         };
         match existing {
             // Inserted, or a retried write of our own entry.
-            None => self.acquired(record.clone(), *deadlines, None),
-            Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines, None),
+            None => self.acquired(record.clone(), *deadlines),
+            Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines),
             Some(winner) => {
                 self.entry = Some(winner.clone());
                 self.abandon(record.clone(), Then::WalkFrom(winner))
@@ -512,7 +512,6 @@ impl Connect {
         let Phase::Linking(record, deadlines, tail) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let previous = Some(previous_run(tail));
         let (record, deadlines, tail) = (record.clone(), *deadlines, tail.id.clone());
         match reply {
             LinkReply::Linked => {
@@ -528,7 +527,7 @@ impl Connect {
                             token: record.token,
                         },
                     });
-                self.acquired(record, deadlines, previous)
+                self.acquired(record, deadlines)
             }
             LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
             // Re-read the tail: its new holder's tag decides HeldElsewhere or TagMismatch.
@@ -545,13 +544,14 @@ impl Connect {
         }
     }
 
-    fn acquired(&mut self, record: DcRecord, deadlines: Deadlines, previous: Option<PreviousRun>) {
+    /// Our own `record`, granted: the grant tells the run it recorded.
+    fn acquired(&mut self, record: DcRecord, deadlines: Deadlines) {
         self.finish(AcquireReply::Acquired(Grant {
             key: self.key.clone(),
+            previous: record.previous_run(),
             reservation: record.id,
             token: record.token,
             deadlines,
-            previous,
         }));
     }
 

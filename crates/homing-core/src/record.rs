@@ -523,9 +523,6 @@ impl DcRecord {
         now: StoreTime,
         policy: &LeasePolicy,
     ) -> Option<Transition<ActivateReply>> {
-        let RecordState::Active { previous, .. } = &self.state else {
-            return None;
-        };
         if !self.held_under(&holder.lease) {
             return None;
         }
@@ -538,9 +535,17 @@ impl DcRecord {
             reply: ActivateReply::Activated {
                 token: self.token,
                 deadlines,
-                previous: previous.as_deref().cloned(),
+                previous: self.previous_run(),
             },
         })
+    }
+
+    /// The run an active lease's grant follows, as the grant told it.
+    pub fn previous_run(&self) -> Option<PreviousRun> {
+        match &self.state {
+            RecordState::Active { previous, .. } => previous.as_deref().cloned(),
+            _ => None,
+        }
     }
 
     /// Whether this is a live lease granted under `presented` (a lease of
