@@ -167,7 +167,7 @@ impl Actors {
         if let Some(lease) = leases.get(actor) {
             return Ok(*lease);
         }
-        let lease = crate::lease_key::random()?;
+        let lease = homing_client::new_lease_key()?;
         leases.insert(actor.to_string(), lease);
         Ok(lease)
     }

@@ -4,7 +4,6 @@ mod bench;
 mod devnet;
 mod exit;
 mod hold;
-mod lease_key;
 mod migrate;
 mod reach;
 mod scope;
@@ -378,7 +377,7 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
             let request = Request::Acquire {
                 config,
                 actor: ActorId::new(actor).bad_input("--actor")?,
-                lease: lease_key::random()?,
+                lease: homing_client::new_lease_key()?,
                 host_time: host_now(),
                 wait_ms,
             };

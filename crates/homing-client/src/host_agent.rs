@@ -362,8 +362,7 @@ impl HostAgent {
             None => KeyName::random(u128::from_le_bytes(random_bytes()?)),
         };
         key_config.name = Some(name.clone());
-        let lease_key = LeaseKey::from_bytes(random_bytes()?)
-            .ok_or(AgentError::Config("the random source returned zeros"))?;
+        let lease_key = new_lease_key()?;
         let (reply, sent, sent_at) =
             acquire_once(&channel, &config, &key_config, lease_key).await?;
         let reply = match reply {
@@ -569,6 +568,14 @@ async fn cancel(channel: &DcChannel, key_config: &KeyConfig, lease: LeaseKey) {
         Ok(other) => warn!(%key, reply = ?other, "cancel answered unexpectedly"),
         Err(error) => warn!(%key, %error, "cancel failed: a grant, if made, expires at the dc"),
     }
+}
+
+/// A fresh lease key for one logical acquire, from the operating system's
+/// secure random source (what every acquire of a host sends: HostAgent's,
+/// and the `homing` CLI's own).
+pub fn new_lease_key() -> Result<LeaseKey, AgentError> {
+    LeaseKey::from_bytes(random_bytes()?)
+        .ok_or(AgentError::Config("the random source returned zeros"))
 }
 
 /// 16 bytes from the operating system's secure random source.

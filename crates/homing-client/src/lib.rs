@@ -83,7 +83,7 @@ pub mod watch;
 
 pub use host_agent::{
     Actor, AgentError, AgentState, HostAgent, HostAgentConfig, HostClock, LeaseTransport,
-    QuicTransport, Started, SystemClock,
+    QuicTransport, Started, SystemClock, new_lease_key,
 };
 pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig, ResolverStats};
 pub use watch::{WatchError, WatchStream, Watcher};

@@ -91,7 +91,7 @@ async fn quic(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
         .client
         .request(
             &dc.peer,
-            &acquire_request(&key, crate::lease_key::random()?)?,
+            &acquire_request(&key, homing_client::new_lease_key()?)?,
         )
         .await?
     {

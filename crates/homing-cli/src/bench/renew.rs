@@ -65,7 +65,7 @@ async fn acquire_leases(
                 let (client, peer, name) =
                     (client.clone(), peer.clone(), format!("lease-{tag}-{i}"));
                 tokio::spawn(async move {
-                    let lease = crate::lease_key::random()?;
+                    let lease = homing_client::new_lease_key()?;
                     let request = acquire_request(&key(name)?, lease)?;
                     match client.request(&peer, &request).await? {
                         Reply::Acquire(AcquireReply::Acquired(Grant {

@@ -227,7 +227,10 @@ pub async fn run_etcd(out: &Path, load: &Load) -> anyhow::Result<bool> {
 async fn measure(lanes: &Lanes, load: &Load) -> anyhow::Result<Vec<Row>> {
     let tag = run_tag();
     // Warm the connection (handshake) and the stores.
-    let request = acquire_request(&key(format!("warm-{tag}"))?, crate::lease_key::random()?)?;
+    let request = acquire_request(
+        &key(format!("warm-{tag}"))?,
+        homing_client::new_lease_key()?,
+    )?;
     if !matches!(
         lanes.client.request(&lanes.peer, &request).await?,
         Reply::Acquire(AcquireReply::Acquired(_))
@@ -327,7 +330,7 @@ async fn homing_cell(
     run_cell(tasks, load.cell, move |n| {
         let (client, peer, name) = (client.clone(), peer.clone(), format!("{prefix}{n}"));
         async move {
-            let request = acquire_request(&key(name)?, crate::lease_key::random()?)?;
+            let request = acquire_request(&key(name)?, homing_client::new_lease_key()?)?;
             match client.request(&peer, &request).await? {
                 Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
                 other => bail!("acquire answered {other:?}"),
@@ -366,7 +369,7 @@ async fn local_cell(
             match node
                 .handle(
                     &host,
-                    acquire_request(&key(name)?, crate::lease_key::random()?)?,
+                    acquire_request(&key(name)?, homing_client::new_lease_key()?)?,
                 )
                 .await
             {

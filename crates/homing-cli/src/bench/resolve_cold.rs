@@ -616,7 +616,7 @@ async fn move_key_to_tail(
     let key = key(name)?;
     let links = hosts.len() - 1;
     for (i, (client, peer)) in hosts.iter().enumerate() {
-        let lease = crate::lease_key::random()?;
+        let lease = homing_client::new_lease_key()?;
         let reply = client.request(peer, &acquire_request(&key, lease)?).await?;
         let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation, token, ..
