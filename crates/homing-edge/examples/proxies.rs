@@ -598,7 +598,7 @@ async fn reserve_keys(net: &Net, hosts: &[(usize, ActorHost)], keys: usize) -> a
                 let request = Request::Acquire {
                     config: KeyConfig::named(KeyName::new(format!("key-{i}"))?),
                     actor: ActorId::clone(actor),
-                    lease: homing_core::LeaseKey::from_bytes([7; 16]).expect("not zeros"),
+                    lease: homing_client::new_lease_key()?,
                     host_time: SystemClock.now(),
                     wait_ms: 0,
                 };
