@@ -30,6 +30,7 @@ pub mod actor;
 pub mod chain;
 pub mod connect;
 pub mod dc;
+pub mod dc_lease;
 pub mod due;
 pub mod event;
 pub mod fencing;
@@ -55,6 +56,7 @@ pub use connect::{
     Written,
 };
 pub use dc::DcId;
+pub use dc_lease::{DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms};
 pub use due::{BadRecord, Due, DueCursor, DueKind, DuePage};
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;

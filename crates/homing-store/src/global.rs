@@ -4,10 +4,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use homing_core::{Key, ReservationId};
+use homing_core::{DcId, DcLeaseState, DcMarks, DcRenewal, DcTerms, Key, ReservationId};
 
 use crate::error::StoreError;
 use crate::failover::Failover;
+
+/// Most DCs one [`GlobalStore::dc_leases`] lists: a deployment has a few
+/// dozen; past this, the rest are left off.
+pub const DCS_MAX: usize = 1024;
 
 /// Most keys one [`GlobalStore::get_many`] may ask for (an etcd transaction
 /// holds at most 128 operations by default).
@@ -62,6 +66,26 @@ pub trait GlobalStore: Send + Sync + 'static {
         after: Option<&Key>,
         limit: usize,
     ) -> Result<Vec<(Key, ReservationId)>, StoreError>;
+
+    /// Renews DC `dc`'s lease under `terms` and publishes `marks` (the store
+    /// keeps each mark's maximum), judged from when the store receives it by
+    /// the store's own clock (DESIGN.md §7.5). A retired DC is refused.
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError>;
+
+    /// What the store knows about DC `dc` now (linearizable).
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError>;
+
+    /// Every DC the store knows, in id order, at most [`DCS_MAX`].
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError>;
+
+    /// Retires DC `dc`: every later renewal of its lease is refused; a lease
+    /// it holds runs out by its terms. Idempotent; the DC's state after.
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError>;
 
     /// Its endpoints' health and failover counters, for a store that talks
     /// to several servers and goes around a silent one (etcd); `None` for

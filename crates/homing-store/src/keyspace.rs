@@ -255,6 +255,28 @@ impl From<RecordBeforeShortcut> for DcRecord {
     }
 }
 
+/// The format byte of a stored DC entry (lease terms, marks, retired).
+const DC_ENTRY_FORMAT: u8 = 0x01;
+
+/// Encodes what a store keeps about one DC (a format byte, then postcard).
+pub fn encode_dc_entry(entry: &crate::dc_lease::DcEntry) -> Vec<u8> {
+    let bytes = wire::encode(entry).expect("a DC entry is a few dozen bytes");
+    [&[DC_ENTRY_FORMAT][..], &bytes].concat()
+}
+
+/// Decodes a stored DC entry.
+pub fn decode_dc_entry(bytes: &[u8]) -> Result<crate::dc_lease::DcEntry, StoreError> {
+    match bytes.split_first() {
+        Some((&DC_ENTRY_FORMAT, rest)) => {
+            wire::decode(rest).map_err(|e| StoreError::corrupt("dc entry", e))
+        }
+        _ => Err(StoreError::corrupt(
+            "dc entry",
+            format!("unknown format byte {:?}", bytes.first()),
+        )),
+    }
+}
+
 /// Encodes a record (a format byte, then postcard), refusing one above
 /// [`RECORD_BYTES_MAX`].
 pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {

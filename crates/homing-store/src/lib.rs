@@ -15,6 +15,11 @@
 //!   and carries the allocator over with [`DcStore::allocator_floor`] /
 //!   [`DcStore::raise_allocator`].
 //!
+//! The global store also keeps each DC's lease and marks
+//! ([`GlobalStore::renew_dc_lease`], DESIGN.md §7.5): a DC grants host leases
+//! only while its DC lease lives, and a DC restarted on an empty store finds
+//! its allocator below the floor it published.
+//!
 //! Backends: [`memory`] (tests and the simulator), [`redb`] (embedded, the
 //! default: zero set-up, group commit), `etcd` (cargo feature `etcd`) and
 //! `fdb` (cargo feature `fdb`, FoundationDB). Every backend is tested by the
@@ -49,6 +54,7 @@ pub mod allocator;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod dc;
+pub mod dc_lease;
 pub mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -69,6 +75,6 @@ mod writer;
 pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
 pub use error::StoreError;
 pub use failover::{EndpointHealth, Failover, FailoverEvent};
-pub use global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
+pub use global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
 pub use memory::{MemoryDcStore, MemoryGlobalStore};
 pub use redb::{CommitMode, RedbDcStore, RedbGlobalStore, RedbOptions};

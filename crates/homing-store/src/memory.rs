@@ -7,28 +7,55 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use homing_core::{
-    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
-    ReservationId, StoreTime,
+    DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
 };
 
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
     check_scan, judge_cas, judge_event_import, judge_import,
 };
+use crate::dc_lease::{DcLeaseTable, LeaseClock, process_clock};
 use crate::error::StoreError;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch};
+use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 
 /// A [`GlobalStore`] in a `BTreeMap` (key order, for [`GlobalStore::scan`]).
-#[derive(Debug, Default)]
 pub struct MemoryGlobalStore {
     entries: Mutex<BTreeMap<Key, ReservationId>>,
+    dcs: Mutex<DcLeaseTable>,
+}
+
+impl Default for MemoryGlobalStore {
+    fn default() -> Self {
+        MemoryGlobalStore::with_clock(process_clock())
+    }
+}
+
+impl std::fmt::Debug for MemoryGlobalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryGlobalStore").finish_non_exhaustive()
+    }
 }
 
 impl MemoryGlobalStore {
-    /// An empty store.
+    /// An empty store judging DC leases by this process's monotonic clock.
     pub fn new() -> MemoryGlobalStore {
         MemoryGlobalStore::default()
+    }
+
+    /// An empty store judging DC leases by `clock` (ms; a test's or the
+    /// simulator's).
+    pub fn with_clock(clock: LeaseClock) -> MemoryGlobalStore {
+        MemoryGlobalStore {
+            entries: Mutex::default(),
+            dcs: Mutex::new(DcLeaseTable::new(clock, [])),
+        }
+    }
+
+    fn dcs(&self) -> std::sync::MutexGuard<'_, DcLeaseTable> {
+        // Every change of the table is one `put`: a poisoned table is consistent.
+        self.dcs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, ReservationId>> {
@@ -63,6 +90,37 @@ impl GlobalStore for MemoryGlobalStore {
                 Ok(SetIfAbsent::Inserted)
             }
         }
+    }
+
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError> {
+        let mut dcs = self.dcs();
+        let renewed = dcs.entry(dc).renewed(*terms, *marks);
+        if let Some(entry) = renewed {
+            dcs.put(dc, entry, true);
+        }
+        Ok(DcLeaseTable::renewal(renewed))
+    }
+
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        Ok(self.dcs().state(dc))
+    }
+
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError> {
+        let mut states = self.dcs().states();
+        states.truncate(DCS_MAX);
+        Ok(states)
+    }
+
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        let mut dcs = self.dcs();
+        let retired = dcs.entry(dc).retire();
+        dcs.put(dc, retired, false);
+        Ok(dcs.state(dc))
     }
 
     async fn scan(

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use homing_core::{
-    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope, ReservationId,
-    StoreTime,
+    DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, DueCursor, DueKind, DuePage, Event,
+    EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
 };
 use redb::{Database, ReadableDatabase, ReadableTable};
 use tokio::sync::Mutex;
@@ -26,12 +26,13 @@ use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
     check_scan,
 };
+use crate::dc_lease::{DcEntry, DcLeaseTable, process_clock};
 use crate::error::StoreError;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch};
+use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch};
 use crate::keyspace;
 use crate::writer::{
-    BY_KEY, DUE, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, MIGRATING, Op, Outcome, RECORDS,
-    Writer, backend, build_due_index,
+    BY_KEY, DCS, DUE, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, MIGRATING, Op, Outcome,
+    RECORDS, Writer, backend, build_due_index,
 };
 
 /// Default most operations committed in one group (one transaction, one fsync).
@@ -165,9 +166,13 @@ fn unexpected() -> StoreError {
     backend("writer answered with the wrong outcome kind")
 }
 
-/// A [`GlobalStore`] in a redb file.
+/// A [`GlobalStore`] in a redb file. DC leases are judged by this
+/// process's monotonic clock (a redb global store serves one machine); their
+/// terms, marks and retired flags are durable, renewal times are not (see
+/// [`crate::dc_lease`]).
 pub struct RedbGlobalStore {
     shared: Shared,
+    dcs: Mutex<DcLeaseTable>,
 }
 
 impl RedbGlobalStore {
@@ -177,9 +182,7 @@ impl RedbGlobalStore {
         path: impl AsRef<Path>,
         options: RedbOptions,
     ) -> Result<RedbGlobalStore, StoreError> {
-        Ok(RedbGlobalStore {
-            shared: Shared::open(path.as_ref(), options)?,
-        })
+        RedbGlobalStore::over(Shared::open(path.as_ref(), options)?)
     }
 
     /// Opens the global store on `storage` instead of a file (see
@@ -188,9 +191,51 @@ impl RedbGlobalStore {
         storage: impl redb::StorageBackend,
         options: RedbOptions,
     ) -> Result<RedbGlobalStore, StoreError> {
+        RedbGlobalStore::over(Shared::on_storage(storage, options)?)
+    }
+
+    fn over(shared: Shared) -> Result<RedbGlobalStore, StoreError> {
+        let entries = shared.read_here(|txn| {
+            let table = match txn.open_table(DCS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(backend(e)),
+            };
+            let mut entries = Vec::new();
+            for row in table.iter().map_err(backend)? {
+                let (dc, value) = row.map_err(backend)?;
+                let dc = DcId::new(dc.value()).map_err(|e| StoreError::corrupt("dc entry", e))?;
+                entries.push((dc, keyspace::decode_dc_entry(value.value())?));
+            }
+            Ok(entries)
+        })?;
         Ok(RedbGlobalStore {
-            shared: Shared::on_storage(storage, options)?,
+            shared,
+            dcs: Mutex::new(DcLeaseTable::new(process_clock(), entries)),
         })
+    }
+
+    /// Makes `entry` durable for `dc` unless the table holds it already, then
+    /// records it (`renewed`: a renewal received now).
+    async fn put_dc(
+        &self,
+        dcs: &mut DcLeaseTable,
+        dc: &DcId,
+        entry: DcEntry,
+        renewed: bool,
+    ) -> Result<(), StoreError> {
+        if dcs.entry(dc) != entry || !dcs.known(dc) {
+            let op = Op::PutDc {
+                dc: dc.as_str().to_string(),
+                value: keyspace::encode_dc_entry(&entry),
+            };
+            match self.shared.writer.submit(op).await? {
+                Outcome::DcPut => {}
+                _ => return Err(unexpected()),
+            }
+        }
+        dcs.put(dc, entry, renewed);
+        Ok(())
     }
 }
 
@@ -248,6 +293,37 @@ impl GlobalStore for RedbGlobalStore {
             }
             _ => Err(unexpected()),
         }
+    }
+
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError> {
+        let mut dcs = self.dcs.lock().await;
+        let renewed = dcs.entry(dc).renewed(*terms, *marks);
+        if let Some(entry) = renewed {
+            self.put_dc(&mut dcs, dc, entry, true).await?;
+        }
+        Ok(DcLeaseTable::renewal(renewed))
+    }
+
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        Ok(self.dcs.lock().await.state(dc))
+    }
+
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError> {
+        let mut states = self.dcs.lock().await.states();
+        states.truncate(DCS_MAX);
+        Ok(states)
+    }
+
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        let mut dcs = self.dcs.lock().await;
+        let retired = dcs.entry(dc).retire();
+        self.put_dc(&mut dcs, dc, retired, false).await?;
+        Ok(dcs.state(dc))
     }
 
     async fn scan(

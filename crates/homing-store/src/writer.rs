@@ -29,6 +29,8 @@ pub(crate) const DUE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("reco
 /// The DC's event log: seq → postcard event.
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 /// Small counters (the allocator's high-water mark, the event head).
+/// Global store: each DC's lease terms, marks and retired flag, by DC id.
+pub(crate) const DCS: TableDefinition<&str, &[u8]> = TableDefinition::new("dcs");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The allocator's persisted high-water mark in [`META`] (exclusive: every
 /// unique handed out is below it).
@@ -67,6 +69,8 @@ pub(crate) enum Op {
     Migrating(bool),
     /// Drop a released record's expiry entry if the record has `version`.
     Settle { id: Vec<u8>, version: u64 },
+    /// Global store: what is kept about a DC (the caller serialises changes).
+    PutDc { dc: String, value: Vec<u8> },
     /// Tests: panic in the writer thread, as a bug in redb would.
     #[cfg(test)]
     Crash,
@@ -90,6 +94,8 @@ pub(crate) enum Outcome {
     Migrating,
     /// Whether the entry was dropped.
     Settled(bool),
+    /// The DC entry is durable.
+    DcPut,
 }
 
 struct Request {
@@ -225,6 +231,7 @@ struct Tables<'txn> {
     due: Table<'txn, &'static [u8], &'static [u8]>,
     events: Table<'txn, u64, &'static [u8]>,
     meta: Table<'txn, &'static str, u64>,
+    dcs: Table<'txn, &'static str, &'static [u8]>,
 }
 
 /// Applies every op in one write transaction, in arrival order.
@@ -239,6 +246,7 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
             due: txn.open_table(DUE)?,
             events: txn.open_table(EVENTS)?,
             meta: txn.open_table(META)?,
+            dcs: txn.open_table(DCS)?,
         };
         for request in batch {
             answers.push(match apply(&mut tables, &request.op) {
@@ -283,6 +291,10 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
             Ok(Outcome::Migrating)
         }
         Op::Settle { id, version } => settle(t, id, *version),
+        Op::PutDc { dc, value } => {
+            t.dcs.insert(dc.as_str(), value.as_slice())?;
+            Ok(Outcome::DcPut)
+        }
         #[cfg(test)]
         Op::Crash => panic!("the writer thread crashes on purpose"),
     }

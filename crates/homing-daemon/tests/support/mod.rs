@@ -12,7 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use homing_core::{
-    AcquireReply, DcId, FencingToken, Grant, HostTime, Identity, Key, Reply, ReservationId, Role,
+    AcquireReply, DcId, DcLeaseState, DcMarks, DcRenewal, DcTerms, FencingToken, Grant, HostTime,
+    Identity, Key, Reply, ReservationId, Role,
 };
 use homing_daemon::{Config, Daemon, DaemonError, Settings};
 use homing_net::DevCa;
@@ -126,6 +127,27 @@ impl GlobalStore for TestGlobal {
     ) -> Result<Vec<(Key, ReservationId)>, StoreError> {
         self.check()?;
         self.inner.scan(after, limit).await
+    }
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError> {
+        self.check()?;
+        self.inner.renew_dc_lease(dc, terms, marks).await
+    }
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.check()?;
+        self.inner.dc_lease(dc).await
+    }
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError> {
+        self.check()?;
+        self.inner.dc_leases().await
+    }
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.check()?;
+        self.inner.retire_dc(dc).await
     }
 }
 
