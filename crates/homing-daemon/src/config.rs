@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use homing_core::chain::{HOP_LIMIT_DEFAULT, HOP_LIMIT_MAX};
-use homing_core::{DcId, LeasePolicy};
+use homing_core::{DcId, DcTerms, LeasePolicy};
 use homing_net::{ConnectionShares, ServerLimits};
 use serde::Deserialize;
 use thiserror::Error;
@@ -92,6 +92,15 @@ pub struct Settings {
     /// Milliseconds after expiry before the DC reaps a lease and lets another holder in.
     #[arg(long, env = "HOMING_GRACE_MS")]
     pub grace_ms: Option<u64>,
+    /// The DC lease's life without a renewal, in milliseconds: host leases are granted only while it lasts (default: twice lease_ttl_ms).
+    #[arg(long, env = "HOMING_DC_LEASE_TTL_MS")]
+    pub dc_lease_ttl_ms: Option<u64>,
+    /// How often the DC lease is renewed, in milliseconds (default: a tenth of dc_lease_ttl_ms).
+    #[arg(long, env = "HOMING_DC_LEASE_RENEW_MS")]
+    pub dc_lease_renew_ms: Option<u64>,
+    /// Once, after the DC store was lost: raise its allocator to the floor the DC published to the global store instead of refusing to start.
+    #[arg(long, env = "HOMING_START_ABOVE_FLOOR", num_args = 0..=1, default_missing_value = "true")]
+    pub start_above_floor: Option<bool>,
     /// Most links one resolve or connect follows.
     #[arg(long, env = "HOMING_HOP_LIMIT")]
     pub hop_limit: Option<usize>,
@@ -209,6 +218,9 @@ impl Settings {
             soft_margin_ms,
             hard_margin_ms,
             grace_ms,
+            dc_lease_ttl_ms,
+            dc_lease_renew_ms,
+            start_above_floor,
             hop_limit,
             reaper_interval_ms,
             orphan_age_ms,
@@ -304,6 +316,12 @@ pub struct Config {
     pub etcd_compact_retain_revisions: u64,
     /// Lease policy.
     pub policy: LeasePolicy,
+    /// The DC lease's life without a renewal, ms.
+    pub dc_lease_ttl_ms: u64,
+    /// Time between DC lease renewals, ms.
+    pub dc_lease_renew_ms: u64,
+    /// Raise a DC store below the published floor instead of refusing it.
+    pub start_above_floor: bool,
     /// Hop limit.
     pub hop_limit: usize,
     /// Reaper interval, ms.
@@ -353,7 +371,21 @@ fn store_kind(field: &'static str, value: Option<String>) -> Result<StoreKind, C
     }
 }
 
+/// The terms of a DC lease of `ttl_ms` over host leases of `policy`.
+fn dc_terms(ttl_ms: u64, policy: &LeasePolicy) -> DcTerms {
+    DcTerms {
+        ttl_ms,
+        host_lease_ttl_max_ms: policy.ttl_ms(),
+        grace_ms: policy.grace_ms(),
+    }
+}
+
 impl Config {
+    /// The terms this DC renews its DC lease under.
+    pub fn dc_terms(&self) -> DcTerms {
+        dc_terms(self.dc_lease_ttl_ms, &self.policy)
+    }
+
     /// Validates `settings`, filling defaults.
     pub fn from_settings(s: Settings) -> Result<Config, ConfigError> {
         let server_limits = server_limits(&s)?;
@@ -378,6 +410,36 @@ impl Config {
             s.grace_ms.unwrap_or(d.grace_ms()),
         )
         .map_err(|e| invalid("lease policy", e))?;
+        let positive = |field: &'static str, value: Option<u64>, default: u64| match value
+            .unwrap_or(default)
+        {
+            0 => Err(invalid(field, "must be greater than 0")),
+            v => Ok(v),
+        };
+        let dc_lease_ttl_ms = positive(
+            "dc_lease_ttl_ms",
+            s.dc_lease_ttl_ms,
+            policy.ttl_ms().saturating_mul(2),
+        )?;
+        let dc_lease_renew_ms = positive(
+            "dc_lease_renew_ms",
+            s.dc_lease_renew_ms,
+            (dc_lease_ttl_ms / 10).max(1),
+        )?;
+        let terms = dc_terms(dc_lease_ttl_ms, &policy);
+        // A renewal may fail once and the next still leave room for a whole host lease.
+        let needed = policy
+            .ttl_ms()
+            .saturating_add(dc_lease_renew_ms.saturating_mul(2));
+        if terms.valid_for_ms() < needed {
+            return Err(invalid(
+                "dc_lease_ttl_ms",
+                format!(
+                    "{dc_lease_ttl_ms} ms leaves the DC {} ms of validity per renewal (a twentieth, at least 100 ms, is kept for clock drift); host leases need lease_ttl_ms + 2 × dc_lease_renew_ms = {needed} ms",
+                    terms.valid_for_ms()
+                ),
+            ));
+        }
         let hop_limit = s.hop_limit.unwrap_or(HOP_LIMIT_DEFAULT);
         if hop_limit == 0 || hop_limit > HOP_LIMIT_MAX {
             return Err(invalid("hop_limit", format!("must be 1..={HOP_LIMIT_MAX}")));
@@ -389,12 +451,6 @@ impl Config {
         if uses_etcd && etcd_endpoints.is_empty() {
             return Err(ConfigError::Missing("etcd_endpoints"));
         }
-        let positive = |field: &'static str, value: Option<u64>, default: u64| match value
-            .unwrap_or(default)
-        {
-            0 => Err(invalid(field, "must be greater than 0")),
-            v => Ok(v),
-        };
         Ok(Config {
             listen: s.listen.ok_or(ConfigError::Missing("listen"))?,
             metrics_listen: s.metrics_listen,
@@ -422,6 +478,9 @@ impl Config {
                     .unwrap_or(crate::stores::STORE_PREFIX_DEFAULT),
             ),
             policy,
+            dc_lease_ttl_ms,
+            dc_lease_renew_ms,
+            start_above_floor: s.start_above_floor.unwrap_or(false),
             hop_limit,
             reaper_interval_ms: positive("reaper_interval_ms", s.reaper_interval_ms, 1_000)?,
             orphan_age_ms: positive("orphan_age_ms", s.orphan_age_ms, 60_000)?,

@@ -7,6 +7,7 @@
 //! `homing devnet` builds several in one process.
 
 pub mod config;
+pub mod dc_lease;
 pub mod devnet;
 pub mod metrics;
 pub mod node;
@@ -63,6 +64,9 @@ pub enum DaemonError {
         /// The DC.
         dc: homing_core::DcId,
     },
+    /// The global store's record of this DC forbids serving it.
+    #[error(transparent)]
+    Refused(#[from] dc_lease::Refusal),
 }
 
 /// Starts compacting etcd's history when a store is on etcd and
@@ -128,6 +132,16 @@ impl Daemon {
                 dc: config.dc.clone(),
             });
         }
+        let lease = dc_lease::open(
+            &config.dc,
+            global.as_ref(),
+            records.as_ref(),
+            config.dc_terms(),
+            config.dc_lease_renew_ms,
+            config.start_above_floor,
+        )
+        .await?;
+        let lease = Arc::new(lease);
         let metrics = Arc::new(Metrics::default());
         for (role, failover) in [("global", global.failover()), ("dc", records.failover())] {
             if let Some(failover) = failover {
@@ -156,8 +170,14 @@ impl Daemon {
             },
             config.waiting,
             config.watches_parked_max,
+            lease.clone(),
             metrics.clone(),
         ));
+        // The first renewal before serving: a DC whose global store answers
+        // grants from its first request.
+        let renewer = node.renewer();
+        let period = Duration::from_millis(config.dc_lease_renew_ms);
+        renewer.renew_if_due(period).await;
         let server = Server::bind(
             config.listen,
             tls,
@@ -168,7 +188,8 @@ impl Daemon {
         .await?;
         metrics.attach_connections(server.stats());
         let (stop, stopped) = watch::channel(false);
-        let mut tasks = vec![tokio::spawn(upkeep::run(
+        let mut tasks = vec![tokio::spawn(renewer.run(period, stopped.clone()))];
+        tasks.push(tokio::spawn(upkeep::run(
             node.clone(),
             upkeep::UpkeepConfig {
                 interval: Duration::from_millis(config.reaper_interval_ms),
@@ -176,7 +197,7 @@ impl Daemon {
                 events_retained: config.events_retained,
             },
             stopped.clone(),
-        ))];
+        )));
         let mut metrics_addr = None;
         if let Some(addr) = config.metrics_listen {
             let listener = metrics::bind(addr).await?;

@@ -124,6 +124,9 @@ pub struct Metrics {
     waiters: Arc<AtomicU64>,
     watches_parked: Arc<AtomicU64>,
     event_head: AtomicU64,
+    /// DC lease renewals acknowledged / failed, and the validity left after the last answer.
+    dc_lease_renewals: [AtomicU64; 2],
+    dc_lease_valid_ms: AtomicU64,
     connections: OnceLock<homing_net::ServerStats>,
 }
 
@@ -213,6 +216,16 @@ impl Metrics {
     /// The gauge of parked `Watch` requests, kept current by the node.
     pub fn watches_parked_gauge(&self) -> Arc<AtomicU64> {
         self.watches_parked.clone()
+    }
+
+    /// A DC lease renewal was acknowledged (`true`) or failed.
+    pub fn dc_lease_renewal(&self, acknowledged: bool) {
+        self.dc_lease_renewals[usize::from(!acknowledged)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How long the DC still counts on its lease, ms, after a renewal's answer.
+    pub fn dc_lease_valid_ms(&self, ms: u64) {
+        self.dc_lease_valid_ms.store(ms, Ordering::Relaxed);
     }
 
     /// The DC's last event sequence number, as of the last reaper pass.
@@ -317,6 +330,13 @@ impl Metrics {
             out,
             "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
             self.event_head.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_dc_lease_renewals_total Renewals of this DC's lease in the global store, by outcome.\n# TYPE homing_dc_lease_renewals_total counter\nhoming_dc_lease_renewals_total{{outcome=\"acknowledged\"}} {}\nhoming_dc_lease_renewals_total{{outcome=\"failed\"}} {}\n# HELP homing_dc_lease_valid_seconds How long this DC still counts on its lease, as of the last renewal's answer (0: it grants no host lease).\n# TYPE homing_dc_lease_valid_seconds gauge\nhoming_dc_lease_valid_seconds {:.3}",
+            self.dc_lease_renewals[0].load(Ordering::Relaxed),
+            self.dc_lease_renewals[1].load(Ordering::Relaxed),
+            self.dc_lease_valid_ms.load(Ordering::Relaxed) as f64 / 1000.0
         );
         if let Some(source) = self.compaction.get() {
             let c = (source.0)();

@@ -30,6 +30,7 @@ use homing_store::{
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::dc_lease::{self, DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
 use crate::waiters::{WaitLimits, Waiters};
@@ -87,6 +88,8 @@ pub struct Node {
     watches_parked_max: usize,
     /// Turns true when the daemon shuts down: parked requests answer at once.
     closing: watch::Sender<bool>,
+    /// This DC's lease in the global store: grants and marks wait on it.
+    dc_lease: Arc<DcLeaseCell>,
 }
 
 /// What a node keeps in memory about other DCs' facts.
@@ -210,9 +213,11 @@ impl Node {
         caches: NodeCaches,
         waiting: WaitLimits,
         watches_parked_max: usize,
+        dc_lease: Arc<DcLeaseCell>,
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
+            dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
             waiters: Waiters::new(waiting, metrics.waiters_gauge()),
@@ -281,6 +286,53 @@ impl Node {
         self.watches_parked.load(Ordering::Acquire)
     }
 
+    /// The DC lease's renewal loop for this node.
+    pub fn renewer(self: &Arc<Self>) -> Renewer {
+        let (now, instant) = (self.clone(), self.clone());
+        Renewer {
+            dc: self.dc.clone(),
+            cell: self.dc_lease.clone(),
+            global: self.global.clone(),
+            records: self.records.clone(),
+            now: Arc::new(move || now.waiters.now()),
+            instant: Arc::new(move |at| instant.waiters.instant(at)),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// How long this DC still counts on its DC lease, ms (0: it grants nothing).
+    pub fn dc_lease_valid_ms(&self) -> u64 {
+        let now = self.waiters.now();
+        self.dc_lease.with(|l| l.valid_for_ms(now))
+    }
+
+    /// Refuses a grant or renewal of a host lease that arrived now unless
+    /// its whole term fits in the DC lease's validity, as homing-node's
+    /// [`homing_node::DcLease::covers`] decides.
+    fn grant_allowed(&self) -> Result<(), Failure> {
+        let now = self.waiters.now();
+        let ttl_ms = self.policy.ttl_ms();
+        let (covers, valid_ms, retired) = self
+            .dc_lease
+            .with(|l| (l.covers(now, ttl_ms), l.valid_for_ms(now), l.retired()));
+        if covers {
+            return Ok(());
+        }
+        let why = if retired {
+            "this dc may never hold its dc lease again (retired, or its dc store is behind the marks it published: see homingd's log)".to_string()
+        } else {
+            format!(
+                "this dc counts on its dc lease for {valid_ms} ms more, a host lease needs {ttl_ms} ms: the global store has not acknowledged a renewal in time"
+            )
+        };
+        Err(fail(
+            ErrorKind::Unavailable {
+                dc: self.dc.clone(),
+            },
+            format!("no host lease granted or renewed: {why}"),
+        ))
+    }
+
     /// Shutdown: parked acquirers and watchers are answered now.
     pub fn close(&self) {
         self.closing.send_replace(true);
@@ -305,6 +357,7 @@ impl Node {
         event: bool,
         next: &DcRecord,
     ) -> Result<Written, StoreError> {
+        dc_lease::publish_marks_for(&self.dc_lease, self.records.as_ref(), next).await?;
         let cas = self
             .timed("dc_cas", self.records.compare_and_set(expected, next))
             .await?;
@@ -1007,13 +1060,17 @@ impl Node {
                 lease,
                 host_time,
                 wait_ms,
-            } => self.acquire(config, actor, lease, host_time, wait_ms).await,
+            } => {
+                self.grant_allowed()?;
+                self.acquire(config, actor, lease, host_time, wait_ms).await
+            }
             Request::Renew {
                 reservation,
                 token,
                 lease,
                 host_time,
             } => {
+                self.grant_allowed()?;
                 let change = Change::Renew {
                     token,
                     lease,

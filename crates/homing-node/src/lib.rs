@@ -23,6 +23,8 @@
 //! - [`drain`]: find the tail, drain it here or forward once;
 //! - [`cancel`]: which grant a host's cancel releases, and the cancelled
 //!   lease keys an acquire still running must honour;
+//! - [`dc_lease`]: the DC's own lease in the global store — when to renew,
+//!   which host leases it covers, which marks a write needs published;
 //! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
 //!   proven orphans, trim the event log.
 //!
@@ -39,6 +41,7 @@ pub mod acquire;
 pub mod await_vacant;
 pub mod cancel;
 pub mod change;
+pub mod dc_lease;
 pub mod drain;
 pub mod failure;
 #[cfg(test)]
@@ -56,6 +59,7 @@ pub use acquire::{
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use cancel::Cancellations;
 pub use change::{Change, Changed};
+pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, TOKEN_HEADROOM};
 pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;
 pub use mutation::{Mutation, Mutations};

@@ -45,8 +45,19 @@ pub async fn start_iad(
     records: Arc<dyn DcStore>,
     metrics: bool,
 ) -> (Result<Daemon, DaemonError>, tempfile::TempDir) {
+    start_iad_with(ca, global, records, metrics, Settings::default()).await
+}
+
+/// [`start_iad`] with `more` settings on top.
+pub async fn start_iad_with(
+    ca: &DevCa,
+    global: Arc<dyn GlobalStore>,
+    records: Arc<dyn DcStore>,
+    metrics: bool,
+    more: Settings,
+) -> (Result<Daemon, DaemonError>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let settings = Settings {
+    let base = Settings {
         dc: Some("iad".into()),
         listen: Some("127.0.0.1:0".parse().unwrap()),
         metrics_listen: metrics.then(|| "127.0.0.1:0".parse().unwrap()),
@@ -56,7 +67,7 @@ pub async fn start_iad(
         key: Some(dir.path().join("unused")),
         ..Settings::default()
     };
-    let config = Config::from_settings(settings).unwrap();
+    let config = Config::from_settings(base.overlay(more)).unwrap();
     let iad = DcId::new("iad").unwrap();
     let tls = ca
         .tls_identity(&Identity::new(Role::Node, Some(iad)).unwrap())

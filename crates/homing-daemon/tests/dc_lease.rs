@@ -1,0 +1,217 @@
+//! homingd under its DC lease (DESIGN.md §7.5): host leases are granted and
+//! renewed only while the global store keeps the DC's lease alive; a DC
+//! store that is behind the marks its DC published (wiped, or restored from
+//! an old backup) is refused at start; a retired DC is refused.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use homing_core::{
+    ActorId, DcId, ErrorKind, ErrorReply, FencingToken, Identity, KeyConfig, KeyName, RenewReply,
+    Reply, Request, ReservationId, Role,
+};
+use homing_daemon::dc_lease::Refusal;
+use homing_daemon::{Daemon, DaemonError, Settings};
+use homing_net::{DevCa, Handler};
+use homing_store::{DcStore, GlobalStore, MemoryDcStore};
+
+mod support;
+use support::{TestGlobal, held, lease_of, now, start_iad_with};
+
+/// Longest any wait here may take on a loaded machine.
+const WAIT_MS_MAX: u64 = 30_000;
+
+/// 1 s host leases: the DC lease is then 2 s, renewed every 200 ms.
+fn short_leases() -> Settings {
+    Settings {
+        lease_ttl_ms: Some(1_000),
+        soft_margin_ms: Some(300),
+        hard_margin_ms: Some(100),
+        renew_at_permille: Some(200),
+        grace_ms: Some(100),
+        ..Settings::default()
+    }
+}
+
+async fn start(
+    global: &Arc<TestGlobal>,
+    records: &Arc<MemoryDcStore>,
+    more: Settings,
+) -> (Result<Daemon, DaemonError>, tempfile::TempDir) {
+    let ca = DevCa::generate("dc lease test ca").unwrap();
+    let global = global.clone() as Arc<dyn GlobalStore>;
+    let records = records.clone() as Arc<dyn DcStore>;
+    start_iad_with(&ca, global, records, false, more).await
+}
+
+fn host() -> Identity {
+    Identity::new(Role::Host, Some(DcId::new("iad").unwrap())).unwrap()
+}
+
+fn acquire(name: &str) -> Request {
+    Request::Acquire {
+        lease: lease_of("10.0.0.1:9000"),
+        config: KeyConfig::named(KeyName::new(name).unwrap()),
+        actor: ActorId::new("10.0.0.1:9000").unwrap(),
+        host_time: now(),
+        wait_ms: 0,
+    }
+}
+
+fn renew(reservation: &ReservationId, token: FencingToken) -> Request {
+    Request::Renew {
+        reservation: reservation.clone(),
+        token,
+        lease: lease_of("10.0.0.1:9000"),
+        host_time: now(),
+    }
+}
+
+fn unavailable_for_the_dc_lease(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(ErrorReply { kind: ErrorKind::Unavailable { .. }, message })
+        if message.contains("dc lease"))
+}
+
+/// Sends `request()` until `done` says yes, for at most [`WAIT_MS_MAX`].
+async fn until(
+    daemon: &Daemon,
+    request: impl Fn() -> Request,
+    done: impl Fn(&Reply) -> bool,
+) -> Reply {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    loop {
+        let reply = daemon.node().handle(&host(), request()).await;
+        if done(&reply) {
+            return reply;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {reply:?} after {WAIT_MS_MAX} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn dc_lease_a_dc_cut_off_from_the_global_store_stops_renewing_host_leases() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    let (id, token) = held(&daemon.node().handle(&host(), acquire("room")).await);
+    assert!(matches!(
+        daemon.node().handle(&host(), renew(&id, token)).await,
+        Reply::Renew(RenewReply::Renewed { .. })
+    ));
+    // Cut off: renewals at iad need nothing from the global store, yet they
+    // must stop once the DC lease can no longer cover a whole host lease.
+    global.down.store(true, Ordering::SeqCst);
+    let cut = tokio::time::Instant::now();
+    until(&daemon, || renew(&id, token), unavailable_for_the_dc_lease).await;
+    let refused_after = cut.elapsed();
+    // 2 s DC lease less its drift margin, less the 1 s host lease: refusals
+    // start within about a second of the last acknowledged renewal.
+    println!("renewals refused {refused_after:?} after the global store went away");
+    assert!(daemon.node().dc_lease_valid_ms() < 1_000);
+    // Healed: the next renewal of the DC lease lets the host renew again.
+    global.down.store(false, Ordering::SeqCst);
+    until(
+        &daemon,
+        || renew(&id, token),
+        |r| matches!(r, Reply::Renew(RenewReply::Renewed { .. })),
+    )
+    .await;
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn dc_lease_a_wiped_dc_store_is_refused_and_start_above_floor_skips_past_every_used_id() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, Settings::default()).await;
+    let daemon = daemon.unwrap();
+    let (first, _) = held(&daemon.node().handle(&host(), acquire("room")).await);
+    daemon.shutdown().await;
+    // The same DC id on an empty store: its allocator would start at 1 again.
+    let wiped = Arc::new(MemoryDcStore::new());
+    let (refused, _dir) = start(&global, &wiped, Settings::default()).await;
+    match refused {
+        Err(DaemonError::Refused(Refusal::BelowFloor {
+            store_floor,
+            published,
+            ..
+        })) => {
+            assert!(store_floor < first.unique() && published >= first.unique());
+        }
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a wiped dc store was served: it would hand out {first} again"),
+    }
+    let message = match start(&global, &wiped, Settings::default()).await.0 {
+        Err(e) => e.to_string(),
+        Ok(_) => unreachable!(),
+    };
+    assert!(
+        message.contains("--start-above-floor") && message.contains("new dc id"),
+        "{message}"
+    );
+    let above = Settings {
+        start_above_floor: Some(true),
+        ..Settings::default()
+    };
+    let (daemon, _dir) = start(&global, &wiped, above).await;
+    let daemon = daemon.unwrap();
+    let (next, _) = held(&daemon.node().handle(&host(), acquire("other")).await);
+    assert!(
+        next.unique() > first.unique(),
+        "{next} reuses an id at or below {first}"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn dc_lease_a_retired_dc_is_refused_at_start_and_stops_granting_when_running() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    held(&daemon.node().handle(&host(), acquire("room")).await);
+    let iad = DcId::new("iad").unwrap();
+    global.inner.retire_dc(&iad).await.unwrap();
+    until(&daemon, || acquire("later"), unavailable_for_the_dc_lease).await;
+    daemon.shutdown().await;
+    match start(&global, &records, Settings::default()).await.0 {
+        Err(DaemonError::Refused(Refusal::Retired { dc })) => assert_eq!(dc, iad),
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a retired dc was served"),
+    }
+}
+
+#[tokio::test]
+async fn dc_lease_a_dc_started_while_the_global_store_is_down_checks_its_floor_when_it_answers() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    held(&daemon.node().handle(&host(), acquire("room")).await);
+    daemon.shutdown().await;
+    // Wiped, and the global store unreachable at start: homingd serves, but
+    // grants nothing until the check it could not do passes — and it fails.
+    global.down.store(true, Ordering::SeqCst);
+    let wiped = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &wiped, short_leases()).await;
+    let daemon = daemon.unwrap();
+    global.down.store(false, Ordering::SeqCst);
+    let reply = until(
+        &daemon,
+        || acquire("fresh"),
+        |r| !matches!(r, Reply::Acquire(_)),
+    )
+    .await;
+    assert!(unavailable_for_the_dc_lease(&reply), "{reply:?}");
+    // It never comes round: the refusal is for good.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reply = daemon.node().handle(&host(), acquire("fresh")).await;
+    assert!(unavailable_for_the_dc_lease(&reply), "{reply:?}");
+    daemon.shutdown().await;
+}

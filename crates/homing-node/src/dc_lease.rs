@@ -1,0 +1,336 @@
+//! The DC's side of its DC lease (DESIGN.md §7.5, `homing_core::dc_lease`):
+//! when to renew, how long the last acknowledged renewal lets the DC count
+//! on its lease, which host leases it may grant, and which marks it must
+//! publish before it writes a record.
+//!
+//! Validity runs from the node's clock reading when the renewal was *sent*
+//! (the store received it no earlier), for [`DcTerms::valid_for_ms`]. A host
+//! lease is granted or renewed only when its whole ttl fits before the end of
+//! that validity, measured from the request's arrival (the host sent it no
+//! later), so every host of the DC stops before the store could call the DC
+//! lease expired — whatever the DC's renewals do afterwards.
+//!
+//! Marks: a record is written only when the published marks cover its
+//! reservation unique and token ([`DcMarks::cover`]); otherwise the driver
+//! asks for higher marks ([`DcLease::want`]), which makes the next renewal
+//! due at once, and writes once it is acknowledged.
+
+use homing_core::{DcMarks, DcRenewal, DcTerms, FencingToken};
+
+use crate::time::NodeTime;
+
+/// How far above a token the DC publishes its token bound, so renewals
+/// rarely need to publish again: 2^20 new holders per key between two
+/// renewals would be needed to reach it.
+pub const TOKEN_HEADROOM: u64 = 1 << 20;
+
+/// How soon a failed renewal is tried again, ms (capped by the renewal period).
+pub const RENEW_RETRY_MS: u64 = 250;
+
+/// What the driver must do for the DC lease now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DcLeasePoll {
+    /// Send a renewal with these terms and marks, sent at `now`; answer with
+    /// [`DcLease::handle_renewed`] or [`DcLease::handle_failed`] naming `now`.
+    Renew {
+        /// The DC's terms.
+        terms: DcTerms,
+        /// The marks to publish.
+        marks: DcMarks,
+    },
+    /// Nothing until `until` (or until [`DcLease::want`] is called).
+    Wait {
+        /// The next renewal's time.
+        until: NodeTime,
+    },
+    /// A renewal is on its way: wait for its answer.
+    InFlight,
+    /// The DC must never hold its lease again (retired, or its store is
+    /// behind its published marks).
+    Stopped,
+}
+
+/// How a renewal changed what the DC may do, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DcLeaseChange {
+    /// Nothing a log would mention.
+    Same,
+    /// The DC may grant again (its first renewal, or after its validity ran out).
+    Regained,
+    /// The DC's validity ran out before this failure: it grants nothing.
+    Lost,
+    /// The store refused the renewal for good.
+    Retired,
+}
+
+/// The DC lease as its DC sees it.
+#[derive(Debug, Clone)]
+pub struct DcLease {
+    terms: DcTerms,
+    renew_every_ms: u64,
+    valid_until: Option<NodeTime>,
+    published: DcMarks,
+    wanted: DcMarks,
+    in_flight: bool,
+    next_renewal: NodeTime,
+    retired: bool,
+}
+
+impl DcLease {
+    /// A DC lease under `terms`, renewed every `renew_every_ms`, starting
+    /// from the marks the store keeps and those the DC's own store needs
+    /// (`wanted`); the first renewal is due at once.
+    pub fn new(terms: DcTerms, renew_every_ms: u64, kept: DcMarks, wanted: DcMarks) -> DcLease {
+        let wanted = wanted.max(kept).max(DcMarks {
+            allocator_floor: 0,
+            token_bound: TOKEN_HEADROOM,
+        });
+        DcLease {
+            terms,
+            renew_every_ms: renew_every_ms.max(1),
+            valid_until: None,
+            published: kept,
+            wanted,
+            in_flight: false,
+            next_renewal: NodeTime::default(),
+            retired: false,
+        }
+    }
+
+    /// The terms sent with each renewal.
+    pub fn terms(&self) -> &DcTerms {
+        &self.terms
+    }
+
+    /// What to do now.
+    pub fn poll(&mut self, now: NodeTime) -> DcLeasePoll {
+        if self.retired {
+            return DcLeasePoll::Stopped;
+        }
+        if self.in_flight {
+            return DcLeasePoll::InFlight;
+        }
+        let marks_wanted = !self.published.at_least(&self.wanted);
+        if now < self.next_renewal && !marks_wanted {
+            return DcLeasePoll::Wait {
+                until: self.next_renewal,
+            };
+        }
+        self.in_flight = true;
+        DcLeasePoll::Renew {
+            terms: self.terms,
+            marks: self.wanted,
+        }
+    }
+
+    /// The store answered the renewal sent at `sent`.
+    pub fn handle_renewed(
+        &mut self,
+        sent: NodeTime,
+        renewal: DcRenewal,
+        now: NodeTime,
+    ) -> DcLeaseChange {
+        self.in_flight = false;
+        match renewal {
+            DcRenewal::Retired => {
+                self.retired = true;
+                self.valid_until = None;
+                DcLeaseChange::Retired
+            }
+            DcRenewal::Renewed(kept) => {
+                let was_valid = self.valid_at(now);
+                self.published = self.published.max(kept);
+                self.wanted = self.wanted.max(kept);
+                let until = sent.plus_ms(self.terms.valid_for_ms());
+                self.valid_until = Some(self.valid_until.map_or(until, |v| v.max(until)));
+                self.next_renewal = sent.plus_ms(self.renew_every_ms);
+                if was_valid || !self.valid_at(now) {
+                    DcLeaseChange::Same
+                } else {
+                    DcLeaseChange::Regained
+                }
+            }
+        }
+    }
+
+    /// The renewal failed (store unreachable, deadline): try again soon.
+    pub fn handle_failed(&mut self, now: NodeTime) -> DcLeaseChange {
+        self.in_flight = false;
+        self.next_renewal = now.plus_ms(RENEW_RETRY_MS.min(self.renew_every_ms));
+        match self.valid_until {
+            Some(until) if until <= now => {
+                // Said once: later failures find it gone already.
+                self.valid_until = None;
+                DcLeaseChange::Lost
+            }
+            _ => DcLeaseChange::Same,
+        }
+    }
+
+    /// Whether the DC counts on its lease at `now`.
+    pub fn valid_at(&self, now: NodeTime) -> bool {
+        self.valid_until.is_some_and(|until| now < until)
+    }
+
+    /// How much longer the DC counts on its lease, ms (0: not at all).
+    pub fn valid_for_ms(&self, now: NodeTime) -> u64 {
+        self.valid_until
+            .map_or(0, |until| until.us_since(now) / 1000)
+    }
+
+    /// Whether a host lease of `ttl_ms` asked for at `arrived` may be
+    /// granted or renewed: its whole term ends before the DC's validity does.
+    pub fn covers(&self, arrived: NodeTime, ttl_ms: u64) -> bool {
+        self.valid_until
+            .is_some_and(|until| arrived.plus_ms(ttl_ms) <= until)
+    }
+
+    /// Whether the published marks cover writing a record with `unique` and `token`.
+    pub fn admits(&self, unique: u64, token: FencingToken) -> bool {
+        self.published.cover(unique, token)
+    }
+
+    /// Asks the next renewal to publish marks covering `allocator_floor`
+    /// (the DC store's own durable bound, at or above the unique to write)
+    /// and `token`; it is due at once.
+    pub fn want(&mut self, allocator_floor: u64, token: FencingToken) {
+        self.wanted = self.wanted.max(DcMarks {
+            allocator_floor,
+            token_bound: token.get().saturating_add(TOKEN_HEADROOM),
+        });
+    }
+
+    /// The marks the store has acknowledged.
+    pub fn published(&self) -> DcMarks {
+        self.published
+    }
+
+    /// Whether the DC must never hold its lease again.
+    pub fn retired(&self) -> bool {
+        self.retired
+    }
+
+    /// The DC must never hold its lease again (its store turned out to be
+    /// behind its published marks): nothing is granted or renewed from now.
+    pub fn stop(&mut self) {
+        self.retired = true;
+        self.valid_until = None;
+    }
+
+    /// Counts `kept` — the marks the store keeps, read once the store
+    /// answers — as published; the renewal then also asks for `wanted`.
+    pub fn kept(&mut self, kept: DcMarks, wanted: DcMarks) {
+        self.published = self.published.max(kept);
+        self.wanted = self.wanted.max(kept).max(wanted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TERMS: DcTerms = DcTerms {
+        ttl_ms: 20_000,
+        host_lease_ttl_max_ms: 10_000,
+        grace_ms: 2_000,
+    };
+
+    fn at(ms: u64) -> NodeTime {
+        NodeTime::from_us(ms * 1000)
+    }
+
+    fn marks(allocator_floor: u64, token_bound: u64) -> DcMarks {
+        DcMarks {
+            allocator_floor,
+            token_bound,
+        }
+    }
+
+    fn renewed(lease: &mut DcLease, sent: u64, answered: u64) -> DcLeaseChange {
+        let DcLeasePoll::Renew { marks, .. } = lease.poll(at(sent)) else {
+            panic!("no renewal due at {sent}");
+        };
+        lease.handle_renewed(at(sent), DcRenewal::Renewed(marks), at(answered))
+    }
+
+    #[test]
+    fn grants_only_while_the_whole_host_lease_fits_in_the_validity() {
+        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), marks(1024, 0));
+        assert!(
+            !lease.covers(at(0), 10_000),
+            "nothing before the first renewal"
+        );
+        assert_eq!(renewed(&mut lease, 100, 150), DcLeaseChange::Regained);
+        // Valid from the send time for ttl less the drift margin: 100 + 19,000.
+        assert!(lease.covers(at(150), 10_000));
+        assert!(lease.covers(at(9_100), 10_000));
+        assert!(!lease.covers(at(9_101), 10_000));
+        assert!(lease.valid_at(at(19_099)) && !lease.valid_at(at(19_100)));
+    }
+
+    #[test]
+    fn renews_on_its_period_retries_failures_soon_and_says_when_it_lost_the_lease() {
+        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        renewed(&mut lease, 0, 10);
+        assert_eq!(lease.poll(at(10)), DcLeasePoll::Wait { until: at(2_000) });
+        let DcLeasePoll::Renew { .. } = lease.poll(at(2_000)) else {
+            panic!("renewal due at 2,000");
+        };
+        assert_eq!(lease.poll(at(2_100)), DcLeasePoll::InFlight);
+        assert_eq!(lease.handle_failed(at(3_000)), DcLeaseChange::Same);
+        assert_eq!(
+            lease.poll(at(3_000)),
+            DcLeasePoll::Wait { until: at(3_250) }
+        );
+        // Failures until the validity from the send at 0 (19,000) runs out.
+        assert!(matches!(lease.poll(at(19_000)), DcLeasePoll::Renew { .. }));
+        assert_eq!(lease.handle_failed(at(19_001)), DcLeaseChange::Lost);
+        assert!(!lease.covers(at(19_001), 1));
+        assert!(matches!(lease.poll(at(19_251)), DcLeasePoll::Renew { .. }));
+        assert_eq!(lease.handle_failed(at(19_300)), DcLeaseChange::Same);
+        assert_eq!(renewed(&mut lease, 19_550, 19_600), DcLeaseChange::Regained);
+    }
+
+    #[test]
+    fn a_slow_answer_counts_from_its_send_and_never_shortens_the_validity() {
+        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        renewed(&mut lease, 0, 10);
+        // Sent at 2,000, answered 15 s later: valid from 2,000, not 17,000.
+        renewed(&mut lease, 2_000, 17_000);
+        assert!(lease.valid_at(at(20_999)) && !lease.valid_at(at(21_000)));
+    }
+
+    #[test]
+    fn a_record_above_the_published_marks_waits_for_a_renewal_that_publishes_them() {
+        let mut lease = DcLease::new(TERMS, 2_000, marks(1024, 5), marks(2048, 0));
+        // Kept marks count before the first renewal; wanted ones do not.
+        assert!(lease.admits(1024, FencingToken::new(5)));
+        assert!(!lease.admits(1025, FencingToken::new(1)));
+        let DcLeasePoll::Renew { marks: sent, .. } = lease.poll(at(0)) else {
+            panic!("first renewal due at once");
+        };
+        assert_eq!(sent, marks(2048, TOKEN_HEADROOM));
+        lease.handle_renewed(at(0), DcRenewal::Renewed(sent), at(5));
+        assert!(lease.admits(2048, FencingToken::new(TOKEN_HEADROOM)));
+        assert!(!lease.admits(2048, FencingToken::new(TOKEN_HEADROOM + 1)));
+        assert_eq!(lease.poll(at(5)), DcLeasePoll::Wait { until: at(2_000) });
+        lease.want(2048, FencingToken::new(TOKEN_HEADROOM + 1));
+        let DcLeasePoll::Renew { marks: sent, .. } = lease.poll(at(6)) else {
+            panic!("a wanted mark makes the renewal due at once");
+        };
+        assert_eq!(sent.token_bound, 2 * TOKEN_HEADROOM + 1);
+    }
+
+    #[test]
+    fn a_retired_dc_never_renews_again() {
+        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        renewed(&mut lease, 0, 10);
+        let DcLeasePoll::Renew { .. } = lease.poll(at(2_000)) else {
+            panic!("renewal due");
+        };
+        let change = lease.handle_renewed(at(2_000), DcRenewal::Retired, at(2_010));
+        assert_eq!(change, DcLeaseChange::Retired);
+        assert!(!lease.covers(at(2_010), 1));
+        assert_eq!(lease.poll(at(99_000)), DcLeasePoll::Stopped);
+    }
+}
