@@ -12,9 +12,10 @@ use std::time::Duration;
 use homing_core::DcId;
 
 /// The command that builds the binaries these tests run (`homing` for the
-/// `homing hold` tests).
-pub const BUILD_HOMINGD: &str =
-    "cargo build -p homing-daemon -p homing-cli --features etcd --bin homingd --bin homing";
+/// `homing hold` tests, `edge-router` and `actor-host` for the partition
+/// test through real routers).
+pub const BUILD_HOMINGD: &str = "cargo build -p homing-daemon -p homing-cli -p homing-edge \
+     --features etcd --bin homingd --bin homing --bin edge-router --bin actor-host";
 /// How long a daemon may take to print its listening line, in milliseconds.
 pub const START_WAIT_MS_MAX: u64 = 20_000;
 
@@ -33,7 +34,7 @@ pub fn homing_binary() -> PathBuf {
 }
 
 /// `$<env>` if set, else `<target>/<profile>/<name>` of this test executable.
-fn workspace_binary(name: &str, env: &str) -> PathBuf {
+pub(crate) fn workspace_binary(name: &str, env: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(env) {
         return PathBuf::from(path);
     }

@@ -4,15 +4,21 @@
 //! off. See [`cluster::Cluster`]; the scenarios live in `tests/`, and
 //! [`event_log::Ledger`] checks a DC's lifecycle event log against what a
 //! workload was acknowledged. [`lone_dc::LoneDc`] is a deployment of one DC
-//! with no etcd, for the `homing hold` tests.
+//! with no etcd, for the `homing hold` tests. [`edge`] runs real
+//! `edge-router` and `actor-host` processes beside a cluster, and
+//! [`frozen::Frozen`] freezes a process (SIGSTOP) until dropped.
 //!
-//! The binaries are not built by the tests: run
-//! `cargo build -p homing-daemon -p homing-cli --features etcd --bin homingd --bin homing`
-//! first (with the same `CARGO_TARGET_DIR`), or set `HOMINGD_BIN` and `HOMING_BIN`.
+//! The binaries are not built by the tests: run [`BUILD_HOMINGD`] first
+//! (with the same `CARGO_TARGET_DIR`), or set `HOMINGD_BIN`, `HOMING_BIN`,
+//! `EDGE_ROUTER_BIN` and `ACTOR_HOST_BIN`.
 
 #[cfg(feature = "etcd")]
 pub mod cluster;
+#[cfg(feature = "etcd")]
+pub mod edge;
 pub mod event_log;
+#[cfg(feature = "etcd")]
+pub mod frozen;
 #[cfg(feature = "etcd")]
 pub mod homingd;
 #[cfg(feature = "etcd")]
@@ -34,7 +40,8 @@ mod without_etcd {
     #[test]
     fn e2e_suite_needs_feature_etcd() {
         println!(
-            "SKIPPED homing-e2e: run `cargo build -p homing-daemon -p homing-cli --features etcd --bin homingd --bin homing` \
+            "SKIPPED homing-e2e: run `cargo build -p homing-daemon -p homing-cli -p homing-edge --features etcd \
+             --bin homingd --bin homing --bin edge-router --bin actor-host` \
              then `cargo test -p homing-e2e --features etcd -- --test-threads=2` (needs protoc and etcd)"
         );
     }

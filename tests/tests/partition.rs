@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use homing_client::ResolveError;
 use homing_core::{AcquireReply, DcId, ErrorKind, Grant, LeasePolicy, Reply, ReservationId};
 use homing_e2e::cluster::{Cluster, acquire, dc, key};
+use homing_e2e::frozen::Frozen;
 use homing_e2e::{ClusterOptions, start_or_skip};
-use rustix::process::{Pid, Signal};
 
 /// Upper bound on the scenario, so a hang fails instead of stalling CI.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
@@ -32,25 +32,6 @@ const SAMPLES: usize = 200;
 const LEASE_TTL_MS: u64 = 300_000;
 /// What a loaded machine may add to the heal bound, in milliseconds.
 const HEAL_SLACK_MS: u64 = 2_000;
-
-/// Sends SIGCONT on drop, so a failing test never leaves a daemon frozen.
-struct Frozen(Pid);
-
-impl Frozen {
-    fn freeze(pid: u32) -> Frozen {
-        let pid = Pid::from_raw(pid as i32).expect("a daemon pid is positive");
-        rustix::process::kill_process(pid, Signal::STOP).expect("SIGSTOP to homingd");
-        Frozen(pid)
-    }
-
-    fn thaw(self) {}
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        let _ = rustix::process::kill_process(self.0, Signal::CONT);
-    }
-}
 
 async fn must_acquire(cluster: &Cluster, at: &DcId, name: &str, actor: &str) -> ReservationId {
     match cluster

@@ -1,5 +1,8 @@
 //! `actor-host`: a tiny HTTP actor that holds a key's lease from its own DC
 //! and answers every request with where it landed. Ctrl-C releases the key.
+//! Its stdout says when it serves (`actor-host serving …`) and, if the
+//! lease is lost, when it stopped (`actor-host stopped serving …`, printed
+//! once no request is answered any more; it then exits with status 2).
 
 use homing_core::{AcquireReply, Holder};
 use std::net::SocketAddr;
@@ -82,7 +85,13 @@ async fn serve(client: Client, config: ActorHostConfig) -> anyhow::Result<()> {
             host.stop().await?;
             println!("released");
         }
-        () = host.terminated() => bail!("the lease was lost: stopped serving"),
+        () = host.terminated() => {
+            // Said as soon as nothing is served any more (before the client
+            // closes, which may take a while with the DC unreachable), so
+            // whoever watches the host learns when its actor stopped.
+            println!("actor-host stopped serving: the lease was lost");
+            bail!("the lease was lost: stopped serving")
+        }
     }
     Ok(())
 }
