@@ -1,6 +1,7 @@
 //! `homing`: the operator's and developer's command line.
 
 mod bench;
+mod dc;
 mod devnet;
 mod exit;
 mod hold;
@@ -157,6 +158,10 @@ enum Command {
     #[command(after_long_help = migrate::LONG_HELP)]
     Migrate(migrate::MigrateArgs),
     Hold(hold::HoldArgs),
+    /// The DCs as the global store knows them: DC leases, marks, retirement
+    /// (`homing dc status`, `homing dc retire`).
+    #[command(subcommand, after_help = EXIT_CODES_HELP)]
+    Dc(dc::DcCommand),
 }
 
 /// This machine's clock as a host clock reading (the CLI acts as a host
@@ -429,6 +434,9 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Watch(args) => return scope::watch(args).await.map(checked),
         Command::Inspect(args) => return scope::inspect(args).await.map(checked),
         Command::Migrate(args) => return migrate::run(args).await.map(checked),
+        Command::Dc(command) => {
+            dc::run(command).await?;
+        }
         // Exit codes of its own (COMMAND's status among them).
         Command::Hold(args) => {
             let code = hold::run(args).await;

@@ -1,0 +1,213 @@
+//! `homing dc status` and `homing dc retire`: what the global store keeps
+//! about each DC — its DC lease, the marks it published, whether it was
+//! retired (DESIGN.md §7.5) — and whether each DC's homingd answers.
+
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use homing_core::{DcId, DcLeaseState, DcStanding, Request, ReservationId};
+use homing_daemon::{OpenMode, StoreOpener, StoreSpec};
+use serde_json::json;
+
+use crate::JsonArg;
+use crate::exit::{BadInput, Exit, fail};
+use crate::reach::Reach;
+
+/// How long `status` waits for each DC's homingd.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Every DC's lease and reachability, or one DC's retirement.
+#[derive(Debug, Subcommand)]
+pub enum DcCommand {
+    /// Every DC the global store knows: its DC lease (live with the time
+    /// left, lapsed — granting nothing, its hosts stopping — or expired),
+    /// the marks it published (reservation IDs and fencing tokens it may
+    /// have used), whether it was retired; and, for the DCs in --dc,
+    /// whether their homingd answers and how fast.
+    Status(StatusArgs),
+    /// Retire a DC for good: the global store refuses its lease from now on
+    /// (a lease it holds runs out by its terms, and its hosts stop by their
+    /// deadlines), and a homingd started under its id is refused. Use it for
+    /// a DC that is gone and will not come back under that id.
+    Retire(RetireArgs),
+}
+
+/// `homing dc status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The deployment's stores (redb:DIR, etcd:HOST:PORT[?prefix=P], fdb:[FILE][?prefix=P]).
+    #[arg(long, value_name = "SPEC")]
+    stores: StoreSpec,
+    #[command(flatten)]
+    reach: Reach,
+    #[command(flatten)]
+    json: JsonArg,
+}
+
+/// `homing dc retire`.
+#[derive(Debug, Args)]
+pub struct RetireArgs {
+    /// The DC to retire.
+    dc: String,
+    /// The deployment's stores (same forms as `status`).
+    #[arg(long, value_name = "SPEC")]
+    stores: StoreSpec,
+    /// Confirm: retiring cannot be undone.
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    json: JsonArg,
+}
+
+/// Runs a `homing dc` command.
+pub async fn run(command: DcCommand) -> anyhow::Result<()> {
+    match command {
+        DcCommand::Status(args) => status(args).await,
+        DcCommand::Retire(args) => retire(args).await,
+    }
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let table = if args.reach.dcs.is_empty() {
+        Vec::new()
+    } else {
+        args.reach.dcs()?
+    };
+    let global = StoreOpener::new()
+        .global(&args.stores, OpenMode::MustExist)
+        .await?;
+    let mut states = global.dc_leases().await?;
+    for (dc, _) in &table {
+        if !states.iter().any(|s| &s.dc == dc) {
+            states.push(DcLeaseState::unknown(dc.clone()));
+        }
+    }
+    states.sort_by(|a, b| a.dc.cmp(&b.dc));
+    let mut rows = Vec::new();
+    for state in &states {
+        let reach = match table.iter().any(|(dc, _)| dc == &state.dc) {
+            true => Some(probe(&args.reach, &state.dc).await),
+            false => None,
+        };
+        rows.push((state, reach));
+    }
+    if args.json.json {
+        let dcs: Vec<_> = rows.iter().map(|(s, r)| row_json(s, r.as_ref())).collect();
+        println!("{}", json!({ "outcome": "ok", "dcs": dcs }));
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no DC has held a DC lease in this global store yet");
+        return Ok(());
+    }
+    println!(
+        "{:<12} {:<34} {:>14} {:>14}  homingd",
+        "DC", "DC LEASE", "IDS UP TO", "TOKENS UP TO"
+    );
+    for (state, reach) in &rows {
+        let homingd = match reach {
+            None => "not in --dc".to_string(),
+            Some(Ok(ms)) => format!("answers in {ms:.1} ms"),
+            Some(Err(e)) => format!("no answer: {e}"),
+        };
+        println!(
+            "{:<12} {:<34} {:>14} {:>14}  {homingd}",
+            state.dc.as_str(),
+            standing_words(state),
+            state.marks.allocator_floor,
+            state.marks.token_bound
+        );
+    }
+    Ok(())
+}
+
+async fn retire(args: RetireArgs) -> anyhow::Result<()> {
+    let dc = DcId::new(args.dc.as_str()).bad_input("DC")?;
+    if !args.yes {
+        return Err(fail(
+            Exit::BadInput,
+            format!(
+                "retiring {dc} cannot be undone: its lease is refused for good and a homingd started as {dc} is refused; run again with --yes"
+            ),
+        ));
+    }
+    let global = StoreOpener::new()
+        .global(&args.stores, OpenMode::MustExist)
+        .await?;
+    let state = global.retire_dc(&dc).await?;
+    tracing::warn!(dc = %dc, "dc retired by an operator");
+    if args.json.json {
+        println!(
+            "{}",
+            json!({ "outcome": "ok", "dc": row_json(&state, None) })
+        );
+    } else {
+        println!(
+            "{dc} retired: its DC lease is refused from now on ({}); a homingd started as {dc} is refused",
+            standing_words(&state)
+        );
+    }
+    Ok(())
+}
+
+/// The standing in words, e.g. "live, 18.2 s left".
+fn standing_words(state: &DcLeaseState) -> String {
+    let standing = match state.standing {
+        DcStanding::Unknown => "never held".to_string(),
+        DcStanding::Live { remaining_ms } => {
+            format!("live, {:.1} s left", remaining_ms as f64 / 1000.0)
+        }
+        DcStanding::Lapsed { expires_in_ms } => {
+            format!("lapsed, expires in {:.1} s", expires_in_ms as f64 / 1000.0)
+        }
+        DcStanding::Expired => "expired".to_string(),
+    };
+    match state.retired {
+        true => format!("retired ({standing})"),
+        false => standing,
+    }
+}
+
+fn standing_name(standing: &DcStanding) -> &'static str {
+    match standing {
+        DcStanding::Unknown => "unknown",
+        DcStanding::Live { .. } => "live",
+        DcStanding::Lapsed { .. } => "lapsed",
+        DcStanding::Expired => "expired",
+    }
+}
+
+fn row_json(state: &DcLeaseState, reach: Option<&Result<f64, String>>) -> serde_json::Value {
+    let (remaining_ms, expires_in_ms) = match state.standing {
+        DcStanding::Live { remaining_ms } => (Some(remaining_ms), None),
+        DcStanding::Lapsed { expires_in_ms } => (None, Some(expires_in_ms)),
+        _ => (None, None),
+    };
+    json!({
+        "dc": state.dc.as_str(),
+        "lease": standing_name(&state.standing),
+        "remaining_ms": remaining_ms,
+        "expires_in_ms": expires_in_ms,
+        "retired": state.retired,
+        "allocator_floor": state.marks.allocator_floor,
+        "token_bound": state.marks.token_bound,
+        "ttl_ms": state.terms.map(|t| t.ttl_ms),
+        "homingd_rtt_ms": reach.and_then(|r| r.as_ref().ok().copied()),
+        "homingd_error": reach.and_then(|r| r.as_ref().err().cloned()),
+    })
+}
+
+/// One round trip to `dc`'s homingd (asking for its reservation 0, which
+/// never exists: any answer means it serves), in ms.
+async fn probe(reach: &Reach, dc: &DcId) -> Result<f64, String> {
+    let peer = reach.peer(dc).map_err(|e| e.to_string())?;
+    let client = reach.client().map_err(|e| e.to_string())?;
+    let id: ReservationId = format!("{dc}.0").parse().map_err(|e| format!("{e}"))?;
+    let request = Request::ResolveReservation { id };
+    let started = Instant::now();
+    match tokio::time::timeout(PROBE_TIMEOUT, client.request(&peer, &request)).await {
+        Ok(Ok(_)) => Ok(started.elapsed().as_secs_f64() * 1000.0),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("none within {} ms", PROBE_TIMEOUT.as_millis())),
+    }
+}
