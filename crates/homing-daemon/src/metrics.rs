@@ -489,14 +489,7 @@ pub async fn serve(
             _ = shutdown.changed() => return,
         };
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, pause_ms = ACCEPT_ERROR_PAUSE_MS, "metrics endpoint accept failed");
-                    tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_PAUSE_MS)).await;
-                    continue;
-                }
-            },
+            stream = next_connection(&listener) => stream,
             _ = shutdown.changed() => return,
         };
         let (metrics, health) = (metrics.clone(), health.clone());
@@ -515,6 +508,35 @@ pub async fn serve(
             }
             drop(permit);
         });
+    }
+}
+
+/// What the endpoint accepts connections from: a [`TcpListener`], or a
+/// test's listener that fails.
+trait Accept {
+    type Stream;
+    fn accept(&self) -> impl std::future::Future<Output = std::io::Result<Self::Stream>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn accept(&self) -> std::io::Result<tokio::net::TcpStream> {
+        TcpListener::accept(self).await.map(|(stream, _)| stream)
+    }
+}
+
+/// The next accepted connection. A failed accept (out of file descriptors,
+/// say) fails again at once until something changes: it is logged and the
+/// next try waits [`ACCEPT_ERROR_PAUSE_MS`] instead of spinning.
+async fn next_connection<L: Accept>(listener: &L) -> L::Stream {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => return stream,
+            Err(e) => {
+                tracing::warn!(error = %e, pause_ms = ACCEPT_ERROR_PAUSE_MS, "metrics endpoint accept failed");
+                tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_PAUSE_MS)).await;
+            }
+        }
     }
 }
 
@@ -619,6 +641,41 @@ mod tests {
         assert!(
             text.contains("homing_store_ambiguous_resolved_total{store=\"global\"} 0"),
             "{text}"
+        );
+    }
+
+    /// Fails its first `failures` accepts (as with EMFILE), then accepts.
+    struct Failing {
+        failures: u32,
+        tried: std::sync::atomic::AtomicU32,
+    }
+
+    impl Accept for Failing {
+        type Stream = u32;
+        async fn accept(&self) -> std::io::Result<u32> {
+            let tried = self.tried.fetch_add(1, Ordering::Relaxed) + 1;
+            if tried <= self.failures {
+                return Err(std::io::Error::other("too many open files"));
+            }
+            Ok(tried)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_accept_pauses_before_each_retry_instead_of_spinning() {
+        const FAILURES: u32 = 5;
+        let listener = Failing {
+            failures: FAILURES,
+            tried: Default::default(),
+        };
+        // The clock is paused: it moves only by the sleeps between tries.
+        let started = tokio::time::Instant::now();
+        let tries = next_connection(&listener).await;
+        assert_eq!(tries, FAILURES + 1, "every failure retried, then accepted");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(u64::from(FAILURES) * ACCEPT_ERROR_PAUSE_MS),
+            "one pause per failed accept"
         );
     }
 }

@@ -38,9 +38,11 @@ fn free_port() -> SocketAddr {
         .unwrap()
 }
 
-fn start(dir: &Path, addr: SocketAddr) -> Homingd {
+/// homingd of DC iad on `addr`, its data under `dir`/data.
+fn homingd(dir: &Path, addr: SocketAddr) -> Command {
     let certs = dir.join("certs");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_homingd"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_homingd"));
+    command
         .args(["--dc", "iad", "--listen", &addr.to_string()])
         .arg("--data-dir")
         .arg(dir.join("data"))
@@ -50,7 +52,12 @@ fn start(dir: &Path, addr: SocketAddr) -> Homingd {
         .arg(certs.join("node-iad.pem"))
         .arg("--key")
         .arg(certs.join("node-iad.key"))
-        .env("HOMING_LOG", "warn")
+        .env("HOMING_LOG", "warn");
+    command
+}
+
+fn start(dir: &Path, addr: SocketAddr) -> Homingd {
+    let mut child = homingd(dir, addr)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -319,4 +326,79 @@ async fn sigterm_during_a_burst_of_reserves_loses_no_acknowledged_reservation() 
         "{} acknowledged reservations all present after SIGTERM and restart",
         acknowledged.len()
     );
+}
+
+/// A second homingd on the data dir of a running one is refused before it
+/// serves, with an error naming the file in that dir, and the first keeps
+/// serving: two processes never write one redb file (redb locks it).
+#[tokio::test]
+async fn a_second_homingd_on_the_same_data_dir_is_refused_and_the_first_keeps_serving() {
+    let (dir, ca) = setup();
+    let first = start(dir.path(), free_port());
+    let peer = Peer {
+        addr: first.addr,
+        dc: DcId::new("iad").unwrap(),
+    };
+    let host = client(&ca, Role::Host);
+    assert!(matches!(
+        host.request(&peer, &acquire("before")).await.unwrap(),
+        Reply::Acquire(AcquireReply::Acquired(_))
+    ));
+    let second = homingd(dir.path(), free_port())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the second homingd runs");
+    let guard = Homingd {
+        child: second,
+        addr: peer.addr,
+    };
+    // Bounded: a second homingd that serves never exits on its own, and the
+    // guard kills it when the test fails.
+    let pid = guard.child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut guard = guard;
+        let status = guard.child.wait();
+        let mut stderr = String::new();
+        if let Some(mut pipe) = guard.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        let _ = tx.send((status.map(|s| s.success()), stderr));
+    });
+    let (succeeded, stderr) = match rx.recv_timeout(START_TIMEOUT) {
+        Ok((status, stderr)) => (status.unwrap(), stderr),
+        Err(_) => {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            panic!("the second homingd on the same data dir did not exit: it serves");
+        }
+    };
+    waiter.join().unwrap();
+    assert!(
+        !succeeded,
+        "the second homingd exits with an error: {stderr}"
+    );
+    let data_dir = dir.path().join("data");
+    assert!(
+        stderr.contains("already open") && stderr.contains(&*data_dir.to_string_lossy()),
+        "the error names the data dir ({}): {stderr}",
+        data_dir.display()
+    );
+    // The first one still serves, reads and writes.
+    assert!(matches!(
+        host.request(&peer, &acquire("after")).await.unwrap(),
+        Reply::Acquire(AcquireReply::Acquired(_))
+    ));
+    let router = client(&ca, Role::Router);
+    assert!(matches!(
+        router
+            .request(&peer, &Request::Resolve { key: key("before") })
+            .await
+            .unwrap(),
+        Reply::Resolved {
+            entry: Some(_),
+            segment: Some(_)
+        }
+    ));
+    drop(first);
 }

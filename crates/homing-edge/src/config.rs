@@ -23,6 +23,9 @@ pub const BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const UPSTREAM_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// Default timeout of one TCP connect to an actor, in milliseconds.
 pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+/// Default most actors the connection pool keeps (their address and parked
+/// connections); past it, actors not in use are evicted.
+pub const POOL_ACTORS_MAX_DEFAULT: usize = 16_384;
 /// Default idle connections kept per actor.
 pub const POOL_IDLE_PER_ACTOR_MAX_DEFAULT: usize = 64;
 /// Default time an idle actor connection is kept, in milliseconds.
@@ -58,6 +61,9 @@ pub struct EdgeConfig {
     pub upstream_timeout_ms: u64,
     /// Timeout of one TCP connect to an actor, in milliseconds.
     pub connect_timeout_ms: u64,
+    /// Most actors the connection pool keeps; past it, actors not in use are
+    /// evicted (their parked connections closed).
+    pub pool_actors_max: usize,
     /// Idle connections kept per actor.
     pub pool_idle_per_actor_max: usize,
     /// Time an idle actor connection is kept, in milliseconds.
@@ -89,6 +95,7 @@ impl Default for EdgeConfig {
             body_read_timeout_ms: BODY_READ_TIMEOUT_MS_DEFAULT,
             upstream_timeout_ms: UPSTREAM_TIMEOUT_MS_DEFAULT,
             connect_timeout_ms: CONNECT_TIMEOUT_MS_DEFAULT,
+            pool_actors_max: POOL_ACTORS_MAX_DEFAULT,
             pool_idle_per_actor_max: POOL_IDLE_PER_ACTOR_MAX_DEFAULT,
             pool_idle_timeout_ms: POOL_IDLE_TIMEOUT_MS_DEFAULT,
             forwards_in_flight_max: FORWARDS_IN_FLIGHT_MAX_DEFAULT,

@@ -4,13 +4,19 @@
 //! module watches it. A connection with no request in flight for the idle
 //! timeout is shut down gracefully (HTTP/2: GOAWAY; HTTP/1.1: closed
 //! between requests) and dropped if it has not closed within
-//! [`IDLE_CLOSE_GRACE_MS`]; a stop signal shuts it down gracefully too.
+//! [`IDLE_CLOSE_GRACE_MS`]; a stop signal shuts it down gracefully too. A
+//! connection evicted before its first request (see [`crate::admission`])
+//! is dropped at once, and one whose client stops reading is dropped once a
+//! write has made no progress for the write timeout.
 //!
 //! ```text
 //!  accepted ──first bytes within detect_timeout──► HTTP/1.1 or HTTP/2 ──no request for idle_timeout──► GOAWAY / close ──grace──► dropped
-//!      └── silent or closed: dropped                    └── stop: graceful shutdown (the server bounds the drain)
+//!      ├── silent or closed: dropped                    ├── stop: graceful shutdown (the server bounds the drain)
+//!      └── evicted (no request yet): dropped            ├── evicted (no request yet): dropped
+//!                                                       └── a write stalled for write_timeout: dropped
 //! ```
 
+use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,9 +33,10 @@ use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
+use crate::admission::Admitted;
 use crate::serve::ServeLimits;
 
 /// What an HTTP/2 client sends first (RFC 9113 §3.4).
@@ -53,6 +60,7 @@ pub(crate) struct Builders {
     http2: http2::Builder<TokioExecutor>,
     detect_timeout: Duration,
     idle_timeout: Duration,
+    write_timeout: Duration,
 }
 
 impl Builders {
@@ -72,17 +80,20 @@ impl Builders {
             http2: h2,
             detect_timeout: Duration::from_millis(limits.detect_timeout_ms),
             idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+            write_timeout: Duration::from_millis(limits.write_timeout_ms),
         }
     }
 }
 
-/// Serves one accepted connection until it closes, is idle too long, or the
-/// server stops (`stop` holds a drain time; the server bounds the drain).
+/// Serves one accepted connection until it closes, is idle too long, is
+/// evicted before its first request, stalls a write too long, or the server
+/// stops (`stop` holds a drain time; the server bounds the drain).
 pub(crate) async fn serve<S, B>(
     mut stream: TcpStream,
     builders: Arc<Builders>,
     service: S,
     mut stop: watch::Receiver<Option<std::time::Duration>>,
+    admitted: Arc<Admitted>,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>, Error = std::convert::Infallible>
         + Send
@@ -95,6 +106,10 @@ pub(crate) async fn serve<S, B>(
     let detected = tokio::select! {
         detected = tokio::time::timeout(builders.detect_timeout, detect(&mut stream)) => detected,
         _ = stop.changed() => return,
+        () = admitted.evicted() => {
+            debug!("evicted before its first bytes: closing");
+            return;
+        }
     };
     let (protocol, prefix) = match detected {
         Ok(Ok(detected)) => detected,
@@ -110,10 +125,12 @@ pub(crate) async fn serve<S, B>(
             return;
         }
     };
-    let io = TokioIo::new(Prefixed { prefix, stream });
+    let io = TokioIo::new(Prefixed::new(prefix, stream, builders.write_timeout));
     let activity = Arc::new(Activity::new());
     let tracked = activity.clone();
+    let requested = admitted.clone();
     let service = service_fn(move |request| {
+        requested.requested();
         let guard = tracked.start();
         let answer = service.call(request);
         async move {
@@ -128,11 +145,11 @@ pub(crate) async fn serve<S, B>(
     match protocol {
         Protocol::Http1 => {
             let connection = builders.http1.serve_connection(io, service);
-            watch_over(connection, &activity, idle, stop).await;
+            watch_over(connection, &activity, idle, stop, &admitted).await;
         }
         Protocol::Http2 => {
             let connection = builders.http2.serve_connection(io, service);
-            watch_over(connection, &activity, idle, stop).await;
+            watch_over(connection, &activity, idle, stop, &admitted).await;
         }
     }
 }
@@ -155,12 +172,14 @@ async fn detect(stream: &mut TcpStream) -> std::io::Result<(Protocol, Bytes)> {
     }
 }
 
-/// Polls `connection` to its end; shuts it down when idle or stopped.
+/// Polls `connection` to its end; shuts it down when idle or stopped, drops
+/// it when evicted (which only happens before its first request).
 async fn watch_over<C>(
     connection: C,
     activity: &Activity,
     idle: Duration,
     mut stop: watch::Receiver<Option<Duration>>,
+    admitted: &Admitted,
 ) where
     C: GracefulConnection,
     C::Error: std::fmt::Display,
@@ -176,6 +195,10 @@ async fn watch_over<C>(
                 if let Err(error) = ended {
                     debug!(%error, "connection ended with an error");
                 }
+                return;
+            }
+            () = admitted.evicted() => {
+                debug!("evicted before its first request: dropped");
                 return;
             }
             () = timer.as_mut() => match activity.idle_until(idle) {
@@ -275,10 +298,54 @@ impl<B: Body + Unpin> Body for Tracked<B> {
     }
 }
 
-/// A TCP stream with the bytes read while detecting its protocol put back.
+/// A TCP stream with the bytes read while detecting its protocol put back,
+/// whose writes fail with `TimedOut` once one has made no progress for the
+/// write timeout (a client that stopped reading): hyper then drops the
+/// connection and what it buffered for it.
 struct Prefixed {
     prefix: Bytes,
     stream: TcpStream,
+    write_timeout: Duration,
+    /// Armed while a write is stalled: when it fires, the write fails.
+    stalled: Pin<Box<Sleep>>,
+    armed: bool,
+}
+
+impl Prefixed {
+    fn new(prefix: Bytes, stream: TcpStream, write_timeout: Duration) -> Prefixed {
+        Prefixed {
+            prefix,
+            stream,
+            write_timeout,
+            stalled: Box::pin(tokio::time::sleep(write_timeout)),
+            armed: false,
+        }
+    }
+
+    /// Passes a finished write through (disarming the stall timer); a
+    /// pending one arms it, and fails once it fired.
+    fn watch_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            self.armed = false;
+            return polled;
+        }
+        if !self.armed {
+            self.armed = true;
+            let deadline = Instant::now() + self.write_timeout;
+            self.stalled.as_mut().reset(deadline);
+        }
+        match self.stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing for the write timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl AsyncRead for Prefixed {
@@ -303,7 +370,8 @@ impl AsyncWrite for Prefixed {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.watch_write(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -311,7 +379,8 @@ impl AsyncWrite for Prefixed {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.watch_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -319,7 +388,8 @@ impl AsyncWrite for Prefixed {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        let polled = Pin::new(&mut self.stream).poll_flush(cx);
+        self.watch_write(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod actor_host;
+mod admission;
 pub mod config;
 pub mod connection;
 mod json;

@@ -8,10 +8,14 @@
 //! A slot whose address lies outside the configured actor networks is kept
 //! too, marked refused: the refusal is logged once per slot, not per request.
 //!
-//! Bounds: at most `idle_per_actor_max` parked connections per actor, none
-//! parked longer than `idle_timeout` (swept when a connection is parked or
-//! taken), each dial within `connect_timeout`. Connections in use are bounded
-//! by the router's in-flight forwards.
+//! Bounds: at most `actors_max` actors kept (when a new actor would pass
+//! it, the actors not in use are evicted, those with no live parked
+//! connection first, then the least recently parked, down to three quarters
+//! of the bound; if every kept actor is in use, the new actor's connection
+//! is not pooled), at most `idle_per_actor_max` parked connections per
+//! actor, none parked longer than `idle_timeout` (swept when a connection is
+//! parked or taken), each dial within `connect_timeout`. Connections in use
+//! are bounded by the router's in-flight forwards.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,6 +56,7 @@ pub(crate) enum SendError {
 /// Connections to actors. See the module docs.
 pub(crate) struct ActorPool {
     actors: Mutex<Actors>,
+    actors_max: usize,
     idle_per_actor_max: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -88,6 +93,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl ActorPool {
     pub(crate) fn new(
+        actors_max: usize,
         idle_per_actor_max: usize,
         idle_timeout: Duration,
         connect_timeout: Duration,
@@ -98,6 +104,7 @@ impl ActorPool {
                 by_id: HashMap::new(),
                 swept: Instant::now(),
             }),
+            actors_max,
             idle_per_actor_max,
             idle_timeout,
             connect_timeout,
@@ -163,8 +170,50 @@ impl ActorPool {
             host,
             parked: Mutex::new(Vec::new()),
         });
-        actors.by_id.insert(actor.clone(), slot.clone());
+        if actors.by_id.len() >= self.actors_max {
+            self.evict(&mut actors.by_id);
+        }
+        // Every kept actor is in use: this one's connection is not pooled.
+        if actors.by_id.len() < self.actors_max {
+            actors.by_id.insert(actor.clone(), slot.clone());
+        }
+        debug_assert!(actors.by_id.len() <= self.actors_max);
         Some(slot)
+    }
+
+    /// Makes room for new actors: drops those not in use, the ones without
+    /// a live parked connection first, then the least recently parked, until
+    /// three quarters of `actors_max` are left (so a burst of new actors
+    /// pays for one pass per quarter of the bound, not one per actor).
+    fn evict(&self, by_id: &mut HashMap<ActorId, Arc<Slot>>) {
+        let keep = self.actors_max - self.actors_max / 4;
+        let now = Instant::now();
+        let timeout = self.idle_timeout;
+        by_id.retain(|_, slot| {
+            let mut parked = lock(&slot.parked);
+            parked.retain(|p| now.duration_since(p.since) <= timeout && !p.sender.is_closed());
+            // A slot in use by a forward (another Arc) stays.
+            !parked.is_empty() || Arc::strong_count(slot) > 1
+        });
+        if by_id.len() <= keep {
+            return;
+        }
+        let mut idle: Vec<(Instant, ActorId)> = by_id
+            .iter()
+            .filter(|(_, slot)| Arc::strong_count(slot) == 1)
+            .map(|(id, slot)| {
+                let last = lock(&slot.parked).iter().map(|p| p.since).max();
+                (last.unwrap_or(now), id.clone())
+            })
+            .collect();
+        let excess = (by_id.len() - keep).min(idle.len());
+        if excess == 0 {
+            return;
+        }
+        idle.select_nth_unstable(excess - 1);
+        for (_, id) in &idle[..excess] {
+            by_id.remove(id);
+        }
     }
 
     /// The most recently parked live connection of `slot`, ready to send.
@@ -312,4 +361,52 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(actors_max: usize) -> ActorPool {
+        ActorPool::new(
+            actors_max,
+            4,
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+            ActorNetwork::defaults(),
+        )
+    }
+
+    fn actor(port: u16) -> ActorId {
+        ActorId::new(format!("127.0.0.1:{port}")).expect("an actor id")
+    }
+
+    #[test]
+    fn actors_kept_stay_within_actors_max_however_many_are_seen() {
+        const ACTORS_MAX: usize = 8;
+        let pool = pool(ACTORS_MAX);
+        for port in 1..=1_000 {
+            assert!(pool.slot(&actor(port)).is_some());
+            assert!(lock(&pool.actors).by_id.len() <= ACTORS_MAX);
+        }
+    }
+
+    #[test]
+    fn an_actor_in_use_is_not_evicted_and_a_new_one_past_the_bound_is_served_unpooled() {
+        const ACTORS_MAX: usize = 4;
+        let pool = pool(ACTORS_MAX);
+        let in_use: Vec<Arc<Slot>> = (1..=4)
+            .map(|port| pool.slot(&actor(port)).expect("a slot"))
+            .collect();
+        let extra = pool.slot(&actor(5)).expect("served all the same");
+        let kept = lock(&pool.actors).by_id.len();
+        assert_eq!(kept, ACTORS_MAX, "the four in use stay");
+        assert!(!lock(&pool.actors).by_id.contains_key(&actor(5)));
+        drop(in_use);
+        drop(extra);
+        assert!(pool.slot(&actor(6)).is_some());
+        let actors = lock(&pool.actors);
+        assert!(actors.by_id.contains_key(&actor(6)), "idle ones made room");
+        assert!(actors.by_id.len() <= ACTORS_MAX);
+    }
 }

@@ -158,6 +158,7 @@ impl EdgeRouter {
     /// A router resolving through `resolver` (built with a router identity).
     pub fn new(resolver: Resolver, config: EdgeConfig) -> EdgeRouter {
         let pool = ActorPool::new(
+            config.pool_actors_max,
             config.pool_idle_per_actor_max,
             Duration::from_millis(config.pool_idle_timeout_ms),
             Duration::from_millis(config.connect_timeout_ms),

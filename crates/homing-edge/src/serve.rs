@@ -15,13 +15,16 @@ use hyper::body::{Body, Incoming};
 use hyper::service::Service;
 use hyper::{Request, Response};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
+use crate::admission::Admission;
 use crate::connection::{self, Builders};
 
-/// Default most connections served at once; more are closed on accept.
+/// Default most connections served at once; at the cap a new connection
+/// takes the place of the oldest one that has not sent a request yet, or is
+/// closed on accept if there is none ([`crate::admission`]).
 pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
 /// Default time a new connection has to show its protocol (the HTTP/2
 /// preface, or bytes that cannot start it), in milliseconds.
@@ -41,6 +44,9 @@ pub const H2_CONNECTION_WINDOW_BYTES_DEFAULT: u32 = 1024 * 1024;
 pub const H2_HEADER_LIST_BYTES_MAX_DEFAULT: u32 = 16 * 1024;
 /// Default most response bytes queued per HTTP/2 stream toward a slow client, in bytes.
 pub const H2_SEND_BUFFER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// Default time a write to a client may make no progress (the client
+/// stopped reading) before the connection is dropped, in milliseconds.
+pub const WRITE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Pause after a failed accept (e.g. out of file descriptors), in milliseconds.
 const ACCEPT_BACKOFF_MS: u64 = 50;
 
@@ -48,7 +54,9 @@ const ACCEPT_BACKOFF_MS: u64 = 50;
 /// server hold is bounded by these (EDGE-ROUTER.md works it out).
 #[derive(Debug, Clone, Copy)]
 pub struct ServeLimits {
-    /// Most connections served at once.
+    /// Most connections served at once. At the cap a new connection takes
+    /// the place of the oldest one that has not sent a request yet (closed,
+    /// unanswered); if every one has, the new one is closed on accept.
     pub connections_max: usize,
     /// Time a new connection has to show its protocol, in milliseconds; a
     /// silent connection is closed after it.
@@ -62,6 +70,10 @@ pub struct ServeLimits {
     /// GOAWAY) and dropped if not closed within
     /// [`IDLE_CLOSE_GRACE_MS`](crate::connection::IDLE_CLOSE_GRACE_MS).
     pub idle_timeout_ms: u64,
+    /// Time a write to the client may make no progress, in milliseconds:
+    /// a client that stops reading its response has its connection dropped
+    /// (with every stream on it, for HTTP/2) after it.
+    pub write_timeout_ms: u64,
     /// Most concurrent streams of one HTTP/2 connection.
     pub h2_streams_max: u32,
     /// HTTP/2 stream flow-control window: request body bytes one stream may
@@ -83,6 +95,7 @@ impl Default for ServeLimits {
             detect_timeout_ms: DETECT_TIMEOUT_MS_DEFAULT,
             header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
             idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
+            write_timeout_ms: WRITE_TIMEOUT_MS_DEFAULT,
             h2_streams_max: H2_STREAMS_MAX_DEFAULT,
             h2_stream_window_bytes: H2_STREAM_WINDOW_BYTES_DEFAULT,
             h2_connection_window_bytes: H2_CONNECTION_WINDOW_BYTES_DEFAULT,
@@ -119,6 +132,7 @@ pub(crate) type StopSignal = Arc<watch::Sender<Option<Duration>>>;
 pub struct Serving {
     addr: SocketAddr,
     stop: StopSignal,
+    admission: Arc<Admission>,
     /// `None` once awaited by [`Serving::stopped`].
     task: Option<JoinHandle<()>>,
 }
@@ -127,6 +141,22 @@ impl Serving {
     /// The address it accepts on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Connections open now (admitted, not yet ended or evicted).
+    pub fn connections_open(&self) -> usize {
+        *self.admission.open().borrow()
+    }
+
+    /// The connections open, to watch (e.g. wait until a closed one is gone).
+    pub fn connections(&self) -> watch::Receiver<usize> {
+        self.admission.open()
+    }
+
+    /// Connections evicted so far: closed, before their first request, to
+    /// make room for a new one at `connections_max`.
+    pub fn connections_evicted(&self) -> u64 {
+        self.admission.evicted()
     }
 
     /// Stops accepting, lets in-flight requests finish for up to `drain`,
@@ -166,10 +196,18 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let addr = listener.local_addr()?;
-    let task = tokio::spawn(accept_loop(listener, service, limits, stop.subscribe()));
+    let admission = Arc::new(Admission::new(limits.connections_max));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        service,
+        limits,
+        admission.clone(),
+        stop.subscribe(),
+    ));
     Ok(Serving {
         addr,
         stop,
+        admission,
         task: Some(task),
     })
 }
@@ -178,6 +216,7 @@ async fn accept_loop<S, B>(
     listener: TcpListener,
     service: S,
     limits: ServeLimits,
+    admission: Arc<Admission>,
     mut stop: watch::Receiver<Option<Duration>>,
 ) where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -190,7 +229,6 @@ async fn accept_loop<S, B>(
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let builders = Arc::new(Builders::new(&limits));
-    let permits = Arc::new(Semaphore::new(limits.connections_max));
     let mut connections = JoinSet::new();
     let drain = loop {
         tokio::select! {
@@ -203,16 +241,14 @@ async fn accept_loop<S, B>(
                         continue;
                     }
                 };
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    debug!(max = limits.connections_max, "connection limit reached: closing");
+                let Some(admitted) = admission.admit() else {
+                    debug!(max = limits.connections_max, "connection limit reached, every connection busy: closing");
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let served = connection::serve(stream, builders.clone(), service.clone(), stop.clone());
-                connections.spawn(async move {
-                    served.await;
-                    drop(permit);
-                });
+                // The place is held until the connection's task ends.
+                let served = connection::serve(stream, builders.clone(), service.clone(), stop.clone(), Arc::new(admitted));
+                connections.spawn(served);
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             changed = stop.changed() => match changed {
@@ -229,4 +265,87 @@ async fn accept_loop<S, B>(
         while connections.join_next().await.is_some() {}
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use hyper::body::Frame;
+    use hyper::service::service_fn;
+    use tokio::io::AsyncWriteExt;
+    use tokio::sync::mpsc;
+
+    /// The scenario must finish within this, in milliseconds.
+    const TEST_MS_MAX: u64 = 20_000;
+    /// The write timeout under test, in milliseconds.
+    const WRITE_TIMEOUT_MS: u64 = 300;
+    static CHUNK: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+
+    /// A response body that never ends; tells `dropped` when it is dropped.
+    struct Endless {
+        dropped: mpsc::UnboundedSender<()>,
+    }
+
+    impl Body for Endless {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&CHUNK)))))
+        }
+    }
+
+    impl Drop for Endless {
+        fn drop(&mut self) {
+            let _ = self.dropped.send(());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_stops_reading_is_dropped_after_the_write_timeout_and_its_response_freed()
+    {
+        let (dropped_tx, mut dropped) = mpsc::unbounded_channel();
+        let service = service_fn(move |_request| {
+            let body = Endless {
+                dropped: dropped_tx.clone(),
+            };
+            async move { Ok::<_, Infallible>(Response::new(body)) }
+        });
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let limits = ServeLimits {
+            write_timeout_ms: WRITE_TIMEOUT_MS,
+            ..ServeLimits::default()
+        };
+        let (stop, _) = watch::channel(None);
+        let serving = spawn(listener, service, limits, Arc::new(stop)).expect("serving");
+        let mut client = tokio::net::TcpStream::connect(serving.local_addr())
+            .await
+            .expect("connect");
+        client
+            .write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .expect("write the request");
+        // The client never reads: the server's writes stall once the
+        // socket buffers are full, and stay stalled.
+        let mut connections = serving.connections();
+        tokio::time::timeout(Duration::from_millis(TEST_MS_MAX), async {
+            dropped.recv().await.expect("the body is dropped");
+            connections
+                .wait_for(|open| *open == 0)
+                .await
+                .expect("the server runs");
+        })
+        .await
+        .expect("the stalled connection is dropped within TEST_MS_MAX");
+        drop(client);
+        serving.stop(Duration::ZERO).await;
+    }
 }

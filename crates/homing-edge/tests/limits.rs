@@ -4,12 +4,16 @@
 //! the detect timeout; a body that trickles is cut with 408; idle HTTP/1
 //! and HTTP/2 connections are closed; an HTTP/2 client is told the
 //! configured stream, window and header bounds; buffered bodies over all
-//! requests stay under their bound; and silent connections
-//! filling `connections_max` stop locking clients out once detected silent.
+//! requests stay under their bound; silent connections
+//! filling `connections_max` stop locking clients out once detected silent;
+//! and connections that never send a request and reconnect at once when
+//! closed lock no client out either (each newcomer evicts the oldest).
 //! And the DC that never answers costs the first request one timeout, not
 //! every request: once it is suspect, 503 `unavailable` comes at once.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -149,6 +153,83 @@ async fn silent_connections_at_connections_max_lock_no_client_out_after_the_dete
         Ok(())
     })
     .await;
+}
+
+/// Connections that never send a whole request (nothing at all, or the
+/// start of a head), each reopened as soon as the router closes it, fill
+/// `connections_max`; no timeout will close them within the test. A client
+/// still gets its request answered: each newcomer takes the place of the
+/// oldest connection without a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_request_that_reconnect_at_once_at_connections_max_lock_no_client_out()
+ {
+    for first_bytes in [&b""[..], b"GET / HT"] {
+        bounded(reconnecting_attackers_lock_no_client_out(first_bytes)).await;
+    }
+}
+
+async fn reconnecting_attackers_lock_no_client_out(
+    first_bytes: &'static [u8],
+) -> anyhow::Result<()> {
+    const CONNECTIONS_MAX: usize = 4;
+    let serving = router(with_serve(ServeLimits {
+        connections_max: CONNECTIONS_MAX,
+        detect_timeout_ms: LONG_MS,
+        header_read_timeout_ms: LONG_MS,
+        ..ServeLimits::default()
+    }))
+    .await?;
+    let addr = serving.local_addr();
+    let attacking = Arc::new(AtomicBool::new(true));
+    let closed = Arc::new(tokio::sync::watch::Sender::new(0u64));
+    let mut attackers = tokio::task::JoinSet::new();
+    // Twice the cap: some always wait in the accept queue.
+    for _ in 0..2 * CONNECTIONS_MAX {
+        attackers.spawn(reconnect_at_once(
+            addr,
+            first_bytes,
+            attacking.clone(),
+            closed.clone(),
+        ));
+    }
+    let mut open = serving.connections();
+    open.wait_for(|open| *open == CONNECTIONS_MAX).await?;
+    let mut client = connect_when_admitted(addr).await?;
+    let answer = read_answer(&mut client).await?;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("\"error\":\"no_key\""), "{answer}");
+    let evicted = serving.connections_evicted();
+    assert!(evicted > 0, "attackers made room");
+    // An evicted connection is closed, not only uncounted.
+    closed
+        .subscribe()
+        .wait_for(|closed| *closed >= evicted)
+        .await?;
+    attacking.store(false, Ordering::Relaxed);
+    serving.stop(Duration::ZERO).await;
+    while attackers.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Opens a connection that sends `first_bytes` and then nothing, and opens
+/// another as soon as the router closes it (counted in `closed`), until
+/// `attacking` is cleared.
+async fn reconnect_at_once(
+    addr: SocketAddr,
+    first_bytes: &[u8],
+    attacking: Arc<AtomicBool>,
+    closed: Arc<tokio::sync::watch::Sender<u64>>,
+) {
+    while attacking.load(Ordering::Relaxed) {
+        // An error means the router stopped: nothing left to hold.
+        let Ok(mut stream) = TcpStream::connect(addr).await else {
+            return;
+        };
+        if stream.write_all(first_bytes).await.is_ok() {
+            read_to_close(&mut stream).await;
+        }
+        closed.send_modify(|closed| *closed += 1);
+    }
 }
 
 /// A connection that sent [`NO_KEY_REQUEST`] and was not closed unanswered:

@@ -296,32 +296,72 @@ async fn accept_loop(
     }
 }
 
-/// Whether a new handshake may start. Handshakes hold no connection slot
-/// (that is taken once the certificate is known) but are bounded on their
-/// own: past half of `handshakes_max`, a caller must first prove it can
-/// receive at its address (a stateless QUIC Retry, which forged Initials
-/// never answer); past all of it, even proven callers are refused.
+/// Whether a new handshake may start (see [`handshake_admission`]); a
+/// caller to retry is sent a QUIC Retry, one to refuse a refusal.
 fn admit_handshake(incoming: Incoming, shared: &Shared) -> Option<Incoming> {
     let counters = &shared.counters;
-    let in_progress = counters.handshakes_in_progress();
     let handshakes_max = shared.limits.handshakes_max;
-    if in_progress >= handshakes_max / 2 && !incoming.remote_address_validated() {
-        if incoming.may_retry() {
+    let admission = handshake_admission(
+        counters.handshakes_in_progress(),
+        handshakes_max,
+        incoming.remote_address_validated(),
+        incoming.may_retry(),
+    );
+    match admission {
+        HandshakeAdmission::Start => Some(incoming),
+        HandshakeAdmission::Retry => {
             counters.retried();
-            // Only fails when the Initial carried a token already (then it
-            // is validated, which was checked above).
+            // Only fails when the Initial carried a token already (then
+            // `may_retry` was false).
             let _ = incoming.retry();
-            return None;
+            None
         }
-    } else if in_progress < handshakes_max {
-        return Some(incoming);
+        HandshakeAdmission::Refuse => {
+            let remote = incoming.remote_address();
+            if counters.refused(UNAUTHENTICATED, "handshakes_full") {
+                warn!(%remote, handshakes_max, "refusing connection: too many handshakes in progress");
+            }
+            incoming.refuse();
+            None
+        }
     }
-    let remote = incoming.remote_address();
-    if counters.refused(UNAUTHENTICATED, "handshakes_full") {
-        warn!(%remote, handshakes_max, "refusing connection: too many handshakes in progress");
+}
+
+/// What to do with a new handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandshakeAdmission {
+    /// Start it.
+    Start,
+    /// Ask the caller to prove its address first (a stateless QUIC Retry).
+    Retry,
+    /// Refuse it.
+    Refuse,
+}
+
+/// Handshakes hold no connection slot (that is taken once the certificate
+/// is known) but are bounded on their own: past half of `handshakes_max`
+/// in progress, a caller must first prove it can receive at its address (a
+/// stateless QUIC Retry, which forged Initials never answer); past all of
+/// it, even proven callers are refused. A caller that cannot be sent a
+/// Retry (it answered one already, so it is validated) is only refused at
+/// the full cap.
+fn handshake_admission(
+    in_progress: usize,
+    handshakes_max: usize,
+    validated: bool,
+    may_retry: bool,
+) -> HandshakeAdmission {
+    if in_progress >= handshakes_max {
+        HandshakeAdmission::Refuse
+    } else if in_progress >= handshakes_max / 2 && !validated {
+        if may_retry {
+            HandshakeAdmission::Retry
+        } else {
+            HandshakeAdmission::Refuse
+        }
+    } else {
+        HandshakeAdmission::Start
     }
-    incoming.refuse();
-    None
 }
 
 /// The role label of refusals before the caller is known.
@@ -372,7 +412,12 @@ async fn serve_connection(
     drain: mpsc::Sender<()>,
 ) {
     let remote = incoming.remote_address();
-    let Some(connection) = handshake(incoming, &shared).await else {
+    // A shutdown abandons handshakes: only requests are drained.
+    let connection = tokio::select! {
+        connection = handshake(incoming, &shared) => connection,
+        _ = stop.wait_for(|stopped| *stopped) => None,
+    };
+    let Some(connection) = connection else {
         return;
     };
     let counters = &shared.counters;
@@ -611,4 +656,47 @@ async fn answer(request: Request, caller: &Identity, shared: &Shared) -> Reply {
         return Reply::Error(ErrorReply::new(ErrorKind::Unauthorized, denied.to_string()));
     }
     shared.handler.handle(caller, request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshakes_start_up_to_half_the_cap_then_need_a_retry_then_are_refused() {
+        use HandshakeAdmission::{Refuse, Retry, Start};
+        const MAX: usize = 8;
+        for in_progress in 0..MAX / 2 {
+            assert_eq!(handshake_admission(in_progress, MAX, false, true), Start);
+        }
+        for in_progress in MAX / 2..MAX {
+            assert_eq!(
+                handshake_admission(in_progress, MAX, false, true),
+                Retry,
+                "unproven, past half"
+            );
+            assert_eq!(
+                handshake_admission(in_progress, MAX, true, false),
+                Start,
+                "proven, under the cap"
+            );
+            assert_eq!(
+                handshake_admission(in_progress, MAX, false, false),
+                Refuse,
+                "unproven and cannot be retried"
+            );
+        }
+        for in_progress in [MAX, MAX + 1] {
+            assert_eq!(
+                handshake_admission(in_progress, MAX, true, false),
+                Refuse,
+                "at the cap"
+            );
+            assert_eq!(
+                handshake_admission(in_progress, MAX, false, true),
+                Refuse,
+                "at the cap"
+            );
+        }
+    }
 }

@@ -925,3 +925,146 @@ async fn relay_adds_latency_and_partitions_on_command() {
     .await
     .expect("test timed out");
 }
+
+/// Long enough that nothing a handshake test waits for is closed by it.
+const LONG_MS: u64 = 60_000;
+
+/// QUIC Initial packets, each a real client's first datagram for a new
+/// connection (its own random connection ID), caught before they reach any
+/// server: replayed from a socket that never answers, each starts a
+/// handshake at the server that stalls.
+fn client_initials(ca: &DevCa, count: usize) -> Vec<Vec<u8>> {
+    let catcher = UdpSocket::bind("127.0.0.1:0").unwrap();
+    catcher
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let crypto = tls(ca, Role::Router, None).rustls_client_config().unwrap();
+    let config = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(crypto).unwrap()));
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut initials: Vec<Vec<u8>> = Vec::new();
+    let mut connecting = Vec::new();
+    while initials.len() < count {
+        connecting.push(
+            endpoint
+                .connect_with(
+                    config.clone(),
+                    catcher.local_addr().unwrap(),
+                    "iad.node.homing",
+                )
+                .unwrap(),
+        );
+        let mut datagram = vec![0u8; 1500];
+        let (n, _) = catcher.recv_from(&mut datagram).unwrap();
+        datagram.truncate(n);
+        // A long-header Initial (0b11xx_xxxx with type 00); a retransmit of
+        // an earlier one is the same connection: skipped.
+        let dcid = |d: &[u8]| d[6..6 + d[5] as usize].to_vec();
+        if datagram[0] & 0xf0 == 0xc0 && !initials.iter().any(|i| dcid(i) == dcid(&datagram)) {
+            initials.push(datagram);
+        }
+    }
+    initials
+}
+
+/// Whether `datagram` is a QUIC v1 Retry packet (long header, type 3).
+fn is_retry(datagram: &[u8]) -> bool {
+    datagram.first().is_some_and(|b| b & 0xf0 == 0xf0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_stalls_is_abandoned_after_the_handshake_timeout() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let limits = ServerLimits {
+            handshake_timeout_ms: 300,
+            // Without the handshake timeout, only this would end it.
+            idle_timeout_ms: LONG_MS,
+            ..ServerLimits::default()
+        };
+        let (server, peer) = start(&ca, Arc::default(), limits).await;
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for initial in tokio::task::block_in_place(|| client_initials(&ca, 1)) {
+            silent.send_to(&initial, peer.addr).unwrap();
+        }
+        until_stats(&server, |stats| stats.handshakes == 1).await;
+        until_stats(&server, |stats| stats.handshakes == 0).await;
+        let stats = server.stats().snapshot();
+        assert_eq!(
+            stats.handshake_failures.get("timeout"),
+            Some(&1),
+            "{stats:?}"
+        );
+        assert!(stats.open.values().all(|&open| open == 0), "{stats:?}");
+        // Real callers connect as before.
+        let router = client(&ca, Role::Router);
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+/// Stalled handshakes fill half of `handshakes_max`: a new caller must
+/// first answer a QUIC Retry, which one replaying Initials never does, and
+/// a real client does (and is served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_half_the_handshake_cap_unproven_callers_get_a_retry_and_real_clients_still_connect() {
+    timeout(TEST_TIMEOUT, async {
+        const HANDSHAKES_MAX: usize = 4;
+        let ca = DevCa::generate("test ca").unwrap();
+        let limits = ServerLimits {
+            handshakes_max: HANDSHAKES_MAX,
+            handshake_timeout_ms: LONG_MS,
+            idle_timeout_ms: LONG_MS,
+            ..ServerLimits::default()
+        };
+        let (server, peer) = start(&ca, Arc::default(), limits).await;
+        let initials = tokio::task::block_in_place(|| client_initials(&ca, HANDSHAKES_MAX / 2 + 1));
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for initial in &initials[..HANDSHAKES_MAX / 2] {
+            silent.send_to(initial, peer.addr).unwrap();
+        }
+        until_stats(&server, |stats| stats.handshakes == HANDSHAKES_MAX / 2).await;
+        assert_eq!(server.stats().snapshot().retries, 0, "under half: no Retry");
+        // One more from an address that never proved itself: a Retry, no handshake.
+        let forged = UdpSocket::bind("127.0.0.1:0").unwrap();
+        forged
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        forged
+            .send_to(&initials[HANDSHAKES_MAX / 2], peer.addr)
+            .unwrap();
+        let mut answer = vec![0u8; 1500];
+        let (n, _) = tokio::task::block_in_place(|| forged.recv_from(&mut answer)).unwrap();
+        assert!(
+            is_retry(&answer[..n]),
+            "a Retry, first byte {:#x}",
+            answer[0]
+        );
+        let stats = server.stats().snapshot();
+        assert_eq!(
+            (stats.retries, stats.handshakes),
+            (1, HANDSHAKES_MAX / 2),
+            "{stats:?}"
+        );
+        // A real client answers its Retry and is served.
+        let router = client(&ca, Role::Router);
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        let stats = server.stats().snapshot();
+        assert_eq!(
+            stats.retries, 2,
+            "the real client was retried too: {stats:?}"
+        );
+        assert_eq!(stats.open["router"], 1, "{stats:?}");
+        assert!(
+            server.shutdown().await,
+            "stalled handshakes do not hold up the shutdown's drain"
+        );
+    })
+    .await
+    .unwrap();
+}

@@ -16,8 +16,8 @@
 //!   or fewer where the fd limit lets this process hold both ends of fewer)
 //!   by 5 %, and the measured requests start once the cap is full.
 //!   Once with the router's default bounds and once with detection and
-//!   idle timeouts off (the router as it was before it had them), side by
-//!   side.
+//!   idle timeouts off, side by side (both evict the oldest connection
+//!   without a request at the cap: that policy has no switch).
 //!
 //! The flood and the measured clients run in this process, next to
 //! homingd and the router: on a small machine they compete for the same

@@ -107,7 +107,9 @@ struct Args {
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Client connection bounds")]
 struct ServeArgs {
-    /// Most client connections at once; more are closed on accept.
+    /// Most client connections at once. At the cap a new connection takes
+    /// the place of the oldest one that has not sent a request yet; if every
+    /// one has, the new one is closed on accept.
     #[arg(long, default_value_t = serve::CONNECTIONS_MAX_DEFAULT)]
     connections_max: usize,
     /// Time a new connection has to send its first bytes (HTTP/2 preface
@@ -122,6 +124,10 @@ struct ServeArgs {
     /// milliseconds; then it is closed (HTTP/2: GOAWAY).
     #[arg(long, default_value_t = serve::IDLE_TIMEOUT_MS_DEFAULT)]
     idle_timeout_ms: u64,
+    /// Time a write to a client may make no progress (it stopped reading),
+    /// in milliseconds; then its connection is dropped.
+    #[arg(long, default_value_t = serve::WRITE_TIMEOUT_MS_DEFAULT)]
+    write_timeout_ms: u64,
     /// Most concurrent streams per HTTP/2 connection.
     #[arg(long, default_value_t = serve::H2_STREAMS_MAX_DEFAULT)]
     h2_streams_max: u32,
@@ -146,6 +152,7 @@ impl ServeArgs {
             detect_timeout_ms: self.detect_timeout_ms,
             header_read_timeout_ms: self.header_read_timeout_ms,
             idle_timeout_ms: self.idle_timeout_ms,
+            write_timeout_ms: self.write_timeout_ms,
             h2_streams_max: self.h2_streams_max,
             h2_stream_window_bytes: self.h2_stream_window_bytes,
             h2_connection_window_bytes: self.h2_connection_window_bytes,
