@@ -224,6 +224,18 @@ impl Cluster {
         })
     }
 
+    /// The deployment's stores as `homing` commands name them:
+    /// `etcd:HOST:PORT,…?prefix=P`.
+    pub fn store_spec(&self) -> String {
+        let endpoints: Vec<&str> = self
+            .etcd
+            .endpoints()
+            .iter()
+            .map(|e| e.trim_start_matches("http://"))
+            .collect();
+        format!("etcd:{}?prefix={}", endpoints.join(","), self.prefix)
+    }
+
     /// The options every daemon runs with.
     pub fn options(&self) -> &ClusterOptions {
         &self.options

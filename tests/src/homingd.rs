@@ -219,6 +219,20 @@ impl Homingd {
         }
     }
 
+    /// Its data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.spec.data_dir
+    }
+
+    /// Starts it again on the same port and data directory with `args`
+    /// appended to its command line (this start and later ones).
+    pub async fn restart_with(&mut self, args: &[&str]) -> Result<(), String> {
+        self.spec
+            .extra_args
+            .extend(args.iter().map(|a| a.to_string()));
+        self.restart().await
+    }
+
     /// Starts it again on the same port and data directory.
     pub async fn restart(&mut self) -> Result<(), String> {
         self.kill();
