@@ -3,7 +3,9 @@
 //! `/homing/<deployment>/dc/<dc>/` for one DC's store).
 //!
 //! Layout under the prefix: `g/<key bytes>` → reservation ID (global
-//! entries); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
+//! entries); `dcs/<dc>` → the DC's lease terms, marks and retired flag, and
+//! `dcl/<dc>` → empty, on an etcd lease: it exists while the DC lease has
+//! not expired (`dc_lease`); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
 //! index); `events/<seq, 8 bytes big-endian>` → postcard event;
 //! `events-head` → the last event seq ever appended (decimal; outside the
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
@@ -50,12 +52,14 @@ use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
 };
 use homing_core::{
-    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
-    ReservationId, StoreTime,
+    DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
 };
 use tokio::sync::Mutex;
 
 use self::compaction::{CompactionPolicy, Compactor};
+use self::dc_lease::DcLeases;
+pub use self::dc_lease::{DC_LEASE_ATTEMPTS_MAX, DC_READS_IN_FLIGHT_MAX};
 use self::log::{Append, Appended, Appender};
 pub use self::members::{
     ATTEMPTS_MAX, BULK_DEADLINE_MS, HOT_DEADLINE_MS, KEEP_ALIVE_INTERVAL_MS, KEEP_ALIVE_TIMEOUT_MS,
@@ -76,6 +80,7 @@ use crate::keyspace;
 use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 pub mod compaction;
+mod dc_lease;
 mod log;
 #[cfg(test)]
 mod lost_answer;
@@ -215,6 +220,8 @@ pub struct EtcdGlobalStore {
     space: Space,
     /// Groups concurrent `set_if_absent` calls into one transaction.
     batcher: Arc<WriteOnceBatcher>,
+    /// Each DC's lease and marks (`dc_lease`).
+    dcs: DcLeases,
 }
 
 /// The global entries under one prefix, as the write-once batcher writes them.
@@ -294,6 +301,7 @@ impl EtcdGlobalStore {
             space: space.clone(),
         });
         Ok(EtcdGlobalStore {
+            dcs: DcLeases::new(space.clone()),
             space,
             batcher: Arc::new(WriteOnceBatcher::start(entries)),
         })
@@ -396,6 +404,27 @@ impl GlobalStore for EtcdGlobalStore {
                 Ok((keyspace::decode_key(key)?, keyspace::decode_id(kv.value())?))
             })
             .collect()
+    }
+
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError> {
+        self.dcs.renew(dc, terms, marks).await
+    }
+
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.dcs.state(dc).await
+    }
+
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError> {
+        self.dcs.states().await
+    }
+
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.dcs.retire(dc).await
     }
 
     fn failover(&self) -> Option<Arc<Failover>> {
