@@ -168,15 +168,6 @@ fn standing(terms: Option<DcTerms>, left: Option<Left>) -> DcStanding {
     }
 }
 
-/// A `dc` as stored after `section` in a key.
-fn dc_of(section: &[u8], key: &[u8]) -> Result<DcId, StoreError> {
-    let rest = key
-        .strip_prefix(section)
-        .ok_or_else(|| protocol("range answered a key outside its section"))?;
-    let name = std::str::from_utf8(rest).map_err(|e| StoreError::corrupt("dc entry key", e))?;
-    DcId::new(name).map_err(|e| StoreError::corrupt("dc entry key", e))
-}
-
 impl DcLeases {
     pub(super) fn new(space: Space) -> DcLeases {
         DcLeases { space }
@@ -361,11 +352,14 @@ impl DcLeases {
             (self.space.key(ENTRIES, b""), self.space.key(LIVE, b""));
         let mut live = std::collections::BTreeMap::new();
         for kv in lives.kvs() {
-            live.insert(dc_of(&live_section, kv.key())?, kv.clone());
+            live.insert(
+                keyspace::decode_dc_key(&live_section, kv.key())?,
+                kv.clone(),
+            );
         }
         let mut helds = Vec::with_capacity(entries.kvs().len());
         for kv in entries.kvs() {
-            let dc = dc_of(&entry_section, kv.key())?;
+            let dc = keyspace::decode_dc_key(&entry_section, kv.key())?;
             let held = Held {
                 entry: Some(kv.clone()),
                 live: live.remove(&dc),
