@@ -1274,6 +1274,10 @@ mod tests {
         concurrent_write_once_calls_each_get_their_own_outcome(&backend).await;
         println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
         a_cas_whose_answer_was_lost_is_written_once(&backend).await;
+        println!("etcd: dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired");
+        dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired(&backend).await;
+        println!("etcd: a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours");
+        a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours(&backend).await;
         println!("etcd: a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers");
         a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(&backend, &cluster)
             .await;
@@ -1624,6 +1628,107 @@ mod tests {
             Cas::Written
         );
         assert_eq!(event_kinds(&store).await, ["reserved", "released"]);
+    }
+
+    /// DC lease terms that outlive any test.
+    const DC_TERMS: homing_core::DcTerms = homing_core::DcTerms {
+        ttl_ms: 60_000,
+        host_lease_ttl_max_ms: 10_000,
+        grace_ms: 1_000,
+    };
+
+    const DC_MARKS: homing_core::DcMarks = homing_core::DcMarks {
+        allocator_floor: 64,
+        token_bound: 8,
+    };
+
+    /// Renewals that each move the DC's key to a fresh etcd lease and revoke
+    /// the one before, while two other stores read the DC: a read that saw
+    /// the key on a lease revoked before it asked that lease's ttl reads
+    /// again, so none ever answers `Expired` (or anything but `Live`).
+    async fn dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired(
+        backend: &EtcdBackend,
+    ) {
+        const RENEWALS: usize = 60;
+        const READERS: usize = 2;
+        let prefix = backend.prefix("global", "dc_lease_race");
+        let renewer = EtcdGlobalStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap();
+        let iad = homing_core::DcId::new("iad").unwrap();
+        renewer
+            .renew_dc_lease(&iad, &DC_TERMS, &DC_MARKS)
+            .await
+            .unwrap();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for _ in 0..READERS {
+            let reader = EtcdGlobalStore::connect(&backend.endpoints, &prefix)
+                .await
+                .unwrap();
+            let (done, iad) = (done.clone(), iad.clone());
+            readers.push(tokio::spawn(async move {
+                let mut wrong = Vec::new();
+                let mut reads = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let state = reader.dc_lease(&iad).await.unwrap();
+                    if !matches!(state.standing, homing_core::DcStanding::Live { .. }) {
+                        wrong.push(state.standing);
+                    }
+                    reads += 1;
+                }
+                (reads, wrong)
+            }));
+        }
+        for _ in 0..RENEWALS {
+            let renewed = renewer.renew_dc_lease(&iad, &DC_TERMS, &DC_MARKS).await;
+            assert_eq!(renewed.unwrap(), homing_core::DcRenewal::Renewed(DC_MARKS));
+        }
+        done.store(true, Ordering::SeqCst);
+        for reader in readers {
+            let (reads, wrong) = reader.await.unwrap();
+            println!("etcd: {reads} dc lease reads during {RENEWALS} renewals");
+            assert!(reads > 0, "the reader never read");
+            assert!(wrong.is_empty(), "a live lease read as {wrong:?}");
+        }
+    }
+
+    /// A renewal whose transaction landed on a member that then lost its
+    /// answer is retried on another member; the retry's guard fails (the
+    /// keys moved: to our own write), the read-back shows the DC's key on
+    /// the lease this call granted, and the call answers `Renewed` — it
+    /// neither revokes its own lease (which would delete the key) nor
+    /// writes again.
+    async fn a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours(backend: &EtcdBackend) {
+        let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+        // Round-robin over three: the renewal's read goes to member 1, its
+        // lease grant to member 2, its transaction through the relay.
+        let endpoints = [
+            backend.endpoints[1].clone(),
+            backend.endpoints[2].clone(),
+            relay.endpoint(),
+        ];
+        let prefix = backend.prefix("global", "dc_lease_lost");
+        let store = EtcdGlobalStore::connect(&endpoints, &prefix).await.unwrap();
+        for _ in 0..endpoints.len() {
+            store
+                .space
+                .get(Op::HotRead, store.space.key(b"warm", b""), None)
+                .await
+                .expect("warm read");
+        }
+        relay.lose_answers();
+        let iad = homing_core::DcId::new("iad").unwrap();
+        let renewed = store.renew_dc_lease(&iad, &DC_TERMS, &DC_MARKS).await;
+        assert_eq!(renewed.unwrap(), homing_core::DcRenewal::Renewed(DC_MARKS));
+        assert!(relay.lost_any(), "the renewal's answer was not lost");
+        let failover = store.failover().unwrap();
+        assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+        let state = store.dc_lease(&iad).await.unwrap();
+        assert!(
+            matches!(state.standing, homing_core::DcStanding::Live { .. }),
+            "{state:?}"
+        );
     }
 
     /// Writes in sequence while member 0 is frozen (SIGSTOP): the first that
