@@ -74,7 +74,7 @@ const LIVE: &[u8] = b"dcl/";
 /// Most attempts of one DC lease write (renewal, retire) whose guard failed
 /// because another writer of the same DC moved its keys.
 pub const DC_LEASE_ATTEMPTS_MAX: usize = 16;
-/// Most DC standings read at once by [`DcLeases::states`].
+/// Most DC standings read at once by `GlobalStore::dc_leases`.
 pub const DC_READS_IN_FLIGHT_MAX: usize = 16;
 /// etcd's longest lease, s (`MaxLeaseTTL`).
 const LEASE_TTL_S_MAX: u64 = 9_000_000_000;
