@@ -2,13 +2,17 @@
 //! what each DC published, and when this process received its last renewal,
 //! by this process's monotonic clock (DESIGN.md §7.5).
 //!
+//! [`Sightings`] serves a store whose own clock may jump ahead (FDB's
+//! versions, across a recovery): how long this process has known a renewal,
+//! a bound that never runs ahead of the store.
+//!
 //! A store that restarts has no renewal times: it counts every DC it knows
 //! as renewed at the moment it opened, so no DC's lease is called expired
 //! before a whole `expires_after` has passed in this process — the store
 //! never shortens a lease by restarting.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use homing_core::{DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms};
@@ -65,6 +69,46 @@ impl DcEntry {
             terms: self.terms,
             marks: self.marks,
             retired: self.retired,
+        }
+    }
+}
+
+/// When this process first saw each DC's last renewal (identified by `S`,
+/// e.g. a versionstamp), by its clock: the renewal was received no later,
+/// so the time since is never more than the store's.
+pub struct Sightings<S> {
+    clock: LeaseClock,
+    sightings_max: usize,
+    seen: Mutex<BTreeMap<DcId, (S, u64)>>,
+}
+
+impl<S: Copy + Eq> Sightings<S> {
+    /// No renewal seen yet; remembers at most `sightings_max` DCs (past
+    /// it, one is forgotten and its renewal counted as seen anew: a later
+    /// expiry, never an earlier one).
+    pub fn new(clock: LeaseClock, sightings_max: usize) -> Self {
+        assert!(sightings_max > 0, "sightings_max must be at least 1");
+        Sightings {
+            clock,
+            sightings_max,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// Ms since this process first saw `dc`'s renewal `renewal` (0: now).
+    pub fn since_ms(&self, dc: &DcId, renewal: S) -> u64 {
+        let now = (self.clock)();
+        // Every change is one insert or removal: a poisoned map is consistent.
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.get(dc) {
+            Some((known, at)) if *known == renewal => now.saturating_sub(*at),
+            _ => {
+                if seen.len() >= self.sightings_max && !seen.contains_key(dc) {
+                    seen.pop_first();
+                }
+                seen.insert(dc.clone(), (renewal, now));
+                0
+            }
         }
     }
 }
@@ -129,5 +173,31 @@ impl DcLeaseTable {
     /// Every DC known, in id order.
     pub fn states(&self) -> Vec<DcLeaseState> {
         self.dcs.keys().map(|dc| self.state(dc)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn a_renewal_is_as_old_as_this_process_has_known_it() {
+        let now = Arc::new(AtomicU64::new(100));
+        let clock = now.clone();
+        let sightings = Sightings::new(Arc::new(move || clock.load(Ordering::SeqCst)), 1);
+        let (iad, fra) = (DcId::new("iad").unwrap(), DcId::new("fra").unwrap());
+        assert_eq!(sightings.since_ms(&iad, 1u8), 0);
+        now.store(40_100, Ordering::SeqCst);
+        assert_eq!(sightings.since_ms(&iad, 1), 40_000);
+        // A new renewal: known from now on.
+        assert_eq!(sightings.since_ms(&iad, 2), 0);
+        now.store(41_100, Ordering::SeqCst);
+        assert_eq!(sightings.since_ms(&iad, 2), 1_000);
+        // Full: another DC pushes iad out, which then counts as seen anew.
+        assert_eq!(sightings.since_ms(&fra, 1), 0);
+        now.store(50_000, Ordering::SeqCst);
+        assert_eq!(sightings.since_ms(&iad, 2), 0);
     }
 }

@@ -3,7 +3,9 @@
 //! `/homing/<deployment>/dc/<dc>/` for one DC's store).
 //!
 //! Layout under the prefix: `g/<key bytes>` → reservation ID (global
-//! entries); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
+//! entries); `dcs/<dc>` → the DC's lease terms, marks and retired flag, and
+//! `dcl/<dc>` → empty, on an etcd lease: it exists while the DC lease has
+//! not expired (`dc_lease`); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
 //! index); `events/<seq, 8 bytes big-endian>` → postcard event;
 //! `events-head` → the last event seq ever appended (decimal; outside the
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
@@ -50,12 +52,14 @@ use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
 };
 use homing_core::{
-    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
-    ReservationId, StoreTime,
+    DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
 };
 use tokio::sync::Mutex;
 
 use self::compaction::{CompactionPolicy, Compactor};
+use self::dc_lease::DcLeases;
+pub use self::dc_lease::{DC_LEASE_ATTEMPTS_MAX, DC_READS_IN_FLIGHT_MAX};
 use self::log::{Append, Appended, Appender};
 pub use self::members::{
     ATTEMPTS_MAX, BULK_DEADLINE_MS, HOT_DEADLINE_MS, KEEP_ALIVE_INTERVAL_MS, KEEP_ALIVE_TIMEOUT_MS,
@@ -76,6 +80,7 @@ use crate::keyspace;
 use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 pub mod compaction;
+mod dc_lease;
 mod log;
 #[cfg(test)]
 mod lost_answer;
@@ -215,6 +220,8 @@ pub struct EtcdGlobalStore {
     space: Space,
     /// Groups concurrent `set_if_absent` calls into one transaction.
     batcher: Arc<WriteOnceBatcher>,
+    /// Each DC's lease and marks (`dc_lease`).
+    dcs: DcLeases,
 }
 
 /// The global entries under one prefix, as the write-once batcher writes them.
@@ -294,6 +301,7 @@ impl EtcdGlobalStore {
             space: space.clone(),
         });
         Ok(EtcdGlobalStore {
+            dcs: DcLeases::new(space.clone()),
             space,
             batcher: Arc::new(WriteOnceBatcher::start(entries)),
         })
@@ -396,6 +404,27 @@ impl GlobalStore for EtcdGlobalStore {
                 Ok((keyspace::decode_key(key)?, keyspace::decode_id(kv.value())?))
             })
             .collect()
+    }
+
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError> {
+        self.dcs.renew(dc, terms, marks).await
+    }
+
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.dcs.state(dc).await
+    }
+
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError> {
+        self.dcs.states().await
+    }
+
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.dcs.retire(dc).await
     }
 
     fn failover(&self) -> Option<Arc<Failover>> {
@@ -1245,6 +1274,10 @@ mod tests {
         concurrent_write_once_calls_each_get_their_own_outcome(&backend).await;
         println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
         a_cas_whose_answer_was_lost_is_written_once(&backend).await;
+        println!("etcd: dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired");
+        dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired(&backend).await;
+        println!("etcd: a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours");
+        a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours(&backend).await;
         println!("etcd: a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers");
         a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(&backend, &cluster)
             .await;
@@ -1595,6 +1628,107 @@ mod tests {
             Cas::Written
         );
         assert_eq!(event_kinds(&store).await, ["reserved", "released"]);
+    }
+
+    /// DC lease terms that outlive any test.
+    const DC_TERMS: homing_core::DcTerms = homing_core::DcTerms {
+        ttl_ms: 60_000,
+        host_lease_ttl_max_ms: 10_000,
+        grace_ms: 1_000,
+    };
+
+    const DC_MARKS: homing_core::DcMarks = homing_core::DcMarks {
+        allocator_floor: 64,
+        token_bound: 8,
+    };
+
+    /// Renewals that each move the DC's key to a fresh etcd lease and revoke
+    /// the one before, while two other stores read the DC: a read that saw
+    /// the key on a lease revoked before it asked that lease's ttl reads
+    /// again, so none ever answers `Expired` (or anything but `Live`).
+    async fn dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired(
+        backend: &EtcdBackend,
+    ) {
+        const RENEWALS: usize = 60;
+        const READERS: usize = 2;
+        let prefix = backend.prefix("global", "dc_lease_race");
+        let renewer = EtcdGlobalStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap();
+        let iad = homing_core::DcId::new("iad").unwrap();
+        renewer
+            .renew_dc_lease(&iad, &DC_TERMS, &DC_MARKS)
+            .await
+            .unwrap();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for _ in 0..READERS {
+            let reader = EtcdGlobalStore::connect(&backend.endpoints, &prefix)
+                .await
+                .unwrap();
+            let (done, iad) = (done.clone(), iad.clone());
+            readers.push(tokio::spawn(async move {
+                let mut wrong = Vec::new();
+                let mut reads = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let state = reader.dc_lease(&iad).await.unwrap();
+                    if !matches!(state.standing, homing_core::DcStanding::Live { .. }) {
+                        wrong.push(state.standing);
+                    }
+                    reads += 1;
+                }
+                (reads, wrong)
+            }));
+        }
+        for _ in 0..RENEWALS {
+            let renewed = renewer.renew_dc_lease(&iad, &DC_TERMS, &DC_MARKS).await;
+            assert_eq!(renewed.unwrap(), homing_core::DcRenewal::Renewed(DC_MARKS));
+        }
+        done.store(true, Ordering::SeqCst);
+        for reader in readers {
+            let (reads, wrong) = reader.await.unwrap();
+            println!("etcd: {reads} dc lease reads during {RENEWALS} renewals");
+            assert!(reads > 0, "the reader never read");
+            assert!(wrong.is_empty(), "a live lease read as {wrong:?}");
+        }
+    }
+
+    /// A renewal whose transaction landed on a member that then lost its
+    /// answer is retried on another member; the retry's guard fails (the
+    /// keys moved: to our own write), the read-back shows the DC's key on
+    /// the lease this call granted, and the call answers `Renewed` — it
+    /// neither revokes its own lease (which would delete the key) nor
+    /// writes again.
+    async fn a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours(backend: &EtcdBackend) {
+        let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+        // Round-robin over three: the renewal's read goes to member 1, its
+        // lease grant to member 2, its transaction through the relay.
+        let endpoints = [
+            backend.endpoints[1].clone(),
+            backend.endpoints[2].clone(),
+            relay.endpoint(),
+        ];
+        let prefix = backend.prefix("global", "dc_lease_lost");
+        let store = EtcdGlobalStore::connect(&endpoints, &prefix).await.unwrap();
+        for _ in 0..endpoints.len() {
+            store
+                .space
+                .get(Op::HotRead, store.space.key(b"warm", b""), None)
+                .await
+                .expect("warm read");
+        }
+        relay.lose_answers();
+        let iad = homing_core::DcId::new("iad").unwrap();
+        let renewed = store.renew_dc_lease(&iad, &DC_TERMS, &DC_MARKS).await;
+        assert_eq!(renewed.unwrap(), homing_core::DcRenewal::Renewed(DC_MARKS));
+        assert!(relay.lost_any(), "the renewal's answer was not lost");
+        let failover = store.failover().unwrap();
+        assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+        let state = store.dc_lease(&iad).await.unwrap();
+        assert!(
+            matches!(state.standing, homing_core::DcStanding::Live { .. }),
+            "{state:?}"
+        );
     }
 
     /// Writes in sequence while member 0 is frozen (SIGSTOP): the first that

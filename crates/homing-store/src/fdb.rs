@@ -17,7 +17,10 @@
 //! last event seq ever appended and `alloc` → the allocator's high-water
 //! mark (both 8 bytes big-endian), `d/<kind, time, id>` → id (the expiry
 //! index, kept by every record write; a store from before it is indexed on
-//! its first expiry query, `due-index` marking that done). Every operation is one serializable FDB
+//! its first expiry query, `due-index` marking that done), `dcs/<dc>` → a
+//! DC's lease terms, marks and retired flag and `dcv/<dc>` → the
+//! versionstamp of its last renewal (`dc_lease`: judged by FDB's versions
+//! and this process's clock). Every operation is one serializable FDB
 //! transaction (reads add conflict ranges, so a racing set_if_absent or CAS
 //! retries and then sees the winner), retried at most
 //! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff. A
@@ -38,10 +41,13 @@ use async_trait::async_trait;
 use foundationdb::options::{DatabaseOption, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption};
 use homing_core::{
-    DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
-    ReservationId, StoreTime,
+    DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
 };
 use tokio::sync::Mutex;
+
+use self::dc_lease::DcLeases;
+pub use self::dc_lease::SIGHTINGS_MAX;
 
 use crate::allocator::Blocks;
 use crate::dc::{
@@ -199,6 +205,8 @@ macro_rules! step {
     };
 }
 
+mod dc_lease;
+
 /// The section of the expiry index: `d/<keyspace::due_bytes>` → id.
 const DUE: &[u8] = b"d/";
 /// Set once a DC store's records are indexed by expiry.
@@ -211,6 +219,8 @@ pub struct FdbGlobalStore {
     space: Space,
     /// Groups concurrent `set_if_absent` calls into one transaction.
     batcher: WriteOnceBatcher,
+    /// Each DC's lease and marks (`dc_lease`).
+    dcs: DcLeases,
 }
 
 impl FdbGlobalStore {
@@ -227,6 +237,7 @@ impl FdbGlobalStore {
             space: space.clone(),
         });
         FdbGlobalStore {
+            dcs: DcLeases::new(space.clone()),
             space,
             batcher: WriteOnceBatcher::start(entries),
         }
@@ -344,6 +355,27 @@ impl GlobalStore for FdbGlobalStore {
                 Ok((keyspace::decode_key(k)?, keyspace::decode_id(&id)?))
             })
             .collect()
+    }
+
+    async fn renew_dc_lease(
+        &self,
+        dc: &DcId,
+        terms: &DcTerms,
+        marks: &DcMarks,
+    ) -> Result<DcRenewal, StoreError> {
+        self.dcs.renew(dc, terms, marks).await
+    }
+
+    async fn dc_lease(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.dcs.state(dc).await
+    }
+
+    async fn dc_leases(&self) -> Result<Vec<DcLeaseState>, StoreError> {
+        self.dcs.states().await
+    }
+
+    async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
+        self.dcs.retire(dc).await
     }
 }
 

@@ -277,6 +277,15 @@ pub fn decode_dc_entry(bytes: &[u8]) -> Result<crate::dc_lease::DcEntry, StoreEr
     }
 }
 
+/// The DC a key of a DC lease section names (`<section><dc id>`).
+pub fn decode_dc_key(section: &[u8], key: &[u8]) -> Result<homing_core::DcId, StoreError> {
+    let rest = key
+        .strip_prefix(section)
+        .ok_or_else(|| StoreError::corrupt("dc key", "key outside its section"))?;
+    let name = std::str::from_utf8(rest).map_err(|e| StoreError::corrupt("dc key", e))?;
+    homing_core::DcId::new(name).map_err(|e| StoreError::corrupt("dc key", e))
+}
+
 /// Encodes a record (a format byte, then postcard), refusing one above
 /// [`RECORD_BYTES_MAX`].
 pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {

@@ -18,7 +18,10 @@
 //! The global store also keeps each DC's lease and marks
 //! ([`GlobalStore::renew_dc_lease`], DESIGN.md §7.5): a DC grants host leases
 //! only while its DC lease lives, and a DC restarted on an empty store finds
-//! its allocator below the floor it published.
+//! its allocator below the floor it published. Whose clock judges expiry:
+//! memory's and redb's own process; etcd's lease clock (`etcd::dc_lease`);
+//! FoundationDB's versions, bounded by how long the reading process has
+//! known the renewal (`fdb::dc_lease`: a recovery jumps versions ahead).
 //!
 //! Backends: [`memory`] (tests and the simulator), [`redb`] (embedded, the
 //! default: zero set-up, group commit), `etcd` (cargo feature `etcd`) and

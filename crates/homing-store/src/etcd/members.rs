@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, KvClient, MaintenanceClient};
+use etcd_client::{Client, ConnectOptions, KvClient, LeaseClient, MaintenanceClient};
 
 use super::{CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS, map_err};
 use crate::error::StoreError;
@@ -108,6 +108,8 @@ pub(super) struct Answer<T> {
 
 struct Member {
     kv: KvClient,
+    /// DC leases (`dc_lease`): grant, revoke, time-to-live.
+    lease: LeaseClient,
     maintenance: MaintenanceClient,
     /// A probe task is running for this member.
     probing: AtomicBool,
@@ -148,6 +150,7 @@ impl Members {
                 .map_err(map_err)?;
             members.push(Member {
                 kv: client.kv_client(),
+                lease: client.lease_client(),
                 maintenance: client.maintenance_client(),
                 probing: AtomicBool::new(false),
             });
@@ -199,6 +202,34 @@ impl Members {
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        self.run_on(op, |member| member.kv.clone(), request).await
+    }
+
+    /// [`Members::run`] for a lease request (grant, revoke, time-to-live).
+    pub(super) async fn run_lease<T, F, Fut>(
+        self: &Arc<Self>,
+        op: Op,
+        request: F,
+    ) -> Result<Answer<T>, StoreError>
+    where
+        F: Fn(LeaseClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.run_on(op, |member| member.lease.clone(), request)
+            .await
+    }
+
+    /// [`Members::run`] with the client `client` takes from a member.
+    async fn run_on<C, T, F, Fut>(
+        self: &Arc<Self>,
+        op: Op,
+        client: fn(&Member) -> C,
+        request: F,
+    ) -> Result<Answer<T>, StoreError>
+    where
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
         let mut tried: Vec<usize> = Vec::with_capacity(ATTEMPTS_MAX);
         let mut ambiguous = false;
         let mut last = None;
@@ -216,9 +247,9 @@ impl Members {
                 break;
             }
             tried.push(index);
-            let kv = self.members[index].kv.clone();
+            let client = client(&self.members[index]);
             let deadline = op.deadline().min(left);
-            let failed = match tokio::time::timeout(deadline, request(kv)).await {
+            let failed = match tokio::time::timeout(deadline, request(client)).await {
                 Ok(Ok(value)) => return Ok(Answer { value, ambiguous }),
                 Ok(Err(e)) => match map_err(e) {
                     e @ StoreError::Unavailable { .. } => e,
