@@ -31,9 +31,9 @@ async fn acquire_at(cluster: &Cluster, at: &DcId, name: &str) -> Result<Reservat
 }
 
 /// Runs the `homing` CLI to completion.
-async fn homing(args: Vec<String>) -> Output {
+async fn homing(args: &[&str]) -> Output {
     let mut command = Command::new(homing_binary());
-    command.args(&args).env("HOMING_LOG", "warn");
+    command.args(args).env("HOMING_LOG", "warn");
     let run = tokio::task::spawn_blocking(move || command.output());
     tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -59,7 +59,11 @@ async fn dc_loss_a_wiped_data_dir_is_refused_and_start_above_floor_never_reuses_
         let iad = dc("iad");
         let mut used = Vec::new();
         for i in 0..5 {
-            used.push(acquire_at(&cluster, &iad, &format!("wiped-{i}")).await.unwrap());
+            used.push(
+                acquire_at(&cluster, &iad, &format!("wiped-{i}"))
+                    .await
+                    .unwrap(),
+            );
         }
         let highest = used.iter().map(ReservationId::unique).max().unwrap();
         let daemon = cluster.daemon(&iad);
@@ -67,7 +71,10 @@ async fn dc_loss_a_wiped_data_dir_is_refused_and_start_above_floor_never_reuses_
         let data = daemon.data_dir().to_path_buf();
         std::fs::remove_dir_all(&data).unwrap();
         std::fs::create_dir_all(&data).unwrap();
-        let refused = daemon.restart().await.expect_err("a wiped dc store was served");
+        let refused = daemon
+            .restart()
+            .await
+            .expect_err("a wiped dc store was served");
         assert!(
             refused.contains("is behind what iad already handed out")
                 && refused.contains("--start-above-floor"),
@@ -96,22 +103,32 @@ async fn dc_loss_a_retired_dc_stops_granting_is_shown_retired_and_is_refused_on_
         let (iad, fra) = (dc("iad"), dc("fra"));
         acquire_at(&cluster, &iad, "before-retire").await.unwrap();
         let stores = cluster.store_spec();
-        let status = homing(vec!["dc".into(), "status".into(), "--stores".into(), stores.clone(), "--json".into()]).await;
+        let status = homing(&["dc", "status", "--stores", &stores, "--json"]).await;
         assert!(status.status.success(), "{}", text(&status));
         let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-        let iad_row = json["dcs"].as_array().unwrap().iter().find(|d| d["dc"] == "iad").cloned();
+        let iad_row = json["dcs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["dc"] == "iad")
+            .cloned();
         let iad_row = iad_row.unwrap_or_else(|| panic!("iad not listed: {json}"));
         assert_eq!(iad_row["lease"], "live", "{json}");
         assert!(iad_row["allocator_floor"].as_u64().unwrap() >= 1, "{json}");
 
-        let retire = homing(vec!["dc".into(), "retire".into(), "iad".into(), "--stores".into(), stores.clone(), "--yes".into()]).await;
+        let retire = homing(&["dc", "retire", "iad", "--stores", &stores, "--yes"]).await;
         assert!(retire.status.success(), "{}", text(&retire));
         // Within the DC lease (short_lease: 2 s host leases, 4 s DC lease),
         // iad's next renewal is refused and it grants nothing more.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             match acquire_at(&cluster, &iad, "after-retire").await {
-                Err(Reply::Error(e)) if matches!(e.kind, ErrorKind::Unavailable { .. }) && e.message.contains("dc lease") => break,
+                Err(Reply::Error(e))
+                    if matches!(e.kind, ErrorKind::Unavailable { .. })
+                        && e.message.contains("dc lease") =>
+                {
+                    break;
+                }
                 other => assert!(
                     tokio::time::Instant::now() < deadline,
                     "iad still answers {other:?} 30 s after retirement"
@@ -121,9 +138,12 @@ async fn dc_loss_a_retired_dc_stops_granting_is_shown_retired_and_is_refused_on_
         }
         // Other DCs are unaffected.
         acquire_at(&cluster, &fra, "fra-goes-on").await.unwrap();
-        let status = homing(vec!["dc".into(), "status".into(), "--stores".into(), stores]).await;
+        let status = homing(&["dc", "status", "--stores", &stores]).await;
         let shown = text(&status);
-        assert!(status.status.success() && shown.contains("retired"), "{shown}");
+        assert!(
+            status.status.success() && shown.contains("retired"),
+            "{shown}"
+        );
         println!("{shown}");
         let refused = cluster
             .daemon(&iad)
