@@ -121,9 +121,13 @@ impl Sim {
     }
 
     /// The DC store's allocator floor: the durable high-water mark of the
-    /// hi-lo allocator (at or above every unique it handed out).
+    /// hi-lo allocator, at or above every unique it handed out (0 for a
+    /// store that never allocated).
     pub(crate) fn allocator_floor(&self, d: usize) -> u64 {
-        (self.dcs[d].allocated / ALLOCATOR_BLOCK_IDS + 1) * ALLOCATOR_BLOCK_IDS
+        match self.dcs[d].allocated {
+            0 => 0,
+            n => (n / ALLOCATOR_BLOCK_IDS + 1) * ALLOCATOR_BLOCK_IDS,
+        }
     }
 
     /// DC `d` (re)starts its lease: homingd's `open` (the check against the
@@ -353,7 +357,7 @@ impl Sim {
             self.store_failed(d, tid, task, false, e);
             return None;
         }
-        let floor = (self.dcs[d].allocated / ALLOCATOR_BLOCK_IDS + 1) * ALLOCATOR_BLOCK_IDS;
+        let floor = self.allocator_floor(d);
         let lease = &mut self.dcs[d].lease;
         lease.lease.want(floor.max(unique), token);
         lease.parked.insert(tid, (task, op));
