@@ -3,16 +3,21 @@
 //! serves again; a DC cut off from the global store stops its hosts before
 //! the store calls its lease expired.
 
-mod support;
+use homing_sim::{Rules, RunOptions, Scenario, run};
 
-use homing_sim::{Rules, RunOptions, run};
-use support::scenario;
+/// `simulations/scenarios/<name>.toml`, cut to `duration_ms`.
+fn scenario(name: &str, duration_ms: u64) -> Scenario {
+    let path = format!("{}/scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+    let mut scenario = Scenario::load(std::path::Path::new(&path)).unwrap();
+    scenario.duration_ms = duration_ms;
+    scenario
+}
 
 #[test]
 fn a_dc_restarted_on_an_empty_store_is_refused_and_stays_down() {
     let mut s = scenario("baseline", 30_000);
     let crash = "[[faults]]\nkind = \"crash_dc\"\ndc = \"fra\"\nat_ms = 10000\nfor_ms = 2000\nstore_lost = true\n";
-    s.faults = homing_sim::Scenario::from_toml(crash).unwrap().faults;
+    s.faults = Scenario::from_toml(crash).unwrap().faults;
     let outcome = run(&s, 1, Rules::real(), RunOptions::default()).unwrap();
     assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
     let counters = &outcome.measurements.counters;
@@ -22,7 +27,7 @@ fn a_dc_restarted_on_an_empty_store_is_refused_and_stays_down() {
         "{counters:?}"
     );
     // The same crash with its store kept restarts and serves.
-    s.faults = homing_sim::Scenario::from_toml(&crash.replace("store_lost = true", ""))
+    s.faults = Scenario::from_toml(&crash.replace("store_lost = true", ""))
         .unwrap()
         .faults;
     let kept = run(&s, 1, Rules::real(), RunOptions::default()).unwrap();
