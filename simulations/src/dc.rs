@@ -26,8 +26,9 @@ use std::ops::Bound;
 
 use homing_core::{
     AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage,
-    ErrorKind, ErrorReply, Key, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment,
-    SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
+    ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment, Reply, Request,
+    ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, Written,
+    chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_node::{
@@ -37,6 +38,7 @@ use homing_node::{
 };
 
 use crate::clock::NodeClock;
+use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
 use crate::invariants::View;
 use crate::report::Measurements;
@@ -88,6 +90,8 @@ pub struct Dc {
     due: BTreeMap<DueKind, BTreeSet<(StoreTime, ReservationId)>>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
+    /// Volatile: its DC lease as its homingd holds it.
+    pub(crate) lease: DcLeaseDriver,
     next_task: u64,
 }
 
@@ -100,6 +104,7 @@ impl Dc {
         clock: NodeClock,
         limits: WaitLimits,
         upkeep: Upkeep,
+        policy: &LeasePolicy,
         mutations: Mutations,
     ) -> Dc {
         Dc {
@@ -122,6 +127,7 @@ impl Dc {
             upkeep,
             due: BTreeMap::new(),
             woken: BTreeMap::new(),
+            lease: DcLeaseDriver::new(policy, mutations),
             next_task: 0,
         }
     }
@@ -375,6 +381,9 @@ impl Sim {
                 host_time,
                 wait_ms,
             } => {
+                if let Err(e) = self.grant_allowed(d) {
+                    return self.dc_reply_to(d, client, rpc, key, Reply::Error(e));
+                }
                 let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
                 let request = AcquireRequest {
                     key: config.key(bits),
@@ -413,6 +422,9 @@ impl Sim {
                 lease,
                 host_time,
             } => {
+                if let Err(e) = self.grant_allowed(d) {
+                    return self.dc_reply_to(d, client, rpc, key, Reply::Error(e));
+                }
                 let change = Change::Renew {
                     token,
                     lease,
@@ -564,6 +576,24 @@ impl Sim {
             self.scenario.stores.dc_op_ms,
             self.scenario.stores.dc_op_jitter_ms,
         );
+        let next = match next {
+            Next::Store(op @ StoreOp::Cas { .. }) => {
+                let Some((t, op)) = self.marks_for_write(d, tid, task, op) else {
+                    return;
+                };
+                task = t;
+                Next::Store(op)
+            }
+            Next::Store(op @ StoreOp::GlobalGet(_)) if self.cut_from_global(d) => {
+                let ms = self.scenario.stores.global_read_ms;
+                return self.global_fails_after(d, tid, task, Some(op), ms);
+            }
+            Next::SetIfAbsent(..) if self.cut_from_global(d) => {
+                let ms = self.scenario.stores.global_write_ms;
+                return self.global_fails_after(d, tid, task, None, ms);
+            }
+            next => next,
+        };
         match next {
             Next::Store(op) => {
                 let delay = match op {
@@ -652,6 +682,31 @@ impl Sim {
                 );
             }
         }
+    }
+
+    /// A global read or write of task `tid` fails after `ms`: the DC is cut
+    /// off from the global store.
+    fn global_fails_after(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        op: Option<StoreOp>,
+        ms: f64,
+    ) {
+        let delay = self.store_delay_us(d, ms, 0.0);
+        task.waiting = op;
+        let epoch = self.dcs[d].epoch;
+        self.dcs[d].tasks.insert(tid, task);
+        let dc = d as u16;
+        self.schedule(
+            self.now + delay,
+            Event::GlobalFailed {
+                dc,
+                epoch,
+                task: tid,
+            },
+        );
     }
 
     /// The key is held: register at the holder's DC (this one: a local
@@ -815,7 +870,7 @@ impl Sim {
     }
 
     /// Polls the acquire until it needs I/O or ends.
-    fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
+    pub(crate) fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
         let task_key = task.key;
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
@@ -1346,6 +1401,8 @@ impl Sim {
         dc.global_cache.clear();
         dc.members.clear();
         dc.cancelled = Cancellations::default();
+        // The lease lives in the process: writes waiting for marks die with it.
+        dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
         self.checker.wake.on_dc_crash(self.now, d as u16);
         // Every other DC parked on this one learns it one idle timeout later.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
@@ -1415,9 +1472,21 @@ impl Sim {
         on
     }
 
-    /// The DC restarts from its durable state.
-    pub(crate) fn dc_restart(&mut self, d: usize) {
+    /// The DC restarts from its durable state (`store_lost`: from an empty
+    /// store, under the same id — which its lease's floor check refuses: it
+    /// stays down, as homingd refuses to start).
+    pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
+        if store_lost {
+            let dc = &mut self.dcs[d];
+            dc.records.clear();
+            dc.due.clear();
+            dc.allocated = 0;
+        }
         self.dcs[d].up = true;
+        if !self.dc_lease_open(d) {
+            self.dcs[d].up = false;
+            return;
+        }
         self.dcs[d].up_since_us = self.now;
         self.checker.wake.on_dc_restart(self.now, d as u16);
         if self.rules.waiting.reset_on_restart {

@@ -18,8 +18,8 @@ use crate::sim::{NodeId, Sim};
 /// A drain in progress at one DC, and its chain walk while it walks.
 #[derive(Debug)]
 pub(crate) struct DrainJob {
-    drain: Drain,
-    walk: Option<ChainWalk>,
+    pub(crate) drain: Drain,
+    pub(crate) walk: Option<ChainWalk>,
     /// It arrived from another DC.
     forwarded: bool,
 }
@@ -151,7 +151,7 @@ impl Sim {
     }
 
     /// Runs the drain until it needs a store or a peer, or ends.
-    fn drain_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+    pub(crate) fn drain_drive(&mut self, d: usize, tid: u64, mut task: Task) {
         let TaskKind::Drain(job) = &mut task.kind else {
             return;
         };

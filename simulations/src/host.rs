@@ -265,7 +265,7 @@ impl Sim {
         };
         let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
         let lease_key = lease.lease_key;
-        self.checker.on_holder_stop(key, h as u32);
+        self.checker.on_holder_stop(self.now, key, h as u32);
         self.host_release(h, key, reservation, token, lease_key);
         self.hosts[h].generation += 1;
         self.go_idle(h);
@@ -489,6 +489,13 @@ impl Sim {
             self.host_release(h, key, reservation, token, lease_key);
             return self.go_idle(h);
         };
+        if let Some(&g) = self.dc_index.get(reservation.dc())
+            && self.dc_lease_expired(usize::from(g))
+        {
+            let dc = reservation.dc().clone();
+            self.checker
+                .on_holder_start_under_expired_dc(&dc, key, h as u32, &reservation);
+        }
         self.checker
             .on_holder_start(self.now, key, h as u32, token, &reservation);
         let hold = self.scenario.workload.hold_ms;
@@ -628,7 +635,7 @@ impl Sim {
         }
         if let HostState::Holding(lease) = &self.hosts[h].state {
             self.current_key = lease.key;
-            self.checker.on_holder_stop(lease.key, h as u32);
+            self.checker.on_holder_stop(self.now, lease.key, h as u32);
             self.measurements.count("host_crash_while_holding");
         }
         let host = &mut self.hosts[h];

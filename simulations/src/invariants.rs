@@ -64,6 +64,10 @@ pub enum Invariant {
     /// still holds the DC suspect since before it ended a few probe cycles
     /// later (two; five when messages may be lost).
     SuspicionClears,
+    /// The DC lease (DESIGN.md §7.5): once the global store would judge a
+    /// DC's lease expired (its last renewal received `expires_after` ago,
+    /// in true time), no host lease that DC granted still acts.
+    DcExpiredNoHolder,
 }
 
 impl Invariant {
@@ -86,6 +90,7 @@ impl Invariant {
             Invariant::PreviousRunTrue => "previous_run_true",
             Invariant::DrainForwardedOnce => "drain_forwarded_once",
             Invariant::SuspicionClears => "suspicion_clears",
+            Invariant::DcExpiredNoHolder => "dc_expired_no_holder",
         }
     }
 }
@@ -164,6 +169,8 @@ pub struct Checker {
     sent: BTreeMap<(ReservationId, FencingToken), RunOutcome>,
     /// The wake-up checkers.
     pub wake: WakeChecker,
+    /// Per DC name: when a holder it granted last stopped acting, true µs.
+    pub last_stop_us: BTreeMap<DcId, u64>,
     /// Grants told `Expired` for a run whose late release (after its lease
     /// lapsed) the DC then recorded as `Released`.
     pub previous_expired_released_late: u64,
@@ -191,6 +198,7 @@ impl Checker {
             runs: BTreeMap::new(),
             sent: BTreeMap::new(),
             wake,
+            last_stop_us: BTreeMap::new(),
             previous_expired_released_late: 0,
             violation: None,
         }
@@ -332,8 +340,51 @@ impl Checker {
     }
 
     /// A holder stopped acting (released, killed, crashed, told to stop).
-    pub fn on_holder_stop(&mut self, key: u32, host: u32) {
-        self.keys[key as usize].acting.retain(|a| a.0 != host);
+    pub fn on_holder_stop(&mut self, now_us: u64, key: u32, host: u32) {
+        let acting = &mut self.keys[key as usize].acting;
+        for (_, _, reservation) in acting.iter().filter(|a| a.0 == host) {
+            self.last_stop_us.insert(reservation.dc().clone(), now_us);
+        }
+        acting.retain(|a| a.0 != host);
+    }
+
+    /// The holders DC `dc` granted that act now: (key, host, token, reservation).
+    pub fn holders_of(&self, dc: &DcId) -> Vec<(u32, u32, FencingToken, ReservationId)> {
+        let mut found = Vec::new();
+        for (k, ks) in self.keys.iter().enumerate() {
+            for (host, token, reservation) in &ks.acting {
+                if reservation.dc() == dc {
+                    found.push((k as u32, *host, *token, reservation.clone()));
+                }
+            }
+        }
+        found
+    }
+
+    /// The global store would judge `dc`'s lease expired from now on (its
+    /// last renewal received at `received_us`): none of its holders may act.
+    pub fn on_dc_lease_expired(&mut self, dc: &DcId, received_us: u64, now_us: u64) {
+        if let Some((key, host, token, reservation)) = self.holders_of(dc).into_iter().next() {
+            let detail = format!(
+                "the global store judges dc {dc}'s lease expired at {now_us}µs (last renewal received at {received_us}µs), but host {host} still holds k{key} ({reservation}, token {token}) granted by it"
+            );
+            self.fail(Invariant::DcExpiredNoHolder, key, detail);
+        }
+    }
+
+    /// Host `host` starts holding `key` under a grant of `dc`, whose lease
+    /// the global store judges expired now.
+    pub fn on_holder_start_under_expired_dc(
+        &mut self,
+        dc: &DcId,
+        key: u32,
+        host: u32,
+        reservation: &ReservationId,
+    ) {
+        let detail = format!(
+            "host {host} starts holding k{key} ({reservation}) granted by dc {dc}, whose lease the global store judges expired"
+        );
+        self.fail(Invariant::DcExpiredNoHolder, key, detail);
     }
 
     /// A holder is seen acting with its clock reading `host_ms`.

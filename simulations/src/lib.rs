@@ -22,6 +22,7 @@
 
 pub mod clock;
 pub mod dc;
+pub mod dc_lease;
 mod drain;
 pub mod host;
 pub mod invariants;
@@ -74,6 +75,7 @@ pub fn summary_json(outcome: &Outcome, events_per_s: f64) -> String {
         "violation": violation,
         "operations": outcome.measurements.json(),
         "counters": outcome.measurements.counters_json(),
+        "durations_ms": outcome.measurements.durations_json(),
     });
     format!("{summary}\n")
 }

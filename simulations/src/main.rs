@@ -169,6 +169,7 @@ fn run_one(
     if !print_trace {
         println!("{}", outcome.measurements.table());
         println!("outcomes: {}\n", outcome.measurements.counters_line());
+        print!("{}", outcome.measurements.durations_lines());
     }
     let dir = report
         .unwrap_or_else(|| PathBuf::from(format!("target/homing-sim/{}-{}", scenario.name, seed)));
@@ -242,6 +243,7 @@ fn sweep(
     let (events, measurements) = totals.into_inner().expect("lock");
     println!("{}", measurements.table());
     println!("outcomes: {}\n", measurements.counters_line());
+    print!("{}", measurements.durations_lines());
     println!(
         "sweep {} seeds {}..{} on {} threads: {} events, {:.0} events/s, {:.1} s wall",
         source.name(),

@@ -99,6 +99,9 @@ pub struct Measurements {
     pub by_op: BTreeMap<Op, Samples>,
     /// How often notable protocol outcomes happened (link replies, drains, kills…).
     pub counters: BTreeMap<&'static str, u64>,
+    /// Durations of notable events, µs (one sample per occurrence: merged
+    /// over seeds, their percentiles are over seeds).
+    pub durations: BTreeMap<&'static str, Vec<u64>>,
     acquire_work: BTreeMap<u64, Work>,
 }
 
@@ -125,6 +128,29 @@ impl Measurements {
     /// Counts one notable outcome.
     pub fn count(&mut self, what: &'static str) {
         *self.counters.entry(what).or_default() += 1;
+    }
+
+    /// Notes one duration of `what`, µs.
+    pub fn duration(&mut self, what: &'static str, us: u64) {
+        self.durations.entry(what).or_default().push(us);
+    }
+
+    /// Each duration as `name: n=…, p50=… ms, p99=… ms, max=… ms`, one per line.
+    pub fn durations_lines(&self) -> String {
+        let mut out = String::new();
+        for (what, samples) in &self.durations {
+            let mut sorted = samples.clone();
+            sorted.sort_unstable();
+            let max = sorted.last().copied().unwrap_or(0) as f64 / 1000.0;
+            let _ = writeln!(
+                out,
+                "{what}: n={}, p50={:.0} ms, p99={:.0} ms, max={max:.0} ms",
+                sorted.len(),
+                percentile(&sorted, 0.5),
+                percentile(&sorted, 0.99)
+            );
+        }
+        out
     }
 
     /// The counters as `name=value` pairs on one line.
@@ -158,6 +184,9 @@ impl Measurements {
         }
         for (k, v) in &other.counters {
             *self.counters.entry(k).or_default() += v;
+        }
+        for (k, v) in &other.durations {
+            self.durations.entry(k).or_default().extend_from_slice(v);
         }
     }
 
@@ -243,6 +272,18 @@ impl Measurements {
         self.counters
             .iter()
             .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// The durations as a JSON object: name → samples in ms.
+    pub fn durations_json(&self) -> serde_json::Value {
+        self.durations
+            .iter()
+            .map(|(k, v)| {
+                let ms: Vec<f64> = v.iter().map(|us| *us as f64 / 1000.0).collect();
+                (k.to_string(), serde_json::Value::from(ms))
+            })
             .collect::<serde_json::Map<_, _>>()
             .into()
     }

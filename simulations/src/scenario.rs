@@ -222,6 +222,21 @@ pub enum Fault {
         at_ms: u64,
         /// Downtime, ms.
         for_ms: u64,
+        /// Its DC store is lost with it: it restarts on an empty store under
+        /// the same id, which the floor check must refuse (homingd's
+        /// start-up refusal: it stays down).
+        #[serde(default)]
+        store_lost: bool,
+    },
+    /// A DC is cut off from the global store: its DC-lease renewals and its
+    /// global reads and writes fail; hosts, routers and peer DCs still reach it.
+    CutFromGlobal {
+        /// The DC.
+        dc: String,
+        /// Start, ms.
+        at_ms: u64,
+        /// Length, ms.
+        for_ms: u64,
     },
     /// A DC's store gets `factor` times slower.
     SlowStore {
@@ -263,6 +278,7 @@ impl Scenario {
             let (at_ms, for_ms) = match fault {
                 Fault::Partition { at_ms, for_ms, .. }
                 | Fault::CrashDc { at_ms, for_ms, .. }
+                | Fault::CutFromGlobal { at_ms, for_ms, .. }
                 | Fault::SlowStore { at_ms, for_ms, .. } => (*at_ms, *for_ms),
                 Fault::Drain { .. } | Fault::CrashHosts { .. } => return false,
             };
@@ -417,6 +433,7 @@ impl Scenario {
                     scenario.dc_index(to)?;
                 }
                 Fault::CrashDc { dc, .. }
+                | Fault::CutFromGlobal { dc, .. }
                 | Fault::SlowStore { dc, .. }
                 | Fault::CrashHosts { dc, .. } => {
                     scenario.dc_index(dc)?;

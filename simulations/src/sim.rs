@@ -8,10 +8,13 @@ use homing_core::AcquireReply;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, wire};
+use homing_core::{
+    DcId, DcMarks, DcTerms, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, wire,
+};
 
 use crate::clock::NodeClock;
 use crate::dc::Dc;
+use crate::dc_lease::StoreDcLease;
 use crate::host::{Host, HostTimer};
 use crate::invariants::{Checker, View, Violation};
 use crate::network::{Network, Partition};
@@ -184,6 +187,73 @@ pub enum Event {
     DcRestart {
         /// The DC.
         dc: u16,
+        /// On an empty store (its own was lost).
+        store_lost: bool,
+    },
+    /// A DC's DC-lease renewal loop wakes.
+    DcLeaseTick {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when armed.
+        epoch: u32,
+        /// The loop's generation when armed (a later arm voids it).
+        generation: u64,
+    },
+    /// A DC-lease renewal reaches the global store (and, unless the DC is
+    /// cut off by now, its answer the DC).
+    DcRenewalLands {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when it sent the renewal.
+        epoch: u32,
+        /// The renewal's number.
+        seq: u64,
+        /// Its terms.
+        terms: DcTerms,
+        /// The marks it publishes.
+        marks: DcMarks,
+    },
+    /// A DC-lease renewal was not answered within the renewal period.
+    DcRenewalTimeout {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when it sent the renewal.
+        epoch: u32,
+        /// The renewal's number.
+        seq: u64,
+    },
+    /// The global store would judge a DC's lease expired from now, unless
+    /// a renewal landed after the one received at `received_us`.
+    DcLeaseExpiry {
+        /// The DC.
+        dc: u16,
+        /// When the store received the renewal this expiry follows, true µs.
+        received_us: u64,
+    },
+    /// A write waiting for marks gives up.
+    MarksTimeout {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when the write parked.
+        epoch: u32,
+        /// The task.
+        task: u64,
+    },
+    /// A global read or write of a DC cut off from the global store fails.
+    GlobalFailed {
+        /// The DC.
+        dc: u16,
+        /// Its epoch when it asked.
+        epoch: u32,
+        /// The task.
+        task: u64,
+    },
+    /// A DC's cut from the global store ends (measurements).
+    CutEnds {
+        /// The DC.
+        dc: u16,
+        /// When it began, true µs.
+        start_us: u64,
     },
     /// An operator drains keys.
     Drain {
@@ -220,6 +290,13 @@ impl Event {
             Event::HostRestart { .. } => "host_restart",
             Event::DcCrash { .. } => "dc_crash",
             Event::DcRestart { .. } => "dc_restart",
+            Event::DcLeaseTick { .. } => "dc_lease_tick",
+            Event::DcRenewalLands { .. } => "dc_renewal_lands",
+            Event::DcRenewalTimeout { .. } => "dc_renewal_timeout",
+            Event::DcLeaseExpiry { .. } => "dc_lease_expiry",
+            Event::MarksTimeout { .. } => "marks_timeout",
+            Event::GlobalFailed { .. } => "global_failed",
+            Event::CutEnds { .. } => "cut_ends",
             Event::Drain { .. } => "drain",
             Event::CrashHosts { .. } => "crash_hosts",
         }
@@ -371,6 +448,10 @@ pub struct Sim {
     pub(crate) reservation_key: BTreeMap<ReservationId, u32>,
     pub(crate) network: Network,
     pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
+    /// DCs cut off from the global store: (dc, start µs, end µs).
+    pub(crate) global_cuts: Vec<(u16, u64, u64)>,
+    /// What the global store keeps about each DC's lease.
+    pub(crate) global_leases: Vec<StoreDcLease>,
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
@@ -422,6 +503,7 @@ impl Sim {
                 clock,
                 limits,
                 upkeep,
+                &policy,
                 rules.mutations,
             ));
         }
@@ -455,6 +537,7 @@ impl Sim {
             .collect();
         let mut partitions = Vec::new();
         let mut slow_stores = Vec::new();
+        let mut global_cuts = Vec::new();
         for fault in &scenario.faults {
             match fault {
                 Fault::Partition {
@@ -480,6 +563,11 @@ impl Sim {
                     ms_to_us(*at_ms),
                     ms_to_us(at_ms + for_ms),
                     *factor,
+                )),
+                Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push((
+                    scenario.dc_index(dc)? as u16,
+                    ms_to_us(*at_ms),
+                    ms_to_us(at_ms + for_ms),
                 )),
                 _ => {}
             }
@@ -536,6 +624,8 @@ impl Sim {
             reservation_key: BTreeMap::new(),
             network,
             slow_stores,
+            global_cuts,
+            global_leases: vec![StoreDcLease::default(); scenario.dcs.len()],
             trace: Trace::default(),
             measurements: Measurements::default(),
             request_timeout_us: ms_to_us(n.request_timeout_ms),
@@ -549,6 +639,10 @@ impl Sim {
     }
 
     fn schedule_start(&mut self) {
+        // Each DC's lease: checked and renewed once before it serves.
+        for d in 0..self.dcs.len() {
+            self.dc_lease_open(d);
+        }
         let w = self.scenario.workload.clone();
         for h in 0..self.hosts.len() {
             let at = ms_to_us(self.rng.exp(w.think_ms));
@@ -578,11 +672,22 @@ impl Sim {
         for fault in self.scenario.faults.clone() {
             self.schedule_suspicion_checks(&fault);
             match fault {
-                Fault::CrashDc { dc, at_ms, for_ms } => {
+                Fault::CrashDc {
+                    dc,
+                    at_ms,
+                    for_ms,
+                    store_lost,
+                } => {
                     // Invariant: fault DCs were checked when the scenario was parsed.
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
                     self.schedule(ms_to_us(at_ms), Event::DcCrash { dc });
-                    self.schedule(ms_to_us(at_ms + for_ms), Event::DcRestart { dc });
+                    let restart = Event::DcRestart { dc, store_lost };
+                    self.schedule(ms_to_us(at_ms + for_ms), restart);
+                }
+                Fault::CutFromGlobal { dc, at_ms, for_ms } => {
+                    let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    let start_us = ms_to_us(at_ms);
+                    self.schedule(ms_to_us(at_ms + for_ms), Event::CutEnds { dc, start_us });
                 }
                 Fault::Drain { at_ms, count } => {
                     self.schedule(ms_to_us(at_ms), Event::Drain { count })
@@ -616,7 +721,9 @@ impl Sim {
                 for_ms,
                 ..
             } => (vec![from.clone(), to.clone()], at_ms + for_ms),
-            Fault::CrashDc { dc, at_ms, for_ms } => (vec![dc.clone()], at_ms + for_ms),
+            Fault::CrashDc {
+                dc, at_ms, for_ms, ..
+            } => (vec![dc.clone()], at_ms + for_ms),
             _ => return,
         };
         let schedule = homing_core::reachability::ProbeSchedule::default();
@@ -948,9 +1055,18 @@ impl Sim {
             Event::SuspicionCheck { dc, ended_us } => (NodeId::Dc(*dc).code(), *ended_us),
             Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
             Event::ConnectionLost { dc, rpc, .. } => (NodeId::Dc(*dc).code(), *rpc),
-            Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc } => {
+            Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc, .. } => {
                 (NodeId::Dc(*dc).code(), 0)
             }
+            Event::DcLeaseTick { dc, generation, .. } => (NodeId::Dc(*dc).code(), *generation),
+            Event::DcRenewalLands { dc, seq, .. } | Event::DcRenewalTimeout { dc, seq, .. } => {
+                (NodeId::Dc(*dc).code(), *seq)
+            }
+            Event::DcLeaseExpiry { dc, received_us } => (NodeId::Dc(*dc).code(), *received_us),
+            Event::MarksTimeout { dc, task, .. } | Event::GlobalFailed { dc, task, .. } => {
+                (NodeId::Dc(*dc).code(), *task)
+            }
+            Event::CutEnds { dc, start_us } => (NodeId::Dc(*dc).code(), *start_us),
             Event::HostRestart { host } => (NodeId::Host(*host).code(), 0),
             Event::HostCrash => (u32::MAX, 0),
             Event::Drain { count } => (u32::MAX, u64::from(*count)),
@@ -1000,7 +1116,32 @@ impl Sim {
             }
             Event::HostRestart { host } => self.host_restart(host as usize),
             Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
-            Event::DcRestart { dc } => self.dc_restart(usize::from(dc)),
+            Event::DcRestart { dc, store_lost } => self.dc_restart(usize::from(dc), store_lost),
+            Event::DcLeaseTick {
+                dc,
+                epoch,
+                generation,
+            } => self.dc_lease_tick(usize::from(dc), epoch, generation),
+            Event::DcRenewalLands {
+                dc,
+                epoch,
+                seq,
+                terms,
+                marks,
+            } => self.dc_renewal_lands(usize::from(dc), epoch, seq, terms, marks),
+            Event::DcRenewalTimeout { dc, epoch, seq } => {
+                self.dc_renewal_timeout(usize::from(dc), epoch, seq)
+            }
+            Event::DcLeaseExpiry { dc, received_us } => {
+                self.dc_lease_expiry(usize::from(dc), received_us)
+            }
+            Event::MarksTimeout { dc, epoch, task } => {
+                self.marks_timeout(usize::from(dc), epoch, task)
+            }
+            Event::GlobalFailed { dc, epoch, task } => {
+                self.global_failed(usize::from(dc), epoch, task)
+            }
+            Event::CutEnds { dc, start_us } => self.cut_ends(usize::from(dc), start_us),
             Event::Drain { count } => self.drain_keys(count),
             Event::CrashHosts { dc, fraction_ppm } => {
                 for h in 0..self.hosts.len() {

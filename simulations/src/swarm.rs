@@ -108,6 +108,7 @@ fn fault(rng: &mut Rng, dcs: &[String], fault_ms: u64) -> Fault {
             dc: dc(rng),
             at_ms,
             for_ms,
+            store_lost: false,
         },
         2 => Fault::SlowStore {
             dc: dc(rng),
@@ -150,6 +151,7 @@ mod tests {
                 let end = match f {
                     Fault::Partition { at_ms, for_ms, .. }
                     | Fault::CrashDc { at_ms, for_ms, .. }
+                    | Fault::CutFromGlobal { at_ms, for_ms, .. }
                     | Fault::SlowStore { at_ms, for_ms, .. } => at_ms + for_ms,
                     Fault::Drain { at_ms, .. } | Fault::CrashHosts { at_ms, .. } => *at_ms,
                 };

@@ -120,7 +120,7 @@ impl Sim {
     }
 
     /// Runs the pass until it needs a store or a peer, or ends.
-    fn upkeep_drive(&mut self, d: usize, tid: u64, task: Task) {
+    pub(crate) fn upkeep_drive(&mut self, d: usize, tid: u64, task: Task) {
         let poll = self.dcs[d].upkeep.poll();
         while let Some(event) = self.dcs[d].upkeep.poll_event() {
             self.measurements.count(match event {

@@ -90,3 +90,19 @@ fn drain_forwarded_twice_breaks_drain_forwarded_once_and_the_seed_replays_it() {
         "{first}"
     );
 }
+
+#[test]
+fn grants_not_gated_by_the_dc_lease_outlive_its_expiry_and_the_seed_replays_it() {
+    // gru is cut off from the global store at 20 s for 45 s: its lease
+    // expires in the store's judgement about 32 s after the last renewal
+    // it received, while the mutant keeps granting and renewing.
+    let (_, first) = first_failure(
+        &scenario("dc-cut-from-global", 60_000),
+        mutant(Mutation::GrantsNotGated),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::DcExpiredNoHolder,
+        "{first}"
+    );
+}

@@ -27,8 +27,9 @@ fn waiting_keeps_every_invariant_and_exercises_every_path() {
     // the upkeep read the expiry index instead of scanning (fewer store
     // operations, other draws) on top of the shortcut work, seed 7 stopped
     // losing a connection while waiting; seeds 1-59 all keep every
-    // invariant, and 2 takes every path.
-    let outcome = run(&scenario, 2, Rules::real(), RunOptions::default()).unwrap();
+    // invariant, and 2 took every path — until the DC leases' renewals
+    // (issue 20) shifted the draws: now 1, 3, 5, 6 and 7 do.
+    let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
     assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
     let counters = &outcome.measurements.counters;
     for path in [

@@ -17,6 +17,7 @@
 
 use homing_core::{DcMarks, DcRenewal, DcTerms, FencingToken};
 
+use crate::mutation::{Mutation, Mutations};
 use crate::time::NodeTime;
 
 /// How far above a token the DC publishes its token bound, so renewals
@@ -74,6 +75,7 @@ pub struct DcLease {
     in_flight: bool,
     next_renewal: NodeTime,
     retired: bool,
+    mutations: Mutations,
 }
 
 impl DcLease {
@@ -94,7 +96,13 @@ impl DcLease {
             in_flight: false,
             next_renewal: NodeTime::default(),
             retired: false,
+            mutations: Mutations::NONE,
         }
+    }
+
+    /// This lease with `mutations` broken (tests only; homingd passes none).
+    pub fn with_mutations(self, mutations: Mutations) -> DcLease {
+        DcLease { mutations, ..self }
     }
 
     /// The terms sent with each renewal.
@@ -181,6 +189,9 @@ impl DcLease {
     /// Whether a host lease of `ttl_ms` asked for at `arrived` may be
     /// granted or renewed: its whole term ends before the DC's validity does.
     pub fn covers(&self, arrived: NodeTime, ttl_ms: u64) -> bool {
+        if self.mutations.has(Mutation::GrantsNotGated) {
+            return true;
+        }
         self.valid_until
             .is_some_and(|until| arrived.plus_ms(ttl_ms) <= until)
     }

@@ -37,6 +37,9 @@ pub enum Mutation {
     /// A drain that arrived forwarded is forwarded again when the tail
     /// moved on (one operator request may bounce between DCs).
     DrainForwardedTwice = 1 << 9,
+    /// The DC lease no longer gates host leases: [`crate::DcLease::covers`]
+    /// grants and renews whatever the DC's validity.
+    GrantsNotGated = 1 << 10,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

@@ -1,0 +1,506 @@
+//! The DC lease in the simulator (DESIGN.md §7.5), driven as homingd's
+//! `dc_lease` module drives homing-node's [`DcLease`]: the start-up check of
+//! the DC store's allocator against the floor the DC published, the renewal
+//! loop (each renewal a message to the global store, bounded by the renewal
+//! period), the gate on host-lease grants and renewals
+//! ([`DcLease::covers`], homingd's `grant_allowed`) and the wait of a record
+//! write whose reservation unique or token is above the published marks
+//! (homingd's `publish_marks_for`: asks the next renewal to publish them,
+//! fails `Unavailable` after [`MARKS_WAIT_MS`]).
+//!
+//! The global store keeps each DC's lease as homing-store's lease table
+//! does: when it received the last renewal (true time: the store's clock),
+//! its terms, and its marks (never going down); [`DcStanding::judge`] says
+//! when it is expired, and [`crate::Invariant::DcExpiredNoHolder`] is checked
+//! at that instant.
+//!
+//! A `cut_from_global` fault makes every renewal, global read and global
+//! write of the DC fail while hosts, routers and peers still reach it.
+
+use homing_core::{DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy};
+use homing_node::dc_lease::RENEW_RETRY_MS;
+use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime};
+
+use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::sim::{Event, Sim};
+
+/// How long a write waits for a renewal that publishes the marks its
+/// record needs before it fails as unavailable (homingd's `MARKS_WAIT_MS`).
+pub const MARKS_WAIT_MS: u64 = 5_000;
+
+/// Uniques a DC store reserves per durable high-water mark (homing-store's
+/// `ALLOCATOR_BLOCK_IDS`): the store's allocator floor is the mark.
+pub const ALLOCATOR_BLOCK_IDS: u64 = 1024;
+
+/// The DC-lease terms homingd derives from a lease policy by default: a DC
+/// lease of twice the host lease, renewed every tenth of it.
+pub fn default_terms(policy: &LeasePolicy) -> (DcTerms, u64) {
+    let ttl_ms = policy.ttl_ms().saturating_mul(2);
+    let terms = DcTerms {
+        ttl_ms,
+        host_lease_ttl_max_ms: policy.ttl_ms(),
+        grace_ms: policy.grace_ms(),
+    };
+    (terms, (ttl_ms / 10).max(1))
+}
+
+/// A DC's lease as the DC's homingd holds it (volatile: a restart starts over).
+#[derive(Debug)]
+pub struct DcLeaseDriver {
+    /// homing-node's lease.
+    pub lease: DcLease,
+    /// How often it is renewed, ms.
+    pub renew_every_ms: u64,
+    /// The start-up check has not been answered yet (the global store was
+    /// unreachable at start): nothing is granted or written until it is.
+    pub unchecked: bool,
+    /// The renewal in flight: its number and its send time.
+    pub renewing: Option<(u64, NodeTime)>,
+    /// Numbers renewals.
+    pub renewals: u64,
+    /// Voids older wake-up timers of the renewal loop.
+    pub generation: u64,
+    /// Writes waiting for marks: task id → (task, its write).
+    pub(crate) parked: std::collections::BTreeMap<u64, (Task, StoreOp)>,
+}
+
+impl DcLeaseDriver {
+    /// A lease not yet checked nor renewed.
+    pub fn new(policy: &LeasePolicy, mutations: Mutations) -> DcLeaseDriver {
+        let (terms, renew_every_ms) = default_terms(policy);
+        let none = DcMarks::default();
+        DcLeaseDriver {
+            lease: DcLease::new(terms, renew_every_ms, none, none).with_mutations(mutations),
+            renew_every_ms,
+            unchecked: true,
+            renewing: None,
+            renewals: 0,
+            generation: 0,
+            parked: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+/// What the global store keeps about one DC's lease.
+#[derive(Debug, Clone, Default)]
+pub struct StoreDcLease {
+    /// When it received the last renewal, true µs (`None`: never).
+    pub received_us: Option<u64>,
+    /// The terms of that renewal.
+    pub terms: Option<DcTerms>,
+    /// The published marks.
+    pub marks: DcMarks,
+}
+
+impl StoreDcLease {
+    /// How the store judges the lease at true time `now_us`.
+    pub fn standing(&self, now_us: u64) -> DcStanding {
+        match (self.terms, self.received_us) {
+            (Some(terms), Some(at)) => DcStanding::judge(&terms, now_us.saturating_sub(at) / 1000),
+            _ => DcStanding::Unknown,
+        }
+    }
+}
+
+/// A failure as the DC's store client reports an unreachable global store.
+fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
+    ErrorReply::new(
+        ErrorKind::Unavailable {
+            dc: sim.dcs[d].id.clone(),
+        },
+        why,
+    )
+}
+
+impl Sim {
+    /// Whether DC `d` is cut off from the global store now.
+    pub(crate) fn cut_from_global(&self, d: usize) -> bool {
+        self.global_cuts
+            .iter()
+            .any(|&(dc, start, end)| usize::from(dc) == d && start <= self.now && self.now < end)
+    }
+
+    /// The DC store's allocator floor: the durable high-water mark of the
+    /// hi-lo allocator, at or above every unique it handed out (0 for a
+    /// store that never allocated).
+    pub(crate) fn allocator_floor(&self, d: usize) -> u64 {
+        match self.dcs[d].allocated {
+            0 => 0,
+            n => (n / ALLOCATOR_BLOCK_IDS + 1) * ALLOCATOR_BLOCK_IDS,
+        }
+    }
+
+    /// DC `d` (re)starts its lease: homingd's `open` (the check against the
+    /// store's marks, if the store answers) and the first renewal before
+    /// serving. `false`: the DC must not serve (its store is below the
+    /// floor it published: wiped, or restored from an old backup).
+    pub(crate) fn dc_lease_open(&mut self, d: usize) -> bool {
+        self.dcs[d].lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
+        if !self.cut_from_global(d) && !self.dc_lease_check(d) {
+            return false;
+        }
+        // The first renewal before serving: a DC whose global store answers
+        // grants from its first request.
+        if !self.dcs[d].lease.unchecked && !self.cut_from_global(d) {
+            let sent = self.node_now(d);
+            if let DcLeasePoll::Renew { terms, marks } = self.dcs[d].lease.lease.poll(sent) {
+                let kept = self.dc_lease_land(d, terms, marks);
+                let now = self.node_now(d);
+                let renewal = DcRenewal::Renewed(kept);
+                self.dcs[d].lease.lease.handle_renewed(sent, renewal, now);
+            }
+        }
+        self.dc_lease_drive(d);
+        true
+    }
+
+    /// The start-up check against what the global store keeps (homingd's
+    /// `dc_lease::check`); `false`: refused, the lease stopped for good.
+    fn dc_lease_check(&mut self, d: usize) -> bool {
+        let published = self.global_leases[d].marks;
+        let store_floor = self.allocator_floor(d);
+        let lease = &mut self.dcs[d].lease;
+        lease.unchecked = false;
+        if store_floor < published.allocator_floor {
+            lease.lease.stop();
+            self.measurements.count("dc_refused_below_floor");
+            return false;
+        }
+        let wanted = DcMarks {
+            allocator_floor: store_floor,
+            token_bound: 0,
+        };
+        lease.lease.kept(published, wanted);
+        true
+    }
+
+    /// A renewal of DC `d` lands at the global store now: its receipt, terms
+    /// and marks are kept; the marks the store keeps now.
+    fn dc_lease_land(&mut self, d: usize, terms: DcTerms, marks: DcMarks) -> DcMarks {
+        let kept = &mut self.global_leases[d];
+        kept.received_us = Some(self.now);
+        kept.terms = Some(terms);
+        kept.marks = kept.marks.max(marks);
+        let kept = kept.marks;
+        let at = self.now + terms.expires_after_ms() * 1000;
+        let received_us = self.now;
+        self.schedule(
+            at,
+            Event::DcLeaseExpiry {
+                dc: d as u16,
+                received_us,
+            },
+        );
+        kept
+    }
+
+    /// Runs DC `d`'s renewal loop until it waits.
+    pub(crate) fn dc_lease_drive(&mut self, d: usize) {
+        if !self.dcs[d].up {
+            return;
+        }
+        if self.dcs[d].lease.unchecked {
+            if self.cut_from_global(d) || !self.dc_lease_check(d) {
+                let at = self.now + RENEW_RETRY_MS * 1000;
+                return self.dc_lease_wake_at(d, at);
+            }
+            self.release_parked_writes(d);
+        }
+        let sent = self.node_now(d);
+        match self.dcs[d].lease.lease.poll(sent) {
+            DcLeasePoll::Renew { terms, marks } => {
+                let lease = &mut self.dcs[d].lease;
+                lease.renewals += 1;
+                let seq = lease.renewals;
+                lease.renewing = Some((seq, sent));
+                let every_us = lease.renew_every_ms * 1000;
+                let epoch = self.dcs[d].epoch;
+                let dc = d as u16;
+                self.measurements.count("dc_lease_renewal_sent");
+                // Bounded by the renewal period, as homingd's loop is.
+                self.schedule(
+                    self.now + every_us,
+                    Event::DcRenewalTimeout { dc, epoch, seq },
+                );
+                if self.cut_from_global(d) {
+                    return;
+                }
+                let ms = self.scenario.stores.global_write_ms;
+                let delay = (ms * 1000.0) as u64 + 1;
+                let event = Event::DcRenewalLands {
+                    dc,
+                    epoch,
+                    seq,
+                    terms,
+                    marks,
+                };
+                self.schedule(self.now + delay, event);
+            }
+            DcLeasePoll::Wait { until } => {
+                let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
+                self.dc_lease_wake_at(d, at);
+            }
+            DcLeasePoll::InFlight | DcLeasePoll::Stopped => {}
+        }
+    }
+
+    fn dc_lease_wake_at(&mut self, d: usize, at_us: u64) {
+        let dc = &mut self.dcs[d];
+        dc.lease.generation += 1;
+        let event = Event::DcLeaseTick {
+            dc: d as u16,
+            epoch: dc.epoch,
+            generation: dc.lease.generation,
+        };
+        self.schedule(at_us, event);
+    }
+
+    /// The renewal loop's timer.
+    pub(crate) fn dc_lease_tick(&mut self, d: usize, epoch: u32, generation: u64) {
+        let dc = &self.dcs[d];
+        if dc.up && dc.epoch == epoch && dc.lease.generation == generation {
+            self.dc_lease_drive(d);
+        }
+    }
+
+    /// Renewal `seq` of DC `d` reaches the global store; its answer reaches
+    /// the DC unless the DC is cut off by now.
+    pub(crate) fn dc_renewal_lands(
+        &mut self,
+        d: usize,
+        epoch: u32,
+        seq: u64,
+        terms: DcTerms,
+        marks: DcMarks,
+    ) {
+        let kept = self.dc_lease_land(d, terms, marks);
+        let dc = &self.dcs[d];
+        let current = dc.up && dc.epoch == epoch && dc.lease.renewing.map(|r| r.0) == Some(seq);
+        if !current || self.cut_from_global(d) {
+            return;
+        }
+        let Some((_, sent)) = self.dcs[d].lease.renewing.take() else {
+            return;
+        };
+        let now = self.node_now(d);
+        let change = self.dcs[d]
+            .lease
+            .lease
+            .handle_renewed(sent, DcRenewal::Renewed(kept), now);
+        self.count_change(change);
+        self.release_parked_writes(d);
+        self.dc_lease_drive(d);
+    }
+
+    /// Renewal `seq` of DC `d` was not answered within the renewal period.
+    pub(crate) fn dc_renewal_timeout(&mut self, d: usize, epoch: u32, seq: u64) {
+        let dc = &self.dcs[d];
+        if !dc.up || dc.epoch != epoch || dc.lease.renewing.map(|r| r.0) != Some(seq) {
+            return;
+        }
+        self.dcs[d].lease.renewing = None;
+        self.measurements.count("dc_lease_renewal_failed");
+        let now = self.node_now(d);
+        let change = self.dcs[d].lease.lease.handle_failed(now);
+        self.count_change(change);
+        self.dc_lease_drive(d);
+    }
+
+    fn count_change(&mut self, change: DcLeaseChange) {
+        match change {
+            DcLeaseChange::Same => {}
+            DcLeaseChange::Regained => self.measurements.count("dc_lease_regained"),
+            DcLeaseChange::Lost => self.measurements.count("dc_lease_lost"),
+            DcLeaseChange::Retired => self.measurements.count("dc_lease_retired"),
+        }
+    }
+
+    /// Whether DC `d` may grant or renew a host lease arriving now
+    /// (homingd's `grant_allowed`): its whole ttl fits in the DC's validity.
+    pub(crate) fn grant_allowed(&mut self, d: usize) -> Result<(), ErrorReply> {
+        let now = self.node_now(d);
+        let ttl_ms = self.policy.ttl_ms();
+        let lease = &self.dcs[d].lease;
+        if !lease.unchecked && lease.lease.covers(now, ttl_ms) {
+            return Ok(());
+        }
+        self.measurements.count("grant_refused_by_dc_lease");
+        Err(ErrorReply::new(
+            ErrorKind::Unavailable {
+                dc: self.dcs[d].id.clone(),
+            },
+            "no host lease granted or renewed: the dc lease does not cover it",
+        ))
+    }
+
+    /// A record write of task `tid`: on to the store if the published marks
+    /// cover it (homingd's `publish_marks_for`), else parked until a
+    /// renewal publishes them or [`MARKS_WAIT_MS`] passes. `None`: parked.
+    pub(crate) fn marks_for_write(
+        &mut self,
+        d: usize,
+        tid: u64,
+        task: Task,
+        op: StoreOp,
+    ) -> Option<(Task, StoreOp)> {
+        let StoreOp::Cas { record, .. } = &op else {
+            return Some((task, op));
+        };
+        let (unique, token) = (record.id.unique(), record.token);
+        let lease = &mut self.dcs[d].lease;
+        if !lease.unchecked && lease.lease.admits(unique, token) {
+            return Some((task, op));
+        }
+        if lease.lease.retired() {
+            self.measurements.count("write_refused_dc_stopped");
+            let e = global_unavailable(self, d, "this dc may never hold its dc lease again");
+            self.store_failed(d, tid, task, false, e);
+            return None;
+        }
+        let floor = self.allocator_floor(d);
+        let lease = &mut self.dcs[d].lease;
+        lease.lease.want(floor.max(unique), token);
+        lease.parked.insert(tid, (task, op));
+        self.measurements.count("write_waits_for_marks");
+        let epoch = self.dcs[d].epoch;
+        let at = self.now + MARKS_WAIT_MS * 1000;
+        let dc = d as u16;
+        self.schedule(
+            at,
+            Event::MarksTimeout {
+                dc,
+                epoch,
+                task: tid,
+            },
+        );
+        if self.dcs[d].lease.renewing.is_none() {
+            self.dc_lease_drive(d);
+        }
+        None
+    }
+
+    /// Parked writes the published marks now cover go on to the store.
+    fn release_parked_writes(&mut self, d: usize) {
+        let lease = &self.dcs[d].lease;
+        let ready: Vec<u64> = lease
+            .parked
+            .iter()
+            .filter(|(_, (_, op))| match op {
+                StoreOp::Cas { record, .. } => lease.lease.admits(record.id.unique(), record.token),
+                _ => true,
+            })
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in ready {
+            if let Some((task, op)) = self.dcs[d].lease.parked.remove(&tid) {
+                self.dc_continue(d, tid, task, Next::Store(op));
+            }
+        }
+    }
+
+    /// A parked write's wait for marks ran out: it fails `Unavailable`.
+    pub(crate) fn marks_timeout(&mut self, d: usize, epoch: u32, tid: u64) {
+        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+            return;
+        }
+        let Some((task, _)) = self.dcs[d].lease.parked.remove(&tid) else {
+            return;
+        };
+        self.measurements.count("write_marks_wait_timed_out");
+        let e = global_unavailable(
+            self,
+            d,
+            "the global store has not acknowledged the marks the record needs in time",
+        );
+        self.store_failed(d, tid, task, false, e);
+    }
+
+    /// A global read or write of task `tid` failed: the DC is cut off.
+    pub(crate) fn global_failed(&mut self, d: usize, epoch: u32, tid: u64) {
+        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+            return;
+        }
+        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+            return;
+        };
+        self.current_key = task.key;
+        task.waiting = None;
+        self.measurements.count("global_op_failed_cut_off");
+        let e = global_unavailable(self, d, "the global store cannot be reached");
+        self.store_failed(d, tid, task, true, e);
+    }
+
+    /// A store operation of task `tid` — a `global` read or write, else a
+    /// record write — failed with `e` (an unreachable store): each kind of
+    /// task handles it as homingd's driver does.
+    fn store_failed(&mut self, d: usize, tid: u64, mut task: Task, global: bool, e: ErrorReply) {
+        self.current_key = task.key;
+        let failure = Failure::from_reply(e.clone());
+        let next = match &mut task.kind {
+            TaskKind::Acquire(_) => {
+                let now = self.node_now(d);
+                let TaskKind::Acquire(job) = &mut task.kind else {
+                    return;
+                };
+                job.acquire.handle_failure(now, failure);
+                self.acquire_step(d, &mut task)
+            }
+            TaskKind::Upkeep => {
+                let upkeep = &mut self.dcs[d].upkeep;
+                if global {
+                    upkeep.handle_global(Err(failure));
+                } else {
+                    upkeep.handle_change_failure(failure);
+                }
+                return self.upkeep_drive(d, tid, task);
+            }
+            TaskKind::Drain(job) => {
+                if global {
+                    job.walk = None;
+                    job.drain.handle_walked(Err(failure));
+                } else {
+                    job.drain.handle_failure(failure);
+                }
+                return self.drain_drive(d, tid, task);
+            }
+            TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
+            TaskKind::Update(_) | TaskKind::Segment | TaskKind::Resolve { .. } => {
+                Next::Reply(homing_core::Reply::Error(e))
+            }
+        };
+        self.dc_continue(d, tid, task, next);
+    }
+
+    /// The global store's judgement of DC `d`'s lease reaches Expired now
+    /// (unless a later renewal landed): no host lease it granted may still act.
+    pub(crate) fn dc_lease_expiry(&mut self, d: usize, received_us: u64) {
+        let kept = &self.global_leases[d];
+        if kept.received_us != Some(received_us) {
+            return;
+        }
+        debug_assert_eq!(kept.standing(self.now), DcStanding::Expired);
+        self.measurements.count("dc_lease_expired_in_store");
+        let dc = self.dcs[d].id.clone();
+        self.checker.on_dc_lease_expired(&dc, received_us, self.now);
+    }
+
+    /// DC `d`'s cut from the global store, begun at `start_us`, ends: how
+    /// long after it began the last host lease the DC granted stopped acting
+    /// (0: none acted then), or a count of cuts that ended with some acting.
+    pub(crate) fn cut_ends(&mut self, d: usize, start_us: u64) {
+        let dc = self.dcs[d].id.clone();
+        if !self.checker.holders_of(&dc).is_empty() {
+            self.measurements.count("dc_cut_ended_with_holders_acting");
+            return;
+        }
+        let last = self.checker.last_stop_us.get(&dc).copied().unwrap_or(0);
+        let after = last.saturating_sub(start_us);
+        self.measurements
+            .duration("dc_cut_hosts_stopped_after", after);
+    }
+
+    /// Whether the global store judges DC `d`'s lease expired now.
+    pub(crate) fn dc_lease_expired(&self, d: usize) -> bool {
+        self.global_leases[d].standing(self.now) == DcStanding::Expired
+    }
+}

@@ -1,0 +1,60 @@
+//! The DC lease in the simulator (DESIGN.md §7.5): a DC restarted on an
+//! empty store under the same id is refused by the floor check and never
+//! serves again; a DC cut off from the global store stops its hosts before
+//! the store calls its lease expired.
+
+use homing_sim::{Rules, RunOptions, Scenario, run};
+
+/// `simulations/scenarios/<name>.toml`, cut to `duration_ms`.
+fn scenario(name: &str, duration_ms: u64) -> Scenario {
+    let path = format!("{}/scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+    let mut scenario = Scenario::load(std::path::Path::new(&path)).unwrap();
+    scenario.duration_ms = duration_ms;
+    scenario
+}
+
+#[test]
+fn a_dc_restarted_on_an_empty_store_is_refused_and_stays_down() {
+    let mut s = scenario("baseline", 30_000);
+    let crash = "[[faults]]\nkind = \"crash_dc\"\ndc = \"fra\"\nat_ms = 10000\nfor_ms = 2000\nstore_lost = true\n";
+    s.faults = Scenario::from_toml(crash).unwrap().faults;
+    let outcome = run(&s, 1, Rules::real(), RunOptions::default()).unwrap();
+    assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
+    let counters = &outcome.measurements.counters;
+    assert_eq!(
+        counters.get("dc_refused_below_floor"),
+        Some(&1),
+        "{counters:?}"
+    );
+    // The same crash with its store kept restarts and serves.
+    s.faults = Scenario::from_toml(&crash.replace("store_lost = true", ""))
+        .unwrap()
+        .faults;
+    let kept = run(&s, 1, Rules::real(), RunOptions::default()).unwrap();
+    assert!(kept.failure.is_none(), "{}", kept.failure.unwrap());
+    assert_eq!(
+        kept.measurements.counters.get("dc_refused_below_floor"),
+        None
+    );
+}
+
+#[test]
+fn a_dc_cut_from_the_global_store_stops_granting_and_its_hosts_stop_before_expiry() {
+    let s = scenario("dc-cut-from-global", 70_000);
+    let outcome = run(&s, 1, Rules::real(), RunOptions::default()).unwrap();
+    assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
+    let counters = &outcome.measurements.counters;
+    assert!(
+        counters
+            .get("grant_refused_by_dc_lease")
+            .is_some_and(|n| *n > 0),
+        "{counters:?}"
+    );
+    assert_eq!(
+        counters.get("dc_lease_expired_in_store"),
+        Some(&1),
+        "{counters:?}"
+    );
+    let stopped = &outcome.measurements.durations["dc_cut_hosts_stopped_after"];
+    assert_eq!(stopped.len(), 1);
+}
