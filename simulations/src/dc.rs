@@ -381,9 +381,6 @@ impl Sim {
                 host_time,
                 wait_ms,
             } => {
-                if let Err(e) = self.grant_allowed(d) {
-                    return self.dc_reply_to(d, client, rpc, key, Reply::Error(e));
-                }
                 let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
                 let request = AcquireRequest {
                     key: config.key(bits),
@@ -882,6 +879,11 @@ impl Sim {
                 self.measurements.count(acquire_counter(event));
             }
             let need = match poll {
+                AcquirePoll::Cover { from } => {
+                    job.acquire
+                        .handle_covered(self.grant_covered(d, from).is_ok());
+                    continue;
+                }
                 AcquirePoll::Connect(need) => need,
                 AcquirePoll::Await {
                     reservation,

@@ -315,13 +315,20 @@ impl Sim {
         }
     }
 
-    /// Whether DC `d` may grant or renew a host lease arriving now
-    /// (homingd's `grant_allowed`): its whole ttl fits in the DC's validity.
+    /// Whether DC `d` may renew a host lease arriving now (homingd's
+    /// `grant_allowed`): its whole ttl fits in the DC's validity.
     pub(crate) fn grant_allowed(&mut self, d: usize) -> Result<(), ErrorReply> {
         let now = self.node_now(d);
+        self.grant_covered(d, now)
+    }
+
+    /// Whether DC `d`'s lease covers a host lease whose term starts at
+    /// `from` (node clock): a renewal arriving now, or an acquire's grant
+    /// (homing-node's `AcquirePoll::Cover`).
+    pub(crate) fn grant_covered(&mut self, d: usize, from: NodeTime) -> Result<(), ErrorReply> {
         let ttl_ms = self.policy.ttl_ms();
         let lease = &self.dcs[d].lease;
-        if !lease.unchecked && lease.lease.covers(now, ttl_ms) {
+        if !lease.unchecked && lease.lease.covers(from, ttl_ms) {
             return Ok(());
         }
         self.measurements.count("grant_refused_by_dc_lease");

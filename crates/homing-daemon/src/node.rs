@@ -310,11 +310,18 @@ impl Node {
     /// its whole term fits in the DC lease's validity, as homing-node's
     /// [`homing_node::DcLease::covers`] decides.
     fn grant_allowed(&self) -> Result<(), Failure> {
+        self.grant_covered(self.waiters.now())
+    }
+
+    /// Refuses a host lease whose term starts at `from` (node clock) unless
+    /// the DC lease covers all of it: a renewal arriving now, or an
+    /// acquire's grant (homing-node's `AcquirePoll::Cover`, also after a wait).
+    fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), Failure> {
         let now = self.waiters.now();
         let ttl_ms = self.policy.ttl_ms();
         let (covers, valid_ms, retired) = self
             .dc_lease
-            .with(|l| (l.covers(now, ttl_ms), l.valid_for_ms(now), l.retired()));
+            .with(|l| (l.covers(from, ttl_ms), l.valid_for_ms(now), l.retired()));
         if covers {
             return Ok(());
         }
@@ -580,6 +587,11 @@ impl Node {
                 log_acquire(event);
             }
             match poll {
+                AcquirePoll::Cover { from } => match self.grant_covered(from) {
+                    Ok(()) => acquire.handle_covered(true),
+                    // The node's own sentence: it says how long the DC still counts on its lease.
+                    Err(failure) => return Err(failure),
+                },
                 AcquirePoll::Connect(need) => {
                     if let Err(failure) = self.perform(acquire.connect(), need).await {
                         let failure = failure.classify(&self.dc);
@@ -1060,10 +1072,7 @@ impl Node {
                 lease,
                 host_time,
                 wait_ms,
-            } => {
-                self.grant_allowed()?;
-                self.acquire(config, actor, lease, host_time, wait_ms).await
-            }
+            } => self.acquire(config, actor, lease, host_time, wait_ms).await,
             Request::Renew {
                 reservation,
                 token,

@@ -64,6 +64,16 @@ pub const CONNECT_GLOBAL_READ: GlobalRead = GlobalRead::Nearest;
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum AcquirePoll {
+    /// Before a connect that may grant: does the DC's lease cover a host
+    /// lease whose term starts at `from` (node clock)? Answer with
+    /// [`Acquire::handle_covered`] (homingd and the simulator ask
+    /// [`crate::DcLease::covers`] with the policy's ttl).
+    Cover {
+        /// Where the grant's term starts: the arrival for the first
+        /// connect, the reconnect's time after a wait or a pause (the grant
+        /// counts from host time + time held).
+        from: NodeTime,
+    },
     /// Perform this need of the current connect.
     Connect(ConnectNeed),
     /// Wait at `reservation`'s DC for it to be vacated, `wait_ms` at most,
@@ -116,6 +126,10 @@ pub enum AcquireEvent {
 
 #[derive(Debug)]
 enum Phase {
+    /// Waiting for the driver's answer to [`AcquirePoll::Cover`].
+    Covering {
+        from: NodeTime,
+    },
     Connecting,
     Awaiting,
     /// `error`: the failure that caused the pause, if a connect failed.
@@ -205,7 +219,7 @@ impl Acquire {
             held: None,
             last_look: false,
             awaits: 0,
-            phase: Phase::Connecting,
+            phase: Phase::Covering { from: now },
             events: VecDeque::new(),
         }
     }
@@ -302,6 +316,10 @@ impl Acquire {
                 Phase::Paused { until, error } => {
                     self.phase = Phase::Paused { until, error };
                     return AcquirePoll::Pause { until };
+                }
+                Phase::Covering { from } => {
+                    self.phase = Phase::Covering { from };
+                    return AcquirePoll::Cover { from };
                 }
                 Phase::Done(result) => return AcquirePoll::Done(result),
                 Phase::Over => panic!("acquire of {} polled after it ended", self.request.key),
@@ -457,7 +475,27 @@ impl Acquire {
             self.hop_limit,
         )
         .with_hint(waited_on);
-        self.phase = Phase::Connecting;
+        self.phase = Phase::Covering { from: now };
+    }
+
+    /// The driver's answer to [`AcquirePoll::Cover`]: a DC lease that does
+    /// not cover the grant's term ends the acquire `Unavailable` — a grant
+    /// after a wait must not outlive the DC lease either (DESIGN.md §7.5).
+    pub fn handle_covered(&mut self, covered: bool) {
+        assert!(
+            matches!(self.phase, Phase::Covering { .. }),
+            "handle_covered without a Cover poll"
+        );
+        self.phase = if covered {
+            Phase::Connecting
+        } else {
+            Phase::Done(Err(ErrorReply::new(
+                ErrorKind::Unavailable {
+                    dc: self.dc.clone(),
+                },
+                "no host lease granted: this dc's dc lease does not cover a whole host lease from now (the global store has not acknowledged a renewal in time)",
+            )))
+        };
     }
 }
 

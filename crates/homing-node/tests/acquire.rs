@@ -53,6 +53,8 @@ fn node_now(world: &World) -> NodeTime {
 fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
     for _ in 0..1_000 {
         match acquire.poll(node_now(world)) {
+            // These worlds have no DC leases: every grant is covered.
+            AcquirePoll::Cover { .. } => acquire.handle_covered(true),
             AcquirePoll::Connect(_) => {
                 assert!(world.step(&dc(at), acquire.connect()));
             }
@@ -127,6 +129,40 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
     assert_eq!(deadlines, expected.deadlines, "host time + the 1 s held");
 }
 
+/// The acquire asks whether the DC lease covers a grant from now; yes.
+fn covered(world: &World, acquire: &mut Acquire) {
+    let AcquirePoll::Cover { from } = acquire.poll(node_now(world)) else {
+        panic!("a connect that may grant asks about the dc lease first")
+    };
+    assert_eq!(from, node_now(world));
+    acquire.handle_covered(true);
+}
+
+#[test]
+fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it() {
+    let (mut world, mut acquire) = held_at_iad(5_000);
+    world.now_ms += 4_000;
+    world.release(&"iad.1".parse().unwrap(), FencingToken::FIRST);
+    let vacated = AwaitReply::Vacated {
+        ended: ReleaseCause::Released(RunOutcome::Ok),
+    };
+    acquire.handle_awaited(node_now(&world), Ok(vacated));
+    // The grant would count from host time + 4 s held: the DC lease is asked
+    // about that term, not the one the acquire arrived with.
+    let AcquirePoll::Cover { from } = acquire.poll(node_now(&world)) else {
+        panic!("the reconnect asks about the dc lease")
+    };
+    assert_eq!(from, node_now(&world));
+    acquire.handle_covered(false);
+    let AcquirePoll::Done(Err(e)) = acquire.poll(node_now(&world)) else {
+        panic!("expected Unavailable")
+    };
+    assert!(
+        matches!(e.kind, ErrorKind::Unavailable { ref dc } if dc.as_str() == "fra"),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
     let (mut world, mut acquire) = held_at_iad(5_000);
@@ -170,6 +206,7 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
     };
     let world = World::new(&["iad", "fra"]);
     let mut patient = start(&world, "fra", "a2", 5_000);
+    covered(&world, &mut patient);
     assert!(matches!(
         patient.poll(node_now(&world)),
         AcquirePoll::Connect(_)
@@ -180,6 +217,7 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
         AcquirePoll::Pause { .. }
     ));
     let mut hasty = start(&world, "fra", "a2", 0);
+    covered(&world, &mut hasty);
     hasty.poll(node_now(&world));
     hasty.handle_failure(node_now(&world), unreachable());
     let AcquirePoll::Done(Err(e)) = hasty.poll(node_now(&world)) else {
