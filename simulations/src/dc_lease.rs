@@ -19,7 +19,9 @@
 
 use homing_core::{DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy};
 use homing_node::dc_lease::RENEW_RETRY_MS;
-use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime};
+use homing_node::{
+    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
+};
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::sim::{Event, Sim};
@@ -161,16 +163,13 @@ impl Sim {
         let store_floor = self.allocator_floor(d);
         let lease = &mut self.dcs[d].lease;
         lease.unchecked = false;
-        if store_floor < published.allocator_floor {
+        // The simulator never retires a DC nor starts above the floor.
+        if start_check(&published, false, store_floor, false) != StartCheck::Serve {
             lease.lease.stop();
             self.measurements.count("dc_refused_below_floor");
             return false;
         }
-        let wanted = DcMarks {
-            allocator_floor: store_floor,
-            token_bound: 0,
-        };
-        lease.lease.kept(published, wanted);
+        lease.lease.checked(published, store_floor);
         true
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use homing_core::{DcId, DcLeaseState, DcMarks, DcRecord, DcTerms};
 use homing_node::dc_lease::RENEW_RETRY_MS;
-use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, NodeTime};
+use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, NodeTime, StartCheck, start_check};
 use homing_store::{DcStore, GlobalStore, StoreError};
 use thiserror::Error;
 use tokio::sync::{Notify, watch};
@@ -72,40 +72,41 @@ impl DcLeaseCell {
 }
 
 /// Checks what the global store keeps about `dc` (`state`) against the DC
-/// store, raising the store's allocator to the published floor if the
-/// operator said so; the marks the DC store needs published.
+/// store, as homing-node's [`start_check`] decides, raising the store's
+/// allocator to the published floor if the operator said so; the store's
+/// allocator bound to publish.
 async fn check(
     dc: &DcId,
     state: &DcLeaseState,
     records: &dyn DcStore,
     start_above_floor: bool,
-) -> Result<DcMarks, DaemonError> {
+) -> Result<u64, DaemonError> {
     let store = |source| DaemonError::Store {
         which: "dc",
         source,
     };
-    if state.retired {
-        return Err(Refusal::Retired { dc: dc.clone() }.into());
-    }
-    let mut store_floor = records.allocator_floor().await.map_err(store)?;
-    let published = state.marks.allocator_floor;
-    if store_floor < published {
-        if !start_above_floor {
-            return Err(Refusal::BelowFloor {
-                dc: dc.clone(),
+    loop {
+        let store_floor = records.allocator_floor().await.map_err(store)?;
+        match start_check(&state.marks, state.retired, store_floor, start_above_floor) {
+            StartCheck::Serve => return Ok(store_floor),
+            StartCheck::Retired => return Err(Refusal::Retired { dc: dc.clone() }.into()),
+            StartCheck::BelowFloor {
                 store_floor,
                 published,
+            } => {
+                return Err(Refusal::BelowFloor {
+                    dc: dc.clone(),
+                    store_floor,
+                    published,
+                }
+                .into());
             }
-            .into());
+            StartCheck::RaiseAllocator { to } => {
+                records.raise_allocator(to).await.map_err(store)?;
+                tracing::warn!(dc = %dc, store_floor, published = to, "dc store allocator raised to the published floor (--start-above-floor): reservations below it that this store does not hold can only be taken over");
+            }
         }
-        records.raise_allocator(published).await.map_err(store)?;
-        tracing::warn!(dc = %dc, store_floor, published, "dc store allocator raised to the published floor (--start-above-floor): reservations below it that this store does not hold can only be taken over");
-        store_floor = records.allocator_floor().await.map_err(store)?;
     }
-    Ok(DcMarks {
-        allocator_floor: store_floor,
-        token_bound: 0,
-    })
 }
 
 /// The DC's lease, not yet renewed, after checking what the global store
@@ -128,8 +129,8 @@ pub async fn open(
     );
     let unchecked = match global.dc_lease(dc).await {
         Ok(state) => {
-            let wanted = check(dc, &state, records, start_above_floor).await?;
-            lease.kept(state.marks, wanted);
+            let store_floor = check(dc, &state, records, start_above_floor).await?;
+            lease.checked(state.marks, store_floor);
             None
         }
         Err(e @ StoreError::Unavailable { .. }) => {
@@ -230,7 +231,7 @@ impl Renewer {
             return;
         };
         match check(&self.dc, &state, self.records.as_ref(), start_above_floor).await {
-            Ok(wanted) => self.cell.with(|l| l.kept(state.marks, wanted)),
+            Ok(store_floor) => self.cell.with(|l| l.checked(state.marks, store_floor)),
             Err(refusal) => {
                 tracing::error!(dc = %self.dc, error = %refusal, "this dc must not serve: no host lease is granted and no record written");
                 self.cell.with(|l| l.stop());

@@ -28,6 +28,57 @@ pub const TOKEN_HEADROOM: u64 = 1 << 20;
 /// How soon a failed renewal is tried again, ms (capped by the renewal period).
 pub const RENEW_RETRY_MS: u64 = 250;
 
+/// What a DC may do at start, from what the global store keeps about it
+/// (its published marks, whether it was retired) and its own store's
+/// allocator bound ([`start_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartCheck {
+    /// Serve: the store is at or above every mark it must be.
+    Serve,
+    /// The operator asked to start above the floor: raise the store's
+    /// allocator to `to`, then check again.
+    RaiseAllocator {
+        /// The published allocator floor.
+        to: u64,
+    },
+    /// Retired by an operator: never serve under this id.
+    Retired,
+    /// The store is behind what the DC already handed out (wiped, or
+    /// restored from an old backup): refuse.
+    BelowFloor {
+        /// The store's allocator bound.
+        store_floor: u64,
+        /// The floor the DC published.
+        published: u64,
+    },
+}
+
+/// The start-up decision for a DC whose global store keeps `kept` and
+/// `retired` about it, over a DC store whose allocator bound is
+/// `store_floor`; `start_above_floor`: the operator's one-off permission to
+/// raise a store that is behind (homingd's `--start-above-floor`).
+pub fn start_check(
+    kept: &DcMarks,
+    retired: bool,
+    store_floor: u64,
+    start_above_floor: bool,
+) -> StartCheck {
+    if retired {
+        StartCheck::Retired
+    } else if store_floor >= kept.allocator_floor {
+        StartCheck::Serve
+    } else if start_above_floor {
+        StartCheck::RaiseAllocator {
+            to: kept.allocator_floor,
+        }
+    } else {
+        StartCheck::BelowFloor {
+            store_floor,
+            published: kept.allocator_floor,
+        }
+    }
+}
+
 /// What the driver must do for the DC lease now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DcLeasePoll {
@@ -228,9 +279,14 @@ impl DcLease {
         self.valid_until = None;
     }
 
-    /// Counts `kept` — the marks the store keeps, read once the store
-    /// answers — as published; the renewal then also asks for `wanted`.
-    pub fn kept(&mut self, kept: DcMarks, wanted: DcMarks) {
+    /// The start-up check passed ([`StartCheck::Serve`]): counts `kept` —
+    /// the marks the global store keeps — as published, and asks the next
+    /// renewal to publish the DC store's allocator bound `store_floor` too.
+    pub fn checked(&mut self, kept: DcMarks, store_floor: u64) {
+        let wanted = DcMarks {
+            allocator_floor: store_floor,
+            token_bound: 0,
+        };
         self.published = self.published.max(kept);
         self.wanted = self.wanted.max(kept).max(wanted);
     }
@@ -330,6 +386,24 @@ mod tests {
             panic!("a wanted mark makes the renewal due at once");
         };
         assert_eq!(sent.token_bound, 2 * TOKEN_HEADROOM + 1);
+    }
+
+    #[test]
+    fn the_start_check_serves_a_store_at_its_floor_and_refuses_one_behind_it() {
+        let kept = marks(2048, 9);
+        assert_eq!(start_check(&kept, false, 2048, false), StartCheck::Serve);
+        assert_eq!(
+            start_check(&kept, false, 0, false),
+            StartCheck::BelowFloor {
+                store_floor: 0,
+                published: 2048
+            }
+        );
+        assert_eq!(
+            start_check(&kept, false, 0, true),
+            StartCheck::RaiseAllocator { to: 2048 }
+        );
+        assert_eq!(start_check(&kept, true, 4096, true), StartCheck::Retired);
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub use acquire::{
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use cancel::Cancellations;
 pub use change::{Change, Changed};
-pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, TOKEN_HEADROOM};
+pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
 pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;
 pub use mutation::{Mutation, Mutations};
