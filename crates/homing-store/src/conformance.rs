@@ -1068,12 +1068,17 @@ pub async fn dc_keys_created_counts_first_reservations_per_namespace(b: &dyn Bac
     let mut recreated = create("games", "moved-here");
     recreated.predecessor = Some(rid("fra.1"));
     recreated.token = FencingToken::FIRST.next();
-    assert_eq!(s.compare_and_set(None, &recreated).await.unwrap(), Cas::Written);
+    assert_eq!(
+        s.compare_and_set(None, &recreated).await.unwrap(),
+        Cas::Written
+    );
     let lost = create("games", "lost-race");
     assert_eq!(s.compare_and_set(None, &lost).await.unwrap(), Cas::Written);
     let abandoned = lost.abandon().expect("a fresh record can be abandoned");
     assert_eq!(
-        s.compare_and_set(Some(lost.version), &abandoned).await.unwrap(),
+        s.compare_and_set(Some(lost.version), &abandoned)
+            .await
+            .unwrap(),
         Cas::Written
     );
     let child = create("games/eu", "d");

@@ -221,7 +221,9 @@ pub trait DcStore: Send + Sync + 'static {
         let mut created = 0;
         let mut after = None;
         while created < at_most {
-            let page = self.scan(&scope, "", after.as_ref(), SCAN_LIMIT_MAX).await?;
+            let page = self
+                .scan(&scope, "", after.as_ref(), SCAN_LIMIT_MAX)
+                .await?;
             created += page.iter().filter(|r| created_key(r)).count() as u64;
             if page.len() < SCAN_LIMIT_MAX {
                 break;
