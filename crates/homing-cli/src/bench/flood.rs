@@ -61,6 +61,10 @@ const FD_RESERVE: u64 = 1_024;
 const ATTACKER_REPORT_MS: u64 = 50;
 /// How long the attacker process may take to exit once told to stop.
 const ATTACKER_EXIT_MS: u64 = 5_000;
+/// The attacker process stops on its own after this many flood lengths, if
+/// this process never tells it to (it fills the cap, then the measured
+/// flood phase runs a whole flood length).
+const ATTACKER_LENGTHS_MAX: u32 = 3;
 
 /// What the flood suite runs.
 #[derive(Debug, Clone, Copy)]
@@ -393,7 +397,12 @@ async fn idle_tcp(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
             );
             let cell = cell?;
             let opened = match holding {
-                Some(holding) => thousands(holding.stop().await? as f64),
+                Some(holding) => {
+                    let filled = holding.filled.map_or("cap not filled".to_string(), |d| {
+                        format!("cap filled in {} ms", d.as_millis())
+                    });
+                    format!("{} ({filled})", thousands(holding.stop().await? as f64))
+                }
                 None => {
                     ok &= label != "default bounds" || cell.errors == 0;
                     String::new()
@@ -497,11 +506,14 @@ struct IdleFlood {
     child: std::process::Child,
     opened: Arc<AtomicU64>,
     reader: std::thread::JoinHandle<()>,
+    /// How long the attackers took to fill the router's cap (`None`: they did not).
+    filled: Option<Duration>,
 }
 
 impl IdleFlood {
-    /// Starts `connections` attackers in a child process for `length`;
-    /// returns once `full()` (the router holds its cap) or `length` passed.
+    /// Starts `connections` attackers in a child process (until
+    /// [`IdleFlood::stop`]); returns once `full()` (the router holds its
+    /// cap) or `length` passed.
     async fn start(
         at: SocketAddr,
         connections: usize,
@@ -516,7 +528,7 @@ impl IdleFlood {
             .arg("--idle-connections")
             .arg(connections.to_string())
             .arg("--flood-ms")
-            .arg(length.as_millis().to_string())
+            .arg((length * ATTACKER_LENGTHS_MAX).as_millis().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -534,8 +546,8 @@ impl IdleFlood {
                 }
             })
         };
-        let until = tokio::time::Instant::now() + length;
-        while !full() && tokio::time::Instant::now() < until {
+        let started = tokio::time::Instant::now();
+        while !full() && started.elapsed() < length {
             // A condition poll while the attackers connect.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -543,6 +555,7 @@ impl IdleFlood {
             child,
             opened,
             reader,
+            filled: full().then(|| started.elapsed()),
         })
     }
 
