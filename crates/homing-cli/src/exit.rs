@@ -36,7 +36,7 @@ pub enum Exit {
     /// 75: `reserve`: a live actor holds the key (printed); nothing reserved.
     HeldElsewhere,
     /// 77: the DC refused: a stale token, a tag mismatch, a certificate that
-    /// may not ask this.
+    /// may not ask this, a new key past the DC's key quota.
     Refused,
 }
 
@@ -51,7 +51,8 @@ Exit codes:
       reservation does not exist
   69  unavailable: a DC or store needed did not answer, or is overloaded; retry
   75  reserve: a live actor holds the key (printed); nothing was reserved
-  77  refused: a stale token, a tag mismatch, a certificate that may not ask this
+  77  refused: a stale token, a tag mismatch, a certificate that may not ask
+      this, a new key past the DC's key quota (keys_per_namespace_max)
 With --json, resolve, reserve and release print one JSON object on stdout,
 also on failure: {\"outcome\":\"not_found\",\"error\":\"...\"}.";
 
@@ -157,7 +158,7 @@ fn resolve_exit(e: &ResolveError) -> Exit {
 /// The exit for a DC's error reply.
 pub fn reply_exit(kind: &ErrorKind) -> Exit {
     match kind {
-        ErrorKind::Unauthorized => Exit::Refused,
+        ErrorKind::Unauthorized | ErrorKind::QuotaExceeded { .. } => Exit::Refused,
         ErrorKind::BadRequest => Exit::BadInput,
         ErrorKind::UnknownReservation => Exit::NotFound,
         ErrorKind::Unavailable { .. } | ErrorKind::Overloaded => Exit::Unavailable,

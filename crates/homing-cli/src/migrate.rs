@@ -37,7 +37,7 @@ Stop every homingd of the deployment first: a live daemon changes records
 while they are copied (a redb store a homingd has open is locked and
 refused). The target's DC stores are marked while they are copied, and
 homingd refuses to start on a marked store until a run verified the copy
-(the etcd backend keeps no mark yet: the report warns). A redb source must
+(every backend keeps the mark). A redb source must
 exist; a target is created as needed. The target's allocator is raised above the source's first, so it
 never hands out a reservation ID the source used. Items already at the target
 and equal are skipped, so an interrupted migration is finished by running the

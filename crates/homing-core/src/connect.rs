@@ -262,6 +262,19 @@ impl Connect {
         self
     }
 
+    /// Whether the need [`Connect::poll`] names is the allocation for the
+    /// key's first reservation: a create that, if it wins, writes a global
+    /// entry kept forever (a DC bounds those per namespace: homing-node's
+    /// `KeyQuota`). False for a recreate, which writes no entry.
+    pub fn creates_key(&self) -> bool {
+        matches!(self.phase, Phase::Allocating(Plan::First))
+    }
+
+    /// The key this connect is for (with its generated name, if any).
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
     /// The notice to send after this connect linked the key's chain to its
     /// new reservation; `None` otherwise (taken once).
     pub fn take_notice(&mut self) -> Option<ShortcutNotice> {

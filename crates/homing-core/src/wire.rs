@@ -21,9 +21,9 @@ use crate::reservation::ReservationId;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/5";
+pub const ALPN: &[u8] = b"homing/6";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -338,6 +338,15 @@ pub enum ErrorKind {
     /// Anything else (a store error, …).
     #[error("internal error")]
     Internal,
+    /// This DC created as many keys in the key's namespace as its
+    /// `keys_per_namespace_max` allows (each created key keeps a global
+    /// entry forever): no new key is created there. Not retried: it lasts
+    /// until an operator raises the quota. Keys that exist still acquire.
+    #[error("key quota of {keys_max} per namespace reached")]
+    QuotaExceeded {
+        /// The DC's quota.
+        keys_max: u64,
+    },
 }
 
 impl ErrorKind {

@@ -11,6 +11,7 @@ use clap::Args;
 use homing_core::chain::{HOP_LIMIT_DEFAULT, HOP_LIMIT_MAX};
 use homing_core::{DcId, DcTerms, LeasePolicy};
 use homing_net::{ConnectionShares, ServerLimits};
+use homing_node::KEYS_PER_NAMESPACE_MAX_DEFAULT;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -131,6 +132,9 @@ pub struct Settings {
     /// Most Watch requests parked at this DC at once (each re-reads the event log on every write); more are answered Overloaded at once.
     #[arg(long, env = "HOMING_WATCHES_PARKED_MAX")]
     pub watches_parked_max: Option<u64>,
+    /// Most keys this DC creates per namespace (each keeps a global entry forever); past it, a connect that would create a key is answered QuotaExceeded. 0: unlimited.
+    #[arg(long, env = "HOMING_KEYS_PER_NAMESPACE_MAX")]
+    pub keys_per_namespace_max: Option<u64>,
     /// How many lifecycle events this DC keeps for watchers; older ones are trimmed by the reaper.
     #[arg(long, env = "HOMING_EVENTS_RETAINED")]
     pub events_retained: Option<u64>,
@@ -231,6 +235,7 @@ impl Settings {
             waiters_max,
             handoff_ms,
             watches_parked_max,
+            keys_per_namespace_max,
             events_retained,
             connections_max,
             node_connections_reserved,
@@ -340,6 +345,8 @@ pub struct Config {
     pub events_retained: u64,
     /// Most Watch requests parked at once.
     pub watches_parked_max: usize,
+    /// Most keys this DC creates per namespace (0: unlimited).
+    pub keys_per_namespace_max: u64,
     /// What the QUIC server allows: connection shares, handshakes, buffers.
     pub server_limits: ServerLimits,
 }
@@ -502,6 +509,9 @@ impl Config {
                 s.watches_parked_max,
                 WATCHES_PARKED_MAX_DEFAULT,
             )? as usize,
+            keys_per_namespace_max: s
+                .keys_per_namespace_max
+                .unwrap_or(KEYS_PER_NAMESPACE_MAX_DEFAULT),
             server_limits,
             dc,
         })

@@ -170,6 +170,7 @@ impl Daemon {
             },
             config.waiting,
             config.watches_parked_max,
+            config.keys_per_namespace_max,
             lease.clone(),
             metrics.clone(),
         ));

@@ -13,16 +13,16 @@ use async_trait::async_trait;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
     ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey,
-    LeasePolicy, LinkReply, LocalSegment, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
-    ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
-    StoreTime, Walked, Written, wire,
+    LeasePolicy, LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply,
+    Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut,
+    ShortcutNotice, Source, StoreTime, Walked, Written, wire,
 };
 use homing_net::Handler;
 use homing_node::cancel;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AwaitPoll, AwaitVacant,
-    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll, GlobalRead, Mutations,
-    Update, UpdatePoll, member_named,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Admit, AwaitPoll, AwaitVacant,
+    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll, GlobalRead, KeyQuota,
+    Mutations, Update, UpdatePoll, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -90,6 +90,35 @@ pub struct Node {
     closing: watch::Sender<bool>,
     /// This DC's lease in the global store: grants and marks wait on it.
     dc_lease: Arc<DcLeaseCell>,
+    /// Keys this DC created per namespace, against `keys_per_namespace_max`.
+    quota: std::sync::Mutex<KeyQuota>,
+    /// Held while a namespace's keys are counted in the DC store.
+    quota_counting: tokio::sync::Mutex<()>,
+}
+
+/// A key create admitted by the quota: given back when dropped unless
+/// [`QuotaSlot::settle`] says this DC's entry is the key's.
+struct QuotaSlot<'a> {
+    quota: &'a std::sync::Mutex<KeyQuota>,
+    namespace: Namespace,
+    kept: bool,
+}
+
+impl QuotaSlot<'_> {
+    /// The key's global write answered: `ours` if the entry is this create's.
+    fn settle(mut self, ours: bool) {
+        self.kept = ours;
+    }
+}
+
+impl Drop for QuotaSlot<'_> {
+    fn drop(&mut self) {
+        lock_quota(self.quota).settle(&self.namespace, self.kept);
+    }
+}
+
+fn lock_quota(quota: &std::sync::Mutex<KeyQuota>) -> std::sync::MutexGuard<'_, KeyQuota> {
+    quota.lock().expect("the quota lock is never poisoned")
 }
 
 /// What a node keeps in memory about other DCs' facts.
@@ -191,6 +220,7 @@ fn outcome_of(reply: &Reply) -> &'static str {
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Trimmed { .. } => "trimmed",
             ErrorKind::Internal => "internal",
+            ErrorKind::QuotaExceeded { .. } => "quota_exceeded",
         },
         Reply::Awaited(AwaitReply::TimedOut) => "timed_out",
         Reply::Resolved { entry: None, .. } => "not_found",
@@ -213,10 +243,13 @@ impl Node {
         caches: NodeCaches,
         waiting: WaitLimits,
         watches_parked_max: usize,
+        keys_per_namespace_max: u64,
         dc_lease: Arc<DcLeaseCell>,
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
+            quota: std::sync::Mutex::new(KeyQuota::new(keys_per_namespace_max)),
+            quota_counting: tokio::sync::Mutex::new(()),
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
@@ -581,6 +614,8 @@ impl Node {
             Mutations::NONE,
         )
         .with_hint(hint);
+        // The key create this acquire holds a quota slot for, if any.
+        let mut slot = None;
         loop {
             let poll = acquire.poll(self.waiters.now());
             while let Some(event) = acquire.poll_event() {
@@ -593,7 +628,7 @@ impl Node {
                     Err(failure) => return Err(failure),
                 },
                 AcquirePoll::Connect(need) => {
-                    if let Err(failure) = self.perform(acquire.connect(), need).await {
+                    if let Err(failure) = self.perform(acquire.connect(), need, &mut slot).await {
                         let failure = failure.classify(&self.dc);
                         acquire.handle_failure(self.waiters.now(), failure);
                     }
@@ -908,8 +943,52 @@ impl Node {
         Ok(Reply::DrainedPage { drained, next })
     }
 
-    /// Performs one need of a connect.
-    async fn perform(&self, connect: &mut Connect, need: ConnectNeed) -> Result<(), Failure> {
+    /// Admits the create of a key in `namespace`, as homing-node's
+    /// [`KeyQuota`] decides (counting the namespace in the DC store first,
+    /// once per process).
+    async fn admit_key(&self, namespace: &Namespace) -> Result<QuotaSlot<'_>, Failure> {
+        let mut admit = lock_quota(&self.quota).admit(namespace);
+        if admit == Admit::Count {
+            // One count at a time: a burst of first creates in a namespace
+            // costs one count, not one per create.
+            let _counting = self.quota_counting.lock().await;
+            admit = lock_quota(&self.quota).admit(namespace);
+            if admit == Admit::Count {
+                let bound = lock_quota(&self.quota).count_bound();
+                let count = self.records.keys_created(namespace, bound);
+                let created = self.timed("dc_keys_created", count).await?;
+                tracing::info!(
+                    namespace = namespace.as_str(),
+                    created,
+                    "counted the keys this dc created in a namespace"
+                );
+                let mut quota = lock_quota(&self.quota);
+                quota.counted(namespace, created);
+                admit = quota.admit(namespace);
+            }
+        }
+        match admit {
+            Admit::Granted => Ok(QuotaSlot {
+                quota: &self.quota,
+                namespace: namespace.clone(),
+                kept: false,
+            }),
+            Admit::Refused(reply) => Err(Failure::Reply(reply)),
+            Admit::Count => Err(fail(
+                ErrorKind::Internal,
+                "key quota: a counted namespace asked to be counted again",
+            )),
+        }
+    }
+
+    /// Performs one need of a connect; `slot`: the quota slot of the key
+    /// create it is in, if any.
+    async fn perform<'a>(
+        &'a self,
+        connect: &mut Connect,
+        need: ConnectNeed,
+        slot: &mut Option<QuotaSlot<'a>>,
+    ) -> Result<(), Failure> {
         match need {
             ConnectNeed::GlobalEntry(key) => {
                 let entry = self.read_global(&key, CONNECT_GLOBAL_READ).await?;
@@ -925,6 +1004,9 @@ impl Node {
                 connect.handle_local_record(record, store_now());
             }
             ConnectNeed::Allocate => {
+                if connect.creates_key() {
+                    *slot = Some(self.admit_key(&connect.key().namespace).await?);
+                }
                 let unique = self.timed("dc_allocate", self.records.allocate()).await?;
                 connect.handle_allocated(unique, store_now());
             }
@@ -940,6 +1022,10 @@ impl Node {
                     SetIfAbsent::Inserted => None,
                     SetIfAbsent::Exists(existing) => Some(existing),
                 };
+                if let Some(slot) = slot.take() {
+                    // Inserted, or a retried write of our own entry.
+                    slot.settle(existing.as_ref().is_none_or(|winner| winner == &id));
+                }
                 self.global_cache
                     .insert(key, existing.clone().unwrap_or(id));
                 connect.handle_set_if_absent(existing);

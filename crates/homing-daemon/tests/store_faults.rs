@@ -151,7 +151,7 @@ async fn store_faults_the_metrics_endpoint_closes_a_silent_connection() {
 async fn store_faults_homingd_refuses_a_dc_store_an_unfinished_migration_copies_into() {
     let global = switchable(false);
     let records = Arc::new(MemoryDcStore::new());
-    assert!(records.set_migrating(true).await.unwrap());
+    records.set_migrating(true).await.unwrap();
     let (refused, _dir) = start_on(global.clone(), records.clone()).await;
     let err = refused
         .err()

@@ -130,7 +130,7 @@ impl TlsIdentity {
     }
 
     /// A rustls server configuration: TLS 1.3, ring, clients must present a
-    /// certificate from the CA, ALPN `homing/3` only.
+    /// certificate from the CA, ALPN [`ALPN`] only.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig, NetError> {
         let provider = provider();
         let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
@@ -148,7 +148,7 @@ impl TlsIdentity {
 
     /// A rustls client configuration: TLS 1.3, ring, servers must present a
     /// certificate from the CA, this process's certificate as client
-    /// certificate, ALPN `homing/3` only.
+    /// certificate, ALPN [`ALPN`] only.
     pub fn rustls_client_config(&self) -> Result<rustls::ClientConfig, NetError> {
         let mut config = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])

@@ -25,6 +25,8 @@
 //!   lease keys an acquire still running must honour;
 //! - [`dc_lease`]: the DC's own lease in the global store — when to renew,
 //!   which host leases it covers, which marks a write needs published;
+//! - [`key_quota`]: how many keys a DC may create per namespace (each keeps
+//!   a global entry forever);
 //! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
 //!   proven orphans, trim the event log.
 //!
@@ -46,6 +48,7 @@ pub mod drain;
 pub mod failure;
 #[cfg(test)]
 mod fixture;
+pub mod key_quota;
 pub mod mutation;
 pub mod time;
 pub mod update;
@@ -62,6 +65,7 @@ pub use change::{Change, Changed};
 pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
 pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;
+pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use mutation::{Mutation, Mutations};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};

@@ -1023,6 +1023,85 @@ pub async fn dc_events_survive_reopen(b: &dyn Backend) {
     assert_eq!(s.events(0, 10).await.unwrap().events, vec![next]);
 }
 
+/// migration mark: unset on a fresh store; set, it reads back (also after
+/// a reopen, on a durable backend) and leaves records alone; cleared, it
+/// reads back unset; setting or clearing twice is harmless.
+pub async fn dc_migration_mark_is_kept_until_cleared(b: &dyn Backend) {
+    let place = "dc_migration_mark";
+    let s = b.dc_store(place).await;
+    assert!(!s.migrating().await.unwrap(), "a fresh store is not marked");
+    let r = record(&rid("iad.1"), &key("", "room"));
+    assert_eq!(s.compare_and_set(None, &r).await.unwrap(), Cas::Written);
+    s.set_migrating(true).await.unwrap();
+    s.set_migrating(true).await.unwrap();
+    assert!(s.migrating().await.unwrap());
+    let s = if b.durable() {
+        drop(s);
+        let s = b.dc_store(place).await;
+        assert!(s.migrating().await.unwrap(), "the mark survives a reopen");
+        s
+    } else {
+        s
+    };
+    assert_eq!(s.get(&r.id).await.unwrap(), Some(r));
+    s.set_migrating(false).await.unwrap();
+    assert!(!s.migrating().await.unwrap());
+    s.set_migrating(false).await.unwrap();
+    assert!(!s.migrating().await.unwrap());
+}
+
+/// keys created: a namespace counts this DC's first reservations there —
+/// not a recreate (it has a predecessor), not an abandoned race loser, not a
+/// namespace under it — across scan pages, up to the bound asked for.
+pub async fn dc_keys_created_counts_first_reservations_per_namespace(b: &dyn Backend) {
+    let s = b.dc_store("dc_keys_created").await;
+    let ns = |name: &str| Namespace::new(name).expect("valid namespace");
+    let mut unique = 0;
+    let mut create = |ns: &str, name: &str| {
+        unique += 1;
+        record(&rid(&format!("iad.{unique}")), &key(ns, name))
+    };
+    for name in ["a", "b", "c"] {
+        let r = create("games", name);
+        assert_eq!(s.compare_and_set(None, &r).await.unwrap(), Cas::Written);
+    }
+    let mut recreated = create("games", "moved-here");
+    recreated.predecessor = Some(rid("fra.1"));
+    recreated.token = FencingToken::FIRST.next();
+    assert_eq!(
+        s.compare_and_set(None, &recreated).await.unwrap(),
+        Cas::Written
+    );
+    let lost = create("games", "lost-race");
+    assert_eq!(s.compare_and_set(None, &lost).await.unwrap(), Cas::Written);
+    let abandoned = lost.abandon().expect("a fresh record can be abandoned");
+    assert_eq!(
+        s.compare_and_set(Some(lost.version), &abandoned)
+            .await
+            .unwrap(),
+        Cas::Written
+    );
+    let child = create("games/eu", "d");
+    assert_eq!(s.compare_and_set(None, &child).await.unwrap(), Cas::Written);
+    let pages = SCAN_LIMIT_MAX + 2;
+    for i in 0..pages {
+        let r = create("many", &format!("k{i:04}"));
+        assert_eq!(s.compare_and_set(None, &r).await.unwrap(), Cas::Written);
+    }
+    assert_eq!(s.keys_created(&ns("games"), 1_000).await.unwrap(), 3);
+    assert_eq!(s.keys_created(&ns("games"), 2).await.unwrap(), 2);
+    assert_eq!(s.keys_created(&ns("games/eu"), 1_000).await.unwrap(), 1);
+    assert_eq!(s.keys_created(&ns(""), 1_000).await.unwrap(), 0);
+    assert_eq!(s.keys_created(&ns("chat"), 1_000).await.unwrap(), 0);
+    let many = ns("many");
+    assert_eq!(s.keys_created(&many, 1_000).await.unwrap(), pages as u64);
+    assert_eq!(
+        s.keys_created(&many, pages as u64 - 1).await.unwrap(),
+        pages as u64 - 1
+    );
+    assert_eq!(s.keys_created(&many, 0).await.unwrap(), 0);
+}
+
 /// scan: an exact scope is one namespace, a subtree is it and every
 /// namespace under it (not `g/eu-west`, not `g/eu!`), in `(key, id)` order,
 /// paged across the boundary between the two; a subtree takes no name prefix.
@@ -1454,6 +1533,8 @@ macro_rules! conformance_cases {
         dc_events_record_every_change_of_holder_and_nothing_else,
         dc_concurrent_writes_get_contiguous_event_seqs,
         dc_events_survive_reopen,
+        dc_migration_mark_is_kept_until_cleared,
+        dc_keys_created_counts_first_reservations_per_namespace,
         dc_scan_scopes_cover_exactly_their_namespaces,
         dc_import_copies_records_and_events_without_overwriting,
         dc_allocator_floor_bounds_uniques_and_raise_skips_past,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use homing_core::{
-    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
-    StoreTime,
+    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Namespace, NamespaceScope,
+    ReservationId, StoreTime,
 };
 
 use crate::error::StoreError;
@@ -208,20 +208,40 @@ pub trait DcStore: Send + Sync + 'static {
         None
     }
 
+    /// How many keys this DC created in `namespace` (exactly that namespace,
+    /// not those under it): its records there that are the first
+    /// reservation of their key (`predecessor: None`, so it wrote or tried
+    /// to write the key's global entry) and not abandoned (a race it lost).
+    /// Counts at most `at_most` (a caller comparing with a bound needs no
+    /// more). The default pages through [`DcStore::scan`]: one read per
+    /// [`SCAN_LIMIT_MAX`] records of the namespace, up to the bound; a
+    /// backend with a cheaper count overrides it.
+    async fn keys_created(&self, namespace: &Namespace, at_most: u64) -> Result<u64, StoreError> {
+        let scope = NamespaceScope::exact(namespace.clone());
+        let mut created = 0;
+        let mut after = None;
+        while created < at_most {
+            let page = self
+                .scan(&scope, "", after.as_ref(), SCAN_LIMIT_MAX)
+                .await?;
+            created += page.iter().filter(|r| created_key(r)).count() as u64;
+            if page.len() < SCAN_LIMIT_MAX {
+                break;
+            }
+            after = page.last().map(ScanCursor::after);
+        }
+        Ok(created.min(at_most))
+    }
+
     /// Whether an unfinished `homing migrate` is copying into this store.
     /// The migration marks its target DC stores before it copies and clears
     /// the mark once the copy verified; homingd refuses to start on a marked
-    /// store (its allocator and records are still being brought in). A
-    /// backend that keeps no mark answers `false`.
-    async fn migrating(&self) -> Result<bool, StoreError> {
-        Ok(false)
-    }
+    /// store (its allocator and records are still being brought in). Every
+    /// backend keeps the mark.
+    async fn migrating(&self) -> Result<bool, StoreError>;
 
     /// Sets or clears the mark [`DcStore::migrating`] reads, durably.
-    /// `Ok(false)`: this backend keeps no mark (nothing was written).
-    async fn set_migrating(&self, _on: bool) -> Result<bool, StoreError> {
-        Ok(false)
-    }
+    async fn set_migrating(&self, on: bool) -> Result<(), StoreError>;
 
     /// Whether the store serves now (homingd's `/healthz` asks): one read of
     /// the event log's bounds, plus what a backend needs to write (redb: its
@@ -229,6 +249,11 @@ pub trait DcStore: Send + Sync + 'static {
     async fn health(&self) -> Result<(), StoreError> {
         self.events(0, 0).await.map(|_| ())
     }
+}
+
+/// Whether `record` is a key this DC created (see [`DcStore::keys_created`]).
+fn created_key(record: &DcRecord) -> bool {
+    record.predecessor.is_none() && record.state != homing_core::RecordState::Abandoned
 }
 
 /// The caller-bug check every backend runs before a scan.

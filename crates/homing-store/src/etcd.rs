@@ -11,7 +11,8 @@
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
 //! high-water mark (decimal); `d/<kind, time, id>` → id (expiry index,
 //! written in the transaction of every record write; `due-index` → `1`
-//! once a store from before the index was indexed on connect).
+//! once a store from before the index was indexed on connect); `migrating`
+//! → `1` while an unfinished `homing migrate` copies into the store.
 //!
 //! - `set_if_absent`: `create_revision(g/k) == 0` ? put : get; concurrent
 //!   calls share one transaction, a nested one per key (`write_once`).
@@ -570,6 +571,10 @@ impl EtcdDcStore {
         self.space.key(b"alloc", b"")
     }
 
+    fn migrating_key(&self) -> Vec<u8> {
+        self.space.key(MIGRATING, b"")
+    }
+
     /// Reads `keys` in one transaction (one revision): the first kv of each.
     async fn read_together(&self, keys: &[&[u8]]) -> Result<Vec<Option<KeyValue>>, StoreError> {
         let gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(*k, None)).collect();
@@ -598,6 +603,9 @@ impl EtcdDcStore {
         })
     }
 }
+
+/// The key of the migration mark ([`DcStore::migrating`]).
+const MIGRATING: &[u8] = b"migrating";
 
 /// The key marking a DC store's records as indexed by expiry.
 const DUE_INDEX: &[u8] = b"due-index";
@@ -1118,6 +1126,29 @@ impl DcStore for EtcdDcStore {
 
     fn failover(&self) -> Option<Arc<Failover>> {
         Some(self.space.members.failover().clone())
+    }
+
+    async fn migrating(&self) -> Result<bool, StoreError> {
+        // Linearizable (etcd's default read): a mark set by a migration that
+        // just finished its first step is seen.
+        let response = self
+            .space
+            .get(Op::BulkRead, self.migrating_key(), None)
+            .await?;
+        Ok(response.kvs().first().is_some_and(|kv| kv.value() != b"0"))
+    }
+
+    async fn set_migrating(&self, on: bool) -> Result<(), StoreError> {
+        let key = self.migrating_key();
+        let op = if on {
+            TxnOp::put(key, b"1".to_vec(), None)
+        } else {
+            TxnOp::delete(key, None)
+        };
+        self.space
+            .txn(Op::BulkWrite, Txn::new().and_then([op]))
+            .await?;
+        Ok(())
     }
 
     async fn allocator_floor(&self) -> Result<u64, StoreError> {

@@ -848,7 +848,7 @@ impl DcStore for FdbDcStore {
         })
     }
 
-    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+    async fn set_migrating(&self, on: bool) -> Result<(), StoreError> {
         let key = self.migrating_key();
         transact!(self.space, trx, {
             if on {
@@ -856,7 +856,7 @@ impl DcStore for FdbDcStore {
             } else {
                 trx.clear(&key);
             }
-            Ok(Step::Done(true))
+            Ok(Step::Done(()))
         })
     }
 

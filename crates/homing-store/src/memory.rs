@@ -356,8 +356,8 @@ impl DcStore for MemoryDcStore {
         Ok(self.state().migrating)
     }
 
-    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+    async fn set_migrating(&self, on: bool) -> Result<(), StoreError> {
         self.state().migrating = on;
-        Ok(true)
+        Ok(())
     }
 }

@@ -595,9 +595,9 @@ impl DcStore for RedbDcStore {
         })
     }
 
-    async fn set_migrating(&self, on: bool) -> Result<bool, StoreError> {
+    async fn set_migrating(&self, on: bool) -> Result<(), StoreError> {
         match self.shared.writer.submit(Op::Migrating(on)).await? {
-            Outcome::Migrating => Ok(true),
+            Outcome::Migrating => Ok(()),
             _ => Err(unexpected()),
         }
     }

@@ -8,19 +8,22 @@
 //!   for `--flood-ms`; meanwhile resolves go to homingd over one pooled
 //!   connection ([`RESOLVE_TASKS`] tasks) and over a new connection each
 //!   (one task: a handshake per resolve, what a forged flood can starve).
-//! - **idle TCP connections** at the edge router: `--idle-connections`
-//!   connections that never send a byte, each reopened as soon as the
-//!   router closes it (one refused at accept waits [`REFUSED_BACKOFF_MS`]),
-//!   while real requests go through the router on a new connection each.
-//!   The idle connections outnumber the router's `connections_max` (10,000,
-//!   or fewer where the fd limit lets this process hold both ends of fewer)
-//!   by 5 %, and the measured requests start once the cap is full.
-//!   Once with the router's default bounds and once with detection and
-//!   idle timeouts off, side by side (both evict the oldest connection
+//! - **idle TCP connections** at the edge router: the router's
+//!   `connections_max` is `--idle-connections` (10,000, the default cap),
+//!   and 5 % more attackers than that each hold a connection that never
+//!   sends a byte, reopened as soon as the router closes it (one refused at
+//!   accept waits [`REFUSED_BACKOFF_MS`]), while real requests go through
+//!   the router on a new connection each; the measured requests start once
+//!   the router holds its cap (or the flood's time is up). The attackers
+//!   run in a child process (this program again, `bench idle-attacker`):
+//!   each process then needs one end of each connection, and raises its
+//!   soft fd limit to the hard one, so 10,000 fit under a hard limit of
+//!   20,000. Once with the router's default bounds and once with detection
+//!   and idle timeouts off, side by side (both evict the oldest connection
 //!   without a request at the cap: that policy has no switch).
 //!
-//! The flood and the measured clients run in this process, next to
-//! homingd and the router: on a small machine they compete for the same
+//! The forged Initials and the measured clients run in this process, next
+//! to homingd and the router: on a small machine they compete for the same
 //! cores, which is part of what a flood does.
 
 use std::net::SocketAddr;
@@ -49,10 +52,19 @@ const REQUEST_TASKS: usize = 4;
 pub const REFUSED_BACKOFF_MS: u64 = 50;
 /// A connection closed sooner than this after it opened was refused at accept, in milliseconds.
 const REFUSED_WITHIN_MS: u64 = 20;
-/// The idle connections outnumber `connections_max` by 1/this of them.
+/// The attackers outnumber `connections_max` by 1/this of it.
 const IDLE_SURPLUS_DIVISOR: usize = 20;
 /// File descriptors kept for everything but the idle connections.
 const FD_RESERVE: u64 = 1_024;
+/// How often the attacker process reports how many connections it opened,
+/// in milliseconds.
+const ATTACKER_REPORT_MS: u64 = 50;
+/// How long the attacker process may take to exit once told to stop.
+const ATTACKER_EXIT_MS: u64 = 5_000;
+/// The attacker process stops on its own after this many flood lengths, if
+/// this process never tells it to (it fills the cap, then the measured
+/// flood phase runs a whole flood length).
+const ATTACKER_LENGTHS_MAX: u32 = 3;
 
 /// What the flood suite runs.
 #[derive(Debug, Clone, Copy)]
@@ -299,12 +311,9 @@ impl XorShift {
 }
 
 async fn idle_tcp(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
-    let idle = idle_connections_within_fd_limit(flood.idle_connections);
-    // The idle connections outnumber the router's connection cap (its
-    // default, or less where the fd limit allows fewer connections).
-    let connections_max = ServeLimits::default()
-        .connections_max
-        .min(idle - idle / IDLE_SURPLUS_DIVISOR);
+    // This process holds the router's end of each connection.
+    let connections_max = connections_within_fd_limit(flood.idle_connections, "router");
+    let idle = connections_max + connections_max / IDLE_SURPLUS_DIVISOR;
     let dc = OneDc::start().await?;
     let name = format!("flood-{}", run_tag());
     let host_config = ActorHostConfig::new(
@@ -318,19 +327,19 @@ async fn idle_tcp(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
         other => anyhow::bail!("the actor host did not get its key: {other:?}"),
     };
     println!(
-        "flood (b): {} idle TCP connections at the edge router (each reopened when closed; \
-         {REFUSED_BACKOFF_MS} ms pause after a refusal at accept) for {} ms; real requests \
-         through the router on a new connection each ({REQUEST_TASKS} tasks), phases of {} ms; \
-         connections_max {}\n",
+        "flood (b): {} attackers in a child process holding idle TCP connections at the edge \
+         router (each reopened when closed; {REFUSED_BACKOFF_MS} ms pause after a refusal at \
+         accept) for {} ms; real requests through the router on a new connection each \
+         ({REQUEST_TASKS} tasks), phases of {} ms; connections_max {}\n",
         thousands(idle as f64),
         flood.flood.as_millis(),
         load.cell.as_millis(),
         thousands(connections_max as f64)
     );
     println!(
-        "| router | phase | requests/s | p50 µs | p99 µs | failed | idle connections opened |"
+        "| router | phase | requests/s | p50 µs | p99 µs | failed | idle connections opened | held by the router (most) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     let bounded = ServeLimits {
         connections_max,
         ..ServeLimits::default()
@@ -374,18 +383,36 @@ async fn idle_tcp(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
                 load.cell
             };
             let holding = match phase {
-                "during" => Some(IdleFlood::start(at, idle, length, connections_max).await),
+                "during" => Some(
+                    IdleFlood::start(at, idle, length, || {
+                        serving.connections_open() >= connections_max
+                    })
+                    .await?,
+                ),
                 _ => None,
             };
-            let cell = run_cell(REQUEST_TASKS, length, request.clone()).await?;
+            let (cell, held) = tokio::join!(
+                run_cell(REQUEST_TASKS, length, request.clone()),
+                most_held(&serving, length)
+            );
+            let cell = cell?;
             let opened = match holding {
-                Some(holding) => thousands(holding.stop().await as f64),
+                Some(holding) => {
+                    let filled = holding.filled.map_or("cap not filled".to_string(), |d| {
+                        format!("cap filled in {} ms", d.as_millis())
+                    });
+                    format!("{} ({filled})", thousands(holding.stop().await? as f64))
+                }
                 None => {
                     ok &= label != "default bounds" || cell.errors == 0;
                     String::new()
                 }
             };
-            println!("| {label} {} {opened} |", row(phase, &cell));
+            println!(
+                "| {label} {} {opened} | {} |",
+                row(phase, &cell),
+                thousands(held as f64)
+            );
         }
         serving.stop(Duration::ZERO).await;
     }
@@ -394,77 +421,160 @@ async fn idle_tcp(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
-/// Raises the soft fd limit so that both ends of `wanted` loopback
-/// connections fit; returns how many fit (fewer, and says so, if the hard
-/// limit is too low: raise it with `ulimit -Hn`, or run as root).
-fn idle_connections_within_fd_limit(wanted: usize) -> usize {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let needed = 2 * wanted as u64 + FD_RESERVE;
-    let limit = getrlimit(Resource::Nofile);
-    let current = limit.current.unwrap_or(u64::MAX);
-    if current >= needed {
-        return wanted;
+/// The most connections the router held at once over `length` (sampled
+/// every millisecond or so).
+async fn most_held(serving: &homing_edge::serve::Serving, length: Duration) -> usize {
+    let until = tokio::time::Instant::now() + length;
+    let mut most = serving.connections_open();
+    while tokio::time::Instant::now() < until {
+        // A sampling poll of a gauge, not a wait for an event.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        most = most.max(serving.connections_open());
     }
-    let hard = limit.maximum.unwrap_or(u64::MAX);
-    let raised = Rlimit {
-        current: Some(needed),
-        maximum: Some(hard.max(needed)),
-    };
-    if setrlimit(Resource::Nofile, raised).is_ok() {
-        return wanted;
-    }
-    let _ = setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(hard),
-            maximum: Some(hard),
-        },
-    );
-    let fit = (hard.saturating_sub(FD_RESERVE) / 2) as usize;
-    println!(
-        "(the fd limit {hard} holds {fit} idle connections, not {wanted}: `ulimit -n {needed}` as root for all)"
-    );
-    fit.min(wanted)
+    most
 }
 
-/// Tasks holding idle connections at the router, reopening closed ones.
+/// Raises this process's soft fd limit to its hard one and returns how
+/// many of `wanted` connection ends fit beside [`FD_RESERVE`] (fewer, and
+/// says so, if the hard limit is too low: raise it with `ulimit -Hn`, or
+/// run as root). `who`: whose ends they are, for the message.
+fn connections_within_fd_limit(wanted: usize, who: &str) -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let needed = wanted as u64 + FD_RESERVE;
+    let limit = getrlimit(Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    if soft < needed {
+        let raised = Rlimit {
+            current: Some(hard.min(needed.max(soft))),
+            maximum: limit.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
+    }
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let fit = (soft.saturating_sub(FD_RESERVE) as usize).min(wanted);
+    if fit < wanted {
+        println!(
+            "(the {who}'s fd limit {soft} holds {fit} connections, not {wanted}: `ulimit -Hn {needed}` as root for all)"
+        );
+    }
+    fit
+}
+
+/// `homing bench idle-attacker`: the attackers of flood (b), in their own
+/// process. Holds `connections` idle connections at `at` until `length`
+/// passes or stdin closes, printing `opened N` every [`ATTACKER_REPORT_MS`]
+/// and once at the end.
+pub async fn attacker(
+    at: SocketAddr,
+    connections: usize,
+    length: Duration,
+) -> anyhow::Result<bool> {
+    let connections = connections_within_fd_limit(connections, "attacker");
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    {
+        // The parent closes our stdin to stop us.
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    let until = tokio::time::Instant::now() + length;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let (stop, opened) = (stop.clone(), opened.clone());
+        tasks.spawn(async move {
+            let _ = tokio::time::timeout_at(until, hold(at, &stop, &opened)).await;
+        });
+    }
+    let mut report = tokio::time::interval(Duration::from_millis(ATTACKER_REPORT_MS));
+    while !stop.load(Ordering::Relaxed) && tokio::time::Instant::now() < until {
+        report.tick().await;
+        println!("opened {}", opened.load(Ordering::Relaxed));
+    }
+    stop.store(true, Ordering::Relaxed);
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    println!("opened {}", opened.load(Ordering::Relaxed));
+    Ok(true)
+}
+
+/// The attacker process holding idle connections at the router.
 struct IdleFlood {
-    stop: Arc<AtomicBool>,
-    tasks: tokio::task::JoinSet<()>,
+    child: std::process::Child,
     opened: Arc<AtomicU64>,
+    reader: std::thread::JoinHandle<()>,
+    /// How long the attackers took to fill the router's cap (`None`: they did not).
+    filled: Option<Duration>,
 }
 
 impl IdleFlood {
-    /// Starts `connections` attackers for `length`; returns once `full`
-    /// connections were opened (the router's cap) or `length` passed.
-    async fn start(at: SocketAddr, connections: usize, length: Duration, full: usize) -> IdleFlood {
-        let stop = Arc::new(AtomicBool::new(false));
+    /// Starts `connections` attackers in a child process (until
+    /// [`IdleFlood::stop`]); returns once `full()` (the router holds its
+    /// cap) or `length` passed.
+    async fn start(
+        at: SocketAddr,
+        connections: usize,
+        length: Duration,
+        full: impl Fn() -> bool,
+    ) -> anyhow::Result<IdleFlood> {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["bench", "idle-attacker", "--attack"])
+            .arg(at.to_string())
+            .arg("--idle-connections")
+            .arg(connections.to_string())
+            .arg("--flood-ms")
+            .arg((length * ATTACKER_LENGTHS_MAX).as_millis().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
         let opened = Arc::new(AtomicU64::new(0));
-        let until = tokio::time::Instant::now() + length;
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..connections {
-            let (stop, opened) = (stop.clone(), opened.clone());
-            tasks.spawn(async move {
-                let _ = tokio::time::timeout_at(until, hold(at, &stop, &opened)).await;
-            });
-        }
-        while opened.load(Ordering::Relaxed) < full as u64 && tokio::time::Instant::now() < until {
+        let stdout = child.stdout.take().expect("stdout was piped");
+        let reader = {
+            let opened = opened.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    match line.strip_prefix("opened ").map(str::parse::<u64>) {
+                        Some(Ok(n)) => opened.store(n, Ordering::Relaxed),
+                        _ => println!("(attacker) {line}"),
+                    }
+                }
+            })
+        };
+        let started = tokio::time::Instant::now();
+        while !full() && started.elapsed() < length {
             // A condition poll while the attackers connect.
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        IdleFlood {
-            stop,
-            tasks,
+        Ok(IdleFlood {
+            child,
             opened,
-        }
+            reader,
+            filled: full().then(|| started.elapsed()),
+        })
     }
 
-    /// Closes every idle connection; how many were opened in all.
-    async fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
-        self.opened.load(Ordering::Relaxed)
+    /// Stops the attackers (closes their stdin; kills them if they do not
+    /// exit in [`ATTACKER_EXIT_MS`]); how many connections they opened in all.
+    async fn stop(mut self) -> anyhow::Result<u64> {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_millis(ATTACKER_EXIT_MS);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() >= deadline {
+                self.child.kill()?;
+                self.child.wait()?;
+                break;
+            }
+            // A poll of the child's exit, bounded by the deadline above.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = self.reader.join();
+        Ok(self.opened.load(Ordering::Relaxed))
     }
 }
 

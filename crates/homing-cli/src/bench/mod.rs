@@ -45,10 +45,14 @@ pub struct BenchArgs {
     /// and after last `--cell-ms`).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
     flood_ms: u64,
-    /// `flood`: idle TCP connections to hold at the edge router (the bench
-    /// raises its fd limit to hold both ends; see `ulimit -n`).
+    /// `flood`: idle TCP connections to hold at the edge router: its
+    /// `connections_max`, with 5 % more attackers (in a child process; each
+    /// process raises its soft fd limit to the hard one, see `ulimit -Hn`).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     idle_connections: u64,
+    /// `idle-attacker` (flood's child process): the router to attack.
+    #[arg(long, hide = true)]
+    attack: Option<std::net::SocketAddr>,
     /// Only the throughput cells (`resolve-cold`: skips the latency-per-chain-length
     /// part and its model table).
     #[arg(long)]
@@ -108,6 +112,9 @@ enum Suite {
     Transport,
     /// The simulator (a separate program: prints its command).
     Simulator,
+    /// The attackers of `flood`'s idle connections, run by `flood` in a child process.
+    #[value(hide = true)]
+    IdleAttacker,
 }
 
 /// Runs one suite.
@@ -128,6 +135,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
                 idle_connections: args.idle_connections as usize,
             };
             flood::run(&args.load(), &flood).await
+        }
+        Suite::IdleAttacker => {
+            let Some(at) = args.attack else {
+                anyhow::bail!("idle-attacker needs --attack ADDR (flood starts it)");
+            };
+            let length = Duration::from_millis(args.flood_ms);
+            flood::attacker(at, args.idle_connections as usize, length).await
         }
         #[cfg(feature = "etcd")]
         Suite::RenewEtcd => renew::run_etcd().await,

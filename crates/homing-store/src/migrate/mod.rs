@@ -142,15 +142,12 @@ pub async fn migrate(
             .filter(|(dc, _)| !source.dcs.iter().any(|(d, _)| &d == dc))
             .map(|(dc, n)| (dc.clone(), *n))
             .collect(),
-        unmarked_dcs: Vec::new(),
         verification: None,
     };
     if walk.mode == Mode::Copy {
         // Before anything is copied: a homingd must not start on a half-copied store.
-        for (dc, to) in &target.dcs {
-            if !to.set_migrating(true).await? {
-                report.unmarked_dcs.push(dc.clone());
-            }
+        for (_, to) in &target.dcs {
+            to.set_migrating(true).await?;
         }
     }
     for (i, ((dc, from), (_, to))) in source.dcs.iter().zip(&target.dcs).enumerate() {
@@ -694,6 +691,12 @@ mod tests {
         async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
             self.log("raise_allocator");
             self.inner.raise_allocator(floor).await
+        }
+        async fn migrating(&self) -> Result<bool, StoreError> {
+            self.inner.migrating().await
+        }
+        async fn set_migrating(&self, on: bool) -> Result<(), StoreError> {
+            self.inner.set_migrating(on).await
         }
     }
 

@@ -383,10 +383,6 @@ pub struct MigrateReport {
     /// (up to [`REFERENCED_DCS_MAX`]), with how many entries name each: their
     /// records were not copied.
     pub unmigrated_dcs: Vec<(DcId, u64)>,
-    /// Target DC stores whose backend keeps no migration mark
-    /// (`DcStore::set_migrating`): nothing stops a homingd starting on them
-    /// mid-copy.
-    pub unmarked_dcs: Vec<DcId>,
     /// The verification pass (not in a dry run).
     pub verification: Option<Verification>,
 }
@@ -463,12 +459,6 @@ impl fmt::Display for MigrateReport {
             writeln!(
                 f,
                 "  warning: {entries} global entries name DC {dc}, whose DC store was not migrated"
-            )?;
-        }
-        for dc in &self.unmarked_dcs {
-            writeln!(
-                f,
-                "  warning: the target's DC store of {dc} keeps no migration mark: make sure no homingd ran on it during the copy"
             )?;
         }
         let total = self.conflicts_total();
