@@ -91,10 +91,16 @@ pub struct Node {
     /// This DC's lease in the global store: grants and marks wait on it.
     dc_lease: Arc<DcLeaseCell>,
     /// Keys this DC created per namespace, against `keys_per_namespace_max`.
-    quota: std::sync::Mutex<KeyQuota>,
-    /// Held while a namespace's keys are counted in the DC store.
-    quota_counting: tokio::sync::Mutex<()>,
+    quota: Arc<std::sync::Mutex<KeyQuota>>,
+    /// Counts of namespaces running now: each in a task of its own, so a
+    /// host that gives up on its create does not cancel the count, and the
+    /// creates of one namespace wait on one count (`Err`: it failed).
+    quota_counts: Arc<std::sync::Mutex<QuotaCounts>>,
 }
+
+/// The counts running now, by namespace: their outcome once known.
+type QuotaCounts =
+    std::collections::HashMap<Namespace, watch::Receiver<Option<Result<(), String>>>>;
 
 /// A key create admitted by the quota: given back when dropped unless
 /// [`QuotaSlot::settle`] says this DC's entry is the key's.
@@ -248,8 +254,8 @@ impl Node {
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
-            quota: std::sync::Mutex::new(KeyQuota::new(keys_per_namespace_max)),
-            quota_counting: tokio::sync::Mutex::new(()),
+            quota: Arc::new(std::sync::Mutex::new(KeyQuota::new(keys_per_namespace_max))),
+            quota_counts: Arc::default(),
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
@@ -949,23 +955,17 @@ impl Node {
     async fn admit_key(&self, namespace: &Namespace) -> Result<QuotaSlot<'_>, Failure> {
         let mut admit = lock_quota(&self.quota).admit(namespace);
         if admit == Admit::Count {
-            // One count at a time: a burst of first creates in a namespace
-            // costs one count, not one per create.
-            let _counting = self.quota_counting.lock().await;
-            admit = lock_quota(&self.quota).admit(namespace);
-            if admit == Admit::Count {
-                let bound = lock_quota(&self.quota).count_bound();
-                let count = self.records.keys_created(namespace, bound);
-                let created = self.timed("dc_keys_created", count).await?;
-                tracing::info!(
-                    namespace = namespace.as_str(),
-                    created,
-                    "counted the keys this dc created in a namespace"
-                );
-                let mut quota = lock_quota(&self.quota);
-                quota.counted(namespace, created);
-                admit = quota.admit(namespace);
+            let mut outcome = self.count_keys(namespace);
+            let counted = outcome.wait_for(Option::is_some).await;
+            if let Ok(done) = counted
+                && let Some(Err(reason)) = done.as_ref()
+            {
+                return Err(Failure::Store(StoreError::Unavailable {
+                    backend: "dc",
+                    reason: format!("counting the keys of namespace {namespace:?}: {reason}"),
+                }));
             }
+            admit = lock_quota(&self.quota).admit(namespace);
         }
         match admit {
             Admit::Granted => Ok(QuotaSlot {
@@ -979,6 +979,43 @@ impl Node {
                 "key quota: a counted namespace asked to be counted again",
             )),
         }
+    }
+
+    /// The count of `namespace`'s keys in the DC store, started in a task of
+    /// its own unless one runs (one per namespace; the task ends even if
+    /// every create waiting on it gave up).
+    fn count_keys(&self, namespace: &Namespace) -> watch::Receiver<Option<Result<(), String>>> {
+        let mut counts = self.quota_counts.lock().expect("never poisoned");
+        if let Some(running) = counts.get(namespace) {
+            return running.clone();
+        }
+        let (done, outcome) = watch::channel(None);
+        counts.insert(namespace.clone(), outcome.clone());
+        let (records, quota, counts) = (
+            self.records.clone(),
+            self.quota.clone(),
+            self.quota_counts.clone(),
+        );
+        let bound = lock_quota(&self.quota).count_bound();
+        let namespace = namespace.clone();
+        tokio::spawn(async move {
+            let counted = records.keys_created(&namespace, bound).await;
+            let result = match counted {
+                Ok(created) => {
+                    tracing::info!(
+                        namespace = namespace.as_str(),
+                        created,
+                        "counted the keys this dc created in a namespace"
+                    );
+                    lock_quota(&quota).counted(&namespace, created);
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            counts.lock().expect("never poisoned").remove(&namespace);
+            done.send_replace(Some(result));
+        });
+        outcome
     }
 
     /// Performs one need of a connect; `slot`: the quota slot of the key

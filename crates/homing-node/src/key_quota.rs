@@ -21,9 +21,10 @@
 //!
 //! The count is exact within one homingd: a slot is taken before the create
 //! starts, so concurrent creates cannot overshoot. It is kept in memory from
-//! one count per namespace per process start; a namespace's first create
-//! after a start pays the count (one scan page per 128 records, bounded by
-//! the quota).
+//! one count per namespace per process start; a namespace's first creates
+//! after a start wait for the count (one scan page per 128 records, bounded
+//! by the quota), which homingd runs in a task of its own per namespace so
+//! a create that gives up does not cancel it.
 
 use std::collections::HashMap;
 
