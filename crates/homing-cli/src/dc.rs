@@ -61,6 +61,12 @@ pub struct RetireArgs {
 
 /// Runs a `homing dc` command.
 pub async fn run(command: DcCommand) -> anyhow::Result<()> {
+    let json = match &command {
+        DcCommand::Status(args) => args.json.json,
+        DcCommand::Retire(args) => args.json.json,
+    };
+    // A failure is printed as JSON too.
+    crate::JSON.store(json, std::sync::atomic::Ordering::Relaxed);
     match command {
         DcCommand::Status(args) => status(args).await,
         DcCommand::Retire(args) => retire(args).await,
