@@ -140,6 +140,12 @@ async fn retire(args: RetireArgs) -> anyhow::Result<()> {
     let global = StoreOpener::new()
         .global(&args.stores, OpenMode::MustExist)
         .await?;
+    let before = global.dc_lease(&dc).await?;
+    if before.standing == DcStanding::Unknown && !before.retired {
+        eprintln!(
+            "warning: {dc} never held a DC lease in this global store (a typo?); it is retired all the same, and a homingd started as {dc} will be refused"
+        );
+    }
     let state = global.retire_dc(&dc).await?;
     tracing::warn!(dc = %dc, "dc retired by an operator");
     if args.json.json {

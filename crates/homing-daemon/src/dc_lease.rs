@@ -16,6 +16,10 @@ use tokio::sync::{Notify, watch};
 use crate::DaemonError;
 use crate::metrics::Metrics;
 
+/// The least time one renewal (or the late start-up check) may take before
+/// it counts as failed.
+pub const RENEW_TIMEOUT_MIN: Duration = Duration::from_secs(3);
+
 /// How long a write waits for a renewal that publishes the marks its record
 /// needs before it fails as unavailable.
 pub const MARKS_WAIT_MS: u64 = 5_000;
@@ -226,15 +230,29 @@ impl Renewer {
     /// is asked again after a pause.
     async fn check_late(&self, start_above_floor: bool, timeout: Duration) {
         let read = tokio::time::timeout(timeout, self.global.dc_lease(&self.dc)).await;
-        let Ok(Ok(state)) = read else {
-            tokio::time::sleep(Duration::from_millis(RENEW_RETRY_MS)).await;
-            return;
+        let state = match read {
+            Ok(Ok(state)) => state,
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {} ms", timeout.as_millis()),
+                };
+                tracing::info!(dc = %self.dc, error, "global store still unreachable: the dc's start-up check waits for it");
+                tokio::time::sleep(Duration::from_millis(RENEW_RETRY_MS)).await;
+                return;
+            }
         };
         match check(&self.dc, &state, self.records.as_ref(), start_above_floor).await {
             Ok(store_floor) => self.cell.with(|l| l.checked(state.marks, store_floor)),
-            Err(refusal) => {
+            Err(refusal @ DaemonError::Refused(_)) => {
                 tracing::error!(dc = %self.dc, error = %refusal, "this dc must not serve: no host lease is granted and no record written");
                 self.cell.with(|l| l.stop());
+            }
+            Err(e) => {
+                // A store that failed a read: try the whole check again.
+                tracing::warn!(dc = %self.dc, error = %e, "start-up check of the dc store failed; trying again");
+                tokio::time::sleep(Duration::from_millis(RENEW_RETRY_MS)).await;
+                return;
             }
         }
         *self.cell.unchecked.lock().expect("never poisoned") = None;
@@ -243,8 +261,18 @@ impl Renewer {
 
     /// Renews until `stop` turns true.
     pub async fn run(self, period: Duration, mut stop: watch::Receiver<bool>) {
+        // Each send may take longer than the period (etcd: read, grant, txn,
+        // revoke): validity counts from the send, so a slow answer still counts.
+        let timeout = period.max(RENEW_TIMEOUT_MIN);
         loop {
-            if self.renew_if_due(period).await {
+            if *stop.borrow() {
+                return;
+            }
+            let renewed = tokio::select! {
+                renewed = self.renew_if_due(timeout) => renewed,
+                _ = stop.changed() => return,
+            };
+            if renewed {
                 continue;
             }
             let poll = self.cell.with(|l| l.poll((self.now)()));
@@ -291,7 +319,14 @@ pub async fn publish_marks_for(
     };
     match tokio::time::timeout(Duration::from_millis(MARKS_WAIT_MS), wait).await {
         Ok(true) => Ok(()),
-        _ => Err(StoreError::Unavailable {
+        Ok(false) => Err(StoreError::Unavailable {
+            backend: "global",
+            reason: format!(
+                "{} is not written: this dc may never hold its dc lease again (retired, or its dc store is behind the marks it published: see homingd's log)",
+                record.id
+            ),
+        }),
+        Err(_) => Err(StoreError::Unavailable {
             backend: "global",
             reason: format!(
                 "the global store has not acknowledged the marks {} needs (reservation unique {unique}, token {}) within {MARKS_WAIT_MS} ms",

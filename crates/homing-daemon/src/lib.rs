@@ -178,7 +178,9 @@ impl Daemon {
         // grants from its first request.
         let renewer = node.renewer();
         let period = Duration::from_millis(config.dc_lease_renew_ms);
-        renewer.renew_if_due(period).await;
+        renewer
+            .renew_if_due(period.max(dc_lease::RENEW_TIMEOUT_MIN))
+            .await;
         let server = Server::bind(
             config.listen,
             tls,

@@ -215,3 +215,17 @@ async fn dc_lease_a_dc_started_while_the_global_store_is_down_checks_its_floor_w
     assert!(unavailable_for_the_dc_lease(&reply), "{reply:?}");
     daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn dc_lease_a_dc_whose_global_store_never_answers_still_shuts_down() {
+    let global = Arc::new(TestGlobal::default());
+    global.down.store(true, Ordering::SeqCst);
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    // The renewal loop retries the start-up check every 250 ms; shutdown
+    // must not wait for the global store to come back.
+    tokio::time::timeout(Duration::from_millis(WAIT_MS_MAX), daemon.shutdown())
+        .await
+        .expect("shutdown finished although the global store never answered");
+}

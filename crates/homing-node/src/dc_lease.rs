@@ -125,6 +125,9 @@ pub struct DcLease {
     wanted: DcMarks,
     in_flight: bool,
     next_renewal: NodeTime,
+    /// After a failed renewal: none before this, even when marks are wanted
+    /// (a store that fails at once is not asked in a busy loop).
+    retry_at: Option<NodeTime>,
     retired: bool,
     mutations: Mutations,
 }
@@ -146,6 +149,7 @@ impl DcLease {
             wanted,
             in_flight: false,
             next_renewal: NodeTime::default(),
+            retry_at: None,
             retired: false,
             mutations: Mutations::NONE,
         }
@@ -169,6 +173,9 @@ impl DcLease {
         if self.in_flight {
             return DcLeasePoll::InFlight;
         }
+        if let Some(at) = self.retry_at.filter(|at| now < *at) {
+            return DcLeasePoll::Wait { until: at };
+        }
         let marks_wanted = !self.published.at_least(&self.wanted);
         if now < self.next_renewal && !marks_wanted {
             return DcLeasePoll::Wait {
@@ -190,6 +197,7 @@ impl DcLease {
         now: NodeTime,
     ) -> DcLeaseChange {
         self.in_flight = false;
+        self.retry_at = None;
         match renewal {
             DcRenewal::Retired => {
                 self.retired = true;
@@ -216,6 +224,7 @@ impl DcLease {
     pub fn handle_failed(&mut self, now: NodeTime) -> DcLeaseChange {
         self.in_flight = false;
         self.next_renewal = now.plus_ms(RENEW_RETRY_MS.min(self.renew_every_ms));
+        self.retry_at = Some(self.next_renewal);
         match self.valid_until {
             Some(until) if until <= now => {
                 // Said once: later failures find it gone already.
@@ -386,6 +395,10 @@ mod tests {
             panic!("a wanted mark makes the renewal due at once");
         };
         assert_eq!(sent.token_bound, 2 * TOKEN_HEADROOM + 1);
+        // A failed renewal is retried after the pause, wanted marks or not.
+        lease.handle_failed(at(7));
+        assert_eq!(lease.poll(at(8)), DcLeasePoll::Wait { until: at(257) });
+        assert!(matches!(lease.poll(at(257)), DcLeasePoll::Renew { .. }));
     }
 
     #[test]

@@ -39,8 +39,21 @@ pub struct DcEntry {
 }
 
 impl DcEntry {
-    /// The entry after a renewal under `terms` with `marks`; `None` for a retired DC.
+    /// The entry after a renewal under `terms` with `marks`; `None` for a
+    /// retired DC. The ttl is the renewal's, but the longest host lease and
+    /// the grace are the largest any renewal of the DC named: a DC restarted
+    /// with shorter host leases may still have hosts acting under the longer
+    /// ones, so the store never calls its lease expired sooner than those
+    /// allow.
     pub fn renewed(&self, terms: DcTerms, marks: DcMarks) -> Option<DcEntry> {
+        let terms = match self.terms {
+            Some(kept) => DcTerms {
+                ttl_ms: terms.ttl_ms,
+                host_lease_ttl_max_ms: terms.host_lease_ttl_max_ms.max(kept.host_lease_ttl_max_ms),
+                grace_ms: terms.grace_ms.max(kept.grace_ms),
+            },
+            None => terms,
+        };
         (!self.retired).then_some(DcEntry {
             terms: Some(terms),
             marks: self.marks.max(marks),
@@ -199,5 +212,28 @@ mod tests {
         assert_eq!(sightings.since_ms(&fra, 1), 0);
         now.store(50_000, Ordering::SeqCst);
         assert_eq!(sightings.since_ms(&iad, 2), 0);
+    }
+
+    #[test]
+    fn a_renewal_with_shorter_host_leases_keeps_the_longest_horizon() {
+        let long = DcTerms {
+            ttl_ms: 120_000,
+            host_lease_ttl_max_ms: 60_000,
+            grace_ms: 2_000,
+        };
+        let short = DcTerms {
+            ttl_ms: 20_000,
+            host_lease_ttl_max_ms: 10_000,
+            grace_ms: 1_000,
+        };
+        let entry = DcEntry::default()
+            .renewed(long, DcMarks::default())
+            .unwrap();
+        let after = entry.renewed(short, DcMarks::default()).unwrap();
+        let kept = after.terms.unwrap();
+        assert_eq!(
+            (kept.ttl_ms, kept.host_lease_ttl_max_ms, kept.grace_ms),
+            (20_000, 60_000, 2_000)
+        );
     }
 }

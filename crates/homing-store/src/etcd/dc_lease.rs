@@ -196,7 +196,7 @@ impl DcLeases {
         terms: &DcTerms,
         marks: &DcMarks,
     ) -> Result<DcRenewal, StoreError> {
-        let ttl_s = lease_ttl_s(terms)?;
+        lease_ttl_s(terms)?;
         let (entry_key, live_key) = self.keys(dc);
         let mut held = self.read(dc).await?;
         for _ in 0..DC_LEASE_ATTEMPTS_MAX {
@@ -204,6 +204,8 @@ impl DcLeases {
             let Some(renewed) = entry.renewed(*terms, *marks) else {
                 return Ok(DcRenewal::Retired);
             };
+            // The kept terms: never a shorter horizon than an earlier renewal's.
+            let ttl_s = lease_ttl_s(&renewed.terms.unwrap_or(*terms))?;
             // Granted after `held` was read: see the module doc.
             let lease = self.grant(ttl_s).await?;
             let mut ops = vec![TxnOp::put(
