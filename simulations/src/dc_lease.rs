@@ -164,12 +164,13 @@ impl Sim {
         let lease = &mut self.dcs[d].lease;
         lease.unchecked = false;
         // The simulator never retires a DC nor starts above the floor.
-        if start_check(&published, false, store_floor, false) != StartCheck::Serve {
+        // The simulator publishes no event head (its stores keep none).
+        if start_check(&published, false, store_floor, 0, false) != StartCheck::Serve {
             lease.lease.stop();
             self.measurements.count("dc_refused_below_floor");
             return false;
         }
-        lease.lease.checked(published, store_floor);
+        lease.lease.checked(published, store_floor, 0);
         true
     }
 

@@ -59,13 +59,18 @@ impl DcTerms {
     }
 }
 
-/// The marks a DC publishes: upper bounds on what it ever used.
+/// The marks a DC publishes: upper bounds on what it ever used, and how far
+/// its store had got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DcMarks {
     /// Every reservation unique the DC used is at most this.
     pub allocator_floor: u64,
     /// Every fencing token the DC granted is at most this.
     pub token_bound: u64,
+    /// The DC store's event-log head at the DC's last renewal but one or so
+    /// (published with renewals, not before writes): a store whose head is
+    /// below it was restored from a backup older than that.
+    pub event_head: u64,
 }
 
 impl DcMarks {
@@ -74,6 +79,7 @@ impl DcMarks {
         DcMarks {
             allocator_floor: self.allocator_floor.max(other.allocator_floor),
             token_bound: self.token_bound.max(other.token_bound),
+            event_head: self.event_head.max(other.event_head),
         }
     }
 
@@ -82,7 +88,8 @@ impl DcMarks {
         unique <= self.allocator_floor && token.get() <= self.token_bound
     }
 
-    /// Whether every mark of `self` is at least `other`'s.
+    /// Whether the marks that bound writes (allocator floor, token bound)
+    /// are at least `other`'s; the event head only follows the store.
     pub fn at_least(&self, other: &DcMarks) -> bool {
         self.allocator_floor >= other.allocator_floor && self.token_bound >= other.token_bound
     }
@@ -208,17 +215,20 @@ mod tests {
         let a = DcMarks {
             allocator_floor: 10,
             token_bound: 5,
+            event_head: 7,
         };
         let b = DcMarks {
             allocator_floor: 3,
             token_bound: 9,
+            event_head: 2,
         };
         let m = a.max(b);
         assert_eq!(
             m,
             DcMarks {
                 allocator_floor: 10,
-                token_bound: 9
+                token_bound: 9,
+                event_head: 7
             }
         );
         assert!(m.at_least(&a) && m.at_least(&b) && !a.at_least(&m));

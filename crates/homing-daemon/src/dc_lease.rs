@@ -35,6 +35,18 @@ pub enum Refusal {
         /// The DC.
         dc: DcId,
     },
+    /// The DC store's event log is behind the head the DC published.
+    #[error(
+        "the dc store of {dc} is older than what {dc} already published: its event log ends at {store_head}, but {dc} published event {published} to the global store. The store was restored from a backup: records written after it are lost, and a key re-activated since could be granted again from its older record. Serve it under a new dc id, or start homingd once with --start-above-floor to serve it as it is"
+    )]
+    EventsBehind {
+        /// The DC.
+        dc: DcId,
+        /// The DC store's event-log head.
+        store_head: u64,
+        /// The head in the global store.
+        published: u64,
+    },
     /// The DC store's allocator is below the floor the DC published.
     #[error(
         "the dc store of {dc} is behind what {dc} already handed out: its allocator bound is {store_floor}, but {dc} published {published} to the global store. The store was wiped or restored from an old backup, and reservation IDs up to {published} name existing reservations. Serve it under a new dc id, or start homingd once with --start-above-floor to continue above {published} (the old reservations this store no longer holds can then only be taken over by other DCs)"
@@ -75,24 +87,42 @@ impl DcLeaseCell {
     }
 }
 
+/// The DC store's event-log head: the last event ever appended.
+async fn event_head(records: &dyn DcStore) -> Result<u64, StoreError> {
+    Ok(records.events(u64::MAX, 0).await?.head)
+}
+
 /// Checks what the global store keeps about `dc` (`state`) against the DC
 /// store, as homing-node's [`start_check`] decides, raising the store's
 /// allocator to the published floor if the operator said so; the store's
-/// allocator bound to publish.
+/// allocator bound and event-log head to publish.
 async fn check(
     dc: &DcId,
     state: &DcLeaseState,
     records: &dyn DcStore,
     start_above_floor: bool,
-) -> Result<u64, DaemonError> {
+) -> Result<(u64, u64), DaemonError> {
     let store = |source| DaemonError::Store {
         which: "dc",
         source,
     };
     loop {
         let store_floor = records.allocator_floor().await.map_err(store)?;
-        match start_check(&state.marks, state.retired, store_floor, start_above_floor) {
-            StartCheck::Serve => return Ok(store_floor),
+        let store_head = event_head(records).await.map_err(store)?;
+        let decided = start_check(
+            &state.marks,
+            state.retired,
+            store_floor,
+            store_head,
+            start_above_floor,
+        );
+        match decided {
+            StartCheck::Serve => {
+                if store_head < state.marks.event_head {
+                    tracing::warn!(dc = %dc, store_head, published = state.marks.event_head, "dc store's event log is behind what the dc published (--start-above-floor): served as it is");
+                }
+                return Ok((store_floor, store_head));
+            }
             StartCheck::Retired => return Err(Refusal::Retired { dc: dc.clone() }.into()),
             StartCheck::BelowFloor {
                 store_floor,
@@ -101,6 +131,17 @@ async fn check(
                 return Err(Refusal::BelowFloor {
                     dc: dc.clone(),
                     store_floor,
+                    published,
+                }
+                .into());
+            }
+            StartCheck::EventsBehind {
+                store_head,
+                published,
+            } => {
+                return Err(Refusal::EventsBehind {
+                    dc: dc.clone(),
+                    store_head,
                     published,
                 }
                 .into());
@@ -133,8 +174,8 @@ pub async fn open(
     );
     let unchecked = match global.dc_lease(dc).await {
         Ok(state) => {
-            let store_floor = check(dc, &state, records, start_above_floor).await?;
-            lease.checked(state.marks, store_floor);
+            let (store_floor, store_head) = check(dc, &state, records, start_above_floor).await?;
+            lease.checked(state.marks, store_floor, store_head);
             None
         }
         Err(e @ StoreError::Unavailable { .. }) => {
@@ -181,6 +222,11 @@ impl Renewer {
         if let Some(start_above_floor) = self.cell.unchecked() {
             self.check_late(start_above_floor, timeout).await;
             return true;
+        }
+        // The store's event head rides on the next renewal (best effort: a
+        // failed read only leaves the published head behind).
+        if let Ok(head) = event_head(self.records.as_ref()).await {
+            self.cell.with(|l| l.note_event_head(head));
         }
         let sent = (self.now)();
         let DcLeasePoll::Renew { terms, marks } = self.cell.with(|l| l.poll(sent)) else {
@@ -243,7 +289,7 @@ impl Renewer {
             }
         };
         match check(&self.dc, &state, self.records.as_ref(), start_above_floor).await {
-            Ok(store_floor) => self.cell.with(|l| l.checked(state.marks, store_floor)),
+            Ok((floor, head)) => self.cell.with(|l| l.checked(state.marks, floor, head)),
             Err(refusal @ DaemonError::Refused(_)) => {
                 tracing::error!(dc = %self.dc, error = %refusal, "this dc must not serve: no host lease is granted and no record written");
                 self.cell.with(|l| l.stop());

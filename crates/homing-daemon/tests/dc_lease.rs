@@ -229,3 +229,45 @@ async fn dc_lease_a_dc_whose_global_store_never_answers_still_shuts_down() {
         .await
         .expect("shutdown finished although the global store never answered");
 }
+
+#[tokio::test]
+async fn dc_lease_a_store_restored_from_a_backup_within_the_allocator_block_is_refused() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    let (first, _) = held(&daemon.node().handle(&host(), acquire("room")).await);
+    // Renewals publish the store's event head: wait for one that saw the grant.
+    let iad = DcId::new("iad").unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    while global.inner.dc_lease(&iad).await.unwrap().marks.event_head < 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "event head never published"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    daemon.shutdown().await;
+    // A "backup" from before the grant but within the allocator block: its
+    // allocator is as far as the published floor, its event log is not.
+    let backup = Arc::new(MemoryDcStore::new());
+    backup.raise_allocator(first.unique()).await.unwrap();
+    match start(&global, &backup, short_leases()).await.0 {
+        Err(DaemonError::Refused(Refusal::EventsBehind {
+            store_head,
+            published,
+            ..
+        })) => assert!(store_head < published, "{store_head} vs {published}"),
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a store restored from an older backup was served"),
+    }
+    let above = Settings {
+        start_above_floor: Some(true),
+        ..short_leases()
+    };
+    let (daemon, _dir) = start(&global, &backup, above).await;
+    daemon
+        .expect("--start-above-floor serves it as it is")
+        .shutdown()
+        .await;
+}

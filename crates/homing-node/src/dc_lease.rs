@@ -51,31 +51,47 @@ pub enum StartCheck {
         /// The floor the DC published.
         published: u64,
     },
+    /// The store's event log is behind the head the DC published: restored
+    /// from a backup older than the DC's last renewals. Refuse.
+    EventsBehind {
+        /// The store's event-log head.
+        store_head: u64,
+        /// The head the DC published.
+        published: u64,
+    },
 }
 
 /// The start-up decision for a DC whose global store keeps `kept` and
 /// `retired` about it, over a DC store whose allocator bound is
-/// `store_floor`; `start_above_floor`: the operator's one-off permission to
-/// raise a store that is behind (homingd's `--start-above-floor`).
+/// `store_floor` and event-log head `store_head`; `start_above_floor`: the
+/// operator's one-off permission to serve a store that is behind (homingd's
+/// `--start-above-floor`: its allocator is raised past the floor).
 pub fn start_check(
     kept: &DcMarks,
     retired: bool,
     store_floor: u64,
+    store_head: u64,
     start_above_floor: bool,
 ) -> StartCheck {
     if retired {
         StartCheck::Retired
-    } else if store_floor >= kept.allocator_floor {
-        StartCheck::Serve
-    } else if start_above_floor {
-        StartCheck::RaiseAllocator {
-            to: kept.allocator_floor,
+    } else if store_floor < kept.allocator_floor {
+        match start_above_floor {
+            true => StartCheck::RaiseAllocator {
+                to: kept.allocator_floor,
+            },
+            false => StartCheck::BelowFloor {
+                store_floor,
+                published: kept.allocator_floor,
+            },
+        }
+    } else if store_head < kept.event_head && !start_above_floor {
+        StartCheck::EventsBehind {
+            store_head,
+            published: kept.event_head,
         }
     } else {
-        StartCheck::BelowFloor {
-            store_floor,
-            published: kept.allocator_floor,
-        }
+        StartCheck::Serve
     }
 }
 
@@ -138,8 +154,8 @@ impl DcLease {
     /// (`wanted`); the first renewal is due at once.
     pub fn new(terms: DcTerms, renew_every_ms: u64, kept: DcMarks, wanted: DcMarks) -> DcLease {
         let wanted = wanted.max(kept).max(DcMarks {
-            allocator_floor: 0,
             token_bound: TOKEN_HEADROOM,
+            ..DcMarks::default()
         });
         DcLease {
             terms,
@@ -268,7 +284,15 @@ impl DcLease {
         self.wanted = self.wanted.max(DcMarks {
             allocator_floor,
             token_bound: token.get().saturating_add(TOKEN_HEADROOM),
+            ..DcMarks::default()
         });
+    }
+
+    /// The DC store's event-log head now: the next renewal publishes it
+    /// (it does not make a renewal due: the head only says how far the
+    /// store had got, for the start-up check of a restored store).
+    pub fn note_event_head(&mut self, head: u64) {
+        self.wanted.event_head = self.wanted.event_head.max(head);
     }
 
     /// The marks the store has acknowledged.
@@ -290,11 +314,13 @@ impl DcLease {
 
     /// The start-up check passed ([`StartCheck::Serve`]): counts `kept` —
     /// the marks the global store keeps — as published, and asks the next
-    /// renewal to publish the DC store's allocator bound `store_floor` too.
-    pub fn checked(&mut self, kept: DcMarks, store_floor: u64) {
+    /// renewal to publish the DC store's allocator bound `store_floor` and
+    /// event-log head `store_head` too.
+    pub fn checked(&mut self, kept: DcMarks, store_floor: u64, store_head: u64) {
         let wanted = DcMarks {
             allocator_floor: store_floor,
             token_bound: 0,
+            event_head: store_head,
         };
         self.published = self.published.max(kept);
         self.wanted = self.wanted.max(kept).max(wanted);
@@ -319,6 +345,7 @@ mod tests {
         DcMarks {
             allocator_floor,
             token_bound,
+            event_head: 0,
         }
     }
 
@@ -403,20 +430,53 @@ mod tests {
 
     #[test]
     fn the_start_check_serves_a_store_at_its_floor_and_refuses_one_behind_it() {
-        let kept = marks(2048, 9);
-        assert_eq!(start_check(&kept, false, 2048, false), StartCheck::Serve);
+        let kept = DcMarks {
+            event_head: 500,
+            ..marks(2048, 9)
+        };
         assert_eq!(
-            start_check(&kept, false, 0, false),
+            start_check(&kept, false, 2048, 500, false),
+            StartCheck::Serve
+        );
+        assert_eq!(
+            start_check(&kept, false, 0, 0, false),
             StartCheck::BelowFloor {
                 store_floor: 0,
                 published: 2048
             }
         );
         assert_eq!(
-            start_check(&kept, false, 0, true),
+            start_check(&kept, false, 0, 0, true),
             StartCheck::RaiseAllocator { to: 2048 }
         );
-        assert_eq!(start_check(&kept, true, 4096, true), StartCheck::Retired);
+        // A backup within the current allocator block: its event log is behind.
+        assert_eq!(
+            start_check(&kept, false, 2048, 499, false),
+            StartCheck::EventsBehind {
+                store_head: 499,
+                published: 500
+            }
+        );
+        assert_eq!(
+            start_check(&kept, false, 2048, 499, true),
+            StartCheck::Serve
+        );
+        assert_eq!(
+            start_check(&kept, true, 4096, 900, true),
+            StartCheck::Retired
+        );
+    }
+
+    #[test]
+    fn the_event_head_rides_on_the_next_renewal_without_making_one_due() {
+        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        renewed(&mut lease, 0, 10);
+        lease.note_event_head(42);
+        assert_eq!(lease.poll(at(20)), DcLeasePoll::Wait { until: at(2_000) });
+        let DcLeasePoll::Renew { marks: sent, .. } = lease.poll(at(2_000)) else {
+            panic!("renewal due on its period");
+        };
+        assert_eq!(sent.event_head, 42);
     }
 
     #[test]

@@ -1306,6 +1306,8 @@ fn marks(allocator_floor: u64, token_bound: u64) -> DcMarks {
     DcMarks {
         allocator_floor,
         token_bound,
+        // Follows the allocator here, so the cases check it round-trips too.
+        event_head: allocator_floor / 2,
     }
 }
 

@@ -1671,6 +1671,7 @@ mod tests {
     const DC_MARKS: homing_core::DcMarks = homing_core::DcMarks {
         allocator_floor: 64,
         token_bound: 8,
+        event_head: 3,
     };
 
     /// Renewals that each move the DC's key to a fresh etcd lease and revoke
