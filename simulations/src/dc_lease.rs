@@ -70,9 +70,8 @@ impl DcLeaseDriver {
     /// A lease not yet checked nor renewed.
     pub fn new(policy: &LeasePolicy, mutations: Mutations) -> DcLeaseDriver {
         let (terms, renew_every_ms) = default_terms(policy);
-        let none = DcMarks::default();
         DcLeaseDriver {
-            lease: DcLease::new(terms, renew_every_ms, none, none).with_mutations(mutations),
+            lease: DcLease::new(terms, renew_every_ms).with_mutations(mutations),
             renew_every_ms,
             unchecked: true,
             renewing: None,

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use homing_core::{DcId, DcLeaseState, DcMarks, DcRecord, DcTerms};
+use homing_core::{DcId, DcLeaseState, DcRecord, DcTerms};
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, NodeTime, StartCheck, start_check};
 use homing_store::{DcStore, GlobalStore, StoreError};
@@ -166,12 +166,7 @@ pub async fn open(
     renew_every_ms: u64,
     start_above_floor: bool,
 ) -> Result<DcLeaseCell, DaemonError> {
-    let mut lease = DcLease::new(
-        terms,
-        renew_every_ms,
-        DcMarks::default(),
-        DcMarks::default(),
-    );
+    let mut lease = DcLease::new(terms, renew_every_ms);
     let unchecked = match global.dc_lease(dc).await {
         Ok(state) => {
             let (store_floor, store_head) = check(dc, &state, records, start_above_floor).await?;
@@ -223,11 +218,6 @@ impl Renewer {
             self.check_late(start_above_floor, timeout).await;
             return true;
         }
-        // The store's event head rides on the next renewal (best effort: a
-        // failed read only leaves the published head behind).
-        if let Ok(head) = event_head(self.records.as_ref()).await {
-            self.cell.with(|l| l.note_event_head(head));
-        }
         let sent = (self.now)();
         let DcLeasePoll::Renew { terms, marks } = self.cell.with(|l| l.poll(sent)) else {
             return false;
@@ -251,6 +241,12 @@ impl Renewer {
                 self.cell.with(|l| l.handle_failed(now))
             }
         };
+        // The store's event head rides on the next renewal: read once per
+        // renewal sent, not per look at the lease (a failed read only leaves
+        // the published head one renewal further behind).
+        if let Ok(head) = event_head(self.records.as_ref()).await {
+            self.cell.with(|l| l.note_event_head(head));
+        }
         let valid_ms = self.cell.with(|l| l.valid_for_ms(now));
         self.metrics.dc_lease_valid_ms(valid_ms);
         match change {

@@ -149,19 +149,19 @@ pub struct DcLease {
 }
 
 impl DcLease {
-    /// A DC lease under `terms`, renewed every `renew_every_ms`, starting
-    /// from the marks the store keeps and those the DC's own store needs
-    /// (`wanted`); the first renewal is due at once.
-    pub fn new(terms: DcTerms, renew_every_ms: u64, kept: DcMarks, wanted: DcMarks) -> DcLease {
-        let wanted = wanted.max(kept).max(DcMarks {
+    /// A DC lease under `terms`, renewed every `renew_every_ms`, not yet
+    /// checked against what the store keeps ([`DcLease::checked`]); the
+    /// first renewal is due at once.
+    pub fn new(terms: DcTerms, renew_every_ms: u64) -> DcLease {
+        let wanted = DcMarks {
             token_bound: TOKEN_HEADROOM,
             ..DcMarks::default()
-        });
+        };
         DcLease {
             terms,
             renew_every_ms: renew_every_ms.max(1),
             valid_until: None,
-            published: kept,
+            published: DcMarks::default(),
             wanted,
             in_flight: false,
             next_renewal: NodeTime::default(),
@@ -358,7 +358,8 @@ mod tests {
 
     #[test]
     fn grants_only_while_the_whole_host_lease_fits_in_the_validity() {
-        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), marks(1024, 0));
+        let mut lease = DcLease::new(TERMS, 2_000);
+        lease.checked(DcMarks::default(), 1024, 0);
         assert!(
             !lease.covers(at(0), 10_000),
             "nothing before the first renewal"
@@ -373,7 +374,7 @@ mod tests {
 
     #[test]
     fn renews_on_its_period_retries_failures_soon_and_says_when_it_lost_the_lease() {
-        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        let mut lease = DcLease::new(TERMS, 2_000);
         renewed(&mut lease, 0, 10);
         assert_eq!(lease.poll(at(10)), DcLeasePoll::Wait { until: at(2_000) });
         let DcLeasePoll::Renew { .. } = lease.poll(at(2_000)) else {
@@ -396,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_slow_answer_counts_from_its_send_and_never_shortens_the_validity() {
-        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        let mut lease = DcLease::new(TERMS, 2_000);
         renewed(&mut lease, 0, 10);
         // Sent at 2,000, answered 15 s later: valid from 2,000, not 17,000.
         renewed(&mut lease, 2_000, 17_000);
@@ -405,7 +406,8 @@ mod tests {
 
     #[test]
     fn a_record_above_the_published_marks_waits_for_a_renewal_that_publishes_them() {
-        let mut lease = DcLease::new(TERMS, 2_000, marks(1024, 5), marks(2048, 0));
+        let mut lease = DcLease::new(TERMS, 2_000);
+        lease.checked(marks(1024, 5), 2048, 0);
         // Kept marks count before the first renewal; wanted ones do not.
         assert!(lease.admits(1024, FencingToken::new(5)));
         assert!(!lease.admits(1025, FencingToken::new(1)));
@@ -469,7 +471,7 @@ mod tests {
 
     #[test]
     fn the_event_head_rides_on_the_next_renewal_without_making_one_due() {
-        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        let mut lease = DcLease::new(TERMS, 2_000);
         renewed(&mut lease, 0, 10);
         lease.note_event_head(42);
         assert_eq!(lease.poll(at(20)), DcLeasePoll::Wait { until: at(2_000) });
@@ -481,7 +483,7 @@ mod tests {
 
     #[test]
     fn a_retired_dc_never_renews_again() {
-        let mut lease = DcLease::new(TERMS, 2_000, DcMarks::default(), DcMarks::default());
+        let mut lease = DcLease::new(TERMS, 2_000);
         renewed(&mut lease, 0, 10);
         let DcLeasePoll::Renew { .. } = lease.poll(at(2_000)) else {
             panic!("renewal due");
