@@ -42,6 +42,7 @@ pub mod lease_key;
 pub mod reachability;
 pub mod record;
 pub mod reservation;
+pub mod succession;
 pub mod time;
 pub mod wire;
 
@@ -71,5 +72,6 @@ pub use record::{
     TailView, Transition,
 };
 pub use reservation::ReservationId;
+pub use succession::{Succession, SuccessionCause, TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
 pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};

@@ -14,6 +14,7 @@
 //!              │ activate (same DC): token + 1 ─► Active
 //!              │ link(to, expected token)       ─► Linked { to }   (terminal)
 //! Active/Released, never linked, lost the race ─► Abandoned          (terminal)
+//! any but Abandoned, the global store names another successor ─► Linked { successor }
 //! ```
 //!
 //! An `Active` record keeps the holder's [`LeaseKey`]: renew and release
@@ -30,6 +31,7 @@ use crate::label::{LabelRule, label_type};
 use crate::lease::{Deadlines, LeasePolicy};
 use crate::lease_key::LeaseKey;
 use crate::reservation::ReservationId;
+use crate::succession::Succession;
 use crate::time::{HostTime, StoreTime};
 
 /// A DC's record of one reservation it owns.
@@ -739,6 +741,37 @@ impl DcRecord {
             *lease = None;
         }
         self
+    }
+
+    /// This record after the global store named `succession` as its
+    /// successor (DESIGN.md §7.5): linked to the successor it names.
+    /// `None` when nothing changes (already linked to it, abandoned, or the
+    /// succession is of another reservation). Two cases: a mover whose
+    /// confirmation lost to a takeover links its own, never granted
+    /// reservation to the taker; a DC that returns from expiry applies the
+    /// takeovers of its tails — even over a link it made whose mover lost,
+    /// since that mover linked itself to the same taker, every cached path
+    /// still leads there.
+    pub fn supersede(&self, succession: &Succession) -> Option<DcRecord> {
+        let to = &succession.link.to;
+        if succession.link.from != self.id || to == &self.id {
+            return None;
+        }
+        match &self.state {
+            RecordState::Linked { to: existing } if existing == to => None,
+            RecordState::Abandoned => None,
+            RecordState::Active { .. } | RecordState::Released { .. } => {
+                Some(self.changed(|r| r.state = RecordState::Linked { to: to.clone() }))
+            }
+            // The one change of a link (`changed` refuses it): the global
+            // store's succession outranks a link whose mover lost.
+            RecordState::Linked { .. } => {
+                let mut next = self.clone();
+                next.state = RecordState::Linked { to: to.clone() };
+                next.version = self.version + 1;
+                Some(next)
+            }
+        }
     }
 
     /// Mark a record that lost its race (global entry or link went to

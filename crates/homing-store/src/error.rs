@@ -68,6 +68,11 @@ pub enum StoreError {
         /// What was wrong.
         reason: String,
     },
+    /// Caller bug: a request that cannot be served as asked (a succession
+    /// written through the wrong call, a cursor of another DC). Nothing
+    /// was read or written.
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
     /// The allocator ran out of `u64` uniques (never expected in practice).
     #[error("reservation allocator exhausted")]
     AllocatorExhausted,

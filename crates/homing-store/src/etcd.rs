@@ -331,6 +331,46 @@ impl EtcdGlobalStore {
 
 #[async_trait]
 impl GlobalStore for EtcdGlobalStore {
+    // STUB until the store helper's branch lands (issue 20 takeover): not for release.
+    async fn successor(
+        &self,
+        _from: &homing_core::ReservationId,
+    ) -> Result<Option<homing_core::Succession>, StoreError> {
+        Err(StoreError::InvalidArgument(
+            "successions not yet on this backend".into(),
+        ))
+    }
+
+    async fn set_successor(
+        &self,
+        _succession: &homing_core::Succession,
+    ) -> Result<Option<homing_core::Succession>, StoreError> {
+        Err(StoreError::InvalidArgument(
+            "successions not yet on this backend".into(),
+        ))
+    }
+
+    async fn take_over(
+        &self,
+        _succession: &homing_core::Succession,
+        _policy: homing_core::TakeoverPolicy,
+    ) -> Result<homing_core::TakeOverReply, StoreError> {
+        Err(StoreError::InvalidArgument(
+            "successions not yet on this backend".into(),
+        ))
+    }
+
+    async fn successions_of(
+        &self,
+        _dc: &homing_core::DcId,
+        _after: Option<&homing_core::ReservationId>,
+        _limit: usize,
+    ) -> Result<Vec<homing_core::Succession>, StoreError> {
+        Err(StoreError::InvalidArgument(
+            "successions not yet on this backend".into(),
+        ))
+    }
+
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
         self.entry(key, None).await
     }

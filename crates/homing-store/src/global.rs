@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use homing_core::{DcId, DcLeaseState, DcMarks, DcRenewal, DcTerms, Key, ReservationId};
+use homing_core::{
+    DcId, DcLeaseState, DcMarks, DcRenewal, DcTerms, Key, ReservationId, Succession,
+    SuccessionCause, TakeOverReply, TakeoverPolicy,
+};
 
 use crate::error::StoreError;
 use crate::failover::Failover;
@@ -87,6 +90,49 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// it holds runs out by its terms. Idempotent; the DC's state after.
     async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError>;
 
+    /// Who succeeds `from`, if anyone (linearizable: "absent" is the truth
+    /// at some instant during the call; a present answer never changes).
+    async fn successor(&self, from: &ReservationId) -> Result<Option<Succession>, StoreError>;
+
+    /// Makes `succession` (a [`SuccessionCause::Moved`]) the one succession
+    /// of `succession.link.from` unless it has one; returns the one it has
+    /// otherwise (equal to the caller's on a retry of a write that was
+    /// applied). Acknowledged writes are durable (for durable backends).
+    ///
+    /// [`SuccessionCause::Moved`]: homing_core::SuccessionCause::Moved
+    async fn set_successor(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError>;
+
+    /// A takeover (DESIGN.md §7.5): makes `succession` (a
+    /// [`SuccessionCause::TakenOver`]) the one succession of
+    /// `succession.link.from`, provided, *in the same store transaction*,
+    /// that it has none and that `policy` allows taking over the DC of
+    /// `from` as the store judges its lease at that moment (expired by the
+    /// store's clock; retired too under `RetiredOnly`). A DC that renews
+    /// concurrently either renewed first (refused) or renews after (and
+    /// finds the takeover when it reconciles).
+    ///
+    /// [`SuccessionCause::TakenOver`]: homing_core::SuccessionCause::TakenOver
+    async fn take_over(
+        &self,
+        succession: &Succession,
+        policy: TakeoverPolicy,
+    ) -> Result<TakeOverReply, StoreError>;
+
+    /// The successions of DC `dc`'s reservations (moves and takeovers), in
+    /// reservation-unique order, strictly after `after` if given (a
+    /// reservation of `dc`), at most `limit` (≤ [`GET_MANY_KEYS_MAX`], else
+    /// [`StoreError::BatchTooLarge`]). Fewer than `limit` only at the end.
+    /// A DC returning from expiry applies them before it grants.
+    async fn successions_of(
+        &self,
+        dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError>;
+
     /// Its endpoints' health and failover counters, for a store that talks
     /// to several servers and goes around a silent one (etcd); `None` for
     /// the others.
@@ -118,6 +164,28 @@ pub(crate) fn check_batch(len: usize) -> Result<(), StoreError> {
             len,
             max: GET_MANY_KEYS_MAX,
         });
+    }
+    Ok(())
+}
+
+/// Rejects a succession written through the wrong call (a move through
+/// `take_over`, a takeover through `set_successor`) or linking a
+/// reservation to itself.
+pub(crate) fn check_cause(
+    succession: &Succession,
+    cause: SuccessionCause,
+) -> Result<(), StoreError> {
+    if succession.cause != cause {
+        return Err(StoreError::InvalidArgument(format!(
+            "a {:?} succession written as {cause:?}",
+            succession.cause
+        )));
+    }
+    if succession.link.from == succession.link.to {
+        return Err(StoreError::InvalidArgument(format!(
+            "{} cannot succeed itself",
+            succession.link.from
+        )));
     }
     Ok(())
 }

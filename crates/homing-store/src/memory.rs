@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
-    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
+    TakeOverReply, TakeoverPolicy,
 };
 
 use crate::dc::{
@@ -17,12 +18,14 @@ use crate::dc::{
 };
 use crate::dc_lease::{DcLeaseTable, LeaseClock, process_clock};
 use crate::error::StoreError;
-use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch};
+use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause};
 use crate::keyspace;
 
 /// A [`GlobalStore`] in a `BTreeMap` (key order, for [`GlobalStore::scan`]).
 pub struct MemoryGlobalStore {
     entries: Mutex<BTreeMap<Key, ReservationId>>,
+    /// Locked after `dcs` when both are held (a takeover).
+    successions: Mutex<BTreeMap<ReservationId, Succession>>,
     dcs: Mutex<DcLeaseTable>,
 }
 
@@ -49,6 +52,7 @@ impl MemoryGlobalStore {
     pub fn with_clock(clock: LeaseClock) -> MemoryGlobalStore {
         MemoryGlobalStore {
             entries: Mutex::default(),
+            successions: Mutex::default(),
             dcs: Mutex::new(DcLeaseTable::new(clock, [])),
         }
     }
@@ -56,6 +60,11 @@ impl MemoryGlobalStore {
     fn dcs(&self) -> std::sync::MutexGuard<'_, DcLeaseTable> {
         // Every change of the table is one `put`: a poisoned table is consistent.
         self.dcs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn successions(&self) -> std::sync::MutexGuard<'_, BTreeMap<ReservationId, Succession>> {
+        // Inserts are single calls: a poisoned map is consistent.
+        self.successions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, ReservationId>> {
@@ -123,6 +132,68 @@ impl GlobalStore for MemoryGlobalStore {
         Ok(dcs.state(dc))
     }
 
+    async fn successor(&self, from: &ReservationId) -> Result<Option<Succession>, StoreError> {
+        Ok(self.successions().get(from).cloned())
+    }
+
+    async fn set_successor(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_cause(succession, SuccessionCause::Moved)?;
+        Ok(insert_succession(&mut self.successions(), succession))
+    }
+
+    async fn take_over(
+        &self,
+        succession: &Succession,
+        policy: TakeoverPolicy,
+    ) -> Result<TakeOverReply, StoreError> {
+        check_cause(succession, SuccessionCause::TakenOver)?;
+        // The DC table stays locked through the write: no renewal between.
+        let dcs = self.dcs();
+        let mut successions = self.successions();
+        if let Some(existing) = successions.get(&succession.link.from) {
+            return Ok(TakeOverReply::Exists(existing.clone()));
+        }
+        let state = dcs.state(succession.link.from.dc());
+        if !policy.allows(&state) {
+            return Ok(TakeOverReply::Refused(state));
+        }
+        insert_succession(&mut successions, succession);
+        Ok(TakeOverReply::Taken)
+    }
+
+    async fn successions_of(
+        &self,
+        dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        let start = match after {
+            Some(after) if after.dc() == dc => after.unique().saturating_add(1),
+            Some(after) => {
+                return Err(StoreError::InvalidArgument(format!(
+                    "cursor {after} is not a reservation of dc {dc}"
+                )));
+            }
+            None => 0,
+        };
+        let range =
+            ReservationId::new(dc.clone(), start)..=ReservationId::new(dc.clone(), u64::MAX);
+        let successions = self.successions();
+        Ok(if after.is_some_and(|a| a.unique() == u64::MAX) {
+            Vec::new()
+        } else {
+            successions
+                .range(range)
+                .take(limit)
+                .map(|(_, s)| s.clone())
+                .collect()
+        })
+    }
+
     async fn scan(
         &self,
         after: Option<&Key>,
@@ -139,6 +210,20 @@ impl GlobalStore for MemoryGlobalStore {
             .take(limit)
             .map(|(k, id)| (k.clone(), id.clone()))
             .collect())
+    }
+}
+
+/// Inserts `succession` unless its reservation has one; the one it has otherwise.
+fn insert_succession(
+    successions: &mut BTreeMap<ReservationId, Succession>,
+    succession: &Succession,
+) -> Option<Succession> {
+    match successions.get(&succession.link.from) {
+        Some(existing) => Some(existing.clone()),
+        None => {
+            successions.insert(succession.link.from.clone(), succession.clone());
+            None
+        }
     }
 }
 

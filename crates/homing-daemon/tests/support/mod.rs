@@ -13,7 +13,7 @@ use async_trait::async_trait;
 
 use homing_core::{
     AcquireReply, DcId, DcLeaseState, DcMarks, DcRenewal, DcTerms, FencingToken, Grant, HostTime,
-    Identity, Key, Reply, ReservationId, Role,
+    Identity, Key, Reply, ReservationId, Role, Succession, TakeOverReply, TakeoverPolicy,
 };
 use homing_daemon::{Config, Daemon, DaemonError, Settings};
 use homing_net::DevCa;
@@ -159,6 +159,34 @@ impl GlobalStore for TestGlobal {
     async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
         self.check()?;
         self.inner.retire_dc(dc).await
+    }
+    async fn successor(&self, from: &ReservationId) -> Result<Option<Succession>, StoreError> {
+        self.check()?;
+        self.inner.successor(from).await
+    }
+    async fn set_successor(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        self.check()?;
+        self.inner.set_successor(succession).await
+    }
+    async fn take_over(
+        &self,
+        succession: &Succession,
+        policy: TakeoverPolicy,
+    ) -> Result<TakeOverReply, StoreError> {
+        self.check()?;
+        self.inner.take_over(succession, policy).await
+    }
+    async fn successions_of(
+        &self,
+        dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        self.check()?;
+        self.inner.successions_of(dc, after, limit).await
     }
 }
 
