@@ -463,6 +463,64 @@ impl ChainWalk {
         self.fall_back(answered_by, format!("has no record of {at}"))
     }
 
+    /// The DC that owns the reservation the walk needs did not answer. A
+    /// shortcut or consult is given up for the links (`Ok(None)`: poll
+    /// again). On a follow, the walk goes on only through the global
+    /// store's succession of that reservation (DESIGN.md §7.5): `Ok(Some(id))`
+    /// names it; answer with [`ChainWalk::handle_successor`].
+    pub fn handle_unreachable(&mut self) -> Result<Option<ReservationId>, ChainError> {
+        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+            self.fail(ChainError::Unexpected)?;
+            return Ok(None);
+        };
+        if self.purpose == Purpose::Follow {
+            return Ok(Some(at));
+        }
+        self.fall_back(at.dc(), format!("did not answer for {at}"))?;
+        Ok(None)
+    }
+
+    /// The global store's succession of the reservation the walk needs,
+    /// whose DC did not answer: followed like a link that DC recorded (its
+    /// token rises above the chain's so far, it continues where the walk
+    /// stands, it adds a hop).
+    pub fn handle_successor(&mut self, link: Link, source: Source) -> Result<(), ChainError> {
+        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+            return self.fail(ChainError::Unexpected);
+        };
+        if self.purpose != Purpose::Follow {
+            return self.fail(ChainError::Unexpected);
+        }
+        self.count(source);
+        let inconsistent = |reason: String| ChainError::Inconsistent {
+            dc: "global store".to_string(),
+            reason,
+        };
+        if link.from != at {
+            let reason = format!("succession of {} where the walk stands at {at}", link.from);
+            return self.fail(inconsistent(reason));
+        }
+        if self.floor.is_some_and(|floor| link.token <= floor) {
+            let reason = format!(
+                "succession of {at} carries token {}, not above the chain's so far",
+                link.token
+            );
+            return self.fail(inconsistent(reason));
+        }
+        if self.seen.contains(&link.to) {
+            return self.fail(ChainError::Cycle(link.to));
+        }
+        if self.hops() >= self.hop_limit {
+            return self.fail(ChainError::TooLong(self.hop_limit));
+        }
+        self.seen.insert(link.to.clone());
+        self.floor = Some(link.token);
+        self.state = Poll::Need(Need::Reservation(link.to.clone()));
+        self.links.push(link);
+        self.link_sources.push(source);
+        Ok(())
+    }
+
     /// A shortcut or consult that did not hold up: go on along the links.
     /// Anything else: the walk fails with `reason`.
     fn fall_back(&mut self, answered_by: &DcId, reason: String) -> Result<(), ChainError> {

@@ -11,15 +11,31 @@
 //!           tail here:   read record ─► activate ─► CAS ─► Acquired | HeldElsewhere | TagMismatch
 //!           tail there:  live ─► HeldElsewhere / TagMismatch
 //!                        vacant ─► allocate ─► write own (token = tail + 1) ─► link at tail's DC
-//!                             Linked ─► Acquired; AlreadyLinked(z) ─► abandon own, walk from z;
+//!                             Linked ─► confirm the succession in the global store ─► Acquired
+//!                                       (another won: a takeover) ─► link own to it, walk from it
+//!                             AlreadyLinked(z) ─► abandon own, walk from z;
 //!                             StillActive / TokenMoved ─► abandon own, walk from the tail again
+//!      a DC does not answer for a reservation the walk follows (DESIGN.md §7.5):
+//!           its succession in the global store ─ present ─► follow it like a link
+//!                └ absent ─► that DC's lease ─ the takeover policy allows ─► allocate ─►
+//!                     write own (token = the DC's token bound + 2) ─► take over (guarded write-once)
+//!                          Taken ─► Acquired; Exists(s) ─► abandon own, walk from s;
+//!                          Refused ─► abandon own, fail Unreachable (the caller may retry)
+//!                     └ not allowed ─► fail Unreachable
 //! ```
+//!
+//! A recreated reservation (its predecessor in another DC) grants only once
+//! the global store names it as its predecessor's successor: after the link,
+//! and again (from the driver's cache, usually) before a re-activation, so a
+//! mover that crashed between the link and the confirmation cannot grant
+//! from a reservation a takeover superseded.
 //!
 //! Restarted walks are bounded by [`CONNECT_ATTEMPTS_MAX`]; each walk by its hop limit.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::DcLeaseState;
 use crate::actor::ActorId;
 use crate::chain::{ChainError, ChainWalk, Need, Poll, Segment, Shortcut, Source};
 use crate::dc::DcId;
@@ -30,6 +46,8 @@ use crate::record::{
     ActivateReply, DcRecord, Holding, LinkReply, PreviousRun, TailState, TailView,
 };
 use crate::reservation::ReservationId;
+use crate::succession::takeover_link_token;
+use crate::succession::{Succession, TakeOverReply, TakeoverPolicy};
 use crate::time::StoreTime;
 
 /// Most walks one connect may start (the first plus restarts after lost races).
@@ -62,6 +80,25 @@ pub enum ConnectNeed {
         key: Key,
         /// Our new reservation.
         id: ReservationId,
+    },
+    /// The DC of this reservation did not answer: read who succeeds it in
+    /// the global store (linearizable, or a cache: a present answer never
+    /// changes); answer with [`Connect::handle_successor`].
+    Successor(ReservationId),
+    /// Read this DC's lease state in the global store; answer with
+    /// [`Connect::handle_dc_lease`].
+    DcLease(DcId),
+    /// Make this succession its reservation's in the global store unless it
+    /// has one (write-once; a cached or present answer will do); answer with
+    /// [`Connect::handle_confirmed`] and the one the store has.
+    Confirm(Succession),
+    /// The guarded takeover write (`GlobalStore::take_over` under
+    /// `policy`); answer with [`Connect::handle_taken_over`].
+    TakeOver {
+        /// The takeover.
+        succession: Succession,
+        /// The deployment's policy.
+        policy: TakeoverPolicy,
     },
     /// Ask the tail's DC to link; answer with [`Connect::handle_link`].
     Link {
@@ -144,6 +181,15 @@ pub enum ConnectError {
     /// The stores contradict the protocol (e.g. a reservation in a chain is missing).
     #[error("inconsistent state: {0}")]
     Inconsistent(String),
+    /// A DC in the chain did not answer, and the key cannot be taken over
+    /// from it (yet): its lease has not expired, or the policy forbids it.
+    #[error("dc {dc} did not answer and cannot be taken over: {reason}")]
+    Unreachable {
+        /// The DC.
+        dc: DcId,
+        /// Why no takeover.
+        reason: String,
+    },
     /// An answer arrived that the connect did not ask for.
     #[error("answer does not match what the connect needs")]
     Unexpected,
@@ -174,12 +220,18 @@ pub enum Written {
 enum Plan {
     First,
     Recreate(TailView),
+    /// A takeover of `tail`, whose DC published `token_bound`.
+    TakeOver {
+        tail: ReservationId,
+        token_bound: u64,
+    },
 }
 
-/// What to do once an abandoned record has been written.
+/// What to do once our record has left the race.
 #[derive(Debug, Clone)]
 enum Then {
     WalkFrom(ReservationId),
+    Fail(ConnectError),
 }
 
 #[derive(Debug, Clone)]
@@ -190,9 +242,20 @@ enum Phase {
     Creating(Plan, DcRecord, Deadlines),
     SettingGlobal(DcRecord, Deadlines),
     Linking(DcRecord, Deadlines, TailView),
+    /// Our new record, linked at the tail's DC: confirming the succession.
+    Confirming(DcRecord, Deadlines, Succession),
+    /// The walk needs the succession of a reservation whose DC did not answer.
+    SeekingSuccessor(Box<ChainWalk>),
+    /// No succession: may the tail's DC be taken over?
+    JudgingDc(ReservationId),
+    TakingOver(DcRecord, Deadlines, Succession),
     ReadingLocal(ReservationId),
+    /// A re-activation of a recreated record (as read, as it would be
+    /// written), confirming its succession first.
+    ConfirmingLocal(DcRecord, DcRecord, ActivateReply, Succession),
     Activating(DcRecord, ActivateReply),
-    Abandoning(DcRecord, Then),
+    /// Our record leaves the race: abandoned, or linked to the winner.
+    Leaving(DcRecord, Then),
     Finished(ConnectPoll),
 }
 
@@ -205,6 +268,7 @@ pub struct Connect {
     holder: Holding,
     policy: LeasePolicy,
     hop_limit: usize,
+    takeover: TakeoverPolicy,
     attempts: u32,
     /// The key's first reservation, once a walk or the global write named it.
     entry: Option<ReservationId>,
@@ -245,6 +309,7 @@ impl Connect {
             holder,
             policy,
             hop_limit,
+            takeover: TakeoverPolicy::Automatic,
             attempts: 1,
             entry: None,
             notice: None,
@@ -259,6 +324,13 @@ impl Connect {
         if let Phase::Walking(walk) = self.phase {
             self.phase = Phase::Walking(Box::new(walk.with_hint(hint)));
         }
+        self
+    }
+
+    /// Under `policy` (default: [`TakeoverPolicy::Automatic`]) for the tails
+    /// of DCs that do not answer.
+    pub fn with_takeover(mut self, policy: TakeoverPolicy) -> Connect {
+        self.takeover = policy;
         self
     }
 
@@ -310,14 +382,28 @@ impl Connect {
                 to: record.id.clone(),
                 expected_token: tail.token,
             }),
+            Phase::Confirming(_, _, succession) | Phase::ConfirmingLocal(_, _, _, succession) => {
+                ConnectPoll::Need(ConnectNeed::Confirm(succession.clone()))
+            }
+            Phase::SeekingSuccessor(walk) => match walk.poll() {
+                Poll::Need(Need::Reservation(id)) => {
+                    ConnectPoll::Need(ConnectNeed::Successor(id.clone()))
+                }
+                _ => ConnectPoll::Failed(ConnectError::Unexpected),
+            },
+            Phase::JudgingDc(tail) => ConnectPoll::Need(ConnectNeed::DcLease(tail.dc().clone())),
+            Phase::TakingOver(_, _, succession) => ConnectPoll::Need(ConnectNeed::TakeOver {
+                succession: succession.clone(),
+                policy: self.takeover,
+            }),
             Phase::ReadingLocal(id) => ConnectPoll::Need(ConnectNeed::LocalRecord(id.clone())),
             Phase::Activating(next, _) => ConnectPoll::Need(ConnectNeed::Write {
                 expected: Some(next.version - 1),
                 record: next.clone(),
             }),
-            Phase::Abandoning(abandoned, _) => ConnectPoll::Need(ConnectNeed::Write {
-                expected: Some(abandoned.version - 1),
-                record: abandoned.clone(),
+            Phase::Leaving(left, _) => ConnectPoll::Need(ConnectNeed::Write {
+                expected: Some(left.version - 1),
+                record: left.clone(),
             }),
             Phase::Finished(poll) => poll.clone(),
         }
@@ -360,6 +446,170 @@ impl Connect {
         self.after_walk_step();
     }
 
+    /// The DC that owns the reservation the walk needs did not answer.
+    /// `false` when that is not this connect's to handle (the reservation is
+    /// this DC's own: its store failed; or no walk needs one): the caller
+    /// treats the failure as before. `true`: poll again — the walk gave up a
+    /// shortcut, or the connect now seeks the reservation's succession.
+    pub fn handle_unreachable(&mut self) -> bool {
+        let Phase::Walking(walk) = &mut self.phase else {
+            return false;
+        };
+        match walk.poll() {
+            Poll::Need(Need::Reservation(id)) if id.dc() != &self.local => {}
+            _ => return false,
+        }
+        match walk.handle_unreachable() {
+            Ok(Some(_)) => {
+                if let Phase::Walking(walk) = self.take_phase() {
+                    self.phase = Phase::SeekingSuccessor(walk);
+                }
+            }
+            Ok(None) => self.after_walk_step(),
+            Err(e) => self.fail(e.into()),
+        }
+        true
+    }
+
+    /// The phase, leaving `Unexpected` in its place until the caller sets the next.
+    fn take_phase(&mut self) -> Phase {
+        std::mem::replace(
+            &mut self.phase,
+            Phase::Finished(ConnectPoll::Failed(ConnectError::Unexpected)),
+        )
+    }
+
+    /// The global store's succession of the reservation whose DC did not
+    /// answer (`None`: none).
+    pub fn handle_successor(&mut self, succession: Option<Succession>, source: Source) {
+        let Phase::SeekingSuccessor(walk) = &mut self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        let Poll::Need(Need::Reservation(at)) = walk.poll().clone() else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        match succession {
+            Some(succession) => {
+                if let Err(e) = walk.handle_successor(succession.link, source) {
+                    return self.fail(e.into());
+                }
+                if let Phase::SeekingSuccessor(walk) = self.take_phase() {
+                    self.phase = Phase::Walking(walk);
+                }
+                self.after_walk_step();
+            }
+            None => self.phase = Phase::JudgingDc(at),
+        }
+    }
+
+    /// The lease state of the DC whose tail did not answer.
+    pub fn handle_dc_lease(&mut self, state: DcLeaseState) {
+        let Phase::JudgingDc(tail) = &self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        if !self.takeover.allows(&state) {
+            let reason = format!(
+                "its lease is {:?}{} and the takeover policy is {}",
+                state.standing,
+                if state.retired { " (retired)" } else { "" },
+                self.takeover.as_str()
+            );
+            let dc = tail.dc().clone();
+            return self.fail(ConnectError::Unreachable { dc, reason });
+        }
+        self.phase = Phase::Allocating(Plan::TakeOver {
+            tail: tail.clone(),
+            token_bound: state.marks.token_bound,
+        });
+    }
+
+    /// The store's answer to the takeover write.
+    pub fn handle_taken_over(&mut self, reply: TakeOverReply) {
+        let Phase::TakingOver(record, deadlines, succession) = &self.phase else {
+            return self.fail(ConnectError::Unexpected);
+        };
+        let (record, deadlines, tail) = (record.clone(), *deadlines, succession.link.from.clone());
+        match reply {
+            TakeOverReply::Taken => {
+                self.note_move(&tail, &record);
+                self.acquired(record, deadlines)
+            }
+            TakeOverReply::Exists(winner) if winner.names(&record.id) => {
+                self.note_move(&tail, &record);
+                self.acquired(record, deadlines)
+            }
+            TakeOverReply::Exists(winner) => self.abandon(record, Then::WalkFrom(winner.link.to)),
+            TakeOverReply::Refused(state) => {
+                // The DC renewed (or was never expired) after all: leave our
+                // record and let the caller try again.
+                if let Some(abandoned) = record.abandon() {
+                    let reason = format!("its lease is {:?} after all", state.standing);
+                    self.phase = Phase::Leaving(
+                        abandoned,
+                        Then::Fail(ConnectError::Unreachable {
+                            dc: tail.dc().clone(),
+                            reason,
+                        }),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The succession the global store has for the reservation our record
+    /// continues (ours, or a takeover's that won).
+    pub fn handle_confirmed(&mut self, recorded: Succession) {
+        match self.take_phase() {
+            Phase::Confirming(record, deadlines, ours) if recorded.names(&record.id) => {
+                self.note_move(&ours.link.from, &record);
+                self.acquired(record, deadlines)
+            }
+            Phase::ConfirmingLocal(read, next, reply, _) if recorded.names(&read.id) => {
+                self.phase = Phase::Activating(next, reply)
+            }
+            // A takeover won: our record never granted; it continues as the
+            // winner, so every path through it leads there.
+            Phase::Confirming(record, _, _) | Phase::ConfirmingLocal(record, _, _, _) => {
+                self.supersede(&record, &recorded)
+            }
+            _ => self.fail(ConnectError::Unexpected),
+        }
+    }
+
+    fn supersede(&mut self, record: &DcRecord, winner: &Succession) {
+        if !self.count_attempt() {
+            return;
+        }
+        let then = Then::WalkFrom(winner.link.to.clone());
+        match record.supersede(&Succession {
+            link: crate::chain::Link {
+                from: record.id.clone(),
+                to: winner.link.to.clone(),
+                token: record.token,
+            },
+            cause: winner.cause,
+        }) {
+            Some(next) => self.phase = Phase::Leaving(next, then),
+            None => self.walk_from(winner.link.to.clone()),
+        }
+    }
+
+    /// After our record succeeded `from`: what to tell the key's entry.
+    fn note_move(&mut self, from: &ReservationId, record: &DcRecord) {
+        self.notice = self
+            .entry
+            .clone()
+            .filter(|entry| entry != from)
+            .map(|entry| ShortcutNotice {
+                key: self.key.clone(),
+                entry,
+                shortcut: Shortcut {
+                    to: record.id.clone(),
+                    token: record.token,
+                },
+            });
+    }
+
     fn after_walk_step(&mut self) {
         let Phase::Walking(walk) = &self.phase else {
             return;
@@ -400,6 +650,16 @@ impl Connect {
         let (token, previous) = match plan {
             Plan::First => (FencingToken::FIRST, None),
             Plan::Recreate(tail) => (tail.token.next(), Some(previous_run(tail))),
+            Plan::TakeOver { tail, token_bound } => {
+                let link = takeover_link_token(*token_bound);
+                let previous = PreviousRun {
+                    reservation: tail.clone(),
+                    token: link,
+                    // Its DC's lease expired: the holder stopped by its deadline.
+                    ended: crate::record::ReleaseCause::Expired,
+                };
+                (link.next(), Some(previous))
+            }
         };
         let (record, deadlines) = DcRecord::reserve(
             ReservationId::new(self.local.clone(), unique),
@@ -427,6 +687,11 @@ impl Connect {
                 self.phase = match plan {
                     Plan::First => Phase::SettingGlobal(record, deadlines),
                     Plan::Recreate(tail) => Phase::Linking(record, deadlines, tail),
+                    Plan::TakeOver { tail, token_bound } => {
+                        let succession =
+                            Succession::taken_over(tail, record.id.clone(), token_bound);
+                        Phase::TakingOver(record, deadlines, succession)
+                    }
                 }
             }
             (Phase::Creating(_, record, _), Written::Conflict) => {
@@ -459,7 +724,8 @@ impl Connect {
                 }
             }
             // An abandon that loses its race is left to the orphan sweeper.
-            (Phase::Abandoning(_, Then::WalkFrom(id)), _) => self.walk_from(id),
+            (Phase::Leaving(_, Then::WalkFrom(id)), _) => self.walk_from(id),
+            (Phase::Leaving(_, Then::Fail(e)), _) => self.fail(e),
             (_, _) => self.fail(ConnectError::Unexpected),
         }
     }
@@ -492,7 +758,10 @@ impl Connect {
         let out = record.activate(self.tag.as_ref(), &self.holder, now, &self.policy);
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {
-                self.phase = Phase::Activating(next, reply)
+                self.phase = match self.succession_of(&record) {
+                    Some(succession) => Phase::ConfirmingLocal(record, next, reply, succession),
+                    None => Phase::Activating(next, reply),
+                }
             }
             (_, ActivateReply::StillActive { actor, token }) => {
                 self.finish(AcquireReply::HeldElsewhere(Holder {
@@ -520,27 +789,30 @@ impl Connect {
         }
     }
 
+    /// The succession a re-activation of our own `record` must confirm: it
+    /// continues a reservation of another DC (`None`: the key's first, or
+    /// its predecessor is ours).
+    fn succession_of(&self, record: &DcRecord) -> Option<Succession> {
+        let from = record.predecessor.clone()?;
+        if from.dc() == &self.local {
+            return None;
+        }
+        // Its first token was above the predecessor's last; it only rose.
+        let token = FencingToken::new(record.token.get().saturating_sub(1));
+        Some(Succession::moved(from, record.id.clone(), token))
+    }
+
     /// The tail DC's answer to our link request.
     pub fn handle_link(&mut self, reply: LinkReply) {
         let Phase::Linking(record, deadlines, tail) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let (record, deadlines, tail) = (record.clone(), *deadlines, tail.id.clone());
+        let (record, deadlines, token, tail) =
+            (record.clone(), *deadlines, tail.token, tail.id.clone());
         match reply {
             LinkReply::Linked => {
-                self.notice = self
-                    .entry
-                    .clone()
-                    .filter(|entry| entry != &tail)
-                    .map(|entry| ShortcutNotice {
-                        key: self.key.clone(),
-                        entry,
-                        shortcut: Shortcut {
-                            to: record.id.clone(),
-                            token: record.token,
-                        },
-                    });
-                self.acquired(record, deadlines)
+                let succession = Succession::moved(tail, record.id.clone(), token);
+                self.phase = Phase::Confirming(record, deadlines, succession);
             }
             LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
             // Re-read the tail: its new holder's tag decides HeldElsewhere or TagMismatch.
@@ -573,9 +845,10 @@ impl Connect {
             return;
         }
         match record.abandon() {
-            Some(abandoned) => self.phase = Phase::Abandoning(abandoned, then),
+            Some(abandoned) => self.phase = Phase::Leaving(abandoned, then),
             None => match then {
                 Then::WalkFrom(id) => self.walk_from(id),
+                Then::Fail(e) => self.fail(e),
             },
         }
     }

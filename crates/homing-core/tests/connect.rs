@@ -202,3 +202,202 @@ fn resolve_a_chain_revisiting_a_dc_costs_one_round_trip_per_hop() {
         "iad, fra, iad: no DC answers for another's reservation"
     );
 }
+
+/// The global store's view of `name`'s lease: expired, with `token_bound` published.
+fn expired(name: &str, token_bound: u64, retired: bool) -> homing_core::DcLeaseState {
+    homing_core::DcLeaseState {
+        standing: homing_core::DcStanding::Expired,
+        marks: homing_core::DcMarks {
+            token_bound,
+            ..Default::default()
+        },
+        retired,
+        ..homing_core::DcLeaseState::unknown(dc(name))
+    }
+}
+
+fn failed(world: &mut World, at: &str, actor: &str) -> homing_core::ConnectError {
+    let mut c = connect(world, at, actor, None);
+    match world.run(&dc(at), &mut c) {
+        ConnectPoll::Failed(e) => e,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn connect_confirms_every_move_in_the_global_store_before_granting() {
+    let mut world = World::new(&["iad", "fra"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    let (second, token2) = acquired(&acquire(&mut world, "fra", "a2"));
+    let succession = world
+        .successions
+        .get(&first)
+        .expect("the move is confirmed");
+    assert_eq!(succession.link.to, second);
+    assert_eq!(succession.link.token, token);
+    assert_eq!(succession.cause, homing_core::SuccessionCause::Moved);
+    assert!(token2 > succession.link.token);
+}
+
+#[test]
+fn connect_to_a_silent_dc_whose_lease_has_not_expired_fails_unreachable_and_takes_nothing() {
+    let mut world = World::new(&["iad", "fra"]);
+    acquired(&acquire(&mut world, "iad", "a1"));
+    world.down.insert(dc("iad"));
+    match failed(&mut world, "fra", "a2") {
+        homing_core::ConnectError::Unreachable { dc: silent, reason } => {
+            assert_eq!(silent, dc("iad"));
+            assert!(reason.contains("Live"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(world.successions.is_empty());
+    let fra = &world.dcs[&dc("fra")].records;
+    assert!(
+        fra.is_empty(),
+        "nothing written before the lease is judged: {fra:?}"
+    );
+}
+
+#[test]
+fn connect_takes_over_an_expired_dc_tail_above_its_token_bound_and_others_follow() {
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let (first, _) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.down.insert(dc("iad"));
+    world.dc_leases.insert(dc("iad"), expired("iad", 40, false));
+    let outcome = acquire(&mut world, "fra", "a2");
+    let AcquireReply::Acquired(grant) = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(grant.reservation.dc(), &dc("fra"));
+    assert_eq!(grant.token, FencingToken::new(42), "bound + 2");
+    let previous = grant.previous.as_ref().expect("it follows iad's run");
+    assert_eq!(previous.reservation, first);
+    let taken = world.successions.get(&first).expect("recorded").clone();
+    assert_eq!(taken.cause, homing_core::SuccessionCause::TakenOver);
+    assert_eq!(taken.link.to, grant.reservation);
+
+    // Another DC reaching the silent tail follows the takeover: one holder.
+    match acquire(&mut world, "sin", "a3") {
+        AcquireReply::HeldElsewhere(Holder { reservation, .. }) => {
+            assert_eq!(reservation, grant.reservation)
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut resolve_walk = homing_core::ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
+    resolve_walk
+        .handle_global(Some(first.clone()), homing_core::Source::Local)
+        .unwrap();
+    assert_eq!(resolve_walk.handle_unreachable(), Ok(Some(first.clone())));
+    resolve_walk
+        .handle_successor(taken.link.clone(), homing_core::Source::Remote)
+        .unwrap();
+    assert!(
+        matches!(resolve_walk.poll(), Poll::Need(homing_core::Need::Reservation(id)) if *id == grant.reservation)
+    );
+}
+
+#[test]
+fn connect_under_retired_only_takes_over_only_a_retired_dc() {
+    let mut world = World::new(&["iad", "fra"]);
+    acquired(&acquire(&mut world, "iad", "a1"));
+    world.down.insert(dc("iad"));
+    world.dc_leases.insert(dc("iad"), expired("iad", 1, false));
+    let mut c =
+        connect(&world, "fra", "a2", None).with_takeover(homing_core::TakeoverPolicy::RetiredOnly);
+    assert!(matches!(
+        world.run(&dc("fra"), &mut c),
+        ConnectPoll::Failed(homing_core::ConnectError::Unreachable { .. })
+    ));
+    world.dc_leases.insert(dc("iad"), expired("iad", 1, true));
+    let mut c =
+        connect(&world, "fra", "a2", None).with_takeover(homing_core::TakeoverPolicy::RetiredOnly);
+    assert!(matches!(
+        world.run(&dc("fra"), &mut c),
+        ConnectPoll::Done(AcquireReply::Acquired(_))
+    ));
+}
+
+/// iad expires and sin takes its tail over; iad comes back without having
+/// applied the takeover, and fra's move through it must not grant.
+fn taken_over_then_iad_returns() -> (World, ReservationId, ReservationId) {
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    world.down.insert(dc("iad"));
+    world.dc_leases.insert(dc("iad"), expired("iad", 9, false));
+    let (taker, _) = acquired(&acquire(&mut world, "sin", "a3"));
+    world.down.clear();
+    world.dc_leases.clear();
+    (world, first, taker)
+}
+
+#[test]
+fn a_mover_that_loses_its_confirmation_to_a_takeover_links_itself_to_the_taker_and_never_grants() {
+    let (mut world, first, taker) = taken_over_then_iad_returns();
+    match acquire(&mut world, "fra", "a2") {
+        AcquireReply::HeldElsewhere(Holder { reservation, .. }) => assert_eq!(reservation, taker),
+        other => panic!("fra must not grant beside sin's holder: {other:?}"),
+    }
+    // iad linked its stale tail to fra's record, which now continues as the taker.
+    let RecordState::Linked { to: linked } = &world.record(&first).unwrap().state else {
+        panic!("iad linked its tail")
+    };
+    assert_eq!(
+        world.record(linked).unwrap().state,
+        RecordState::Linked { to: taker.clone() }
+    );
+    let Poll::Done(walked) = world.resolve(&dc("fra"), &key()) else {
+        panic!()
+    };
+    assert_eq!(
+        walked.tail.id, taker,
+        "iad's stale link still leads to the taker"
+    );
+}
+
+#[test]
+fn a_recreated_record_confirms_its_succession_before_it_is_re_activated() {
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    let (second, token2) = acquired(&acquire(&mut world, "fra", "a2"));
+    world.release(&second, token2);
+    // As if fra crashed between iad's link and its confirmation, and a
+    // takeover of iad's reservation by sin then won the global store.
+    world.successions.remove(&first);
+    let taker: ReservationId = "sin.7".parse().unwrap();
+    let (record, _) = homing_core::DcRecord::reserve(
+        taker.clone(),
+        key(),
+        None,
+        FencingToken::new(52),
+        None,
+        &homing_core::Holding {
+            actor: ActorId::new("a9").unwrap(),
+            lease: lease_of(&ActorId::new("a9").unwrap()),
+            host_time: HostTime::from_ms(7),
+        },
+        world.now(),
+        &world.policy,
+    );
+    world
+        .dcs
+        .get_mut(&dc("sin"))
+        .unwrap()
+        .records
+        .insert(taker.clone(), record);
+    world.successions.insert(
+        first.clone(),
+        homing_core::Succession::taken_over(first.clone(), taker.clone(), 50),
+    );
+    match acquire(&mut world, "fra", "a4") {
+        AcquireReply::HeldElsewhere(Holder { reservation, .. }) => assert_eq!(reservation, taker),
+        other => panic!("fra must not re-activate a superseded record: {other:?}"),
+    }
+    assert_eq!(
+        world.record(&second).unwrap().state,
+        RecordState::Linked { to: taker }
+    );
+}

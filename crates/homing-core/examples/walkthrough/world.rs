@@ -4,12 +4,12 @@
 
 #![allow(dead_code)] // each user takes the parts it needs
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcRecord, FencingToken, Key, LeasePolicy,
-    LocalSegment, Need, Poll, ReleaseReply, ReservationId, Segment, SegmentError, Source,
-    StoreTime, Written, chain::HOP_LIMIT_DEFAULT,
+    ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcLeaseState, DcRecord, DcStanding,
+    FencingToken, Key, LeasePolicy, LocalSegment, Need, Poll, ReleaseReply, ReservationId, Segment,
+    SegmentError, Source, StoreTime, Succession, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 /// One DC: its records and its allocator.
@@ -23,6 +23,12 @@ pub struct Dc {
 pub struct World {
     pub dcs: BTreeMap<DcId, Dc>,
     pub global: BTreeMap<Key, ReservationId>,
+    /// The global store's successions, by the reservation succeeded.
+    pub successions: BTreeMap<ReservationId, Succession>,
+    /// How the global store judges each DC's lease (absent: live).
+    pub dc_leases: BTreeMap<DcId, DcLeaseState>,
+    /// DCs that do not answer other DCs.
+    pub down: BTreeSet<DcId>,
     pub now_ms: u64,
     pub policy: LeasePolicy,
     /// Messages that crossed between DCs (each a round trip).
@@ -37,10 +43,23 @@ impl World {
                 .map(|d| (DcId::new(*d).unwrap(), Dc::default()))
                 .collect(),
             global: BTreeMap::new(),
+            successions: BTreeMap::new(),
+            dc_leases: BTreeMap::new(),
+            down: BTreeSet::new(),
             now_ms: 1_000,
             policy: LeasePolicy::DEFAULT,
             round_trips: 0,
         }
+    }
+
+    /// The global store's view of `dc`'s lease.
+    pub fn dc_lease(&self, dc: &DcId) -> DcLeaseState {
+        self.dc_leases.get(dc).cloned().unwrap_or(DcLeaseState {
+            standing: DcStanding::Live {
+                remaining_ms: 10_000,
+            },
+            ..DcLeaseState::unknown(dc.clone())
+        })
     }
 
     pub fn now(&self) -> StoreTime {
@@ -79,6 +98,37 @@ impl World {
         match need {
             ConnectNeed::GlobalEntry(key) => {
                 connect.handle_global(self.global.get(&key).cloned(), Source::Local)
+            }
+            ConnectNeed::Reservation(id) if self.down.contains(id.dc()) && id.dc() != local => {
+                assert!(
+                    connect.handle_unreachable(),
+                    "a remote DC's silence is the connect's"
+                );
+            }
+            ConnectNeed::Successor(id) => {
+                connect.handle_successor(self.successions.get(&id).cloned(), Source::Local)
+            }
+            ConnectNeed::DcLease(dc) => connect.handle_dc_lease(self.dc_lease(&dc)),
+            ConnectNeed::Confirm(succession) => {
+                let recorded = self
+                    .successions
+                    .entry(succession.link.from.clone())
+                    .or_insert(succession)
+                    .clone();
+                connect.handle_confirmed(recorded);
+            }
+            ConnectNeed::TakeOver { succession, policy } => {
+                let state = self.dc_lease(succession.link.from.dc());
+                let reply = match self.successions.get(&succession.link.from) {
+                    Some(existing) => TakeOverReply::Exists(existing.clone()),
+                    None if !policy.allows(&state) => TakeOverReply::Refused(state),
+                    None => {
+                        self.successions
+                            .insert(succession.link.from.clone(), succession);
+                        TakeOverReply::Taken
+                    }
+                };
+                connect.handle_taken_over(reply);
             }
             ConnectNeed::Reservation(id) => {
                 let source = if id.dc() == local {
