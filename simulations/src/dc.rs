@@ -27,8 +27,8 @@ use std::ops::Bound;
 use homing_core::{
     AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage,
     ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment, Reply, Request,
-    ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, Written,
-    chain::HOP_LIMIT_DEFAULT,
+    ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source, StoreTime,
+    TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_node::{
@@ -926,7 +926,69 @@ impl Sim {
                 let e = ErrorReply::new(ErrorKind::Inconsistent, format!("unknown dc in {id}"));
                 Failure::Refused(e)
             };
+            let global_need = matches!(
+                need,
+                ConnectNeed::Successor(_)
+                    | ConnectNeed::DcLease(_)
+                    | ConnectNeed::Confirm(_)
+                    | ConnectNeed::TakeOver { .. }
+            );
+            if global_need && self.cut_from_global(d) {
+                let e = crate::dc_lease::global_unavailable(self, d, "cut from the global store");
+                job.acquire.handle_failure(now, Failure::Unreachable(e));
+                continue;
+            }
             return match need {
+                // Successions and DC leases are read and written at once (no
+                // store delay): the simulator checks their decisions, not
+                // their latency.
+                ConnectNeed::Successor(id) => {
+                    let succession = self.successions.get(&id).cloned();
+                    job.acquire
+                        .connect()
+                        .handle_successor(succession, Source::Local);
+                    continue;
+                }
+                ConnectNeed::DcLease(dc) => {
+                    let state = self.global_dc_lease_state(&dc);
+                    job.acquire.connect().handle_dc_lease(state);
+                    continue;
+                }
+                ConnectNeed::Confirm(succession) => {
+                    let recorded = self
+                        .successions
+                        .entry(succession.link.from.clone())
+                        .or_insert(succession)
+                        .clone();
+                    job.acquire.connect().handle_confirmed(recorded);
+                    continue;
+                }
+                ConnectNeed::TakeOver { succession, policy } => {
+                    let from = succession.link.from.clone();
+                    let state = self.global_dc_lease_state(from.dc());
+                    let reply = match self.successions.get(&from) {
+                        Some(existing) => TakeOverReply::Exists(existing.clone()),
+                        None if !policy.allows(&state) => TakeOverReply::Refused(state),
+                        None => {
+                            self.measurements.count("takeovers");
+                            self.successions.insert(from, succession);
+                            let key = self.key_index.get(job.acquire.key()).copied();
+                            if let Some(key) = key {
+                                let view = View {
+                                    dcs: &self.dcs,
+                                    global: &self.global,
+                                    keys: &self.keys,
+                                    dc_index: &self.dc_index,
+                                    successions: &self.successions,
+                                };
+                                self.checker.on_taken_over(&view, self.now, key);
+                            }
+                            TakeOverReply::Taken
+                        }
+                    };
+                    job.acquire.connect().handle_taken_over(reply);
+                    continue;
+                }
                 ConnectNeed::GlobalEntry(key) => {
                     if let Some(id) = self.dcs[d].global_cache.get(&key) {
                         let id = id.clone();
@@ -1027,6 +1089,7 @@ impl Sim {
             global: &self.global,
             keys: &self.keys,
             dc_index: &self.dc_index,
+            successions: &self.successions,
         };
         self.checker
             .on_commit(&view, self.now, key, d, &id, version, previous.as_ref());
@@ -1207,6 +1270,7 @@ impl Sim {
                 global: &self.global,
                 keys: &self.keys,
                 dc_index: &self.dc_index,
+                successions: &self.successions,
             };
             self.checker
                 .on_global_set(&view, self.now, set.key, &set.id);
@@ -1511,6 +1575,7 @@ impl Sim {
             global: &self.global,
             keys: &self.keys,
             dc_index: &self.dc_index,
+            successions: &self.successions,
         };
         self.checker.on_restart(&view, d);
     }

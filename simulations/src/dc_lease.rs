@@ -17,7 +17,10 @@
 //! A `cut_from_global` fault makes every renewal, global read and global
 //! write of the DC fail while hosts, routers and peers still reach it.
 
-use homing_core::{DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy};
+use homing_core::{
+    DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply,
+    LeasePolicy, ReservationId, Succession, SuccessionCause,
+};
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
@@ -104,7 +107,7 @@ impl StoreDcLease {
 }
 
 /// A failure as the DC's store client reports an unreachable global store.
-fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
+pub(crate) fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
     ErrorReply::new(
         ErrorKind::Unavailable {
             dc: sim.dcs[d].id.clone(),
@@ -149,6 +152,7 @@ impl Sim {
                 let now = self.node_now(d);
                 let renewal = DcRenewal::Renewed(kept);
                 self.dcs[d].lease.lease.handle_renewed(sent, renewal, now);
+                self.dc_reconcile(d);
             }
         }
         self.dc_lease_drive(d);
@@ -287,6 +291,7 @@ impl Sim {
             .lease
             .handle_renewed(sent, DcRenewal::Renewed(kept), now);
         self.count_change(change);
+        self.dc_reconcile(d);
         self.release_parked_writes(d);
         self.dc_lease_drive(d);
     }
@@ -312,6 +317,48 @@ impl Sim {
             DcLeaseChange::Lost => self.measurements.count("dc_lease_lost"),
             DcLeaseChange::Retired => self.measurements.count("dc_lease_retired"),
         }
+    }
+
+    /// How the global store judges DC `dc`'s lease now.
+    pub(crate) fn global_dc_lease_state(&self, dc: &DcId) -> DcLeaseState {
+        let Some(&i) = self.dc_index.get(dc) else {
+            return DcLeaseState::unknown(dc.clone());
+        };
+        let kept = &self.global_leases[i as usize];
+        DcLeaseState {
+            dc: dc.clone(),
+            standing: kept.standing(self.now),
+            terms: kept.terms,
+            marks: kept.marks,
+            retired: false,
+        }
+    }
+
+    /// After DC `d` regained its lease: applies every takeover the global
+    /// store has of its reservations to its records (homingd's
+    /// `Node::reconcile`, at once here), then lets it grant.
+    pub(crate) fn dc_reconcile(&mut self, d: usize) {
+        let Some(number) = self.dcs[d].lease.lease.reconciliation() else {
+            return;
+        };
+        let dc = self.dcs[d].id.clone();
+        let taken: Vec<Succession> = self
+            .successions
+            .range(ReservationId::new(dc.clone(), 0)..=ReservationId::new(dc, u64::MAX))
+            .map(|(_, s)| s.clone())
+            .filter(|s| s.cause == SuccessionCause::TakenOver)
+            .collect();
+        for succession in taken {
+            let next = self.dcs[d]
+                .records
+                .get(&succession.link.from)
+                .and_then(|r| r.supersede(&succession));
+            if let Some(next) = next {
+                self.measurements.count("takeovers_reconciled");
+                self.commit(d, next);
+            }
+        }
+        self.dcs[d].lease.lease.handle_reconciled(number);
     }
 
     /// Whether DC `d` may renew a host lease arriving now (homingd's

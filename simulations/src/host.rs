@@ -537,6 +537,7 @@ impl Sim {
             global: &self.global,
             keys: &self.keys,
             dc_index: &self.dc_index,
+            successions: &self.successions,
         };
         self.checker
             .on_acquired(&view, key, reservation, token, previous);

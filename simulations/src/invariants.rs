@@ -116,6 +116,8 @@ pub struct View<'a> {
     pub keys: &'a [Key],
     /// DC index by name.
     pub dc_index: &'a BTreeMap<DcId, u16>,
+    /// The global store's successions.
+    pub successions: &'a BTreeMap<ReservationId, homing_core::Succession>,
 }
 
 impl View<'_> {
@@ -240,6 +242,26 @@ impl Checker {
             }
             return;
         };
+        // A takeover's previous run is its dead DC's tail, whose last token
+        // nobody alive knows: the grant names the takeover link's token (the
+        // DC's published bound + 1) and an expiry. Its true end is the
+        // expired DC's (`dc_expired_no_holder` checks no holder outlived it).
+        if let Some(taken) = view.successions.get(&p.reservation)
+            && taken.cause == homing_core::SuccessionCause::TakenOver
+            && taken.names(reservation)
+        {
+            if p.token != taken.link.token
+                || taken.link.token.next() != token
+                || p.ended != ReleaseCause::Expired
+            {
+                let detail = format!(
+                    "k{key} acquired {reservation} token {token} by a takeover of {} (link token {}), but the grant names token {} ended {}",
+                    p.reservation, taken.link.token, p.token, p.ended
+                );
+                self.fail(Invariant::PreviousRunTrue, key, detail);
+            }
+            return;
+        }
         let continues = &p.reservation == reservation
             || view.record(&p.reservation).is_some_and(|(_, r)| {
                 r.state
@@ -427,7 +449,15 @@ impl Checker {
         }
         if let Some(RecordState::Linked { to }) = previous.map(|p| &p.state) {
             let now = view.record(id).map(|(_, r)| &r.state);
-            if now != Some(&RecordState::Linked { to: to.clone() }) {
+            // The one change of a link: a returning DC applies a takeover.
+            let taken = view.successions.get(id).filter(|s| {
+                s.cause == homing_core::SuccessionCause::TakenOver
+                    && now
+                        == Some(&RecordState::Linked {
+                            to: s.link.to.clone(),
+                        })
+            });
+            if taken.is_none() && now != Some(&RecordState::Linked { to: to.clone() }) {
                 let detail = format!("link {id} → {to} became {now:?}");
                 return self.fail(Invariant::LinkImmutable, key, detail);
             }
@@ -449,7 +479,14 @@ impl Checker {
         self.settle(view, now_us, key);
     }
 
+    /// The global store recorded a takeover of a tail of `key`.
+    pub fn on_taken_over(&mut self, view: &View<'_>, now_us: u64, key: u32) {
+        self.settle(view, now_us, key);
+    }
+
     /// Follows new links from the known tail and records the tail's state.
+    /// A takeover in the global store outranks the taken DC's record (which
+    /// may still read active, or linked to a mover that lost).
     fn settle(&mut self, view: &View<'_>, now_us: u64, key: u32) {
         let ks = &mut self.keys[key as usize];
         let Some(mut tail) = ks.tail.clone() else {
@@ -460,7 +497,17 @@ impl Checker {
                 let detail = format!("chain of k{key} reaches {tail}, which has no record");
                 return self.fail(Invariant::ChainShape, key, detail);
             };
-            match &record.state {
+            let taken = view
+                .successions
+                .get(&tail)
+                .filter(|s| s.cause == homing_core::SuccessionCause::TakenOver);
+            let state = match taken {
+                Some(s) => RecordState::Linked {
+                    to: s.link.to.clone(),
+                },
+                None => record.state.clone(),
+            };
+            match &state {
                 RecordState::Abandoned => {
                     let detail = format!("chain of k{key} reaches {tail}, which is abandoned");
                     return self.fail(Invariant::ChainShape, key, detail);

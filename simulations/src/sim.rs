@@ -452,6 +452,8 @@ pub struct Sim {
     pub(crate) global_cuts: Vec<(u16, u64, u64)>,
     /// What the global store keeps about each DC's lease.
     pub(crate) global_leases: Vec<StoreDcLease>,
+    /// The global store's successions (DESIGN.md §7.5), by the reservation succeeded.
+    pub(crate) successions: std::collections::BTreeMap<ReservationId, homing_core::Succession>,
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
@@ -626,6 +628,7 @@ impl Sim {
             slow_stores,
             global_cuts,
             global_leases: vec![StoreDcLease::default(); scenario.dcs.len()],
+            successions: std::collections::BTreeMap::new(),
             trace: Trace::default(),
             measurements: Measurements::default(),
             request_timeout_us: ms_to_us(n.request_timeout_ms),
@@ -989,6 +992,7 @@ impl Sim {
             global: &self.global,
             keys: &self.keys,
             dc_index: &self.dc_index,
+            successions: &self.successions,
         };
         let (at_us, violation) = self.checker.wake.check_due(before_us, &view)?;
         Some(self.failure_at(violation, at_us))
@@ -1006,6 +1010,7 @@ impl Sim {
             global: &self.global,
             keys: &self.keys,
             dc_index: &self.dc_index,
+            successions: &self.successions,
         };
         self.checker.on_end(&view, self.now, interval, &up_since);
         let violation = self.checker.take_violation()?;

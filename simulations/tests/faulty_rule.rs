@@ -106,3 +106,21 @@ fn grants_not_gated_by_the_dc_lease_outlive_its_expiry_and_the_seed_replays_it()
         "{first}"
     );
 }
+
+#[test]
+fn a_returning_dc_that_skips_reconciling_takeovers_grants_beside_the_taker_and_the_seed_replays_it()
+{
+    // iad is down from 20 s to 80 s, long enough to be taken over; back, the
+    // mutant grants from its stale records before applying the takeovers.
+    let (_, first) = first_failure(
+        &scenario("dc-lost-and-back", 120_000),
+        mutant(Mutation::TakeoversNotReconciled),
+    );
+    assert!(
+        matches!(
+            first.violation.invariant,
+            Invariant::SingleHolder | Invariant::TokenAcrossHolders | Invariant::ResolveWasTrue
+        ),
+        "unexpected invariant: {first}"
+    );
+}

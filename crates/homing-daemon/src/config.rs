@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use homing_core::chain::{HOP_LIMIT_DEFAULT, HOP_LIMIT_MAX};
-use homing_core::{DcId, DcTerms, LeasePolicy};
+use homing_core::{DcId, DcTerms, LeasePolicy, TakeoverPolicy};
 use homing_net::{ConnectionShares, ServerLimits};
 use homing_node::KEYS_PER_NAMESPACE_MAX_DEFAULT;
 use serde::Deserialize;
@@ -102,6 +102,9 @@ pub struct Settings {
     /// Once, after the DC store was lost: raise its allocator to the floor the DC published to the global store instead of refusing to start.
     #[arg(long, env = "HOMING_START_ABOVE_FLOOR", num_args = 0..=1, default_missing_value = "true")]
     pub start_above_floor: Option<bool>,
+    /// When this DC takes over the tails of a DC that does not answer: "automatic" (once the global store judges that DC's lease expired — its lease ttl, its longest host lease and grace after its last renewal, so none of its hosts still acts) or "retired-only" (only once an operator ran `homing dc retire` for it, and its lease expired). Default: automatic.
+    #[arg(long, env = "HOMING_TAKEOVER")]
+    pub takeover: Option<String>,
     /// Most links one resolve or connect follows.
     #[arg(long, env = "HOMING_HOP_LIMIT")]
     pub hop_limit: Option<usize>,
@@ -225,6 +228,7 @@ impl Settings {
             dc_lease_ttl_ms,
             dc_lease_renew_ms,
             start_above_floor,
+            takeover,
             hop_limit,
             reaper_interval_ms,
             orphan_age_ms,
@@ -327,6 +331,8 @@ pub struct Config {
     pub dc_lease_renew_ms: u64,
     /// Raise a DC store below the published floor instead of refusing it.
     pub start_above_floor: bool,
+    /// When this DC takes over a silent DC's tails.
+    pub takeover: TakeoverPolicy,
     /// Hop limit.
     pub hop_limit: usize,
     /// Reaper interval, ms.
@@ -488,6 +494,10 @@ impl Config {
             dc_lease_ttl_ms,
             dc_lease_renew_ms,
             start_above_floor: s.start_above_floor.unwrap_or(false),
+            takeover: match s.takeover.as_deref() {
+                None => TakeoverPolicy::Automatic,
+                Some(policy) => policy.parse().map_err(|e: String| invalid("takeover", e))?,
+            },
             hop_limit,
             reaper_interval_ms: positive("reaper_interval_ms", s.reaper_interval_ms, 1_000)?,
             orphan_age_ms: positive("orphan_age_ms", s.orphan_age_ms, 60_000)?,

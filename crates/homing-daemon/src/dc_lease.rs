@@ -82,6 +82,11 @@ impl DcLeaseCell {
             .expect("the dc lease lock is never poisoned"))
     }
 
+    /// Changes after every renewal answer.
+    pub fn answered(&self) -> watch::Receiver<u64> {
+        self.answered.subscribe()
+    }
+
     fn unchecked(&self) -> Option<bool> {
         *self.unchecked.lock().expect("never poisoned")
     }

@@ -157,23 +157,26 @@ impl Daemon {
             Duration::from_millis(config.peer_timeout_ms),
             metrics.clone(),
         );
-        let node = Arc::new(Node::new(
-            config.dc.clone(),
-            global,
-            records,
-            peers,
-            config.policy,
-            config.hop_limit,
-            node::NodeCaches {
-                entries: config.global_cache_entries,
-                absent_ttl_ms: config.absent_ttl_ms,
-            },
-            config.waiting,
-            config.watches_parked_max,
-            config.keys_per_namespace_max,
-            lease.clone(),
-            metrics.clone(),
-        ));
+        let node = Arc::new(
+            Node::new(
+                config.dc.clone(),
+                global,
+                records,
+                peers,
+                config.policy,
+                config.hop_limit,
+                node::NodeCaches {
+                    entries: config.global_cache_entries,
+                    absent_ttl_ms: config.absent_ttl_ms,
+                },
+                config.waiting,
+                config.watches_parked_max,
+                config.keys_per_namespace_max,
+                lease.clone(),
+                metrics.clone(),
+            )
+            .with_takeover(config.takeover),
+        );
         // The first renewal before serving: a DC whose global store answers
         // grants from its first request.
         let renewer = node.renewer();
@@ -181,6 +184,12 @@ impl Daemon {
         renewer
             .renew_if_due(period.max(dc_lease::RENEW_TIMEOUT_MIN))
             .await;
+        // And the takeovers of its tails applied, if the global store answers.
+        if let Some(number) = node.reconciliation_owed()
+            && let Err(e) = node.reconcile(number).await
+        {
+            tracing::warn!(error = %e, "reconciling takeovers at start failed; the dc grants nothing until it succeeds");
+        }
         let server = Server::bind(
             config.listen,
             tls,
@@ -192,6 +201,11 @@ impl Daemon {
         metrics.attach_connections(server.stats());
         let (stop, stopped) = watch::channel(false);
         let mut tasks = vec![tokio::spawn(renewer.run(period, stopped.clone()))];
+        tasks.push(tokio::spawn(reconcile_takeovers(
+            node.clone(),
+            lease.answered(),
+            stopped.clone(),
+        )));
         tasks.push(tokio::spawn(upkeep::run(
             node.clone(),
             upkeep::UpkeepConfig {
@@ -251,5 +265,37 @@ impl Daemon {
             let _ = task.await;
         }
         tracing::info!(dc = %self.node.dc(), drained, "homingd stopped");
+    }
+}
+
+/// Applies the takeovers of this DC's tails each time its DC lease is
+/// regained (DESIGN.md §7.5), retrying a failed pass; until a pass succeeds
+/// the DC grants and renews nothing.
+async fn reconcile_takeovers(
+    node: Arc<Node>,
+    mut answered: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        if let Some(number) = node.reconciliation_owed() {
+            match node.reconcile(number).await {
+                Ok(changed) => tracing::info!(
+                    dc = %node.dc(),
+                    changed,
+                    "takeovers of this dc's tails reconciled: host leases may be granted"
+                ),
+                Err(e) => {
+                    tracing::warn!(dc = %node.dc(), error = %e, "reconciling takeovers failed; trying again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(homing_node::dc_lease::RENEW_RETRY_MS)) => continue,
+                        _ = stop.changed() => return,
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            changed = answered.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
     }
 }

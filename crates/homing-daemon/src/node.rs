@@ -15,7 +15,8 @@ use homing_core::{
     ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey,
     LeasePolicy, LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply,
     Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut,
-    ShortcutNotice, Source, StoreTime, Walked, Written, wire,
+    ShortcutNotice, Source, StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy,
+    Walked, Written, wire,
 };
 use homing_net::Handler;
 use homing_node::cancel;
@@ -34,6 +35,9 @@ use crate::dc_lease::{self, DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
 use crate::waiters::{WaitLimits, Waiters};
+
+/// Successions read per page while reconciling takeovers.
+const RECONCILE_PAGE: usize = 128;
 
 /// Most records one `Inspect` or `Scan` reply carries: a record encodes to at
 /// most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
@@ -65,6 +69,11 @@ pub struct Node {
     metrics: Arc<Metrics>,
     /// Global entries never change, so caching them can never be stale.
     global_cache: moka::sync::Cache<Key, ReservationId>,
+    /// Successions read from or written to the global store: write-once,
+    /// so caching them can never be stale (DESIGN.md §7.5).
+    successions: moka::sync::Cache<ReservationId, Succession>,
+    /// When this DC takes over a silent DC's tails.
+    takeover: TakeoverPolicy,
     /// Per key, the furthest member of its chain this DC has seen (a tail it
     /// walked to or granted): the next walk's hint. Members stay members
     /// (links never change), so a hint is never wrong, only possibly behind.
@@ -272,6 +281,8 @@ impl Node {
             metrics,
             global_cache: moka::sync::Cache::new(caches.entries),
             members: moka::sync::Cache::new(caches.entries),
+            successions: moka::sync::Cache::new(caches.entries),
+            takeover: TakeoverPolicy::Automatic,
             resolve_reads: (caches.absent_ttl_ms > 0).then(|| {
                 moka::future::Cache::builder()
                     .max_capacity(caches.entries)
@@ -283,6 +294,70 @@ impl Node {
                 AtomicU64::new(0),
             ),
         }
+    }
+
+    /// This node under takeover policy `policy` (default: automatic).
+    pub fn with_takeover(mut self, policy: TakeoverPolicy) -> Node {
+        self.takeover = policy;
+        self
+    }
+
+    /// Applies to this DC's records every takeover the global store
+    /// recorded of them (DESIGN.md §7.5), then tells the DC lease that
+    /// reconciliation `number` is done: until then nothing is granted or
+    /// renewed. Called after the lease was regained (a scan that starts
+    /// after the renewal sees every takeover committed before it). The
+    /// number of records changed.
+    pub async fn reconcile(&self, number: u64) -> Result<usize, String> {
+        let mut after: Option<ReservationId> = None;
+        let mut changed = 0;
+        loop {
+            let page = self
+                .timed(
+                    "global_successions_of",
+                    self.global
+                        .successions_of(&self.dc, after.as_ref(), RECONCILE_PAGE),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            for succession in &page {
+                self.successions
+                    .insert(succession.link.from.clone(), succession.clone());
+                if succession.cause != SuccessionCause::TakenOver {
+                    continue;
+                }
+                let from = &succession.link.from;
+                match self
+                    .update(from, Change::Supersede(succession.clone()))
+                    .await
+                {
+                    Ok(done) if done.made() => {
+                        changed += 1;
+                        tracing::warn!(
+                            reservation = %from,
+                            successor = %succession.link.to,
+                            "reconciled a takeover: another dc took this tail over while this dc's lease was expired"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(Failure::Reply(e)) if e.kind == ErrorKind::UnknownReservation => {
+                        tracing::warn!(reservation = %from, "a takeover names a reservation this dc store has no record of");
+                    }
+                    Err(e) => return Err(format!("applying the takeover of {from}: {e:?}")),
+                }
+            }
+            if page.len() < RECONCILE_PAGE {
+                break;
+            }
+            after = page.last().map(|s| s.link.from.clone());
+        }
+        self.dc_lease.with(|l| l.handle_reconciled(number));
+        Ok(changed)
+    }
+
+    /// The reconciliation the DC lease owes, if any.
+    pub fn reconciliation_owed(&self) -> Option<u64> {
+        self.dc_lease.with(|l| l.reconciliation())
     }
 
     /// This node's DC.
@@ -619,6 +694,7 @@ impl Node {
             self.hop_limit,
             Mutations::NONE,
         )
+        .with_takeover(self.takeover)
         .with_hint(hint);
         // The key create this acquire holds a quota slot for, if any.
         let mut slot = None;
@@ -1075,6 +1151,74 @@ impl Node {
             } => {
                 let reply = self.peers.link(&key, &from, &to, expected_token).await?;
                 connect.handle_link(reply);
+            }
+            ConnectNeed::Successor(id) => {
+                let (succession, source) = match self.successions.get(&id) {
+                    Some(cached) => (Some(cached), Source::Cache),
+                    None => {
+                        let read = self
+                            .timed("global_successor", self.global.successor(&id))
+                            .await?;
+                        if let Some(s) = &read {
+                            self.successions.insert(id.clone(), s.clone());
+                        }
+                        (read, Source::Local)
+                    }
+                };
+                connect.handle_successor(succession, source);
+            }
+            ConnectNeed::DcLease(dc) => {
+                let state = self
+                    .timed("global_dc_lease", self.global.dc_lease(&dc))
+                    .await?;
+                connect.handle_dc_lease(state);
+            }
+            ConnectNeed::Confirm(succession) => {
+                let from = succession.link.from.clone();
+                let recorded = match self.successions.get(&from) {
+                    Some(cached) => cached,
+                    None => {
+                        let existing = self
+                            .timed(
+                                "global_set_successor",
+                                self.global.set_successor(&succession),
+                            )
+                            .await?;
+                        let recorded = existing.unwrap_or(succession);
+                        self.successions.insert(from, recorded.clone());
+                        recorded
+                    }
+                };
+                connect.handle_confirmed(recorded);
+            }
+            ConnectNeed::TakeOver { succession, policy } => {
+                let reply = self
+                    .timed(
+                        "global_take_over",
+                        self.global.take_over(&succession, policy),
+                    )
+                    .await?;
+                let from = &succession.link.from;
+                match &reply {
+                    TakeOverReply::Taken => {
+                        self.successions.insert(from.clone(), succession.clone());
+                        tracing::warn!(
+                            reservation = %from,
+                            successor = %succession.link.to,
+                            token = succession.link.token.get(),
+                            "took over a tail of a dc whose lease expired"
+                        );
+                    }
+                    TakeOverReply::Exists(existing) => {
+                        self.successions.insert(from.clone(), existing.clone());
+                    }
+                    TakeOverReply::Refused(state) => tracing::info!(
+                        reservation = %from,
+                        standing = ?state.standing,
+                        "takeover refused by the global store: the dc renewed its lease"
+                    ),
+                }
+                connect.handle_taken_over(reply);
             }
         }
         Ok(())

@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
     ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, ReservationId, Shortcut,
-    ShortcutNotice, Tag, wire::WAIT_MS_MAX,
+    ShortcutNotice, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
 };
 
 use crate::failure::Failure;
@@ -176,6 +176,7 @@ pub struct Acquire {
     request: AcquireRequest,
     policy: LeasePolicy,
     hop_limit: usize,
+    takeover: TakeoverPolicy,
     mutations: Mutations,
     started: NodeTime,
     deadline: NodeTime,
@@ -212,6 +213,7 @@ impl Acquire {
             request,
             policy,
             hop_limit,
+            takeover: TakeoverPolicy::Automatic,
             mutations,
             started: now,
             deadline: now.plus_ms(wait_ms),
@@ -229,6 +231,14 @@ impl Acquire {
     /// wait start at the holder they waited on.
     pub fn with_hint(mut self, hint: Option<Shortcut>) -> Acquire {
         self.connect = self.connect.with_hint(hint);
+        self
+    }
+
+    /// Takes over the tails of silent DCs under `policy` (default:
+    /// [`TakeoverPolicy::Automatic`]), in every connect of this acquire.
+    pub fn with_takeover(mut self, policy: TakeoverPolicy) -> Acquire {
+        self.takeover = policy;
+        self.connect = self.connect.with_takeover(policy);
         self
     }
 
@@ -291,12 +301,16 @@ impl Acquire {
                     ConnectPoll::Done(outcome) => self.connected(now, outcome),
                     ConnectPoll::Failed(e) => {
                         self.events.push_back(AcquireEvent::ConnectFailed);
-                        let kind = match e {
+                        let kind = match &e {
                             ConnectError::Contended(_) => ErrorKind::Overloaded,
+                            // A silent DC not (yet) taken over: worth a retry.
+                            ConnectError::Unreachable { dc, .. } => {
+                                ErrorKind::Unavailable { dc: dc.clone() }
+                            }
                             _ => ErrorKind::Inconsistent,
                         };
                         self.phase = Phase::Connecting;
-                        let failure = Failure::Refused(ErrorReply::new(kind, e.to_string()));
+                        let failure = Failure::from_reply(ErrorReply::new(kind, e.to_string()));
                         self.handle_failure(now, failure);
                     }
                 },
@@ -350,6 +364,11 @@ impl Acquire {
             self.request.key
         );
         let unreachable = failure.is_unreachable();
+        // A silent DC's reservation: the connect goes on through its
+        // succession, or takes it over (DESIGN.md §7.5).
+        if unreachable && self.connect.handle_unreachable() {
+            return;
+        }
         if unreachable && !self.last_look && self.time_for_a_pause(now) {
             self.events.push_back(AcquireEvent::ConnectRetried);
             self.phase = Phase::Paused {
@@ -474,6 +493,7 @@ impl Acquire {
             self.policy,
             self.hop_limit,
         )
+        .with_takeover(self.takeover)
         .with_hint(waited_on);
         self.phase = Phase::Covering { from: now };
     }

@@ -8,7 +8,7 @@
 use homing_core::{
     DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LeaseKey, LeasePolicy,
     LinkReply, RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply, ReservationId,
-    RunOutcome, Shortcut, StoreTime, Transition,
+    RunOutcome, Shortcut, StoreTime, Succession, Transition,
 };
 
 use crate::mutation::{Mutation, Mutations};
@@ -67,6 +67,9 @@ pub enum Change {
     Expire,
     /// Upkeep: a proven orphan is abandoned.
     Abandon,
+    /// Reconciliation after the DC lease was regained: the global store
+    /// names this succession of the record (a takeover, usually).
+    Supersede(Succession),
 }
 
 /// What a change's caller learns.
@@ -82,7 +85,7 @@ pub enum Changed {
     Noted(bool),
     /// The answer to a cancel: whether the record was the cancelled grant.
     Cancelled(bool),
-    /// Drain, expire, abandon: whether the record changed (false: nothing to do).
+    /// Drain, expire, abandon, supersede: whether the record changed (false: nothing to do).
     Done(bool),
 }
 
@@ -217,6 +220,7 @@ impl Change {
             Change::Drain => done(record.drain()),
             Change::Expire => done(expire(record, now, policy, mutations)),
             Change::Abandon => done(record.abandon()),
+            Change::Supersede(succession) => done(record.supersede(succession)),
         }
     }
 }

@@ -145,6 +145,11 @@ pub struct DcLease {
     /// (a store that fails at once is not asked in a busy loop).
     retry_at: Option<NodeTime>,
     retired: bool,
+    /// Bumped each time the lease is regained: the store may have judged
+    /// it expired before, and taken over some of this DC's tails.
+    regained: u64,
+    /// The last `regained` whose takeovers were applied to this DC's records.
+    reconciled: u64,
     mutations: Mutations,
 }
 
@@ -167,6 +172,8 @@ impl DcLease {
             next_renewal: NodeTime::default(),
             retry_at: None,
             retired: false,
+            regained: 0,
+            reconciled: 0,
             mutations: Mutations::NONE,
         }
     }
@@ -230,6 +237,7 @@ impl DcLease {
                 if was_valid || !self.valid_at(now) {
                     DcLeaseChange::Same
                 } else {
+                    self.regained += 1;
                     DcLeaseChange::Regained
                 }
             }
@@ -263,13 +271,43 @@ impl DcLease {
     }
 
     /// Whether a host lease of `ttl_ms` asked for at `arrived` may be
-    /// granted or renewed: its whole term ends before the DC's validity does.
+    /// granted or renewed: its whole term ends before the DC's validity
+    /// does, and the takeovers the global store recorded before the lease
+    /// was last regained have been applied ([`DcLease::reconciliation`]).
     pub fn covers(&self, arrived: NodeTime, ttl_ms: u64) -> bool {
         if self.mutations.has(Mutation::GrantsNotGated) {
             return true;
         }
-        self.valid_until
-            .is_some_and(|until| arrived.plus_ms(ttl_ms) <= until)
+        let reconciled = self.reconciled == self.regained
+            || self.mutations.has(Mutation::TakeoversNotReconciled);
+        reconciled
+            && self
+                .valid_until
+                .is_some_and(|until| arrived.plus_ms(ttl_ms) <= until)
+    }
+
+    /// The reconciliation owed, if any (DESIGN.md §7.5): after the lease is
+    /// regained — at start, or after its validity ran out, when the store
+    /// may have judged it expired and other DCs may have taken over this
+    /// DC's tails — the driver applies every succession the global store
+    /// has for this DC's reservations to its records (a scan that starts
+    /// after the renewal, so it sees every takeover committed before it;
+    /// later ones fail their guard), then calls
+    /// [`DcLease::handle_reconciled`] with this number. Nothing is granted
+    /// or renewed in between.
+    pub fn reconciliation(&self) -> Option<u64> {
+        if self.mutations.has(Mutation::TakeoversNotReconciled) {
+            return None;
+        }
+        (self.reconciled != self.regained).then_some(self.regained)
+    }
+
+    /// The reconciliation `number` is done (an older one is ignored: the
+    /// lease was regained again meanwhile, and is owed another).
+    pub fn handle_reconciled(&mut self, number: u64) {
+        if number == self.regained {
+            self.reconciled = number;
+        }
     }
 
     /// Whether the published marks cover writing a record with `unique` and `token`.
@@ -365,11 +403,43 @@ mod tests {
             "nothing before the first renewal"
         );
         assert_eq!(renewed(&mut lease, 100, 150), DcLeaseChange::Regained);
+        assert!(
+            !lease.covers(at(150), 10_000),
+            "nothing before the takeovers are reconciled"
+        );
+        lease.handle_reconciled(lease.reconciliation().expect("owed after a regain"));
+        assert_eq!(lease.reconciliation(), None);
         // Valid from the send time for ttl less the drift margin: 100 + 19,000.
         assert!(lease.covers(at(150), 10_000));
         assert!(lease.covers(at(9_100), 10_000));
         assert!(!lease.covers(at(9_101), 10_000));
         assert!(lease.valid_at(at(19_099)) && !lease.valid_at(at(19_100)));
+    }
+
+    #[test]
+    fn a_lease_regained_after_it_ran_out_owes_a_new_reconciliation_and_an_old_one_does_not_pay_it()
+    {
+        let mut lease = DcLease::new(TERMS, 2_000);
+        renewed(&mut lease, 0, 10);
+        let first = lease.reconciliation().unwrap();
+        lease.handle_reconciled(first);
+        assert!(lease.covers(at(10), 1_000));
+        // Renewals fail until the validity (19,000) has run out.
+        let DcLeasePoll::Renew { .. } = lease.poll(at(2_000)) else {
+            panic!("renewal due at 2,000");
+        };
+        assert_eq!(lease.handle_failed(at(19_500)), DcLeaseChange::Lost);
+        assert_eq!(renewed(&mut lease, 19_750, 19_800), DcLeaseChange::Regained);
+        let second = lease.reconciliation().expect("owed again");
+        assert_ne!(first, second);
+        assert!(!lease.covers(at(19_800), 1_000));
+        lease.handle_reconciled(first);
+        assert!(
+            !lease.covers(at(19_800), 1_000),
+            "a stale reconciliation pays nothing"
+        );
+        lease.handle_reconciled(second);
+        assert!(lease.covers(at(19_800), 1_000));
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub enum Mutation {
     /// The DC lease no longer gates host leases: [`crate::DcLease::covers`]
     /// grants and renews whatever the DC's validity.
     GrantsNotGated = 1 << 10,
+    /// A DC that regained its lease never applies the takeovers of its
+    /// tails, and grants and renews at once ([`crate::DcLease::reconciliation`]
+    /// owes nothing, [`crate::DcLease::covers`] waits for nothing).
+    TakeoversNotReconciled = 1 << 11,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.
