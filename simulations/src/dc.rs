@@ -360,6 +360,16 @@ impl Sim {
                 };
                 return self.dc_start(d, client, rpc, key, TaskKind::Resolve { entry }, next);
             }
+            Request::Successor { id } => {
+                let reply = if self.cut_from_global(d) {
+                    let e =
+                        crate::dc_lease::global_unavailable(self, d, "cut from the global store");
+                    Reply::Error(e)
+                } else {
+                    Reply::Successor(self.successions.get(&id).cloned())
+                };
+                return self.dc_reply_to(d, client, rpc, key, reply);
+            }
             Request::ResolveReservation { id } => {
                 if id.dc() != &local {
                     let reply = error(ErrorKind::BadRequest, format!("{id} is not owned here"));

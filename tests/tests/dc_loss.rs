@@ -4,15 +4,19 @@
 //! existing entries name) until started with `--start-above-floor`, which
 //! continues above every ID it used. `homing dc retire` (the real CLI) stops
 //! a running DC's grants within its DC lease and refuses its restart;
-//! `homing dc status` shows it.
+//! `homing dc status` shows it. A DC killed (`kill -9`) for good has every
+//! key it hosted taken over by the other DCs once the global store judges
+//! its DC lease expired, and never before its holders' hard deadlines.
 
 #![cfg(feature = "etcd")]
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use homing_core::{AcquireReply, DcId, ErrorKind, Grant, Reply, ReservationId};
-use homing_e2e::cluster::{Cluster, acquire, dc};
+use homing_core::{
+    AcquireReply, DcId, ErrorKind, FencingToken, Grant, HostTime, Reply, Request, ReservationId,
+};
+use homing_e2e::cluster::{Cluster, acquire, dc, host_now, lease_of};
 use homing_e2e::homingd::homing_binary;
 use homing_e2e::{ClusterOptions, start_or_skip};
 
@@ -151,6 +155,122 @@ async fn dc_loss_a_retired_dc_stops_granting_is_shown_retired_and_is_refused_on_
             .await
             .expect_err("a retired dc was served");
         assert!(refused.contains("was retired"), "{refused}");
+    })
+    .await
+    .expect("scenario finished in time");
+}
+
+/// One key iad held when it was killed.
+struct Held {
+    name: String,
+    reservation: ReservationId,
+    token: FencingToken,
+    /// The hard stop of its holder's last grant or renewal (host clock).
+    hard_stop: HostTime,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders_stopped() {
+    let Some(mut cluster) = start_or_skip("dc_loss", ClusterOptions::short_lease()).await else {
+        return;
+    };
+    tokio::time::timeout(SCENARIO_TIMEOUT, async {
+        let (iad, fra, sin) = (dc("iad"), dc("fra"), dc("sin"));
+        let iad_host = cluster.host(&iad);
+        let mut held = Vec::new();
+        for i in 0..12 {
+            let name = format!("lost-{i}");
+            let actor = format!("10.9.1.{i}:9000");
+            match cluster.ask(&iad_host, &iad, &acquire(&name, &actor)).await {
+                Ok(Reply::Acquire(AcquireReply::Acquired(grant))) => held.push(Held {
+                    name,
+                    reservation: grant.reservation,
+                    token: grant.token,
+                    hard_stop: grant.deadlines.hard_terminate_at,
+                }),
+                other => panic!("acquire {name} at iad: {other:?}\n{}", cluster.logs()),
+            }
+        }
+        // The holders renew (as HostAgents do) a few times: the hard stop
+        // that counts is the last renewal's.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for (i, h) in held.iter_mut().enumerate() {
+                let renew = Request::Renew {
+                    reservation: h.reservation.clone(),
+                    token: h.token,
+                    lease: lease_of(&format!("10.9.1.{i}:9000")),
+                    host_time: host_now(),
+                };
+                match cluster.ask(&iad_host, &iad, &renew).await {
+                    Ok(Reply::Renew(homing_core::RenewReply::Renewed(d))) => {
+                        h.hard_stop = d.hard_terminate_at
+                    }
+                    other => panic!("renew {}: {other:?}", h.name),
+                }
+            }
+        }
+        cluster.daemon(&iad).kill();
+        let killed = tokio::time::Instant::now();
+
+        // Hosts in fra and sin keep asking for iad's keys; each is granted
+        // once the global store judges iad's lease expired.
+        let clients = [(fra.clone(), cluster.host(&fra)), (sin.clone(), cluster.host(&sin))];
+        let mut waits = Vec::new();
+        let mut unavailable_answers = 0;
+        for (i, h) in held.iter().enumerate() {
+            let (at, client) = &clients[i % 2];
+            let actor = format!("10.9.2.{i}:9000");
+            let grant = loop {
+                match cluster.ask(client, at, &acquire(&h.name, &actor)).await {
+                    Ok(Reply::Acquire(AcquireReply::Acquired(grant))) => break grant,
+                    Ok(Reply::Error(e)) if matches!(e.kind, ErrorKind::Unavailable { .. }) => {
+                        unavailable_answers += 1;
+                    }
+                    other => panic!("acquire {} at {at} after iad died: {other:?}\n{}", h.name, cluster.logs()),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            let received = host_now();
+            waits.push(killed.elapsed());
+            let Grant { reservation, token, previous, .. } = &grant;
+            assert_eq!(reservation.dc(), at, "{} granted at {at}", h.name);
+            let previous = previous.as_ref().expect("the grant follows iad's run");
+            assert_eq!(previous.reservation, h.reservation, "{}: taken over from iad's tail", h.name);
+            assert!(*token > h.token, "{}: token {token} not above iad's {}", h.name, h.token);
+            assert!(
+                h.hard_stop <= received,
+                "{}: iad's holder may act until {} but {at} granted it at {received}",
+                h.name,
+                h.hard_stop
+            );
+        }
+        // short_lease: 2 s host leases (hard margin 0.4 s, grace 0.5 s), a
+        // 4 s DC lease; peer timeout 1 s. The store expires iad's lease 6.5 s
+        // after the last renewal it received (before the kill).
+        let bound = Duration::from_millis(4_000 + 2_000 + 400 + 500 + 1_000 + 1_000);
+        let longest = waits.iter().max().copied().unwrap_or_default();
+        let first = waits.iter().min().copied().unwrap_or_default();
+        println!(
+            "iad killed: first key taken over after {} ms, the last after {} ms (bound {} ms); {unavailable_answers} Unavailable answers before",
+            first.as_millis(),
+            longest.as_millis(),
+            bound.as_millis()
+        );
+        assert!(longest <= bound, "the last key took {} ms, bound {} ms", longest.as_millis(), bound.as_millis());
+        assert!(
+            first >= Duration::from_millis(4_000),
+            "a key was taken over {} ms after the kill, before iad's lease could have expired",
+            first.as_millis()
+        );
+        // A second taker follows the first: the key has one holder.
+        let again = cluster.ask(&clients[1].1, &sin, &acquire(&held[0].name, "10.9.3.0:9000")).await;
+        match again {
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
+                assert_eq!(holder.reservation.dc(), &fra, "{holder:?}")
+            }
+            other => panic!("a second taker: {other:?}"),
+        }
     })
     .await
     .expect("scenario finished in time");

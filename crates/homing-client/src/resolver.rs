@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
     ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, Need, Poll, Reply, Request,
-    ReservationId, Shortcut, Source, TailView, Walked,
+    ReservationId, Shortcut, Source, Succession, TailView, Walked,
 };
 use homing_net::{Client, Peer};
 use thiserror::Error;
@@ -226,6 +226,12 @@ struct Inner {
     remembered: moka::future::Cache<Key, Answer>,
     /// Keys found absent, for `absent_ttl_ms` (`None` when that is 0).
     absent: Option<moka::future::Cache<Key, ()>>,
+    /// Reservation → its succession in the global store (DESIGN.md §7.5):
+    /// write-once, asked only when the reservation's DC does not answer.
+    successions: moka::future::Cache<ReservationId, Succession>,
+    /// Reservations with no succession, for `absent_ttl_ms`: a partitioned
+    /// DC's tails cost one such question per that period, not per resolve.
+    no_succession: Option<moka::future::Cache<ReservationId, ()>>,
 }
 
 #[derive(Default)]
@@ -361,6 +367,13 @@ impl Resolver {
                 members: forever(config.cache_entries),
                 answers,
                 remembered: forever(config.cache_entries),
+                successions: forever(config.cache_entries),
+                no_succession: (config.absent_ttl_ms > 0).then(|| {
+                    moka::future::Cache::builder()
+                        .max_capacity(config.cache_entries)
+                        .time_to_live(Duration::from_millis(config.absent_ttl_ms))
+                        .build()
+                }),
                 absent,
                 config,
             }),
@@ -620,13 +633,20 @@ impl Inner {
             });
         };
         let peer = &self.dcs[slot];
-        match self
+        let asked = self
             .ask(
                 DcSlot(slot),
                 &Request::ResolveReservation { id: id.clone() },
             )
-            .await?
-        {
+            .await;
+        let reply = match asked {
+            Ok(reply) => reply,
+            Err(silent @ ResolveError::Unavailable { .. }) => {
+                return self.around_silent_dc(walk, slot, silent).await;
+            }
+            Err(e) => return Err(e),
+        };
+        match reply {
             Reply::Reservation(segment) => {
                 Ok(walk.handle_segment(id.dc(), segment, Source::Remote))
             }
@@ -637,6 +657,50 @@ impl Inner {
             }
             other => Err(unexpected(&peer.dc, "resolve_reservation", &other)),
         }
+    }
+
+    /// The DC in `slot` did not answer for the reservation the walk needs:
+    /// a shortcut is given up for the links; on a follow, the walk goes on
+    /// through the reservation's succession in the global store, asked of
+    /// the other DCs in order (DESIGN.md §7.5) — a DC lost for good was
+    /// taken over. No succession: the DC's silence (`silent`) is the answer.
+    async fn around_silent_dc(
+        &self,
+        walk: &mut ChainWalk,
+        slot: usize,
+        silent: ResolveError,
+    ) -> Result<Result<(), ChainError>, ResolveError> {
+        let at = match walk.handle_unreachable() {
+            Ok(Some(at)) => at,
+            Ok(None) => return Ok(Ok(())),
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(known) = self.successions.get(&at).await {
+            return Ok(walk.handle_successor(known.link, Source::Cache));
+        }
+        if let Some(none) = &self.no_succession
+            && none.contains_key(&at)
+        {
+            return Err(silent);
+        }
+        let request = Request::Successor { id: at.clone() };
+        for other in (0..self.dcs.len()).filter(|s| *s != slot) {
+            match self.ask(DcSlot(other), &request).await {
+                Ok(Reply::Successor(Some(succession))) => {
+                    self.successions.insert(at, succession.clone()).await;
+                    return Ok(walk.handle_successor(succession.link, Source::Remote));
+                }
+                Ok(Reply::Successor(None)) => {
+                    if let Some(none) = &self.no_succession {
+                        none.insert(at, ()).await;
+                    }
+                    return Err(silent);
+                }
+                // Another DC silent or confused: ask the next.
+                Ok(_) | Err(_) => {}
+            }
+        }
+        Err(silent)
     }
 
     /// One request to the DC in `slot`, unless it is suspect: then

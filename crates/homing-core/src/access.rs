@@ -119,7 +119,9 @@ pub struct Denied {
 pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Result<(), Denied> {
     let own_dc_host = caller.role == Role::Host && caller.dc.as_ref() == Some(local_dc);
     let allowed = match request {
-        Request::Resolve { .. } | Request::ResolveReservation { .. } => {
+        Request::Resolve { .. }
+        | Request::ResolveReservation { .. }
+        | Request::Successor { .. } => {
             matches!(caller.role, Role::Router | Role::Node | Role::Admin)
         }
         Request::Acquire { .. } | Request::Release { .. } | Request::Cancel { .. } => {

@@ -252,7 +252,8 @@ enum Phase {
     ReadingLocal(ReservationId),
     /// A re-activation of a recreated record (as read, as it would be
     /// written), confirming its succession first.
-    ConfirmingLocal(DcRecord, DcRecord, ActivateReply, Succession),
+    /// Boxed: two records would make every phase twice as large.
+    ConfirmingLocal(DcRecord, Box<DcRecord>, ActivateReply, Succession),
     Activating(DcRecord, ActivateReply),
     /// Our record leaves the race: abandoned, or linked to the winner.
     Leaving(DcRecord, Then),
@@ -565,7 +566,7 @@ impl Connect {
                 self.acquired(record, deadlines)
             }
             Phase::ConfirmingLocal(read, next, reply, _) if recorded.names(&read.id) => {
-                self.phase = Phase::Activating(next, reply)
+                self.phase = Phase::Activating(*next, reply)
             }
             // A takeover won: our record never granted; it continues as the
             // winner, so every path through it leads there.
@@ -759,7 +760,9 @@ impl Connect {
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {
                 self.phase = match self.succession_of(&record) {
-                    Some(succession) => Phase::ConfirmingLocal(record, next, reply, succession),
+                    Some(succession) => {
+                        Phase::ConfirmingLocal(record, Box::new(next), reply, succession)
+                    }
                     None => Phase::Activating(next, reply),
                 }
             }

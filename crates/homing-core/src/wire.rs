@@ -18,12 +18,13 @@ use crate::record::{
     DcRecord, LinkReply, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
 };
 use crate::reservation::ReservationId;
+use crate::succession::Succession;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 6;
+pub const PROTOCOL_VERSION: u16 = 7;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/6";
+pub const ALPN: &[u8] = b"homing/7";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -168,6 +169,13 @@ pub enum Request {
         /// Where the previous page ended.
         after: Option<ScanCursor>,
     },
+    /// Who succeeds `id` in the global store (DESIGN.md §7.5): what a
+    /// resolver asks any DC when `id`'s own DC does not answer. Answered
+    /// with [`Reply::Successor`].
+    Successor {
+        /// A reservation of any DC.
+        id: ReservationId,
+    },
 }
 
 impl Request {
@@ -189,6 +197,7 @@ impl Request {
             Request::Watch { .. } => "watch",
             Request::Scan { .. } => "scan",
             Request::DrainScope { .. } => "drain_scope",
+            Request::Successor { .. } => "successor",
         }
     }
 
@@ -263,6 +272,9 @@ pub enum Reply {
     },
     /// The request could not be served.
     Error(ErrorReply),
+    /// To `Successor`: the succession the global store has (write-once, so
+    /// a present answer may be cached forever), or `None`.
+    Successor(Option<Succession>),
 }
 
 /// Reply to [`Request::Await`].

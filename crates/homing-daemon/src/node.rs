@@ -355,6 +355,21 @@ impl Node {
         Ok(changed)
     }
 
+    /// Who succeeds `id` in the global store: cached once present (it
+    /// never changes), read (linearizable) while absent.
+    async fn successor(&self, id: &ReservationId) -> Result<Option<Succession>, Failure> {
+        if let Some(cached) = self.successions.get(id) {
+            return Ok(Some(cached));
+        }
+        let read = self
+            .timed("global_successor", self.global.successor(id))
+            .await?;
+        if let Some(s) = &read {
+            self.successions.insert(id.clone(), s.clone());
+        }
+        Ok(read)
+    }
+
     /// The reconciliation the DC lease owes, if any.
     pub fn reconciliation_owed(&self) -> Option<u64> {
         self.dc_lease.with(|l| l.reconciliation())
@@ -1153,18 +1168,11 @@ impl Node {
                 connect.handle_link(reply);
             }
             ConnectNeed::Successor(id) => {
-                let (succession, source) = match self.successions.get(&id) {
-                    Some(cached) => (Some(cached), Source::Cache),
-                    None => {
-                        let read = self
-                            .timed("global_successor", self.global.successor(&id))
-                            .await?;
-                        if let Some(s) = &read {
-                            self.successions.insert(id.clone(), s.clone());
-                        }
-                        (read, Source::Local)
-                    }
+                let source = match self.successions.contains_key(&id) {
+                    true => Source::Cache,
+                    false => Source::Local,
                 };
+                let succession = self.successor(&id).await?;
                 connect.handle_successor(succession, source);
             }
             ConnectNeed::DcLease(dc) => {
@@ -1333,6 +1341,7 @@ impl Node {
                 }
                 Ok(Reply::Reservation(self.local_segment(&id).await?))
             }
+            Request::Successor { id } => Ok(Reply::Successor(self.successor(&id).await?)),
             Request::Acquire {
                 config,
                 actor,
@@ -1488,7 +1497,9 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         | Request::Drain { key }
         | Request::Inspect { key }
         | Request::Cancel { key, .. } => (Some(key.to_string()), None),
-        Request::ResolveReservation { id } => (None, Some(id.to_string())),
+        Request::ResolveReservation { id } | Request::Successor { id } => {
+            (None, Some(id.to_string()))
+        }
         Request::Acquire { config, .. } => (config.name.as_ref().map(|n| n.to_string()), None),
         Request::Renew { reservation, .. }
         | Request::Release { reservation, .. }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use homing_core::{
     ActorId, DcId, ErrorKind, ErrorReply, FencingToken, Identity, KeyConfig, KeyName, RenewReply,
-    Reply, Request, ReservationId, Role,
+    Reply, Request, ReservationId, Role, Succession, TakeOverReply, TakeoverPolicy,
 };
 use homing_daemon::dc_lease::Refusal;
 use homing_daemon::{Daemon, DaemonError, Settings};
@@ -270,4 +270,64 @@ async fn dc_lease_a_store_restored_from_a_backup_within_the_allocator_block_is_r
         .expect("--start-above-floor serves it as it is")
         .shutdown()
         .await;
+}
+
+#[tokio::test]
+async fn dc_lease_a_dc_back_from_expiry_applies_the_takeovers_of_its_tails_before_it_renews() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    let (id, token) = held(&daemon.node().handle(&host(), acquire("room")).await);
+    // iad is cut off from the global store long enough for the store to
+    // judge its lease expired (2 s + 1 s + 0.1 s after the last renewal it
+    // received); fra then takes iad's tail over in the store.
+    global.down.store(true, Ordering::SeqCst);
+    let taker: ReservationId = "fra.1".parse().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    loop {
+        let bound = global
+            .inner
+            .dc_lease(id.dc())
+            .await
+            .unwrap()
+            .marks
+            .token_bound;
+        let takeover = Succession::taken_over(id.clone(), taker.clone(), bound);
+        match global
+            .inner
+            .take_over(&takeover, TakeoverPolicy::Automatic)
+            .await
+            .unwrap()
+        {
+            TakeOverReply::Taken => break,
+            TakeOverReply::Refused(_) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "iad's lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Healed: iad renews its lease, and must apply the takeover before it
+    // renews (or grants) anything: the old holder is told its lease is gone.
+    global.down.store(false, Ordering::SeqCst);
+    let reply = until(
+        &daemon,
+        || renew(&id, token),
+        |r| !unavailable_for_the_dc_lease(r),
+    )
+    .await;
+    assert!(
+        !matches!(reply, Reply::Renew(RenewReply::Renewed { .. })),
+        "iad renewed a lease fra took over: {reply:?}"
+    );
+    let record = records.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        homing_core::RecordState::Linked { to: taker },
+        "the takeover is applied to iad's record"
+    );
+    daemon.shutdown().await;
 }
