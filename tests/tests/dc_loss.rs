@@ -263,6 +263,18 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
             "a key was taken over {} ms after the kill, before iad's lease could have expired",
             first.as_millis()
         );
+        // A router walks past the dead DC through the takeover: one global
+        // read (asked of the first DC that answers), then the taker.
+        let router = cluster.resolver(&[&iad, &fra, &sin]);
+        for (i, h) in held.iter().enumerate() {
+            let key = homing_core::Key::new(homing_core::KeyName::new(&h.name).unwrap());
+            let resolved = router
+                .resolve(&key)
+                .await
+                .unwrap_or_else(|e| panic!("resolve {} with iad dead: {e}", h.name));
+            assert_eq!(resolved.dc, clients[i % 2].0, "{}", h.name);
+            assert_eq!(resolved.actor.as_str(), format!("10.9.2.{i}:9000"));
+        }
         // A second taker follows the first: the key has one holder.
         let again = cluster.ask(&clients[1].1, &sin, &acquire(&held[0].name, "10.9.3.0:9000")).await;
         match again {
