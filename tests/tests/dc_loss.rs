@@ -275,6 +275,20 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
             assert_eq!(resolved.dc, clients[i % 2].0, "{}", h.name);
             assert_eq!(resolved.actor.as_str(), format!("10.9.2.{i}:9000"));
         }
+        // `homing dc status` says iad expired and counts its takeovers.
+        let stores = cluster.store_spec();
+        let status = homing(&["dc", "status", "--stores", &stores, "--json"]).await;
+        assert!(status.status.success(), "{}", text(&status));
+        let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let iad_row = json["dcs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["dc"] == "iad")
+            .cloned()
+            .unwrap_or_else(|| panic!("iad not listed: {json}"));
+        assert_eq!(iad_row["lease"], "expired", "{json}");
+        assert_eq!(iad_row["taken_over"], held.len(), "{json}");
         // A second taker follows the first: the key has one holder.
         let again = cluster.ask(&clients[1].1, &sin, &acquire(&held[0].name, "10.9.3.0:9000")).await;
         match again {

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use homing_core::{DcId, DcLeaseState, DcStanding, Request, ReservationId};
+use homing_core::{DcId, DcLeaseState, DcStanding, Request, ReservationId, SuccessionCause};
+use homing_store::{GET_MANY_KEYS_MAX, GlobalStore};
 use homing_daemon::{OpenMode, StoreOpener, StoreSpec};
 use serde_json::json;
 
@@ -16,13 +17,41 @@ use crate::reach::Reach;
 /// How long `status` waits for each DC's homingd.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Most successions `status` reads per DC to count its takeovers (they
+/// include every move out of the DC: the count says "at least" past this).
+const SUCCESSIONS_COUNTED_MAX: usize = 32 * GET_MANY_KEYS_MAX;
+
+/// How many of `dc`'s reservations other DCs took over, reading at most
+/// [`SUCCESSIONS_COUNTED_MAX`] successions; whether it read them all.
+async fn takeovers(global: &dyn GlobalStore, dc: &DcId) -> anyhow::Result<(usize, bool)> {
+    let (mut taken, mut read, mut after) = (0, 0, None::<ReservationId>);
+    loop {
+        let page = global
+            .successions_of(dc, after.as_ref(), GET_MANY_KEYS_MAX)
+            .await?;
+        read += page.len();
+        taken += page
+            .iter()
+            .filter(|s| s.cause == SuccessionCause::TakenOver)
+            .count();
+        if page.len() < GET_MANY_KEYS_MAX {
+            return Ok((taken, true));
+        }
+        if read >= SUCCESSIONS_COUNTED_MAX {
+            return Ok((taken, false));
+        }
+        after = page.last().map(|s| s.link.from.clone());
+    }
+}
+
 /// Every DC's lease and reachability, or one DC's retirement.
 #[derive(Debug, Subcommand)]
 pub enum DcCommand {
     /// Every DC the global store knows: its DC lease (live with the time
     /// left, lapsed — granting nothing, its hosts stopping — or expired),
     /// the marks it published (reservation IDs and fencing tokens it may
-    /// have used), whether it was retired; and, for the DCs in --dc,
+    /// have used), whether it was retired, how many of its keys other DCs
+    /// took over after its lease expired; and, for the DCs in --dc,
     /// whether their homingd answers and how fast.
     Status(StatusArgs),
     /// Retire a DC for good: the global store refuses its lease from now on
@@ -95,10 +124,19 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
             true => Some(probe(&args.reach, &state.dc).await),
             false => None,
         };
-        rows.push((state, reach));
+        let taken = takeovers(global.as_ref(), &state.dc).await?;
+        rows.push((state, reach, taken));
     }
     if args.json.json {
-        let dcs: Vec<_> = rows.iter().map(|(s, r)| row_json(s, r.as_ref())).collect();
+        let dcs: Vec<_> = rows
+            .iter()
+            .map(|(s, r, taken)| {
+                let mut row = row_json(s, r.as_ref());
+                row["taken_over"] = json!(taken.0);
+                row["taken_over_complete"] = json!(taken.1);
+                row
+            })
+            .collect();
         println!("{}", json!({ "outcome": "ok", "dcs": dcs }));
         return Ok(());
     }
@@ -107,17 +145,21 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<12} {:<34} {:>14} {:>14}  homingd",
-        "DC", "DC LEASE", "IDS UP TO", "TOKENS UP TO"
+        "{:<12} {:<34} {:>14} {:>14} {:>11}  homingd",
+        "DC", "DC LEASE", "IDS UP TO", "TOKENS UP TO", "TAKEN OVER"
     );
-    for (state, reach) in &rows {
+    for (state, reach, (taken, complete)) in &rows {
+        let taken = match complete {
+            true => taken.to_string(),
+            false => format!("≥{taken}"),
+        };
         let homingd = match reach {
             None => "not in --dc".to_string(),
             Some(Ok(ms)) => format!("answers in {ms:.1} ms"),
             Some(Err(e)) => format!("no answer: {e}"),
         };
         println!(
-            "{:<12} {:<34} {:>14} {:>14}  {homingd}",
+            "{:<12} {:<34} {:>14} {:>14} {taken:>11}  {homingd}",
             state.dc.as_str(),
             standing_words(state),
             state.marks.allocator_floor,
