@@ -360,13 +360,16 @@ impl Sim {
                 };
                 return self.dc_start(d, client, rpc, key, TaskKind::Resolve { entry }, next);
             }
-            Request::Successor { id } => {
+            Request::Successor { key: wanted, id } => {
                 let reply = if self.cut_from_global(d) {
                     let e =
                         crate::dc_lease::global_unavailable(self, d, "cut from the global store");
                     Reply::Error(e)
                 } else {
-                    Reply::Successor(self.successions.get(&id).cloned())
+                    Reply::Successor {
+                        succession: self.successions.get(&id).cloned(),
+                        hint: self.dcs[d].members.get(&wanted).cloned(),
+                    }
                 };
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
@@ -954,9 +957,10 @@ impl Sim {
                 // their latency.
                 ConnectNeed::Successor(id) => {
                     let succession = self.successions.get(&id).cloned();
+                    let hint = self.dcs[d].members.get(job.acquire.key()).cloned();
                     job.acquire
                         .connect()
-                        .handle_successor(succession, Source::Local);
+                        .handle_successor(succession, hint, Source::Local);
                     continue;
                 }
                 ConnectNeed::DcLease(dc) => {

@@ -14,6 +14,12 @@
 //! answered `Unavailable` at once instead of waiting for it again, and one
 //! probe per suspect DC (a `ResolveReservation` of `<dc>.0`, on the probe
 //! schedule) finds out when it answers; any answer clears the suspicion.
+//!
+//! A walk that needs a silent DC's reservation asks the router's own DC for
+//! its succession (`Successor`, DESIGN.md §7.5) and goes on through it (a
+//! present answer is cached forever); with none, the answer is
+//! `Unavailable`. (The Resolver also keeps absent answers for
+//! `absent_ttl_ms`; the simulated router asks again.)
 
 use std::collections::BTreeMap;
 
@@ -56,6 +62,8 @@ pub struct Router {
     entries: BTreeMap<u32, ReservationId>,
     members: BTreeMap<u32, Shortcut>,
     tails: BTreeMap<u32, CachedTail>,
+    /// Successions learned from `Successor` answers (write-once).
+    successions: BTreeMap<ReservationId, homing_core::Succession>,
     /// Resolves waiting for an answer, by RPC, with the DC asked.
     inflight: BTreeMap<u64, (Resolve, u16)>,
     /// Which DCs it waits for (one address per DC).
@@ -75,6 +83,7 @@ impl Router {
             entries: BTreeMap::new(),
             members: BTreeMap::new(),
             tails: BTreeMap::new(),
+            successions: BTreeMap::new(),
             inflight: BTreeMap::new(),
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
             probes: BTreeMap::new(),
@@ -223,8 +232,14 @@ impl Sim {
 
     /// Sends `request` for `resolve` to DC `dc`, unless the router holds
     /// it suspect: then the resolve is `Unavailable` at once.
-    fn router_ask(&mut self, r: usize, dc: u16, resolve: Resolve, request: Request) {
+    fn router_ask(&mut self, r: usize, dc: u16, mut resolve: Resolve, request: Request) {
         if self.routers[r].suspects(dc) {
+            if matches!(request, Request::ResolveReservation { .. }) {
+                resolve = match self.router_around_silent(r, dc, resolve) {
+                    Some(resolve) => resolve,
+                    None => return,
+                };
+            }
             let latency = self.now - resolve.started_us;
             self.measurements
                 .record(Op::ResolveSuspect, latency, resolve.remote, 0);
@@ -237,6 +252,48 @@ impl Sim {
             request,
         );
         self.routers[r].inflight.insert(rpc, (resolve, dc));
+    }
+
+    /// DC `dc` did not answer for the reservation `resolve` needs (the
+    /// Resolver's `around_silent_dc`): a shortcut is given up for the links;
+    /// on a follow, a known succession is followed, else the router's own
+    /// DC is asked for it. `None`: the resolve went on (or failed and was
+    /// reported); `Some`: the silence is the answer, for the caller to report.
+    fn router_around_silent(&mut self, r: usize, dc: u16, mut resolve: Resolve) -> Option<Resolve> {
+        let at = match resolve.walk.handle_unreachable() {
+            Ok(Some(at)) => at,
+            Ok(None) => {
+                self.router_drive(r, resolve);
+                return None;
+            }
+            Err(e) => {
+                self.checker.on_resolve_error(resolve.key, e.to_string());
+                return None;
+            }
+        };
+        let hint = self.routers[r].members.get(&resolve.key).cloned();
+        if let Some(known) = self.routers[r].successions.get(&at).cloned() {
+            let _ = resolve
+                .walk
+                .handle_successor(known.link, hint, Source::Cache);
+            self.router_drive(r, resolve);
+            return None;
+        }
+        let home = self.routers[r].region;
+        if home == dc || self.routers[r].suspects(home) {
+            return Some(resolve);
+        }
+        let rpc = self.request(
+            NodeId::Router(r as u32),
+            NodeId::Dc(home),
+            resolve.key,
+            Request::Successor {
+                key: self.keys[resolve.key as usize].clone(),
+                id: at,
+            },
+        );
+        self.routers[r].inflight.insert(rpc, (resolve, home));
+        None
     }
 
     /// DC `dc` answered router `r` (any answer): healthy again if it was suspect.
@@ -336,6 +393,17 @@ impl Sim {
             Reply::Reservation(segment) => {
                 let _ = resolve.walk.handle_segment(&from_id, segment, source);
             }
+            Reply::Successor {
+                succession: Some(succession),
+                hint,
+            } => {
+                let at = succession.link.from.clone();
+                let link = succession.link.clone();
+                self.routers[r].successions.insert(at, succession);
+                let mine = self.routers[r].members.get(&resolve.key).cloned();
+                let hint = Shortcut::furthest(mine, hint);
+                let _ = resolve.walk.handle_successor(link, hint, source);
+            }
             Reply::Error(e)
                 if e.kind.disowns()
                     && matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(_))) =>
@@ -358,10 +426,18 @@ impl Sim {
         }
         if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;
+            self.router_lost(r, dc);
+            let silent = matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(id)) if self.dc_index.get(id.dc()) == Some(&dc));
+            let resolve = match silent {
+                true => match self.router_around_silent(r, dc, resolve) {
+                    Some(resolve) => resolve,
+                    None => return,
+                },
+                false => resolve,
+            };
             let latency = self.now - resolve.started_us;
             self.measurements
                 .record(Op::ResolveUnavailable, latency, resolve.remote, 0);
-            self.router_lost(r, dc);
         }
     }
 }

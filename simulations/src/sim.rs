@@ -323,7 +323,7 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
         Reply::Records { .. } => "reply_records",
         Reply::DrainedPage { .. } => "reply_drained_page",
         Reply::Error(_) => "reply_error",
-        Reply::Successor(_) => "reply_successor",
+        Reply::Successor { .. } => "reply_successor",
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use homing_core::{DcId, DcLeaseState, DcStanding, Request, ReservationId, SuccessionCause};
-use homing_store::{GET_MANY_KEYS_MAX, GlobalStore};
 use homing_daemon::{OpenMode, StoreOpener, StoreSpec};
+use homing_store::{GET_MANY_KEYS_MAX, GlobalStore};
 use serde_json::json;
 
 use crate::JsonArg;

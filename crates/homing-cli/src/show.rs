@@ -62,7 +62,7 @@ pub fn reply_kind(reply: &Reply) -> String {
         Reply::Records { .. } => "a page of records".into(),
         Reply::DrainedPage { .. } => "a page of drained leases".into(),
         Reply::Error(e) => format!("an error: {e}"),
-        Reply::Successor(_) => "a succession".into(),
+        Reply::Successor { .. } => "a succession".into(),
     }
 }
 

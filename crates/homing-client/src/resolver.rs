@@ -675,22 +675,33 @@ impl Inner {
             Ok(None) => return Ok(Ok(())),
             Err(e) => return Ok(Err(e)),
         };
+        let key = walk.key().clone();
+        let hint = self.members.get(&key).await;
         if let Some(known) = self.successions.get(&at).await {
-            return Ok(walk.handle_successor(known.link, Source::Cache));
+            return Ok(walk.handle_successor(known.link, hint, Source::Cache));
         }
         if let Some(none) = &self.no_succession
             && none.contains_key(&at)
         {
             return Err(silent);
         }
-        let request = Request::Successor { id: at.clone() };
+        let request = Request::Successor {
+            key,
+            id: at.clone(),
+        };
         for other in (0..self.dcs.len()).filter(|s| *s != slot) {
             match self.ask(DcSlot(other), &request).await {
-                Ok(Reply::Successor(Some(succession))) => {
+                Ok(Reply::Successor {
+                    succession: Some(succession),
+                    hint: theirs,
+                }) => {
                     self.successions.insert(at, succession.clone()).await;
-                    return Ok(walk.handle_successor(succession.link, Source::Remote));
+                    let hint = Shortcut::furthest(hint, theirs);
+                    return Ok(walk.handle_successor(succession.link, hint, Source::Remote));
                 }
-                Ok(Reply::Successor(None)) => {
+                Ok(Reply::Successor {
+                    succession: None, ..
+                }) => {
                     if let Some(none) = &self.no_succession {
                         none.insert(at, ()).await;
                     }

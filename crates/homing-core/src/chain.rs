@@ -63,6 +63,14 @@ impl Shortcut {
     pub fn is_past(&self, known: Option<&Shortcut>) -> bool {
         known.is_none_or(|known| self.token > known.token)
     }
+
+    /// The further along of two members of one chain, if any.
+    pub fn furthest(a: Option<Shortcut>, b: Option<Shortcut>) -> Option<Shortcut> {
+        match (a, b) {
+            (Some(a), Some(b)) if b.is_past(Some(&a)) => Some(b),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// What one DC knows about a run of its own reservations: the links it
@@ -377,6 +385,11 @@ impl ChainWalk {
         &self.state
     }
 
+    /// The key whose chain this walk follows.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
     /// Links followed so far.
     pub fn links(&self) -> &[Link] {
         &self.links
@@ -463,28 +476,41 @@ impl ChainWalk {
         self.fall_back(answered_by, format!("has no record of {at}"))
     }
 
-    /// The DC that owns the reservation the walk needs did not answer. A
-    /// shortcut or consult is given up for the links (`Ok(None)`: poll
-    /// again). On a follow, the walk goes on only through the global
-    /// store's succession of that reservation (DESIGN.md §7.5): `Ok(Some(id))`
-    /// names it; answer with [`ChainWalk::handle_successor`].
+    /// The DC that owns the reservation the walk needs did not answer. The
+    /// walk goes on only through the global store's succession of that
+    /// reservation (DESIGN.md §7.5): `Ok(Some(id))` names it; answer with
+    /// [`ChainWalk::handle_successor`]. A shortcut's or hint's target is a
+    /// member of the chain all the same (it is never wrong, only possibly
+    /// behind, and every move past it has a succession), so the walk stands
+    /// there (its jump counted as not confirmed) rather than falling back
+    /// along links the shortcut skipped, which may be more than the hop
+    /// limit. A consult of the start is given up (`Ok(None)`: poll again).
     pub fn handle_unreachable(&mut self) -> Result<Option<ReservationId>, ChainError> {
         let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
             self.fail(ChainError::Unexpected)?;
             return Ok(None);
         };
-        if self.purpose == Purpose::Follow {
-            return Ok(Some(at));
+        match std::mem::replace(&mut self.purpose, Purpose::Follow) {
+            Purpose::Follow | Purpose::Jump { .. } => Ok(Some(at)),
+            Purpose::Consult { resume } => {
+                self.state = Poll::Need(Need::Reservation(resume));
+                Ok(None)
+            }
         }
-        self.fall_back(at.dc(), format!("did not answer for {at}"))?;
-        Ok(None)
     }
 
     /// The global store's succession of the reservation the walk needs,
     /// whose DC did not answer: followed like a link that DC recorded (its
     /// token rises above the chain's so far, it continues where the walk
-    /// stands, it adds a hop).
-    pub fn handle_successor(&mut self, link: Link, source: Source) -> Result<(), ChainError> {
+    /// stands, it adds a hop). `hint`: a later member the answering DC
+    /// remembers for the key, jumped to (and checked) like a shortcut — the
+    /// silent DC may be the one that kept the key's shortcut.
+    pub fn handle_successor(
+        &mut self,
+        link: Link,
+        hint: Option<Shortcut>,
+        source: Source,
+    ) -> Result<(), ChainError> {
         let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
             return self.fail(ChainError::Unexpected);
         };
@@ -516,8 +542,14 @@ impl ChainWalk {
         self.seen.insert(link.to.clone());
         self.floor = Some(link.token);
         self.state = Poll::Need(Need::Reservation(link.to.clone()));
+        let at = link.to.clone();
         self.links.push(link);
         self.link_sources.push(source);
+        if let Some(hint) = hint
+            && self.worth_jumping(&hint)
+        {
+            return self.checked_jump(at, hint);
+        }
         Ok(())
     }
 
@@ -923,6 +955,76 @@ mod tests {
             }]
         );
         assert_eq!(done.remote_round_trips, 3);
+    }
+
+    #[test]
+    fn a_silent_dc_is_passed_through_its_succession_and_a_hint_jumps_past_the_links() {
+        let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
+        walk.handle_global(Some(id("iad.1")), Source::Remote)
+            .unwrap();
+        // iad, which kept the key's shortcut, does not answer.
+        assert_eq!(walk.handle_unreachable(), Ok(Some(id("iad.1"))));
+        // Its succession, and the answering DC's hint far along the chain.
+        walk.handle_successor(
+            link("iad.1", "fra.1", 1),
+            shortcut("sin.9", 900),
+            Source::Remote,
+        )
+        .unwrap();
+        needs(&walk, "sin.9");
+        walk.handle_segment(
+            &dc("sin"),
+            seg(vec![], Some(vacant("sin.9", 901))),
+            Source::Remote,
+        )
+        .unwrap();
+        let done = done(&walk);
+        assert_eq!(done.links, vec![link("iad.1", "fra.1", 1)]);
+        assert_eq!(done.tail.id, id("sin.9"));
+
+        // A succession must continue where the walk stands, with a rising token.
+        let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
+        walk.handle_global(Some(id("iad.1")), Source::Remote)
+            .unwrap();
+        walk.handle_unreachable().unwrap();
+        assert!(
+            walk.handle_successor(link("iad.7", "fra.1", 1), None, Source::Remote)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_silent_dc_at_a_shortcuts_target_stands_the_walk_there_and_a_consult_resumes() {
+        let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
+        walk.handle_global(Some(id("iad.1")), Source::Remote)
+            .unwrap();
+        let mut first = seg(vec![link("iad.1", "fra.1", 1)], None);
+        first.shortcut = shortcut("sin.9", 900);
+        walk.handle_segment(&dc("iad"), first, Source::Remote)
+            .unwrap();
+        needs(&walk, "sin.9");
+        // sin is silent: the walk asks for sin.9's succession, not the
+        // links the shortcut skipped.
+        assert_eq!(walk.handle_unreachable(), Ok(Some(id("sin.9"))));
+        walk.handle_successor(link("sin.9", "syd.3", 950), None, Source::Remote)
+            .unwrap();
+        needs(&walk, "syd.3");
+
+        // A hint that led astray consults the entry; a silent entry resumes.
+        let hint = shortcut("fra.2", 2);
+        let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT).with_hint(hint);
+        walk.handle_global(Some(id("iad.1")), Source::Cache)
+            .unwrap();
+        needs(&walk, "fra.2");
+        walk.handle_segment(
+            &dc("fra"),
+            seg(vec![link("fra.2", "sin.4", 2)], None),
+            Source::Remote,
+        )
+        .unwrap();
+        needs(&walk, "iad.1");
+        assert_eq!(walk.handle_unreachable(), Ok(None));
+        needs(&walk, "sin.4");
     }
 
     /// A key moved a thousand times: an honest walk is the entry's answer,

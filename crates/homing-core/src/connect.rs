@@ -481,8 +481,14 @@ impl Connect {
     }
 
     /// The global store's succession of the reservation whose DC did not
-    /// answer (`None`: none).
-    pub fn handle_successor(&mut self, succession: Option<Succession>, source: Source) {
+    /// answer (`None`: none), and the furthest member of the key's chain the
+    /// driver remembers (a hint, checked when jumped to).
+    pub fn handle_successor(
+        &mut self,
+        succession: Option<Succession>,
+        hint: Option<Shortcut>,
+        source: Source,
+    ) {
         let Phase::SeekingSuccessor(walk) = &mut self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
@@ -491,7 +497,7 @@ impl Connect {
         };
         match succession {
             Some(succession) => {
-                if let Err(e) = walk.handle_successor(succession.link, source) {
+                if let Err(e) = walk.handle_successor(succession.link, hint, source) {
                     return self.fail(e.into());
                 }
                 if let Phase::SeekingSuccessor(walk) = self.take_phase() {

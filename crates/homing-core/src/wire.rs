@@ -173,6 +173,8 @@ pub enum Request {
     /// resolver asks any DC when `id`'s own DC does not answer. Answered
     /// with [`Reply::Successor`].
     Successor {
+        /// The key whose chain the caller walks.
+        key: Key,
         /// A reservation of any DC.
         id: ReservationId,
     },
@@ -273,8 +275,15 @@ pub enum Reply {
     /// The request could not be served.
     Error(ErrorReply),
     /// To `Successor`: the succession the global store has (write-once, so
-    /// a present answer may be cached forever), or `None`.
-    Successor(Option<Succession>),
+    /// a present answer may be cached forever), or `None`; and the furthest
+    /// member of the key's chain the answering DC remembers (a hint: a
+    /// walker checks it when it jumps there).
+    Successor {
+        /// The succession.
+        succession: Option<Succession>,
+        /// The answering DC's hint.
+        hint: Option<Shortcut>,
+    },
 }
 
 /// Reply to [`Request::Await`].

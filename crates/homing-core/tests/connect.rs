@@ -291,7 +291,7 @@ fn connect_takes_over_an_expired_dc_tail_above_its_token_bound_and_others_follow
         .unwrap();
     assert_eq!(resolve_walk.handle_unreachable(), Ok(Some(first.clone())));
     resolve_walk
-        .handle_successor(taken.link.clone(), homing_core::Source::Remote)
+        .handle_successor(taken.link.clone(), None, homing_core::Source::Remote)
         .unwrap();
     assert!(
         matches!(resolve_walk.poll(), Poll::Need(homing_core::Need::Reservation(id)) if *id == grant.reservation)

@@ -1173,7 +1173,8 @@ impl Node {
                     false => Source::Local,
                 };
                 let succession = self.successor(&id).await?;
-                connect.handle_successor(succession, source);
+                let hint = self.hint(connect.key());
+                connect.handle_successor(succession, hint, source);
             }
             ConnectNeed::DcLease(dc) => {
                 let state = self
@@ -1341,7 +1342,10 @@ impl Node {
                 }
                 Ok(Reply::Reservation(self.local_segment(&id).await?))
             }
-            Request::Successor { id } => Ok(Reply::Successor(self.successor(&id).await?)),
+            Request::Successor { key, id } => Ok(Reply::Successor {
+                succession: self.successor(&id).await?,
+                hint: self.hint(&key),
+            }),
             Request::Acquire {
                 config,
                 actor,
@@ -1497,7 +1501,7 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         | Request::Drain { key }
         | Request::Inspect { key }
         | Request::Cancel { key, .. } => (Some(key.to_string()), None),
-        Request::ResolveReservation { id } | Request::Successor { id } => {
+        Request::ResolveReservation { id } | Request::Successor { id, .. } => {
             (None, Some(id.to_string()))
         }
         Request::Acquire { config, .. } => (config.name.as_ref().map(|n| n.to_string()), None),

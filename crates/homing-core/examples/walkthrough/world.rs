@@ -106,7 +106,7 @@ impl World {
                 );
             }
             ConnectNeed::Successor(id) => {
-                connect.handle_successor(self.successions.get(&id).cloned(), Source::Local)
+                connect.handle_successor(self.successions.get(&id).cloned(), None, Source::Local)
             }
             ConnectNeed::DcLease(dc) => connect.handle_dc_lease(self.dc_lease(&dc)),
             ConnectNeed::Confirm(succession) => {
