@@ -448,14 +448,21 @@ impl Node {
     fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), Failure> {
         let now = self.waiters.now();
         let ttl_ms = self.policy.ttl_ms();
-        let (covers, valid_ms, retired) = self
-            .dc_lease
-            .with(|l| (l.covers(from, ttl_ms), l.valid_for_ms(now), l.retired()));
+        let (covers, valid_ms, retired, reconciling) = self.dc_lease.with(|l| {
+            (
+                l.covers(from, ttl_ms),
+                l.valid_for_ms(now),
+                l.retired(),
+                l.reconciliation().is_some(),
+            )
+        });
         if covers {
             return Ok(());
         }
         let why = if retired {
             "this dc may never hold its dc lease again (retired, or its dc store is behind the marks it published: see homingd's log)".to_string()
+        } else if reconciling && valid_ms > ttl_ms {
+            "this dc regained its dc lease and has not yet applied the takeovers of its tails that other dcs made meanwhile (see homingd's log)".to_string()
         } else {
             format!(
                 "this dc counts on its dc lease for {valid_ms} ms more, a host lease needs {ttl_ms} ms: the global store has not acknowledged a renewal in time"
