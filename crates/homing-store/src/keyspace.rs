@@ -286,6 +286,99 @@ pub fn decode_dc_key(section: &[u8], key: &[u8]) -> Result<homing_core::DcId, St
     homing_core::DcId::new(name).map_err(|e| StoreError::corrupt("dc key", e))
 }
 
+/// Ends a DC's id in a succession key: a byte no [`homing_core::DcId`]
+/// holds (`[a-z0-9-]`) and below all of them, so one DC's successions are
+/// one range and byte order across DCs is DC id order.
+const SUCCESSION_DC_END: u8 = 0x00;
+
+/// The store key of the succession of `from`: its DC's id, a `0x00`, then
+/// its unique as 8 big-endian bytes. Byte order is `(dc, unique)` order.
+pub fn succession_key(from: &ReservationId) -> Vec<u8> {
+    let dc = from.dc().as_str().as_bytes();
+    let mut out = Vec::with_capacity(dc.len() + 9);
+    out.extend_from_slice(dc);
+    out.push(SUCCESSION_DC_END);
+    out.extend_from_slice(&from.unique().to_be_bytes());
+    out
+}
+
+/// The reservation a succession key names (the inverse of
+/// [`succession_key`]); other bytes are `Corrupt`.
+pub fn decode_succession_key(bytes: &[u8]) -> Result<ReservationId, StoreError> {
+    let corrupt = |reason: String| StoreError::corrupt("succession key", reason);
+    let (head, unique) = bytes
+        .split_last_chunk::<8>()
+        .ok_or_else(|| corrupt("shorter than a unique".into()))?;
+    let dc = match head.split_last() {
+        Some((&SUCCESSION_DC_END, dc)) => dc,
+        _ => return Err(corrupt("no end after the dc id".into())),
+    };
+    let dc = std::str::from_utf8(dc).map_err(|e| corrupt(e.to_string()))?;
+    let dc = homing_core::DcId::new(dc).map_err(|e| corrupt(e.to_string()))?;
+    Ok(ReservationId::new(dc, u64::from_be_bytes(*unique)))
+}
+
+/// The key range `[start, end)` of `dc`'s successions strictly after
+/// `after`; `None` when nothing can follow it (its unique is `u64::MAX`).
+/// A cursor of another DC is the caller's bug: `InvalidArgument`.
+pub fn successions_range(
+    dc: &homing_core::DcId,
+    after: Option<&ReservationId>,
+) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    let start = match after {
+        Some(after) if after.dc() != dc => {
+            return Err(StoreError::InvalidArgument(format!(
+                "cursor {after} is not a reservation of dc {dc}"
+            )));
+        }
+        Some(after) => match after.unique().checked_add(1) {
+            Some(next) => next,
+            None => return Ok(None),
+        },
+        None => 0,
+    };
+    let start = succession_key(&ReservationId::new(dc.clone(), start));
+    let mut end = dc.as_str().as_bytes().to_vec();
+    end.push(SUCCESSION_DC_END + 1);
+    Ok(Some((start, end)))
+}
+
+/// The format byte of a stored succession.
+const SUCCESSION_FORMAT: u8 = 0x01;
+
+/// Encodes a succession (a format byte, then postcard).
+pub fn encode_succession(succession: &homing_core::Succession) -> Vec<u8> {
+    // Invariant: two reservation ids, a token and a cause: far below a frame.
+    let bytes = wire::encode(succession).expect("a succession is under a hundred bytes");
+    [&[SUCCESSION_FORMAT][..], &bytes].concat()
+}
+
+/// Decodes the succession stored under `from`'s key; one that does not
+/// decode, or names another reservation, is `Corrupt`.
+pub fn decode_succession(
+    from: &ReservationId,
+    bytes: &[u8],
+) -> Result<homing_core::Succession, StoreError> {
+    let succession: homing_core::Succession = match bytes.split_first() {
+        Some((&SUCCESSION_FORMAT, rest)) => {
+            wire::decode(rest).map_err(|e| StoreError::corrupt("succession", e))?
+        }
+        _ => {
+            return Err(StoreError::corrupt(
+                "succession",
+                format!("unknown format byte {:?}", bytes.first()),
+            ));
+        }
+    };
+    if &succession.link.from != from {
+        return Err(StoreError::corrupt(
+            "succession",
+            format!("stored under {from} but of {}", succession.link.from),
+        ));
+    }
+    Ok(succession)
+}
+
 /// Encodes a record (a format byte, then postcard), refusing one above
 /// [`RECORD_BYTES_MAX`].
 pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
@@ -674,6 +767,96 @@ mod tests {
         }
         assert!(decode_key(b"ns\0").is_err());
         assert!(decode_key(b"ns\0n\0x").is_err());
+    }
+
+    fn moved(from: &str, to: &str) -> homing_core::Succession {
+        homing_core::Succession::moved(
+            from.parse().unwrap(),
+            to.parse().unwrap(),
+            homing_core::FencingToken::new(3),
+        )
+    }
+
+    #[test]
+    fn succession_keys_order_by_dc_then_unique_and_one_dc_is_one_range() {
+        let ids = [
+            "iad.0",
+            "iad.9",
+            "iad.10",
+            "iad.256",
+            "iad.18446744073709551615",
+            "iad-2.1",
+            "iad2.1",
+            "fra.5",
+            "ia.7",
+        ];
+        let mut ids: Vec<ReservationId> = ids.iter().map(|t| t.parse().unwrap()).collect();
+        let mut by_bytes = ids.clone();
+        ids.sort_by(|a, b| (a.dc().as_str(), a.unique()).cmp(&(b.dc().as_str(), b.unique())));
+        by_bytes.sort_by_key(succession_key);
+        assert_eq!(ids, by_bytes);
+        for id in &ids {
+            assert_eq!(&decode_succession_key(&succession_key(id)).unwrap(), id);
+        }
+        let iad = homing_core::DcId::new("iad").unwrap();
+        let (start, end) = successions_range(&iad, None).unwrap().unwrap();
+        let inside: Vec<String> = ids
+            .iter()
+            .filter(|id| {
+                let k = succession_key(id);
+                k >= start && k < end
+            })
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            inside,
+            [
+                "iad.0",
+                "iad.9",
+                "iad.10",
+                "iad.256",
+                "iad.18446744073709551615"
+            ]
+        );
+        let after: ReservationId = "iad.10".parse().unwrap();
+        let (start, _) = successions_range(&iad, Some(&after)).unwrap().unwrap();
+        assert!(start > succession_key(&after));
+        assert_eq!(start, succession_key(&"iad.11".parse().unwrap()));
+        let last: ReservationId = "iad.18446744073709551615".parse().unwrap();
+        assert_eq!(successions_range(&iad, Some(&last)).unwrap(), None);
+        assert!(matches!(
+            successions_range(&iad, Some(&"fra.1".parse().unwrap())),
+            Err(StoreError::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn successions_round_trip_and_bad_bytes_are_corrupt() {
+        let s = moved("iad.4", "fra.9");
+        let from = s.link.from.clone();
+        let bytes = encode_succession(&s);
+        assert_eq!(decode_succession(&from, &bytes).unwrap(), s);
+        let other: ReservationId = "iad.5".parse().unwrap();
+        assert!(matches!(
+            decode_succession(&other, &bytes),
+            Err(StoreError::Corrupt { .. })
+        ));
+        for bad in [&b""[..], &[0x7f, 1, 2][..], &bytes[..bytes.len() - 1]] {
+            assert!(matches!(
+                decode_succession(&from, bad),
+                Err(StoreError::Corrupt { .. })
+            ));
+        }
+        for bad in [
+            &b"iad"[..],
+            &b"iad\x01\0\0\0\0\0\0\0\x01"[..],
+            &[0xff, 0, 0, 0, 0, 0, 0, 0, 0, 1][..],
+        ] {
+            assert!(matches!(
+                decode_succession_key(bad),
+                Err(StoreError::Corrupt { .. })
+            ));
+        }
     }
 
     #[test]

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, DueCursor, DueKind, DuePage, Event,
-    EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
+    EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
+    TakeOverReply, TakeoverPolicy,
 };
 use redb::{Database, ReadableDatabase, ReadableTable};
 use tokio::sync::Mutex;
@@ -28,11 +29,11 @@ use crate::dc::{
 };
 use crate::dc_lease::{DcEntry, DcLeaseTable, process_clock};
 use crate::error::StoreError;
-use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch};
+use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause};
 use crate::keyspace;
 use crate::writer::{
     BY_KEY, DCS, DUE, EVENT_HEAD, EVENTS, GLOBAL, HIGH_WATER, META, MIGRATING, Op, Outcome,
-    RECORDS, Writer, backend, build_due_index,
+    RECORDS, SUCCESSIONS, Writer, backend, build_due_index,
 };
 
 /// Default most operations committed in one group (one transaction, one fsync).
@@ -106,6 +107,7 @@ impl Shared {
         txn.open_table(EVENTS).map_err(backend)?;
         txn.open_table(META).map_err(backend)?;
         txn.open_table(DUE).map_err(backend)?;
+        txn.open_table(SUCCESSIONS).map_err(backend)?;
         let indexed = build_due_index(&txn).map_err(backend)?;
         txn.commit().map_err(backend)?;
         if indexed > 0 {
@@ -170,6 +172,12 @@ fn unexpected() -> StoreError {
 /// process's monotonic clock (a redb global store serves one machine); their
 /// terms, marks and retired flags are durable, renewal times are not (see
 /// [`crate::dc_lease`]).
+///
+/// Successions live in the `successions` table, written once through the
+/// writer (durable when answered, like `set_if_absent`). A takeover holds
+/// the DC-lease lock, which renewals and retires hold across their own
+/// writes, from its reading of the DC's standing until its write has
+/// committed: no renewal is answered between the two.
 pub struct RedbGlobalStore {
     shared: Shared,
     dcs: Mutex<DcLeaseTable>,
@@ -237,48 +245,106 @@ impl RedbGlobalStore {
         dcs.put(dc, entry, renewed);
         Ok(())
     }
+
+    /// Writes `succession` unless its reservation has one (durable when
+    /// answered); the one it has otherwise.
+    async fn insert_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        let from = &succession.link.from;
+        let op = Op::SetSuccessor {
+            key: keyspace::succession_key(from),
+            value: keyspace::encode_succession(succession),
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::SetSuccessor(None) => Ok(None),
+            Outcome::SetSuccessor(Some(bytes)) => {
+                Ok(Some(keyspace::decode_succession(from, &bytes)?))
+            }
+            _ => Err(unexpected()),
+        }
+    }
 }
 
 #[async_trait]
 impl GlobalStore for RedbGlobalStore {
-    // STUB until the store helper's branch lands (issue 20 takeover): not for release.
-    async fn successor(
-        &self,
-        _from: &homing_core::ReservationId,
-    ) -> Result<Option<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+    async fn successor(&self, from: &ReservationId) -> Result<Option<Succession>, StoreError> {
+        let key = keyspace::succession_key(from);
+        let found = self.shared.read_here(|txn| {
+            let table = txn.open_table(SUCCESSIONS).map_err(backend)?;
+            let value = table.get(key.as_slice()).map_err(backend)?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })?;
+        found
+            .map(|bytes| keyspace::decode_succession(from, &bytes))
+            .transpose()
     }
 
     async fn set_successor(
         &self,
-        _succession: &homing_core::Succession,
-    ) -> Result<Option<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_cause(succession, SuccessionCause::Moved)?;
+        self.insert_succession(succession).await
     }
 
     async fn take_over(
         &self,
-        _succession: &homing_core::Succession,
-        _policy: homing_core::TakeoverPolicy,
-    ) -> Result<homing_core::TakeOverReply, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        succession: &Succession,
+        policy: TakeoverPolicy,
+    ) -> Result<TakeOverReply, StoreError> {
+        check_cause(succession, SuccessionCause::TakenOver)?;
+        // Held through the write, as renewals hold it through theirs: no
+        // renewal lands between the judgement and the succession.
+        let dcs = self.dcs.lock().await;
+        let from = &succession.link.from;
+        if let Some(existing) = self.successor(from).await? {
+            return Ok(TakeOverReply::Exists(existing));
+        }
+        let state = dcs.state(from.dc());
+        if !policy.allows(&state) {
+            return Ok(TakeOverReply::Refused(state));
+        }
+        let reply = match self.insert_succession(succession).await? {
+            None => TakeOverReply::Taken,
+            // A move confirmed between the read and the write.
+            Some(existing) => TakeOverReply::Exists(existing),
+        };
+        drop(dcs);
+        Ok(reply)
     }
 
     async fn successions_of(
         &self,
-        _dc: &homing_core::DcId,
-        _after: Option<&homing_core::ReservationId>,
-        _limit: usize,
-    ) -> Result<Vec<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        let Some((start, end)) = keyspace::successions_range(dc, after)? else {
+            return Ok(Vec::new());
+        };
+        let found = self
+            .shared
+            .read(move |txn| {
+                let table = txn.open_table(SUCCESSIONS).map_err(backend)?;
+                let range = table
+                    .range::<&[u8]>(start.as_slice()..end.as_slice())
+                    .map_err(backend)?;
+                range
+                    .take(limit)
+                    .map(|entry| {
+                        let (k, v) = entry.map_err(backend)?;
+                        Ok((k.value().to_vec(), v.value().to_vec()))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            })
+            .await?;
+        found
+            .into_iter()
+            .map(|(k, v)| keyspace::decode_succession(&keyspace::decode_succession_key(&k)?, &v))
+            .collect()
     }
 
     async fn health(&self) -> Result<(), StoreError> {

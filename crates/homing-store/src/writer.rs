@@ -28,9 +28,12 @@ pub(crate) const BY_KEY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("r
 pub(crate) const DUE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records_due");
 /// The DC's event log: seq → postcard event.
 pub(crate) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
-/// Small counters (the allocator's high-water mark, the event head).
 /// Global store: each DC's lease terms, marks and retired flag, by DC id.
 pub(crate) const DCS: TableDefinition<&str, &[u8]> = TableDefinition::new("dcs");
+/// Global store: successions, `keyspace::succession_key` (dc, unique) →
+/// `keyspace::encode_succession`, written once.
+pub(crate) const SUCCESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("successions");
+/// Small counters (the allocator's high-water mark, the event head).
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The allocator's persisted high-water mark in [`META`] (exclusive: every
 /// unique handed out is below it).
@@ -71,6 +74,9 @@ pub(crate) enum Op {
     Settle { id: Vec<u8>, version: u64 },
     /// Global store: what is kept about a DC (the caller serialises changes).
     PutDc { dc: String, value: Vec<u8> },
+    /// Global store: insert a succession under `key` unless one is there
+    /// (a takeover's caller holds the DC-lease lock across its check and this).
+    SetSuccessor { key: Vec<u8>, value: Vec<u8> },
     /// Tests: panic in the writer thread, as a bug in redb would.
     #[cfg(test)]
     Crash,
@@ -96,6 +102,8 @@ pub(crate) enum Outcome {
     Settled(bool),
     /// The DC entry is durable.
     DcPut,
+    /// `None`: inserted (durable); `Some(bytes)`: the succession already there.
+    SetSuccessor(Option<Vec<u8>>),
 }
 
 struct Request {
@@ -232,6 +240,7 @@ struct Tables<'txn> {
     events: Table<'txn, u64, &'static [u8]>,
     meta: Table<'txn, &'static str, u64>,
     dcs: Table<'txn, &'static str, &'static [u8]>,
+    successions: Table<'txn, &'static [u8], &'static [u8]>,
 }
 
 /// Applies every op in one write transaction, in arrival order.
@@ -247,6 +256,7 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
             events: txn.open_table(EVENTS)?,
             meta: txn.open_table(META)?,
             dcs: txn.open_table(DCS)?,
+            successions: txn.open_table(SUCCESSIONS)?,
         };
         for request in batch {
             answers.push(match apply(&mut tables, &request.op) {
@@ -294,6 +304,16 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
         Op::PutDc { dc, value } => {
             t.dcs.insert(dc.as_str(), value.as_slice())?;
             Ok(Outcome::DcPut)
+        }
+        Op::SetSuccessor { key, value } => {
+            let existing = t
+                .successions
+                .get(key.as_slice())?
+                .map(|v| v.value().to_vec());
+            if existing.is_none() {
+                t.successions.insert(key.as_slice(), value.as_slice())?;
+            }
+            Ok(Outcome::SetSuccessor(existing))
         }
         #[cfg(test)]
         Op::Crash => panic!("the writer thread crashes on purpose"),
