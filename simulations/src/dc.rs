@@ -42,7 +42,7 @@ use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
 use crate::invariants::View;
 use crate::report::Measurements;
-use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
+use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
 use crate::waiting::{AwaitFor, AwaitJob};
 
@@ -287,7 +287,7 @@ pub(crate) enum StoreOp {
 /// What a driving step decided.
 pub(crate) enum Next {
     Store(StoreOp),
-    SetIfAbsent(Key, ReservationId),
+    GlobalWrite(Key, GlobalWrite),
     Peer(u16, Request),
     Reply(Reply),
     /// The key is held and wait time remains: await its reservation.
@@ -297,6 +297,16 @@ pub(crate) enum Next {
     },
     /// Sleep until then (this DC's node clock), then connect again.
     Pause(NodeTime),
+}
+
+/// What a global write decided where it landed.
+enum Landed {
+    /// The key's entry as it was (`None`: ours landed) and as it is.
+    Entry(Option<ReservationId>, ReservationId),
+    /// The succession the store has now.
+    Confirmed(homing_core::Succession),
+    /// The takeover's outcome.
+    TakenOver(TakeOverReply),
 }
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
@@ -598,7 +608,7 @@ impl Sim {
                 let ms = self.scenario.stores.global_read_ms;
                 return self.global_fails_after(d, tid, task, Some(op), ms);
             }
-            Next::SetIfAbsent(..) if self.cut_from_global(d) => {
+            Next::GlobalWrite(..) if self.cut_from_global(d) => {
                 let ms = self.scenario.stores.global_write_ms;
                 return self.global_fails_after(d, tid, task, None, ms);
             }
@@ -625,7 +635,7 @@ impl Sim {
                     },
                 );
             }
-            Next::SetIfAbsent(key, id) => {
+            Next::GlobalWrite(key, write) => {
                 task.work.global_writes += 1;
                 let ms = self.scenario.stores.global_write_ms;
                 let delay = self.store_delay_us(d, ms, 0.0);
@@ -634,7 +644,7 @@ impl Sim {
                     epoch: self.dcs[d].epoch,
                     task: tid,
                     key: self.key_index.get(&key).copied().unwrap_or(NO_KEY),
-                    id,
+                    write,
                 };
                 self.dcs[d].tasks.insert(tid, task);
                 self.schedule(self.now + delay, Event::GlobalSet(Box::new(set)));
@@ -952,9 +962,8 @@ impl Sim {
                 continue;
             }
             return match need {
-                // Successions and DC leases are read and written at once (no
-                // store delay): the simulator checks their decisions, not
-                // their latency.
+                // Successions and DC leases are read at once (no store
+                // delay): what a read decides is checked where writes land.
                 ConnectNeed::Successor(id) => {
                     let succession = self.successions.get(&id).cloned();
                     let hint = self.dcs[d].members.get(job.acquire.key()).cloned();
@@ -968,41 +977,15 @@ impl Sim {
                     job.acquire.connect().handle_dc_lease(state);
                     continue;
                 }
+                // Written where they land (`dc_global_set`), after the
+                // global store's write delay, like the key's entry.
                 ConnectNeed::Confirm(succession) => {
-                    let recorded = self
-                        .successions
-                        .entry(succession.link.from.clone())
-                        .or_insert(succession)
-                        .clone();
-                    job.acquire.connect().handle_confirmed(recorded);
-                    continue;
+                    Next::GlobalWrite(job.acquire.key().clone(), GlobalWrite::Confirm(succession))
                 }
-                ConnectNeed::TakeOver { succession, policy } => {
-                    let from = succession.link.from.clone();
-                    let state = self.global_dc_lease_state(from.dc());
-                    let reply = match self.successions.get(&from) {
-                        Some(existing) => TakeOverReply::Exists(existing.clone()),
-                        None if !policy.allows(&state) => TakeOverReply::Refused(state),
-                        None => {
-                            self.measurements.count("takeovers");
-                            self.successions.insert(from, succession);
-                            let key = self.key_index.get(job.acquire.key()).copied();
-                            if let Some(key) = key {
-                                let view = View {
-                                    dcs: &self.dcs,
-                                    global: &self.global,
-                                    keys: &self.keys,
-                                    dc_index: &self.dc_index,
-                                    successions: &self.successions,
-                                };
-                                self.checker.on_taken_over(&view, self.now, key);
-                            }
-                            TakeOverReply::Taken
-                        }
-                    };
-                    job.acquire.connect().handle_taken_over(reply);
-                    continue;
-                }
+                ConnectNeed::TakeOver { succession, policy } => Next::GlobalWrite(
+                    job.acquire.key().clone(),
+                    GlobalWrite::TakeOver(succession, policy),
+                ),
                 ConnectNeed::GlobalEntry(key) => {
                     if let Some(id) = self.dcs[d].global_cache.get(&key) {
                         let id = id.clone();
@@ -1026,7 +1009,9 @@ impl Sim {
                 ConnectNeed::Write { expected, record } => {
                     Next::Store(StoreOp::Cas { expected, record })
                 }
-                ConnectNeed::SetIfAbsent { key, id } => Next::SetIfAbsent(key, id),
+                ConnectNeed::SetIfAbsent { key, id } => {
+                    Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id))
+                }
                 ConnectNeed::Link {
                     key,
                     from,
@@ -1275,32 +1260,75 @@ impl Sim {
         let d = usize::from(set.dc);
         self.current_key = set.key;
         let key = self.keys[set.key as usize].clone();
-        let existing = self.global.get(&key).cloned();
-        if existing.is_none() {
-            self.global.insert(key.clone(), set.id.clone());
-            self.global_landed_us.insert(key.clone(), self.now);
-            let view = View {
-                dcs: &self.dcs,
-                global: &self.global,
-                keys: &self.keys,
-                dc_index: &self.dc_index,
-                successions: &self.successions,
-            };
-            self.checker
-                .on_global_set(&view, self.now, set.key, &set.id);
-        }
+        // The write is decided here, whether or not its DC still waits for it.
+        let landed = match set.write {
+            GlobalWrite::SetIfAbsent(id) => {
+                let existing = self.global.get(&key).cloned();
+                if existing.is_none() {
+                    self.global.insert(key.clone(), id.clone());
+                    self.global_landed_us.insert(key.clone(), self.now);
+                    let view = View {
+                        dcs: &self.dcs,
+                        global: &self.global,
+                        keys: &self.keys,
+                        dc_index: &self.dc_index,
+                        successions: &self.successions,
+                    };
+                    self.checker.on_global_set(&view, self.now, set.key, &id);
+                }
+                let winner = existing.clone().unwrap_or(id);
+                Landed::Entry(existing, winner)
+            }
+            GlobalWrite::Confirm(succession) => {
+                let recorded = self
+                    .successions
+                    .entry(succession.link.from.clone())
+                    .or_insert(succession)
+                    .clone();
+                Landed::Confirmed(recorded)
+            }
+            GlobalWrite::TakeOver(succession, policy) => {
+                let from = succession.link.from.clone();
+                let state = self.global_dc_lease_state(from.dc());
+                let reply = match self.successions.get(&from) {
+                    Some(existing) => TakeOverReply::Exists(existing.clone()),
+                    None if !policy.allows(&state) => TakeOverReply::Refused(state),
+                    None => {
+                        self.measurements.count("takeovers");
+                        self.successions.insert(from, succession);
+                        if set.key != NO_KEY {
+                            let view = View {
+                                dcs: &self.dcs,
+                                global: &self.global,
+                                keys: &self.keys,
+                                dc_index: &self.dc_index,
+                                successions: &self.successions,
+                            };
+                            self.checker.on_taken_over(&view, self.now, set.key);
+                        }
+                        TakeOverReply::Taken
+                    }
+                };
+                Landed::TakenOver(reply)
+            }
+        };
         if !self.dcs[d].up || self.dcs[d].epoch != set.epoch {
             return;
         }
         let Some(mut task) = self.dcs[d].tasks.remove(&set.task) else {
             return;
         };
-        let winner = existing.clone().unwrap_or(set.id);
-        self.dcs[d].global_cache.insert(key, winner);
-        let next = match &mut task.kind {
-            TaskKind::Acquire(job) => {
+        let next = match (&mut task.kind, landed) {
+            (TaskKind::Acquire(job), landed) => {
                 let c = job.acquire.connect();
-                c.handle_set_if_absent(existing);
+                match landed {
+                    Landed::Entry(existing, winner) => {
+                        self.dcs[d].global_cache.insert(key, winner);
+                        c.handle_set_if_absent(existing);
+                    }
+                    Landed::Confirmed(recorded) => c.handle_confirmed(recorded),
+                    Landed::TakenOver(reply) => c.handle_taken_over(reply),
+                }
                 self.acquire_step(d, &mut task)
             }
             _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),
