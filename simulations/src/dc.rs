@@ -42,6 +42,8 @@ use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
 use crate::invariants::View;
 use crate::report::Measurements;
+use homing_core::succession::{confirmation_of, superseding, takeover_allowed};
+
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
 use crate::waiting::{AwaitFor, AwaitJob};
@@ -299,6 +301,47 @@ pub(crate) enum Next {
     Pause(NodeTime),
 }
 
+impl Sim {
+    /// homingd's `Node::superseded`, at once: before DC `d`'s record `id`
+    /// links onward, the global store must name it as its predecessor's
+    /// successor; one that lost records its own succession to the winner
+    /// and links to it locally (the winner is returned).
+    fn superseded(
+        &mut self,
+        d: usize,
+        id: &ReservationId,
+    ) -> Result<Option<ReservationId>, ErrorReply> {
+        let Some(record) = self.dcs[d].records.get(id).cloned() else {
+            return Ok(None);
+        };
+        let Some(ours) = confirmation_of(&record) else {
+            return Ok(None);
+        };
+        if self.cut_from_global(d) {
+            return Err(crate::dc_lease::global_unavailable(
+                self,
+                d,
+                "cut from the global store",
+            ));
+        }
+        let recorded = self
+            .successions
+            .entry(ours.link.from.clone())
+            .or_insert(ours)
+            .clone();
+        if recorded.names(id) {
+            return Ok(None);
+        }
+        let own = superseding(&record, &recorded.link.to);
+        let own = self.successions.entry(id.clone()).or_insert(own).clone();
+        if let Some(next) = record.supersede(&own) {
+            self.measurements.count("link_refused_superseded");
+            self.commit(d, next);
+        }
+        Ok(Some(own.link.to))
+    }
+}
+
 /// What a global write decided where it landed.
 enum Landed {
     /// The key's entry as it was (`None`: ours landed) and as it is.
@@ -500,7 +543,14 @@ impl Sim {
                     _ => None,
                 };
                 match Change::link(caller, chain_key, &from, to, expected_token) {
-                    Ok(change) => self.update_task(d, from, change),
+                    Ok(change) => match self.superseded(d, &from) {
+                        Ok(None) => self.update_task(d, from, change),
+                        Ok(Some(winner)) => {
+                            let reply = Reply::Link(LinkReply::AlreadyLinked(winner));
+                            return self.dc_reply_to(d, client, rpc, key, reply);
+                        }
+                        Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
+                    },
                     Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
                 }
             }
@@ -1292,7 +1342,9 @@ impl Sim {
                 let state = self.global_dc_lease_state(from.dc());
                 let reply = match self.successions.get(&from) {
                     Some(existing) => TakeOverReply::Exists(existing.clone()),
-                    None if !policy.allows(&state) => TakeOverReply::Refused(state),
+                    None if !takeover_allowed(policy, &state, &succession) => {
+                        TakeOverReply::Refused(state)
+                    }
                     None => {
                         self.measurements.count("takeovers");
                         self.successions.insert(from, succession);

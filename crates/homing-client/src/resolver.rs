@@ -694,7 +694,7 @@ impl Inner {
                 Ok(Reply::Successor {
                     succession: Some(succession),
                     hint: theirs,
-                }) => {
+                }) if succession.link.from == at => {
                     self.successions.insert(at, succession.clone()).await;
                     let hint = Shortcut::furthest(hint, theirs);
                     return Ok(walk.handle_successor(succession.link, hint, Source::Remote));

@@ -46,8 +46,8 @@ use crate::record::{
     ActivateReply, DcRecord, Holding, LinkReply, PreviousRun, TailState, TailView,
 };
 use crate::reservation::ReservationId;
-use crate::succession::takeover_link_token;
 use crate::succession::{Succession, TakeOverReply, TakeoverPolicy};
+use crate::succession::{confirmation_of, superseding, takeover_link_token};
 use crate::time::StoreTime;
 
 /// Most walks one connect may start (the first plus restarts after lost races).
@@ -255,6 +255,9 @@ enum Phase {
     /// Boxed: two records would make every phase twice as large.
     ConfirmingLocal(DcRecord, Box<DcRecord>, ActivateReply, Succession),
     Activating(DcRecord, ActivateReply),
+    /// Our record lost its confirmation: recording its own succession to
+    /// the winner in the global store before linking to it locally.
+    Superseding(DcRecord, Succession),
     /// Our record leaves the race: abandoned, or linked to the winner.
     Leaving(DcRecord, Then),
     Finished(ConnectPoll),
@@ -383,7 +386,9 @@ impl Connect {
                 to: record.id.clone(),
                 expected_token: tail.token,
             }),
-            Phase::Confirming(_, _, succession) | Phase::ConfirmingLocal(_, _, _, succession) => {
+            Phase::Confirming(_, _, succession)
+            | Phase::ConfirmingLocal(_, _, _, succession)
+            | Phase::Superseding(_, succession) => {
                 ConnectPoll::Need(ConnectNeed::Confirm(succession.clone()))
             }
             Phase::SeekingSuccessor(walk) => match walk.poll() {
@@ -547,18 +552,15 @@ impl Connect {
             }
             TakeOverReply::Exists(winner) => self.abandon(record, Then::WalkFrom(winner.link.to)),
             TakeOverReply::Refused(state) => {
-                // The DC renewed (or was never expired) after all: leave our
-                // record and let the caller try again.
-                if let Some(abandoned) = record.abandon() {
-                    let reason = format!("its lease is {:?} after all", state.standing);
-                    self.phase = Phase::Leaving(
-                        abandoned,
-                        Then::Fail(ConnectError::Unreachable {
-                            dc: tail.dc().clone(),
-                            reason,
-                        }),
-                    );
-                }
+                // The DC renewed (or was never expired, or published a
+                // higher token bound) after all: leave our record and let
+                // the caller try again.
+                let reason = format!(
+                    "its lease is {:?} (token bound {}) after all",
+                    state.standing, state.marks.token_bound
+                );
+                let dc = tail.dc().clone();
+                self.abandon(record, Then::Fail(ConnectError::Unreachable { dc, reason }))
             }
         }
     }
@@ -567,6 +569,7 @@ impl Connect {
     /// continues (ours, or a takeover's that won).
     pub fn handle_confirmed(&mut self, recorded: Succession) {
         match self.take_phase() {
+            Phase::Superseding(record, _) => self.leave_superseded(&record, &recorded),
             Phase::Confirming(record, deadlines, ours) if recorded.names(&record.id) => {
                 self.note_move(&ours.link.from, &record);
                 self.acquired(record, deadlines)
@@ -583,21 +586,23 @@ impl Connect {
         }
     }
 
+    /// Our record lost its confirmation to `winner`: first the global
+    /// store records who continues it, then it links locally.
     fn supersede(&mut self, record: &DcRecord, winner: &Succession) {
         if !self.count_attempt() {
             return;
         }
-        let then = Then::WalkFrom(winner.link.to.clone());
-        match record.supersede(&Succession {
-            link: crate::chain::Link {
-                from: record.id.clone(),
-                to: winner.link.to.clone(),
-                token: record.token,
-            },
-            cause: winner.cause,
-        }) {
-            Some(next) => self.phase = Phase::Leaving(next, then),
-            None => self.walk_from(winner.link.to.clone()),
+        let ours = superseding(record, &winner.link.to);
+        self.phase = Phase::Superseding(record.clone(), ours);
+    }
+
+    /// The global store's succession of our superseded record: it links to
+    /// whoever that names, and the walk goes on there.
+    fn leave_superseded(&mut self, record: &DcRecord, recorded: &Succession) {
+        let to = recorded.link.to.clone();
+        match record.supersede(recorded) {
+            Some(next) => self.phase = Phase::Leaving(next, Then::WalkFrom(to)),
+            None => self.walk_from(to),
         }
     }
 
@@ -802,13 +807,7 @@ impl Connect {
     /// continues a reservation of another DC (`None`: the key's first, or
     /// its predecessor is ours).
     fn succession_of(&self, record: &DcRecord) -> Option<Succession> {
-        let from = record.predecessor.clone()?;
-        if from.dc() == &self.local {
-            return None;
-        }
-        // Its first token was above the predecessor's last; it only rose.
-        let token = FencingToken::new(record.token.get().saturating_sub(1));
-        Some(Succession::moved(from, record.id.clone(), token))
+        confirmation_of(record)
     }
 
     /// The tail DC's answer to our link request.

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::chain::Link;
 use crate::dc_lease::{DcLeaseState, DcStanding};
 use crate::fencing::FencingToken;
+use crate::record::DcRecord;
 use crate::reservation::ReservationId;
 
 /// Who continues `link.from`: written once, never changed.
@@ -70,6 +71,42 @@ impl Succession {
     pub fn names(&self, to: &ReservationId) -> bool {
         &self.link.to == to
     }
+}
+
+/// The succession a DC must find in the global store before its `record`
+/// grants again or links onward, if the record continues a reservation of
+/// another DC (`None`: the key's first reservation, or its predecessor is
+/// the same DC's). A record whose mover crashed between the link and its
+/// confirmation, or lost it to a takeover, must never act as a member of
+/// the chain: the global store decides.
+pub fn confirmation_of(record: &DcRecord) -> Option<Succession> {
+    let from = record.predecessor.clone()?;
+    if from.dc() == record.id.dc() {
+        return None;
+    }
+    // Its first token was above the predecessor's last; it only rose.
+    let token = FencingToken::new(record.token.get().saturating_sub(1));
+    Some(Succession::moved(from, record.id.clone(), token))
+}
+
+/// The succession a `record` that lost its confirmation to `winner` writes
+/// for itself before it links locally to the winner: so the global store,
+/// not only its DC, says who continues it, and no takeover of it can fork
+/// the chain later.
+pub fn superseding(record: &DcRecord, winner: &ReservationId) -> Succession {
+    Succession::moved(record.id.clone(), winner.clone(), record.token)
+}
+
+/// Whether a takeover may be written now (the check every store makes in
+/// the transaction that writes it): `policy` allows the taken DC in
+/// `state`, and the DC has not published a higher token bound since the
+/// taker read it (its link token is above the bound the store keeps).
+pub fn takeover_allowed(
+    policy: TakeoverPolicy,
+    state: &DcLeaseState,
+    succession: &Succession,
+) -> bool {
+    policy.allows(state) && succession.link.token.get() > state.marks.token_bound
 }
 
 /// The token a takeover's link carries: above every token the dead DC

@@ -348,6 +348,12 @@ fn a_mover_that_loses_its_confirmation_to_a_takeover_links_itself_to_the_taker_a
         world.record(linked).unwrap().state,
         RecordState::Linked { to: taker.clone() }
     );
+    // The global store says so too: no takeover of fra's record can fork the chain.
+    let own = world
+        .successions
+        .get(linked)
+        .expect("the loser's own succession is recorded");
+    assert_eq!(own.link.to, taker);
     let Poll::Done(walked) = world.resolve(&dc("fra"), &key()) else {
         panic!()
     };
@@ -400,4 +406,37 @@ fn a_recreated_record_confirms_its_succession_before_it_is_re_activated() {
         world.record(&second).unwrap().state,
         RecordState::Linked { to: taker }
     );
+}
+
+#[test]
+fn a_takeover_read_under_a_token_bound_the_dc_raised_since_is_refused() {
+    let mut world = World::new(&["iad", "fra"]);
+    acquired(&acquire(&mut world, "iad", "a1"));
+    world.down.insert(dc("iad"));
+    world.dc_leases.insert(dc("iad"), expired("iad", 10, false));
+    // The taker reads bound 10; before its write lands, iad renewed with a
+    // higher bound and expired again.
+    let mut c = connect(&world, "fra", "a2", None);
+    loop {
+        match c.poll() {
+            ConnectPoll::Need(homing_core::ConnectNeed::TakeOver { .. }) => break,
+            ConnectPoll::Need(_) => assert!(world.step(&dc("fra"), &mut c)),
+            other => panic!("{other:?}"),
+        }
+    }
+    world
+        .dc_leases
+        .insert(dc("iad"), expired("iad", 500, false));
+    assert!(matches!(
+        world.run(&dc("fra"), &mut c),
+        ConnectPoll::Failed(homing_core::ConnectError::Unreachable { .. })
+    ));
+    assert!(
+        world.successions.is_empty(),
+        "nothing taken under a stale bound"
+    );
+    // Read again, the takeover is above the new bound.
+    let outcome = acquire(&mut world, "fra", "a2");
+    let (_, token) = acquired(&outcome);
+    assert_eq!(token, FencingToken::new(502));
 }

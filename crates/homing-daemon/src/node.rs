@@ -16,7 +16,9 @@ use homing_core::{
     LeasePolicy, LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply,
     Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut,
     ShortcutNotice, Source, StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy,
-    Walked, Written, wire,
+    Walked, Written,
+    succession::{confirmation_of, superseding},
+    wire,
 };
 use homing_net::Handler;
 use homing_node::cancel;
@@ -368,6 +370,52 @@ impl Node {
             self.successions.insert(id.clone(), s.clone());
         }
         Ok(read)
+    }
+
+    /// Before this DC's record `id` links onward: if it continues another
+    /// DC's reservation, the global store must name it as that one's
+    /// successor (DESIGN.md §7.5); a record that lost to a takeover (its
+    /// mover crashed before confirming) records its own succession to the
+    /// winner, links locally to it, and the winner is returned.
+    async fn superseded(&self, id: &ReservationId) -> Result<Option<ReservationId>, Failure> {
+        let Some(record) = self.timed("dc_get", self.records.get(id)).await? else {
+            return Ok(None);
+        };
+        let Some(ours) = confirmation_of(&record) else {
+            return Ok(None);
+        };
+        let recorded = self.confirm(ours).await?;
+        if recorded.names(id) {
+            return Ok(None);
+        }
+        let own = self
+            .confirm(superseding(&record, &recorded.link.to))
+            .await?;
+        self.update(id, Change::Supersede(own.clone())).await?;
+        tracing::warn!(
+            reservation = %id,
+            successor = %own.link.to,
+            "a record whose move lost to a takeover now continues as the taker"
+        );
+        Ok(Some(own.link.to))
+    }
+
+    /// Makes `succession` its reservation's in the global store unless one
+    /// is; the one it has (cached: write-once).
+    async fn confirm(&self, succession: Succession) -> Result<Succession, Failure> {
+        let from = succession.link.from.clone();
+        if let Some(cached) = self.successions.get(&from) {
+            return Ok(cached);
+        }
+        let existing = self
+            .timed(
+                "global_set_successor",
+                self.global.set_successor(&succession),
+            )
+            .await?;
+        let recorded = existing.unwrap_or(succession);
+        self.successions.insert(from, recorded.clone());
+        Ok(recorded)
     }
 
     /// The reconciliation the DC lease owes, if any.
@@ -1190,21 +1238,7 @@ impl Node {
                 connect.handle_dc_lease(state);
             }
             ConnectNeed::Confirm(succession) => {
-                let from = succession.link.from.clone();
-                let recorded = match self.successions.get(&from) {
-                    Some(cached) => cached,
-                    None => {
-                        let existing = self
-                            .timed(
-                                "global_set_successor",
-                                self.global.set_successor(&succession),
-                            )
-                            .await?;
-                        let recorded = existing.unwrap_or(succession);
-                        self.successions.insert(from, recorded.clone());
-                        recorded
-                    }
-                };
+                let recorded = self.confirm(succession).await?;
                 connect.handle_confirmed(recorded);
             }
             ConnectNeed::TakeOver { succession, policy } => {
@@ -1250,6 +1284,9 @@ impl Node {
     ) -> Result<Reply, Failure> {
         let change =
             Change::link(caller.dc(), key, &from, to.clone(), expected).map_err(Failure::Reply)?;
+        if let Some(winner) = self.superseded(&from).await? {
+            return Ok(Reply::Link(LinkReply::AlreadyLinked(winner)));
+        }
         let reply = answer(self.update(&from, change).await?);
         if reply == Reply::Link(LinkReply::Linked) {
             tracing::info!(from = %from, to = %to, "linked");
@@ -1508,9 +1545,8 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         | Request::Drain { key }
         | Request::Inspect { key }
         | Request::Cancel { key, .. } => (Some(key.to_string()), None),
-        Request::ResolveReservation { id } | Request::Successor { id, .. } => {
-            (None, Some(id.to_string()))
-        }
+        Request::ResolveReservation { id } => (None, Some(id.to_string())),
+        Request::Successor { key, id } => (Some(key.to_string()), Some(id.to_string())),
         Request::Acquire { config, .. } => (config.name.as_ref().map(|n| n.to_string()), None),
         Request::Renew { reservation, .. }
         | Request::Release { reservation, .. }

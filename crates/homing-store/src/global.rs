@@ -110,7 +110,10 @@ pub trait GlobalStore: Send + Sync + 'static {
     /// `succession.link.from`, provided, *in the same store transaction*,
     /// that it has none and that `policy` allows taking over the DC of
     /// `from` as the store judges its lease at that moment (expired by the
-    /// store's clock; retired too under `RetiredOnly`). A DC that renews
+    /// store's clock; retired too under `RetiredOnly`) and the link's token
+    /// is above the DC's token bound as the store keeps it then (a DC that
+    /// renewed with a higher bound since the taker read it is refused:
+    /// [`homing_core::succession::takeover_allowed`]). A DC that renews
     /// concurrently either renewed first (refused) or renews after (and
     /// finds the takeover when it reconciles).
     ///

@@ -12,6 +12,8 @@ use homing_core::{
     TakeOverReply, TakeoverPolicy,
 };
 
+use homing_core::succession::takeover_allowed;
+
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
     check_scan, judge_cas, judge_event_import, judge_import,
@@ -157,7 +159,7 @@ impl GlobalStore for MemoryGlobalStore {
             return Ok(TakeOverReply::Exists(existing.clone()));
         }
         let state = dcs.state(succession.link.from.dc());
-        if !policy.allows(&state) {
+        if !takeover_allowed(policy, &state, succession) {
             return Ok(TakeOverReply::Refused(state));
         }
         insert_succession(&mut successions, succession);

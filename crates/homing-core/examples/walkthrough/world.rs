@@ -121,7 +121,14 @@ impl World {
                 let state = self.dc_lease(succession.link.from.dc());
                 let reply = match self.successions.get(&succession.link.from) {
                     Some(existing) => TakeOverReply::Exists(existing.clone()),
-                    None if !policy.allows(&state) => TakeOverReply::Refused(state),
+                    None if !homing_core::succession::takeover_allowed(
+                        policy,
+                        &state,
+                        &succession,
+                    ) =>
+                    {
+                        TakeOverReply::Refused(state)
+                    }
                     None => {
                         self.successions
                             .insert(succession.link.from.clone(), succession);
