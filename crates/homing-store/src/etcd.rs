@@ -5,7 +5,9 @@
 //! Layout under the prefix: `g/<key bytes>` → reservation ID (global
 //! entries); `dcs/<dc>` → the DC's lease terms, marks and retired flag, and
 //! `dcl/<dc>` → empty, on an etcd lease: it exists while the DC lease has
-//! not expired (`dc_lease`); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
+//! not expired (`dc_lease`); `succ/<dc, 0x00, unique 8 bytes big-endian>`
+//! → the reservation's succession, written once, a takeover guarded by the
+//! DC's lease keys in the same transaction (`succession`); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
 //! index); `events/<seq, 8 bytes big-endian>` → postcard event;
 //! `events-head` → the last event seq ever appended (decimal; outside the
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
@@ -54,7 +56,8 @@ use etcd_client::{
 };
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
-    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
+    TakeOverReply, TakeoverPolicy,
 };
 use tokio::sync::Mutex;
 
@@ -69,6 +72,8 @@ pub use self::members::{
 use self::members::{Members, Op};
 pub use self::record_cache::{RECORD_CACHE_BYTES_MAX, RECORD_CACHE_ENTRIES_MAX};
 use self::record_cache::{RecordCache, Seen};
+use self::succession::Successions;
+pub use self::succession::TAKE_OVER_ATTEMPTS_MAX;
 use crate::allocator::Blocks;
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
@@ -76,7 +81,7 @@ use crate::dc::{
 };
 use crate::error::StoreError;
 use crate::failover::Failover;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch};
+use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause};
 use crate::keyspace;
 use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
@@ -87,6 +92,7 @@ mod log;
 mod lost_answer;
 mod members;
 mod record_cache;
+mod succession;
 
 /// The section of the event log: `events/<seq, 8 bytes big-endian>`.
 const EVENTS: &[u8] = b"events/";
@@ -223,6 +229,8 @@ pub struct EtcdGlobalStore {
     batcher: Arc<WriteOnceBatcher>,
     /// Each DC's lease and marks (`dc_lease`).
     dcs: DcLeases,
+    /// Who succeeds which reservation (`succession`).
+    successions: Successions,
 }
 
 /// The global entries under one prefix, as the write-once batcher writes them.
@@ -301,8 +309,10 @@ impl EtcdGlobalStore {
         let entries = Arc::new(Entries {
             space: space.clone(),
         });
+        let dcs = DcLeases::new(space.clone());
         Ok(EtcdGlobalStore {
-            dcs: DcLeases::new(space.clone()),
+            successions: Successions::new(space.clone(), dcs.clone()),
+            dcs,
             space,
             batcher: Arc::new(WriteOnceBatcher::start(entries)),
         })
@@ -331,44 +341,35 @@ impl EtcdGlobalStore {
 
 #[async_trait]
 impl GlobalStore for EtcdGlobalStore {
-    // STUB until the store helper's branch lands (issue 20 takeover): not for release.
-    async fn successor(
-        &self,
-        _from: &homing_core::ReservationId,
-    ) -> Result<Option<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+    async fn successor(&self, from: &ReservationId) -> Result<Option<Succession>, StoreError> {
+        self.successions.get(from).await
     }
 
     async fn set_successor(
         &self,
-        _succession: &homing_core::Succession,
-    ) -> Result<Option<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_cause(succession, SuccessionCause::Moved)?;
+        self.successions.set(succession).await
     }
 
     async fn take_over(
         &self,
-        _succession: &homing_core::Succession,
-        _policy: homing_core::TakeoverPolicy,
-    ) -> Result<homing_core::TakeOverReply, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        succession: &Succession,
+        policy: TakeoverPolicy,
+    ) -> Result<TakeOverReply, StoreError> {
+        check_cause(succession, SuccessionCause::TakenOver)?;
+        self.successions.take_over(succession, policy).await
     }
 
     async fn successions_of(
         &self,
-        _dc: &homing_core::DcId,
-        _after: Option<&homing_core::ReservationId>,
-        _limit: usize,
-    ) -> Result<Vec<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        self.successions.of(dc, after, limit).await
     }
 
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
@@ -1349,6 +1350,10 @@ mod tests {
         dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired(&backend).await;
         println!("etcd: a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours");
         a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours(&backend).await;
+        println!("etcd: a_renewal_between_a_takeovers_judgement_and_its_write_fails_its_guard");
+        a_renewal_between_a_takeovers_judgement_and_its_write_fails_its_guard(&backend).await;
+        println!("etcd: a_takeover_whose_answer_was_lost_is_recognised_as_ours");
+        a_takeover_whose_answer_was_lost_is_recognised_as_ours(&backend).await;
         println!("etcd: a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers");
         a_frozen_member_costs_one_deadline_then_is_avoided_until_it_answers(&backend, &cluster)
             .await;
@@ -1801,6 +1806,95 @@ mod tests {
             matches!(state.standing, homing_core::DcStanding::Live { .. }),
             "{state:?}"
         );
+    }
+
+    /// Terms whose etcd lease runs out after 2 s.
+    const SHORT_DC_TERMS: DcTerms = DcTerms {
+        ttl_ms: 1_000,
+        host_lease_ttl_max_ms: 1_000,
+        grace_ms: 0,
+    };
+
+    /// Renews `dc` under [`SHORT_DC_TERMS`] and waits (at most 30 s) until
+    /// the store calls it expired.
+    async fn expired(store: &EtcdGlobalStore, dc: &DcId) {
+        store
+            .renew_dc_lease(dc, &SHORT_DC_TERMS, &DC_MARKS)
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let state = store.dc_lease(dc).await.unwrap();
+            if state.standing == homing_core::DcStanding::Expired {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{state:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The takeover guard, step by step: the DC is judged expired, then it
+    /// renews (same terms and marks: only its live key comes back), then
+    /// the takeover writes against what it judged. The live key's guard
+    /// fails the write; the takeover judges again and is refused.
+    async fn a_renewal_between_a_takeovers_judgement_and_its_write_fails_its_guard(
+        backend: &EtcdBackend,
+    ) {
+        let prefix = backend.prefix("global", "takeover_guard");
+        let store = EtcdGlobalStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap();
+        let iad = DcId::new("iad").unwrap();
+        expired(&store, &iad).await;
+        let from: ReservationId = "iad.1".parse().unwrap();
+        let s = Succession::taken_over(from.clone(), "fra.1".parse().unwrap(), 41);
+        let found = store.successions.read(&from).await.unwrap();
+        let (state, held) = store.dcs.judged(&iad, found.held).await.unwrap();
+        assert_eq!(state.standing, homing_core::DcStanding::Expired);
+        assert!(TakeoverPolicy::Automatic.allows(&state));
+        store
+            .renew_dc_lease(&iad, &SHORT_DC_TERMS, &DC_MARKS)
+            .await
+            .unwrap();
+        let attempt = store.successions.write_guarded(&s, &held).await.unwrap();
+        assert!(
+            attempt.failed.is_some(),
+            "a takeover landed after its DC renewed"
+        );
+        assert_eq!(store.successor(&from).await.unwrap(), None);
+        let reply = store.take_over(&s, TakeoverPolicy::Automatic).await;
+        assert!(
+            matches!(&reply, Ok(TakeOverReply::Refused(state)) if state.standing != homing_core::DcStanding::Expired),
+            "{reply:?}"
+        );
+    }
+
+    /// A takeover whose guarded write landed on a member that then lost its
+    /// answer is retried on another member; the retry's guard fails on the
+    /// succession the first attempt wrote, which is the caller's own: the
+    /// call answers `Taken`, once.
+    async fn a_takeover_whose_answer_was_lost_is_recognised_as_ours(backend: &EtcdBackend) {
+        let prefix = backend.prefix("global", "takeover_lost");
+        let plain = EtcdGlobalStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap();
+        let iad = DcId::new("iad").unwrap();
+        expired(&plain, &iad).await;
+        let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+        // Round-robin over two: the takeover's read goes to member 1, its
+        // write through the relay.
+        let endpoints = [backend.endpoints[1].clone(), relay.endpoint()];
+        let store = EtcdGlobalStore::connect(&endpoints, &prefix).await.unwrap();
+        warm_round_robin(&store.space).await;
+        relay.lose_answers();
+        let from: ReservationId = "iad.1".parse().unwrap();
+        let s = Succession::taken_over(from.clone(), "fra.1".parse().unwrap(), 41);
+        let reply = store.take_over(&s, TakeoverPolicy::Automatic).await;
+        assert_eq!(reply.unwrap(), TakeOverReply::Taken);
+        assert!(relay.lost_any(), "the takeover's answer was not lost");
+        let failover = store.failover().unwrap();
+        assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+        assert_eq!(plain.successor(&from).await.unwrap(), Some(s));
     }
 
     /// Writes in sequence while member 0 is frozen (SIGSTOP): the first that

@@ -87,9 +87,11 @@ pub(super) struct DcLeases {
 
 /// What etcd holds about one DC, read at one revision.
 #[derive(Clone)]
-struct Held {
-    entry: Option<KeyValue>,
-    live: Option<KeyValue>,
+pub(super) struct Held {
+    /// `dcs/<dc>`.
+    pub(super) entry: Option<KeyValue>,
+    /// `dcl/<dc>`.
+    pub(super) live: Option<KeyValue>,
 }
 
 impl Held {
@@ -173,7 +175,8 @@ impl DcLeases {
         DcLeases { space }
     }
 
-    fn keys(&self, dc: &DcId) -> (Vec<u8>, Vec<u8>) {
+    /// `dc`'s keys: `(dcs/<dc>, dcl/<dc>)`.
+    pub(super) fn keys(&self, dc: &DcId) -> (Vec<u8>, Vec<u8>) {
         let name = dc.as_str().as_bytes();
         (self.space.key(ENTRIES, name), self.space.key(LIVE, name))
     }
@@ -291,17 +294,28 @@ impl DcLeases {
 
     /// `dc`'s state from `held` as read: its lease asked, then both keys
     /// read again until they did not move meanwhile.
-    async fn judge(&self, dc: &DcId, mut held: Held) -> Result<DcLeaseState, StoreError> {
+    async fn judge(&self, dc: &DcId, held: Held) -> Result<DcLeaseState, StoreError> {
+        Ok(self.judged(dc, held).await?.0)
+    }
+
+    /// [`DcLeases::judge`], with the keys as read when the state held (a
+    /// takeover guards its write by them).
+    pub(super) async fn judged(
+        &self,
+        dc: &DcId,
+        mut held: Held,
+    ) -> Result<(DcLeaseState, Held), StoreError> {
         for _ in 0..DC_LEASE_ATTEMPTS_MAX {
             let entry = held.entry()?;
             let Some(lease) = held.lease() else {
                 // Absent at the read: the answer holds at that revision.
-                return Ok(state_of(dc, &entry, standing(entry.terms, None)));
+                return Ok((state_of(dc, &entry, standing(entry.terms, None)), held));
             };
             let left = self.time_to_live(lease).await?;
             let again = self.read(dc).await?;
             if again.same(&held) {
-                return Ok(state_of(dc, &entry, standing(entry.terms, Some(left))));
+                let state = state_of(dc, &entry, standing(entry.terms, Some(left)));
+                return Ok((state, held));
             }
             held = again;
         }
