@@ -318,13 +318,16 @@ pub fn decode_succession_key(bytes: &[u8]) -> Result<ReservationId, StoreError> 
     Ok(ReservationId::new(dc, u64::from_be_bytes(*unique)))
 }
 
+/// A byte range `[start, end)`.
+pub type KeyRange = (Vec<u8>, Vec<u8>);
+
 /// The key range `[start, end)` of `dc`'s successions strictly after
 /// `after`; `None` when nothing can follow it (its unique is `u64::MAX`).
 /// A cursor of another DC is the caller's bug: `InvalidArgument`.
 pub fn successions_range(
     dc: &homing_core::DcId,
     after: Option<&ReservationId>,
-) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+) -> Result<Option<KeyRange>, StoreError> {
     let start = match after {
         Some(after) if after.dc() != dc => {
             return Err(StoreError::InvalidArgument(format!(
