@@ -20,7 +20,9 @@
 //! its first expiry query, `due-index` marking that done), `dcs/<dc>` → a
 //! DC's lease terms, marks and retired flag and `dcv/<dc>` → the
 //! versionstamp of its last renewal (`dc_lease`: judged by FDB's versions
-//! and this process's clock). Every operation is one serializable FDB
+//! and this process's clock), `succ/<dc, 0x00, unique 8 bytes big-endian>`
+//! → a reservation's succession, written once; a takeover judges the DC and
+//! writes in one transaction (`succession`). Every operation is one serializable FDB
 //! transaction (reads add conflict ranges, so a racing set_if_absent or CAS
 //! retries and then sees the winner), retried at most
 //! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff. A
@@ -42,12 +44,14 @@ use foundationdb::options::{DatabaseOption, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption};
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
-    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime,
+    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
+    TakeOverReply, TakeoverPolicy,
 };
 use tokio::sync::Mutex;
 
 use self::dc_lease::DcLeases;
 pub use self::dc_lease::SIGHTINGS_MAX;
+use self::succession::Successions;
 
 use crate::allocator::Blocks;
 use crate::dc::{
@@ -55,7 +59,7 @@ use crate::dc::{
     check_limit, check_scan, judge_cas, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch};
+use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause};
 use crate::keyspace;
 use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
@@ -206,6 +210,7 @@ macro_rules! step {
 }
 
 mod dc_lease;
+mod succession;
 
 /// The section of the expiry index: `d/<keyspace::due_bytes>` → id.
 const DUE: &[u8] = b"d/";
@@ -221,6 +226,8 @@ pub struct FdbGlobalStore {
     batcher: WriteOnceBatcher,
     /// Each DC's lease and marks (`dc_lease`).
     dcs: DcLeases,
+    /// Who succeeds which reservation (`succession`).
+    successions: Successions,
 }
 
 impl FdbGlobalStore {
@@ -238,6 +245,7 @@ impl FdbGlobalStore {
         });
         FdbGlobalStore {
             dcs: DcLeases::new(space.clone()),
+            successions: Successions::new(space.clone()),
             space,
             batcher: WriteOnceBatcher::start(entries),
         }
@@ -289,44 +297,37 @@ impl WriteOnceBatch for Entries {
 
 #[async_trait]
 impl GlobalStore for FdbGlobalStore {
-    // STUB until the store helper's branch lands (issue 20 takeover): not for release.
-    async fn successor(
-        &self,
-        _from: &homing_core::ReservationId,
-    ) -> Result<Option<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+    async fn successor(&self, from: &ReservationId) -> Result<Option<Succession>, StoreError> {
+        self.successions.get(from).await
     }
 
     async fn set_successor(
         &self,
-        _succession: &homing_core::Succession,
-    ) -> Result<Option<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_cause(succession, SuccessionCause::Moved)?;
+        self.successions.set(succession).await
     }
 
     async fn take_over(
         &self,
-        _succession: &homing_core::Succession,
-        _policy: homing_core::TakeoverPolicy,
-    ) -> Result<homing_core::TakeOverReply, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        succession: &Succession,
+        policy: TakeoverPolicy,
+    ) -> Result<TakeOverReply, StoreError> {
+        check_cause(succession, SuccessionCause::TakenOver)?;
+        self.successions
+            .take_over(&self.dcs, succession, policy)
+            .await
     }
 
     async fn successions_of(
         &self,
-        _dc: &homing_core::DcId,
-        _after: Option<&homing_core::ReservationId>,
-        _limit: usize,
-    ) -> Result<Vec<homing_core::Succession>, StoreError> {
-        Err(StoreError::InvalidArgument(
-            "successions not yet on this backend".into(),
-        ))
+        dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        self.successions.of(dc, after, limit).await
     }
 
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {

@@ -60,7 +60,7 @@ pub(super) struct DcLeases {
 
 /// What one transaction read of a DC: its entry, its last renewal's
 /// versionstamp, and the transaction's read version.
-struct Read {
+pub(super) struct Read {
     entry: Option<Vec<u8>>,
     stamp: Option<Vec<u8>>,
 }
@@ -150,14 +150,25 @@ impl DcLeases {
 
     /// What the store knows about `dc` now.
     pub(super) async fn state(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
-        let (entry_key, stamp_key) = self.keys(dc);
         let (read, version) = transact!(self.space, trx, {
             let version = step!(trx.get_read_version().await);
-            let entry = step!(trx.get(&entry_key, false).await).map(|v| v.to_vec());
-            let stamp = step!(trx.get(&stamp_key, false).await).map(|v| v.to_vec());
-            Ok(Step::Done((Read { entry, stamp }, version)))
+            let read = step!(self.read_in(&trx, dc).await);
+            Ok(Step::Done((read, version)))
         })?;
         self.judge(dc, &read, version)
+    }
+
+    /// `dc`'s entry and renewal stamp, read in `trx` (with read conflict
+    /// ranges: a renewal or retire committed meanwhile fails its commit).
+    pub(super) async fn read_in(
+        &self,
+        trx: &foundationdb::Transaction,
+        dc: &DcId,
+    ) -> Result<Read, foundationdb::FdbError> {
+        let (entry_key, stamp_key) = self.keys(dc);
+        let entry = trx.get(&entry_key, false).await?.map(|v| v.to_vec());
+        let stamp = trx.get(&stamp_key, false).await?.map(|v| v.to_vec());
+        Ok(Read { entry, stamp })
     }
 
     /// Every DC in id order, at most [`DCS_MAX`], from one transaction.
@@ -205,7 +216,12 @@ impl DcLeases {
     }
 
     /// `dc`'s state from what a transaction at `version` read.
-    fn judge(&self, dc: &DcId, read: &Read, version: i64) -> Result<DcLeaseState, StoreError> {
+    pub(super) fn judge(
+        &self,
+        dc: &DcId,
+        read: &Read,
+        version: i64,
+    ) -> Result<DcLeaseState, StoreError> {
         let entry = decode_entry(read.entry.as_deref())?;
         let since_ms = match &read.stamp {
             Some(bytes) => {
