@@ -109,7 +109,7 @@ fn grants_not_gated_by_the_dc_lease_outlive_its_expiry_and_the_seed_replays_it()
 
 #[test]
 fn a_returning_dc_that_skips_reconciling_takeovers_serves_its_stale_records_and_the_seed_replays_it()
-{
+ {
     // iad is down from 20 s to 80 s, long enough to be taken over; back, the
     // mutant serves (resolves, grants) from its stale records without ever
     // applying the takeovers. Caught as a resolve answered with a tail the

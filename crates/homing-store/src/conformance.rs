@@ -1699,6 +1699,14 @@ pub async fn global_take_over_waits_for_the_dc_lease_to_expire(b: &dyn Backend) 
     for dc in [&iad, &ord, &sea] {
         standing_becomes(g.as_ref(), dc, "expired", |s| *s == DcStanding::Expired).await;
     }
+    // A taker that read a lower token bound than the store keeps (the DC
+    // published a higher one since) is refused: its token would not be
+    // above every token the DC granted.
+    let stale = Succession::taken_over(rid("iad.1"), rid("fra.1"), 40);
+    let reply = g.take_over(&stale, automatic).await.unwrap();
+    assert_refused(reply, &iad, "expired, bound 41 above the taker's", |s| {
+        s.standing == DcStanding::Expired && s.marks.token_bound == 41
+    });
     let first = taken(&rid("iad.1"), &rid("fra.1"));
     assert_eq!(
         g.take_over(&first, automatic).await.unwrap(),

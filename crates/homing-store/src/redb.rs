@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use homing_core::succession::takeover_allowed;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, DueCursor, DueKind, DuePage, Event,
     EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
@@ -303,7 +304,7 @@ impl GlobalStore for RedbGlobalStore {
             return Ok(TakeOverReply::Exists(existing));
         }
         let state = dcs.state(from.dc());
-        if !policy.allows(&state) {
+        if !takeover_allowed(policy, &state, succession) {
             return Ok(TakeOverReply::Refused(state));
         }
         let reply = match self.insert_succession(succession).await? {

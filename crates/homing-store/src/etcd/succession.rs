@@ -41,6 +41,7 @@
 //! answers `Refused` with the DC `Lapsed` for 1 ms: the caller tries again.
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp};
+use homing_core::succession::takeover_allowed;
 use homing_core::{
     DcId, DcLeaseState, DcStanding, ReservationId, Succession, TakeOverReply, TakeoverPolicy,
 };
@@ -150,7 +151,7 @@ impl Successions {
                 return Ok(TakeOverReply::Exists(existing));
             }
             let (state, held) = self.leases.judged(from.dc(), found.held).await?;
-            if !policy.allows(&state) {
+            if !takeover_allowed(policy, &state, succession) {
                 return Ok(TakeOverReply::Refused(state));
             }
             if held.live.is_some() {

@@ -22,6 +22,7 @@
 //!   the returning DC finds the takeover in `successions_of`).
 
 use foundationdb::Transaction;
+use homing_core::succession::takeover_allowed;
 use homing_core::{DcId, ReservationId, Succession, TakeOverReply, TakeoverPolicy};
 
 use super::dc_lease::DcLeases;
@@ -100,7 +101,7 @@ impl Successions {
         let (key, value) = (self.key(from), keyspace::encode_succession(succession));
         let mut unknown = false;
         let decided = transact!(self.space, trx, unknown, {
-            let decided = step!(decide(&trx, leases, from.dc(), &key, policy).await)?;
+            let decided = step!(decide(&trx, leases, from.dc(), &key, policy, succession).await)?;
             if matches!(decided, Decided::Taken) {
                 trx.set(&key, &value);
             }
@@ -167,6 +168,7 @@ async fn decide(
     dc: &DcId,
     key: &[u8],
     policy: TakeoverPolicy,
+    succession: &Succession,
 ) -> Result<Result<Decided, StoreError>, foundationdb::FdbError> {
     let version = trx.get_read_version().await?;
     if let Some(existing) = trx.get(key, false).await? {
@@ -174,7 +176,7 @@ async fn decide(
     }
     let read = leases.read_in(trx, dc).await?;
     Ok(leases.judge(dc, &read, version).map(|state| {
-        if policy.allows(&state) {
+        if takeover_allowed(policy, &state, succession) {
             Decided::Taken
         } else {
             Decided::Refused(state)
