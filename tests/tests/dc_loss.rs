@@ -216,23 +216,38 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
         // Hosts in fra and sin keep asking for iad's keys; each is granted
         // once the global store judges iad's lease expired.
         let clients = [(fra.clone(), cluster.host(&fra)), (sin.clone(), cluster.host(&sin))];
+        let mut config = cluster.resolver_config(&[&fra, &sin, &iad]);
+        config.hop_timeout_ms = 300;
+        let router = cluster.resolver_with(config);
+        // Every key's host asks at once, each retrying every 100 ms.
+        let mut acquirers = tokio::task::JoinSet::new();
+        for (i, h) in held.iter().enumerate() {
+            let (at, client) = clients[i % 2].clone();
+            let peer = cluster.peer(&at);
+            let (name, actor) = (h.name.clone(), format!("10.9.2.{i}:9000"));
+            acquirers.spawn(async move {
+                let mut unavailable = 0;
+                loop {
+                    match client.request(&peer, &acquire(&name, &actor)).await {
+                        Ok(Reply::Acquire(AcquireReply::Acquired(grant))) => {
+                            return (i, grant, host_now(), killed.elapsed(), unavailable);
+                        }
+                        Ok(Reply::Error(e)) if matches!(e.kind, ErrorKind::Unavailable { .. }) => {
+                            unavailable += 1;
+                        }
+                        other => panic!("acquire {name} at {at} after iad died: {other:?}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
         let mut waits = Vec::new();
         let mut unavailable_answers = 0;
-        for (i, h) in held.iter().enumerate() {
-            let (at, client) = &clients[i % 2];
-            let actor = format!("10.9.2.{i}:9000");
-            let grant = loop {
-                match cluster.ask(client, at, &acquire(&h.name, &actor)).await {
-                    Ok(Reply::Acquire(AcquireReply::Acquired(grant))) => break grant,
-                    Ok(Reply::Error(e)) if matches!(e.kind, ErrorKind::Unavailable { .. }) => {
-                        unavailable_answers += 1;
-                    }
-                    other => panic!("acquire {} at {at} after iad died: {other:?}\n{}", h.name, cluster.logs()),
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
-            let received = host_now();
-            waits.push(killed.elapsed());
+        while let Some(joined) = acquirers.join_next().await {
+            let (i, grant, received, waited, unavailable) = joined.expect("an acquirer finished");
+            waits.push(waited);
+            unavailable_answers += unavailable;
+            let (h, at) = (&held[i], &clients[i % 2].0);
             let Grant { reservation, token, previous, .. } = &grant;
             assert_eq!(reservation.dc(), at, "{} granted at {at}", h.name);
             let previous = previous.as_ref().expect("the grant follows iad's run");
@@ -244,6 +259,16 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
                 h.name,
                 h.hard_stop
             );
+            // A router walks past the dead DC through the takeover (asking a
+            // live DC for the succession), right after the grant: the new
+            // holders do not renew their 2 s leases here.
+            let key = homing_core::Key::new(homing_core::KeyName::new(&h.name).unwrap());
+            let resolved = router
+                .resolve(&key)
+                .await
+                .unwrap_or_else(|e| panic!("resolve {} with iad dead: {e}", h.name));
+            assert_eq!(&resolved.dc, at, "{}", h.name);
+            assert_eq!(resolved.actor.as_str(), format!("10.9.2.{i}:9000"));
         }
         // short_lease: 2 s host leases (hard margin 0.4 s, grace 0.5 s), a
         // 4 s DC lease; peer timeout 1 s. The store expires iad's lease 6.5 s
@@ -263,18 +288,6 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
             "a key was taken over {} ms after the kill, before iad's lease could have expired",
             first.as_millis()
         );
-        // A router walks past the dead DC through the takeover: one global
-        // read (asked of the first DC that answers), then the taker.
-        let router = cluster.resolver(&[&iad, &fra, &sin]);
-        for (i, h) in held.iter().enumerate() {
-            let key = homing_core::Key::new(homing_core::KeyName::new(&h.name).unwrap());
-            let resolved = router
-                .resolve(&key)
-                .await
-                .unwrap_or_else(|e| panic!("resolve {} with iad dead: {e}", h.name));
-            assert_eq!(resolved.dc, clients[i % 2].0, "{}", h.name);
-            assert_eq!(resolved.actor.as_str(), format!("10.9.2.{i}:9000"));
-        }
         // `homing dc status` says iad expired and counts its takeovers.
         let stores = cluster.store_spec();
         let status = homing(&["dc", "status", "--stores", &stores, "--json"]).await;
