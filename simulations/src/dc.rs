@@ -1223,10 +1223,22 @@ impl Sim {
                         c.handle_segment(&local, s, Source::Local);
                         self.acquire_step(d, &mut task)
                     }
+                    // homingd's `answered_segment`: a tail here only while
+                    // this DC answers for its tails.
+                    (TaskKind::Segment, Ok(s))
+                        if s.tail.is_some() && !self.answers_for_tails(d) =>
+                    {
+                        let dc = self.dcs[d].id.clone();
+                        let reply = error(
+                            ErrorKind::Unavailable { dc },
+                            "this dc does not answer for its tails now",
+                        );
+                        Next::Reply(reply)
+                    }
                     (TaskKind::Segment, Ok(s)) => Next::Reply(Reply::Reservation(s)),
                     (TaskKind::Resolve { entry }, Ok(s)) => Next::Reply(Reply::Resolved {
                         entry: entry.clone(),
-                        segment: Some(s),
+                        segment: (s.tail.is_none() || self.answers_for_tails(d)).then_some(s),
                     }),
                     // No usable record: a shortcut that does not hold up
                     // (the walk falls back), or a contradiction (it fails).

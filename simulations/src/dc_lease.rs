@@ -319,6 +319,14 @@ impl Sim {
         }
     }
 
+    /// Whether DC `d` answers for its own tails now (homing-node's
+    /// `DcLease::answers_for_tails`).
+    pub(crate) fn answers_for_tails(&self, d: usize) -> bool {
+        let now = self.node_now(d);
+        let lease = &self.dcs[d].lease;
+        !lease.unchecked && lease.lease.answers_for_tails(now)
+    }
+
     /// How the global store judges DC `dc`'s lease now.
     pub(crate) fn global_dc_lease_state(&self, dc: &DcId) -> DcLeaseState {
         let Some(&i) = self.dc_index.get(dc) else {

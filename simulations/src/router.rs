@@ -410,6 +410,19 @@ impl Sim {
             {
                 let _ = resolve.walk.handle_disowned(&from_id, source);
             }
+            // The owner does not answer for its tail now (its DC lease
+            // lapsed, or it is reconciling): like a silent DC.
+            Reply::Error(e)
+                if matches!(e.kind, homing_core::ErrorKind::Unavailable { .. })
+                    && matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(id)) if id.dc() == &from_id) =>
+            {
+                if let Some(resolve) = self.router_around_silent(r, from, resolve) {
+                    let latency = self.now - resolve.started_us;
+                    self.measurements
+                        .record(Op::ResolveUnavailable, latency, resolve.remote, 0);
+                }
+                return;
+            }
             _ => {
                 let latency = self.now - resolve.started_us;
                 self.measurements

@@ -644,6 +644,23 @@ impl Node {
         Ok(segment.finish())
     }
 
+    /// This DC's answer for its own reservation `id` to a walker elsewhere:
+    /// a segment ending in a tail here only while the DC may answer for its
+    /// tails (homing-node's `DcLease::answers_for_tails`), else `Unavailable`.
+    async fn answered_segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
+        let segment = self.local_segment(id).await?;
+        let now = self.waiters.now();
+        if segment.tail.is_some() && !self.dc_lease.with(|l| l.answers_for_tails(now)) {
+            return Err(fail(
+                ErrorKind::Unavailable {
+                    dc: self.dc.clone(),
+                },
+                "this dc does not answer for its tails now: its dc lease lapsed (no host it granted still acts, and other dcs may take them over) or it is applying takeovers made while it was away",
+            ));
+        }
+        Ok(segment)
+    }
+
     /// This DC's answer for its own reservation `id`, as an error reply on failure.
     pub async fn walk_segment(&self, id: &ReservationId) -> Result<Segment, ErrorReply> {
         self.local_segment(id)
@@ -1371,8 +1388,10 @@ impl Node {
         match request {
             Request::Resolve { key } => {
                 let entry = self.resolve_entry(&key).await?;
+                // The entry is the truth; a tail here only while this DC
+                // answers for its tails (the walker asks again otherwise).
                 let segment = match &entry {
-                    Some(id) if id.dc() == &self.dc => Some(self.local_segment(id).await?),
+                    Some(id) if id.dc() == &self.dc => self.answered_segment(id).await.ok(),
                     _ => None,
                 };
                 Ok(Reply::Resolved { entry, segment })
@@ -1384,7 +1403,7 @@ impl Node {
                         format!("reservation {id} is owned by dc {}, ask it", id.dc()),
                     ));
                 }
-                Ok(Reply::Reservation(self.local_segment(&id).await?))
+                Ok(Reply::Reservation(self.answered_segment(&id).await?))
             }
             Request::Successor { key, id } => Ok(Reply::Successor {
                 succession: self.successor(&id).await?,

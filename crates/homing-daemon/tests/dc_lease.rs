@@ -114,14 +114,45 @@ async fn dc_lease_a_dc_cut_off_from_the_global_store_stops_renewing_host_leases(
     // start within about a second of the last acknowledged renewal.
     println!("renewals refused {refused_after:?} after the global store went away");
     assert!(daemon.node().dc_lease_valid_ms() < 1_000);
-    // Healed: the next renewal of the DC lease lets the host renew again.
+    // Once the lease has lapsed no host of iad acts and other DCs may take
+    // its tails over: iad no longer answers for them.
+    let router = Identity::new(Role::Router, None).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    loop {
+        let asked = Request::ResolveReservation { id: id.clone() };
+        match daemon.node().handle(&router, asked).await {
+            Reply::Error(ErrorReply {
+                kind: ErrorKind::Unavailable { .. },
+                ..
+            }) => break,
+            Reply::Reservation(_) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a dc cut off from the global store still answers for its tail after {WAIT_MS_MAX} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        daemon.node().dc_lease_valid_ms(),
+        0,
+        "refused only once lapsed"
+    );
+    // Healed: the next renewal of the DC lease lets iad grant again (the
+    // host's own lease ran out meanwhile), and answer for its tails.
     global.down.store(false, Ordering::SeqCst);
-    until(
+    let reply = until(
         &daemon,
-        || renew(&id, token),
-        |r| matches!(r, Reply::Renew(RenewReply::Renewed { .. })),
+        || acquire("room"),
+        |r| matches!(r, Reply::Acquire(homing_core::AcquireReply::Acquired(_))),
     )
     .await;
+    let (again, _) = held(&reply);
+    let asked = Request::ResolveReservation { id: again };
+    let answer = daemon.node().handle(&router, asked).await;
+    assert!(matches!(answer, Reply::Reservation(_)), "{answer:?}");
+    let _ = token;
     daemon.shutdown().await;
 }
 

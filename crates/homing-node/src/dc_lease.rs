@@ -286,6 +286,17 @@ impl DcLease {
                 .is_some_and(|until| arrived.plus_ms(ttl_ms) <= until)
     }
 
+    /// Whether the DC may answer for its own tails at `now` (resolves,
+    /// walks of other DCs): its lease is valid — past it, no host it
+    /// granted acts, and other DCs may soon take its tails over — and its
+    /// records are reconciled with the takeovers made meanwhile. Otherwise
+    /// a tail's answer could name a holder that stopped, or a tail another
+    /// DC continues: the DC answers `Unavailable`, and walkers go through
+    /// the global store's successions.
+    pub fn answers_for_tails(&self, now: NodeTime) -> bool {
+        self.valid_at(now) && self.reconciliation().is_none()
+    }
+
     /// The reconciliation owed, if any (DESIGN.md §7.5): after the lease is
     /// regained — at start, or after its validity ran out, when the store
     /// may have judged it expired and other DCs may have taken over this
