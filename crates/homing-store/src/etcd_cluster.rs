@@ -37,14 +37,40 @@ pub struct LocalEtcdCluster {
     _dir: tempfile::TempDir,
 }
 
+/// A TCP port on 127.0.0.1 that was free a moment ago and that this
+/// process never handed out before: clusters started at the same time by
+/// concurrent tests must not share a port (a member that cannot bind its
+/// port dies, and its endpoint would then reach another test's cluster —
+/// writes landing there were "lost" to this one's readers).
 fn free_port() -> Result<u16, ClusterError> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| ClusterError::Start(e.to_string()))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| ClusterError::Start(e.to_string()))?
-        .port();
-    Ok(port)
+    static ISSUED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut issued = ISSUED.lock().unwrap_or_else(|p| p.into_inner());
+    // Hold every candidate until one is new, so the kernel offers others.
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").map_err(|e| ClusterError::Start(e.to_string()))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| ClusterError::Start(e.to_string()))?
+            .port();
+        if !issued.contains(&port) {
+            issued.push(port);
+            return Ok(port);
+        }
+        held.push(listener);
+    }
+    Err(ClusterError::Start(
+        "no loopback port this process did not already hand out".to_string(),
+    ))
+}
+
+/// A cluster token no other cluster of this machine uses: members of two
+/// clusters never join each other, even at one another's ports.
+fn cluster_token() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("homing-test-{}-{n}", std::process::id())
 }
 
 fn etcd_binary() -> Option<PathBuf> {
@@ -70,6 +96,7 @@ impl LocalEtcdCluster {
         assert!(members >= 1, "a cluster has at least one member");
         let binary = etcd_binary().ok_or(ClusterError::NoBinary)?;
         let dir = tempfile::tempdir().map_err(|e| ClusterError::Start(e.to_string()))?;
+        let token = cluster_token();
         let mut ports = Vec::with_capacity(members);
         for _ in 0..members {
             ports.push((free_port()?, free_port()?));
@@ -102,7 +129,7 @@ impl LocalEtcdCluster {
                 ))
                 .arg(format!("--initial-cluster={}", initial.join(",")))
                 .arg("--initial-cluster-state=new")
-                .arg("--initial-cluster-token=homing-test")
+                .arg(format!("--initial-cluster-token={token}"))
                 // Loopback: elect fast so a killed leader is replaced within a second.
                 .arg("--heartbeat-interval=50")
                 .arg("--election-timeout=500")
