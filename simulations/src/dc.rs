@@ -40,9 +40,9 @@ use homing_node::{
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
-use crate::invariants::View;
+use crate::invariants::view;
 use crate::report::Measurements;
-use homing_core::succession::{confirmation_of, superseding, takeover_allowed};
+use homing_core::succession::{confirmation_of, judge_takeover, superseding};
 
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
@@ -1133,13 +1133,7 @@ impl Sim {
         let previous = self.dcs[d].records.insert(id.clone(), record);
         let old_due = previous.as_ref().and_then(Due::of);
         self.dcs[d].reindex(&id, old_due, new_due);
-        let view = View {
-            dcs: &self.dcs,
-            global: &self.global,
-            keys: &self.keys,
-            dc_index: &self.dc_index,
-            successions: &self.successions,
-        };
+        let view = view!(self);
         self.checker
             .on_commit(&view, self.now, key, d, &id, version, previous.as_ref());
         // homingd's `Node::wrote`: every landed write goes to the record's waiters.
@@ -1329,13 +1323,7 @@ impl Sim {
                 if existing.is_none() {
                     self.global.insert(key.clone(), id.clone());
                     self.global_landed_us.insert(key.clone(), self.now);
-                    let view = View {
-                        dcs: &self.dcs,
-                        global: &self.global,
-                        keys: &self.keys,
-                        dc_index: &self.dc_index,
-                        successions: &self.successions,
-                    };
+                    let view = view!(self);
                     self.checker.on_global_set(&view, self.now, set.key, &id);
                 }
                 let winner = existing.clone().unwrap_or(id);
@@ -1352,27 +1340,16 @@ impl Sim {
             GlobalWrite::TakeOver(succession, policy) => {
                 let from = succession.link.from.clone();
                 let state = self.global_dc_lease_state(from.dc());
-                let reply = match self.successions.get(&from) {
-                    Some(existing) => TakeOverReply::Exists(existing.clone()),
-                    None if !takeover_allowed(policy, &state, &succession) => {
-                        TakeOverReply::Refused(state)
+                let existing = self.successions.get(&from).cloned();
+                let reply = judge_takeover(existing, state, policy, &succession);
+                if reply.is_none() {
+                    self.measurements.count("takeovers");
+                    self.successions.insert(from, succession);
+                    if set.key != NO_KEY {
+                        self.checker.on_taken_over(&view!(self), self.now, set.key);
                     }
-                    None => {
-                        self.measurements.count("takeovers");
-                        self.successions.insert(from, succession);
-                        if set.key != NO_KEY {
-                            let view = View {
-                                dcs: &self.dcs,
-                                global: &self.global,
-                                keys: &self.keys,
-                                dc_index: &self.dc_index,
-                                successions: &self.successions,
-                            };
-                            self.checker.on_taken_over(&view, self.now, set.key);
-                        }
-                        TakeOverReply::Taken
-                    }
-                };
+                }
+                let reply = reply.unwrap_or(TakeOverReply::Taken);
                 Landed::TakenOver(reply)
             }
         };
@@ -1676,13 +1653,7 @@ impl Sim {
                 self.schedule(at, event);
             }
         }
-        let view = View {
-            dcs: &self.dcs,
-            global: &self.global,
-            keys: &self.keys,
-            dc_index: &self.dc_index,
-            successions: &self.successions,
-        };
+        let view = view!(self);
         self.checker.on_restart(&view, d);
     }
 }

@@ -14,7 +14,7 @@ use homing_core::{
     RunOutcome,
 };
 
-use crate::invariants::View;
+use crate::invariants::view;
 
 use crate::clock::NodeClock;
 use crate::report::Op;
@@ -532,13 +532,7 @@ impl Sim {
             Some(ReleaseCause::Forced) => "previous_force_released",
             Some(ReleaseCause::Cancelled) => "previous_cancelled",
         });
-        let view = View {
-            dcs: &self.dcs,
-            global: &self.global,
-            keys: &self.keys,
-            dc_index: &self.dc_index,
-            successions: &self.successions,
-        };
+        let view = view!(self);
         self.checker
             .on_acquired(&view, key, reservation, token, previous);
     }

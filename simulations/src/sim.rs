@@ -16,7 +16,7 @@ use crate::clock::NodeClock;
 use crate::dc::Dc;
 use crate::dc_lease::StoreDcLease;
 use crate::host::{Host, HostTimer};
-use crate::invariants::{Checker, View, Violation};
+use crate::invariants::{Checker, Violation, view};
 use crate::network::{Network, Partition};
 use crate::report::Measurements;
 use crate::rng::Rng;
@@ -1000,13 +1000,7 @@ impl Sim {
 
     /// Judges the wake-up obligations that fell due before `before_us`.
     fn check_due(&mut self, before_us: u64) -> Option<Failure> {
-        let view = View {
-            dcs: &self.dcs,
-            global: &self.global,
-            keys: &self.keys,
-            dc_index: &self.dc_index,
-            successions: &self.successions,
-        };
+        let view = view!(self);
         let (at_us, violation) = self.checker.wake.check_due(before_us, &view)?;
         Some(self.failure_at(violation, at_us))
     }
@@ -1018,13 +1012,7 @@ impl Sim {
         }
         let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
         let up_since: Vec<u64> = self.dcs.iter().map(|d| d.up_since_us).collect();
-        let view = View {
-            dcs: &self.dcs,
-            global: &self.global,
-            keys: &self.keys,
-            dc_index: &self.dc_index,
-            successions: &self.successions,
-        };
+        let view = view!(self);
         self.checker.on_end(&view, self.now, interval, &up_since);
         let violation = self.checker.take_violation()?;
         Some(self.failure(violation))

@@ -770,7 +770,8 @@ impl Connect {
         let out = record.activate(self.tag.as_ref(), &self.holder, now, &self.policy);
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {
-                self.phase = match self.succession_of(&record) {
+                // A recreated record confirms its succession first.
+                self.phase = match confirmation_of(&record) {
                     Some(succession) => {
                         Phase::ConfirmingLocal(record, Box::new(next), reply, succession)
                     }
@@ -801,13 +802,6 @@ impl Connect {
                 )))
             }
         }
-    }
-
-    /// The succession a re-activation of our own `record` must confirm: it
-    /// continues a reservation of another DC (`None`: the key's first, or
-    /// its predecessor is ours).
-    fn succession_of(&self, record: &DcRecord) -> Option<Succession> {
-        confirmation_of(record)
     }
 
     /// The tail DC's answer to our link request.

@@ -109,6 +109,24 @@ pub fn takeover_allowed(
     policy.allows(state) && succession.link.token.get() > state.marks.token_bound
 }
 
+/// What a store answers to a takeover given what it read in the
+/// transaction that writes it: the reservation's succession (`existing`)
+/// and its DC's lease as judged then. `None`: write it (then `Taken`).
+pub fn judge_takeover(
+    existing: Option<Succession>,
+    state: DcLeaseState,
+    policy: TakeoverPolicy,
+    succession: &Succession,
+) -> Option<TakeOverReply> {
+    match existing {
+        Some(existing) => Some(TakeOverReply::Exists(existing)),
+        None if !takeover_allowed(policy, &state, succession) => {
+            Some(TakeOverReply::Refused(state))
+        }
+        None => None,
+    }
+}
+
 /// The token a takeover's link carries: above every token the dead DC
 /// granted (`token_bound`). The taker's first token is the next one.
 pub fn takeover_link_token(token_bound: u64) -> FencingToken {

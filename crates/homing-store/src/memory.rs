@@ -12,7 +12,7 @@ use homing_core::{
     TakeOverReply, TakeoverPolicy,
 };
 
-use homing_core::succession::takeover_allowed;
+use homing_core::succession::judge_takeover;
 
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
@@ -155,12 +155,10 @@ impl GlobalStore for MemoryGlobalStore {
         // The DC table stays locked through the write: no renewal between.
         let dcs = self.dcs();
         let mut successions = self.successions();
-        if let Some(existing) = successions.get(&succession.link.from) {
-            return Ok(TakeOverReply::Exists(existing.clone()));
-        }
+        let existing = successions.get(&succession.link.from).cloned();
         let state = dcs.state(succession.link.from.dc());
-        if !takeover_allowed(policy, &state, succession) {
-            return Ok(TakeOverReply::Refused(state));
+        if let Some(reply) = judge_takeover(existing, state, policy, succession) {
+            return Ok(reply);
         }
         insert_succession(&mut successions, succession);
         Ok(TakeOverReply::Taken)

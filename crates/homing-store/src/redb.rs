@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use homing_core::succession::takeover_allowed;
+use homing_core::succession::judge_takeover;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, DueCursor, DueKind, DuePage, Event,
     EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
@@ -300,12 +300,9 @@ impl GlobalStore for RedbGlobalStore {
         // renewal lands between the judgement and the succession.
         let dcs = self.dcs.lock().await;
         let from = &succession.link.from;
-        if let Some(existing) = self.successor(from).await? {
-            return Ok(TakeOverReply::Exists(existing));
-        }
-        let state = dcs.state(from.dc());
-        if !takeover_allowed(policy, &state, succession) {
-            return Ok(TakeOverReply::Refused(state));
+        let existing = self.successor(from).await?;
+        if let Some(reply) = judge_takeover(existing, dcs.state(from.dc()), policy, succession) {
+            return Ok(reply);
         }
         let reply = match self.insert_succession(succession).await? {
             None => TakeOverReply::Taken,

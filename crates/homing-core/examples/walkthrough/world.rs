@@ -119,22 +119,14 @@ impl World {
             }
             ConnectNeed::TakeOver { succession, policy } => {
                 let state = self.dc_lease(succession.link.from.dc());
-                let reply = match self.successions.get(&succession.link.from) {
-                    Some(existing) => TakeOverReply::Exists(existing.clone()),
-                    None if !homing_core::succession::takeover_allowed(
-                        policy,
-                        &state,
-                        &succession,
-                    ) =>
-                    {
-                        TakeOverReply::Refused(state)
-                    }
-                    None => {
-                        self.successions
-                            .insert(succession.link.from.clone(), succession);
-                        TakeOverReply::Taken
-                    }
-                };
+                let existing = self.successions.get(&succession.link.from).cloned();
+                let judged =
+                    homing_core::succession::judge_takeover(existing, state, policy, &succession);
+                let reply = judged.unwrap_or_else(|| {
+                    self.successions
+                        .insert(succession.link.from.clone(), succession);
+                    TakeOverReply::Taken
+                });
                 connect.handle_taken_over(reply);
             }
             ConnectNeed::Reservation(id) => {
