@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use homing_core::{DcId, DcLeaseState, DcStanding, Request, ReservationId, SuccessionCause};
 use homing_daemon::{OpenMode, StoreOpener, StoreSpec};
-use homing_store::{GET_MANY_KEYS_MAX, GlobalStore};
+use homing_store::{GET_MANY_KEYS_MAX, GlobalStore, SuccessionPages};
 use serde_json::json;
 
 use crate::JsonArg;
@@ -24,24 +24,19 @@ const SUCCESSIONS_COUNTED_MAX: usize = 32 * GET_MANY_KEYS_MAX;
 /// How many of `dc`'s reservations other DCs took over, reading at most
 /// [`SUCCESSIONS_COUNTED_MAX`] successions; whether it read them all.
 async fn takeovers(global: &dyn GlobalStore, dc: &DcId) -> anyhow::Result<(usize, bool)> {
-    let (mut taken, mut read, mut after) = (0, 0, None::<ReservationId>);
-    loop {
-        let page = global
-            .successions_of(dc, after.as_ref(), GET_MANY_KEYS_MAX)
-            .await?;
+    let mut pages = SuccessionPages::of(dc.clone());
+    let (mut taken, mut read) = (0, 0);
+    while let Some(page) = pages.next(global).await? {
         read += page.len();
         taken += page
             .iter()
             .filter(|s| s.cause == SuccessionCause::TakenOver)
             .count();
-        if page.len() < GET_MANY_KEYS_MAX {
-            return Ok((taken, true));
-        }
-        if read >= SUCCESSIONS_COUNTED_MAX {
+        if read >= SUCCESSIONS_COUNTED_MAX && !pages.finished() {
             return Ok((taken, false));
         }
-        after = page.last().map(|s| s.link.from.clone());
     }
+    Ok((taken, true))
 }
 
 /// Every DC's lease and reachability, or one DC's retirement.

@@ -29,6 +29,7 @@ use homing_node::{
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
+    SuccessionPages,
 };
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -37,9 +38,6 @@ use crate::dc_lease::{self, DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
 use crate::waiters::{WaitLimits, Waiters};
-
-/// Successions read per page while reconciling takeovers.
-const RECONCILE_PAGE: usize = 128;
 
 /// Most records one `Inspect` or `Scan` reply carries: a record encodes to at
 /// most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
@@ -311,17 +309,13 @@ impl Node {
     /// after the renewal sees every takeover committed before it). The
     /// number of records changed.
     pub async fn reconcile(&self, number: u64) -> Result<usize, String> {
-        let mut after: Option<ReservationId> = None;
+        let mut pages = SuccessionPages::of(self.dc.clone());
         let mut changed = 0;
-        loop {
-            let page = self
-                .timed(
-                    "global_successions_of",
-                    self.global
-                        .successions_of(&self.dc, after.as_ref(), RECONCILE_PAGE),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+        while let Some(page) = self
+            .timed("global_successions_of", pages.next(self.global.as_ref()))
+            .await
+            .map_err(|e| e.to_string())?
+        {
             for succession in &page {
                 self.successions
                     .insert(succession.link.from.clone(), succession.clone());
@@ -348,10 +342,6 @@ impl Node {
                     Err(e) => return Err(format!("applying the takeover of {from}: {e:?}")),
                 }
             }
-            if page.len() < RECONCILE_PAGE {
-                break;
-            }
-            after = page.last().map(|s| s.link.from.clone());
         }
         self.dc_lease.with(|l| l.handle_reconciled(number));
         Ok(changed)
@@ -359,9 +349,10 @@ impl Node {
 
     /// Who succeeds `id` in the global store: cached once present (it
     /// never changes), read (linearizable) while absent.
-    async fn successor(&self, id: &ReservationId) -> Result<Option<Succession>, Failure> {
+    /// Where the answer came from: the cache, or the global store.
+    async fn successor(&self, id: &ReservationId) -> Result<(Option<Succession>, Source), Failure> {
         if let Some(cached) = self.successions.get(id) {
-            return Ok(Some(cached));
+            return Ok((Some(cached), Source::Cache));
         }
         let read = self
             .timed("global_successor", self.global.successor(id))
@@ -369,7 +360,7 @@ impl Node {
         if let Some(s) = &read {
             self.successions.insert(id.clone(), s.clone());
         }
-        Ok(read)
+        Ok((read, Source::Local))
     }
 
     /// Before this DC's record `id` links onward: if it continues another
@@ -1240,11 +1231,7 @@ impl Node {
                 connect.handle_link(reply);
             }
             ConnectNeed::Successor(id) => {
-                let source = match self.successions.contains_key(&id) {
-                    true => Source::Cache,
-                    false => Source::Local,
-                };
-                let succession = self.successor(&id).await?;
+                let (succession, source) = self.successor(&id).await?;
                 let hint = self.hint(connect.key());
                 connect.handle_successor(succession, hint, source);
             }
@@ -1406,7 +1393,7 @@ impl Node {
                 Ok(Reply::Reservation(self.answered_segment(&id).await?))
             }
             Request::Successor { key, id } => Ok(Reply::Successor {
-                succession: self.successor(&id).await?,
+                succession: self.successor(&id).await?.0,
                 hint: self.hint(&key),
             }),
             Request::Acquire {

@@ -151,6 +151,50 @@ pub trait GlobalStore: Send + Sync + 'static {
     }
 }
 
+/// One DC's successions, a page of [`GET_MANY_KEYS_MAX`] at a time, in
+/// reservation-unique order ([`GlobalStore::successions_of`] with its
+/// cursor kept): what a DC returning from expiry reconciles, and what
+/// `homing dc status` counts.
+#[derive(Debug)]
+pub struct SuccessionPages {
+    dc: DcId,
+    after: Option<ReservationId>,
+    finished: bool,
+}
+
+impl SuccessionPages {
+    /// From the first of `dc`'s successions.
+    pub fn of(dc: DcId) -> SuccessionPages {
+        SuccessionPages {
+            dc,
+            after: None,
+            finished: false,
+        }
+    }
+
+    /// The next page; `None` once the last one was read.
+    pub async fn next(
+        &mut self,
+        global: &dyn GlobalStore,
+    ) -> Result<Option<Vec<Succession>>, StoreError> {
+        if self.finished {
+            return Ok(None);
+        }
+        let page = global
+            .successions_of(&self.dc, self.after.as_ref(), GET_MANY_KEYS_MAX)
+            .await?;
+        // Fewer than asked only at the end.
+        self.finished = page.len() < GET_MANY_KEYS_MAX;
+        self.after = page.last().map(|s| s.link.from.clone());
+        Ok(Some(page))
+    }
+
+    /// Whether the last page has been read.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+}
+
 /// The key [`GlobalStore::health`] reads by default: reading it changes
 /// nothing, whether or not anyone reserved it.
 pub fn health_probe_key() -> Key {
@@ -191,4 +235,45 @@ pub(crate) fn check_cause(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryGlobalStore;
+
+    #[tokio::test]
+    async fn succession_pages_read_every_succession_of_one_dc_once_in_order() {
+        let store = MemoryGlobalStore::new();
+        for unique in 1..=300 {
+            let from = ReservationId::new(DcId::new("iad").unwrap(), unique);
+            let to = ReservationId::new(DcId::new("fra").unwrap(), unique);
+            let token = homing_core::FencingToken::new(1);
+            store
+                .set_successor(&Succession::moved(from, to, token))
+                .await
+                .unwrap();
+        }
+        let other = ReservationId::new(DcId::new("sin").unwrap(), 1);
+        let into = ReservationId::new(DcId::new("fra").unwrap(), 999);
+        store
+            .set_successor(&Succession::moved(
+                other,
+                into,
+                homing_core::FencingToken::new(1),
+            ))
+            .await
+            .unwrap();
+        let mut pages = SuccessionPages::of(DcId::new("iad").unwrap());
+        let mut sizes = Vec::new();
+        let mut uniques = Vec::new();
+        while let Some(page) = pages.next(&store).await.unwrap() {
+            sizes.push(page.len());
+            uniques.extend(page.iter().map(|s| s.link.from.unique()));
+        }
+        assert_eq!(sizes, vec![128, 128, 44]);
+        assert_eq!(uniques, (1..=300).collect::<Vec<_>>());
+        assert!(pages.finished());
+        assert!(pages.next(&store).await.unwrap().is_none());
+    }
 }
