@@ -46,6 +46,21 @@ async fn homing(args: &[&str]) -> Output {
         .expect("homing ran")
 }
 
+/// `homing dc status --json` on `stores`: `dc`'s row, and the whole answer.
+async fn status_row(stores: &str, dc: &str) -> (serde_json::Value, serde_json::Value) {
+    let status = homing(&["dc", "status", "--stores", stores, "--json"]).await;
+    assert!(status.status.success(), "{}", text(&status));
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let row = json["dcs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["dc"] == dc)
+        .cloned()
+        .unwrap_or_else(|| panic!("{dc} not listed: {json}"));
+    (row, json)
+}
+
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -107,16 +122,7 @@ async fn dc_loss_a_retired_dc_stops_granting_is_shown_retired_and_is_refused_on_
         let (iad, fra) = (dc("iad"), dc("fra"));
         acquire_at(&cluster, &iad, "before-retire").await.unwrap();
         let stores = cluster.store_spec();
-        let status = homing(&["dc", "status", "--stores", &stores, "--json"]).await;
-        assert!(status.status.success(), "{}", text(&status));
-        let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-        let iad_row = json["dcs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["dc"] == "iad")
-            .cloned();
-        let iad_row = iad_row.unwrap_or_else(|| panic!("iad not listed: {json}"));
+        let (iad_row, json) = status_row(&stores, "iad").await;
         assert_eq!(iad_row["lease"], "live", "{json}");
         assert!(iad_row["allocator_floor"].as_u64().unwrap() >= 1, "{json}");
 
@@ -290,16 +296,7 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
         );
         // `homing dc status` says iad expired and counts its takeovers.
         let stores = cluster.store_spec();
-        let status = homing(&["dc", "status", "--stores", &stores, "--json"]).await;
-        assert!(status.status.success(), "{}", text(&status));
-        let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-        let iad_row = json["dcs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["dc"] == "iad")
-            .cloned()
-            .unwrap_or_else(|| panic!("iad not listed: {json}"));
+        let (iad_row, json) = status_row(&stores, "iad").await;
         assert_eq!(iad_row["lease"], "expired", "{json}");
         assert_eq!(iad_row["taken_over"], held.len(), "{json}");
         // A second taker follows the first: the key has one holder.
