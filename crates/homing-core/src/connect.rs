@@ -14,7 +14,8 @@
 //!                             Linked ─► confirm the succession in the global store ─► Acquired
 //!                                       (another won: a takeover) ─► link own to it, walk from it
 //!                             AlreadyLinked(z) ─► abandon own, walk from z;
-//!                             StillActive / TokenMoved ─► abandon own, walk from the tail again
+//!                             StillActive ─► abandon own, HeldElsewhere / TagMismatch
+//!                             TokenMoved ─► abandon own, walk from the tail again
 //!      a DC does not answer for a reservation the walk follows (DESIGN.md §7.5):
 //!           its succession in the global store ─ present ─► follow it like a link
 //!                └ absent ─► that DC's lease ─ the takeover policy allows ─► allocate ─►
@@ -175,8 +176,9 @@ pub enum ConnectError {
     /// The chain could not be walked.
     #[error(transparent)]
     Chain(#[from] ChainError),
-    /// Lost [`CONNECT_ATTEMPTS_MAX`] races in a row.
-    #[error("gave up after {0} contended attempts")]
+    /// Lost every race for the key: [`CONNECT_ATTEMPTS_MAX`] in a row, or
+    /// as many as fit in the time the caller gave ([`Connect::stop_restarts`]).
+    #[error("lost the key to other acquires {0} times in a row: it is contended, try again")]
     Contended(u32),
     /// The stores contradict the protocol (e.g. a reservation in a chain is missing).
     #[error("inconsistent state: {0}")]
@@ -232,6 +234,7 @@ enum Plan {
 enum Then {
     WalkFrom(ReservationId),
     Fail(ConnectError),
+    Finish(AcquireReply),
 }
 
 #[derive(Debug, Clone)]
@@ -274,6 +277,8 @@ pub struct Connect {
     hop_limit: usize,
     takeover: TakeoverPolicy,
     attempts: u32,
+    /// No restart after a lost race: the caller's time is up.
+    restarts_stopped: bool,
     /// The key's first reservation, once a walk or the global write named it.
     entry: Option<ReservationId>,
     /// What the driver should tell the entry's DC after a link.
@@ -315,10 +320,19 @@ impl Connect {
             hop_limit,
             takeover: TakeoverPolicy::Automatic,
             attempts: 1,
+            restarts_stopped: false,
             entry: None,
             notice: None,
             phase: Phase::Walking(Box::new(walk)),
         }
+    }
+
+    /// The caller's time is up: the next lost race ends this connect
+    /// [`ConnectError::Contended`] instead of restarting it. Steps already
+    /// under way finish (a restart is the one point where nothing of ours
+    /// is left half done).
+    pub fn stop_restarts(&mut self) {
+        self.restarts_stopped = true;
     }
 
     /// Starts the first walk at `hint`, a member of the key's chain the
@@ -589,8 +603,9 @@ impl Connect {
     /// Our record lost its confirmation to `winner`: first the global
     /// store records who continues it, then it links locally.
     fn supersede(&mut self, record: &DcRecord, winner: &Succession) {
-        if !self.count_attempt() {
-            return;
+        // Not stoppable: our record must first say who continues it.
+        if let Err(e) = self.next_attempt(false) {
+            return self.fail(e);
         }
         let ours = superseding(record, &winner.link.to);
         self.phase = Phase::Superseding(record.clone(), ours);
@@ -640,18 +655,27 @@ impl Connect {
         }
         match tail.state {
             TailState::Vacant { .. } => self.phase = Phase::Allocating(Plan::Recreate(tail)),
-            TailState::Active { actor } if tail.tag == self.tag => {
-                self.finish(AcquireReply::HeldElsewhere(Holder {
-                    key: self.key.clone(),
-                    reservation: tail.id,
-                    actor,
-                    token: tail.token,
-                }))
-            }
-            TailState::Active { .. } => {
-                self.finish(AcquireReply::TagMismatch { existing: tail.tag })
+            TailState::Active { ref actor } => {
+                let outcome = self.holder_outcome(&tail, actor.clone(), tail.token);
+                self.finish(outcome)
             }
         }
+    }
+
+    /// The answer for a key whose tail `tail` another DC's `actor` holds
+    /// at `token`: held elsewhere, or held under another tag.
+    fn holder_outcome(&self, tail: &TailView, actor: ActorId, token: FencingToken) -> AcquireReply {
+        if tail.tag != self.tag {
+            return AcquireReply::TagMismatch {
+                existing: tail.tag.clone(),
+            };
+        }
+        AcquireReply::HeldElsewhere(Holder {
+            key: self.key.clone(),
+            reservation: tail.id.clone(),
+            actor,
+            token,
+        })
     }
 
     /// A fresh unique from the local allocator; `now` is the local store's clock.
@@ -738,6 +762,7 @@ impl Connect {
             // An abandon that loses its race is left to the orphan sweeper.
             (Phase::Leaving(_, Then::WalkFrom(id)), _) => self.walk_from(id),
             (Phase::Leaving(_, Then::Fail(e)), _) => self.fail(e),
+            (Phase::Leaving(_, Then::Finish(outcome)), _) => self.finish(outcome),
             (_, _) => self.fail(ConnectError::Unexpected),
         }
     }
@@ -809,18 +834,22 @@ impl Connect {
         let Phase::Linking(record, deadlines, tail) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let (record, deadlines, token, tail) =
-            (record.clone(), *deadlines, tail.token, tail.id.clone());
+        let (record, deadlines, tail_view) = (record.clone(), *deadlines, tail.clone());
+        let (token, tail) = (tail_view.token, tail_view.id.clone());
         match reply {
             LinkReply::Linked => {
                 let succession = Succession::moved(tail, record.id.clone(), token);
                 self.phase = Phase::Confirming(record, deadlines, succession);
             }
             LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
-            // Re-read the tail: its new holder's tag decides HeldElsewhere or TagMismatch.
-            LinkReply::StillActive { .. } | LinkReply::TokenMoved { .. } => {
-                self.abandon(record, Then::WalkFrom(tail))
+            // The tail we walked to is live again: the answer a fresh walk
+            // would give, without its round trip (a record's tag never changes).
+            LinkReply::StillActive { actor, token } => {
+                let outcome = self.holder_outcome(&tail_view, actor, token);
+                self.leave(record, Then::Finish(outcome))
             }
+            // Vacant again at a newer token: re-read it for its previous run.
+            LinkReply::TokenMoved { .. } => self.abandon(record, Then::WalkFrom(tail)),
             LinkReply::Abandoned => self.fail(ConnectError::Inconsistent(format!(
                 "tail {tail} answered that it is abandoned"
             ))),
@@ -842,15 +871,23 @@ impl Connect {
         }));
     }
 
+    /// Abandons our record, then goes on; counts as a restart (past the
+    /// bound it is still abandoned, then the connect fails).
     fn abandon(&mut self, record: DcRecord, then: Then) {
-        if !self.count_attempt() {
-            return;
+        match self.next_attempt(true) {
+            Ok(()) => self.leave(record, then),
+            Err(e) => self.leave(record, Then::Fail(e)),
         }
+    }
+
+    /// Abandons our record (if it is still ours to abandon), then goes on.
+    fn leave(&mut self, record: DcRecord, then: Then) {
         match record.abandon() {
             Some(abandoned) => self.phase = Phase::Leaving(abandoned, then),
             None => match then {
                 Then::WalkFrom(id) => self.walk_from(id),
                 Then::Fail(e) => self.fail(e),
+                Then::Finish(outcome) => self.finish(outcome),
             },
         }
     }
@@ -860,14 +897,26 @@ impl Connect {
         self.phase = Phase::Walking(Box::new(walk));
     }
 
-    /// Counts a restart; false (and failed) once the bound is reached.
+    /// Counts a restart; false (and failed) once the bound is reached or
+    /// restarts were stopped.
     fn count_attempt(&mut self) -> bool {
-        self.attempts += 1;
-        if self.attempts > CONNECT_ATTEMPTS_MAX {
-            self.fail(ConnectError::Contended(CONNECT_ATTEMPTS_MAX));
-            return false;
+        match self.next_attempt(true) {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(e);
+                false
+            }
         }
-        true
+    }
+
+    /// Counts a restart, unless the bound is reached or (`stoppable`)
+    /// restarts were stopped.
+    fn next_attempt(&mut self, stoppable: bool) -> Result<(), ConnectError> {
+        if self.attempts >= CONNECT_ATTEMPTS_MAX || (stoppable && self.restarts_stopped) {
+            return Err(ConnectError::Contended(self.attempts));
+        }
+        self.attempts += 1;
+        Ok(())
     }
 
     fn finish(&mut self, outcome: AcquireReply) {

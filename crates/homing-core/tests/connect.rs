@@ -5,8 +5,9 @@
 mod world;
 
 use homing_core::{
-    AcquireReply, ActorId, Connect, ConnectPoll, DcId, FencingToken, HostTime, Key, KeyName, Poll,
-    RecordState, ReservationId, Tag, TailState, chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, ActorId, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId, FencingToken,
+    HostTime, Key, KeyName, Poll, RecordState, ReservationId, Tag, TailState,
+    chain::HOP_LIMIT_DEFAULT,
 };
 use homing_core::{Grant, Holder};
 use world::{World, lease_of};
@@ -439,4 +440,69 @@ fn a_takeover_read_under_a_token_bound_the_dc_raised_since_is_refused() {
     let outcome = acquire(&mut world, "fra", "a2");
     let (_, token) = acquired(&outcome);
     assert_eq!(token, FencingToken::new(502));
+}
+
+#[test]
+fn a_link_answered_still_active_ends_held_elsewhere_without_walking_again() {
+    let mut world = World::new(&["iad", "fra"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    let mut f = connect(&world, "fra", "f1", None);
+    // fra walks to the vacant tail and writes its own record; the link is next.
+    while !matches!(f.poll(), ConnectPoll::Need(ConnectNeed::Link { .. })) {
+        assert!(world.step(&dc("fra"), &mut f));
+    }
+    // Meanwhile a host of iad takes the key again (a same-DC re-activation).
+    let (again, live) = acquired(&acquire(&mut world, "iad", "a2"));
+    assert_eq!(again, first);
+    let trips = world.round_trips;
+    match world.run(&dc("fra"), &mut f) {
+        ConnectPoll::Done(AcquireReply::HeldElsewhere(Holder {
+            reservation,
+            actor,
+            token,
+            ..
+        })) => {
+            assert_eq!(reservation, first);
+            assert_eq!(actor, ActorId::new("a2").unwrap());
+            assert_eq!(token, live);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        world.round_trips,
+        trips + 1,
+        "the link, and no walk after it"
+    );
+    assert_eq!(
+        world.record(&"fra.1".parse().unwrap()).unwrap().state,
+        RecordState::Abandoned
+    );
+}
+
+#[test]
+fn a_connect_out_of_time_fails_contended_at_its_next_lost_race_and_abandons_its_record() {
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
+    world.release(&first, token);
+    let mut f = connect(&world, "fra", "f1", None);
+    let mut s = connect(&world, "sin", "s1", None);
+    for _ in 0..4 {
+        world.step(&dc("fra"), &mut f);
+        world.step(&dc("sin"), &mut s);
+    }
+    acquired(&match world.run(&dc("fra"), &mut f) {
+        ConnectPoll::Done(outcome) => outcome,
+        other => panic!("{other:?}"),
+    });
+    // sin's caller is out of time: its lost race ends the connect.
+    s.stop_restarts();
+    match world.run(&dc("sin"), &mut s) {
+        ConnectPoll::Failed(ConnectError::Contended(1)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        world.record(&"sin.1".parse().unwrap()).unwrap().state,
+        RecordState::Abandoned
+    );
 }
