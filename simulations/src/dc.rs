@@ -32,9 +32,9 @@ use homing_core::{
 };
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ, Cancellations, Change,
-    Changed, Failure, GlobalRead, Mutations, NodeTime, Update, UpdatePoll, Upkeep, WaitLimits,
-    Waiters, cancel, member_named,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
+    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalRead, Mutations, NodeTime,
+    Update, UpdatePoll, Upkeep, WaitLimits, Waiters, cancel, member_named,
 };
 
 use crate::clock::NodeClock;
@@ -42,6 +42,7 @@ use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
 use crate::invariants::view;
 use crate::report::Measurements;
+use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::{confirmation_of, judge_takeover, superseding};
 
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
@@ -74,10 +75,14 @@ pub struct Dc {
     /// When it last crashed, true µs.
     pub down_since_us: u64,
     global_cache: BTreeMap<Key, ReservationId>,
+    /// Volatile: keys a resolve found absent, and when (homingd's `resolve_reads`).
+    absent: BTreeMap<Key, NodeTime>,
     /// Volatile: per key, the furthest chain member seen (homingd's `members`).
     members: BTreeMap<Key, Shortcut>,
     /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
     cancelled: Cancellations,
+    /// Volatile: acquires running, with the hosts' retries that joined them.
+    in_flight: AcquiresInFlight<(NodeId, u64, u32)>,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
     peer_rpcs: BTreeMap<u64, (u64, u16)>,
@@ -120,8 +125,10 @@ impl Dc {
             up_since_us: 0,
             down_since_us: 0,
             global_cache: BTreeMap::new(),
+            absent: BTreeMap::new(),
             members: BTreeMap::new(),
             cancelled: Cancellations::default(),
+            in_flight: AcquiresInFlight::default(),
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
@@ -136,6 +143,17 @@ impl Dc {
 }
 
 impl Dc {
+    /// A resolve found `key` absent at `now`; expired notes go once there
+    /// are many (homingd's cache is bounded too).
+    fn note_absent(&mut self, key: Key, now: NodeTime) {
+        const NOTES_MAX: usize = 4_096;
+        if self.absent.len() >= NOTES_MAX {
+            let ttl_us = NODE_ABSENT_TTL_MS_DEFAULT * 1000;
+            self.absent.retain(|_, at| now.us_since(*at) < ttl_us);
+        }
+        self.absent.insert(key, now);
+    }
+
     /// A page of the expiry index: records of `kind` due by `until`, after
     /// `after`, at most `limit` (homing-store's `DcStore::due`).
     pub(crate) fn due(
@@ -403,7 +421,20 @@ impl Sim {
         let kind = match request {
             Request::Resolve { key: wanted } => {
                 let entry = self.dcs[d].global_cache.get(&wanted).cloned();
+                let now = self.node_now(d);
+                let absent_lately = self.dcs[d]
+                    .absent
+                    .get(&wanted)
+                    .is_some_and(|at| now.us_since(*at) < NODE_ABSENT_TTL_MS_DEFAULT * 1000);
                 let next = match &entry {
+                    // A recent "absent" is reused (DESIGN.md §7.4).
+                    None if absent_lately => {
+                        self.measurements.count("resolve_absent_reused_at_dc");
+                        Next::Reply(Reply::Resolved {
+                            entry: None,
+                            segment: None,
+                        })
+                    }
                     None => Next::Store(StoreOp::GlobalGet(wanted)),
                     Some(id) if id.dc() == &local => Next::Store(StoreOp::Segment(id.clone())),
                     Some(_) => Next::Reply(Reply::Resolved {
@@ -456,6 +487,19 @@ impl Sim {
                     host_time,
                     wait_ms,
                 };
+                // A host's retry of an acquire still running joins it.
+                let joining = (client, rpc, key);
+                match self.dcs[d].in_flight.arrive(&request.key, lease, joining) {
+                    Arrival::Run => {}
+                    Arrival::Joined => {
+                        self.measurements.count("acquire_retry_joined");
+                        return;
+                    }
+                    Arrival::Full => {
+                        let e = error(ErrorKind::Overloaded, "too many retries of one acquire");
+                        return self.dc_reply_to(d, client, rpc, key, e);
+                    }
+                }
                 let hint = self.dcs[d].members.get(&request.key).cloned();
                 let acquire = Acquire::new(
                     local,
@@ -720,13 +764,21 @@ impl Sim {
                     };
                     return self.await_finish(d, task, result);
                 }
-                if let TaskKind::Acquire(job) = &task.kind
-                    && job.acquire.waits()
-                {
-                    // A parked request is answered on its QUIC stream.
-                    return self.stream_reply(d, task.client, task.rpc, task.key, reply);
+                let mut answered = vec![(task.client, task.rpc, task.key)];
+                let mut parked = false;
+                if let TaskKind::Acquire(job) = &task.kind {
+                    let (key, lease) = (job.acquire.key(), job.acquire.lease());
+                    answered.extend(self.dcs[d].in_flight.finish(key, lease));
+                    parked = job.acquire.waits();
                 }
-                self.dc_reply_to(d, task.client, task.rpc, task.key, reply);
+                for (client, rpc, key) in answered {
+                    if parked {
+                        // A parked request is answered on its QUIC stream.
+                        self.stream_reply(d, client, rpc, key, reply.clone());
+                    } else {
+                        self.dc_reply_to(d, client, rpc, key, reply.clone());
+                    }
+                }
             }
             Next::Await {
                 reservation,
@@ -1184,8 +1236,16 @@ impl Sim {
                     self.measurements.count("connect_stale_global_reads");
                     entry = None;
                 }
-                if let Some(id) = &entry {
-                    self.dcs[d].global_cache.insert(key, id.clone());
+                match &entry {
+                    Some(id) => {
+                        self.dcs[d].absent.remove(&key);
+                        self.dcs[d].global_cache.insert(key, id.clone());
+                    }
+                    None if matches!(task.kind, TaskKind::Resolve { .. }) => {
+                        let now = self.node_now(d);
+                        self.dcs[d].note_absent(key, now);
+                    }
+                    None => {}
                 }
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
@@ -1550,6 +1610,8 @@ impl Sim {
         dc.global_cache.clear();
         dc.members.clear();
         dc.cancelled = Cancellations::default();
+        dc.absent.clear();
+        dc.in_flight.clear();
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
         self.checker.wake.on_dc_crash(self.now, d as u16);

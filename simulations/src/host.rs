@@ -118,6 +118,9 @@ pub struct Host {
     pub incarnation: u32,
     generation: u64,
     acquires: u64,
+    /// The tries of the last acquire answered: a retry joined at the DC
+    /// is answered too, after the try the host took.
+    answered_tries: Vec<u64>,
     state: HostState,
 }
 
@@ -132,6 +135,7 @@ impl Host {
             incarnation: 0,
             generation: 0,
             acquires: 0,
+            answered_tries: Vec::new(),
             state: HostState::Idle,
         }
     }
@@ -411,6 +415,7 @@ impl Sim {
                     .iter()
                     .find(|t| t.rpc == message.rpc)
                     .expect("matched above");
+                self.hosts[h].answered_tries = acquiring.tries.iter().map(|t| t.rpc).collect();
                 self.host_acquired(h, acquiring.key, answered, acquiring.lease, reply)
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(message.rpc) => {
@@ -419,6 +424,10 @@ impl Sim {
             // A grant nobody asked for any more (the request timed out, or
             // the host crashed, while the DC worked on it): the lease lapses
             // unused.
+            // The same outcome for another try of an acquire already answered.
+            _ if self.hosts[h].answered_tries.contains(&message.rpc) => {
+                self.measurements.count("acquire_answered_again");
+            }
             _ if matches!(reply, Reply::Acquire(AcquireReply::Acquired(_))) => {
                 let work = self.measurements.take_acquire_work(message.rpc);
                 let gave_up = self.acquires_given_up.remove(&message.rpc);
@@ -596,6 +605,14 @@ impl Sim {
                 if !self.scenario.faulty_between(from_ms, to_ms) {
                     self.measurements
                         .count("acquire_timed_out_at_host_with_no_fault");
+                    if self.scenario.network.loss == 0.0 {
+                        let detail = format!(
+                            "host {h} gave up after {} tries over {} ms with no fault in the way",
+                            acquiring.tries.len(),
+                            to_ms - from_ms
+                        );
+                        self.checker.on_acquire_unanswered(acquiring.key, detail);
+                    }
                 }
                 self.acquires_given_up
                     .extend(acquiring.tries.iter().map(|t| t.rpc));

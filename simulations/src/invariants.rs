@@ -68,6 +68,11 @@ pub enum Invariant {
     /// DC's lease expired (its last renewal received `expires_after` ago,
     /// in true time), no host lease that DC granted still acts.
     DcExpiredNoHolder,
+    /// Liveness of acquires (DESIGN.md §7.6): a host that runs hears how
+    /// its acquire ended — all its tries included — before it gives up,
+    /// unless a fault window overlapped the acquire or messages may be lost.
+    /// (A host that gave up may find a grant it never saw: only then.)
+    AcquireAnswered,
 }
 
 impl Invariant {
@@ -91,6 +96,7 @@ impl Invariant {
             Invariant::DrainForwardedOnce => "drain_forwarded_once",
             Invariant::SuspicionClears => "suspicion_clears",
             Invariant::DcExpiredNoHolder => "dc_expired_no_holder",
+            Invariant::AcquireAnswered => "acquire_answered",
         }
     }
 }
@@ -180,6 +186,9 @@ pub struct Checker {
     dc_clocks: Vec<NodeClock>,
     policy: LeasePolicy,
     horizon_us: u64,
+    /// How old a `NotFound` may be, µs: the DC's and the router's absent
+    /// caches plus one request's trip (docs/CONSISTENCY.md §5).
+    absent_staleness_us: u64,
     acked: Vec<BTreeMap<ReservationId, u64>>,
     last_unique: Vec<u64>,
     runs: BTreeMap<(ReservationId, FencingToken), RunEnd>,
@@ -202,6 +211,7 @@ impl Checker {
         dc_clocks: Vec<NodeClock>,
         policy: LeasePolicy,
         horizon_us: u64,
+        absent_staleness_us: u64,
         wake: WakeChecker,
     ) -> Checker {
         let dcs = dc_clocks.len();
@@ -210,6 +220,7 @@ impl Checker {
             dc_clocks,
             policy,
             horizon_us,
+            absent_staleness_us,
             acked: vec![BTreeMap::new(); dcs],
             last_unique: vec![0; dcs],
             runs: BTreeMap::new(),
@@ -331,6 +342,12 @@ impl Checker {
         self.runs
             .entry((previous.id.clone(), previous.token))
             .or_insert(RunEnd { cause, lapsed });
+    }
+
+    /// [`Invariant::AcquireAnswered`]: a host gave up on its acquire of
+    /// `key` though no fault could have delayed it.
+    pub fn on_acquire_unanswered(&mut self, key: u32, detail: String) {
+        self.fail(Invariant::AcquireAnswered, key, detail);
     }
 
     /// A router still holds a healed DC suspect past the bound.
@@ -583,15 +600,18 @@ impl Checker {
     }
 
     /// A resolve that started at `start_us` answered at `now_us`: `None` for
-    /// `NotFound`, else the tail it found.
+    /// `NotFound` (true at some instant up to the absent caches' staleness
+    /// before the start), else the tail it found.
     pub fn on_resolve(&mut self, key: u32, start_us: u64, now_us: u64, answer: Option<&TailView>) {
         let ks = &self.keys[key as usize];
         let Some(tail) = answer else {
             if let Some(set) = ks.global_set_at_us
-                && set <= start_us
+                && set + self.absent_staleness_us <= start_us
             {
-                let detail =
-                    format!("k{key} resolved NotFound, but its global entry exists since {set}µs");
+                let detail = format!(
+                    "k{key} resolved NotFound at {start_us}µs, but its global entry exists since {set}µs (more than the absent caches allow, {} µs)",
+                    self.absent_staleness_us
+                );
                 self.fail(Invariant::ResolveWasTrue, key, detail);
             }
             return;

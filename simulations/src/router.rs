@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use homing_core::chain::HOP_LIMIT_DEFAULT;
+use homing_core::chain::{HOP_LIMIT_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
 use homing_core::reachability::{AddrSlot, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route};
 use homing_core::{
     ChainWalk, Need, Poll, Reply, Request, ReservationId, Shortcut, Source, TailView,
@@ -62,6 +62,8 @@ pub struct Router {
     entries: BTreeMap<u32, ReservationId>,
     members: BTreeMap<u32, Shortcut>,
     tails: BTreeMap<u32, CachedTail>,
+    /// Keys answered `NotFound`, and when (true µs): the Resolver's absent cache.
+    absent: BTreeMap<u32, u64>,
     /// Successions learned from `Successor` answers (write-once).
     successions: BTreeMap<ReservationId, homing_core::Succession>,
     /// Resolves waiting for an answer, by RPC, with the DC asked.
@@ -73,6 +75,13 @@ pub struct Router {
 }
 
 impl Router {
+    /// Whether `key` was answered `NotFound` within the Resolver's absent TTL of `now_us`.
+    fn absent_lately(&self, key: u32, now_us: u64) -> bool {
+        self.absent
+            .get(&key)
+            .is_some_and(|at| now_us - at < RESOLVER_ABSENT_TTL_MS_DEFAULT * 1000)
+    }
+
     /// A router with empty caches in `region`, every one of `dcs` DCs
     /// reachable; `seed` spreads its probes.
     pub fn new(idx: u32, region: u16, dcs: usize, seed: u64) -> Router {
@@ -83,6 +92,7 @@ impl Router {
             entries: BTreeMap::new(),
             members: BTreeMap::new(),
             tails: BTreeMap::new(),
+            absent: BTreeMap::new(),
             successions: BTreeMap::new(),
             inflight: BTreeMap::new(),
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
@@ -154,6 +164,12 @@ impl Sim {
                         let _ = resolve.walk.handle_global(Some(id.clone()), Source::Cache);
                         continue;
                     }
+                    // A recent NotFound is reused (DESIGN.md §7.4).
+                    if !resolve.cold && self.routers[r].absent_lately(resolve.key, self.now) {
+                        self.measurements.count("resolve_absent_reused_at_router");
+                        let _ = resolve.walk.handle_global(None, Source::Cache);
+                        continue;
+                    }
                     return self.router_ask(r, home, resolve, Request::Resolve { key });
                 }
                 Poll::Need(Need::Reservation(id)) => {
@@ -168,6 +184,9 @@ impl Sim {
                     return self.router_ask(r, dc, resolve, Request::ResolveReservation { id });
                 }
                 Poll::NotFound => {
+                    if !self.routers[r].absent_lately(resolve.key, self.now) {
+                        self.routers[r].absent.insert(resolve.key, self.now);
+                    }
                     let latency = self.now - resolve.started_us;
                     self.measurements
                         .record(Op::ResolveNotFound, latency, resolve.remote, 0);

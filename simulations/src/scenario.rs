@@ -317,7 +317,7 @@ impl Default for NetworkSpec {
             intra_dc_rtt_ms: 0.5,
             jitter_ms: 2.0,
             loss: 0.0,
-            request_timeout_ms: 1_500,
+            request_timeout_ms: homing_core::host_lease::REQUEST_TIMEOUT_MS_DEFAULT,
             idle_timeout_ms: 30_000,
             keep_alive_ms: 2_000,
         }

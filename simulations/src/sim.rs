@@ -632,7 +632,14 @@ impl Sim {
             routers,
             global: BTreeMap::new(),
             global_landed_us: BTreeMap::new(),
-            checker: Checker::new(scenario.keys as usize, dc_clocks, policy, horizon_us, wake),
+            checker: Checker::new(
+                scenario.keys as usize,
+                dc_clocks,
+                policy,
+                horizon_us,
+                absent_staleness_us(scenario),
+                wake,
+            ),
             keys,
             key_index,
             dc_index,
@@ -1234,4 +1241,15 @@ pub fn format_record(r: &TraceRecord, scenario: &Scenario) -> String {
         key,
         r.detail
     )
+}
+
+/// How old a `NotFound` may be (docs/CONSISTENCY.md §5): the DC's absent
+/// TTL, the router's, and the reply's trip (a router waits at most its
+/// request timeout), each on a clock that may run fast by its drift.
+fn absent_staleness_us(scenario: &Scenario) -> u64 {
+    use homing_core::chain::{NODE_ABSENT_TTL_MS_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
+    let ms = NODE_ABSENT_TTL_MS_DEFAULT
+        + RESOLVER_ABSENT_TTL_MS_DEFAULT
+        + scenario.network.request_timeout_ms;
+    ms * 1000 * 11 / 10
 }

@@ -43,9 +43,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-/// Default timeout of one acquire, renew or release, in milliseconds.
-pub const AGENT_REQUEST_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 pub use homing_core::host_lease::ACQUIRE_ATTEMPTS_DEFAULT;
+/// Default timeout of one acquire, renew or release, in milliseconds.
+pub use homing_core::host_lease::REQUEST_TIMEOUT_MS_DEFAULT as AGENT_REQUEST_TIMEOUT_MS_DEFAULT;
 /// Default wait between failed renewals, in milliseconds.
 pub const RETRY_INTERVAL_MS_DEFAULT: u64 = 250;
 /// Smallest accepted retry interval, in milliseconds: bounds the renewal rate

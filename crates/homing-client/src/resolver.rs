@@ -43,7 +43,7 @@ use crate::reachability::{
 /// Default time a resolved answer (the tail's live state) is served from cache.
 pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
 /// Default time a `NotFound` is served from cache (DESIGN.md §7.4).
-pub const ABSENT_TTL_MS_DEFAULT: u64 = 250;
+pub use homing_core::chain::RESOLVER_ABSENT_TTL_MS_DEFAULT as ABSENT_TTL_MS_DEFAULT;
 /// Default capacity of each cache, in entries.
 pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
 /// Default timeout of one request to one DC.

@@ -36,6 +36,17 @@ pub const HOP_LIMIT_DEFAULT: usize = 16;
 /// Largest hop limit a caller may configure.
 pub const HOP_LIMIT_MAX: usize = 256;
 
+/// How long homingd reuses a resolve's "no global entry" (its
+/// `absent_ttl_ms` default; DESIGN.md §7.4: well under a second), ms. The
+/// simulated DCs use it too. A connect never reads it: only the global
+/// write-once decides a create.
+pub const NODE_ABSENT_TTL_MS_DEFAULT: u64 = 500;
+
+/// How long the Resolver reuses a `NotFound` (its `absent_ttl_ms`
+/// default), ms; the simulated routers use it too. A router's `NotFound`
+/// may thus be this plus [`NODE_ABSENT_TTL_MS_DEFAULT`] old.
+pub const RESOLVER_ABSENT_TTL_MS_DEFAULT: u64 = 250;
+
 /// A link `from → to`, immutable once written.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Link {

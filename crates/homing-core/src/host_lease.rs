@@ -28,6 +28,11 @@ use crate::time::HostTime;
 /// the simulated hosts'.
 pub const ACQUIRE_ATTEMPTS_DEFAULT: u32 = 3;
 
+/// How long a host waits for the answer to one acquire, renew or release,
+/// in milliseconds: HostAgent's default, and the simulated hosts' (and
+/// DCs' towards their peers: homingd's `peer_timeout_ms` default).
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+
 /// The host kills its actor this long before the hard deadline's instant:
 /// [`HostTime`] counts milliseconds, so no reading of the host clock at which
 /// the actor still acts is at or after `hard_terminate_at`.

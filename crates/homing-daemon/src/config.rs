@@ -254,7 +254,7 @@ impl Settings {
 
 /// Default of `absent_ttl_ms`: how long a resolve's "no global entry"
 /// answer is reused (DESIGN.md §7.4: well under a second).
-pub const ABSENT_TTL_MS_DEFAULT: u64 = 500;
+pub use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT as ABSENT_TTL_MS_DEFAULT;
 /// Default most Watch requests parked at a DC at once.
 pub const WATCHES_PARKED_MAX_DEFAULT: u64 = 1_024;
 

@@ -120,6 +120,7 @@ pub struct Metrics {
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
     upkeep_bad_records: AtomicU64,
+    acquire_retries_joined: AtomicU64,
     compaction: OnceLock<CompactionSource>,
     waiters: Arc<AtomicU64>,
     watches_parked: Arc<AtomicU64>,
@@ -206,6 +207,16 @@ impl Metrics {
     /// The upkeep skipped an expiry-index entry whose record could not be read.
     pub fn upkeep_bad_record(&self) {
         self.upkeep_bad_records.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A host's retried acquire joined the one still running (same key and lease key).
+    pub fn acquire_retry_joined(&self) {
+        self.acquire_retries_joined.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Retried acquires that joined the one still running, so far.
+    pub fn acquire_retries_joined(&self) -> u64 {
+        self.acquire_retries_joined.load(Ordering::Relaxed)
     }
 
     /// The gauge of parked acquirers, kept current by the waiter registry.
@@ -310,6 +321,11 @@ impl Metrics {
             out,
             "# HELP homing_active_leases Leases active in this DC at the last reaper pass.\n# TYPE homing_active_leases gauge\nhoming_active_leases {}",
             self.active_leases.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_acquire_retries_joined_total Acquires a host sent again (same key and lease key, no answer in time) that joined the one still running here instead of racing it.\n# TYPE homing_acquire_retries_joined_total counter\nhoming_acquire_retries_joined_total {}",
+            self.acquire_retries_joined.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -23,15 +23,15 @@ use homing_core::{
 use homing_net::Handler;
 use homing_node::cancel;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Admit, AwaitPoll, AwaitVacant,
-    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll, GlobalRead, KeyQuota,
-    Mutations, Update, UpdatePoll, member_named,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
+    AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
+    GlobalRead, JOINS_MAX, KeyQuota, Mutations, Update, UpdatePoll, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
     SuccessionPages,
 };
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use crate::dc_lease::{self, DcLeaseCell, Renewer};
@@ -89,6 +89,8 @@ pub struct Node {
     /// Lease keys of acquires their hosts cancelled: one still running
     /// releases its grant as it lands.
     cancelled: std::sync::Mutex<Cancellations>,
+    /// Acquires running here, with the hosts' retries that joined them.
+    in_flight: std::sync::Mutex<AcquiresInFlight<oneshot::Sender<Reply>>>,
     /// Bumped after every write that appends an event: parked watchers re-read.
     changes: watch::Sender<u64>,
     /// Watch requests parked now, and the most allowed at once: each
@@ -105,6 +107,36 @@ pub struct Node {
     /// host that gives up on its create does not cancel the count, and the
     /// creates of one namespace wait on one count (`Err`: it failed).
     quota_counts: Arc<std::sync::Mutex<QuotaCounts>>,
+}
+
+/// An acquire running here: answers the retries that joined it, or, if
+/// dropped unanswered (its request timed out), lets them run themselves.
+struct Running<'a> {
+    in_flight: &'a std::sync::Mutex<AcquiresInFlight<oneshot::Sender<Reply>>>,
+    key: Key,
+    lease: LeaseKey,
+}
+
+impl Running<'_> {
+    fn answer(self, reply: Reply) {
+        for joined in self.finish() {
+            let _ = joined.send(reply.clone());
+        }
+    }
+
+    fn finish(&self) -> Vec<oneshot::Sender<Reply>> {
+        self.in_flight
+            .lock()
+            .expect("the in-flight lock is never poisoned")
+            .finish(&self.key, self.lease)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // After `answer`, nothing is left to finish: a no-op.
+        drop(self.finish());
+    }
 }
 
 /// The counts running now, by namespace: their outcome once known.
@@ -270,6 +302,7 @@ impl Node {
             watches_parked_max,
             waiters: Waiters::new(waiting, metrics.waiters_gauge()),
             cancelled: std::sync::Mutex::new(Cancellations::default()),
+            in_flight: std::sync::Mutex::new(AcquiresInFlight::default()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
             dc,
@@ -741,10 +774,9 @@ impl Node {
         }
     }
 
-    /// Connect for `actor`; with `wait_ms`, a key held by a live actor is
-    /// awaited (at the holder's DC) and then taken, until the wait runs out,
-    /// as homing-node's [`Acquire`] decides.
-    async fn acquire(
+    /// An acquire, or a host's retry of one still running here, which
+    /// joins it and gets its reply ([`homing_node::retries`]).
+    async fn acquire_or_join(
         &self,
         config: KeyConfig,
         actor: ActorId,
@@ -754,6 +786,33 @@ impl Node {
     ) -> Result<Reply, Failure> {
         let key = config.key(self.random_bits());
         tracing::Span::current().record("key", tracing::field::display(&key));
+        loop {
+            let (joined, answer) = oneshot::channel();
+            let arrival = self.lock_in_flight().arrive(&key, lease, joined);
+            match arrival {
+                Arrival::Run => break,
+                Arrival::Joined => {
+                    self.metrics.acquire_retry_joined();
+                    tracing::debug!("a retried acquire joined the one running");
+                    if let Ok(reply) = answer.await {
+                        return Ok(reply);
+                    }
+                    // The acquire it joined ended unanswered (its request
+                    // timed out): this one runs.
+                }
+                Arrival::Full => {
+                    return Err(Failure::Reply(ErrorReply::new(
+                        ErrorKind::Overloaded,
+                        format!("more than {JOINS_MAX} retries of one acquire are waiting for it"),
+                    )));
+                }
+            }
+        }
+        let running = Running {
+            in_flight: &self.in_flight,
+            key: key.clone(),
+            lease,
+        };
         let request = AcquireRequest {
             key,
             tag: config.tag,
@@ -762,6 +821,31 @@ impl Node {
             host_time,
             wait_ms,
         };
+        let result = self
+            .acquire(request)
+            .await
+            .map_err(|f| f.into_reply(&self.dc));
+        let reply = match &result {
+            Ok(reply) => reply.clone(),
+            Err(e) => Reply::Error(e.clone()),
+        };
+        running.answer(reply);
+        result.map_err(Failure::Reply)
+    }
+
+    fn lock_in_flight(
+        &self,
+    ) -> std::sync::MutexGuard<'_, AcquiresInFlight<oneshot::Sender<Reply>>> {
+        self.in_flight
+            .lock()
+            .expect("the in-flight lock is never poisoned")
+    }
+
+    /// Connect for `actor`; with `wait_ms`, a key held by a live actor is
+    /// awaited (at the holder's DC) and then taken, until the wait runs out,
+    /// as homing-node's [`Acquire`] decides.
+    async fn acquire(&self, request: AcquireRequest) -> Result<Reply, Failure> {
+        let lease = request.lease;
         let now = self.waiters.now();
         let hint = self.hint(&request.key);
         let mut acquire = Acquire::new(
@@ -1402,7 +1486,10 @@ impl Node {
                 lease,
                 host_time,
                 wait_ms,
-            } => self.acquire(config, actor, lease, host_time, wait_ms).await,
+            } => {
+                self.acquire_or_join(config, actor, lease, host_time, wait_ms)
+                    .await
+            }
             Request::Renew {
                 reservation,
                 token,

@@ -14,6 +14,8 @@
 //!    │            our deadline passed first ─► Done(HeldElsewhere)
 //!    └ failed: unreachable with time for a pause (not the last look) ─► pause, connect again
 //!              otherwise ─► Done(error)
+//!    a connect that loses a race restarts, until CONTENDED_ANSWER_MS past the wait's
+//!    end: then the next lost race answers Done(Overloaded), before the host gives up
 //! ```
 //!
 //! The grant after a wait uses the host's reading plus the time the DC held
@@ -44,6 +46,15 @@ use crate::time::NodeTime;
 /// Pause before connecting or registering again after a DC did not answer,
 /// in milliseconds.
 pub const AWAIT_RETRY_MS: u64 = 250;
+
+/// How long after its wait (at once, for an acquire that does not wait) an
+/// acquire may still start another connect attempt after losing a race for
+/// the key, in milliseconds. Past it, the next lost race answers
+/// `Overloaded` ("contended, try again"): below the hosts' request timeout
+/// (`homing_core::host_lease::REQUEST_TIMEOUT_MS_DEFAULT`, 2 s) by more than
+/// one inter-DC round trip, so a host hears how its acquire ended before it
+/// gives up, and never holds a grant it did not see.
+pub const CONTENDED_ANSWER_MS: u64 = 1_500;
 
 /// How current a global read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,6 +302,9 @@ impl Acquire {
 
     /// What to do next at `now`; `Done` is handed out once.
     pub fn poll(&mut self, now: NodeTime) -> AcquirePoll {
+        if now >= self.deadline.plus_ms(CONTENDED_ANSWER_MS) {
+            self.connect.stop_restarts();
+        }
         loop {
             match std::mem::replace(&mut self.phase, Phase::Over) {
                 Phase::Connecting => match self.connect.poll() {

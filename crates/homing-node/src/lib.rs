@@ -21,6 +21,7 @@
 //!   park until the earliest timer, expire a lapsed holder, time out.
 //!
 //! - [`drain`]: find the tail, drain it here or forward once;
+//! - [`retries`]: a host's retried acquire joins the one still running;
 //! - [`cancel`]: which grant a host's cancel releases, and the cancelled
 //!   lease keys an acquire still running must honour;
 //! - [`dc_lease`]: the DC's own lease in the global store — when to renew,
@@ -50,6 +51,7 @@ pub mod failure;
 mod fixture;
 pub mod key_quota;
 pub mod mutation;
+pub mod retries;
 pub mod time;
 pub mod update;
 pub mod upkeep;
@@ -57,7 +59,7 @@ pub mod waiters;
 
 pub use acquire::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ,
-    GlobalRead, member_named,
+    CONTENDED_ANSWER_MS, GlobalRead, member_named,
 };
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use cancel::Cancellations;
@@ -67,6 +69,7 @@ pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use mutation::{Mutation, Mutations};
+pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};

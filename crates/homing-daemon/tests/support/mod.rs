@@ -90,6 +90,12 @@ pub struct TestGlobal {
     pub get_delay: Duration,
     /// `get` calls so far.
     pub gets: AtomicU64,
+    /// When set, each `set_if_absent` takes a permit first (none: it waits).
+    pub set_gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// `set_if_absent` calls so far.
+    pub sets: AtomicU64,
+    /// Notified as each `set_if_absent` call starts.
+    pub set_started: tokio::sync::Notify,
 }
 
 impl TestGlobal {
@@ -128,6 +134,14 @@ impl GlobalStore for TestGlobal {
         key: &Key,
         id: &ReservationId,
     ) -> Result<SetIfAbsent, StoreError> {
+        self.sets.fetch_add(1, Ordering::SeqCst);
+        self.set_started.notify_one();
+        if let Some(gate) = &self.set_gate {
+            gate.acquire()
+                .await
+                .expect("the gate is never closed")
+                .forget();
+        }
         self.check()?;
         self.inner.set_if_absent(key, id).await
     }
