@@ -120,7 +120,7 @@ pub struct Metrics {
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
     upkeep_bad_records: AtomicU64,
-    acquire_retries_joined: AtomicU64,
+    acquire_retries: AtomicU64,
     compaction: OnceLock<CompactionSource>,
     waiters: Arc<AtomicU64>,
     watches_parked: Arc<AtomicU64>,
@@ -209,14 +209,15 @@ impl Metrics {
         self.upkeep_bad_records.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A host's retried acquire joined the one still running (same key and lease key).
-    pub fn acquire_retry_joined(&self) {
-        self.acquire_retries_joined.fetch_add(1, Ordering::Relaxed);
+    /// A host's retried acquire (same key and lease key) was answered with
+    /// the outcome of the one it repeats.
+    pub fn acquire_retry(&self) {
+        self.acquire_retries.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Retried acquires that joined the one still running, so far.
-    pub fn acquire_retries_joined(&self) -> u64 {
-        self.acquire_retries_joined.load(Ordering::Relaxed)
+    /// Retried acquires answered so, so far.
+    pub fn acquire_retries(&self) -> u64 {
+        self.acquire_retries.load(Ordering::Relaxed)
     }
 
     /// The gauge of parked acquirers, kept current by the waiter registry.
@@ -324,8 +325,8 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
-            "# HELP homing_acquire_retries_joined_total Acquires a host sent again (same key and lease key, no answer in time) that joined the one still running here instead of racing it.\n# TYPE homing_acquire_retries_joined_total counter\nhoming_acquire_retries_joined_total {}",
-            self.acquire_retries_joined.load(Ordering::Relaxed)
+            "# HELP homing_acquire_retries_total Acquires a host sent again (same key and lease key, no answer in time) answered with the outcome of the one they repeat: joined while it ran, or its reply kept since it ended.\n# TYPE homing_acquire_retries_total counter\nhoming_acquire_retries_total {}",
+            self.acquire_retries.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

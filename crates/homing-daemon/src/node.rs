@@ -89,8 +89,9 @@ pub struct Node {
     /// Lease keys of acquires their hosts cancelled: one still running
     /// releases its grant as it lands.
     cancelled: std::sync::Mutex<Cancellations>,
-    /// Acquires running here, with the hosts' retries that joined them.
-    in_flight: std::sync::Mutex<AcquiresInFlight<oneshot::Sender<Reply>>>,
+    /// Acquires running here, with the hosts' retries that joined them, and
+    /// the replies of those that ended lately (for later retries).
+    in_flight: std::sync::Mutex<InFlight>,
     /// Bumped after every write that appends an event: parked watchers re-read.
     changes: watch::Sender<u64>,
     /// Watch requests parked now, and the most allowed at once: each
@@ -109,33 +110,38 @@ pub struct Node {
     quota_counts: Arc<std::sync::Mutex<QuotaCounts>>,
 }
 
-/// An acquire running here: answers the retries that joined it, or, if
-/// dropped unanswered (its request timed out), lets them run themselves.
+/// Acquires running at a node with the retries joined to each, and the
+/// replies of those that ended lately.
+type InFlight = AcquiresInFlight<oneshot::Sender<Reply>, Reply>;
+
+/// An acquire running here: answers the retries that joined it (and keeps
+/// its reply for later ones), or, if dropped unanswered (its request timed
+/// out), lets them run themselves.
 struct Running<'a> {
-    in_flight: &'a std::sync::Mutex<AcquiresInFlight<oneshot::Sender<Reply>>>,
+    node: &'a Node,
     key: Key,
     lease: LeaseKey,
 }
 
 impl Running<'_> {
     fn answer(self, reply: Reply) {
-        for joined in self.finish() {
+        for joined in self.finish(Some(reply.clone())) {
             let _ = joined.send(reply.clone());
         }
     }
 
-    fn finish(&self) -> Vec<oneshot::Sender<Reply>> {
-        self.in_flight
-            .lock()
-            .expect("the in-flight lock is never poisoned")
-            .finish(&self.key, self.lease)
+    fn finish(&self, reply: Option<Reply>) -> Vec<oneshot::Sender<Reply>> {
+        let now = self.node.waiters.now();
+        self.node
+            .lock_in_flight()
+            .finish(&self.key, self.lease, reply, now)
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         // After `answer`, nothing is left to finish: a no-op.
-        drop(self.finish());
+        drop(self.finish(None));
     }
 }
 
@@ -774,8 +780,9 @@ impl Node {
         }
     }
 
-    /// An acquire, or a host's retry of one still running here, which
-    /// joins it and gets its reply ([`homing_node::retries`]).
+    /// An acquire, or a host's retry of one, answered with the outcome of
+    /// the acquire it repeats: joined while that runs, its reply kept since
+    /// it ended ([`homing_node::retries`]).
     async fn acquire_or_join(
         &self,
         config: KeyConfig,
@@ -788,11 +795,18 @@ impl Node {
         tracing::Span::current().record("key", tracing::field::display(&key));
         loop {
             let (joined, answer) = oneshot::channel();
-            let arrival = self.lock_in_flight().arrive(&key, lease, joined);
+            let arrival = self
+                .lock_in_flight()
+                .arrive(&key, lease, joined, self.waiters.now());
             match arrival {
                 Arrival::Run => break,
+                Arrival::Answered(reply) => {
+                    self.metrics.acquire_retry();
+                    tracing::debug!("a retried acquire answered with the reply it ended with");
+                    return Ok(reply);
+                }
                 Arrival::Joined => {
-                    self.metrics.acquire_retry_joined();
+                    self.metrics.acquire_retry();
                     tracing::debug!("a retried acquire joined the one running");
                     if let Ok(reply) = answer.await {
                         return Ok(reply);
@@ -809,7 +823,7 @@ impl Node {
             }
         }
         let running = Running {
-            in_flight: &self.in_flight,
+            node: self,
             key: key.clone(),
             lease,
         };
@@ -833,9 +847,7 @@ impl Node {
         result.map_err(Failure::Reply)
     }
 
-    fn lock_in_flight(
-        &self,
-    ) -> std::sync::MutexGuard<'_, AcquiresInFlight<oneshot::Sender<Reply>>> {
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
         self.in_flight
             .lock()
             .expect("the in-flight lock is never poisoned")
