@@ -153,18 +153,24 @@ fn connect_racing_first_reservations_have_one_winner_and_the_loser_returns_its_a
     assert_eq!(world.record(&loser).unwrap().state, RecordState::Abandoned);
 }
 
-#[test]
-fn connect_racing_recreations_the_loser_follows_already_linked_to_the_winner() {
+/// A key held in iad and released; connects in fra and sin, both past the
+/// vacant tail with their own records written, about to link.
+fn racing_recreations() -> (World, Connect, Connect) {
     let mut world = World::new(&["iad", "fra", "sin"]);
     let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
     world.release(&first, token);
     let mut f = connect(&world, "fra", "f1", None);
     let mut s = connect(&world, "sin", "s1", None);
-    // Both walk to the vacant tail, allocate and write their own records.
     for _ in 0..4 {
         world.step(&dc("fra"), &mut f);
         world.step(&dc("sin"), &mut s);
     }
+    (world, f, s)
+}
+
+#[test]
+fn connect_racing_recreations_the_loser_follows_already_linked_to_the_winner() {
+    let (mut world, mut f, mut s) = racing_recreations();
     let f = world.run(&dc("fra"), &mut f);
     let s = world.run(&dc("sin"), &mut s);
     let (winner, token) = match f {
@@ -482,15 +488,7 @@ fn a_link_answered_still_active_ends_held_elsewhere_without_walking_again() {
 
 #[test]
 fn a_connect_out_of_time_fails_contended_at_its_next_lost_race_and_abandons_its_record() {
-    let mut world = World::new(&["iad", "fra", "sin"]);
-    let (first, token) = acquired(&acquire(&mut world, "iad", "a1"));
-    world.release(&first, token);
-    let mut f = connect(&world, "fra", "f1", None);
-    let mut s = connect(&world, "sin", "s1", None);
-    for _ in 0..4 {
-        world.step(&dc("fra"), &mut f);
-        world.step(&dc("sin"), &mut s);
-    }
+    let (mut world, mut f, mut s) = racing_recreations();
     acquired(&match world.run(&dc("fra"), &mut f) {
         ConnectPoll::Done(outcome) => outcome,
         other => panic!("{other:?}"),

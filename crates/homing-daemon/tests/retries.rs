@@ -14,6 +14,7 @@ use homing_daemon::Daemon;
 use homing_net::Handler;
 use homing_store::MemoryDcStore;
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 mod support;
 use support::TestGlobal;
@@ -55,24 +56,33 @@ async fn joined(daemon: &Daemon, n: u64) {
     .expect("the retry joined the acquire running");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_acquire_joins_the_one_running_and_gets_its_reply() {
-    let (daemon, global, gate, _dir) = gated().await;
+/// A host's acquire of key `k` with lease key `lease` waits in the global
+/// write; hearing nothing, the host sends it again, and the retry joins it.
+/// Both requests' tasks.
+async fn retried_while_running(
+    daemon: &Daemon,
+    global: &TestGlobal,
+    lease: u8,
+) -> (JoinHandle<Reply>, JoinHandle<Reply>) {
     let node = daemon.node().clone();
     let host = Identity::new(Role::Host, Some(node.dc().clone())).unwrap();
     let ask = |request: Request| {
         let (node, host) = (node.clone(), host.clone());
         tokio::spawn(async move { node.handle(&host, request).await })
     };
-
-    // The first try waits in the global write; the host, hearing nothing,
-    // sends the same acquire again.
-    let first = ask(acquire("k", 1));
+    let first = ask(acquire("k", lease));
     tokio::time::timeout(STEP, global.set_started.notified())
         .await
         .unwrap();
-    let retry = ask(acquire("k", 1));
-    joined(&daemon, 1).await;
+    let retry = ask(acquire("k", lease));
+    joined(daemon, 1).await;
+    (first, retry)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_acquire_joins_the_one_running_and_gets_its_reply() {
+    let (daemon, global, gate, _dir) = gated().await;
+    let (first, retry) = retried_while_running(&daemon, &global, 1).await;
     gate.add_permits(16);
     let (first, retry) = (first.await.unwrap(), retry.await.unwrap());
     assert!(matches!(first, Reply::Acquire(_)), "{first:?}");
@@ -88,19 +98,7 @@ async fn a_retried_acquire_joins_the_one_running_and_gets_its_reply() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_whose_acquire_was_dropped_unanswered_runs_itself() {
     let (daemon, global, gate, _dir) = gated().await;
-    let node = daemon.node().clone();
-    let host = Identity::new(Role::Host, Some(node.dc().clone())).unwrap();
-    let ask = |request: Request| {
-        let (node, host) = (node.clone(), host.clone());
-        tokio::spawn(async move { node.handle(&host, request).await })
-    };
-
-    let first = ask(acquire("k", 2));
-    tokio::time::timeout(STEP, global.set_started.notified())
-        .await
-        .unwrap();
-    let retry = ask(acquire("k", 2));
-    joined(&daemon, 1).await;
+    let (first, retry) = retried_while_running(&daemon, &global, 2).await;
     // The first try's request times out at the server: its task is dropped.
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
