@@ -12,7 +12,7 @@
 //! and dropped, not forwarded.
 
 use std::fmt::Write as _;
-use std::ops::Range;
+use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -139,10 +139,13 @@ pub(crate) fn parse_response(
     buf: &mut BytesMut,
     head_request: bool,
 ) -> Result<Option<ResponseHead>, ParseError> {
+    let config = httparse::ParserConfig::default();
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; RESPONSE_HEADERS_MAX];
-        let mut response = httparse::Response::new(&mut slots);
-        let len = match response.parse(buf) {
+        // Uninitialised header slots: nothing to clear per response.
+        let mut slots =
+            [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_HEADERS_MAX];
+        let mut response = httparse::Response::new(&mut []);
+        let len = match config.parse_response_with_uninit_headers(&mut response, buf, &mut slots) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => {
                 if buf.len() > RESPONSE_HEAD_BYTES_MAX {
@@ -156,6 +159,7 @@ pub(crate) fn parse_response(
             return Err(error("response head too large"));
         }
         let code = response.code.unwrap_or(0);
+        let http11 = response.version == Some(1);
         let status = StatusCode::from_u16(code).map_err(|_| error(format!("bad status {code}")))?;
         if status.is_informational() {
             if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -164,24 +168,23 @@ pub(crate) fn parse_response(
             buf.advance(len);
             continue;
         }
-        let http11 = response.version == Some(1);
-        let base = buf.as_ptr() as usize;
-        let at = |s: &[u8]| {
-            let start = s.as_ptr() as usize - base;
-            start..start + s.len()
-        };
-        let mut ranges: [(Range<usize>, Range<usize>); RESPONSE_HEADERS_MAX] =
-            std::array::from_fn(|_| (0..0, 0..0));
-        let count = response.headers.len();
-        for (slot, h) in ranges.iter_mut().zip(response.headers.iter()) {
-            *slot = (at(h.name.as_bytes()), at(h.value));
-        }
+        // The head leaves the buffer, and is parsed once more where it now
+        // lies, so each value is a slice of it: no copy.
         let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(count);
-        for (name, value) in &ranges[..count] {
-            let name = HeaderName::from_bytes(&head[name.clone()])
-                .map_err(|_| error("bad header name"))?;
-            let value = HeaderValue::from_maybe_shared(head.slice(value.clone()))
+        let mut slots =
+            [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_HEADERS_MAX];
+        let mut response = httparse::Response::new(&mut []);
+        if !matches!(
+            config.parse_response_with_uninit_headers(&mut response, &head, &mut slots),
+            Ok(httparse::Status::Complete(_))
+        ) {
+            return Err(error("response head changed between two parses"));
+        }
+        let mut headers = HeaderMap::with_capacity(response.headers.len());
+        for h in response.headers.iter() {
+            let name =
+                HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| error("bad header name"))?;
+            let value = HeaderValue::from_maybe_shared(head.slice_ref(h.value))
                 .map_err(|_| error("bad header value"))?;
             headers.append(name, value);
         }
