@@ -27,17 +27,10 @@ pub(crate) const CHUNK_LINE_BYTES_MAX: usize = 4 * 1024;
 /// Most trailer bytes after a chunked body (read and dropped), in bytes.
 pub(crate) const TRAILER_BYTES_MAX: usize = 16 * 1024;
 
-/// A malformed or oversized response.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A malformed or oversized response: the forward fails, the connection closes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub(crate) struct ParseError(pub(crate) String);
-
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ParseError {}
 
 fn error(text: impl Into<String>) -> ParseError {
     ParseError(text.into())
@@ -656,5 +649,26 @@ mod tests {
         );
         let mut d = Decoder::new(Framing::Chunked);
         assert!(body(&mut d, &trailers, 512).is_err(), "endless trailers");
+    }
+
+    proptest::proptest! {
+        /// Any body, cut into any chunks, read in any pieces, decodes to itself.
+        #[test]
+        fn a_chunked_body_decodes_to_itself_however_it_is_chunked_and_read(
+            sent in proptest::collection::vec(proptest::num::u8::ANY, 0..2048),
+            chunk in 1usize..300,
+            step in 1usize..64,
+        ) {
+            let mut wire = Vec::new();
+            for piece in sent.chunks(chunk) {
+                wire.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                wire.extend_from_slice(piece);
+                wire.extend_from_slice(b"\r\n");
+            }
+            wire.extend_from_slice(b"0\r\n\r\n");
+            let mut d = Decoder::new(Framing::Chunked);
+            proptest::prop_assert_eq!(body(&mut d, &wire, step).unwrap(), sent);
+            proptest::prop_assert!(d.is_done());
+        }
     }
 }
