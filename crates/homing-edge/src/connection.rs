@@ -4,7 +4,11 @@
 //! module watches it. A connection with no request in flight for the idle
 //! timeout is shut down gracefully (HTTP/2: GOAWAY; HTTP/1.1: closed
 //! between requests) and dropped if it has not closed within
-//! [`IDLE_CLOSE_GRACE_MS`]; a stop signal shuts it down gracefully too. A
+//! [`IDLE_CLOSE_GRACE_MS`]; an HTTP/1 connection whose next request head
+//! is not complete within the header read timeout (counted from the end of
+//! the previous response, or from the connection's start) is dropped; both
+//! are deadlines kept per connection, on one timer, not per request. A
+//! stop signal shuts it down gracefully too. A
 //! connection evicted before its first request (see [`crate::admission`])
 //! is dropped at once, and one whose client stops reading is dropped once a
 //! write has made no progress for the write timeout.
@@ -13,6 +17,7 @@
 //!  accepted ──first bytes within detect_timeout──► HTTP/1.1 or HTTP/2 ──no request for idle_timeout──► GOAWAY / close ──grace──► dropped
 //!      ├── silent or closed: dropped                    ├── stop: graceful shutdown (the server bounds the drain)
 //!      └── evicted (no request yet): dropped            ├── evicted (no request yet): dropped
+//!                                                       ├── HTTP/1: no request head within header_read_timeout: dropped
 //!                                                       └── a write stalled for write_timeout: dropped
 //! ```
 
@@ -60,14 +65,16 @@ pub(crate) struct Builders {
     http2: http2::Builder<TokioExecutor>,
     detect_timeout: Duration,
     idle_timeout: Duration,
+    header_read_timeout: Duration,
     write_timeout: Duration,
 }
 
 impl Builders {
     pub(crate) fn new(limits: &ServeLimits) -> Builders {
         let mut h1 = http1::Builder::new();
-        h1.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms));
+        // The header read timeout is kept by `watch_over`, one deadline per
+        // connection: hyper's would arm a timer for every request.
+        h1.header_read_timeout(None);
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
             .max_concurrent_streams(limits.h2_streams_max)
@@ -80,6 +87,7 @@ impl Builders {
             http2: h2,
             detect_timeout: Duration::from_millis(limits.detect_timeout_ms),
             idle_timeout: Duration::from_millis(limits.idle_timeout_ms),
+            header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
             write_timeout: Duration::from_millis(limits.write_timeout_ms),
         }
     }
@@ -145,11 +153,16 @@ pub(crate) async fn serve<S, B>(
     match protocol {
         Protocol::Http1 => {
             let connection = builders.http1.serve_connection(io, service);
-            watch_over(connection, &activity, idle, stop, &admitted).await;
+            let quiet = Quiet {
+                idle,
+                head: Some(builders.header_read_timeout),
+            };
+            watch_over(connection, &activity, quiet, stop, &admitted).await;
         }
         Protocol::Http2 => {
             let connection = builders.http2.serve_connection(io, service);
-            watch_over(connection, &activity, idle, stop, &admitted).await;
+            let quiet = Quiet { idle, head: None };
+            watch_over(connection, &activity, quiet, stop, &admitted).await;
         }
     }
 }
@@ -172,12 +185,30 @@ async fn detect(stream: &mut TcpStream) -> std::io::Result<(Protocol, Bytes)> {
     }
 }
 
+/// How long a connection may go without a request in flight.
+#[derive(Debug, Clone, Copy)]
+struct Quiet {
+    /// Then it is shut down gracefully.
+    idle: Duration,
+    /// HTTP/1 only: then it is dropped, the next request head not (fully)
+    /// read. One deadline per connection, looked at when the connection's
+    /// one timer fires, in place of a timer per request.
+    head: Option<Duration>,
+}
+
+impl Quiet {
+    fn shortest(&self) -> Duration {
+        self.head.map_or(self.idle, |head| head.min(self.idle))
+    }
+}
+
 /// Polls `connection` to its end; shuts it down when idle or stopped, drops
-/// it when evicted (which only happens before its first request).
+/// it when an HTTP/1 request head is not read in time or when evicted
+/// (which only happens before its first request).
 async fn watch_over<C>(
     connection: C,
     activity: &Activity,
-    idle: Duration,
+    quiet: Quiet,
     mut stop: watch::Receiver<Option<Duration>>,
     admitted: &Admitted,
 ) where
@@ -185,7 +216,7 @@ async fn watch_over<C>(
     C::Error: std::fmt::Display,
 {
     let mut connection = pin!(connection);
-    let timer = tokio::time::sleep(idle);
+    let timer = tokio::time::sleep(quiet.shortest());
     let mut timer = pin!(timer);
     let mut shut_down = false;
     let mut watching_stop = true;
@@ -201,19 +232,35 @@ async fn watch_over<C>(
                 debug!("evicted before its first request: dropped");
                 return;
             }
-            () = timer.as_mut() => match activity.idle_until(idle) {
-                Some(deadline) => timer.as_mut().reset(deadline),
-                None if !shut_down => {
-                    debug!(idle_ms = idle.as_millis() as u64, "idle: shutting down");
-                    connection.as_mut().graceful_shutdown();
-                    shut_down = true;
-                    timer.as_mut().reset(Instant::now() + Duration::from_millis(IDLE_CLOSE_GRACE_MS));
-                }
-                None => {
-                    debug!("idle and not closed after the grace: dropped");
+            () = timer.as_mut() => {
+                let now = Instant::now();
+                let since = activity.quiet_since();
+                let head_due = quiet.head.zip(since).map(|(head, since)| since + head);
+                if head_due.is_some_and(|due| due <= now) {
+                    debug!(
+                        timeout_ms = quiet.head.unwrap_or_default().as_millis() as u64,
+                        "no request head within the header read timeout: dropped"
+                    );
                     return;
                 }
-            },
+                match since.map(|since| since + quiet.idle) {
+                    // A request in flight: look again later.
+                    None => timer.as_mut().reset(now + quiet.shortest()),
+                    Some(due) if due > now => {
+                        timer.as_mut().reset(head_due.map_or(due, |head| head.min(due)));
+                    }
+                    Some(_) if !shut_down => {
+                        debug!(idle_ms = quiet.idle.as_millis() as u64, "idle: shutting down");
+                        connection.as_mut().graceful_shutdown();
+                        shut_down = true;
+                        timer.as_mut().reset(now + Duration::from_millis(IDLE_CLOSE_GRACE_MS));
+                    }
+                    Some(_) => {
+                        debug!("idle and not closed after the grace: dropped");
+                        return;
+                    }
+                }
+            }
             changed = stop.changed(), if watching_stop => {
                 watching_stop = false;
                 if changed.is_ok() && stop.borrow().is_some() && !shut_down {
@@ -247,15 +294,13 @@ impl Activity {
         InFlight(self.clone())
     }
 
-    /// `None` if no request is in flight and none ended within `idle`; else
-    /// when to look again.
-    fn idle_until(&self, idle: Duration) -> Option<Instant> {
-        let now = Instant::now();
+    /// When the connection last had no request in flight: the end of its
+    /// last request, or its start; `None` while a request is in flight.
+    fn quiet_since(&self) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
-            return Some(now + idle);
+            return None;
         }
-        let last_end = self.born + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
-        (last_end + idle > now).then_some(last_end + idle)
+        Some(self.born + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire)))
     }
 }
 

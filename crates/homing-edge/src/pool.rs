@@ -1,9 +1,12 @@
 //! `ActorPool`: the router's HTTP/1.1 connections to actors, parked per
 //! actor between requests. A forward takes the most recently parked
-//! connection of its actor (or dials one), sends on it, and the response
-//! body parks the connection again once it has been read to its end; a body
-//! dropped early closes it. Per actor the pool keeps the dial address and
-//! the `Host` header, so a request pays for neither a parse nor a format.
+//! connection of its actor (or dials one), writes the request on it and
+//! reads the response head in the forward's own task ([`crate::h1`]: no
+//! dispatcher task, no channel, no second wake-up per request); the
+//! response body reads the rest as the client's connection polls it, and
+//! parks the connection again once read to its end; a body dropped early
+//! closes it. Per actor the pool keeps the dial address and the `Host`
+//! header, so a request pays for neither a parse nor a format.
 //!
 //! A slot whose address lies outside the configured actor networks is kept
 //! too, marked refused: the refusal is logged once per slot, not per request.
@@ -15,30 +18,52 @@
 //! is not pooled), at most `idle_per_actor_max` parked connections per
 //! actor, none parked longer than `idle_timeout` (swept when a connection is
 //! parked or taken), each dial within `connect_timeout`. Connections in use
-//! are bounded by the router's in-flight forwards.
+//! are bounded by the router's in-flight forwards. Each connection's read
+//! buffer holds at most one response head ([`crate::h1`]'s bounds) plus
+//! one read; its write buffer one request head and a body of up to
+//! [`INLINE_BODY_BYTES_MAX`] (larger bodies are written from the request's
+//! own bytes).
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use homing_core::ActorId;
-use http_body_util::Full;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::HeaderValue;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper::body::{Body, Frame, SizeHint};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Response, Version};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tracing::{debug, warn};
+use tracing::warn;
 
+use crate::h1::{self, Decoded, Decoder, ResponseHead};
 use crate::network::ActorNetwork;
 
-/// What an actor connection sends: the router buffers bodies (to retry).
-pub(crate) type ActorRequest = Request<Full<Bytes>>;
+/// Request bodies up to this size are copied behind the head and sent in
+/// one write; larger ones are written from the request's own bytes.
+pub(crate) const INLINE_BODY_BYTES_MAX: usize = 16 * 1024;
+/// Room made in a connection's read buffer before each read, in bytes.
+const READ_BYTES: usize = 8 * 1024;
+/// A write buffer grown past this (by a large head) is not kept for the next request.
+const WRITE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
+
+/// A request to forward, as the router holds it: every attempt sends the
+/// same, on whichever connection to whichever actor.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) method: &'a Method,
+    /// Origin form: the actor connection is the actor's own.
+    pub(crate) path_and_query: &'a str,
+    /// End-to-end headers only: `Host` and `Content-Length` are the pool's.
+    pub(crate) headers: &'a HeaderMap,
+    /// Headers added (replacing any of the same name in `headers`).
+    pub(crate) extra: &'a [(&'a HeaderName, &'a (dyn Display + Sync))],
+    pub(crate) body: &'a Bytes,
+}
 
 /// Why a forward got no response.
 #[derive(Debug)]
@@ -47,10 +72,19 @@ pub(crate) enum SendError {
     BadActor,
     /// The actor's address lies outside the configured actor networks.
     NotAllowed,
-    /// No connection (refused, timed out, handshake failed): nothing was sent.
+    /// No connection (refused, timed out): nothing was sent.
     Connect(String),
-    /// The connection broke; `sent` if the request may have reached the actor.
+    /// The connection broke or the answer was malformed; `sent` if the
+    /// request may have reached the actor.
     Broken { error: String, sent: bool },
+}
+
+/// How one exchange on one connection failed.
+enum Failed {
+    /// Not one byte of the request was written.
+    Unsent(String),
+    /// The request may have reached the actor.
+    Sent(String),
 }
 
 /// Connections to actors. See the module docs.
@@ -79,8 +113,102 @@ struct Slot {
 }
 
 struct Parked {
-    sender: SendRequest<Full<Bytes>>,
+    conn: Conn,
     since: Instant,
+}
+
+/// One HTTP/1.1 connection to an actor, between or during exchanges.
+struct Conn {
+    stream: TcpStream,
+    /// Bytes read and not yet taken: the rest of a response.
+    read: BytesMut,
+    /// The request being written; kept for the next one.
+    write: Vec<u8>,
+}
+
+impl Conn {
+    fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            read: BytesMut::new(),
+            write: Vec::new(),
+        }
+    }
+
+    /// Whether the actor has neither closed the connection nor sent
+    /// anything unasked (either makes it unusable). Costs no system call
+    /// unless the socket was seen readable since the last read.
+    fn is_open(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Writes `request`, then reads up to the end of the response head.
+    async fn exchange(
+        mut self,
+        host: &HeaderValue,
+        request: &Outgoing<'_>,
+    ) -> Result<(Conn, ResponseHead), Failed> {
+        let body = request.body;
+        self.write.clear();
+        h1::encode_request(
+            &mut self.write,
+            request.method,
+            request.path_and_query,
+            host,
+            request.headers,
+            request.extra,
+            body.len(),
+        );
+        let inline = body.len() <= INLINE_BODY_BYTES_MAX;
+        if inline {
+            self.write.extend_from_slice(body);
+        }
+        let mut written = 0;
+        while written < self.write.len() {
+            match self.stream.write(&self.write[written..]).await {
+                Ok(n) if n > 0 => written += n,
+                outcome => {
+                    let error = match outcome {
+                        Err(e) => format!("write: {e}"),
+                        Ok(_) => "write: connection closed".to_string(),
+                    };
+                    return Err(if written == 0 {
+                        Failed::Unsent(error)
+                    } else {
+                        Failed::Sent(error)
+                    });
+                }
+            }
+        }
+        if !inline {
+            self.stream
+                .write_all(body)
+                .await
+                .map_err(|e| Failed::Sent(format!("write: {e}")))?;
+        }
+        if self.write.capacity() > WRITE_BUFFER_KEEP_BYTES {
+            self.write = Vec::new();
+        }
+        let head_request = request.method == Method::HEAD;
+        loop {
+            match h1::parse_response(&mut self.read, head_request) {
+                Ok(Some(head)) => return Ok((self, head)),
+                Ok(None) => {}
+                Err(e) => return Err(Failed::Sent(e.to_string())),
+            }
+            self.read.reserve(READ_BYTES);
+            match self.stream.read_buf(&mut self.read).await {
+                Ok(0) => {
+                    return Err(Failed::Sent(
+                        "the actor closed the connection before answering".to_string(),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Failed::Sent(format!("read: {e}"))),
+            }
+        }
+    }
 }
 
 /// Locks `mutex`; a panic while it was held left only a connection list
@@ -112,43 +240,31 @@ impl ActorPool {
         }
     }
 
-    /// Sends `request` (origin-form URI, any `Host` is replaced) to `actor`
-    /// on a parked connection, or a new one. A parked connection that the
-    /// actor closed before the request was written is replaced by a new
-    /// connection, once, without counting as a failure.
+    /// Sends `request` to `actor` on a parked connection, or a new one. A
+    /// parked connection that turns out closed before one byte of the
+    /// request was written is replaced by a new connection, once, without
+    /// counting as a failure.
     pub(crate) async fn send(
         self: &Arc<Self>,
         actor: &ActorId,
-        mut request: ActorRequest,
+        request: &Outgoing<'_>,
     ) -> Result<Response<PooledBody>, SendError> {
         let slot = self.slot(actor).ok_or(SendError::BadActor)?;
         if !slot.allowed {
             return Err(SendError::NotAllowed);
         }
-        request
-            .headers_mut()
-            .insert(hyper::header::HOST, slot.host.clone());
-        if let Some(mut sender) = self.take(&slot).await {
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok(self.wrap(slot, sender, response)),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) => request = unsent,
-                    None => {
-                        return Err(SendError::Broken {
-                            error: error_chain(e.error()),
-                            sent: true,
-                        });
-                    }
-                },
+        if let Some(conn) = self.take(&slot) {
+            match conn.exchange(&slot.host, request).await {
+                Ok((conn, head)) => return Ok(self.response(slot, conn, head)),
+                Err(Failed::Unsent(_)) => {}
+                Err(Failed::Sent(error)) => return Err(SendError::Broken { error, sent: true }),
             }
         }
-        let mut sender = self.dial(&slot).await?;
-        match sender.try_send_request(request).await {
-            Ok(response) => Ok(self.wrap(slot, sender, response)),
-            Err(e) => Err(SendError::Broken {
-                error: error_chain(e.error()),
-                sent: e.message().is_none(),
-            }),
+        let conn = self.dial(&slot).await?;
+        match conn.exchange(&slot.host, request).await {
+            Ok((conn, head)) => Ok(self.response(slot, conn, head)),
+            Err(Failed::Unsent(error)) => Err(SendError::Broken { error, sent: false }),
+            Err(Failed::Sent(error)) => Err(SendError::Broken { error, sent: true }),
         }
     }
 
@@ -191,7 +307,7 @@ impl ActorPool {
         let timeout = self.idle_timeout;
         by_id.retain(|_, slot| {
             let mut parked = lock(&slot.parked);
-            parked.retain(|p| now.duration_since(p.since) <= timeout && !p.sender.is_closed());
+            parked.retain(|p| now.duration_since(p.since) <= timeout && p.conn.is_open());
             // A slot in use by a forward (another Arc) stays.
             !parked.is_empty() || Arc::strong_count(slot) > 1
         });
@@ -216,23 +332,17 @@ impl ActorPool {
         }
     }
 
-    /// The most recently parked live connection of `slot`, ready to send.
-    async fn take(&self, slot: &Slot) -> Option<SendRequest<Full<Bytes>>> {
+    /// The most recently parked live connection of `slot`.
+    fn take(&self, slot: &Slot) -> Option<Conn> {
         loop {
             let parked = lock(&slot.parked).pop()?;
-            if parked.since.elapsed() > self.idle_timeout || parked.sender.is_closed() {
-                continue;
-            }
-            let mut sender = parked.sender;
-            // Its previous response may have ended an instant ago: the
-            // connection turns ready once its task has seen that.
-            if sender.ready().await.is_ok() {
-                return Some(sender);
+            if parked.since.elapsed() <= self.idle_timeout && parked.conn.is_open() {
+                return Some(parked.conn);
             }
         }
     }
 
-    async fn dial(&self, slot: &Slot) -> Result<SendRequest<Full<Bytes>>, SendError> {
+    async fn dial(&self, slot: &Slot) -> Result<Conn, SendError> {
         let connect = TcpStream::connect(slot.addr);
         let stream = match tokio::time::timeout(self.connect_timeout, connect).await {
             Err(_) => return Err(SendError::Connect("connect timed out".to_string())),
@@ -240,37 +350,42 @@ impl ActorPool {
             Ok(Ok(stream)) => stream,
         };
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| SendError::Connect(error_chain(&e)))?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                debug!(%error, "actor connection ended with an error");
-            }
-        });
-        Ok(sender)
+        Ok(Conn::new(stream))
     }
 
-    fn wrap(
+    fn response(
         self: &Arc<Self>,
         slot: Arc<Slot>,
-        sender: SendRequest<Full<Bytes>>,
-        response: Response<Incoming>,
+        conn: Conn,
+        head: ResponseHead,
     ) -> Response<PooledBody> {
-        let pool = self.clone();
-        response.map(|body| PooledBody {
-            body,
-            back: Some(Back { pool, slot, sender }),
-        })
+        let mut body = PooledBody {
+            conn: Some(conn),
+            decoder: Decoder::new(head.framing),
+            keep_alive: head.keep_alive,
+            back: Some(Back {
+                pool: self.clone(),
+                slot,
+            }),
+        };
+        // A response without a body is complete already.
+        if body.decoder.is_done() {
+            body.finish();
+        }
+        let mut response = Response::new(body);
+        *response.status_mut() = head.status;
+        *response.version_mut() = Version::HTTP_11;
+        *response.headers_mut() = head.headers;
+        response
     }
 
-    /// Parks `sender` on `slot` if there is room; sweeps old connections.
-    fn park(&self, slot: &Slot, sender: SendRequest<Full<Bytes>>) {
+    /// Parks `conn` on `slot` if there is room; sweeps old connections.
+    fn park(&self, slot: &Slot, conn: Conn) {
         let now = Instant::now();
         {
             let mut parked = lock(&slot.parked);
-            if parked.len() < self.idle_per_actor_max && !sender.is_closed() {
-                parked.push(Parked { sender, since: now });
+            if parked.len() < self.idle_per_actor_max {
+                parked.push(Parked { conn, since: now });
             }
         }
         let mut actors = lock(&self.actors);
@@ -281,7 +396,7 @@ impl ActorPool {
         let timeout = self.idle_timeout;
         actors.by_id.retain(|_, slot| {
             let mut parked = lock(&slot.parked);
-            parked.retain(|p| now.duration_since(p.since) <= timeout && !p.sender.is_closed());
+            parked.retain(|p| now.duration_since(p.since) <= timeout && p.conn.is_open());
             // A slot in use by a forward (another Arc) stays.
             !parked.is_empty() || Arc::strong_count(slot) > 1
         });
@@ -292,53 +407,99 @@ impl ActorPool {
 struct Back {
     pool: Arc<ActorPool>,
     slot: Arc<Slot>,
-    sender: SendRequest<Full<Bytes>>,
 }
 
-impl Back {
-    fn park(self) {
-        self.pool.park(&self.slot, self.sender);
-    }
-}
-
-/// An actor's response body, streamed; parks its connection once read to
-/// its end (a body dropped before its end closes the connection).
+/// An actor's response body, read from its connection as it is polled;
+/// parks the connection once read to its end (a body dropped before its
+/// end, or one that ends at the connection's close, closes it).
 pub struct PooledBody {
-    body: Incoming,
+    /// `None` once the body ended (parked or closed) or failed.
+    conn: Option<Conn>,
+    decoder: Decoder,
+    keep_alive: bool,
     back: Option<Back>,
+}
+
+impl PooledBody {
+    /// The body is complete: its connection goes back to the pool if it
+    /// can carry another request.
+    fn finish(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        // Bytes past the body's end were never asked for: not reusable.
+        if self.keep_alive
+            && conn.read.is_empty()
+            && let Some(back) = self.back.take()
+        {
+            back.pool.park(&back.slot, conn);
+        }
+    }
+
+    fn fail(
+        &mut self,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> std::io::Error {
+        self.conn = None;
+        std::io::Error::other(error)
+    }
 }
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = std::io::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => self.park(),
-            Poll::Ready(Some(Ok(_))) if self.body.is_end_stream() => self.park(),
-            Poll::Ready(Some(Err(_))) => self.back = None,
-            _ => {}
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match this.decoder.decode(&mut conn.read) {
+                Ok(Decoded::Data(data)) => {
+                    if this.decoder.is_done() {
+                        this.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(Decoded::Done) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::More) => {}
+                Err(e) => return Poll::Ready(Some(Err(this.fail(e)))),
+            }
+            conn.read.reserve(READ_BYTES);
+            if let Err(e) = ready!(conn.stream.poll_read_ready(cx)) {
+                return Poll::Ready(Some(Err(this.fail(e))));
+            }
+            match conn.stream.try_read_buf(&mut conn.read) {
+                Ok(0) => {
+                    if let Err(e) = this.decoder.eof() {
+                        return Poll::Ready(Some(Err(this.fail(e))));
+                    }
+                    // Ended by the close: nothing to park.
+                    this.conn = None;
+                    return Poll::Ready(None);
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Some(Err(this.fail(e)))),
+            }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl PooledBody {
-    fn park(&mut self) {
-        if let Some(back) = self.back.take() {
-            back.park();
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
         }
     }
 }
@@ -346,21 +507,10 @@ impl PooledBody {
 impl Drop for PooledBody {
     fn drop(&mut self) {
         // The server may stop polling once the body says it is complete.
-        if self.body.is_end_stream() {
-            self.park();
+        if self.decoder.is_done() {
+            self.finish();
         }
     }
-}
-
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::http::uri::PathAndQuery;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::time::Instant;
@@ -43,7 +43,7 @@ use tracing::{debug, warn};
 
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
 use crate::json;
-use crate::pool::{ActorPool, SendError};
+use crate::pool::{ActorPool, Outgoing, SendError};
 use crate::route::{KeyError, route};
 use crate::serve::{self, Serving};
 
@@ -58,7 +58,14 @@ pub const TOKEN_HEADER: &str = "x-homing-token";
 
 /// The body of every response the router sends: the actor's, streamed, or
 /// the router's own short JSON.
-pub type EdgeBody = BoxBody<Bytes, hyper::Error>;
+pub type EdgeBody = BoxBody<Bytes, std::io::Error>;
+
+/// The identifying headers, as names.
+const IDENTITY_HEADERS: [HeaderName; 3] = [
+    HeaderName::from_static(DC_HEADER),
+    HeaderName::from_static(RESERVATION_HEADER),
+    HeaderName::from_static(TOKEN_HEADER),
+];
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -268,7 +275,7 @@ impl EdgeRouter {
                 Err(e) => return self.unresolved(key, &e),
             };
             match self
-                .forward(&at, &parts, &routed.path_and_query, body.clone())
+                .forward(&at, &parts, &routed.path_and_query, &body)
                 .await
             {
                 Ok(response) => return response,
@@ -435,20 +442,27 @@ impl EdgeRouter {
         at: &Resolution,
         parts: &Parts,
         path_and_query: &PathAndQuery,
-        body: Bytes,
+        body: &Bytes,
     ) -> Result<Response<EdgeBody>, Forward> {
+        // Tells the actor what the router resolved, so it can refuse
+        // misrouted work; written straight into the request head.
+        let extra: [(&HeaderName, &(dyn std::fmt::Display + Sync)); 3] = [
+            (&IDENTITY_HEADERS[0], &at.dc),
+            (&IDENTITY_HEADERS[1], &at.reservation),
+            (&IDENTITY_HEADERS[2], &at.token),
+        ];
         // Origin-form: the actor connection is the actor's own.
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = parts.method.clone();
-        *request.uri_mut() = Uri::from(path_and_query.clone());
-        *request.version_mut() = Version::HTTP_11;
-        // Kept in `parts` for a retry; the values are shared, not copied.
-        *request.headers_mut() = parts.headers.clone();
-        identify(request.headers_mut(), at);
+        let request = Outgoing {
+            method: &parts.method,
+            path_and_query: path_and_query.as_str(),
+            headers: &parts.headers,
+            extra: &extra,
+            body,
+        };
         let timeout = Duration::from_millis(self.inner.config.upstream_timeout_ms);
         let sent = async {
             let _permit = self.inner.forwards.acquire().await;
-            self.inner.pool.send(&at.actor, request).await
+            self.inner.pool.send(&at.actor, &request).await
         };
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Err(Forward::Timeout),
@@ -531,19 +545,4 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
-}
-
-/// Tells the actor what the router resolved, so it can refuse misrouted work.
-fn identify(headers: &mut HeaderMap, at: &Resolution) {
-    let pairs = [
-        (DC_HEADER, at.dc.to_string()),
-        (RESERVATION_HEADER, at.reservation.to_string()),
-        (TOKEN_HEADER, at.token.to_string()),
-    ];
-    for (name, value) in pairs {
-        // Takes the string's bytes as they are: no second copy.
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
 }

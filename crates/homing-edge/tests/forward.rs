@@ -43,6 +43,12 @@ enum Script {
     DropAfterRead,
     /// Reads the request and never answers.
     Hang,
+    /// Answers 200 `hello world` chunked, with a trailer, and keeps the connection.
+    Chunked,
+    /// Answers 200 `bye` with neither length nor chunking: the body ends at the close.
+    UntilClose,
+    /// Answers with a head that does not end (1 MiB of headers, then silence).
+    EndlessHead,
 }
 
 /// A scripted actor: its address, the request heads it read, its accepts.
@@ -111,6 +117,30 @@ async fn serve(mut stream: TcpStream, script: Script, heads: mpsc::UnboundedSend
                 if stream.write_all(answer.as_bytes()).await.is_err() {
                     return;
                 }
+            }
+            Script::Chunked => {
+                let answer = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                              5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nx-trailer: t\r\n\r\n";
+                if stream.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            Script::UntilClose => {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\nbye").await;
+                return;
+            }
+            Script::EndlessHead => {
+                // One header whose value does not end: only the byte bound stops it.
+                let filler = [b'a'; 1024];
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nx-filler: ").await;
+                for _ in 0..1024 {
+                    if stream.write_all(&filler).await.is_err() {
+                        return;
+                    }
+                }
+                // Then silence, the connection open: only a bound ends the wait.
+                let _ = stream.read(&mut [0u8; 1]).await;
+                return;
             }
             Script::DropAfterRead => return,
             Script::Hang => {
@@ -396,6 +426,66 @@ async fn actor_outside_the_configured_networks_is_never_dialled() {
             "{\"error\":\"actor_not_allowed\",\"key\":\"local\"}\n"
         );
         assert_eq!(actor.accepted(), 0);
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_and_close_delimited_answers_reach_the_client_whole_and_only_the_first_keeps_its_connection()
+ {
+    bounded(async {
+        let chunked = Scripted::start(Script::Chunked).await?;
+        let scene = Scene::start("chunked", chunked.addr, EdgeConfig::default()).await?;
+        for _ in 0..3 {
+            let Answer { status, body, .. } =
+                send(&scene.serving, Method::GET, "chunked", &[]).await?;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "hello world"));
+        }
+        assert_eq!(
+            chunked.accepted(),
+            1,
+            "a chunked answer read to its end keeps its connection"
+        );
+        scene.stop().await;
+
+        let until_close = Scripted::start(Script::UntilClose).await?;
+        let scene = Scene::start("closing", until_close.addr, EdgeConfig::default()).await?;
+        for _ in 0..2 {
+            let Answer { status, body, .. } =
+                send(&scene.serving, Method::GET, "closing", &[]).await?;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "bye"));
+        }
+        assert_eq!(
+            until_close.accepted(),
+            2,
+            "a body ended by the close ends its connection"
+        );
+        assert_eq!(scene.router.stats().retries, 0);
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_answer_with_an_endless_head_is_cut_at_the_head_bound_and_answered_502() {
+    bounded(async {
+        let mut actor = Scripted::start(Script::EndlessHead).await?;
+        let scene = Scene::start("chatty", actor.addr, EdgeConfig::default()).await?;
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::GET, "chatty", &[]).await?;
+        // Not a 504 after the upstream timeout (10 s): the router stops
+        // reading at the bound, and a GET is retried once, like any forward
+        // that broke after it was sent.
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+        assert_eq!(
+            body,
+            "{\"error\":\"actor_unreachable\",\"key\":\"chatty\"}\n"
+        );
+        assert_eq!(actor.heads_so_far().len(), 2);
+        assert_eq!(diff(scene.router.stats(), before), (1, 2));
         scene.stop().await;
         Ok(())
     })

@@ -1,7 +1,8 @@
 //! The listening side's bounds, against a router whose DC is never asked:
 //! every request here is answered by the router itself (400 `no_key`, 408
 //! `body_timeout`), so no homingd runs. A silent connection is closed after
-//! the detect timeout; a body that trickles is cut with 408; idle HTTP/1
+//! the detect timeout; an HTTP/1 request head not complete within the
+//! header read timeout closes its connection; a body that trickles is cut with 408; idle HTTP/1
 //! and HTTP/2 connections are closed; an HTTP/2 client is told the
 //! configured stream, window and header bounds; buffered bodies over all
 //! requests stay under their bound; silent connections
@@ -328,6 +329,36 @@ async fn http1_connection_idle_after_its_answer_is_closed() {
         let answer = read_answer(&mut client).await?;
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
         assert_eq!(read_to_close(&mut client).await, b"", "closed when idle");
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_request_head_not_complete_within_the_header_read_timeout_closes_the_connection() {
+    bounded(async {
+        let serving = router(with_serve(ServeLimits {
+            header_read_timeout_ms: SHORT_MS,
+            // Neither the detect nor the idle timeout may be what closes it.
+            detect_timeout_ms: LONG_MS,
+            idle_timeout_ms: LONG_MS,
+            ..ServeLimits::default()
+        }))
+        .await?;
+        // Half a head as the first request (slowloris)…
+        let mut slow = TcpStream::connect(serving.local_addr()).await?;
+        slow.write_all(b"GET / HTTP/1.1\r\nhost: router\r\n")
+            .await?;
+        assert_eq!(read_to_close(&mut slow).await, b"", "closed, unanswered");
+        // …and half a head after an answered request: the deadline counts
+        // from the end of the previous response.
+        let mut client = TcpStream::connect(serving.local_addr()).await?;
+        client.write_all(NO_KEY_REQUEST).await?;
+        let answer = read_answer(&mut client).await?;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        client.write_all(b"GET / HTTP/1.1\r\nho").await?;
+        assert_eq!(read_to_close(&mut client).await, b"", "closed, unanswered");
         serving.stop(Duration::ZERO).await;
         Ok(())
     })
