@@ -365,14 +365,20 @@ impl Decoder {
                         *chunk = Chunk::Size;
                     }
                     Chunk::Trailers(read) => {
-                        let Some(line) = take_line(buf, TRAILER_BYTES_MAX.saturating_sub(read))?
-                        else {
+                        // Bytes, not lines: short lines (a bare LF each)
+                        // count too, so the section ends within the bound.
+                        let left = TRAILER_BYTES_MAX.checked_sub(read).filter(|n| *n > 0);
+                        let Some(left) = left else {
+                            return Err(error("trailers longer than the bound"));
+                        };
+                        let before = buf.len();
+                        let Some(line) = take_line(buf, left)? else {
                             return Ok(Decoded::More);
                         };
                         if line.is_empty() {
                             *self = Decoder::Done;
                         } else {
-                            *chunk = Chunk::Trailers(read + line.len() + 2);
+                            *chunk = Chunk::Trailers(read + (before - buf.len()));
                         }
                     }
                 },
@@ -649,6 +655,18 @@ mod tests {
         );
         let mut d = Decoder::new(Framing::Chunked);
         assert!(body(&mut d, &trailers, 512).is_err(), "endless trailers");
+        // Past the bound, one-byte lines ending in a bare LF end it too.
+        let mut sneaky = b"0\r\n".to_vec();
+        sneaky.extend(
+            std::iter::repeat_n(b"t: 1\r\n".as_slice(), TRAILER_BYTES_MAX / 6 + 1).flatten(),
+        );
+        sneaky.extend(std::iter::repeat_n(b"x\n".as_slice(), 100_000).flatten());
+        sneaky.extend(b"\r\n");
+        let mut d = Decoder::new(Framing::Chunked);
+        assert!(
+            body(&mut d, &sneaky, 512).is_err(),
+            "trailers of bare-LF lines"
+        );
     }
 
     proptest::proptest! {

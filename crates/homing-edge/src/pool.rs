@@ -16,9 +16,11 @@
 //! connection first, then the least recently parked, down to three quarters
 //! of the bound; if every kept actor is in use, the new actor's connection
 //! is not pooled), at most `idle_per_actor_max` parked connections per
-//! actor, none parked longer than `idle_timeout` (swept when a connection is
-//! parked or taken), each dial within `connect_timeout`. Connections in use
-//! are bounded by the router's in-flight forwards. Each connection's read
+//! actor, none taken after `idle_timeout` (swept when a connection is parked
+//! or taken, so one may stay open longer — in CLOSE_WAIT if its actor closed
+//! it — until the next park or take), each dial within `connect_timeout`.
+//! Connections in use are bounded by the router's in-flight forwards until
+//! their response heads arrive, then by the clients' connections. Each connection's read
 //! buffer holds at most one response head ([`crate::h1`]'s bounds) plus
 //! one read; its write buffer one request head and a body of up to
 //! [`INLINE_BODY_BYTES_MAX`] (larger bodies are written from the request's
@@ -193,6 +195,12 @@ impl Conn {
         let head_request = request.method == Method::HEAD;
         loop {
             match h1::parse_response(&mut self.read, head_request) {
+                // A 2xx to CONNECT makes the connection a tunnel (RFC 9112
+                // §6.3): never carry another request on it.
+                Ok(Some(mut head)) if request.method == Method::CONNECT => {
+                    head.keep_alive = false;
+                    return Ok((self, head));
+                }
                 Ok(Some(head)) => return Ok((self, head)),
                 Ok(None) => {}
                 Err(e) => return Err(Failed::Sent(e.to_string())),
