@@ -1244,12 +1244,19 @@ pub fn format_record(r: &TraceRecord, scenario: &Scenario) -> String {
 }
 
 /// How old a `NotFound` may be (docs/CONSISTENCY.md §5): the DC's absent
-/// TTL, the router's, and the reply's trip (a router waits at most its
-/// request timeout), each on a clock that may run fast by its drift.
+/// TTL (from its global read), the router's (from the reply's receipt), and
+/// the reply's one-way trip (half the widest RTT plus jitter: a reply is
+/// delivered that late or lost), with 1 % for clocks that run fast.
 fn absent_staleness_us(scenario: &Scenario) -> u64 {
     use homing_core::chain::{NODE_ABSENT_TTL_MS_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
-    let ms = NODE_ABSENT_TTL_MS_DEFAULT
-        + RESOLVER_ABSENT_TTL_MS_DEFAULT
-        + scenario.network.request_timeout_ms;
-    ms * 1000 * 11 / 10
+    // Invariant: the scenario was validated, its matrix with it.
+    let rtt_max_ms = scenario
+        .rtt_matrix_ms()
+        .expect("a validated scenario")
+        .iter()
+        .flatten()
+        .fold(0.0_f64, |max, rtt| max.max(*rtt));
+    let trip_us = ((rtt_max_ms / 2.0 + scenario.network.jitter_ms) * 1000.0).ceil() as u64;
+    let ttl_us = (NODE_ABSENT_TTL_MS_DEFAULT + RESOLVER_ABSENT_TTL_MS_DEFAULT) * 1000;
+    (ttl_us + trip_us) * 101 / 100
 }

@@ -14,8 +14,7 @@
 //!                             Linked ─► confirm the succession in the global store ─► Acquired
 //!                                       (another won: a takeover) ─► link own to it, walk from it
 //!                             AlreadyLinked(z) ─► abandon own, walk from z;
-//!                             StillActive ─► abandon own, HeldElsewhere / TagMismatch
-//!                             TokenMoved ─► abandon own, walk from the tail again
+//!                             StillActive / TokenMoved ─► abandon own, walk from the tail again
 //!      a DC does not answer for a reservation the walk follows (DESIGN.md §7.5):
 //!           its succession in the global store ─ present ─► follow it like a link
 //!                └ absent ─► that DC's lease ─ the takeover policy allows ─► allocate ─►
@@ -234,7 +233,6 @@ enum Plan {
 enum Then {
     WalkFrom(ReservationId),
     Fail(ConnectError),
-    Finish(AcquireReply),
 }
 
 #[derive(Debug, Clone)]
@@ -603,10 +601,8 @@ impl Connect {
     /// Our record lost its confirmation to `winner`: first the global
     /// store records who continues it, then it links locally.
     fn supersede(&mut self, record: &DcRecord, winner: &Succession) {
-        // Not stoppable: our record must first say who continues it.
-        if let Err(e) = self.next_attempt(false) {
-            return self.fail(e);
-        }
+        // Neither stopped nor capped: our record must first say who
+        // continues it (then the walk from the winner counts as usual).
         let ours = superseding(record, &winner.link.to);
         self.phase = Phase::Superseding(record.clone(), ours);
     }
@@ -655,27 +651,18 @@ impl Connect {
         }
         match tail.state {
             TailState::Vacant { .. } => self.phase = Phase::Allocating(Plan::Recreate(tail)),
-            TailState::Active { ref actor } => {
-                let outcome = self.holder_outcome(&tail, actor.clone(), tail.token);
-                self.finish(outcome)
+            TailState::Active { actor } if tail.tag == self.tag => {
+                self.finish(AcquireReply::HeldElsewhere(Holder {
+                    key: self.key.clone(),
+                    reservation: tail.id,
+                    actor,
+                    token: tail.token,
+                }))
+            }
+            TailState::Active { .. } => {
+                self.finish(AcquireReply::TagMismatch { existing: tail.tag })
             }
         }
-    }
-
-    /// The answer for a key whose tail `tail` another DC's `actor` holds
-    /// at `token`: held elsewhere, or held under another tag.
-    fn holder_outcome(&self, tail: &TailView, actor: ActorId, token: FencingToken) -> AcquireReply {
-        if tail.tag != self.tag {
-            return AcquireReply::TagMismatch {
-                existing: tail.tag.clone(),
-            };
-        }
-        AcquireReply::HeldElsewhere(Holder {
-            key: self.key.clone(),
-            reservation: tail.id.clone(),
-            actor,
-            token,
-        })
     }
 
     /// A fresh unique from the local allocator; `now` is the local store's clock.
@@ -762,7 +749,6 @@ impl Connect {
             // An abandon that loses its race is left to the orphan sweeper.
             (Phase::Leaving(_, Then::WalkFrom(id)), _) => self.walk_from(id),
             (Phase::Leaving(_, Then::Fail(e)), _) => self.fail(e),
-            (Phase::Leaving(_, Then::Finish(outcome)), _) => self.finish(outcome),
             (_, _) => self.fail(ConnectError::Unexpected),
         }
     }
@@ -834,22 +820,20 @@ impl Connect {
         let Phase::Linking(record, deadlines, tail) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let (record, deadlines, tail_view) = (record.clone(), *deadlines, tail.clone());
-        let (token, tail) = (tail_view.token, tail_view.id.clone());
+        let (record, deadlines, token, tail) =
+            (record.clone(), *deadlines, tail.token, tail.id.clone());
         match reply {
             LinkReply::Linked => {
                 let succession = Succession::moved(tail, record.id.clone(), token);
                 self.phase = Phase::Confirming(record, deadlines, succession);
             }
             LinkReply::AlreadyLinked(next) => self.abandon(record, Then::WalkFrom(next)),
-            // The tail we walked to is live again: the answer a fresh walk
-            // would give, without its round trip (a record's tag never changes).
-            LinkReply::StillActive { actor, token } => {
-                let outcome = self.holder_outcome(&tail_view, actor, token);
-                self.leave(record, Then::Finish(outcome))
+            // Re-read the tail: its new holder's tag (a re-activation may
+            // change it; the reply does not carry it) decides HeldElsewhere
+            // or TagMismatch. Vacant again at a newer token: its previous run.
+            LinkReply::StillActive { .. } | LinkReply::TokenMoved { .. } => {
+                self.abandon(record, Then::WalkFrom(tail))
             }
-            // Vacant again at a newer token: re-read it for its previous run.
-            LinkReply::TokenMoved { .. } => self.abandon(record, Then::WalkFrom(tail)),
             LinkReply::Abandoned => self.fail(ConnectError::Inconsistent(format!(
                 "tail {tail} answered that it is abandoned"
             ))),
@@ -871,13 +855,18 @@ impl Connect {
         }));
     }
 
-    /// Abandons our record, then goes on; counts as a restart (past the
-    /// bound it is still abandoned, then the connect fails).
+    /// Abandons our record, then goes on: a walk counts as a restart (past
+    /// the bound the record is still abandoned, then the connect fails); a
+    /// failure keeps its own error.
     fn abandon(&mut self, record: DcRecord, then: Then) {
-        match self.next_attempt(true) {
-            Ok(()) => self.leave(record, then),
-            Err(e) => self.leave(record, Then::Fail(e)),
-        }
+        let then = match then {
+            Then::WalkFrom(id) => match self.restart() {
+                Ok(()) => Then::WalkFrom(id),
+                Err(e) => Then::Fail(e),
+            },
+            fail @ Then::Fail(_) => fail,
+        };
+        self.leave(record, then);
     }
 
     /// Abandons our record (if it is still ours to abandon), then goes on.
@@ -887,7 +876,6 @@ impl Connect {
             None => match then {
                 Then::WalkFrom(id) => self.walk_from(id),
                 Then::Fail(e) => self.fail(e),
-                Then::Finish(outcome) => self.finish(outcome),
             },
         }
     }
@@ -900,7 +888,7 @@ impl Connect {
     /// Counts a restart; false (and failed) once the bound is reached or
     /// restarts were stopped.
     fn count_attempt(&mut self) -> bool {
-        match self.next_attempt(true) {
+        match self.restart() {
             Ok(()) => true,
             Err(e) => {
                 self.fail(e);
@@ -909,10 +897,9 @@ impl Connect {
         }
     }
 
-    /// Counts a restart, unless the bound is reached or (`stoppable`)
-    /// restarts were stopped.
-    fn next_attempt(&mut self, stoppable: bool) -> Result<(), ConnectError> {
-        if self.attempts >= CONNECT_ATTEMPTS_MAX || (stoppable && self.restarts_stopped) {
+    /// Counts a restart, unless the bound is reached or restarts were stopped.
+    fn restart(&mut self) -> Result<(), ConnectError> {
+        if self.attempts >= CONNECT_ATTEMPTS_MAX || self.restarts_stopped {
             return Err(ConnectError::Contended(self.attempts));
         }
         self.attempts += 1;

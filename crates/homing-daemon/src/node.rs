@@ -121,10 +121,14 @@ struct Running<'a> {
     node: &'a Node,
     key: Key,
     lease: LeaseKey,
+    answered: bool,
 }
 
 impl Running<'_> {
-    fn answer(self, reply: Reply) {
+    fn answer(mut self, reply: Reply) {
+        // Finished once: a retry arriving after this must not lose the
+        // entry it makes to a second finish on drop.
+        self.answered = true;
         for joined in self.finish(Some(reply.clone())) {
             let _ = joined.send(reply.clone());
         }
@@ -140,8 +144,9 @@ impl Running<'_> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        // After `answer`, nothing is left to finish: a no-op.
-        drop(self.finish(None));
+        if !self.answered {
+            drop(self.finish(None));
+        }
     }
 }
 
@@ -826,6 +831,7 @@ impl Node {
             node: self,
             key: key.clone(),
             lease,
+            answered: false,
         };
         let request = AcquireRequest {
             key,
