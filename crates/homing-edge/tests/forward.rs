@@ -49,6 +49,9 @@ enum Script {
     UntilClose,
     /// Answers with a head that does not end (1 MiB of headers, then silence).
     EndlessHead,
+    /// Answers 200 `ok` as if keeping the connection, then closes it and
+    /// reports `closed` on the heads channel (an idle timeout at the actor).
+    AnswerThenClose,
 }
 
 /// A scripted actor: its address, the request heads it read, its accepts.
@@ -124,6 +127,14 @@ async fn serve(mut stream: TcpStream, script: Script, heads: mpsc::UnboundedSend
                 if stream.write_all(answer.as_bytes()).await.is_err() {
                     return;
                 }
+            }
+            Script::AnswerThenClose => {
+                let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+                drop(stream);
+                let _ = heads.send("closed".into());
+                return;
             }
             Script::UntilClose => {
                 let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\nbye").await;
@@ -486,6 +497,28 @@ async fn actor_answer_with_an_endless_head_is_cut_at_the_head_bound_and_answered
         );
         assert_eq!(actor.heads_so_far().len(), 2);
         assert_eq!(diff(scene.router.stats(), before), (1, 2));
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_connection_the_actor_closed_is_dropped_and_a_post_goes_on_a_new_one() {
+    bounded(async {
+        let mut actor = Scripted::start(Script::AnswerThenClose).await?;
+        let scene = Scene::start("idle", actor.addr, EdgeConfig::default()).await?;
+        let Answer { status, .. } = send(&scene.serving, Method::POST, "idle", &[]).await?;
+        assert_eq!(status, StatusCode::OK);
+        // The router parked the connection; the actor then closed it.
+        for _ in 0..2 {
+            actor.heads.recv().await.expect("the actor reports");
+        }
+        let before = scene.router.stats();
+        let Answer { status, body, .. } = send(&scene.serving, Method::POST, "idle", &[]).await?;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(actor.accepted(), 2, "a new connection for the second POST");
+        assert_eq!(diff(scene.router.stats(), before), (0, 0), "no retry");
         scene.stop().await;
         Ok(())
     })
