@@ -82,7 +82,7 @@ pub struct Dc {
     /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
     cancelled: Cancellations,
     /// Volatile: acquires running, with the hosts' retries that joined them.
-    in_flight: AcquiresInFlight<(NodeId, u64, u32), Reply>,
+    in_flight: AcquiresInFlight<(NodeId, u64, u32)>,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
     peer_rpcs: BTreeMap<u64, (u64, u16)>,
@@ -487,26 +487,13 @@ impl Sim {
                     host_time,
                     wait_ms,
                 };
-                // A host's retry is answered with the outcome of the
-                // acquire it repeats: joined while it runs, or its reply.
+                // A host's retry of an acquire still running joins it.
                 let joining = (client, rpc, key);
-                let now = self.node_now(d);
-                match self.dcs[d]
-                    .in_flight
-                    .arrive(&request.key, lease, joining, now)
-                {
+                match self.dcs[d].in_flight.arrive(&request.key, lease, joining) {
                     Arrival::Run => {}
                     Arrival::Joined => {
                         self.measurements.count("acquire_retry_joined");
                         return;
-                    }
-                    Arrival::Answered(reply) if request.wait_ms > 0 => {
-                        self.measurements.count("acquire_retry_answered_again");
-                        return self.stream_reply(d, client, rpc, key, reply);
-                    }
-                    Arrival::Answered(reply) => {
-                        self.measurements.count("acquire_retry_answered_again");
-                        return self.dc_reply_to(d, client, rpc, key, reply);
                     }
                     Arrival::Full => {
                         let e = error(ErrorKind::Overloaded, "too many retries of one acquire");
@@ -781,9 +768,7 @@ impl Sim {
                 let mut parked = false;
                 if let TaskKind::Acquire(job) = &task.kind {
                     let (key, lease) = (job.acquire.key(), job.acquire.lease());
-                    let now = self.node_now(d);
-                    let kept = Some(reply.clone());
-                    answered.extend(self.dcs[d].in_flight.finish(key, lease, kept, now));
+                    answered.extend(self.dcs[d].in_flight.finish(key, lease));
                     parked = job.acquire.waits();
                 }
                 for (client, rpc, key) in answered {

@@ -57,10 +57,30 @@ pub fn lease_of(actor: &str) -> homing_core::LeaseKey {
     homing_core::LeaseKey::from_bytes(bytes).expect("not all zeros")
 }
 
-/// An `Acquire` of `name` for `actor`, sent now.
+/// An `Acquire` of `name` for `actor`, sent now, under the actor's lease
+/// key: sent again within 6 s of its end, it is a retry of it (answered
+/// with its reply); a new logical acquire takes [`acquire_anew`].
 pub fn acquire(name: &str, actor: &str) -> Request {
+    acquire_under(name, actor, lease_of(actor))
+}
+
+/// A new logical acquire of `name` for `actor`: a lease key never used
+/// before in this process, as HostAgent draws one per acquire.
+pub fn acquire_anew(name: &str, actor: &str) -> Request {
+    static DRAWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = DRAWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut bytes = lease_of(actor).into();
+    let bytes: &mut [u8; 16] = &mut bytes;
+    for (b, n) in bytes[8..].iter_mut().zip(n.to_le_bytes()) {
+        *b ^= n;
+    }
+    let lease = homing_core::LeaseKey::from_bytes(*bytes).expect("not all zeros");
+    acquire_under(name, actor, lease)
+}
+
+fn acquire_under(name: &str, actor: &str, lease: homing_core::LeaseKey) -> Request {
     Request::Acquire {
-        lease: lease_of(actor),
+        lease,
         config: KeyConfig::named(KeyName::new(name).expect("a valid key name")),
         actor: ActorId::new(actor).expect("a valid actor id"),
         host_time: host_now(),

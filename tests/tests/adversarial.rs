@@ -20,7 +20,7 @@ use homing_core::{
     ActorId, DcId, ErrorKind, FencingToken, Identity, Key, Reply, Request, ReservationId, Role,
     Segment, TailState, TailView,
 };
-use homing_e2e::cluster::{Cluster, acquire, dc, key, sleep_ms};
+use homing_e2e::cluster::{Cluster, acquire, acquire_anew, dc, key, sleep_ms};
 use homing_e2e::{ClusterOptions, start_or_skip};
 use homing_net::{Client, ClientLimits, DevCa, Handler, Peer, Server, ServerLimits, TlsIdentity};
 use homing_store::GlobalStore;
@@ -614,7 +614,7 @@ async fn daemon_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra
         fake.about(key(&name));
         fake.set(*mode);
         let reply = host
-            .request(&peer, &acquire(&name, "10.0.1.1:1"))
+            .request(&peer, &acquire_anew(&name, "10.0.1.1:1"))
             .await
             .unwrap();
         let kind = match &reply {
@@ -632,7 +632,7 @@ async fn daemon_survives(cluster: &Cluster, fra_addr: SocketAddr, fake: &FakeFra
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let reply = loop {
             let reply = host
-                .request(&peer, &acquire(&name, "10.0.1.1:1"))
+                .request(&peer, &acquire_anew(&name, "10.0.1.1:1"))
                 .await
                 .unwrap();
             let suspect = matches!(&reply, Reply::Error(e) if e.kind == expected);

@@ -209,13 +209,13 @@ impl Metrics {
         self.upkeep_bad_records.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A host's retried acquire (same key and lease key) was answered with
-    /// the outcome of the one it repeats.
+    /// A host's retried acquire (same key and lease key) joined the one
+    /// still running.
     pub fn acquire_retry(&self) {
         self.acquire_retries.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Retried acquires answered so, so far.
+    /// Retried acquires that joined, so far.
     pub fn acquire_retries(&self) -> u64 {
         self.acquire_retries.load(Ordering::Relaxed)
     }
@@ -325,7 +325,7 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
-            "# HELP homing_acquire_retries_total Acquires a host sent again (same key and lease key, no answer in time) answered with the outcome of the one they repeat: joined while it ran, or its reply kept since it ended.\n# TYPE homing_acquire_retries_total counter\nhoming_acquire_retries_total {}",
+            "# HELP homing_acquire_retries_total Acquires a host sent again (same key and lease key, no answer in time) that joined the one still running here instead of racing it.\n# TYPE homing_acquire_retries_total counter\nhoming_acquire_retries_total {}",
             self.acquire_retries.load(Ordering::Relaxed)
         );
         let _ = writeln!(

@@ -89,8 +89,7 @@ pub struct Node {
     /// Lease keys of acquires their hosts cancelled: one still running
     /// releases its grant as it lands.
     cancelled: std::sync::Mutex<Cancellations>,
-    /// Acquires running here, with the hosts' retries that joined them, and
-    /// the replies of those that ended lately (for later retries).
+    /// Acquires running here, with the hosts' retries that joined them.
     in_flight: std::sync::Mutex<InFlight>,
     /// Bumped after every write that appends an event: parked watchers re-read.
     changes: watch::Sender<u64>,
@@ -110,13 +109,11 @@ pub struct Node {
     quota_counts: Arc<std::sync::Mutex<QuotaCounts>>,
 }
 
-/// Acquires running at a node with the retries joined to each, and the
-/// replies of those that ended lately.
-type InFlight = AcquiresInFlight<oneshot::Sender<Reply>, Reply>;
+/// Acquires running at a node with the retries joined to each.
+type InFlight = AcquiresInFlight<oneshot::Sender<Reply>>;
 
-/// An acquire running here: answers the retries that joined it (and keeps
-/// its reply for later ones), or, if dropped unanswered (its request timed
-/// out), lets them run themselves.
+/// An acquire running here: answers the retries that joined it, or, if
+/// dropped unanswered (its request timed out), lets them run themselves.
 struct Running<'a> {
     node: &'a Node,
     key: Key,
@@ -129,23 +126,20 @@ impl Running<'_> {
         // Finished once: a retry arriving after this must not lose the
         // entry it makes to a second finish on drop.
         self.answered = true;
-        for joined in self.finish(Some(reply.clone())) {
+        for joined in self.finish() {
             let _ = joined.send(reply.clone());
         }
     }
 
-    fn finish(&self, reply: Option<Reply>) -> Vec<oneshot::Sender<Reply>> {
-        let now = self.node.waiters.now();
-        self.node
-            .lock_in_flight()
-            .finish(&self.key, self.lease, reply, now)
+    fn finish(&self) -> Vec<oneshot::Sender<Reply>> {
+        self.node.lock_in_flight().finish(&self.key, self.lease)
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         if !self.answered {
-            drop(self.finish(None));
+            drop(self.finish());
         }
     }
 }
@@ -785,9 +779,8 @@ impl Node {
         }
     }
 
-    /// An acquire, or a host's retry of one, answered with the outcome of
-    /// the acquire it repeats: joined while that runs, its reply kept since
-    /// it ended ([`homing_node::retries`]).
+    /// An acquire, or a host's retry of one still running here, which
+    /// joins it and gets its reply ([`homing_node::retries`]).
     async fn acquire_or_join(
         &self,
         config: KeyConfig,
@@ -800,16 +793,9 @@ impl Node {
         tracing::Span::current().record("key", tracing::field::display(&key));
         loop {
             let (joined, answer) = oneshot::channel();
-            let arrival = self
-                .lock_in_flight()
-                .arrive(&key, lease, joined, self.waiters.now());
+            let arrival = self.lock_in_flight().arrive(&key, lease, joined);
             match arrival {
                 Arrival::Run => break,
-                Arrival::Answered(reply) => {
-                    self.metrics.acquire_retry();
-                    tracing::debug!("a retried acquire answered with the reply it ended with");
-                    return Ok(reply);
-                }
                 Arrival::Joined => {
                     self.metrics.acquire_retry();
                     tracing::debug!("a retried acquire joined the one running");

@@ -105,8 +105,14 @@ fn key(name: &str) -> Key {
 }
 
 fn acquire(name: &str) -> Request {
+    acquire_under(name, 7)
+}
+
+/// An acquire under lease key `[lease; 16]`: a new logical acquire needs a
+/// new one (the same key again is a retry, answered with the first reply).
+fn acquire_under(name: &str, lease: u8) -> Request {
     Request::Acquire {
-        lease: homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
+        lease: homing_core::LeaseKey::from_bytes([lease; 16]).unwrap(),
         config: KeyConfig::named(KeyName::new(name).unwrap()),
         actor: ActorId::new(format!("actor-{name}")).unwrap(),
         host_time: now(),
@@ -229,7 +235,11 @@ async fn homingd_serves_the_protocol_over_quic() {
         Reply::Release(homing_core::ReleaseReply::Released)
     ));
     // Connect again in the same DC: re-activation with token + 1.
-    match host.request(&peer, &acquire("room")).await.unwrap() {
+    match host
+        .request(&peer, &acquire_under("room", 8))
+        .await
+        .unwrap()
+    {
         Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation: again,
             token: next,

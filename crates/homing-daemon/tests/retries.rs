@@ -110,33 +110,3 @@ async fn a_retry_whose_acquire_was_dropped_unanswered_runs_itself() {
     support::held(&retry);
     assert_eq!(global.sets.load(Ordering::SeqCst), 2);
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_retry_of_an_acquire_whose_grant_was_released_gets_its_reply_and_grants_nothing() {
-    let (daemon, _global, gate, _dir) = gated().await;
-    gate.add_permits(64);
-    let node = daemon.node().clone();
-    let host = Identity::new(Role::Host, Some(node.dc().clone())).unwrap();
-
-    // The host got its grant (late: it had sent the acquire again) and released it.
-    let first = node.handle(&host, acquire("k", 3)).await;
-    let (reservation, token) = support::held(&first);
-    let release = Request::Release {
-        lease: LeaseKey::from_bytes([3; 16]).unwrap(),
-        reservation,
-        token,
-        outcome: homing_core::RunOutcome::Ok,
-    };
-    assert!(matches!(
-        node.handle(&host, release).await,
-        Reply::Release(homing_core::ReleaseReply::Released)
-    ));
-    // Its retry arrives now: answered with the reply the acquire ended with.
-    let retry = node.handle(&host, acquire("k", 3)).await;
-    assert_eq!(retry, first);
-    assert_eq!(daemon.node().metrics().acquire_retries(), 1);
-    // Nobody holds the key: another host takes it at once.
-    let other = node.handle(&host, acquire("k", 4)).await;
-    let (_, next) = support::held(&other);
-    assert!(next > token);
-}
