@@ -142,16 +142,28 @@ impl Dc {
     }
 }
 
+/// Whether an absence noted at `at` is still reused at `now` (homingd's
+/// absent TTL).
+fn absent_fresh(at: NodeTime, now: NodeTime) -> bool {
+    now.us_since(at) < NODE_ABSENT_TTL_MS_DEFAULT * 1000
+}
+
 impl Dc {
     /// A resolve found `key` absent at `now`; expired notes go once there
     /// are many (homingd's cache is bounded too).
     fn note_absent(&mut self, key: Key, now: NodeTime) {
         const NOTES_MAX: usize = 4_096;
         if self.absent.len() >= NOTES_MAX {
-            let ttl_us = NODE_ABSENT_TTL_MS_DEFAULT * 1000;
-            self.absent.retain(|_, at| now.us_since(*at) < ttl_us);
+            self.absent.retain(|_, at| absent_fresh(*at, now));
         }
         self.absent.insert(key, now);
+    }
+
+    /// Whether a resolve found `key` absent within homingd's absent TTL of `now`.
+    fn absent_lately(&self, key: &Key, now: NodeTime) -> bool {
+        self.absent
+            .get(key)
+            .is_some_and(|at| absent_fresh(*at, now))
     }
 
     /// A page of the expiry index: records of `kind` due by `until`, after
@@ -421,11 +433,7 @@ impl Sim {
         let kind = match request {
             Request::Resolve { key: wanted } => {
                 let entry = self.dcs[d].global_cache.get(&wanted).cloned();
-                let now = self.node_now(d);
-                let absent_lately = self.dcs[d]
-                    .absent
-                    .get(&wanted)
-                    .is_some_and(|at| now.us_since(*at) < NODE_ABSENT_TTL_MS_DEFAULT * 1000);
+                let absent_lately = self.dcs[d].absent_lately(&wanted, self.node_now(d));
                 let next = match &entry {
                     // A recent "absent" is reused (DESIGN.md §7.4).
                     None if absent_lately => {

@@ -827,16 +827,12 @@ impl Node {
             host_time,
             wait_ms,
         };
-        let result = self
-            .acquire(request)
-            .await
-            .map_err(|f| f.into_reply(&self.dc));
-        let reply = match &result {
-            Ok(reply) => reply.clone(),
-            Err(e) => Reply::Error(e.clone()),
+        let reply = match self.acquire(request).await {
+            Ok(reply) => reply,
+            Err(failure) => Reply::Error(failure.into_reply(&self.dc)),
         };
-        running.answer(reply);
-        result.map_err(Failure::Reply)
+        running.answer(reply.clone());
+        Ok(reply)
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {

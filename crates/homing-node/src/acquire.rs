@@ -50,10 +50,11 @@ pub const AWAIT_RETRY_MS: u64 = 250;
 /// How long after its wait (at once, for an acquire that does not wait) an
 /// acquire may still start another connect attempt after losing a race for
 /// the key, in milliseconds. Past it, the next lost race answers
-/// `Overloaded` ("contended, try again"): below the hosts' request timeout
-/// (`homing_core::host_lease::REQUEST_TIMEOUT_MS_DEFAULT`, 2 s) by more than
-/// one inter-DC round trip, so a host hears how its acquire ended before it
-/// gives up, and never holds a grant it did not see.
+/// `Overloaded` ("contended, try again"). Below the hosts' request timeout
+/// (`homing_core::host_lease::REQUEST_TIMEOUT_MS_DEFAULT`, 2 s); the
+/// attempt under way then may still take a few round trips, so the answer
+/// can reach a host's retry (which joins this acquire: `crate::retries`)
+/// rather than its first try — but before the host gives up.
 pub const CONTENDED_ANSWER_MS: u64 = 1_500;
 
 /// How current a global read must be.
