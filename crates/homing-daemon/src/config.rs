@@ -114,6 +114,9 @@ pub struct Settings {
     /// A reservation that lost its race is marked abandoned once released this long, in milliseconds.
     #[arg(long, env = "HOMING_ORPHAN_AGE_MS")]
     pub orphan_age_ms: Option<u64>,
+    /// How often this homingd reads the DC store's event log for writes made by other homingd of the same DC (several may share one DC store), waking its waiters and watchers for them, in milliseconds: the longest such a wake-up waits.
+    #[arg(long, env = "HOMING_LOG_FOLLOW_MS")]
+    pub log_follow_ms: Option<u64>,
     /// Timeout for one request to a peer DC, in milliseconds.
     #[arg(long, env = "HOMING_PEER_TIMEOUT_MS")]
     pub peer_timeout_ms: Option<u64>,
@@ -232,6 +235,7 @@ impl Settings {
             hop_limit,
             reaper_interval_ms,
             orphan_age_ms,
+            log_follow_ms,
             peer_timeout_ms,
             global_cache_entries,
             absent_ttl_ms,
@@ -339,6 +343,8 @@ pub struct Config {
     pub reaper_interval_ms: u64,
     /// Orphan age, ms.
     pub orphan_age_ms: u64,
+    /// Event-log follow interval, ms.
+    pub log_follow_ms: u64,
     /// Peer request timeout, ms.
     pub peer_timeout_ms: u64,
     /// Global entry cache capacity, entries.
@@ -501,6 +507,7 @@ impl Config {
             hop_limit,
             reaper_interval_ms: positive("reaper_interval_ms", s.reaper_interval_ms, 1_000)?,
             orphan_age_ms: positive("orphan_age_ms", s.orphan_age_ms, 60_000)?,
+            log_follow_ms: positive("log_follow_ms", s.log_follow_ms, 100)?,
             peer_timeout_ms: positive("peer_timeout_ms", s.peer_timeout_ms, 2_000)?,
             global_cache_entries: positive(
                 "global_cache_entries",

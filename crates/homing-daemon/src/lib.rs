@@ -9,6 +9,7 @@
 pub mod config;
 pub mod dc_lease;
 pub mod devnet;
+pub mod follow;
 pub mod metrics;
 pub mod node;
 pub mod peers;
@@ -213,6 +214,11 @@ impl Daemon {
                 orphan_age_ms: config.orphan_age_ms,
                 events_retained: config.events_retained,
             },
+            stopped.clone(),
+        )));
+        tasks.push(tokio::spawn(follow::run(
+            node.clone(),
+            Duration::from_millis(config.log_follow_ms),
             stopped.clone(),
         )));
         let mut metrics_addr = None;

@@ -121,6 +121,8 @@ pub struct Metrics {
     active_leases: AtomicU64,
     upkeep_bad_records: AtomicU64,
     acquire_retries: AtomicU64,
+    /// Waiters woken by a record read back after another homingd's event.
+    log_follow_wakeups: AtomicU64,
     compaction: OnceLock<CompactionSource>,
     waiters: Arc<AtomicU64>,
     watches_parked: Arc<AtomicU64>,
@@ -213,6 +215,17 @@ impl Metrics {
     /// still running.
     pub fn acquire_retry(&self) {
         self.acquire_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The event-log follower read a record back and woke `woken` waiters.
+    pub fn log_follow_looked(&self, woken: usize) {
+        self.log_follow_wakeups
+            .fetch_add(woken as u64, Ordering::Relaxed);
+    }
+
+    /// Waiters the event-log follower woke, so far.
+    pub fn log_follow_wakeups(&self) -> u64 {
+        self.log_follow_wakeups.load(Ordering::Relaxed)
     }
 
     /// Retried acquires that joined, so far.
@@ -327,6 +340,11 @@ impl Metrics {
             out,
             "# HELP homing_acquire_retries_total Acquires a host sent again (same key and lease key, no answer in time) that joined the one still running here instead of racing it.\n# TYPE homing_acquire_retries_total counter\nhoming_acquire_retries_total {}",
             self.acquire_retries.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP homing_log_follow_wakeups_total Waiters woken because the dc store's event log showed a change (another homingd of this dc wrote it).\n# TYPE homing_log_follow_wakeups_total counter\nhoming_log_follow_wakeups_total {}",
+            self.log_follow_wakeups.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

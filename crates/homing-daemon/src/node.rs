@@ -25,7 +25,7 @@ use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
-    GlobalRead, JOINS_MAX, KeyQuota, Mutations, Update, UpdatePoll, member_named,
+    GlobalRead, JOINS_MAX, KeyQuota, LogFollower, Mutations, Update, UpdatePoll, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -566,6 +566,41 @@ impl Node {
             self.changes.send_modify(|v| *v = v.wrapping_add(1));
         }
         self.waiters.written(after, store_now(), &self.policy);
+    }
+
+    /// Reads one page of this DC's event log after `follower`'s cursor and
+    /// acts on it: parked watchers re-read when there are new events, and
+    /// the waiters of each reservation an event changed get the record as
+    /// stored now. So the writes of other homingd of this DC (sharing its
+    /// DC store) wake this one's waiters and watchers. Returns whether the
+    /// next page should be read at once; a record that cannot be read is
+    /// left to its waiters' own timers.
+    pub async fn follow_log(&self, follower: &mut LogFollower) -> Result<bool, StoreError> {
+        let page = self
+            .timed(
+                "dc_events",
+                self.records.events(follower.after(), follower.limit()),
+            )
+            .await?;
+        let followed = self
+            .waiters
+            .follow(follower, &page.events, page.oldest, page.head);
+        if followed.events {
+            self.changes.send_modify(|v| *v = v.wrapping_add(1));
+        }
+        for id in &followed.look {
+            match self.timed("dc_get", self.records.get(id)).await {
+                Ok(Some(record)) => {
+                    let woken = self.waiters.seen(&record, store_now(), &self.policy);
+                    self.metrics.log_follow_looked(woken);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(dc = %self.dc, reservation = %id, error = %e, "reading a record the event log named failed; its waiters look again on their own timers");
+                }
+            }
+        }
+        Ok(followed.more)
     }
 
     /// Compare-and-set of our record `next` over version `expected`

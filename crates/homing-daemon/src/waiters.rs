@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::{AwaitReply, DcRecord, LeasePolicy, ReservationId, StoreTime};
-use homing_node::{AwaitVacant, Mutations, NodeTime, Notified};
+use homing_node::{AwaitVacant, Followed, LogFollower, Mutations, NodeTime, Notified};
 pub use homing_node::{Full, WaitLimits};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -141,6 +141,27 @@ impl Waiters {
         let mono = self.now();
         let notified = self.with(|w| w.written(record, now, mono, policy, listening));
         self.deliver(&record.id, notified)
+    }
+
+    /// `record` (of this DC) as read back after another writer's event
+    /// (see [`homing_node::log_follow`]): wakes the waiters its state lets
+    /// go. Returns how many were woken.
+    pub fn seen(&self, record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> usize {
+        let mono = self.now();
+        let notified = self.with(|w| w.notify(record, now, mono, policy, listening));
+        self.deliver(&record.id, notified)
+    }
+
+    /// A page of the DC's event log, handed to `follower` with the waiters
+    /// as they are now.
+    pub fn follow(
+        &self,
+        follower: &mut LogFollower,
+        events: &[homing_core::Event],
+        oldest: homing_core::EventSeq,
+        head: homing_core::EventSeq,
+    ) -> Followed {
+        self.with(|w| follower.handle_page(events, oldest, head, w))
     }
 
     fn deliver(&self, id: &ReservationId, notified: Notified<Parked>) -> usize {

@@ -29,7 +29,9 @@
 //! - [`key_quota`]: how many keys a DC may create per namespace (each keeps
 //!   a global entry forever);
 //! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
-//!   proven orphans, trim the event log.
+//!   proven orphans, trim the event log;
+//! - [`log_follow`]: which records to look at again when the DC's event log
+//!   moves (another homingd of the same DC wrote them).
 //!
 //! Still decided in the drivers (issue 18, later steps): resolve, watch
 //! cursors, inspect and scan, drain scopes.
@@ -50,6 +52,7 @@ pub mod failure;
 #[cfg(test)]
 mod fixture;
 pub mod key_quota;
+pub mod log_follow;
 pub mod mutation;
 pub mod retries;
 pub mod time;
@@ -68,6 +71,7 @@ pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADRO
 pub use drain::{Drain, DrainPoll};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
+pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use time::NodeTime;

@@ -162,6 +162,11 @@ impl<W> Waiters<W> {
         self.queues.contains_key(reservation)
     }
 
+    /// Every reservation someone waits for.
+    pub fn reservations(&self) -> impl Iterator<Item = &ReservationId> {
+        self.queues.keys()
+    }
+
     /// Until when a woken waiter has `reservation` to itself, if one does.
     pub fn handoff_until(&self, reservation: &ReservationId) -> Option<NodeTime> {
         self.queues.get(reservation).and_then(|q| q.handoff_until)
