@@ -114,7 +114,7 @@ mod tests {
         Event {
             seq,
             reservation: id(reservation),
-            key: Key::new(KeyName::new(&format!("k{reservation}")).unwrap()),
+            key: Key::new(KeyName::new(format!("k{reservation}")).unwrap()),
             token: FencingToken::new(1),
             kind: EventKind::Drained,
         }
