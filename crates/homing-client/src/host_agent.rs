@@ -26,7 +26,9 @@
 //! stays a phantom holder.
 
 use homing_core::{AcquireReply, Grant};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -96,27 +98,77 @@ pub trait LeaseTransport: Send + Sync + 'static {
     async fn send(&self, request: Request) -> Result<Reply, String>;
 }
 
-/// [`LeaseTransport`] over a homing-net [`Client`] with a host identity.
+/// [`LeaseTransport`] over a homing-net [`Client`] with a host identity, to
+/// one of the DC's homingd: a request that ends without an answer (no reply
+/// in time, a lost connection, or given up by the agent) sends the next
+/// one to the DC's next homingd, so the agent's own retry goes there.
 #[derive(Clone)]
 pub struct QuicTransport {
     client: Client,
-    peer: Peer,
+    /// The DC's homingd, in the order they are tried.
+    instances: Arc<[Peer]>,
+    /// The one asked now (an index into `instances`).
+    current: Arc<AtomicUsize>,
 }
 
 impl QuicTransport {
-    /// Sends through `client` (a host certificate of `peer.dc`) to `peer`.
-    pub fn new(client: Client, peer: Peer) -> QuicTransport {
-        QuicTransport { client, peer }
+    /// Sends through `client` (a host certificate of `dc.dc`) to `dc`, or,
+    /// once it gives no answer, to each of `alternates` (other homingd of
+    /// the same DC) in turn.
+    pub fn new(client: Client, dc: Peer, alternates: &[SocketAddr]) -> QuicTransport {
+        let mut instances = vec![dc.clone()];
+        instances.extend(alternates.iter().map(|addr| Peer {
+            addr: *addr,
+            dc: dc.dc.clone(),
+        }));
+        QuicTransport {
+            client,
+            instances: instances.into(),
+            current: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+/// A request to one homingd under way: unless it ends answered, the next
+/// request goes to the next homingd (a drop counts as no answer: the agent
+/// gave up on it at its request timeout).
+struct Asking<'a> {
+    transport: &'a QuicTransport,
+    index: usize,
+    answered: bool,
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        let transport = self.transport;
+        if !self.answered && transport.instances.len() > 1 {
+            let next = (self.index + 1) % transport.instances.len();
+            // Only if no other request moved on already.
+            let _ = transport.current.compare_exchange(
+                self.index,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 }
 
 #[async_trait]
 impl LeaseTransport for QuicTransport {
     async fn send(&self, request: Request) -> Result<Reply, String> {
-        self.client
-            .request(&self.peer, &request)
-            .await
-            .map_err(|e| e.to_string())
+        let index = self.current.load(Ordering::Relaxed) % self.instances.len();
+        let mut asking = Asking {
+            transport: self,
+            index,
+            answered: false,
+        };
+        let outcome = self.client.request(&self.instances[index], &request).await;
+        asking.answered = match &outcome {
+            Ok(_) => true,
+            Err(e) => e.reached_peer() == Some(true),
+        };
+        outcome.map_err(|e| e.to_string())
     }
 }
 
@@ -125,6 +177,10 @@ impl LeaseTransport for QuicTransport {
 pub struct HostAgentConfig {
     /// The host's own DC (its homingd); hosts may only hold leases there.
     pub dc: Peer,
+    /// Other homingd of the same DC (several may serve it over a shared DC
+    /// store): after a request `dc` did not answer, the agent's next try
+    /// goes to the next of these, and so on in turn.
+    pub alternates: Vec<SocketAddr>,
     /// The key to hold, its namespace and tag.
     pub key: KeyConfig,
     /// The actor this host runs (e.g. the address it answers on).
@@ -148,6 +204,7 @@ impl HostAgentConfig {
     pub fn new(dc: Peer, key: KeyConfig, actor: ActorId) -> HostAgentConfig {
         HostAgentConfig {
             dc,
+            alternates: Vec::new(),
             key,
             actor,
             request_timeout_ms: AGENT_REQUEST_TIMEOUT_MS_DEFAULT,
@@ -326,7 +383,11 @@ impl HostAgent {
         config: HostAgentConfig,
         actor: Arc<dyn Actor>,
     ) -> Result<Started, AgentError> {
-        let transport = Arc::new(QuicTransport::new(client, config.dc.clone()));
+        let transport = Arc::new(QuicTransport::new(
+            client,
+            config.dc.clone(),
+            &config.alternates,
+        ));
         HostAgent::start_with(transport, Arc::new(SystemClock), config, actor).await
     }
 

@@ -23,22 +23,20 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
     ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, Need, Poll, Reply, Request,
     ReservationId, Shortcut, Source, Succession, TailView, Walked,
 };
-use homing_net::{Client, Peer};
+use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::reachability::{
-    AddrSlot, Change, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route,
-};
+use crate::reachability::{Change, DcSlot, ProbeSchedule};
 
 /// Default time a resolved answer (the tail's live state) is served from cache.
 pub const TAIL_TTL_MS_DEFAULT: u64 = 1_000;
@@ -61,6 +59,9 @@ const NOT_WALKED: u64 = u64::MAX;
 pub struct ResolverConfig {
     /// Every DC the router may ask, nearest first: the global read goes to
     /// the first that answers; each chain hop goes to the reservation's owner.
+    /// A DC served by several homingd is listed once per address: requests
+    /// go to its first address that answers, and once more to the next
+    /// when one gives no answer.
     pub dcs: Vec<(DcId, SocketAddr)>,
     /// Capacity of the global-entry and chain-member caches (each), in entries.
     pub cache_entries: u64,
@@ -121,11 +122,11 @@ impl ResolverConfig {
 /// What a [`Resolver`] did about unreachable DCs, since it was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ResolverStats {
-    /// DCs suspect now (a gauge).
+    /// DCs suspect now, every address of each (a gauge).
     pub dcs_suspect: u64,
-    /// Times a DC became suspect.
+    /// Times an address of a DC became suspect.
     pub suspicions: u64,
-    /// Times a suspect DC answered again.
+    /// Times a suspect address answered again.
     pub recoveries: u64,
     /// Requests to a DC not sent because it was suspect (each answered at
     /// once instead of waiting for a timeout).
@@ -136,6 +137,9 @@ pub struct ResolverStats {
     pub probes: u64,
     /// Probes that got no answer.
     pub probes_failed: u64,
+    /// Requests sent once more to another address of the same DC after the
+    /// first gave no answer.
+    pub failovers: u64,
 }
 
 /// Where a key's actor lives.
@@ -205,15 +209,9 @@ impl From<ChainError> for ResolveError {
 }
 
 struct Inner {
-    client: Client,
-    /// The DC table; a DC's place in it is its `DcSlot` (and, one address
-    /// per DC for now, its address's `AddrSlot`).
-    dcs: Vec<Peer>,
+    /// The DCs and their addresses, which are suspect, and the probes.
+    dcs: DcTable,
     config: ResolverConfig,
-    /// Which DCs are suspect; locked briefly, never across an await.
-    reach: Mutex<Reachability>,
-    /// This resolver, for the probe loops it starts (which end when it is dropped).
-    this: Weak<Inner>,
     counters: Counters,
     /// Key → global entry; immutable facts.
     entries: moka::future::Cache<Key, ReservationId>,
@@ -236,12 +234,8 @@ struct Inner {
 
 #[derive(Default)]
 struct Counters {
-    suspicions: AtomicU64,
-    recoveries: AtomicU64,
     skipped_suspect: AtomicU64,
     stale_answers: AtomicU64,
-    probes: AtomicU64,
-    probes_failed: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -268,10 +262,8 @@ struct Answer {
 impl Answer {
     /// The answer to cache for `resolution`; `None` if its DC is not in
     /// `dcs` (a walk only ends at a DC it asked, which is in the table).
-    fn of(resolution: Resolution, dcs: &[Peer]) -> Option<Answer> {
-        let place = dcs
-            .iter()
-            .position(|p| &p.dc == resolution.reservation.dc())?;
+    fn of(resolution: Resolution, dcs: &[DcId]) -> Option<Answer> {
+        let place = dcs.iter().position(|d| d == resolution.reservation.dc())?;
         Some(Answer {
             dc: u32::try_from(place).ok()?,
             unique: resolution.reservation.unique(),
@@ -282,16 +274,16 @@ impl Answer {
     }
 
     /// Whether this answer's tail is `id`.
-    fn names(&self, id: &ReservationId, dcs: &[Peer]) -> bool {
+    fn names(&self, id: &ReservationId, dcs: &[DcId]) -> bool {
         self.unique == id.unique() && self.dc_id(dcs) == Some(id.dc())
     }
 
-    fn dc_id<'a>(&self, dcs: &'a [Peer]) -> Option<&'a DcId> {
-        dcs.get(self.dc as usize).map(|p| &p.dc)
+    fn dc_id<'a>(&self, dcs: &'a [DcId]) -> Option<&'a DcId> {
+        dcs.get(self.dc as usize)
     }
 
     /// The answer as served from cache (no round trip of this call).
-    fn cached(self, key: &Key, stale: bool, dcs: &[Peer]) -> Resolution {
+    fn cached(self, key: &Key, stale: bool, dcs: &[DcId]) -> Resolution {
         // Invariant: `of` only makes answers whose index is in `dcs`, and a
         // resolver's table never changes.
         let dc = self
@@ -334,14 +326,16 @@ pub struct Resolver {
 impl Resolver {
     /// A resolver sending through `client` (a router identity) to `config.dcs`.
     pub fn new(client: Client, config: ResolverConfig) -> Resolver {
-        let dcs = config
-            .dcs
-            .iter()
-            .map(|(dc, addr)| Peer {
-                addr: *addr,
-                dc: dc.clone(),
-            })
-            .collect();
+        // The jitter's seed: random per resolver, so routers spread their probes.
+        let seed = RandomState::new().hash_one(std::process::id());
+        let dcs = DcTable::new(
+            client,
+            &config.dcs,
+            config.probe_schedule(),
+            Duration::from_millis(config.probe_timeout_ms),
+            seed,
+            Box::new(log_change),
+        );
         let answers = moka::future::Cache::builder()
             .max_capacity(config.cache_entries)
             .time_to_live(Duration::from_millis(config.tail_ttl_ms))
@@ -352,16 +346,9 @@ impl Resolver {
                 .time_to_live(Duration::from_millis(config.absent_ttl_ms))
                 .build()
         });
-        let dc_of_addr: Vec<DcSlot> = (0..config.dcs.len()).map(DcSlot).collect();
-        // The jitter's seed: random per resolver, so routers spread their probes.
-        let seed = RandomState::new().hash_one(std::process::id());
-        let reach = Reachability::new(config.probe_schedule(), &dc_of_addr, seed);
         Resolver {
-            inner: Arc::new_cyclic(|this| Inner {
-                client,
+            inner: Arc::new(Inner {
                 dcs,
-                reach: Mutex::new(reach),
-                this: this.clone(),
                 counters: Counters::default(),
                 entries: forever(config.cache_entries),
                 members: forever(config.cache_entries),
@@ -388,7 +375,7 @@ impl Resolver {
     /// the walk's round trips; callers that waited for another's walk get
     /// the shared answer as `from_cache: true` with no round trips of their own.
     pub async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
-        let dcs = &self.inner.dcs;
+        let dcs = self.inner.dcs.dcs();
         if let Some(hit) = self.inner.answers.get(key).await {
             return Ok(hit.cached(key, false, dcs));
         }
@@ -449,7 +436,7 @@ impl Resolver {
             }) => match self.inner.remembered.get(key).await {
                 Some(old) => {
                     bump(&self.inner.counters.stale_answers);
-                    Ok(old.cached(key, true, &self.inner.dcs))
+                    Ok(old.cached(key, true, self.inner.dcs.dcs()))
                 }
                 None => Err(ResolveError::Unavailable {
                     dc,
@@ -470,7 +457,7 @@ impl Resolver {
     pub async fn report_unreachable(&self, resolution: &Resolution) {
         let answers = &self.inner.answers;
         if let Some(cached) = answers.get(&resolution.key).await
-            && cached.names(&resolution.reservation, &self.inner.dcs)
+            && cached.names(&resolution.reservation, self.inner.dcs.dcs())
         {
             answers.invalidate(&resolution.key).await;
         }
@@ -488,27 +475,24 @@ impl Resolver {
     /// What it did about unreachable DCs so far.
     pub fn stats(&self) -> ResolverStats {
         let c = &self.inner.counters;
+        let t = self.inner.dcs.counters();
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         ResolverStats {
-            dcs_suspect: self.inner.reach().dcs_suspect() as u64,
-            suspicions: get(&c.suspicions),
-            recoveries: get(&c.recoveries),
+            dcs_suspect: self.inner.dcs.dcs_suspect() as u64,
+            suspicions: get(&t.suspicions),
+            recoveries: get(&t.recoveries),
             skipped_suspect: get(&c.skipped_suspect),
             stale_answers: get(&c.stale_answers),
-            probes: get(&c.probes),
-            probes_failed: get(&c.probes_failed),
+            probes: get(&t.probes),
+            probes_failed: get(&t.probes_failed),
+            failovers: get(&t.failovers),
         }
     }
 
     /// Whether `dc` is suspect now (not asked until a probe gets an answer);
     /// false for a DC not in the table.
     pub fn is_suspect(&self, dc: &DcId) -> bool {
-        let inner = &self.inner;
-        inner
-            .dcs
-            .iter()
-            .position(|p| &p.dc == dc)
-            .is_some_and(|slot| inner.reach().dc_suspect(DcSlot(slot)))
+        self.inner.dcs.is_suspect(dc)
     }
 
     /// Entries in the answer cache (approximate; for metrics).
@@ -524,7 +508,7 @@ impl Resolver {
     #[doc(hidden)]
     pub async fn prime(&self, resolution: Resolution) {
         let key = resolution.key.clone();
-        if let Some(answer) = Answer::of(resolution, &self.inner.dcs) {
+        if let Some(answer) = Answer::of(resolution, self.inner.dcs.dcs()) {
             self.inner.answers.insert(key, answer).await;
         }
     }
@@ -592,7 +576,7 @@ impl Inner {
             return Ok(walk.handle_global(Some(entry), Source::Cache));
         }
         let mut last_error = None;
-        for (slot, peer) in self.dcs.iter().enumerate() {
+        for (slot, dc) in self.dcs.dcs().iter().enumerate() {
             let request = Request::Resolve { key: key.clone() };
             match self.ask(DcSlot(slot), &request).await {
                 Ok(Reply::Resolved { entry, segment }) => {
@@ -607,11 +591,11 @@ impl Inner {
                     if let (Ok(()), Some(entry), Some(segment)) = (&step, &entry, segment)
                         && walk.poll() == &Poll::Need(Need::Reservation(entry.clone()))
                     {
-                        step = walk.handle_segment(&peer.dc, segment, Source::Local);
+                        step = walk.handle_segment(dc, segment, Source::Local);
                     }
                     return Ok(step);
                 }
-                Ok(other) => last_error = Some(unexpected(&peer.dc, "resolve", &other)),
+                Ok(other) => last_error = Some(unexpected(dc, "resolve", &other)),
                 Err(e) => last_error = Some(e),
             }
         }
@@ -625,19 +609,15 @@ impl Inner {
         walk: &mut ChainWalk,
         id: &ReservationId,
     ) -> Result<Result<(), ChainError>, ResolveError> {
-        let Some(slot) = self.dcs.iter().position(|p| &p.dc == id.dc()) else {
+        let Some(slot) = self.dcs.slot(id.dc()) else {
             return Err(ResolveError::Unavailable {
                 dc: id.dc().clone(),
                 reason: "not in this router's dc table".to_string(),
                 suspect: false,
             });
         };
-        let peer = &self.dcs[slot];
         let asked = self
-            .ask(
-                DcSlot(slot),
-                &Request::ResolveReservation { id: id.clone() },
-            )
+            .ask(slot, &Request::ResolveReservation { id: id.clone() })
             .await;
         let reply = match asked {
             Ok(reply) => reply,
@@ -655,7 +635,7 @@ impl Inner {
             Reply::Error(e) if e.kind.disowns() => {
                 Ok(walk.handle_disowned(id.dc(), Source::Remote))
             }
-            other => Err(unexpected(&peer.dc, "resolve_reservation", &other)),
+            other => Err(unexpected(id.dc(), "resolve_reservation", &other)),
         }
     }
 
@@ -667,7 +647,7 @@ impl Inner {
     async fn around_silent_dc(
         &self,
         walk: &mut ChainWalk,
-        slot: usize,
+        slot: DcSlot,
         silent: ResolveError,
     ) -> Result<Result<(), ChainError>, ResolveError> {
         let at = match walk.handle_unreachable() {
@@ -689,8 +669,8 @@ impl Inner {
             key,
             id: at.clone(),
         };
-        for other in (0..self.dcs.len()).filter(|s| *s != slot) {
-            match self.ask(DcSlot(other), &request).await {
+        for other in (0..self.dcs.dcs().len()).map(DcSlot).filter(|s| *s != slot) {
+            match self.ask(other, &request).await {
                 Ok(Reply::Successor {
                     succession: Some(succession),
                     hint: theirs,
@@ -717,30 +697,21 @@ impl Inner {
     /// One request to the DC in `slot`, unless it is suspect: then
     /// `Unavailable` at once. Timeouts and connect failures make it suspect.
     async fn ask(&self, slot: DcSlot, request: &Request) -> Result<Reply, ResolveError> {
-        let dc = &self.dcs[slot.0].dc;
-        let unavailable = |reason: String| ResolveError::Unavailable {
-            dc: dc.clone(),
-            reason,
-            suspect: false,
-        };
-        let route = self.reach().route(slot);
-        let addr = match route {
-            Route::Ask(addr) => addr,
-            Route::Suspect { since } => {
-                bump(&self.counters.skipped_suspect);
+        let dc = &self.dcs.dcs()[slot.0];
+        let timeout = Duration::from_millis(self.config.hop_timeout_ms);
+        let reply = match self.dcs.ask(slot, request, timeout).await {
+            Ok(reply) => reply,
+            Err(unanswered) => {
+                let suspect = matches!(unanswered, Unanswered::Suspect { .. });
+                if suspect {
+                    bump(&self.counters.skipped_suspect);
+                }
                 return Err(ResolveError::Unavailable {
                     dc: dc.clone(),
-                    reason: format!(
-                        "suspect (no answer for {} ms); not asked until a probe gets one",
-                        since.elapsed().as_millis()
-                    ),
-                    suspect: true,
+                    reason: unanswered.to_string(),
+                    suspect,
                 });
             }
-        };
-        let reply = match self.send(addr, request, self.config.hop_timeout_ms).await {
-            Ok(reply) => reply,
-            Err(e) => return Err(unavailable(e)),
         };
         match reply {
             Reply::Error(e) => match e.kind {
@@ -749,7 +720,11 @@ impl Inner {
                     reason: e.message,
                     suspect: false,
                 }),
-                ErrorKind::Overloaded | ErrorKind::Internal => Err(unavailable(e.to_string())),
+                ErrorKind::Overloaded | ErrorKind::Internal => Err(ResolveError::Unavailable {
+                    dc: dc.clone(),
+                    reason: e.to_string(),
+                    suspect: false,
+                }),
                 // Left to the walk: see `hop_step`.
                 ref kind
                     if kind.disowns() && matches!(request, Request::ResolveReservation { .. }) =>
@@ -761,107 +736,21 @@ impl Inner {
             reply => Ok(reply),
         }
     }
-
-    /// Sends `request` to `addr` within `timeout_ms` and tells the
-    /// reachability what came of it: any reply is an answer; a timeout or
-    /// a failed connection is a failure. Errors are the reason, as text.
-    async fn send(
-        &self,
-        addr: AddrSlot,
-        request: &Request,
-        timeout_ms: u64,
-    ) -> Result<Reply, String> {
-        // One address per DC for now: the address slot is the DC's.
-        let peer = &self.dcs[addr.0];
-        let timeout = Duration::from_millis(timeout_ms);
-        let (outcome, reached) =
-            match tokio::time::timeout(timeout, self.client.request(peer, request)).await {
-                Err(_) => (
-                    Err(format!("no answer within {timeout_ms} ms")),
-                    Some(false),
-                ),
-                Ok(Err(e)) => (Err(e.to_string()), e.reached_peer()),
-                Ok(Ok(reply)) => (Ok(reply), Some(true)),
-            };
-        let now = Instant::now();
-        let change = match reached {
-            Some(true) => self.reach().handle_answer(addr, now),
-            Some(false) => self.reach().handle_failure(addr, now),
-            None => None,
-        };
-        if let Some(change) = change {
-            self.changed(change);
-        }
-        outcome
-    }
-
-    /// Logs a transition (once per transition, not per request), counts
-    /// it, and starts the probe loop of a new suspicion.
-    fn changed(&self, change: Change) {
-        let peer = &self.dcs[change.addr.0];
-        let (dc, addr) = (&peer.dc, peer.addr);
-        if change.suspect {
-            bump(&self.counters.suspicions);
-            warn!(
-                %dc,
-                %addr,
-                dc_suspect = change.dc_changed,
-                "dc suspect: no answer; not waited for until a probe gets one"
-            );
-            if let Some(this) = self.this.upgrade() {
-                let loop_ = probe_loop(Arc::downgrade(&this), change.addr, change.epoch);
-                tokio::spawn(loop_);
-            }
-        } else {
-            bump(&self.counters.recoveries);
-            let suspect_ms = change.suspect_for.as_millis() as u64;
-            info!(%dc, %addr, suspect_ms, "dc answers again");
-        }
-    }
-
-    fn reach(&self) -> std::sync::MutexGuard<'_, Reachability> {
-        // A panic while holding the lock left the state consistent (each
-        // method updates it in one step): keep using it.
-        self.reach
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
 }
 
-/// Probes a suspect address until it answers (or the resolver is gone),
-/// when [`Reachability::poll_probe`] says, with a request that cannot
-/// change anything: reservation 0 of the address's DC (any reply is an
-/// answer, even "unknown reservation").
-async fn probe_loop(resolver: Weak<Inner>, addr: AddrSlot, epoch: u64) {
-    loop {
-        let Some(inner) = resolver.upgrade() else {
-            return;
-        };
-        let step = inner.reach().poll_probe(addr, epoch, Instant::now());
-        match step {
-            ProbeStep::Stop => return,
-            ProbeStep::WaitUntil(at) => {
-                drop(inner);
-                tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
-            }
-            ProbeStep::Send => {
-                bump(&inner.counters.probes);
-                let probe = Request::ResolveReservation {
-                    id: ReservationId::new(inner.dcs[addr.0].dc.clone(), 0),
-                };
-                let timeout_ms = inner.config.probe_timeout_ms;
-                // An answer is reported (and clears the suspicion) inside `send`.
-                let answered = inner.send(addr, &probe, timeout_ms).await.is_ok();
-                if !answered {
-                    bump(&inner.counters.probes_failed);
-                }
-                let now = Instant::now();
-                let change = inner.reach().handle_probe(addr, epoch, answered, now);
-                if let Some(change) = change {
-                    inner.changed(change);
-                }
-            }
-        }
+/// Logs an address's change between answering and suspect, once per change.
+fn log_change(peer: &Peer, change: &Change) {
+    let (dc, addr) = (&peer.dc, peer.addr);
+    if change.suspect {
+        warn!(
+            %dc,
+            %addr,
+            dc_suspect = change.dc_changed,
+            "dc suspect: no answer; not waited for until a probe gets one"
+        );
+    } else {
+        let suspect_ms = change.suspect_for.as_millis() as u64;
+        info!(%dc, %addr, suspect_ms, "dc answers again");
     }
 }
 

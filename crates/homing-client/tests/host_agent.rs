@@ -555,3 +555,51 @@ async fn quic_a_daemon_that_stops_answering_gets_the_actor_soft_then_hard_termin
     // Hard at 500 ms after the acquire was sent (the recorder started a little earlier).
     assert!(calls[1].1 < 1_000, "{calls:?}");
 }
+
+/// A DC served by two homingd: the agent's homingd stops answering after
+/// the grant; its renewal times out there, the next attempt goes to the
+/// other homingd, and the actor runs on untouched through several lease
+/// lengths (without the move to the next homingd it is soft- then
+/// hard-terminated within one).
+#[tokio::test]
+async fn quic_a_host_renews_through_the_dcs_other_homingd_when_its_own_goes_silent() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let first = TestDc::start(&ca, "iad").await;
+    let second = TestDc::start(&ca, "iad").await;
+    // 3 s leases: renew at ~1 s, soft stop at 2 s after the send.
+    let policy = LeasePolicy::new(3_000, 333, 1_000, 500, 100).unwrap();
+    for dc in [&first, &second] {
+        *dc.script.policy.lock().unwrap() = Some(policy);
+    }
+    let actor = Arc::new(Recorder {
+        start: Instant::now(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let config = HostAgentConfig {
+        request_timeout_ms: 150,
+        retry_interval_ms: 50,
+        alternates: vec![second.peer().addr],
+        ..HostAgentConfig::new(
+            first.peer(),
+            KeyConfig::named(KeyName::new("room").unwrap()),
+            ActorId::new("a").unwrap(),
+        )
+    };
+    let started = HostAgent::start(client(&ca, Role::Host, Some("iad")), config, actor.clone());
+    let AcquireReply::Acquired(agent) = started.await.unwrap() else {
+        panic!("expected a grant");
+    };
+    first.script.silent.store(true, Ordering::SeqCst);
+    // Three renewals answered by the second homingd: past a whole lease.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while second.script.count("renew") < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("renewals reach the second homingd");
+    assert_eq!(agent.state(), AgentState::Holding);
+    assert!(actor.calls().is_empty(), "{:?}", actor.calls());
+    agent.stop().await.unwrap();
+    assert_eq!(second.script.count("release"), 1);
+}

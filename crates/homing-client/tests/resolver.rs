@@ -512,3 +512,47 @@ async fn a_dc_that_timed_out_is_suspect_and_not_waited_for_until_a_probe_gets_an
     let stats = resolver.stats();
     assert_eq!((stats.dcs_suspect, stats.suspicions), (0, 1), "{stats:?}");
 }
+
+/// A DC served by two homingd (listed twice in the table): the first stops
+/// answering; the resolve that meets its silence is sent once more to the
+/// second and answered (one timeout, no failure), and the next resolves go
+/// straight to the second while the first is suspect.
+#[tokio::test]
+async fn a_dc_with_two_homingd_answers_through_the_second_when_the_first_is_silent() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let first = TestDc::start(&ca, "iad").await;
+    let second = TestDc::start(&ca, "iad").await;
+    let tail = || segment("room", vec![], Some(active("iad.7", "10.1.0.7:9000", 3)));
+    for dc in [&first, &second] {
+        dc.script.entry(&key("room"), &id("iad.7"), Some(tail()));
+        dc.script.segment(&id("iad.7"), tail());
+    }
+    first.script.silent.store(true, Ordering::SeqCst);
+    let config = ResolverConfig {
+        tail_ttl_ms: 0,
+        hop_timeout_ms: 500,
+        probe_interval_ms: 60_000,
+        probe_interval_max_ms: 60_000,
+        ..ResolverConfig::new(vec![first.entry(), second.entry()])
+    };
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    let answer = resolver.resolve(&key("room")).await.unwrap();
+    assert_eq!(answer.reservation, id("iad.7"));
+    let stats = resolver.stats();
+    assert_eq!(
+        (stats.failovers, stats.suspicions, stats.dcs_suspect),
+        (1, 1, 0),
+        "one address suspect, the dc is not: {stats:?}"
+    );
+    assert!(!resolver.is_suspect(&DcId::new("iad").unwrap()));
+    let asked_first = first.script.count("resolve");
+    for _ in 0..5 {
+        resolver.resolve(&key("room")).await.unwrap();
+    }
+    assert_eq!(
+        first.script.count("resolve"),
+        asked_first,
+        "a suspect address is not asked again"
+    );
+    assert_eq!(resolver.stats().failovers, 1);
+}

@@ -22,7 +22,8 @@
 //!
 //! Suspicion is per address, so a DC listing several homingd addresses is
 //! routed to one that answers and is suspect only when all of them are.
-//! Today's DC tables hold one address per DC.
+//! homingd's peer table and the Resolver's DC table list a DC once per
+//! homingd serving it (homing-net's `DcTable` drives this for both).
 //!
 //! Driver order: `route` before each request; `handle_answer` or
 //! `handle_failure` after it; on a [`Change`] to suspect, start a probe loop

@@ -41,7 +41,7 @@ pub struct Settings {
     /// HTTP address for /metrics and /healthz; unset disables the endpoint.
     #[arg(long, env = "HOMING_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Peer DCs as DC=ADDR, repeatable (env: comma-separated), e.g. fra=10.0.2.1:7400.
+    /// Peer DCs as DC=ADDR, repeatable (env: comma-separated), e.g. fra=10.0.2.1:7400; a DC served by several homingd is listed once per address (fra=10.0.2.1:7400,fra=10.0.2.2:7400), and a request goes to its next address when one does not answer.
     #[arg(long = "peer", env = "HOMING_PEERS", value_delimiter = ',', value_parser = parse_peer)]
     #[serde(default, deserialize_with = "peers_from_table")]
     pub peers: Option<Vec<(String, SocketAddr)>>,
@@ -177,11 +177,30 @@ fn parse_peer(text: &str) -> Result<(String, SocketAddr), String> {
     Ok((dc.to_string(), addr))
 }
 
+/// A peer DC's entry in the config file: one address, or a list of them (a
+/// DC served by several homingd).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PeerAddrs {
+    One(SocketAddr),
+    Several(Vec<SocketAddr>),
+}
+
 fn peers_from_table<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Vec<(String, SocketAddr)>>, D::Error> {
-    let table = Option::<BTreeMap<String, SocketAddr>>::deserialize(d)?;
-    Ok(table.map(|t| t.into_iter().collect()))
+    let table = Option::<BTreeMap<String, PeerAddrs>>::deserialize(d)?;
+    Ok(table.map(|t| {
+        t.into_iter()
+            .flat_map(|(dc, addrs)| {
+                let addrs = match addrs {
+                    PeerAddrs::One(addr) => vec![addr],
+                    PeerAddrs::Several(addrs) => addrs,
+                };
+                addrs.into_iter().map(move |addr| (dc.clone(), addr))
+            })
+            .collect()
+    }))
 }
 
 macro_rules! overlay {
@@ -302,8 +321,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// HTTP metrics address, if enabled.
     pub metrics_listen: Option<SocketAddr>,
-    /// Peer DCs.
-    pub peers: BTreeMap<DcId, SocketAddr>,
+    /// Peer DCs and their homingd addresses (a DC with several homingd is
+    /// listed once per address, in the order given).
+    pub peers: Vec<(DcId, SocketAddr)>,
     /// Data directory (redb stores).
     pub data_dir: PathBuf,
     /// CA certificate file.
@@ -410,15 +430,19 @@ impl Config {
         let server_limits = server_limits(&s)?;
         let dc =
             DcId::new(s.dc.ok_or(ConfigError::Missing("dc"))?).map_err(|e| invalid("dc", e))?;
-        let mut peers = BTreeMap::new();
+        let mut peers: Vec<(DcId, SocketAddr)> = Vec::new();
         for (name, addr) in s.peers.unwrap_or_default() {
             let peer = DcId::new(name).map_err(|e| invalid("peers", e))?;
             if peer == dc {
                 return Err(invalid("peers", format!("{peer} is this daemon's own dc")));
             }
-            if peers.insert(peer.clone(), addr).is_some() {
-                return Err(invalid("peers", format!("{peer} is listed twice")));
+            if peers.contains(&(peer.clone(), addr)) {
+                return Err(invalid(
+                    "peers",
+                    format!("{peer} at {addr} is listed twice"),
+                ));
             }
+            peers.push((peer, addr));
         }
         let d = LeasePolicy::DEFAULT;
         let policy = LeasePolicy::new(
@@ -580,6 +604,7 @@ mod tests {
             key = "node-iad.key"
             [peers]
             fra = "127.0.0.1:7401"
+            sin = ["127.0.0.1:7402", "127.0.0.1:7403"]
             "#,
         )
         .unwrap()
@@ -589,7 +614,18 @@ mod tests {
     fn a_minimal_file_validates_with_defaults() {
         let config = Config::from_settings(minimal()).unwrap();
         assert_eq!(config.dc.as_str(), "iad");
-        assert_eq!(config.peers.len(), 1);
+        let sin = DcId::new("sin").unwrap();
+        let peers: Vec<_> = config
+            .peers
+            .iter()
+            .map(|(dc, a)| (dc.as_str(), a.port()))
+            .collect();
+        assert_eq!(
+            peers,
+            [("fra", 7401), ("sin", 7402), ("sin", 7403)],
+            "a dc listed with several homingd keeps each address, in order"
+        );
+        assert!(config.peers.iter().any(|(dc, _)| *dc == sin));
         assert_eq!(config.dc_store, StoreKind::Redb);
         assert_eq!(config.policy, LeasePolicy::DEFAULT);
     }

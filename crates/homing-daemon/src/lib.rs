@@ -153,7 +153,7 @@ impl Daemon {
         let compactor = start_compactor(config, &metrics).await?;
         let client = Client::new(tls, ClientLimits::default())?;
         let peers = Peers::new(
-            config.peers.clone(),
+            &config.peers,
             client,
             Duration::from_millis(config.peer_timeout_ms),
             metrics.clone(),

@@ -8,21 +8,21 @@
 //! probe gets an answer from it, requests that need it (a walk, a link, an
 //! await) answer `Unavailable` at once instead of each waiting for the peer
 //! timeout, so a partition between DCs does not stall requests at every DC.
+//! A DC served by several homingd is listed once per address: a request
+//! goes to one that answers, and once more to the next when it does not
+//! ([`homing_net::DcTable`]).
 
-use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use homing_core::reachability::{
-    AddrSlot, Change, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route,
-};
+use homing_core::reachability::{Change, ProbeSchedule};
 use homing_core::{
     AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, Key, LinkReply, Reply, Request,
     ReservationId, Segment, ShortcutNotice,
 };
-use homing_net::{Client, Peer};
+use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
 use tracing::{info, warn};
 
@@ -79,50 +79,48 @@ pub struct Peers {
 }
 
 struct Shared {
-    /// The peer table; a peer's place in it is its `DcSlot` and (one
-    /// address per DC) its `AddrSlot`.
-    table: Vec<Peer>,
-    client: Client,
+    /// The peer DCs and their addresses, which are suspect, and the probes.
+    table: DcTable,
     timeout: Duration,
     metrics: Arc<Metrics>,
-    /// Which peers are suspect; locked briefly, never across an await.
-    reach: Mutex<Reachability>,
 }
 
 impl Peers {
-    /// Peers reachable through `client`, each request bounded by `timeout`
-    /// (also each probe of a suspect peer).
+    /// Peers at `table`'s addresses (a DC listed once per homingd),
+    /// reachable through `client`, each request bounded by `timeout` (also
+    /// each probe of a suspect address).
     pub fn new(
-        table: BTreeMap<DcId, SocketAddr>,
+        table: &[(DcId, SocketAddr)],
         client: Client,
         timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Peers {
-        let table: Vec<Peer> = table
-            .into_iter()
-            .map(|(dc, addr)| Peer { addr, dc })
-            .collect();
-        let slots: Vec<DcSlot> = (0..table.len()).map(DcSlot).collect();
         // The jitter's seed: random per daemon, so DCs spread their probes.
         let seed = RandomState::new().hash_one(std::process::id());
-        let reach = Reachability::new(ProbeSchedule::default(), &slots, seed);
+        let on_change = {
+            let metrics = metrics.clone();
+            Box::new(move |peer: &Peer, change: &Change| log_change(&metrics, peer, change))
+        };
+        let table = DcTable::new(
+            client,
+            table,
+            ProbeSchedule::default(),
+            timeout,
+            seed,
+            on_change,
+        );
         Peers {
             shared: Arc::new(Shared {
                 table,
-                client,
                 timeout,
                 metrics,
-                reach: Mutex::new(reach),
             }),
         }
     }
 
     /// Whether `dc` is suspect now (not asked until a probe gets an answer).
     pub fn is_suspect(&self, dc: &DcId) -> bool {
-        let shared = &self.shared;
-        shared
-            .slot(dc)
-            .is_some_and(|slot| shared.reach().dc_suspect(DcSlot(slot)))
+        self.shared.table.is_suspect(dc)
     }
 
     async fn call(&self, dc: &DcId, request: &Request) -> Result<Reply, PeerError> {
@@ -132,24 +130,17 @@ impl Peers {
             reason,
         };
         let slot = shared
+            .table
             .slot(dc)
             .ok_or_else(|| unavailable("not in the peer table".to_string()))?;
-        let route = shared.reach().route(DcSlot(slot));
-        let addr = match route {
-            Route::Ask(addr) => addr,
-            Route::Suspect { since } => {
-                return Err(unavailable(format!(
-                    "suspect (no answer for {} ms); not asked until a probe gets one",
-                    since.elapsed().as_millis()
-                )));
-            }
-        };
         let started = Instant::now();
         // A request that asks the peer to wait gets that much more time.
         let timeout = shared.timeout + Duration::from_millis(u64::from(request.wait_ms()));
-        let reply = Shared::send(&self.shared, addr, request, timeout)
+        let reply = shared
+            .table
+            .ask(slot, request, timeout)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e: Unanswered| unavailable(e.to_string()))?;
         if request.wait_ms() == 0 {
             shared.metrics.peer(dc.as_str(), started.elapsed());
         }
@@ -247,98 +238,23 @@ impl Peers {
     }
 }
 
-impl Shared {
-    fn slot(&self, dc: &DcId) -> Option<usize> {
-        self.table.iter().position(|p| &p.dc == dc)
+/// Logs an address's change between answering and suspect, once per
+/// change, and shows it in the metrics.
+fn log_change(metrics: &Metrics, peer: &Peer, change: &Change) {
+    let (dc, addr) = (&peer.dc, peer.addr);
+    // The DC's gauge moves when all its addresses are suspect, or one answers again.
+    if change.dc_changed {
+        metrics.peer_suspect(dc.as_str(), change.suspect);
     }
-
-    fn reach(&self) -> MutexGuard<'_, Reachability> {
-        // Each method updates the state in one step: a panic elsewhere while
-        // it was locked left it consistent.
-        self.reach
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Sends `request` to `addr` within `timeout` and tells the
-    /// reachability what came of it (any reply is an answer; a timeout or
-    /// a failed connection a failure). Errors are the reason, as text.
-    async fn send(
-        shared: &Arc<Shared>,
-        addr: AddrSlot,
-        request: &Request,
-        timeout: Duration,
-    ) -> Result<Reply, String> {
-        let peer = &shared.table[addr.0];
-        let (outcome, reached) =
-            match tokio::time::timeout(timeout, shared.client.request(peer, request)).await {
-                Err(_) => (
-                    Err(format!("no answer within {} ms", timeout.as_millis())),
-                    Some(false),
-                ),
-                Ok(Err(e)) => (Err(e.to_string()), e.reached_peer()),
-                Ok(Ok(reply)) => (Ok(reply), Some(true)),
-            };
-        let now = Instant::now();
-        let change = match reached {
-            Some(true) => shared.reach().handle_answer(addr, now),
-            Some(false) => shared.reach().handle_failure(addr, now),
-            None => None,
-        };
-        if let Some(change) = change {
-            Shared::changed(shared, change);
-        }
-        outcome
-    }
-
-    /// Logs a transition once and starts the probe loop of a new suspicion.
-    fn changed(shared: &Arc<Shared>, change: Change) {
-        let peer = &shared.table[change.addr.0];
-        let (dc, addr) = (&peer.dc, peer.addr);
-        shared.metrics.peer_suspect(dc.as_str(), change.suspect);
-        if change.suspect {
-            warn!(
-                peer = %dc,
-                %addr,
-                "peer suspect: no answer; not waited for until a probe gets one"
-            );
-            let probes = probe_loop(Arc::downgrade(shared), change.addr, change.epoch);
-            tokio::spawn(probes);
-        } else {
-            let suspect_ms = change.suspect_for.as_millis() as u64;
-            info!(peer = %dc, %addr, suspect_ms, "peer answers again");
-        }
-    }
-}
-
-/// Probes a suspect peer until it answers (or the daemon's peers are gone),
-/// when [`Reachability::poll_probe`] says, with a request that changes
-/// nothing: reservation 0 of that DC (any reply is an answer).
-async fn probe_loop(shared: Weak<Shared>, addr: AddrSlot, epoch: u64) {
-    loop {
-        let Some(live) = shared.upgrade() else {
-            return;
-        };
-        let step = live.reach().poll_probe(addr, epoch, Instant::now());
-        match step {
-            ProbeStep::Stop => return,
-            ProbeStep::WaitUntil(at) => {
-                drop(live);
-                tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
-            }
-            ProbeStep::Send => {
-                let probe = Request::ResolveReservation {
-                    id: ReservationId::new(live.table[addr.0].dc.clone(), 0),
-                };
-                let answered = Shared::send(&live, addr, &probe, live.timeout)
-                    .await
-                    .is_ok();
-                let now = Instant::now();
-                let change = live.reach().handle_probe(addr, epoch, answered, now);
-                if let Some(change) = change {
-                    Shared::changed(&live, change);
-                }
-            }
-        }
+    if change.suspect {
+        warn!(
+            peer = %dc,
+            %addr,
+            dc_suspect = change.dc_changed,
+            "peer suspect: no answer; not waited for until a probe gets one"
+        );
+    } else {
+        let suspect_ms = change.suspect_for.as_millis() as u64;
+        info!(peer = %dc, %addr, suspect_ms, "peer answers again");
     }
 }

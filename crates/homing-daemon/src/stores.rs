@@ -548,7 +548,8 @@ pub fn check_global_store_shared(config: &Config) -> Result<(), ConfigError> {
     if config.global_store != StoreKind::Redb || config.peers.is_empty() {
         return Ok(());
     }
-    let peers: Vec<&str> = config.peers.keys().map(DcId::as_str).collect();
+    let mut peers: Vec<&str> = config.peers.iter().map(|(dc, _)| dc.as_str()).collect();
+    peers.dedup();
     Err(ConfigError::Invalid {
         field: "global_store",
         reason: format!(

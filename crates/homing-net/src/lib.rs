@@ -25,6 +25,7 @@
 
 mod admission;
 mod client;
+mod dc_table;
 mod error;
 pub mod frame;
 pub mod identity;
@@ -39,6 +40,7 @@ mod unacked;
 
 pub use admission::Refusal;
 pub use client::Client;
+pub use dc_table::{DcTable, DcTableCounters, OnChange, Unanswered};
 pub use error::NetError;
 pub use identity::{CertIdentityError, identity_from_cert, identity_uri, node_server_name};
 pub use limits::{ClientLimits, ConnectionShares, ServerLimits};

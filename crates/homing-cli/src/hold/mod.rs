@@ -261,7 +261,7 @@ async fn hold(args: HoldArgs, report: &Report) -> anyhow::Result<Exit> {
     let mut interrupts = Interrupts::new().context("installing signal handlers")?;
     group::become_subreaper().context("becoming the subreaper of COMMAND's group")?;
     let actor = plan.config.actor.clone();
-    let quic = QuicTransport::new(plan.client, plan.config.dc.clone());
+    let quic = QuicTransport::new(plan.client, plan.config.dc.clone(), &plan.config.alternates);
     let (transport, lease) = ObservedTransport::new(quic);
     let (terminate, calls) = mpsc::unbounded_channel();
     let start = HostAgent::start_with(

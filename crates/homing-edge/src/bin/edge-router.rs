@@ -28,7 +28,7 @@ struct Args {
     /// Directory with ca.pem and router.pem/router.key, as written by `homing certs`.
     #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
     certs: PathBuf,
-    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated).
+    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated). A DC served by several homingd is given once per address (iad=10.0.1.1:7400,iad=10.0.1.2:7400): requests go to the next when one does not answer.
     #[arg(
         long = "dc",
         env = "HOMING_DCS",
