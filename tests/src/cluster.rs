@@ -58,8 +58,8 @@ pub fn lease_of(actor: &str) -> homing_core::LeaseKey {
 }
 
 /// An `Acquire` of `name` for `actor`, sent now, under the actor's lease
-/// key: sent again within 6 s of its end, it is a retry of it (answered
-/// with its reply); a new logical acquire takes [`acquire_anew`].
+/// key: sent again while it runs, it is a retry of it (and joins it); a new
+/// logical acquire takes [`acquire_anew`].
 pub fn acquire(name: &str, actor: &str) -> Request {
     acquire_under(name, actor, lease_of(actor))
 }
@@ -404,6 +404,26 @@ impl Cluster {
             .await
             .expect("etcd reachable");
         (daemon, global)
+    }
+
+    /// Starts one more homingd of `dc`, named `name`, sharing the stores of
+    /// the one the cluster started (so the cluster's DC store must be etcd:
+    /// OPERATIONS "Several homingd per DC"), on an address of its own, with
+    /// `extra_args` after the cluster's flags. Peers of other DCs do not
+    /// know it.
+    pub async fn start_instance(&self, dc: &DcId, name: &str, extra_args: &[&str]) -> Homingd {
+        let mut spec = self.daemons[dc].spec().clone();
+        assert_eq!(
+            spec.dc_store,
+            DcStoreSpec::Etcd,
+            "instances share an etcd dc store"
+        );
+        spec.listen = free_udp_addr();
+        spec.data_dir = self.dir.path().join(name);
+        spec.log = self.dir.path().join(format!("{name}.log"));
+        spec.extra_args
+            .extend(extra_args.iter().map(|a| a.to_string()));
+        Homingd::start(spec).await.expect("the instance starts")
     }
 
     /// The etcd cluster (to kill a member).

@@ -195,6 +195,11 @@ impl Homingd {
         }
     }
 
+    /// How it runs.
+    pub fn spec(&self) -> &HomingdSpec {
+        &self.spec
+    }
+
     /// Its DC.
     pub fn dc(&self) -> &DcId {
         &self.spec.dc

@@ -66,7 +66,7 @@ fn transport(dc: &LoneDc, lose: u32) -> Arc<LosesAcquireReplies> {
         dc: dc.dc(),
     };
     Arc::new(LosesAcquireReplies {
-        inner: QuicTransport::new(dc.client(Role::Host), peer),
+        inner: QuicTransport::new(dc.client(Role::Host), peer, &[]),
         lose,
         acquires: AtomicU32::new(0),
         lost: Mutex::new(Vec::new()),

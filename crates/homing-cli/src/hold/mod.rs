@@ -98,7 +98,7 @@ pub struct HoldArgs {
     /// Directory with ca.pem and host-<dc>.pem/.key, as written by `homing certs`.
     #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
     certs: PathBuf,
-    /// The host's own DC as NAME=ADDR (the first, if repeated; env: HOMING_DCS).
+    /// The host's own DC as NAME=ADDR (the first, if repeated; env: HOMING_DCS). The same DC given again names its other homingd, tried in turn when one does not answer.
     #[arg(long = "dc", env = "HOMING_DCS", value_delimiter = ',')]
     dcs: Vec<String>,
     /// Signal sent to COMMAND's group at the soft deadline (TERM, INT, HUP, USR1, …).
@@ -217,10 +217,14 @@ impl Plan {
                 homing_core::wire::WAIT_MS_MAX
             );
         }
-        let (dc, addr) = reach::parse_dc_table(&args.dcs)?
-            .into_iter()
-            .next()
-            .context("empty --dc table")?;
+        let table = reach::parse_dc_table(&args.dcs)?;
+        let (dc, addr) = table.first().cloned().context("empty --dc table")?;
+        // The same DC listed again: its other homingd.
+        let alternates: Vec<std::net::SocketAddr> = table[1..]
+            .iter()
+            .filter(|(other, _)| *other == dc)
+            .map(|(_, addr)| *addr)
+            .collect();
         let key = KeyConfig {
             name: Some(KeyName::new(args.key.as_str()).context("key")?),
             namespace: Namespace::new(args.namespace.as_str()).context("--namespace")?,
@@ -234,6 +238,7 @@ impl Plan {
         let tls = reach::load_identity(&args.certs, &identity)?;
         let client = reach::closed_at_exit(Client::new(&tls, ClientLimits::default())?);
         let mut config = HostAgentConfig::new(Peer { addr, dc }, key, actor);
+        config.alternates = alternates;
         config.wait_ms = args.wait_ms;
         config.request_timeout_ms = args.request_timeout_ms;
         Ok(Plan {
