@@ -12,11 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
-    ErrorReply, Event, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey,
-    LeasePolicy, LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply,
-    Reply, Request, ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut,
-    ShortcutNotice, Source, StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy,
-    Walked, Written,
+    ErrorReply, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy,
+    LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
+    ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
+    StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written,
     succession::{confirmation_of, superseding},
     wire,
 };
@@ -25,7 +24,8 @@ use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
-    GlobalRead, JOINS_MAX, KeyQuota, LogFollower, Mutations, Update, UpdatePoll, member_named,
+    GlobalRead, JOINS_MAX, KeyQuota, LogFollower, Mutations, Update, UpdatePoll, WatchPoll,
+    WatchRead, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -42,12 +42,7 @@ use crate::waiters::{WaitLimits, Waiters};
 /// Most records one `Inspect` or `Scan` reply carries: a record encodes to at
 /// most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
 pub const INSPECT_RECORDS_MAX: usize = 48;
-/// Most encoded bytes of events one `Watch` reply carries (the rest of the
-/// 64 KiB frame is headroom).
-pub const WATCH_REPLY_BYTES_MAX: usize = 48 * 1024;
-/// Most event pages one `Watch` reads looking for events in its scope before
-/// answering with none (but a moved cursor).
-pub const WATCH_PAGES_MAX: usize = 8;
+pub use homing_node::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX};
 
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
 pub fn store_now() -> StoreTime {
@@ -1090,97 +1085,56 @@ impl Node {
     }
 
     /// This DC's events after `after` in `scope`; waits up to `wait_ms` for
-    /// one when there are none.
+    /// one when there are none (homing-node's [`WatchRead`] decides).
     async fn watch(
         &self,
         scope: &NamespaceScope,
-        mut after: EventSeq,
+        after: EventSeq,
         wait_ms: u32,
     ) -> Result<Reply, Failure> {
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
         let mut changes = self.changes.subscribe();
-        let mut checked_cursor = false;
         let mut parked: Option<Parked<'_>> = None;
-        loop {
-            changes.mark_unchanged();
-            let mut events: Vec<Event> = Vec::new();
-            let mut bytes = 0;
-            let mut more = false;
-            for _ in 0..WATCH_PAGES_MAX {
-                let page = self
-                    .timed("dc_events", self.records.events(after, EVENTS_LIMIT_MAX))
-                    .await?;
-                // A cursor of 0 starts from the oldest event kept; any other
-                // must not point before it, or the watcher missed events.
-                if !checked_cursor && after > 0 && after + 1 < page.oldest {
-                    return Err(fail(
-                        ErrorKind::Trimmed {
-                            oldest: page.oldest,
-                        },
-                        format!(
-                            "events {}..{} were trimmed (events_retained); resume from {}",
-                            after + 1,
-                            page.oldest - 1,
-                            page.oldest - 1
-                        ),
-                    ));
+        let mut read = WatchRead::new(scope.clone(), after, EVENTS_LIMIT_MAX);
+        changes.mark_unchanged();
+        let done = loop {
+            match read.poll() {
+                WatchPoll::Read { after, limit } => {
+                    let page = self
+                        .timed("dc_events", self.records.events(*after, *limit))
+                        .await?;
+                    read.handle_page(page.events, page.oldest, page.head);
                 }
-                if !checked_cursor && after > page.head {
-                    return Err(fail(
-                        ErrorKind::BadRequest,
-                        format!(
-                            "cursor {after} is beyond this dc's last event {}: a cursor of another dc or another log",
-                            page.head
-                        ),
-                    ));
-                }
-                checked_cursor = true;
-                let full = page.events.len() == EVENTS_LIMIT_MAX;
-                more = full;
-                for event in page.events {
-                    if scope.contains(&event.key.namespace) {
-                        let size = wire::encode(&event).map_or(usize::MAX, |b| b.len());
-                        if bytes + size > WATCH_REPLY_BYTES_MAX {
-                            return Ok(Reply::Events {
-                                events,
-                                next: after,
-                            });
-                        }
-                        bytes += size;
-                        events.push(event.clone());
+                WatchPoll::Done(done) => break done.clone(),
+                WatchPoll::Park => {
+                    if tokio::time::Instant::now() >= deadline {
+                        break read.answer_now();
                     }
-                    after = event.seq;
+                    if parked.is_none() {
+                        parked = Some(Parked::take(&self.watches_parked, self.watches_parked_max).ok_or_else(|| {
+                            fail(
+                                ErrorKind::Overloaded,
+                                format!(
+                                    "{} watches are parked at this dc (watches_parked_max); retry later",
+                                    self.watches_parked_max
+                                ),
+                            )
+                        })?);
+                    }
+                    tokio::select! {
+                        _ = changes.changed() => {
+                            changes.mark_unchanged();
+                            read.handle_moved();
+                        }
+                        _ = tokio::time::sleep_until(deadline) => break read.answer_now(),
+                        _ = self.closed() => break read.answer_now(),
+                    }
                 }
-                if !full {
-                    break;
-                }
             }
-            // Events found, or pages read without reaching the head: answer
-            // now (with a moved cursor) rather than wait for a change.
-            if !events.is_empty() || more {
-                return Ok(Reply::Events {
-                    events,
-                    next: after,
-                });
-            }
-            if parked.is_none() && tokio::time::Instant::now() < deadline {
-                parked = Some(Parked::take(&self.watches_parked, self.watches_parked_max).ok_or_else(|| {
-                    fail(
-                        ErrorKind::Overloaded,
-                        format!(
-                            "{} watches are parked at this dc (watches_parked_max); retry later",
-                            self.watches_parked_max
-                        ),
-                    )
-                })?);
-            }
-            tokio::select! {
-                _ = changes.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(Reply::Events { events, next: after }),
-                _ = self.closed() => return Ok(Reply::Events { events, next: after }),
-            }
-        }
+        };
+        let (events, next) = done.map_err(Failure::Reply)?;
+        Ok(Reply::Events { events, next })
     }
 
     /// One page of this DC's records in `scope`.

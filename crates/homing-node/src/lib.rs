@@ -31,10 +31,13 @@
 //! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
 //!   proven orphans, trim the event log;
 //! - [`log_follow`]: which records to look at again when the DC's event log
-//!   moves (another homingd of the same DC wrote them).
+//!   moves (another homingd of the same DC wrote them);
 //!
-//! Still decided in the drivers (issue 18, later steps): resolve, watch
-//! cursors, inspect and scan, drain scopes.
+//! - [`watch`]: a watcher's cursor rules — trimmed or foreign cursors
+//!   refused, scope, reply bounds, when to park.
+//!
+//! Still decided in the drivers (issue 18, later steps): resolve, inspect
+//! and scan, drain scopes.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
 //! feature `mutations`), so a simulator sweep that catches it is evidence
@@ -59,6 +62,7 @@ pub mod time;
 pub mod update;
 pub mod upkeep;
 pub mod waiters;
+pub mod watch;
 
 pub use acquire::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ,
@@ -78,3 +82,4 @@ pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 pub use waiters::{Full, Notified, Ticket, WaitLimits, Waiters, Wake};
+pub use watch::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX, WatchPoll, WatchRead};

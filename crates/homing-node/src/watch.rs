@@ -1,0 +1,310 @@
+//! A `Watch { scope, after, wait_ms }`: the cursor rules of reading a DC's
+//! event log for a watcher, as a sans-IO stepper. The driver reads pages and
+//! parks the request; this decides what each page means:
+//!
+//! - a cursor of 0 starts from the oldest event kept; any other cursor must
+//!   not point before it (the watcher would miss trimmed events: refused
+//!   `Trimmed` with where to resume) nor past the log's head (a cursor of
+//!   another DC or another log: refused);
+//! - only events in the scope are answered, at most [`WATCH_REPLY_BYTES_MAX`]
+//!   encoded bytes of them; the cursor moves past every event read, in the
+//!   scope or not, so a watcher of a quiet scope does not re-read a busy
+//!   log's other events;
+//! - a round reads on while pages come back full, at most
+//!   [`WATCH_PAGES_MAX`] pages: a round that reads that many without
+//!   reaching the head answers at once (perhaps no events, but a moved
+//!   cursor) instead of parking;
+//! - a round that reaches the head with nothing in scope parks until the
+//!   log moves or the wait runs out ([`WatchPoll::Park`]), then reads again
+//!   from where it stopped.
+//!
+//! ```text
+//! Read ─ page ─► (cursor bad) Done(Err)
+//!   │  └─ page full, pages left this round ─► Read (next page)
+//!   │  └─ events in scope, or the page bound reached ─► Done(Ok)
+//!   └─ head reached, nothing in scope ─► Park ─ log moved ─► Read
+//! ```
+
+use homing_core::{ErrorKind, ErrorReply, Event, EventSeq, NamespaceScope, wire};
+
+/// Most encoded bytes of events one `Watch` reply carries (the rest of the
+/// 64 KiB frame is headroom).
+pub const WATCH_REPLY_BYTES_MAX: usize = 48 * 1024;
+/// Most event pages one round of a `Watch` reads looking for events in its
+/// scope before answering with none (but a moved cursor).
+pub const WATCH_PAGES_MAX: usize = 8;
+
+/// What the driver must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchPoll {
+    /// Read the events after `after`, at most `limit`; answer with
+    /// [`WatchRead::handle_page`].
+    Read {
+        /// The cursor.
+        after: EventSeq,
+        /// The page size.
+        limit: usize,
+    },
+    /// Nothing in scope up to the head: wait until the log moves (then
+    /// [`WatchRead::handle_moved`]) or the request's wait runs out (then
+    /// answer [`WatchRead::answer_now`]).
+    Park,
+    /// Finished: the events in scope and the cursor to resume from, or why
+    /// the cursor cannot be served.
+    Done(Result<(Vec<Event>, EventSeq), ErrorReply>),
+}
+
+/// One `Watch` request's reading of the log.
+#[derive(Debug)]
+pub struct WatchRead {
+    scope: NamespaceScope,
+    /// The last event read (in scope or not).
+    after: EventSeq,
+    page_limit: usize,
+    /// The cursor was checked against the log (done on the first page).
+    checked: bool,
+    /// Events in scope found this round, and their encoded bytes.
+    events: Vec<Event>,
+    bytes: usize,
+    /// Pages read this round.
+    pages: usize,
+    poll: WatchPoll,
+}
+
+impl WatchRead {
+    /// A watch of `scope` from cursor `after`, reading pages of `page_limit`
+    /// events (the store's page bound).
+    pub fn new(scope: NamespaceScope, after: EventSeq, page_limit: usize) -> WatchRead {
+        WatchRead {
+            scope,
+            after,
+            page_limit,
+            checked: false,
+            events: Vec::new(),
+            bytes: 0,
+            pages: 0,
+            poll: WatchPoll::Read {
+                after,
+                limit: page_limit,
+            },
+        }
+    }
+
+    /// What to do next.
+    pub fn poll(&self) -> &WatchPoll {
+        &self.poll
+    }
+
+    /// A page of events after the cursor, with the oldest event kept and the
+    /// log's head.
+    pub fn handle_page(&mut self, events: Vec<Event>, oldest: EventSeq, head: EventSeq) {
+        if !self.checked {
+            if let Err(refusal) = self.check_cursor(oldest, head) {
+                self.poll = WatchPoll::Done(Err(refusal));
+                return;
+            }
+            self.checked = true;
+        }
+        self.pages += 1;
+        let full = events.len() >= self.page_limit;
+        for event in events {
+            if event.seq <= self.after {
+                continue;
+            }
+            if self.scope.contains(&event.key.namespace) {
+                let size = wire::encode(&event).map_or(usize::MAX, |b| b.len());
+                if self.bytes.saturating_add(size) > WATCH_REPLY_BYTES_MAX {
+                    // This event starts the next reply.
+                    self.poll = self.answer();
+                    return;
+                }
+                self.bytes += size;
+                self.events.push(event.clone());
+            }
+            self.after = event.seq;
+        }
+        self.poll = if full && self.pages < WATCH_PAGES_MAX {
+            WatchPoll::Read {
+                after: self.after,
+                limit: self.page_limit,
+            }
+        } else if !self.events.is_empty() || full {
+            // Events found, or pages read without reaching the head: answer
+            // now (with a moved cursor) rather than wait for a change.
+            self.answer()
+        } else {
+            WatchPoll::Park
+        };
+    }
+
+    /// The log moved while parked: read again from the cursor (a new round).
+    pub fn handle_moved(&mut self) {
+        self.pages = 0;
+        self.poll = WatchPoll::Read {
+            after: self.after,
+            limit: self.page_limit,
+        };
+    }
+
+    /// The request's wait ran out (or the DC shuts down): answer what this
+    /// round found, with the cursor as it stands.
+    pub fn answer_now(&mut self) -> Result<(Vec<Event>, EventSeq), ErrorReply> {
+        let WatchPoll::Done(done) = self.answer() else {
+            unreachable!("answer() is Done")
+        };
+        self.poll = WatchPoll::Done(done.clone());
+        done
+    }
+
+    fn answer(&mut self) -> WatchPoll {
+        WatchPoll::Done(Ok((std::mem::take(&mut self.events), self.after)))
+    }
+
+    fn check_cursor(&self, oldest: EventSeq, head: EventSeq) -> Result<(), ErrorReply> {
+        let after = self.after;
+        if after > 0 && after + 1 < oldest {
+            return Err(ErrorReply::new(
+                ErrorKind::Trimmed { oldest },
+                format!(
+                    "events {}..{} were trimmed (events_retained); resume from {}",
+                    after + 1,
+                    oldest - 1,
+                    oldest - 1
+                ),
+            ));
+        }
+        if after > head {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                format!(
+                    "cursor {after} is beyond this dc's last event {head}: a cursor of another dc or another log"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homing_core::{EventKind, FencingToken, Key, KeyName, Namespace};
+
+    const PAGE: usize = 4;
+
+    fn event(seq: EventSeq, namespace: &str) -> Event {
+        Event {
+            seq,
+            reservation: format!("iad.{seq}").parse().unwrap(),
+            key: Key {
+                namespace: Namespace::new(namespace).unwrap(),
+                ..Key::new(KeyName::new(format!("k{seq}-{}", "x".repeat(100))).unwrap())
+            },
+            token: FencingToken::FIRST,
+            kind: EventKind::Drained,
+        }
+    }
+
+    fn games() -> NamespaceScope {
+        NamespaceScope::exact(Namespace::new("games").unwrap())
+    }
+
+    fn done(read: &WatchRead) -> Result<(Vec<EventSeq>, EventSeq), ErrorKind> {
+        match read.poll() {
+            WatchPoll::Done(Ok((events, next))) => {
+                Ok((events.iter().map(|e| e.seq).collect(), *next))
+            }
+            WatchPoll::Done(Err(e)) => Err(e.kind.clone()),
+            other => panic!("not done: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cursor_before_the_oldest_kept_event_is_refused_with_where_to_resume() {
+        let mut read = WatchRead::new(games(), 3, PAGE);
+        read.handle_page(vec![event(10, "games")], 10, 10);
+        assert_eq!(done(&read), Err(ErrorKind::Trimmed { oldest: 10 }));
+        // Cursor 0 starts from the oldest kept; 9 resumes exactly there.
+        for after in [0, 9] {
+            let mut read = WatchRead::new(games(), after, PAGE);
+            read.handle_page(vec![event(10, "games")], 10, 10);
+            assert_eq!(done(&read), Ok((vec![10], 10)));
+        }
+    }
+
+    #[test]
+    fn a_cursor_past_the_head_is_refused() {
+        let mut read = WatchRead::new(games(), 11, PAGE);
+        read.handle_page(vec![], 1, 10);
+        assert_eq!(done(&read), Err(ErrorKind::BadRequest));
+    }
+
+    #[test]
+    fn only_events_in_scope_are_answered_and_the_cursor_passes_the_others() {
+        let mut read = WatchRead::new(games(), 0, PAGE);
+        let page = vec![event(1, "chat"), event(2, "games"), event(3, "chat")];
+        read.handle_page(page, 1, 3);
+        assert_eq!(done(&read), Ok((vec![2], 3)));
+    }
+
+    #[test]
+    fn nothing_in_scope_up_to_the_head_parks_then_reads_on_from_the_cursor() {
+        let mut read = WatchRead::new(games(), 0, PAGE);
+        read.handle_page(vec![event(1, "chat")], 1, 1);
+        assert_eq!(read.poll(), &WatchPoll::Park);
+        read.handle_moved();
+        assert_eq!(
+            read.poll(),
+            &WatchPoll::Read {
+                after: 1,
+                limit: PAGE
+            }
+        );
+        read.handle_page(vec![event(2, "games")], 1, 2);
+        assert_eq!(done(&read), Ok((vec![2], 2)));
+    }
+
+    #[test]
+    fn a_round_of_full_pages_out_of_scope_answers_at_the_bound_with_a_moved_cursor() {
+        let mut read = WatchRead::new(games(), 0, PAGE);
+        let mut seq = 0;
+        for _ in 0..WATCH_PAGES_MAX {
+            let page: Vec<Event> = (0..PAGE)
+                .map(|_| {
+                    seq += 1;
+                    event(seq, "chat")
+                })
+                .collect();
+            assert!(matches!(read.poll(), WatchPoll::Read { .. }));
+            read.handle_page(page, 1, 1_000);
+        }
+        let read_events = (WATCH_PAGES_MAX * PAGE) as EventSeq;
+        assert_eq!(done(&read), Ok((vec![], read_events)));
+    }
+
+    #[test]
+    fn a_reply_stops_at_its_byte_bound_and_the_next_starts_at_the_first_left_out() {
+        let mut read = WatchRead::new(games(), 0, 1_000);
+        let page: Vec<Event> = (1..=1_000).map(|s| event(s, "games")).collect();
+        read.handle_page(page, 1, 1_000);
+        let (events, next) = done(&read).unwrap();
+        assert!(
+            !events.is_empty() && events.len() < 1_000,
+            "{}",
+            events.len()
+        );
+        assert_eq!(
+            next,
+            *events.last().unwrap(),
+            "resume right after the last answered"
+        );
+    }
+
+    #[test]
+    fn a_wait_that_runs_out_answers_the_cursor_as_it_stands() {
+        let mut read = WatchRead::new(games(), 0, PAGE);
+        read.handle_page(vec![event(1, "chat"), event(2, "chat")], 1, 2);
+        assert_eq!(read.poll(), &WatchPoll::Park);
+        assert_eq!(read.answer_now().unwrap(), (vec![], 2));
+    }
+}
