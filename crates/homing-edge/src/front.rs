@@ -45,8 +45,11 @@ use crate::pool::PooledBody;
 use crate::route::{origin_form, route};
 use crate::router::{EdgeRouter, Refusal};
 
-/// Most bytes read from a client at once.
-const READ_BYTES: usize = 16 * 1024;
+/// Most bytes read from a client at once (hyper's first read buffer size).
+const READ_BYTES: usize = 8 * 1024;
+/// A read or write buffer grown past this (a large head, a large answer)
+/// is not kept for the connection's next request, in bytes.
+const BUFFER_KEEP_BYTES: usize = 64 * 1024;
 /// Response bytes gathered before they are written, at most (plus one piece).
 const WRITE_BYTES: usize = 64 * 1024;
 
@@ -114,6 +117,13 @@ async fn serve(router: EdgeRouter, mut connection: Http1Connection) -> std::io::
         let keep = exchange(&router, &mut connection, &mut read, &mut write, &request).await?;
         if !keep {
             return close(&mut connection).await;
+        }
+        // An idle connection holds at most a read's worth and a head.
+        if write.capacity() > BUFFER_KEEP_BYTES {
+            write = Vec::new();
+        }
+        if read.is_empty() && read.capacity() > BUFFER_KEEP_BYTES {
+            read = BytesMut::new();
         }
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use homing_client::{Resolution, ResolveError, Resolver};
 use homing_core::Key;
 use http_body_util::combinators::BoxBody;
@@ -370,7 +370,8 @@ impl EdgeRouter {
         BodyBuffer {
             max: self.inner.config.request_body_bytes_max,
             bodies: &self.inner.bodies,
-            chunks: Vec::new(),
+            first: Bytes::new(),
+            rest: BytesMut::new(),
             len: 0,
             counted: None,
         }
@@ -550,10 +551,17 @@ impl Refusal {
 /// A request body being buffered, bounded in size (413), and with every
 /// other body buffered at once in bytes (503): each piece is counted as it
 /// arrives, and the count is held until the buffer's permits are dropped.
+/// A body that arrives in one piece is kept as it came (no copy); one in
+/// several is copied into one buffer as it arrives, so what is held stays
+/// within twice the bytes counted however small the pieces (a chunked body
+/// of one-byte chunks would otherwise hold a 32-byte handle per byte).
 pub(crate) struct BodyBuffer<'r> {
     max: usize,
     bodies: &'r Semaphore,
-    chunks: Vec<Bytes>,
+    /// The body while it is one piece.
+    first: Bytes,
+    /// The body once it is more than one piece.
+    rest: BytesMut,
     len: usize,
     counted: Option<SemaphorePermit<'r>>,
 }
@@ -584,16 +592,23 @@ impl<'r> BodyBuffer<'r> {
             Some(counted) => counted.merge(permit),
             None => self.counted = Some(permit),
         }
-        self.chunks.push(data);
+        if self.first.is_empty() && self.rest.is_empty() {
+            self.first = data;
+        } else {
+            if self.rest.is_empty() {
+                self.rest = BytesMut::from(&std::mem::take(&mut self.first)[..]);
+            }
+            self.rest.extend_from_slice(&data);
+        }
         Ok(())
     }
 
     /// The whole body, and the permits that count its bytes.
-    pub(crate) fn finish(mut self) -> (Bytes, Option<SemaphorePermit<'r>>) {
-        let body = match self.chunks.len() {
-            0 => Bytes::new(),
-            1 => self.chunks.swap_remove(0),
-            _ => Bytes::from(self.chunks.concat()),
+    pub(crate) fn finish(self) -> (Bytes, Option<SemaphorePermit<'r>>) {
+        let body = if self.rest.is_empty() {
+            self.first
+        } else {
+            self.rest.freeze()
         };
         (body, self.counted)
     }
@@ -647,5 +662,61 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     for name in HOP_BY_HOP {
         headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_in_many_small_pieces_is_held_in_one_buffer_within_twice_its_size() {
+        const PIECES: usize = 10_000;
+        let bodies = Semaphore::new(1 << 20);
+        let mut buffer = BodyBuffer {
+            max: 1 << 20,
+            bodies: &bodies,
+            first: Bytes::new(),
+            rest: BytesMut::new(),
+            len: 0,
+            counted: None,
+        };
+        for i in 0..PIECES {
+            buffer
+                .push(Bytes::from(vec![b'a' + (i % 26) as u8]))
+                .unwrap();
+            let held = buffer.first.len() + buffer.rest.capacity();
+            assert!(held <= 2 * (i + 1) + 64, "{held} bytes held for {}", i + 1);
+        }
+        let (body, counted) = buffer.finish();
+        assert_eq!(body.len(), PIECES);
+        assert_eq!(&body[..3], b"abc");
+        assert_eq!(counted.map(|c| c.num_permits()), Some(PIECES));
+        assert_eq!(
+            bodies.available_permits(),
+            1 << 20,
+            "released with the permits"
+        );
+    }
+
+    #[test]
+    fn a_body_in_one_piece_is_kept_as_it_came() {
+        let bodies = Semaphore::new(1 << 20);
+        let mut buffer = BodyBuffer {
+            max: 4,
+            bodies: &bodies,
+            first: Bytes::new(),
+            rest: BytesMut::new(),
+            len: 0,
+            counted: None,
+        };
+        let piece = Bytes::from_static(b"abcd");
+        buffer.push(piece.clone()).unwrap();
+        assert_eq!(
+            buffer.push(Bytes::from_static(b"e")),
+            Err(StatusCode::PAYLOAD_TOO_LARGE)
+        );
+        let (body, _) = buffer.finish();
+        assert_eq!(body.as_ptr(), piece.as_ptr(), "not copied");
     }
 }
