@@ -81,44 +81,20 @@ async fn serve(router: EdgeRouter, mut connection: Http1Connection) -> std::io::
         let len = match read_head(&mut connection, &mut read).await? {
             Head::Complete(len) => len,
             Head::Closed => return Ok(()),
-            Head::Refused(error) => {
-                tracing::debug!(%error, "request head refused");
-                write_plain(
-                    &mut connection,
-                    &mut write,
-                    error.status(),
-                    &[],
-                    false,
-                    true,
-                )
-                .await?;
-                return close(&mut connection).await;
-            }
+            Head::Refused(error) => return refuse_head(&mut connection, &mut write, &error).await,
         };
         let _in_flight = connection.request_started();
         let head = read.split_to(len).freeze();
         let mut slots = h1::request_slots();
         let request = match h1::parse_request(&head, &mut slots) {
             Ok(request) => request,
-            Err(error) => {
-                tracing::debug!(%error, "request head refused");
-                write_plain(
-                    &mut connection,
-                    &mut write,
-                    error.status(),
-                    &[],
-                    false,
-                    true,
-                )
-                .await?;
-                return close(&mut connection).await;
-            }
+            Err(error) => return refuse_head(&mut connection, &mut write, &error).await,
         };
         let keep = exchange(&router, &mut connection, &mut read, &mut write, &request).await?;
         if !keep {
             return close(&mut connection).await;
         }
-        // An idle connection holds at most a read's worth and a head.
+        // Buffers grown by a large head or answer are not kept.
         if write.capacity() > BUFFER_KEEP_BYTES {
             write = Vec::new();
         }
@@ -126,6 +102,18 @@ async fn serve(router: EdgeRouter, mut connection: Http1Connection) -> std::io::
             read = BytesMut::new();
         }
     }
+}
+
+/// Answers a refused request head with its status (no body), then ends
+/// the connection.
+async fn refuse_head(
+    connection: &mut Http1Connection,
+    write: &mut Vec<u8>,
+    error: &HeadError,
+) -> std::io::Result<()> {
+    tracing::debug!(%error, "request head refused");
+    write_plain(connection, write, error.status(), &[], false, true).await?;
+    close(connection).await
 }
 
 /// Ends the connection: what was written is flushed and a FIN sent.
