@@ -144,7 +144,7 @@ impl ActorHost {
             let landed = landed.clone();
             async move { Ok::<_, Infallible>(landed_response(landed)) }
         });
-        let serving = serve::spawn(listener, service, config.serve, stop)?;
+        let serving = serve::spawn(listener, service, None, config.serve, stop)?;
         info!(key = %agent.key(), reservation = %agent.reservation(), %actor, "actor host serving");
         Ok(AcquireReply::Acquired(Box::new(ActorHost {
             agent,

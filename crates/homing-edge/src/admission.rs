@@ -17,8 +17,11 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 
 use tokio::sync::{Notify, watch};
 
@@ -132,17 +135,32 @@ impl std::fmt::Debug for Admission {
 
 impl Admitted {
     /// Marks the connection as having sent a request: it is no longer
-    /// evicted for a newcomer. Cheap after the first call.
+    /// evicted for a newcomer. Cheap after the first call. Set only once
+    /// the connection left `waiting` under the lock, so a connection marked
+    /// requested can never be evicted any more (which lets [`Self::evicted`]
+    /// stop looking).
     pub(crate) fn requested(&self) {
-        if self.shared.requested.swap(true, Ordering::AcqRel) {
+        if self.shared.requested.load(Ordering::Acquire) {
             return;
         }
-        self.admission.lock().waiting.remove(&self.id);
+        let mut state = self.admission.lock();
+        // Absent: evicted just before; it stays unrequested and is dropped.
+        if state.waiting.remove(&self.id).is_some() {
+            self.shared.requested.store(true, Ordering::Release);
+        }
     }
 
-    /// Resolves once this connection was evicted for a newer one.
+    /// Resolves once this connection was evicted for a newer one; never,
+    /// without further work per poll, once it sent a request.
     pub(crate) async fn evicted(&self) {
-        self.shared.close.notified().await;
+        let mut notified = pin!(self.shared.close.notified());
+        poll_fn(|cx| {
+            if self.shared.requested.load(Ordering::Acquire) {
+                return Poll::Pending;
+            }
+            notified.as_mut().poll(cx)
+        })
+        .await;
     }
 }
 
@@ -205,5 +223,20 @@ mod tests {
         let _newcomer = admission.admit().expect("the silent one makes room");
         // The notification was stored before anyone waited: no lost wake-up.
         silent.evicted().await;
+    }
+
+    #[tokio::test]
+    async fn a_connection_evicted_just_before_its_first_request_is_told_all_the_same() {
+        let admission = Arc::new(Admission::new(1));
+        let late = admission.admit().expect("room");
+        let _newcomer = admission.admit().expect("the silent one makes room");
+        // Its request arrives after the eviction: it is not marked as
+        // requested (which would stop `evicted` from looking)…
+        late.requested();
+        assert!(!late.shared.requested.load(Ordering::Acquire));
+        // …so it learns of the eviction and its place is not held twice.
+        tokio::time::timeout(std::time::Duration::from_secs(5), late.evicted())
+            .await
+            .expect("told of the eviction");
     }
 }

@@ -1,7 +1,8 @@
 //! One accepted TCP connection, from its first byte to its close, for the
 //! router and the actor host: the protocol is detected within a deadline
-//! (the HTTP/2 preface, else HTTP/1.1), then hyper serves it while this
-//! module watches it. A connection with no request in flight for the idle
+//! (the HTTP/2 preface, else HTTP/1.1), then hyper serves it (or, for
+//! HTTP/1.1 on a listener with its own server side such as the router's,
+//! [`crate::front`]) while this module watches it. A connection with no request in flight for the idle
 //! timeout is shut down gracefully (HTTP/2: GOAWAY; HTTP/1.1: closed
 //! between requests) and dropped if it has not closed within
 //! [`IDLE_CLOSE_GRACE_MS`]; an HTTP/1 connection whose next request head
@@ -24,7 +25,7 @@
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -93,13 +94,97 @@ impl Builders {
     }
 }
 
+/// An HTTP/1.1 server side of a listener's own, in place of hyper's: given
+/// a connection (its protocol detected), serves it to its end. Watched
+/// from outside like hyper's (idle, header read and write timeouts,
+/// eviction, stop).
+pub(crate) type Http1Server = Arc<
+    dyn Fn(Http1Connection) -> Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// An HTTP/1.1 connection handed to an [`Http1Server`].
+pub(crate) struct Http1Connection {
+    /// The client's stream, the bytes read while detecting put back;
+    /// writes fail once stalled for the write timeout.
+    pub(crate) io: Prefixed,
+    activity: Arc<Activity>,
+    admitted: Arc<Admitted>,
+    closing: Arc<AtomicBool>,
+}
+
+impl Http1Connection {
+    /// A request head arrived: the connection is safe from eviction, and a
+    /// request is in flight until the returned guard is dropped (after its
+    /// response's last byte was written).
+    pub(crate) fn request_started(&self) -> InFlight {
+        self.admitted.requested();
+        self.activity.start()
+    }
+
+    /// Whether the connection is shutting down (idle too long, or the
+    /// server stopping): answer the request in flight with
+    /// `connection: close`, then end.
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+}
+
+/// A connection an [`Http1Server`] serves, as [`watch_over`] sees it: shut
+/// down gracefully, it ends at once if no request is in flight, else after
+/// the one in flight is answered.
+struct OwnHttp1 {
+    served: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>,
+    activity: Arc<Activity>,
+    closing: Arc<AtomicBool>,
+}
+
+impl Future for OwnHttp1 {
+    type Output = std::io::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.closing.load(Ordering::Acquire) && self.activity.quiet_since().is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        self.served.as_mut().poll(cx)
+    }
+}
+
+/// A connection [`watch_over`] can shut down gracefully.
+trait Watched: Future<Output = Result<(), Self::Error>> {
+    type Error: std::fmt::Display;
+    fn shut_down(self: Pin<&mut Self>);
+}
+
+impl Watched for OwnHttp1 {
+    type Error = std::io::Error;
+
+    fn shut_down(self: Pin<&mut Self>) {
+        self.closing.store(true, Ordering::Release);
+    }
+}
+
+impl<C: GracefulConnection> Watched for C
+where
+    C::Error: std::fmt::Display,
+{
+    type Error = C::Error;
+
+    fn shut_down(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
 /// Serves one accepted connection until it closes, is idle too long, is
 /// evicted before its first request, stalls a write too long, or the server
-/// stops (`stop` holds a drain time; the server bounds the drain).
+/// stops (`stop` holds a drain time; the server bounds the drain). HTTP/1.1
+/// goes to `http1` if given, else to hyper with `service`.
 pub(crate) async fn serve<S, B>(
     mut stream: TcpStream,
     builders: Arc<Builders>,
     service: S,
+    http1: Option<Http1Server>,
     mut stop: watch::Receiver<Option<std::time::Duration>>,
     admitted: Arc<Admitted>,
 ) where
@@ -133,8 +218,30 @@ pub(crate) async fn serve<S, B>(
             return;
         }
     };
-    let io = TokioIo::new(Prefixed::new(prefix, stream, builders.write_timeout));
+    let io = Prefixed::new(prefix, stream, builders.write_timeout);
     let activity = Arc::new(Activity::new());
+    let idle = builders.idle_timeout;
+    if let (Protocol::Http1, Some(http1)) = (protocol, http1) {
+        let closing = Arc::new(AtomicBool::new(false));
+        let served = http1(Http1Connection {
+            io,
+            activity: activity.clone(),
+            admitted: admitted.clone(),
+            closing: closing.clone(),
+        });
+        let connection = OwnHttp1 {
+            served,
+            activity: activity.clone(),
+            closing,
+        };
+        let quiet = Quiet {
+            idle,
+            head: Some(builders.header_read_timeout),
+        };
+        watch_over(connection, &activity, quiet, stop, &admitted).await;
+        return;
+    }
+    let io = TokioIo::new(io);
     let tracked = activity.clone();
     let requested = admitted.clone();
     let service = service_fn(move |request| {
@@ -149,7 +256,6 @@ pub(crate) async fn serve<S, B>(
             }))
         }
     });
-    let idle = builders.idle_timeout;
     match protocol {
         Protocol::Http1 => {
             let connection = builders.http1.serve_connection(io, service);
@@ -205,23 +311,23 @@ impl Quiet {
 /// Polls `connection` to its end; shuts it down when idle or stopped, drops
 /// it when an HTTP/1 request head is not read in time or when evicted
 /// (which only happens before its first request).
-async fn watch_over<C>(
+async fn watch_over<C: Watched>(
     connection: C,
     activity: &Activity,
     quiet: Quiet,
     mut stop: watch::Receiver<Option<Duration>>,
     admitted: &Admitted,
-) where
-    C: GracefulConnection,
-    C::Error: std::fmt::Display,
-{
+) {
     let mut connection = pin!(connection);
     let timer = tokio::time::sleep(quiet.shortest());
     let mut timer = pin!(timer);
     let mut shut_down = false;
     let mut watching_stop = true;
     loop {
+        // In order, without drawing a random start per wake-up: the
+        // connection is what wakes the task for almost every request.
         tokio::select! {
+            biased;
             ended = connection.as_mut() => {
                 if let Err(error) = ended {
                     debug!(%error, "connection ended with an error");
@@ -251,7 +357,7 @@ async fn watch_over<C>(
                     }
                     Some(_) if !shut_down => {
                         debug!(idle_ms = quiet.idle.as_millis() as u64, "idle: shutting down");
-                        connection.as_mut().graceful_shutdown();
+                        connection.as_mut().shut_down();
                         shut_down = true;
                         timer.as_mut().reset(now + Duration::from_millis(IDLE_CLOSE_GRACE_MS));
                     }
@@ -264,7 +370,7 @@ async fn watch_over<C>(
             changed = stop.changed(), if watching_stop => {
                 watching_stop = false;
                 if changed.is_ok() && stop.borrow().is_some() && !shut_down {
-                    connection.as_mut().graceful_shutdown();
+                    connection.as_mut().shut_down();
                     shut_down = true;
                 }
             }
@@ -306,7 +412,7 @@ impl Activity {
 
 /// One request in flight: from the service call to the end of its response
 /// body (or the drop of either).
-struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -347,7 +453,7 @@ impl<B: Body + Unpin> Body for Tracked<B> {
 /// whose writes fail with `TimedOut` once one has made no progress for the
 /// write timeout (a client that stopped reading): hyper then drops the
 /// connection and what it buffered for it.
-struct Prefixed {
+pub(crate) struct Prefixed {
     prefix: Bytes,
     stream: TcpStream,
     write_timeout: Duration,

@@ -28,6 +28,7 @@ pub mod actor_host;
 mod admission;
 pub mod config;
 pub mod connection;
+mod front;
 mod h1;
 mod json;
 pub mod network;

@@ -36,14 +36,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use homing_core::ActorId;
+use hyper::Method;
 use hyper::body::{Body, Frame, SizeHint};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, Response, Version};
+use hyper::header::{HeaderName, HeaderValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::warn;
 
-use crate::h1::{self, Decoded, Decoder, ResponseHead};
+use crate::h1::{self, Decoded, Decoder, Headers, ResponseHead};
 use crate::network::ActorNetwork;
 
 /// Request bodies up to this size are copied behind the head and sent in
@@ -60,8 +60,8 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) method: &'a Method,
     /// Origin form: the actor connection is the actor's own.
     pub(crate) path_and_query: &'a str,
-    /// End-to-end headers only: `Host` and `Content-Length` are the pool's.
-    pub(crate) headers: &'a HeaderMap,
+    /// End-to-end headers: `Host` and `Content-Length` are the pool's.
+    pub(crate) headers: Headers<'a>,
     /// Headers added (replacing any of the same name in `headers`).
     pub(crate) extra: &'a [(&'a HeaderName, &'a (dyn Display + Sync))],
     pub(crate) body: &'a Bytes,
@@ -256,7 +256,7 @@ impl ActorPool {
         self: &Arc<Self>,
         actor: &ActorId,
         request: &Outgoing<'_>,
-    ) -> Result<Response<PooledBody>, SendError> {
+    ) -> Result<(ResponseHead, PooledBody), SendError> {
         let slot = self.slot(actor).ok_or(SendError::BadActor)?;
         if !slot.allowed {
             return Err(SendError::NotAllowed);
@@ -361,12 +361,14 @@ impl ActorPool {
         Ok(Conn::new(stream))
     }
 
+    /// The response's body, reading from `conn` (already complete, and
+    /// `conn` parked, if the response has none).
     fn response(
         self: &Arc<Self>,
         slot: Arc<Slot>,
         conn: Conn,
         head: ResponseHead,
-    ) -> Response<PooledBody> {
+    ) -> (ResponseHead, PooledBody) {
         let mut body = PooledBody {
             conn: Some(conn),
             decoder: Decoder::new(head.framing),
@@ -380,11 +382,7 @@ impl ActorPool {
         if body.decoder.is_done() {
             body.finish();
         }
-        let mut response = Response::new(body);
-        *response.status_mut() = head.status;
-        *response.version_mut() = Version::HTTP_11;
-        *response.headers_mut() = head.headers;
-        response
+        (head, body)
     }
 
     /// Parks `conn` on `slot` if there is room; sweeps old connections.

@@ -1,9 +1,11 @@
 //! Which key a request is for: the key header, else the `/k/<key>/` path
 //! prefix; and the path the actor sees.
 
+use std::borrow::Cow;
+
 use homing_core::{Key, KeyName, LabelError};
-use hyper::http::request::Parts;
-use hyper::http::uri::PathAndQuery;
+use hyper::Uri;
+use hyper::header::HeaderMap;
 use thiserror::Error;
 
 use crate::config::EdgeConfig;
@@ -30,52 +32,88 @@ impl From<LabelError> for KeyError {
 
 /// A request's key and the path and query to forward to the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Routed {
+pub struct Routed<'t> {
     /// The key.
     pub key: Key,
-    /// Path and query for the actor (the prefix removed, if it named the key).
-    pub path_and_query: PathAndQuery,
+    /// Path and query for the actor (the prefix removed, if it named the
+    /// key): a slice of the request's own target unless the key was all
+    /// of its path (`/k/<key>` forwards `/`).
+    pub path_and_query: Cow<'t, str>,
 }
 
-/// Finds the key of a request. The key name is taken as written (no
-/// percent-decoding): routers and hosts must agree on names byte for byte.
-pub fn route(parts: &Parts, config: &EdgeConfig) -> Result<Routed, KeyError> {
-    if let Some(value) = parts.headers.get(&config.key_header) {
-        let name = value
-            .to_str()
-            .map_err(|_| KeyError::Invalid("key header is not visible ascii".to_string()))?;
-        // Shared with the request's own URI: no copy.
-        let path_and_query = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+/// Finds the key of a request parsed by hyper (see [`route`]).
+pub fn route_parts<'u>(
+    headers: &HeaderMap,
+    uri: &'u Uri,
+    config: &EdgeConfig,
+) -> Result<Routed<'u>, KeyError> {
+    let header = headers.get(&config.key_header).map(|v| v.as_bytes());
+    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+    route(header, path_and_query, config)
+}
+
+/// Finds the key of a request from its key header's value (if it has one)
+/// and its target in origin form (`/path?query`, see [`origin_form`]). The
+/// key name is taken as written (no percent-decoding): routers and hosts
+/// must agree on names byte for byte.
+pub fn route<'t>(
+    key_header: Option<&[u8]>,
+    path_and_query: &'t str,
+    config: &EdgeConfig,
+) -> Result<Routed<'t>, KeyError> {
+    if let Some(value) = key_header {
+        // What hyper's `HeaderValue::to_str` accepts.
+        let name = std::str::from_utf8(value)
+            .ok()
+            .filter(|v| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)))
+            .ok_or_else(|| KeyError::Invalid("key header is not visible ascii".to_string()))?;
         return Ok(Routed {
             key: key(config, name)?,
-            path_and_query,
+            path_and_query: Cow::Borrowed(path_and_query),
         });
     }
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path_and_query, None),
+    };
     let rest = config
         .path_prefix
-        .then(|| parts.uri.path().strip_prefix(PATH_PREFIX))
+        .then(|| path.strip_prefix(PATH_PREFIX))
         .flatten()
         .ok_or(KeyError::Missing)?;
-    let (name, path) = match rest.find('/') {
+    let (name, tail) = match rest.find('/') {
         Some(at) => rest.split_at(at),
-        None => (rest, "/"),
+        None => (rest, ""),
     };
     let key = key(config, name)?;
-    let mut forwarded = path.to_string();
-    if let Some(query) = parts.uri.query() {
-        forwarded.push('?');
-        forwarded.push_str(query);
-    }
-    // A tail of a valid path and its query is a valid path and query.
-    let path_and_query = PathAndQuery::try_from(forwarded)
-        .map_err(|e| KeyError::Invalid(format!("path after the key: {e}")))?;
+    let path_and_query = if tail.is_empty() {
+        Cow::Owned(match query {
+            Some(query) => format!("/?{query}"),
+            None => "/".to_string(),
+        })
+    } else {
+        // The tail of the path and the query after it, as the client wrote them.
+        Cow::Borrowed(&path_and_query[PATH_PREFIX.len() + name.len()..])
+    };
     Ok(Routed {
         key,
         path_and_query,
+    })
+}
+
+/// A request target in origin form, as the router forwards it: origin
+/// form (and `*`) as it is, the path and query of an absolute-form target
+/// (`/` if it has none), `/` for authority form (CONNECT); `None` if it is
+/// none of these.
+pub fn origin_form(target: &str) -> Option<&str> {
+    if target.starts_with('/') || target == "*" {
+        return Some(target);
+    }
+    let uri: Uri = target.parse().ok()?;
+    Some(match uri.path_and_query() {
+        // Stored as written: the same bytes end the target.
+        Some(pq) if target.ends_with(pq.as_str()) => &target[target.len() - pq.as_str().len()..],
+        _ => "/",
     })
 }
 
@@ -90,7 +128,7 @@ fn key(config: &EdgeConfig, name: &str) -> Result<Key, KeyError> {
 mod tests {
     use super::*;
 
-    fn parts(uri: &str, header: Option<&str>) -> Parts {
+    fn parts(uri: &str, header: Option<&str>) -> hyper::http::request::Parts {
         let mut builder = hyper::Request::builder().uri(uri);
         if let Some(value) = header {
             builder = builder.header("x-homing-key", value);
@@ -100,10 +138,8 @@ mod tests {
 
     #[test]
     fn route_header_wins_and_path_is_kept() {
-        let routed = route(
-            &parts("/k/other/x?y=1", Some("room")),
-            &EdgeConfig::default(),
-        );
+        let parts = parts("/k/other/x?y=1", Some("room"));
+        let routed = route_parts(&parts.headers, &parts.uri, &EdgeConfig::default());
         let routed = routed.expect("routed");
         assert_eq!(routed.key.name.as_str(), "room");
         assert_eq!(routed.path_and_query, "/k/other/x?y=1");
@@ -112,28 +148,42 @@ mod tests {
     #[test]
     fn route_path_prefix_names_the_key_and_is_stripped() {
         let config = EdgeConfig::default();
-        let routed = route(&parts("/k/room/a/b?q=2", None), &config).expect("routed");
+        let parts = parts("/k/room/a/b?q=2", None);
+        let routed = route_parts(&parts.headers, &parts.uri, &config).expect("routed");
         assert_eq!(routed.key.name.as_str(), "room");
         assert_eq!(routed.path_and_query, "/a/b?q=2");
-        let bare = route(&parts("/k/room", None), &config).expect("routed");
+        let bare = route(None, "/k/room", &config).expect("routed");
         assert_eq!(bare.path_and_query, "/");
+        let bare = route(None, "/k/room?q=1", &config).expect("routed");
+        assert_eq!(bare.path_and_query, "/?q=1");
     }
 
     #[test]
     fn route_without_key_or_with_empty_key_is_refused() {
         let config = EdgeConfig::default();
-        assert_eq!(route(&parts("/x", None), &config), Err(KeyError::Missing));
+        assert_eq!(route(None, "/x", &config), Err(KeyError::Missing));
         assert!(matches!(
-            route(&parts("/k//x", None), &config),
+            route(None, "/k//x", &config),
+            Err(KeyError::Invalid(_))
+        ));
+        assert!(matches!(
+            route(Some(b"caf\xc3\xa9"), "/", &config),
             Err(KeyError::Invalid(_))
         ));
         let no_prefix = EdgeConfig {
             path_prefix: false,
             ..EdgeConfig::default()
         };
-        assert_eq!(
-            route(&parts("/k/room/", None), &no_prefix),
-            Err(KeyError::Missing)
-        );
+        assert_eq!(route(None, "/k/room/", &no_prefix), Err(KeyError::Missing));
+    }
+
+    #[test]
+    fn targets_in_other_forms_are_forwarded_in_origin_form() {
+        assert_eq!(origin_form("/a?b"), Some("/a?b"));
+        assert_eq!(origin_form("*"), Some("*"));
+        assert_eq!(origin_form("http://h:1/a/b?c"), Some("/a/b?c"));
+        assert_eq!(origin_form("http://h:1"), Some("/"));
+        assert_eq!(origin_form("h:443"), Some("/"));
+        assert_eq!(origin_form("::bad::"), None);
     }
 }

@@ -25,26 +25,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use homing_client::{Resolution, ResolveError, Resolver};
 use homing_core::Key;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::http::request::Parts;
-use hyper::http::uri::PathAndQuery;
 use hyper::service::service_fn;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
+use crate::front;
+use crate::h1::{HOP_BY_HOP, Headers, ResponseHead};
 use crate::json;
-use crate::pool::{ActorPool, Outgoing, SendError};
-use crate::route::{KeyError, route};
+use crate::pool::{ActorPool, Outgoing, PooledBody, SendError};
+use crate::route::{KeyError, route_parts};
 use crate::serve::{self, Serving};
 
 /// Forwards per request: the first, and one retry after a fresh resolve.
@@ -65,17 +65,6 @@ const IDENTITY_HEADERS: [HeaderName; 3] = [
     HeaderName::from_static(DC_HEADER),
     HeaderName::from_static(RESERVATION_HEADER),
     HeaderName::from_static(TOKEN_HEADER),
-];
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded.
-const HOP_BY_HOP: [HeaderName; 7] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
 ];
 
 /// Counters of what the router did, since it started.
@@ -220,7 +209,14 @@ impl EdgeRouter {
             async move { Ok::<_, Infallible>(router.handle(request).await) }
         });
         let (stop, _) = watch::channel(None);
-        serve::spawn(listener, service, self.inner.config.serve, Arc::new(stop))
+        let http1 = Some(front::server(self.clone()));
+        serve::spawn(
+            listener,
+            service,
+            http1,
+            self.inner.config.serve,
+            Arc::new(stop),
+        )
     }
 
     /// Serves on `listener` until `shutdown` resolves, then gives in-flight
@@ -239,52 +235,93 @@ impl EdgeRouter {
     }
 
     /// Routes one request; every failure is a response (see the module docs
-    /// for the statuses), never an error.
+    /// for the statuses), never an error. HTTP/2 requests come here (and
+    /// HTTP/1.1 ones on a listener without the router's own HTTP/1.1
+    /// server side, [`crate::front`]).
     pub async fn handle(&self, request: Request<Incoming>) -> Response<EdgeBody> {
-        Counters::bump(&self.inner.counters.requests);
+        self.count_request();
         let (mut parts, body) = request.into_parts();
-        let routed = match route(&parts, &self.inner.config) {
+        let routed = match route_parts(&parts.headers, &parts.uri, &self.inner.config) {
             Ok(routed) => routed,
-            Err(e) => {
-                let reason = match e {
-                    KeyError::Missing => "no_key",
-                    KeyError::Invalid(_) => "bad_key",
-                };
-                return self.refuse(StatusCode::BAD_REQUEST, reason, None, None);
-            }
+            Err(e) => return self.unroutable(&e).response(),
         };
         let key = &routed.key;
         // Hop-by-hop headers and Host go now, once for every attempt.
         strip_hop_by_hop(&mut parts.headers);
         // The body's bytes stay counted until the answer is on its way.
-        let (body, _buffered) = match self.read_body(&parts, body).await {
+        let (body, _buffered) = match self.read_body(&parts.headers, body).await {
             Ok(read) => read,
-            Err(status) => {
-                let reason = match status {
-                    StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-                    StatusCode::REQUEST_TIMEOUT => "body_timeout",
-                    StatusCode::SERVICE_UNAVAILABLE => "overloaded",
-                    _ => "bad_body",
-                };
-                return self.refuse(status, reason, Some(key), None);
-            }
+            Err(status) => return self.refuse_body(status, key).response(),
         };
+        let headers = Headers::Map(&parts.headers);
+        match self
+            .deliver(key, &parts.method, &routed.path_and_query, headers, &body)
+            .await
+        {
+            Ok((head, body)) => {
+                let mut response = Response::new(body.boxed());
+                *response.status_mut() = head.status;
+                *response.headers_mut() = head.headers();
+                response
+            }
+            Err(refusal) => refusal.response(),
+        }
+    }
+
+    /// Counts a request received.
+    pub(crate) fn count_request(&self) {
+        Counters::bump(&self.inner.counters.requests);
+    }
+
+    /// The answer to a request that names no routable key: 400.
+    pub(crate) fn unroutable(&self, error: &KeyError) -> Refusal {
+        let reason = match error {
+            KeyError::Missing => "no_key",
+            KeyError::Invalid(_) => "bad_key",
+        };
+        self.refuse(StatusCode::BAD_REQUEST, reason, None, None)
+    }
+
+    /// The answer to a body refused with `status` (see [`BodyBuffer`]).
+    pub(crate) fn refuse_body(&self, status: StatusCode, key: &Key) -> Refusal {
+        let reason = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::REQUEST_TIMEOUT => "body_timeout",
+            StatusCode::SERVICE_UNAVAILABLE => "overloaded",
+            _ => "bad_body",
+        };
+        self.refuse(status, reason, Some(key), None)
+    }
+
+    /// Resolves `key` and forwards the request to its actor: on a failure
+    /// to reach it, reports the answer unreachable and retries once on a
+    /// fresh resolve (a request that may have reached the actor only if
+    /// its method is idempotent). The response's body is read from the
+    /// actor as it is polled.
+    pub(crate) async fn deliver(
+        &self,
+        key: &Key,
+        method: &Method,
+        path_and_query: &str,
+        headers: Headers<'_>,
+        body: &Bytes,
+    ) -> Result<(ResponseHead, PooledBody), Refusal> {
         for attempt in 1..=FORWARD_ATTEMPTS_MAX {
             let at = match self.resolve(key).await {
                 Ok(at) => at,
-                Err(e) => return self.unresolved(key, &e),
+                Err(e) => return Err(self.unresolved(key, &e)),
             };
             match self
-                .forward(&at, &parts, &routed.path_and_query, &body)
+                .forward(&at, method, path_and_query, headers, body)
                 .await
             {
-                Ok(response) => return response,
+                Ok(response) => return Ok(response),
                 Err(Forward::Unreachable { error, sent }) => {
                     debug!(%key, reservation = %at.reservation, actor = %at.actor, %error, attempt, "actor unreachable");
                     self.inner.resolver.report_unreachable(&at).await;
                     // A request that may have reached the actor is sent again
                     // only if doing it twice means doing it once.
-                    if sent && !parts.method.is_idempotent() {
+                    if sent && !method.is_idempotent() {
                         break;
                     }
                     if attempt < FORWARD_ATTEMPTS_MAX {
@@ -293,39 +330,61 @@ impl EdgeRouter {
                 }
                 Err(Forward::Timeout) => {
                     self.inner.resolver.report_unreachable(&at).await;
-                    return self.refuse(
+                    return Err(self.refuse(
                         StatusCode::GATEWAY_TIMEOUT,
                         "upstream_timeout",
                         Some(key),
                         None,
-                    );
+                    ));
                 }
                 Err(Forward::NotAllowed) => {
                     Counters::bump(&self.inner.counters.actors_not_allowed);
-                    return self.refuse(
+                    return Err(self.refuse(
                         StatusCode::BAD_GATEWAY,
                         "actor_not_allowed",
                         Some(key),
                         None,
-                    );
+                    ));
                 }
                 Err(Forward::BadActor(actor)) => {
                     warn!(%key, reservation = %at.reservation, %actor, "actor id is not host:port");
-                    return self.refuse(
+                    return Err(self.refuse(
                         StatusCode::BAD_GATEWAY,
                         "bad_actor_address",
                         Some(key),
                         None,
-                    );
+                    ));
                 }
             }
         }
-        self.refuse(
+        Err(self.refuse(
             StatusCode::BAD_GATEWAY,
             "actor_unreachable",
             Some(key),
             None,
-        )
+        ))
+    }
+
+    /// A body buffer bounded by this router's limits.
+    pub(crate) fn body_buffer(&self) -> BodyBuffer<'_> {
+        BodyBuffer {
+            max: self.inner.config.request_body_bytes_max,
+            bodies: &self.inner.bodies,
+            first: Bytes::new(),
+            rest: BytesMut::new(),
+            len: 0,
+            counted: None,
+        }
+    }
+
+    /// How long a request body may take to arrive.
+    pub(crate) fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.inner.config.body_read_timeout_ms)
+    }
+
+    /// The router's configuration.
+    pub(crate) fn config(&self) -> &EdgeConfig {
+        &self.inner.config
     }
 
     /// Buffers the body (bounded in size, in time, and with every other
@@ -333,65 +392,24 @@ impl EdgeRouter {
     /// the permits that count its bytes.
     async fn read_body(
         &self,
-        parts: &Parts,
+        headers: &HeaderMap,
         body: Incoming,
     ) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
         // Most requests have none: nothing to collect.
         if body.is_end_stream() {
             return Ok((Bytes::new(), None));
         }
-        let max = self.inner.config.request_body_bytes_max;
-        let declared = parts
-            .headers
+        let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > max as u64) {
-            return Err(StatusCode::PAYLOAD_TOO_LARGE);
+        let buffer = self.body_buffer();
+        if let Some(len) = declared {
+            buffer.declare(len)?;
         }
-        let timeout = Duration::from_millis(self.inner.config.body_read_timeout_ms);
-        tokio::time::timeout(timeout, self.collect_body(body, max))
+        tokio::time::timeout(self.body_read_timeout(), collect_body(buffer, body))
             .await
             .unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
-    }
-
-    async fn collect_body(
-        &self,
-        mut body: Incoming,
-        max: usize,
-    ) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
-        let mut chunks = Vec::new();
-        let mut len = 0;
-        let mut counted: Option<SemaphorePermit<'_>> = None;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| StatusCode::BAD_REQUEST)?;
-            // Trailers are not forwarded.
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            len += data.len();
-            if len > max {
-                return Err(StatusCode::PAYLOAD_TOO_LARGE);
-            }
-            // A frame of 4 GiB or more cannot be counted: refused as overload.
-            let permits = u32::try_from(data.len()).map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
-            let permit = self
-                .inner
-                .bodies
-                .try_acquire_many(permits)
-                .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
-            match &mut counted {
-                Some(counted) => counted.merge(permit),
-                None => counted = Some(permit),
-            }
-            chunks.push(data);
-        }
-        let body = match chunks.len() {
-            0 => Bytes::new(),
-            1 => chunks.swap_remove(0),
-            _ => Bytes::from(chunks.concat()),
-        };
-        Ok((body, counted))
     }
 
     /// Resolves `key`, waiting (boundedly) while its tail is vacant.
@@ -440,10 +458,11 @@ impl EdgeRouter {
     async fn forward(
         &self,
         at: &Resolution,
-        parts: &Parts,
-        path_and_query: &PathAndQuery,
+        method: &Method,
+        path_and_query: &str,
+        headers: Headers<'_>,
         body: &Bytes,
-    ) -> Result<Response<EdgeBody>, Forward> {
+    ) -> Result<(ResponseHead, PooledBody), Forward> {
         // Tells the actor what the router resolved, so it can refuse
         // misrouted work; written straight into the request head.
         let extra: [(&HeaderName, &(dyn std::fmt::Display + Sync)); 3] = [
@@ -453,9 +472,9 @@ impl EdgeRouter {
         ];
         // Origin-form: the actor connection is the actor's own.
         let request = Outgoing {
-            method: &parts.method,
-            path_and_query: path_and_query.as_str(),
-            headers: &parts.headers,
+            method,
+            path_and_query,
+            headers,
             extra: &extra,
             body,
         };
@@ -470,15 +489,11 @@ impl EdgeRouter {
             Ok(Err(SendError::NotAllowed)) => Err(Forward::NotAllowed),
             Ok(Err(SendError::Connect(error))) => Err(Forward::Unreachable { error, sent: false }),
             Ok(Err(SendError::Broken { error, sent })) => Err(Forward::Unreachable { error, sent }),
-            Ok(Ok(response)) => {
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                Ok(Response::from_parts(parts, body.boxed()))
-            }
+            Ok(Ok(answer)) => Ok(answer),
         }
     }
 
-    fn unresolved(&self, key: &Key, error: &ResolveError) -> Response<EdgeBody> {
+    fn unresolved(&self, key: &Key, error: &ResolveError) -> Refusal {
         let (status, reason, dc) = match error {
             ResolveError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
             ResolveError::Unavailable { dc, .. } => (
@@ -501,7 +516,7 @@ impl EdgeRouter {
         reason: &str,
         key: Option<&Key>,
         dc: Option<&str>,
-    ) -> Response<EdgeBody> {
+    ) -> Refusal {
         Counters::bump(&self.inner.counters.failures);
         let mut object = json::Object::new().string("error", reason);
         if let Some(key) = key {
@@ -510,8 +525,108 @@ impl EdgeRouter {
         if let Some(dc) = dc {
             object = object.string("dc", dc);
         }
-        json_response(status, object.finish())
+        Refusal {
+            status,
+            body: object.finish(),
+        }
     }
+}
+
+/// The router's own answer to a request it did not forward (or whose
+/// forward failed): a status and a short JSON body naming the reason.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub(crate) status: StatusCode,
+    /// `{"error":reason,…}` and a newline.
+    pub(crate) body: String,
+}
+
+impl Refusal {
+    /// As a hyper response.
+    fn response(self) -> Response<EdgeBody> {
+        json_response(self.status, self.body)
+    }
+}
+
+/// A request body being buffered, bounded in size (413), and with every
+/// other body buffered at once in bytes (503): each piece is counted as it
+/// arrives, and the count is held until the buffer's permits are dropped.
+/// A body that arrives in one piece is kept as it came (no copy); one in
+/// several is copied into one buffer as it arrives, so what is held stays
+/// within twice the bytes counted however small the pieces (a chunked body
+/// of one-byte chunks would otherwise hold a 32-byte handle per byte).
+pub(crate) struct BodyBuffer<'r> {
+    max: usize,
+    bodies: &'r Semaphore,
+    /// The body while it is one piece.
+    first: Bytes,
+    /// The body once it is more than one piece.
+    rest: BytesMut,
+    len: usize,
+    counted: Option<SemaphorePermit<'r>>,
+}
+
+impl<'r> BodyBuffer<'r> {
+    /// The length the request declared: larger than the bound is refused
+    /// before a byte is read.
+    pub(crate) fn declare(&self, len: u64) -> Result<(), StatusCode> {
+        if len > self.max as u64 {
+            return Err(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        Ok(())
+    }
+
+    /// Adds the next piece of the body.
+    pub(crate) fn push(&mut self, data: Bytes) -> Result<(), StatusCode> {
+        self.len += data.len();
+        if self.len > self.max {
+            return Err(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        // A piece of 4 GiB or more cannot be counted: refused as overload.
+        let permits = u32::try_from(data.len()).map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+        let permit = self
+            .bodies
+            .try_acquire_many(permits)
+            .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+        match &mut self.counted {
+            Some(counted) => counted.merge(permit),
+            None => self.counted = Some(permit),
+        }
+        if self.first.is_empty() && self.rest.is_empty() {
+            self.first = data;
+        } else {
+            if self.rest.is_empty() {
+                self.rest = BytesMut::from(&std::mem::take(&mut self.first)[..]);
+            }
+            self.rest.extend_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    /// The whole body, and the permits that count its bytes.
+    pub(crate) fn finish(self) -> (Bytes, Option<SemaphorePermit<'r>>) {
+        let body = if self.rest.is_empty() {
+            self.first
+        } else {
+            self.rest.freeze()
+        };
+        (body, self.counted)
+    }
+}
+
+/// Reads a hyper request body into `buffer`.
+async fn collect_body(
+    mut buffer: BodyBuffer<'_>,
+    mut body: Incoming,
+) -> Result<(Bytes, Option<SemaphorePermit<'_>>), StatusCode> {
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| StatusCode::BAD_REQUEST)?;
+        // Trailers are not forwarded.
+        if let Ok(data) = frame.into_data() {
+            buffer.push(data)?;
+        }
+    }
+    Ok(buffer.finish())
 }
 
 /// A response with a JSON body.
@@ -525,10 +640,11 @@ pub(crate) fn json_response(status: StatusCode, text: String) -> Response<EdgeBo
     response
 }
 
-/// Removes the hop-by-hop headers, `Upgrade` and `Host`, in place.
+/// Removes the hop-by-hop headers ([`HOP_BY_HOP`] and those `Connection`
+/// names) and `Host`, in place.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(header::HOST);
-    let hop = |name: &HeaderName| HOP_BY_HOP.contains(name) || name == header::UPGRADE;
+    let hop = |name: &HeaderName| HOP_BY_HOP.contains(&name.as_str());
     // Most messages have none: one pass to see, no work after it.
     if !headers.keys().any(hop) {
         return;
@@ -541,8 +657,66 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(&HOP_BY_HOP) {
+    for name in &named {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_in_many_small_pieces_is_held_in_one_buffer_within_twice_its_size() {
+        const PIECES: usize = 10_000;
+        let bodies = Semaphore::new(1 << 20);
+        let mut buffer = BodyBuffer {
+            max: 1 << 20,
+            bodies: &bodies,
+            first: Bytes::new(),
+            rest: BytesMut::new(),
+            len: 0,
+            counted: None,
+        };
+        for i in 0..PIECES {
+            buffer
+                .push(Bytes::from(vec![b'a' + (i % 26) as u8]))
+                .unwrap();
+            let held = buffer.first.len() + buffer.rest.capacity();
+            assert!(held <= 2 * (i + 1) + 64, "{held} bytes held for {}", i + 1);
+        }
+        let (body, counted) = buffer.finish();
+        assert_eq!(body.len(), PIECES);
+        assert_eq!(&body[..3], b"abc");
+        assert_eq!(counted.map(|c| c.num_permits()), Some(PIECES));
+        assert_eq!(
+            bodies.available_permits(),
+            1 << 20,
+            "released with the permits"
+        );
+    }
+
+    #[test]
+    fn a_body_in_one_piece_is_kept_as_it_came() {
+        let bodies = Semaphore::new(1 << 20);
+        let mut buffer = BodyBuffer {
+            max: 4,
+            bodies: &bodies,
+            first: Bytes::new(),
+            rest: BytesMut::new(),
+            len: 0,
+            counted: None,
+        };
+        let piece = Bytes::from_static(b"abcd");
+        buffer.push(piece.clone()).unwrap();
+        assert_eq!(
+            buffer.push(Bytes::from_static(b"e")),
+            Err(StatusCode::PAYLOAD_TOO_LARGE)
+        );
+        let (body, _) = buffer.finish();
+        assert_eq!(body.as_ptr(), piece.as_ptr(), "not copied");
+    }
 }

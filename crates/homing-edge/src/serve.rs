@@ -20,7 +20,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
 use crate::admission::Admission;
-use crate::connection::{self, Builders};
+use crate::connection::{self, Builders, Http1Server};
 
 /// Default most connections served at once; at the cap a new connection
 /// takes the place of the oldest one that has not sent a request yet, or is
@@ -182,6 +182,7 @@ impl Serving {
 pub(crate) fn spawn<S, B>(
     listener: TcpListener,
     service: S,
+    http1: Option<Http1Server>,
     limits: ServeLimits,
     stop: StopSignal,
 ) -> std::io::Result<Serving>
@@ -200,6 +201,7 @@ where
     let task = tokio::spawn(accept_loop(
         listener,
         service,
+        http1,
         limits,
         admission.clone(),
         stop.subscribe(),
@@ -215,6 +217,7 @@ where
 async fn accept_loop<S, B>(
     listener: TcpListener,
     service: S,
+    http1: Option<Http1Server>,
     limits: ServeLimits,
     admission: Arc<Admission>,
     mut stop: watch::Receiver<Option<Duration>>,
@@ -247,7 +250,7 @@ async fn accept_loop<S, B>(
                 };
                 let _ = stream.set_nodelay(true);
                 // The place is held until the connection's task ends.
-                let served = connection::serve(stream, builders.clone(), service.clone(), stop.clone(), Arc::new(admitted));
+                let served = connection::serve(stream, builders.clone(), service.clone(), http1.clone(), stop.clone(), Arc::new(admitted));
                 connections.spawn(served);
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -325,7 +328,7 @@ mod tests {
             ..ServeLimits::default()
         };
         let (stop, _) = watch::channel(None);
-        let serving = spawn(listener, service, limits, Arc::new(stop)).expect("serving");
+        let serving = spawn(listener, service, None, limits, Arc::new(stop)).expect("serving");
         let mut client = tokio::net::TcpStream::connect(serving.local_addr())
             .await
             .expect("connect");

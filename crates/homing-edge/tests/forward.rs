@@ -524,3 +524,63 @@ async fn a_parked_connection_the_actor_closed_is_dropped_and_a_post_goes_on_a_ne
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_request_body_reaches_the_actor_with_its_length_and_pipelined_requests_keep_their_order()
+ {
+    bounded(async {
+        let mut actor = Scripted::start(Script::Answer).await?;
+        let scene = Scene::start("piped", actor.addr, EdgeConfig::default()).await?;
+        let mut client = TcpStream::connect(scene.serving.local_addr()).await?;
+        let requests = concat!(
+            "POST /first HTTP/1.1\r\nx-homing-key: piped\r\ntransfer-encoding: chunked\r\n\r\n",
+            "2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+            "GET /second HTTP/1.1\r\nx-homing-key: piped\r\nconnection: close\r\n\r\n",
+        );
+        client.write_all(requests.as_bytes()).await?;
+        let mut answers = Vec::new();
+        client.read_to_end(&mut answers).await?;
+        let answers = String::from_utf8_lossy(&answers);
+        assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 2, "{answers}");
+        assert!(answers.ends_with("ok"), "{answers}");
+        let heads = actor.heads_so_far();
+        assert_eq!(heads.len(), 2, "{heads:?}");
+        assert!(heads[0].starts_with("POST /first HTTP/1.1"), "{}", heads[0]);
+        assert_eq!(header(&heads[0], "content-length"), Some("5"));
+        assert_eq!(header(&heads[0], "transfer-encoding"), None);
+        assert!(heads[1].starts_with("GET /second HTTP/1.1"), "{}", heads[1]);
+        assert_eq!(header(&heads[1], "connection"), None);
+        assert_eq!(actor.accepted(), 1, "one actor connection for both");
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_gets_the_actors_answer_without_hop_by_hop_headers() {
+    bounded(async {
+        let actor = Scripted::start(Script::Answer).await?;
+        let scene = Scene::start("h2", actor.addr, EdgeConfig::default()).await?;
+        let http: Http = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+        for _ in 0..2 {
+            let request = hyper::Request::builder()
+                .uri(format!("http://{}/", scene.serving.local_addr()))
+                .header("x-homing-key", "h2")
+                .body(Full::new(Bytes::new()))?;
+            let response = http.request(request).await?;
+            assert_eq!(response.version(), hyper::Version::HTTP_2);
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.headers().get("keep-alive"), None);
+            assert_eq!(response.headers().get("content-length").unwrap(), "2");
+            let body = response.into_body().collect().await?.to_bytes();
+            assert_eq!(&body[..], b"ok");
+        }
+        assert_eq!(actor.accepted(), 1, "one actor connection for both");
+        scene.stop().await;
+        Ok(())
+    })
+    .await;
+}

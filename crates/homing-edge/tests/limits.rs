@@ -507,3 +507,182 @@ async fn a_silent_dc_costs_the_first_request_one_timeout_and_later_ones_none() {
     })
     .await;
 }
+
+// The router's own HTTP/1.1 server side: its bounds and its framing.
+
+/// A request head must end within this (hyper's read buffer bound, kept),
+/// in bytes; past it the client is answered 431.
+const REQUEST_HEAD_BYTES_MAX: usize = 8192 + 4096 * 100;
+
+/// Limits under which only the bound a test is about can end a connection.
+fn patient() -> EdgeConfig {
+    with_serve(ServeLimits {
+        detect_timeout_ms: LONG_MS,
+        header_read_timeout_ms: LONG_MS,
+        idle_timeout_ms: LONG_MS,
+        ..ServeLimits::default()
+    })
+}
+
+/// Reads `n` answers (each a head and its `Content-Length` body; a 1xx
+/// has none) from `stream`, in the order they came.
+async fn read_answers(stream: &mut TcpStream, n: usize) -> anyhow::Result<Vec<String>> {
+    let mut bytes = Vec::new();
+    let mut answers = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while answers.len() < n {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(n, _)| n.trim().eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if bytes.len() >= end + 4 + length {
+                answers.push(text[..end + 4 + length].to_string());
+                bytes.drain(..end + 4 + length);
+                continue;
+            }
+        }
+        let read = stream.read(&mut chunk).await?;
+        anyhow::ensure!(read > 0, "closed after {answers:?}, then {text:?}");
+        bytes.extend_from_slice(&chunk[..read]);
+    }
+    anyhow::ensure!(bytes.is_empty(), "more than {n} answers: {bytes:?}");
+    Ok(answers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_request_head_that_reaches_the_bound_unended_is_answered_431_and_closed() {
+    bounded(async {
+        let serving = router(patient()).await?;
+        let mut client = TcpStream::connect(serving.local_addr()).await?;
+        // Exactly the bound, never ended: all of it is read, none is left
+        // unread when the router closes.
+        let mut head = b"GET / HTTP/1.1\r\nx-long: ".to_vec();
+        head.resize(REQUEST_HEAD_BYTES_MAX, b'a');
+        let (mut reader, mut writer) = client.split();
+        let (written, answer) =
+            tokio::join!(writer.write_all(&head), read_to_close_half(&mut reader));
+        written?;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+        assert!(answer.contains("connection: close"), "{answer}");
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
+
+async fn read_to_close_half(stream: &mut tokio::net::tcp::ReadHalf<'_>) -> Vec<u8> {
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while answer.len() < ANSWER_BYTES_MAX {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_request_head_with_too_many_headers_or_bad_framing_is_refused_and_closed() {
+    bounded(async {
+        let serving = router(patient()).await?;
+        let many: String = (0..=100).map(|i| format!("x-{i}: 1\r\n")).collect();
+        let refused = [
+            (format!("GET / HTTP/1.1\r\n{many}\r\n"), "HTTP/1.1 431"),
+            (
+                "POST / HTTP/1.1\r\nx-homing-key: k\r\ntransfer-encoding: gzip\r\n\r\n".to_string(),
+                "HTTP/1.1 400",
+            ),
+            (
+                "POST / HTTP/1.1\r\nx-homing-key: k\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n".to_string(),
+                "HTTP/1.1 400",
+            ),
+            (
+                format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(65_535)),
+                "HTTP/1.1 414",
+            ),
+            ("BAD\r\n\r\n".to_string(), "HTTP/1.1 400"),
+        ];
+        for (request, status) in refused {
+            let mut client = TcpStream::connect(serving.local_addr()).await?;
+            client.write_all(request.as_bytes()).await?;
+            let answer = String::from_utf8_lossy(&read_to_close(&mut client).await).into_owned();
+            assert!(answer.starts_with(status), "{status}: {answer}");
+        }
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_pipelined_requests_are_answered_in_order_whatever_their_bodies() {
+    bounded(async {
+        let serving = router(patient()).await?;
+        let mut client = TcpStream::connect(serving.local_addr()).await?;
+        // All at once: no key; an empty key; a chunked body (read whole,
+        // so the next request starts where it ends), its key's DC silent;
+        // a length body; and the last asks to close.
+        let requests = concat!(
+            "GET / HTTP/1.1\r\nhost: router\r\n\r\n",
+            "GET / HTTP/1.1\r\nx-homing-key:\r\n\r\n",
+            "POST / HTTP/1.1\r\nx-homing-key: k\r\ntransfer-encoding: chunked\r\n\r\n",
+            "5;ext\r\nhello\r\n0\r\ntrailer: t\r\n\r\n",
+            "PUT / HTTP/1.1\r\nx-homing-key: k2\r\ncontent-length: 3\r\n\r\nabc",
+            "GET /x HTTP/1.1\r\nconnection: close\r\n\r\n",
+        );
+        client.write_all(requests.as_bytes()).await?;
+        let answers = read_answers(&mut client, 5).await?;
+        let expected = [
+            ("HTTP/1.1 400", r#"{"error":"no_key"}"#),
+            ("HTTP/1.1 400", r#"{"error":"bad_key"}"#),
+            (
+                "HTTP/1.1 503",
+                r#"{"error":"unavailable","key":"k","dc":"iad"}"#,
+            ),
+            (
+                "HTTP/1.1 503",
+                r#"{"error":"unavailable","key":"k2","dc":"iad"}"#,
+            ),
+            ("HTTP/1.1 400", r#"{"error":"no_key"}"#),
+        ];
+        for (answer, (status, body)) in answers.iter().zip(expected) {
+            assert!(answer.starts_with(status), "{status}: {answer}");
+            assert!(answer.contains("\r\ndate: "), "dated: {answer}");
+            assert!(answer.ends_with(&format!("{body}\n")), "{body}: {answer}");
+        }
+        assert!(answers[4].contains("connection: close"), "{}", answers[4]);
+        assert_eq!(read_to_close(&mut client).await, b"", "closed as asked");
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_expect_100_continue_is_answered_before_the_body_and_http1_0_is_closed_after() {
+    bounded(async {
+        let serving = router(patient()).await?;
+        let mut client = TcpStream::connect(serving.local_addr()).await?;
+        let head = "POST / HTTP/1.1\r\nx-homing-key: k\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n";
+        client.write_all(head.as_bytes()).await?;
+        let interim = read_answers(&mut client, 1).await?;
+        assert_eq!(interim, ["HTTP/1.1 100 Continue\r\n\r\n"]);
+        client.write_all(b"hello").await?;
+        let answer = read_answers(&mut client, 1).await?;
+        assert!(answer[0].starts_with("HTTP/1.1 503"), "{answer:?}");
+        // HTTP/1.0 without keep-alive: answered, then closed.
+        let mut old = TcpStream::connect(serving.local_addr()).await?;
+        old.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
+        let answer = String::from_utf8_lossy(&read_to_close(&mut old).await).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
