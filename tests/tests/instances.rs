@@ -13,6 +13,8 @@
 //!   a release made through another one, after the kill (long before it
 //!   would re-read the record on its own).
 
+#![cfg(feature = "etcd")]
+
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
 use std::sync::Arc;
