@@ -112,7 +112,7 @@ async fn refuse_head(
     error: &HeadError,
 ) -> std::io::Result<()> {
     tracing::debug!(%error, "request head refused");
-    write_plain(connection, write, error.status(), &[], false, true).await?;
+    write_plain(connection, write, error.status(), &[], false, true, false).await?;
     close(connection).await
 }
 
@@ -171,6 +171,7 @@ async fn exchange(
             &[],
             false,
             http11,
+            request.method == Method::HEAD,
         )
         .await?;
         return Ok(false);
@@ -181,19 +182,19 @@ async fn exchange(
         Ok(routed) => routed,
         Err(e) => {
             let refusal = router.unroutable(&e);
-            write_refusal(connection, write, refusal, keep_unread, http11).await?;
+            write_refusal(connection, write, refusal, keep_unread, request).await?;
             return Ok(keep_unread);
         }
     };
-    if request.expect_continue && request.body != Framing::Empty {
-        connection.io.write_all(h1::CONTINUE).await?;
-    }
+    // `100 Continue` only to HTTP/1.1 clients (RFC 9110 §10.1.1), and only
+    // once the declared length is within the bound (`read_body`).
+    let go_on = request.expect_continue && http11;
     // The body's bytes stay counted until the answer is on its way.
-    let (body, buffered) = match read_body(router, connection, read, request.body).await? {
+    let (body, buffered) = match read_body(router, connection, read, request.body, go_on).await? {
         Ok(read) => read,
         Err(status) => {
             let refusal = router.refuse_body(status, &routed.key);
-            write_refusal(connection, write, refusal, false, http11).await?;
+            write_refusal(connection, write, refusal, false, request).await?;
             return Ok(false);
         }
     };
@@ -212,7 +213,7 @@ async fn exchange(
     match answer {
         Ok(response) => write_response(connection, write, response, request, keep).await,
         Err(refusal) => {
-            write_refusal(connection, write, refusal, keep, http11).await?;
+            write_refusal(connection, write, refusal, keep, request).await?;
             Ok(keep)
         }
     }
@@ -220,12 +221,15 @@ async fn exchange(
 
 /// Buffers a request body framed by `framing`, bounded as the router
 /// bounds every body (size 413, all bodies 503, time 408; malformed or cut
-/// 400); the outer error is the connection's.
+/// 400); the outer error is the connection's. `go_on`: the client waits
+/// for `100 Continue` before sending the body, written once its declared
+/// length is known to fit.
 async fn read_body<'r>(
     router: &'r EdgeRouter,
     connection: &mut Http1Connection,
     read: &mut BytesMut,
     framing: Framing,
+    go_on: bool,
 ) -> std::io::Result<Result<(Bytes, Option<SemaphorePermit<'r>>), StatusCode>> {
     if framing == Framing::Empty {
         return Ok(Ok((Bytes::new(), None)));
@@ -235,6 +239,9 @@ async fn read_body<'r>(
         && let Err(status) = buffer.declare(len)
     {
         return Ok(Err(status));
+    }
+    if go_on {
+        connection.io.write_all(h1::CONTINUE).await?;
     }
     let mut decoder = Decoder::new(framing);
     let collect = async {
@@ -348,19 +355,23 @@ async fn flush(connection: &mut Http1Connection, write: &mut Vec<u8>) -> std::io
     Ok(())
 }
 
-/// Writes the router's own JSON answer.
+/// Writes the router's own JSON answer to `request`.
 async fn write_refusal(
     connection: &mut Http1Connection,
     write: &mut Vec<u8>,
     refusal: Refusal,
     keep: bool,
-    http11: bool,
+    request: &RequestHead<'_>,
 ) -> std::io::Result<()> {
     let body = refusal.body.as_bytes();
-    write_plain(connection, write, refusal.status, body, keep, http11).await
+    let head = request.method == Method::HEAD;
+    let status = refusal.status;
+    write_plain(connection, write, status, body, keep, request.http11, head).await
 }
 
-/// Writes an answer with a whole body (JSON if not empty).
+/// Writes an answer with a whole body (JSON if not empty); to a HEAD
+/// request, its head alone (the length it would have, no body bytes: the
+/// client reads none, and the next answer on the connection must follow).
 async fn write_plain(
     connection: &mut Http1Connection,
     write: &mut Vec<u8>,
@@ -368,6 +379,7 @@ async fn write_plain(
     body: &[u8],
     keep: bool,
     http11: bool,
+    head: bool,
 ) -> std::io::Result<()> {
     let mut headers = HeaderMap::with_capacity(2);
     if !body.is_empty() {
@@ -387,6 +399,8 @@ async fn write_plain(
         keep,
         http11,
     );
-    write.extend_from_slice(body);
+    if !head {
+        write.extend_from_slice(body);
+    }
     flush(connection, write).await
 }

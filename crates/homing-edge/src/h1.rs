@@ -769,8 +769,12 @@ impl Decoder {
     }
 }
 
-/// One line (without its CRLF or LF) taken out of `buf`; `None` if it is
-/// not complete yet; an error if it is longer than `max`.
+/// One line (without its CRLF) taken out of `buf`; `None` if it is not
+/// complete yet; an error if it is longer than `max`, ends in a bare LF or
+/// holds a CR or another control byte. Chunk lines are read as strictly as
+/// hyper reads them: a proxy in front that reads a lax line differently
+/// would disagree with the router on where a body ends (request
+/// smuggling), so none is accepted.
 fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, ParseError> {
     let Some(end) = buf.iter().take(max + 2).position(|b| *b == b'\n') else {
         if buf.len() > max + 1 {
@@ -778,18 +782,29 @@ fn take_line(buf: &mut BytesMut, max: usize) -> Result<Option<BytesMut>, ParseEr
         }
         return Ok(None);
     };
+    if end == 0 || buf[end - 1] != b'\r' {
+        return Err(error("chunked body line not ended by CRLF"));
+    }
     let mut line = buf.split_to(end + 1);
-    line.truncate(end);
-    if line.last() == Some(&b'\r') {
-        line.truncate(end - 1);
+    line.truncate(end - 1);
+    if line
+        .iter()
+        .any(|b| (*b < 0x20 && *b != b'\t') || *b == 0x7f)
+    {
+        return Err(error("control byte in a chunked body line"));
     }
     Ok(Some(line))
 }
 
-/// The size of a chunk-size line (hex digits, then optional extensions).
+/// The size of a chunk-size line (hex digits, optional spaces or tabs,
+/// then optional extensions).
 fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
+    let spaces = line[digits..]
+        .iter()
+        .take_while(|b| **b == b' ' || **b == b'\t')
+        .count();
+    let rest = &line[digits + spaces..];
     if digits == 0 || digits > 15 || !(rest.is_empty() || rest[0] == b';') {
         return Err(error("bad chunk size"));
     }
@@ -986,6 +1001,35 @@ mod tests {
             .map(|i| format!("x{i}: 1\r\n"))
             .collect();
         assert!(parse(&format!("HTTP/1.1 200 OK\r\n{many}\r\n"), false).is_err());
+    }
+
+    /// Chunk lines a lax reader would take, which a proxy in front may read
+    /// otherwise (the "funky chunks" smuggling pattern): each refused, as
+    /// hyper refuses them; spaces before an extension are fine.
+    #[test]
+    fn lax_chunk_lines_are_refused() {
+        for (wire, what) in [
+            (
+                &b"2;\nxx\r\n0\r\n\r\n"[..],
+                "a size line ended by a bare LF",
+            ),
+            (b"2;a\rb\r\nxx\r\n0\r\n\r\n", "a bare CR in an extension"),
+            (b"2\r\r\nxx\r\n0\r\n\r\n", "CR CR LF after the size"),
+            (
+                b"2;a\x01\r\nxx\r\n0\r\n\r\n",
+                "a control byte in an extension",
+            ),
+            (
+                b"2\r\nxx\r\n0\r\nt: 1\n\r\n",
+                "a trailer ended by a bare LF",
+            ),
+        ] {
+            let mut d = Decoder::new(Framing::Chunked);
+            assert!(body(&mut d, wire, 64).is_err(), "{what}");
+        }
+        let mut d = Decoder::new(Framing::Chunked);
+        let spaced = b"2 \t;ext=1\r\nxx\r\n0\r\n\r\n";
+        assert_eq!(body(&mut d, spaced, 64).unwrap(), b"xx");
     }
 
     #[test]

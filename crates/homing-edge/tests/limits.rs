@@ -686,3 +686,59 @@ async fn http1_expect_100_continue_is_answered_before_the_body_and_http1_0_is_cl
     })
     .await;
 }
+
+/// The router's own answers to a HEAD request carry their head alone: the
+/// client reads no body, so the next answer on the connection follows the
+/// head directly (a body there would be read as the next status line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_the_routers_own_answer_to_head_has_no_body_and_the_next_answer_follows() {
+    bounded(async {
+        let serving = router(patient()).await?;
+        let mut client = TcpStream::connect(serving.local_addr()).await?;
+        let requests = concat!(
+            "HEAD / HTTP/1.1\r\nhost: a\r\n\r\n",
+            "GET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
+        );
+        client.write_all(requests.as_bytes()).await?;
+        let text = String::from_utf8_lossy(&read_to_close(&mut client).await).into_owned();
+        let (head, rest) = text.split_once("\r\n\r\n").expect("a whole head");
+        assert!(head.starts_with("HTTP/1.1 400"), "{text}");
+        assert!(
+            head.contains("content-length: 19"),
+            "the length it would have: {head}"
+        );
+        assert!(
+            rest.starts_with("HTTP/1.1 400"),
+            "the next answer follows the head: {text}"
+        );
+        assert_eq!(rest.matches(r#"{"error":"no_key"}"#).count(), 1, "{text}");
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
+
+/// `100 Continue` only when the body may come: an oversized declared
+/// length is answered 413 without it, and an HTTP/1.0 client never gets
+/// it (RFC 9110 §10.1.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_no_100_continue_for_an_oversized_body_or_an_http1_0_client() {
+    bounded(async {
+        let serving = router(patient()).await?;
+        let mut big = TcpStream::connect(serving.local_addr()).await?;
+        let head = "POST / HTTP/1.1\r\nx-homing-key: k\r\nexpect: 100-continue\r\ncontent-length: 99999999\r\n\r\n";
+        big.write_all(head.as_bytes()).await?;
+        let answer = String::from_utf8_lossy(&read_to_close(&mut big).await).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(!answer.contains("100 Continue"), "{answer}");
+        let mut old = TcpStream::connect(serving.local_addr()).await?;
+        let head = "POST / HTTP/1.0\r\nx-homing-key: k\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\nhello";
+        old.write_all(head.as_bytes()).await?;
+        let answer = String::from_utf8_lossy(&read_to_close(&mut old).await).into_owned();
+        assert!(!answer.contains("100 Continue"), "{answer}");
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        serving.stop(Duration::ZERO).await;
+        Ok(())
+    })
+    .await;
+}
