@@ -17,10 +17,15 @@
 //! → `1` while an unfinished `homing migrate` copies into the store.
 //!
 //! - `set_if_absent`: `create_revision(g/k) == 0` ? put : get; concurrent
-//!   calls share one transaction, a nested one per key (`write_once`).
+//!   calls share one transaction, a nested one per key (`batch`).
 //!   Retried on another member when one does not answer in time (`members`);
 //!   if an abandoned attempt may have landed and the retry reads the
 //!   caller's own id back, the answer is `Inserted` (it was, once).
+//! - `get_nearest` (a connect's read): a serializable range; concurrent
+//!   calls share one read-only transaction of serializable ranges, which
+//!   the member answers from its own state like a lone serializable range
+//!   (etcd's `Txn` skips the quorum read when every operation is a
+//!   serializable range; etcdserver `v3_server.go`, `isTxnSerializable`).
 //! - compare-and-set: take the stored record from the store's record cache
 //!   (`record_cache`: the last record and `mod_revision` this store saw per
 //!   id) when it holds version `expected`, assume a create's record is absent
@@ -75,6 +80,7 @@ use self::record_cache::{RecordCache, Seen};
 use self::succession::Successions;
 pub use self::succession::TAKE_OVER_ATTEMPTS_MAX;
 use crate::allocator::Blocks;
+use crate::batch::{Batch, BatchBounds, Batcher};
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
     check_scan, judge_cas, judge_event_import, judge_import,
@@ -83,7 +89,6 @@ use crate::error::StoreError;
 use crate::failover::Failover;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause};
 use crate::keyspace;
-use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 pub mod compaction;
 mod dc_lease;
@@ -226,7 +231,10 @@ fn first_kv(response: Option<&TxnOpResponse>) -> Result<Option<KeyValue>, StoreE
 pub struct EtcdGlobalStore {
     space: Space,
     /// Groups concurrent `set_if_absent` calls into one transaction.
-    batcher: Arc<WriteOnceBatcher>,
+    write_once: Arc<Batcher<Entries>>,
+    /// Groups concurrent `get_nearest` calls into one read-only transaction
+    /// (`None`: each is a range request of its own).
+    nearest_reads: Option<Arc<Batcher<NearestReads>>>,
     /// Each DC's lease and marks (`dc_lease`).
     dcs: DcLeases,
     /// Who succeeds which reservation (`succession`).
@@ -239,7 +247,14 @@ struct Entries {
 }
 
 #[async_trait]
-impl WriteOnceBatch for Entries {
+impl Batch for Entries {
+    type Call = (Key, ReservationId);
+    type Outcome = SetIfAbsent;
+
+    fn key(call: &Self::Call) -> &Key {
+        &call.0
+    }
+
     /// One transaction of nested ones, each deciding its own key:
     /// `create_revision(g/k) == 0` ? put : get.
     async fn commit(&self, batch: &[(Key, ReservationId)]) -> Result<Vec<SetIfAbsent>, StoreError> {
@@ -293,6 +308,81 @@ impl WriteOnceBatch for Entries {
     }
 }
 
+/// The global entries under one prefix, as a connect reads them from the
+/// nearest member (`GlobalStore::get_nearest`), batched.
+struct NearestReads {
+    space: Space,
+}
+
+#[async_trait]
+impl Batch for NearestReads {
+    type Call = Key;
+    type Outcome = Option<ReservationId>;
+
+    fn key(call: &Key) -> &Key {
+        call
+    }
+
+    /// One read-only transaction of serializable ranges, one per key: the
+    /// member answers it from its own state, as it would each range alone.
+    async fn commit(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
+        let serializable = GetOptions::new().with_serializable();
+        let gets: Vec<TxnOp> = keys
+            .iter()
+            .map(|key| {
+                let k = self.space.key(b"g/", &keyspace::key_bytes(key));
+                TxnOp::get(k, Some(serializable.clone()))
+            })
+            .collect();
+        let (_, responses) = self
+            .space
+            .txn(Op::HotRead, Txn::new().and_then(gets))
+            .await?;
+        decode_entries(keys.len(), &responses)
+    }
+
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+}
+
+/// The entries a transaction of `expected` gets read, in order.
+fn decode_entries(
+    expected: usize,
+    responses: &[TxnOpResponse],
+) -> Result<Vec<Option<ReservationId>>, StoreError> {
+    if responses.len() != expected {
+        return Err(protocol("transaction answered a different number of gets"));
+    }
+    responses
+        .iter()
+        .map(|r| {
+            first_kv(Some(r))?
+                .map(|kv| keyspace::decode_id(kv.value()))
+                .transpose()
+        })
+        .collect()
+}
+
+/// How an [`EtcdGlobalStore`] groups concurrent calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdGlobalOptions {
+    /// Bounds of the write-once batches (`set_if_absent`).
+    pub write_once: BatchBounds,
+    /// Bounds of the nearest-read batches (`get_nearest`); `None`: every
+    /// nearest read is a range request of its own.
+    pub nearest_reads: Option<BatchBounds>,
+}
+
+impl Default for EtcdGlobalOptions {
+    fn default() -> EtcdGlobalOptions {
+        EtcdGlobalOptions {
+            write_once: BatchBounds::default(),
+            nearest_reads: Some(BatchBounds::default()),
+        }
+    }
+}
+
 impl EtcdGlobalStore {
     /// Starts compacting the cluster this store is on (see
     /// [`compaction`]); the compactor stops when dropped.
@@ -300,13 +390,31 @@ impl EtcdGlobalStore {
         Compactor::start(self.space.clone(), policy)
     }
 
-    /// Connects to the cluster at `endpoints` (`http://host:port`); keys live under `prefix`.
+    /// Connects to the cluster at `endpoints` (`http://host:port`) with the
+    /// default options; keys live under `prefix`. Spawns the store's
+    /// batchers on the current tokio runtime (they end when the store is
+    /// dropped).
     pub async fn connect(
         endpoints: &[String],
         prefix: &str,
     ) -> Result<EtcdGlobalStore, StoreError> {
+        EtcdGlobalStore::connect_with(endpoints, prefix, EtcdGlobalOptions::default()).await
+    }
+
+    /// [`EtcdGlobalStore::connect`] with `options`; bounds out of range fail
+    /// with [`StoreError::InvalidArgument`].
+    pub async fn connect_with(
+        endpoints: &[String],
+        prefix: &str,
+        options: EtcdGlobalOptions,
+    ) -> Result<EtcdGlobalStore, StoreError> {
+        let write_once = options.write_once.check()?;
+        let nearest_reads = options.nearest_reads.map(BatchBounds::check).transpose()?;
         let space = Space::connect(endpoints, prefix).await?;
         let entries = Arc::new(Entries {
+            space: space.clone(),
+        });
+        let reads = Arc::new(NearestReads {
             space: space.clone(),
         });
         let dcs = DcLeases::new(space.clone());
@@ -314,7 +422,8 @@ impl EtcdGlobalStore {
             successions: Successions::new(space.clone(), dcs.clone()),
             dcs,
             space,
-            batcher: Arc::new(WriteOnceBatcher::start(entries)),
+            write_once: Arc::new(Batcher::start(entries, write_once)),
+            nearest_reads: nearest_reads.map(|bounds| Arc::new(Batcher::start(reads, bounds))),
         })
     }
 
@@ -381,8 +490,13 @@ impl GlobalStore for EtcdGlobalStore {
     /// under load on a 3-member cluster, costs about as much as the
     /// write-once itself; docs/BENCHMARKS.md).
     async fn get_nearest(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        self.entry(key, Some(GetOptions::new().with_serializable()))
-            .await
+        match &self.nearest_reads {
+            Some(batcher) => batcher.call(key.clone()).await,
+            None => {
+                self.entry(key, Some(GetOptions::new().with_serializable()))
+                    .await
+            }
+        }
     }
 
     async fn get_many(&self, keys: &[Key]) -> Result<Vec<Option<ReservationId>>, StoreError> {
@@ -398,17 +512,7 @@ impl GlobalStore for EtcdGlobalStore {
             .space
             .txn(Op::HotRead, Txn::new().and_then(gets))
             .await?;
-        if responses.len() != keys.len() {
-            return Err(protocol("transaction answered a different number of gets"));
-        }
-        responses
-            .iter()
-            .map(|r| {
-                first_kv(Some(r))?
-                    .map(|kv| keyspace::decode_id(kv.value()))
-                    .transpose()
-            })
-            .collect()
+        decode_entries(keys.len(), &responses)
     }
 
     async fn set_if_absent(
@@ -416,7 +520,7 @@ impl GlobalStore for EtcdGlobalStore {
         key: &Key,
         id: &ReservationId,
     ) -> Result<SetIfAbsent, StoreError> {
-        self.batcher.set_if_absent(key, id).await
+        self.write_once.call((key.clone(), id.clone())).await
     }
 
     async fn scan(
@@ -1344,6 +1448,8 @@ mod tests {
         import_forgets_the_cached_record(&backend).await;
         println!("etcd: concurrent_write_once_calls_each_get_their_own_outcome");
         concurrent_write_once_calls_each_get_their_own_outcome(&backend).await;
+        println!("etcd: concurrent_nearest_reads_share_transactions_and_each_get_their_own_entry");
+        concurrent_nearest_reads_share_transactions_and_each_get_their_own_entry(&backend).await;
         println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
         a_cas_whose_answer_was_lost_is_written_once(&backend).await;
         println!("etcd: dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired");
@@ -2002,5 +2108,82 @@ mod tests {
             let stored = store.get(&key(k)).await.unwrap().unwrap();
             assert_eq!(outcome, SetIfAbsent::Exists(stored), "b{k}");
         }
+    }
+
+    /// KV requests (ranges and transactions) the members at `endpoints`
+    /// have started, from their Prometheus metrics.
+    async fn kv_requests(endpoints: &[String]) -> u64 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut total = 0;
+        for endpoint in endpoints {
+            let addr = endpoint
+                .strip_prefix("http://")
+                .expect("an http:// endpoint");
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream
+                .write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
+                .await
+                .expect("send");
+            let mut body = String::new();
+            stream.read_to_string(&mut body).await.expect("metrics");
+            total += body
+                .lines()
+                .filter(|l| l.starts_with("grpc_server_started_total{"))
+                .filter(|l| l.contains("grpc_service=\"etcdserverpb.KV\""))
+                .filter(|l| {
+                    l.contains("grpc_method=\"Range\"") || l.contains("grpc_method=\"Txn\"")
+                })
+                .map(|l| {
+                    let count = l.rsplit(' ').next().expect("a sample value");
+                    count.parse::<f64>().expect("a number") as u64
+                })
+                .sum::<u64>();
+        }
+        total
+    }
+
+    async fn concurrent_nearest_reads_share_transactions_and_each_get_their_own_entry(
+        backend: &EtcdBackend,
+    ) {
+        const KEYS: usize = 128;
+        const CALLS_PER_KEY: usize = 2;
+        let store = Arc::new(
+            EtcdGlobalStore::connect(&backend.endpoints, &backend.prefix("global", "nearest"))
+                .await
+                .unwrap(),
+        );
+        let iad = homing_core::DcId::new("iad").unwrap();
+        let key = |k: usize| Key::new(homing_core::KeyName::new(format!("n{k}")).unwrap());
+        let id = |k: usize| ReservationId::new(iad.clone(), k as u64 + 1);
+        // Every other key has an entry.
+        for k in (0..KEYS).step_by(2) {
+            store.set_if_absent(&key(k), &id(k)).await.unwrap();
+        }
+        // A linearizable read on each member (round-robin): each has
+        // applied the writes, so its serializable answers include them.
+        for _ in 0..backend.endpoints.len() {
+            store.get(&key(0)).await.unwrap();
+        }
+        let before = kv_requests(&backend.endpoints).await;
+        let mut tasks = Vec::new();
+        for _ in 0..CALLS_PER_KEY {
+            for k in 0..KEYS {
+                let (store, key) = (store.clone(), key(k));
+                tasks.push(tokio::spawn(async move {
+                    (k, store.get_nearest(&key).await.unwrap())
+                }));
+            }
+        }
+        for task in tasks {
+            let (k, entry) = task.await.unwrap();
+            let expected = (k % 2 == 0).then(|| id(k));
+            assert_eq!(entry, expected, "n{k}");
+        }
+        let requests = kv_requests(&backend.endpoints).await - before;
+        let calls = (KEYS * CALLS_PER_KEY) as u64;
+        assert!(
+            requests <= calls / 4,
+            "{calls} concurrent nearest reads took {requests} etcd requests: not grouped"
+        );
     }
 }

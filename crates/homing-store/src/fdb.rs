@@ -31,7 +31,7 @@
 //! transaction; such appends of one process take turns (a renewal, which
 //! derives none, does not wait for them), so they only conflict with other
 //! processes' appends. Concurrent `set_if_absent` calls share one
-//! transaction (`write_once`): each key read and set when absent, a conflict
+//! transaction (`batch`): each key read and set when absent, a conflict
 //! on any key retrying the batch.
 //!
 //! The FDB client network must run before any database is opened:
@@ -54,6 +54,7 @@ pub use self::dc_lease::SIGHTINGS_MAX;
 use self::succession::Successions;
 
 use crate::allocator::Blocks;
+use crate::batch::{Batch, BatchBounds, Batcher};
 use crate::dc::{
     Cas, DcStore, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor, check_cas, check_events_limit,
     check_limit, check_scan, judge_cas, judge_event_import, judge_import,
@@ -61,7 +62,6 @@ use crate::dc::{
 use crate::error::StoreError;
 use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause};
 use crate::keyspace;
-use crate::write_once::{WriteOnceBatch, WriteOnceBatcher};
 
 /// Most attempts of one transaction (conflicts, recoverable FDB errors).
 pub const TRANSACTION_ATTEMPTS_MAX: usize = 16;
@@ -223,7 +223,7 @@ const INDEX_PAGE_RECORDS: usize = 128;
 pub struct FdbGlobalStore {
     space: Space,
     /// Groups concurrent `set_if_absent` calls into one transaction.
-    batcher: WriteOnceBatcher,
+    write_once: Batcher<Entries>,
     /// Each DC's lease and marks (`dc_lease`).
     dcs: DcLeases,
     /// Who succeeds which reservation (`succession`).
@@ -247,7 +247,7 @@ impl FdbGlobalStore {
             dcs: DcLeases::new(space.clone()),
             successions: Successions::new(space.clone()),
             space,
-            batcher: WriteOnceBatcher::start(entries),
+            write_once: Batcher::start(entries, BatchBounds::default()),
         }
     }
 }
@@ -258,7 +258,14 @@ struct Entries {
 }
 
 #[async_trait]
-impl WriteOnceBatch for Entries {
+impl Batch for Entries {
+    type Call = (Key, ReservationId);
+    type Outcome = SetIfAbsent;
+
+    fn key(call: &Self::Call) -> &Key {
+        &call.0
+    }
+
     /// One serializable transaction: each key read (adding its conflict
     /// range) and set when absent. A conflict on any key retries the whole
     /// batch, which then reads the winner's entry for that key.
@@ -364,7 +371,7 @@ impl GlobalStore for FdbGlobalStore {
         key: &Key,
         id: &ReservationId,
     ) -> Result<SetIfAbsent, StoreError> {
-        self.batcher.set_if_absent(key, id).await
+        self.write_once.call((key.clone(), id.clone())).await
     }
 
     async fn scan(

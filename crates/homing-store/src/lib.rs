@@ -54,6 +54,8 @@
 #![cfg_attr(not(feature = "fdb"), forbid(unsafe_code))]
 
 pub mod allocator;
+#[cfg(any(feature = "etcd", feature = "fdb", test))]
+pub mod batch;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod dc;
@@ -71,8 +73,6 @@ pub mod keyspace;
 pub mod memory;
 pub mod migrate;
 pub mod redb;
-#[cfg(any(feature = "etcd", feature = "fdb", test))]
-pub mod write_once;
 mod writer;
 
 pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};

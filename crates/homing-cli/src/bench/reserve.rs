@@ -184,8 +184,14 @@ pub async fn run_etcd(out: &Path, load: &Load) -> anyhow::Result<bool> {
 
     let cluster = LocalEtcdCluster::start().await?;
     let tag = run_tag();
+    let options = etcd_batch_options()?;
     let global: Arc<dyn GlobalStore> = Arc::new(
-        EtcdGlobalStore::connect(cluster.endpoints(), &format!("/bench-{tag}/homing")).await?,
+        EtcdGlobalStore::connect_with(
+            cluster.endpoints(),
+            &format!("/bench-{tag}/homing"),
+            options,
+        )
+        .await?,
     );
     let grouped: Arc<dyn GlobalStore> = Arc::new(
         EtcdGlobalStore::connect(cluster.endpoints(), &format!("/bench-{tag}/grouped")).await?,
@@ -221,6 +227,41 @@ pub async fn run_etcd(out: &Path, load: &Load) -> anyhow::Result<bool> {
         "raw etcd txn put-if-absent",
         &rows,
     )
+}
+
+/// The homing lane's etcd batching: the defaults, or for an A/B in
+/// alternating runs, bounds from `HOMING_BENCH_ETCD_READ_BATCH` (`single`:
+/// every nearest read a range request of its own; or `KEYS,IN_FLIGHT`) and
+/// `HOMING_BENCH_ETCD_WRITE_BATCH` (`KEYS,IN_FLIGHT`).
+#[cfg(feature = "etcd")]
+fn etcd_batch_options() -> anyhow::Result<homing_store::etcd::EtcdGlobalOptions> {
+    use homing_store::batch::BatchBounds;
+    fn bounds(var: &str, value: &str) -> anyhow::Result<BatchBounds> {
+        let parsed = value.split_once(',').and_then(|(keys, in_flight)| {
+            Some(BatchBounds {
+                keys_max: keys.trim().parse().ok()?,
+                in_flight_max: in_flight.trim().parse().ok()?,
+            })
+        });
+        match parsed {
+            Some(bounds) => Ok(bounds.check()?),
+            None => bail!("{var}={value}: expected KEYS,IN_FLIGHT (e.g. 64,4)"),
+        }
+    }
+    let mut options = homing_store::etcd::EtcdGlobalOptions::default();
+    if let Ok(value) = std::env::var("HOMING_BENCH_ETCD_READ_BATCH") {
+        options.nearest_reads = match value.as_str() {
+            "single" => None,
+            _ => Some(bounds("HOMING_BENCH_ETCD_READ_BATCH", &value)?),
+        };
+    }
+    if let Ok(value) = std::env::var("HOMING_BENCH_ETCD_WRITE_BATCH") {
+        options.write_once = bounds("HOMING_BENCH_ETCD_WRITE_BATCH", &value)?;
+    }
+    if options != homing_store::etcd::EtcdGlobalOptions::default() {
+        println!("homing lane's etcd batching (from the environment): {options:?}");
+    }
+    Ok(options)
 }
 
 /// Runs the three lanes at every concurrency of `load`, alternating them.
