@@ -79,6 +79,14 @@ async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
     answer
 }
 
+/// Sends `request` on a new connection to `addr` and reads until the
+/// router closes it, as text.
+async fn answer_to_close(addr: std::net::SocketAddr, request: &[u8]) -> std::io::Result<String> {
+    let mut client = TcpStream::connect(addr).await?;
+    client.write_all(request).await?;
+    Ok(String::from_utf8_lossy(&read_to_close(&mut client).await).into_owned())
+}
+
 /// Reads one HTTP/1.1 answer with a `Content-Length` body.
 async fn read_answer(stream: &mut TcpStream) -> anyhow::Result<String> {
     let mut answer = Vec::new();
@@ -609,9 +617,7 @@ async fn http1_request_head_with_too_many_headers_or_bad_framing_is_refused_and_
             ("BAD\r\n\r\n".to_string(), "HTTP/1.1 400"),
         ];
         for (request, status) in refused {
-            let mut client = TcpStream::connect(serving.local_addr()).await?;
-            client.write_all(request.as_bytes()).await?;
-            let answer = String::from_utf8_lossy(&read_to_close(&mut client).await).into_owned();
+            let answer = answer_to_close(serving.local_addr(), request.as_bytes()).await?;
             assert!(answer.starts_with(status), "{status}: {answer}");
         }
         serving.stop(Duration::ZERO).await;
@@ -677,9 +683,7 @@ async fn http1_expect_100_continue_is_answered_before_the_body_and_http1_0_is_cl
         let answer = read_answers(&mut client, 1).await?;
         assert!(answer[0].starts_with("HTTP/1.1 503"), "{answer:?}");
         // HTTP/1.0 without keep-alive: answered, then closed.
-        let mut old = TcpStream::connect(serving.local_addr()).await?;
-        old.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
-        let answer = String::from_utf8_lossy(&read_to_close(&mut old).await).into_owned();
+        let answer = answer_to_close(serving.local_addr(), b"GET / HTTP/1.0\r\n\r\n").await?;
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
         serving.stop(Duration::ZERO).await;
         Ok(())
@@ -694,13 +698,11 @@ async fn http1_expect_100_continue_is_answered_before_the_body_and_http1_0_is_cl
 async fn http1_the_routers_own_answer_to_head_has_no_body_and_the_next_answer_follows() {
     bounded(async {
         let serving = router(patient()).await?;
-        let mut client = TcpStream::connect(serving.local_addr()).await?;
         let requests = concat!(
             "HEAD / HTTP/1.1\r\nhost: a\r\n\r\n",
             "GET / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
         );
-        client.write_all(requests.as_bytes()).await?;
-        let text = String::from_utf8_lossy(&read_to_close(&mut client).await).into_owned();
+        let text = answer_to_close(serving.local_addr(), requests.as_bytes()).await?;
         let (head, rest) = text.split_once("\r\n\r\n").expect("a whole head");
         assert!(head.starts_with("HTTP/1.1 400"), "{text}");
         assert!(
@@ -725,16 +727,12 @@ async fn http1_the_routers_own_answer_to_head_has_no_body_and_the_next_answer_fo
 async fn http1_no_100_continue_for_an_oversized_body_or_an_http1_0_client() {
     bounded(async {
         let serving = router(patient()).await?;
-        let mut big = TcpStream::connect(serving.local_addr()).await?;
         let head = "POST / HTTP/1.1\r\nx-homing-key: k\r\nexpect: 100-continue\r\ncontent-length: 99999999\r\n\r\n";
-        big.write_all(head.as_bytes()).await?;
-        let answer = String::from_utf8_lossy(&read_to_close(&mut big).await).into_owned();
+        let answer = answer_to_close(serving.local_addr(), head.as_bytes()).await?;
         assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
         assert!(!answer.contains("100 Continue"), "{answer}");
-        let mut old = TcpStream::connect(serving.local_addr()).await?;
         let head = "POST / HTTP/1.0\r\nx-homing-key: k\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\nhello";
-        old.write_all(head.as_bytes()).await?;
-        let answer = String::from_utf8_lossy(&read_to_close(&mut old).await).into_owned();
+        let answer = answer_to_close(serving.local_addr(), head.as_bytes()).await?;
         assert!(!answer.contains("100 Continue"), "{answer}");
         assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
         serving.stop(Duration::ZERO).await;
