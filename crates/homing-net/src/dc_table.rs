@@ -136,11 +136,6 @@ impl DcTable {
         &self.inner.dcs
     }
 
-    /// The addresses, in table order.
-    pub fn addresses(&self) -> &[Peer] {
-        &self.inner.addrs
-    }
-
     /// `dc`'s place in the table, if it is there.
     pub fn slot(&self, dc: &DcId) -> Option<DcSlot> {
         self.inner.dcs.iter().position(|d| d == dc).map(DcSlot)
