@@ -21,15 +21,17 @@
 //! registers again if the pause ends before the deadline, else answers the
 //! last `HeldElsewhere`. The grant uses `host_time + time held`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Bound;
+use std::collections::BTreeMap;
 
 use homing_core::{
-    AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, Due, DueCursor, DueKind, DuePage,
-    ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment, Reply, Request,
-    ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source, StoreTime,
-    TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, DueCursor, DueKind, ErrorKind,
+    ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment,
+    SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, TakeOverReply, Written,
+    chain::HOP_LIMIT_DEFAULT,
 };
+
+use homing_store::StoreError;
+use homing_store::memory::MemoryDc;
 
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
@@ -62,10 +64,9 @@ pub struct Dc {
     pub idx: u16,
     /// Its store's clock.
     pub clock: NodeClock,
-    /// Durable: its records.
-    pub records: BTreeMap<ReservationId, DcRecord>,
-    /// Durable: the last unique the allocator handed out.
-    pub allocated: u64,
+    /// Durable: its DC store (records, expiry index, allocator, event
+    /// log) — homing-store's memory backend, in its synchronous form.
+    pub store: MemoryDc,
     /// Whether it runs.
     pub up: bool,
     /// Bumped by every crash: voids store operations started before it.
@@ -92,9 +93,6 @@ pub struct Dc {
     pub(crate) waiters: Waiters<u64>,
     /// Volatile: the upkeep pass and the proofs it remembers.
     pub(crate) upkeep: Upkeep,
-    /// Durable: the expiry index, as homing-store keeps it (kind, time,
-    /// reservation); a settled member has no entry.
-    due: BTreeMap<DueKind, BTreeSet<(StoreTime, ReservationId)>>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
@@ -118,8 +116,7 @@ impl Dc {
             id,
             idx,
             clock,
-            records: BTreeMap::new(),
-            allocated: 0,
+            store: MemoryDc::new(),
             up: true,
             epoch: 0,
             up_since_us: 0,
@@ -134,7 +131,6 @@ impl Dc {
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
             upkeep,
-            due: BTreeMap::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(policy, mutations),
             next_task: 0,
@@ -164,65 +160,6 @@ impl Dc {
         self.absent
             .get(key)
             .is_some_and(|at| absent_fresh(*at, now))
-    }
-
-    /// A page of the expiry index: records of `kind` due by `until`, after
-    /// `after`, at most `limit` (homing-store's `DcStore::due`).
-    pub(crate) fn due(
-        &self,
-        kind: DueKind,
-        until: StoreTime,
-        after: Option<&DueCursor>,
-        limit: usize,
-    ) -> DuePage {
-        let start = match after {
-            Some(c) => Bound::Excluded((c.at, c.id.clone())),
-            None => Bound::Unbounded,
-        };
-        let mut page = DuePage::default();
-        let Some(section) = self.due.get(&kind) else {
-            return page;
-        };
-        let entries = section.range((start, Bound::Unbounded));
-        for (at, id) in entries.take_while(|(at, _)| *at <= until).take(limit) {
-            page.records.push(self.records[id].clone());
-            page.next = Some(DueCursor {
-                at: *at,
-                id: id.clone(),
-            });
-        }
-        if page.records.len() < limit {
-            page.next = None;
-            let not_due = section.iter().rev().take_while(|(at, _)| *at > until);
-            page.pending = not_due.count() as u64;
-        }
-        page
-    }
-
-    /// Moves `id`'s expiry entry from `old` to `new` (a write).
-    fn reindex(&mut self, id: &ReservationId, old: Option<Due>, new: Option<Due>) {
-        if let Some(old) = old {
-            let section = self.due.entry(old.kind).or_default();
-            section.remove(&(old.at, id.clone()));
-        }
-        if let Some(new) = new {
-            let section = self.due.entry(new.kind).or_default();
-            section.insert((new.at, id.clone()));
-        }
-    }
-
-    /// Drops a proven member's released entry if the record has `version`.
-    pub(crate) fn settle(&mut self, id: &ReservationId, version: u64) -> bool {
-        let Some(due) = self
-            .records
-            .get(id)
-            .filter(|r| r.version == version)
-            .and_then(Due::of)
-        else {
-            return false;
-        };
-        let section = self.due.entry(due.kind).or_default();
-        due.kind == DueKind::Released && section.remove(&(due.at, id.clone()))
     }
 }
 
@@ -314,6 +251,19 @@ pub(crate) enum StoreOp {
         id: ReservationId,
         version: u64,
     },
+    /// The event log's bounds.
+    Events,
+    /// Trim the event log below `before`.
+    TrimEvents {
+        before: u64,
+    },
+}
+
+impl StoreOp {
+    /// Whether the DC's own store serves it (not the global store).
+    fn in_dc_store(&self) -> bool {
+        !matches!(self, StoreOp::GlobalGet(_))
+    }
 }
 
 /// What a driving step decided.
@@ -341,7 +291,7 @@ impl Sim {
         d: usize,
         id: &ReservationId,
     ) -> Result<Option<ReservationId>, ErrorReply> {
-        let Some(record) = self.dcs[d].records.get(id).cloned() else {
+        let Some(record) = self.dcs[d].store.get(id) else {
             return Ok(None);
         };
         let Some(ours) = confirmation_of(&record) else {
@@ -366,7 +316,7 @@ impl Sim {
         let own = self.successions.entry(id.clone()).or_insert(own).clone();
         if let Some(next) = record.supersede(&own) {
             self.measurements.count("link_refused_superseded");
-            self.commit(d, next);
+            self.cas(d, Some(record.version), next);
         }
         Ok(Some(own.link.to))
     }
@@ -568,8 +518,8 @@ impl Sim {
                 let dc = &mut self.dcs[d];
                 dc.cancelled.note(lease, now);
                 let records: Vec<DcRecord> = dc
-                    .records
-                    .values()
+                    .store
+                    .records()
                     .filter(|r| r.key == wanted)
                     .cloned()
                     .collect();
@@ -1171,15 +1121,19 @@ impl Sim {
         let now = dc.clock.store_time(self.now);
         let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), HOP_LIMIT_DEFAULT);
         while let Some(at) = segment.need().cloned() {
-            segment.handle(dc.records.get(&at), now, &self.policy)?;
+            segment.handle(dc.store.record(&at), now, &self.policy)?;
         }
         Ok(segment.finish())
     }
 
-    /// Writes a record (the store commit) and lets the checker see it.
-    pub(crate) fn commit(&mut self, d: usize, record: DcRecord) {
-        let id = record.id.clone();
-        let key = match self.reservation_key.get(&id) {
+    /// Compare-and-set of `record` over version `expected` in DC `d`'s
+    /// store (homing-store's memory backend: its key check, version rules
+    /// and conflict judgement); a write that landed goes to the checker and
+    /// to the record's waiters (homingd's `Node::wrote`). A call the store
+    /// refuses breaks `store_accepts_writes` and changes nothing.
+    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: DcRecord) -> Written {
+        let id = &record.id;
+        let key = match self.reservation_key.get(id) {
             Some(k) => *k,
             None => {
                 let k = self.key_index.get(&record.key).copied().unwrap_or(NO_KEY);
@@ -1188,28 +1142,76 @@ impl Sim {
             }
         };
         self.current_key = key;
-        let version = record.version;
-        let new_due = Due::of(&record);
-        let previous = self.dcs[d].records.insert(id.clone(), record);
-        let old_due = previous.as_ref().and_then(Due::of);
-        self.dcs[d].reindex(&id, old_due, new_due);
+        let previous = self.dcs[d].store.get(id);
+        match self.dcs[d].store.compare_and_set(expected, &record) {
+            Ok(cas) if cas.landed() => {}
+            Ok(_) => return Written::Conflict,
+            Err(e) => {
+                let detail = format!("dc #{d} refused a write of {id} over {expected:?}: {e}");
+                self.checker.on_store_refused(key, detail);
+                return Written::Conflict;
+            }
+        }
         let view = view!(self);
-        self.checker
-            .on_commit(&view, self.now, key, d, &id, version, previous.as_ref());
-        // homingd's `Node::wrote`: every landed write goes to the record's waiters.
-        if self.dcs[d].waiters.has_waiters(&id) {
-            let record = self.dcs[d].records[&id].clone();
+        self.checker.on_commit(
+            &view,
+            self.now,
+            key,
+            d,
+            id,
+            record.version,
+            previous.as_ref(),
+        );
+        if self.dcs[d].waiters.has_waiters(id) {
             self.waiters_written(d, &record);
         }
+        Written::Yes
     }
 
-    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: DcRecord) -> Written {
-        let current = self.dcs[d].records.get(&record.id).map(|r| r.version);
-        if current != expected {
-            return Written::Conflict;
+    /// DC `d`'s store failed `op` (a failing-store fault): `Unavailable`,
+    /// as a backend that could not be reached answers — a write may still
+    /// have landed, as one whose outcome was lost may have. The task
+    /// handles the failure as homingd's driver does.
+    fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
+        self.measurements.count("dc_store_op_failed");
+        let lands = self.scenario.stores.crash_lands_in_flight;
+        match &op {
+            StoreOp::Cas { expected, record } if self.rng.chance(lands) => {
+                self.measurements.count("dc_store_failed_write_landed");
+                self.cas(d, *expected, record.clone());
+            }
+            StoreOp::Allocate if self.rng.chance(lands) => {
+                self.allocate(d);
+            }
+            _ => {}
         }
-        self.commit(d, record);
-        Written::Yes
+        let e = StoreError::Unavailable {
+            backend: "memory",
+            reason: "failing_store fault".into(),
+        };
+        let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
+        if !matches!(task.kind, TaskKind::Upkeep) {
+            return self.store_failed(d, tid, task, false, failure.into_reply());
+        }
+        let now = self.dcs[d].clock.store_time(self.now);
+        let upkeep = &mut self.dcs[d].upkeep;
+        match op {
+            StoreOp::Due { .. } => upkeep.handle_due(Err(failure), now),
+            StoreOp::Settle { .. } => upkeep.handle_settled(Err(failure)),
+            StoreOp::Events => upkeep.handle_events(Err(failure)),
+            StoreOp::TrimEvents { .. } => upkeep.handle_trimmed(Err(failure)),
+            StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
+            _ => upkeep.handle_change_failure(failure),
+        }
+        self.upkeep_drive(d, tid, task);
+    }
+
+    /// A unique from DC `d`'s allocator (homing-store's hi-lo blocks).
+    fn allocate(&mut self, d: usize) -> u64 {
+        let unique =
+            (self.dcs[d].store.allocate()).expect("a simulation never allocates 2^64 uniques");
+        self.checker.on_allocate(d, unique);
+        unique
     }
 
     pub(crate) fn dc_store_done(&mut self, d: usize, epoch: u32, tid: u64) {
@@ -1223,6 +1225,9 @@ impl Sim {
         let Some(op) = task.waiting.take() else {
             return;
         };
+        if op.in_dc_store() && self.store_fails_now(d) {
+            return self.dc_store_failed(d, tid, task, op);
+        }
         if matches!(task.kind, TaskKind::Await(_)) {
             return self.await_store_done(d, tid, task, op);
         }
@@ -1320,7 +1325,7 @@ impl Sim {
                 }
             }
             StoreOp::Get(id) => {
-                let record = self.dcs[d].records.get(&id).cloned();
+                let record = self.dcs[d].store.get(&id);
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
                         let c = job.acquire.connect();
@@ -1334,13 +1339,14 @@ impl Sim {
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
                 }
             }
-            StoreOp::Due { .. } | StoreOp::Settle { .. } => {
+            StoreOp::Due { .. }
+            | StoreOp::Settle { .. }
+            | StoreOp::Events
+            | StoreOp::TrimEvents { .. } => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read"))
             }
             StoreOp::Allocate => {
-                self.dcs[d].allocated += 1;
-                let unique = self.dcs[d].allocated;
-                self.checker.on_allocate(d, unique);
+                let unique = self.allocate(d);
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
                         let c = job.acquire.connect();
@@ -1670,9 +1676,7 @@ impl Sim {
                     self.cas(d, expected, record);
                 }
                 _ => {
-                    self.dcs[d].allocated += 1;
-                    let unique = self.dcs[d].allocated;
-                    self.checker.on_allocate(d, unique);
+                    self.allocate(d);
                 }
             }
         }
@@ -1697,10 +1701,11 @@ impl Sim {
     pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
         if store_lost {
             let dc = &mut self.dcs[d];
-            dc.records.clear();
-            dc.due.clear();
-            dc.allocated = 0;
+            dc.store = MemoryDc::new();
         }
+        // What the store's process kept in memory is gone (the rest of its
+        // allocator block).
+        self.dcs[d].store.restart();
         self.dcs[d].up = true;
         if !self.dc_lease_open(d) {
             self.dcs[d].up = false;

@@ -33,10 +33,6 @@ use crate::sim::{Event, Sim};
 /// record needs before it fails as unavailable (homingd's `MARKS_WAIT_MS`).
 pub const MARKS_WAIT_MS: u64 = 5_000;
 
-/// Uniques a DC store reserves per durable high-water mark (homing-store's
-/// `ALLOCATOR_BLOCK_IDS`): the store's allocator floor is the mark.
-pub const ALLOCATOR_BLOCK_IDS: u64 = 1024;
-
 /// The DC-lease terms homingd derives from a lease policy by default: a DC
 /// lease of twice the host lease, renewed every tenth of it.
 pub fn default_terms(policy: &LeasePolicy) -> (DcTerms, u64) {
@@ -128,10 +124,7 @@ impl Sim {
     /// hi-lo allocator, at or above every unique it handed out (0 for a
     /// store that never allocated).
     pub(crate) fn allocator_floor(&self, d: usize) -> u64 {
-        match self.dcs[d].allocated {
-            0 => 0,
-            n => (n / ALLOCATOR_BLOCK_IDS + 1) * ALLOCATOR_BLOCK_IDS,
-        }
+        self.dcs[d].store.allocator_floor()
     }
 
     /// DC `d` (re)starts its lease: homingd's `open` (the check against the
@@ -358,12 +351,12 @@ impl Sim {
             .collect();
         for succession in taken {
             let next = self.dcs[d]
-                .records
-                .get(&succession.link.from)
-                .and_then(|r| r.supersede(&succession));
-            if let Some(next) = next {
+                .store
+                .record(&succession.link.from)
+                .and_then(|r| Some((r.version, r.supersede(&succession)?)));
+            if let Some((version, next)) = next {
                 self.measurements.count("takeovers_reconciled");
-                self.commit(d, next);
+                self.cas(d, Some(version), next);
             }
         }
         self.dcs[d].lease.lease.handle_reconciled(number);
@@ -491,10 +484,17 @@ impl Sim {
         self.store_failed(d, tid, task, true, e);
     }
 
-    /// A store operation of task `tid` — a `global` read or write, else a
-    /// record write — failed with `e` (an unreachable store): each kind of
-    /// task handles it as homingd's driver does.
-    fn store_failed(&mut self, d: usize, tid: u64, mut task: Task, global: bool, e: ErrorReply) {
+    /// A store operation of task `tid` — a `global` read or write, else an
+    /// operation of the DC's store — failed with `e` (an unreachable
+    /// store): each kind of task handles it as homingd's driver does.
+    pub(crate) fn store_failed(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        global: bool,
+        e: ErrorReply,
+    ) {
         self.current_key = task.key;
         let failure = Failure::from_reply(e.clone());
         let next = match &mut task.kind {
@@ -516,8 +516,8 @@ impl Sim {
                 return self.upkeep_drive(d, tid, task);
             }
             TaskKind::Drain(job) => {
-                if global {
-                    job.walk = None;
+                // A drain reads the global store and its chain only while it walks.
+                if job.walk.take().is_some() {
                     job.drain.handle_walked(Err(failure));
                 } else {
                     job.drain.handle_failure(failure);

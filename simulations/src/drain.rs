@@ -95,7 +95,7 @@ impl Sim {
                 }
             },
             (StoreOp::Get(id), None) => {
-                let record = self.dcs[d].records.get(&id).cloned();
+                let record = self.dcs[d].store.get(&id);
                 job.drain.handle_record(record, now, &self.policy);
             }
             (StoreOp::Cas { expected, record }, None) => {

@@ -73,6 +73,11 @@ pub enum Invariant {
     /// unless a fault window overlapped the acquire or messages may be lost.
     /// (A host that gave up may find a grant it never saw: only then.)
     AcquireAnswered,
+    /// Every compare-and-set homing-node asks for is one the DC store
+    /// (homing-store's memory backend, as strict as the durable ones)
+    /// accepts: the record's key unchanged, its version one above the
+    /// expected one.
+    StoreAcceptsWrites,
 }
 
 impl Invariant {
@@ -97,6 +102,7 @@ impl Invariant {
             Invariant::SuspicionClears => "suspicion_clears",
             Invariant::DcExpiredNoHolder => "dc_expired_no_holder",
             Invariant::AcquireAnswered => "acquire_answered",
+            Invariant::StoreAcceptsWrites => "store_accepts_writes",
         }
     }
 }
@@ -145,7 +151,7 @@ impl View<'_> {
     /// The record of `id` at its DC, with that DC's index.
     pub fn record(&self, id: &ReservationId) -> Option<(usize, &DcRecord)> {
         let d = usize::from(*self.dc_index.get(id.dc())?);
-        self.dcs[d].records.get(id).map(|r| (d, r))
+        self.dcs[d].store.record(id).map(|r| (d, r))
     }
 }
 
@@ -353,6 +359,11 @@ impl Checker {
     /// A router still holds a healed DC suspect past the bound.
     pub fn on_suspicion_not_cleared(&mut self, detail: String) {
         self.fail(Invariant::SuspicionClears, NO_KEY, detail);
+    }
+
+    /// A DC store refused a compare-and-set.
+    pub fn on_store_refused(&mut self, key: u32, detail: String) {
+        self.fail(Invariant::StoreAcceptsWrites, key, detail);
     }
 
     fn fail(&mut self, invariant: Invariant, key: u32, detail: String) {
@@ -681,7 +692,7 @@ impl Checker {
                 continue;
             }
             let deadline = dc.clock.store_time(now_us - settle);
-            let stuck = dc.records.values().find(|r| match &r.state {
+            let stuck = dc.store.records().find(|r| match &r.state {
                 RecordState::Active { expires_at, .. } => {
                     self.policy.reapable_at(*expires_at) < deadline
                 }
@@ -702,13 +713,13 @@ impl Checker {
     /// DC `d` restarted: every write it acknowledged must still be there.
     pub fn on_restart(&mut self, view: &View<'_>, d: usize) {
         let lost = self.acked[d].iter().find(|(id, version)| {
-            view.dcs[d].records.get(*id).map(|r| r.version) < Some(**version)
+            view.dcs[d].store.record(id).map(|r| r.version) < Some(**version)
         });
         if let Some((id, version)) = lost {
             let detail = format!("{id} version {version} was acknowledged, gone after restart");
             let key = view.dcs[d]
-                .records
-                .get(id)
+                .store
+                .record(id)
                 .and_then(|r| view.keys.iter().position(|k| k == &r.key))
                 .map_or(NO_KEY, |k| k as u32);
             self.fail(Invariant::AckedWriteSurvives, key, detail);

@@ -110,6 +110,10 @@ pub struct StoreSpec {
     /// anyway (committed, never acknowledged: the ambiguous commit); else
     /// it is lost. Per write, 0..=1.
     pub crash_lands_in_flight: f64,
+    /// Events each DC store keeps in its event log; each upkeep pass trims
+    /// older ones (homingd's `events_retained`, smaller by default so a
+    /// simulation trims).
+    pub events_retained: u64,
 }
 
 /// The lease policy, field by field (checked by `LeasePolicy::new`).
@@ -249,6 +253,22 @@ pub enum Fault {
         /// Latency multiplier.
         factor: f64,
     },
+    /// A DC's store fails a `fraction` of its operations (reads, writes,
+    /// allocations, index pages) with `Unavailable`, after their usual
+    /// latency; a failed write still lands with probability
+    /// `stores.crash_lands_in_flight` (the outcome a backend could not
+    /// learn). Global reads and writes are not its store's.
+    FailingStore {
+        /// The DC.
+        dc: String,
+        /// Start, ms.
+        at_ms: u64,
+        /// Length, ms.
+        for_ms: u64,
+        /// Share of operations that fail, 0..=1.
+        #[serde(default = "all")]
+        fraction: f64,
+    },
     /// An operator drains `count` random keys (renewals refused at their tails).
     Drain {
         /// When, ms.
@@ -279,7 +299,8 @@ impl Scenario {
                 Fault::Partition { at_ms, for_ms, .. }
                 | Fault::CrashDc { at_ms, for_ms, .. }
                 | Fault::CutFromGlobal { at_ms, for_ms, .. }
-                | Fault::SlowStore { at_ms, for_ms, .. } => (*at_ms, *for_ms),
+                | Fault::SlowStore { at_ms, for_ms, .. }
+                | Fault::FailingStore { at_ms, for_ms, .. } => (*at_ms, *for_ms),
                 Fault::Drain { .. } | Fault::CrashHosts { .. } => return false,
             };
             at_ms <= to_ms && from_ms <= at_ms.saturating_add(for_ms)
@@ -335,6 +356,7 @@ impl Default for StoreSpec {
             reaper_interval_ms: 1_000,
             orphan_age_ms: 60_000,
             crash_lands_in_flight: 0.5,
+            events_retained: 10_000,
         }
     }
 }
@@ -381,6 +403,11 @@ impl Default for WorkloadSpec {
             release_failed_fraction: 0.0,
         }
     }
+}
+
+/// A fault's default share: all of it.
+fn all() -> f64 {
+    1.0
 }
 
 /// Why a scenario cannot run; names the field.
@@ -437,6 +464,14 @@ impl Scenario {
                 | Fault::SlowStore { dc, .. }
                 | Fault::CrashHosts { dc, .. } => {
                     scenario.dc_index(dc)?;
+                }
+                Fault::FailingStore { dc, fraction, .. } => {
+                    scenario.dc_index(dc)?;
+                    if !(0.0..=1.0).contains(fraction) {
+                        return Err(ScenarioError(format!(
+                            "failing_store: fraction {fraction} is not within 0..=1"
+                        )));
+                    }
                 }
                 Fault::Drain { .. } => {}
             }

@@ -461,6 +461,8 @@ pub struct Sim {
     pub(crate) reservation_key: BTreeMap<ReservationId, u32>,
     pub(crate) network: Network,
     pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
+    /// Failing-store windows: (dc, start µs, end µs, share of operations).
+    pub(crate) failing_stores: Vec<(u16, u64, u64, f64)>,
     /// DCs cut off from the global store: (dc, start µs, end µs).
     pub(crate) global_cuts: Vec<(u16, u64, u64)>,
     /// What the global store keeps about each DC's lease.
@@ -510,8 +512,7 @@ impl Sim {
                 total: scenario.waiting.waiters_max,
                 handoff_ms: scenario.waiting.handoff_ms,
             };
-            let orphan_age_ms = scenario.stores.orphan_age_ms;
-            let upkeep = new_upkeep(id.clone(), policy, orphan_age_ms, rules.mutations);
+            let upkeep = new_upkeep(id.clone(), policy, &scenario.stores, rules.mutations);
             dcs.push(Dc::new(
                 id,
                 i as u16,
@@ -552,6 +553,7 @@ impl Sim {
             .collect();
         let mut partitions = Vec::new();
         let mut slow_stores = Vec::new();
+        let mut failing_stores = Vec::new();
         let mut global_cuts = Vec::new();
         for fault in &scenario.faults {
             match fault {
@@ -578,6 +580,17 @@ impl Sim {
                     ms_to_us(*at_ms),
                     ms_to_us(at_ms + for_ms),
                     *factor,
+                )),
+                Fault::FailingStore {
+                    dc,
+                    at_ms,
+                    for_ms,
+                    fraction,
+                } => failing_stores.push((
+                    scenario.dc_index(dc)? as u16,
+                    ms_to_us(*at_ms),
+                    ms_to_us(at_ms + for_ms),
+                    *fraction,
                 )),
                 Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push((
                     scenario.dc_index(dc)? as u16,
@@ -646,6 +659,7 @@ impl Sim {
             reservation_key: BTreeMap::new(),
             network,
             slow_stores,
+            failing_stores,
             global_cuts,
             global_leases: vec![StoreDcLease::default(); scenario.dcs.len()],
             successions: std::collections::BTreeMap::new(),
@@ -724,7 +738,7 @@ impl Sim {
                     let fraction_ppm = (fraction.clamp(0.0, 1.0) * 1e6) as u32;
                     self.schedule(ms_to_us(at_ms), Event::CrashHosts { dc, fraction_ppm });
                 }
-                Fault::Partition { .. } | Fault::SlowStore { .. } => {}
+                Fault::Partition { .. } | Fault::SlowStore { .. } | Fault::FailingStore { .. } => {}
             }
         }
     }
@@ -1173,6 +1187,19 @@ impl Sim {
             NodeId::Host(h) => self.host_receive(h as usize, message),
             NodeId::Router(r) => self.router_receive(r as usize, message),
         }
+    }
+
+    /// Whether DC `d`'s store fails the operation completing now (a draw
+    /// inside a failing-store window).
+    pub(crate) fn store_fails_now(&mut self, d: usize) -> bool {
+        let now = self.now;
+        let share = self
+            .failing_stores
+            .iter()
+            .filter(|(dc, start, end, _)| usize::from(*dc) == d && *start <= now && now < *end)
+            .map(|s| s.3)
+            .fold(0.0, f64::max);
+        share > 0.0 && self.rng.chance(share)
     }
 
     /// The slow-store factor for DC `d` now.

@@ -110,11 +110,21 @@ fn fault(rng: &mut Rng, dcs: &[String], fault_ms: u64) -> Fault {
             for_ms,
             store_lost: false,
         },
-        2 => Fault::SlowStore {
-            dc: dc(rng),
-            at_ms,
-            for_ms,
-            factor: pick(rng, &[5.0, 50.0]),
+        // One draw picks the store fault, so the other faults' draws stay
+        // as they were before failing stores were simulated.
+        2 => match rng.below(3) {
+            2 => Fault::FailingStore {
+                dc: dc(rng),
+                at_ms,
+                for_ms,
+                fraction: pick(rng, &[0.1, 1.0]),
+            },
+            slow => Fault::SlowStore {
+                dc: dc(rng),
+                at_ms,
+                for_ms,
+                factor: [5.0, 50.0][slow as usize],
+            },
         },
         3 => Fault::Drain {
             at_ms,
@@ -152,7 +162,8 @@ mod tests {
                     Fault::Partition { at_ms, for_ms, .. }
                     | Fault::CrashDc { at_ms, for_ms, .. }
                     | Fault::CutFromGlobal { at_ms, for_ms, .. }
-                    | Fault::SlowStore { at_ms, for_ms, .. } => at_ms + for_ms,
+                    | Fault::SlowStore { at_ms, for_ms, .. }
+                    | Fault::FailingStore { at_ms, for_ms, .. } => at_ms + for_ms,
                     Fault::Drain { at_ms, .. } | Fault::CrashHosts { at_ms, .. } => *at_ms,
                 };
                 assert!(end <= heal_from, "seed {seed}: {f:?} ends at {end}");

@@ -4,40 +4,44 @@
 //! simulated store operations and peer requests, each taking its latency. A
 //! pass starts every `reaper_interval_ms` unless one still runs (homingd
 //! waits the interval after a pass ends: the simulator's passes may start a
-//! little earlier, never overlap). The event log is not simulated, so
-//! passes do not trim. A crash loses the pass and the proofs remembered.
+//! little earlier, never overlap) and trims the store's event log to
+//! `events_retained` events. A crash loses the pass and the proofs remembered.
 
 use homing_core::{DcId, LeasePolicy, Reply, Segment, Written};
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
+use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
 use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::scenario::StoreSpec;
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
-/// Index entries per page.
-pub const SCAN_PAGE_RECORDS: usize = 256;
-
-/// A DC's upkeep as it starts: no proofs remembered, no event log to trim.
+/// A DC's upkeep as it starts: no proofs remembered.
 pub(crate) fn new_upkeep(
     dc: DcId,
     policy: LeasePolicy,
-    orphan_age_ms: u64,
+    stores: &StoreSpec,
     mutations: Mutations,
 ) -> Upkeep {
     let limits = UpkeepLimits {
-        page_records: SCAN_PAGE_RECORDS,
-        orphan_age_ms,
-        events_retained: None,
+        // homingd's page: the most any backend returns.
+        page_records: SCAN_LIMIT_MAX,
+        orphan_age_ms: stores.orphan_age_ms,
+        events_retained: Some(stores.events_retained),
     };
     Upkeep::new(dc, policy, limits, mutations)
+}
+
+/// A DC store's error as homingd reports it (homing-node's rule).
+pub(crate) fn store_failure(dc: &DcId, e: StoreError) -> Failure {
+    Failure::of_store(dc, e.is_unavailable(), e)
 }
 
 impl Sim {
     /// DC `d`'s upkeep as it restarts: no proofs remembered.
     pub(crate) fn fresh_upkeep(&self, d: usize) -> Upkeep {
         let dc = self.dcs[d].id.clone();
-        let orphan_age_ms = self.scenario.stores.orphan_age_ms;
-        new_upkeep(dc, self.policy, orphan_age_ms, self.rules.mutations)
+        new_upkeep(dc, self.policy, &self.scenario.stores, self.rules.mutations)
     }
 
     /// The interval's tick: the next one is scheduled; a pass starts if the
@@ -72,15 +76,17 @@ impl Sim {
                 after,
                 limit,
             } => {
-                let page = self.dcs[d].due(kind, until, after.as_ref(), limit);
-                self.dcs[d].upkeep.handle_due(Ok(page), now);
+                let page = self.dcs[d].store.due(kind, until, after.as_ref(), limit);
+                let dc = &mut self.dcs[d];
+                dc.upkeep
+                    .handle_due(page.map_err(|e| store_failure(&dc.id, e)), now);
             }
             StoreOp::Settle { id, version } => {
-                let settled = self.dcs[d].settle(&id, version);
+                let settled = self.dcs[d].store.settle(&id, version);
                 self.dcs[d].upkeep.handle_settled(Ok(settled));
             }
             StoreOp::Get(id) => {
-                let record = self.dcs[d].records.get(&id).cloned();
+                let record = self.dcs[d].store.get(&id);
                 self.dcs[d].upkeep.handle_record(record, now);
             }
             StoreOp::Cas { expected, record } => {
@@ -101,6 +107,17 @@ impl Sim {
                     _ => unreachable!("segment errors are error replies"),
                 });
                 self.dcs[d].upkeep.handle_segment(segment);
+            }
+            StoreOp::Events => {
+                let page = self.dcs[d].store.events(0, 0);
+                let dc = &mut self.dcs[d];
+                let log = page.map(|p| (p.oldest, p.head));
+                dc.upkeep
+                    .handle_events(log.map_err(|e| store_failure(&dc.id, e)));
+            }
+            StoreOp::TrimEvents { before } => {
+                self.dcs[d].store.trim_events(before);
+                self.dcs[d].upkeep.handle_trimmed(Ok(()));
             }
             StoreOp::Allocate => unreachable!("upkeep never allocates"),
         }
@@ -169,10 +186,8 @@ impl Sim {
                     return self.upkeep_peer_answer(d, tid, task, Err(Failure::Refused(e)));
                 }
             },
-            // The event log is not simulated (`events_retained: None`).
-            UpkeepPoll::Events | UpkeepPoll::TrimEvents { .. } => {
-                unreachable!("the simulator's upkeep never trims")
-            }
+            UpkeepPoll::Events => Next::Store(StoreOp::Events),
+            UpkeepPoll::TrimEvents { before } => Next::Store(StoreOp::TrimEvents { before }),
             UpkeepPoll::Idle => return,
         };
         self.dc_continue(d, tid, task, next);

@@ -92,7 +92,7 @@ impl Sim {
         };
         match op {
             StoreOp::Get(id) => {
-                let record = self.dcs[d].records.get(&id).cloned();
+                let record = self.dcs[d].store.get(&id);
                 let dc = &mut self.dcs[d];
                 // Simulated waiters leave the queue themselves when they stop listening.
                 let notified = job.wait.handle_record(

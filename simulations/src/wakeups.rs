@@ -392,7 +392,7 @@ impl WakeChecker {
         if !dc.up {
             return None;
         }
-        let record = dc.records.get(id)?;
+        let record = dc.store.record(id)?;
         let clock = self.dc_clocks[usize::from(d)];
         let vacant_since = match &record.state {
             RecordState::Linked { .. } | RecordState::Abandoned => {

@@ -80,3 +80,23 @@ fn a_scenario_with_an_unknown_field_or_dc_is_refused_naming_it() {
     let err = Scenario::from_toml("[lease]\nttl_ms = 0").unwrap_err();
     assert!(err.to_string().contains("lease_ttl_ms"), "{err}");
 }
+
+#[test]
+fn a_failing_store_fails_operations_lands_some_failed_writes_and_keeps_every_invariant() {
+    let (path, scenario) = scenarios()
+        .into_iter()
+        .find(|(p, _)| p.ends_with("failing-store.toml"))
+        .unwrap();
+    let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
+    if let Some(failure) = outcome.failure {
+        panic!("{path}:\n{failure}");
+    }
+    let counters = &outcome.measurements.counters;
+    let count = |what: &str| counters.get(what).copied().unwrap_or(0);
+    // Failures reach requests and the upkeep pass, and some failed writes
+    // committed anyway (the ambiguous outcome).
+    assert!(count("dc_store_op_failed") > 100, "{counters:?}");
+    assert!(count("dc_store_failed_write_landed") > 0, "{counters:?}");
+    assert!(count("acquire_error_unavailable") > 0, "{counters:?}");
+    assert!(count("upkeep_scan_failed") > 0, "{counters:?}");
+}

@@ -207,7 +207,7 @@ impl Failure {
     /// full queue, a contradiction). A peer relaying an error is an answer.
     fn classify(self, dc: &DcId) -> homing_node::Failure {
         let unreachable = match &self {
-            Failure::Store(e) => matches!(e, StoreError::Unavailable { .. }),
+            Failure::Store(e) => return homing_node::Failure::of_store(dc, e.is_unavailable(), e),
             Failure::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
             Failure::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
         };
@@ -224,11 +224,9 @@ impl Failure {
     fn into_reply(self, dc: &DcId) -> ErrorReply {
         match self {
             Failure::Reply(reply) => reply,
-            Failure::Store(e @ StoreError::Unavailable { .. }) => ErrorReply::new(
-                ErrorKind::Unavailable { dc: dc.clone() },
-                format!("store: {e}"),
-            ),
-            Failure::Store(e) => ErrorReply::new(ErrorKind::Internal, format!("store: {e}")),
+            Failure::Store(e) => {
+                homing_node::Failure::of_store(dc, e.is_unavailable(), e).into_reply()
+            }
             Failure::Peer(e) => e.to_reply(),
         }
     }

@@ -304,7 +304,9 @@ async fn dc_lease_a_store_restored_from_a_backup_within_the_allocator_block_is_r
     // A "backup" from before the grant but within the allocator block: its
     // allocator is as far as the published floor, its event log is not.
     let backup = Arc::new(MemoryDcStore::new());
-    backup.raise_allocator(first.unique()).await.unwrap();
+    let floor = records.allocator_floor().await.unwrap();
+    assert!(floor >= first.unique());
+    backup.raise_allocator(floor).await.unwrap();
     match start(&global, &backup, short_leases()).await.0 {
         Err(DaemonError::Refused(Refusal::EventsBehind {
             store_head,

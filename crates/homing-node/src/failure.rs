@@ -3,7 +3,9 @@
 //! trying again within a wait; an answer (a refusal, a full queue, a
 //! contradiction) is passed on to the caller as it is.
 
-use homing_core::{ErrorKind, ErrorReply};
+use std::fmt::Display;
+
+use homing_core::{DcId, ErrorKind, ErrorReply};
 
 /// A failed step of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +24,19 @@ impl Failure {
         match reply.kind {
             ErrorKind::Unavailable { .. } => Failure::Unreachable(reply),
             _ => Failure::Refused(reply),
+        }
+    }
+
+    /// DC `dc`'s store failed with `error`, as every driver reports it: a
+    /// store that cannot be reached (`unreachable`) makes the DC
+    /// unavailable, worth trying again; any other store error is internal.
+    pub fn of_store(dc: &DcId, unreachable: bool, error: impl Display) -> Failure {
+        let message = format!("store: {error}");
+        if unreachable {
+            let kind = ErrorKind::Unavailable { dc: dc.clone() };
+            Failure::Unreachable(ErrorReply::new(kind, message))
+        } else {
+            Failure::Refused(ErrorReply::new(ErrorKind::Internal, message))
         }
     }
 

@@ -87,6 +87,11 @@ impl StoreError {
         }
     }
 
+    /// Whether the backend could not be reached (retry later), not refused.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+
     /// A copy of this error for each caller of a failed group or batch of
     /// `backend`: a retryable error stays retryable, any other becomes
     /// `Backend` with its message.

@@ -2,7 +2,7 @@
 //! durable, and as strict as the real ones (same errors, same scan order,
 //! since scans order by the same [`crate::keyspace`] bytes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -14,6 +14,7 @@ use homing_core::{
 
 use homing_core::succession::judge_takeover;
 
+use crate::allocator::Blocks;
 use crate::dc::{
     Cas, DcStore, EventPage, Import, ScanCursor, check_cas, check_events_limit, check_limit,
     check_scan, judge_cas, judge_event_import, judge_import,
@@ -227,20 +228,67 @@ fn insert_succession(
     }
 }
 
-#[derive(Debug, Default)]
-struct DcState {
-    records: HashMap<ReservationId, DcRecord>,
+/// One DC's store in memory, synchronous: what [`MemoryDcStore`] serves
+/// behind a lock, and what the simulator holds for each simulated DC (one
+/// implementation of the store's rules for both, run by the conformance
+/// suite through [`MemoryDcStore`]). Each method is the [`DcStore`] method
+/// of the same name. Iteration is in reservation order, so a simulation
+/// that walks the records is deterministic.
+#[derive(Debug)]
+pub struct MemoryDc {
+    records: BTreeMap<ReservationId, DcRecord>,
     by_scan_key: BTreeMap<Vec<u8>, ReservationId>,
     /// The expiry index, keyed like the byte-keyed backends' (so cursors
     /// page alike).
     due: BTreeMap<Vec<u8>, ReservationId>,
-    next_unique: u64,
+    /// The hi-lo allocator, as the durable backends run it: the floor is the
+    /// persisted high-water mark, uniques come from memory below it.
+    allocator: Blocks,
+    /// The persisted high-water mark (exclusive).
+    high_water: u64,
     events: BTreeMap<EventSeq, Event>,
     event_head: EventSeq,
     migrating: bool,
 }
 
-impl DcState {
+impl Default for MemoryDc {
+    fn default() -> MemoryDc {
+        MemoryDc {
+            records: BTreeMap::new(),
+            by_scan_key: BTreeMap::new(),
+            due: BTreeMap::new(),
+            allocator: Blocks::resume(0),
+            high_water: 0,
+            events: BTreeMap::new(),
+            event_head: 0,
+            migrating: false,
+        }
+    }
+}
+
+impl MemoryDc {
+    /// An empty store; the allocator starts at 1.
+    pub fn new() -> MemoryDc {
+        MemoryDc::default()
+    }
+
+    /// The record of `id`, borrowed.
+    pub fn record(&self, id: &ReservationId) -> Option<&DcRecord> {
+        self.records.get(id)
+    }
+
+    /// Every record, in reservation order.
+    pub fn records(&self) -> impl Iterator<Item = &DcRecord> {
+        self.records.values()
+    }
+
+    /// The process serving this store restarted: what it kept only in
+    /// memory is gone — the rest of the allocator's block is skipped, as
+    /// every durable backend skips it after a crash.
+    pub fn restart(&mut self) {
+        self.allocator = Blocks::resume(self.high_water);
+    }
+
     fn put(&mut self, record: &DcRecord) {
         let old = self.records.get(&record.id).and_then(Due::of);
         if let Some(old) = old {
@@ -254,12 +302,183 @@ impl DcState {
         self.by_scan_key.insert(scan_key, record.id.clone());
         self.records.insert(record.id.clone(), record.clone());
     }
+
+    /// [`DcStore::get`].
+    pub fn get(&self, id: &ReservationId) -> Option<DcRecord> {
+        self.records.get(id).cloned()
+    }
+
+    /// [`DcStore::compare_and_set`].
+    pub fn compare_and_set(
+        &mut self,
+        expected: Option<u64>,
+        record: &DcRecord,
+    ) -> Result<Cas, StoreError> {
+        check_cas(expected, record)?;
+        // Same size limit as the durable backends.
+        keyspace::encode_record(record)?;
+        let current = self.records.get(&record.id).cloned();
+        let event = homing_core::event::derive(current.as_ref(), record);
+        if let Some(conflict) = judge_cas(expected, record, current)? {
+            return Ok(conflict);
+        }
+        if let Some(mut event) = event {
+            keyspace::encode_event(&event)?;
+            self.event_head += 1;
+            event.seq = self.event_head;
+            self.events.insert(event.seq, event);
+        }
+        self.put(record);
+        Ok(Cas::Written)
+    }
+
+    /// [`DcStore::scan`].
+    pub fn scan(
+        &self,
+        scope: &NamespaceScope,
+        name_prefix: &str,
+        after: Option<&ScanCursor>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        check_scan(scope, name_prefix, limit)?;
+        let mut out = Vec::new();
+        for (start, end) in keyspace::scan_ranges(scope, name_prefix, after) {
+            let range = self.by_scan_key.range(start..);
+            out.extend(
+                range
+                    .take_while(|(k, _)| end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice()))
+                    .take(limit - out.len())
+                    .filter_map(|(_, id)| self.records.get(id).cloned()),
+            );
+            if out.len() == limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`DcStore::due`].
+    pub fn due(
+        &self,
+        kind: DueKind,
+        until: StoreTime,
+        after: Option<&DueCursor>,
+        limit: usize,
+    ) -> Result<DuePage, StoreError> {
+        check_limit(limit)?;
+        let (start, end) = keyspace::due_range(kind, until, after);
+        let entries = self
+            .due
+            .range(start..end)
+            .take(limit)
+            .map(|(entry, id)| {
+                let value = self.records.get(id).map(keyspace::encode_record);
+                Ok((entry.clone(), value.transpose()?))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let (start, end) = keyspace::due_pending_range(kind, until);
+        let pending = self.due.range(start..end).count() as u64;
+        keyspace::due_page(kind, entries, limit, pending)
+    }
+
+    /// [`DcStore::settle`].
+    pub fn settle(&mut self, id: &ReservationId, version: u64) -> bool {
+        let Some(record) = self.records.get(id).filter(|r| r.version == version) else {
+            return false;
+        };
+        match Due::of(record) {
+            Some(due) if due.kind == DueKind::Released => {
+                let entry = keyspace::due_bytes(due, id);
+                self.due.remove(&entry).is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// [`DcStore::allocate`].
+    pub fn allocate(&mut self) -> Result<u64, StoreError> {
+        if let Some(unique) = self.allocator.take() {
+            return Ok(unique);
+        }
+        let high_water = self.allocator.next_high_water()?;
+        self.high_water = high_water;
+        self.allocator.granted(high_water);
+        Ok(self
+            .allocator
+            .take()
+            .expect("a fresh block of ALLOCATOR_BLOCK_IDS ≥ 1 has a first unique"))
+    }
+
+    /// [`DcStore::events`].
+    pub fn events(&self, after: EventSeq, limit: usize) -> Result<EventPage, StoreError> {
+        check_events_limit(limit)?;
+        let events = self
+            .events
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect();
+        let oldest = self
+            .events
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.event_head + 1);
+        Ok(EventPage {
+            events,
+            oldest,
+            head: self.event_head,
+        })
+    }
+
+    /// [`DcStore::trim_events`].
+    pub fn trim_events(&mut self, before: EventSeq) {
+        self.events = self.events.split_off(&before);
+    }
+
+    /// [`DcStore::import`].
+    pub fn import(&mut self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
+        keyspace::encode_record(record)?;
+        let current = self.records.get(&record.id).cloned();
+        if let Some(judged) = judge_import(record, current) {
+            return Ok(judged);
+        }
+        self.put(record);
+        Ok(Import::Written)
+    }
+
+    /// [`DcStore::import_event`].
+    pub fn import_event(&mut self, event: &Event) -> Result<Import<Event>, StoreError> {
+        keyspace::encode_event(event)?;
+        let current = self.events.get(&event.seq).cloned();
+        if let Some(judged) = judge_event_import(event, current) {
+            return Ok(judged);
+        }
+        self.events.insert(event.seq, event.clone());
+        self.event_head = self.event_head.max(event.seq);
+        Ok(Import::Written)
+    }
+
+    /// [`DcStore::allocator_floor`]: the persisted high-water mark.
+    pub fn allocator_floor(&self) -> u64 {
+        self.high_water
+    }
+
+    /// [`DcStore::raise_allocator`]: nothing at or below `floor` is handed
+    /// out afterwards.
+    pub fn raise_allocator(&mut self, floor: u64) {
+        if floor >= self.high_water {
+            self.high_water = floor;
+            self.allocator = Blocks::resume(floor);
+        }
+        self.allocator.jump_to(floor.saturating_add(1));
+    }
 }
 
-/// A [`DcStore`] in memory.
+/// A [`DcStore`] in memory: a [`MemoryDc`] behind a lock.
 #[derive(Debug, Default)]
 pub struct MemoryDcStore {
-    state: Mutex<DcState>,
+    state: Mutex<MemoryDc>,
 }
 
 impl MemoryDcStore {
@@ -268,8 +487,8 @@ impl MemoryDcStore {
         MemoryDcStore::default()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, DcState> {
-        // Every mutation below is completed before any call that could panic.
+    fn state(&self) -> std::sync::MutexGuard<'_, MemoryDc> {
+        // Every mutation of MemoryDc is completed before any call that could panic.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -277,7 +496,7 @@ impl MemoryDcStore {
 #[async_trait]
 impl DcStore for MemoryDcStore {
     async fn get(&self, id: &ReservationId) -> Result<Option<DcRecord>, StoreError> {
-        Ok(self.state().records.get(id).cloned())
+        Ok(self.state().get(id))
     }
 
     async fn compare_and_set(
@@ -285,23 +504,7 @@ impl DcStore for MemoryDcStore {
         expected: Option<u64>,
         record: &DcRecord,
     ) -> Result<Cas, StoreError> {
-        check_cas(expected, record)?;
-        // Same size limit as the durable backends.
-        keyspace::encode_record(record)?;
-        let mut state = self.state();
-        let current = state.records.get(&record.id).cloned();
-        let event = homing_core::event::derive(current.as_ref(), record);
-        if let Some(conflict) = judge_cas(expected, record, current)? {
-            return Ok(conflict);
-        }
-        if let Some(mut event) = event {
-            keyspace::encode_event(&event)?;
-            state.event_head += 1;
-            event.seq = state.event_head;
-            state.events.insert(event.seq, event);
-        }
-        state.put(record);
-        Ok(Cas::Written)
+        self.state().compare_and_set(expected, record)
     }
 
     async fn scan(
@@ -311,22 +514,7 @@ impl DcStore for MemoryDcStore {
         after: Option<&ScanCursor>,
         limit: usize,
     ) -> Result<Vec<DcRecord>, StoreError> {
-        check_scan(scope, name_prefix, limit)?;
-        let state = self.state();
-        let mut out = Vec::new();
-        for (start, end) in keyspace::scan_ranges(scope, name_prefix, after) {
-            let range = state.by_scan_key.range(start..);
-            out.extend(
-                range
-                    .take_while(|(k, _)| end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice()))
-                    .take(limit - out.len())
-                    .filter_map(|(_, id)| state.records.get(id).cloned()),
-            );
-            if out.len() == limit {
-                break;
-            }
-        }
-        Ok(out)
+        self.state().scan(scope, name_prefix, after, limit)
     }
 
     async fn due(
@@ -336,104 +524,40 @@ impl DcStore for MemoryDcStore {
         after: Option<&DueCursor>,
         limit: usize,
     ) -> Result<DuePage, StoreError> {
-        check_limit(limit)?;
-        let state = self.state();
-        let (start, end) = keyspace::due_range(kind, until, after);
-        let entries = state
-            .due
-            .range(start..end)
-            .take(limit)
-            .map(|(entry, id)| {
-                let value = state.records.get(id).map(keyspace::encode_record);
-                Ok((entry.clone(), value.transpose()?))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let (start, end) = keyspace::due_pending_range(kind, until);
-        let pending = state.due.range(start..end).count() as u64;
-        keyspace::due_page(kind, entries, limit, pending)
+        self.state().due(kind, until, after, limit)
     }
 
     async fn settle(&self, id: &ReservationId, version: u64) -> Result<bool, StoreError> {
-        let mut state = self.state();
-        let Some(record) = state.records.get(id).filter(|r| r.version == version) else {
-            return Ok(false);
-        };
-        match Due::of(record) {
-            Some(due) if due.kind == DueKind::Released => {
-                let entry = keyspace::due_bytes(due, id);
-                Ok(state.due.remove(&entry).is_some())
-            }
-            _ => Ok(false),
-        }
+        Ok(self.state().settle(id, version))
     }
 
     async fn allocate(&self) -> Result<u64, StoreError> {
-        let mut state = self.state();
-        state.next_unique = state
-            .next_unique
-            .checked_add(1)
-            .ok_or(StoreError::AllocatorExhausted)?;
-        Ok(state.next_unique)
+        self.state().allocate()
     }
 
     async fn events(&self, after: EventSeq, limit: usize) -> Result<EventPage, StoreError> {
-        check_events_limit(limit)?;
-        let state = self.state();
-        let events = state
-            .events
-            .range(after.saturating_add(1)..)
-            .take(limit)
-            .map(|(_, e)| e.clone())
-            .collect();
-        let oldest = state
-            .events
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(state.event_head + 1);
-        Ok(EventPage {
-            events,
-            oldest,
-            head: state.event_head,
-        })
+        self.state().events(after, limit)
     }
 
     async fn trim_events(&self, before: EventSeq) -> Result<(), StoreError> {
-        let mut state = self.state();
-        state.events = state.events.split_off(&before);
+        self.state().trim_events(before);
         Ok(())
     }
 
     async fn import(&self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
-        keyspace::encode_record(record)?;
-        let mut state = self.state();
-        let current = state.records.get(&record.id).cloned();
-        if let Some(judged) = judge_import(record, current) {
-            return Ok(judged);
-        }
-        state.put(record);
-        Ok(Import::Written)
+        self.state().import(record)
     }
 
     async fn import_event(&self, event: &Event) -> Result<Import<Event>, StoreError> {
-        keyspace::encode_event(event)?;
-        let mut state = self.state();
-        let current = state.events.get(&event.seq).cloned();
-        if let Some(judged) = judge_event_import(event, current) {
-            return Ok(judged);
-        }
-        state.events.insert(event.seq, event.clone());
-        state.event_head = state.event_head.max(event.seq);
-        Ok(Import::Written)
+        self.state().import_event(event)
     }
 
     async fn allocator_floor(&self) -> Result<u64, StoreError> {
-        Ok(self.state().next_unique)
+        Ok(self.state().allocator_floor())
     }
 
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
-        let mut state = self.state();
-        state.next_unique = state.next_unique.max(floor);
+        self.state().raise_allocator(floor);
         Ok(())
     }
 
