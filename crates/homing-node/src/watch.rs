@@ -5,7 +5,9 @@
 //! - a cursor of 0 starts from the oldest event kept; any other cursor must
 //!   not point before it (the watcher would miss trimmed events: refused
 //!   `Trimmed` with where to resume) nor past the log's head (a cursor of
-//!   another DC or another log: refused);
+//!   another DC or another log: refused) — checked on every page, since
+//!   the log may be trimmed under a round (what was read before the gap is
+//!   answered, and the next request is refused);
 //! - only events in the scope are answered, at most [`WATCH_REPLY_BYTES_MAX`]
 //!   encoded bytes of them; the cursor moves past every event read, in the
 //!   scope or not, so a watcher of a quiet scope does not re-read a busy
@@ -61,8 +63,6 @@ pub struct WatchRead {
     /// The last event read (in scope or not).
     after: EventSeq,
     page_limit: usize,
-    /// The cursor was checked against the log (done on the first page).
-    checked: bool,
     /// Events in scope found this round, and their encoded bytes.
     events: Vec<Event>,
     bytes: usize,
@@ -79,7 +79,6 @@ impl WatchRead {
             scope,
             after,
             page_limit,
-            checked: false,
             events: Vec::new(),
             bytes: 0,
             pages: 0,
@@ -98,12 +97,17 @@ impl WatchRead {
     /// A page of events after the cursor, with the oldest event kept and the
     /// log's head.
     pub fn handle_page(&mut self, events: Vec<Event>, oldest: EventSeq, head: EventSeq) {
-        if !self.checked {
-            if let Err(refusal) = self.check_cursor(oldest, head) {
-                self.poll = WatchPoll::Done(Err(refusal));
-                return;
-            }
-            self.checked = true;
+        // Every page, not only the first: the log may have been trimmed
+        // past the cursor between two pages or while parked.
+        if let Err(refusal) = self.check_cursor(oldest, head) {
+            self.poll = if self.events.is_empty() {
+                WatchPoll::Done(Err(refusal))
+            } else {
+                // Answer what was read before the gap; the next request,
+                // from this cursor, is refused.
+                self.answer()
+            };
+            return;
         }
         self.pages += 1;
         let full = events.len() >= self.page_limit;
@@ -298,6 +302,29 @@ mod tests {
             *events.last().unwrap(),
             "resume right after the last answered"
         );
+    }
+
+    #[test]
+    fn events_trimmed_under_a_round_are_never_skipped_silently() {
+        // Between two pages of one round, or while parked, the upkeep may
+        // trim past the cursor: the next page starts after a gap.
+        let mut read = WatchRead::new(games(), 0, PAGE);
+        read.handle_page((1..=4).map(|s| event(s, "games")).collect(), 1, 20);
+        assert!(matches!(read.poll(), WatchPoll::Read { after: 4, .. }));
+        read.handle_page((10..=13).map(|s| event(s, "games")).collect(), 10, 20);
+        // What was read before the gap is answered; the next request, from
+        // 4, is refused `Trimmed` with where to resume.
+        assert_eq!(done(&read), Ok((vec![1, 2, 3, 4], 4)));
+        let mut next = WatchRead::new(games(), 4, PAGE);
+        next.handle_page((10..=13).map(|s| event(s, "games")).collect(), 10, 20);
+        assert_eq!(done(&next), Err(ErrorKind::Trimmed { oldest: 10 }));
+        // Nothing read yet this round (parked, out of scope): refused at once.
+        let mut parked = WatchRead::new(games(), 0, PAGE);
+        parked.handle_page(vec![event(1, "chat")], 1, 1);
+        assert_eq!(parked.poll(), &WatchPoll::Park);
+        parked.handle_moved();
+        parked.handle_page(vec![event(5, "games")], 5, 5);
+        assert_eq!(done(&parked), Err(ErrorKind::Trimmed { oldest: 5 }));
     }
 
     #[test]
