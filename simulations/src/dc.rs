@@ -21,7 +21,7 @@
 //! registers again if the pause ends before the deadline, else answers the
 //! last `HeldElsewhere`. The grant uses `host_time + time held`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
     AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, DueCursor, DueKind, ErrorKind,
@@ -50,6 +50,7 @@ use homing_core::succession::{confirmation_of, judge_takeover, superseding};
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
 use crate::waiting::{AwaitFor, AwaitJob};
+use crate::watch::WatchJob;
 
 /// Pause before registering again when the tail's DC did not answer an
 /// `Await` (homingd's `AWAIT_RETRY_MS`), ms.
@@ -93,6 +94,8 @@ pub struct Dc {
     pub(crate) waiters: Waiters<u64>,
     /// Volatile: the upkeep pass and the proofs it remembers.
     pub(crate) upkeep: Upkeep,
+    /// Volatile: watches parked until the event log moves.
+    pub(crate) watches: BTreeSet<u64>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
@@ -131,6 +134,7 @@ impl Dc {
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
             upkeep,
+            watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(policy, mutations),
             next_task: 0,
@@ -226,6 +230,8 @@ pub(crate) enum TaskKind {
     Upkeep,
     /// An operator's drain, or one forwarded by a peer.
     Drain(Box<DrainJob>),
+    /// A watcher's `Watch`.
+    Watch(Box<WatchJob>),
     Resolve {
         entry: Option<ReservationId>,
     },
@@ -251,8 +257,11 @@ pub(crate) enum StoreOp {
         id: ReservationId,
         version: u64,
     },
-    /// The event log's bounds.
-    Events,
+    /// A page of the event log (`limit` 0: its bounds only).
+    Events {
+        after: u64,
+        limit: usize,
+    },
     /// Trim the event log below `before`.
     TrimEvents {
         before: u64,
@@ -575,10 +584,12 @@ impl Sim {
                 let forwarded = matches!(client, NodeId::Dc(_));
                 return self.drain_start(d, client, rpc, key, wanted, forwarded);
             }
-            Request::Inspect { .. }
-            | Request::Watch { .. }
-            | Request::Scan { .. }
-            | Request::DrainScope { .. } => {
+            Request::Watch {
+                scope,
+                after,
+                wait_ms,
+            } => return self.watch_start(d, client, rpc, scope, after, wait_ms),
+            Request::Inspect { .. } | Request::Scan { .. } | Request::DrainScope { .. } => {
                 let reply = error(ErrorKind::BadRequest, "not simulated");
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
@@ -1143,6 +1154,7 @@ impl Sim {
         };
         self.current_key = key;
         let previous = self.dcs[d].store.get(id);
+        let head = self.dcs[d].store.event_head();
         match self.dcs[d].store.compare_and_set(expected, &record) {
             Ok(cas) if cas.landed() => {}
             Ok(_) => return Written::Conflict,
@@ -1164,6 +1176,9 @@ impl Sim {
         );
         if self.dcs[d].waiters.has_waiters(id) {
             self.waiters_written(d, &record);
+        }
+        if self.dcs[d].store.event_head() > head && !self.dcs[d].watches.is_empty() {
+            self.watches_moved(d);
         }
         Written::Yes
     }
@@ -1198,7 +1213,7 @@ impl Sim {
         match op {
             StoreOp::Due { .. } => upkeep.handle_due(Err(failure), now),
             StoreOp::Settle { .. } => upkeep.handle_settled(Err(failure)),
-            StoreOp::Events => upkeep.handle_events(Err(failure)),
+            StoreOp::Events { .. } => upkeep.handle_events(Err(failure)),
             StoreOp::TrimEvents { .. } => upkeep.handle_trimmed(Err(failure)),
             StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
             _ => upkeep.handle_change_failure(failure),
@@ -1236,6 +1251,9 @@ impl Sim {
         }
         if matches!(task.kind, TaskKind::Drain(_)) {
             return self.drain_store_done(d, tid, task, op);
+        }
+        if matches!(task.kind, TaskKind::Watch(_)) {
+            return self.watch_store_done(d, tid, task, op);
         }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
@@ -1319,7 +1337,8 @@ impl Sim {
                         TaskKind::Update(_)
                         | TaskKind::Await(_)
                         | TaskKind::Upkeep
-                        | TaskKind::Drain(_),
+                        | TaskKind::Drain(_)
+                        | TaskKind::Watch(_),
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }
@@ -1341,7 +1360,7 @@ impl Sim {
             }
             StoreOp::Due { .. }
             | StoreOp::Settle { .. }
-            | StoreOp::Events
+            | StoreOp::Events { .. }
             | StoreOp::TrimEvents { .. } => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read"))
             }
@@ -1583,6 +1602,7 @@ impl Sim {
         let current = match self.dcs[d].tasks.get(&tid).map(|t| &t.kind) {
             Some(TaskKind::Acquire(job)) => job.generation == generation,
             Some(TaskKind::Await(job)) => job.parked == Some(generation),
+            Some(TaskKind::Watch(job)) => job.parked == Some(generation),
             _ => false,
         };
         if !current {
@@ -1593,6 +1613,9 @@ impl Sim {
         self.current_key = task.key;
         if matches!(task.kind, TaskKind::Await(_)) {
             return self.await_select(d, tid, task);
+        }
+        if matches!(task.kind, TaskKind::Watch(_)) {
+            return self.watch_deadline(d, tid, task);
         }
         if let TaskKind::Acquire(job) = &task.kind
             && job.awaiting.is_some()
@@ -1611,6 +1634,7 @@ impl Sim {
         dc.epoch += 1;
         dc.down_since_us = self.now;
         dc.tasks.clear();
+        dc.watches.clear();
         dc.peer_rpcs.clear();
         dc.await_rpcs.clear();
         if !dc.waiters.is_empty() {

@@ -525,9 +525,10 @@ impl Sim {
                 return self.drain_drive(d, tid, task);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
-            TaskKind::Update(_) | TaskKind::Segment | TaskKind::Resolve { .. } => {
-                Next::Reply(homing_core::Reply::Error(e))
-            }
+            TaskKind::Update(_)
+            | TaskKind::Segment
+            | TaskKind::Resolve { .. }
+            | TaskKind::Watch(_) => Next::Reply(homing_core::Reply::Error(e)),
         };
         self.dc_continue(d, tid, task, next);
     }

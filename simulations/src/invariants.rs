@@ -78,6 +78,10 @@ pub enum Invariant {
     /// accepts: the record's key unchanged, its version one above the
     /// expected one.
     StoreAcceptsWrites,
+    /// Every answer to a watcher carries each event after the cursor it
+    /// asked from, in order, up to the cursor it returns: a watcher misses
+    /// events only when refused `Trimmed`.
+    WatchGapFree,
 }
 
 impl Invariant {
@@ -103,6 +107,7 @@ impl Invariant {
             Invariant::DcExpiredNoHolder => "dc_expired_no_holder",
             Invariant::AcquireAnswered => "acquire_answered",
             Invariant::StoreAcceptsWrites => "store_accepts_writes",
+            Invariant::WatchGapFree => "watch_gap_free",
         }
     }
 }
@@ -364,6 +369,11 @@ impl Checker {
     /// A DC store refused a compare-and-set.
     pub fn on_store_refused(&mut self, key: u32, detail: String) {
         self.fail(Invariant::StoreAcceptsWrites, key, detail);
+    }
+
+    /// A watcher's answer skipped events or went backwards.
+    pub fn on_watch_gap(&mut self, detail: String) {
+        self.fail(Invariant::WatchGapFree, NO_KEY, detail);
     }
 
     fn fail(&mut self, invariant: Invariant, key: u32, detail: String) {

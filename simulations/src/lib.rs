@@ -38,6 +38,7 @@ pub mod trace;
 mod upkeep;
 mod waiting;
 pub mod wakeups;
+mod watch;
 
 pub use invariants::{Invariant, Violation};
 pub use report::Measurements;

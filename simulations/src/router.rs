@@ -30,6 +30,7 @@ use homing_core::{
 };
 
 use crate::trace::NO_KEY;
+use crate::watch::Watcher;
 
 use crate::report::Op;
 use crate::sim::{Body, Event, Message, NodeId, Sim};
@@ -72,6 +73,8 @@ pub struct Router {
     reach: Reachability,
     /// Probes in flight, by RPC: the DC and the suspicion's epoch.
     probes: BTreeMap<u64, (u16, u64)>,
+    /// Its watch of its region's DC's event log, if it watches.
+    pub(crate) watcher: Option<Watcher>,
 }
 
 impl Router {
@@ -97,6 +100,7 @@ impl Router {
             inflight: BTreeMap::new(),
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
             probes: BTreeMap::new(),
+            watcher: None,
         }
     }
 
@@ -377,6 +381,12 @@ impl Sim {
         if let Some(probe) = self.routers[r].probes.remove(&message.rpc) {
             return self.router_probed(r, probe, true);
         }
+        if self.is_router_watch(r, message.rpc) {
+            let Body::Reply(reply) = message.body else {
+                return;
+            };
+            return self.router_watched(r, Some(reply));
+        }
         let Some((mut resolve, _)) = self.routers[r].inflight.remove(&message.rpc) else {
             return;
         };
@@ -455,6 +465,9 @@ impl Sim {
     pub(crate) fn router_timeout(&mut self, r: usize, rpc: u64) {
         if let Some(probe) = self.routers[r].probes.remove(&rpc) {
             return self.router_probed(r, probe, false);
+        }
+        if self.is_router_watch(r, rpc) {
+            return self.router_watched(r, None);
         }
         if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;

@@ -176,6 +176,11 @@ pub struct WorkloadSpec {
     pub wait_fraction: f64,
     /// Fraction of releases that report `RunOutcome::Failed` (the others `Ok`).
     pub release_failed_fraction: f64,
+    /// Whether each region's first router also watches its DC's event log.
+    pub watch: bool,
+    /// How long a watcher waits after an answer before it asks again, ms
+    /// (0: at once, a long poll; more: a watcher that lags behind the log).
+    pub watch_pause_ms: f64,
 }
 
 /// homingd's `WaitLimits`: bounds on parked acquirers and the hand-off window.
@@ -401,6 +406,8 @@ impl Default for WorkloadSpec {
             acquire_wait_ms: 0,
             wait_fraction: 0.0,
             release_failed_fraction: 0.0,
+            watch: true,
+            watch_pause_ms: 0.0,
         }
     }
 }

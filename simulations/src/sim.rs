@@ -26,6 +26,7 @@ use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
 use crate::upkeep::new_upkeep;
 use crate::wakeups::{Connections, WakeChecker};
+use crate::watch::Watcher;
 
 /// A node of the simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -136,6 +137,11 @@ pub enum Event {
     },
     /// A router starts a resolve.
     RouterTick {
+        /// The router.
+        router: u32,
+    },
+    /// A router's watcher asks its DC for events again.
+    RouterWatch {
         /// The router.
         router: u32,
     },
@@ -294,6 +300,7 @@ impl Event {
             Event::Host { timer, .. } => timer.name(),
             Event::RouterTick { .. } => "router_tick",
             Event::RouterProbe { .. } => "router_probe",
+            Event::RouterWatch { .. } => "router_watch",
             Event::SuspicionCheck { .. } => "suspicion_check",
             Event::DcTask { .. } => "dc_task_timer",
             Event::ConnectionLost { .. } => "connection_lost",
@@ -535,9 +542,13 @@ impl Sim {
         }
         let mut routers = Vec::new();
         for d in 0..dcs.len() {
-            for _ in 0..scenario.routers_per_dc {
+            for slot in 0..scenario.routers_per_dc {
                 let seed = rng.next_u64();
-                routers.push(Router::new(routers.len() as u32, d as u16, dcs.len(), seed));
+                let mut router = Router::new(routers.len() as u32, d as u16, dcs.len(), seed);
+                if slot == 0 && scenario.workload.watch {
+                    router.watcher = Some(Watcher::default());
+                }
+                routers.push(router);
             }
         }
         let keys: Vec<Key> = (0..scenario.keys)
@@ -696,6 +707,9 @@ impl Sim {
         for r in 0..self.routers.len() {
             let at = self.rng.exp(w.resolve_interval_ms * 1000.0);
             self.schedule(at, Event::RouterTick { router: r as u32 });
+            if self.routers[r].watcher.is_some() {
+                self.schedule(at, Event::RouterWatch { router: r as u32 });
+            }
         }
         let reap = ms_to_us(self.scenario.stores.reaper_interval_ms.max(1));
         for d in 0..self.dcs.len() {
@@ -1077,7 +1091,9 @@ impl Sim {
             Event::Host {
                 host, generation, ..
             } => (NodeId::Host(*host).code(), *generation),
-            Event::RouterTick { router } => (NodeId::Router(*router).code(), 0),
+            Event::RouterTick { router } | Event::RouterWatch { router } => {
+                (NodeId::Router(*router).code(), 0)
+            }
             Event::RouterProbe { router, epoch, .. } => (NodeId::Router(*router).code(), *epoch),
             Event::SuspicionCheck { dc, ended_us } => (NodeId::Dc(*dc).code(), *ended_us),
             Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
@@ -1120,6 +1136,7 @@ impl Sim {
                 generation,
             } => self.host_timer(host as usize, incarnation, timer, generation),
             Event::RouterTick { router } => self.router_tick(router as usize),
+            Event::RouterWatch { router } => self.router_watch(router as usize),
             Event::RouterProbe { router, dc, epoch } => {
                 self.router_probe(router as usize, dc, epoch)
             }

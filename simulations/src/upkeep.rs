@@ -108,7 +108,7 @@ impl Sim {
                 });
                 self.dcs[d].upkeep.handle_segment(segment);
             }
-            StoreOp::Events => {
+            StoreOp::Events { .. } => {
                 let page = self.dcs[d].store.events(0, 0);
                 let dc = &mut self.dcs[d];
                 let log = page.map(|p| (p.oldest, p.head));
@@ -186,7 +186,7 @@ impl Sim {
                     return self.upkeep_peer_answer(d, tid, task, Err(Failure::Refused(e)));
                 }
             },
-            UpkeepPoll::Events => Next::Store(StoreOp::Events),
+            UpkeepPoll::Events => Next::Store(StoreOp::Events { after: 0, limit: 0 }),
             UpkeepPoll::TrimEvents { before } => Next::Store(StoreOp::TrimEvents { before }),
             UpkeepPoll::Idle => return,
         };

@@ -126,3 +126,16 @@ fn a_returning_dc_that_skips_reconciling_takeovers_serves_its_stale_records_and_
         "unexpected invariant: {first}"
     );
 }
+
+#[test]
+fn a_watch_checking_its_cursor_on_a_rounds_first_page_only_skips_trimmed_events() {
+    let (_, first) = first_failure(
+        &scenario("watch-lagging", 30_000),
+        mutant(Mutation::WatchChecksFirstPageOnly),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::WatchGapFree,
+        "{first}"
+    );
+}

@@ -44,6 +44,9 @@ pub enum Mutation {
     /// tails, and grants and renews at once ([`crate::DcLease::reconciliation`]
     /// owes nothing, [`crate::DcLease::covers`] waits for nothing).
     TakeoversNotReconciled = 1 << 11,
+    /// A watch checks its cursor against the event log only on a round's
+    /// first page: events trimmed under a round are skipped silently.
+    WatchChecksFirstPageOnly = 1 << 12,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

@@ -29,6 +29,8 @@
 
 use homing_core::{ErrorKind, ErrorReply, Event, EventSeq, NamespaceScope, wire};
 
+use crate::{Mutation, Mutations};
+
 /// Most encoded bytes of events one `Watch` reply carries (the rest of the
 /// 64 KiB frame is headroom).
 pub const WATCH_REPLY_BYTES_MAX: usize = 48 * 1024;
@@ -69,6 +71,7 @@ pub struct WatchRead {
     /// Pages read this round.
     pages: usize,
     poll: WatchPoll,
+    mutations: Mutations,
 }
 
 impl WatchRead {
@@ -86,7 +89,13 @@ impl WatchRead {
                 after,
                 limit: page_limit,
             },
+            mutations: Mutations::NONE,
         }
+    }
+
+    /// This watch with `mutations`' rules broken (tests only).
+    pub fn with_mutations(self, mutations: Mutations) -> WatchRead {
+        WatchRead { mutations, ..self }
     }
 
     /// What to do next.
@@ -99,7 +108,8 @@ impl WatchRead {
     pub fn handle_page(&mut self, events: Vec<Event>, oldest: EventSeq, head: EventSeq) {
         // Every page, not only the first: the log may have been trimmed
         // past the cursor between two pages or while parked.
-        if let Err(refusal) = self.check_cursor(oldest, head) {
+        let unchecked = self.pages > 0 && self.mutations.has(Mutation::WatchChecksFirstPageOnly);
+        if !unchecked && let Err(refusal) = self.check_cursor(oldest, head) {
             self.poll = if self.events.is_empty() {
                 WatchPoll::Done(Err(refusal))
             } else {

@@ -282,6 +282,11 @@ impl MemoryDc {
         self.records.values()
     }
 
+    /// The event log's last sequence number (0: no event yet).
+    pub fn event_head(&self) -> EventSeq {
+        self.event_head
+    }
+
     /// The process serving this store restarted: what it kept only in
     /// memory is gone — the rest of the allocator's block is skipped, as
     /// every durable backend skips it after a crash.
