@@ -94,6 +94,8 @@ pub struct Dc {
     pub(crate) waiters: Waiters<u64>,
     /// Volatile: the upkeep pass and the proofs it remembers.
     pub(crate) upkeep: Upkeep,
+    /// Volatile: since when it shuts down gracefully (true µs), if it does.
+    pub(crate) closing: Option<u64>,
     /// Volatile: watches parked until the event log moves.
     pub(crate) watches: BTreeSet<u64>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
@@ -134,6 +136,7 @@ impl Dc {
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
             upkeep,
+            closing: None,
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(policy, mutations),
@@ -205,6 +208,8 @@ pub(crate) struct AcquireJob {
     /// Bumped whenever an await starts or ends and by every pause: voids
     /// older deadline and pause timers.
     pub(crate) generation: u64,
+    /// Whether it sleeps in a pause (a shutdown answers it at once).
+    pub(crate) paused: bool,
 }
 
 /// Where a waiting acquire is registered.
@@ -389,6 +394,11 @@ impl Sim {
 
     fn dc_request(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, request: Request) {
         let local = self.dcs[d].id.clone();
+        if self.dcs[d].closing.is_some() {
+            self.measurements.count("dc_refused_shutting_down");
+            let reply = error(ErrorKind::Unavailable { dc: local }, "shutting down");
+            return self.dc_reply_to(d, client, rpc, key, reply);
+        }
         let kind = match request {
             Request::Resolve { key: wanted } => {
                 let entry = self.dcs[d].global_cache.get(&wanted).cloned();
@@ -481,6 +491,7 @@ impl Sim {
                     acquire,
                     awaiting: None,
                     generation: 0,
+                    paused: false,
                 }))
             }
             Request::Await {
@@ -749,6 +760,11 @@ impl Sim {
                     }
                 }
             }
+            // A closing DC's `closed()` is ready at once: no new wait or pause.
+            Next::Await { .. } | Next::Pause(_) if self.dcs[d].closing.is_some() => {
+                let next = self.acquire_closed(d, tid, &mut task);
+                self.dc_continue(d, tid, task, next);
+            }
             Next::Await {
                 reservation,
                 remaining_ms,
@@ -757,6 +773,7 @@ impl Sim {
                 let TaskKind::Acquire(job) = &mut task.kind else {
                     return;
                 };
+                job.paused = true;
                 job.generation += 1;
                 let generation = job.generation;
                 let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
@@ -913,7 +930,16 @@ impl Sim {
             return;
         };
         job.generation += 1;
-        match job.awaiting.take() {
+        let awaiting = job.awaiting.take();
+        job.acquire.handle_deadline(now);
+        self.acquire_unregister(d, tid, awaiting);
+        let next = self.acquire_step(d, &mut task);
+        self.dc_continue(d, tid, task, next);
+    }
+
+    /// Acquire `tid` stops waiting where it was registered (`awaiting`).
+    pub(crate) fn acquire_unregister(&mut self, d: usize, tid: u64, awaiting: Option<Awaiting>) {
+        match awaiting {
             Some(Awaiting::Remote { rpc }) => {
                 let dc = &mut self.dcs[d];
                 dc.peer_rpcs.remove(&rpc);
@@ -923,9 +949,6 @@ impl Sim {
             Some(Awaiting::Local) => self.await_drop(d, tid),
             None => {}
         }
-        job.acquire.handle_deadline(now);
-        let next = self.acquire_step(d, &mut task);
-        self.dc_continue(d, tid, task, next);
     }
 
     /// A need of an acquire's connect failed with `e` (`unavailable`: a DC
@@ -1610,6 +1633,9 @@ impl Sim {
         }
         // Invariant: the task was just found in the map.
         let mut task = self.dcs[d].tasks.remove(&tid).expect("task present");
+        if let TaskKind::Acquire(job) = &mut task.kind {
+            job.paused = false;
+        }
         self.current_key = task.key;
         if matches!(task.kind, TaskKind::Await(_)) {
             return self.await_select(d, tid, task);
@@ -1634,6 +1660,7 @@ impl Sim {
         dc.epoch += 1;
         dc.down_since_us = self.now;
         dc.tasks.clear();
+        dc.closing = None;
         dc.watches.clear();
         dc.peer_rpcs.clear();
         dc.await_rpcs.clear();
@@ -1723,6 +1750,11 @@ impl Sim {
     /// store, under the same id — which its lease's floor check refuses: it
     /// stays down, as homingd refuses to start).
     pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
+        if self.dcs[d].up && self.dcs[d].closing.is_some() {
+            // A graceful shutdown that had not drained: cut like a crash.
+            self.measurements.count("dc_shutdown_cut");
+            self.dc_crash(d);
+        }
         if store_lost {
             let dc = &mut self.dcs[d];
             dc.store = MemoryDc::new();
@@ -1801,6 +1833,7 @@ fn acquire_counter(event: AcquireEvent) -> &'static str {
         }
         AcquireEvent::WaitReregister => "wait_reregister",
         AcquireEvent::WaitDeadlinePassed => "wait_deadline_passed",
+        AcquireEvent::ClosedWhileWaiting => "acquire_wait_closed_at_shutdown",
         AcquireEvent::LastLookFailed => "wait_last_look_failed",
         AcquireEvent::WaitEndedByConnectErrorUnavailable => {
             "wait_ended_by_connect_error_unavailable"

@@ -32,6 +32,7 @@ pub mod rng;
 pub mod router;
 pub mod rules;
 pub mod scenario;
+mod shutdown;
 pub mod sim;
 pub mod swarm;
 pub mod trace;

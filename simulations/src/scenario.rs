@@ -236,6 +236,11 @@ pub enum Fault {
         /// start-up refusal: it stays down).
         #[serde(default)]
         store_lost: bool,
+        /// A graceful shutdown (homingd's on SIGTERM) instead of a crash:
+        /// parked requests answer, new ones are refused, those in flight
+        /// finish, then the process exits (cut at the restart if not yet).
+        #[serde(default)]
+        graceful: bool,
     },
     /// A DC is cut off from the global store: its DC-lease renewals and its
     /// global reads and writes fail; hosts, routers and peer DCs still reach it.

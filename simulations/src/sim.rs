@@ -201,6 +201,16 @@ pub enum Event {
         /// The DC.
         dc: u16,
     },
+    /// A DC starts a graceful shutdown.
+    DcClose {
+        /// The DC.
+        dc: u16,
+    },
+    /// A closing DC looks whether its requests have finished.
+    DcCloseCheck {
+        /// The DC.
+        dc: u16,
+    },
     /// A DC restarts.
     DcRestart {
         /// The DC.
@@ -308,6 +318,8 @@ impl Event {
             Event::HostCrash => "host_crash",
             Event::HostRestart { .. } => "host_restart",
             Event::DcCrash { .. } => "dc_crash",
+            Event::DcClose { .. } => "dc_close",
+            Event::DcCloseCheck { .. } => "dc_close_check",
             Event::DcRestart { .. } => "dc_restart",
             Event::DcLeaseTick { .. } => "dc_lease_tick",
             Event::DcRenewalLands { .. } => "dc_renewal_lands",
@@ -728,10 +740,15 @@ impl Sim {
                     at_ms,
                     for_ms,
                     store_lost,
+                    graceful,
                 } => {
                     // Invariant: fault DCs were checked when the scenario was parsed.
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
-                    self.schedule(ms_to_us(at_ms), Event::DcCrash { dc });
+                    let stop = match graceful {
+                        true => Event::DcClose { dc },
+                        false => Event::DcCrash { dc },
+                    };
+                    self.schedule(ms_to_us(at_ms), stop);
                     let restart = Event::DcRestart { dc, store_lost };
                     self.schedule(ms_to_us(at_ms + for_ms), restart);
                 }
@@ -1098,9 +1115,11 @@ impl Sim {
             Event::SuspicionCheck { dc, ended_us } => (NodeId::Dc(*dc).code(), *ended_us),
             Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
             Event::ConnectionLost { dc, rpc, .. } => (NodeId::Dc(*dc).code(), *rpc),
-            Event::Reap { dc } | Event::DcCrash { dc } | Event::DcRestart { dc, .. } => {
-                (NodeId::Dc(*dc).code(), 0)
-            }
+            Event::Reap { dc }
+            | Event::DcCrash { dc }
+            | Event::DcClose { dc }
+            | Event::DcCloseCheck { dc }
+            | Event::DcRestart { dc, .. } => (NodeId::Dc(*dc).code(), 0),
             Event::DcLeaseTick { dc, generation, .. } => (NodeId::Dc(*dc).code(), *generation),
             Event::DcRenewalLands { dc, seq, .. } | Event::DcRenewalTimeout { dc, seq, .. } => {
                 (NodeId::Dc(*dc).code(), *seq)
@@ -1160,6 +1179,8 @@ impl Sim {
             }
             Event::HostRestart { host } => self.host_restart(host as usize),
             Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
+            Event::DcClose { dc } => self.dc_close(usize::from(dc)),
+            Event::DcCloseCheck { dc } => self.dc_close_check(usize::from(dc)),
             Event::DcRestart { dc, store_lost } => self.dc_restart(usize::from(dc), store_lost),
             Event::DcLeaseTick {
                 dc,

@@ -109,6 +109,7 @@ fn fault(rng: &mut Rng, dcs: &[String], fault_ms: u64) -> Fault {
             at_ms,
             for_ms,
             store_lost: false,
+            graceful: rng.chance(0.3),
         },
         // One draw picks the store fault, so the other faults' draws stay
         // as they were before failing stores were simulated.

@@ -77,6 +77,11 @@ impl Sim {
             waiting: None,
             work: Work::default(),
         };
+        if self.dcs[d].closing.is_some() {
+            // homingd's `closed()` is ready at once: the wait ends now.
+            self.measurements.count("wait_answered_at_shutdown");
+            return self.await_finish(d, task, Ok(AwaitReply::TimedOut));
+        }
         let tid = self.new_task_id(d);
         self.await_drive(d, tid, task, false);
     }
@@ -255,7 +260,7 @@ impl Sim {
     }
 
     /// A parked waiter has something to look at: run its select now.
-    fn await_rouse(&mut self, d: usize, tid: u64) {
+    pub(crate) fn await_rouse(&mut self, d: usize, tid: u64) {
         let Some(TaskKind::Await(job)) = self.dcs[d].tasks.get(&tid).map(|t| &t.kind) else {
             return;
         };

@@ -260,6 +260,20 @@ impl WakeChecker {
             .collect()
     }
 
+    /// DC `d` shuts down gracefully: its registrations are answered
+    /// (`TimedOut`) now, none is owed a wake-up any more.
+    pub fn on_dc_close(&mut self, d: u16) {
+        let answered: Vec<u64> = self
+            .regs
+            .range((d, 0)..=(d, u64::MAX))
+            .map(|(k, _)| k.1)
+            .collect();
+        for ticket in answered {
+            self.forget(d, ticket);
+        }
+        self.tracks.retain(|(dc, _), _| *dc != d);
+    }
+
     /// DC `d` crashed: its registrations, and every `Await` on its way to
     /// it, are lost; their origins must notice.
     pub fn on_dc_crash(&mut self, now_us: u64, d: u16) {

@@ -100,3 +100,24 @@ fn a_failing_store_fails_operations_lands_some_failed_writes_and_keeps_every_inv
     assert!(count("acquire_error_unavailable") > 0, "{counters:?}");
     assert!(count("upkeep_scan_failed") > 0, "{counters:?}");
 }
+
+#[test]
+fn a_graceful_restart_answers_what_is_parked_and_exits_only_once_drained() {
+    let (path, scenario) = scenarios()
+        .into_iter()
+        .find(|(p, _)| p.ends_with("graceful-restart.toml"))
+        .unwrap();
+    let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
+    if let Some(failure) = outcome.failure {
+        panic!("{path}:\n{failure}");
+    }
+    let counters = &outcome.measurements.counters;
+    let count = |what: &str| counters.get(what).copied().unwrap_or(0);
+    // Every shutdown drained before its restart: none was cut like a crash
+    // (an acquire waiting at another DC used to hold it for its whole wait).
+    assert_eq!(count("dc_shutdown_started"), 3, "{counters:?}");
+    assert_eq!(count("dc_shutdown_drained"), 3, "{counters:?}");
+    assert_eq!(count("dc_shutdown_cut"), 0, "{counters:?}");
+    assert!(count("dc_refused_shutting_down") > 0, "{counters:?}");
+    assert!(count("acquire_answered_at_shutdown") > 0, "{counters:?}");
+}

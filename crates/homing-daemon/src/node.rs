@@ -921,10 +921,17 @@ impl Node {
                     };
                     // Our own deadline bounds the wait, also when the tail's DC
                     // went silent with our registration: the host is answered in time.
+                    // A shutdown does not wait for it either (a remote
+                    // wait may last WAIT_MS_MAX).
                     let awaited = tokio::time::timeout_at(self.waiters.instant(until), register);
-                    match awaited.await {
-                        Err(_) => acquire.handle_deadline(self.waiters.now()),
-                        Ok(result) => {
+                    let awaited = tokio::select! {
+                        awaited = awaited => Some(awaited),
+                        _ = self.closed() => None,
+                    };
+                    match awaited {
+                        None => acquire.handle_close(),
+                        Some(Err(_)) => acquire.handle_deadline(self.waiters.now()),
+                        Some(Ok(result)) => {
                             let result = result.map_err(|f| f.classify(&self.dc));
                             acquire.handle_awaited(self.waiters.now(), result);
                         }

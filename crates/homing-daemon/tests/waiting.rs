@@ -239,3 +239,38 @@ async fn waiters_are_served_in_order_bounded_and_time_out_with_held_elsewhere() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutting_down_homingd_answers_an_acquire_waiting_at_another_dc_at_once() {
+    bounded(async {
+        let net = devnet(&["iad", "fra"], LONG_LEASE_MS).await;
+        let (iad, fra) = (Host::new(&net, "iad"), Host::new(&net, "fra"));
+        held(&iad.ask(&net, &acquire("room", "iad-actor", 0)).await);
+        let waiting = {
+            let request = acquire("room", "fra-actor", 50_000);
+            let peer = net.peer(&dc("fra"));
+            let client = fra.client.clone();
+            tokio::spawn(async move { client.request(&peer, &request).await.unwrap() })
+        };
+        parked(&net, "iad", 1).await;
+        let started = Instant::now();
+        // fra's homingd begins its graceful shutdown (`Daemon::shutdown`
+        // closes the node first): its acquire registered at iad must not
+        // hold the shutdown for the rest of its 50 s wait.
+        let fra_node = net.dcs().iter().find(|d| d.id == dc("fra")).unwrap();
+        fra_node.daemon.node().close();
+        let reply = waiting.await.unwrap();
+        assert!(
+            matches!(reply, Reply::Acquire(AcquireReply::HeldElsewhere(_))),
+            "{reply:?}"
+        );
+        // The wait was 50 s; answered at the close, not at its end.
+        assert!(
+            started.elapsed() < Duration::from_secs(25),
+            "answered {:?} after the close",
+            started.elapsed()
+        );
+        net.shutdown().await;
+    })
+    .await;
+}

@@ -128,6 +128,8 @@ pub enum AcquireEvent {
     WaitReregister,
     /// This acquire's own deadline passed while it waited.
     WaitDeadlinePassed,
+    /// The DC shut down while this acquire waited: it answered at once.
+    ClosedWhileWaiting,
     /// The last look's connect failed.
     LastLookFailed,
     /// A connect after waiting could not reach a DC, with no time left.
@@ -467,17 +469,19 @@ impl Acquire {
         self.reconnect(now);
     }
 
-    /// The DC shuts down during a pause: answer now (the failure that
-    /// caused the pause, or the last `HeldElsewhere`).
+    /// The DC shuts down during a pause or a wait: answer now (the failure
+    /// that caused the pause, or the last `HeldElsewhere`; the driver drops
+    /// a registration), so a shutdown never waits out a host's wait.
     pub fn handle_close(&mut self) {
-        if let Phase::Paused { error, .. } = std::mem::replace(&mut self.phase, Phase::Over) {
-            self.phase = Phase::Done(match error {
-                Some(e) => Err(e),
-                None => Ok(self.take_held()),
-            });
-        } else {
-            panic!("acquire of {}: closed while not paused", self.request.key);
-        }
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Over) {
+            Phase::Paused { error: Some(e), .. } => Phase::Done(Err(e)),
+            Phase::Paused { error: None, .. } => Phase::Done(Ok(self.take_held())),
+            Phase::Awaiting => {
+                self.events.push_back(AcquireEvent::ClosedWhileWaiting);
+                Phase::Done(Ok(self.take_held()))
+            }
+            _ => panic!("acquire of {}: closed while not paused", self.request.key),
+        };
     }
 
     fn time_for_a_pause(&self, now: NodeTime) -> bool {

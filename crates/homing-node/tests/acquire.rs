@@ -244,3 +244,16 @@ fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held
     ));
     assert_eq!(events(&mut late), [AcquireEvent::WaitDeadlinePassed]);
 }
+
+#[test]
+fn acquire_a_dc_shutting_down_answers_a_waiting_acquire_at_once_with_held_elsewhere() {
+    // A graceful shutdown must not wait for the remote registration (up to
+    // WAIT_MS_MAX): the host hears the key is held and may try elsewhere.
+    let (world, mut waiting) = held_at_iad(60_000);
+    waiting.handle_close();
+    assert!(matches!(
+        waiting.poll(node_now(&world)),
+        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
+    ));
+    assert_eq!(events(&mut waiting), [AcquireEvent::ClosedWhileWaiting]);
+}
