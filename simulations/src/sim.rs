@@ -597,24 +597,25 @@ impl Sim {
                     dc,
                     at_ms,
                     for_ms,
-                    factor,
-                } => slow_stores.push((
-                    scenario.dc_index(dc)? as u16,
-                    ms_to_us(*at_ms),
-                    ms_to_us(at_ms + for_ms),
-                    *factor,
-                )),
-                Fault::FailingStore {
+                    factor: amount,
+                }
+                | Fault::FailingStore {
                     dc,
                     at_ms,
                     for_ms,
-                    fraction,
-                } => failing_stores.push((
-                    scenario.dc_index(dc)? as u16,
-                    ms_to_us(*at_ms),
-                    ms_to_us(at_ms + for_ms),
-                    *fraction,
-                )),
+                    fraction: amount,
+                } => {
+                    let window = (
+                        scenario.dc_index(dc)? as u16,
+                        ms_to_us(*at_ms),
+                        ms_to_us(at_ms + for_ms),
+                        *amount,
+                    );
+                    match fault {
+                        Fault::SlowStore { .. } => slow_stores.push(window),
+                        _ => failing_stores.push(window),
+                    }
+                }
                 Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push((
                     scenario.dc_index(dc)? as u16,
                     ms_to_us(*at_ms),

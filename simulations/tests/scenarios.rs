@@ -1,6 +1,7 @@
 //! Every scenario in `scenarios/`: the same seed gives the same trace, and a
 //! few seeds keep every invariant. Kept small enough for a debug build.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use homing_sim::{Rules, RunOptions, Scenario, run};
@@ -81,17 +82,22 @@ fn a_scenario_with_an_unknown_field_or_dc_is_refused_naming_it() {
     assert!(err.to_string().contains("lease_ttl_ms"), "{err}");
 }
 
-#[test]
-fn a_failing_store_fails_operations_lands_some_failed_writes_and_keeps_every_invariant() {
+/// The outcome counters of `scenarios/<name>.toml`'s seed 1, which must keep every invariant.
+fn counters_of(name: &str) -> BTreeMap<&'static str, u64> {
     let (path, scenario) = scenarios()
         .into_iter()
-        .find(|(p, _)| p.ends_with("failing-store.toml"))
+        .find(|(p, _)| p.ends_with(&format!("/{name}.toml")))
         .unwrap();
     let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
     if let Some(failure) = outcome.failure {
         panic!("{path}:\n{failure}");
     }
-    let counters = &outcome.measurements.counters;
+    outcome.measurements.counters
+}
+
+#[test]
+fn a_failing_store_fails_operations_lands_some_failed_writes_and_keeps_every_invariant() {
+    let counters = &counters_of("failing-store");
     let count = |what: &str| counters.get(what).copied().unwrap_or(0);
     // Failures reach requests and the upkeep pass, and some failed writes
     // committed anyway (the ambiguous outcome).
@@ -103,15 +109,7 @@ fn a_failing_store_fails_operations_lands_some_failed_writes_and_keeps_every_inv
 
 #[test]
 fn a_graceful_restart_answers_what_is_parked_and_exits_only_once_drained() {
-    let (path, scenario) = scenarios()
-        .into_iter()
-        .find(|(p, _)| p.ends_with("graceful-restart.toml"))
-        .unwrap();
-    let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
-    if let Some(failure) = outcome.failure {
-        panic!("{path}:\n{failure}");
-    }
-    let counters = &outcome.measurements.counters;
+    let counters = &counters_of("graceful-restart");
     let count = |what: &str| counters.get(what).copied().unwrap_or(0);
     // Every shutdown drained before its restart: none was cut like a crash
     // (an acquire waiting at another DC used to hold it for its whole wait).
