@@ -237,6 +237,8 @@ pub(crate) enum TaskKind {
     Drain(Box<DrainJob>),
     /// A watcher's `Watch`.
     Watch(Box<WatchJob>),
+    /// One page of an operator's `Scan`.
+    Scan,
     Resolve {
         entry: Option<ReservationId>,
     },
@@ -270,6 +272,11 @@ pub(crate) enum StoreOp {
     /// Trim the event log below `before`.
     TrimEvents {
         before: u64,
+    },
+    /// A page of records in `(key, id)` order.
+    Scan {
+        scope: homing_core::NamespaceScope,
+        after: Option<homing_core::ScanCursor>,
     },
 }
 
@@ -600,7 +607,8 @@ impl Sim {
                 after,
                 wait_ms,
             } => return self.watch_start(d, client, rpc, scope, after, wait_ms),
-            Request::Inspect { .. } | Request::Scan { .. } | Request::DrainScope { .. } => {
+            Request::Scan { scope, after } => return self.scan_start(d, client, rpc, scope, after),
+            Request::Inspect { .. } | Request::DrainScope { .. } => {
                 let reply = error(ErrorKind::BadRequest, "not simulated");
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
@@ -1278,6 +1286,9 @@ impl Sim {
         if matches!(task.kind, TaskKind::Watch(_)) {
             return self.watch_store_done(d, tid, task, op);
         }
+        if matches!(task.kind, TaskKind::Scan) {
+            return self.scan_store_done(d, tid, task, op);
+        }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::GlobalGet(key) => {
@@ -1361,7 +1372,8 @@ impl Sim {
                         | TaskKind::Await(_)
                         | TaskKind::Upkeep
                         | TaskKind::Drain(_)
-                        | TaskKind::Watch(_),
+                        | TaskKind::Watch(_)
+                        | TaskKind::Scan,
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }
@@ -1384,7 +1396,8 @@ impl Sim {
             StoreOp::Due { .. }
             | StoreOp::Settle { .. }
             | StoreOp::Events { .. }
-            | StoreOp::TrimEvents { .. } => {
+            | StoreOp::TrimEvents { .. }
+            | StoreOp::Scan { .. } => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read"))
             }
             StoreOp::Allocate => {

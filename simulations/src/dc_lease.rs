@@ -528,7 +528,8 @@ impl Sim {
             TaskKind::Update(_)
             | TaskKind::Segment
             | TaskKind::Resolve { .. }
-            | TaskKind::Watch(_) => Next::Reply(homing_core::Reply::Error(e)),
+            | TaskKind::Watch(_)
+            | TaskKind::Scan => Next::Reply(homing_core::Reply::Error(e)),
         };
         self.dc_continue(d, tid, task, next);
     }

@@ -82,6 +82,9 @@ pub enum Invariant {
     /// asked from, in order, up to the cursor it returns: a watcher misses
     /// events only when refused `Trimmed`.
     WatchGapFree,
+    /// A scan from start to end returns its DC's records in `(key, id)`
+    /// order, none twice, every record there when it began included.
+    ScanComplete,
 }
 
 impl Invariant {
@@ -108,6 +111,7 @@ impl Invariant {
             Invariant::AcquireAnswered => "acquire_answered",
             Invariant::StoreAcceptsWrites => "store_accepts_writes",
             Invariant::WatchGapFree => "watch_gap_free",
+            Invariant::ScanComplete => "scan_complete",
         }
     }
 }
@@ -369,6 +373,11 @@ impl Checker {
     /// A DC store refused a compare-and-set.
     pub fn on_store_refused(&mut self, key: u32, detail: String) {
         self.fail(Invariant::StoreAcceptsWrites, key, detail);
+    }
+
+    /// A scan missed, repeated or misordered records.
+    pub fn on_scan_broken(&mut self, detail: String) {
+        self.fail(Invariant::ScanComplete, NO_KEY, detail);
     }
 
     /// A watcher's answer skipped events or went backwards.

@@ -31,6 +31,7 @@ pub mod report;
 pub mod rng;
 pub mod router;
 pub mod rules;
+mod scan;
 pub mod scenario;
 mod shutdown;
 pub mod sim;

@@ -29,6 +29,7 @@ use homing_core::{
     ChainWalk, Need, Poll, Reply, Request, ReservationId, Shortcut, Source, TailView,
 };
 
+use crate::scan::Scanner;
 use crate::trace::NO_KEY;
 use crate::watch::Watcher;
 
@@ -75,6 +76,8 @@ pub struct Router {
     probes: BTreeMap<u64, (u16, u64)>,
     /// Its watch of its region's DC's event log, if it watches.
     pub(crate) watcher: Option<Watcher>,
+    /// Its scans of its region's DC's records, if it scans.
+    pub(crate) scanner: Option<Scanner>,
 }
 
 impl Router {
@@ -101,6 +104,7 @@ impl Router {
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
             probes: BTreeMap::new(),
             watcher: None,
+            scanner: None,
         }
     }
 
@@ -381,6 +385,12 @@ impl Sim {
         if let Some(probe) = self.routers[r].probes.remove(&message.rpc) {
             return self.router_probed(r, probe, true);
         }
+        if self.is_router_scan(r, message.rpc) {
+            let Body::Reply(reply) = message.body else {
+                return;
+            };
+            return self.router_scanned(r, Some(reply));
+        }
         if self.is_router_watch(r, message.rpc) {
             let Body::Reply(reply) = message.body else {
                 return;
@@ -468,6 +478,9 @@ impl Sim {
         }
         if self.is_router_watch(r, rpc) {
             return self.router_watched(r, None);
+        }
+        if self.is_router_scan(r, rpc) {
+            return self.router_scanned(r, None);
         }
         if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;

@@ -181,6 +181,9 @@ pub struct WorkloadSpec {
     /// How long a watcher waits after an answer before it asks again, ms
     /// (0: at once, a long poll; more: a watcher that lags behind the log).
     pub watch_pause_ms: f64,
+    /// How often each region's first router scans its DC's records from
+    /// start to end (`homing scan`), ms; 0: never.
+    pub scan_interval_ms: u64,
 }
 
 /// homingd's `WaitLimits`: bounds on parked acquirers and the hand-off window.
@@ -413,6 +416,7 @@ impl Default for WorkloadSpec {
             release_failed_fraction: 0.0,
             watch: true,
             watch_pause_ms: 0.0,
+            scan_interval_ms: 10_000,
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::report::Measurements;
 use crate::rng::Rng;
 use crate::router::Router;
 use crate::rules::Rules;
+use crate::scan::Scanner;
 use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
 use crate::upkeep::new_upkeep;
@@ -137,6 +138,11 @@ pub enum Event {
     },
     /// A router starts a resolve.
     RouterTick {
+        /// The router.
+        router: u32,
+    },
+    /// A router's scanner begins a scan of its DC's records.
+    RouterScan {
         /// The router.
         router: u32,
     },
@@ -311,6 +317,7 @@ impl Event {
             Event::RouterTick { .. } => "router_tick",
             Event::RouterProbe { .. } => "router_probe",
             Event::RouterWatch { .. } => "router_watch",
+            Event::RouterScan { .. } => "router_scan",
             Event::SuspicionCheck { .. } => "suspicion_check",
             Event::DcTask { .. } => "dc_task_timer",
             Event::ConnectionLost { .. } => "connection_lost",
@@ -560,6 +567,9 @@ impl Sim {
                 if slot == 0 && scenario.workload.watch {
                     router.watcher = Some(Watcher::default());
                 }
+                if slot == 0 && scenario.workload.scan_interval_ms > 0 {
+                    router.scanner = Some(Scanner::default());
+                }
                 routers.push(router);
             }
         }
@@ -722,6 +732,10 @@ impl Sim {
             self.schedule(at, Event::RouterTick { router: r as u32 });
             if self.routers[r].watcher.is_some() {
                 self.schedule(at, Event::RouterWatch { router: r as u32 });
+            }
+            if self.routers[r].scanner.is_some() {
+                let first = ms_to_us(w.scan_interval_ms) / 2 + at;
+                self.schedule(first, Event::RouterScan { router: r as u32 });
             }
         }
         let reap = ms_to_us(self.scenario.stores.reaper_interval_ms.max(1));
@@ -1109,9 +1123,9 @@ impl Sim {
             Event::Host {
                 host, generation, ..
             } => (NodeId::Host(*host).code(), *generation),
-            Event::RouterTick { router } | Event::RouterWatch { router } => {
-                (NodeId::Router(*router).code(), 0)
-            }
+            Event::RouterTick { router }
+            | Event::RouterWatch { router }
+            | Event::RouterScan { router } => (NodeId::Router(*router).code(), 0),
             Event::RouterProbe { router, epoch, .. } => (NodeId::Router(*router).code(), *epoch),
             Event::SuspicionCheck { dc, ended_us } => (NodeId::Dc(*dc).code(), *ended_us),
             Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
@@ -1157,6 +1171,7 @@ impl Sim {
             } => self.host_timer(host as usize, incarnation, timer, generation),
             Event::RouterTick { router } => self.router_tick(router as usize),
             Event::RouterWatch { router } => self.router_watch(router as usize),
+            Event::RouterScan { router } => self.router_scan(router as usize),
             Event::RouterProbe { router, dc, epoch } => {
                 self.router_probe(router as usize, dc, epoch)
             }

@@ -119,7 +119,9 @@ impl Sim {
                 self.dcs[d].store.trim_events(before);
                 self.dcs[d].upkeep.handle_trimmed(Ok(()));
             }
-            StoreOp::Allocate => unreachable!("upkeep never allocates"),
+            StoreOp::Allocate | StoreOp::Scan { .. } => {
+                unreachable!("upkeep never allocates nor scans")
+            }
         }
         self.upkeep_drive(d, tid, task);
     }

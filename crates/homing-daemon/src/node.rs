@@ -39,9 +39,8 @@ use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
 use crate::waiters::{WaitLimits, Waiters};
 
-/// Most records one `Inspect` or `Scan` reply carries: a record encodes to at
-/// most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
-pub const INSPECT_RECORDS_MAX: usize = 48;
+/// Most records one `Inspect` or `Scan` reply carries (homing-node's).
+pub const INSPECT_RECORDS_MAX: usize = homing_node::SCAN_PAGE_RECORDS;
 pub use homing_node::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX};
 
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
@@ -1152,11 +1151,7 @@ impl Node {
         let records = self
             .timed("dc_scan", self.records.scan(scope, "", after, limit))
             .await?;
-        let next = if records.len() == limit {
-            records.last().map(ScanCursor::after)
-        } else {
-            None
-        };
+        let next = homing_node::scan::next_cursor(&records, limit);
         Ok((records, next))
     }
 

@@ -1,0 +1,173 @@
+//! Operator scans, both ends. A DC answers `Scan { scope, after }` as
+//! homingd does: one page of its store's records in `(key, id)` order
+//! (homing-store's memory backend), [`SCAN_PAGE_RECORDS`] at most,
+//! redacted, with the cursor homing-node's `scan::next_cursor` gives.
+//!
+//! The region's first router also scans its DC's records from start to
+//! end every `workload.scan_interval_ms` (0: never), as `homing scan` does
+//! page after page; a failed or timed-out page abandons that scan.
+//! `scan_complete` checks each one: records come in `(key, id)` order,
+//! none twice, and every record the DC had when the scan began is returned
+//! (records are never deleted, only abandoned).
+
+use std::collections::BTreeSet;
+
+use homing_core::{DcRecord, ErrorKind, NamespaceScope, Reply, Request, ReservationId, ScanCursor};
+use homing_node::SCAN_PAGE_RECORDS;
+use homing_node::scan::next_cursor;
+use homing_store::keyspace::record_scan_bytes;
+
+use crate::dc::{Next, StoreOp, Task, TaskKind, Work, error};
+use crate::sim::{Event, NodeId, Sim};
+use crate::trace::NO_KEY;
+
+/// A router's scan of its region's DC.
+#[derive(Debug, Default)]
+pub struct Scanner {
+    /// The page request in flight.
+    rpc: Option<u64>,
+    /// Where the next page starts.
+    after: Option<ScanCursor>,
+    /// The DC's records when this scan began: each must be returned.
+    expected: BTreeSet<ReservationId>,
+    /// The records returned so far.
+    seen: BTreeSet<ReservationId>,
+    /// The scan order position of the last record returned.
+    last: Option<Vec<u8>>,
+}
+
+impl Sim {
+    /// DC `d` answers one `Scan` page.
+    pub(crate) fn scan_start(
+        &mut self,
+        d: usize,
+        client: NodeId,
+        rpc: u64,
+        scope: NamespaceScope,
+        after: Option<ScanCursor>,
+    ) {
+        let task = Task {
+            client,
+            rpc,
+            key: NO_KEY,
+            kind: TaskKind::Scan,
+            waiting: None,
+            work: Work::default(),
+        };
+        let tid = self.new_task_id(d);
+        self.dc_continue(d, tid, task, Next::Store(StoreOp::Scan { scope, after }));
+    }
+
+    /// The page was read.
+    pub(crate) fn scan_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
+        let StoreOp::Scan { scope, after } = op else {
+            let reply = error(ErrorKind::Internal, "unexpected store operation");
+            return self.dc_continue(d, tid, task, Next::Reply(reply));
+        };
+        let page = self.dcs[d]
+            .store
+            .scan(&scope, "", after.as_ref(), SCAN_PAGE_RECORDS);
+        let reply = match page {
+            Ok(records) => Reply::Records {
+                next: next_cursor(&records, SCAN_PAGE_RECORDS),
+                records: records.into_iter().map(DcRecord::redacted).collect(),
+            },
+            Err(e) => {
+                let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
+                Reply::Error(failure.into_reply())
+            }
+        };
+        self.dc_continue(d, tid, task, Next::Reply(reply));
+    }
+
+    /// Router `r`'s scanner begins a scan, or asks for its next page.
+    pub(crate) fn router_scan(&mut self, r: usize) {
+        let dc = self.routers[r].region;
+        let Some(scanner) = &self.routers[r].scanner else {
+            return;
+        };
+        if scanner.after.is_none() {
+            let expected = self.dcs[usize::from(dc)]
+                .store
+                .records()
+                .map(|r| r.id.clone())
+                .collect();
+            let scanner = self.routers[r].scanner.as_mut().expect("checked above");
+            scanner.expected = expected;
+            scanner.seen.clear();
+            scanner.last = None;
+            self.measurements.count("scan_started");
+        }
+        let after = self.routers[r]
+            .scanner
+            .as_ref()
+            .and_then(|s| s.after.clone());
+        let request = Request::Scan {
+            scope: NamespaceScope::everything(),
+            after,
+        };
+        let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
+        if let Some(scanner) = &mut self.routers[r].scanner {
+            scanner.rpc = Some(rpc);
+        }
+    }
+
+    /// Whether `rpc` is router `r`'s scan page.
+    pub(crate) fn is_router_scan(&self, r: usize, rpc: u64) -> bool {
+        self.routers[r]
+            .scanner
+            .as_ref()
+            .is_some_and(|s| s.rpc == Some(rpc))
+    }
+
+    /// Router `r`'s scan page was answered (`None`: it timed out).
+    pub(crate) fn router_scanned(&mut self, r: usize, reply: Option<Reply>) {
+        let dc = self.routers[r].region;
+        let Some(scanner) = &mut self.routers[r].scanner else {
+            return;
+        };
+        scanner.rpc = None;
+        let Some(Reply::Records { records, next }) = reply else {
+            self.measurements.count("scan_failed");
+            scanner.after = None;
+            return self.scan_again_later(r);
+        };
+        let mut broken = None;
+        for record in &records {
+            let at = record_scan_bytes(&record.key, &record.id);
+            if scanner.last.as_ref().is_some_and(|last| *last >= at) {
+                broken = Some(format!("{} out of (key, id) order", record.id));
+            }
+            if !scanner.seen.insert(record.id.clone()) {
+                broken = Some(format!("{} returned twice", record.id));
+            }
+            scanner.last = Some(at);
+        }
+        scanner.after = next;
+        if scanner.after.is_some() {
+            if let Some(detail) = broken {
+                self.checker
+                    .on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
+            }
+            return self.router_scan(r);
+        }
+        let missed = scanner.expected.difference(&scanner.seen).next().cloned();
+        if let Some(id) = missed {
+            broken = Some(format!(
+                "{id}, there when the scan began, was never returned"
+            ));
+        }
+        if let Some(detail) = broken {
+            self.checker
+                .on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
+        }
+        self.measurements.count("scan_completed");
+        self.scan_again_later(r);
+    }
+
+    fn scan_again_later(&mut self, r: usize) {
+        let interval_ms = self.scenario.workload.scan_interval_ms;
+        let at = self.now + interval_ms * 1000;
+        self.schedule(at, Event::RouterScan { router: r as u32 });
+    }
+}
