@@ -72,7 +72,7 @@ impl<V: Clone, E> AnswerCache<V, E> {
     /// A cache of at most `capacity` answers, each served for `ttl` after
     /// its insertion (a zero `ttl` caches nothing).
     pub(crate) fn new(capacity: u64, ttl: Duration) -> AnswerCache<V, E> {
-        let capacity = capacity.max(1);
+        let (capacity, cached) = (capacity.max(1), capacity);
         let shards = (capacity / SHARD_ENTRIES_MIN).clamp(1, SHARDS_MAX as u64);
         let shards = (shards as usize).next_power_of_two().min(SHARDS_MAX);
         let shard_entries_max = usize::try_from(capacity.div_ceil(shards as u64))
@@ -80,7 +80,8 @@ impl<V: Clone, E> AnswerCache<V, E> {
         AnswerCache {
             shards: (0..shards).map(|_| RwLock::new(HashTable::new())).collect(),
             shard_entries_max,
-            ttl,
+            // A capacity of 0 caches nothing, as moka's does.
+            ttl: if cached == 0 { Duration::ZERO } else { ttl },
             hasher: RandomState::new(),
             epoch: Instant::now(),
             fills: Mutex::new(HashMap::new()),
@@ -241,8 +242,13 @@ impl<V, E> Drop for Waiting<'_, V, E> {
             return;
         };
         let done = mine.initialized();
+        // Only this caller's own fill: a late waiter of a finished fill must
+        // not take out the next fill of the key (a second walk would start
+        // beside it, and the older one could overwrite the newer answer).
+        let ours = fills.get(self.key).is_some_and(|c| Arc::ptr_eq(c, &mine));
         drop(mine);
-        if let Some(cell) = fills.get(self.key)
+        if ours
+            && let Some(cell) = fills.get(self.key)
             && (done || Arc::strong_count(cell) == 1)
         {
             fills.remove(self.key);
@@ -336,6 +342,55 @@ mod tests {
         for i in 4..=8 {
             assert_eq!(cache.get(&key(i), t0 + TTL), Some(i));
         }
+    }
+
+    /// Polls `f` once, with a waker that does nothing.
+    fn poll_once<T>(f: &mut std::pin::Pin<Box<impl Future<Output = T>>>) -> Poll<T> {
+        let waker = std::task::Waker::noop();
+        f.as_mut().poll(&mut std::task::Context::from_waker(waker))
+    }
+
+    /// A fill that counts its runs and ends with what `rx` is sent.
+    async fn told(
+        runs: &AtomicUsize,
+        rx: tokio::sync::oneshot::Receiver<Result<u32, String>>,
+    ) -> Result<(u32, Instant), String> {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok((rx.await.expect("told")?, Instant::now()))
+    }
+
+    #[test]
+    fn a_late_waiter_of_a_finished_fill_leaves_the_next_fill_registered() {
+        use tokio::sync::oneshot::channel;
+        let cache: AnswerCache<u32, String> = AnswerCache::new(100, TTL);
+        let runs = AtomicUsize::new(0);
+        let (k, now) = (key(1), Instant::now());
+        let (tx_a, rx_a) = channel();
+        let (_tx_b, rx_b) = channel();
+        let mut a = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_a)));
+        let mut b = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_b)));
+        assert!(poll_once(&mut a).is_pending());
+        assert!(poll_once(&mut b).is_pending(), "b waits for a's fill X");
+        // X fails (an error is not cached); a leaves, and X with it.
+        tx_a.send(Err("unavailable".into())).unwrap();
+        assert!(matches!(poll_once(&mut a), Poll::Ready(Err(_))));
+        drop(a);
+        // The next miss starts fill Y.
+        let (tx_c, rx_c) = channel();
+        let mut c = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_c)));
+        assert!(poll_once(&mut c).is_pending());
+        // b, late, takes X's error and leaves: Y stays registered ...
+        assert!(matches!(poll_once(&mut b), Poll::Ready(Err(_))));
+        drop(b);
+        assert_eq!(cache.fills_in_progress(), 1, "fill Y still registered");
+        // ... so the next miss joins Y instead of walking beside it.
+        let (_tx_d, rx_d) = channel();
+        let mut d = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_d)));
+        assert!(poll_once(&mut d).is_pending());
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "no third walk");
+        tx_c.send(Ok(1)).unwrap();
+        assert!(matches!(poll_once(&mut c), Poll::Ready(Ok(1))));
+        assert!(matches!(poll_once(&mut d), Poll::Ready(Ok(1))));
     }
 
     #[test]
