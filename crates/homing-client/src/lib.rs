@@ -74,6 +74,7 @@
 
 #![forbid(unsafe_code)]
 
+mod answer_cache;
 pub mod host_agent;
 /// Which DCs are suspect, and when to probe them: the sans-IO decisions the
 /// [`Resolver`] drives (re-exported from homing-core).

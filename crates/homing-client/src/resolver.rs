@@ -9,8 +9,9 @@
 //! following every link again; the tail's live state changes, so the whole
 //! answer is cached for a short TTL (and dropped by
 //! [`Resolver::report_unreachable`] when routing to it fails). A hit is one
-//! moka lookup. Concurrent cold resolves of one key share one walk
-//! (single-flight), so each hop is asked once.
+//! lookup in the answer cache ([`crate::answer_cache`], built for the hit:
+//! the other caches are moka's). Concurrent cold resolves of one key share
+//! one walk (single-flight), so each hop is asked once.
 //!
 //! A DC that stops answering costs one timeout, not one per request: the
 //! first request to time out (or fail to connect) makes the DC *suspect*
@@ -25,7 +26,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
@@ -36,6 +37,7 @@ use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::answer_cache::AnswerCache;
 use crate::reachability::{Change, DcSlot, ProbeSchedule};
 
 /// Default time a resolved answer (the tail's live state) is served from cache.
@@ -219,7 +221,7 @@ struct Inner {
     /// members, so this only ever falls behind, never becomes wrong.
     members: moka::future::Cache<Key, Shortcut>,
     /// Key → whole answer, for `tail_ttl_ms`: the hot path.
-    answers: moka::future::Cache<Key, Answer>,
+    answers: AnswerCache<Answer, ResolveError>,
     /// Key → last good answer, for callers who accept stale answers.
     remembered: moka::future::Cache<Key, Answer>,
     /// Keys found absent, for `absent_ttl_ms` (`None` when that is 0).
@@ -247,7 +249,7 @@ fn bump(counter: &AtomicU64) {
 /// place in the resolver's DC table rather than its name), held inline
 /// rather than behind an `Arc` — per-key memory is what bounds how many keys
 /// a router can keep hot (see `examples/resolve_bench.rs`: the DC's name
-/// alone, once in the reservation ID, cost 64 of 265 bytes per key).
+/// alone, once in the reservation ID, cost 64 bytes per key).
 #[derive(Debug, Clone)]
 struct Answer {
     /// The tail's DC: an index into `Inner::dcs`.
@@ -336,10 +338,10 @@ impl Resolver {
             seed,
             Box::new(log_change),
         );
-        let answers = moka::future::Cache::builder()
-            .max_capacity(config.cache_entries)
-            .time_to_live(Duration::from_millis(config.tail_ttl_ms))
-            .build();
+        let answers = AnswerCache::new(
+            config.cache_entries,
+            Duration::from_millis(config.tail_ttl_ms),
+        );
         let absent = (config.absent_ttl_ms > 0).then(|| {
             moka::future::Cache::builder()
                 .max_capacity(config.cache_entries)
@@ -376,9 +378,18 @@ impl Resolver {
     /// the shared answer as `from_cache: true` with no round trips of their own.
     pub async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
         let dcs = self.inner.dcs.dcs();
-        if let Some(hit) = self.inner.answers.get(key).await {
+        let now = Instant::now();
+        if let Some(hit) = self.inner.answers.get(key, now) {
             return Ok(hit.cached(key, false, dcs));
         }
+        // A walk's state is kilobytes: boxed, so that a hit's future stays
+        // small (hyper moves each HTTP/2 request's future into its own task).
+        Box::pin(self.resolve_cold(key, now)).await
+    }
+
+    /// A resolve that missed the answer cache at `now`.
+    async fn resolve_cold(&self, key: &Key, now: Instant) -> Result<Resolution, ResolveError> {
+        let dcs = self.inner.dcs.dcs();
         if let Some(absent) = &self.inner.absent
             && absent.contains_key(key)
         {
@@ -390,16 +401,18 @@ impl Resolver {
         let answer = self
             .inner
             .answers
-            .try_get_with(key.clone(), async {
+            .get_or_fill(key, now, async {
                 let resolution = self.inner.walk(key).await?;
                 walked_here.store(u64::from(resolution.remote_round_trips), Ordering::Relaxed);
                 let tail = resolution.reservation.clone();
-                Answer::of(resolution, dcs).ok_or_else(|| {
+                let answer = Answer::of(resolution, dcs).ok_or_else(|| {
                     ResolveError::Inconsistent(format!(
                         "tail {tail} is in dc {}, not in this router's dc table",
                         tail.dc()
                     ))
-                })
+                })?;
+                // The TTL counts from the answer, not from the call.
+                Ok((answer, Instant::now()))
             })
             .await;
         let answer = match answer {
@@ -429,22 +442,26 @@ impl Resolver {
     /// answer is remembered, returns that answer marked `stale`.
     pub async fn resolve_or_stale(&self, key: &Key) -> Result<Resolution, ResolveError> {
         match self.resolve(key).await {
-            Err(ResolveError::Unavailable {
-                dc,
-                reason,
-                suspect,
-            }) => match self.inner.remembered.get(key).await {
-                Some(old) => {
-                    bump(&self.inner.counters.stale_answers);
-                    Ok(old.cached(key, true, self.inner.dcs.dcs()))
-                }
-                None => Err(ResolveError::Unavailable {
-                    dc,
-                    reason,
-                    suspect,
-                }),
-            },
+            // Boxed for the same reason as the walk (see `resolve`).
+            Err(unavailable @ ResolveError::Unavailable { .. }) => {
+                Box::pin(self.remembered_or(key, unavailable)).await
+            }
             other => other,
+        }
+    }
+
+    /// The remembered answer for `key`, marked stale, or `unavailable`.
+    async fn remembered_or(
+        &self,
+        key: &Key,
+        unavailable: ResolveError,
+    ) -> Result<Resolution, ResolveError> {
+        match self.inner.remembered.get(key).await {
+            Some(old) => {
+                bump(&self.inner.counters.stale_answers);
+                Ok(old.cached(key, true, self.inner.dcs.dcs()))
+            }
+            None => Err(unavailable),
         }
     }
 
@@ -455,12 +472,10 @@ impl Resolver {
     /// Only an answer that still names the reported reservation is dropped: a
     /// late report must not throw away a newer answer that already replaced it.
     pub async fn report_unreachable(&self, resolution: &Resolution) {
-        let answers = &self.inner.answers;
-        if let Some(cached) = answers.get(&resolution.key).await
-            && cached.names(&resolution.reservation, self.inner.dcs.dcs())
-        {
-            answers.invalidate(&resolution.key).await;
-        }
+        let dcs = self.inner.dcs.dcs();
+        self.inner.answers.remove_if(&resolution.key, |cached| {
+            cached.names(&resolution.reservation, dcs)
+        });
     }
 
     /// The chain of `key` hop by hop, with where each answer came from and
@@ -497,7 +512,7 @@ impl Resolver {
 
     /// Entries in the answer cache (approximate; for metrics).
     pub fn cached_answers(&self) -> u64 {
-        self.inner.answers.entry_count()
+        self.inner.answers.len() as u64
     }
 
     /// Inserts `resolution` into the answer cache as if a walk had just
@@ -509,15 +524,8 @@ impl Resolver {
     pub async fn prime(&self, resolution: Resolution) {
         let key = resolution.key.clone();
         if let Some(answer) = Answer::of(resolution, self.inner.dcs.dcs()) {
-            self.inner.answers.insert(key, answer).await;
+            self.inner.answers.insert(key, answer, Instant::now());
         }
-    }
-
-    /// Runs the caches' pending maintenance (evictions, counts) now. For
-    /// benchmarks and tests; moka otherwise does it on its own schedule.
-    #[doc(hidden)]
-    pub async fn run_pending_tasks(&self) {
-        self.inner.answers.run_pending_tasks().await;
     }
 }
 

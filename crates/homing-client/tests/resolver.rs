@@ -556,3 +556,31 @@ async fn a_dc_with_two_homingd_answers_through_the_second_when_the_first_is_sile
     );
     assert_eq!(resolver.stats().failovers, 1);
 }
+
+/// hyper moves every HTTP/2 request's future into a task of its own: a
+/// resolve's future, inside it, must not carry a walk's state (kilobytes,
+/// copied per request; the walk is boxed when a resolve misses).
+#[tokio::test]
+async fn a_resolves_future_is_small_enough_to_move_per_request() {
+    const RESOLVE_FUTURE_BYTES_MAX: usize = 256;
+    let ca = DevCa::generate("test ca").expect("a ca");
+    let resolver = Resolver::new(
+        client(&ca, Role::Router, None),
+        ResolverConfig::new(vec![(
+            DcId::new("iad").expect("a dc"),
+            "127.0.0.1:9".parse().expect("an address"),
+        )]),
+    );
+    let room = key("room");
+    let resolve = resolver.resolve(&room);
+    let stale = resolver.resolve_or_stale(&room);
+    let (resolve, stale) = (size_of_val(&resolve), size_of_val(&stale));
+    assert!(
+        resolve <= RESOLVE_FUTURE_BYTES_MAX,
+        "resolve's future: {resolve} bytes"
+    );
+    assert!(
+        stale <= RESOLVE_FUTURE_BYTES_MAX,
+        "resolve_or_stale's future: {stale} bytes"
+    );
+}
