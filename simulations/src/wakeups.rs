@@ -260,8 +260,9 @@ impl WakeChecker {
             .collect()
     }
 
-    /// DC `d` shuts down gracefully: its registrations are answered
-    /// (`TimedOut`) now, none is owed a wake-up any more.
+    /// DC `d` shuts down gracefully (or crashes: then also as below): its
+    /// registrations end — answered `TimedOut` or lost —, none is owed a
+    /// wake-up any more.
     pub fn on_dc_close(&mut self, d: u16) {
         let answered: Vec<u64> = self
             .regs
@@ -277,15 +278,7 @@ impl WakeChecker {
     /// DC `d` crashed: its registrations, and every `Await` on its way to
     /// it, are lost; their origins must notice.
     pub fn on_dc_crash(&mut self, now_us: u64, d: u16) {
-        let lost: Vec<u64> = self
-            .regs
-            .range((d, 0)..=(d, u64::MAX))
-            .map(|(k, _)| k.1)
-            .collect();
-        for ticket in lost {
-            self.forget(d, ticket);
-        }
-        self.tracks.retain(|(dc, _), _| *dc != d);
+        self.on_dc_close(d);
         self.origin_pending.retain(|(o, _), _| *o != d);
         let due = now_us + self.connections.idle_us + self.allowance_us + 1;
         for (o, rpc) in self.awaiting(d) {

@@ -329,17 +329,17 @@ mod tests {
         let cache: AnswerCache<usize, ()> = AnswerCache::new(8, TTL);
         assert_eq!(cache.shards.len(), 1);
         let t0 = Instant::now();
-        for i in 0..4 {
-            cache.insert(key(i), i, t0);
-        }
+        cache.insert(key(0), 0, t0);
         let later = t0 + TTL / 2;
-        for i in 4..8 {
-            cache.insert(key(i), i, later);
+        for i in 1..8 {
+            cache.insert(key(i), i, later + Duration::from_micros(i as u64));
         }
-        // Full: the first four expire at t0 + TTL, and only they go.
+        // Full: only the first has expired at t0 + TTL, and only it goes
+        // (the oldest quarter, three answers, would go without the expired
+        // pass).
         cache.insert(key(8), 8, t0 + TTL);
-        assert_eq!(cache.len(), 5);
-        for i in 4..=8 {
+        assert_eq!(cache.len(), 8);
+        for i in 1..=8 {
             assert_eq!(cache.get(&key(i), t0 + TTL), Some(i));
         }
     }
@@ -391,6 +391,40 @@ mod tests {
         tx_c.send(Ok(1)).unwrap();
         assert!(matches!(poll_once(&mut c), Poll::Ready(Ok(1))));
         assert!(matches!(poll_once(&mut d), Poll::Ready(Ok(1))));
+    }
+
+    #[test]
+    fn a_failed_fill_goes_to_its_waiter_and_a_dropped_fillers_waiter_fills() {
+        use tokio::sync::oneshot::channel;
+        let cache: AnswerCache<u32, String> = AnswerCache::new(100, TTL);
+        let runs = AtomicUsize::new(0);
+        let (k, now) = (key(1), Instant::now());
+        // Two callers at once; the first's fill fails: both get its error.
+        let (tx_a, rx_a) = channel();
+        let (_tx_b, rx_b) = channel();
+        let mut a = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_a)));
+        let mut b = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_b)));
+        assert!(poll_once(&mut a).is_pending());
+        assert!(poll_once(&mut b).is_pending());
+        tx_a.send(Err("unavailable".into())).unwrap();
+        assert!(matches!(poll_once(&mut a), Poll::Ready(Err(e)) if e.as_str() == "unavailable"));
+        assert!(matches!(poll_once(&mut b), Poll::Ready(Err(e)) if e.as_str() == "unavailable"));
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "b did not run its own");
+        drop((a, b));
+        // The filler is dropped mid-fill: its waiter runs its own fill.
+        let (_tx_c, rx_c) = channel();
+        let (tx_d, rx_d) = channel();
+        let mut c = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_c)));
+        let mut d = Box::pin(cache.get_or_fill(&k, now, told(&runs, rx_d)));
+        assert!(poll_once(&mut c).is_pending());
+        assert!(poll_once(&mut d).is_pending());
+        drop(c);
+        assert!(poll_once(&mut d).is_pending(), "d now fills");
+        tx_d.send(Ok(4)).unwrap();
+        assert!(matches!(poll_once(&mut d), Poll::Ready(Ok(4))));
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(cache.fills_in_progress(), 0);
+        assert_eq!(cache.get(&k, Instant::now()), Some(4));
     }
 
     #[test]
