@@ -24,8 +24,8 @@ use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
-    GlobalRead, JOINS_MAX, KeyQuota, LogFollower, Mutations, Update, UpdatePoll, WatchPoll,
-    WatchRead, member_named,
+    DrainScope, DrainScopePoll, GlobalRead, JOINS_MAX, KeyQuota, LogFollower, Mutations, Update,
+    UpdatePoll, WatchPoll, WatchRead, member_named,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -1161,19 +1161,32 @@ impl Node {
         scope: &NamespaceScope,
         after: Option<&ScanCursor>,
     ) -> Result<Reply, Failure> {
-        let (records, next) = self.scan_page(scope, after, SCAN_LIMIT_MAX).await?;
-        let mut drained = 0;
-        for record in records {
-            if record.drain().is_none() {
-                continue;
-            }
-            let changed = self.update(&record.id, Change::Drain).await?;
-            if changed.made() {
-                tracing::info!(reservation = %record.id, key = %record.key, "drained");
-                drained += 1;
+        let mut page = DrainScope::new(after.cloned(), SCAN_LIMIT_MAX);
+        loop {
+            match page.poll().clone() {
+                DrainScopePoll::Scan { after, limit } => {
+                    let records = self
+                        .timed(
+                            "dc_scan",
+                            self.records.scan(scope, "", after.as_ref(), limit),
+                        )
+                        .await?;
+                    page.handle_page(&records);
+                }
+                DrainScopePoll::Drain(id) => {
+                    let changed = self.update(&id, Change::Drain).await;
+                    let made = changed.map(|c| c.made()).map_err(|f| f.classify(&self.dc));
+                    if made == Ok(true) {
+                        tracing::info!(reservation = %id, "drained");
+                    }
+                    page.handle_drained(made);
+                }
+                DrainScopePoll::Done(Ok((drained, next))) => {
+                    return Ok(Reply::DrainedPage { drained, next });
+                }
+                DrainScopePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
             }
         }
-        Ok(Reply::DrainedPage { drained, next })
     }
 
     /// Admits the create of a key in `namespace`, as homing-node's

@@ -79,7 +79,7 @@ pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
-pub use scan::SCAN_PAGE_RECORDS;
+pub use scan::{DrainScope, DrainScopePoll, SCAN_PAGE_RECORDS};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
