@@ -47,6 +47,7 @@ use crate::report::Measurements;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::{confirmation_of, judge_takeover, superseding};
 
+use crate::drain_scope::DrainScopeJob;
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::trace::NO_KEY;
 use crate::waiting::{AwaitFor, AwaitJob};
@@ -239,6 +240,8 @@ pub(crate) enum TaskKind {
     Watch(Box<WatchJob>),
     /// One page of an operator's `Scan`.
     Scan,
+    /// An operator's drain of the whole DC, page by page.
+    DrainScope(Box<DrainScopeJob>),
     Resolve {
         entry: Option<ReservationId>,
     },
@@ -277,6 +280,7 @@ pub(crate) enum StoreOp {
     Scan {
         scope: homing_core::NamespaceScope,
         after: Option<homing_core::ScanCursor>,
+        limit: usize,
     },
 }
 
@@ -1289,6 +1293,9 @@ impl Sim {
         if matches!(task.kind, TaskKind::Scan) {
             return self.scan_store_done(d, tid, task, op);
         }
+        if matches!(task.kind, TaskKind::DrainScope(_)) {
+            return self.drain_scope_store_done(d, tid, task, op);
+        }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::GlobalGet(key) => {
@@ -1373,7 +1380,8 @@ impl Sim {
                         | TaskKind::Upkeep
                         | TaskKind::Drain(_)
                         | TaskKind::Watch(_)
-                        | TaskKind::Scan,
+                        | TaskKind::Scan
+                        | TaskKind::DrainScope(_),
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }

@@ -525,6 +525,7 @@ impl Sim {
                 return self.drain_drive(d, tid, task);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
+            TaskKind::DrainScope(_) => return self.drain_scope_failed(d, tid, task, failure),
             TaskKind::Update(_)
             | TaskKind::Segment
             | TaskKind::Resolve { .. }

@@ -85,6 +85,9 @@ pub enum Invariant {
     /// A scan from start to end returns its DC's records in `(key, id)`
     /// order, none twice, every record there when it began included.
     ScanComplete,
+    /// An operator's drain of a whole DC leaves no lease that was
+    /// renewable when it began unchanged at its end.
+    DrainScopeComplete,
 }
 
 impl Invariant {
@@ -112,6 +115,7 @@ impl Invariant {
             Invariant::StoreAcceptsWrites => "store_accepts_writes",
             Invariant::WatchGapFree => "watch_gap_free",
             Invariant::ScanComplete => "scan_complete",
+            Invariant::DrainScopeComplete => "drain_scope_complete",
         }
     }
 }
@@ -373,6 +377,11 @@ impl Checker {
     /// A DC store refused a compare-and-set.
     pub fn on_store_refused(&mut self, key: u32, detail: String) {
         self.fail(Invariant::StoreAcceptsWrites, key, detail);
+    }
+
+    /// A drain of a whole DC left a lease renewable.
+    pub fn on_drain_scope_incomplete(&mut self, detail: String) {
+        self.fail(Invariant::DrainScopeComplete, NO_KEY, detail);
     }
 
     /// A scan missed, repeated or misordered records.

@@ -24,6 +24,7 @@ pub mod clock;
 pub mod dc;
 pub mod dc_lease;
 mod drain;
+mod drain_scope;
 pub mod host;
 pub mod invariants;
 pub mod network;

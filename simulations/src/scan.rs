@@ -55,21 +55,30 @@ impl Sim {
             work: Work::default(),
         };
         let tid = self.new_task_id(d);
-        self.dc_continue(d, tid, task, Next::Store(StoreOp::Scan { scope, after }));
+        let limit = SCAN_PAGE_RECORDS;
+        let op = StoreOp::Scan {
+            scope,
+            after,
+            limit,
+        };
+        self.dc_continue(d, tid, task, Next::Store(op));
     }
 
     /// The page was read.
     pub(crate) fn scan_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
-        let StoreOp::Scan { scope, after } = op else {
+        let StoreOp::Scan {
+            scope,
+            after,
+            limit,
+        } = op
+        else {
             let reply = error(ErrorKind::Internal, "unexpected store operation");
             return self.dc_continue(d, tid, task, Next::Reply(reply));
         };
-        let page = self.dcs[d]
-            .store
-            .scan(&scope, "", after.as_ref(), SCAN_PAGE_RECORDS);
+        let page = self.dcs[d].store.scan(&scope, "", after.as_ref(), limit);
         let reply = match page {
             Ok(records) => Reply::Records {
-                next: next_cursor(&records, SCAN_PAGE_RECORDS),
+                next: next_cursor(&records, limit),
                 records: records.into_iter().map(DcRecord::redacted).collect(),
             },
             Err(e) => {

@@ -289,6 +289,14 @@ pub enum Fault {
         /// How many keys.
         count: u32,
     },
+    /// An operator drains every lease of one DC (`homing drain --scope`
+    /// over every namespace), page after page.
+    DrainScope {
+        /// The DC.
+        dc: String,
+        /// When, ms.
+        at_ms: u64,
+    },
     /// A fraction of one DC's hosts crash at once.
     CrashHosts {
         /// The DC.
@@ -314,7 +322,9 @@ impl Scenario {
                 | Fault::CutFromGlobal { at_ms, for_ms, .. }
                 | Fault::SlowStore { at_ms, for_ms, .. }
                 | Fault::FailingStore { at_ms, for_ms, .. } => (*at_ms, *for_ms),
-                Fault::Drain { .. } | Fault::CrashHosts { .. } => return false,
+                Fault::Drain { .. } | Fault::DrainScope { .. } | Fault::CrashHosts { .. } => {
+                    return false;
+                }
             };
             at_ms <= to_ms && from_ms <= at_ms.saturating_add(for_ms)
         })
@@ -478,6 +488,7 @@ impl Scenario {
                 Fault::CrashDc { dc, .. }
                 | Fault::CutFromGlobal { dc, .. }
                 | Fault::SlowStore { dc, .. }
+                | Fault::DrainScope { dc, .. }
                 | Fault::CrashHosts { dc, .. } => {
                     scenario.dc_index(dc)?;
                 }

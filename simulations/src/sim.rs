@@ -294,6 +294,11 @@ pub enum Event {
         /// How many.
         count: u32,
     },
+    /// An operator drains every lease of a DC.
+    DrainScope {
+        /// The DC.
+        dc: u16,
+    },
     /// Some of a DC's hosts crash.
     CrashHosts {
         /// The DC.
@@ -336,6 +341,7 @@ impl Event {
             Event::GlobalFailed { .. } => "global_failed",
             Event::CutEnds { .. } => "cut_ends",
             Event::Drain { .. } => "drain",
+            Event::DrainScope { .. } => "drain_scope",
             Event::CrashHosts { .. } => "crash_hosts",
         }
     }
@@ -775,6 +781,10 @@ impl Sim {
                 Fault::Drain { at_ms, count } => {
                     self.schedule(ms_to_us(at_ms), Event::Drain { count })
                 }
+                Fault::DrainScope { dc, at_ms } => {
+                    let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    self.schedule(ms_to_us(at_ms), Event::DrainScope { dc });
+                }
                 Fault::CrashHosts {
                     dc,
                     at_ms,
@@ -1147,6 +1157,7 @@ impl Sim {
             Event::HostRestart { host } => (NodeId::Host(*host).code(), 0),
             Event::HostCrash => (u32::MAX, 0),
             Event::Drain { count } => (u32::MAX, u64::from(*count)),
+            Event::DrainScope { dc } => (NodeId::Dc(*dc).code(), 0),
             Event::CrashHosts { dc, fraction_ppm } => {
                 (NodeId::Dc(*dc).code(), u64::from(*fraction_ppm))
             }
@@ -1224,6 +1235,7 @@ impl Sim {
             }
             Event::CutEnds { dc, start_us } => self.cut_ends(usize::from(dc), start_us),
             Event::Drain { count } => self.drain_keys(count),
+            Event::DrainScope { dc } => self.drain_scope_begin(usize::from(dc)),
             Event::CrashHosts { dc, fraction_ppm } => {
                 for h in 0..self.hosts.len() {
                     if self.hosts[h].dc == dc && self.rng.below(1_000_000) < u64::from(fraction_ppm)

@@ -127,6 +127,7 @@ fn fault(rng: &mut Rng, dcs: &[String], fault_ms: u64) -> Fault {
                 factor: [5.0, 50.0][slow as usize],
             },
         },
+        3 if rng.chance(0.2) => Fault::DrainScope { dc: dc(rng), at_ms },
         3 => Fault::Drain {
             at_ms,
             count: 1 + rng.below(5) as u32,
@@ -165,7 +166,9 @@ mod tests {
                     | Fault::CutFromGlobal { at_ms, for_ms, .. }
                     | Fault::SlowStore { at_ms, for_ms, .. }
                     | Fault::FailingStore { at_ms, for_ms, .. } => at_ms + for_ms,
-                    Fault::Drain { at_ms, .. } | Fault::CrashHosts { at_ms, .. } => *at_ms,
+                    Fault::Drain { at_ms, .. }
+                    | Fault::DrainScope { at_ms, .. }
+                    | Fault::CrashHosts { at_ms, .. } => *at_ms,
                 };
                 assert!(end <= heal_from, "seed {seed}: {f:?} ends at {end}");
             }
