@@ -1812,15 +1812,9 @@ impl Sim {
 
 /// What an update task does next, as homing-node's [`Update`] says.
 fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
-    match update.poll() {
-        UpdatePoll::Read(id) => Next::Store(StoreOp::Get(id)),
-        UpdatePoll::Write {
-            expected, record, ..
-        } => Next::Store(StoreOp::Cas {
-            expected: Some(expected),
-            record,
-        }),
-        UpdatePoll::Done(changed) => {
+    match UpdateStep::of(update.poll()) {
+        UpdateStep::Store(op) => Next::Store(op),
+        UpdateStep::Done(changed) => {
             if let Changed::Link(link) = &changed {
                 measurements.count(match link {
                     LinkReply::Linked => "link_linked",
@@ -1836,7 +1830,31 @@ fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
                 None => Next::Reply(error(ErrorKind::Internal, "a change without a reply")),
             }
         }
-        UpdatePoll::Failed(e) => Next::Reply(Reply::Error(e.reply())),
+        UpdateStep::Failed(e) => Next::Reply(Reply::Error(e.reply())),
+    }
+}
+
+/// What an [`Update`] asks of the simulated store, or how it ended.
+pub(crate) enum UpdateStep {
+    /// A read, or a compare-and-set over the version it read.
+    Store(StoreOp),
+    Done(Changed),
+    Failed(homing_node::UpdateError),
+}
+
+impl UpdateStep {
+    pub(crate) fn of(poll: UpdatePoll) -> UpdateStep {
+        match poll {
+            UpdatePoll::Read(id) => UpdateStep::Store(StoreOp::Get(id)),
+            UpdatePoll::Write {
+                expected, record, ..
+            } => UpdateStep::Store(StoreOp::Cas {
+                expected: Some(expected),
+                record,
+            }),
+            UpdatePoll::Done(changed) => UpdateStep::Done(changed),
+            UpdatePoll::Failed(e) => UpdateStep::Failed(e),
+        }
     }
 }
 

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 
 use homing_core::{NamespaceScope, ReservationId, ScanCursor};
-use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Update, UpdatePoll};
+use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Update};
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{Next, StoreOp, Task, TaskKind, UpdateStep, Work};
 use crate::sim::{NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -76,21 +76,12 @@ impl Sim {
         };
         loop {
             if let Some(update) = &mut job.update {
-                let made = match update.poll() {
-                    UpdatePoll::Read(id) => {
-                        return self.dc_continue(d, tid, task, Next::Store(StoreOp::Get(id)));
-                    }
-                    UpdatePoll::Write {
-                        expected, record, ..
-                    } => {
-                        let op = StoreOp::Cas {
-                            expected: Some(expected),
-                            record,
-                        };
+                let made = match UpdateStep::of(update.poll()) {
+                    UpdateStep::Store(op) => {
                         return self.dc_continue(d, tid, task, Next::Store(op));
                     }
-                    UpdatePoll::Done(changed) => Ok(changed.made()),
-                    UpdatePoll::Failed(e) => Err(Failure::from_reply(e.reply())),
+                    UpdateStep::Done(changed) => Ok(changed.made()),
+                    UpdateStep::Failed(e) => Err(Failure::from_reply(e.reply())),
                 };
                 job.update = None;
                 job.drained += u64::from(made == Ok(true));
