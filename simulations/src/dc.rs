@@ -21,6 +21,7 @@
 //! registers again if the pause ends before the deadline, else answers the
 //! last `HeldElsewhere`. The grant uses `host_time + time held`.
 
+use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
@@ -340,7 +341,7 @@ impl Sim {
         let own = superseding(&record, &recorded.link.to);
         let own = self.successions.entry(id.clone()).or_insert(own).clone();
         if let Some(next) = record.supersede(&own) {
-            self.measurements.count("link_refused_superseded");
+            self.measurements.count(Counter::LinkRefusedSuperseded);
             self.cas(d, Some(record.version), next);
         }
         Ok(Some(own.link.to))
@@ -406,7 +407,7 @@ impl Sim {
     fn dc_request(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, request: Request) {
         let local = self.dcs[d].id.clone();
         if self.dcs[d].closing.is_some() {
-            self.measurements.count("dc_refused_shutting_down");
+            self.measurements.count(Counter::DcRefusedShuttingDown);
             let reply = error(ErrorKind::Unavailable { dc: local }, "shutting down");
             return self.dc_reply_to(d, client, rpc, key, reply);
         }
@@ -417,7 +418,7 @@ impl Sim {
                 let next = match &entry {
                     // A recent "absent" is reused (DESIGN.md §7.4).
                     None if absent_lately => {
-                        self.measurements.count("resolve_absent_reused_at_dc");
+                        self.measurements.count(Counter::ResolveAbsentReusedAtDc);
                         Next::Reply(Reply::Resolved {
                             entry: None,
                             segment: None,
@@ -480,7 +481,7 @@ impl Sim {
                 match self.dcs[d].in_flight.arrive(&request.key, lease, joining) {
                     Arrival::Run => {}
                     Arrival::Joined => {
-                        self.measurements.count("acquire_retry_joined");
+                        self.measurements.count(Counter::AcquireRetryJoined);
                         return;
                     }
                     Arrival::Full => {
@@ -556,11 +557,11 @@ impl Sim {
                     .collect();
                 match cancel::target(&records, &lease) {
                     Some(id) => {
-                        self.measurements.count("cancel_found_a_grant");
+                        self.measurements.count(Counter::CancelFoundAGrant);
                         self.update_task(d, id, Change::Cancel { lease })
                     }
                     None => {
-                        self.measurements.count("cancel_found_no_grant");
+                        self.measurements.count(Counter::CancelFoundNoGrant);
                         return self.dc_reply_to(d, client, rpc, key, Reply::Cancelled(false));
                     }
                 }
@@ -1040,7 +1041,7 @@ impl Sim {
                         && self.dcs[d].cancelled.cancelled(&lease, now)
                     {
                         // Its host gave up on it: cancel the grant as it lands.
-                        self.measurements.count("cancelled_grant_landed");
+                        self.measurements.count(Counter::CancelledGrantLanded);
                         let cancel = Request::Cancel {
                             key: job.acquire.key().clone(),
                             lease,
@@ -1149,7 +1150,7 @@ impl Sim {
         let Some(&to) = self.dc_index.get(notice.entry.dc()) else {
             return;
         };
-        self.measurements.count("shortcut_notices");
+        self.measurements.count(Counter::ShortcutNotices);
         let request = Request::Shortcut {
             key: notice.key,
             entry: notice.entry,
@@ -1223,11 +1224,11 @@ impl Sim {
     /// have landed, as one whose outcome was lost may have. The task
     /// handles the failure as homingd's driver does.
     fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
-        self.measurements.count("dc_store_op_failed");
+        self.measurements.count(Counter::DcStoreOpFailed);
         let lands = self.scenario.stores.crash_lands_in_flight;
         match &op {
             StoreOp::Cas { expected, record } if self.rng.chance(lands) => {
-                self.measurements.count("dc_store_failed_write_landed");
+                self.measurements.count(Counter::DcStoreFailedWriteLanded);
                 self.cas(d, *expected, record.clone());
             }
             StoreOp::Allocate if self.rng.chance(lands) => {
@@ -1305,7 +1306,7 @@ impl Sim {
                 let nearest = matches!(task.kind, TaskKind::Acquire(_))
                     && CONNECT_GLOBAL_READ == GlobalRead::Nearest;
                 if nearest && entry.is_some() && self.nearest_read_misses(&key) {
-                    self.measurements.count("connect_stale_global_reads");
+                    self.measurements.count(Counter::ConnectStaleGlobalReads);
                     entry = None;
                 }
                 match &entry {
@@ -1430,7 +1431,7 @@ impl Sim {
                     }
                     TaskKind::Update(update) => {
                         if written == Written::Conflict {
-                            self.measurements.count("update_cas_conflict");
+                            self.measurements.count(Counter::UpdateCasConflict);
                         }
                         update.handle_written(written);
                         update_next(update, &mut self.measurements)
@@ -1480,7 +1481,7 @@ impl Sim {
                 let existing = self.successions.get(&from).cloned();
                 let reply = judge_takeover(existing, state, policy, &succession);
                 if reply.is_none() {
-                    self.measurements.count("takeovers");
+                    self.measurements.count(Counter::Takeovers);
                     self.successions.insert(from, succession);
                     if set.key != NO_KEY {
                         self.checker.on_taken_over(&view!(self), self.now, set.key);
@@ -1577,7 +1578,7 @@ impl Sim {
         self.dc_rpc_failed(
             d,
             rpc,
-            "dc_peer_timeout",
+            Counter::DcPeerTimeout,
             "a peer dc did not answer in time",
         );
     }
@@ -1590,19 +1591,19 @@ impl Sim {
         }
         let (counter, why) = if reset {
             (
-                "wait_connection_reset",
+                Counter::WaitConnectionReset,
                 "the restarted peer dc reset the connection",
             )
         } else {
             (
-                "wait_connection_lost",
+                Counter::WaitConnectionLost,
                 "the connection to the peer dc timed out",
             )
         };
         self.dc_rpc_failed(d, rpc, counter, why);
     }
 
-    fn dc_rpc_failed(&mut self, d: usize, rpc: u64, counter: &'static str, why: &str) {
+    fn dc_rpc_failed(&mut self, d: usize, rpc: u64, counter: Counter, why: &str) {
         let Some((tid, peer)) = self.dcs[d].peer_rpcs.remove(&rpc) else {
             return;
         };
@@ -1686,7 +1687,8 @@ impl Sim {
         dc.peer_rpcs.clear();
         dc.await_rpcs.clear();
         if !dc.waiters.is_empty() {
-            self.measurements.count("wait_registrations_lost_in_crash");
+            self.measurements
+                .count(Counter::WaitRegistrationsLostInCrash);
         }
         // Tickets keep counting up across the crash: the checkers know them.
         dc.waiters.wake_all(AwaitReply::TimedOut);
@@ -1742,7 +1744,8 @@ impl Sim {
             if !self.rng.chance(p) {
                 continue;
             }
-            self.measurements.count("crash_write_landed_unacknowledged");
+            self.measurements
+                .count(Counter::CrashWriteLandedUnacknowledged);
             match op {
                 StoreOp::Cas { expected, record } => {
                     self.cas(d, expected, record);
@@ -1773,7 +1776,7 @@ impl Sim {
     pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
         if self.dcs[d].up && self.dcs[d].closing.is_some() {
             // A graceful shutdown that had not drained: cut like a crash.
-            self.measurements.count("dc_shutdown_cut");
+            self.measurements.count(Counter::DcShutdownCut);
             self.dc_crash(d);
         }
         if store_lost {
@@ -1817,12 +1820,12 @@ fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
         UpdateStep::Done(changed) => {
             if let Changed::Link(link) = &changed {
                 measurements.count(match link {
-                    LinkReply::Linked => "link_linked",
-                    LinkReply::AlreadyLinked(_) => "link_already_linked",
-                    LinkReply::StillActive { .. } => "link_still_active",
-                    LinkReply::TokenMoved { .. } => "link_token_moved",
-                    LinkReply::Abandoned => "link_abandoned",
-                    LinkReply::OtherKey => "link_other_key",
+                    LinkReply::Linked => Counter::LinkLinked,
+                    LinkReply::AlreadyLinked(_) => Counter::LinkAlreadyLinked,
+                    LinkReply::StillActive { .. } => Counter::LinkStillActive,
+                    LinkReply::TokenMoved { .. } => Counter::LinkTokenMoved,
+                    LinkReply::Abandoned => Counter::LinkAbandoned,
+                    LinkReply::OtherKey => Counter::LinkOtherKey,
                 });
             }
             match changed.into_reply() {
@@ -1859,25 +1862,25 @@ impl UpdateStep {
 }
 
 /// The counter of an acquire event.
-fn acquire_counter(event: AcquireEvent) -> &'static str {
+fn acquire_counter(event: AcquireEvent) -> Counter {
     match event {
-        AcquireEvent::ConnectFailed => "connect_failed",
-        AcquireEvent::ConnectRetried => "wait_connect_retried",
-        AcquireEvent::Awaiting => "wait_await",
-        AcquireEvent::WaitCutShort => "wait_cut_short",
-        AcquireEvent::WaitTimedOut => "wait_timed_out",
-        AcquireEvent::WaitRefused => "wait_refused",
+        AcquireEvent::ConnectFailed => Counter::ConnectFailed,
+        AcquireEvent::ConnectRetried => Counter::WaitConnectRetried,
+        AcquireEvent::Awaiting => Counter::WaitAwait,
+        AcquireEvent::WaitCutShort => Counter::WaitCutShort,
+        AcquireEvent::WaitTimedOut => Counter::WaitTimedOut,
+        AcquireEvent::WaitRefused => Counter::WaitRefused,
         AcquireEvent::WaitLostWithoutTimeToRegisterAgain => {
-            "wait_lost_without_time_to_register_again"
+            Counter::WaitLostWithoutTimeToRegisterAgain
         }
-        AcquireEvent::WaitReregister => "wait_reregister",
-        AcquireEvent::WaitDeadlinePassed => "wait_deadline_passed",
-        AcquireEvent::ClosedWhileWaiting => "acquire_wait_closed_at_shutdown",
-        AcquireEvent::LastLookFailed => "wait_last_look_failed",
+        AcquireEvent::WaitReregister => Counter::WaitReregister,
+        AcquireEvent::WaitDeadlinePassed => Counter::WaitDeadlinePassed,
+        AcquireEvent::ClosedWhileWaiting => Counter::AcquireWaitClosedAtShutdown,
+        AcquireEvent::LastLookFailed => Counter::WaitLastLookFailed,
         AcquireEvent::WaitEndedByConnectErrorUnavailable => {
-            "wait_ended_by_connect_error_unavailable"
+            Counter::WaitEndedByConnectErrorUnavailable
         }
-        AcquireEvent::WaitEndedByConnectError => "wait_ended_by_connect_error",
+        AcquireEvent::WaitEndedByConnectError => Counter::WaitEndedByConnectError,
     }
 }
 

@@ -17,6 +17,7 @@
 //! A `cut_from_global` fault makes every renewal, global read and global
 //! write of the DC fail while hosts, routers and peers still reach it.
 
+use crate::counter::Counter;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply,
     LeasePolicy, ReservationId, Succession, SuccessionCause,
@@ -163,7 +164,7 @@ impl Sim {
         // The simulator publishes no event head (its stores keep none).
         if start_check(&published, false, store_floor, 0, false) != StartCheck::Serve {
             lease.lease.stop();
-            self.measurements.count("dc_refused_below_floor");
+            self.measurements.count(Counter::DcRefusedBelowFloor);
             return false;
         }
         lease.lease.checked(published, store_floor, 0);
@@ -212,7 +213,7 @@ impl Sim {
                 let every_us = lease.renew_every_ms * 1000;
                 let epoch = self.dcs[d].epoch;
                 let dc = d as u16;
-                self.measurements.count("dc_lease_renewal_sent");
+                self.measurements.count(Counter::DcLeaseRenewalSent);
                 // Bounded by the renewal period, as homingd's loop is.
                 self.schedule(
                     self.now + every_us,
@@ -296,7 +297,7 @@ impl Sim {
             return;
         }
         self.dcs[d].lease.renewing = None;
-        self.measurements.count("dc_lease_renewal_failed");
+        self.measurements.count(Counter::DcLeaseRenewalFailed);
         let now = self.node_now(d);
         let change = self.dcs[d].lease.lease.handle_failed(now);
         self.count_change(change);
@@ -306,9 +307,9 @@ impl Sim {
     fn count_change(&mut self, change: DcLeaseChange) {
         match change {
             DcLeaseChange::Same => {}
-            DcLeaseChange::Regained => self.measurements.count("dc_lease_regained"),
-            DcLeaseChange::Lost => self.measurements.count("dc_lease_lost"),
-            DcLeaseChange::Retired => self.measurements.count("dc_lease_retired"),
+            DcLeaseChange::Regained => self.measurements.count(Counter::DcLeaseRegained),
+            DcLeaseChange::Lost => self.measurements.count(Counter::DcLeaseLost),
+            DcLeaseChange::Retired => self.measurements.count(Counter::DcLeaseRetired),
         }
     }
 
@@ -355,7 +356,7 @@ impl Sim {
                 .record(&succession.link.from)
                 .and_then(|r| Some((r.version, r.supersede(&succession)?)));
             if let Some((version, next)) = next {
-                self.measurements.count("takeovers_reconciled");
+                self.measurements.count(Counter::TakeoversReconciled);
                 self.cas(d, Some(version), next);
             }
         }
@@ -378,7 +379,7 @@ impl Sim {
         if !lease.unchecked && lease.lease.covers(from, ttl_ms) {
             return Ok(());
         }
-        self.measurements.count("grant_refused_by_dc_lease");
+        self.measurements.count(Counter::GrantRefusedByDcLease);
         Err(ErrorReply::new(
             ErrorKind::Unavailable {
                 dc: self.dcs[d].id.clone(),
@@ -406,7 +407,7 @@ impl Sim {
             return Some((task, op));
         }
         if lease.lease.retired() {
-            self.measurements.count("write_refused_dc_stopped");
+            self.measurements.count(Counter::WriteRefusedDcStopped);
             let e = global_unavailable(self, d, "this dc may never hold its dc lease again");
             self.store_failed(d, tid, task, false, e);
             return None;
@@ -415,7 +416,7 @@ impl Sim {
         let lease = &mut self.dcs[d].lease;
         lease.lease.want(floor.max(unique), token);
         lease.parked.insert(tid, (task, op));
-        self.measurements.count("write_waits_for_marks");
+        self.measurements.count(Counter::WriteWaitsForMarks);
         let epoch = self.dcs[d].epoch;
         let at = self.now + MARKS_WAIT_MS * 1000;
         let dc = d as u16;
@@ -460,7 +461,7 @@ impl Sim {
         let Some((task, _)) = self.dcs[d].lease.parked.remove(&tid) else {
             return;
         };
-        self.measurements.count("write_marks_wait_timed_out");
+        self.measurements.count(Counter::WriteMarksWaitTimedOut);
         let e = global_unavailable(
             self,
             d,
@@ -479,7 +480,7 @@ impl Sim {
         };
         self.current_key = task.key;
         task.waiting = None;
-        self.measurements.count("global_op_failed_cut_off");
+        self.measurements.count(Counter::GlobalOpFailedCutOff);
         let e = global_unavailable(self, d, "the global store cannot be reached");
         self.store_failed(d, tid, task, true, e);
     }
@@ -543,7 +544,7 @@ impl Sim {
             return;
         }
         debug_assert_eq!(kept.standing(self.now), DcStanding::Expired);
-        self.measurements.count("dc_lease_expired_in_store");
+        self.measurements.count(Counter::DcLeaseExpiredInStore);
         let dc = self.dcs[d].id.clone();
         self.checker.on_dc_lease_expired(&dc, received_us, self.now);
     }
@@ -554,7 +555,8 @@ impl Sim {
     pub(crate) fn cut_ends(&mut self, d: usize, start_us: u64) {
         let dc = self.dcs[d].id.clone();
         if !self.checker.holders_of(&dc).is_empty() {
-            self.measurements.count("dc_cut_ended_with_holders_acting");
+            self.measurements
+                .count(Counter::DcCutEndedWithHoldersActing);
             return;
         }
         let last = self.checker.last_stop_us.get(&dc).copied().unwrap_or(0);

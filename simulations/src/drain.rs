@@ -6,6 +6,7 @@
 //! again breaks `drain_forwarded_once` (one operator request may never
 //! bounce between DCs).
 
+use crate::counter::Counter;
 use homing_core::{
     ChainWalk, ErrorKind, ErrorReply, Key, Need, Poll, Reply, Request, Source, Written,
     chain::HOP_LIMIT_DEFAULT,
@@ -34,7 +35,7 @@ impl Sim {
             if !self.dcs[d].up {
                 continue;
             }
-            self.measurements.count("drain_requested");
+            self.measurements.count(Counter::DrainRequested);
             let key = self.keys[k].clone();
             self.drain_start(d, NodeId::Dc(d as u16), 0, k as u32, key, false);
         }
@@ -103,7 +104,7 @@ impl Sim {
                 if let TaskKind::Drain(job) = &mut task.kind {
                     job.drain.handle_written(written);
                     if written == Written::Yes {
-                        self.measurements.count("key_drained");
+                        self.measurements.count(Counter::KeyDrained);
                     }
                 }
             }
@@ -207,15 +208,15 @@ impl Sim {
                             format!("a forwarded drain of {key} was forwarded again to {dc}");
                         self.checker.on_drain_forwarded_again(task.key, detail);
                     }
-                    self.measurements.count("drain_forwarded");
+                    self.measurements.count(Counter::DrainForwarded);
                     // Invariant: the walk named the tail's DC, one of ours.
                     let to = self.dc_index[&dc];
                     break Next::Peer(to, Request::Drain { key });
                 }
                 DrainPoll::Done(result) => {
                     self.measurements.count(match &result {
-                        Ok(_) => "drain_done",
-                        Err(_) => "drain_refused",
+                        Ok(_) => Counter::DrainDone,
+                        Err(_) => Counter::DrainRefused,
                     });
                     if task.client == NodeId::Dc(d as u16) {
                         return; // the operator's own drain: nobody to answer

@@ -8,6 +8,7 @@
 //! lease that was renewable when the drain began has changed since
 //! (drained, or released, expired, linked meanwhile).
 
+use crate::counter::Counter;
 use std::collections::BTreeMap;
 
 use homing_core::{NamespaceScope, ReservationId, ScanCursor};
@@ -40,7 +41,7 @@ impl Sim {
         if !self.dcs[d].up {
             return;
         }
-        self.measurements.count("drain_scope_started");
+        self.measurements.count(Counter::DrainScopeStarted);
         let began = (self.dcs[d].store.records())
             .filter(|r| r.drain().is_some())
             .map(|r| (r.id.clone(), r.version))
@@ -189,10 +190,10 @@ impl Sim {
 
     /// The operator runs a failed page again, twenty times at most.
     fn drain_scope_retry(&mut self, d: usize, mut job: DrainScopeJob) {
-        self.measurements.count("drain_scope_page_failed");
+        self.measurements.count(Counter::DrainScopePageFailed);
         job.failures += 1;
         if job.failures > 20 {
-            self.measurements.count("drain_scope_gave_up");
+            self.measurements.count(Counter::DrainScopeGaveUp);
             return;
         }
         job.page = DrainScope::new(job.after.clone(), SCAN_LIMIT_MAX);
@@ -202,7 +203,7 @@ impl Sim {
     /// The last page was drained: every lease renewable when the drain
     /// began has changed since.
     fn drain_scope_end(&mut self, d: usize, job: DrainScopeJob) {
-        self.measurements.count("drain_scope_done");
+        self.measurements.count(Counter::DrainScopeDone);
         let store = &self.dcs[d].store;
         let missed = (job.began.iter())
             .find(|(id, version)| store.record(id).is_some_and(|r| r.version == **version));

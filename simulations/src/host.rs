@@ -6,6 +6,7 @@
 //! `Draining` ending renewals, a grant that arrives too late never started —
 //! all on the host's own drifting clock. It releases when its workload says so.
 
+use crate::counter::Counter;
 use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
 use homing_core::{AcquireReply, Grant};
 use homing_core::{
@@ -206,7 +207,7 @@ impl Sim {
             match lease.lease.poll(now) {
                 HostLeasePoll::Renew { by } => self.host_renew(h, by),
                 HostLeasePoll::SoftTerminate => {
-                    self.measurements.count("host_soft_deadline_stop");
+                    self.measurements.count(Counter::HostSoftDeadlineStop);
                     if let HostState::Holding(l) = &mut self.hosts[h].state {
                         l.stopping = true;
                     }
@@ -216,8 +217,8 @@ impl Sim {
                 }
                 HostLeasePoll::HardTerminate(cause) => {
                     self.measurements.count(match cause {
-                        HardCause::HardDeadline => "host_killed_at_hard_deadline",
-                        HardCause::Lost => "renew_refused_stop_now",
+                        HardCause::HardDeadline => Counter::HostKilledAtHardDeadline,
+                        HardCause::Lost => Counter::RenewRefusedStopNow,
                     });
                     return self.host_stop(h);
                 }
@@ -384,7 +385,7 @@ impl Sim {
             self.request(NodeId::Host(h as u32), NodeId::Dc(dc), key, request)
         } else {
             // A request that asks to wait gets that much more time (HostAgent).
-            self.measurements.count("host_acquire_with_wait");
+            self.measurements.count(Counter::HostAcquireWithWait);
             let timeout_us = self.request_timeout_us + u64::from(wait_ms) * 1000;
             self.stream_request(
                 NodeId::Host(h as u32),
@@ -426,16 +427,16 @@ impl Sim {
             // unused.
             // The same outcome for another try of an acquire already answered.
             _ if self.hosts[h].answered_tries.contains(&message.rpc) => {
-                self.measurements.count("acquire_answered_again");
+                self.measurements.count(Counter::AcquireAnsweredAgain);
             }
             _ if matches!(reply, Reply::Acquire(AcquireReply::Acquired(_))) => {
                 let work = self.measurements.take_acquire_work(message.rpc);
                 let gave_up = self.acquires_given_up.remove(&message.rpc);
                 self.measurements.count(match (gave_up, work.awaits > 0) {
-                    (true, true) => "acquired_after_the_host_gave_up_waiting",
-                    (true, false) => "acquired_after_the_host_gave_up",
-                    (false, true) => "acquired_after_the_host_crashed_waiting",
-                    (false, false) => "acquired_after_the_host_crashed",
+                    (true, true) => Counter::AcquiredAfterTheHostGaveUpWaiting,
+                    (true, false) => Counter::AcquiredAfterTheHostGaveUp,
+                    (false, true) => Counter::AcquiredAfterTheHostCrashedWaiting,
+                    (false, false) => Counter::AcquiredAfterTheHostCrashed,
                 })
             }
             _ => {}
@@ -466,10 +467,10 @@ impl Sim {
                 | Reply::Acquire(AcquireReply::TagMismatch { .. }) => Op::AcquireHeldElsewhere,
                 Reply::Error(e) => {
                     self.measurements.count(match e.kind {
-                        ErrorKind::Unavailable { .. } => "acquire_error_unavailable",
-                        ErrorKind::Overloaded => "acquire_error_overloaded",
-                        ErrorKind::Inconsistent => "acquire_error_inconsistent",
-                        _ => "acquire_error_other",
+                        ErrorKind::Unavailable { .. } => Counter::AcquireErrorUnavailable,
+                        ErrorKind::Overloaded => Counter::AcquireErrorOverloaded,
+                        ErrorKind::Inconsistent => Counter::AcquireErrorInconsistent,
+                        _ => Counter::AcquireErrorOther,
                     });
                     Op::AcquireFailed
                 }
@@ -494,7 +495,7 @@ impl Sim {
         let started = HostLease::start(&deadlines, sent.host_time, sent.instant, now, retry_ms);
         let Ok(held) = started else {
             // Too late to start: the grant is already past its soft deadline.
-            self.measurements.count("host_grant_too_late");
+            self.measurements.count(Counter::HostGrantTooLate);
             self.host_release(h, key, reservation, token, lease_key);
             return self.go_idle(h);
         };
@@ -534,12 +535,14 @@ impl Sim {
         previous: Option<&PreviousRun>,
     ) {
         self.measurements.count(match previous.map(|p| &p.ended) {
-            None => "previous_none",
-            Some(ReleaseCause::Released(RunOutcome::Ok)) => "previous_released_ok",
-            Some(ReleaseCause::Released(RunOutcome::Failed { .. })) => "previous_released_failed",
-            Some(ReleaseCause::Expired) => "previous_expired",
-            Some(ReleaseCause::Forced) => "previous_force_released",
-            Some(ReleaseCause::Cancelled) => "previous_cancelled",
+            None => Counter::PreviousNone,
+            Some(ReleaseCause::Released(RunOutcome::Ok)) => Counter::PreviousReleasedOk,
+            Some(ReleaseCause::Released(RunOutcome::Failed { .. })) => {
+                Counter::PreviousReleasedFailed
+            }
+            Some(ReleaseCause::Expired) => Counter::PreviousExpired,
+            Some(ReleaseCause::Forced) => Counter::PreviousForceReleased,
+            Some(ReleaseCause::Cancelled) => Counter::PreviousCancelled,
         });
         let view = view!(self);
         self.checker
@@ -572,8 +575,8 @@ impl Sim {
             Renewal::Moved(_) => {
                 lease.hard = deadlines.expect("moved by a renewal").hard_terminate_at
             }
-            Renewal::Draining => self.measurements.count("renew_draining"),
-            Renewal::TooLate => self.measurements.count("renew_answered_too_late"),
+            Renewal::Draining => self.measurements.count(Counter::RenewDraining),
+            Renewal::TooLate => self.measurements.count(Counter::RenewAnsweredTooLate),
             Renewal::Lost | Renewal::Failed { .. } => {}
         }
         if answered {
@@ -593,18 +596,18 @@ impl Sim {
             {
                 if acquiring.tries.len() < ACQUIRE_ATTEMPTS_DEFAULT as usize {
                     // No answer in time: the same acquire again, same lease key.
-                    self.measurements.count("acquire_retried_at_host");
+                    self.measurements.count(Counter::AcquireRetriedAtHost);
                     return self.host_try_acquire(h, acquiring);
                 }
                 let first = acquiring.tries[0].sent;
                 let work = self.measurements.take_acquire_work(rpc);
                 let latency = self.now - first.true_us;
-                self.measurements.count("acquire_timed_out_at_host");
+                self.measurements.count(Counter::AcquireTimedOutAtHost);
                 // Fault-free: nothing but load delayed it (DESIGN.md §7.6 wants none).
                 let (from_ms, to_ms) = (first.true_us / 1000, self.now / 1000);
                 if !self.scenario.faulty_between(from_ms, to_ms) {
                     self.measurements
-                        .count("acquire_timed_out_at_host_with_no_fault");
+                        .count(Counter::AcquireTimedOutAtHostWithNoFault);
                     if self.scenario.network.loss == 0.0 {
                         let detail = format!(
                             "host {h} gave up after {} tries over {} ms with no fault in the way",
@@ -648,7 +651,7 @@ impl Sim {
         if let HostState::Holding(lease) = &self.hosts[h].state {
             self.current_key = lease.key;
             self.checker.on_holder_stop(self.now, lease.key, h as u32);
-            self.measurements.count("host_crash_while_holding");
+            self.measurements.count(Counter::HostCrashWhileHolding);
         }
         let host = &mut self.hosts[h];
         host.up = false;

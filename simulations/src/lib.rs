@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod clock;
+pub mod counter;
 pub mod dc;
 pub mod dc_lease;
 mod drain;

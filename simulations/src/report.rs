@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::counter::Counter;
 use crate::dc::Work;
 
 /// An operation kind that is measured.
@@ -98,7 +99,7 @@ pub struct Measurements {
     /// Samples per operation.
     pub by_op: BTreeMap<Op, Samples>,
     /// How often notable protocol outcomes happened (link replies, drains, kills…).
-    pub counters: BTreeMap<&'static str, u64>,
+    pub counters: BTreeMap<Counter, u64>,
     /// Durations of notable events, µs (one sample per occurrence: merged
     /// over seeds, their percentiles are over seeds).
     pub durations: BTreeMap<&'static str, Vec<u64>>,
@@ -126,8 +127,13 @@ impl Measurements {
     }
 
     /// Counts one notable outcome.
-    pub fn count(&mut self, what: &'static str) {
+    pub fn count(&mut self, what: Counter) {
         *self.counters.entry(what).or_default() += 1;
+    }
+
+    /// How often `what` happened.
+    pub fn counted(&self, what: Counter) -> u64 {
+        self.counters.get(&what).copied().unwrap_or(0)
     }
 
     /// Notes one duration of `what`, µs.
@@ -183,7 +189,7 @@ impl Measurements {
             t.model_rtt_sum += s.model_rtt_sum;
         }
         for (k, v) in &other.counters {
-            *self.counters.entry(k).or_default() += v;
+            *self.counters.entry(*k).or_default() += v;
         }
         for (k, v) in &other.durations {
             self.durations.entry(k).or_default().extend_from_slice(v);
@@ -271,7 +277,7 @@ impl Measurements {
     pub fn counters_json(&self) -> serde_json::Value {
         self.counters
             .iter()
-            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .map(|(k, v)| (k.name().to_string(), serde_json::Value::from(*v)))
             .collect::<serde_json::Map<_, _>>()
             .into()
     }

@@ -21,6 +21,7 @@
 //! `Unavailable`. (The Resolver also keeps absent answers for
 //! `absent_ttl_ms`; the simulated router asks again.)
 
+use crate::counter::Counter;
 use std::collections::BTreeMap;
 
 use homing_core::chain::{HOP_LIMIT_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
@@ -174,7 +175,8 @@ impl Sim {
                     }
                     // A recent NotFound is reused (DESIGN.md §7.4).
                     if !resolve.cold && self.routers[r].absent_lately(resolve.key, self.now) {
-                        self.measurements.count("resolve_absent_reused_at_router");
+                        self.measurements
+                            .count(Counter::ResolveAbsentReusedAtRouter);
                         let _ = resolve.walk.handle_global(None, Source::Cache);
                         continue;
                     }
@@ -330,7 +332,7 @@ impl Sim {
             .reach
             .handle_answer(AddrSlot(usize::from(dc)), now);
         if heard.is_some() {
-            self.measurements.count("router_dc_answers_again");
+            self.measurements.count(Counter::RouterDcAnswersAgain);
         }
     }
 
@@ -342,7 +344,7 @@ impl Sim {
             .reach
             .handle_failure(AddrSlot(usize::from(dc)), now);
         if let Some(change) = lost {
-            self.measurements.count("router_dc_suspect");
+            self.measurements.count(Counter::RouterDcSuspect);
             self.router_probe(r, dc, change.epoch);
         }
     }
@@ -359,7 +361,7 @@ impl Sim {
                 self.schedule(at_us, Event::RouterProbe { router, dc, epoch });
             }
             ProbeStep::Send => {
-                self.measurements.count("router_probe_sent");
+                self.measurements.count(Counter::RouterProbeSent);
                 let id = ReservationId::new(self.dcs[usize::from(dc)].id.clone(), 0);
                 let request = Request::ResolveReservation { id };
                 let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
@@ -376,7 +378,7 @@ impl Sim {
             .reach
             .handle_probe(addr, epoch, answered, now);
         if probed.is_some() {
-            self.measurements.count("router_dc_answers_again");
+            self.measurements.count(Counter::RouterDcAnswersAgain);
         }
         self.router_probe(r, dc, epoch);
     }

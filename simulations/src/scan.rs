@@ -10,6 +10,7 @@
 //! none twice, and every record the DC had when the scan began is returned
 //! (records are never deleted, only abandoned).
 
+use crate::counter::Counter;
 use std::collections::BTreeSet;
 
 use homing_core::{DcRecord, ErrorKind, NamespaceScope, Reply, Request, ReservationId, ScanCursor};
@@ -105,7 +106,7 @@ impl Sim {
             scanner.expected = expected;
             scanner.seen.clear();
             scanner.last = None;
-            self.measurements.count("scan_started");
+            self.measurements.count(Counter::ScanStarted);
         }
         let after = self.routers[r]
             .scanner
@@ -137,7 +138,7 @@ impl Sim {
         };
         scanner.rpc = None;
         let Some(Reply::Records { records, next }) = reply else {
-            self.measurements.count("scan_failed");
+            self.measurements.count(Counter::ScanFailed);
             scanner.after = None;
             return self.scan_again_later(r);
         };
@@ -170,7 +171,7 @@ impl Sim {
             self.checker
                 .on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
         }
-        self.measurements.count("scan_completed");
+        self.measurements.count(Counter::ScanCompleted);
         self.scan_again_later(r);
     }
 

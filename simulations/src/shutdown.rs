@@ -10,6 +10,7 @@
 //! homingd's [`DRAIN_MS_MAX`] (or by the fault's restart time) it is cut
 //! there like a crash (counted).
 
+use crate::counter::Counter;
 use homing_core::AwaitReply;
 
 use crate::dc::{Next, TaskKind};
@@ -27,12 +28,12 @@ impl Sim {
         if !self.dcs[d].up || self.dcs[d].closing.is_some() {
             return;
         }
-        self.measurements.count("dc_shutdown_started");
+        self.measurements.count(Counter::DcShutdownStarted);
         self.dcs[d].closing = Some(self.now);
         // Waiters: answered now (homingd's `Node::close`).
         let woken = self.dcs[d].waiters.wake_all(AwaitReply::TimedOut);
         if !woken.is_empty() {
-            self.measurements.count("wait_answered_at_shutdown");
+            self.measurements.count(Counter::WaitAnsweredAtShutdown);
         }
         self.checker.wake.on_dc_close(d as u16);
         let mut rouse = Vec::new();
@@ -74,7 +75,7 @@ impl Sim {
         tid: u64,
         task: &mut crate::dc::Task,
     ) -> Next {
-        self.measurements.count("acquire_answered_at_shutdown");
+        self.measurements.count(Counter::AcquireAnsweredAtShutdown);
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(crate::dc::error(
                 homing_core::ErrorKind::Internal,
@@ -102,14 +103,14 @@ impl Sim {
         let busy = (self.dcs[d].tasks.values()).any(|t| !matches!(t.kind, TaskKind::Upkeep));
         if busy && self.now - since >= DRAIN_MS_MAX * 1000 {
             // homingd exits with requests still in flight: cut like a crash.
-            self.measurements.count("dc_shutdown_cut");
+            self.measurements.count(Counter::DcShutdownCut);
             return self.dc_crash(d);
         }
         if busy {
             let at = self.now + CLOSE_CHECK_MS * 1000;
             return self.schedule(at, Event::DcCloseCheck { dc: d as u16 });
         }
-        self.measurements.count("dc_shutdown_drained");
+        self.measurements.count(Counter::DcShutdownDrained);
         self.measurements
             .duration("dc_shutdown_drain", self.now - since);
         self.dc_crash(d);

@@ -4,6 +4,7 @@
 //! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
 //! hash order, and the wall clock is read only to report events per second.
 
+use crate::counter::Counter;
 use homing_core::AcquireReply;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -1062,7 +1063,7 @@ impl Sim {
         if late > 0 {
             self.measurements
                 .counters
-                .insert("previous_expired_released_late", late);
+                .insert(Counter::PreviousExpiredReleasedLate, late);
         }
         Outcome {
             seed: self.seed,

@@ -7,6 +7,7 @@
 //! little earlier, never overlap) and trims the store's event log to
 //! `events_retained` events. A crash loses the pass and the proofs remembered.
 
+use crate::counter::Counter;
 use homing_core::{DcId, LeasePolicy, Reply, Segment, Written};
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
@@ -92,7 +93,7 @@ impl Sim {
             StoreOp::Cas { expected, record } => {
                 let written = self.cas(d, expected, record);
                 if written == Written::Conflict {
-                    self.measurements.count("update_cas_conflict");
+                    self.measurements.count(Counter::UpdateCasConflict);
                 }
                 self.dcs[d].upkeep.handle_written(written);
             }
@@ -143,15 +144,15 @@ impl Sim {
         let poll = self.dcs[d].upkeep.poll();
         while let Some(event) = self.dcs[d].upkeep.poll_event() {
             self.measurements.count(match event {
-                UpkeepEvent::Reaped(_) => "lease_reaped",
-                UpkeepEvent::Abandoned(_) => "orphan_abandoned",
-                UpkeepEvent::Confirmed(..) => "orphan_proof_member",
-                UpkeepEvent::BadRecord(_) => "upkeep_bad_record",
-                UpkeepEvent::SettleFailed(..) => "upkeep_settle_failed",
-                UpkeepEvent::ChangeFailed(..) => "upkeep_change_failed",
-                UpkeepEvent::ScanFailed(_) => "upkeep_scan_failed",
-                UpkeepEvent::Trimmed(_) | UpkeepEvent::TrimFailed(_) => "upkeep_trim",
-                UpkeepEvent::PassDone { .. } => "upkeep_pass",
+                UpkeepEvent::Reaped(_) => Counter::LeaseReaped,
+                UpkeepEvent::Abandoned(_) => Counter::OrphanAbandoned,
+                UpkeepEvent::Confirmed(..) => Counter::OrphanProofMember,
+                UpkeepEvent::BadRecord(_) => Counter::UpkeepBadRecord,
+                UpkeepEvent::SettleFailed(..) => Counter::UpkeepSettleFailed,
+                UpkeepEvent::ChangeFailed(..) => Counter::UpkeepChangeFailed,
+                UpkeepEvent::ScanFailed(_) => Counter::UpkeepScanFailed,
+                UpkeepEvent::Trimmed(_) | UpkeepEvent::TrimFailed(_) => Counter::UpkeepTrim,
+                UpkeepEvent::PassDone { .. } => Counter::UpkeepPass,
             });
         }
         let next = match poll {

@@ -10,6 +10,7 @@
 //! then a hand-off change (tokio picks at random; any order is one the
 //! daemon can take). Queues live in memory: a crash loses them.
 
+use crate::counter::Counter;
 use homing_core::{AwaitReply, DcRecord, ErrorKind, ErrorReply, Reply, ReservationId, Written};
 use homing_node::{AwaitPoll, AwaitVacant, Failure, NodeTime, Notified, Ticket};
 
@@ -79,7 +80,7 @@ impl Sim {
         };
         if self.dcs[d].closing.is_some() {
             // homingd's `closed()` is ready at once: the wait ends now.
-            self.measurements.count("wait_answered_at_shutdown");
+            self.measurements.count(Counter::WaitAnsweredAtShutdown);
             return self.await_finish(d, task, Ok(AwaitReply::TimedOut));
         }
         let tid = self.new_task_id(d);
@@ -113,7 +114,7 @@ impl Sim {
                 if first {
                     match (job.wait.ticket(), record) {
                         (Some(ticket), Some(record)) => {
-                            self.measurements.count("wait_registered");
+                            self.measurements.count(Counter::WaitRegistered);
                             let deadline_us = self.dcs[d]
                                 .clock
                                 .first_true_us_at_us(job.wait.deadline().as_us());
@@ -132,9 +133,9 @@ impl Sim {
                                 unreachable!("a first look that does not register is an answer");
                             };
                             match &result {
-                                Ok(_) => self.measurements.count("wait_answered_at_once"),
+                                Ok(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
                                 Err(e) if e.kind == ErrorKind::Overloaded => {
-                                    self.measurements.count("wait_overloaded");
+                                    self.measurements.count(Counter::WaitOverloaded);
                                 }
                                 Err(_) => {}
                             }
@@ -147,7 +148,7 @@ impl Sim {
             StoreOp::Cas { expected, record } => {
                 let written = self.cas(d, expected, record);
                 if written == Written::Yes {
-                    self.measurements.count("wait_lease_expired_by_waiter");
+                    self.measurements.count(Counter::WaitLeaseExpiredByWaiter);
                 }
                 job.wait.handle_written(written);
             }
@@ -239,14 +240,14 @@ impl Sim {
             Vec::new()
         };
         if notified.handoff_expired && !notified.woken.is_empty() {
-            self.measurements.count("wait_handoff_expired");
+            self.measurements.count(Counter::WaitHandoffExpired);
         }
         for wake in notified.woken {
             let vacated = matches!(wake.reply, AwaitReply::Vacated { .. });
             self.measurements.count(if vacated {
-                "wait_woken_vacated"
+                Counter::WaitWokenVacated
             } else {
-                "wait_woken_moved"
+                Counter::WaitWokenMoved
             });
             self.checker
                 .wake
@@ -300,7 +301,7 @@ impl Sim {
             self.waiters_leave(d, job.wait.id(), ticket);
         }
         if matches!(result, Ok(AwaitReply::TimedOut)) {
-            self.measurements.count("wait_timed_out_at_tail");
+            self.measurements.count(Counter::WaitTimedOutAtTail);
         }
         self.await_answer(d, task.client, task.rpc, task.key, job.origin, result);
     }
@@ -322,7 +323,8 @@ impl Sim {
             return;
         };
         if self.dcs[d].woken.remove(&tid).is_some() {
-            self.measurements.count("wait_wake_up_dropped_at_deadline");
+            self.measurements
+                .count(Counter::WaitWakeUpDroppedAtDeadline);
         }
         if let TaskKind::Await(job) = &task.kind
             && let Some(ticket) = job.wait.ticket()

@@ -15,6 +15,7 @@
 //! numbers of a DC's log have no holes), so a watcher never misses an event
 //! without being told.
 
+use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
 use homing_node::{NodeTime, WatchPoll, WatchRead};
 use homing_store::EVENTS_LIMIT_MAX;
@@ -182,7 +183,7 @@ impl Sim {
         if let Some(watcher) = &mut self.routers[r].watcher {
             watcher.rpc = Some(rpc);
         }
-        self.measurements.count("watch_sent");
+        self.measurements.count(Counter::WatchSent);
     }
 
     /// Whether `rpc` is router `r`'s watch.
@@ -214,18 +215,18 @@ impl Sim {
                     );
                     self.checker.on_watch_gap(detail);
                 }
-                (Some(next), pause_ms, "watch_answered")
+                (Some(next), pause_ms, Counter::WatchAnswered)
             }
             Some(Reply::Error(e)) => match e.kind {
                 // Told where to resume: at once.
                 ErrorKind::Trimmed { oldest } => {
-                    (Some(oldest.saturating_sub(1)), 0.0, "watch_trimmed")
+                    (Some(oldest.saturating_sub(1)), 0.0, Counter::WatchTrimmed)
                 }
-                ErrorKind::BadRequest => (Some(0), 0.0, "watch_cursor_refused"),
-                _ => (None, retry_ms, "watch_failed"),
+                ErrorKind::BadRequest => (Some(0), 0.0, Counter::WatchCursorRefused),
+                _ => (None, retry_ms, Counter::WatchFailed),
             },
-            Some(_) => (None, retry_ms, "watch_failed"),
-            None => (None, retry_ms, "watch_timed_out"),
+            Some(_) => (None, retry_ms, Counter::WatchFailed),
+            None => (None, retry_ms, Counter::WatchTimedOut),
         };
         self.measurements.count(outcome);
         if let (Some(cursor), Some(watcher)) = (cursor, &mut self.routers[r].watcher) {

@@ -3,6 +3,7 @@
 //! serves again; a DC cut off from the global store stops its hosts before
 //! the store calls its lease expired.
 
+use homing_sim::counter::Counter;
 use homing_sim::{Rules, RunOptions, Scenario, run};
 
 /// `simulations/scenarios/<name>.toml`, cut to `duration_ms`.
@@ -22,8 +23,8 @@ fn a_dc_restarted_on_an_empty_store_is_refused_and_stays_down() {
     assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
     let counters = &outcome.measurements.counters;
     assert_eq!(
-        counters.get("dc_refused_below_floor"),
-        Some(&1),
+        outcome.measurements.counted(Counter::DcRefusedBelowFloor),
+        1,
         "{counters:?}"
     );
     // The same crash with its store kept restarts and serves.
@@ -32,10 +33,7 @@ fn a_dc_restarted_on_an_empty_store_is_refused_and_stays_down() {
         .faults;
     let kept = run(&s, 1, Rules::real(), RunOptions::default()).unwrap();
     assert!(kept.failure.is_none(), "{}", kept.failure.unwrap());
-    assert_eq!(
-        kept.measurements.counters.get("dc_refused_below_floor"),
-        None
-    );
+    assert_eq!(kept.measurements.counted(Counter::DcRefusedBelowFloor), 0);
 }
 
 #[test]
@@ -45,14 +43,12 @@ fn a_dc_cut_from_the_global_store_stops_granting_and_its_hosts_stop_before_expir
     assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
     let counters = &outcome.measurements.counters;
     assert!(
-        counters
-            .get("grant_refused_by_dc_lease")
-            .is_some_and(|n| *n > 0),
+        outcome.measurements.counted(Counter::GrantRefusedByDcLease) > 0,
         "{counters:?}"
     );
     assert_eq!(
-        counters.get("dc_lease_expired_in_store"),
-        Some(&1),
+        outcome.measurements.counted(Counter::DcLeaseExpiredInStore),
+        1,
         "{counters:?}"
     );
     let stopped = &outcome.measurements.durations["dc_cut_hosts_stopped_after"];

@@ -1,9 +1,10 @@
 //! Every scenario in `scenarios/`: the same seed gives the same trace, and a
 //! few seeds keep every invariant. Kept small enough for a debug build.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use homing_sim::counter::Counter;
+use homing_sim::report::Measurements;
 use homing_sim::{Rules, RunOptions, Scenario, run};
 
 fn scenarios() -> Vec<(String, Scenario)> {
@@ -82,8 +83,8 @@ fn a_scenario_with_an_unknown_field_or_dc_is_refused_naming_it() {
     assert!(err.to_string().contains("lease_ttl_ms"), "{err}");
 }
 
-/// The outcome counters of `scenarios/<name>.toml`'s seed 1, which must keep every invariant.
-fn counters_of(name: &str) -> BTreeMap<&'static str, u64> {
+/// The measurements of `scenarios/<name>.toml`'s seed 1, which must keep every invariant.
+fn measured(name: &str) -> Measurements {
     let (path, scenario) = scenarios()
         .into_iter()
         .find(|(p, _)| p.ends_with(&format!("/{name}.toml")))
@@ -92,30 +93,35 @@ fn counters_of(name: &str) -> BTreeMap<&'static str, u64> {
     if let Some(failure) = outcome.failure {
         panic!("{path}:\n{failure}");
     }
-    outcome.measurements.counters
+    outcome.measurements
 }
 
 #[test]
 fn a_failing_store_fails_operations_lands_some_failed_writes_and_keeps_every_invariant() {
-    let counters = &counters_of("failing-store");
-    let count = |what: &str| counters.get(what).copied().unwrap_or(0);
+    let measured = measured("failing-store");
+    let count = |what| measured.counted(what);
+    let counters = &measured.counters;
     // Failures reach requests and the upkeep pass, and some failed writes
     // committed anyway (the ambiguous outcome).
-    assert!(count("dc_store_op_failed") > 100, "{counters:?}");
-    assert!(count("dc_store_failed_write_landed") > 0, "{counters:?}");
-    assert!(count("acquire_error_unavailable") > 0, "{counters:?}");
-    assert!(count("upkeep_scan_failed") > 0, "{counters:?}");
+    assert!(count(Counter::DcStoreOpFailed) > 100, "{counters:?}");
+    assert!(count(Counter::DcStoreFailedWriteLanded) > 0, "{counters:?}");
+    assert!(count(Counter::AcquireErrorUnavailable) > 0, "{counters:?}");
+    assert!(count(Counter::UpkeepScanFailed) > 0, "{counters:?}");
 }
 
 #[test]
 fn a_graceful_restart_answers_what_is_parked_and_exits_only_once_drained() {
-    let counters = &counters_of("graceful-restart");
-    let count = |what: &str| counters.get(what).copied().unwrap_or(0);
+    let measured = measured("graceful-restart");
+    let count = |what| measured.counted(what);
+    let counters = &measured.counters;
     // Every shutdown drained before its restart: none was cut like a crash
     // (an acquire waiting at another DC used to hold it for its whole wait).
-    assert_eq!(count("dc_shutdown_started"), 3, "{counters:?}");
-    assert_eq!(count("dc_shutdown_drained"), 3, "{counters:?}");
-    assert_eq!(count("dc_shutdown_cut"), 0, "{counters:?}");
-    assert!(count("dc_refused_shutting_down") > 0, "{counters:?}");
-    assert!(count("acquire_answered_at_shutdown") > 0, "{counters:?}");
+    assert_eq!(count(Counter::DcShutdownStarted), 3, "{counters:?}");
+    assert_eq!(count(Counter::DcShutdownDrained), 3, "{counters:?}");
+    assert_eq!(count(Counter::DcShutdownCut), 0, "{counters:?}");
+    assert!(count(Counter::DcRefusedShuttingDown) > 0, "{counters:?}");
+    assert!(
+        count(Counter::AcquireAnsweredAtShutdown) > 0,
+        "{counters:?}"
+    );
 }

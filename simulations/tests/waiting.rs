@@ -9,6 +9,7 @@
 mod support;
 
 use homing_node::Mutation;
+use homing_sim::counter::Counter;
 use homing_sim::{Failure, Invariant, Rules, RunOptions, Scenario, WaitRules, run};
 
 fn waiting() -> Scenario {
@@ -36,22 +37,22 @@ fn waiting_keeps_every_invariant_and_exercises_every_path() {
     assert!(outcome.failure.is_none(), "{}", outcome.failure.unwrap());
     let counters = &outcome.measurements.counters;
     for path in [
-        "wait_registered",
-        "wait_woken_vacated",
-        "wait_woken_moved",
-        "wait_lease_expired_by_waiter",
-        "wait_reregister",
-        "wait_overloaded",
-        "wait_refused",
-        "wait_deadline_passed",
-        "wait_connect_retried",
-        "wait_connection_lost",
-        "wait_connection_reset",
-        "previous_released_failed",
-        "previous_expired",
+        Counter::WaitRegistered,
+        Counter::WaitWokenVacated,
+        Counter::WaitWokenMoved,
+        Counter::WaitLeaseExpiredByWaiter,
+        Counter::WaitReregister,
+        Counter::WaitOverloaded,
+        Counter::WaitRefused,
+        Counter::WaitDeadlinePassed,
+        Counter::WaitConnectRetried,
+        Counter::WaitConnectionLost,
+        Counter::WaitConnectionReset,
+        Counter::PreviousReleasedFailed,
+        Counter::PreviousExpired,
     ] {
         assert!(
-            counters.get(path).is_some_and(|n| *n > 0),
+            outcome.measurements.counted(path) > 0,
             "{path}: {counters:?}"
         );
     }
@@ -155,11 +156,6 @@ fn awaits_and_previous_runs_survive_the_wire_encoding_without_changing_the_run()
     scenario.encode_messages = true;
     let encoded = run(&scenario, 3, Rules::real(), RunOptions::default()).unwrap();
     assert!(encoded.failure.is_none(), "{}", encoded.failure.unwrap());
-    assert!(
-        encoded
-            .measurements
-            .counters
-            .contains_key("wait_woken_vacated")
-    );
+    assert!(encoded.measurements.counted(Counter::WaitWokenVacated) > 0);
     assert_eq!(plain.trace_hash, encoded.trace_hash);
 }
