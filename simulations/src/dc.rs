@@ -37,9 +37,11 @@ use homing_store::memory::MemoryDc;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
     CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalRead, Mutations, NodeTime,
-    Update, UpdatePoll, Upkeep, WaitLimits, Waiters, cancel, member_named,
+    Resolve, ResolvePoll, Update, UpdatePoll, Upkeep, WaitLimits, Waiters, answered, member_named,
+    owned_here, segment_failure,
 };
 
+use crate::cancel::CancelJob;
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
@@ -84,7 +86,7 @@ pub struct Dc {
     /// Volatile: per key, the furthest chain member seen (homingd's `members`).
     members: BTreeMap<Key, Shortcut>,
     /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
-    cancelled: Cancellations,
+    pub(crate) cancelled: Cancellations,
     /// Volatile: acquires running, with the hosts' retries that joined them.
     in_flight: AcquiresInFlight<(NodeId, u64, u32)>,
     pub(crate) tasks: BTreeMap<u64, Task>,
@@ -241,11 +243,12 @@ pub(crate) enum TaskKind {
     Watch(Box<WatchJob>),
     /// One page of an operator's `Scan`.
     Scan,
+    /// A host's `Cancel`, reading the key's records for its grant.
+    Cancel(Box<CancelJob>),
     /// An operator's drain of the whole DC, page by page.
     DrainScope(Box<DrainScopeJob>),
-    Resolve {
-        entry: Option<ReservationId>,
-    },
+    /// A `Resolve`: homing-node's [`Resolve`].
+    Resolve(Box<Resolve>),
 }
 
 #[derive(Debug)]
@@ -277,9 +280,10 @@ pub(crate) enum StoreOp {
     TrimEvents {
         before: u64,
     },
-    /// A page of records in `(key, id)` order.
+    /// A page of records in `(key, id)` order, their names starting with `name`.
     Scan {
         scope: homing_core::NamespaceScope,
+        name: String,
         after: Option<homing_core::ScanCursor>,
         limit: usize,
     },
@@ -362,13 +366,9 @@ pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
 }
 
+/// A segment that could not be read, as the error reply homingd answers.
 pub(crate) fn segment_error(e: SegmentError) -> Reply {
-    match e {
-        SegmentError::Unknown(_) => error(ErrorKind::UnknownReservation, e.to_string()),
-        SegmentError::Abandoned(_) | SegmentError::Broken(_) => {
-            error(ErrorKind::Inconsistent, e.to_string())
-        }
-    }
+    Reply::Error(segment_failure(e).into_reply())
 }
 
 impl Sim {
@@ -413,25 +413,9 @@ impl Sim {
         }
         let kind = match request {
             Request::Resolve { key: wanted } => {
-                let entry = self.dcs[d].global_cache.get(&wanted).cloned();
-                let absent_lately = self.dcs[d].absent_lately(&wanted, self.node_now(d));
-                let next = match &entry {
-                    // A recent "absent" is reused (DESIGN.md §7.4).
-                    None if absent_lately => {
-                        self.measurements.count(Counter::ResolveAbsentReusedAtDc);
-                        Next::Reply(Reply::Resolved {
-                            entry: None,
-                            segment: None,
-                        })
-                    }
-                    None => Next::Store(StoreOp::GlobalGet(wanted)),
-                    Some(id) if id.dc() == &local => Next::Store(StoreOp::Segment(id.clone())),
-                    Some(_) => Next::Reply(Reply::Resolved {
-                        entry: entry.clone(),
-                        segment: None,
-                    }),
-                };
-                return self.dc_start(d, client, rpc, key, TaskKind::Resolve { entry }, next);
+                let mut resolve = Box::new(Resolve::new(local));
+                let next = self.resolve_next(d, &wanted, &mut resolve);
+                return self.dc_start(d, client, rpc, key, TaskKind::Resolve(resolve), next);
             }
             Request::Successor { key: wanted, id } => {
                 let reply = if self.cut_from_global(d) {
@@ -447,8 +431,8 @@ impl Sim {
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
             Request::ResolveReservation { id } => {
-                if id.dc() != &local {
-                    let reply = error(ErrorKind::BadRequest, format!("{id} is not owned here"));
+                if let Err(e) = owned_here(&local, &id) {
+                    let reply = Reply::Error(e.into_reply());
                     return self.dc_reply_to(d, client, rpc, key, reply);
                 }
                 return self.dc_start(
@@ -546,25 +530,7 @@ impl Sim {
                 self.update_task(d, reservation, Change::ForceRelease { token })
             }
             Request::Cancel { key: wanted, lease } => {
-                let now = self.node_now(d);
-                let dc = &mut self.dcs[d];
-                dc.cancelled.note(lease, now);
-                let records: Vec<DcRecord> = dc
-                    .store
-                    .records()
-                    .filter(|r| r.key == wanted)
-                    .cloned()
-                    .collect();
-                match cancel::target(&records, &lease) {
-                    Some(id) => {
-                        self.measurements.count(Counter::CancelFoundAGrant);
-                        self.update_task(d, id, Change::Cancel { lease })
-                    }
-                    None => {
-                        self.measurements.count(Counter::CancelFoundNoGrant);
-                        return self.dc_reply_to(d, client, rpc, key, Reply::Cancelled(false));
-                    }
-                }
+                return self.cancel_start(d, client, rpc, key, wanted, lease);
             }
             Request::Link {
                 key: chain_key,
@@ -593,8 +559,8 @@ impl Sim {
                 entry,
                 shortcut,
             } => {
-                if entry.dc() != &local {
-                    let reply = error(ErrorKind::BadRequest, format!("{entry} is not owned here"));
+                if let Err(e) = owned_here(&local, &entry) {
+                    let reply = Reply::Error(e.into_reply());
                     return self.dc_reply_to(d, client, rpc, key, reply);
                 }
                 let change = Change::Shortcut {
@@ -632,6 +598,30 @@ impl Sim {
         };
         let tid = self.new_task_id(d);
         self.dc_continue(d, tid, task, next);
+    }
+
+    /// What DC `d`'s resolve of `key` does next: its global entry from the
+    /// entry cache, a recent absence (homingd's absent TTL) or the store;
+    /// its own segment from the store; or its reply.
+    fn resolve_next(&mut self, d: usize, key: &Key, resolve: &mut Resolve) -> Next {
+        if *resolve.poll() == ResolvePoll::Entry {
+            let now = self.node_now(d);
+            let dc = &self.dcs[d];
+            if let Some(id) = dc.global_cache.get(key) {
+                resolve.handle_entry(Some(id.clone()));
+            } else if dc.absent_lately(key, now) {
+                // A recent "absent" is reused (DESIGN.md §7.4).
+                self.measurements.count(Counter::ResolveAbsentReusedAtDc);
+                resolve.handle_entry(None);
+            } else {
+                return Next::Store(StoreOp::GlobalGet(key.clone()));
+            }
+        }
+        match resolve.poll() {
+            ResolvePoll::Entry => unreachable!("the entry was just handled"),
+            ResolvePoll::Segment(id) => Next::Store(StoreOp::Segment(id.clone())),
+            ResolvePoll::Done => Next::Reply(resolve.reply()),
+        }
     }
 
     pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
@@ -1297,6 +1287,9 @@ impl Sim {
         if matches!(task.kind, TaskKind::DrainScope(_)) {
             return self.drain_scope_store_done(d, tid, task, op);
         }
+        if matches!(task.kind, TaskKind::Cancel(_)) {
+            return self.cancel_store_done(d, tid, task, op);
+        }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::GlobalGet(key) => {
@@ -1312,11 +1305,11 @@ impl Sim {
                 match &entry {
                     Some(id) => {
                         self.dcs[d].absent.remove(&key);
-                        self.dcs[d].global_cache.insert(key, id.clone());
+                        self.dcs[d].global_cache.insert(key.clone(), id.clone());
                     }
-                    None if matches!(task.kind, TaskKind::Resolve { .. }) => {
+                    None if matches!(task.kind, TaskKind::Resolve(_)) => {
                         let now = self.node_now(d);
-                        self.dcs[d].note_absent(key, now);
+                        self.dcs[d].note_absent(key.clone(), now);
                     }
                     None => {}
                 }
@@ -1326,17 +1319,9 @@ impl Sim {
                         c.handle_global(entry, Source::Local);
                         self.acquire_step(d, &mut task)
                     }
-                    TaskKind::Resolve { entry: slot } => {
-                        *slot = entry.clone();
-                        match entry {
-                            Some(id) if id.dc() == &self.dcs[d].id => {
-                                Next::Store(StoreOp::Segment(id))
-                            }
-                            _ => Next::Reply(Reply::Resolved {
-                                entry,
-                                segment: None,
-                            }),
-                        }
+                    TaskKind::Resolve(resolve) => {
+                        resolve.handle_entry(entry);
+                        self.resolve_next(d, &key, resolve)
                     }
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected global read")),
                 }
@@ -1350,23 +1335,18 @@ impl Sim {
                         c.handle_segment(&local, s, Source::Local);
                         self.acquire_step(d, &mut task)
                     }
-                    // homingd's `answered_segment`: a tail here only while
-                    // this DC answers for its tails.
-                    (TaskKind::Segment, Ok(s))
-                        if s.tail.is_some() && !self.answers_for_tails(d) =>
-                    {
-                        let dc = self.dcs[d].id.clone();
-                        let reply = error(
-                            ErrorKind::Unavailable { dc },
-                            "this dc does not answer for its tails now",
-                        );
-                        Next::Reply(reply)
+                    (TaskKind::Segment, Ok(s)) => {
+                        let local = &self.dcs[d].id;
+                        match answered(local, s, self.answers_for_tails(d)) {
+                            Ok(s) => Next::Reply(Reply::Reservation(s)),
+                            Err(e) => Next::Reply(Reply::Error(e.into_reply())),
+                        }
                     }
-                    (TaskKind::Segment, Ok(s)) => Next::Reply(Reply::Reservation(s)),
-                    (TaskKind::Resolve { entry }, Ok(s)) => Next::Reply(Reply::Resolved {
-                        entry: entry.clone(),
-                        segment: (s.tail.is_none() || self.answers_for_tails(d)).then_some(s),
-                    }),
+                    (TaskKind::Resolve(resolve), s) => {
+                        let s = s.map_err(segment_failure);
+                        resolve.handle_segment(s, self.answers_for_tails(d));
+                        Next::Reply(resolve.reply())
+                    }
                     // No usable record: a shortcut that does not hold up
                     // (the walk falls back), or a contradiction (it fails).
                     (TaskKind::Acquire(job), Err(_)) => {
@@ -1382,6 +1362,7 @@ impl Sim {
                         | TaskKind::Drain(_)
                         | TaskKind::Watch(_)
                         | TaskKind::Scan
+                        | TaskKind::Cancel(_)
                         | TaskKind::DrainScope(_),
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
@@ -1444,7 +1425,7 @@ impl Sim {
     }
 
     /// An update task for our reservation `id`.
-    fn update_task(&self, d: usize, id: ReservationId, change: Change) -> TaskKind {
+    pub(crate) fn update_task(&self, d: usize, id: ReservationId, change: Change) -> TaskKind {
         let dc = self.dcs[d].id.clone();
         TaskKind::Update(Box::new(Update::new(dc, id, change, self.rules.mutations)))
     }
@@ -1814,7 +1795,7 @@ impl Sim {
 }
 
 /// What an update task does next, as homing-node's [`Update`] says.
-fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
+pub(crate) fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
     match UpdateStep::of(update.poll()) {
         UpdateStep::Store(op) => Next::Store(op),
         UpdateStep::Done(changed) => {

@@ -24,7 +24,8 @@ use homing_core::{
 };
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
-    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
+    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, ResolvePoll, StartCheck,
+    start_check,
 };
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
@@ -374,18 +375,20 @@ impl Sim {
     /// `from` (node clock): a renewal arriving now, or an acquire's grant
     /// (homing-node's `AcquirePoll::Cover`).
     pub(crate) fn grant_covered(&mut self, d: usize, from: NodeTime) -> Result<(), ErrorReply> {
-        let ttl_ms = self.policy.ttl_ms();
-        let lease = &self.dcs[d].lease;
-        if !lease.unchecked && lease.lease.covers(from, ttl_ms) {
-            return Ok(());
+        let (now, ttl_ms) = (self.node_now(d), self.policy.ttl_ms());
+        let dc = &self.dcs[d];
+        let grant = if dc.lease.unchecked {
+            // Not checked since it started: nothing is granted yet.
+            let why = "no host lease granted or renewed: this dc has not checked its dc lease since it started";
+            let unavailable = ErrorKind::Unavailable { dc: dc.id.clone() };
+            Err(Failure::Unreachable(ErrorReply::new(unavailable, why)))
+        } else {
+            dc.lease.lease.grant(&dc.id, from, now, ttl_ms)
+        };
+        if grant.is_err() {
+            self.measurements.count(Counter::GrantRefusedByDcLease);
         }
-        self.measurements.count(Counter::GrantRefusedByDcLease);
-        Err(ErrorReply::new(
-            ErrorKind::Unavailable {
-                dc: self.dcs[d].id.clone(),
-            },
-            "no host lease granted or renewed: the dc lease does not cover it",
-        ))
+        grant.map_err(Failure::into_reply)
     }
 
     /// A record write of task `tid`: on to the store if the published marks
@@ -527,11 +530,17 @@ impl Sim {
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
             TaskKind::DrainScope(_) => return self.drain_scope_failed(d, tid, task, failure),
+            // A failed read of its own segment still answers the entry.
+            TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {
+                resolve.handle_segment(Err(failure), self.answers_for_tails(d));
+                Next::Reply(resolve.reply())
+            }
             TaskKind::Update(_)
             | TaskKind::Segment
-            | TaskKind::Resolve { .. }
+            | TaskKind::Resolve(_)
             | TaskKind::Watch(_)
-            | TaskKind::Scan => Next::Reply(homing_core::Reply::Error(e)),
+            | TaskKind::Scan
+            | TaskKind::Cancel(_) => Next::Reply(homing_core::Reply::Error(e)),
         };
         self.dc_continue(d, tid, task, next);
     }

@@ -94,6 +94,7 @@ impl Sim {
                     let scope = NamespaceScope::everything();
                     let op = StoreOp::Scan {
                         scope,
+                        name: String::new(),
                         after,
                         limit,
                     };
@@ -138,9 +139,10 @@ impl Sim {
         match op {
             StoreOp::Scan {
                 scope,
+                name,
                 after,
                 limit,
-            } => match self.dcs[d].store.scan(&scope, "", after.as_ref(), limit) {
+            } => match self.dcs[d].store.scan(&scope, &name, after.as_ref(), limit) {
                 Ok(records) => job.page.handle_page(&records),
                 Err(e) => {
                     let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);

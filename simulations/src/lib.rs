@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cancel;
 pub mod clock;
 pub mod counter;
 pub mod dc;

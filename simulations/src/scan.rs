@@ -59,6 +59,7 @@ impl Sim {
         let limit = SCAN_PAGE_RECORDS;
         let op = StoreOp::Scan {
             scope,
+            name: String::new(),
             after,
             limit,
         };
@@ -69,6 +70,7 @@ impl Sim {
     pub(crate) fn scan_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
         let StoreOp::Scan {
             scope,
+            name,
             after,
             limit,
         } = op
@@ -76,7 +78,7 @@ impl Sim {
             let reply = error(ErrorKind::Internal, "unexpected store operation");
             return self.dc_continue(d, tid, task, Next::Reply(reply));
         };
-        let page = self.dcs[d].store.scan(&scope, "", after.as_ref(), limit);
+        let page = self.dcs[d].store.scan(&scope, &name, after.as_ref(), limit);
         let reply = match page {
             Ok(records) => Reply::Records {
                 next: next_cursor(&records, limit),

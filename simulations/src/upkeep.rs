@@ -8,7 +8,7 @@
 //! `events_retained` events. A crash loses the pass and the proofs remembered.
 
 use crate::counter::Counter;
-use homing_core::{DcId, LeasePolicy, Reply, Segment, Written};
+use homing_core::{DcId, LeasePolicy, Segment, Written};
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
@@ -103,10 +103,7 @@ impl Sim {
             }
             StoreOp::Segment(id) => {
                 let segment = self.local_segment(d, &id);
-                let segment = segment.map_err(|e| match crate::dc::segment_error(e) {
-                    Reply::Error(e) => Failure::Refused(e),
-                    _ => unreachable!("segment errors are error replies"),
-                });
+                let segment = segment.map_err(homing_node::segment_failure);
                 self.dcs[d].upkeep.handle_segment(segment);
             }
             StoreOp::Events { .. } => {

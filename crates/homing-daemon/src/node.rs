@@ -14,8 +14,8 @@ use homing_core::{
     AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
     ErrorReply, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy,
     LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
-    ReservationId, Role, ScanCursor, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
-    StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written,
+    ReservationId, Role, ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime,
+    Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written,
     succession::{confirmation_of, superseding},
     wire,
 };
@@ -24,8 +24,9 @@ use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
-    DrainScope, DrainScopePoll, GlobalRead, JOINS_MAX, KeyQuota, LogFollower, Mutations, Update,
-    UpdatePoll, WatchPoll, WatchRead, member_named,
+    DrainScope, DrainScopePoll, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, KeyRecordsPoll,
+    LogFollower, Mutations, Resolve, ResolvePoll, Update, UpdatePoll, WatchPoll, WatchRead,
+    answered, member_named, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -196,6 +197,12 @@ impl From<PeerError> for Failure {
     }
 }
 
+impl From<homing_node::Failure> for Failure {
+    fn from(f: homing_node::Failure) -> Failure {
+        Failure::Reply(f.into_reply())
+    }
+}
+
 fn fail(kind: ErrorKind, message: impl Into<String>) -> Failure {
     Failure::Reply(ErrorReply::new(kind, message))
 }
@@ -240,15 +247,6 @@ impl Failure {
                 reply.kind.disowns()
             }
             Failure::Store(_) | Failure::Peer(_) => false,
-        }
-    }
-}
-
-fn segment_failure(e: SegmentError) -> Failure {
-    match e {
-        SegmentError::Unknown(_) => fail(ErrorKind::UnknownReservation, e.to_string()),
-        SegmentError::Abandoned(_) | SegmentError::Broken(_) => {
-            fail(ErrorKind::Inconsistent, e.to_string())
         }
     }
 }
@@ -515,34 +513,9 @@ impl Node {
     /// the DC lease covers all of it: a renewal arriving now, or an
     /// acquire's grant (homing-node's `AcquirePoll::Cover`, also after a wait).
     fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), Failure> {
-        let now = self.waiters.now();
-        let ttl_ms = self.policy.ttl_ms();
-        let (covers, valid_ms, retired, reconciling) = self.dc_lease.with(|l| {
-            (
-                l.covers(from, ttl_ms),
-                l.valid_for_ms(now),
-                l.retired(),
-                l.reconciliation().is_some(),
-            )
-        });
-        if covers {
-            return Ok(());
-        }
-        let why = if retired {
-            "this dc may never hold its dc lease again (retired, or its dc store is behind the marks it published: see homingd's log)".to_string()
-        } else if reconciling && valid_ms > ttl_ms {
-            "this dc regained its dc lease and has not yet applied the takeovers of its tails that other dcs made meanwhile (see homingd's log)".to_string()
-        } else {
-            format!(
-                "this dc counts on its dc lease for {valid_ms} ms more, a host lease needs {ttl_ms} ms: the global store has not acknowledged a renewal in time"
-            )
-        };
-        Err(fail(
-            ErrorKind::Unavailable {
-                dc: self.dc.clone(),
-            },
-            format!("no host lease granted or renewed: {why}"),
-        ))
+        let (now, ttl_ms) = (self.waiters.now(), self.policy.ttl_ms());
+        let grant = self.dc_lease.with(|l| l.grant(&self.dc, from, now, ttl_ms));
+        Ok(grant?)
     }
 
     /// Shutdown: parked acquirers and watchers are answered now.
@@ -695,26 +668,33 @@ impl Node {
             let record = self.timed("dc_get", self.records.get(&at)).await?;
             segment
                 .handle(record.as_ref(), store_now(), &self.policy)
-                .map_err(segment_failure)?;
+                .map_err(homing_node::segment_failure)?;
         }
         Ok(segment.finish())
     }
 
-    /// This DC's answer for its own reservation `id` to a walker elsewhere:
-    /// a segment ending in a tail here only while the DC may answer for its
-    /// tails (homing-node's `DcLease::answers_for_tails`), else `Unavailable`.
-    async fn answered_segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
-        let segment = self.local_segment(id).await?;
+    /// Whether this DC answers for its tails now (homing-node's
+    /// `DcLease::answers_for_tails`).
+    fn answers_for_tails(&self) -> bool {
         let now = self.waiters.now();
-        if segment.tail.is_some() && !self.dc_lease.with(|l| l.answers_for_tails(now)) {
-            return Err(fail(
-                ErrorKind::Unavailable {
-                    dc: self.dc.clone(),
-                },
-                "this dc does not answer for its tails now: its dc lease lapsed (no host it granted still acts, and other dcs may take them over) or it is applying takeovers made while it was away",
-            ));
+        self.dc_lease.with(|l| l.answers_for_tails(now))
+    }
+
+    /// A DC's answer to `Resolve { key }`, as homing-node's [`Resolve`] decides.
+    async fn resolve(&self, key: &Key) -> Result<Reply, Failure> {
+        let mut resolve = Resolve::new(self.dc.clone());
+        loop {
+            match resolve.poll() {
+                ResolvePoll::Entry => resolve.handle_entry(self.resolve_entry(key).await?),
+                ResolvePoll::Segment(id) => {
+                    let id = id.clone();
+                    let segment = self.local_segment(&id).await;
+                    let segment = segment.map_err(|f| f.classify(&self.dc));
+                    resolve.handle_segment(segment, self.answers_for_tails());
+                }
+                ResolvePoll::Done => return Ok(resolve.reply()),
+            }
         }
-        Ok(segment)
     }
 
     /// This DC's answer for its own reservation `id`, as an error reply on failure.
@@ -972,8 +952,8 @@ impl Node {
             .lock()
             .expect("the cancellations lock is never poisoned")
             .note(lease, now);
-        let records = self.own_records(&key, usize::MAX).await?;
-        match cancel::target(&records, &lease) {
+        let records = self.key_records(KeyRecords::held_under(key, lease, SCAN_LIMIT_MAX));
+        match cancel::target(&records.await?, &lease) {
             Some(tail) => Ok(Reply::Cancelled(self.cancel_grant(&tail, lease).await?)),
             None => Ok(Reply::Cancelled(false)),
         }
@@ -1425,58 +1405,35 @@ impl Node {
     }
 
     async fn inspect(&self, key: Key) -> Result<Reply, Failure> {
-        let records = self.own_records(&key, INSPECT_RECORDS_MAX).await?;
-        let records = records.into_iter().map(DcRecord::redacted).collect();
+        let records = self.key_records(KeyRecords::inspect(key, SCAN_LIMIT_MAX));
+        let records = records.await?.into_iter().map(DcRecord::redacted).collect();
         Ok(Reply::Inspected { records })
     }
 
-    /// This DC's records of `key`, at most `limit`, in `(key, id)` order.
-    async fn own_records(&self, key: &Key, limit: usize) -> Result<Vec<DcRecord>, Failure> {
-        let mut records = Vec::new();
-        let mut after = None;
-        loop {
-            let page = self
-                .timed(
-                    "dc_scan",
-                    self.records.scan(
-                        &NamespaceScope::exact(key.namespace.clone()),
-                        key.name.as_str(),
-                        after.as_ref(),
-                        homing_store::SCAN_LIMIT_MAX,
-                    ),
-                )
-                .await?;
-            let done = page.len() < homing_store::SCAN_LIMIT_MAX;
-            after = page.last().map(homing_store::ScanCursor::after);
-            records.extend(page.into_iter().filter(|r| &r.key == key));
-            if done || records.len() >= limit {
-                break;
-            }
+    /// This DC's records of one key, as homing-node's [`KeyRecords`] reads them.
+    async fn key_records(&self, mut read: KeyRecords) -> Result<Vec<DcRecord>, Failure> {
+        while let KeyRecordsPoll::Scan {
+            scope,
+            name,
+            after,
+            limit,
+        } = read.poll()
+        {
+            let scan = self.records.scan(scope, name, after.as_ref(), *limit);
+            let page = self.timed("dc_scan", scan).await?;
+            read.handle_page(page);
         }
-        records.truncate(limit);
-        Ok(records)
+        Ok(read.into_records())
     }
 
     async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
         match request {
-            Request::Resolve { key } => {
-                let entry = self.resolve_entry(&key).await?;
-                // The entry is the truth; a tail here only while this DC
-                // answers for its tails (the walker asks again otherwise).
-                let segment = match &entry {
-                    Some(id) if id.dc() == &self.dc => self.answered_segment(id).await.ok(),
-                    _ => None,
-                };
-                Ok(Reply::Resolved { entry, segment })
-            }
+            Request::Resolve { key } => self.resolve(&key).await,
             Request::ResolveReservation { id } => {
-                if id.dc() != &self.dc {
-                    return Err(fail(
-                        ErrorKind::BadRequest,
-                        format!("reservation {id} is owned by dc {}, ask it", id.dc()),
-                    ));
-                }
-                Ok(Reply::Reservation(self.answered_segment(&id).await?))
+                owned_here(&self.dc, &id)?;
+                let segment = self.local_segment(&id).await?;
+                let answered = answered(&self.dc, segment, self.answers_for_tails())?;
+                Ok(Reply::Reservation(answered))
             }
             Request::Successor { key, id } => Ok(Reply::Successor {
                 succession: self.successor(&id).await?.0,
@@ -1540,12 +1497,7 @@ impl Node {
                 entry,
                 shortcut,
             } => {
-                if entry.dc() != &self.dc {
-                    return Err(fail(
-                        ErrorKind::BadRequest,
-                        format!("reservation {entry} is owned by dc {}", entry.dc()),
-                    ));
-                }
+                owned_here(&self.dc, &entry)?;
                 let change = Change::Shortcut { key, shortcut };
                 Ok(answer(self.update(&entry, change).await?))
             }

@@ -15,8 +15,9 @@
 //! asks for higher marks ([`DcLease::want`]), which makes the next renewal
 //! due at once, and writes once it is acknowledged.
 
-use homing_core::{DcMarks, DcRenewal, DcTerms, FencingToken};
+use homing_core::{DcId, DcMarks, DcRenewal, DcTerms, ErrorKind, ErrorReply, FencingToken};
 
+use crate::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::time::NodeTime;
 
@@ -284,6 +285,35 @@ impl DcLease {
             && self
                 .valid_until
                 .is_some_and(|until| arrived.plus_ms(ttl_ms) <= until)
+    }
+
+    /// [`DcLease::covers`] as DC `dc`'s answer at `now` to a host lease of
+    /// `ttl_ms` asked for at `arrived`: granted, or why not (`Unavailable`:
+    /// the host asks again, or another homingd of the DC).
+    pub fn grant(
+        &self,
+        dc: &DcId,
+        arrived: NodeTime,
+        now: NodeTime,
+        ttl_ms: u64,
+    ) -> Result<(), Failure> {
+        if self.covers(arrived, ttl_ms) {
+            return Ok(());
+        }
+        let valid_ms = self.valid_for_ms(now);
+        let why = if self.retired {
+            "this dc may never hold its dc lease again (retired, or its dc store is behind the marks it published: see homingd's log)".to_string()
+        } else if self.reconciliation().is_some() && valid_ms > ttl_ms {
+            "this dc regained its dc lease and has not yet applied the takeovers of its tails that other dcs made meanwhile (see homingd's log)".to_string()
+        } else {
+            format!(
+                "this dc counts on its dc lease for {valid_ms} ms more, a host lease needs {ttl_ms} ms: the global store has not acknowledged a renewal in time"
+            )
+        };
+        Err(Failure::Unreachable(ErrorReply::new(
+            ErrorKind::Unavailable { dc: dc.clone() },
+            format!("no host lease granted or renewed: {why}"),
+        )))
     }
 
     /// Whether the DC may answer for its own tails at `now` (resolves,

@@ -34,10 +34,11 @@
 //!   moves (another homingd of the same DC wrote them);
 //!
 //! - [`watch`]: a watcher's cursor rules — trimmed or foreign cursors
-//!   refused, scope, reply bounds, when to park.
-//!
-//! Still decided in the drivers (issue 18, later steps): resolve, inspect
-//! and scan, drain scopes.
+//!   refused, scope, reply bounds, when to park;
+//! - [`scan`]: pages of an operator's scan, a drain scope's page, one
+//!   key's records for `Inspect` and `Cancel`;
+//! - [`resolve`]: a DC's answer to `Resolve` (the entry, and its own
+//!   segment while it answers for its tails) and to `ResolveReservation`.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
 //! feature `mutations`), so a simulator sweep that catches it is evidence
@@ -57,6 +58,7 @@ mod fixture;
 pub mod key_quota;
 pub mod log_follow;
 pub mod mutation;
+pub mod resolve;
 pub mod retries;
 pub mod scan;
 pub mod time;
@@ -78,8 +80,9 @@ pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
+pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
-pub use scan::{DrainScope, DrainScopePoll, SCAN_PAGE_RECORDS};
+pub use scan::{DrainScope, DrainScopePoll, KeyRecords, KeyRecordsPoll, SCAN_PAGE_RECORDS};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};

@@ -1,11 +1,12 @@
 //! An operator's `Scan` and `DrainScope` page through a DC's records in
 //! `(key, id)` order: how many records a page carries and where the next
-//! page starts, decided once for homingd and the simulator; and a
-//! `DrainScope` page's steps ([`DrainScope`]).
+//! page starts, decided once for homingd and the simulator; a
+//! `DrainScope` page's steps ([`DrainScope`]); and the read of one key's
+//! records that `Inspect` and `Cancel` make ([`KeyRecords`]).
 
 use std::collections::VecDeque;
 
-use homing_core::{DcRecord, ErrorReply, ReservationId, ScanCursor};
+use homing_core::{DcRecord, ErrorReply, Key, LeaseKey, NamespaceScope, ReservationId, ScanCursor};
 
 use crate::Failure;
 
@@ -100,6 +101,115 @@ impl DrainScope {
     }
 }
 
+/// What a [`KeyRecords`] read needs next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRecordsPoll {
+    /// Read a page of the records in `scope` whose names start with `name`,
+    /// after `after`, at most `limit`; answer with [`KeyRecords::handle_page`].
+    Scan {
+        /// The key's namespace, exactly.
+        scope: NamespaceScope,
+        /// The key's name (a prefix in the store's index).
+        name: String,
+        /// Where the page starts.
+        after: Option<ScanCursor>,
+        /// Its size.
+        limit: usize,
+    },
+    /// The records read (take them with [`KeyRecords::into_records`]).
+    Done,
+}
+
+/// When a [`KeyRecords`] read stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// At most this many records (`Inspect`).
+    Count(usize),
+    /// At the record held under this lease (`Cancel`'s grant), or the end.
+    HeldUnder(LeaseKey),
+}
+
+/// This DC's records of one key, in `(key, id)` order, read page by page
+/// through the store's index (where a key's name is a prefix of longer
+/// names: only the key's own records are kept). `Inspect` reads up to
+/// [`SCAN_PAGE_RECORDS`]; `Cancel` reads until the grant made under its
+/// lease, so neither holds more than a page or two of records at once.
+#[derive(Debug)]
+pub struct KeyRecords {
+    key: Key,
+    page: usize,
+    until: Until,
+    records: Vec<DcRecord>,
+    poll: KeyRecordsPoll,
+}
+
+impl KeyRecords {
+    /// `Inspect { key }`'s read, in store pages of `page` records.
+    pub fn inspect(key: Key, page: usize) -> KeyRecords {
+        KeyRecords::new(key, page, Until::Count(SCAN_PAGE_RECORDS))
+    }
+
+    /// `Cancel { key, lease }`'s read: until the record held under `lease`.
+    pub fn held_under(key: Key, lease: LeaseKey, page: usize) -> KeyRecords {
+        KeyRecords::new(key, page, Until::HeldUnder(lease))
+    }
+
+    fn new(key: Key, page: usize, until: Until) -> KeyRecords {
+        let poll = KeyRecordsPoll::Scan {
+            scope: NamespaceScope::exact(key.namespace.clone()),
+            name: key.name.as_str().to_string(),
+            after: None,
+            limit: page,
+        };
+        KeyRecords {
+            key,
+            page,
+            until,
+            records: Vec::new(),
+            poll,
+        }
+    }
+
+    /// What to do next.
+    pub fn poll(&self) -> &KeyRecordsPoll {
+        &self.poll
+    }
+
+    /// A page was read.
+    pub fn handle_page(&mut self, page: Vec<DcRecord>) {
+        let next = next_cursor(&page, self.page);
+        let own = page.into_iter().filter(|r| r.key == self.key);
+        let done = match self.until {
+            Until::Count(limit) => {
+                self.records.extend(own);
+                self.records.truncate(limit);
+                self.records.len() == limit
+            }
+            Until::HeldUnder(lease) => {
+                self.records = own.filter(|r| r.held_under(&lease)).take(1).collect();
+                !self.records.is_empty()
+            }
+        };
+        self.poll = match (&mut self.poll, next) {
+            (KeyRecordsPoll::Scan { after, .. }, Some(next)) if !done => {
+                *after = Some(next);
+                return;
+            }
+            _ => KeyRecordsPoll::Done,
+        };
+    }
+
+    /// The records read so far: up to the limit, or the one held under the lease.
+    pub fn records(&self) -> &[DcRecord] {
+        &self.records
+    }
+
+    /// The records read, taken.
+    pub fn into_records(self) -> Vec<DcRecord> {
+        self.records
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use homing_core::{ErrorKind, StoreTime};
@@ -143,5 +253,59 @@ mod tests {
         assert!(
             matches!(failing.poll(), DrainScopePoll::Done(Err(e)) if e.kind == ErrorKind::Internal)
         );
+    }
+
+    fn named(id: &str, name: &str) -> DcRecord {
+        let mut record = held(id, "a", None, StoreTime::from_ms(0));
+        record.key = Key::new(homing_core::KeyName::new(name).unwrap());
+        record
+    }
+
+    #[test]
+    fn inspect_keeps_only_the_keys_own_records_page_by_page() {
+        let mut read = KeyRecords::inspect(named("iad.1", "a").key, 2);
+        let first = match read.poll() {
+            KeyRecordsPoll::Scan {
+                name, after, limit, ..
+            } => (name.clone(), after.clone(), *limit),
+            KeyRecordsPoll::Done => panic!("reads first"),
+        };
+        assert_eq!(first, ("a".to_string(), None, 2));
+        // A full page goes on after its last record; "ab" is another key.
+        let page = vec![named("iad.1", "a"), named("iad.2", "ab")];
+        let after = Some(ScanCursor::after(&page[1]));
+        read.handle_page(page);
+        assert!(matches!(read.poll(), KeyRecordsPoll::Scan { after: a, .. } if *a == after));
+        read.handle_page(vec![named("iad.3", "a")]);
+        assert_eq!(read.poll(), &KeyRecordsPoll::Done);
+        let ids: Vec<String> = read
+            .into_records()
+            .iter()
+            .map(|r| r.id.to_string())
+            .collect();
+        assert_eq!(ids, ["iad.1", "iad.3"]);
+    }
+
+    #[test]
+    fn a_cancels_read_stops_at_the_grant_held_under_its_lease() {
+        let (first, second) = (named("iad.1", "a"), named("iad.2", "a"));
+        let lease = homing_core::LeaseKey::from_bytes([1; 16]).unwrap();
+        assert!(first.held_under(&lease));
+        // Found on a full page: no further page is read.
+        let mut read = KeyRecords::held_under(first.key.clone(), lease, 2);
+        read.handle_page(vec![first.clone(), second.clone()]);
+        assert_eq!(read.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(read.into_records(), vec![first.clone()]);
+        // Not found: on to the end, keeping nothing.
+        let other = homing_core::LeaseKey::from_bytes([2; 16]).unwrap();
+        let mut none = KeyRecords::held_under(first.key.clone(), other, 2);
+        none.handle_page(vec![first, second]);
+        assert!(matches!(
+            none.poll(),
+            KeyRecordsPoll::Scan { after: Some(_), .. }
+        ));
+        none.handle_page(vec![]);
+        assert_eq!(none.poll(), &KeyRecordsPoll::Done);
+        assert!(none.into_records().is_empty());
     }
 }
