@@ -9,7 +9,7 @@ use homing_node::{Change, KeyRecords, KeyRecordsPoll, cancel};
 use homing_store::SCAN_LIMIT_MAX;
 
 use crate::counter::Counter;
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work, error, update_next};
+use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, Work, error, update_next};
 use crate::sim::{NodeId, Sim};
 
 /// A cancel reading its key's records.
@@ -51,23 +51,16 @@ impl Sim {
         let TaskKind::Cancel(job) = &mut task.kind else {
             return;
         };
-        let StoreOp::Scan {
-            scope,
-            name,
-            after,
-            limit,
-        } = op
-        else {
+        let StoreOp::Scan(page) = op else {
             let reply = error(
                 homing_core::ErrorKind::Internal,
                 "unexpected store operation",
             );
             return self.dc_continue(d, tid, task, Next::Reply(reply));
         };
-        match self.dcs[d].store.scan(&scope, &name, after.as_ref(), limit) {
-            Ok(page) => job.read.handle_page(page),
-            Err(e) => {
-                let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
+        match self.scan_page(d, &page) {
+            Ok(records) => job.read.handle_page(records),
+            Err(failure) => {
                 let reply = Reply::Error(failure.into_reply());
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
@@ -103,12 +96,12 @@ fn scan_of(read: &KeyRecords) -> Next {
             name,
             after,
             limit,
-        } => Next::Store(StoreOp::Scan {
+        } => Next::Store(StoreOp::Scan(ScanPage {
             scope: scope.clone(),
             name: name.clone(),
             after: after.clone(),
             limit: *limit,
-        }),
+        })),
         KeyRecordsPoll::Done => unreachable!("a read that is done asks nothing"),
     }
 }

@@ -37,8 +37,8 @@ use homing_store::memory::MemoryDc;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
     CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalRead, Mutations, NodeTime,
-    Resolve, ResolvePoll, Update, UpdatePoll, Upkeep, WaitLimits, Waiters, answered, member_named,
-    owned_here, segment_failure,
+    Resolve, ResolvePoll, Supersede, SupersedePoll, Update, UpdatePoll, Upkeep, WaitLimits,
+    Waiters, answered, member_named, owned_here, segment_failure,
 };
 
 use crate::cancel::CancelJob;
@@ -48,7 +48,7 @@ use crate::drain::DrainJob;
 use crate::invariants::view;
 use crate::report::Measurements;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
-use homing_core::succession::{confirmation_of, judge_takeover, superseding};
+use homing_core::succession::judge_takeover;
 
 use crate::drain_scope::DrainScopeJob;
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
@@ -280,13 +280,46 @@ pub(crate) enum StoreOp {
     TrimEvents {
         before: u64,
     },
-    /// A page of records in `(key, id)` order, their names starting with `name`.
-    Scan {
+    /// A page of records in `(key, id)` order.
+    Scan(ScanPage),
+}
+
+/// A page of a DC's records in `(key, id)` order: in `scope`, names
+/// starting with `name`, after `after`, at most `limit`.
+#[derive(Debug)]
+pub(crate) struct ScanPage {
+    pub(crate) scope: homing_core::NamespaceScope,
+    pub(crate) name: String,
+    pub(crate) after: Option<homing_core::ScanCursor>,
+    pub(crate) limit: usize,
+}
+
+impl ScanPage {
+    /// A page of every record in `scope`.
+    pub(crate) fn of_scope(
         scope: homing_core::NamespaceScope,
-        name: String,
         after: Option<homing_core::ScanCursor>,
         limit: usize,
-    },
+    ) -> ScanPage {
+        let name = String::new();
+        ScanPage {
+            scope,
+            name,
+            after,
+            limit,
+        }
+    }
+}
+
+impl Sim {
+    /// DC `d`'s store reads `page` (a failure as homingd classifies it).
+    pub(crate) fn scan_page(&self, d: usize, page: &ScanPage) -> Result<Vec<DcRecord>, Failure> {
+        let dc = &self.dcs[d];
+        let read = dc
+            .store
+            .scan(&page.scope, &page.name, page.after.as_ref(), page.limit);
+        read.map_err(|e| crate::upkeep::store_failure(&dc.id, e))
+    }
 }
 
 impl StoreOp {
@@ -312,43 +345,63 @@ pub(crate) enum Next {
 }
 
 impl Sim {
-    /// homingd's `Node::superseded`, at once: before DC `d`'s record `id`
-    /// links onward, the global store must name it as its predecessor's
-    /// successor; one that lost records its own succession to the winner
-    /// and links to it locally (the winner is returned).
+    /// homingd's `Node::superseded` (homing-node's [`Supersede`]), at once:
+    /// before DC `d`'s record `id` links onward, the global store must name
+    /// it as its predecessor's successor; one that lost records its own
+    /// succession to the winner and links to it locally (the winner is
+    /// returned).
     fn superseded(
         &mut self,
         d: usize,
         id: &ReservationId,
     ) -> Result<Option<ReservationId>, ErrorReply> {
-        let Some(record) = self.dcs[d].store.get(id) else {
-            return Ok(None);
-        };
-        let Some(ours) = confirmation_of(&record) else {
-            return Ok(None);
-        };
-        if self.cut_from_global(d) {
-            return Err(crate::dc_lease::global_unavailable(
-                self,
-                d,
-                "cut from the global store",
-            ));
+        let mut check = Supersede::new(id.clone());
+        loop {
+            match check.poll().clone() {
+                SupersedePoll::Read(id) => check.handle_record(self.dcs[d].store.get(&id)),
+                SupersedePoll::Confirm(succession) => {
+                    if self.cut_from_global(d) {
+                        let why = "cut from the global store";
+                        return Err(crate::dc_lease::global_unavailable(self, d, why));
+                    }
+                    let from = succession.link.from.clone();
+                    let recorded = self.successions.entry(from).or_insert(succession);
+                    check.handle_confirmed(recorded.clone());
+                }
+                SupersedePoll::Change(change) => {
+                    if self.update_at_once(d, id.clone(), change) {
+                        self.measurements.count(Counter::LinkRefusedSuperseded);
+                    }
+                    check.handle_changed();
+                }
+                SupersedePoll::Done(winner) => return Ok(winner),
+            }
         }
-        let recorded = self
-            .successions
-            .entry(ours.link.from.clone())
-            .or_insert(ours)
-            .clone();
-        if recorded.names(id) {
-            return Ok(None);
+    }
+
+    /// homing-node's [`Update`] of DC `d`'s record `id`, run at once (no
+    /// store latency: a step homingd takes inside another request's
+    /// handling); whether it changed the record.
+    pub(crate) fn update_at_once(&mut self, d: usize, id: ReservationId, change: Change) -> bool {
+        let dc = self.dcs[d].id.clone();
+        let mut update = Update::new(dc, id, change, self.rules.mutations);
+        loop {
+            match update.poll() {
+                UpdatePoll::Read(id) => {
+                    let now = self.dcs[d].clock.store_time(self.now);
+                    let record = self.dcs[d].store.get(&id);
+                    update.handle_record(record, now, &self.policy);
+                }
+                UpdatePoll::Write {
+                    expected, record, ..
+                } => {
+                    let written = self.cas(d, Some(expected), record);
+                    update.handle_written(written);
+                }
+                UpdatePoll::Done(changed) => return changed.made(),
+                UpdatePoll::Failed(_) => return false,
+            }
         }
-        let own = superseding(&record, &recorded.link.to);
-        let own = self.successions.entry(id.clone()).or_insert(own).clone();
-        if let Some(next) = record.supersede(&own) {
-            self.measurements.count(Counter::LinkRefusedSuperseded);
-            self.cas(d, Some(record.version), next);
-        }
-        Ok(Some(own.link.to))
     }
 }
 
@@ -1387,9 +1440,7 @@ impl Sim {
             | StoreOp::Settle { .. }
             | StoreOp::Events { .. }
             | StoreOp::TrimEvents { .. }
-            | StoreOp::Scan { .. } => {
-                Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read"))
-            }
+            | StoreOp::Scan(_) => Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read")),
             StoreOp::Allocate => {
                 let unique = self.allocate(d);
                 match &mut task.kind {

@@ -24,8 +24,8 @@ use homing_core::{
 };
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
-    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, ResolvePoll, StartCheck,
-    start_check,
+    Change, DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, ResolvePoll,
+    StartCheck, start_check,
 };
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
@@ -352,13 +352,9 @@ impl Sim {
             .filter(|s| s.cause == SuccessionCause::TakenOver)
             .collect();
         for succession in taken {
-            let next = self.dcs[d]
-                .store
-                .record(&succession.link.from)
-                .and_then(|r| Some((r.version, r.supersede(&succession)?)));
-            if let Some((version, next)) = next {
+            let from = succession.link.from.clone();
+            if self.update_at_once(d, from, Change::Supersede(succession)) {
                 self.measurements.count(Counter::TakeoversReconciled);
-                self.cas(d, Some(version), next);
             }
         }
         self.dcs[d].lease.lease.handle_reconciled(number);

@@ -15,7 +15,7 @@ use homing_core::{NamespaceScope, ReservationId, ScanCursor};
 use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Update};
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, UpdateStep, Work};
+use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, UpdateStep, Work};
 use crate::sim::{NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -92,12 +92,7 @@ impl Sim {
             match job.page.poll().clone() {
                 DrainScopePoll::Scan { after, limit } => {
                     let scope = NamespaceScope::everything();
-                    let op = StoreOp::Scan {
-                        scope,
-                        name: String::new(),
-                        after,
-                        limit,
-                    };
+                    let op = StoreOp::Scan(ScanPage::of_scope(scope, after, limit));
                     return self.dc_continue(d, tid, task, Next::Store(op));
                 }
                 DrainScopePoll::Drain(id) => {
@@ -137,17 +132,9 @@ impl Sim {
             return;
         };
         match op {
-            StoreOp::Scan {
-                scope,
-                name,
-                after,
-                limit,
-            } => match self.dcs[d].store.scan(&scope, &name, after.as_ref(), limit) {
+            StoreOp::Scan(page) => match self.scan_page(d, &page) {
                 Ok(records) => job.page.handle_page(&records),
-                Err(e) => {
-                    let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
-                    return self.drain_scope_failed(d, tid, task, failure);
-                }
+                Err(failure) => return self.drain_scope_failed(d, tid, task, failure),
             },
             StoreOp::Get(id) => {
                 let record = self.dcs[d].store.get(&id);

@@ -18,7 +18,7 @@ use homing_node::SCAN_PAGE_RECORDS;
 use homing_node::scan::next_cursor;
 use homing_store::keyspace::record_scan_bytes;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work, error};
+use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, Work, error};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -57,37 +57,22 @@ impl Sim {
         };
         let tid = self.new_task_id(d);
         let limit = SCAN_PAGE_RECORDS;
-        let op = StoreOp::Scan {
-            scope,
-            name: String::new(),
-            after,
-            limit,
-        };
+        let op = StoreOp::Scan(ScanPage::of_scope(scope, after, limit));
         self.dc_continue(d, tid, task, Next::Store(op));
     }
 
     /// The page was read.
     pub(crate) fn scan_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
-        let StoreOp::Scan {
-            scope,
-            name,
-            after,
-            limit,
-        } = op
-        else {
+        let StoreOp::Scan(page) = op else {
             let reply = error(ErrorKind::Internal, "unexpected store operation");
             return self.dc_continue(d, tid, task, Next::Reply(reply));
         };
-        let page = self.dcs[d].store.scan(&scope, &name, after.as_ref(), limit);
-        let reply = match page {
+        let reply = match self.scan_page(d, &page) {
             Ok(records) => Reply::Records {
-                next: next_cursor(&records, limit),
+                next: next_cursor(&records, page.limit),
                 records: records.into_iter().map(DcRecord::redacted).collect(),
             },
-            Err(e) => {
-                let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
-                Reply::Error(failure.into_reply())
-            }
+            Err(failure) => Reply::Error(failure.into_reply()),
         };
         self.dc_continue(d, tid, task, Next::Reply(reply));
     }

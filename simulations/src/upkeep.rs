@@ -117,7 +117,7 @@ impl Sim {
                 self.dcs[d].store.trim_events(before);
                 self.dcs[d].upkeep.handle_trimmed(Ok(()));
             }
-            StoreOp::Allocate | StoreOp::Scan { .. } => {
+            StoreOp::Allocate | StoreOp::Scan(_) => {
                 unreachable!("upkeep never allocates nor scans")
             }
         }

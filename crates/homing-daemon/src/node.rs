@@ -15,9 +15,7 @@ use homing_core::{
     ErrorReply, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy,
     LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
     ReservationId, Role, ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime,
-    Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written,
-    succession::{confirmation_of, superseding},
-    wire,
+    Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written, wire,
 };
 use homing_net::Handler;
 use homing_node::cancel;
@@ -25,8 +23,8 @@ use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
     DrainScope, DrainScopePoll, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, KeyRecordsPoll,
-    LogFollower, Mutations, Resolve, ResolvePoll, Update, UpdatePoll, WatchPoll, WatchRead,
-    answered, member_named, owned_here,
+    LogFollower, Mutations, Resolve, ResolvePoll, Supersede, SupersedePoll, Update, UpdatePoll,
+    WatchPoll, WatchRead, answered, member_named, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -391,32 +389,32 @@ impl Node {
         Ok((read, Source::Local))
     }
 
-    /// Before this DC's record `id` links onward: if it continues another
-    /// DC's reservation, the global store must name it as that one's
-    /// successor (DESIGN.md §7.5); a record that lost to a takeover (its
-    /// mover crashed before confirming) records its own succession to the
-    /// winner, links locally to it, and the winner is returned.
+    /// Before this DC's record `id` links onward, as homing-node's
+    /// [`Supersede`] decides: `Some(winner)` if it lost its confirmation to
+    /// a takeover and now continues as the winner.
     async fn superseded(&self, id: &ReservationId) -> Result<Option<ReservationId>, Failure> {
-        let Some(record) = self.timed("dc_get", self.records.get(id)).await? else {
-            return Ok(None);
-        };
-        let Some(ours) = confirmation_of(&record) else {
-            return Ok(None);
-        };
-        let recorded = self.confirm(ours).await?;
-        if recorded.names(id) {
-            return Ok(None);
+        let mut check = Supersede::new(id.clone());
+        loop {
+            match check.poll().clone() {
+                SupersedePoll::Read(id) => {
+                    check.handle_record(self.timed("dc_get", self.records.get(&id)).await?);
+                }
+                SupersedePoll::Confirm(succession) => {
+                    check.handle_confirmed(self.confirm(succession).await?);
+                }
+                SupersedePoll::Change(change) => {
+                    self.update(id, change).await?;
+                    check.handle_changed();
+                }
+                SupersedePoll::Done(winner) => {
+                    if let Some(winner) = &winner {
+                        tracing::warn!(reservation = %id, successor = %winner,
+                            "a record whose move lost to a takeover now continues as the taker");
+                    }
+                    return Ok(winner);
+                }
+            }
         }
-        let own = self
-            .confirm(superseding(&record, &recorded.link.to))
-            .await?;
-        self.update(id, Change::Supersede(own.clone())).await?;
-        tracing::warn!(
-            reservation = %id,
-            successor = %own.link.to,
-            "a record whose move lost to a takeover now continues as the taker"
-        );
-        Ok(Some(own.link.to))
     }
 
     /// Makes `succession` its reservation's in the global store unless one

@@ -38,7 +38,9 @@
 //! - [`scan`]: pages of an operator's scan, a drain scope's page, one
 //!   key's records for `Inspect` and `Cancel`;
 //! - [`resolve`]: a DC's answer to `Resolve` (the entry, and its own
-//!   segment while it answers for its tails) and to `ResolveReservation`.
+//!   segment while it answers for its tails) and to `ResolveReservation`;
+//! - [`supersede`]: before a record links onward, its succession confirmed
+//!   in the global store, or the record superseded by the takeover's winner.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
 //! feature `mutations`), so a simulator sweep that catches it is evidence
@@ -61,6 +63,7 @@ pub mod mutation;
 pub mod resolve;
 pub mod retries;
 pub mod scan;
+pub mod supersede;
 pub mod time;
 pub mod update;
 pub mod upkeep;
@@ -83,6 +86,7 @@ pub use mutation::{Mutation, Mutations};
 pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, DrainScopePoll, KeyRecords, KeyRecordsPoll, SCAN_PAGE_RECORDS};
+pub use supersede::{Supersede, SupersedePoll};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
