@@ -128,6 +128,12 @@ counters! {
     HostKilledAtHardDeadline = "host_killed_at_hard_deadline",
     /// A host stopped its actor at the soft deadline.
     HostSoftDeadlineStop = "host_soft_deadline_stop",
+    /// A router's `Inspect` answered.
+    InspectAnswered = "inspect_answered",
+    /// A router's `Inspect` failed or timed out.
+    InspectFailed = "inspect_failed",
+    /// A router sent an `Inspect` after a scan.
+    InspectSent = "inspect_sent",
     /// A key's lease was drained.
     KeyDrained = "key_drained",
     /// The upkeep reaped an expired lease (`UpkeepEvent::Reaped`).

@@ -41,11 +41,11 @@ use homing_node::{
     Waiters, answered, member_named, owned_here, segment_failure,
 };
 
-use crate::cancel::CancelJob;
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
 use crate::invariants::view;
+use crate::key_read::KeyRead;
 use crate::report::Measurements;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
@@ -243,8 +243,8 @@ pub(crate) enum TaskKind {
     Watch(Box<WatchJob>),
     /// One page of an operator's `Scan`.
     Scan,
-    /// A host's `Cancel`, reading the key's records for its grant.
-    Cancel(Box<CancelJob>),
+    /// A `Cancel` or an `Inspect`, reading the key's records.
+    KeyRead(Box<KeyRead>),
     /// An operator's drain of the whole DC, page by page.
     DrainScope(Box<DrainScopeJob>),
     /// A `Resolve`: homing-node's [`Resolve`].
@@ -369,7 +369,9 @@ impl Sim {
                     check.handle_confirmed(recorded.clone());
                 }
                 SupersedePoll::Change(change) => {
-                    if self.update_at_once(d, id.clone(), change) {
+                    // As homingd: a failed update fails the link.
+                    let made = self.update_at_once(d, id.clone(), change);
+                    if made.map_err(|e| e.reply())? {
                         self.measurements.count(Counter::LinkRefusedSuperseded);
                     }
                     check.handle_changed();
@@ -382,7 +384,12 @@ impl Sim {
     /// homing-node's [`Update`] of DC `d`'s record `id`, run at once (no
     /// store latency: a step homingd takes inside another request's
     /// handling); whether it changed the record.
-    pub(crate) fn update_at_once(&mut self, d: usize, id: ReservationId, change: Change) -> bool {
+    pub(crate) fn update_at_once(
+        &mut self,
+        d: usize,
+        id: ReservationId,
+        change: Change,
+    ) -> Result<bool, homing_node::UpdateError> {
         let dc = self.dcs[d].id.clone();
         let mut update = Update::new(dc, id, change, self.rules.mutations);
         loop {
@@ -398,8 +405,8 @@ impl Sim {
                     let written = self.cas(d, Some(expected), record);
                     update.handle_written(written);
                 }
-                UpdatePoll::Done(changed) => return changed.made(),
-                UpdatePoll::Failed(_) => return false,
+                UpdatePoll::Done(changed) => return Ok(changed.made()),
+                UpdatePoll::Failed(e) => return Err(e),
             }
         }
     }
@@ -583,7 +590,7 @@ impl Sim {
                 self.update_task(d, reservation, Change::ForceRelease { token })
             }
             Request::Cancel { key: wanted, lease } => {
-                return self.cancel_start(d, client, rpc, key, wanted, lease);
+                return self.cancel_start(d, (client, rpc, key), wanted, lease);
             }
             Request::Link {
                 key: chain_key,
@@ -632,7 +639,10 @@ impl Sim {
                 wait_ms,
             } => return self.watch_start(d, client, rpc, scope, after, wait_ms),
             Request::Scan { scope, after } => return self.scan_start(d, client, rpc, scope, after),
-            Request::Inspect { .. } | Request::DrainScope { .. } => {
+            Request::Inspect { key: wanted } => {
+                return self.inspect_start(d, (client, rpc, key), wanted);
+            }
+            Request::DrainScope { .. } => {
                 let reply = error(ErrorKind::BadRequest, "not simulated");
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
@@ -1053,8 +1063,7 @@ impl Sim {
             }
             let need = match poll {
                 AcquirePoll::Cover { from } => {
-                    job.acquire
-                        .handle_covered(self.grant_covered(d, from).is_ok());
+                    job.acquire.handle_covered(self.grant_covered(d, from));
                     continue;
                 }
                 AcquirePoll::Connect(need) => need,
@@ -1080,16 +1089,18 @@ impl Sim {
                         self.tell_shortcut(d, task_key, notice);
                     }
                     let lease = job.acquire.lease();
-                    if matches!(outcome, AcquireReply::Acquired(_))
+                    if let AcquireReply::Acquired(grant) = &outcome
                         && self.dcs[d].cancelled.cancelled(&lease, now)
                     {
-                        // Its host gave up on it: cancel the grant as it lands.
+                        // Its host gave up on it: the grant is cancelled
+                        // before the answer (homingd's `cancel_grant`, at
+                        // once here), and a failed cancel is the answer.
                         self.measurements.count(Counter::CancelledGrantLanded);
-                        let cancel = Request::Cancel {
-                            key: job.acquire.key().clone(),
-                            lease,
-                        };
-                        self.request(NodeId::Dc(d as u16), NodeId::Dc(d as u16), task_key, cancel);
+                        let cancel = Change::Cancel { lease };
+                        let id = grant.reservation.clone();
+                        if let Err(e) = self.update_at_once(d, id, cancel) {
+                            return Next::Reply(Reply::Error(e.reply()));
+                        }
                     }
                     return Next::Reply(Reply::Acquire(outcome));
                 }
@@ -1340,8 +1351,8 @@ impl Sim {
         if matches!(task.kind, TaskKind::DrainScope(_)) {
             return self.drain_scope_store_done(d, tid, task, op);
         }
-        if matches!(task.kind, TaskKind::Cancel(_)) {
-            return self.cancel_store_done(d, tid, task, op);
+        if matches!(task.kind, TaskKind::KeyRead(_)) {
+            return self.key_read_store_done(d, tid, task, op);
         }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
@@ -1415,7 +1426,7 @@ impl Sim {
                         | TaskKind::Drain(_)
                         | TaskKind::Watch(_)
                         | TaskKind::Scan
-                        | TaskKind::Cancel(_)
+                        | TaskKind::KeyRead(_)
                         | TaskKind::DrainScope(_),
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),

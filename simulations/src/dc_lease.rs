@@ -353,7 +353,7 @@ impl Sim {
             .collect();
         for succession in taken {
             let from = succession.link.from.clone();
-            if self.update_at_once(d, from, Change::Supersede(succession)) {
+            if self.update_at_once(d, from, Change::Supersede(succession)) == Ok(true) {
                 self.measurements.count(Counter::TakeoversReconciled);
             }
         }
@@ -364,13 +364,13 @@ impl Sim {
     /// `grant_allowed`): its whole ttl fits in the DC's validity.
     pub(crate) fn grant_allowed(&mut self, d: usize) -> Result<(), ErrorReply> {
         let now = self.node_now(d);
-        self.grant_covered(d, now)
+        self.grant_covered(d, now).map_err(Failure::into_reply)
     }
 
     /// Whether DC `d`'s lease covers a host lease whose term starts at
     /// `from` (node clock): a renewal arriving now, or an acquire's grant
     /// (homing-node's `AcquirePoll::Cover`).
-    pub(crate) fn grant_covered(&mut self, d: usize, from: NodeTime) -> Result<(), ErrorReply> {
+    pub(crate) fn grant_covered(&mut self, d: usize, from: NodeTime) -> Result<(), Failure> {
         let (now, ttl_ms) = (self.node_now(d), self.policy.ttl_ms());
         let dc = &self.dcs[d];
         let grant = if dc.lease.unchecked {
@@ -384,7 +384,7 @@ impl Sim {
         if grant.is_err() {
             self.measurements.count(Counter::GrantRefusedByDcLease);
         }
-        grant.map_err(Failure::into_reply)
+        grant
     }
 
     /// A record write of task `tid`: on to the store if the published marks
@@ -536,7 +536,7 @@ impl Sim {
             | TaskKind::Resolve(_)
             | TaskKind::Watch(_)
             | TaskKind::Scan
-            | TaskKind::Cancel(_) => Next::Reply(homing_core::Reply::Error(e)),
+            | TaskKind::KeyRead(_) => Next::Reply(homing_core::Reply::Error(e)),
         };
         self.dc_continue(d, tid, task, next);
     }

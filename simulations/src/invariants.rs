@@ -85,6 +85,9 @@ pub enum Invariant {
     /// A scan from start to end returns its DC's records in `(key, id)`
     /// order, none twice, every record there when it began included.
     ScanComplete,
+    /// An `Inspect` returns only its key's records, in id order, and every
+    /// one its DC had when it was asked (up to a page).
+    InspectExact,
     /// An operator's drain of a whole DC leaves no lease that was
     /// renewable when it began unchanged at its end.
     DrainScopeComplete,
@@ -115,6 +118,7 @@ impl Invariant {
             Invariant::StoreAcceptsWrites => "store_accepts_writes",
             Invariant::WatchGapFree => "watch_gap_free",
             Invariant::ScanComplete => "scan_complete",
+            Invariant::InspectExact => "inspect_exact",
             Invariant::DrainScopeComplete => "drain_scope_complete",
         }
     }
@@ -387,6 +391,11 @@ impl Checker {
     /// A scan missed, repeated or misordered records.
     pub fn on_scan_broken(&mut self, detail: String) {
         self.fail(Invariant::ScanComplete, NO_KEY, detail);
+    }
+
+    /// An inspect returned another key's records, misordered ones, or missed one.
+    pub fn on_inspect_broken(&mut self, detail: String) {
+        self.fail(Invariant::InspectExact, NO_KEY, detail);
     }
 
     /// A watcher's answer skipped events or went backwards.

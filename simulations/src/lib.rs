@@ -20,7 +20,6 @@
 
 #![forbid(unsafe_code)]
 
-mod cancel;
 pub mod clock;
 pub mod counter;
 pub mod dc;
@@ -29,6 +28,7 @@ mod drain;
 mod drain_scope;
 pub mod host;
 pub mod invariants;
+mod key_read;
 pub mod network;
 pub mod report;
 pub mod rng;

@@ -393,6 +393,12 @@ impl Sim {
             };
             return self.router_scanned(r, Some(reply));
         }
+        if self.is_router_inspect(r, message.rpc) {
+            let Body::Reply(reply) = message.body else {
+                return;
+            };
+            return self.router_inspected(r, Some(reply));
+        }
         if self.is_router_watch(r, message.rpc) {
             let Body::Reply(reply) = message.body else {
                 return;
@@ -483,6 +489,9 @@ impl Sim {
         }
         if self.is_router_scan(r, rpc) {
             return self.router_scanned(r, None);
+        }
+        if self.is_router_inspect(r, rpc) {
+            return self.router_inspected(r, None);
         }
         if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;

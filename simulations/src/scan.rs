@@ -8,12 +8,18 @@
 //! page after page; a failed or timed-out page abandons that scan.
 //! `scan_complete` checks each one: records come in `(key, id)` order,
 //! none twice, and every record the DC had when the scan began is returned
-//! (records are never deleted, only abandoned).
+//! (records are never deleted, only abandoned). After each scan it
+//! inspects the key of one record it saw (`Inspect { key }`, answered by
+//! `crate::key_read`); `inspect_exact` checks the answer: that key's
+//! records only, in id order, every one the DC had when it was asked (up
+//! to [`SCAN_PAGE_RECORDS`]).
 
 use crate::counter::Counter;
 use std::collections::BTreeSet;
 
-use homing_core::{DcRecord, ErrorKind, NamespaceScope, Reply, Request, ReservationId, ScanCursor};
+use homing_core::{
+    DcRecord, ErrorKind, Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor,
+};
 use homing_node::SCAN_PAGE_RECORDS;
 use homing_node::scan::next_cursor;
 use homing_store::keyspace::record_scan_bytes;
@@ -35,6 +41,9 @@ pub struct Scanner {
     seen: BTreeSet<ReservationId>,
     /// The scan order position of the last record returned.
     last: Option<Vec<u8>>,
+    /// The `Inspect` in flight: its RPC, its key, the DC's records of the
+    /// key when it was asked.
+    inspecting: Option<(u64, Key, BTreeSet<ReservationId>)>,
 }
 
 impl Sim {
@@ -159,7 +168,80 @@ impl Sim {
                 .on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
         }
         self.measurements.count(Counter::ScanCompleted);
+        self.router_inspect(r);
         self.scan_again_later(r);
+    }
+
+    /// Router `r` inspects the key of a record its scan saw.
+    fn router_inspect(&mut self, r: usize) {
+        let dc = self.routers[r].region;
+        let Some(scanner) = &self.routers[r].scanner else {
+            return;
+        };
+        let seen = scanner.seen.len() as u64;
+        if seen == 0 || scanner.inspecting.is_some() {
+            return;
+        }
+        let pick = self.rng.below(seen) as usize;
+        let Some(id) = scanner.seen.iter().nth(pick).cloned() else {
+            return;
+        };
+        let store = &self.dcs[usize::from(dc)].store;
+        let Some(key) = store.record(&id).map(|record| record.key.clone()) else {
+            return;
+        };
+        let expected = store
+            .records()
+            .filter(|record| record.key == key)
+            .map(|record| record.id.clone())
+            .collect();
+        let request = Request::Inspect { key: key.clone() };
+        let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
+        self.measurements.count(Counter::InspectSent);
+        if let Some(scanner) = &mut self.routers[r].scanner {
+            scanner.inspecting = Some((rpc, key, expected));
+        }
+    }
+
+    /// Whether `rpc` is router `r`'s inspect.
+    pub(crate) fn is_router_inspect(&self, r: usize, rpc: u64) -> bool {
+        let scanner = self.routers[r].scanner.as_ref();
+        scanner.is_some_and(|s| s.inspecting.as_ref().is_some_and(|i| i.0 == rpc))
+    }
+
+    /// Router `r`'s inspect was answered (`None`: it timed out).
+    pub(crate) fn router_inspected(&mut self, r: usize, reply: Option<Reply>) {
+        let dc = self.routers[r].region;
+        let Some(scanner) = &mut self.routers[r].scanner else {
+            return;
+        };
+        let Some((_, key, expected)) = scanner.inspecting.take() else {
+            return;
+        };
+        let Some(Reply::Inspected { records }) = reply else {
+            self.measurements.count(Counter::InspectFailed);
+            return;
+        };
+        self.measurements.count(Counter::InspectAnswered);
+        let ids: Vec<&ReservationId> = records.iter().map(|record| &record.id).collect();
+        let broken = if let Some(other) = records.iter().find(|record| record.key != key) {
+            Some(format!("{} of another key returned", other.id))
+        } else if ids.windows(2).any(|w| w[0] >= w[1]) {
+            Some(format!("records out of id order: {ids:?}"))
+        } else if records.len() > SCAN_PAGE_RECORDS {
+            Some(format!("{} records, more than a page", records.len()))
+        } else {
+            let page_full = records.len() == SCAN_PAGE_RECORDS;
+            let missed = expected.iter().find(|id| !ids.contains(id));
+            missed
+                .filter(|_| !page_full)
+                .map(|id| format!("{id}, there when asked, was not returned"))
+        };
+        if let Some(detail) = broken {
+            self.checker.on_inspect_broken(format!(
+                "router #{r} inspecting {key} at dc #{dc}: {detail}"
+            ));
+        }
     }
 
     fn scan_again_later(&mut self, r: usize) {

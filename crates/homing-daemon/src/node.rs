@@ -504,16 +504,15 @@ impl Node {
     /// its whole term fits in the DC lease's validity, as homing-node's
     /// [`homing_node::DcLease::covers`] decides.
     fn grant_allowed(&self) -> Result<(), Failure> {
-        self.grant_covered(self.waiters.now())
+        Ok(self.grant_covered(self.waiters.now())?)
     }
 
     /// Refuses a host lease whose term starts at `from` (node clock) unless
     /// the DC lease covers all of it: a renewal arriving now, or an
     /// acquire's grant (homing-node's `AcquirePoll::Cover`, also after a wait).
-    fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), Failure> {
+    fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), homing_node::Failure> {
         let (now, ttl_ms) = (self.waiters.now(), self.policy.ttl_ms());
-        let grant = self.dc_lease.with(|l| l.grant(&self.dc, from, now, ttl_ms));
-        Ok(grant?)
+        self.dc_lease.with(|l| l.grant(&self.dc, from, now, ttl_ms))
     }
 
     /// Shutdown: parked acquirers and watchers are answered now.
@@ -871,11 +870,7 @@ impl Node {
                 log_acquire(event);
             }
             match poll {
-                AcquirePoll::Cover { from } => match self.grant_covered(from) {
-                    Ok(()) => acquire.handle_covered(true),
-                    // The node's own sentence: it says how long the DC still counts on its lease.
-                    Err(failure) => return Err(failure),
-                },
+                AcquirePoll::Cover { from } => acquire.handle_covered(self.grant_covered(from)),
                 AcquirePoll::Connect(need) => {
                     if let Err(failure) = self.perform(acquire.connect(), need, &mut slot).await {
                         let failure = failure.classify(&self.dc);

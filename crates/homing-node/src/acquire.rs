@@ -79,7 +79,7 @@ pub enum AcquirePoll {
     /// Before a connect that may grant: does the DC's lease cover a host
     /// lease whose term starts at `from` (node clock)? Answer with
     /// [`Acquire::handle_covered`] (homingd and the simulator ask
-    /// [`crate::DcLease::covers`] with the policy's ttl).
+    /// [`crate::DcLease::grant`] with the policy's ttl).
     Cover {
         /// Where the grant's term starts: the arrival for the first
         /// connect, the reconnect's time after a wait or a pause (the grant
@@ -517,23 +517,18 @@ impl Acquire {
         self.phase = Phase::Covering { from: now };
     }
 
-    /// The driver's answer to [`AcquirePoll::Cover`]: a DC lease that does
-    /// not cover the grant's term ends the acquire `Unavailable` — a grant
-    /// after a wait must not outlive the DC lease either (DESIGN.md §7.5).
-    pub fn handle_covered(&mut self, covered: bool) {
+    /// The driver's answer to [`AcquirePoll::Cover`] ([`crate::DcLease::grant`]):
+    /// a DC lease that does not cover the grant's term ends the acquire with
+    /// the refusal (`Unavailable`) — a grant after a wait must not outlive
+    /// the DC lease either (DESIGN.md §7.5).
+    pub fn handle_covered(&mut self, covered: Result<(), Failure>) {
         assert!(
             matches!(self.phase, Phase::Covering { .. }),
             "handle_covered without a Cover poll"
         );
-        self.phase = if covered {
-            Phase::Connecting
-        } else {
-            Phase::Done(Err(ErrorReply::new(
-                ErrorKind::Unavailable {
-                    dc: self.dc.clone(),
-                },
-                "no host lease granted: this dc's dc lease does not cover a whole host lease from now (the global store has not acknowledged a renewal in time)",
-            )))
+        self.phase = match covered {
+            Ok(()) => Phase::Connecting,
+            Err(refused) => Phase::Done(Err(refused.into_reply())),
         };
     }
 }

@@ -458,6 +458,29 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_grant_says_why_retired_before_reconciling_before_short_validity() {
+        let dc: DcId = "iad".parse().unwrap();
+        let why = |lease: &DcLease, arrived: u64| {
+            let refused = lease
+                .grant(&dc, at(arrived), at(arrived), 10_000)
+                .unwrap_err();
+            assert!(refused.is_unreachable(), "{refused:?}");
+            let reply = refused.into_reply();
+            assert_eq!(reply.kind, ErrorKind::Unavailable { dc: dc.clone() });
+            reply.message
+        };
+        let mut lease = DcLease::new(TERMS, 2_000);
+        assert!(why(&lease, 0).contains("for 0 ms more"), "never renewed");
+        renewed(&mut lease, 100, 150);
+        assert!(why(&lease, 150).contains("not yet applied the takeovers"));
+        lease.handle_reconciled(lease.reconciliation().unwrap());
+        assert_eq!(lease.grant(&dc, at(150), at(150), 10_000), Ok(()));
+        assert!(why(&lease, 9_101).contains("for 9999 ms more"));
+        lease.stop();
+        assert!(why(&lease, 150).contains("may never hold its dc lease again"));
+    }
+
+    #[test]
     fn a_lease_regained_after_it_ran_out_owes_a_new_reconciliation_and_an_old_one_does_not_pay_it()
     {
         let mut lease = DcLease::new(TERMS, 2_000);

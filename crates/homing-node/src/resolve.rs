@@ -199,4 +199,13 @@ mod tests {
         let lapsed = answered(&dc("iad"), with_tail(), false).unwrap_err();
         assert!(lapsed.is_unreachable());
     }
+
+    #[test]
+    fn an_unknown_reservation_is_a_refusal_of_its_own_kind_and_a_broken_one_a_contradiction() {
+        let unknown = segment_failure(SegmentError::Unknown(id("iad.1")));
+        assert_eq!(unknown.into_reply().kind, ErrorKind::UnknownReservation);
+        let abandoned = segment_failure(SegmentError::Abandoned(id("iad.1")));
+        assert!(!abandoned.is_unreachable());
+        assert_eq!(abandoned.into_reply().kind, ErrorKind::Inconsistent);
+    }
 }

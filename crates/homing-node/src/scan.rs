@@ -130,10 +130,11 @@ enum Until {
 }
 
 /// This DC's records of one key, in `(key, id)` order, read page by page
-/// through the store's index (where a key's name is a prefix of longer
-/// names: only the key's own records are kept). `Inspect` reads up to
-/// [`SCAN_PAGE_RECORDS`]; `Cancel` reads until the grant made under its
-/// lease, so neither holds more than a page or two of records at once.
+/// through the store's index, where the key's name is a prefix of longer
+/// names: its own records come first, and the read stops at the first
+/// record of another key. `Inspect` reads up to [`SCAN_PAGE_RECORDS`];
+/// `Cancel` reads until the grant made under its lease; neither reads past
+/// the key's own records.
 #[derive(Debug)]
 pub struct KeyRecords {
     key: Key,
@@ -178,8 +179,12 @@ impl KeyRecords {
     /// A page was read.
     pub fn handle_page(&mut self, page: Vec<DcRecord>) {
         let next = next_cursor(&page, self.page);
-        let own = page.into_iter().filter(|r| r.key == self.key);
-        let done = match self.until {
+        // The key's records come first in its name's range and together
+        // (the index ends a name with 0x00, below any longer name's next
+        // byte): another key's record ends them.
+        let past = page.iter().any(|r| r.key != self.key);
+        let own = page.into_iter().take_while(|r| r.key == self.key);
+        let found = match self.until {
             Until::Count(limit) => {
                 self.records.extend(own);
                 self.records.truncate(limit);
@@ -190,6 +195,7 @@ impl KeyRecords {
                 !self.records.is_empty()
             }
         };
+        let done = found || past;
         self.poll = match (&mut self.poll, next) {
             (KeyRecordsPoll::Scan { after, .. }, Some(next)) if !done => {
                 *after = Some(next);
@@ -262,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn inspect_keeps_only_the_keys_own_records_page_by_page() {
+    fn inspect_reads_the_keys_own_records_page_by_page_and_stops_at_another_key() {
         let mut read = KeyRecords::inspect(named("iad.1", "a").key, 2);
         let first = match read.poll() {
             KeyRecordsPoll::Scan {
@@ -271,19 +277,35 @@ mod tests {
             KeyRecordsPoll::Done => panic!("reads first"),
         };
         assert_eq!(first, ("a".to_string(), None, 2));
-        // A full page goes on after its last record; "ab" is another key.
-        let page = vec![named("iad.1", "a"), named("iad.2", "ab")];
+        // A full page of the key's own goes on after its last record.
+        let page = vec![named("iad.1", "a"), named("iad.3", "a")];
         let after = Some(ScanCursor::after(&page[1]));
         read.handle_page(page);
         assert!(matches!(read.poll(), KeyRecordsPoll::Scan { after: a, .. } if *a == after));
-        read.handle_page(vec![named("iad.3", "a")]);
+        // "ab" sorts after every record of "a": the read ends there, even
+        // on a full page.
+        read.handle_page(vec![named("iad.4", "a"), named("iad.2", "ab")]);
         assert_eq!(read.poll(), &KeyRecordsPoll::Done);
-        let ids: Vec<String> = read
-            .into_records()
-            .iter()
-            .map(|r| r.id.to_string())
+        let ids: Vec<String> = read.records().iter().map(|r| r.id.to_string()).collect();
+        assert_eq!(ids, ["iad.1", "iad.3", "iad.4"]);
+    }
+
+    #[test]
+    fn inspect_stops_at_a_page_of_records() {
+        let key = named("iad.1", "a").key;
+        let full: Vec<DcRecord> = (1..=SCAN_PAGE_RECORDS as u64 + 10)
+            .map(|i| named(&format!("iad.{i}"), "a"))
             .collect();
-        assert_eq!(ids, ["iad.1", "iad.3"]);
+        // More than a page read at once: a page kept.
+        let mut read = KeyRecords::inspect(key.clone(), full.len());
+        read.handle_page(full.clone());
+        assert_eq!(read.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(read.records().len(), SCAN_PAGE_RECORDS);
+        // Exactly a page on a full store page: no further read.
+        let mut exact = KeyRecords::inspect(key, SCAN_PAGE_RECORDS);
+        exact.handle_page(full[..SCAN_PAGE_RECORDS].to_vec());
+        assert_eq!(exact.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(exact.into_records(), full[..SCAN_PAGE_RECORDS].to_vec());
     }
 
     #[test]
@@ -307,5 +329,27 @@ mod tests {
         none.handle_page(vec![]);
         assert_eq!(none.poll(), &KeyRecordsPoll::Done);
         assert!(none.into_records().is_empty());
+    }
+
+    #[test]
+    fn a_cancels_read_finds_the_grant_on_a_later_page_and_ends_at_another_key() {
+        let (first, second) = (named("iad.1", "a"), named("iad.2", "a"));
+        let lease = homing_core::LeaseKey::from_bytes([1; 16]).unwrap();
+        let mut unheld = first.clone();
+        unheld.state = homing_core::RecordState::Abandoned;
+        assert!(!unheld.held_under(&lease));
+        let mut read = KeyRecords::held_under(first.key.clone(), lease, 2);
+        read.handle_page(vec![unheld.clone(), unheld.clone()]);
+        assert!(matches!(
+            read.poll(),
+            KeyRecordsPoll::Scan { after: Some(_), .. }
+        ));
+        read.handle_page(vec![second.clone()]);
+        assert_eq!(read.records(), std::slice::from_ref(&second));
+        // Another key's record after the key's own ends a read that found nothing.
+        let mut none = KeyRecords::held_under(first.key.clone(), lease, 2);
+        none.handle_page(vec![unheld, named("iad.9", "ab")]);
+        assert_eq!(none.poll(), &KeyRecordsPoll::Done);
+        assert!(none.records().is_empty());
     }
 }

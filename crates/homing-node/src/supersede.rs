@@ -143,4 +143,22 @@ mod tests {
         check.handle_changed();
         assert_eq!(check.poll(), &SupersedePoll::Done(Some(id("lhr.3"))));
     }
+
+    #[test]
+    fn the_succession_the_store_already_has_is_the_one_linked_to() {
+        let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
+        let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
+        let mut check = Supersede::new(id("iad.2"));
+        check.handle_record(Some(record));
+        check.handle_confirmed(winner);
+        // The store already says who continues iad.2 (another takeover).
+        let already = Succession::taken_over(id("iad.2"), id("sin.4"), 1);
+        check.handle_confirmed(already.clone());
+        assert_eq!(
+            check.poll(),
+            &SupersedePoll::Change(Change::Supersede(already))
+        );
+        check.handle_changed();
+        assert_eq!(check.poll(), &SupersedePoll::Done(Some(id("sin.4"))));
+    }
 }

@@ -54,7 +54,7 @@ fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
     for _ in 0..1_000 {
         match acquire.poll(node_now(world)) {
             // These worlds have no DC leases: every grant is covered.
-            AcquirePoll::Cover { .. } => acquire.handle_covered(true),
+            AcquirePoll::Cover { .. } => acquire.handle_covered(Ok(())),
             AcquirePoll::Connect(_) => {
                 assert!(world.step(&dc(at), acquire.connect()));
             }
@@ -135,7 +135,7 @@ fn covered(world: &World, acquire: &mut Acquire) {
         panic!("a connect that may grant asks about the dc lease first")
     };
     assert_eq!(from, node_now(world));
-    acquire.handle_covered(true);
+    acquire.handle_covered(Ok(()));
 }
 
 #[test]
@@ -153,7 +153,13 @@ fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it
         panic!("the reconnect asks about the dc lease")
     };
     assert_eq!(from, node_now(&world));
-    acquire.handle_covered(false);
+    let refused = ErrorReply::new(
+        ErrorKind::Unavailable {
+            dc: "fra".parse().unwrap(),
+        },
+        "no host lease granted or renewed",
+    );
+    acquire.handle_covered(Err(Failure::Unreachable(refused)));
     let AcquirePoll::Done(Err(e)) = acquire.poll(node_now(&world)) else {
         panic!("expected Unavailable")
     };
