@@ -27,7 +27,6 @@
 //! own bytes).
 
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,7 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hyper::Method;
 use hyper::body::{Body, Frame, SizeHint};
-use hyper::header::{HeaderName, HeaderValue};
+use hyper::header::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::warn;
@@ -62,7 +61,7 @@ pub(crate) struct Outgoing<'a> {
     /// End-to-end headers: `Host` and `Content-Length` are the pool's.
     pub(crate) headers: Headers<'a>,
     /// Headers added (replacing any of the same name in `headers`).
-    pub(crate) extra: &'a [(&'a HeaderName, &'a (dyn Display + Sync))],
+    pub(crate) extra: &'a [h1::Extra<'a>],
     pub(crate) body: &'a Bytes,
 }
 

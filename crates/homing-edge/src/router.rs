@@ -41,7 +41,7 @@ use tracing::{debug, warn};
 
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
 use crate::front;
-use crate::h1::{HOP_BY_HOP, Headers, ResponseHead};
+use crate::h1::{DECIMAL_BYTES_MAX, Extra, HOP_BY_HOP, Headers, ResponseHead, decimal};
 use crate::json;
 use crate::pool::{ActorPool, Outgoing, PooledBody, SendError};
 use crate::route::{KeyError, route_parts};
@@ -468,11 +468,15 @@ impl EdgeRouter {
     ) -> Result<(ResponseHead, PooledBody), Forward> {
         // Tells the actor what the router resolved, so it can refuse
         // misrouted work; written straight into the request head.
-        let (reservation, token) = (at.reservation(), at.token());
-        let extra: [(&HeaderName, &(dyn std::fmt::Display + Sync)); 3] = [
-            (&IDENTITY_HEADERS[0], at.dc()),
-            (&IDENTITY_HEADERS[1], &reservation),
-            (&IDENTITY_HEADERS[2], &token),
+        let dc = at.dc().as_str().as_bytes();
+        let (mut unique, mut token) = ([0; DECIMAL_BYTES_MAX], [0; DECIMAL_BYTES_MAX]);
+        let unique = decimal(at.reservation().unique(), &mut unique);
+        let token = decimal(at.token().get(), &mut token);
+        // As `ReservationId` and `FencingToken` display (tested).
+        let extra: [Extra<'_>; 3] = [
+            (&IDENTITY_HEADERS[0], &[dc]),
+            (&IDENTITY_HEADERS[1], &[dc, b".", unique]),
+            (&IDENTITY_HEADERS[2], &[token]),
         ];
         // Origin-form: the actor connection is the actor's own.
         let request = Outgoing {
