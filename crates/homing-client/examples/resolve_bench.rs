@@ -187,6 +187,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         })
         .await;
 
+        let resolve_ref = median(REPS, || async {
+            let started = Instant::now();
+            for &i in &order {
+                let hit = resolver.resolve_ref(keys[i].borrowed()).await;
+                black_box(hit.ok());
+            }
+            started.elapsed()
+        })
+        .await;
+
         let future_cache: moka::future::Cache<Key, Arc<Resolution>> =
             moka::future::Cache::builder()
                 .max_capacity(2 * n as u64)
@@ -243,6 +253,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         let bar = per_op(moka_future);
         for (name, d) in [
             ("Resolver::resolve (hit)", resolve),
+            ("Resolver::resolve_ref (hit)", resolve_ref),
             ("moka::future::Cache::get", moka_future),
             ("moka::sync::Cache::get", moka_sync),
             ("HashMap::get", hash_map),

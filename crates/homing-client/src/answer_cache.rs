@@ -12,7 +12,10 @@
 //! key (docs/EDGE-ROUTER.md, "100 k keys"). Here a hit takes a shard's read
 //! lock, probes one hash table whose slots hold the key and the answer
 //! inline, and writes nothing; the TTL is checked against the `now` the
-//! caller passes in.
+//! caller passes in. Keys are looked up borrowed ([`KeyRef`]: no copy per
+//! lookup), and a key of up to [`KEY_INLINE_BYTES`] (namespace and name
+//! together) is kept in its slot's own bytes, so a probe reads no memory
+//! outside the table (a longer key is kept behind one pointer).
 //!
 //! Eviction: every answer lives the same TTL, so the oldest answers are
 //! those that expire first. A full shard first drops its expired answers,
@@ -30,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
-use homing_core::Key;
+use homing_core::{Key, KeyRef};
 use tokio::sync::OnceCell;
 
 /// Most shards; fewer for small capacities (one per [`SHARD_ENTRIES_MIN`]).
@@ -38,9 +41,71 @@ const SHARDS_MAX: usize = 64;
 /// Capacity below which a cache is not split further, in entries per shard.
 const SHARD_ENTRIES_MIN: u64 = 1024;
 
+/// Bytes of a key (namespace and name together) kept in its slot itself.
+pub(crate) const KEY_INLINE_BYTES: usize = 45;
+
+/// A cached answer's key: its namespace's bytes, then its name's.
+enum SlotKey {
+    /// Short enough to live in the slot (48 bytes in all, a `Key`'s size).
+    Inline {
+        namespace_len: u8,
+        len: u8,
+        bytes: [u8; KEY_INLINE_BYTES],
+    },
+    Heap {
+        namespace_len: u8,
+        bytes: Box<[u8]>,
+    },
+}
+
+impl SlotKey {
+    fn of(key: KeyRef<'_>) -> SlotKey {
+        let (namespace, name) = (key.namespace().as_bytes(), key.name().as_bytes());
+        // Invariant: namespaces are at most NAMESPACE_BYTES_MAX (128) bytes.
+        let namespace_len =
+            u8::try_from(namespace.len()).expect("a namespace is at most 128 bytes");
+        let len = namespace.len() + name.len();
+        if len <= KEY_INLINE_BYTES {
+            let mut bytes = [0; KEY_INLINE_BYTES];
+            bytes[..namespace.len()].copy_from_slice(namespace);
+            bytes[namespace.len()..len].copy_from_slice(name);
+            SlotKey::Inline {
+                namespace_len,
+                len: len as u8,
+                bytes,
+            }
+        } else {
+            SlotKey::Heap {
+                namespace_len,
+                bytes: [namespace, name].concat().into_boxed_slice(),
+            }
+        }
+    }
+
+    /// The namespace's bytes and the name's.
+    fn parts(&self) -> (&[u8], &[u8]) {
+        let (namespace_len, bytes) = match self {
+            SlotKey::Inline {
+                namespace_len,
+                len,
+                bytes,
+            } => (*namespace_len, &bytes[..*len as usize]),
+            SlotKey::Heap {
+                namespace_len,
+                bytes,
+            } => (*namespace_len, &bytes[..]),
+        };
+        bytes.split_at(namespace_len as usize)
+    }
+
+    fn is(&self, key: KeyRef<'_>) -> bool {
+        self.parts() == (key.namespace().as_bytes(), key.name().as_bytes())
+    }
+}
+
 /// One cached answer.
 struct Slot<V> {
-    key: Key,
+    key: SlotKey,
     value: V,
     /// When it expires, in nanoseconds since the cache's `epoch`.
     expires_ns: u64,
@@ -99,31 +164,42 @@ impl<V: Clone, E> AnswerCache<V, E> {
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
     }
 
+    /// A key's hash, from its parts' bytes (the same borrowed or stored).
+    fn hash(&self, (namespace, name): (&[u8], &[u8])) -> u64 {
+        self.hasher.hash_one((namespace, name))
+    }
+
+    fn hash_key(&self, key: KeyRef<'_>) -> u64 {
+        self.hash((key.namespace().as_bytes(), key.name().as_bytes()))
+    }
+
     /// The answer for `key` if one younger than the TTL is cached at `now`.
-    pub(crate) fn get(&self, key: &Key, now: Instant) -> Option<V> {
-        let hash = self.hasher.hash_one(key);
+    pub(crate) fn get<'k>(&self, key: impl Into<KeyRef<'k>>, now: Instant) -> Option<V> {
+        let key = key.into();
+        let hash = self.hash_key(key);
         let now_ns = self.since_epoch_ns(now);
         let table = self
             .shard(hash)
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let slot = table.find(hash, |s| s.key == *key)?;
+        let slot = table.find(hash, |s| s.key.is(key))?;
         (now_ns < slot.expires_ns).then(|| slot.value.clone())
     }
 
     /// Caches `value` for `key` from `at` (replacing any answer it had),
     /// making room in its shard if it is full.
-    pub(crate) fn insert(&self, key: Key, value: V, at: Instant) {
+    pub(crate) fn insert<'k>(&self, key: impl Into<KeyRef<'k>>, value: V, at: Instant) {
         if self.ttl.is_zero() {
             return;
         }
+        let key = key.into();
         let expires_ns = self.since_epoch_ns(at + self.ttl);
-        let hash = self.hasher.hash_one(&key);
+        let hash = self.hash_key(key);
         let mut table = self
             .shard(hash)
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(slot) = table.find_mut(hash, |s| s.key == key) {
+        if let Some(slot) = table.find_mut(hash, |s| s.key.is(key)) {
             slot.value = value;
             slot.expires_ns = expires_ns;
             return;
@@ -132,11 +208,11 @@ impl<V: Clone, E> AnswerCache<V, E> {
             self.make_room(&mut table, self.since_epoch_ns(at));
         }
         let slot = Slot {
-            key,
+            key: SlotKey::of(key),
             value,
             expires_ns,
         };
-        table.insert_unique(hash, slot, |s| self.hasher.hash_one(&s.key));
+        table.insert_unique(hash, slot, |s| self.hash(s.key.parts()));
         debug_assert!(table.len() <= self.shard_entries_max);
     }
 
@@ -154,13 +230,18 @@ impl<V: Clone, E> AnswerCache<V, E> {
     }
 
     /// Drops the answer for `key` if `stale` says it should go; whether it did.
-    pub(crate) fn remove_if(&self, key: &Key, stale: impl FnOnce(&V) -> bool) -> bool {
-        let hash = self.hasher.hash_one(key);
+    pub(crate) fn remove_if<'k>(
+        &self,
+        key: impl Into<KeyRef<'k>>,
+        stale: impl FnOnce(&V) -> bool,
+    ) -> bool {
+        let key = key.into();
+        let hash = self.hash_key(key);
         let mut table = self
             .shard(hash)
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        match table.find_entry(hash, |s| s.key == *key) {
+        match table.find_entry(hash, |s| s.key.is(key)) {
             Ok(slot) if stale(&slot.get().value) => {
                 slot.remove();
                 true
@@ -211,7 +292,7 @@ impl<V: Clone, E> AnswerCache<V, E> {
         let cell = waiting.cell.as_ref().expect("set until dropped");
         cell.get_or_init(|| async {
             let (value, at) = fill.await.map_err(Arc::new)?;
-            self.insert(key.clone(), value.clone(), at);
+            self.insert(key, value.clone(), at);
             Ok(value)
         })
         .await
@@ -275,7 +356,7 @@ mod tests {
     fn an_answer_is_served_until_its_ttl_from_insertion_runs_out() {
         let cache: AnswerCache<u32, ()> = AnswerCache::new(100, TTL);
         let t0 = Instant::now();
-        cache.insert(key(1), 7, t0);
+        cache.insert(&key(1), 7, t0);
         assert_eq!(cache.get(&key(1), t0), Some(7));
         assert_eq!(
             cache.get(&key(1), t0 + TTL - Duration::from_nanos(1)),
@@ -283,15 +364,45 @@ mod tests {
         );
         assert_eq!(cache.get(&key(1), t0 + TTL), None, "expired at the TTL");
         assert_eq!(cache.get(&key(2), t0), None);
-        cache.insert(key(1), 8, t0 + TTL);
+        cache.insert(&key(1), 8, t0 + TTL);
         assert_eq!(cache.get(&key(1), t0 + TTL), Some(8), "replaced, TTL anew");
+    }
+
+    #[test]
+    fn keys_short_and_long_are_told_apart_by_namespace_and_name() {
+        use homing_core::Namespace;
+        let cache: AnswerCache<u32, ()> = AnswerCache::new(100, TTL);
+        let t0 = Instant::now();
+        let ns = |n: &str| Namespace::new(n).expect("a namespace");
+        let name = |n: &str| KeyName::new(n).expect("a key name");
+        let long = "l".repeat(KEY_INLINE_BYTES);
+        let keys = [
+            Key::in_namespace(ns("a"), name("bc")),
+            Key::in_namespace(ns("ab"), name("c")),
+            Key::in_namespace(ns(""), name("abc")),
+            Key::in_namespace(ns(""), name(&long[1..])),
+            Key::in_namespace(ns(""), name(&long)),
+            Key::in_namespace(ns("a"), name(&long)),
+            Key::in_namespace(ns("a"), name(&long[1..])),
+        ];
+        for (i, key) in keys.iter().enumerate() {
+            cache.insert(key, i as u32, t0);
+        }
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(cache.get(key, t0), Some(i as u32), "{key}");
+            assert_eq!(cache.get(key.borrowed(), t0), Some(i as u32), "{key}");
+        }
+        assert!(
+            std::mem::size_of::<SlotKey>() <= std::mem::size_of::<Key>(),
+            "a slot's key is no larger than a Key"
+        );
     }
 
     #[test]
     fn a_zero_ttl_caches_nothing() {
         let cache: AnswerCache<u32, ()> = AnswerCache::new(100, Duration::ZERO);
         let t0 = Instant::now();
-        cache.insert(key(1), 7, t0);
+        cache.insert(&key(1), 7, t0);
         assert_eq!(cache.get(&key(1), t0), None);
         assert_eq!(cache.len(), 0);
     }
@@ -306,7 +417,7 @@ mod tests {
         let at = |i: usize| t0 + Duration::from_micros(i as u64);
         let inserted = 10 * CAPACITY as usize;
         for i in 0..inserted {
-            cache.insert(key(i), i, at(i));
+            cache.insert(&key(i), i, at(i));
             assert!(
                 (cache.len() as u64) < CAPACITY + shards,
                 "{} kept",
@@ -329,15 +440,15 @@ mod tests {
         let cache: AnswerCache<usize, ()> = AnswerCache::new(8, TTL);
         assert_eq!(cache.shards.len(), 1);
         let t0 = Instant::now();
-        cache.insert(key(0), 0, t0);
+        cache.insert(&key(0), 0, t0);
         let later = t0 + TTL / 2;
         for i in 1..8 {
-            cache.insert(key(i), i, later + Duration::from_micros(i as u64));
+            cache.insert(&key(i), i, later + Duration::from_micros(i as u64));
         }
         // Full: only the first has expired at t0 + TTL, and only it goes
         // (the oldest quarter, three answers, would go without the expired
         // pass).
-        cache.insert(key(8), 8, t0 + TTL);
+        cache.insert(&key(8), 8, t0 + TTL);
         assert_eq!(cache.len(), 8);
         for i in 1..=8 {
             assert_eq!(cache.get(&key(i), t0 + TTL), Some(i));
@@ -431,7 +542,7 @@ mod tests {
     fn remove_if_drops_only_an_answer_the_predicate_names() {
         let cache: AnswerCache<u32, ()> = AnswerCache::new(100, TTL);
         let t0 = Instant::now();
-        cache.insert(key(1), 7, t0);
+        cache.insert(&key(1), 7, t0);
         assert!(!cache.remove_if(&key(1), |v| *v == 6));
         assert_eq!(cache.get(&key(1), t0), Some(7));
         assert!(cache.remove_if(&key(1), |v| *v == 7));
@@ -494,7 +605,7 @@ mod tests {
         let cache: AnswerCache<u32, String> = AnswerCache::new(100, TTL);
         let (now, one) = (Instant::now(), key(1));
         // As after a caller's miss, when another caller's fill has just ended.
-        cache.insert(one.clone(), 3, now);
+        cache.insert(&one, 3, now);
         let got = cache
             .get_or_fill(&one, now, async { Err("run".to_string()) })
             .await;

@@ -86,5 +86,5 @@ pub use host_agent::{
     Actor, AgentError, AgentState, HostAgent, HostAgentConfig, HostClock, LeaseTransport,
     QuicTransport, Started, SystemClock, new_lease_key,
 };
-pub use resolver::{Resolution, ResolveError, Resolver, ResolverConfig, ResolverStats};
+pub use resolver::{Resolution, ResolveError, Resolved, Resolver, ResolverConfig, ResolverStats};
 pub use watch::{WatchError, WatchStream, Watcher};

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
-    ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, Need, Poll, Reply, Request,
-    ReservationId, Shortcut, Source, Succession, TailView, Walked,
+    ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, KeyRef, Need, Poll, Reply,
+    Request, ReservationId, ReservationRef, Shortcut, Source, Succession, TailView, Walked,
 };
 use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
@@ -256,7 +256,8 @@ struct Answer {
     dc: u32,
     /// The tail reservation's unique within that DC.
     unique: u64,
-    actor: ActorId,
+    /// Shared with every answer handed out (a clone is a count, not a copy).
+    actor: Arc<str>,
     token: FencingToken,
     hops: u32,
 }
@@ -269,7 +270,7 @@ impl Answer {
         Some(Answer {
             dc: u32::try_from(place).ok()?,
             unique: resolution.reservation.unique(),
-            actor: resolution.actor,
+            actor: Arc::from(resolution.actor.as_str()),
             token: resolution.token,
             hops: resolution.hops,
         })
@@ -296,12 +297,134 @@ impl Answer {
             key: key.clone(),
             reservation: ReservationId::new(dc.clone(), self.unique),
             dc,
-            actor: self.actor,
+            // Invariant: the text was an ActorId when the answer was made.
+            actor: ActorId::new(&*self.actor).expect("a cached actor id is valid"),
             token: self.token,
             hops: self.hops,
             remote_round_trips: 0,
             from_cache: true,
             stale,
+        }
+    }
+}
+
+/// An answer and how one call got it.
+struct Found {
+    answer: Answer,
+    /// The round trips of the walk this call ran; `None` if it ran none
+    /// (a cached answer, or another caller's walk).
+    walked: Option<u32>,
+    /// A remembered answer served because a DC was unavailable.
+    stale: bool,
+}
+
+impl Found {
+    fn resolution(self, key: &Key, dcs: &[DcId]) -> Resolution {
+        let resolution = self.answer.cached(key, self.stale, dcs);
+        match self.walked {
+            Some(remote_round_trips) => Resolution {
+                remote_round_trips,
+                from_cache: false,
+                ..resolution
+            },
+            None => resolution,
+        }
+    }
+
+    fn resolved(self, dcs: &[DcId]) -> Resolved<'_> {
+        // Invariant: `Answer::of` only makes answers whose index is in
+        // `dcs`, and a resolver's table never changes.
+        let dc = self
+            .answer
+            .dc_id(dcs)
+            .expect("a cached answer's dc is in the resolver's table");
+        Resolved {
+            dc,
+            dc_slot: self.answer.dc,
+            unique: self.answer.unique,
+            actor: self.answer.actor,
+            token: self.answer.token,
+            hops: self.answer.hops,
+            remote_round_trips: self.walked.unwrap_or(0),
+            from_cache: self.walked.is_none(),
+            stale: self.stale,
+        }
+    }
+}
+
+/// Where a key's actor lives, as [`Resolver::resolve_ref`] answers: a
+/// [`Resolution`] whose parts are borrowed from the resolver (the DC's
+/// name) or shared with its answer cache (the actor's), so that a cached
+/// answer costs no allocation.
+#[derive(Debug, Clone)]
+pub struct Resolved<'r> {
+    dc: &'r DcId,
+    /// `dc`'s place in the resolver's DC table.
+    dc_slot: u32,
+    unique: u64,
+    actor: Arc<str>,
+    token: FencingToken,
+    hops: u32,
+    remote_round_trips: u32,
+    from_cache: bool,
+    stale: bool,
+}
+
+impl<'r> Resolved<'r> {
+    /// The DC hosting the actor.
+    pub fn dc(&self) -> &'r DcId {
+        self.dc
+    }
+
+    /// The tail reservation.
+    pub fn reservation(&self) -> ReservationRef<'r> {
+        ReservationRef::new(self.dc, self.unique)
+    }
+
+    /// The actor's id (a valid [`ActorId`]'s text).
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Its fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Links followed from the global entry to the tail.
+    pub fn hops(&self) -> u32 {
+        self.hops
+    }
+
+    /// Network round trips this resolve made (0 when answered from cache).
+    pub fn remote_round_trips(&self) -> u32 {
+        self.remote_round_trips
+    }
+
+    /// Whether the whole answer came from cache.
+    pub fn from_cache(&self) -> bool {
+        self.from_cache
+    }
+
+    /// Whether this is a remembered answer served because a DC was
+    /// unavailable (only from [`Resolver::resolve_ref_or_stale`]).
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
+
+    /// The same answer, owned, for `key`.
+    pub fn to_resolution(&self, key: &Key) -> Resolution {
+        Resolution {
+            key: key.clone(),
+            dc: self.dc.clone(),
+            reservation: self.reservation().to_id(),
+            // Invariant: the text was an ActorId when the answer was made.
+            actor: ActorId::new(&*self.actor).expect("a cached actor id is valid"),
+            token: self.token,
+            hops: self.hops,
+            remote_round_trips: self.remote_round_trips,
+            from_cache: self.from_cache,
+            stale: self.stale,
         }
     }
 }
@@ -377,18 +500,43 @@ impl Resolver {
     /// the walk's round trips; callers that waited for another's walk get
     /// the shared answer as `from_cache: true` with no round trips of their own.
     pub async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
-        let dcs = self.inner.dcs.dcs();
+        let found = self.find(key.borrowed(), Some(key)).await?;
+        Ok(found.resolution(key, self.inner.dcs.dcs()))
+    }
+
+    /// Like [`Resolver::resolve`], but borrowed: the answer shares the
+    /// cached one's parts (the DC's name from the resolver's table, the
+    /// actor's with the answer cache), so a cached answer is found without
+    /// copying the key or allocating. What the edge router asks per request.
+    pub async fn resolve_ref(&self, key: KeyRef<'_>) -> Result<Resolved<'_>, ResolveError> {
+        let found = self.find(key, None).await?;
+        Ok(found.resolved(self.inner.dcs.dcs()))
+    }
+
+    /// The answer for `key` (`owned`: the same key, if the caller has it as
+    /// a `Key`; made from `key` on a miss otherwise).
+    async fn find(&self, key: KeyRef<'_>, owned: Option<&Key>) -> Result<Found, ResolveError> {
         let now = Instant::now();
-        if let Some(hit) = self.inner.answers.get(key, now) {
-            return Ok(hit.cached(key, false, dcs));
+        if let Some(answer) = self.inner.answers.get(key, now) {
+            return Ok(Found {
+                answer,
+                walked: None,
+                stale: false,
+            });
         }
         // A walk's state is kilobytes: boxed, so that a hit's future stays
         // small (hyper moves each HTTP/2 request's future into its own task).
-        Box::pin(self.resolve_cold(key, now)).await
+        Box::pin(async move {
+            match owned {
+                Some(key) => self.resolve_cold(key, now).await,
+                None => self.resolve_cold(&key.to_key(), now).await,
+            }
+        })
+        .await
     }
 
     /// A resolve that missed the answer cache at `now`.
-    async fn resolve_cold(&self, key: &Key, now: Instant) -> Result<Resolution, ResolveError> {
+    async fn resolve_cold(&self, key: &Key, now: Instant) -> Result<Found, ResolveError> {
         let dcs = self.inner.dcs.dcs();
         if let Some(absent) = &self.inner.absent
             && absent.contains_key(key)
@@ -424,42 +572,70 @@ impl Resolver {
                 return Err((*e).clone());
             }
         };
-        let Ok(remote_round_trips) = u32::try_from(walked_here.load(Ordering::Relaxed)) else {
-            return Ok(answer.cached(key, false, dcs));
-        };
-        self.inner
-            .remembered
-            .insert(key.clone(), answer.clone())
-            .await;
-        Ok(Resolution {
-            remote_round_trips,
-            from_cache: false,
-            ..answer.cached(key, false, dcs)
+        let walked = u32::try_from(walked_here.load(Ordering::Relaxed)).ok();
+        if walked.is_some() {
+            self.inner
+                .remembered
+                .insert(key.clone(), answer.clone())
+                .await;
+        }
+        Ok(Found {
+            answer,
+            walked,
+            stale: false,
         })
     }
 
     /// Like [`Resolver::resolve`], but when a DC is unavailable and an earlier
     /// answer is remembered, returns that answer marked `stale`.
     pub async fn resolve_or_stale(&self, key: &Key) -> Result<Resolution, ResolveError> {
-        match self.resolve(key).await {
-            // Boxed for the same reason as the walk (see `resolve`).
-            Err(unavailable @ ResolveError::Unavailable { .. }) => {
-                Box::pin(self.remembered_or(key, unavailable)).await
-            }
-            other => other,
-        }
+        let found = self.find_or_stale(key.borrowed(), Some(key)).await?;
+        Ok(found.resolution(key, self.inner.dcs.dcs()))
     }
 
-    /// The remembered answer for `key`, marked stale, or `unavailable`.
+    /// [`Resolver::resolve_ref`], with stale answers as
+    /// [`Resolver::resolve_or_stale`] gives them.
+    pub async fn resolve_ref_or_stale(
+        &self,
+        key: KeyRef<'_>,
+    ) -> Result<Resolved<'_>, ResolveError> {
+        let found = self.find_or_stale(key, None).await?;
+        Ok(found.resolved(self.inner.dcs.dcs()))
+    }
+
+    async fn find_or_stale(
+        &self,
+        key: KeyRef<'_>,
+        owned: Option<&Key>,
+    ) -> Result<Found, ResolveError> {
+        let unavailable = match self.find(key, owned).await {
+            Err(unavailable @ ResolveError::Unavailable { .. }) => unavailable,
+            other => return other,
+        };
+        // Boxed for the same reason as the walk (see `find`).
+        Box::pin(self.remembered_or(key, owned, unavailable)).await
+    }
+
+    /// The remembered answer for `key` (`owned`: as in `find`), marked
+    /// stale, or `unavailable`.
     async fn remembered_or(
         &self,
-        key: &Key,
+        key: KeyRef<'_>,
+        owned: Option<&Key>,
         unavailable: ResolveError,
-    ) -> Result<Resolution, ResolveError> {
-        match self.inner.remembered.get(key).await {
-            Some(old) => {
+    ) -> Result<Found, ResolveError> {
+        let remembered = match owned {
+            Some(key) => self.inner.remembered.get(key).await,
+            None => self.inner.remembered.get(&key.to_key()).await,
+        };
+        match remembered {
+            Some(answer) => {
                 bump(&self.inner.counters.stale_answers);
-                Ok(old.cached(key, true, self.inner.dcs.dcs()))
+                Ok(Found {
+                    answer,
+                    walked: None,
+                    stale: true,
+                })
             }
             None => Err(unavailable),
         }
@@ -475,6 +651,15 @@ impl Resolver {
         let dcs = self.inner.dcs.dcs();
         self.inner.answers.remove_if(&resolution.key, |cached| {
             cached.names(&resolution.reservation, dcs)
+        });
+    }
+
+    /// [`Resolver::report_unreachable`] for an answer of
+    /// [`Resolver::resolve_ref`] for `key`.
+    pub async fn report_unreachable_ref(&self, key: KeyRef<'_>, resolved: &Resolved<'_>) {
+        let tail = resolved.reservation();
+        self.inner.answers.remove_if(key, |cached| {
+            cached.unique == tail.unique() && cached.dc == resolved.dc_slot
         });
     }
 
@@ -524,7 +709,7 @@ impl Resolver {
     pub async fn prime(&self, resolution: Resolution) {
         let key = resolution.key.clone();
         if let Some(answer) = Answer::of(resolution, self.inner.dcs.dcs()) {
-            self.inner.answers.insert(key, answer, Instant::now());
+            self.inner.answers.insert(&key, answer, Instant::now());
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use homing_client::{ResolveError, Resolver, ResolverConfig};
-use homing_core::{DcId, FencingToken, Link, Role, TailState};
+use homing_core::{DcId, FencingToken, Link, ReservationId, Role, TailState};
 use homing_net::DevCa;
 use support::{TestDc, active, client, id, key, link, segment};
 
@@ -133,6 +133,63 @@ async fn a_late_report_about_an_old_tail_keeps_the_newer_cached_answer() {
     assert!(resolver.resolve(&room).await.unwrap().from_cache);
     resolver.report_unreachable(&current).await;
     assert!(!resolver.resolve(&room).await.unwrap().from_cache);
+}
+
+#[tokio::test]
+async fn a_borrowed_resolve_answers_as_resolve_and_its_report_drops_only_the_tail_it_names() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let (iad, fra) = two_dcs_with_a_link(&ca).await;
+    let resolver = resolver(&ca, &[&iad, &fra]);
+    let room = key("room");
+
+    let walked = resolver.resolve_ref(room.borrowed()).await.unwrap();
+    assert!(!walked.from_cache());
+    assert_eq!(walked.remote_round_trips(), 2);
+    let owned = resolver.resolve(&room).await.unwrap();
+    assert!(owned.from_cache);
+    assert_eq!(
+        walked.to_resolution(&room),
+        homing_client::Resolution {
+            remote_round_trips: 2,
+            from_cache: false,
+            ..owned.clone()
+        }
+    );
+    let hit = resolver.resolve_ref(room.borrowed()).await.unwrap();
+    assert!(hit.from_cache() && !hit.stale());
+    assert_eq!(hit.to_resolution(&room), owned);
+    assert_eq!(
+        (hit.dc(), hit.reservation().to_string(), hit.actor()),
+        (
+            &owned.dc,
+            owned.reservation.to_string(),
+            owned.actor.as_str()
+        )
+    );
+
+    // The cache names another tail now (same DC, another reservation): a
+    // report about the one resolved before leaves it.
+    let other = homing_client::Resolution {
+        reservation: ReservationId::new(owned.dc.clone(), owned.reservation.unique() + 1),
+        ..owned.clone()
+    };
+    resolver.prime(other.clone()).await;
+    resolver.report_unreachable_ref(room.borrowed(), &hit).await;
+    let kept = resolver.resolve_ref(room.borrowed()).await.unwrap();
+    assert!(kept.from_cache());
+    assert!(kept.reservation().is(&other.reservation));
+    // A report about the tail the cache names drops it: the next resolve walks.
+    resolver
+        .report_unreachable_ref(room.borrowed(), &kept)
+        .await;
+    assert!(
+        !resolver
+            .resolve_ref(room.borrowed())
+            .await
+            .unwrap()
+            .from_cache()
+    );
+    assert_eq!(fra.script.count("resolve_reservation"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,6 +632,13 @@ async fn a_resolves_future_is_small_enough_to_move_per_request() {
     let resolve = resolver.resolve(&room);
     let stale = resolver.resolve_or_stale(&room);
     let (resolve, stale) = (size_of_val(&resolve), size_of_val(&stale));
+    let borrowed = resolver.resolve_ref(room.borrowed());
+    let borrowed_stale = resolver.resolve_ref_or_stale(room.borrowed());
+    let borrowed = size_of_val(&borrowed).max(size_of_val(&borrowed_stale));
+    assert!(
+        borrowed <= RESOLVE_FUTURE_BYTES_MAX,
+        "resolve_ref's or resolve_ref_or_stale's future: {borrowed} bytes"
+    );
     assert!(
         resolve <= RESOLVE_FUTURE_BYTES_MAX,
         "resolve's future: {resolve} bytes"

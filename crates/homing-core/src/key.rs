@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::label::{LabelRule, label_type};
+use crate::label::{LabelError, LabelRule, label_type};
 
 /// Longest namespace, in bytes. The empty namespace is the default.
 pub const NAMESPACE_BYTES_MAX: usize = 128;
@@ -176,6 +176,74 @@ impl std::fmt::Display for Key {
     }
 }
 
+impl Key {
+    /// This key, borrowed.
+    pub fn borrowed(&self) -> KeyRef<'_> {
+        KeyRef {
+            namespace: self.namespace.as_str(),
+            name: self.name.as_str(),
+        }
+    }
+}
+
+/// A key borrowed from text that is already checked: what a hot path
+/// looks keys up by without copying them into a [`Key`]. Displayed, and
+/// made into a `Key`, exactly as the `Key` it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRef<'a> {
+    namespace: &'a str,
+    name: &'a str,
+}
+
+impl<'a> KeyRef<'a> {
+    /// The key `name` in `namespace`; `name` is checked as [`KeyName::new`]
+    /// checks it (the namespace was checked when it was made).
+    pub fn new(namespace: &'a Namespace, name: &'a str) -> Result<KeyRef<'a>, LabelError> {
+        KeyName::check(name)?;
+        Ok(KeyRef {
+            namespace: namespace.as_str(),
+            name,
+        })
+    }
+
+    /// The namespace's text.
+    pub fn namespace(&self) -> &'a str {
+        self.namespace
+    }
+
+    /// The name's text.
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// The key, owned.
+    pub fn to_key(&self) -> Key {
+        // Invariant: both parts were checked (by `new`, or by the `Key`
+        // this was borrowed from).
+        Key {
+            namespace: Namespace(self.namespace.to_string()),
+            name: KeyName(self.name.to_string()),
+        }
+    }
+}
+
+impl<'a> From<&'a Key> for KeyRef<'a> {
+    fn from(key: &'a Key) -> KeyRef<'a> {
+        key.borrowed()
+    }
+}
+
+impl std::fmt::Display for KeyRef<'_> {
+    /// As [`Key`]'s `Display`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
 /// What a connect (acquire) request says about its key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyConfig {
@@ -214,6 +282,24 @@ mod tests {
     use super::*;
     use crate::label::LabelError;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_borrowed_key_is_checked_shown_and_owned_as_the_key() {
+        let games = Namespace::new("games/eu").unwrap();
+        for namespace in [Namespace::default(), games] {
+            let key = Key::in_namespace(namespace.clone(), KeyName::new("room-1").unwrap());
+            let borrowed = KeyRef::new(&namespace, "room-1").unwrap();
+            assert_eq!(borrowed, key.borrowed());
+            assert_eq!(borrowed.to_string(), key.to_string());
+            assert_eq!(borrowed.to_key(), key);
+        }
+        let namespace = Namespace::default();
+        assert_eq!(
+            KeyRef::new(&namespace, ""),
+            Err(LabelError::Empty { what: "key name" })
+        );
+        assert!(KeyRef::new(&namespace, "a\u{7}b").is_err());
+    }
 
     #[test]
     fn namespace_may_be_empty_but_name_may_not() {

@@ -168,6 +168,12 @@ macro_rules! label_type {
                 Ok(Self(text))
             }
 
+            /// Checks `text` as [`Self::new`] would, without taking it (no
+            /// copy: for hot paths that look a value up by its text).
+            pub fn check(text: &str) -> Result<(), $crate::label::LabelError> {
+                $rule.check(text)
+            }
+
             /// The text itself.
             pub fn as_str(&self) -> &str {
                 &self.0

@@ -62,7 +62,7 @@ pub use due::{BadRecord, Due, DueCursor, DueKind, DuePage};
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;
 pub use host_lease::{HostInstant, HostLease, HostLeasePoll};
-pub use key::{Key, KeyConfig, KeyName, Namespace, NamespaceScope, Tag};
+pub use key::{Key, KeyConfig, KeyName, KeyRef, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
 pub use lease_key::LeaseKey;
@@ -71,7 +71,7 @@ pub use record::{
     RecordView, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState,
     TailView, Transition,
 };
-pub use reservation::ReservationId;
+pub use reservation::{ReservationId, ReservationRef};
 pub use succession::{Succession, SuccessionCause, TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
 pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};

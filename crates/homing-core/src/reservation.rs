@@ -41,6 +41,47 @@ impl ReservationId {
 
 impl fmt::Display for ReservationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        ReservationRef::new(&self.dc, self.unique).fmt(f)
+    }
+}
+
+/// A reservation ID by its parts, borrowed: written as its [`ReservationId`]
+/// is, without one being built (for hot paths that hold the DC elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReservationRef<'a> {
+    dc: &'a DcId,
+    unique: u64,
+}
+
+impl<'a> ReservationRef<'a> {
+    /// The reservation `unique` of `dc`.
+    pub fn new(dc: &'a DcId, unique: u64) -> ReservationRef<'a> {
+        ReservationRef { dc, unique }
+    }
+
+    /// The DC that owns the reservation.
+    pub fn dc(&self) -> &'a DcId {
+        self.dc
+    }
+
+    /// The allocator value, unique within the DC.
+    pub fn unique(&self) -> u64 {
+        self.unique
+    }
+
+    /// Whether this is `id`.
+    pub fn is(&self, id: &ReservationId) -> bool {
+        self.unique == id.unique && *self.dc == id.dc
+    }
+
+    /// As an owned ID.
+    pub fn to_id(&self) -> ReservationId {
+        ReservationId::new(self.dc.clone(), self.unique)
+    }
+}
+
+impl fmt::Display for ReservationRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.dc, self.unique)
     }
 }

@@ -193,14 +193,14 @@ async fn exchange(
     let (body, buffered) = match read_body(router, connection, read, request.body, go_on).await? {
         Ok(read) => read,
         Err(status) => {
-            let refusal = router.refuse_body(status, &routed.key);
+            let refusal = router.refuse_body(status, routed.key);
             write_refusal(connection, write, refusal, false, request).await?;
             return Ok(false);
         }
     };
     let answer = router
         .deliver(
-            &routed.key,
+            routed.key,
             &request.method,
             &routed.path_and_query,
             headers,

@@ -122,17 +122,39 @@ fn is_hop_by_hop(name: &str, headers: &[httparse::Header<'_>]) -> bool {
             .any(|token| token.trim_ascii().eq_ignore_ascii_case(name.as_bytes()))
 }
 
+/// A header the router adds to a request: its name, and its value as
+/// pieces written one after another (no formatting per request).
+pub(crate) type Extra<'a> = (&'a HeaderName, &'a [&'a [u8]]);
+
+/// Most digits of a `u64` in decimal.
+pub(crate) const DECIMAL_BYTES_MAX: usize = 20;
+
+/// `n` in decimal, written at the end of `buffer`.
+pub(crate) fn decimal(n: u64, buffer: &mut [u8; DECIMAL_BYTES_MAX]) -> &[u8] {
+    let mut at = DECIMAL_BYTES_MAX;
+    let mut rest = n;
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            return &buffer[at..];
+        }
+    }
+}
+
 /// Appends a request head to `out`: `METHOD path HTTP/1.1`, `host`, the
 /// headers of `headers` except `host`, `content-length` and the names in
 /// `extra`, then `extra` and the body's `content-length`. Header values
-/// hold no CR or LF (httparse and hyper's `HeaderValue` refuse them).
+/// hold no CR or LF (httparse and hyper's `HeaderValue` refuse them; the
+/// router's own are DC names, reservation IDs and numbers).
 pub(crate) fn encode_request(
     out: &mut Vec<u8>,
     method: &Method,
     path_and_query: &str,
     host: &HeaderValue,
     headers: Headers<'_>,
-    extra: &[(&HeaderName, &(dyn std::fmt::Display + Sync))],
+    extra: &[Extra<'_>],
     body_len: usize,
 ) {
     out.extend_from_slice(method.as_str().as_bytes());
@@ -155,12 +177,19 @@ pub(crate) fn encode_request(
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     });
-    let mut text = Text(out);
     for (name, value) in extra {
-        let _ = write!(text, "{}: {value}\r\n", name.as_str());
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        for piece in *value {
+            out.extend_from_slice(piece);
+        }
+        out.extend_from_slice(b"\r\n");
     }
     if body_len > 0 || states_empty_length(method) {
-        let _ = write!(text, "content-length: {body_len}\r\n");
+        out.extend_from_slice(b"content-length: ");
+        let mut digits = [0; DECIMAL_BYTES_MAX];
+        out.extend_from_slice(decimal(body_len as u64, &mut digits));
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -839,6 +868,14 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_written_in_decimal() {
+        let mut digits = [0; DECIMAL_BYTES_MAX];
+        for n in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            assert_eq!(decimal(n, &mut digits), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
     fn a_request_head_carries_host_identity_and_length_but_not_the_clients() {
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("router"));
@@ -853,7 +890,7 @@ mod tests {
             "/a?b",
             &HeaderValue::from_static("127.0.0.1:9"),
             Headers::Map(&headers),
-            &[(&dc, &"iad")],
+            &[(&dc, &[b"iad"])],
             3,
         );
         assert_eq!(
@@ -1246,7 +1283,7 @@ mod tests {
             request.target,
             &HeaderValue::from_static("127.0.0.1:9"),
             Headers::Raw(request.headers),
-            &[(&dc, &"iad")],
+            &[(&dc, &[b"i", b"ad"])],
             0,
         );
         assert_eq!(

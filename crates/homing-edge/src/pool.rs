@@ -27,7 +27,6 @@
 //! own bytes).
 
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,10 +34,9 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use homing_core::ActorId;
 use hyper::Method;
 use hyper::body::{Body, Frame, SizeHint};
-use hyper::header::{HeaderName, HeaderValue};
+use hyper::header::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::warn;
@@ -63,7 +61,7 @@ pub(crate) struct Outgoing<'a> {
     /// End-to-end headers: `Host` and `Content-Length` are the pool's.
     pub(crate) headers: Headers<'a>,
     /// Headers added (replacing any of the same name in `headers`).
-    pub(crate) extra: &'a [(&'a HeaderName, &'a (dyn Display + Sync))],
+    pub(crate) extra: &'a [h1::Extra<'a>],
     pub(crate) body: &'a Bytes,
 }
 
@@ -100,7 +98,8 @@ pub(crate) struct ActorPool {
 }
 
 struct Actors {
-    by_id: HashMap<ActorId, Arc<Slot>>,
+    /// By actor id (an `ActorId`'s text).
+    by_id: HashMap<Box<str>, Arc<Slot>>,
     /// When parked connections were last swept for age.
     swept: Instant,
 }
@@ -254,7 +253,7 @@ impl ActorPool {
     /// counting as a failure.
     pub(crate) async fn send(
         self: &Arc<Self>,
-        actor: &ActorId,
+        actor: &str,
         request: &Outgoing<'_>,
     ) -> Result<(ResponseHead, PooledBody), SendError> {
         let slot = self.slot(actor).ok_or(SendError::BadActor)?;
@@ -277,13 +276,13 @@ impl ActorPool {
     }
 
     /// The slot of `actor`, made on first use; `None` if its id is not an address.
-    fn slot(&self, actor: &ActorId) -> Option<Arc<Slot>> {
+    fn slot(&self, actor: &str) -> Option<Arc<Slot>> {
         let mut actors = lock(&self.actors);
         if let Some(slot) = actors.by_id.get(actor) {
             return Some(slot.clone());
         }
-        let addr: SocketAddr = actor.as_str().parse().ok()?;
-        let host = HeaderValue::from_str(actor.as_str()).ok()?;
+        let addr: SocketAddr = actor.parse().ok()?;
+        let host = HeaderValue::from_str(actor).ok()?;
         let allowed = self.networks.iter().any(|n| n.contains(addr.ip()));
         if !allowed {
             warn!(%actor, "actor address outside the actor networks: not forwarding to it");
@@ -299,7 +298,7 @@ impl ActorPool {
         }
         // Every kept actor is in use: this one's connection is not pooled.
         if actors.by_id.len() < self.actors_max {
-            actors.by_id.insert(actor.clone(), slot.clone());
+            actors.by_id.insert(actor.into(), slot.clone());
         }
         debug_assert!(actors.by_id.len() <= self.actors_max);
         Some(slot)
@@ -309,7 +308,7 @@ impl ActorPool {
     /// a live parked connection first, then the least recently parked, until
     /// three quarters of `actors_max` are left (so a burst of new actors
     /// pays for one pass per quarter of the bound, not one per actor).
-    fn evict(&self, by_id: &mut HashMap<ActorId, Arc<Slot>>) {
+    fn evict(&self, by_id: &mut HashMap<Box<str>, Arc<Slot>>) {
         let keep = self.actors_max - self.actors_max / 4;
         let now = Instant::now();
         let timeout = self.idle_timeout;
@@ -322,7 +321,7 @@ impl ActorPool {
         if by_id.len() <= keep {
             return;
         }
-        let mut idle: Vec<(Instant, ActorId)> = by_id
+        let mut idle: Vec<(Instant, Box<str>)> = by_id
             .iter()
             .filter(|(_, slot)| Arc::strong_count(slot) == 1)
             .map(|(id, slot)| {
@@ -533,8 +532,8 @@ mod tests {
         )
     }
 
-    fn actor(port: u16) -> ActorId {
-        ActorId::new(format!("127.0.0.1:{port}")).expect("an actor id")
+    fn actor(port: u16) -> String {
+        format!("127.0.0.1:{port}")
     }
 
     #[test]
@@ -557,12 +556,15 @@ mod tests {
         let extra = pool.slot(&actor(5)).expect("served all the same");
         let kept = lock(&pool.actors).by_id.len();
         assert_eq!(kept, ACTORS_MAX, "the four in use stay");
-        assert!(!lock(&pool.actors).by_id.contains_key(&actor(5)));
+        assert!(!lock(&pool.actors).by_id.contains_key(actor(5).as_str()));
         drop(in_use);
         drop(extra);
         assert!(pool.slot(&actor(6)).is_some());
         let actors = lock(&pool.actors);
-        assert!(actors.by_id.contains_key(&actor(6)), "idle ones made room");
+        assert!(
+            actors.by_id.contains_key(actor(6).as_str()),
+            "idle ones made room"
+        );
         assert!(actors.by_id.len() <= ACTORS_MAX);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use homing_core::{Key, KeyName, LabelError};
+use homing_core::{KeyRef, LabelError};
 use hyper::Uri;
 use hyper::header::HeaderMap;
 use thiserror::Error;
@@ -33,8 +33,9 @@ impl From<LabelError> for KeyError {
 /// A request's key and the path and query to forward to the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routed<'t> {
-    /// The key.
-    pub key: Key,
+    /// The key, borrowed from the request and the configured namespace
+    /// (checked, not copied: a cached resolve then allocates nothing).
+    pub key: KeyRef<'t>,
     /// Path and query for the actor (the prefix removed, if it named the
     /// key): a slice of the request's own target unless the key was all
     /// of its path (`/k/<key>` forwards `/`).
@@ -43,9 +44,9 @@ pub struct Routed<'t> {
 
 /// Finds the key of a request parsed by hyper (see [`route`]).
 pub fn route_parts<'u>(
-    headers: &HeaderMap,
+    headers: &'u HeaderMap,
     uri: &'u Uri,
-    config: &EdgeConfig,
+    config: &'u EdgeConfig,
 ) -> Result<Routed<'u>, KeyError> {
     let header = headers.get(&config.key_header).map(|v| v.as_bytes());
     let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -57,9 +58,9 @@ pub fn route_parts<'u>(
 /// key name is taken as written (no percent-decoding): routers and hosts
 /// must agree on names byte for byte.
 pub fn route<'t>(
-    key_header: Option<&[u8]>,
+    key_header: Option<&'t [u8]>,
     path_and_query: &'t str,
-    config: &EdgeConfig,
+    config: &'t EdgeConfig,
 ) -> Result<Routed<'t>, KeyError> {
     if let Some(value) = key_header {
         // What hyper's `HeaderValue::to_str` accepts.
@@ -117,11 +118,8 @@ pub fn origin_form(target: &str) -> Option<&str> {
     })
 }
 
-fn key(config: &EdgeConfig, name: &str) -> Result<Key, KeyError> {
-    Ok(Key::in_namespace(
-        config.namespace.clone(),
-        KeyName::new(name)?,
-    ))
+fn key<'t>(config: &'t EdgeConfig, name: &'t str) -> Result<KeyRef<'t>, KeyError> {
+    Ok(KeyRef::new(&config.namespace, name)?)
 }
 
 #[cfg(test)]
@@ -139,9 +137,10 @@ mod tests {
     #[test]
     fn route_header_wins_and_path_is_kept() {
         let parts = parts("/k/other/x?y=1", Some("room"));
-        let routed = route_parts(&parts.headers, &parts.uri, &EdgeConfig::default());
+        let config = EdgeConfig::default();
+        let routed = route_parts(&parts.headers, &parts.uri, &config);
         let routed = routed.expect("routed");
-        assert_eq!(routed.key.name.as_str(), "room");
+        assert_eq!(routed.key.name(), "room");
         assert_eq!(routed.path_and_query, "/k/other/x?y=1");
     }
 
@@ -150,7 +149,7 @@ mod tests {
         let config = EdgeConfig::default();
         let parts = parts("/k/room/a/b?q=2", None);
         let routed = route_parts(&parts.headers, &parts.uri, &config).expect("routed");
-        assert_eq!(routed.key.name.as_str(), "room");
+        assert_eq!(routed.key.name(), "room");
         assert_eq!(routed.path_and_query, "/a/b?q=2");
         let bare = route(None, "/k/room", &config).expect("routed");
         assert_eq!(bare.path_and_query, "/");

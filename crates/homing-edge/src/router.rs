@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use homing_client::{Resolution, ResolveError, Resolver};
-use homing_core::Key;
+use homing_client::{ResolveError, Resolved, Resolver};
+use homing_core::KeyRef;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
@@ -41,7 +41,7 @@ use tracing::{debug, warn};
 
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
 use crate::front;
-use crate::h1::{HOP_BY_HOP, Headers, ResponseHead};
+use crate::h1::{DECIMAL_BYTES_MAX, Extra, HOP_BY_HOP, Headers, ResponseHead, decimal};
 use crate::json;
 use crate::pool::{ActorPool, Outgoing, PooledBody, SendError};
 use crate::route::{KeyError, route_parts};
@@ -241,11 +241,14 @@ impl EdgeRouter {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<EdgeBody> {
         self.count_request();
         let (mut parts, body) = request.into_parts();
-        let routed = match route_parts(&parts.headers, &parts.uri, &self.inner.config) {
-            Ok(routed) => routed,
-            Err(e) => return self.unroutable(&e).response(),
-        };
-        let key = &routed.key;
+        // Owned: the headers are changed below (HTTP/2 allocates per request
+        // anyway; HTTP/1.1's own server side borrows, see `crate::front`).
+        let (key, path_and_query) =
+            match route_parts(&parts.headers, &parts.uri, &self.inner.config) {
+                Ok(routed) => (routed.key.to_key(), routed.path_and_query.into_owned()),
+                Err(e) => return self.unroutable(&e).response(),
+            };
+        let key = key.borrowed();
         // Hop-by-hop headers and Host go now, once for every attempt.
         strip_hop_by_hop(&mut parts.headers);
         // The body's bytes stay counted until the answer is on its way.
@@ -255,7 +258,7 @@ impl EdgeRouter {
         };
         let headers = Headers::Map(&parts.headers);
         match self
-            .deliver(key, &parts.method, &routed.path_and_query, headers, &body)
+            .deliver(key, &parts.method, &path_and_query, headers, &body)
             .await
         {
             Ok((head, body)) => {
@@ -283,7 +286,7 @@ impl EdgeRouter {
     }
 
     /// The answer to a body refused with `status` (see [`BodyBuffer`]).
-    pub(crate) fn refuse_body(&self, status: StatusCode, key: &Key) -> Refusal {
+    pub(crate) fn refuse_body(&self, status: StatusCode, key: KeyRef<'_>) -> Refusal {
         let reason = match status {
             StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
             StatusCode::REQUEST_TIMEOUT => "body_timeout",
@@ -300,7 +303,7 @@ impl EdgeRouter {
     /// actor as it is polled.
     pub(crate) async fn deliver(
         &self,
-        key: &Key,
+        key: KeyRef<'_>,
         method: &Method,
         path_and_query: &str,
         headers: Headers<'_>,
@@ -317,8 +320,8 @@ impl EdgeRouter {
             {
                 Ok(response) => return Ok(response),
                 Err(Forward::Unreachable { error, sent }) => {
-                    debug!(%key, reservation = %at.reservation, actor = %at.actor, %error, attempt, "actor unreachable");
-                    self.inner.resolver.report_unreachable(&at).await;
+                    debug!(%key, reservation = %at.reservation(), actor = at.actor(), %error, attempt, "actor unreachable");
+                    self.inner.resolver.report_unreachable_ref(key, &at).await;
                     // A request that may have reached the actor is sent again
                     // only if doing it twice means doing it once.
                     if sent && !method.is_idempotent() {
@@ -329,7 +332,7 @@ impl EdgeRouter {
                     }
                 }
                 Err(Forward::Timeout) => {
-                    self.inner.resolver.report_unreachable(&at).await;
+                    self.inner.resolver.report_unreachable_ref(key, &at).await;
                     return Err(self.refuse(
                         StatusCode::GATEWAY_TIMEOUT,
                         "upstream_timeout",
@@ -347,7 +350,7 @@ impl EdgeRouter {
                     ));
                 }
                 Err(Forward::BadActor(actor)) => {
-                    warn!(%key, reservation = %at.reservation, %actor, "actor id is not host:port");
+                    warn!(%key, reservation = %at.reservation(), %actor, "actor id is not host:port");
                     return Err(self.refuse(
                         StatusCode::BAD_GATEWAY,
                         "bad_actor_address",
@@ -413,26 +416,26 @@ impl EdgeRouter {
     }
 
     /// Resolves `key`, waiting (boundedly) while its tail is vacant.
-    async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
+    async fn resolve(&self, key: KeyRef<'_>) -> Result<Resolved<'_>, ResolveError> {
         let resolver = &self.inner.resolver;
         let poll = Duration::from_millis(MOVE_POLL_MS);
         // Set at the first vacant answer: a hit reads no clock.
         let mut until = None;
         loop {
             let answer = if self.inner.config.stale_answers {
-                resolver.resolve_or_stale(key).await
+                resolver.resolve_ref_or_stale(key).await
             } else {
-                resolver.resolve(key).await
+                resolver.resolve_ref(key).await
             };
             match answer {
                 Ok(at) => {
                     let counters = &self.inner.counters;
-                    Counters::bump(if at.from_cache {
+                    Counters::bump(if at.from_cache() {
                         &counters.resolved_from_cache
                     } else {
                         &counters.resolved_by_walk
                     });
-                    if at.stale {
+                    if at.stale() {
                         Counters::bump(&counters.resolved_stale);
                     }
                     return Ok(at);
@@ -457,7 +460,7 @@ impl EdgeRouter {
 
     async fn forward(
         &self,
-        at: &Resolution,
+        at: &Resolved<'_>,
         method: &Method,
         path_and_query: &str,
         headers: Headers<'_>,
@@ -465,10 +468,15 @@ impl EdgeRouter {
     ) -> Result<(ResponseHead, PooledBody), Forward> {
         // Tells the actor what the router resolved, so it can refuse
         // misrouted work; written straight into the request head.
-        let extra: [(&HeaderName, &(dyn std::fmt::Display + Sync)); 3] = [
-            (&IDENTITY_HEADERS[0], &at.dc),
-            (&IDENTITY_HEADERS[1], &at.reservation),
-            (&IDENTITY_HEADERS[2], &at.token),
+        let dc = at.dc().as_str().as_bytes();
+        let (mut unique, mut token) = ([0; DECIMAL_BYTES_MAX], [0; DECIMAL_BYTES_MAX]);
+        let unique = decimal(at.reservation().unique(), &mut unique);
+        let token = decimal(at.token().get(), &mut token);
+        // As `ReservationId` and `FencingToken` display (tested).
+        let extra: [Extra<'_>; 3] = [
+            (&IDENTITY_HEADERS[0], &[dc]),
+            (&IDENTITY_HEADERS[1], &[dc, b".", unique]),
+            (&IDENTITY_HEADERS[2], &[token]),
         ];
         // Origin-form: the actor connection is the actor's own.
         let request = Outgoing {
@@ -481,11 +489,11 @@ impl EdgeRouter {
         let timeout = Duration::from_millis(self.inner.config.upstream_timeout_ms);
         let sent = async {
             let _permit = self.inner.forwards.acquire().await;
-            self.inner.pool.send(&at.actor, &request).await
+            self.inner.pool.send(at.actor(), &request).await
         };
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Err(Forward::Timeout),
-            Ok(Err(SendError::BadActor)) => Err(Forward::BadActor(at.actor.to_string())),
+            Ok(Err(SendError::BadActor)) => Err(Forward::BadActor(at.actor().to_string())),
             Ok(Err(SendError::NotAllowed)) => Err(Forward::NotAllowed),
             Ok(Err(SendError::Connect(error))) => Err(Forward::Unreachable { error, sent: false }),
             Ok(Err(SendError::Broken { error, sent })) => Err(Forward::Unreachable { error, sent }),
@@ -493,7 +501,7 @@ impl EdgeRouter {
         }
     }
 
-    fn unresolved(&self, key: &Key, error: &ResolveError) -> Refusal {
+    fn unresolved(&self, key: KeyRef<'_>, error: &ResolveError) -> Refusal {
         let (status, reason, dc) = match error {
             ResolveError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
             ResolveError::Unavailable { dc, .. } => (
@@ -514,7 +522,7 @@ impl EdgeRouter {
         &self,
         status: StatusCode,
         reason: &str,
-        key: Option<&Key>,
+        key: Option<KeyRef<'_>>,
         dc: Option<&str>,
     ) -> Refusal {
         Counters::bump(&self.inner.counters.failures);
