@@ -17,7 +17,7 @@
 //! A `cut_from_global` fault makes every renewal, global read and global
 //! write of the DC fail while hosts, routers and peers still reach it.
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Timing};
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply,
     LeasePolicy, ReservationId, Succession, SuccessionCause,
@@ -567,7 +567,7 @@ impl Sim {
         let last = self.checker.last_stop_us.get(&dc).copied().unwrap_or(0);
         let after = last.saturating_sub(start_us);
         self.measurements
-            .duration("dc_cut_hosts_stopped_after", after);
+            .duration(Timing::DcCutHostsStoppedAfter, after);
     }
 
     /// Whether the global store judges DC `d`'s lease expired now.

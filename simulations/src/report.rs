@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Timing};
 use crate::dc::Work;
 
 /// An operation kind that is measured.
@@ -102,7 +102,7 @@ pub struct Measurements {
     pub counters: BTreeMap<Counter, u64>,
     /// Durations of notable events, µs (one sample per occurrence: merged
     /// over seeds, their percentiles are over seeds).
-    pub durations: BTreeMap<&'static str, Vec<u64>>,
+    pub durations: BTreeMap<Timing, Vec<u64>>,
     acquire_work: BTreeMap<u64, Work>,
 }
 
@@ -137,7 +137,7 @@ impl Measurements {
     }
 
     /// Notes one duration of `what`, µs.
-    pub fn duration(&mut self, what: &'static str, us: u64) {
+    pub fn duration(&mut self, what: Timing, us: u64) {
         self.durations.entry(what).or_default().push(us);
     }
 
@@ -192,7 +192,7 @@ impl Measurements {
             *self.counters.entry(*k).or_default() += v;
         }
         for (k, v) in &other.durations {
-            self.durations.entry(k).or_default().extend_from_slice(v);
+            self.durations.entry(*k).or_default().extend_from_slice(v);
         }
     }
 

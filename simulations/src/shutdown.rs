@@ -10,7 +10,7 @@
 //! homingd's [`DRAIN_MS_MAX`] (or by the fault's restart time) it is cut
 //! there like a crash (counted).
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Timing};
 use homing_core::AwaitReply;
 
 use crate::dc::{Next, TaskKind};
@@ -112,7 +112,7 @@ impl Sim {
         }
         self.measurements.count(Counter::DcShutdownDrained);
         self.measurements
-            .duration("dc_shutdown_drain", self.now - since);
+            .duration(Timing::DcShutdownDrain, self.now - since);
         self.dc_crash(d);
     }
 }

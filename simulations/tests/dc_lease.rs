@@ -3,7 +3,7 @@
 //! serves again; a DC cut off from the global store stops its hosts before
 //! the store calls its lease expired.
 
-use homing_sim::counter::Counter;
+use homing_sim::counter::{Counter, Timing};
 use homing_sim::{Rules, RunOptions, Scenario, run};
 
 /// `simulations/scenarios/<name>.toml`, cut to `duration_ms`.
@@ -51,6 +51,6 @@ fn a_dc_cut_from_the_global_store_stops_granting_and_its_hosts_stop_before_expir
         1,
         "{counters:?}"
     );
-    let stopped = &outcome.measurements.durations["dc_cut_hosts_stopped_after"];
+    let stopped = &outcome.measurements.durations[&Timing::DcCutHostsStoppedAfter];
     assert_eq!(stopped.len(), 1);
 }
