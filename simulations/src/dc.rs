@@ -201,6 +201,21 @@ pub(crate) struct Task {
     pub(crate) work: Work,
 }
 
+impl Task {
+    /// A task for `client`'s request `rpc` about key `key` (the trace's
+    /// index), nothing asked of the store yet.
+    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskKind) -> Task {
+        Task {
+            client,
+            rpc,
+            key,
+            kind,
+            waiting: None,
+            work: Work::default(),
+        }
+    }
+}
+
 /// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]
 /// and where it is registered while it waits.
 #[derive(Debug)]
@@ -647,14 +662,7 @@ impl Sim {
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
         };
-        let mut task = Task {
-            client,
-            rpc,
-            key,
-            kind,
-            waiting: None,
-            work: Work::default(),
-        };
+        let mut task = Task::new(client, rpc, key, kind);
         let next = match &mut task.kind {
             TaskKind::Update(update) => update_next(update, &mut self.measurements),
             _ => self.acquire_step(d, &mut task),
@@ -692,7 +700,7 @@ impl Sim {
         self.dcs[d].next_task
     }
 
-    fn dc_start(
+    pub(crate) fn dc_start(
         &mut self,
         d: usize,
         client: NodeId,
@@ -701,14 +709,7 @@ impl Sim {
         kind: TaskKind,
         next: Next,
     ) {
-        let task = Task {
-            client,
-            rpc,
-            key,
-            kind,
-            waiting: None,
-            work: Work::default(),
-        };
+        let task = Task::new(client, rpc, key, kind);
         let tid = self.new_task_id(d);
         self.dc_continue(d, tid, task, next);
     }
@@ -1333,26 +1334,20 @@ impl Sim {
         if op.in_dc_store() && self.store_fails_now(d) {
             return self.dc_store_failed(d, tid, task, op);
         }
-        if matches!(task.kind, TaskKind::Await(_)) {
-            return self.await_store_done(d, tid, task, op);
-        }
-        if matches!(task.kind, TaskKind::Upkeep) {
-            return self.upkeep_store_done(d, tid, task, op);
-        }
-        if matches!(task.kind, TaskKind::Drain(_)) {
-            return self.drain_store_done(d, tid, task, op);
-        }
-        if matches!(task.kind, TaskKind::Watch(_)) {
-            return self.watch_store_done(d, tid, task, op);
-        }
-        if matches!(task.kind, TaskKind::Scan) {
-            return self.scan_store_done(d, tid, task, op);
-        }
-        if matches!(task.kind, TaskKind::DrainScope(_)) {
-            return self.drain_scope_store_done(d, tid, task, op);
-        }
-        if matches!(task.kind, TaskKind::KeyRead(_)) {
-            return self.key_read_store_done(d, tid, task, op);
+        // Tasks with their own drivers; acquires, updates, resolves and
+        // segment answers go on below.
+        match task.kind {
+            TaskKind::Await(_) => return self.await_store_done(d, tid, task, op),
+            TaskKind::Upkeep => return self.upkeep_store_done(d, tid, task, op),
+            TaskKind::Drain(_) => return self.drain_store_done(d, tid, task, op),
+            TaskKind::Watch(_) => return self.watch_store_done(d, tid, task, op),
+            TaskKind::Scan => return self.scan_store_done(d, tid, task, op),
+            TaskKind::DrainScope(_) => return self.drain_scope_store_done(d, tid, task, op),
+            TaskKind::KeyRead(_) => return self.key_read_store_done(d, tid, task, op),
+            TaskKind::Acquire(_)
+            | TaskKind::Update(_)
+            | TaskKind::Segment
+            | TaskKind::Resolve(_) => {}
         }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {

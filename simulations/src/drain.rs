@@ -13,7 +13,7 @@ use homing_core::{
 };
 use homing_node::{Drain, DrainPoll, Failure};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work, peer_answer};
+use crate::dc::{Next, StoreOp, Task, TaskKind, peer_answer};
 use crate::sim::{NodeId, Sim};
 
 /// A drain in progress at one DC, and its chain walk while it walks.
@@ -57,14 +57,7 @@ impl Sim {
             walk: None,
             forwarded,
         };
-        let task = Task {
-            client,
-            rpc,
-            key: key_index,
-            kind: TaskKind::Drain(Box::new(job)),
-            waiting: None,
-            work: Work::default(),
-        };
+        let task = Task::new(client, rpc, key_index, TaskKind::Drain(Box::new(job)));
         let tid = self.new_task_id(d);
         self.drain_drive(d, tid, task);
     }

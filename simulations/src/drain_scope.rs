@@ -15,7 +15,7 @@ use homing_core::{NamespaceScope, ReservationId, ScanCursor};
 use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Update};
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, UpdateStep, Work};
+use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, UpdateStep};
 use crate::sim::{NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -58,14 +58,12 @@ impl Sim {
     }
 
     fn drain_scope_page(&mut self, d: usize, job: DrainScopeJob) {
-        let task = Task {
-            client: NodeId::Dc(d as u16),
-            rpc: 0,
-            key: NO_KEY,
-            kind: TaskKind::DrainScope(Box::new(job)),
-            waiting: None,
-            work: Work::default(),
-        };
+        let task = Task::new(
+            NodeId::Dc(d as u16),
+            0,
+            NO_KEY,
+            TaskKind::DrainScope(Box::new(job)),
+        );
         let tid = self.new_task_id(d);
         self.drain_scope_drive(d, tid, task);
     }

@@ -12,7 +12,7 @@ use homing_node::{Change, KeyRecords, KeyRecordsPoll, cancel};
 use homing_store::SCAN_LIMIT_MAX;
 
 use crate::counter::Counter;
-use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, Work, error, update_next};
+use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, error, update_next};
 use crate::sim::{NodeId, Sim};
 
 /// A request reading its key's records.
@@ -60,16 +60,8 @@ impl Sim {
         then: Then,
     ) {
         let next = scan_of(&read);
-        let task = Task {
-            client,
-            rpc,
-            key,
-            kind: TaskKind::KeyRead(Box::new(KeyRead { read, then })),
-            waiting: None,
-            work: Work::default(),
-        };
-        let tid = self.new_task_id(d);
-        self.dc_continue(d, tid, task, next);
+        let kind = TaskKind::KeyRead(Box::new(KeyRead { read, then }));
+        self.dc_start(d, client, rpc, key, kind, next);
     }
 
     /// A page of the read came back (`op` is the scan it asked).

@@ -24,7 +24,7 @@ use homing_node::SCAN_PAGE_RECORDS;
 use homing_node::scan::next_cursor;
 use homing_store::keyspace::record_scan_bytes;
 
-use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, Work, error};
+use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, error};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -56,18 +56,8 @@ impl Sim {
         scope: NamespaceScope,
         after: Option<ScanCursor>,
     ) {
-        let task = Task {
-            client,
-            rpc,
-            key: NO_KEY,
-            kind: TaskKind::Scan,
-            waiting: None,
-            work: Work::default(),
-        };
-        let tid = self.new_task_id(d);
-        let limit = SCAN_PAGE_RECORDS;
-        let op = StoreOp::Scan(ScanPage::of_scope(scope, after, limit));
-        self.dc_continue(d, tid, task, Next::Store(op));
+        let op = StoreOp::Scan(ScanPage::of_scope(scope, after, SCAN_PAGE_RECORDS));
+        self.dc_start(d, client, rpc, NO_KEY, TaskKind::Scan, Next::Store(op));
     }
 
     /// The page was read.

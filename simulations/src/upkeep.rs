@@ -12,7 +12,7 @@ use homing_core::{DcId, LeasePolicy, Segment, Written};
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::scenario::StoreSpec;
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
@@ -55,14 +55,7 @@ impl Sim {
         }
         let now = self.dcs[d].clock.store_time(self.now);
         self.dcs[d].upkeep.start(now);
-        let task = Task {
-            client: NodeId::Dc(d as u16),
-            rpc: 0,
-            key: NO_KEY,
-            kind: TaskKind::Upkeep,
-            waiting: None,
-            work: Work::default(),
-        };
+        let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, TaskKind::Upkeep);
         let tid = self.new_task_id(d);
         self.upkeep_drive(d, tid, task);
     }

@@ -14,7 +14,7 @@ use crate::counter::Counter;
 use homing_core::{AwaitReply, DcRecord, ErrorKind, ErrorReply, Reply, ReservationId, Written};
 use homing_node::{AwaitPoll, AwaitVacant, Failure, NodeTime, Notified, Ticket};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work};
+use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::sim::{Event, NodeId, Sim};
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
@@ -70,14 +70,7 @@ impl Sim {
             parked: None,
             generation: 0,
         };
-        let task = Task {
-            client,
-            rpc,
-            key,
-            kind: TaskKind::Await(Box::new(job)),
-            waiting: None,
-            work: Work::default(),
-        };
+        let task = Task::new(client, rpc, key, TaskKind::Await(Box::new(job)));
         if self.dcs[d].closing.is_some() {
             // homingd's `closed()` is ready at once: the wait ends now.
             self.measurements.count(Counter::WaitAnsweredAtShutdown);

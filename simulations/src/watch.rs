@@ -20,7 +20,7 @@ use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
 use homing_node::{NodeTime, WatchPoll, WatchRead};
 use homing_store::EVENTS_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, Work, error};
+use crate::dc::{Next, StoreOp, Task, TaskKind, error};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -70,14 +70,7 @@ impl Sim {
             parked: None,
             generation: 0,
         };
-        let task = Task {
-            client,
-            rpc,
-            key: NO_KEY,
-            kind: TaskKind::Watch(Box::new(job)),
-            waiting: None,
-            work: Work::default(),
-        };
+        let task = Task::new(client, rpc, NO_KEY, TaskKind::Watch(Box::new(job)));
         let tid = self.new_task_id(d);
         self.watch_drive(d, tid, task);
     }
