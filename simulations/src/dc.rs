@@ -25,10 +25,9 @@ use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, DueCursor, DueKind, ErrorKind,
-    ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment, Reply, Request, ReservationId, Segment,
-    SegmentError, Shortcut, ShortcutNotice, Source, StoreTime, TakeOverReply, Written,
-    chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy,
+    LinkReply, LocalSegment, Reply, Request, ReservationId, Segment, SegmentError, Shortcut,
+    ShortcutNotice, Source, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::StoreError;
@@ -37,8 +36,8 @@ use homing_store::memory::MemoryDc;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
     CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalRead, Mutations, NodeTime,
-    Resolve, ResolvePoll, Supersede, SupersedePoll, Update, UpdatePoll, Upkeep, WaitLimits,
-    Waiters, answered, member_named, owned_here, segment_failure,
+    Resolve, ResolvePoll, StoreOp as DcOp, Stored, Supersede, SupersedePoll, Update, UpdatePoll,
+    Upkeep, WaitLimits, Waiters, answered, member_named, owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -268,72 +267,60 @@ pub(crate) enum TaskKind {
 
 #[derive(Debug)]
 pub(crate) enum StoreOp {
-    GlobalGet(Key),
-    Segment(ReservationId),
-    Get(ReservationId),
+    /// One of homing-node's operations on the DC's own store.
+    Dc(DcOp),
+    /// A connect's new unique (homing-store's allocator).
     Allocate,
-    Cas {
-        expected: Option<u64>,
-        record: DcRecord,
-    },
-    Due {
-        kind: DueKind,
-        until: StoreTime,
-        after: Option<DueCursor>,
-        limit: usize,
-    },
-    Settle {
-        id: ReservationId,
-        version: u64,
-    },
-    /// A page of the event log (`limit` 0: its bounds only).
-    Events {
-        after: u64,
-        limit: usize,
-    },
-    /// Trim the event log below `before`.
-    TrimEvents {
-        before: u64,
-    },
-    /// A page of records in `(key, id)` order.
-    Scan(ScanPage),
-}
-
-/// A page of a DC's records in `(key, id)` order: in `scope`, names
-/// starting with `name`, after `after`, at most `limit`.
-#[derive(Debug)]
-pub(crate) struct ScanPage {
-    pub(crate) scope: homing_core::NamespaceScope,
-    pub(crate) name: String,
-    pub(crate) after: Option<homing_core::ScanCursor>,
-    pub(crate) limit: usize,
-}
-
-impl ScanPage {
-    /// A page of every record in `scope`.
-    pub(crate) fn of_scope(
-        scope: homing_core::NamespaceScope,
-        after: Option<homing_core::ScanCursor>,
-        limit: usize,
-    ) -> ScanPage {
-        let name = String::new();
-        ScanPage {
-            scope,
-            name,
-            after,
-            limit,
-        }
-    }
+    /// A reservation's segment as this DC answers it.
+    Segment(ReservationId),
+    /// A key's global entry, from the global store.
+    GlobalGet(Key),
 }
 
 impl Sim {
-    /// DC `d`'s store reads `page` (a failure as homingd classifies it).
-    pub(crate) fn scan_page(&self, d: usize, page: &ScanPage) -> Result<Vec<DcRecord>, Failure> {
-        let dc = &self.dcs[d];
-        let read = dc
-            .store
-            .scan(&page.scope, &page.name, page.after.as_ref(), page.limit);
-        read.map_err(|e| crate::upkeep::store_failure(&dc.id, e))
+    /// DC `d`'s store performs `op` (a failure as homingd classifies it);
+    /// a landed write reaches the checker, the DC's waiters and watchers
+    /// ([`Sim::cas`]).
+    pub(crate) fn perform(&mut self, d: usize, op: DcOp) -> Result<Stored, Failure> {
+        let dc = &mut self.dcs[d];
+        let failed = |e| crate::upkeep::store_failure(&dc.id, e);
+        Ok(match op {
+            DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
+            DcOp::Write {
+                expected, record, ..
+            } => Stored::Written(self.cas(d, expected, &record)),
+            DcOp::Due {
+                kind,
+                until,
+                after,
+                limit,
+            } => {
+                let page = dc.store.due(kind, until, after.as_ref(), limit);
+                Stored::Due(page.map_err(failed)?)
+            }
+            DcOp::Settle { id, version } => Stored::Settled(dc.store.settle(&id, version)),
+            DcOp::Events { after, limit } => {
+                let page = dc.store.events(after, limit).map_err(failed)?;
+                Stored::Events {
+                    events: page.events,
+                    oldest: page.oldest,
+                    head: page.head,
+                }
+            }
+            DcOp::TrimEvents { before } => {
+                dc.store.trim_events(before);
+                Stored::Trimmed
+            }
+            DcOp::Scan {
+                scope,
+                name,
+                after,
+                limit,
+            } => {
+                let page = dc.store.scan(&scope, &name, after.as_ref(), limit);
+                Stored::Page(page.map_err(failed)?)
+            }
+        })
     }
 }
 
@@ -373,7 +360,12 @@ impl Sim {
         let mut check = Supersede::new(id.clone());
         loop {
             match check.poll().clone() {
-                SupersedePoll::Read(id) => check.handle_record(self.dcs[d].store.get(&id)),
+                SupersedePoll::Store(op) => {
+                    let stored = self
+                        .perform(d, op)
+                        .expect("the in-memory store reads records");
+                    check.handle_stored(stored);
+                }
                 SupersedePoll::Confirm(succession) => {
                     if self.cut_from_global(d) {
                         let why = "cut from the global store";
@@ -409,16 +401,12 @@ impl Sim {
         let mut update = Update::new(dc, id, change, self.rules.mutations);
         loop {
             match update.poll() {
-                UpdatePoll::Read(id) => {
+                UpdatePoll::Store(op) => {
                     let now = self.dcs[d].clock.store_time(self.now);
-                    let record = self.dcs[d].store.get(&id);
-                    update.handle_record(record, now, &self.policy);
-                }
-                UpdatePoll::Write {
-                    expected, record, ..
-                } => {
-                    let written = self.cas(d, Some(expected), record);
-                    update.handle_written(written);
+                    let stored = self
+                        .perform(d, op)
+                        .expect("the in-memory store reads records");
+                    update.handle_stored(stored, now, &self.policy);
                 }
                 UpdatePoll::Done(changed) => return Ok(changed.made()),
                 UpdatePoll::Failed(e) => return Err(e),
@@ -738,7 +726,7 @@ impl Sim {
             self.scenario.stores.dc_op_jitter_ms,
         );
         let next = match next {
-            Next::Store(op @ StoreOp::Cas { .. }) => {
+            Next::Store(op @ StoreOp::Dc(DcOp::Write { .. })) => {
                 let Some((t, op)) = self.marks_for_write(d, tid, task, op) else {
                     return;
                 };
@@ -1166,10 +1154,16 @@ impl Sim {
                         continue;
                     }
                 },
-                ConnectNeed::LocalRecord(id) => Next::Store(StoreOp::Get(id)),
+                ConnectNeed::LocalRecord(id) => Next::Store(StoreOp::Dc(DcOp::Read(id))),
                 ConnectNeed::Allocate => Next::Store(StoreOp::Allocate),
                 ConnectNeed::Write { expected, record } => {
-                    Next::Store(StoreOp::Cas { expected, record })
+                    // As homingd: a connect's write appends a lifecycle event.
+                    let event = true;
+                    Next::Store(StoreOp::Dc(DcOp::Write {
+                        expected,
+                        record: Box::new(record),
+                        event,
+                    }))
                 }
                 ConnectNeed::SetIfAbsent { key, id } => {
                     Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id))
@@ -1233,7 +1227,7 @@ impl Sim {
     /// and conflict judgement); a write that landed goes to the checker and
     /// to the record's waiters (homingd's `Node::wrote`). A call the store
     /// refuses breaks `store_accepts_writes` and changes nothing.
-    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: DcRecord) -> Written {
+    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: &DcRecord) -> Written {
         let id = &record.id;
         let key = match self.reservation_key.get(id) {
             Some(k) => *k,
@@ -1246,7 +1240,7 @@ impl Sim {
         self.current_key = key;
         let previous = self.dcs[d].store.get(id);
         let head = self.dcs[d].store.event_head();
-        match self.dcs[d].store.compare_and_set(expected, &record) {
+        match self.dcs[d].store.compare_and_set(expected, record) {
             Ok(cas) if cas.landed() => {}
             Ok(_) => return Written::Conflict,
             Err(e) => {
@@ -1266,7 +1260,7 @@ impl Sim {
             previous.as_ref(),
         );
         if self.dcs[d].waiters.has_waiters(id) {
-            self.waiters_written(d, &record);
+            self.waiters_written(d, record);
         }
         if self.dcs[d].store.event_head() > head && !self.dcs[d].watches.is_empty() {
             self.watches_moved(d);
@@ -1282,9 +1276,11 @@ impl Sim {
         self.measurements.count(Counter::DcStoreOpFailed);
         let lands = self.scenario.stores.crash_lands_in_flight;
         match &op {
-            StoreOp::Cas { expected, record } if self.rng.chance(lands) => {
+            StoreOp::Dc(DcOp::Write {
+                expected, record, ..
+            }) if self.rng.chance(lands) => {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
-                self.cas(d, *expected, record.clone());
+                self.cas(d, *expected, record);
             }
             StoreOp::Allocate if self.rng.chance(lands) => {
                 self.allocate(d);
@@ -1302,12 +1298,11 @@ impl Sim {
         let now = self.dcs[d].clock.store_time(self.now);
         let upkeep = &mut self.dcs[d].upkeep;
         match op {
-            StoreOp::Due { .. } => upkeep.handle_due(Err(failure), now),
-            StoreOp::Settle { .. } => upkeep.handle_settled(Err(failure)),
-            StoreOp::Events { .. } => upkeep.handle_events(Err(failure)),
-            StoreOp::TrimEvents { .. } => upkeep.handle_trimmed(Err(failure)),
+            StoreOp::Dc(_) => upkeep.handle_stored(Err(failure), now),
             StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
-            _ => upkeep.handle_change_failure(failure),
+            StoreOp::Allocate | StoreOp::GlobalGet(_) => {
+                unreachable!("an upkeep pass neither allocates nor reads the global store here")
+            }
         }
         self.upkeep_drive(d, tid, task);
     }
@@ -1334,23 +1329,39 @@ impl Sim {
         if op.in_dc_store() && self.store_fails_now(d) {
             return self.dc_store_failed(d, tid, task, op);
         }
-        // Tasks with their own drivers; acquires, updates, resolves and
-        // segment answers go on below.
+        let op = match op {
+            StoreOp::Dc(op) => {
+                if matches!(op, DcOp::Write { .. }) {
+                    task.work.dc_writes += 1;
+                }
+                let stored = self.perform(d, op);
+                let update = !matches!(task.kind, TaskKind::Acquire(_));
+                if update && stored == Ok(Stored::Written(Written::Conflict)) {
+                    self.measurements.count(Counter::UpdateCasConflict);
+                }
+                return self.dc_stored(d, tid, task, stored);
+            }
+            op => op,
+        };
+        // The walks of drains and the proofs of upkeep passes go to their
+        // drivers; acquires, resolves and segment answers go on below.
         match task.kind {
-            TaskKind::Await(_) => return self.await_store_done(d, tid, task, op),
             TaskKind::Upkeep => return self.upkeep_store_done(d, tid, task, op),
             TaskKind::Drain(_) => return self.drain_store_done(d, tid, task, op),
-            TaskKind::Watch(_) => return self.watch_store_done(d, tid, task, op),
-            TaskKind::Scan => return self.scan_store_done(d, tid, task, op),
-            TaskKind::DrainScope(_) => return self.drain_scope_store_done(d, tid, task, op),
-            TaskKind::KeyRead(_) => return self.key_read_store_done(d, tid, task, op),
-            TaskKind::Acquire(_)
+            TaskKind::Acquire(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
+            TaskKind::Await(_)
             | TaskKind::Update(_)
-            | TaskKind::Segment
-            | TaskKind::Resolve(_) => {}
+            | TaskKind::Watch(_)
+            | TaskKind::Scan
+            | TaskKind::DrainScope(_)
+            | TaskKind::KeyRead(_) => {
+                let reply = error(ErrorKind::Internal, "unexpected store operation");
+                return self.dc_continue(d, tid, task, Next::Reply(reply));
+            }
         }
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
+            StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
             StoreOp::GlobalGet(key) => {
                 task.work.global_reads += 1;
                 let mut entry = self.global.get(&key).cloned();
@@ -1427,26 +1438,6 @@ impl Sim {
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }
             }
-            StoreOp::Get(id) => {
-                let record = self.dcs[d].store.get(&id);
-                match &mut task.kind {
-                    TaskKind::Acquire(job) => {
-                        let c = job.acquire.connect();
-                        c.handle_local_record(record, now);
-                        self.acquire_step(d, &mut task)
-                    }
-                    TaskKind::Update(update) => {
-                        update.handle_record(record, now, &self.policy);
-                        update_next(update, &mut self.measurements)
-                    }
-                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected get")),
-                }
-            }
-            StoreOp::Due { .. }
-            | StoreOp::Settle { .. }
-            | StoreOp::Events { .. }
-            | StoreOp::TrimEvents { .. }
-            | StoreOp::Scan(_) => Next::Reply(error(ErrorKind::Internal, "unexpected upkeep read")),
             StoreOp::Allocate => {
                 let unique = self.allocate(d);
                 match &mut task.kind {
@@ -1458,24 +1449,50 @@ impl Sim {
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected allocate")),
                 }
             }
-            StoreOp::Cas { expected, record } => {
-                task.work.dc_writes += 1;
-                let written = self.cas(d, expected, record);
-                match &mut task.kind {
-                    TaskKind::Acquire(job) => {
-                        let c = job.acquire.connect();
-                        c.handle_written(written);
-                        self.acquire_step(d, &mut task)
-                    }
-                    TaskKind::Update(update) => {
-                        if written == Written::Conflict {
-                            self.measurements.count(Counter::UpdateCasConflict);
-                        }
-                        update.handle_written(written);
-                        update_next(update, &mut self.measurements)
-                    }
-                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected write")),
+        };
+        self.dc_continue(d, tid, task, next);
+    }
+
+    /// DC `d`'s store answered task `tid`'s operation (or failed it): the
+    /// task's stepper takes the answer.
+    fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
+        let now = self.dcs[d].clock.store_time(self.now);
+        let next = match &mut task.kind {
+            TaskKind::Await(_) => return self.await_stored(d, tid, task, stored),
+            TaskKind::Upkeep => {
+                self.dcs[d].upkeep.handle_stored(stored, now);
+                return self.upkeep_drive(d, tid, task);
+            }
+            TaskKind::Drain(job) => {
+                let written = stored == Ok(Stored::Written(Written::Yes));
+                job.drain.handle_stored(stored, now, &self.policy);
+                if written {
+                    self.measurements.count(Counter::KeyDrained);
                 }
+                return self.drain_drive(d, tid, task);
+            }
+            TaskKind::Watch(_) => return self.watch_stored(d, tid, task, stored),
+            TaskKind::Scan => return self.scan_stored(d, tid, task, stored),
+            TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, stored),
+            TaskKind::KeyRead(_) => return self.key_read_stored(d, tid, task, stored),
+            TaskKind::Acquire(job) => {
+                let c = job.acquire.connect();
+                match stored {
+                    Ok(Stored::Record(record)) => c.handle_local_record(record, now),
+                    Ok(Stored::Written(written)) => c.handle_written(written),
+                    other => unreachable!("a connect reads and writes records: {other:?}"),
+                }
+                self.acquire_step(d, &mut task)
+            }
+            TaskKind::Update(update) => match stored {
+                Ok(stored) => {
+                    update.handle_stored(stored, now, &self.policy);
+                    update_next(update, &mut self.measurements)
+                }
+                Err(failure) => Next::Reply(Reply::Error(failure.into_reply())),
+            },
+            TaskKind::Segment | TaskKind::Resolve(_) => {
+                Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
             }
         };
         self.dc_continue(d, tid, task, next);
@@ -1770,10 +1787,15 @@ impl Sim {
             .tasks
             .values()
             .filter_map(|t| match &t.waiting {
-                Some(StoreOp::Cas { expected, record }) => Some(StoreOp::Cas {
+                Some(StoreOp::Dc(DcOp::Write {
+                    expected,
+                    record,
+                    event,
+                })) => Some(StoreOp::Dc(DcOp::Write {
                     expected: *expected,
                     record: record.clone(),
-                }),
+                    event: *event,
+                })),
                 Some(StoreOp::Allocate) => Some(StoreOp::Allocate),
                 _ => None,
             })
@@ -1785,8 +1807,10 @@ impl Sim {
             self.measurements
                 .count(Counter::CrashWriteLandedUnacknowledged);
             match op {
-                StoreOp::Cas { expected, record } => {
-                    self.cas(d, expected, record);
+                StoreOp::Dc(DcOp::Write {
+                    expected, record, ..
+                }) => {
+                    self.cas(d, expected, &record);
                 }
                 _ => {
                     self.allocate(d);
@@ -1886,13 +1910,7 @@ pub(crate) enum UpdateStep {
 impl UpdateStep {
     pub(crate) fn of(poll: UpdatePoll) -> UpdateStep {
         match poll {
-            UpdatePoll::Read(id) => UpdateStep::Store(StoreOp::Get(id)),
-            UpdatePoll::Write {
-                expected, record, ..
-            } => UpdateStep::Store(StoreOp::Cas {
-                expected: Some(expected),
-                record,
-            }),
+            UpdatePoll::Store(op) => UpdateStep::Store(StoreOp::Dc(op)),
             UpdatePoll::Done(changed) => UpdateStep::Done(changed),
             UpdatePoll::Failed(e) => UpdateStep::Failed(e),
         }

@@ -30,6 +30,7 @@ use homing_node::{
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::sim::{Event, Sim};
+use homing_node::StoreOp as DcOp;
 
 /// How long a write waits for a renewal that publishes the marks its
 /// record needs before it fails as unavailable (homingd's `MARKS_WAIT_MS`).
@@ -397,7 +398,7 @@ impl Sim {
         task: Task,
         op: StoreOp,
     ) -> Option<(Task, StoreOp)> {
-        let StoreOp::Cas { record, .. } = &op else {
+        let StoreOp::Dc(DcOp::Write { record, .. }) = &op else {
             return Some((task, op));
         };
         let (unique, token) = (record.id.unique(), record.token);
@@ -440,7 +441,9 @@ impl Sim {
             .parked
             .iter()
             .filter(|(_, (_, op))| match op {
-                StoreOp::Cas { record, .. } => lease.lease.admits(record.id.unique(), record.token),
+                StoreOp::Dc(DcOp::Write { record, .. }) => {
+                    lease.lease.admits(record.id.unique(), record.token)
+                }
                 _ => true,
             })
             .map(|(tid, _)| *tid)
@@ -507,11 +510,12 @@ impl Sim {
                 self.acquire_step(d, &mut task)
             }
             TaskKind::Upkeep => {
+                let now = self.dcs[d].clock.store_time(self.now);
                 let upkeep = &mut self.dcs[d].upkeep;
                 if global {
                     upkeep.handle_global(Err(failure));
                 } else {
-                    upkeep.handle_change_failure(failure);
+                    upkeep.handle_stored(Err(failure), now);
                 }
                 return self.upkeep_drive(d, tid, task);
             }
@@ -520,7 +524,8 @@ impl Sim {
                 if job.walk.take().is_some() {
                     job.drain.handle_walked(Err(failure));
                 } else {
-                    job.drain.handle_failure(failure);
+                    let now = self.dcs[d].clock.store_time(self.now);
+                    job.drain.handle_stored(Err(failure), now, &self.policy);
                 }
                 return self.drain_drive(d, tid, task);
             }

@@ -8,7 +8,7 @@
 
 use crate::counter::Counter;
 use homing_core::{
-    ChainWalk, ErrorKind, ErrorReply, Key, Need, Poll, Reply, Request, Source, Written,
+    ChainWalk, ErrorKind, ErrorReply, Key, Need, Poll, Reply, Request, Source,
     chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{Drain, DrainPoll, Failure};
@@ -62,9 +62,9 @@ impl Sim {
         self.drain_drive(d, tid, task);
     }
 
-    /// A store operation of the drain completed.
+    /// A read of the drain's walk completed (its record operations go
+    /// through `dc_stored`).
     pub(crate) fn drain_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
-        let now = self.dcs[d].clock.store_time(self.now);
         let local = self.dcs[d].id.clone();
         let segment = match &op {
             StoreOp::Segment(id) => Some(self.local_segment(d, id)),
@@ -88,23 +88,8 @@ impl Sim {
                     job.drain.handle_walked(Err(Failure::Refused(e)));
                 }
             },
-            (StoreOp::Get(id), None) => {
-                let record = self.dcs[d].store.get(&id);
-                job.drain.handle_record(record, now, &self.policy);
-            }
-            (StoreOp::Cas { expected, record }, None) => {
-                let written = self.cas(d, expected, record);
-                if let TaskKind::Drain(job) = &mut task.kind {
-                    job.drain.handle_written(written);
-                    if written == Written::Yes {
-                        self.measurements.count(Counter::KeyDrained);
-                    }
-                }
-            }
-            _ => {
-                let e = ErrorReply::new(ErrorKind::Internal, "unexpected store operation");
-                job.walk = None;
-                job.drain.handle_failure(Failure::Refused(e));
+            (op, _) => {
+                unreachable!("a drain reads global entries and segments only walking: {op:?}")
             }
         }
         self.drain_drive(d, tid, task);
@@ -186,15 +171,7 @@ impl Sim {
                 DrainPoll::Walk(key) => {
                     job.walk = Some(ChainWalk::from_key(key, HOP_LIMIT_DEFAULT));
                 }
-                DrainPoll::Read(id) => break Next::Store(StoreOp::Get(id)),
-                DrainPoll::Write {
-                    expected, record, ..
-                } => {
-                    break Next::Store(StoreOp::Cas {
-                        expected: Some(expected),
-                        record,
-                    });
-                }
+                DrainPoll::Store(op) => break Next::Store(StoreOp::Dc(op)),
                 DrainPoll::Forward { dc, key } => {
                     if job.forwarded {
                         let detail =

@@ -12,10 +12,10 @@ use crate::counter::Counter;
 use std::collections::BTreeMap;
 
 use homing_core::{NamespaceScope, ReservationId, ScanCursor};
-use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Update};
+use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Stored, Update};
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, UpdateStep};
+use crate::dc::{Next, StoreOp, Task, TaskKind, UpdateStep};
 use crate::sim::{NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -47,7 +47,7 @@ impl Sim {
             .map(|r| (r.id.clone(), r.version))
             .collect();
         let job = DrainScopeJob {
-            page: DrainScope::new(None, SCAN_LIMIT_MAX),
+            page: DrainScope::new(NamespaceScope::everything(), None, SCAN_LIMIT_MAX),
             after: None,
             failures: 0,
             update: None,
@@ -88,10 +88,8 @@ impl Sim {
                 continue;
             }
             match job.page.poll().clone() {
-                DrainScopePoll::Scan { after, limit } => {
-                    let scope = NamespaceScope::everything();
-                    let op = StoreOp::Scan(ScanPage::of_scope(scope, after, limit));
-                    return self.dc_continue(d, tid, task, Next::Store(op));
+                DrainScopePoll::Store(op) => {
+                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
                 }
                 DrainScopePoll::Drain(id) => {
                     let dc = self.dcs[d].id.clone();
@@ -105,7 +103,11 @@ impl Sim {
                     let mut job = *job;
                     return match done {
                         Ok((_, Some(next))) => {
-                            job.page = DrainScope::new(Some(next.clone()), SCAN_LIMIT_MAX);
+                            job.page = DrainScope::new(
+                                NamespaceScope::everything(),
+                                Some(next.clone()),
+                                SCAN_LIMIT_MAX,
+                            );
                             (job.after, job.failures) = (Some(next), 0);
                             self.drain_scope_page(d, job);
                         }
@@ -117,38 +119,22 @@ impl Sim {
         }
     }
 
-    /// A store operation of the drain completed.
-    pub(crate) fn drain_scope_store_done(
+    /// A store operation of the drain completed (or failed).
+    pub(crate) fn drain_scope_stored(
         &mut self,
         d: usize,
         tid: u64,
         mut task: Task,
-        op: StoreOp,
+        stored: Result<Stored, Failure>,
     ) {
         let now = self.dcs[d].clock.store_time(self.now);
         let TaskKind::DrainScope(job) = &mut task.kind else {
             return;
         };
-        match op {
-            StoreOp::Scan(page) => match self.scan_page(d, &page) {
-                Ok(records) => job.page.handle_page(&records),
-                Err(failure) => return self.drain_scope_failed(d, tid, task, failure),
-            },
-            StoreOp::Get(id) => {
-                let record = self.dcs[d].store.get(&id);
-                if let Some(update) = &mut job.update {
-                    update.handle_record(record, now, &self.policy);
-                }
-            }
-            StoreOp::Cas { expected, record } => {
-                let written = self.cas(d, expected, record);
-                if let TaskKind::DrainScope(job) = &mut task.kind
-                    && let Some(update) = &mut job.update
-                {
-                    update.handle_written(written);
-                }
-            }
-            _ => {}
+        match (stored, &mut job.update) {
+            (Err(failure), _) => return self.drain_scope_failed(d, tid, task, failure),
+            (Ok(stored), Some(update)) => update.handle_stored(stored, now, &self.policy),
+            (Ok(stored), None) => job.page.handle_stored(stored),
         }
         self.drain_scope_drive(d, tid, task);
     }
@@ -183,7 +169,11 @@ impl Sim {
             self.measurements.count(Counter::DrainScopeGaveUp);
             return;
         }
-        job.page = DrainScope::new(job.after.clone(), SCAN_LIMIT_MAX);
+        job.page = DrainScope::new(
+            NamespaceScope::everything(),
+            job.after.clone(),
+            SCAN_LIMIT_MAX,
+        );
         self.drain_scope_page(d, job);
     }
 

@@ -8,11 +8,11 @@
 //! inspects a key after each scan of its DC (`crate::scan`).
 
 use homing_core::{DcRecord, Key, LeaseKey, Reply};
-use homing_node::{Change, KeyRecords, KeyRecordsPoll, cancel};
+use homing_node::{Change, Failure, KeyRecords, KeyRecordsPoll, Stored, cancel};
 use homing_store::SCAN_LIMIT_MAX;
 
 use crate::counter::Counter;
-use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, error, update_next};
+use crate::dc::{Next, StoreOp, Task, TaskKind, update_next};
 use crate::sim::{NodeId, Sim};
 
 /// A request reading its key's records.
@@ -64,26 +64,25 @@ impl Sim {
         self.dc_start(d, client, rpc, key, kind, next);
     }
 
-    /// A page of the read came back (`op` is the scan it asked).
-    pub(crate) fn key_read_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
+    /// A page of the read came back (or its read failed).
+    pub(crate) fn key_read_stored(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        stored: Result<Stored, Failure>,
+    ) {
         let TaskKind::KeyRead(job) = &mut task.kind else {
             return;
         };
-        let StoreOp::Scan(page) = op else {
-            let reply = error(
-                homing_core::ErrorKind::Internal,
-                "unexpected store operation",
-            );
-            return self.dc_continue(d, tid, task, Next::Reply(reply));
-        };
-        match self.scan_page(d, &page) {
-            Ok(records) => job.read.handle_page(records),
+        match stored {
+            Ok(page) => job.read.handle_stored(page),
             Err(failure) => {
                 let reply = Reply::Error(failure.into_reply());
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
         }
-        if let KeyRecordsPoll::Scan { .. } = job.read.poll() {
+        if let KeyRecordsPoll::Store(_) = job.read.poll() {
             let next = scan_of(&job.read);
             return self.dc_continue(d, tid, task, next);
         }
@@ -115,17 +114,7 @@ impl Sim {
 /// The store operation a [`KeyRecords`] read asks for next.
 fn scan_of(read: &KeyRecords) -> Next {
     match read.poll() {
-        KeyRecordsPoll::Scan {
-            scope,
-            name,
-            after,
-            limit,
-        } => Next::Store(StoreOp::Scan(ScanPage {
-            scope: scope.clone(),
-            name: name.clone(),
-            after: after.clone(),
-            limit: *limit,
-        })),
+        KeyRecordsPoll::Store(op) => Next::Store(StoreOp::Dc(op.clone())),
         KeyRecordsPoll::Done => unreachable!("a read that is done asks nothing"),
     }
 }

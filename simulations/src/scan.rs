@@ -20,11 +20,11 @@ use std::collections::BTreeSet;
 use homing_core::{
     DcRecord, ErrorKind, Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor,
 };
-use homing_node::SCAN_PAGE_RECORDS;
 use homing_node::scan::next_cursor;
+use homing_node::{Failure, SCAN_PAGE_RECORDS, StoreOp as DcOp, Stored};
 use homing_store::keyspace::record_scan_bytes;
 
-use crate::dc::{Next, ScanPage, StoreOp, Task, TaskKind, error};
+use crate::dc::{Next, StoreOp, Task, TaskKind, error};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -56,21 +56,24 @@ impl Sim {
         scope: NamespaceScope,
         after: Option<ScanCursor>,
     ) {
-        let op = StoreOp::Scan(ScanPage::of_scope(scope, after, SCAN_PAGE_RECORDS));
+        let op = StoreOp::Dc(DcOp::scan_scope(scope, after, SCAN_PAGE_RECORDS));
         self.dc_start(d, client, rpc, NO_KEY, TaskKind::Scan, Next::Store(op));
     }
 
-    /// The page was read.
-    pub(crate) fn scan_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
-        let StoreOp::Scan(page) = op else {
-            let reply = error(ErrorKind::Internal, "unexpected store operation");
-            return self.dc_continue(d, tid, task, Next::Reply(reply));
-        };
-        let reply = match self.scan_page(d, &page) {
-            Ok(records) => Reply::Records {
-                next: next_cursor(&records, page.limit),
+    /// The page was read (or its read failed).
+    pub(crate) fn scan_stored(
+        &mut self,
+        d: usize,
+        tid: u64,
+        task: Task,
+        stored: Result<Stored, Failure>,
+    ) {
+        let reply = match stored {
+            Ok(Stored::Page(records)) => Reply::Records {
+                next: next_cursor(&records, SCAN_PAGE_RECORDS),
                 records: records.into_iter().map(DcRecord::redacted).collect(),
             },
+            Ok(other) => error(ErrorKind::Internal, format!("a scan answered {other:?}")),
             Err(failure) => Reply::Error(failure.into_reply()),
         };
         self.dc_continue(d, tid, task, Next::Reply(reply));

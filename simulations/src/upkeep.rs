@@ -8,7 +8,7 @@
 //! `events_retained` events. A crash loses the pass and the proofs remembered.
 
 use crate::counter::Counter;
-use homing_core::{DcId, LeasePolicy, Segment, Written};
+use homing_core::{DcId, LeasePolicy, Segment};
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
@@ -60,36 +60,9 @@ impl Sim {
         self.upkeep_drive(d, tid, task);
     }
 
-    /// A store operation of the pass completed.
+    /// A proof's read of the global entry or of this DC's segment completed.
     pub(crate) fn upkeep_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
-        let now = self.dcs[d].clock.store_time(self.now);
         match op {
-            StoreOp::Due {
-                kind,
-                until,
-                after,
-                limit,
-            } => {
-                let page = self.dcs[d].store.due(kind, until, after.as_ref(), limit);
-                let dc = &mut self.dcs[d];
-                dc.upkeep
-                    .handle_due(page.map_err(|e| store_failure(&dc.id, e)), now);
-            }
-            StoreOp::Settle { id, version } => {
-                let settled = self.dcs[d].store.settle(&id, version);
-                self.dcs[d].upkeep.handle_settled(Ok(settled));
-            }
-            StoreOp::Get(id) => {
-                let record = self.dcs[d].store.get(&id);
-                self.dcs[d].upkeep.handle_record(record, now);
-            }
-            StoreOp::Cas { expected, record } => {
-                let written = self.cas(d, expected, record);
-                if written == Written::Conflict {
-                    self.measurements.count(Counter::UpdateCasConflict);
-                }
-                self.dcs[d].upkeep.handle_written(written);
-            }
             StoreOp::GlobalGet(key) => {
                 let entry = self.global.get(&key).cloned();
                 self.dcs[d].upkeep.handle_global(Ok(entry));
@@ -99,19 +72,8 @@ impl Sim {
                 let segment = segment.map_err(homing_node::segment_failure);
                 self.dcs[d].upkeep.handle_segment(segment);
             }
-            StoreOp::Events { .. } => {
-                let page = self.dcs[d].store.events(0, 0);
-                let dc = &mut self.dcs[d];
-                let log = page.map(|p| (p.oldest, p.head));
-                dc.upkeep
-                    .handle_events(log.map_err(|e| store_failure(&dc.id, e)));
-            }
-            StoreOp::TrimEvents { before } => {
-                self.dcs[d].store.trim_events(before);
-                self.dcs[d].upkeep.handle_trimmed(Ok(()));
-            }
-            StoreOp::Allocate | StoreOp::Scan(_) => {
-                unreachable!("upkeep never allocates nor scans")
+            StoreOp::Dc(_) | StoreOp::Allocate => {
+                unreachable!("the DC store's answers go through dc_stored; upkeep never allocates")
             }
         }
         self.upkeep_drive(d, tid, task);
@@ -146,25 +108,7 @@ impl Sim {
             });
         }
         let next = match poll {
-            UpkeepPoll::Due {
-                kind,
-                until,
-                after,
-                limit,
-            } => Next::Store(StoreOp::Due {
-                kind,
-                until,
-                after,
-                limit,
-            }),
-            UpkeepPoll::Settle { id, version } => Next::Store(StoreOp::Settle { id, version }),
-            UpkeepPoll::Read(id) => Next::Store(StoreOp::Get(id)),
-            UpkeepPoll::Write {
-                expected, record, ..
-            } => Next::Store(StoreOp::Cas {
-                expected: Some(expected),
-                record,
-            }),
+            UpkeepPoll::Store(op) => Next::Store(StoreOp::Dc(op)),
             UpkeepPoll::GlobalEntry(key) => Next::Store(StoreOp::GlobalGet(key)),
             UpkeepPoll::Reservation(id) if id.dc() == &self.dcs[d].id => {
                 Next::Store(StoreOp::Segment(id))
@@ -179,8 +123,6 @@ impl Sim {
                     return self.upkeep_peer_answer(d, tid, task, Err(Failure::Refused(e)));
                 }
             },
-            UpkeepPoll::Events => Next::Store(StoreOp::Events { after: 0, limit: 0 }),
-            UpkeepPoll::TrimEvents { before } => Next::Store(StoreOp::TrimEvents { before }),
             UpkeepPoll::Idle => return,
         };
         self.dc_continue(d, tid, task, next);

@@ -12,7 +12,7 @@
 
 use crate::counter::Counter;
 use homing_core::{AwaitReply, DcRecord, ErrorKind, ErrorReply, Reply, ReservationId, Written};
-use homing_node::{AwaitPoll, AwaitVacant, Failure, NodeTime, Notified, Ticket};
+use homing_node::{AwaitPoll, AwaitVacant, Failure, NodeTime, Notified, Stored, Ticket};
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::sim::{Event, NodeId, Sim};
@@ -80,8 +80,14 @@ impl Sim {
         self.await_drive(d, tid, task, false);
     }
 
-    /// A waiter's store operation completed.
-    pub(crate) fn await_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
+    /// A waiter's store operation completed (or failed).
+    pub(crate) fn await_stored(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        stored: Result<Stored, Failure>,
+    ) {
         let store_now = self.dcs[d].clock.store_time(self.now);
         let now = self.node_now(d);
         let policy = self.policy;
@@ -89,13 +95,13 @@ impl Sim {
         let TaskKind::Await(job) = &mut task.kind else {
             return;
         };
-        match op {
-            StoreOp::Get(id) => {
-                let record = self.dcs[d].store.get(&id);
+        let id = job.wait.id().clone();
+        match stored {
+            Ok(Stored::Record(record)) => {
                 let dc = &mut self.dcs[d];
                 // Simulated waiters leave the queue themselves when they stop listening.
-                let notified = job.wait.handle_record(
-                    record.clone(),
+                let notified = job.wait.handle_stored(
+                    Stored::Record(record.clone()),
                     store_now,
                     now,
                     &policy,
@@ -138,12 +144,22 @@ impl Sim {
                 }
                 self.waiters_deliver(d, &id, notified);
             }
-            StoreOp::Cas { expected, record } => {
-                let written = self.cas(d, expected, record);
+            Ok(Stored::Written(written)) => {
                 if written == Written::Yes {
                     self.measurements.count(Counter::WaitLeaseExpiredByWaiter);
                 }
-                job.wait.handle_written(written);
+                let waiters = &mut self.dcs[d].waiters;
+                let stored = Stored::Written(written);
+                let notified = job.wait.handle_stored(
+                    stored,
+                    store_now,
+                    now,
+                    &policy,
+                    waiters,
+                    || tid,
+                    |_| true,
+                );
+                self.waiters_deliver(d, &id, notified);
             }
             _ => {
                 let message = "unexpected store operation";
@@ -162,17 +178,8 @@ impl Sim {
                 return;
             };
             match job.wait.poll() {
-                AwaitPoll::Read(id) => {
-                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Get(id)));
-                }
-                AwaitPoll::Write {
-                    expected, record, ..
-                } => {
-                    let op = StoreOp::Cas {
-                        expected: Some(expected),
-                        record,
-                    };
-                    return self.dc_continue(d, tid, task, Next::Store(op));
+                AwaitPoll::Store(op) => {
+                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
                 }
                 AwaitPoll::Park { .. } if !selected => {
                     selected = true;

@@ -17,10 +17,10 @@
 
 use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
-use homing_node::{NodeTime, WatchPoll, WatchRead};
+use homing_node::{Failure, NodeTime, Stored, WatchPoll, WatchRead};
 use homing_store::EVENTS_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, error};
+use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -82,9 +82,8 @@ impl Sim {
             return;
         };
         let done = match job.read.poll().clone() {
-            WatchPoll::Read { after, limit } => {
-                let op = StoreOp::Events { after, limit };
-                return self.dc_continue(d, tid, task, Next::Store(op));
+            WatchPoll::Store(op) => {
+                return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
             }
             WatchPoll::Done(done) => done,
             WatchPoll::Park if now >= job.deadline => job.read.answer_now(),
@@ -110,20 +109,20 @@ impl Sim {
         self.dc_continue(d, tid, task, Next::Reply(reply));
     }
 
-    /// A page of the event log was read for watch `tid`.
-    pub(crate) fn watch_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
-        let StoreOp::Events { after, limit } = op else {
-            let reply = error(ErrorKind::Internal, "unexpected store operation");
-            return self.dc_continue(d, tid, task, Next::Reply(reply));
-        };
-        let page = self.dcs[d].store.events(after, limit);
+    /// A page of the event log was read for watch `tid` (or its read failed).
+    pub(crate) fn watch_stored(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        stored: Result<Stored, Failure>,
+    ) {
         let TaskKind::Watch(job) = &mut task.kind else {
             return;
         };
-        match page {
-            Ok(page) => job.read.handle_page(page.events, page.oldest, page.head),
-            Err(e) => {
-                let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
+        match stored {
+            Ok(page) => job.read.handle_stored(page),
+            Err(failure) => {
                 let reply = Reply::Error(failure.into_reply());
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }

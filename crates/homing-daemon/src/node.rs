@@ -23,8 +23,8 @@ use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
     DrainScope, DrainScopePoll, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, KeyRecordsPoll,
-    LogFollower, Mutations, Resolve, ResolvePoll, Supersede, SupersedePoll, Update, UpdatePoll,
-    WatchPoll, WatchRead, answered, member_named, owned_here,
+    LogFollower, Mutations, Resolve, ResolvePoll, StoreOp, Stored, Supersede, SupersedePoll,
+    Update, UpdatePoll, WatchPoll, WatchRead, answered, member_named, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -396,9 +396,7 @@ impl Node {
         let mut check = Supersede::new(id.clone());
         loop {
             match check.poll().clone() {
-                SupersedePoll::Read(id) => {
-                    check.handle_record(self.timed("dc_get", self.records.get(&id)).await?);
-                }
+                SupersedePoll::Store(op) => check.handle_stored(self.perform(op).await?),
                 SupersedePoll::Confirm(succession) => {
                     check.handle_confirmed(self.confirm(succession).await?);
                 }
@@ -585,6 +583,58 @@ impl Node {
         Ok(Written::Yes)
     }
 
+    /// Performs one of homing-node's DC-store operations, timed under the
+    /// store operation's metric name; a landed write goes through
+    /// [`Node::write`] (marks published first, waiters and watchers told).
+    pub async fn perform(&self, op: StoreOp) -> Result<Stored, StoreError> {
+        let records = self.records.as_ref();
+        Ok(match op {
+            StoreOp::Read(id) => Stored::Record(self.timed("dc_get", records.get(&id)).await?),
+            StoreOp::Write {
+                expected,
+                record,
+                event,
+            } => Stored::Written(self.write(expected, event, &record).await?),
+            StoreOp::Due {
+                kind,
+                until,
+                after,
+                limit,
+            } => {
+                let due = records.due(kind, until, after.as_ref(), limit);
+                Stored::Due(self.timed("dc_due", due).await?)
+            }
+            StoreOp::Settle { id, version } => Stored::Settled(
+                self.timed("dc_settle", records.settle(&id, version))
+                    .await?,
+            ),
+            StoreOp::Events { after, limit } => {
+                let page = self
+                    .timed("dc_events", records.events(after, limit))
+                    .await?;
+                Stored::Events {
+                    events: page.events,
+                    oldest: page.oldest,
+                    head: page.head,
+                }
+            }
+            StoreOp::TrimEvents { before } => {
+                self.timed("dc_trim_events", records.trim_events(before))
+                    .await?;
+                Stored::Trimmed
+            }
+            StoreOp::Scan {
+                scope,
+                name,
+                after,
+                limit,
+            } => {
+                let scan = records.scan(&scope, &name, after.as_ref(), limit);
+                Stored::Page(self.timed("dc_scan", scan).await?)
+            }
+        })
+    }
+
     /// A store error as homing-node's failure at this DC (unreachable store:
     /// the DC is unavailable; anything else: internal).
     pub fn store_failure(&self, e: StoreError) -> homing_node::Failure {
@@ -766,16 +816,9 @@ impl Node {
         let mut update = Update::new(self.dc.clone(), id.clone(), change, Mutations::NONE);
         loop {
             match update.poll() {
-                UpdatePoll::Read(id) => {
-                    let record = self.timed("dc_get", self.records.get(&id)).await?;
-                    update.handle_record(record, store_now(), &self.policy);
-                }
-                UpdatePoll::Write {
-                    expected,
-                    record,
-                    event,
-                } => {
-                    update.handle_written(self.write(Some(expected), event, &record).await?);
+                UpdatePoll::Store(op) => {
+                    let stored = self.perform(op).await?;
+                    update.handle_stored(stored, store_now(), &self.policy);
                 }
                 UpdatePoll::Done(reply) => return Ok(reply),
                 UpdatePoll::Failed(e) => return Err(Failure::Reply(e.reply())),
@@ -872,7 +915,9 @@ impl Node {
             match poll {
                 AcquirePoll::Cover { from } => acquire.handle_covered(self.grant_covered(from)),
                 AcquirePoll::Connect(need) => {
-                    if let Err(failure) = self.perform(acquire.connect(), need, &mut slot).await {
+                    if let Err(failure) =
+                        self.perform_need(acquire.connect(), need, &mut slot).await
+                    {
                         let failure = failure.classify(&self.dc);
                         acquire.handle_failure(self.waiters.now(), failure);
                     }
@@ -1022,25 +1067,18 @@ impl Node {
         let mut registration = None;
         loop {
             match wait.poll() {
-                AwaitPoll::Read(id) => {
-                    let record = self.timed("dc_get", self.records.get(&id)).await?;
+                AwaitPoll::Store(op) => {
+                    let expiring = matches!(op, StoreOp::Write { .. });
+                    let stored = self.perform(op).await?;
+                    if expiring && stored == Stored::Written(Written::Yes) {
+                        tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
+                    }
                     let registered =
                         self.waiters
-                            .look(&mut wait, record, store_now(), &self.policy);
+                            .look(&mut wait, stored, store_now(), &self.policy);
                     if registered.is_some() {
                         registration = registered;
                     }
-                }
-                AwaitPoll::Write {
-                    expected,
-                    record,
-                    event,
-                } => {
-                    let written = self.write(Some(expected), event, &record).await?;
-                    if written == Written::Yes {
-                        tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
-                    }
-                    wait.handle_written(written);
                 }
                 AwaitPoll::Park { until } => {
                     // Invariant: a waiter parks only once registered.
@@ -1077,12 +1115,7 @@ impl Node {
         changes.mark_unchanged();
         let done = loop {
             match read.poll() {
-                WatchPoll::Read { after, limit } => {
-                    let page = self
-                        .timed("dc_events", self.records.events(*after, *limit))
-                        .await?;
-                    read.handle_page(page.events, page.oldest, page.head);
-                }
+                WatchPoll::Store(op) => read.handle_stored(self.perform(op.clone()).await?),
                 WatchPoll::Done(done) => break done.clone(),
                 WatchPoll::Park => {
                     if tokio::time::Instant::now() >= deadline {
@@ -1134,18 +1167,10 @@ impl Node {
         scope: &NamespaceScope,
         after: Option<&ScanCursor>,
     ) -> Result<Reply, Failure> {
-        let mut page = DrainScope::new(after.cloned(), SCAN_LIMIT_MAX);
+        let mut page = DrainScope::new(scope.clone(), after.cloned(), SCAN_LIMIT_MAX);
         loop {
             match page.poll().clone() {
-                DrainScopePoll::Scan { after, limit } => {
-                    let records = self
-                        .timed(
-                            "dc_scan",
-                            self.records.scan(scope, "", after.as_ref(), limit),
-                        )
-                        .await?;
-                    page.handle_page(&records);
-                }
+                DrainScopePoll::Store(op) => page.handle_stored(self.perform(op).await?),
                 DrainScopePoll::Drain(id) => {
                     let changed = self.update(&id, Change::Drain).await;
                     let made = changed.map(|c| c.made()).map_err(|f| f.classify(&self.dc));
@@ -1233,7 +1258,7 @@ impl Node {
 
     /// Performs one need of a connect; `slot`: the quota slot of the key
     /// create it is in, if any.
-    async fn perform<'a>(
+    async fn perform_need<'a>(
         &'a self,
         connect: &mut Connect,
         need: ConnectNeed,
@@ -1369,18 +1394,10 @@ impl Node {
                     let tail = walked.map(|w| w.map(|w| w.tail.id));
                     drain.handle_walked(tail.map_err(homing_node::Failure::from_reply));
                 }
-                DrainPoll::Read(id) => match self.timed("dc_get", self.records.get(&id)).await {
-                    Ok(record) => drain.handle_record(record, store_now(), &self.policy),
-                    Err(e) => drain.handle_failure(self.store_failure(e)),
-                },
-                DrainPoll::Write {
-                    expected,
-                    record,
-                    event,
-                } => match self.write(Some(expected), event, &record).await {
-                    Ok(written) => drain.handle_written(written),
-                    Err(e) => drain.handle_failure(self.store_failure(e)),
-                },
+                DrainPoll::Store(op) => {
+                    let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
+                    drain.handle_stored(stored, store_now(), &self.policy);
+                }
                 DrainPoll::Forward { dc, key } => {
                     let answer = self.peers.drain(&dc, &key).await;
                     let answer = answer.map_err(|e| Failure::from(e).classify(&self.dc));
@@ -1405,16 +1422,8 @@ impl Node {
 
     /// This DC's records of one key, as homing-node's [`KeyRecords`] reads them.
     async fn key_records(&self, mut read: KeyRecords) -> Result<Vec<DcRecord>, Failure> {
-        while let KeyRecordsPoll::Scan {
-            scope,
-            name,
-            after,
-            limit,
-        } = read.poll()
-        {
-            let scan = self.records.scan(scope, name, after.as_ref(), *limit);
-            let page = self.timed("dc_scan", scan).await?;
-            read.handle_page(page);
+        while let KeyRecordsPoll::Store(op) = read.poll() {
+            read.handle_stored(self.perform(op.clone()).await?);
         }
         Ok(read.into_records())
     }

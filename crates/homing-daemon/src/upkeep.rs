@@ -51,32 +51,10 @@ pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
     upkeep.start(store_now());
     loop {
         match upkeep.poll() {
-            UpkeepPoll::Due {
-                kind,
-                until,
-                after,
-                limit,
-            } => {
-                let page = node.records().due(kind, until, after.as_ref(), limit);
-                let page = page.await.map_err(|e| node.store_failure(e));
-                upkeep.handle_due(page, store_now());
+            UpkeepPoll::Store(op) => {
+                let stored = node.perform(op).await.map_err(|e| node.store_failure(e));
+                upkeep.handle_stored(stored, store_now());
             }
-            UpkeepPoll::Settle { id, version } => {
-                let settled = node.records().settle(&id, version).await;
-                upkeep.handle_settled(settled.map_err(|e| node.store_failure(e)));
-            }
-            UpkeepPoll::Read(id) => match node.records().get(&id).await {
-                Ok(record) => upkeep.handle_record(record, store_now()),
-                Err(e) => upkeep.handle_change_failure(node.store_failure(e)),
-            },
-            UpkeepPoll::Write {
-                expected,
-                record,
-                event,
-            } => match node.write(Some(expected), event, &record).await {
-                Ok(written) => upkeep.handle_written(written),
-                Err(e) => upkeep.handle_change_failure(node.store_failure(e)),
-            },
             UpkeepPoll::GlobalEntry(key) => {
                 let entry = node.global_entry(&key).await;
                 upkeep.handle_global(entry.map_err(|e| node.store_failure(e)));
@@ -89,15 +67,6 @@ pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
                     segment.map_err(|e| Failure::from_reply(e.to_reply()))
                 };
                 upkeep.handle_segment(segment);
-            }
-            UpkeepPoll::Events => {
-                let page = node.records().events(0, 0).await;
-                let log = page.map(|p| (p.oldest, p.head));
-                upkeep.handle_events(log.map_err(|e| node.store_failure(e)));
-            }
-            UpkeepPoll::TrimEvents { before } => {
-                let trimmed = node.records().trim_events(before).await;
-                upkeep.handle_trimmed(trimmed.map_err(|e| node.store_failure(e)));
             }
             UpkeepPoll::Idle => return,
         }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::{AwaitReply, DcRecord, LeasePolicy, ReservationId, StoreTime};
-use homing_node::{AwaitVacant, Followed, LogFollower, Mutations, NodeTime, Notified};
+use homing_node::{AwaitVacant, Followed, LogFollower, Mutations, NodeTime, Notified, Stored};
 pub use homing_node::{Full, WaitLimits};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -89,13 +89,13 @@ impl Waiters {
         self.len() == 0
     }
 
-    /// Hands `record` (read at `store_now`) to the waiter `wait` and
+    /// Hands the answer to its store operation (at `store_now`) to the waiter `wait` and
     /// delivers what it woke; returns the waiter's channels if this read
     /// registered it.
     pub fn look(
         &self,
         wait: &mut AwaitVacant,
-        record: Option<DcRecord>,
+        stored: Stored,
         store_now: StoreTime,
         policy: &LeasePolicy,
     ) -> Option<Registration<'_>> {
@@ -110,7 +110,7 @@ impl Waiters {
         };
         let now = self.now();
         let notified =
-            self.with(|w| wait.handle_record(record, store_now, now, policy, w, parked, listening));
+            self.with(|w| wait.handle_stored(stored, store_now, now, policy, w, parked, listening));
         self.deliver(wait.id(), notified);
         let (woken, rouse) = receiving?;
         let ticket = wait.ticket()?;

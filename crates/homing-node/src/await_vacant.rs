@@ -28,10 +28,11 @@
 
 use homing_core::{
     AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordState, RecordView,
-    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
+    ReservationId, StoreTime, TailState, wire::WAIT_MS_MAX,
 };
 
 use crate::change::{Change, expire};
+use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
 use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
@@ -52,18 +53,9 @@ pub fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Optio
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum AwaitPoll {
-    /// Read this DC's record; answer with [`AwaitVacant::handle_record`].
-    Read(ReservationId),
-    /// Compare-and-set (the waiter expires a lapsed holder); answer with
-    /// [`AwaitVacant::handle_written`].
-    Write {
-        /// The version read.
-        expected: u64,
-        /// The record to write.
-        record: DcRecord,
-        /// Whether the write appends a lifecycle event.
-        event: bool,
-    },
+    /// Read this DC's record, or compare-and-set it (the waiter expires a
+    /// lapsed holder); answer with [`AwaitVacant::handle_stored`].
+    Store(StoreOp),
     /// Wait for the waiter's reply, a rouse, or `until` (node clock); then
     /// [`AwaitVacant::handle_wakeup`].
     Park {
@@ -155,23 +147,14 @@ impl AwaitVacant {
         match std::mem::replace(&mut self.phase, Phase::Over) {
             phase @ (Phase::FirstRead | Phase::Reread) => {
                 self.phase = phase;
-                AwaitPoll::Read(self.id.clone())
+                AwaitPoll::Store(StoreOp::Read(self.id.clone()))
             }
             Phase::Expiring(mut update) => {
                 let poll = match update.poll() {
-                    UpdatePoll::Read(id) => AwaitPoll::Read(id),
-                    UpdatePoll::Write {
-                        expected,
-                        record,
-                        event,
-                    } => AwaitPoll::Write {
-                        expected,
-                        record,
-                        event,
-                    },
+                    UpdatePoll::Store(op) => AwaitPoll::Store(op),
                     UpdatePoll::Done(_) => {
                         self.phase = Phase::Reread;
-                        return AwaitPoll::Read(self.id.clone());
+                        return AwaitPoll::Store(StoreOp::Read(self.id.clone()));
                     }
                     UpdatePoll::Failed(e) => {
                         return AwaitPoll::Done(Err(e.reply()));
@@ -189,13 +172,14 @@ impl AwaitVacant {
         }
     }
 
-    /// The record read at `store_now` / `now`. May register this waiter
-    /// (its handle made by `handle`) and notify the queue; the driver
-    /// delivers what the returned [`Notified`] says.
-    #[allow(clippy::too_many_arguments)] // one read, both clocks, the registry and its inputs
-    pub fn handle_record<W>(
+    /// The answer to the [`StoreOp`] asked, at `store_now` / `now`. A
+    /// record read may register this waiter (its handle made by `handle`)
+    /// and notify the queue; the driver delivers what the returned
+    /// [`Notified`] says.
+    #[allow(clippy::too_many_arguments)] // one answer, both clocks, the registry and its inputs
+    pub fn handle_stored<W>(
         &mut self,
-        record: Option<DcRecord>,
+        stored: Stored,
         store_now: StoreTime,
         now: NodeTime,
         policy: &LeasePolicy,
@@ -203,6 +187,17 @@ impl AwaitVacant {
         handle: impl FnOnce() -> W,
         listening: impl FnMut(&W) -> bool,
     ) -> Notified<W> {
+        let record = match stored {
+            Stored::Record(record) => record,
+            Stored::Written(written) => {
+                let Phase::Expiring(update) = &mut self.phase else {
+                    panic!("waiter for {}: a write it did not ask for", self.id);
+                };
+                update.handle_stored(Stored::Written(written), store_now, policy);
+                return Notified::default();
+            }
+            other => unasked("waiter", &other),
+        };
         let dc = self.id.dc().clone();
         match std::mem::replace(&mut self.phase, Phase::Over) {
             Phase::FirstRead => {
@@ -243,7 +238,7 @@ impl AwaitVacant {
                 notified
             }
             Phase::Expiring(mut update) => {
-                update.handle_record(record, store_now, policy);
+                update.handle_stored(Stored::Record(record), store_now, policy);
                 self.phase = Phase::Expiring(update);
                 Notified::default()
             }
@@ -252,14 +247,6 @@ impl AwaitVacant {
                 self.id
             ),
         }
-    }
-
-    /// The outcome of the write asked for.
-    pub fn handle_written(&mut self, written: Written) {
-        let Phase::Expiring(update) = &mut self.phase else {
-            panic!("waiter for {}: a write it did not ask for", self.id);
-        };
-        update.handle_written(written);
     }
 
     /// The parked waiter woke up at `now` / `store_now`: with its reply
@@ -438,6 +425,25 @@ mod tests {
             self.drive(w, false);
         }
 
+        /// A waiter's store operation, at once.
+        fn perform(&mut self, op: StoreOp) -> Stored {
+            match op {
+                StoreOp::Read(id) => Stored::Record(self.records.get(&id).cloned()),
+                StoreOp::Write {
+                    expected, record, ..
+                } => {
+                    let current = self.records.get(&record.id).map(|r| r.version);
+                    Stored::Written(if current == expected {
+                        self.write(*record);
+                        Written::Yes
+                    } else {
+                        Written::Conflict
+                    })
+                }
+                other => panic!("a waiter asked {other:?}"),
+            }
+        }
+
         /// Runs waiter `w` until it parks or ends; store operations are
         /// instant. Its select runs once after every wake-up and store
         /// operation, as a driver's `select!` would.
@@ -445,10 +451,11 @@ mod tests {
             loop {
                 let (store_now, now) = self.clocks();
                 match self.waits[w].poll() {
-                    AwaitPoll::Read(id) => {
-                        let record = self.records.get(&id).cloned();
-                        let notified = self.waits[w].handle_record(
-                            record,
+                    AwaitPoll::Store(op) => {
+                        let id = self.waits[w].id().clone();
+                        let stored = self.perform(op);
+                        let notified = self.waits[w].handle_stored(
+                            stored,
                             store_now,
                             now,
                             &POLICY,
@@ -457,19 +464,6 @@ mod tests {
                             |_| true,
                         );
                         self.deliver(&id, notified);
-                        selected = false;
-                    }
-                    AwaitPoll::Write {
-                        expected, record, ..
-                    } => {
-                        let current = self.records.get(&record.id).map(|r| r.version);
-                        let written = if current == Some(expected) {
-                            self.write(record);
-                            Written::Yes
-                        } else {
-                            Written::Conflict
-                        };
-                        self.waits[w].handle_written(written);
                         selected = false;
                     }
                     AwaitPoll::Park { .. } if !selected => {

@@ -13,11 +13,10 @@
 //!                └ from an operator ─► Forward to the tail's DC ─► Done(its answer)
 //! ```
 
-use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, ReservationId, StoreTime, Written,
-};
+use homing_core::{DcId, ErrorKind, ErrorReply, Key, LeasePolicy, ReservationId, StoreTime};
 
 use crate::change::Change;
+use crate::effect::{StoreOp, Stored};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::update::{Update, UpdatePoll};
@@ -27,17 +26,9 @@ use crate::update::{Update, UpdatePoll};
 pub enum DrainPoll {
     /// Walk the key's chain to its tail; answer with [`Drain::handle_walked`].
     Walk(Key),
-    /// Read this DC's tail record; answer with [`Drain::handle_record`].
-    Read(ReservationId),
-    /// Compare-and-set; answer with [`Drain::handle_written`].
-    Write {
-        /// The version read.
-        expected: u64,
-        /// The record to write.
-        record: DcRecord,
-        /// Whether the write appends a lifecycle event.
-        event: bool,
-    },
+    /// Read this DC's tail record, or compare-and-set it; answer with
+    /// [`Drain::handle_stored`].
+    Store(StoreOp),
     /// Send `Drain { key }` to the tail's DC; answer with [`Drain::handle_forwarded`].
     Forward {
         /// The tail's DC.
@@ -90,16 +81,7 @@ impl Drain {
             }
             Phase::Update(mut update) => {
                 let poll = match update.poll() {
-                    UpdatePoll::Read(id) => DrainPoll::Read(id),
-                    UpdatePoll::Write {
-                        expected,
-                        record,
-                        event,
-                    } => DrainPoll::Write {
-                        expected,
-                        record,
-                        event,
-                    },
+                    UpdatePoll::Store(op) => DrainPoll::Store(op),
                     UpdatePoll::Done(_) => return DrainPoll::Done(Ok(Some(update.id().clone()))),
                     UpdatePoll::Failed(e) => return DrainPoll::Done(Err(e.reply())),
                 };
@@ -149,30 +131,21 @@ impl Drain {
         };
     }
 
-    /// The tail record read at `now`.
-    pub fn handle_record(
+    /// The answer to the [`StoreOp`] asked, at `now` (store clock), or why
+    /// it failed (the drain fails with it).
+    pub fn handle_stored(
         &mut self,
-        record: Option<DcRecord>,
+        stored: Result<Stored, Failure>,
         now: StoreTime,
         policy: &LeasePolicy,
     ) {
         let Phase::Update(update) = &mut self.phase else {
-            panic!("drain: a record it did not ask for");
+            panic!("drain: a store answer it did not ask for");
         };
-        update.handle_record(record, now, policy);
-    }
-
-    /// The outcome of the write asked for.
-    pub fn handle_written(&mut self, written: Written) {
-        let Phase::Update(update) = &mut self.phase else {
-            panic!("drain: a write it did not ask for");
-        };
-        update.handle_written(written);
-    }
-
-    /// A store operation of the update failed.
-    pub fn handle_failure(&mut self, failure: Failure) {
-        self.phase = Phase::Done(Err(failure.into_reply()));
+        match stored {
+            Ok(stored) => update.handle_stored(stored, now, policy),
+            Err(failure) => self.phase = Phase::Done(Err(failure.into_reply())),
+        }
     }
 
     /// What the tail's DC answered the forwarded drain.
@@ -237,7 +210,9 @@ mod tests {
         let mut d = drain(true, Mutations::NONE);
         d.poll();
         d.handle_walked(Ok(Some("iad.2".parse().unwrap())));
-        assert!(matches!(d.poll(), DrainPoll::Read(id) if id.to_string() == "iad.2"));
+        assert!(
+            matches!(d.poll(), DrainPoll::Store(StoreOp::Read(id)) if id.to_string() == "iad.2")
+        );
     }
 
     #[cfg(feature = "mutations")]

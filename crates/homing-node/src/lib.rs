@@ -8,6 +8,8 @@
 //!
 //! Moved here so far:
 //!
+//! - [`effect`]: what a stepper asks of the DC's own store ([`StoreOp`])
+//!   and what it answered ([`Stored`]), one vocabulary for every stepper;
 //! - [`waiters`]: the parked acquirers of a DC — FIFO per reservation,
 //!   bounded, hand-off window, who is woken by which write;
 //! - [`change`]: which transition each change of a record makes (renew,
@@ -54,6 +56,7 @@ pub mod cancel;
 pub mod change;
 pub mod dc_lease;
 pub mod drain;
+pub mod effect;
 pub mod failure;
 #[cfg(test)]
 mod fixture;
@@ -79,6 +82,7 @@ pub use cancel::Cancellations;
 pub use change::{Change, Changed};
 pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
 pub use drain::{Drain, DrainPoll};
+pub use effect::{StoreOp, Stored};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use log_follow::{Followed, LogFollower};

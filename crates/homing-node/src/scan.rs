@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use homing_core::{DcRecord, ErrorReply, Key, LeaseKey, NamespaceScope, ReservationId, ScanCursor};
 
 use crate::Failure;
+use crate::effect::{StoreOp, Stored, unasked};
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to
 /// at most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
@@ -27,14 +28,9 @@ pub fn next_cursor(records: &[DcRecord], limit: usize) -> Option<ScanCursor> {
 /// What an operator's `DrainScope` page needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainScopePoll {
-    /// Read one page of the scope's records after `after`, at most `limit`;
-    /// answer with [`DrainScope::handle_page`].
-    Scan {
-        /// Where the page starts.
-        after: Option<ScanCursor>,
-        /// Its size.
-        limit: usize,
-    },
+    /// Read one page of the scope's records ([`StoreOp::Scan`]); answer
+    /// with [`DrainScope::handle_stored`].
+    Store(StoreOp),
     /// Drain this live lease (an [`crate::Update`] with
     /// [`crate::Change::Drain`]); answer with [`DrainScope::handle_drained`].
     Drain(ReservationId),
@@ -58,14 +54,14 @@ pub struct DrainScope {
 }
 
 impl DrainScope {
-    /// A page after `after` of at most `limit` records.
-    pub fn new(after: Option<ScanCursor>, limit: usize) -> DrainScope {
+    /// A page of `scope`'s records after `after`, at most `limit`.
+    pub fn new(scope: NamespaceScope, after: Option<ScanCursor>, limit: usize) -> DrainScope {
         DrainScope {
             limit,
             next: None,
             todo: VecDeque::new(),
             drained: 0,
-            poll: DrainScopePoll::Scan { after, limit },
+            poll: DrainScopePoll::Store(StoreOp::scan_scope(scope, after, limit)),
         }
     }
 
@@ -74,8 +70,16 @@ impl DrainScope {
         &self.poll
     }
 
+    /// The answer to the [`StoreOp`] asked: the page read.
+    pub fn handle_stored(&mut self, stored: Stored) {
+        match stored {
+            Stored::Page(records) => self.handle_page(&records),
+            other => unasked("drain scope", &other),
+        }
+    }
+
     /// The page was read: its live leases are drained next.
-    pub fn handle_page(&mut self, records: &[DcRecord]) {
+    fn handle_page(&mut self, records: &[DcRecord]) {
         self.next = next_cursor(records, self.limit);
         let live = records.iter().filter(|r| r.drain().is_some());
         self.todo = live.map(|r| r.id.clone()).collect();
@@ -104,18 +108,10 @@ impl DrainScope {
 /// What a [`KeyRecords`] read needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyRecordsPoll {
-    /// Read a page of the records in `scope` whose names start with `name`,
-    /// after `after`, at most `limit`; answer with [`KeyRecords::handle_page`].
-    Scan {
-        /// The key's namespace, exactly.
-        scope: NamespaceScope,
-        /// The key's name (a prefix in the store's index).
-        name: String,
-        /// Where the page starts.
-        after: Option<ScanCursor>,
-        /// Its size.
-        limit: usize,
-    },
+    /// Read a page of the records in the key's namespace whose names start
+    /// with its name ([`StoreOp::Scan`]: the name is a prefix in the
+    /// store's index); answer with [`KeyRecords::handle_stored`].
+    Store(StoreOp),
     /// The records read (take them with [`KeyRecords::into_records`]).
     Done,
 }
@@ -156,12 +152,12 @@ impl KeyRecords {
     }
 
     fn new(key: Key, page: usize, until: Until) -> KeyRecords {
-        let poll = KeyRecordsPoll::Scan {
+        let poll = KeyRecordsPoll::Store(StoreOp::Scan {
             scope: NamespaceScope::exact(key.namespace.clone()),
             name: key.name.as_str().to_string(),
             after: None,
             limit: page,
-        };
+        });
         KeyRecords {
             key,
             page,
@@ -176,8 +172,16 @@ impl KeyRecords {
         &self.poll
     }
 
+    /// The answer to the [`StoreOp`] asked: a page read.
+    pub fn handle_stored(&mut self, stored: Stored) {
+        match stored {
+            Stored::Page(records) => self.handle_page(records),
+            other => unasked("key records", &other),
+        }
+    }
+
     /// A page was read.
-    pub fn handle_page(&mut self, page: Vec<DcRecord>) {
+    fn handle_page(&mut self, page: Vec<DcRecord>) {
         let next = next_cursor(&page, self.page);
         // The key's records come first in its name's range and together
         // (the index ends a name with 0x00, below any longer name's next
@@ -197,7 +201,7 @@ impl KeyRecords {
         };
         let done = found || past;
         self.poll = match (&mut self.poll, next) {
-            (KeyRecordsPoll::Scan { after, .. }, Some(next)) if !done => {
+            (KeyRecordsPoll::Store(StoreOp::Scan { after, .. }), Some(next)) if !done => {
                 *after = Some(next);
                 return;
             }
@@ -223,18 +227,19 @@ mod tests {
     use super::*;
     use crate::fixture::held;
 
+    fn scope() -> NamespaceScope {
+        NamespaceScope::exact(homing_core::Namespace::default())
+    }
+
     #[test]
     fn a_drain_scope_page_drains_each_live_lease_and_points_at_the_next_page() {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
         let drained = live.drain().unwrap();
         let other = held("iad.2", "b", None, StoreTime::from_ms(0));
-        let mut page = DrainScope::new(None, 3);
+        let mut page = DrainScope::new(scope(), None, 3);
         assert_eq!(
             page.poll(),
-            &DrainScopePoll::Scan {
-                after: None,
-                limit: 3
-            }
+            &DrainScopePoll::Store(StoreOp::scan_scope(scope(), None, 3))
         );
         page.handle_page(&[live.clone(), drained, other.clone()]);
         // The already drained record is not asked about.
@@ -249,10 +254,10 @@ mod tests {
     #[test]
     fn a_short_page_is_the_last_and_a_failed_drain_stops_the_page() {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
-        let mut last = DrainScope::new(None, 3);
+        let mut last = DrainScope::new(scope(), None, 3);
         last.handle_page(&[]);
         assert_eq!(last.poll(), &DrainScopePoll::Done(Ok((0, None))));
-        let mut failing = DrainScope::new(None, 3);
+        let mut failing = DrainScope::new(scope(), None, 3);
         failing.handle_page(std::slice::from_ref(&live));
         let e = ErrorReply::new(ErrorKind::Internal, "store: broken");
         failing.handle_drained(Err(Failure::Refused(e)));
@@ -271,17 +276,19 @@ mod tests {
     fn inspect_reads_the_keys_own_records_page_by_page_and_stops_at_another_key() {
         let mut read = KeyRecords::inspect(named("iad.1", "a").key, 2);
         let first = match read.poll() {
-            KeyRecordsPoll::Scan {
+            KeyRecordsPoll::Store(StoreOp::Scan {
                 name, after, limit, ..
-            } => (name.clone(), after.clone(), *limit),
-            KeyRecordsPoll::Done => panic!("reads first"),
+            }) => (name.clone(), after.clone(), *limit),
+            other => panic!("reads first, not {other:?}"),
         };
         assert_eq!(first, ("a".to_string(), None, 2));
         // A full page of the key's own goes on after its last record.
         let page = vec![named("iad.1", "a"), named("iad.3", "a")];
         let after = Some(ScanCursor::after(&page[1]));
         read.handle_page(page);
-        assert!(matches!(read.poll(), KeyRecordsPoll::Scan { after: a, .. } if *a == after));
+        assert!(
+            matches!(read.poll(), KeyRecordsPoll::Store(StoreOp::Scan { after: a, .. }) if *a == after)
+        );
         // "ab" sorts after every record of "a": the read ends there, even
         // on a full page.
         read.handle_page(vec![named("iad.4", "a"), named("iad.2", "ab")]);
@@ -324,7 +331,7 @@ mod tests {
         none.handle_page(vec![first, second]);
         assert!(matches!(
             none.poll(),
-            KeyRecordsPoll::Scan { after: Some(_), .. }
+            KeyRecordsPoll::Store(StoreOp::Scan { after: Some(_), .. })
         ));
         none.handle_page(vec![]);
         assert_eq!(none.poll(), &KeyRecordsPoll::Done);
@@ -342,7 +349,7 @@ mod tests {
         read.handle_page(vec![unheld.clone(), unheld.clone()]);
         assert!(matches!(
             read.poll(),
-            KeyRecordsPoll::Scan { after: Some(_), .. }
+            KeyRecordsPoll::Store(StoreOp::Scan { after: Some(_), .. })
         ));
         read.handle_page(vec![second.clone()]);
         assert_eq!(read.records(), std::slice::from_ref(&second));

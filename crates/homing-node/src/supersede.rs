@@ -10,12 +10,13 @@ use homing_core::succession::{confirmation_of, superseding};
 use homing_core::{DcRecord, ReservationId, Succession};
 
 use crate::Change;
+use crate::effect::{StoreOp, Stored, unasked};
 
 /// What a [`Supersede`] needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SupersedePoll {
-    /// Read the record (answer with [`Supersede::handle_record`]).
-    Read(ReservationId),
+    /// Read the record (answer with [`Supersede::handle_stored`]).
+    Store(StoreOp),
     /// Make this succession its reservation's in the global store unless
     /// one is (write-once; a cached answer will do: it never changes);
     /// answer with the one the store has ([`Supersede::handle_confirmed`]).
@@ -42,7 +43,7 @@ impl Supersede {
     /// The check of this DC's record `id`.
     pub fn new(id: ReservationId) -> Supersede {
         Supersede {
-            poll: SupersedePoll::Read(id.clone()),
+            poll: SupersedePoll::Store(StoreOp::Read(id.clone())),
             id,
             record: None,
             own: None,
@@ -54,9 +55,17 @@ impl Supersede {
         &self.poll
     }
 
+    /// The answer to the [`StoreOp`] asked.
+    pub fn handle_stored(&mut self, stored: Stored) {
+        match stored {
+            Stored::Record(record) => self.handle_record(record),
+            other => unasked("supersede", &other),
+        }
+    }
+
     /// The record was read (`None`: there is none; the link's own update
     /// answers that).
-    pub fn handle_record(&mut self, record: Option<DcRecord>) {
+    fn handle_record(&mut self, record: Option<DcRecord>) {
         self.poll = match record.as_ref().and_then(confirmation_of) {
             Some(ours) => SupersedePoll::Confirm(ours),
             None => SupersedePoll::Done(None),
@@ -112,7 +121,10 @@ mod tests {
     fn a_record_of_the_keys_first_reservation_or_none_links_on() {
         for record in [None, Some(held("iad.1", "a", None, StoreTime::from_ms(0)))] {
             let mut check = Supersede::new(id("iad.1"));
-            assert_eq!(check.poll(), &SupersedePoll::Read(id("iad.1")));
+            assert_eq!(
+                check.poll(),
+                &SupersedePoll::Store(StoreOp::Read(id("iad.1")))
+            );
             check.handle_record(record);
             assert_eq!(check.poll(), &SupersedePoll::Done(None));
         }

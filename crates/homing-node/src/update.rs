@@ -10,8 +10,8 @@
 //!                                                 └ conflict ─► Read again (≤ CAS_ATTEMPTS_MAX in all)
 //! ```
 //!
-//! The driver loops: [`Update::poll`], perform what it names, hand the
-//! answer back with [`Update::handle_record`] or [`Update::handle_written`].
+//! The driver loops: [`Update::poll`], perform the [`StoreOp`] it names,
+//! hand the answer back with [`Update::handle_stored`].
 //! A landed write must also reach the DC's waiters
 //! ([`crate::Waiters::written`]).
 
@@ -21,6 +21,7 @@ use homing_core::{
 use thiserror::Error;
 
 use crate::change::{Change, Changed};
+use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
@@ -70,18 +71,9 @@ impl UpdateError {
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum UpdatePoll {
-    /// Read this DC's record; answer with [`Update::handle_record`].
-    Read(ReservationId),
-    /// Compare-and-set `record` over stored version `expected`; answer with
-    /// [`Update::handle_written`].
-    Write {
-        /// The version read.
-        expected: u64,
-        /// The record to write.
-        record: DcRecord,
-        /// Whether the write appends a lifecycle event (watchers learn of it).
-        event: bool,
-    },
+    /// Read the record, or compare-and-set it over the version read;
+    /// answer with [`Update::handle_stored`].
+    Store(StoreOp),
     /// Finished: what the change's caller learns.
     Done(Changed),
     /// Failed; nothing more to do.
@@ -148,7 +140,7 @@ impl Update {
         match std::mem::replace(&mut self.phase, Phase::Over) {
             Phase::Read => {
                 self.phase = Phase::Read;
-                UpdatePoll::Read(self.id.clone())
+                UpdatePoll::Store(StoreOp::Read(self.id.clone()))
             }
             Phase::Write {
                 expected,
@@ -156,11 +148,11 @@ impl Update {
                 event,
                 reply,
             } => {
-                let poll = UpdatePoll::Write {
-                    expected,
-                    record: DcRecord::clone(&record),
+                let poll = UpdatePoll::Store(StoreOp::Write {
+                    expected: Some(expected),
+                    record: record.clone(),
                     event,
-                };
+                });
                 self.phase = Phase::Write {
                     expected,
                     record,
@@ -175,13 +167,17 @@ impl Update {
         }
     }
 
+    /// The answer to the [`StoreOp`] asked, at `now` (store clock).
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime, policy: &LeasePolicy) {
+        match stored {
+            Stored::Record(record) => self.handle_record(record, now, policy),
+            Stored::Written(written) => self.handle_written(written),
+            other => unasked("update", &other),
+        }
+    }
+
     /// The record as read at `now` (store clock): applies the change.
-    pub fn handle_record(
-        &mut self,
-        record: Option<DcRecord>,
-        now: StoreTime,
-        policy: &LeasePolicy,
-    ) {
+    fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime, policy: &LeasePolicy) {
         assert!(
             matches!(self.phase, Phase::Read),
             "update of {}: a record it did not ask for",
@@ -210,7 +206,7 @@ impl Update {
     }
 
     /// The outcome of the compare-and-set asked for.
-    pub fn handle_written(&mut self, written: Written) {
+    fn handle_written(&mut self, written: Written) {
         let Phase::Write { reply, .. } = std::mem::replace(&mut self.phase, Phase::Over) else {
             panic!("update of {}: a write it did not ask for", self.id);
         };
@@ -269,17 +265,17 @@ mod tests {
     fn update_reads_transitions_and_writes_over_the_version_read() {
         let record = held();
         let mut u = update(record.id.clone());
-        assert!(matches!(u.poll(), UpdatePoll::Read(id) if id == record.id));
+        assert!(matches!(u.poll(), UpdatePoll::Store(StoreOp::Read(id)) if id == record.id));
         u.handle_record(Some(record.clone()), StoreTime::from_ms(1), &POLICY);
-        let UpdatePoll::Write {
+        let UpdatePoll::Store(StoreOp::Write {
             expected,
             record: next,
             event,
-        } = u.poll()
+        }) = u.poll()
         else {
             panic!("expected a write")
         };
-        assert_eq!(expected, record.version);
+        assert_eq!(expected, Some(record.version));
         assert!(event, "a release is a lifecycle event");
         assert!(next.version > record.version);
         u.handle_written(Written::Yes);
@@ -324,9 +320,12 @@ mod tests {
         let record = held();
         let mut u = update(record.id.clone());
         for attempt in 1..=CAS_ATTEMPTS_MAX {
-            assert!(matches!(u.poll(), UpdatePoll::Read(_)), "attempt {attempt}");
+            assert!(
+                matches!(u.poll(), UpdatePoll::Store(StoreOp::Read(_))),
+                "attempt {attempt}"
+            );
             u.handle_record(Some(record.clone()), StoreTime::from_ms(1), &POLICY);
-            assert!(matches!(u.poll(), UpdatePoll::Write { .. }));
+            assert!(matches!(u.poll(), UpdatePoll::Store(StoreOp::Write { .. })));
             u.handle_written(Written::Conflict);
         }
         let UpdatePoll::Failed(e) = u.poll() else {

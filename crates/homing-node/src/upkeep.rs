@@ -42,10 +42,11 @@ use std::collections::VecDeque;
 
 use homing_core::{
     BadRecord, DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, Key, LeasePolicy,
-    RecordState, ReservationId, Segment, StoreTime, Written,
+    RecordState, ReservationId, Segment, StoreTime,
 };
 
 use crate::change::{Change, expire};
+use crate::effect::{StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::update::{Update, UpdatePoll};
@@ -68,51 +69,16 @@ pub struct UpkeepLimits {
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum UpkeepPoll {
-    /// Read the next page of the expiry index: records of `kind` due by
-    /// `until`; answer with [`Upkeep::handle_due`].
-    Due {
-        /// Which section of the index.
-        kind: DueKind,
-        /// Entries at or before this store time.
-        until: StoreTime,
-        /// Start after this entry (`None`: from the first).
-        after: Option<DueCursor>,
-        /// At most this many entries.
-        limit: usize,
-    },
-    /// Read this DC's record; answer with [`Upkeep::handle_record`].
-    Read(ReservationId),
-    /// Compare-and-set; answer with [`Upkeep::handle_written`].
-    Write {
-        /// The version read.
-        expected: u64,
-        /// The record to write.
-        record: DcRecord,
-        /// Whether the write appends a lifecycle event.
-        event: bool,
-    },
+    /// A DC-store operation: a page of the expiry index, a reap's or an
+    /// abandon's read and write, a settle, the event log's bounds, a trim;
+    /// answer with [`Upkeep::handle_stored`].
+    Store(StoreOp),
     /// Read the key's global entry, linearizably; answer with
     /// [`Upkeep::handle_global`].
     GlobalEntry(Key),
     /// What the owner of this reservation (this DC or a peer) answers for
     /// it; answer with [`Upkeep::handle_segment`].
     Reservation(ReservationId),
-    /// Drop this proven member's `Released` entry from the expiry index if
-    /// the record still has `version`; answer with [`Upkeep::handle_settled`].
-    Settle {
-        /// The member.
-        id: ReservationId,
-        /// Its version when proven.
-        version: u64,
-    },
-    /// Read the event log's oldest kept and last sequence numbers; answer
-    /// with [`Upkeep::handle_events`].
-    Events,
-    /// Trim the event log below `before`; answer with [`Upkeep::handle_trimmed`].
-    TrimEvents {
-        /// The first event kept.
-        before: EventSeq,
-    },
     /// Nothing to do until the next [`Upkeep::start`].
     Idle,
 }
@@ -272,12 +238,12 @@ impl Upkeep {
                 Phase::Idle => return UpkeepPoll::Idle,
                 Phase::Read(kind) => {
                     self.phase = Phase::Read(kind);
-                    return UpkeepPoll::Due {
+                    return UpkeepPoll::Store(StoreOp::Due {
                         kind,
                         until: self.until(kind),
                         after: self.after.clone(),
                         limit: self.limits.page_records,
-                    };
+                    });
                 }
                 Phase::Jobs { kind, more } => self.next_job(kind, more),
                 Phase::Changing {
@@ -287,16 +253,7 @@ impl Upkeep {
                     reap,
                 } => {
                     let poll = match update.poll() {
-                        UpdatePoll::Read(id) => UpkeepPoll::Read(id),
-                        UpdatePoll::Write {
-                            expected,
-                            record,
-                            event,
-                        } => UpkeepPoll::Write {
-                            expected,
-                            record,
-                            event,
-                        },
+                        UpdatePoll::Store(op) => UpkeepPoll::Store(op),
                         UpdatePoll::Done(changed) => {
                             if changed.made() {
                                 let id = update.id().clone();
@@ -335,20 +292,21 @@ impl Upkeep {
                     return poll;
                 }
                 Phase::Settling { id, version } => {
-                    let poll = UpkeepPoll::Settle {
+                    let poll = UpkeepPoll::Store(StoreOp::Settle {
                         id: id.clone(),
                         version,
-                    };
+                    });
                     self.phase = Phase::Settling { id, version };
                     return poll;
                 }
                 Phase::Events => {
                     self.phase = Phase::Events;
-                    return UpkeepPoll::Events;
+                    // Its bounds only.
+                    return UpkeepPoll::Store(StoreOp::Events { after: 0, limit: 0 });
                 }
                 Phase::Trim { before, head } => {
                     self.phase = Phase::Trim { before, head };
-                    return UpkeepPoll::TrimEvents { before };
+                    return UpkeepPoll::Store(StoreOp::TrimEvents { before });
                 }
             }
         }
@@ -397,8 +355,35 @@ impl Upkeep {
         Phase::Idle
     }
 
+    /// The answer to the [`StoreOp`] asked, at `now` (store clock), or why
+    /// it failed.
+    pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
+        match (&mut self.phase, stored) {
+            (Phase::Read(_), Ok(Stored::Due(page))) => self.handle_due(Ok(page), now),
+            (Phase::Read(_), Err(failure)) => self.handle_due(Err(failure), now),
+            (Phase::Changing { update, .. }, Ok(stored)) => {
+                update.handle_stored(stored, now, &self.policy)
+            }
+            (Phase::Changing { .. }, Err(failure)) => self.handle_change_failure(failure),
+            (Phase::Settling { .. }, Ok(Stored::Settled(settled))) => {
+                self.handle_settled(Ok(settled))
+            }
+            (Phase::Settling { .. }, Err(failure)) => self.handle_settled(Err(failure)),
+            (Phase::Events, Ok(Stored::Events { oldest, head, .. })) => {
+                self.handle_events(Ok((oldest, head)))
+            }
+            (Phase::Events, Err(failure)) => self.handle_events(Err(failure)),
+            (Phase::Trim { .. }, Ok(Stored::Trimmed)) => self.handle_trimmed(Ok(())),
+            (Phase::Trim { .. }, Err(failure)) => self.handle_trimmed(Err(failure)),
+            (_, Ok(other)) => unasked("upkeep", &other),
+            (phase, Err(failure)) => {
+                panic!("upkeep: a failure ({failure:?}) it did not ask for, in {phase:?}")
+            }
+        }
+    }
+
     /// A page of the expiry index read at `now` (store clock), or why not.
-    pub fn handle_due(&mut self, page: Result<DuePage, Failure>, now: StoreTime) {
+    fn handle_due(&mut self, page: Result<DuePage, Failure>, now: StoreTime) {
         let Phase::Read(kind) = self.phase else {
             panic!("upkeep: a page it did not ask for");
         };
@@ -449,25 +434,9 @@ impl Upkeep {
             if now.ms_since(at) >= self.limits.orphan_age_ms)
     }
 
-    /// The record read for a reap or an abandon, at `now`.
-    pub fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
-        let Phase::Changing { update, .. } = &mut self.phase else {
-            panic!("upkeep: a record it did not ask for");
-        };
-        update.handle_record(record, now, &self.policy);
-    }
-
-    /// The outcome of the write asked for.
-    pub fn handle_written(&mut self, written: Written) {
-        let Phase::Changing { update, .. } = &mut self.phase else {
-            panic!("upkeep: a write it did not ask for");
-        };
-        update.handle_written(written);
-    }
-
     /// A store operation of a reap or an abandon failed: it is tried again
     /// next pass.
-    pub fn handle_change_failure(&mut self, failure: Failure) {
+    fn handle_change_failure(&mut self, failure: Failure) {
         let Phase::Changing {
             kind, more, update, ..
         } = std::mem::replace(&mut self.phase, Phase::Idle)
@@ -532,7 +501,7 @@ impl Upkeep {
 
     /// Whether the proven member was settled (`false`: it changed since it
     /// was read, and is judged again when due), or why not.
-    pub fn handle_settled(&mut self, settled: Result<bool, Failure>) {
+    fn handle_settled(&mut self, settled: Result<bool, Failure>) {
         let Phase::Settling { id, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
             panic!("upkeep: a settle it did not ask for");
         };
@@ -547,7 +516,7 @@ impl Upkeep {
     }
 
     /// The event log's oldest kept and last sequence numbers (or why not).
-    pub fn handle_events(&mut self, log: Result<(EventSeq, EventSeq), Failure>) {
+    fn handle_events(&mut self, log: Result<(EventSeq, EventSeq), Failure>) {
         assert!(
             matches!(self.phase, Phase::Events),
             "upkeep: an event log it did not ask for"
@@ -573,7 +542,7 @@ impl Upkeep {
     }
 
     /// The trim asked for is done (or failed).
-    pub fn handle_trimmed(&mut self, trimmed: Result<(), Failure>) {
+    fn handle_trimmed(&mut self, trimmed: Result<(), Failure>) {
         let Phase::Trim { before, head } = self.phase else {
             panic!("upkeep: a trim it did not ask for");
         };
@@ -595,6 +564,7 @@ mod tests {
     use homing_core::{FencingToken, KeyName, Link, RunOutcome};
 
     use super::*;
+    use homing_core::Written;
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 
@@ -703,28 +673,47 @@ mod tests {
             out
         }
 
+        /// Performs a DC-store operation at once.
+        fn perform(&mut self, op: StoreOp) -> Stored {
+            match op {
+                StoreOp::Due {
+                    kind,
+                    until,
+                    after,
+                    limit,
+                } => Stored::Due(self.due(kind, until, after, limit)),
+                StoreOp::Read(rid) => Stored::Record(self.records.get(&rid).cloned()),
+                StoreOp::Write { record, .. } => {
+                    self.trace.push(format!("write {}", record.id));
+                    self.settled.remove(&record.id);
+                    self.records.insert(record.id.clone(), *record);
+                    Stored::Written(Written::Yes)
+                }
+                StoreOp::Settle { id, version } => {
+                    let current = self.records.get(&id).is_some_and(|r| r.version == version);
+                    Stored::Settled(current && self.settled.insert(id))
+                }
+                StoreOp::Events { .. } => Stored::Events {
+                    events: Vec::new(),
+                    oldest: self.log.0,
+                    head: self.log.1,
+                },
+                StoreOp::TrimEvents { before } => {
+                    self.log.0 = before;
+                    Stored::Trimmed
+                }
+                other => panic!("upkeep asked {other:?}"),
+            }
+        }
+
         fn pass(&mut self, upkeep: &mut Upkeep) -> Vec<UpkeepEvent> {
             upkeep.start(self.now);
             let mut events = Vec::new();
             loop {
                 match upkeep.poll() {
-                    UpkeepPoll::Due {
-                        kind,
-                        until,
-                        after,
-                        limit,
-                    } => {
-                        let page = self.due(kind, until, after, limit);
-                        upkeep.handle_due(Ok(page), self.now);
-                    }
-                    UpkeepPoll::Read(rid) => {
-                        upkeep.handle_record(self.records.get(&rid).cloned(), self.now)
-                    }
-                    UpkeepPoll::Write { record, .. } => {
-                        self.trace.push(format!("write {}", record.id));
-                        self.settled.remove(&record.id);
-                        self.records.insert(record.id.clone(), record);
-                        upkeep.handle_written(Written::Yes);
+                    UpkeepPoll::Store(op) => {
+                        let stored = self.perform(op);
+                        upkeep.handle_stored(Ok(stored), self.now);
                     }
                     UpkeepPoll::GlobalEntry(k) => {
                         self.reads += 1;
@@ -746,15 +735,6 @@ mod tests {
                             tail: None,
                             shortcut: None,
                         }));
-                    }
-                    UpkeepPoll::Settle { id, version } => {
-                        let current = self.records.get(&id).is_some_and(|r| r.version == version);
-                        upkeep.handle_settled(Ok(current && self.settled.insert(id)));
-                    }
-                    UpkeepPoll::Events => upkeep.handle_events(Ok(self.log)),
-                    UpkeepPoll::TrimEvents { before } => {
-                        self.log.0 = before;
-                        upkeep.handle_trimmed(Ok(()));
                     }
                     UpkeepPoll::Idle => return events,
                 }

@@ -29,6 +29,7 @@
 
 use homing_core::{ErrorKind, ErrorReply, Event, EventSeq, NamespaceScope, wire};
 
+use crate::effect::{StoreOp, Stored, unasked};
 use crate::{Mutation, Mutations};
 
 /// Most encoded bytes of events one `Watch` reply carries (the rest of the
@@ -41,14 +42,9 @@ pub const WATCH_PAGES_MAX: usize = 8;
 /// What the driver must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchPoll {
-    /// Read the events after `after`, at most `limit`; answer with
-    /// [`WatchRead::handle_page`].
-    Read {
-        /// The cursor.
-        after: EventSeq,
-        /// The page size.
-        limit: usize,
-    },
+    /// Read the events after the cursor ([`StoreOp::Events`]); answer with
+    /// [`WatchRead::handle_stored`].
+    Store(StoreOp),
     /// Nothing in scope up to the head: wait until the log moves (then
     /// [`WatchRead::handle_moved`]) or the request's wait runs out (then
     /// answer [`WatchRead::answer_now`]).
@@ -85,10 +81,10 @@ impl WatchRead {
             events: Vec::new(),
             bytes: 0,
             pages: 0,
-            poll: WatchPoll::Read {
+            poll: WatchPoll::Store(StoreOp::Events {
                 after,
                 limit: page_limit,
-            },
+            }),
             mutations: Mutations::NONE,
         }
     }
@@ -103,9 +99,21 @@ impl WatchRead {
         &self.poll
     }
 
+    /// The answer to the [`StoreOp`] asked.
+    pub fn handle_stored(&mut self, stored: Stored) {
+        match stored {
+            Stored::Events {
+                events,
+                oldest,
+                head,
+            } => self.handle_page(events, oldest, head),
+            other => unasked("watch", &other),
+        }
+    }
+
     /// A page of events after the cursor, with the oldest event kept and the
     /// log's head.
-    pub fn handle_page(&mut self, events: Vec<Event>, oldest: EventSeq, head: EventSeq) {
+    fn handle_page(&mut self, events: Vec<Event>, oldest: EventSeq, head: EventSeq) {
         // Every page, not only the first: the log may have been trimmed
         // past the cursor between two pages or while parked.
         let unchecked = self.pages > 0 && self.mutations.has(Mutation::WatchChecksFirstPageOnly);
@@ -138,10 +146,10 @@ impl WatchRead {
             self.after = event.seq;
         }
         self.poll = if full && self.pages < WATCH_PAGES_MAX {
-            WatchPoll::Read {
+            WatchPoll::Store(StoreOp::Events {
                 after: self.after,
                 limit: self.page_limit,
-            }
+            })
         } else if !self.events.is_empty() || full {
             // Events found, or pages read without reaching the head: answer
             // now (with a moved cursor) rather than wait for a change.
@@ -154,10 +162,10 @@ impl WatchRead {
     /// The log moved while parked: read again from the cursor (a new round).
     pub fn handle_moved(&mut self) {
         self.pages = 0;
-        self.poll = WatchPoll::Read {
+        self.poll = WatchPoll::Store(StoreOp::Events {
             after: self.after,
             limit: self.page_limit,
-        };
+        });
     }
 
     /// The request's wait ran out (or the DC shuts down): answer what this
@@ -269,10 +277,10 @@ mod tests {
         read.handle_moved();
         assert_eq!(
             read.poll(),
-            &WatchPoll::Read {
+            &WatchPoll::Store(StoreOp::Events {
                 after: 1,
                 limit: PAGE
-            }
+            })
         );
         read.handle_page(vec![event(2, "games")], 1, 2);
         assert_eq!(done(&read), Ok((vec![2], 2)));
@@ -289,7 +297,10 @@ mod tests {
                     event(seq, "chat")
                 })
                 .collect();
-            assert!(matches!(read.poll(), WatchPoll::Read { .. }));
+            assert!(matches!(
+                read.poll(),
+                WatchPoll::Store(StoreOp::Events { .. })
+            ));
             read.handle_page(page, 1, 1_000);
         }
         let read_events = (WATCH_PAGES_MAX * PAGE) as EventSeq;
@@ -320,7 +331,10 @@ mod tests {
         // trim past the cursor: the next page starts after a gap.
         let mut read = WatchRead::new(games(), 0, PAGE);
         read.handle_page((1..=4).map(|s| event(s, "games")).collect(), 1, 20);
-        assert!(matches!(read.poll(), WatchPoll::Read { after: 4, .. }));
+        assert!(matches!(
+            read.poll(),
+            WatchPoll::Store(StoreOp::Events { after: 4, .. })
+        ));
         read.handle_page((10..=13).map(|s| event(s, "games")).collect(), 10, 20);
         // What was read before the gap is answered; the next request, from
         // 4, is refused `Trimmed` with where to resume.
