@@ -357,14 +357,16 @@ impl Sim {
         d: usize,
         id: &ReservationId,
     ) -> Result<Option<ReservationId>, ErrorReply> {
-        let mut check = Supersede::new(id.clone());
+        let dc = self.dcs[d].id.clone();
+        let mut check = Supersede::new(dc, id.clone(), self.rules.mutations);
         loop {
-            match check.poll().clone() {
+            match check.poll() {
                 SupersedePoll::Store(op) => {
+                    let now = self.dcs[d].clock.store_time(self.now);
                     let stored = self
                         .perform(d, op)
                         .expect("the in-memory store reads records");
-                    check.handle_stored(stored);
+                    check.handle_stored(stored, now, &self.policy);
                 }
                 SupersedePoll::Confirm(succession) => {
                     if self.cut_from_global(d) {
@@ -375,15 +377,13 @@ impl Sim {
                     let recorded = self.successions.entry(from).or_insert(succession);
                     check.handle_confirmed(recorded.clone());
                 }
-                SupersedePoll::Change(change) => {
-                    // As homingd: a failed update fails the link.
-                    let made = self.update_at_once(d, id.clone(), change);
-                    if made.map_err(|e| e.reply())? {
+                // As homingd: a failed supersede fails the link.
+                SupersedePoll::Done(done) => {
+                    if check.superseded() {
                         self.measurements.count(Counter::LinkRefusedSuperseded);
                     }
-                    check.handle_changed();
+                    return done;
                 }
-                SupersedePoll::Done(winner) => return Ok(winner),
             }
         }
     }

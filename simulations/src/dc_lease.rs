@@ -530,7 +530,7 @@ impl Sim {
                 return self.drain_drive(d, tid, task);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
-            TaskKind::DrainScope(_) => return self.drain_scope_failed(d, tid, task, failure),
+            TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, Err(failure)),
             // A failed read of its own segment still answers the entry.
             TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {
                 resolve.handle_segment(Err(failure), self.answers_for_tails(d));

@@ -12,10 +12,10 @@ use crate::counter::Counter;
 use std::collections::BTreeMap;
 
 use homing_core::{NamespaceScope, ReservationId, ScanCursor};
-use homing_node::{Change, DrainScope, DrainScopePoll, Failure, Stored, Update};
+use homing_node::{DrainScope, DrainScopePoll, Failure, Stored};
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, UpdateStep};
+use crate::dc::{Next, StoreOp, Task, TaskKind};
 use crate::sim::{NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -27,8 +27,6 @@ pub(crate) struct DrainScopeJob {
     after: Option<ScanCursor>,
     /// Failed tries of the current page.
     failures: u32,
-    /// The drain of one lease of the page, while it runs.
-    update: Option<Box<Update>>,
     /// Renewable leases when the drain began, and their versions then.
     began: BTreeMap<ReservationId, u64>,
     /// Leases drained so far.
@@ -47,10 +45,9 @@ impl Sim {
             .map(|r| (r.id.clone(), r.version))
             .collect();
         let job = DrainScopeJob {
-            page: DrainScope::new(NamespaceScope::everything(), None, SCAN_LIMIT_MAX),
+            page: self.drain_scope_page_at(d, None),
             after: None,
             failures: 0,
-            update: None,
             began,
             drained: 0,
         };
@@ -68,58 +65,44 @@ impl Sim {
         self.drain_scope_drive(d, tid, task);
     }
 
+    /// DC `d`'s page of every namespace's records after `after`.
+    fn drain_scope_page_at(&self, d: usize, after: Option<ScanCursor>) -> DrainScope {
+        let (dc, scope) = (self.dcs[d].id.clone(), NamespaceScope::everything());
+        DrainScope::new(dc, scope, after, SCAN_LIMIT_MAX, self.rules.mutations)
+    }
+
     /// Runs the page until it needs the store, or ends.
     pub(crate) fn drain_scope_drive(&mut self, d: usize, tid: u64, mut task: Task) {
         let TaskKind::DrainScope(job) = &mut task.kind else {
             return;
         };
-        loop {
-            if let Some(update) = &mut job.update {
-                let made = match UpdateStep::of(update.poll()) {
-                    UpdateStep::Store(op) => {
-                        return self.dc_continue(d, tid, task, Next::Store(op));
-                    }
-                    UpdateStep::Done(changed) => Ok(changed.made()),
-                    UpdateStep::Failed(e) => Err(Failure::from_reply(e.reply())),
-                };
-                job.update = None;
-                job.drained += u64::from(made == Ok(true));
-                job.page.handle_drained(made);
-                continue;
+        let poll = job.page.poll();
+        while job.page.poll_drained().is_some() {
+            job.drained += 1;
+        }
+        let done = match poll {
+            DrainScopePoll::Store(op) => {
+                return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
             }
-            match job.page.poll().clone() {
-                DrainScopePoll::Store(op) => {
-                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
-                }
-                DrainScopePoll::Drain(id) => {
-                    let dc = self.dcs[d].id.clone();
-                    let update = Update::new(dc, id, Change::Drain, self.rules.mutations);
-                    job.update = Some(Box::new(update));
-                }
-                DrainScopePoll::Done(done) => {
-                    let TaskKind::DrainScope(job) = task.kind else {
-                        return;
-                    };
-                    let mut job = *job;
-                    return match done {
-                        Ok((_, Some(next))) => {
-                            job.page = DrainScope::new(
-                                NamespaceScope::everything(),
-                                Some(next.clone()),
-                                SCAN_LIMIT_MAX,
-                            );
-                            (job.after, job.failures) = (Some(next), 0);
-                            self.drain_scope_page(d, job);
-                        }
-                        Ok((_, None)) => self.drain_scope_end(d, job),
-                        Err(_) => self.drain_scope_retry(d, job),
-                    };
-                }
+            DrainScopePoll::Done(done) => done,
+        };
+        let TaskKind::DrainScope(job) = task.kind else {
+            return;
+        };
+        let mut job = *job;
+        match done {
+            Ok((_, Some(next))) => {
+                job.page = self.drain_scope_page_at(d, Some(next.clone()));
+                (job.after, job.failures) = (Some(next), 0);
+                self.drain_scope_page(d, job);
             }
+            Ok((_, None)) => self.drain_scope_end(d, job),
+            Err(_) => self.drain_scope_retry(d, job),
         }
     }
 
-    /// A store operation of the drain completed (or failed).
+    /// A store operation of the page completed (or failed: the page stops
+    /// and is tried again).
     pub(crate) fn drain_scope_stored(
         &mut self,
         d: usize,
@@ -128,37 +111,10 @@ impl Sim {
         stored: Result<Stored, Failure>,
     ) {
         let now = self.dcs[d].clock.store_time(self.now);
-        let TaskKind::DrainScope(job) = &mut task.kind else {
-            return;
-        };
-        match (stored, &mut job.update) {
-            (Err(failure), _) => return self.drain_scope_failed(d, tid, task, failure),
-            (Ok(stored), Some(update)) => update.handle_stored(stored, now, &self.policy),
-            (Ok(stored), None) => job.page.handle_stored(stored),
+        if let TaskKind::DrainScope(job) = &mut task.kind {
+            job.page.handle_stored(stored, now, &self.policy);
         }
         self.drain_scope_drive(d, tid, task);
-    }
-
-    /// A store operation of the drain failed: the lease being drained
-    /// fails its page, a failed scan fails it at once.
-    pub(crate) fn drain_scope_failed(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        failure: Failure,
-    ) {
-        let TaskKind::DrainScope(job) = &mut task.kind else {
-            return;
-        };
-        if job.update.take().is_some() {
-            job.page.handle_drained(Err(failure));
-            return self.drain_scope_drive(d, tid, task);
-        }
-        let TaskKind::DrainScope(job) = task.kind else {
-            return;
-        };
-        self.drain_scope_retry(d, *job);
     }
 
     /// The operator runs a failed page again, twenty times at most.
@@ -169,11 +125,7 @@ impl Sim {
             self.measurements.count(Counter::DrainScopeGaveUp);
             return;
         }
-        job.page = DrainScope::new(
-            NamespaceScope::everything(),
-            job.after.clone(),
-            SCAN_LIMIT_MAX,
-        );
+        job.page = self.drain_scope_page_at(d, job.after.clone());
         self.drain_scope_page(d, job);
     }
 

@@ -393,24 +393,24 @@ impl Node {
     /// [`Supersede`] decides: `Some(winner)` if it lost its confirmation to
     /// a takeover and now continues as the winner.
     async fn superseded(&self, id: &ReservationId) -> Result<Option<ReservationId>, Failure> {
-        let mut check = Supersede::new(id.clone());
+        let mut check = Supersede::new(self.dc.clone(), id.clone(), Mutations::NONE);
         loop {
-            match check.poll().clone() {
-                SupersedePoll::Store(op) => check.handle_stored(self.perform(op).await?),
+            match check.poll() {
+                SupersedePoll::Store(op) => {
+                    let stored = self.perform(op).await?;
+                    check.handle_stored(stored, store_now(), &self.policy);
+                }
                 SupersedePoll::Confirm(succession) => {
                     check.handle_confirmed(self.confirm(succession).await?);
                 }
-                SupersedePoll::Change(change) => {
-                    self.update(id, change).await?;
-                    check.handle_changed();
-                }
-                SupersedePoll::Done(winner) => {
+                SupersedePoll::Done(Ok(winner)) => {
                     if let Some(winner) = &winner {
                         tracing::warn!(reservation = %id, successor = %winner,
                             "a record whose move lost to a takeover now continues as the taker");
                     }
                     return Ok(winner);
                 }
+                SupersedePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
             }
         }
     }
@@ -1167,17 +1167,17 @@ impl Node {
         scope: &NamespaceScope,
         after: Option<&ScanCursor>,
     ) -> Result<Reply, Failure> {
-        let mut page = DrainScope::new(scope.clone(), after.cloned(), SCAN_LIMIT_MAX);
+        let (dc, scope, after) = (self.dc.clone(), scope.clone(), after.cloned());
+        let mut page = DrainScope::new(dc, scope, after, SCAN_LIMIT_MAX, Mutations::NONE);
         loop {
-            match page.poll().clone() {
-                DrainScopePoll::Store(op) => page.handle_stored(self.perform(op).await?),
-                DrainScopePoll::Drain(id) => {
-                    let changed = self.update(&id, Change::Drain).await;
-                    let made = changed.map(|c| c.made()).map_err(|f| f.classify(&self.dc));
-                    if made == Ok(true) {
-                        tracing::info!(reservation = %id, "drained");
-                    }
-                    page.handle_drained(made);
+            let poll = page.poll();
+            while let Some(id) = page.poll_drained() {
+                tracing::info!(reservation = %id, "drained");
+            }
+            match poll {
+                DrainScopePoll::Store(op) => {
+                    let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
+                    page.handle_stored(stored, store_now(), &self.policy);
                 }
                 DrainScopePoll::Done(Ok((drained, next))) => {
                     return Ok(Reply::DrainedPage { drained, next });

@@ -6,10 +6,16 @@
 
 use std::collections::VecDeque;
 
-use homing_core::{DcRecord, ErrorReply, Key, LeaseKey, NamespaceScope, ReservationId, ScanCursor};
+use homing_core::{
+    DcId, DcRecord, ErrorReply, Key, LeaseKey, LeasePolicy, NamespaceScope, ReservationId,
+    ScanCursor, StoreTime,
+};
 
 use crate::Failure;
+use crate::change::Change;
 use crate::effect::{StoreOp, Stored, unasked};
+use crate::mutation::Mutations;
+use crate::update::{Update, UpdatePoll};
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to
 /// at most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
@@ -28,80 +34,133 @@ pub fn next_cursor(records: &[DcRecord], limit: usize) -> Option<ScanCursor> {
 /// What an operator's `DrainScope` page needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainScopePoll {
-    /// Read one page of the scope's records ([`StoreOp::Scan`]); answer
-    /// with [`DrainScope::handle_stored`].
+    /// Read the page of the scope's records, or read and compare-and-set a
+    /// live lease of it to drain it; answer with [`DrainScope::handle_stored`].
     Store(StoreOp),
-    /// Drain this live lease (an [`crate::Update`] with
-    /// [`crate::Change::Drain`]); answer with [`DrainScope::handle_drained`].
-    Drain(ReservationId),
     /// The page is done: leases drained now, and where the next page starts
     /// (`None`: this was the last) — or why it stopped.
     Done(Result<(u32, Option<ScanCursor>), ErrorReply>),
 }
 
 /// One page of an operator's `DrainScope { scope, after }`: read a page of
-/// the scope's records, drain each live lease on it in turn (a record no
-/// longer drainable when its turn comes is skipped by the update), count
-/// those that changed. A failed drain stops the page with its error (the
-/// operator retries the page: draining is idempotent).
+/// the scope's records, drain each live lease on it in turn (an
+/// [`Update`] with [`Change::Drain`]: a record no longer drainable when
+/// its turn comes is left as it is), count those that changed. A failed
+/// read or drain stops the page with its error (the operator retries the
+/// page: draining is idempotent).
 #[derive(Debug)]
 pub struct DrainScope {
+    dc: DcId,
+    mutations: Mutations,
     limit: usize,
     next: Option<ScanCursor>,
     todo: VecDeque<ReservationId>,
+    /// The drain of one lease of the page, while it runs.
+    update: Option<Box<Update>>,
     drained: u32,
-    poll: DrainScopePoll,
+    /// Leases drained since the last [`DrainScope::poll_drained`].
+    drained_ids: VecDeque<ReservationId>,
+    /// The page's read while it is to be made; then `None`.
+    read: Option<StoreOp>,
+    done: Option<Result<(u32, Option<ScanCursor>), ErrorReply>>,
 }
 
 impl DrainScope {
-    /// A page of `scope`'s records after `after`, at most `limit`.
-    pub fn new(scope: NamespaceScope, after: Option<ScanCursor>, limit: usize) -> DrainScope {
+    /// A page of `scope`'s records at DC `dc` after `after`, at most `limit`.
+    pub fn new(
+        dc: DcId,
+        scope: NamespaceScope,
+        after: Option<ScanCursor>,
+        limit: usize,
+        mutations: Mutations,
+    ) -> DrainScope {
         DrainScope {
+            dc,
+            mutations,
             limit,
             next: None,
             todo: VecDeque::new(),
+            update: None,
             drained: 0,
-            poll: DrainScopePoll::Store(StoreOp::scan_scope(scope, after, limit)),
+            drained_ids: VecDeque::new(),
+            read: Some(StoreOp::scan_scope(scope, after, limit)),
+            done: None,
         }
     }
 
     /// What to do next.
-    pub fn poll(&self) -> &DrainScopePoll {
-        &self.poll
-    }
-
-    /// The answer to the [`StoreOp`] asked: the page read.
-    pub fn handle_stored(&mut self, stored: Stored) {
-        match stored {
-            Stored::Page(records) => self.handle_page(&records),
-            other => unasked("drain scope", &other),
-        }
-    }
-
-    /// The page was read: its live leases are drained next.
-    fn handle_page(&mut self, records: &[DcRecord]) {
-        self.next = next_cursor(records, self.limit);
-        let live = records.iter().filter(|r| r.drain().is_some());
-        self.todo = live.map(|r| r.id.clone()).collect();
-        self.advance();
-    }
-
-    /// The drain asked for ended: `Ok(true)` if it changed the record.
-    pub fn handle_drained(&mut self, drained: Result<bool, Failure>) {
-        match drained {
-            Ok(made) => {
-                self.drained += u32::from(made);
-                self.advance();
+    pub fn poll(&mut self) -> DrainScopePoll {
+        loop {
+            if let Some(done) = &self.done {
+                return DrainScopePoll::Done(done.clone());
             }
-            Err(failure) => self.poll = DrainScopePoll::Done(Err(failure.into_reply())),
+            if let Some(read) = &self.read {
+                return DrainScopePoll::Store(read.clone());
+            }
+            let Some(update) = &mut self.update else {
+                self.advance();
+                continue;
+            };
+            match update.poll() {
+                UpdatePoll::Store(op) => return DrainScopePoll::Store(op),
+                UpdatePoll::Done(changed) => {
+                    if changed.made() {
+                        self.drained += 1;
+                        self.drained_ids.push_back(update.id().clone());
+                    }
+                    self.update = None;
+                }
+                UpdatePoll::Failed(e) => {
+                    self.done = Some(Err(Failure::from_reply(e.reply()).into_reply()));
+                }
+            }
         }
     }
 
-    fn advance(&mut self) {
-        self.poll = match self.todo.pop_front() {
-            Some(id) => DrainScopePoll::Drain(id),
-            None => DrainScopePoll::Done(Ok((self.drained, self.next.take()))),
+    /// A lease this page drained, once each, oldest first (for logs).
+    pub fn poll_drained(&mut self) -> Option<ReservationId> {
+        self.drained_ids.pop_front()
+    }
+
+    /// The answer to the [`StoreOp`] asked at `now` (store clock), or why
+    /// it failed (the page stops with it).
+    pub fn handle_stored(
+        &mut self,
+        stored: Result<Stored, Failure>,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) {
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(failure) => {
+                self.done = Some(Err(failure.into_reply()));
+                return;
+            }
         };
+        if self.read.take().is_some() {
+            let Stored::Page(records) = stored else {
+                unasked("drain scope", &stored)
+            };
+            self.next = next_cursor(&records, self.limit);
+            let live = records.iter().filter(|r| r.drain().is_some());
+            self.todo = live.map(|r| r.id.clone()).collect();
+            return;
+        }
+        let Some(update) = &mut self.update else {
+            unasked("drain scope", &stored)
+        };
+        update.handle_stored(stored, now, policy);
+    }
+
+    /// Starts draining the next live lease, or ends the page.
+    fn advance(&mut self) {
+        match self.todo.pop_front() {
+            Some(id) => {
+                let update = Update::new(self.dc.clone(), id, Change::Drain, self.mutations);
+                self.update = Some(Box::new(update));
+            }
+            None => self.done = Some(Ok((self.drained, self.next.take()))),
+        }
     }
 }
 
@@ -222,13 +281,22 @@ impl KeyRecords {
 
 #[cfg(test)]
 mod tests {
-    use homing_core::{ErrorKind, StoreTime};
+    use homing_core::{ErrorKind, Written};
 
     use super::*;
     use crate::fixture::held;
 
+    const NOW: StoreTime = StoreTime::from_ms(1);
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
     fn scope() -> NamespaceScope {
         NamespaceScope::exact(homing_core::Namespace::default())
+    }
+
+    /// A page of at most 3 records at `iad`.
+    fn drain_scope() -> DrainScope {
+        let dc = "iad".parse().unwrap();
+        DrainScope::new(dc, scope(), None, 3, Mutations::NONE)
     }
 
     #[test]
@@ -236,31 +304,54 @@ mod tests {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
         let drained = live.drain().unwrap();
         let other = held("iad.2", "b", None, StoreTime::from_ms(0));
-        let mut page = DrainScope::new(scope(), None, 3);
+        let mut page = drain_scope();
         assert_eq!(
             page.poll(),
-            &DrainScopePoll::Store(StoreOp::scan_scope(scope(), None, 3))
+            DrainScopePoll::Store(StoreOp::scan_scope(scope(), None, 3))
         );
-        page.handle_page(&[live.clone(), drained, other.clone()]);
-        // The already drained record is not asked about.
-        assert_eq!(page.poll(), &DrainScopePoll::Drain(live.id.clone()));
-        page.handle_drained(Ok(true));
-        assert_eq!(page.poll(), &DrainScopePoll::Drain(other.id.clone()));
-        page.handle_drained(Ok(false)); // drained meanwhile by another
+        let records = vec![live.clone(), drained, other.clone()];
+        page.handle_stored(Ok(Stored::Page(records)), NOW, &POLICY);
+        // The already drained record is not asked about: the live one is
+        // read and drained.
+        assert_eq!(
+            page.poll(),
+            DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
+        );
+        page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW, &POLICY);
+        let DrainScopePoll::Store(StoreOp::Write { record, .. }) = page.poll() else {
+            panic!("a live lease is drained with a write")
+        };
+        assert_eq!(record.drain(), None, "the write drains it");
+        page.handle_stored(Ok(Stored::Written(Written::Yes)), NOW, &POLICY);
+        assert_eq!(
+            page.poll(),
+            DrainScopePoll::Store(StoreOp::Read(other.id.clone()))
+        );
+        assert_eq!(page.poll_drained(), Some(live.id.clone()));
+        assert_eq!(page.poll_drained(), None);
+        // Drained meanwhile by another: nothing to write, not counted.
+        let meanwhile = Some(other.drain().unwrap());
+        page.handle_stored(Ok(Stored::Record(meanwhile)), NOW, &POLICY);
         let next = Some(ScanCursor::after(&other));
-        assert_eq!(page.poll(), &DrainScopePoll::Done(Ok((1, next))));
+        assert_eq!(page.poll(), DrainScopePoll::Done(Ok((1, next))));
+        assert_eq!(page.poll_drained(), None);
     }
 
     #[test]
-    fn a_short_page_is_the_last_and_a_failed_drain_stops_the_page() {
+    fn a_short_page_is_the_last_and_a_failed_read_stops_the_page() {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
-        let mut last = DrainScope::new(scope(), None, 3);
-        last.handle_page(&[]);
-        assert_eq!(last.poll(), &DrainScopePoll::Done(Ok((0, None))));
-        let mut failing = DrainScope::new(scope(), None, 3);
-        failing.handle_page(std::slice::from_ref(&live));
+        let mut last = drain_scope();
+        last.handle_stored(Ok(Stored::Page(vec![])), NOW, &POLICY);
+        assert_eq!(last.poll(), DrainScopePoll::Done(Ok((0, None))));
+        let mut failing = drain_scope();
+        let page = Stored::Page(vec![live.clone()]);
+        failing.handle_stored(Ok(page), NOW, &POLICY);
+        assert_eq!(
+            failing.poll(),
+            DrainScopePoll::Store(StoreOp::Read(live.id))
+        );
         let e = ErrorReply::new(ErrorKind::Internal, "store: broken");
-        failing.handle_drained(Err(Failure::Refused(e)));
+        failing.handle_stored(Err(Failure::Refused(e)), NOW, &POLICY);
         assert!(
             matches!(failing.poll(), DrainScopePoll::Done(Err(e)) if e.kind == ErrorKind::Internal)
         );

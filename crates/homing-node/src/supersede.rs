@@ -7,102 +7,142 @@
 //! the winner. Decided here once for homingd and the simulator.
 
 use homing_core::succession::{confirmation_of, superseding};
-use homing_core::{DcRecord, ReservationId, Succession};
+use homing_core::{DcId, DcRecord, ErrorReply, LeasePolicy, ReservationId, StoreTime, Succession};
 
 use crate::Change;
 use crate::effect::{StoreOp, Stored, unasked};
+use crate::mutation::Mutations;
+use crate::update::{Update, UpdatePoll};
 
 /// What a [`Supersede`] needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SupersedePoll {
-    /// Read the record (answer with [`Supersede::handle_stored`]).
+    /// Read the record — or, superseding it, read and compare-and-set it
+    /// (an [`Update`] with [`Change::Supersede`]); answer with
+    /// [`Supersede::handle_stored`].
     Store(StoreOp),
     /// Make this succession its reservation's in the global store unless
     /// one is (write-once; a cached answer will do: it never changes);
     /// answer with the one the store has ([`Supersede::handle_confirmed`]).
     Confirm(Succession),
-    /// Make this change to the record (an [`crate::Update`]); answer with
-    /// [`Supersede::handle_changed`].
-    Change(Change),
     /// Done: `None`, the link may go on; `Some(winner)`, the record now
-    /// continues as `winner` (answer the link `AlreadyLinked(winner)`).
-    Done(Option<ReservationId>),
+    /// continues as `winner` (answer the link `AlreadyLinked(winner)`);
+    /// or why the record could not be superseded (the link fails with it).
+    Done(Result<Option<ReservationId>, ErrorReply>),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Read,
+    Confirm(Succession),
+    Supersede(Box<Update>),
+    Done(Result<Option<ReservationId>, ErrorReply>),
 }
 
 /// The check a link of this DC's record makes first, as a stepper.
 #[derive(Debug)]
 pub struct Supersede {
+    dc: DcId,
     id: ReservationId,
+    mutations: Mutations,
     record: Option<DcRecord>,
     /// The record's own succession to the winner, once asked.
     own: Option<Succession>,
-    poll: SupersedePoll,
+    /// Whether superseding changed the record.
+    superseded: bool,
+    phase: Phase,
 }
 
 impl Supersede {
-    /// The check of this DC's record `id`.
-    pub fn new(id: ReservationId) -> Supersede {
+    /// The check of DC `dc`'s record `id`.
+    pub fn new(dc: DcId, id: ReservationId, mutations: Mutations) -> Supersede {
         Supersede {
-            poll: SupersedePoll::Store(StoreOp::Read(id.clone())),
+            dc,
             id,
+            mutations,
             record: None,
             own: None,
+            superseded: false,
+            phase: Phase::Read,
         }
     }
 
     /// What to do next.
-    pub fn poll(&self) -> &SupersedePoll {
-        &self.poll
+    pub fn poll(&mut self) -> SupersedePoll {
+        match &mut self.phase {
+            Phase::Read => SupersedePoll::Store(StoreOp::Read(self.id.clone())),
+            Phase::Confirm(succession) => SupersedePoll::Confirm(succession.clone()),
+            Phase::Supersede(update) => match update.poll() {
+                UpdatePoll::Store(op) => SupersedePoll::Store(op),
+                UpdatePoll::Done(changed) => {
+                    self.superseded = changed.made();
+                    let own = self
+                        .own
+                        .as_ref()
+                        .expect("a change follows the own succession");
+                    self.phase = Phase::Done(Ok(Some(own.link.to.clone())));
+                    self.poll()
+                }
+                UpdatePoll::Failed(e) => {
+                    self.phase = Phase::Done(Err(e.reply()));
+                    self.poll()
+                }
+            },
+            Phase::Done(done) => SupersedePoll::Done(done.clone()),
+        }
     }
 
-    /// The answer to the [`StoreOp`] asked.
-    pub fn handle_stored(&mut self, stored: Stored) {
-        match stored {
-            Stored::Record(record) => self.handle_record(record),
-            other => unasked("supersede", &other),
+    /// Whether the record was superseded (linked to the winner) by this check.
+    pub fn superseded(&self) -> bool {
+        self.superseded
+    }
+
+    /// The answer to the [`StoreOp`] asked at `now` (store clock).
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime, policy: &LeasePolicy) {
+        match (&mut self.phase, stored) {
+            (Phase::Read, Stored::Record(record)) => self.handle_record(record),
+            (Phase::Supersede(update), stored) => update.handle_stored(stored, now, policy),
+            (_, other) => unasked("supersede", &other),
         }
     }
 
     /// The record was read (`None`: there is none; the link's own update
     /// answers that).
     fn handle_record(&mut self, record: Option<DcRecord>) {
-        self.poll = match record.as_ref().and_then(confirmation_of) {
-            Some(ours) => SupersedePoll::Confirm(ours),
-            None => SupersedePoll::Done(None),
+        self.phase = match record.as_ref().and_then(confirmation_of) {
+            Some(ours) => Phase::Confirm(ours),
+            None => Phase::Done(Ok(None)),
         };
         self.record = record;
     }
 
     /// The global store has `recorded` for the succession asked.
     pub fn handle_confirmed(&mut self, recorded: Succession) {
+        assert!(
+            matches!(self.phase, Phase::Confirm(_)),
+            "supersede: a confirmation it did not ask for"
+        );
         let record = self
             .record
             .as_ref()
             .expect("a confirmation follows a record");
-        self.poll = match &self.own {
+        self.phase = match &self.own {
             // Ours is confirmed: the link goes on.
-            None if recorded.names(&self.id) => SupersedePoll::Done(None),
+            None if recorded.names(&self.id) => Phase::Done(Ok(None)),
             // Lost: record our own succession to the winner first.
             None => {
                 let own = superseding(record, &recorded.link.to);
                 self.own = Some(own.clone());
-                SupersedePoll::Confirm(own)
+                Phase::Confirm(own)
             }
             // Ours to the winner (or the one already there): link to it.
             Some(_) => {
                 self.own = Some(recorded.clone());
-                SupersedePoll::Change(Change::Supersede(recorded))
+                let change = Change::Supersede(recorded);
+                let update = Update::new(self.dc.clone(), self.id.clone(), change, self.mutations);
+                Phase::Supersede(Box::new(update))
             }
         };
-    }
-
-    /// The record was superseded (or needed no change).
-    pub fn handle_changed(&mut self) {
-        let own = self
-            .own
-            .as_ref()
-            .expect("a change follows the own succession");
-        self.poll = SupersedePoll::Done(Some(own.link.to.clone()));
     }
 }
 
@@ -113,20 +153,46 @@ mod tests {
     use super::*;
     use crate::fixture::held;
 
+    const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
     fn id(s: &str) -> ReservationId {
         s.parse().unwrap()
+    }
+
+    fn supersede(of: &str) -> Supersede {
+        Supersede::new("iad".parse().unwrap(), id(of), Mutations::NONE)
+    }
+
+    /// Drives the supersede's update of `record` to its end: a read, then a
+    /// write that links the record to `winner`; the record written.
+    fn relinked(check: &mut Supersede, record: DcRecord, winner: &str) -> DcRecord {
+        let now = StoreTime::from_ms(1);
+        assert_eq!(
+            check.poll(),
+            SupersedePoll::Store(StoreOp::Read(record.id.clone()))
+        );
+        check.handle_stored(Stored::Record(Some(record)), now, &POLICY);
+        let SupersedePoll::Store(StoreOp::Write {
+            record: written, ..
+        }) = check.poll()
+        else {
+            panic!("superseding writes the record")
+        };
+        check.handle_stored(Stored::Written(homing_core::Written::Yes), now, &POLICY);
+        assert_eq!(check.poll(), SupersedePoll::Done(Ok(Some(id(winner)))));
+        *written
     }
 
     #[test]
     fn a_record_of_the_keys_first_reservation_or_none_links_on() {
         for record in [None, Some(held("iad.1", "a", None, StoreTime::from_ms(0)))] {
-            let mut check = Supersede::new(id("iad.1"));
+            let mut check = supersede("iad.1");
             assert_eq!(
                 check.poll(),
-                &SupersedePoll::Store(StoreOp::Read(id("iad.1")))
+                SupersedePoll::Store(StoreOp::Read(id("iad.1")))
             );
             check.handle_record(record);
-            assert_eq!(check.poll(), &SupersedePoll::Done(None));
+            assert_eq!(check.poll(), SupersedePoll::Done(Ok(None)));
         }
     }
 
@@ -134,43 +200,64 @@ mod tests {
     fn a_confirmed_move_links_on() {
         let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
         let ours = confirmation_of(&record).unwrap();
-        let mut check = Supersede::new(id("iad.2"));
+        let mut check = supersede("iad.2");
         check.handle_record(Some(record));
-        assert_eq!(check.poll(), &SupersedePoll::Confirm(ours.clone()));
+        assert_eq!(check.poll(), SupersedePoll::Confirm(ours.clone()));
         check.handle_confirmed(ours);
-        assert_eq!(check.poll(), &SupersedePoll::Done(None));
+        assert_eq!(check.poll(), SupersedePoll::Done(Ok(None)));
+        assert!(!check.superseded());
     }
 
     #[test]
     fn a_move_that_lost_to_a_takeover_records_its_own_succession_and_links_to_the_winner() {
         let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
         let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
-        let mut check = Supersede::new(id("iad.2"));
+        let mut check = supersede("iad.2");
         check.handle_record(Some(record.clone()));
         check.handle_confirmed(winner);
         let own = superseding(&record, &id("lhr.3"));
-        assert_eq!(check.poll(), &SupersedePoll::Confirm(own.clone()));
+        assert_eq!(check.poll(), SupersedePoll::Confirm(own.clone()));
         check.handle_confirmed(own.clone());
-        assert_eq!(check.poll(), &SupersedePoll::Change(Change::Supersede(own)));
-        check.handle_changed();
-        assert_eq!(check.poll(), &SupersedePoll::Done(Some(id("lhr.3"))));
+        let linked = relinked(&mut check, record, "lhr.3");
+        assert!(
+            matches!(&linked.state, homing_core::RecordState::Linked { to, .. } if to == &id("lhr.3")),
+            "{linked:?}"
+        );
+        assert!(check.superseded());
     }
 
     #[test]
     fn the_succession_the_store_already_has_is_the_one_linked_to() {
         let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
         let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
-        let mut check = Supersede::new(id("iad.2"));
-        check.handle_record(Some(record));
+        let mut check = supersede("iad.2");
+        check.handle_record(Some(record.clone()));
         check.handle_confirmed(winner);
         // The store already says who continues iad.2 (another takeover).
         let already = Succession::taken_over(id("iad.2"), id("sin.4"), 1);
-        check.handle_confirmed(already.clone());
+        check.handle_confirmed(already);
+        relinked(&mut check, record, "sin.4");
+    }
+
+    #[test]
+    fn a_failed_supersede_fails_the_check() {
+        let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
+        let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
+        let mut check = supersede("iad.2");
+        check.handle_record(Some(record.clone()));
+        check.handle_confirmed(winner);
+        let own = superseding(&record, &id("lhr.3"));
+        check.handle_confirmed(own);
+        // The record is gone by the time it is superseded.
         assert_eq!(
             check.poll(),
-            &SupersedePoll::Change(Change::Supersede(already))
+            SupersedePoll::Store(StoreOp::Read(id("iad.2")))
         );
-        check.handle_changed();
-        assert_eq!(check.poll(), &SupersedePoll::Done(Some(id("sin.4"))));
+        check.handle_stored(Stored::Record(None), StoreTime::from_ms(1), &POLICY);
+        let SupersedePoll::Done(Err(e)) = check.poll() else {
+            panic!("the check fails with the update")
+        };
+        assert_eq!(e.kind, homing_core::ErrorKind::UnknownReservation);
+        assert!(!check.superseded());
     }
 }
