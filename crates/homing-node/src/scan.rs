@@ -110,9 +110,7 @@ impl DrainScope {
                     }
                     self.update = None;
                 }
-                UpdatePoll::Failed(e) => {
-                    self.done = Some(Err(Failure::from_reply(e.reply()).into_reply()));
-                }
+                UpdatePoll::Failed(e) => self.done = Some(Err(e.reply())),
             }
         }
     }

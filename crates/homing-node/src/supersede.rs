@@ -208,14 +208,22 @@ mod tests {
         assert!(!check.superseded());
     }
 
-    #[test]
-    fn a_move_that_lost_to_a_takeover_records_its_own_succession_and_links_to_the_winner() {
+    /// iad.2, a move from fra.1, whose confirmation lost to lhr.3's
+    /// takeover: the check, the record, and the record's own succession to
+    /// lhr.3 (asked next).
+    fn lost() -> (Supersede, DcRecord, Succession) {
         let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
         let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
         let mut check = supersede("iad.2");
         check.handle_record(Some(record.clone()));
         check.handle_confirmed(winner);
         let own = superseding(&record, &id("lhr.3"));
+        (check, record, own)
+    }
+
+    #[test]
+    fn a_move_that_lost_to_a_takeover_records_its_own_succession_and_links_to_the_winner() {
+        let (mut check, record, own) = lost();
         assert_eq!(check.poll(), SupersedePoll::Confirm(own.clone()));
         check.handle_confirmed(own.clone());
         let linked = relinked(&mut check, record, "lhr.3");
@@ -228,11 +236,7 @@ mod tests {
 
     #[test]
     fn the_succession_the_store_already_has_is_the_one_linked_to() {
-        let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
-        let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
-        let mut check = supersede("iad.2");
-        check.handle_record(Some(record.clone()));
-        check.handle_confirmed(winner);
+        let (mut check, record, _) = lost();
         // The store already says who continues iad.2 (another takeover).
         let already = Succession::taken_over(id("iad.2"), id("sin.4"), 1);
         check.handle_confirmed(already);
@@ -241,12 +245,7 @@ mod tests {
 
     #[test]
     fn a_failed_supersede_fails_the_check() {
-        let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
-        let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
-        let mut check = supersede("iad.2");
-        check.handle_record(Some(record.clone()));
-        check.handle_confirmed(winner);
-        let own = superseding(&record, &id("lhr.3"));
+        let (mut check, _, own) = lost();
         check.handle_confirmed(own);
         // The record is gone by the time it is superseded.
         assert_eq!(
