@@ -207,7 +207,9 @@ named! {
         Takeovers = "takeovers",
         /// A taken-over DC's reservation superseded by its recorded succession.
         TakeoversReconciled = "takeovers_reconciled",
-        /// An update's compare-and-set conflicted.
+        /// An update's compare-and-set conflicted (a renew, release, link,
+        /// drain, reap, abandon, or a waiter expiring a holder; not a
+        /// connect's create).
         UpdateCasConflict = "update_cas_conflict",
         /// The upkeep met a record it could not judge (`UpkeepEvent::BadRecord`).
         UpkeepBadRecord = "upkeep_bad_record",

@@ -178,10 +178,6 @@ impl Dc {
 pub struct Work {
     /// Round trips to other DCs.
     pub peer_rtts: u32,
-    /// DC-store writes.
-    pub dc_writes: u32,
-    /// Global reads (cache misses).
-    pub global_reads: u32,
     /// Global write-once operations.
     pub global_writes: u32,
     /// Link requests sent to a tail's DC.
@@ -1331,9 +1327,6 @@ impl Sim {
         }
         let op = match op {
             StoreOp::Dc(op) => {
-                if matches!(op, DcOp::Write { .. }) {
-                    task.work.dc_writes += 1;
-                }
                 let stored = self.perform(d, op);
                 let update = !matches!(task.kind, TaskKind::Acquire(_));
                 if update && stored == Ok(Stored::Written(Written::Conflict)) {
@@ -1363,7 +1356,6 @@ impl Sim {
         let next = match op {
             StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
             StoreOp::GlobalGet(key) => {
-                task.work.global_reads += 1;
                 let mut entry = self.global.get(&key).cloned();
                 // Only a connect reads the nearest replica (homing-node's CONNECT_GLOBAL_READ).
                 let nearest = matches!(task.kind, TaskKind::Acquire(_))
@@ -1877,9 +1869,9 @@ impl Sim {
 
 /// What an update task does next, as homing-node's [`Update`] says.
 pub(crate) fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
-    match UpdateStep::of(update.poll()) {
-        UpdateStep::Store(op) => Next::Store(op),
-        UpdateStep::Done(changed) => {
+    match update.poll() {
+        UpdatePoll::Store(op) => Next::Store(StoreOp::Dc(op)),
+        UpdatePoll::Done(changed) => {
             if let Changed::Link(link) = &changed {
                 measurements.count(match link {
                     LinkReply::Linked => Counter::LinkLinked,
@@ -1895,25 +1887,7 @@ pub(crate) fn update_next(update: &mut Update, measurements: &mut Measurements) 
                 None => Next::Reply(error(ErrorKind::Internal, "a change without a reply")),
             }
         }
-        UpdateStep::Failed(e) => Next::Reply(Reply::Error(e.reply())),
-    }
-}
-
-/// What an [`Update`] asks of the simulated store, or how it ended.
-pub(crate) enum UpdateStep {
-    /// A read, or a compare-and-set over the version it read.
-    Store(StoreOp),
-    Done(Changed),
-    Failed(homing_node::UpdateError),
-}
-
-impl UpdateStep {
-    pub(crate) fn of(poll: UpdatePoll) -> UpdateStep {
-        match poll {
-            UpdatePoll::Store(op) => UpdateStep::Store(StoreOp::Dc(op)),
-            UpdatePoll::Done(changed) => UpdateStep::Done(changed),
-            UpdatePoll::Failed(e) => UpdateStep::Failed(e),
-        }
+        UpdatePoll::Failed(e) => Next::Reply(Reply::Error(e.reply())),
     }
 }
 

@@ -17,8 +17,9 @@
 //!   otherwise ─► Park again
 //! ```
 //!
-//! The driver loops on [`AwaitVacant::poll`]: it performs `Read`/`Write`
-//! against its DC store (a landed write also goes through
+//! The driver loops on [`AwaitVacant::poll`]: it performs each
+//! [`StoreOp`] against its DC store and hands back the [`Stored`] answer
+//! with [`AwaitVacant::handle_stored`] (a landed write also goes through
 //! [`Waiters::written`], which may wake this very waiter), and on `Park`
 //! waits for the first of: the reply delivered to this waiter's handle, the
 //! `until` instant, a rouse of this waiter (its queue's hand-off moved); it

@@ -1,10 +1,11 @@
 //! What a stepper asks of this DC's own store, and what the store answered
-//! (DESIGN.md §7.1's effects, the DC store's share). Every stepper that
-//! reads or writes the DC store asks with one [`StoreOp`] and takes the
-//! answer as one [`Stored`] (or the [`crate::Failure`] of the operation),
-//! so each driver performs DC-store operations in one place: homingd
-//! against a real backend, the simulator against its in-memory store with
-//! latency and faults.
+//! (DESIGN.md §7.1's effects, the DC store's share). The steppers of this
+//! crate that read or write the DC store ask with one [`StoreOp`] and take
+//! the answer as one [`Stored`] (or the [`crate::Failure`] of the
+//! operation), so each driver performs them in one place: homingd against
+//! a real backend, the simulator against its in-memory store with latency
+//! and faults. (The acquire's connect still asks in homing-core's
+//! `ConnectNeed`, and resolve reads chain segments.)
 
 use homing_core::{
     DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,

@@ -336,6 +336,50 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_retries_a_conflict_and_a_failed_drain_or_scan_stops_the_page() {
+        let live = held("iad.1", "a", None, StoreTime::from_ms(0));
+        // A conflict: the lease is read and written again.
+        let mut page = drain_scope();
+        page.handle_stored(Ok(Stored::Page(vec![live.clone()])), NOW, &POLICY);
+        for _ in 0..2 {
+            assert_eq!(
+                page.poll(),
+                DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
+            );
+            page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW, &POLICY);
+            assert!(matches!(
+                page.poll(),
+                DrainScopePoll::Store(StoreOp::Write { .. })
+            ));
+            page.handle_stored(Ok(Stored::Written(Written::Conflict)), NOW, &POLICY);
+        }
+        assert_eq!(
+            page.poll(),
+            DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
+        );
+        // Gone by then: the update's refusal stops the page.
+        page.handle_stored(Ok(Stored::Record(None)), NOW, &POLICY);
+        let DrainScopePoll::Done(Err(e)) = page.poll() else {
+            panic!("a failed drain stops the page")
+        };
+        assert_eq!(e.kind, ErrorKind::UnknownReservation);
+        assert_eq!(page.poll_drained(), None);
+        // A failed scan stops it before any drain.
+        let mut unread = drain_scope();
+        let e = ErrorReply::new(
+            ErrorKind::Unavailable {
+                dc: "iad".parse().unwrap(),
+            },
+            "store down",
+        );
+        unread.handle_stored(Err(Failure::Unreachable(e)), NOW, &POLICY);
+        assert!(matches!(
+            unread.poll(),
+            DrainScopePoll::Done(Err(e)) if matches!(e.kind, ErrorKind::Unavailable { .. })
+        ));
+    }
+
+    #[test]
     fn a_short_page_is_the_last_and_a_failed_read_stops_the_page() {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
         let mut last = drain_scope();

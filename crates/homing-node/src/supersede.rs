@@ -240,7 +240,11 @@ mod tests {
         // The store already says who continues iad.2 (another takeover).
         let already = Succession::taken_over(id("iad.2"), id("sin.4"), 1);
         check.handle_confirmed(already);
-        relinked(&mut check, record, "sin.4");
+        let linked = relinked(&mut check, record, "sin.4");
+        assert!(
+            matches!(&linked.state, homing_core::RecordState::Linked { to, .. } if to == &id("sin.4")),
+            "{linked:?}"
+        );
     }
 
     #[test]

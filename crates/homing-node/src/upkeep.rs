@@ -35,7 +35,9 @@
 //! ```
 //!
 //! Driver: [`Upkeep::start`] a pass at the store's `now`, loop on
-//! [`Upkeep::poll`], answer each [`UpkeepPoll`] with its `handle_*`, take
+//! [`Upkeep::poll`], perform what it asks and answer with
+//! [`Upkeep::handle_stored`] (the DC store), [`Upkeep::handle_global`] or
+//! [`Upkeep::handle_segment`] (a proof's reads), take
 //! [`Upkeep::poll_event`]s for logs and counters. One pass at a time.
 
 use std::collections::VecDeque;
@@ -564,7 +566,7 @@ mod tests {
     use homing_core::{FencingToken, KeyName, Link, RunOutcome};
 
     use super::*;
-    use homing_core::Written;
+    use homing_core::{ErrorKind, ErrorReply, Written};
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 
@@ -584,6 +586,8 @@ mod tests {
         entries_read: usize,
         /// Every write and proof read, in order: `write <id>`, `prove <what>`.
         trace: Vec<String>,
+        /// Kinds of store operation that fail (`due`, `write`, `trim`).
+        failing: BTreeSet<&'static str>,
     }
 
     fn key(name: &str) -> Key {
@@ -607,6 +611,7 @@ mod tests {
                 reads: 0,
                 entries_read: 0,
                 trace: Vec::new(),
+                failing: BTreeSet::new(),
             }
         }
 
@@ -712,8 +717,19 @@ mod tests {
             loop {
                 match upkeep.poll() {
                     UpkeepPoll::Store(op) => {
-                        let stored = self.perform(op);
-                        upkeep.handle_stored(Ok(stored), self.now);
+                        let kind = match &op {
+                            StoreOp::Due { .. } => "due",
+                            StoreOp::Write { .. } => "write",
+                            StoreOp::TrimEvents { .. } => "trim",
+                            _ => "other",
+                        };
+                        let stored = if self.failing.contains(kind) {
+                            let e = ErrorReply::new(ErrorKind::Internal, format!("{kind} fails"));
+                            Err(Failure::Refused(e))
+                        } else {
+                            Ok(self.perform(op))
+                        };
+                        upkeep.handle_stored(stored, self.now);
                     }
                     UpkeepPoll::GlobalEntry(k) => {
                         self.reads += 1;
@@ -759,6 +775,49 @@ mod tests {
             RecordState::Linked { .. } => "linked",
             RecordState::Abandoned => "abandoned",
         }
+    }
+
+    /// The events of a pass without their payloads, in order.
+    fn kinds(events: &[UpkeepEvent]) -> Vec<&'static str> {
+        let kind = |e: &UpkeepEvent| match e {
+            UpkeepEvent::Reaped(_) => "reaped",
+            UpkeepEvent::ChangeFailed(..) => "change failed",
+            UpkeepEvent::ScanFailed(_) => "scan failed",
+            UpkeepEvent::Trimmed(_) => "trimmed",
+            UpkeepEvent::TrimFailed(_) => "trim failed",
+            UpkeepEvent::PassDone { .. } => "done",
+            _ => "other",
+        };
+        events.iter().map(kind).collect()
+    }
+
+    #[test]
+    fn a_failed_store_operation_is_reported_and_the_pass_goes_on_or_ends() {
+        // A failed reap: reported per lease, the next lease still reaped.
+        let mut world = World::new();
+        world.record("iad.1", "a", None, false);
+        world.record("iad.2", "b", None, false);
+        world.failing.insert("write");
+        let mut upkeep = upkeep(10, Mutations::NONE);
+        let events = world.pass(&mut upkeep);
+        assert_eq!(
+            kinds(&events),
+            ["change failed", "change failed", "trimmed", "done"]
+        );
+        assert_eq!(state(&world, "iad.1"), "active");
+        // Once the store is back, the next pass reaps both.
+        world.failing.clear();
+        let events = world.pass(&mut upkeep);
+        assert_eq!(kinds(&events)[..2], ["reaped", "reaped"]);
+        // A failed page read ends the pass; a failed trim is reported.
+        let mut world = World::new();
+        world.record("iad.1", "a", None, false);
+        world.failing.insert("due");
+        assert_eq!(kinds(&world.pass(&mut upkeep)), ["scan failed", "done"]);
+        assert_eq!(state(&world, "iad.1"), "active");
+        let mut world = World::new();
+        world.failing.insert("trim");
+        assert_eq!(kinds(&world.pass(&mut upkeep)), ["trim failed", "done"]);
     }
 
     #[test]
