@@ -684,11 +684,10 @@ fn report(shape: Shape, phases: &BTreeMap<Target, Vec<Phase>>) {
         println!("\n(no nginx phases: no ratios)");
         return;
     };
-    let _ = nginx;
     for target in [Target::Hyper, Target::RouterBefore, Target::Router] {
-        if !phases.contains_key(&target) {
+        let Some(ours) = phases.get(&target) else {
             continue;
-        }
+        };
         let ratio =
             |f: &dyn Fn(&Phase) -> Option<f64>| match (med(target, f), med(Target::Nginx, f)) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
@@ -700,6 +699,26 @@ fn report(shape: Shape, phases: &BTreeMap<Target, Vec<Phase>>) {
             ratio(&|p| p.cpu_us),
             ratio(&|p| Some(p.rate)),
             ratio(&|p| Some(p.p99_us)),
+        );
+        // Each round's phases ran minutes apart at most, so a ratio taken
+        // within a round cancels the machine's drift between rounds.
+        let paired = |f: &dyn Fn(&Phase) -> Option<f64>| {
+            let each = ours.iter().zip(nginx.iter());
+            let ratios: Vec<f64> = each
+                .filter_map(|(a, b)| Some(f(a)? / f(b).filter(|b| *b > 0.0)?))
+                .collect();
+            if ratios.is_empty() || ours.len() != nginx.len() {
+                "—".to_string()
+            } else {
+                format!("{:.2}", median(ratios))
+            }
+        };
+        println!(
+            "{} / nginx, paired by round (the median of each round's ratio): CPU per request {}, throughput {}, p99 {}",
+            target.name(),
+            paired(&|p| p.cpu_us),
+            paired(&|p| Some(p.rate)),
+            paired(&|p| Some(p.p99_us)),
         );
     }
 }
