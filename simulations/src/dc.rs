@@ -1449,13 +1449,18 @@ impl Sim {
     /// task's stepper takes the answer.
     fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
         let now = self.dcs[d].clock.store_time(self.now);
-        let next = match &mut task.kind {
-            TaskKind::Await(_) => return self.await_stored(d, tid, task, stored),
-            TaskKind::Upkeep => {
+        let next = match (&mut task.kind, stored) {
+            // These answer their caller a failed store operation's error.
+            (
+                TaskKind::Update(_) | TaskKind::Watch(_) | TaskKind::Scan | TaskKind::KeyRead(_),
+                Err(failure),
+            ) => Next::Reply(Reply::Error(failure.into_reply())),
+            (TaskKind::Await(_), stored) => return self.await_stored(d, tid, task, stored),
+            (TaskKind::Upkeep, stored) => {
                 self.dcs[d].upkeep.handle_stored(stored, now);
                 return self.upkeep_drive(d, tid, task);
             }
-            TaskKind::Drain(job) => {
+            (TaskKind::Drain(job), stored) => {
                 let written = stored == Ok(Stored::Written(Written::Yes));
                 job.drain.handle_stored(stored, now, &self.policy);
                 if written {
@@ -1463,11 +1468,15 @@ impl Sim {
                 }
                 return self.drain_drive(d, tid, task);
             }
-            TaskKind::Watch(_) => return self.watch_stored(d, tid, task, stored),
-            TaskKind::Scan => return self.scan_stored(d, tid, task, stored),
-            TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, stored),
-            TaskKind::KeyRead(_) => return self.key_read_stored(d, tid, task, stored),
-            TaskKind::Acquire(job) => {
+            (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
+            (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
+            (TaskKind::DrainScope(_), stored) => {
+                return self.drain_scope_stored(d, tid, task, stored);
+            }
+            (TaskKind::KeyRead(_), Ok(stored)) => {
+                return self.key_read_stored(d, tid, task, stored);
+            }
+            (TaskKind::Acquire(job), stored) => {
                 let c = job.acquire.connect();
                 match stored {
                     Ok(Stored::Record(record)) => c.handle_local_record(record, now),
@@ -1476,14 +1485,11 @@ impl Sim {
                 }
                 self.acquire_step(d, &mut task)
             }
-            TaskKind::Update(update) => match stored {
-                Ok(stored) => {
-                    update.handle_stored(stored, now, &self.policy);
-                    update_next(update, &mut self.measurements)
-                }
-                Err(failure) => Next::Reply(Reply::Error(failure.into_reply())),
-            },
-            TaskKind::Segment | TaskKind::Resolve(_) => {
+            (TaskKind::Update(update), Ok(stored)) => {
+                update.handle_stored(stored, now, &self.policy);
+                update_next(update, &mut self.measurements)
+            }
+            (TaskKind::Segment | TaskKind::Resolve(_), _) => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
             }
         };

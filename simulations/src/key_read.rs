@@ -8,7 +8,7 @@
 //! inspects a key after each scan of its DC (`crate::scan`).
 
 use homing_core::{DcRecord, Key, LeaseKey, Reply};
-use homing_node::{Change, Failure, KeyRecords, KeyRecordsPoll, Stored, cancel};
+use homing_node::{Change, KeyRecords, KeyRecordsPoll, Stored, cancel};
 use homing_store::SCAN_LIMIT_MAX;
 
 use crate::counter::Counter;
@@ -64,24 +64,13 @@ impl Sim {
         self.dc_start(d, client, rpc, key, kind, next);
     }
 
-    /// A page of the read came back (or its read failed).
-    pub(crate) fn key_read_stored(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        stored: Result<Stored, Failure>,
-    ) {
+    /// A page of the read came back (a failed read answers its error in
+    /// `dc_stored`).
+    pub(crate) fn key_read_stored(&mut self, d: usize, tid: u64, mut task: Task, page: Stored) {
         let TaskKind::KeyRead(job) = &mut task.kind else {
             return;
         };
-        match stored {
-            Ok(page) => job.read.handle_stored(page),
-            Err(failure) => {
-                let reply = Reply::Error(failure.into_reply());
-                return self.dc_continue(d, tid, task, Next::Reply(reply));
-            }
-        }
+        job.read.handle_stored(page);
         if let KeyRecordsPoll::Store(_) = job.read.poll() {
             let next = scan_of(&job.read);
             return self.dc_continue(d, tid, task, next);

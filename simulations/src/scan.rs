@@ -21,7 +21,7 @@ use homing_core::{
     DcRecord, ErrorKind, Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor,
 };
 use homing_node::scan::next_cursor;
-use homing_node::{Failure, SCAN_PAGE_RECORDS, StoreOp as DcOp, Stored};
+use homing_node::{SCAN_PAGE_RECORDS, StoreOp as DcOp, Stored};
 use homing_store::keyspace::record_scan_bytes;
 
 use crate::dc::{Next, StoreOp, Task, TaskKind, error};
@@ -60,21 +60,14 @@ impl Sim {
         self.dc_start(d, client, rpc, NO_KEY, TaskKind::Scan, Next::Store(op));
     }
 
-    /// The page was read (or its read failed).
-    pub(crate) fn scan_stored(
-        &mut self,
-        d: usize,
-        tid: u64,
-        task: Task,
-        stored: Result<Stored, Failure>,
-    ) {
-        let reply = match stored {
-            Ok(Stored::Page(records)) => Reply::Records {
+    /// The page was read (a failed read answers its error in `dc_stored`).
+    pub(crate) fn scan_stored(&mut self, d: usize, tid: u64, task: Task, page: Stored) {
+        let reply = match page {
+            Stored::Page(records) => Reply::Records {
                 next: next_cursor(&records, SCAN_PAGE_RECORDS),
                 records: records.into_iter().map(DcRecord::redacted).collect(),
             },
-            Ok(other) => error(ErrorKind::Internal, format!("a scan answered {other:?}")),
-            Err(failure) => Reply::Error(failure.into_reply()),
+            other => error(ErrorKind::Internal, format!("a scan answered {other:?}")),
         };
         self.dc_continue(d, tid, task, Next::Reply(reply));
     }

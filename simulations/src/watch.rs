@@ -17,7 +17,7 @@
 
 use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
-use homing_node::{Failure, NodeTime, Stored, WatchPoll, WatchRead};
+use homing_node::{NodeTime, Stored, WatchPoll, WatchRead};
 use homing_store::EVENTS_LIMIT_MAX;
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
@@ -109,24 +109,13 @@ impl Sim {
         self.dc_continue(d, tid, task, Next::Reply(reply));
     }
 
-    /// A page of the event log was read for watch `tid` (or its read failed).
-    pub(crate) fn watch_stored(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        stored: Result<Stored, Failure>,
-    ) {
+    /// A page of the event log was read for watch `tid` (a failed read
+    /// answers its error in `dc_stored`).
+    pub(crate) fn watch_stored(&mut self, d: usize, tid: u64, mut task: Task, page: Stored) {
         let TaskKind::Watch(job) = &mut task.kind else {
             return;
         };
-        match stored {
-            Ok(page) => job.read.handle_stored(page),
-            Err(failure) => {
-                let reply = Reply::Error(failure.into_reply());
-                return self.dc_continue(d, tid, task, Next::Reply(reply));
-            }
-        }
+        job.read.handle_stored(page);
         self.watch_drive(d, tid, task);
     }
 

@@ -1068,9 +1068,9 @@ impl Node {
         loop {
             match wait.poll() {
                 AwaitPoll::Store(op) => {
-                    let expiring = matches!(op, StoreOp::Write { .. });
                     let stored = self.perform(op).await?;
-                    if expiring && stored == Stored::Written(Written::Yes) {
+                    // A waiter writes only to expire a lapsed holder.
+                    if stored == Stored::Written(Written::Yes) {
                         tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
                     }
                     let registered =

@@ -89,9 +89,9 @@ impl Waiters {
         self.len() == 0
     }
 
-    /// Hands the answer to its store operation (at `store_now`) to the waiter `wait` and
-    /// delivers what it woke; returns the waiter's channels if this read
-    /// registered it.
+    /// Hands the answer to the waiter `wait`'s store operation (at
+    /// `store_now`) to it and delivers what it woke; returns the waiter's
+    /// channels if this answer (a read) registered it.
     pub fn look(
         &self,
         wait: &mut AwaitVacant,
