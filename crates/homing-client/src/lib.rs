@@ -74,6 +74,7 @@
 
 #![forbid(unsafe_code)]
 
+mod actor_ids;
 mod answer_cache;
 pub mod host_agent;
 /// Which DCs are suspect, and when to probe them: the sans-IO decisions the

@@ -37,6 +37,7 @@ use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::actor_ids::{ACTOR_IDS_MAX, ActorIds};
 use crate::answer_cache::AnswerCache;
 use crate::reachability::{Change, DcSlot, ProbeSchedule};
 
@@ -222,6 +223,8 @@ struct Inner {
     members: moka::future::Cache<Key, Shortcut>,
     /// Key → whole answer, for `tail_ttl_ms`: the hot path.
     answers: AnswerCache<Answer, ResolveError>,
+    /// The actor ids the answers share.
+    actor_ids: ActorIds,
     /// Key → last good answer, for callers who accept stale answers.
     remembered: moka::future::Cache<Key, Answer>,
     /// Keys found absent, for `absent_ttl_ms` (`None` when that is 0).
@@ -256,7 +259,8 @@ struct Answer {
     dc: u32,
     /// The tail reservation's unique within that DC.
     unique: u64,
-    /// Shared with every answer handed out (a clone is a count, not a copy).
+    /// Shared with every answer of that actor and every one handed out (a
+    /// clone is a count, not a copy; see `actor_ids.rs`).
     actor: Arc<str>,
     token: FencingToken,
     hops: u32,
@@ -265,12 +269,12 @@ struct Answer {
 impl Answer {
     /// The answer to cache for `resolution`; `None` if its DC is not in
     /// `dcs` (a walk only ends at a DC it asked, which is in the table).
-    fn of(resolution: Resolution, dcs: &[DcId]) -> Option<Answer> {
+    fn of(resolution: Resolution, dcs: &[DcId], actor_ids: &ActorIds) -> Option<Answer> {
         let place = dcs.iter().position(|d| d == resolution.reservation.dc())?;
         Some(Answer {
             dc: u32::try_from(place).ok()?,
             unique: resolution.reservation.unique(),
-            actor: Arc::from(resolution.actor.as_str()),
+            actor: actor_ids.get(resolution.actor.as_str()),
             token: resolution.token,
             hops: resolution.hops,
         })
@@ -478,6 +482,7 @@ impl Resolver {
                 entries: forever(config.cache_entries),
                 members: forever(config.cache_entries),
                 answers,
+                actor_ids: ActorIds::new(ACTOR_IDS_MAX),
                 remembered: forever(config.cache_entries),
                 successions: forever(config.cache_entries),
                 no_succession: (config.absent_ttl_ms > 0).then(|| {
@@ -553,12 +558,13 @@ impl Resolver {
                 let resolution = self.inner.walk(key).await?;
                 walked_here.store(u64::from(resolution.remote_round_trips), Ordering::Relaxed);
                 let tail = resolution.reservation.clone();
-                let answer = Answer::of(resolution, dcs).ok_or_else(|| {
-                    ResolveError::Inconsistent(format!(
-                        "tail {tail} is in dc {}, not in this router's dc table",
-                        tail.dc()
-                    ))
-                })?;
+                let answer =
+                    Answer::of(resolution, dcs, &self.inner.actor_ids).ok_or_else(|| {
+                        ResolveError::Inconsistent(format!(
+                            "tail {tail} is in dc {}, not in this router's dc table",
+                            tail.dc()
+                        ))
+                    })?;
                 // The TTL counts from the answer, not from the call.
                 Ok((answer, Instant::now()))
             })
@@ -708,7 +714,7 @@ impl Resolver {
     #[doc(hidden)]
     pub async fn prime(&self, resolution: Resolution) {
         let key = resolution.key.clone();
-        if let Some(answer) = Answer::of(resolution, self.inner.dcs.dcs()) {
+        if let Some(answer) = Answer::of(resolution, self.inner.dcs.dcs(), &self.inner.actor_ids) {
             self.inner.answers.insert(&key, answer, Instant::now());
         }
     }

@@ -648,3 +648,39 @@ async fn a_resolves_future_is_small_enough_to_move_per_request() {
         "resolve_or_stale's future: {stale} bytes"
     );
 }
+
+#[tokio::test]
+async fn answers_of_one_actor_share_one_copy_of_its_id() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let iad = DcId::new("iad").unwrap();
+    // Never dialled: every answer below is primed.
+    let config = ResolverConfig::new(vec![(iad.clone(), "127.0.0.1:9".parse().unwrap())]);
+    let resolver = Resolver::new(client(&ca, Role::Router, None), config);
+    let answer = |name: &str, unique: u64, actor: &str| homing_client::Resolution {
+        key: key(name),
+        reservation: ReservationId::new(iad.clone(), unique),
+        dc: iad.clone(),
+        actor: homing_core::ActorId::new(actor).unwrap(),
+        token: FencingToken::new(unique),
+        hops: 0,
+        remote_round_trips: 0,
+        from_cache: false,
+        stale: false,
+    };
+    resolver.prime(answer("a", 1, "10.0.0.1:80")).await;
+    resolver.prime(answer("b", 2, "10.0.0.1:80")).await;
+    resolver.prime(answer("c", 3, "10.0.0.2:80")).await;
+    let (a, b, c) = (key("a"), key("b"), key("c"));
+    let a = resolver.resolve_ref(a.borrowed()).await.unwrap();
+    let b = resolver.resolve_ref(b.borrowed()).await.unwrap();
+    let c = resolver.resolve_ref(c.borrowed()).await.unwrap();
+    assert_eq!(
+        (a.actor(), b.actor(), c.actor()),
+        ("10.0.0.1:80", "10.0.0.1:80", "10.0.0.2:80")
+    );
+    assert!(
+        std::ptr::eq(a.actor(), b.actor()),
+        "two keys of one actor share its id"
+    );
+    assert!(!std::ptr::eq(a.actor(), c.actor()));
+}
