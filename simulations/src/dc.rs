@@ -35,9 +35,10 @@ use homing_store::memory::MemoryDc;
 
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
-    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalRead, Mutations, NodeTime,
-    Resolve, ResolvePoll, StoreOp as DcOp, Stored, Supersede, SupersedePoll, Update, UpdatePoll,
-    Upkeep, WaitLimits, Waiters, answered, member_named, owned_here, segment_failure,
+    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalAnswer, GlobalOp,
+    GlobalRead, Mutations, NodeTime, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Supersede,
+    SupersedePoll, Update, UpdatePoll, Upkeep, WaitLimits, Waiters, answered, member_named,
+    owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -364,14 +365,17 @@ impl Sim {
                         .expect("the in-memory store reads records");
                     check.handle_stored(stored, now, &self.policy);
                 }
-                SupersedePoll::Confirm(succession) => {
+                SupersedePoll::Global(op) => {
                     if self.cut_from_global(d) {
                         let why = "cut from the global store";
                         return Err(crate::dc_lease::global_unavailable(self, d, why));
                     }
+                    let GlobalOp::Confirm(succession) = op else {
+                        unreachable!("a supersede only confirms: {op:?}")
+                    };
                     let from = succession.link.from.clone();
                     let recorded = self.successions.entry(from).or_insert(succession);
-                    check.handle_confirmed(recorded.clone());
+                    check.handle_global(GlobalAnswer::Confirmed(recorded.clone()));
                 }
                 // As homingd: a failed supersede fails the link.
                 SupersedePoll::Done(done) => {
@@ -409,16 +413,6 @@ impl Sim {
             }
         }
     }
-}
-
-/// What a global write decided where it landed.
-enum Landed {
-    /// The key's entry as it was (`None`: ours landed) and as it is.
-    Entry(Option<ReservationId>, ReservationId),
-    /// The succession the store has now.
-    Confirmed(homing_core::Succession),
-    /// The takeover's outcome.
-    TakenOver(TakeOverReply),
 }
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
@@ -1051,6 +1045,11 @@ impl Sim {
                     job.acquire.handle_covered(self.grant_covered(d, from));
                     continue;
                 }
+                AcquirePoll::Store(op) => return Next::Store(StoreOp::Dc(op)),
+                AcquirePoll::Global(op) => match self.acquire_global(d, job, now, op) {
+                    Some(next) => return next,
+                    None => continue,
+                },
                 AcquirePoll::Connect(need) => need,
                 AcquirePoll::Await {
                     reservation,
@@ -1095,51 +1094,7 @@ impl Sim {
                 let e = ErrorReply::new(ErrorKind::Inconsistent, format!("unknown dc in {id}"));
                 Failure::Refused(e)
             };
-            let global_need = matches!(
-                need,
-                ConnectNeed::Successor(_)
-                    | ConnectNeed::DcLease(_)
-                    | ConnectNeed::Confirm(_)
-                    | ConnectNeed::TakeOver { .. }
-            );
-            if global_need && self.cut_from_global(d) {
-                let e = crate::dc_lease::global_unavailable(self, d, "cut from the global store");
-                job.acquire.handle_failure(now, Failure::Unreachable(e));
-                continue;
-            }
             return match need {
-                // Successions and DC leases are read at once (no store
-                // delay): what a read decides is checked where writes land.
-                ConnectNeed::Successor(id) => {
-                    let succession = self.successions.get(&id).cloned();
-                    let hint = self.dcs[d].members.get(job.acquire.key()).cloned();
-                    job.acquire
-                        .connect()
-                        .handle_successor(succession, hint, Source::Local);
-                    continue;
-                }
-                ConnectNeed::DcLease(dc) => {
-                    let state = self.global_dc_lease_state(&dc);
-                    job.acquire.connect().handle_dc_lease(state);
-                    continue;
-                }
-                // Written where they land (`dc_global_set`), after the
-                // global store's write delay, like the key's entry.
-                ConnectNeed::Confirm(succession) => {
-                    Next::GlobalWrite(job.acquire.key().clone(), GlobalWrite::Confirm(succession))
-                }
-                ConnectNeed::TakeOver { succession, policy } => Next::GlobalWrite(
-                    job.acquire.key().clone(),
-                    GlobalWrite::TakeOver(succession, policy),
-                ),
-                ConnectNeed::GlobalEntry(key) => {
-                    if let Some(id) = self.dcs[d].global_cache.get(&key) {
-                        let id = id.clone();
-                        job.acquire.connect().handle_global(Some(id), Source::Local);
-                        continue;
-                    }
-                    Next::Store(StoreOp::GlobalGet(key))
-                }
                 ConnectNeed::Reservation(id) if id.dc() == &self.dcs[d].id => {
                     Next::Store(StoreOp::Segment(id))
                 }
@@ -1150,20 +1105,7 @@ impl Sim {
                         continue;
                     }
                 },
-                ConnectNeed::LocalRecord(id) => Next::Store(StoreOp::Dc(DcOp::Read(id))),
                 ConnectNeed::Allocate => Next::Store(StoreOp::Allocate),
-                ConnectNeed::Write { expected, record } => {
-                    // As homingd: a connect's write appends a lifecycle event.
-                    let event = true;
-                    Next::Store(StoreOp::Dc(DcOp::Write {
-                        expected,
-                        record: Box::new(record),
-                        event,
-                    }))
-                }
-                ConnectNeed::SetIfAbsent { key, id } => {
-                    Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id))
-                }
                 ConnectNeed::Link {
                     key,
                     from,
@@ -1184,8 +1126,62 @@ impl Sim {
                         continue;
                     }
                 },
+                other => unreachable!("homing-node's acquire asks {other:?} as a store operation"),
             };
         }
+    }
+
+    /// An acquire's global-store operation: answered at once (`None`: the
+    /// acquire goes on), or performed where it lands (the next step).
+    fn acquire_global(
+        &mut self,
+        d: usize,
+        job: &mut AcquireJob,
+        now: NodeTime,
+        op: GlobalOp,
+    ) -> Option<Next> {
+        let read_at_once = matches!(
+            op,
+            GlobalOp::Successor { .. }
+                | GlobalOp::DcLease(_)
+                | GlobalOp::Confirm(_)
+                | GlobalOp::TakeOver { .. }
+        );
+        if read_at_once && self.cut_from_global(d) {
+            let e = crate::dc_lease::global_unavailable(self, d, "cut from the global store");
+            job.acquire.handle_failure(now, Failure::Unreachable(e));
+            return None;
+        }
+        let answer = match op {
+            // Successions and DC leases are read at once (no store
+            // delay): what a read decides is checked where writes land.
+            GlobalOp::Successor { id, key } => GlobalAnswer::Successor {
+                succession: self.successions.get(&id).cloned(),
+                source: Source::Local,
+                hint: self.dcs[d].members.get(&key).cloned(),
+            },
+            GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(&dc)),
+            // Written where they land (`dc_global_set`), after the
+            // global store's write delay, like the key's entry.
+            GlobalOp::Confirm(succession) => {
+                let key = job.acquire.key().clone();
+                return Some(Next::GlobalWrite(key, GlobalWrite::Confirm(succession)));
+            }
+            GlobalOp::TakeOver { succession, policy } => {
+                let key = job.acquire.key().clone();
+                let write = GlobalWrite::TakeOver(succession, policy);
+                return Some(Next::GlobalWrite(key, write));
+            }
+            GlobalOp::SetIfAbsent { key, id } => {
+                return Some(Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id)));
+            }
+            GlobalOp::Entry { key, .. } => match self.dcs[d].global_cache.get(&key) {
+                Some(id) => GlobalAnswer::Entry(Some(id.clone())),
+                None => return Some(Next::Store(StoreOp::GlobalGet(key))),
+            },
+        };
+        job.acquire.handle_global(answer);
+        None
     }
 
     /// Tells the entry's DC about the chain's new member, not waiting for
@@ -1377,8 +1373,7 @@ impl Sim {
                 }
                 match &mut task.kind {
                     TaskKind::Acquire(job) => {
-                        let c = job.acquire.connect();
-                        c.handle_global(entry, Source::Local);
+                        job.acquire.handle_global(GlobalAnswer::Entry(entry));
                         self.acquire_step(d, &mut task)
                     }
                     TaskKind::Resolve(resolve) => {
@@ -1477,12 +1472,12 @@ impl Sim {
                 return self.key_read_stored(d, tid, task, stored);
             }
             (TaskKind::Acquire(job), stored) => {
-                let c = job.acquire.connect();
-                match stored {
-                    Ok(Stored::Record(record)) => c.handle_local_record(record, now),
-                    Ok(Stored::Written(written)) => c.handle_written(written),
-                    other => unreachable!("a connect reads and writes records: {other:?}"),
-                }
+                let stored = stored.unwrap_or_else(|failure| {
+                    unreachable!(
+                        "a connect's failed store operation is answered before: {failure:?}"
+                    )
+                });
+                job.acquire.handle_stored(stored, now);
                 self.acquire_step(d, &mut task)
             }
             (TaskKind::Update(update), Ok(stored)) => {
@@ -1508,6 +1503,8 @@ impl Sim {
         self.current_key = set.key;
         let key = self.keys[set.key as usize].clone();
         // The write is decided here, whether or not its DC still waits for it.
+        // The key's entry now, for the DC's cache, if this was its write.
+        let mut entry_now = None;
         let landed = match set.write {
             GlobalWrite::SetIfAbsent(id) => {
                 let existing = self.global.get(&key).cloned();
@@ -1517,8 +1514,8 @@ impl Sim {
                     let view = view!(self);
                     self.checker.on_global_set(&view, self.now, set.key, &id);
                 }
-                let winner = existing.clone().unwrap_or(id);
-                Landed::Entry(existing, winner)
+                entry_now = Some(existing.clone().unwrap_or(id));
+                GlobalAnswer::SetIfAbsent(existing)
             }
             GlobalWrite::Confirm(succession) => {
                 let recorded = self
@@ -1526,7 +1523,7 @@ impl Sim {
                     .entry(succession.link.from.clone())
                     .or_insert(succession)
                     .clone();
-                Landed::Confirmed(recorded)
+                GlobalAnswer::Confirmed(recorded)
             }
             GlobalWrite::TakeOver(succession, policy) => {
                 let from = succession.link.from.clone();
@@ -1541,7 +1538,7 @@ impl Sim {
                     }
                 }
                 let reply = reply.unwrap_or(TakeOverReply::Taken);
-                Landed::TakenOver(reply)
+                GlobalAnswer::TakenOver(reply)
             }
         };
         if !self.dcs[d].up || self.dcs[d].epoch != set.epoch {
@@ -1552,15 +1549,10 @@ impl Sim {
         };
         let next = match (&mut task.kind, landed) {
             (TaskKind::Acquire(job), landed) => {
-                let c = job.acquire.connect();
-                match landed {
-                    Landed::Entry(existing, winner) => {
-                        self.dcs[d].global_cache.insert(key, winner);
-                        c.handle_set_if_absent(existing);
-                    }
-                    Landed::Confirmed(recorded) => c.handle_confirmed(recorded),
-                    Landed::TakenOver(reply) => c.handle_taken_over(reply),
+                if let Some(winner) = entry_now {
+                    self.dcs[d].global_cache.insert(key, winner);
                 }
+                job.acquire.handle_global(landed);
                 self.acquire_step(d, &mut task)
             }
             _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),

@@ -21,10 +21,10 @@ use homing_net::Handler;
 use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
-    AwaitPoll, AwaitVacant, CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Drain, DrainPoll,
-    DrainScope, DrainScopePoll, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, KeyRecordsPoll,
-    LogFollower, Mutations, Resolve, ResolvePoll, StoreOp, Stored, Supersede, SupersedePoll,
-    Update, UpdatePoll, WatchPoll, WatchRead, answered, member_named, owned_here,
+    AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainPoll, DrainScope,
+    DrainScopePoll, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords,
+    KeyRecordsPoll, LogFollower, Mutations, Resolve, ResolvePoll, StoreOp, Stored, Supersede,
+    SupersedePoll, Update, UpdatePoll, WatchPoll, WatchRead, answered, member_named, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -400,8 +400,8 @@ impl Node {
                     let stored = self.perform(op).await?;
                     check.handle_stored(stored, store_now(), &self.policy);
                 }
-                SupersedePoll::Confirm(succession) => {
-                    check.handle_confirmed(self.confirm(succession).await?);
+                SupersedePoll::Global(op) => {
+                    check.handle_global(self.perform_global(op, &mut None).await?)
                 }
                 SupersedePoll::Done(Ok(winner)) => {
                     if let Some(winner) = &winner {
@@ -906,7 +906,7 @@ impl Node {
         .with_takeover(self.takeover)
         .with_hint(hint);
         // The key create this acquire holds a quota slot for, if any.
-        let mut slot = None;
+        let mut slot: Option<QuotaSlot<'_>> = None;
         loop {
             let poll = acquire.poll(self.waiters.now());
             while let Some(event) = acquire.poll_event() {
@@ -914,13 +914,20 @@ impl Node {
             }
             match poll {
                 AcquirePoll::Cover { from } => acquire.handle_covered(self.grant_covered(from)),
+                AcquirePoll::Store(op) => {
+                    let performed = self.perform(op).await.map_err(Failure::from);
+                    let handled =
+                        performed.map(|stored| acquire.handle_stored(stored, store_now()));
+                    self.failed(&mut acquire, handled);
+                }
+                AcquirePoll::Global(op) => {
+                    let performed = self.perform_global(op, &mut slot).await;
+                    let handled = performed.map(|answer| acquire.handle_global(answer));
+                    self.failed(&mut acquire, handled);
+                }
                 AcquirePoll::Connect(need) => {
-                    if let Err(failure) =
-                        self.perform_need(acquire.connect(), need, &mut slot).await
-                    {
-                        let failure = failure.classify(&self.dc);
-                        acquire.handle_failure(self.waiters.now(), failure);
-                    }
+                    let performed = self.perform_need(acquire.connect(), need, &mut slot).await;
+                    self.failed(&mut acquire, performed);
                 }
                 AcquirePoll::Await {
                     reservation,
@@ -978,6 +985,13 @@ impl Node {
                 }
                 AcquirePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
             }
+        }
+    }
+
+    /// Tells `acquire` the effect it asked for failed, if it did.
+    fn failed(&self, acquire: &mut Acquire, performed: Result<(), Failure>) {
+        if let Err(failure) = performed {
+            acquire.handle_failure(self.waiters.now(), failure.classify(&self.dc));
         }
     }
 
@@ -1256,8 +1270,9 @@ impl Node {
         outcome
     }
 
-    /// Performs one need of a connect; `slot`: the quota slot of the key
-    /// create it is in, if any.
+    /// Performs one need of a connect that is not a store operation (an
+    /// allocation, a reservation's segment, a link); `slot`: the quota slot
+    /// of the key create it is in, if any.
     async fn perform_need<'a>(
         &'a self,
         connect: &mut Connect,
@@ -1265,45 +1280,17 @@ impl Node {
         slot: &mut Option<QuotaSlot<'a>>,
     ) -> Result<(), Failure> {
         match need {
-            ConnectNeed::GlobalEntry(key) => {
-                let entry = self.read_global(&key, CONNECT_GLOBAL_READ).await?;
-                connect.handle_global(entry, Source::Local);
-            }
             ConnectNeed::Reservation(id) => match self.segment(&id).await {
                 Ok((segment, source)) => connect.handle_segment(id.dc(), segment, source),
                 Err(e) if e.disowns() => connect.handle_disowned(id.dc(), self.source_of(&id)),
                 Err(e) => return Err(e),
             },
-            ConnectNeed::LocalRecord(id) => {
-                let record = self.timed("dc_get", self.records.get(&id)).await?;
-                connect.handle_local_record(record, store_now());
-            }
             ConnectNeed::Allocate => {
                 if connect.creates_key() {
                     *slot = Some(self.admit_key(&connect.key().namespace).await?);
                 }
                 let unique = self.timed("dc_allocate", self.records.allocate()).await?;
                 connect.handle_allocated(unique, store_now());
-            }
-            ConnectNeed::Write { expected, record } => {
-                let written = self.write(expected, true, &record).await?;
-                connect.handle_written(written);
-            }
-            ConnectNeed::SetIfAbsent { key, id } => {
-                let existing = match self
-                    .timed("global_set_if_absent", self.global.set_if_absent(&key, &id))
-                    .await?
-                {
-                    SetIfAbsent::Inserted => None,
-                    SetIfAbsent::Exists(existing) => Some(existing),
-                };
-                if let Some(slot) = slot.take() {
-                    // Inserted, or a retried write of our own entry.
-                    slot.settle(existing.as_ref().is_none_or(|winner| winner == &id));
-                }
-                self.global_cache
-                    .insert(key, existing.clone().unwrap_or(id));
-                connect.handle_set_if_absent(existing);
             }
             ConnectNeed::Link {
                 key,
@@ -1314,28 +1301,57 @@ impl Node {
                 let reply = self.peers.link(&key, &from, &to, expected_token).await?;
                 connect.handle_link(reply);
             }
-            ConnectNeed::Successor(id) => {
+            other => unreachable!("homing-node's acquire asks {other:?} as a store operation"),
+        }
+        Ok(())
+    }
+
+    /// Performs one of homing-node's global-store operations, timed under
+    /// its metric name; what never changes (entries, successions) is read
+    /// from and kept in this node's caches. `slot`: the quota slot of the
+    /// key create a set-if-absent settles, if any.
+    async fn perform_global(
+        &self,
+        op: GlobalOp,
+        slot: &mut Option<QuotaSlot<'_>>,
+    ) -> Result<GlobalAnswer, Failure> {
+        Ok(match op {
+            GlobalOp::Entry { key, read } => {
+                GlobalAnswer::Entry(self.read_global(&key, read).await?)
+            }
+            GlobalOp::SetIfAbsent { key, id } => {
+                let set = self.global.set_if_absent(&key, &id);
+                let existing = match self.timed("global_set_if_absent", set).await? {
+                    SetIfAbsent::Inserted => None,
+                    SetIfAbsent::Exists(existing) => Some(existing),
+                };
+                if let Some(slot) = slot.take() {
+                    // Inserted, or a retried write of our own entry.
+                    slot.settle(existing.as_ref().is_none_or(|winner| winner == &id));
+                }
+                self.global_cache
+                    .insert(key, existing.clone().unwrap_or(id));
+                GlobalAnswer::SetIfAbsent(existing)
+            }
+            GlobalOp::Successor { id, key } => {
                 let (succession, source) = self.successor(&id).await?;
-                let hint = self.hint(connect.key());
-                connect.handle_successor(succession, hint, source);
+                let hint = self.hint(&key);
+                GlobalAnswer::Successor {
+                    succession,
+                    source,
+                    hint,
+                }
             }
-            ConnectNeed::DcLease(dc) => {
-                let state = self
-                    .timed("global_dc_lease", self.global.dc_lease(&dc))
-                    .await?;
-                connect.handle_dc_lease(state);
+            GlobalOp::Confirm(succession) => {
+                GlobalAnswer::Confirmed(self.confirm(succession).await?)
             }
-            ConnectNeed::Confirm(succession) => {
-                let recorded = self.confirm(succession).await?;
-                connect.handle_confirmed(recorded);
+            GlobalOp::DcLease(dc) => {
+                let state = self.global.dc_lease(&dc);
+                GlobalAnswer::DcLease(self.timed("global_dc_lease", state).await?)
             }
-            ConnectNeed::TakeOver { succession, policy } => {
-                let reply = self
-                    .timed(
-                        "global_take_over",
-                        self.global.take_over(&succession, policy),
-                    )
-                    .await?;
+            GlobalOp::TakeOver { succession, policy } => {
+                let take_over = self.global.take_over(&succession, policy);
+                let reply = self.timed("global_take_over", take_over).await?;
                 let from = &succession.link.from;
                 match &reply {
                     TakeOverReply::Taken => {
@@ -1356,10 +1372,9 @@ impl Node {
                         "takeover refused by the global store: the dc renewed its lease"
                     ),
                 }
-                connect.handle_taken_over(reply);
+                GlobalAnswer::TakenOver(reply)
             }
-        }
-        Ok(())
+        })
     }
 
     async fn link(

@@ -22,9 +22,11 @@
 //! the request: at most what passed for the host (receipt ≥ send), so the
 //! host's deadlines stay conservative.
 //!
-//! Driver: loop on [`Acquire::poll`]. `Connect(need)`: perform it, answer
-//! through [`Acquire::connect`]'s `handle_*`, or [`Acquire::handle_failure`]
-//! if it could not be done. `Await`: register at the reservation's DC (this
+//! Driver: loop on [`Acquire::poll`]. `Store(op)` / `Global(op)`: perform
+//! it, answer with [`Acquire::handle_stored`] / [`Acquire::handle_global`];
+//! `Connect(need)` (an allocation, a segment, a link): perform it, answer
+//! through [`Acquire::connect`]'s `handle_*`; [`Acquire::handle_failure`]
+//! if any of these could not be done. `Await`: register at the reservation's DC (this
 //! DC: [`crate::AwaitVacant`]; another: an `Await` request), answer with
 //! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
 //! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`. Take
@@ -36,9 +38,10 @@ use std::collections::VecDeque;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
     ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, ReservationId, Shortcut,
-    ShortcutNotice, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
+    ShortcutNotice, Source, StoreTime, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
 };
 
+use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 use crate::time::NodeTime;
@@ -56,16 +59,6 @@ pub const AWAIT_RETRY_MS: u64 = 250;
 /// can reach a host's retry (which joins this acquire: `crate::retries`)
 /// rather than its first try — but before the host gives up.
 pub const CONTENDED_ANSWER_MS: u64 = 1_500;
-
-/// How current a global read must be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GlobalRead {
-    /// Linearizable: an "absent" answer is the truth (resolves, upkeep's proofs).
-    Latest,
-    /// The nearest replica's view: "absent" may lag a write acknowledged
-    /// moments ago (etcd: a serializable read).
-    Nearest,
-}
 
 /// How a connect reads the key's global entry: from the nearest replica. A
 /// present entry is always true (entries never change), and a stale
@@ -86,7 +79,15 @@ pub enum AcquirePoll {
         /// counts from host time + time held).
         from: NodeTime,
     },
-    /// Perform this need of the current connect.
+    /// Perform this DC-store operation of the current connect (read our
+    /// record, or write it); answer with [`Acquire::handle_stored`].
+    Store(StoreOp),
+    /// Perform this global-store operation of the current connect; answer
+    /// with [`Acquire::handle_global`].
+    Global(GlobalOp),
+    /// Perform this need of the current connect that is not a store
+    /// operation (an allocation, a reservation's segment, a link); answer
+    /// through [`Acquire::connect`]'s `handle_*`.
     Connect(ConnectNeed),
     /// Wait at `reservation`'s DC for it to be vacated, `wait_ms` at most,
     /// and never past `until` (node clock).
@@ -313,7 +314,7 @@ impl Acquire {
                 Phase::Connecting => match self.connect.poll() {
                     ConnectPoll::Need(need) => {
                         self.phase = Phase::Connecting;
-                        return AcquirePoll::Connect(need);
+                        return self.ask(need);
                     }
                     ConnectPoll::Done(outcome) => self.connected(now, outcome),
                     ConnectPoll::Failed(e) => {
@@ -359,6 +360,64 @@ impl Acquire {
     }
 
     /// A connect ended with `outcome` at `now`.
+    /// The connect's `need` as the effect the driver performs.
+    fn ask(&self, need: ConnectNeed) -> AcquirePoll {
+        let global = AcquirePoll::Global;
+        match need {
+            ConnectNeed::LocalRecord(id) => AcquirePoll::Store(StoreOp::Read(id)),
+            // A connect's write appends a lifecycle event.
+            ConnectNeed::Write { expected, record } => AcquirePoll::Store(StoreOp::Write {
+                expected,
+                record: Box::new(record),
+                event: true,
+            }),
+            ConnectNeed::GlobalEntry(key) => global(GlobalOp::Entry {
+                key,
+                read: CONNECT_GLOBAL_READ,
+            }),
+            ConnectNeed::SetIfAbsent { key, id } => global(GlobalOp::SetIfAbsent { key, id }),
+            ConnectNeed::Successor(id) => global(GlobalOp::Successor {
+                id,
+                key: self.request.key.clone(),
+            }),
+            ConnectNeed::Confirm(succession) => global(GlobalOp::Confirm(succession)),
+            ConnectNeed::DcLease(dc) => global(GlobalOp::DcLease(dc)),
+            ConnectNeed::TakeOver { succession, policy } => {
+                global(GlobalOp::TakeOver { succession, policy })
+            }
+            need @ (ConnectNeed::Allocate
+            | ConnectNeed::Reservation(_)
+            | ConnectNeed::Link { .. }) => AcquirePoll::Connect(need),
+        }
+    }
+
+    /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
+        match stored {
+            Stored::Record(record) => self.connect.handle_local_record(record, now),
+            Stored::Written(written) => self.connect.handle_written(written),
+            other => unasked("acquire", &other),
+        }
+    }
+
+    /// The answer to the [`AcquirePoll::Global`] asked. A global entry read
+    /// counts as this DC's own read (its cache holds only what the store said).
+    pub fn handle_global(&mut self, answer: GlobalAnswer) {
+        let connect = &mut self.connect;
+        match answer {
+            GlobalAnswer::Entry(entry) => connect.handle_global(entry, Source::Local),
+            GlobalAnswer::SetIfAbsent(existing) => connect.handle_set_if_absent(existing),
+            GlobalAnswer::Successor {
+                succession,
+                source,
+                hint,
+            } => connect.handle_successor(succession, hint, source),
+            GlobalAnswer::Confirmed(recorded) => connect.handle_confirmed(recorded),
+            GlobalAnswer::DcLease(state) => connect.handle_dc_lease(state),
+            GlobalAnswer::TakenOver(reply) => connect.handle_taken_over(reply),
+        }
+    }
+
     fn connected(&mut self, now: NodeTime, outcome: AcquireReply) {
         let waits = matches!(outcome, AcquireReply::HeldElsewhere(_))
             && !self.last_look

@@ -1,15 +1,19 @@
-//! What a stepper asks of this DC's own store, and what the store answered
-//! (DESIGN.md §7.1's effects, the DC store's share). The steppers of this
-//! crate that read or write the DC store ask with one [`StoreOp`] and take
-//! the answer as one [`Stored`] (or the [`crate::Failure`] of the
-//! operation), so each driver performs them in one place: homingd against
-//! a real backend, the simulator against its in-memory store with latency
-//! and faults. (The acquire's connect still asks in homing-core's
-//! `ConnectNeed`, and resolve reads chain segments.)
+//! What a stepper asks of this DC's own store and of the global store, and
+//! what they answered (DESIGN.md §7.1's effects, the two stores' share).
+//! The steppers of this crate that read or write the DC store ask with one
+//! [`StoreOp`] and take the answer as one [`Stored`]; those that use the
+//! global store ask with one [`GlobalOp`] and take one [`GlobalAnswer`]
+//! (or, for either, the [`crate::Failure`] of the operation). So each
+//! driver performs them in one place: homingd against real backends, the
+//! simulator against its in-memory stores with latency and faults. (Still
+//! asked otherwise: the acquire's allocation, a peer's segment and link,
+//! which stay homing-core's `ConnectNeed`; a resolve's entry read and
+//! segment; upkeep's proof read.)
 
 use homing_core::{
-    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
-    ScanCursor, StoreTime, Written,
+    DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
+    ReservationId, ScanCursor, Shortcut, Source, StoreTime, Succession, TakeOverReply,
+    TakeoverPolicy, Written,
 };
 
 /// One operation on this DC's store.
@@ -115,7 +119,85 @@ pub enum Stored {
     Page(Vec<DcRecord>),
 }
 
+/// How current a global read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobalRead {
+    /// Linearizable: an "absent" answer is the truth (resolves, upkeep's proofs).
+    Latest,
+    /// The nearest replica's view: "absent" may lag a write acknowledged
+    /// moments ago (etcd: a serializable read).
+    Nearest,
+}
+
+/// One operation on the global store. Everything it holds is write-once
+/// (entries, successions), so a driver may answer a read from a cache of
+/// what it read or wrote before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobalOp {
+    /// Read `key`'s entry as `read` says; answered [`GlobalAnswer::Entry`].
+    Entry {
+        /// The key.
+        key: Key,
+        /// How current the read must be.
+        read: GlobalRead,
+    },
+    /// Make `id` `key`'s entry unless it has one; answered
+    /// [`GlobalAnswer::SetIfAbsent`].
+    SetIfAbsent {
+        /// The key.
+        key: Key,
+        /// The reservation to make its entry.
+        id: ReservationId,
+    },
+    /// Read `id`'s succession (DESIGN.md §7.5), and the furthest member of
+    /// `key`'s chain this node remembers (the walk goes on from whichever
+    /// is further); answered [`GlobalAnswer::Successor`].
+    Successor {
+        /// The reservation whose DC did not answer.
+        id: ReservationId,
+        /// Its key.
+        key: Key,
+    },
+    /// Make this succession its reservation's unless one is; answered
+    /// [`GlobalAnswer::Confirmed`] with the one the store has.
+    Confirm(Succession),
+    /// Read a DC's lease state; answered [`GlobalAnswer::DcLease`].
+    DcLease(homing_core::DcId),
+    /// Take over a silent DC's tail under `policy`; answered
+    /// [`GlobalAnswer::TakenOver`].
+    TakeOver {
+        /// The succession to record.
+        succession: Succession,
+        /// Whether the DC's lease must have expired.
+        policy: TakeoverPolicy,
+    },
+}
+
+/// What the global store answered a [`GlobalOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobalAnswer {
+    /// The key's entry (`None`: never reserved, as of the read).
+    Entry(Option<ReservationId>),
+    /// `None`: the entry was set; `Some(winner)`: the key had one.
+    SetIfAbsent(Option<ReservationId>),
+    /// The succession (`None`: none), where it came from, and the node's hint.
+    Successor {
+        /// The succession read.
+        succession: Option<Succession>,
+        /// The store, or the node's cache of it.
+        source: Source,
+        /// The furthest member of the key's chain the node remembers.
+        hint: Option<Shortcut>,
+    },
+    /// The succession the store has for the reservation.
+    Confirmed(Succession),
+    /// The DC's lease state.
+    DcLease(DcLeaseState),
+    /// The takeover's outcome.
+    TakenOver(TakeOverReply),
+}
+
 /// A stepper was answered what it did not ask: a driver bug.
-pub(crate) fn unasked(stepper: &str, stored: &Stored) -> ! {
-    panic!("{stepper}: an answer it did not ask for: {stored:?}")
+pub(crate) fn unasked(stepper: &str, answer: &impl std::fmt::Debug) -> ! {
+    panic!("{stepper}: an answer it did not ask for: {answer:?}")
 }

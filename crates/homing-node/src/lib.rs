@@ -75,14 +75,14 @@ pub mod watch;
 
 pub use acquire::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ,
-    CONTENDED_ANSWER_MS, GlobalRead, member_named,
+    CONTENDED_ANSWER_MS, member_named,
 };
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
 pub use cancel::Cancellations;
 pub use change::{Change, Changed};
 pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
 pub use drain::{Drain, DrainPoll};
-pub use effect::{StoreOp, Stored};
+pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use log_follow::{Followed, LogFollower};

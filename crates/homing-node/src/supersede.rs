@@ -10,7 +10,7 @@ use homing_core::succession::{confirmation_of, superseding};
 use homing_core::{DcId, DcRecord, ErrorReply, LeasePolicy, ReservationId, StoreTime, Succession};
 
 use crate::Change;
-use crate::effect::{StoreOp, Stored, unasked};
+use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
 use crate::update::{Update, UpdatePoll};
 
@@ -21,10 +21,10 @@ pub enum SupersedePoll {
     /// (an [`Update`] with [`Change::Supersede`]); answer with
     /// [`Supersede::handle_stored`].
     Store(StoreOp),
-    /// Make this succession its reservation's in the global store unless
-    /// one is (write-once; a cached answer will do: it never changes);
-    /// answer with the one the store has ([`Supersede::handle_confirmed`]).
-    Confirm(Succession),
+    /// Make a succession its reservation's in the global store unless one
+    /// is (always a [`GlobalOp::Confirm`]; write-once, so a cached answer
+    /// will do); answer with [`Supersede::handle_global`].
+    Global(GlobalOp),
     /// Done: `None`, the link may go on; `Some(winner)`, the record now
     /// continues as `winner` (answer the link `AlreadyLinked(winner)`);
     /// or why the record could not be superseded (the link fails with it).
@@ -71,7 +71,9 @@ impl Supersede {
     pub fn poll(&mut self) -> SupersedePoll {
         match &mut self.phase {
             Phase::Read => SupersedePoll::Store(StoreOp::Read(self.id.clone())),
-            Phase::Confirm(succession) => SupersedePoll::Confirm(succession.clone()),
+            Phase::Confirm(succession) => {
+                SupersedePoll::Global(GlobalOp::Confirm(succession.clone()))
+            }
             Phase::Supersede(update) => match update.poll() {
                 UpdatePoll::Store(op) => SupersedePoll::Store(op),
                 UpdatePoll::Done(changed) => {
@@ -116,8 +118,16 @@ impl Supersede {
         self.record = record;
     }
 
+    /// The answer to the [`SupersedePoll::Global`] asked.
+    pub fn handle_global(&mut self, answer: GlobalAnswer) {
+        match answer {
+            GlobalAnswer::Confirmed(recorded) => self.handle_confirmed(recorded),
+            other => unasked("supersede", &other),
+        }
+    }
+
     /// The global store has `recorded` for the succession asked.
-    pub fn handle_confirmed(&mut self, recorded: Succession) {
+    fn handle_confirmed(&mut self, recorded: Succession) {
         assert!(
             matches!(self.phase, Phase::Confirm(_)),
             "supersede: a confirmation it did not ask for"
@@ -202,7 +212,10 @@ mod tests {
         let ours = confirmation_of(&record).unwrap();
         let mut check = supersede("iad.2");
         check.handle_record(Some(record));
-        assert_eq!(check.poll(), SupersedePoll::Confirm(ours.clone()));
+        assert_eq!(
+            check.poll(),
+            SupersedePoll::Global(GlobalOp::Confirm(ours.clone()))
+        );
         check.handle_confirmed(ours);
         assert_eq!(check.poll(), SupersedePoll::Done(Ok(None)));
         assert!(!check.superseded());
@@ -224,8 +237,11 @@ mod tests {
     #[test]
     fn a_move_that_lost_to_a_takeover_records_its_own_succession_and_links_to_the_winner() {
         let (mut check, record, own) = lost();
-        assert_eq!(check.poll(), SupersedePoll::Confirm(own.clone()));
-        check.handle_confirmed(own.clone());
+        assert_eq!(
+            check.poll(),
+            SupersedePoll::Global(GlobalOp::Confirm(own.clone()))
+        );
+        check.handle_global(GlobalAnswer::Confirmed(own.clone()));
         let linked = relinked(&mut check, record, "lhr.3");
         assert!(
             matches!(&linked.state, homing_core::RecordState::Linked { to, .. } if to == &id("lhr.3")),

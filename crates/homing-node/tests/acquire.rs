@@ -55,7 +55,9 @@ fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
         match acquire.poll(node_now(world)) {
             // These worlds have no DC leases: every grant is covered.
             AcquirePoll::Cover { .. } => acquire.handle_covered(Ok(())),
-            AcquirePoll::Connect(_) => {
+            // The world performs the connect's need itself, whichever
+            // effect the acquire asks it as.
+            AcquirePoll::Store(_) | AcquirePoll::Global(_) | AcquirePoll::Connect(_) => {
                 assert!(world.step(&dc(at), acquire.connect()));
             }
             other => return other,
@@ -215,7 +217,7 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
     covered(&world, &mut patient);
     assert!(matches!(
         patient.poll(node_now(&world)),
-        AcquirePoll::Connect(_)
+        AcquirePoll::Global(_)
     ));
     patient.handle_failure(node_now(&world), unreachable());
     assert!(matches!(
@@ -262,4 +264,44 @@ fn acquire_a_dc_shutting_down_answers_a_waiting_acquire_at_once_with_held_elsewh
         AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
     assert_eq!(events(&mut waiting), [AcquireEvent::ClosedWhileWaiting]);
+}
+
+#[test]
+fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reach_it() {
+    use homing_core::{StoreTime, Written};
+    use homing_node::{CONNECT_GLOBAL_READ, GlobalAnswer, GlobalOp, StoreOp, Stored};
+    let world = World::new(&["iad"]);
+    let mut acquire = start(&world, "iad", "a1", 0);
+    covered(&world, &mut acquire);
+    let now = node_now(&world);
+    let entry = GlobalOp::Entry {
+        key: key(),
+        read: CONNECT_GLOBAL_READ,
+    };
+    assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == entry));
+    acquire.handle_global(GlobalAnswer::Entry(None));
+    // Allocation stays the connect's own need (a key create takes a quota slot first).
+    assert!(matches!(acquire.poll(now), AcquirePoll::Connect(_)));
+    let store_now = StoreTime::from_ms(world.now_ms);
+    acquire.connect().handle_allocated(1, store_now);
+    let AcquirePoll::Store(StoreOp::Write {
+        expected: None,
+        record,
+        event: true,
+    }) = acquire.poll(now)
+    else {
+        panic!("a connect creates its record, appending a lifecycle event")
+    };
+    assert_eq!(record.id.to_string(), "iad.1");
+    acquire.handle_stored(Stored::Written(Written::Yes), store_now);
+    let set = GlobalOp::SetIfAbsent {
+        key: key(),
+        id: record.id.clone(),
+    };
+    assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == set));
+    acquire.handle_global(GlobalAnswer::SetIfAbsent(None));
+    let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) = acquire.poll(now) else {
+        panic!("the entry is ours: acquired")
+    };
+    assert_eq!(grant.reservation, record.id);
 }
