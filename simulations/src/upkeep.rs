@@ -65,7 +65,8 @@ impl Sim {
         match op {
             StoreOp::GlobalGet(key) => {
                 let entry = self.global.get(&key).cloned();
-                self.dcs[d].upkeep.handle_global(Ok(entry));
+                let answer = homing_node::GlobalAnswer::Entry(entry);
+                self.dcs[d].upkeep.handle_global(Ok(answer));
             }
             StoreOp::Segment(id) => {
                 let segment = self.local_segment(d, &id);
@@ -109,7 +110,10 @@ impl Sim {
         }
         let next = match poll {
             UpkeepPoll::Store(op) => Next::Store(StoreOp::Dc(op)),
-            UpkeepPoll::GlobalEntry(key) => Next::Store(StoreOp::GlobalGet(key)),
+            UpkeepPoll::Global(homing_node::GlobalOp::Entry { key, .. }) => {
+                Next::Store(StoreOp::GlobalGet(key))
+            }
+            UpkeepPoll::Global(op) => unreachable!("upkeep reads only entries: {op:?}"),
             UpkeepPoll::Reservation(id) if id.dc() == &self.dcs[d].id => {
                 Next::Store(StoreOp::Segment(id))
             }

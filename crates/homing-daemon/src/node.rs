@@ -1306,6 +1306,16 @@ impl Node {
         Ok(())
     }
 
+    /// Performs one of homing-node's global-store operations outside any
+    /// key create (see [`Node::perform_global`]), its failure classified.
+    pub async fn perform_global_op(
+        &self,
+        op: GlobalOp,
+    ) -> Result<GlobalAnswer, homing_node::Failure> {
+        let performed = self.perform_global(op, &mut None).await;
+        performed.map_err(|f| f.classify(&self.dc))
+    }
+
     /// Performs one of homing-node's global-store operations, timed under
     /// its metric name; what never changes (entries, successions) is read
     /// from and kept in this node's caches. `slot`: the quota slot of the

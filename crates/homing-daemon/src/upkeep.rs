@@ -55,10 +55,7 @@ pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
                 let stored = node.perform(op).await.map_err(|e| node.store_failure(e));
                 upkeep.handle_stored(stored, store_now());
             }
-            UpkeepPoll::GlobalEntry(key) => {
-                let entry = node.global_entry(&key).await;
-                upkeep.handle_global(entry.map_err(|e| node.store_failure(e)));
-            }
+            UpkeepPoll::Global(op) => upkeep.handle_global(node.perform_global_op(op).await),
             UpkeepPoll::Reservation(id) => {
                 let segment = if id.dc() == node.dc() {
                     node.walk_segment(&id).await.map_err(Failure::from_reply)

@@ -29,7 +29,7 @@
 //!
 //! ```text
 //! Due(Lease) page ─► reap each (Update Expire) ─► next page
-//! last page ─► Due(Released) pages ─► prove each candidate (GlobalEntry │ Reservation)
+//! last page ─► Due(Released) pages ─► prove each candidate (Global entry │ Reservation)
 //!           ─ orphan ─► Update Abandon │ member ─► Settle
 //!           ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
 //! ```
@@ -43,12 +43,12 @@
 use std::collections::VecDeque;
 
 use homing_core::{
-    BadRecord, DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, Key, LeasePolicy,
-    RecordState, ReservationId, Segment, StoreTime,
+    BadRecord, DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordState,
+    ReservationId, Segment, StoreTime,
 };
 
 use crate::change::{Change, expire};
-use crate::effect::{StoreOp, Stored, unasked};
+use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::update::{Update, UpdatePoll};
@@ -75,9 +75,10 @@ pub enum UpkeepPoll {
     /// abandon's read and write, a settle, the event log's bounds, a trim;
     /// answer with [`Upkeep::handle_stored`].
     Store(StoreOp),
-    /// Read the key's global entry, linearizably; answer with
+    /// Read the key's global entry, linearizably (always a
+    /// [`GlobalOp::Entry`] with [`GlobalRead::Latest`]); answer with
     /// [`Upkeep::handle_global`].
-    GlobalEntry(Key),
+    Global(GlobalOp),
     /// What the owner of this reservation (this DC or a peer) answers for
     /// it; answer with [`Upkeep::handle_segment`].
     Reservation(ReservationId),
@@ -287,7 +288,10 @@ impl Upkeep {
                 }
                 Phase::Proving { record } => {
                     let poll = match &record.predecessor {
-                        None => UpkeepPoll::GlobalEntry(record.key.clone()),
+                        None => UpkeepPoll::Global(GlobalOp::Entry {
+                            key: record.key.clone(),
+                            read: GlobalRead::Latest,
+                        }),
                         Some(predecessor) => UpkeepPoll::Reservation(predecessor.clone()),
                     };
                     self.phase = Phase::Proving { record };
@@ -452,8 +456,13 @@ impl Upkeep {
     }
 
     /// The key's global entry (or why it could not be read).
-    pub fn handle_global(&mut self, entry: Result<Option<ReservationId>, Failure>) {
+    pub fn handle_global(&mut self, answer: Result<GlobalAnswer, Failure>) {
         let record = self.proving();
+        let entry = match answer {
+            Ok(GlobalAnswer::Entry(entry)) => Ok(entry),
+            Ok(other) => unasked("upkeep", &other),
+            Err(e) => Err(e),
+        };
         let member = match entry {
             Ok(Some(entry)) => Some(entry == record.id),
             // Absent: a delayed set_if_absent could still land; no answer.
@@ -563,7 +572,7 @@ mod tests {
 
     use std::collections::{BTreeMap, BTreeSet};
 
-    use homing_core::{FencingToken, KeyName, Link, RunOutcome};
+    use homing_core::{FencingToken, Key, KeyName, Link, RunOutcome};
 
     use super::*;
     use homing_core::{ErrorKind, ErrorReply, Written};
@@ -731,11 +740,13 @@ mod tests {
                         };
                         upkeep.handle_stored(stored, self.now);
                     }
-                    UpkeepPoll::GlobalEntry(k) => {
+                    UpkeepPoll::Global(GlobalOp::Entry { key: k, .. }) => {
                         self.reads += 1;
                         self.trace.push(format!("prove {k}"));
-                        upkeep.handle_global(Ok(self.global.get(&k).cloned()));
+                        let entry = self.global.get(&k).cloned();
+                        upkeep.handle_global(Ok(GlobalAnswer::Entry(entry)));
                     }
+                    UpkeepPoll::Global(op) => panic!("upkeep reads only entries: {op:?}"),
                     UpkeepPoll::Reservation(p) => {
                         self.reads += 1;
                         self.trace.push(format!("prove {p}"));
