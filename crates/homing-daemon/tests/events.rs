@@ -1,7 +1,8 @@
 //! `Watch`, `Scan` and `DrainScope` through a real homingd (in-process
 //! devnet over QUIC): a parked watch wakes on the write that appends an
 //! event, scopes cover a namespace or its tree, cursors resume exactly, and a
-//! cursor the DC cannot serve is refused instead of silently skipping.
+//! cursor the DC cannot serve is refused instead of silently skipping; an
+//! upkeep pass proves orphans against the global store.
 
 use homing_core::{AcquireReply, Grant};
 use std::time::{Duration, Instant};
@@ -322,6 +323,85 @@ async fn parked_watches_are_bounded_per_dc() {
             panic!("acquire failed");
         };
         assert_eq!(events(c.await.unwrap()).0.len(), 1);
+        dc.net.shutdown().await;
+    })
+    .await;
+}
+
+/// The upkeep pass's orphan proof through homingd's global store: a
+/// released record of this DC whose key's entry names another reservation
+/// lost its race and is abandoned; one the entry names is a member and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upkeep_pass_abandons_a_released_record_the_global_entry_does_not_name() {
+    use homing_core::{DcRecord, FencingToken, Holding, Key, LeaseKey, RecordState, ReservationId};
+    bounded(async {
+        let dc = Dc::start().await;
+        let node = dc.net.dcs()[0].daemon.node().clone();
+        let lease = LeaseKey::from_bytes([7; 16]).unwrap();
+        let holding = Holding {
+            actor: ActorId::new("a1").unwrap(),
+            lease,
+            host_time: now(),
+        };
+        // Uniques far above the DC's allocator, so no acquire collides.
+        let id = |unique: u64| ReservationId::new(iad(), 1 << 40 | unique);
+        let released = |unique: u64, name: &str| {
+            let key = Key::in_namespace(ns("games"), KeyName::new(name).unwrap());
+            let at = homing_daemon::node::store_now();
+            let (held, _) = DcRecord::reserve(
+                id(unique),
+                key.clone(),
+                None,
+                FencingToken::FIRST,
+                None,
+                &holding,
+                at,
+                node.policy(),
+            );
+            let cancelled = held.cancel(&lease, at).expect("a held record cancels");
+            (key, held, cancelled)
+        };
+        let (lost_key, lost_held, lost) = released(1, "lost");
+        let (won_key, won_held, won) = released(2, "won");
+        for (held, released) in [(&lost_held, &lost), (&won_held, &won)] {
+            node.write(None, true, held).await.unwrap();
+            node.write(Some(held.version), true, released)
+                .await
+                .unwrap();
+        }
+        // The lost record's key went to another reservation; the won one's to it.
+        node.global()
+            .set_if_absent(&lost_key, &id(3))
+            .await
+            .unwrap();
+        node.global().set_if_absent(&won_key, &id(2)).await.unwrap();
+
+        let config = homing_daemon::upkeep::UpkeepConfig {
+            interval: Duration::ZERO,
+            orphan_age_ms: 0,
+            events_retained: 1_000,
+        };
+        let mut upkeep = homing_daemon::upkeep::upkeep(&node, config);
+        homing_daemon::upkeep::pass(&node, &mut upkeep).await;
+        let state = |unique| {
+            let node = node.clone();
+            async move {
+                node.records()
+                    .get(&id(unique))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .state
+            }
+        };
+        assert!(
+            matches!(state(1).await, RecordState::Abandoned),
+            "the orphan"
+        );
+        assert!(
+            matches!(state(2).await, RecordState::Released { .. }),
+            "the member stays released"
+        );
         dc.net.shutdown().await;
     })
     .await;
