@@ -1132,7 +1132,10 @@ impl Sim {
     }
 
     /// An acquire's global-store operation: answered at once (`None`: the
-    /// acquire goes on), or performed where it lands (the next step).
+    /// acquire goes on), or performed where it lands (the next step). Cut
+    /// from the global store, the succession and DC-lease reads and the
+    /// confirm and takeover writes fail at once; the entry's read and write
+    /// find out where they land.
     fn acquire_global(
         &mut self,
         d: usize,
@@ -1140,14 +1143,14 @@ impl Sim {
         now: NodeTime,
         op: GlobalOp,
     ) -> Option<Next> {
-        let read_at_once = matches!(
+        let global_need = matches!(
             op,
             GlobalOp::Successor { .. }
                 | GlobalOp::DcLease(_)
                 | GlobalOp::Confirm(_)
                 | GlobalOp::TakeOver { .. }
         );
-        if read_at_once && self.cut_from_global(d) {
+        if global_need && self.cut_from_global(d) {
             let e = crate::dc_lease::global_unavailable(self, d, "cut from the global store");
             job.acquire.handle_failure(now, Failure::Unreachable(e));
             return None;

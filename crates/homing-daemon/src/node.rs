@@ -1307,11 +1307,17 @@ impl Node {
     }
 
     /// Performs one of homing-node's global-store operations outside any
-    /// key create (see [`Node::perform_global`]), its failure classified.
+    /// key create (see [`Node::perform_global`]), its failure classified:
+    /// upkeep's proof reads. Never a set-if-absent: a key create's entry
+    /// goes through the acquire, which settles the key's quota slot.
     pub async fn perform_global_op(
         &self,
         op: GlobalOp,
     ) -> Result<GlobalAnswer, homing_node::Failure> {
+        debug_assert!(
+            !matches!(op, GlobalOp::SetIfAbsent { .. }),
+            "a key's entry is set by its acquire"
+        );
         let performed = self.perform_global(op, &mut None).await;
         performed.map_err(|f| f.classify(&self.dc))
     }

@@ -359,7 +359,6 @@ impl Acquire {
         }
     }
 
-    /// A connect ended with `outcome` at `now`.
     /// The connect's `need` as the effect the driver performs.
     fn ask(&self, need: ConnectNeed) -> AcquirePoll {
         let global = AcquirePoll::Global;
@@ -418,6 +417,7 @@ impl Acquire {
         }
     }
 
+    /// A connect ended with `outcome` at `now`.
     fn connected(&mut self, now: NodeTime, outcome: AcquireReply) {
         let waits = matches!(outcome, AcquireReply::HeldElsewhere(_))
             && !self.last_look

@@ -8,7 +8,8 @@
 //! simulator against its in-memory stores with latency and faults. (Still
 //! asked otherwise: the acquire's allocation, a peer's segment and link,
 //! which stay homing-core's `ConnectNeed`; a resolve's entry read and
-//! segment; upkeep's proof by a predecessor's segment.)
+//! segment; a chain walk's entry read; upkeep's proof by a predecessor's
+//! segment.)
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
