@@ -34,11 +34,10 @@ use homing_store::StoreError;
 use homing_store::memory::MemoryDc;
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival,
-    CONNECT_GLOBAL_READ, Cancellations, Change, Changed, Failure, GlobalAnswer, GlobalOp,
-    GlobalRead, Mutations, NodeTime, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Supersede,
-    SupersedePoll, Update, UpdatePoll, Upkeep, WaitLimits, Waiters, answered, member_named,
-    owned_here, segment_failure,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival, Cancellations,
+    Change, Changed, Failure, GlobalAnswer, GlobalOp, GlobalRead, Mutations, NodeTime, Resolve,
+    ResolvePoll, StoreOp as DcOp, Stored, Supersede, SupersedePoll, Update, UpdatePoll, Upkeep,
+    WaitLimits, Waiters, answered, member_named, owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -270,8 +269,10 @@ pub(crate) enum StoreOp {
     Allocate,
     /// A reservation's segment as this DC answers it.
     Segment(ReservationId),
-    /// A key's global entry, from the global store.
-    GlobalGet(Key),
+    /// A key's global entry, from the global store, as current as `read`
+    /// says (a nearest read may miss a fresh entry: the scenario's
+    /// `stale_global_reads`).
+    GlobalGet { key: Key, read: GlobalRead },
 }
 
 impl Sim {
@@ -324,7 +325,7 @@ impl Sim {
 impl StoreOp {
     /// Whether the DC's own store serves it (not the global store).
     fn in_dc_store(&self) -> bool {
-        !matches!(self, StoreOp::GlobalGet(_))
+        !matches!(self, StoreOp::GlobalGet { .. })
     }
 }
 
@@ -663,7 +664,8 @@ impl Sim {
                 self.measurements.count(Counter::ResolveAbsentReusedAtDc);
                 resolve.handle_entry(None);
             } else {
-                return Next::Store(StoreOp::GlobalGet(key.clone()));
+                let (key, read) = (key.clone(), GlobalRead::Latest);
+                return Next::Store(StoreOp::GlobalGet { key, read });
             }
         }
         match resolve.poll() {
@@ -723,7 +725,7 @@ impl Sim {
                 task = t;
                 Next::Store(op)
             }
-            Next::Store(op @ StoreOp::GlobalGet(_)) if self.cut_from_global(d) => {
+            Next::Store(op @ StoreOp::GlobalGet { .. }) if self.cut_from_global(d) => {
                 let ms = self.scenario.stores.global_read_ms;
                 return self.global_fails_after(d, tid, task, Some(op), ms);
             }
@@ -736,7 +738,7 @@ impl Sim {
         match next {
             Next::Store(op) => {
                 let delay = match op {
-                    StoreOp::GlobalGet(_) => {
+                    StoreOp::GlobalGet { .. } => {
                         let ms = self.scenario.stores.global_read_ms;
                         self.store_delay_us(d, ms, 0.0)
                     }
@@ -1178,9 +1180,9 @@ impl Sim {
             GlobalOp::SetIfAbsent { key, id } => {
                 return Some(Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id)));
             }
-            GlobalOp::Entry { key, .. } => match self.dcs[d].global_cache.get(&key) {
+            GlobalOp::Entry { key, read } => match self.dcs[d].global_cache.get(&key) {
                 Some(id) => GlobalAnswer::Entry(Some(id.clone())),
-                None => return Some(Next::Store(StoreOp::GlobalGet(key))),
+                None => return Some(Next::Store(StoreOp::GlobalGet { key, read })),
             },
         };
         job.acquire.handle_global(answer);
@@ -1295,7 +1297,7 @@ impl Sim {
         match op {
             StoreOp::Dc(_) => upkeep.handle_stored(Err(failure), now),
             StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
-            StoreOp::Allocate | StoreOp::GlobalGet(_) => {
+            StoreOp::Allocate | StoreOp::GlobalGet { .. } => {
                 unreachable!("an upkeep pass neither allocates nor reads the global store here")
             }
         }
@@ -1354,11 +1356,9 @@ impl Sim {
         let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
-            StoreOp::GlobalGet(key) => {
+            StoreOp::GlobalGet { key, read } => {
                 let mut entry = self.global.get(&key).cloned();
-                // Only a connect reads the nearest replica (homing-node's CONNECT_GLOBAL_READ).
-                let nearest = matches!(task.kind, TaskKind::Acquire(_))
-                    && CONNECT_GLOBAL_READ == GlobalRead::Nearest;
+                let nearest = read == GlobalRead::Nearest;
                 if nearest && entry.is_some() && self.nearest_read_misses(&key) {
                     self.measurements.count(Counter::ConnectStaleGlobalReads);
                     entry = None;

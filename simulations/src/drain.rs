@@ -11,7 +11,7 @@ use homing_core::{
     ChainWalk, ErrorKind, ErrorReply, Key, Need, Poll, Reply, Request, Source,
     chain::HOP_LIMIT_DEFAULT,
 };
-use homing_node::{Drain, DrainPoll, Failure};
+use homing_node::{Drain, DrainPoll, Failure, GlobalRead};
 
 use crate::dc::{Next, StoreOp, Task, TaskKind, peer_answer};
 use crate::sim::{NodeId, Sim};
@@ -74,7 +74,7 @@ impl Sim {
             return;
         };
         match (op, job.walk.as_mut()) {
-            (StoreOp::GlobalGet(key), Some(walk)) => {
+            (StoreOp::GlobalGet { key, .. }, Some(walk)) => {
                 let entry = self.global.get(&key).cloned();
                 let _ = walk.handle_global(entry, Source::Local);
             }
@@ -138,7 +138,8 @@ impl Sim {
             if let Some(walk) = job.walk.as_mut() {
                 match walk.poll().clone() {
                     Poll::Need(Need::GlobalEntry(key)) => {
-                        break Next::Store(StoreOp::GlobalGet(key));
+                        let read = GlobalRead::Latest;
+                        break Next::Store(StoreOp::GlobalGet { key, read });
                     }
                     Poll::Need(Need::Reservation(id)) if id.dc() == &self.dcs[d].id => {
                         break Next::Store(StoreOp::Segment(id));

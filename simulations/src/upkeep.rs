@@ -63,7 +63,7 @@ impl Sim {
     /// A proof's read of the global entry or of this DC's segment completed.
     pub(crate) fn upkeep_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
         match op {
-            StoreOp::GlobalGet(key) => {
+            StoreOp::GlobalGet { key, .. } => {
                 let entry = self.global.get(&key).cloned();
                 let answer = homing_node::GlobalAnswer::Entry(entry);
                 self.dcs[d].upkeep.handle_global(Ok(answer));
@@ -110,8 +110,8 @@ impl Sim {
         }
         let next = match poll {
             UpkeepPoll::Store(op) => Next::Store(StoreOp::Dc(op)),
-            UpkeepPoll::Global(homing_node::GlobalOp::Entry { key, .. }) => {
-                Next::Store(StoreOp::GlobalGet(key))
+            UpkeepPoll::Global(homing_node::GlobalOp::Entry { key, read }) => {
+                Next::Store(StoreOp::GlobalGet { key, read })
             }
             UpkeepPoll::Global(op) => unreachable!("upkeep reads only entries: {op:?}"),
             UpkeepPoll::Reservation(id) if id.dc() == &self.dcs[d].id => {
