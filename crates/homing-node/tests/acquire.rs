@@ -7,11 +7,11 @@ mod world;
 use homing_core::Grant;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
-    KeyName, ReleaseCause, RunOutcome, chain::HOP_LIMIT_DEFAULT,
+    KeyName, ReleaseCause, RunOutcome, Source, chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
-    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, Mutations,
-    NodeTime,
+    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, GlobalAnswer,
+    GlobalOp, Mutations, NodeTime, StoreOp, Stored,
 };
 use world::{World, lease_of};
 
@@ -49,21 +49,70 @@ fn node_now(world: &World) -> NodeTime {
     NodeTime::from_us(world.now_ms * 1000)
 }
 
-/// Performs connects until the acquire asks for something else.
+/// Performs the acquire's effects until it asks for something else: its
+/// store and global operations against the world's stores, answered
+/// through the acquire's own `handle_stored` / `handle_global`; the
+/// connect's remaining needs (allocation, segments, links) by the world.
 fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
+    drive_asking(world, at, acquire).0
+}
+
+/// [`drive`], and the global operations the acquire asked on the way.
+fn drive_asking(
+    world: &mut World,
+    at: &str,
+    acquire: &mut Acquire,
+) -> (AcquirePoll, Vec<GlobalOp>) {
+    let mut asked = Vec::new();
     for _ in 0..1_000 {
         match acquire.poll(node_now(world)) {
             // These worlds have no DC leases: every grant is covered.
             AcquirePoll::Cover { .. } => acquire.handle_covered(Ok(())),
-            // The world performs the connect's need itself, whichever
-            // effect the acquire asks it as.
-            AcquirePoll::Store(_) | AcquirePoll::Global(_) | AcquirePoll::Connect(_) => {
-                assert!(world.step(&dc(at), acquire.connect()));
+            AcquirePoll::Store(op) => {
+                let stored = perform_store(world, op);
+                acquire.handle_stored(stored, world.now());
             }
-            other => return other,
+            AcquirePoll::Global(op) => {
+                asked.push(op.clone());
+                let answer = perform_global(world, op);
+                acquire.handle_global(answer);
+            }
+            AcquirePoll::Connect(_) => assert!(world.step(&dc(at), acquire.connect())),
+            other => return (other, asked),
         }
     }
     panic!("acquire did not leave its connect in 1000 steps");
+}
+
+/// The world's DC store answers an acquire's operation.
+fn perform_store(world: &mut World, op: StoreOp) -> Stored {
+    match op {
+        StoreOp::Read(id) => Stored::Record(world.record(&id).cloned()),
+        StoreOp::Write {
+            expected, record, ..
+        } => Stored::Written(world.write(expected, *record)),
+        other => panic!("an acquire does not ask {other:?}"),
+    }
+}
+
+/// The world's global store answers an acquire's operation.
+fn perform_global(world: &mut World, op: GlobalOp) -> GlobalAnswer {
+    match op {
+        GlobalOp::Entry { key, .. } => GlobalAnswer::Entry(world.global.get(&key).cloned()),
+        GlobalOp::SetIfAbsent { key, id } => {
+            GlobalAnswer::SetIfAbsent(world.set_if_absent(key, id))
+        }
+        GlobalOp::Successor { id, .. } => GlobalAnswer::Successor {
+            succession: world.successions.get(&id).cloned(),
+            source: Source::Local,
+            hint: None,
+        },
+        GlobalOp::Confirm(succession) => GlobalAnswer::Confirmed(world.confirm(succession)),
+        GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(world.dc_lease(&dc)),
+        GlobalOp::TakeOver { succession, policy } => {
+            GlobalAnswer::TakenOver(world.take_over(succession, policy))
+        }
+    }
 }
 
 fn events(acquire: &mut Acquire) -> Vec<AcquireEvent> {
@@ -116,15 +165,27 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
         ended: ReleaseCause::Released(RunOutcome::Ok),
     };
     acquire.handle_awaited(node_now(&world), Ok(vacated));
-    let AcquirePoll::Done(Ok(AcquireReply::Acquired(Grant {
-        reservation,
-        deadlines,
-        ..
-    }))) = drive(&mut world, "fra", &mut acquire)
+    let (
+        AcquirePoll::Done(Ok(AcquireReply::Acquired(Grant {
+            reservation,
+            deadlines,
+            ..
+        }))),
+        asked,
+    ) = drive_asking(&mut world, "fra", &mut acquire)
     else {
         panic!("expected the key")
     };
     assert_eq!(reservation.to_string(), "fra.1");
+    // The move is confirmed in the global store, asked as an effect.
+    let moved = world.successions.get(&"iad.1".parse().unwrap());
+    assert_eq!(moved.map(|s| &s.link.to), Some(&reservation));
+    assert!(
+        asked
+            .iter()
+            .any(|op| matches!(op, GlobalOp::Confirm(s) if s.link.to == reservation)),
+        "{asked:?}"
+    );
     let expected = world
         .policy
         .grant(HostTime::from_ms(HOST_TIME_MS + 1_000), world.now());
@@ -269,7 +330,7 @@ fn acquire_a_dc_shutting_down_answers_a_waiting_acquire_at_once_with_held_elsewh
 #[test]
 fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reach_it() {
     use homing_core::{StoreTime, Written};
-    use homing_node::{CONNECT_GLOBAL_READ, GlobalAnswer, GlobalOp, StoreOp, Stored};
+    use homing_node::CONNECT_GLOBAL_READ;
     let world = World::new(&["iad"]);
     let mut acquire = start(&world, "iad", "a1", 0);
     covered(&world, &mut acquire);
@@ -304,4 +365,72 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
         panic!("the entry is ours: acquired")
     };
     assert_eq!(grant.reservation, record.id);
+}
+
+#[test]
+fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
+    use homing_core::{DcLeaseState, DcMarks, DcStanding, ReservationId, SuccessionCause};
+    let mut world = World::new(&["iad", "fra", "sin"]);
+    let mut first = start(&world, "iad", "a1", 0);
+    assert!(matches!(
+        drive(&mut world, "iad", &mut first),
+        AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))
+    ));
+    let tail: ReservationId = "iad.1".parse().unwrap();
+    world.down.insert(dc("iad"));
+    world.dc_leases.insert(
+        dc("iad"),
+        DcLeaseState {
+            standing: DcStanding::Expired,
+            marks: DcMarks {
+                token_bound: 40,
+                ..Default::default()
+            },
+            ..DcLeaseState::unknown(dc("iad"))
+        },
+    );
+    let mut second = start(&world, "fra", "a2", 0);
+    let (AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))), asked) =
+        drive_asking(&mut world, "fra", &mut second)
+    else {
+        panic!("fra takes over iad's silent tail")
+    };
+    assert_eq!(grant.token, FencingToken::new(42), "iad's token bound + 2");
+    // Each answer reached the connect through the acquire: the successor
+    // read (none), iad's lease (expired), then the takeover it decided.
+    let successor = GlobalOp::Successor {
+        id: tail.clone(),
+        key: key(),
+    };
+    assert!(asked.contains(&successor), "{asked:?}");
+    assert!(asked.contains(&GlobalOp::DcLease(dc("iad"))), "{asked:?}");
+    let taken = world
+        .successions
+        .get(&tail)
+        .expect("the takeover is recorded");
+    assert_eq!(taken.cause, SuccessionCause::TakenOver);
+    assert_eq!(taken.link.to, grant.reservation);
+    assert!(
+        asked
+            .iter()
+            .any(|op| matches!(op, GlobalOp::TakeOver { succession, .. } if succession == taken)),
+        "{asked:?}"
+    );
+
+    // Another DC reaching the silent tail reads the takeover as its
+    // successor (the answer reaching its connect) and follows it.
+    let mut third = start(&world, "sin", "a3", 0);
+    let (AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(holder))), asked) =
+        drive_asking(&mut world, "sin", &mut third)
+    else {
+        panic!("sin follows the takeover to fra's holder")
+    };
+    assert_eq!(holder.reservation, grant.reservation);
+    assert!(asked.contains(&successor), "{asked:?}");
+    let judged_again =
+        |op: &GlobalOp| matches!(op, GlobalOp::DcLease(_) | GlobalOp::TakeOver { .. });
+    assert!(
+        !asked.iter().any(judged_again),
+        "a recorded successor is followed, the lease not judged again: {asked:?}"
+    );
 }

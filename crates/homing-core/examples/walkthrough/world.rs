@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use homing_core::{
     ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcLeaseState, DcRecord, DcStanding,
     FencingToken, Key, LeasePolicy, LocalSegment, Need, Poll, ReleaseReply, ReservationId, Segment,
-    SegmentError, Source, StoreTime, Succession, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    SegmentError, Source, StoreTime, Succession, TakeOverReply, TakeoverPolicy, Written,
+    chain::HOP_LIMIT_DEFAULT,
 };
 
 /// One DC: its records and its allocator.
@@ -89,6 +90,36 @@ impl World {
         Ok(segment.finish())
     }
 
+    /// The global store's set-if-absent: `None` if `id` became the entry,
+    /// else the entry the key had.
+    pub fn set_if_absent(&mut self, key: Key, id: ReservationId) -> Option<ReservationId> {
+        let existing = self.global.get(&key).cloned();
+        if existing.is_none() {
+            self.global.insert(key, id);
+        }
+        existing
+    }
+
+    /// The global store's confirm: `succession` unless its reservation
+    /// already has one, which is answered instead.
+    pub fn confirm(&mut self, succession: Succession) -> Succession {
+        let from = succession.link.from.clone();
+        self.successions.entry(from).or_insert(succession).clone()
+    }
+
+    /// The global store's takeover of a silent DC's tail, judged as every
+    /// backend judges it.
+    pub fn take_over(&mut self, succession: Succession, policy: TakeoverPolicy) -> TakeOverReply {
+        let state = self.dc_lease(succession.link.from.dc());
+        let existing = self.successions.get(&succession.link.from).cloned();
+        let judged = homing_core::succession::judge_takeover(existing, state, policy, &succession);
+        judged.unwrap_or_else(|| {
+            self.successions
+                .insert(succession.link.from.clone(), succession);
+            TakeOverReply::Taken
+        })
+    }
+
     /// Performs the connect's next need on behalf of DC `local`.
     /// Returns false once the connect is finished.
     pub fn step(&mut self, local: &DcId, connect: &mut Connect) -> bool {
@@ -109,25 +140,9 @@ impl World {
                 connect.handle_successor(self.successions.get(&id).cloned(), None, Source::Local)
             }
             ConnectNeed::DcLease(dc) => connect.handle_dc_lease(self.dc_lease(&dc)),
-            ConnectNeed::Confirm(succession) => {
-                let recorded = self
-                    .successions
-                    .entry(succession.link.from.clone())
-                    .or_insert(succession)
-                    .clone();
-                connect.handle_confirmed(recorded);
-            }
+            ConnectNeed::Confirm(succession) => connect.handle_confirmed(self.confirm(succession)),
             ConnectNeed::TakeOver { succession, policy } => {
-                let state = self.dc_lease(succession.link.from.dc());
-                let existing = self.successions.get(&succession.link.from).cloned();
-                let judged =
-                    homing_core::succession::judge_takeover(existing, state, policy, &succession);
-                let reply = judged.unwrap_or_else(|| {
-                    self.successions
-                        .insert(succession.link.from.clone(), succession);
-                    TakeOverReply::Taken
-                });
-                connect.handle_taken_over(reply);
+                connect.handle_taken_over(self.take_over(succession, policy));
             }
             ConnectNeed::Reservation(id) => {
                 let source = if id.dc() == local {
@@ -156,11 +171,7 @@ impl World {
                 connect.handle_written(written);
             }
             ConnectNeed::SetIfAbsent { key, id } => {
-                let existing = self.global.get(&key).cloned();
-                if existing.is_none() {
-                    self.global.insert(key, id);
-                }
-                connect.handle_set_if_absent(existing);
+                connect.handle_set_if_absent(self.set_if_absent(key, id));
             }
             ConnectNeed::Link {
                 key,
