@@ -265,8 +265,6 @@ pub(crate) enum TaskKind {
 pub(crate) enum StoreOp {
     /// One of homing-node's operations on the DC's own store.
     Dc(DcOp),
-    /// A connect's new unique (homing-store's allocator).
-    Allocate,
     /// A reservation's segment as this DC answers it.
     Segment(ReservationId),
     /// A key's global entry, from the global store, as current as `read`
@@ -280,10 +278,14 @@ impl Sim {
     /// a landed write reaches the checker, the DC's waiters and watchers
     /// ([`Sim::cas`]).
     pub(crate) fn perform(&mut self, d: usize, op: DcOp) -> Result<Stored, Failure> {
+        if op == DcOp::Allocate {
+            return Ok(Stored::Allocated(self.allocate(d)));
+        }
         let dc = &mut self.dcs[d];
         let failed = |e| crate::upkeep::store_failure(&dc.id, e);
         Ok(match op {
             DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
+            DcOp::Allocate => unreachable!("allocated above"),
             DcOp::Write {
                 expected, record, ..
             } => Stored::Written(self.cas(d, expected, &record)),
@@ -1047,6 +1049,11 @@ impl Sim {
                     job.acquire.handle_covered(self.grant_covered(d, from));
                     continue;
                 }
+                // The simulator keeps no key quota: every create is admitted.
+                AcquirePoll::Admit(_) => {
+                    job.acquire.handle_admitted();
+                    continue;
+                }
                 AcquirePoll::Store(op) => return Next::Store(StoreOp::Dc(op)),
                 AcquirePoll::Global(op) => match self.acquire_global(d, job, now, op) {
                     Some(next) => return next,
@@ -1107,7 +1114,6 @@ impl Sim {
                         continue;
                     }
                 },
-                ConnectNeed::Allocate => Next::Store(StoreOp::Allocate),
                 ConnectNeed::Link {
                     key,
                     from,
@@ -1279,7 +1285,7 @@ impl Sim {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
                 self.cas(d, *expected, record);
             }
-            StoreOp::Allocate if self.rng.chance(lands) => {
+            StoreOp::Dc(DcOp::Allocate) if self.rng.chance(lands) => {
                 self.allocate(d);
             }
             _ => {}
@@ -1297,7 +1303,7 @@ impl Sim {
         match op {
             StoreOp::Dc(_) => upkeep.handle_stored(Err(failure), now),
             StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
-            StoreOp::Allocate | StoreOp::GlobalGet { .. } => {
+            StoreOp::GlobalGet { .. } => {
                 unreachable!("an upkeep pass neither allocates nor reads the global store here")
             }
         }
@@ -1353,7 +1359,6 @@ impl Sim {
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
         }
-        let now = self.dcs[d].clock.store_time(self.now);
         let next = match op {
             StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
             StoreOp::GlobalGet { key, read } => {
@@ -1426,17 +1431,6 @@ impl Sim {
                         | TaskKind::DrainScope(_),
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
-                }
-            }
-            StoreOp::Allocate => {
-                let unique = self.allocate(d);
-                match &mut task.kind {
-                    TaskKind::Acquire(job) => {
-                        let c = job.acquire.connect();
-                        c.handle_allocated(unique, now);
-                        self.acquire_step(d, &mut task)
-                    }
-                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected allocate")),
                 }
             }
         };
@@ -1776,20 +1770,11 @@ impl Sim {
     /// task never learns it: committed, not acknowledged.
     fn land_in_flight_writes(&mut self, d: usize) {
         let p = self.scenario.stores.crash_lands_in_flight;
-        let in_flight: Vec<StoreOp> = self.dcs[d]
+        let in_flight: Vec<DcOp> = self.dcs[d]
             .tasks
             .values()
             .filter_map(|t| match &t.waiting {
-                Some(StoreOp::Dc(DcOp::Write {
-                    expected,
-                    record,
-                    event,
-                })) => Some(StoreOp::Dc(DcOp::Write {
-                    expected: *expected,
-                    record: record.clone(),
-                    event: *event,
-                })),
-                Some(StoreOp::Allocate) => Some(StoreOp::Allocate),
+                Some(StoreOp::Dc(op @ (DcOp::Write { .. } | DcOp::Allocate))) => Some(op.clone()),
                 _ => None,
             })
             .collect();
@@ -1800,9 +1785,9 @@ impl Sim {
             self.measurements
                 .count(Counter::CrashWriteLandedUnacknowledged);
             match op {
-                StoreOp::Dc(DcOp::Write {
+                DcOp::Write {
                     expected, record, ..
-                }) => {
+                } => {
                     self.cas(d, expected, &record);
                 }
                 _ => {

@@ -73,9 +73,7 @@ impl Sim {
                 let segment = segment.map_err(homing_node::segment_failure);
                 self.dcs[d].upkeep.handle_segment(segment);
             }
-            StoreOp::Dc(_) | StoreOp::Allocate => {
-                unreachable!("the DC store's answers go through dc_stored; upkeep never allocates")
-            }
+            StoreOp::Dc(_) => unreachable!("the DC store's answers go through dc_stored"),
         }
         self.upkeep_drive(d, tid, task);
     }

@@ -590,6 +590,9 @@ impl Node {
         let records = self.records.as_ref();
         Ok(match op {
             StoreOp::Read(id) => Stored::Record(self.timed("dc_get", records.get(&id)).await?),
+            StoreOp::Allocate => {
+                Stored::Allocated(self.timed("dc_allocate", records.allocate()).await?)
+            }
             StoreOp::Write {
                 expected,
                 record,
@@ -914,6 +917,13 @@ impl Node {
             }
             match poll {
                 AcquirePoll::Cover { from } => acquire.handle_covered(self.grant_covered(from)),
+                AcquirePoll::Admit(namespace) => {
+                    let admitted = self.admit_key(&namespace).await.map(|granted| {
+                        slot = Some(granted);
+                        acquire.handle_admitted();
+                    });
+                    self.failed(&mut acquire, admitted);
+                }
                 AcquirePoll::Store(op) => {
                     let performed = self.perform(op).await.map_err(Failure::from);
                     let handled =
@@ -926,7 +936,7 @@ impl Node {
                     self.failed(&mut acquire, handled);
                 }
                 AcquirePoll::Connect(need) => {
-                    let performed = self.perform_need(acquire.connect(), need, &mut slot).await;
+                    let performed = self.perform_need(acquire.connect(), need).await;
                     self.failed(&mut acquire, performed);
                 }
                 AcquirePoll::Await {
@@ -1270,28 +1280,15 @@ impl Node {
         outcome
     }
 
-    /// Performs one need of a connect that is not a store operation (an
-    /// allocation, a reservation's segment, a link); `slot`: the quota slot
-    /// of the key create it is in, if any.
-    async fn perform_need<'a>(
-        &'a self,
-        connect: &mut Connect,
-        need: ConnectNeed,
-        slot: &mut Option<QuotaSlot<'a>>,
-    ) -> Result<(), Failure> {
+    /// Performs one need of a connect that is not a store operation (a
+    /// reservation's segment, a link).
+    async fn perform_need(&self, connect: &mut Connect, need: ConnectNeed) -> Result<(), Failure> {
         match need {
             ConnectNeed::Reservation(id) => match self.segment(&id).await {
                 Ok((segment, source)) => connect.handle_segment(id.dc(), segment, source),
                 Err(e) if e.disowns() => connect.handle_disowned(id.dc(), self.source_of(&id)),
                 Err(e) => return Err(e),
             },
-            ConnectNeed::Allocate => {
-                if connect.creates_key() {
-                    *slot = Some(self.admit_key(&connect.key().namespace).await?);
-                }
-                let unique = self.timed("dc_allocate", self.records.allocate()).await?;
-                connect.handle_allocated(unique, store_now());
-            }
             ConnectNeed::Link {
                 key,
                 from,
@@ -1301,7 +1298,9 @@ impl Node {
                 let reply = self.peers.link(&key, &from, &to, expected_token).await?;
                 connect.handle_link(reply);
             }
-            other => unreachable!("homing-node's acquire asks {other:?} as a store operation"),
+            other => unreachable!(
+                "homing-node's acquire asks {other:?} as another effect (a store or global operation, an admission)"
+            ),
         }
         Ok(())
     }

@@ -37,8 +37,8 @@ use std::collections::VecDeque;
 
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
-    ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, ReservationId, Shortcut,
-    ShortcutNotice, Source, StoreTime, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
+    ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, Namespace, ReservationId,
+    Shortcut, ShortcutNotice, Source, StoreTime, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
 };
 
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
@@ -79,15 +79,23 @@ pub enum AcquirePoll {
         /// counts from host time + time held).
         from: NodeTime,
     },
-    /// Perform this DC-store operation of the current connect (read our
-    /// record, or write it); answer with [`Acquire::handle_stored`].
+    /// Before the current connect creates the key (its first reservation,
+    /// whose global entry is kept forever): may this DC create one more key
+    /// in `namespace` ([`crate::KeyQuota`], whose counts the driver keeps)?
+    /// Answer with [`Acquire::handle_admitted`], or with
+    /// [`Acquire::handle_failure`] and the quota's refusal. A granted
+    /// create holds its slot until its set-if-absent settles it.
+    Admit(Namespace),
+    /// Perform this DC-store operation of the current connect (allocate a
+    /// unique, read our record, or write it); answer with
+    /// [`Acquire::handle_stored`].
     Store(StoreOp),
     /// Perform this global-store operation of the current connect; answer
     /// with [`Acquire::handle_global`].
     Global(GlobalOp),
     /// Perform this need of the current connect that is not a store
-    /// operation (an allocation, a reservation's segment, a link); answer
-    /// through [`Acquire::connect`]'s `handle_*`.
+    /// operation (a reservation's segment, a link); answer through
+    /// [`Acquire::connect`]'s `handle_*`.
     Connect(ConnectNeed),
     /// Wait at `reservation`'s DC for it to be vacated, `wait_ms` at most,
     /// and never past `until` (node clock).
@@ -200,6 +208,8 @@ pub struct Acquire {
     held: Option<AcquireReply>,
     last_look: bool,
     awaits: u32,
+    /// Whether the key quota admitted the create the connect allocates for.
+    admitted: bool,
     phase: Phase,
     events: VecDeque<AcquireEvent>,
 }
@@ -236,6 +246,7 @@ impl Acquire {
             held: None,
             last_look: false,
             awaits: 0,
+            admitted: false,
             phase: Phase::Covering { from: now },
             events: VecDeque::new(),
         }
@@ -363,6 +374,10 @@ impl Acquire {
     fn ask(&self, need: ConnectNeed) -> AcquirePoll {
         let global = AcquirePoll::Global;
         match need {
+            ConnectNeed::Allocate if self.connect.creates_key() && !self.admitted => {
+                AcquirePoll::Admit(self.connect.key().namespace.clone())
+            }
+            ConnectNeed::Allocate => AcquirePoll::Store(StoreOp::Allocate),
             ConnectNeed::LocalRecord(id) => AcquirePoll::Store(StoreOp::Read(id)),
             // A connect's write appends a lifecycle event.
             ConnectNeed::Write { expected, record } => AcquirePoll::Store(StoreOp::Write {
@@ -384,15 +399,25 @@ impl Acquire {
             ConnectNeed::TakeOver { succession, policy } => {
                 global(GlobalOp::TakeOver { succession, policy })
             }
-            need @ (ConnectNeed::Allocate
-            | ConnectNeed::Reservation(_)
-            | ConnectNeed::Link { .. }) => AcquirePoll::Connect(need),
+            need @ (ConnectNeed::Reservation(_) | ConnectNeed::Link { .. }) => {
+                AcquirePoll::Connect(need)
+            }
         }
+    }
+
+    /// The key quota admitted the create [`AcquirePoll::Admit`] asked about.
+    pub fn handle_admitted(&mut self) {
+        self.admitted = true;
     }
 
     /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match stored {
+            Stored::Allocated(unique) => {
+                // The next create (if this one loses) is admitted anew.
+                self.admitted = false;
+                self.connect.handle_allocated(unique, now);
+            }
             Stored::Record(record) => self.connect.handle_local_record(record, now),
             Stored::Written(written) => self.connect.handle_written(written),
             other => unasked("acquire", &other),

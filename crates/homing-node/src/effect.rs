@@ -6,8 +6,8 @@
 //! (or, for either, the [`crate::Failure`] of the operation). So each
 //! driver performs them in one place: homingd against real backends, the
 //! simulator against its in-memory stores with latency and faults. (Still
-//! asked otherwise: the acquire's allocation, a peer's segment and link,
-//! which stay homing-core's `ConnectNeed`; a resolve's entry read and
+//! asked otherwise: a reservation's segment and a link, which stay
+//! homing-core's `ConnectNeed`; a resolve's entry read and
 //! segment; a chain walk's entry read; upkeep's proof by a predecessor's
 //! segment.)
 
@@ -22,6 +22,9 @@ use homing_core::{
 pub enum StoreOp {
     /// Read our record; answered [`Stored::Record`].
     Read(ReservationId),
+    /// A new unique from this DC's allocator (the number of a reservation
+    /// to create); answered [`Stored::Allocated`].
+    Allocate,
     /// Compare-and-set of our record over stored version `expected`;
     /// answered [`Stored::Written`]. A landed write also reaches the DC's
     /// waiters ([`crate::Waiters::written`]).
@@ -99,6 +102,8 @@ impl StoreOp {
 pub enum Stored {
     /// The record read (`None`: there is none).
     Record(Option<DcRecord>),
+    /// A unique never handed out before.
+    Allocated(u64),
     /// Whether the compare-and-set landed.
     Written(Written),
     /// A page of the expiry index.

@@ -51,29 +51,38 @@ fn node_now(world: &World) -> NodeTime {
 
 /// Performs the acquire's effects until it asks for something else: its
 /// store and global operations against the world's stores, answered
-/// through the acquire's own `handle_stored` / `handle_global`; the
-/// connect's remaining needs (allocation, segments, links) by the world.
+/// through the acquire's own `handle_stored` / `handle_global`; every key
+/// create admitted; the connect's segments and links by the world.
 fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
     drive_asking(world, at, acquire).0
 }
 
-/// [`drive`], and the global operations the acquire asked on the way.
-fn drive_asking(
-    world: &mut World,
-    at: &str,
-    acquire: &mut Acquire,
-) -> (AcquirePoll, Vec<GlobalOp>) {
-    let mut asked = Vec::new();
+/// What an acquire asked on the way: its global operations, and how many
+/// key creates it had admitted.
+#[derive(Debug, Default)]
+struct Asked {
+    global: Vec<GlobalOp>,
+    admits: usize,
+}
+
+/// [`drive`], and what the acquire asked on the way.
+fn drive_asking(world: &mut World, at: &str, acquire: &mut Acquire) -> (AcquirePoll, Asked) {
+    let mut asked = Asked::default();
     for _ in 0..1_000 {
         match acquire.poll(node_now(world)) {
             // These worlds have no DC leases: every grant is covered.
             AcquirePoll::Cover { .. } => acquire.handle_covered(Ok(())),
+            AcquirePoll::Admit(namespace) => {
+                assert_eq!(namespace, key().namespace);
+                asked.admits += 1;
+                acquire.handle_admitted();
+            }
             AcquirePoll::Store(op) => {
-                let stored = perform_store(world, op);
+                let stored = perform_store(world, at, op);
                 acquire.handle_stored(stored, world.now());
             }
             AcquirePoll::Global(op) => {
-                asked.push(op.clone());
+                asked.global.push(op.clone());
                 let answer = perform_global(world, op);
                 acquire.handle_global(answer);
             }
@@ -84,9 +93,10 @@ fn drive_asking(
     panic!("acquire did not leave its connect in 1000 steps");
 }
 
-/// The world's DC store answers an acquire's operation.
-fn perform_store(world: &mut World, op: StoreOp) -> Stored {
+/// DC `at`'s store in the world answers an acquire's operation.
+fn perform_store(world: &mut World, at: &str, op: StoreOp) -> Stored {
     match op {
+        StoreOp::Allocate => Stored::Allocated(world.allocate(&dc(at))),
         StoreOp::Read(id) => Stored::Record(world.record(&id).cloned()),
         StoreOp::Write {
             expected, record, ..
@@ -182,10 +192,12 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
     assert_eq!(moved.map(|s| &s.link.to), Some(&reservation));
     assert!(
         asked
+            .global
             .iter()
             .any(|op| matches!(op, GlobalOp::Confirm(s) if s.link.to == reservation)),
         "{asked:?}"
     );
+    assert_eq!(asked.admits, 0, "a recreate creates no key: no quota slot");
     let expected = world
         .policy
         .grant(HostTime::from_ms(HOST_TIME_MS + 1_000), world.now());
@@ -341,10 +353,18 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
     };
     assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == entry));
     acquire.handle_global(GlobalAnswer::Entry(None));
-    // Allocation stays the connect's own need (a key create takes a quota slot first).
-    assert!(matches!(acquire.poll(now), AcquirePoll::Connect(_)));
+    // A key create takes a quota slot, then allocates its reservation's unique.
+    let AcquirePoll::Admit(namespace) = acquire.poll(now) else {
+        panic!("a key create asks the key quota first")
+    };
+    assert_eq!(namespace, key().namespace);
+    acquire.handle_admitted();
+    assert!(matches!(
+        acquire.poll(now),
+        AcquirePoll::Store(StoreOp::Allocate)
+    ));
     let store_now = StoreTime::from_ms(world.now_ms);
-    acquire.connect().handle_allocated(1, store_now);
+    acquire.handle_stored(Stored::Allocated(1), store_now);
     let AcquirePoll::Store(StoreOp::Write {
         expected: None,
         record,
@@ -372,10 +392,12 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
     use homing_core::{DcLeaseState, DcMarks, DcStanding, ReservationId, SuccessionCause};
     let mut world = World::new(&["iad", "fra", "sin"]);
     let mut first = start(&world, "iad", "a1", 0);
+    let (created, asked) = drive_asking(&mut world, "iad", &mut first);
     assert!(matches!(
-        drive(&mut world, "iad", &mut first),
+        created,
         AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))
     ));
+    assert_eq!(asked.admits, 1, "the key's create takes one quota slot");
     let tail: ReservationId = "iad.1".parse().unwrap();
     world.down.insert(dc("iad"));
     world.dc_leases.insert(
@@ -396,14 +418,18 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
         panic!("fra takes over iad's silent tail")
     };
     assert_eq!(grant.token, FencingToken::new(42), "iad's token bound + 2");
+    assert_eq!(asked.admits, 0, "a takeover creates no key");
     // Each answer reached the connect through the acquire: the successor
     // read (none), iad's lease (expired), then the takeover it decided.
     let successor = GlobalOp::Successor {
         id: tail.clone(),
         key: key(),
     };
-    assert!(asked.contains(&successor), "{asked:?}");
-    assert!(asked.contains(&GlobalOp::DcLease(dc("iad"))), "{asked:?}");
+    assert!(asked.global.contains(&successor), "{asked:?}");
+    assert!(
+        asked.global.contains(&GlobalOp::DcLease(dc("iad"))),
+        "{asked:?}"
+    );
     let taken = world
         .successions
         .get(&tail)
@@ -412,6 +438,7 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
     assert_eq!(taken.link.to, grant.reservation);
     assert!(
         asked
+            .global
             .iter()
             .any(|op| matches!(op, GlobalOp::TakeOver { succession, .. } if succession == taken)),
         "{asked:?}"
@@ -426,11 +453,11 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
         panic!("sin follows the takeover to fra's holder")
     };
     assert_eq!(holder.reservation, grant.reservation);
-    assert!(asked.contains(&successor), "{asked:?}");
+    assert!(asked.global.contains(&successor), "{asked:?}");
     let judged_again =
         |op: &GlobalOp| matches!(op, GlobalOp::DcLease(_) | GlobalOp::TakeOver { .. });
     assert!(
-        !asked.iter().any(judged_again),
+        !asked.global.iter().any(judged_again),
         "a recorded successor is followed, the lease not judged again: {asked:?}"
     );
 }

@@ -90,6 +90,13 @@ impl World {
         Ok(segment.finish())
     }
 
+    /// A new unique from `dc`'s allocator.
+    pub fn allocate(&mut self, dc: &DcId) -> u64 {
+        let dc = self.dcs.get_mut(dc).expect("known dc");
+        dc.next_unique += 1;
+        dc.next_unique
+    }
+
     /// The global store's set-if-absent: `None` if `id` became the entry,
     /// else the entry the key had.
     pub fn set_if_absent(&mut self, key: Key, id: ReservationId) -> Option<ReservationId> {
@@ -161,9 +168,7 @@ impl World {
                 connect.handle_local_record(record, self.now());
             }
             ConnectNeed::Allocate => {
-                let dc = self.dcs.get_mut(local).expect("known dc");
-                dc.next_unique += 1;
-                let unique = dc.next_unique;
+                let unique = self.allocate(local);
                 connect.handle_allocated(unique, self.now());
             }
             ConnectNeed::Write { expected, record } => {
