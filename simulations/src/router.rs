@@ -18,8 +18,10 @@
 //! A walk that needs a silent DC's reservation asks the router's own DC for
 //! its succession (`Successor`, DESIGN.md §7.5) and goes on through it (a
 //! present answer is cached forever); with none, the answer is
-//! `Unavailable`. (The Resolver also keeps absent answers for
-//! `absent_ttl_ms`; the simulated router asks again.)
+//! `Unavailable`. A `NotFound` answer is reused for the Resolver's default
+//! `absent_ttl_ms` (`RESOLVER_ABSENT_TTL_MS_DEFAULT`), as the Resolver
+//! does; unlike the Resolver, concurrent resolves of one key are not
+//! joined into one walk (no single-flight).
 
 use crate::counter::Counter;
 use std::collections::BTreeMap;
