@@ -1304,7 +1304,7 @@ impl Sim {
             StoreOp::Dc(_) => upkeep.handle_stored(Err(failure), now),
             StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
             StoreOp::GlobalGet { .. } => {
-                unreachable!("an upkeep pass neither allocates nor reads the global store here")
+                unreachable!("an upkeep pass reads the global store through upkeep_store_done")
             }
         }
         self.upkeep_drive(d, tid, task);
@@ -1790,9 +1790,10 @@ impl Sim {
                 } => {
                     self.cas(d, expected, &record);
                 }
-                _ => {
+                DcOp::Allocate => {
                     self.allocate(d);
                 }
+                other => unreachable!("only writes and allocations land: {other:?}"),
             }
         }
     }

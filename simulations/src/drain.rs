@@ -74,7 +74,12 @@ impl Sim {
             return;
         };
         match (op, job.walk.as_mut()) {
-            (StoreOp::GlobalGet { key, .. }, Some(walk)) => {
+            (StoreOp::GlobalGet { key, read }, Some(walk)) => {
+                debug_assert_eq!(
+                    read,
+                    GlobalRead::Latest,
+                    "a drain's walk reads the latest entry"
+                );
                 let entry = self.global.get(&key).cloned();
                 let _ = walk.handle_global(entry, Source::Local);
             }

@@ -63,7 +63,9 @@ impl Sim {
     /// A proof's read of the global entry or of this DC's segment completed.
     pub(crate) fn upkeep_store_done(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
         match op {
-            StoreOp::GlobalGet { key, .. } => {
+            StoreOp::GlobalGet { key, read } => {
+                let latest = homing_node::GlobalRead::Latest;
+                debug_assert_eq!(read, latest, "upkeep's proof reads the latest entry");
                 let entry = self.global.get(&key).cloned();
                 let answer = homing_node::GlobalAnswer::Entry(entry);
                 self.dcs[d].upkeep.handle_global(Ok(answer));

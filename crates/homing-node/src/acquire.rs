@@ -22,11 +22,13 @@
 //! the request: at most what passed for the host (receipt ≥ send), so the
 //! host's deadlines stay conservative.
 //!
-//! Driver: loop on [`Acquire::poll`]. `Store(op)` / `Global(op)`: perform
-//! it, answer with [`Acquire::handle_stored`] / [`Acquire::handle_global`];
-//! `Connect(need)` (an allocation, a segment, a link): perform it, answer
-//! through [`Acquire::connect`]'s `handle_*`; [`Acquire::handle_failure`]
-//! if any of these could not be done. `Await`: register at the reservation's DC (this
+//! Driver: loop on [`Acquire::poll`]. `Admit(namespace)`: ask the key
+//! quota, answer with [`Acquire::handle_admitted`]. `Store(op)` /
+//! `Global(op)`: perform it, answer with [`Acquire::handle_stored`] /
+//! [`Acquire::handle_global`]; `Connect(need)` (a segment, a link): perform
+//! it, answer through [`Acquire::connect`]'s `handle_*`;
+//! [`Acquire::handle_failure`] if any of these could not be done (a refused
+//! admission included). `Await`: register at the reservation's DC (this
 //! DC: [`crate::AwaitVacant`]; another: an `Await` request), answer with
 //! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
 //! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`. Take
@@ -84,7 +86,9 @@ pub enum AcquirePoll {
     /// in `namespace` ([`crate::KeyQuota`], whose counts the driver keeps)?
     /// Answer with [`Acquire::handle_admitted`], or with
     /// [`Acquire::handle_failure`] and the quota's refusal. A granted
-    /// create holds its slot until its set-if-absent settles it.
+    /// create holds its slot until its set-if-absent answers (which
+    /// settles it), or until the acquire ends (which gives it back); a
+    /// create tried again after a failed write or set-if-absent reuses it.
     Admit(Namespace),
     /// Perform this DC-store operation of the current connect (allocate a
     /// unique, read our record, or write it); answer with
@@ -208,7 +212,8 @@ pub struct Acquire {
     held: Option<AcquireReply>,
     last_look: bool,
     awaits: u32,
-    /// Whether the key quota admitted the create the connect allocates for.
+    /// Whether the key quota admitted a create whose set-if-absent has not
+    /// answered yet (its slot, held by the driver, is not settled).
     admitted: bool,
     phase: Phase,
     events: VecDeque<AcquireEvent>,
@@ -407,17 +412,18 @@ impl Acquire {
 
     /// The key quota admitted the create [`AcquirePoll::Admit`] asked about.
     pub fn handle_admitted(&mut self) {
+        debug_assert!(
+            self.connect.creates_key() && !self.admitted,
+            "acquire of {}: an admission nobody asked for",
+            self.request.key
+        );
         self.admitted = true;
     }
 
     /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match stored {
-            Stored::Allocated(unique) => {
-                // The next create (if this one loses) is admitted anew.
-                self.admitted = false;
-                self.connect.handle_allocated(unique, now);
-            }
+            Stored::Allocated(unique) => self.connect.handle_allocated(unique, now),
             Stored::Record(record) => self.connect.handle_local_record(record, now),
             Stored::Written(written) => self.connect.handle_written(written),
             other => unasked("acquire", &other),
@@ -430,7 +436,11 @@ impl Acquire {
         let connect = &mut self.connect;
         match answer {
             GlobalAnswer::Entry(entry) => connect.handle_global(entry, Source::Local),
-            GlobalAnswer::SetIfAbsent(existing) => connect.handle_set_if_absent(existing),
+            GlobalAnswer::SetIfAbsent(existing) => {
+                // The create's slot is settled: a next create is admitted anew.
+                self.admitted = false;
+                connect.handle_set_if_absent(existing);
+            }
             GlobalAnswer::Successor {
                 succession,
                 source,

@@ -10,8 +10,8 @@
 //! exist are never refused: re-activating, recreating a key another DC
 //! created, or finding it held costs no new entry.
 //!
-//! Driver: before the allocation of a key's first reservation (homing-core's
-//! `Connect::creates_key`), call [`KeyQuota::admit`]. `Count`: count the
+//! Driver: when an acquire asks `AcquirePoll::Admit` (before the allocation
+//! of a key's first reservation), call [`KeyQuota::admit`]. `Count`: count the
 //! namespace's keys in the DC store (at most [`KeyQuota::count_bound`]),
 //! hand the number to [`KeyQuota::counted`], admit again. `Granted`: the
 //! create holds a slot; once the global write answers, [`KeyQuota::settle`]

@@ -461,3 +461,49 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
         "a recorded successor is followed, the lease not judged again: {asked:?}"
     );
 }
+
+#[test]
+fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_admitted_twice() {
+    use homing_node::CONNECT_GLOBAL_READ;
+    let mut world = World::new(&["fra"]);
+    let mut acquire = start(&world, "fra", "a1", 5_000);
+    covered(&world, &mut acquire);
+    let now = node_now(&world);
+    let entry = GlobalOp::Entry {
+        key: key(),
+        read: CONNECT_GLOBAL_READ,
+    };
+    assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == entry));
+    acquire.handle_global(GlobalAnswer::Entry(None));
+    assert!(matches!(acquire.poll(now), AcquirePoll::Admit(_)));
+    acquire.handle_admitted();
+    assert!(matches!(
+        acquire.poll(now),
+        AcquirePoll::Store(StoreOp::Allocate)
+    ));
+    acquire.handle_stored(Stored::Allocated(world.allocate(&dc("fra"))), world.now());
+    assert!(matches!(
+        acquire.poll(now),
+        AcquirePoll::Store(StoreOp::Write { .. })
+    ));
+    // The DC store does not answer the create's write: pause, create again.
+    let unreachable = ErrorReply::new(
+        ErrorKind::Unavailable { dc: dc("fra") },
+        "store: not answering",
+    );
+    acquire.handle_failure(now, Failure::Unreachable(unreachable));
+    let AcquirePoll::Pause { until } = acquire.poll(now) else {
+        panic!("an unreachable store is tried again within the wait")
+    };
+    world.now_ms = until.us_since(NodeTime::from_us(0)) / 1000;
+    acquire.handle_timeout(until);
+    // The slot granted for this create still stands (its set-if-absent
+    // never answered): asking the quota again would count the key twice,
+    // and refuse it when the namespace has room for one key only.
+    let (outcome, asked) = drive_asking(&mut world, "fra", &mut acquire);
+    assert!(
+        matches!(outcome, AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))),
+        "{outcome:?}"
+    );
+    assert_eq!(asked.admits, 0, "{asked:?}");
+}
