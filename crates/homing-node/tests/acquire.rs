@@ -339,14 +339,14 @@ fn acquire_a_dc_shutting_down_answers_a_waiting_acquire_at_once_with_held_elsewh
     assert_eq!(events(&mut waiting), [AcquireEvent::ClosedWhileWaiting]);
 }
 
-#[test]
-fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reach_it() {
-    use homing_core::{StoreTime, Written};
+/// A create of the key at DC `at` up to its record's write: covered, the
+/// entry read answers absent, the quota admits the create and its unique
+/// is allocated.
+fn create_up_to_the_write(world: &mut World, at: &str, wait_ms: u32) -> Acquire {
     use homing_node::CONNECT_GLOBAL_READ;
-    let world = World::new(&["iad"]);
-    let mut acquire = start(&world, "iad", "a1", 0);
-    covered(&world, &mut acquire);
-    let now = node_now(&world);
+    let mut acquire = start(world, at, "a1", wait_ms);
+    covered(world, &mut acquire);
+    let now = node_now(world);
     let entry = GlobalOp::Entry {
         key: key(),
         read: CONNECT_GLOBAL_READ,
@@ -363,8 +363,16 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
         acquire.poll(now),
         AcquirePoll::Store(StoreOp::Allocate)
     ));
-    let store_now = StoreTime::from_ms(world.now_ms);
-    acquire.handle_stored(Stored::Allocated(1), store_now);
+    acquire.handle_stored(Stored::Allocated(world.allocate(&dc(at))), world.now());
+    acquire
+}
+
+#[test]
+fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reach_it() {
+    use homing_core::Written;
+    let mut world = World::new(&["iad"]);
+    let mut acquire = create_up_to_the_write(&mut world, "iad", 0);
+    let now = node_now(&world);
     let AcquirePoll::Store(StoreOp::Write {
         expected: None,
         record,
@@ -374,7 +382,7 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
         panic!("a connect creates its record, appending a lifecycle event")
     };
     assert_eq!(record.id.to_string(), "iad.1");
-    acquire.handle_stored(Stored::Written(Written::Yes), store_now);
+    acquire.handle_stored(Stored::Written(Written::Yes), world.now());
     let set = GlobalOp::SetIfAbsent {
         key: key(),
         id: record.id.clone(),
@@ -464,24 +472,9 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
 
 #[test]
 fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_admitted_twice() {
-    use homing_node::CONNECT_GLOBAL_READ;
     let mut world = World::new(&["fra"]);
-    let mut acquire = start(&world, "fra", "a1", 5_000);
-    covered(&world, &mut acquire);
+    let mut acquire = create_up_to_the_write(&mut world, "fra", 5_000);
     let now = node_now(&world);
-    let entry = GlobalOp::Entry {
-        key: key(),
-        read: CONNECT_GLOBAL_READ,
-    };
-    assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == entry));
-    acquire.handle_global(GlobalAnswer::Entry(None));
-    assert!(matches!(acquire.poll(now), AcquirePoll::Admit(_)));
-    acquire.handle_admitted();
-    assert!(matches!(
-        acquire.poll(now),
-        AcquirePoll::Store(StoreOp::Allocate)
-    ));
-    acquire.handle_stored(Stored::Allocated(world.allocate(&dc("fra"))), world.now());
     assert!(matches!(
         acquire.poll(now),
         AcquirePoll::Store(StoreOp::Write { .. })
