@@ -278,14 +278,11 @@ impl Sim {
     /// a landed write reaches the checker, the DC's waiters and watchers
     /// ([`Sim::cas`]).
     pub(crate) fn perform(&mut self, d: usize, op: DcOp) -> Result<Stored, Failure> {
-        if op == DcOp::Allocate {
-            return Ok(Stored::Allocated(self.allocate(d)));
-        }
         let dc = &mut self.dcs[d];
         let failed = |e| crate::upkeep::store_failure(&dc.id, e);
         Ok(match op {
             DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
-            DcOp::Allocate => unreachable!("allocated above"),
+            DcOp::Allocate => Stored::Allocated(self.allocate(d)),
             DcOp::Write {
                 expected, record, ..
             } => Stored::Written(self.cas(d, expected, &record)),
