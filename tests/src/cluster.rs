@@ -8,7 +8,7 @@
 //! exactly that path.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -88,11 +88,10 @@ fn acquire_under(name: &str, actor: &str, lease: homing_core::LeaseKey) -> Reque
     }
 }
 
-/// A UDP port on 127.0.0.1 that was free a moment ago.
+/// A UDP port on 127.0.0.1 that is free and that no other socket will be
+/// given before a daemon binds it ([`homing_net::loopback_listen_addr`]).
 pub fn free_udp_addr() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free loopback port")
+    homing_net::loopback_listen_addr().expect("a free loopback port")
 }
 
 /// A distinct etcd prefix per cluster, so runs never see each other's keys.

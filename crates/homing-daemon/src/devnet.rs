@@ -4,13 +4,15 @@
 //! latency in front of every DC. `homing devnet`, the edge router's tests and
 //! its load test all start their DCs here.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use homing_core::{DcId, Identity, Role};
 use homing_net::pki::load_identity;
-use homing_net::{Client, ClientLimits, Peer, Relay, TlsIdentity, generate_dev_pki};
+use homing_net::{
+    Client, ClientLimits, Peer, Relay, TlsIdentity, generate_dev_pki, loopback_listen_addr,
+};
 use homing_store::{GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions};
 
 use crate::{Config, Daemon, DaemonError, Settings};
@@ -49,11 +51,6 @@ pub struct Devnet {
     _temp: Option<tempfile::TempDir>,
 }
 
-fn free_udp_addr() -> std::io::Result<SocketAddr> {
-    // Bound and released at once: the daemon binds it right after.
-    UdpSocket::bind("127.0.0.1:0")?.local_addr()
-}
-
 impl Devnet {
     /// Generates the PKI and starts every DC, each peering with all others.
     pub async fn start(options: DevnetOptions) -> Result<Devnet, DaemonError> {
@@ -83,7 +80,7 @@ impl Devnet {
         let listen = options
             .dcs
             .iter()
-            .map(|_| free_udp_addr())
+            .map(|_| loopback_listen_addr())
             .collect::<std::io::Result<Vec<_>>>()?;
         let mut relays = Vec::new();
         for (i, addr) in listen.iter().enumerate() {

@@ -4,7 +4,7 @@
 
 use homing_core::{AcquireReply, Grant};
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -32,10 +32,7 @@ impl Drop for Homingd {
 }
 
 fn free_port() -> SocketAddr {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    homing_net::loopback_listen_addr().unwrap()
 }
 
 /// homingd of DC iad on `addr`, its data under `dir`/data.
