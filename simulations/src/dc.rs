@@ -25,9 +25,9 @@ use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    AcquireReply, AwaitReply, ConnectNeed, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy,
-    LinkReply, LocalSegment, Reply, Request, ReservationId, Segment, SegmentError, Shortcut,
-    ShortcutNotice, Source, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply,
+    LocalSegment, Reply, Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice,
+    Source, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::StoreError;
@@ -997,25 +997,35 @@ impl Sim {
         }
     }
 
-    /// A need of an acquire's connect failed with `e` (`unavailable`: a DC
-    /// did not answer).
-    pub(crate) fn acquire_failed(
+    /// A peer answered the segment or the link an acquire asked for (or
+    /// did not: `Err`).
+    fn acquire_peer_answer(
         &mut self,
         d: usize,
         task: &mut Task,
-        e: ErrorReply,
-        unavailable: bool,
+        answer: Result<Reply, Failure>,
     ) -> Next {
         let now = self.node_now(d);
         let TaskKind::Acquire(job) = &mut task.kind else {
-            return Next::Reply(Reply::Error(e));
+            unreachable!("an acquire's peer answer for another task");
         };
-        let failure = if unavailable {
-            Failure::Unreachable(e)
+        if job.acquire.asks_segment() {
+            let segment = answer.and_then(|reply| {
+                peer_answer(reply, "resolve-reservation", |r| match r {
+                    Reply::Reservation(segment) => Some(segment),
+                    _ => None,
+                })
+            });
+            job.acquire.handle_segment(now, segment);
         } else {
-            Failure::Refused(e)
-        };
-        job.acquire.handle_failure(now, failure);
+            let linked = answer.and_then(|reply| {
+                peer_answer(reply, "link", |r| match r {
+                    Reply::Link(link) => Some(link),
+                    _ => None,
+                })
+            });
+            job.acquire.handle_linked(now, linked);
+        }
         self.acquire_step(d, task)
     }
 
@@ -1031,6 +1041,14 @@ impl Sim {
 
     /// Polls the acquire until it needs I/O or ends.
     pub(crate) fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
+        // As homingd's peer table answers for a DC it does not know.
+        let unknown_dc = |dc: &DcId| {
+            let why = format!("dc {dc} unavailable: not a dc of this simulation");
+            Failure::Unreachable(ErrorReply::new(
+                ErrorKind::Unavailable { dc: dc.clone() },
+                why,
+            ))
+        };
         let task_key = task.key;
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
@@ -1041,7 +1059,7 @@ impl Sim {
             while let Some(event) = job.acquire.poll_event() {
                 self.measurements.count(acquire_counter(event));
             }
-            let need = match poll {
+            match poll {
                 AcquirePoll::Cover { from } => {
                     job.acquire.handle_covered(self.grant_covered(d, from));
                     continue;
@@ -1056,7 +1074,36 @@ impl Sim {
                     Some(next) => return next,
                     None => continue,
                 },
-                AcquirePoll::Connect(need) => need,
+                AcquirePoll::Segment(id) if id.dc() == &self.dcs[d].id => {
+                    return Next::Store(StoreOp::Segment(id));
+                }
+                AcquirePoll::Segment(id) => match self.dc_index.get(id.dc()) {
+                    Some(&to) => return Next::Peer(to, Request::ResolveReservation { id }),
+                    None => {
+                        job.acquire.handle_segment(now, Err(unknown_dc(id.dc())));
+                        continue;
+                    }
+                },
+                AcquirePoll::Link {
+                    key,
+                    from,
+                    to,
+                    expected_token,
+                } => match self.dc_index.get(from.dc()) {
+                    Some(&dc) => {
+                        let link = Request::Link {
+                            key,
+                            from,
+                            to,
+                            expected_token,
+                        };
+                        return Next::Peer(dc, link);
+                    }
+                    None => {
+                        job.acquire.handle_linked(now, Err(unknown_dc(from.dc())));
+                        continue;
+                    }
+                },
                 AcquirePoll::Await {
                     reservation,
                     wait_ms,
@@ -1095,44 +1142,7 @@ impl Sim {
                     return Next::Reply(Reply::Acquire(outcome));
                 }
                 AcquirePoll::Done(Err(e)) => return Next::Reply(Reply::Error(e)),
-            };
-            let unknown_dc = |id: &ReservationId| {
-                let e = ErrorReply::new(ErrorKind::Inconsistent, format!("unknown dc in {id}"));
-                Failure::Refused(e)
-            };
-            return match need {
-                ConnectNeed::Reservation(id) if id.dc() == &self.dcs[d].id => {
-                    Next::Store(StoreOp::Segment(id))
-                }
-                ConnectNeed::Reservation(id) => match self.dc_index.get(id.dc()) {
-                    Some(&to) => Next::Peer(to, Request::ResolveReservation { id }),
-                    None => {
-                        job.acquire.handle_failure(now, unknown_dc(&id));
-                        continue;
-                    }
-                },
-                ConnectNeed::Link {
-                    key,
-                    from,
-                    to,
-                    expected_token,
-                } => match self.dc_index.get(from.dc()) {
-                    Some(&dc) => Next::Peer(
-                        dc,
-                        Request::Link {
-                            key,
-                            from,
-                            to,
-                            expected_token,
-                        },
-                    ),
-                    None => {
-                        job.acquire.handle_failure(now, unknown_dc(&from));
-                        continue;
-                    }
-                },
-                other => unreachable!("homing-node's acquire asks {other:?} as a store operation"),
-            };
+            }
         }
     }
 
@@ -1391,10 +1401,11 @@ impl Sim {
             StoreOp::Segment(id) => {
                 let segment = self.local_segment(d, &id);
                 match (&mut task.kind, segment) {
-                    (TaskKind::Acquire(job), Ok(s)) => {
-                        let c = job.acquire.connect();
-                        let local = self.dcs[d].id.clone();
-                        c.handle_segment(&local, s, Source::Local);
+                    // No usable record disowns it: a shortcut that does not
+                    // hold up (the walk falls back), or a contradiction (it fails).
+                    (TaskKind::Acquire(job), s) => {
+                        job.acquire
+                            .handle_segment(self.node_now(d), s.map_err(segment_failure));
                         self.acquire_step(d, &mut task)
                     }
                     (TaskKind::Segment, Ok(s)) => {
@@ -1408,13 +1419,6 @@ impl Sim {
                         let s = s.map_err(segment_failure);
                         resolve.handle_segment(s, self.answers_for_tails(d));
                         Next::Reply(resolve.reply())
-                    }
-                    // No usable record: a shortcut that does not hold up
-                    // (the walk falls back), or a contradiction (it fails).
-                    (TaskKind::Acquire(job), Err(_)) => {
-                        let local = self.dcs[d].id.clone();
-                        job.acquire.connect().handle_disowned(&local, Source::Local);
-                        self.acquire_step(d, &mut task)
                     }
                     (_, Err(e)) => Next::Reply(segment_error(e)),
                     (
@@ -1586,28 +1590,9 @@ impl Sim {
             let next = self.acquire_awaited(d, &mut task, result);
             return self.dc_continue(d, tid, task, next);
         }
-        let peer_id = self.dcs[usize::from(peer)].id.clone();
         let next = match (&mut task.kind, reply) {
-            (TaskKind::Acquire(job), Reply::Error(e))
-                if e.kind.disowns() && job.acquire.needs_reservation() =>
-            {
-                job.acquire
-                    .connect()
-                    .handle_disowned(&peer_id, Source::Remote);
-                self.acquire_step(d, &mut task)
-            }
-            (TaskKind::Acquire(_), Reply::Error(e)) => self.acquire_failed(d, &mut task, e, false),
+            (TaskKind::Acquire(_), reply) => self.acquire_peer_answer(d, &mut task, Ok(reply)),
             (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
-            (TaskKind::Acquire(job), Reply::Reservation(segment)) => {
-                let c = job.acquire.connect();
-                c.handle_segment(&peer_id, segment, Source::Remote);
-                self.acquire_step(d, &mut task)
-            }
-            (TaskKind::Acquire(job), Reply::Link(link)) => {
-                let c = job.acquire.connect();
-                c.handle_link(link);
-                self.acquire_step(d, &mut task)
-            }
             _ => Next::Reply(error(ErrorKind::Inconsistent, "unexpected peer reply")),
         };
         self.dc_continue(d, tid, task, next);
@@ -1671,7 +1656,7 @@ impl Sim {
             return self.upkeep_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
         }
         let next = if matches!(task.kind, TaskKind::Acquire(_)) {
-            self.acquire_failed(d, &mut task, e, true)
+            self.acquire_peer_answer(d, &mut task, Err(Failure::Unreachable(e)))
         } else {
             Next::Reply(Reply::Error(e))
         };

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, ActorId, AwaitReply, ChainWalk, Connect, ConnectNeed, DcId, DcRecord, ErrorKind,
-    ErrorReply, EventSeq, FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy,
-    LinkReply, LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
+    AcquireReply, ActorId, AwaitReply, ChainWalk, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq,
+    FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply,
+    LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
     ReservationId, Role, ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime,
     Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written, wire,
 };
@@ -207,11 +207,15 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> Failure {
 
 impl Failure {
     /// homing-node's split of this failure at DC `dc`: a DC or store that
-    /// could not be reached (worth retrying), or an answer (a refusal, a
-    /// full queue, a contradiction). A peer relaying an error is an answer.
+    /// could not be reached (worth retrying), an answer (a refusal, a full
+    /// queue, a contradiction), or a peer's lie. A peer relaying an error
+    /// is an answer.
     fn classify(self, dc: &DcId) -> homing_node::Failure {
         let unreachable = match &self {
             Failure::Store(e) => return homing_node::Failure::of_store(dc, e.is_unavailable(), e),
+            Failure::Peer(PeerError::Lied { .. }) => {
+                return homing_node::Failure::Lied(self.into_reply(dc));
+            }
             Failure::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
             Failure::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
         };
@@ -232,19 +236,6 @@ impl Failure {
                 homing_node::Failure::of_store(dc, e.is_unavailable(), e).into_reply()
             }
             Failure::Peer(e) => e.to_reply(),
-        }
-    }
-}
-
-impl Failure {
-    /// Whether the owner of a reservation said it has no usable record of it
-    /// (unknown, abandoned, broken): what a walk trying a shortcut falls back on.
-    fn disowns(&self) -> bool {
-        match self {
-            Failure::Reply(reply) | Failure::Peer(PeerError::Refused { reply, .. }) => {
-                reply.kind.disowns()
-            }
-            Failure::Store(_) | Failure::Peer(_) => false,
         }
     }
 }
@@ -755,11 +746,11 @@ impl Node {
     }
 
     /// What `id`'s owner knows: ourselves for our own, else a peer round trip.
-    async fn segment(&self, id: &ReservationId) -> Result<(Segment, Source), Failure> {
+    async fn segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
         if id.dc() == &self.dc {
-            Ok((self.local_segment(id).await?, Source::Local))
+            self.local_segment(id).await
         } else {
-            Ok((self.peers.resolve_reservation(id).await?, Source::Remote))
+            Ok(self.peers.resolve_reservation(id).await?)
         }
     }
 
@@ -793,11 +784,14 @@ impl Node {
                     Ok(entry) => walk.handle_global(entry, Source::Local),
                     Err(e) => return Err(Failure::from(e).into_reply(&self.dc)),
                 },
-                Poll::Need(Need::Reservation(id)) => match self.segment(&id).await {
-                    Ok((segment, source)) => walk.handle_segment(id.dc(), segment, source),
-                    Err(e) if e.disowns() => walk.handle_disowned(id.dc(), self.source_of(&id)),
-                    Err(e) => return Err(e.into_reply(&self.dc)),
-                },
+                Poll::Need(Need::Reservation(id)) => {
+                    let source = self.source_of(&id);
+                    match self.segment(&id).await.map_err(|f| f.classify(&self.dc)) {
+                        Ok(segment) => walk.handle_segment(id.dc(), segment, source),
+                        Err(f) if f.disowns() => walk.handle_disowned(id.dc(), source),
+                        Err(f) => return Err(f.into_reply()),
+                    }
+                }
                 Poll::NotFound => return Ok(None),
                 Poll::Done(walked) => {
                     self.remember(key, walked.hint());
@@ -935,9 +929,20 @@ impl Node {
                     let handled = performed.map(|answer| acquire.handle_global(answer));
                     self.failed(&mut acquire, handled);
                 }
-                AcquirePoll::Connect(need) => {
-                    let performed = self.perform_need(acquire.connect(), need).await;
-                    self.failed(&mut acquire, performed);
+                AcquirePoll::Segment(id) => {
+                    let segment = self.segment(&id).await;
+                    let segment = segment.map_err(|f| f.classify(&self.dc));
+                    acquire.handle_segment(self.waiters.now(), segment);
+                }
+                AcquirePoll::Link {
+                    key,
+                    from,
+                    to,
+                    expected_token,
+                } => {
+                    let linked = self.peers.link(&key, &from, &to, expected_token).await;
+                    let linked = linked.map_err(|e| Failure::from(e).classify(&self.dc));
+                    acquire.handle_linked(self.waiters.now(), linked);
                 }
                 AcquirePoll::Await {
                     reservation,
@@ -1278,31 +1283,6 @@ impl Node {
             done.send_replace(Some(result));
         });
         outcome
-    }
-
-    /// Performs one need of a connect that is not a store operation (a
-    /// reservation's segment, a link).
-    async fn perform_need(&self, connect: &mut Connect, need: ConnectNeed) -> Result<(), Failure> {
-        match need {
-            ConnectNeed::Reservation(id) => match self.segment(&id).await {
-                Ok((segment, source)) => connect.handle_segment(id.dc(), segment, source),
-                Err(e) if e.disowns() => connect.handle_disowned(id.dc(), self.source_of(&id)),
-                Err(e) => return Err(e),
-            },
-            ConnectNeed::Link {
-                key,
-                from,
-                to,
-                expected_token,
-            } => {
-                let reply = self.peers.link(&key, &from, &to, expected_token).await?;
-                connect.handle_link(reply);
-            }
-            other => unreachable!(
-                "homing-node's acquire asks {other:?} as another effect (a store or global operation, an admission)"
-            ),
-        }
-        Ok(())
     }
 
     /// Performs one of homing-node's global-store operations outside any

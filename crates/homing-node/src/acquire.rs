@@ -25,10 +25,11 @@
 //! Driver: loop on [`Acquire::poll`]. `Admit(namespace)`: ask the key
 //! quota, answer with [`Acquire::handle_admitted`]. `Store(op)` /
 //! `Global(op)`: perform it, answer with [`Acquire::handle_stored`] /
-//! [`Acquire::handle_global`]; `Connect(need)` (a segment, a link): perform
-//! it, answer through [`Acquire::connect`]'s `handle_*`;
-//! [`Acquire::handle_failure`] if any of these could not be done (a refused
-//! admission included). `Await`: register at the reservation's DC (this
+//! [`Acquire::handle_global`]; `Segment(id)` / `Link`: ask the
+//! reservation's DC (this DC: its own store), answer with
+//! [`Acquire::handle_segment`] / [`Acquire::handle_linked`], failures
+//! included; [`Acquire::handle_failure`] if an admission, a store or a
+//! global operation could not be done (a refused admission included). `Await`: register at the reservation's DC (this
 //! DC: [`crate::AwaitVacant`]; another: an `Await` request), answer with
 //! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
 //! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`. Take
@@ -39,8 +40,9 @@ use std::collections::VecDeque;
 
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
-    ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, Namespace, ReservationId,
-    Shortcut, ShortcutNotice, Source, StoreTime, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
+    ErrorKind, ErrorReply, FencingToken, Holding, HostTime, Key, LeaseKey, LeasePolicy, LinkReply,
+    Namespace, ReservationId, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Tag,
+    TakeoverPolicy, wire::WAIT_MS_MAX,
 };
 
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
@@ -97,10 +99,23 @@ pub enum AcquirePoll {
     /// Perform this global-store operation of the current connect; answer
     /// with [`Acquire::handle_global`].
     Global(GlobalOp),
-    /// Perform this need of the current connect that is not a store
-    /// operation (a reservation's segment, a link); answer through
-    /// [`Acquire::connect`]'s `handle_*`.
-    Connect(ConnectNeed),
+    /// What `reservation`'s DC knows of it: this DC's own segment from its
+    /// store, another DC's through a `ResolveReservation`. Answer with
+    /// [`Acquire::handle_segment`].
+    Segment(ReservationId),
+    /// Link `from`, the key's tail at its DC, to `to`, our new reservation,
+    /// if `from` is still fenced by `expected_token`: a `Link` request to
+    /// `from`'s DC. Answer with [`Acquire::handle_linked`].
+    Link {
+        /// The key.
+        key: Key,
+        /// The tail to link.
+        from: ReservationId,
+        /// Its successor.
+        to: ReservationId,
+        /// The fencing token the tail must still have.
+        expected_token: FencingToken,
+    },
     /// Wait at `reservation`'s DC for it to be vacated, `wait_ms` at most,
     /// and never past `until` (node clock).
     Await {
@@ -279,10 +294,9 @@ impl Acquire {
         self.connect.take_notice()
     }
 
-    /// Whether the current connect waits for what a DC knows about a
-    /// reservation (so an error answer may be the owner disowning it:
-    /// [`Connect::handle_disowned`]).
-    pub fn needs_reservation(&self) -> bool {
+    /// Whether the peer request asked is [`AcquirePoll::Segment`] (answer
+    /// with [`Acquire::handle_segment`]), not [`AcquirePoll::Link`].
+    pub fn asks_segment(&self) -> bool {
         matches!(self.phase, Phase::Connecting)
             && matches!(
                 self.connect.poll(),
@@ -308,11 +322,6 @@ impl Acquire {
     /// When the wait ends (node clock).
     pub fn deadline(&self) -> NodeTime {
         self.deadline
-    }
-
-    /// The current connect, to answer the need [`Acquire::poll`] named.
-    pub fn connect(&mut self) -> &mut Connect {
-        &mut self.connect
     }
 
     /// What happened since the last call, oldest first.
@@ -404,9 +413,18 @@ impl Acquire {
             ConnectNeed::TakeOver { succession, policy } => {
                 global(GlobalOp::TakeOver { succession, policy })
             }
-            need @ (ConnectNeed::Reservation(_) | ConnectNeed::Link { .. }) => {
-                AcquirePoll::Connect(need)
-            }
+            ConnectNeed::Reservation(id) => AcquirePoll::Segment(id),
+            ConnectNeed::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            } => AcquirePoll::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            },
         }
     }
 
@@ -449,6 +467,46 @@ impl Acquire {
             GlobalAnswer::Confirmed(recorded) => connect.handle_confirmed(recorded),
             GlobalAnswer::DcLease(state) => connect.handle_dc_lease(state),
             GlobalAnswer::TakenOver(reply) => connect.handle_taken_over(reply),
+        }
+    }
+
+    /// What the DC of the reservation [`AcquirePoll::Segment`] asked about
+    /// answered at `now`, or why it did not. An owner that disowns it
+    /// ([`Failure::disowns`]) sends a walk from a shortcut back to the
+    /// global entry; any other failure is the connect's.
+    pub fn handle_segment(&mut self, now: NodeTime, answer: Result<Segment, Failure>) {
+        let ConnectPoll::Need(ConnectNeed::Reservation(id)) = self.connect.poll() else {
+            panic!(
+                "acquire of {}: a segment it did not ask for",
+                self.request.key
+            );
+        };
+        let source = if id.dc() == &self.dc {
+            Source::Local
+        } else {
+            Source::Remote
+        };
+        match answer {
+            Ok(segment) => self.connect.handle_segment(id.dc(), segment, source),
+            Err(failure) if failure.disowns() => self.connect.handle_disowned(id.dc(), source),
+            Err(failure) => self.handle_failure(now, failure),
+        }
+    }
+
+    /// What the tail's DC answered at `now` to the [`AcquirePoll::Link`]
+    /// asked, or why it did not.
+    pub fn handle_linked(&mut self, now: NodeTime, answer: Result<LinkReply, Failure>) {
+        debug_assert!(
+            matches!(
+                self.connect.poll(),
+                ConnectPoll::Need(ConnectNeed::Link { .. })
+            ),
+            "acquire of {}: a link it did not ask for",
+            self.request.key
+        );
+        match answer {
+            Ok(reply) => self.connect.handle_link(reply),
+            Err(failure) => self.handle_failure(now, failure),
         }
     }
 
@@ -519,7 +577,7 @@ impl Acquire {
                 return self.reconnect(now);
             }
             Ok(AwaitReply::Vacated { .. } | AwaitReply::Moved) => return self.reconnect(now),
-            Err(Failure::Refused(e)) => {
+            Err(Failure::Refused(e) | Failure::Lied(e)) => {
                 self.events.push_back(AcquireEvent::WaitRefused);
                 self.phase = Phase::Done(Err(e));
                 return;

@@ -7,7 +7,7 @@ mod world;
 use homing_core::Grant;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
-    KeyName, ReleaseCause, RunOutcome, Source, chain::HOP_LIMIT_DEFAULT,
+    KeyName, ReleaseCause, ReservationId, RunOutcome, Shortcut, Source, chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, GlobalAnswer,
@@ -86,7 +86,26 @@ fn drive_asking(world: &mut World, at: &str, acquire: &mut Acquire) -> (AcquireP
                 let answer = perform_global(world, op);
                 acquire.handle_global(answer);
             }
-            AcquirePoll::Connect(_) => assert!(world.step(&dc(at), acquire.connect())),
+            AcquirePoll::Segment(id) => {
+                let answer = if world.down.contains(id.dc()) && id.dc() != &dc(at) {
+                    let kind = ErrorKind::Unavailable {
+                        dc: id.dc().clone(),
+                    };
+                    Err(Failure::Unreachable(ErrorReply::new(kind, "down")))
+                } else {
+                    Ok(world.segment(&id).expect("reservations in chains answer"))
+                };
+                acquire.handle_segment(node_now(world), answer);
+            }
+            AcquirePoll::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            } => {
+                let reply = world.link(&key, &from, to, expected_token);
+                acquire.handle_linked(node_now(world), Ok(reply));
+            }
             other => return (other, asked),
         }
     }
@@ -499,4 +518,54 @@ fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_adm
         "{outcome:?}"
     );
     assert_eq!(asked.admits, 0, "{asked:?}");
+}
+
+/// A shortcut's owner disowning it (its error answer: unknown, broken)
+/// sends the walk back to the key's global entry; the same words from a
+/// DC that lied (an answer to another question) are a contradiction, not
+/// the owner's word: the acquire fails with it.
+#[test]
+fn a_shortcut_disowned_by_its_owner_falls_back_and_a_lie_about_it_fails_the_acquire() {
+    let gone: ReservationId = "fra.9".parse().unwrap();
+    for lied in [false, true] {
+        let mut world = World::new(&["iad", "fra", "sin"]);
+        let mut first = start(&world, "iad", "a1", 0);
+        drive(&mut world, "iad", &mut first);
+        let hint = Shortcut {
+            to: gone.clone(),
+            token: FencingToken::new(5),
+        };
+        let mut second = start(&world, "sin", "a2", 0).with_hint(Some(hint));
+        let mut asked = false;
+        while !asked {
+            match second.poll(node_now(&world)) {
+                AcquirePoll::Cover { .. } => second.handle_covered(Ok(())),
+                AcquirePoll::Global(op) => second.handle_global(perform_global(&mut world, op)),
+                AcquirePoll::Segment(id) => {
+                    assert_eq!(id, gone, "the walk starts at the shortcut");
+                    let said = ErrorReply::new(ErrorKind::Inconsistent, "fra.9: abandoned");
+                    let answer = if lied {
+                        Failure::Lied(said)
+                    } else {
+                        Failure::Refused(said)
+                    };
+                    second.handle_segment(node_now(&world), Err(answer));
+                    asked = true;
+                }
+                other => panic!("expected the shortcut's segment to be asked, got {other:?}"),
+            }
+        }
+        let outcome = drive(&mut world, "sin", &mut second);
+        if lied {
+            let AcquirePoll::Done(Err(e)) = outcome else {
+                panic!("a lie fails the acquire, got {outcome:?}");
+            };
+            assert_eq!(e.kind, ErrorKind::Inconsistent);
+        } else {
+            let AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(holder))) = outcome else {
+                panic!("the walk falls back to the entry and finds a1, got {outcome:?}");
+            };
+            assert_eq!(holder.reservation.to_string(), "iad.1");
+        }
+    }
 }

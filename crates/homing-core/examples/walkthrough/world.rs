@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
     ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcLeaseState, DcRecord, DcStanding,
-    FencingToken, Key, LeasePolicy, LocalSegment, Need, Poll, ReleaseReply, ReservationId, Segment,
-    SegmentError, Source, StoreTime, Succession, TakeOverReply, TakeoverPolicy, Written,
-    chain::HOP_LIMIT_DEFAULT,
+    FencingToken, Key, LeasePolicy, LinkReply, LocalSegment, Need, Poll, ReleaseReply,
+    ReservationId, Segment, SegmentError, Source, StoreTime, Succession, TakeOverReply,
+    TakeoverPolicy, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 /// One DC: its records and its allocator.
@@ -127,6 +127,24 @@ impl World {
         })
     }
 
+    /// `from`'s DC links it to `to` if its token is still `expected_token`
+    /// (one round trip).
+    pub fn link(
+        &mut self,
+        key: &Key,
+        from: &ReservationId,
+        to: ReservationId,
+        expected_token: FencingToken,
+    ) -> LinkReply {
+        self.round_trips += 1;
+        let tail = self.record(from).expect("tail exists").clone();
+        let out = tail.link(key, &to, expected_token, self.now(), &self.policy);
+        if let Some(next) = out.next {
+            assert_eq!(self.write(Some(tail.version), next), Written::Yes);
+        }
+        out.reply
+    }
+
     /// Performs the connect's next need on behalf of DC `local`.
     /// Returns false once the connect is finished.
     pub fn step(&mut self, local: &DcId, connect: &mut Connect) -> bool {
@@ -183,15 +201,7 @@ impl World {
                 from,
                 to,
                 expected_token,
-            } => {
-                self.round_trips += 1;
-                let tail = self.record(&from).expect("tail exists").clone();
-                let out = tail.link(&key, &to, expected_token, self.now(), &self.policy);
-                if let Some(next) = out.next {
-                    assert_eq!(self.write(Some(tail.version), next), Written::Yes);
-                }
-                connect.handle_link(out.reply);
-            }
+            } => connect.handle_link(self.link(&key, &from, to, expected_token)),
         }
         true
     }
