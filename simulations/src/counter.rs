@@ -69,7 +69,8 @@ named! {
         CancelFoundAGrant = "cancel_found_a_grant",
         /// A host's cancel found no grant.
         CancelFoundNoGrant = "cancel_found_no_grant",
-        /// A grant landed after its host cancelled it.
+        /// A grant landed after its host cancelled it (it is released
+        /// before the answer).
         CancelledGrantLanded = "cancelled_grant_landed",
         /// A connect failed (homing-node `AcquireEvent::ConnectFailed`).
         ConnectFailed = "connect_failed",

@@ -25,9 +25,9 @@ use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    AcquireReply, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply,
-    LocalSegment, Reply, Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice,
-    Source, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment,
+    Reply, Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
+    TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::StoreError;
@@ -1114,6 +1114,11 @@ impl Sim {
                         remaining_ms: wait_ms,
                     };
                 }
+                AcquirePoll::Cancelled(lease) => {
+                    let cancelled = self.dcs[d].cancelled.cancelled(&lease, now);
+                    job.acquire.handle_cancelled(cancelled);
+                    continue;
+                }
                 AcquirePoll::Pause { until } => return Next::Pause(until),
                 AcquirePoll::Done(Ok(outcome)) => {
                     let members = &mut self.dcs[d].members;
@@ -1124,20 +1129,6 @@ impl Sim {
                     }
                     if let Some(notice) = job.acquire.take_notice() {
                         self.tell_shortcut(d, task_key, notice);
-                    }
-                    let lease = job.acquire.lease();
-                    if let AcquireReply::Acquired(grant) = &outcome
-                        && self.dcs[d].cancelled.cancelled(&lease, now)
-                    {
-                        // Its host gave up on it: the grant is cancelled
-                        // before the answer (homingd's `cancel_grant`, at
-                        // once here), and a failed cancel is the answer.
-                        self.measurements.count(Counter::CancelledGrantLanded);
-                        let cancel = Change::Cancel { lease };
-                        let id = grant.reservation.clone();
-                        if let Err(e) = self.update_at_once(d, id, cancel) {
-                            return Next::Reply(Reply::Error(e.reply()));
-                        }
                     }
                     return Next::Reply(Reply::Acquire(outcome));
                 }
@@ -1880,6 +1871,7 @@ fn acquire_counter(event: AcquireEvent) -> Counter {
             Counter::WaitEndedByConnectErrorUnavailable
         }
         AcquireEvent::WaitEndedByConnectError => Counter::WaitEndedByConnectError,
+        AcquireEvent::GrantCancelled => Counter::CancelledGrantLanded,
     }
 }
 

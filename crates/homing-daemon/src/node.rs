@@ -889,7 +889,6 @@ impl Node {
     /// awaited (at the holder's DC) and then taken, until the wait runs out,
     /// as homing-node's [`Acquire`] decides.
     async fn acquire(&self, request: AcquireRequest) -> Result<Reply, Failure> {
-        let lease = request.lease;
         let now = self.waiters.now();
         let hint = self.hint(&request.key);
         let mut acquire = Acquire::new(
@@ -976,6 +975,9 @@ impl Node {
                         }
                     }
                 }
+                AcquirePoll::Cancelled(lease) => {
+                    acquire.handle_cancelled(self.was_cancelled(&lease));
+                }
                 AcquirePoll::Pause { until } => {
                     tokio::select! {
                         _ = tokio::time::sleep_until(self.waiters.instant(until)) => {
@@ -990,11 +992,6 @@ impl Node {
                     }
                     if let Some(notice) = acquire.take_notice() {
                         self.tell_shortcut(notice).await;
-                    }
-                    if let AcquireReply::Acquired(grant) = &outcome
-                        && self.was_cancelled(&lease)
-                    {
-                        self.cancel_grant(&grant.reservation, lease).await?;
                     }
                     return Ok(acquire_reply(outcome));
                 }
@@ -1576,6 +1573,9 @@ fn log_acquire(event: AcquireEvent) {
         }
         AcquireEvent::WaitReregister | AcquireEvent::WaitCutShort => {
             tracing::info!(?event, "wait interrupted; registering again")
+        }
+        AcquireEvent::GrantCancelled => {
+            tracing::info!("grant cancelled: its host gave up on the acquire")
         }
         other => tracing::debug!(event = ?other, "acquire"),
     }

@@ -3,7 +3,9 @@
 //! one connect; this stepper decides what happens between connects.
 //!
 //! ```text
-//! connect ─ Acquired / TagMismatch ─► Done
+//! connect ─ Acquired ─► did the host give up (a Cancel noted)? no ─► Done
+//!    │                        yes ─► release the grant (an Update), then Done(Acquired)
+//!    │      TagMismatch ─► Done
 //!    │      HeldElsewhere, no wait left (or this was the last look) ─► Done(HeldElsewhere)
 //!    │      HeldElsewhere, wait left ─► Await at the holder's DC, bounded by our deadline
 //!    │            Vacated / Moved ─► connect again (grant: host time + time held)
@@ -32,8 +34,10 @@
 //! global operation could not be done (a refused admission included). `Await`: register at the reservation's DC (this
 //! DC: [`crate::AwaitVacant`]; another: an `Await` request), answer with
 //! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
-//! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`. Take
-//! [`Acquire::poll_event`]s for logs and counters.
+//! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`.
+//! `Cancelled(lease)`: ask the node's [`crate::Cancellations`], answer with
+//! [`Acquire::handle_cancelled`] (a release's store ops then come as
+//! `Store`). Take [`Acquire::poll_event`]s for logs and counters.
 
 use homing_core::Holder;
 use std::collections::VecDeque;
@@ -45,10 +49,12 @@ use homing_core::{
     TakeoverPolicy, wire::WAIT_MS_MAX,
 };
 
+use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 use crate::time::NodeTime;
+use crate::update::{Update, UpdatePoll};
 
 /// Pause before connecting or registering again after a DC did not answer,
 /// in milliseconds.
@@ -131,6 +137,11 @@ pub enum AcquirePoll {
         /// When to connect again.
         until: NodeTime,
     },
+    /// A grant was made: did the host give up on this acquire (a `Cancel`
+    /// under `lease` noted in [`crate::Cancellations`])? Answer with
+    /// [`Acquire::handle_cancelled`]; a cancelled grant is released
+    /// (`Store` ops of its update) before the answer.
+    Cancelled(LeaseKey),
     /// Finished: the outcome for the host, or the error.
     Done(Result<AcquireReply, ErrorReply>),
 }
@@ -164,6 +175,9 @@ pub enum AcquireEvent {
     WaitEndedByConnectErrorUnavailable,
     /// A connect after waiting failed with an answer.
     WaitEndedByConnectError,
+    /// The host gave up on this acquire before its grant was made: the
+    /// grant is released before the answer.
+    GrantCancelled,
 }
 
 #[derive(Debug)]
@@ -178,6 +192,13 @@ enum Phase {
     Paused {
         until: NodeTime,
         error: Option<ErrorReply>,
+    },
+    /// A grant made: waiting for the answer to [`AcquirePoll::Cancelled`].
+    Granted(AcquireReply),
+    /// Releasing a grant its host gave up on, then answering `outcome`.
+    Cancelling {
+        update: Box<Update>,
+        outcome: AcquireReply,
     },
     Done(Result<AcquireReply, ErrorReply>),
     Over,
@@ -378,6 +399,22 @@ impl Acquire {
                     self.phase = Phase::Covering { from };
                     return AcquirePoll::Cover { from };
                 }
+                Phase::Granted(outcome) => {
+                    self.phase = Phase::Granted(outcome);
+                    return AcquirePoll::Cancelled(self.request.lease);
+                }
+                Phase::Cancelling {
+                    mut update,
+                    outcome,
+                } => match update.poll() {
+                    UpdatePoll::Store(op) => {
+                        self.phase = Phase::Cancelling { update, outcome };
+                        return AcquirePoll::Store(op);
+                    }
+                    // Released here, or already by the host's cancel itself.
+                    UpdatePoll::Done(_) => self.phase = Phase::Done(Ok(outcome)),
+                    UpdatePoll::Failed(e) => self.phase = Phase::Done(Err(e.reply())),
+                },
                 Phase::Done(result) => return AcquirePoll::Done(result),
                 Phase::Over => panic!("acquire of {} polled after it ended", self.request.key),
             }
@@ -440,6 +477,9 @@ impl Acquire {
 
     /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
+        if let Phase::Cancelling { update, .. } = &mut self.phase {
+            return update.handle_stored(stored, now, &self.policy);
+        }
         match stored {
             Stored::Allocated(unique) => self.connect.handle_allocated(unique, now),
             Stored::Record(record) => self.connect.handle_local_record(record, now),
@@ -520,13 +560,47 @@ impl Acquire {
             self.events.push_back(AcquireEvent::Awaiting);
             self.held = Some(outcome);
             self.phase = Phase::Awaiting;
+        } else if matches!(outcome, AcquireReply::Acquired(_)) {
+            self.phase = Phase::Granted(outcome);
         } else {
             self.phase = Phase::Done(Ok(outcome));
         }
     }
 
-    /// A need of the current connect could not be performed at `now`.
+    /// The answer to [`AcquirePoll::Cancelled`]: whether the host gave up
+    /// on this acquire. A cancelled grant is released before the answer
+    /// (the host never sees it; the answer is the grant, released).
+    pub fn handle_cancelled(&mut self, cancelled: bool) {
+        let Phase::Granted(outcome) = std::mem::replace(&mut self.phase, Phase::Over) else {
+            panic!(
+                "acquire of {}: a cancellation it did not ask about",
+                self.request.key
+            );
+        };
+        self.phase = match (&outcome, cancelled) {
+            (AcquireReply::Acquired(grant), true) => {
+                self.events.push_back(AcquireEvent::GrantCancelled);
+                let change = Change::Cancel {
+                    lease: self.request.lease,
+                };
+                let id = grant.reservation.clone();
+                let update = Update::new(self.dc.clone(), id, change, self.mutations);
+                Phase::Cancelling {
+                    update: Box::new(update),
+                    outcome,
+                }
+            }
+            _ => Phase::Done(Ok(outcome)),
+        };
+    }
+
+    /// A need of the current connect (or of a cancelled grant's release)
+    /// could not be performed at `now`.
     pub fn handle_failure(&mut self, now: NodeTime, failure: Failure) {
+        if matches!(self.phase, Phase::Cancelling { .. }) {
+            self.phase = Phase::Done(Err(failure.into_reply()));
+            return;
+        }
         assert!(
             matches!(self.phase, Phase::Connecting),
             "acquire of {}: a failure while not connecting",

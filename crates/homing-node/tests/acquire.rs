@@ -7,7 +7,8 @@ mod world;
 use homing_core::Grant;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
-    KeyName, ReleaseCause, ReservationId, RunOutcome, Shortcut, Source, chain::HOP_LIMIT_DEFAULT,
+    KeyName, LeaseKey, ReleaseCause, ReservationId, RunOutcome, Shortcut, Source,
+    chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, GlobalAnswer,
@@ -63,15 +64,31 @@ fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
 struct Asked {
     global: Vec<GlobalOp>,
     admits: usize,
+    /// The lease keys a made grant asked "did its host give up?" about.
+    cancelled: Vec<LeaseKey>,
 }
 
 /// [`drive`], and what the acquire asked on the way.
 fn drive_asking(world: &mut World, at: &str, acquire: &mut Acquire) -> (AcquirePoll, Asked) {
+    drive_gave_up(world, at, acquire, false)
+}
+
+/// [`drive_asking`], where the host gave up on the acquire if `gave_up`.
+fn drive_gave_up(
+    world: &mut World,
+    at: &str,
+    acquire: &mut Acquire,
+    gave_up: bool,
+) -> (AcquirePoll, Asked) {
     let mut asked = Asked::default();
     for _ in 0..1_000 {
         match acquire.poll(node_now(world)) {
             // These worlds have no DC leases: every grant is covered.
             AcquirePoll::Cover { .. } => acquire.handle_covered(Ok(())),
+            AcquirePoll::Cancelled(lease) => {
+                asked.cancelled.push(lease);
+                acquire.handle_cancelled(gave_up);
+            }
             AcquirePoll::Admit(namespace) => {
                 assert_eq!(namespace, key().namespace);
                 asked.admits += 1;
@@ -408,6 +425,8 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
     };
     assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == set));
     acquire.handle_global(GlobalAnswer::SetIfAbsent(None));
+    assert!(matches!(acquire.poll(now), AcquirePoll::Cancelled(_)));
+    acquire.handle_cancelled(false);
     let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) = acquire.poll(now) else {
         panic!("the entry is ours: acquired")
     };
@@ -567,5 +586,33 @@ fn a_shortcut_disowned_by_its_owner_falls_back_and_a_lie_about_it_fails_the_acqu
             };
             assert_eq!(holder.reservation.to_string(), "iad.1");
         }
+    }
+}
+
+/// A host that gave up on its acquire (a `Cancel` noted while it ran) gets
+/// no phantom holder: the grant made afterwards is released through the
+/// acquire's own store effects before it answers; a grant nobody gave up
+/// on is answered as it is.
+#[test]
+fn a_grant_its_host_gave_up_on_is_released_before_the_answer() {
+    for gave_up in [false, true] {
+        let mut world = World::new(&["iad"]);
+        let mut acquire = start(&world, "iad", "a1", 0);
+        let (outcome, asked) = drive_gave_up(&mut world, "iad", &mut acquire, gave_up);
+        let lease = lease_of(&ActorId::new("a1").unwrap());
+        assert_eq!(asked.cancelled, [lease], "asked once the grant was made");
+        let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) = outcome else {
+            panic!("the grant is the answer, got {outcome:?}");
+        };
+        let state = &world.record(&grant.reservation).unwrap().state;
+        assert_eq!(
+            matches!(state, homing_core::RecordState::Active { .. }),
+            !gave_up,
+            "gave up: {gave_up}, {state:?}"
+        );
+        assert_eq!(
+            events(&mut acquire).contains(&AcquireEvent::GrantCancelled),
+            gave_up
+        );
     }
 }
