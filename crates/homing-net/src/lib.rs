@@ -1,8 +1,9 @@
 //! homing-net: the QUIC transport between edge routers, host agents and DC
 //! daemons. quinn + rustls with the ring provider, TLS 1.3 only, mutual TLS:
 //! every peer presents a certificate from the deployment's CA whose SAN URI
-//! `homing://<role>[/<dc>]` names its [`homing_core::Identity`]. ALPN
-//! `homing/3` carries the protocol version. Each request is one bidirectional
+//! `homing://<role>[/<dc>]` names its [`homing_core::Identity`]. The ALPN
+//! ([`homing_core::wire::ALPN`], `homing/<version>`) carries the protocol
+//! version. Each request is one bidirectional
 //! stream holding one postcard frame each way, over one pooled connection per
 //! peer; the server authorizes every request by the caller's certificate.
 //!
