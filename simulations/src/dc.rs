@@ -155,6 +155,20 @@ fn absent_fresh(at: NodeTime, now: NodeTime) -> bool {
 }
 
 impl Dc {
+    /// The hint for the next walk of `key`: the furthest member remembered
+    /// (homingd's `Node::hint`).
+    pub(crate) fn hint(&self, key: &Key) -> Option<Shortcut> {
+        self.members.get(key).cloned()
+    }
+
+    /// Remembers `member` of `key`'s chain if it is further along than the
+    /// one known (homingd's `Node::remember`).
+    pub(crate) fn remember(&mut self, key: &Key, member: Shortcut) {
+        if member.is_past(self.members.get(key)) {
+            self.members.insert(key.clone(), member);
+        }
+    }
+
     /// A resolve found `key` absent at `now`; expired notes go once there
     /// are many (homingd's cache is bounded too).
     fn note_absent(&mut self, key: Key, now: NodeTime) {
@@ -478,7 +492,7 @@ impl Sim {
                 } else {
                     Reply::Successor {
                         succession: self.successions.get(&id).cloned(),
-                        hint: self.dcs[d].members.get(&wanted).cloned(),
+                        hint: self.dcs[d].hint(&wanted),
                     }
                 };
                 return self.dc_reply_to(d, client, rpc, key, reply);
@@ -526,7 +540,7 @@ impl Sim {
                         return self.dc_reply_to(d, client, rpc, key, e);
                     }
                 }
-                let hint = self.dcs[d].members.get(&request.key).cloned();
+                let hint = self.dcs[d].hint(&request.key);
                 let acquire = Acquire::new(
                     local,
                     request,
@@ -1041,14 +1055,6 @@ impl Sim {
 
     /// Polls the acquire until it needs I/O or ends.
     pub(crate) fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
-        // As homingd's peer table answers for a DC it does not know.
-        let unknown_dc = |dc: &DcId| {
-            let why = format!("dc {dc} unavailable: not a dc of this simulation");
-            Failure::Unreachable(ErrorReply::new(
-                ErrorKind::Unavailable { dc: dc.clone() },
-                why,
-            ))
-        };
         let task_key = task.key;
         let TaskKind::Acquire(job) = &mut task.kind else {
             return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
@@ -1121,11 +1127,8 @@ impl Sim {
                 }
                 AcquirePoll::Pause { until } => return Next::Pause(until),
                 AcquirePoll::Done(Ok(outcome)) => {
-                    let members = &mut self.dcs[d].members;
-                    if let Some(member) = member_named(&outcome)
-                        && member.is_past(members.get(job.acquire.key()))
-                    {
-                        members.insert(job.acquire.key().clone(), member);
+                    if let Some(member) = member_named(&outcome) {
+                        self.dcs[d].remember(job.acquire.key(), member);
                     }
                     if let Some(notice) = job.acquire.take_notice() {
                         self.tell_shortcut(d, task_key, notice);
@@ -1167,7 +1170,7 @@ impl Sim {
             GlobalOp::Successor { id, key } => GlobalAnswer::Successor {
                 succession: self.successions.get(&id).cloned(),
                 source: Source::Local,
-                hint: self.dcs[d].members.get(&key).cloned(),
+                hint: self.dcs[d].hint(&key),
             },
             GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(&dc)),
             // Written where they land (`dc_global_set`), after the
@@ -1557,11 +1560,11 @@ impl Sim {
             return;
         };
         self.current_key = task.key;
-        let NodeId::Dc(peer) = from else {
+        if !matches!(from, NodeId::Dc(_)) {
             return;
-        };
+        }
         if matches!(task.kind, TaskKind::Drain(_)) {
-            return self.drain_peer_answer(d, tid, task, usize::from(peer), Ok(reply));
+            return self.drain_peer_answer(d, tid, task, Ok(reply));
         }
         if matches!(task.kind, TaskKind::Upkeep) {
             let segment = peer_answer(reply, "resolve-reservation", |r| match r {
@@ -1641,7 +1644,7 @@ impl Sim {
         let e = ErrorReply::new(unavailable, why);
         if matches!(task.kind, TaskKind::Drain(_)) {
             let failure = Err(Failure::Unreachable(e));
-            return self.drain_peer_answer(d, tid, task, usize::from(peer), failure);
+            return self.drain_peer_answer(d, tid, task, failure);
         }
         if matches!(task.kind, TaskKind::Upkeep) {
             return self.upkeep_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
@@ -1873,6 +1876,16 @@ fn acquire_counter(event: AcquireEvent) -> Counter {
         AcquireEvent::WaitEndedByConnectError => Counter::WaitEndedByConnectError,
         AcquireEvent::GrantCancelled => Counter::CancelledGrantLanded,
     }
+}
+
+/// Why a request to `dc` got no answer when the simulation has no such
+/// DC: unreachable, as homingd's peer table answers for a DC it does not know.
+pub(crate) fn unknown_dc(dc: &DcId) -> Failure {
+    let why = format!("dc {dc} unavailable: not a dc of this simulation");
+    Failure::Unreachable(ErrorReply::new(
+        ErrorKind::Unavailable { dc: dc.clone() },
+        why,
+    ))
 }
 
 /// A peer's `reply` to `asked`: its error reply as a refusal, else what

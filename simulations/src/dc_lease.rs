@@ -521,8 +521,10 @@ impl Sim {
             }
             TaskKind::Drain(job) => {
                 // A drain reads the global store and its chain only while it walks.
-                if job.walk.take().is_some() {
-                    job.drain.handle_walked(Err(failure));
+                if global {
+                    job.drain.handle_global(Err(failure));
+                } else if job.drain.asks_segment() {
+                    job.drain.handle_segment(Err(failure));
                 } else {
                     let now = self.dcs[d].clock.store_time(self.now);
                     job.drain.handle_stored(Err(failure), now, &self.policy);

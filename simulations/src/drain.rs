@@ -1,26 +1,23 @@
 //! Operator drains as requests: homing-node's `Drain`, as homingd runs it.
 //! A `drain` fault picks `count` keys; each drain is sent by an operator to a
 //! random running DC, which walks the key's chain (its own store, its
-//! peers), drains the tail if it owns it, and otherwise forwards the drain
+//! peers; from the member it remembers, as homingd does), drains the tail
+//! if it owns it, and otherwise forwards the drain
 //! once to the tail's DC. A DC serving a forwarded drain that forwards it
 //! again breaks `drain_forwarded_once` (one operator request may never
 //! bounce between DCs).
 
 use crate::counter::Counter;
-use homing_core::{
-    ChainWalk, ErrorKind, ErrorReply, Key, Need, Poll, Reply, Request, Source,
-    chain::HOP_LIMIT_DEFAULT,
-};
-use homing_node::{Drain, DrainPoll, Failure, GlobalRead};
+use homing_core::{Key, Reply, Request, chain::HOP_LIMIT_DEFAULT};
+use homing_node::{Drain, DrainPoll, Failure, GlobalAnswer, GlobalOp, segment_failure};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, peer_answer};
+use crate::dc::{Next, StoreOp, Task, TaskKind, peer_answer, unknown_dc};
 use crate::sim::{NodeId, Sim};
 
-/// A drain in progress at one DC, and its chain walk while it walks.
+/// A drain in progress at one DC.
 #[derive(Debug)]
 pub(crate) struct DrainJob {
     pub(crate) drain: Drain,
-    pub(crate) walk: Option<ChainWalk>,
     /// It arrived from another DC.
     forwarded: bool,
 }
@@ -52,9 +49,10 @@ impl Sim {
         forwarded: bool,
     ) {
         let dc = self.dcs[d].id.clone();
+        let hint = self.dcs[d].hint(&key);
+        let drain = Drain::new(dc, key, forwarded, HOP_LIMIT_DEFAULT, self.rules.mutations);
         let job = DrainJob {
-            drain: Drain::new(dc, key, forwarded, self.rules.mutations),
-            walk: None,
+            drain: drain.with_hint(hint),
             forwarded,
         };
         let task = Task::new(client, rpc, key_index, TaskKind::Drain(Box::new(job)));
@@ -65,37 +63,19 @@ impl Sim {
     /// A read of the drain's walk completed (its record operations go
     /// through `dc_stored`).
     pub(crate) fn drain_store_done(&mut self, d: usize, tid: u64, mut task: Task, op: StoreOp) {
-        let local = self.dcs[d].id.clone();
-        let segment = match &op {
-            StoreOp::Segment(id) => Some(self.local_segment(d, id)),
-            _ => None,
-        };
         let TaskKind::Drain(job) = &mut task.kind else {
             return;
         };
-        match (op, job.walk.as_mut()) {
-            (StoreOp::GlobalGet { key, read }, Some(walk)) => {
-                debug_assert_eq!(
-                    read,
-                    GlobalRead::Latest,
-                    "a drain's walk reads the latest entry"
-                );
+        match op {
+            StoreOp::GlobalGet { key, .. } => {
                 let entry = self.global.get(&key).cloned();
-                let _ = walk.handle_global(entry, Source::Local);
+                job.drain.handle_global(Ok(GlobalAnswer::Entry(entry)));
             }
-            (StoreOp::Segment(_), Some(walk)) => match segment {
-                Some(Ok(s)) => {
-                    let _ = walk.handle_segment(&local, s, Source::Local);
-                }
-                _ => {
-                    let e = ErrorReply::new(ErrorKind::Inconsistent, "a broken local segment");
-                    job.walk = None;
-                    job.drain.handle_walked(Err(Failure::Refused(e)));
-                }
-            },
-            (op, _) => {
-                unreachable!("a drain reads global entries and segments only walking: {op:?}")
+            StoreOp::Segment(id) => {
+                let segment = self.local_segment(d, &id).map_err(segment_failure);
+                job.drain.handle_segment(segment);
             }
+            op => unreachable!("a drain reads global entries and segments only walking: {op:?}"),
         }
         self.drain_drive(d, tid, task);
     }
@@ -106,30 +86,24 @@ impl Sim {
         d: usize,
         tid: u64,
         mut task: Task,
-        peer: usize,
         reply: Result<Reply, Failure>,
     ) {
-        let peer_id = self.dcs[peer].id.clone();
         let TaskKind::Drain(job) = &mut task.kind else {
             return;
         };
-        match (job.walk.as_mut(), reply) {
-            (Some(walk), Ok(Reply::Reservation(segment))) => {
-                let _ = walk.handle_segment(&peer_id, segment, Source::Remote);
-            }
-            (Some(_), other) => {
-                job.walk = None;
-                let failure =
-                    other.and_then(|r| peer_answer::<()>(r, "resolve-reservation", |_| None));
-                job.drain
-                    .handle_walked(Err(failure.err().unwrap_or_else(lie)));
-            }
-            (None, reply) => {
-                let drained = reply.and_then(|r| {
-                    peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
-                });
-                job.drain.handle_forwarded(drained);
-            }
+        if job.drain.asks_segment() {
+            let segment = reply.and_then(|r| {
+                peer_answer(r, "resolve-reservation", |r| match r {
+                    Reply::Reservation(segment) => Some(segment),
+                    _ => None,
+                })
+            });
+            job.drain.handle_segment(segment);
+        } else {
+            let drained = reply.and_then(|r| {
+                peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
+            });
+            job.drain.handle_forwarded(drained);
         }
         self.drain_drive(d, tid, task);
     }
@@ -139,44 +113,24 @@ impl Sim {
         let TaskKind::Drain(job) = &mut task.kind else {
             return;
         };
+        let key = job.drain.key().clone();
         let next = loop {
-            if let Some(walk) = job.walk.as_mut() {
-                match walk.poll().clone() {
-                    Poll::Need(Need::GlobalEntry(key)) => {
-                        let read = GlobalRead::Latest;
-                        break Next::Store(StoreOp::GlobalGet { key, read });
-                    }
-                    Poll::Need(Need::Reservation(id)) if id.dc() == &self.dcs[d].id => {
-                        break Next::Store(StoreOp::Segment(id));
-                    }
-                    Poll::Need(Need::Reservation(id)) => match self.dc_index.get(id.dc()) {
-                        Some(&to) => break Next::Peer(to, Request::ResolveReservation { id }),
-                        None => {
-                            let e = ErrorReply::new(ErrorKind::Inconsistent, "unknown dc");
-                            job.walk = None;
-                            job.drain.handle_walked(Err(Failure::Refused(e)));
-                        }
-                    },
-                    Poll::NotFound => {
-                        job.walk = None;
-                        job.drain.handle_walked(Ok(None));
-                    }
-                    Poll::Done(walked) => {
-                        job.walk = None;
-                        job.drain.handle_walked(Ok(Some(walked.tail.id)));
-                    }
-                    Poll::Failed(e) => {
-                        let e = ErrorReply::new(ErrorKind::Inconsistent, e.to_string());
-                        job.walk = None;
-                        job.drain.handle_walked(Err(Failure::Refused(e)));
-                    }
-                }
-                continue;
+            let poll = job.drain.poll();
+            if let Some(member) = job.drain.take_learned() {
+                self.dcs[d].remember(&key, member);
             }
-            match job.drain.poll() {
-                DrainPoll::Walk(key) => {
-                    job.walk = Some(ChainWalk::from_key(key, HOP_LIMIT_DEFAULT));
+            match poll {
+                DrainPoll::Global(GlobalOp::Entry { key, read }) => {
+                    break Next::Store(StoreOp::GlobalGet { key, read });
                 }
+                DrainPoll::Global(op) => unreachable!("a drain's walk reads entries only: {op:?}"),
+                DrainPoll::Segment(id) if id.dc() == &self.dcs[d].id => {
+                    break Next::Store(StoreOp::Segment(id));
+                }
+                DrainPoll::Segment(id) => match self.dc_index.get(id.dc()) {
+                    Some(&to) => break Next::Peer(to, Request::ResolveReservation { id }),
+                    None => job.drain.handle_segment(Err(unknown_dc(id.dc()))),
+                },
                 DrainPoll::Store(op) => break Next::Store(StoreOp::Dc(op)),
                 DrainPoll::Forward { dc, key } => {
                     if job.forwarded {
@@ -206,12 +160,4 @@ impl Sim {
         };
         self.dc_continue(d, tid, task, next);
     }
-}
-
-/// A walk answered with a segment it could not take.
-fn lie() -> Failure {
-    Failure::Refused(ErrorReply::new(
-        ErrorKind::Inconsistent,
-        "a segment the walk refused",
-    ))
 }

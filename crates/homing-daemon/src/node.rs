@@ -11,11 +11,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, ActorId, AwaitReply, ChainWalk, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq,
+    AcquireReply, ActorId, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq,
     FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply,
-    LocalSegment, Namespace, NamespaceScope, Need, Poll, ReleaseReply, Reply, Request,
-    ReservationId, Role, ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime,
-    Succession, SuccessionCause, TakeOverReply, TakeoverPolicy, Walked, Written, wire,
+    LocalSegment, Namespace, NamespaceScope, ReleaseReply, Reply, Request, ReservationId, Role,
+    ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Succession, SuccessionCause,
+    TakeOverReply, TakeoverPolicy, Written, wire,
 };
 use homing_net::Handler;
 use homing_node::cancel;
@@ -754,15 +754,6 @@ impl Node {
         }
     }
 
-    /// The source of an answer about `id`: our own store, or a peer.
-    fn source_of(&self, id: &ReservationId) -> Source {
-        if id.dc() == &self.dc {
-            Source::Local
-        } else {
-            Source::Remote
-        }
-    }
-
     /// The hint for the next walk of `key`: the furthest member remembered.
     fn hint(&self, key: &Key) -> Option<Shortcut> {
         self.members.get(key)
@@ -772,38 +763,6 @@ impl Node {
     fn remember(&self, key: &Key, member: Shortcut) {
         if member.is_past(self.members.get(key).as_ref()) {
             self.members.insert(key.clone(), member);
-        }
-    }
-
-    /// Walks `key`'s chain to its tail; `None` if the key was never reserved.
-    pub async fn walk(&self, key: &Key) -> Result<Option<Walked>, ErrorReply> {
-        let mut walk = ChainWalk::from_key(key.clone(), self.hop_limit).with_hint(self.hint(key));
-        loop {
-            let step = match walk.poll().clone() {
-                Poll::Need(Need::GlobalEntry(key)) => match self.global_entry(&key).await {
-                    Ok(entry) => walk.handle_global(entry, Source::Local),
-                    Err(e) => return Err(Failure::from(e).into_reply(&self.dc)),
-                },
-                Poll::Need(Need::Reservation(id)) => {
-                    let source = self.source_of(&id);
-                    match self.segment(&id).await.map_err(|f| f.classify(&self.dc)) {
-                        Ok(segment) => walk.handle_segment(id.dc(), segment, source),
-                        Err(f) if f.disowns() => walk.handle_disowned(id.dc(), source),
-                        Err(f) => return Err(f.into_reply()),
-                    }
-                }
-                Poll::NotFound => return Ok(None),
-                Poll::Done(walked) => {
-                    self.remember(key, walked.hint());
-                    return Ok(Some(walked));
-                }
-                Poll::Failed(e) => {
-                    return Err(ErrorReply::new(ErrorKind::Inconsistent, e.to_string()));
-                }
-            };
-            if let Err(e) = step {
-                return Err(ErrorReply::new(ErrorKind::Inconsistent, e.to_string()));
-            }
         }
     }
 
@@ -1393,13 +1352,28 @@ impl Node {
     /// [`Drain`] decides (a node caller: the drain arrived forwarded).
     async fn drain(&self, caller: &Identity, key: Key) -> Result<Reply, Failure> {
         let forwarded = caller.role() == Role::Node;
-        let mut drain = Drain::new(self.dc.clone(), key, forwarded, Mutations::NONE);
+        let hint = self.hint(&key);
+        let mut drain = Drain::new(
+            self.dc.clone(),
+            key.clone(),
+            forwarded,
+            self.hop_limit,
+            Mutations::NONE,
+        )
+        .with_hint(hint);
         loop {
-            match drain.poll() {
-                DrainPoll::Walk(key) => {
-                    let walked = self.walk(&key).await;
-                    let tail = walked.map(|w| w.map(|w| w.tail.id));
-                    drain.handle_walked(tail.map_err(homing_node::Failure::from_reply));
+            let poll = drain.poll();
+            if let Some(member) = drain.take_learned() {
+                self.remember(&key, member);
+            }
+            match poll {
+                DrainPoll::Global(op) => {
+                    let answer = self.perform_global(op, &mut None).await;
+                    drain.handle_global(answer.map_err(|f| f.classify(&self.dc)));
+                }
+                DrainPoll::Segment(id) => {
+                    let segment = self.segment(&id).await;
+                    drain.handle_segment(segment.map_err(|f| f.classify(&self.dc)));
                 }
                 DrainPoll::Store(op) => {
                     let stored = self.perform(op).await.map_err(|e| self.store_failure(e));

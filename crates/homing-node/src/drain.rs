@@ -6,6 +6,10 @@
 //! one operator request costs at most one forward and never bounces
 //! between DCs while a key moves.
 //!
+//! The walk is homing-node's [`Walk`] (the entry's latest replica, the
+//! node's hint, a disowned hint falls back to the entry), its effects the
+//! drain's own.
+//!
 //! ```text
 //! Walk ─ never reserved ─► Done(UnknownReservation)
 //!   └ tail here ─► Update(Drain) ─► Done(ok)
@@ -13,19 +17,25 @@
 //!                └ from an operator ─► Forward to the tail's DC ─► Done(its answer)
 //! ```
 
-use homing_core::{DcId, ErrorKind, ErrorReply, Key, LeasePolicy, ReservationId, StoreTime};
+use homing_core::{
+    DcId, ErrorKind, ErrorReply, Key, LeasePolicy, ReservationId, Segment, Shortcut, StoreTime,
+};
 
 use crate::change::Change;
-use crate::effect::{StoreOp, Stored};
+use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::update::{Update, UpdatePoll};
+use crate::walk::{Walk, WalkPoll};
 
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum DrainPoll {
-    /// Walk the key's chain to its tail; answer with [`Drain::handle_walked`].
-    Walk(Key),
+    /// The walk's read of the key's entry; answer with [`Drain::handle_global`].
+    Global(GlobalOp),
+    /// What this reservation's DC knows of it (the walk's); answer with
+    /// [`Drain::handle_segment`].
+    Segment(ReservationId),
     /// Read this DC's tail record, or compare-and-set it; answer with
     /// [`Drain::handle_stored`].
     Store(StoreOp),
@@ -42,7 +52,7 @@ pub enum DrainPoll {
 
 #[derive(Debug)]
 enum Phase {
-    Walk,
+    Walk(Box<Walk>),
     Update(Box<Update>),
     Forward(DcId),
     Done(Result<Option<ReservationId>, ErrorReply>),
@@ -56,29 +66,79 @@ pub struct Drain {
     key: Key,
     forwarded: bool,
     mutations: Mutations,
+    /// The chain member the walk proved, for the node to remember.
+    learned: Option<Shortcut>,
     phase: Phase,
 }
 
 impl Drain {
     /// A drain of `key` at DC `dc`; `forwarded`: it came from another DC
-    /// (a node), not from an operator.
-    pub fn new(dc: DcId, key: Key, forwarded: bool, mutations: Mutations) -> Drain {
+    /// (a node), not from an operator. Its walk goes `hop_limit` hops at most.
+    pub fn new(
+        dc: DcId,
+        key: Key,
+        forwarded: bool,
+        hop_limit: usize,
+        mutations: Mutations,
+    ) -> Drain {
+        let walk = Walk::new(dc.clone(), key.clone(), hop_limit);
         Drain {
             dc,
             key,
             forwarded,
             mutations,
-            phase: Phase::Walk,
+            learned: None,
+            phase: Phase::Walk(Box::new(walk)),
         }
+    }
+
+    /// The key drained.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Starts the walk at `hint`, the chain member the node remembers.
+    pub fn with_hint(mut self, hint: Option<Shortcut>) -> Drain {
+        if let Phase::Walk(walk) = self.phase {
+            self.phase = Phase::Walk(Box::new(walk.with_hint(hint)));
+        }
+        self
+    }
+
+    /// The chain member the walk proved (its furthest), once: what the
+    /// node remembers as the key's hint.
+    pub fn take_learned(&mut self) -> Option<Shortcut> {
+        self.learned.take()
+    }
+
+    /// Whether the peer request asked is the walk's [`DrainPoll::Segment`]
+    /// (not the [`DrainPoll::Forward`]).
+    pub fn asks_segment(&self) -> bool {
+        matches!(&self.phase, Phase::Walk(walk) if matches!(walk.poll(), WalkPoll::Segment(_)))
     }
 
     /// What to do next; `Done` is handed out once.
     pub fn poll(&mut self) -> DrainPoll {
         match std::mem::replace(&mut self.phase, Phase::Over) {
-            Phase::Walk => {
-                self.phase = Phase::Walk;
-                DrainPoll::Walk(self.key.clone())
-            }
+            Phase::Walk(walk) => match walk.poll() {
+                WalkPoll::Global(op) => {
+                    self.phase = Phase::Walk(walk);
+                    DrainPoll::Global(op)
+                }
+                WalkPoll::Segment(id) => {
+                    self.phase = Phase::Walk(walk);
+                    DrainPoll::Segment(id)
+                }
+                WalkPoll::Done(walked) => {
+                    self.learned = walked
+                        .as_ref()
+                        .ok()
+                        .and_then(|w| w.as_ref())
+                        .map(|w| w.hint());
+                    self.walked(walked.map(|w| w.map(|w| w.tail.id)));
+                    self.poll()
+                }
+            },
             Phase::Update(mut update) => {
                 let poll = match update.poll() {
                     UpdatePoll::Store(op) => DrainPoll::Store(op),
@@ -100,12 +160,25 @@ impl Drain {
         }
     }
 
+    /// The answer to the walk's [`DrainPoll::Global`], or why there is none.
+    pub fn handle_global(&mut self, answer: Result<GlobalAnswer, Failure>) {
+        self.walking().handle_global(answer);
+    }
+
+    /// The answer to the walk's [`DrainPoll::Segment`], or why there is none.
+    pub fn handle_segment(&mut self, answer: Result<Segment, Failure>) {
+        self.walking().handle_segment(answer);
+    }
+
+    fn walking(&mut self) -> &mut Walk {
+        let Phase::Walk(walk) = &mut self.phase else {
+            panic!("drain of {}: a walk's answer while not walking", self.key);
+        };
+        walk
+    }
+
     /// The key's tail as the walk found it (`None`: never reserved), or why not.
-    pub fn handle_walked(&mut self, tail: Result<Option<ReservationId>, Failure>) {
-        assert!(
-            matches!(self.phase, Phase::Walk),
-            "drain: a walk it did not ask for"
-        );
+    fn walked(&mut self, tail: Result<Option<ReservationId>, Failure>) {
         self.phase = match tail {
             Err(failure) => Phase::Done(Err(failure.into_reply())),
             Ok(None) => Phase::Done(Err(ErrorReply::new(
@@ -166,15 +239,16 @@ mod tests {
         Key::new(homing_core::KeyName::new("k").unwrap())
     }
 
+    /// A drain whose walk has not asked anything yet.
     fn drain(forwarded: bool, mutations: Mutations) -> Drain {
-        Drain::new("iad".parse().unwrap(), key(), forwarded, mutations)
+        Drain::new("iad".parse().unwrap(), key(), forwarded, 16, mutations)
     }
 
     #[test]
     fn drain_from_an_operator_is_forwarded_once_to_the_tails_dc() {
         let mut d = drain(false, Mutations::NONE);
-        assert!(matches!(d.poll(), DrainPoll::Walk(_)));
-        d.handle_walked(Ok(Some("fra.3".parse().unwrap())));
+        assert!(matches!(d.poll(), DrainPoll::Global(_)));
+        d.walked(Ok(Some("fra.3".parse().unwrap())));
         let DrainPoll::Forward { dc, .. } = d.poll() else {
             panic!("expected a forward")
         };
@@ -187,7 +261,7 @@ mod tests {
     fn drain_arriving_forwarded_is_never_forwarded_again() {
         let mut d = drain(true, Mutations::NONE);
         d.poll();
-        d.handle_walked(Ok(Some("sin.4".parse().unwrap())));
+        d.walked(Ok(Some("sin.4".parse().unwrap())));
         let DrainPoll::Done(Err(e)) = d.poll() else {
             panic!("expected a refusal")
         };
@@ -198,7 +272,7 @@ mod tests {
     fn drain_of_a_key_never_reserved_is_unknown() {
         let mut d = drain(false, Mutations::NONE);
         d.poll();
-        d.handle_walked(Ok(None));
+        d.walked(Ok(None));
         let DrainPoll::Done(Err(e)) = d.poll() else {
             panic!("expected an error")
         };
@@ -209,10 +283,37 @@ mod tests {
     fn drain_of_a_local_tail_updates_it() {
         let mut d = drain(true, Mutations::NONE);
         d.poll();
-        d.handle_walked(Ok(Some("iad.2".parse().unwrap())));
+        d.walked(Ok(Some("iad.2".parse().unwrap())));
         assert!(
             matches!(d.poll(), DrainPoll::Store(StoreOp::Read(id)) if id.to_string() == "iad.2")
         );
+    }
+
+    #[test]
+    fn drain_walks_from_the_nodes_hint_and_hands_back_the_member_it_proved() {
+        use homing_core::{FencingToken, LocalSegment};
+        let now = StoreTime::from_ms(1);
+        let tail = crate::fixture::held("iad.7", "k", Some("fra.2"), now);
+        let mut local = LocalSegment::new("iad".parse().unwrap(), tail.id.clone(), 16);
+        while local.need().is_some() {
+            local
+                .handle(Some(&tail), now, &crate::fixture::POLICY)
+                .unwrap();
+        }
+        let hint = Shortcut {
+            to: tail.id.clone(),
+            token: FencingToken::FIRST,
+        };
+        let mut d = drain(false, Mutations::NONE).with_hint(Some(hint));
+        assert!(matches!(d.poll(), DrainPoll::Global(_)));
+        d.handle_global(Ok(GlobalAnswer::Entry(Some("fra.2".parse().unwrap()))));
+        let DrainPoll::Segment(asked) = d.poll() else {
+            panic!("expected the hint's segment")
+        };
+        assert_eq!(asked, tail.id, "the hint, not the entry fra.2");
+        d.handle_segment(Ok(local.finish()));
+        assert!(matches!(d.poll(), DrainPoll::Store(StoreOp::Read(id)) if id == tail.id));
+        assert_eq!(d.take_learned().map(|m| m.to), Some(tail.id));
     }
 
     #[cfg(feature = "mutations")]
@@ -220,7 +321,7 @@ mod tests {
     fn drain_mutant_forwarded_twice_forwards_a_forwarded_drain() {
         let mut d = drain(true, Mutations::NONE.with(Mutation::DrainForwardedTwice));
         d.poll();
-        d.handle_walked(Ok(Some("sin.4".parse().unwrap())));
+        d.walked(Ok(Some("sin.4".parse().unwrap())));
         assert!(matches!(d.poll(), DrainPoll::Forward { .. }));
     }
 }

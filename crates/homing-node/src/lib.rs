@@ -71,6 +71,7 @@ pub mod time;
 pub mod update;
 pub mod upkeep;
 pub mod waiters;
+pub mod walk;
 pub mod watch;
 
 pub use acquire::{
@@ -95,4 +96,5 @@ pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
 pub use waiters::{Full, Notified, Ticket, WaitLimits, Waiters, Wake};
+pub use walk::{Walk, WalkPoll};
 pub use watch::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX, WatchPoll, WatchRead};
