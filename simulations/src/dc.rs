@@ -1053,6 +1053,19 @@ impl Sim {
         self.acquire_step(d, task)
     }
 
+    /// How DC `d` asks what `id`'s DC knows of it: a read of its own
+    /// store, or a `ResolveReservation` to that peer; `Err` when the
+    /// simulation has no such DC ([`unknown_dc`]).
+    pub(crate) fn ask_segment(&self, d: usize, id: ReservationId) -> Result<Next, Failure> {
+        if id.dc() == &self.dcs[d].id {
+            return Ok(Next::Store(StoreOp::Segment(id)));
+        }
+        match self.dc_index.get(id.dc()) {
+            Some(&to) => Ok(Next::Peer(to, Request::ResolveReservation { id })),
+            None => Err(unknown_dc(id.dc())),
+        }
+    }
+
     /// Polls the acquire until it needs I/O or ends.
     pub(crate) fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
         let task_key = task.key;
@@ -1080,13 +1093,10 @@ impl Sim {
                     Some(next) => return next,
                     None => continue,
                 },
-                AcquirePoll::Segment(id) if id.dc() == &self.dcs[d].id => {
-                    return Next::Store(StoreOp::Segment(id));
-                }
-                AcquirePoll::Segment(id) => match self.dc_index.get(id.dc()) {
-                    Some(&to) => return Next::Peer(to, Request::ResolveReservation { id }),
-                    None => {
-                        job.acquire.handle_segment(now, Err(unknown_dc(id.dc())));
+                AcquirePoll::Segment(id) => match self.ask_segment(d, id) {
+                    Ok(next) => return next,
+                    Err(failure) => {
+                        job.acquire.handle_segment(now, Err(failure));
                         continue;
                     }
                 },

@@ -11,7 +11,7 @@ use crate::counter::Counter;
 use homing_core::{Key, Reply, Request, chain::HOP_LIMIT_DEFAULT};
 use homing_node::{Drain, DrainPoll, Failure, GlobalAnswer, GlobalOp, segment_failure};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, peer_answer, unknown_dc};
+use crate::dc::{Next, StoreOp, Task, TaskKind, peer_answer};
 use crate::sim::{NodeId, Sim};
 
 /// A drain in progress at one DC.
@@ -124,12 +124,9 @@ impl Sim {
                     break Next::Store(StoreOp::GlobalGet { key, read });
                 }
                 DrainPoll::Global(op) => unreachable!("a drain's walk reads entries only: {op:?}"),
-                DrainPoll::Segment(id) if id.dc() == &self.dcs[d].id => {
-                    break Next::Store(StoreOp::Segment(id));
-                }
-                DrainPoll::Segment(id) => match self.dc_index.get(id.dc()) {
-                    Some(&to) => break Next::Peer(to, Request::ResolveReservation { id }),
-                    None => job.drain.handle_segment(Err(unknown_dc(id.dc()))),
+                DrainPoll::Segment(id) => match self.ask_segment(d, id) {
+                    Ok(next) => break next,
+                    Err(failure) => job.drain.handle_segment(Err(failure)),
                 },
                 DrainPoll::Store(op) => break Next::Store(StoreOp::Dc(op)),
                 DrainPoll::Forward { dc, key } => {

@@ -114,18 +114,10 @@ impl Sim {
                 Next::Store(StoreOp::GlobalGet { key, read })
             }
             UpkeepPoll::Global(op) => unreachable!("upkeep reads only entries: {op:?}"),
-            UpkeepPoll::Reservation(id) if id.dc() == &self.dcs[d].id => {
-                Next::Store(StoreOp::Segment(id))
-            }
-            UpkeepPoll::Reservation(id) => match self.dc_index.get(id.dc()) {
-                Some(&to) => Next::Peer(to, homing_core::Request::ResolveReservation { id }),
-                None => {
-                    let e = homing_core::ErrorReply::new(
-                        homing_core::ErrorKind::Inconsistent,
-                        format!("unknown dc in {id}"),
-                    );
-                    return self.upkeep_peer_answer(d, tid, task, Err(Failure::Refused(e)));
-                }
+            // An unknown DC is no answer: the proof waits (any failure does).
+            UpkeepPoll::Reservation(id) => match self.ask_segment(d, id) {
+                Ok(next) => next,
+                Err(failure) => return self.upkeep_peer_answer(d, tid, task, Err(failure)),
             },
             UpkeepPoll::Idle => return,
         };

@@ -110,6 +110,18 @@ pub enum Source {
     Remote,
 }
 
+impl Source {
+    /// Where an answer by DC `answered_by` comes from for a caller at DC
+    /// `local`: its own store, or a round trip.
+    pub fn of_dc(local: &DcId, answered_by: &DcId) -> Source {
+        if local == answered_by {
+            Source::Local
+        } else {
+            Source::Remote
+        }
+    }
+}
+
 /// What the walk needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Need {

@@ -745,13 +745,18 @@ impl Node {
             .map_err(|f| f.into_reply(&self.dc))
     }
 
-    /// What `id`'s owner knows: ourselves for our own, else a peer round trip.
-    async fn segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
-        if id.dc() == &self.dc {
+    /// What `id`'s owner knows: ourselves for our own, else a peer round
+    /// trip; a failure classified for homing-node.
+    async fn segment(&self, id: &ReservationId) -> Result<Segment, homing_node::Failure> {
+        let segment = if id.dc() == &self.dc {
             self.local_segment(id).await
         } else {
-            Ok(self.peers.resolve_reservation(id).await?)
-        }
+            self.peers
+                .resolve_reservation(id)
+                .await
+                .map_err(Failure::from)
+        };
+        segment.map_err(|f| f.classify(&self.dc))
     }
 
     /// The hint for the next walk of `key`: the furthest member remembered.
@@ -889,7 +894,6 @@ impl Node {
                 }
                 AcquirePoll::Segment(id) => {
                     let segment = self.segment(&id).await;
-                    let segment = segment.map_err(|f| f.classify(&self.dc));
                     acquire.handle_segment(self.waiters.now(), segment);
                 }
                 AcquirePoll::Link {
@@ -1243,7 +1247,7 @@ impl Node {
 
     /// Performs one of homing-node's global-store operations outside any
     /// key create (see [`Node::perform_global`]), its failure classified:
-    /// upkeep's proof reads. Never a set-if-absent: a key create's entry
+    /// upkeep's proof reads, a drain's walk. Never a set-if-absent: a key create's entry
     /// goes through the acquire, which settles the key's quota slot.
     pub async fn perform_global_op(
         &self,
@@ -1367,14 +1371,8 @@ impl Node {
                 self.remember(&key, member);
             }
             match poll {
-                DrainPoll::Global(op) => {
-                    let answer = self.perform_global(op, &mut None).await;
-                    drain.handle_global(answer.map_err(|f| f.classify(&self.dc)));
-                }
-                DrainPoll::Segment(id) => {
-                    let segment = self.segment(&id).await;
-                    drain.handle_segment(segment.map_err(|f| f.classify(&self.dc)));
-                }
+                DrainPoll::Global(op) => drain.handle_global(self.perform_global_op(op).await),
+                DrainPoll::Segment(id) => drain.handle_segment(self.segment(&id).await),
                 DrainPoll::Store(op) => {
                     let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
                     drain.handle_stored(stored, store_now(), &self.policy);

@@ -31,8 +31,9 @@
 //! reservation's DC (this DC: its own store), answer with
 //! [`Acquire::handle_segment`] / [`Acquire::handle_linked`], failures
 //! included; [`Acquire::handle_failure`] if an admission, a store or a
-//! global operation could not be done (a refused admission included). `Await`: register at the reservation's DC (this
-//! DC: [`crate::AwaitVacant`]; another: an `Await` request), answer with
+//! global operation could not be done (a refused admission included).
+//! `Await`: register at the reservation's DC (this DC:
+//! [`crate::AwaitVacant`]; another: an `Await` request), answer with
 //! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
 //! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`.
 //! `Cancelled(lease)`: ask the node's [`crate::Cancellations`], answer with
@@ -521,11 +522,7 @@ impl Acquire {
                 self.request.key
             );
         };
-        let source = if id.dc() == &self.dc {
-            Source::Local
-        } else {
-            Source::Remote
-        };
+        let source = Source::of_dc(&self.dc, id.dc());
         match answer {
             Ok(segment) => self.connect.handle_segment(id.dc(), segment, source),
             Err(failure) if failure.disowns() => self.connect.handle_disowned(id.dc(), source),

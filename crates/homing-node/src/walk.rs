@@ -93,11 +93,7 @@ impl Walk {
             panic!("walk: a segment it did not ask for");
         };
         let dc = id.dc().clone();
-        let source = if dc == self.dc {
-            Source::Local
-        } else {
-            Source::Remote
-        };
+        let source = Source::of_dc(&self.dc, &dc);
         // A contradiction fails the walk: `poll` reports it.
         match answer {
             Ok(segment) => drop(self.walk.handle_segment(&dc, segment, source)),

@@ -170,11 +170,7 @@ impl World {
                 connect.handle_taken_over(self.take_over(succession, policy));
             }
             ConnectNeed::Reservation(id) => {
-                let source = if id.dc() == local {
-                    Source::Local
-                } else {
-                    Source::Remote
-                };
+                let source = Source::of_dc(local, id.dc());
                 if source == Source::Remote {
                     self.round_trips += 1;
                 }
@@ -227,11 +223,7 @@ impl World {
                         .ok();
                 }
                 Poll::Need(Need::Reservation(id)) => {
-                    let source = if id.dc() == router_dc {
-                        Source::Local
-                    } else {
-                        Source::Remote
-                    };
+                    let source = Source::of_dc(router_dc, id.dc());
                     match self.segment(&id) {
                         Ok(segment) => {
                             walk.handle_segment(&id.dc().clone(), segment, source).ok();
