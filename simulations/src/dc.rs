@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use homing_core::{
     AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment,
     Reply, Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
-    TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    Succession, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::StoreError;
@@ -35,8 +35,8 @@ use homing_store::memory::MemoryDc;
 
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival, Cancellations,
-    Change, Changed, Failure, GlobalAnswer, GlobalOp, GlobalRead, Mutations, NodeTime, Resolve,
-    ResolvePoll, StoreOp as DcOp, Stored, Supersede, SupersedePoll, Update, UpdatePoll, Upkeep,
+    Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, LinkOnwardPoll, Mutations,
+    NodeTime, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, UpdatePoll, Upkeep,
     WaitLimits, Waiters, answered, member_named, owned_here, segment_failure,
 };
 
@@ -45,7 +45,6 @@ use crate::dc_lease::DcLeaseDriver;
 use crate::drain::DrainJob;
 use crate::invariants::view;
 use crate::key_read::KeyRead;
-use crate::report::Measurements;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
@@ -84,6 +83,9 @@ pub struct Dc {
     absent: BTreeMap<Key, NodeTime>,
     /// Volatile: per key, the furthest chain member seen (homingd's `members`).
     members: BTreeMap<Key, Shortcut>,
+    /// Volatile: successions this DC read or wrote in the global store
+    /// (homingd's `successions`: write-once, so a confirm finds them here).
+    successions: BTreeMap<ReservationId, Succession>,
     /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
     pub(crate) cancelled: Cancellations,
     /// Volatile: acquires running, with the hosts' retries that joined them.
@@ -132,6 +134,7 @@ impl Dc {
             global_cache: BTreeMap::new(),
             absent: BTreeMap::new(),
             members: BTreeMap::new(),
+            successions: BTreeMap::new(),
             cancelled: Cancellations::default(),
             in_flight: AcquiresInFlight::default(),
             tasks: BTreeMap::new(),
@@ -167,6 +170,18 @@ impl Dc {
         if member.is_past(self.members.get(key)) {
             self.members.insert(key.clone(), member);
         }
+    }
+
+    /// The succession of `from` this DC knows the global store has
+    /// (homingd's `Node::confirm` answers from it without a write).
+    fn succession_of(&self, from: &ReservationId) -> Option<Succession> {
+        self.successions.get(from).cloned()
+    }
+
+    /// Keeps a succession the global store has (read or written by this DC).
+    fn keep_succession(&mut self, succession: &Succession) {
+        let from = succession.link.from.clone();
+        self.successions.insert(from, succession.clone());
     }
 
     /// A resolve found `key` absent at `now`; expired notes go once there
@@ -256,8 +271,10 @@ pub(crate) enum Awaiting {
 pub(crate) enum TaskKind {
     Acquire(Box<AcquireJob>),
     Await(Box<AwaitJob>),
-    /// Renew, release, link: homing-node's [`Update`].
+    /// Renew, release, cancel, shortcut: homing-node's [`Update`].
     Update(Box<Update>),
+    /// A peer's link: homing-node's [`LinkOnward`].
+    Link(Box<LinkOnward>),
     Segment,
     /// An upkeep pass (its state is the DC's `upkeep`).
     Upkeep,
@@ -358,50 +375,6 @@ pub(crate) enum Next {
 }
 
 impl Sim {
-    /// homingd's `Node::superseded` (homing-node's [`Supersede`]), at once:
-    /// before DC `d`'s record `id` links onward, the global store must name
-    /// it as its predecessor's successor; one that lost records its own
-    /// succession to the winner and links to it locally (the winner is
-    /// returned).
-    fn superseded(
-        &mut self,
-        d: usize,
-        id: &ReservationId,
-    ) -> Result<Option<ReservationId>, ErrorReply> {
-        let dc = self.dcs[d].id.clone();
-        let mut check = Supersede::new(dc, id.clone(), self.rules.mutations);
-        loop {
-            match check.poll() {
-                SupersedePoll::Store(op) => {
-                    let now = self.dcs[d].clock.store_time(self.now);
-                    let stored = self
-                        .perform(d, op)
-                        .expect("the in-memory store reads records");
-                    check.handle_stored(stored, now, &self.policy);
-                }
-                SupersedePoll::Global(op) => {
-                    if self.cut_from_global(d) {
-                        let why = "cut from the global store";
-                        return Err(crate::dc_lease::global_unavailable(self, d, why));
-                    }
-                    let GlobalOp::Confirm(succession) = op else {
-                        unreachable!("a supersede only confirms: {op:?}")
-                    };
-                    let from = succession.link.from.clone();
-                    let recorded = self.successions.entry(from).or_insert(succession);
-                    check.handle_global(GlobalAnswer::Confirmed(recorded.clone()));
-                }
-                // As homingd: a failed supersede fails the link.
-                SupersedePoll::Done(done) => {
-                    if check.superseded() {
-                        self.measurements.count(Counter::LinkRefusedSuperseded);
-                    }
-                    return done;
-                }
-            }
-        }
-    }
-
     /// homing-node's [`Update`] of DC `d`'s record `id`, run at once (no
     /// store latency: a step homingd takes inside another request's
     /// handling); whether it changed the record.
@@ -609,17 +582,11 @@ impl Sim {
                     NodeId::Dc(c) => Some(&self.dcs[usize::from(c)].id),
                     _ => None,
                 };
-                match Change::link(caller, chain_key, &from, to, expected_token) {
-                    Ok(change) => match self.superseded(d, &from) {
-                        Ok(None) => self.update_task(d, from, change),
-                        Ok(Some(winner)) => {
-                            let reply = Reply::Link(LinkReply::AlreadyLinked(winner));
-                            return self.dc_reply_to(d, client, rpc, key, reply);
-                        }
-                        Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
-                    },
-                    Err(e) => return self.dc_reply_to(d, client, rpc, key, Reply::Error(e)),
-                }
+                let (dc, mutations) = (self.dcs[d].id.clone(), self.rules.mutations);
+                let (key, expected) = (chain_key, expected_token);
+                let policy = self.policy;
+                let link = LinkOnward::new(dc, caller, key, from, to, expected, policy, mutations);
+                TaskKind::Link(Box::new(link))
             }
             Request::Shortcut {
                 key: chain_key,
@@ -656,7 +623,8 @@ impl Sim {
         };
         let mut task = Task::new(client, rpc, key, kind);
         let next = match &mut task.kind {
-            TaskKind::Update(update) => update_next(update, &mut self.measurements),
+            TaskKind::Update(update) => update_next(update),
+            TaskKind::Link(_) => self.link_step(d, &mut task),
             _ => self.acquire_step(d, &mut task),
         };
         let tid = self.new_task_id(d);
@@ -1162,6 +1130,12 @@ impl Sim {
         now: NodeTime,
         op: GlobalOp,
     ) -> Option<Next> {
+        if let GlobalOp::Confirm(succession) = &op
+            && let Some(recorded) = self.dcs[d].succession_of(&succession.link.from)
+        {
+            job.acquire.handle_global(GlobalAnswer::Confirmed(recorded));
+            return None;
+        }
         let global_need = matches!(
             op,
             GlobalOp::Successor { .. }
@@ -1177,11 +1151,19 @@ impl Sim {
         let answer = match op {
             // Successions and DC leases are read at once (no store
             // delay): what a read decides is checked where writes land.
-            GlobalOp::Successor { id, key } => GlobalAnswer::Successor {
-                succession: self.successions.get(&id).cloned(),
-                source: Source::Local,
-                hint: self.dcs[d].hint(&key),
-            },
+            GlobalOp::Successor { id, key } => {
+                let succession = self.successions.get(&id).cloned();
+                if let Some(found) = &succession {
+                    self.dcs[d].keep_succession(found);
+                }
+                let hint = self.dcs[d].hint(&key);
+                let source = Source::Local;
+                GlobalAnswer::Successor {
+                    succession,
+                    source,
+                    hint,
+                }
+            }
             GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(&dc)),
             // Written where they land (`dc_global_set`), after the
             // global store's write delay, like the key's entry.
@@ -1362,6 +1344,7 @@ impl Sim {
             TaskKind::Acquire(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
             TaskKind::Await(_)
             | TaskKind::Update(_)
+            | TaskKind::Link(_)
             | TaskKind::Watch(_)
             | TaskKind::Scan
             | TaskKind::DrainScope(_)
@@ -1427,6 +1410,7 @@ impl Sim {
                     (_, Err(e)) => Next::Reply(segment_error(e)),
                     (
                         TaskKind::Update(_)
+                        | TaskKind::Link(_)
                         | TaskKind::Await(_)
                         | TaskKind::Upkeep
                         | TaskKind::Drain(_)
@@ -1449,7 +1433,11 @@ impl Sim {
         let next = match (&mut task.kind, stored) {
             // These answer their caller a failed store operation's error.
             (
-                TaskKind::Update(_) | TaskKind::Watch(_) | TaskKind::Scan | TaskKind::KeyRead(_),
+                TaskKind::Update(_)
+                | TaskKind::Link(_)
+                | TaskKind::Watch(_)
+                | TaskKind::Scan
+                | TaskKind::KeyRead(_),
                 Err(failure),
             ) => Next::Reply(Reply::Error(failure.into_reply())),
             (TaskKind::Await(_), stored) => return self.await_stored(d, tid, task, stored),
@@ -1484,13 +1472,51 @@ impl Sim {
             }
             (TaskKind::Update(update), Ok(stored)) => {
                 update.handle_stored(stored, now, &self.policy);
-                update_next(update, &mut self.measurements)
+                update_next(update)
+            }
+            (TaskKind::Link(link), Ok(stored)) => {
+                link.handle_stored(stored, now, &self.policy);
+                self.link_step(d, &mut task)
             }
             (TaskKind::Segment | TaskKind::Resolve(_), _) => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
             }
         };
         self.dc_continue(d, tid, task, next);
+    }
+
+    /// What a link task does next, as homing-node's [`LinkOnward`] says:
+    /// its store operations, or its confirmation, a global write that lands
+    /// after the global store's delay (`dc_global_set`), or its answer.
+    fn link_step(&mut self, d: usize, task: &mut Task) -> Next {
+        let TaskKind::Link(link) = &mut task.kind else {
+            unreachable!("a link task")
+        };
+        loop {
+            match link.poll() {
+                LinkOnwardPoll::Store(op) => return Next::Store(StoreOp::Dc(op)),
+                LinkOnwardPoll::Global(GlobalOp::Confirm(succession)) => {
+                    match self.dcs[d].succession_of(&succession.link.from) {
+                        Some(recorded) => link.handle_global(GlobalAnswer::Confirmed(recorded)),
+                        None => {
+                            let key = self.keys[task.key as usize].clone();
+                            return Next::GlobalWrite(key, GlobalWrite::Confirm(succession));
+                        }
+                    }
+                }
+                LinkOnwardPoll::Global(op) => unreachable!("a link only confirms: {op:?}"),
+                LinkOnwardPoll::Done(done) => {
+                    match &done {
+                        Ok(_) if link.superseded() => {
+                            self.measurements.count(Counter::LinkRefusedSuperseded)
+                        }
+                        Ok(reply) => self.measurements.count(link_counter(reply)),
+                        Err(_) => {}
+                    }
+                    return Next::Reply(done.map_or_else(Reply::Error, Reply::Link));
+                }
+            }
+        }
     }
 
     /// An update task for our reservation `id`.
@@ -1507,6 +1533,8 @@ impl Sim {
         // The write is decided here, whether or not its DC still waits for it.
         // The key's entry now, for the DC's cache, if this was its write.
         let mut entry_now = None;
+        // The succession the global store has now, for the DC's cache.
+        let mut succession_now = None;
         let landed = match set.write {
             GlobalWrite::SetIfAbsent(id) => {
                 let existing = self.global.get(&key).cloned();
@@ -1525,6 +1553,7 @@ impl Sim {
                     .entry(succession.link.from.clone())
                     .or_insert(succession)
                     .clone();
+                succession_now = Some(recorded.clone());
                 GlobalAnswer::Confirmed(recorded)
             }
             GlobalWrite::TakeOver(succession, policy) => {
@@ -1532,8 +1561,12 @@ impl Sim {
                 let state = self.global_dc_lease_state(from.dc());
                 let existing = self.successions.get(&from).cloned();
                 let reply = judge_takeover(existing, state, policy, &succession);
+                if let Some(TakeOverReply::Exists(existing)) = &reply {
+                    succession_now = Some(existing.clone());
+                }
                 if reply.is_none() {
                     self.measurements.count(Counter::Takeovers);
+                    succession_now = Some(succession.clone());
                     self.successions.insert(from, succession);
                     if set.key != NO_KEY {
                         self.checker.on_taken_over(&view!(self), self.now, set.key);
@@ -1546,6 +1579,9 @@ impl Sim {
         if !self.dcs[d].up || self.dcs[d].epoch != set.epoch {
             return;
         }
+        if let Some(succession) = &succession_now {
+            self.dcs[d].keep_succession(succession);
+        }
         let Some(mut task) = self.dcs[d].tasks.remove(&set.task) else {
             return;
         };
@@ -1556,6 +1592,10 @@ impl Sim {
                 }
                 job.acquire.handle_global(landed);
                 self.acquire_step(d, &mut task)
+            }
+            (TaskKind::Link(link), landed) => {
+                link.handle_global(landed);
+                self.link_step(d, &mut task)
             }
             _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),
         };
@@ -1725,6 +1765,7 @@ impl Sim {
         dc.woken.clear();
         dc.global_cache.clear();
         dc.members.clear();
+        dc.successions.clear();
         dc.cancelled = Cancellations::default();
         dc.absent.clear();
         dc.in_flight.clear();
@@ -1841,26 +1882,26 @@ impl Sim {
 }
 
 /// What an update task does next, as homing-node's [`Update`] says.
-pub(crate) fn update_next(update: &mut Update, measurements: &mut Measurements) -> Next {
+pub(crate) fn update_next(update: &mut Update) -> Next {
     match update.poll() {
         UpdatePoll::Store(op) => Next::Store(StoreOp::Dc(op)),
-        UpdatePoll::Done(changed) => {
-            if let Changed::Link(link) = &changed {
-                measurements.count(match link {
-                    LinkReply::Linked => Counter::LinkLinked,
-                    LinkReply::AlreadyLinked(_) => Counter::LinkAlreadyLinked,
-                    LinkReply::StillActive { .. } => Counter::LinkStillActive,
-                    LinkReply::TokenMoved { .. } => Counter::LinkTokenMoved,
-                    LinkReply::Abandoned => Counter::LinkAbandoned,
-                    LinkReply::OtherKey => Counter::LinkOtherKey,
-                });
-            }
-            match changed.into_reply() {
-                Some(reply) => Next::Reply(reply),
-                None => Next::Reply(error(ErrorKind::Internal, "a change without a reply")),
-            }
-        }
+        UpdatePoll::Done(changed) => match changed.into_reply() {
+            Some(reply) => Next::Reply(reply),
+            None => Next::Reply(error(ErrorKind::Internal, "a change without a reply")),
+        },
         UpdatePoll::Failed(e) => Next::Reply(Reply::Error(e.reply())),
+    }
+}
+
+/// The counter of a link's answer.
+fn link_counter(reply: &LinkReply) -> Counter {
+    match reply {
+        LinkReply::Linked => Counter::LinkLinked,
+        LinkReply::AlreadyLinked(_) => Counter::LinkAlreadyLinked,
+        LinkReply::StillActive { .. } => Counter::LinkStillActive,
+        LinkReply::TokenMoved { .. } => Counter::LinkTokenMoved,
+        LinkReply::Abandoned => Counter::LinkAbandoned,
+        LinkReply::OtherKey => Counter::LinkOtherKey,
     }
 }
 

@@ -539,6 +539,7 @@ impl Sim {
                 Next::Reply(resolve.reply())
             }
             TaskKind::Update(_)
+            | TaskKind::Link(_)
             | TaskKind::Segment
             | TaskKind::Resolve(_)
             | TaskKind::Watch(_)

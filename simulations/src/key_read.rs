@@ -88,7 +88,7 @@ impl Sim {
                     let TaskKind::Update(update) = &mut task.kind else {
                         unreachable!("an update task")
                     };
-                    update_next(update, &mut self.measurements)
+                    update_next(update)
                 }
                 None => {
                     self.measurements.count(Counter::CancelFoundNoGrant);

@@ -23,8 +23,8 @@ use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainPoll, DrainScope,
     DrainScopePoll, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords,
-    KeyRecordsPoll, LogFollower, Mutations, Resolve, ResolvePoll, StoreOp, Stored, Supersede,
-    SupersedePoll, Update, UpdatePoll, WatchPoll, WatchRead, answered, member_named, owned_here,
+    KeyRecordsPoll, LinkOnward, LinkOnwardPoll, LogFollower, Mutations, Resolve, ResolvePoll,
+    StoreOp, Stored, Update, UpdatePoll, WatchPoll, WatchRead, answered, member_named, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
@@ -378,32 +378,6 @@ impl Node {
             self.successions.insert(id.clone(), s.clone());
         }
         Ok((read, Source::Local))
-    }
-
-    /// Before this DC's record `id` links onward, as homing-node's
-    /// [`Supersede`] decides: `Some(winner)` if it lost its confirmation to
-    /// a takeover and now continues as the winner.
-    async fn superseded(&self, id: &ReservationId) -> Result<Option<ReservationId>, Failure> {
-        let mut check = Supersede::new(self.dc.clone(), id.clone(), Mutations::NONE);
-        loop {
-            match check.poll() {
-                SupersedePoll::Store(op) => {
-                    let stored = self.perform(op).await?;
-                    check.handle_stored(stored, store_now(), &self.policy);
-                }
-                SupersedePoll::Global(op) => {
-                    check.handle_global(self.perform_global(op, &mut None).await?)
-                }
-                SupersedePoll::Done(Ok(winner)) => {
-                    if let Some(winner) = &winner {
-                        tracing::warn!(reservation = %id, successor = %winner,
-                            "a record whose move lost to a takeover now continues as the taker");
-                    }
-                    return Ok(winner);
-                }
-                SupersedePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
-            }
-        }
     }
 
     /// Makes `succession` its reservation's in the global store unless one
@@ -1340,16 +1314,41 @@ impl Node {
         to: ReservationId,
         expected: FencingToken,
     ) -> Result<Reply, Failure> {
-        let change =
-            Change::link(caller.dc(), key, &from, to.clone(), expected).map_err(Failure::Reply)?;
-        if let Some(winner) = self.superseded(&from).await? {
-            return Ok(Reply::Link(LinkReply::AlreadyLinked(winner)));
+        let dc = self.dc.clone();
+        let (asked, policy, mutations) = (to.clone(), self.policy, Mutations::NONE);
+        let mut link = LinkOnward::new(
+            dc,
+            caller.dc(),
+            key,
+            from,
+            asked,
+            expected,
+            policy,
+            mutations,
+        );
+        loop {
+            match link.poll() {
+                LinkOnwardPoll::Store(op) => {
+                    let stored = self.perform(op).await?;
+                    link.handle_stored(stored, store_now(), &self.policy);
+                }
+                LinkOnwardPoll::Global(op) => {
+                    link.handle_global(self.perform_global(op, &mut None).await?)
+                }
+                LinkOnwardPoll::Done(done) => {
+                    let from = link.from();
+                    match &done {
+                        Ok(LinkReply::AlreadyLinked(winner)) if link.superseded() => {
+                            tracing::warn!(reservation = %from, successor = %winner,
+                                "a record whose move lost to a takeover now continues as the taker");
+                        }
+                        Ok(LinkReply::Linked) => tracing::info!(from = %from, to = %to, "linked"),
+                        _ => {}
+                    }
+                    return done.map(Reply::Link).map_err(Failure::Reply);
+                }
+            }
         }
-        let reply = answer(self.update(&from, change).await?);
-        if reply == Reply::Link(LinkReply::Linked) {
-            tracing::info!(from = %from, to = %to, "linked");
-        }
-        Ok(reply)
     }
 
     /// Drains `key` at its tail, here or forwarded once, as homing-node's

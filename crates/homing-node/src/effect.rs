@@ -6,10 +6,9 @@
 //! (or, for either, the [`crate::Failure`] of the operation). So each
 //! driver performs them in one place: homingd against real backends, the
 //! simulator against its in-memory stores with latency and faults. (Still
-//! asked otherwise: a reservation's segment and a link, which stay
-//! homing-core's `ConnectNeed`; a resolve's entry read and
-//! segment; a chain walk's entry read; upkeep's proof by a predecessor's
-//! segment.)
+//! asked otherwise: a resolve's entry read and segment; upkeep's proof by
+//! a predecessor's segment. A reservation's segment and a link to a peer
+//! are an acquire's own effects, `AcquirePoll::Segment` / `Link`.)
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,

@@ -61,6 +61,7 @@ pub mod failure;
 #[cfg(test)]
 mod fixture;
 pub mod key_quota;
+pub mod link;
 pub mod log_follow;
 pub mod mutation;
 pub mod resolve;
@@ -86,6 +87,7 @@ pub use drain::{Drain, DrainPoll};
 pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
+pub use link::{LinkOnward, LinkOnwardPoll};
 pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
 pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};

@@ -1,0 +1,295 @@
+//! A peer's link request at the DC of the tail it asks to link onward
+//! (DESIGN.md §7.5): the request's own checks ([`Change::link`]), the
+//! record's [`Supersede`] check, then the link itself, an [`Update`] with
+//! [`Change::Link`] — one stepper, so each driver runs every part as the
+//! request's own store and global-store effects (homingd in the request's
+//! task; the simulator with each store's latency, where it once ran the
+//! check at once). The check's read of the record is the update's first
+//! read: a link costs one read and one compare-and-set, as a plain update
+//! does (the compare-and-set on the version read catches any write made
+//! in between, the confirmation's time included).
+//!
+//! ```text
+//! checks ─ refused ─► Done(Err)
+//!   └ Supersede ─ lost to a takeover ─► Done(AlreadyLinked(winner))
+//!        ├ failed ─► Done(Err)
+//!        └ may link ─► Update(Change::Link) ─► Done(its LinkReply) / Done(Err)
+//! ```
+
+use homing_core::{
+    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, Key, LeasePolicy, LinkReply,
+    ReservationId, StoreTime,
+};
+
+use crate::change::{Change, Changed};
+use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
+use crate::mutation::Mutations;
+use crate::supersede::{Supersede, SupersedePoll};
+use crate::update::{Update, UpdatePoll};
+
+/// What a [`LinkOnward`] needs next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkOnwardPoll {
+    /// An operation on this DC's store; answer with [`LinkOnward::handle_stored`].
+    Store(StoreOp),
+    /// A global-store operation (the supersede check's confirmation);
+    /// answer with [`LinkOnward::handle_global`].
+    Global(GlobalOp),
+    /// The peer's answer: how the link went, or why it was refused.
+    Done(Result<LinkReply, ErrorReply>),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Check(Box<Supersede>),
+    Link(Box<Update>),
+    Done(Result<LinkReply, ErrorReply>),
+}
+
+/// One link request in progress at the DC of its tail.
+#[derive(Debug)]
+pub struct LinkOnward {
+    dc: DcId,
+    from: ReservationId,
+    mutations: Mutations,
+    policy: LeasePolicy,
+    /// The link's change, until the supersede check lets it be made.
+    change: Option<Change>,
+    /// The record as the check read it, and when (store clock): the
+    /// update's first read.
+    read: Option<(Option<DcRecord>, StoreTime)>,
+    /// Whether the supersede check linked the record to a takeover's winner.
+    superseded: bool,
+    phase: Phase,
+}
+
+impl LinkOnward {
+    /// DC `dc`'s handling of the link `from → to` that DC `caller` asks for
+    /// (`None`: a caller without a DC), `expected` being the tail's token as
+    /// the caller read it; `policy`, the DC's lease policy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        dc: DcId,
+        caller: Option<&DcId>,
+        key: Key,
+        from: ReservationId,
+        to: ReservationId,
+        expected: FencingToken,
+        policy: LeasePolicy,
+        mutations: Mutations,
+    ) -> LinkOnward {
+        let (change, phase) = match Change::link(caller, key, &from, to, expected) {
+            Ok(change) => {
+                let check = Supersede::new(dc.clone(), from.clone(), mutations);
+                (Some(change), Phase::Check(Box::new(check)))
+            }
+            Err(refused) => (None, Phase::Done(Err(refused))),
+        };
+        LinkOnward {
+            dc,
+            from,
+            mutations,
+            policy,
+            change,
+            read: None,
+            superseded: false,
+            phase,
+        }
+    }
+
+    /// The tail asked to link onward.
+    pub fn from(&self) -> &ReservationId {
+        &self.from
+    }
+
+    /// Whether the record was superseded (linked to a takeover's winner)
+    /// before this link could be made.
+    pub fn superseded(&self) -> bool {
+        self.superseded
+    }
+
+    /// What to do next.
+    pub fn poll(&mut self) -> LinkOnwardPoll {
+        loop {
+            let next = match &mut self.phase {
+                Phase::Check(check) => match check.poll() {
+                    SupersedePoll::Store(op) => return LinkOnwardPoll::Store(op),
+                    SupersedePoll::Global(op) => return LinkOnwardPoll::Global(op),
+                    SupersedePoll::Done(Ok(None)) => {
+                        let change = self.change.take().expect("checked once");
+                        let (dc, from) = (self.dc.clone(), self.from.clone());
+                        let mut update = Update::new(dc, from, change, self.mutations);
+                        let (record, at) = self.read.take().expect("the check read the record");
+                        update.handle_stored(Stored::Record(record), at, &self.policy);
+                        Phase::Link(Box::new(update))
+                    }
+                    SupersedePoll::Done(done) => {
+                        self.superseded = check.superseded();
+                        Phase::Done(done.map(|winner| {
+                            LinkReply::AlreadyLinked(winner.expect("a winner: None went on"))
+                        }))
+                    }
+                },
+                Phase::Link(update) => match update.poll() {
+                    UpdatePoll::Store(op) => return LinkOnwardPoll::Store(op),
+                    UpdatePoll::Done(Changed::Link(reply)) => Phase::Done(Ok(reply)),
+                    UpdatePoll::Done(other) => Phase::Done(Err(ErrorReply::new(
+                        ErrorKind::Internal,
+                        format!("a link's update answered {other:?}"),
+                    ))),
+                    UpdatePoll::Failed(e) => Phase::Done(Err(e.reply())),
+                },
+                Phase::Done(done) => return LinkOnwardPoll::Done(done.clone()),
+            };
+            self.phase = next;
+        }
+    }
+
+    /// The answer to the [`LinkOnwardPoll::Store`] asked at `now` (store clock).
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime, policy: &LeasePolicy) {
+        match &mut self.phase {
+            Phase::Check(check) => {
+                if let (None, Stored::Record(record)) = (&self.read, &stored) {
+                    self.read = Some((record.clone(), now));
+                }
+                check.handle_stored(stored, now, policy)
+            }
+            Phase::Link(update) => update.handle_stored(stored, now, policy),
+            Phase::Done(_) => unasked("link", &stored),
+        }
+    }
+
+    /// The answer to the [`LinkOnwardPoll::Global`] asked.
+    pub fn handle_global(&mut self, answer: GlobalAnswer) {
+        match &mut self.phase {
+            Phase::Check(check) => check.handle_global(answer),
+            _ => unasked("link", &answer),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use homing_core::{KeyName, RecordState, Succession, Written};
+
+    use super::*;
+    use crate::fixture::{POLICY, held};
+
+    fn id(s: &str) -> ReservationId {
+        s.parse().unwrap()
+    }
+
+    /// iad's handling of DC `caller`'s link `from → to`.
+    fn link(from: &str, to: &str, caller: &str) -> LinkOnward {
+        let key = Key::new(KeyName::new("a").unwrap());
+        let caller: DcId = caller.parse().unwrap();
+        let (from, to, token) = (id(from), id(to), FencingToken::FIRST);
+        let dc = "iad".parse().unwrap();
+        LinkOnward::new(
+            dc,
+            Some(&caller),
+            key,
+            from,
+            to,
+            token,
+            POLICY,
+            Mutations::NONE,
+        )
+    }
+
+    /// Answers the read asked next with `record`, at `now`.
+    fn read(link: &mut LinkOnward, record: &DcRecord, now: StoreTime) {
+        let asked = link.poll();
+        assert_eq!(
+            asked,
+            LinkOnwardPoll::Store(StoreOp::Read(record.id.clone()))
+        );
+        link.handle_stored(Stored::Record(Some(record.clone())), now, &POLICY);
+    }
+
+    /// Expects the write asked next and lands it; the record written.
+    fn written(link: &mut LinkOnward, now: StoreTime) -> DcRecord {
+        let LinkOnwardPoll::Store(StoreOp::Write { record, .. }) = link.poll() else {
+            panic!("an update writes the record")
+        };
+        link.handle_stored(Stored::Written(Written::Yes), now, &POLICY);
+        *record
+    }
+
+    fn linked_to(record: &DcRecord, to: &str) -> bool {
+        matches!(&record.state, RecordState::Linked { to: t, .. } if t == &id(to))
+    }
+
+    /// Long after the fixtures' leases were granted: they ran out.
+    const LATER: StoreTime = StoreTime::from_ms(86_400_000);
+
+    #[test]
+    fn a_link_to_a_reservation_of_another_dc_than_the_callers_is_refused_before_any_read() {
+        let mut link = link("iad.1", "fra.2", "lhr");
+        let LinkOnwardPoll::Done(Err(e)) = link.poll() else {
+            panic!("refused at once")
+        };
+        assert_eq!(e.kind, ErrorKind::Unauthorized);
+    }
+
+    #[test]
+    fn a_tail_is_linked_from_the_checks_one_read() {
+        let record = held("iad.1", "a", None, StoreTime::from_ms(0));
+        let mut link = link("iad.1", "fra.2", "fra");
+        // The key's first reservation: nothing to confirm.
+        read(&mut link, &record, LATER);
+        let written = written(&mut link, LATER);
+        assert!(linked_to(&written, "fra.2"), "{written:?}");
+        assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(LinkReply::Linked)));
+        assert!(!link.superseded());
+    }
+
+    #[test]
+    fn a_confirmed_move_links_from_the_checks_read_and_a_write_since_is_caught() {
+        let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
+        let mut link = link("iad.2", "sin.5", "sin");
+        read(&mut link, &record, LATER);
+        let LinkOnwardPoll::Global(GlobalOp::Confirm(ours)) = link.poll() else {
+            panic!("the check confirms the move")
+        };
+        link.handle_global(GlobalAnswer::Confirmed(ours));
+        let LinkOnwardPoll::Store(StoreOp::Write { expected, .. }) = link.poll() else {
+            panic!("linked from the check's read")
+        };
+        assert_eq!(expected, Some(record.version));
+        // The record was written meanwhile: read again, then linked.
+        link.handle_stored(Stored::Written(Written::Conflict), LATER, &POLICY);
+        read(&mut link, &record, LATER);
+        written(&mut link, LATER);
+        assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(LinkReply::Linked)));
+    }
+
+    #[test]
+    fn a_tail_whose_move_lost_to_a_takeover_links_to_the_winner_and_answers_it() {
+        // iad.2 continues fra.1, but lhr.3's takeover of fra.1 won.
+        let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
+        let now = StoreTime::from_ms(1);
+        let mut link = link("iad.2", "sin.5", "sin");
+        read(&mut link, &record, now);
+        let LinkOnwardPoll::Global(GlobalOp::Confirm(ours)) = link.poll() else {
+            panic!("the check confirms the move")
+        };
+        assert!(ours.names(&id("iad.2")));
+        let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
+        link.handle_global(GlobalAnswer::Confirmed(winner));
+        let LinkOnwardPoll::Global(GlobalOp::Confirm(own)) = link.poll() else {
+            panic!("the record's own succession to the winner is recorded")
+        };
+        link.handle_global(GlobalAnswer::Confirmed(own));
+        // Superseding is its own update: it reads the record again.
+        read(&mut link, &record, now);
+        let written = written(&mut link, now);
+        assert!(
+            linked_to(&written, "lhr.3"),
+            "to the winner, not sin.5: {written:?}"
+        );
+        let winner = LinkReply::AlreadyLinked(id("lhr.3"));
+        assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(winner)));
+        assert!(link.superseded());
+    }
+}
