@@ -202,7 +202,10 @@ named! {
         ScanFailed = "scan_failed",
         /// A router's scan of its DC started.
         ScanStarted = "scan_started",
-        /// A shortcut notice was sent.
+        /// Noting a shortcut in the acquire's own DC failed.
+        ShortcutNotNoted = "shortcut_not_noted",
+        /// A shortcut notice was sent to another DC, or noted in the
+        /// acquire's own DC.
         ShortcutNotices = "shortcut_notices",
         /// A DC was taken over.
         Takeovers = "takeovers",

@@ -1188,9 +1188,9 @@ impl Sim {
         None
     }
 
-    /// Tells the entry's DC about the chain's new member, not waiting for
-    /// the answer (homingd: a background task; its own entry it updates
-    /// before replying, which here is a request to itself).
+    /// Tells another DC's entry about the chain's new member, not waiting
+    /// for the answer (homingd: a background task; its own entry the
+    /// acquire noted itself).
     fn tell_shortcut(&mut self, d: usize, key: u32, notice: ShortcutNotice) {
         let Some(&to) = self.dc_index.get(notice.entry.dc()) else {
             return;
@@ -1926,6 +1926,8 @@ fn acquire_counter(event: AcquireEvent) -> Counter {
         }
         AcquireEvent::WaitEndedByConnectError => Counter::WaitEndedByConnectError,
         AcquireEvent::GrantCancelled => Counter::CancelledGrantLanded,
+        AcquireEvent::ShortcutNoted => Counter::ShortcutNotices,
+        AcquireEvent::ShortcutNotNoted => Counter::ShortcutNotNoted,
     }
 }
 

@@ -928,7 +928,7 @@ impl Node {
                         self.remember(acquire.key(), member);
                     }
                     if let Some(notice) = acquire.take_notice() {
-                        self.tell_shortcut(notice).await;
+                        self.tell_shortcut(notice);
                     }
                     return Ok(acquire_reply(outcome));
                 }
@@ -985,25 +985,11 @@ impl Node {
             .cancelled(lease, now)
     }
 
-    /// Tells the entry's DC about the chain's new member: our own entry is
-    /// updated here and now (one local write); another DC's is told in the
-    /// background. Best effort: a lost notice only leaves walks a few links
-    /// longer until the next move.
-    async fn tell_shortcut(&self, notice: ShortcutNotice) {
+    /// Tells another DC's entry about the chain's new member, in the
+    /// background (our own entry the acquire noted itself). Best effort: a
+    /// lost notice only leaves walks a few links longer until the next move.
+    fn tell_shortcut(&self, notice: ShortcutNotice) {
         let entry = notice.entry.clone();
-        if entry.dc() == &self.dc {
-            let change = Change::Shortcut {
-                key: notice.key,
-                shortcut: notice.shortcut,
-            };
-            match self.update(&entry, change).await {
-                Ok(changed) => {
-                    tracing::debug!(entry = %entry, noted = changed.made(), "shortcut noted")
-                }
-                Err(e) => tracing::info!(entry = %entry, error = ?e, "shortcut not noted"),
-            }
-            return;
-        }
         let peers = self.peers.clone();
         tokio::spawn(async move {
             match peers.shortcut(notice).await {
@@ -1547,6 +1533,9 @@ fn log_acquire(event: AcquireEvent) {
         }
         AcquireEvent::GrantCancelled => {
             tracing::info!("grant cancelled: its host gave up on the acquire")
+        }
+        AcquireEvent::ShortcutNotNoted => {
+            tracing::info!("the chain's new member not noted in this dc's entry")
         }
         other => tracing::debug!(event = ?other, "acquire"),
     }

@@ -5,6 +5,8 @@
 //! ```text
 //! connect ─ Acquired ─► did the host give up (a Cancel noted)? no ─► Done
 //!    │                        yes ─► release the grant (an Update), then Done(Acquired)
+//!    │      (an answer after a link that made a new member: this DC's own entry
+//!    │       notes it first, an Update; another DC's the driver tells: take_notice)
 //!    │      TagMismatch ─► Done
 //!    │      HeldElsewhere, no wait left (or this was the last look) ─► Done(HeldElsewhere)
 //!    │      HeldElsewhere, wait left ─► Await at the holder's DC, bounded by our deadline
@@ -38,7 +40,9 @@
 //! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`.
 //! `Cancelled(lease)`: ask the node's [`crate::Cancellations`], answer with
 //! [`Acquire::handle_cancelled`] (a release's store ops then come as
-//! `Store`). Take [`Acquire::poll_event`]s for logs and counters.
+//! `Store`, as do those noting a new member in this DC's own entry). At
+//! `Done`, send [`Acquire::take_notice`] to another DC's entry, best
+//! effort. Take [`Acquire::poll_event`]s for logs and counters.
 
 use homing_core::Holder;
 use std::collections::VecDeque;
@@ -179,6 +183,22 @@ pub enum AcquireEvent {
     /// The host gave up on this acquire before its grant was made: the
     /// grant is released before the answer.
     GrantCancelled,
+    /// The acquire linked the key's chain and this DC holds the key's
+    /// entry: the new member is noted in the entry's record before the
+    /// answer (another DC's entry is told by the driver: [`Acquire::take_notice`]).
+    ShortcutNoted,
+    /// Noting the new member in this DC's entry failed (best effort: walks
+    /// stay a few links longer until the next move).
+    ShortcutNotNoted,
+}
+
+/// A change of one of this DC's records an acquire makes before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trailing {
+    /// Releasing a grant its host gave up on.
+    Cancel,
+    /// Noting the chain's new member in this DC's entry record.
+    Shortcut,
 }
 
 #[derive(Debug)]
@@ -196,10 +216,11 @@ enum Phase {
     },
     /// A grant made: waiting for the answer to [`AcquirePoll::Cancelled`].
     Granted(AcquireReply),
-    /// Releasing a grant its host gave up on, then answering `outcome`.
-    Cancelling {
+    /// Making a trailing change, then answering `outcome`.
+    Updating {
         update: Box<Update>,
         outcome: AcquireReply,
+        why: Trailing,
     },
     Done(Result<AcquireReply, ErrorReply>),
     Over,
@@ -253,6 +274,8 @@ pub struct Acquire {
     /// answered yet (its slot, held by the driver, is not settled).
     admitted: bool,
     phase: Phase,
+    /// The notice for another DC's entry, once the answer is made.
+    notice: Option<ShortcutNotice>,
     events: VecDeque<AcquireEvent>,
 }
 
@@ -290,6 +313,7 @@ impl Acquire {
             awaits: 0,
             admitted: false,
             phase: Phase::Covering { from: now },
+            notice: None,
             events: VecDeque::new(),
         }
     }
@@ -310,10 +334,12 @@ impl Acquire {
         self
     }
 
-    /// The notice the driver sends (best effort, not awaited) after this
-    /// acquire linked the key's chain: see [`ShortcutNotice`]. Taken once.
+    /// The notice the driver sends (best effort, not awaited) to another
+    /// DC's entry after this acquire linked the key's chain: see
+    /// [`ShortcutNotice`] (this DC's own entry the acquire noted itself,
+    /// [`AcquireEvent::ShortcutNoted`]). Taken once.
     pub fn take_notice(&mut self) -> Option<ShortcutNotice> {
-        self.connect.take_notice()
+        self.notice.take()
     }
 
     /// Whether the peer request asked is [`AcquirePoll::Segment`] (answer
@@ -404,17 +430,25 @@ impl Acquire {
                     self.phase = Phase::Granted(outcome);
                     return AcquirePoll::Cancelled(self.request.lease);
                 }
-                Phase::Cancelling {
+                Phase::Updating {
                     mut update,
                     outcome,
+                    why,
                 } => match update.poll() {
                     UpdatePoll::Store(op) => {
-                        self.phase = Phase::Cancelling { update, outcome };
+                        self.phase = Phase::Updating {
+                            update,
+                            outcome,
+                            why,
+                        };
                         return AcquirePoll::Store(op);
                     }
-                    // Released here, or already by the host's cancel itself.
-                    UpdatePoll::Done(_) => self.phase = Phase::Done(Ok(outcome)),
-                    UpdatePoll::Failed(e) => self.phase = Phase::Done(Err(e.reply())),
+                    // Released here, or already by the host's cancel itself;
+                    // noted, or a newer member was already.
+                    UpdatePoll::Done(_) => self.phase = self.updated(why, outcome, Ok(())),
+                    UpdatePoll::Failed(e) => {
+                        self.phase = self.updated(why, outcome, Err(e.reply()));
+                    }
                 },
                 Phase::Done(result) => return AcquirePoll::Done(result),
                 Phase::Over => panic!("acquire of {} polled after it ended", self.request.key),
@@ -478,7 +512,7 @@ impl Acquire {
 
     /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
-        if let Phase::Cancelling { update, .. } = &mut self.phase {
+        if let Phase::Updating { update, .. } = &mut self.phase {
             return update.handle_stored(stored, now, &self.policy);
         }
         match stored {
@@ -560,7 +594,52 @@ impl Acquire {
         } else if matches!(outcome, AcquireReply::Acquired(_)) {
             self.phase = Phase::Granted(outcome);
         } else {
-            self.phase = Phase::Done(Ok(outcome));
+            self.phase = self.answer(outcome);
+        }
+    }
+
+    /// The answer `outcome`, after noting the chain's new member if this
+    /// connect linked it and the key's entry is this DC's (another DC's
+    /// entry the driver tells: [`Acquire::take_notice`]).
+    fn answer(&mut self, outcome: AcquireReply) -> Phase {
+        let notice = self.connect.take_notice();
+        match notice {
+            Some(notice) if notice.entry.dc() == &self.dc => {
+                self.events.push_back(AcquireEvent::ShortcutNoted);
+                let change = Change::Shortcut {
+                    key: notice.key,
+                    shortcut: notice.shortcut,
+                };
+                let update = Update::new(self.dc.clone(), notice.entry, change, self.mutations);
+                Phase::Updating {
+                    update: Box::new(update),
+                    outcome,
+                    why: Trailing::Shortcut,
+                }
+            }
+            other => {
+                self.notice = other;
+                Phase::Done(Ok(outcome))
+            }
+        }
+    }
+
+    /// A trailing change `why` ended with `result`: what comes next.
+    fn updated(
+        &mut self,
+        why: Trailing,
+        outcome: AcquireReply,
+        result: Result<(), ErrorReply>,
+    ) -> Phase {
+        match (why, result) {
+            (Trailing::Cancel, Ok(())) => self.answer(outcome),
+            (Trailing::Cancel, Err(e)) => Phase::Done(Err(e)),
+            (Trailing::Shortcut, result) => {
+                if result.is_err() {
+                    self.events.push_back(AcquireEvent::ShortcutNotNoted);
+                }
+                Phase::Done(Ok(outcome))
+            }
         }
     }
 
@@ -582,20 +661,26 @@ impl Acquire {
                 };
                 let id = grant.reservation.clone();
                 let update = Update::new(self.dc.clone(), id, change, self.mutations);
-                Phase::Cancelling {
+                Phase::Updating {
                     update: Box::new(update),
                     outcome,
+                    why: Trailing::Cancel,
                 }
             }
-            _ => Phase::Done(Ok(outcome)),
+            _ => self.answer(outcome),
         };
     }
 
     /// A need of the current connect (or of a cancelled grant's release)
     /// could not be performed at `now`.
     pub fn handle_failure(&mut self, now: NodeTime, failure: Failure) {
-        if matches!(self.phase, Phase::Cancelling { .. }) {
-            self.phase = Phase::Done(Err(failure.into_reply()));
+        if matches!(self.phase, Phase::Updating { .. }) {
+            let Phase::Updating { outcome, why, .. } =
+                std::mem::replace(&mut self.phase, Phase::Over)
+            else {
+                unreachable!("matched just above")
+            };
+            self.phase = self.updated(why, outcome, Err(failure.into_reply()));
             return;
         }
         assert!(

@@ -616,3 +616,45 @@ fn a_grant_its_host_gave_up_on_is_released_before_the_answer() {
         );
     }
 }
+
+/// The key's chain iad.1 → fra.1 → (new), each released before the next
+/// acquire: the third acquire, at `at`, links fra.1 onward and tells the
+/// key's entry (iad.1) about the new member. At iad the acquire notes it
+/// in iad.1's record itself before it answers; elsewhere the notice is the
+/// driver's to send, and iad.1 is left as it was.
+#[test]
+fn the_chains_new_member_is_noted_in_this_dcs_own_entry_before_the_answer() {
+    for at in ["iad", "sin"] {
+        let mut world = World::new(&["iad", "fra", "sin"]);
+        for (dc, actor) in [("iad", "a1"), ("fra", "a2")] {
+            let mut acquire = start(&world, dc, actor, 0);
+            let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) =
+                drive(&mut world, dc, &mut acquire)
+            else {
+                panic!("{actor} acquires at {dc}")
+            };
+            assert_eq!(acquire.take_notice(), None, "nothing to tell yet");
+            world.release(&grant.reservation, grant.token);
+        }
+        let mut third = start(&world, at, "a3", 0);
+        let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) =
+            drive(&mut world, at, &mut third)
+        else {
+            panic!("a3 acquires at {at}")
+        };
+        let entry: ReservationId = "iad.1".parse().unwrap();
+        let noted = world.record(&entry).unwrap().shortcut.as_deref().cloned();
+        let told = third.take_notice();
+        let events = events(&mut third);
+        if at == "iad" {
+            assert_eq!(noted.map(|s| s.to), Some(grant.reservation), "noted here");
+            assert_eq!(told, None, "nothing left for the driver to tell");
+            assert!(events.contains(&AcquireEvent::ShortcutNoted), "{events:?}");
+        } else {
+            assert_eq!(noted, None, "iad's entry is iad's to note");
+            let told = told.expect("the driver tells iad");
+            assert_eq!((told.entry, told.shortcut.to), (entry, grant.reservation));
+            assert!(!events.contains(&AcquireEvent::ShortcutNoted), "{events:?}");
+        }
+    }
+}
