@@ -502,17 +502,7 @@ impl EdgeRouter {
     }
 
     fn unresolved(&self, key: KeyRef<'_>, error: &ResolveError) -> Refusal {
-        let (status, reason, dc) = match error {
-            ResolveError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
-            ResolveError::Unavailable { dc, .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                Some(dc.as_str()),
-            ),
-            ResolveError::Vacant { .. } => (StatusCode::SERVICE_UNAVAILABLE, "vacant", None),
-            ResolveError::ChainTooLong(_) => (StatusCode::BAD_GATEWAY, "chain_too_long", None),
-            ResolveError::Inconsistent(_) => (StatusCode::BAD_GATEWAY, "inconsistent", None),
-        };
+        let (status, reason, dc) = unresolved_as(error);
         debug!(%key, %error, "not routed");
         self.refuse(status, reason, Some(key), dc)
     }
@@ -537,6 +527,22 @@ impl EdgeRouter {
             status,
             body: object.finish(),
         }
+    }
+}
+
+/// How a key the Resolver could not answer is refused: the status, the
+/// reason named in the body, and the DC it names, if any.
+fn unresolved_as(error: &ResolveError) -> (StatusCode, &'static str, Option<&str>) {
+    match error {
+        ResolveError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
+        ResolveError::Unavailable { dc, .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            Some(dc.as_str()),
+        ),
+        ResolveError::Vacant { .. } => (StatusCode::SERVICE_UNAVAILABLE, "vacant", None),
+        ResolveError::ChainTooLong(_) => (StatusCode::BAD_GATEWAY, "chain_too_long", None),
+        ResolveError::Inconsistent(_) => (StatusCode::BAD_GATEWAY, "inconsistent", None),
     }
 }
 
@@ -705,6 +711,53 @@ mod tests {
             1 << 20,
             "released with the permits"
         );
+    }
+
+    /// EDGE-ROUTER.md's table of refusals, for every way a resolve fails
+    /// (the e2e tests see not_found, unavailable and vacant through real
+    /// DCs; a contradiction and an overlong chain need a lying DC).
+    #[test]
+    fn every_resolve_error_is_refused_with_the_documented_status_and_reason() {
+        use homing_core::{DcId, Key, KeyName};
+        let key = Key::new(KeyName::new("k").unwrap());
+        let dc = DcId::new("iad").unwrap();
+        let cases = [
+            (ResolveError::NotFound(key.clone()), 404, "not_found", None),
+            (
+                ResolveError::Unavailable {
+                    dc: dc.clone(),
+                    reason: "timed out".into(),
+                    suspect: false,
+                },
+                503,
+                "unavailable",
+                Some("iad"),
+            ),
+            (
+                ResolveError::Vacant {
+                    key,
+                    reservation: "iad.1".parse().unwrap(),
+                },
+                503,
+                "vacant",
+                None,
+            ),
+            (ResolveError::ChainTooLong(64), 502, "chain_too_long", None),
+            (
+                ResolveError::Inconsistent("a cycle".into()),
+                502,
+                "inconsistent",
+                None,
+            ),
+        ];
+        for (error, status, reason, named) in cases {
+            let (got_status, got_reason, got_dc) = unresolved_as(&error);
+            assert_eq!(
+                (got_status.as_u16(), got_reason, got_dc),
+                (status, reason, named),
+                "{error}"
+            );
+        }
     }
 
     #[test]
