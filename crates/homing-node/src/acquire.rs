@@ -671,8 +671,8 @@ impl Acquire {
         };
     }
 
-    /// A need of the current connect (or of a cancelled grant's release)
-    /// could not be performed at `now`.
+    /// A need of the current connect (or of a trailing change: a cancelled
+    /// grant's release, a new member's note) could not be performed at `now`.
     pub fn handle_failure(&mut self, now: NodeTime, failure: Failure) {
         if matches!(self.phase, Phase::Updating { .. }) {
             let Phase::Updating { outcome, why, .. } =
