@@ -583,9 +583,9 @@ impl Sim {
                     _ => None,
                 };
                 let (dc, mutations) = (self.dcs[d].id.clone(), self.rules.mutations);
-                let (key, expected) = (chain_key, expected_token);
-                let policy = self.policy;
-                let link = LinkOnward::new(dc, caller, key, from, to, expected, policy, mutations);
+                let (chain, expected, policy) = (chain_key, expected_token, self.policy);
+                let link =
+                    LinkOnward::new(dc, caller, chain, from, to, expected, policy, mutations);
                 TaskKind::Link(Box::new(link))
             }
             Request::Shortcut {
