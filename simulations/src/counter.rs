@@ -180,6 +180,11 @@ named! {
         PreviousReleasedFailed = "previous_released_failed",
         /// A host's previous lease of the key ended released.
         PreviousReleasedOk = "previous_released_ok",
+        /// A reconciliation of a DC's takeovers failed (tried again later).
+        ReconcileFailed = "reconcile_failed",
+        /// A takeover being reconciled names a reservation the DC's store
+        /// has no record of (skipped).
+        ReconcileUnknownReservation = "reconcile_unknown_reservation",
         /// A renew's answer reached its host too late to use.
         RenewAnsweredTooLate = "renew_answered_too_late",
         /// A renew answered: the lease drains.

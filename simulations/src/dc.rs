@@ -36,7 +36,7 @@ use homing_store::memory::MemoryDc;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival, Cancellations,
     Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, LinkOnwardPoll, Mutations,
-    NodeTime, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, UpdatePoll, Upkeep,
+    NodeTime, Reconcile, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, UpdatePoll, Upkeep,
     WaitLimits, Waiters, answered, member_named, owned_here, segment_failure,
 };
 
@@ -179,7 +179,7 @@ impl Dc {
     }
 
     /// Keeps a succession the global store has (read or written by this DC).
-    fn keep_succession(&mut self, succession: &Succession) {
+    pub(crate) fn keep_succession(&mut self, succession: &Succession) {
         let from = succession.link.from.clone();
         self.successions.insert(from, succession.clone());
     }
@@ -290,6 +290,8 @@ pub(crate) enum TaskKind {
     DrainScope(Box<DrainScopeJob>),
     /// A `Resolve`: homing-node's [`Resolve`].
     Resolve(Box<Resolve>),
+    /// The DC's reconciliation of takeovers: homing-node's [`Reconcile`].
+    Reconcile(Box<Reconcile>),
 }
 
 #[derive(Debug)]
@@ -372,34 +374,6 @@ pub(crate) enum Next {
     },
     /// Sleep until then (this DC's node clock), then connect again.
     Pause(NodeTime),
-}
-
-impl Sim {
-    /// homing-node's [`Update`] of DC `d`'s record `id`, run at once (no
-    /// store latency: a step homingd takes inside another request's
-    /// handling); whether it changed the record.
-    pub(crate) fn update_at_once(
-        &mut self,
-        d: usize,
-        id: ReservationId,
-        change: Change,
-    ) -> Result<bool, homing_node::UpdateError> {
-        let dc = self.dcs[d].id.clone();
-        let mut update = Update::new(dc, id, change, self.rules.mutations);
-        loop {
-            match update.poll() {
-                UpdatePoll::Store(op) => {
-                    let now = self.dcs[d].clock.store_time(self.now);
-                    let stored = self
-                        .perform(d, op)
-                        .expect("the in-memory store reads records");
-                    update.handle_stored(stored, now, &self.policy);
-                }
-                UpdatePoll::Done(changed) => return Ok(changed.made()),
-                UpdatePoll::Failed(e) => return Err(e),
-            }
-        }
-    }
 }
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
@@ -1179,6 +1153,7 @@ impl Sim {
             GlobalOp::SetIfAbsent { key, id } => {
                 return Some(Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id)));
             }
+            GlobalOp::SuccessionsOf { .. } => unreachable!("an acquire reads no page: {op:?}"),
             GlobalOp::Entry { key, read } => match self.dcs[d].global_cache.get(&key) {
                 Some(id) => GlobalAnswer::Entry(Some(id.clone())),
                 None => return Some(Next::Store(StoreOp::GlobalGet { key, read })),
@@ -1348,7 +1323,8 @@ impl Sim {
             | TaskKind::Watch(_)
             | TaskKind::Scan
             | TaskKind::DrainScope(_)
-            | TaskKind::KeyRead(_) => {
+            | TaskKind::KeyRead(_)
+            | TaskKind::Reconcile(_) => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
@@ -1417,7 +1393,8 @@ impl Sim {
                         | TaskKind::Watch(_)
                         | TaskKind::Scan
                         | TaskKind::KeyRead(_)
-                        | TaskKind::DrainScope(_),
+                        | TaskKind::DrainScope(_)
+                        | TaskKind::Reconcile(_),
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }
@@ -1445,6 +1422,7 @@ impl Sim {
                 self.dcs[d].upkeep.handle_stored(stored, now);
                 return self.upkeep_drive(d, tid, task);
             }
+            (TaskKind::Reconcile(_), stored) => return self.reconcile_stored(d, tid, task, stored),
             (TaskKind::Drain(job), stored) => {
                 let written = stored == Ok(Stored::Written(Written::Yes));
                 job.drain.handle_stored(stored, now, &self.policy);

@@ -19,13 +19,12 @@
 
 use crate::counter::{Counter, Timing};
 use homing_core::{
-    DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply,
-    LeasePolicy, ReservationId, Succession, SuccessionCause,
+    DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
 };
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
-    Change, DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, ResolvePoll,
-    StartCheck, start_check,
+    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, ResolvePoll, StartCheck,
+    start_check,
 };
 
 use crate::dc::{Next, StoreOp, Task, TaskKind};
@@ -338,29 +337,6 @@ impl Sim {
         }
     }
 
-    /// After DC `d` regained its lease: applies every takeover the global
-    /// store has of its reservations to its records (homingd's
-    /// `Node::reconcile`, at once here), then lets it grant.
-    pub(crate) fn dc_reconcile(&mut self, d: usize) {
-        let Some(number) = self.dcs[d].lease.lease.reconciliation() else {
-            return;
-        };
-        let dc = self.dcs[d].id.clone();
-        let taken: Vec<Succession> = self
-            .successions
-            .range(ReservationId::new(dc.clone(), 0)..=ReservationId::new(dc, u64::MAX))
-            .map(|(_, s)| s.clone())
-            .filter(|s| s.cause == SuccessionCause::TakenOver)
-            .collect();
-        for succession in taken {
-            let from = succession.link.from.clone();
-            if self.update_at_once(d, from, Change::Supersede(succession)) == Ok(true) {
-                self.measurements.count(Counter::TakeoversReconciled);
-            }
-        }
-        self.dcs[d].lease.lease.handle_reconciled(number);
-    }
-
     /// Whether DC `d` may renew a host lease arriving now (homingd's
     /// `grant_allowed`): its whole ttl fits in the DC's validity.
     pub(crate) fn grant_allowed(&mut self, d: usize) -> Result<(), ErrorReply> {
@@ -532,6 +508,7 @@ impl Sim {
                 return self.drain_drive(d, tid, task);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
+            TaskKind::Reconcile(_) => return self.reconcile_stored(d, tid, task, Err(failure)),
             TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, Err(failure)),
             // A failed read of its own segment still answers the entry.
             TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {

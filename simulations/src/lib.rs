@@ -30,6 +30,7 @@ pub mod host;
 pub mod invariants;
 mod key_read;
 pub mod network;
+mod reconcile;
 pub mod report;
 pub mod rng;
 pub mod router;

@@ -91,8 +91,8 @@ impl Sim {
         self.acquire_step(d, task)
     }
 
-    /// Closing DC `d` exits once no request is left (its upkeep pass stops
-    /// with it, as homingd's background tasks do).
+    /// Closing DC `d` exits once no request is left (its upkeep pass and
+    /// reconciliation stop with it, as homingd's background tasks do).
     pub(crate) fn dc_close_check(&mut self, d: usize) {
         let Some(since) = self.dcs[d].closing else {
             return;
@@ -100,7 +100,9 @@ impl Sim {
         if !self.dcs[d].up {
             return;
         }
-        let busy = (self.dcs[d].tasks.values()).any(|t| !matches!(t.kind, TaskKind::Upkeep));
+        let background =
+            |kind: &TaskKind| matches!(kind, TaskKind::Upkeep | TaskKind::Reconcile(_));
+        let busy = (self.dcs[d].tasks.values()).any(|t| !background(&t.kind));
         if busy && self.now - since >= DRAIN_MS_MAX * 1000 {
             // homingd exits with requests still in flight: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);

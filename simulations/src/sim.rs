@@ -218,6 +218,13 @@ pub enum Event {
         /// The DC.
         dc: u16,
     },
+    /// A DC tries its failed reconciliation again.
+    ReconcileRetry {
+        /// The DC.
+        dc: u16,
+        /// Its run then (a crash voids the retry).
+        epoch: u32,
+    },
     /// A DC restarts.
     DcRestart {
         /// The DC.
@@ -333,6 +340,7 @@ impl Event {
             Event::DcCrash { .. } => "dc_crash",
             Event::DcClose { .. } => "dc_close",
             Event::DcCloseCheck { .. } => "dc_close_check",
+            Event::ReconcileRetry { .. } => "reconcile_retry",
             Event::DcRestart { .. } => "dc_restart",
             Event::DcLeaseTick { .. } => "dc_lease_tick",
             Event::DcRenewalLands { .. } => "dc_renewal_lands",
@@ -1146,6 +1154,7 @@ impl Sim {
             | Event::DcClose { dc }
             | Event::DcCloseCheck { dc }
             | Event::DcRestart { dc, .. } => (NodeId::Dc(*dc).code(), 0),
+            Event::ReconcileRetry { dc, epoch } => (NodeId::Dc(*dc).code(), u64::from(*epoch)),
             Event::DcLeaseTick { dc, generation, .. } => (NodeId::Dc(*dc).code(), *generation),
             Event::DcRenewalLands { dc, seq, .. } | Event::DcRenewalTimeout { dc, seq, .. } => {
                 (NodeId::Dc(*dc).code(), *seq)
@@ -1209,6 +1218,7 @@ impl Sim {
             Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
             Event::DcClose { dc } => self.dc_close(usize::from(dc)),
             Event::DcCloseCheck { dc } => self.dc_close_check(usize::from(dc)),
+            Event::ReconcileRetry { dc, epoch } => self.reconcile_retry(usize::from(dc), epoch),
             Event::DcRestart { dc, store_lost } => self.dc_restart(usize::from(dc), store_lost),
             Event::DcLeaseTick {
                 dc,

@@ -14,8 +14,8 @@ use homing_core::{
     AcquireReply, ActorId, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq,
     FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply,
     LocalSegment, Namespace, NamespaceScope, ReleaseReply, Reply, Request, ReservationId, Role,
-    ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Succession, SuccessionCause,
-    TakeOverReply, TakeoverPolicy, Written, wire,
+    ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Succession, TakeOverReply,
+    TakeoverPolicy, Written, wire,
 };
 use homing_net::Handler;
 use homing_node::cancel;
@@ -23,12 +23,13 @@ use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
     AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainPoll, DrainScope,
     DrainScopePoll, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords,
-    KeyRecordsPoll, LinkOnward, LinkOnwardPoll, LogFollower, Mutations, Resolve, ResolvePoll,
-    StoreOp, Stored, Update, UpdatePoll, WatchPoll, WatchRead, answered, member_named, owned_here,
+    KeyRecordsPoll, LinkOnward, LinkOnwardPoll, LogFollower, Mutations, Reconcile, ReconcileEvent,
+    ReconcilePoll, Resolve, ResolvePoll, StoreOp, Stored, Update, UpdatePoll, WatchPoll, WatchRead,
+    answered, member_named, owned_here,
 };
 use homing_store::{
-    DcStore, EVENTS_LIMIT_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent, StoreError,
-    SuccessionPages,
+    DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
+    StoreError,
 };
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
@@ -320,48 +321,45 @@ impl Node {
     }
 
     /// Applies to this DC's records every takeover the global store
-    /// recorded of them (DESIGN.md §7.5), then tells the DC lease that
-    /// reconciliation `number` is done: until then nothing is granted or
-    /// renewed. Called after the lease was regained (a scan that starts
-    /// after the renewal sees every takeover committed before it). The
-    /// number of records changed.
+    /// recorded of them, as homing-node's [`Reconcile`] decides (DESIGN.md
+    /// §7.5), then tells the DC lease that reconciliation `number` is done:
+    /// until then nothing is granted or renewed. Called after the lease was
+    /// regained (a scan that starts after the renewal sees every takeover
+    /// committed before it). The number of records changed.
     pub async fn reconcile(&self, number: u64) -> Result<usize, String> {
-        let mut pages = SuccessionPages::of(self.dc.clone());
-        let mut changed = 0;
-        while let Some(page) = self
-            .timed("global_successions_of", pages.next(self.global.as_ref()))
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            for succession in &page {
-                self.successions
-                    .insert(succession.link.from.clone(), succession.clone());
-                if succession.cause != SuccessionCause::TakenOver {
-                    continue;
+        let (dc, page) = (self.dc.clone(), GET_MANY_KEYS_MAX);
+        let mut reconcile = Reconcile::new(dc, number, page, Mutations::NONE);
+        loop {
+            let poll = reconcile.poll();
+            while let Some(event) = reconcile.poll_event() {
+                match event {
+                    ReconcileEvent::Superseded(succession) => tracing::warn!(
+                        reservation = %succession.link.from,
+                        successor = %succession.link.to,
+                        "reconciled a takeover: another dc took this tail over while this dc's lease was expired"
+                    ),
+                    ReconcileEvent::Unknown(id) => tracing::warn!(reservation = %id,
+                        "a takeover names a reservation this dc store has no record of"),
                 }
-                let from = &succession.link.from;
-                match self
-                    .update(from, Change::Supersede(succession.clone()))
-                    .await
-                {
-                    Ok(done) if done.made() => {
-                        changed += 1;
-                        tracing::warn!(
-                            reservation = %from,
-                            successor = %succession.link.to,
-                            "reconciled a takeover: another dc took this tail over while this dc's lease was expired"
-                        );
-                    }
-                    Ok(_) => {}
-                    Err(Failure::Reply(e)) if e.kind == ErrorKind::UnknownReservation => {
-                        tracing::warn!(reservation = %from, "a takeover names a reservation this dc store has no record of");
-                    }
-                    Err(e) => return Err(format!("applying the takeover of {from}: {e:?}")),
+            }
+            match poll {
+                ReconcilePoll::Global(op) => {
+                    reconcile.handle_global(self.perform_global_op(op).await)
+                }
+                ReconcilePoll::Store(op) => {
+                    let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
+                    reconcile.handle_stored(stored, store_now(), &self.policy);
+                }
+                ReconcilePoll::Done(Ok(changed)) => {
+                    self.dc_lease.with(|l| l.handle_reconciled(number));
+                    return Ok(changed);
+                }
+                ReconcilePoll::Done(Err(failure)) => {
+                    let e = failure.into_reply();
+                    return Err(format!("{:?}: {}", e.kind, e.message));
                 }
             }
         }
-        self.dc_lease.with(|l| l.handle_reconciled(number));
-        Ok(changed)
     }
 
     /// Who succeeds `id` in the global store: cached once present (it
@@ -1259,6 +1257,15 @@ impl Node {
             }
             GlobalOp::Confirm(succession) => {
                 GlobalAnswer::Confirmed(self.confirm(succession).await?)
+            }
+            GlobalOp::SuccessionsOf { dc, after, limit } => {
+                let page = self.global.successions_of(&dc, after.as_ref(), limit);
+                let page = self.timed("global_successions_of", page).await?;
+                for succession in &page {
+                    let from = succession.link.from.clone();
+                    self.successions.insert(from, succession.clone());
+                }
+                GlobalAnswer::Successions(page)
             }
             GlobalOp::DcLease(dc) => {
                 let state = self.global.dc_lease(&dc);

@@ -542,6 +542,7 @@ impl Acquire {
             GlobalAnswer::Confirmed(recorded) => connect.handle_confirmed(recorded),
             GlobalAnswer::DcLease(state) => connect.handle_dc_lease(state),
             GlobalAnswer::TakenOver(reply) => connect.handle_taken_over(reply),
+            other @ GlobalAnswer::Successions(_) => unasked("acquire", &other),
         }
     }
 

@@ -168,6 +168,17 @@ pub enum GlobalOp {
     Confirm(Succession),
     /// Read a DC's lease state; answered [`GlobalAnswer::DcLease`].
     DcLease(homing_core::DcId),
+    /// A page of DC `dc`'s successions in reservation order, after `after`,
+    /// at most `limit`; answered [`GlobalAnswer::Successions`] (fewer than
+    /// `limit`: the last page).
+    SuccessionsOf {
+        /// The DC whose reservations were succeeded.
+        dc: homing_core::DcId,
+        /// Start after this reservation (`None`: from the first).
+        after: Option<ReservationId>,
+        /// The page size.
+        limit: usize,
+    },
     /// Take over a silent DC's tail under `policy`; answered
     /// [`GlobalAnswer::TakenOver`].
     TakeOver {
@@ -200,6 +211,8 @@ pub enum GlobalAnswer {
     DcLease(DcLeaseState),
     /// The takeover's outcome.
     TakenOver(TakeOverReply),
+    /// A page of a DC's successions.
+    Successions(Vec<Succession>),
 }
 
 /// A stepper was answered what it did not ask: a driver bug.

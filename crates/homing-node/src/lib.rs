@@ -42,7 +42,9 @@
 //! - [`resolve`]: a DC's answer to `Resolve` (the entry, and its own
 //!   segment while it answers for its tails) and to `ResolveReservation`;
 //! - [`supersede`]: before a record links onward, its succession confirmed
-//!   in the global store, or the record superseded by the takeover's winner.
+//!   in the global store, or the record superseded by the takeover's winner;
+//! - [`reconcile`]: a DC back from a lapsed lease applies the takeovers of
+//!   its tails made meanwhile before it grants again.
 //!
 //! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
 //! feature `mutations`), so a simulator sweep that catches it is evidence
@@ -64,6 +66,7 @@ pub mod key_quota;
 pub mod link;
 pub mod log_follow;
 pub mod mutation;
+pub mod reconcile;
 pub mod resolve;
 pub mod retries;
 pub mod scan;
@@ -90,6 +93,7 @@ pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use link::{LinkOnward, LinkOnwardPoll};
 pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
+pub use reconcile::{Reconcile, ReconcileEvent, ReconcilePoll};
 pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, DrainScopePoll, KeyRecords, KeyRecordsPoll, SCAN_PAGE_RECORDS};

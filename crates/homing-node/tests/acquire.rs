@@ -158,6 +158,7 @@ fn perform_global(world: &mut World, op: GlobalOp) -> GlobalAnswer {
         GlobalOp::TakeOver { succession, policy } => {
             GlobalAnswer::TakenOver(world.take_over(succession, policy))
         }
+        other @ GlobalOp::SuccessionsOf { .. } => panic!("an acquire does not ask {other:?}"),
     }
 }
 

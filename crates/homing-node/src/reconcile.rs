@@ -1,0 +1,338 @@
+//! A DC back from a lapsed lease applies the takeovers made meanwhile
+//! (DESIGN.md §7.5): every succession the global store records of this
+//! DC's reservations is read page by page, and each takeover is applied
+//! to its record as a [`Change::Supersede`] update (the tail is linked to
+//! the winner). Until a reconciliation succeeds the DC grants and renews
+//! nothing ([`crate::DcLease::reconciliation`]); the driver hands the
+//! number back with [`crate::DcLease::handle_reconciled`] when this one is
+//! `Done(Ok(_))`, and runs a new one after a failure. Decided here once
+//! for homingd and the simulator (which ran it at once, without latency).
+//!
+//! ```text
+//! page ─► each takeover of the page ─► Supersede update ─► next page … ─► Done(Ok(changed))
+//!   a record this DC has no record of ─► Unknown event, skipped
+//!   any other failure ─► Done(Err): nothing granted until a new pass succeeds
+//! ```
+
+use std::collections::VecDeque;
+
+use homing_core::{DcId, LeasePolicy, ReservationId, StoreTime, Succession, SuccessionCause};
+
+use crate::change::Change;
+use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
+use crate::failure::Failure;
+use crate::mutation::Mutations;
+use crate::update::{Update, UpdateError, UpdatePoll};
+
+/// What a [`Reconcile`] needs next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReconcilePoll {
+    /// A page of this DC's successions ([`GlobalOp::SuccessionsOf`]);
+    /// answer with [`Reconcile::handle_global`].
+    Global(GlobalOp),
+    /// Read or compare-and-set a record (a takeover's supersede); answer
+    /// with [`Reconcile::handle_stored`].
+    Store(StoreOp),
+    /// Finished: how many records were superseded, or why the pass failed
+    /// (the DC still owes the reconciliation).
+    Done(Result<usize, Failure>),
+}
+
+/// What a reconciliation did, for the driver's logs and counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReconcileEvent {
+    /// A takeover was applied: its record now links to the winner.
+    Superseded(Succession),
+    /// A takeover names a reservation this DC's store has no record of
+    /// (skipped: nothing here acts for it).
+    Unknown(ReservationId),
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Read the page after the cursor.
+    Page,
+    /// Apply the page's takeovers, one update at a time.
+    Apply(Box<Update>),
+    Done(Result<usize, Failure>),
+}
+
+/// One reconciliation pass in progress.
+#[derive(Debug)]
+pub struct Reconcile {
+    dc: DcId,
+    number: u64,
+    page_max: usize,
+    mutations: Mutations,
+    /// The last succession read (the next page starts after it).
+    after: Option<ReservationId>,
+    /// Whether the page read was the last.
+    last_page: bool,
+    /// The page's takeovers not applied yet.
+    takeovers: VecDeque<Succession>,
+    /// The takeover being applied.
+    applying: Option<Succession>,
+    changed: usize,
+    events: VecDeque<ReconcileEvent>,
+    phase: Phase,
+}
+
+impl Reconcile {
+    /// DC `dc`'s reconciliation `number` (what [`crate::DcLease::reconciliation`]
+    /// owes), reading at most `page_max` successions a page.
+    pub fn new(dc: DcId, number: u64, page_max: usize, mutations: Mutations) -> Reconcile {
+        Reconcile {
+            dc,
+            number,
+            page_max: page_max.max(1),
+            mutations,
+            after: None,
+            last_page: false,
+            takeovers: VecDeque::new(),
+            applying: None,
+            changed: 0,
+            events: VecDeque::new(),
+            phase: Phase::Page,
+        }
+    }
+
+    /// The reconciliation's number, for [`crate::DcLease::handle_reconciled`].
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// What to do next.
+    pub fn poll(&mut self) -> ReconcilePoll {
+        loop {
+            let next = match &mut self.phase {
+                Phase::Page => {
+                    return ReconcilePoll::Global(GlobalOp::SuccessionsOf {
+                        dc: self.dc.clone(),
+                        after: self.after.clone(),
+                        limit: self.page_max,
+                    });
+                }
+                Phase::Apply(update) => match update.poll() {
+                    UpdatePoll::Store(op) => return ReconcilePoll::Store(op),
+                    UpdatePoll::Done(changed) => {
+                        let applied = self.applying.take().expect("a takeover is applied");
+                        if changed.made() {
+                            self.changed += 1;
+                            self.events.push_back(ReconcileEvent::Superseded(applied));
+                        }
+                        self.next_takeover()
+                    }
+                    UpdatePoll::Failed(UpdateError::Unknown { id, .. }) => {
+                        self.applying = None;
+                        self.events.push_back(ReconcileEvent::Unknown(id));
+                        self.next_takeover()
+                    }
+                    UpdatePoll::Failed(e) => {
+                        let from = self.applying.take().map(|s| s.link.from);
+                        let mut reply = e.reply();
+                        if let Some(from) = from {
+                            reply.message =
+                                format!("applying the takeover of {from}: {}", reply.message);
+                        }
+                        Phase::Done(Err(Failure::from_reply(reply)))
+                    }
+                },
+                Phase::Done(done) => return ReconcilePoll::Done(done.clone()),
+            };
+            self.phase = next;
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<ReconcileEvent> {
+        self.events.pop_front()
+    }
+
+    /// The answer to the [`ReconcilePoll::Global`] asked (its failure ends
+    /// the pass).
+    pub fn handle_global(&mut self, answer: Result<GlobalAnswer, Failure>) {
+        if !matches!(self.phase, Phase::Page) {
+            unasked("reconcile", &answer);
+        }
+        let page = match answer {
+            Ok(GlobalAnswer::Successions(page)) => page,
+            Ok(other) => unasked("reconcile", &other),
+            Err(failure) => {
+                self.phase = Phase::Done(Err(failure));
+                return;
+            }
+        };
+        // Fewer than asked only at the end.
+        self.last_page = page.len() < self.page_max;
+        self.after = page
+            .last()
+            .map(|s| s.link.from.clone())
+            .or(self.after.take());
+        let dc = &self.dc;
+        self.takeovers.extend(
+            page.into_iter()
+                .filter(|s| s.cause == SuccessionCause::TakenOver && s.link.from.dc() == dc),
+        );
+        self.phase = self.next_takeover();
+    }
+
+    /// The answer to the [`ReconcilePoll::Store`] asked at `now` (store
+    /// clock; its failure ends the pass).
+    pub fn handle_stored(
+        &mut self,
+        stored: Result<Stored, Failure>,
+        now: StoreTime,
+        policy: &LeasePolicy,
+    ) {
+        let Phase::Apply(update) = &mut self.phase else {
+            unasked("reconcile", &stored);
+        };
+        match stored {
+            Ok(stored) => update.handle_stored(stored, now, policy),
+            Err(failure) => self.phase = Phase::Done(Err(failure)),
+        }
+    }
+
+    /// The next takeover's update, the next page, or done.
+    fn next_takeover(&mut self) -> Phase {
+        match self.takeovers.pop_front() {
+            Some(succession) => {
+                let (dc, from) = (self.dc.clone(), succession.link.from.clone());
+                let change = Change::Supersede(succession.clone());
+                self.applying = Some(succession);
+                Phase::Apply(Box::new(Update::new(dc, from, change, self.mutations)))
+            }
+            None if self.last_page => Phase::Done(Ok(self.changed)),
+            None => Phase::Page,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use homing_core::{ErrorKind, RecordState, Written};
+
+    use super::*;
+    use crate::fixture::{POLICY, held};
+
+    fn id(s: &str) -> ReservationId {
+        s.parse().unwrap()
+    }
+
+    fn reconcile(page_max: usize) -> Reconcile {
+        Reconcile::new("iad".parse().unwrap(), 3, page_max, Mutations::NONE)
+    }
+
+    /// Answers the page asked next (after `after`) with `page`.
+    fn page(reconcile: &mut Reconcile, after: Option<&str>, page: Vec<Succession>) {
+        let ReconcilePoll::Global(GlobalOp::SuccessionsOf {
+            dc, after: asked, ..
+        }) = reconcile.poll()
+        else {
+            panic!("a page is read")
+        };
+        assert_eq!(dc.as_str(), "iad");
+        assert_eq!(asked, after.map(id));
+        reconcile.handle_global(Ok(GlobalAnswer::Successions(page)));
+    }
+
+    /// Answers the read and the compare-and-set of the supersede asked next; the record written.
+    fn superseded(
+        reconcile: &mut Reconcile,
+        record: &homing_core::DcRecord,
+    ) -> homing_core::DcRecord {
+        let now = StoreTime::from_ms(1);
+        assert_eq!(
+            reconcile.poll(),
+            ReconcilePoll::Store(StoreOp::Read(record.id.clone()))
+        );
+        let read = Ok(Stored::Record(Some(record.clone())));
+        reconcile.handle_stored(read, now, &POLICY);
+        let ReconcilePoll::Store(StoreOp::Write {
+            record: written, ..
+        }) = reconcile.poll()
+        else {
+            panic!("the record is superseded")
+        };
+        reconcile.handle_stored(Ok(Stored::Written(Written::Yes)), now, &POLICY);
+        *written
+    }
+
+    #[test]
+    fn every_takeover_of_every_page_is_applied_and_moves_are_left_alone() {
+        let (one, two) = (
+            held("iad.1", "a", None, StoreTime::from_ms(0)),
+            held("iad.7", "b", None, StoreTime::from_ms(0)),
+        );
+        let mut reconcile = reconcile(2);
+        // A full page: a move (confirmed by its mover, nothing to apply) and a takeover.
+        let moved = Succession::moved(id("iad.0"), id("fra.1"), homing_core::FencingToken::FIRST);
+        let taken = Succession::taken_over(id("iad.1"), id("lhr.2"), 1);
+        page(&mut reconcile, None, vec![moved, taken.clone()]);
+        let written = superseded(&mut reconcile, &one);
+        assert!(
+            matches!(&written.state, RecordState::Linked { to, .. } if to == &id("lhr.2")),
+            "{written:?}"
+        );
+        // Full: another page is read, after the last one read.
+        let later = Succession::taken_over(id("iad.7"), id("sin.3"), 1);
+        page(&mut reconcile, Some("iad.1"), vec![later.clone()]);
+        superseded(&mut reconcile, &two);
+        assert_eq!(reconcile.poll(), ReconcilePoll::Done(Ok(2)));
+        assert_eq!(
+            reconcile.poll_event(),
+            Some(ReconcileEvent::Superseded(taken))
+        );
+        assert_eq!(
+            reconcile.poll_event(),
+            Some(ReconcileEvent::Superseded(later))
+        );
+        assert_eq!(reconcile.poll_event(), None);
+    }
+
+    #[test]
+    fn a_takeover_of_a_reservation_without_a_record_is_skipped_and_a_store_failure_ends_the_pass() {
+        let mut reconcile = reconcile(8);
+        let lost = Succession::taken_over(id("iad.1"), id("lhr.2"), 1);
+        let next = Succession::taken_over(id("iad.4"), id("lhr.5"), 1);
+        page(&mut reconcile, None, vec![lost, next]);
+        let now = StoreTime::from_ms(1);
+        assert_eq!(
+            reconcile.poll(),
+            ReconcilePoll::Store(StoreOp::Read(id("iad.1")))
+        );
+        reconcile.handle_stored(Ok(Stored::Record(None)), now, &POLICY);
+        // Skipped: the next one is read.
+        assert_eq!(
+            reconcile.poll(),
+            ReconcilePoll::Store(StoreOp::Read(id("iad.4")))
+        );
+        assert_eq!(
+            reconcile.poll_event(),
+            Some(ReconcileEvent::Unknown(id("iad.1")))
+        );
+        // The store fails: the pass fails, the DC still owes it.
+        let down = Failure::of_store(&"iad".parse().unwrap(), true, "store down");
+        reconcile.handle_stored(Err(down), now, &POLICY);
+        let ReconcilePoll::Done(Err(failure)) = reconcile.poll() else {
+            panic!("failed")
+        };
+        assert!(failure.is_unreachable());
+        assert!(matches!(
+            failure.into_reply().kind,
+            ErrorKind::Unavailable { .. }
+        ));
+    }
+
+    #[test]
+    fn no_succession_is_done_after_one_read_and_a_failed_read_fails_the_pass() {
+        let mut quiet = reconcile(8);
+        page(&mut quiet, None, Vec::new());
+        assert_eq!(quiet.poll(), ReconcilePoll::Done(Ok(0)));
+        let mut cut_off = reconcile(8);
+        assert!(matches!(cut_off.poll(), ReconcilePoll::Global(_)));
+        let down = Failure::of_store(&"iad".parse().unwrap(), true, "global store down");
+        cut_off.handle_global(Err(down.clone()));
+        assert_eq!(cut_off.poll(), ReconcilePoll::Done(Err(down)));
+    }
+}

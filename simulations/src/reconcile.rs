@@ -1,0 +1,134 @@
+//! A simulated DC back from a lapsed lease reconciles the takeovers of its
+//! tails as homingd does: homing-node's [`Reconcile`] as a task of the DC
+//! (one at a time), its page reads answered from the global store's
+//! successions at once (as the acquire's succession reads are: what a read
+//! decides is checked where writes land), each supersede a record update
+//! paying the DC store's latency and its faults. A failed pass is tried
+//! again after `RENEW_RETRY_MS`, as homingd's `reconcile_takeovers` does;
+//! until one succeeds the DC grants and renews nothing. A crash loses it
+//! (the lease it reconciles for dies with the process too).
+
+use homing_core::ReservationId;
+use homing_node::dc_lease::RENEW_RETRY_MS;
+use homing_node::{
+    Failure, GlobalAnswer, GlobalOp, Reconcile, ReconcileEvent, ReconcilePoll, Stored,
+};
+use homing_store::GET_MANY_KEYS_MAX;
+
+use crate::counter::Counter;
+use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::sim::{Event, NodeId, Sim};
+use crate::trace::NO_KEY;
+
+impl Sim {
+    /// Starts DC `d`'s reconciliation if its lease owes one and none runs.
+    pub(crate) fn dc_reconcile(&mut self, d: usize) {
+        let dc = &self.dcs[d];
+        let Some(number) = dc.lease.lease.reconciliation() else {
+            return;
+        };
+        if !dc.up
+            || dc
+                .tasks
+                .values()
+                .any(|t| matches!(t.kind, TaskKind::Reconcile(_)))
+        {
+            return;
+        }
+        let reconcile = Reconcile::new(
+            dc.id.clone(),
+            number,
+            GET_MANY_KEYS_MAX,
+            self.rules.mutations,
+        );
+        let kind = TaskKind::Reconcile(Box::new(reconcile));
+        let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
+        let tid = self.new_task_id(d);
+        self.reconcile_drive(d, tid, task);
+    }
+
+    /// A retry of DC `d`'s failed reconciliation comes due.
+    pub(crate) fn reconcile_retry(&mut self, d: usize, epoch: u32) {
+        if self.dcs[d].epoch == epoch {
+            self.dc_reconcile(d);
+        }
+    }
+
+    /// The store answered the reconciliation's operation (or failed it).
+    pub(crate) fn reconcile_stored(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        stored: Result<Stored, Failure>,
+    ) {
+        let now = self.dcs[d].clock.store_time(self.now);
+        if let TaskKind::Reconcile(reconcile) = &mut task.kind {
+            reconcile.handle_stored(stored, now, &self.policy);
+        }
+        self.reconcile_drive(d, tid, task);
+    }
+
+    /// Runs the reconciliation until it needs the DC store, or ends.
+    fn reconcile_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+        let TaskKind::Reconcile(reconcile) = &mut task.kind else {
+            unreachable!("a reconciliation task")
+        };
+        loop {
+            let poll = reconcile.poll();
+            while let Some(event) = reconcile.poll_event() {
+                self.measurements.count(match event {
+                    ReconcileEvent::Superseded(_) => Counter::TakeoversReconciled,
+                    ReconcileEvent::Unknown(_) => Counter::ReconcileUnknownReservation,
+                });
+            }
+            match poll {
+                ReconcilePoll::Global(GlobalOp::SuccessionsOf { dc, after, limit }) => {
+                    let answer = if self.cut_from_global(d) {
+                        let why = "cut from the global store";
+                        let e = crate::dc_lease::global_unavailable(self, d, why);
+                        Err(Failure::Unreachable(e))
+                    } else {
+                        let page = self.successions_of(&dc, after, limit);
+                        for succession in &page {
+                            self.dcs[d].keep_succession(succession);
+                        }
+                        Ok(GlobalAnswer::Successions(page))
+                    };
+                    reconcile.handle_global(answer);
+                }
+                ReconcilePoll::Global(op) => unreachable!("a reconciliation reads pages: {op:?}"),
+                ReconcilePoll::Store(op) => {
+                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
+                }
+                ReconcilePoll::Done(Ok(_)) => {
+                    let number = reconcile.number();
+                    self.dcs[d].lease.lease.handle_reconciled(number);
+                    return;
+                }
+                ReconcilePoll::Done(Err(_)) => {
+                    self.measurements.count(Counter::ReconcileFailed);
+                    let epoch = self.dcs[d].epoch;
+                    let at = self.now + RENEW_RETRY_MS * 1000;
+                    let dc = d as u16;
+                    return self.schedule(at, Event::ReconcileRetry { dc, epoch });
+                }
+            }
+        }
+    }
+
+    /// A page of DC `dc`'s successions in the global store, after `after`.
+    fn successions_of(
+        &self,
+        dc: &homing_core::DcId,
+        after: Option<ReservationId>,
+        limit: usize,
+    ) -> Vec<homing_core::Succession> {
+        let start = after.map_or(0, |a| a.unique().saturating_add(1));
+        let range =
+            ReservationId::new(dc.clone(), start)..=ReservationId::new(dc.clone(), u64::MAX);
+        (self.successions.range(range).take(limit))
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+}
