@@ -1422,7 +1422,10 @@ impl Sim {
                 self.dcs[d].upkeep.handle_stored(stored, now);
                 return self.upkeep_drive(d, tid, task);
             }
-            (TaskKind::Reconcile(_), stored) => return self.reconcile_stored(d, tid, task, stored),
+            (TaskKind::Reconcile(reconcile), stored) => {
+                reconcile.handle_stored(stored, now, &self.policy);
+                return self.reconcile_drive(d, tid, task);
+            }
             (TaskKind::Drain(job), stored) => {
                 let written = stored == Ok(Stored::Written(Written::Yes));
                 job.drain.handle_stored(stored, now, &self.policy);
@@ -1453,7 +1456,7 @@ impl Sim {
                 update_next(update)
             }
             (TaskKind::Link(link), Ok(stored)) => {
-                link.handle_stored(stored, now, &self.policy);
+                link.handle_stored(stored, now);
                 self.link_step(d, &mut task)
             }
             (TaskKind::Segment | TaskKind::Resolve(_), _) => {

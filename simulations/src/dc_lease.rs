@@ -508,7 +508,11 @@ impl Sim {
                 return self.drain_drive(d, tid, task);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
-            TaskKind::Reconcile(_) => return self.reconcile_stored(d, tid, task, Err(failure)),
+            TaskKind::Reconcile(reconcile) => {
+                let now = self.dcs[d].clock.store_time(self.now);
+                reconcile.handle_stored(Err(failure), now, &self.policy);
+                return self.reconcile_drive(d, tid, task);
+            }
             TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, Err(failure)),
             // A failed read of its own segment still answers the entry.
             TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {

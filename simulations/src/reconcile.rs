@@ -10,9 +10,7 @@
 
 use homing_core::ReservationId;
 use homing_node::dc_lease::RENEW_RETRY_MS;
-use homing_node::{
-    Failure, GlobalAnswer, GlobalOp, Reconcile, ReconcileEvent, ReconcilePoll, Stored,
-};
+use homing_node::{Failure, GlobalAnswer, GlobalOp, Reconcile, ReconcileEvent, ReconcilePoll};
 use homing_store::GET_MANY_KEYS_MAX;
 
 use crate::counter::Counter;
@@ -54,23 +52,8 @@ impl Sim {
         }
     }
 
-    /// The store answered the reconciliation's operation (or failed it).
-    pub(crate) fn reconcile_stored(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        stored: Result<Stored, Failure>,
-    ) {
-        let now = self.dcs[d].clock.store_time(self.now);
-        if let TaskKind::Reconcile(reconcile) = &mut task.kind {
-            reconcile.handle_stored(stored, now, &self.policy);
-        }
-        self.reconcile_drive(d, tid, task);
-    }
-
     /// Runs the reconciliation until it needs the DC store, or ends.
-    fn reconcile_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+    pub(crate) fn reconcile_drive(&mut self, d: usize, tid: u64, mut task: Task) {
         let TaskKind::Reconcile(reconcile) = &mut task.kind else {
             unreachable!("a reconciliation task")
         };

@@ -1323,7 +1323,7 @@ impl Node {
             match link.poll() {
                 LinkOnwardPoll::Store(op) => {
                     let stored = self.perform(op).await?;
-                    link.handle_stored(stored, store_now(), &self.policy);
+                    link.handle_stored(stored, store_now());
                 }
                 LinkOnwardPoll::Global(op) => {
                     link.handle_global(self.perform_global(op, &mut None).await?)

@@ -146,15 +146,15 @@ impl LinkOnward {
     }
 
     /// The answer to the [`LinkOnwardPoll::Store`] asked at `now` (store clock).
-    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime, policy: &LeasePolicy) {
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match &mut self.phase {
             Phase::Check(check) => {
                 if let (None, Stored::Record(record)) = (&self.read, &stored) {
                     self.read = Some((record.clone(), now));
                 }
-                check.handle_stored(stored, now, policy)
+                check.handle_stored(stored, now, &self.policy)
             }
-            Phase::Link(update) => update.handle_stored(stored, now, policy),
+            Phase::Link(update) => update.handle_stored(stored, now, &self.policy),
             Phase::Done(_) => unasked("link", &stored),
         }
     }
@@ -204,7 +204,7 @@ mod tests {
             asked,
             LinkOnwardPoll::Store(StoreOp::Read(record.id.clone()))
         );
-        link.handle_stored(Stored::Record(Some(record.clone())), now, &POLICY);
+        link.handle_stored(Stored::Record(Some(record.clone())), now);
     }
 
     /// Expects the write asked next and lands it; the record written.
@@ -212,7 +212,7 @@ mod tests {
         let LinkOnwardPoll::Store(StoreOp::Write { record, .. }) = link.poll() else {
             panic!("an update writes the record")
         };
-        link.handle_stored(Stored::Written(Written::Yes), now, &POLICY);
+        link.handle_stored(Stored::Written(Written::Yes), now);
         *record
     }
 
@@ -258,7 +258,7 @@ mod tests {
         };
         assert_eq!(expected, Some(record.version));
         // The record was written meanwhile: read again, then linked.
-        link.handle_stored(Stored::Written(Written::Conflict), LATER, &POLICY);
+        link.handle_stored(Stored::Written(Written::Conflict), LATER);
         read(&mut link, &record, LATER);
         written(&mut link, LATER);
         assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(LinkReply::Linked)));
