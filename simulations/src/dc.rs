@@ -437,10 +437,13 @@ impl Sim {
                         crate::dc_lease::global_unavailable(self, d, "cut from the global store");
                     Reply::Error(e)
                 } else {
-                    Reply::Successor {
-                        succession: self.successions.get(&id).cloned(),
-                        hint: self.dcs[d].hint(&wanted),
+                    // Read from the global store, kept once present (homingd's `successor`).
+                    let succession = self.successions.get(&id).cloned();
+                    if let Some(found) = &succession {
+                        self.dcs[d].keep_succession(found);
                     }
+                    let hint = self.dcs[d].hint(&wanted);
+                    Reply::Successor { succession, hint }
                 };
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
