@@ -49,7 +49,9 @@ struct CachedTail {
 #[derive(Debug, Clone)]
 struct Resolve {
     key: u32,
-    walk: ChainWalk,
+    /// Boxed: a walk is large, and resolves move between the in-flight
+    /// map's nodes and the router's steps.
+    walk: Box<ChainWalk>,
     started_us: u64,
     entry_cached: bool,
     /// Walk as a fresh router: consult no cache.
@@ -155,7 +157,7 @@ impl Sim {
         let walk = ChainWalk::from_key(self.keys[key as usize].clone(), HOP_LIMIT_DEFAULT);
         let resolve = Resolve {
             key,
-            walk: walk.with_hint(hint),
+            walk: Box::new(walk.with_hint(hint)),
             started_us: self.now,
             entry_cached,
             cold,
