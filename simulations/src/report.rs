@@ -38,6 +38,9 @@ pub enum Op {
     ResolveUnavailable,
     /// A resolve answered `Unavailable` at once: a DC it needed is suspect.
     ResolveSuspect,
+    /// A resolve that joined a walk of its key already in flight at its
+    /// router (the Resolver's single-flight) and got that walk's answer.
+    ResolveJoined,
 }
 
 impl Op {
@@ -57,6 +60,7 @@ impl Op {
             Op::ResolveNotFound => "resolve: not found".into(),
             Op::ResolveUnavailable => "resolve: unavailable".into(),
             Op::ResolveSuspect => "resolve: unavailable, dc suspect".into(),
+            Op::ResolveJoined => "resolve: joined a walk in flight".into(),
         }
     }
 
@@ -76,6 +80,7 @@ impl Op {
             Op::ResolveNotFound => "1 global read, no fan-out",
             Op::ResolveUnavailable => "-",
             Op::ResolveSuspect => "no wait: one timeout per partition",
+            Op::ResolveJoined => "no request: the walk's answer",
         }
     }
 }

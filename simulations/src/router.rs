@@ -20,8 +20,11 @@
 //! present answer is cached forever); with none, the answer is
 //! `Unavailable`. A `NotFound` answer is reused for the Resolver's default
 //! `absent_ttl_ms` (`RESOLVER_ABSENT_TTL_MS_DEFAULT`), as the Resolver
-//! does; unlike the Resolver, concurrent resolves of one key are not
-//! joined into one walk (no single-flight).
+//! does. Concurrent resolves of one key at one router share one walk, as
+//! the Resolver's single-flight does: a resolve that finds a walk of its
+//! key in flight asks nothing and gets that walk's answer (checked as
+//! the walk's: it is as old as the walk's start, like a cached answer).
+//! A cold resolve (a fresh router's) neither joins nor is joined.
 
 use crate::counter::Counter;
 use std::collections::BTreeMap;
@@ -75,6 +78,9 @@ pub struct Router {
     successions: BTreeMap<ReservationId, homing_core::Succession>,
     /// Resolves waiting for an answer, by RPC, with the DC asked.
     inflight: BTreeMap<u64, (Resolve, u16)>,
+    /// Keys with a (not cold) walk in flight, and when each resolve that
+    /// joined it started (true µs).
+    walking: BTreeMap<u32, Vec<u64>>,
     /// Which DCs it waits for (one address per DC).
     reach: Reachability,
     /// Probes in flight, by RPC: the DC and the suspicion's epoch.
@@ -106,6 +112,7 @@ impl Router {
             absent: BTreeMap::new(),
             successions: BTreeMap::new(),
             inflight: BTreeMap::new(),
+            walking: BTreeMap::new(),
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
             probes: BTreeMap::new(),
             watcher: None,
@@ -149,6 +156,13 @@ impl Sim {
             self.checker.on_resolve(key, start, self.now, Some(&view));
             return;
         }
+        if !cold && let Some(joined) = self.routers[r].walking.get_mut(&key) {
+            joined.push(self.now);
+            return;
+        }
+        if !cold {
+            self.routers[r].walking.insert(key, Vec::new());
+        }
         let entry_cached = !cold && self.routers[r].entries.contains_key(&key);
         let hint = match cold {
             true => None,
@@ -190,7 +204,7 @@ impl Sim {
                     let Some(&dc) = self.dc_index.get(id.dc()) else {
                         self.checker
                             .on_resolve_error(resolve.key, format!("unknown dc in {id}"));
-                        return;
+                        return self.router_walk_ended(r, &resolve, None);
                     };
                     if dc != home {
                         resolve.remote += 1;
@@ -206,7 +220,7 @@ impl Sim {
                         .record(Op::ResolveNotFound, latency, resolve.remote, 0);
                     self.checker
                         .on_resolve(resolve.key, resolve.started_us, self.now, None);
-                    return;
+                    return self.router_walk_ended(r, &resolve, Some(None));
                 }
                 Poll::Done(walked) => {
                     let member = walked.hint();
@@ -230,6 +244,7 @@ impl Sim {
                         self.now,
                         Some(&walked.tail),
                     );
+                    self.router_walk_ended(r, &resolve, Some(Some(&walked.tail)));
                     if walked.tail.answer().is_none() {
                         return; // a vacant tail is read again next time (the Resolver's rule)
                     }
@@ -246,7 +261,7 @@ impl Sim {
                 }
                 Poll::Failed(e) => {
                     self.checker.on_resolve_error(resolve.key, e.to_string());
-                    return;
+                    return self.router_walk_ended(r, &resolve, None);
                 }
             }
         }
@@ -273,10 +288,7 @@ impl Sim {
                     None => return,
                 };
             }
-            let latency = self.now - resolve.started_us;
-            self.measurements
-                .record(Op::ResolveSuspect, latency, resolve.remote, 0);
-            return;
+            return self.router_unanswered(r, &resolve, Op::ResolveSuspect);
         }
         let rpc = self.request(
             NodeId::Router(r as u32),
@@ -301,6 +313,7 @@ impl Sim {
             }
             Err(e) => {
                 self.checker.on_resolve_error(resolve.key, e.to_string());
+                self.router_walk_ended(r, &resolve, None);
                 return None;
             }
         };
@@ -412,13 +425,10 @@ impl Sim {
         let Some((mut resolve, _)) = self.routers[r].inflight.remove(&message.rpc) else {
             return;
         };
-        let NodeId::Dc(from) = message.from else {
-            return;
+        let (NodeId::Dc(from), Body::Reply(reply)) = (message.from, message.body) else {
+            return self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
         };
         self.router_heard(r, from);
-        let Body::Reply(reply) = message.body else {
-            return;
-        };
         let home = self.routers[r].region;
         let from_id = self.dcs[usize::from(from)].id.clone();
         let source = if from == home {
@@ -468,18 +478,11 @@ impl Sim {
                     && matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(id)) if id.dc() == &from_id) =>
             {
                 if let Some(resolve) = self.router_around_silent(r, from, resolve) {
-                    let latency = self.now - resolve.started_us;
-                    self.measurements
-                        .record(Op::ResolveUnavailable, latency, resolve.remote, 0);
+                    self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
                 }
                 return;
             }
-            _ => {
-                let latency = self.now - resolve.started_us;
-                self.measurements
-                    .record(Op::ResolveUnavailable, latency, resolve.remote, 0);
-                return;
-            }
+            _ => return self.router_unanswered(r, &resolve, Op::ResolveUnavailable),
         }
         self.router_drive(r, resolve);
     }
@@ -508,9 +511,41 @@ impl Sim {
                 },
                 false => resolve,
             };
-            let latency = self.now - resolve.started_us;
+            self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
+        }
+    }
+
+    /// `resolve` ends without an answer (`op`: unavailable, or a DC it
+    /// needs is suspect); so do the resolves that joined it.
+    fn router_unanswered(&mut self, r: usize, resolve: &Resolve, op: Op) {
+        let latency = self.now - resolve.started_us;
+        self.measurements.record(op, latency, resolve.remote, 0);
+        self.router_walk_ended(r, resolve, None);
+    }
+
+    /// The walk of `resolve` ended with `answer` (`None`: none; `Some(None)`:
+    /// not found): the resolves that joined it get the same (the
+    /// Resolver's single-flight), checked as of the walk's start.
+    fn router_walk_ended(
+        &mut self,
+        r: usize,
+        resolve: &Resolve,
+        answer: Option<Option<&TailView>>,
+    ) {
+        if resolve.cold {
+            return;
+        }
+        let joined = self.routers[r]
+            .walking
+            .remove(&resolve.key)
+            .unwrap_or_default();
+        for started_us in joined {
             self.measurements
-                .record(Op::ResolveUnavailable, latency, resolve.remote, 0);
+                .record(Op::ResolveJoined, self.now - started_us, 0, 0);
+            if let Some(answer) = answer {
+                self.checker
+                    .on_resolve(resolve.key, resolve.started_us, self.now, answer);
+            }
         }
     }
 }
