@@ -37,7 +37,7 @@ use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival, Cancellations,
     Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, LinkOnwardPoll, Mutations,
     NodeTime, Reconcile, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, UpdatePoll, Upkeep,
-    WaitLimits, Waiters, answered, member_named, owned_here, segment_failure,
+    WaitLimits, Waiters, answered, owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -1082,7 +1082,7 @@ impl Sim {
                 }
                 AcquirePoll::Pause { until } => return Next::Pause(until),
                 AcquirePoll::Done(Ok(outcome)) => {
-                    if let Some(member) = member_named(&outcome) {
+                    if let Some(member) = job.acquire.member_learned(&outcome) {
                         self.dcs[d].remember(job.acquire.key(), member);
                     }
                     if let Some(notice) = job.acquire.take_notice() {

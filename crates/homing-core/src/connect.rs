@@ -363,6 +363,11 @@ impl Connect {
         &self.key
     }
 
+    /// The key's first reservation, once a walk or the global write named it.
+    pub fn entry(&self) -> Option<&ReservationId> {
+        self.entry.as_ref()
+    }
+
     /// The notice to send after this connect linked the key's chain to its
     /// new reservation; `None` otherwise (taken once).
     pub fn take_notice(&mut self) -> Option<ShortcutNotice> {
@@ -759,9 +764,15 @@ impl Connect {
             return self.fail(ConnectError::Unexpected);
         };
         match existing {
-            // Inserted, or a retried write of our own entry.
-            None => self.acquired(record.clone(), *deadlines),
-            Some(winner) if winner == record.id => self.acquired(record.clone(), *deadlines),
+            // Inserted, or a retried write of our own entry: ours is the entry.
+            None => {
+                self.entry = Some(record.id.clone());
+                self.acquired(record.clone(), *deadlines)
+            }
+            Some(winner) if winner == record.id => {
+                self.entry = Some(winner);
+                self.acquired(record.clone(), *deadlines)
+            }
             Some(winner) => {
                 self.entry = Some(winner.clone());
                 self.abandon(record.clone(), Then::WalkFrom(winner))

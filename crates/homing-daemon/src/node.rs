@@ -25,7 +25,7 @@ use homing_node::{
     DrainScopePoll, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords,
     KeyRecordsPoll, LinkOnward, LinkOnwardPoll, LogFollower, Mutations, Reconcile, ReconcileEvent,
     ReconcilePoll, Resolve, ResolvePoll, StoreOp, Stored, Update, UpdatePoll, WatchPoll, WatchRead,
-    answered, member_named, owned_here,
+    answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -922,7 +922,7 @@ impl Node {
                     }
                 }
                 AcquirePoll::Done(Ok(outcome)) => {
-                    if let Some(member) = member_named(&outcome) {
+                    if let Some(member) = acquire.member_learned(&outcome) {
                         self.remember(acquire.key(), member);
                     }
                     if let Some(notice) = acquire.take_notice() {

@@ -352,6 +352,15 @@ impl Acquire {
             )
     }
 
+    /// The member of the key's chain a driver remembers after this acquire
+    /// answered `reply` ([`member_named`]), unless it is the key's first
+    /// reservation: every walk reads the entry first, so remembering it
+    /// would only fill the driver's cache (one entry per key created).
+    pub fn member_learned(&self, reply: &AcquireReply) -> Option<Shortcut> {
+        let member = member_named(reply)?;
+        (self.connect.entry() != Some(&member.to)).then_some(member)
+    }
+
     /// The key acquired.
     pub fn key(&self) -> &Key {
         &self.request.key

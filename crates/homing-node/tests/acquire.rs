@@ -659,3 +659,30 @@ fn the_chains_new_member_is_noted_in_this_dcs_own_entry_before_the_answer() {
         }
     }
 }
+
+#[test]
+fn only_a_member_past_the_keys_first_reservation_is_learned_for_the_next_walk() {
+    let mut world = World::new(&["iad", "fra"]);
+    let mut first = start(&world, "iad", "a1", 0);
+    let AcquirePoll::Done(Ok(created)) = drive(&mut world, "iad", &mut first) else {
+        panic!("the key is created")
+    };
+    // The key's first reservation: every walk reads the entry first, so
+    // the driver's cache of members is not filled with it.
+    assert_eq!(first.member_learned(&created), None);
+    let mut second = start(&world, "fra", "a2", 0);
+    let AcquirePoll::Done(Ok(held)) = drive(&mut world, "fra", &mut second) else {
+        panic!("answered")
+    };
+    assert_eq!(second.member_learned(&held), None, "held at the entry");
+    // Released and recreated at fra: the new tail is past the entry.
+    world.release(&"iad.1".parse().unwrap(), FencingToken::FIRST);
+    let mut third = start(&world, "fra", "a2", 0);
+    let AcquirePoll::Done(Ok(moved)) = drive(&mut world, "fra", &mut third) else {
+        panic!("recreated")
+    };
+    let learned = third
+        .member_learned(&moved)
+        .expect("the new tail is learned");
+    assert_eq!(learned.to.to_string(), "fra.1");
+}
