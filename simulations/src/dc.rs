@@ -1426,7 +1426,7 @@ impl Sim {
                 return self.upkeep_drive(d, tid, task);
             }
             (TaskKind::Reconcile(reconcile), stored) => {
-                reconcile.handle_stored(stored, now, &self.policy);
+                reconcile.handle_stored(stored, now);
                 return self.reconcile_drive(d, tid, task);
             }
             (TaskKind::Drain(job), stored) => {

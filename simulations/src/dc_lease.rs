@@ -510,7 +510,7 @@ impl Sim {
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
             TaskKind::Reconcile(reconcile) => {
                 let now = self.dcs[d].clock.store_time(self.now);
-                reconcile.handle_stored(Err(failure), now, &self.policy);
+                reconcile.handle_stored(Err(failure), now);
                 return self.reconcile_drive(d, tid, task);
             }
             TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, Err(failure)),

@@ -7,11 +7,16 @@
 //! again after `RENEW_RETRY_MS`, as homingd's `reconcile_takeovers` does;
 //! until one succeeds the DC grants and renews nothing. A crash loses it
 //! (the lease it reconciles for dies with the process too).
+//!
+//! One difference from homingd: homingd runs its start-up pass before it
+//! binds its server, so it serves nothing meanwhile; a simulated DC serves
+//! from its restart, refusing grants, renewals and its tails (as any DC
+//! owing a reconciliation does) but answering links, resolves of its
+//! entries and drains during the pass (a few store round trips).
 
 use homing_core::ReservationId;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{Failure, GlobalAnswer, GlobalOp, Reconcile, ReconcileEvent, ReconcilePoll};
-use homing_store::GET_MANY_KEYS_MAX;
 
 use crate::counter::Counter;
 use crate::dc::{Next, StoreOp, Task, TaskKind};
@@ -33,12 +38,7 @@ impl Sim {
         {
             return;
         }
-        let reconcile = Reconcile::new(
-            dc.id.clone(),
-            number,
-            GET_MANY_KEYS_MAX,
-            self.rules.mutations,
-        );
+        let reconcile = Reconcile::new(dc.id.clone(), number, self.policy, self.rules.mutations);
         let kind = TaskKind::Reconcile(Box::new(reconcile));
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
         let tid = self.new_task_id(d);
@@ -87,7 +87,9 @@ impl Sim {
                 ReconcilePoll::Done(Ok(_)) => {
                     let number = reconcile.number();
                     self.dcs[d].lease.lease.handle_reconciled(number);
-                    return;
+                    // Regained again meanwhile: the newer one is owed now
+                    // (homingd's loop runs it at once too).
+                    return self.dc_reconcile(d);
                 }
                 ReconcilePoll::Done(Err(_)) => {
                     self.measurements.count(Counter::ReconcileFailed);

@@ -22,9 +22,10 @@
 //! `absent_ttl_ms` (`RESOLVER_ABSENT_TTL_MS_DEFAULT`), as the Resolver
 //! does. Concurrent resolves of one key at one router share one walk, as
 //! the Resolver's single-flight does: a resolve that finds a walk of its
-//! key in flight asks nothing and gets that walk's answer (checked as
-//! the walk's: it is as old as the walk's start, like a cached answer).
-//! A cold resolve (a fresh router's) neither joins nor is joined.
+//! key in flight asks nothing and gets that walk's outcome (an answer, the
+//! checker having judged the walk's; or the walk's unavailability, counted
+//! in its row). A cold resolve (a fresh router's) neither joins nor is
+//! joined.
 
 use crate::counter::Counter;
 use std::collections::BTreeMap;
@@ -204,7 +205,7 @@ impl Sim {
                     let Some(&dc) = self.dc_index.get(id.dc()) else {
                         self.checker
                             .on_resolve_error(resolve.key, format!("unknown dc in {id}"));
-                        return self.router_walk_ended(r, &resolve, None);
+                        return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                     };
                     if dc != home {
                         resolve.remote += 1;
@@ -220,7 +221,7 @@ impl Sim {
                         .record(Op::ResolveNotFound, latency, resolve.remote, 0);
                     self.checker
                         .on_resolve(resolve.key, resolve.started_us, self.now, None);
-                    return self.router_walk_ended(r, &resolve, Some(None));
+                    return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
                 Poll::Done(walked) => {
                     let member = walked.hint();
@@ -244,7 +245,7 @@ impl Sim {
                         self.now,
                         Some(&walked.tail),
                     );
-                    self.router_walk_ended(r, &resolve, Some(Some(&walked.tail)));
+                    self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                     if walked.tail.answer().is_none() {
                         return; // a vacant tail is read again next time (the Resolver's rule)
                     }
@@ -261,7 +262,7 @@ impl Sim {
                 }
                 Poll::Failed(e) => {
                     self.checker.on_resolve_error(resolve.key, e.to_string());
-                    return self.router_walk_ended(r, &resolve, None);
+                    return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
             }
         }
@@ -313,7 +314,7 @@ impl Sim {
             }
             Err(e) => {
                 self.checker.on_resolve_error(resolve.key, e.to_string());
-                self.router_walk_ended(r, &resolve, None);
+                self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 return None;
             }
         };
@@ -520,18 +521,14 @@ impl Sim {
     fn router_unanswered(&mut self, r: usize, resolve: &Resolve, op: Op) {
         let latency = self.now - resolve.started_us;
         self.measurements.record(op, latency, resolve.remote, 0);
-        self.router_walk_ended(r, resolve, None);
+        self.router_walk_ended(r, resolve, op);
     }
 
-    /// The walk of `resolve` ended with `answer` (`None`: none; `Some(None)`:
-    /// not found): the resolves that joined it get the same (the
-    /// Resolver's single-flight), checked as of the walk's start.
-    fn router_walk_ended(
-        &mut self,
-        r: usize,
-        resolve: &Resolve,
-        answer: Option<Option<&TailView>>,
-    ) {
+    /// The walk of `resolve` ended: the resolves that joined it get its
+    /// outcome (the Resolver's single-flight), counted as `op` when it
+    /// answered none (unavailable, suspect), else as joined (an answer or a
+    /// failure, which the checker judged on the walk).
+    fn router_walk_ended(&mut self, r: usize, resolve: &Resolve, op: Op) {
         if resolve.cold {
             return;
         }
@@ -540,12 +537,7 @@ impl Sim {
             .remove(&resolve.key)
             .unwrap_or_default();
         for started_us in joined {
-            self.measurements
-                .record(Op::ResolveJoined, self.now - started_us, 0, 0);
-            if let Some(answer) = answer {
-                self.checker
-                    .on_resolve(resolve.key, resolve.started_us, self.now, answer);
-            }
+            self.measurements.record(op, self.now - started_us, 0, 0);
         }
     }
 }

@@ -151,6 +151,6 @@ fn concurrent_resolves_of_one_key_at_a_router_share_one_walk() {
         .get(&Op::ResolveJoined)
         .map_or(0, |s| s.count);
     // The hot keys are resolved often enough that resolves meet a walk in
-    // flight; every one of them kept every invariant (checked in `measured`).
+    // flight and take its outcome (the run keeps every invariant: `measured`).
     assert!(joined > 1_000, "{:?}", measured.by_op.keys());
 }

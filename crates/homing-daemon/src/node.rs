@@ -43,6 +43,9 @@ use crate::waiters::{WaitLimits, Waiters};
 pub const INSPECT_RECORDS_MAX: usize = homing_node::SCAN_PAGE_RECORDS;
 pub use homing_node::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX};
 
+// A reconciliation's page is one every global store answers.
+const _: () = assert!(homing_node::reconcile::PAGE_SUCCESSIONS <= GET_MANY_KEYS_MAX);
+
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
 pub fn store_now() -> StoreTime {
     let ms = SystemTime::now()
@@ -327,8 +330,8 @@ impl Node {
     /// regained (a scan that starts after the renewal sees every takeover
     /// committed before it). The number of records changed.
     pub async fn reconcile(&self, number: u64) -> Result<usize, String> {
-        let (dc, page) = (self.dc.clone(), GET_MANY_KEYS_MAX);
-        let mut reconcile = Reconcile::new(dc, number, page, Mutations::NONE);
+        let (dc, policy) = (self.dc.clone(), self.policy);
+        let mut reconcile = Reconcile::new(dc, number, policy, Mutations::NONE);
         loop {
             let poll = reconcile.poll();
             while let Some(event) = reconcile.poll_event() {
@@ -348,7 +351,7 @@ impl Node {
                 }
                 ReconcilePoll::Store(op) => {
                     let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
-                    reconcile.handle_stored(stored, store_now(), &self.policy);
+                    reconcile.handle_stored(stored, store_now());
                 }
                 ReconcilePoll::Done(Ok(changed)) => {
                     self.dc_lease.with(|l| l.handle_reconciled(number));

@@ -330,11 +330,11 @@ impl DcLease {
     /// The reconciliation owed, if any (DESIGN.md §7.5): after the lease is
     /// regained — at start, or after its validity ran out, when the store
     /// may have judged it expired and other DCs may have taken over this
-    /// DC's tails — the driver applies every succession the global store
-    /// has for this DC's reservations to its records (a scan that starts
-    /// after the renewal, so it sees every takeover committed before it;
-    /// later ones fail their guard), then calls
-    /// [`DcLease::handle_reconciled`] with this number. Nothing is granted
+    /// DC's tails — the driver runs a [`crate::Reconcile`], which applies
+    /// every takeover the global store has of this DC's reservations to its
+    /// records (a scan that starts after the renewal, so it sees every
+    /// takeover committed before it; later ones fail their guard), then
+    /// calls [`DcLease::handle_reconciled`] with this number. Nothing is granted
     /// or renewed in between.
     pub fn reconciliation(&self) -> Option<u64> {
         if self.mutations.has(Mutation::TakeoversNotReconciled) {

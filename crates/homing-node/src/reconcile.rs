@@ -6,23 +6,30 @@
 //! nothing ([`crate::DcLease::reconciliation`]); the driver hands the
 //! number back with [`crate::DcLease::handle_reconciled`] when this one is
 //! `Done(Ok(_))`, and runs a new one after a failure. Decided here once
-//! for homingd and the simulator (which ran it at once, without latency).
+//! for homingd and the simulator.
 //!
 //! ```text
 //! page ─► each takeover of the page ─► Supersede update ─► next page … ─► Done(Ok(changed))
 //!   a record this DC has no record of ─► Unknown event, skipped
-//!   any other failure ─► Done(Err): nothing granted until a new pass succeeds
+//!   any other failure, or a page naming another DC's reservation
+//!   ─► Done(Err): nothing granted until a new pass succeeds
 //! ```
 
 use std::collections::VecDeque;
 
-use homing_core::{DcId, LeasePolicy, ReservationId, StoreTime, Succession, SuccessionCause};
+use homing_core::{
+    DcId, ErrorKind, ErrorReply, LeasePolicy, ReservationId, StoreTime, Succession, SuccessionCause,
+};
 
 use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::Mutations;
 use crate::update::{Update, UpdateError, UpdatePoll};
+
+/// Successions asked for a page: the most any global store returns at once
+/// (homing-store's `GET_MANY_KEYS_MAX`; homingd checks the two agree).
+pub const PAGE_SUCCESSIONS: usize = 128;
 
 /// What a [`Reconcile`] needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +69,7 @@ enum Phase {
 pub struct Reconcile {
     dc: DcId,
     number: u64,
-    page_max: usize,
+    policy: LeasePolicy,
     mutations: Mutations,
     /// The last succession read (the next page starts after it).
     after: Option<ReservationId>,
@@ -79,12 +86,12 @@ pub struct Reconcile {
 
 impl Reconcile {
     /// DC `dc`'s reconciliation `number` (what [`crate::DcLease::reconciliation`]
-    /// owes), reading at most `page_max` successions a page.
-    pub fn new(dc: DcId, number: u64, page_max: usize, mutations: Mutations) -> Reconcile {
+    /// owes), under the DC's lease `policy`.
+    pub fn new(dc: DcId, number: u64, policy: LeasePolicy, mutations: Mutations) -> Reconcile {
         Reconcile {
             dc,
             number,
-            page_max: page_max.max(1),
+            policy,
             mutations,
             after: None,
             last_page: false,
@@ -109,7 +116,7 @@ impl Reconcile {
                     return ReconcilePoll::Global(GlobalOp::SuccessionsOf {
                         dc: self.dc.clone(),
                         after: self.after.clone(),
-                        limit: self.page_max,
+                        limit: PAGE_SUCCESSIONS,
                     });
                 }
                 Phase::Apply(update) => match update.poll() {
@@ -162,33 +169,36 @@ impl Reconcile {
                 return;
             }
         };
+        if let Some(foreign) = page.iter().find(|s| s.link.from.dc() != &self.dc) {
+            let message = format!(
+                "the global store answered dc {}'s successions with {}'s",
+                self.dc, foreign.link.from
+            );
+            let lie = ErrorReply::new(ErrorKind::Inconsistent, message);
+            self.phase = Phase::Done(Err(Failure::Lied(lie)));
+            return;
+        }
         // Fewer than asked only at the end.
-        self.last_page = page.len() < self.page_max;
+        self.last_page = page.len() < PAGE_SUCCESSIONS;
         self.after = page
             .last()
             .map(|s| s.link.from.clone())
             .or(self.after.take());
-        let dc = &self.dc;
-        self.takeovers.extend(
-            page.into_iter()
-                .filter(|s| s.cause == SuccessionCause::TakenOver && s.link.from.dc() == dc),
-        );
+        let taken = page
+            .into_iter()
+            .filter(|s| s.cause == SuccessionCause::TakenOver);
+        self.takeovers.extend(taken);
         self.phase = self.next_takeover();
     }
 
     /// The answer to the [`ReconcilePoll::Store`] asked at `now` (store
     /// clock; its failure ends the pass).
-    pub fn handle_stored(
-        &mut self,
-        stored: Result<Stored, Failure>,
-        now: StoreTime,
-        policy: &LeasePolicy,
-    ) {
+    pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
         let Phase::Apply(update) = &mut self.phase else {
             unasked("reconcile", &stored);
         };
         match stored {
-            Ok(stored) => update.handle_stored(stored, now, policy),
+            Ok(stored) => update.handle_stored(stored, now, &self.policy),
             Err(failure) => self.phase = Phase::Done(Err(failure)),
         }
     }
@@ -219,8 +229,8 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn reconcile(page_max: usize) -> Reconcile {
-        Reconcile::new("iad".parse().unwrap(), 3, page_max, Mutations::NONE)
+    fn reconcile() -> Reconcile {
+        Reconcile::new("iad".parse().unwrap(), 3, POLICY, Mutations::NONE)
     }
 
     /// Answers the page asked next (after `after`) with `page`.
@@ -247,36 +257,47 @@ mod tests {
             ReconcilePoll::Store(StoreOp::Read(record.id.clone()))
         );
         let read = Ok(Stored::Record(Some(record.clone())));
-        reconcile.handle_stored(read, now, &POLICY);
+        reconcile.handle_stored(read, now);
         let ReconcilePoll::Store(StoreOp::Write {
             record: written, ..
         }) = reconcile.poll()
         else {
             panic!("the record is superseded")
         };
-        reconcile.handle_stored(Ok(Stored::Written(Written::Yes)), now, &POLICY);
+        reconcile.handle_stored(Ok(Stored::Written(Written::Yes)), now);
         *written
     }
 
     #[test]
     fn every_takeover_of_every_page_is_applied_and_moves_are_left_alone() {
         let (one, two) = (
-            held("iad.1", "a", None, StoreTime::from_ms(0)),
-            held("iad.7", "b", None, StoreTime::from_ms(0)),
+            held("iad.200", "a", None, StoreTime::from_ms(0)),
+            held("iad.207", "b", None, StoreTime::from_ms(0)),
         );
-        let mut reconcile = reconcile(2);
-        // A full page: a move (confirmed by its mover, nothing to apply) and a takeover.
-        let moved = Succession::moved(id("iad.0"), id("fra.1"), homing_core::FencingToken::FIRST);
-        let taken = Succession::taken_over(id("iad.1"), id("lhr.2"), 1);
-        page(&mut reconcile, None, vec![moved, taken.clone()]);
+        let mut reconcile = reconcile();
+        // A full page: moves (confirmed by their movers, nothing to apply)
+        // and, last, a takeover.
+        let token = homing_core::FencingToken::FIRST;
+        let mut first: Vec<Succession> = (0..PAGE_SUCCESSIONS as u64 - 1)
+            .map(|u| {
+                Succession::moved(
+                    ReservationId::new("iad".parse().unwrap(), u),
+                    id("fra.1"),
+                    token,
+                )
+            })
+            .collect();
+        let taken = Succession::taken_over(id("iad.200"), id("lhr.2"), 1);
+        first.push(taken.clone());
+        page(&mut reconcile, None, first);
         let written = superseded(&mut reconcile, &one);
         assert!(
             matches!(&written.state, RecordState::Linked { to, .. } if to == &id("lhr.2")),
             "{written:?}"
         );
         // Full: another page is read, after the last one read.
-        let later = Succession::taken_over(id("iad.7"), id("sin.3"), 1);
-        page(&mut reconcile, Some("iad.1"), vec![later.clone()]);
+        let later = Succession::taken_over(id("iad.207"), id("sin.3"), 1);
+        page(&mut reconcile, Some("iad.200"), vec![later.clone()]);
         superseded(&mut reconcile, &two);
         assert_eq!(reconcile.poll(), ReconcilePoll::Done(Ok(2)));
         assert_eq!(
@@ -292,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_takeover_of_a_reservation_without_a_record_is_skipped_and_a_store_failure_ends_the_pass() {
-        let mut reconcile = reconcile(8);
+        let mut reconcile = reconcile();
         let lost = Succession::taken_over(id("iad.1"), id("lhr.2"), 1);
         let next = Succession::taken_over(id("iad.4"), id("lhr.5"), 1);
         page(&mut reconcile, None, vec![lost, next]);
@@ -301,7 +322,7 @@ mod tests {
             reconcile.poll(),
             ReconcilePoll::Store(StoreOp::Read(id("iad.1")))
         );
-        reconcile.handle_stored(Ok(Stored::Record(None)), now, &POLICY);
+        reconcile.handle_stored(Ok(Stored::Record(None)), now);
         // Skipped: the next one is read.
         assert_eq!(
             reconcile.poll(),
@@ -313,7 +334,7 @@ mod tests {
         );
         // The store fails: the pass fails, the DC still owes it.
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "store down");
-        reconcile.handle_stored(Err(down), now, &POLICY);
+        reconcile.handle_stored(Err(down), now);
         let ReconcilePoll::Done(Err(failure)) = reconcile.poll() else {
             panic!("failed")
         };
@@ -326,13 +347,24 @@ mod tests {
 
     #[test]
     fn no_succession_is_done_after_one_read_and_a_failed_read_fails_the_pass() {
-        let mut quiet = reconcile(8);
+        let mut quiet = reconcile();
         page(&mut quiet, None, Vec::new());
         assert_eq!(quiet.poll(), ReconcilePoll::Done(Ok(0)));
-        let mut cut_off = reconcile(8);
+        let mut cut_off = reconcile();
         assert!(matches!(cut_off.poll(), ReconcilePoll::Global(_)));
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "global store down");
         cut_off.handle_global(Err(down.clone()));
         assert_eq!(cut_off.poll(), ReconcilePoll::Done(Err(down)));
+    }
+
+    #[test]
+    fn a_page_naming_another_dcs_reservation_fails_the_pass_as_a_lie() {
+        let mut reconcile = reconcile();
+        let foreign = Succession::taken_over(id("fra.1"), id("lhr.2"), 1);
+        page(&mut reconcile, None, vec![foreign]);
+        let ReconcilePoll::Done(Err(Failure::Lied(e))) = reconcile.poll() else {
+            panic!("a lie ends the pass")
+        };
+        assert_eq!(e.kind, ErrorKind::Inconsistent);
     }
 }

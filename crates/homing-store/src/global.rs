@@ -153,8 +153,8 @@ pub trait GlobalStore: Send + Sync + 'static {
 
 /// One DC's successions, a page of [`GET_MANY_KEYS_MAX`] at a time, in
 /// reservation-unique order ([`GlobalStore::successions_of`] with its
-/// cursor kept): what a DC returning from expiry reconciles, and what
-/// `homing dc status` counts.
+/// cursor kept): what `homing dc status` counts. (A DC returning from
+/// expiry pages them through homing-node's `Reconcile`.)
 #[derive(Debug)]
 pub struct SuccessionPages {
     dc: DcId,
