@@ -437,11 +437,7 @@ impl Sim {
                         crate::dc_lease::global_unavailable(self, d, "cut from the global store");
                     Reply::Error(e)
                 } else {
-                    // Read from the global store, kept once present (homingd's `successor`).
-                    let succession = self.successions.get(&id).cloned();
-                    if let Some(found) = &succession {
-                        self.dcs[d].keep_succession(found);
-                    }
+                    let succession = self.global_successor(d, &id);
                     let hint = self.dcs[d].hint(&wanted);
                     Reply::Successor { succession, hint }
                 };
@@ -1129,10 +1125,7 @@ impl Sim {
             // Successions and DC leases are read at once (no store
             // delay): what a read decides is checked where writes land.
             GlobalOp::Successor { id, key } => {
-                let succession = self.successions.get(&id).cloned();
-                if let Some(found) = &succession {
-                    self.dcs[d].keep_succession(found);
-                }
+                let succession = self.global_successor(d, &id);
                 let hint = self.dcs[d].hint(&key);
                 let source = Source::Local;
                 GlobalAnswer::Successor {
@@ -1164,6 +1157,16 @@ impl Sim {
         };
         job.acquire.handle_global(answer);
         None
+    }
+
+    /// `id`'s succession as DC `d` reads it from the global store (at once),
+    /// kept in its cache once present (homingd's `Node::successor`).
+    fn global_successor(&mut self, d: usize, id: &ReservationId) -> Option<Succession> {
+        let succession = self.successions.get(id).cloned();
+        if let Some(found) = &succession {
+            self.dcs[d].keep_succession(found);
+        }
+        succession
     }
 
     /// Tells another DC's entry about the chain's new member, not waiting

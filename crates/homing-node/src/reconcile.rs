@@ -59,8 +59,8 @@ pub enum ReconcileEvent {
 enum Phase {
     /// Read the page after the cursor.
     Page,
-    /// Apply the page's takeovers, one update at a time.
-    Apply(Box<Update>),
+    /// Apply the page's takeovers, one update at a time: this one's.
+    Apply(Box<Update>, Succession),
     Done(Result<usize, Failure>),
 }
 
@@ -77,8 +77,6 @@ pub struct Reconcile {
     last_page: bool,
     /// The page's takeovers not applied yet.
     takeovers: VecDeque<Succession>,
-    /// The takeover being applied.
-    applying: Option<Succession>,
     changed: usize,
     events: VecDeque<ReconcileEvent>,
     phase: Phase,
@@ -96,7 +94,6 @@ impl Reconcile {
             after: None,
             last_page: false,
             takeovers: VecDeque::new(),
-            applying: None,
             changed: 0,
             events: VecDeque::new(),
             phase: Phase::Page,
@@ -119,28 +116,25 @@ impl Reconcile {
                         limit: PAGE_SUCCESSIONS,
                     });
                 }
-                Phase::Apply(update) => match update.poll() {
+                Phase::Apply(update, takeover) => match update.poll() {
                     UpdatePoll::Store(op) => return ReconcilePoll::Store(op),
                     UpdatePoll::Done(changed) => {
-                        let applied = self.applying.take().expect("a takeover is applied");
                         if changed.made() {
                             self.changed += 1;
-                            self.events.push_back(ReconcileEvent::Superseded(applied));
+                            let applied = ReconcileEvent::Superseded(takeover.clone());
+                            self.events.push_back(applied);
                         }
                         self.next_takeover()
                     }
                     UpdatePoll::Failed(UpdateError::Unknown { id, .. }) => {
-                        self.applying = None;
                         self.events.push_back(ReconcileEvent::Unknown(id));
                         self.next_takeover()
                     }
                     UpdatePoll::Failed(e) => {
-                        let from = self.applying.take().map(|s| s.link.from);
                         let mut reply = e.reply();
-                        if let Some(from) = from {
-                            reply.message =
-                                format!("applying the takeover of {from}: {}", reply.message);
-                        }
+                        let from = &takeover.link.from;
+                        reply.message =
+                            format!("applying the takeover of {from}: {}", reply.message);
                         Phase::Done(Err(Failure::from_reply(reply)))
                     }
                 },
@@ -194,7 +188,7 @@ impl Reconcile {
     /// The answer to the [`ReconcilePoll::Store`] asked at `now` (store
     /// clock; its failure ends the pass).
     pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
-        let Phase::Apply(update) = &mut self.phase else {
+        let Phase::Apply(update, _) = &mut self.phase else {
             unasked("reconcile", &stored);
         };
         match stored {
@@ -209,8 +203,8 @@ impl Reconcile {
             Some(succession) => {
                 let (dc, from) = (self.dc.clone(), succession.link.from.clone());
                 let change = Change::Supersede(succession.clone());
-                self.applying = Some(succession);
-                Phase::Apply(Box::new(Update::new(dc, from, change, self.mutations)))
+                let update = Update::new(dc, from, change, self.mutations);
+                Phase::Apply(Box::new(update), succession)
             }
             None if self.last_page => Phase::Done(Ok(self.changed)),
             None => Phase::Page,
