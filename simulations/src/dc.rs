@@ -432,14 +432,13 @@ impl Sim {
                 return self.dc_start(d, client, rpc, key, TaskKind::Resolve(resolve), next);
             }
             Request::Successor { key: wanted, id } => {
-                let reply = if self.cut_from_global(d) {
-                    let e =
-                        crate::dc_lease::global_unavailable(self, d, "cut from the global store");
-                    Reply::Error(e)
-                } else {
-                    let succession = self.global_successor(d, &id);
-                    let hint = self.dcs[d].hint(&wanted);
-                    Reply::Successor { succession, hint }
+                let reply = match self.global_reachable(d) {
+                    Err(e) => Reply::Error(e),
+                    Ok(()) => {
+                        let succession = self.global_successor(d, &id);
+                        let hint = self.dcs[d].hint(&wanted);
+                        Reply::Successor { succession, hint }
+                    }
                 };
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
@@ -1116,8 +1115,7 @@ impl Sim {
                 | GlobalOp::Confirm(_)
                 | GlobalOp::TakeOver { .. }
         );
-        if global_need && self.cut_from_global(d) {
-            let e = crate::dc_lease::global_unavailable(self, d, "cut from the global store");
+        if global_need && let Err(e) = self.global_reachable(d) {
             job.acquire.handle_failure(now, Failure::Unreachable(e));
             return None;
         }

@@ -65,6 +65,9 @@ pub struct DcLeaseDriver {
     pub generation: u64,
     /// Writes waiting for marks: task id → (task, its write).
     pub(crate) parked: std::collections::BTreeMap<u64, (Task, StoreOp)>,
+    /// Where the last failed reconciliation pass got to (homingd keeps it
+    /// in its node: a crash loses it).
+    pub resumption: Option<homing_node::Resumption>,
 }
 
 impl DcLeaseDriver {
@@ -79,6 +82,7 @@ impl DcLeaseDriver {
             renewals: 0,
             generation: 0,
             parked: std::collections::BTreeMap::new(),
+            resumption: None,
         }
     }
 }
@@ -120,6 +124,15 @@ impl Sim {
         self.global_cuts
             .iter()
             .any(|&(dc, start, end)| usize::from(dc) == d && start <= self.now && self.now < end)
+    }
+
+    /// `Unavailable` while DC `d` is cut off from the global store: what
+    /// every global read or write of the DC answers then.
+    pub(crate) fn global_reachable(&self, d: usize) -> Result<(), ErrorReply> {
+        if self.cut_from_global(d) {
+            return Err(global_unavailable(self, d, "cut from the global store"));
+        }
+        Ok(())
     }
 
     /// The DC store's allocator floor: the durable high-water mark of the

@@ -4,7 +4,8 @@
 //! successions at once (as the acquire's succession reads are: what a read
 //! decides is checked where writes land), each supersede a record update
 //! paying the DC store's latency and its faults. A failed pass is tried
-//! again after `RENEW_RETRY_MS`, as homingd's `reconcile_takeovers` does;
+//! again after `RENEW_RETRY_MS`, from where it got to ([`homing_node::Resumption`]), as
+//! homingd's `reconcile_takeovers` does;
 //! until one succeeds the DC grants and renews nothing. A crash loses it
 //! (the lease it reconciles for dies with the process too).
 //!
@@ -38,7 +39,8 @@ impl Sim {
         {
             return;
         }
-        let reconcile = Reconcile::new(dc.id.clone(), number, self.policy, self.rules.mutations);
+        let reconcile = Reconcile::new(dc.id.clone(), number, self.policy, self.rules.mutations)
+            .resuming(dc.lease.resumption.as_ref());
         let kind = TaskKind::Reconcile(Box::new(reconcile));
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
         let tid = self.new_task_id(d);
@@ -67,18 +69,14 @@ impl Sim {
             }
             match poll {
                 ReconcilePoll::Global(GlobalOp::SuccessionsOf { dc, after, limit }) => {
-                    let answer = if self.cut_from_global(d) {
-                        let why = "cut from the global store";
-                        let e = crate::dc_lease::global_unavailable(self, d, why);
-                        Err(Failure::Unreachable(e))
-                    } else {
+                    let answer = self.global_reachable(d).map(|()| {
                         let page = self.successions_of(&dc, after, limit);
                         for succession in &page {
                             self.dcs[d].keep_succession(succession);
                         }
-                        Ok(GlobalAnswer::Successions(page))
-                    };
-                    reconcile.handle_global(answer);
+                        GlobalAnswer::Successions(page)
+                    });
+                    reconcile.handle_global(answer.map_err(Failure::Unreachable));
                 }
                 ReconcilePoll::Global(op) => unreachable!("a reconciliation reads pages: {op:?}"),
                 ReconcilePoll::Store(op) => {
@@ -93,6 +91,7 @@ impl Sim {
                 }
                 ReconcilePoll::Done(Err(_)) => {
                     self.measurements.count(Counter::ReconcileFailed);
+                    self.dcs[d].lease.resumption = reconcile.resumption();
                     let epoch = self.dcs[d].epoch;
                     let at = self.now + RENEW_RETRY_MS * 1000;
                     let dc = d as u16;

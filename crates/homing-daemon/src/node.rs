@@ -24,8 +24,8 @@ use homing_node::{
     AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainPoll, DrainScope,
     DrainScopePoll, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords,
     KeyRecordsPoll, LinkOnward, LinkOnwardPoll, LogFollower, Mutations, Reconcile, ReconcileEvent,
-    ReconcilePoll, Resolve, ResolvePoll, StoreOp, Stored, Update, UpdatePoll, WatchPoll, WatchRead,
-    answered, owned_here,
+    ReconcilePoll, Resolve, ResolvePoll, Resumption, StoreOp, Stored, Update, UpdatePoll,
+    WatchPoll, WatchRead, answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -104,6 +104,9 @@ pub struct Node {
     /// host that gives up on its create does not cancel the count, and the
     /// creates of one namespace wait on one count (`Err`: it failed).
     quota_counts: Arc<std::sync::Mutex<QuotaCounts>>,
+    /// Where the last failed reconciliation pass got to (the next pass of
+    /// the same reconciliation starts there).
+    resumption: std::sync::Mutex<Option<Resumption>>,
 }
 
 /// Acquires running at a node with the retries joined to each.
@@ -285,6 +288,7 @@ impl Node {
         Node {
             quota: Arc::new(std::sync::Mutex::new(KeyQuota::new(keys_per_namespace_max))),
             quota_counts: Arc::default(),
+            resumption: std::sync::Mutex::default(),
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
@@ -328,10 +332,13 @@ impl Node {
     /// §7.5), then tells the DC lease that reconciliation `number` is done:
     /// until then nothing is granted or renewed. Called after the lease was
     /// regained (a scan that starts after the renewal sees every takeover
-    /// committed before it). The number of records changed.
+    /// committed before it). A pass after a failed one of the same number
+    /// starts where that one got to. The number of records changed.
     pub async fn reconcile(&self, number: u64) -> Result<usize, String> {
         let (dc, policy) = (self.dc.clone(), self.policy);
-        let mut reconcile = Reconcile::new(dc, number, policy, Mutations::NONE);
+        let resumption = self.lock_resumption().take();
+        let mut reconcile =
+            Reconcile::new(dc, number, policy, Mutations::NONE).resuming(resumption.as_ref());
         loop {
             let poll = reconcile.poll();
             while let Some(event) = reconcile.poll_event() {
@@ -358,6 +365,7 @@ impl Node {
                     return Ok(changed);
                 }
                 ReconcilePoll::Done(Err(failure)) => {
+                    *self.lock_resumption() = reconcile.resumption();
                     let e = failure.into_reply();
                     return Err(format!("{:?}: {}", e.kind, e.message));
                 }
@@ -816,6 +824,12 @@ impl Node {
         };
         running.answer(reply.clone());
         Ok(reply)
+    }
+
+    fn lock_resumption(&self) -> std::sync::MutexGuard<'_, Option<Resumption>> {
+        self.resumption
+            .lock()
+            .expect("the resumption lock is never poisoned")
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {

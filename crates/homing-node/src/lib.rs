@@ -93,7 +93,7 @@ pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use link::{LinkOnward, LinkOnwardPoll};
 pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
-pub use reconcile::{Reconcile, ReconcileEvent, ReconcilePoll};
+pub use reconcile::{Reconcile, ReconcileEvent, ReconcilePoll, Resumption};
 pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, DrainScopePoll, KeyRecords, KeyRecordsPoll, SCAN_PAGE_RECORDS};

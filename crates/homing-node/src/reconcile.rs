@@ -14,6 +14,12 @@
 //!   any other failure, or a page naming another DC's reservation
 //!   ─► Done(Err): nothing granted until a new pass succeeds
 //! ```
+//!
+//! A failed pass leaves a [`Resumption`]: the next pass of the same
+//! reconciliation starts after the last succession it settled, so a store
+//! failing now and then still lets a DC with many takeovers finish (each
+//! pass gets further). A pass of a newer reconciliation (the lease lapsed
+//! again: new takeovers may sit anywhere) starts from the first page.
 
 use std::collections::VecDeque;
 
@@ -45,6 +51,16 @@ pub enum ReconcilePoll {
     Done(Result<usize, Failure>),
 }
 
+/// Where a failed pass got to: every succession of its DC up to `after`
+/// was settled (applied, already applied, unknown, or a move). Kept by the
+/// driver between passes, in memory (a restart starts over, which is only
+/// slower).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumption {
+    number: u64,
+    after: ReservationId,
+}
+
 /// What a reconciliation did, for the driver's logs and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReconcileEvent {
@@ -73,6 +89,8 @@ pub struct Reconcile {
     mutations: Mutations,
     /// The last succession read (the next page starts after it).
     after: Option<ReservationId>,
+    /// The last succession settled: a later pass may start after it.
+    settled: Option<ReservationId>,
     /// Whether the page read was the last.
     last_page: bool,
     /// The page's takeovers not applied yet.
@@ -92,12 +110,34 @@ impl Reconcile {
             policy,
             mutations,
             after: None,
+            settled: None,
             last_page: false,
             takeovers: VecDeque::new(),
             changed: 0,
             events: VecDeque::new(),
             phase: Phase::Page,
         }
+    }
+
+    /// This pass starts after where a failed pass of the same
+    /// reconciliation got to, if `previous` is one (one of another number
+    /// is ignored: its takeovers are not all the ones owed now).
+    pub fn resuming(mut self, previous: Option<&Resumption>) -> Reconcile {
+        if let Some(previous) = previous.filter(|p| p.number == self.number) {
+            self.after = Some(previous.after.clone());
+            self.settled = Some(previous.after.clone());
+        }
+        self
+    }
+
+    /// Where a later pass of this reconciliation may start (after a
+    /// failure: `Done(Err)`), if this one settled anything.
+    pub fn resumption(&self) -> Option<Resumption> {
+        let after = self.settled.clone()?;
+        Some(Resumption {
+            number: self.number,
+            after,
+        })
     }
 
     /// The reconciliation's number, for [`crate::DcLease::handle_reconciled`].
@@ -124,9 +164,11 @@ impl Reconcile {
                             let applied = ReconcileEvent::Superseded(takeover.clone());
                             self.events.push_back(applied);
                         }
+                        self.settled = Some(takeover.link.from.clone());
                         self.next_takeover()
                     }
                     UpdatePoll::Failed(UpdateError::Unknown { id, .. }) => {
+                        self.settled = Some(id.clone());
                         self.events.push_back(ReconcileEvent::Unknown(id));
                         self.next_takeover()
                     }
@@ -206,8 +248,15 @@ impl Reconcile {
                 let update = Update::new(dc, from, change, self.mutations);
                 Phase::Apply(Box::new(update), succession)
             }
-            None if self.last_page => Phase::Done(Ok(self.changed)),
-            None => Phase::Page,
+            None => {
+                // The page's moves after its last takeover are settled too.
+                self.settled = self.after.clone();
+                if self.last_page {
+                    Phase::Done(Ok(self.changed))
+                } else {
+                    Phase::Page
+                }
+            }
         }
     }
 }
@@ -337,6 +386,65 @@ mod tests {
             failure.into_reply().kind,
             ErrorKind::Unavailable { .. }
         ));
+    }
+
+    #[test]
+    fn a_failed_pass_is_resumed_after_the_last_takeover_it_settled_by_the_same_reconciliation_only()
+    {
+        let (one, two) = (
+            held("iad.1", "a", None, StoreTime::from_ms(0)),
+            held("iad.4", "b", None, StoreTime::from_ms(0)),
+        );
+        let takeovers = [
+            Succession::taken_over(id("iad.1"), id("lhr.2"), 1),
+            Succession::taken_over(id("iad.4"), id("lhr.5"), 1),
+        ];
+        let mut first = reconcile();
+        page(&mut first, None, takeovers.to_vec());
+        assert_eq!(first.resumption(), None, "nothing settled yet");
+        superseded(&mut first, &one);
+        // The second takeover's read fails: the pass fails.
+        assert!(matches!(first.poll(), ReconcilePoll::Store(_)));
+        let down = Failure::of_store(&"iad".parse().unwrap(), true, "store down");
+        first.handle_stored(Err(down), StoreTime::from_ms(1));
+        assert!(matches!(first.poll(), ReconcilePoll::Done(Err(_))));
+        let resumption = first.resumption().expect("one takeover settled");
+        // The next pass of the same reconciliation starts after iad.1 and
+        // applies the one left.
+        let mut again = reconcile().resuming(Some(&resumption));
+        page(&mut again, Some("iad.1"), vec![takeovers[1].clone()]);
+        superseded(&mut again, &two);
+        assert_eq!(again.poll(), ReconcilePoll::Done(Ok(1)));
+        // A newer reconciliation (the lease lapsed again) starts over.
+        let newer = Reconcile::new("iad".parse().unwrap(), 4, POLICY, Mutations::NONE);
+        let mut newer = newer.resuming(Some(&resumption));
+        page(&mut newer, None, Vec::new());
+        assert_eq!(newer.poll(), ReconcilePoll::Done(Ok(0)));
+    }
+
+    #[test]
+    fn a_pass_failing_after_a_page_of_moves_resumes_after_the_page() {
+        let token = homing_core::FencingToken::FIRST;
+        let moves: Vec<Succession> = (0..PAGE_SUCCESSIONS as u64)
+            .map(|u| {
+                Succession::moved(
+                    ReservationId::new("iad".parse().unwrap(), u),
+                    id("fra.1"),
+                    token,
+                )
+            })
+            .collect();
+        let mut first = reconcile();
+        page(&mut first, None, moves);
+        // The next page's read fails.
+        assert!(matches!(first.poll(), ReconcilePoll::Global(_)));
+        let down = Failure::of_store(&"iad".parse().unwrap(), true, "global store down");
+        first.handle_global(Err(down));
+        assert!(matches!(first.poll(), ReconcilePoll::Done(Err(_))));
+        let resumption = first.resumption().expect("a page settled");
+        let mut again = reconcile().resuming(Some(&resumption));
+        page(&mut again, Some("iad.127"), Vec::new());
+        assert_eq!(again.poll(), ReconcilePoll::Done(Ok(0)));
     }
 
     #[test]
