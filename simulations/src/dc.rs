@@ -664,6 +664,23 @@ impl Sim {
         });
     }
 
+    /// Answers a request: on its QUIC stream if it was `parked` (waited).
+    fn dc_answer(
+        &mut self,
+        d: usize,
+        parked: bool,
+        client: NodeId,
+        rpc: u64,
+        key: u32,
+        reply: Reply,
+    ) {
+        if parked {
+            self.stream_reply(d, client, rpc, key, reply);
+        } else {
+            self.dc_reply_to(d, client, rpc, key, reply);
+        }
+    }
+
     /// Parks the task on its next need, or answers.
     pub(crate) fn dc_continue(&mut self, d: usize, tid: u64, mut task: Task, next: Next) {
         let (base, jitter) = (
@@ -751,14 +768,13 @@ impl Sim {
                     answered.extend(self.dcs[d].in_flight.finish(key, lease));
                     parked = job.acquire.waits();
                 }
-                for (client, rpc, key) in answered {
-                    if parked {
-                        // A parked request is answered on its QUIC stream.
-                        self.stream_reply(d, client, rpc, key, reply.clone());
-                    } else {
-                        self.dc_reply_to(d, client, rpc, key, reply.clone());
-                    }
+                // Invariant: `answered` starts with the task's own client.
+                let (&last, first) = answered.split_last().expect("the task's own client");
+                for &(client, rpc, key) in first {
+                    self.dc_answer(d, parked, client, rpc, key, reply.clone());
                 }
+                let (client, rpc, key) = last;
+                self.dc_answer(d, parked, client, rpc, key, reply);
             }
             // A closing DC's `closed()` is ready at once: no new wait or pause.
             Next::Await { .. } | Next::Pause(_) if self.dcs[d].closing.is_some() => {

@@ -405,6 +405,21 @@ pub enum FrameError {
 /// they cost one allocation instead of one per doubling.
 const ENCODE_CAPACITY: usize = 128;
 
+/// The length `message` encodes to, or why it would not fit one frame (what
+/// [`encode`] would refuse), without encoding it.
+pub fn encoded_len<T: Serialize>(message: &T) -> Result<usize, FrameError> {
+    let size = postcard::ser_flavors::Size::default();
+    let len = postcard::serialize_with_flavor(message, size)
+        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if len > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge {
+            len,
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    Ok(len)
+}
+
 /// Encodes a message into one frame.
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
     let bytes = postcard::to_extend(message, Vec::with_capacity(ENCODE_CAPACITY))
@@ -464,6 +479,19 @@ mod tests {
             "router may not link",
         ));
         assert_eq!(decode::<Reply>(&encode(&reply).unwrap()).unwrap(), reply);
+    }
+
+    #[test]
+    fn encoded_len_is_what_encode_writes_and_refuses_what_encode_refuses() {
+        let fits = Reply::Error(ErrorReply::new(ErrorKind::Internal, "x".repeat(300)));
+        assert_eq!(encoded_len(&fits), Ok(encode(&fits).unwrap().len()));
+        let big = "x".repeat(FRAME_BYTES_MAX);
+        let refused = encoded_len(&big);
+        assert!(
+            matches!(refused, Err(FrameError::TooLarge { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(refused, encode(&big).map(|b| b.len()));
     }
 
     #[test]

@@ -387,10 +387,23 @@ pub fn decode_succession(
 pub fn encode_record(record: &DcRecord) -> Result<Vec<u8>, StoreError> {
     match wire::encode(record) {
         Ok(bytes) => Ok([&[RECORD_FORMAT_LEASE_KEY][..], &bytes].concat()),
-        Err(wire::FrameError::TooLarge { len, max }) => {
-            Err(StoreError::TooLarge { bytes: len, max })
-        }
-        Err(e) => Err(StoreError::corrupt("record", e)),
+        Err(e) => Err(stored_frame_error("record", e)),
+    }
+}
+
+/// [`encode_record`]'s refusal, if any, without the encoding (the memory
+/// backend keeps records decoded, under the same size limit).
+pub fn check_record(record: &DcRecord) -> Result<(), StoreError> {
+    wire::encoded_len(record)
+        .map(drop)
+        .map_err(|e| stored_frame_error("record", e))
+}
+
+/// A value that cannot be stored: too large, or not encodable.
+fn stored_frame_error(what: &'static str, e: wire::FrameError) -> StoreError {
+    match e {
+        wire::FrameError::TooLarge { len, max } => StoreError::TooLarge { bytes: len, max },
+        e => StoreError::corrupt(what, e),
     }
 }
 
@@ -591,13 +604,14 @@ pub fn event_seq_bytes(seq: EventSeq) -> [u8; 8] {
 
 /// Encodes an event (postcard), refusing one above [`RECORD_BYTES_MAX`].
 pub fn encode_event(event: &Event) -> Result<Vec<u8>, StoreError> {
-    match wire::encode(event) {
-        Ok(bytes) => Ok(bytes),
-        Err(wire::FrameError::TooLarge { len, max }) => {
-            Err(StoreError::TooLarge { bytes: len, max })
-        }
-        Err(e) => Err(StoreError::corrupt("event", e)),
-    }
+    wire::encode(event).map_err(|e| stored_frame_error("event", e))
+}
+
+/// [`encode_event`]'s refusal, if any, without the encoding.
+pub fn check_event(event: &Event) -> Result<(), StoreError> {
+    wire::encoded_len(event)
+        .map(drop)
+        .map_err(|e| stored_frame_error("event", e))
 }
 
 /// Decodes a stored event.

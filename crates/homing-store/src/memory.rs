@@ -295,16 +295,21 @@ impl MemoryDc {
     }
 
     fn put(&mut self, record: &DcRecord) {
-        let old = self.records.get(&record.id).and_then(Due::of);
-        if let Some(old) = old {
+        let old = self.records.get(&record.id);
+        let (new_due, old_due) = (Due::of(record), old.and_then(Due::of));
+        if old.is_none() {
+            // A reservation's key never changes: its scan entry is written once.
+            let scan_key = keyspace::record_scan_bytes(&record.key, &record.id);
+            self.by_scan_key.insert(scan_key, record.id.clone());
+        }
+        if let Some(old) = old_due.filter(|old| Some(*old) != new_due) {
             self.due.remove(&keyspace::due_bytes(old, &record.id));
         }
-        if let Some(due) = Due::of(record) {
+        if let Some(due) = new_due {
+            // Put again when it stays: that restores a settled one.
             self.due
                 .insert(keyspace::due_bytes(due, &record.id), record.id.clone());
         }
-        let scan_key = keyspace::record_scan_bytes(&record.key, &record.id);
-        self.by_scan_key.insert(scan_key, record.id.clone());
         self.records.insert(record.id.clone(), record.clone());
     }
 
@@ -321,14 +326,14 @@ impl MemoryDc {
     ) -> Result<Cas, StoreError> {
         check_cas(expected, record)?;
         // Same size limit as the durable backends.
-        keyspace::encode_record(record)?;
+        keyspace::check_record(record)?;
         let current = self.records.get(&record.id).cloned();
         let event = homing_core::event::derive(current.as_ref(), record);
         if let Some(conflict) = judge_cas(expected, record, current)? {
             return Ok(conflict);
         }
         if let Some(mut event) = event {
-            keyspace::encode_event(&event)?;
+            keyspace::check_event(&event)?;
             self.event_head += 1;
             event.seq = self.event_head;
             self.events.insert(event.seq, event);
@@ -443,7 +448,7 @@ impl MemoryDc {
 
     /// [`DcStore::import`].
     pub fn import(&mut self, record: &DcRecord) -> Result<Import<DcRecord>, StoreError> {
-        keyspace::encode_record(record)?;
+        keyspace::check_record(record)?;
         let current = self.records.get(&record.id).cloned();
         if let Some(judged) = judge_import(record, current) {
             return Ok(judged);
@@ -454,7 +459,7 @@ impl MemoryDc {
 
     /// [`DcStore::import_event`].
     pub fn import_event(&mut self, event: &Event) -> Result<Import<Event>, StoreError> {
-        keyspace::encode_event(event)?;
+        keyspace::check_event(event)?;
         let current = self.events.get(&event.seq).cloned();
         if let Some(judged) = judge_event_import(event, current) {
             return Ok(judged);
