@@ -182,6 +182,12 @@ named! {
         PreviousReleasedOk = "previous_released_ok",
         /// A reconciliation of a DC's takeovers failed (tried again later).
         ReconcileFailed = "reconcile_failed",
+        /// A reconciliation pass applied every takeover owed: the DC may
+        /// grant and renew again.
+        ReconcilePassed = "reconcile_passed",
+        /// A reconciliation pass started where a failed one of the same
+        /// reconciliation got to (not from the first page).
+        ReconcileResumed = "reconcile_resumed",
         /// A takeover being reconciled names a reservation the DC's store
         /// has no record of (skipped).
         ReconcileUnknownReservation = "reconcile_unknown_reservation",

@@ -31,16 +31,17 @@ impl Sim {
         let Some(number) = dc.lease.lease.reconciliation() else {
             return;
         };
-        if !dc.up
-            || dc
-                .tasks
-                .values()
-                .any(|t| matches!(t.kind, TaskKind::Reconcile(_)))
-        {
+        // One pass at a time: running, or its write parked for marks.
+        let pass = |task: &Task| matches!(task.kind, TaskKind::Reconcile(_));
+        let running = dc.tasks.values().any(pass) || dc.lease.parked.values().any(|(t, _)| pass(t));
+        if !dc.up || running {
             return;
         }
         let reconcile = Reconcile::new(dc.id.clone(), number, self.policy, self.rules.mutations)
             .resuming(dc.lease.resumption.as_ref());
+        if reconcile.resumes_after().is_some() {
+            self.measurements.count(Counter::ReconcileResumed);
+        }
         let kind = TaskKind::Reconcile(Box::new(reconcile));
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
         let tid = self.new_task_id(d);
@@ -83,6 +84,7 @@ impl Sim {
                     return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
                 }
                 ReconcilePoll::Done(Ok(_)) => {
+                    self.measurements.count(Counter::ReconcilePassed);
                     let number = reconcile.number();
                     self.dcs[d].lease.lease.handle_reconciled(number);
                     // Regained again meanwhile: the newer one is owed now

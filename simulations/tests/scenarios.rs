@@ -144,6 +144,46 @@ fn a_returning_dc_reconciles_every_takeover_of_its_tails_as_a_task_of_its_own() 
 }
 
 #[test]
+fn a_reconciliation_failing_on_a_failing_store_resumes_where_it_got_to_and_applies_every_takeover()
+{
+    let (_, mut scenario) = scenarios()
+        .into_iter()
+        .find(|(p, _)| p.ends_with("/dc-lost-and-back.toml"))
+        .unwrap();
+    // iad comes back at 80 s onto a store failing 30 % of its operations:
+    // its seven takeovers (one page) need 14 to succeed in a row to finish
+    // in one pass (0.7^14: under 1 %).
+    scenario
+        .faults
+        .push(homing_sim::scenario::Fault::FailingStore {
+            dc: "iad".into(),
+            at_ms: 79_000,
+            for_ms: 30_000,
+            fraction: 0.3,
+        });
+    let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
+    if let Some(failure) = outcome.failure {
+        panic!("{failure}");
+    }
+    let measured = outcome.measurements;
+    let count = |what| measured.counted(what);
+    let counters = &measured.counters;
+    assert!(count(Counter::ReconcileFailed) > 0, "{counters:?}");
+    assert!(count(Counter::ReconcileResumed) > 0, "{counters:?}");
+    // Every takeover applied: by a pass, or by a supersede whose write
+    // failed but landed (the next pass finds it applied).
+    let (applied, landed) = (
+        count(Counter::TakeoversReconciled),
+        count(Counter::DcStoreFailedWriteLanded),
+    );
+    assert!(applied <= count(Counter::Takeovers), "{counters:?}");
+    assert!(
+        applied + landed >= count(Counter::Takeovers),
+        "{counters:?}"
+    );
+}
+
+#[test]
 fn concurrent_resolves_of_one_key_at_a_router_share_one_walk() {
     let measured = measured("baseline");
     let joined = measured

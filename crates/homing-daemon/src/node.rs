@@ -339,6 +339,9 @@ impl Node {
         let resumption = self.lock_resumption().take();
         let mut reconcile =
             Reconcile::new(dc, number, policy, Mutations::NONE).resuming(resumption.as_ref());
+        if let Some(after) = reconcile.resumes_after() {
+            tracing::info!(after = %after, "reconciling takeovers from where the failed pass got to");
+        }
         loop {
             let poll = reconcile.poll();
             while let Some(event) = reconcile.poll_event() {

@@ -91,6 +91,8 @@ pub struct Reconcile {
     after: Option<ReservationId>,
     /// The last succession settled: a later pass may start after it.
     settled: Option<ReservationId>,
+    /// Where this pass started, if it resumes a failed one.
+    resumed: Option<ReservationId>,
     /// Whether the page read was the last.
     last_page: bool,
     /// The page's takeovers not applied yet.
@@ -111,6 +113,7 @@ impl Reconcile {
             mutations,
             after: None,
             settled: None,
+            resumed: None,
             last_page: false,
             takeovers: VecDeque::new(),
             changed: 0,
@@ -126,8 +129,14 @@ impl Reconcile {
         if let Some(previous) = previous.filter(|p| p.number == self.number) {
             self.after = Some(previous.after.clone());
             self.settled = Some(previous.after.clone());
+            self.resumed = Some(previous.after.clone());
         }
         self
+    }
+
+    /// Where this pass started, if it resumes a failed one ([`Reconcile::resuming`]).
+    pub fn resumes_after(&self) -> Option<&ReservationId> {
+        self.resumed.as_ref()
     }
 
     /// Where a later pass of this reconciliation may start (after a
@@ -412,12 +421,14 @@ mod tests {
         // The next pass of the same reconciliation starts after iad.1 and
         // applies the one left.
         let mut again = reconcile().resuming(Some(&resumption));
+        assert_eq!(again.resumes_after(), Some(&id("iad.1")));
         page(&mut again, Some("iad.1"), vec![takeovers[1].clone()]);
         superseded(&mut again, &two);
         assert_eq!(again.poll(), ReconcilePoll::Done(Ok(1)));
         // A newer reconciliation (the lease lapsed again) starts over.
         let newer = Reconcile::new("iad".parse().unwrap(), 4, POLICY, Mutations::NONE);
         let mut newer = newer.resuming(Some(&resumption));
+        assert_eq!(newer.resumes_after(), None);
         page(&mut newer, None, Vec::new());
         assert_eq!(newer.poll(), ReconcilePoll::Done(Ok(0)));
     }
