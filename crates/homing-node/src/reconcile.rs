@@ -285,6 +285,18 @@ mod tests {
         Reconcile::new("iad".parse().unwrap(), 3, POLICY, Mutations::NONE)
     }
 
+    /// Moves of iad.0 … iad.(n-1) to fra.1 (confirmed by their movers:
+    /// nothing to apply).
+    fn moves(n: u64) -> Vec<Succession> {
+        let token = homing_core::FencingToken::FIRST;
+        (0..n)
+            .map(|u| {
+                let from = ReservationId::new("iad".parse().unwrap(), u);
+                Succession::moved(from, id("fra.1"), token)
+            })
+            .collect()
+    }
+
     /// Answers the page asked next (after `after`) with `page`.
     fn page(reconcile: &mut Reconcile, after: Option<&str>, page: Vec<Succession>) {
         let ReconcilePoll::Global(GlobalOp::SuccessionsOf {
@@ -329,16 +341,7 @@ mod tests {
         let mut reconcile = reconcile();
         // A full page: moves (confirmed by their movers, nothing to apply)
         // and, last, a takeover.
-        let token = homing_core::FencingToken::FIRST;
-        let mut first: Vec<Succession> = (0..PAGE_SUCCESSIONS as u64 - 1)
-            .map(|u| {
-                Succession::moved(
-                    ReservationId::new("iad".parse().unwrap(), u),
-                    id("fra.1"),
-                    token,
-                )
-            })
-            .collect();
+        let mut first = moves(PAGE_SUCCESSIONS as u64 - 1);
         let taken = Succession::taken_over(id("iad.200"), id("lhr.2"), 1);
         first.push(taken.clone());
         page(&mut reconcile, None, first);
@@ -435,18 +438,8 @@ mod tests {
 
     #[test]
     fn a_pass_failing_after_a_page_of_moves_resumes_after_the_page() {
-        let token = homing_core::FencingToken::FIRST;
-        let moves: Vec<Succession> = (0..PAGE_SUCCESSIONS as u64)
-            .map(|u| {
-                Succession::moved(
-                    ReservationId::new("iad".parse().unwrap(), u),
-                    id("fra.1"),
-                    token,
-                )
-            })
-            .collect();
         let mut first = reconcile();
-        page(&mut first, None, moves);
+        page(&mut first, None, moves(PAGE_SUCCESSIONS as u64));
         // The next page's read fails.
         assert!(matches!(first.poll(), ReconcilePoll::Global(_)));
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "global store down");
