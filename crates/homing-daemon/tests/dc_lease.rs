@@ -19,6 +19,35 @@ use homing_store::{DcStore, GlobalStore, MemoryDcStore};
 mod support;
 use support::{TestGlobal, held, lease_of, now, start_iad_with};
 
+/// The global store judges iad's lease expired (the global store cut off
+/// from it by the test meanwhile), then takes each of `tails` over for fra.
+async fn take_over_once_expired(global: &TestGlobal, tails: &[ReservationId]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    for (i, tail) in tails.iter().enumerate() {
+        let taker = ReservationId::new(DcId::new("fra").unwrap(), i as u64 + 1);
+        loop {
+            let state = global.inner.dc_lease(tail.dc()).await.unwrap();
+            let takeover =
+                Succession::taken_over(tail.clone(), taker.clone(), state.marks.token_bound);
+            match global
+                .inner
+                .take_over(&takeover, TakeoverPolicy::Automatic)
+                .await
+                .unwrap()
+            {
+                TakeOverReply::Taken => break,
+                TakeOverReply::Refused(_) => {}
+                other => panic!("{other:?}"),
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "iad's lease never expired"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// Longest any wait here may take on a loaded machine.
 const WAIT_MS_MAX: u64 = 30_000;
 
@@ -328,6 +357,54 @@ async fn dc_lease_a_store_restored_from_a_backup_within_the_allocator_block_is_r
 }
 
 #[tokio::test]
+async fn dc_lease_a_failed_reconciliation_pass_resumes_after_the_page_it_applied() {
+    let global = Arc::new(TestGlobal::default());
+    let records = Arc::new(MemoryDcStore::new());
+    let (daemon, _dir) = start(&global, &records, short_leases()).await;
+    let daemon = daemon.unwrap();
+    // One more tail than a page of successions holds.
+    let count = homing_node::reconcile::PAGE_SUCCESSIONS + 1;
+    let mut tails = Vec::new();
+    for i in 0..count {
+        let name = format!("room{i}");
+        tails.push(held(&daemon.node().handle(&host(), acquire(&name)).await));
+    }
+    let ids: Vec<ReservationId> = tails.iter().map(|(id, _)| id.clone()).collect();
+    global.down.store(true, Ordering::SeqCst);
+    take_over_once_expired(&global, &ids).await;
+    // Healed; the first pass's second page fails, once.
+    global.pages_asked.lock().unwrap().clear();
+    global.fail_a_next_page.store(true, Ordering::SeqCst);
+    global.down.store(false, Ordering::SeqCst);
+    let (last, token) = tails.last().unwrap().clone();
+    until(
+        &daemon,
+        || renew(&last, token),
+        |r| !unavailable_for_the_dc_lease(r),
+    )
+    .await;
+    for id in &ids {
+        let record = records.get(id).await.unwrap().unwrap();
+        assert!(
+            matches!(record.state, homing_core::RecordState::Linked { .. }),
+            "{id}: {:?}",
+            record.state
+        );
+    }
+    // The first pass read page one, failed on page two; the next pass
+    // started after page one's last succession, not from the first page.
+    let asked = global.pages_asked.lock().unwrap().clone();
+    let first_page_end = Some(ids[count - 2].clone());
+    let expected = [None, first_page_end.clone(), first_page_end];
+    assert_eq!(
+        asked.get(..3),
+        Some(&expected[..]),
+        "pages asked after the heal: {asked:?}"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
 async fn dc_lease_a_dc_back_from_expiry_applies_the_takeovers_of_its_tails_before_it_renews() {
     let global = Arc::new(TestGlobal::default());
     let records = Arc::new(MemoryDcStore::new());
@@ -339,32 +416,7 @@ async fn dc_lease_a_dc_back_from_expiry_applies_the_takeovers_of_its_tails_befor
     // received); fra then takes iad's tail over in the store.
     global.down.store(true, Ordering::SeqCst);
     let taker: ReservationId = "fra.1".parse().unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
-    loop {
-        let bound = global
-            .inner
-            .dc_lease(id.dc())
-            .await
-            .unwrap()
-            .marks
-            .token_bound;
-        let takeover = Succession::taken_over(id.clone(), taker.clone(), bound);
-        match global
-            .inner
-            .take_over(&takeover, TakeoverPolicy::Automatic)
-            .await
-            .unwrap()
-        {
-            TakeOverReply::Taken => break,
-            TakeOverReply::Refused(_) => {}
-            other => panic!("{other:?}"),
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "iad's lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    take_over_once_expired(&global, std::slice::from_ref(&id)).await;
     // Healed: iad renews its lease, and must apply the takeover before it
     // renews (or grants) anything: the old holder is told its lease is gone.
     global.down.store(false, Ordering::SeqCst);

@@ -96,6 +96,11 @@ pub struct TestGlobal {
     pub sets: AtomicU64,
     /// Notified as each `set_if_absent` call starts.
     pub set_started: tokio::sync::Notify,
+    /// When set, the next `successions_of` asking for a page after a cursor
+    /// (not the first page) fails `Unavailable`, once.
+    pub fail_a_next_page: AtomicBool,
+    /// The cursor of each `successions_of` call, in order.
+    pub pages_asked: std::sync::Mutex<Vec<Option<ReservationId>>>,
 }
 
 impl TestGlobal {
@@ -200,6 +205,13 @@ impl GlobalStore for TestGlobal {
         limit: usize,
     ) -> Result<Vec<Succession>, StoreError> {
         self.check()?;
+        self.pages_asked.lock().unwrap().push(after.cloned());
+        if after.is_some() && self.fail_a_next_page.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                backend: "test",
+                reason: "this page fails".into(),
+            });
+        }
         self.inner.successions_of(dc, after, limit).await
     }
 }
