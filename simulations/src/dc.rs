@@ -1448,7 +1448,7 @@ impl Sim {
             }
             (TaskKind::Drain(job), stored) => {
                 let written = stored == Ok(Stored::Written(Written::Yes));
-                job.drain.handle_stored(stored, now, &self.policy);
+                job.drain.handle_stored(stored, now);
                 if written {
                     self.measurements.count(Counter::KeyDrained);
                 }
@@ -1472,7 +1472,7 @@ impl Sim {
                 self.acquire_step(d, &mut task)
             }
             (TaskKind::Update(update), Ok(stored)) => {
-                update.handle_stored(stored, now, &self.policy);
+                update.handle_stored(stored, now);
                 update_next(update)
             }
             (TaskKind::Link(link), Ok(stored)) => {
@@ -1523,7 +1523,8 @@ impl Sim {
     /// An update task for our reservation `id`.
     pub(crate) fn update_task(&self, d: usize, id: ReservationId, change: Change) -> TaskKind {
         let dc = self.dcs[d].id.clone();
-        TaskKind::Update(Box::new(Update::new(dc, id, change, self.rules.mutations)))
+        let update = Update::new(dc, id, change, self.policy, self.rules.mutations);
+        TaskKind::Update(Box::new(update))
     }
 
     /// The global write-once lands; then the DC that asked (if it still runs) goes on.

@@ -516,7 +516,7 @@ impl Sim {
                     job.drain.handle_segment(Err(failure));
                 } else {
                     let now = self.dcs[d].clock.store_time(self.now);
-                    job.drain.handle_stored(Err(failure), now, &self.policy);
+                    job.drain.handle_stored(Err(failure), now);
                 }
                 return self.drain_drive(d, tid, task);
             }

@@ -50,7 +50,8 @@ impl Sim {
     ) {
         let dc = self.dcs[d].id.clone();
         let hint = self.dcs[d].hint(&key);
-        let drain = Drain::new(dc, key, forwarded, HOP_LIMIT_DEFAULT, self.rules.mutations);
+        let (hop_limit, policy) = (HOP_LIMIT_DEFAULT, self.policy);
+        let drain = Drain::new(dc, key, forwarded, hop_limit, policy, self.rules.mutations);
         let job = DrainJob {
             drain: drain.with_hint(hint),
             forwarded,

@@ -68,7 +68,8 @@ impl Sim {
     /// DC `d`'s page of every namespace's records after `after`.
     fn drain_scope_page_at(&self, d: usize, after: Option<ScanCursor>) -> DrainScope {
         let (dc, scope) = (self.dcs[d].id.clone(), NamespaceScope::everything());
-        DrainScope::new(dc, scope, after, SCAN_LIMIT_MAX, self.rules.mutations)
+        let (limit, policy) = (SCAN_LIMIT_MAX, self.policy);
+        DrainScope::new(dc, scope, after, limit, policy, self.rules.mutations)
     }
 
     /// Runs the page until it needs the store, or ends.
@@ -112,7 +113,7 @@ impl Sim {
     ) {
         let now = self.dcs[d].clock.store_time(self.now);
         if let TaskKind::DrainScope(job) = &mut task.kind {
-            job.page.handle_stored(stored, now, &self.policy);
+            job.page.handle_stored(stored, now);
         }
         self.drain_scope_drive(d, tid, task);
     }

@@ -760,12 +760,13 @@ impl Node {
     /// Makes `change` to our record `id` with compare-and-set, re-reading
     /// and retrying on conflict, as homing-node's [`Update`] decides.
     async fn update(&self, id: &ReservationId, change: Change) -> Result<Changed, Failure> {
-        let mut update = Update::new(self.dc.clone(), id.clone(), change, Mutations::NONE);
+        let (dc, id) = (self.dc.clone(), id.clone());
+        let mut update = Update::new(dc, id, change, self.policy, Mutations::NONE);
         loop {
             match update.poll() {
                 UpdatePoll::Store(op) => {
                     let stored = self.perform(op).await?;
-                    update.handle_stored(stored, store_now(), &self.policy);
+                    update.handle_stored(stored, store_now());
                 }
                 UpdatePoll::Done(reply) => return Ok(reply),
                 UpdatePoll::Failed(e) => return Err(Failure::Reply(e.reply())),
@@ -1135,7 +1136,8 @@ impl Node {
         after: Option<&ScanCursor>,
     ) -> Result<Reply, Failure> {
         let (dc, scope, after) = (self.dc.clone(), scope.clone(), after.cloned());
-        let mut page = DrainScope::new(dc, scope, after, SCAN_LIMIT_MAX, Mutations::NONE);
+        let limit = SCAN_LIMIT_MAX;
+        let mut page = DrainScope::new(dc, scope, after, limit, self.policy, Mutations::NONE);
         loop {
             let poll = page.poll();
             while let Some(id) = page.poll_drained() {
@@ -1144,7 +1146,7 @@ impl Node {
             match poll {
                 DrainScopePoll::Store(op) => {
                     let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
-                    page.handle_stored(stored, store_now(), &self.policy);
+                    page.handle_stored(stored, store_now());
                 }
                 DrainScopePoll::Done(Ok((drained, next))) => {
                     return Ok(Reply::DrainedPage { drained, next });
@@ -1374,6 +1376,7 @@ impl Node {
             key.clone(),
             forwarded,
             self.hop_limit,
+            self.policy,
             Mutations::NONE,
         )
         .with_hint(hint);
@@ -1387,7 +1390,7 @@ impl Node {
                 DrainPoll::Segment(id) => drain.handle_segment(self.segment(&id).await),
                 DrainPoll::Store(op) => {
                     let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
-                    drain.handle_stored(stored, store_now(), &self.policy);
+                    drain.handle_stored(stored, store_now());
                 }
                 DrainPoll::Forward { dc, key } => {
                     let answer = self.peers.drain(&dc, &key).await;

@@ -522,7 +522,7 @@ impl Acquire {
     /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         if let Phase::Updating { update, .. } = &mut self.phase {
-            return update.handle_stored(stored, now, &self.policy);
+            return update.handle_stored(stored, now);
         }
         match stored {
             Stored::Allocated(unique) => self.connect.handle_allocated(unique, now),
@@ -620,7 +620,8 @@ impl Acquire {
                     key: notice.key,
                     shortcut: notice.shortcut,
                 };
-                let update = Update::new(self.dc.clone(), notice.entry, change, self.mutations);
+                let (dc, policy) = (self.dc.clone(), self.policy);
+                let update = Update::new(dc, notice.entry, change, policy, self.mutations);
                 Phase::Updating {
                     update: Box::new(update),
                     outcome,
@@ -670,7 +671,7 @@ impl Acquire {
                     lease: self.request.lease,
                 };
                 let id = grant.reservation.clone();
-                let update = Update::new(self.dc.clone(), id, change, self.mutations);
+                let update = Update::new(self.dc.clone(), id, change, self.policy, self.mutations);
                 Phase::Updating {
                     update: Box::new(update),
                     outcome,

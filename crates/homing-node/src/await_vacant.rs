@@ -194,7 +194,7 @@ impl AwaitVacant {
                 let Phase::Expiring(update) = &mut self.phase else {
                     panic!("waiter for {}: a write it did not ask for", self.id);
                 };
-                update.handle_stored(Stored::Written(written), store_now, policy);
+                update.handle_stored(Stored::Written(written), store_now);
                 return Notified::default();
             }
             other => unasked("waiter", &other),
@@ -239,7 +239,7 @@ impl AwaitVacant {
                 notified
             }
             Phase::Expiring(mut update) => {
-                update.handle_stored(Stored::Record(record), store_now, policy);
+                update.handle_stored(Stored::Record(record), store_now);
                 self.phase = Phase::Expiring(update);
                 Notified::default()
             }
@@ -281,7 +281,7 @@ impl AwaitVacant {
                 .is_some_and(|r| expire(r, store_now, policy, self.mutations).is_some());
             self.phase = if lapsed {
                 let (dc, id) = (self.id.dc().clone(), self.id.clone());
-                let update = Update::new(dc, id, Change::Expire, self.mutations);
+                let update = Update::new(dc, id, Change::Expire, *policy, self.mutations);
                 Phase::Expiring(Box::new(update))
             } else {
                 Phase::Reread

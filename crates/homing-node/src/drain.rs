@@ -65,6 +65,7 @@ pub struct Drain {
     dc: DcId,
     key: Key,
     forwarded: bool,
+    policy: LeasePolicy,
     mutations: Mutations,
     /// The chain member the walk proved, for the node to remember.
     learned: Option<Shortcut>,
@@ -79,6 +80,7 @@ impl Drain {
         key: Key,
         forwarded: bool,
         hop_limit: usize,
+        policy: LeasePolicy,
         mutations: Mutations,
     ) -> Drain {
         let walk = Walk::new(dc.clone(), key.clone(), hop_limit);
@@ -86,6 +88,7 @@ impl Drain {
             dc,
             key,
             forwarded,
+            policy,
             mutations,
             learned: None,
             phase: Phase::Walk(Box::new(walk)),
@@ -186,7 +189,8 @@ impl Drain {
                 format!("key {} was never reserved", self.key),
             ))),
             Ok(Some(tail)) if tail.dc() == &self.dc => {
-                let update = Update::new(self.dc.clone(), tail, Change::Drain, self.mutations);
+                let (dc, policy) = (self.dc.clone(), self.policy);
+                let update = Update::new(dc, tail, Change::Drain, policy, self.mutations);
                 Phase::Update(Box::new(update))
             }
             // Forwarded once already: the chain moved on; the operator retries.
@@ -206,17 +210,12 @@ impl Drain {
 
     /// The answer to the [`StoreOp`] asked, at `now` (store clock), or why
     /// it failed (the drain fails with it).
-    pub fn handle_stored(
-        &mut self,
-        stored: Result<Stored, Failure>,
-        now: StoreTime,
-        policy: &LeasePolicy,
-    ) {
+    pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
         let Phase::Update(update) = &mut self.phase else {
             panic!("drain: a store answer it did not ask for");
         };
         match stored {
-            Ok(stored) => update.handle_stored(stored, now, policy),
+            Ok(stored) => update.handle_stored(stored, now),
             Err(failure) => self.phase = Phase::Done(Err(failure.into_reply())),
         }
     }
@@ -241,7 +240,14 @@ mod tests {
 
     /// A drain whose walk has not asked anything yet.
     fn drain(forwarded: bool, mutations: Mutations) -> Drain {
-        Drain::new("iad".parse().unwrap(), key(), forwarded, 16, mutations)
+        Drain::new(
+            "iad".parse().unwrap(),
+            key(),
+            forwarded,
+            16,
+            crate::fixture::POLICY,
+            mutations,
+        )
     }
 
     #[test]

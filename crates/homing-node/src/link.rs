@@ -80,7 +80,7 @@ impl LinkOnward {
     ) -> LinkOnward {
         let (change, phase) = match Change::link(caller, key, &from, to, expected) {
             Ok(change) => {
-                let check = Supersede::new(dc.clone(), from.clone(), mutations);
+                let check = Supersede::new(dc.clone(), from.clone(), policy, mutations);
                 (Some(change), Phase::Check(Box::new(check)))
             }
             Err(refused) => (None, Phase::Done(Err(refused))),
@@ -118,9 +118,9 @@ impl LinkOnward {
                     SupersedePoll::Done(Ok(None)) => {
                         let change = self.change.take().expect("checked once");
                         let (dc, from) = (self.dc.clone(), self.from.clone());
-                        let mut update = Update::new(dc, from, change, self.mutations);
+                        let mut update = Update::new(dc, from, change, self.policy, self.mutations);
                         let (record, at) = self.read.take().expect("the check read the record");
-                        update.handle_stored(Stored::Record(record), at, &self.policy);
+                        update.handle_stored(Stored::Record(record), at);
                         Phase::Link(Box::new(update))
                     }
                     SupersedePoll::Done(done) => {
@@ -152,9 +152,9 @@ impl LinkOnward {
                 if let (None, Stored::Record(record)) = (&self.read, &stored) {
                     self.read = Some((record.clone(), now));
                 }
-                check.handle_stored(stored, now, &self.policy)
+                check.handle_stored(stored, now)
             }
-            Phase::Link(update) => update.handle_stored(stored, now, &self.policy),
+            Phase::Link(update) => update.handle_stored(stored, now),
             Phase::Done(_) => unasked("link", &stored),
         }
     }

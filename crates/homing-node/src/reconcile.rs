@@ -243,7 +243,7 @@ impl Reconcile {
             unasked("reconcile", &stored);
         };
         match stored {
-            Ok(stored) => update.handle_stored(stored, now, &self.policy),
+            Ok(stored) => update.handle_stored(stored, now),
             Err(failure) => self.phase = Phase::Done(Err(failure)),
         }
     }
@@ -254,7 +254,7 @@ impl Reconcile {
             Some(succession) => {
                 let (dc, from) = (self.dc.clone(), succession.link.from.clone());
                 let change = Change::Supersede(succession.clone());
-                let update = Update::new(dc, from, change, self.mutations);
+                let update = Update::new(dc, from, change, self.policy, self.mutations);
                 Phase::Apply(Box::new(update), succession)
             }
             None => {

@@ -51,6 +51,7 @@ pub enum DrainScopePoll {
 #[derive(Debug)]
 pub struct DrainScope {
     dc: DcId,
+    policy: LeasePolicy,
     mutations: Mutations,
     limit: usize,
     next: Option<ScanCursor>,
@@ -72,10 +73,12 @@ impl DrainScope {
         scope: NamespaceScope,
         after: Option<ScanCursor>,
         limit: usize,
+        policy: LeasePolicy,
         mutations: Mutations,
     ) -> DrainScope {
         DrainScope {
             dc,
+            policy,
             mutations,
             limit,
             next: None,
@@ -122,12 +125,7 @@ impl DrainScope {
 
     /// The answer to the [`StoreOp`] asked at `now` (store clock), or why
     /// it failed (the page stops with it).
-    pub fn handle_stored(
-        &mut self,
-        stored: Result<Stored, Failure>,
-        now: StoreTime,
-        policy: &LeasePolicy,
-    ) {
+    pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
         let stored = match stored {
             Ok(stored) => stored,
             Err(failure) => {
@@ -147,14 +145,15 @@ impl DrainScope {
         let Some(update) = &mut self.update else {
             unasked("drain scope", &stored)
         };
-        update.handle_stored(stored, now, policy);
+        update.handle_stored(stored, now);
     }
 
     /// Starts draining the next live lease, or ends the page.
     fn advance(&mut self) {
         match self.todo.pop_front() {
             Some(id) => {
-                let update = Update::new(self.dc.clone(), id, Change::Drain, self.mutations);
+                let (dc, policy) = (self.dc.clone(), self.policy);
+                let update = Update::new(dc, id, Change::Drain, policy, self.mutations);
                 self.update = Some(Box::new(update));
             }
             None => self.done = Some(Ok((self.drained, self.next.take()))),
@@ -294,7 +293,7 @@ mod tests {
     /// A page of at most 3 records at `iad`.
     fn drain_scope() -> DrainScope {
         let dc = "iad".parse().unwrap();
-        DrainScope::new(dc, scope(), None, 3, Mutations::NONE)
+        DrainScope::new(dc, scope(), None, 3, POLICY, Mutations::NONE)
     }
 
     #[test]
@@ -308,19 +307,19 @@ mod tests {
             DrainScopePoll::Store(StoreOp::scan_scope(scope(), None, 3))
         );
         let records = vec![live.clone(), drained, other.clone()];
-        page.handle_stored(Ok(Stored::Page(records)), NOW, &POLICY);
+        page.handle_stored(Ok(Stored::Page(records)), NOW);
         // The already drained record is not asked about: the live one is
         // read and drained.
         assert_eq!(
             page.poll(),
             DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
         );
-        page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW, &POLICY);
+        page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW);
         let DrainScopePoll::Store(StoreOp::Write { record, .. }) = page.poll() else {
             panic!("a live lease is drained with a write")
         };
         assert_eq!(record.drain(), None, "the write drains it");
-        page.handle_stored(Ok(Stored::Written(Written::Yes)), NOW, &POLICY);
+        page.handle_stored(Ok(Stored::Written(Written::Yes)), NOW);
         assert_eq!(
             page.poll(),
             DrainScopePoll::Store(StoreOp::Read(other.id.clone()))
@@ -329,7 +328,7 @@ mod tests {
         assert_eq!(page.poll_drained(), None);
         // Drained meanwhile by another: nothing to write, not counted.
         let meanwhile = Some(other.drain().unwrap());
-        page.handle_stored(Ok(Stored::Record(meanwhile)), NOW, &POLICY);
+        page.handle_stored(Ok(Stored::Record(meanwhile)), NOW);
         let next = Some(ScanCursor::after(&other));
         assert_eq!(page.poll(), DrainScopePoll::Done(Ok((1, next))));
         assert_eq!(page.poll_drained(), None);
@@ -340,25 +339,25 @@ mod tests {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
         // A conflict: the lease is read and written again.
         let mut page = drain_scope();
-        page.handle_stored(Ok(Stored::Page(vec![live.clone()])), NOW, &POLICY);
+        page.handle_stored(Ok(Stored::Page(vec![live.clone()])), NOW);
         for _ in 0..2 {
             assert_eq!(
                 page.poll(),
                 DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
             );
-            page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW, &POLICY);
+            page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW);
             assert!(matches!(
                 page.poll(),
                 DrainScopePoll::Store(StoreOp::Write { .. })
             ));
-            page.handle_stored(Ok(Stored::Written(Written::Conflict)), NOW, &POLICY);
+            page.handle_stored(Ok(Stored::Written(Written::Conflict)), NOW);
         }
         assert_eq!(
             page.poll(),
             DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
         );
         // Gone by then: the update's refusal stops the page.
-        page.handle_stored(Ok(Stored::Record(None)), NOW, &POLICY);
+        page.handle_stored(Ok(Stored::Record(None)), NOW);
         let DrainScopePoll::Done(Err(e)) = page.poll() else {
             panic!("a failed drain stops the page")
         };
@@ -372,7 +371,7 @@ mod tests {
             },
             "store down",
         );
-        unread.handle_stored(Err(Failure::Unreachable(e)), NOW, &POLICY);
+        unread.handle_stored(Err(Failure::Unreachable(e)), NOW);
         assert!(matches!(
             unread.poll(),
             DrainScopePoll::Done(Err(e)) if matches!(e.kind, ErrorKind::Unavailable { .. })
@@ -383,17 +382,17 @@ mod tests {
     fn a_short_page_is_the_last_and_a_failed_read_stops_the_page() {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
         let mut last = drain_scope();
-        last.handle_stored(Ok(Stored::Page(vec![])), NOW, &POLICY);
+        last.handle_stored(Ok(Stored::Page(vec![])), NOW);
         assert_eq!(last.poll(), DrainScopePoll::Done(Ok((0, None))));
         let mut failing = drain_scope();
         let page = Stored::Page(vec![live.clone()]);
-        failing.handle_stored(Ok(page), NOW, &POLICY);
+        failing.handle_stored(Ok(page), NOW);
         assert_eq!(
             failing.poll(),
             DrainScopePoll::Store(StoreOp::Read(live.id))
         );
         let e = ErrorReply::new(ErrorKind::Internal, "store: broken");
-        failing.handle_stored(Err(Failure::Refused(e)), NOW, &POLICY);
+        failing.handle_stored(Err(Failure::Refused(e)), NOW);
         assert!(
             matches!(failing.poll(), DrainScopePoll::Done(Err(e)) if e.kind == ErrorKind::Internal)
         );

@@ -44,6 +44,7 @@ enum Phase {
 pub struct Supersede {
     dc: DcId,
     id: ReservationId,
+    policy: LeasePolicy,
     mutations: Mutations,
     record: Option<DcRecord>,
     /// The record's own succession to the winner, once asked.
@@ -54,11 +55,17 @@ pub struct Supersede {
 }
 
 impl Supersede {
-    /// The check of DC `dc`'s record `id`.
-    pub fn new(dc: DcId, id: ReservationId, mutations: Mutations) -> Supersede {
+    /// The check of DC `dc`'s record `id`, under the DC's lease `policy`.
+    pub fn new(
+        dc: DcId,
+        id: ReservationId,
+        policy: LeasePolicy,
+        mutations: Mutations,
+    ) -> Supersede {
         Supersede {
             dc,
             id,
+            policy,
             mutations,
             record: None,
             own: None,
@@ -100,10 +107,10 @@ impl Supersede {
     }
 
     /// The answer to the [`StoreOp`] asked at `now` (store clock).
-    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime, policy: &LeasePolicy) {
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match (&mut self.phase, stored) {
             (Phase::Read, Stored::Record(record)) => self.handle_record(record),
-            (Phase::Supersede(update), stored) => update.handle_stored(stored, now, policy),
+            (Phase::Supersede(update), stored) => update.handle_stored(stored, now),
             (_, other) => unasked("supersede", &other),
         }
     }
@@ -149,7 +156,8 @@ impl Supersede {
             Some(_) => {
                 self.own = Some(recorded.clone());
                 let change = Change::Supersede(recorded);
-                let update = Update::new(self.dc.clone(), self.id.clone(), change, self.mutations);
+                let (dc, id) = (self.dc.clone(), self.id.clone());
+                let update = Update::new(dc, id, change, self.policy, self.mutations);
                 Phase::Supersede(Box::new(update))
             }
         };
@@ -170,7 +178,7 @@ mod tests {
     }
 
     fn supersede(of: &str) -> Supersede {
-        Supersede::new("iad".parse().unwrap(), id(of), Mutations::NONE)
+        Supersede::new("iad".parse().unwrap(), id(of), POLICY, Mutations::NONE)
     }
 
     /// Drives the supersede's update of `record` to its end: a read, then a
@@ -181,14 +189,14 @@ mod tests {
             check.poll(),
             SupersedePoll::Store(StoreOp::Read(record.id.clone()))
         );
-        check.handle_stored(Stored::Record(Some(record)), now, &POLICY);
+        check.handle_stored(Stored::Record(Some(record)), now);
         let SupersedePoll::Store(StoreOp::Write {
             record: written, ..
         }) = check.poll()
         else {
             panic!("superseding writes the record")
         };
-        check.handle_stored(Stored::Written(homing_core::Written::Yes), now, &POLICY);
+        check.handle_stored(Stored::Written(homing_core::Written::Yes), now);
         assert_eq!(check.poll(), SupersedePoll::Done(Ok(Some(id(winner)))));
         *written
     }
@@ -272,7 +280,7 @@ mod tests {
             check.poll(),
             SupersedePoll::Store(StoreOp::Read(id("iad.2")))
         );
-        check.handle_stored(Stored::Record(None), StoreTime::from_ms(1), &POLICY);
+        check.handle_stored(Stored::Record(None), StoreTime::from_ms(1));
         let SupersedePoll::Done(Err(e)) = check.poll() else {
             panic!("the check fails with the update")
         };

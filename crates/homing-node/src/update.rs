@@ -102,15 +102,22 @@ pub struct Update {
     dc: DcId,
     id: ReservationId,
     change: Change,
+    policy: LeasePolicy,
     mutations: Mutations,
     attempts: u32,
     phase: Phase,
 }
 
 impl Update {
-    /// `change` of reservation `id` at DC `dc`; fails at once if `id` is
-    /// another DC's.
-    pub fn new(dc: DcId, id: ReservationId, change: Change, mutations: Mutations) -> Update {
+    /// `change` of reservation `id` at DC `dc` under the DC's lease
+    /// `policy`; fails at once if `id` is another DC's.
+    pub fn new(
+        dc: DcId,
+        id: ReservationId,
+        change: Change,
+        policy: LeasePolicy,
+        mutations: Mutations,
+    ) -> Update {
         let phase = if id.dc() == &dc {
             Phase::Read
         } else {
@@ -123,6 +130,7 @@ impl Update {
             dc,
             id,
             change,
+            policy,
             mutations,
             attempts: 0,
             phase,
@@ -168,16 +176,16 @@ impl Update {
     }
 
     /// The answer to the [`StoreOp`] asked, at `now` (store clock).
-    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime, policy: &LeasePolicy) {
+    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match stored {
-            Stored::Record(record) => self.handle_record(record, now, policy),
+            Stored::Record(record) => self.handle_record(record, now),
             Stored::Written(written) => self.handle_written(written),
             other => unasked("update", &other),
         }
     }
 
     /// The record as read at `now` (store clock): applies the change.
-    fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime, policy: &LeasePolicy) {
+    fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
         assert!(
             matches!(self.phase, Phase::Read),
             "update of {}: a record it did not ask for",
@@ -190,7 +198,9 @@ impl Update {
             });
             return;
         };
-        let out = self.change.apply(&record, now, policy, self.mutations);
+        let out = self
+            .change
+            .apply(&record, now, &self.policy, self.mutations);
         self.phase = match out.next {
             None => Phase::Done(out.reply),
             Some(next) => {
@@ -244,7 +254,7 @@ mod tests {
     }
 
     fn update(id: ReservationId) -> Update {
-        Update::new(iad(), id, release(), Mutations::NONE)
+        Update::new(iad(), id, release(), POLICY, Mutations::NONE)
     }
 
     fn iad() -> DcId {
@@ -254,7 +264,13 @@ mod tests {
     #[test]
     fn update_another_dcs_reservation_is_refused_without_io() {
         let fra = "fra".parse().unwrap();
-        let mut u = Update::new(fra, "iad.1".parse().unwrap(), release(), Mutations::NONE);
+        let mut u = Update::new(
+            fra,
+            "iad.1".parse().unwrap(),
+            release(),
+            POLICY,
+            Mutations::NONE,
+        );
         let UpdatePoll::Failed(e) = u.poll() else {
             panic!("expected a refusal")
         };
@@ -266,7 +282,7 @@ mod tests {
         let record = held();
         let mut u = update(record.id.clone());
         assert!(matches!(u.poll(), UpdatePoll::Store(StoreOp::Read(id)) if id == record.id));
-        u.handle_record(Some(record.clone()), StoreTime::from_ms(1), &POLICY);
+        u.handle_record(Some(record.clone()), StoreTime::from_ms(1));
         let UpdatePoll::Store(StoreOp::Write {
             expected,
             record: next,
@@ -300,7 +316,7 @@ mod tests {
         let mut u = update(record.id.clone());
         u.poll();
         // Releasing twice: the same answer, nothing to write.
-        u.handle_record(Some(released), StoreTime::from_ms(2), &POLICY);
+        u.handle_record(Some(released), StoreTime::from_ms(2));
         assert!(matches!(u.poll(), UpdatePoll::Done(_)));
     }
 
@@ -308,7 +324,7 @@ mod tests {
     fn update_of_an_unknown_record_fails_as_unknown() {
         let mut u = update("iad.9".parse().unwrap());
         u.poll();
-        u.handle_record(None, StoreTime::from_ms(1), &POLICY);
+        u.handle_record(None, StoreTime::from_ms(1));
         let UpdatePoll::Failed(e) = u.poll() else {
             panic!("expected a failure")
         };
@@ -324,7 +340,7 @@ mod tests {
                 matches!(u.poll(), UpdatePoll::Store(StoreOp::Read(_))),
                 "attempt {attempt}"
             );
-            u.handle_record(Some(record.clone()), StoreTime::from_ms(1), &POLICY);
+            u.handle_record(Some(record.clone()), StoreTime::from_ms(1));
             assert!(matches!(u.poll(), UpdatePoll::Store(StoreOp::Write { .. })));
             u.handle_written(Written::Conflict);
         }

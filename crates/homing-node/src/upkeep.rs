@@ -344,7 +344,7 @@ impl Upkeep {
 
     fn changing(&self, kind: DueKind, more: bool, id: ReservationId, change: Change) -> Phase {
         let reap = change == Change::Expire;
-        let update = Update::new(self.dc.clone(), id, change, self.mutations);
+        let update = Update::new(self.dc.clone(), id, change, self.policy, self.mutations);
         Phase::Changing {
             kind,
             more,
@@ -367,9 +367,7 @@ impl Upkeep {
         match (&mut self.phase, stored) {
             (Phase::Read(_), Ok(Stored::Due(page))) => self.handle_due(Ok(page), now),
             (Phase::Read(_), Err(failure)) => self.handle_due(Err(failure), now),
-            (Phase::Changing { update, .. }, Ok(stored)) => {
-                update.handle_stored(stored, now, &self.policy)
-            }
+            (Phase::Changing { update, .. }, Ok(stored)) => update.handle_stored(stored, now),
             (Phase::Changing { .. }, Err(failure)) => self.handle_change_failure(failure),
             (Phase::Settling { .. }, Ok(Stored::Settled(settled))) => {
                 self.handle_settled(Ok(settled))
