@@ -75,8 +75,32 @@ pub fn scenario(seed: u64) -> Result<Scenario, ScenarioError> {
     s.faults = (0..faults)
         .map(|_| fault(&mut rng, &s.dcs, fault_ms))
         .collect();
+    s.faults.extend(lost_dc(seed, &s.dcs, fault_ms));
     s.validate()?;
     Ok(s)
+}
+
+/// Longest a DC lease may have left when its DC is cut off: the simulated
+/// DC lease is twice the host lease (10 s) plus its grace, so a cut this
+/// long lets the global store judge it expired and the other DCs take its
+/// tails over; it reconciles them when the cut heals.
+const LOST_DC_MS: u64 = 25_000;
+
+/// For a quarter of the seeds whose fault phase is long enough, a DC cut
+/// off from the global store past its DC lease, to the end of the fault
+/// phase. Drawn from a stream of its own, so every other draw of a seed
+/// (and so each regression seed's scenario) stays as it was.
+fn lost_dc(seed: u64, dcs: &[String], fault_ms: u64) -> Option<Fault> {
+    let mut rng = Rng::new(seed ^ 0x4c4f_5354_0000_0000);
+    if fault_ms <= LOST_DC_MS || !rng.chance(0.25) {
+        return None;
+    }
+    let at_ms = rng.below(fault_ms - LOST_DC_MS);
+    Some(Fault::CutFromGlobal {
+        dc: dcs[rng.below(dcs.len() as u64) as usize].clone(),
+        at_ms,
+        for_ms: fault_ms - at_ms,
+    })
 }
 
 fn pick<T: Copy>(rng: &mut Rng, choices: &[T]) -> T {
@@ -152,6 +176,21 @@ mod tests {
             assert_eq!(format!("{a:?}"), format!("{b:?}"));
             assert!(a.duration_ms >= HEAL_MS_MIN + 10_000);
         }
+    }
+
+    #[test]
+    fn some_seeds_cut_a_dc_off_from_the_global_store_past_its_dc_lease() {
+        let lost = (0..200)
+            .filter_map(|seed| {
+                let s = scenario(seed).unwrap();
+                s.faults.into_iter().find_map(|f| match f {
+                    Fault::CutFromGlobal { for_ms, .. } => Some(for_ms),
+                    _ => None,
+                })
+            })
+            .collect::<Vec<_>>();
+        assert!(lost.len() > 10, "{lost:?}");
+        assert!(lost.iter().all(|&ms| ms >= LOST_DC_MS), "{lost:?}");
     }
 
     #[test]
