@@ -4,8 +4,8 @@
 //! successions at once (as the acquire's succession reads are: what a read
 //! decides is checked where writes land), each supersede a record update
 //! paying the DC store's latency and its faults. A failed pass is tried
-//! again after `RENEW_RETRY_MS`, from where it got to ([`homing_node::Resumption`]), as
-//! homingd's `reconcile_takeovers` does;
+//! again after `RENEW_RETRY_MS`, from where it got to
+//! ([`homing_node::Resumption`]), as homingd's `reconcile_takeovers` does;
 //! until one succeeds the DC grants and renews nothing. A crash loses it
 //! (the lease it reconciles for dies with the process too).
 //!
@@ -37,8 +37,11 @@ impl Sim {
         if !dc.up || running {
             return;
         }
-        let reconcile = Reconcile::new(dc.id.clone(), number, self.policy, self.rules.mutations)
-            .resuming(dc.lease.resumption.as_ref());
+        let id = dc.id.clone();
+        // Taken, as homingd's node takes it: a failed pass leaves its own.
+        let resumption = self.dcs[d].lease.resumption.take();
+        let reconcile = Reconcile::new(id, number, self.policy, self.rules.mutations)
+            .resuming(resumption.as_ref());
         if reconcile.resumes_after().is_some() {
             self.measurements.count(Counter::ReconcileResumed);
         }

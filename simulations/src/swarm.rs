@@ -80,10 +80,10 @@ pub fn scenario(seed: u64) -> Result<Scenario, ScenarioError> {
     Ok(s)
 }
 
-/// Longest a DC lease may have left when its DC is cut off: the simulated
-/// DC lease is twice the host lease (10 s) plus its grace, so a cut this
-/// long lets the global store judge it expired and the other DCs take its
-/// tails over; it reconciles them when the cut heals.
+/// Shortest cut of a lost DC: longer than the simulated DC lease (twice the
+/// 10 s host lease) and its grace, so the global store judges the lease
+/// expired and the other DCs may take its tails over; the DC reconciles
+/// them when the cut heals.
 const LOST_DC_MS: u64 = 25_000;
 
 /// For a quarter of the seeds whose fault phase is long enough, a DC cut

@@ -74,7 +74,8 @@ pub struct Drain {
 
 impl Drain {
     /// A drain of `key` at DC `dc`; `forwarded`: it came from another DC
-    /// (a node), not from an operator. Its walk goes `hop_limit` hops at most.
+    /// (a node), not from an operator. Its walk goes `hop_limit` hops at most;
+    /// its update of the tail runs under the DC's lease `policy`.
     pub fn new(
         dc: DcId,
         key: Key,

@@ -67,7 +67,8 @@ pub struct DrainScope {
 }
 
 impl DrainScope {
-    /// A page of `scope`'s records at DC `dc` after `after`, at most `limit`.
+    /// A page of `scope`'s records at DC `dc` after `after`, at most `limit`,
+    /// each drained under the DC's lease `policy`.
     pub fn new(
         dc: DcId,
         scope: NamespaceScope,
