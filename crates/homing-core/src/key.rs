@@ -58,7 +58,7 @@ label_type!(
 #[allow(clippy::derivable_impls)]
 impl Default for Namespace {
     fn default() -> Self {
-        Namespace(String::new())
+        Namespace("".into())
     }
 }
 
@@ -136,7 +136,7 @@ impl KeyName {
     /// the randomness (homing-core reads no entropy of its own), so a seeded
     /// simulator gets the same names every run.
     pub fn random(random_bits: u128) -> KeyName {
-        KeyName(format!("r-{random_bits:032x}"))
+        KeyName(format!("r-{random_bits:032x}").into())
     }
 }
 
@@ -221,8 +221,8 @@ impl<'a> KeyRef<'a> {
         // Invariant: both parts were checked (by `new`, or by the `Key`
         // this was borrowed from).
         Key {
-            namespace: Namespace(self.namespace.to_string()),
-            name: KeyName(self.name.to_string()),
+            namespace: Namespace(self.namespace.into()),
+            name: KeyName(self.name.into()),
         }
     }
 }

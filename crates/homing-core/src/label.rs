@@ -145,13 +145,16 @@ impl LabelRule {
 
 /// Declares a validated string newtype: constructor through `LabelRule`,
 /// `Display`, `FromStr`, `AsRef<str>`, and serde as the plain string (so a
-/// decoded value went through the same checks as a constructed one).
+/// decoded value went through the same checks as a constructed one). The
+/// text is shared (`Arc<str>`): labels never change once made, and keys,
+/// DC names and reservation IDs are cloned into every request, record,
+/// cache entry and chain walk, so a clone is a count, not a copy.
 macro_rules! label_type {
     ($(#[$meta:meta])* $name:ident, $rule:expr) => {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize)]
         #[serde(try_from = "String")]
-        pub struct $name(String);
+        pub struct $name(std::sync::Arc<str>);
 
         /// Serialized as the plain string, borrowed (no copy per encode).
         impl serde::Serialize for $name {
@@ -165,7 +168,7 @@ macro_rules! label_type {
             pub fn new(text: impl Into<String>) -> Result<Self, $crate::label::LabelError> {
                 let text = text.into();
                 $rule.check(&text)?;
-                Ok(Self(text))
+                Ok(Self(text.into()))
             }
 
             /// Checks `text` as [`Self::new`] would, without taking it (no
@@ -190,7 +193,7 @@ macro_rules! label_type {
 
         impl From<$name> for String {
             fn from(value: $name) -> String {
-                value.0
+                value.0.as_ref().to_owned()
             }
         }
 
