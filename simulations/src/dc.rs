@@ -355,10 +355,24 @@ impl Sim {
 }
 
 impl StoreOp {
-    /// Whether the DC's own store serves it (not the global store).
-    fn in_dc_store(&self) -> bool {
-        !matches!(self, StoreOp::GlobalGet { .. })
+    /// Which store it was asked of.
+    pub(crate) fn asked(&self) -> Asked {
+        match self {
+            StoreOp::Dc(_) => Asked::DcStore,
+            StoreOp::Segment(_) => Asked::Segment,
+            StoreOp::GlobalGet { .. } => Asked::Global,
+        }
     }
+}
+
+/// What a failed operation of a task asked: the DC's own store, a
+/// reservation's segment from it, or the global store — so the task's
+/// stepper is told by the handler for that answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    DcStore,
+    Segment,
+    Global,
 }
 
 /// What a driving step decided.
@@ -1283,19 +1297,7 @@ impl Sim {
             reason: "failing_store fault".into(),
         };
         let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
-        if !matches!(task.kind, TaskKind::Upkeep) {
-            return self.store_failed(d, tid, task, false, failure.into_reply());
-        }
-        let now = self.dcs[d].clock.store_time(self.now);
-        let upkeep = &mut self.dcs[d].upkeep;
-        match op {
-            StoreOp::Dc(_) => upkeep.handle_stored(Err(failure), now),
-            StoreOp::Segment(_) => upkeep.handle_segment(Err(failure)),
-            StoreOp::GlobalGet { .. } => {
-                unreachable!("an upkeep pass reads the global store through upkeep_store_done")
-            }
-        }
-        self.upkeep_drive(d, tid, task);
+        self.store_failed(d, tid, task, op.asked(), failure.into_reply());
     }
 
     /// A unique from DC `d`'s allocator (homing-store's hi-lo blocks).
@@ -1317,7 +1319,7 @@ impl Sim {
         let Some(op) = task.waiting.take() else {
             return;
         };
-        if op.in_dc_store() && self.store_fails_now(d) {
+        if op.asked() != Asked::Global && self.store_fails_now(d) {
             return self.dc_store_failed(d, tid, task, op);
         }
         let op = match op {

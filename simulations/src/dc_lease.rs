@@ -27,7 +27,7 @@ use homing_node::{
     start_check,
 };
 
-use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::dc::{Asked, Next, StoreOp, Task, TaskKind};
 use crate::sim::{Event, Sim};
 use homing_node::StoreOp as DcOp;
 
@@ -398,7 +398,7 @@ impl Sim {
         if lease.lease.retired() {
             self.measurements.count(Counter::WriteRefusedDcStopped);
             let e = global_unavailable(self, d, "this dc may never hold its dc lease again");
-            self.store_failed(d, tid, task, false, e);
+            self.store_failed(d, tid, task, Asked::DcStore, e);
             return None;
         }
         let floor = self.allocator_floor(d);
@@ -458,7 +458,7 @@ impl Sim {
             d,
             "the global store has not acknowledged the marks the record needs in time",
         );
-        self.store_failed(d, tid, task, false, e);
+        self.store_failed(d, tid, task, Asked::DcStore, e);
     }
 
     /// A global read or write of task `tid` failed: the DC is cut off.
@@ -473,18 +473,18 @@ impl Sim {
         task.waiting = None;
         self.measurements.count(Counter::GlobalOpFailedCutOff);
         let e = global_unavailable(self, d, "the global store cannot be reached");
-        self.store_failed(d, tid, task, true, e);
+        self.store_failed(d, tid, task, Asked::Global, e);
     }
 
-    /// A store operation of task `tid` — a `global` read or write, else an
-    /// operation of the DC's store — failed with `e` (an unreachable
-    /// store): each kind of task handles it as homingd's driver does.
+    /// A store operation of task `tid`, `asked` of the DC's store or the
+    /// global store, failed with `e` (an unreachable store): each kind of
+    /// task handles it as homingd's driver does.
     pub(crate) fn store_failed(
         &mut self,
         d: usize,
         tid: u64,
         mut task: Task,
-        global: bool,
+        asked: Asked,
         e: ErrorReply,
     ) {
         self.current_key = task.key;
@@ -501,22 +501,22 @@ impl Sim {
             TaskKind::Upkeep => {
                 let now = self.dcs[d].clock.store_time(self.now);
                 let upkeep = &mut self.dcs[d].upkeep;
-                if global {
-                    upkeep.handle_global(Err(failure));
-                } else {
-                    upkeep.handle_stored(Err(failure), now);
+                match asked {
+                    Asked::DcStore => upkeep.handle_stored(Err(failure), now),
+                    Asked::Segment => upkeep.handle_segment(Err(failure)),
+                    Asked::Global => upkeep.handle_global(Err(failure)),
                 }
                 return self.upkeep_drive(d, tid, task);
             }
             TaskKind::Drain(job) => {
                 // A drain reads the global store and its chain only while it walks.
-                if global {
-                    job.drain.handle_global(Err(failure));
-                } else if job.drain.asks_segment() {
-                    job.drain.handle_segment(Err(failure));
-                } else {
-                    let now = self.dcs[d].clock.store_time(self.now);
-                    job.drain.handle_stored(Err(failure), now);
+                match asked {
+                    Asked::DcStore => {
+                        let now = self.dcs[d].clock.store_time(self.now);
+                        job.drain.handle_stored(Err(failure), now);
+                    }
+                    Asked::Segment => job.drain.handle_segment(Err(failure)),
+                    Asked::Global => job.drain.handle_global(Err(failure)),
                 }
                 return self.drain_drive(d, tid, task);
             }
