@@ -62,7 +62,7 @@ impl Sim {
     ) {
         let key = self.reservation_key.get(&id).copied().unwrap_or(key);
         let (now, mutations) = (self.node_now(d), self.rules.mutations);
-        let wait = AwaitVacant::new(&self.dcs[d].id, id, wait_ms, now, mutations);
+        let wait = AwaitVacant::new(&self.dcs[d].id, id, wait_ms, now, self.policy, mutations);
         let job = AwaitJob {
             wait,
             origin,
@@ -90,7 +90,6 @@ impl Sim {
     ) {
         let store_now = self.dcs[d].clock.store_time(self.now);
         let now = self.node_now(d);
-        let policy = self.policy;
         let key = task.key;
         let TaskKind::Await(job) = &mut task.kind else {
             return;
@@ -104,7 +103,6 @@ impl Sim {
                     Stored::Record(record.clone()),
                     store_now,
                     now,
-                    &policy,
                     &mut dc.waiters,
                     || tid,
                     |_| true,
@@ -150,15 +148,9 @@ impl Sim {
                 }
                 let waiters = &mut self.dcs[d].waiters;
                 let stored = Stored::Written(written);
-                let notified = job.wait.handle_stored(
-                    stored,
-                    store_now,
-                    now,
-                    &policy,
-                    waiters,
-                    || tid,
-                    |_| true,
-                );
+                let notified =
+                    job.wait
+                        .handle_stored(stored, store_now, now, waiters, || tid, |_| true);
                 self.waiters_deliver(d, &id, notified);
             }
             _ => {
@@ -187,8 +179,7 @@ impl Sim {
                     let store_now = self.dcs[d].clock.store_time(self.now);
                     let now = self.node_now(d);
                     let waiters = &self.dcs[d].waiters;
-                    job.wait
-                        .handle_wakeup(woken, store_now, now, &self.policy, waiters);
+                    job.wait.handle_wakeup(woken, store_now, now, waiters);
                 }
                 AwaitPoll::Park { until } => {
                     job.generation += 1;

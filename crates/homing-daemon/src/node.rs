@@ -1031,7 +1031,8 @@ impl Node {
     /// [`AwaitVacant`] decides.
     async fn await_vacant(&self, id: &ReservationId, wait_ms: u32) -> Result<AwaitReply, Failure> {
         let now = self.waiters.now();
-        let mut wait = AwaitVacant::new(&self.dc, id.clone(), wait_ms, now, Mutations::NONE);
+        let (dc, policy) = (&self.dc, self.policy);
+        let mut wait = AwaitVacant::new(dc, id.clone(), wait_ms, now, policy, Mutations::NONE);
         let mut registration = None;
         loop {
             match wait.poll() {
@@ -1041,9 +1042,7 @@ impl Node {
                     if stored == Stored::Written(Written::Yes) {
                         tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
                     }
-                    let registered =
-                        self.waiters
-                            .look(&mut wait, stored, store_now(), &self.policy);
+                    let registered = self.waiters.look(&mut wait, stored, store_now());
                     if registered.is_some() {
                         registration = registered;
                     }
@@ -1059,8 +1058,7 @@ impl Node {
                         _ = parked.rouse.notified() => None,
                         _ = self.closed() => return Ok(AwaitReply::TimedOut),
                     };
-                    self.waiters
-                        .wakeup(&mut wait, woken, store_now(), &self.policy);
+                    self.waiters.wakeup(&mut wait, woken, store_now());
                 }
                 AwaitPoll::Done(result) => return result.map_err(Failure::Reply),
             }

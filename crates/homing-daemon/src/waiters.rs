@@ -97,7 +97,6 @@ impl Waiters {
         wait: &mut AwaitVacant,
         stored: Stored,
         store_now: StoreTime,
-        policy: &LeasePolicy,
     ) -> Option<Registration<'_>> {
         // The channels exist only if this read tries to register the waiter
         // (a full queue refuses it: then there is no ticket either).
@@ -110,7 +109,7 @@ impl Waiters {
         };
         let now = self.now();
         let notified =
-            self.with(|w| wait.handle_stored(stored, store_now, now, policy, w, parked, listening));
+            self.with(|w| wait.handle_stored(stored, store_now, now, w, parked, listening));
         self.deliver(wait.id(), notified);
         let (woken, rouse) = receiving?;
         let ticket = wait.ticket()?;
@@ -124,15 +123,9 @@ impl Waiters {
     }
 
     /// The parked waiter `wait` woke up (with its reply, if `woken`).
-    pub fn wakeup(
-        &self,
-        wait: &mut AwaitVacant,
-        woken: Option<AwaitReply>,
-        store_now: StoreTime,
-        policy: &LeasePolicy,
-    ) {
+    pub fn wakeup(&self, wait: &mut AwaitVacant, woken: Option<AwaitReply>, store_now: StoreTime) {
         let now = self.now();
-        self.with(|w| wait.handle_wakeup(woken, store_now, now, policy, w));
+        self.with(|w| wait.handle_wakeup(woken, store_now, now, w));
     }
 
     /// `record` (of this DC) was just written at `now`: wakes the waiters

@@ -87,6 +87,7 @@ pub struct AwaitVacant {
     record: Option<DcRecord>,
     /// The queue's hand-off version when last looked at.
     seen_version: u64,
+    policy: LeasePolicy,
     mutations: Mutations,
     phase: Phase,
 }
@@ -100,13 +101,14 @@ fn unknown(id: &ReservationId, dc: &DcId) -> Result<AwaitReply, ErrorReply> {
 
 impl AwaitVacant {
     /// A waiter at DC `dc` for `id` arriving at `now`, waiting at most
-    /// `wait_ms` (capped at `WAIT_MS_MAX`). Another DC's reservation is
-    /// refused at once.
+    /// `wait_ms` (capped at `WAIT_MS_MAX`), judging leases by the DC's
+    /// `policy`. Another DC's reservation is refused at once.
     pub fn new(
         dc: &DcId,
         id: ReservationId,
         wait_ms: u32,
         now: NodeTime,
+        policy: LeasePolicy,
         mutations: Mutations,
     ) -> AwaitVacant {
         let phase = if id.dc() == dc {
@@ -123,6 +125,7 @@ impl AwaitVacant {
             ticket: None,
             record: None,
             seen_version: 0,
+            policy,
             mutations,
             phase,
         }
@@ -177,13 +180,11 @@ impl AwaitVacant {
     /// record read may register this waiter (its handle made by `handle`)
     /// and notify the queue; the driver delivers what the returned
     /// [`Notified`] says.
-    #[allow(clippy::too_many_arguments)] // one answer, both clocks, the registry and its inputs
     pub fn handle_stored<W>(
         &mut self,
         stored: Stored,
         store_now: StoreTime,
         now: NodeTime,
-        policy: &LeasePolicy,
         waiters: &mut Waiters<W>,
         handle: impl FnOnce() -> W,
         listening: impl FnMut(&W) -> bool,
@@ -208,7 +209,7 @@ impl AwaitVacant {
                 };
                 // Free now and nobody ahead: no need to queue.
                 if !waiters.has_waiters(&self.id)
-                    && let Some(reply) = settled(&record, store_now, policy)
+                    && let Some(reply) = settled(&record, store_now, &self.policy)
                 {
                     self.phase = Phase::Done(Ok(reply));
                     return Notified::default();
@@ -231,10 +232,10 @@ impl AwaitVacant {
                     self.phase = Phase::Done(unknown(&self.id, &dc));
                     return Notified::default();
                 };
-                let notified = waiters.notify(&record, store_now, now, policy, listening);
+                let notified = waiters.notify(&record, store_now, now, &self.policy, listening);
                 self.record = Some(record);
                 self.phase = Phase::Parked {
-                    until: self.wake_at(store_now, now, policy, waiters),
+                    until: self.wake_at(store_now, now, waiters),
                 };
                 notified
             }
@@ -257,7 +258,6 @@ impl AwaitVacant {
         woken: Option<AwaitReply>,
         store_now: StoreTime,
         now: NodeTime,
-        policy: &LeasePolicy,
         waiters: &Waiters<W>,
     ) {
         let Phase::Parked { until } = self.phase else {
@@ -269,7 +269,7 @@ impl AwaitVacant {
             self.phase = Phase::Done(Ok(reply));
             return;
         }
-        let wake = self.wake_at(store_now, now, policy, waiters);
+        let wake = self.wake_at(store_now, now, waiters);
         if until <= now || wake <= now {
             if now >= self.deadline {
                 self.phase = Phase::Done(Ok(AwaitReply::TimedOut));
@@ -278,10 +278,10 @@ impl AwaitVacant {
             let lapsed = self
                 .record
                 .as_ref()
-                .is_some_and(|r| expire(r, store_now, policy, self.mutations).is_some());
+                .is_some_and(|r| expire(r, store_now, &self.policy, self.mutations).is_some());
             self.phase = if lapsed {
                 let (dc, id) = (self.id.dc().clone(), self.id.clone());
-                let update = Update::new(dc, id, Change::Expire, *policy, self.mutations);
+                let update = Update::new(dc, id, Change::Expire, self.policy, self.mutations);
                 Phase::Expiring(Box::new(update))
             } else {
                 Phase::Reread
@@ -303,16 +303,10 @@ impl AwaitVacant {
 
     /// The earliest of: the holder's lease turning reapable (the reaper may
     /// be slower), the hand-off window's end, the deadline.
-    fn wake_at<W>(
-        &self,
-        store_now: StoreTime,
-        now: NodeTime,
-        policy: &LeasePolicy,
-        waiters: &Waiters<W>,
-    ) -> NodeTime {
+    fn wake_at<W>(&self, store_now: StoreTime, now: NodeTime, waiters: &Waiters<W>) -> NodeTime {
         let lapse = match self.record.as_ref().map(|r| &r.state) {
             Some(RecordState::Active { expires_at, .. }) => {
-                let at = policy.reapable_at(*expires_at);
+                let at = self.policy.reapable_at(*expires_at);
                 Some(now.plus_ms(at.ms_since(store_now) + 1))
             }
             _ => None,
@@ -415,6 +409,7 @@ mod tests {
                 id.clone(),
                 wait_ms,
                 now,
+                POLICY,
                 Mutations::NONE,
             ));
             let w = self.waits.len() - 1;
@@ -459,7 +454,6 @@ mod tests {
                             stored,
                             store_now,
                             now,
-                            &POLICY,
                             &mut self.waiters,
                             || w,
                             |_| true,
@@ -470,7 +464,7 @@ mod tests {
                     AwaitPoll::Park { .. } if !selected => {
                         selected = true;
                         let woken = self.woken.remove(&w);
-                        self.waits[w].handle_wakeup(woken, store_now, now, &POLICY, &self.waiters);
+                        self.waits[w].handle_wakeup(woken, store_now, now, &self.waiters);
                     }
                     AwaitPoll::Park { until } => {
                         self.parked.insert(w, until);
