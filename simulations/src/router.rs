@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use homing_core::chain::{HOP_LIMIT_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
 use homing_core::reachability::{AddrSlot, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route};
 use homing_core::{
-    ChainWalk, Need, Poll, Reply, Request, ReservationId, Shortcut, Source, TailView,
+    ChainNeed, ChainPoll, ChainWalk, Reply, Request, ReservationId, Shortcut, Source, TailView,
 };
 
 use crate::scan::Scanner;
@@ -185,7 +185,7 @@ impl Sim {
         let home = self.routers[r].region;
         loop {
             match resolve.walk.poll().clone() {
-                Poll::Need(Need::GlobalEntry(key)) => {
+                ChainPoll::Need(ChainNeed::GlobalEntry(key)) => {
                     if let Some(id) = self.routers[r].entries.get(&resolve.key)
                         && !resolve.cold
                     {
@@ -201,7 +201,7 @@ impl Sim {
                     }
                     return self.router_ask(r, home, resolve, Request::Resolve { key });
                 }
-                Poll::Need(Need::Reservation(id)) => {
+                ChainPoll::Need(ChainNeed::Reservation(id)) => {
                     let Some(&dc) = self.dc_index.get(id.dc()) else {
                         self.checker
                             .on_resolve_error(resolve.key, format!("unknown dc in {id}"));
@@ -212,7 +212,7 @@ impl Sim {
                     }
                     return self.router_ask(r, dc, resolve, Request::ResolveReservation { id });
                 }
-                Poll::NotFound => {
+                ChainPoll::NotFound => {
                     if !self.routers[r].absent_lately(resolve.key, self.now) {
                         self.routers[r].absent.insert(resolve.key, self.now);
                     }
@@ -223,7 +223,7 @@ impl Sim {
                         .on_resolve(resolve.key, resolve.started_us, self.now, None);
                     return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
-                Poll::Done(walked) => {
+                ChainPoll::Done(walked) => {
                     let member = walked.hint();
                     let members = &mut self.routers[r].members;
                     if member.is_past(members.get(&resolve.key)) {
@@ -260,7 +260,7 @@ impl Sim {
                     );
                     return;
                 }
-                Poll::Failed(e) => {
+                ChainPoll::Failed(e) => {
                     self.checker.on_resolve_error(resolve.key, e.to_string());
                     return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
@@ -445,7 +445,8 @@ impl Sim {
                 let _ = resolve.walk.handle_global(entry.clone(), Source::Local);
                 // Used unless a hint sent the walk elsewhere (the Resolver's rule).
                 if let (Some(segment), Some(entry)) = (segment, entry)
-                    && resolve.walk.poll() == &Poll::Need(Need::Reservation(entry.clone()))
+                    && resolve.walk.poll()
+                        == &ChainPoll::Need(ChainNeed::Reservation(entry.clone()))
                 {
                     let _ = resolve
                         .walk
@@ -468,7 +469,10 @@ impl Sim {
             }
             Reply::Error(e)
                 if e.kind.disowns()
-                    && matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(_))) =>
+                    && matches!(
+                        resolve.walk.poll(),
+                        ChainPoll::Need(ChainNeed::Reservation(_))
+                    ) =>
             {
                 let _ = resolve.walk.handle_disowned(&from_id, source);
             }
@@ -476,7 +480,7 @@ impl Sim {
             // lapsed, or it is reconciling): like a silent DC.
             Reply::Error(e)
                 if matches!(e.kind, homing_core::ErrorKind::Unavailable { .. })
-                    && matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(id)) if id.dc() == &from_id) =>
+                    && matches!(resolve.walk.poll(), ChainPoll::Need(ChainNeed::Reservation(id)) if id.dc() == &from_id) =>
             {
                 if let Some(resolve) = self.router_around_silent(r, from, resolve) {
                     self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
@@ -504,7 +508,7 @@ impl Sim {
         if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;
             self.router_lost(r, dc);
-            let silent = matches!(resolve.walk.poll(), Poll::Need(Need::Reservation(id)) if self.dc_index.get(id.dc()) == Some(&dc));
+            let silent = matches!(resolve.walk.poll(), ChainPoll::Need(ChainNeed::Reservation(id)) if self.dc_index.get(id.dc()) == Some(&dc));
             let resolve = match silent {
                 true => match self.router_around_silent(r, dc, resolve) {
                     Some(resolve) => resolve,

@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
-    ActorId, ChainError, ChainWalk, DcId, ErrorKind, FencingToken, Key, KeyRef, Need, Poll, Reply,
-    Request, ReservationId, ReservationRef, Shortcut, Source, Succession, TailView, Walked,
+    ActorId, ChainError, ChainNeed, ChainPoll, ChainWalk, DcId, ErrorKind, FencingToken, Key,
+    KeyRef, Reply, Request, ReservationId, ReservationRef, Shortcut, Source, Succession, TailView,
+    Walked,
 };
 use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
@@ -727,11 +728,15 @@ impl Inner {
         let mut walk = ChainWalk::from_key(key.clone(), self.config.hop_limit).with_hint(hint);
         loop {
             let step = match walk.poll().clone() {
-                Poll::Need(Need::GlobalEntry(key)) => self.global_step(&mut walk, &key).await?,
-                Poll::Need(Need::Reservation(id)) => self.hop_step(&mut walk, &id).await?,
-                Poll::NotFound => return Err(ResolveError::NotFound(key.clone())),
-                Poll::Failed(e) => return Err(e.into()),
-                Poll::Done(walked) => {
+                ChainPoll::Need(ChainNeed::GlobalEntry(key)) => {
+                    self.global_step(&mut walk, &key).await?
+                }
+                ChainPoll::Need(ChainNeed::Reservation(id)) => {
+                    self.hop_step(&mut walk, &id).await?
+                }
+                ChainPoll::NotFound => return Err(ResolveError::NotFound(key.clone())),
+                ChainPoll::Failed(e) => return Err(e.into()),
+                ChainPoll::Done(walked) => {
                     let member = walked.hint();
                     if member.is_past(self.members.get(key).await.as_ref()) {
                         self.members.insert(key.clone(), member).await;
@@ -788,7 +793,7 @@ impl Inner {
                     // as spoken by the DC that answered, so a peer speaking for
                     // another DC's reservation is caught by the walk.
                     if let (Ok(()), Some(entry), Some(segment)) = (&step, &entry, segment)
-                        && walk.poll() == &Poll::Need(Need::Reservation(entry.clone()))
+                        && walk.poll() == &ChainPoll::Need(ChainNeed::Reservation(entry.clone()))
                     {
                         step = walk.handle_segment(dc, segment, Source::Local);
                     }

@@ -124,7 +124,7 @@ impl Source {
 
 /// What the walk needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Need {
+pub enum ChainNeed {
     /// The key's global entry.
     GlobalEntry(Key),
     /// What the owning DC (`id.dc()`) knows about `id`.
@@ -176,9 +176,9 @@ impl Walked {
 
 /// Where the walk stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Poll {
+pub enum ChainPoll {
     /// Fetch this and hand it back.
-    Need(Need),
+    Need(ChainNeed),
     /// The key has no global entry: it was never reserved.
     NotFound,
     /// Done.
@@ -360,21 +360,26 @@ pub struct ChainWalk {
     seen: HashSet<ReservationId>,
     remote_round_trips: u32,
     cached_answers: u32,
-    state: Poll,
+    state: ChainPoll,
 }
 
 impl ChainWalk {
     /// A walk from `key`'s global entry.
     pub fn from_key(key: Key, hop_limit: usize) -> ChainWalk {
-        Self::start(key.clone(), None, Need::GlobalEntry(key), hop_limit)
+        Self::start(key.clone(), None, ChainNeed::GlobalEntry(key), hop_limit)
     }
 
     /// A walk of `key`'s chain from a known member `id` (e.g. a cached global entry).
     pub fn from_reservation(key: Key, id: ReservationId, hop_limit: usize) -> ChainWalk {
-        Self::start(key, Some(id.clone()), Need::Reservation(id), hop_limit)
+        Self::start(key, Some(id.clone()), ChainNeed::Reservation(id), hop_limit)
     }
 
-    fn start(key: Key, entry: Option<ReservationId>, need: Need, hop_limit: usize) -> ChainWalk {
+    fn start(
+        key: Key,
+        entry: Option<ReservationId>,
+        need: ChainNeed,
+        hop_limit: usize,
+    ) -> ChainWalk {
         ChainWalk {
             key,
             hop_limit: hop_limit.min(HOP_LIMIT_MAX),
@@ -389,7 +394,7 @@ impl ChainWalk {
             jumps: Vec::new(),
             remote_round_trips: 0,
             cached_answers: 0,
-            state: Poll::Need(need),
+            state: ChainPoll::Need(need),
         }
     }
 
@@ -397,14 +402,16 @@ impl ChainWalk {
     /// known, instead of walking from the entry. Call before the first answer.
     pub fn with_hint(mut self, hint: Option<Shortcut>) -> ChainWalk {
         self.hint = hint;
-        if let (Some(entry), Poll::Need(Need::Reservation(_))) = (self.entry.clone(), &self.state) {
+        if let (Some(entry), ChainPoll::Need(ChainNeed::Reservation(_))) =
+            (self.entry.clone(), &self.state)
+        {
             self.jump_from_start(entry);
         }
         self
     }
 
     /// What the walk needs, or its result.
-    pub fn poll(&self) -> &Poll {
+    pub fn poll(&self) -> &ChainPoll {
         &self.state
     }
 
@@ -427,7 +434,7 @@ impl ChainWalk {
     }
 
     fn fail(&mut self, error: ChainError) -> Result<(), ChainError> {
-        self.state = Poll::Failed(error.clone());
+        self.state = ChainPoll::Failed(error.clone());
         Err(error)
     }
 
@@ -442,17 +449,17 @@ impl ChainWalk {
         entry: Option<ReservationId>,
         source: Source,
     ) -> Result<(), ChainError> {
-        if !matches!(self.state, Poll::Need(Need::GlobalEntry(_))) {
+        if !matches!(self.state, ChainPoll::Need(ChainNeed::GlobalEntry(_))) {
             return self.fail(ChainError::Unexpected);
         }
         self.count(source);
         let Some(id) = entry else {
-            self.state = Poll::NotFound;
+            self.state = ChainPoll::NotFound;
             return Ok(());
         };
         self.seen.insert(id.clone());
         self.entry = Some(id.clone());
-        self.state = Poll::Need(Need::Reservation(id.clone()));
+        self.state = ChainPoll::Need(ChainNeed::Reservation(id.clone()));
         self.jump_from_start(id);
         Ok(())
     }
@@ -477,7 +484,7 @@ impl ChainWalk {
             to: to.to.clone(),
             taken: false,
         });
-        self.state = Poll::Need(Need::Reservation(to.to));
+        self.state = ChainPoll::Need(ChainNeed::Reservation(to.to));
         self.purpose = Purpose::Jump {
             token: to.token,
             fallback: from,
@@ -492,7 +499,7 @@ impl ChainWalk {
         answered_by: &DcId,
         source: Source,
     ) -> Result<(), ChainError> {
-        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+        let ChainPoll::Need(ChainNeed::Reservation(at)) = self.state.clone() else {
             return self.fail(ChainError::Unexpected);
         };
         self.count(source);
@@ -509,14 +516,14 @@ impl ChainWalk {
     /// along links the shortcut skipped, which may be more than the hop
     /// limit. A consult of the start is given up (`Ok(None)`: poll again).
     pub fn handle_unreachable(&mut self) -> Result<Option<ReservationId>, ChainError> {
-        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+        let ChainPoll::Need(ChainNeed::Reservation(at)) = self.state.clone() else {
             self.fail(ChainError::Unexpected)?;
             return Ok(None);
         };
         match std::mem::replace(&mut self.purpose, Purpose::Follow) {
             Purpose::Follow | Purpose::Jump { .. } => Ok(Some(at)),
             Purpose::Consult { resume } => {
-                self.state = Poll::Need(Need::Reservation(resume));
+                self.state = ChainPoll::Need(ChainNeed::Reservation(resume));
                 Ok(None)
             }
         }
@@ -534,7 +541,7 @@ impl ChainWalk {
         hint: Option<Shortcut>,
         source: Source,
     ) -> Result<(), ChainError> {
-        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+        let ChainPoll::Need(ChainNeed::Reservation(at)) = self.state.clone() else {
             return self.fail(ChainError::Unexpected);
         };
         if self.purpose != Purpose::Follow {
@@ -564,7 +571,7 @@ impl ChainWalk {
         }
         self.seen.insert(link.to.clone());
         self.floor = Some(link.token);
-        self.state = Poll::Need(Need::Reservation(link.to.clone()));
+        self.state = ChainPoll::Need(ChainNeed::Reservation(link.to.clone()));
         let at = link.to.clone();
         self.links.push(link);
         self.link_sources.push(source);
@@ -582,14 +589,14 @@ impl ChainWalk {
         match std::mem::replace(&mut self.purpose, Purpose::Follow) {
             Purpose::Jump { fallback, .. } => {
                 // The target may still be met along the links, honestly.
-                if let Poll::Need(Need::Reservation(target)) = &self.state {
+                if let ChainPoll::Need(ChainNeed::Reservation(target)) = &self.state {
                     self.seen.remove(target);
                 }
-                self.state = Poll::Need(Need::Reservation(fallback));
+                self.state = ChainPoll::Need(ChainNeed::Reservation(fallback));
                 Ok(())
             }
             Purpose::Consult { resume } => {
-                self.state = Poll::Need(Need::Reservation(resume));
+                self.state = ChainPoll::Need(ChainNeed::Reservation(resume));
                 Ok(())
             }
             Purpose::Follow => self.fail(ChainError::Inconsistent {
@@ -606,13 +613,13 @@ impl ChainWalk {
         segment: Segment,
         source: Source,
     ) -> Result<(), ChainError> {
-        let Poll::Need(Need::Reservation(at)) = self.state.clone() else {
+        let ChainPoll::Need(ChainNeed::Reservation(at)) = self.state.clone() else {
             return self.fail(ChainError::Unexpected);
         };
         self.count(source);
         if let Purpose::Consult { resume } = self.purpose.clone() {
             self.purpose = Purpose::Follow;
-            self.state = Poll::Need(Need::Reservation(resume.clone()));
+            self.state = ChainPoll::Need(ChainNeed::Reservation(resume.clone()));
             if segment.key == self.key
                 && let Some(shortcut) = segment.shortcut
                 && self.worth_jumping(&shortcut)
@@ -646,7 +653,7 @@ impl ChainWalk {
         if let Some(tail) = segment.tail {
             // Invariant: `entry` is set before any reservation is needed.
             let entry = self.entry.clone().expect("entry known before segments");
-            self.state = Poll::Done(Walked {
+            self.state = ChainPoll::Done(Walked {
                 entry,
                 links: std::mem::take(&mut self.links),
                 link_sources: std::mem::take(&mut self.link_sources),
@@ -658,7 +665,7 @@ impl ChainWalk {
             });
             return Ok(());
         }
-        self.state = Poll::Need(Need::Reservation(at.clone()));
+        self.state = ChainPoll::Need(ChainNeed::Reservation(at.clone()));
         if let Some(shortcut) = segment.shortcut
             && self.worth_jumping(&shortcut)
         {
@@ -674,7 +681,7 @@ impl ChainWalk {
             if self.hops() >= self.hop_limit {
                 return self.fail(ChainError::TooLong(self.hop_limit));
             }
-            self.state = Poll::Need(Need::Reservation(entry));
+            self.state = ChainPoll::Need(ChainNeed::Reservation(entry));
             self.purpose = Purpose::Consult { resume: at };
         }
         Ok(())
@@ -818,13 +825,13 @@ mod tests {
     fn needs(walk: &ChainWalk, at: &str) {
         assert_eq!(
             walk.poll(),
-            &Poll::Need(Need::Reservation(id(at))),
+            &ChainPoll::Need(ChainNeed::Reservation(id(at))),
             "{walk:?}"
         );
     }
 
     fn done(walk: &ChainWalk) -> &Walked {
-        let Poll::Done(done) = walk.poll() else {
+        let ChainPoll::Done(done) = walk.poll() else {
             panic!("{:?}", walk.poll())
         };
         done
@@ -833,7 +840,7 @@ mod tests {
     #[test]
     fn walk_follows_links_across_dcs_and_counts_round_trips() {
         let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
-        assert_eq!(walk.poll(), &Poll::Need(Need::GlobalEntry(key())));
+        assert_eq!(walk.poll(), &ChainPoll::Need(ChainNeed::GlobalEntry(key())));
         walk.handle_global(Some(id("iad.1")), Source::Cache)
             .unwrap();
         needs(&walk, "iad.1");
@@ -863,7 +870,7 @@ mod tests {
     fn missing_global_entry_is_not_found() {
         let mut walk = ChainWalk::from_key(key(), HOP_LIMIT_DEFAULT);
         walk.handle_global(None, Source::Remote).unwrap();
-        assert_eq!(walk.poll(), &Poll::NotFound);
+        assert_eq!(walk.poll(), &ChainPoll::NotFound);
     }
 
     #[test]
@@ -883,7 +890,7 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(err, ChainError::Cycle(id("iad.1")));
-        assert_eq!(walk.poll(), &Poll::Failed(err));
+        assert_eq!(walk.poll(), &ChainPoll::Failed(err));
     }
 
     #[test]

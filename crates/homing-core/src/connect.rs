@@ -37,7 +37,7 @@ use thiserror::Error;
 
 use crate::DcLeaseState;
 use crate::actor::ActorId;
-use crate::chain::{ChainError, ChainWalk, Need, Poll, Segment, Shortcut, Source};
+use crate::chain::{ChainError, ChainNeed, ChainPoll, ChainWalk, Segment, Shortcut, Source};
 use crate::dc::DcId;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
@@ -378,15 +378,17 @@ impl Connect {
     pub fn poll(&self) -> ConnectPoll {
         match &self.phase {
             Phase::Walking(walk) => match walk.poll() {
-                Poll::Need(Need::GlobalEntry(key)) => {
+                ChainPoll::Need(ChainNeed::GlobalEntry(key)) => {
                     ConnectPoll::Need(ConnectNeed::GlobalEntry(key.clone()))
                 }
-                Poll::Need(Need::Reservation(id)) => {
+                ChainPoll::Need(ChainNeed::Reservation(id)) => {
                     ConnectPoll::Need(ConnectNeed::Reservation(id.clone()))
                 }
                 // `handle_global`/`handle_segment` move on from these at once.
-                Poll::NotFound | Poll::Done(_) => ConnectPoll::Failed(ConnectError::Unexpected),
-                Poll::Failed(e) => ConnectPoll::Failed(e.clone().into()),
+                ChainPoll::NotFound | ChainPoll::Done(_) => {
+                    ConnectPoll::Failed(ConnectError::Unexpected)
+                }
+                ChainPoll::Failed(e) => ConnectPoll::Failed(e.clone().into()),
             },
             Phase::Allocating(_) => ConnectPoll::Need(ConnectNeed::Allocate),
             Phase::Creating(_, record, _) => ConnectPoll::Need(ConnectNeed::Write {
@@ -409,7 +411,7 @@ impl Connect {
                 ConnectPoll::Need(ConnectNeed::Confirm(succession.clone()))
             }
             Phase::SeekingSuccessor(walk) => match walk.poll() {
-                Poll::Need(Need::Reservation(id)) => {
+                ChainPoll::Need(ChainNeed::Reservation(id)) => {
                     ConnectPoll::Need(ConnectNeed::Successor(id.clone()))
                 }
                 _ => ConnectPoll::Failed(ConnectError::Unexpected),
@@ -479,7 +481,7 @@ impl Connect {
             return false;
         };
         match walk.poll() {
-            Poll::Need(Need::Reservation(id)) if id.dc() != &self.local => {}
+            ChainPoll::Need(ChainNeed::Reservation(id)) if id.dc() != &self.local => {}
             _ => return false,
         }
         match walk.handle_unreachable() {
@@ -514,7 +516,7 @@ impl Connect {
         let Phase::SeekingSuccessor(walk) = &mut self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let Poll::Need(Need::Reservation(at)) = walk.poll().clone() else {
+        let ChainPoll::Need(ChainNeed::Reservation(at)) = walk.poll().clone() else {
             return self.fail(ConnectError::Unexpected);
         };
         match succession {
@@ -643,9 +645,9 @@ impl Connect {
             return;
         };
         match walk.poll().clone() {
-            Poll::Need(_) | Poll::Failed(_) => {}
-            Poll::NotFound => self.phase = Phase::Allocating(Plan::First),
-            Poll::Done(walked) => self.at_tail(walked.tail),
+            ChainPoll::Need(_) | ChainPoll::Failed(_) => {}
+            ChainPoll::NotFound => self.phase = Phase::Allocating(Plan::First),
+            ChainPoll::Done(walked) => self.at_tail(walked.tail),
         }
     }
 

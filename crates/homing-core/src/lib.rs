@@ -49,8 +49,8 @@ pub mod wire;
 pub use access::{Identity, Role, authorize};
 pub use actor::ActorId;
 pub use chain::{
-    ChainError, ChainWalk, Jump, Link, LocalSegment, Need, Poll, Segment, SegmentError, Shortcut,
-    Source, Walked,
+    ChainError, ChainNeed, ChainPoll, ChainWalk, Jump, Link, LocalSegment, Segment, SegmentError,
+    Shortcut, Source, Walked,
 };
 pub use connect::{
     AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, ShortcutNotice,

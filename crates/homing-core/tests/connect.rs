@@ -5,8 +5,8 @@
 mod world;
 
 use homing_core::{
-    AcquireReply, ActorId, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId, FencingToken,
-    HostTime, Key, KeyName, Poll, RecordState, ReservationId, Tag, TailState,
+    AcquireReply, ActorId, ChainPoll, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
+    FencingToken, HostTime, Key, KeyName, RecordState, ReservationId, Tag, TailState,
     chain::HOP_LIMIT_DEFAULT,
 };
 use homing_core::{Grant, Holder};
@@ -103,7 +103,7 @@ fn connect_recreate_elsewhere_links_the_tail_and_resolve_follows_it() {
         "one read of the remote tail, one link"
     );
 
-    let Poll::Done(walked) = world.resolve(&dc("sin"), &key()) else {
+    let ChainPoll::Done(walked) = world.resolve(&dc("sin"), &key()) else {
         panic!()
     };
     assert_eq!(walked.tail.id, second);
@@ -200,7 +200,7 @@ fn resolve_a_chain_revisiting_a_dc_costs_one_round_trip_per_hop() {
     world.release(&b, t);
     let (c, _) = acquired(&acquire(&mut world, "iad", "c1"));
     assert_eq!(c.to_string(), "iad.2");
-    let Poll::Done(walked) = world.resolve(&dc("sin"), &key()) else {
+    let ChainPoll::Done(walked) = world.resolve(&dc("sin"), &key()) else {
         panic!()
     };
     assert_eq!(walked.links.len(), 2);
@@ -301,7 +301,7 @@ fn connect_takes_over_an_expired_dc_tail_above_its_token_bound_and_others_follow
         .handle_successor(taken.link.clone(), None, homing_core::Source::Remote)
         .unwrap();
     assert!(
-        matches!(resolve_walk.poll(), Poll::Need(homing_core::Need::Reservation(id)) if *id == grant.reservation)
+        matches!(resolve_walk.poll(), ChainPoll::Need(homing_core::ChainNeed::Reservation(id)) if *id == grant.reservation)
     );
 }
 
@@ -361,7 +361,7 @@ fn a_mover_that_loses_its_confirmation_to_a_takeover_links_itself_to_the_taker_a
         .get(linked)
         .expect("the loser's own succession is recorded");
     assert_eq!(own.link.to, taker);
-    let Poll::Done(walked) = world.resolve(&dc("fra"), &key()) else {
+    let ChainPoll::Done(walked) = world.resolve(&dc("fra"), &key()) else {
         panic!()
     };
     assert_eq!(

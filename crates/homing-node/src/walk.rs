@@ -12,8 +12,8 @@
 //! never reserved), or why not; remember [`Walked::hint`] for the next walk.
 
 use homing_core::{
-    ChainWalk, DcId, ErrorKind, ErrorReply, Key, Need, Poll, ReservationId, Segment, Shortcut,
-    Source, Walked,
+    ChainNeed, ChainPoll, ChainWalk, DcId, ErrorKind, ErrorReply, Key, ReservationId, Segment,
+    Shortcut, Source, Walked,
 };
 
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, unasked};
@@ -61,14 +61,14 @@ impl Walk {
             return WalkPoll::Done(Err(failure.clone()));
         }
         match self.walk.poll() {
-            Poll::Need(Need::GlobalEntry(key)) => WalkPoll::Global(GlobalOp::Entry {
+            ChainPoll::Need(ChainNeed::GlobalEntry(key)) => WalkPoll::Global(GlobalOp::Entry {
                 key: key.clone(),
                 read: GlobalRead::Latest,
             }),
-            Poll::Need(Need::Reservation(id)) => WalkPoll::Segment(id.clone()),
-            Poll::NotFound => WalkPoll::Done(Ok(None)),
-            Poll::Done(walked) => WalkPoll::Done(Ok(Some(walked.clone()))),
-            Poll::Failed(e) => WalkPoll::Done(Err(Failure::Refused(ErrorReply::new(
+            ChainPoll::Need(ChainNeed::Reservation(id)) => WalkPoll::Segment(id.clone()),
+            ChainPoll::NotFound => WalkPoll::Done(Ok(None)),
+            ChainPoll::Done(walked) => WalkPoll::Done(Ok(Some(walked.clone()))),
+            ChainPoll::Failed(e) => WalkPoll::Done(Err(Failure::Refused(ErrorReply::new(
                 ErrorKind::Inconsistent,
                 e.to_string(),
             )))),
@@ -89,7 +89,7 @@ impl Walk {
     /// What the DC of the reservation [`WalkPoll::Segment`] named answered,
     /// or why it did not.
     pub fn handle_segment(&mut self, answer: Result<Segment, Failure>) {
-        let Poll::Need(Need::Reservation(id)) = self.walk.poll() else {
+        let ChainPoll::Need(ChainNeed::Reservation(id)) = self.walk.poll() else {
             panic!("walk: a segment it did not ask for");
         };
         let dc = id.dc().clone();

@@ -8,8 +8,8 @@
 mod world;
 
 use homing_core::{
-    AcquireReply, ActorId, Connect, ConnectPoll, DcId, HostTime, Key, KeyName, Poll, RecordState,
-    RenewReply, TailState, chain::HOP_LIMIT_DEFAULT,
+    AcquireReply, ActorId, ChainPoll, Connect, ConnectPoll, DcId, HostTime, Key, KeyName,
+    RecordState, RenewReply, TailState, chain::HOP_LIMIT_DEFAULT,
 };
 use homing_core::{Grant, Holder};
 use world::{World, lease_of};
@@ -82,7 +82,7 @@ fn resolve(
     key: &Key,
 ) -> Option<homing_core::Walked> {
     match world.resolve(&dc(router), key) {
-        Poll::Done(walked) => {
+        ChainPoll::Done(walked) => {
             let mut hops = vec![walked.entry.to_string()];
             hops.extend(walked.links.iter().map(|l| l.to.to_string()));
             let state = match &walked.tail.state {

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcLeaseState, DcRecord, DcStanding,
-    FencingToken, Key, LeasePolicy, LinkReply, LocalSegment, Need, Poll, ReleaseReply,
+    ChainNeed, ChainPoll, ChainWalk, Connect, ConnectNeed, ConnectPoll, DcId, DcLeaseState,
+    DcRecord, DcStanding, FencingToken, Key, LeasePolicy, LinkReply, LocalSegment, ReleaseReply,
     ReservationId, Segment, SegmentError, Source, StoreTime, Succession, TakeOverReply,
     TakeoverPolicy, Written, chain::HOP_LIMIT_DEFAULT,
 };
@@ -214,15 +214,15 @@ impl World {
 
     /// A router attached to `router_dc` resolves `key`: the global read is
     /// local, every DC other than the router's costs one round trip.
-    pub fn resolve(&mut self, router_dc: &DcId, key: &Key) -> Poll {
+    pub fn resolve(&mut self, router_dc: &DcId, key: &Key) -> ChainPoll {
         let mut walk = ChainWalk::from_key(key.clone(), HOP_LIMIT_DEFAULT);
         loop {
             match walk.poll().clone() {
-                Poll::Need(Need::GlobalEntry(key)) => {
+                ChainPoll::Need(ChainNeed::GlobalEntry(key)) => {
                     walk.handle_global(self.global.get(&key).cloned(), Source::Local)
                         .ok();
                 }
-                Poll::Need(Need::Reservation(id)) => {
+                ChainPoll::Need(ChainNeed::Reservation(id)) => {
                     let source = Source::of_dc(router_dc, id.dc());
                     match self.segment(&id) {
                         Ok(segment) => {
