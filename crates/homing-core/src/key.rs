@@ -58,7 +58,7 @@ label_type!(
 #[allow(clippy::derivable_impls)]
 impl Default for Namespace {
     fn default() -> Self {
-        Namespace("".into())
+        Namespace(crate::label::shared_text(""))
     }
 }
 
@@ -221,8 +221,8 @@ impl<'a> KeyRef<'a> {
         // Invariant: both parts were checked (by `new`, or by the `Key`
         // this was borrowed from).
         Key {
-            namespace: Namespace(self.namespace.into()),
-            name: KeyName(self.name.into()),
+            namespace: Namespace(crate::label::shared_text(self.namespace)),
+            name: KeyName(crate::label::shared_text(self.name)),
         }
     }
 }

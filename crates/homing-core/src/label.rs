@@ -143,17 +143,29 @@ impl LabelRule {
     }
 }
 
+/// The empty text every empty label shares (the default namespace is in
+/// most keys): no allocation per key for it.
+pub(crate) fn shared_text(text: &str) -> std::sync::Arc<str> {
+    static EMPTY: std::sync::LazyLock<std::sync::Arc<str>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::from(""));
+    if text.is_empty() {
+        EMPTY.clone()
+    } else {
+        std::sync::Arc::from(text)
+    }
+}
+
 /// Declares a validated string newtype: constructor through `LabelRule`,
 /// `Display`, `FromStr`, `AsRef<str>`, and serde as the plain string (so a
 /// decoded value went through the same checks as a constructed one). The
-/// text is shared (`Arc<str>`): labels never change once made, and keys,
-/// DC names and reservation IDs are cloned into every request, record,
-/// cache entry and chain walk, so a clone is a count, not a copy.
+/// text is shared (`Arc<str>`, one allocation when made, none for the
+/// empty text): labels never change once made, and keys, DC names and
+/// reservation IDs are cloned into every request, record, cache entry and
+/// chain walk, so a clone is a count, not a copy.
 macro_rules! label_type {
     ($(#[$meta:meta])* $name:ident, $rule:expr) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize)]
-        #[serde(try_from = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $name(std::sync::Arc<str>);
 
         /// Serialized as the plain string, borrowed (no copy per encode).
@@ -163,12 +175,32 @@ macro_rules! label_type {
             }
         }
 
+        /// Decoded from the plain string through the same checks as
+        /// [`Self::new`]; a refusal is also noted for `wire::decode`'s error.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Text;
+                impl serde::de::Visitor<'_> for Text {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<$name, E> {
+                        $name::new(text)
+                            .inspect_err($crate::label::note_refused)
+                            .map_err(E::custom)
+                    }
+                }
+                deserializer.deserialize_str(Text)
+            }
+        }
+
         impl $name {
             /// Validates `text`; the error names the rule it broke.
-            pub fn new(text: impl Into<String>) -> Result<Self, $crate::label::LabelError> {
-                let text = text.into();
-                $rule.check(&text)?;
-                Ok(Self(text.into()))
+            pub fn new(text: impl AsRef<str>) -> Result<Self, $crate::label::LabelError> {
+                let text = text.as_ref();
+                $rule.check(text)?;
+                Ok(Self($crate::label::shared_text(text)))
             }
 
             /// Checks `text` as [`Self::new`] would, without taking it (no
@@ -185,9 +217,8 @@ macro_rules! label_type {
 
         impl TryFrom<String> for $name {
             type Error = $crate::label::LabelError;
-            /// The serde path: a refusal is also noted for `wire::decode`'s error.
             fn try_from(text: String) -> Result<Self, Self::Error> {
-                Self::new(text).inspect_err($crate::label::note_refused)
+                Self::new(text)
             }
         }
 
