@@ -449,7 +449,7 @@ impl Sim {
         if !self.dcs[d].up || self.dcs[d].epoch != epoch {
             return;
         }
-        let Some((task, _)) = self.dcs[d].lease.parked.remove(&tid) else {
+        let Some((task, op)) = self.dcs[d].lease.parked.remove(&tid) else {
             return;
         };
         self.measurements.count(Counter::WriteMarksWaitTimedOut);
@@ -458,7 +458,7 @@ impl Sim {
             d,
             "the global store has not acknowledged the marks the record needs in time",
         );
-        self.store_failed(d, tid, task, Asked::DcStore, e);
+        self.store_failed(d, tid, task, op.asked(), e);
     }
 
     /// A global read or write of task `tid` failed: the DC is cut off.
@@ -476,9 +476,10 @@ impl Sim {
         self.store_failed(d, tid, task, Asked::Global, e);
     }
 
-    /// A store operation of task `tid`, `asked` of the DC's store or the
-    /// global store, failed with `e` (an unreachable store): each kind of
-    /// task handles it as homingd's driver does.
+    /// A store operation of task `tid` failed with `e` (an unreachable
+    /// store); `asked` says which: an operation of the DC's store, a
+    /// segment read from it, or the global store. Each kind of task
+    /// handles it as homingd's driver does.
     pub(crate) fn store_failed(
         &mut self,
         d: usize,
