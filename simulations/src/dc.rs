@@ -25,19 +25,19 @@ use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LinkReply, LocalSegment,
-    Reply, Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source,
-    Succession, TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LocalSegment, Reply,
+    Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source, Succession,
+    TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::StoreError;
 use homing_store::memory::MemoryDc;
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Arrival, Cancellations,
-    Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, LinkOnwardPoll, Mutations,
-    NodeTime, Reconcile, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, UpdatePoll, Upkeep,
-    WaitLimits, Waiters, answered, owned_here, segment_failure,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Answer, Arrival,
+    Cancellations, Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, Mutations,
+    NodeTime, Reconcile, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits,
+    Waiters, answered, owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -174,7 +174,7 @@ impl Dc {
 
     /// The succession of `from` this DC knows the global store has
     /// (homingd's `Node::confirm` answers from it without a write).
-    fn succession_of(&self, from: &ReservationId) -> Option<Succession> {
+    pub(crate) fn succession_of(&self, from: &ReservationId) -> Option<Succession> {
         self.successions.get(from).cloned()
     }
 
@@ -608,11 +608,10 @@ impl Sim {
             }
         };
         let mut task = Task::new(client, rpc, key, kind);
-        let next = match &mut task.kind {
-            TaskKind::Update(update) => update_next(update),
-            TaskKind::Link(_) => self.link_step(d, &mut task),
-            _ => self.acquire_step(d, &mut task),
-        };
+        if !matches!(task.kind, TaskKind::Acquire(_)) {
+            return self.step_start(d, task);
+        }
+        let next = self.acquire_step(d, &mut task);
         let tid = self.new_task_id(d);
         self.dc_continue(d, tid, task, next);
     }
@@ -1333,20 +1332,30 @@ impl Sim {
             }
             op => op,
         };
-        // The walks of drains and the proofs of upkeep passes go to their
+        // The proofs of upkeep passes and the walks of drains go to their
         // drivers; acquires, resolves and segment answers go on below.
         match task.kind {
             TaskKind::Upkeep => return self.upkeep_store_done(d, tid, task, op),
-            TaskKind::Drain(_) => return self.drain_store_done(d, tid, task, op),
-            TaskKind::Acquire(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
-            TaskKind::Await(_)
-            | TaskKind::Update(_)
+            TaskKind::Update(_)
             | TaskKind::Link(_)
-            | TaskKind::Watch(_)
-            | TaskKind::Scan
+            | TaskKind::Drain(_)
             | TaskKind::DrainScope(_)
-            | TaskKind::KeyRead(_)
-            | TaskKind::Reconcile(_) => {
+            | TaskKind::KeyRead(_) => {
+                // A walk reads the entry's latest replica and its chain.
+                let answer = match op {
+                    StoreOp::GlobalGet { key, .. } => {
+                        let entry = self.global.get(&key).cloned();
+                        Answer::Global(Ok(GlobalAnswer::Entry(entry)))
+                    }
+                    StoreOp::Segment(id) => {
+                        Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
+                    }
+                    StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
+                };
+                return self.step_answered(d, tid, task, answer);
+            }
+            TaskKind::Acquire(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
+            TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan | TaskKind::Reconcile(_) => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
@@ -1429,16 +1438,22 @@ impl Sim {
     /// task's stepper takes the answer.
     fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
         let now = self.dcs[d].clock.store_time(self.now);
+        if matches!(task.kind, TaskKind::Drain(_)) && stored == Ok(Stored::Written(Written::Yes)) {
+            self.measurements.count(Counter::KeyDrained);
+        }
         let next = match (&mut task.kind, stored) {
-            // These answer their caller a failed store operation's error.
             (
                 TaskKind::Update(_)
                 | TaskKind::Link(_)
-                | TaskKind::Watch(_)
-                | TaskKind::Scan
+                | TaskKind::Drain(_)
+                | TaskKind::DrainScope(_)
                 | TaskKind::KeyRead(_),
-                Err(failure),
-            ) => Next::Reply(Reply::Error(failure.into_reply())),
+                stored,
+            ) => return self.step_answered(d, tid, task, Answer::Stored(stored)),
+            // These answer their caller a failed store operation's error.
+            (TaskKind::Watch(_) | TaskKind::Scan, Err(failure)) => {
+                Next::Reply(Reply::Error(failure.into_reply()))
+            }
             (TaskKind::Await(_), stored) => return self.await_stored(d, tid, task, stored),
             (TaskKind::Upkeep, stored) => {
                 self.dcs[d].upkeep.handle_stored(stored, now);
@@ -1448,22 +1463,8 @@ impl Sim {
                 reconcile.handle_stored(stored, now);
                 return self.reconcile_drive(d, tid, task);
             }
-            (TaskKind::Drain(job), stored) => {
-                let written = stored == Ok(Stored::Written(Written::Yes));
-                job.drain.handle_stored(stored, now);
-                if written {
-                    self.measurements.count(Counter::KeyDrained);
-                }
-                return self.drain_drive(d, tid, task);
-            }
             (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
-            (TaskKind::DrainScope(_), stored) => {
-                return self.drain_scope_stored(d, tid, task, stored);
-            }
-            (TaskKind::KeyRead(_), Ok(stored)) => {
-                return self.key_read_stored(d, tid, task, stored);
-            }
             (TaskKind::Acquire(job), stored) => {
                 let stored = stored.unwrap_or_else(|failure| {
                     unreachable!(
@@ -1473,53 +1474,11 @@ impl Sim {
                 job.acquire.handle_stored(stored, now);
                 self.acquire_step(d, &mut task)
             }
-            (TaskKind::Update(update), Ok(stored)) => {
-                update.handle_stored(stored, now);
-                update_next(update)
-            }
-            (TaskKind::Link(link), Ok(stored)) => {
-                link.handle_stored(stored, now);
-                self.link_step(d, &mut task)
-            }
             (TaskKind::Segment | TaskKind::Resolve(_), _) => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
             }
         };
         self.dc_continue(d, tid, task, next);
-    }
-
-    /// What a link task does next, as homing-node's [`LinkOnward`] says:
-    /// its store operations, or its confirmation, a global write that lands
-    /// after the global store's delay (`dc_global_set`), or its answer.
-    fn link_step(&mut self, d: usize, task: &mut Task) -> Next {
-        let TaskKind::Link(link) = &mut task.kind else {
-            unreachable!("a link task")
-        };
-        loop {
-            match link.poll() {
-                LinkOnwardPoll::Store(op) => return Next::Store(StoreOp::Dc(op)),
-                LinkOnwardPoll::Global(GlobalOp::Confirm(succession)) => {
-                    match self.dcs[d].succession_of(&succession.link.from) {
-                        Some(recorded) => link.handle_global(GlobalAnswer::Confirmed(recorded)),
-                        None => {
-                            let key = self.keys[task.key as usize].clone();
-                            return Next::GlobalWrite(key, GlobalWrite::Confirm(succession));
-                        }
-                    }
-                }
-                LinkOnwardPoll::Global(op) => unreachable!("a link only confirms: {op:?}"),
-                LinkOnwardPoll::Done(done) => {
-                    match &done {
-                        Ok(_) if link.superseded() => {
-                            self.measurements.count(Counter::LinkRefusedSuperseded)
-                        }
-                        Ok(reply) => self.measurements.count(link_counter(reply)),
-                        Err(_) => {}
-                    }
-                    return Next::Reply(done.map_or_else(Reply::Error, Reply::Link));
-                }
-            }
-        }
     }
 
     /// An update task for our reservation `id`.
@@ -1597,9 +1556,8 @@ impl Sim {
                 job.acquire.handle_global(landed);
                 self.acquire_step(d, &mut task)
             }
-            (TaskKind::Link(link), landed) => {
-                link.handle_global(landed);
-                self.link_step(d, &mut task)
+            (TaskKind::Link(_), landed) => {
+                return self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
             }
             _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),
         };
@@ -1882,30 +1840,6 @@ impl Sim {
         }
         let view = view!(self);
         self.checker.on_restart(&view, d);
-    }
-}
-
-/// What an update task does next, as homing-node's [`Update`] says.
-pub(crate) fn update_next(update: &mut Update) -> Next {
-    match update.poll() {
-        UpdatePoll::Store(op) => Next::Store(StoreOp::Dc(op)),
-        UpdatePoll::Done(changed) => match changed.into_reply() {
-            Some(reply) => Next::Reply(reply),
-            None => Next::Reply(error(ErrorKind::Internal, "a change without a reply")),
-        },
-        UpdatePoll::Failed(e) => Next::Reply(Reply::Error(e.reply())),
-    }
-}
-
-/// The counter of a link's answer.
-fn link_counter(reply: &LinkReply) -> Counter {
-    match reply {
-        LinkReply::Linked => Counter::LinkLinked,
-        LinkReply::AlreadyLinked(_) => Counter::LinkAlreadyLinked,
-        LinkReply::StillActive { .. } => Counter::LinkStillActive,
-        LinkReply::TokenMoved { .. } => Counter::LinkTokenMoved,
-        LinkReply::Abandoned => Counter::LinkAbandoned,
-        LinkReply::OtherKey => Counter::LinkOtherKey,
     }
 }
 

@@ -509,17 +509,13 @@ impl Sim {
                 }
                 return self.upkeep_drive(d, tid, task);
             }
-            TaskKind::Drain(job) => {
-                // A drain reads the global store and its chain only while it walks.
-                match asked {
-                    Asked::DcStore => {
-                        let now = self.dcs[d].clock.store_time(self.now);
-                        job.drain.handle_stored(Err(failure), now);
-                    }
-                    Asked::Segment => job.drain.handle_segment(Err(failure)),
-                    Asked::Global => job.drain.handle_global(Err(failure)),
-                }
-                return self.drain_drive(d, tid, task);
+            TaskKind::Update(_)
+            | TaskKind::Link(_)
+            | TaskKind::Drain(_)
+            | TaskKind::DrainScope(_)
+            | TaskKind::KeyRead(_) => {
+                let answer = crate::stepper::failed_answer(asked, failure);
+                return self.step_answered(d, tid, task, answer);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
             TaskKind::Reconcile(reconcile) => {
@@ -527,19 +523,14 @@ impl Sim {
                 reconcile.handle_stored(Err(failure), now);
                 return self.reconcile_drive(d, tid, task);
             }
-            TaskKind::DrainScope(_) => return self.drain_scope_stored(d, tid, task, Err(failure)),
             // A failed read of its own segment still answers the entry.
             TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {
                 resolve.handle_segment(Err(failure), self.answers_for_tails(d));
                 Next::Reply(resolve.reply())
             }
-            TaskKind::Update(_)
-            | TaskKind::Link(_)
-            | TaskKind::Segment
-            | TaskKind::Resolve(_)
-            | TaskKind::Watch(_)
-            | TaskKind::Scan
-            | TaskKind::KeyRead(_) => Next::Reply(homing_core::Reply::Error(e)),
+            TaskKind::Segment | TaskKind::Resolve(_) | TaskKind::Watch(_) | TaskKind::Scan => {
+                Next::Reply(homing_core::Reply::Error(e))
+            }
         };
         self.dc_continue(d, tid, task, next);
     }

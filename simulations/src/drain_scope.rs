@@ -11,18 +11,18 @@
 use crate::counter::Counter;
 use std::collections::BTreeMap;
 
-use homing_core::{NamespaceScope, ReservationId, ScanCursor};
-use homing_node::{DrainScope, DrainScopePoll, Failure, Stored};
+use homing_core::{ErrorReply, NamespaceScope, ReservationId, ScanCursor};
+use homing_node::DrainScope;
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::dc::{Task, TaskKind};
 use crate::sim::{NodeId, Sim};
 use crate::trace::NO_KEY;
 
 /// One operator drain of a whole DC in progress.
 #[derive(Debug)]
 pub(crate) struct DrainScopeJob {
-    page: DrainScope,
+    pub(crate) page: DrainScope,
     /// Where the current page starts.
     after: Option<ScanCursor>,
     /// Failed tries of the current page.
@@ -30,7 +30,7 @@ pub(crate) struct DrainScopeJob {
     /// Renewable leases when the drain began, and their versions then.
     began: BTreeMap<ReservationId, u64>,
     /// Leases drained so far.
-    drained: u64,
+    pub(crate) drained: u64,
 }
 
 impl Sim {
@@ -61,8 +61,7 @@ impl Sim {
             NO_KEY,
             TaskKind::DrainScope(Box::new(job)),
         );
-        let tid = self.new_task_id(d);
-        self.drain_scope_drive(d, tid, task);
+        self.step_start(d, task);
     }
 
     /// DC `d`'s page of every namespace's records after `after`.
@@ -72,25 +71,13 @@ impl Sim {
         DrainScope::new(dc, scope, after, limit, policy, self.rules.mutations)
     }
 
-    /// Runs the page until it needs the store, or ends.
-    pub(crate) fn drain_scope_drive(&mut self, d: usize, tid: u64, mut task: Task) {
-        let TaskKind::DrainScope(job) = &mut task.kind else {
-            return;
-        };
-        let poll = job.page.poll();
-        while job.page.poll_drained().is_some() {
-            job.drained += 1;
-        }
-        let done = match poll {
-            DrainScopePoll::Store(op) => {
-                return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
-            }
-            DrainScopePoll::Done(done) => done,
-        };
-        let TaskKind::DrainScope(job) = task.kind else {
-            return;
-        };
-        let mut job = *job;
+    /// A page ended: the next one, the end, or the same page again.
+    pub(crate) fn drain_scope_paged(
+        &mut self,
+        d: usize,
+        mut job: DrainScopeJob,
+        done: Result<(u32, Option<ScanCursor>), ErrorReply>,
+    ) {
         match done {
             Ok((_, Some(next))) => {
                 job.page = self.drain_scope_page_at(d, Some(next.clone()));
@@ -100,22 +87,6 @@ impl Sim {
             Ok((_, None)) => self.drain_scope_end(d, job),
             Err(_) => self.drain_scope_retry(d, job),
         }
-    }
-
-    /// A store operation of the page completed (or failed: the page stops
-    /// and is tried again).
-    pub(crate) fn drain_scope_stored(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        stored: Result<Stored, Failure>,
-    ) {
-        let now = self.dcs[d].clock.store_time(self.now);
-        if let TaskKind::DrainScope(job) = &mut task.kind {
-            job.page.handle_stored(stored, now);
-        }
-        self.drain_scope_drive(d, tid, task);
     }
 
     /// The operator runs a failed page again, twenty times at most.

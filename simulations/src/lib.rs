@@ -39,6 +39,7 @@ mod scan;
 pub mod scenario;
 mod shutdown;
 pub mod sim;
+mod stepper;
 pub mod swarm;
 pub mod trace;
 mod upkeep;

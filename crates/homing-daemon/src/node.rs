@@ -1,7 +1,9 @@
-//! `Node`: one DC's request handler. It drives homing-core's steppers
-//! (connect, chain walk, local segment, record transitions) against this DC's
-//! stores and its peers; every decision is homing-core's, this module only
-//! performs the I/O they ask for and maps outcomes to replies.
+//! `Node`: one DC's request handler. It drives homing-node's steppers (the
+//! acquire and its wait, updates, links, drains, watches, resolves) against
+//! this DC's stores and its peers; the decisions are homing-node's (and the
+//! chain walk's and record transitions', homing-core's): this module
+//! performs the effects they ask for — most through one loop,
+//! [`Node::drive`] — and turns their outcomes into replies, logs and metrics.
 
 use homing_core::Grant;
 use std::hash::{BuildHasher, Hasher};
@@ -20,12 +22,11 @@ use homing_core::{
 use homing_net::Handler;
 use homing_node::cancel;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Arrival,
-    AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainPoll, DrainScope,
-    DrainScopePoll, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords,
-    KeyRecordsPoll, LinkOnward, LinkOnwardPoll, LogFollower, Mutations, Reconcile, ReconcileEvent,
-    ReconcilePoll, Resolve, ResolvePoll, Resumption, StoreOp, Stored, Update, UpdatePoll,
-    WatchPoll, WatchRead, answered, owned_here,
+    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival,
+    AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainScope, Effect,
+    GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower,
+    Mutations, NodeEvent, Reconcile, ReconcileEvent, ReconcilePoll, Resolve, ResolvePoll,
+    Resumption, Step, Stepper, StoreOp, Stored, Update, WatchPoll, WatchRead, answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -757,21 +758,53 @@ impl Node {
         }
     }
 
+    /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
+    /// hands back the [`Answer`], and acts on the events it notes.
+    async fn drive<S: Stepper>(&self, stepper: &mut S) -> S::Output {
+        loop {
+            let step = stepper.step();
+            while let Some(event) = stepper.poll_event() {
+                self.noted(event);
+            }
+            match step {
+                Step::Ask(effect) => {
+                    let answer = self.perform_effect(effect).await;
+                    stepper.answer(answer, store_now());
+                }
+                Step::Done(done) => return done,
+            }
+        }
+    }
+
+    /// Performs one of homing-node's effects, its failure classified.
+    async fn perform_effect(&self, effect: Effect) -> Answer {
+        match effect {
+            Effect::Store(op) => {
+                Answer::Stored(self.perform(op).await.map_err(|e| self.store_failure(e)))
+            }
+            Effect::Global(op) => Answer::Global(self.perform_global_op(op).await),
+            Effect::Segment(id) => Answer::Segment(self.segment(&id).await),
+            Effect::Forward { dc, key } => {
+                let answer = self.peers.drain(&dc, &key).await;
+                Answer::Forwarded(answer.map_err(|e| Failure::from(e).classify(&self.dc)))
+            }
+        }
+    }
+
+    /// What a stepper noted: a chain member to remember, a drain to log.
+    fn noted(&self, event: NodeEvent) {
+        match event {
+            NodeEvent::Learned { key, member } => self.remember(&key, member),
+            NodeEvent::Drained(id) => tracing::info!(reservation = %id, "drained"),
+        }
+    }
+
     /// Makes `change` to our record `id` with compare-and-set, re-reading
     /// and retrying on conflict, as homing-node's [`Update`] decides.
     async fn update(&self, id: &ReservationId, change: Change) -> Result<Changed, Failure> {
         let (dc, id) = (self.dc.clone(), id.clone());
         let mut update = Update::new(dc, id, change, self.policy, Mutations::NONE);
-        loop {
-            match update.poll() {
-                UpdatePoll::Store(op) => {
-                    let stored = self.perform(op).await?;
-                    update.handle_stored(stored, store_now());
-                }
-                UpdatePoll::Done(reply) => return Ok(reply),
-                UpdatePoll::Failed(e) => return Err(Failure::Reply(e.reply())),
-            }
-        }
+        self.drive(&mut update).await.map_err(Failure::Reply)
     }
 
     /// An acquire, or a host's retry of one still running here, which
@@ -1136,22 +1169,8 @@ impl Node {
         let (dc, scope, after) = (self.dc.clone(), scope.clone(), after.cloned());
         let limit = SCAN_LIMIT_MAX;
         let mut page = DrainScope::new(dc, scope, after, limit, self.policy, Mutations::NONE);
-        loop {
-            let poll = page.poll();
-            while let Some(id) = page.poll_drained() {
-                tracing::info!(reservation = %id, "drained");
-            }
-            match poll {
-                DrainScopePoll::Store(op) => {
-                    let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
-                    page.handle_stored(stored, store_now());
-                }
-                DrainScopePoll::Done(Ok((drained, next))) => {
-                    return Ok(Reply::DrainedPage { drained, next });
-                }
-                DrainScopePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
-            }
-        }
+        let (drained, next) = self.drive(&mut page).await.map_err(Failure::Reply)?;
+        Ok(Reply::DrainedPage { drained, next })
     }
 
     /// Admits the create of a key in `namespace`, as homing-node's
@@ -1339,29 +1358,17 @@ impl Node {
             policy,
             mutations,
         );
-        loop {
-            match link.poll() {
-                LinkOnwardPoll::Store(op) => {
-                    let stored = self.perform(op).await?;
-                    link.handle_stored(stored, store_now());
-                }
-                LinkOnwardPoll::Global(op) => {
-                    link.handle_global(self.perform_global(op, &mut None).await?)
-                }
-                LinkOnwardPoll::Done(done) => {
-                    let from = link.from();
-                    match &done {
-                        Ok(LinkReply::AlreadyLinked(winner)) if link.superseded() => {
-                            tracing::warn!(reservation = %from, successor = %winner,
-                                "a record whose move lost to a takeover now continues as the taker");
-                        }
-                        Ok(LinkReply::Linked) => tracing::info!(from = %from, to = %to, "linked"),
-                        _ => {}
-                    }
-                    return done.map(Reply::Link).map_err(Failure::Reply);
-                }
+        let done = self.drive(&mut link).await;
+        let from = link.from();
+        match &done {
+            Ok(LinkReply::AlreadyLinked(winner)) if link.superseded() => {
+                tracing::warn!(reservation = %from, successor = %winner,
+                    "a record whose move lost to a takeover now continues as the taker");
             }
+            Ok(LinkReply::Linked) => tracing::info!(from = %from, to = %to, "linked"),
+            _ => {}
         }
+        done.map(Reply::Link).map_err(Failure::Reply)
     }
 
     /// Drains `key` at its tail, here or forwarded once, as homing-node's
@@ -1378,32 +1385,10 @@ impl Node {
             Mutations::NONE,
         )
         .with_hint(hint);
-        loop {
-            let poll = drain.poll();
-            if let Some(member) = drain.take_learned() {
-                self.remember(&key, member);
-            }
-            match poll {
-                DrainPoll::Global(op) => drain.handle_global(self.perform_global_op(op).await),
-                DrainPoll::Segment(id) => drain.handle_segment(self.segment(&id).await),
-                DrainPoll::Store(op) => {
-                    let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
-                    drain.handle_stored(stored, store_now());
-                }
-                DrainPoll::Forward { dc, key } => {
-                    let answer = self.peers.drain(&dc, &key).await;
-                    let answer = answer.map_err(|e| Failure::from(e).classify(&self.dc));
-                    drain.handle_forwarded(answer);
-                }
-                DrainPoll::Done(Ok(drained)) => {
-                    if let Some(id) = drained {
-                        tracing::info!(reservation = %id, "drained");
-                    }
-                    return Ok(Reply::Drained);
-                }
-                DrainPoll::Done(Err(e)) => return Err(Failure::Reply(e)),
-            }
+        if let Some(id) = self.drive(&mut drain).await.map_err(Failure::Reply)? {
+            tracing::info!(reservation = %id, "drained");
         }
+        Ok(Reply::Drained)
     }
 
     async fn inspect(&self, key: Key) -> Result<Reply, Failure> {
@@ -1414,10 +1399,7 @@ impl Node {
 
     /// This DC's records of one key, as homing-node's [`KeyRecords`] reads them.
     async fn key_records(&self, mut read: KeyRecords) -> Result<Vec<DcRecord>, Failure> {
-        while let KeyRecordsPoll::Store(op) = read.poll() {
-            read.handle_stored(self.perform(op.clone()).await?);
-        }
-        Ok(read.into_records())
+        self.drive(&mut read).await.map_err(Failure::Reply)
     }
 
     async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {

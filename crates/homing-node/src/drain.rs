@@ -25,6 +25,7 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
+use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
 use crate::update::{Update, UpdatePoll};
 use crate::walk::{Walk, WalkPoll};
 
@@ -111,7 +112,7 @@ impl Drain {
 
     /// The chain member the walk proved (its furthest), once: what the
     /// node remembers as the key's hint.
-    pub fn take_learned(&mut self) -> Option<Shortcut> {
+    fn take_learned(&mut self) -> Option<Shortcut> {
         self.learned.take()
     }
 
@@ -228,6 +229,35 @@ impl Drain {
             "drain: a forward it did not ask for"
         );
         self.phase = Phase::Done(answer.map(|()| None).map_err(Failure::into_reply));
+    }
+}
+
+impl Stepper for Drain {
+    type Output = Result<Option<ReservationId>, ErrorReply>;
+
+    fn step(&mut self) -> Step<Self::Output> {
+        match self.poll() {
+            DrainPoll::Global(op) => Step::Ask(Effect::Global(op)),
+            DrainPoll::Segment(id) => Step::Ask(Effect::Segment(id)),
+            DrainPoll::Store(op) => Step::Ask(Effect::Store(op)),
+            DrainPoll::Forward { dc, key } => Step::Ask(Effect::Forward { dc, key }),
+            DrainPoll::Done(done) => Step::Done(done),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match answer {
+            Answer::Stored(stored) => self.handle_stored(stored, now),
+            Answer::Global(global) => self.handle_global(global),
+            Answer::Segment(segment) => self.handle_segment(segment),
+            Answer::Forwarded(forwarded) => self.handle_forwarded(forwarded),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        let member = self.take_learned()?;
+        let key = self.key.clone();
+        Some(NodeEvent::Learned { key, member })
     }
 }
 

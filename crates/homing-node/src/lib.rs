@@ -10,6 +10,9 @@
 //!
 //! - [`effect`]: what a stepper asks of the DC's own store ([`StoreOp`])
 //!   and what it answered ([`Stored`]), one vocabulary for every stepper;
+//! - [`step`]: one [`Effect`] out and one [`Answer`] in for the steppers a
+//!   driver runs with one loop ([`Stepper`]), and the [`NodeEvent`]s they
+//!   note for their node;
 //! - [`waiters`]: the parked acquirers of a DC — FIFO per reservation,
 //!   bounded, hand-off window, who is woken by which write;
 //! - [`change`]: which transition each change of a record makes (renew,
@@ -70,6 +73,7 @@ pub mod reconcile;
 pub mod resolve;
 pub mod retries;
 pub mod scan;
+pub mod step;
 pub mod supersede;
 pub mod time;
 pub mod update;
@@ -97,6 +101,7 @@ pub use reconcile::{Reconcile, ReconcileEvent, ReconcilePoll, Resumption};
 pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, DrainScopePoll, KeyRecords, KeyRecordsPoll, SCAN_PAGE_RECORDS};
+pub use step::{Answer, Effect, NodeEvent, Step, Stepper};
 pub use supersede::{Supersede, SupersedePoll};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};

@@ -24,6 +24,7 @@ use homing_core::{
 use crate::change::{Change, Changed};
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
+use crate::step::{Answer, Effect, Step, Stepper};
 use crate::supersede::{Supersede, SupersedePoll};
 use crate::update::{Update, UpdatePoll};
 
@@ -164,6 +165,30 @@ impl LinkOnward {
         match &mut self.phase {
             Phase::Check(check) => check.handle_global(answer),
             _ => unasked("link", &answer),
+        }
+    }
+}
+
+impl Stepper for LinkOnward {
+    type Output = Result<LinkReply, ErrorReply>;
+
+    fn step(&mut self) -> Step<Self::Output> {
+        match self.poll() {
+            LinkOnwardPoll::Store(op) => Step::Ask(Effect::Store(op)),
+            LinkOnwardPoll::Global(op) => Step::Ask(Effect::Global(op)),
+            LinkOnwardPoll::Done(done) => Step::Done(done),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match answer {
+            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now),
+            Answer::Global(Ok(global)) => self.handle_global(global),
+            // A failed operation ends the link with its reply.
+            Answer::Stored(Err(failure)) | Answer::Global(Err(failure)) => {
+                self.phase = Phase::Done(Err(failure.into_reply()));
+            }
+            other => unasked("link", &other),
         }
     }
 }

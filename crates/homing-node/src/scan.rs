@@ -15,6 +15,7 @@ use crate::Failure;
 use crate::change::Change;
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
+use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
 use crate::update::{Update, UpdatePoll};
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to
@@ -119,8 +120,9 @@ impl DrainScope {
         }
     }
 
-    /// A lease this page drained, once each, oldest first (for logs).
-    pub fn poll_drained(&mut self) -> Option<ReservationId> {
+    /// A lease this page drained, once each, oldest first (its
+    /// [`NodeEvent::Drained`]).
+    fn poll_drained(&mut self) -> Option<ReservationId> {
         self.drained_ids.pop_front()
     }
 
@@ -169,7 +171,7 @@ pub enum KeyRecordsPoll {
     /// with its name ([`StoreOp::Scan`]: the name is a prefix in the
     /// store's index); answer with [`KeyRecords::handle_stored`].
     Store(StoreOp),
-    /// The records read (take them with [`KeyRecords::into_records`]).
+    /// The records read (the [`Stepper`] hands them out as its outcome).
     Done,
 }
 
@@ -195,6 +197,8 @@ pub struct KeyRecords {
     until: Until,
     records: Vec<DcRecord>,
     poll: KeyRecordsPoll,
+    /// Why the read stopped short, if a page could not be read.
+    failed: Option<ErrorReply>,
 }
 
 impl KeyRecords {
@@ -221,6 +225,7 @@ impl KeyRecords {
             until,
             records: Vec::new(),
             poll,
+            failed: None,
         }
     }
 
@@ -271,9 +276,49 @@ impl KeyRecords {
         &self.records
     }
 
-    /// The records read, taken.
-    pub fn into_records(self) -> Vec<DcRecord> {
-        self.records
+}
+
+impl Stepper for DrainScope {
+    type Output = Result<(u32, Option<ScanCursor>), ErrorReply>;
+
+    fn step(&mut self) -> Step<Self::Output> {
+        match self.poll() {
+            DrainScopePoll::Store(op) => Step::Ask(Effect::Store(op)),
+            DrainScopePoll::Done(done) => Step::Done(done),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match answer {
+            Answer::Stored(stored) => self.handle_stored(stored, now),
+            other => unasked("drain scope", &other),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.poll_drained().map(NodeEvent::Drained)
+    }
+}
+
+impl Stepper for KeyRecords {
+    type Output = Result<Vec<DcRecord>, ErrorReply>;
+
+    fn step(&mut self) -> Step<Self::Output> {
+        if let Some(failed) = self.failed.take() {
+            return Step::Done(Err(failed));
+        }
+        match &self.poll {
+            KeyRecordsPoll::Store(op) => Step::Ask(Effect::Store(op.clone())),
+            KeyRecordsPoll::Done => Step::Done(Ok(std::mem::take(&mut self.records))),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, _now: StoreTime) {
+        match answer {
+            Answer::Stored(Ok(stored)) => self.handle_stored(stored),
+            Answer::Stored(Err(failure)) => self.failed = Some(failure.into_reply()),
+            other => unasked("key records", &other),
+        }
     }
 }
 
@@ -445,7 +490,7 @@ mod tests {
         let mut exact = KeyRecords::inspect(key, SCAN_PAGE_RECORDS);
         exact.handle_page(full[..SCAN_PAGE_RECORDS].to_vec());
         assert_eq!(exact.poll(), &KeyRecordsPoll::Done);
-        assert_eq!(exact.into_records(), full[..SCAN_PAGE_RECORDS].to_vec());
+        assert_eq!(exact.records().to_vec(), full[..SCAN_PAGE_RECORDS].to_vec());
     }
 
     #[test]
@@ -457,7 +502,7 @@ mod tests {
         let mut read = KeyRecords::held_under(first.key.clone(), lease, 2);
         read.handle_page(vec![first.clone(), second.clone()]);
         assert_eq!(read.poll(), &KeyRecordsPoll::Done);
-        assert_eq!(read.into_records(), vec![first.clone()]);
+        assert_eq!(read.records().to_vec(), vec![first.clone()]);
         // Not found: on to the end, keeping nothing.
         let other = homing_core::LeaseKey::from_bytes([2; 16]).unwrap();
         let mut none = KeyRecords::held_under(first.key.clone(), other, 2);
@@ -468,7 +513,7 @@ mod tests {
         ));
         none.handle_page(vec![]);
         assert_eq!(none.poll(), &KeyRecordsPoll::Done);
-        assert!(none.into_records().is_empty());
+        assert!(none.records().is_empty());
     }
 
     #[test]

@@ -22,7 +22,9 @@ use thiserror::Error;
 
 use crate::change::{Change, Changed};
 use crate::effect::{StoreOp, Stored, unasked};
+use crate::failure::Failure;
 use crate::mutation::Mutations;
+use crate::step::{Answer, Effect, Step, Stepper};
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
 pub const CAS_ATTEMPTS_MAX: u32 = 16;
@@ -54,12 +56,17 @@ pub enum UpdateError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The store failed a read or a write (its reply, as the driver
+    /// classified the failure).
+    #[error("{0}")]
+    Store(ErrorReply),
 }
 
 impl UpdateError {
     /// The error reply a caller gets.
     pub fn reply(&self) -> ErrorReply {
         let kind = match self {
+            UpdateError::Store(reply) => return reply.clone(),
             UpdateError::NotOwned { .. } => ErrorKind::BadRequest,
             UpdateError::Unknown { .. } => ErrorKind::UnknownReservation,
             UpdateError::Contended { .. } => ErrorKind::Overloaded,
@@ -184,6 +191,11 @@ impl Update {
         }
     }
 
+    /// The store failed the operation asked: the update fails with it.
+    pub fn handle_failure(&mut self, failure: Failure) {
+        self.phase = Phase::Failed(UpdateError::Store(failure.into_reply()));
+    }
+
     /// The record as read at `now` (store clock): applies the change.
     fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
         assert!(
@@ -231,6 +243,26 @@ impl Update {
             }
             Written::Conflict => Phase::Read,
         };
+    }
+}
+
+impl Stepper for Update {
+    type Output = Result<Changed, ErrorReply>;
+
+    fn step(&mut self) -> Step<Self::Output> {
+        match self.poll() {
+            UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
+            UpdatePoll::Done(changed) => Step::Done(Ok(changed)),
+            UpdatePoll::Failed(e) => Step::Done(Err(e.reply())),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match answer {
+            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now),
+            Answer::Stored(Err(failure)) => self.handle_failure(failure),
+            other => unasked("update", &other),
+        }
     }
 }
 
