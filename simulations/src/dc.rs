@@ -36,20 +36,18 @@ use homing_store::memory::MemoryDc;
 use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Answer, Arrival,
     Cancellations, Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, Mutations,
-    NodeTime, Reconcile, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits,
-    Waiters, answered, owned_here, segment_failure,
+    NodeTime, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits, Waiters,
+    answered, owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
-use crate::drain::DrainJob;
 use crate::invariants::view;
-use crate::key_read::KeyRead;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
-use crate::drain_scope::DrainScopeJob;
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
+use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
 use crate::waiting::{AwaitFor, AwaitJob};
 use crate::watch::WatchJob;
@@ -271,27 +269,19 @@ pub(crate) enum Awaiting {
 pub(crate) enum TaskKind {
     Acquire(Box<AcquireJob>),
     Await(Box<AwaitJob>),
-    /// Renew, release, cancel, shortcut: homing-node's [`Update`].
-    Update(Box<Update>),
-    /// A peer's link: homing-node's [`LinkOnward`].
-    Link(Box<LinkOnward>),
+    /// One of homing-node's [`homing_node::Stepper`]s (updates, links,
+    /// drains, drain-scope pages, key reads, reconciliations), run by
+    /// `Sim::step_drive`.
+    Step(Box<Stepping>),
     Segment,
     /// An upkeep pass (its state is the DC's `upkeep`).
     Upkeep,
-    /// An operator's drain, or one forwarded by a peer.
-    Drain(Box<DrainJob>),
     /// A watcher's `Watch`.
     Watch(Box<WatchJob>),
     /// One page of an operator's `Scan`.
     Scan,
-    /// A `Cancel` or an `Inspect`, reading the key's records.
-    KeyRead(Box<KeyRead>),
-    /// An operator's drain of the whole DC, page by page.
-    DrainScope(Box<DrainScopeJob>),
     /// A `Resolve`: homing-node's [`Resolve`].
     Resolve(Box<Resolve>),
-    /// The DC's reconciliation of takeovers: homing-node's [`Reconcile`].
-    Reconcile(Box<Reconcile>),
 }
 
 #[derive(Debug)]
@@ -572,7 +562,7 @@ impl Sim {
                 let (chain, expected, policy) = (chain_key, expected_token, self.policy);
                 let link =
                     LinkOnward::new(dc, caller, chain, from, to, expected, policy, mutations);
-                TaskKind::Link(Box::new(link))
+                TaskKind::Step(Box::new(Stepping::Link(link)))
             }
             Request::Shortcut {
                 key: chain_key,
@@ -1336,11 +1326,7 @@ impl Sim {
         // drivers; acquires, resolves and segment answers go on below.
         match task.kind {
             TaskKind::Upkeep => return self.upkeep_store_done(d, tid, task, op),
-            TaskKind::Update(_)
-            | TaskKind::Link(_)
-            | TaskKind::Drain(_)
-            | TaskKind::DrainScope(_)
-            | TaskKind::KeyRead(_) => {
+            TaskKind::Step(_) => {
                 // A walk reads the entry's latest replica and its chain.
                 let answer = match op {
                     StoreOp::GlobalGet { key, .. } => {
@@ -1355,7 +1341,7 @@ impl Sim {
                 return self.step_answered(d, tid, task, answer);
             }
             TaskKind::Acquire(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
-            TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan | TaskKind::Reconcile(_) => {
+            TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
@@ -1416,16 +1402,11 @@ impl Sim {
                     }
                     (_, Err(e)) => Next::Reply(segment_error(e)),
                     (
-                        TaskKind::Update(_)
-                        | TaskKind::Link(_)
+                        TaskKind::Step(_)
                         | TaskKind::Await(_)
                         | TaskKind::Upkeep
-                        | TaskKind::Drain(_)
                         | TaskKind::Watch(_)
-                        | TaskKind::Scan
-                        | TaskKind::KeyRead(_)
-                        | TaskKind::DrainScope(_)
-                        | TaskKind::Reconcile(_),
+                        | TaskKind::Scan,
                         Ok(_),
                     ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
                 }
@@ -1438,18 +1419,13 @@ impl Sim {
     /// task's stepper takes the answer.
     fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
         let now = self.dcs[d].clock.store_time(self.now);
-        if matches!(task.kind, TaskKind::Drain(_)) && stored == Ok(Stored::Written(Written::Yes)) {
+        if task.kind.drains() && stored == Ok(Stored::Written(Written::Yes)) {
             self.measurements.count(Counter::KeyDrained);
         }
         let next = match (&mut task.kind, stored) {
-            (
-                TaskKind::Update(_)
-                | TaskKind::Link(_)
-                | TaskKind::Drain(_)
-                | TaskKind::DrainScope(_)
-                | TaskKind::KeyRead(_),
-                stored,
-            ) => return self.step_answered(d, tid, task, Answer::Stored(stored)),
+            (TaskKind::Step(_), stored) => {
+                return self.step_answered(d, tid, task, Answer::Stored(stored));
+            }
             // These answer their caller a failed store operation's error.
             (TaskKind::Watch(_) | TaskKind::Scan, Err(failure)) => {
                 Next::Reply(Reply::Error(failure.into_reply()))
@@ -1458,10 +1434,6 @@ impl Sim {
             (TaskKind::Upkeep, stored) => {
                 self.dcs[d].upkeep.handle_stored(stored, now);
                 return self.upkeep_drive(d, tid, task);
-            }
-            (TaskKind::Reconcile(reconcile), stored) => {
-                reconcile.handle_stored(stored, now);
-                return self.reconcile_drive(d, tid, task);
             }
             (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
@@ -1485,7 +1457,7 @@ impl Sim {
     pub(crate) fn update_task(&self, d: usize, id: ReservationId, change: Change) -> TaskKind {
         let dc = self.dcs[d].id.clone();
         let update = Update::new(dc, id, change, self.policy, self.rules.mutations);
-        TaskKind::Update(Box::new(update))
+        TaskKind::Step(Box::new(Stepping::Update(update)))
     }
 
     /// The global write-once lands; then the DC that asked (if it still runs) goes on.
@@ -1556,7 +1528,7 @@ impl Sim {
                 job.acquire.handle_global(landed);
                 self.acquire_step(d, &mut task)
             }
-            (TaskKind::Link(_), landed) => {
+            (TaskKind::Step(_), landed) => {
                 return self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
             }
             _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),
@@ -1575,7 +1547,7 @@ impl Sim {
         if !matches!(from, NodeId::Dc(_)) {
             return;
         }
-        if matches!(task.kind, TaskKind::Drain(_)) {
+        if task.kind.drains() {
             return self.drain_peer_answer(d, tid, task, Ok(reply));
         }
         if matches!(task.kind, TaskKind::Upkeep) {
@@ -1654,7 +1626,7 @@ impl Sim {
             return self.dc_continue(d, tid, task, next);
         }
         let e = ErrorReply::new(unavailable, why);
-        if matches!(task.kind, TaskKind::Drain(_)) {
+        if task.kind.drains() {
             let failure = Err(Failure::Unreachable(e));
             return self.drain_peer_answer(d, tid, task, failure);
         }

@@ -509,20 +509,11 @@ impl Sim {
                 }
                 return self.upkeep_drive(d, tid, task);
             }
-            TaskKind::Update(_)
-            | TaskKind::Link(_)
-            | TaskKind::Drain(_)
-            | TaskKind::DrainScope(_)
-            | TaskKind::KeyRead(_) => {
+            TaskKind::Step(_) => {
                 let answer = crate::stepper::failed_answer(asked, failure);
                 return self.step_answered(d, tid, task, answer);
             }
             TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
-            TaskKind::Reconcile(reconcile) => {
-                let now = self.dcs[d].clock.store_time(self.now);
-                reconcile.handle_stored(Err(failure), now);
-                return self.reconcile_drive(d, tid, task);
-            }
             // A failed read of its own segment still answers the entry.
             TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {
                 resolve.handle_segment(Err(failure), self.answers_for_tails(d));

@@ -13,6 +13,7 @@ use homing_node::{Answer, Drain, Failure};
 
 use crate::dc::{Task, TaskKind, peer_answer};
 use crate::sim::{NodeId, Sim};
+use crate::stepper::Stepping;
 
 /// A drain in progress at one DC.
 #[derive(Debug)]
@@ -56,7 +57,12 @@ impl Sim {
             drain: drain.with_hint(hint),
             forwarded,
         };
-        let task = Task::new(client, rpc, key_index, TaskKind::Drain(Box::new(job)));
+        let task = Task::new(
+            client,
+            rpc,
+            key_index,
+            TaskKind::Step(Box::new(Stepping::Drain(job))),
+        );
         self.step_start(d, task);
     }
 
@@ -68,7 +74,10 @@ impl Sim {
         task: Task,
         reply: Result<Reply, Failure>,
     ) {
-        let TaskKind::Drain(job) = &task.kind else {
+        let TaskKind::Step(stepping) = &task.kind else {
+            return;
+        };
+        let Stepping::Drain(job) = stepping.as_ref() else {
             return;
         };
         let answer = if job.drain.asks_segment() {

@@ -17,6 +17,7 @@ use homing_store::SCAN_LIMIT_MAX;
 
 use crate::dc::{Task, TaskKind};
 use crate::sim::{NodeId, Sim};
+use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
 
 /// One operator drain of a whole DC in progress.
@@ -59,7 +60,7 @@ impl Sim {
             NodeId::Dc(d as u16),
             0,
             NO_KEY,
-            TaskKind::DrainScope(Box::new(job)),
+            TaskKind::Step(Box::new(Stepping::DrainScope(job))),
         );
         self.step_start(d, task);
     }

@@ -13,6 +13,7 @@ use homing_store::SCAN_LIMIT_MAX;
 
 use crate::dc::{Task, TaskKind};
 use crate::sim::{NodeId, Sim};
+use crate::stepper::Stepping;
 
 /// A request reading its key's records.
 #[derive(Debug)]
@@ -58,7 +59,7 @@ impl Sim {
         read: KeyRecords,
         then: Then,
     ) {
-        let kind = TaskKind::KeyRead(Box::new(KeyRead { read, then }));
+        let kind = TaskKind::Step(Box::new(Stepping::KeyRead(KeyRead { read, then })));
         self.step_start(d, Task::new(client, rpc, key, kind));
     }
 }

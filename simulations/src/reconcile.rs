@@ -17,11 +17,12 @@
 
 use homing_core::ReservationId;
 use homing_node::dc_lease::RENEW_RETRY_MS;
-use homing_node::{Failure, GlobalAnswer, GlobalOp, Reconcile, ReconcileEvent, ReconcilePoll};
+use homing_node::{Failure, Reconcile};
 
 use crate::counter::Counter;
-use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::dc::{Task, TaskKind};
 use crate::sim::{Event, NodeId, Sim};
+use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
 
 impl Sim {
@@ -32,7 +33,7 @@ impl Sim {
             return;
         };
         // One pass at a time: running, or its write parked for marks.
-        let pass = |task: &Task| matches!(task.kind, TaskKind::Reconcile(_));
+        let pass = |task: &Task| task.kind.reconciles();
         let running = dc.tasks.values().any(pass) || dc.lease.parked.values().any(|(t, _)| pass(t));
         if !dc.up || running {
             return;
@@ -45,10 +46,9 @@ impl Sim {
         if reconcile.resumes_after().is_some() {
             self.measurements.count(Counter::ReconcileResumed);
         }
-        let kind = TaskKind::Reconcile(Box::new(reconcile));
+        let kind = TaskKind::Step(Box::new(Stepping::Reconcile(reconcile)));
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
-        let tid = self.new_task_id(d);
-        self.reconcile_drive(d, tid, task);
+        self.step_start(d, task);
     }
 
     /// A retry of DC `d`'s failed reconciliation comes due.
@@ -58,56 +58,37 @@ impl Sim {
         }
     }
 
-    /// Runs the reconciliation until it needs the DC store, or ends.
-    pub(crate) fn reconcile_drive(&mut self, d: usize, tid: u64, mut task: Task) {
-        let TaskKind::Reconcile(reconcile) = &mut task.kind else {
-            unreachable!("a reconciliation task")
-        };
-        loop {
-            let poll = reconcile.poll();
-            while let Some(event) = reconcile.poll_event() {
-                self.measurements.count(match event {
-                    ReconcileEvent::Superseded(_) => Counter::TakeoversReconciled,
-                    ReconcileEvent::Unknown(_) => Counter::ReconcileUnknownReservation,
-                });
+    /// DC `d`'s reconciliation ended: the DC grants again (and runs the
+    /// next one, if it regained its lease again meanwhile), or the pass is
+    /// tried again later from where it got to.
+    pub(crate) fn reconciled(
+        &mut self,
+        d: usize,
+        reconcile: &Reconcile,
+        done: Result<usize, Failure>,
+    ) {
+        match done {
+            Ok(_) => {
+                self.measurements.count(Counter::ReconcilePassed);
+                let number = reconcile.number();
+                self.dcs[d].lease.lease.handle_reconciled(number);
+                // Regained again meanwhile: the newer one is owed now
+                // (homingd's loop runs it at once too).
+                self.dc_reconcile(d);
             }
-            match poll {
-                ReconcilePoll::Global(GlobalOp::SuccessionsOf { dc, after, limit }) => {
-                    let answer = self.global_reachable(d).map(|()| {
-                        let page = self.successions_of(&dc, after, limit);
-                        for succession in &page {
-                            self.dcs[d].keep_succession(succession);
-                        }
-                        GlobalAnswer::Successions(page)
-                    });
-                    reconcile.handle_global(answer.map_err(Failure::Unreachable));
-                }
-                ReconcilePoll::Global(op) => unreachable!("a reconciliation reads pages: {op:?}"),
-                ReconcilePoll::Store(op) => {
-                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
-                }
-                ReconcilePoll::Done(Ok(_)) => {
-                    self.measurements.count(Counter::ReconcilePassed);
-                    let number = reconcile.number();
-                    self.dcs[d].lease.lease.handle_reconciled(number);
-                    // Regained again meanwhile: the newer one is owed now
-                    // (homingd's loop runs it at once too).
-                    return self.dc_reconcile(d);
-                }
-                ReconcilePoll::Done(Err(_)) => {
-                    self.measurements.count(Counter::ReconcileFailed);
-                    self.dcs[d].lease.resumption = reconcile.resumption();
-                    let epoch = self.dcs[d].epoch;
-                    let at = self.now + RENEW_RETRY_MS * 1000;
-                    let dc = d as u16;
-                    return self.schedule(at, Event::ReconcileRetry { dc, epoch });
-                }
+            Err(_) => {
+                self.measurements.count(Counter::ReconcileFailed);
+                self.dcs[d].lease.resumption = reconcile.resumption();
+                let epoch = self.dcs[d].epoch;
+                let at = self.now + RENEW_RETRY_MS * 1000;
+                let dc = d as u16;
+                self.schedule(at, Event::ReconcileRetry { dc, epoch });
             }
         }
     }
 
     /// A page of DC `dc`'s successions in the global store, after `after`.
-    fn successions_of(
+    pub(crate) fn successions_of(
         &self,
         dc: &homing_core::DcId,
         after: Option<ReservationId>,

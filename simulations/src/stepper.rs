@@ -1,7 +1,8 @@
 //! The simulator's one loop for the tasks that run a homing-node
 //! [`Stepper`] — renew, release, force-release and shortcut updates, a
 //! peer's link, a drain, a page of a DC's drain, a cancel's or an
-//! inspect's read of a key's records — as homingd's `Node::drive` runs
+//! inspect's read of a key's records, a reconciliation of takeovers — as
+//! homingd's `Node::drive` runs
 //! them: each [`Effect`] becomes the task's next store operation, global
 //! write or peer request (or is answered at once: a succession the DC
 //! knows, a segment of a DC the simulation does not have), each answer
@@ -10,12 +11,15 @@
 
 use homing_core::{DcRecord, ErrorKind, LinkReply, Reply, Request, StoreTime};
 use homing_node::{
-    Answer, Change, Effect, GlobalAnswer, GlobalOp, NodeEvent, Step, Stepper, cancel,
+    Answer, Change, Effect, Failure, GlobalAnswer, GlobalOp, NodeEvent, ReconcileEvent, Step,
+    Stepper, cancel,
 };
 
 use crate::counter::Counter;
 use crate::dc::{Asked, Next, StoreOp, Task, TaskKind, error};
-use crate::key_read::Then;
+use crate::drain::DrainJob;
+use crate::drain_scope::DrainScopeJob;
+use crate::key_read::{KeyRead, Then};
 use crate::sim::{GlobalWrite, NodeId, Sim};
 
 /// How a stepper task ended, by kind.
@@ -25,6 +29,7 @@ pub(crate) enum Ended {
     Drain(<homing_node::Drain as Stepper>::Output),
     DrainScope(<homing_node::DrainScope as Stepper>::Output),
     KeyRead(<homing_node::KeyRecords as Stepper>::Output),
+    Reconcile(<homing_node::Reconcile as Stepper>::Output),
 }
 
 /// How a stepper's effect is performed.
@@ -36,37 +41,76 @@ enum Performed {
 }
 
 impl TaskKind {
-    /// The next step of the task's stepper (`None`: not a stepper task).
-    fn step(&mut self) -> Option<Step<Ended>> {
-        Some(match self {
-            TaskKind::Update(update) => update.step().map(Ended::Update),
-            TaskKind::Link(link) => link.step().map(Ended::Link),
-            TaskKind::Drain(job) => job.drain.step().map(Ended::Drain),
-            TaskKind::DrainScope(job) => job.page.step().map(Ended::DrainScope),
-            TaskKind::KeyRead(job) => job.read.step().map(Ended::KeyRead),
-            _ => return None,
-        })
+    /// Whether the task is a drain (of a key).
+    pub(crate) fn drains(&self) -> bool {
+        matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Drain(_)))
     }
 
-    /// Hands `answer` to the task's stepper; `false`: not a stepper task.
-    pub(crate) fn answer(&mut self, answer: Answer, now: StoreTime) -> bool {
+    /// Whether the task is the DC's reconciliation of takeovers.
+    pub(crate) fn reconciles(&self) -> bool {
+        matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Reconcile(_)))
+    }
+}
+
+/// A task's homing-node [`Stepper`], run by [`Sim::step_drive`].
+#[derive(Debug)]
+pub(crate) enum Stepping {
+    /// Renew, release, force-release, cancel, shortcut: homing-node's
+    /// [`homing_node::Update`].
+    Update(homing_node::Update),
+    /// A peer's link: homing-node's [`homing_node::LinkOnward`].
+    Link(homing_node::LinkOnward),
+    /// An operator's drain, or one forwarded by a peer.
+    Drain(DrainJob),
+    /// A page of an operator's drain of the whole DC.
+    DrainScope(DrainScopeJob),
+    /// A `Cancel` or an `Inspect`, reading the key's records.
+    KeyRead(KeyRead),
+    /// The DC's reconciliation of takeovers: homing-node's
+    /// [`homing_node::Reconcile`].
+    Reconcile(homing_node::Reconcile),
+}
+
+impl Stepping {
+    /// The next step of the stepper.
+    fn step(&mut self) -> Step<Ended> {
         match self {
-            TaskKind::Update(update) => update.answer(answer, now),
-            TaskKind::Link(link) => link.answer(answer, now),
-            TaskKind::Drain(job) => job.drain.answer(answer, now),
-            TaskKind::DrainScope(job) => job.page.answer(answer, now),
-            TaskKind::KeyRead(job) => job.read.answer(answer, now),
-            _ => return false,
+            Stepping::Update(update) => update.step().map(Ended::Update),
+            Stepping::Link(link) => link.step().map(Ended::Link),
+            Stepping::Drain(job) => job.drain.step().map(Ended::Drain),
+            Stepping::DrainScope(job) => job.page.step().map(Ended::DrainScope),
+            Stepping::KeyRead(job) => job.read.step().map(Ended::KeyRead),
+            Stepping::Reconcile(reconcile) => reconcile.step().map(Ended::Reconcile),
         }
-        true
+    }
+
+    /// Hands `answer` to the stepper.
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match self {
+            Stepping::Update(update) => update.answer(answer, now),
+            Stepping::Link(link) => link.answer(answer, now),
+            Stepping::Drain(job) => job.drain.answer(answer, now),
+            Stepping::DrainScope(job) => job.page.answer(answer, now),
+            Stepping::KeyRead(job) => job.read.answer(answer, now),
+            Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
+        }
     }
 
     fn poll_event(&mut self) -> Option<NodeEvent> {
         match self {
-            TaskKind::Drain(job) => job.drain.poll_event(),
-            TaskKind::DrainScope(job) => job.page.poll_event(),
-            _ => None,
+            Stepping::Drain(job) => job.drain.poll_event(),
+            Stepping::DrainScope(job) => job.page.poll_event(),
+            Stepping::Reconcile(reconcile) => reconcile.poll_event(),
+            Stepping::Update(_) | Stepping::Link(_) | Stepping::KeyRead(_) => None,
         }
+    }
+}
+
+/// The stepper of a task that runs one.
+fn stepping(task: &mut Task) -> &mut Stepping {
+    match &mut task.kind {
+        TaskKind::Step(stepping) => stepping,
+        other => unreachable!("not a stepper task: {other:?}"),
     }
 }
 
@@ -80,7 +124,7 @@ impl Sim {
     /// The stepper of task `tid` was answered: it goes on.
     pub(crate) fn step_answered(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
         let now = self.dcs[d].clock.store_time(self.now);
-        task.kind.answer(answer, now);
+        stepping(&mut task).answer(answer, now);
         self.step_drive(d, tid, task);
     }
 
@@ -88,15 +132,19 @@ impl Sim {
     /// time, or ends.
     pub(crate) fn step_drive(&mut self, d: usize, tid: u64, mut task: Task) {
         let next = loop {
-            let step = task.kind.step().expect("a stepper task");
-            while let Some(event) = task.kind.poll_event() {
+            let step = stepping(&mut task).step();
+            while let Some(event) = stepping(&mut task).poll_event() {
                 match event {
                     NodeEvent::Learned { key, member } => self.dcs[d].remember(&key, member),
                     NodeEvent::Drained(_) => {
-                        if let TaskKind::DrainScope(job) = &mut task.kind {
+                        if let Stepping::DrainScope(job) = stepping(&mut task) {
                             job.drained += 1;
                         }
                     }
+                    NodeEvent::Reconciled(event) => self.measurements.count(match event {
+                        ReconcileEvent::Superseded(_) => Counter::TakeoversReconciled,
+                        ReconcileEvent::Unknown(_) => Counter::ReconcileUnknownReservation,
+                    }),
                 }
             }
             match step {
@@ -104,7 +152,7 @@ impl Sim {
                     Performed::Later(next) => break next,
                     Performed::Now(answer) => {
                         let now = self.dcs[d].clock.store_time(self.now);
-                        task.kind.answer(answer, now);
+                        stepping(&mut task).answer(answer, now);
                     }
                 },
                 Step::Done(ended) => match self.step_ended(d, &mut task, ended) {
@@ -136,13 +184,26 @@ impl Sim {
                     }
                 }
             }
+            // Read at once, as the acquire's succession reads are: what a
+            // read decides is checked where writes land.
+            Effect::Global(GlobalOp::SuccessionsOf { dc, after, limit }) => {
+                let answer = self.global_reachable(d).map(|()| {
+                    let page = self.successions_of(&dc, after, limit);
+                    for succession in &page {
+                        self.dcs[d].keep_succession(succession);
+                    }
+                    GlobalAnswer::Successions(page)
+                });
+                Performed::Now(Answer::Global(answer.map_err(Failure::Unreachable)))
+            }
             Effect::Global(op) => unreachable!("a request's stepper asked {op:?}"),
             Effect::Segment(id) => match self.ask_segment(d, id) {
                 Ok(next) => Performed::Later(next),
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
             },
             Effect::Forward { dc, key } => {
-                if let TaskKind::Drain(job) = &task.kind
+                if let TaskKind::Step(stepping) = &task.kind
+                    && let Stepping::Drain(job) = stepping.as_ref()
                     && job.forwarded
                 {
                     let detail = format!("a forwarded drain of {key} was forwarded again to {dc}");
@@ -166,7 +227,7 @@ impl Sim {
                 None => error(ErrorKind::Internal, "a change without a reply"),
             },
             Ended::Link(done) => {
-                if let (Ok(reply), TaskKind::Link(link)) = (&done, &task.kind) {
+                if let (Ok(reply), Stepping::Link(link)) = (&done, stepping(task)) {
                     self.measurements.count(match reply {
                         _ if link.superseded() => Counter::LinkRefusedSuperseded,
                         LinkReply::Linked => Counter::LinkLinked,
@@ -191,14 +252,17 @@ impl Sim {
             }
             Ended::DrainScope(done) => {
                 let kind = std::mem::replace(&mut task.kind, TaskKind::Segment);
-                let TaskKind::DrainScope(job) = kind else {
+                let TaskKind::Step(stepping) = kind else {
+                    unreachable!("a stepper task")
+                };
+                let Stepping::DrainScope(job) = *stepping else {
                     unreachable!("a drain scope's task")
                 };
-                self.drain_scope_paged(d, *job, done);
+                self.drain_scope_paged(d, job, done);
                 return Some(None);
             }
             Ended::KeyRead(Ok(records)) => {
-                let TaskKind::KeyRead(job) = &task.kind else {
+                let Stepping::KeyRead(job) = stepping(task) else {
                     unreachable!("a key read's task")
                 };
                 match job.then {
@@ -219,6 +283,13 @@ impl Sim {
                     },
                 }
             }
+            Ended::Reconcile(done) => {
+                let Stepping::Reconcile(reconcile) = stepping(task) else {
+                    unreachable!("a reconciliation's task")
+                };
+                self.reconciled(d, reconcile, done);
+                return Some(None);
+            }
             Ended::Update(Err(e)) | Ended::KeyRead(Err(e)) => Reply::Error(e),
         };
         Some(Some(Next::Reply(reply)))
@@ -226,7 +297,7 @@ impl Sim {
 }
 
 /// Which answer a failed operation of a stepper task is, by what it asked.
-pub(crate) fn failed_answer(asked: Asked, failure: homing_node::Failure) -> Answer {
+pub(crate) fn failed_answer(asked: Asked, failure: Failure) -> Answer {
     match asked {
         Asked::DcStore => Answer::Stored(Err(failure)),
         Asked::Segment => Answer::Segment(Err(failure)),

@@ -25,8 +25,8 @@ use homing_node::{
     Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival,
     AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainScope, Effect,
     GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower,
-    Mutations, NodeEvent, Reconcile, ReconcileEvent, ReconcilePoll, Resolve, ResolvePoll,
-    Resumption, Step, Stepper, StoreOp, Stored, Update, WatchPoll, WatchRead, answered, owned_here,
+    Mutations, NodeEvent, Reconcile, ReconcileEvent, Resolve, ResolvePoll, Resumption, Step,
+    Stepper, StoreOp, Stored, Update, WatchPoll, WatchRead, answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -343,36 +343,15 @@ impl Node {
         if let Some(after) = reconcile.resumes_after() {
             tracing::info!(after = %after, "reconciling takeovers from where the failed pass got to");
         }
-        loop {
-            let poll = reconcile.poll();
-            while let Some(event) = reconcile.poll_event() {
-                match event {
-                    ReconcileEvent::Superseded(succession) => tracing::warn!(
-                        reservation = %succession.link.from,
-                        successor = %succession.link.to,
-                        "reconciled a takeover: another dc took this tail over while this dc's lease was expired"
-                    ),
-                    ReconcileEvent::Unknown(id) => tracing::warn!(reservation = %id,
-                        "a takeover names a reservation this dc store has no record of"),
-                }
+        match self.drive(&mut reconcile).await {
+            Ok(changed) => {
+                self.dc_lease.with(|l| l.handle_reconciled(number));
+                Ok(changed)
             }
-            match poll {
-                ReconcilePoll::Global(op) => {
-                    reconcile.handle_global(self.perform_global_op(op).await)
-                }
-                ReconcilePoll::Store(op) => {
-                    let stored = self.perform(op).await.map_err(|e| self.store_failure(e));
-                    reconcile.handle_stored(stored, store_now());
-                }
-                ReconcilePoll::Done(Ok(changed)) => {
-                    self.dc_lease.with(|l| l.handle_reconciled(number));
-                    return Ok(changed);
-                }
-                ReconcilePoll::Done(Err(failure)) => {
-                    *self.lock_resumption() = reconcile.resumption();
-                    let e = failure.into_reply();
-                    return Err(format!("{:?}: {}", e.kind, e.message));
-                }
+            Err(failure) => {
+                *self.lock_resumption() = reconcile.resumption();
+                let e = failure.into_reply();
+                Err(format!("{:?}: {}", e.kind, e.message))
             }
         }
     }
@@ -791,11 +770,19 @@ impl Node {
         }
     }
 
-    /// What a stepper noted: a chain member to remember, a drain to log.
+    /// What a stepper noted: a chain member to remember, a drain or a
+    /// reconciled takeover to log.
     fn noted(&self, event: NodeEvent) {
         match event {
             NodeEvent::Learned { key, member } => self.remember(&key, member),
             NodeEvent::Drained(id) => tracing::info!(reservation = %id, "drained"),
+            NodeEvent::Reconciled(ReconcileEvent::Superseded(succession)) => tracing::warn!(
+                reservation = %succession.link.from,
+                successor = %succession.link.to,
+                "reconciled a takeover: another dc took this tail over while this dc's lease was expired"
+            ),
+            NodeEvent::Reconciled(ReconcileEvent::Unknown(id)) => tracing::warn!(reservation = %id,
+                "a takeover names a reservation this dc store has no record of"),
         }
     }
 

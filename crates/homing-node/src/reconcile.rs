@@ -31,6 +31,7 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::Mutations;
+use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
 use crate::update::{Update, UpdateError, UpdatePoll};
 
 /// Successions asked for a page: the most any global store returns at once
@@ -195,11 +196,6 @@ impl Reconcile {
         }
     }
 
-    /// The next event, if any.
-    pub fn poll_event(&mut self) -> Option<ReconcileEvent> {
-        self.events.pop_front()
-    }
-
     /// The answer to the [`ReconcilePoll::Global`] asked (its failure ends
     /// the pass).
     pub fn handle_global(&mut self, answer: Result<GlobalAnswer, Failure>) {
@@ -267,6 +263,30 @@ impl Reconcile {
                 }
             }
         }
+    }
+}
+
+impl Stepper for Reconcile {
+    type Output = Result<usize, Failure>;
+
+    fn step(&mut self) -> Step<Self::Output> {
+        match self.poll() {
+            ReconcilePoll::Global(op) => Step::Ask(Effect::Global(op)),
+            ReconcilePoll::Store(op) => Step::Ask(Effect::Store(op)),
+            ReconcilePoll::Done(done) => Step::Done(done),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match answer {
+            Answer::Global(global) => self.handle_global(global),
+            Answer::Stored(stored) => self.handle_stored(stored, now),
+            other => unasked("reconcile", &other),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front().map(NodeEvent::Reconciled)
     }
 }
 
@@ -357,11 +377,11 @@ mod tests {
         assert_eq!(reconcile.poll(), ReconcilePoll::Done(Ok(2)));
         assert_eq!(
             reconcile.poll_event(),
-            Some(ReconcileEvent::Superseded(taken))
+            Some(NodeEvent::Reconciled(ReconcileEvent::Superseded(taken)))
         );
         assert_eq!(
             reconcile.poll_event(),
-            Some(ReconcileEvent::Superseded(later))
+            Some(NodeEvent::Reconciled(ReconcileEvent::Superseded(later)))
         );
         assert_eq!(reconcile.poll_event(), None);
     }
@@ -385,7 +405,7 @@ mod tests {
         );
         assert_eq!(
             reconcile.poll_event(),
-            Some(ReconcileEvent::Unknown(id("iad.1")))
+            Some(NodeEvent::Reconciled(ReconcileEvent::Unknown(id("iad.1"))))
         );
         // The store fails: the pass fails, the DC still owes it.
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "store down");

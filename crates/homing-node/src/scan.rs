@@ -275,7 +275,6 @@ impl KeyRecords {
     pub fn records(&self) -> &[DcRecord] {
         &self.records
     }
-
 }
 
 impl Stepper for DrainScope {

@@ -8,14 +8,16 @@
 //! request's task, the simulator scheduling each after its latency.
 //!
 //! Steppers that run this way: [`crate::Update`], [`crate::LinkOnward`],
-//! [`crate::Drain`], [`crate::DrainScope`], [`crate::KeyRecords`]. (Still
-//! driven through their own poll enums: the acquire, the waiter, the watch,
-//! upkeep and reconciliation, which also park, sleep or ask a peer.)
+//! [`crate::Drain`], [`crate::DrainScope`], [`crate::KeyRecords`],
+//! [`crate::Reconcile`]. (Still driven through their own poll enums: the
+//! acquire, the waiter, the watch and upkeep, which also park, sleep, ask
+//! a peer or are told of other requests' writes.)
 
 use homing_core::{DcId, Key, ReservationId, Segment, Shortcut, StoreTime};
 
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
 use crate::failure::Failure;
+use crate::reconcile::ReconcileEvent;
 
 /// What a stepper asks of its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +85,8 @@ pub enum NodeEvent {
     },
     /// An operator's drain stopped this lease's renewals.
     Drained(ReservationId),
+    /// What a reconciliation did with one takeover of this DC's tails.
+    Reconciled(ReconcileEvent),
 }
 
 /// A request's handling as a sans-IO state machine (see the module doc).
