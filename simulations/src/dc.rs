@@ -95,8 +95,9 @@ pub struct Dc {
     pub(crate) await_rpcs: BTreeMap<u64, u16>,
     /// Volatile: parked acquirers of this DC by task (lost in a crash).
     pub(crate) waiters: Waiters<u64>,
-    /// Volatile: the upkeep pass and the proofs it remembers.
-    pub(crate) upkeep: Upkeep,
+    /// Volatile: the upkeep pass and the proofs it remembers (`None`
+    /// while a pass runs: its task holds it).
+    pub(crate) upkeep: Option<Upkeep>,
     /// Volatile: since when it shuts down gracefully (true µs), if it does.
     pub(crate) closing: Option<u64>,
     /// Volatile: watches parked until the event log moves.
@@ -139,7 +140,7 @@ impl Dc {
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
-            upkeep,
+            upkeep: Some(upkeep),
             closing: None,
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
@@ -274,8 +275,6 @@ pub(crate) enum TaskKind {
     /// `Sim::step_drive`.
     Step(Box<Stepping>),
     Segment,
-    /// An upkeep pass (its state is the DC's `upkeep`).
-    Upkeep,
     /// A watcher's `Watch`.
     Watch(Box<WatchJob>),
     /// One page of an operator's `Scan`.
@@ -1322,10 +1321,9 @@ impl Sim {
             }
             op => op,
         };
-        // The proofs of upkeep passes and the walks of drains go to their
-        // drivers; acquires, resolves and segment answers go on below.
+        // Steppers (walks of drains, proofs of upkeep passes) take their
+        // answers; acquires, resolves and segment answers go on below.
         match task.kind {
-            TaskKind::Upkeep => return self.upkeep_store_done(d, tid, task, op),
             TaskKind::Step(_) => {
                 // A walk reads the entry's latest replica and its chain.
                 let answer = match op {
@@ -1404,7 +1402,6 @@ impl Sim {
                     (
                         TaskKind::Step(_)
                         | TaskKind::Await(_)
-                        | TaskKind::Upkeep
                         | TaskKind::Watch(_)
                         | TaskKind::Scan,
                         Ok(_),
@@ -1431,10 +1428,6 @@ impl Sim {
                 Next::Reply(Reply::Error(failure.into_reply()))
             }
             (TaskKind::Await(_), stored) => return self.await_stored(d, tid, task, stored),
-            (TaskKind::Upkeep, stored) => {
-                self.dcs[d].upkeep.handle_stored(stored, now);
-                return self.upkeep_drive(d, tid, task);
-            }
             (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
             (TaskKind::Acquire(job), stored) => {
@@ -1547,15 +1540,8 @@ impl Sim {
         if !matches!(from, NodeId::Dc(_)) {
             return;
         }
-        if task.kind.drains() {
-            return self.drain_peer_answer(d, tid, task, Ok(reply));
-        }
-        if matches!(task.kind, TaskKind::Upkeep) {
-            let segment = peer_answer(reply, "resolve-reservation", |r| match r {
-                Reply::Reservation(segment) => Some(segment),
-                _ => None,
-            });
-            return self.upkeep_peer_answer(d, tid, task, segment);
+        if let TaskKind::Step(_) = task.kind {
+            return self.step_peer_answer(d, tid, task, Ok(reply));
         }
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
@@ -1626,12 +1612,8 @@ impl Sim {
             return self.dc_continue(d, tid, task, next);
         }
         let e = ErrorReply::new(unavailable, why);
-        if task.kind.drains() {
-            let failure = Err(Failure::Unreachable(e));
-            return self.drain_peer_answer(d, tid, task, failure);
-        }
-        if matches!(task.kind, TaskKind::Upkeep) {
-            return self.upkeep_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
+        if let TaskKind::Step(_) = task.kind {
+            return self.step_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
         }
         let next = if matches!(task.kind, TaskKind::Acquire(_)) {
             self.acquire_peer_answer(d, &mut task, Err(Failure::Unreachable(e)))
@@ -1694,7 +1676,7 @@ impl Sim {
         }
         // Tickets keep counting up across the crash: the checkers know them.
         dc.waiters.wake_all(AwaitReply::TimedOut);
-        self.dcs[d].upkeep = self.fresh_upkeep(d);
+        self.dcs[d].upkeep = Some(self.fresh_upkeep(d));
         let dc = &mut self.dcs[d];
         dc.woken.clear();
         dc.global_cache.clear();

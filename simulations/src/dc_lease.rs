@@ -499,16 +499,6 @@ impl Sim {
                 job.acquire.handle_failure(now, failure);
                 self.acquire_step(d, &mut task)
             }
-            TaskKind::Upkeep => {
-                let now = self.dcs[d].clock.store_time(self.now);
-                let upkeep = &mut self.dcs[d].upkeep;
-                match asked {
-                    Asked::DcStore => upkeep.handle_stored(Err(failure), now),
-                    Asked::Segment => upkeep.handle_segment(Err(failure)),
-                    Asked::Global => upkeep.handle_global(Err(failure)),
-                }
-                return self.upkeep_drive(d, tid, task);
-            }
             TaskKind::Step(_) => {
                 let answer = crate::stepper::failed_answer(asked, failure);
                 return self.step_answered(d, tid, task, answer);

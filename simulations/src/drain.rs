@@ -8,10 +8,10 @@
 //! bounce between DCs).
 
 use crate::counter::Counter;
-use homing_core::{Key, Reply, chain::HOP_LIMIT_DEFAULT};
-use homing_node::{Answer, Drain, Failure};
+use homing_core::{Key, chain::HOP_LIMIT_DEFAULT};
+use homing_node::Drain;
 
-use crate::dc::{Task, TaskKind, peer_answer};
+use crate::dc::{Task, TaskKind};
 use crate::sim::{NodeId, Sim};
 use crate::stepper::Stepping;
 
@@ -64,34 +64,5 @@ impl Sim {
             TaskKind::Step(Box::new(Stepping::Drain(job))),
         );
         self.step_start(d, task);
-    }
-
-    /// A peer answered the drain's walk or its forward (or did not: `Err`).
-    pub(crate) fn drain_peer_answer(
-        &mut self,
-        d: usize,
-        tid: u64,
-        task: Task,
-        reply: Result<Reply, Failure>,
-    ) {
-        let TaskKind::Step(stepping) = &task.kind else {
-            return;
-        };
-        let Stepping::Drain(job) = stepping.as_ref() else {
-            return;
-        };
-        let answer = if job.drain.asks_segment() {
-            Answer::Segment(reply.and_then(|r| {
-                peer_answer(r, "resolve-reservation", |r| match r {
-                    Reply::Reservation(segment) => Some(segment),
-                    _ => None,
-                })
-            }))
-        } else {
-            Answer::Forwarded(reply.and_then(|r| {
-                peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
-            }))
-        };
-        self.step_answered(d, tid, task, answer);
     }
 }

@@ -100,7 +100,7 @@ impl Sim {
         if !self.dcs[d].up {
             return;
         }
-        let background = |kind: &TaskKind| matches!(kind, TaskKind::Upkeep) || kind.reconciles();
+        let background = |kind: &TaskKind| kind.in_background();
         let busy = (self.dcs[d].tasks.values()).any(|t| !background(&t.kind));
         if busy && self.now - since >= DRAIN_MS_MAX * 1000 {
             // homingd exits with requests still in flight: cut like a crash.

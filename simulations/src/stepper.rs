@@ -16,11 +16,12 @@ use homing_node::{
 };
 
 use crate::counter::Counter;
-use crate::dc::{Asked, Next, StoreOp, Task, TaskKind, error};
+use crate::dc::{Asked, Next, StoreOp, Task, TaskKind, error, peer_answer};
 use crate::drain::DrainJob;
 use crate::drain_scope::DrainScopeJob;
 use crate::key_read::{KeyRead, Then};
 use crate::sim::{GlobalWrite, NodeId, Sim};
+use crate::upkeep::upkeep_counter;
 
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
@@ -30,6 +31,7 @@ pub(crate) enum Ended {
     DrainScope(<homing_node::DrainScope as Stepper>::Output),
     KeyRead(<homing_node::KeyRecords as Stepper>::Output),
     Reconcile(<homing_node::Reconcile as Stepper>::Output),
+    Upkeep,
 }
 
 /// How a stepper's effect is performed.
@@ -50,6 +52,13 @@ impl TaskKind {
     pub(crate) fn reconciles(&self) -> bool {
         matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Reconcile(_)))
     }
+
+    /// Whether the task is the DC's own work, not a request's: an upkeep
+    /// pass or a reconciliation (a closing DC does not wait for them).
+    pub(crate) fn in_background(&self) -> bool {
+        matches!(self, TaskKind::Step(s)
+            if matches!(s.as_ref(), Stepping::Reconcile(_) | Stepping::Upkeep(_)))
+    }
 }
 
 /// A task's homing-node [`Stepper`], run by [`Sim::step_drive`].
@@ -69,6 +78,9 @@ pub(crate) enum Stepping {
     /// The DC's reconciliation of takeovers: homing-node's
     /// [`homing_node::Reconcile`].
     Reconcile(homing_node::Reconcile),
+    /// An upkeep pass, holding the DC's [`homing_node::Upkeep`] (and the
+    /// proofs it remembers) until the pass ends.
+    Upkeep(homing_node::Upkeep),
 }
 
 impl Stepping {
@@ -81,6 +93,7 @@ impl Stepping {
             Stepping::DrainScope(job) => job.page.step().map(Ended::DrainScope),
             Stepping::KeyRead(job) => job.read.step().map(Ended::KeyRead),
             Stepping::Reconcile(reconcile) => reconcile.step().map(Ended::Reconcile),
+            Stepping::Upkeep(upkeep) => upkeep.step().map(|()| Ended::Upkeep),
         }
     }
 
@@ -93,6 +106,7 @@ impl Stepping {
             Stepping::DrainScope(job) => job.page.answer(answer, now),
             Stepping::KeyRead(job) => job.read.answer(answer, now),
             Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
+            Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
         }
     }
 
@@ -101,6 +115,7 @@ impl Stepping {
             Stepping::Drain(job) => job.drain.poll_event(),
             Stepping::DrainScope(job) => job.page.poll_event(),
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
+            Stepping::Upkeep(upkeep) => upkeep.poll_event(),
             Stepping::Update(_) | Stepping::Link(_) | Stepping::KeyRead(_) => None,
         }
     }
@@ -128,6 +143,32 @@ impl Sim {
         self.step_drive(d, tid, task);
     }
 
+    /// A peer answered what the task's stepper asked of it — a
+    /// reservation's segment, or a forwarded drain — or did not (`Err`).
+    pub(crate) fn step_peer_answer(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        reply: Result<Reply, Failure>,
+    ) {
+        let forwarded =
+            matches!(stepping(&mut task), Stepping::Drain(job) if !job.drain.asks_segment());
+        let answer = if forwarded {
+            Answer::Forwarded(reply.and_then(|r| {
+                peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
+            }))
+        } else {
+            Answer::Segment(reply.and_then(|r| {
+                peer_answer(r, "resolve-reservation", |r| match r {
+                    Reply::Reservation(segment) => Some(segment),
+                    _ => None,
+                })
+            }))
+        };
+        self.step_answered(d, tid, task, answer);
+    }
+
     /// Runs the task's stepper until it asks for something that takes
     /// time, or ends.
     pub(crate) fn step_drive(&mut self, d: usize, tid: u64, mut task: Task) {
@@ -145,6 +186,7 @@ impl Sim {
                         ReconcileEvent::Superseded(_) => Counter::TakeoversReconciled,
                         ReconcileEvent::Unknown(_) => Counter::ReconcileUnknownReservation,
                     }),
+                    NodeEvent::Upkeep(event) => self.measurements.count(upkeep_counter(&event)),
                 }
             }
             match step {
@@ -288,6 +330,15 @@ impl Sim {
                     unreachable!("a reconciliation's task")
                 };
                 self.reconciled(d, reconcile, done);
+                return Some(None);
+            }
+            Ended::Upkeep => {
+                let kind = std::mem::replace(&mut task.kind, TaskKind::Segment);
+                if let TaskKind::Step(stepping) = kind
+                    && let Stepping::Upkeep(upkeep) = *stepping
+                {
+                    self.dcs[d].upkeep = Some(upkeep);
+                }
                 return Some(None);
             }
             Ended::Update(Err(e)) | Ended::KeyRead(Err(e)) => Reply::Error(e),

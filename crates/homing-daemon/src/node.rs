@@ -704,13 +704,6 @@ impl Node {
         }
     }
 
-    /// This DC's answer for its own reservation `id`, as an error reply on failure.
-    pub async fn walk_segment(&self, id: &ReservationId) -> Result<Segment, ErrorReply> {
-        self.local_segment(id)
-            .await
-            .map_err(|f| f.into_reply(&self.dc))
-    }
-
     /// What `id`'s owner knows: ourselves for our own, else a peer round
     /// trip; a failure classified for homing-node.
     async fn segment(&self, id: &ReservationId) -> Result<Segment, homing_node::Failure> {
@@ -739,7 +732,7 @@ impl Node {
 
     /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
     /// hands back the [`Answer`], and acts on the events it notes.
-    async fn drive<S: Stepper>(&self, stepper: &mut S) -> S::Output {
+    pub async fn drive<S: Stepper>(&self, stepper: &mut S) -> S::Output {
         loop {
             let step = stepper.step();
             while let Some(event) = stepper.poll_event() {
@@ -770,8 +763,8 @@ impl Node {
         }
     }
 
-    /// What a stepper noted: a chain member to remember, a drain or a
-    /// reconciled takeover to log.
+    /// What a stepper noted: a chain member to remember, a drain, a
+    /// reconciled takeover or an upkeep pass's work to log and count.
     fn noted(&self, event: NodeEvent) {
         match event {
             NodeEvent::Learned { key, member } => self.remember(&key, member),
@@ -783,6 +776,7 @@ impl Node {
             ),
             NodeEvent::Reconciled(ReconcileEvent::Unknown(id)) => tracing::warn!(reservation = %id,
                 "a takeover names a reservation this dc store has no record of"),
+            NodeEvent::Upkeep(event) => crate::upkeep::report(self, event),
         }
     }
 

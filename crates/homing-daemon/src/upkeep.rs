@@ -1,13 +1,13 @@
 //! homingd's driver of homing-node's [`Upkeep`]: every `interval` after the
 //! last pass ended, one pass over what the DC store's expiry index says is
 //! due — reap lapsed leases, abandon proven orphans and settle proven
-//! members, trim the event log — performing what the stepper asks with this
-//! DC's stores and peers, logging and counting what it reports.
+//! members, trim the event log — run by [`Node::drive`] like every
+//! homing-node `Stepper`; [`report`] logs and counts what the pass did.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits, UpkeepPoll};
+use homing_node::{Mutations, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::SCAN_LIMIT_MAX;
 use tokio::sync::watch;
 
@@ -49,32 +49,11 @@ pub fn upkeep(node: &Node, config: UpkeepConfig) -> Upkeep {
 /// One whole pass.
 pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
     upkeep.start(store_now());
-    loop {
-        match upkeep.poll() {
-            UpkeepPoll::Store(op) => {
-                let stored = node.perform(op).await.map_err(|e| node.store_failure(e));
-                upkeep.handle_stored(stored, store_now());
-            }
-            UpkeepPoll::Global(op) => upkeep.handle_global(node.perform_global_op(op).await),
-            UpkeepPoll::Reservation(id) => {
-                let segment = if id.dc() == node.dc() {
-                    node.walk_segment(&id).await.map_err(Failure::from_reply)
-                } else {
-                    let segment = node.peers().resolve_reservation(&id).await;
-                    segment.map_err(|e| Failure::from_reply(e.to_reply()))
-                };
-                upkeep.handle_segment(segment);
-            }
-            UpkeepPoll::Idle => return,
-        }
-        while let Some(event) = upkeep.poll_event() {
-            report(node, event);
-        }
-    }
+    node.drive(upkeep).await;
 }
 
 /// Logs and metrics for one upkeep event.
-fn report(node: &Node, event: UpkeepEvent) {
+pub(crate) fn report(node: &Node, event: UpkeepEvent) {
     match event {
         UpkeepEvent::Reaped(id) => tracing::info!(reservation = %id, "lease expired, reaped"),
         UpkeepEvent::Abandoned(id) => tracing::info!(reservation = %id, "orphan abandoned"),

@@ -9,15 +9,16 @@
 //!
 //! Steppers that run this way: [`crate::Update`], [`crate::LinkOnward`],
 //! [`crate::Drain`], [`crate::DrainScope`], [`crate::KeyRecords`],
-//! [`crate::Reconcile`]. (Still driven through their own poll enums: the
-//! acquire, the waiter, the watch and upkeep, which also park, sleep, ask
-//! a peer or are told of other requests' writes.)
+//! [`crate::Reconcile`], [`crate::Upkeep`]. (Still driven through their
+//! own poll enums: the acquire, the waiter and the watch, which also park,
+//! sleep, ask a peer or are told of other requests' writes.)
 
 use homing_core::{DcId, Key, ReservationId, Segment, Shortcut, StoreTime};
 
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
 use crate::failure::Failure;
 use crate::reconcile::ReconcileEvent;
+use crate::upkeep::UpkeepEvent;
 
 /// What a stepper asks of its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +88,8 @@ pub enum NodeEvent {
     Drained(ReservationId),
     /// What a reconciliation did with one takeover of this DC's tails.
     Reconciled(ReconcileEvent),
+    /// What an upkeep pass did.
+    Upkeep(UpkeepEvent),
 }
 
 /// A request's handling as a sans-IO state machine (see the module doc).

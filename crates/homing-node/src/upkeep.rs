@@ -51,6 +51,7 @@ use crate::change::{Change, expire};
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
+use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
 use crate::update::{Update, UpdatePoll};
 
 /// Most orphan candidates one pass proves; the rest are found again by the
@@ -227,11 +228,6 @@ impl Upkeep {
             DueKind::Released => self.limits.orphan_age_ms,
         };
         StoreTime::from_ms(self.started.as_ms().saturating_sub(margin_ms))
-    }
-
-    /// What happened since the last call, oldest first.
-    pub fn poll_event(&mut self) -> Option<UpkeepEvent> {
-        self.events.pop_front()
     }
 
     /// What to do next.
@@ -563,6 +559,34 @@ impl Upkeep {
     }
 }
 
+/// A pass as a [`Stepper`]: it ends when the pass does (start each pass
+/// with [`Upkeep::start`]); what it did, as [`NodeEvent::Upkeep`].
+impl Stepper for Upkeep {
+    type Output = ();
+
+    fn step(&mut self) -> Step<()> {
+        match self.poll() {
+            UpkeepPoll::Store(op) => Step::Ask(Effect::Store(op)),
+            UpkeepPoll::Global(op) => Step::Ask(Effect::Global(op)),
+            UpkeepPoll::Reservation(id) => Step::Ask(Effect::Segment(id)),
+            UpkeepPoll::Idle => Step::Done(()),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: StoreTime) {
+        match answer {
+            Answer::Stored(stored) => self.handle_stored(stored, now),
+            Answer::Global(global) => self.handle_global(global),
+            Answer::Segment(segment) => self.handle_segment(segment),
+            other => unasked("upkeep", &other),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front().map(NodeEvent::Upkeep)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! One DC in memory (records, global entries, an event log) and a peer
@@ -763,7 +787,10 @@ mod tests {
                     }
                     UpkeepPoll::Idle => return events,
                 }
-                events.extend(std::iter::from_fn(|| upkeep.poll_event()));
+                events.extend(std::iter::from_fn(|| match Stepper::poll_event(upkeep) {
+                    Some(NodeEvent::Upkeep(event)) => Some(event),
+                    _ => None,
+                }));
             }
         }
     }
