@@ -108,3 +108,105 @@ pub trait Stepper {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use homing_core::{ErrorKind, ErrorReply, FencingToken, KeyName, LeasePolicy};
+
+    use super::*;
+    use crate::{Change, KeyRecords, LinkOnward, Mutations, Update};
+
+    const NOW: StoreTime = StoreTime::from_ms(1);
+
+    fn id(s: &str) -> ReservationId {
+        s.parse().unwrap()
+    }
+
+    fn key() -> Key {
+        Key::new(KeyName::new("a").unwrap())
+    }
+
+    fn unreachable_store() -> (Failure, ErrorReply) {
+        let dc = "iad".parse().unwrap();
+        let failure = Failure::of_store(&dc, true, "connection refused");
+        let reply = failure.clone().into_reply();
+        assert!(matches!(reply.kind, ErrorKind::Unavailable { .. }));
+        (failure, reply)
+    }
+
+    /// Steps `stepper` once, expecting an effect.
+    fn asked<S: Stepper>(stepper: &mut S) -> Effect {
+        match stepper.step() {
+            Step::Ask(effect) => effect,
+            Step::Done(_) => panic!("done before it asked anything"),
+        }
+    }
+
+    #[test]
+    fn an_update_whose_store_fails_ends_with_the_failures_reply() {
+        let dc = "iad".parse().unwrap();
+        let change = Change::ForceRelease {
+            token: FencingToken::FIRST,
+        };
+        let mut update = Update::new(
+            dc,
+            id("iad.1"),
+            change,
+            LeasePolicy::DEFAULT,
+            Mutations::NONE,
+        );
+        assert_eq!(
+            asked(&mut update),
+            Effect::Store(StoreOp::Read(id("iad.1")))
+        );
+        let (failure, reply) = unreachable_store();
+        update.answer(Answer::Stored(Err(failure)), NOW);
+        assert_eq!(update.step(), Step::Done(Err(reply)));
+    }
+
+    #[test]
+    fn a_link_whose_store_fails_ends_with_the_failures_reply() {
+        let (dc, caller): (DcId, DcId) = ("iad".parse().unwrap(), "fra".parse().unwrap());
+        let mut link = LinkOnward::new(
+            dc,
+            Some(&caller),
+            key(),
+            id("iad.1"),
+            id("fra.2"),
+            FencingToken::FIRST,
+            LeasePolicy::DEFAULT,
+            Mutations::NONE,
+        );
+        assert_eq!(asked(&mut link), Effect::Store(StoreOp::Read(id("iad.1"))));
+        let (failure, reply) = unreachable_store();
+        link.answer(Answer::Stored(Err(failure)), NOW);
+        assert_eq!(link.step(), Step::Done(Err(reply)));
+    }
+
+    #[test]
+    fn a_key_read_hands_out_its_records_or_its_failure() {
+        let mut read = KeyRecords::inspect(key(), 8);
+        assert!(matches!(
+            asked(&mut read),
+            Effect::Store(StoreOp::Scan { .. })
+        ));
+        read.answer(Answer::Stored(Ok(Stored::Page(Vec::new()))), NOW);
+        assert_eq!(read.step(), Step::Done(Ok(Vec::new())));
+
+        let mut failed = KeyRecords::inspect(key(), 8);
+        asked(&mut failed);
+        let (failure, reply) = unreachable_store();
+        failed.answer(Answer::Stored(Err(failure)), NOW);
+        assert_eq!(failed.step(), Step::Done(Err(reply)));
+    }
+
+    #[test]
+    fn a_mapped_step_keeps_its_effect_and_maps_its_outcome() {
+        let effect = Effect::Segment(id("iad.1"));
+        assert_eq!(
+            Step::<u8>::Ask(effect.clone()).map(u16::from),
+            Step::Ask(effect)
+        );
+        assert_eq!(Step::Done(7u8).map(u16::from), Step::Done(7u16));
+    }
+}
