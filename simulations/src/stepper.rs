@@ -1,13 +1,14 @@
 //! The simulator's one loop for the tasks that run a homing-node
-//! [`Stepper`] — renew, release, force-release and shortcut updates, a
-//! peer's link, a drain, a page of a DC's drain, a cancel's or an
-//! inspect's read of a key's records, a reconciliation of takeovers — as
-//! homingd's `Node::drive` runs
-//! them: each [`Effect`] becomes the task's next store operation, global
-//! write or peer request (or is answered at once: a succession the DC
-//! knows, a segment of a DC the simulation does not have), each answer
-//! reaches the stepper as one [`Answer`], and what the stepper ends with
-//! becomes the task's reply (with the counters each kind keeps).
+//! [`Stepper`] — renew, release, force-release, cancel and shortcut
+//! updates, a peer's link, a drain, a page of a DC's drain, a cancel's or
+//! an inspect's read of a key's records, a reconciliation of takeovers, an
+//! upkeep pass — as homingd's `Node::drive` runs them: each [`Effect`]
+//! becomes the task's next store operation, global write or peer request
+//! (or is answered at once: a succession the DC knows, a page of
+//! successions, a segment of a DC the simulation does not have), each
+//! answer reaches the stepper as one [`Answer`], the events it notes are
+//! remembered or counted, and what it ends with becomes the task's reply
+//! (with the counters each kind keeps).
 
 use homing_core::{DcRecord, ErrorKind, LinkReply, Reply, Request, StoreTime};
 use homing_node::{
