@@ -271,8 +271,8 @@ pub(crate) enum TaskKind {
     Acquire(Box<AcquireJob>),
     Await(Box<AwaitJob>),
     /// One of homing-node's [`homing_node::Stepper`]s (updates, links,
-    /// drains, drain-scope pages, key reads, reconciliations), run by
-    /// `Sim::step_drive`.
+    /// drains, drain-scope pages, key reads, reconciliations, upkeep
+    /// passes), run by `Sim::step_drive`.
     Step(Box<Stepping>),
     Segment,
     /// A watcher's `Watch`.
@@ -597,7 +597,7 @@ impl Sim {
             }
         };
         let mut task = Task::new(client, rpc, key, kind);
-        if !matches!(task.kind, TaskKind::Acquire(_)) {
+        if let TaskKind::Step(_) = task.kind {
             return self.step_start(d, task);
         }
         let next = self.acquire_step(d, &mut task);

@@ -1359,7 +1359,7 @@ impl Node {
         let hint = self.hint(&key);
         let mut drain = Drain::new(
             self.dc.clone(),
-            key.clone(),
+            key,
             forwarded,
             self.hop_limit,
             self.policy,
