@@ -1,9 +1,11 @@
 //! A simulated DC: its durable state (records, the ID allocator — durable
 //! at commit), its volatile state (the global-entry cache, in-flight
 //! requests — lost in a crash), its clock, and its request handling, which
-//! mirrors `homing-daemon`'s `Node`: acquire drives `homing_core::Connect`,
-//! renew/release/link read the record, apply the transition and
-//! compare-and-set on `version`, resolves answer a `LocalSegment`.
+//! drives homing-node as `homing-daemon`'s `Node` does: acquires, updates,
+//! links, drains and the DC's own passes run as homing-node steppers in
+//! [`crate::stepper`]'s loop; this module performs what takes time (store
+//! operations, global writes, peer requests, an acquire's waits and
+//! pauses) and routes each answer back; resolves answer a `LocalSegment`.
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
@@ -26,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
     AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LocalSegment, Reply,
-    Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Source, Succession,
+    Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Succession,
     TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
 };
 
@@ -34,10 +36,10 @@ use homing_store::StoreError;
 use homing_store::memory::MemoryDc;
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Answer, Arrival,
-    Cancellations, Change, Failure, GlobalAnswer, GlobalOp, GlobalRead, LinkOnward, Mutations,
-    NodeTime, Resolve, ResolvePoll, StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits, Waiters,
-    answered, owned_here, segment_failure,
+    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations,
+    Change, Failure, GlobalAnswer, GlobalRead, LinkOnward, Mutations, NodeTime, Resolve,
+    ResolvePoll, StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits, Waiters, answered,
+    owned_here, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -76,7 +78,7 @@ pub struct Dc {
     pub up_since_us: u64,
     /// When it last crashed, true µs.
     pub down_since_us: u64,
-    global_cache: BTreeMap<Key, ReservationId>,
+    pub(crate) global_cache: BTreeMap<Key, ReservationId>,
     /// Volatile: keys a resolve found absent, and when (homingd's `resolve_reads`).
     absent: BTreeMap<Key, NodeTime>,
     /// Volatile: per key, the furthest chain member seen (homingd's `members`).
@@ -268,10 +270,9 @@ pub(crate) enum Awaiting {
 
 #[derive(Debug)]
 pub(crate) enum TaskKind {
-    Acquire(Box<AcquireJob>),
     Await(Box<AwaitJob>),
-    /// One of homing-node's [`homing_node::Stepper`]s (updates, links,
-    /// drains, drain-scope pages, key reads, reconciliations, upkeep
+    /// One of homing-node's [`homing_node::Stepper`]s (acquires, updates,
+    /// links, drains, drain-scope pages, key reads, reconciliations, upkeep
     /// passes), run by `Sim::step_drive`.
     Step(Box<Stepping>),
     Segment,
@@ -498,12 +499,12 @@ impl Sim {
                     self.rules.mutations,
                 )
                 .with_hint(hint);
-                TaskKind::Acquire(Box::new(AcquireJob {
+                TaskKind::Step(Box::new(Stepping::Acquire(Box::new(AcquireJob {
                     acquire,
                     awaiting: None,
                     generation: 0,
                     paused: false,
-                }))
+                }))))
             }
             Request::Await {
                 reservation,
@@ -596,13 +597,7 @@ impl Sim {
                 return self.dc_reply_to(d, client, rpc, key, reply);
             }
         };
-        let mut task = Task::new(client, rpc, key, kind);
-        if let TaskKind::Step(_) = task.kind {
-            return self.step_start(d, task);
-        }
-        let next = self.acquire_step(d, &mut task);
-        let tid = self.new_task_id(d);
-        self.dc_continue(d, tid, task, next);
+        self.step_start(d, Task::new(client, rpc, key, kind));
     }
 
     /// What DC `d`'s resolve of `key` does next: its global entry from the
@@ -752,7 +747,7 @@ impl Sim {
                 self.dcs[d].tasks.insert(tid, task);
             }
             Next::Reply(reply) => {
-                if matches!(task.kind, TaskKind::Acquire(_)) {
+                if task.kind.acquire().is_some() {
                     self.measurements.note_acquire_work(task.rpc, task.work);
                 }
                 if matches!(task.kind, TaskKind::Await(_)) {
@@ -765,7 +760,7 @@ impl Sim {
                 }
                 let mut answered = vec![(task.client, task.rpc, task.key)];
                 let mut parked = false;
-                if let TaskKind::Acquire(job) = &task.kind {
+                if let Some(job) = task.kind.acquire() {
                     let (key, lease) = (job.acquire.key(), job.acquire.lease());
                     answered.extend(self.dcs[d].in_flight.finish(key, lease));
                     parked = job.acquire.waits();
@@ -780,15 +775,14 @@ impl Sim {
             }
             // A closing DC's `closed()` is ready at once: no new wait or pause.
             Next::Await { .. } | Next::Pause(_) if self.dcs[d].closing.is_some() => {
-                let next = self.acquire_closed(d, tid, &mut task);
-                self.dc_continue(d, tid, task, next);
+                self.acquire_closed(d, tid, task);
             }
             Next::Await {
                 reservation,
                 remaining_ms,
             } => self.acquire_await(d, tid, task, reservation, remaining_ms),
             Next::Pause(until) => {
-                let TaskKind::Acquire(job) = &mut task.kind else {
+                let Some(job) = task.kind.acquire_mut() else {
                     return;
                 };
                 job.paused = true;
@@ -855,7 +849,7 @@ impl Sim {
             );
             return self.dc_continue(d, tid, task, Next::Reply(reply));
         }
-        let TaskKind::Acquire(job) = &mut task.kind else {
+        let Some(job) = task.kind.acquire_mut() else {
             return;
         };
         // Our own deadline bounds the wait (`timeout_at(deadline, register)`).
@@ -889,7 +883,7 @@ impl Sim {
         };
         let (me, peer) = (NodeId::Dc(d as u16), NodeId::Dc(to));
         let rpc = self.stream_request(me, peer, task.key, request, timeout_us);
-        if let TaskKind::Acquire(job) = &mut task.kind {
+        if let Some(job) = task.kind.acquire_mut() {
             job.awaiting = Some(Awaiting::Remote { rpc });
         }
         let dc = &mut self.dcs[d];
@@ -921,38 +915,34 @@ impl Sim {
         }
     }
 
-    /// The await of an acquire ended: homing-node's [`Acquire`] decides
+    /// The await of acquire `tid` ended: homing-node's [`Acquire`] decides
     /// what follows.
     pub(crate) fn acquire_awaited(
         &mut self,
         d: usize,
-        task: &mut Task,
+        tid: u64,
+        mut task: Task,
         result: Result<AwaitReply, Failure>,
-    ) -> Next {
-        let now = self.node_now(d);
-        let TaskKind::Acquire(job) = &mut task.kind else {
-            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
+    ) {
+        let Some(job) = task.kind.acquire_mut() else {
+            unreachable!("an await's answer for a task that is not an acquire");
         };
         job.awaiting = None;
         job.generation += 1;
-        job.acquire.handle_awaited(now, result);
-        self.acquire_step(d, task)
+        self.step_answered(d, tid, task, Answer::Awaited(result));
     }
 
     /// The acquire's own deadline passed while it awaited: it stops waiting
     /// (its registration future dropped: a local waiter leaves the queue, a
     /// remote one runs on at the tail's DC unanswered) and answers at once.
     fn acquire_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
-        let now = self.node_now(d);
-        let TaskKind::Acquire(job) = &mut task.kind else {
+        let Some(job) = task.kind.acquire_mut() else {
             return;
         };
         job.generation += 1;
         let awaiting = job.awaiting.take();
-        job.acquire.handle_deadline(now);
         self.acquire_unregister(d, tid, awaiting);
-        let next = self.acquire_step(d, &mut task);
-        self.dc_continue(d, tid, task, next);
+        self.step_answered(d, tid, task, Answer::TimedOut);
     }
 
     /// Acquire `tid` stops waiting where it was registered (`awaiting`).
@@ -969,48 +959,6 @@ impl Sim {
         }
     }
 
-    /// A peer answered the segment or the link an acquire asked for (or
-    /// did not: `Err`).
-    fn acquire_peer_answer(
-        &mut self,
-        d: usize,
-        task: &mut Task,
-        answer: Result<Reply, Failure>,
-    ) -> Next {
-        let now = self.node_now(d);
-        let TaskKind::Acquire(job) = &mut task.kind else {
-            unreachable!("an acquire's peer answer for another task");
-        };
-        if job.acquire.asks_segment() {
-            let segment = answer.and_then(|reply| {
-                peer_answer(reply, "resolve-reservation", |r| match r {
-                    Reply::Reservation(segment) => Some(segment),
-                    _ => None,
-                })
-            });
-            job.acquire.handle_segment(now, segment);
-        } else {
-            let linked = answer.and_then(|reply| {
-                peer_answer(reply, "link", |r| match r {
-                    Reply::Link(link) => Some(link),
-                    _ => None,
-                })
-            });
-            job.acquire.handle_linked(now, linked);
-        }
-        self.acquire_step(d, task)
-    }
-
-    /// An acquire's pause ended: it connects again.
-    pub(crate) fn acquire_reconnect(&mut self, d: usize, task: &mut Task) -> Next {
-        let now = self.node_now(d);
-        let TaskKind::Acquire(job) = &mut task.kind else {
-            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
-        };
-        job.acquire.handle_timeout(now);
-        self.acquire_step(d, task)
-    }
-
     /// How DC `d` asks what `id`'s DC knows of it: a read of its own
     /// store, or a `ResolveReservation` to that peer; `Err` when the
     /// simulation has no such DC ([`unknown_dc`]).
@@ -1024,160 +972,9 @@ impl Sim {
         }
     }
 
-    /// Polls the acquire until it needs I/O or ends.
-    pub(crate) fn acquire_step(&mut self, d: usize, task: &mut Task) -> Next {
-        let task_key = task.key;
-        let TaskKind::Acquire(job) = &mut task.kind else {
-            return Next::Reply(error(ErrorKind::Internal, "not an acquire"));
-        };
-        loop {
-            let now = NodeTime::from_us(self.dcs[d].clock.local_us(self.now));
-            let poll = job.acquire.poll(now);
-            while let Some(event) = job.acquire.poll_event() {
-                self.measurements.count(acquire_counter(event));
-            }
-            match poll {
-                AcquirePoll::Cover { from } => {
-                    job.acquire.handle_covered(self.grant_covered(d, from));
-                    continue;
-                }
-                // The simulator keeps no key quota: every create is admitted.
-                AcquirePoll::Admit(_) => {
-                    job.acquire.handle_admitted();
-                    continue;
-                }
-                AcquirePoll::Store(op) => return Next::Store(StoreOp::Dc(op)),
-                AcquirePoll::Global(op) => match self.acquire_global(d, job, now, op) {
-                    Some(next) => return next,
-                    None => continue,
-                },
-                AcquirePoll::Segment(id) => match self.ask_segment(d, id) {
-                    Ok(next) => return next,
-                    Err(failure) => {
-                        job.acquire.handle_segment(now, Err(failure));
-                        continue;
-                    }
-                },
-                AcquirePoll::Link {
-                    key,
-                    from,
-                    to,
-                    expected_token,
-                } => match self.dc_index.get(from.dc()) {
-                    Some(&dc) => {
-                        let link = Request::Link {
-                            key,
-                            from,
-                            to,
-                            expected_token,
-                        };
-                        return Next::Peer(dc, link);
-                    }
-                    None => {
-                        job.acquire.handle_linked(now, Err(unknown_dc(from.dc())));
-                        continue;
-                    }
-                },
-                AcquirePoll::Await {
-                    reservation,
-                    wait_ms,
-                    ..
-                } => {
-                    return Next::Await {
-                        reservation,
-                        remaining_ms: wait_ms,
-                    };
-                }
-                AcquirePoll::Cancelled(lease) => {
-                    let cancelled = self.dcs[d].cancelled.cancelled(&lease, now);
-                    job.acquire.handle_cancelled(cancelled);
-                    continue;
-                }
-                AcquirePoll::Pause { until } => return Next::Pause(until),
-                AcquirePoll::Done(Ok(outcome)) => {
-                    if let Some(member) = job.acquire.member_learned(&outcome) {
-                        self.dcs[d].remember(job.acquire.key(), member);
-                    }
-                    if let Some(notice) = job.acquire.take_notice() {
-                        self.tell_shortcut(d, task_key, notice);
-                    }
-                    return Next::Reply(Reply::Acquire(outcome));
-                }
-                AcquirePoll::Done(Err(e)) => return Next::Reply(Reply::Error(e)),
-            }
-        }
-    }
-
-    /// An acquire's global-store operation: answered at once (`None`: the
-    /// acquire goes on), or performed where it lands (the next step). Cut
-    /// from the global store, the succession and DC-lease reads and the
-    /// confirm and takeover writes fail at once; the entry's read and write
-    /// find out where they land.
-    fn acquire_global(
-        &mut self,
-        d: usize,
-        job: &mut AcquireJob,
-        now: NodeTime,
-        op: GlobalOp,
-    ) -> Option<Next> {
-        if let GlobalOp::Confirm(succession) = &op
-            && let Some(recorded) = self.dcs[d].succession_of(&succession.link.from)
-        {
-            job.acquire.handle_global(GlobalAnswer::Confirmed(recorded));
-            return None;
-        }
-        let global_need = matches!(
-            op,
-            GlobalOp::Successor { .. }
-                | GlobalOp::DcLease(_)
-                | GlobalOp::Confirm(_)
-                | GlobalOp::TakeOver { .. }
-        );
-        if global_need && let Err(e) = self.global_reachable(d) {
-            job.acquire.handle_failure(now, Failure::Unreachable(e));
-            return None;
-        }
-        let answer = match op {
-            // Successions and DC leases are read at once (no store
-            // delay): what a read decides is checked where writes land.
-            GlobalOp::Successor { id, key } => {
-                let succession = self.global_successor(d, &id);
-                let hint = self.dcs[d].hint(&key);
-                let source = Source::Local;
-                GlobalAnswer::Successor {
-                    succession,
-                    source,
-                    hint,
-                }
-            }
-            GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(&dc)),
-            // Written where they land (`dc_global_set`), after the
-            // global store's write delay, like the key's entry.
-            GlobalOp::Confirm(succession) => {
-                let key = job.acquire.key().clone();
-                return Some(Next::GlobalWrite(key, GlobalWrite::Confirm(succession)));
-            }
-            GlobalOp::TakeOver { succession, policy } => {
-                let key = job.acquire.key().clone();
-                let write = GlobalWrite::TakeOver(succession, policy);
-                return Some(Next::GlobalWrite(key, write));
-            }
-            GlobalOp::SetIfAbsent { key, id } => {
-                return Some(Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id)));
-            }
-            GlobalOp::SuccessionsOf { .. } => unreachable!("an acquire reads no page: {op:?}"),
-            GlobalOp::Entry { key, read } => match self.dcs[d].global_cache.get(&key) {
-                Some(id) => GlobalAnswer::Entry(Some(id.clone())),
-                None => return Some(Next::Store(StoreOp::GlobalGet { key, read })),
-            },
-        };
-        job.acquire.handle_global(answer);
-        None
-    }
-
     /// `id`'s succession as DC `d` reads it from the global store (at once),
     /// kept in its cache once present (homingd's `Node::successor`).
-    fn global_successor(&mut self, d: usize, id: &ReservationId) -> Option<Succession> {
+    pub(crate) fn global_successor(&mut self, d: usize, id: &ReservationId) -> Option<Succession> {
         let succession = self.successions.get(id).cloned();
         if let Some(found) = &succession {
             self.dcs[d].keep_succession(found);
@@ -1188,7 +985,7 @@ impl Sim {
     /// Tells another DC's entry about the chain's new member, not waiting
     /// for the answer (homingd: a background task; its own entry the
     /// acquire noted itself).
-    fn tell_shortcut(&mut self, d: usize, key: u32, notice: ShortcutNotice) {
+    pub(crate) fn tell_shortcut(&mut self, d: usize, key: u32, notice: ShortcutNotice) {
         let Some(&to) = self.dc_index.get(notice.entry.dc()) else {
             return;
         };
@@ -1313,7 +1110,7 @@ impl Sim {
         let op = match op {
             StoreOp::Dc(op) => {
                 let stored = self.perform(d, op);
-                let update = !matches!(task.kind, TaskKind::Acquire(_));
+                let update = task.kind.acquire().is_none();
                 if update && stored == Ok(Stored::Written(Written::Conflict)) {
                     self.measurements.count(Counter::UpdateCasConflict);
                 }
@@ -1321,10 +1118,12 @@ impl Sim {
             }
             op => op,
         };
-        // Steppers (walks of drains, proofs of upkeep passes) take their
-        // answers; acquires, resolves and segment answers go on below.
+        // Steppers (walks of drains, proofs of upkeep passes, acquires'
+        // own segments) take their answers; acquires' entry reads,
+        // resolves and segment answers go on below.
+        let entry_read = matches!(op, StoreOp::GlobalGet { .. });
         match task.kind {
-            TaskKind::Step(_) => {
+            TaskKind::Step(_) if !(entry_read && task.kind.acquire().is_some()) => {
                 // A walk reads the entry's latest replica and its chain.
                 let answer = match op {
                     StoreOp::GlobalGet { key, .. } => {
@@ -1338,7 +1137,7 @@ impl Sim {
                 };
                 return self.step_answered(d, tid, task, answer);
             }
-            TaskKind::Acquire(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
+            TaskKind::Step(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
             TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
@@ -1365,9 +1164,9 @@ impl Sim {
                     None => {}
                 }
                 match &mut task.kind {
-                    TaskKind::Acquire(job) => {
-                        job.acquire.handle_global(GlobalAnswer::Entry(entry));
-                        self.acquire_step(d, &mut task)
+                    TaskKind::Step(_) => {
+                        let answer = Answer::Global(Ok(GlobalAnswer::Entry(entry)));
+                        return self.step_answered(d, tid, task, answer);
                     }
                     TaskKind::Resolve(resolve) => {
                         resolve.handle_entry(entry);
@@ -1379,13 +1178,6 @@ impl Sim {
             StoreOp::Segment(id) => {
                 let segment = self.local_segment(d, &id);
                 match (&mut task.kind, segment) {
-                    // No usable record disowns it: a shortcut that does not
-                    // hold up (the walk falls back), or a contradiction (it fails).
-                    (TaskKind::Acquire(job), s) => {
-                        job.acquire
-                            .handle_segment(self.node_now(d), s.map_err(segment_failure));
-                        self.acquire_step(d, &mut task)
-                    }
                     (TaskKind::Segment, Ok(s)) => {
                         let local = &self.dcs[d].id;
                         match answered(local, s, self.answers_for_tails(d)) {
@@ -1415,7 +1207,6 @@ impl Sim {
     /// DC `d`'s store answered task `tid`'s operation (or failed it): the
     /// task's stepper takes the answer.
     fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
-        let now = self.dcs[d].clock.store_time(self.now);
         if task.kind.drains() && stored == Ok(Stored::Written(Written::Yes)) {
             self.measurements.count(Counter::KeyDrained);
         }
@@ -1430,15 +1221,6 @@ impl Sim {
             (TaskKind::Await(_), stored) => return self.await_stored(d, tid, task, stored),
             (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
-            (TaskKind::Acquire(job), stored) => {
-                let stored = stored.unwrap_or_else(|failure| {
-                    unreachable!(
-                        "a connect's failed store operation is answered before: {failure:?}"
-                    )
-                });
-                job.acquire.handle_stored(stored, now);
-                self.acquire_step(d, &mut task)
-            }
             (TaskKind::Segment | TaskKind::Resolve(_), _) => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
             }
@@ -1510,22 +1292,17 @@ impl Sim {
         if let Some(succession) = &succession_now {
             self.dcs[d].keep_succession(succession);
         }
-        let Some(mut task) = self.dcs[d].tasks.remove(&set.task) else {
+        let Some(task) = self.dcs[d].tasks.remove(&set.task) else {
             return;
         };
-        let next = match (&mut task.kind, landed) {
-            (TaskKind::Acquire(job), landed) => {
-                if let Some(winner) = entry_now {
-                    self.dcs[d].global_cache.insert(key, winner);
-                }
-                job.acquire.handle_global(landed);
-                self.acquire_step(d, &mut task)
+        if let TaskKind::Step(_) = task.kind {
+            // The entry now, if this was an acquire's set-if-absent.
+            if let Some(winner) = entry_now {
+                self.dcs[d].global_cache.insert(key, winner);
             }
-            (TaskKind::Step(_), landed) => {
-                return self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
-            }
-            _ => Next::Reply(error(ErrorKind::Internal, "unexpected global write")),
-        };
+            return self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
+        }
+        let next = Next::Reply(error(ErrorKind::Internal, "unexpected global write"));
         self.dc_continue(d, set.task, task, next);
     }
 
@@ -1533,15 +1310,12 @@ impl Sim {
         let Some((tid, _)) = self.dcs[d].peer_rpcs.remove(&rpc) else {
             return;
         };
-        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
         self.current_key = task.key;
         if !matches!(from, NodeId::Dc(_)) {
             return;
-        }
-        if let TaskKind::Step(_) = task.kind {
-            return self.step_peer_answer(d, tid, task, Ok(reply));
         }
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
@@ -1551,12 +1325,13 @@ impl Sim {
                 Reply::Awaited(answer) => Some(answer),
                 _ => None,
             });
-            let next = self.acquire_awaited(d, &mut task, result);
-            return self.dc_continue(d, tid, task, next);
+            return self.acquire_awaited(d, tid, task, result);
         }
-        let next = match (&mut task.kind, reply) {
-            (TaskKind::Acquire(_), reply) => self.acquire_peer_answer(d, &mut task, Ok(reply)),
-            (_, Reply::Error(e)) => Next::Reply(Reply::Error(e)),
+        if let TaskKind::Step(_) = task.kind {
+            return self.step_peer_answer(d, tid, task, Ok(reply));
+        }
+        let next = match reply {
+            Reply::Error(e) => Next::Reply(Reply::Error(e)),
             _ => Next::Reply(error(ErrorKind::Inconsistent, "unexpected peer reply")),
         };
         self.dc_continue(d, tid, task, next);
@@ -1596,7 +1371,7 @@ impl Sim {
             return;
         };
         self.measurements.count(counter);
-        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
         self.current_key = task.key;
@@ -1608,19 +1383,13 @@ impl Sim {
         if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
             self.checker.wake.on_origin_done(d as u16, rpc);
             let lost = ErrorReply::new(unavailable, why);
-            let next = self.acquire_awaited(d, &mut task, Err(Failure::Unreachable(lost)));
-            return self.dc_continue(d, tid, task, next);
+            return self.acquire_awaited(d, tid, task, Err(Failure::Unreachable(lost)));
         }
         let e = ErrorReply::new(unavailable, why);
         if let TaskKind::Step(_) = task.kind {
             return self.step_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
         }
-        let next = if matches!(task.kind, TaskKind::Acquire(_)) {
-            self.acquire_peer_answer(d, &mut task, Err(Failure::Unreachable(e)))
-        } else {
-            Next::Reply(Reply::Error(e))
-        };
-        self.dc_continue(d, tid, task, next);
+        self.dc_continue(d, tid, task, Next::Reply(Reply::Error(e)));
     }
 
     /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.
@@ -1629,17 +1398,19 @@ impl Sim {
             return;
         }
         let current = match self.dcs[d].tasks.get(&tid).map(|t| &t.kind) {
-            Some(TaskKind::Acquire(job)) => job.generation == generation,
             Some(TaskKind::Await(job)) => job.parked == Some(generation),
             Some(TaskKind::Watch(job)) => job.parked == Some(generation),
-            _ => false,
+            Some(kind) => kind
+                .acquire()
+                .is_some_and(|job| job.generation == generation),
+            None => false,
         };
         if !current {
             return;
         }
         // Invariant: the task was just found in the map.
         let mut task = self.dcs[d].tasks.remove(&tid).expect("task present");
-        if let TaskKind::Acquire(job) = &mut task.kind {
+        if let Some(job) = task.kind.acquire_mut() {
             job.paused = false;
         }
         self.current_key = task.key;
@@ -1649,13 +1420,15 @@ impl Sim {
         if matches!(task.kind, TaskKind::Watch(_)) {
             return self.watch_deadline(d, tid, task);
         }
-        if let TaskKind::Acquire(job) = &task.kind
-            && job.awaiting.is_some()
+        if task
+            .kind
+            .acquire()
+            .is_some_and(|job| job.awaiting.is_some())
         {
             return self.acquire_deadline(d, tid, task);
         }
-        let next = self.acquire_reconnect(d, &mut task);
-        self.dc_continue(d, tid, task, next);
+        // An acquire's pause ended: it connects again.
+        self.step_answered(d, tid, task, Answer::TimedOut);
     }
 
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.
@@ -1798,7 +1571,7 @@ impl Sim {
 }
 
 /// The counter of an acquire event.
-fn acquire_counter(event: AcquireEvent) -> Counter {
+pub(crate) fn acquire_counter(event: AcquireEvent) -> Counter {
     match event {
         AcquireEvent::ConnectFailed => Counter::ConnectFailed,
         AcquireEvent::ConnectRetried => Counter::WaitConnectRetried,

@@ -491,14 +491,6 @@ impl Sim {
         self.current_key = task.key;
         let failure = Failure::from_reply(e.clone());
         let next = match &mut task.kind {
-            TaskKind::Acquire(_) => {
-                let now = self.node_now(d);
-                let TaskKind::Acquire(job) = &mut task.kind else {
-                    return;
-                };
-                job.acquire.handle_failure(now, failure);
-                self.acquire_step(d, &mut task)
-            }
             TaskKind::Step(_) => {
                 let answer = crate::stepper::failed_answer(asked, failure);
                 return self.step_answered(d, tid, task, answer);

@@ -13,7 +13,7 @@
 use crate::counter::{Counter, Timing};
 use homing_core::AwaitReply;
 
-use crate::dc::{Next, TaskKind};
+use crate::dc::TaskKind;
 use crate::sim::{Event, Sim};
 
 /// How often a closing DC looks whether its requests have finished, ms.
@@ -53,42 +53,32 @@ impl Sim {
         // Paused and waiting acquires answer now.
         let parked: Vec<u64> = (self.dcs[d].tasks.iter())
             .filter(|(_, t)| {
-                matches!(&t.kind, TaskKind::Acquire(job) if job.paused || job.awaiting.is_some())
+                (t.kind.acquire()).is_some_and(|job| job.paused || job.awaiting.is_some())
             })
             .map(|(tid, _)| *tid)
             .collect();
         for tid in parked {
-            let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+            let Some(task) = self.dcs[d].tasks.remove(&tid) else {
                 continue;
             };
-            let next = self.acquire_closed(d, tid, &mut task);
-            self.dc_continue(d, tid, task, next);
+            self.acquire_closed(d, tid, task);
         }
         self.dc_close_check(d);
     }
 
     /// A paused or waiting acquire of closing DC `d` answers now (a
     /// registration is dropped).
-    pub(crate) fn acquire_closed(
-        &mut self,
-        d: usize,
-        tid: u64,
-        task: &mut crate::dc::Task,
-    ) -> Next {
+    pub(crate) fn acquire_closed(&mut self, d: usize, tid: u64, mut task: crate::dc::Task) {
         self.measurements.count(Counter::AcquireAnsweredAtShutdown);
-        let TaskKind::Acquire(job) = &mut task.kind else {
-            return Next::Reply(crate::dc::error(
-                homing_core::ErrorKind::Internal,
-                "not an acquire",
-            ));
+        let Some(job) = task.kind.acquire_mut() else {
+            unreachable!("a closing dc's paused task is an acquire");
         };
         // Voids its pause or deadline timer.
         job.generation += 1;
         job.paused = false;
         let awaiting = job.awaiting.take();
-        job.acquire.handle_close();
         self.acquire_unregister(d, tid, awaiting);
-        self.acquire_step(d, task)
+        self.step_answered(d, tid, task, homing_node::Answer::Closed);
     }
 
     /// Closing DC `d` exits once no request is left (its upkeep pass and

@@ -1,23 +1,27 @@
 //! The simulator's one loop for the tasks that run a homing-node
-//! [`Stepper`] — renew, release, force-release, cancel and shortcut
-//! updates, a peer's link, a drain, a page of a DC's drain, a cancel's or
-//! an inspect's read of a key's records, a reconciliation of takeovers, an
-//! upkeep pass — as homingd's `Node::drive` runs them: each [`Effect`]
-//! becomes the task's next store operation, global write or peer request
-//! (or is answered at once: a succession the DC knows, a page of
-//! successions, a segment of a DC the simulation does not have), each
-//! answer reaches the stepper as one [`Answer`], the events it notes are
-//! remembered or counted, and what it ends with becomes the task's reply
-//! (with the counters each kind keeps).
+//! [`Stepper`] — a host's acquire, renew, release, force-release, cancel
+//! and shortcut updates, a peer's link, a drain, a page of a DC's drain, a
+//! cancel's or an inspect's read of a key's records, a reconciliation of
+//! takeovers, an upkeep pass — as homingd's `Node::drive` runs them: each
+//! [`Effect`] becomes the task's next store operation, global write, peer
+//! request, wait or pause (or is answered at once: the DC lease's cover, a
+//! cancellation, a succession the DC knows, a page of successions, a
+//! segment of a DC the simulation does not have), each answer reaches the
+//! stepper as one [`Answer`], the events it notes are remembered, counted
+//! or sent on, and what it ends with becomes the task's reply (with the
+//! counters each kind keeps).
 
-use homing_core::{DcRecord, ErrorKind, LinkReply, Reply, Request, StoreTime};
+use homing_core::{DcRecord, ErrorKind, LinkReply, Reply, Request, Source};
 use homing_node::{
-    Answer, Change, Effect, Failure, GlobalAnswer, GlobalOp, NodeEvent, ReconcileEvent, Step,
-    Stepper, cancel,
+    Answer, Change, Effect, Failure, GlobalAnswer, GlobalOp, NodeEvent, NodeTime, Now,
+    ReconcileEvent, Step, Stepper, cancel,
 };
 
 use crate::counter::Counter;
-use crate::dc::{Asked, Next, StoreOp, Task, TaskKind, error, peer_answer};
+use crate::dc::{
+    AcquireJob, Asked, Next, StoreOp, Task, TaskKind, acquire_counter, error, peer_answer,
+    unknown_dc,
+};
 use crate::drain::DrainJob;
 use crate::drain_scope::DrainScopeJob;
 use crate::key_read::{KeyRead, Then};
@@ -26,6 +30,7 @@ use crate::upkeep::upkeep_counter;
 
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
+    Acquire(<homing_node::Acquire as Stepper>::Output),
     Update(<homing_node::Update as Stepper>::Output),
     Link(<homing_node::LinkOnward as Stepper>::Output),
     Drain(<homing_node::Drain as Stepper>::Output),
@@ -44,6 +49,28 @@ enum Performed {
 }
 
 impl TaskKind {
+    /// The acquire the task runs, if it is one.
+    pub(crate) fn acquire(&self) -> Option<&AcquireJob> {
+        match self {
+            TaskKind::Step(stepping) => match stepping.as_ref() {
+                Stepping::Acquire(job) => Some(job.as_ref()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The acquire the task runs, if it is one, to change.
+    pub(crate) fn acquire_mut(&mut self) -> Option<&mut AcquireJob> {
+        match self {
+            TaskKind::Step(stepping) => match stepping.as_mut() {
+                Stepping::Acquire(job) => Some(job.as_mut()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Whether the task is a drain (of a key).
     pub(crate) fn drains(&self) -> bool {
         matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Drain(_)))
@@ -65,6 +92,9 @@ impl TaskKind {
 /// A task's homing-node [`Stepper`], run by [`Sim::step_drive`].
 #[derive(Debug)]
 pub(crate) enum Stepping {
+    /// A host's acquire: homing-node's [`homing_node::Acquire`] and where
+    /// it waits.
+    Acquire(Box<AcquireJob>),
     /// Renew, release, force-release, cancel, shortcut: homing-node's
     /// [`homing_node::Update`].
     Update(homing_node::Update),
@@ -86,21 +116,23 @@ pub(crate) enum Stepping {
 
 impl Stepping {
     /// The next step of the stepper.
-    fn step(&mut self) -> Step<Ended> {
+    fn step(&mut self, now: NodeTime) -> Step<Ended> {
         match self {
-            Stepping::Update(update) => update.step().map(Ended::Update),
-            Stepping::Link(link) => link.step().map(Ended::Link),
-            Stepping::Drain(job) => job.drain.step().map(Ended::Drain),
-            Stepping::DrainScope(job) => job.page.step().map(Ended::DrainScope),
-            Stepping::KeyRead(job) => job.read.step().map(Ended::KeyRead),
-            Stepping::Reconcile(reconcile) => reconcile.step().map(Ended::Reconcile),
-            Stepping::Upkeep(upkeep) => upkeep.step().map(|()| Ended::Upkeep),
+            Stepping::Acquire(job) => job.acquire.step(now).map(Ended::Acquire),
+            Stepping::Update(update) => update.step(now).map(Ended::Update),
+            Stepping::Link(link) => link.step(now).map(Ended::Link),
+            Stepping::Drain(job) => job.drain.step(now).map(Ended::Drain),
+            Stepping::DrainScope(job) => job.page.step(now).map(Ended::DrainScope),
+            Stepping::KeyRead(job) => job.read.step(now).map(Ended::KeyRead),
+            Stepping::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
+            Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
         }
     }
 
     /// Hands `answer` to the stepper.
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match self {
+            Stepping::Acquire(job) => job.acquire.answer(answer, now),
             Stepping::Update(update) => update.answer(answer, now),
             Stepping::Link(link) => link.answer(answer, now),
             Stepping::Drain(job) => job.drain.answer(answer, now),
@@ -113,6 +145,7 @@ impl Stepping {
 
     fn poll_event(&mut self) -> Option<NodeEvent> {
         match self {
+            Stepping::Acquire(job) => Stepper::poll_event(&mut job.acquire),
             Stepping::Drain(job) => job.drain.poll_event(),
             Stepping::DrainScope(job) => job.page.poll_event(),
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
@@ -139,13 +172,22 @@ impl Sim {
 
     /// The stepper of task `tid` was answered: it goes on.
     pub(crate) fn step_answered(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
-        let now = self.dcs[d].clock.store_time(self.now);
+        let now = self.now_at(d);
         stepping(&mut task).answer(answer, now);
         self.step_drive(d, tid, task);
     }
 
+    /// Both clocks of DC `d` now.
+    pub(crate) fn now_at(&self, d: usize) -> Now {
+        Now {
+            node: self.node_now(d),
+            store: self.dcs[d].clock.store_time(self.now),
+        }
+    }
+
     /// A peer answered what the task's stepper asked of it — a
-    /// reservation's segment, or a forwarded drain — or did not (`Err`).
+    /// reservation's segment, a link or a forwarded drain — or did not
+    /// (`Err`).
     pub(crate) fn step_peer_answer(
         &mut self,
         d: usize,
@@ -153,19 +195,26 @@ impl Sim {
         mut task: Task,
         reply: Result<Reply, Failure>,
     ) {
-        let forwarded =
-            matches!(stepping(&mut task), Stepping::Drain(job) if !job.drain.asks_segment());
-        let answer = if forwarded {
-            Answer::Forwarded(reply.and_then(|r| {
-                peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
-            }))
-        } else {
-            Answer::Segment(reply.and_then(|r| {
+        let answer = match stepping(&mut task) {
+            Stepping::Drain(job) if !job.drain.asks_segment() => {
+                Answer::Forwarded(reply.and_then(|r| {
+                    peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
+                }))
+            }
+            Stepping::Acquire(job) if !job.acquire.asks_segment() => {
+                Answer::Linked(reply.and_then(|r| {
+                    peer_answer(r, "link", |r| match r {
+                        Reply::Link(link) => Some(link),
+                        _ => None,
+                    })
+                }))
+            }
+            _ => Answer::Segment(reply.and_then(|r| {
                 peer_answer(r, "resolve-reservation", |r| match r {
                     Reply::Reservation(segment) => Some(segment),
                     _ => None,
                 })
-            }))
+            })),
         };
         self.step_answered(d, tid, task, answer);
     }
@@ -174,9 +223,11 @@ impl Sim {
     /// time, or ends.
     pub(crate) fn step_drive(&mut self, d: usize, tid: u64, mut task: Task) {
         let next = loop {
-            let step = stepping(&mut task).step();
+            let step = stepping(&mut task).step(self.node_now(d));
             while let Some(event) = stepping(&mut task).poll_event() {
                 match event {
+                    NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
+                    NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
                     NodeEvent::Learned { key, member } => self.dcs[d].remember(&key, member),
                     NodeEvent::Drained(_) => {
                         if let Stepping::DrainScope(job) = stepping(&mut task) {
@@ -194,7 +245,7 @@ impl Sim {
                 Step::Ask(effect) => match self.effect_next(d, &task, effect) {
                     Performed::Later(next) => break next,
                     Performed::Now(answer) => {
-                        let now = self.dcs[d].clock.store_time(self.now);
+                        let now = self.now_at(d);
                         stepping(&mut task).answer(answer, now);
                     }
                 },
@@ -209,37 +260,77 @@ impl Sim {
     }
 
     /// How DC `d` performs `effect` for `task`: as the task's next
-    /// operation, or answered at once.
+    /// operation, or answered at once. Cut from the global store, the
+    /// succession and DC-lease reads, the takeover writes and an acquire's
+    /// confirm fail at once; entries and set-if-absent writes find out
+    /// where they land.
     fn effect_next(&mut self, d: usize, task: &Task, effect: Effect) -> Performed {
+        let acquire = task.kind.acquire();
+        // The key a global write is for, as the checker indexes it.
+        let key_of = |sim: &Sim| match acquire {
+            Some(job) => job.acquire.key().clone(),
+            None => sim.keys[task.key as usize].clone(),
+        };
+        let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
+        let global = |answer| Performed::Now(Answer::Global(answer));
         match effect {
             Effect::Store(op) => Performed::Later(Next::Store(StoreOp::Dc(op))),
+            // An acquire's read goes through the DC's entry cache.
             Effect::Global(GlobalOp::Entry { key, read }) => {
-                Performed::Later(Next::Store(StoreOp::GlobalGet { key, read }))
-            }
-            Effect::Global(GlobalOp::Confirm(succession)) => {
-                match self.dcs[d].succession_of(&succession.link.from) {
-                    Some(recorded) => {
-                        Performed::Now(Answer::Global(Ok(GlobalAnswer::Confirmed(recorded))))
-                    }
-                    None => {
-                        let key = self.keys[task.key as usize].clone();
-                        Performed::Later(Next::GlobalWrite(key, GlobalWrite::Confirm(succession)))
-                    }
+                let cached = acquire.and_then(|_| self.dcs[d].global_cache.get(&key));
+                match cached {
+                    Some(id) => global(Ok(GlobalAnswer::Entry(Some(id.clone())))),
+                    None => Performed::Later(Next::Store(StoreOp::GlobalGet { key, read })),
                 }
             }
-            // Read at once, as the acquire's succession reads are: what a
-            // read decides is checked where writes land.
+            Effect::Global(GlobalOp::Confirm(succession)) => {
+                if let Some(recorded) = self.dcs[d].succession_of(&succession.link.from) {
+                    return global(Ok(GlobalAnswer::Confirmed(recorded)));
+                }
+                if acquire.is_some()
+                    && let Err(failure) = cut(self)
+                {
+                    return global(Err(failure));
+                }
+                let write = GlobalWrite::Confirm(succession);
+                Performed::Later(Next::GlobalWrite(key_of(self), write))
+            }
+            // Successions and DC leases are read at once (no store delay):
+            // what a read decides is checked where writes land.
+            Effect::Global(GlobalOp::Successor { id, key }) => global(cut(self).map(|()| {
+                let succession = self.global_successor(d, &id);
+                let hint = self.dcs[d].hint(&key);
+                let source = Source::Local;
+                GlobalAnswer::Successor {
+                    succession,
+                    source,
+                    hint,
+                }
+            })),
+            Effect::Global(GlobalOp::DcLease(dc)) => {
+                global(cut(self).map(|()| GlobalAnswer::DcLease(self.global_dc_lease_state(&dc))))
+            }
             Effect::Global(GlobalOp::SuccessionsOf { dc, after, limit }) => {
-                let answer = self.global_reachable(d).map(|()| {
+                global(cut(self).map(|()| {
                     let page = self.successions_of(&dc, after, limit);
                     for succession in &page {
                         self.dcs[d].keep_succession(succession);
                     }
                     GlobalAnswer::Successions(page)
-                });
-                Performed::Now(Answer::Global(answer.map_err(Failure::Unreachable)))
+                }))
             }
-            Effect::Global(op) => unreachable!("a request's stepper asked {op:?}"),
+            // Written where they land (`dc_global_set`), after the global
+            // store's write delay.
+            Effect::Global(GlobalOp::TakeOver { succession, policy }) => {
+                if let Err(failure) = cut(self) {
+                    return global(Err(failure));
+                }
+                let write = GlobalWrite::TakeOver(succession, policy);
+                Performed::Later(Next::GlobalWrite(key_of(self), write))
+            }
+            Effect::Global(GlobalOp::SetIfAbsent { key, id }) => {
+                Performed::Later(Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id)))
+            }
             Effect::Segment(id) => match self.ask_segment(d, id) {
                 Ok(next) => Performed::Later(next),
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
@@ -257,6 +348,40 @@ impl Sim {
                 let to = self.dc_index[&dc];
                 Performed::Later(Next::Peer(to, Request::Drain { key }))
             }
+            Effect::Cover { from } => Performed::Now(Answer::Covered(self.grant_covered(d, from))),
+            // The simulator keeps no key quota: every create is admitted.
+            Effect::Admit(_) => Performed::Now(Answer::Admitted(Ok(()))),
+            Effect::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            } => match self.dc_index.get(from.dc()) {
+                Some(&dc) => {
+                    let link = Request::Link {
+                        key,
+                        from,
+                        to,
+                        expected_token,
+                    };
+                    Performed::Later(Next::Peer(dc, link))
+                }
+                None => Performed::Now(Answer::Linked(Err(unknown_dc(from.dc())))),
+            },
+            Effect::Await {
+                reservation,
+                wait_ms,
+                ..
+            } => Performed::Later(Next::Await {
+                reservation,
+                remaining_ms: wait_ms,
+            }),
+            Effect::Pause { until } => Performed::Later(Next::Pause(until)),
+            Effect::Cancelled(lease) => {
+                let now = self.node_now(d);
+                let cancelled = self.dcs[d].cancelled.cancelled(&lease, now);
+                Performed::Now(Answer::Cancelled(cancelled))
+            }
         }
     }
 
@@ -265,6 +390,7 @@ impl Sim {
     /// given now.
     fn step_ended(&mut self, d: usize, task: &mut Task, ended: Ended) -> Option<Option<Next>> {
         let reply = match ended {
+            Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
             Ended::Update(Ok(changed)) => match changed.into_reply() {
                 Some(reply) => reply,
                 None => error(ErrorKind::Internal, "a change without a reply"),

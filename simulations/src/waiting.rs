@@ -343,14 +343,13 @@ impl Sim {
                 self.stream_reply(d, client, rpc, key, reply);
             }
             AwaitFor::Local { acquire } => {
-                let Some(mut task) = self.dcs[d].tasks.remove(&acquire) else {
+                let Some(task) = self.dcs[d].tasks.remove(&acquire) else {
                     return;
                 };
                 // A local failure is unavailable only if its kind says so
                 // (homingd's `Failure::Reply`).
                 let result = result.map_err(Failure::from_reply);
-                let next = self.acquire_awaited(d, &mut task, result);
-                self.dc_continue(d, acquire, task, next);
+                self.acquire_awaited(d, acquire, task, result);
             }
         }
     }

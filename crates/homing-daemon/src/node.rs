@@ -22,11 +22,11 @@ use homing_core::{
 use homing_net::Handler;
 use homing_node::cancel;
 use homing_node::{
-    Acquire, AcquireEvent, AcquirePoll, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival,
-    AwaitPoll, AwaitVacant, Cancellations, Change, Changed, Drain, DrainScope, Effect,
-    GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower,
-    Mutations, NodeEvent, Reconcile, ReconcileEvent, Resolve, ResolvePoll, Resumption, Step,
-    Stepper, StoreOp, Stored, Update, WatchPoll, WatchRead, answered, owned_here,
+    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival, AwaitPoll,
+    AwaitVacant, Cancellations, Change, Changed, Drain, DrainScope, Effect, GlobalAnswer, GlobalOp,
+    GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower, Mutations, NodeEvent,
+    Now, Reconcile, ReconcileEvent, Resolve, ResolvePoll, Resumption, Step, Stepper, StoreOp,
+    Stored, Update, WatchPoll, WatchRead, answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -733,15 +733,23 @@ impl Node {
     /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
     /// hands back the [`Answer`], and acts on the events it notes.
     pub async fn drive<S: Stepper>(&self, stepper: &mut S) -> S::Output {
+        // The key create the stepper holds a quota slot for, if any
+        // ([`Effect::Admit`]): settled by its set-if-absent, else given
+        // back when the stepper ends.
+        let mut slot: Option<QuotaSlot<'_>> = None;
         loop {
-            let step = stepper.step();
+            let step = stepper.step(self.waiters.now());
             while let Some(event) = stepper.poll_event() {
                 self.noted(event);
             }
             match step {
                 Step::Ask(effect) => {
-                    let answer = self.perform_effect(effect).await;
-                    stepper.answer(answer, store_now());
+                    let answer = self.perform_effect(effect, &mut slot).await;
+                    let now = Now {
+                        node: self.waiters.now(),
+                        store: store_now(),
+                    };
+                    stepper.answer(answer, now);
                 }
                 Step::Done(done) => return done,
             }
@@ -749,22 +757,80 @@ impl Node {
     }
 
     /// Performs one of homing-node's effects, its failure classified.
-    async fn perform_effect(&self, effect: Effect) -> Answer {
+    async fn perform_effect<'a>(
+        &'a self,
+        effect: Effect,
+        slot: &mut Option<QuotaSlot<'a>>,
+    ) -> Answer {
+        let classify = |f: Failure| f.classify(&self.dc);
         match effect {
             Effect::Store(op) => {
                 Answer::Stored(self.perform(op).await.map_err(|e| self.store_failure(e)))
             }
-            Effect::Global(op) => Answer::Global(self.perform_global_op(op).await),
+            Effect::Global(op) => {
+                Answer::Global(self.perform_global(op, slot).await.map_err(classify))
+            }
             Effect::Segment(id) => Answer::Segment(self.segment(&id).await),
             Effect::Forward { dc, key } => {
                 let answer = self.peers.drain(&dc, &key).await;
-                Answer::Forwarded(answer.map_err(|e| Failure::from(e).classify(&self.dc)))
+                Answer::Forwarded(answer.map_err(|e| classify(Failure::from(e))))
             }
+            Effect::Cover { from } => Answer::Covered(self.grant_covered(from)),
+            Effect::Admit(namespace) => {
+                let admitted = self.admit_key(&namespace).await;
+                Answer::Admitted(
+                    admitted
+                        .map(|granted| *slot = Some(granted))
+                        .map_err(classify),
+                )
+            }
+            Effect::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            } => {
+                let linked = self.peers.link(&key, &from, &to, expected_token).await;
+                Answer::Linked(linked.map_err(|e| classify(Failure::from(e))))
+            }
+            Effect::Await {
+                reservation,
+                wait_ms,
+                until,
+            } => {
+                tracing::debug!(reservation = %reservation, wait_ms, "key held: waiting");
+                let register = async {
+                    if reservation.dc() == &self.dc {
+                        self.await_vacant(&reservation, wait_ms).await
+                    } else {
+                        let remote = self.peers.await_vacant(&reservation, wait_ms).await;
+                        remote.map_err(Failure::from)
+                    }
+                };
+                // Our own deadline bounds the wait, also when the tail's DC
+                // went silent with our registration: the host is answered in
+                // time. A shutdown does not wait for it either (a remote
+                // wait may last WAIT_MS_MAX).
+                let awaited = tokio::time::timeout_at(self.waiters.instant(until), register);
+                tokio::select! {
+                    awaited = awaited => match awaited {
+                        Ok(result) => Answer::Awaited(result.map_err(classify)),
+                        Err(_) => Answer::TimedOut,
+                    },
+                    _ = self.closed() => Answer::Closed,
+                }
+            }
+            Effect::Pause { until } => tokio::select! {
+                _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::TimedOut,
+                _ = self.closed() => Answer::Closed,
+            },
+            Effect::Cancelled(lease) => Answer::Cancelled(self.was_cancelled(&lease)),
         }
     }
 
     /// What a stepper noted: a chain member to remember, a drain, a
-    /// reconciled takeover or an upkeep pass's work to log and count.
+    /// reconciled takeover, an upkeep pass's or an acquire's work to log
+    /// and count, a new member to tell another DC's entry of.
     fn noted(&self, event: NodeEvent) {
         match event {
             NodeEvent::Learned { key, member } => self.remember(&key, member),
@@ -777,6 +843,8 @@ impl Node {
             NodeEvent::Reconciled(ReconcileEvent::Unknown(id)) => tracing::warn!(reservation = %id,
                 "a takeover names a reservation this dc store has no record of"),
             NodeEvent::Upkeep(event) => crate::upkeep::report(self, event),
+            NodeEvent::Acquire(event) => log_acquire(event),
+            NodeEvent::Shortcut(notice) => self.tell_shortcut(notice),
         }
     }
 
@@ -860,121 +928,19 @@ impl Node {
     /// awaited (at the holder's DC) and then taken, until the wait runs out,
     /// as homing-node's [`Acquire`] decides.
     async fn acquire(&self, request: AcquireRequest) -> Result<Reply, Failure> {
-        let now = self.waiters.now();
         let hint = self.hint(&request.key);
         let mut acquire = Acquire::new(
             self.dc.clone(),
             request,
-            now,
+            self.waiters.now(),
             self.policy,
             self.hop_limit,
             Mutations::NONE,
         )
         .with_takeover(self.takeover)
         .with_hint(hint);
-        // The key create this acquire holds a quota slot for, if any.
-        let mut slot: Option<QuotaSlot<'_>> = None;
-        loop {
-            let poll = acquire.poll(self.waiters.now());
-            while let Some(event) = acquire.poll_event() {
-                log_acquire(event);
-            }
-            match poll {
-                AcquirePoll::Cover { from } => acquire.handle_covered(self.grant_covered(from)),
-                AcquirePoll::Admit(namespace) => {
-                    let admitted = self.admit_key(&namespace).await.map(|granted| {
-                        slot = Some(granted);
-                        acquire.handle_admitted();
-                    });
-                    self.failed(&mut acquire, admitted);
-                }
-                AcquirePoll::Store(op) => {
-                    let performed = self.perform(op).await.map_err(Failure::from);
-                    let handled =
-                        performed.map(|stored| acquire.handle_stored(stored, store_now()));
-                    self.failed(&mut acquire, handled);
-                }
-                AcquirePoll::Global(op) => {
-                    let performed = self.perform_global(op, &mut slot).await;
-                    let handled = performed.map(|answer| acquire.handle_global(answer));
-                    self.failed(&mut acquire, handled);
-                }
-                AcquirePoll::Segment(id) => {
-                    let segment = self.segment(&id).await;
-                    acquire.handle_segment(self.waiters.now(), segment);
-                }
-                AcquirePoll::Link {
-                    key,
-                    from,
-                    to,
-                    expected_token,
-                } => {
-                    let linked = self.peers.link(&key, &from, &to, expected_token).await;
-                    let linked = linked.map_err(|e| Failure::from(e).classify(&self.dc));
-                    acquire.handle_linked(self.waiters.now(), linked);
-                }
-                AcquirePoll::Await {
-                    reservation,
-                    wait_ms,
-                    until,
-                } => {
-                    tracing::debug!(reservation = %reservation, wait_ms, "key held: waiting");
-                    let register = async {
-                        if reservation.dc() == &self.dc {
-                            self.await_vacant(&reservation, wait_ms).await
-                        } else {
-                            let remote = self.peers.await_vacant(&reservation, wait_ms).await;
-                            remote.map_err(Failure::from)
-                        }
-                    };
-                    // Our own deadline bounds the wait, also when the tail's DC
-                    // went silent with our registration: the host is answered in time.
-                    // A shutdown does not wait for it either (a remote
-                    // wait may last WAIT_MS_MAX).
-                    let awaited = tokio::time::timeout_at(self.waiters.instant(until), register);
-                    let awaited = tokio::select! {
-                        awaited = awaited => Some(awaited),
-                        _ = self.closed() => None,
-                    };
-                    match awaited {
-                        None => acquire.handle_close(),
-                        Some(Err(_)) => acquire.handle_deadline(self.waiters.now()),
-                        Some(Ok(result)) => {
-                            let result = result.map_err(|f| f.classify(&self.dc));
-                            acquire.handle_awaited(self.waiters.now(), result);
-                        }
-                    }
-                }
-                AcquirePoll::Cancelled(lease) => {
-                    acquire.handle_cancelled(self.was_cancelled(&lease));
-                }
-                AcquirePoll::Pause { until } => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(self.waiters.instant(until)) => {
-                            acquire.handle_timeout(self.waiters.now());
-                        }
-                        _ = self.closed() => acquire.handle_close(),
-                    }
-                }
-                AcquirePoll::Done(Ok(outcome)) => {
-                    if let Some(member) = acquire.member_learned(&outcome) {
-                        self.remember(acquire.key(), member);
-                    }
-                    if let Some(notice) = acquire.take_notice() {
-                        self.tell_shortcut(notice);
-                    }
-                    return Ok(acquire_reply(outcome));
-                }
-                AcquirePoll::Done(Err(e)) => return Err(Failure::Reply(e)),
-            }
-        }
-    }
-
-    /// Tells `acquire` the effect it asked for failed, if it did.
-    fn failed(&self, acquire: &mut Acquire, performed: Result<(), Failure>) {
-        if let Err(failure) = performed {
-            acquire.handle_failure(self.waiters.now(), failure.classify(&self.dc));
-        }
+        let outcome = self.drive(&mut acquire).await;
+        outcome.map(acquire_reply).map_err(Failure::Reply)
     }
 
     /// A host gave up on the acquire it sent with `lease`: remember it (an

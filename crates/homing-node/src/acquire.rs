@@ -26,7 +26,14 @@
 //! the request: at most what passed for the host (receipt ≥ send), so the
 //! host's deadlines stay conservative.
 //!
-//! Driver: loop on [`Acquire::poll`]. `Admit(namespace)`: ask the key
+//! Drivers run it as a [`Stepper`] (homingd's `Node::drive`, the
+//! simulator's `step_drive`): each [`AcquirePoll`] is asked as the
+//! [`Effect`] of the same name and answered with the [`Answer`] below's
+//! handler takes; a pause's end and a passed deadline are both
+//! [`Answer::TimedOut`], a shutdown [`Answer::Closed`]; at `Done` the
+//! member learned and the notice for another DC's entry come out as
+//! [`NodeEvent`]s after the acquire's own events. The poll protocol
+//! underneath, step by step: loop on [`Acquire::poll`]. `Admit(namespace)`: ask the key
 //! quota, answer with [`Acquire::handle_admitted`]. `Store(op)` /
 //! `Global(op)`: perform it, answer with [`Acquire::handle_stored`] /
 //! [`Acquire::handle_global`]; `Segment(id)` / `Link`: ask the
@@ -58,6 +65,7 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 
@@ -277,6 +285,9 @@ pub struct Acquire {
     /// The notice for another DC's entry, once the answer is made.
     notice: Option<ShortcutNotice>,
     events: VecDeque<AcquireEvent>,
+    /// What the outcome noted for the node, as a [`Stepper`]: the member
+    /// learned and the notice, handed out after the acquire's own events.
+    ended: VecDeque<NodeEvent>,
 }
 
 impl Acquire {
@@ -315,6 +326,7 @@ impl Acquire {
             phase: Phase::Covering { from: now },
             notice: None,
             events: VecDeque::new(),
+            ended: VecDeque::new(),
         }
     }
 
@@ -849,6 +861,82 @@ impl Acquire {
             Ok(()) => Phase::Connecting,
             Err(refused) => Phase::Done(Err(refused.into_reply())),
         };
+    }
+}
+
+impl Stepper for Acquire {
+    type Output = Result<AcquireReply, ErrorReply>;
+
+    fn step(&mut self, now: NodeTime) -> Step<Self::Output> {
+        Step::Ask(match self.poll(now) {
+            AcquirePoll::Cover { from } => Effect::Cover { from },
+            AcquirePoll::Admit(namespace) => Effect::Admit(namespace),
+            AcquirePoll::Store(op) => Effect::Store(op),
+            AcquirePoll::Global(op) => Effect::Global(op),
+            AcquirePoll::Segment(id) => Effect::Segment(id),
+            AcquirePoll::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            } => Effect::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            },
+            AcquirePoll::Await {
+                reservation,
+                wait_ms,
+                until,
+            } => Effect::Await {
+                reservation,
+                wait_ms,
+                until,
+            },
+            AcquirePoll::Pause { until } => Effect::Pause { until },
+            AcquirePoll::Cancelled(lease) => Effect::Cancelled(lease),
+            AcquirePoll::Done(Ok(outcome)) => {
+                if let Some(member) = self.member_learned(&outcome) {
+                    let key = self.request.key.clone();
+                    self.ended.push_back(NodeEvent::Learned { key, member });
+                }
+                if let Some(notice) = self.take_notice() {
+                    self.ended.push_back(NodeEvent::Shortcut(notice));
+                }
+                return Step::Done(Ok(outcome));
+            }
+            AcquirePoll::Done(Err(e)) => return Step::Done(Err(e)),
+        })
+    }
+
+    fn answer(&mut self, answer: Answer, now: Now) {
+        match answer {
+            Answer::Covered(covered) => self.handle_covered(covered),
+            Answer::Admitted(Ok(())) => self.handle_admitted(),
+            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now.store),
+            Answer::Global(Ok(global)) => self.handle_global(global),
+            Answer::Admitted(Err(failure))
+            | Answer::Stored(Err(failure))
+            | Answer::Global(Err(failure)) => self.handle_failure(now.node, failure),
+            Answer::Segment(segment) => self.handle_segment(now.node, segment),
+            Answer::Linked(linked) => self.handle_linked(now.node, linked),
+            Answer::Awaited(awaited) => self.handle_awaited(now.node, awaited),
+            Answer::TimedOut if matches!(self.phase, Phase::Awaiting) => {
+                self.handle_deadline(now.node)
+            }
+            Answer::TimedOut => self.handle_timeout(now.node),
+            Answer::Closed => self.handle_close(),
+            Answer::Cancelled(cancelled) => self.handle_cancelled(cancelled),
+            other @ Answer::Forwarded(_) => unasked("acquire", &other),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        match self.events.pop_front() {
+            Some(event) => Some(NodeEvent::Acquire(event)),
+            None => self.ended.pop_front(),
+        }
     }
 }
 

@@ -22,10 +22,11 @@ use homing_core::{
 };
 
 use crate::change::Change;
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
+use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
-use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 use crate::walk::{Walk, WalkPoll};
 
@@ -235,7 +236,7 @@ impl Drain {
 impl Stepper for Drain {
     type Output = Result<Option<ReservationId>, ErrorReply>;
 
-    fn step(&mut self) -> Step<Self::Output> {
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         match self.poll() {
             DrainPoll::Global(op) => Step::Ask(Effect::Global(op)),
             DrainPoll::Segment(id) => Step::Ask(Effect::Segment(id)),
@@ -245,12 +246,13 @@ impl Stepper for Drain {
         }
     }
 
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match answer {
-            Answer::Stored(stored) => self.handle_stored(stored, now),
+            Answer::Stored(stored) => self.handle_stored(stored, now.store),
             Answer::Global(global) => self.handle_global(global),
             Answer::Segment(segment) => self.handle_segment(segment),
             Answer::Forwarded(forwarded) => self.handle_forwarded(forwarded),
+            other => unasked("drain", &other),
         }
     }
 

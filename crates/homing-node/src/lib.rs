@@ -101,7 +101,7 @@ pub use reconcile::{Reconcile, ReconcileEvent, ReconcilePoll, Resumption};
 pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, DrainScopePoll, KeyRecords, KeyRecordsPoll, SCAN_PAGE_RECORDS};
-pub use step::{Answer, Effect, NodeEvent, Step, Stepper};
+pub use step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 pub use supersede::{Supersede, SupersedePoll};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError, UpdatePoll};

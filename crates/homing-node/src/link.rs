@@ -24,8 +24,9 @@ use homing_core::{
 use crate::change::{Change, Changed};
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::supersede::{Supersede, SupersedePoll};
+use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 
 /// What a [`LinkOnward`] needs next.
@@ -172,7 +173,7 @@ impl LinkOnward {
 impl Stepper for LinkOnward {
     type Output = Result<LinkReply, ErrorReply>;
 
-    fn step(&mut self) -> Step<Self::Output> {
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         match self.poll() {
             LinkOnwardPoll::Store(op) => Step::Ask(Effect::Store(op)),
             LinkOnwardPoll::Global(op) => Step::Ask(Effect::Global(op)),
@@ -180,9 +181,9 @@ impl Stepper for LinkOnward {
         }
     }
 
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match answer {
-            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now),
+            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now.store),
             Answer::Global(Ok(global)) => self.handle_global(global),
             // A failed operation ends the link with its reply.
             Answer::Stored(Err(failure)) | Answer::Global(Err(failure)) => {

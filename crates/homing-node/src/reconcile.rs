@@ -31,7 +31,8 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::time::NodeTime;
 use crate::update::{Update, UpdateError, UpdatePoll};
 
 /// Successions asked for a page: the most any global store returns at once
@@ -269,7 +270,7 @@ impl Reconcile {
 impl Stepper for Reconcile {
     type Output = Result<usize, Failure>;
 
-    fn step(&mut self) -> Step<Self::Output> {
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         match self.poll() {
             ReconcilePoll::Global(op) => Step::Ask(Effect::Global(op)),
             ReconcilePoll::Store(op) => Step::Ask(Effect::Store(op)),
@@ -277,10 +278,10 @@ impl Stepper for Reconcile {
         }
     }
 
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match answer {
             Answer::Global(global) => self.handle_global(global),
-            Answer::Stored(stored) => self.handle_stored(stored, now),
+            Answer::Stored(stored) => self.handle_stored(stored, now.store),
             other => unasked("reconcile", &other),
         }
     }

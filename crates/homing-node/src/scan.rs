@@ -15,7 +15,8 @@ use crate::Failure;
 use crate::change::Change;
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to
@@ -280,16 +281,16 @@ impl KeyRecords {
 impl Stepper for DrainScope {
     type Output = Result<(u32, Option<ScanCursor>), ErrorReply>;
 
-    fn step(&mut self) -> Step<Self::Output> {
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         match self.poll() {
             DrainScopePoll::Store(op) => Step::Ask(Effect::Store(op)),
             DrainScopePoll::Done(done) => Step::Done(done),
         }
     }
 
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match answer {
-            Answer::Stored(stored) => self.handle_stored(stored, now),
+            Answer::Stored(stored) => self.handle_stored(stored, now.store),
             other => unasked("drain scope", &other),
         }
     }
@@ -302,7 +303,7 @@ impl Stepper for DrainScope {
 impl Stepper for KeyRecords {
     type Output = Result<Vec<DcRecord>, ErrorReply>;
 
-    fn step(&mut self) -> Step<Self::Output> {
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         if let Some(failed) = self.failed.take() {
             return Step::Done(Err(failed));
         }
@@ -312,7 +313,7 @@ impl Stepper for KeyRecords {
         }
     }
 
-    fn answer(&mut self, answer: Answer, _now: StoreTime) {
+    fn answer(&mut self, answer: Answer, _now: Now) {
         match answer {
             Answer::Stored(Ok(stored)) => self.handle_stored(stored),
             Answer::Stored(Err(failure)) => self.failed = Some(failure.into_reply()),

@@ -1,23 +1,33 @@
 //! One vocabulary between a request's stepper and its driver (DESIGN.md
 //! §7.1): the stepper says what it needs next — one [`Effect`], or that it
 //! is [`Step::Done`] with its outcome — and the driver performs the effect
-//! and hands back one [`Answer`], with the store clock's time it read.
+//! and hands back one [`Answer`], with both clocks as it read them
+//! ([`Now`]).
 //! Between steps the driver takes the [`NodeEvent`]s the stepper noted
 //! (what to remember, what to log or count). So a driver runs every
 //! [`Stepper`] with one loop: homingd awaiting each effect in the
 //! request's task, the simulator scheduling each after its latency.
 //!
-//! Steppers that run this way: [`crate::Update`], [`crate::LinkOnward`],
-//! [`crate::Drain`], [`crate::DrainScope`], [`crate::KeyRecords`],
-//! [`crate::Reconcile`], [`crate::Upkeep`]. (Still driven through their
-//! own poll enums: the acquire, the waiter and the watch, which also park,
-//! sleep, ask a peer or are told of other requests' writes.)
+//! Steppers that run this way: [`crate::Acquire`], [`crate::Update`],
+//! [`crate::LinkOnward`], [`crate::Drain`], [`crate::DrainScope`],
+//! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`]. An
+//! acquire also waits: at the holder's DC ([`Effect::Await`]) or in a
+//! pause ([`Effect::Pause`]), each ended by its answer, by its time
+//! running out ([`Answer::TimedOut`]) or by the node shutting down
+//! ([`Answer::Closed`]). (Still driven through their own poll enums: the
+//! waiter and the watch, which park until other requests' writes wake
+//! them, and the resolve.)
 
-use homing_core::{DcId, Key, ReservationId, Segment, Shortcut, StoreTime};
+use homing_core::{
+    AwaitReply, DcId, FencingToken, Key, LeaseKey, LinkReply, Namespace, ReservationId, Segment,
+    Shortcut, ShortcutNotice, StoreTime,
+};
 
+use crate::acquire::AcquireEvent;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
 use crate::failure::Failure;
 use crate::reconcile::ReconcileEvent;
+use crate::time::NodeTime;
 use crate::upkeep::UpkeepEvent;
 
 /// What a stepper asks of its driver.
@@ -38,6 +48,57 @@ pub enum Effect {
         /// The key.
         key: Key,
     },
+    /// Before a connect that may grant: does the DC's lease cover a host
+    /// lease whose term starts at `from` (node clock)? The driver asks
+    /// [`crate::DcLease::grant`] with the policy's ttl; answered
+    /// [`Answer::Covered`].
+    Cover {
+        /// Where the grant's term starts: the arrival for the first
+        /// connect, the reconnect's time after a wait or a pause.
+        from: NodeTime,
+    },
+    /// Before a connect creates a key (its first reservation, whose global
+    /// entry is kept forever): may this DC create one more key in the
+    /// namespace ([`crate::KeyQuota`], whose counts the driver keeps)?
+    /// Answered [`Answer::Admitted`]. A granted create holds its slot until
+    /// its set-if-absent answers (which settles it) or the stepper ends
+    /// (which gives it back).
+    Admit(Namespace),
+    /// Send `Link` to `from`'s DC: link `from`, the key's tail there, to
+    /// `to` if `from` is still fenced by `expected_token`; answered
+    /// [`Answer::Linked`].
+    Link {
+        /// The key.
+        key: Key,
+        /// The tail to link.
+        from: ReservationId,
+        /// Its successor.
+        to: ReservationId,
+        /// The fencing token the tail must still have.
+        expected_token: FencingToken,
+    },
+    /// Wait at `reservation`'s DC (a waiter here, an `Await` to a peer)
+    /// for it to be vacated, `wait_ms` at most: answered
+    /// [`Answer::Awaited`], or [`Answer::TimedOut`] once `until` (node
+    /// clock) passes first (the driver drops the registration), or
+    /// [`Answer::Closed`].
+    Await {
+        /// The live holder's reservation.
+        reservation: ReservationId,
+        /// The wait left, in milliseconds (≥ 1).
+        wait_ms: u32,
+        /// The stepper's own deadline.
+        until: NodeTime,
+    },
+    /// Sleep until `until` (node clock): answered [`Answer::TimedOut`], or
+    /// [`Answer::Closed`] if the node shuts down first.
+    Pause {
+        /// When to go on.
+        until: NodeTime,
+    },
+    /// Did the host give up on this acquire (a `Cancel` under the lease,
+    /// noted in [`crate::Cancellations`])? Answered [`Answer::Cancelled`].
+    Cancelled(LeaseKey),
 }
 
 /// What the driver answers an [`Effect`]: its result, or why there is none
@@ -52,6 +113,33 @@ pub enum Answer {
     Segment(Result<Segment, Failure>),
     /// To [`Effect::Forward`]: the tail's DC drained the key, or why not.
     Forwarded(Result<(), Failure>),
+    /// To [`Effect::Cover`]: covered, or the DC lease's refusal.
+    Covered(Result<(), Failure>),
+    /// To [`Effect::Admit`]: admitted, or the quota's refusal.
+    Admitted(Result<(), Failure>),
+    /// To [`Effect::Link`]: the tail's DC's answer, or why there is none.
+    Linked(Result<LinkReply, Failure>),
+    /// To [`Effect::Await`]: how the wait ended at the holder's DC.
+    Awaited(Result<AwaitReply, Failure>),
+    /// To [`Effect::Pause`]: it ended; to [`Effect::Await`]: its `until`
+    /// passed before the holder's DC answered.
+    TimedOut,
+    /// To [`Effect::Await`] or [`Effect::Pause`]: the node shuts down, so
+    /// nothing waits any longer.
+    Closed,
+    /// To [`Effect::Cancelled`]: whether the host gave up.
+    Cancelled(bool),
+}
+
+/// Both clocks as the driver read them when it answered: the node's own
+/// (monotonic, for timeouts and deadlines) and the store's (for record
+/// times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// The node clock.
+    pub node: NodeTime,
+    /// The store clock.
+    pub store: StoreTime,
 }
 
 /// What a stepper needs next.
@@ -90,6 +178,11 @@ pub enum NodeEvent {
     Reconciled(ReconcileEvent),
     /// What an upkeep pass did.
     Upkeep(UpkeepEvent),
+    /// What happened inside an acquire.
+    Acquire(AcquireEvent),
+    /// An acquire linked the key's chain and another DC holds the key's
+    /// entry: tell it (best effort, not awaited) of the new member.
+    Shortcut(ShortcutNotice),
 }
 
 /// A request's handling as a sans-IO state machine (see the module doc).
@@ -97,11 +190,11 @@ pub trait Stepper {
     /// How it ends.
     type Output;
 
-    /// What to do next.
-    fn step(&mut self) -> Step<Self::Output>;
+    /// What to do next at `now` (node clock).
+    fn step(&mut self, now: NodeTime) -> Step<Self::Output>;
 
-    /// The answer to the effect last asked, at `now` (store clock).
-    fn answer(&mut self, answer: Answer, now: StoreTime);
+    /// The answer to the effect last asked, at `now`.
+    fn answer(&mut self, answer: Answer, now: Now);
 
     /// An event noted since the last call, oldest first.
     fn poll_event(&mut self) -> Option<NodeEvent> {
@@ -116,7 +209,10 @@ mod tests {
     use super::*;
     use crate::{Change, KeyRecords, LinkOnward, Mutations, Update};
 
-    const NOW: StoreTime = StoreTime::from_ms(1);
+    const NOW: Now = Now {
+        node: NodeTime::from_us(1_000),
+        store: StoreTime::from_ms(1),
+    };
 
     fn id(s: &str) -> ReservationId {
         s.parse().unwrap()
@@ -136,7 +232,7 @@ mod tests {
 
     /// Steps `stepper` once, expecting an effect.
     fn asked<S: Stepper>(stepper: &mut S) -> Effect {
-        match stepper.step() {
+        match stepper.step(NOW.node) {
             Step::Ask(effect) => effect,
             Step::Done(_) => panic!("done before it asked anything"),
         }
@@ -161,7 +257,7 @@ mod tests {
         );
         let (failure, reply) = unreachable_store();
         update.answer(Answer::Stored(Err(failure)), NOW);
-        assert_eq!(update.step(), Step::Done(Err(reply)));
+        assert_eq!(update.step(NOW.node), Step::Done(Err(reply)));
     }
 
     #[test]
@@ -180,7 +276,7 @@ mod tests {
         assert_eq!(asked(&mut link), Effect::Store(StoreOp::Read(id("iad.1"))));
         let (failure, reply) = unreachable_store();
         link.answer(Answer::Stored(Err(failure)), NOW);
-        assert_eq!(link.step(), Step::Done(Err(reply)));
+        assert_eq!(link.step(NOW.node), Step::Done(Err(reply)));
     }
 
     #[test]
@@ -191,13 +287,13 @@ mod tests {
             Effect::Store(StoreOp::Scan { .. })
         ));
         read.answer(Answer::Stored(Ok(Stored::Page(Vec::new()))), NOW);
-        assert_eq!(read.step(), Step::Done(Ok(Vec::new())));
+        assert_eq!(read.step(NOW.node), Step::Done(Ok(Vec::new())));
 
         let mut failed = KeyRecords::inspect(key(), 8);
         asked(&mut failed);
         let (failure, reply) = unreachable_store();
         failed.answer(Answer::Stored(Err(failure)), NOW);
-        assert_eq!(failed.step(), Step::Done(Err(reply)));
+        assert_eq!(failed.step(NOW.node), Step::Done(Err(reply)));
     }
 
     #[test]

@@ -24,7 +24,8 @@ use crate::change::{Change, Changed};
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
+use crate::time::NodeTime;
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
 pub const CAS_ATTEMPTS_MAX: u32 = 16;
@@ -249,7 +250,7 @@ impl Update {
 impl Stepper for Update {
     type Output = Result<Changed, ErrorReply>;
 
-    fn step(&mut self) -> Step<Self::Output> {
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         match self.poll() {
             UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
             UpdatePoll::Done(changed) => Step::Done(Ok(changed)),
@@ -257,9 +258,9 @@ impl Stepper for Update {
         }
     }
 
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match answer {
-            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now),
+            Answer::Stored(Ok(stored)) => self.handle_stored(stored, now.store),
             Answer::Stored(Err(failure)) => self.handle_failure(failure),
             other => unasked("update", &other),
         }

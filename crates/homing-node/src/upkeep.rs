@@ -51,7 +51,8 @@ use crate::change::{Change, expire};
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
-use crate::step::{Answer, Effect, NodeEvent, Step, Stepper};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 
 /// Most orphan candidates one pass proves; the rest are found again by the
@@ -564,7 +565,7 @@ impl Upkeep {
 impl Stepper for Upkeep {
     type Output = ();
 
-    fn step(&mut self) -> Step<()> {
+    fn step(&mut self, _now: NodeTime) -> Step<()> {
         match self.poll() {
             UpkeepPoll::Store(op) => Step::Ask(Effect::Store(op)),
             UpkeepPoll::Global(op) => Step::Ask(Effect::Global(op)),
@@ -573,9 +574,9 @@ impl Stepper for Upkeep {
         }
     }
 
-    fn answer(&mut self, answer: Answer, now: StoreTime) {
+    fn answer(&mut self, answer: Answer, now: Now) {
         match answer {
-            Answer::Stored(stored) => self.handle_stored(stored, now),
+            Answer::Stored(stored) => self.handle_stored(stored, now.store),
             Answer::Global(global) => self.handle_global(global),
             Answer::Segment(segment) => self.handle_segment(segment),
             other => unasked("upkeep", &other),

@@ -11,8 +11,8 @@ use homing_core::{
     chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
-    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Failure, GlobalAnswer,
-    GlobalOp, Mutations, NodeTime, StoreOp, Stored,
+    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Answer, Effect, Failure,
+    GlobalAnswer, GlobalOp, Mutations, NodeEvent, NodeTime, Now, Step, Stepper, StoreOp, Stored,
 };
 use world::{World, lease_of};
 
@@ -50,11 +50,14 @@ fn node_now(world: &World) -> NodeTime {
     NodeTime::from_us(world.now_ms * 1000)
 }
 
-/// Performs the acquire's effects until it asks for something else: its
-/// store and global operations against the world's stores, answered
-/// through the acquire's own `handle_stored` / `handle_global`; every key
-/// create admitted; the connect's segments and links by the world.
-fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> AcquirePoll {
+/// What a driven acquire asked next, or how it ended.
+type Stepped = Step<Result<AcquireReply, ErrorReply>>;
+
+/// Performs the acquire's effects, as a driver runs its [`Stepper`], until
+/// it asks for something else (a wait, a pause) or ends: its store and
+/// global operations against the world's stores; every grant covered and
+/// every key create admitted; the connect's segments and links by the world.
+fn drive(world: &mut World, at: &str, acquire: &mut Acquire) -> Stepped {
     drive_asking(world, at, acquire).0
 }
 
@@ -69,7 +72,7 @@ struct Asked {
 }
 
 /// [`drive`], and what the acquire asked on the way.
-fn drive_asking(world: &mut World, at: &str, acquire: &mut Acquire) -> (AcquirePoll, Asked) {
+fn drive_asking(world: &mut World, at: &str, acquire: &mut Acquire) -> (Stepped, Asked) {
     drive_gave_up(world, at, acquire, false)
 }
 
@@ -79,54 +82,64 @@ fn drive_gave_up(
     at: &str,
     acquire: &mut Acquire,
     gave_up: bool,
-) -> (AcquirePoll, Asked) {
+) -> (Stepped, Asked) {
     let mut asked = Asked::default();
     for _ in 0..1_000 {
-        match acquire.poll(node_now(world)) {
+        let effect = match acquire.step(node_now(world)) {
+            Step::Ask(effect) => effect,
+            done @ Step::Done(_) => return (done, asked),
+        };
+        let answer = match effect {
             // These worlds have no DC leases: every grant is covered.
-            AcquirePoll::Cover { .. } => acquire.handle_covered(Ok(())),
-            AcquirePoll::Cancelled(lease) => {
+            Effect::Cover { .. } => Answer::Covered(Ok(())),
+            Effect::Cancelled(lease) => {
                 asked.cancelled.push(lease);
-                acquire.handle_cancelled(gave_up);
+                Answer::Cancelled(gave_up)
             }
-            AcquirePoll::Admit(namespace) => {
+            Effect::Admit(namespace) => {
                 assert_eq!(namespace, key().namespace);
                 asked.admits += 1;
-                acquire.handle_admitted();
+                Answer::Admitted(Ok(()))
             }
-            AcquirePoll::Store(op) => {
-                let stored = perform_store(world, at, op);
-                acquire.handle_stored(stored, world.now());
-            }
-            AcquirePoll::Global(op) => {
+            Effect::Store(op) => Answer::Stored(Ok(perform_store(world, at, op))),
+            Effect::Global(op) => {
                 asked.global.push(op.clone());
-                let answer = perform_global(world, op);
-                acquire.handle_global(answer);
+                Answer::Global(Ok(perform_global(world, op)))
             }
-            AcquirePoll::Segment(id) => {
-                let answer = if world.down.contains(id.dc()) && id.dc() != &dc(at) {
+            Effect::Segment(id) => {
+                Answer::Segment(if world.down.contains(id.dc()) && id.dc() != &dc(at) {
                     let kind = ErrorKind::Unavailable {
                         dc: id.dc().clone(),
                     };
                     Err(Failure::Unreachable(ErrorReply::new(kind, "down")))
                 } else {
                     Ok(world.segment(&id).expect("reservations in chains answer"))
-                };
-                acquire.handle_segment(node_now(world), answer);
+                })
             }
-            AcquirePoll::Link {
+            Effect::Link {
                 key,
                 from,
                 to,
                 expected_token,
-            } => {
-                let reply = world.link(&key, &from, to, expected_token);
-                acquire.handle_linked(node_now(world), Ok(reply));
-            }
-            other => return (other, asked),
-        }
+            } => Answer::Linked(Ok(world.link(&key, &from, to, expected_token))),
+            other => return (Step::Ask(other), asked),
+        };
+        acquire.answer(answer, now(world));
     }
     panic!("acquire did not leave its connect in 1000 steps");
+}
+
+/// Both clocks: the node clock reads the world's store clock here.
+fn now(world: &World) -> Now {
+    Now {
+        node: node_now(world),
+        store: world.now(),
+    }
+}
+
+/// What the acquire noted for its node once it ended, after its own events.
+fn noted(acquire: &mut Acquire) -> Vec<NodeEvent> {
+    std::iter::from_fn(|| Stepper::poll_event(acquire)).collect()
 }
 
 /// DC `at`'s store in the world answers an acquire's operation.
@@ -172,15 +185,15 @@ fn held_at_iad(wait_ms: u32) -> (World, Acquire) {
     let mut first = start(&world, "iad", "a1", 0);
     assert!(matches!(
         drive(&mut world, "iad", &mut first),
-        AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))
+        Step::Done(Ok(AcquireReply::Acquired(_)))
     ));
     let mut second = start(&world, "fra", "a2", wait_ms);
     match drive(&mut world, "fra", &mut second) {
-        AcquirePoll::Await {
+        Step::Ask(Effect::Await {
             reservation,
             wait_ms: asked,
             until,
-        } => {
+        }) => {
             assert_eq!(reservation.to_string(), "iad.1");
             assert_eq!(asked, wait_ms);
             assert_eq!(until, node_now(&world).plus_ms(u64::from(wait_ms)));
@@ -199,7 +212,7 @@ fn acquire_without_a_wait_answers_held_elsewhere_at_once() {
     let mut second = start(&world, "fra", "a2", 0);
     assert!(matches!(
         drive(&mut world, "fra", &mut second),
-        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
+        Step::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
 }
 
@@ -213,7 +226,7 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
     };
     acquire.handle_awaited(node_now(&world), Ok(vacated));
     let (
-        AcquirePoll::Done(Ok(AcquireReply::Acquired(Grant {
+        Step::Done(Ok(AcquireReply::Acquired(Grant {
             reservation,
             deadlines,
             ..
@@ -286,7 +299,7 @@ fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
     let (mut world, mut acquire) = held_at_iad(5_000);
     world.now_ms += 10;
     acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
-    let AcquirePoll::Pause { until } = drive(&mut world, "fra", &mut acquire) else {
+    let Step::Ask(Effect::Pause { until }) = drive(&mut world, "fra", &mut acquire) else {
         panic!("expected a pause")
     };
     assert_eq!(until, node_now(&world).plus_ms(AWAIT_RETRY_MS));
@@ -295,10 +308,11 @@ fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
         [AcquireEvent::WaitCutShort, AcquireEvent::WaitReregister]
     );
     world.now_ms += AWAIT_RETRY_MS;
-    acquire.handle_timeout(node_now(&world));
+    // The pause's end.
+    acquire.answer(Answer::TimedOut, now(&world));
     assert!(matches!(
         drive(&mut world, "fra", &mut acquire),
-        AcquirePoll::Await { wait_ms: 4_740, .. }
+        Step::Ask(Effect::Await { wait_ms: 4_740, .. })
     ));
 }
 
@@ -309,7 +323,7 @@ fn acquire_the_wait_running_out_takes_one_last_look_that_is_the_answer() {
     acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
     assert!(matches!(
         drive(&mut world, "fra", &mut acquire),
-        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
+        Step::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
     assert_eq!(events(&mut acquire), [AcquireEvent::WaitTimedOut]);
 }
@@ -354,8 +368,10 @@ fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held
     };
     assert_eq!(e.kind, ErrorKind::Overloaded);
 
-    let (world, mut late) = held_at_iad(5_000);
-    late.handle_deadline(node_now(&world).plus_ms(5_000));
+    let (mut world, mut late) = held_at_iad(5_000);
+    world.now_ms += 5_000;
+    // The wait's `until` passed before the holder's DC answered.
+    late.answer(Answer::TimedOut, now(&world));
     assert!(matches!(
         late.poll(node_now(&world)),
         AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
@@ -368,7 +384,7 @@ fn acquire_a_dc_shutting_down_answers_a_waiting_acquire_at_once_with_held_elsewh
     // A graceful shutdown must not wait for the remote registration (up to
     // WAIT_MS_MAX): the host hears the key is held and may try elsewhere.
     let (world, mut waiting) = held_at_iad(60_000);
-    waiting.handle_close();
+    waiting.answer(Answer::Closed, now(&world));
     assert!(matches!(
         waiting.poll(node_now(&world)),
         AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
@@ -440,10 +456,7 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
     let mut world = World::new(&["iad", "fra", "sin"]);
     let mut first = start(&world, "iad", "a1", 0);
     let (created, asked) = drive_asking(&mut world, "iad", &mut first);
-    assert!(matches!(
-        created,
-        AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))
-    ));
+    assert!(matches!(created, Step::Done(Ok(AcquireReply::Acquired(_)))));
     assert_eq!(asked.admits, 1, "the key's create takes one quota slot");
     let tail: ReservationId = "iad.1".parse().unwrap();
     world.down.insert(dc("iad"));
@@ -459,7 +472,7 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
         },
     );
     let mut second = start(&world, "fra", "a2", 0);
-    let (AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))), asked) =
+    let (Step::Done(Ok(AcquireReply::Acquired(grant))), asked) =
         drive_asking(&mut world, "fra", &mut second)
     else {
         panic!("fra takes over iad's silent tail")
@@ -494,7 +507,7 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
     // Another DC reaching the silent tail reads the takeover as its
     // successor (the answer reaching its connect) and follows it.
     let mut third = start(&world, "sin", "a3", 0);
-    let (AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(holder))), asked) =
+    let (Step::Done(Ok(AcquireReply::HeldElsewhere(holder))), asked) =
         drive_asking(&mut world, "sin", &mut third)
     else {
         panic!("sin follows the takeover to fra's holder")
@@ -534,7 +547,7 @@ fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_adm
     // and refuse it when the namespace has room for one key only.
     let (outcome, asked) = drive_asking(&mut world, "fra", &mut acquire);
     assert!(
-        matches!(outcome, AcquirePoll::Done(Ok(AcquireReply::Acquired(_)))),
+        matches!(outcome, Step::Done(Ok(AcquireReply::Acquired(_)))),
         "{outcome:?}"
     );
     assert_eq!(asked.admits, 0, "{asked:?}");
@@ -577,12 +590,12 @@ fn a_shortcut_disowned_by_its_owner_falls_back_and_a_lie_about_it_fails_the_acqu
         }
         let outcome = drive(&mut world, "sin", &mut second);
         if lied {
-            let AcquirePoll::Done(Err(e)) = outcome else {
+            let Step::Done(Err(e)) = outcome else {
                 panic!("a lie fails the acquire, got {outcome:?}");
             };
             assert_eq!(e.kind, ErrorKind::Inconsistent);
         } else {
-            let AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(holder))) = outcome else {
+            let Step::Done(Ok(AcquireReply::HeldElsewhere(holder))) = outcome else {
                 panic!("the walk falls back to the entry and finds a1, got {outcome:?}");
             };
             assert_eq!(holder.reservation.to_string(), "iad.1");
@@ -602,7 +615,7 @@ fn a_grant_its_host_gave_up_on_is_released_before_the_answer() {
         let (outcome, asked) = drive_gave_up(&mut world, "iad", &mut acquire, gave_up);
         let lease = lease_of(&ActorId::new("a1").unwrap());
         assert_eq!(asked.cancelled, [lease], "asked once the grant was made");
-        let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) = outcome else {
+        let Step::Done(Ok(AcquireReply::Acquired(grant))) = outcome else {
             panic!("the grant is the answer, got {outcome:?}");
         };
         let state = &world.record(&grant.reservation).unwrap().state;
@@ -622,38 +635,56 @@ fn a_grant_its_host_gave_up_on_is_released_before_the_answer() {
 /// acquire: the third acquire, at `at`, links fra.1 onward and tells the
 /// key's entry (iad.1) about the new member. At iad the acquire notes it
 /// in iad.1's record itself before it answers; elsewhere the notice is the
-/// driver's to send, and iad.1 is left as it was.
+/// driver's to send (noted for the node as it ends, after the member
+/// learned for the next walk), and iad.1 is left as it was.
 #[test]
 fn the_chains_new_member_is_noted_in_this_dcs_own_entry_before_the_answer() {
     for at in ["iad", "sin"] {
         let mut world = World::new(&["iad", "fra", "sin"]);
         for (dc, actor) in [("iad", "a1"), ("fra", "a2")] {
             let mut acquire = start(&world, dc, actor, 0);
-            let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) =
-                drive(&mut world, dc, &mut acquire)
+            let Step::Done(Ok(AcquireReply::Acquired(grant))) = drive(&mut world, dc, &mut acquire)
             else {
                 panic!("{actor} acquires at {dc}")
             };
-            assert_eq!(acquire.take_notice(), None, "nothing to tell yet");
+            let noted = noted(&mut acquire);
+            assert!(
+                !noted.iter().any(|e| matches!(e, NodeEvent::Shortcut(_))),
+                "nothing to tell yet: {noted:?}"
+            );
             world.release(&grant.reservation, grant.token);
         }
         let mut third = start(&world, at, "a3", 0);
-        let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) =
-            drive(&mut world, at, &mut third)
+        let Step::Done(Ok(AcquireReply::Acquired(grant))) = drive(&mut world, at, &mut third)
         else {
             panic!("a3 acquires at {at}")
         };
         let entry: ReservationId = "iad.1".parse().unwrap();
-        let noted = world.record(&entry).unwrap().shortcut.as_deref().cloned();
-        let told = third.take_notice();
+        let shortcut = world.record(&entry).unwrap().shortcut.as_deref().cloned();
         let events = events(&mut third);
+        let mut noted = noted(&mut third).into_iter();
+        let Some(NodeEvent::Learned {
+            key: learned,
+            member,
+        }) = noted.next()
+        else {
+            panic!("the new tail is learned for the next walk first")
+        };
+        assert_eq!((learned, member.to), (key(), grant.reservation.clone()));
+        let told = noted.next();
         if at == "iad" {
-            assert_eq!(noted.map(|s| s.to), Some(grant.reservation), "noted here");
+            assert_eq!(
+                shortcut.map(|s| s.to),
+                Some(grant.reservation),
+                "noted here"
+            );
             assert_eq!(told, None, "nothing left for the driver to tell");
             assert!(events.contains(&AcquireEvent::ShortcutNoted), "{events:?}");
         } else {
-            assert_eq!(noted, None, "iad's entry is iad's to note");
-            let told = told.expect("the driver tells iad");
+            assert_eq!(shortcut, None, "iad's entry is iad's to note");
+            let Some(NodeEvent::Shortcut(told)) = told else {
+                panic!("the driver tells iad, got {told:?}")
+            };
             assert_eq!((told.entry, told.shortcut.to), (entry, grant.reservation));
             assert!(!events.contains(&AcquireEvent::ShortcutNoted), "{events:?}");
         }
@@ -664,21 +695,21 @@ fn the_chains_new_member_is_noted_in_this_dcs_own_entry_before_the_answer() {
 fn only_a_member_past_the_keys_first_reservation_is_learned_for_the_next_walk() {
     let mut world = World::new(&["iad", "fra"]);
     let mut first = start(&world, "iad", "a1", 0);
-    let AcquirePoll::Done(Ok(created)) = drive(&mut world, "iad", &mut first) else {
+    let Step::Done(Ok(created)) = drive(&mut world, "iad", &mut first) else {
         panic!("the key is created")
     };
     // The key's first reservation: every walk reads the entry first, so
     // the driver's cache of members is not filled with it.
     assert_eq!(first.member_learned(&created), None);
     let mut second = start(&world, "fra", "a2", 0);
-    let AcquirePoll::Done(Ok(held)) = drive(&mut world, "fra", &mut second) else {
+    let Step::Done(Ok(held)) = drive(&mut world, "fra", &mut second) else {
         panic!("answered")
     };
     assert_eq!(second.member_learned(&held), None, "held at the entry");
     // Released and recreated at fra: the new tail is past the entry.
     world.release(&"iad.1".parse().unwrap(), FencingToken::FIRST);
     let mut third = start(&world, "fra", "a2", 0);
-    let AcquirePoll::Done(Ok(moved)) = drive(&mut world, "fra", &mut third) else {
+    let Step::Done(Ok(moved)) = drive(&mut world, "fra", &mut third) else {
         panic!("recreated")
     };
     let learned = third
