@@ -1118,31 +1118,21 @@ impl Sim {
             }
             op => op,
         };
-        // Steppers (walks of drains, proofs of upkeep passes, acquires'
-        // own segments) take their answers; acquires' entry reads,
-        // resolves and segment answers go on below.
-        let entry_read = matches!(op, StoreOp::GlobalGet { .. });
-        match task.kind {
-            TaskKind::Step(_) if !(entry_read && task.kind.acquire().is_some()) => {
-                // A walk reads the entry's latest replica and its chain.
-                let answer = match op {
-                    StoreOp::GlobalGet { key, .. } => {
-                        let entry = self.global.get(&key).cloned();
-                        Answer::Global(Ok(GlobalAnswer::Entry(entry)))
-                    }
-                    StoreOp::Segment(id) => {
-                        Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
-                    }
-                    StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
-                };
+        let op = match (&task.kind, op) {
+            // A stepper's own segment (an acquire's walk, a drain's, an
+            // upkeep pass's proof).
+            (TaskKind::Step(_), StoreOp::Segment(id)) => {
+                let answer = Answer::Segment(self.local_segment(d, &id).map_err(segment_failure));
                 return self.step_answered(d, tid, task, answer);
             }
-            TaskKind::Step(_) | TaskKind::Segment | TaskKind::Resolve(_) => {}
-            TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan => {
+            (TaskKind::Step(_) | TaskKind::Segment | TaskKind::Resolve(_), op) => op,
+            (TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan, _) => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
-        }
+        };
+        // Entry reads (every stepper's, a resolve's) and segments asked
+        // of this DC.
         let next = match op {
             StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
             StoreOp::GlobalGet { key, read } => {

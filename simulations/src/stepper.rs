@@ -275,10 +275,10 @@ impl Sim {
         let global = |answer| Performed::Now(Answer::Global(answer));
         match effect {
             Effect::Store(op) => Performed::Later(Next::Store(StoreOp::Dc(op))),
-            // An acquire's read goes through the DC's entry cache.
+            // Through the DC's cache of entries (they never change), as
+            // homingd's `read_global` reads.
             Effect::Global(GlobalOp::Entry { key, read }) => {
-                let cached = acquire.and_then(|_| self.dcs[d].global_cache.get(&key));
-                match cached {
+                match self.dcs[d].global_cache.get(&key) {
                     Some(id) => global(Ok(GlobalAnswer::Entry(Some(id.clone())))),
                     None => Performed::Later(Next::Store(StoreOp::GlobalGet { key, read })),
                 }
