@@ -1197,9 +1197,6 @@ impl Sim {
     /// DC `d`'s store answered task `tid`'s operation (or failed it): the
     /// task's stepper takes the answer.
     fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
-        if task.kind.drains() && stored == Ok(Stored::Written(Written::Yes)) {
-            self.measurements.count(Counter::KeyDrained);
-        }
         let next = match (&mut task.kind, stored) {
             (TaskKind::Step(_), stored) => {
                 return self.step_answered(d, tid, task, Answer::Stored(stored));

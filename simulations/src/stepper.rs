@@ -71,11 +71,6 @@ impl TaskKind {
         }
     }
 
-    /// Whether the task is a drain (of a key).
-    pub(crate) fn drains(&self) -> bool {
-        matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Drain(_)))
-    }
-
     /// Whether the task is the DC's reconciliation of takeovers.
     pub(crate) fn reconciles(&self) -> bool {
         matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Reconcile(_)))
@@ -229,11 +224,10 @@ impl Sim {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
                     NodeEvent::Learned { key, member } => self.dcs[d].remember(&key, member),
-                    NodeEvent::Drained(_) => {
-                        if let Stepping::DrainScope(job) = stepping(&mut task) {
-                            job.drained += 1;
-                        }
-                    }
+                    NodeEvent::Drained(_) => match stepping(&mut task) {
+                        Stepping::DrainScope(job) => job.drained += 1,
+                        _ => self.measurements.count(Counter::KeyDrained),
+                    },
                     NodeEvent::Reconciled(event) => self.measurements.count(match event {
                         ReconcileEvent::Superseded(_) => Counter::TakeoversReconciled,
                         ReconcileEvent::Unknown(_) => Counter::ReconcileUnknownReservation,

@@ -1332,9 +1332,8 @@ impl Node {
             Mutations::NONE,
         )
         .with_hint(hint);
-        if let Some(id) = self.drive(&mut drain).await.map_err(Failure::Reply)? {
-            tracing::info!(reservation = %id, "drained");
-        }
+        // A tail drained here is logged from its event (`Node::noted`).
+        self.drive(&mut drain).await.map_err(Failure::Reply)?;
         Ok(Reply::Drained)
     }
 

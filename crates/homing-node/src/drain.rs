@@ -71,6 +71,9 @@ pub struct Drain {
     mutations: Mutations,
     /// The chain member the walk proved, for the node to remember.
     learned: Option<Shortcut>,
+    /// The tail this drain changed here (its [`NodeEvent::Drained`]): not
+    /// set when the tail was drained or ended already.
+    drained: Option<ReservationId>,
     phase: Phase,
 }
 
@@ -94,6 +97,7 @@ impl Drain {
             policy,
             mutations,
             learned: None,
+            drained: None,
             phase: Phase::Walk(Box::new(walk)),
         }
     }
@@ -148,7 +152,13 @@ impl Drain {
             Phase::Update(mut update) => {
                 let poll = match update.poll() {
                     UpdatePoll::Store(op) => DrainPoll::Store(op),
-                    UpdatePoll::Done(_) => return DrainPoll::Done(Ok(Some(update.id().clone()))),
+                    UpdatePoll::Done(changed) => {
+                        let id = update.id().clone();
+                        if changed.made() {
+                            self.drained = Some(id.clone());
+                        }
+                        return DrainPoll::Done(Ok(Some(id)));
+                    }
                     UpdatePoll::Failed(e) => return DrainPoll::Done(Err(e.reply())),
                 };
                 self.phase = Phase::Update(update);
@@ -233,8 +243,10 @@ impl Drain {
     }
 }
 
+/// Drained (here or at the tail's DC), or why not; a tail this DC changed
+/// is noted as [`NodeEvent::Drained`].
 impl Stepper for Drain {
-    type Output = Result<Option<ReservationId>, ErrorReply>;
+    type Output = Result<(), ErrorReply>;
 
     fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
         match self.poll() {
@@ -242,7 +254,7 @@ impl Stepper for Drain {
             DrainPoll::Segment(id) => Step::Ask(Effect::Segment(id)),
             DrainPoll::Store(op) => Step::Ask(Effect::Store(op)),
             DrainPoll::Forward { dc, key } => Step::Ask(Effect::Forward { dc, key }),
-            DrainPoll::Done(done) => Step::Done(done),
+            DrainPoll::Done(done) => Step::Done(done.map(|_| ())),
         }
     }
 
@@ -257,9 +269,11 @@ impl Stepper for Drain {
     }
 
     fn poll_event(&mut self) -> Option<NodeEvent> {
-        let member = self.take_learned()?;
-        let key = self.key.clone();
-        Some(NodeEvent::Learned { key, member })
+        if let Some(member) = self.take_learned() {
+            let key = self.key.clone();
+            return Some(NodeEvent::Learned { key, member });
+        }
+        self.drained.take().map(NodeEvent::Drained)
     }
 }
 
@@ -326,6 +340,38 @@ mod tests {
         assert!(
             matches!(d.poll(), DrainPoll::Store(StoreOp::Read(id)) if id.to_string() == "iad.2")
         );
+    }
+
+    /// The tail drained here is noted once, when this drain changed it;
+    /// a tail drained already is answered alike but noted by nobody.
+    #[test]
+    fn drain_notes_the_tail_it_drained_and_only_a_change() {
+        let now = Now {
+            node: NodeTime::from_us(1_000),
+            store: StoreTime::from_ms(1),
+        };
+        let tail = crate::fixture::held("iad.2", "k", None, now.store);
+        let drained = tail.drain().expect("a held tail drains");
+        for (record, noted) in [(tail, true), (drained, false)] {
+            let mut d = drain(true, Mutations::NONE);
+            d.poll();
+            d.walked(Ok(Some(record.id.clone())));
+            let mut answer = Stored::Record(Some(record.clone()));
+            let outcome = loop {
+                d.answer(Answer::Stored(Ok(answer)), now);
+                match d.step(now.node) {
+                    Step::Ask(Effect::Store(StoreOp::Write { .. })) => {
+                        answer = Stored::Written(homing_core::Written::Yes)
+                    }
+                    Step::Ask(other) => panic!("a local drain asks {other:?}"),
+                    Step::Done(outcome) => break outcome,
+                }
+            };
+            assert_eq!(outcome, Ok(()));
+            let events: Vec<_> = std::iter::from_fn(|| d.poll_event()).collect();
+            let expected = noted.then(|| NodeEvent::Drained(record.id.clone()));
+            assert_eq!(events, Vec::from_iter(expected), "changed: {noted}");
+        }
     }
 
     #[test]
