@@ -359,7 +359,7 @@ impl Sim {
 
     /// Whether DC `d`'s lease covers a host lease whose term starts at
     /// `from` (node clock): a renewal arriving now, or an acquire's grant
-    /// (homing-node's `AcquirePoll::Cover`).
+    /// (homing-node's `Effect::Cover`).
     pub(crate) fn grant_covered(&mut self, d: usize, from: NodeTime) -> Result<(), Failure> {
         let (now, ttl_ms) = (self.node_now(d), self.policy.ttl_ms());
         let dc = &self.dcs[d];

@@ -140,7 +140,7 @@ impl Stepping {
 
     fn poll_event(&mut self) -> Option<NodeEvent> {
         match self {
-            Stepping::Acquire(job) => Stepper::poll_event(&mut job.acquire),
+            Stepping::Acquire(job) => job.acquire.poll_event(),
             Stepping::Drain(job) => job.drain.poll_event(),
             Stepping::DrainScope(job) => job.page.poll_event(),
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),

@@ -464,7 +464,7 @@ impl Node {
 
     /// Refuses a host lease whose term starts at `from` (node clock) unless
     /// the DC lease covers all of it: a renewal arriving now, or an
-    /// acquire's grant (homing-node's `AcquirePoll::Cover`, also after a wait).
+    /// acquire's grant (homing-node's `Effect::Cover`, also after a wait).
     fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), homing_node::Failure> {
         let (now, ttl_ms) = (self.waiters.now(), self.policy.ttl_ms());
         self.dc_lease.with(|l| l.grant(&self.dc, from, now, ttl_ms))

@@ -6,7 +6,7 @@
 //! connect ─ Acquired ─► did the host give up (a Cancel noted)? no ─► Done
 //!    │                        yes ─► release the grant (an Update), then Done(Acquired)
 //!    │      (an answer after a link that made a new member: this DC's own entry
-//!    │       notes it first, an Update; another DC's the driver tells: take_notice)
+//!    │       notes it first, an Update; another DC's the driver tells: NodeEvent::Shortcut)
 //!    │      TagMismatch ─► Done
 //!    │      HeldElsewhere, no wait left (or this was the last look) ─► Done(HeldElsewhere)
 //!    │      HeldElsewhere, wait left ─► Await at the holder's DC, bounded by our deadline
@@ -27,38 +27,30 @@
 //! host's deadlines stay conservative.
 //!
 //! Drivers run it as a [`Stepper`] (homingd's `Node::drive`, the
-//! simulator's `step_drive`): each [`AcquirePoll`] is asked as the
-//! [`Effect`] of the same name and answered with the [`Answer`] below's
-//! handler takes; a pause's end and a passed deadline are both
-//! [`Answer::TimedOut`], a shutdown [`Answer::Closed`]; at `Done` the
-//! member learned and the notice for another DC's entry come out as
-//! [`NodeEvent`]s after the acquire's own events. The poll protocol
-//! underneath, step by step: loop on [`Acquire::poll`]. `Admit(namespace)`: ask the key
-//! quota, answer with [`Acquire::handle_admitted`]. `Store(op)` /
-//! `Global(op)`: perform it, answer with [`Acquire::handle_stored`] /
-//! [`Acquire::handle_global`]; `Segment(id)` / `Link`: ask the
-//! reservation's DC (this DC: its own store), answer with
-//! [`Acquire::handle_segment`] / [`Acquire::handle_linked`], failures
-//! included; [`Acquire::handle_failure`] if an admission, a store or a
-//! global operation could not be done (a refused admission included).
-//! `Await`: register at the reservation's DC (this DC:
-//! [`crate::AwaitVacant`]; another: an `Await` request), answer with
-//! [`Acquire::handle_awaited`], or [`Acquire::handle_deadline`] once `until`
-//! passes first. `Pause`: [`Acquire::handle_timeout`] at `until`.
-//! `Cancelled(lease)`: ask the node's [`crate::Cancellations`], answer with
-//! [`Acquire::handle_cancelled`] (a release's store ops then come as
-//! `Store`, as do those noting a new member in this DC's own entry). At
-//! `Done`, send [`Acquire::take_notice`] to another DC's entry, best
-//! effort. Take [`Acquire::poll_event`]s for logs and counters.
+//! simulator's `step_drive`). Its own effects: [`Effect::Cover`] before a
+//! connect that may grant (the DC lease's [`crate::DcLease::grant`]),
+//! [`Effect::Admit`] before a connect creates the key (the key quota),
+//! [`Effect::Segment`] / [`Effect::Link`] to the reservation's DC (this DC:
+//! its own store), failures included; [`Effect::Await`] at the holder's DC
+//! (this DC: [`crate::AwaitVacant`]; another: an `Await` request), ended by
+//! [`Answer::Awaited`], or [`Answer::TimedOut`] once `until` passes first;
+//! [`Effect::Pause`], ended by [`Answer::TimedOut`]; either ended by
+//! [`Answer::Closed`] when the node shuts down; [`Effect::Cancelled`]
+//! (the node's [`crate::Cancellations`]: a release's store ops then come
+//! as `Store`, as do those noting a new member in this DC's own entry).
+//! An admission, a store or a global operation that could not be done is
+//! answered with its failure (a refused admission included). Events: the
+//! acquire's own ([`NodeEvent::Acquire`]), and at `Done` the member
+//! learned ([`NodeEvent::Learned`]) and the notice for another DC's entry
+//! ([`NodeEvent::Shortcut`], sent best effort).
 
 use homing_core::Holder;
 use std::collections::VecDeque;
 
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
-    ErrorKind, ErrorReply, FencingToken, Holding, HostTime, Key, LeaseKey, LeasePolicy, LinkReply,
-    Namespace, ReservationId, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Tag,
-    TakeoverPolicy, wire::WAIT_MS_MAX,
+    ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, LinkReply, Segment,
+    Shortcut, ShortcutNotice, Source, StoreTime, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
 };
 
 use crate::change::Change;
@@ -88,76 +80,6 @@ pub const CONTENDED_ANSWER_MS: u64 = 1_500;
 /// "absent" only leads to `set_if_absent`, which answers with the winner —
 /// the ordinary race path. Every other global read is [`GlobalRead::Latest`].
 pub const CONNECT_GLOBAL_READ: GlobalRead = GlobalRead::Nearest;
-
-/// What the driver must do next.
-#[derive(Debug)]
-pub enum AcquirePoll {
-    /// Before a connect that may grant: does the DC's lease cover a host
-    /// lease whose term starts at `from` (node clock)? Answer with
-    /// [`Acquire::handle_covered`] (homingd and the simulator ask
-    /// [`crate::DcLease::grant`] with the policy's ttl).
-    Cover {
-        /// Where the grant's term starts: the arrival for the first
-        /// connect, the reconnect's time after a wait or a pause (the grant
-        /// counts from host time + time held).
-        from: NodeTime,
-    },
-    /// Before the current connect creates the key (its first reservation,
-    /// whose global entry is kept forever): may this DC create one more key
-    /// in `namespace` ([`crate::KeyQuota`], whose counts the driver keeps)?
-    /// Answer with [`Acquire::handle_admitted`], or with
-    /// [`Acquire::handle_failure`] and the quota's refusal. A granted
-    /// create holds its slot until its set-if-absent answers (which
-    /// settles it), or until the acquire ends (which gives it back); a
-    /// create tried again after a failed write or set-if-absent reuses it.
-    Admit(Namespace),
-    /// Perform this DC-store operation of the current connect (allocate a
-    /// unique, read our record, or write it); answer with
-    /// [`Acquire::handle_stored`].
-    Store(StoreOp),
-    /// Perform this global-store operation of the current connect; answer
-    /// with [`Acquire::handle_global`].
-    Global(GlobalOp),
-    /// What `reservation`'s DC knows of it: this DC's own segment from its
-    /// store, another DC's through a `ResolveReservation`. Answer with
-    /// [`Acquire::handle_segment`].
-    Segment(ReservationId),
-    /// Link `from`, the key's tail at its DC, to `to`, our new reservation,
-    /// if `from` is still fenced by `expected_token`: a `Link` request to
-    /// `from`'s DC. Answer with [`Acquire::handle_linked`].
-    Link {
-        /// The key.
-        key: Key,
-        /// The tail to link.
-        from: ReservationId,
-        /// Its successor.
-        to: ReservationId,
-        /// The fencing token the tail must still have.
-        expected_token: FencingToken,
-    },
-    /// Wait at `reservation`'s DC for it to be vacated, `wait_ms` at most,
-    /// and never past `until` (node clock).
-    Await {
-        /// The live holder's reservation.
-        reservation: ReservationId,
-        /// The wait left, in milliseconds (≥ 1).
-        wait_ms: u32,
-        /// This acquire's own deadline.
-        until: NodeTime,
-    },
-    /// Sleep until `until` (node clock), then [`Acquire::handle_timeout`].
-    Pause {
-        /// When to connect again.
-        until: NodeTime,
-    },
-    /// A grant was made: did the host give up on this acquire (a `Cancel`
-    /// under `lease` noted in [`crate::Cancellations`])? Answer with
-    /// [`Acquire::handle_cancelled`]; a cancelled grant is released
-    /// (`Store` ops of its update) before the answer.
-    Cancelled(LeaseKey),
-    /// Finished: the outcome for the host, or the error.
-    Done(Result<AcquireReply, ErrorReply>),
-}
 
 /// What happened inside an acquire, for logs and counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +115,8 @@ pub enum AcquireEvent {
     GrantCancelled,
     /// The acquire linked the key's chain and this DC holds the key's
     /// entry: the new member is noted in the entry's record before the
-    /// answer (another DC's entry is told by the driver: [`Acquire::take_notice`]).
+    /// answer (another DC's entry is told by the driver:
+    /// [`NodeEvent::Shortcut`]).
     ShortcutNoted,
     /// Noting the new member in this DC's entry failed (best effort: walks
     /// stay a few links longer until the next move).
@@ -211,7 +134,7 @@ enum Trailing {
 
 #[derive(Debug)]
 enum Phase {
-    /// Waiting for the driver's answer to [`AcquirePoll::Cover`].
+    /// Waiting for the driver's answer to [`Effect::Cover`].
     Covering {
         from: NodeTime,
     },
@@ -222,7 +145,7 @@ enum Phase {
         until: NodeTime,
         error: Option<ErrorReply>,
     },
-    /// A grant made: waiting for the answer to [`AcquirePoll::Cancelled`].
+    /// A grant made: waiting for the answer to [`Effect::Cancelled`].
     Granted(AcquireReply),
     /// Making a trailing change, then answering `outcome`.
     Updating {
@@ -346,16 +269,8 @@ impl Acquire {
         self
     }
 
-    /// The notice the driver sends (best effort, not awaited) to another
-    /// DC's entry after this acquire linked the key's chain: see
-    /// [`ShortcutNotice`] (this DC's own entry the acquire noted itself,
-    /// [`AcquireEvent::ShortcutNoted`]). Taken once.
-    pub fn take_notice(&mut self) -> Option<ShortcutNotice> {
-        self.notice.take()
-    }
-
-    /// Whether the peer request asked is [`AcquirePoll::Segment`] (answer
-    /// with [`Acquire::handle_segment`]), not [`AcquirePoll::Link`].
+    /// Whether the peer request asked is [`Effect::Segment`] (answer
+    /// with [`Acquire::handle_segment`]), not [`Effect::Link`].
     pub fn asks_segment(&self) -> bool {
         matches!(self.phase, Phase::Connecting)
             && matches!(
@@ -393,13 +308,9 @@ impl Acquire {
         self.deadline
     }
 
-    /// What happened since the last call, oldest first.
-    pub fn poll_event(&mut self) -> Option<AcquireEvent> {
-        self.events.pop_front()
-    }
-
-    /// What to do next at `now`; `Done` is handed out once.
-    pub fn poll(&mut self, now: NodeTime) -> AcquirePoll {
+    /// What to do next at `now`; `Done` is handed out once, with the
+    /// member learned and the notice noted for the node.
+    fn next(&mut self, now: NodeTime) -> Step<<Acquire as Stepper>::Output> {
         if now >= self.deadline.plus_ms(CONTENDED_ANSWER_MS) {
             self.connect.stop_restarts();
         }
@@ -408,7 +319,7 @@ impl Acquire {
                 Phase::Connecting => match self.connect.poll() {
                     ConnectPoll::Need(need) => {
                         self.phase = Phase::Connecting;
-                        return self.ask(need);
+                        return Step::Ask(self.ask(need));
                     }
                     ConnectPoll::Done(outcome) => self.connected(now, outcome),
                     ConnectPoll::Failed(e) => {
@@ -433,23 +344,23 @@ impl Acquire {
                         unreachable!("an acquire awaits only a key held elsewhere");
                     };
                     let remaining_us = self.deadline.us_since(now);
-                    return AcquirePoll::Await {
+                    return Step::Ask(Effect::Await {
                         reservation: reservation.clone(),
                         wait_ms: (remaining_us / 1000).max(1) as u32,
                         until: self.deadline,
-                    };
+                    });
                 }
                 Phase::Paused { until, error } => {
                     self.phase = Phase::Paused { until, error };
-                    return AcquirePoll::Pause { until };
+                    return Step::Ask(Effect::Pause { until });
                 }
                 Phase::Covering { from } => {
                     self.phase = Phase::Covering { from };
-                    return AcquirePoll::Cover { from };
+                    return Step::Ask(Effect::Cover { from });
                 }
                 Phase::Granted(outcome) => {
                     self.phase = Phase::Granted(outcome);
-                    return AcquirePoll::Cancelled(self.request.lease);
+                    return Step::Ask(Effect::Cancelled(self.request.lease));
                 }
                 Phase::Updating {
                     mut update,
@@ -462,7 +373,7 @@ impl Acquire {
                             outcome,
                             why,
                         };
-                        return AcquirePoll::Store(op);
+                        return Step::Ask(Effect::Store(op));
                     }
                     // Released here, or already by the host's cancel itself;
                     // noted, or a newer member was already.
@@ -471,23 +382,33 @@ impl Acquire {
                         self.phase = self.updated(why, outcome, Err(e.reply()));
                     }
                 },
-                Phase::Done(result) => return AcquirePoll::Done(result),
+                Phase::Done(Ok(outcome)) => {
+                    if let Some(member) = self.member_learned(&outcome) {
+                        let key = self.request.key.clone();
+                        self.ended.push_back(NodeEvent::Learned { key, member });
+                    }
+                    if let Some(notice) = self.notice.take() {
+                        self.ended.push_back(NodeEvent::Shortcut(notice));
+                    }
+                    return Step::Done(Ok(outcome));
+                }
+                Phase::Done(Err(e)) => return Step::Done(Err(e)),
                 Phase::Over => panic!("acquire of {} polled after it ended", self.request.key),
             }
         }
     }
 
     /// The connect's `need` as the effect the driver performs.
-    fn ask(&self, need: ConnectNeed) -> AcquirePoll {
-        let global = AcquirePoll::Global;
+    fn ask(&self, need: ConnectNeed) -> Effect {
+        let global = Effect::Global;
         match need {
             ConnectNeed::Allocate if self.connect.creates_key() && !self.admitted => {
-                AcquirePoll::Admit(self.connect.key().namespace.clone())
+                Effect::Admit(self.connect.key().namespace.clone())
             }
-            ConnectNeed::Allocate => AcquirePoll::Store(StoreOp::Allocate),
-            ConnectNeed::LocalRecord(id) => AcquirePoll::Store(StoreOp::Read(id)),
+            ConnectNeed::Allocate => Effect::Store(StoreOp::Allocate),
+            ConnectNeed::LocalRecord(id) => Effect::Store(StoreOp::Read(id)),
             // A connect's write appends a lifecycle event.
-            ConnectNeed::Write { expected, record } => AcquirePoll::Store(StoreOp::Write {
+            ConnectNeed::Write { expected, record } => Effect::Store(StoreOp::Write {
                 expected,
                 record: Box::new(record),
                 event: true,
@@ -506,13 +427,13 @@ impl Acquire {
             ConnectNeed::TakeOver { succession, policy } => {
                 global(GlobalOp::TakeOver { succession, policy })
             }
-            ConnectNeed::Reservation(id) => AcquirePoll::Segment(id),
+            ConnectNeed::Reservation(id) => Effect::Segment(id),
             ConnectNeed::Link {
                 key,
                 from,
                 to,
                 expected_token,
-            } => AcquirePoll::Link {
+            } => Effect::Link {
                 key,
                 from,
                 to,
@@ -521,7 +442,7 @@ impl Acquire {
         }
     }
 
-    /// The key quota admitted the create [`AcquirePoll::Admit`] asked about.
+    /// The key quota admitted the create [`Effect::Admit`] asked about.
     pub fn handle_admitted(&mut self) {
         debug_assert!(
             self.connect.creates_key() && !self.admitted,
@@ -531,7 +452,7 @@ impl Acquire {
         self.admitted = true;
     }
 
-    /// The answer to the [`AcquirePoll::Store`] asked at `now` (store clock).
+    /// The answer to the [`Effect::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         if let Phase::Updating { update, .. } = &mut self.phase {
             return update.handle_stored(stored, now);
@@ -544,7 +465,7 @@ impl Acquire {
         }
     }
 
-    /// The answer to the [`AcquirePoll::Global`] asked. A global entry read
+    /// The answer to the [`Effect::Global`] asked. A global entry read
     /// counts as this DC's own read (its cache holds only what the store said).
     pub fn handle_global(&mut self, answer: GlobalAnswer) {
         let connect = &mut self.connect;
@@ -567,7 +488,7 @@ impl Acquire {
         }
     }
 
-    /// What the DC of the reservation [`AcquirePoll::Segment`] asked about
+    /// What the DC of the reservation [`Effect::Segment`] asked about
     /// answered at `now`, or why it did not. An owner that disowns it
     /// ([`Failure::disowns`]) sends a walk from a shortcut back to the
     /// global entry; any other failure is the connect's.
@@ -586,7 +507,7 @@ impl Acquire {
         }
     }
 
-    /// What the tail's DC answered at `now` to the [`AcquirePoll::Link`]
+    /// What the tail's DC answered at `now` to the [`Effect::Link`]
     /// asked, or why it did not.
     pub fn handle_linked(&mut self, now: NodeTime, answer: Result<LinkReply, Failure>) {
         debug_assert!(
@@ -616,14 +537,14 @@ impl Acquire {
         } else if matches!(outcome, AcquireReply::Acquired(_)) {
             self.phase = Phase::Granted(outcome);
         } else {
-            self.phase = self.answer(outcome);
+            self.phase = self.answer_with(outcome);
         }
     }
 
     /// The answer `outcome`, after noting the chain's new member if this
     /// connect linked it and the key's entry is this DC's (another DC's
-    /// entry the driver tells: [`Acquire::take_notice`]).
-    fn answer(&mut self, outcome: AcquireReply) -> Phase {
+    /// entry the driver tells: [`NodeEvent::Shortcut`]).
+    fn answer_with(&mut self, outcome: AcquireReply) -> Phase {
         let notice = self.connect.take_notice();
         match notice {
             Some(notice) if notice.entry.dc() == &self.dc => {
@@ -655,7 +576,7 @@ impl Acquire {
         result: Result<(), ErrorReply>,
     ) -> Phase {
         match (why, result) {
-            (Trailing::Cancel, Ok(())) => self.answer(outcome),
+            (Trailing::Cancel, Ok(())) => self.answer_with(outcome),
             (Trailing::Cancel, Err(e)) => Phase::Done(Err(e)),
             (Trailing::Shortcut, result) => {
                 if result.is_err() {
@@ -666,7 +587,7 @@ impl Acquire {
         }
     }
 
-    /// The answer to [`AcquirePoll::Cancelled`]: whether the host gave up
+    /// The answer to [`Effect::Cancelled`]: whether the host gave up
     /// on this acquire. A cancelled grant is released before the answer
     /// (the host never sees it; the answer is the grant, released).
     pub fn handle_cancelled(&mut self, cancelled: bool) {
@@ -690,7 +611,7 @@ impl Acquire {
                     why: Trailing::Cancel,
                 }
             }
-            _ => self.answer(outcome),
+            _ => self.answer_with(outcome),
         };
     }
 
@@ -848,7 +769,7 @@ impl Acquire {
         self.phase = Phase::Covering { from: now };
     }
 
-    /// The driver's answer to [`AcquirePoll::Cover`] ([`crate::DcLease::grant`]):
+    /// The driver's answer to [`Effect::Cover`] ([`crate::DcLease::grant`]):
     /// a DC lease that does not cover the grant's term ends the acquire with
     /// the refusal (`Unavailable`) — a grant after a wait must not outlive
     /// the DC lease either (DESIGN.md §7.5).
@@ -868,46 +789,7 @@ impl Stepper for Acquire {
     type Output = Result<AcquireReply, ErrorReply>;
 
     fn step(&mut self, now: NodeTime) -> Step<Self::Output> {
-        Step::Ask(match self.poll(now) {
-            AcquirePoll::Cover { from } => Effect::Cover { from },
-            AcquirePoll::Admit(namespace) => Effect::Admit(namespace),
-            AcquirePoll::Store(op) => Effect::Store(op),
-            AcquirePoll::Global(op) => Effect::Global(op),
-            AcquirePoll::Segment(id) => Effect::Segment(id),
-            AcquirePoll::Link {
-                key,
-                from,
-                to,
-                expected_token,
-            } => Effect::Link {
-                key,
-                from,
-                to,
-                expected_token,
-            },
-            AcquirePoll::Await {
-                reservation,
-                wait_ms,
-                until,
-            } => Effect::Await {
-                reservation,
-                wait_ms,
-                until,
-            },
-            AcquirePoll::Pause { until } => Effect::Pause { until },
-            AcquirePoll::Cancelled(lease) => Effect::Cancelled(lease),
-            AcquirePoll::Done(Ok(outcome)) => {
-                if let Some(member) = self.member_learned(&outcome) {
-                    let key = self.request.key.clone();
-                    self.ended.push_back(NodeEvent::Learned { key, member });
-                }
-                if let Some(notice) = self.take_notice() {
-                    self.ended.push_back(NodeEvent::Shortcut(notice));
-                }
-                return Step::Done(Ok(outcome));
-            }
-            AcquirePoll::Done(Err(e)) => return Step::Done(Err(e)),
-        })
+        self.next(now)
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {

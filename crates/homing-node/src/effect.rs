@@ -8,7 +8,7 @@
 //! simulator against its in-memory stores with latency and faults. (Still
 //! asked otherwise: a resolve's entry read and segment; upkeep's proof by
 //! a predecessor's segment. A reservation's segment and a link to a peer
-//! are an acquire's own effects, `AcquirePoll::Segment` / `Link`.)
+//! are an acquire's own effects, `Effect::Segment` / `Effect::Link`.)
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,

@@ -10,7 +10,7 @@
 //! exist are never refused: re-activating, recreating a key another DC
 //! created, or finding it held costs no new entry.
 //!
-//! Driver: when an acquire asks `AcquirePoll::Admit` (before the allocation
+//! Driver: when an acquire asks `Effect::Admit` (before the allocation
 //! of a key's first reservation), call [`KeyQuota::admit`]. `Count`: count the
 //! namespace's keys in the DC store (at most [`KeyQuota::count_bound`]),
 //! hand the number to [`KeyQuota::counted`], admit again. `Granted`: the

@@ -83,7 +83,7 @@ pub mod walk;
 pub mod watch;
 
 pub use acquire::{
-    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, CONNECT_GLOBAL_READ,
+    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquireRequest, CONNECT_GLOBAL_READ,
     CONTENDED_ANSWER_MS, member_named,
 };
 pub use await_vacant::{AwaitPoll, AwaitVacant, settled};

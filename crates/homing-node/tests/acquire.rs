@@ -11,8 +11,8 @@ use homing_core::{
     chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
-    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquirePoll, AcquireRequest, Answer, Effect, Failure,
-    GlobalAnswer, GlobalOp, Mutations, NodeEvent, NodeTime, Now, Step, Stepper, StoreOp, Stored,
+    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquireRequest, Answer, Effect, Failure, GlobalAnswer,
+    GlobalOp, Mutations, NodeEvent, NodeTime, Now, Step, Stepper, StoreOp, Stored,
 };
 use world::{World, lease_of};
 
@@ -137,9 +137,9 @@ fn now(world: &World) -> Now {
     }
 }
 
-/// What the acquire noted for its node once it ended, after its own events.
+/// What the acquire noted for its node since the last look.
 fn noted(acquire: &mut Acquire) -> Vec<NodeEvent> {
-    std::iter::from_fn(|| Stepper::poll_event(acquire)).collect()
+    std::iter::from_fn(|| acquire.poll_event()).collect()
 }
 
 /// DC `at`'s store in the world answers an acquire's operation.
@@ -175,8 +175,17 @@ fn perform_global(world: &mut World, op: GlobalOp) -> GlobalAnswer {
     }
 }
 
+/// The acquire's own events among what it noted since the last look.
 fn events(acquire: &mut Acquire) -> Vec<AcquireEvent> {
-    std::iter::from_fn(|| acquire.poll_event()).collect()
+    own_events(&noted(acquire))
+}
+
+fn own_events(noted: &[NodeEvent]) -> Vec<AcquireEvent> {
+    let own = |e: &NodeEvent| match e {
+        NodeEvent::Acquire(e) => Some(*e),
+        _ => None,
+    };
+    noted.iter().filter_map(own).collect()
 }
 
 /// iad's a1 holds the key; fra's a2 asks with `wait_ms` and is told to await.
@@ -256,7 +265,7 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
 
 /// The acquire asks whether the DC lease covers a grant from now; yes.
 fn covered(world: &World, acquire: &mut Acquire) {
-    let AcquirePoll::Cover { from } = acquire.poll(node_now(world)) else {
+    let Step::Ask(Effect::Cover { from }) = acquire.step(node_now(world)) else {
         panic!("a connect that may grant asks about the dc lease first")
     };
     assert_eq!(from, node_now(world));
@@ -274,7 +283,7 @@ fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it
     acquire.handle_awaited(node_now(&world), Ok(vacated));
     // The grant would count from host time + 4 s held: the DC lease is asked
     // about that term, not the one the acquire arrived with.
-    let AcquirePoll::Cover { from } = acquire.poll(node_now(&world)) else {
+    let Step::Ask(Effect::Cover { from }) = acquire.step(node_now(&world)) else {
         panic!("the reconnect asks about the dc lease")
     };
     assert_eq!(from, node_now(&world));
@@ -285,7 +294,7 @@ fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it
         "no host lease granted or renewed",
     );
     acquire.handle_covered(Err(Failure::Unreachable(refused)));
-    let AcquirePoll::Done(Err(e)) = acquire.poll(node_now(&world)) else {
+    let Step::Done(Err(e)) = acquire.step(node_now(&world)) else {
         panic!("expected Unavailable")
     };
     assert!(
@@ -340,19 +349,19 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
     let mut patient = start(&world, "fra", "a2", 5_000);
     covered(&world, &mut patient);
     assert!(matches!(
-        patient.poll(node_now(&world)),
-        AcquirePoll::Global(_)
+        patient.step(node_now(&world)),
+        Step::Ask(Effect::Global(_))
     ));
     patient.handle_failure(node_now(&world), unreachable());
     assert!(matches!(
-        patient.poll(node_now(&world)),
-        AcquirePoll::Pause { .. }
+        patient.step(node_now(&world)),
+        Step::Ask(Effect::Pause { .. })
     ));
     let mut hasty = start(&world, "fra", "a2", 0);
     covered(&world, &mut hasty);
-    hasty.poll(node_now(&world));
+    hasty.step(node_now(&world));
     hasty.handle_failure(node_now(&world), unreachable());
-    let AcquirePoll::Done(Err(e)) = hasty.poll(node_now(&world)) else {
+    let Step::Done(Err(e)) = hasty.step(node_now(&world)) else {
         panic!("expected the error")
     };
     assert!(matches!(e.kind, ErrorKind::Unavailable { .. }));
@@ -363,7 +372,7 @@ fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held
     let (world, mut refused) = held_at_iad(5_000);
     let full = ErrorReply::new(ErrorKind::Overloaded, "queue full");
     refused.handle_awaited(node_now(&world), Err(Failure::Refused(full)));
-    let AcquirePoll::Done(Err(e)) = refused.poll(node_now(&world)) else {
+    let Step::Done(Err(e)) = refused.step(node_now(&world)) else {
         panic!("expected the refusal")
     };
     assert_eq!(e.kind, ErrorKind::Overloaded);
@@ -373,8 +382,8 @@ fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held
     // The wait's `until` passed before the holder's DC answered.
     late.answer(Answer::TimedOut, now(&world));
     assert!(matches!(
-        late.poll(node_now(&world)),
-        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
+        late.step(node_now(&world)),
+        Step::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
     assert_eq!(events(&mut late), [AcquireEvent::WaitDeadlinePassed]);
 }
@@ -386,8 +395,8 @@ fn acquire_a_dc_shutting_down_answers_a_waiting_acquire_at_once_with_held_elsewh
     let (world, mut waiting) = held_at_iad(60_000);
     waiting.answer(Answer::Closed, now(&world));
     assert!(matches!(
-        waiting.poll(node_now(&world)),
-        AcquirePoll::Done(Ok(AcquireReply::HeldElsewhere(_)))
+        waiting.step(node_now(&world)),
+        Step::Done(Ok(AcquireReply::HeldElsewhere(_)))
     ));
     assert_eq!(events(&mut waiting), [AcquireEvent::ClosedWhileWaiting]);
 }
@@ -404,17 +413,17 @@ fn create_up_to_the_write(world: &mut World, at: &str, wait_ms: u32) -> Acquire 
         key: key(),
         read: CONNECT_GLOBAL_READ,
     };
-    assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == entry));
+    assert!(matches!(acquire.step(now), Step::Ask(Effect::Global(op)) if op == entry));
     acquire.handle_global(GlobalAnswer::Entry(None));
     // A key create takes a quota slot, then allocates its reservation's unique.
-    let AcquirePoll::Admit(namespace) = acquire.poll(now) else {
+    let Step::Ask(Effect::Admit(namespace)) = acquire.step(now) else {
         panic!("a key create asks the key quota first")
     };
     assert_eq!(namespace, key().namespace);
     acquire.handle_admitted();
     assert!(matches!(
-        acquire.poll(now),
-        AcquirePoll::Store(StoreOp::Allocate)
+        acquire.step(now),
+        Step::Ask(Effect::Store(StoreOp::Allocate))
     ));
     acquire.handle_stored(Stored::Allocated(world.allocate(&dc(at))), world.now());
     acquire
@@ -426,11 +435,11 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
     let mut world = World::new(&["iad"]);
     let mut acquire = create_up_to_the_write(&mut world, "iad", 0);
     let now = node_now(&world);
-    let AcquirePoll::Store(StoreOp::Write {
+    let Step::Ask(Effect::Store(StoreOp::Write {
         expected: None,
         record,
         event: true,
-    }) = acquire.poll(now)
+    })) = acquire.step(now)
     else {
         panic!("a connect creates its record, appending a lifecycle event")
     };
@@ -440,11 +449,11 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
         key: key(),
         id: record.id.clone(),
     };
-    assert!(matches!(acquire.poll(now), AcquirePoll::Global(op) if op == set));
+    assert!(matches!(acquire.step(now), Step::Ask(Effect::Global(op)) if op == set));
     acquire.handle_global(GlobalAnswer::SetIfAbsent(None));
-    assert!(matches!(acquire.poll(now), AcquirePoll::Cancelled(_)));
+    assert!(matches!(acquire.step(now), Step::Ask(Effect::Cancelled(_))));
     acquire.handle_cancelled(false);
-    let AcquirePoll::Done(Ok(AcquireReply::Acquired(grant))) = acquire.poll(now) else {
+    let Step::Done(Ok(AcquireReply::Acquired(grant))) = acquire.step(now) else {
         panic!("the entry is ours: acquired")
     };
     assert_eq!(grant.reservation, record.id);
@@ -528,8 +537,8 @@ fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_adm
     let mut acquire = create_up_to_the_write(&mut world, "fra", 5_000);
     let now = node_now(&world);
     assert!(matches!(
-        acquire.poll(now),
-        AcquirePoll::Store(StoreOp::Write { .. })
+        acquire.step(now),
+        Step::Ask(Effect::Store(StoreOp::Write { .. }))
     ));
     // The DC store does not answer the create's write: pause, create again.
     let unreachable = ErrorReply::new(
@@ -537,7 +546,7 @@ fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_adm
         "store: not answering",
     );
     acquire.handle_failure(now, Failure::Unreachable(unreachable));
-    let AcquirePoll::Pause { until } = acquire.poll(now) else {
+    let Step::Ask(Effect::Pause { until }) = acquire.step(now) else {
         panic!("an unreachable store is tried again within the wait")
     };
     world.now_ms = until.us_since(NodeTime::from_us(0)) / 1000;
@@ -571,10 +580,12 @@ fn a_shortcut_disowned_by_its_owner_falls_back_and_a_lie_about_it_fails_the_acqu
         let mut second = start(&world, "sin", "a2", 0).with_hint(Some(hint));
         let mut asked = false;
         while !asked {
-            match second.poll(node_now(&world)) {
-                AcquirePoll::Cover { .. } => second.handle_covered(Ok(())),
-                AcquirePoll::Global(op) => second.handle_global(perform_global(&mut world, op)),
-                AcquirePoll::Segment(id) => {
+            match second.step(node_now(&world)) {
+                Step::Ask(Effect::Cover { .. }) => second.handle_covered(Ok(())),
+                Step::Ask(Effect::Global(op)) => {
+                    second.handle_global(perform_global(&mut world, op))
+                }
+                Step::Ask(Effect::Segment(id)) => {
                     assert_eq!(id, gone, "the walk starts at the shortcut");
                     let said = ErrorReply::new(ErrorKind::Inconsistent, "fra.9: abandoned");
                     let answer = if lied {
@@ -661,8 +672,10 @@ fn the_chains_new_member_is_noted_in_this_dcs_own_entry_before_the_answer() {
         };
         let entry: ReservationId = "iad.1".parse().unwrap();
         let shortcut = world.record(&entry).unwrap().shortcut.as_deref().cloned();
-        let events = events(&mut third);
-        let mut noted = noted(&mut third).into_iter();
+        let noted = noted(&mut third);
+        let events = own_events(&noted);
+        // After the acquire's own events, as it ended.
+        let mut noted = noted.into_iter().skip(events.len());
         let Some(NodeEvent::Learned {
             key: learned,
             member,
