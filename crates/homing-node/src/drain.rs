@@ -22,7 +22,7 @@ use homing_core::{
 };
 
 use crate::change::Change;
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
+use crate::effect::{GlobalAnswer, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
@@ -30,34 +30,12 @@ use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
 use crate::walk::{Walk, WalkPoll};
 
-/// What the driver must do next.
-#[derive(Debug)]
-pub enum DrainPoll {
-    /// The walk's read of the key's entry; answer with [`Drain::handle_global`].
-    Global(GlobalOp),
-    /// What this reservation's DC knows of it (the walk's); answer with
-    /// [`Drain::handle_segment`].
-    Segment(ReservationId),
-    /// Read this DC's tail record, or compare-and-set it; answer with
-    /// [`Drain::handle_stored`].
-    Store(StoreOp),
-    /// Send `Drain { key }` to the tail's DC; answer with [`Drain::handle_forwarded`].
-    Forward {
-        /// The tail's DC.
-        dc: DcId,
-        /// The key.
-        key: Key,
-    },
-    /// Finished: drained (the reservation drained here, if here), or why not.
-    Done(Result<Option<ReservationId>, ErrorReply>),
-}
-
 #[derive(Debug)]
 enum Phase {
     Walk(Box<Walk>),
     Update(Box<Update>),
     Forward(DcId),
-    Done(Result<Option<ReservationId>, ErrorReply>),
+    Done(Result<(), ErrorReply>),
     Over,
 }
 
@@ -121,23 +99,23 @@ impl Drain {
         self.learned.take()
     }
 
-    /// Whether the peer request asked is the walk's [`DrainPoll::Segment`]
-    /// (not the [`DrainPoll::Forward`]).
+    /// Whether the peer request asked is the walk's [`Effect::Segment`]
+    /// (not the [`Effect::Forward`]).
     pub fn asks_segment(&self) -> bool {
         matches!(&self.phase, Phase::Walk(walk) if matches!(walk.poll(), WalkPoll::Segment(_)))
     }
 
     /// What to do next; `Done` is handed out once.
-    pub fn poll(&mut self) -> DrainPoll {
+    fn next(&mut self) -> Step<<Drain as Stepper>::Output> {
         match std::mem::replace(&mut self.phase, Phase::Over) {
             Phase::Walk(walk) => match walk.poll() {
                 WalkPoll::Global(op) => {
                     self.phase = Phase::Walk(walk);
-                    DrainPoll::Global(op)
+                    Step::Ask(Effect::Global(op))
                 }
                 WalkPoll::Segment(id) => {
                     self.phase = Phase::Walk(walk);
-                    DrainPoll::Segment(id)
+                    Step::Ask(Effect::Segment(id))
                 }
                 WalkPoll::Done(walked) => {
                     self.learned = walked
@@ -146,42 +124,41 @@ impl Drain {
                         .and_then(|w| w.as_ref())
                         .map(|w| w.hint());
                     self.walked(walked.map(|w| w.map(|w| w.tail.id)));
-                    self.poll()
+                    self.next()
                 }
             },
             Phase::Update(mut update) => {
                 let poll = match update.poll() {
-                    UpdatePoll::Store(op) => DrainPoll::Store(op),
+                    UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
                     UpdatePoll::Done(changed) => {
-                        let id = update.id().clone();
                         if changed.made() {
-                            self.drained = Some(id.clone());
+                            self.drained = Some(update.id().clone());
                         }
-                        return DrainPoll::Done(Ok(Some(id)));
+                        return Step::Done(Ok(()));
                     }
-                    UpdatePoll::Failed(e) => return DrainPoll::Done(Err(e.reply())),
+                    UpdatePoll::Failed(e) => return Step::Done(Err(e.reply())),
                 };
                 self.phase = Phase::Update(update);
                 poll
             }
             Phase::Forward(dc) => {
                 self.phase = Phase::Forward(dc.clone());
-                DrainPoll::Forward {
+                Step::Ask(Effect::Forward {
                     dc,
                     key: self.key.clone(),
-                }
+                })
             }
-            Phase::Done(result) => DrainPoll::Done(result),
+            Phase::Done(result) => Step::Done(result),
             Phase::Over => panic!("drain of {} polled after it ended", self.key),
         }
     }
 
-    /// The answer to the walk's [`DrainPoll::Global`], or why there is none.
+    /// The answer to the walk's [`Effect::Global`], or why there is none.
     pub fn handle_global(&mut self, answer: Result<GlobalAnswer, Failure>) {
         self.walking().handle_global(answer);
     }
 
-    /// The answer to the walk's [`DrainPoll::Segment`], or why there is none.
+    /// The answer to the walk's [`Effect::Segment`], or why there is none.
     pub fn handle_segment(&mut self, answer: Result<Segment, Failure>) {
         self.walking().handle_segment(answer);
     }
@@ -239,7 +216,7 @@ impl Drain {
             matches!(self.phase, Phase::Forward(_)),
             "drain: a forward it did not ask for"
         );
-        self.phase = Phase::Done(answer.map(|()| None).map_err(Failure::into_reply));
+        self.phase = Phase::Done(answer.map_err(Failure::into_reply));
     }
 }
 
@@ -249,13 +226,7 @@ impl Stepper for Drain {
     type Output = Result<(), ErrorReply>;
 
     fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
-        match self.poll() {
-            DrainPoll::Global(op) => Step::Ask(Effect::Global(op)),
-            DrainPoll::Segment(id) => Step::Ask(Effect::Segment(id)),
-            DrainPoll::Store(op) => Step::Ask(Effect::Store(op)),
-            DrainPoll::Forward { dc, key } => Step::Ask(Effect::Forward { dc, key }),
-            DrainPoll::Done(done) => Step::Done(done.map(|_| ())),
-        }
+        self.next()
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {
@@ -280,6 +251,7 @@ impl Stepper for Drain {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effect::StoreOp;
 
     fn key() -> Key {
         Key::new(homing_core::KeyName::new("k").unwrap())
@@ -300,22 +272,25 @@ mod tests {
     #[test]
     fn drain_from_an_operator_is_forwarded_once_to_the_tails_dc() {
         let mut d = drain(false, Mutations::NONE);
-        assert!(matches!(d.poll(), DrainPoll::Global(_)));
+        assert!(matches!(
+            d.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Global(_))
+        ));
         d.walked(Ok(Some("fra.3".parse().unwrap())));
-        let DrainPoll::Forward { dc, .. } = d.poll() else {
+        let Step::Ask(Effect::Forward { dc, .. }) = d.step(NodeTime::from_us(0)) else {
             panic!("expected a forward")
         };
         assert_eq!(dc.as_str(), "fra");
         d.handle_forwarded(Ok(()));
-        assert!(matches!(d.poll(), DrainPoll::Done(Ok(None))));
+        assert!(matches!(d.step(NodeTime::from_us(0)), Step::Done(Ok(()))));
     }
 
     #[test]
     fn drain_arriving_forwarded_is_never_forwarded_again() {
         let mut d = drain(true, Mutations::NONE);
-        d.poll();
+        d.step(NodeTime::from_us(0));
         d.walked(Ok(Some("sin.4".parse().unwrap())));
-        let DrainPoll::Done(Err(e)) = d.poll() else {
+        let Step::Done(Err(e)) = d.step(NodeTime::from_us(0)) else {
             panic!("expected a refusal")
         };
         assert!(matches!(e.kind, ErrorKind::Unavailable { ref dc } if dc.as_str() == "sin"));
@@ -324,9 +299,9 @@ mod tests {
     #[test]
     fn drain_of_a_key_never_reserved_is_unknown() {
         let mut d = drain(false, Mutations::NONE);
-        d.poll();
+        d.step(NodeTime::from_us(0));
         d.walked(Ok(None));
-        let DrainPoll::Done(Err(e)) = d.poll() else {
+        let Step::Done(Err(e)) = d.step(NodeTime::from_us(0)) else {
             panic!("expected an error")
         };
         assert_eq!(e.kind, ErrorKind::UnknownReservation);
@@ -335,10 +310,10 @@ mod tests {
     #[test]
     fn drain_of_a_local_tail_updates_it() {
         let mut d = drain(true, Mutations::NONE);
-        d.poll();
+        d.step(NodeTime::from_us(0));
         d.walked(Ok(Some("iad.2".parse().unwrap())));
         assert!(
-            matches!(d.poll(), DrainPoll::Store(StoreOp::Read(id)) if id.to_string() == "iad.2")
+            matches!(d.step(NodeTime::from_us(0)), Step::Ask(Effect::Store(StoreOp::Read(id))) if id.to_string() == "iad.2")
         );
     }
 
@@ -354,7 +329,7 @@ mod tests {
         let drained = tail.drain().expect("a held tail drains");
         for (record, noted) in [(tail, true), (drained, false)] {
             let mut d = drain(true, Mutations::NONE);
-            d.poll();
+            d.step(NodeTime::from_us(0));
             d.walked(Ok(Some(record.id.clone())));
             let mut answer = Stored::Record(Some(record.clone()));
             let outcome = loop {
@@ -390,14 +365,19 @@ mod tests {
             token: FencingToken::FIRST,
         };
         let mut d = drain(false, Mutations::NONE).with_hint(Some(hint));
-        assert!(matches!(d.poll(), DrainPoll::Global(_)));
+        assert!(matches!(
+            d.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Global(_))
+        ));
         d.handle_global(Ok(GlobalAnswer::Entry(Some("fra.2".parse().unwrap()))));
-        let DrainPoll::Segment(asked) = d.poll() else {
+        let Step::Ask(Effect::Segment(asked)) = d.step(NodeTime::from_us(0)) else {
             panic!("expected the hint's segment")
         };
         assert_eq!(asked, tail.id, "the hint, not the entry fra.2");
         d.handle_segment(Ok(local.finish()));
-        assert!(matches!(d.poll(), DrainPoll::Store(StoreOp::Read(id)) if id == tail.id));
+        assert!(
+            matches!(d.step(NodeTime::from_us(0)), Step::Ask(Effect::Store(StoreOp::Read(id))) if id == tail.id)
+        );
         assert_eq!(d.take_learned().map(|m| m.to), Some(tail.id));
     }
 
@@ -405,8 +385,11 @@ mod tests {
     #[test]
     fn drain_mutant_forwarded_twice_forwards_a_forwarded_drain() {
         let mut d = drain(true, Mutations::NONE.with(Mutation::DrainForwardedTwice));
-        d.poll();
+        d.step(NodeTime::from_us(0));
         d.walked(Ok(Some("sin.4".parse().unwrap())));
-        assert!(matches!(d.poll(), DrainPoll::Forward { .. }));
+        assert!(matches!(
+            d.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Forward { .. })
+        ));
     }
 }

@@ -22,24 +22,12 @@ use homing_core::{
 };
 
 use crate::change::{Change, Changed};
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
+use crate::effect::{GlobalAnswer, Stored, unasked};
 use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::supersede::{Supersede, SupersedePoll};
 use crate::time::NodeTime;
 use crate::update::{Update, UpdatePoll};
-
-/// What a [`LinkOnward`] needs next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LinkOnwardPoll {
-    /// An operation on this DC's store; answer with [`LinkOnward::handle_stored`].
-    Store(StoreOp),
-    /// A global-store operation (the supersede check's confirmation);
-    /// answer with [`LinkOnward::handle_global`].
-    Global(GlobalOp),
-    /// The peer's answer: how the link went, or why it was refused.
-    Done(Result<LinkReply, ErrorReply>),
-}
 
 #[derive(Debug)]
 enum Phase {
@@ -111,12 +99,12 @@ impl LinkOnward {
     }
 
     /// What to do next.
-    pub fn poll(&mut self) -> LinkOnwardPoll {
+    fn next(&mut self) -> Step<<LinkOnward as Stepper>::Output> {
         loop {
             let next = match &mut self.phase {
                 Phase::Check(check) => match check.poll() {
-                    SupersedePoll::Store(op) => return LinkOnwardPoll::Store(op),
-                    SupersedePoll::Global(op) => return LinkOnwardPoll::Global(op),
+                    SupersedePoll::Store(op) => return Step::Ask(Effect::Store(op)),
+                    SupersedePoll::Global(op) => return Step::Ask(Effect::Global(op)),
                     SupersedePoll::Done(Ok(None)) => {
                         let change = self.change.take().expect("checked once");
                         let (dc, from) = (self.dc.clone(), self.from.clone());
@@ -133,7 +121,7 @@ impl LinkOnward {
                     }
                 },
                 Phase::Link(update) => match update.poll() {
-                    UpdatePoll::Store(op) => return LinkOnwardPoll::Store(op),
+                    UpdatePoll::Store(op) => return Step::Ask(Effect::Store(op)),
                     UpdatePoll::Done(Changed::Link(reply)) => Phase::Done(Ok(reply)),
                     UpdatePoll::Done(other) => Phase::Done(Err(ErrorReply::new(
                         ErrorKind::Internal,
@@ -141,13 +129,13 @@ impl LinkOnward {
                     ))),
                     UpdatePoll::Failed(e) => Phase::Done(Err(e.reply())),
                 },
-                Phase::Done(done) => return LinkOnwardPoll::Done(done.clone()),
+                Phase::Done(done) => return Step::Done(done.clone()),
             };
             self.phase = next;
         }
     }
 
-    /// The answer to the [`LinkOnwardPoll::Store`] asked at `now` (store clock).
+    /// The answer to the [`Effect::Store`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match &mut self.phase {
             Phase::Check(check) => {
@@ -161,7 +149,7 @@ impl LinkOnward {
         }
     }
 
-    /// The answer to the [`LinkOnwardPoll::Global`] asked.
+    /// The answer to the [`Effect::Global`] asked.
     pub fn handle_global(&mut self, answer: GlobalAnswer) {
         match &mut self.phase {
             Phase::Check(check) => check.handle_global(answer),
@@ -174,11 +162,7 @@ impl Stepper for LinkOnward {
     type Output = Result<LinkReply, ErrorReply>;
 
     fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
-        match self.poll() {
-            LinkOnwardPoll::Store(op) => Step::Ask(Effect::Store(op)),
-            LinkOnwardPoll::Global(op) => Step::Ask(Effect::Global(op)),
-            LinkOnwardPoll::Done(done) => Step::Done(done),
-        }
+        self.next()
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {
@@ -199,6 +183,7 @@ mod tests {
     use homing_core::{KeyName, RecordState, Succession, Written};
 
     use super::*;
+    use crate::effect::{GlobalOp, StoreOp};
     use crate::fixture::{POLICY, held};
 
     fn id(s: &str) -> ReservationId {
@@ -225,17 +210,19 @@ mod tests {
 
     /// Answers the read asked next with `record`, at `now`.
     fn read(link: &mut LinkOnward, record: &DcRecord, now: StoreTime) {
-        let asked = link.poll();
+        let asked = link.step(NodeTime::from_us(0));
         assert_eq!(
             asked,
-            LinkOnwardPoll::Store(StoreOp::Read(record.id.clone()))
+            Step::Ask(Effect::Store(StoreOp::Read(record.id.clone())))
         );
         link.handle_stored(Stored::Record(Some(record.clone())), now);
     }
 
     /// Expects the write asked next and lands it; the record written.
     fn written(link: &mut LinkOnward, now: StoreTime) -> DcRecord {
-        let LinkOnwardPoll::Store(StoreOp::Write { record, .. }) = link.poll() else {
+        let Step::Ask(Effect::Store(StoreOp::Write { record, .. })) =
+            link.step(NodeTime::from_us(0))
+        else {
             panic!("an update writes the record")
         };
         link.handle_stored(Stored::Written(Written::Yes), now);
@@ -252,7 +239,7 @@ mod tests {
     #[test]
     fn a_link_to_a_reservation_of_another_dc_than_the_callers_is_refused_before_any_read() {
         let mut link = link("iad.1", "fra.2", "lhr");
-        let LinkOnwardPoll::Done(Err(e)) = link.poll() else {
+        let Step::Done(Err(e)) = link.step(NodeTime::from_us(0)) else {
             panic!("refused at once")
         };
         assert_eq!(e.kind, ErrorKind::Unauthorized);
@@ -266,7 +253,10 @@ mod tests {
         read(&mut link, &record, LATER);
         let written = written(&mut link, LATER);
         assert!(linked_to(&written, "fra.2"), "{written:?}");
-        assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(LinkReply::Linked)));
+        assert_eq!(
+            link.step(NodeTime::from_us(0)),
+            Step::Done(Ok(LinkReply::Linked))
+        );
         assert!(!link.superseded());
     }
 
@@ -275,11 +265,14 @@ mod tests {
         let record = held("iad.2", "a", Some("fra.1"), StoreTime::from_ms(0));
         let mut link = link("iad.2", "sin.5", "sin");
         read(&mut link, &record, LATER);
-        let LinkOnwardPoll::Global(GlobalOp::Confirm(ours)) = link.poll() else {
+        let Step::Ask(Effect::Global(GlobalOp::Confirm(ours))) = link.step(NodeTime::from_us(0))
+        else {
             panic!("the check confirms the move")
         };
         link.handle_global(GlobalAnswer::Confirmed(ours));
-        let LinkOnwardPoll::Store(StoreOp::Write { expected, .. }) = link.poll() else {
+        let Step::Ask(Effect::Store(StoreOp::Write { expected, .. })) =
+            link.step(NodeTime::from_us(0))
+        else {
             panic!("linked from the check's read")
         };
         assert_eq!(expected, Some(record.version));
@@ -287,7 +280,10 @@ mod tests {
         link.handle_stored(Stored::Written(Written::Conflict), LATER);
         read(&mut link, &record, LATER);
         written(&mut link, LATER);
-        assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(LinkReply::Linked)));
+        assert_eq!(
+            link.step(NodeTime::from_us(0)),
+            Step::Done(Ok(LinkReply::Linked))
+        );
     }
 
     #[test]
@@ -297,13 +293,15 @@ mod tests {
         let now = StoreTime::from_ms(1);
         let mut link = link("iad.2", "sin.5", "sin");
         read(&mut link, &record, now);
-        let LinkOnwardPoll::Global(GlobalOp::Confirm(ours)) = link.poll() else {
+        let Step::Ask(Effect::Global(GlobalOp::Confirm(ours))) = link.step(NodeTime::from_us(0))
+        else {
             panic!("the check confirms the move")
         };
         assert!(ours.names(&id("iad.2")));
         let winner = Succession::taken_over(id("fra.1"), id("lhr.3"), 1);
         link.handle_global(GlobalAnswer::Confirmed(winner));
-        let LinkOnwardPoll::Global(GlobalOp::Confirm(own)) = link.poll() else {
+        let Step::Ask(Effect::Global(GlobalOp::Confirm(own))) = link.step(NodeTime::from_us(0))
+        else {
             panic!("the record's own succession to the winner is recorded")
         };
         link.handle_global(GlobalAnswer::Confirmed(own));
@@ -315,7 +313,7 @@ mod tests {
             "to the winner, not sin.5: {written:?}"
         );
         let winner = LinkReply::AlreadyLinked(id("lhr.3"));
-        assert_eq!(link.poll(), LinkOnwardPoll::Done(Ok(winner)));
+        assert_eq!(link.step(NodeTime::from_us(0)), Step::Done(Ok(winner)));
         assert!(link.superseded());
     }
 }

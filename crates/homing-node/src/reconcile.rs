@@ -28,7 +28,7 @@ use homing_core::{
 };
 
 use crate::change::Change;
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
+use crate::effect::{GlobalAnswer, GlobalOp, Stored, unasked};
 use crate::failure::Failure;
 use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
@@ -38,20 +38,6 @@ use crate::update::{Update, UpdateError, UpdatePoll};
 /// Successions asked for a page: the most any global store returns at once
 /// (homing-store's `GET_MANY_KEYS_MAX`; homingd checks the two agree).
 pub const PAGE_SUCCESSIONS: usize = 128;
-
-/// What a [`Reconcile`] needs next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReconcilePoll {
-    /// A page of this DC's successions ([`GlobalOp::SuccessionsOf`]);
-    /// answer with [`Reconcile::handle_global`].
-    Global(GlobalOp),
-    /// Read or compare-and-set a record (a takeover's supersede); answer
-    /// with [`Reconcile::handle_stored`].
-    Store(StoreOp),
-    /// Finished: how many records were superseded, or why the pass failed
-    /// (the DC still owes the reconciliation).
-    Done(Result<usize, Failure>),
-}
 
 /// Where a failed pass got to: every succession of its DC up to `after`
 /// was settled (applied, already applied, unknown, or a move). Kept by the
@@ -157,18 +143,18 @@ impl Reconcile {
     }
 
     /// What to do next.
-    pub fn poll(&mut self) -> ReconcilePoll {
+    fn next(&mut self) -> Step<<Reconcile as Stepper>::Output> {
         loop {
             let next = match &mut self.phase {
                 Phase::Page => {
-                    return ReconcilePoll::Global(GlobalOp::SuccessionsOf {
+                    return Step::Ask(Effect::Global(GlobalOp::SuccessionsOf {
                         dc: self.dc.clone(),
                         after: self.after.clone(),
                         limit: PAGE_SUCCESSIONS,
-                    });
+                    }));
                 }
                 Phase::Apply(update, takeover) => match update.poll() {
-                    UpdatePoll::Store(op) => return ReconcilePoll::Store(op),
+                    UpdatePoll::Store(op) => return Step::Ask(Effect::Store(op)),
                     UpdatePoll::Done(changed) => {
                         if changed.made() {
                             self.changed += 1;
@@ -191,13 +177,13 @@ impl Reconcile {
                         Phase::Done(Err(Failure::from_reply(reply)))
                     }
                 },
-                Phase::Done(done) => return ReconcilePoll::Done(done.clone()),
+                Phase::Done(done) => return Step::Done(done.clone()),
             };
             self.phase = next;
         }
     }
 
-    /// The answer to the [`ReconcilePoll::Global`] asked (its failure ends
+    /// The answer to the [`Effect::Global`] asked (its failure ends
     /// the pass).
     pub fn handle_global(&mut self, answer: Result<GlobalAnswer, Failure>) {
         if !matches!(self.phase, Phase::Page) {
@@ -233,7 +219,7 @@ impl Reconcile {
         self.phase = self.next_takeover();
     }
 
-    /// The answer to the [`ReconcilePoll::Store`] asked at `now` (store
+    /// The answer to the [`Effect::Store`] asked at `now` (store
     /// clock; its failure ends the pass).
     pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
         let Phase::Apply(update, _) = &mut self.phase else {
@@ -271,11 +257,7 @@ impl Stepper for Reconcile {
     type Output = Result<usize, Failure>;
 
     fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
-        match self.poll() {
-            ReconcilePoll::Global(op) => Step::Ask(Effect::Global(op)),
-            ReconcilePoll::Store(op) => Step::Ask(Effect::Store(op)),
-            ReconcilePoll::Done(done) => Step::Done(done),
-        }
+        self.next()
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {
@@ -296,6 +278,7 @@ mod tests {
     use homing_core::{ErrorKind, RecordState, Written};
 
     use super::*;
+    use crate::effect::StoreOp;
     use crate::fixture::{POLICY, held};
 
     fn id(s: &str) -> ReservationId {
@@ -320,9 +303,9 @@ mod tests {
 
     /// Answers the page asked next (after `after`) with `page`.
     fn page(reconcile: &mut Reconcile, after: Option<&str>, page: Vec<Succession>) {
-        let ReconcilePoll::Global(GlobalOp::SuccessionsOf {
+        let Step::Ask(Effect::Global(GlobalOp::SuccessionsOf {
             dc, after: asked, ..
-        }) = reconcile.poll()
+        })) = reconcile.step(NodeTime::from_us(0))
         else {
             panic!("a page is read")
         };
@@ -338,14 +321,14 @@ mod tests {
     ) -> homing_core::DcRecord {
         let now = StoreTime::from_ms(1);
         assert_eq!(
-            reconcile.poll(),
-            ReconcilePoll::Store(StoreOp::Read(record.id.clone()))
+            reconcile.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(record.id.clone())))
         );
         let read = Ok(Stored::Record(Some(record.clone())));
         reconcile.handle_stored(read, now);
-        let ReconcilePoll::Store(StoreOp::Write {
+        let Step::Ask(Effect::Store(StoreOp::Write {
             record: written, ..
-        }) = reconcile.poll()
+        })) = reconcile.step(NodeTime::from_us(0))
         else {
             panic!("the record is superseded")
         };
@@ -375,7 +358,7 @@ mod tests {
         let later = Succession::taken_over(id("iad.207"), id("sin.3"), 1);
         page(&mut reconcile, Some("iad.200"), vec![later.clone()]);
         superseded(&mut reconcile, &two);
-        assert_eq!(reconcile.poll(), ReconcilePoll::Done(Ok(2)));
+        assert_eq!(reconcile.step(NodeTime::from_us(0)), Step::Done(Ok(2)));
         assert_eq!(
             reconcile.poll_event(),
             Some(NodeEvent::Reconciled(ReconcileEvent::Superseded(taken)))
@@ -395,14 +378,14 @@ mod tests {
         page(&mut reconcile, None, vec![lost, next]);
         let now = StoreTime::from_ms(1);
         assert_eq!(
-            reconcile.poll(),
-            ReconcilePoll::Store(StoreOp::Read(id("iad.1")))
+            reconcile.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(id("iad.1"))))
         );
         reconcile.handle_stored(Ok(Stored::Record(None)), now);
         // Skipped: the next one is read.
         assert_eq!(
-            reconcile.poll(),
-            ReconcilePoll::Store(StoreOp::Read(id("iad.4")))
+            reconcile.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(id("iad.4"))))
         );
         assert_eq!(
             reconcile.poll_event(),
@@ -411,7 +394,7 @@ mod tests {
         // The store fails: the pass fails, the DC still owes it.
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "store down");
         reconcile.handle_stored(Err(down), now);
-        let ReconcilePoll::Done(Err(failure)) = reconcile.poll() else {
+        let Step::Done(Err(failure)) = reconcile.step(NodeTime::from_us(0)) else {
             panic!("failed")
         };
         assert!(failure.is_unreachable());
@@ -437,10 +420,16 @@ mod tests {
         assert_eq!(first.resumption(), None, "nothing settled yet");
         superseded(&mut first, &one);
         // The second takeover's read fails: the pass fails.
-        assert!(matches!(first.poll(), ReconcilePoll::Store(_)));
+        assert!(matches!(
+            first.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(_))
+        ));
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "store down");
         first.handle_stored(Err(down), StoreTime::from_ms(1));
-        assert!(matches!(first.poll(), ReconcilePoll::Done(Err(_))));
+        assert!(matches!(
+            first.step(NodeTime::from_us(0)),
+            Step::Done(Err(_))
+        ));
         let resumption = first.resumption().expect("one takeover settled");
         // The next pass of the same reconciliation starts after iad.1 and
         // applies the one left.
@@ -448,13 +437,13 @@ mod tests {
         assert_eq!(again.resumes_after(), Some(&id("iad.1")));
         page(&mut again, Some("iad.1"), vec![takeovers[1].clone()]);
         superseded(&mut again, &two);
-        assert_eq!(again.poll(), ReconcilePoll::Done(Ok(1)));
+        assert_eq!(again.step(NodeTime::from_us(0)), Step::Done(Ok(1)));
         // A newer reconciliation (the lease lapsed again) starts over.
         let newer = Reconcile::new("iad".parse().unwrap(), 4, POLICY, Mutations::NONE);
         let mut newer = newer.resuming(Some(&resumption));
         assert_eq!(newer.resumes_after(), None);
         page(&mut newer, None, Vec::new());
-        assert_eq!(newer.poll(), ReconcilePoll::Done(Ok(0)));
+        assert_eq!(newer.step(NodeTime::from_us(0)), Step::Done(Ok(0)));
     }
 
     #[test]
@@ -462,26 +451,35 @@ mod tests {
         let mut first = reconcile();
         page(&mut first, None, moves(PAGE_SUCCESSIONS as u64));
         // The next page's read fails.
-        assert!(matches!(first.poll(), ReconcilePoll::Global(_)));
+        assert!(matches!(
+            first.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Global(_))
+        ));
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "global store down");
         first.handle_global(Err(down));
-        assert!(matches!(first.poll(), ReconcilePoll::Done(Err(_))));
+        assert!(matches!(
+            first.step(NodeTime::from_us(0)),
+            Step::Done(Err(_))
+        ));
         let resumption = first.resumption().expect("a page settled");
         let mut again = reconcile().resuming(Some(&resumption));
         page(&mut again, Some("iad.127"), Vec::new());
-        assert_eq!(again.poll(), ReconcilePoll::Done(Ok(0)));
+        assert_eq!(again.step(NodeTime::from_us(0)), Step::Done(Ok(0)));
     }
 
     #[test]
     fn no_succession_is_done_after_one_read_and_a_failed_read_fails_the_pass() {
         let mut quiet = reconcile();
         page(&mut quiet, None, Vec::new());
-        assert_eq!(quiet.poll(), ReconcilePoll::Done(Ok(0)));
+        assert_eq!(quiet.step(NodeTime::from_us(0)), Step::Done(Ok(0)));
         let mut cut_off = reconcile();
-        assert!(matches!(cut_off.poll(), ReconcilePoll::Global(_)));
+        assert!(matches!(
+            cut_off.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Global(_))
+        ));
         let down = Failure::of_store(&"iad".parse().unwrap(), true, "global store down");
         cut_off.handle_global(Err(down.clone()));
-        assert_eq!(cut_off.poll(), ReconcilePoll::Done(Err(down)));
+        assert_eq!(cut_off.step(NodeTime::from_us(0)), Step::Done(Err(down)));
     }
 
     #[test]
@@ -489,7 +487,7 @@ mod tests {
         let mut reconcile = reconcile();
         let foreign = Succession::taken_over(id("fra.1"), id("lhr.2"), 1);
         page(&mut reconcile, None, vec![foreign]);
-        let ReconcilePoll::Done(Err(Failure::Lied(e))) = reconcile.poll() else {
+        let Step::Done(Err(Failure::Lied(e))) = reconcile.step(NodeTime::from_us(0)) else {
             panic!("a lie ends the pass")
         };
         assert_eq!(e.kind, ErrorKind::Inconsistent);

@@ -33,17 +33,6 @@ pub fn next_cursor(records: &[DcRecord], limit: usize) -> Option<ScanCursor> {
     }
 }
 
-/// What an operator's `DrainScope` page needs next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DrainScopePoll {
-    /// Read the page of the scope's records, or read and compare-and-set a
-    /// live lease of it to drain it; answer with [`DrainScope::handle_stored`].
-    Store(StoreOp),
-    /// The page is done: leases drained now, and where the next page starts
-    /// (`None`: this was the last) — or why it stopped.
-    Done(Result<(u32, Option<ScanCursor>), ErrorReply>),
-}
-
 /// One page of an operator's `DrainScope { scope, after }`: read a page of
 /// the scope's records, drain each live lease on it in turn (an
 /// [`Update`] with [`Change::Drain`]: a record no longer drainable when
@@ -94,21 +83,23 @@ impl DrainScope {
         }
     }
 
-    /// What to do next.
-    pub fn poll(&mut self) -> DrainScopePoll {
+    /// What to do next: the page's read or a lease's update, or the page
+    /// done — leases drained now, and where the next page starts (`None`:
+    /// this was the last) — or why it stopped.
+    fn next(&mut self) -> Step<<DrainScope as Stepper>::Output> {
         loop {
             if let Some(done) = &self.done {
-                return DrainScopePoll::Done(done.clone());
+                return Step::Done(done.clone());
             }
             if let Some(read) = &self.read {
-                return DrainScopePoll::Store(read.clone());
+                return Step::Ask(Effect::Store(read.clone()));
             }
             let Some(update) = &mut self.update else {
                 self.advance();
                 continue;
             };
             match update.poll() {
-                UpdatePoll::Store(op) => return DrainScopePoll::Store(op),
+                UpdatePoll::Store(op) => return Step::Ask(Effect::Store(op)),
                 UpdatePoll::Done(changed) => {
                     if changed.made() {
                         self.drained += 1;
@@ -282,10 +273,7 @@ impl Stepper for DrainScope {
     type Output = Result<(u32, Option<ScanCursor>), ErrorReply>;
 
     fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
-        match self.poll() {
-            DrainScopePoll::Store(op) => Step::Ask(Effect::Store(op)),
-            DrainScopePoll::Done(done) => Step::Done(done),
-        }
+        self.next()
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {
@@ -349,26 +337,28 @@ mod tests {
         let other = held("iad.2", "b", None, StoreTime::from_ms(0));
         let mut page = drain_scope();
         assert_eq!(
-            page.poll(),
-            DrainScopePoll::Store(StoreOp::scan_scope(scope(), None, 3))
+            page.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::scan_scope(scope(), None, 3)))
         );
         let records = vec![live.clone(), drained, other.clone()];
         page.handle_stored(Ok(Stored::Page(records)), NOW);
         // The already drained record is not asked about: the live one is
         // read and drained.
         assert_eq!(
-            page.poll(),
-            DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
+            page.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(live.id.clone())))
         );
         page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW);
-        let DrainScopePoll::Store(StoreOp::Write { record, .. }) = page.poll() else {
+        let Step::Ask(Effect::Store(StoreOp::Write { record, .. })) =
+            page.step(NodeTime::from_us(0))
+        else {
             panic!("a live lease is drained with a write")
         };
         assert_eq!(record.drain(), None, "the write drains it");
         page.handle_stored(Ok(Stored::Written(Written::Yes)), NOW);
         assert_eq!(
-            page.poll(),
-            DrainScopePoll::Store(StoreOp::Read(other.id.clone()))
+            page.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(other.id.clone())))
         );
         assert_eq!(page.poll_drained(), Some(live.id.clone()));
         assert_eq!(page.poll_drained(), None);
@@ -376,7 +366,7 @@ mod tests {
         let meanwhile = Some(other.drain().unwrap());
         page.handle_stored(Ok(Stored::Record(meanwhile)), NOW);
         let next = Some(ScanCursor::after(&other));
-        assert_eq!(page.poll(), DrainScopePoll::Done(Ok((1, next))));
+        assert_eq!(page.step(NodeTime::from_us(0)), Step::Done(Ok((1, next))));
         assert_eq!(page.poll_drained(), None);
     }
 
@@ -388,23 +378,23 @@ mod tests {
         page.handle_stored(Ok(Stored::Page(vec![live.clone()])), NOW);
         for _ in 0..2 {
             assert_eq!(
-                page.poll(),
-                DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
+                page.step(NodeTime::from_us(0)),
+                Step::Ask(Effect::Store(StoreOp::Read(live.id.clone())))
             );
             page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW);
             assert!(matches!(
-                page.poll(),
-                DrainScopePoll::Store(StoreOp::Write { .. })
+                page.step(NodeTime::from_us(0)),
+                Step::Ask(Effect::Store(StoreOp::Write { .. }))
             ));
             page.handle_stored(Ok(Stored::Written(Written::Conflict)), NOW);
         }
         assert_eq!(
-            page.poll(),
-            DrainScopePoll::Store(StoreOp::Read(live.id.clone()))
+            page.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(live.id.clone())))
         );
         // Gone by then: the update's refusal stops the page.
         page.handle_stored(Ok(Stored::Record(None)), NOW);
-        let DrainScopePoll::Done(Err(e)) = page.poll() else {
+        let Step::Done(Err(e)) = page.step(NodeTime::from_us(0)) else {
             panic!("a failed drain stops the page")
         };
         assert_eq!(e.kind, ErrorKind::UnknownReservation);
@@ -419,8 +409,8 @@ mod tests {
         );
         unread.handle_stored(Err(Failure::Unreachable(e)), NOW);
         assert!(matches!(
-            unread.poll(),
-            DrainScopePoll::Done(Err(e)) if matches!(e.kind, ErrorKind::Unavailable { .. })
+            unread.step(NodeTime::from_us(0)),
+            Step::Done(Err(e)) if matches!(e.kind, ErrorKind::Unavailable { .. })
         ));
     }
 
@@ -429,18 +419,18 @@ mod tests {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
         let mut last = drain_scope();
         last.handle_stored(Ok(Stored::Page(vec![])), NOW);
-        assert_eq!(last.poll(), DrainScopePoll::Done(Ok((0, None))));
+        assert_eq!(last.step(NodeTime::from_us(0)), Step::Done(Ok((0, None))));
         let mut failing = drain_scope();
         let page = Stored::Page(vec![live.clone()]);
         failing.handle_stored(Ok(page), NOW);
         assert_eq!(
-            failing.poll(),
-            DrainScopePoll::Store(StoreOp::Read(live.id))
+            failing.step(NodeTime::from_us(0)),
+            Step::Ask(Effect::Store(StoreOp::Read(live.id)))
         );
         let e = ErrorReply::new(ErrorKind::Internal, "store: broken");
         failing.handle_stored(Err(Failure::Refused(e)), NOW);
         assert!(
-            matches!(failing.poll(), DrainScopePoll::Done(Err(e)) if e.kind == ErrorKind::Internal)
+            matches!(failing.step(NodeTime::from_us(0)), Step::Done(Err(e)) if e.kind == ErrorKind::Internal)
         );
     }
 

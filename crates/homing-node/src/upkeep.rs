@@ -70,24 +70,6 @@ pub struct UpkeepLimits {
     pub events_retained: Option<u64>,
 }
 
-/// What the driver must do next.
-#[derive(Debug)]
-pub enum UpkeepPoll {
-    /// A DC-store operation: a page of the expiry index, a reap's or an
-    /// abandon's read and write, a settle, the event log's bounds, a trim;
-    /// answer with [`Upkeep::handle_stored`].
-    Store(StoreOp),
-    /// Read the key's global entry, linearizably (always a
-    /// [`GlobalOp::Entry`] with [`GlobalRead::Latest`]); answer with
-    /// [`Upkeep::handle_global`].
-    Global(GlobalOp),
-    /// What the owner of this reservation (this DC or a peer) answers for
-    /// it; answer with [`Upkeep::handle_segment`].
-    Reservation(ReservationId),
-    /// Nothing to do until the next [`Upkeep::start`].
-    Idle,
-}
-
 /// What happened in a pass, for logs and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpkeepEvent {
@@ -231,19 +213,23 @@ impl Upkeep {
         StoreTime::from_ms(self.started.as_ms().saturating_sub(margin_ms))
     }
 
-    /// What to do next.
-    pub fn poll(&mut self) -> UpkeepPoll {
+    /// What to do next: a DC-store operation (a page of the expiry index,
+    /// a reap's or an abandon's read and write, a settle, the event log's
+    /// bounds, a trim), a proof's read (the key's entry, linearizably, or
+    /// the segment its predecessor's owner answers), or nothing until the
+    /// next [`Upkeep::start`] (`Done`).
+    fn next(&mut self) -> Step<()> {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Idle) {
-                Phase::Idle => return UpkeepPoll::Idle,
+                Phase::Idle => return Step::Done(()),
                 Phase::Read(kind) => {
                     self.phase = Phase::Read(kind);
-                    return UpkeepPoll::Store(StoreOp::Due {
+                    return Step::Ask(Effect::Store(StoreOp::Due {
                         kind,
                         until: self.until(kind),
                         after: self.after.clone(),
                         limit: self.limits.page_records,
-                    });
+                    }));
                 }
                 Phase::Jobs { kind, more } => self.next_job(kind, more),
                 Phase::Changing {
@@ -253,7 +239,7 @@ impl Upkeep {
                     reap,
                 } => {
                     let poll = match update.poll() {
-                        UpdatePoll::Store(op) => UpkeepPoll::Store(op),
+                        UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
                         UpdatePoll::Done(changed) => {
                             if changed.made() {
                                 let id = update.id().clone();
@@ -285,31 +271,31 @@ impl Upkeep {
                 }
                 Phase::Proving { record } => {
                     let poll = match &record.predecessor {
-                        None => UpkeepPoll::Global(GlobalOp::Entry {
+                        None => Step::Ask(Effect::Global(GlobalOp::Entry {
                             key: record.key.clone(),
                             read: GlobalRead::Latest,
-                        }),
-                        Some(predecessor) => UpkeepPoll::Reservation(predecessor.clone()),
+                        })),
+                        Some(predecessor) => Step::Ask(Effect::Segment(predecessor.clone())),
                     };
                     self.phase = Phase::Proving { record };
                     return poll;
                 }
                 Phase::Settling { id, version } => {
-                    let poll = UpkeepPoll::Store(StoreOp::Settle {
+                    let poll = Step::Ask(Effect::Store(StoreOp::Settle {
                         id: id.clone(),
                         version,
-                    });
+                    }));
                     self.phase = Phase::Settling { id, version };
                     return poll;
                 }
                 Phase::Events => {
                     self.phase = Phase::Events;
                     // Its bounds only.
-                    return UpkeepPoll::Store(StoreOp::Events { after: 0, limit: 0 });
+                    return Step::Ask(Effect::Store(StoreOp::Events { after: 0, limit: 0 }));
                 }
                 Phase::Trim { before, head } => {
                     self.phase = Phase::Trim { before, head };
-                    return UpkeepPoll::Store(StoreOp::TrimEvents { before });
+                    return Step::Ask(Effect::Store(StoreOp::TrimEvents { before }));
                 }
             }
         }
@@ -566,12 +552,7 @@ impl Stepper for Upkeep {
     type Output = ();
 
     fn step(&mut self, _now: NodeTime) -> Step<()> {
-        match self.poll() {
-            UpkeepPoll::Store(op) => Step::Ask(Effect::Store(op)),
-            UpkeepPoll::Global(op) => Step::Ask(Effect::Global(op)),
-            UpkeepPoll::Reservation(id) => Step::Ask(Effect::Segment(id)),
-            UpkeepPoll::Idle => Step::Done(()),
-        }
+        self.next()
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {
@@ -747,8 +728,8 @@ mod tests {
             upkeep.start(self.now);
             let mut events = Vec::new();
             loop {
-                match upkeep.poll() {
-                    UpkeepPoll::Store(op) => {
+                match upkeep.step(NodeTime::from_us(0)) {
+                    Step::Ask(Effect::Store(op)) => {
                         let kind = match &op {
                             StoreOp::Due { .. } => "due",
                             StoreOp::Write { .. } => "write",
@@ -763,14 +744,13 @@ mod tests {
                         };
                         upkeep.handle_stored(stored, self.now);
                     }
-                    UpkeepPoll::Global(GlobalOp::Entry { key: k, .. }) => {
+                    Step::Ask(Effect::Global(GlobalOp::Entry { key: k, .. })) => {
                         self.reads += 1;
                         self.trace.push(format!("prove {k}"));
                         let entry = self.global.get(&k).cloned();
                         upkeep.handle_global(Ok(GlobalAnswer::Entry(entry)));
                     }
-                    UpkeepPoll::Global(op) => panic!("upkeep reads only entries: {op:?}"),
-                    UpkeepPoll::Reservation(p) => {
+                    Step::Ask(Effect::Segment(p)) => {
                         self.reads += 1;
                         self.trace.push(format!("prove {p}"));
                         let link = self.peer_links.get(&p).map(|to| Link {
@@ -786,9 +766,10 @@ mod tests {
                             shortcut: None,
                         }));
                     }
-                    UpkeepPoll::Idle => return events,
+                    Step::Ask(other) => panic!("upkeep asked {other:?}"),
+                    Step::Done(()) => return events,
                 }
-                events.extend(std::iter::from_fn(|| match Stepper::poll_event(upkeep) {
+                events.extend(std::iter::from_fn(|| match upkeep.poll_event() {
                     Some(NodeEvent::Upkeep(event)) => Some(event),
                     _ => None,
                 }));
