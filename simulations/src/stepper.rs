@@ -260,11 +260,8 @@ impl Sim {
     /// where they land.
     fn effect_next(&mut self, d: usize, task: &Task, effect: Effect) -> Performed {
         let acquire = task.kind.acquire();
-        // The key a global write is for, as the checker indexes it.
-        let key_of = |sim: &Sim| match acquire {
-            Some(job) => job.acquire.key().clone(),
-            None => sim.keys[task.key as usize].clone(),
-        };
+        // The key a global write is for (the task's).
+        let key_of = |sim: &Sim| sim.keys[task.key as usize].clone();
         let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
         let global = |answer| Performed::Now(Answer::Global(answer));
         match effect {

@@ -59,7 +59,7 @@ use crate::failure::Failure;
 use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::update::{Update, UpdatePoll};
+use crate::update::Update;
 
 /// Pause before connecting or registering again after a DC did not answer,
 /// in milliseconds.
@@ -366,19 +366,19 @@ impl Acquire {
                     mut update,
                     outcome,
                     why,
-                } => match update.poll() {
-                    UpdatePoll::Store(op) => {
+                } => match update.next() {
+                    Step::Ask(effect) => {
                         self.phase = Phase::Updating {
                             update,
                             outcome,
                             why,
                         };
-                        return Step::Ask(Effect::Store(op));
+                        return Step::Ask(effect);
                     }
                     // Released here, or already by the host's cancel itself;
                     // noted, or a newer member was already.
-                    UpdatePoll::Done(_) => self.phase = self.updated(why, outcome, Ok(())),
-                    UpdatePoll::Failed(e) => {
+                    Step::Done(Ok(_)) => self.phase = self.updated(why, outcome, Ok(())),
+                    Step::Done(Err(e)) => {
                         self.phase = self.updated(why, outcome, Err(e.reply()));
                     }
                 },

@@ -36,7 +36,8 @@ use crate::change::{Change, expire};
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
 use crate::time::NodeTime;
-use crate::update::{Update, UpdatePoll};
+use crate::step::{Effect, Step};
+use crate::update::Update;
 use crate::waiters::{Notified, Ticket, Waiters};
 
 /// The answer to a waiter that need not wait: the record has no live holder
@@ -154,13 +155,14 @@ impl AwaitVacant {
                 AwaitPoll::Store(StoreOp::Read(self.id.clone()))
             }
             Phase::Expiring(mut update) => {
-                let poll = match update.poll() {
-                    UpdatePoll::Store(op) => AwaitPoll::Store(op),
-                    UpdatePoll::Done(_) => {
+                let poll = match update.next() {
+                    Step::Ask(Effect::Store(op)) => AwaitPoll::Store(op),
+                    Step::Ask(other) => unreachable!("an update asks only its store: {other:?}"),
+                    Step::Done(Ok(_)) => {
                         self.phase = Phase::Reread;
                         return AwaitPoll::Store(StoreOp::Read(self.id.clone()));
                     }
-                    UpdatePoll::Failed(e) => {
+                    Step::Done(Err(e)) => {
                         return AwaitPoll::Done(Err(e.reply()));
                     }
                 };

@@ -27,7 +27,7 @@ use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::update::{Update, UpdatePoll};
+use crate::update::Update;
 use crate::walk::{Walk, WalkPoll};
 
 #[derive(Debug)]
@@ -128,15 +128,15 @@ impl Drain {
                 }
             },
             Phase::Update(mut update) => {
-                let poll = match update.poll() {
-                    UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
-                    UpdatePoll::Done(changed) => {
+                let poll = match update.next() {
+                    Step::Ask(effect) => Step::Ask(effect),
+                    Step::Done(Ok(changed)) => {
                         if changed.made() {
                             self.drained = Some(update.id().clone());
                         }
                         return Step::Done(Ok(()));
                     }
-                    UpdatePoll::Failed(e) => return Step::Done(Err(e.reply())),
+                    Step::Done(Err(e)) => return Step::Done(Err(e.reply())),
                 };
                 self.phase = Phase::Update(update);
                 poll

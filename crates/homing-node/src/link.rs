@@ -27,7 +27,7 @@ use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::supersede::{Supersede, SupersedePoll};
 use crate::time::NodeTime;
-use crate::update::{Update, UpdatePoll};
+use crate::update::Update;
 
 #[derive(Debug)]
 enum Phase {
@@ -120,14 +120,14 @@ impl LinkOnward {
                         }))
                     }
                 },
-                Phase::Link(update) => match update.poll() {
-                    UpdatePoll::Store(op) => return Step::Ask(Effect::Store(op)),
-                    UpdatePoll::Done(Changed::Link(reply)) => Phase::Done(Ok(reply)),
-                    UpdatePoll::Done(other) => Phase::Done(Err(ErrorReply::new(
+                Phase::Link(update) => match update.next() {
+                    Step::Ask(effect) => return Step::Ask(effect),
+                    Step::Done(Ok(Changed::Link(reply))) => Phase::Done(Ok(reply)),
+                    Step::Done(Ok(other)) => Phase::Done(Err(ErrorReply::new(
                         ErrorKind::Internal,
                         format!("a link's update answered {other:?}"),
                     ))),
-                    UpdatePoll::Failed(e) => Phase::Done(Err(e.reply())),
+                    Step::Done(Err(e)) => Phase::Done(Err(e.reply())),
                 },
                 Phase::Done(done) => return Step::Done(done.clone()),
             };

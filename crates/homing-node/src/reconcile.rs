@@ -33,7 +33,7 @@ use crate::failure::Failure;
 use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::update::{Update, UpdateError, UpdatePoll};
+use crate::update::{Update, UpdateError};
 
 /// Successions asked for a page: the most any global store returns at once
 /// (homing-store's `GET_MANY_KEYS_MAX`; homingd checks the two agree).
@@ -153,9 +153,9 @@ impl Reconcile {
                         limit: PAGE_SUCCESSIONS,
                     }));
                 }
-                Phase::Apply(update, takeover) => match update.poll() {
-                    UpdatePoll::Store(op) => return Step::Ask(Effect::Store(op)),
-                    UpdatePoll::Done(changed) => {
+                Phase::Apply(update, takeover) => match update.next() {
+                    Step::Ask(effect) => return Step::Ask(effect),
+                    Step::Done(Ok(changed)) => {
                         if changed.made() {
                             self.changed += 1;
                             let applied = ReconcileEvent::Superseded(takeover.clone());
@@ -164,12 +164,12 @@ impl Reconcile {
                         self.settled = Some(takeover.link.from.clone());
                         self.next_takeover()
                     }
-                    UpdatePoll::Failed(UpdateError::Unknown { id, .. }) => {
+                    Step::Done(Err(UpdateError::Unknown { id, .. })) => {
                         self.settled = Some(id.clone());
                         self.events.push_back(ReconcileEvent::Unknown(id));
                         self.next_takeover()
                     }
-                    UpdatePoll::Failed(e) => {
+                    Step::Done(Err(e)) => {
                         let mut reply = e.reply();
                         let from = &takeover.link.from;
                         reply.message =

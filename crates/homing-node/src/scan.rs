@@ -17,7 +17,7 @@ use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::update::{Update, UpdatePoll};
+use crate::update::Update;
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to
 /// at most about 1 KiB, so this keeps the reply inside one 64 KiB frame.
@@ -98,16 +98,16 @@ impl DrainScope {
                 self.advance();
                 continue;
             };
-            match update.poll() {
-                UpdatePoll::Store(op) => return Step::Ask(Effect::Store(op)),
-                UpdatePoll::Done(changed) => {
+            match update.next() {
+                Step::Ask(effect) => return Step::Ask(effect),
+                Step::Done(Ok(changed)) => {
                     if changed.made() {
                         self.drained += 1;
                         self.drained_ids.push_back(update.id().clone());
                     }
                     self.update = None;
                 }
-                UpdatePoll::Failed(e) => self.done = Some(Err(e.reply())),
+                Step::Done(Err(e)) => self.done = Some(Err(e.reply())),
             }
         }
     }
@@ -156,17 +156,6 @@ impl DrainScope {
     }
 }
 
-/// What a [`KeyRecords`] read needs next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyRecordsPoll {
-    /// Read a page of the records in the key's namespace whose names start
-    /// with its name ([`StoreOp::Scan`]: the name is a prefix in the
-    /// store's index); answer with [`KeyRecords::handle_stored`].
-    Store(StoreOp),
-    /// The records read (the [`Stepper`] hands them out as its outcome).
-    Done,
-}
-
 /// When a [`KeyRecords`] read stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Until {
@@ -188,7 +177,9 @@ pub struct KeyRecords {
     page: usize,
     until: Until,
     records: Vec<DcRecord>,
-    poll: KeyRecordsPoll,
+    /// The next page's read ([`StoreOp::Scan`] of the key's namespace from
+    /// its name, a prefix in the store's index), until the read is done.
+    scan: Option<StoreOp>,
     /// Why the read stopped short, if a page could not be read.
     failed: Option<ErrorReply>,
 }
@@ -205,7 +196,7 @@ impl KeyRecords {
     }
 
     fn new(key: Key, page: usize, until: Until) -> KeyRecords {
-        let poll = KeyRecordsPoll::Store(StoreOp::Scan {
+        let scan = Some(StoreOp::Scan {
             scope: NamespaceScope::exact(key.namespace.clone()),
             name: key.name.as_str().to_string(),
             after: None,
@@ -216,14 +207,15 @@ impl KeyRecords {
             page,
             until,
             records: Vec::new(),
-            poll,
+            scan,
             failed: None,
         }
     }
 
-    /// What to do next.
-    pub fn poll(&self) -> &KeyRecordsPoll {
-        &self.poll
+    /// The next page's read, unless the read is done.
+    #[cfg(test)]
+    fn scanning(&self) -> Option<&StoreOp> {
+        self.scan.as_ref()
     }
 
     /// The answer to the [`StoreOp`] asked: a page read.
@@ -254,17 +246,25 @@ impl KeyRecords {
             }
         };
         let done = found || past;
-        self.poll = match (&mut self.poll, next) {
-            (KeyRecordsPoll::Store(StoreOp::Scan { after, .. }), Some(next)) if !done => {
-                *after = Some(next);
-                return;
-            }
-            _ => KeyRecordsPoll::Done,
+        self.scan = match (self.scan.take(), next) {
+            (
+                Some(StoreOp::Scan {
+                    scope, name, limit, ..
+                }),
+                Some(next),
+            ) if !done => Some(StoreOp::Scan {
+                scope,
+                name,
+                after: Some(next),
+                limit,
+            }),
+            _ => None,
         };
     }
 
     /// The records read so far: up to the limit, or the one held under the lease.
-    pub fn records(&self) -> &[DcRecord] {
+    #[cfg(test)]
+    fn records(&self) -> &[DcRecord] {
         &self.records
     }
 }
@@ -295,9 +295,9 @@ impl Stepper for KeyRecords {
         if let Some(failed) = self.failed.take() {
             return Step::Done(Err(failed));
         }
-        match &self.poll {
-            KeyRecordsPoll::Store(op) => Step::Ask(Effect::Store(op.clone())),
-            KeyRecordsPoll::Done => Step::Done(Ok(std::mem::take(&mut self.records))),
+        match &self.scan {
+            Some(op) => Step::Ask(Effect::Store(op.clone())),
+            None => Step::Done(Ok(std::mem::take(&mut self.records))),
         }
     }
 
@@ -443,8 +443,8 @@ mod tests {
     #[test]
     fn inspect_reads_the_keys_own_records_page_by_page_and_stops_at_another_key() {
         let mut read = KeyRecords::inspect(named("iad.1", "a").key, 2);
-        let first = match read.poll() {
-            KeyRecordsPoll::Store(StoreOp::Scan {
+        let first = match read.scanning() {
+            Some(StoreOp::Scan {
                 name, after, limit, ..
             }) => (name.clone(), after.clone(), *limit),
             other => panic!("reads first, not {other:?}"),
@@ -454,13 +454,11 @@ mod tests {
         let page = vec![named("iad.1", "a"), named("iad.3", "a")];
         let after = Some(ScanCursor::after(&page[1]));
         read.handle_page(page);
-        assert!(
-            matches!(read.poll(), KeyRecordsPoll::Store(StoreOp::Scan { after: a, .. }) if *a == after)
-        );
+        assert!(matches!(read.scanning(), Some(StoreOp::Scan { after: a, .. }) if *a == after));
         // "ab" sorts after every record of "a": the read ends there, even
         // on a full page.
         read.handle_page(vec![named("iad.4", "a"), named("iad.2", "ab")]);
-        assert_eq!(read.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(read.scanning(), None);
         let ids: Vec<String> = read.records().iter().map(|r| r.id.to_string()).collect();
         assert_eq!(ids, ["iad.1", "iad.3", "iad.4"]);
     }
@@ -474,12 +472,12 @@ mod tests {
         // More than a page read at once: a page kept.
         let mut read = KeyRecords::inspect(key.clone(), full.len());
         read.handle_page(full.clone());
-        assert_eq!(read.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(read.scanning(), None);
         assert_eq!(read.records().len(), SCAN_PAGE_RECORDS);
         // Exactly a page on a full store page: no further read.
         let mut exact = KeyRecords::inspect(key, SCAN_PAGE_RECORDS);
         exact.handle_page(full[..SCAN_PAGE_RECORDS].to_vec());
-        assert_eq!(exact.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(exact.scanning(), None);
         assert_eq!(exact.records().to_vec(), full[..SCAN_PAGE_RECORDS].to_vec());
     }
 
@@ -491,18 +489,18 @@ mod tests {
         // Found on a full page: no further page is read.
         let mut read = KeyRecords::held_under(first.key.clone(), lease, 2);
         read.handle_page(vec![first.clone(), second.clone()]);
-        assert_eq!(read.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(read.scanning(), None);
         assert_eq!(read.records().to_vec(), vec![first.clone()]);
         // Not found: on to the end, keeping nothing.
         let other = homing_core::LeaseKey::from_bytes([2; 16]).unwrap();
         let mut none = KeyRecords::held_under(first.key.clone(), other, 2);
         none.handle_page(vec![first, second]);
         assert!(matches!(
-            none.poll(),
-            KeyRecordsPoll::Store(StoreOp::Scan { after: Some(_), .. })
+            none.scanning(),
+            Some(StoreOp::Scan { after: Some(_), .. })
         ));
         none.handle_page(vec![]);
-        assert_eq!(none.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(none.scanning(), None);
         assert!(none.records().is_empty());
     }
 
@@ -516,15 +514,15 @@ mod tests {
         let mut read = KeyRecords::held_under(first.key.clone(), lease, 2);
         read.handle_page(vec![unheld.clone(), unheld.clone()]);
         assert!(matches!(
-            read.poll(),
-            KeyRecordsPoll::Store(StoreOp::Scan { after: Some(_), .. })
+            read.scanning(),
+            Some(StoreOp::Scan { after: Some(_), .. })
         ));
         read.handle_page(vec![second.clone()]);
         assert_eq!(read.records(), std::slice::from_ref(&second));
         // Another key's record after the key's own ends a read that found nothing.
         let mut none = KeyRecords::held_under(first.key.clone(), lease, 2);
         none.handle_page(vec![unheld, named("iad.9", "ab")]);
-        assert_eq!(none.poll(), &KeyRecordsPoll::Done);
+        assert_eq!(none.scanning(), None);
         assert!(none.records().is_empty());
     }
 }

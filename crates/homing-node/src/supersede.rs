@@ -12,7 +12,8 @@ use homing_core::{DcId, DcRecord, ErrorReply, LeasePolicy, ReservationId, StoreT
 use crate::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
-use crate::update::{Update, UpdatePoll};
+use crate::step::{Effect, Step};
+use crate::update::Update;
 
 /// What a [`Supersede`] needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,9 +82,10 @@ impl Supersede {
             Phase::Confirm(succession) => {
                 SupersedePoll::Global(GlobalOp::Confirm(succession.clone()))
             }
-            Phase::Supersede(update) => match update.poll() {
-                UpdatePoll::Store(op) => SupersedePoll::Store(op),
-                UpdatePoll::Done(changed) => {
+            Phase::Supersede(update) => match update.next() {
+                Step::Ask(Effect::Store(op)) => SupersedePoll::Store(op),
+                Step::Ask(other) => unreachable!("an update asks only its store: {other:?}"),
+                Step::Done(Ok(changed)) => {
                     self.superseded = changed.made();
                     let own = self
                         .own
@@ -92,7 +94,7 @@ impl Supersede {
                     self.phase = Phase::Done(Ok(Some(own.link.to.clone())));
                     self.poll()
                 }
-                UpdatePoll::Failed(e) => {
+                Step::Done(Err(e)) => {
                     self.phase = Phase::Done(Err(e.reply()));
                     self.poll()
                 }

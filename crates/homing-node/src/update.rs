@@ -76,18 +76,6 @@ impl UpdateError {
     }
 }
 
-/// What the driver must do next.
-#[derive(Debug)]
-pub enum UpdatePoll {
-    /// Read the record, or compare-and-set it over the version read;
-    /// answer with [`Update::handle_stored`].
-    Store(StoreOp),
-    /// Finished: what the change's caller learns.
-    Done(Changed),
-    /// Failed; nothing more to do.
-    Failed(UpdateError),
-}
-
 #[derive(Debug)]
 enum Phase {
     Read,
@@ -150,13 +138,16 @@ impl Update {
         &self.id
     }
 
-    /// What to do next. `Done` and `Failed` are handed out once; polling
-    /// again after them is a driver bug (it panics).
-    pub fn poll(&mut self) -> UpdatePoll {
+    /// What to do next: read the record, or compare-and-set it over the
+    /// version read; or done, with what the change's caller learns, or
+    /// failed. The outcome is handed out once; stepping again after it is
+    /// a driver bug (it panics). The steppers that make a change through
+    /// an update step it with this.
+    pub(crate) fn next(&mut self) -> Step<Result<Changed, UpdateError>> {
         match std::mem::replace(&mut self.phase, Phase::Over) {
             Phase::Read => {
                 self.phase = Phase::Read;
-                UpdatePoll::Store(StoreOp::Read(self.id.clone()))
+                Step::Ask(Effect::Store(StoreOp::Read(self.id.clone())))
             }
             Phase::Write {
                 expected,
@@ -164,11 +155,11 @@ impl Update {
                 event,
                 reply,
             } => {
-                let poll = UpdatePoll::Store(StoreOp::Write {
+                let poll = Step::Ask(Effect::Store(StoreOp::Write {
                     expected: Some(expected),
                     record: record.clone(),
                     event,
-                });
+                }));
                 self.phase = Phase::Write {
                     expected,
                     record,
@@ -177,8 +168,8 @@ impl Update {
                 };
                 poll
             }
-            Phase::Done(reply) => UpdatePoll::Done(reply),
-            Phase::Failed(e) => UpdatePoll::Failed(e),
+            Phase::Done(reply) => Step::Done(Ok(reply)),
+            Phase::Failed(e) => Step::Done(Err(e)),
             Phase::Over => panic!("update of {} polled after it ended", self.id),
         }
     }
@@ -251,11 +242,7 @@ impl Stepper for Update {
     type Output = Result<Changed, ErrorReply>;
 
     fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
-        match self.poll() {
-            UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
-            UpdatePoll::Done(changed) => Step::Done(Ok(changed)),
-            UpdatePoll::Failed(e) => Step::Done(Err(e.reply())),
-        }
+        self.next().map(|done| done.map_err(|e| e.reply()))
     }
 
     fn answer(&mut self, answer: Answer, now: Now) {
@@ -304,7 +291,7 @@ mod tests {
             POLICY,
             Mutations::NONE,
         );
-        let UpdatePoll::Failed(e) = u.poll() else {
+        let Step::Done(Err(e)) = u.next() else {
             panic!("expected a refusal")
         };
         assert_eq!(e.reply().kind, ErrorKind::BadRequest);
@@ -314,13 +301,13 @@ mod tests {
     fn update_reads_transitions_and_writes_over_the_version_read() {
         let record = held();
         let mut u = update(record.id.clone());
-        assert!(matches!(u.poll(), UpdatePoll::Store(StoreOp::Read(id)) if id == record.id));
+        assert!(matches!(u.next(), Step::Ask(Effect::Store(StoreOp::Read(id))) if id == record.id));
         u.handle_record(Some(record.clone()), StoreTime::from_ms(1));
-        let UpdatePoll::Store(StoreOp::Write {
+        let Step::Ask(Effect::Store(StoreOp::Write {
             expected,
             record: next,
             event,
-        }) = u.poll()
+        })) = u.next()
         else {
             panic!("expected a write")
         };
@@ -329,8 +316,8 @@ mod tests {
         assert!(next.version > record.version);
         u.handle_written(Written::Yes);
         assert!(matches!(
-            u.poll(),
-            UpdatePoll::Done(Changed::Release(ReleaseReply::Released))
+            u.next(),
+            Step::Done(Ok(Changed::Release(ReleaseReply::Released)))
         ));
     }
 
@@ -347,18 +334,18 @@ mod tests {
             .next
             .unwrap();
         let mut u = update(record.id.clone());
-        u.poll();
+        u.next();
         // Releasing twice: the same answer, nothing to write.
         u.handle_record(Some(released), StoreTime::from_ms(2));
-        assert!(matches!(u.poll(), UpdatePoll::Done(_)));
+        assert!(matches!(u.next(), Step::Done(Ok(_))));
     }
 
     #[test]
     fn update_of_an_unknown_record_fails_as_unknown() {
         let mut u = update("iad.9".parse().unwrap());
-        u.poll();
+        u.next();
         u.handle_record(None, StoreTime::from_ms(1));
-        let UpdatePoll::Failed(e) = u.poll() else {
+        let Step::Done(Err(e)) = u.next() else {
             panic!("expected a failure")
         };
         assert_eq!(e.reply().kind, ErrorKind::UnknownReservation);
@@ -370,14 +357,17 @@ mod tests {
         let mut u = update(record.id.clone());
         for attempt in 1..=CAS_ATTEMPTS_MAX {
             assert!(
-                matches!(u.poll(), UpdatePoll::Store(StoreOp::Read(_))),
+                matches!(u.next(), Step::Ask(Effect::Store(StoreOp::Read(_)))),
                 "attempt {attempt}"
             );
             u.handle_record(Some(record.clone()), StoreTime::from_ms(1));
-            assert!(matches!(u.poll(), UpdatePoll::Store(StoreOp::Write { .. })));
+            assert!(matches!(
+                u.next(),
+                Step::Ask(Effect::Store(StoreOp::Write { .. }))
+            ));
             u.handle_written(Written::Conflict);
         }
-        let UpdatePoll::Failed(e) = u.poll() else {
+        let Step::Done(Err(e)) = u.next() else {
             panic!("expected contention")
         };
         assert_eq!(e.reply().kind, ErrorKind::Overloaded);

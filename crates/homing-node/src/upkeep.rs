@@ -53,7 +53,7 @@ use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
 use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::update::{Update, UpdatePoll};
+use crate::update::Update;
 
 /// Most orphan candidates one pass proves; the rest are found again by the
 /// next pass.
@@ -238,9 +238,9 @@ impl Upkeep {
                     mut update,
                     reap,
                 } => {
-                    let poll = match update.poll() {
-                        UpdatePoll::Store(op) => Step::Ask(Effect::Store(op)),
-                        UpdatePoll::Done(changed) => {
+                    let poll = match update.next() {
+                        Step::Ask(effect) => Step::Ask(effect),
+                        Step::Done(Ok(changed)) => {
                             if changed.made() {
                                 let id = update.id().clone();
                                 self.events.push_back(if reap {
@@ -252,7 +252,7 @@ impl Upkeep {
                             self.phase = Phase::Jobs { kind, more };
                             continue;
                         }
-                        UpdatePoll::Failed(e) => {
+                        Step::Done(Err(e)) => {
                             let failure = Failure::Refused(e.reply());
                             let id = update.id().clone();
                             self.events
