@@ -255,11 +255,9 @@ impl Sim {
 
     /// How DC `d` performs `effect` for `task`: as the task's next
     /// operation, or answered at once. Cut from the global store, the
-    /// succession and DC-lease reads, the takeover writes and an acquire's
-    /// confirm fail at once; entries and set-if-absent writes find out
-    /// where they land.
+    /// succession and DC-lease reads and the takeover writes fail at once;
+    /// entries, confirms and set-if-absent writes find out where they land.
     fn effect_next(&mut self, d: usize, task: &Task, effect: Effect) -> Performed {
-        let acquire = task.kind.acquire();
         // The key a global write is for (the task's).
         let key_of = |sim: &Sim| sim.keys[task.key as usize].clone();
         let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
@@ -277,11 +275,6 @@ impl Sim {
             Effect::Global(GlobalOp::Confirm(succession)) => {
                 if let Some(recorded) = self.dcs[d].succession_of(&succession.link.from) {
                     return global(Ok(GlobalAnswer::Confirmed(recorded)));
-                }
-                if acquire.is_some()
-                    && let Err(failure) = cut(self)
-                {
-                    return global(Err(failure));
                 }
                 let write = GlobalWrite::Confirm(succession);
                 Performed::Later(Next::GlobalWrite(key_of(self), write))

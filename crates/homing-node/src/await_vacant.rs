@@ -35,8 +35,8 @@ use homing_core::{
 use crate::change::{Change, expire};
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::mutation::Mutations;
-use crate::time::NodeTime;
 use crate::step::{Effect, Step};
+use crate::time::NodeTime;
 use crate::update::Update;
 use crate::waiters::{Notified, Ticket, Waiters};
 
