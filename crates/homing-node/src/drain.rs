@@ -198,7 +198,7 @@ impl Drain {
         };
     }
 
-    /// The answer to the [`StoreOp`] asked, at `now` (store clock), or why
+    /// The answer to the store operation asked, at `now` (store clock), or why
     /// it failed (the drain fails with it).
     pub fn handle_stored(&mut self, stored: Result<Stored, Failure>, now: StoreTime) {
         let Phase::Update(update) = &mut self.phase else {

@@ -24,8 +24,8 @@ use homing_core::{
 use crate::change::{Change, Changed};
 use crate::effect::{GlobalAnswer, Stored, unasked};
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::supersede::{Supersede, SupersedePoll};
+use crate::step::{Answer, Now, Step, Stepper};
+use crate::supersede::Supersede;
 use crate::time::NodeTime;
 use crate::update::Update;
 
@@ -102,10 +102,9 @@ impl LinkOnward {
     fn next(&mut self) -> Step<<LinkOnward as Stepper>::Output> {
         loop {
             let next = match &mut self.phase {
-                Phase::Check(check) => match check.poll() {
-                    SupersedePoll::Store(op) => return Step::Ask(Effect::Store(op)),
-                    SupersedePoll::Global(op) => return Step::Ask(Effect::Global(op)),
-                    SupersedePoll::Done(Ok(None)) => {
+                Phase::Check(check) => match check.next() {
+                    Step::Ask(effect) => return Step::Ask(effect),
+                    Step::Done(Ok(None)) => {
                         let change = self.change.take().expect("checked once");
                         let (dc, from) = (self.dc.clone(), self.from.clone());
                         let mut update = Update::new(dc, from, change, self.policy, self.mutations);
@@ -113,7 +112,7 @@ impl LinkOnward {
                         update.handle_stored(Stored::Record(record), at);
                         Phase::Link(Box::new(update))
                     }
-                    SupersedePoll::Done(done) => {
+                    Step::Done(done) => {
                         self.superseded = check.superseded();
                         Phase::Done(done.map(|winner| {
                             LinkReply::AlreadyLinked(winner.expect("a winner: None went on"))
@@ -135,7 +134,7 @@ impl LinkOnward {
         }
     }
 
-    /// The answer to the [`Effect::Store`] asked at `now` (store clock).
+    /// The answer to the [`Effect::Store`](crate::Effect::Store) asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match &mut self.phase {
             Phase::Check(check) => {
@@ -149,7 +148,7 @@ impl LinkOnward {
         }
     }
 
-    /// The answer to the [`Effect::Global`] asked.
+    /// The answer to the [`Effect::Global`](crate::Effect::Global) asked.
     pub fn handle_global(&mut self, answer: GlobalAnswer) {
         match &mut self.phase {
             Phase::Check(check) => check.handle_global(answer),
@@ -185,6 +184,7 @@ mod tests {
     use super::*;
     use crate::effect::{GlobalOp, StoreOp};
     use crate::fixture::{POLICY, held};
+    use crate::step::Effect;
 
     fn id(s: &str) -> ReservationId {
         s.parse().unwrap()

@@ -3,7 +3,7 @@
 //!
 //! Without the `mutations` cargo feature a [`Mutations`] set is always empty
 //! and [`Mutations::has`] is a constant `false`; with it, a set is still
-//! empty unless a test builds one with [`Mutations::with`]. homingd and the
+//! empty unless a test builds one with `Mutations::with`. homingd and the
 //! CLI only ever pass [`Mutations::NONE`].
 
 /// One rule broken on purpose.

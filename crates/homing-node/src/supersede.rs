@@ -15,23 +15,6 @@ use crate::mutation::Mutations;
 use crate::step::{Effect, Step};
 use crate::update::Update;
 
-/// What a [`Supersede`] needs next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SupersedePoll {
-    /// Read the record — or, superseding it, read and compare-and-set it
-    /// (an [`Update`] with [`Change::Supersede`]); answer with
-    /// [`Supersede::handle_stored`].
-    Store(StoreOp),
-    /// Make a succession its reservation's in the global store unless one
-    /// is (always a [`GlobalOp::Confirm`]; write-once, so a cached answer
-    /// will do); answer with [`Supersede::handle_global`].
-    Global(GlobalOp),
-    /// Done: `None`, the link may go on; `Some(winner)`, the record now
-    /// continues as `winner` (answer the link `AlreadyLinked(winner)`);
-    /// or why the record could not be superseded (the link fails with it).
-    Done(Result<Option<ReservationId>, ErrorReply>),
-}
-
 #[derive(Debug)]
 enum Phase {
     Read,
@@ -75,16 +58,21 @@ impl Supersede {
         }
     }
 
-    /// What to do next.
-    pub fn poll(&mut self) -> SupersedePoll {
+    /// What to do next: read the record — or, superseding it, read and
+    /// compare-and-set it (an [`Update`] with [`Change::Supersede`]); make
+    /// a succession its reservation's in the global store unless one is
+    /// (always a [`GlobalOp::Confirm`]; write-once, so a cached answer will
+    /// do); or done: `None`, the link may go on; `Some(winner)`, the record
+    /// now continues as `winner` (answer the link `AlreadyLinked(winner)`);
+    /// or why the record could not be superseded (the link fails with it).
+    pub(crate) fn next(&mut self) -> Step<Result<Option<ReservationId>, ErrorReply>> {
         match &mut self.phase {
-            Phase::Read => SupersedePoll::Store(StoreOp::Read(self.id.clone())),
+            Phase::Read => Step::Ask(Effect::Store(StoreOp::Read(self.id.clone()))),
             Phase::Confirm(succession) => {
-                SupersedePoll::Global(GlobalOp::Confirm(succession.clone()))
+                Step::Ask(Effect::Global(GlobalOp::Confirm(succession.clone())))
             }
             Phase::Supersede(update) => match update.next() {
-                Step::Ask(Effect::Store(op)) => SupersedePoll::Store(op),
-                Step::Ask(other) => unreachable!("an update asks only its store: {other:?}"),
+                Step::Ask(effect) => Step::Ask(effect),
                 Step::Done(Ok(changed)) => {
                     self.superseded = changed.made();
                     let own = self
@@ -92,14 +80,14 @@ impl Supersede {
                         .as_ref()
                         .expect("a change follows the own succession");
                     self.phase = Phase::Done(Ok(Some(own.link.to.clone())));
-                    self.poll()
+                    self.next()
                 }
                 Step::Done(Err(e)) => {
                     self.phase = Phase::Done(Err(e.reply()));
-                    self.poll()
+                    self.next()
                 }
             },
-            Phase::Done(done) => SupersedePoll::Done(done.clone()),
+            Phase::Done(done) => Step::Done(done.clone()),
         }
     }
 
@@ -127,7 +115,7 @@ impl Supersede {
         self.record = record;
     }
 
-    /// The answer to the [`SupersedePoll::Global`] asked.
+    /// The answer to the [`Effect::Global`] asked.
     pub fn handle_global(&mut self, answer: GlobalAnswer) {
         match answer {
             GlobalAnswer::Confirmed(recorded) => self.handle_confirmed(recorded),
@@ -188,18 +176,18 @@ mod tests {
     fn relinked(check: &mut Supersede, record: DcRecord, winner: &str) -> DcRecord {
         let now = StoreTime::from_ms(1);
         assert_eq!(
-            check.poll(),
-            SupersedePoll::Store(StoreOp::Read(record.id.clone()))
+            check.next(),
+            Step::Ask(Effect::Store(StoreOp::Read(record.id.clone())))
         );
         check.handle_stored(Stored::Record(Some(record)), now);
-        let SupersedePoll::Store(StoreOp::Write {
+        let Step::Ask(Effect::Store(StoreOp::Write {
             record: written, ..
-        }) = check.poll()
+        })) = check.next()
         else {
             panic!("superseding writes the record")
         };
         check.handle_stored(Stored::Written(homing_core::Written::Yes), now);
-        assert_eq!(check.poll(), SupersedePoll::Done(Ok(Some(id(winner)))));
+        assert_eq!(check.next(), Step::Done(Ok(Some(id(winner)))));
         *written
     }
 
@@ -208,11 +196,11 @@ mod tests {
         for record in [None, Some(held("iad.1", "a", None, StoreTime::from_ms(0)))] {
             let mut check = supersede("iad.1");
             assert_eq!(
-                check.poll(),
-                SupersedePoll::Store(StoreOp::Read(id("iad.1")))
+                check.next(),
+                Step::Ask(Effect::Store(StoreOp::Read(id("iad.1"))))
             );
             check.handle_record(record);
-            assert_eq!(check.poll(), SupersedePoll::Done(Ok(None)));
+            assert_eq!(check.next(), Step::Done(Ok(None)));
         }
     }
 
@@ -223,11 +211,11 @@ mod tests {
         let mut check = supersede("iad.2");
         check.handle_record(Some(record));
         assert_eq!(
-            check.poll(),
-            SupersedePoll::Global(GlobalOp::Confirm(ours.clone()))
+            check.next(),
+            Step::Ask(Effect::Global(GlobalOp::Confirm(ours.clone())))
         );
         check.handle_confirmed(ours);
-        assert_eq!(check.poll(), SupersedePoll::Done(Ok(None)));
+        assert_eq!(check.next(), Step::Done(Ok(None)));
         assert!(!check.superseded());
     }
 
@@ -248,8 +236,8 @@ mod tests {
     fn a_move_that_lost_to_a_takeover_records_its_own_succession_and_links_to_the_winner() {
         let (mut check, record, own) = lost();
         assert_eq!(
-            check.poll(),
-            SupersedePoll::Global(GlobalOp::Confirm(own.clone()))
+            check.next(),
+            Step::Ask(Effect::Global(GlobalOp::Confirm(own.clone())))
         );
         check.handle_global(GlobalAnswer::Confirmed(own.clone()));
         let linked = relinked(&mut check, record, "lhr.3");
@@ -279,11 +267,11 @@ mod tests {
         check.handle_confirmed(own);
         // The record is gone by the time it is superseded.
         assert_eq!(
-            check.poll(),
-            SupersedePoll::Store(StoreOp::Read(id("iad.2")))
+            check.next(),
+            Step::Ask(Effect::Store(StoreOp::Read(id("iad.2"))))
         );
         check.handle_stored(Stored::Record(None), StoreTime::from_ms(1));
-        let SupersedePoll::Done(Err(e)) = check.poll() else {
+        let Step::Done(Err(e)) = check.next() else {
             panic!("the check fails with the update")
         };
         assert_eq!(e.kind, homing_core::ErrorKind::UnknownReservation);

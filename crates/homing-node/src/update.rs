@@ -10,8 +10,9 @@
 //!                                                 └ conflict ─► Read again (≤ CAS_ATTEMPTS_MAX in all)
 //! ```
 //!
-//! The driver loops: [`Update::poll`], perform the [`StoreOp`] it names,
-//! hand the answer back with [`Update::handle_stored`].
+//! Drivers run it as a [`Stepper`]: perform the [`StoreOp`] it asks, hand
+//! the answer back; steppers that make a change through an update step it
+//! themselves and pass its effects on.
 //! A landed write must also reach the DC's waiters
 //! ([`crate::Waiters::written`]).
 

@@ -34,11 +34,10 @@
 //!           ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
 //! ```
 //!
-//! Driver: [`Upkeep::start`] a pass at the store's `now`, loop on
-//! [`Upkeep::poll`], perform what it asks and answer with
-//! [`Upkeep::handle_stored`] (the DC store), [`Upkeep::handle_global`] or
-//! [`Upkeep::handle_segment`] (a proof's reads), take
-//! [`Upkeep::poll_event`]s for logs and counters. One pass at a time.
+//! Driver: [`Upkeep::start`] a pass at the store's `now`, then run it as a
+//! [`Stepper`]: perform what it asks (the DC store; a proof's reads of the
+//! global entry or a predecessor's segment) and answer; take its events
+//! for logs and counters. The pass ends `Done`. One pass at a time.
 
 use std::collections::VecDeque;
 
