@@ -3,7 +3,7 @@
 //! requests — lost in a crash), its clock, and its request handling, which
 //! drives homing-node as `homing-daemon`'s `Node` does: acquires, updates,
 //! links, drains and the DC's own passes run as homing-node steppers in
-//! [`crate::stepper`]'s loop; this module performs what takes time (store
+//! `crate::stepper`'s loop; this module performs what takes time (store
 //! operations, global writes, peer requests, an acquire's waits and
 //! pauses) and routes each answer back; resolves answer a `LocalSegment`.
 //!
@@ -14,7 +14,7 @@
 //! wait bounded by its own deadline (`start + wait`): connect (a connect that
 //! fails `Unavailable` pauses `AWAIT_RETRY_MS` and connects again if the pause
 //! ends before the deadline); if the key is held and wait time remains, await
-//! the holder's reservation at its DC (here: [`crate::waiting`]; elsewhere:
+//! the holder's reservation at its DC (here: `crate::waiting`; elsewhere:
 //! an `Await` request) until the deadline at most (then it answers the last
 //! `HeldElsewhere`), and connect again when answered `Vacated`/`Moved`.
 //! `TimedOut` at the end of the wait takes one last look (a connect whose

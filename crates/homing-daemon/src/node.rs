@@ -521,7 +521,7 @@ impl Node {
     }
 
     /// Compare-and-set of our record `next` over version `expected`
-    /// (`None`: a create), then [`Node::wrote`] if it landed; `event`: the
+    /// (`None`: a create), then `Node::wrote` if it landed; `event`: the
     /// write appends a lifecycle event.
     pub async fn write(
         &self,
@@ -1187,22 +1187,6 @@ impl Node {
             done.send_replace(Some(result));
         });
         outcome
-    }
-
-    /// Performs one of homing-node's global-store operations outside any
-    /// key create (see [`Node::perform_global`]), its failure classified:
-    /// upkeep's proof reads, a drain's walk. Never a set-if-absent: a key create's entry
-    /// goes through the acquire, which settles the key's quota slot.
-    pub async fn perform_global_op(
-        &self,
-        op: GlobalOp,
-    ) -> Result<GlobalAnswer, homing_node::Failure> {
-        debug_assert!(
-            !matches!(op, GlobalOp::SetIfAbsent { .. }),
-            "a key's entry is set by its acquire"
-        );
-        let performed = self.perform_global(op, &mut None).await;
-        performed.map_err(|f| f.classify(&self.dc))
     }
 
     /// Performs one of homing-node's global-store operations, timed under

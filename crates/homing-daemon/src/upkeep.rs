@@ -2,7 +2,7 @@
 //! last pass ended, one pass over what the DC store's expiry index says is
 //! due — reap lapsed leases, abandon proven orphans and settle proven
 //! members, trim the event log — run by [`Node::drive`] like every
-//! homing-node `Stepper`; [`report`] logs and counts what the pass did.
+//! homing-node `Stepper`; `report` logs and counts what the pass did.
 
 use std::sync::Arc;
 use std::time::Duration;
