@@ -332,6 +332,9 @@ struct DcChannel {
     clock: Arc<dyn HostClock>,
     dc: DcId,
     request_timeout: Duration,
+    /// How many homingd serve the DC (the configured one and its
+    /// alternates): a request that must land tries each once.
+    instances: usize,
 }
 
 impl DcChannel {
@@ -415,6 +418,7 @@ impl HostAgent {
             clock,
             dc: config.dc.dc.clone(),
             request_timeout: Duration::from_millis(config.request_timeout_ms),
+            instances: 1 + config.alternates.len(),
         });
         let mut key_config = config.key.clone();
         let name = match key_config.name.clone() {
@@ -544,9 +548,13 @@ impl HostAgent {
     /// Graceful stop, once the actor has stopped: ends renewals (without
     /// calling the actor) and releases the lease with this agent's token,
     /// recording `outcome` for the next holder.
+    /// A release that gets no answer is sent again to the DC's next
+    /// homingd, each at most once (a renewal the stop cut short, or a
+    /// homingd gone silent, moves the transport on to the next one).
     /// Fails with [`AgentError::StaleToken`] if another holder has the key by
-    /// now, and with `Unavailable` if the DC did not answer (the lease then
-    /// expires at the DC on its own, and the next holder sees `Expired`).
+    /// now, and with `Unavailable` if no homingd of the DC answered (the
+    /// lease then expires at the DC on its own, and the next holder sees
+    /// `Expired`).
     pub async fn stop_with(mut self, outcome: RunOutcome) -> Result<(), AgentError> {
         let _ = self.command.send(Command::Exit);
         if let Some(task) = self.task.take() {
@@ -560,7 +568,16 @@ impl HostAgent {
             lease: self.lease_key,
             outcome,
         };
-        match self.channel.ask(request, None).await? {
+        let mut tries = self.channel.instances;
+        let reply = loop {
+            tries -= 1;
+            match self.channel.ask(request.clone(), None).await {
+                // Released twice is released: the retry is safe.
+                Err(AgentError::Unavailable { .. }) if tries > 0 => continue,
+                reply => break reply?,
+            }
+        };
+        match reply {
             Reply::Release(ReleaseReply::Released) => {
                 self.state.send_replace(AgentState::Released);
                 info!(key = %self.key, reservation = %self.reservation, dc = %self.channel.dc, "lease released");

@@ -603,3 +603,59 @@ async fn quic_a_host_renews_through_the_dcs_other_homingd_when_its_own_goes_sile
     agent.stop().await.unwrap();
     assert_eq!(second.script.count("release"), 1);
 }
+
+/// A stop while a renewal is under way at the DC's other homingd: the
+/// renewal task exits and drops it unanswered, which moves the transport
+/// on to the next homingd — the silent first one. The release must still
+/// reach a homingd that answers (found by CI on a loaded machine: the
+/// release went once, to the silent homingd, and `stop` failed).
+#[tokio::test]
+async fn quic_a_hosts_release_reaches_an_answering_homingd_after_a_renewal_in_flight_is_dropped() {
+    let ca = DevCa::generate("test ca").unwrap();
+    let first = TestDc::start(&ca, "iad").await;
+    let second = TestDc::start(&ca, "iad").await;
+    let policy = LeasePolicy::new(3_000, 333, 1_000, 500, 100).unwrap();
+    for dc in [&first, &second] {
+        *dc.script.policy.lock().unwrap() = Some(policy);
+    }
+    let actor = Arc::new(Recorder {
+        start: Instant::now(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let config = HostAgentConfig {
+        // Long enough that the held renewal below is still in flight
+        // when the stop drops it.
+        request_timeout_ms: 400,
+        retry_interval_ms: 50,
+        alternates: vec![second.peer().addr],
+        ..HostAgentConfig::new(
+            first.peer(),
+            KeyConfig::named(KeyName::new("room").unwrap()),
+            ActorId::new("a").unwrap(),
+        )
+    };
+    let started = HostAgent::start(client(&ca, Role::Host, Some("iad")), config, actor.clone());
+    let AcquireReply::Acquired(agent) = started.await.unwrap() else {
+        panic!("expected a grant");
+    };
+    first.script.silent.store(true, Ordering::SeqCst);
+    // Renewals move to the second homingd.
+    renewals_reach(&second, 1).await;
+    // The next renewal is held at the second homingd until after the stop.
+    second.script.delay_ms.store(300, Ordering::SeqCst);
+    renewals_reach(&second, 2).await;
+    second.script.delay_ms.store(0, Ordering::SeqCst);
+    agent.stop().await.unwrap();
+    assert_eq!(second.script.count("release"), 1);
+}
+
+/// Waits until `dc` has received `n` renewals.
+async fn renewals_reach(dc: &TestDc, n: u32) {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while dc.script.count("renew") < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("renewals reach the homingd");
+}
