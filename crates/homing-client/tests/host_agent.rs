@@ -563,41 +563,10 @@ async fn quic_a_daemon_that_stops_answering_gets_the_actor_soft_then_hard_termin
 /// hard-terminated within one).
 #[tokio::test]
 async fn quic_a_host_renews_through_the_dcs_other_homingd_when_its_own_goes_silent() {
-    let ca = DevCa::generate("test ca").unwrap();
-    let first = TestDc::start(&ca, "iad").await;
-    let second = TestDc::start(&ca, "iad").await;
-    // 3 s leases: renew at ~1 s, soft stop at 2 s after the send.
-    let policy = LeasePolicy::new(3_000, 333, 1_000, 500, 100).unwrap();
-    for dc in [&first, &second] {
-        *dc.script.policy.lock().unwrap() = Some(policy);
-    }
-    let actor = Arc::new(Recorder {
-        start: Instant::now(),
-        calls: Mutex::new(Vec::new()),
-    });
-    let config = HostAgentConfig {
-        request_timeout_ms: 150,
-        retry_interval_ms: 50,
-        alternates: vec![second.peer().addr],
-        ..HostAgentConfig::new(
-            first.peer(),
-            KeyConfig::named(KeyName::new("room").unwrap()),
-            ActorId::new("a").unwrap(),
-        )
-    };
-    let started = HostAgent::start(client(&ca, Role::Host, Some("iad")), config, actor.clone());
-    let AcquireReply::Acquired(agent) = started.await.unwrap() else {
-        panic!("expected a grant");
-    };
+    let (first, second, agent, actor) = held_through_two_homingd(150).await;
     first.script.silent.store(true, Ordering::SeqCst);
     // Three renewals answered by the second homingd: past a whole lease.
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while second.script.count("renew") < 3 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("renewals reach the second homingd");
+    renewals_reach(&second, 3).await;
     assert_eq!(agent.state(), AgentState::Holding);
     assert!(actor.calls().is_empty(), "{:?}", actor.calls());
     agent.stop().await.unwrap();
@@ -611,33 +580,9 @@ async fn quic_a_host_renews_through_the_dcs_other_homingd_when_its_own_goes_sile
 /// release went once, to the silent homingd, and `stop` failed).
 #[tokio::test]
 async fn quic_a_hosts_release_reaches_an_answering_homingd_after_a_renewal_in_flight_is_dropped() {
-    let ca = DevCa::generate("test ca").unwrap();
-    let first = TestDc::start(&ca, "iad").await;
-    let second = TestDc::start(&ca, "iad").await;
-    let policy = LeasePolicy::new(3_000, 333, 1_000, 500, 100).unwrap();
-    for dc in [&first, &second] {
-        *dc.script.policy.lock().unwrap() = Some(policy);
-    }
-    let actor = Arc::new(Recorder {
-        start: Instant::now(),
-        calls: Mutex::new(Vec::new()),
-    });
-    let config = HostAgentConfig {
-        // Long enough that the held renewal below is still in flight
-        // when the stop drops it.
-        request_timeout_ms: 400,
-        retry_interval_ms: 50,
-        alternates: vec![second.peer().addr],
-        ..HostAgentConfig::new(
-            first.peer(),
-            KeyConfig::named(KeyName::new("room").unwrap()),
-            ActorId::new("a").unwrap(),
-        )
-    };
-    let started = HostAgent::start(client(&ca, Role::Host, Some("iad")), config, actor.clone());
-    let AcquireReply::Acquired(agent) = started.await.unwrap() else {
-        panic!("expected a grant");
-    };
+    // A request timeout long enough that the renewal held below is still
+    // in flight when the stop drops it.
+    let (first, second, agent, _actor) = held_through_two_homingd(400).await;
     first.script.silent.store(true, Ordering::SeqCst);
     // Renewals move to the second homingd.
     renewals_reach(&second, 1).await;
@@ -658,4 +603,38 @@ async fn renewals_reach(dc: &TestDc, n: u32) {
     })
     .await
     .expect("renewals reach the homingd");
+}
+
+/// A host of iad holding "room" through the first of iad's two scripted
+/// homingd, the second its alternate: 3 s leases (renew at ~1 s, soft stop
+/// 2 s after the send), requests given up after `request_timeout_ms`.
+async fn held_through_two_homingd(
+    request_timeout_ms: u64,
+) -> (TestDc, TestDc, HostAgent, Arc<Recorder>) {
+    let ca = DevCa::generate("test ca").unwrap();
+    let first = TestDc::start(&ca, "iad").await;
+    let second = TestDc::start(&ca, "iad").await;
+    let policy = LeasePolicy::new(3_000, 333, 1_000, 500, 100).unwrap();
+    for dc in [&first, &second] {
+        *dc.script.policy.lock().unwrap() = Some(policy);
+    }
+    let actor = Arc::new(Recorder {
+        start: Instant::now(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let config = HostAgentConfig {
+        request_timeout_ms,
+        retry_interval_ms: 50,
+        alternates: vec![second.peer().addr],
+        ..HostAgentConfig::new(
+            first.peer(),
+            KeyConfig::named(KeyName::new("room").unwrap()),
+            ActorId::new("a").unwrap(),
+        )
+    };
+    let started = HostAgent::start(client(&ca, Role::Host, Some("iad")), config, actor.clone());
+    let AcquireReply::Acquired(agent) = started.await.unwrap() else {
+        panic!("expected a grant");
+    };
+    (first, second, agent, actor)
 }
