@@ -10,7 +10,7 @@
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
 //!
-//! An acquire with `wait_ms` loops as homingd's `Node::acquire` does, its
+//! An acquire with `wait_ms` loops as homingd's `Node::drive` runs it, its
 //! wait bounded by its own deadline (`start + wait`): connect (a connect that
 //! fails `Unavailable` pauses `AWAIT_RETRY_MS` and connects again if the pause
 //! ends before the deadline); if the key is held and wait time remains, await
@@ -783,7 +783,7 @@ impl Sim {
             } => self.acquire_await(d, tid, task, reservation, remaining_ms),
             Next::Pause(until) => {
                 let Some(job) = task.kind.acquire_mut() else {
-                    return;
+                    unreachable!("only an acquire pauses");
                 };
                 job.paused = true;
                 job.generation += 1;
@@ -850,7 +850,7 @@ impl Sim {
             return self.dc_continue(d, tid, task, Next::Reply(reply));
         }
         let Some(job) = task.kind.acquire_mut() else {
-            return;
+            unreachable!("only an acquire awaits a holder's dc");
         };
         // Our own deadline bounds the wait (`timeout_at(deadline, register)`).
         job.generation += 1;
@@ -937,7 +937,7 @@ impl Sim {
     /// remote one runs on at the tail's DC unanswered) and answers at once.
     fn acquire_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
         let Some(job) = task.kind.acquire_mut() else {
-            return;
+            unreachable!("a deadline timer of a task that is not an acquire");
         };
         job.generation += 1;
         let awaiting = job.awaiting.take();

@@ -6,9 +6,10 @@
 //! (or, for either, the [`crate::Failure`] of the operation). So each
 //! driver performs them in one place: homingd against real backends, the
 //! simulator against its in-memory stores with latency and faults. (Still
-//! asked otherwise: a resolve's entry read and segment; upkeep's proof by
-//! a predecessor's segment. A reservation's segment and a link to a peer
-//! are an acquire's own effects, `Effect::Segment` / `Effect::Link`.)
+//! asked otherwise: a resolve's entry read and segment. A reservation's
+//! segment — an acquire's or a drain's walk, upkeep's proof by a
+//! predecessor — and a link to a peer are `Effect::Segment` /
+//! `Effect::Link`.)
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,

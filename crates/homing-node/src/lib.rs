@@ -102,7 +102,6 @@ pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, KeyRecords, SCAN_PAGE_RECORDS};
 pub use step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
-pub use supersede::Supersede;
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits};

@@ -62,7 +62,8 @@ pub enum Effect {
     /// namespace ([`crate::KeyQuota`], whose counts the driver keeps)?
     /// Answered [`Answer::Admitted`]. A granted create holds its slot until
     /// its set-if-absent answers (which settles it) or the stepper ends
-    /// (which gives it back).
+    /// (which gives it back); a create tried again after a failed write or
+    /// set-if-absent reuses it.
     Admit(Namespace),
     /// Send `Link` to `from`'s DC: link `from`, the key's tail there, to
     /// `to` if `from` is still fenced by `expected_token`; answered
@@ -164,8 +165,9 @@ impl<T> Step<T> {
 /// Something a stepper noted for its node: what to remember, log or count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeEvent {
-    /// A walk proved `member` of `key`'s chain: the node's hint for the
-    /// key's next walk (kept if further than the one it has).
+    /// A walk (a drain's, or an acquire's connect) proved `member` of
+    /// `key`'s chain: the node's hint for the key's next walk (kept if
+    /// further than the one it has).
     Learned {
         /// The key.
         key: Key,
