@@ -51,7 +51,7 @@ use homing_core::succession::judge_takeover;
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
-use crate::waiting::{AwaitFor, AwaitJob};
+use crate::waiting::AwaitFor;
 use crate::watch::WatchJob;
 
 /// Pause before registering again when the tail's DC did not answer an
@@ -270,10 +270,9 @@ pub(crate) enum Awaiting {
 
 #[derive(Debug)]
 pub(crate) enum TaskKind {
-    Await(Box<AwaitJob>),
     /// One of homing-node's [`homing_node::Stepper`]s (acquires, updates,
     /// links, drains, drain-scope pages, key reads, reconciliations, upkeep
-    /// passes), run by `Sim::step_drive`.
+    /// passes, waiters), run by `Sim::step_drive`.
     Step(Box<Stepping>),
     Segment,
     /// A watcher's `Watch`.
@@ -378,6 +377,8 @@ pub(crate) enum Next {
     },
     /// Sleep until then (this DC's node clock), then connect again.
     Pause(NodeTime),
+    /// A waiter parks until then (this DC's node clock) or a wake-up.
+    Park(NodeTime),
 }
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
@@ -750,14 +751,6 @@ impl Sim {
                 if task.kind.acquire().is_some() {
                     self.measurements.note_acquire_work(task.rpc, task.work);
                 }
-                if matches!(task.kind, TaskKind::Await(_)) {
-                    let result = match reply {
-                        Reply::Awaited(answer) => Ok(answer),
-                        Reply::Error(e) => Err(e),
-                        other => Err(ErrorReply::new(ErrorKind::Internal, reply_kind(&other))),
-                    };
-                    return self.await_finish(d, task, result);
-                }
                 let mut answered = vec![(task.client, task.rpc, task.key)];
                 let mut parked = false;
                 if let Some(job) = task.kind.acquire() {
@@ -781,6 +774,7 @@ impl Sim {
                 reservation,
                 remaining_ms,
             } => self.acquire_await(d, tid, task, reservation, remaining_ms),
+            Next::Park(until) => self.await_park(d, tid, task, until),
             Next::Pause(until) => {
                 let Some(job) = task.kind.acquire_mut() else {
                     unreachable!("only an acquire pauses");
@@ -1126,7 +1120,7 @@ impl Sim {
                 return self.step_answered(d, tid, task, answer);
             }
             (TaskKind::Step(_) | TaskKind::Segment | TaskKind::Resolve(_), op) => op,
-            (TaskKind::Await(_) | TaskKind::Watch(_) | TaskKind::Scan, _) => {
+            (TaskKind::Watch(_) | TaskKind::Scan, _) => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
@@ -1181,13 +1175,9 @@ impl Sim {
                         Next::Reply(resolve.reply())
                     }
                     (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (
-                        TaskKind::Step(_)
-                        | TaskKind::Await(_)
-                        | TaskKind::Watch(_)
-                        | TaskKind::Scan,
-                        Ok(_),
-                    ) => Next::Reply(error(ErrorKind::Internal, "unexpected segment")),
+                    (TaskKind::Step(_) | TaskKind::Watch(_) | TaskKind::Scan, Ok(_)) => {
+                        Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
+                    }
                 }
             }
         };
@@ -1205,7 +1195,6 @@ impl Sim {
             (TaskKind::Watch(_) | TaskKind::Scan, Err(failure)) => {
                 Next::Reply(Reply::Error(failure.into_reply()))
             }
-            (TaskKind::Await(_), stored) => return self.await_stored(d, tid, task, stored),
             (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
             (TaskKind::Segment | TaskKind::Resolve(_), _) => {
@@ -1385,11 +1374,12 @@ impl Sim {
             return;
         }
         let current = match self.dcs[d].tasks.get(&tid).map(|t| &t.kind) {
-            Some(TaskKind::Await(job)) => job.parked == Some(generation),
             Some(TaskKind::Watch(job)) => job.parked == Some(generation),
-            Some(kind) => kind
-                .acquire()
-                .is_some_and(|job| job.generation == generation),
+            Some(kind) => match (kind.waiter(), kind.acquire()) {
+                (Some(job), _) => job.parked == Some(generation),
+                (_, Some(job)) => job.generation == generation,
+                _ => false,
+            },
             None => false,
         };
         if !current {
@@ -1401,7 +1391,7 @@ impl Sim {
             job.paused = false;
         }
         self.current_key = task.key;
-        if matches!(task.kind, TaskKind::Await(_)) {
+        if task.kind.waiter().is_some() {
             return self.await_select(d, tid, task);
         }
         if matches!(task.kind, TaskKind::Watch(_)) {

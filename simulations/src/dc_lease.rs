@@ -495,7 +495,6 @@ impl Sim {
                 let answer = crate::stepper::failed_answer(asked, failure);
                 return self.step_answered(d, tid, task, answer);
             }
-            TaskKind::Await(_) => return self.await_finish(d, task, Err(e)),
             // A failed read of its own segment still answers the entry.
             TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {
                 resolve.handle_segment(Err(failure), self.answers_for_tails(d));

@@ -27,6 +27,7 @@ use crate::drain_scope::DrainScopeJob;
 use crate::key_read::{KeyRead, Then};
 use crate::sim::{GlobalWrite, NodeId, Sim};
 use crate::upkeep::upkeep_counter;
+use crate::waiting::AwaitJob;
 
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
@@ -38,6 +39,7 @@ pub(crate) enum Ended {
     KeyRead(<homing_node::KeyRecords as Stepper>::Output),
     Reconcile(<homing_node::Reconcile as Stepper>::Output),
     Upkeep,
+    Await(<homing_node::AwaitVacant as Stepper>::Output),
 }
 
 /// How a stepper's effect is performed.
@@ -65,6 +67,28 @@ impl TaskKind {
         match self {
             TaskKind::Step(stepping) => match stepping.as_mut() {
                 Stepping::Acquire(job) => Some(job.as_mut()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The waiter the task runs, if it is one.
+    pub(crate) fn waiter(&self) -> Option<&AwaitJob> {
+        match self {
+            TaskKind::Step(stepping) => match stepping.as_ref() {
+                Stepping::Await(job) => Some(job.as_ref()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The waiter the task runs, if it is one, to change.
+    pub(crate) fn waiter_mut(&mut self) -> Option<&mut AwaitJob> {
+        match self {
+            TaskKind::Step(stepping) => match stepping.as_mut() {
+                Stepping::Await(job) => Some(job.as_mut()),
                 _ => None,
             },
             _ => None,
@@ -107,6 +131,9 @@ pub(crate) enum Stepping {
     /// An upkeep pass, holding the DC's [`homing_node::Upkeep`] (and the
     /// proofs it remembers) until the pass ends.
     Upkeep(homing_node::Upkeep),
+    /// A waiter at the holder's DC, for a peer's `Await` or a local
+    /// acquire: homing-node's [`homing_node::AwaitVacant`] (`src/waiting.rs`).
+    Await(Box<AwaitJob>),
 }
 
 impl Stepping {
@@ -121,6 +148,7 @@ impl Stepping {
             Stepping::KeyRead(job) => job.read.step(now).map(Ended::KeyRead),
             Stepping::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
             Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
+            Stepping::Await(job) => job.wait.step(now).map(Ended::Await),
         }
     }
 
@@ -135,6 +163,7 @@ impl Stepping {
             Stepping::KeyRead(job) => job.read.answer(answer, now),
             Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
             Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
+            Stepping::Await(job) => job.wait.answer(answer, now),
         }
     }
 
@@ -145,6 +174,7 @@ impl Stepping {
             Stepping::DrainScope(job) => job.page.poll_event(),
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
             Stepping::Upkeep(upkeep) => upkeep.poll_event(),
+            Stepping::Await(job) => job.wait.poll_event(),
             Stepping::Update(_) | Stepping::Link(_) | Stepping::KeyRead(_) => None,
         }
     }
@@ -233,10 +263,13 @@ impl Sim {
                         ReconcileEvent::Unknown(_) => Counter::ReconcileUnknownReservation,
                     }),
                     NodeEvent::Upkeep(event) => self.measurements.count(upkeep_counter(&event)),
+                    NodeEvent::HolderExpired(_) => {
+                        self.measurements.count(Counter::WaitLeaseExpiredByWaiter);
+                    }
                 }
             }
             match step {
-                Step::Ask(effect) => match self.effect_next(d, &task, effect) {
+                Step::Ask(effect) => match self.effect_next(d, tid, &mut task, effect) {
                     Performed::Later(next) => break next,
                     Performed::Now(answer) => {
                         let now = self.now_at(d);
@@ -257,13 +290,18 @@ impl Sim {
     /// operation, or answered at once. Cut from the global store, the
     /// succession and DC-lease reads and the takeover writes fail at once;
     /// entries, confirms and set-if-absent writes find out where they land.
-    fn effect_next(&mut self, d: usize, task: &Task, effect: Effect) -> Performed {
+    fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
         // The key a global write is for (the task's).
         let key_of = |sim: &Sim| sim.keys[task.key as usize].clone();
         let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
         let global = |answer| Performed::Now(Answer::Global(answer));
         match effect {
-            Effect::Store(op) => Performed::Later(Next::Store(StoreOp::Dc(op))),
+            Effect::Store(op) => {
+                if let Some(job) = task.kind.waiter_mut() {
+                    job.selected = false;
+                }
+                Performed::Later(Next::Store(StoreOp::Dc(op)))
+            }
             // Through the DC's cache of entries (they never change), as
             // homingd's `read_global` reads.
             Effect::Global(GlobalOp::Entry { key, read }) => {
@@ -366,6 +404,11 @@ impl Sim {
                 let cancelled = self.dcs[d].cancelled.cancelled(&lease, now);
                 Performed::Now(Answer::Cancelled(cancelled))
             }
+            Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
+            Effect::Park { until } => match self.await_selected(d, tid, task) {
+                Some(answer) => Performed::Now(answer),
+                None => Performed::Later(Next::Park(until)),
+            },
         }
     }
 
@@ -450,6 +493,10 @@ impl Sim {
                 {
                     self.dcs[d].upkeep = Some(upkeep);
                 }
+                return Some(None);
+            }
+            Ended::Await(result) => {
+                self.await_finish(d, task, result);
                 return Some(None);
             }
             Ended::Update(Err(e)) | Ended::KeyRead(Err(e)) => Reply::Error(e),

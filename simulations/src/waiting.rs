@@ -1,21 +1,22 @@
 //! Parked acquirers at the DC that owns the holder's reservation. Who is
 //! woken with what — FIFO per reservation, the bounds, the hand-off window —
-//! is homing-node's `Waiters`, and each waiter's loop (first look, register,
+//! is homing-node's `Waiters`, and each waiter's loop (first look, join,
 //! re-read, park until the earliest timer, expire a lapsed holder, time out)
-//! is homing-node's `AwaitVacant`: the same code homingd runs. This module
-//! performs what they ask for with simulated store operations and timers,
-//! and delivers wake-ups to tasks.
+//! is homing-node's `AwaitVacant`, a stepper the simulator's one loop runs
+//! (`src/stepper.rs`): the same code homingd runs. This module performs its
+//! registry operations and parks, and delivers wake-ups to tasks.
 //!
 //! A parked waiter's "select" takes its wake-up first, then a due timer,
 //! then a hand-off change (tokio picks at random; any order is one the
 //! daemon can take). Queues live in memory: a crash loses them.
 
 use crate::counter::Counter;
-use homing_core::{AwaitReply, DcRecord, ErrorKind, ErrorReply, Reply, ReservationId, Written};
-use homing_node::{AwaitPoll, AwaitVacant, Failure, NodeTime, Notified, Stored, Ticket};
+use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
+use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
-use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::dc::{Task, TaskKind};
 use crate::sim::{Event, NodeId, Sim};
+use crate::stepper::Stepping;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,13 +34,14 @@ pub(crate) enum AwaitFor {
 #[derive(Debug)]
 pub(crate) struct AwaitJob {
     /// homing-node's waiter.
-    wait: AwaitVacant,
+    pub(crate) wait: AwaitVacant,
     pub(crate) origin: AwaitFor,
-    /// Whether the first read is still to come back.
-    first_read: bool,
     /// `Some(generation)` while parked: timers of other generations are stale.
     pub(crate) parked: Option<u64>,
     generation: u64,
+    /// Whether its select already ran since its last store operation or
+    /// wake-up (a park then is for real).
+    pub(crate) selected: bool,
 }
 
 impl Sim {
@@ -48,7 +50,7 @@ impl Sim {
         NodeTime::from_us(self.dcs[d].clock.local_us(self.now))
     }
 
-    /// A waiter for `id` starts: read, then register.
+    /// A waiter for `id` starts: read, then join the queue.
     #[allow(clippy::too_many_arguments)] // the request's origin and its content
     pub(crate) fn await_start(
         &mut self,
@@ -66,139 +68,92 @@ impl Sim {
         let job = AwaitJob {
             wait,
             origin,
-            first_read: true,
             parked: None,
             generation: 0,
+            selected: false,
         };
-        let task = Task::new(client, rpc, key, TaskKind::Await(Box::new(job)));
+        let kind = TaskKind::Step(Box::new(Stepping::Await(Box::new(job))));
+        let task = Task::new(client, rpc, key, kind);
         if self.dcs[d].closing.is_some() {
             // homingd's `closed()` is ready at once: the wait ends now.
             self.measurements.count(Counter::WaitAnsweredAtShutdown);
-            return self.await_finish(d, task, Ok(AwaitReply::TimedOut));
+            return self.await_finish(d, &task, Ok(AwaitReply::TimedOut));
         }
-        let tid = self.new_task_id(d);
-        self.await_drive(d, tid, task, false);
+        self.step_start(d, task);
     }
 
-    /// A waiter's store operation completed (or failed).
-    pub(crate) fn await_stored(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        stored: Result<Stored, Failure>,
-    ) {
+    /// Performs waiter `tid`'s registry operation at once: homing-node's
+    /// `Waiters::queue`, with the checker told of a registration.
+    pub(crate) fn await_queue(&mut self, d: usize, tid: u64, task: &Task, op: QueueOp) -> Answer {
         let store_now = self.dcs[d].clock.store_time(self.now);
         let now = self.node_now(d);
-        let key = task.key;
-        let TaskKind::Await(job) = &mut task.kind else {
-            return;
+        let reservation = match &op {
+            QueueOp::Join { reservation, .. } | QueueOp::Handoff(reservation) => {
+                reservation.clone()
+            }
+            QueueOp::Notify(record) => record.id.clone(),
         };
-        let id = job.wait.id().clone();
-        match stored {
-            Ok(Stored::Record(record)) => {
-                let dc = &mut self.dcs[d];
-                // Simulated waiters leave the queue themselves when they stop listening.
-                let notified = job.wait.handle_stored(
-                    Stored::Record(record.clone()),
-                    store_now,
-                    now,
-                    &mut dc.waiters,
-                    || tid,
-                    |_| true,
-                );
-                let first = std::mem::replace(&mut job.first_read, false);
-                if first {
-                    match (job.wait.ticket(), record) {
-                        (Some(ticket), Some(record)) => {
-                            self.measurements.count(Counter::WaitRegistered);
-                            let deadline_us = self.dcs[d]
-                                .clock
-                                .first_true_us_at_us(job.wait.deadline().as_us());
-                            self.checker.wake.on_register(
-                                self.now,
-                                d as u16,
-                                &id,
-                                key,
-                                ticket.get(),
-                                deadline_us,
-                                &record,
-                            );
-                        }
-                        _ => {
-                            let AwaitPoll::Done(result) = job.wait.poll() else {
-                                unreachable!("a first look that does not register is an answer");
-                            };
-                            match &result {
-                                Ok(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
-                                Err(e) if e.kind == ErrorKind::Overloaded => {
-                                    self.measurements.count(Counter::WaitOverloaded);
-                                }
-                                Err(_) => {}
-                            }
-                            return self.await_finish(d, task, result);
-                        }
-                    }
-                }
-                self.waiters_deliver(d, &id, notified);
+        // Simulated waiters leave the queue themselves when they stop listening.
+        let waiters = &mut self.dcs[d].waiters;
+        let (queued, notified) = waiters.queue(op, store_now, now, &self.policy, || tid, |_| true);
+        let job = task.kind.waiter().expect("a waiter's registry operation");
+        match &queued {
+            Queued::Joined(ticket, _) => {
+                self.measurements.count(Counter::WaitRegistered);
+                let deadline_us = self.dcs[d]
+                    .clock
+                    .first_true_us_at_us(job.wait.deadline().as_us());
+                // Invariant: a waiter joins after reading its record.
+                let record = job.wait.record().expect("a record read");
+                let id = &reservation;
+                let ticket = ticket.get();
+                let (at, dc) = (self.now, d as u16);
+                (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, record);
             }
-            Ok(Stored::Written(written)) => {
-                if written == Written::Yes {
-                    self.measurements.count(Counter::WaitLeaseExpiredByWaiter);
-                }
-                let waiters = &mut self.dcs[d].waiters;
-                let stored = Stored::Written(written);
-                let notified =
-                    job.wait
-                        .handle_stored(stored, store_now, now, waiters, || tid, |_| true);
-                self.waiters_deliver(d, &id, notified);
-            }
-            _ => {
-                let message = "unexpected store operation";
-                let result = Err(ErrorReply::new(ErrorKind::Internal, message));
-                return self.await_finish(d, task, result);
-            }
+            Queued::Settled(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
+            Queued::Full(_) => self.measurements.count(Counter::WaitOverloaded),
+            Queued::Handoff(_) => {}
         }
-        self.await_drive(d, tid, task, false);
+        self.waiters_deliver(d, &reservation, notified);
+        Answer::Queued(queued)
     }
 
-    /// Runs the waiter until it needs the store, parks, or ends. `selected`:
-    /// its select already ran at this instant (a `Park` now is for real).
-    fn await_drive(&mut self, d: usize, tid: u64, mut task: Task, mut selected: bool) {
-        loop {
-            let TaskKind::Await(job) = &mut task.kind else {
-                return;
-            };
-            match job.wait.poll() {
-                AwaitPoll::Store(op) => {
-                    return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
-                }
-                AwaitPoll::Park { .. } if !selected => {
-                    selected = true;
-                    let woken = self.dcs[d].woken.remove(&tid);
-                    let store_now = self.dcs[d].clock.store_time(self.now);
-                    let now = self.node_now(d);
-                    let waiters = &self.dcs[d].waiters;
-                    job.wait.handle_wakeup(woken, store_now, now, waiters);
-                }
-                AwaitPoll::Park { until } => {
-                    job.generation += 1;
-                    let generation = job.generation;
-                    job.parked = Some(generation);
-                    let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-                    let epoch = self.dcs[d].epoch;
-                    self.dcs[d].tasks.insert(tid, task);
-                    let event = Event::DcTask {
-                        dc: d as u16,
-                        epoch,
-                        task: tid,
-                        generation,
-                    };
-                    return self.schedule(at, event);
-                }
-                AwaitPoll::Done(result) => return self.await_finish(d, task, result),
-            }
+    /// Waiter `tid` parks until `until` (its select already ran): it waits
+    /// for its timer or a wake-up.
+    pub(crate) fn await_park(&mut self, d: usize, tid: u64, mut task: Task, until: NodeTime) {
+        let job = task.kind.waiter_mut().expect("a waiter parks");
+        job.generation += 1;
+        let generation = job.generation;
+        job.parked = Some(generation);
+        let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
+        let epoch = self.dcs[d].epoch;
+        self.dcs[d].tasks.insert(tid, task);
+        let event = Event::DcTask {
+            dc: d as u16,
+            epoch,
+            task: tid,
+            generation,
+        };
+        self.schedule(at, event);
+    }
+
+    /// Waiter `tid` asks to park: the first time since its last store
+    /// operation or wake-up its select runs at once (taking a reply
+    /// delivered meanwhile, or looking again, as tokio's `select!` finds a
+    /// ready branch), `None` after that (it parks for real).
+    pub(crate) fn await_selected(&mut self, d: usize, tid: u64, task: &mut Task) -> Option<Answer> {
+        let job = task.kind.waiter_mut().expect("a waiter parks");
+        let selected = std::mem::replace(&mut job.selected, true);
+        (!selected).then(|| Answer::Woken(self.dcs[d].woken.remove(&tid)))
+    }
+
+    /// A parked waiter's timer fired or it was roused: its select runs.
+    pub(crate) fn await_select(&mut self, d: usize, tid: u64, mut task: Task) {
+        if let Some(job) = task.kind.waiter_mut() {
+            job.parked = None;
+            job.selected = false;
         }
+        self.step_drive(d, tid, task);
     }
 
     /// A waiter leaves the queue (it timed out or failed; dropping its ticket).
@@ -253,7 +208,7 @@ impl Sim {
 
     /// A parked waiter has something to look at: run its select now.
     pub(crate) fn await_rouse(&mut self, d: usize, tid: u64) {
-        let Some(TaskKind::Await(job)) = self.dcs[d].tasks.get(&tid).map(|t| &t.kind) else {
+        let Some(job) = self.dcs[d].tasks.get(&tid).and_then(|t| t.kind.waiter()) else {
             return;
         };
         if let Some(generation) = job.parked {
@@ -270,23 +225,15 @@ impl Sim {
         }
     }
 
-    /// A parked waiter's timer fired or it was roused: its select runs.
-    pub(crate) fn await_select(&mut self, d: usize, tid: u64, mut task: Task) {
-        if let TaskKind::Await(job) = &mut task.kind {
-            job.parked = None;
-        }
-        self.await_drive(d, tid, task, false);
-    }
-
     /// The waiter ends: it leaves the queue (unless woken) and is answered.
     pub(crate) fn await_finish(
         &mut self,
         d: usize,
-        task: Task,
-        result: Result<AwaitReply, ErrorReply>,
+        task: &Task,
+        result: Result<AwaitReply, Failure>,
     ) {
-        let TaskKind::Await(job) = &task.kind else {
-            return;
+        let Some(job) = task.kind.waiter() else {
+            unreachable!("a waiter's task");
         };
         if let Some(ticket) = job.wait.ticket() {
             self.waiters_leave(d, job.wait.id(), ticket);
@@ -303,9 +250,10 @@ impl Sim {
     /// future (the hand-off window then passes the turn on).
     pub(crate) fn await_drop(&mut self, d: usize, acquire: u64) {
         let origin = AwaitFor::Local { acquire };
-        let waiter = self.dcs[d].tasks.iter().find_map(|(tid, t)| match &t.kind {
-            TaskKind::Await(job) if job.origin == origin => Some(*tid),
-            _ => None,
+        let waiter = self.dcs[d].tasks.iter().find_map(|(tid, t)| {
+            (t.kind.waiter())
+                .is_some_and(|job| job.origin == origin)
+                .then_some(*tid)
         });
         let Some(tid) = waiter else {
             return;
@@ -317,7 +265,7 @@ impl Sim {
             self.measurements
                 .count(Counter::WaitWakeUpDroppedAtDeadline);
         }
-        if let TaskKind::Await(job) = &task.kind
+        if let Some(job) = task.kind.waiter()
             && let Some(ticket) = job.wait.ticket()
         {
             self.waiters_leave(d, job.wait.id(), ticket);
@@ -332,13 +280,13 @@ impl Sim {
         rpc: u64,
         key: u32,
         origin: AwaitFor,
-        result: Result<AwaitReply, ErrorReply>,
+        result: Result<AwaitReply, Failure>,
     ) {
         match origin {
             AwaitFor::Remote => {
                 let reply = match result {
                     Ok(answer) => Reply::Awaited(answer),
-                    Err(e) => Reply::Error(e),
+                    Err(e) => Reply::Error(e.into_reply()),
                 };
                 self.stream_reply(d, client, rpc, key, reply);
             }
@@ -346,9 +294,6 @@ impl Sim {
                 let Some(task) = self.dcs[d].tasks.remove(&acquire) else {
                     return;
                 };
-                // A local failure is unavailable only if its kind says so
-                // (homingd's `Failure::Reply`).
-                let result = result.map_err(Failure::from_reply);
                 self.acquire_awaited(d, acquire, task, result);
             }
         }

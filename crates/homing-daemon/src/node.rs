@@ -22,11 +22,11 @@ use homing_core::{
 use homing_net::Handler;
 use homing_node::cancel;
 use homing_node::{
-    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival, AwaitPoll,
-    AwaitVacant, Cancellations, Change, Changed, Drain, DrainScope, Effect, GlobalAnswer, GlobalOp,
-    GlobalRead, JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower, Mutations, NodeEvent,
-    Now, Reconcile, ReconcileEvent, Resolve, ResolvePoll, Resumption, Step, Stepper, StoreOp,
-    Stored, Update, WatchPoll, WatchRead, answered, owned_here,
+    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival, AwaitVacant,
+    Cancellations, Change, Changed, Drain, DrainScope, Effect, GlobalAnswer, GlobalOp, GlobalRead,
+    JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower, Mutations, NodeEvent, Now, Reconcile,
+    ReconcileEvent, Resolve, ResolvePoll, Resumption, Step, Stepper, StoreOp, Stored, Update,
+    WatchPoll, WatchRead, answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -38,7 +38,7 @@ use tracing::Instrument;
 use crate::dc_lease::{self, DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
 use crate::peers::{PeerError, Peers};
-use crate::waiters::{WaitLimits, Waiters};
+use crate::waiters::{Registration, WaitLimits, Waiters};
 
 /// Most records one `Inspect` or `Scan` reply carries (homing-node's).
 pub const INSPECT_RECORDS_MAX: usize = homing_node::SCAN_PAGE_RECORDS;
@@ -148,6 +148,18 @@ impl Drop for Running<'_> {
 /// The counts running now, by namespace: their outcome once known.
 type QuotaCounts =
     std::collections::HashMap<Namespace, watch::Receiver<Option<Result<(), String>>>>;
+
+/// What a stepper holds at its node while `Node::drive` runs it, given
+/// back when the stepper ends (or its request is dropped).
+#[derive(Default)]
+struct Held<'a> {
+    /// The key create it holds a quota slot for ([`Effect::Admit`]):
+    /// settled by its set-if-absent, else given back.
+    slot: Option<QuotaSlot<'a>>,
+    /// A waiter's place in its queue ([`Effect::Queue`]): it leaves the
+    /// queue unless a write woke it.
+    registration: Option<Registration<'a>>,
+}
 
 /// A key create admitted by the quota: given back when dropped unless
 /// [`QuotaSlot::settle`] says this DC's entry is the key's.
@@ -733,10 +745,7 @@ impl Node {
     /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
     /// hands back the [`Answer`], and acts on the events it notes.
     pub async fn drive<S: Stepper>(&self, stepper: &mut S) -> S::Output {
-        // The key create the stepper holds a quota slot for, if any
-        // ([`Effect::Admit`]): settled by its set-if-absent, else given
-        // back when the stepper ends.
-        let mut slot: Option<QuotaSlot<'_>> = None;
+        let mut held = Held::default();
         loop {
             let step = stepper.step(self.waiters.now());
             while let Some(event) = stepper.poll_event() {
@@ -744,7 +753,7 @@ impl Node {
             }
             match step {
                 Step::Ask(effect) => {
-                    let answer = self.perform_effect(effect, &mut slot).await;
+                    let answer = self.perform_effect(effect, &mut held).await;
                     let now = Now {
                         node: self.waiters.now(),
                         store: store_now(),
@@ -757,19 +766,17 @@ impl Node {
     }
 
     /// Performs one of homing-node's effects, its failure classified.
-    async fn perform_effect<'a>(
-        &'a self,
-        effect: Effect,
-        slot: &mut Option<QuotaSlot<'a>>,
-    ) -> Answer {
+    async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
         let classify = |f: Failure| f.classify(&self.dc);
         match effect {
             Effect::Store(op) => {
                 Answer::Stored(self.perform(op).await.map_err(|e| self.store_failure(e)))
             }
-            Effect::Global(op) => {
-                Answer::Global(self.perform_global(op, slot).await.map_err(classify))
-            }
+            Effect::Global(op) => Answer::Global(
+                self.perform_global(op, &mut held.slot)
+                    .await
+                    .map_err(classify),
+            ),
             Effect::Segment(id) => Answer::Segment(self.segment(&id).await),
             Effect::Forward { dc, key } => {
                 let answer = self.peers.drain(&dc, &key).await;
@@ -780,7 +787,7 @@ impl Node {
                 let admitted = self.admit_key(&namespace).await;
                 Answer::Admitted(
                     admitted
-                        .map(|granted| *slot = Some(granted))
+                        .map(|granted| held.slot = Some(granted))
                         .map_err(classify),
                 )
             }
@@ -801,10 +808,11 @@ impl Node {
                 tracing::debug!(reservation = %reservation, wait_ms, "key held: waiting");
                 let register = async {
                     if reservation.dc() == &self.dc {
-                        self.await_vacant(&reservation, wait_ms).await
+                        // Boxed: a wait is driven from inside a drive.
+                        Box::pin(self.await_vacant(&reservation, wait_ms)).await
                     } else {
                         let remote = self.peers.await_vacant(&reservation, wait_ms).await;
-                        remote.map_err(Failure::from)
+                        remote.map_err(|e| classify(Failure::from(e)))
                     }
                 };
                 // Our own deadline bounds the wait, also when the tail's DC
@@ -814,7 +822,7 @@ impl Node {
                 let awaited = tokio::time::timeout_at(self.waiters.instant(until), register);
                 tokio::select! {
                     awaited = awaited => match awaited {
-                        Ok(result) => Answer::Awaited(result.map_err(classify)),
+                        Ok(result) => Answer::Awaited(result),
                         Err(_) => Answer::TimedOut,
                     },
                     _ = self.closed() => Answer::Closed,
@@ -825,6 +833,28 @@ impl Node {
                 _ = self.closed() => Answer::Closed,
             },
             Effect::Cancelled(lease) => Answer::Cancelled(self.was_cancelled(&lease)),
+            Effect::Queue(op) => {
+                let (queued, joined) = self.waiters.queue(op, store_now(), &self.policy);
+                if joined.is_some() {
+                    held.registration = joined;
+                }
+                Answer::Queued(queued)
+            }
+            Effect::Park { until } => {
+                // Invariant: a waiter parks only once queued.
+                let parked = held
+                    .registration
+                    .as_mut()
+                    .expect("a parked waiter is registered");
+                tokio::select! {
+                    reply = &mut parked.woken => {
+                        Answer::Woken(Some(reply.unwrap_or(AwaitReply::TimedOut)))
+                    }
+                    _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::Woken(None),
+                    _ = parked.rouse.notified() => Answer::Woken(None),
+                    _ = self.closed() => Answer::Closed,
+                }
+            }
         }
     }
 
@@ -845,6 +875,9 @@ impl Node {
             NodeEvent::Upkeep(event) => crate::upkeep::report(self, event),
             NodeEvent::Acquire(event) => log_acquire(event),
             NodeEvent::Shortcut(notice) => self.tell_shortcut(notice),
+            NodeEvent::HolderExpired(id) => {
+                tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
+            }
         }
     }
 
@@ -1009,40 +1042,15 @@ impl Node {
     /// `Vacated` to the first waiter, in registration order), is linked
     /// onwards (`Moved`), or `wait_ms` passes (`TimedOut`), as homing-node's
     /// [`AwaitVacant`] decides.
-    async fn await_vacant(&self, id: &ReservationId, wait_ms: u32) -> Result<AwaitReply, Failure> {
+    async fn await_vacant(
+        &self,
+        id: &ReservationId,
+        wait_ms: u32,
+    ) -> Result<AwaitReply, homing_node::Failure> {
         let now = self.waiters.now();
         let (dc, policy) = (&self.dc, self.policy);
         let mut wait = AwaitVacant::new(dc, id.clone(), wait_ms, now, policy, Mutations::NONE);
-        let mut registration = None;
-        loop {
-            match wait.poll() {
-                AwaitPoll::Store(op) => {
-                    let stored = self.perform(op).await?;
-                    // A waiter writes only to expire a lapsed holder.
-                    if stored == Stored::Written(Written::Yes) {
-                        tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
-                    }
-                    let registered = self.waiters.look(&mut wait, stored, store_now());
-                    if registered.is_some() {
-                        registration = registered;
-                    }
-                }
-                AwaitPoll::Park { until } => {
-                    // Invariant: a waiter parks only once registered.
-                    let parked = registration
-                        .as_mut()
-                        .expect("a parked waiter is registered");
-                    let woken = tokio::select! {
-                        reply = &mut parked.woken => Some(reply.unwrap_or(AwaitReply::TimedOut)),
-                        _ = tokio::time::sleep_until(self.waiters.instant(until)) => None,
-                        _ = parked.rouse.notified() => None,
-                        _ = self.closed() => return Ok(AwaitReply::TimedOut),
-                    };
-                    self.waiters.wakeup(&mut wait, woken, store_now());
-                }
-                AwaitPoll::Done(result) => return result.map_err(Failure::Reply),
-            }
-        }
+        self.drive(&mut wait).await
     }
 
     /// This DC's events after `after` in `scope`; waits up to `wait_ms` for

@@ -1,6 +1,7 @@
 //! homingd's side of parked acquirers: homing-node's [`homing_node::Waiters`]
 //! decides who is woken with what (FIFO, bounds, hand-off) and
-//! [`AwaitVacant`] runs each waiter's loop; this module keeps the registry
+//! [`homing_node::AwaitVacant`] runs each waiter's loop (`Node::drive`
+//! performs its registry operations here); this module keeps the registry
 //! under a lock, reads the node clock, and delivers answers to request tasks
 //! over channels. A waiter whose request future is dropped leaves the queue
 //! at once ([`Registration`]'s `Drop`).
@@ -10,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::{AwaitReply, DcRecord, LeasePolicy, ReservationId, StoreTime};
-use homing_node::{AwaitVacant, Followed, LogFollower, Mutations, NodeTime, Notified, Stored};
+use homing_node::{Followed, LogFollower, Mutations, NodeTime, Notified, QueueOp, Queued};
 pub use homing_node::{Full, WaitLimits};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -89,17 +90,17 @@ impl Waiters {
         self.len() == 0
     }
 
-    /// Hands the answer to the waiter `wait`'s store operation (at
-    /// `store_now`) to it and delivers what it woke; returns the waiter's
-    /// channels if this answer (a read) registered it.
-    pub fn look(
+    /// Performs a waiter's registry operation `op` (homing-node's
+    /// [`Waiters::queue`](homing_node::Waiters::queue), at `store_now`
+    /// under `policy`) and delivers what it woke; returns the answer, and
+    /// the waiter's channels if `op` queued it.
+    pub fn queue(
         &self,
-        wait: &mut AwaitVacant,
-        stored: Stored,
+        op: QueueOp,
         store_now: StoreTime,
-    ) -> Option<Registration<'_>> {
-        // The channels exist only if this read tries to register the waiter
-        // (a full queue refuses it: then there is no ticket either).
+        policy: &LeasePolicy,
+    ) -> (Queued, Option<Registration<'_>>) {
+        // The channels exist only if the op queues the waiter.
         let mut receiving = None;
         let parked = || {
             let (tx, woken) = oneshot::channel();
@@ -108,24 +109,26 @@ impl Waiters {
             Parked { woken: tx, rouse }
         };
         let now = self.now();
-        let notified =
-            self.with(|w| wait.handle_stored(stored, store_now, now, w, parked, listening));
-        self.deliver(wait.id(), notified);
-        let (woken, rouse) = receiving?;
-        let ticket = wait.ticket()?;
-        Some(Registration {
-            waiters: self,
-            reservation: wait.id().clone(),
-            ticket,
-            woken,
-            rouse,
-        })
-    }
-
-    /// The parked waiter `wait` woke up (with its reply, if `woken`).
-    pub fn wakeup(&self, wait: &mut AwaitVacant, woken: Option<AwaitReply>, store_now: StoreTime) {
-        let now = self.now();
-        self.with(|w| wait.handle_wakeup(woken, store_now, now, w));
+        let reservation = match &op {
+            QueueOp::Join { reservation, .. } | QueueOp::Handoff(reservation) => {
+                reservation.clone()
+            }
+            QueueOp::Notify(record) => record.id.clone(),
+        };
+        let (queued, notified) =
+            self.with(|w| w.queue(op, store_now, now, policy, parked, listening));
+        self.deliver(&reservation, notified);
+        let registration = match (&queued, receiving) {
+            (Queued::Joined(ticket, _), Some((woken, rouse))) => Some(Registration {
+                waiters: self,
+                reservation,
+                ticket: *ticket,
+                woken,
+                rouse,
+            }),
+            _ => None,
+        };
+        (queued, registration)
     }
 
     /// `record` (of this DC) was just written at `now`: wakes the waiters

@@ -1,44 +1,47 @@
 //! Await-vacant: a waiter at the DC that owns a held reservation, answering
-//! an `Await` (or the local part of an acquire with `wait_ms`), as a sans-IO
-//! stepper over the DC's [`Waiters`].
+//! an `Await` (or the local part of an acquire with `wait_ms`), as a
+//! [`Stepper`] over the DC's [`crate::Waiters`].
 //!
 //! ```text
-//! own dc? ─► Read ─ absent ─► Failed(UnknownReservation)
-//!             ├ nobody queued and no live holder ─► Done(Vacated | Moved)
-//!             └ register (full ─► Overloaded) ─► Read again (a change between
-//!                 the first read and registering is not missed) ─► notify ─► Park
+//! own dc? ─► Read ─ absent ─► UnknownReservation
+//!             └ Queue(Join) ─ nobody queued and no live holder ─► Vacated | Moved
+//!                 ├ full ─► Overloaded
+//!                 └ Read again (a change between the first read and
+//!                   joining is not missed) ─► Queue(Notify) ─► Park
 //! Park until the earliest of: the holder's lease turns reapable, the
-//! hand-off window ends, the deadline. On a wake-up, in this order:
-//!   woken by a write ─► Done(reply)
-//!   a timer due ─ deadline ─► Done(TimedOut)
-//!               ├ holder lapsed ─► Update(expire) ─► Read again
-//!               └ otherwise ─► Read again
-//!   the hand-off moved ─► Read again
-//!   otherwise ─► Park again
+//! hand-off window ends, the deadline. Woken:
+//!   with a reply (a write let it go) ─► that reply
+//!   without (a timer, a rouse) ─► Queue(Handoff) ─►
+//!     a timer due ─ deadline ─► TimedOut
+//!                 ├ holder lapsed ─► Update(expire) ─► Read again
+//!                 └ otherwise ─► Read again
+//!     the hand-off moved ─► Read again
+//!     otherwise ─► Park again
 //! ```
 //!
-//! The driver loops on [`AwaitVacant::poll`]: it performs each
-//! [`StoreOp`] against its DC store and hands back the [`Stored`] answer
-//! with [`AwaitVacant::handle_stored`] (a landed write also goes through
-//! [`Waiters::written`], which may wake this very waiter), and on `Park`
-//! waits for the first of: the reply delivered to this waiter's handle, the
-//! `until` instant, a rouse of this waiter (its queue's hand-off moved); it
-//! then calls [`AwaitVacant::handle_wakeup`]. When it gives up on a waiter
-//! (its caller went away) it removes [`AwaitVacant::ticket`] from the
-//! registry itself.
+//! The driver performs each [`Effect`] like any stepper's: a store
+//! operation against its DC store (a landed write also goes through
+//! [`crate::Waiters::written`], which may wake this very waiter), a
+//! [`QueueOp`] with [`crate::Waiters::queue`] under the registry's lock
+//! (delivering what it woke), and a park as a wait for the first of: the
+//! reply delivered to this waiter's handle, the `until` instant, a rouse of
+//! this waiter (its queue's hand-off moved), shutdown. When the stepper
+//! ends or its caller goes away, the driver removes [`AwaitVacant::ticket`]
+//! from the registry (a woken waiter has left already).
 
 use homing_core::{
     AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordState, RecordView,
-    ReservationId, StoreTime, TailState, wire::WAIT_MS_MAX,
+    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
 use crate::change::{Change, expire};
 use crate::effect::{StoreOp, Stored, unasked};
+use crate::failure::Failure;
 use crate::mutation::Mutations;
-use crate::step::{Effect, Step};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
-use crate::waiters::{Notified, Ticket, Waiters};
+use crate::waiters::{Handoff, QueueOp, Queued, Ticket};
 
 /// The answer to a waiter that need not wait: the record has no live holder
 /// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.
@@ -52,29 +55,29 @@ pub fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Optio
     }
 }
 
-/// What the driver must do next.
-#[derive(Debug)]
-pub enum AwaitPoll {
-    /// Read this DC's record, or compare-and-set it (the waiter expires a
-    /// lapsed holder); answer with [`AwaitVacant::handle_stored`].
-    Store(StoreOp),
-    /// Wait for the waiter's reply, a rouse, or `until` (node clock); then
-    /// [`AwaitVacant::handle_wakeup`].
-    Park {
-        /// When to wake up at the latest.
-        until: NodeTime,
-    },
-    /// Finished: the answer to the waiter's caller.
-    Done(Result<AwaitReply, ErrorReply>),
-}
-
 #[derive(Debug)]
 enum Phase {
+    /// Read the record first.
     FirstRead,
+    /// Join the queue (or not, if `settled` and nobody waits).
+    Joining {
+        settled: Option<AwaitReply>,
+    },
+    /// Read the record again.
     Reread,
+    /// Let the record just read wake whom it lets go.
+    Notifying,
+    /// Expire the lapsed holder.
     Expiring(Box<Update>),
-    Parked { until: NodeTime },
-    Done(Result<AwaitReply, ErrorReply>),
+    Parked {
+        until: NodeTime,
+    },
+    /// Woken without a reply from the park that ran `until`: look at the
+    /// queue's hand-off.
+    Looking {
+        until: NodeTime,
+    },
+    Done(Result<AwaitReply, Failure>),
     Over,
 }
 
@@ -91,13 +94,19 @@ pub struct AwaitVacant {
     policy: LeasePolicy,
     mutations: Mutations,
     phase: Phase,
+    /// Noted: a lapsed holder this waiter expired.
+    expired: bool,
 }
 
-fn unknown(id: &ReservationId, dc: &DcId) -> Result<AwaitReply, ErrorReply> {
-    Err(ErrorReply::new(
+fn refused(kind: ErrorKind, message: impl Into<String>) -> Result<AwaitReply, Failure> {
+    Err(Failure::Refused(ErrorReply::new(kind, message)))
+}
+
+fn unknown(id: &ReservationId, dc: &DcId) -> Result<AwaitReply, Failure> {
+    refused(
         ErrorKind::UnknownReservation,
         format!("no reservation {id} in dc {dc}"),
-    ))
+    )
 }
 
 impl AwaitVacant {
@@ -115,10 +124,10 @@ impl AwaitVacant {
         let phase = if id.dc() == dc {
             Phase::FirstRead
         } else {
-            Phase::Done(Err(ErrorReply::new(
+            Phase::Done(refused(
                 ErrorKind::BadRequest,
                 format!("reservation {id} is owned by dc {}, ask it", id.dc()),
-            )))
+            ))
         };
         AwaitVacant {
             deadline: now.plus_ms(u64::from(wait_ms.min(WAIT_MS_MAX))),
@@ -129,6 +138,7 @@ impl AwaitVacant {
             policy,
             mutations,
             phase,
+            expired: false,
         }
     }
 
@@ -147,177 +157,170 @@ impl AwaitVacant {
         self.ticket
     }
 
-    /// What to do next; `Done` is handed out once.
-    pub fn poll(&mut self) -> AwaitPoll {
-        match std::mem::replace(&mut self.phase, Phase::Over) {
-            phase @ (Phase::FirstRead | Phase::Reread) => {
-                self.phase = phase;
-                AwaitPoll::Store(StoreOp::Read(self.id.clone()))
-            }
-            Phase::Expiring(mut update) => {
-                let poll = match update.next() {
-                    Step::Ask(Effect::Store(op)) => AwaitPoll::Store(op),
-                    Step::Ask(other) => unreachable!("an update asks only its store: {other:?}"),
-                    Step::Done(Ok(_)) => {
-                        self.phase = Phase::Reread;
-                        return AwaitPoll::Store(StoreOp::Read(self.id.clone()));
-                    }
-                    Step::Done(Err(e)) => {
-                        return AwaitPoll::Done(Err(e.reply()));
-                    }
-                };
-                self.phase = Phase::Expiring(update);
-                poll
-            }
-            Phase::Parked { until } => {
-                self.phase = Phase::Parked { until };
-                AwaitPoll::Park { until }
-            }
-            Phase::Done(result) => AwaitPoll::Done(result),
-            Phase::Over => panic!("waiter for {} polled after it ended", self.id),
-        }
+    /// The record as last read, if one was.
+    pub fn record(&self) -> Option<&DcRecord> {
+        self.record.as_ref()
     }
 
-    /// The answer to the [`StoreOp`] asked, at `store_now` / `now`. A
-    /// record read may register this waiter (its handle made by `handle`)
-    /// and notify the queue; the driver delivers what the returned
-    /// [`Notified`] says.
-    pub fn handle_stored<W>(
-        &mut self,
-        stored: Stored,
-        store_now: StoreTime,
-        now: NodeTime,
-        waiters: &mut Waiters<W>,
-        handle: impl FnOnce() -> W,
-        listening: impl FnMut(&W) -> bool,
-    ) -> Notified<W> {
-        let record = match stored {
-            Stored::Record(record) => record,
-            Stored::Written(written) => {
-                let Phase::Expiring(update) = &mut self.phase else {
-                    panic!("waiter for {}: a write it did not ask for", self.id);
-                };
-                update.handle_stored(Stored::Written(written), store_now);
-                return Notified::default();
-            }
-            other => unasked("waiter", &other),
-        };
-        let dc = self.id.dc().clone();
-        match std::mem::replace(&mut self.phase, Phase::Over) {
-            Phase::FirstRead => {
-                let Some(record) = record else {
-                    self.phase = Phase::Done(unknown(&self.id, &dc));
-                    return Notified::default();
-                };
-                // Free now and nobody ahead: no need to queue.
-                if !waiters.has_waiters(&self.id)
-                    && let Some(reply) = settled(&record, store_now, &self.policy)
-                {
-                    self.phase = Phase::Done(Ok(reply));
-                    return Notified::default();
-                }
-                self.phase = match waiters.register(&self.id, handle()) {
-                    Ok(ticket) => {
-                        self.ticket = Some(ticket);
-                        self.seen_version = waiters.handoff_version(&self.id);
-                        Phase::Reread
-                    }
-                    Err(full) => Phase::Done(Err(ErrorReply::new(
-                        ErrorKind::Overloaded,
-                        full.to_string(),
-                    ))),
-                };
-                Notified::default()
-            }
-            Phase::Reread => {
-                let Some(record) = record else {
-                    self.phase = Phase::Done(unknown(&self.id, &dc));
-                    return Notified::default();
-                };
-                let notified = waiters.notify(&record, store_now, now, &self.policy, listening);
-                self.record = Some(record);
-                self.phase = Phase::Parked {
-                    until: self.wake_at(store_now, now, waiters),
-                };
-                notified
-            }
-            Phase::Expiring(mut update) => {
-                update.handle_stored(Stored::Record(record), store_now);
-                self.phase = Phase::Expiring(update);
-                Notified::default()
-            }
-            other => panic!(
-                "waiter for {}: a record it did not ask for ({other:?})",
-                self.id
-            ),
-        }
+    fn read(&self) -> Step<Result<AwaitReply, Failure>> {
+        Step::Ask(Effect::Store(StoreOp::Read(self.id.clone())))
     }
 
-    /// The parked waiter woke up at `now` / `store_now`: with its reply
-    /// (`woken`), at its timer, or roused.
-    pub fn handle_wakeup<W>(
-        &mut self,
-        woken: Option<AwaitReply>,
-        store_now: StoreTime,
-        now: NodeTime,
-        waiters: &Waiters<W>,
-    ) {
-        let Phase::Parked { until } = self.phase else {
-            panic!("waiter for {}: woken while not parked", self.id);
-        };
-        if let Some(reply) = woken {
-            // Woken by a write: it left the queue then.
-            self.ticket = None;
-            self.phase = Phase::Done(Ok(reply));
-            return;
-        }
-        let wake = self.wake_at(store_now, now, waiters);
-        if until <= now || wake <= now {
-            if now >= self.deadline {
-                self.phase = Phase::Done(Ok(AwaitReply::TimedOut));
-                return;
+    /// Woken without a reply at `now`, from the park that ran until
+    /// `until`, with the queue's hand-off as it is now.
+    fn looked(&mut self, until: NodeTime, handoff: Handoff, now: Now) -> Phase {
+        let wake = self.wake_at(now, handoff.until);
+        if until <= now.node || wake <= now.node {
+            if now.node >= self.deadline {
+                return Phase::Done(Ok(AwaitReply::TimedOut));
             }
             let lapsed = self
                 .record
                 .as_ref()
-                .is_some_and(|r| expire(r, store_now, &self.policy, self.mutations).is_some());
-            self.phase = if lapsed {
+                .is_some_and(|r| expire(r, now.store, &self.policy, self.mutations).is_some());
+            return if lapsed {
                 let (dc, id) = (self.id.dc().clone(), self.id.clone());
                 let update = Update::new(dc, id, Change::Expire, self.policy, self.mutations);
                 Phase::Expiring(Box::new(update))
             } else {
                 Phase::Reread
             };
-            return;
         }
-        let version = if waiters.has_waiters(&self.id) {
-            waiters.handoff_version(&self.id)
-        } else {
-            self.seen_version
-        };
+        let version = handoff.version.unwrap_or(self.seen_version);
         if version != self.seen_version {
             self.seen_version = version;
-            self.phase = Phase::Reread;
-            return;
+            return Phase::Reread;
         }
-        self.phase = Phase::Parked { until: wake };
+        Phase::Parked { until: wake }
     }
 
     /// The earliest of: the holder's lease turning reapable (the reaper may
-    /// be slower), the hand-off window's end, the deadline.
-    fn wake_at<W>(&self, store_now: StoreTime, now: NodeTime, waiters: &Waiters<W>) -> NodeTime {
+    /// be slower), the hand-off window's end (`handoff_until`), the
+    /// deadline.
+    fn wake_at(&self, now: Now, handoff_until: Option<NodeTime>) -> NodeTime {
         let lapse = match self.record.as_ref().map(|r| &r.state) {
             Some(RecordState::Active { expires_at, .. }) => {
                 let at = self.policy.reapable_at(*expires_at);
-                Some(now.plus_ms(at.ms_since(store_now) + 1))
+                Some(now.node.plus_ms(at.ms_since(now.store) + 1))
             }
             _ => None,
         };
-        [lapse, waiters.handoff_until(&self.id), Some(self.deadline)]
+        [lapse, handoff_until, Some(self.deadline)]
             .into_iter()
             .flatten()
             .min()
             .unwrap_or(self.deadline)
+    }
+}
+
+impl Stepper for AwaitVacant {
+    /// The waiter's answer, or why there is none (a refusal, a full queue,
+    /// a store that failed).
+    type Output = Result<AwaitReply, Failure>;
+
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
+        match std::mem::replace(&mut self.phase, Phase::Over) {
+            phase @ (Phase::FirstRead | Phase::Reread) => {
+                self.phase = phase;
+                self.read()
+            }
+            Phase::Joining { settled } => {
+                let reservation = self.id.clone();
+                self.phase = Phase::Joining {
+                    settled: settled.clone(),
+                };
+                Step::Ask(Effect::Queue(QueueOp::Join {
+                    reservation,
+                    settled,
+                }))
+            }
+            Phase::Notifying => {
+                // Invariant: a record was read before notifying.
+                let record = self.record.clone().expect("a record read");
+                self.phase = Phase::Notifying;
+                Step::Ask(Effect::Queue(QueueOp::Notify(Box::new(record))))
+            }
+            Phase::Expiring(mut update) => match update.next() {
+                Step::Ask(effect) => {
+                    self.phase = Phase::Expiring(update);
+                    Step::Ask(effect)
+                }
+                Step::Done(Ok(_)) => {
+                    self.phase = Phase::Reread;
+                    self.read()
+                }
+                Step::Done(Err(e)) => Step::Done(Err(Failure::from_reply(e.reply()))),
+            },
+            Phase::Parked { until } => {
+                self.phase = Phase::Parked { until };
+                Step::Ask(Effect::Park { until })
+            }
+            Phase::Looking { until } => {
+                self.phase = Phase::Looking { until };
+                Step::Ask(Effect::Queue(QueueOp::Handoff(self.id.clone())))
+            }
+            Phase::Done(result) => Step::Done(result),
+            Phase::Over => panic!("waiter for {} stepped after it ended", self.id),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, now: Now) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Over);
+        self.phase = match (phase, answer) {
+            (Phase::Expiring(mut update), answer @ Answer::Stored(_)) => {
+                if answer == Answer::Stored(Ok(Stored::Written(Written::Yes))) {
+                    self.expired = true;
+                }
+                update.answer(answer, now);
+                Phase::Expiring(update)
+            }
+            (Phase::FirstRead | Phase::Reread, Answer::Stored(Err(failure))) => {
+                Phase::Done(Err(failure))
+            }
+            (Phase::FirstRead | Phase::Reread, Answer::Stored(Ok(Stored::Record(None)))) => {
+                Phase::Done(unknown(&self.id, self.id.dc()))
+            }
+            (Phase::FirstRead, Answer::Stored(Ok(Stored::Record(Some(record))))) => {
+                let settled = settled(&record, now.store, &self.policy);
+                self.record = Some(record);
+                Phase::Joining { settled }
+            }
+            (Phase::Reread, Answer::Stored(Ok(Stored::Record(Some(record))))) => {
+                self.record = Some(record);
+                Phase::Notifying
+            }
+            (Phase::Joining { .. }, Answer::Queued(queued)) => match queued {
+                Queued::Settled(reply) => Phase::Done(Ok(reply)),
+                Queued::Joined(ticket, handoff) => {
+                    self.ticket = Some(ticket);
+                    self.seen_version = handoff.version.unwrap_or(self.seen_version);
+                    Phase::Reread
+                }
+                Queued::Full(full) => Phase::Done(refused(ErrorKind::Overloaded, full.to_string())),
+                other => unasked("waiter's join", &other),
+            },
+            (Phase::Notifying, Answer::Queued(Queued::Handoff(handoff))) => Phase::Parked {
+                until: self.wake_at(now, handoff.until),
+            },
+            (Phase::Parked { .. }, Answer::Woken(Some(reply))) => {
+                // Woken by a write: it left the queue then.
+                self.ticket = None;
+                Phase::Done(Ok(reply))
+            }
+            (Phase::Parked { until }, Answer::Woken(None)) => Phase::Looking { until },
+            (Phase::Parked { .. }, Answer::Closed) => Phase::Done(Ok(AwaitReply::TimedOut)),
+            (Phase::Looking { until }, Answer::Queued(Queued::Handoff(handoff))) => {
+                self.looked(until, handoff, now)
+            }
+            (phase, answer) => panic!(
+                "waiter for {}: an answer it did not ask for in {phase:?}: {answer:?}",
+                self.id
+            ),
+        };
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        std::mem::take(&mut self.expired).then(|| NodeEvent::HolderExpired(self.id.clone()))
     }
 }
 
@@ -332,7 +335,7 @@ mod tests {
     use homing_core::{FencingToken, ReleaseCause, RunOutcome, Written};
 
     use super::*;
-    use crate::waiters::WaitLimits;
+    use crate::waiters::{Notified, WaitLimits, Waiters};
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 
@@ -346,7 +349,9 @@ mod tests {
         woken: BTreeMap<usize, AwaitReply>,
         /// Waiting for a wake-up (parked).
         parked: BTreeMap<usize, NodeTime>,
-        answers: BTreeMap<usize, Result<AwaitReply, ErrorReply>>,
+        answers: BTreeMap<usize, Result<AwaitReply, Failure>>,
+        /// What the waiters noted.
+        events: Vec<NodeEvent>,
     }
 
     impl Dc {
@@ -360,6 +365,7 @@ mod tests {
                 woken: BTreeMap::new(),
                 parked: BTreeMap::new(),
                 answers: BTreeMap::new(),
+                events: Vec::new(),
             }
         }
 
@@ -442,41 +448,48 @@ mod tests {
             }
         }
 
-        /// Runs waiter `w` until it parks or ends; store operations are
-        /// instant. Its select runs once after every wake-up and store
-        /// operation, as a driver's `select!` would.
+        /// Runs waiter `w` until it parks or ends; store and registry
+        /// operations are instant. A park right after a store operation
+        /// looks at once (as a driver's `select!` finds a reply or a rouse
+        /// already there); a park after that waits.
         fn drive(&mut self, w: usize, mut selected: bool) {
             loop {
-                let (store_now, now) = self.clocks();
-                match self.waits[w].poll() {
-                    AwaitPoll::Store(op) => {
-                        let id = self.waits[w].id().clone();
-                        let stored = self.perform(op);
-                        let notified = self.waits[w].handle_stored(
-                            stored,
-                            store_now,
-                            now,
-                            &mut self.waiters,
-                            || w,
-                            |_| true,
-                        );
-                        self.deliver(&id, notified);
+                let (store_now, node) = self.clocks();
+                let now = Now {
+                    node,
+                    store: store_now,
+                };
+                let step = self.waits[w].step(node);
+                self.events
+                    .extend(std::iter::from_fn(|| self.waits[w].poll_event()));
+                let answer = match step {
+                    Step::Ask(Effect::Store(op)) => {
                         selected = false;
+                        Answer::Stored(Ok(self.perform(op)))
                     }
-                    AwaitPoll::Park { .. } if !selected => {
+                    Step::Ask(Effect::Queue(op)) => {
+                        let (queued, notified) =
+                            self.waiters
+                                .queue(op, store_now, node, &POLICY, || w, |_| true);
+                        let id = self.waits[w].id().clone();
+                        self.deliver(&id, notified);
+                        Answer::Queued(queued)
+                    }
+                    Step::Ask(Effect::Park { .. }) if !selected => {
                         selected = true;
-                        let woken = self.woken.remove(&w);
-                        self.waits[w].handle_wakeup(woken, store_now, now, &self.waiters);
+                        Answer::Woken(self.woken.remove(&w))
                     }
-                    AwaitPoll::Park { until } => {
+                    Step::Ask(Effect::Park { until }) => {
                         self.parked.insert(w, until);
                         return;
                     }
-                    AwaitPoll::Done(answer) => {
+                    Step::Ask(other) => panic!("a waiter asked {other:?}"),
+                    Step::Done(answer) => {
                         self.answers.insert(w, answer);
                         return;
                     }
-                }
+                };
+                self.waits[w].answer(answer, now);
             }
         }
 
@@ -559,6 +572,7 @@ mod tests {
             panic!("{:?}", dc.answers)
         };
         assert_eq!(*ended, ReleaseCause::Expired);
+        assert_eq!(dc.events, [NodeEvent::HolderExpired(id.clone())]);
         assert!(matches!(
             dc.records[&id].state,
             RecordState::Released { .. }
@@ -568,6 +582,30 @@ mod tests {
             dc.now_us / 1000 >= reapable.as_ms(),
             "not before its lease lapsed"
         );
+    }
+
+    #[test]
+    fn await_a_newcomer_to_a_vacant_reservation_queues_behind_those_waiting() {
+        let mut dc = Dc::new(WaitLimits {
+            per_key: 3,
+            ..limits()
+        });
+        let id = dc.hold(1);
+        let first = dc.start(&id, 60_000);
+        let second = dc.start(&id, 60_000);
+        dc.release(&id);
+        assert!(matches!(dc.answers[&first], Ok(AwaitReply::Vacated { .. })));
+        // Vacant, and the first has the hand-off window: the newcomer does
+        // not jump the queue (nor past the second, still waiting).
+        let newcomer = dc.start(&id, 60_000);
+        assert!(!dc.answers.contains_key(&newcomer), "{:?}", dc.answers);
+        assert_eq!(dc.waiters.len(), 2);
+        dc.next_timeout();
+        assert!(matches!(
+            dc.answers[&second],
+            Ok(AwaitReply::Vacated { .. })
+        ));
+        assert!(!dc.answers.contains_key(&newcomer), "second's turn first");
     }
 
     #[test]
@@ -592,7 +630,7 @@ mod tests {
         let b = dc.start(&id, 60_000);
         let c = dc.start(&id, 60_000);
         assert_eq!(
-            dc.answers[&c].as_ref().unwrap_err().kind,
+            dc.answers[&c].clone().unwrap_err().into_reply().kind,
             ErrorKind::Overloaded
         );
         let lapsed = StoreTime::from_ms(100_000);
@@ -617,12 +655,12 @@ mod tests {
         let mut dc = Dc::new(limits());
         let other = dc.start(&"fra.1".parse().unwrap(), 1_000);
         assert_eq!(
-            dc.answers[&other].as_ref().unwrap_err().kind,
+            dc.answers[&other].clone().unwrap_err().into_reply().kind,
             ErrorKind::BadRequest
         );
         let unknown = dc.start(&"iad.9".parse().unwrap(), 1_000);
         assert_eq!(
-            dc.answers[&unknown].as_ref().unwrap_err().kind,
+            dc.answers[&unknown].clone().unwrap_err().into_reply().kind,
             ErrorKind::UnknownReservation
         );
     }

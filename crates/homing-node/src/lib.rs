@@ -86,7 +86,7 @@ pub use acquire::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquireRequest, CONNECT_GLOBAL_READ,
     CONTENDED_ANSWER_MS, member_named,
 };
-pub use await_vacant::{AwaitPoll, AwaitVacant, settled};
+pub use await_vacant::{AwaitVacant, settled};
 pub use cancel::Cancellations;
 pub use change::{Change, Changed};
 pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
@@ -105,6 +105,6 @@ pub use step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits};
-pub use waiters::{Full, Notified, Ticket, WaitLimits, Waiters, Wake};
+pub use waiters::{Full, Handoff, Notified, QueueOp, Queued, Ticket, WaitLimits, Waiters, Wake};
 pub use walk::{Walk, WalkPoll};
 pub use watch::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX, WatchPoll, WatchRead};

@@ -10,13 +10,15 @@
 //!
 //! Steppers that run this way: [`crate::Acquire`], [`crate::Update`],
 //! [`crate::LinkOnward`], [`crate::Drain`], [`crate::DrainScope`],
-//! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`]. An
-//! acquire also waits: at the holder's DC ([`Effect::Await`]) or in a
-//! pause ([`Effect::Pause`]), each ended by its answer, by its time
-//! running out ([`Answer::TimedOut`]) or by the node shutting down
-//! ([`Answer::Closed`]). (Still driven through their own poll enums: the
-//! waiter and the watch, which park until other requests' writes wake
-//! them, and the resolve.)
+//! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`],
+//! [`crate::AwaitVacant`]. An acquire also waits: at the holder's DC
+//! ([`Effect::Await`]) or in a pause ([`Effect::Pause`]), each ended by its
+//! answer, by its time running out ([`Answer::TimedOut`]) or by the node
+//! shutting down ([`Answer::Closed`]). A waiter queues at its DC's
+//! registry ([`Effect::Queue`]) and parks ([`Effect::Park`]) until another
+//! request's write wakes it ([`Answer::Woken`]). (Still driven through
+//! their own poll enums: the watch, which parks until the DC's log moves,
+//! and the resolve.)
 
 use homing_core::{
     AwaitReply, DcId, FencingToken, Key, LeaseKey, LinkReply, Namespace, ReservationId, Segment,
@@ -29,6 +31,7 @@ use crate::failure::Failure;
 use crate::reconcile::ReconcileEvent;
 use crate::time::NodeTime;
 use crate::upkeep::UpkeepEvent;
+use crate::waiters::{QueueOp, Queued};
 
 /// What a stepper asks of its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +103,21 @@ pub enum Effect {
     /// Did the host give up on this acquire (a `Cancel` under the lease,
     /// noted in [`crate::Cancellations`])? Answered [`Answer::Cancelled`].
     Cancelled(LeaseKey),
+    /// A waiter's business with its DC's waiter registry, performed at
+    /// once with [`crate::Waiters::queue`] (which also says what to
+    /// deliver to other waiters); answered [`Answer::Queued`]. A joined
+    /// waiter stays queued until it is woken, or until the driver removes
+    /// its registration when the stepper ends or is dropped.
+    Queue(QueueOp),
+    /// A queued waiter parks: answered [`Answer::Woken`] with the reply
+    /// delivered to it, or `Woken(None)` when `until` (node clock) passes
+    /// or its queue's hand-off moves (it looks again), or
+    /// [`Answer::Closed`] if the node shuts down. A reply delivered before
+    /// the park is taken at once.
+    Park {
+        /// When to look again at the latest.
+        until: NodeTime,
+    },
 }
 
 /// What the driver answers an [`Effect`]: its result, or why there is none
@@ -125,11 +143,16 @@ pub enum Answer {
     /// To [`Effect::Pause`]: it ended; to [`Effect::Await`]: its `until`
     /// passed before the holder's DC answered.
     TimedOut,
-    /// To [`Effect::Await`] or [`Effect::Pause`]: the node shuts down, so
-    /// nothing waits any longer.
+    /// To [`Effect::Await`], [`Effect::Pause`] or [`Effect::Park`]: the
+    /// node shuts down, so nothing waits any longer.
     Closed,
     /// To [`Effect::Cancelled`]: whether the host gave up.
     Cancelled(bool),
+    /// To [`Effect::Queue`]: the registry's answer.
+    Queued(Queued),
+    /// To [`Effect::Park`]: the reply a write delivered, or `None` (a
+    /// timer or a rouse: look again).
+    Woken(Option<AwaitReply>),
 }
 
 /// Both clocks as the driver read them when it answered: the node's own
@@ -185,6 +208,9 @@ pub enum NodeEvent {
     /// An acquire linked the key's chain and another DC holds the key's
     /// entry: tell it (best effort, not awaited) of the new member.
     Shortcut(ShortcutNotice),
+    /// A waiter expired the lapsed holder of this reservation (the reaper
+    /// had not yet).
+    HolderExpired(ReservationId),
 }
 
 /// A request's handling as a sans-IO state machine (see the module doc).

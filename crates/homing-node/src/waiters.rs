@@ -111,6 +111,50 @@ impl<W> Default for Notified<W> {
     }
 }
 
+/// What a waiter ([`crate::AwaitVacant`]) asks of its DC's registry, as
+/// [`crate::Effect::Queue`]; the driver performs it with [`Waiters::queue`]
+/// under the registry's lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueOp {
+    /// Join `reservation`'s queue, behind those already there — unless
+    /// nobody waits there and `settled` (the waiter's answer from the
+    /// record it read, if it need not wait) answers it at once.
+    Join {
+        /// The reservation awaited.
+        reservation: ReservationId,
+        /// The answer the record read allows without waiting, if any.
+        settled: Option<AwaitReply>,
+    },
+    /// The waiter read `record` (of this DC): wake the waiters its state
+    /// lets go (maybe this one), then tell the queue's hand-off.
+    Notify(Box<DcRecord>),
+    /// Tell the queue's hand-off now.
+    Handoff(ReservationId),
+}
+
+/// A queue's hand-off as a waiter sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handoff {
+    /// How often it moved ([`Waiters::handoff_version`]); `None` when
+    /// nobody is queued.
+    pub version: Option<u64>,
+    /// Until when a woken waiter has the reservation to itself, if one does.
+    pub until: Option<NodeTime>,
+}
+
+/// The registry's answer to a [`QueueOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queued {
+    /// Nobody waited and the record answers the waiter: it did not queue.
+    Settled(AwaitReply),
+    /// Queued: its registration, and the hand-off then.
+    Joined(Ticket, Handoff),
+    /// The queue or the DC is full: it did not queue.
+    Full(Full),
+    /// The hand-off now (after a `Notify`, what it woke).
+    Handoff(Handoff),
+}
+
 #[derive(Debug)]
 struct Queue<W> {
     waiters: VecDeque<(Ticket, W)>,
@@ -227,6 +271,46 @@ impl<W> Waiters<W> {
         }
         self.total -= 1;
         Some(waiter)
+    }
+
+    /// Performs a waiter's `op` at `store_now` / `now`: a join queues the
+    /// waiter's handle made by `handle`; a notify wakes whom the record
+    /// lets go, `listening` saying whether a caller still waits. Returns
+    /// the answer for the waiter and what the driver must deliver.
+    pub fn queue(
+        &mut self,
+        op: QueueOp,
+        store_now: StoreTime,
+        now: NodeTime,
+        policy: &LeasePolicy,
+        handle: impl FnOnce() -> W,
+        listening: impl FnMut(&W) -> bool,
+    ) -> (Queued, Notified<W>) {
+        let handoff = |w: &Waiters<W>, id: &ReservationId| Handoff {
+            version: w.has_waiters(id).then(|| w.handoff_version(id)),
+            until: w.handoff_until(id),
+        };
+        match op {
+            QueueOp::Join {
+                reservation,
+                settled,
+            } => {
+                let queued = match settled {
+                    // Free now and nobody ahead: no need to queue.
+                    Some(reply) if !self.has_waiters(&reservation) => Queued::Settled(reply),
+                    _ => match self.register(&reservation, handle()) {
+                        Ok(ticket) => Queued::Joined(ticket, handoff(self, &reservation)),
+                        Err(full) => Queued::Full(full),
+                    },
+                };
+                (queued, Notified::default())
+            }
+            QueueOp::Notify(record) => {
+                let notified = self.notify(&record, store_now, now, policy, listening);
+                (Queued::Handoff(handoff(self, &record.id)), notified)
+            }
+            QueueOp::Handoff(id) => (Queued::Handoff(handoff(self, &id)), Notified::default()),
+        }
     }
 
     /// `record` (of this DC) was just written: its waiters learn of it.
