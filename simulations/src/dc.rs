@@ -52,7 +52,6 @@ use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, repl
 use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
 use crate::waiting::AwaitFor;
-use crate::watch::WatchJob;
 
 /// Pause before registering again when the tail's DC did not answer an
 /// `Await` (homingd's `AWAIT_RETRY_MS`), ms.
@@ -275,8 +274,6 @@ pub(crate) enum TaskKind {
     /// passes, waiters), run by `Sim::step_drive`.
     Step(Box<Stepping>),
     Segment,
-    /// A watcher's `Watch`.
-    Watch(Box<WatchJob>),
     /// One page of an operator's `Scan`.
     Scan,
     /// A `Resolve`: homing-node's [`Resolve`].
@@ -379,6 +376,8 @@ pub(crate) enum Next {
     Pause(NodeTime),
     /// A waiter parks until then (this DC's node clock) or a wake-up.
     Park(NodeTime),
+    /// A watch parks until then (this DC's node clock) or the log moves.
+    AwaitLog(NodeTime),
 }
 
 pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
@@ -775,6 +774,7 @@ impl Sim {
                 remaining_ms,
             } => self.acquire_await(d, tid, task, reservation, remaining_ms),
             Next::Park(until) => self.await_park(d, tid, task, until),
+            Next::AwaitLog(until) => self.watch_park(d, tid, task, until),
             Next::Pause(until) => {
                 let Some(job) = task.kind.acquire_mut() else {
                     unreachable!("only an acquire pauses");
@@ -1120,7 +1120,7 @@ impl Sim {
                 return self.step_answered(d, tid, task, answer);
             }
             (TaskKind::Step(_) | TaskKind::Segment | TaskKind::Resolve(_), op) => op,
-            (TaskKind::Watch(_) | TaskKind::Scan, _) => {
+            (TaskKind::Scan, _) => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
             }
@@ -1175,7 +1175,7 @@ impl Sim {
                         Next::Reply(resolve.reply())
                     }
                     (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (TaskKind::Step(_) | TaskKind::Watch(_) | TaskKind::Scan, Ok(_)) => {
+                    (TaskKind::Step(_) | TaskKind::Scan, Ok(_)) => {
                         Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
                     }
                 }
@@ -1192,10 +1192,7 @@ impl Sim {
                 return self.step_answered(d, tid, task, Answer::Stored(stored));
             }
             // These answer their caller a failed store operation's error.
-            (TaskKind::Watch(_) | TaskKind::Scan, Err(failure)) => {
-                Next::Reply(Reply::Error(failure.into_reply()))
-            }
-            (TaskKind::Watch(_), Ok(stored)) => return self.watch_stored(d, tid, task, stored),
+            (TaskKind::Scan, Err(failure)) => Next::Reply(Reply::Error(failure.into_reply())),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
             (TaskKind::Segment | TaskKind::Resolve(_), _) => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
@@ -1374,7 +1371,7 @@ impl Sim {
             return;
         }
         let current = match self.dcs[d].tasks.get(&tid).map(|t| &t.kind) {
-            Some(TaskKind::Watch(job)) => job.parked == Some(generation),
+            Some(kind) if kind.parked_watch(generation) => true,
             Some(kind) => match (kind.waiter(), kind.acquire()) {
                 (Some(job), _) => job.parked == Some(generation),
                 (_, Some(job)) => job.generation == generation,
@@ -1394,8 +1391,8 @@ impl Sim {
         if task.kind.waiter().is_some() {
             return self.await_select(d, tid, task);
         }
-        if matches!(task.kind, TaskKind::Watch(_)) {
-            return self.watch_deadline(d, tid, task);
+        if task.kind.watch_mut().is_some() {
+            return self.watch_ended(d, tid, task, Answer::TimedOut);
         }
         if task
             .kind

@@ -500,7 +500,7 @@ impl Sim {
                 resolve.handle_segment(Err(failure), self.answers_for_tails(d));
                 Next::Reply(resolve.reply())
             }
-            TaskKind::Segment | TaskKind::Resolve(_) | TaskKind::Watch(_) | TaskKind::Scan => {
+            TaskKind::Segment | TaskKind::Resolve(_) | TaskKind::Scan => {
                 Next::Reply(homing_core::Reply::Error(e))
             }
         };

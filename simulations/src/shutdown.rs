@@ -12,6 +12,7 @@
 
 use crate::counter::{Counter, Timing};
 use homing_core::AwaitReply;
+use homing_node::Answer;
 
 use crate::dc::TaskKind;
 use crate::sim::{Event, Sim};
@@ -47,7 +48,7 @@ impl Sim {
         // Parked watches answer the cursor as it stands.
         for tid in self.dcs[d].watches.clone() {
             if let Some(task) = self.dcs[d].tasks.remove(&tid) {
-                self.watch_deadline(d, tid, task);
+                self.watch_ended(d, tid, task, Answer::Closed);
             }
         }
         // Paused and waiting acquires answer now.

@@ -28,6 +28,7 @@ use crate::key_read::{KeyRead, Then};
 use crate::sim::{GlobalWrite, NodeId, Sim};
 use crate::upkeep::upkeep_counter;
 use crate::waiting::AwaitJob;
+use crate::watch::WatchJob;
 
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
@@ -40,6 +41,7 @@ pub(crate) enum Ended {
     Reconcile(<homing_node::Reconcile as Stepper>::Output),
     Upkeep,
     Await(<homing_node::AwaitVacant as Stepper>::Output),
+    Watch(<homing_node::WatchRead as Stepper>::Output),
 }
 
 /// How a stepper's effect is performed.
@@ -95,6 +97,23 @@ impl TaskKind {
         }
     }
 
+    /// The watch the task runs, if it is one, to change.
+    pub(crate) fn watch_mut(&mut self) -> Option<&mut WatchJob> {
+        match self {
+            TaskKind::Step(stepping) => match stepping.as_mut() {
+                Stepping::Watch(job) => Some(job.as_mut()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether the task is a watch parked until the log moves.
+    pub(crate) fn parked_watch(&self, generation: u64) -> bool {
+        matches!(self, TaskKind::Step(s)
+            if matches!(s.as_ref(), Stepping::Watch(job) if job.parked == Some(generation)))
+    }
+
     /// Whether the task is the DC's reconciliation of takeovers.
     pub(crate) fn reconciles(&self) -> bool {
         matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Reconcile(_)))
@@ -134,6 +153,9 @@ pub(crate) enum Stepping {
     /// A waiter at the holder's DC, for a peer's `Await` or a local
     /// acquire: homing-node's [`homing_node::AwaitVacant`] (`src/waiting.rs`).
     Await(Box<AwaitJob>),
+    /// A watcher's `Watch`: homing-node's [`homing_node::WatchRead`]
+    /// (`src/watch.rs`).
+    Watch(Box<WatchJob>),
 }
 
 impl Stepping {
@@ -149,6 +171,7 @@ impl Stepping {
             Stepping::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
             Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
             Stepping::Await(job) => job.wait.step(now).map(Ended::Await),
+            Stepping::Watch(job) => job.read.step(now).map(Ended::Watch),
         }
     }
 
@@ -164,6 +187,7 @@ impl Stepping {
             Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
             Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
             Stepping::Await(job) => job.wait.answer(answer, now),
+            Stepping::Watch(job) => job.read.answer(answer, now),
         }
     }
 
@@ -175,7 +199,9 @@ impl Stepping {
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
             Stepping::Upkeep(upkeep) => upkeep.poll_event(),
             Stepping::Await(job) => job.wait.poll_event(),
-            Stepping::Update(_) | Stepping::Link(_) | Stepping::KeyRead(_) => None,
+            Stepping::Update(_) | Stepping::Link(_) | Stepping::KeyRead(_) | Stepping::Watch(_) => {
+                None
+            }
         }
     }
 }
@@ -405,6 +431,7 @@ impl Sim {
                 Performed::Now(Answer::Cancelled(cancelled))
             }
             Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
+            Effect::AwaitLog { until } => Performed::Later(Next::AwaitLog(until)),
             Effect::Park { until } => match self.await_selected(d, tid, task) {
                 Some(answer) => Performed::Now(answer),
                 None => Performed::Later(Next::Park(until)),
@@ -495,6 +522,10 @@ impl Sim {
                 }
                 return Some(None);
             }
+            Ended::Watch(done) => match done {
+                Ok((events, next)) => Reply::Events { events, next },
+                Err(e) => Reply::Error(e),
+            },
             Ended::Await(result) => {
                 self.await_finish(d, task, result);
                 return Some(None);

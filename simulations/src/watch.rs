@@ -17,11 +17,12 @@
 
 use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
-use homing_node::{NodeTime, Stored, WatchPoll, WatchRead};
+use homing_node::{Answer, NodeTime, WatchRead};
 use homing_store::EVENTS_LIMIT_MAX;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind};
+use crate::dc::{Task, TaskKind};
 use crate::sim::{Event, NodeId, Sim};
+use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
 
 /// How long a watcher's request waits for an event, ms.
@@ -32,9 +33,8 @@ pub const WATCH_RETRY_MS: u64 = 250;
 /// A DC's `Watch` request in progress.
 #[derive(Debug)]
 pub(crate) struct WatchJob {
-    read: WatchRead,
-    /// When its wait runs out, by the DC's clock.
-    deadline: NodeTime,
+    /// homing-node's watch.
+    pub(crate) read: WatchRead,
     /// The generation of its deadline timer while parked.
     pub(crate) parked: Option<u64>,
     generation: u64,
@@ -61,62 +61,33 @@ impl Sim {
         after: EventSeq,
         wait_ms: u32,
     ) {
-        let wait_ms = wait_ms.min(homing_core::wire::WAIT_MS_MAX);
-        let deadline = self.node_now(d).plus_ms(u64::from(wait_ms));
+        let now = self.node_now(d);
+        let read = WatchRead::new(scope, after, wait_ms, now, EVENTS_LIMIT_MAX);
         let job = WatchJob {
-            read: WatchRead::new(scope, after, EVENTS_LIMIT_MAX)
-                .with_mutations(self.rules.mutations),
-            deadline,
+            read: read.with_mutations(self.rules.mutations),
             parked: None,
             generation: 0,
         };
-        let task = Task::new(client, rpc, NO_KEY, TaskKind::Watch(Box::new(job)));
-        let tid = self.new_task_id(d);
-        self.watch_drive(d, tid, task);
+        let kind = TaskKind::Step(Box::new(Stepping::Watch(Box::new(job))));
+        self.step_start(d, Task::new(client, rpc, NO_KEY, kind));
     }
 
-    /// Runs the watch until it reads, parks or answers.
-    fn watch_drive(&mut self, d: usize, tid: u64, mut task: Task) {
-        let now = self.node_now(d);
-        let TaskKind::Watch(job) = &mut task.kind else {
-            return;
+    /// Watch `tid` parks until the DC's log moves or `until` (its
+    /// deadline, by the DC's clock).
+    pub(crate) fn watch_park(&mut self, d: usize, tid: u64, mut task: Task, until: NodeTime) {
+        let job = task.kind.watch_mut().expect("a watch parks");
+        job.generation += 1;
+        job.parked = Some(job.generation);
+        let event = Event::DcTask {
+            dc: d as u16,
+            epoch: self.dcs[d].epoch,
+            task: tid,
+            generation: job.generation,
         };
-        let done = match job.read.poll().clone() {
-            WatchPoll::Store(op) => {
-                return self.dc_continue(d, tid, task, Next::Store(StoreOp::Dc(op)));
-            }
-            WatchPoll::Done(done) => done,
-            WatchPoll::Park if now >= job.deadline => job.read.answer_now(),
-            WatchPoll::Park => {
-                job.generation += 1;
-                job.parked = Some(job.generation);
-                let event = Event::DcTask {
-                    dc: d as u16,
-                    epoch: self.dcs[d].epoch,
-                    task: tid,
-                    generation: job.generation,
-                };
-                let at = self.dcs[d].clock.first_true_us_at_us(job.deadline.as_us());
-                self.dcs[d].watches.insert(tid);
-                self.dcs[d].tasks.insert(tid, task);
-                return self.schedule(at, event);
-            }
-        };
-        let reply = match done {
-            Ok((events, next)) => Reply::Events { events, next },
-            Err(e) => Reply::Error(e),
-        };
-        self.dc_continue(d, tid, task, Next::Reply(reply));
-    }
-
-    /// A page of the event log was read for watch `tid` (a failed read
-    /// answers its error in `dc_stored`).
-    pub(crate) fn watch_stored(&mut self, d: usize, tid: u64, mut task: Task, page: Stored) {
-        let TaskKind::Watch(job) = &mut task.kind else {
-            return;
-        };
-        job.read.handle_stored(page);
-        self.watch_drive(d, tid, task);
+        let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
+        self.dcs[d].watches.insert(tid);
+        self.dcs[d].tasks.insert(tid, task);
+        self.schedule(at, event);
     }
 
     /// DC `d`'s event log moved: every parked watch reads again.
@@ -125,26 +96,22 @@ impl Sim {
             let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
                 continue;
             };
-            if let TaskKind::Watch(job) = &mut task.kind {
+            if let Some(job) = task.kind.watch_mut() {
                 job.parked = None;
-                job.read.handle_moved();
             }
-            self.watch_drive(d, tid, task);
+            self.step_answered(d, tid, task, Answer::LogMoved(Ok(())));
         }
     }
 
-    /// Watch `tid`'s wait ran out while parked: it answers the cursor as it stands.
-    pub(crate) fn watch_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
+    /// Watch `tid` stops waiting while parked: its wait ran out
+    /// (`Answer::TimedOut`) or the DC shuts down (`Answer::Closed`); it
+    /// answers the cursor as it stands.
+    pub(crate) fn watch_ended(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
         self.dcs[d].watches.remove(&tid);
-        let TaskKind::Watch(job) = &mut task.kind else {
-            return;
-        };
-        job.parked = None;
-        let reply = match job.read.answer_now() {
-            Ok((events, next)) => Reply::Events { events, next },
-            Err(e) => Reply::Error(e),
-        };
-        self.dc_continue(d, tid, task, Next::Reply(reply));
+        if let Some(job) = task.kind.watch_mut() {
+            job.parked = None;
+        }
+        self.step_answered(d, tid, task, answer);
     }
 
     /// Router `r` asks its region's DC for the events after its cursor.

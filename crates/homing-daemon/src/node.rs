@@ -17,7 +17,7 @@ use homing_core::{
     FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply,
     LocalSegment, Namespace, NamespaceScope, ReleaseReply, Reply, Request, ReservationId, Role,
     ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Succession, TakeOverReply,
-    TakeoverPolicy, Written, wire,
+    TakeoverPolicy, Written,
 };
 use homing_net::Handler;
 use homing_node::cancel;
@@ -26,7 +26,7 @@ use homing_node::{
     Cancellations, Change, Changed, Drain, DrainScope, Effect, GlobalAnswer, GlobalOp, GlobalRead,
     JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower, Mutations, NodeEvent, Now, Reconcile,
     ReconcileEvent, Resolve, ResolvePoll, Resumption, Step, Stepper, StoreOp, Stored, Update,
-    WatchPoll, WatchRead, answered, owned_here,
+    WatchRead, answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -159,6 +159,11 @@ struct Held<'a> {
     /// A waiter's place in its queue ([`Effect::Queue`]): it leaves the
     /// queue unless a write woke it.
     registration: Option<Registration<'a>>,
+    /// A watch's subscription to the DC's log moving, made before its
+    /// first read ([`Effect::AwaitLog`]).
+    changes: Option<watch::Receiver<u64>>,
+    /// A parked watch's slot (`watches_parked_max`), taken at its first park.
+    parked_watch: Option<Parked<'a>>,
 }
 
 /// A key create admitted by the quota: given back when dropped unless
@@ -745,7 +750,15 @@ impl Node {
     /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
     /// hands back the [`Answer`], and acts on the events it notes.
     pub async fn drive<S: Stepper>(&self, stepper: &mut S) -> S::Output {
-        let mut held = Held::default();
+        self.drive_holding(stepper, Held::default()).await
+    }
+
+    /// [`Node::drive`], the stepper holding `held` from the start.
+    async fn drive_holding<'a, S: Stepper>(
+        &'a self,
+        stepper: &mut S,
+        mut held: Held<'a>,
+    ) -> S::Output {
         loop {
             let step = stepper.step(self.waiters.now());
             while let Some(event) = stepper.poll_event() {
@@ -839,6 +852,32 @@ impl Node {
                     held.registration = joined;
                 }
                 Answer::Queued(queued)
+            }
+            Effect::AwaitLog { until } => {
+                if held.parked_watch.is_none() {
+                    let max = self.watches_parked_max;
+                    let Some(slot) = Parked::take(&self.watches_parked, max) else {
+                        let why = format!(
+                            "{max} watches are parked at this dc (watches_parked_max); retry later"
+                        );
+                        let full = ErrorReply::new(ErrorKind::Overloaded, why);
+                        return Answer::LogMoved(Err(homing_node::Failure::Refused(full)));
+                    };
+                    held.parked_watch = Some(slot);
+                }
+                // Invariant: `Node::watch` subscribes before it drives.
+                let changes = held
+                    .changes
+                    .as_mut()
+                    .expect("a watch subscribed to the log");
+                tokio::select! {
+                    _ = changes.changed() => {
+                        changes.mark_unchanged();
+                        Answer::LogMoved(Ok(()))
+                    }
+                    _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::TimedOut,
+                    _ = self.closed() => Answer::Closed,
+                }
             }
             Effect::Park { until } => {
                 // Invariant: a waiter parks only once queued.
@@ -1061,42 +1100,16 @@ impl Node {
         after: EventSeq,
         wait_ms: u32,
     ) -> Result<Reply, Failure> {
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(u64::from(wait_ms.min(wire::WAIT_MS_MAX)));
+        let now = self.waiters.now();
+        let mut read = WatchRead::new(scope.clone(), after, wait_ms, now, EVENTS_LIMIT_MAX);
+        // Subscribed before the first read: a write while it reads wakes it.
         let mut changes = self.changes.subscribe();
-        let mut parked: Option<Parked<'_>> = None;
-        let mut read = WatchRead::new(scope.clone(), after, EVENTS_LIMIT_MAX);
         changes.mark_unchanged();
-        let done = loop {
-            match read.poll() {
-                WatchPoll::Store(op) => read.handle_stored(self.perform(op.clone()).await?),
-                WatchPoll::Done(done) => break done.clone(),
-                WatchPoll::Park => {
-                    if tokio::time::Instant::now() >= deadline {
-                        break read.answer_now();
-                    }
-                    if parked.is_none() {
-                        parked = Some(Parked::take(&self.watches_parked, self.watches_parked_max).ok_or_else(|| {
-                            fail(
-                                ErrorKind::Overloaded,
-                                format!(
-                                    "{} watches are parked at this dc (watches_parked_max); retry later",
-                                    self.watches_parked_max
-                                ),
-                            )
-                        })?);
-                    }
-                    tokio::select! {
-                        _ = changes.changed() => {
-                            changes.mark_unchanged();
-                            read.handle_moved();
-                        }
-                        _ = tokio::time::sleep_until(deadline) => break read.answer_now(),
-                        _ = self.closed() => break read.answer_now(),
-                    }
-                }
-            }
+        let held = Held {
+            changes: Some(changes),
+            ..Held::default()
         };
+        let done = self.drive_holding(&mut read, held).await;
         let (events, next) = done.map_err(Failure::Reply)?;
         Ok(Reply::Events { events, next })
     }

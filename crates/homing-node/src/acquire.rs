@@ -810,9 +810,10 @@ impl Stepper for Acquire {
             Answer::TimedOut => self.handle_timeout(now.node),
             Answer::Closed => self.handle_close(),
             Answer::Cancelled(cancelled) => self.handle_cancelled(cancelled),
-            other @ (Answer::Forwarded(_) | Answer::Queued(_) | Answer::Woken(_)) => {
-                unasked("acquire", &other)
-            }
+            other @ (Answer::Forwarded(_)
+            | Answer::Queued(_)
+            | Answer::Woken(_)
+            | Answer::LogMoved(_)) => unasked("acquire", &other),
         }
     }
 

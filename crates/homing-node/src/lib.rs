@@ -107,4 +107,4 @@ pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError};
 pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits};
 pub use waiters::{Full, Handoff, Notified, QueueOp, Queued, Ticket, WaitLimits, Waiters, Wake};
 pub use walk::{Walk, WalkPoll};
-pub use watch::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX, WatchPoll, WatchRead};
+pub use watch::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX, WatchRead, Watched};

@@ -11,14 +11,14 @@
 //! Steppers that run this way: [`crate::Acquire`], [`crate::Update`],
 //! [`crate::LinkOnward`], [`crate::Drain`], [`crate::DrainScope`],
 //! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`],
-//! [`crate::AwaitVacant`]. An acquire also waits: at the holder's DC
+//! [`crate::AwaitVacant`], [`crate::WatchRead`]. An acquire also waits: at the holder's DC
 //! ([`Effect::Await`]) or in a pause ([`Effect::Pause`]), each ended by its
 //! answer, by its time running out ([`Answer::TimedOut`]) or by the node
 //! shutting down ([`Answer::Closed`]). A waiter queues at its DC's
 //! registry ([`Effect::Queue`]) and parks ([`Effect::Park`]) until another
-//! request's write wakes it ([`Answer::Woken`]). (Still driven through
-//! their own poll enums: the watch, which parks until the DC's log moves,
-//! and the resolve.)
+//! request's write wakes it ([`Answer::Woken`]); a watch parks until the
+//! DC's event log moves ([`Effect::AwaitLog`]). (Still driven through its
+//! own poll enum: the resolve.)
 
 use homing_core::{
     AwaitReply, DcId, FencingToken, Key, LeaseKey, LinkReply, Namespace, ReservationId, Segment,
@@ -109,6 +109,17 @@ pub enum Effect {
     /// waiter stays queued until it is woken, or until the driver removes
     /// its registration when the stepper ends or is dropped.
     Queue(QueueOp),
+    /// A watch with nothing to answer waits for this DC's event log to
+    /// move (a write appends an event): answered [`Answer::LogMoved`]
+    /// (`Err`: the node parks as many watches as it may), or
+    /// [`Answer::TimedOut`] once `until` (node clock) passes first, or
+    /// [`Answer::Closed`]. A write between the watch's first read and its
+    /// park must still wake it (the driver follows the log from before the
+    /// first read).
+    AwaitLog {
+        /// The watch's deadline.
+        until: NodeTime,
+    },
     /// A queued waiter parks: answered [`Answer::Woken`] with the reply
     /// delivered to it, or `Woken(None)` when `until` (node clock) passes
     /// or its queue's hand-off moves (it looks again), or
@@ -140,14 +151,18 @@ pub enum Answer {
     Linked(Result<LinkReply, Failure>),
     /// To [`Effect::Await`]: how the wait ended at the holder's DC.
     Awaited(Result<AwaitReply, Failure>),
-    /// To [`Effect::Pause`]: it ended; to [`Effect::Await`]: its `until`
-    /// passed before the holder's DC answered.
+    /// To [`Effect::Pause`]: it ended; to [`Effect::Await`] or
+    /// [`Effect::AwaitLog`]: its `until` passed first.
     TimedOut,
-    /// To [`Effect::Await`], [`Effect::Pause`] or [`Effect::Park`]: the
-    /// node shuts down, so nothing waits any longer.
+    /// To [`Effect::Await`], [`Effect::Pause`], [`Effect::Park`] or
+    /// [`Effect::AwaitLog`]: the node shuts down, so nothing waits any
+    /// longer.
     Closed,
     /// To [`Effect::Cancelled`]: whether the host gave up.
     Cancelled(bool),
+    /// To [`Effect::AwaitLog`]: the log moved, or the node would not
+    /// park one more watch.
+    LogMoved(Result<(), Failure>),
     /// To [`Effect::Queue`]: the registry's answer.
     Queued(Queued),
     /// To [`Effect::Park`]: the reply a write delivered, or `None` (a

@@ -1,6 +1,6 @@
 //! A `Watch { scope, after, wait_ms }`: the cursor rules of reading a DC's
-//! event log for a watcher, as a sans-IO stepper. The driver reads pages and
-//! parks the request; this decides what each page means:
+//! event log for a watcher, as a sans-IO [`Stepper`]. The driver reads pages
+//! and parks the request; this decides what each page means:
 //!
 //! - a cursor of 0 starts from the oldest event kept; any other cursor must
 //!   not point before it (the watcher would miss trimmed events: refused
@@ -17,19 +17,25 @@
 //!   reaching the head answers at once (perhaps no events, but a moved
 //!   cursor) instead of parking;
 //! - a round that reaches the head with nothing in scope parks until the
-//!   log moves or the wait runs out ([`WatchPoll::Park`]), then reads again
-//!   from where it stopped.
+//!   log moves or the wait runs out ([`Effect::AwaitLog`]), then reads
+//!   again from where it stopped; a wait that ran out (or the node shutting
+//!   down) answers the cursor as it stands.
 //!
 //! ```text
 //! Read ─ page ─► (cursor bad) Done(Err)
 //!   │  └─ page full, pages left this round ─► Read (next page)
 //!   │  └─ events in scope, or the page bound reached ─► Done(Ok)
-//!   └─ head reached, nothing in scope ─► Park ─ log moved ─► Read
+//!   └─ head reached, nothing in scope ─► (wait over ─► Done(Ok))
+//!        AwaitLog ─ log moved ─► Read
+//!                 └ wait over, closed ─► Done(Ok)
+//!                 └ too many parked ─► Done(Err(Overloaded))
 //! ```
 
 use homing_core::{ErrorKind, ErrorReply, Event, EventSeq, NamespaceScope, wire};
 
-use crate::effect::{StoreOp, Stored, unasked};
+use crate::effect::{StoreOp, Stored};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
+use crate::time::NodeTime;
 use crate::{Mutation, Mutations};
 
 /// Most encoded bytes of events one `Watch` reply carries (the rest of the
@@ -39,19 +45,18 @@ pub const WATCH_REPLY_BYTES_MAX: usize = 48 * 1024;
 /// scope before answering with none (but a moved cursor).
 pub const WATCH_PAGES_MAX: usize = 8;
 
-/// What the driver must do next.
+/// The events in scope and the cursor to resume from, or why the cursor
+/// cannot be served.
+pub type Watched = Result<(Vec<Event>, EventSeq), ErrorReply>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchPoll {
-    /// Read the events after the cursor ([`StoreOp::Events`]); answer with
-    /// [`WatchRead::handle_stored`].
-    Store(StoreOp),
-    /// Nothing in scope up to the head: wait until the log moves (then
-    /// [`WatchRead::handle_moved`]) or the request's wait runs out (then
-    /// answer [`WatchRead::answer_now`]).
+enum Phase {
+    /// Read the events after the cursor.
+    Read(StoreOp),
+    /// Nothing in scope up to the head: wait for the log to move.
     Park,
-    /// Finished: the events in scope and the cursor to resume from, or why
-    /// the cursor cannot be served.
-    Done(Result<(Vec<Event>, EventSeq), ErrorReply>),
+    Done(Watched),
+    Over,
 }
 
 /// One `Watch` request's reading of the log.
@@ -61,27 +66,37 @@ pub struct WatchRead {
     /// The last event read (in scope or not).
     after: EventSeq,
     page_limit: usize,
+    /// When the request's wait runs out (node clock).
+    deadline: NodeTime,
     /// Events in scope found this round, and their encoded bytes.
     events: Vec<Event>,
     bytes: usize,
     /// Pages read this round.
     pages: usize,
-    poll: WatchPoll,
+    phase: Phase,
     mutations: Mutations,
 }
 
 impl WatchRead {
-    /// A watch of `scope` from cursor `after`, reading pages of `page_limit`
-    /// events (the store's page bound).
-    pub fn new(scope: NamespaceScope, after: EventSeq, page_limit: usize) -> WatchRead {
+    /// A watch of `scope` from cursor `after` arriving at `now`, waiting at
+    /// most `wait_ms` (capped at `WAIT_MS_MAX`) for an event, reading pages
+    /// of `page_limit` events (the store's page bound).
+    pub fn new(
+        scope: NamespaceScope,
+        after: EventSeq,
+        wait_ms: u32,
+        now: NodeTime,
+        page_limit: usize,
+    ) -> WatchRead {
         WatchRead {
             scope,
             after,
             page_limit,
+            deadline: now.plus_ms(u64::from(wait_ms.min(wire::WAIT_MS_MAX))),
             events: Vec::new(),
             bytes: 0,
             pages: 0,
-            poll: WatchPoll::Store(StoreOp::Events {
+            phase: Phase::Read(StoreOp::Events {
                 after,
                 limit: page_limit,
             }),
@@ -94,23 +109,6 @@ impl WatchRead {
         WatchRead { mutations, ..self }
     }
 
-    /// What to do next.
-    pub fn poll(&self) -> &WatchPoll {
-        &self.poll
-    }
-
-    /// The answer to the [`StoreOp`] asked.
-    pub fn handle_stored(&mut self, stored: Stored) {
-        match stored {
-            Stored::Events {
-                events,
-                oldest,
-                head,
-            } => self.handle_page(events, oldest, head),
-            other => unasked("watch", &other),
-        }
-    }
-
     /// A page of events after the cursor, with the oldest event kept and the
     /// log's head.
     fn handle_page(&mut self, events: Vec<Event>, oldest: EventSeq, head: EventSeq) {
@@ -118,12 +116,12 @@ impl WatchRead {
         // past the cursor between two pages or while parked.
         let unchecked = self.pages > 0 && self.mutations.has(Mutation::WatchChecksFirstPageOnly);
         if !unchecked && let Err(refusal) = self.check_cursor(oldest, head) {
-            self.poll = if self.events.is_empty() {
-                WatchPoll::Done(Err(refusal))
+            self.phase = if self.events.is_empty() {
+                Phase::Done(Err(refusal))
             } else {
                 // Answer what was read before the gap; the next request,
                 // from this cursor, is refused.
-                self.answer()
+                self.found()
             };
             return;
         }
@@ -137,7 +135,7 @@ impl WatchRead {
                 let size = wire::encode(&event).map_or(usize::MAX, |b| b.len());
                 if self.bytes.saturating_add(size) > WATCH_REPLY_BYTES_MAX {
                     // This event starts the next reply.
-                    self.poll = self.answer();
+                    self.phase = self.found();
                     return;
                 }
                 self.bytes += size;
@@ -145,41 +143,32 @@ impl WatchRead {
             }
             self.after = event.seq;
         }
-        self.poll = if full && self.pages < WATCH_PAGES_MAX {
-            WatchPoll::Store(StoreOp::Events {
+        self.phase = if full && self.pages < WATCH_PAGES_MAX {
+            Phase::Read(StoreOp::Events {
                 after: self.after,
                 limit: self.page_limit,
             })
         } else if !self.events.is_empty() || full {
             // Events found, or pages read without reaching the head: answer
             // now (with a moved cursor) rather than wait for a change.
-            self.answer()
+            self.found()
         } else {
-            WatchPoll::Park
+            Phase::Park
         };
     }
 
     /// The log moved while parked: read again from the cursor (a new round).
-    pub fn handle_moved(&mut self) {
+    fn handle_moved(&mut self) {
         self.pages = 0;
-        self.poll = WatchPoll::Store(StoreOp::Events {
+        self.phase = Phase::Read(StoreOp::Events {
             after: self.after,
             limit: self.page_limit,
         });
     }
 
-    /// The request's wait ran out (or the DC shuts down): answer what this
-    /// round found, with the cursor as it stands.
-    pub fn answer_now(&mut self) -> Result<(Vec<Event>, EventSeq), ErrorReply> {
-        let WatchPoll::Done(done) = self.answer() else {
-            unreachable!("answer() is Done")
-        };
-        self.poll = WatchPoll::Done(done.clone());
-        done
-    }
-
-    fn answer(&mut self) -> WatchPoll {
-        WatchPoll::Done(Ok((std::mem::take(&mut self.events), self.after)))
+    /// What this round found, with the cursor as it stands.
+    fn found(&mut self) -> Phase {
+        Phase::Done(Ok((std::mem::take(&mut self.events), self.after)))
     }
 
     fn check_cursor(&self, oldest: EventSeq, head: EventSeq) -> Result<(), ErrorReply> {
@@ -207,10 +196,62 @@ impl WatchRead {
     }
 }
 
+impl Stepper for WatchRead {
+    type Output = Watched;
+
+    fn step(&mut self, now: NodeTime) -> Step<Watched> {
+        if self.phase == Phase::Park && now >= self.deadline {
+            // The wait ran out: answer the cursor as it stands.
+            self.phase = self.found();
+        }
+        match std::mem::replace(&mut self.phase, Phase::Over) {
+            Phase::Read(op) => {
+                self.phase = Phase::Read(op.clone());
+                Step::Ask(Effect::Store(op))
+            }
+            Phase::Park => {
+                self.phase = Phase::Park;
+                Step::Ask(Effect::AwaitLog {
+                    until: self.deadline,
+                })
+            }
+            Phase::Done(done) => Step::Done(done),
+            Phase::Over => panic!("watch stepped after it ended"),
+        }
+    }
+
+    fn answer(&mut self, answer: Answer, _now: Now) {
+        match (&self.phase, answer) {
+            (
+                Phase::Read(_),
+                Answer::Stored(Ok(Stored::Events {
+                    events,
+                    oldest,
+                    head,
+                })),
+            ) => self.handle_page(events, oldest, head),
+            (Phase::Read(_), Answer::Stored(Err(failure)))
+            | (Phase::Park, Answer::LogMoved(Err(failure))) => {
+                self.phase = Phase::Done(Err(failure.into_reply()));
+            }
+            (Phase::Park, Answer::LogMoved(Ok(()))) => self.handle_moved(),
+            (Phase::Park, Answer::TimedOut | Answer::Closed) => self.phase = self.found(),
+            (phase, answer) => {
+                panic!("watch: an answer it did not ask for in {phase:?}: {answer:?}")
+            }
+        }
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homing_core::{EventKind, FencingToken, Key, KeyName, Namespace};
+    use crate::failure::Failure;
+    use homing_core::{EventKind, FencingToken, Key, KeyName, Namespace, StoreTime};
+
+    const NOW: Now = Now {
+        node: T0,
+        store: StoreTime::from_ms(1_000),
+    };
 
     const PAGE: usize = 4;
 
@@ -231,24 +272,29 @@ mod tests {
         NamespaceScope::exact(Namespace::new("games").unwrap())
     }
 
+    const T0: NodeTime = NodeTime::from_us(1_000_000);
+    const WAIT_MS: u32 = 1_000;
+
+    fn read_from(after: EventSeq, page_limit: usize) -> WatchRead {
+        WatchRead::new(games(), after, WAIT_MS, T0, page_limit)
+    }
+
     fn done(read: &WatchRead) -> Result<(Vec<EventSeq>, EventSeq), ErrorKind> {
-        match read.poll() {
-            WatchPoll::Done(Ok((events, next))) => {
-                Ok((events.iter().map(|e| e.seq).collect(), *next))
-            }
-            WatchPoll::Done(Err(e)) => Err(e.kind.clone()),
+        match &read.phase {
+            Phase::Done(Ok((events, next))) => Ok((events.iter().map(|e| e.seq).collect(), *next)),
+            Phase::Done(Err(e)) => Err(e.kind.clone()),
             other => panic!("not done: {other:?}"),
         }
     }
 
     #[test]
     fn a_cursor_before_the_oldest_kept_event_is_refused_with_where_to_resume() {
-        let mut read = WatchRead::new(games(), 3, PAGE);
+        let mut read = read_from(3, PAGE);
         read.handle_page(vec![event(10, "games")], 10, 10);
         assert_eq!(done(&read), Err(ErrorKind::Trimmed { oldest: 10 }));
         // Cursor 0 starts from the oldest kept; 9 resumes exactly there.
         for after in [0, 9] {
-            let mut read = WatchRead::new(games(), after, PAGE);
+            let mut read = read_from(after, PAGE);
             read.handle_page(vec![event(10, "games")], 10, 10);
             assert_eq!(done(&read), Ok((vec![10], 10)));
         }
@@ -256,14 +302,14 @@ mod tests {
 
     #[test]
     fn a_cursor_past_the_head_is_refused() {
-        let mut read = WatchRead::new(games(), 11, PAGE);
+        let mut read = read_from(11, PAGE);
         read.handle_page(vec![], 1, 10);
         assert_eq!(done(&read), Err(ErrorKind::BadRequest));
     }
 
     #[test]
     fn only_events_in_scope_are_answered_and_the_cursor_passes_the_others() {
-        let mut read = WatchRead::new(games(), 0, PAGE);
+        let mut read = read_from(0, PAGE);
         let page = vec![event(1, "chat"), event(2, "games"), event(3, "chat")];
         read.handle_page(page, 1, 3);
         assert_eq!(done(&read), Ok((vec![2], 3)));
@@ -271,13 +317,13 @@ mod tests {
 
     #[test]
     fn nothing_in_scope_up_to_the_head_parks_then_reads_on_from_the_cursor() {
-        let mut read = WatchRead::new(games(), 0, PAGE);
+        let mut read = read_from(0, PAGE);
         read.handle_page(vec![event(1, "chat")], 1, 1);
-        assert_eq!(read.poll(), &WatchPoll::Park);
+        assert_eq!(read.phase, Phase::Park);
         read.handle_moved();
         assert_eq!(
-            read.poll(),
-            &WatchPoll::Store(StoreOp::Events {
+            read.phase,
+            Phase::Read(StoreOp::Events {
                 after: 1,
                 limit: PAGE
             })
@@ -288,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_round_of_full_pages_out_of_scope_answers_at_the_bound_with_a_moved_cursor() {
-        let mut read = WatchRead::new(games(), 0, PAGE);
+        let mut read = read_from(0, PAGE);
         let mut seq = 0;
         for _ in 0..WATCH_PAGES_MAX {
             let page: Vec<Event> = (0..PAGE)
@@ -297,10 +343,7 @@ mod tests {
                     event(seq, "chat")
                 })
                 .collect();
-            assert!(matches!(
-                read.poll(),
-                WatchPoll::Store(StoreOp::Events { .. })
-            ));
+            assert!(matches!(read.phase, Phase::Read(StoreOp::Events { .. })));
             read.handle_page(page, 1, 1_000);
         }
         let read_events = (WATCH_PAGES_MAX * PAGE) as EventSeq;
@@ -309,7 +352,7 @@ mod tests {
 
     #[test]
     fn a_reply_stops_at_its_byte_bound_and_the_next_starts_at_the_first_left_out() {
-        let mut read = WatchRead::new(games(), 0, 1_000);
+        let mut read = read_from(0, 1_000);
         let page: Vec<Event> = (1..=1_000).map(|s| event(s, "games")).collect();
         read.handle_page(page, 1, 1_000);
         let (events, next) = done(&read).unwrap();
@@ -329,23 +372,23 @@ mod tests {
     fn events_trimmed_under_a_round_are_never_skipped_silently() {
         // Between two pages of one round, or while parked, the upkeep may
         // trim past the cursor: the next page starts after a gap.
-        let mut read = WatchRead::new(games(), 0, PAGE);
+        let mut read = read_from(0, PAGE);
         read.handle_page((1..=4).map(|s| event(s, "games")).collect(), 1, 20);
         assert!(matches!(
-            read.poll(),
-            WatchPoll::Store(StoreOp::Events { after: 4, .. })
+            read.phase,
+            Phase::Read(StoreOp::Events { after: 4, .. })
         ));
         read.handle_page((10..=13).map(|s| event(s, "games")).collect(), 10, 20);
         // What was read before the gap is answered; the next request, from
         // 4, is refused `Trimmed` with where to resume.
         assert_eq!(done(&read), Ok((vec![1, 2, 3, 4], 4)));
-        let mut next = WatchRead::new(games(), 4, PAGE);
+        let mut next = read_from(4, PAGE);
         next.handle_page((10..=13).map(|s| event(s, "games")).collect(), 10, 20);
         assert_eq!(done(&next), Err(ErrorKind::Trimmed { oldest: 10 }));
         // Nothing read yet this round (parked, out of scope): refused at once.
-        let mut parked = WatchRead::new(games(), 0, PAGE);
+        let mut parked = read_from(0, PAGE);
         parked.handle_page(vec![event(1, "chat")], 1, 1);
-        assert_eq!(parked.poll(), &WatchPoll::Park);
+        assert_eq!(parked.phase, Phase::Park);
         parked.handle_moved();
         parked.handle_page(vec![event(5, "games")], 5, 5);
         assert_eq!(done(&parked), Err(ErrorKind::Trimmed { oldest: 5 }));
@@ -353,9 +396,31 @@ mod tests {
 
     #[test]
     fn a_wait_that_runs_out_answers_the_cursor_as_it_stands() {
-        let mut read = WatchRead::new(games(), 0, PAGE);
+        let mut read = read_from(0, PAGE);
         read.handle_page(vec![event(1, "chat"), event(2, "chat")], 1, 2);
-        assert_eq!(read.poll(), &WatchPoll::Park);
-        assert_eq!(read.answer_now().unwrap(), (vec![], 2));
+        assert_eq!(read.phase, Phase::Park);
+        let deadline = T0.plus_ms(u64::from(WAIT_MS));
+        let parked = Effect::AwaitLog { until: deadline };
+        assert_eq!(read.step(T0), Step::Ask(parked.clone()));
+        // Stepped again at the deadline (the driver's timer), or answered
+        // that the wait ran out or the node closes: the cursor as it stands.
+        assert_eq!(read.step(deadline), Step::Done(Ok((vec![], 2))));
+        for ended in [Answer::TimedOut, Answer::Closed] {
+            let mut read = read_from(0, PAGE);
+            read.handle_page(vec![event(1, "chat")], 1, 1);
+            assert_eq!(read.step(T0), Step::Ask(parked.clone()));
+            read.answer(ended, NOW);
+            assert_eq!(read.step(T0), Step::Done(Ok((vec![], 1))));
+        }
+    }
+
+    #[test]
+    fn a_watch_the_node_cannot_park_is_refused_overloaded() {
+        let mut read = read_from(0, PAGE);
+        read.handle_page(vec![event(1, "chat")], 1, 1);
+        assert!(matches!(read.step(T0), Step::Ask(Effect::AwaitLog { .. })));
+        let full = ErrorReply::new(ErrorKind::Overloaded, "watches_parked_max");
+        read.answer(Answer::LogMoved(Err(Failure::Refused(full))), NOW);
+        assert_eq!(done(&read), Err(ErrorKind::Overloaded));
     }
 }
