@@ -364,7 +364,8 @@ pub(crate) enum Asked {
 /// What a driving step decided.
 pub(crate) enum Next {
     Store(StoreOp),
-    GlobalWrite(Key, GlobalWrite),
+    /// A global write-once, for the key of this index (the trace's).
+    GlobalWrite(u32, GlobalWrite),
     Peer(u16, Request),
     Reply(Reply),
     /// The key is held and wait time remains: await its reservation.
@@ -731,7 +732,7 @@ impl Sim {
                     dc: d as u16,
                     epoch: self.dcs[d].epoch,
                     task: tid,
-                    key: self.key_index.get(&key).copied().unwrap_or(NO_KEY),
+                    key,
                     write,
                 };
                 self.dcs[d].tasks.insert(tid, task);
@@ -1212,14 +1213,13 @@ impl Sim {
     pub(crate) fn dc_global_set(&mut self, set: GlobalSet) {
         let d = usize::from(set.dc);
         self.current_key = set.key;
-        let key = self.keys[set.key as usize].clone();
         // The write is decided here, whether or not its DC still waits for it.
         // The key's entry now, for the DC's cache, if this was its write.
         let mut entry_now = None;
         // The succession the global store has now, for the DC's cache.
         let mut succession_now = None;
         let landed = match set.write {
-            GlobalWrite::SetIfAbsent(id) => {
+            GlobalWrite::SetIfAbsent(key, id) => {
                 let existing = self.global.get(&key).cloned();
                 if existing.is_none() {
                     self.global.insert(key.clone(), id.clone());
@@ -1227,7 +1227,7 @@ impl Sim {
                     let view = view!(self);
                     self.checker.on_global_set(&view, self.now, set.key, &id);
                 }
-                entry_now = Some(existing.clone().unwrap_or(id));
+                entry_now = Some((key, existing.clone().unwrap_or(id)));
                 GlobalAnswer::SetIfAbsent(existing)
             }
             GlobalWrite::Confirm(succession) => {
@@ -1270,7 +1270,7 @@ impl Sim {
         };
         if let TaskKind::Step(_) = task.kind {
             // The entry now, if this was an acquire's set-if-absent.
-            if let Some(winner) = entry_now {
+            if let Some((key, winner)) = entry_now {
                 self.dcs[d].global_cache.insert(key, winner);
             }
             return self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
@@ -1402,7 +1402,7 @@ impl Sim {
             return self.acquire_deadline(d, tid, task);
         }
         // An acquire's pause ended: it connects again.
-        self.step_answered(d, tid, task, Answer::TimedOut);
+        self.step_answered(d, tid, task, Answer::Resumed);
     }
 
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.

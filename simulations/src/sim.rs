@@ -96,7 +96,7 @@ pub struct GlobalSet {
 #[derive(Debug, Clone)]
 pub enum GlobalWrite {
     /// The key's entry, unless it has one.
-    SetIfAbsent(ReservationId),
+    SetIfAbsent(homing_core::Key, ReservationId),
     /// A move's succession, unless the reservation has one.
     Confirm(homing_core::Succession),
     /// A takeover, guarded by the taken DC's lease as judged at landing.

@@ -26,6 +26,7 @@ use crate::drain::DrainJob;
 use crate::drain_scope::DrainScopeJob;
 use crate::key_read::{KeyRead, Then};
 use crate::sim::{GlobalWrite, NodeId, Sim};
+use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
 use crate::waiting::AwaitJob;
 use crate::watch::WatchJob;
@@ -317,8 +318,6 @@ impl Sim {
     /// succession and DC-lease reads and the takeover writes fail at once;
     /// entries, confirms and set-if-absent writes find out where they land.
     fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
-        // The key a global write is for (the task's).
-        let key_of = |sim: &Sim| sim.keys[task.key as usize].clone();
         let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
         let global = |answer| Performed::Now(Answer::Global(answer));
         match effect {
@@ -341,7 +340,7 @@ impl Sim {
                     return global(Ok(GlobalAnswer::Confirmed(recorded)));
                 }
                 let write = GlobalWrite::Confirm(succession);
-                Performed::Later(Next::GlobalWrite(key_of(self), write))
+                Performed::Later(Next::GlobalWrite(task.key, write))
             }
             // Successions and DC leases are read at once (no store delay):
             // what a read decides is checked where writes land.
@@ -374,10 +373,11 @@ impl Sim {
                     return global(Err(failure));
                 }
                 let write = GlobalWrite::TakeOver(succession, policy);
-                Performed::Later(Next::GlobalWrite(key_of(self), write))
+                Performed::Later(Next::GlobalWrite(task.key, write))
             }
             Effect::Global(GlobalOp::SetIfAbsent { key, id }) => {
-                Performed::Later(Next::GlobalWrite(key, GlobalWrite::SetIfAbsent(id)))
+                let at = self.key_index.get(&key).copied().unwrap_or(NO_KEY);
+                Performed::Later(Next::GlobalWrite(at, GlobalWrite::SetIfAbsent(key, id)))
             }
             Effect::Segment(id) => match self.ask_segment(d, id) {
                 Ok(next) => Performed::Later(next),

@@ -842,7 +842,7 @@ impl Node {
                 }
             }
             Effect::Pause { until } => tokio::select! {
-                _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::TimedOut,
+                _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::Resumed,
                 _ = self.closed() => Answer::Closed,
             },
             Effect::Cancelled(lease) => Answer::Cancelled(self.was_cancelled(&lease)),

@@ -699,9 +699,9 @@ impl Acquire {
         };
     }
 
-    /// This acquire's deadline passed at `now` while it waited: it answers
+    /// This acquire's deadline passed while it waited: it answers
     /// the last `HeldElsewhere` (the driver drops the registration).
-    pub fn handle_deadline(&mut self, _now: NodeTime) {
+    pub fn handle_deadline(&mut self) {
         assert!(
             matches!(self.phase, Phase::Awaiting),
             "acquire of {}: a deadline while not waiting",
@@ -712,10 +712,10 @@ impl Acquire {
     }
 
     /// The pause ended at `now`: connect again.
-    pub fn handle_timeout(&mut self, now: NodeTime) {
+    pub fn handle_resumed(&mut self, now: NodeTime) {
         assert!(
             matches!(self.phase, Phase::Paused { .. }),
-            "acquire of {}: a timeout while not paused",
+            "acquire of {}: a pause's end while not paused",
             self.request.key
         );
         self.reconnect(now);
@@ -804,10 +804,8 @@ impl Stepper for Acquire {
             Answer::Segment(segment) => self.handle_segment(now.node, segment),
             Answer::Linked(linked) => self.handle_linked(now.node, linked),
             Answer::Awaited(awaited) => self.handle_awaited(now.node, awaited),
-            Answer::TimedOut if matches!(self.phase, Phase::Awaiting) => {
-                self.handle_deadline(now.node)
-            }
-            Answer::TimedOut => self.handle_timeout(now.node),
+            Answer::TimedOut => self.handle_deadline(),
+            Answer::Resumed => self.handle_resumed(now.node),
             Answer::Closed => self.handle_close(),
             Answer::Cancelled(cancelled) => self.handle_cancelled(cancelled),
             other @ (Answer::Forwarded(_)

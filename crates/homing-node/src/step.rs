@@ -13,7 +13,8 @@
 //! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`],
 //! [`crate::AwaitVacant`], [`crate::WatchRead`]. An acquire also waits: at the holder's DC
 //! ([`Effect::Await`]) or in a pause ([`Effect::Pause`]), each ended by its
-//! answer, by its time running out ([`Answer::TimedOut`]) or by the node
+//! answer (a pause's: [`Answer::Resumed`]), by its time running out
+//! ([`Answer::TimedOut`]) or by the node
 //! shutting down ([`Answer::Closed`]). A waiter queues at its DC's
 //! registry ([`Effect::Queue`]) and parks ([`Effect::Park`]) until another
 //! request's write wakes it ([`Answer::Woken`]); a watch parks until the
@@ -94,7 +95,7 @@ pub enum Effect {
         /// The stepper's own deadline.
         until: NodeTime,
     },
-    /// Sleep until `until` (node clock): answered [`Answer::TimedOut`], or
+    /// Sleep until `until` (node clock): answered [`Answer::Resumed`], or
     /// [`Answer::Closed`] if the node shuts down first.
     Pause {
         /// When to go on.
@@ -151,9 +152,11 @@ pub enum Answer {
     Linked(Result<LinkReply, Failure>),
     /// To [`Effect::Await`]: how the wait ended at the holder's DC.
     Awaited(Result<AwaitReply, Failure>),
-    /// To [`Effect::Pause`]: it ended; to [`Effect::Await`] or
-    /// [`Effect::AwaitLog`]: its `until` passed first.
+    /// To [`Effect::Await`] or [`Effect::AwaitLog`]: its `until` passed
+    /// first.
     TimedOut,
+    /// To [`Effect::Pause`]: it ended.
+    Resumed,
     /// To [`Effect::Await`], [`Effect::Pause`], [`Effect::Park`] or
     /// [`Effect::AwaitLog`]: the node shuts down, so nothing waits any
     /// longer.

@@ -318,7 +318,7 @@ fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
     );
     world.now_ms += AWAIT_RETRY_MS;
     // The pause's end.
-    acquire.answer(Answer::TimedOut, now(&world));
+    acquire.answer(Answer::Resumed, now(&world));
     assert!(matches!(
         drive(&mut world, "fra", &mut acquire),
         Step::Ask(Effect::Await { wait_ms: 4_740, .. })
@@ -550,7 +550,7 @@ fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_adm
         panic!("an unreachable store is tried again within the wait")
     };
     world.now_ms = until.us_since(NodeTime::from_us(0)) / 1000;
-    acquire.handle_timeout(until);
+    acquire.handle_resumed(until);
     // The slot granted for this create still stands (its set-if-absent
     // never answered): asking the quota again would count the key twice,
     // and refuse it when the namespace has room for one key only.
