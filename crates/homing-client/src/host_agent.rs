@@ -552,7 +552,10 @@ impl HostAgent {
     /// homingd, each at most once (a renewal the stop cut short, or a
     /// homingd gone silent, moves the transport on to the next one).
     /// Fails with [`AgentError::StaleToken`] if another holder has the key by
-    /// now, and with `Unavailable` if no homingd of the DC answered (the
+    /// now (after a try sent again, that may also be because the first try
+    /// did release, its answer lost, and a waiter took the key since: either
+    /// way this agent no longer holds it), and with `Unavailable` if no
+    /// homingd of the DC answered (the
     /// lease then expires at the DC on its own, and the next holder sees
     /// `Expired`).
     pub async fn stop_with(mut self, outcome: RunOutcome) -> Result<(), AgentError> {
