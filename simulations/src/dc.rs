@@ -38,8 +38,8 @@ use homing_store::memory::MemoryDc;
 use homing_node::{
     Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations,
     Change, Failure, GlobalAnswer, GlobalRead, LinkOnward, Mutations, NodeTime, Resolve,
-    ResolvePoll, StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits, Waiters, answered,
-    owned_here, segment_failure,
+    StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits, Waiters, answered, owned_here,
+    segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -195,7 +195,7 @@ impl Dc {
     }
 
     /// Whether a resolve found `key` absent within homingd's absent TTL of `now`.
-    fn absent_lately(&self, key: &Key, now: NodeTime) -> bool {
+    pub(crate) fn absent_lately(&self, key: &Key, now: NodeTime) -> bool {
         self.absent
             .get(key)
             .is_some_and(|at| absent_fresh(*at, now))
@@ -276,8 +276,6 @@ pub(crate) enum TaskKind {
     Segment,
     /// One page of an operator's `Scan`.
     Scan,
-    /// A `Resolve`: homing-node's [`Resolve`].
-    Resolve(Box<Resolve>),
 }
 
 #[derive(Debug)]
@@ -432,9 +430,7 @@ impl Sim {
         }
         let kind = match request {
             Request::Resolve { key: wanted } => {
-                let mut resolve = Box::new(Resolve::new(local));
-                let next = self.resolve_next(d, &wanted, &mut resolve);
-                return self.dc_start(d, client, rpc, key, TaskKind::Resolve(resolve), next);
+                TaskKind::Step(Box::new(Stepping::Resolve(Resolve::new(local, wanted))))
             }
             Request::Successor { key: wanted, id } => {
                 let reply = match self.global_reachable(d) {
@@ -599,31 +595,6 @@ impl Sim {
             }
         };
         self.step_start(d, Task::new(client, rpc, key, kind));
-    }
-
-    /// What DC `d`'s resolve of `key` does next: its global entry from the
-    /// entry cache, a recent absence (homingd's absent TTL) or the store;
-    /// its own segment from the store; or its reply.
-    fn resolve_next(&mut self, d: usize, key: &Key, resolve: &mut Resolve) -> Next {
-        if *resolve.poll() == ResolvePoll::Entry {
-            let now = self.node_now(d);
-            let dc = &self.dcs[d];
-            if let Some(id) = dc.global_cache.get(key) {
-                resolve.handle_entry(Some(id.clone()));
-            } else if dc.absent_lately(key, now) {
-                // A recent "absent" is reused (DESIGN.md §7.4).
-                self.measurements.count(Counter::ResolveAbsentReusedAtDc);
-                resolve.handle_entry(None);
-            } else {
-                let (key, read) = (key.clone(), GlobalRead::Latest);
-                return Next::Store(StoreOp::GlobalGet { key, read });
-            }
-        }
-        match resolve.poll() {
-            ResolvePoll::Entry => unreachable!("the entry was just handled"),
-            ResolvePoll::Segment(id) => Next::Store(StoreOp::Segment(id.clone())),
-            ResolvePoll::Done => Next::Reply(resolve.reply()),
-        }
     }
 
     pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
@@ -1120,7 +1091,7 @@ impl Sim {
                 let answer = Answer::Segment(self.local_segment(d, &id).map_err(segment_failure));
                 return self.step_answered(d, tid, task, answer);
             }
-            (TaskKind::Step(_) | TaskKind::Segment | TaskKind::Resolve(_), op) => op,
+            (TaskKind::Step(_) | TaskKind::Segment, op) => op,
             (TaskKind::Scan, _) => {
                 let reply = error(ErrorKind::Internal, "unexpected store operation");
                 return self.dc_continue(d, tid, task, Next::Reply(reply));
@@ -1142,7 +1113,7 @@ impl Sim {
                         self.dcs[d].absent.remove(&key);
                         self.dcs[d].global_cache.insert(key.clone(), id.clone());
                     }
-                    None if matches!(task.kind, TaskKind::Resolve(_)) => {
+                    None if read == GlobalRead::Resolve => {
                         let now = self.node_now(d);
                         self.dcs[d].note_absent(key.clone(), now);
                     }
@@ -1152,10 +1123,6 @@ impl Sim {
                     TaskKind::Step(_) => {
                         let answer = Answer::Global(Ok(GlobalAnswer::Entry(entry)));
                         return self.step_answered(d, tid, task, answer);
-                    }
-                    TaskKind::Resolve(resolve) => {
-                        resolve.handle_entry(entry);
-                        self.resolve_next(d, &key, resolve)
                     }
                     _ => Next::Reply(error(ErrorKind::Internal, "unexpected global read")),
                 }
@@ -1169,11 +1136,6 @@ impl Sim {
                             Ok(s) => Next::Reply(Reply::Reservation(s)),
                             Err(e) => Next::Reply(Reply::Error(e.into_reply())),
                         }
-                    }
-                    (TaskKind::Resolve(resolve), s) => {
-                        let s = s.map_err(segment_failure);
-                        resolve.handle_segment(s, self.answers_for_tails(d));
-                        Next::Reply(resolve.reply())
                     }
                     (_, Err(e)) => Next::Reply(segment_error(e)),
                     (TaskKind::Step(_) | TaskKind::Scan, Ok(_)) => {
@@ -1195,7 +1157,7 @@ impl Sim {
             // These answer their caller a failed store operation's error.
             (TaskKind::Scan, Err(failure)) => Next::Reply(Reply::Error(failure.into_reply())),
             (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
-            (TaskKind::Segment | TaskKind::Resolve(_), _) => {
+            (TaskKind::Segment, _) => {
                 Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
             }
         };

@@ -23,8 +23,7 @@ use homing_core::{
 };
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
-    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, ResolvePoll, StartCheck,
-    start_check,
+    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
 };
 
 use crate::dc::{Asked, Next, StoreOp, Task, TaskKind};
@@ -495,14 +494,7 @@ impl Sim {
                 let answer = crate::stepper::failed_answer(asked, failure);
                 return self.step_answered(d, tid, task, answer);
             }
-            // A failed read of its own segment still answers the entry.
-            TaskKind::Resolve(resolve) if matches!(resolve.poll(), ResolvePoll::Segment(_)) => {
-                resolve.handle_segment(Err(failure), self.answers_for_tails(d));
-                Next::Reply(resolve.reply())
-            }
-            TaskKind::Segment | TaskKind::Resolve(_) | TaskKind::Scan => {
-                Next::Reply(homing_core::Reply::Error(e))
-            }
+            TaskKind::Segment | TaskKind::Scan => Next::Reply(homing_core::Reply::Error(e)),
         };
         self.dc_continue(d, tid, task, next);
     }

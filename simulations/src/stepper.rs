@@ -13,7 +13,7 @@
 
 use homing_core::{DcRecord, ErrorKind, LinkReply, Reply, Request, Source};
 use homing_node::{
-    Answer, Change, Effect, Failure, GlobalAnswer, GlobalOp, NodeEvent, NodeTime, Now,
+    Answer, Change, Effect, Failure, GlobalAnswer, GlobalOp, GlobalRead, NodeEvent, NodeTime, Now,
     ReconcileEvent, Step, Stepper, cancel,
 };
 
@@ -43,6 +43,7 @@ pub(crate) enum Ended {
     Upkeep,
     Await(<homing_node::AwaitVacant as Stepper>::Output),
     Watch(<homing_node::WatchRead as Stepper>::Output),
+    Resolve(<homing_node::Resolve as Stepper>::Output),
 }
 
 /// How a stepper's effect is performed.
@@ -157,6 +158,8 @@ pub(crate) enum Stepping {
     /// A watcher's `Watch`: homing-node's [`homing_node::WatchRead`]
     /// (`src/watch.rs`).
     Watch(Box<WatchJob>),
+    /// A router's `Resolve`: homing-node's [`homing_node::Resolve`].
+    Resolve(homing_node::Resolve),
 }
 
 impl Stepping {
@@ -173,6 +176,7 @@ impl Stepping {
             Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
             Stepping::Await(job) => job.wait.step(now).map(Ended::Await),
             Stepping::Watch(job) => job.read.step(now).map(Ended::Watch),
+            Stepping::Resolve(resolve) => resolve.step(now).map(Ended::Resolve),
         }
     }
 
@@ -189,6 +193,7 @@ impl Stepping {
             Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
             Stepping::Await(job) => job.wait.answer(answer, now),
             Stepping::Watch(job) => job.read.answer(answer, now),
+            Stepping::Resolve(resolve) => resolve.answer(answer, now),
         }
     }
 
@@ -200,9 +205,11 @@ impl Stepping {
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
             Stepping::Upkeep(upkeep) => upkeep.poll_event(),
             Stepping::Await(job) => job.wait.poll_event(),
-            Stepping::Update(_) | Stepping::Link(_) | Stepping::KeyRead(_) | Stepping::Watch(_) => {
-                None
-            }
+            Stepping::Update(_)
+            | Stepping::Link(_)
+            | Stepping::KeyRead(_)
+            | Stepping::Watch(_)
+            | Stepping::Resolve(_) => None,
         }
     }
 }
@@ -330,8 +337,16 @@ impl Sim {
             // Through the DC's cache of entries (they never change), as
             // homingd's `read_global` reads.
             Effect::Global(GlobalOp::Entry { key, read }) => {
-                match self.dcs[d].global_cache.get(&key) {
+                let dc = &self.dcs[d];
+                match dc.global_cache.get(&key) {
                     Some(id) => global(Ok(GlobalAnswer::Entry(Some(id.clone())))),
+                    // A recent "absent" is reused by a resolve (DESIGN.md §7.4).
+                    None if read == GlobalRead::Resolve
+                        && dc.absent_lately(&key, self.node_now(d)) =>
+                    {
+                        self.measurements.count(Counter::ResolveAbsentReusedAtDc);
+                        global(Ok(GlobalAnswer::Entry(None)))
+                    }
                     None => Performed::Later(Next::Store(StoreOp::GlobalGet { key, read })),
                 }
             }
@@ -431,6 +446,7 @@ impl Sim {
                 Performed::Now(Answer::Cancelled(cancelled))
             }
             Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
+            Effect::AnswersForTails => Performed::Now(Answer::ForTails(self.answers_for_tails(d))),
             Effect::AwaitLog { until } => Performed::Later(Next::AwaitLog(until)),
             Effect::Park { until } => match self.await_selected(d, tid, task) {
                 Some(answer) => Performed::Now(answer),
@@ -522,6 +538,7 @@ impl Sim {
                 }
                 return Some(None);
             }
+            Ended::Resolve(done) => done.unwrap_or_else(|f| Reply::Error(f.into_reply())),
             Ended::Watch(done) => match done {
                 Ok((events, next)) => Reply::Events { events, next },
                 Err(e) => Reply::Error(e),

@@ -25,8 +25,8 @@ use homing_node::{
     Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival, AwaitVacant,
     Cancellations, Change, Changed, Drain, DrainScope, Effect, GlobalAnswer, GlobalOp, GlobalRead,
     JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower, Mutations, NodeEvent, Now, Reconcile,
-    ReconcileEvent, Resolve, ResolvePoll, Resumption, Step, Stepper, StoreOp, Stored, Update,
-    WatchRead, answered, owned_here,
+    ReconcileEvent, Resolve, Resumption, Step, Stepper, StoreOp, Stored, Update, WatchRead,
+    answered, owned_here,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -675,7 +675,7 @@ impl Node {
         }
         self.metrics.global_cache(false);
         let get = match read {
-            GlobalRead::Latest => self.global.get(key),
+            GlobalRead::Latest | GlobalRead::Resolve => self.global.get(key),
             GlobalRead::Nearest => self.global.get_nearest(key),
         };
         let entry = self.timed("global_get", get).await?;
@@ -706,19 +706,8 @@ impl Node {
 
     /// A DC's answer to `Resolve { key }`, as homing-node's [`Resolve`] decides.
     async fn resolve(&self, key: &Key) -> Result<Reply, Failure> {
-        let mut resolve = Resolve::new(self.dc.clone());
-        loop {
-            match resolve.poll() {
-                ResolvePoll::Entry => resolve.handle_entry(self.resolve_entry(key).await?),
-                ResolvePoll::Segment(id) => {
-                    let id = id.clone();
-                    let segment = self.local_segment(&id).await;
-                    let segment = segment.map_err(|f| f.classify(&self.dc));
-                    resolve.handle_segment(segment, self.answers_for_tails());
-                }
-                ResolvePoll::Done => return Ok(resolve.reply()),
-            }
-        }
+        let mut resolve = Resolve::new(self.dc.clone(), key.clone());
+        Ok(self.drive(&mut resolve).await?)
     }
 
     /// What `id`'s owner knows: ourselves for our own, else a peer round
@@ -846,6 +835,7 @@ impl Node {
                 _ = self.closed() => Answer::Closed,
             },
             Effect::Cancelled(lease) => Answer::Cancelled(self.was_cancelled(&lease)),
+            Effect::AnswersForTails => Answer::ForTails(self.answers_for_tails()),
             Effect::Queue(op) => {
                 let (queued, joined) = self.waiters.queue(op, store_now(), &self.policy);
                 if joined.is_some() {
@@ -1220,6 +1210,10 @@ impl Node {
         slot: &mut Option<QuotaSlot<'_>>,
     ) -> Result<GlobalAnswer, Failure> {
         Ok(match op {
+            GlobalOp::Entry {
+                key,
+                read: GlobalRead::Resolve,
+            } => GlobalAnswer::Entry(self.resolve_entry(&key).await?),
             GlobalOp::Entry { key, read } => {
                 GlobalAnswer::Entry(self.read_global(&key, read).await?)
             }

@@ -811,7 +811,8 @@ impl Stepper for Acquire {
             other @ (Answer::Forwarded(_)
             | Answer::Queued(_)
             | Answer::Woken(_)
-            | Answer::LogMoved(_)) => unasked("acquire", &other),
+            | Answer::LogMoved(_)
+            | Answer::ForTails(_)) => unasked("acquire", &other),
         }
     }
 

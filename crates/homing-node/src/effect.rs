@@ -5,11 +5,10 @@
 //! global store ask with one [`GlobalOp`] and take one [`GlobalAnswer`]
 //! (or, for either, the [`crate::Failure`] of the operation). So each
 //! driver performs them in one place: homingd against real backends, the
-//! simulator against its in-memory stores with latency and faults. (Still
-//! asked otherwise: a resolve's entry read and segment. A reservation's
-//! segment — an acquire's or a drain's walk, upkeep's proof by a
-//! predecessor — and a link to a peer are `Effect::Segment` /
-//! `Effect::Link`.)
+//! simulator against its in-memory stores with latency and faults. (Not
+//! store operations: a reservation's segment — an acquire's or a drain's
+//! walk, upkeep's proof by a predecessor, a resolve's own — and a link to
+//! a peer are `Effect::Segment` / `Effect::Link`.)
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
@@ -133,6 +132,10 @@ pub enum GlobalRead {
     /// The nearest replica's view: "absent" may lag a write acknowledged
     /// moments ago (etcd: a serializable read).
     Nearest,
+    /// As a resolve reads (DESIGN.md §7.4): linearizable, but a driver may
+    /// share one store read among concurrent resolves of the key and
+    /// reuse an "absent" for a short while (homingd's `absent_ttl_ms`).
+    Resolve,
 }
 
 /// One operation on the global store. Everything it holds is write-once

@@ -98,7 +98,7 @@ pub use link::LinkOnward;
 pub use log_follow::{Followed, LogFollower};
 pub use mutation::{Mutation, Mutations};
 pub use reconcile::{Reconcile, ReconcileEvent, Resumption};
-pub use resolve::{Resolve, ResolvePoll, answered, owned_here, segment_failure};
+pub use resolve::{Resolve, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, KeyRecords, SCAN_PAGE_RECORDS};
 pub use step::{Answer, Effect, NodeEvent, Now, Step, Stepper};

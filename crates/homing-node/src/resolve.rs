@@ -5,9 +5,12 @@
 //! then [`answered`]: a segment ending in a tail only while this DC answers
 //! for its tails, homing-node's `DcLease::answers_for_tails`).
 
-use homing_core::{DcId, ErrorKind, ErrorReply, Reply, ReservationId, Segment, SegmentError};
+use homing_core::{DcId, ErrorKind, ErrorReply, Key, Reply, ReservationId, Segment, SegmentError};
 
 use crate::Failure;
+use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
+use crate::time::NodeTime;
 
 /// Refuses a request about reservation `id` unless DC `dc` owns it: only
 /// the owner's store has the record.
@@ -47,71 +50,97 @@ pub fn segment_failure(e: SegmentError) -> Failure {
     Failure::Refused(ErrorReply::new(kind, e.to_string()))
 }
 
-/// What a [`Resolve`] needs next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResolvePoll {
-    /// The key's global entry, read as a resolve reads it (the entry cache,
-    /// a recent absence, one shared store read); answer with
-    /// [`Resolve::handle_entry`].
+#[derive(Debug)]
+enum Phase {
+    /// The key's global entry, as a resolve reads it.
     Entry,
-    /// This DC's segment from its own reservation (the entry); answer with
-    /// [`Resolve::handle_segment`].
+    /// This DC's segment from its own reservation (the entry).
     Segment(ReservationId),
-    /// Answered: the reply is [`Resolve::reply`].
-    Done,
+    /// Whether the DC answers for its tails, for this segment.
+    Tails(Segment),
+    Done(Result<Reply, Failure>),
+    Over,
 }
 
-/// A DC's answer to `Resolve { key }`: the key's global entry, and — when
-/// the entry is this DC's own reservation — its segment, as [`answered`]
-/// allows. A segment that cannot be answered is left out, never an error:
-/// the entry is the truth, and the walker asks the owner itself.
+/// A DC's answer to `Resolve { key }`, as a [`Stepper`]: the key's global
+/// entry ([`GlobalRead::Resolve`]), and — when the entry is this DC's own
+/// reservation — its segment ([`Effect::Segment`]), as [`answered`]
+/// allows ([`Effect::AnswersForTails`]). A segment that cannot be
+/// answered is left out, never an error: the entry is the truth, and the
+/// walker asks the owner itself. A failed entry read is the resolve's
+/// failure.
 #[derive(Debug)]
 pub struct Resolve {
     dc: DcId,
+    key: Key,
     entry: Option<ReservationId>,
-    segment: Option<Segment>,
-    poll: ResolvePoll,
+    phase: Phase,
 }
 
 impl Resolve {
-    /// A resolve at DC `dc`.
-    pub fn new(dc: DcId) -> Resolve {
+    /// A resolve of `key` at DC `dc`.
+    pub fn new(dc: DcId, key: Key) -> Resolve {
         Resolve {
             dc,
+            key,
             entry: None,
-            segment: None,
-            poll: ResolvePoll::Entry,
+            phase: Phase::Entry,
         }
     }
 
-    /// What to do next.
-    pub fn poll(&self) -> &ResolvePoll {
-        &self.poll
+    fn reply(&mut self, segment: Option<Segment>) -> Phase {
+        Phase::Done(Ok(Reply::Resolved {
+            entry: self.entry.take(),
+            segment,
+        }))
+    }
+}
+
+impl Stepper for Resolve {
+    /// `Reply::Resolved`, or why the entry could not be read.
+    type Output = Result<Reply, Failure>;
+
+    fn step(&mut self, _now: NodeTime) -> Step<Self::Output> {
+        match std::mem::replace(&mut self.phase, Phase::Over) {
+            Phase::Entry => {
+                self.phase = Phase::Entry;
+                let (key, read) = (self.key.clone(), GlobalRead::Resolve);
+                Step::Ask(Effect::Global(GlobalOp::Entry { key, read }))
+            }
+            Phase::Segment(id) => {
+                self.phase = Phase::Segment(id.clone());
+                Step::Ask(Effect::Segment(id))
+            }
+            phase @ Phase::Tails(_) => {
+                self.phase = phase;
+                Step::Ask(Effect::AnswersForTails)
+            }
+            Phase::Done(done) => Step::Done(done),
+            Phase::Over => panic!("resolve of {} stepped after it ended", self.key),
+        }
     }
 
-    /// The key's global entry was read (`None`: never reserved).
-    pub fn handle_entry(&mut self, entry: Option<ReservationId>) {
-        self.poll = match &entry {
-            Some(id) if id.dc() == &self.dc => ResolvePoll::Segment(id.clone()),
-            _ => ResolvePoll::Done,
+    fn answer(&mut self, answer: Answer, _now: Now) {
+        self.phase = match (std::mem::replace(&mut self.phase, Phase::Over), answer) {
+            (Phase::Entry, Answer::Global(Ok(GlobalAnswer::Entry(entry)))) => {
+                self.entry = entry;
+                match &self.entry {
+                    Some(id) if id.dc() == &self.dc => Phase::Segment(id.clone()),
+                    _ => self.reply(None),
+                }
+            }
+            (Phase::Entry, Answer::Global(Err(failure))) => Phase::Done(Err(failure)),
+            (Phase::Segment(_), Answer::Segment(Ok(segment))) => Phase::Tails(segment),
+            (Phase::Segment(_), Answer::Segment(Err(_))) => self.reply(None),
+            (Phase::Tails(segment), Answer::ForTails(answers_for_tails)) => {
+                let segment = answered(&self.dc, segment, answers_for_tails);
+                self.reply(segment.ok())
+            }
+            (phase, answer) => panic!(
+                "resolve of {}: an answer it did not ask for in {phase:?}: {answer:?}",
+                self.key
+            ),
         };
-        self.entry = entry;
-    }
-
-    /// This DC's segment from the entry was read (or failed); whether the
-    /// DC answers for its tails now.
-    pub fn handle_segment(&mut self, segment: Result<Segment, Failure>, answers_for_tails: bool) {
-        let segment = segment.and_then(|s| answered(&self.dc, s, answers_for_tails));
-        self.segment = segment.ok();
-        self.poll = ResolvePoll::Done;
-    }
-
-    /// The reply, once [`ResolvePoll::Done`].
-    pub fn reply(&self) -> Reply {
-        Reply::Resolved {
-            entry: self.entry.clone(),
-            segment: self.segment.clone(),
-        }
     }
 }
 
@@ -142,18 +171,50 @@ mod tests {
         segment.finish()
     }
 
+    const NOW: Now = Now {
+        node: NodeTime::from_us(1_000),
+        store: StoreTime::from_ms(1),
+    };
+
+    fn key() -> Key {
+        Key::new(homing_core::KeyName::new("a").unwrap())
+    }
+
+    /// Steps `resolve`, answering each effect from `answers` in turn;
+    /// returns the effects asked and how it ended.
+    fn run(resolve: &mut Resolve, answers: Vec<Answer>) -> (Vec<Effect>, Result<Reply, Failure>) {
+        let mut asked = Vec::new();
+        let mut answers = answers.into_iter();
+        loop {
+            match resolve.step(NOW.node) {
+                Step::Ask(effect) => {
+                    asked.push(effect);
+                    resolve.answer(answers.next().expect("an answer"), NOW);
+                }
+                Step::Done(done) => return (asked, done),
+            }
+        }
+    }
+
+    fn entry(id: Option<ReservationId>) -> Answer {
+        Answer::Global(Ok(GlobalAnswer::Entry(id)))
+    }
+
     #[test]
     fn an_entry_elsewhere_or_none_is_answered_without_a_segment() {
-        for entry in [None, Some(id("fra.1"))] {
-            let mut resolve = Resolve::new(dc("iad"));
-            assert_eq!(resolve.poll(), &ResolvePoll::Entry);
-            resolve.handle_entry(entry.clone());
+        for found in [None, Some(id("fra.1"))] {
+            let mut resolve = Resolve::new(dc("iad"), key());
+            let (asked, done) = run(&mut resolve, vec![entry(found.clone())]);
+            let read = GlobalOp::Entry {
+                key: key(),
+                read: GlobalRead::Resolve,
+            };
+            assert_eq!(asked, [Effect::Global(read)]);
             let reply = Reply::Resolved {
-                entry,
+                entry: found,
                 segment: None,
             };
-            assert_eq!(resolve.poll(), &ResolvePoll::Done);
-            assert_eq!(resolve.reply(), reply);
+            assert_eq!(done, Ok(reply));
         }
     }
 
@@ -161,31 +222,41 @@ mod tests {
     fn an_own_entry_carries_the_segment_only_while_the_dc_answers_for_its_tails() {
         assert!(with_tail().tail.is_some());
         for answers in [true, false] {
-            let mut resolve = Resolve::new(dc("iad"));
-            resolve.handle_entry(Some(id("iad.1")));
-            assert_eq!(resolve.poll(), &ResolvePoll::Segment(id("iad.1")));
-            resolve.handle_segment(Ok(with_tail()), answers);
+            let mut resolve = Resolve::new(dc("iad"), key());
+            let (asked, done) = run(
+                &mut resolve,
+                vec![
+                    entry(Some(id("iad.1"))),
+                    Answer::Segment(Ok(with_tail())),
+                    Answer::ForTails(answers),
+                ],
+            );
+            assert_eq!(asked[1], Effect::Segment(id("iad.1")));
+            assert_eq!(asked[2], Effect::AnswersForTails);
             let reply = Reply::Resolved {
                 entry: Some(id("iad.1")),
                 segment: answers.then(with_tail),
             };
-            assert_eq!(resolve.poll(), &ResolvePoll::Done);
-            assert_eq!(resolve.reply(), reply, "{answers}");
+            assert_eq!(done, Ok(reply), "{answers}");
         }
     }
 
     #[test]
-    fn a_failed_segment_read_still_answers_the_entry() {
-        let mut resolve = Resolve::new(dc("iad"));
-        resolve.handle_entry(Some(id("iad.1")));
+    fn a_failed_segment_read_still_answers_the_entry_and_a_failed_entry_read_fails() {
+        let mut resolve = Resolve::new(dc("iad"), key());
         let e = ErrorReply::new(ErrorKind::Internal, "store: broken");
-        resolve.handle_segment(Err(Failure::Refused(e)), true);
+        let failed = Answer::Segment(Err(Failure::Refused(e)));
+        let (_, done) = run(&mut resolve, vec![entry(Some(id("iad.1"))), failed]);
         let reply = Reply::Resolved {
             entry: Some(id("iad.1")),
             segment: None,
         };
-        assert_eq!(resolve.poll(), &ResolvePoll::Done);
-        assert_eq!(resolve.reply(), reply);
+        assert_eq!(done, Ok(reply));
+        let dc_iad = dc("iad");
+        let cut = Failure::of_store(&dc_iad, true, "global store unreachable");
+        let mut resolve = Resolve::new(dc_iad, key());
+        let (_, done) = run(&mut resolve, vec![Answer::Global(Err(cut.clone()))]);
+        assert_eq!(done, Err(cut));
     }
 
     #[test]

@@ -11,15 +11,16 @@
 //! Steppers that run this way: [`crate::Acquire`], [`crate::Update`],
 //! [`crate::LinkOnward`], [`crate::Drain`], [`crate::DrainScope`],
 //! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`],
-//! [`crate::AwaitVacant`], [`crate::WatchRead`]. An acquire also waits: at the holder's DC
+//! [`crate::AwaitVacant`], [`crate::WatchRead`], [`crate::Resolve`] (every
+//! request a DC serves but a `ResolveReservation`, a scan page and the
+//! DC-lease and log-follower loops). An acquire also waits: at the holder's DC
 //! ([`Effect::Await`]) or in a pause ([`Effect::Pause`]), each ended by its
 //! answer (a pause's: [`Answer::Resumed`]), by its time running out
 //! ([`Answer::TimedOut`]) or by the node
 //! shutting down ([`Answer::Closed`]). A waiter queues at its DC's
 //! registry ([`Effect::Queue`]) and parks ([`Effect::Park`]) until another
 //! request's write wakes it ([`Answer::Woken`]); a watch parks until the
-//! DC's event log moves ([`Effect::AwaitLog`]). (Still driven through its
-//! own poll enum: the resolve.)
+//! DC's event log moves ([`Effect::AwaitLog`]).
 
 use homing_core::{
     AwaitReply, DcId, FencingToken, Key, LeaseKey, LinkReply, Namespace, ReservationId, Segment,
@@ -110,6 +111,10 @@ pub enum Effect {
     /// waiter stays queued until it is woken, or until the driver removes
     /// its registration when the stepper ends or is dropped.
     Queue(QueueOp),
+    /// Does this DC answer for its tails now
+    /// ([`crate::DcLease::answers_for_tails`])? Answered
+    /// [`Answer::ForTails`].
+    AnswersForTails,
     /// A watch with nothing to answer waits for this DC's event log to
     /// move (a write appends an event): answered [`Answer::LogMoved`]
     /// (`Err`: the node parks as many watches as it may), or
@@ -163,6 +168,8 @@ pub enum Answer {
     Closed,
     /// To [`Effect::Cancelled`]: whether the host gave up.
     Cancelled(bool),
+    /// To [`Effect::AnswersForTails`].
+    ForTails(bool),
     /// To [`Effect::AwaitLog`]: the log moved, or the node would not
     /// park one more watch.
     LogMoved(Result<(), Failure>),
