@@ -755,17 +755,8 @@ impl Sim {
                 job.generation += 1;
                 let generation = job.generation;
                 let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-                let epoch = self.dcs[d].epoch;
                 self.dcs[d].tasks.insert(tid, task);
-                self.schedule(
-                    at,
-                    Event::DcTask {
-                        dc: d as u16,
-                        epoch,
-                        task: tid,
-                        generation,
-                    },
-                );
+                self.dc_timer(d, tid, generation, at);
             }
         }
     }
@@ -825,14 +816,7 @@ impl Sim {
             .first_true_us_at_us(job.acquire.deadline().as_us());
         let generation = job.generation;
         if self.rules.waiting.origin_deadline {
-            let epoch = self.dcs[d].epoch;
-            let timer = Event::DcTask {
-                dc: d as u16,
-                epoch,
-                task: tid,
-                generation,
-            };
-            self.schedule(deadline_us, timer);
+            self.dc_timer(d, tid, generation, deadline_us);
         }
         let Some(to) = to.filter(|_| !local) else {
             job.awaiting = Some(Awaiting::Local);
@@ -1325,6 +1309,19 @@ impl Sim {
             return self.step_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
         }
         self.dc_continue(d, tid, task, Next::Reply(Reply::Error(e)));
+    }
+
+    /// Sets a timer of DC `d`'s task `tid` at `at` (true time), for its
+    /// `generation` (a timer of another generation is stale when it fires)
+    /// and the DC's current epoch (a crash voids it).
+    pub(crate) fn dc_timer(&mut self, d: usize, tid: u64, generation: u64, at: u64) {
+        let timer = Event::DcTask {
+            dc: d as u16,
+            epoch: self.dcs[d].epoch,
+            task: tid,
+            generation,
+        };
+        self.schedule(at, timer);
     }
 
     /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.

@@ -55,77 +55,79 @@ enum Performed {
 }
 
 impl TaskKind {
+    /// The stepper the task runs, if it runs one.
+    fn stepping(&self) -> Option<&Stepping> {
+        match self {
+            TaskKind::Step(stepping) => Some(stepping),
+            _ => None,
+        }
+    }
+
+    /// The stepper the task runs, if it runs one, to change.
+    fn stepping_mut(&mut self) -> Option<&mut Stepping> {
+        match self {
+            TaskKind::Step(stepping) => Some(stepping),
+            _ => None,
+        }
+    }
+
     /// The acquire the task runs, if it is one.
     pub(crate) fn acquire(&self) -> Option<&AcquireJob> {
-        match self {
-            TaskKind::Step(stepping) => match stepping.as_ref() {
-                Stepping::Acquire(job) => Some(job.as_ref()),
-                _ => None,
-            },
+        match self.stepping()? {
+            Stepping::Acquire(job) => Some(job),
             _ => None,
         }
     }
 
     /// The acquire the task runs, if it is one, to change.
     pub(crate) fn acquire_mut(&mut self) -> Option<&mut AcquireJob> {
-        match self {
-            TaskKind::Step(stepping) => match stepping.as_mut() {
-                Stepping::Acquire(job) => Some(job.as_mut()),
-                _ => None,
-            },
+        match self.stepping_mut()? {
+            Stepping::Acquire(job) => Some(job),
             _ => None,
         }
     }
 
     /// The waiter the task runs, if it is one.
     pub(crate) fn waiter(&self) -> Option<&AwaitJob> {
-        match self {
-            TaskKind::Step(stepping) => match stepping.as_ref() {
-                Stepping::Await(job) => Some(job.as_ref()),
-                _ => None,
-            },
+        match self.stepping()? {
+            Stepping::Await(job) => Some(job),
             _ => None,
         }
     }
 
     /// The waiter the task runs, if it is one, to change.
     pub(crate) fn waiter_mut(&mut self) -> Option<&mut AwaitJob> {
-        match self {
-            TaskKind::Step(stepping) => match stepping.as_mut() {
-                Stepping::Await(job) => Some(job.as_mut()),
-                _ => None,
-            },
+        match self.stepping_mut()? {
+            Stepping::Await(job) => Some(job),
             _ => None,
         }
     }
 
     /// The watch the task runs, if it is one, to change.
     pub(crate) fn watch_mut(&mut self) -> Option<&mut WatchJob> {
-        match self {
-            TaskKind::Step(stepping) => match stepping.as_mut() {
-                Stepping::Watch(job) => Some(job.as_mut()),
-                _ => None,
-            },
+        match self.stepping_mut()? {
+            Stepping::Watch(job) => Some(job),
             _ => None,
         }
     }
 
     /// Whether the task is a watch parked until the log moves.
     pub(crate) fn parked_watch(&self, generation: u64) -> bool {
-        matches!(self, TaskKind::Step(s)
-            if matches!(s.as_ref(), Stepping::Watch(job) if job.parked == Some(generation)))
+        matches!(self.stepping(), Some(Stepping::Watch(job)) if job.parked == Some(generation))
     }
 
     /// Whether the task is the DC's reconciliation of takeovers.
     pub(crate) fn reconciles(&self) -> bool {
-        matches!(self, TaskKind::Step(s) if matches!(s.as_ref(), Stepping::Reconcile(_)))
+        matches!(self.stepping(), Some(Stepping::Reconcile(_)))
     }
 
     /// Whether the task is the DC's own work, not a request's: an upkeep
     /// pass or a reconciliation (a closing DC does not wait for them).
     pub(crate) fn in_background(&self) -> bool {
-        matches!(self, TaskKind::Step(s)
-            if matches!(s.as_ref(), Stepping::Reconcile(_) | Stepping::Upkeep(_)))
+        matches!(
+            self.stepping(),
+            Some(Stepping::Reconcile(_) | Stepping::Upkeep(_))
+        )
     }
 }
 

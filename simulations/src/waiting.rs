@@ -15,7 +15,7 @@ use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
 use crate::dc::{Task, TaskKind};
-use crate::sim::{Event, NodeId, Sim};
+use crate::sim::{NodeId, Sim};
 use crate::stepper::Stepping;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
@@ -126,15 +126,8 @@ impl Sim {
         let generation = job.generation;
         job.parked = Some(generation);
         let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-        let epoch = self.dcs[d].epoch;
         self.dcs[d].tasks.insert(tid, task);
-        let event = Event::DcTask {
-            dc: d as u16,
-            epoch,
-            task: tid,
-            generation,
-        };
-        self.schedule(at, event);
+        self.dc_timer(d, tid, generation, at);
     }
 
     /// Waiter `tid` asks to park: the first time since its last store
@@ -212,16 +205,7 @@ impl Sim {
             return;
         };
         if let Some(generation) = job.parked {
-            let epoch = self.dcs[d].epoch;
-            self.schedule(
-                self.now,
-                Event::DcTask {
-                    dc: d as u16,
-                    epoch,
-                    task: tid,
-                    generation,
-                },
-            );
+            self.dc_timer(d, tid, generation, self.now);
         }
     }
 

@@ -78,16 +78,11 @@ impl Sim {
         let job = task.kind.watch_mut().expect("a watch parks");
         job.generation += 1;
         job.parked = Some(job.generation);
-        let event = Event::DcTask {
-            dc: d as u16,
-            epoch: self.dcs[d].epoch,
-            task: tid,
-            generation: job.generation,
-        };
+        let generation = job.generation;
         let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
         self.dcs[d].watches.insert(tid);
         self.dcs[d].tasks.insert(tid, task);
-        self.schedule(at, event);
+        self.dc_timer(d, tid, generation, at);
     }
 
     /// DC `d`'s event log moved: every parked watch reads again.
