@@ -270,7 +270,7 @@ impl Acquire {
     }
 
     /// Whether the peer request asked is [`Effect::Segment`] (answer
-    /// with [`Acquire::handle_segment`]), not [`Effect::Link`].
+    /// with [`Answer::Segment`]), not [`Effect::Link`] ([`Answer::Linked`]).
     pub fn asks_segment(&self) -> bool {
         matches!(self.phase, Phase::Connecting)
             && matches!(
@@ -443,7 +443,7 @@ impl Acquire {
     }
 
     /// The key quota admitted the create [`Effect::Admit`] asked about.
-    pub fn handle_admitted(&mut self) {
+    fn handle_admitted(&mut self) {
         debug_assert!(
             self.connect.creates_key() && !self.admitted,
             "acquire of {}: an admission nobody asked for",
@@ -453,7 +453,7 @@ impl Acquire {
     }
 
     /// The answer to the [`Effect::Store`] asked at `now` (store clock).
-    pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
+    fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         if let Phase::Updating { update, .. } = &mut self.phase {
             return update.handle_stored(stored, now);
         }
@@ -467,7 +467,7 @@ impl Acquire {
 
     /// The answer to the [`Effect::Global`] asked. A global entry read
     /// counts as this DC's own read (its cache holds only what the store said).
-    pub fn handle_global(&mut self, answer: GlobalAnswer) {
+    fn handle_global(&mut self, answer: GlobalAnswer) {
         let connect = &mut self.connect;
         match answer {
             GlobalAnswer::Entry(entry) => connect.handle_global(entry, Source::Local),
@@ -492,7 +492,7 @@ impl Acquire {
     /// answered at `now`, or why it did not. An owner that disowns it
     /// ([`Failure::disowns`]) sends a walk from a shortcut back to the
     /// global entry; any other failure is the connect's.
-    pub fn handle_segment(&mut self, now: NodeTime, answer: Result<Segment, Failure>) {
+    fn handle_segment(&mut self, now: NodeTime, answer: Result<Segment, Failure>) {
         let ConnectPoll::Need(ConnectNeed::Reservation(id)) = self.connect.poll() else {
             panic!(
                 "acquire of {}: a segment it did not ask for",
@@ -509,7 +509,7 @@ impl Acquire {
 
     /// What the tail's DC answered at `now` to the [`Effect::Link`]
     /// asked, or why it did not.
-    pub fn handle_linked(&mut self, now: NodeTime, answer: Result<LinkReply, Failure>) {
+    fn handle_linked(&mut self, now: NodeTime, answer: Result<LinkReply, Failure>) {
         debug_assert!(
             matches!(
                 self.connect.poll(),
@@ -590,7 +590,7 @@ impl Acquire {
     /// The answer to [`Effect::Cancelled`]: whether the host gave up
     /// on this acquire. A cancelled grant is released before the answer
     /// (the host never sees it; the answer is the grant, released).
-    pub fn handle_cancelled(&mut self, cancelled: bool) {
+    fn handle_cancelled(&mut self, cancelled: bool) {
         let Phase::Granted(outcome) = std::mem::replace(&mut self.phase, Phase::Over) else {
             panic!(
                 "acquire of {}: a cancellation it did not ask about",
@@ -617,7 +617,7 @@ impl Acquire {
 
     /// A need of the current connect (or of a trailing change: a cancelled
     /// grant's release, a new member's note) could not be performed at `now`.
-    pub fn handle_failure(&mut self, now: NodeTime, failure: Failure) {
+    fn handle_failure(&mut self, now: NodeTime, failure: Failure) {
         if matches!(self.phase, Phase::Updating { .. }) {
             let Phase::Updating { outcome, why, .. } =
                 std::mem::replace(&mut self.phase, Phase::Over)
@@ -657,7 +657,7 @@ impl Acquire {
     }
 
     /// The await asked for ended at `now` with `result`.
-    pub fn handle_awaited(&mut self, now: NodeTime, result: Result<AwaitReply, Failure>) {
+    fn handle_awaited(&mut self, now: NodeTime, result: Result<AwaitReply, Failure>) {
         assert!(
             matches!(self.phase, Phase::Awaiting),
             "acquire of {}: an await it did not ask for",
@@ -701,7 +701,7 @@ impl Acquire {
 
     /// This acquire's deadline passed while it waited: it answers
     /// the last `HeldElsewhere` (the driver drops the registration).
-    pub fn handle_deadline(&mut self) {
+    fn handle_deadline(&mut self) {
         assert!(
             matches!(self.phase, Phase::Awaiting),
             "acquire of {}: a deadline while not waiting",
@@ -712,7 +712,7 @@ impl Acquire {
     }
 
     /// The pause ended at `now`: connect again.
-    pub fn handle_resumed(&mut self, now: NodeTime) {
+    fn handle_resumed(&mut self, now: NodeTime) {
         assert!(
             matches!(self.phase, Phase::Paused { .. }),
             "acquire of {}: a pause's end while not paused",
@@ -724,7 +724,7 @@ impl Acquire {
     /// The DC shuts down during a pause or a wait: answer now (the failure
     /// that caused the pause, or the last `HeldElsewhere`; the driver drops
     /// a registration), so a shutdown never waits out a host's wait.
-    pub fn handle_close(&mut self) {
+    fn handle_close(&mut self) {
         self.phase = match std::mem::replace(&mut self.phase, Phase::Over) {
             Phase::Paused { error: Some(e), .. } => Phase::Done(Err(e)),
             Phase::Paused { error: None, .. } => Phase::Done(Ok(self.take_held())),
@@ -773,7 +773,7 @@ impl Acquire {
     /// a DC lease that does not cover the grant's term ends the acquire with
     /// the refusal (`Unavailable`) — a grant after a wait must not outlive
     /// the DC lease either (DESIGN.md §7.5).
-    pub fn handle_covered(&mut self, covered: Result<(), Failure>) {
+    fn handle_covered(&mut self, covered: Result<(), Failure>) {
         assert!(
             matches!(self.phase, Phase::Covering { .. }),
             "handle_covered without a Cover poll"

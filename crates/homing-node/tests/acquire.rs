@@ -233,7 +233,7 @@ fn acquire_vacated_connects_again_granting_from_host_time_plus_time_held() {
     let vacated = AwaitReply::Vacated {
         ended: ReleaseCause::Released(RunOutcome::Ok),
     };
-    acquire.handle_awaited(node_now(&world), Ok(vacated));
+    acquire.answer(Answer::Awaited(Ok(vacated)), now(&world));
     let (
         Step::Done(Ok(AcquireReply::Acquired(Grant {
             reservation,
@@ -269,7 +269,7 @@ fn covered(world: &World, acquire: &mut Acquire) {
         panic!("a connect that may grant asks about the dc lease first")
     };
     assert_eq!(from, node_now(world));
-    acquire.handle_covered(Ok(()));
+    acquire.answer(Answer::Covered(Ok(())), now(world));
 }
 
 #[test]
@@ -280,7 +280,7 @@ fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it
     let vacated = AwaitReply::Vacated {
         ended: ReleaseCause::Released(RunOutcome::Ok),
     };
-    acquire.handle_awaited(node_now(&world), Ok(vacated));
+    acquire.answer(Answer::Awaited(Ok(vacated)), now(&world));
     // The grant would count from host time + 4 s held: the DC lease is asked
     // about that term, not the one the acquire arrived with.
     let Step::Ask(Effect::Cover { from }) = acquire.step(node_now(&world)) else {
@@ -293,7 +293,10 @@ fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it
         },
         "no host lease granted or renewed",
     );
-    acquire.handle_covered(Err(Failure::Unreachable(refused)));
+    acquire.answer(
+        Answer::Covered(Err(Failure::Unreachable(refused))),
+        now(&world),
+    );
     let Step::Done(Err(e)) = acquire.step(node_now(&world)) else {
         panic!("expected Unavailable")
     };
@@ -307,7 +310,7 @@ fn acquire_a_grant_after_a_wait_is_refused_when_the_dc_lease_no_longer_covers_it
 fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
     let (mut world, mut acquire) = held_at_iad(5_000);
     world.now_ms += 10;
-    acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
+    acquire.answer(Answer::Awaited(Ok(AwaitReply::TimedOut)), now(&world));
     let Step::Ask(Effect::Pause { until }) = drive(&mut world, "fra", &mut acquire) else {
         panic!("expected a pause")
     };
@@ -329,7 +332,7 @@ fn acquire_a_wait_cut_short_pauses_then_connects_and_waits_again() {
 fn acquire_the_wait_running_out_takes_one_last_look_that_is_the_answer() {
     let (mut world, mut acquire) = held_at_iad(5_000);
     world.now_ms += 5_000;
-    acquire.handle_awaited(node_now(&world), Ok(AwaitReply::TimedOut));
+    acquire.answer(Answer::Awaited(Ok(AwaitReply::TimedOut)), now(&world));
     assert!(matches!(
         drive(&mut world, "fra", &mut acquire),
         Step::Done(Ok(AcquireReply::HeldElsewhere(_)))
@@ -352,7 +355,7 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
         patient.step(node_now(&world)),
         Step::Ask(Effect::Global(_))
     ));
-    patient.handle_failure(node_now(&world), unreachable());
+    patient.answer(Answer::Global(Err(unreachable())), now(&world));
     assert!(matches!(
         patient.step(node_now(&world)),
         Step::Ask(Effect::Pause { .. })
@@ -360,7 +363,7 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
     let mut hasty = start(&world, "fra", "a2", 0);
     covered(&world, &mut hasty);
     hasty.step(node_now(&world));
-    hasty.handle_failure(node_now(&world), unreachable());
+    hasty.answer(Answer::Global(Err(unreachable())), now(&world));
     let Step::Done(Err(e)) = hasty.step(node_now(&world)) else {
         panic!("expected the error")
     };
@@ -371,7 +374,7 @@ fn acquire_an_unreachable_dc_is_tried_again_only_within_the_wait() {
 fn acquire_a_refused_wait_is_answered_at_once_and_a_passed_deadline_answers_held() {
     let (world, mut refused) = held_at_iad(5_000);
     let full = ErrorReply::new(ErrorKind::Overloaded, "queue full");
-    refused.handle_awaited(node_now(&world), Err(Failure::Refused(full)));
+    refused.answer(Answer::Awaited(Err(Failure::Refused(full))), now(&world));
     let Step::Done(Err(e)) = refused.step(node_now(&world)) else {
         panic!("expected the refusal")
     };
@@ -408,24 +411,25 @@ fn create_up_to_the_write(world: &mut World, at: &str, wait_ms: u32) -> Acquire 
     use homing_node::CONNECT_GLOBAL_READ;
     let mut acquire = start(world, at, "a1", wait_ms);
     covered(world, &mut acquire);
-    let now = node_now(world);
+    let t = node_now(world);
     let entry = GlobalOp::Entry {
         key: key(),
         read: CONNECT_GLOBAL_READ,
     };
-    assert!(matches!(acquire.step(now), Step::Ask(Effect::Global(op)) if op == entry));
-    acquire.handle_global(GlobalAnswer::Entry(None));
+    assert!(matches!(acquire.step(t), Step::Ask(Effect::Global(op)) if op == entry));
+    acquire.answer(Answer::Global(Ok(GlobalAnswer::Entry(None))), now(world));
     // A key create takes a quota slot, then allocates its reservation's unique.
-    let Step::Ask(Effect::Admit(namespace)) = acquire.step(now) else {
+    let Step::Ask(Effect::Admit(namespace)) = acquire.step(t) else {
         panic!("a key create asks the key quota first")
     };
     assert_eq!(namespace, key().namespace);
-    acquire.handle_admitted();
+    acquire.answer(Answer::Admitted(Ok(())), now(world));
     assert!(matches!(
-        acquire.step(now),
+        acquire.step(t),
         Step::Ask(Effect::Store(StoreOp::Allocate))
     ));
-    acquire.handle_stored(Stored::Allocated(world.allocate(&dc(at))), world.now());
+    let allocated = Stored::Allocated(world.allocate(&dc(at)));
+    acquire.answer(Answer::Stored(Ok(allocated)), now(world));
     acquire
 }
 
@@ -434,26 +438,32 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
     use homing_core::Written;
     let mut world = World::new(&["iad"]);
     let mut acquire = create_up_to_the_write(&mut world, "iad", 0);
-    let now = node_now(&world);
+    let t = node_now(&world);
     let Step::Ask(Effect::Store(StoreOp::Write {
         expected: None,
         record,
         event: true,
-    })) = acquire.step(now)
+    })) = acquire.step(t)
     else {
         panic!("a connect creates its record, appending a lifecycle event")
     };
     assert_eq!(record.id.to_string(), "iad.1");
-    acquire.handle_stored(Stored::Written(Written::Yes), world.now());
+    acquire.answer(
+        Answer::Stored(Ok(Stored::Written(Written::Yes))),
+        now(&world),
+    );
     let set = GlobalOp::SetIfAbsent {
         key: key(),
         id: record.id.clone(),
     };
-    assert!(matches!(acquire.step(now), Step::Ask(Effect::Global(op)) if op == set));
-    acquire.handle_global(GlobalAnswer::SetIfAbsent(None));
-    assert!(matches!(acquire.step(now), Step::Ask(Effect::Cancelled(_))));
-    acquire.handle_cancelled(false);
-    let Step::Done(Ok(AcquireReply::Acquired(grant))) = acquire.step(now) else {
+    assert!(matches!(acquire.step(t), Step::Ask(Effect::Global(op)) if op == set));
+    acquire.answer(
+        Answer::Global(Ok(GlobalAnswer::SetIfAbsent(None))),
+        now(&world),
+    );
+    assert!(matches!(acquire.step(t), Step::Ask(Effect::Cancelled(_))));
+    acquire.answer(Answer::Cancelled(false), now(&world));
+    let Step::Done(Ok(AcquireReply::Acquired(grant))) = acquire.step(t) else {
         panic!("the entry is ours: acquired")
     };
     assert_eq!(grant.reservation, record.id);
@@ -535,9 +545,9 @@ fn a_silent_dcs_tail_is_taken_over_through_the_acquires_global_effects() {
 fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_admitted_twice() {
     let mut world = World::new(&["fra"]);
     let mut acquire = create_up_to_the_write(&mut world, "fra", 5_000);
-    let now = node_now(&world);
+    let t = node_now(&world);
     assert!(matches!(
-        acquire.step(now),
+        acquire.step(t),
         Step::Ask(Effect::Store(StoreOp::Write { .. }))
     ));
     // The DC store does not answer the create's write: pause, create again.
@@ -545,12 +555,15 @@ fn a_create_tried_again_after_a_failed_write_keeps_its_quota_slot_and_is_not_adm
         ErrorKind::Unavailable { dc: dc("fra") },
         "store: not answering",
     );
-    acquire.handle_failure(now, Failure::Unreachable(unreachable));
-    let Step::Ask(Effect::Pause { until }) = acquire.step(now) else {
+    acquire.answer(
+        Answer::Stored(Err(Failure::Unreachable(unreachable))),
+        now(&world),
+    );
+    let Step::Ask(Effect::Pause { until }) = acquire.step(t) else {
         panic!("an unreachable store is tried again within the wait")
     };
     world.now_ms = until.us_since(NodeTime::from_us(0)) / 1000;
-    acquire.handle_resumed(until);
+    acquire.answer(Answer::Resumed, now(&world));
     // The slot granted for this create still stands (its set-if-absent
     // never answered): asking the quota again would count the key twice,
     // and refuse it when the namespace has room for one key only.
@@ -581,9 +594,12 @@ fn a_shortcut_disowned_by_its_owner_falls_back_and_a_lie_about_it_fails_the_acqu
         let mut asked = false;
         while !asked {
             match second.step(node_now(&world)) {
-                Step::Ask(Effect::Cover { .. }) => second.handle_covered(Ok(())),
+                Step::Ask(Effect::Cover { .. }) => {
+                    second.answer(Answer::Covered(Ok(())), now(&world))
+                }
                 Step::Ask(Effect::Global(op)) => {
-                    second.handle_global(perform_global(&mut world, op))
+                    let answer = perform_global(&mut world, op);
+                    second.answer(Answer::Global(Ok(answer)), now(&world))
                 }
                 Step::Ask(Effect::Segment(id)) => {
                     assert_eq!(id, gone, "the walk starts at the shortcut");
@@ -593,7 +609,7 @@ fn a_shortcut_disowned_by_its_owner_falls_back_and_a_lie_about_it_fails_the_acqu
                     } else {
                         Failure::Refused(said)
                     };
-                    second.handle_segment(node_now(&world), Err(answer));
+                    second.answer(Answer::Segment(Err(answer)), now(&world));
                     asked = true;
                 }
                 other => panic!("expected the shortcut's segment to be asked, got {other:?}"),
