@@ -128,7 +128,7 @@ impl Drain {
                 }
             },
             Phase::Update(mut update) => {
-                let poll = match update.next() {
+                let step = match update.next() {
                     Step::Ask(effect) => Step::Ask(effect),
                     Step::Done(Ok(changed)) => {
                         if changed.made() {
@@ -139,7 +139,7 @@ impl Drain {
                     Step::Done(Err(e)) => return Step::Done(Err(e.reply())),
                 };
                 self.phase = Phase::Update(update);
-                poll
+                step
             }
             Phase::Forward(dc) => {
                 self.phase = Phase::Forward(dc.clone());

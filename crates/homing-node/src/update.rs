@@ -156,7 +156,7 @@ impl Update {
                 event,
                 reply,
             } => {
-                let poll = Step::Ask(Effect::Store(StoreOp::Write {
+                let step = Step::Ask(Effect::Store(StoreOp::Write {
                     expected: Some(expected),
                     record: record.clone(),
                     event,
@@ -167,7 +167,7 @@ impl Update {
                     event,
                     reply,
                 };
-                poll
+                step
             }
             Phase::Done(reply) => Step::Done(Ok(reply)),
             Phase::Failed(e) => Step::Done(Err(e)),

@@ -237,7 +237,7 @@ impl Upkeep {
                     mut update,
                     reap,
                 } => {
-                    let poll = match update.next() {
+                    let step = match update.next() {
                         Step::Ask(effect) => Step::Ask(effect),
                         Step::Done(Ok(changed)) => {
                             if changed.made() {
@@ -266,10 +266,10 @@ impl Upkeep {
                         update,
                         reap,
                     };
-                    return poll;
+                    return step;
                 }
                 Phase::Proving { record } => {
-                    let poll = match &record.predecessor {
+                    let step = match &record.predecessor {
                         None => Step::Ask(Effect::Global(GlobalOp::Entry {
                             key: record.key.clone(),
                             read: GlobalRead::Latest,
@@ -277,15 +277,15 @@ impl Upkeep {
                         Some(predecessor) => Step::Ask(Effect::Segment(predecessor.clone())),
                     };
                     self.phase = Phase::Proving { record };
-                    return poll;
+                    return step;
                 }
                 Phase::Settling { id, version } => {
-                    let poll = Step::Ask(Effect::Store(StoreOp::Settle {
+                    let step = Step::Ask(Effect::Store(StoreOp::Settle {
                         id: id.clone(),
                         version,
                     }));
                     self.phase = Phase::Settling { id, version };
-                    return poll;
+                    return step;
                 }
                 Phase::Events => {
                     self.phase = Phase::Events;
