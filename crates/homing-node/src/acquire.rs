@@ -34,7 +34,7 @@
 //! its own store), failures included; [`Effect::Await`] at the holder's DC
 //! (this DC: [`crate::AwaitVacant`]; another: an `Await` request), ended by
 //! [`Answer::Awaited`], or [`Answer::TimedOut`] once `until` passes first;
-//! [`Effect::Pause`], ended by [`Answer::TimedOut`]; either ended by
+//! [`Effect::Pause`], ended by [`Answer::Resumed`]; either ended by
 //! [`Answer::Closed`] when the node shuts down; [`Effect::Cancelled`]
 //! (the node's [`crate::Cancellations`]: a release's store ops then come
 //! as `Store`, as do those noting a new member in this DC's own entry).
@@ -210,7 +210,7 @@ pub struct Acquire {
     events: VecDeque<AcquireEvent>,
     /// What the outcome noted for the node, as a [`Stepper`]: the member
     /// learned and the notice, handed out after the acquire's own events.
-    ended: VecDeque<NodeEvent>,
+    outcome_events: VecDeque<NodeEvent>,
 }
 
 impl Acquire {
@@ -249,7 +249,7 @@ impl Acquire {
             phase: Phase::Covering { from: now },
             notice: None,
             events: VecDeque::new(),
-            ended: VecDeque::new(),
+            outcome_events: VecDeque::new(),
         }
     }
 
@@ -385,10 +385,10 @@ impl Acquire {
                 Phase::Done(Ok(outcome)) => {
                     if let Some(member) = self.member_learned(&outcome) {
                         let key = self.request.key.clone();
-                        self.ended.push_back(NodeEvent::Learned { key, member });
+                        self.outcome_events.push_back(NodeEvent::Learned { key, member });
                     }
                     if let Some(notice) = self.notice.take() {
-                        self.ended.push_back(NodeEvent::Shortcut(notice));
+                        self.outcome_events.push_back(NodeEvent::Shortcut(notice));
                     }
                     return Step::Done(Ok(outcome));
                 }
@@ -537,14 +537,14 @@ impl Acquire {
         } else if matches!(outcome, AcquireReply::Acquired(_)) {
             self.phase = Phase::Granted(outcome);
         } else {
-            self.phase = self.answer_with(outcome);
+            self.phase = self.done_with(outcome);
         }
     }
 
     /// The answer `outcome`, after noting the chain's new member if this
     /// connect linked it and the key's entry is this DC's (another DC's
     /// entry the driver tells: [`NodeEvent::Shortcut`]).
-    fn answer_with(&mut self, outcome: AcquireReply) -> Phase {
+    fn done_with(&mut self, outcome: AcquireReply) -> Phase {
         let notice = self.connect.take_notice();
         match notice {
             Some(notice) if notice.entry.dc() == &self.dc => {
@@ -576,7 +576,7 @@ impl Acquire {
         result: Result<(), ErrorReply>,
     ) -> Phase {
         match (why, result) {
-            (Trailing::Cancel, Ok(())) => self.answer_with(outcome),
+            (Trailing::Cancel, Ok(())) => self.done_with(outcome),
             (Trailing::Cancel, Err(e)) => Phase::Done(Err(e)),
             (Trailing::Shortcut, result) => {
                 if result.is_err() {
@@ -611,7 +611,7 @@ impl Acquire {
                     why: Trailing::Cancel,
                 }
             }
-            _ => self.answer_with(outcome),
+            _ => self.done_with(outcome),
         };
     }
 
@@ -819,7 +819,7 @@ impl Stepper for Acquire {
     fn poll_event(&mut self) -> Option<NodeEvent> {
         match self.events.pop_front() {
             Some(event) => Some(NodeEvent::Acquire(event)),
-            None => self.ended.pop_front(),
+            None => self.outcome_events.pop_front(),
         }
     }
 }
