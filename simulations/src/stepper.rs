@@ -324,8 +324,8 @@ impl Sim {
 
     /// How DC `d` performs `effect` for `task`: as the task's next
     /// operation, or answered at once. Cut from the global store, the
-    /// succession and DC-lease reads and the takeover writes fail at once;
-    /// entries, confirms and set-if-absent writes find out where they land.
+    /// succession and DC-lease reads fail at once; entries, confirms,
+    /// takeovers and set-if-absent writes find out where they land.
     fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
         let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
         let global = |answer| Performed::Now(Answer::Global(answer));
@@ -384,11 +384,8 @@ impl Sim {
                 }))
             }
             // Written where they land (`dc_global_set`), after the global
-            // store's write delay.
+            // store's write delay (cut off: failed after it).
             Effect::Global(GlobalOp::TakeOver { succession, policy }) => {
-                if let Err(failure) = cut(self) {
-                    return global(Err(failure));
-                }
                 let write = GlobalWrite::TakeOver(succession, policy);
                 Performed::Later(Next::GlobalWrite(task.key, write))
             }
