@@ -385,7 +385,8 @@ impl Acquire {
                 Phase::Done(Ok(outcome)) => {
                     if let Some(member) = self.member_learned(&outcome) {
                         let key = self.request.key.clone();
-                        self.outcome_events.push_back(NodeEvent::Learned { key, member });
+                        self.outcome_events
+                            .push_back(NodeEvent::Learned { key, member });
                     }
                     if let Some(notice) = self.notice.take() {
                         self.outcome_events.push_back(NodeEvent::Shortcut(notice));
