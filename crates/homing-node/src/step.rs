@@ -11,13 +11,13 @@
 //! Steppers that run this way: [`crate::Acquire`], [`crate::Update`],
 //! [`crate::LinkOnward`], [`crate::Drain`], [`crate::DrainScope`],
 //! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`],
-//! [`crate::AwaitVacant`], [`crate::WatchRead`], [`crate::Resolve`] (every
-//! request a DC serves but a `ResolveReservation`, a scan page and the
-//! DC-lease and log-follower loops). An acquire also waits: at the holder's DC
-//! ([`Effect::Await`]) or in a pause ([`Effect::Pause`]), each ended by its
-//! answer (a pause's: [`Answer::Resumed`]), by its time running out
-//! ([`Answer::TimedOut`]) or by the node
-//! shutting down ([`Answer::Closed`]). A waiter queues at its DC's
+//! [`crate::AwaitVacant`], [`crate::WatchRead`], [`crate::Resolve`]: every
+//! request a DC serves but `ResolveReservation`, `Successor` and a scan
+//! page (the DC lease and the log follower run loops of their own). An
+//! acquire also waits: at the holder's DC ([`Effect::Await`]) or in a pause
+//! ([`Effect::Pause`]), each ended by its answer (a pause's:
+//! [`Answer::Resumed`]), by its time running out ([`Answer::TimedOut`]) or
+//! by the node shutting down ([`Answer::Closed`]). A waiter queues at its DC's
 //! registry ([`Effect::Queue`]) and parks ([`Effect::Park`]) until another
 //! request's write wakes it ([`Answer::Woken`]); a watch parks until the
 //! DC's event log moves ([`Effect::AwaitLog`]).
