@@ -87,12 +87,7 @@ impl Sim {
     pub(crate) fn await_queue(&mut self, d: usize, tid: u64, task: &Task, op: QueueOp) -> Answer {
         let store_now = self.dcs[d].clock.store_time(self.now);
         let now = self.node_now(d);
-        let reservation = match &op {
-            QueueOp::Join { reservation, .. } | QueueOp::Handoff(reservation) => {
-                reservation.clone()
-            }
-            QueueOp::Notify(record) => record.id.clone(),
-        };
+        let reservation = op.reservation().clone();
         // Simulated waiters leave the queue themselves when they stop listening.
         let waiters = &mut self.dcs[d].waiters;
         let (queued, notified) = waiters.queue(op, store_now, now, &self.policy, || tid, |_| true);

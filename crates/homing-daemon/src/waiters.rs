@@ -109,12 +109,7 @@ impl Waiters {
             Parked { woken: tx, rouse }
         };
         let now = self.now();
-        let reservation = match &op {
-            QueueOp::Join { reservation, .. } | QueueOp::Handoff(reservation) => {
-                reservation.clone()
-            }
-            QueueOp::Notify(record) => record.id.clone(),
-        };
+        let reservation = op.reservation().clone();
         let (queued, notified) =
             self.with(|w| w.queue(op, store_now, now, policy, parked, listening));
         self.deliver(&reservation, notified);

@@ -132,6 +132,16 @@ pub enum QueueOp {
     Handoff(ReservationId),
 }
 
+impl QueueOp {
+    /// The reservation whose queue this concerns.
+    pub fn reservation(&self) -> &ReservationId {
+        match self {
+            QueueOp::Join { reservation, .. } | QueueOp::Handoff(reservation) => reservation,
+            QueueOp::Notify(record) => &record.id,
+        }
+    }
+}
+
 /// A queue's hand-off as a waiter sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handoff {
