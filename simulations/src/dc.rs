@@ -1,27 +1,22 @@
 //! A simulated DC: its durable state (records, the ID allocator — durable
 //! at commit), its volatile state (the global-entry cache, in-flight
 //! requests — lost in a crash), its clock, and its request handling, which
-//! drives homing-node as `homing-daemon`'s `Node` does: acquires, updates,
-//! links, drains and the DC's own passes run as homing-node steppers in
-//! `crate::stepper`'s loop; this module performs what takes time (store
-//! operations, global writes, peer requests, an acquire's waits and
-//! pauses) and routes each answer back; resolves answer a `LocalSegment`.
+//! drives homing-node as `homing-daemon`'s `Node` does: every request runs
+//! as a homing-node stepper in `crate::stepper`'s loop (an acquire, a
+//! waiter, a watch, a drain-scope page with what the driver holds for
+//! them; every other request as homing-node's `Serve`), and so do the DC's
+//! own passes; this module performs what takes time (store operations,
+//! global writes, peer requests, an acquire's waits and pauses) and routes
+//! each answer back.
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
 //!
-//! An acquire with `wait_ms` loops as homingd's `Node::drive` runs it, its
-//! wait bounded by its own deadline (`start + wait`): connect (a connect that
-//! fails `Unavailable` pauses `AWAIT_RETRY_MS` and connects again if the pause
-//! ends before the deadline); if the key is held and wait time remains, await
-//! the holder's reservation at its DC (here: `crate::waiting`; elsewhere:
-//! an `Await` request) until the deadline at most (then it answers the last
-//! `HeldElsewhere`), and connect again when answered `Vacated`/`Moved`.
-//! `TimedOut` at the end of the wait takes one last look (a connect whose
-//! outcome is the answer); earlier, it means a lost registration. An `Await`
-//! refused (a full queue) answers that error; a lost registration pauses and
-//! registers again if the pause ends before the deadline, else answers the
-//! last `HeldElsewhere`. The grant uses `host_time + time held`.
+//! An acquire's wait loop is homing-node's `Acquire`; its wait at the
+//! holder's DC is a local waiter (`crate::waiting`) or an `Await` request
+//! on a QUIC stream to the holder's DC, bounded by the acquire's own
+//! deadline as homingd's `timeout_at` bounds it, and lost with the
+//! connection when the path or the peer dies.
 
 use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,9 +32,8 @@ use homing_store::memory::MemoryDc;
 
 use homing_node::{
     Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations,
-    Change, Failure, GlobalAnswer, GlobalRead, LinkOnward, Mutations, NodeTime, Resolve,
-    StoreOp as DcOp, Stored, Update, Upkeep, WaitLimits, Waiters, answered, owned_here,
-    segment_failure,
+    Failure, GlobalAnswer, GlobalRead, Mutations, NodeConfig, NodeTime, Serve, StoreOp as DcOp,
+    Stored, Upkeep, WaitLimits, Waiters, segment_failure,
 };
 
 use crate::clock::NodeClock;
@@ -220,7 +214,8 @@ pub(crate) struct Task {
     pub(crate) client: NodeId,
     pub(crate) rpc: u64,
     pub(crate) key: u32,
-    pub(crate) kind: TaskKind,
+    /// The homing-node stepper it runs.
+    pub(crate) kind: Box<Stepping>,
     pub(crate) waiting: Option<StoreOp>,
     pub(crate) work: Work,
 }
@@ -228,12 +223,12 @@ pub(crate) struct Task {
 impl Task {
     /// A task for `client`'s request `rpc` about key `key` (the trace's
     /// index), nothing asked of the store yet.
-    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskKind) -> Task {
+    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: Stepping) -> Task {
         Task {
             client,
             rpc,
             key,
-            kind,
+            kind: Box::new(kind),
             waiting: None,
             work: Work::default(),
         }
@@ -265,17 +260,6 @@ pub(crate) enum Awaiting {
     },
     /// With a waiter task of this DC.
     Local,
-}
-
-#[derive(Debug)]
-pub(crate) enum TaskKind {
-    /// One of homing-node's [`homing_node::Stepper`]s (acquires, updates,
-    /// links, drains, drain-scope pages, key reads, reconciliations, upkeep
-    /// passes, waiters), run by `Sim::step_drive`.
-    Step(Box<Stepping>),
-    Segment,
-    /// One page of an operator's `Scan`.
-    Scan,
 }
 
 #[derive(Debug)]
@@ -383,11 +367,6 @@ pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
 }
 
-/// A segment that could not be read, as the error reply homingd answers.
-pub(crate) fn segment_error(e: SegmentError) -> Reply {
-    Reply::Error(segment_failure(e).into_reply())
-}
-
 impl Sim {
     fn store_delay_us(&mut self, d: usize, base_ms: f64, jitter_ms: f64) -> u64 {
         let jitter = if jitter_ms > 0.0 {
@@ -429,34 +408,6 @@ impl Sim {
             return self.dc_reply_to(d, client, rpc, key, reply);
         }
         let kind = match request {
-            Request::Resolve { key: wanted } => {
-                TaskKind::Step(Box::new(Stepping::Resolve(Resolve::new(local, wanted))))
-            }
-            Request::Successor { key: wanted, id } => {
-                let reply = match self.global_reachable(d) {
-                    Err(e) => Reply::Error(e),
-                    Ok(()) => {
-                        let succession = self.global_successor(d, &id);
-                        let hint = self.dcs[d].hint(&wanted);
-                        Reply::Successor { succession, hint }
-                    }
-                };
-                return self.dc_reply_to(d, client, rpc, key, reply);
-            }
-            Request::ResolveReservation { id } => {
-                if let Err(e) = owned_here(&local, &id) {
-                    let reply = Reply::Error(e.into_reply());
-                    return self.dc_reply_to(d, client, rpc, key, reply);
-                }
-                return self.dc_start(
-                    d,
-                    client,
-                    rpc,
-                    key,
-                    TaskKind::Segment,
-                    Next::Store(StoreOp::Segment(id)),
-                );
-            }
             Request::Acquire {
                 config,
                 actor,
@@ -496,12 +447,12 @@ impl Sim {
                     self.rules.mutations,
                 )
                 .with_hint(hint);
-                TaskKind::Step(Box::new(Stepping::Acquire(Box::new(AcquireJob {
+                Stepping::Acquire(Box::new(AcquireJob {
                     acquire,
                     awaiting: None,
                     generation: 0,
                     paused: false,
-                }))))
+                }))
             }
             Request::Await {
                 reservation,
@@ -510,110 +461,43 @@ impl Sim {
                 let origin = AwaitFor::Remote;
                 return self.await_start(d, client, rpc, key, reservation, wait_ms, origin);
             }
-            Request::Renew {
-                reservation,
-                token,
-                lease,
-                host_time,
-            } => {
-                if let Err(e) = self.grant_allowed(d) {
-                    return self.dc_reply_to(d, client, rpc, key, Reply::Error(e));
-                }
-                let change = Change::Renew {
-                    token,
-                    lease,
-                    host_time,
-                };
-                self.update_task(d, reservation, change)
-            }
-            Request::Release {
-                reservation,
-                token,
-                lease,
-                outcome,
-            } => {
-                let change = Change::Release {
-                    token,
-                    lease,
-                    outcome,
-                };
-                self.update_task(d, reservation, change)
-            }
-            Request::ForceRelease { reservation, token } => {
-                self.update_task(d, reservation, Change::ForceRelease { token })
-            }
-            Request::Cancel { key: wanted, lease } => {
-                return self.cancel_start(d, (client, rpc, key), wanted, lease);
-            }
-            Request::Link {
-                key: chain_key,
-                from,
-                to,
-                expected_token,
-            } => {
-                let caller = match client {
-                    NodeId::Dc(c) => Some(&self.dcs[usize::from(c)].id),
-                    _ => None,
-                };
-                let (dc, mutations) = (self.dcs[d].id.clone(), self.rules.mutations);
-                let (chain, expected, policy) = (chain_key, expected_token, self.policy);
-                let link =
-                    LinkOnward::new(dc, caller, chain, from, to, expected, policy, mutations);
-                TaskKind::Step(Box::new(Stepping::Link(link)))
-            }
-            Request::Shortcut {
-                key: chain_key,
-                entry,
-                shortcut,
-            } => {
-                if let Err(e) = owned_here(&local, &entry) {
-                    let reply = Reply::Error(e.into_reply());
-                    return self.dc_reply_to(d, client, rpc, key, reply);
-                }
-                let change = Change::Shortcut {
-                    key: chain_key,
-                    shortcut,
-                };
-                self.update_task(d, entry, change)
-            }
-            Request::Drain { key: wanted } => {
-                let forwarded = matches!(client, NodeId::Dc(_));
-                return self.drain_start(d, client, rpc, key, wanted, forwarded);
-            }
             Request::Watch {
                 scope,
                 after,
                 wait_ms,
             } => return self.watch_start(d, client, rpc, scope, after, wait_ms),
-            Request::Scan { scope, after } => return self.scan_start(d, client, rpc, scope, after),
-            Request::Inspect { key: wanted } => {
-                return self.inspect_start(d, (client, rpc, key), wanted);
-            }
             Request::DrainScope { .. } => {
                 let reply = error(ErrorKind::BadRequest, "not simulated");
                 return self.dc_reply_to(d, client, rpc, key, reply);
+            }
+            request => {
+                let peer = match client {
+                    NodeId::Dc(c) => Some(usize::from(c)),
+                    _ => None,
+                };
+                Stepping::Serve(Box::new(self.serve(d, peer, request)))
             }
         };
         self.step_start(d, Task::new(client, rpc, key, kind));
     }
 
+    /// `request` as DC `d` serves it, sent by DC `peer`'s node if given:
+    /// homing-node's [`Serve`].
+    pub(crate) fn serve(&self, d: usize, peer: Option<usize>, request: Request) -> Serve {
+        let dc = &self.dcs[d];
+        let node = NodeConfig {
+            dc: dc.id.clone(),
+            policy: self.policy,
+            hop_limit: HOP_LIMIT_DEFAULT,
+            mutations: self.rules.mutations,
+        };
+        let peer = peer.map(|p| &self.dcs[p].id);
+        Serve::new(&node, peer, request, |key| dc.hint(key))
+    }
+
     pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
         self.dcs[d].next_task += 1;
         self.dcs[d].next_task
-    }
-
-    pub(crate) fn dc_start(
-        &mut self,
-        d: usize,
-        client: NodeId,
-        rpc: u64,
-        key: u32,
-        kind: TaskKind,
-        next: Next,
-    ) {
-        let task = Task::new(client, rpc, key, kind);
-        let tid = self.new_task_id(d);
-        self.dc_continue(d, tid, task, next);
     }
 
     pub(crate) fn dc_reply_to(
@@ -1068,23 +952,13 @@ impl Sim {
             }
             op => op,
         };
-        let op = match (&task.kind, op) {
-            // A stepper's own segment (an acquire's walk, a drain's, an
-            // upkeep pass's proof).
-            (TaskKind::Step(_), StoreOp::Segment(id)) => {
-                let answer = Answer::Segment(self.local_segment(d, &id).map_err(segment_failure));
-                return self.step_answered(d, tid, task, answer);
-            }
-            (TaskKind::Step(_) | TaskKind::Segment, op) => op,
-            (TaskKind::Scan, _) => {
-                let reply = error(ErrorKind::Internal, "unexpected store operation");
-                return self.dc_continue(d, tid, task, Next::Reply(reply));
-            }
-        };
-        // Entry reads (every stepper's, a resolve's) and segments asked
-        // of this DC.
-        let next = match op {
+        let answer = match op {
             StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
+            // A stepper's own segment (a resolve's, an acquire's walk, a
+            // drain's, an upkeep pass's proof).
+            StoreOp::Segment(id) => {
+                Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
+            }
             StoreOp::GlobalGet { key, read } => {
                 let mut entry = self.global.get(&key).cloned();
                 let nearest = read == GlobalRead::Nearest;
@@ -1103,56 +977,16 @@ impl Sim {
                     }
                     None => {}
                 }
-                match &mut task.kind {
-                    TaskKind::Step(_) => {
-                        let answer = Answer::Global(Ok(GlobalAnswer::Entry(entry)));
-                        return self.step_answered(d, tid, task, answer);
-                    }
-                    _ => Next::Reply(error(ErrorKind::Internal, "unexpected global read")),
-                }
-            }
-            StoreOp::Segment(id) => {
-                let segment = self.local_segment(d, &id);
-                match (&mut task.kind, segment) {
-                    (TaskKind::Segment, Ok(s)) => {
-                        let local = &self.dcs[d].id;
-                        match answered(local, s, self.answers_for_tails(d)) {
-                            Ok(s) => Next::Reply(Reply::Reservation(s)),
-                            Err(e) => Next::Reply(Reply::Error(e.into_reply())),
-                        }
-                    }
-                    (_, Err(e)) => Next::Reply(segment_error(e)),
-                    (TaskKind::Step(_) | TaskKind::Scan, Ok(_)) => {
-                        Next::Reply(error(ErrorKind::Internal, "unexpected segment"))
-                    }
-                }
+                Answer::Global(Ok(GlobalAnswer::Entry(entry)))
             }
         };
-        self.dc_continue(d, tid, task, next);
+        self.step_answered(d, tid, task, answer);
     }
 
     /// DC `d`'s store answered task `tid`'s operation (or failed it): the
     /// task's stepper takes the answer.
-    fn dc_stored(&mut self, d: usize, tid: u64, mut task: Task, stored: Result<Stored, Failure>) {
-        let next = match (&mut task.kind, stored) {
-            (TaskKind::Step(_), stored) => {
-                return self.step_answered(d, tid, task, Answer::Stored(stored));
-            }
-            // These answer their caller a failed store operation's error.
-            (TaskKind::Scan, Err(failure)) => Next::Reply(Reply::Error(failure.into_reply())),
-            (TaskKind::Scan, Ok(stored)) => return self.scan_stored(d, tid, task, stored),
-            (TaskKind::Segment, _) => {
-                Next::Reply(error(ErrorKind::Internal, "unexpected store operation"))
-            }
-        };
-        self.dc_continue(d, tid, task, next);
-    }
-
-    /// An update task for our reservation `id`.
-    pub(crate) fn update_task(&self, d: usize, id: ReservationId, change: Change) -> TaskKind {
-        let dc = self.dcs[d].id.clone();
-        let update = Update::new(dc, id, change, self.policy, self.rules.mutations);
-        TaskKind::Step(Box::new(Stepping::Update(update)))
+    fn dc_stored(&mut self, d: usize, tid: u64, task: Task, stored: Result<Stored, Failure>) {
+        self.step_answered(d, tid, task, Answer::Stored(stored));
     }
 
     /// The global write-once lands; then the DC that asked (if it still runs) goes on.
@@ -1214,15 +1048,11 @@ impl Sim {
         let Some(task) = self.dcs[d].tasks.remove(&set.task) else {
             return;
         };
-        if let TaskKind::Step(_) = task.kind {
-            // The entry now, if this was an acquire's set-if-absent.
-            if let Some((key, winner)) = entry_now {
-                self.dcs[d].global_cache.insert(key, winner);
-            }
-            return self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
+        // The entry now, if this was an acquire's set-if-absent.
+        if let Some((key, winner)) = entry_now {
+            self.dcs[d].global_cache.insert(key, winner);
         }
-        let next = Next::Reply(error(ErrorKind::Internal, "unexpected global write"));
-        self.dc_continue(d, set.task, task, next);
+        self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
     }
 
     fn dc_peer_reply(&mut self, d: usize, from: NodeId, rpc: u64, reply: Reply) {
@@ -1246,14 +1076,7 @@ impl Sim {
             });
             return self.acquire_awaited(d, tid, task, result);
         }
-        if let TaskKind::Step(_) = task.kind {
-            return self.step_peer_answer(d, tid, task, Ok(reply));
-        }
-        let next = match reply {
-            Reply::Error(e) => Next::Reply(Reply::Error(e)),
-            _ => Next::Reply(error(ErrorKind::Inconsistent, "unexpected peer reply")),
-        };
-        self.dc_continue(d, tid, task, next);
+        self.step_peer_answer(d, tid, task, Ok(reply));
     }
 
     pub(crate) fn dc_timeout(&mut self, d: usize, rpc: u64) {
@@ -1305,10 +1128,7 @@ impl Sim {
             return self.acquire_awaited(d, tid, task, Err(Failure::Unreachable(lost)));
         }
         let e = ErrorReply::new(unavailable, why);
-        if let TaskKind::Step(_) = task.kind {
-            return self.step_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
-        }
-        self.dc_continue(d, tid, task, Next::Reply(Reply::Error(e)));
+        self.step_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
     }
 
     /// Sets a timer of DC `d`'s task `tid` at `at` (true time), for its

@@ -3,7 +3,7 @@
 //! the DC store's allocator against the floor the DC published, the renewal
 //! loop (each renewal a message to the global store, bounded by the renewal
 //! period), the gate on host-lease grants and renewals
-//! ([`DcLease::covers`], homingd's `grant_allowed`) and the wait of a record
+//! ([`DcLease::covers`], asked by homing-node's `Effect::Cover`) and the wait of a record
 //! write whose reservation unique or token is above the published marks
 //! (homingd's `publish_marks_for`: asks the next renewal to publish them,
 //! fails `Unavailable` after [`MARKS_WAIT_MS`]).
@@ -26,7 +26,7 @@ use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
 };
 
-use crate::dc::{Asked, Next, StoreOp, Task, TaskKind};
+use crate::dc::{Asked, Next, StoreOp, Task};
 use crate::sim::{Event, Sim};
 use homing_node::StoreOp as DcOp;
 
@@ -349,13 +349,6 @@ impl Sim {
         }
     }
 
-    /// Whether DC `d` may renew a host lease arriving now (homingd's
-    /// `grant_allowed`): its whole ttl fits in the DC's validity.
-    pub(crate) fn grant_allowed(&mut self, d: usize) -> Result<(), ErrorReply> {
-        let now = self.node_now(d);
-        self.grant_covered(d, now).map_err(Failure::into_reply)
-    }
-
     /// Whether DC `d`'s lease covers a host lease whose term starts at
     /// `from` (node clock): a renewal arriving now, or an acquire's grant
     /// (homing-node's `Effect::Cover`).
@@ -483,20 +476,13 @@ impl Sim {
         &mut self,
         d: usize,
         tid: u64,
-        mut task: Task,
+        task: Task,
         asked: Asked,
         e: ErrorReply,
     ) {
         self.current_key = task.key;
-        let failure = Failure::from_reply(e.clone());
-        let next = match &mut task.kind {
-            TaskKind::Step(_) => {
-                let answer = crate::stepper::failed_answer(asked, failure);
-                return self.step_answered(d, tid, task, answer);
-            }
-            TaskKind::Segment | TaskKind::Scan => Next::Reply(homing_core::Reply::Error(e)),
-        };
-        self.dc_continue(d, tid, task, next);
+        let answer = crate::stepper::failed_answer(asked, Failure::from_reply(e));
+        self.step_answered(d, tid, task, answer);
     }
 
     /// The global store's judgement of DC `d`'s lease reaches Expired now

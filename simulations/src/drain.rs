@@ -8,20 +8,11 @@
 //! bounce between DCs).
 
 use crate::counter::Counter;
-use homing_core::{Key, chain::HOP_LIMIT_DEFAULT};
-use homing_node::Drain;
+use homing_core::{Key, Request};
 
-use crate::dc::{Task, TaskKind};
+use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
 use crate::stepper::Stepping;
-
-/// A drain in progress at one DC.
-#[derive(Debug)]
-pub(crate) struct DrainJob {
-    pub(crate) drain: Drain,
-    /// It arrived from another DC.
-    pub(crate) forwarded: bool,
-}
 
 impl Sim {
     /// The `drain` fault: an operator drains `count` random keys, each
@@ -35,34 +26,15 @@ impl Sim {
             }
             self.measurements.count(Counter::DrainRequested);
             let key = self.keys[k].clone();
-            self.drain_start(d, NodeId::Dc(d as u16), 0, k as u32, key, false);
+            self.drain_start(d, k as u32, key);
         }
     }
 
-    /// A drain of `key` starts at DC `d` (`forwarded`: from another DC).
-    pub(crate) fn drain_start(
-        &mut self,
-        d: usize,
-        client: NodeId,
-        rpc: u64,
-        key_index: u32,
-        key: Key,
-        forwarded: bool,
-    ) {
-        let dc = self.dcs[d].id.clone();
-        let hint = self.dcs[d].hint(&key);
-        let (hop_limit, policy) = (HOP_LIMIT_DEFAULT, self.policy);
-        let drain = Drain::new(dc, key, forwarded, hop_limit, policy, self.rules.mutations);
-        let job = DrainJob {
-            drain: drain.with_hint(hint),
-            forwarded,
-        };
-        let task = Task::new(
-            client,
-            rpc,
-            key_index,
-            TaskKind::Step(Box::new(Stepping::Drain(job))),
-        );
-        self.step_start(d, task);
+    /// An operator's drain of `key` (the trace's `key_index`) starts at DC
+    /// `d`: nobody waits for its reply.
+    fn drain_start(&mut self, d: usize, key_index: u32, key: Key) {
+        let serve = self.serve(d, None, Request::Drain { key });
+        let kind = Stepping::Serve(Box::new(serve));
+        self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, key_index, kind));
     }
 }

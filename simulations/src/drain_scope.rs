@@ -15,7 +15,7 @@ use homing_core::{ErrorReply, NamespaceScope, ReservationId, ScanCursor};
 use homing_node::DrainScope;
 use homing_store::SCAN_LIMIT_MAX;
 
-use crate::dc::{Task, TaskKind};
+use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
 use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
@@ -56,12 +56,7 @@ impl Sim {
     }
 
     fn drain_scope_page(&mut self, d: usize, job: DrainScopeJob) {
-        let task = Task::new(
-            NodeId::Dc(d as u16),
-            0,
-            NO_KEY,
-            TaskKind::Step(Box::new(Stepping::DrainScope(job))),
-        );
+        let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, Stepping::DrainScope(job));
         self.step_start(d, task);
     }
 

@@ -28,7 +28,6 @@ mod drain;
 mod drain_scope;
 pub mod host;
 pub mod invariants;
-mod key_read;
 pub mod network;
 mod reconcile;
 pub mod report;

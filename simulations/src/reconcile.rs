@@ -20,7 +20,7 @@ use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{Failure, Reconcile};
 
 use crate::counter::Counter;
-use crate::dc::{Task, TaskKind};
+use crate::dc::Task;
 use crate::sim::{Event, NodeId, Sim};
 use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
@@ -46,7 +46,7 @@ impl Sim {
         if reconcile.resumes_after().is_some() {
             self.measurements.count(Counter::ReconcileResumed);
         }
-        let kind = TaskKind::Step(Box::new(Stepping::Reconcile(reconcile)));
+        let kind = Stepping::Reconcile(reconcile);
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
         self.step_start(d, task);
     }

@@ -9,22 +9,18 @@
 //! `scan_complete` checks each one: records come in `(key, id)` order,
 //! none twice, and every record the DC had when the scan began is returned
 //! (records are never deleted, only abandoned). After each scan it
-//! inspects the key of one record it saw (`Inspect { key }`, answered by
-//! `crate::key_read`); `inspect_exact` checks the answer: that key's
+//! inspects the key of one record it saw (`Inspect { key }`, answered as
+//! homing-node's `Serve` reads a key's records); `inspect_exact` checks the answer: that key's
 //! records only, in id order, every one the DC had when it was asked (up
 //! to [`SCAN_PAGE_RECORDS`]).
 
 use crate::counter::Counter;
 use std::collections::BTreeSet;
 
-use homing_core::{
-    DcRecord, ErrorKind, Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor,
-};
-use homing_node::scan::next_cursor;
-use homing_node::{SCAN_PAGE_RECORDS, StoreOp as DcOp, Stored};
+use homing_core::{Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor};
+use homing_node::SCAN_PAGE_RECORDS;
 use homing_store::keyspace::record_scan_bytes;
 
-use crate::dc::{Next, StoreOp, Task, TaskKind, error};
 use crate::sim::{Event, NodeId, Sim};
 use crate::trace::NO_KEY;
 
@@ -47,31 +43,6 @@ pub struct Scanner {
 }
 
 impl Sim {
-    /// DC `d` answers one `Scan` page.
-    pub(crate) fn scan_start(
-        &mut self,
-        d: usize,
-        client: NodeId,
-        rpc: u64,
-        scope: NamespaceScope,
-        after: Option<ScanCursor>,
-    ) {
-        let op = StoreOp::Dc(DcOp::scan_scope(scope, after, SCAN_PAGE_RECORDS));
-        self.dc_start(d, client, rpc, NO_KEY, TaskKind::Scan, Next::Store(op));
-    }
-
-    /// The page was read (a failed read answers its error in `dc_stored`).
-    pub(crate) fn scan_stored(&mut self, d: usize, tid: u64, task: Task, page: Stored) {
-        let reply = match page {
-            Stored::Page(records) => Reply::Records {
-                next: next_cursor(&records, SCAN_PAGE_RECORDS),
-                records: records.into_iter().map(DcRecord::redacted).collect(),
-            },
-            other => error(ErrorKind::Internal, format!("a scan answered {other:?}")),
-        };
-        self.dc_continue(d, tid, task, Next::Reply(reply));
-    }
-
     /// Router `r`'s scanner begins a scan, or asks for its next page.
     pub(crate) fn router_scan(&mut self, r: usize) {
         let dc = self.routers[r].region;

@@ -14,7 +14,6 @@ use crate::counter::{Counter, Timing};
 use homing_core::AwaitReply;
 use homing_node::Answer;
 
-use crate::dc::TaskKind;
 use crate::sim::{Event, Sim};
 
 /// How often a closing DC looks whether its requests have finished, ms.
@@ -91,8 +90,7 @@ impl Sim {
         if !self.dcs[d].up {
             return;
         }
-        let background = |kind: &TaskKind| kind.in_background();
-        let busy = (self.dcs[d].tasks.values()).any(|t| !background(&t.kind));
+        let busy = (self.dcs[d].tasks.values()).any(|t| !t.kind.in_background());
         if busy && self.now - since >= DRAIN_MS_MAX * 1000 {
             // homingd exits with requests still in flight: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);

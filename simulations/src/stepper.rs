@@ -1,8 +1,9 @@
-//! The simulator's one loop for the tasks that run a homing-node
-//! [`Stepper`] — a host's acquire, renew, release, force-release, cancel
-//! and shortcut updates, a peer's link, a drain, a page of a DC's drain, a
-//! cancel's or an inspect's read of a key's records, a reconciliation of
-//! takeovers, an upkeep pass — as homingd's `Node::drive` runs them: each
+//! The simulator's one loop for a DC's tasks, each running a homing-node
+//! [`Stepper`] — a host's acquire, a waiter, a watch, a page of a DC's
+//! drain, every other request as homing-node's `Serve` (resolves,
+//! renewals, releases, cancels, links, shortcuts, drains, inspects,
+//! scans), a reconciliation of takeovers, an upkeep pass — as homingd's
+//! `Node::drive` runs them: each
 //! [`Effect`] becomes the task's next store operation, global write, peer
 //! request, wait or pause (or is answered at once: the DC lease's cover, a
 //! cancellation, a succession the DC knows, a page of successions, a
@@ -11,20 +12,15 @@
 //! or sent on, and what it ends with becomes the task's reply (with the
 //! counters each kind keeps).
 
-use homing_core::{DcRecord, ErrorKind, LinkReply, Reply, Request, Source};
+use homing_core::{LinkReply, Reply, Request, Source};
 use homing_node::{
-    Answer, Change, Effect, Failure, GlobalAnswer, GlobalOp, GlobalRead, NodeEvent, NodeTime, Now,
-    ReconcileEvent, Step, Stepper, cancel,
+    Answer, Drain, Effect, Failure, GlobalAnswer, GlobalOp, GlobalRead, NodeEvent, NodeTime, Now,
+    ReconcileEvent, Step, Stepper,
 };
 
 use crate::counter::Counter;
-use crate::dc::{
-    AcquireJob, Asked, Next, StoreOp, Task, TaskKind, acquire_counter, error, peer_answer,
-    unknown_dc,
-};
-use crate::drain::DrainJob;
+use crate::dc::{AcquireJob, Asked, Next, StoreOp, Task, acquire_counter, peer_answer, unknown_dc};
 use crate::drain_scope::DrainScopeJob;
-use crate::key_read::{KeyRead, Then};
 use crate::sim::{GlobalWrite, NodeId, Sim};
 use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
@@ -34,16 +30,12 @@ use crate::watch::WatchJob;
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
     Acquire(<homing_node::Acquire as Stepper>::Output),
-    Update(<homing_node::Update as Stepper>::Output),
-    Link(<homing_node::LinkOnward as Stepper>::Output),
-    Drain(<homing_node::Drain as Stepper>::Output),
+    Serve(Reply),
     DrainScope(<homing_node::DrainScope as Stepper>::Output),
-    KeyRead(<homing_node::KeyRecords as Stepper>::Output),
     Reconcile(<homing_node::Reconcile as Stepper>::Output),
     Upkeep,
     Await(<homing_node::AwaitVacant as Stepper>::Output),
     Watch(<homing_node::WatchRead as Stepper>::Output),
-    Resolve(<homing_node::Resolve as Stepper>::Output),
 }
 
 /// How a stepper's effect is performed.
@@ -54,26 +46,10 @@ enum Performed {
     Now(Answer),
 }
 
-impl TaskKind {
-    /// The stepper the task runs, if it runs one.
-    fn stepping(&self) -> Option<&Stepping> {
-        match self {
-            TaskKind::Step(stepping) => Some(stepping),
-            _ => None,
-        }
-    }
-
-    /// The stepper the task runs, if it runs one, to change.
-    fn stepping_mut(&mut self) -> Option<&mut Stepping> {
-        match self {
-            TaskKind::Step(stepping) => Some(stepping),
-            _ => None,
-        }
-    }
-
+impl Stepping {
     /// The acquire the task runs, if it is one.
     pub(crate) fn acquire(&self) -> Option<&AcquireJob> {
-        match self.stepping()? {
+        match self {
             Stepping::Acquire(job) => Some(job),
             _ => None,
         }
@@ -81,7 +57,7 @@ impl TaskKind {
 
     /// The acquire the task runs, if it is one, to change.
     pub(crate) fn acquire_mut(&mut self) -> Option<&mut AcquireJob> {
-        match self.stepping_mut()? {
+        match self {
             Stepping::Acquire(job) => Some(job),
             _ => None,
         }
@@ -89,7 +65,7 @@ impl TaskKind {
 
     /// The waiter the task runs, if it is one.
     pub(crate) fn waiter(&self) -> Option<&AwaitJob> {
-        match self.stepping()? {
+        match self {
             Stepping::Await(job) => Some(job),
             _ => None,
         }
@@ -97,7 +73,7 @@ impl TaskKind {
 
     /// The waiter the task runs, if it is one, to change.
     pub(crate) fn waiter_mut(&mut self) -> Option<&mut AwaitJob> {
-        match self.stepping_mut()? {
+        match self {
             Stepping::Await(job) => Some(job),
             _ => None,
         }
@@ -105,7 +81,7 @@ impl TaskKind {
 
     /// The watch the task runs, if it is one, to change.
     pub(crate) fn watch_mut(&mut self) -> Option<&mut WatchJob> {
-        match self.stepping_mut()? {
+        match self {
             Stepping::Watch(job) => Some(job),
             _ => None,
         }
@@ -113,21 +89,18 @@ impl TaskKind {
 
     /// Whether the task is a watch parked until the log moves.
     pub(crate) fn parked_watch(&self, generation: u64) -> bool {
-        matches!(self.stepping(), Some(Stepping::Watch(job)) if job.parked == Some(generation))
+        matches!(self, Stepping::Watch(job) if job.parked == Some(generation))
     }
 
     /// Whether the task is the DC's reconciliation of takeovers.
     pub(crate) fn reconciles(&self) -> bool {
-        matches!(self.stepping(), Some(Stepping::Reconcile(_)))
+        matches!(self, Stepping::Reconcile(_))
     }
 
     /// Whether the task is the DC's own work, not a request's: an upkeep
     /// pass or a reconciliation (a closing DC does not wait for them).
     pub(crate) fn in_background(&self) -> bool {
-        matches!(
-            self.stepping(),
-            Some(Stepping::Reconcile(_) | Stepping::Upkeep(_))
-        )
+        matches!(self, Stepping::Reconcile(_) | Stepping::Upkeep(_))
     }
 }
 
@@ -137,17 +110,11 @@ pub(crate) enum Stepping {
     /// A host's acquire: homing-node's [`homing_node::Acquire`] and where
     /// it waits.
     Acquire(Box<AcquireJob>),
-    /// Renew, release, force-release, cancel, shortcut: homing-node's
-    /// [`homing_node::Update`].
-    Update(homing_node::Update),
-    /// A peer's link: homing-node's [`homing_node::LinkOnward`].
-    Link(homing_node::LinkOnward),
-    /// An operator's drain, or one forwarded by a peer.
-    Drain(DrainJob),
+    /// Every other request (resolves, renewals, releases, links, drains,
+    /// cancels, inspects, scans…): homing-node's [`homing_node::Serve`].
+    Serve(Box<homing_node::Serve>),
     /// A page of an operator's drain of the whole DC.
     DrainScope(DrainScopeJob),
-    /// A `Cancel` or an `Inspect`, reading the key's records.
-    KeyRead(KeyRead),
     /// The DC's reconciliation of takeovers: homing-node's
     /// [`homing_node::Reconcile`].
     Reconcile(homing_node::Reconcile),
@@ -160,8 +127,6 @@ pub(crate) enum Stepping {
     /// A watcher's `Watch`: homing-node's [`homing_node::WatchRead`]
     /// (`src/watch.rs`).
     Watch(Box<WatchJob>),
-    /// A router's `Resolve`: homing-node's [`homing_node::Resolve`].
-    Resolve(homing_node::Resolve),
 }
 
 impl Stepping {
@@ -169,16 +134,12 @@ impl Stepping {
     fn step(&mut self, now: NodeTime) -> Step<Ended> {
         match self {
             Stepping::Acquire(job) => job.acquire.step(now).map(Ended::Acquire),
-            Stepping::Update(update) => update.step(now).map(Ended::Update),
-            Stepping::Link(link) => link.step(now).map(Ended::Link),
-            Stepping::Drain(job) => job.drain.step(now).map(Ended::Drain),
+            Stepping::Serve(serve) => serve.step(now).map(Ended::Serve),
             Stepping::DrainScope(job) => job.page.step(now).map(Ended::DrainScope),
-            Stepping::KeyRead(job) => job.read.step(now).map(Ended::KeyRead),
             Stepping::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
             Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
             Stepping::Await(job) => job.wait.step(now).map(Ended::Await),
             Stepping::Watch(job) => job.read.step(now).map(Ended::Watch),
-            Stepping::Resolve(resolve) => resolve.step(now).map(Ended::Resolve),
         }
     }
 
@@ -186,42 +147,31 @@ impl Stepping {
     fn answer(&mut self, answer: Answer, now: Now) {
         match self {
             Stepping::Acquire(job) => job.acquire.answer(answer, now),
-            Stepping::Update(update) => update.answer(answer, now),
-            Stepping::Link(link) => link.answer(answer, now),
-            Stepping::Drain(job) => job.drain.answer(answer, now),
+            Stepping::Serve(serve) => serve.answer(answer, now),
             Stepping::DrainScope(job) => job.page.answer(answer, now),
-            Stepping::KeyRead(job) => job.read.answer(answer, now),
             Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
             Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
             Stepping::Await(job) => job.wait.answer(answer, now),
             Stepping::Watch(job) => job.read.answer(answer, now),
-            Stepping::Resolve(resolve) => resolve.answer(answer, now),
         }
     }
 
     fn poll_event(&mut self) -> Option<NodeEvent> {
         match self {
             Stepping::Acquire(job) => job.acquire.poll_event(),
-            Stepping::Drain(job) => job.drain.poll_event(),
+            Stepping::Serve(serve) => serve.poll_event(),
             Stepping::DrainScope(job) => job.page.poll_event(),
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
             Stepping::Upkeep(upkeep) => upkeep.poll_event(),
             Stepping::Await(job) => job.wait.poll_event(),
-            Stepping::Update(_)
-            | Stepping::Link(_)
-            | Stepping::KeyRead(_)
-            | Stepping::Watch(_)
-            | Stepping::Resolve(_) => None,
+            Stepping::Watch(_) => None,
         }
     }
 }
 
-/// The stepper of a task that runs one.
+/// The stepper of a task.
 fn stepping(task: &mut Task) -> &mut Stepping {
-    match &mut task.kind {
-        TaskKind::Step(stepping) => stepping,
-        other => unreachable!("not a stepper task: {other:?}"),
-    }
+    &mut task.kind
 }
 
 impl Sim {
@@ -257,7 +207,7 @@ impl Sim {
         reply: Result<Reply, Failure>,
     ) {
         let answer = match stepping(&mut task) {
-            Stepping::Drain(job) if !job.drain.asks_segment() => {
+            Stepping::Serve(serve) if serve.drain().is_some_and(|d| !d.asks_segment()) => {
                 Answer::Forwarded(reply.and_then(|r| {
                     peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
                 }))
@@ -302,6 +252,22 @@ impl Sim {
                     NodeEvent::HolderExpired(_) => {
                         self.measurements.count(Counter::WaitLeaseExpiredByWaiter);
                     }
+                    NodeEvent::Link {
+                        reply, superseded, ..
+                    } => self.measurements.count(match reply {
+                        _ if superseded => Counter::LinkRefusedSuperseded,
+                        LinkReply::Linked => Counter::LinkLinked,
+                        LinkReply::AlreadyLinked(_) => Counter::LinkAlreadyLinked,
+                        LinkReply::StillActive { .. } => Counter::LinkStillActive,
+                        LinkReply::TokenMoved { .. } => Counter::LinkTokenMoved,
+                        LinkReply::Abandoned => Counter::LinkAbandoned,
+                        LinkReply::OtherKey => Counter::LinkOtherKey,
+                    }),
+                    NodeEvent::CancelFound(found) => self.measurements.count(match found {
+                        Some(_) => Counter::CancelFoundAGrant,
+                        None => Counter::CancelFoundNoGrant,
+                    }),
+                    NodeEvent::ForceReleased { .. } => {}
                 }
             }
             match step {
@@ -312,10 +278,12 @@ impl Sim {
                         stepping(&mut task).answer(answer, now);
                     }
                 },
-                Step::Done(ended) => match self.step_ended(d, &mut task, ended) {
-                    Some(Some(next)) => break next,
-                    Some(None) => return,
-                    None => {} // the task runs another stepper now
+                Step::Done(ended) => match self.step_ended(d, task, ended) {
+                    Some((answering, reply)) => {
+                        task = answering;
+                        break Next::Reply(reply);
+                    }
+                    None => return,
                 },
             }
         };
@@ -398,9 +366,8 @@ impl Sim {
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
             },
             Effect::Forward { dc, key } => {
-                if let TaskKind::Step(stepping) = &task.kind
-                    && let Stepping::Drain(job) = stepping.as_ref()
-                    && job.forwarded
+                if let Stepping::Serve(serve) = task.kind.as_ref()
+                    && serve.drain().is_some_and(Drain::forwarded)
                 {
                     let detail = format!("a forwarded drain of {key} was forwarded again to {dc}");
                     self.checker.on_drain_forwarded_again(task.key, detail);
@@ -439,9 +406,9 @@ impl Sim {
                 remaining_ms: wait_ms,
             }),
             Effect::Pause { until } => Performed::Later(Next::Pause(until)),
-            Effect::Cancelled(lease) => {
+            Effect::Cancellation { lease, note } => {
                 let now = self.node_now(d);
-                let cancelled = self.dcs[d].cancelled.cancelled(&lease, now);
+                let cancelled = self.dcs[d].cancelled.answer(lease, note, now);
                 Performed::Now(Answer::Cancelled(cancelled))
             }
             Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
@@ -454,101 +421,55 @@ impl Sim {
         }
     }
 
-    /// What the task does after its stepper ended: `Some(Some(next))` its
-    /// reply, `Some(None)` nothing more, `None` it runs the stepper it was
-    /// given now.
-    fn step_ended(&mut self, d: usize, task: &mut Task, ended: Ended) -> Option<Option<Next>> {
+    /// What the task does after its stepper ended: answer its reply
+    /// (`Some`), or nothing more.
+    fn step_ended(&mut self, d: usize, task: Task, ended: Ended) -> Option<(Task, Reply)> {
         let reply = match ended {
             Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
-            Ended::Update(Ok(changed)) => match changed.into_reply() {
-                Some(reply) => reply,
-                None => error(ErrorKind::Internal, "a change without a reply"),
-            },
-            Ended::Link(done) => {
-                if let (Ok(reply), Stepping::Link(link)) = (&done, stepping(task)) {
-                    self.measurements.count(match reply {
-                        _ if link.superseded() => Counter::LinkRefusedSuperseded,
-                        LinkReply::Linked => Counter::LinkLinked,
-                        LinkReply::AlreadyLinked(_) => Counter::LinkAlreadyLinked,
-                        LinkReply::StillActive { .. } => Counter::LinkStillActive,
-                        LinkReply::TokenMoved { .. } => Counter::LinkTokenMoved,
-                        LinkReply::Abandoned => Counter::LinkAbandoned,
-                        LinkReply::OtherKey => Counter::LinkOtherKey,
+            Ended::Serve(reply) => {
+                if let Stepping::Serve(serve) = task.kind.as_ref()
+                    && serve.kind() == "drain"
+                {
+                    self.measurements.count(match &reply {
+                        Reply::Error(_) => Counter::DrainRefused,
+                        _ => Counter::DrainDone,
                     });
+                    if task.client == NodeId::Dc(d as u16) {
+                        return None; // the operator's own drain: nobody to answer
+                    }
                 }
-                done.map_or_else(Reply::Error, Reply::Link)
-            }
-            Ended::Drain(done) => {
-                self.measurements.count(match &done {
-                    Ok(_) => Counter::DrainDone,
-                    Err(_) => Counter::DrainRefused,
-                });
-                if task.client == NodeId::Dc(d as u16) {
-                    return Some(None); // the operator's own drain: nobody to answer
-                }
-                done.map_or_else(Reply::Error, |_| Reply::Drained)
+                reply
             }
             Ended::DrainScope(done) => {
-                let kind = std::mem::replace(&mut task.kind, TaskKind::Segment);
-                let TaskKind::Step(stepping) = kind else {
-                    unreachable!("a stepper task")
-                };
-                let Stepping::DrainScope(job) = *stepping else {
+                let Stepping::DrainScope(job) = *task.kind else {
                     unreachable!("a drain scope's task")
                 };
                 self.drain_scope_paged(d, job, done);
-                return Some(None);
-            }
-            Ended::KeyRead(Ok(records)) => {
-                let Stepping::KeyRead(job) = stepping(task) else {
-                    unreachable!("a key read's task")
-                };
-                match job.then {
-                    Then::Inspect => {
-                        let records = records.into_iter().map(DcRecord::redacted).collect();
-                        Reply::Inspected { records }
-                    }
-                    Then::Cancel(lease) => match cancel::target(&records, &lease) {
-                        Some(id) => {
-                            self.measurements.count(Counter::CancelFoundAGrant);
-                            task.kind = self.update_task(d, id, Change::Cancel { lease });
-                            return None;
-                        }
-                        None => {
-                            self.measurements.count(Counter::CancelFoundNoGrant);
-                            Reply::Cancelled(false)
-                        }
-                    },
-                }
+                return None;
             }
             Ended::Reconcile(done) => {
-                let Stepping::Reconcile(reconcile) = stepping(task) else {
+                let Stepping::Reconcile(reconcile) = task.kind.as_ref() else {
                     unreachable!("a reconciliation's task")
                 };
                 self.reconciled(d, reconcile, done);
-                return Some(None);
+                return None;
             }
             Ended::Upkeep => {
-                let kind = std::mem::replace(&mut task.kind, TaskKind::Segment);
-                if let TaskKind::Step(stepping) = kind
-                    && let Stepping::Upkeep(upkeep) = *stepping
-                {
+                if let Stepping::Upkeep(upkeep) = *task.kind {
                     self.dcs[d].upkeep = Some(upkeep);
                 }
-                return Some(None);
+                return None;
             }
-            Ended::Resolve(done) => done.unwrap_or_else(|f| Reply::Error(f.into_reply())),
             Ended::Watch(done) => match done {
                 Ok((events, next)) => Reply::Events { events, next },
                 Err(e) => Reply::Error(e),
             },
             Ended::Await(result) => {
-                self.await_finish(d, task, result);
-                return Some(None);
+                self.await_finish(d, &task, result);
+                return None;
             }
-            Ended::Update(Err(e)) | Ended::KeyRead(Err(e)) => Reply::Error(e),
         };
-        Some(Some(Next::Reply(reply)))
+        Some((task, reply))
     }
 }
 

@@ -13,7 +13,7 @@ use homing_core::{DcId, LeasePolicy};
 use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
-use crate::dc::{Task, TaskKind};
+use crate::dc::Task;
 use crate::scenario::StoreSpec;
 use crate::sim::{Event, NodeId, Sim};
 use crate::stepper::Stepping;
@@ -60,7 +60,7 @@ impl Sim {
             return;
         };
         upkeep.start(self.dcs[d].clock.store_time(self.now));
-        let kind = TaskKind::Step(Box::new(Stepping::Upkeep(upkeep)));
+        let kind = Stepping::Upkeep(upkeep);
         self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind));
     }
 }

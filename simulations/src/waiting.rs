@@ -14,7 +14,7 @@ use crate::counter::Counter;
 use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
-use crate::dc::{Task, TaskKind};
+use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
 use crate::stepper::Stepping;
 
@@ -72,7 +72,7 @@ impl Sim {
             generation: 0,
             selected: false,
         };
-        let kind = TaskKind::Step(Box::new(Stepping::Await(Box::new(job))));
+        let kind = Stepping::Await(Box::new(job));
         let task = Task::new(client, rpc, key, kind);
         if self.dcs[d].closing.is_some() {
             // homingd's `closed()` is ready at once: the wait ends now.

@@ -20,7 +20,7 @@ use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
 use homing_node::{Answer, NodeTime, WatchRead};
 use homing_store::EVENTS_LIMIT_MAX;
 
-use crate::dc::{Task, TaskKind};
+use crate::dc::Task;
 use crate::sim::{Event, NodeId, Sim};
 use crate::stepper::Stepping;
 use crate::trace::NO_KEY;
@@ -68,7 +68,7 @@ impl Sim {
             parked: None,
             generation: 0,
         };
-        let kind = TaskKind::Step(Box::new(Stepping::Watch(Box::new(job))));
+        let kind = Stepping::Watch(Box::new(job));
         self.step_start(d, Task::new(client, rpc, NO_KEY, kind));
     }
 

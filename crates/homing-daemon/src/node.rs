@@ -1,9 +1,12 @@
-//! `Node`: one DC's request handler. It drives homing-node's steppers (the
-//! acquire and its wait, updates, links, drains, watches, resolves) against
-//! this DC's stores and its peers; the decisions are homing-node's (and the
-//! chain walk's and record transitions', homing-core's): this module
-//! performs the effects they ask for — most through one loop,
-//! [`Node::drive`] — and turns their outcomes into replies, logs and metrics.
+//! `Node`: one DC's request handler. It drives homing-node's steppers
+//! against this DC's stores and its peers — every request as homing-node's
+//! [`Serve`] but an acquire (a retry joins the one running), an await (its
+//! place in the waiters' queue), a watch (its subscription to the log) and
+//! a drain-scope page —, and the DC's own passes; the decisions are
+//! homing-node's (and the chain walk's and record transitions',
+//! homing-core's): this module performs the effects they ask for through
+//! one loop, [`Node::drive`], and turns the events they note into logs
+//! and metrics.
 
 use homing_core::Grant;
 use std::hash::{BuildHasher, Hasher};
@@ -13,20 +16,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, ActorId, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq,
-    FencingToken, HostTime, Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply,
-    LocalSegment, Namespace, NamespaceScope, ReleaseReply, Reply, Request, ReservationId, Role,
-    ScanCursor, Segment, Shortcut, ShortcutNotice, Source, StoreTime, Succession, TakeOverReply,
-    TakeoverPolicy, Written,
+    AcquireReply, ActorId, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq, HostTime,
+    Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply, LocalSegment, Namespace,
+    NamespaceScope, Reply, Request, ReservationId, Role, ScanCursor, Segment, Shortcut,
+    ShortcutNotice, Source, StoreTime, Succession, TakeOverReply, TakeoverPolicy, Written,
 };
 use homing_net::Handler;
-use homing_node::cancel;
 use homing_node::{
     Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival, AwaitVacant,
-    Cancellations, Change, Changed, Drain, DrainScope, Effect, GlobalAnswer, GlobalOp, GlobalRead,
-    JOINS_MAX, KeyQuota, KeyRecords, LinkOnward, LogFollower, Mutations, NodeEvent, Now, Reconcile,
-    ReconcileEvent, Resolve, Resumption, Step, Stepper, StoreOp, Stored, Update, WatchRead,
-    answered, owned_here,
+    Cancellations, DrainScope, Effect, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota,
+    LogFollower, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption,
+    Serve, Step, Stepper, StoreOp, Stored, WatchRead,
 };
 use homing_store::{
     DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
@@ -44,6 +44,8 @@ use crate::waiters::{Registration, WaitLimits, Waiters};
 pub const INSPECT_RECORDS_MAX: usize = homing_node::SCAN_PAGE_RECORDS;
 pub use homing_node::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX};
 
+// A key read's page is one every DC store answers.
+const _: () = assert!(homing_node::KEY_RECORDS_PAGE == SCAN_LIMIT_MAX);
 // A reconciliation's page is one every global store answers.
 const _: () = assert!(homing_node::reconcile::PAGE_SUCCESSIONS <= GET_MANY_KEYS_MAX);
 
@@ -58,12 +60,11 @@ pub fn store_now() -> StoreTime {
 
 /// One DC: its stores, its peers, its policy.
 pub struct Node {
-    dc: DcId,
+    /// Its DC, lease policy and hop limit, as homing-node's steppers take them.
+    config: NodeConfig,
     global: Arc<dyn GlobalStore>,
     records: Arc<dyn DcStore>,
     peers: Peers,
-    policy: LeasePolicy,
-    hop_limit: usize,
     metrics: Arc<Metrics>,
     /// Global entries never change, so caching them can never be stale.
     global_cache: moka::sync::Cache<Key, ReservationId>,
@@ -315,12 +316,15 @@ impl Node {
             in_flight: std::sync::Mutex::new(AcquiresInFlight::default()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
-            dc,
+            config: NodeConfig {
+                dc,
+                policy,
+                hop_limit,
+                mutations: Mutations::NONE,
+            },
             global,
             records,
             peers,
-            policy,
-            hop_limit,
             metrics,
             global_cache: moka::sync::Cache::new(caches.entries),
             members: moka::sync::Cache::new(caches.entries),
@@ -353,7 +357,7 @@ impl Node {
     /// committed before it). A pass after a failed one of the same number
     /// starts where that one got to. The number of records changed.
     pub async fn reconcile(&self, number: u64) -> Result<usize, String> {
-        let (dc, policy) = (self.dc.clone(), self.policy);
+        let (dc, policy) = (self.config.dc.clone(), self.config.policy);
         let resumption = self.lock_resumption().take();
         let mut reconcile =
             Reconcile::new(dc, number, policy, Mutations::NONE).resuming(resumption.as_ref());
@@ -414,12 +418,12 @@ impl Node {
 
     /// This node's DC.
     pub fn dc(&self) -> &DcId {
-        &self.dc
+        &self.config.dc
     }
 
     /// The lease policy.
     pub fn policy(&self) -> &LeasePolicy {
-        &self.policy
+        &self.config.policy
     }
 
     /// This node's metrics.
@@ -456,7 +460,7 @@ impl Node {
     pub fn renewer(self: &Arc<Self>) -> Renewer {
         let (now, instant) = (self.clone(), self.clone());
         Renewer {
-            dc: self.dc.clone(),
+            dc: self.config.dc.clone(),
             cell: self.dc_lease.clone(),
             global: self.global.clone(),
             records: self.records.clone(),
@@ -472,19 +476,13 @@ impl Node {
         self.dc_lease.with(|l| l.valid_for_ms(now))
     }
 
-    /// Refuses a grant or renewal of a host lease that arrived now unless
-    /// its whole term fits in the DC lease's validity, as homing-node's
-    /// [`homing_node::DcLease::covers`] decides.
-    fn grant_allowed(&self) -> Result<(), Failure> {
-        Ok(self.grant_covered(self.waiters.now())?)
-    }
-
     /// Refuses a host lease whose term starts at `from` (node clock) unless
     /// the DC lease covers all of it: a renewal arriving now, or an
     /// acquire's grant (homing-node's `Effect::Cover`, also after a wait).
     fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), homing_node::Failure> {
-        let (now, ttl_ms) = (self.waiters.now(), self.policy.ttl_ms());
-        self.dc_lease.with(|l| l.grant(&self.dc, from, now, ttl_ms))
+        let (now, ttl_ms) = (self.waiters.now(), self.config.policy.ttl_ms());
+        self.dc_lease
+            .with(|l| l.grant(&self.config.dc, from, now, ttl_ms))
     }
 
     /// Shutdown: parked acquirers and watchers are answered now.
@@ -499,7 +497,8 @@ impl Node {
         if event {
             self.changes.send_modify(|v| *v = v.wrapping_add(1));
         }
-        self.waiters.written(after, store_now(), &self.policy);
+        self.waiters
+            .written(after, store_now(), &self.config.policy);
     }
 
     /// Reads one page of this DC's event log after `follower`'s cursor and
@@ -525,12 +524,12 @@ impl Node {
         for id in &followed.look {
             match self.timed("dc_get", self.records.get(id)).await {
                 Ok(Some(record)) => {
-                    let woken = self.waiters.seen(&record, store_now(), &self.policy);
+                    let woken = self.waiters.seen(&record, store_now(), &self.config.policy);
                     self.metrics.log_follow_looked(woken);
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::debug!(dc = %self.dc, reservation = %id, error = %e, "reading a record the event log named failed; its waiters look again on their own timers");
+                    tracing::debug!(dc = %self.config.dc, reservation = %id, error = %e, "reading a record the event log named failed; its waiters look again on their own timers");
                 }
             }
         }
@@ -615,7 +614,7 @@ impl Node {
     /// A store error as homing-node's failure at this DC (unreachable store:
     /// the DC is unavailable; anything else: internal).
     pub fn store_failure(&self, e: StoreError) -> homing_node::Failure {
-        Failure::Store(e).classify(&self.dc)
+        Failure::Store(e).classify(&self.config.dc)
     }
 
     /// 128 random bits for a key name a connect did not give: the process's
@@ -656,7 +655,7 @@ impl Node {
         }
         let read = async {
             let entry = self.global_entry(key).await;
-            entry.map_err(|e| Failure::Store(e).into_reply(&self.dc))
+            entry.map_err(|e| Failure::Store(e).into_reply(&self.config.dc))
         };
         let shared = reads.try_get_with(key.clone(), read).await;
         shared.map_err(|e| Failure::Reply((*e).clone()))
@@ -687,11 +686,12 @@ impl Node {
 
     /// This DC's answer for its own reservation `id`: links inside the DC, then the tail.
     async fn local_segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
-        let mut segment = LocalSegment::new(self.dc.clone(), id.clone(), self.hop_limit);
+        let mut segment =
+            LocalSegment::new(self.config.dc.clone(), id.clone(), self.config.hop_limit);
         while let Some(at) = segment.need().cloned() {
             let record = self.timed("dc_get", self.records.get(&at)).await?;
             segment
-                .handle(record.as_ref(), store_now(), &self.policy)
+                .handle(record.as_ref(), store_now(), &self.config.policy)
                 .map_err(homing_node::segment_failure)?;
         }
         Ok(segment.finish())
@@ -704,16 +704,10 @@ impl Node {
         self.dc_lease.with(|l| l.answers_for_tails(now))
     }
 
-    /// A DC's answer to `Resolve { key }`, as homing-node's [`Resolve`] decides.
-    async fn resolve(&self, key: &Key) -> Result<Reply, Failure> {
-        let mut resolve = Resolve::new(self.dc.clone(), key.clone());
-        Ok(self.drive(&mut resolve).await?)
-    }
-
     /// What `id`'s owner knows: ourselves for our own, else a peer round
     /// trip; a failure classified for homing-node.
     async fn segment(&self, id: &ReservationId) -> Result<Segment, homing_node::Failure> {
-        let segment = if id.dc() == &self.dc {
+        let segment = if id.dc() == &self.config.dc {
             self.local_segment(id).await
         } else {
             self.peers
@@ -721,7 +715,7 @@ impl Node {
                 .await
                 .map_err(Failure::from)
         };
-        segment.map_err(|f| f.classify(&self.dc))
+        segment.map_err(|f| f.classify(&self.config.dc))
     }
 
     /// The hint for the next walk of `key`: the furthest member remembered.
@@ -769,7 +763,7 @@ impl Node {
 
     /// Performs one of homing-node's effects, its failure classified.
     async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
-        let classify = |f: Failure| f.classify(&self.dc);
+        let classify = |f: Failure| f.classify(&self.config.dc);
         match effect {
             Effect::Store(op) => {
                 Answer::Stored(self.perform(op).await.map_err(|e| self.store_failure(e)))
@@ -809,7 +803,7 @@ impl Node {
             } => {
                 tracing::debug!(reservation = %reservation, wait_ms, "key held: waiting");
                 let register = async {
-                    if reservation.dc() == &self.dc {
+                    if reservation.dc() == &self.config.dc {
                         // Boxed: a wait is driven from inside a drive.
                         Box::pin(self.await_vacant(&reservation, wait_ms)).await
                     } else {
@@ -834,10 +828,14 @@ impl Node {
                 _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::Resumed,
                 _ = self.closed() => Answer::Closed,
             },
-            Effect::Cancelled(lease) => Answer::Cancelled(self.was_cancelled(&lease)),
+            Effect::Cancellation { lease, note } => {
+                let now = self.waiters.now();
+                let mut cancelled = self.cancelled.lock().expect("never poisoned");
+                Answer::Cancelled(cancelled.answer(lease, note, now))
+            }
             Effect::AnswersForTails => Answer::ForTails(self.answers_for_tails()),
             Effect::Queue(op) => {
-                let (queued, joined) = self.waiters.queue(op, store_now(), &self.policy);
+                let (queued, joined) = self.waiters.queue(op, store_now(), &self.config.policy);
                 if joined.is_some() {
                     held.registration = joined;
                 }
@@ -907,15 +905,25 @@ impl Node {
             NodeEvent::HolderExpired(id) => {
                 tracing::info!(reservation = %id, "lease expired, reaped for a waiter");
             }
+            NodeEvent::Link {
+                from,
+                reply: LinkReply::AlreadyLinked(winner),
+                superseded: true,
+            } => tracing::warn!(reservation = %from, successor = %winner,
+                "a record whose move lost to a takeover now continues as the taker"),
+            NodeEvent::Link {
+                from,
+                reply: LinkReply::Linked,
+                ..
+            } => tracing::info!(from = %from, "linked"),
+            NodeEvent::Link { .. } => {}
+            NodeEvent::CancelFound(Some(id)) => tracing::info!(reservation = %id,
+                "cancelling a grant: its host gave up on the acquire"),
+            NodeEvent::CancelFound(None) => {}
+            NodeEvent::ForceReleased { reservation, token } => tracing::warn!(
+                reservation = %reservation, token = token.get(),
+                "force-released by an operator: its holder may run until its hard deadline"),
         }
-    }
-
-    /// Makes `change` to our record `id` with compare-and-set, re-reading
-    /// and retrying on conflict, as homing-node's [`Update`] decides.
-    async fn update(&self, id: &ReservationId, change: Change) -> Result<Changed, Failure> {
-        let (dc, id) = (self.dc.clone(), id.clone());
-        let mut update = Update::new(dc, id, change, self.policy, Mutations::NONE);
-        self.drive(&mut update).await.map_err(Failure::Reply)
     }
 
     /// An acquire, or a host's retry of one still running here, which
@@ -968,7 +976,7 @@ impl Node {
         };
         let reply = match self.acquire(request).await {
             Ok(reply) => reply,
-            Err(failure) => Reply::Error(failure.into_reply(&self.dc)),
+            Err(failure) => Reply::Error(failure.into_reply(&self.config.dc)),
         };
         running.answer(reply.clone());
         Ok(reply)
@@ -992,58 +1000,17 @@ impl Node {
     async fn acquire(&self, request: AcquireRequest) -> Result<Reply, Failure> {
         let hint = self.hint(&request.key);
         let mut acquire = Acquire::new(
-            self.dc.clone(),
+            self.config.dc.clone(),
             request,
             self.waiters.now(),
-            self.policy,
-            self.hop_limit,
+            self.config.policy,
+            self.config.hop_limit,
             Mutations::NONE,
         )
         .with_takeover(self.takeover)
         .with_hint(hint);
         let outcome = self.drive(&mut acquire).await;
         outcome.map(acquire_reply).map_err(Failure::Reply)
-    }
-
-    /// A host gave up on the acquire it sent with `lease`: remember it (an
-    /// acquire still running honours it as it lands) and release the grant
-    /// if one was made here already, as homing-node's [`cancel`] decides.
-    async fn cancel(&self, key: Key, lease: LeaseKey) -> Result<Reply, Failure> {
-        let now = self.waiters.now();
-        self.cancelled
-            .lock()
-            .expect("the cancellations lock is never poisoned")
-            .note(lease, now);
-        let records = self.key_records(KeyRecords::held_under(key, lease, SCAN_LIMIT_MAX));
-        match cancel::target(&records.await?, &lease) {
-            Some(tail) => Ok(Reply::Cancelled(self.cancel_grant(&tail, lease).await?)),
-            None => Ok(Reply::Cancelled(false)),
-        }
-    }
-
-    /// Releases `reservation` as cancelled if it is the grant made under
-    /// `lease`; whether it was.
-    async fn cancel_grant(
-        &self,
-        reservation: &ReservationId,
-        lease: LeaseKey,
-    ) -> Result<bool, Failure> {
-        let found = self
-            .update(reservation, Change::Cancel { lease })
-            .await?
-            .made();
-        if found {
-            tracing::info!(reservation = %reservation, "grant cancelled: its host gave up on the acquire");
-        }
-        Ok(found)
-    }
-
-    fn was_cancelled(&self, lease: &LeaseKey) -> bool {
-        let now = self.waiters.now();
-        self.cancelled
-            .lock()
-            .expect("the cancellations lock is never poisoned")
-            .cancelled(lease, now)
     }
 
     /// Tells another DC's entry about the chain's new member, in the
@@ -1077,7 +1044,7 @@ impl Node {
         wait_ms: u32,
     ) -> Result<AwaitReply, homing_node::Failure> {
         let now = self.waiters.now();
-        let (dc, policy) = (&self.dc, self.policy);
+        let (dc, policy) = (&self.config.dc, self.config.policy);
         let mut wait = AwaitVacant::new(dc, id.clone(), wait_ms, now, policy, Mutations::NONE);
         self.drive(&mut wait).await
     }
@@ -1104,29 +1071,16 @@ impl Node {
         Ok(Reply::Events { events, next })
     }
 
-    /// One page of this DC's records in `scope`.
-    async fn scan_page(
-        &self,
-        scope: &NamespaceScope,
-        after: Option<&ScanCursor>,
-        limit: usize,
-    ) -> Result<(Vec<DcRecord>, Option<ScanCursor>), Failure> {
-        let records = self
-            .timed("dc_scan", self.records.scan(scope, "", after, limit))
-            .await?;
-        let next = homing_node::scan::next_cursor(&records, limit);
-        Ok((records, next))
-    }
-
     /// Drains one page of this DC's live leases in `scope`.
     async fn drain_scope(
         &self,
         scope: &NamespaceScope,
         after: Option<&ScanCursor>,
     ) -> Result<Reply, Failure> {
-        let (dc, scope, after) = (self.dc.clone(), scope.clone(), after.cloned());
+        let (dc, scope, after) = (self.config.dc.clone(), scope.clone(), after.cloned());
         let limit = SCAN_LIMIT_MAX;
-        let mut page = DrainScope::new(dc, scope, after, limit, self.policy, Mutations::NONE);
+        let mut page =
+            DrainScope::new(dc, scope, after, limit, self.config.policy, Mutations::NONE);
         let (drained, next) = self.drive(&mut page).await.map_err(Failure::Reply)?;
         Ok(Reply::DrainedPage { drained, next })
     }
@@ -1284,82 +1238,11 @@ impl Node {
         })
     }
 
-    async fn link(
-        &self,
-        caller: &Identity,
-        key: Key,
-        from: ReservationId,
-        to: ReservationId,
-        expected: FencingToken,
-    ) -> Result<Reply, Failure> {
-        let dc = self.dc.clone();
-        let (asked, policy, mutations) = (to.clone(), self.policy, Mutations::NONE);
-        let mut link = LinkOnward::new(
-            dc,
-            caller.dc(),
-            key,
-            from,
-            asked,
-            expected,
-            policy,
-            mutations,
-        );
-        let done = self.drive(&mut link).await;
-        let from = link.from();
-        match &done {
-            Ok(LinkReply::AlreadyLinked(winner)) if link.superseded() => {
-                tracing::warn!(reservation = %from, successor = %winner,
-                    "a record whose move lost to a takeover now continues as the taker");
-            }
-            Ok(LinkReply::Linked) => tracing::info!(from = %from, to = %to, "linked"),
-            _ => {}
-        }
-        done.map(Reply::Link).map_err(Failure::Reply)
-    }
-
-    /// Drains `key` at its tail, here or forwarded once, as homing-node's
-    /// [`Drain`] decides (a node caller: the drain arrived forwarded).
-    async fn drain(&self, caller: &Identity, key: Key) -> Result<Reply, Failure> {
-        let forwarded = caller.role() == Role::Node;
-        let hint = self.hint(&key);
-        let mut drain = Drain::new(
-            self.dc.clone(),
-            key,
-            forwarded,
-            self.hop_limit,
-            self.policy,
-            Mutations::NONE,
-        )
-        .with_hint(hint);
-        // A tail drained here is logged from its event (`Node::noted`).
-        self.drive(&mut drain).await.map_err(Failure::Reply)?;
-        Ok(Reply::Drained)
-    }
-
-    async fn inspect(&self, key: Key) -> Result<Reply, Failure> {
-        let records = self.key_records(KeyRecords::inspect(key, SCAN_LIMIT_MAX));
-        let records = records.await?.into_iter().map(DcRecord::redacted).collect();
-        Ok(Reply::Inspected { records })
-    }
-
-    /// This DC's records of one key, as homing-node's [`KeyRecords`] reads them.
-    async fn key_records(&self, mut read: KeyRecords) -> Result<Vec<DcRecord>, Failure> {
-        self.drive(&mut read).await.map_err(Failure::Reply)
-    }
-
+    /// Serves `request`: an acquire, an await, a watch or a drain-scope
+    /// page with the driver state it holds, every other request as
+    /// homing-node's [`Serve`] decides.
     async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
         match request {
-            Request::Resolve { key } => self.resolve(&key).await,
-            Request::ResolveReservation { id } => {
-                owned_here(&self.dc, &id)?;
-                let segment = self.local_segment(&id).await?;
-                let answered = answered(&self.dc, segment, self.answers_for_tails())?;
-                Ok(Reply::Reservation(answered))
-            }
-            Request::Successor { key, id } => Ok(Reply::Successor {
-                succession: self.successor(&id).await?.0,
-                hint: self.hint(&key),
-            }),
             Request::Acquire {
                 config,
                 actor,
@@ -1370,60 +1253,6 @@ impl Node {
                 self.acquire_or_join(config, actor, lease, host_time, wait_ms)
                     .await
             }
-            Request::Renew {
-                reservation,
-                token,
-                lease,
-                host_time,
-            } => {
-                self.grant_allowed()?;
-                let change = Change::Renew {
-                    token,
-                    lease,
-                    host_time,
-                };
-                Ok(answer(self.update(&reservation, change).await?))
-            }
-            Request::Release {
-                reservation,
-                token,
-                lease,
-                outcome,
-            } => {
-                let change = Change::Release {
-                    token,
-                    lease,
-                    outcome,
-                };
-                Ok(answer(self.update(&reservation, change).await?))
-            }
-            Request::ForceRelease { reservation, token } => {
-                let change = Change::ForceRelease { token };
-                let reply = answer(self.update(&reservation, change).await?);
-                if reply == Reply::Release(ReleaseReply::Released) {
-                    tracing::warn!(reservation = %reservation, token = token.get(), caller = %caller,
-                        "force-released by an operator: its holder may run until its hard deadline");
-                }
-                Ok(reply)
-            }
-            Request::Cancel { key, lease } => self.cancel(key, lease).await,
-            Request::Link {
-                key,
-                from,
-                to,
-                expected_token,
-            } => self.link(caller, key, from, to, expected_token).await,
-            Request::Shortcut {
-                key,
-                entry,
-                shortcut,
-            } => {
-                owned_here(&self.dc, &entry)?;
-                let change = Change::Shortcut { key, shortcut };
-                Ok(answer(self.update(&entry, change).await?))
-            }
-            Request::Drain { key } => self.drain(caller, key).await,
-            Request::Inspect { key } => self.inspect(key).await,
             Request::Await {
                 reservation,
                 wait_ms,
@@ -1435,14 +1264,12 @@ impl Node {
                 after,
                 wait_ms,
             } => self.watch(&scope, after, wait_ms).await,
-            Request::Scan { scope, after } => {
-                let (records, next) = self
-                    .scan_page(&scope, after.as_ref(), INSPECT_RECORDS_MAX)
-                    .await?;
-                let records = records.into_iter().map(DcRecord::redacted).collect();
-                Ok(Reply::Records { records, next })
-            }
             Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
+            request => {
+                let peer = caller.dc().filter(|_| caller.role() == Role::Node);
+                let mut serve = Serve::new(&self.config, peer, request, |key| self.hint(key));
+                Ok(self.drive(&mut serve).await)
+            }
         }
     }
 }
@@ -1467,14 +1294,6 @@ impl Drop for Parked<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// The reply to a host's or a peer's change (renew, release, link, shortcut).
-fn answer(changed: Changed) -> Reply {
-    // Invariant: `Change::{Renew, Release, Link, Shortcut}` answer with their replies.
-    changed
-        .into_reply()
-        .expect("a host's or a peer's change has a reply")
 }
 
 /// One log line per acquire event worth an operator's eye.
@@ -1545,11 +1364,11 @@ impl Handler for Node {
     async fn handle(&self, caller: &Identity, request: Request) -> Reply {
         let kind = request.kind();
         let started = Instant::now();
-        let span = request_span(&self.dc, caller, &request);
+        let span = request_span(&self.config.dc, caller, &request);
         let reply = async {
             let reply = match self.serve(caller, request).await {
                 Ok(reply) => reply,
-                Err(failure) => Reply::Error(failure.into_reply(&self.dc)),
+                Err(failure) => Reply::Error(failure.into_reply(&self.config.dc)),
             };
             if let Reply::Error(e) = &reply {
                 tracing::warn!(error = %e, "request failed");

@@ -35,7 +35,7 @@
 //! (this DC: [`crate::AwaitVacant`]; another: an `Await` request), ended by
 //! [`Answer::Awaited`], or [`Answer::TimedOut`] once `until` passes first;
 //! [`Effect::Pause`], ended by [`Answer::Resumed`]; either ended by
-//! [`Answer::Closed`] when the node shuts down; [`Effect::Cancelled`]
+//! [`Answer::Closed`] when the node shuts down; [`Effect::Cancellation`]
 //! (the node's [`crate::Cancellations`]: a release's store ops then come
 //! as `Store`, as do those noting a new member in this DC's own entry).
 //! An admission, a store or a global operation that could not be done is
@@ -145,7 +145,7 @@ enum Phase {
         until: NodeTime,
         error: Option<ErrorReply>,
     },
-    /// A grant made: waiting for the answer to [`Effect::Cancelled`].
+    /// A grant made: waiting for the answer to [`Effect::Cancellation`].
     Granted(AcquireReply),
     /// Making a trailing change, then answering `outcome`.
     Updating {
@@ -360,7 +360,8 @@ impl Acquire {
                 }
                 Phase::Granted(outcome) => {
                     self.phase = Phase::Granted(outcome);
-                    return Step::Ask(Effect::Cancelled(self.request.lease));
+                    let lease = self.request.lease;
+                    return Step::Ask(Effect::Cancellation { lease, note: false });
                 }
                 Phase::Updating {
                     mut update,
@@ -588,7 +589,7 @@ impl Acquire {
         }
     }
 
-    /// The answer to [`Effect::Cancelled`]: whether the host gave up
+    /// The answer to [`Effect::Cancellation`]: whether the host gave up
     /// on this acquire. A cancelled grant is released before the answer
     /// (the host never sees it; the answer is the grant, released).
     fn handle_cancelled(&mut self, cancelled: bool) {

@@ -46,6 +46,17 @@ pub struct Cancellations {
 }
 
 impl Cancellations {
+    /// Performs [`crate::Effect::Cancellation`] at `now`: notes the cancel
+    /// of the acquire made under `lease` (`note`), or says whether it was
+    /// noted; whether it is.
+    pub fn answer(&mut self, lease: LeaseKey, note: bool, now: NodeTime) -> bool {
+        if note {
+            self.note(lease, now);
+            return true;
+        }
+        self.cancelled(&lease, now)
+    }
+
     /// Remembers that the acquire with `lease` was cancelled at `now`.
     pub fn note(&mut self, lease: LeaseKey, now: NodeTime) {
         self.forget_before(now);

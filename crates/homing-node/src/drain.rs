@@ -99,6 +99,11 @@ impl Drain {
         self.learned.take()
     }
 
+    /// Whether it came from another DC (a node), not from an operator.
+    pub fn forwarded(&self) -> bool {
+        self.forwarded
+    }
+
     /// Whether the peer request asked is the walk's [`Effect::Segment`]
     /// (not the [`Effect::Forward`]).
     pub fn asks_segment(&self) -> bool {

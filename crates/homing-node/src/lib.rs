@@ -44,6 +44,8 @@
 //!   key's records for `Inspect` and `Cancel`;
 //! - [`resolve`]: a DC's answer to `Resolve` (the entry, and its own
 //!   segment while it answers for its tails) and to `ResolveReservation`;
+//! - [`serve`]: one request from arrival to reply — which stepper answers
+//!   it, the checks on arrival, the reply its outcome becomes;
 //! - [`supersede`]: before a record links onward, its succession confirmed
 //!   in the global store, or the record superseded by the takeover's winner;
 //! - [`reconcile`]: a DC back from a lapsed lease applies the takeovers of
@@ -73,6 +75,7 @@ pub mod reconcile;
 pub mod resolve;
 pub mod retries;
 pub mod scan;
+pub mod serve;
 pub mod step;
 pub mod supersede;
 pub mod time;
@@ -101,6 +104,7 @@ pub use reconcile::{Reconcile, ReconcileEvent, Resumption};
 pub use resolve::{Resolve, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, KeyRecords, SCAN_PAGE_RECORDS};
+pub use serve::{KEY_RECORDS_PAGE, NodeConfig, Serve};
 pub use step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError};

@@ -11,9 +11,10 @@
 //! Steppers that run this way: [`crate::Acquire`], [`crate::Update`],
 //! [`crate::LinkOnward`], [`crate::Drain`], [`crate::DrainScope`],
 //! [`crate::KeyRecords`], [`crate::Reconcile`], [`crate::Upkeep`],
-//! [`crate::AwaitVacant`], [`crate::WatchRead`], [`crate::Resolve`]: every
-//! request a DC serves but `ResolveReservation`, `Successor` and a scan
-//! page (the DC lease and the log follower run loops of their own). An
+//! [`crate::AwaitVacant`], [`crate::WatchRead`], [`crate::Resolve`], and
+//! [`crate::Serve`], which runs a request from arrival to reply through the
+//! steppers it needs: every request a DC serves runs this way (the DC
+//! lease and the log follower run loops of their own). An
 //! acquire also waits: at the holder's DC ([`Effect::Await`]) or in a pause
 //! ([`Effect::Pause`]), each ended by its answer (a pause's:
 //! [`Answer::Resumed`]), by its time running out ([`Answer::TimedOut`]) or
@@ -102,9 +103,16 @@ pub enum Effect {
         /// When to go on.
         until: NodeTime,
     },
-    /// Did the host give up on this acquire (a `Cancel` under the lease,
-    /// noted in [`crate::Cancellations`])? Answered [`Answer::Cancelled`].
-    Cancelled(LeaseKey),
+    /// The host's cancel of the acquire made under `lease`, in the DC's
+    /// [`crate::Cancellations`] ([`crate::Cancellations::answer`]): note
+    /// it (`note`: a `Cancel` arrived), or ask whether it was noted (an
+    /// acquire about to answer its grant). Answered [`Answer::Cancelled`].
+    Cancellation {
+        /// The acquire's lease key.
+        lease: LeaseKey,
+        /// Note the cancel, rather than ask about it.
+        note: bool,
+    },
     /// A waiter's business with its DC's waiter registry, performed at
     /// once with [`crate::Waiters::queue`] (which also says what to
     /// deliver to other waiters); answered [`Answer::Queued`]. A joined
@@ -166,7 +174,7 @@ pub enum Answer {
     /// [`Effect::AwaitLog`]: the node shuts down, so nothing waits any
     /// longer.
     Closed,
-    /// To [`Effect::Cancelled`]: whether the host gave up.
+    /// To [`Effect::Cancellation`]: whether the host gave up (it did, once noted).
     Cancelled(bool),
     /// To [`Effect::AnswersForTails`].
     ForTails(bool),
@@ -236,6 +244,27 @@ pub enum NodeEvent {
     /// A waiter expired the lapsed holder of this reservation (the reaper
     /// had not yet).
     HolderExpired(ReservationId),
+    /// A peer's link of this DC's tail `from` was answered `reply`
+    /// (`superseded`: the tail had been taken over first).
+    Link {
+        /// The tail asked to link onward.
+        from: ReservationId,
+        /// The answer.
+        reply: LinkReply,
+        /// Whether the tail continues as a takeover's winner instead.
+        superseded: bool,
+    },
+    /// A host's cancel looked among the key's records for the grant made
+    /// under its lease: the one it releases, or none.
+    CancelFound(Option<ReservationId>),
+    /// An operator force-released this reservation, fenced by `token`: its
+    /// holder may run until its hard deadline.
+    ForceReleased {
+        /// The reservation.
+        reservation: ReservationId,
+        /// Its token.
+        token: FencingToken,
+    },
 }
 
 /// A request's handling as a sans-IO state machine (see the module doc).

@@ -92,7 +92,7 @@ fn drive_gave_up(
         let answer = match effect {
             // These worlds have no DC leases: every grant is covered.
             Effect::Cover { .. } => Answer::Covered(Ok(())),
-            Effect::Cancelled(lease) => {
+            Effect::Cancellation { lease, .. } => {
                 asked.cancelled.push(lease);
                 Answer::Cancelled(gave_up)
             }
@@ -461,7 +461,10 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
         Answer::Global(Ok(GlobalAnswer::SetIfAbsent(None))),
         now(&world),
     );
-    assert!(matches!(acquire.step(t), Step::Ask(Effect::Cancelled(_))));
+    assert!(matches!(
+        acquire.step(t),
+        Step::Ask(Effect::Cancellation { note: false, .. })
+    ));
     acquire.answer(Answer::Cancelled(false), now(&world));
     let Step::Done(Ok(AcquireReply::Acquired(grant))) = acquire.step(t) else {
         panic!("the entry is ours: acquired")

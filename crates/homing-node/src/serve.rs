@@ -1,0 +1,690 @@
+//! One request at its DC, from arrival to reply (DESIGN.md §7.1's
+//! `handle_request`): which of this crate's steppers answers it, the checks
+//! made as it arrives (a reservation this DC owns, a renewal its DC lease
+//! covers, a cancel noted before the read that looks for its grant), and
+//! the reply its outcome becomes. homingd and the simulator run every
+//! request a DC serves as one [`Serve`], except the four whose handling
+//! holds something at the driver while it runs: an acquire (a host's retry
+//! joins the one running, [`crate::retries`]), an await (the waiter's
+//! place in its queue), a watch (its subscription to the DC's log) and a
+//! page of a DC's drain (an operator's loop over pages); those run their
+//! own steppers ([`crate::Acquire`], [`crate::AwaitVacant`],
+//! [`crate::WatchRead`], [`crate::DrainScope`]).
+//!
+//! ```text
+//! Resolve ─► Resolve
+//! ResolveReservation ─ another dc's ─► Done(BadRequest)
+//!                    └ ours ─► Segment ─► AnswersForTails ─► Done
+//! Successor ─► Global(Successor) ─► Done
+//! Renew ─► Cover ─ refused ─► Done(its refusal)
+//!                └ covered ─► Update(Renew)
+//! Release, ForceRelease ─► Update
+//! Shortcut ─ another dc's entry ─► Done(BadRequest)
+//!          └ ours ─► Update(Shortcut)
+//! Cancel ─► Cancellation(note) ─► KeyRecords ─ no grant ─► Done(false)
+//!                                            └ its grant ─► Update(Cancel)
+//! Link ─► LinkOnward
+//! Drain ─► Drain (forwarded when a peer dc asks)
+//! Inspect ─► KeyRecords ─► Done(redacted)
+//! Scan ─► Store(Scan) ─► Done(redacted page, next cursor)
+//! ```
+
+use std::collections::VecDeque;
+
+use homing_core::{
+    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, Key, LeaseKey, LeasePolicy, ReleaseReply,
+    Reply, Request, ReservationId, Segment, Shortcut,
+};
+
+use crate::change::{Change, Changed};
+use crate::drain::Drain;
+use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
+use crate::failure::Failure;
+use crate::link::LinkOnward;
+use crate::mutation::Mutations;
+use crate::resolve::{Resolve, answered, owned_here};
+use crate::scan::{KeyRecords, SCAN_PAGE_RECORDS, next_cursor};
+use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::time::NodeTime;
+use crate::update::Update;
+
+/// Records one store page of a key's read holds (`Cancel`, `Inspect`):
+/// homing-store's `SCAN_LIMIT_MAX`, which homingd asserts.
+pub const KEY_RECORDS_PAGE: usize = 128;
+
+/// What a DC is to the requests it serves.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Its name.
+    pub dc: DcId,
+    /// Its host-lease policy.
+    pub policy: LeasePolicy,
+    /// How many hops its walks go at most.
+    pub hop_limit: usize,
+    /// Rules broken on purpose (tests only; [`Mutations::NONE`] otherwise).
+    pub mutations: Mutations,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Resolve(Resolve),
+    /// `ResolveReservation`: its segment asked.
+    Segment,
+    /// `ResolveReservation`: whether this DC answers for the segment's tail.
+    Tails(Segment),
+    /// `Successor`: the global store's answer asked.
+    Successor,
+    /// `Renew`: the DC lease's cover asked; the update follows.
+    Cover(Box<Update>),
+    Update(Box<Update>),
+    /// `Cancel`: its note asked; the read for its grant follows.
+    Note(KeyRecords, LeaseKey),
+    Cancel(KeyRecords, LeaseKey),
+    Inspect(KeyRecords),
+    Link(Box<LinkOnward>),
+    Drain(Box<Drain>),
+    /// `Scan`: its page asked.
+    Scan,
+    Done(Reply),
+    Over,
+}
+
+/// One request served at a DC (see the module doc).
+#[derive(Debug)]
+pub struct Serve {
+    node: NodeConfig,
+    /// The request's kind ([`Request::kind`]).
+    kind: &'static str,
+    /// The token of an operator's forced release.
+    forced: Option<FencingToken>,
+    /// The request's first effect, asked at the first step.
+    first: Option<Effect>,
+    events: VecDeque<NodeEvent>,
+    phase: Phase,
+}
+
+/// The reply a failure is.
+fn refusal(failure: Failure) -> Reply {
+    Reply::Error(failure.into_reply())
+}
+
+impl Serve {
+    /// `request` arriving at `node`, from DC `peer` when another DC's node
+    /// sent it (`None`: a host, a router, an operator). `hint` gives the
+    /// chain member the node remembers for a key (a drain's walk starts
+    /// there). An acquire, await, watch or drain-scope page is not served
+    /// here (see the module doc): it answers `Internal`.
+    pub fn new(
+        node: &NodeConfig,
+        peer: Option<&DcId>,
+        request: Request,
+        hint: impl FnOnce(&Key) -> Option<Shortcut>,
+    ) -> Serve {
+        let n = node;
+        let dc = n.dc.clone();
+        let update =
+            |id, change| Box::new(Update::new(dc.clone(), id, change, n.policy, n.mutations));
+        let (kind, mut forced) = (request.kind(), None);
+        let (phase, first) = match request {
+            Request::Resolve { key } => (Phase::Resolve(Resolve::new(dc.clone(), key)), None),
+            Request::ResolveReservation { id } => match owned_here(&dc, &id) {
+                Ok(()) => (Phase::Segment, Some(Effect::Segment(id))),
+                Err(refused) => (Phase::Done(refusal(refused)), None),
+            },
+            Request::Successor { key, id } => (
+                Phase::Successor,
+                Some(Effect::Global(GlobalOp::Successor { id, key })),
+            ),
+            Request::Renew {
+                reservation,
+                token,
+                lease,
+                host_time,
+            } => {
+                let change = Change::Renew {
+                    token,
+                    lease,
+                    host_time,
+                };
+                (Phase::Cover(update(reservation, change)), None)
+            }
+            Request::Release {
+                reservation,
+                token,
+                lease,
+                outcome,
+            } => {
+                let change = Change::Release {
+                    token,
+                    lease,
+                    outcome,
+                };
+                (Phase::Update(update(reservation, change)), None)
+            }
+            Request::ForceRelease { reservation, token } => {
+                forced = Some(token);
+                let change = Change::ForceRelease { token };
+                (Phase::Update(update(reservation, change)), None)
+            }
+            Request::Shortcut {
+                key,
+                entry,
+                shortcut,
+            } => match owned_here(&dc, &entry) {
+                Ok(()) => {
+                    let change = Change::Shortcut { key, shortcut };
+                    (Phase::Update(update(entry, change)), None)
+                }
+                Err(refused) => (Phase::Done(refusal(refused)), None),
+            },
+            Request::Cancel { key, lease } => {
+                let read = KeyRecords::held_under(key, lease, KEY_RECORDS_PAGE);
+                let note = Effect::Cancellation { lease, note: true };
+                (Phase::Note(read, lease), Some(note))
+            }
+            Request::Link {
+                key,
+                from,
+                to,
+                expected_token,
+            } => (
+                Phase::Link(Box::new(link(n, peer, key, from, to, expected_token))),
+                None,
+            ),
+            Request::Drain { key } => {
+                let hint = hint(&key);
+                let (forwarded, hops) = (peer.is_some(), n.hop_limit);
+                let drain = Drain::new(dc.clone(), key, forwarded, hops, n.policy, n.mutations);
+                (Phase::Drain(Box::new(drain.with_hint(hint))), None)
+            }
+            Request::Inspect { key } => (
+                Phase::Inspect(KeyRecords::inspect(key, KEY_RECORDS_PAGE)),
+                None,
+            ),
+            Request::Scan { scope, after } => {
+                let op = StoreOp::scan_scope(scope, after, SCAN_PAGE_RECORDS);
+                (Phase::Scan, Some(Effect::Store(op)))
+            }
+            other @ (Request::Acquire { .. }
+            | Request::Await { .. }
+            | Request::Watch { .. }
+            | Request::DrainScope { .. }) => {
+                let why = format!("a {} request is not served by Serve", other.kind());
+                (Phase::Done(internal(why)), None)
+            }
+        };
+        Serve {
+            node: node.clone(),
+            kind,
+            forced,
+            first,
+            events: VecDeque::new(),
+            phase,
+        }
+    }
+
+    /// The request's kind ([`Request::kind`]).
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The drain this request runs, while it runs one.
+    pub fn drain(&self) -> Option<&Drain> {
+        match &self.phase {
+            Phase::Drain(drain) => Some(drain),
+            _ => None,
+        }
+    }
+
+    /// The reply of update `update`, which ended with `done`; an
+    /// operator's forced release that released is noted.
+    fn updated(&mut self, update: &Update, done: Result<Changed, ErrorReply>) -> Reply {
+        let reply = match done.map(Changed::into_reply) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => internal("a change without a reply"),
+            Err(refused) => Reply::Error(refused),
+        };
+        if let Some(token) = self.forced
+            && reply == Reply::Release(ReleaseReply::Released)
+        {
+            let reservation = update.id().clone();
+            let released = NodeEvent::ForceReleased { reservation, token };
+            self.events.push_back(released);
+        }
+        reply
+    }
+}
+
+/// An `Internal` error reply: a driver or a stepper broke its contract.
+fn internal(why: impl Into<String>) -> Reply {
+    Reply::Error(ErrorReply::new(ErrorKind::Internal, why))
+}
+
+/// The link `from → to` that DC `peer` asks of `node`.
+fn link(
+    node: &NodeConfig,
+    peer: Option<&DcId>,
+    key: Key,
+    from: ReservationId,
+    to: ReservationId,
+    expected: FencingToken,
+) -> LinkOnward {
+    let (dc, policy, mutations) = (node.dc.clone(), node.policy, node.mutations);
+    LinkOnward::new(dc, peer, key, from, to, expected, policy, mutations)
+}
+
+impl Stepper for Serve {
+    /// The request's reply (an error reply when it failed).
+    type Output = Reply;
+
+    fn step(&mut self, now: NodeTime) -> Step<Reply> {
+        if let Some(first) = self.first.take() {
+            return Step::Ask(first);
+        }
+        let phase = std::mem::replace(&mut self.phase, Phase::Over);
+        let (phase, step) = match phase {
+            Phase::Resolve(mut resolve) => match resolve.step(now) {
+                Step::Ask(effect) => (Phase::Resolve(resolve), Step::Ask(effect)),
+                Step::Done(done) => (Phase::Over, Step::Done(done.unwrap_or_else(refusal))),
+            },
+            Phase::Cover(update) => {
+                let from = now;
+                (Phase::Cover(update), Step::Ask(Effect::Cover { from }))
+            }
+            Phase::Update(mut update) => match update.step(now) {
+                Step::Ask(effect) => (Phase::Update(update), Step::Ask(effect)),
+                Step::Done(done) => (Phase::Over, Step::Done(self.updated(&update, done))),
+            },
+            Phase::Cancel(mut read, lease) => match read.step(now) {
+                Step::Ask(effect) => (Phase::Cancel(read, lease), Step::Ask(effect)),
+                Step::Done(Err(refused)) => (Phase::Over, Step::Done(Reply::Error(refused))),
+                Step::Done(Ok(records)) => {
+                    let target = crate::cancel::target(&records, &lease);
+                    self.events
+                        .push_back(NodeEvent::CancelFound(target.clone()));
+                    let next = match target {
+                        Some(id) => {
+                            let change = Change::Cancel { lease };
+                            let n = &self.node;
+                            let update =
+                                Update::new(n.dc.clone(), id, change, n.policy, n.mutations);
+                            Phase::Update(Box::new(update))
+                        }
+                        None => Phase::Done(Reply::Cancelled(false)),
+                    };
+                    return self.settle(next, now);
+                }
+            },
+            Phase::Inspect(mut read) => match read.step(now) {
+                Step::Ask(effect) => (Phase::Inspect(read), Step::Ask(effect)),
+                Step::Done(done) => (
+                    Phase::Over,
+                    Step::Done(match done {
+                        Ok(records) => Reply::Inspected {
+                            records: records.into_iter().map(DcRecord::redacted).collect(),
+                        },
+                        Err(refused) => Reply::Error(refused),
+                    }),
+                ),
+            },
+            Phase::Link(mut link) => match link.step(now) {
+                Step::Ask(effect) => (Phase::Link(link), Step::Ask(effect)),
+                Step::Done(done) => {
+                    if let Ok(reply) = &done {
+                        self.events.push_back(NodeEvent::Link {
+                            from: link.from().clone(),
+                            reply: reply.clone(),
+                            superseded: link.superseded(),
+                        });
+                    }
+                    (
+                        Phase::Over,
+                        Step::Done(done.map_or_else(Reply::Error, Reply::Link)),
+                    )
+                }
+            },
+            Phase::Drain(mut drain) => {
+                let step = drain.step(now);
+                self.events
+                    .extend(std::iter::from_fn(|| drain.poll_event()));
+                match step {
+                    Step::Ask(effect) => (Phase::Drain(drain), Step::Ask(effect)),
+                    Step::Done(done) => (
+                        Phase::Over,
+                        Step::Done(done.map_or_else(Reply::Error, |()| Reply::Drained)),
+                    ),
+                }
+            }
+            Phase::Done(reply) => (Phase::Over, Step::Done(reply)),
+            phase @ (Phase::Segment
+            | Phase::Tails(_)
+            | Phase::Successor
+            | Phase::Note(..)
+            | Phase::Scan) => {
+                unreachable!("serve asked its effect and awaits its answer in {phase:?}")
+            }
+            Phase::Over => panic!("a request stepped after it was answered"),
+        };
+        self.phase = phase;
+        step
+    }
+
+    fn answer(&mut self, answer: Answer, now: Now) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Over);
+        self.phase = match (phase, answer) {
+            (Phase::Resolve(mut resolve), answer) => {
+                resolve.answer(answer, now);
+                Phase::Resolve(resolve)
+            }
+            (Phase::Segment, Answer::Segment(Ok(segment))) => {
+                self.first = Some(Effect::AnswersForTails);
+                Phase::Tails(segment)
+            }
+            (Phase::Segment, Answer::Segment(Err(failure))) => Phase::Done(refusal(failure)),
+            (Phase::Tails(segment), Answer::ForTails(for_tails)) => {
+                match answered(&self.node.dc, segment, for_tails) {
+                    Ok(segment) => Phase::Done(Reply::Reservation(segment)),
+                    Err(failure) => Phase::Done(refusal(failure)),
+                }
+            }
+            (
+                Phase::Successor,
+                Answer::Global(Ok(GlobalAnswer::Successor {
+                    succession, hint, ..
+                })),
+            ) => Phase::Done(Reply::Successor { succession, hint }),
+            (Phase::Successor, Answer::Global(Err(failure))) => Phase::Done(refusal(failure)),
+            (Phase::Cover(update), Answer::Covered(Ok(()))) => Phase::Update(update),
+            (Phase::Cover(_), Answer::Covered(Err(failure))) => Phase::Done(refusal(failure)),
+            (Phase::Update(mut update), answer) => {
+                update.answer(answer, now);
+                Phase::Update(update)
+            }
+            (Phase::Note(read, lease), Answer::Cancelled(_)) => Phase::Cancel(read, lease),
+            (Phase::Cancel(mut read, lease), answer) => {
+                read.answer(answer, now);
+                Phase::Cancel(read, lease)
+            }
+            (Phase::Inspect(mut read), answer) => {
+                read.answer(answer, now);
+                Phase::Inspect(read)
+            }
+            (Phase::Link(mut link), answer) => {
+                link.answer(answer, now);
+                Phase::Link(link)
+            }
+            (Phase::Drain(mut drain), answer) => {
+                drain.answer(answer, now);
+                Phase::Drain(drain)
+            }
+            (Phase::Scan, Answer::Stored(Ok(Stored::Page(records)))) => {
+                Phase::Done(Reply::Records {
+                    next: next_cursor(&records, SCAN_PAGE_RECORDS),
+                    records: records.into_iter().map(DcRecord::redacted).collect(),
+                })
+            }
+            (Phase::Scan, Answer::Stored(Err(failure))) => Phase::Done(refusal(failure)),
+            (phase, answer) => {
+                panic!("a request in {phase:?} answered what it did not ask: {answer:?}")
+            }
+        };
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front()
+    }
+}
+
+impl Serve {
+    /// Moves to `next` and steps on at once.
+    fn settle(&mut self, next: Phase, now: NodeTime) -> Step<Reply> {
+        self.phase = next;
+        self.step(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use homing_core::{ErrorKind, HostTime, LeaseKey, StoreTime, Written};
+
+    use super::*;
+    use crate::fixture::{POLICY, held};
+
+    const NOW: Now = Now {
+        node: NodeTime::from_us(1_000),
+        store: StoreTime::from_ms(1),
+    };
+
+    fn id(s: &str) -> ReservationId {
+        s.parse().unwrap()
+    }
+
+    fn key() -> Key {
+        Key::new(homing_core::KeyName::new("a").unwrap())
+    }
+
+    fn lease() -> LeaseKey {
+        LeaseKey::from_bytes([1; 16]).unwrap()
+    }
+
+    fn node() -> NodeConfig {
+        NodeConfig {
+            dc: "iad".parse().unwrap(),
+            policy: POLICY,
+            hop_limit: 8,
+            mutations: Mutations::NONE,
+        }
+    }
+
+    /// `request` served at iad (from a host), each effect answered from
+    /// `answers` in turn: the effects asked, the events noted, the reply.
+    fn serve(request: Request, answers: Vec<Answer>) -> (Vec<Effect>, Vec<NodeEvent>, Reply) {
+        let mut serve = Serve::new(&node(), None, request, |_| None);
+        let (mut asked, mut events) = (Vec::new(), Vec::new());
+        let mut answers = answers.into_iter();
+        loop {
+            let step = serve.step(NOW.node);
+            events.extend(std::iter::from_fn(|| serve.poll_event()));
+            match step {
+                Step::Ask(effect) => {
+                    asked.push(effect.clone());
+                    let answer = answers
+                        .next()
+                        .unwrap_or_else(|| panic!("no answer to {effect:?}"));
+                    serve.answer(answer, NOW);
+                }
+                Step::Done(reply) => {
+                    assert!(answers.next().is_none(), "answers left over");
+                    return (asked, events, reply);
+                }
+            }
+        }
+    }
+
+    fn error_kind(reply: &Reply) -> &ErrorKind {
+        match reply {
+            Reply::Error(e) => &e.kind,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_renewal_the_dc_lease_does_not_cover_is_refused_before_any_read() {
+        let renew = Request::Renew {
+            reservation: id("iad.1"),
+            token: homing_core::FencingToken::FIRST,
+            lease: lease(),
+            host_time: HostTime::from_ms(5),
+        };
+        let dc: DcId = "iad".parse().unwrap();
+        let lapsed = Failure::Unreachable(ErrorReply::new(
+            ErrorKind::Unavailable { dc: dc.clone() },
+            "dc lease lapsed",
+        ));
+        let (asked, _, reply) = serve(renew.clone(), vec![Answer::Covered(Err(lapsed))]);
+        assert_eq!(asked, vec![Effect::Cover { from: NOW.node }]);
+        assert_eq!(error_kind(&reply), &ErrorKind::Unavailable { dc });
+
+        // Covered: the update reads the record next.
+        let mut covered = Serve::new(&node(), None, renew, |_| None);
+        assert!(matches!(
+            covered.step(NOW.node),
+            Step::Ask(Effect::Cover { .. })
+        ));
+        covered.answer(Answer::Covered(Ok(())), NOW);
+        assert_eq!(
+            covered.step(NOW.node),
+            Step::Ask(Effect::Store(StoreOp::Read(id("iad.1"))))
+        );
+    }
+
+    #[test]
+    fn another_dcs_reservation_is_refused_on_arrival() {
+        let reservation = Request::ResolveReservation { id: id("fra.1") };
+        let (asked, _, reply) = serve(reservation, Vec::new());
+        assert!(asked.is_empty());
+        assert_eq!(error_kind(&reply), &ErrorKind::BadRequest);
+
+        let shortcut = Request::Shortcut {
+            key: key(),
+            entry: id("fra.1"),
+            shortcut: Shortcut {
+                to: id("iad.2"),
+                token: homing_core::FencingToken::FIRST,
+            },
+        };
+        let (asked, _, reply) = serve(shortcut, Vec::new());
+        assert!(asked.is_empty());
+        assert_eq!(error_kind(&reply), &ErrorKind::BadRequest);
+    }
+
+    #[test]
+    fn a_cancel_is_noted_before_it_looks_for_its_grant_and_releases_it() {
+        let cancel = Request::Cancel {
+            key: key(),
+            lease: lease(),
+        };
+        let granted = held("iad.1", "a", None, StoreTime::from_ms(0));
+        let answers = vec![
+            Answer::Cancelled(true),
+            Answer::Stored(Ok(Stored::Page(vec![granted.clone()]))),
+            Answer::Stored(Ok(Stored::Record(Some(granted)))),
+            Answer::Stored(Ok(Stored::Written(Written::Yes))),
+        ];
+        let (asked, events, reply) = serve(cancel.clone(), answers);
+        assert_eq!(
+            asked[0],
+            Effect::Cancellation {
+                lease: lease(),
+                note: true
+            }
+        );
+        assert!(matches!(asked[1], Effect::Store(StoreOp::Scan { .. })));
+        assert_eq!(asked[2], Effect::Store(StoreOp::Read(id("iad.1"))));
+        assert!(matches!(asked[3], Effect::Store(StoreOp::Write { .. })));
+        assert_eq!(events, vec![NodeEvent::CancelFound(Some(id("iad.1")))]);
+        assert_eq!(reply, Reply::Cancelled(true));
+
+        // No grant under the lease: nothing to release.
+        let answers = vec![
+            Answer::Cancelled(true),
+            Answer::Stored(Ok(Stored::Page(Vec::new()))),
+        ];
+        let (asked, events, reply) = serve(cancel, answers);
+        assert_eq!(asked.len(), 2);
+        assert_eq!(events, vec![NodeEvent::CancelFound(None)]);
+        assert_eq!(reply, Reply::Cancelled(false));
+    }
+
+    #[test]
+    fn a_successor_answers_the_global_stores_succession_and_the_nodes_hint() {
+        let successor = Request::Successor {
+            key: key(),
+            id: id("iad.1"),
+        };
+        let hint = Shortcut {
+            to: id("fra.3"),
+            token: homing_core::FencingToken::FIRST,
+        };
+        let found = Answer::Global(Ok(GlobalAnswer::Successor {
+            succession: None,
+            source: homing_core::Source::Local,
+            hint: Some(hint.clone()),
+        }));
+        let (asked, _, reply) = serve(successor, vec![found]);
+        assert_eq!(
+            asked,
+            vec![Effect::Global(GlobalOp::Successor {
+                id: id("iad.1"),
+                key: key()
+            })]
+        );
+        assert_eq!(
+            reply,
+            Reply::Successor {
+                succession: None,
+                hint: Some(hint)
+            }
+        );
+    }
+
+    #[test]
+    fn a_scan_page_is_redacted_and_a_full_page_has_a_next_cursor() {
+        let scan = Request::Scan {
+            scope: homing_core::NamespaceScope::exact(key().namespace),
+            after: None,
+        };
+        let page: Vec<DcRecord> = (1..=SCAN_PAGE_RECORDS as u64)
+            .map(|u| held(&format!("iad.{u}"), "a", None, StoreTime::from_ms(0)))
+            .collect();
+        let answer = Answer::Stored(Ok(Stored::Page(page.clone())));
+        let (_, _, reply) = serve(scan, vec![answer]);
+        let Reply::Records { records, next } = reply else {
+            panic!("not a page: {reply:?}")
+        };
+        assert_eq!(records.len(), SCAN_PAGE_RECORDS);
+        assert!(records.iter().all(|r| !r.held_under(&lease())), "redacted");
+        assert_eq!(next, next_cursor(&page, SCAN_PAGE_RECORDS));
+        assert!(next.is_some());
+    }
+
+    #[test]
+    fn only_a_forced_release_that_released_is_noted() {
+        let force = Request::ForceRelease {
+            reservation: id("iad.1"),
+            token: homing_core::FencingToken::FIRST,
+        };
+        let holder = held("iad.1", "a", None, StoreTime::from_ms(0));
+        let answers = vec![
+            Answer::Stored(Ok(Stored::Record(Some(holder)))),
+            Answer::Stored(Ok(Stored::Written(Written::Yes))),
+        ];
+        let (_, events, reply) = serve(force.clone(), answers);
+        assert_eq!(reply, Reply::Release(ReleaseReply::Released));
+        assert_eq!(
+            events,
+            vec![NodeEvent::ForceReleased {
+                reservation: id("iad.1"),
+                token: homing_core::FencingToken::FIRST
+            }]
+        );
+
+        // Unknown: nothing released, nothing noted.
+        let answers = vec![Answer::Stored(Ok(Stored::Record(None)))];
+        let (_, events, reply) = serve(force, answers);
+        assert!(matches!(reply, Reply::Error(_)));
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn the_requests_a_driver_runs_itself_are_internal_errors_here() {
+        let watch = Request::Watch {
+            scope: homing_core::NamespaceScope::exact(key().namespace),
+            after: 0,
+            wait_ms: 0,
+        };
+        let (asked, _, reply) = serve(watch, Vec::new());
+        assert!(asked.is_empty());
+        assert_eq!(error_kind(&reply), &ErrorKind::Internal);
+    }
+}
