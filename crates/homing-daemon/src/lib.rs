@@ -1,6 +1,7 @@
 //! homingd, the per-DC daemon: serves resolve, acquire, renew, release, link,
 //! drain and inspect over QUIC with mutual TLS, with every decision taken by
-//! homing-core and every write a compare-and-set in the DC store.
+//! homing-node and homing-core and every write a compare-and-set in the DC
+//! store.
 //!
 //! [`Daemon::start`] runs one DC from its parts (config, TLS identity,
 //! stores); `homingd` builds those parts from a config file, and
@@ -13,6 +14,7 @@ pub mod follow;
 pub mod metrics;
 pub mod node;
 pub mod peers;
+pub mod quota;
 pub mod stores;
 pub mod upkeep;
 pub mod waiters;

@@ -16,28 +16,33 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, ActorId, AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, EventSeq, HostTime,
-    Identity, Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply, LocalSegment, Namespace,
-    NamespaceScope, Reply, Request, ReservationId, Role, ScanCursor, Segment, Shortcut,
-    ShortcutNotice, Source, StoreTime, Succession, TakeOverReply, TakeoverPolicy, Written,
+    AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, EventSeq, HostTime, Identity,
+    Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply, NamespaceScope, Reply, Request,
+    ReservationId, Role, ScanCursor, Shortcut, ShortcutNotice, StoreTime, Succession,
+    TakeoverPolicy,
 };
 use homing_net::Handler;
 use homing_node::{
-    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Admit, Answer, Arrival, AwaitVacant,
-    Cancellations, DrainScope, Effect, GlobalAnswer, GlobalOp, GlobalRead, JOINS_MAX, KeyQuota,
-    LogFollower, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption,
-    Serve, Step, Stepper, StoreOp, Stored, WatchRead,
+    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, AwaitVacant,
+    Cancellations, DrainScope, Effect, JOINS_MAX, Mutations, NodeConfig, NodeEvent, Now, Reconcile,
+    ReconcileEvent, Resumption, Serve, Step, Stepper, WatchRead,
 };
-use homing_store::{
-    DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX, SetIfAbsent,
-    StoreError,
-};
+use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
-use crate::dc_lease::{self, DcLeaseCell, Renewer};
+mod failure;
+mod global;
+mod store;
+
+pub use global::NodeCaches;
+
+use failure::Failure;
+
+use crate::dc_lease::{DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
-use crate::peers::{PeerError, Peers};
+use crate::peers::Peers;
+use crate::quota::{Quota, QuotaSlot};
 use crate::waiters::{Registration, WaitLimits, Waiters};
 
 /// Most records one `Inspect` or `Scan` reply carries (homing-node's).
@@ -101,11 +106,7 @@ pub struct Node {
     /// This DC's lease in the global store: grants and marks wait on it.
     dc_lease: Arc<DcLeaseCell>,
     /// Keys this DC created per namespace, against `keys_per_namespace_max`.
-    quota: Arc<std::sync::Mutex<KeyQuota>>,
-    /// Counts of namespaces running now: each in a task of its own, so a
-    /// host that gives up on its create does not cancel the count, and the
-    /// creates of one namespace wait on one count (`Err`: it failed).
-    quota_counts: Arc<std::sync::Mutex<QuotaCounts>>,
+    quota: Quota,
     /// Where the last failed reconciliation pass got to (the next pass of
     /// the same reconciliation starts there).
     resumption: std::sync::Mutex<Option<Resumption>>,
@@ -146,10 +147,6 @@ impl Drop for Running<'_> {
     }
 }
 
-/// The counts running now, by namespace: their outcome once known.
-type QuotaCounts =
-    std::collections::HashMap<Namespace, watch::Receiver<Option<Result<(), String>>>>;
-
 /// What a stepper holds at its node while `Node::drive` runs it, given
 /// back when the stepper ends (or its request is dropped).
 #[derive(Default)]
@@ -165,105 +162,6 @@ struct Held<'a> {
     changes: Option<watch::Receiver<u64>>,
     /// A parked watch's slot (`watches_parked_max`), taken at its first park.
     parked_watch: Option<Parked<'a>>,
-}
-
-/// A key create admitted by the quota: given back when dropped unless
-/// [`QuotaSlot::settle`] says this DC's entry is the key's.
-struct QuotaSlot<'a> {
-    quota: &'a std::sync::Mutex<KeyQuota>,
-    namespace: Namespace,
-    kept: bool,
-}
-
-impl QuotaSlot<'_> {
-    /// The key's global write answered: `ours` if the entry is this create's.
-    fn settle(mut self, ours: bool) {
-        self.kept = ours;
-    }
-}
-
-impl Drop for QuotaSlot<'_> {
-    fn drop(&mut self) {
-        lock_quota(self.quota).settle(&self.namespace, self.kept);
-    }
-}
-
-fn lock_quota(quota: &std::sync::Mutex<KeyQuota>) -> std::sync::MutexGuard<'_, KeyQuota> {
-    quota.lock().expect("the quota lock is never poisoned")
-}
-
-/// What a node keeps in memory about other DCs' facts.
-#[derive(Debug, Clone, Copy)]
-pub struct NodeCaches {
-    /// Capacity of the global-entry and chain-member caches (each), entries.
-    pub entries: u64,
-    /// How long a resolve's absent answer is reused, ms (0: never).
-    pub absent_ttl_ms: u64,
-}
-
-/// How a request failed, before it becomes an error reply.
-#[derive(Debug)]
-enum Failure {
-    Reply(ErrorReply),
-    Store(StoreError),
-    Peer(PeerError),
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        Failure::Store(e)
-    }
-}
-
-impl From<PeerError> for Failure {
-    fn from(e: PeerError) -> Failure {
-        Failure::Peer(e)
-    }
-}
-
-impl From<homing_node::Failure> for Failure {
-    fn from(f: homing_node::Failure) -> Failure {
-        Failure::Reply(f.into_reply())
-    }
-}
-
-fn fail(kind: ErrorKind, message: impl Into<String>) -> Failure {
-    Failure::Reply(ErrorReply::new(kind, message))
-}
-
-impl Failure {
-    /// homing-node's split of this failure at DC `dc`: a DC or store that
-    /// could not be reached (worth retrying), an answer (a refusal, a full
-    /// queue, a contradiction), or a peer's lie. A peer relaying an error
-    /// is an answer.
-    fn classify(self, dc: &DcId) -> homing_node::Failure {
-        let unreachable = match &self {
-            Failure::Store(e) => return homing_node::Failure::of_store(dc, e.is_unavailable(), e),
-            Failure::Peer(PeerError::Lied { .. }) => {
-                return homing_node::Failure::Lied(self.into_reply(dc));
-            }
-            Failure::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
-            Failure::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
-        };
-        let reply = self.into_reply(dc);
-        if unreachable {
-            homing_node::Failure::Unreachable(reply)
-        } else {
-            homing_node::Failure::Refused(reply)
-        }
-    }
-
-    /// The reply for this failure at DC `dc`. A store that cannot be reached
-    /// makes the DC unavailable (retryable); other store errors are internal.
-    fn into_reply(self, dc: &DcId) -> ErrorReply {
-        match self {
-            Failure::Reply(reply) => reply,
-            Failure::Store(e) => {
-                homing_node::Failure::of_store(dc, e.is_unavailable(), e).into_reply()
-            }
-            Failure::Peer(e) => e.to_reply(),
-        }
-    }
 }
 
 fn outcome_of(reply: &Reply) -> &'static str {
@@ -305,8 +203,7 @@ impl Node {
         metrics: Arc<Metrics>,
     ) -> Node {
         Node {
-            quota: Arc::new(std::sync::Mutex::new(KeyQuota::new(keys_per_namespace_max))),
-            quota_counts: Arc::default(),
+            quota: Quota::new(keys_per_namespace_max),
             resumption: std::sync::Mutex::default(),
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
@@ -375,40 +272,6 @@ impl Node {
                 Err(format!("{:?}: {}", e.kind, e.message))
             }
         }
-    }
-
-    /// Who succeeds `id` in the global store: cached once present (it
-    /// never changes), read (linearizable) while absent.
-    /// Where the answer came from: the cache, or the global store.
-    async fn successor(&self, id: &ReservationId) -> Result<(Option<Succession>, Source), Failure> {
-        if let Some(cached) = self.successions.get(id) {
-            return Ok((Some(cached), Source::Cache));
-        }
-        let read = self
-            .timed("global_successor", self.global.successor(id))
-            .await?;
-        if let Some(s) = &read {
-            self.successions.insert(id.clone(), s.clone());
-        }
-        Ok((read, Source::Local))
-    }
-
-    /// Makes `succession` its reservation's in the global store unless one
-    /// is; the one it has (cached: write-once).
-    async fn confirm(&self, succession: Succession) -> Result<Succession, Failure> {
-        let from = succession.link.from.clone();
-        if let Some(cached) = self.successions.get(&from) {
-            return Ok(cached);
-        }
-        let existing = self
-            .timed(
-                "global_set_successor",
-                self.global.set_successor(&succession),
-            )
-            .await?;
-        let recorded = existing.unwrap_or(succession);
-        self.successions.insert(from, recorded.clone());
-        Ok(recorded)
     }
 
     /// The reconciliation the DC lease owes, if any.
@@ -491,132 +354,6 @@ impl Node {
         self.waiters.wake_all(AwaitReply::TimedOut);
     }
 
-    /// A write of `after` landed; `event` if it appended a lifecycle event.
-    /// Wakes the watchers and the waiters the change concerns.
-    fn wrote(&self, event: bool, after: &DcRecord) {
-        if event {
-            self.changes.send_modify(|v| *v = v.wrapping_add(1));
-        }
-        self.waiters
-            .written(after, store_now(), &self.config.policy);
-    }
-
-    /// Reads one page of this DC's event log after `follower`'s cursor and
-    /// acts on it: parked watchers re-read when there are new events, and
-    /// the waiters of each reservation an event changed get the record as
-    /// stored now. So the writes of other homingd of this DC (sharing its
-    /// DC store) wake this one's waiters and watchers. Returns whether the
-    /// next page should be read at once; a record that cannot be read is
-    /// left to its waiters' own timers.
-    pub async fn follow_log(&self, follower: &mut LogFollower) -> Result<bool, StoreError> {
-        let page = self
-            .timed(
-                "dc_events",
-                self.records.events(follower.after(), follower.limit()),
-            )
-            .await?;
-        let followed = self
-            .waiters
-            .follow(follower, &page.events, page.oldest, page.head);
-        if followed.events {
-            self.changes.send_modify(|v| *v = v.wrapping_add(1));
-        }
-        for id in &followed.look {
-            match self.timed("dc_get", self.records.get(id)).await {
-                Ok(Some(record)) => {
-                    let woken = self.waiters.seen(&record, store_now(), &self.config.policy);
-                    self.metrics.log_follow_looked(woken);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::debug!(dc = %self.config.dc, reservation = %id, error = %e, "reading a record the event log named failed; its waiters look again on their own timers");
-                }
-            }
-        }
-        Ok(followed.more)
-    }
-
-    /// Compare-and-set of our record `next` over version `expected`
-    /// (`None`: a create), then `Node::wrote` if it landed; `event`: the
-    /// write appends a lifecycle event.
-    pub async fn write(
-        &self,
-        expected: Option<u64>,
-        event: bool,
-        next: &DcRecord,
-    ) -> Result<Written, StoreError> {
-        dc_lease::publish_marks_for(&self.dc_lease, self.records.as_ref(), next).await?;
-        let cas = self
-            .timed("dc_cas", self.records.compare_and_set(expected, next))
-            .await?;
-        if !cas.landed() {
-            return Ok(Written::Conflict);
-        }
-        self.wrote(event, next);
-        Ok(Written::Yes)
-    }
-
-    /// Performs one of homing-node's DC-store operations, timed under the
-    /// store operation's metric name; a landed write goes through
-    /// [`Node::write`] (marks published first, waiters and watchers told).
-    pub async fn perform(&self, op: StoreOp) -> Result<Stored, StoreError> {
-        let records = self.records.as_ref();
-        Ok(match op {
-            StoreOp::Read(id) => Stored::Record(self.timed("dc_get", records.get(&id)).await?),
-            StoreOp::Allocate => {
-                Stored::Allocated(self.timed("dc_allocate", records.allocate()).await?)
-            }
-            StoreOp::Write {
-                expected,
-                record,
-                event,
-            } => Stored::Written(self.write(expected, event, &record).await?),
-            StoreOp::Due {
-                kind,
-                until,
-                after,
-                limit,
-            } => {
-                let due = records.due(kind, until, after.as_ref(), limit);
-                Stored::Due(self.timed("dc_due", due).await?)
-            }
-            StoreOp::Settle { id, version } => Stored::Settled(
-                self.timed("dc_settle", records.settle(&id, version))
-                    .await?,
-            ),
-            StoreOp::Events { after, limit } => {
-                let page = self
-                    .timed("dc_events", records.events(after, limit))
-                    .await?;
-                Stored::Events {
-                    events: page.events,
-                    oldest: page.oldest,
-                    head: page.head,
-                }
-            }
-            StoreOp::TrimEvents { before } => {
-                self.timed("dc_trim_events", records.trim_events(before))
-                    .await?;
-                Stored::Trimmed
-            }
-            StoreOp::Scan {
-                scope,
-                name,
-                after,
-                limit,
-            } => {
-                let scan = records.scan(&scope, &name, after.as_ref(), limit);
-                Stored::Page(self.timed("dc_scan", scan).await?)
-            }
-        })
-    }
-
-    /// A store error as homing-node's failure at this DC (unreachable store:
-    /// the DC is unavailable; anything else: internal).
-    pub fn store_failure(&self, e: StoreError) -> homing_node::Failure {
-        Failure::Store(e).classify(&self.config.dc)
-    }
-
     /// 128 random bits for a key name a connect did not give: the process's
     /// randomly seeded hasher over a counter.
     fn random_bits(&self) -> u128 {
@@ -630,104 +367,11 @@ impl Node {
         bits
     }
 
-    async fn timed<T>(&self, op: &'static str, f: impl std::future::Future<Output = T>) -> T {
-        let started = Instant::now();
-        let out = f.await;
-        self.metrics.store(op, started.elapsed());
-        out
-    }
-
-    /// The key's global entry, from cache when known (entries never change).
-    pub async fn global_entry(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {
-        self.read_global(key, GlobalRead::Latest).await
-    }
-
-    /// A resolve's read of `key`'s global entry: like [`Node::global_entry`],
-    /// but an absent answer is reused for `absent_ttl_ms` and concurrent
-    /// resolves of one key share one read.
-    async fn resolve_entry(&self, key: &Key) -> Result<Option<ReservationId>, Failure> {
-        let Some(reads) = &self.resolve_reads else {
-            return Ok(self.global_entry(key).await?);
-        };
-        if let Some(id) = self.global_cache.get(key) {
-            self.metrics.global_cache(true);
-            return Ok(Some(id));
-        }
-        let read = async {
-            let entry = self.global_entry(key).await;
-            entry.map_err(|e| Failure::Store(e).into_reply(&self.config.dc))
-        };
-        let shared = reads.try_get_with(key.clone(), read).await;
-        shared.map_err(|e| Failure::Reply((*e).clone()))
-    }
-
-    /// `key`'s global entry, from the cache (entries never change) or the
-    /// store, read as `read` says.
-    async fn read_global(
-        &self,
-        key: &Key,
-        read: GlobalRead,
-    ) -> Result<Option<ReservationId>, StoreError> {
-        if let Some(id) = self.global_cache.get(key) {
-            self.metrics.global_cache(true);
-            return Ok(Some(id));
-        }
-        self.metrics.global_cache(false);
-        let get = match read {
-            GlobalRead::Latest | GlobalRead::Resolve => self.global.get(key),
-            GlobalRead::Nearest => self.global.get_nearest(key),
-        };
-        let entry = self.timed("global_get", get).await?;
-        if let Some(id) = &entry {
-            self.global_cache.insert(key.clone(), id.clone());
-        }
-        Ok(entry)
-    }
-
-    /// This DC's answer for its own reservation `id`: links inside the DC, then the tail.
-    async fn local_segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
-        let mut segment =
-            LocalSegment::new(self.config.dc.clone(), id.clone(), self.config.hop_limit);
-        while let Some(at) = segment.need().cloned() {
-            let record = self.timed("dc_get", self.records.get(&at)).await?;
-            segment
-                .handle(record.as_ref(), store_now(), &self.config.policy)
-                .map_err(homing_node::segment_failure)?;
-        }
-        Ok(segment.finish())
-    }
-
     /// Whether this DC answers for its tails now (homing-node's
     /// `DcLease::answers_for_tails`).
     fn answers_for_tails(&self) -> bool {
         let now = self.waiters.now();
         self.dc_lease.with(|l| l.answers_for_tails(now))
-    }
-
-    /// What `id`'s owner knows: ourselves for our own, else a peer round
-    /// trip; a failure classified for homing-node.
-    async fn segment(&self, id: &ReservationId) -> Result<Segment, homing_node::Failure> {
-        let segment = if id.dc() == &self.config.dc {
-            self.local_segment(id).await
-        } else {
-            self.peers
-                .resolve_reservation(id)
-                .await
-                .map_err(Failure::from)
-        };
-        segment.map_err(|f| f.classify(&self.config.dc))
-    }
-
-    /// The hint for the next walk of `key`: the furthest member remembered.
-    fn hint(&self, key: &Key) -> Option<Shortcut> {
-        self.members.get(key)
-    }
-
-    /// Remembers `member` of `key`'s chain if it is further along than the one known.
-    fn remember(&self, key: &Key, member: Shortcut) {
-        if member.is_past(self.members.get(key).as_ref()) {
-            self.members.insert(key.clone(), member);
-        }
     }
 
     /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
@@ -780,12 +424,8 @@ impl Node {
             }
             Effect::Cover { from } => Answer::Covered(self.grant_covered(from)),
             Effect::Admit(namespace) => {
-                let admitted = self.admit_key(&namespace).await;
-                Answer::Admitted(
-                    admitted
-                        .map(|granted| held.slot = Some(granted))
-                        .map_err(classify),
-                )
+                let admitted = self.quota.admit(&self.config.dc, &self.records, &namespace);
+                Answer::Admitted(admitted.await.map(|granted| held.slot = Some(granted)))
             }
             Effect::Link {
                 key,
@@ -1083,159 +723,6 @@ impl Node {
             DrainScope::new(dc, scope, after, limit, self.config.policy, Mutations::NONE);
         let (drained, next) = self.drive(&mut page).await.map_err(Failure::Reply)?;
         Ok(Reply::DrainedPage { drained, next })
-    }
-
-    /// Admits the create of a key in `namespace`, as homing-node's
-    /// [`KeyQuota`] decides (counting the namespace in the DC store first,
-    /// once per process).
-    async fn admit_key(&self, namespace: &Namespace) -> Result<QuotaSlot<'_>, Failure> {
-        let mut admit = lock_quota(&self.quota).admit(namespace);
-        if admit == Admit::Count {
-            let mut outcome = self.count_keys(namespace);
-            let counted = outcome.wait_for(Option::is_some).await;
-            if let Ok(done) = counted
-                && let Some(Err(reason)) = done.as_ref()
-            {
-                return Err(Failure::Store(StoreError::Unavailable {
-                    backend: "dc",
-                    reason: format!("counting the keys of namespace {namespace:?}: {reason}"),
-                }));
-            }
-            admit = lock_quota(&self.quota).admit(namespace);
-        }
-        match admit {
-            Admit::Granted => Ok(QuotaSlot {
-                quota: &self.quota,
-                namespace: namespace.clone(),
-                kept: false,
-            }),
-            Admit::Refused(reply) => Err(Failure::Reply(reply)),
-            Admit::Count => Err(fail(
-                ErrorKind::Internal,
-                "key quota: a counted namespace asked to be counted again",
-            )),
-        }
-    }
-
-    /// The count of `namespace`'s keys in the DC store, started in a task of
-    /// its own unless one runs (one per namespace; the task ends even if
-    /// every create waiting on it gave up).
-    fn count_keys(&self, namespace: &Namespace) -> watch::Receiver<Option<Result<(), String>>> {
-        let mut counts = self.quota_counts.lock().expect("never poisoned");
-        if let Some(running) = counts.get(namespace) {
-            return running.clone();
-        }
-        let (done, outcome) = watch::channel(None);
-        counts.insert(namespace.clone(), outcome.clone());
-        let (records, quota, counts) = (
-            self.records.clone(),
-            self.quota.clone(),
-            self.quota_counts.clone(),
-        );
-        let bound = lock_quota(&self.quota).count_bound();
-        let namespace = namespace.clone();
-        tokio::spawn(async move {
-            let counted = records.keys_created(&namespace, bound).await;
-            let result = match counted {
-                Ok(created) => {
-                    tracing::info!(
-                        namespace = namespace.as_str(),
-                        created,
-                        "counted the keys this dc created in a namespace"
-                    );
-                    lock_quota(&quota).counted(&namespace, created);
-                    Ok(())
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            counts.lock().expect("never poisoned").remove(&namespace);
-            done.send_replace(Some(result));
-        });
-        outcome
-    }
-
-    /// Performs one of homing-node's global-store operations, timed under
-    /// its metric name; what never changes (entries, successions) is read
-    /// from and kept in this node's caches. `slot`: the quota slot of the
-    /// key create a set-if-absent settles, if any.
-    async fn perform_global(
-        &self,
-        op: GlobalOp,
-        slot: &mut Option<QuotaSlot<'_>>,
-    ) -> Result<GlobalAnswer, Failure> {
-        Ok(match op {
-            GlobalOp::Entry {
-                key,
-                read: GlobalRead::Resolve,
-            } => GlobalAnswer::Entry(self.resolve_entry(&key).await?),
-            GlobalOp::Entry { key, read } => {
-                GlobalAnswer::Entry(self.read_global(&key, read).await?)
-            }
-            GlobalOp::SetIfAbsent { key, id } => {
-                let set = self.global.set_if_absent(&key, &id);
-                let existing = match self.timed("global_set_if_absent", set).await? {
-                    SetIfAbsent::Inserted => None,
-                    SetIfAbsent::Exists(existing) => Some(existing),
-                };
-                if let Some(slot) = slot.take() {
-                    // Inserted, or a retried write of our own entry.
-                    slot.settle(existing.as_ref().is_none_or(|winner| winner == &id));
-                }
-                self.global_cache
-                    .insert(key, existing.clone().unwrap_or(id));
-                GlobalAnswer::SetIfAbsent(existing)
-            }
-            GlobalOp::Successor { id, key } => {
-                let (succession, source) = self.successor(&id).await?;
-                let hint = self.hint(&key);
-                GlobalAnswer::Successor {
-                    succession,
-                    source,
-                    hint,
-                }
-            }
-            GlobalOp::Confirm(succession) => {
-                GlobalAnswer::Confirmed(self.confirm(succession).await?)
-            }
-            GlobalOp::SuccessionsOf { dc, after, limit } => {
-                let page = self.global.successions_of(&dc, after.as_ref(), limit);
-                let page = self.timed("global_successions_of", page).await?;
-                for succession in &page {
-                    let from = succession.link.from.clone();
-                    self.successions.insert(from, succession.clone());
-                }
-                GlobalAnswer::Successions(page)
-            }
-            GlobalOp::DcLease(dc) => {
-                let state = self.global.dc_lease(&dc);
-                GlobalAnswer::DcLease(self.timed("global_dc_lease", state).await?)
-            }
-            GlobalOp::TakeOver { succession, policy } => {
-                let take_over = self.global.take_over(&succession, policy);
-                let reply = self.timed("global_take_over", take_over).await?;
-                let from = &succession.link.from;
-                match &reply {
-                    TakeOverReply::Taken => {
-                        self.successions.insert(from.clone(), succession.clone());
-                        tracing::warn!(
-                            reservation = %from,
-                            successor = %succession.link.to,
-                            token = succession.link.token.get(),
-                            "took over a tail of a dc whose lease expired"
-                        );
-                    }
-                    TakeOverReply::Exists(existing) => {
-                        self.successions.insert(from.clone(), existing.clone());
-                    }
-                    TakeOverReply::Refused(state) => tracing::info!(
-                        reservation = %from,
-                        standing = ?state.standing,
-                        "takeover refused by the global store: the dc renewed its lease"
-                    ),
-                }
-                GlobalAnswer::TakenOver(reply)
-            }
-        })
     }
 
     /// Serves `request`: an acquire, an await, a watch or a drain-scope
