@@ -5,35 +5,28 @@
 //! as a homing-node stepper in `crate::stepper`'s loop (an acquire, a
 //! waiter, a watch, a drain-scope page with what the driver holds for
 //! them; every other request as homing-node's `Serve`), and so do the DC's
-//! own passes; this module performs what takes time (store operations,
-//! global writes, peer requests, an acquire's waits and pauses) and routes
+//! own passes; this module performs what takes time (global writes, peer
+//! requests, pauses; store operations in `crate::store`, an acquire's waits
+//! in `crate::acquire`, a crash and a restart in `crate::crash`) and routes
 //! each answer back.
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
-//!
-//! An acquire's wait loop is homing-node's `Acquire`; its wait at the
-//! holder's DC is a local waiter (`crate::waiting`) or an `Await` request
-//! on a QUIC stream to the holder's DC, bounded by the acquire's own
-//! deadline as homingd's `timeout_at` bounds it, and lost with the
-//! connection when the path or the peer dies.
 
 use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, Key, LeasePolicy, LocalSegment, Reply,
-    Request, ReservationId, Segment, SegmentError, Shortcut, ShortcutNotice, Succession,
-    TakeOverReply, Written, chain::HOP_LIMIT_DEFAULT,
+    AwaitReply, DcId, ErrorKind, ErrorReply, Key, LeasePolicy, Reply, Request, ReservationId,
+    Shortcut, ShortcutNotice, Succession, TakeOverReply, chain::HOP_LIMIT_DEFAULT,
 };
 
-use homing_store::StoreError;
 use homing_store::memory::MemoryDc;
 
 use homing_node::{
-    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations,
-    Failure, GlobalAnswer, GlobalRead, Mutations, NodeConfig, NodeTime, Serve, StoreOp as DcOp,
-    Stored, Upkeep, WaitLimits, Waiters, segment_failure,
+    Acquire, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations, Failure,
+    GlobalAnswer, Mutations, NodeConfig, NodeTime, Serve, StoreOp as DcOp, Upkeep, WaitLimits,
+    Waiters,
 };
 
 use crate::clock::NodeClock;
@@ -42,8 +35,10 @@ use crate::invariants::view;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
+use crate::acquire::AcquireJob;
 use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
 use crate::stepper::Stepping;
+use crate::store::StoreOp;
 use crate::trace::NO_KEY;
 use crate::waiting::AwaitFor;
 
@@ -73,19 +68,19 @@ pub struct Dc {
     pub down_since_us: u64,
     pub(crate) global_cache: BTreeMap<Key, ReservationId>,
     /// Volatile: keys a resolve found absent, and when (homingd's `resolve_reads`).
-    absent: BTreeMap<Key, NodeTime>,
+    pub(crate) absent: BTreeMap<Key, NodeTime>,
     /// Volatile: per key, the furthest chain member seen (homingd's `members`).
-    members: BTreeMap<Key, Shortcut>,
+    pub(crate) members: BTreeMap<Key, Shortcut>,
     /// Volatile: successions this DC read or wrote in the global store
     /// (homingd's `successions`: write-once, so a confirm finds them here).
-    successions: BTreeMap<ReservationId, Succession>,
+    pub(crate) successions: BTreeMap<ReservationId, Succession>,
     /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
     pub(crate) cancelled: Cancellations,
     /// Volatile: acquires running, with the hosts' retries that joined them.
-    in_flight: AcquiresInFlight<(NodeId, u64, u32)>,
+    pub(crate) in_flight: AcquiresInFlight<(NodeId, u64, u32)>,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
-    peer_rpcs: BTreeMap<u64, (u64, u16)>,
+    pub(crate) peer_rpcs: BTreeMap<u64, (u64, u16)>,
     /// Volatile: this DC's pending `Await` requests to other DCs (RPC → peer).
     pub(crate) await_rpcs: BTreeMap<u64, u16>,
     /// Volatile: parked acquirers of this DC by task (lost in a crash).
@@ -101,7 +96,7 @@ pub struct Dc {
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
     pub(crate) lease: DcLeaseDriver,
-    next_task: u64,
+    pub(crate) next_task: u64,
 }
 
 impl Dc {
@@ -180,7 +175,7 @@ impl Dc {
 
     /// A resolve found `key` absent at `now`; expired notes go once there
     /// are many (homingd's cache is bounded too).
-    fn note_absent(&mut self, key: Key, now: NodeTime) {
+    pub(crate) fn note_absent(&mut self, key: Key, now: NodeTime) {
         const NOTES_MAX: usize = 4_096;
         if self.absent.len() >= NOTES_MAX {
             self.absent.retain(|_, at| absent_fresh(*at, now));
@@ -235,114 +230,6 @@ impl Task {
     }
 }
 
-/// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]
-/// and where it is registered while it waits.
-#[derive(Debug)]
-pub(crate) struct AcquireJob {
-    /// What decides.
-    pub(crate) acquire: Acquire,
-    /// Where the acquire is registered now, if it awaits.
-    pub(crate) awaiting: Option<Awaiting>,
-    /// Bumped whenever an await starts or ends and by every pause: voids
-    /// older deadline and pause timers.
-    pub(crate) generation: u64,
-    /// Whether it sleeps in a pause (a shutdown answers it at once).
-    pub(crate) paused: bool,
-}
-
-/// Where a waiting acquire is registered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Awaiting {
-    /// With an `Await` RPC to the tail's DC.
-    Remote {
-        /// The RPC.
-        rpc: u64,
-    },
-    /// With a waiter task of this DC.
-    Local,
-}
-
-#[derive(Debug)]
-pub(crate) enum StoreOp {
-    /// One of homing-node's operations on the DC's own store.
-    Dc(DcOp),
-    /// A reservation's segment as this DC answers it.
-    Segment(ReservationId),
-    /// A key's global entry, from the global store, as current as `read`
-    /// says (a nearest read may miss a fresh entry: the scenario's
-    /// `stale_global_reads`).
-    GlobalGet { key: Key, read: GlobalRead },
-}
-
-impl Sim {
-    /// DC `d`'s store performs `op` (a failure as homingd classifies it);
-    /// a landed write reaches the checker, the DC's waiters and watchers
-    /// ([`Sim::cas`]).
-    pub(crate) fn perform(&mut self, d: usize, op: DcOp) -> Result<Stored, Failure> {
-        let dc = &mut self.dcs[d];
-        let failed = |e| crate::upkeep::store_failure(&dc.id, e);
-        Ok(match op {
-            DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
-            DcOp::Allocate => Stored::Allocated(self.allocate(d)),
-            DcOp::Write {
-                expected, record, ..
-            } => Stored::Written(self.cas(d, expected, &record)),
-            DcOp::Due {
-                kind,
-                until,
-                after,
-                limit,
-            } => {
-                let page = dc.store.due(kind, until, after.as_ref(), limit);
-                Stored::Due(page.map_err(failed)?)
-            }
-            DcOp::Settle { id, version } => Stored::Settled(dc.store.settle(&id, version)),
-            DcOp::Events { after, limit } => {
-                let page = dc.store.events(after, limit).map_err(failed)?;
-                Stored::Events {
-                    events: page.events,
-                    oldest: page.oldest,
-                    head: page.head,
-                }
-            }
-            DcOp::TrimEvents { before } => {
-                dc.store.trim_events(before);
-                Stored::Trimmed
-            }
-            DcOp::Scan {
-                scope,
-                name,
-                after,
-                limit,
-            } => {
-                let page = dc.store.scan(&scope, &name, after.as_ref(), limit);
-                Stored::Page(page.map_err(failed)?)
-            }
-        })
-    }
-}
-
-impl StoreOp {
-    /// Which store it was asked of.
-    pub(crate) fn asked(&self) -> Asked {
-        match self {
-            StoreOp::Dc(_) => Asked::DcStore,
-            StoreOp::Segment(_) => Asked::Segment,
-            StoreOp::GlobalGet { .. } => Asked::Global,
-        }
-    }
-}
-
-/// What a failed operation of a task asked: the DC's own store, a
-/// reservation's segment from it, or the global store — so the task's
-/// stepper is told by the handler for that answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Asked {
-    DcStore,
-    Segment,
-    Global,
-}
-
 /// What a driving step decided.
 pub(crate) enum Next {
     Store(StoreOp),
@@ -379,7 +266,7 @@ impl Sim {
 
     /// Whether a connect's nearest-replica read misses `key`'s entry: it
     /// landed less than a draw from `0..=global_nearest_lag_ms` ago.
-    fn nearest_read_misses(&mut self, key: &Key) -> bool {
+    pub(crate) fn nearest_read_misses(&mut self, key: &Key) -> bool {
         let lag_us = (self.scenario.stores.global_nearest_lag_ms * 1000.0) as u64;
         match self.global_landed_us.get(key) {
             Some(&landed) if lag_us > 0 => self.now < landed + self.rng.below(lag_us + 1),
@@ -670,129 +557,6 @@ impl Sim {
         );
     }
 
-    /// The key is held: register at the holder's DC (this one: a local
-    /// waiter; another: an `Await` request on a QUIC stream).
-    fn acquire_await(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        reservation: ReservationId,
-        remaining_ms: u32,
-    ) {
-        task.work.awaits += 1;
-        let local = reservation.dc() == &self.dcs[d].id;
-        let to = self.dc_index.get(reservation.dc()).copied();
-        if !local && to.is_none() {
-            let reply = error(
-                ErrorKind::Inconsistent,
-                format!("unknown dc in {reservation}"),
-            );
-            return self.dc_continue(d, tid, task, Next::Reply(reply));
-        }
-        let Some(job) = task.kind.acquire_mut() else {
-            unreachable!("only an acquire awaits a holder's dc");
-        };
-        // Our own deadline bounds the wait (`timeout_at(deadline, register)`).
-        job.generation += 1;
-        let deadline_us = self.dcs[d]
-            .clock
-            .first_true_us_at_us(job.acquire.deadline().as_us());
-        let generation = job.generation;
-        if self.rules.waiting.origin_deadline {
-            self.dc_timer(d, tid, generation, deadline_us);
-        }
-        let Some(to) = to.filter(|_| !local) else {
-            job.awaiting = Some(Awaiting::Local);
-            let key = task.key;
-            self.dcs[d].tasks.insert(tid, task);
-            let origin = AwaitFor::Local { acquire: tid };
-            let me = NodeId::Dc(d as u16);
-            return self.await_start(d, me, 0, key, reservation, remaining_ms, origin);
-        };
-        let timeout_us = self.request_timeout_us + u64::from(remaining_ms) * 1000;
-        let request = Request::Await {
-            reservation,
-            wait_ms: remaining_ms,
-        };
-        let (me, peer) = (NodeId::Dc(d as u16), NodeId::Dc(to));
-        let rpc = self.stream_request(me, peer, task.key, request, timeout_us);
-        if let Some(job) = task.kind.acquire_mut() {
-            job.awaiting = Some(Awaiting::Remote { rpc });
-        }
-        let dc = &mut self.dcs[d];
-        dc.peer_rpcs.insert(rpc, (tid, to));
-        dc.await_rpcs.insert(rpc, to);
-        dc.tasks.insert(tid, task);
-        self.checker
-            .wake
-            .on_origin_sent(self.now, d as u16, rpc, to, deadline_us);
-        // The registration rides a QUIC connection: the origin learns that
-        // it is lost one idle timeout after the path died or the peer crashed.
-        let idle_us = self.scenario.network.idle_timeout_ms * 1000;
-        let until_us = self.now + timeout_us;
-        let mut lost_at =
-            self.network
-                .path_dead_at(d, usize::from(to), self.now, until_us, idle_us);
-        let peer_dc = &self.dcs[usize::from(to)];
-        if !peer_dc.up {
-            let dead = self.now.max(peer_dc.down_since_us + idle_us);
-            lost_at = Some(lost_at.map_or(dead, |l| l.min(dead)));
-        }
-        if let Some(at) = lost_at.filter(|at| *at < until_us) {
-            let lost = Event::ConnectionLost {
-                dc: d as u16,
-                rpc,
-                reset: false,
-            };
-            self.schedule(at, lost);
-        }
-    }
-
-    /// The await of acquire `tid` ended: homing-node's [`Acquire`] decides
-    /// what follows.
-    pub(crate) fn acquire_awaited(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        result: Result<AwaitReply, Failure>,
-    ) {
-        let Some(job) = task.kind.acquire_mut() else {
-            unreachable!("an await's answer for a task that is not an acquire");
-        };
-        job.awaiting = None;
-        job.generation += 1;
-        self.step_answered(d, tid, task, Answer::Awaited(result));
-    }
-
-    /// The acquire's own deadline passed while it awaited: it stops waiting
-    /// (its registration future dropped: a local waiter leaves the queue, a
-    /// remote one runs on at the tail's DC unanswered) and answers at once.
-    fn acquire_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
-        let Some(job) = task.kind.acquire_mut() else {
-            unreachable!("a deadline timer of a task that is not an acquire");
-        };
-        job.generation += 1;
-        let awaiting = job.awaiting.take();
-        self.acquire_unregister(d, tid, awaiting);
-        self.step_answered(d, tid, task, Answer::TimedOut);
-    }
-
-    /// Acquire `tid` stops waiting where it was registered (`awaiting`).
-    pub(crate) fn acquire_unregister(&mut self, d: usize, tid: u64, awaiting: Option<Awaiting>) {
-        match awaiting {
-            Some(Awaiting::Remote { rpc }) => {
-                let dc = &mut self.dcs[d];
-                dc.peer_rpcs.remove(&rpc);
-                dc.await_rpcs.remove(&rpc);
-                self.checker.wake.on_origin_done(d as u16, rpc);
-            }
-            Some(Awaiting::Local) => self.await_drop(d, tid),
-            None => {}
-        }
-    }
-
     /// How DC `d` asks what `id`'s DC knows of it: a read of its own
     /// store, or a `ResolveReservation` to that peer; `Err` when the
     /// simulation has no such DC ([`unknown_dc`]).
@@ -830,163 +594,6 @@ impl Sim {
             shortcut: notice.shortcut,
         };
         self.request(NodeId::Dc(d as u16), NodeId::Dc(to), key, request);
-    }
-
-    pub(crate) fn local_segment(
-        &self,
-        d: usize,
-        id: &ReservationId,
-    ) -> Result<Segment, SegmentError> {
-        let dc = &self.dcs[d];
-        let now = dc.clock.store_time(self.now);
-        let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), HOP_LIMIT_DEFAULT);
-        while let Some(at) = segment.need().cloned() {
-            segment.handle(dc.store.record(&at), now, &self.policy)?;
-        }
-        Ok(segment.finish())
-    }
-
-    /// Compare-and-set of `record` over version `expected` in DC `d`'s
-    /// store (homing-store's memory backend: its key check, version rules
-    /// and conflict judgement); a write that landed goes to the checker and
-    /// to the record's waiters (homingd's `Node::wrote`). A call the store
-    /// refuses breaks `store_accepts_writes` and changes nothing.
-    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: &DcRecord) -> Written {
-        let id = &record.id;
-        let key = match self.reservation_key.get(id) {
-            Some(k) => *k,
-            None => {
-                let k = self.key_index.get(&record.key).copied().unwrap_or(NO_KEY);
-                self.reservation_key.insert(id.clone(), k);
-                k
-            }
-        };
-        self.current_key = key;
-        let previous = self.dcs[d].store.get(id);
-        let head = self.dcs[d].store.event_head();
-        match self.dcs[d].store.compare_and_set(expected, record) {
-            Ok(cas) if cas.landed() => {}
-            Ok(_) => return Written::Conflict,
-            Err(e) => {
-                let detail = format!("dc #{d} refused a write of {id} over {expected:?}: {e}");
-                self.checker.on_store_refused(key, detail);
-                return Written::Conflict;
-            }
-        }
-        let view = view!(self);
-        self.checker.on_commit(
-            &view,
-            self.now,
-            key,
-            d,
-            id,
-            record.version,
-            previous.as_ref(),
-        );
-        if self.dcs[d].waiters.has_waiters(id) {
-            self.waiters_written(d, record);
-        }
-        if self.dcs[d].store.event_head() > head && !self.dcs[d].watches.is_empty() {
-            self.watches_moved(d);
-        }
-        Written::Yes
-    }
-
-    /// DC `d`'s store failed `op` (a failing-store fault): `Unavailable`,
-    /// as a backend that could not be reached answers — a write may still
-    /// have landed, as one whose outcome was lost may have. The task
-    /// handles the failure as homingd's driver does.
-    fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
-        self.measurements.count(Counter::DcStoreOpFailed);
-        let lands = self.scenario.stores.crash_lands_in_flight;
-        match &op {
-            StoreOp::Dc(DcOp::Write {
-                expected, record, ..
-            }) if self.rng.chance(lands) => {
-                self.measurements.count(Counter::DcStoreFailedWriteLanded);
-                self.cas(d, *expected, record);
-            }
-            StoreOp::Dc(DcOp::Allocate) if self.rng.chance(lands) => {
-                self.allocate(d);
-            }
-            _ => {}
-        }
-        let e = StoreError::Unavailable {
-            backend: "memory",
-            reason: "failing_store fault".into(),
-        };
-        let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
-        self.store_failed(d, tid, task, op.asked(), failure.into_reply());
-    }
-
-    /// A unique from DC `d`'s allocator (homing-store's hi-lo blocks).
-    fn allocate(&mut self, d: usize) -> u64 {
-        let unique =
-            (self.dcs[d].store.allocate()).expect("a simulation never allocates 2^64 uniques");
-        self.checker.on_allocate(d, unique);
-        unique
-    }
-
-    pub(crate) fn dc_store_done(&mut self, d: usize, epoch: u32, tid: u64) {
-        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
-            return;
-        }
-        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
-            return;
-        };
-        self.current_key = task.key;
-        let Some(op) = task.waiting.take() else {
-            return;
-        };
-        if op.asked() != Asked::Global && self.store_fails_now(d) {
-            return self.dc_store_failed(d, tid, task, op);
-        }
-        let op = match op {
-            StoreOp::Dc(op) => {
-                let stored = self.perform(d, op);
-                let update = task.kind.acquire().is_none();
-                if update && stored == Ok(Stored::Written(Written::Conflict)) {
-                    self.measurements.count(Counter::UpdateCasConflict);
-                }
-                return self.dc_stored(d, tid, task, stored);
-            }
-            op => op,
-        };
-        let answer = match op {
-            StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
-            // A stepper's own segment (a resolve's, an acquire's walk, a
-            // drain's, an upkeep pass's proof).
-            StoreOp::Segment(id) => {
-                Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
-            }
-            StoreOp::GlobalGet { key, read } => {
-                let mut entry = self.global.get(&key).cloned();
-                let nearest = read == GlobalRead::Nearest;
-                if nearest && entry.is_some() && self.nearest_read_misses(&key) {
-                    self.measurements.count(Counter::ConnectStaleGlobalReads);
-                    entry = None;
-                }
-                match &entry {
-                    Some(id) => {
-                        self.dcs[d].absent.remove(&key);
-                        self.dcs[d].global_cache.insert(key.clone(), id.clone());
-                    }
-                    None if read == GlobalRead::Resolve => {
-                        let now = self.node_now(d);
-                        self.dcs[d].note_absent(key.clone(), now);
-                    }
-                    None => {}
-                }
-                Answer::Global(Ok(GlobalAnswer::Entry(entry)))
-            }
-        };
-        self.step_answered(d, tid, task, answer);
-    }
-
-    /// DC `d`'s store answered task `tid`'s operation (or failed it): the
-    /// task's stepper takes the answer.
-    fn dc_stored(&mut self, d: usize, tid: u64, task: Task, stored: Result<Stored, Failure>) {
-        self.step_answered(d, tid, task, Answer::Stored(stored));
     }
 
     /// The global write-once lands; then the DC that asked (if it still runs) goes on.
@@ -1182,170 +789,6 @@ impl Sim {
         }
         // An acquire's pause ended: it connects again.
         self.step_answered(d, tid, task, Answer::Resumed);
-    }
-
-    /// The DC crashes: in-flight requests and caches are lost, committed records stay.
-    pub(crate) fn dc_crash(&mut self, d: usize) {
-        self.land_in_flight_writes(d);
-        let dc = &mut self.dcs[d];
-        dc.up = false;
-        dc.epoch += 1;
-        dc.down_since_us = self.now;
-        dc.tasks.clear();
-        dc.closing = None;
-        dc.watches.clear();
-        dc.peer_rpcs.clear();
-        dc.await_rpcs.clear();
-        if !dc.waiters.is_empty() {
-            self.measurements
-                .count(Counter::WaitRegistrationsLostInCrash);
-        }
-        // Tickets keep counting up across the crash: the checkers know them.
-        dc.waiters.wake_all(AwaitReply::TimedOut);
-        self.dcs[d].upkeep = Some(self.fresh_upkeep(d));
-        let dc = &mut self.dcs[d];
-        dc.woken.clear();
-        dc.global_cache.clear();
-        dc.members.clear();
-        dc.successions.clear();
-        dc.cancelled = Cancellations::default();
-        dc.absent.clear();
-        dc.in_flight.clear();
-        // The lease lives in the process: writes waiting for marks die with it.
-        dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
-        self.checker.wake.on_dc_crash(self.now, d as u16);
-        // Every other DC parked on this one learns it one idle timeout later.
-        let idle_us = self.scenario.network.idle_timeout_ms * 1000;
-        let mut lost = Vec::new();
-        for (o, other) in self.dcs.iter().enumerate() {
-            for (rpc, peer) in &other.await_rpcs {
-                if usize::from(*peer) == d {
-                    lost.push((o as u16, *rpc));
-                }
-            }
-        }
-        for (o, rpc) in lost {
-            let event = Event::ConnectionLost {
-                dc: o,
-                rpc,
-                reset: false,
-            };
-            self.schedule(self.now + idle_us, event);
-        }
-    }
-
-    /// DC `d` is crashing: each store write it has in flight lands or is
-    /// lost (`crash_lands_in_flight`). A landed write is durable but its
-    /// task never learns it: committed, not acknowledged.
-    fn land_in_flight_writes(&mut self, d: usize) {
-        let p = self.scenario.stores.crash_lands_in_flight;
-        let in_flight: Vec<DcOp> = self.dcs[d]
-            .tasks
-            .values()
-            .filter_map(|t| match &t.waiting {
-                Some(StoreOp::Dc(op @ (DcOp::Write { .. } | DcOp::Allocate))) => Some(op.clone()),
-                _ => None,
-            })
-            .collect();
-        for op in in_flight {
-            if !self.rng.chance(p) {
-                continue;
-            }
-            self.measurements
-                .count(Counter::CrashWriteLandedUnacknowledged);
-            match op {
-                DcOp::Write {
-                    expected, record, ..
-                } => {
-                    self.cas(d, expected, &record);
-                }
-                DcOp::Allocate => {
-                    self.allocate(d);
-                }
-                other => unreachable!("only writes and allocations land: {other:?}"),
-            }
-        }
-    }
-
-    /// The `Await` RPCs of running DCs pending on DC `d`.
-    fn awaits_on(&self, d: usize) -> Vec<(usize, u64)> {
-        let mut on = Vec::new();
-        for (o, other) in self.dcs.iter().enumerate().filter(|(_, o)| o.up) {
-            for (rpc, peer) in &other.await_rpcs {
-                if usize::from(*peer) == d {
-                    on.push((o, *rpc));
-                }
-            }
-        }
-        on
-    }
-
-    /// The DC restarts from its durable state (`store_lost`: from an empty
-    /// store, under the same id — which its lease's floor check refuses: it
-    /// stays down, as homingd refuses to start).
-    pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
-        if self.dcs[d].up && self.dcs[d].closing.is_some() {
-            // A graceful shutdown that had not drained: cut like a crash.
-            self.measurements.count(Counter::DcShutdownCut);
-            self.dc_crash(d);
-        }
-        if store_lost {
-            let dc = &mut self.dcs[d];
-            dc.store = MemoryDc::new();
-        }
-        // What the store's process kept in memory is gone (the rest of its
-        // allocator block).
-        self.dcs[d].store.restart();
-        self.dcs[d].up = true;
-        if !self.dc_lease_open(d) {
-            self.dcs[d].up = false;
-            return;
-        }
-        self.dcs[d].up_since_us = self.now;
-        self.checker.wake.on_dc_restart(self.now, d as u16);
-        if self.rules.waiting.reset_on_restart {
-            // Every pending `Await` on `d` rode a connection to its previous
-            // process: the origin's next packet (a keep-alive at the latest)
-            // draws a stateless reset from the new one, a round trip later.
-            let keep_alive_us = self.scenario.network.keep_alive_ms.max(1) * 1000;
-            for (o, rpc) in self.awaits_on(d) {
-                let at = self.now + self.rng.below(keep_alive_us) + self.network.rtt_us(o, d);
-                let event = Event::ConnectionLost {
-                    dc: o as u16,
-                    rpc,
-                    reset: true,
-                };
-                self.schedule(at, event);
-            }
-        }
-        let view = view!(self);
-        self.checker.on_restart(&view, d);
-    }
-}
-
-/// The counter of an acquire event.
-pub(crate) fn acquire_counter(event: AcquireEvent) -> Counter {
-    match event {
-        AcquireEvent::ConnectFailed => Counter::ConnectFailed,
-        AcquireEvent::ConnectRetried => Counter::WaitConnectRetried,
-        AcquireEvent::Awaiting => Counter::WaitAwait,
-        AcquireEvent::WaitCutShort => Counter::WaitCutShort,
-        AcquireEvent::WaitTimedOut => Counter::WaitTimedOut,
-        AcquireEvent::WaitRefused => Counter::WaitRefused,
-        AcquireEvent::WaitLostWithoutTimeToRegisterAgain => {
-            Counter::WaitLostWithoutTimeToRegisterAgain
-        }
-        AcquireEvent::WaitReregister => Counter::WaitReregister,
-        AcquireEvent::WaitDeadlinePassed => Counter::WaitDeadlinePassed,
-        AcquireEvent::ClosedWhileWaiting => Counter::AcquireWaitClosedAtShutdown,
-        AcquireEvent::LastLookFailed => Counter::WaitLastLookFailed,
-        AcquireEvent::WaitEndedByConnectErrorUnavailable => {
-            Counter::WaitEndedByConnectErrorUnavailable
-        }
-        AcquireEvent::WaitEndedByConnectError => Counter::WaitEndedByConnectError,
-        AcquireEvent::GrantCancelled => Counter::CancelledGrantLanded,
-        AcquireEvent::ShortcutNoted => Counter::ShortcutNotices,
-        AcquireEvent::ShortcutNotNoted => Counter::ShortcutNotNoted,
     }
 }
 

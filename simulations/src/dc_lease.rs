@@ -26,8 +26,9 @@ use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
 };
 
-use crate::dc::{Asked, Next, StoreOp, Task};
+use crate::dc::{Next, Task};
 use crate::sim::{Event, Sim};
+use crate::store::{Asked, StoreOp};
 use homing_node::StoreOp as DcOp;
 
 /// How long a write waits for a renewal that publishes the marks its

@@ -20,8 +20,10 @@
 
 #![forbid(unsafe_code)]
 
+mod acquire;
 pub mod clock;
 pub mod counter;
+mod crash;
 pub mod dc;
 pub mod dc_lease;
 mod drain;
@@ -39,6 +41,7 @@ pub mod scenario;
 mod shutdown;
 pub mod sim;
 mod stepper;
+mod store;
 pub mod swarm;
 pub mod trace;
 mod upkeep;

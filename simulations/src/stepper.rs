@@ -18,10 +18,12 @@ use homing_node::{
     ReconcileEvent, Step, Stepper,
 };
 
+use crate::acquire::{AcquireJob, acquire_counter};
 use crate::counter::Counter;
-use crate::dc::{AcquireJob, Asked, Next, StoreOp, Task, acquire_counter, peer_answer, unknown_dc};
+use crate::dc::{Next, Task, peer_answer, unknown_dc};
 use crate::drain_scope::DrainScopeJob;
 use crate::sim::{GlobalWrite, NodeId, Sim};
+use crate::store::{Asked, StoreOp};
 use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
 use crate::waiting::AwaitJob;

@@ -1,0 +1,191 @@
+//! An acquire's waits at the simulated DC, performed as homingd's `Node`
+//! performs homing-node's `Effect::Await`: at the holder's DC — a local
+//! waiter (`crate::waiting`) or an `Await` request on a QUIC stream,
+//! lost with its connection when the path or the peer dies — bounded by
+//! the acquire's own deadline, as homingd's `timeout_at` bounds it.
+
+use homing_core::{AwaitReply, ErrorKind, Request, ReservationId};
+use homing_node::{Acquire, AcquireEvent, Answer, Failure};
+
+use crate::counter::Counter;
+use crate::dc::{Next, Task, error};
+use crate::sim::{Event, NodeId, Sim};
+use crate::waiting::AwaitFor;
+
+/// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]
+/// and where it is registered while it waits.
+#[derive(Debug)]
+pub(crate) struct AcquireJob {
+    /// What decides.
+    pub(crate) acquire: Acquire,
+    /// Where the acquire is registered now, if it awaits.
+    pub(crate) awaiting: Option<Awaiting>,
+    /// Bumped whenever an await starts or ends and by every pause: voids
+    /// older deadline and pause timers.
+    pub(crate) generation: u64,
+    /// Whether it sleeps in a pause (a shutdown answers it at once).
+    pub(crate) paused: bool,
+}
+
+/// Where a waiting acquire is registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Awaiting {
+    /// With an `Await` RPC to the tail's DC.
+    Remote {
+        /// The RPC.
+        rpc: u64,
+    },
+    /// With a waiter task of this DC.
+    Local,
+}
+
+/// The counter of an acquire event.
+pub(crate) fn acquire_counter(event: AcquireEvent) -> Counter {
+    match event {
+        AcquireEvent::ConnectFailed => Counter::ConnectFailed,
+        AcquireEvent::ConnectRetried => Counter::WaitConnectRetried,
+        AcquireEvent::Awaiting => Counter::WaitAwait,
+        AcquireEvent::WaitCutShort => Counter::WaitCutShort,
+        AcquireEvent::WaitTimedOut => Counter::WaitTimedOut,
+        AcquireEvent::WaitRefused => Counter::WaitRefused,
+        AcquireEvent::WaitLostWithoutTimeToRegisterAgain => {
+            Counter::WaitLostWithoutTimeToRegisterAgain
+        }
+        AcquireEvent::WaitReregister => Counter::WaitReregister,
+        AcquireEvent::WaitDeadlinePassed => Counter::WaitDeadlinePassed,
+        AcquireEvent::ClosedWhileWaiting => Counter::AcquireWaitClosedAtShutdown,
+        AcquireEvent::LastLookFailed => Counter::WaitLastLookFailed,
+        AcquireEvent::WaitEndedByConnectErrorUnavailable => {
+            Counter::WaitEndedByConnectErrorUnavailable
+        }
+        AcquireEvent::WaitEndedByConnectError => Counter::WaitEndedByConnectError,
+        AcquireEvent::GrantCancelled => Counter::CancelledGrantLanded,
+        AcquireEvent::ShortcutNoted => Counter::ShortcutNotices,
+        AcquireEvent::ShortcutNotNoted => Counter::ShortcutNotNoted,
+    }
+}
+
+impl Sim {
+    /// The key is held: register at the holder's DC (this one: a local
+    /// waiter; another: an `Await` request on a QUIC stream).
+    pub(crate) fn acquire_await(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        reservation: ReservationId,
+        remaining_ms: u32,
+    ) {
+        task.work.awaits += 1;
+        let local = reservation.dc() == &self.dcs[d].id;
+        let to = self.dc_index.get(reservation.dc()).copied();
+        if !local && to.is_none() {
+            let reply = error(
+                ErrorKind::Inconsistent,
+                format!("unknown dc in {reservation}"),
+            );
+            return self.dc_continue(d, tid, task, Next::Reply(reply));
+        }
+        let Some(job) = task.kind.acquire_mut() else {
+            unreachable!("only an acquire awaits a holder's dc");
+        };
+        // Our own deadline bounds the wait (`timeout_at(deadline, register)`).
+        job.generation += 1;
+        let deadline_us = self.dcs[d]
+            .clock
+            .first_true_us_at_us(job.acquire.deadline().as_us());
+        let generation = job.generation;
+        if self.rules.waiting.origin_deadline {
+            self.dc_timer(d, tid, generation, deadline_us);
+        }
+        let Some(to) = to.filter(|_| !local) else {
+            job.awaiting = Some(Awaiting::Local);
+            let key = task.key;
+            self.dcs[d].tasks.insert(tid, task);
+            let origin = AwaitFor::Local { acquire: tid };
+            let me = NodeId::Dc(d as u16);
+            return self.await_start(d, me, 0, key, reservation, remaining_ms, origin);
+        };
+        let timeout_us = self.request_timeout_us + u64::from(remaining_ms) * 1000;
+        let request = Request::Await {
+            reservation,
+            wait_ms: remaining_ms,
+        };
+        let (me, peer) = (NodeId::Dc(d as u16), NodeId::Dc(to));
+        let rpc = self.stream_request(me, peer, task.key, request, timeout_us);
+        if let Some(job) = task.kind.acquire_mut() {
+            job.awaiting = Some(Awaiting::Remote { rpc });
+        }
+        let dc = &mut self.dcs[d];
+        dc.peer_rpcs.insert(rpc, (tid, to));
+        dc.await_rpcs.insert(rpc, to);
+        dc.tasks.insert(tid, task);
+        self.checker
+            .wake
+            .on_origin_sent(self.now, d as u16, rpc, to, deadline_us);
+        // The registration rides a QUIC connection: the origin learns that
+        // it is lost one idle timeout after the path died or the peer crashed.
+        let idle_us = self.scenario.network.idle_timeout_ms * 1000;
+        let until_us = self.now + timeout_us;
+        let mut lost_at =
+            self.network
+                .path_dead_at(d, usize::from(to), self.now, until_us, idle_us);
+        let peer_dc = &self.dcs[usize::from(to)];
+        if !peer_dc.up {
+            let dead = self.now.max(peer_dc.down_since_us + idle_us);
+            lost_at = Some(lost_at.map_or(dead, |l| l.min(dead)));
+        }
+        if let Some(at) = lost_at.filter(|at| *at < until_us) {
+            let lost = Event::ConnectionLost {
+                dc: d as u16,
+                rpc,
+                reset: false,
+            };
+            self.schedule(at, lost);
+        }
+    }
+
+    /// The await of acquire `tid` ended: homing-node's [`Acquire`] decides
+    /// what follows.
+    pub(crate) fn acquire_awaited(
+        &mut self,
+        d: usize,
+        tid: u64,
+        mut task: Task,
+        result: Result<AwaitReply, Failure>,
+    ) {
+        let Some(job) = task.kind.acquire_mut() else {
+            unreachable!("an await's answer for a task that is not an acquire");
+        };
+        job.awaiting = None;
+        job.generation += 1;
+        self.step_answered(d, tid, task, Answer::Awaited(result));
+    }
+
+    /// The acquire's own deadline passed while it awaited: it stops waiting
+    /// (its registration future dropped: a local waiter leaves the queue, a
+    /// remote one runs on at the tail's DC unanswered) and answers at once.
+    pub(crate) fn acquire_deadline(&mut self, d: usize, tid: u64, mut task: Task) {
+        let Some(job) = task.kind.acquire_mut() else {
+            unreachable!("a deadline timer of a task that is not an acquire");
+        };
+        job.generation += 1;
+        let awaiting = job.awaiting.take();
+        self.acquire_unregister(d, tid, awaiting);
+        self.step_answered(d, tid, task, Answer::TimedOut);
+    }
+
+    /// Acquire `tid` stops waiting where it was registered (`awaiting`).
+    pub(crate) fn acquire_unregister(&mut self, d: usize, tid: u64, awaiting: Option<Awaiting>) {
+        match awaiting {
+            Some(Awaiting::Remote { rpc }) => {
+                let dc = &mut self.dcs[d];
+                dc.peer_rpcs.remove(&rpc);
+                dc.await_rpcs.remove(&rpc);
+                self.checker.wake.on_origin_done(d as u16, rpc);
+            }
+            Some(Awaiting::Local) => self.await_drop(d, tid),
+            None => {}
+        }
+    }
+}

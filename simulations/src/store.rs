@@ -1,0 +1,255 @@
+//! The simulated DC's store operations, performed when their latency
+//! passes: homing-store's memory backend in its synchronous form, a
+//! failing-store fault's failures (a write may still land), the checker
+//! told of every write that landed, and this DC's own segment of a chain.
+
+use homing_core::{
+    DcRecord, Key, LocalSegment, ReservationId, Segment, SegmentError, Written,
+    chain::HOP_LIMIT_DEFAULT,
+};
+use homing_node::{
+    Answer, Failure, GlobalAnswer, GlobalRead, StoreOp as DcOp, Stored, segment_failure,
+};
+use homing_store::StoreError;
+
+use crate::counter::Counter;
+use crate::dc::Task;
+use crate::invariants::view;
+use crate::sim::Sim;
+use crate::trace::NO_KEY;
+
+#[derive(Debug)]
+pub(crate) enum StoreOp {
+    /// One of homing-node's operations on the DC's own store.
+    Dc(DcOp),
+    /// A reservation's segment as this DC answers it.
+    Segment(ReservationId),
+    /// A key's global entry, from the global store, as current as `read`
+    /// says (a nearest read may miss a fresh entry: the scenario's
+    /// `stale_global_reads`).
+    GlobalGet { key: Key, read: GlobalRead },
+}
+
+impl Sim {
+    /// DC `d`'s store performs `op` (a failure as homingd classifies it);
+    /// a landed write reaches the checker, the DC's waiters and watchers
+    /// ([`Sim::cas`]).
+    fn perform(&mut self, d: usize, op: DcOp) -> Result<Stored, Failure> {
+        let dc = &mut self.dcs[d];
+        let failed = |e| crate::upkeep::store_failure(&dc.id, e);
+        Ok(match op {
+            DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
+            DcOp::Allocate => Stored::Allocated(self.allocate(d)),
+            DcOp::Write {
+                expected, record, ..
+            } => Stored::Written(self.cas(d, expected, &record)),
+            DcOp::Due {
+                kind,
+                until,
+                after,
+                limit,
+            } => {
+                let page = dc.store.due(kind, until, after.as_ref(), limit);
+                Stored::Due(page.map_err(failed)?)
+            }
+            DcOp::Settle { id, version } => Stored::Settled(dc.store.settle(&id, version)),
+            DcOp::Events { after, limit } => {
+                let page = dc.store.events(after, limit).map_err(failed)?;
+                Stored::Events {
+                    events: page.events,
+                    oldest: page.oldest,
+                    head: page.head,
+                }
+            }
+            DcOp::TrimEvents { before } => {
+                dc.store.trim_events(before);
+                Stored::Trimmed
+            }
+            DcOp::Scan {
+                scope,
+                name,
+                after,
+                limit,
+            } => {
+                let page = dc.store.scan(&scope, &name, after.as_ref(), limit);
+                Stored::Page(page.map_err(failed)?)
+            }
+        })
+    }
+}
+
+impl StoreOp {
+    /// Which store it was asked of.
+    pub(crate) fn asked(&self) -> Asked {
+        match self {
+            StoreOp::Dc(_) => Asked::DcStore,
+            StoreOp::Segment(_) => Asked::Segment,
+            StoreOp::GlobalGet { .. } => Asked::Global,
+        }
+    }
+}
+
+/// What a failed operation of a task asked: the DC's own store, a
+/// reservation's segment from it, or the global store — so the task's
+/// stepper is told by the handler for that answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    DcStore,
+    Segment,
+    Global,
+}
+
+impl Sim {
+    fn local_segment(&self, d: usize, id: &ReservationId) -> Result<Segment, SegmentError> {
+        let dc = &self.dcs[d];
+        let now = dc.clock.store_time(self.now);
+        let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), HOP_LIMIT_DEFAULT);
+        while let Some(at) = segment.need().cloned() {
+            segment.handle(dc.store.record(&at), now, &self.policy)?;
+        }
+        Ok(segment.finish())
+    }
+
+    /// Compare-and-set of `record` over version `expected` in DC `d`'s
+    /// store (homing-store's memory backend: its key check, version rules
+    /// and conflict judgement); a write that landed goes to the checker and
+    /// to the record's waiters (homingd's `Node::wrote`). A call the store
+    /// refuses breaks `store_accepts_writes` and changes nothing.
+    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: &DcRecord) -> Written {
+        let id = &record.id;
+        let key = match self.reservation_key.get(id) {
+            Some(k) => *k,
+            None => {
+                let k = self.key_index.get(&record.key).copied().unwrap_or(NO_KEY);
+                self.reservation_key.insert(id.clone(), k);
+                k
+            }
+        };
+        self.current_key = key;
+        let previous = self.dcs[d].store.get(id);
+        let head = self.dcs[d].store.event_head();
+        match self.dcs[d].store.compare_and_set(expected, record) {
+            Ok(cas) if cas.landed() => {}
+            Ok(_) => return Written::Conflict,
+            Err(e) => {
+                let detail = format!("dc #{d} refused a write of {id} over {expected:?}: {e}");
+                self.checker.on_store_refused(key, detail);
+                return Written::Conflict;
+            }
+        }
+        let view = view!(self);
+        self.checker.on_commit(
+            &view,
+            self.now,
+            key,
+            d,
+            id,
+            record.version,
+            previous.as_ref(),
+        );
+        if self.dcs[d].waiters.has_waiters(id) {
+            self.waiters_written(d, record);
+        }
+        if self.dcs[d].store.event_head() > head && !self.dcs[d].watches.is_empty() {
+            self.watches_moved(d);
+        }
+        Written::Yes
+    }
+
+    /// DC `d`'s store failed `op` (a failing-store fault): `Unavailable`,
+    /// as a backend that could not be reached answers — a write may still
+    /// have landed, as one whose outcome was lost may have. The task
+    /// handles the failure as homingd's driver does.
+    fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
+        self.measurements.count(Counter::DcStoreOpFailed);
+        let lands = self.scenario.stores.crash_lands_in_flight;
+        match &op {
+            StoreOp::Dc(DcOp::Write {
+                expected, record, ..
+            }) if self.rng.chance(lands) => {
+                self.measurements.count(Counter::DcStoreFailedWriteLanded);
+                self.cas(d, *expected, record);
+            }
+            StoreOp::Dc(DcOp::Allocate) if self.rng.chance(lands) => {
+                self.allocate(d);
+            }
+            _ => {}
+        }
+        let e = StoreError::Unavailable {
+            backend: "memory",
+            reason: "failing_store fault".into(),
+        };
+        let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
+        self.store_failed(d, tid, task, op.asked(), failure.into_reply());
+    }
+
+    /// A unique from DC `d`'s allocator (homing-store's hi-lo blocks).
+    pub(crate) fn allocate(&mut self, d: usize) -> u64 {
+        let unique =
+            (self.dcs[d].store.allocate()).expect("a simulation never allocates 2^64 uniques");
+        self.checker.on_allocate(d, unique);
+        unique
+    }
+
+    pub(crate) fn dc_store_done(&mut self, d: usize, epoch: u32, tid: u64) {
+        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+            return;
+        }
+        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+            return;
+        };
+        self.current_key = task.key;
+        let Some(op) = task.waiting.take() else {
+            return;
+        };
+        if op.asked() != Asked::Global && self.store_fails_now(d) {
+            return self.dc_store_failed(d, tid, task, op);
+        }
+        let op = match op {
+            StoreOp::Dc(op) => {
+                let stored = self.perform(d, op);
+                let update = task.kind.acquire().is_none();
+                if update && stored == Ok(Stored::Written(Written::Conflict)) {
+                    self.measurements.count(Counter::UpdateCasConflict);
+                }
+                return self.dc_stored(d, tid, task, stored);
+            }
+            op => op,
+        };
+        let answer = match op {
+            StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
+            // A stepper's own segment (a resolve's, an acquire's walk, a
+            // drain's, an upkeep pass's proof).
+            StoreOp::Segment(id) => {
+                Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
+            }
+            StoreOp::GlobalGet { key, read } => {
+                let mut entry = self.global.get(&key).cloned();
+                let nearest = read == GlobalRead::Nearest;
+                if nearest && entry.is_some() && self.nearest_read_misses(&key) {
+                    self.measurements.count(Counter::ConnectStaleGlobalReads);
+                    entry = None;
+                }
+                match &entry {
+                    Some(id) => {
+                        self.dcs[d].absent.remove(&key);
+                        self.dcs[d].global_cache.insert(key.clone(), id.clone());
+                    }
+                    None if read == GlobalRead::Resolve => {
+                        let now = self.node_now(d);
+                        self.dcs[d].note_absent(key.clone(), now);
+                    }
+                    None => {}
+                }
+                Answer::Global(Ok(GlobalAnswer::Entry(entry)))
+            }
+        };
+        self.step_answered(d, tid, task, answer);
+    }
+
+    /// DC `d`'s store answered task `tid`'s operation (or failed it): the
+    /// task's stepper takes the answer.
+    fn dc_stored(&mut self, d: usize, tid: u64, task: Task, stored: Result<Stored, Failure>) {
+        self.step_answered(d, tid, task, Answer::Stored(stored));
+    }
+}
