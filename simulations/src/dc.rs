@@ -96,6 +96,8 @@ pub struct Dc {
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
     pub(crate) lease: DcLeaseDriver,
+    /// What it is to the requests it serves (homing-node's [`Serve`]).
+    node: NodeConfig,
     pub(crate) next_task: u64,
 }
 
@@ -112,7 +114,7 @@ impl Dc {
         mutations: Mutations,
     ) -> Dc {
         Dc {
-            id,
+            id: id.clone(),
             idx,
             clock,
             store: MemoryDc::new(),
@@ -135,6 +137,12 @@ impl Dc {
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(policy, mutations),
+            node: NodeConfig {
+                dc: id,
+                policy: *policy,
+                hop_limit: HOP_LIMIT_DEFAULT,
+                mutations,
+            },
             next_task: 0,
         }
     }
@@ -210,7 +218,7 @@ pub(crate) struct Task {
     pub(crate) rpc: u64,
     pub(crate) key: u32,
     /// The homing-node stepper it runs.
-    pub(crate) kind: Box<Stepping>,
+    pub(crate) kind: Stepping,
     pub(crate) waiting: Option<StoreOp>,
     pub(crate) work: Work,
 }
@@ -223,7 +231,7 @@ impl Task {
             client,
             rpc,
             key,
-            kind: Box::new(kind),
+            kind,
             waiting: None,
             work: Work::default(),
         }
@@ -372,14 +380,8 @@ impl Sim {
     /// homing-node's [`Serve`].
     pub(crate) fn serve(&self, d: usize, peer: Option<usize>, request: Request) -> Serve {
         let dc = &self.dcs[d];
-        let node = NodeConfig {
-            dc: dc.id.clone(),
-            policy: self.policy,
-            hop_limit: HOP_LIMIT_DEFAULT,
-            mutations: self.rules.mutations,
-        };
         let peer = peer.map(|p| &self.dcs[p].id);
-        Serve::new(&node, peer, request, |key| dc.hint(key))
+        Serve::new(&dc.node, peer, request, |key| dc.hint(key))
     }
 
     pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {

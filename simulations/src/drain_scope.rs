@@ -56,7 +56,12 @@ impl Sim {
     }
 
     fn drain_scope_page(&mut self, d: usize, job: DrainScopeJob) {
-        let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, Stepping::DrainScope(job));
+        let task = Task::new(
+            NodeId::Dc(d as u16),
+            0,
+            NO_KEY,
+            Stepping::DrainScope(Box::new(job)),
+        );
         self.step_start(d, task);
     }
 

@@ -46,7 +46,7 @@ impl Sim {
         if reconcile.resumes_after().is_some() {
             self.measurements.count(Counter::ReconcileResumed);
         }
-        let kind = Stepping::Reconcile(reconcile);
+        let kind = Stepping::Reconcile(Box::new(reconcile));
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
         self.step_start(d, task);
     }

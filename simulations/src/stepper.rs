@@ -116,13 +116,13 @@ pub(crate) enum Stepping {
     /// cancels, inspects, scans…): homing-node's [`homing_node::Serve`].
     Serve(Box<homing_node::Serve>),
     /// A page of an operator's drain of the whole DC.
-    DrainScope(DrainScopeJob),
+    DrainScope(Box<DrainScopeJob>),
     /// The DC's reconciliation of takeovers: homing-node's
     /// [`homing_node::Reconcile`].
-    Reconcile(homing_node::Reconcile),
+    Reconcile(Box<homing_node::Reconcile>),
     /// An upkeep pass, holding the DC's [`homing_node::Upkeep`] (and the
     /// proofs it remembers) until the pass ends.
-    Upkeep(homing_node::Upkeep),
+    Upkeep(Box<homing_node::Upkeep>),
     /// A waiter at the holder's DC, for a peer's `Await` or a local
     /// acquire: homing-node's [`homing_node::AwaitVacant`] (`src/waiting.rs`).
     Await(Box<AwaitJob>),
@@ -368,7 +368,7 @@ impl Sim {
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
             },
             Effect::Forward { dc, key } => {
-                if let Stepping::Serve(serve) = task.kind.as_ref()
+                if let Stepping::Serve(serve) = &task.kind
                     && serve.drain().is_some_and(Drain::forwarded)
                 {
                     let detail = format!("a forwarded drain of {key} was forwarded again to {dc}");
@@ -429,7 +429,7 @@ impl Sim {
         let reply = match ended {
             Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
             Ended::Serve(reply) => {
-                if let Stepping::Serve(serve) = task.kind.as_ref()
+                if let Stepping::Serve(serve) = &task.kind
                     && serve.kind() == "drain"
                 {
                     self.measurements.count(match &reply {
@@ -443,22 +443,22 @@ impl Sim {
                 reply
             }
             Ended::DrainScope(done) => {
-                let Stepping::DrainScope(job) = *task.kind else {
+                let Stepping::DrainScope(job) = task.kind else {
                     unreachable!("a drain scope's task")
                 };
-                self.drain_scope_paged(d, job, done);
+                self.drain_scope_paged(d, *job, done);
                 return None;
             }
             Ended::Reconcile(done) => {
-                let Stepping::Reconcile(reconcile) = task.kind.as_ref() else {
+                let Stepping::Reconcile(reconcile) = &task.kind else {
                     unreachable!("a reconciliation's task")
                 };
                 self.reconciled(d, reconcile, done);
                 return None;
             }
             Ended::Upkeep => {
-                if let Stepping::Upkeep(upkeep) = *task.kind {
-                    self.dcs[d].upkeep = Some(upkeep);
+                if let Stepping::Upkeep(upkeep) = task.kind {
+                    self.dcs[d].upkeep = Some(*upkeep);
                 }
                 return None;
             }

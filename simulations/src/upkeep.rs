@@ -60,7 +60,7 @@ impl Sim {
             return;
         };
         upkeep.start(self.dcs[d].clock.store_time(self.now));
-        let kind = Stepping::Upkeep(upkeep);
+        let kind = Stepping::Upkeep(Box::new(upkeep));
         self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind));
     }
 }

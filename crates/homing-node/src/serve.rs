@@ -32,8 +32,8 @@
 use std::collections::VecDeque;
 
 use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, Key, LeaseKey, LeasePolicy, ReleaseReply,
-    Reply, Request, ReservationId, Segment, Shortcut,
+    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, Key, LeaseKey, LeasePolicy,
+    NamespaceScope, ReleaseReply, Reply, Request, ReservationId, ScanCursor, Segment, Shortcut,
 };
 
 use crate::change::{Change, Changed};
@@ -65,26 +65,35 @@ pub struct NodeConfig {
     pub mutations: Mutations,
 }
 
+/// Where a request is. A phase that asks one effect asks it at each step
+/// until answered (a driver steps once per answer); a phase running a
+/// stepper passes its effects on; neither is moved until it ends.
 #[derive(Debug)]
 enum Phase {
     Resolve(Resolve),
-    /// `ResolveReservation`: its segment asked.
-    Segment,
+    /// `ResolveReservation`: this DC's segment from the reservation.
+    Segment(ReservationId),
     /// `ResolveReservation`: whether this DC answers for the segment's tail.
     Tails(Segment),
-    /// `Successor`: the global store's answer asked.
-    Successor,
-    /// `Renew`: the DC lease's cover asked; the update follows.
+    /// `Successor`: the global store's succession of `id`.
+    Successor {
+        id: ReservationId,
+        key: Key,
+    },
+    /// `Renew`: the DC lease's cover; the update follows.
     Cover(Box<Update>),
     Update(Box<Update>),
-    /// `Cancel`: its note asked; the read for its grant follows.
+    /// `Cancel`: its note; the read for its grant follows.
     Note(KeyRecords, LeaseKey),
     Cancel(KeyRecords, LeaseKey),
     Inspect(KeyRecords),
     Link(Box<LinkOnward>),
     Drain(Box<Drain>),
-    /// `Scan`: its page asked.
-    Scan,
+    /// `Scan`: one page of the DC's records.
+    Scan {
+        scope: NamespaceScope,
+        after: Option<ScanCursor>,
+    },
     Done(Reply),
     Over,
 }
@@ -97,8 +106,6 @@ pub struct Serve {
     kind: &'static str,
     /// The token of an operator's forced release.
     forced: Option<FencingToken>,
-    /// The request's first effect, asked at the first step.
-    first: Option<Effect>,
     events: VecDeque<NodeEvent>,
     phase: Phase,
 }
@@ -125,16 +132,13 @@ impl Serve {
         let update =
             |id, change| Box::new(Update::new(dc.clone(), id, change, n.policy, n.mutations));
         let (kind, mut forced) = (request.kind(), None);
-        let (phase, first) = match request {
-            Request::Resolve { key } => (Phase::Resolve(Resolve::new(dc.clone(), key)), None),
+        let phase = match request {
+            Request::Resolve { key } => Phase::Resolve(Resolve::new(dc.clone(), key)),
             Request::ResolveReservation { id } => match owned_here(&dc, &id) {
-                Ok(()) => (Phase::Segment, Some(Effect::Segment(id))),
-                Err(refused) => (Phase::Done(refusal(refused)), None),
+                Ok(()) => Phase::Segment(id),
+                Err(refused) => Phase::Done(refusal(refused)),
             },
-            Request::Successor { key, id } => (
-                Phase::Successor,
-                Some(Effect::Global(GlobalOp::Successor { id, key })),
-            ),
+            Request::Successor { key, id } => Phase::Successor { id, key },
             Request::Renew {
                 reservation,
                 token,
@@ -146,7 +150,7 @@ impl Serve {
                     lease,
                     host_time,
                 };
-                (Phase::Cover(update(reservation, change)), None)
+                Phase::Cover(update(reservation, change))
             }
             Request::Release {
                 reservation,
@@ -159,12 +163,12 @@ impl Serve {
                     lease,
                     outcome,
                 };
-                (Phase::Update(update(reservation, change)), None)
+                Phase::Update(update(reservation, change))
             }
             Request::ForceRelease { reservation, token } => {
                 forced = Some(token);
                 let change = Change::ForceRelease { token };
-                (Phase::Update(update(reservation, change)), None)
+                Phase::Update(update(reservation, change))
             }
             Request::Shortcut {
                 key,
@@ -173,51 +177,40 @@ impl Serve {
             } => match owned_here(&dc, &entry) {
                 Ok(()) => {
                     let change = Change::Shortcut { key, shortcut };
-                    (Phase::Update(update(entry, change)), None)
+                    Phase::Update(update(entry, change))
                 }
-                Err(refused) => (Phase::Done(refusal(refused)), None),
+                Err(refused) => Phase::Done(refusal(refused)),
             },
             Request::Cancel { key, lease } => {
                 let read = KeyRecords::held_under(key, lease, KEY_RECORDS_PAGE);
-                let note = Effect::Cancellation { lease, note: true };
-                (Phase::Note(read, lease), Some(note))
+                Phase::Note(read, lease)
             }
             Request::Link {
                 key,
                 from,
                 to,
                 expected_token,
-            } => (
-                Phase::Link(Box::new(link(n, peer, key, from, to, expected_token))),
-                None,
-            ),
+            } => Phase::Link(Box::new(link(n, peer, key, from, to, expected_token))),
             Request::Drain { key } => {
                 let hint = hint(&key);
                 let (forwarded, hops) = (peer.is_some(), n.hop_limit);
                 let drain = Drain::new(dc.clone(), key, forwarded, hops, n.policy, n.mutations);
-                (Phase::Drain(Box::new(drain.with_hint(hint))), None)
+                Phase::Drain(Box::new(drain.with_hint(hint)))
             }
-            Request::Inspect { key } => (
-                Phase::Inspect(KeyRecords::inspect(key, KEY_RECORDS_PAGE)),
-                None,
-            ),
-            Request::Scan { scope, after } => {
-                let op = StoreOp::scan_scope(scope, after, SCAN_PAGE_RECORDS);
-                (Phase::Scan, Some(Effect::Store(op)))
-            }
+            Request::Inspect { key } => Phase::Inspect(KeyRecords::inspect(key, KEY_RECORDS_PAGE)),
+            Request::Scan { scope, after } => Phase::Scan { scope, after },
             other @ (Request::Acquire { .. }
             | Request::Await { .. }
             | Request::Watch { .. }
             | Request::DrainScope { .. }) => {
                 let why = format!("a {} request is not served by Serve", other.kind());
-                (Phase::Done(internal(why)), None)
+                Phase::Done(internal(why))
             }
         };
         Serve {
             node: node.clone(),
             kind,
             forced,
-            first,
             events: VecDeque::new(),
             phase,
         }
@@ -235,24 +228,28 @@ impl Serve {
             _ => None,
         }
     }
+}
 
-    /// The reply of update `update`, which ended with `done`; an
-    /// operator's forced release that released is noted.
-    fn updated(&mut self, update: &Update, done: Result<Changed, ErrorReply>) -> Reply {
-        let reply = match done.map(Changed::into_reply) {
-            Ok(Some(reply)) => reply,
-            Ok(None) => internal("a change without a reply"),
-            Err(refused) => Reply::Error(refused),
-        };
-        if let Some(token) = self.forced
-            && reply == Reply::Release(ReleaseReply::Released)
-        {
-            let reservation = update.id().clone();
-            let released = NodeEvent::ForceReleased { reservation, token };
-            self.events.push_back(released);
-        }
-        reply
+/// The reply of update `update`, which ended with `done`; an operator's
+/// forced release (`forced`: its token) that released is noted in `events`.
+fn updated(
+    events: &mut VecDeque<NodeEvent>,
+    forced: Option<FencingToken>,
+    update: &Update,
+    done: Result<Changed, ErrorReply>,
+) -> Reply {
+    let reply = match done.map(Changed::into_reply) {
+        Ok(Some(reply)) => reply,
+        Ok(None) => internal("a change without a reply"),
+        Err(refused) => Reply::Error(refused),
+    };
+    if let Some(token) = forced
+        && reply == Reply::Release(ReleaseReply::Released)
+    {
+        let reservation = update.id().clone();
+        events.push_back(NodeEvent::ForceReleased { reservation, token });
     }
+    reply
 }
 
 /// An `Internal` error reply: a driver or a stepper broke its contract.
@@ -277,58 +274,63 @@ impl Stepper for Serve {
     /// The request's reply (an error reply when it failed).
     type Output = Reply;
 
+    #[inline]
     fn step(&mut self, now: NodeTime) -> Step<Reply> {
-        if let Some(first) = self.first.take() {
-            return Step::Ask(first);
-        }
-        let phase = std::mem::replace(&mut self.phase, Phase::Over);
-        let (phase, step) = match phase {
-            Phase::Resolve(mut resolve) => match resolve.step(now) {
-                Step::Ask(effect) => (Phase::Resolve(resolve), Step::Ask(effect)),
-                Step::Done(done) => (Phase::Over, Step::Done(done.unwrap_or_else(refusal))),
+        let reply = match &mut self.phase {
+            Phase::Resolve(resolve) => match resolve.step(now) {
+                Step::Ask(effect) => return Step::Ask(effect),
+                Step::Done(done) => done.unwrap_or_else(refusal),
             },
-            Phase::Cover(update) => {
-                let from = now;
-                (Phase::Cover(update), Step::Ask(Effect::Cover { from }))
+            Phase::Segment(id) => return Step::Ask(Effect::Segment(id.clone())),
+            Phase::Tails(_) => return Step::Ask(Effect::AnswersForTails),
+            Phase::Successor { id, key } => {
+                let (id, key) = (id.clone(), key.clone());
+                return Step::Ask(Effect::Global(GlobalOp::Successor { id, key }));
             }
-            Phase::Update(mut update) => match update.step(now) {
-                Step::Ask(effect) => (Phase::Update(update), Step::Ask(effect)),
-                Step::Done(done) => (Phase::Over, Step::Done(self.updated(&update, done))),
+            Phase::Cover(_) => return Step::Ask(Effect::Cover { from: now }),
+            Phase::Note(_, lease) => {
+                let lease = *lease;
+                return Step::Ask(Effect::Cancellation { lease, note: true });
+            }
+            Phase::Scan { scope, after } => {
+                let op = StoreOp::scan_scope(scope.clone(), after.clone(), SCAN_PAGE_RECORDS);
+                return Step::Ask(Effect::Store(op));
+            }
+            Phase::Update(update) => match update.step(now) {
+                Step::Ask(effect) => return Step::Ask(effect),
+                Step::Done(done) => updated(&mut self.events, self.forced, update, done),
             },
-            Phase::Cancel(mut read, lease) => match read.step(now) {
-                Step::Ask(effect) => (Phase::Cancel(read, lease), Step::Ask(effect)),
-                Step::Done(Err(refused)) => (Phase::Over, Step::Done(Reply::Error(refused))),
-                Step::Done(Ok(records)) => {
-                    let target = crate::cancel::target(&records, &lease);
-                    self.events
-                        .push_back(NodeEvent::CancelFound(target.clone()));
-                    let next = match target {
-                        Some(id) => {
-                            let change = Change::Cancel { lease };
-                            let n = &self.node;
-                            let update =
-                                Update::new(n.dc.clone(), id, change, n.policy, n.mutations);
-                            Phase::Update(Box::new(update))
+            Phase::Cancel(read, lease) => {
+                let lease = *lease;
+                match read.step(now) {
+                    Step::Ask(effect) => return Step::Ask(effect),
+                    Step::Done(Err(refused)) => Reply::Error(refused),
+                    Step::Done(Ok(records)) => {
+                        let target = crate::cancel::target(&records, &lease);
+                        self.events
+                            .push_back(NodeEvent::CancelFound(target.clone()));
+                        match target {
+                            Some(id) => {
+                                let (n, change) = (&self.node, Change::Cancel { lease });
+                                let update =
+                                    Update::new(n.dc.clone(), id, change, n.policy, n.mutations);
+                                self.phase = Phase::Update(Box::new(update));
+                                return self.step(now);
+                            }
+                            None => Reply::Cancelled(false),
                         }
-                        None => Phase::Done(Reply::Cancelled(false)),
-                    };
-                    return self.settle(next, now);
+                    }
                 }
+            }
+            Phase::Inspect(read) => match read.step(now) {
+                Step::Ask(effect) => return Step::Ask(effect),
+                Step::Done(Ok(records)) => Reply::Inspected {
+                    records: records.into_iter().map(DcRecord::redacted).collect(),
+                },
+                Step::Done(Err(refused)) => Reply::Error(refused),
             },
-            Phase::Inspect(mut read) => match read.step(now) {
-                Step::Ask(effect) => (Phase::Inspect(read), Step::Ask(effect)),
-                Step::Done(done) => (
-                    Phase::Over,
-                    Step::Done(match done {
-                        Ok(records) => Reply::Inspected {
-                            records: records.into_iter().map(DcRecord::redacted).collect(),
-                        },
-                        Err(refused) => Reply::Error(refused),
-                    }),
-                ),
-            },
-            Phase::Link(mut link) => match link.step(now) {
-                Step::Ask(effect) => (Phase::Link(link), Step::Ask(effect)),
+            Phase::Link(link) => match link.step(now) {
+                Step::Ask(effect) => return Step::Ask(effect),
                 Step::Done(done) => {
                     if let Ok(reply) = &done {
                         self.events.push_back(NodeEvent::Link {
@@ -337,50 +339,42 @@ impl Stepper for Serve {
                             superseded: link.superseded(),
                         });
                     }
-                    (
-                        Phase::Over,
-                        Step::Done(done.map_or_else(Reply::Error, Reply::Link)),
-                    )
+                    done.map_or_else(Reply::Error, Reply::Link)
                 }
             },
-            Phase::Drain(mut drain) => {
+            Phase::Drain(drain) => {
                 let step = drain.step(now);
                 self.events
                     .extend(std::iter::from_fn(|| drain.poll_event()));
                 match step {
-                    Step::Ask(effect) => (Phase::Drain(drain), Step::Ask(effect)),
-                    Step::Done(done) => (
-                        Phase::Over,
-                        Step::Done(done.map_or_else(Reply::Error, |()| Reply::Drained)),
-                    ),
+                    Step::Ask(effect) => return Step::Ask(effect),
+                    Step::Done(done) => done.map_or_else(Reply::Error, |()| Reply::Drained),
                 }
             }
-            Phase::Done(reply) => (Phase::Over, Step::Done(reply)),
-            phase @ (Phase::Segment
-            | Phase::Tails(_)
-            | Phase::Successor
-            | Phase::Note(..)
-            | Phase::Scan) => {
-                unreachable!("serve asked its effect and awaits its answer in {phase:?}")
-            }
+            Phase::Done(_) => match std::mem::replace(&mut self.phase, Phase::Over) {
+                Phase::Done(reply) => return Step::Done(reply),
+                _ => unreachable!("the phase matched Done"),
+            },
             Phase::Over => panic!("a request stepped after it was answered"),
         };
-        self.phase = phase;
-        step
+        self.phase = Phase::Over;
+        Step::Done(reply)
     }
 
+    #[inline]
     fn answer(&mut self, answer: Answer, now: Now) {
+        match &mut self.phase {
+            Phase::Resolve(resolve) => return resolve.answer(answer, now),
+            Phase::Update(update) => return update.answer(answer, now),
+            Phase::Cancel(read, _) | Phase::Inspect(read) => return read.answer(answer, now),
+            Phase::Link(link) => return link.answer(answer, now),
+            Phase::Drain(drain) => return drain.answer(answer, now),
+            _ => {}
+        }
         let phase = std::mem::replace(&mut self.phase, Phase::Over);
         self.phase = match (phase, answer) {
-            (Phase::Resolve(mut resolve), answer) => {
-                resolve.answer(answer, now);
-                Phase::Resolve(resolve)
-            }
-            (Phase::Segment, Answer::Segment(Ok(segment))) => {
-                self.first = Some(Effect::AnswersForTails);
-                Phase::Tails(segment)
-            }
-            (Phase::Segment, Answer::Segment(Err(failure))) => Phase::Done(refusal(failure)),
+            (Phase::Segment(_), Answer::Segment(Ok(segment))) => Phase::Tails(segment),
+            (Phase::Segment(_), Answer::Segment(Err(failure))) => Phase::Done(refusal(failure)),
             (Phase::Tails(segment), Answer::ForTails(for_tails)) => {
                 match answered(&self.node.dc, segment, for_tails) {
                     Ok(segment) => Phase::Done(Reply::Reservation(segment)),
@@ -388,58 +382,33 @@ impl Stepper for Serve {
                 }
             }
             (
-                Phase::Successor,
+                Phase::Successor { .. },
                 Answer::Global(Ok(GlobalAnswer::Successor {
                     succession, hint, ..
                 })),
             ) => Phase::Done(Reply::Successor { succession, hint }),
-            (Phase::Successor, Answer::Global(Err(failure))) => Phase::Done(refusal(failure)),
+            (Phase::Successor { .. }, Answer::Global(Err(failure))) => {
+                Phase::Done(refusal(failure))
+            }
             (Phase::Cover(update), Answer::Covered(Ok(()))) => Phase::Update(update),
             (Phase::Cover(_), Answer::Covered(Err(failure))) => Phase::Done(refusal(failure)),
-            (Phase::Update(mut update), answer) => {
-                update.answer(answer, now);
-                Phase::Update(update)
-            }
             (Phase::Note(read, lease), Answer::Cancelled(_)) => Phase::Cancel(read, lease),
-            (Phase::Cancel(mut read, lease), answer) => {
-                read.answer(answer, now);
-                Phase::Cancel(read, lease)
-            }
-            (Phase::Inspect(mut read), answer) => {
-                read.answer(answer, now);
-                Phase::Inspect(read)
-            }
-            (Phase::Link(mut link), answer) => {
-                link.answer(answer, now);
-                Phase::Link(link)
-            }
-            (Phase::Drain(mut drain), answer) => {
-                drain.answer(answer, now);
-                Phase::Drain(drain)
-            }
-            (Phase::Scan, Answer::Stored(Ok(Stored::Page(records)))) => {
+            (Phase::Scan { .. }, Answer::Stored(Ok(Stored::Page(records)))) => {
                 Phase::Done(Reply::Records {
                     next: next_cursor(&records, SCAN_PAGE_RECORDS),
                     records: records.into_iter().map(DcRecord::redacted).collect(),
                 })
             }
-            (Phase::Scan, Answer::Stored(Err(failure))) => Phase::Done(refusal(failure)),
+            (Phase::Scan { .. }, Answer::Stored(Err(failure))) => Phase::Done(refusal(failure)),
             (phase, answer) => {
                 panic!("a request in {phase:?} answered what it did not ask: {answer:?}")
             }
         };
     }
 
+    #[inline]
     fn poll_event(&mut self) -> Option<NodeEvent> {
         self.events.pop_front()
-    }
-}
-
-impl Serve {
-    /// Moves to `next` and steps on at once.
-    fn settle(&mut self, next: Phase, now: NodeTime) -> Step<Reply> {
-        self.phase = next;
-        self.step(now)
     }
 }
 
