@@ -4,8 +4,27 @@ use homing_core::{
     ActorId, DcRecord, FencingToken, HostTime, Key, KeyName, LeasePolicy, ReservationId, StoreTime,
 };
 
+use crate::step::Now;
+use crate::time::NodeTime;
+
 /// The lease policy of every fixture.
 pub(crate) const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
+
+/// Both clocks, early in a run.
+pub(crate) const NOW: Now = Now {
+    node: NodeTime::from_us(1_000),
+    store: StoreTime::from_ms(1),
+};
+
+/// Reservation `s` (`dc.unique`).
+pub(crate) fn id(s: &str) -> ReservationId {
+    s.parse().unwrap()
+}
+
+/// Key `a`, the key of [`held`]'s records named `a`.
+pub(crate) fn key() -> Key {
+    Key::new(KeyName::new("a").unwrap())
+}
 
 /// Reservation `id` of key `name`, first token, held by actor `a` since
 /// `granted` (store clock), continuing `predecessor` if given.

@@ -149,11 +149,7 @@ mod tests {
     use homing_core::{LocalSegment, StoreTime};
 
     use super::*;
-    use crate::fixture::{POLICY, held};
-
-    fn id(s: &str) -> ReservationId {
-        s.parse().unwrap()
-    }
+    use crate::fixture::{NOW, POLICY, held, id, key};
 
     fn dc(s: &str) -> DcId {
         s.parse().unwrap()
@@ -169,15 +165,6 @@ mod tests {
                 .unwrap();
         }
         segment.finish()
-    }
-
-    const NOW: Now = Now {
-        node: NodeTime::from_us(1_000),
-        store: StoreTime::from_ms(1),
-    };
-
-    fn key() -> Key {
-        Key::new(homing_core::KeyName::new("a").unwrap())
     }
 
     /// Steps `resolve`, answering each effect from `answers` in turn;

@@ -417,20 +417,7 @@ mod tests {
     use homing_core::{ErrorKind, HostTime, LeaseKey, StoreTime, Written};
 
     use super::*;
-    use crate::fixture::{POLICY, held};
-
-    const NOW: Now = Now {
-        node: NodeTime::from_us(1_000),
-        store: StoreTime::from_ms(1),
-    };
-
-    fn id(s: &str) -> ReservationId {
-        s.parse().unwrap()
-    }
-
-    fn key() -> Key {
-        Key::new(homing_core::KeyName::new("a").unwrap())
-    }
+    use crate::fixture::{NOW, POLICY, held, id, key};
 
     fn lease() -> LeaseKey {
         LeaseKey::from_bytes([1; 16]).unwrap()

@@ -286,23 +286,11 @@ pub trait Stepper {
 
 #[cfg(test)]
 mod tests {
-    use homing_core::{ErrorKind, ErrorReply, FencingToken, KeyName, LeasePolicy};
+    use homing_core::{ErrorKind, ErrorReply, FencingToken, LeasePolicy};
 
     use super::*;
+    use crate::fixture::{NOW, id, key};
     use crate::{Change, KeyRecords, LinkOnward, Mutations, Update};
-
-    const NOW: Now = Now {
-        node: NodeTime::from_us(1_000),
-        store: StoreTime::from_ms(1),
-    };
-
-    fn id(s: &str) -> ReservationId {
-        s.parse().unwrap()
-    }
-
-    fn key() -> Key {
-        Key::new(KeyName::new("a").unwrap())
-    }
 
     fn unreachable_store() -> (Failure, ErrorReply) {
         let dc = "iad".parse().unwrap();
