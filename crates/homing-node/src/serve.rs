@@ -633,6 +633,17 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_a_peer_sent_arrived_forwarded_and_an_operators_did_not() {
+        let fra: DcId = "fra".parse().unwrap();
+        let drain = || Request::Drain { key: key() };
+        let from_peer = Serve::new(&node(), Some(&fra), drain(), |_| None);
+        assert_eq!(from_peer.kind(), "drain");
+        assert!(from_peer.drain().is_some_and(Drain::forwarded));
+        let from_operator = Serve::new(&node(), None, drain(), |_| None);
+        assert!(from_operator.drain().is_some_and(|d| !d.forwarded()));
+    }
+
+    #[test]
     fn the_requests_a_driver_runs_itself_are_internal_errors_here() {
         let watch = Request::Watch {
             scope: homing_core::NamespaceScope::exact(key().namespace),
