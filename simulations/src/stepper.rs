@@ -235,8 +235,11 @@ impl Sim {
     /// Runs the task's stepper until it asks for something that takes
     /// time, or ends.
     pub(crate) fn step_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+        // No effect performed at once moves the simulator's time: both
+        // clocks read once serve the whole drive.
+        let now = self.now_at(d);
         let next = loop {
-            let step = stepping(&mut task).step(self.node_now(d));
+            let step = stepping(&mut task).step(now.node);
             while let Some(event) = stepping(&mut task).poll_event() {
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
@@ -275,10 +278,7 @@ impl Sim {
             match step {
                 Step::Ask(effect) => match self.effect_next(d, tid, &mut task, effect) {
                     Performed::Later(next) => break next,
-                    Performed::Now(answer) => {
-                        let now = self.now_at(d);
-                        stepping(&mut task).answer(answer, now);
-                    }
+                    Performed::Now(answer) => stepping(&mut task).answer(answer, now),
                 },
                 Step::Done(ended) => match self.step_ended(d, task, ended) {
                     Some((answering, reply)) => {
