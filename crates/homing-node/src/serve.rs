@@ -87,7 +87,8 @@ enum Phase {
     Note(KeyRecords, LeaseKey),
     Cancel(KeyRecords, LeaseKey),
     Inspect(KeyRecords),
-    Link(Box<LinkOnward>),
+    /// A peer's link, and the successor it asked for.
+    Link(Box<LinkOnward>, ReservationId),
     Drain(Box<Drain>),
     /// `Scan`: one page of the DC's records.
     Scan {
@@ -190,7 +191,13 @@ impl Serve {
                 from,
                 to,
                 expected_token,
-            } => Phase::Link(Box::new(link(n, peer, key, from, to, expected_token))),
+            } => {
+                let asked = to.clone();
+                Phase::Link(
+                    Box::new(link(n, peer, key, from, to, expected_token)),
+                    asked,
+                )
+            }
             Request::Drain { key } => {
                 let hint = hint(&key);
                 let (forwarded, hops) = (peer.is_some(), n.hop_limit);
@@ -329,12 +336,13 @@ impl Stepper for Serve {
                 },
                 Step::Done(Err(refused)) => Reply::Error(refused),
             },
-            Phase::Link(link) => match link.step(now) {
+            Phase::Link(link, to) => match link.step(now) {
                 Step::Ask(effect) => return Step::Ask(effect),
                 Step::Done(done) => {
                     if let Ok(reply) = &done {
                         self.events.push_back(NodeEvent::Link {
                             from: link.from().clone(),
+                            to: to.clone(),
                             reply: reply.clone(),
                             superseded: link.superseded(),
                         });
@@ -367,7 +375,7 @@ impl Stepper for Serve {
             Phase::Resolve(resolve) => return resolve.answer(answer, now),
             Phase::Update(update) => return update.answer(answer, now),
             Phase::Cancel(read, _) | Phase::Inspect(read) => return read.answer(answer, now),
-            Phase::Link(link) => return link.answer(answer, now),
+            Phase::Link(link, _) => return link.answer(answer, now),
             Phase::Drain(drain) => return drain.answer(answer, now),
             _ => {}
         }

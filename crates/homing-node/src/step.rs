@@ -249,6 +249,8 @@ pub enum NodeEvent {
     Link {
         /// The tail asked to link onward.
         from: ReservationId,
+        /// The successor asked for.
+        to: ReservationId,
         /// The answer.
         reply: LinkReply,
         /// Whether the tail continues as a takeover's winner instead.

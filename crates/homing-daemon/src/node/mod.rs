@@ -549,13 +549,15 @@ impl Node {
                 from,
                 reply: LinkReply::AlreadyLinked(winner),
                 superseded: true,
+                ..
             } => tracing::warn!(reservation = %from, successor = %winner,
                 "a record whose move lost to a takeover now continues as the taker"),
             NodeEvent::Link {
                 from,
+                to,
                 reply: LinkReply::Linked,
                 ..
-            } => tracing::info!(from = %from, "linked"),
+            } => tracing::info!(from = %from, to = %to, "linked"),
             NodeEvent::Link { .. } => {}
             NodeEvent::CancelFound(Some(id)) => tracing::info!(reservation = %id,
                 "cancelling a grant: its host gave up on the acquire"),
