@@ -117,8 +117,9 @@ fn refusal(failure: Failure) -> Reply {
 }
 
 impl Serve {
-    /// `request` arriving at `node`, from DC `peer` when another DC's node
-    /// sent it (`None`: a host, a router, an operator). `hint` gives the
+    /// `request` arriving at `node`, from DC `peer` when a DC's node sent
+    /// it — another DC's, or this one's own (a link of its own tail) —
+    /// (`None`: a host, a router, an operator). `hint` gives the
     /// chain member the node remembers for a key (a drain's walk starts
     /// there). An acquire, await, watch or drain-scope page is not served
     /// here (see the module doc): it answers `Internal`.
