@@ -7,6 +7,7 @@ use homing_node::{Cancellations, StoreOp as DcOp};
 use homing_store::memory::MemoryDc;
 
 use crate::counter::Counter;
+use crate::dc::Dc;
 use crate::dc_lease::DcLeaseDriver;
 use crate::invariants::view;
 use crate::sim::{Event, Sim};
@@ -34,11 +35,8 @@ impl Sim {
         self.dcs[d].upkeep = Some(self.fresh_upkeep(d));
         let dc = &mut self.dcs[d];
         dc.woken.clear();
-        dc.global_cache.clear();
-        dc.members.clear();
-        dc.successions.clear();
+        dc.memory = Dc::fresh_memory(self.rules.mutations);
         dc.cancelled = Cancellations::default();
-        dc.absent.clear();
         dc.in_flight.clear();
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);

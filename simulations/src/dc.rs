@@ -18,15 +18,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
     AwaitReply, DcId, ErrorKind, ErrorReply, Key, LeasePolicy, Reply, Request, ReservationId,
-    Shortcut, ShortcutNotice, Succession, TakeOverReply, chain::HOP_LIMIT_DEFAULT,
+    ShortcutNotice, TakeOverReply, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::memory::MemoryDc;
 
 use homing_node::{
     Acquire, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations, Failure,
-    GlobalAnswer, Mutations, NodeConfig, NodeTime, Serve, StoreOp as DcOp, Upkeep, WaitLimits,
-    Waiters,
+    GlobalAnswer, GlobalOp, MEMORY_ENTRIES_DEFAULT, Memory, MemoryLimits, Mutations, NodeConfig,
+    NodeTime, Serve, StoreOp as DcOp, Upkeep, WaitLimits, Waiters,
 };
 
 use crate::clock::NodeClock;
@@ -36,7 +36,7 @@ use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
-use crate::sim::{Body, Event, GlobalSet, GlobalWrite, Message, NodeId, Sim, reply_kind};
+use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
 use crate::stepper::Stepping;
 use crate::store::StoreOp;
 use crate::trace::NO_KEY;
@@ -66,14 +66,9 @@ pub struct Dc {
     pub up_since_us: u64,
     /// When it last crashed, true µs.
     pub down_since_us: u64,
-    pub(crate) global_cache: BTreeMap<Key, ReservationId>,
-    /// Volatile: keys a resolve found absent, and when (homingd's `resolve_reads`).
-    pub(crate) absent: BTreeMap<Key, NodeTime>,
-    /// Volatile: per key, the furthest chain member seen (homingd's `members`).
-    pub(crate) members: BTreeMap<Key, Shortcut>,
-    /// Volatile: successions this DC read or wrote in the global store
-    /// (homingd's `successions`: write-once, so a confirm finds them here).
-    pub(crate) successions: BTreeMap<ReservationId, Succession>,
+    /// Volatile: what it remembers of the global store (homing-node's
+    /// [`Memory`], as homingd's node keeps it).
+    pub(crate) memory: Memory,
     /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
     pub(crate) cancelled: Cancellations,
     /// Volatile: acquires running, with the hosts' retries that joined them.
@@ -122,10 +117,7 @@ impl Dc {
             epoch: 0,
             up_since_us: 0,
             down_since_us: 0,
-            global_cache: BTreeMap::new(),
-            absent: BTreeMap::new(),
-            members: BTreeMap::new(),
-            successions: BTreeMap::new(),
+            memory: Dc::fresh_memory(mutations),
             cancelled: Cancellations::default(),
             in_flight: AcquiresInFlight::default(),
             tasks: BTreeMap::new(),
@@ -148,56 +140,18 @@ impl Dc {
     }
 }
 
-/// Whether an absence noted at `at` is still reused at `now` (homingd's
-/// absent TTL).
-fn absent_fresh(at: NodeTime, now: NodeTime) -> bool {
-    now.us_since(at) < NODE_ABSENT_TTL_MS_DEFAULT * 1000
-}
-
 impl Dc {
-    /// The hint for the next walk of `key`: the furthest member remembered
-    /// (homingd's `Node::hint`).
-    pub(crate) fn hint(&self, key: &Key) -> Option<Shortcut> {
-        self.members.get(key).cloned()
-    }
-
-    /// Remembers `member` of `key`'s chain if it is further along than the
-    /// one known (homingd's `Node::remember`).
-    pub(crate) fn remember(&mut self, key: &Key, member: Shortcut) {
-        if member.is_past(self.members.get(key)) {
-            self.members.insert(key.clone(), member);
-        }
-    }
-
-    /// The succession of `from` this DC knows the global store has
-    /// (homingd's `Node::confirm` answers from it without a write).
-    pub(crate) fn succession_of(&self, from: &ReservationId) -> Option<Succession> {
-        self.successions.get(from).cloned()
-    }
-
-    /// Keeps a succession the global store has (read or written by this DC).
-    pub(crate) fn keep_succession(&mut self, succession: &Succession) {
-        let from = succession.link.from.clone();
-        self.successions.insert(from, succession.clone());
-    }
-
-    /// A resolve found `key` absent at `now`; expired notes go once there
-    /// are many (homingd's cache is bounded too).
-    pub(crate) fn note_absent(&mut self, key: Key, now: NodeTime) {
-        const NOTES_MAX: usize = 4_096;
-        if self.absent.len() >= NOTES_MAX {
-            self.absent.retain(|_, at| absent_fresh(*at, now));
-        }
-        self.absent.insert(key, now);
-    }
-
-    /// Whether a resolve found `key` absent within homingd's absent TTL of `now`.
-    pub(crate) fn absent_lately(&self, key: &Key, now: NodeTime) -> bool {
-        self.absent
-            .get(key)
-            .is_some_and(|at| absent_fresh(*at, now))
+    /// An empty memory of the global store, bounded as homingd's by default.
+    pub(crate) fn fresh_memory(mutations: Mutations) -> Memory {
+        Memory::new(MEMORY_LIMITS, mutations)
     }
 }
+
+/// What a simulated DC remembers: homingd's defaults.
+const MEMORY_LIMITS: MemoryLimits = MemoryLimits {
+    entries: MEMORY_ENTRIES_DEFAULT,
+    absent_ttl_ms: NODE_ABSENT_TTL_MS_DEFAULT,
+};
 
 /// Per-request work counters, reported with acquire replies.
 #[derive(Debug, Clone, Copy, Default)]
@@ -242,7 +196,7 @@ impl Task {
 pub(crate) enum Next {
     Store(StoreOp),
     /// A global write-once, for the key of this index (the trace's).
-    GlobalWrite(u32, GlobalWrite),
+    GlobalWrite(u32, GlobalOp),
     Peer(u16, Request),
     Reply(Reply),
     /// The key is held and wait time remains: await its reservation.
@@ -332,7 +286,7 @@ impl Sim {
                         return self.dc_reply_to(d, client, rpc, key, e);
                     }
                 }
-                let hint = self.dcs[d].hint(&request.key);
+                let hint = self.dcs[d].memory.hint(&request.key);
                 let acquire = Acquire::new(
                     local,
                     request,
@@ -378,10 +332,10 @@ impl Sim {
 
     /// `request` as DC `d` serves it, sent by DC `peer`'s node if given:
     /// homing-node's [`Serve`].
-    pub(crate) fn serve(&self, d: usize, peer: Option<usize>, request: Request) -> Serve {
-        let dc = &self.dcs[d];
-        let peer = peer.map(|p| &self.dcs[p].id);
-        Serve::new(&dc.node, peer, request, |key| dc.hint(key))
+    pub(crate) fn serve(&mut self, d: usize, peer: Option<usize>, request: Request) -> Serve {
+        let peer = peer.map(|p| self.dcs[p].id.clone());
+        let dc = &mut self.dcs[d];
+        Serve::new(&dc.node, peer.as_ref(), request, |key| dc.memory.hint(key))
     }
 
     pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
@@ -572,16 +526,6 @@ impl Sim {
         }
     }
 
-    /// `id`'s succession as DC `d` reads it from the global store (at once),
-    /// kept in its cache once present (homingd's `Node::successor`).
-    pub(crate) fn global_successor(&mut self, d: usize, id: &ReservationId) -> Option<Succession> {
-        let succession = self.successions.get(id).cloned();
-        if let Some(found) = &succession {
-            self.dcs[d].keep_succession(found);
-        }
-        succession
-    }
-
     /// Tells another DC's entry about the chain's new member, not waiting
     /// for the answer (homingd: a background task; its own entry the
     /// acquire noted itself).
@@ -598,69 +542,55 @@ impl Sim {
         self.request(NodeId::Dc(d as u16), NodeId::Dc(to), key, request);
     }
 
-    /// The global write-once lands; then the DC that asked (if it still runs) goes on.
+    /// The global write-once lands; then the DC that asked (if it still
+    /// runs) learns what the store has now and goes on.
     pub(crate) fn dc_global_set(&mut self, set: GlobalSet) {
         let d = usize::from(set.dc);
         self.current_key = set.key;
         // The write is decided here, whether or not its DC still waits for it.
-        // The key's entry now, for the DC's cache, if this was its write.
-        let mut entry_now = None;
-        // The succession the global store has now, for the DC's cache.
-        let mut succession_now = None;
-        let landed = match set.write {
-            GlobalWrite::SetIfAbsent(key, id) => {
-                let existing = self.global.get(&key).cloned();
+        let landed = match &set.write {
+            GlobalOp::SetIfAbsent { key, id } => {
+                let existing = self.global.get(key).cloned();
                 if existing.is_none() {
                     self.global.insert(key.clone(), id.clone());
                     self.global_landed_us.insert(key.clone(), self.now);
                     let view = view!(self);
-                    self.checker.on_global_set(&view, self.now, set.key, &id);
+                    self.checker.on_global_set(&view, self.now, set.key, id);
                 }
-                entry_now = Some((key, existing.clone().unwrap_or(id)));
                 GlobalAnswer::SetIfAbsent(existing)
             }
-            GlobalWrite::Confirm(succession) => {
+            GlobalOp::Confirm(succession) => {
                 let recorded = self
                     .successions
                     .entry(succession.link.from.clone())
-                    .or_insert(succession)
+                    .or_insert_with(|| succession.clone())
                     .clone();
-                succession_now = Some(recorded.clone());
                 GlobalAnswer::Confirmed(recorded)
             }
-            GlobalWrite::TakeOver(succession, policy) => {
+            GlobalOp::TakeOver { succession, policy } => {
                 let from = succession.link.from.clone();
                 let state = self.global_dc_lease_state(from.dc());
                 let existing = self.successions.get(&from).cloned();
-                let reply = judge_takeover(existing, state, policy, &succession);
-                if let Some(TakeOverReply::Exists(existing)) = &reply {
-                    succession_now = Some(existing.clone());
-                }
+                let reply = judge_takeover(existing, state, *policy, succession);
                 if reply.is_none() {
                     self.measurements.count(Counter::Takeovers);
-                    succession_now = Some(succession.clone());
-                    self.successions.insert(from, succession);
+                    self.successions.insert(from, succession.clone());
                     if set.key != NO_KEY {
                         self.checker.on_taken_over(&view!(self), self.now, set.key);
                     }
                 }
-                let reply = reply.unwrap_or(TakeOverReply::Taken);
-                GlobalAnswer::TakenOver(reply)
+                GlobalAnswer::TakenOver(reply.unwrap_or(TakeOverReply::Taken))
             }
+            read => unreachable!("a global read is not a write: {read:?}"),
         };
         if !self.dcs[d].up || self.dcs[d].epoch != set.epoch {
             return;
         }
-        if let Some(succession) = &succession_now {
-            self.dcs[d].keep_succession(succession);
-        }
+        let now = self.node_now(d);
+        let landed = self.dcs[d].memory.learn(&set.write, landed, now);
         let Some(task) = self.dcs[d].tasks.remove(&set.task) else {
             return;
         };
-        // The entry now, if this was an acquire's set-if-absent.
-        if let Some((key, winner)) = entry_now {
-            self.dcs[d].global_cache.insert(key, winner);
-        }
         self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
     }
 

@@ -87,20 +87,9 @@ pub struct GlobalSet {
     pub task: u64,
     /// The key index.
     pub key: u32,
-    /// What is written.
-    pub write: GlobalWrite,
-}
-
-/// A write to the global store, decided where it lands (as a store
-/// transaction would): the key's entry, or a succession.
-#[derive(Debug, Clone)]
-pub enum GlobalWrite {
-    /// The key's entry, unless it has one.
-    SetIfAbsent(homing_core::Key, ReservationId),
-    /// A move's succession, unless the reservation has one.
-    Confirm(homing_core::Succession),
-    /// A takeover, guarded by the taken DC's lease as judged at landing.
-    TakeOver(homing_core::Succession, homing_core::TakeoverPolicy),
+    /// What is written, decided where it lands (as a store transaction
+    /// would): a set-if-absent, a confirm or a takeover.
+    pub write: homing_node::GlobalOp,
 }
 
 /// Something that happens at an instant of true time.

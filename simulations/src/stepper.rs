@@ -22,7 +22,7 @@ use crate::acquire::{AcquireJob, acquire_counter};
 use crate::counter::Counter;
 use crate::dc::{Next, Task, peer_answer, unknown_dc};
 use crate::drain_scope::DrainScopeJob;
-use crate::sim::{GlobalWrite, NodeId, Sim};
+use crate::sim::{NodeId, Sim};
 use crate::store::{Asked, StoreOp};
 use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
@@ -244,7 +244,7 @@ impl Sim {
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
-                    NodeEvent::Learned { key, member } => self.dcs[d].remember(&key, member),
+                    NodeEvent::Learned { key, member } => self.dcs[d].memory.remember(&key, member),
                     NodeEvent::Drained(_) => match stepping(&mut task) {
                         Stepping::DrainScope(job) => job.drained += 1,
                         _ => self.measurements.count(Counter::KeyDrained),
@@ -297,8 +297,6 @@ impl Sim {
     /// succession and DC-lease reads fail at once; entries, confirms,
     /// takeovers and set-if-absent writes find out where they land.
     fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
-        let cut = |sim: &Sim| sim.global_reachable(d).map_err(Failure::Unreachable);
-        let global = |answer| Performed::Now(Answer::Global(answer));
         match effect {
             Effect::Store(op) => {
                 if let Some(job) = task.kind.waiter_mut() {
@@ -306,63 +304,7 @@ impl Sim {
                 }
                 Performed::Later(Next::Store(StoreOp::Dc(op)))
             }
-            // Through the DC's cache of entries (they never change), as
-            // homingd's `read_global` reads.
-            Effect::Global(GlobalOp::Entry { key, read }) => {
-                let dc = &self.dcs[d];
-                match dc.global_cache.get(&key) {
-                    Some(id) => global(Ok(GlobalAnswer::Entry(Some(id.clone())))),
-                    // A recent "absent" is reused by a resolve (DESIGN.md §7.4).
-                    None if read == GlobalRead::Resolve
-                        && dc.absent_lately(&key, self.node_now(d)) =>
-                    {
-                        self.measurements.count(Counter::ResolveAbsentReusedAtDc);
-                        global(Ok(GlobalAnswer::Entry(None)))
-                    }
-                    None => Performed::Later(Next::Store(StoreOp::GlobalGet { key, read })),
-                }
-            }
-            Effect::Global(GlobalOp::Confirm(succession)) => {
-                if let Some(recorded) = self.dcs[d].succession_of(&succession.link.from) {
-                    return global(Ok(GlobalAnswer::Confirmed(recorded)));
-                }
-                let write = GlobalWrite::Confirm(succession);
-                Performed::Later(Next::GlobalWrite(task.key, write))
-            }
-            // Successions and DC leases are read at once (no store delay):
-            // what a read decides is checked where writes land.
-            Effect::Global(GlobalOp::Successor { id, key }) => global(cut(self).map(|()| {
-                let succession = self.global_successor(d, &id);
-                let hint = self.dcs[d].hint(&key);
-                let source = Source::Local;
-                GlobalAnswer::Successor {
-                    succession,
-                    source,
-                    hint,
-                }
-            })),
-            Effect::Global(GlobalOp::DcLease(dc)) => {
-                global(cut(self).map(|()| GlobalAnswer::DcLease(self.global_dc_lease_state(&dc))))
-            }
-            Effect::Global(GlobalOp::SuccessionsOf { dc, after, limit }) => {
-                global(cut(self).map(|()| {
-                    let page = self.successions_of(&dc, after, limit);
-                    for succession in &page {
-                        self.dcs[d].keep_succession(succession);
-                    }
-                    GlobalAnswer::Successions(page)
-                }))
-            }
-            // Written where they land (`dc_global_set`), after the global
-            // store's write delay (cut off: failed after it).
-            Effect::Global(GlobalOp::TakeOver { succession, policy }) => {
-                let write = GlobalWrite::TakeOver(succession, policy);
-                Performed::Later(Next::GlobalWrite(task.key, write))
-            }
-            Effect::Global(GlobalOp::SetIfAbsent { key, id }) => {
-                let at = self.key_index.get(&key).copied().unwrap_or(NO_KEY);
-                Performed::Later(Next::GlobalWrite(at, GlobalWrite::SetIfAbsent(key, id)))
-            }
+            Effect::Global(op) => self.global_next(d, task, op),
             Effect::Segment(id) => match self.ask_segment(d, id) {
                 Ok(next) => Performed::Later(next),
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
@@ -421,6 +363,57 @@ impl Sim {
                 None => Performed::Later(Next::Park(until)),
             },
         }
+    }
+
+    /// How DC `d` performs the global-store operation `op` for `task`:
+    /// from its memory ([`homing_node::Memory`]) if it can; else a read
+    /// of an entry or a write takes the store's time, and a succession, a
+    /// page of them or a DC lease is read at once (what a read decides is
+    /// checked where writes land). Cut from the global store, those reads
+    /// fail at once; entries, confirms, takeovers and set-if-absent writes
+    /// find out where they land.
+    fn global_next(&mut self, d: usize, task: &Task, op: GlobalOp) -> Performed {
+        let now = self.node_now(d);
+        if let Some(recalled) = self.dcs[d].memory.recall(&op, now) {
+            let resolve = matches!(
+                op,
+                GlobalOp::Entry {
+                    read: GlobalRead::Resolve,
+                    ..
+                }
+            );
+            if resolve && recalled == GlobalAnswer::Entry(None) {
+                self.measurements.count(Counter::ResolveAbsentReusedAtDc);
+            }
+            return Performed::Now(Answer::Global(Ok(recalled)));
+        }
+        let read = match &op {
+            GlobalOp::Entry { key, read } => {
+                let (key, read) = (key.clone(), *read);
+                return Performed::Later(Next::Store(StoreOp::GlobalGet { key, read }));
+            }
+            GlobalOp::SetIfAbsent { key, .. } => {
+                let at = self.key_index.get(key).copied().unwrap_or(NO_KEY);
+                return Performed::Later(Next::GlobalWrite(at, op));
+            }
+            GlobalOp::Confirm(_) | GlobalOp::TakeOver { .. } => {
+                return Performed::Later(Next::GlobalWrite(task.key, op));
+            }
+            GlobalOp::Successor { id, .. } => GlobalAnswer::Successor {
+                succession: self.successions.get(id).cloned(),
+                source: Source::Local,
+                hint: None,
+            },
+            GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(dc)),
+            GlobalOp::SuccessionsOf { dc, after, limit } => {
+                GlobalAnswer::Successions(self.successions_of(dc, after.clone(), *limit))
+            }
+        };
+        let answer = match self.global_reachable(d) {
+            Ok(()) => Ok(self.dcs[d].memory.learn(&op, read, now)),
+            Err(cut) => Err(Failure::Unreachable(cut)),
+        };
+        Performed::Now(Answer::Global(answer))
     }
 
     /// What the task does after its stepper ended: answer its reply

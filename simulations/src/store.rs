@@ -8,7 +8,7 @@ use homing_core::{
     chain::HOP_LIMIT_DEFAULT,
 };
 use homing_node::{
-    Answer, Failure, GlobalAnswer, GlobalRead, StoreOp as DcOp, Stored, segment_failure,
+    Answer, Failure, GlobalAnswer, GlobalOp, GlobalRead, StoreOp as DcOp, Stored, segment_failure,
 };
 use homing_store::StoreError;
 
@@ -230,18 +230,10 @@ impl Sim {
                     self.measurements.count(Counter::ConnectStaleGlobalReads);
                     entry = None;
                 }
-                match &entry {
-                    Some(id) => {
-                        self.dcs[d].absent.remove(&key);
-                        self.dcs[d].global_cache.insert(key.clone(), id.clone());
-                    }
-                    None if read == GlobalRead::Resolve => {
-                        let now = self.node_now(d);
-                        self.dcs[d].note_absent(key.clone(), now);
-                    }
-                    None => {}
-                }
-                Answer::Global(Ok(GlobalAnswer::Entry(entry)))
+                let now = self.node_now(d);
+                let read = GlobalOp::Entry { key, read };
+                let entry = GlobalAnswer::Entry(entry);
+                Answer::Global(Ok(self.dcs[d].memory.learn(&read, entry, now)))
             }
         };
         self.step_answered(d, tid, task, answer);

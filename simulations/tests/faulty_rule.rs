@@ -139,3 +139,29 @@ fn a_watch_checking_its_cursor_on_a_rounds_first_page_only_skips_trimmed_events(
         "{first}"
     );
 }
+
+#[test]
+fn an_absent_answer_reused_past_its_freshness_is_caught_as_an_untrue_resolve() {
+    let (_, first) = first_failure(
+        &scenario("baseline", 30_000),
+        mutant(Mutation::AbsentNeverStale),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::ResolveWasTrue,
+        "{first}"
+    );
+}
+
+#[test]
+fn a_create_decided_by_a_remembered_absence_lets_two_dcs_hold_the_key() {
+    let (_, first) = first_failure(
+        &scenario("baseline", 30_000),
+        mutant(Mutation::AbsentDecidesCreate),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::SingleHolder,
+        "{first}"
+    );
+}

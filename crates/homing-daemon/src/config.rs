@@ -120,7 +120,7 @@ pub struct Settings {
     /// Timeout for one request to a peer DC, in milliseconds.
     #[arg(long, env = "HOMING_PEER_TIMEOUT_MS")]
     pub peer_timeout_ms: Option<u64>,
-    /// Capacity of the cache of global entries (immutable, so never stale), in entries.
+    /// How many global entries this DC remembers (immutable, so never stale), and as many successions, chain members and absent keys, in entries each.
     #[arg(long, env = "HOMING_GLOBAL_CACHE_ENTRIES")]
     pub global_cache_entries: Option<u64>,
     /// How long a resolve's "no global entry" answer is reused for the same key, in milliseconds (concurrent misses share one read); 0 reads the global store for every such resolve.
@@ -536,7 +536,7 @@ impl Config {
             global_cache_entries: positive(
                 "global_cache_entries",
                 s.global_cache_entries,
-                1_000_000,
+                homing_node::MEMORY_ENTRIES_DEFAULT,
             )?,
             absent_ttl_ms: s.absent_ttl_ms.unwrap_or(ABSENT_TTL_MS_DEFAULT),
             waiting: WaitLimits {

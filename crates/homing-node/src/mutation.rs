@@ -47,6 +47,12 @@ pub enum Mutation {
     /// A watch checks its cursor against the event log only on a round's
     /// first page: events trimmed under a round are skipped silently.
     WatchChecksFirstPageOnly = 1 << 12,
+    /// A resolve's "absent" is reused forever, not for the absent ttl: a
+    /// key created since stays "not found" at that DC.
+    AbsentNeverStale = 1 << 13,
+    /// A create of a key a resolve found absent lately is taken as made
+    /// without asking the global store (an "absent" decides a create).
+    AbsentDecidesCreate = 1 << 14,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

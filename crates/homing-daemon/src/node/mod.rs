@@ -12,14 +12,13 @@ use homing_core::Grant;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, EventSeq, HostTime, Identity,
     Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply, NamespaceScope, Reply, Request,
-    ReservationId, Role, ScanCursor, Shortcut, ShortcutNotice, StoreTime, Succession,
-    TakeoverPolicy,
+    ReservationId, Role, ScanCursor, ShortcutNotice, StoreTime, TakeoverPolicy,
 };
 use homing_net::Handler;
 use homing_node::{
@@ -27,6 +26,7 @@ use homing_node::{
     Cancellations, DrainScope, Effect, JOINS_MAX, Mutations, NodeConfig, NodeEvent, Now, Reconcile,
     ReconcileEvent, Resumption, Serve, Step, Stepper, WatchRead,
 };
+use homing_node::{Memory, MemoryLimits};
 use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
@@ -36,6 +36,8 @@ mod global;
 mod store;
 
 pub use global::NodeCaches;
+
+use global::SharedReads;
 
 use failure::Failure;
 
@@ -71,22 +73,15 @@ pub struct Node {
     records: Arc<dyn DcStore>,
     peers: Peers,
     metrics: Arc<Metrics>,
-    /// Global entries never change, so caching them can never be stale.
-    global_cache: moka::sync::Cache<Key, ReservationId>,
-    /// Successions read from or written to the global store: write-once,
-    /// so caching them can never be stale (DESIGN.md §7.5).
-    successions: moka::sync::Cache<ReservationId, Succession>,
+    /// What this DC remembers of the global store (homing-node's rules).
+    memory: std::sync::Mutex<Memory>,
+    /// How long a resolve's absent answer is reused, ms: while it is above
+    /// zero, concurrent resolves of a key also share one read.
+    absent_ttl_ms: u64,
+    /// The resolves' global reads in flight.
+    shared_reads: SharedReads,
     /// When this DC takes over a silent DC's tails.
     takeover: TakeoverPolicy,
-    /// Per key, the furthest member of its chain this DC has seen (a tail it
-    /// walked to or granted): the next walk's hint. Members stay members
-    /// (links never change), so a hint is never wrong, only possibly behind.
-    members: moka::sync::Cache<Key, Shortcut>,
-    /// A resolve's global reads of the last `absent_ttl_ms`, by key: an
-    /// absent answer is reused that long, and concurrent resolves of one key
-    /// share one read (DESIGN.md §7.4). Never asked by a connect: only
-    /// `set_if_absent` decides a create.
-    resolve_reads: Option<moka::future::Cache<Key, Option<ReservationId>>>,
     random: (std::collections::hash_map::RandomState, AtomicU64),
     /// Acquirers parked on this DC's reservations.
     waiters: Waiters,
@@ -223,16 +218,16 @@ impl Node {
             records,
             peers,
             metrics,
-            global_cache: moka::sync::Cache::new(caches.entries),
-            members: moka::sync::Cache::new(caches.entries),
-            successions: moka::sync::Cache::new(caches.entries),
+            memory: std::sync::Mutex::new(Memory::new(
+                MemoryLimits {
+                    entries: caches.entries,
+                    absent_ttl_ms: caches.absent_ttl_ms,
+                },
+                Mutations::NONE,
+            )),
+            absent_ttl_ms: caches.absent_ttl_ms,
+            shared_reads: SharedReads::default(),
             takeover: TakeoverPolicy::Automatic,
-            resolve_reads: (caches.absent_ttl_ms > 0).then(|| {
-                moka::future::Cache::builder()
-                    .max_capacity(caches.entries)
-                    .time_to_live(Duration::from_millis(caches.absent_ttl_ms))
-                    .build()
-            }),
             random: (
                 std::collections::hash_map::RandomState::new(),
                 AtomicU64::new(0),
@@ -530,7 +525,7 @@ impl Node {
     /// and count, a new member to tell another DC's entry of.
     fn noted(&self, event: NodeEvent) {
         match event {
-            NodeEvent::Learned { key, member } => self.remember(&key, member),
+            NodeEvent::Learned { key, member } => self.lock_memory().remember(&key, member),
             NodeEvent::Drained(id) => tracing::info!(reservation = %id, "drained"),
             NodeEvent::Reconciled(ReconcileEvent::Superseded(succession)) => tracing::warn!(
                 reservation = %succession.link.from,
@@ -640,7 +635,7 @@ impl Node {
     /// awaited (at the holder's DC) and then taken, until the wait runs out,
     /// as homing-node's [`Acquire`] decides.
     async fn acquire(&self, request: AcquireRequest) -> Result<Reply, Failure> {
-        let hint = self.hint(&request.key);
+        let hint = self.lock_memory().hint(&request.key);
         let mut acquire = Acquire::new(
             self.config.dc.clone(),
             request,
@@ -756,7 +751,8 @@ impl Node {
             Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
             request => {
                 let peer = caller.dc().filter(|_| caller.role() == Role::Node);
-                let mut serve = Serve::new(&self.config, peer, request, |key| self.hint(key));
+                let hint = |key: &Key| self.lock_memory().hint(key);
+                let mut serve = Serve::new(&self.config, peer, request, hint);
                 Ok(self.drive(&mut serve).await)
             }
         }
