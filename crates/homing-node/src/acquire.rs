@@ -55,9 +55,10 @@ use homing_core::{
 
 use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
+use crate::event::{AcquireEvent, NodeEvent};
 use crate::failure::Failure;
 use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
-use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 
@@ -80,48 +81,6 @@ pub const CONTENDED_ANSWER_MS: u64 = 1_500;
 /// "absent" only leads to `set_if_absent`, which answers with the winner —
 /// the ordinary race path. Every other global read is [`GlobalRead::Latest`].
 pub const CONNECT_GLOBAL_READ: GlobalRead = GlobalRead::Nearest;
-
-/// What happened inside an acquire, for logs and counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcquireEvent {
-    /// A connect failed (its chain or store contradicted it, or it lost too many races).
-    ConnectFailed,
-    /// A connect could not reach a DC; it is tried again after a pause.
-    ConnectRetried,
-    /// The key is held: the acquire waits at the holder's DC.
-    Awaiting,
-    /// The holder's DC answered `TimedOut` before the wait's end (it shut down).
-    WaitCutShort,
-    /// The wait ran out: one last look.
-    WaitTimedOut,
-    /// The holder's DC refused the wait (a full queue).
-    WaitRefused,
-    /// The registration was lost and there is no time to register again.
-    WaitLostWithoutTimeToRegisterAgain,
-    /// The registration was lost: connect and register again after a pause.
-    WaitReregister,
-    /// This acquire's own deadline passed while it waited.
-    WaitDeadlinePassed,
-    /// The DC shut down while this acquire waited: it answered at once.
-    ClosedWhileWaiting,
-    /// The last look's connect failed.
-    LastLookFailed,
-    /// A connect after waiting could not reach a DC, with no time left.
-    WaitEndedByConnectErrorUnavailable,
-    /// A connect after waiting failed with an answer.
-    WaitEndedByConnectError,
-    /// The host gave up on this acquire before its grant was made: the
-    /// grant is released before the answer.
-    GrantCancelled,
-    /// The acquire linked the key's chain and this DC holds the key's
-    /// entry: the new member is noted in the entry's record before the
-    /// answer (another DC's entry is told by the driver:
-    /// [`NodeEvent::Shortcut`]).
-    ShortcutNoted,
-    /// Noting the new member in this DC's entry failed (best effort: walks
-    /// stay a few links longer until the next move).
-    ShortcutNotNoted,
-}
 
 /// A change of one of this DC's records an acquire makes before it answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,9 +36,10 @@ use homing_core::{
 
 use crate::change::{Change, expire};
 use crate::effect::{StoreOp, Stored, unasked};
+use crate::event::NodeEvent;
 use crate::failure::Failure;
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 use crate::waiters::{Handoff, QueueOp, Queued, Ticket};

@@ -64,6 +64,7 @@ pub mod change;
 pub mod dc_lease;
 pub mod drain;
 pub mod effect;
+pub mod event;
 pub mod failure;
 #[cfg(test)]
 mod fixture;
@@ -87,8 +88,7 @@ pub mod walk;
 pub mod watch;
 
 pub use acquire::{
-    AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquireRequest, CONNECT_GLOBAL_READ,
-    CONTENDED_ANSWER_MS, member_named,
+    AWAIT_RETRY_MS, Acquire, AcquireRequest, CONNECT_GLOBAL_READ, CONTENDED_ANSWER_MS, member_named,
 };
 pub use await_vacant::{AwaitVacant, settled};
 pub use cancel::Cancellations;
@@ -96,21 +96,22 @@ pub use change::{Change, Changed};
 pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
 pub use drain::Drain;
 pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored};
+pub use event::{AcquireEvent, NodeEvent, ReconcileEvent, UpkeepEvent};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use link::LinkOnward;
 pub use log_follow::{Followed, LogFollower};
 pub use memory::{MEMORY_ENTRIES_DEFAULT, Memory, MemoryLimits};
 pub use mutation::{Mutation, Mutations};
-pub use reconcile::{Reconcile, ReconcileEvent, Resumption};
+pub use reconcile::{Reconcile, Resumption};
 pub use resolve::{Resolve, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, KeyRecords, SCAN_PAGE_RECORDS};
 pub use serve::{KEY_RECORDS_PAGE, NodeConfig, Serve};
-pub use step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+pub use step::{Answer, Effect, Now, Step, Stepper};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError};
-pub use upkeep::{Upkeep, UpkeepEvent, UpkeepLimits};
+pub use upkeep::{Upkeep, UpkeepLimits};
 pub use waiters::{Full, Handoff, Notified, QueueOp, Queued, Ticket, WaitLimits, Waiters, Wake};
 pub use walk::{Walk, WalkPoll};
 pub use watch::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX, WatchRead, Watched};

@@ -29,9 +29,10 @@ use homing_core::{
 
 use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, Stored, unasked};
+use crate::event::{NodeEvent, ReconcileEvent};
 use crate::failure::Failure;
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::{Update, UpdateError};
 
@@ -47,16 +48,6 @@ pub const PAGE_SUCCESSIONS: usize = 128;
 pub struct Resumption {
     number: u64,
     after: ReservationId,
-}
-
-/// What a reconciliation did, for the driver's logs and counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReconcileEvent {
-    /// A takeover was applied: its record now links to the winner.
-    Superseded(Succession),
-    /// A takeover names a reservation this DC's store has no record of
-    /// (skipped: nothing here acts for it).
-    Unknown(ReservationId),
 }
 
 #[derive(Debug)]

@@ -14,8 +14,9 @@ use homing_core::{
 use crate::Failure;
 use crate::change::Change;
 use crate::effect::{StoreOp, Stored, unasked};
+use crate::event::NodeEvent;
 use crate::mutation::Mutations;
-use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 

@@ -39,12 +39,13 @@ use homing_core::{
 use crate::change::{Change, Changed};
 use crate::drain::Drain;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
+use crate::event::NodeEvent;
 use crate::failure::Failure;
 use crate::link::LinkOnward;
 use crate::mutation::Mutations;
 use crate::resolve::{Resolve, answered, owned_here};
 use crate::scan::{KeyRecords, SCAN_PAGE_RECORDS, next_cursor};
-use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 

@@ -25,15 +25,13 @@
 
 use homing_core::{
     AwaitReply, DcId, FencingToken, Key, LeaseKey, LinkReply, Namespace, ReservationId, Segment,
-    Shortcut, ShortcutNotice, StoreTime,
+    StoreTime,
 };
 
-use crate::acquire::AcquireEvent;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
+use crate::event::NodeEvent;
 use crate::failure::Failure;
-use crate::reconcile::ReconcileEvent;
 use crate::time::NodeTime;
-use crate::upkeep::UpkeepEvent;
 use crate::waiters::{QueueOp, Queued};
 
 /// What a stepper asks of its driver.
@@ -216,57 +214,6 @@ impl<T> Step<T> {
             Step::Done(done) => Step::Done(f(done)),
         }
     }
-}
-
-/// Something a stepper noted for its node: what to remember, log or count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeEvent {
-    /// A walk (a drain's, or an acquire's connect) proved `member` of
-    /// `key`'s chain: the node's hint for the key's next walk (kept if
-    /// further than the one it has).
-    Learned {
-        /// The key.
-        key: Key,
-        /// The member proved.
-        member: Shortcut,
-    },
-    /// An operator's drain stopped this lease's renewals.
-    Drained(ReservationId),
-    /// What a reconciliation did with one takeover of this DC's tails.
-    Reconciled(ReconcileEvent),
-    /// What an upkeep pass did.
-    Upkeep(UpkeepEvent),
-    /// What happened inside an acquire.
-    Acquire(AcquireEvent),
-    /// An acquire linked the key's chain and another DC holds the key's
-    /// entry: tell it (best effort, not awaited) of the new member.
-    Shortcut(ShortcutNotice),
-    /// A waiter expired the lapsed holder of this reservation (the reaper
-    /// had not yet).
-    HolderExpired(ReservationId),
-    /// A peer's link of this DC's tail `from` was answered `reply`
-    /// (`superseded`: the tail had been taken over first).
-    Link {
-        /// The tail asked to link onward.
-        from: ReservationId,
-        /// The successor asked for.
-        to: ReservationId,
-        /// The answer.
-        reply: LinkReply,
-        /// Whether the tail continues as a takeover's winner instead.
-        superseded: bool,
-    },
-    /// A host's cancel looked among the key's records for the grant made
-    /// under its lease: the one it releases, or none.
-    CancelFound(Option<ReservationId>),
-    /// An operator force-released this reservation, fenced by `token`: its
-    /// holder may run until its hard deadline.
-    ForceReleased {
-        /// The reservation.
-        reservation: ReservationId,
-        /// Its token.
-        token: FencingToken,
-    },
 }
 
 /// A request's handling as a sans-IO state machine (see the module doc).

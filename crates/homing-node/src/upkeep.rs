@@ -42,15 +42,16 @@
 use std::collections::VecDeque;
 
 use homing_core::{
-    BadRecord, DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordState,
-    ReservationId, Segment, StoreTime,
+    DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordState, ReservationId,
+    Segment, StoreTime,
 };
 
 use crate::change::{Change, expire};
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
+use crate::event::{NodeEvent, UpkeepEvent};
 use crate::failure::Failure;
 use crate::mutation::{Mutation, Mutations};
-use crate::step::{Answer, Effect, NodeEvent, Now, Step, Stepper};
+use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 
@@ -67,37 +68,6 @@ pub struct UpkeepLimits {
     pub orphan_age_ms: u64,
     /// Events kept for watchers (`None`: the log is not trimmed).
     pub events_retained: Option<u64>,
-}
-
-/// What happened in a pass, for logs and counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpkeepEvent {
-    /// A lapsed lease was released as expired.
-    Reaped(ReservationId),
-    /// A proven orphan was abandoned.
-    Abandoned(ReservationId),
-    /// A record was proven a member of its chain (and settled, if `true`).
-    Confirmed(ReservationId, bool),
-    /// An index entry whose record could not be read back: skipped.
-    BadRecord(BadRecord),
-    /// A reap or an abandon failed (tried again next pass).
-    ChangeFailed(ReservationId, Failure),
-    /// Reading the index failed: the pass stopped early.
-    ScanFailed(Failure),
-    /// Settling a proven member failed (it is proven again next pass).
-    SettleFailed(ReservationId, Failure),
-    /// Events before this one were trimmed.
-    Trimmed(EventSeq),
-    /// Reading or trimming the event log failed.
-    TrimFailed(Failure),
-    /// The pass ended: leases counted, and the log's last event if read.
-    PassDone {
-        /// Leases not due for the reaper when it read the index (`None`:
-        /// it did not finish reading).
-        active: Option<u64>,
-        /// The event log's last sequence number.
-        event_head: Option<EventSeq>,
-    },
 }
 
 #[derive(Debug)]
@@ -575,7 +545,7 @@ mod tests {
 
     use std::collections::{BTreeMap, BTreeSet};
 
-    use homing_core::{FencingToken, Key, KeyName, Link, RunOutcome};
+    use homing_core::{BadRecord, FencingToken, Key, KeyName, Link, RunOutcome};
 
     use super::*;
     use homing_core::{ErrorKind, ErrorReply, Written};
