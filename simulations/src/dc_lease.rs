@@ -21,6 +21,7 @@ use crate::counter::{Counter, Timing};
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
 };
+use homing_node::dc_lease::MARKS_WAIT_MS;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
@@ -30,10 +31,6 @@ use crate::dc::{Next, Task};
 use crate::sim::{Event, Sim};
 use crate::store::{Asked, StoreOp};
 use homing_node::StoreOp as DcOp;
-
-/// How long a write waits for a renewal that publishes the marks its
-/// record needs before it fails as unavailable (homingd's `MARKS_WAIT_MS`).
-pub const MARKS_WAIT_MS: u64 = 5_000;
 
 /// The DC-lease terms homingd derives from a lease policy by default: a DC
 /// lease of twice the host lease, renewed every tenth of it.

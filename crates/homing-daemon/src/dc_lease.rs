@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::{DcId, DcLeaseState, DcRecord, DcTerms};
+use homing_node::dc_lease::MARKS_WAIT_MS;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, NodeTime, StartCheck, start_check};
 use homing_store::{DcStore, GlobalStore, StoreError};
@@ -19,10 +20,6 @@ use crate::metrics::Metrics;
 /// The least time one renewal (or the late start-up check) may take before
 /// it counts as failed.
 pub const RENEW_TIMEOUT_MIN: Duration = Duration::from_secs(3);
-
-/// How long a write waits for a renewal that publishes the marks its record
-/// needs before it fails as unavailable.
-pub const MARKS_WAIT_MS: u64 = 5_000;
 
 /// Why homingd refuses to serve a DC, from what the global store keeps about it.
 #[derive(Debug, Error)]

@@ -29,6 +29,10 @@ pub const TOKEN_HEADROOM: u64 = 1 << 20;
 /// How soon a failed renewal is tried again, ms (capped by the renewal period).
 pub const RENEW_RETRY_MS: u64 = 250;
 
+/// How long a write waits for a renewal that publishes the marks its record
+/// needs before it fails as unavailable, ms.
+pub const MARKS_WAIT_MS: u64 = 5_000;
+
 /// What a DC may do at start, from what the global store keeps about it
 /// (its published marks, whether it was retired) and its own store's
 /// allocator bound ([`start_check`]).
