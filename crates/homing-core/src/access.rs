@@ -186,7 +186,7 @@ mod tests {
         let shortcut = Request::Shortcut {
             key: key.clone(),
             entry: id.clone(),
-            shortcut: crate::chain::Shortcut {
+            shortcut: crate::link::Shortcut {
                 to: "fra.1".parse().unwrap(),
                 token: FencingToken::new(2),
             },

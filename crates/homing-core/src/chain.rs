@@ -31,6 +31,9 @@ use crate::key::Key;
 use crate::record::TailView;
 use crate::reservation::ReservationId;
 
+// Their public paths from before `link`; other crates use `chain::Link`.
+pub use crate::link::{Link, Shortcut};
+
 /// Default bound on hops (links followed plus shortcuts taken) in one walk.
 pub const HOP_LIMIT_DEFAULT: usize = 16;
 /// Largest hop limit a caller may configure.
@@ -46,43 +49,6 @@ pub const NODE_ABSENT_TTL_MS_DEFAULT: u64 = 500;
 /// default), ms; the simulated routers use it too. A router's `NotFound`
 /// may thus be this plus [`NODE_ABSENT_TTL_MS_DEFAULT`] old.
 pub const RESOLVER_ABSENT_TTL_MS_DEFAULT: u64 = 250;
-
-/// A link `from → to`, immutable once written.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Link {
-    /// The released reservation.
-    pub from: ReservationId,
-    /// The reservation it continues as.
-    pub to: ReservationId,
-    /// `from`'s token when it was linked (its last holder's); `to`'s is higher.
-    pub token: FencingToken,
-}
-
-/// A later member of a key's chain and its token when it joined: a hint a
-/// walker may jump to (checked when it gets there).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Shortcut {
-    /// The member.
-    pub to: ReservationId,
-    /// Its token when it joined the chain; its record's token is at least this.
-    pub token: FencingToken,
-}
-
-impl Shortcut {
-    /// Whether this member is further along the chain than `known` (tokens
-    /// only rise along a chain): what a record, a DC or a resolver keeps.
-    pub fn is_past(&self, known: Option<&Shortcut>) -> bool {
-        known.is_none_or(|known| self.token > known.token)
-    }
-
-    /// The further along of two members of one chain, if any.
-    pub fn furthest(a: Option<Shortcut>, b: Option<Shortcut>) -> Option<Shortcut> {
-        match (a, b) {
-            (Some(a), Some(b)) if b.is_past(Some(&a)) => Some(b),
-            (a, b) => a.or(b),
-        }
-    }
-}
 
 /// What one DC knows about a run of its own reservations: the links it
 /// followed inside itself, then the tail if the chain ends there, and the

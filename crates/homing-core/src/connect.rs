@@ -37,16 +37,17 @@ use thiserror::Error;
 
 use crate::DcLeaseState;
 use crate::actor::ActorId;
-use crate::chain::{ChainError, ChainNeed, ChainPoll, ChainWalk, Segment, Shortcut, Source};
+use crate::chain::{ChainError, ChainNeed, ChainPoll, ChainWalk, Segment, Source};
 use crate::dc::DcId;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::lease::{Deadlines, LeasePolicy};
+use crate::link::{Shortcut, Succession};
 use crate::record::{
     ActivateReply, DcRecord, Holding, LinkReply, PreviousRun, TailState, TailView,
 };
 use crate::reservation::ReservationId;
-use crate::succession::{Succession, TakeOverReply, TakeoverPolicy};
+use crate::succession::{TakeOverReply, TakeoverPolicy};
 use crate::succession::{confirmation_of, superseding, takeover_link_token};
 use crate::time::StoreTime;
 

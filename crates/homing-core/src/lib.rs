@@ -39,6 +39,7 @@ pub mod key;
 pub mod label;
 pub mod lease;
 pub mod lease_key;
+pub mod link;
 pub mod reachability;
 pub mod record;
 pub mod reservation;
@@ -49,8 +50,8 @@ pub mod wire;
 pub use access::{Identity, Role, authorize};
 pub use actor::ActorId;
 pub use chain::{
-    ChainError, ChainNeed, ChainPoll, ChainWalk, Jump, Link, LocalSegment, Segment, SegmentError,
-    Shortcut, Source, Walked,
+    ChainError, ChainNeed, ChainPoll, ChainWalk, Jump, LocalSegment, Segment, SegmentError, Source,
+    Walked,
 };
 pub use connect::{
     AcquireReply, Connect, ConnectError, ConnectNeed, ConnectPoll, Grant, Holder, ShortcutNotice,
@@ -66,12 +67,13 @@ pub use key::{Key, KeyConfig, KeyName, KeyRef, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
 pub use lease_key::LeaseKey;
+pub use link::{Link, Shortcut, Succession, SuccessionCause};
 pub use record::{
     ActivateReply, DcRecord, FailureReason, Holding, LinkReply, PreviousRun, RecordState,
     RecordView, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState,
     TailView, Transition,
 };
 pub use reservation::{ReservationId, ReservationRef};
-pub use succession::{Succession, SuccessionCause, TakeOverReply, TakeoverPolicy};
+pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
 pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};

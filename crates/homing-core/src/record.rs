@@ -24,14 +24,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::actor::ActorId;
-use crate::chain::Shortcut;
 use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::label::{LabelRule, label_type};
 use crate::lease::{Deadlines, LeasePolicy};
 use crate::lease_key::LeaseKey;
+use crate::link::{Shortcut, Succession};
 use crate::reservation::ReservationId;
-use crate::succession::Succession;
 use crate::time::{HostTime, StoreTime};
 
 /// A DC's record of one reservation it owns.

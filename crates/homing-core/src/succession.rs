@@ -21,31 +21,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::chain::Link;
 use crate::dc_lease::{DcLeaseState, DcStanding};
 use crate::fencing::FencingToken;
+use crate::link::Link;
 use crate::record::DcRecord;
 use crate::reservation::ReservationId;
 
-/// Who continues `link.from`: written once, never changed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Succession {
-    /// `from` continued as `to`; `token` is at least `from`'s last token and
-    /// below `to`'s first.
-    pub link: Link,
-    /// How it was decided.
-    pub cause: SuccessionCause,
-}
+// Their public paths from before `link`.
+pub use crate::link::{Succession, SuccessionCause};
 
-/// How a succession was decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum SuccessionCause {
-    /// `from`'s DC linked it (a move): the mover confirmed the link.
-    Moved,
-    /// `from`'s DC was expired, and another DC took the key over.
-    TakenOver,
-}
-
+// The type is in `link`, so that `record` can name it without importing this
+// module, which reads records; its constructors stay here with the token rule
+// `taken_over` applies.
 impl Succession {
     /// A move: `from`'s DC linked `from` (token `token`) to `to`.
     pub fn moved(from: ReservationId, to: ReservationId, token: FencingToken) -> Succession {

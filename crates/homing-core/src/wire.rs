@@ -7,18 +7,18 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use thiserror::Error;
 
 use crate::actor::ActorId;
-use crate::chain::{Segment, Shortcut};
+use crate::chain::Segment;
 use crate::connect::AcquireReply;
 use crate::dc::DcId;
 use crate::event::{Event, EventSeq};
 use crate::fencing::FencingToken;
 use crate::key::{Key, KeyConfig, NamespaceScope};
 use crate::lease_key::LeaseKey;
+use crate::link::{Shortcut, Succession};
 use crate::record::{
     DcRecord, LinkReply, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
 };
 use crate::reservation::ReservationId;
-use crate::succession::Succession;
 use crate::time::HostTime;
 
 /// The protocol version; a peer speaking another one is refused at the handshake.
@@ -33,7 +33,7 @@ pub const FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Longest human-readable message in an error reply, in bytes.
 pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
 
-/// A request; the roles allowed to send each are in [`crate::access`].
+/// A request; the roles allowed to send each are in [`authorize`](crate::authorize).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Where does `key` live? Answered with [`Reply::Resolved`].
