@@ -359,7 +359,9 @@ pub(crate) fn check_limit(limit: usize) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homing_core::{ActorId, FencingToken, HostTime, Key, KeyName, LeasePolicy, StoreTime};
+    use homing_core::{
+        ActorId, FencingToken, HostTime, Key, KeyName, LeaseKey, LeasePolicy, StoreTime,
+    };
 
     #[test]
     fn only_a_write_or_a_retry_after_an_unknown_outcome_counts_as_landed() {
@@ -371,7 +373,7 @@ mod tests {
             None,
             &homing_core::Holding {
                 actor: ActorId::new("a").unwrap(),
-                lease: crate::conformance::lease(),
+                lease: LeaseKey::from_bytes([1; 16]).unwrap(),
                 host_time: HostTime::from_ms(0),
             },
             StoreTime::from_ms(0),

@@ -11,10 +11,9 @@
 
 use homing_core::{
     BadRecord, DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, Key, KeyName,
-    Namespace, NamespaceScope, RecordState, ReservationId, StoreTime, wire,
+    Namespace, NamespaceScope, RecordState, ReservationId, ScanCursor, StoreTime, wire,
 };
 
-use crate::dc::ScanCursor;
 use crate::error::StoreError;
 
 /// Largest encoded record a backend accepts, in bytes: one wire frame, so a
