@@ -24,7 +24,7 @@ use homing_net::Handler;
 use homing_node::{
     Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, AwaitVacant,
     Cancellations, DrainScope, Effect, JOINS_MAX, Mutations, NodeConfig, NodeEvent, Now, Reconcile,
-    ReconcileEvent, Resumption, Serve, Step, Stepper, WatchRead,
+    ReconcileEvent, Resumption, Serve, Step, Stepper, UpkeepEvent, WatchRead,
 };
 use homing_node::{Memory, MemoryLimits};
 use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
@@ -534,7 +534,7 @@ impl Node {
             ),
             NodeEvent::Reconciled(ReconcileEvent::Unknown(id)) => tracing::warn!(reservation = %id,
                 "a takeover names a reservation this dc store has no record of"),
-            NodeEvent::Upkeep(event) => crate::upkeep::report(self, event),
+            NodeEvent::Upkeep(event) => log_upkeep(&self.metrics, event),
             NodeEvent::Acquire(event) => log_acquire(event),
             NodeEvent::Shortcut(notice) => self.tell_shortcut(notice),
             NodeEvent::HolderExpired(id) => {
@@ -778,6 +778,40 @@ impl<'a> Parked<'a> {
 impl Drop for Parked<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Logs and metrics for one upkeep event.
+fn log_upkeep(metrics: &Metrics, event: UpkeepEvent) {
+    match event {
+        UpkeepEvent::Reaped(id) => tracing::info!(reservation = %id, "lease expired, reaped"),
+        UpkeepEvent::Abandoned(id) => tracing::info!(reservation = %id, "orphan abandoned"),
+        UpkeepEvent::Confirmed(id, settled) => {
+            tracing::debug!(reservation = %id, settled, "in its chain")
+        }
+        UpkeepEvent::BadRecord(bad) => {
+            metrics.upkeep_bad_record();
+            tracing::warn!(reservation = %bad.entry, reason = %bad.reason, "unreadable record skipped by the upkeep")
+        }
+        UpkeepEvent::SettleFailed(id, f) => {
+            tracing::warn!(reservation = %id, error = %f.into_reply(), "settling a proven member failed")
+        }
+        UpkeepEvent::ChangeFailed(id, f) => {
+            tracing::warn!(reservation = %id, error = %f.into_reply(), "reap or abandon failed")
+        }
+        UpkeepEvent::ScanFailed(f) => {
+            tracing::warn!(error = %f.into_reply(), "upkeep pass stopped early")
+        }
+        UpkeepEvent::Trimmed(before) => tracing::info!(before, "trimmed events"),
+        UpkeepEvent::TrimFailed(f) => tracing::warn!(error = %f.into_reply(), "event trim failed"),
+        UpkeepEvent::PassDone { active, event_head } => {
+            if let Some(active) = active {
+                metrics.set_active_leases(active);
+            }
+            if let Some(head) = event_head {
+                metrics.set_event_head(head);
+            }
+        }
     }
 }
 
