@@ -1,5 +1,5 @@
 //! A simulated DC: its durable state (records, the ID allocator — durable
-//! at commit), its volatile state (the global-entry cache, in-flight
+//! at commit), its volatile state (its memory of the global store, in-flight
 //! requests — lost in a crash), its clock, and its request handling, which
 //! drives homing-node as `homing-daemon`'s `Node` does: every request runs
 //! as a homing-node stepper in `crate::stepper`'s loop (an acquire, a

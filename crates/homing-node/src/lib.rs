@@ -1,59 +1,102 @@
-//! homing-node: the request handling of one DC as sans-IO parts, in the
+//! homing-node: one DC's request handling as sans-IO steppers, in the
 //! shape of quinn-proto (DESIGN.md §7.1). No tokio, no sockets, no clock
 //! reads, no entropy: both clocks come in as arguments — [`NodeTime`], the
 //! node's own monotonic clock for its timers, and `homing_core::StoreTime`,
-//! the DC store's clock in which leases expire — and every decision is
-//! taken here, so `homingd` (tokio, real stores, QUIC) and the simulator
-//! (its event queue, in-memory stores) run the same code.
+//! the DC store's clock in which leases expire. The steppers are the
+//! connections: each request (and each of the DC's own passes) is a
+//! [`Stepper`] that asks one [`Effect`] at a time, is handed one [`Answer`]
+//! back, and notes [`NodeEvent`]s for its node between steps. Every decision
+//! is taken here; homingd (`Node::drive` in crates/homing-daemon) and the
+//! simulator (`Sim::step_drive` in simulations/) only perform the effects,
+//! so both run the same code. Where each driver performs each effect:
+//! docs/ARCHITECTURE.md, the table under homing-node.
 //!
-//! Moved here so far:
+//! # The step vocabulary
 //!
-//! - [`effect`]: what a stepper asks of the DC's own store ([`StoreOp`])
-//!   and what it answered ([`Stored`]), one vocabulary for every stepper;
-//! - [`step`]: one [`Effect`] out and one [`Answer`] in for the steppers a
-//!   driver runs with one loop ([`Stepper`]), and the [`NodeEvent`]s they
-//!   note for their node;
-//! - [`waiters`]: the parked acquirers of a DC — FIFO per reservation,
-//!   bounded, hand-off window, who is woken by which write;
-//! - [`change`]: which transition each change of a record makes (renew,
-//!   release, link, drain, expire, abandon);
-//! - [`update`]: read → transition → compare-and-set of one record,
-//!   bounded retries, the owner check, and how each failure is answered;
-//! - [`acquire`]: the wait around a connect — await the holder, retry an
-//!   unreachable DC, the last look, the grant after a wait;
-//! - [`failure`]: unreachable vs refused, which every retry rests on;
-//! - [`await_vacant`]: one waiter's loop — first look, register, re-read,
-//!   park until the earliest timer, expire a lapsed holder, time out.
+//! - [`step`]: [`Effect`] out, [`Answer`] in, with both clocks ([`Now`]);
+//!   [`Step`] (ask or done) and the [`Stepper`] trait every driver loops on.
+//! - [`effect`]: the store operations inside `Effect::Store` and
+//!   `Effect::Global` — [`StoreOp`] / [`Stored`] for the DC's own store,
+//!   [`GlobalOp`] / [`GlobalAnswer`] for the global store, and how current
+//!   a global read must be ([`GlobalRead`]).
+//! - [`event`]: what a stepper notes for its node ([`NodeEvent`]): a chain
+//!   member to remember, a drain, a reconciled takeover, what an acquire or
+//!   an upkeep pass did, a new member to tell another DC's entry of.
+//! - [`failure`]: how a step failed ([`Failure`]): unreachable (worth
+//!   trying again within a wait), refused, or lied; which answers disown a
+//!   reservation ([`Failure::disowns`]).
+//! - [`time`]: the node's monotonic clock ([`NodeTime`]).
 //!
-//! - [`drain`]: find the tail, drain it here or forward once;
-//! - [`retries`]: a host's retried acquire joins the one still running;
-//! - [`cancel`]: which grant a host's cancel releases, and the cancelled
-//!   lease keys an acquire still running must honour;
-//! - [`dc_lease`]: the DC's own lease in the global store — when to renew,
-//!   which host leases it covers, which marks a write needs published;
-//! - [`key_quota`]: how many keys a DC may create per namespace (each keeps
-//!   a global entry forever);
-//! - [`upkeep`]: passes over the DC's records — reap lapsed leases, abandon
-//!   proven orphans, trim the event log;
-//! - [`log_follow`]: which records to look at again when the DC's event log
-//!   moves (another homingd of the same DC wrote them);
+//! # Requests
 //!
-//! - [`watch`]: a watcher's cursor rules — trimmed or foreign cursors
-//!   refused, scope, reply bounds, when to park;
-//! - [`scan`]: pages of an operator's scan, a drain scope's page, one
-//!   key's records for `Inspect` and `Cancel`;
-//! - [`resolve`]: a DC's answer to `Resolve` (the entry, and its own
-//!   segment while it answers for its tails) and to `ResolveReservation`;
-//! - [`serve`]: one request from arrival to reply — which stepper answers
-//!   it, the checks on arrival, the reply its outcome becomes;
+//! - [`serve`]: one request from arrival to reply ([`Serve`]): which
+//!   stepper answers it, the checks on arrival, the reply its outcome
+//!   becomes. Every request but four runs through it; an acquire, an await,
+//!   a watch and a drain-scope page run their own steppers (below).
+//! - [`resolve`]: `Resolve` ([`Resolve`]: the global entry, plus this DC's
+//!   segment when the entry is its own) and `ResolveReservation` (only for
+//!   the DC's own reservations; a tail only while it answers for its tails).
+//! - [`update`]: one change of one record ([`Update`]): read → transition →
+//!   compare-and-set, bounded retries, the owner check, the error replies.
+//!   `Renew`, `Release`, `ForceRelease` and `Shortcut` are one update each.
+//! - [`change`]: which record transition each change makes ([`Change`]:
+//!   renew, release, force release, cancel, shortcut, link, drain, expire,
+//!   abandon, supersede).
+//! - [`link`]: a peer's `Link` at its tail's DC ([`LinkOnward`]): the
+//!   request's checks, the supersede check, then the link's update.
 //! - [`supersede`]: before a record links onward, its succession confirmed
-//!   in the global store, or the record superseded by the takeover's winner;
-//! - [`reconcile`]: a DC back from a lapsed lease applies the takeovers of
-//!   its tails made meanwhile before it grants again.
+//!   in the global store, or the record superseded by a takeover's winner.
+//! - [`drain`]: an operator's `Drain` ([`Drain`]): drain the tail here, or
+//!   forward once to the tail's DC (a forwarded drain never forwards again).
+//! - [`walk`]: a drain's walk of the chain ([`Walk`]): the entry's latest
+//!   replica, the remembered hint, the fallback when the hint is disowned.
+//! - [`scan`]: `Scan` pages and their cursor, a `DrainScope` page
+//!   ([`DrainScope`]), and the read of one key's records that `Inspect` and
+//!   `Cancel` make ([`KeyRecords`]).
+//! - [`watch`]: `Watch` ([`WatchRead`]): a watcher's cursor rules (trimmed
+//!   or foreign cursors refused), scope, reply bounds, when to park.
+//! - [`await_vacant`]: `Await`, one waiter's loop ([`AwaitVacant`]): first
+//!   look, join the queue, re-read, park, expire a lapsed holder, time out.
+//! - [`acquire`]: `Acquire` ([`Acquire`]): the wait around homing-core's
+//!   `Connect` — cover and admission, await the holder, pause and retry an
+//!   unreachable DC, the last look, the grant after a wait.
+//! - [`cancel`]: `Cancel`: which grant a host's cancel releases
+//!   ([`cancel::target`]).
+//! - [`retries`]: a host's retried acquire joins the one still running
+//!   ([`AcquiresInFlight`]).
 //!
-//! [`mutation`] lets tests break a rule inside this crate on purpose (cargo
-//! feature `mutations`), so a simulator sweep that catches it is evidence
-//! about the code homingd runs.
+//! # DC-wide state
+//!
+//! - [`memory`]: what the DC remembers of the global store ([`Memory`]):
+//!   [`Memory::recall`] answers an op without I/O when it can,
+//!   [`Memory::learn`] keeps what never changes, [`Memory::hint`] and
+//!   [`Memory::remember`] the furthest chain member per key.
+//! - [`waiters`]: the DC's parked waiters ([`Waiters`]): FIFO per
+//!   reservation, bounds, the hand-off window, who a write wakes.
+//! - [`cancel`]'s [`Cancellations`]: the lease keys of cancels an acquire
+//!   still running must honour.
+//! - [`dc_lease`]: the DC's own lease ([`DcLease`]): when to renew, which
+//!   host leases it covers, whether it answers for its tails, which marks a
+//!   write needs published, the reconciliation owed after a regain.
+//! - [`key_quota`]: how many keys the DC may create per namespace
+//!   ([`KeyQuota`]; each key keeps a global entry forever).
+//! - [`log_follow`]: which records to look at again when the DC's event
+//!   log moves under another homingd's writes ([`LogFollower`]).
+//!
+//! # Passes
+//!
+//! - [`upkeep`]: a pass over what the expiry index says is due
+//!   ([`Upkeep`]): reap lapsed leases, abandon proven orphans, settle
+//!   proven members, trim the event log.
+//! - [`reconcile`]: a DC back from a lapsed lease applies the takeovers of
+//!   its tails made meanwhile before it grants again ([`Reconcile`]).
+//!
+//! # Tests
+//!
+//! - [`mutation`]: rules a test breaks on purpose (cargo feature
+//!   `mutations`), so a simulator sweep that catches it is evidence about
+//!   the code homingd runs.
+//! - `fixture` (tests only): the records the unit tests start from.
 
 #![forbid(unsafe_code)]
 
