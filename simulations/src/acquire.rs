@@ -104,7 +104,11 @@ impl Sim {
             self.dcs[d].tasks.insert(tid, task);
             let origin = AwaitFor::Local { acquire: tid };
             let me = NodeId::Dc(d as u16);
-            return self.await_start(d, me, 0, key, reservation, remaining_ms, origin);
+            let now = self.node_now(d);
+            let wait = self.dcs[d]
+                .endpoint
+                .await_vacant(reservation, remaining_ms, now);
+            return self.await_start(d, me, 0, key, wait, origin);
         };
         let timeout_us = self.request_timeout_us + u64::from(remaining_ms) * 1000;
         let request = Request::Await {

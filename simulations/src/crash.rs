@@ -3,7 +3,7 @@
 //! registered with it lost with their connections, its store kept or lost.
 
 use homing_core::AwaitReply;
-use homing_node::{Cancellations, StoreOp as DcOp};
+use homing_node::StoreOp as DcOp;
 use homing_store::memory::MemoryDc;
 
 use crate::counter::Counter;
@@ -35,9 +35,7 @@ impl Sim {
         self.dcs[d].upkeep = Some(self.fresh_upkeep(d));
         let dc = &mut self.dcs[d];
         dc.woken.clear();
-        dc.memory = Dc::fresh_memory(self.rules.mutations);
-        dc.cancelled = Cancellations::default();
-        dc.in_flight.clear();
+        dc.endpoint = Dc::fresh_endpoint(&dc.id, &self.policy, self.rules.mutations);
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
         self.checker.wake.on_dc_crash(self.now, d as u16);

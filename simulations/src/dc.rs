@@ -18,15 +18,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
     AwaitReply, DcId, ErrorKind, ErrorReply, Key, LeasePolicy, Reply, Request, ReservationId,
-    ShortcutNotice, TakeOverReply, chain::HOP_LIMIT_DEFAULT,
+    ShortcutNotice, TakeOverReply, TakeoverPolicy, chain::HOP_LIMIT_DEFAULT,
 };
 
 use homing_store::memory::MemoryDc;
 
 use homing_node::{
-    Acquire, AcquireRequest, AcquiresInFlight, Answer, Arrival, Cancellations, Failure,
-    GlobalAnswer, GlobalOp, MEMORY_ENTRIES_DEFAULT, Memory, MemoryLimits, Mutations, NodeConfig,
-    NodeTime, Serve, StoreOp as DcOp, Upkeep, WaitLimits, Waiters,
+    Answer, Dispatch, Endpoint, EndpointConfig, Failure, GlobalAnswer, GlobalOp, Handling,
+    MEMORY_ENTRIES_DEFAULT, MemoryLimits, Mutations, NodeConfig, NodeTime, StoreOp as DcOp, Upkeep,
+    WaitLimits, Waiters,
 };
 
 use crate::clock::NodeClock;
@@ -66,13 +66,11 @@ pub struct Dc {
     pub up_since_us: u64,
     /// When it last crashed, true µs.
     pub down_since_us: u64,
-    /// Volatile: what it remembers of the global store (homing-node's
-    /// [`Memory`], as homingd's node keeps it).
-    pub(crate) memory: Memory,
-    /// Volatile: lease keys of acquires their hosts cancelled (homingd's `cancelled`).
-    pub(crate) cancelled: Cancellations,
-    /// Volatile: acquires running, with the hosts' retries that joined them.
-    pub(crate) in_flight: AcquiresInFlight<(NodeId, u64, u32)>,
+    /// Volatile: the DC as homing-node's endpoint — dispatch, retried
+    /// acquires, cancellations, its memory of the global store — as
+    /// homingd's node keeps it (a joined retry is answered to its client,
+    /// RPC and trace key).
+    pub(crate) endpoint: Endpoint<(NodeId, u64, u32)>,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
     pub(crate) peer_rpcs: BTreeMap<u64, (u64, u16)>,
@@ -91,8 +89,6 @@ pub struct Dc {
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
     pub(crate) lease: DcLeaseDriver,
-    /// What it is to the requests it serves (homing-node's [`Serve`]).
-    node: NodeConfig,
     pub(crate) next_task: u64,
 }
 
@@ -117,9 +113,7 @@ impl Dc {
             epoch: 0,
             up_since_us: 0,
             down_since_us: 0,
-            memory: Dc::fresh_memory(mutations),
-            cancelled: Cancellations::default(),
-            in_flight: AcquiresInFlight::default(),
+            endpoint: Dc::fresh_endpoint(&id, policy, mutations),
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
@@ -129,21 +123,29 @@ impl Dc {
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(policy, mutations),
-            node: NodeConfig {
-                dc: id,
-                policy: *policy,
-                hop_limit: HOP_LIMIT_DEFAULT,
-                mutations,
-            },
             next_task: 0,
         }
     }
 }
 
 impl Dc {
-    /// An empty memory of the global store, bounded as homingd's by default.
-    pub(crate) fn fresh_memory(mutations: Mutations) -> Memory {
-        Memory::new(MEMORY_LIMITS, mutations)
+    /// DC `id`'s endpoint as it starts: nothing remembered, nothing
+    /// running, its memory bounded as homingd's by default.
+    pub(crate) fn fresh_endpoint(
+        id: &DcId,
+        policy: &LeasePolicy,
+        mutations: Mutations,
+    ) -> Endpoint<(NodeId, u64, u32)> {
+        Endpoint::new(EndpointConfig {
+            node: NodeConfig {
+                dc: id.clone(),
+                policy: *policy,
+                hop_limit: HOP_LIMIT_DEFAULT,
+                mutations,
+            },
+            takeover: TakeoverPolicy::Automatic,
+            memory: MEMORY_LIMITS,
+        })
     }
 }
 
@@ -250,92 +252,43 @@ impl Sim {
     }
 
     fn dc_request(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, request: Request) {
-        let local = self.dcs[d].id.clone();
-        if self.dcs[d].closing.is_some() {
-            self.measurements.count(Counter::DcRefusedShuttingDown);
-            let reply = error(ErrorKind::Unavailable { dc: local }, "shutting down");
-            return self.dc_reply_to(d, client, rpc, key, reply);
-        }
-        let kind = match request {
-            Request::Acquire {
-                config,
-                actor,
-                lease,
-                host_time,
-                wait_ms,
-            } => {
-                let bits = u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64());
-                let request = AcquireRequest {
-                    key: config.key(bits),
-                    tag: config.tag,
-                    actor,
-                    lease,
-                    host_time,
-                    wait_ms,
-                };
-                // A host's retry of an acquire still running joins it.
-                let joining = (client, rpc, key);
-                match self.dcs[d].in_flight.arrive(&request.key, lease, joining) {
-                    Arrival::Run => {}
-                    Arrival::Joined => {
-                        self.measurements.count(Counter::AcquireRetryJoined);
-                        return;
-                    }
-                    Arrival::Full => {
-                        let e = error(ErrorKind::Overloaded, "too many retries of one acquire");
-                        return self.dc_reply_to(d, client, rpc, key, e);
-                    }
+        let peer = match client {
+            NodeId::Dc(c) => Some(self.dcs[usize::from(c)].id.clone()),
+            _ => None,
+        };
+        let (now, rng) = (self.node_now(d), &mut self.rng);
+        let bits = || u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64());
+        let dc = &mut self.dcs[d];
+        let dispatch =
+            dc.endpoint
+                .handle_request(peer.as_ref(), request, now, bits, (client, rpc, key));
+        let kind = match dispatch {
+            Dispatch::Refused(refused) => {
+                if self.dcs[d].endpoint.closing() {
+                    self.measurements.count(Counter::DcRefusedShuttingDown);
                 }
-                let hint = self.dcs[d].memory.hint(&request.key);
-                let acquire = Acquire::new(
-                    local,
-                    request,
-                    self.node_now(d),
-                    self.policy,
-                    HOP_LIMIT_DEFAULT,
-                    self.rules.mutations,
-                )
-                .with_hint(hint);
-                Stepping::Acquire(Box::new(AcquireJob {
-                    acquire,
-                    awaiting: None,
-                    generation: 0,
-                    paused: false,
-                }))
+                return self.dc_reply_to(d, client, rpc, key, Reply::Error(refused));
             }
-            Request::Await {
-                reservation,
-                wait_ms,
-            } => {
-                let origin = AwaitFor::Remote;
-                return self.await_start(d, client, rpc, key, reservation, wait_ms, origin);
+            Dispatch::Joined(_) => {
+                self.measurements.count(Counter::AcquireRetryJoined);
+                return;
             }
-            Request::Watch {
-                scope,
-                after,
-                wait_ms,
-            } => return self.watch_start(d, client, rpc, scope, after, wait_ms),
-            Request::DrainScope { .. } => {
-                let reply = error(ErrorKind::BadRequest, "not simulated");
-                return self.dc_reply_to(d, client, rpc, key, reply);
+            Dispatch::Run(Handling::Acquire(acquire)) => Stepping::Acquire(Box::new(AcquireJob {
+                acquire: *acquire,
+                awaiting: None,
+                generation: 0,
+                paused: false,
+            })),
+            Dispatch::Run(Handling::Await(wait)) => {
+                return self.await_start(d, client, rpc, key, *wait, AwaitFor::Remote);
             }
-            request => {
-                let peer = match client {
-                    NodeId::Dc(c) => Some(usize::from(c)),
-                    _ => None,
-                };
-                Stepping::Serve(Box::new(self.serve(d, peer, request)))
+            Dispatch::Run(Handling::Watch(read)) => {
+                return self.watch_start(d, client, rpc, *read);
             }
+            Dispatch::Run(Handling::DrainScope(page)) => Stepping::DrainScopePage(page),
+            Dispatch::Run(Handling::Serve(serve)) => Stepping::Serve(serve),
         };
         self.step_start(d, Task::new(client, rpc, key, kind));
-    }
-
-    /// `request` as DC `d` serves it, sent by DC `peer`'s node if given:
-    /// homing-node's [`Serve`].
-    pub(crate) fn serve(&mut self, d: usize, peer: Option<usize>, request: Request) -> Serve {
-        let peer = peer.map(|p| self.dcs[p].id.clone());
-        let dc = &mut self.dcs[d];
-        Serve::new(&dc.node, peer.as_ref(), request, |key| dc.memory.hint(key))
     }
 
     pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
@@ -453,7 +406,7 @@ impl Sim {
                 let mut parked = false;
                 if let Some(job) = task.kind.acquire() {
                     let (key, lease) = (job.acquire.key(), job.acquire.lease());
-                    answered.extend(self.dcs[d].in_flight.finish(key, lease));
+                    answered.extend(self.dcs[d].endpoint.acquire_ended(key, lease));
                     parked = job.acquire.waits();
                 }
                 // Invariant: `answered` starts with the task's own client.
@@ -587,7 +540,7 @@ impl Sim {
             return;
         }
         let now = self.node_now(d);
-        let landed = self.dcs[d].memory.learn(&set.write, landed, now);
+        let landed = self.dcs[d].endpoint.learn(&set.write, landed, now);
         let Some(task) = self.dcs[d].tasks.remove(&set.task) else {
             return;
         };

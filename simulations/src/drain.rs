@@ -33,7 +33,7 @@ impl Sim {
     /// An operator's drain of `key` (the trace's `key_index`) starts at DC
     /// `d`: nobody waits for its reply.
     fn drain_start(&mut self, d: usize, key_index: u32, key: Key) {
-        let serve = self.serve(d, None, Request::Drain { key });
+        let serve = self.dcs[d].endpoint.serve(None, Request::Drain { key });
         let kind = Stepping::Serve(Box::new(serve));
         self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, key_index, kind));
     }

@@ -30,6 +30,7 @@ impl Sim {
         }
         self.measurements.count(Counter::DcShutdownStarted);
         self.dcs[d].closing = Some(self.now);
+        self.dcs[d].endpoint.close();
         // Waiters: answered now (homingd's `Node::close`).
         let woken = self.dcs[d].waiters.wake_all(AwaitReply::TimedOut);
         if !woken.is_empty() {

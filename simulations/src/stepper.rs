@@ -34,6 +34,7 @@ pub(crate) enum Ended {
     Acquire(<homing_node::Acquire as Stepper>::Output),
     Serve(Reply),
     DrainScope(<homing_node::DrainScope as Stepper>::Output),
+    DrainScopePage(<homing_node::DrainScope as Stepper>::Output),
     Reconcile(<homing_node::Reconcile as Stepper>::Output),
     Upkeep,
     Await(<homing_node::AwaitVacant as Stepper>::Output),
@@ -117,6 +118,8 @@ pub(crate) enum Stepping {
     Serve(Box<homing_node::Serve>),
     /// A page of an operator's drain of the whole DC.
     DrainScope(Box<DrainScopeJob>),
+    /// A `DrainScope` request's page: homing-node's [`homing_node::DrainScope`].
+    DrainScopePage(Box<homing_node::DrainScope>),
     /// The DC's reconciliation of takeovers: homing-node's
     /// [`homing_node::Reconcile`].
     Reconcile(Box<homing_node::Reconcile>),
@@ -138,6 +141,7 @@ impl Stepping {
             Stepping::Acquire(job) => job.acquire.step(now).map(Ended::Acquire),
             Stepping::Serve(serve) => serve.step(now).map(Ended::Serve),
             Stepping::DrainScope(job) => job.page.step(now).map(Ended::DrainScope),
+            Stepping::DrainScopePage(page) => page.step(now).map(Ended::DrainScopePage),
             Stepping::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
             Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
             Stepping::Await(job) => job.wait.step(now).map(Ended::Await),
@@ -151,6 +155,7 @@ impl Stepping {
             Stepping::Acquire(job) => job.acquire.answer(answer, now),
             Stepping::Serve(serve) => serve.answer(answer, now),
             Stepping::DrainScope(job) => job.page.answer(answer, now),
+            Stepping::DrainScopePage(page) => page.answer(answer, now),
             Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
             Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
             Stepping::Await(job) => job.wait.answer(answer, now),
@@ -163,6 +168,7 @@ impl Stepping {
             Stepping::Acquire(job) => job.acquire.poll_event(),
             Stepping::Serve(serve) => serve.poll_event(),
             Stepping::DrainScope(job) => job.page.poll_event(),
+            Stepping::DrainScopePage(page) => page.poll_event(),
             Stepping::Reconcile(reconcile) => reconcile.poll_event(),
             Stepping::Upkeep(upkeep) => upkeep.poll_event(),
             Stepping::Await(job) => job.wait.poll_event(),
@@ -241,10 +247,11 @@ impl Sim {
         let next = loop {
             let step = stepping(&mut task).step(now.node);
             while let Some(event) = stepping(&mut task).poll_event() {
+                self.dcs[d].endpoint.note(&event);
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
-                    NodeEvent::Learned { key, member } => self.dcs[d].memory.remember(&key, member),
+                    NodeEvent::Learned { .. } => {}
                     NodeEvent::Drained(_) => match stepping(&mut task) {
                         Stepping::DrainScope(job) => job.drained += 1,
                         _ => self.measurements.count(Counter::KeyDrained),
@@ -297,6 +304,23 @@ impl Sim {
     /// succession and DC-lease reads fail at once; entries, confirms,
     /// takeovers and set-if-absent writes find out where they land.
     fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
+        let resolve = matches!(
+            effect,
+            Effect::Global(GlobalOp::Entry {
+                read: GlobalRead::Resolve,
+                ..
+            })
+        );
+        let now = self.node_now(d);
+        let effect = match self.dcs[d].endpoint.answer_at_once(effect, now) {
+            Ok(answer) => {
+                if resolve && answer == Answer::Global(Ok(GlobalAnswer::Entry(None))) {
+                    self.measurements.count(Counter::ResolveAbsentReusedAtDc);
+                }
+                return Performed::Now(answer);
+            }
+            Err(effect) => effect,
+        };
         match effect {
             Effect::Store(op) => {
                 if let Some(job) = task.kind.waiter_mut() {
@@ -350,11 +374,7 @@ impl Sim {
                 remaining_ms: wait_ms,
             }),
             Effect::Pause { until } => Performed::Later(Next::Pause(until)),
-            Effect::Cancellation { lease, note } => {
-                let now = self.node_now(d);
-                let cancelled = self.dcs[d].cancelled.answer(lease, note, now);
-                Performed::Now(Answer::Cancelled(cancelled))
-            }
+            Effect::Cancellation { .. } => unreachable!("the dc's endpoint answers it at once"),
             Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
             Effect::AnswersForTails => Performed::Now(Answer::ForTails(self.answers_for_tails(d))),
             Effect::AwaitLog { until } => Performed::Later(Next::AwaitLog(until)),
@@ -365,8 +385,8 @@ impl Sim {
         }
     }
 
-    /// How DC `d` performs the global-store operation `op` for `task`:
-    /// from its memory ([`homing_node::Memory`]) if it can; else a read
+    /// How DC `d` performs the global-store operation `op` for `task`, one
+    /// its endpoint's memory did not answer: a read
     /// of an entry or a write takes the store's time, and a succession, a
     /// page of them or a DC lease is read at once (what a read decides is
     /// checked where writes land). Cut from the global store, those reads
@@ -374,19 +394,6 @@ impl Sim {
     /// find out where they land.
     fn global_next(&mut self, d: usize, task: &Task, op: GlobalOp) -> Performed {
         let now = self.node_now(d);
-        if let Some(recalled) = self.dcs[d].memory.recall(&op, now) {
-            let resolve = matches!(
-                op,
-                GlobalOp::Entry {
-                    read: GlobalRead::Resolve,
-                    ..
-                }
-            );
-            if resolve && recalled == GlobalAnswer::Entry(None) {
-                self.measurements.count(Counter::ResolveAbsentReusedAtDc);
-            }
-            return Performed::Now(Answer::Global(Ok(recalled)));
-        }
         let read = match &op {
             GlobalOp::Entry { key, read } => {
                 let (key, read) = (key.clone(), *read);
@@ -410,7 +417,7 @@ impl Sim {
             }
         };
         let answer = match self.global_reachable(d) {
-            Ok(()) => Ok(self.dcs[d].memory.learn(&op, read, now)),
+            Ok(()) => Ok(self.dcs[d].endpoint.learn(&op, read, now)),
             Err(cut) => Err(Failure::Unreachable(cut)),
         };
         Performed::Now(Answer::Global(answer))
@@ -442,6 +449,10 @@ impl Sim {
                 self.drain_scope_paged(d, *job, done);
                 return None;
             }
+            Ended::DrainScopePage(done) => match done {
+                Ok((drained, next)) => Reply::DrainedPage { drained, next },
+                Err(e) => Reply::Error(e),
+            },
             Ended::Reconcile(done) => {
                 let Stepping::Reconcile(reconcile) = &task.kind else {
                     unreachable!("a reconciliation's task")

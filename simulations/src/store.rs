@@ -233,7 +233,7 @@ impl Sim {
                 let now = self.node_now(d);
                 let read = GlobalOp::Entry { key, read };
                 let entry = GlobalAnswer::Entry(entry);
-                Answer::Global(Ok(self.dcs[d].memory.learn(&read, entry, now)))
+                Answer::Global(Ok(self.dcs[d].endpoint.learn(&read, entry, now)))
             }
         };
         self.step_answered(d, tid, task, answer);

@@ -50,21 +50,18 @@ impl Sim {
         NodeTime::from_us(self.dcs[d].clock.local_us(self.now))
     }
 
-    /// A waiter for `id` starts: read, then join the queue.
-    #[allow(clippy::too_many_arguments)] // the request's origin and its content
+    /// A waiter (homing-node's, as the DC's endpoint made it) starts:
+    /// read, then join the queue.
     pub(crate) fn await_start(
         &mut self,
         d: usize,
         client: NodeId,
         rpc: u64,
         key: u32,
-        id: ReservationId,
-        wait_ms: u32,
+        wait: AwaitVacant,
         origin: AwaitFor,
     ) {
-        let key = self.reservation_key.get(&id).copied().unwrap_or(key);
-        let (now, mutations) = (self.node_now(d), self.rules.mutations);
-        let wait = AwaitVacant::new(&self.dcs[d].id, id, wait_ms, now, self.policy, mutations);
+        let key = self.reservation_key.get(wait.id()).copied().unwrap_or(key);
         let job = AwaitJob {
             wait,
             origin,

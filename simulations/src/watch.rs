@@ -18,7 +18,6 @@
 use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
 use homing_node::{Answer, NodeTime, WatchRead};
-use homing_store::EVENTS_LIMIT_MAX;
 
 use crate::dc::Task;
 use crate::sim::{Event, NodeId, Sim};
@@ -52,19 +51,9 @@ pub struct Watcher {
 impl Sim {
     /// DC `d` starts answering a `Watch`.
     #[allow(clippy::too_many_arguments)] // the request's origin and its content
-    pub(crate) fn watch_start(
-        &mut self,
-        d: usize,
-        client: NodeId,
-        rpc: u64,
-        scope: NamespaceScope,
-        after: EventSeq,
-        wait_ms: u32,
-    ) {
-        let now = self.node_now(d);
-        let read = WatchRead::new(scope, after, wait_ms, now, EVENTS_LIMIT_MAX);
+    pub(crate) fn watch_start(&mut self, d: usize, client: NodeId, rpc: u64, read: WatchRead) {
         let job = WatchJob {
-            read: read.with_mutations(self.rules.mutations),
+            read,
             parked: None,
             generation: 0,
         };

@@ -165,3 +165,16 @@ fn a_create_decided_by_a_remembered_absence_lets_two_dcs_hold_the_key() {
         "{first}"
     );
 }
+
+#[test]
+fn a_retry_joined_to_another_hosts_acquire_gets_a_grant_that_is_not_its_own() {
+    let (_, first) = first_failure(
+        &scenario("racing-dcs", 60_000),
+        mutant(Mutation::RetryJoinsAnyAcquire),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::SingleHolder,
+        "{first}"
+    );
+}

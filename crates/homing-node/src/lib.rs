@@ -63,10 +63,15 @@
 //! - [`cancel`]: `Cancel`: which grant a host's cancel releases
 //!   ([`cancel::target`]).
 //! - [`retries`]: a host's retried acquire joins the one still running
-//!   ([`AcquiresInFlight`]).
+//!   ([`AcquiresInFlight`], kept by the [`Endpoint`]).
 //!
 //! # DC-wide state
 //!
+//! - [`endpoint`]: the DC itself ([`Endpoint`]): which stepper an arriving
+//!   request becomes ([`Endpoint::handle_request`]), a retried acquire
+//!   joined to the one running, refusing while shutting down, and the
+//!   effects it answers from its own state ([`Endpoint::answer_at_once`]:
+//!   its memory, its cancellations).
 //! - [`memory`]: what the DC remembers of the global store ([`Memory`]):
 //!   [`Memory::recall`] answers an op without I/O when it can,
 //!   [`Memory::learn`] keeps what never changes, [`Memory::hint`] and
@@ -107,6 +112,7 @@ pub mod change;
 pub mod dc_lease;
 pub mod drain;
 pub mod effect;
+pub mod endpoint;
 pub mod event;
 pub mod failure;
 #[cfg(test)]
@@ -139,6 +145,7 @@ pub use change::{Change, Changed};
 pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
 pub use drain::Drain;
 pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored};
+pub use endpoint::{Dispatch, Endpoint, EndpointConfig, Handling, WATCH_EVENTS_PAGE};
 pub use event::{AcquireEvent, NodeEvent, ReconcileEvent, UpkeepEvent};
 pub use failure::Failure;
 pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};

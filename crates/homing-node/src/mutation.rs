@@ -53,6 +53,9 @@ pub enum Mutation {
     /// A create of a key a resolve found absent lately is taken as made
     /// without asking the global store (an "absent" decides a create).
     AbsentDecidesCreate = 1 << 14,
+    /// A host's acquire joins any acquire of its key running at the DC,
+    /// whoever's lease it runs under (not only its own retry's).
+    RetryJoinsAnyAcquire = 1 << 15,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

@@ -66,6 +66,13 @@ impl<W> AcquiresInFlight<W> {
         }
     }
 
+    /// A lease key some acquire of `key` runs under, if any runs (for a
+    /// mutant that joins acquires of other holders).
+    pub(crate) fn any_lease(&self, key: &Key) -> Option<LeaseKey> {
+        let mut running = self.running.keys();
+        running.find(|(k, _)| k == key).map(|(_, lease)| *lease)
+    }
+
     /// The acquire of `key` under `lease` ended: the requests that joined
     /// it, in arrival order, to answer with its reply.
     pub fn finish(&mut self, key: &Key, lease: LeaseKey) -> Vec<W> {

@@ -1,14 +1,14 @@
-//! How a node performs homing-node's global-store operations: each first
-//! asked of the DC's [`Memory`] (what never changes, and a resolve's recent
-//! "absent", decided there), the rest against the global store, each call
-//! timed under its metric name, its answer handed back to the memory; and
-//! concurrent resolves of one key share one read (docs/DESIGN.md §3.3).
+//! How a node performs homing-node's global-store operations its DC's
+//! memory (homing-node's `Memory`, in the node's endpoint) did not answer:
+//! against the global store, each call timed under its metric name, the
+//! answer handed back to the memory; and concurrent resolves of one key
+//! share one read (docs/DESIGN.md §3.3).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use homing_core::{ErrorReply, Key, ReservationId, Source, TakeOverReply};
-use homing_node::{GlobalAnswer, GlobalOp, GlobalRead, Memory};
+use homing_node::{GlobalAnswer, GlobalOp, GlobalRead};
 use homing_store::{SetIfAbsent, StoreError};
 use tokio::sync::OnceCell;
 
@@ -61,31 +61,17 @@ impl Drop for Boarded<'_> {
 }
 
 impl Node {
-    pub(super) fn lock_memory(&self) -> MutexGuard<'_, Memory> {
-        self.memory
-            .lock()
-            .expect("the memory's lock is never poisoned")
-    }
-
-    /// Performs one of homing-node's global-store operations: from the
-    /// DC's memory if it answers, else against the store (its answer then
-    /// kept in memory). `slot`: the quota slot of the key create a
-    /// set-if-absent settles, if any.
+    /// Performs one of homing-node's global-store operations the DC's
+    /// memory did not answer ([`homing_node::Endpoint::answer_at_once`])
+    /// against the store, and hands the answer to the memory. `slot`: the
+    /// quota slot of the key create a set-if-absent settles, if any.
     pub(super) async fn perform_global(
         &self,
         op: GlobalOp,
         slot: &mut Option<QuotaSlot<'_>>,
     ) -> Result<GlobalAnswer, Failure> {
-        let recalled = self.lock_memory().recall(&op, self.waiters.now());
-        let entry_read = matches!(op, GlobalOp::Entry { .. });
-        if let Some(answer) = recalled {
-            if entry_read && answer != GlobalAnswer::Entry(None) {
-                self.metrics.global_cache(true);
-            }
-            return Ok(answer);
-        }
         let answer = self.ask_global(&op, slot).await?;
-        Ok(self.lock_memory().learn(&op, answer, self.waiters.now()))
+        Ok(self.lock_endpoint().learn(&op, answer, self.waiters.now()))
     }
 
     /// What the global store answers `op`.

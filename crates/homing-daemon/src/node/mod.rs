@@ -16,17 +16,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, EventSeq, HostTime, Identity,
-    Key, KeyConfig, LeaseKey, LeasePolicy, LinkReply, NamespaceScope, Reply, Request,
-    ReservationId, Role, ScanCursor, ShortcutNotice, StoreTime, TakeoverPolicy,
+    AcquireReply, AwaitReply, DcId, ErrorKind, ErrorReply, Identity, Key, LeaseKey, LeasePolicy,
+    LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
 };
 use homing_net::Handler;
 use homing_node::{
-    Acquire, AcquireEvent, AcquireRequest, AcquiresInFlight, Answer, Arrival, AwaitVacant,
-    Cancellations, DrainScope, Effect, JOINS_MAX, Mutations, NodeConfig, NodeEvent, Now, Reconcile,
-    ReconcileEvent, Resumption, Serve, Step, Stepper, UpkeepEvent, WatchRead,
+    AcquireEvent, Answer, Dispatch, Effect, Endpoint, EndpointConfig, GlobalAnswer, Handling,
+    MemoryLimits, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption,
+    Step, Stepper, UpkeepEvent,
 };
-use homing_node::{Memory, MemoryLimits};
 use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
@@ -51,6 +49,8 @@ use crate::waiters::{Registration, WaitLimits, Waiters};
 pub const INSPECT_RECORDS_MAX: usize = homing_node::SCAN_PAGE_RECORDS;
 pub use homing_node::{WATCH_PAGES_MAX, WATCH_REPLY_BYTES_MAX};
 
+// A watch's page of events is one every DC store answers.
+const _: () = assert!(homing_node::WATCH_EVENTS_PAGE == EVENTS_LIMIT_MAX);
 // A key read's page is one every DC store answers.
 const _: () = assert!(homing_node::KEY_RECORDS_PAGE == SCAN_LIMIT_MAX);
 // A reconciliation's page is one every global store answers.
@@ -73,23 +73,17 @@ pub struct Node {
     records: Arc<dyn DcStore>,
     peers: Peers,
     metrics: Arc<Metrics>,
-    /// What this DC remembers of the global store (homing-node's rules).
-    memory: std::sync::Mutex<Memory>,
+    /// The DC as homing-node's endpoint: dispatch, retried acquires,
+    /// cancellations, its memory of the global store.
+    endpoint: std::sync::Mutex<Endpoint<oneshot::Sender<Reply>>>,
     /// How long a resolve's absent answer is reused, ms: while it is above
     /// zero, concurrent resolves of a key also share one read.
     absent_ttl_ms: u64,
     /// The resolves' global reads in flight.
     shared_reads: SharedReads,
-    /// When this DC takes over a silent DC's tails.
-    takeover: TakeoverPolicy,
     random: (std::collections::hash_map::RandomState, AtomicU64),
     /// Acquirers parked on this DC's reservations.
     waiters: Waiters,
-    /// Lease keys of acquires their hosts cancelled: one still running
-    /// releases its grant as it lands.
-    cancelled: std::sync::Mutex<Cancellations>,
-    /// Acquires running here, with the hosts' retries that joined them.
-    in_flight: std::sync::Mutex<InFlight>,
     /// Bumped after every write that appends an event: parked watchers re-read.
     changes: watch::Sender<u64>,
     /// Watch requests parked now, and the most allowed at once: each
@@ -106,9 +100,6 @@ pub struct Node {
     /// the same reconciliation starts there).
     resumption: std::sync::Mutex<Option<Resumption>>,
 }
-
-/// Acquires running at a node with the retries joined to each.
-type InFlight = AcquiresInFlight<oneshot::Sender<Reply>>;
 
 /// An acquire running here: answers the retries that joined it, or, if
 /// dropped unanswered (its request timed out), lets them run themselves.
@@ -130,7 +121,9 @@ impl Running<'_> {
     }
 
     fn finish(&self) -> Vec<oneshot::Sender<Reply>> {
-        self.node.lock_in_flight().finish(&self.key, self.lease)
+        self.node
+            .lock_endpoint()
+            .acquire_ended(&self.key, self.lease)
     }
 }
 
@@ -197,6 +190,20 @@ impl Node {
         dc_lease: Arc<DcLeaseCell>,
         metrics: Arc<Metrics>,
     ) -> Node {
+        let config = NodeConfig {
+            dc,
+            policy,
+            hop_limit,
+            mutations: Mutations::NONE,
+        };
+        let endpoint = Endpoint::new(EndpointConfig {
+            node: config.clone(),
+            takeover: TakeoverPolicy::Automatic,
+            memory: MemoryLimits {
+                entries: caches.entries,
+                absent_ttl_ms: caches.absent_ttl_ms,
+            },
+        });
         Node {
             quota: Quota::new(keys_per_namespace_max),
             resumption: std::sync::Mutex::default(),
@@ -204,30 +211,16 @@ impl Node {
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
             waiters: Waiters::new(waiting, metrics.waiters_gauge()),
-            cancelled: std::sync::Mutex::new(Cancellations::default()),
-            in_flight: std::sync::Mutex::new(AcquiresInFlight::default()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
-            config: NodeConfig {
-                dc,
-                policy,
-                hop_limit,
-                mutations: Mutations::NONE,
-            },
+            config,
             global,
             records,
             peers,
             metrics,
-            memory: std::sync::Mutex::new(Memory::new(
-                MemoryLimits {
-                    entries: caches.entries,
-                    absent_ttl_ms: caches.absent_ttl_ms,
-                },
-                Mutations::NONE,
-            )),
+            endpoint: std::sync::Mutex::new(endpoint),
             absent_ttl_ms: caches.absent_ttl_ms,
             shared_reads: SharedReads::default(),
-            takeover: TakeoverPolicy::Automatic,
             random: (
                 std::collections::hash_map::RandomState::new(),
                 AtomicU64::new(0),
@@ -237,7 +230,8 @@ impl Node {
 
     /// This node under takeover policy `policy` (default: automatic).
     pub fn with_takeover(mut self, policy: TakeoverPolicy) -> Node {
-        self.takeover = policy;
+        let endpoint = self.endpoint.get_mut().expect("never poisoned");
+        endpoint.set_takeover(policy);
         self
     }
 
@@ -345,6 +339,7 @@ impl Node {
 
     /// Shutdown: parked acquirers and watchers are answered now.
     pub fn close(&self) {
+        self.lock_endpoint().close();
         self.closing.send_replace(true);
         self.waiters.wake_all(AwaitReply::TimedOut);
     }
@@ -403,6 +398,16 @@ impl Node {
     /// Performs one of homing-node's effects, its failure classified.
     async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
         let classify = |f: Failure| f.classify(&self.config.dc);
+        let now = self.waiters.now();
+        let effect = match self.lock_endpoint().answer_at_once(effect, now) {
+            Ok(answer) => {
+                if matches!(&answer, Answer::Global(Ok(GlobalAnswer::Entry(Some(_))))) {
+                    self.metrics.global_cache(true);
+                }
+                return answer;
+            }
+            Err(effect) => effect,
+        };
         match effect {
             Effect::Store(op) => {
                 Answer::Stored(self.perform(op).await.map_err(|e| self.store_failure(e)))
@@ -439,8 +444,10 @@ impl Node {
                 tracing::debug!(reservation = %reservation, wait_ms, "key held: waiting");
                 let register = async {
                     if reservation.dc() == &self.config.dc {
+                        let now = self.waiters.now();
+                        let mut wait = self.lock_endpoint().await_vacant(reservation, wait_ms, now);
                         // Boxed: a wait is driven from inside a drive.
-                        Box::pin(self.await_vacant(&reservation, wait_ms)).await
+                        Box::pin(self.drive(&mut wait)).await
                     } else {
                         let remote = self.peers.await_vacant(&reservation, wait_ms).await;
                         remote.map_err(|e| classify(Failure::from(e)))
@@ -463,11 +470,7 @@ impl Node {
                 _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::Resumed,
                 _ = self.closed() => Answer::Closed,
             },
-            Effect::Cancellation { lease, note } => {
-                let now = self.waiters.now();
-                let mut cancelled = self.cancelled.lock().expect("never poisoned");
-                Answer::Cancelled(cancelled.answer(lease, note, now))
-            }
+            Effect::Cancellation { .. } => unreachable!("the dc's endpoint answers it at once"),
             Effect::AnswersForTails => Answer::ForTails(self.answers_for_tails()),
             Effect::Queue(op) => {
                 let (queued, joined) = self.waiters.queue(op, store_now(), &self.config.policy);
@@ -524,8 +527,9 @@ impl Node {
     /// reconciled takeover, an upkeep pass's or an acquire's work to log
     /// and count, a new member to tell another DC's entry of.
     fn noted(&self, event: NodeEvent) {
+        self.lock_endpoint().note(&event);
         match event {
-            NodeEvent::Learned { key, member } => self.lock_memory().remember(&key, member),
+            NodeEvent::Learned { .. } => {}
             NodeEvent::Drained(id) => tracing::info!(reservation = %id, "drained"),
             NodeEvent::Reconciled(ReconcileEvent::Superseded(succession)) => tracing::warn!(
                 reservation = %succession.link.from,
@@ -563,91 +567,93 @@ impl Node {
         }
     }
 
-    /// An acquire, or a host's retry of one still running here, which
-    /// joins it and gets its reply ([`homing_node::retries`]).
-    async fn acquire_or_join(
-        &self,
-        config: KeyConfig,
-        actor: ActorId,
-        lease: LeaseKey,
-        host_time: HostTime,
-        wait_ms: u32,
-    ) -> Result<Reply, Failure> {
-        let key = config.key(self.random_bits());
-        tracing::Span::current().record("key", tracing::field::display(&key));
+    /// Serves `request`: the DC's endpoint says which homing-node stepper
+    /// answers it (or that it joined an acquire running, or is refused);
+    /// the stepper runs with what this driver holds for it.
+    async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
+        let peer = caller.dc().filter(|_| caller.role() == Role::Node);
+        let (join, mut joined) = oneshot::channel();
+        let now = self.waiters.now();
+        let mut dispatch =
+            self.lock_endpoint()
+                .handle_request(peer, request, now, || self.random_bits(), join);
         loop {
-            let (joined, answer) = oneshot::channel();
-            let arrival = self.lock_in_flight().arrive(&key, lease, joined);
-            match arrival {
-                Arrival::Run => break,
-                Arrival::Joined => {
+            match dispatch {
+                Dispatch::Run(handling) => return self.run(handling).await,
+                Dispatch::Refused(refused) => return Err(Failure::Reply(refused)),
+                Dispatch::Joined(request) => {
                     self.metrics.acquire_retry();
                     tracing::debug!("a retried acquire joined the one running");
-                    if let Ok(reply) = answer.await {
+                    if let Ok(reply) = joined.await {
                         return Ok(reply);
                     }
                     // The acquire it joined ended unanswered (its request
-                    // timed out): this one runs.
-                }
-                Arrival::Full => {
-                    return Err(Failure::Reply(ErrorReply::new(
-                        ErrorKind::Overloaded,
-                        format!("more than {JOINS_MAX} retries of one acquire are waiting for it"),
-                    )));
+                    // timed out): this one arrives again.
+                    let (join, next) = oneshot::channel();
+                    joined = next;
+                    let now = self.waiters.now();
+                    dispatch = self.lock_endpoint().handle_acquire(request, now, join);
                 }
             }
         }
-        let running = Running {
-            node: self,
-            key: key.clone(),
-            lease,
-            answered: false,
-        };
-        let request = AcquireRequest {
-            key,
-            tag: config.tag,
-            actor,
-            lease,
-            host_time,
-            wait_ms,
-        };
-        let reply = match self.acquire(request).await {
-            Ok(reply) => reply,
-            Err(failure) => Reply::Error(failure.into_reply(&self.config.dc)),
-        };
-        running.answer(reply.clone());
-        Ok(reply)
+    }
+
+    /// Runs a request's stepper to its reply, holding what it needs here:
+    /// an acquire answers the retries that joined it, a watch subscribes to
+    /// the log before its first read.
+    async fn run(&self, handling: Handling) -> Result<Reply, Failure> {
+        match handling {
+            Handling::Acquire(mut acquire) => {
+                let (key, lease) = (acquire.key().clone(), acquire.lease());
+                tracing::Span::current().record("key", tracing::field::display(&key));
+                let running = Running {
+                    node: self,
+                    key,
+                    lease,
+                    answered: false,
+                };
+                let reply = match self.drive(&mut *acquire).await {
+                    Ok(outcome) => acquire_reply(outcome),
+                    Err(e) => Reply::Error(e),
+                };
+                running.answer(reply.clone());
+                Ok(reply)
+            }
+            Handling::Await(mut wait) => Ok(Reply::Awaited(
+                self.drive(&mut *wait).await.map_err(Failure::from)?,
+            )),
+            Handling::Watch(mut read) => {
+                // Subscribed before the first read: a write while it reads wakes it.
+                let mut changes = self.changes.subscribe();
+                changes.mark_unchanged();
+                let held = Held {
+                    changes: Some(changes),
+                    ..Held::default()
+                };
+                let done = self.drive_holding(&mut *read, held).await;
+                let (events, next) = done.map_err(Failure::Reply)?;
+                Ok(Reply::Events { events, next })
+            }
+            Handling::DrainScope(mut page) => {
+                let (drained, next) = self.drive(&mut *page).await.map_err(Failure::Reply)?;
+                Ok(Reply::DrainedPage { drained, next })
+            }
+            Handling::Serve(mut serve) => Ok(self.drive(&mut *serve).await),
+        }
+    }
+
+    pub(super) fn lock_endpoint(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Endpoint<oneshot::Sender<Reply>>> {
+        self.endpoint
+            .lock()
+            .expect("the endpoint's lock is never poisoned")
     }
 
     fn lock_resumption(&self) -> std::sync::MutexGuard<'_, Option<Resumption>> {
         self.resumption
             .lock()
             .expect("the resumption lock is never poisoned")
-    }
-
-    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
-        self.in_flight
-            .lock()
-            .expect("the in-flight lock is never poisoned")
-    }
-
-    /// Connect for `actor`; with `wait_ms`, a key held by a live actor is
-    /// awaited (at the holder's DC) and then taken, until the wait runs out,
-    /// as homing-node's [`Acquire`] decides.
-    async fn acquire(&self, request: AcquireRequest) -> Result<Reply, Failure> {
-        let hint = self.lock_memory().hint(&request.key);
-        let mut acquire = Acquire::new(
-            self.config.dc.clone(),
-            request,
-            self.waiters.now(),
-            self.config.policy,
-            self.config.hop_limit,
-            Mutations::NONE,
-        )
-        .with_takeover(self.takeover)
-        .with_hint(hint);
-        let outcome = self.drive(&mut acquire).await;
-        outcome.map(acquire_reply).map_err(Failure::Reply)
     }
 
     /// Tells another DC's entry about the chain's new member, in the
@@ -669,93 +675,6 @@ impl Node {
         let mut closing = self.closing.subscribe();
         // The sender lives as long as the node, so this only ends on close.
         let _ = closing.wait_for(|c| *c).await.is_ok();
-    }
-
-    /// Parks until our reservation `id` has no live holder (answering
-    /// `Vacated` to the first waiter, in registration order), is linked
-    /// onwards (`Moved`), or `wait_ms` passes (`TimedOut`), as homing-node's
-    /// [`AwaitVacant`] decides.
-    async fn await_vacant(
-        &self,
-        id: &ReservationId,
-        wait_ms: u32,
-    ) -> Result<AwaitReply, homing_node::Failure> {
-        let now = self.waiters.now();
-        let (dc, policy) = (&self.config.dc, self.config.policy);
-        let mut wait = AwaitVacant::new(dc, id.clone(), wait_ms, now, policy, Mutations::NONE);
-        self.drive(&mut wait).await
-    }
-
-    /// This DC's events after `after` in `scope`; waits up to `wait_ms` for
-    /// one when there are none (homing-node's [`WatchRead`] decides).
-    async fn watch(
-        &self,
-        scope: &NamespaceScope,
-        after: EventSeq,
-        wait_ms: u32,
-    ) -> Result<Reply, Failure> {
-        let now = self.waiters.now();
-        let mut read = WatchRead::new(scope.clone(), after, wait_ms, now, EVENTS_LIMIT_MAX);
-        // Subscribed before the first read: a write while it reads wakes it.
-        let mut changes = self.changes.subscribe();
-        changes.mark_unchanged();
-        let held = Held {
-            changes: Some(changes),
-            ..Held::default()
-        };
-        let done = self.drive_holding(&mut read, held).await;
-        let (events, next) = done.map_err(Failure::Reply)?;
-        Ok(Reply::Events { events, next })
-    }
-
-    /// Drains one page of this DC's live leases in `scope`.
-    async fn drain_scope(
-        &self,
-        scope: &NamespaceScope,
-        after: Option<&ScanCursor>,
-    ) -> Result<Reply, Failure> {
-        let (dc, scope, after) = (self.config.dc.clone(), scope.clone(), after.cloned());
-        let limit = SCAN_LIMIT_MAX;
-        let mut page =
-            DrainScope::new(dc, scope, after, limit, self.config.policy, Mutations::NONE);
-        let (drained, next) = self.drive(&mut page).await.map_err(Failure::Reply)?;
-        Ok(Reply::DrainedPage { drained, next })
-    }
-
-    /// Serves `request`: an acquire, an await, a watch or a drain-scope
-    /// page with the driver state it holds, every other request as
-    /// homing-node's [`Serve`] decides.
-    async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
-        match request {
-            Request::Acquire {
-                config,
-                actor,
-                lease,
-                host_time,
-                wait_ms,
-            } => {
-                self.acquire_or_join(config, actor, lease, host_time, wait_ms)
-                    .await
-            }
-            Request::Await {
-                reservation,
-                wait_ms,
-            } => Ok(Reply::Awaited(
-                self.await_vacant(&reservation, wait_ms).await?,
-            )),
-            Request::Watch {
-                scope,
-                after,
-                wait_ms,
-            } => self.watch(&scope, after, wait_ms).await,
-            Request::DrainScope { scope, after } => self.drain_scope(&scope, after.as_ref()).await,
-            request => {
-                let peer = caller.dc().filter(|_| caller.role() == Role::Node);
-                let hint = |key: &Key| self.lock_memory().hint(key);
-                let mut serve = Serve::new(&self.config, peer, request, hint);
-                Ok(self.drive(&mut serve).await)
-            }
-        }
     }
 }
 
