@@ -11,7 +11,7 @@ use crate::dc::Dc;
 use crate::dc_lease::DcLeaseDriver;
 use crate::invariants::view;
 use crate::sim::{Event, Sim};
-use crate::store::StoreOp;
+use crate::store::StoreCall;
 
 impl Sim {
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.
@@ -68,7 +68,7 @@ impl Sim {
             .tasks
             .values()
             .filter_map(|t| match &t.waiting {
-                Some(StoreOp::Dc(op @ (DcOp::Write { .. } | DcOp::Allocate))) => Some(op.clone()),
+                Some(StoreCall::Dc(op @ (DcOp::Write { .. } | DcOp::Allocate))) => Some(op.clone()),
                 _ => None,
             })
             .collect();

@@ -2,7 +2,7 @@
 //! at commit), its volatile state (its memory of the global store, in-flight
 //! requests — lost in a crash), its clock, and its request handling, which
 //! drives homing-node as `homing-daemon`'s `Node` does: every request runs
-//! as a homing-node stepper in `crate::stepper`'s loop (an acquire, a
+//! as a homing-node stepper in `crate::task`'s loop (an acquire, a
 //! waiter, a watch, a drain-scope page with what the driver holds for
 //! them; every other request as homing-node's `Serve`), and so do the DC's
 //! own passes; this module performs what takes time (global writes, peer
@@ -37,8 +37,8 @@ use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
 use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
-use crate::stepper::Stepping;
-use crate::store::StoreOp;
+use crate::store::StoreCall;
+use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 use crate::waiting::AwaitFor;
 
@@ -174,15 +174,15 @@ pub(crate) struct Task {
     pub(crate) rpc: u64,
     pub(crate) key: u32,
     /// The homing-node stepper it runs.
-    pub(crate) kind: Stepping,
-    pub(crate) waiting: Option<StoreOp>,
+    pub(crate) kind: TaskStepper,
+    pub(crate) waiting: Option<StoreCall>,
     pub(crate) work: Work,
 }
 
 impl Task {
     /// A task for `client`'s request `rpc` about key `key` (the trace's
     /// index), nothing asked of the store yet.
-    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: Stepping) -> Task {
+    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Task {
         Task {
             client,
             rpc,
@@ -196,7 +196,7 @@ impl Task {
 
 /// What a driving step decided.
 pub(crate) enum Next {
-    Store(StoreOp),
+    Store(StoreCall),
     /// A global write-once, for the key of this index (the trace's).
     GlobalWrite(u32, GlobalOp),
     Peer(u16, Request),
@@ -273,20 +273,22 @@ impl Sim {
                 self.measurements.count(Counter::AcquireRetryJoined);
                 return;
             }
-            Dispatch::Run(Handling::Acquire(acquire)) => Stepping::Acquire(Box::new(AcquireJob {
-                acquire: *acquire,
-                awaiting: None,
-                generation: 0,
-                paused: false,
-            })),
+            Dispatch::Run(Handling::Acquire(acquire)) => {
+                TaskStepper::Acquire(Box::new(AcquireJob {
+                    acquire: *acquire,
+                    awaiting: None,
+                    generation: 0,
+                    paused: false,
+                }))
+            }
             Dispatch::Run(Handling::Await(wait)) => {
                 return self.await_start(d, client, rpc, key, *wait, AwaitFor::Remote);
             }
             Dispatch::Run(Handling::Watch(read)) => {
                 return self.watch_start(d, client, rpc, *read);
             }
-            Dispatch::Run(Handling::DrainScope(page)) => Stepping::DrainScopePage(page),
-            Dispatch::Run(Handling::Serve(serve)) => Stepping::Serve(serve),
+            Dispatch::Run(Handling::DrainScope(page)) => TaskStepper::DrainScopePage(page),
+            Dispatch::Run(Handling::Serve(serve)) => TaskStepper::Serve(serve),
         };
         self.step_start(d, Task::new(client, rpc, key, kind));
     }
@@ -337,14 +339,14 @@ impl Sim {
             self.scenario.stores.dc_op_jitter_ms,
         );
         let next = match next {
-            Next::Store(op @ StoreOp::Dc(DcOp::Write { .. })) => {
+            Next::Store(op @ StoreCall::Dc(DcOp::Write { .. })) => {
                 let Some((t, op)) = self.marks_for_write(d, tid, task, op) else {
                     return;
                 };
                 task = t;
                 Next::Store(op)
             }
-            Next::Store(op @ StoreOp::GlobalGet { .. }) if self.cut_from_global(d) => {
+            Next::Store(op @ StoreCall::GlobalGet { .. }) if self.cut_from_global(d) => {
                 let ms = self.scenario.stores.global_read_ms;
                 return self.global_fails_after(d, tid, task, Some(op), ms);
             }
@@ -357,7 +359,7 @@ impl Sim {
         match next {
             Next::Store(op) => {
                 let delay = match op {
-                    StoreOp::GlobalGet { .. } => {
+                    StoreCall::GlobalGet { .. } => {
                         let ms = self.scenario.stores.global_read_ms;
                         self.store_delay_us(d, ms, 0.0)
                     }
@@ -448,7 +450,7 @@ impl Sim {
         d: usize,
         tid: u64,
         mut task: Task,
-        op: Option<StoreOp>,
+        op: Option<StoreCall>,
         ms: f64,
     ) {
         let delay = self.store_delay_us(d, ms, 0.0);
@@ -471,7 +473,7 @@ impl Sim {
     /// simulation has no such DC ([`unknown_dc`]).
     pub(crate) fn ask_segment(&self, d: usize, id: ReservationId) -> Result<Next, Failure> {
         if id.dc() == &self.dcs[d].id {
-            return Ok(Next::Store(StoreOp::Segment(id)));
+            return Ok(Next::Store(StoreCall::Segment(id)));
         }
         match self.dc_index.get(id.dc()) {
             Some(&to) => Ok(Next::Peer(to, Request::ResolveReservation { id })),

@@ -29,7 +29,7 @@ use homing_node::{
 
 use crate::dc::{Next, Task};
 use crate::sim::{Event, Sim};
-use crate::store::{Asked, StoreOp};
+use crate::store::{Asked, StoreCall};
 use homing_node::StoreOp as DcOp;
 
 /// The DC-lease terms homingd derives from a lease policy by default: a DC
@@ -61,7 +61,7 @@ pub struct DcLeaseDriver {
     /// Voids older wake-up timers of the renewal loop.
     pub generation: u64,
     /// Writes waiting for marks: task id → (task, its write).
-    pub(crate) parked: std::collections::BTreeMap<u64, (Task, StoreOp)>,
+    pub(crate) parked: std::collections::BTreeMap<u64, (Task, StoreCall)>,
     /// Where the last failed reconciliation pass got to (homingd keeps it
     /// in its node: a crash loses it).
     pub resumption: Option<homing_node::Resumption>,
@@ -375,9 +375,9 @@ impl Sim {
         d: usize,
         tid: u64,
         task: Task,
-        op: StoreOp,
-    ) -> Option<(Task, StoreOp)> {
-        let StoreOp::Dc(DcOp::Write { record, .. }) = &op else {
+        op: StoreCall,
+    ) -> Option<(Task, StoreCall)> {
+        let StoreCall::Dc(DcOp::Write { record, .. }) = &op else {
             return Some((task, op));
         };
         let (unique, token) = (record.id.unique(), record.token);
@@ -420,7 +420,7 @@ impl Sim {
             .parked
             .iter()
             .filter(|(_, (_, op))| match op {
-                StoreOp::Dc(DcOp::Write { record, .. }) => {
+                StoreCall::Dc(DcOp::Write { record, .. }) => {
                     lease.lease.admits(record.id.unique(), record.token)
                 }
                 _ => true,
@@ -479,7 +479,7 @@ impl Sim {
         e: ErrorReply,
     ) {
         self.current_key = task.key;
-        let answer = crate::stepper::failed_answer(asked, Failure::from_reply(e));
+        let answer = crate::task::failed_answer(asked, Failure::from_reply(e));
         self.step_answered(d, tid, task, answer);
     }
 

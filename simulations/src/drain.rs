@@ -12,7 +12,7 @@ use homing_core::{Key, Request};
 
 use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
-use crate::stepper::Stepping;
+use crate::task::TaskStepper;
 
 impl Sim {
     /// The `drain` fault: an operator drains `count` random keys, each
@@ -34,7 +34,7 @@ impl Sim {
     /// `d`: nobody waits for its reply.
     fn drain_start(&mut self, d: usize, key_index: u32, key: Key) {
         let serve = self.dcs[d].endpoint.serve(None, Request::Drain { key });
-        let kind = Stepping::Serve(Box::new(serve));
+        let kind = TaskStepper::Serve(Box::new(serve));
         self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, key_index, kind));
     }
 }

@@ -17,7 +17,7 @@ use homing_store::SCAN_LIMIT_MAX;
 
 use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
-use crate::stepper::Stepping;
+use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 /// One operator drain of a whole DC in progress.
@@ -60,7 +60,7 @@ impl Sim {
             NodeId::Dc(d as u16),
             0,
             NO_KEY,
-            Stepping::DrainScope(Box::new(job)),
+            TaskStepper::DrainScope(Box::new(job)),
         );
         self.step_start(d, task);
     }

@@ -22,7 +22,7 @@ use homing_node::{Failure, Reconcile};
 use crate::counter::Counter;
 use crate::dc::Task;
 use crate::sim::{Event, NodeId, Sim};
-use crate::stepper::Stepping;
+use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 impl Sim {
@@ -46,7 +46,7 @@ impl Sim {
         if reconcile.resumes_after().is_some() {
             self.measurements.count(Counter::ReconcileResumed);
         }
-        let kind = Stepping::Reconcile(Box::new(reconcile));
+        let kind = TaskStepper::Reconcile(Box::new(reconcile));
         let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
         self.step_start(d, task);
     }

@@ -18,8 +18,10 @@ use crate::invariants::view;
 use crate::sim::Sim;
 use crate::trace::NO_KEY;
 
+/// What a task waits for from a store, done when the store's latency
+/// passes.
 #[derive(Debug)]
-pub(crate) enum StoreOp {
+pub(crate) enum StoreCall {
     /// One of homing-node's operations on the DC's own store.
     Dc(DcOp),
     /// A reservation's segment as this DC answers it.
@@ -78,13 +80,13 @@ impl Sim {
     }
 }
 
-impl StoreOp {
+impl StoreCall {
     /// Which store it was asked of.
     pub(crate) fn asked(&self) -> Asked {
         match self {
-            StoreOp::Dc(_) => Asked::DcStore,
-            StoreOp::Segment(_) => Asked::Segment,
-            StoreOp::GlobalGet { .. } => Asked::Global,
+            StoreCall::Dc(_) => Asked::DcStore,
+            StoreCall::Segment(_) => Asked::Segment,
+            StoreCall::GlobalGet { .. } => Asked::Global,
         }
     }
 }
@@ -160,17 +162,17 @@ impl Sim {
     /// as a backend that could not be reached answers — a write may still
     /// have landed, as one whose outcome was lost may have. The task
     /// handles the failure as homingd's driver does.
-    fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreOp) {
+    fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreCall) {
         self.measurements.count(Counter::DcStoreOpFailed);
         let lands = self.scenario.stores.crash_lands_in_flight;
         match &op {
-            StoreOp::Dc(DcOp::Write {
+            StoreCall::Dc(DcOp::Write {
                 expected, record, ..
             }) if self.rng.chance(lands) => {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
                 self.cas(d, *expected, record);
             }
-            StoreOp::Dc(DcOp::Allocate) if self.rng.chance(lands) => {
+            StoreCall::Dc(DcOp::Allocate) if self.rng.chance(lands) => {
                 self.allocate(d);
             }
             _ => {}
@@ -206,7 +208,7 @@ impl Sim {
             return self.dc_store_failed(d, tid, task, op);
         }
         let op = match op {
-            StoreOp::Dc(op) => {
+            StoreCall::Dc(op) => {
                 let stored = self.perform(d, op);
                 let update = task.kind.acquire().is_none();
                 if update && stored == Ok(Stored::Written(Written::Conflict)) {
@@ -217,13 +219,13 @@ impl Sim {
             op => op,
         };
         let answer = match op {
-            StoreOp::Dc(_) => unreachable!("answered by dc_stored"),
+            StoreCall::Dc(_) => unreachable!("answered by dc_stored"),
             // A stepper's own segment (a resolve's, an acquire's walk, a
             // drain's, an upkeep pass's proof).
-            StoreOp::Segment(id) => {
+            StoreCall::Segment(id) => {
                 Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
             }
-            StoreOp::GlobalGet { key, read } => {
+            StoreCall::GlobalGet { key, read } => {
                 let mut entry = self.global.get(&key).cloned();
                 let nearest = read == GlobalRead::Nearest;
                 if nearest && entry.is_some() && self.nearest_read_misses(&key) {

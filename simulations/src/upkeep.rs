@@ -1,7 +1,7 @@
 //! Each simulated DC's upkeep: homing-node's `Upkeep` — the pass homingd
 //! runs (reap lapsed leases, abandon proven orphans, settle proven members,
 //! reading only what the DC's expiry index says is due) — run as a stepper
-//! task (`crate::stepper`) that holds the DC's `Upkeep` while its pass runs,
+//! task (`crate::task`) that holds the DC's `Upkeep` while its pass runs,
 //! its store operations and peer requests each taking its latency. A
 //! pass starts every `reaper_interval_ms` unless one still runs (homingd
 //! waits the interval after a pass ends: the simulator's passes may start a
@@ -16,7 +16,7 @@ use homing_store::{SCAN_LIMIT_MAX, StoreError};
 use crate::dc::Task;
 use crate::scenario::StoreSpec;
 use crate::sim::{Event, NodeId, Sim};
-use crate::stepper::Stepping;
+use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 /// A DC's upkeep as it starts: no proofs remembered.
@@ -60,7 +60,7 @@ impl Sim {
             return;
         };
         upkeep.start(self.dcs[d].clock.store_time(self.now));
-        let kind = Stepping::Upkeep(Box::new(upkeep));
+        let kind = TaskStepper::Upkeep(Box::new(upkeep));
         self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind));
     }
 }

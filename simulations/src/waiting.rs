@@ -3,7 +3,7 @@
 //! is homing-node's `Waiters`, and each waiter's loop (first look, join,
 //! re-read, park until the earliest timer, expire a lapsed holder, time out)
 //! is homing-node's `AwaitVacant`, a stepper the simulator's one loop runs
-//! (`src/stepper.rs`): the same code homingd runs. This module performs its
+//! (`src/task.rs`): the same code homingd runs. This module performs its
 //! registry operations and parks, and delivers wake-ups to tasks.
 //!
 //! A parked waiter's "select" takes its wake-up first, then a due timer,
@@ -16,7 +16,7 @@ use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Que
 
 use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
-use crate::stepper::Stepping;
+use crate::task::TaskStepper;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +69,7 @@ impl Sim {
             generation: 0,
             selected: false,
         };
-        let kind = Stepping::Await(Box::new(job));
+        let kind = TaskStepper::Await(Box::new(job));
         let task = Task::new(client, rpc, key, kind);
         if self.dcs[d].closing.is_some() {
             // homingd's `closed()` is ready at once: the wait ends now.

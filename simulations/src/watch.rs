@@ -21,7 +21,7 @@ use homing_node::{Answer, NodeTime, WatchRead};
 
 use crate::dc::Task;
 use crate::sim::{Event, NodeId, Sim};
-use crate::stepper::Stepping;
+use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 /// How long a watcher's request waits for an event, ms.
@@ -57,7 +57,7 @@ impl Sim {
             parked: None,
             generation: 0,
         };
-        let kind = Stepping::Watch(Box::new(job));
+        let kind = TaskStepper::Watch(Box::new(job));
         self.step_start(d, Task::new(client, rpc, NO_KEY, kind));
     }
 

@@ -231,7 +231,7 @@ impl Daemon {
                 global: node.global().clone(),
                 records: node.records().clone(),
             };
-            tasks.push(tokio::spawn(metrics::serve(
+            tasks.push(tokio::spawn(metrics::listen(
                 listener, metrics, health, stopped,
             )));
         }

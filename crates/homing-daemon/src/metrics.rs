@@ -503,7 +503,7 @@ impl Health {
 }
 
 /// Serves `/metrics` and `/healthz` on `listener` until `shutdown` turns true.
-pub async fn serve(
+pub async fn listen(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     health: Health,

@@ -567,10 +567,10 @@ impl Node {
         }
     }
 
-    /// Serves `request`: the DC's endpoint says which homing-node stepper
+    /// Handles `request`: the DC's endpoint says which homing-node stepper
     /// answers it (or that it joined an acquire running, or is refused);
     /// the stepper runs with what this driver holds for it.
-    async fn serve(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
+    async fn dispatch(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
         let peer = caller.dc().filter(|_| caller.role() == Role::Node);
         let (join, mut joined) = oneshot::channel();
         let now = self.waiters.now();
@@ -804,7 +804,7 @@ impl Handler for Node {
         let started = Instant::now();
         let span = request_span(&self.config.dc, caller, &request);
         let reply = async {
-            let reply = match self.serve(caller, request).await {
+            let reply = match self.dispatch(caller, request).await {
                 Ok(reply) => reply,
                 Err(failure) => Reply::Error(failure.into_reply(&self.config.dc)),
             };

@@ -23,7 +23,7 @@ use crate::counter::Counter;
 use crate::dc::{Next, Task, peer_answer, unknown_dc};
 use crate::drain_scope::DrainScopeJob;
 use crate::sim::{NodeId, Sim};
-use crate::store::{Asked, StoreOp};
+use crate::store::{Asked, StoreCall};
 use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
 use crate::waiting::AwaitJob;
@@ -49,11 +49,11 @@ enum Performed {
     Now(Answer),
 }
 
-impl Stepping {
+impl TaskStepper {
     /// The acquire the task runs, if it is one.
     pub(crate) fn acquire(&self) -> Option<&AcquireJob> {
         match self {
-            Stepping::Acquire(job) => Some(job),
+            TaskStepper::Acquire(job) => Some(job),
             _ => None,
         }
     }
@@ -61,7 +61,7 @@ impl Stepping {
     /// The acquire the task runs, if it is one, to change.
     pub(crate) fn acquire_mut(&mut self) -> Option<&mut AcquireJob> {
         match self {
-            Stepping::Acquire(job) => Some(job),
+            TaskStepper::Acquire(job) => Some(job),
             _ => None,
         }
     }
@@ -69,7 +69,7 @@ impl Stepping {
     /// The waiter the task runs, if it is one.
     pub(crate) fn waiter(&self) -> Option<&AwaitJob> {
         match self {
-            Stepping::Await(job) => Some(job),
+            TaskStepper::Await(job) => Some(job),
             _ => None,
         }
     }
@@ -77,7 +77,7 @@ impl Stepping {
     /// The waiter the task runs, if it is one, to change.
     pub(crate) fn waiter_mut(&mut self) -> Option<&mut AwaitJob> {
         match self {
-            Stepping::Await(job) => Some(job),
+            TaskStepper::Await(job) => Some(job),
             _ => None,
         }
     }
@@ -85,31 +85,31 @@ impl Stepping {
     /// The watch the task runs, if it is one, to change.
     pub(crate) fn watch_mut(&mut self) -> Option<&mut WatchJob> {
         match self {
-            Stepping::Watch(job) => Some(job),
+            TaskStepper::Watch(job) => Some(job),
             _ => None,
         }
     }
 
     /// Whether the task is a watch parked until the log moves.
     pub(crate) fn parked_watch(&self, generation: u64) -> bool {
-        matches!(self, Stepping::Watch(job) if job.parked == Some(generation))
+        matches!(self, TaskStepper::Watch(job) if job.parked == Some(generation))
     }
 
     /// Whether the task is the DC's reconciliation of takeovers.
     pub(crate) fn reconciles(&self) -> bool {
-        matches!(self, Stepping::Reconcile(_))
+        matches!(self, TaskStepper::Reconcile(_))
     }
 
     /// Whether the task is the DC's own work, not a request's: an upkeep
     /// pass or a reconciliation (a closing DC does not wait for them).
     pub(crate) fn in_background(&self) -> bool {
-        matches!(self, Stepping::Reconcile(_) | Stepping::Upkeep(_))
+        matches!(self, TaskStepper::Reconcile(_) | TaskStepper::Upkeep(_))
     }
 }
 
 /// A task's homing-node [`Stepper`], run by [`Sim::step_drive`].
 #[derive(Debug)]
-pub(crate) enum Stepping {
+pub(crate) enum TaskStepper {
     /// A host's acquire: homing-node's [`homing_node::Acquire`] and where
     /// it waits.
     Acquire(Box<AcquireJob>),
@@ -134,51 +134,51 @@ pub(crate) enum Stepping {
     Watch(Box<WatchJob>),
 }
 
-impl Stepping {
+impl TaskStepper {
     /// The next step of the stepper.
     fn step(&mut self, now: NodeTime) -> Step<Ended> {
         match self {
-            Stepping::Acquire(job) => job.acquire.step(now).map(Ended::Acquire),
-            Stepping::Serve(serve) => serve.step(now).map(Ended::Serve),
-            Stepping::DrainScope(job) => job.page.step(now).map(Ended::DrainScope),
-            Stepping::DrainScopePage(page) => page.step(now).map(Ended::DrainScopePage),
-            Stepping::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
-            Stepping::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
-            Stepping::Await(job) => job.wait.step(now).map(Ended::Await),
-            Stepping::Watch(job) => job.read.step(now).map(Ended::Watch),
+            TaskStepper::Acquire(job) => job.acquire.step(now).map(Ended::Acquire),
+            TaskStepper::Serve(serve) => serve.step(now).map(Ended::Serve),
+            TaskStepper::DrainScope(job) => job.page.step(now).map(Ended::DrainScope),
+            TaskStepper::DrainScopePage(page) => page.step(now).map(Ended::DrainScopePage),
+            TaskStepper::Reconcile(reconcile) => reconcile.step(now).map(Ended::Reconcile),
+            TaskStepper::Upkeep(upkeep) => upkeep.step(now).map(|()| Ended::Upkeep),
+            TaskStepper::Await(job) => job.wait.step(now).map(Ended::Await),
+            TaskStepper::Watch(job) => job.read.step(now).map(Ended::Watch),
         }
     }
 
     /// Hands `answer` to the stepper.
     fn answer(&mut self, answer: Answer, now: Now) {
         match self {
-            Stepping::Acquire(job) => job.acquire.answer(answer, now),
-            Stepping::Serve(serve) => serve.answer(answer, now),
-            Stepping::DrainScope(job) => job.page.answer(answer, now),
-            Stepping::DrainScopePage(page) => page.answer(answer, now),
-            Stepping::Reconcile(reconcile) => reconcile.answer(answer, now),
-            Stepping::Upkeep(upkeep) => upkeep.answer(answer, now),
-            Stepping::Await(job) => job.wait.answer(answer, now),
-            Stepping::Watch(job) => job.read.answer(answer, now),
+            TaskStepper::Acquire(job) => job.acquire.answer(answer, now),
+            TaskStepper::Serve(serve) => serve.answer(answer, now),
+            TaskStepper::DrainScope(job) => job.page.answer(answer, now),
+            TaskStepper::DrainScopePage(page) => page.answer(answer, now),
+            TaskStepper::Reconcile(reconcile) => reconcile.answer(answer, now),
+            TaskStepper::Upkeep(upkeep) => upkeep.answer(answer, now),
+            TaskStepper::Await(job) => job.wait.answer(answer, now),
+            TaskStepper::Watch(job) => job.read.answer(answer, now),
         }
     }
 
     fn poll_event(&mut self) -> Option<NodeEvent> {
         match self {
-            Stepping::Acquire(job) => job.acquire.poll_event(),
-            Stepping::Serve(serve) => serve.poll_event(),
-            Stepping::DrainScope(job) => job.page.poll_event(),
-            Stepping::DrainScopePage(page) => page.poll_event(),
-            Stepping::Reconcile(reconcile) => reconcile.poll_event(),
-            Stepping::Upkeep(upkeep) => upkeep.poll_event(),
-            Stepping::Await(job) => job.wait.poll_event(),
-            Stepping::Watch(_) => None,
+            TaskStepper::Acquire(job) => job.acquire.poll_event(),
+            TaskStepper::Serve(serve) => serve.poll_event(),
+            TaskStepper::DrainScope(job) => job.page.poll_event(),
+            TaskStepper::DrainScopePage(page) => page.poll_event(),
+            TaskStepper::Reconcile(reconcile) => reconcile.poll_event(),
+            TaskStepper::Upkeep(upkeep) => upkeep.poll_event(),
+            TaskStepper::Await(job) => job.wait.poll_event(),
+            TaskStepper::Watch(_) => None,
         }
     }
 }
 
 /// The stepper of a task.
-fn stepping(task: &mut Task) -> &mut Stepping {
+fn stepping(task: &mut Task) -> &mut TaskStepper {
     &mut task.kind
 }
 
@@ -215,12 +215,12 @@ impl Sim {
         reply: Result<Reply, Failure>,
     ) {
         let answer = match stepping(&mut task) {
-            Stepping::Serve(serve) if serve.drain().is_some_and(|d| !d.asks_segment()) => {
+            TaskStepper::Serve(serve) if serve.drain().is_some_and(|d| !d.asks_segment()) => {
                 Answer::Forwarded(reply.and_then(|r| {
                     peer_answer(r, "drain", |r| matches!(r, Reply::Drained).then_some(()))
                 }))
             }
-            Stepping::Acquire(job) if !job.acquire.asks_segment() => {
+            TaskStepper::Acquire(job) if !job.acquire.asks_segment() => {
                 Answer::Linked(reply.and_then(|r| {
                     peer_answer(r, "link", |r| match r {
                         Reply::Link(link) => Some(link),
@@ -253,7 +253,7 @@ impl Sim {
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
                     NodeEvent::Learned { .. } => {}
                     NodeEvent::Drained(_) => match stepping(&mut task) {
-                        Stepping::DrainScope(job) => job.drained += 1,
+                        TaskStepper::DrainScope(job) => job.drained += 1,
                         _ => self.measurements.count(Counter::KeyDrained),
                     },
                     NodeEvent::Reconciled(event) => self.measurements.count(match event {
@@ -326,7 +326,7 @@ impl Sim {
                 if let Some(job) = task.kind.waiter_mut() {
                     job.selected = false;
                 }
-                Performed::Later(Next::Store(StoreOp::Dc(op)))
+                Performed::Later(Next::Store(StoreCall::Dc(op)))
             }
             Effect::Global(op) => self.global_next(d, task, op),
             Effect::Segment(id) => match self.ask_segment(d, id) {
@@ -334,7 +334,7 @@ impl Sim {
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
             },
             Effect::Forward { dc, key } => {
-                if let Stepping::Serve(serve) = &task.kind
+                if let TaskStepper::Serve(serve) = &task.kind
                     && serve.drain().is_some_and(Drain::forwarded)
                 {
                     let detail = format!("a forwarded drain of {key} was forwarded again to {dc}");
@@ -397,7 +397,7 @@ impl Sim {
         let read = match &op {
             GlobalOp::Entry { key, read } => {
                 let (key, read) = (key.clone(), *read);
-                return Performed::Later(Next::Store(StoreOp::GlobalGet { key, read }));
+                return Performed::Later(Next::Store(StoreCall::GlobalGet { key, read }));
             }
             GlobalOp::SetIfAbsent { key, .. } => {
                 let at = self.key_index.get(key).copied().unwrap_or(NO_KEY);
@@ -429,7 +429,7 @@ impl Sim {
         let reply = match ended {
             Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
             Ended::Serve(reply) => {
-                if let Stepping::Serve(serve) = &task.kind
+                if let TaskStepper::Serve(serve) = &task.kind
                     && serve.kind() == "drain"
                 {
                     self.measurements.count(match &reply {
@@ -443,7 +443,7 @@ impl Sim {
                 reply
             }
             Ended::DrainScope(done) => {
-                let Stepping::DrainScope(job) = task.kind else {
+                let TaskStepper::DrainScope(job) = task.kind else {
                     unreachable!("a drain scope's task")
                 };
                 self.drain_scope_paged(d, *job, done);
@@ -454,14 +454,14 @@ impl Sim {
                 Err(e) => Reply::Error(e),
             },
             Ended::Reconcile(done) => {
-                let Stepping::Reconcile(reconcile) = &task.kind else {
+                let TaskStepper::Reconcile(reconcile) = &task.kind else {
                     unreachable!("a reconciliation's task")
                 };
                 self.reconciled(d, reconcile, done);
                 return None;
             }
             Ended::Upkeep => {
-                if let Stepping::Upkeep(upkeep) = task.kind {
+                if let TaskStepper::Upkeep(upkeep) = task.kind {
                     self.dcs[d].upkeep = Some(*upkeep);
                 }
                 return None;
