@@ -42,10 +42,6 @@ use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 use crate::waiting::AwaitFor;
 
-/// Pause before registering again when the tail's DC did not answer an
-/// `Await` (homingd's `AWAIT_RETRY_MS`), ms.
-pub const AWAIT_RETRY_MS: u64 = 250;
-
 /// One simulated DC.
 #[derive(Debug)]
 pub struct Dc {

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 
 use homing_core::{ErrorReply, NamespaceScope, ReservationId, ScanCursor};
 use homing_node::DrainScope;
-use homing_store::SCAN_LIMIT_MAX;
 
 use crate::dc::Task;
 use crate::sim::{NodeId, Sim};
@@ -65,11 +64,11 @@ impl Sim {
         self.step_start(d, task);
     }
 
-    /// DC `d`'s page of every namespace's records after `after`.
+    /// DC `d`'s page of every namespace's records after `after`, as its
+    /// endpoint makes a `DrainScope` request's.
     fn drain_scope_page_at(&self, d: usize, after: Option<ScanCursor>) -> DrainScope {
-        let (dc, scope) = (self.dcs[d].id.clone(), NamespaceScope::everything());
-        let (limit, policy) = (SCAN_LIMIT_MAX, self.policy);
-        DrainScope::new(dc, scope, after, limit, policy, self.rules.mutations)
+        let scope = NamespaceScope::everything();
+        self.dcs[d].endpoint.drain_scope(scope, after)
     }
 
     /// A page ended: the next one, the end, or the same page again.

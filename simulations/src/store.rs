@@ -3,10 +3,7 @@
 //! failing-store fault's failures (a write may still land), the checker
 //! told of every write that landed, and this DC's own segment of a chain.
 
-use homing_core::{
-    DcRecord, Key, LocalSegment, ReservationId, Segment, SegmentError, Written,
-    chain::HOP_LIMIT_DEFAULT,
-};
+use homing_core::{DcRecord, Key, LocalSegment, ReservationId, Segment, SegmentError, Written};
 use homing_node::{
     Answer, Failure, GlobalAnswer, GlobalOp, GlobalRead, StoreOp as DcOp, Stored, segment_failure,
 };
@@ -105,7 +102,8 @@ impl Sim {
     fn local_segment(&self, d: usize, id: &ReservationId) -> Result<Segment, SegmentError> {
         let dc = &self.dcs[d];
         let now = dc.clock.store_time(self.now);
-        let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), HOP_LIMIT_DEFAULT);
+        let hop_limit = dc.endpoint.config().hop_limit;
+        let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), hop_limit);
         while let Some(at) = segment.need().cloned() {
             segment.handle(dc.store.record(&at), now, &self.policy)?;
         }

@@ -16,7 +16,8 @@
 //! answers a retry that joined an acquire ([`Endpoint::acquire_ended`]).
 
 use homing_core::{
-    DcId, ErrorKind, ErrorReply, Key, LeaseKey, Request, ReservationId, TakeoverPolicy,
+    DcId, ErrorKind, ErrorReply, Key, LeaseKey, NamespaceScope, Request, ReservationId, ScanCursor,
+    TakeoverPolicy,
 };
 
 use crate::acquire::{Acquire, AcquireRequest};
@@ -37,7 +38,7 @@ use crate::watch::WatchRead;
 /// every DC store answers).
 pub const WATCH_EVENTS_PAGE: usize = 256;
 
-/// What a DC is to the requests it serves.
+/// How a DC's endpoint is set up.
 #[derive(Debug, Clone)]
 pub struct EndpointConfig {
     /// Its DC, lease policy, hop limit and mutations.
@@ -176,10 +177,7 @@ impl<J> Endpoint<J> {
                 Handling::Watch(Box::new(read.with_mutations(self.config.mutations)))
             }
             Request::DrainScope { scope, after } => {
-                let (dc, policy) = (self.config.dc.clone(), self.config.policy);
-                let limit = KEY_RECORDS_PAGE;
-                let page = DrainScope::new(dc, scope, after, limit, policy, self.config.mutations);
-                Handling::DrainScope(Box::new(page))
+                Handling::DrainScope(Box::new(self.drain_scope(scope, after)))
             }
             request => Handling::Serve(Box::new(self.serve(peer, request))),
         };
@@ -191,6 +189,21 @@ impl<J> Endpoint<J> {
     pub fn serve(&mut self, peer: Option<&DcId>, request: Request) -> Serve {
         let memory = &mut self.memory;
         Serve::new(&self.config, peer, request, |key| memory.hint(key))
+    }
+
+    /// One page of a drain of `scope`'s live leases at this DC, after
+    /// `after` (an operator's `DrainScope` request, or the simulator's
+    /// operator draining the whole DC).
+    pub fn drain_scope(&self, scope: NamespaceScope, after: Option<ScanCursor>) -> DrainScope {
+        let n = &self.config;
+        DrainScope::new(
+            n.dc.clone(),
+            scope,
+            after,
+            KEY_RECORDS_PAGE,
+            n.policy,
+            n.mutations,
+        )
     }
 
     /// A host's acquire arrives at `now` (again, after the one it joined
