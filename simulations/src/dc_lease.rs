@@ -324,14 +324,6 @@ impl Sim {
         }
     }
 
-    /// Whether DC `d` answers for its own tails now (homing-node's
-    /// `DcLease::answers_for_tails`).
-    pub(crate) fn answers_for_tails(&self, d: usize) -> bool {
-        let now = self.node_now(d);
-        let lease = &self.dcs[d].lease;
-        !lease.unchecked && lease.lease.answers_for_tails(now)
-    }
-
     /// How the global store judges DC `dc`'s lease now.
     pub(crate) fn global_dc_lease_state(&self, dc: &DcId) -> DcLeaseState {
         let Some(&i) = self.dc_index.get(dc) else {
@@ -345,26 +337,6 @@ impl Sim {
             marks: kept.marks,
             retired: false,
         }
-    }
-
-    /// Whether DC `d`'s lease covers a host lease whose term starts at
-    /// `from` (node clock): a renewal arriving now, or an acquire's grant
-    /// (homing-node's `Effect::Cover`).
-    pub(crate) fn grant_covered(&mut self, d: usize, from: NodeTime) -> Result<(), Failure> {
-        let (now, ttl_ms) = (self.node_now(d), self.policy.ttl_ms());
-        let dc = &self.dcs[d];
-        let grant = if dc.lease.unchecked {
-            // Not checked since it started: nothing is granted yet.
-            let why = "no host lease granted or renewed: this dc has not checked its dc lease since it started";
-            let unavailable = ErrorKind::Unavailable { dc: dc.id.clone() };
-            Err(Failure::Unreachable(ErrorReply::new(unavailable, why)))
-        } else {
-            dc.lease.lease.grant(&dc.id, from, now, ttl_ms)
-        };
-        if grant.is_err() {
-            self.measurements.count(Counter::GrantRefusedByDcLease);
-        }
-        grant
     }
 
     /// A record write of task `tid`: on to the store if the published marks

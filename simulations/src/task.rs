@@ -312,10 +312,14 @@ impl Sim {
             })
         );
         let now = self.node_now(d);
-        let effect = match self.dcs[d].endpoint.answer_at_once(effect, now) {
+        let dc = &mut self.dcs[d];
+        let effect = match dc.endpoint.answer_at_once(effect, now, &dc.lease.lease) {
             Ok(answer) => {
                 if resolve && answer == Answer::Global(Ok(GlobalAnswer::Entry(None))) {
                     self.measurements.count(Counter::ResolveAbsentReusedAtDc);
+                }
+                if matches!(answer, Answer::Covered(Err(_))) {
+                    self.measurements.count(Counter::GrantRefusedByDcLease);
                 }
                 return Performed::Now(answer);
             }
@@ -345,7 +349,6 @@ impl Sim {
                 let to = self.dc_index[&dc];
                 Performed::Later(Next::Peer(to, Request::Drain { key }))
             }
-            Effect::Cover { from } => Performed::Now(Answer::Covered(self.grant_covered(d, from))),
             // The simulator keeps no key quota: every create is admitted.
             Effect::Admit(_) => Performed::Now(Answer::Admitted(Ok(()))),
             Effect::Link {
@@ -374,9 +377,10 @@ impl Sim {
                 remaining_ms: wait_ms,
             }),
             Effect::Pause { until } => Performed::Later(Next::Pause(until)),
-            Effect::Cancellation { .. } => unreachable!("the dc's endpoint answers it at once"),
+            Effect::Cancellation { .. } | Effect::Cover { .. } | Effect::AnswersForTails => {
+                unreachable!("the dc's endpoint answers it at once")
+            }
             Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
-            Effect::AnswersForTails => Performed::Now(Answer::ForTails(self.answers_for_tails(d))),
             Effect::AwaitLog { until } => Performed::Later(Next::AwaitLog(until)),
             Effect::Park { until } => match self.await_selected(d, tid, task) {
                 Some(answer) => Performed::Now(answer),

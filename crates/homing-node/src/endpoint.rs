@@ -9,8 +9,10 @@
 //!
 //! A driver hands every request to [`Endpoint::handle_request`] and runs
 //! the [`Handling`] it gets; it hands every effect to
-//! [`Endpoint::answer_at_once`] first (what the endpoint answers from its
-//! own state: a global operation from memory, a cancellation), performs
+//! [`Endpoint::answer_at_once`] first (what the DC answers from its own
+//! state: a global operation from memory, a cancellation, and from the DC
+//! lease the driver lends it, a grant's cover and whether it answers for
+//! its tails), performs
 //! the rest, and hands a global store's answer to [`Endpoint::learn`] and
 //! the events a stepper notes to [`Endpoint::note`]. `J` is how the driver
 //! answers a retry that joined an acquire ([`Endpoint::acquire_ended`]).
@@ -23,6 +25,7 @@ use homing_core::{
 use crate::acquire::{Acquire, AcquireRequest};
 use crate::await_vacant::AwaitVacant;
 use crate::cancel::Cancellations;
+use crate::dc_lease::DcLease;
 use crate::effect::{GlobalAnswer, GlobalOp};
 use crate::event::NodeEvent;
 use crate::memory::{Memory, MemoryLimits};
@@ -256,11 +259,28 @@ impl<J> Endpoint<J> {
         AwaitVacant::new(&n.dc, reservation, wait_ms, now, n.policy, n.mutations)
     }
 
-    /// The answer to `effect` at `now` if the endpoint has it — a global
-    /// operation its memory answers, a cancellation — else the effect back,
-    /// for the driver to perform.
-    pub fn answer_at_once(&mut self, effect: Effect, now: NodeTime) -> Result<Answer, Effect> {
+    /// The answer to `effect` at `now` if the DC has it — a global
+    /// operation its memory answers, a cancellation, and what its DC lease
+    /// (`lease`, as the driver keeps it) says: whether it covers a grant,
+    /// whether the DC answers for its tails — else the effect back, for the
+    /// driver to perform.
+    pub fn answer_at_once(
+        &mut self,
+        effect: Effect,
+        now: NodeTime,
+        lease: &DcLease,
+    ) -> Result<Answer, Effect> {
         match effect {
+            Effect::Cover { from } => {
+                let ttl_ms = self.config.policy.ttl_ms();
+                Ok(Answer::Covered(lease.grant(
+                    &self.config.dc,
+                    from,
+                    now,
+                    ttl_ms,
+                )))
+            }
+            Effect::AnswersForTails => Ok(Answer::ForTails(lease.answers_for_tails(now))),
             Effect::Global(op) => match self.memory.recall(&op, now) {
                 Some(recalled) => Ok(Answer::Global(Ok(recalled))),
                 None => Err(Effect::Global(op)),
@@ -319,6 +339,16 @@ mod tests {
             host_time: HostTime::from_ms(1),
             wait_ms: 0,
         }
+    }
+
+    /// A DC lease never renewed: it covers nothing.
+    fn dc_lease() -> DcLease {
+        let terms = homing_core::DcTerms {
+            ttl_ms: 20_000,
+            host_lease_ttl_max_ms: 10_000,
+            grace_ms: 2_000,
+        };
+        DcLease::new(terms, 2_000)
     }
 
     fn arrive(endpoint: &mut Endpoint<u32>, request: Request, join: u32) -> Dispatch {
@@ -407,21 +437,35 @@ mod tests {
     }
 
     #[test]
+    fn the_dc_lease_lent_answers_cover_and_tails() {
+        let mut endpoint = endpoint();
+        let cover = Effect::Cover { from: NOW.node };
+        let Ok(Answer::Covered(Err(refused))) =
+            endpoint.answer_at_once(cover, NOW.node, &dc_lease())
+        else {
+            panic!("a lease never renewed covers no grant");
+        };
+        assert!(refused.is_unreachable());
+        let tails = endpoint.answer_at_once(Effect::AnswersForTails, NOW.node, &dc_lease());
+        assert_eq!(tails, Ok(Answer::ForTails(false)));
+    }
+
+    #[test]
     fn a_cancellation_and_a_remembered_entry_are_answered_at_once_a_store_read_is_not() {
         let mut endpoint = endpoint();
         let lease = LeaseKey::from_bytes([1; 16]).unwrap();
         let ask = Effect::Cancellation { lease, note: false };
         assert_eq!(
-            endpoint.answer_at_once(ask.clone(), NOW.node),
+            endpoint.answer_at_once(ask.clone(), NOW.node, &dc_lease()),
             Ok(Answer::Cancelled(false))
         );
         let note = Effect::Cancellation { lease, note: true };
         assert_eq!(
-            endpoint.answer_at_once(note, NOW.node),
+            endpoint.answer_at_once(note, NOW.node, &dc_lease()),
             Ok(Answer::Cancelled(true))
         );
         assert_eq!(
-            endpoint.answer_at_once(ask, NOW.node),
+            endpoint.answer_at_once(ask, NOW.node, &dc_lease()),
             Ok(Answer::Cancelled(true))
         );
 
@@ -431,13 +475,13 @@ mod tests {
         };
         let effect = Effect::Global(read.clone());
         assert_eq!(
-            endpoint.answer_at_once(effect.clone(), NOW.node),
+            endpoint.answer_at_once(effect.clone(), NOW.node, &dc_lease()),
             Err(effect.clone())
         );
         let entry = GlobalAnswer::Entry(Some("fra.1".parse().unwrap()));
         endpoint.learn(&read, entry.clone(), NOW.node);
         assert_eq!(
-            endpoint.answer_at_once(effect, NOW.node),
+            endpoint.answer_at_once(effect, NOW.node, &dc_lease()),
             Ok(Answer::Global(Ok(entry)))
         );
     }

@@ -21,9 +21,9 @@ use homing_core::{
 };
 use homing_net::Handler;
 use homing_node::{
-    AcquireEvent, Answer, Dispatch, Effect, Endpoint, EndpointConfig, GlobalAnswer, Handling,
-    MemoryLimits, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption,
-    Step, Stepper, UpkeepEvent,
+    AcquireEvent, Answer, DcLease, Dispatch, Effect, Endpoint, EndpointConfig, GlobalAnswer,
+    Handling, MemoryLimits, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent,
+    Resumption, Step, Stepper, UpkeepEvent,
 };
 use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
 use tokio::sync::{oneshot, watch};
@@ -328,15 +328,6 @@ impl Node {
         self.dc_lease.with(|l| l.valid_for_ms(now))
     }
 
-    /// Refuses a host lease whose term starts at `from` (node clock) unless
-    /// the DC lease covers all of it: a renewal arriving now, or an
-    /// acquire's grant (homing-node's `Effect::Cover`, also after a wait).
-    fn grant_covered(&self, from: homing_node::NodeTime) -> Result<(), homing_node::Failure> {
-        let (now, ttl_ms) = (self.waiters.now(), self.config.policy.ttl_ms());
-        self.dc_lease
-            .with(|l| l.grant(&self.config.dc, from, now, ttl_ms))
-    }
-
     /// Shutdown: parked acquirers and watchers are answered now.
     pub fn close(&self) {
         self.lock_endpoint().close();
@@ -355,13 +346,6 @@ impl Node {
             bits = (bits << 64) | u128::from(h.finish());
         }
         bits
-    }
-
-    /// Whether this DC answers for its tails now (homing-node's
-    /// `DcLease::answers_for_tails`).
-    fn answers_for_tails(&self) -> bool {
-        let now = self.waiters.now();
-        self.dc_lease.with(|l| l.answers_for_tails(now))
     }
 
     /// Runs `stepper` to its end: performs each [`Effect`] it asks for and
@@ -399,7 +383,8 @@ impl Node {
     async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
         let classify = |f: Failure| f.classify(&self.config.dc);
         let now = self.waiters.now();
-        let effect = match self.lock_endpoint().answer_at_once(effect, now) {
+        let at_once = |lease: &mut DcLease| self.lock_endpoint().answer_at_once(effect, now, lease);
+        let effect = match self.dc_lease.with(at_once) {
             Ok(answer) => {
                 if matches!(&answer, Answer::Global(Ok(GlobalAnswer::Entry(Some(_))))) {
                     self.metrics.global_cache(true);
@@ -422,7 +407,6 @@ impl Node {
                 let answer = self.peers.drain(&dc, &key).await;
                 Answer::Forwarded(answer.map_err(|e| classify(Failure::from(e))))
             }
-            Effect::Cover { from } => Answer::Covered(self.grant_covered(from)),
             Effect::Admit(namespace) => {
                 let admitted = self.quota.admit(&self.config.dc, &self.records, &namespace);
                 Answer::Admitted(admitted.await.map(|granted| held.slot = Some(granted)))
@@ -470,8 +454,9 @@ impl Node {
                 _ = tokio::time::sleep_until(self.waiters.instant(until)) => Answer::Resumed,
                 _ = self.closed() => Answer::Closed,
             },
-            Effect::Cancellation { .. } => unreachable!("the dc's endpoint answers it at once"),
-            Effect::AnswersForTails => Answer::ForTails(self.answers_for_tails()),
+            Effect::Cancellation { .. } | Effect::Cover { .. } | Effect::AnswersForTails => {
+                unreachable!("the dc's endpoint answers it at once")
+            }
             Effect::Queue(op) => {
                 let (queued, joined) = self.waiters.queue(op, store_now(), &self.config.policy);
                 if joined.is_some() {
