@@ -70,6 +70,12 @@ pub struct DcLeaseCell {
     unchecked: Mutex<Option<bool>>,
 }
 
+impl homing_node::LeaseLender for &DcLeaseCell {
+    fn lend<T>(self, f: impl FnOnce(&DcLease) -> T) -> T {
+        self.with(|lease| f(lease))
+    }
+}
+
 impl DcLeaseCell {
     /// Runs `f` on the lease.
     pub fn with<T>(&self, f: impl FnOnce(&mut DcLease) -> T) -> T {

@@ -136,6 +136,19 @@ pub enum DcLeaseChange {
     Retired,
 }
 
+/// Lends a DC's lease for one look, kept as its driver keeps it (the
+/// simulator: in place; homingd: behind a lock, taken only when lent).
+pub trait LeaseLender {
+    /// `f` over the lease.
+    fn lend<T>(self, f: impl FnOnce(&DcLease) -> T) -> T;
+}
+
+impl LeaseLender for &DcLease {
+    fn lend<T>(self, f: impl FnOnce(&DcLease) -> T) -> T {
+        f(self)
+    }
+}
+
 /// The DC lease as its DC sees it.
 #[derive(Debug, Clone)]
 pub struct DcLease {

@@ -25,7 +25,7 @@ use homing_core::{
 use crate::acquire::{Acquire, AcquireRequest};
 use crate::await_vacant::AwaitVacant;
 use crate::cancel::Cancellations;
-use crate::dc_lease::DcLease;
+use crate::dc_lease::LeaseLender;
 use crate::effect::{GlobalAnswer, GlobalOp};
 use crate::event::NodeEvent;
 use crate::memory::{Memory, MemoryLimits};
@@ -261,26 +261,25 @@ impl<J> Endpoint<J> {
 
     /// The answer to `effect` at `now` if the DC has it — a global
     /// operation its memory answers, a cancellation, and what its DC lease
-    /// (`lease`, as the driver keeps it) says: whether it covers a grant,
+    /// (`dc_lease`, lent only for them) says: whether it covers a grant,
     /// whether the DC answers for its tails — else the effect back, for the
     /// driver to perform.
     pub fn answer_at_once(
         &mut self,
         effect: Effect,
         now: NodeTime,
-        lease: &DcLease,
+        dc_lease: impl LeaseLender,
     ) -> Result<Answer, Effect> {
         match effect {
             Effect::Cover { from } => {
                 let ttl_ms = self.config.policy.ttl_ms();
-                Ok(Answer::Covered(lease.grant(
-                    &self.config.dc,
-                    from,
-                    now,
-                    ttl_ms,
-                )))
+                let dc = &self.config.dc;
+                let covered = dc_lease.lend(|lease| lease.grant(dc, from, now, ttl_ms));
+                Ok(Answer::Covered(covered))
             }
-            Effect::AnswersForTails => Ok(Answer::ForTails(lease.answers_for_tails(now))),
+            Effect::AnswersForTails => Ok(Answer::ForTails(
+                dc_lease.lend(|lease| lease.answers_for_tails(now)),
+            )),
             Effect::Global(op) => match self.memory.recall(&op, now) {
                 Some(recalled) => Ok(Answer::Global(Ok(recalled))),
                 None => Err(Effect::Global(op)),
@@ -313,6 +312,7 @@ mod tests {
 
     use super::*;
     use crate::Mutations;
+    use crate::dc_lease::DcLease;
     use crate::fixture::{NOW, key};
 
     fn endpoint() -> Endpoint<u32> {

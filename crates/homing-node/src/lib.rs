@@ -142,7 +142,9 @@ pub use acquire::{
 pub use await_vacant::{AwaitVacant, settled};
 pub use cancel::Cancellations;
 pub use change::{Change, Changed};
-pub use dc_lease::{DcLease, DcLeaseChange, DcLeasePoll, StartCheck, TOKEN_HEADROOM, start_check};
+pub use dc_lease::{
+    DcLease, DcLeaseChange, DcLeasePoll, LeaseLender, StartCheck, TOKEN_HEADROOM, start_check,
+};
 pub use drain::Drain;
 pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored};
 pub use endpoint::{Dispatch, Endpoint, EndpointConfig, Handling, WATCH_EVENTS_PAGE};

@@ -21,9 +21,9 @@ use homing_core::{
 };
 use homing_net::Handler;
 use homing_node::{
-    AcquireEvent, Answer, DcLease, Dispatch, Effect, Endpoint, EndpointConfig, GlobalAnswer,
-    Handling, MemoryLimits, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent,
-    Resumption, Step, Stepper, UpkeepEvent,
+    AcquireEvent, Answer, Dispatch, Effect, Endpoint, EndpointConfig, GlobalAnswer, Handling,
+    MemoryLimits, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption,
+    Step, Stepper, UpkeepEvent,
 };
 use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
 use tokio::sync::{oneshot, watch};
@@ -383,8 +383,12 @@ impl Node {
     async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
         let classify = |f: Failure| f.classify(&self.config.dc);
         let now = self.waiters.now();
-        let at_once = |lease: &mut DcLease| self.lock_endpoint().answer_at_once(effect, now, lease);
-        let effect = match self.dc_lease.with(at_once) {
+        // The DC lease's lock is taken (inside the endpoint's) only for the
+        // effects that look at it.
+        let at_once = self
+            .lock_endpoint()
+            .answer_at_once(effect, now, &*self.dc_lease);
+        let effect = match at_once {
             Ok(answer) => {
                 if matches!(&answer, Answer::Global(Ok(GlobalAnswer::Entry(Some(_))))) {
                     self.metrics.global_cache(true);
