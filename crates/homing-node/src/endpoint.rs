@@ -112,11 +112,6 @@ impl<J> Endpoint<J> {
         &self.config
     }
 
-    /// Its DC.
-    pub fn dc(&self) -> &DcId {
-        &self.config.dc
-    }
-
     /// Takes over a silent DC's tails under `policy` from now on.
     pub fn set_takeover(&mut self, policy: TakeoverPolicy) {
         self.takeover = policy;
