@@ -25,13 +25,14 @@ use homing_store::memory::MemoryDc;
 
 use homing_node::{
     Answer, Dispatch, Endpoint, EndpointConfig, Failure, GlobalAnswer, GlobalOp, Handling,
-    MEMORY_ENTRIES_DEFAULT, MemoryLimits, Mutations, NodeConfig, NodeTime, StoreOp as DcOp, Upkeep,
+    MEMORY_ENTRIES_DEFAULT, MemoryLimits, NodeConfig, NodeTime, StoreOp as DcOp, Upkeep,
     WaitLimits, Waiters,
 };
 
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
 use crate::invariants::view;
+use homing_core::Mutations;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 

@@ -18,13 +18,14 @@
 //! write of the DC fail while hosts, routers and peers still reach it.
 
 use crate::counter::{Counter, Timing};
+use homing_core::Mutations;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
 };
 use homing_node::dc_lease::MARKS_WAIT_MS;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
-    DcLease, DcLeaseChange, DcLeasePoll, Failure, Mutations, NodeTime, StartCheck, start_check,
+    DcLease, DcLeaseChange, DcLeasePoll, Failure, NodeTime, StartCheck, start_check,
 };
 
 use crate::dc::{Next, Task};

@@ -1,7 +1,7 @@
 //! homing-sim: a deterministic multi-DC simulator that runs the request
 //! handling homingd runs — homing-node's acquire, update, waiters, upkeep
 //! and drain steppers, homing-core's `Connect`, `LocalSegment` and
-//! `ChainWalk` — for several DCs, routers and hosts over a simulated network
+//! `RouterWalk` — for several DCs, routers and hosts over a simulated network
 //! (latency matrix, jitter, loss, partitions), simulated stores (latency,
 //! crashes that may land in-flight writes) and per-node clocks (offset,
 //! drift). Invariants are checked after every event; a run is its scenario

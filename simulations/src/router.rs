@@ -1,39 +1,38 @@
-//! Edge routers. A router resolves keys the way homing-client's `Resolver`
-//! does, with homing-core's `ChainWalk`: the global entry and the furthest
-//! chain member a walk proved are cached forever (entries never change,
-//! members stay members) and the next walk starts at that member; a live
-//! tail is cached for `tail_ttl_ms` and a vacant one not at all
-//! (`TailView::answer`, the rule the Resolver caches by). A cold walk asks
-//! its region's DC (`Resolve`: global read + the segment if that DC owns the
-//! entry), then the DCs the walk needs (`ResolveReservation`): the
-//! shortcut's, and any whose links it follows. A timeout or an error reply
-//! makes the answer `Unavailable`, never `NotFound`.
+//! Edge routers. A router resolves keys with homing-core's `RouterWalk`,
+//! the walk homing-client's `Resolver` drives: which answers to use (the
+//! global entry and the furthest proven chain member, remembered forever; a
+//! `NotFound` reused for the Resolver's default absent ttl), the global read
+//! from the DCs nearest first, the extra segment a `Resolve` reply carries,
+//! and a silent owner gone around through its succession asked of the other
+//! DCs. This module keeps what the Resolver keeps itself: the I/O (which DC
+//! is suspect, timeouts) and the storage. A live tail is cached for
+//! `tail_ttl_ms` and a vacant one not at all (`TailView::answer`, the rule
+//! the Resolver caches by). A timeout or an error reply makes the answer
+//! `Unavailable`, never `NotFound`.
 //!
 //! Reachability as the Resolver keeps it (homing-core's `reachability`): a
 //! DC whose request timed out is suspect, requests that need it are
-//! answered `Unavailable` at once instead of waiting for it again, and one
+//! answered at once as not answered instead of waiting for it again, and one
 //! probe per suspect DC (a `ResolveReservation` of `<dc>.0`, on the probe
 //! schedule) finds out when it answers; any answer clears the suspicion.
 //!
-//! A walk that needs a silent DC's reservation asks the router's own DC for
-//! its succession (`Successor`, DESIGN.md §7.5) and goes on through it (a
-//! present answer is cached forever); with none, the answer is
-//! `Unavailable`. A `NotFound` answer is reused for the Resolver's default
-//! `absent_ttl_ms` (`RESOLVER_ABSENT_TTL_MS_DEFAULT`), as the Resolver
-//! does. Concurrent resolves of one key at one router share one walk, as
-//! the Resolver's single-flight does: a resolve that finds a walk of its
-//! key in flight asks nothing and gets that walk's outcome (an answer, the
-//! checker having judged the walk's; or the walk's unavailability, counted
-//! in its row). A cold resolve (a fresh router's) neither joins nor is
-//! joined.
+//! Concurrent resolves of one key at one router share one walk, as the
+//! Resolver's single-flight does: a resolve that finds a walk of its key in
+//! flight asks nothing and gets that walk's outcome (an answer, the checker
+//! having judged the walk's; or the walk's unavailability, counted in its
+//! row). A cold resolve (a fresh router's) neither joins nor is joined, and
+//! consults nothing remembered.
 
 use crate::counter::Counter;
 use std::collections::BTreeMap;
 
+use std::time::{Duration, Instant};
+
 use homing_core::chain::{HOP_LIMIT_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
 use homing_core::reachability::{AddrSlot, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route};
 use homing_core::{
-    ChainNeed, ChainPoll, ChainWalk, Reply, Request, ReservationId, Shortcut, Source, TailView,
+    DcId, Learned, Mutations, Request, ReservationId, RouterMemory, RouterPoll, RouterWalk,
+    Shortcut, Succession, TailView,
 };
 
 use crate::scan::Scanner;
@@ -55,7 +54,7 @@ struct Resolve {
     key: u32,
     /// Boxed: a walk is large, and resolves move between the in-flight
     /// map's nodes and the router's steps.
-    walk: Box<ChainWalk>,
+    walk: Box<RouterWalk>,
     started_us: u64,
     entry_cached: bool,
     /// Walk as a fresh router: consult no cache.
@@ -70,13 +69,14 @@ pub struct Router {
     pub idx: u32,
     /// Its region (the index of its nearest DC).
     pub region: u16,
-    entries: BTreeMap<u32, ReservationId>,
-    members: BTreeMap<u32, Shortcut>,
+    /// The DCs it asks, nearest first (its region's first): the Resolver's
+    /// DC table.
+    table: Vec<DcId>,
+    /// The simulator's index of each DC in `table`.
+    order: Vec<u16>,
+    remembered: Remembered,
     tails: BTreeMap<u32, CachedTail>,
-    /// Keys answered `NotFound`, and when (true µs): the Resolver's absent cache.
-    absent: BTreeMap<u32, u64>,
-    /// Successions learned from `Successor` answers (write-once).
-    successions: BTreeMap<ReservationId, homing_core::Succession>,
+    mutations: Mutations,
     /// Resolves waiting for an answer, by RPC, with the DC asked.
     inflight: BTreeMap<u64, (Resolve, u16)>,
     /// Keys with a (not cold) walk in flight, and when each resolve that
@@ -92,26 +92,105 @@ pub struct Router {
     pub(crate) scanner: Option<Scanner>,
 }
 
-impl Router {
-    /// Whether `key` was answered `NotFound` within the Resolver's absent TTL of `now_us`.
-    fn absent_lately(&self, key: u32, now_us: u64) -> bool {
-        self.absent
-            .get(&key)
-            .is_some_and(|at| now_us - at < RESOLVER_ABSENT_TTL_MS_DEFAULT * 1000)
+/// What a router remembers, as the Resolver's caches do (never evicted
+/// here: a run is short).
+#[derive(Debug, Default)]
+struct Remembered {
+    entries: BTreeMap<u32, ReservationId>,
+    members: BTreeMap<u32, Shortcut>,
+    /// Keys answered `NotFound`, and when.
+    absent: BTreeMap<u32, Instant>,
+    /// Successions learned from `Successor` answers (write-once).
+    successions: BTreeMap<ReservationId, Succession>,
+    /// Reservations a DC answered have no succession, and when.
+    no_succession: BTreeMap<ReservationId, Instant>,
+}
+
+/// What a router remembers about one key, as a walk sees it; a cold
+/// resolve sees nothing (but what it learns is kept).
+struct KeyMemory<'a> {
+    remembered: &'a mut Remembered,
+    key: u32,
+    cold: bool,
+}
+
+impl RouterMemory for KeyMemory<'_> {
+    fn entry(&self) -> Option<ReservationId> {
+        let known = self.remembered.entries.get(&self.key);
+        known.filter(|_| !self.cold).cloned()
     }
 
-    /// A router with empty caches in `region`, every one of `dcs` DCs
-    /// reachable; `seed` spreads its probes.
-    pub fn new(idx: u32, region: u16, dcs: usize, seed: u64) -> Router {
-        let slots: Vec<DcSlot> = (0..dcs).map(DcSlot).collect();
+    fn absent_since(&self) -> Option<Instant> {
+        let known = self.remembered.absent.get(&self.key);
+        known.filter(|_| !self.cold).copied()
+    }
+
+    fn member(&self) -> Option<Shortcut> {
+        let known = self.remembered.members.get(&self.key);
+        known.filter(|_| !self.cold).cloned()
+    }
+
+    fn succession(&self, at: &ReservationId) -> Option<Succession> {
+        let known = self.remembered.successions.get(at);
+        known.filter(|_| !self.cold).cloned()
+    }
+
+    fn no_succession_since(&self, at: &ReservationId) -> Option<Instant> {
+        let known = self.remembered.no_succession.get(at);
+        known.filter(|_| !self.cold).copied()
+    }
+
+    fn learn(&mut self, fact: Learned) {
+        let remembered = &mut *self.remembered;
+        match fact {
+            Learned::Entry(id) => {
+                remembered.entries.insert(self.key, id);
+            }
+            Learned::Absent(at) => {
+                remembered.absent.insert(self.key, at);
+            }
+            Learned::Member(member) => {
+                remembered.members.insert(self.key, member);
+            }
+            Learned::Succession(succession) => {
+                let at = succession.link.from.clone();
+                remembered.successions.insert(at, succession);
+            }
+            Learned::NoSuccession(at, since) => {
+                remembered.no_succession.insert(at, since);
+            }
+        }
+    }
+}
+
+impl Router {
+    /// A router with empty caches in `region`, every DC of `dcs` reachable,
+    /// asked nearest first by `rtt_ms` (the region's row); `seed` spreads
+    /// its probes; its walks break `mutations` on purpose.
+    pub fn new(
+        idx: u32,
+        region: u16,
+        dcs: &[DcId],
+        rtt_ms: &[f64],
+        seed: u64,
+        mutations: Mutations,
+    ) -> Router {
+        let slots: Vec<DcSlot> = (0..dcs.len()).map(DcSlot).collect();
+        let mut order: Vec<u16> = (0..dcs.len() as u16).collect();
+        order.sort_by(|a, b| {
+            let near = |d: &u16| (*d != region, rtt_ms.get(usize::from(*d)).copied());
+            near(a)
+                .partial_cmp(&near(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
         Router {
             idx,
             region,
-            entries: BTreeMap::new(),
-            members: BTreeMap::new(),
+            table: order.iter().map(|d| dcs[usize::from(*d)].clone()).collect(),
+            order,
+            remembered: Remembered::default(),
             tails: BTreeMap::new(),
-            absent: BTreeMap::new(),
-            successions: BTreeMap::new(),
+            mutations,
             inflight: BTreeMap::new(),
             walking: BTreeMap::new(),
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
@@ -164,15 +243,25 @@ impl Sim {
         if !cold {
             self.routers[r].walking.insert(key, Vec::new());
         }
-        let entry_cached = !cold && self.routers[r].entries.contains_key(&key);
-        let hint = match cold {
-            true => None,
-            false => self.routers[r].members.get(&key).cloned(),
+        let router = &mut self.routers[r];
+        let memory = KeyMemory {
+            remembered: &mut router.remembered,
+            key,
+            cold,
         };
-        let walk = ChainWalk::from_key(self.keys[key as usize].clone(), HOP_LIMIT_DEFAULT);
+        let entry_cached = memory.entry().is_some();
+        let absent_ttl = Duration::from_millis(RESOLVER_ABSENT_TTL_MS_DEFAULT);
+        let key_id = self.keys[key as usize].clone();
+        let walk = RouterWalk::new(
+            key_id,
+            HOP_LIMIT_DEFAULT,
+            absent_ttl,
+            &memory,
+            router.mutations,
+        );
         let resolve = Resolve {
             key,
-            walk: Box::new(walk.with_hint(hint)),
+            walk: Box::new(walk),
             started_us: self.now,
             entry_cached,
             cold,
@@ -181,40 +270,37 @@ impl Sim {
         self.router_drive(r, resolve);
     }
 
+    /// Drives `resolve`'s walk until it sends a request or ends.
     fn router_drive(&mut self, r: usize, mut resolve: Resolve) {
+        let now = self.instant();
         let home = self.routers[r].region;
         loop {
-            match resolve.walk.poll().clone() {
-                ChainPoll::Need(ChainNeed::GlobalEntry(key)) => {
-                    if let Some(id) = self.routers[r].entries.get(&resolve.key)
-                        && !resolve.cold
-                    {
-                        let _ = resolve.walk.handle_global(Some(id.clone()), Source::Cache);
+            let router = &mut self.routers[r];
+            let mut memory = KeyMemory {
+                remembered: &mut router.remembered,
+                key: resolve.key,
+                cold: resolve.cold,
+            };
+            match resolve.walk.poll(&router.table, &mut memory, now) {
+                RouterPoll::Ask { slot, request } => {
+                    let dc = router.order[slot.0];
+                    if router.suspects(dc) {
+                        let reason = "suspect: not asked".to_string();
+                        resolve.walk.handle_silence(&router.table, reason, true);
                         continue;
                     }
-                    // A recent NotFound is reused (DESIGN.md §7.4).
-                    if !resolve.cold && self.routers[r].absent_lately(resolve.key, self.now) {
-                        self.measurements
-                            .count(Counter::ResolveAbsentReusedAtRouter);
-                        let _ = resolve.walk.handle_global(None, Source::Cache);
-                        continue;
-                    }
-                    return self.router_ask(r, home, resolve, Request::Resolve { key });
-                }
-                ChainPoll::Need(ChainNeed::Reservation(id)) => {
-                    let Some(&dc) = self.dc_index.get(id.dc()) else {
-                        self.checker
-                            .on_resolve_error(resolve.key, format!("unknown dc in {id}"));
-                        return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
-                    };
                     if dc != home {
                         resolve.remote += 1;
                     }
-                    return self.router_ask(r, dc, resolve, Request::ResolveReservation { id });
+                    let from = NodeId::Router(r as u32);
+                    let rpc = self.request(from, NodeId::Dc(dc), resolve.key, request);
+                    self.routers[r].inflight.insert(rpc, (resolve, dc));
+                    return;
                 }
-                ChainPoll::NotFound => {
-                    if !self.routers[r].absent_lately(resolve.key, self.now) {
-                        self.routers[r].absent.insert(resolve.key, self.now);
+                RouterPoll::NotFound => {
+                    if resolve.walk.absent_reused() {
+                        self.measurements
+                            .count(Counter::ResolveAbsentReusedAtRouter);
                     }
                     let latency = self.now - resolve.started_us;
                     self.measurements
@@ -223,49 +309,54 @@ impl Sim {
                         .on_resolve(resolve.key, resolve.started_us, self.now, None);
                     return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
-                ChainPoll::Done(walked) => {
-                    let member = walked.hint();
-                    let members = &mut self.routers[r].members;
-                    if member.is_past(members.get(&resolve.key)) {
-                        members.insert(resolve.key, member);
-                    }
-                    let latency = self.now - resolve.started_us;
-                    let (op, model) = if resolve.entry_cached {
-                        // Only the tail's state is fetched: one RTT unless it is local.
-                        let remote = self.dc_index.get(walked.tail.id.dc()) != Some(&home);
-                        (Op::ResolveRefresh, u32::from(remote))
-                    } else {
-                        let n = walked.links.len().min(255) as u8;
-                        (Op::ResolveCold(n), self.model_remote_rtts(home, &walked))
+                RouterPoll::Found(walked) => return self.router_found(r, &resolve, walked),
+                RouterPoll::Unavailable(unavailable) => {
+                    let op = match unavailable.suspect {
+                        true => Op::ResolveSuspect,
+                        false => Op::ResolveUnavailable,
                     };
-                    self.measurements.record(op, latency, resolve.remote, model);
-                    self.checker.on_resolve(
-                        resolve.key,
-                        resolve.started_us,
-                        self.now,
-                        Some(&walked.tail),
-                    );
-                    self.router_walk_ended(r, &resolve, Op::ResolveJoined);
-                    if walked.tail.answer().is_none() {
-                        return; // a vacant tail is read again next time (the Resolver's rule)
-                    }
-                    let ttl = self.scenario.workload.tail_ttl_ms * 1000;
-                    self.routers[r].tails.insert(
-                        resolve.key,
-                        CachedTail {
-                            view: walked.tail,
-                            window_start_us: resolve.started_us,
-                            expires_at_us: self.now + ttl,
-                        },
-                    );
-                    return;
+                    return self.router_unanswered(r, &resolve, op);
                 }
-                ChainPoll::Failed(e) => {
+                RouterPoll::Failed(e) => {
                     self.checker.on_resolve_error(resolve.key, e.to_string());
                     return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
             }
         }
+    }
+
+    /// `resolve`'s walk reached the tail: judged, measured, cached if live.
+    fn router_found(&mut self, r: usize, resolve: &Resolve, walked: homing_core::Walked) {
+        let home = self.routers[r].region;
+        let latency = self.now - resolve.started_us;
+        let (op, model) = if resolve.entry_cached {
+            // Only the tail's state is fetched: one RTT unless it is local.
+            let remote = self.dc_index.get(walked.tail.id.dc()) != Some(&home);
+            (Op::ResolveRefresh, u32::from(remote))
+        } else {
+            let n = walked.links.len().min(255) as u8;
+            (Op::ResolveCold(n), self.model_remote_rtts(home, &walked))
+        };
+        self.measurements.record(op, latency, resolve.remote, model);
+        self.checker.on_resolve(
+            resolve.key,
+            resolve.started_us,
+            self.now,
+            Some(&walked.tail),
+        );
+        self.router_walk_ended(r, resolve, Op::ResolveJoined);
+        if walked.tail.answer().is_none() {
+            return; // a vacant tail is read again next time (the Resolver's rule)
+        }
+        let ttl = self.scenario.workload.tail_ttl_ms * 1000;
+        self.routers[r].tails.insert(
+            resolve.key,
+            CachedTail {
+                view: walked.tail,
+                window_start_us: resolve.started_us,
+                expires_at_us: self.now + ttl,
+            },
+        );
     }
 
     /// DESIGN.md §7.2 for this chain: the entry's DC answers with the
@@ -277,70 +368,6 @@ impl Sim {
         dcs.dedup();
         let home = &self.dcs[usize::from(home)].id;
         dcs.iter().filter(|d| *d != &home).count() as u32
-    }
-
-    /// Sends `request` for `resolve` to DC `dc`, unless the router holds
-    /// it suspect: then the resolve is `Unavailable` at once.
-    fn router_ask(&mut self, r: usize, dc: u16, mut resolve: Resolve, request: Request) {
-        if self.routers[r].suspects(dc) {
-            if matches!(request, Request::ResolveReservation { .. }) {
-                resolve = match self.router_around_silent(r, dc, resolve) {
-                    Some(resolve) => resolve,
-                    None => return,
-                };
-            }
-            return self.router_unanswered(r, &resolve, Op::ResolveSuspect);
-        }
-        let rpc = self.request(
-            NodeId::Router(r as u32),
-            NodeId::Dc(dc),
-            resolve.key,
-            request,
-        );
-        self.routers[r].inflight.insert(rpc, (resolve, dc));
-    }
-
-    /// DC `dc` did not answer for the reservation `resolve` needs (the
-    /// Resolver's `around_silent_dc`): a shortcut is given up for the links;
-    /// on a follow, a known succession is followed, else the router's own
-    /// DC is asked for it. `None`: the resolve went on (or failed and was
-    /// reported); `Some`: the silence is the answer, for the caller to report.
-    fn router_around_silent(&mut self, r: usize, dc: u16, mut resolve: Resolve) -> Option<Resolve> {
-        let at = match resolve.walk.handle_unreachable() {
-            Ok(Some(at)) => at,
-            Ok(None) => {
-                self.router_drive(r, resolve);
-                return None;
-            }
-            Err(e) => {
-                self.checker.on_resolve_error(resolve.key, e.to_string());
-                self.router_walk_ended(r, &resolve, Op::ResolveJoined);
-                return None;
-            }
-        };
-        let hint = self.routers[r].members.get(&resolve.key).cloned();
-        if let Some(known) = self.routers[r].successions.get(&at).cloned() {
-            let _ = resolve
-                .walk
-                .handle_successor(known.link, hint, Source::Cache);
-            self.router_drive(r, resolve);
-            return None;
-        }
-        let home = self.routers[r].region;
-        if home == dc || self.routers[r].suspects(home) {
-            return Some(resolve);
-        }
-        let rpc = self.request(
-            NodeId::Router(r as u32),
-            NodeId::Dc(home),
-            resolve.key,
-            Request::Successor {
-                key: self.keys[resolve.key as usize].clone(),
-                id: at,
-            },
-        );
-        self.routers[r].inflight.insert(rpc, (resolve, home));
-        None
     }
 
     /// DC `dc` answered router `r` (any answer): healthy again if it was suspect.
@@ -430,65 +457,16 @@ impl Sim {
             return self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
         };
         self.router_heard(r, from);
-        let home = self.routers[r].region;
-        let from_id = self.dcs[usize::from(from)].id.clone();
-        let source = if from == home {
-            Source::Local
-        } else {
-            Source::Remote
+        let now = self.instant();
+        let router = &mut self.routers[r];
+        let mut memory = KeyMemory {
+            remembered: &mut router.remembered,
+            key: resolve.key,
+            cold: resolve.cold,
         };
-        match reply {
-            Reply::Resolved { entry, segment } => {
-                if let Some(id) = &entry {
-                    self.routers[r].entries.insert(resolve.key, id.clone());
-                }
-                let _ = resolve.walk.handle_global(entry.clone(), Source::Local);
-                // Used unless a hint sent the walk elsewhere (the Resolver's rule).
-                if let (Some(segment), Some(entry)) = (segment, entry)
-                    && resolve.walk.poll()
-                        == &ChainPoll::Need(ChainNeed::Reservation(entry.clone()))
-                {
-                    let _ = resolve
-                        .walk
-                        .handle_segment(entry.dc(), segment, Source::Local);
-                }
-            }
-            Reply::Reservation(segment) => {
-                let _ = resolve.walk.handle_segment(&from_id, segment, source);
-            }
-            Reply::Successor {
-                succession: Some(succession),
-                hint,
-            } => {
-                let at = succession.link.from.clone();
-                let link = succession.link.clone();
-                self.routers[r].successions.insert(at, succession);
-                let mine = self.routers[r].members.get(&resolve.key).cloned();
-                let hint = Shortcut::furthest(mine, hint);
-                let _ = resolve.walk.handle_successor(link, hint, source);
-            }
-            Reply::Error(e)
-                if e.kind.disowns()
-                    && matches!(
-                        resolve.walk.poll(),
-                        ChainPoll::Need(ChainNeed::Reservation(_))
-                    ) =>
-            {
-                let _ = resolve.walk.handle_disowned(&from_id, source);
-            }
-            // The owner does not answer for its tail now (its DC lease
-            // lapsed, or it is reconciling): like a silent DC.
-            Reply::Error(e)
-                if matches!(e.kind, homing_core::ErrorKind::Unavailable { .. })
-                    && matches!(resolve.walk.poll(), ChainPoll::Need(ChainNeed::Reservation(id)) if id.dc() == &from_id) =>
-            {
-                if let Some(resolve) = self.router_around_silent(r, from, resolve) {
-                    self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
-                }
-                return;
-            }
-            _ => return self.router_unanswered(r, &resolve, Op::ResolveUnavailable),
-        }
+        resolve
+            .walk
+            .handle_reply(&router.table, reply, &mut memory, now);
         self.router_drive(r, resolve);
     }
 
@@ -505,18 +483,14 @@ impl Sim {
         if self.is_router_inspect(r, rpc) {
             return self.router_inspected(r, None);
         }
-        if let Some((resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
+        if let Some((mut resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
             self.current_key = resolve.key;
             self.router_lost(r, dc);
-            let silent = matches!(resolve.walk.poll(), ChainPoll::Need(ChainNeed::Reservation(id)) if self.dc_index.get(id.dc()) == Some(&dc));
-            let resolve = match silent {
-                true => match self.router_around_silent(r, dc, resolve) {
-                    Some(resolve) => resolve,
-                    None => return,
-                },
-                false => resolve,
-            };
-            self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
+            let reason = "timed out".to_string();
+            resolve
+                .walk
+                .handle_silence(&self.routers[r].table, reason, false);
+            self.router_drive(r, resolve);
         }
     }
 

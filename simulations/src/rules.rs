@@ -3,7 +3,7 @@
 //! (rules inside the code homingd runs), and the drivers' own choices
 //! ([`WaitRules`]). [`Rules::real`] breaks nothing.
 
-use homing_node::Mutations;
+use homing_core::Mutations;
 
 /// What a simulated DC runs: homing-node with `mutations` broken on purpose
 /// (none in [`Rules::real`]), and the drivers' own waiting choices.

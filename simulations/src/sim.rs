@@ -581,10 +581,13 @@ impl Sim {
             }
         }
         let mut routers = Vec::new();
-        for d in 0..dcs.len() {
+        let ids: Vec<DcId> = dcs.iter().map(|dc| dc.id.clone()).collect();
+        for (d, rtt_ms) in rtt.iter().enumerate() {
             for slot in 0..scenario.routers_per_dc {
                 let seed = rng.next_u64();
-                let mut router = Router::new(routers.len() as u32, d as u16, dcs.len(), seed);
+                let region = d as u16;
+                let idx = routers.len() as u32;
+                let mut router = Router::new(idx, region, &ids, rtt_ms, seed, rules.mutations);
                 if slot == 0 && scenario.workload.watch {
                     router.watcher = Some(Watcher::default());
                 }

@@ -9,8 +9,9 @@
 //! `events_retained` events. A crash loses the pass and the proofs remembered.
 
 use crate::counter::Counter;
+use homing_core::Mutations;
 use homing_core::{DcId, LeasePolicy};
-use homing_node::{Failure, Mutations, Upkeep, UpkeepEvent, UpkeepLimits};
+use homing_node::{Failure, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
 use crate::dc::Task;

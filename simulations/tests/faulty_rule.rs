@@ -5,7 +5,7 @@
 
 mod support;
 
-use homing_node::Mutation;
+use homing_core::Mutation;
 use homing_sim::Failure;
 use homing_sim::{Invariant, Rules, RunOptions, run};
 use support::{first_failure, mutant, scenario};
@@ -175,6 +175,32 @@ fn a_retry_joined_to_another_hosts_acquire_gets_a_grant_that_is_not_its_own() {
     assert_eq!(
         first.violation.invariant,
         Invariant::SingleHolder,
+        "{first}"
+    );
+}
+
+#[test]
+fn a_router_reusing_not_found_past_its_freshness_is_caught_as_an_untrue_resolve() {
+    let (_, first) = first_failure(
+        &scenario("baseline", 30_000),
+        mutant(Mutation::RouterAbsentNeverStale),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::ResolveWasTrue,
+        "{first}"
+    );
+}
+
+#[test]
+fn a_router_taking_a_silent_global_read_as_no_entry_is_caught_as_an_untrue_resolve() {
+    let (_, first) = first_failure(
+        &scenario("dc-lost", 60_000),
+        mutant(Mutation::RouterSilenceIsAbsent),
+    );
+    assert_eq!(
+        first.violation.invariant,
+        Invariant::ResolveWasTrue,
         "{first}"
     );
 }

@@ -10,7 +10,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use homing_node::Mutation;
+use homing_core::Mutation;
 use homing_sim::counter::Counter;
 use homing_sim::{Failure, Invariant, Rules, RunOptions, Scenario, WaitRules, run};
 

@@ -11,7 +11,10 @@
 //! [`Resolver::report_unreachable`] when routing to it fails). A hit is one
 //! lookup in the answer cache ([`crate::answer_cache`], built for the hit:
 //! the other caches are moka's). Concurrent cold resolves of one key share
-//! one walk (single-flight), so each hop is asked once.
+//! one walk (single-flight), so each hop is asked once. What a walk asks,
+//! which remembered answers it uses and how it goes around a silent DC is
+//! decided by homing-core's [`RouterWalk`] (the simulated routers drive the
+//! same walk); this module asks the DCs and keeps the caches.
 //!
 //! A DC that stops answering costs one timeout, not one per request: the
 //! first request to time out (or fail to connect) makes the DC *suspect*
@@ -30,9 +33,9 @@ use std::time::{Duration, Instant};
 
 use homing_core::chain::HOP_LIMIT_DEFAULT;
 use homing_core::{
-    ActorId, ChainError, ChainNeed, ChainPoll, ChainWalk, DcId, ErrorKind, FencingToken, Key,
-    KeyRef, Reply, Request, ReservationId, ReservationRef, Shortcut, Source, Succession, TailView,
-    Walked,
+    ActorId, ChainError, DcId, FencingToken, Key, KeyRef, Learned, Mutations, Reply, Request,
+    ReservationId, ReservationRef, RouterMemory, RouterPoll, RouterWalk, Shortcut, Succession,
+    TailView, Walked,
 };
 use homing_net::{Client, DcTable, Peer, Unanswered};
 use thiserror::Error;
@@ -218,24 +221,26 @@ struct Inner {
     config: ResolverConfig,
     counters: Counters,
     /// Key → global entry; immutable facts.
-    entries: moka::future::Cache<Key, ReservationId>,
+    entries: moka::sync::Cache<Key, ReservationId>,
     /// Key → the furthest member of its chain a walk proved; members stay
     /// members, so this only ever falls behind, never becomes wrong.
-    members: moka::future::Cache<Key, Shortcut>,
+    members: moka::sync::Cache<Key, Shortcut>,
     /// Key → whole answer, for `tail_ttl_ms`: the hot path.
     answers: AnswerCache<Answer, ResolveError>,
     /// The actor ids the answers share.
     actor_ids: ActorIds,
     /// Key → last good answer, for callers who accept stale answers.
     remembered: moka::future::Cache<Key, Answer>,
-    /// Keys found absent, for `absent_ttl_ms` (`None` when that is 0).
-    absent: Option<moka::future::Cache<Key, ()>>,
+    /// Keys found absent, and when; kept for `absent_ttl_ms` (`None` when
+    /// that is 0). The walk decides what is still fresh.
+    absent: Option<moka::sync::Cache<Key, Instant>>,
     /// Reservation → its succession in the global store (DESIGN.md §7.5):
     /// write-once, asked only when the reservation's DC does not answer.
-    successions: moka::future::Cache<ReservationId, Succession>,
-    /// Reservations with no succession, for `absent_ttl_ms`: a partitioned
-    /// DC's tails cost one such question per that period, not per resolve.
-    no_succession: Option<moka::future::Cache<ReservationId, ()>>,
+    successions: moka::sync::Cache<ReservationId, Succession>,
+    /// Reservations with no succession, and when, kept for `absent_ttl_ms`:
+    /// a partitioned DC's tails cost one such question per that period,
+    /// not per resolve.
+    no_succession: Option<moka::sync::Cache<ReservationId, Instant>>,
 }
 
 #[derive(Default)]
@@ -470,12 +475,6 @@ impl Resolver {
             config.cache_entries,
             Duration::from_millis(config.tail_ttl_ms),
         );
-        let absent = (config.absent_ttl_ms > 0).then(|| {
-            moka::future::Cache::builder()
-                .max_capacity(config.cache_entries)
-                .time_to_live(Duration::from_millis(config.absent_ttl_ms))
-                .build()
-        });
         Resolver {
             inner: Arc::new(Inner {
                 dcs,
@@ -484,15 +483,12 @@ impl Resolver {
                 members: forever(config.cache_entries),
                 answers,
                 actor_ids: ActorIds::new(ACTOR_IDS_MAX),
-                remembered: forever(config.cache_entries),
+                remembered: moka::future::Cache::builder()
+                    .max_capacity(config.cache_entries)
+                    .build(),
                 successions: forever(config.cache_entries),
-                no_succession: (config.absent_ttl_ms > 0).then(|| {
-                    moka::future::Cache::builder()
-                        .max_capacity(config.cache_entries)
-                        .time_to_live(Duration::from_millis(config.absent_ttl_ms))
-                        .build()
-                }),
-                absent,
+                no_succession: lately(&config),
+                absent: lately(&config),
                 config,
             }),
         }
@@ -544,11 +540,6 @@ impl Resolver {
     /// A resolve that missed the answer cache at `now`.
     async fn resolve_cold(&self, key: &Key, now: Instant) -> Result<Found, ResolveError> {
         let dcs = self.inner.dcs.dcs();
-        if let Some(absent) = &self.inner.absent
-            && absent.contains_key(key)
-        {
-            return Err(ResolveError::NotFound(key.clone()));
-        }
         // Set only if this call's future ran the walk (single-flight); atomic
         // because the future must be Send, never contended.
         let walked_here = AtomicU64::new(NOT_WALKED);
@@ -570,15 +561,7 @@ impl Resolver {
                 Ok((answer, Instant::now()))
             })
             .await;
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(e) => {
-                if let (ResolveError::NotFound(_), Some(absent)) = (&*e, &self.inner.absent) {
-                    absent.insert(key.clone(), ()).await;
-                }
-                return Err((*e).clone());
-            }
-        };
+        let answer = answer.map_err(|e| (*e).clone())?;
         let walked = u32::try_from(walked_here.load(Ordering::Relaxed)).ok();
         if walked.is_some() {
             self.inner
@@ -722,29 +705,39 @@ impl Resolver {
 }
 
 impl Inner {
-    /// Walks the chain from the furthest member known, remembering the tail reached.
+    /// Walks the chain from the furthest member known, remembering what
+    /// the walk learned (homing-core's `RouterWalk` decides; this only asks).
     async fn walk_chain(&self, key: &Key) -> Result<Walked, ResolveError> {
-        let hint = self.members.get(key).await;
-        let mut walk = ChainWalk::from_key(key.clone(), self.config.hop_limit).with_hint(hint);
+        let dcs = self.dcs.dcs();
+        let mut memory = KeyMemory { inner: self, key };
+        let absent_ttl = Duration::from_millis(self.config.absent_ttl_ms);
+        let mut walk = RouterWalk::new(
+            key.clone(),
+            self.config.hop_limit,
+            absent_ttl,
+            &memory,
+            Mutations::NONE,
+        );
         loop {
-            let step = match walk.poll().clone() {
-                ChainPoll::Need(ChainNeed::GlobalEntry(key)) => {
-                    self.global_step(&mut walk, &key).await?
-                }
-                ChainPoll::Need(ChainNeed::Reservation(id)) => {
-                    self.hop_step(&mut walk, &id).await?
-                }
-                ChainPoll::NotFound => return Err(ResolveError::NotFound(key.clone())),
-                ChainPoll::Failed(e) => return Err(e.into()),
-                ChainPoll::Done(walked) => {
-                    let member = walked.hint();
-                    if member.is_past(self.members.get(key).await.as_ref()) {
-                        self.members.insert(key.clone(), member).await;
+            match walk.poll(dcs, &mut memory, Instant::now()) {
+                RouterPoll::Ask { slot, request } => match self.ask(slot, &request).await {
+                    Ok(reply) => walk.handle_reply(dcs, reply, &mut memory, Instant::now()),
+                    Err(unanswered) => {
+                        let suspect = matches!(unanswered, Unanswered::Suspect { .. });
+                        walk.handle_silence(dcs, unanswered.to_string(), suspect);
                     }
-                    return Ok(walked);
+                },
+                RouterPoll::Found(walked) => return Ok(walked),
+                RouterPoll::NotFound => return Err(ResolveError::NotFound(key.clone())),
+                RouterPoll::Unavailable(u) => {
+                    return Err(ResolveError::Unavailable {
+                        dc: u.dc,
+                        reason: u.reason,
+                        suspect: u.suspect,
+                    });
                 }
-            };
-            step.map_err(ResolveError::from)?;
+                RouterPoll::Failed(e) => return Err(e.into()),
+            }
         }
     }
 
@@ -770,174 +763,64 @@ impl Inner {
         })
     }
 
-    /// The global read: from cache, or from the nearest DC that answers.
-    async fn global_step(
-        &self,
-        walk: &mut ChainWalk,
-        key: &Key,
-    ) -> Result<Result<(), ChainError>, ResolveError> {
-        if let Some(entry) = self.entries.get(key).await {
-            return Ok(walk.handle_global(Some(entry), Source::Cache));
-        }
-        let mut last_error = None;
-        for (slot, dc) in self.dcs.dcs().iter().enumerate() {
-            let request = Request::Resolve { key: key.clone() };
-            match self.ask(DcSlot(slot), &request).await {
-                Ok(Reply::Resolved { entry, segment }) => {
-                    if let Some(id) = &entry {
-                        self.entries.insert(key.clone(), id.clone()).await;
-                    }
-                    let mut step = walk.handle_global(entry.clone(), Source::Remote);
-                    // A DC owning the entry answers its segment in the same round
-                    // trip (used unless a hint sent the walk elsewhere). Checked
-                    // as spoken by the DC that answered, so a peer speaking for
-                    // another DC's reservation is caught by the walk.
-                    if let (Ok(()), Some(entry), Some(segment)) = (&step, &entry, segment)
-                        && walk.poll() == &ChainPoll::Need(ChainNeed::Reservation(entry.clone()))
-                    {
-                        step = walk.handle_segment(dc, segment, Source::Local);
-                    }
-                    return Ok(step);
-                }
-                Ok(other) => last_error = Some(unexpected(dc, "resolve", &other)),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error
-            .unwrap_or_else(|| ResolveError::Inconsistent("no dc configured".to_string())))
-    }
-
-    /// One hop: a round trip to the reservation's owner.
-    async fn hop_step(
-        &self,
-        walk: &mut ChainWalk,
-        id: &ReservationId,
-    ) -> Result<Result<(), ChainError>, ResolveError> {
-        let Some(slot) = self.dcs.slot(id.dc()) else {
-            return Err(ResolveError::Unavailable {
-                dc: id.dc().clone(),
-                reason: "not in this router's dc table".to_string(),
-                suspect: false,
-            });
-        };
-        let asked = self
-            .ask(slot, &Request::ResolveReservation { id: id.clone() })
-            .await;
-        let reply = match asked {
-            Ok(reply) => reply,
-            Err(silent @ ResolveError::Unavailable { .. }) => {
-                return self.around_silent_dc(walk, slot, silent).await;
-            }
-            Err(e) => return Err(e),
-        };
-        match reply {
-            Reply::Reservation(segment) => {
-                Ok(walk.handle_segment(id.dc(), segment, Source::Remote))
-            }
-            // The owner has no usable record of it: a shortcut that does not
-            // hold up (the walk falls back), or a contradiction (it fails).
-            Reply::Error(e) if e.kind.disowns() => {
-                Ok(walk.handle_disowned(id.dc(), Source::Remote))
-            }
-            other => Err(unexpected(id.dc(), "resolve_reservation", &other)),
-        }
-    }
-
-    /// The DC in `slot` did not answer for the reservation the walk needs:
-    /// a shortcut is given up for the links; on a follow, the walk goes on
-    /// through the reservation's succession in the global store, asked of
-    /// the other DCs in order (DESIGN.md §7.5) — a DC lost for good was
-    /// taken over. No succession: the DC's silence (`silent`) is the answer.
-    async fn around_silent_dc(
-        &self,
-        walk: &mut ChainWalk,
-        slot: DcSlot,
-        silent: ResolveError,
-    ) -> Result<Result<(), ChainError>, ResolveError> {
-        let at = match walk.handle_unreachable() {
-            Ok(Some(at)) => at,
-            Ok(None) => return Ok(Ok(())),
-            Err(e) => return Ok(Err(e)),
-        };
-        let key = walk.key().clone();
-        let hint = self.members.get(&key).await;
-        if let Some(known) = self.successions.get(&at).await {
-            return Ok(walk.handle_successor(known.link, hint, Source::Cache));
-        }
-        if let Some(none) = &self.no_succession
-            && none.contains_key(&at)
-        {
-            return Err(silent);
-        }
-        let request = Request::Successor {
-            key,
-            id: at.clone(),
-        };
-        for other in (0..self.dcs.dcs().len()).map(DcSlot).filter(|s| *s != slot) {
-            match self.ask(other, &request).await {
-                Ok(Reply::Successor {
-                    succession: Some(succession),
-                    hint: theirs,
-                }) if succession.link.from == at => {
-                    self.successions.insert(at, succession.clone()).await;
-                    let hint = Shortcut::furthest(hint, theirs);
-                    return Ok(walk.handle_successor(succession.link, hint, Source::Remote));
-                }
-                Ok(Reply::Successor {
-                    succession: None, ..
-                }) => {
-                    if let Some(none) = &self.no_succession {
-                        none.insert(at, ()).await;
-                    }
-                    return Err(silent);
-                }
-                // Another DC silent or confused: ask the next.
-                Ok(_) | Err(_) => {}
-            }
-        }
-        Err(silent)
-    }
-
-    /// One request to the DC in `slot`, unless it is suspect: then
-    /// `Unavailable` at once. Timeouts and connect failures make it suspect.
-    async fn ask(&self, slot: DcSlot, request: &Request) -> Result<Reply, ResolveError> {
-        let dc = &self.dcs.dcs()[slot.0];
+    /// One request to the DC in `slot`, unless it is suspect (then not
+    /// sent). Timeouts and connect failures make it suspect.
+    async fn ask(&self, slot: DcSlot, request: &Request) -> Result<Reply, Unanswered> {
         let timeout = Duration::from_millis(self.config.hop_timeout_ms);
-        let reply = match self.dcs.ask(slot, request, timeout).await {
-            Ok(reply) => reply,
-            Err(unanswered) => {
-                let suspect = matches!(unanswered, Unanswered::Suspect { .. });
-                if suspect {
-                    bump(&self.counters.skipped_suspect);
+        let asked = self.dcs.ask(slot, request, timeout).await;
+        if let Err(Unanswered::Suspect { .. }) = &asked {
+            bump(&self.counters.skipped_suspect);
+        }
+        asked
+    }
+}
+
+/// What the resolver remembers about one key, as its walk sees it.
+struct KeyMemory<'a> {
+    inner: &'a Inner,
+    key: &'a Key,
+}
+
+impl RouterMemory for KeyMemory<'_> {
+    fn entry(&self) -> Option<ReservationId> {
+        self.inner.entries.get(self.key)
+    }
+
+    fn absent_since(&self) -> Option<Instant> {
+        self.inner.absent.as_ref()?.get(self.key)
+    }
+
+    fn member(&self) -> Option<Shortcut> {
+        self.inner.members.get(self.key)
+    }
+
+    fn succession(&self, at: &ReservationId) -> Option<Succession> {
+        self.inner.successions.get(at)
+    }
+
+    fn no_succession_since(&self, at: &ReservationId) -> Option<Instant> {
+        self.inner.no_succession.as_ref()?.get(at)
+    }
+
+    fn learn(&mut self, fact: Learned) {
+        let inner = self.inner;
+        match fact {
+            Learned::Entry(id) => inner.entries.insert(self.key.clone(), id),
+            Learned::Absent(at) => {
+                if let Some(absent) = &inner.absent {
+                    absent.insert(self.key.clone(), at);
                 }
-                return Err(ResolveError::Unavailable {
-                    dc: dc.clone(),
-                    reason: unanswered.to_string(),
-                    suspect,
-                });
             }
-        };
-        match reply {
-            Reply::Error(e) => match e.kind {
-                ErrorKind::Unavailable { dc } => Err(ResolveError::Unavailable {
-                    dc,
-                    reason: e.message,
-                    suspect: false,
-                }),
-                ErrorKind::Overloaded | ErrorKind::Internal => Err(ResolveError::Unavailable {
-                    dc: dc.clone(),
-                    reason: e.to_string(),
-                    suspect: false,
-                }),
-                // Left to the walk: see `hop_step`.
-                ref kind
-                    if kind.disowns() && matches!(request, Request::ResolveReservation { .. }) =>
-                {
-                    Ok(Reply::Error(e))
+            Learned::Member(member) => inner.members.insert(self.key.clone(), member),
+            Learned::Succession(succession) => {
+                let at = succession.link.from.clone();
+                inner.successions.insert(at, succession);
+            }
+            Learned::NoSuccession(at, since) => {
+                if let Some(none) = &inner.no_succession {
+                    none.insert(at, since);
                 }
-                _ => Err(ResolveError::Inconsistent(format!("dc {dc} answered {e}"))),
-            },
-            reply => Ok(reply),
+            }
         }
     }
 }
@@ -958,18 +841,26 @@ fn log_change(peer: &Peer, change: &Change) {
     }
 }
 
-/// A cache whose entries stay until evicted by capacity.
-fn forever<K, V>(capacity: u64) -> moka::future::Cache<K, V>
+/// A cache of what was found lately: entries live `absent_ttl_ms`
+/// (`None` when that is 0).
+fn lately<K, V>(config: &ResolverConfig) -> Option<moka::sync::Cache<K, V>>
 where
     K: std::hash::Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    moka::future::Cache::builder()
-        .max_capacity(capacity)
-        .build()
+    (config.absent_ttl_ms > 0).then(|| {
+        moka::sync::Cache::builder()
+            .max_capacity(config.cache_entries)
+            .time_to_live(Duration::from_millis(config.absent_ttl_ms))
+            .build()
+    })
 }
 
-fn unexpected(dc: &DcId, request: &str, reply: &Reply) -> ResolveError {
-    let reply: String = format!("{reply:?}").chars().take(200).collect();
-    ResolveError::Inconsistent(format!("dc {dc} answered {reply} to {request}"))
+/// A cache whose entries stay until evicted by capacity.
+fn forever<K, V>(capacity: u64) -> moka::sync::Cache<K, V>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    moka::sync::Cache::builder().max_capacity(capacity).build()
 }

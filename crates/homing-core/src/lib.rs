@@ -1,5 +1,6 @@
 //! homing-core: the sans-IO model of homing. Validated types, the DC record
-//! state machine, the lease timeline, the chain walk and the wire messages.
+//! state machine, the lease timeline, the chain walk (and the router's walk
+//! around it) and the wire messages.
 //!
 //! Nothing here reads a clock, opens a socket or draws randomness: time and
 //! random bits are parameters, so the daemon and the simulator run exactly
@@ -40,9 +41,11 @@ pub mod label;
 pub mod lease;
 pub mod lease_key;
 pub mod link;
+pub mod mutation;
 pub mod reachability;
 pub mod record;
 pub mod reservation;
+pub mod router_walk;
 pub mod succession;
 pub mod time;
 pub mod wire;
@@ -68,12 +71,14 @@ pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
 pub use lease_key::LeaseKey;
 pub use link::{Link, Shortcut, Succession, SuccessionCause};
+pub use mutation::{Mutation, Mutations};
 pub use record::{
     ActivateReply, DcRecord, FailureReason, Holding, LinkReply, PreviousRun, RecordState,
     RecordView, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState,
     TailView, Transition,
 };
 pub use reservation::{ReservationId, ReservationRef};
+pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
 pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};

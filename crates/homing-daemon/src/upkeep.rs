@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use homing_node::{Mutations, Upkeep, UpkeepLimits};
+use homing_core::Mutations;
+use homing_node::{Upkeep, UpkeepLimits};
 use homing_store::SCAN_LIMIT_MAX;
 use tokio::sync::watch;
 

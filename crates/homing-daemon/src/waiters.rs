@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use homing_core::Mutations;
 use homing_core::{AwaitReply, DcRecord, LeasePolicy, ReservationId, StoreTime};
-use homing_node::{Followed, LogFollower, Mutations, NodeTime, Notified, QueueOp, Queued};
+use homing_node::{Followed, LogFollower, NodeTime, Notified, QueueOp, Queued};
 pub use homing_node::{Full, WaitLimits};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;

@@ -57,10 +57,10 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::event::{AcquireEvent, NodeEvent};
 use crate::failure::Failure;
-use crate::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
+use homing_core::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 
 /// Pause before connecting or registering again after a DC did not answer,
 /// in milliseconds.

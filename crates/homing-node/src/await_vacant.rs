@@ -38,11 +38,11 @@ use crate::change::{Change, expire};
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::event::NodeEvent;
 use crate::failure::Failure;
-use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 use crate::waiters::{Handoff, QueueOp, Queued, Ticket};
+use homing_core::mutation::Mutations;
 
 /// The answer to a waiter that need not wait: the record has no live holder
 /// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.

@@ -11,7 +11,7 @@ use homing_core::{
     RunOutcome, Shortcut, StoreTime, Succession, Transition,
 };
 
-use crate::mutation::{Mutation, Mutations};
+use homing_core::mutation::{Mutation, Mutations};
 
 /// A change asked of one of this DC's records.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,8 +18,8 @@
 use homing_core::{DcId, DcMarks, DcRenewal, DcTerms, ErrorKind, ErrorReply, FencingToken};
 
 use crate::Failure;
-use crate::mutation::{Mutation, Mutations};
 use crate::time::NodeTime;
+use homing_core::mutation::{Mutation, Mutations};
 
 /// How far above a token the DC publishes its token bound, so renewals
 /// rarely need to publish again: 2^20 new holders per key between two

@@ -25,11 +25,11 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, Stored, unasked};
 use crate::event::NodeEvent;
 use crate::failure::Failure;
-use crate::mutation::{Mutation, Mutations};
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
 use crate::walk::{Walk, WalkPoll};
+use homing_core::mutation::{Mutation, Mutations};
 
 #[derive(Debug)]
 enum Phase {

@@ -29,13 +29,13 @@ use crate::dc_lease::LeaseLender;
 use crate::effect::{GlobalAnswer, GlobalOp};
 use crate::event::NodeEvent;
 use crate::memory::{Memory, MemoryLimits};
-use crate::mutation::Mutation;
 use crate::retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 use crate::scan::DrainScope;
 use crate::serve::{KEY_RECORDS_PAGE, NodeConfig, Serve};
 use crate::step::{Answer, Effect};
 use crate::time::NodeTime;
 use crate::watch::WatchRead;
+use homing_core::mutation::Mutation;
 
 /// Most events one `Watch` reply reads from the DC's event log (a page
 /// every DC store answers).
@@ -306,9 +306,9 @@ mod tests {
     use homing_core::{ActorId, HostTime, KeyConfig, LeasePolicy};
 
     use super::*;
-    use crate::Mutations;
     use crate::dc_lease::DcLease;
     use crate::fixture::{NOW, key};
+    use homing_core::Mutations;
 
     fn endpoint() -> Endpoint<u32> {
         Endpoint::new(EndpointConfig {

@@ -98,9 +98,9 @@
 //!
 //! # Tests
 //!
-//! - [`mutation`]: rules a test breaks on purpose (cargo feature
-//!   `mutations`), so a simulator sweep that catches it is evidence about
-//!   the code homingd runs.
+//! - homing-core's `mutation`: rules a test breaks on purpose (cargo
+//!   feature `mutations`, which this crate's passes on), so a simulator
+//!   sweep that catches it is evidence about the code homingd runs.
 //! - `fixture` (tests only): the records the unit tests start from.
 
 #![forbid(unsafe_code)]
@@ -121,7 +121,6 @@ pub mod key_quota;
 pub mod link;
 pub mod log_follow;
 pub mod memory;
-pub mod mutation;
 pub mod reconcile;
 pub mod resolve;
 pub mod retries;
@@ -154,7 +153,6 @@ pub use key_quota::{Admit, KEYS_PER_NAMESPACE_MAX_DEFAULT, KeyQuota};
 pub use link::LinkOnward;
 pub use log_follow::{Followed, LogFollower};
 pub use memory::{MEMORY_ENTRIES_DEFAULT, Memory, MemoryLimits};
-pub use mutation::{Mutation, Mutations};
 pub use reconcile::{Reconcile, Resumption};
 pub use resolve::{Resolve, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};

@@ -23,11 +23,11 @@ use homing_core::{
 
 use crate::change::{Change, Changed};
 use crate::effect::{GlobalAnswer, Stored, unasked};
-use crate::mutation::Mutations;
 use crate::step::{Answer, Now, Step, Stepper};
 use crate::supersede::Supersede;
 use crate::time::NodeTime;
 use crate::update::Update;
+use homing_core::mutation::Mutations;
 
 #[derive(Debug)]
 enum Phase {

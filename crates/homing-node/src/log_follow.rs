@@ -102,8 +102,8 @@ impl LogFollower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Mutations;
     use crate::waiters::WaitLimits;
+    use homing_core::Mutations;
     use homing_core::{EventKind, FencingToken, Key, KeyName};
 
     fn id(n: u64) -> ReservationId {

@@ -26,8 +26,8 @@ use std::hash::Hash;
 use homing_core::{Key, ReservationId, Shortcut, Source, Succession, TakeOverReply};
 
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead};
-use crate::mutation::{Mutation, Mutations};
 use crate::time::NodeTime;
+use homing_core::mutation::{Mutation, Mutations};
 
 /// Default of [`MemoryLimits::entries`] (homingd's `global_cache_entries`).
 pub const MEMORY_ENTRIES_DEFAULT: u64 = 1_000_000;

@@ -31,10 +31,10 @@ use crate::change::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, Stored, unasked};
 use crate::event::{NodeEvent, ReconcileEvent};
 use crate::failure::Failure;
-use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::{Update, UpdateError};
+use homing_core::mutation::Mutations;
 
 /// Successions asked for a page: the most any global store returns at once
 /// (homing-store's `GET_MANY_KEYS_MAX`; homingd checks the two agree).

@@ -15,10 +15,10 @@ use crate::Failure;
 use crate::change::Change;
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::event::NodeEvent;
-use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
+use homing_core::mutation::Mutations;
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to
 /// at most about 1 KiB, so this keeps the reply inside one 64 KiB frame.

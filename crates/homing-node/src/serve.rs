@@ -42,12 +42,12 @@ use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
 use crate::event::NodeEvent;
 use crate::failure::Failure;
 use crate::link::LinkOnward;
-use crate::mutation::Mutations;
 use crate::resolve::{Resolve, answered, owned_here};
 use crate::scan::{KeyRecords, SCAN_PAGE_RECORDS, next_cursor};
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
+use homing_core::mutation::Mutations;
 
 /// Records one store page of a key's read holds (`Cancel`, `Inspect`):
 /// homing-store's `SCAN_LIMIT_MAX`, which homingd asserts.

@@ -239,7 +239,8 @@ mod tests {
 
     use super::*;
     use crate::fixture::{NOW, id, key};
-    use crate::{Change, KeyRecords, LinkOnward, Mutations, Update};
+    use crate::{Change, KeyRecords, LinkOnward, Update};
+    use homing_core::Mutations;
 
     fn unreachable_store() -> (Failure, ErrorReply) {
         let dc = "iad".parse().unwrap();

@@ -11,9 +11,9 @@ use homing_core::{DcId, DcRecord, ErrorReply, LeasePolicy, ReservationId, StoreT
 
 use crate::Change;
 use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
-use crate::mutation::Mutations;
 use crate::step::{Effect, Step};
 use crate::update::Update;
+use homing_core::mutation::Mutations;
 
 #[derive(Debug)]
 enum Phase {

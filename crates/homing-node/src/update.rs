@@ -24,9 +24,9 @@ use thiserror::Error;
 use crate::change::{Change, Changed};
 use crate::effect::{StoreOp, Stored, unasked};
 use crate::failure::Failure;
-use crate::mutation::Mutations;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
+use homing_core::mutation::Mutations;
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.
 pub const CAS_ATTEMPTS_MAX: u32 = 16;

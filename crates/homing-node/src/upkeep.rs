@@ -50,10 +50,10 @@ use crate::change::{Change, expire};
 use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
 use crate::event::{NodeEvent, UpkeepEvent};
 use crate::failure::Failure;
-use crate::mutation::{Mutation, Mutations};
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
+use homing_core::mutation::{Mutation, Mutations};
 
 /// Most orphan candidates one pass proves; the rest are found again by the
 /// next pass.

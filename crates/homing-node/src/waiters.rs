@@ -22,8 +22,8 @@ use homing_core::{
 };
 use thiserror::Error;
 
-use crate::mutation::{Mutation, Mutations};
 use crate::time::NodeTime;
+use homing_core::mutation::{Mutation, Mutations};
 
 /// How many may wait and how long a woken waiter has to take its turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,7 +36,7 @@ use homing_core::{ErrorKind, ErrorReply, Event, EventSeq, NamespaceScope, wire};
 use crate::effect::{StoreOp, Stored};
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::{Mutation, Mutations};
+use homing_core::{Mutation, Mutations};
 
 /// Most encoded bytes of events one `Watch` reply carries (the rest of the
 /// 64 KiB frame is headroom).

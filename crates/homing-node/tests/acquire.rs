@@ -4,15 +4,15 @@
 #[path = "../../homing-core/examples/walkthrough/world.rs"]
 mod world;
 
-use homing_core::Grant;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, DcId, ErrorKind, ErrorReply, FencingToken, HostTime, Key,
     KeyName, LeaseKey, ReleaseCause, ReservationId, RunOutcome, Shortcut, Source,
     chain::HOP_LIMIT_DEFAULT,
 };
+use homing_core::{Grant, Mutations};
 use homing_node::{
     AWAIT_RETRY_MS, Acquire, AcquireEvent, AcquireRequest, Answer, Effect, Failure, GlobalAnswer,
-    GlobalOp, Mutations, NodeEvent, NodeTime, Now, Step, Stepper, StoreOp, Stored,
+    GlobalOp, NodeEvent, NodeTime, Now, Step, Stepper, StoreOp, Stored,
 };
 use world::{World, lease_of};
 

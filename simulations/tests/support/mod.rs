@@ -1,7 +1,7 @@
 //! What the simulator's mutant tests share: a scenario from the repository
 //! and the first seed that catches a broken rule, checked to replay.
 
-use homing_node::{Mutation, Mutations};
+use homing_core::{Mutation, Mutations};
 use homing_sim::{Failure, Rules, RunOptions, Scenario, run};
 
 /// `simulations/scenarios/<name>.toml`, cut to `duration_ms`.

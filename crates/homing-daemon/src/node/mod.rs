@@ -8,7 +8,7 @@
 //! one loop, [`Node::drive`], and turns the events they note into logs
 //! and metrics.
 
-use homing_core::Grant;
+use homing_core::{Grant, Mutations};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,8 +22,8 @@ use homing_core::{
 use homing_net::Handler;
 use homing_node::{
     AcquireEvent, Answer, Dispatch, Effect, Endpoint, EndpointConfig, GlobalAnswer, Handling,
-    MemoryLimits, Mutations, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption,
-    Step, Stepper, UpkeepEvent,
+    MemoryLimits, NodeConfig, NodeEvent, Now, Reconcile, ReconcileEvent, Resumption, Step, Stepper,
+    UpkeepEvent,
 };
 use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SCAN_LIMIT_MAX};
 use tokio::sync::{oneshot, watch};

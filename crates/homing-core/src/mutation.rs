@@ -1,10 +1,11 @@
-//! Rules of homing-node that a test can break on purpose, to show that the
-//! simulator's checkers catch a bug in the code homingd runs (not in a copy).
+//! Rules of homing-node and of the router's walk that a test can break on
+//! purpose, to show that the simulator's checkers catch a bug in the code
+//! homingd and the Resolver run (not in a copy).
 //!
 //! Without the `mutations` cargo feature a [`Mutations`] set is always empty
 //! and [`Mutations::has`] is a constant `false`; with it, a set is still
-//! empty unless a test builds one with `Mutations::with`. homingd and the
-//! CLI only ever pass [`Mutations::NONE`].
+//! empty unless a test builds one with `Mutations::with`. homingd, the CLI
+//! and the Resolver only ever pass [`Mutations::NONE`].
 
 /// One rule broken on purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,12 @@ pub enum Mutation {
     /// A host's acquire joins any acquire of its key running at the DC,
     /// whoever's lease it runs under (not only its own retry's).
     RetryJoinsAnyAcquire = 1 << 15,
+    /// A router reuses a `NotFound` forever, not for its absent ttl
+    /// ([`crate::RouterWalk`]): a key created since stays "not found" there.
+    RouterAbsentNeverStale = 1 << 16,
+    /// A router takes a global read that got no answer as "no entry"
+    /// ([`crate::RouterWalk`]): a silent DC makes an existing key "not found".
+    RouterSilenceIsAbsent = 1 << 17,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.
