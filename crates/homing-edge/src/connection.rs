@@ -43,15 +43,12 @@ use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
 use crate::admission::Admitted;
-use crate::serve::ServeLimits;
+use crate::config::{IDLE_CLOSE_GRACE_MS, ServeLimits};
 
 /// What an HTTP/2 client sends first (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Most bytes read while detecting the protocol; all are replayed to hyper.
 const DETECT_READ_BYTES_MAX: usize = 4096;
-/// Time a connection shut down for idleness has to finish closing (an HTTP/2
-/// client acknowledging the GOAWAY's ping) before it is dropped, in milliseconds.
-pub const IDLE_CLOSE_GRACE_MS: u64 = 1_000;
 
 /// The protocol a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
