@@ -102,7 +102,7 @@ impl EdgeRouter {
 fn server(router: EdgeRouter) -> Http1Server {
     Arc::new(move |connection| {
         let served: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> =
-            Box::pin(serve(router.clone(), connection));
+            Box::pin(answer_requests(router.clone(), connection));
         served
     })
 }
@@ -117,9 +117,12 @@ enum Head {
     Refused(HeadError),
 }
 
-/// Serves one client connection's HTTP/1.1 requests until it closes,
-/// asks to, or is shutting down.
-async fn serve(router: EdgeRouter, mut connection: Http1Connection) -> std::io::Result<()> {
+/// Answers one client connection's HTTP/1.1 requests, in order, until it
+/// closes, asks to, or is shutting down.
+async fn answer_requests(
+    router: EdgeRouter,
+    mut connection: Http1Connection,
+) -> std::io::Result<()> {
     let mut read = BytesMut::with_capacity(READ_BYTES);
     let mut write = Vec::new();
     loop {
