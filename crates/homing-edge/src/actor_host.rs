@@ -23,8 +23,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::config::ServeLimits;
 use crate::json;
-use crate::serve::{self, ServeLimits, Serving, StopSignal};
+use crate::serve::{self, Serving, StopSignal};
 
 /// Default time in-flight requests get after a graceful stop, in milliseconds.
 pub const DRAIN_MS_DEFAULT: u64 = 1_000;

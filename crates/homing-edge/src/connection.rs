@@ -1,18 +1,18 @@
 //! One accepted TCP connection, from its first byte to its close, for the
 //! router and the actor host: the protocol is detected within a deadline
 //! (the HTTP/2 preface, else HTTP/1.1), then hyper serves it (or, for
-//! HTTP/1.1 on a listener with its own server side such as the router's,
-//! [`crate::front`]) while this module watches it. A connection with no request in flight for the idle
-//! timeout is shut down gracefully (HTTP/2: GOAWAY; HTTP/1.1: closed
-//! between requests) and dropped if it has not closed within
-//! [`IDLE_CLOSE_GRACE_MS`]; an HTTP/1 connection whose next request head
-//! is not complete within the header read timeout (counted from the end of
-//! the previous response, or from the connection's start) is dropped; both
-//! are deadlines kept per connection, on one timer, not per request. A
-//! stop signal shuts it down gracefully too. A
-//! connection evicted before its first request (see [`crate::admission`])
-//! is dropped at once, and one whose client stops reading is dropped once a
-//! write has made no progress for the write timeout.
+//! HTTP/1.1 on a listener with its own server side such as the router's, an
+//! [`Http1Server`]) while this module watches it. A connection with no
+//! request in flight for the idle timeout is shut down gracefully (HTTP/2:
+//! GOAWAY; HTTP/1.1: closed between requests) and dropped if it has not
+//! closed within [`IDLE_CLOSE_GRACE_MS`]; an HTTP/1 connection whose next
+//! request head is not complete within the header read timeout (counted
+//! from the end of the previous response, or from the connection's start)
+//! is dropped; both are deadlines kept per connection, on one timer, not
+//! per request. A stop signal shuts it down gracefully too. A connection
+//! evicted before its first request (see [`crate::admission`]) is dropped
+//! at once, and one whose client stops reading is dropped once a write has
+//! made no progress for the write timeout.
 //!
 //! ```text
 //!  accepted ──first bytes within detect_timeout──► HTTP/1.1 or HTTP/2 ──no request for idle_timeout──► GOAWAY / close ──grace──► dropped
@@ -43,15 +43,12 @@ use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
 use crate::admission::Admitted;
-use crate::serve::ServeLimits;
+use crate::config::{IDLE_CLOSE_GRACE_MS, ServeLimits};
 
 /// What an HTTP/2 client sends first (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Most bytes read while detecting the protocol; all are replayed to hyper.
 const DETECT_READ_BYTES_MAX: usize = 4096;
-/// Time a connection shut down for idleness has to finish closing (an HTTP/2
-/// client acknowledging the GOAWAY's ping) before it is dropped, in milliseconds.
-pub const IDLE_CLOSE_GRACE_MS: u64 = 1_000;
 
 /// The protocol a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

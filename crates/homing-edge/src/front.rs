@@ -1,3 +1,7 @@
+//! The router's side toward clients. [`EdgeRouter::spawn`] puts the router
+//! on a listener: HTTP/2 goes through hyper to [`EdgeRouter::handle`],
+//! HTTP/1.1 to the router's own server side, the rest of this module.
+//!
 //! The router's own HTTP/1.1 server side: a client connection's requests
 //! read, routed, forwarded and answered in the connection's task, without
 //! hyper's dispatcher, header maps or request objects. The request head is
@@ -25,17 +29,21 @@
 //! request goes on as a plain one); a CONNECT is forwarded like any request
 //! and its connection closed after the answer.
 
+use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use hyper::body::Body;
 use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::service::service_fn;
 use hyper::{Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::SemaphorePermit;
+use tokio::net::TcpListener;
+use tokio::sync::{SemaphorePermit, watch};
 
 use crate::connection::{Http1Connection, Http1Server};
 use crate::h1::{
@@ -44,6 +52,7 @@ use crate::h1::{
 use crate::pool::PooledBody;
 use crate::route::{origin_form, route};
 use crate::router::{EdgeRouter, Refusal};
+use crate::serve::{self, Serving};
 
 /// Most bytes read from a client at once (hyper's first read buffer size).
 const READ_BYTES: usize = 8 * 1024;
@@ -53,11 +62,47 @@ const BUFFER_KEEP_BYTES: usize = 64 * 1024;
 /// Response bytes gathered before they are written, at most (plus one piece).
 const WRITE_BYTES: usize = 64 * 1024;
 
-/// The router's HTTP/1.1 server side, for [`crate::serve::spawn`].
-pub(crate) fn server(router: EdgeRouter) -> Http1Server {
+impl EdgeRouter {
+    /// Serves on `listener` in a background task until [`Serving::stop`].
+    /// Fails only if the listener has no local address.
+    pub fn spawn(&self, listener: TcpListener) -> std::io::Result<Serving> {
+        let router = self.clone();
+        let service = service_fn(move |request| {
+            let router = router.clone();
+            async move { Ok::<_, Infallible>(router.handle(request).await) }
+        });
+        let (stop, _) = watch::channel(None);
+        let http1 = Some(server(self.clone()));
+        serve::spawn(
+            listener,
+            service,
+            http1,
+            self.config().serve,
+            Arc::new(stop),
+        )
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then gives in-flight
+    /// requests up to `drain` and returns. Fails only if the listener has
+    /// no local address.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+        drain: Duration,
+    ) -> std::io::Result<()> {
+        let serving = self.spawn(listener)?;
+        shutdown.await;
+        serving.stop(drain).await;
+        Ok(())
+    }
+}
+
+/// The router's HTTP/1.1 server side, for [`serve::spawn`].
+fn server(router: EdgeRouter) -> Http1Server {
     Arc::new(move |connection| {
         let served: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> =
-            Box::pin(serve(router.clone(), connection));
+            Box::pin(answer_requests(router.clone(), connection));
         served
     })
 }
@@ -72,9 +117,12 @@ enum Head {
     Refused(HeadError),
 }
 
-/// Serves one client connection's HTTP/1.1 requests until it closes,
-/// asks to, or is shutting down.
-async fn serve(router: EdgeRouter, mut connection: Http1Connection) -> std::io::Result<()> {
+/// Answers one client connection's HTTP/1.1 requests, in order, until it
+/// closes, asks to, or is shutting down.
+async fn answer_requests(
+    router: EdgeRouter,
+    mut connection: Http1Connection,
+) -> std::io::Result<()> {
     let mut read = BytesMut::with_capacity(READ_BYTES);
     let mut write = Vec::new();
     loop {

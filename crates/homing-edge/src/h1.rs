@@ -5,9 +5,9 @@
 //! buffer; toward actors, a request head written straight into the
 //! connection's write buffer, a response head parsed out of its read buffer,
 //! and the response body framed and decoded as the client's connection
-//! task reads it. [`crate::front`] (client connections) and [`crate::pool`]
-//! (actor connections) do the reads and writes; both use the one body
-//! [`Decoder`] and the one head writer [`encode_request`].
+//! task reads it. The router's HTTP/1.1 server side (client connections)
+//! and its actor pool (actor connections) do the reads and writes; both use
+//! the one body [`Decoder`] and the one head writer [`encode_request`].
 //!
 //! Bounds toward clients (hyper's, kept): a request head over
 //! [`REQUEST_HEAD_BYTES_MAX`] or with more than [`REQUEST_HEADERS_MAX`]

@@ -39,7 +39,7 @@ pub mod router;
 pub mod serve;
 
 pub use actor_host::{ActorHost, ActorHostConfig, ActorHostError, HostStarted};
-pub use config::EdgeConfig;
+pub use config::{EdgeConfig, ServeLimits};
 pub use network::ActorNetwork;
 pub use router::{EdgeBody, EdgeRouter, EdgeStats};
-pub use serve::{ServeLimits, Serving, runtime};
+pub use serve::{Serving, runtime};

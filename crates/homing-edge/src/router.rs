@@ -20,7 +20,6 @@
 //! | `actor_unreachable`, `bad_actor_address` | 502 | the forward failed after the retry; the actor id is not `host:port` |
 //! | `upstream_timeout` | 504 | no response headers within `upstream_timeout_ms` |
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,20 +31,16 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, SemaphorePermit, watch};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
-use crate::front;
 use crate::h1::{DECIMAL_BYTES_MAX, Extra, HOP_BY_HOP, Headers, ResponseHead, decimal};
 use crate::json;
 use crate::pool::{ActorPool, Outgoing, PooledBody, SendError};
 use crate::route::{KeyError, route_parts};
-use crate::serve::{self, Serving};
 
 /// Forwards per request: the first, and one retry after a fresh resolve.
 pub const FORWARD_ATTEMPTS_MAX: u32 = 2;
@@ -150,6 +145,9 @@ enum Forward {
     NotAllowed,
 }
 
+// Putting the router on a listener (`spawn`, `serve`) is front.rs's, with
+// the HTTP/1.1 server side it starts: the front uses the router, not the
+// other way round.
 impl EdgeRouter {
     /// A router resolving through `resolver` (built with a router identity).
     pub fn new(resolver: Resolver, config: EdgeConfig) -> EdgeRouter {
@@ -200,49 +198,15 @@ impl EdgeRouter {
         }
     }
 
-    /// Serves on `listener` in a background task until [`Serving::stop`].
-    /// Fails only if the listener has no local address.
-    pub fn spawn(&self, listener: TcpListener) -> std::io::Result<Serving> {
-        let router = self.clone();
-        let service = service_fn(move |request| {
-            let router = router.clone();
-            async move { Ok::<_, Infallible>(router.handle(request).await) }
-        });
-        let (stop, _) = watch::channel(None);
-        let http1 = Some(front::server(self.clone()));
-        serve::spawn(
-            listener,
-            service,
-            http1,
-            self.inner.config.serve,
-            Arc::new(stop),
-        )
-    }
-
-    /// Serves on `listener` until `shutdown` resolves, then gives in-flight
-    /// requests up to `drain` and returns. Fails only if the listener has
-    /// no local address.
-    pub async fn serve(
-        &self,
-        listener: TcpListener,
-        shutdown: impl std::future::Future<Output = ()>,
-        drain: Duration,
-    ) -> std::io::Result<()> {
-        let serving = self.spawn(listener)?;
-        shutdown.await;
-        serving.stop(drain).await;
-        Ok(())
-    }
-
     /// Routes one request; every failure is a response (see the module docs
     /// for the statuses), never an error. HTTP/2 requests come here (and
     /// HTTP/1.1 ones on a listener without the router's own HTTP/1.1
-    /// server side, [`crate::front`]).
+    /// server side).
     pub async fn handle(&self, request: Request<Incoming>) -> Response<EdgeBody> {
         self.count_request();
         let (mut parts, body) = request.into_parts();
         // Owned: the headers are changed below (HTTP/2 allocates per request
-        // anyway; HTTP/1.1's own server side borrows, see `crate::front`).
+        // anyway; HTTP/1.1's own server side borrows).
         let (key, path_and_query) =
             match route_parts(&parts.headers, &parts.uri, &self.inner.config) {
                 Ok(routed) => (routed.key.to_key(), routed.path_and_query.into_owned()),

@@ -20,90 +20,11 @@ use tokio::task::{JoinHandle, JoinSet};
 use tracing::{debug, warn};
 
 use crate::admission::Admission;
+use crate::config::ServeLimits;
 use crate::connection::{self, Builders, Http1Server};
 
-/// Default most connections served at once; at the cap a new connection
-/// takes the place of the oldest one that has not sent a request yet, or is
-/// closed on accept if there is none ([`crate::admission`]).
-pub const CONNECTIONS_MAX_DEFAULT: usize = 10_000;
-/// Default time a new connection has to show its protocol (the HTTP/2
-/// preface, or bytes that cannot start it), in milliseconds.
-pub const DETECT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
-/// Default time an HTTP/1 client has to send a request's headers, counted
-/// from the end of the previous response, in milliseconds.
-pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
-/// Default time a connection may stay open with no request in flight, in milliseconds.
-pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
-/// Default most concurrent streams of one HTTP/2 connection.
-pub const H2_STREAMS_MAX_DEFAULT: u32 = 100;
-/// Default HTTP/2 stream flow-control window, in bytes.
-pub const H2_STREAM_WINDOW_BYTES_DEFAULT: u32 = 256 * 1024;
-/// Default HTTP/2 connection flow-control window, in bytes.
-pub const H2_CONNECTION_WINDOW_BYTES_DEFAULT: u32 = 1024 * 1024;
-/// Default largest HTTP/2 header list (decoded, RFC 9113 §6.5.2), in bytes.
-pub const H2_HEADER_LIST_BYTES_MAX_DEFAULT: u32 = 16 * 1024;
-/// Default most response bytes queued per HTTP/2 stream toward a slow client, in bytes.
-pub const H2_SEND_BUFFER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
-/// Default time a write to a client may make no progress (the client
-/// stopped reading) before the connection is dropped, in milliseconds.
-pub const WRITE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Pause after a failed accept (e.g. out of file descriptors), in milliseconds.
 const ACCEPT_BACKOFF_MS: u64 = 50;
-
-/// Bounds of a listening side. What one HTTP/2 connection can make the
-/// server hold is bounded by these (EDGE-ROUTER.md works it out).
-#[derive(Debug, Clone, Copy)]
-pub struct ServeLimits {
-    /// Most connections served at once. At the cap a new connection takes
-    /// the place of the oldest one that has not sent a request yet (closed,
-    /// unanswered); if every one has, the new one is closed on accept.
-    pub connections_max: usize,
-    /// Time a new connection has to show its protocol, in milliseconds; a
-    /// silent connection is closed after it.
-    pub detect_timeout_ms: u64,
-    /// Time an HTTP/1 client has to send a request's headers, in
-    /// milliseconds, counted from the end of the previous response: also
-    /// the longest an HTTP/1 connection waits idle between requests.
-    pub header_read_timeout_ms: u64,
-    /// Time a connection (HTTP/1 or HTTP/2) may stay open with no request in
-    /// flight, in milliseconds; then it is shut down gracefully (HTTP/2:
-    /// GOAWAY) and dropped if not closed within
-    /// [`IDLE_CLOSE_GRACE_MS`](crate::connection::IDLE_CLOSE_GRACE_MS).
-    pub idle_timeout_ms: u64,
-    /// Time a write to the client may make no progress, in milliseconds:
-    /// a client that stops reading its response has its connection dropped
-    /// (with every stream on it, for HTTP/2) after it.
-    pub write_timeout_ms: u64,
-    /// Most concurrent streams of one HTTP/2 connection.
-    pub h2_streams_max: u32,
-    /// HTTP/2 stream flow-control window: request body bytes one stream may
-    /// have sent and the server not yet read, in bytes.
-    pub h2_stream_window_bytes: u32,
-    /// HTTP/2 connection flow-control window: the same over all streams of
-    /// the connection, in bytes.
-    pub h2_connection_window_bytes: u32,
-    /// Largest HTTP/2 header list a request may carry, in bytes.
-    pub h2_header_list_bytes_max: u32,
-    /// Most response bytes queued per HTTP/2 stream toward the client, in bytes.
-    pub h2_send_buffer_bytes_max: usize,
-}
-
-impl Default for ServeLimits {
-    fn default() -> ServeLimits {
-        ServeLimits {
-            connections_max: CONNECTIONS_MAX_DEFAULT,
-            detect_timeout_ms: DETECT_TIMEOUT_MS_DEFAULT,
-            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
-            idle_timeout_ms: IDLE_TIMEOUT_MS_DEFAULT,
-            write_timeout_ms: WRITE_TIMEOUT_MS_DEFAULT,
-            h2_streams_max: H2_STREAMS_MAX_DEFAULT,
-            h2_stream_window_bytes: H2_STREAM_WINDOW_BYTES_DEFAULT,
-            h2_connection_window_bytes: H2_CONNECTION_WINDOW_BYTES_DEFAULT,
-            h2_header_list_bytes_max: H2_HEADER_LIST_BYTES_MAX_DEFAULT,
-            h2_send_buffer_bytes_max: H2_SEND_BUFFER_BYTES_MAX_DEFAULT,
-        }
-    }
-}
 
 /// The tokio runtime for a router or an actor host on `threads` threads.
 /// One thread runs everything on a current-thread runtime: a request and

@@ -10,8 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{Identity, Namespace, Role};
-use homing_edge::serve::{self, ServeLimits};
-use homing_edge::{ActorNetwork, EdgeConfig, EdgeRouter};
+use homing_edge::{ActorNetwork, EdgeConfig, EdgeRouter, ServeLimits};
 use homing_net::{Client, ClientLimits};
 use hyper::header::HeaderName;
 
@@ -110,38 +109,38 @@ struct ServeArgs {
     /// Most client connections at once. At the cap a new connection takes
     /// the place of the oldest one that has not sent a request yet; if every
     /// one has, the new one is closed on accept.
-    #[arg(long, default_value_t = serve::CONNECTIONS_MAX_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::CONNECTIONS_MAX_DEFAULT)]
     connections_max: usize,
     /// Time a new connection has to send its first bytes (HTTP/2 preface
     /// or an HTTP/1 request line), in milliseconds; a silent one is closed.
-    #[arg(long, default_value_t = serve::DETECT_TIMEOUT_MS_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::DETECT_TIMEOUT_MS_DEFAULT)]
     detect_timeout_ms: u64,
     /// Time an HTTP/1 client has to send a request's headers, counted from
     /// the end of the previous response (so also its keep-alive idle limit), in milliseconds.
-    #[arg(long, default_value_t = serve::HEADER_READ_TIMEOUT_MS_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::HEADER_READ_TIMEOUT_MS_DEFAULT)]
     header_read_timeout_ms: u64,
     /// Time a connection may stay open with no request in flight, in
     /// milliseconds; then it is closed (HTTP/2: GOAWAY).
-    #[arg(long, default_value_t = serve::IDLE_TIMEOUT_MS_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::IDLE_TIMEOUT_MS_DEFAULT)]
     idle_timeout_ms: u64,
     /// Time a write to a client may make no progress (it stopped reading),
     /// in milliseconds; then its connection is dropped.
-    #[arg(long, default_value_t = serve::WRITE_TIMEOUT_MS_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::WRITE_TIMEOUT_MS_DEFAULT)]
     write_timeout_ms: u64,
     /// Most concurrent streams per HTTP/2 connection.
-    #[arg(long, default_value_t = serve::H2_STREAMS_MAX_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::H2_STREAMS_MAX_DEFAULT)]
     h2_streams_max: u32,
     /// HTTP/2 per-stream flow-control window (unread request body per stream), in bytes.
-    #[arg(long, default_value_t = serve::H2_STREAM_WINDOW_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::H2_STREAM_WINDOW_BYTES_DEFAULT)]
     h2_stream_window_bytes: u32,
     /// HTTP/2 per-connection flow-control window (unread request body over all streams), in bytes.
-    #[arg(long, default_value_t = serve::H2_CONNECTION_WINDOW_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::H2_CONNECTION_WINDOW_BYTES_DEFAULT)]
     h2_connection_window_bytes: u32,
     /// Largest HTTP/2 header list of one request, in bytes.
-    #[arg(long, default_value_t = serve::H2_HEADER_LIST_BYTES_MAX_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::H2_HEADER_LIST_BYTES_MAX_DEFAULT)]
     h2_header_list_bytes_max: u32,
     /// Most response bytes queued per HTTP/2 stream toward a slow client, in bytes.
-    #[arg(long, default_value_t = serve::H2_SEND_BUFFER_BYTES_MAX_DEFAULT)]
+    #[arg(long, default_value_t = homing_edge::config::H2_SEND_BUFFER_BYTES_MAX_DEFAULT)]
     h2_send_buffer_bytes_max: usize,
 }
 
