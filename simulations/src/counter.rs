@@ -45,6 +45,9 @@ named! {
         AcquireErrorOther = "acquire_error_other",
         /// An acquire answered `Overloaded`.
         AcquireErrorOverloaded = "acquire_error_overloaded",
+        /// An acquire answered `QuotaExceeded`: its DC created as many keys
+        /// in the namespace as it may.
+        AcquireErrorQuota = "acquire_error_quota",
         /// An acquire answered `Unavailable`.
         AcquireErrorUnavailable = "acquire_error_unavailable",
         /// A host sent its acquire again after no answer.

@@ -3,11 +3,10 @@
 //! registered with it lost with their connections, its store kept or lost.
 
 use homing_core::AwaitReply;
-use homing_node::StoreOp as DcOp;
+use homing_node::{Endpoint, StoreOp as DcOp};
 use homing_store::memory::MemoryDc;
 
 use crate::counter::Counter;
-use crate::dc::Dc;
 use crate::dc_lease::DcLeaseDriver;
 use crate::invariants::view;
 use crate::sim::{Event, Sim};
@@ -35,7 +34,7 @@ impl Sim {
         self.dcs[d].upkeep = Some(self.fresh_upkeep(d));
         let dc = &mut self.dcs[d];
         dc.woken.clear();
-        dc.endpoint = Dc::fresh_endpoint(&dc.id, &self.policy, self.rules.mutations);
+        dc.endpoint = Endpoint::new(dc.endpoint_config.clone());
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
         self.checker.wake.on_dc_crash(self.now, d as u16);

@@ -68,6 +68,8 @@ pub struct Dc {
     /// homingd's node keeps it (a joined retry is answered to its client,
     /// RPC and trace key).
     pub(crate) endpoint: Endpoint<(NodeId, u64, u32)>,
+    /// How its endpoint is set up at every start.
+    pub(crate) endpoint_config: EndpointConfig,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
     pub(crate) peer_rpcs: BTreeMap<u64, (u64, u16)>,
@@ -90,19 +92,19 @@ pub struct Dc {
 }
 
 impl Dc {
-    /// A running DC with empty stores; its waiters bounded by `limits`
-    /// (rules broken on purpose: `mutations`), its upkeep `upkeep`.
+    /// A running DC with empty stores; its endpoint set up by `endpoint`
+    /// (rules broken on purpose: its `mutations`), its waiters bounded by
+    /// `limits`, its upkeep `upkeep`.
     pub fn new(
-        id: DcId,
         idx: u16,
         clock: NodeClock,
         limits: WaitLimits,
         upkeep: Upkeep,
-        policy: &LeasePolicy,
-        mutations: Mutations,
+        endpoint: EndpointConfig,
     ) -> Dc {
+        let (policy, mutations) = (endpoint.node.policy, endpoint.node.mutations);
         Dc {
-            id: id.clone(),
+            id: endpoint.node.dc.clone(),
             idx,
             clock,
             store: MemoryDc::new(),
@@ -110,7 +112,8 @@ impl Dc {
             epoch: 0,
             up_since_us: 0,
             down_since_us: 0,
-            endpoint: Dc::fresh_endpoint(&id, policy, mutations),
+            endpoint: Endpoint::new(endpoint.clone()),
+            endpoint_config: endpoint,
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
@@ -119,21 +122,20 @@ impl Dc {
             closing: None,
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
-            lease: DcLeaseDriver::new(policy, mutations),
+            lease: DcLeaseDriver::new(&policy, mutations),
             next_task: 0,
         }
     }
-}
 
-impl Dc {
-    /// DC `id`'s endpoint as it starts: nothing remembered, nothing
-    /// running, its memory bounded as homingd's by default.
-    pub(crate) fn fresh_endpoint(
+    /// How DC `id`'s endpoint starts: homingd's defaults (its memory bounded
+    /// as homingd's), `keys_per_namespace_max` keys per namespace.
+    pub(crate) fn endpoint_config(
         id: &DcId,
         policy: &LeasePolicy,
         mutations: Mutations,
-    ) -> Endpoint<(NodeId, u64, u32)> {
-        Endpoint::new(EndpointConfig {
+        keys_per_namespace_max: u64,
+    ) -> EndpointConfig {
+        EndpointConfig {
             node: NodeConfig {
                 dc: id.clone(),
                 policy: *policy,
@@ -142,7 +144,8 @@ impl Dc {
             },
             takeover: TakeoverPolicy::Automatic,
             memory: MEMORY_LIMITS,
-        })
+            keys_per_namespace_max,
+        }
     }
 }
 

@@ -470,6 +470,7 @@ impl Sim {
                         ErrorKind::Unavailable { .. } => Counter::AcquireErrorUnavailable,
                         ErrorKind::Overloaded => Counter::AcquireErrorOverloaded,
                         ErrorKind::Inconsistent => Counter::AcquireErrorInconsistent,
+                        ErrorKind::QuotaExceeded { .. } => Counter::AcquireErrorQuota,
                         _ => Counter::AcquireErrorOther,
                     });
                     Op::AcquireFailed

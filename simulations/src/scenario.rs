@@ -53,6 +53,10 @@ pub struct Scenario {
     pub workload: WorkloadSpec,
     /// How DCs park acquirers that wait (homingd's `WaitLimits`).
     pub waiting: WaitingSpec,
+    /// Keys each DC may create per namespace (homingd's
+    /// `keys_per_namespace_max`; 0: unlimited): a create past it is refused
+    /// `QuotaExceeded`.
+    pub keys_per_namespace_max: u64,
     /// Faults injected at fixed times.
     pub faults: Vec<Fault>,
 }
@@ -349,6 +353,7 @@ impl Default for Scenario {
             clocks: ClockSpec::default(),
             workload: WorkloadSpec::default(),
             waiting: WaitingSpec::default(),
+            keys_per_namespace_max: homing_node::KEYS_PER_NAMESPACE_MAX_DEFAULT,
             faults: Vec::new(),
         }
     }

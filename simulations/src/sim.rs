@@ -560,15 +560,9 @@ impl Sim {
                 handoff_ms: scenario.waiting.handoff_ms,
             };
             let upkeep = new_upkeep(id.clone(), policy, &scenario.stores, rules.mutations);
-            dcs.push(Dc::new(
-                id,
-                i as u16,
-                clock,
-                limits,
-                upkeep,
-                &policy,
-                rules.mutations,
-            ));
+            let keys_max = scenario.keys_per_namespace_max;
+            let endpoint = Dc::endpoint_config(&id, &policy, rules.mutations, keys_max);
+            dcs.push(Dc::new(i as u16, clock, limits, upkeep, endpoint));
         }
         let mut hosts = Vec::new();
         for d in 0..dcs.len() {

@@ -251,7 +251,7 @@ impl Sim {
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
-                    NodeEvent::Learned { .. } => {}
+                    NodeEvent::Learned { .. } | NodeEvent::QuotaSettled { .. } => {}
                     NodeEvent::Drained(_) => match stepping(&mut task) {
                         TaskStepper::DrainScope(job) => job.drained += 1,
                         _ => self.measurements.count(Counter::KeyDrained),
@@ -349,8 +349,13 @@ impl Sim {
                 let to = self.dc_index[&dc];
                 Performed::Later(Next::Peer(to, Request::Drain { key }))
             }
-            // The simulator keeps no key quota: every create is admitted.
-            Effect::Admit(_) => Performed::Now(Answer::Admitted(Ok(()))),
+            // The namespace is not counted yet: the DC's store counts it
+            // (at once: a count only reads), then the endpoint admits.
+            Effect::Admit(namespace) => {
+                let dc = &mut self.dcs[d];
+                let created = dc.store.keys_created(&namespace, dc.endpoint.count_bound());
+                Performed::Now(dc.endpoint.admit_counted(&namespace, created))
+            }
             Effect::Link {
                 key,
                 from,

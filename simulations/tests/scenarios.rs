@@ -194,3 +194,28 @@ fn concurrent_resolves_of_one_key_at_a_router_share_one_walk() {
     // flight and take its outcome (the run keeps every invariant: `measured`).
     assert!(joined > 1_000, "{:?}", measured.by_op.keys());
 }
+
+#[test]
+fn a_dc_past_its_key_quota_refuses_creates_and_keeps_every_invariant() {
+    // The quota is the endpoint's, as homingd's: each DC counts its keys in
+    // its store at its first create of a namespace (and after a crash).
+    let (path, mut scenario) = scenarios()
+        .into_iter()
+        .find(|(p, _)| p.ends_with("/baseline.toml"))
+        .unwrap();
+    scenario.duration_ms = 30_000;
+    scenario.keys_per_namespace_max = 5;
+    let outcome = run(&scenario, 1, Rules::real(), RunOptions::default()).unwrap();
+    if let Some(failure) = outcome.failure {
+        panic!("{path}:\n{failure}");
+    }
+    let measured = outcome.measurements;
+    let counters = &measured.counters;
+    assert!(
+        measured.counted(Counter::AcquireErrorQuota) > 0,
+        "{counters:?}"
+    );
+    // Keys are still created (up to each DC's quota) and acquired.
+    let created = measured.by_op.get(&Op::AcquireFirst).map_or(0, |s| s.count);
+    assert!(created > 0, "{counters:?}");
+}

@@ -761,6 +761,14 @@ impl Connect {
         }
     }
 
+    /// The reservation whose global entry it is writing now, if it is.
+    pub fn creating(&self) -> Option<&ReservationId> {
+        match &self.phase {
+            Phase::SettingGlobal(record, _) => Some(&record.id),
+            _ => None,
+        }
+    }
+
     /// The result of writing the global entry.
     pub fn handle_set_if_absent(&mut self, existing: Option<ReservationId>) {
         let Phase::SettingGlobal(record, deadlines) = &self.phase else {

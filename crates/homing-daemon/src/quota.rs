@@ -1,130 +1,88 @@
-//! The key quota as homingd keeps it: homing-node's [`KeyQuota`] decides
-//! whether a DC may create one more key in a namespace (each keeps a
-//! global entry forever); this module counts a namespace's keys in the DC
-//! store the first time the process needs them — one count per namespace,
-//! in a task of its own, so a host that gives up on its create does not
-//! cancel it — and holds an admitted create's slot until its global write
-//! settles it.
+//! The key quota's counts as homingd takes them. homing-node's `Endpoint`
+//! decides whether a DC may create one more key in a namespace (each keeps
+//! a global entry forever) and keeps the counts; when a namespace is not
+//! counted yet, its admission comes back to the driver, and this module
+//! counts the namespace's keys in the DC store — one count per namespace at
+//! a time, in a task of its own, so a host that gives up on its create does
+//! not cancel it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use homing_core::{DcId, ErrorKind, ErrorReply, Namespace};
-use homing_node::{Admit, Failure, KeyQuota};
+use homing_core::{DcId, Namespace};
+use homing_node::Failure;
 use homing_store::{DcStore, StoreError};
 use tokio::sync::watch;
 
 /// A count's outcome once known (`Err`: why it failed).
-type Counted = watch::Receiver<Option<Result<(), String>>>;
+type Counted = watch::Receiver<Option<Result<u64, String>>>;
 
-/// Keys this DC created per namespace, against `keys_per_namespace_max`.
-pub struct Quota {
-    quota: Arc<Mutex<KeyQuota>>,
-    /// Counts running now, by namespace.
-    counts: Arc<Mutex<HashMap<Namespace, Counted>>>,
+/// The counts of namespaces' keys running now, by namespace.
+#[derive(Default)]
+pub struct KeyCounts {
+    running: Arc<Mutex<HashMap<Namespace, Counted>>>,
 }
 
-/// A key create admitted by the quota: given back when dropped unless
-/// [`QuotaSlot::settle`] says this DC's entry is the key's.
-pub struct QuotaSlot<'a> {
-    quota: &'a Mutex<KeyQuota>,
-    namespace: Namespace,
-    kept: bool,
-}
-
-impl QuotaSlot<'_> {
-    /// The key's global write answered: `ours` if the entry is this create's.
-    pub fn settle(mut self, ours: bool) {
-        self.kept = ours;
-    }
-}
-
-impl Drop for QuotaSlot<'_> {
-    fn drop(&mut self) {
-        lock(self.quota).settle(&self.namespace, self.kept);
-    }
-}
-
-fn lock(quota: &Mutex<KeyQuota>) -> MutexGuard<'_, KeyQuota> {
-    quota.lock().expect("the quota lock is never poisoned")
-}
-
-impl Quota {
-    /// A quota of `keys_per_namespace_max` keys per namespace.
-    pub fn new(keys_per_namespace_max: u64) -> Quota {
-        Quota {
-            quota: Arc::new(Mutex::new(KeyQuota::new(keys_per_namespace_max))),
-            counts: Arc::default(),
-        }
-    }
-
-    /// Admits the create of a key in `namespace` at DC `dc`, as
-    /// homing-node's [`KeyQuota`] decides (counting the namespace in the DC
-    /// store `records` first, once per process).
-    pub async fn admit(
+impl KeyCounts {
+    /// How many keys DC `dc` created in `namespace`, as its store `records`
+    /// holds them (at most `bound`): joins the count of that namespace if
+    /// one runs, else starts one, which hands its number to `counted` (also
+    /// when every create that waited for it gave up).
+    pub async fn count(
         &self,
         dc: &DcId,
         records: &Arc<dyn DcStore>,
         namespace: &Namespace,
-    ) -> Result<QuotaSlot<'_>, Failure> {
-        let mut admit = lock(&self.quota).admit(namespace);
-        if admit == Admit::Count {
-            let mut outcome = self.count(records, namespace);
-            let counted = outcome.wait_for(Option::is_some).await;
-            if let Ok(done) = counted
-                && let Some(Err(reason)) = done.as_ref()
-            {
-                let e = StoreError::Unavailable {
-                    backend: "dc",
-                    reason: format!("counting the keys of namespace {namespace:?}: {reason}"),
-                };
-                return Err(Failure::of_store(dc, e.is_unavailable(), e));
-            }
-            admit = lock(&self.quota).admit(namespace);
-        }
-        match admit {
-            Admit::Granted => Ok(QuotaSlot {
-                quota: &self.quota,
-                namespace: namespace.clone(),
-                kept: false,
-            }),
-            Admit::Refused(reply) => Err(Failure::from_reply(reply)),
-            Admit::Count => Err(Failure::Refused(ErrorReply::new(
-                ErrorKind::Internal,
-                "key quota: a counted namespace asked to be counted again",
-            ))),
+        bound: u64,
+        counted: impl FnOnce(u64) + Send + 'static,
+    ) -> Result<u64, Failure> {
+        let mut outcome = self.start(records, namespace, bound, counted);
+        let failed = |reason: String| {
+            let e = StoreError::Unavailable {
+                backend: "dc",
+                reason: format!("counting the keys of namespace {namespace:?}: {reason}"),
+            };
+            Failure::of_store(dc, e.is_unavailable(), e)
+        };
+        let counted = outcome.wait_for(Option::is_some).await;
+        match counted.as_deref() {
+            Ok(Some(Ok(created))) => Ok(*created),
+            Ok(Some(Err(reason))) => Err(failed(reason.clone())),
+            // The task ended without an answer (the runtime shuts down).
+            Ok(None) | Err(_) => Err(failed("the count stopped".to_string())),
         }
     }
 
     /// The count of `namespace`'s keys in `records`, started in a task of
-    /// its own unless one runs (one per namespace; the task ends even if
-    /// every create waiting on it gave up).
-    fn count(&self, records: &Arc<dyn DcStore>, namespace: &Namespace) -> Counted {
-        let mut counts = self.counts.lock().expect("never poisoned");
-        if let Some(running) = counts.get(namespace) {
-            return running.clone();
+    /// its own unless one runs (the task ends even if every create waiting
+    /// on it gave up).
+    fn start(
+        &self,
+        records: &Arc<dyn DcStore>,
+        namespace: &Namespace,
+        bound: u64,
+        counted: impl FnOnce(u64) + Send + 'static,
+    ) -> Counted {
+        let mut running = self.running.lock().expect("never poisoned");
+        if let Some(count) = running.get(namespace) {
+            return count.clone();
         }
         let (done, outcome) = watch::channel(None);
-        counts.insert(namespace.clone(), outcome.clone());
-        let (records, quota, counts) = (records.clone(), self.quota.clone(), self.counts.clone());
-        let bound = lock(&self.quota).count_bound();
+        running.insert(namespace.clone(), outcome.clone());
+        let (records, running) = (records.clone(), self.running.clone());
         let namespace = namespace.clone();
         tokio::spawn(async move {
-            let counted = records.keys_created(&namespace, bound).await;
-            let result = match counted {
-                Ok(created) => {
-                    tracing::info!(
-                        namespace = namespace.as_str(),
-                        created,
-                        "counted the keys this dc created in a namespace"
-                    );
-                    lock(&quota).counted(&namespace, created);
-                    Ok(())
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            counts.lock().expect("never poisoned").remove(&namespace);
-            done.send_replace(Some(result));
+            let count = records.keys_created(&namespace, bound).await;
+            if let Ok(created) = &count {
+                tracing::info!(
+                    namespace = namespace.as_str(),
+                    created,
+                    "counted the keys this dc created in a namespace"
+                );
+                counted(*created);
+            }
+            running.lock().expect("never poisoned").remove(&namespace);
+            done.send_replace(Some(count.map_err(|e| e.to_string())));
         });
         outcome
     }

@@ -343,6 +343,7 @@ impl Acquire {
                     }
                 },
                 Phase::Done(Ok(outcome)) => {
+                    self.settle_quota(false);
                     if let Some(member) = self.member_learned(&outcome) {
                         let key = self.request.key.clone();
                         self.outcome_events
@@ -353,7 +354,10 @@ impl Acquire {
                     }
                     return Step::Done(Ok(outcome));
                 }
-                Phase::Done(Err(e)) => return Step::Done(Err(e)),
+                Phase::Done(Err(e)) => {
+                    self.settle_quota(false);
+                    return Step::Done(Err(e));
+                }
                 Phase::Over => panic!("acquire of {} polled after it ended", self.request.key),
             }
         }
@@ -403,6 +407,16 @@ impl Acquire {
         }
     }
 
+    /// The create's quota slot, if it holds one, settles: `kept` or given
+    /// back (noted for the node, which keeps the counts).
+    fn settle_quota(&mut self, kept: bool) {
+        if std::mem::take(&mut self.admitted) {
+            let namespace = self.connect.key().namespace.clone();
+            self.outcome_events
+                .push_back(NodeEvent::QuotaSettled { namespace, kept });
+        }
+    }
+
     /// The key quota admitted the create [`Effect::Admit`] asked about.
     fn handle_admitted(&mut self) {
         debug_assert!(
@@ -429,22 +443,23 @@ impl Acquire {
     /// The answer to the [`Effect::Global`] asked. A global entry read
     /// counts as this DC's own read (its cache holds only what the store said).
     fn handle_global(&mut self, answer: GlobalAnswer) {
-        let connect = &mut self.connect;
         match answer {
-            GlobalAnswer::Entry(entry) => connect.handle_global(entry, Source::Local),
+            GlobalAnswer::Entry(entry) => self.connect.handle_global(entry, Source::Local),
             GlobalAnswer::SetIfAbsent(existing) => {
-                // The create's slot is settled: a next create is admitted anew.
-                self.admitted = false;
-                connect.handle_set_if_absent(existing);
+                // Inserted, or a retried write of our own entry: the slot is
+                // kept. Either way a next create is admitted anew.
+                let ours = existing.is_none() || existing.as_ref() == self.connect.creating();
+                self.settle_quota(ours);
+                self.connect.handle_set_if_absent(existing);
             }
             GlobalAnswer::Successor {
                 succession,
                 source,
                 hint,
-            } => connect.handle_successor(succession, hint, source),
-            GlobalAnswer::Confirmed(recorded) => connect.handle_confirmed(recorded),
-            GlobalAnswer::DcLease(state) => connect.handle_dc_lease(state),
-            GlobalAnswer::TakenOver(reply) => connect.handle_taken_over(reply),
+            } => self.connect.handle_successor(succession, hint, source),
+            GlobalAnswer::Confirmed(recorded) => self.connect.handle_confirmed(recorded),
+            GlobalAnswer::DcLease(state) => self.connect.handle_dc_lease(state),
+            GlobalAnswer::TakenOver(reply) => self.connect.handle_taken_over(reply),
             other @ GlobalAnswer::Successions(_) => unasked("acquire", &other),
         }
     }

@@ -3,23 +3,24 @@
 //! which stepper a request arriving here becomes (every request, the four
 //! a driver holds something for included), a host's retried acquire joined
 //! to the one still running, refusing while the node shuts down, the
-//! cancellations an acquire must honour, and the DC's [`Memory`] of the
-//! global store. homingd keeps one `Endpoint` per node (behind a lock), the
+//! cancellations an acquire must honour, the DC's [`Memory`] of the
+//! global store, and its key quota's counts ([`KeyQuota`]). homingd keeps one `Endpoint` per node (behind a lock), the
 //! simulator one per simulated DC (lost in a crash, as homingd's is).
 //!
 //! A driver hands every request to [`Endpoint::handle_request`] and runs
 //! the [`Handling`] it gets; it hands every effect to
 //! [`Endpoint::answer_at_once`] first (what the DC answers from its own
-//! state: a global operation from memory, a cancellation, and from the DC
-//! lease the driver lends it, a grant's cover and whether it answers for
-//! its tails), performs
-//! the rest, and hands a global store's answer to [`Endpoint::learn`] and
+//! state: a global operation from memory, a cancellation, a create's
+//! admission by the key quota, and from the DC lease the driver lends it, a
+//! grant's cover and whether it answers for its tails), performs the rest
+//! (an admission whose namespace is not counted yet comes back: count it in
+//! the DC store and hand the number to [`Endpoint::counted`]), and hands a global store's answer to [`Endpoint::learn`] and
 //! the events a stepper notes to [`Endpoint::note`]. `J` is how the driver
 //! answers a retry that joined an acquire ([`Endpoint::acquire_ended`]).
 
 use homing_core::{
-    DcId, ErrorKind, ErrorReply, Key, LeaseKey, NamespaceScope, Request, ReservationId, ScanCursor,
-    TakeoverPolicy,
+    DcId, ErrorKind, ErrorReply, Key, LeaseKey, Namespace, NamespaceScope, Request, ReservationId,
+    ScanCursor, TakeoverPolicy,
 };
 
 use crate::acquire::{Acquire, AcquireRequest};
@@ -28,6 +29,8 @@ use crate::cancel::Cancellations;
 use crate::dc_lease::LeaseLender;
 use crate::effect::{GlobalAnswer, GlobalOp};
 use crate::event::NodeEvent;
+use crate::failure::Failure;
+use crate::key_quota::{Admit, KeyQuota};
 use crate::memory::{Memory, MemoryLimits};
 use crate::retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 use crate::scan::DrainScope;
@@ -50,6 +53,8 @@ pub struct EndpointConfig {
     pub takeover: TakeoverPolicy,
     /// What it remembers of the global store.
     pub memory: MemoryLimits,
+    /// Keys it may create per namespace (0: unlimited).
+    pub keys_per_namespace_max: u64,
 }
 
 /// A request's handling at the DC: the stepper that answers it.
@@ -89,6 +94,7 @@ pub struct Endpoint<J> {
     config: NodeConfig,
     takeover: TakeoverPolicy,
     memory: Memory,
+    quota: KeyQuota,
     cancellations: Cancellations,
     acquires: AcquiresInFlight<J>,
     closing: bool,
@@ -99,6 +105,7 @@ impl<J> Endpoint<J> {
     pub fn new(config: EndpointConfig) -> Endpoint<J> {
         Endpoint {
             memory: Memory::new(config.memory, config.node.mutations),
+            quota: KeyQuota::new(config.keys_per_namespace_max),
             config: config.node,
             takeover: config.takeover,
             cancellations: Cancellations::default(),
@@ -282,7 +289,37 @@ impl<J> Endpoint<J> {
             Effect::Cancellation { lease, note } => Ok(Answer::Cancelled(
                 self.cancellations.answer(lease, note, now),
             )),
+            Effect::Admit(namespace) => match self.quota.admit(&namespace) {
+                Admit::Granted => Ok(Answer::Admitted(Ok(()))),
+                Admit::Refused(reply) => Ok(Answer::Admitted(Err(Failure::from_reply(reply)))),
+                Admit::Count => Err(Effect::Admit(namespace)),
+            },
             effect => Err(effect),
+        }
+    }
+
+    /// How far a count of a namespace's keys need go (the quota: past it,
+    /// the exact number changes nothing).
+    pub fn count_bound(&self) -> u64 {
+        self.quota.count_bound()
+    }
+
+    /// The DC store holds `created` keys this DC created in `namespace`
+    /// (counted because an admission came back from
+    /// [`Endpoint::answer_at_once`]). A count that lands after the create
+    /// that asked for it gave up is kept all the same.
+    pub fn counted(&mut self, namespace: &Namespace, created: u64) {
+        self.quota.counted(namespace, created);
+    }
+
+    /// [`Endpoint::counted`], and the answer to the admission that came back.
+    pub fn admit_counted(&mut self, namespace: &Namespace, created: u64) -> Answer {
+        self.quota.counted(namespace, created);
+        match self.quota.admit(namespace) {
+            Admit::Granted => Answer::Admitted(Ok(())),
+            Admit::Refused(reply) => Answer::Admitted(Err(Failure::from_reply(reply))),
+            // Invariant: a counted namespace is never asked to be counted again.
+            Admit::Count => unreachable!("key quota: {namespace:?} counted, yet uncounted"),
         }
     }
 
@@ -293,10 +330,13 @@ impl<J> Endpoint<J> {
         self.memory.learn(op, answer, now)
     }
 
-    /// A stepper noted `event`: a chain member proved is remembered.
+    /// A stepper noted `event`: a chain member proved is remembered, a
+    /// create's quota slot settled.
     pub fn note(&mut self, event: &NodeEvent) {
-        if let NodeEvent::Learned { key, member } = event {
-            self.memory.remember(key, member.clone());
+        match event {
+            NodeEvent::Learned { key, member } => self.memory.remember(key, member.clone()),
+            NodeEvent::QuotaSettled { namespace, kept } => self.quota.settle(namespace, *kept),
+            _ => {}
         }
     }
 }
@@ -323,6 +363,7 @@ mod tests {
                 entries: 16,
                 absent_ttl_ms: 500,
             },
+            keys_per_namespace_max: 2,
         })
     }
 
@@ -372,6 +413,36 @@ mod tests {
         assert!(matches!(
             arrive(&mut endpoint, acquire(1), 3),
             Dispatch::Run(Handling::Acquire(_))
+        ));
+    }
+
+    #[test]
+    fn the_key_quota_counts_once_admits_up_to_its_max_and_takes_back_a_given_back_slot() {
+        let mut endpoint = endpoint();
+        let namespace = key().namespace;
+        let admit = || Effect::Admit(key().namespace);
+        let at_once =
+            |endpoint: &mut Endpoint<u32>| endpoint.answer_at_once(admit(), NOW.node, &dc_lease());
+        // Not counted yet: the driver counts the DC store (one key there).
+        assert!(matches!(at_once(&mut endpoint), Err(Effect::Admit(_))));
+        assert_eq!(endpoint.count_bound(), 2);
+        let first = endpoint.admit_counted(&namespace, 1);
+        assert!(matches!(first, Answer::Admitted(Ok(()))));
+        // Two keys with the one admitted: full.
+        let Ok(Answer::Admitted(Err(refused))) = at_once(&mut endpoint) else {
+            panic!("a full namespace refuses a create")
+        };
+        assert!(matches!(
+            refused.into_reply().kind,
+            ErrorKind::QuotaExceeded { keys_max: 2 }
+        ));
+        // The admitted create lost its race: its slot is given back.
+        let kept = false;
+        let namespace = namespace.clone();
+        endpoint.note(&NodeEvent::QuotaSettled { namespace, kept });
+        assert!(matches!(
+            at_once(&mut endpoint),
+            Ok(Answer::Admitted(Ok(())))
         ));
     }
 

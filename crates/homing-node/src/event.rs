@@ -4,8 +4,8 @@
 //! stepper.
 
 use homing_core::{
-    BadRecord, EventSeq, FencingToken, Key, LinkReply, ReservationId, Shortcut, ShortcutNotice,
-    Succession,
+    BadRecord, EventSeq, FencingToken, Key, LinkReply, Namespace, ReservationId, Shortcut,
+    ShortcutNotice, Succession,
 };
 
 use crate::failure::Failure;
@@ -51,6 +51,16 @@ pub enum NodeEvent {
     /// A host's cancel looked among the key's records for the grant made
     /// under its lease: the one it releases, or none.
     CancelFound(Option<ReservationId>),
+    /// A key create the quota admitted in `namespace` ended: `kept` when
+    /// this DC's entry is the key's (the set-if-absent inserted it, or found
+    /// its own), else its slot is given back (another DC won the race, or
+    /// the create never wrote the entry).
+    QuotaSettled {
+        /// The namespace.
+        namespace: Namespace,
+        /// Whether the slot stays taken.
+        kept: bool,
+    },
     /// An operator force-released this reservation, fenced by `token`: its
     /// holder may run until its hard deadline.
     ForceReleased {

@@ -10,14 +10,18 @@
 //! exist are never refused: re-activating, recreating a key another DC
 //! created, or finding it held costs no new entry.
 //!
-//! Driver: when an acquire asks `Effect::Admit` (before the allocation
-//! of a key's first reservation), call [`KeyQuota::admit`]. `Count`: count the
-//! namespace's keys in the DC store (at most [`KeyQuota::count_bound`]),
-//! hand the number to [`KeyQuota::counted`], admit again. `Granted`: the
-//! create holds a slot; once the global write answers, [`KeyQuota::settle`]
-//! it — kept when this DC's entry is the key's (inserted, or a retried write
-//! of our own), given back when another DC won the race or the create
-//! failed. `Refused`: answer the host with the error.
+//! The DC's [`crate::Endpoint`] keeps it. When an acquire asks
+//! `Effect::Admit` (before the allocation of a key's first reservation),
+//! the endpoint calls [`KeyQuota::admit`]. `Count`: the effect goes back to
+//! the driver, which counts the namespace's keys in the DC store (at most
+//! [`KeyQuota::count_bound`]) and hands the number to the endpoint
+//! ([`KeyQuota::counted`], admit again). `Granted`: the create holds a
+//! slot; once its global write answers, the acquire notes
+//! `NodeEvent::QuotaSettled` and the endpoint [`KeyQuota::settle`]s it —
+//! kept when this DC's entry is the key's (inserted, or a retried write of
+//! our own), given back when another DC won the race or the acquire ended
+//! without it (a driver that drops an acquire before it ends gives its slot
+//! back itself). `Refused`: the host is answered with the error.
 //!
 //! The count is exact within one homingd: a slot is taken before the create
 //! starts, so concurrent creates cannot overshoot. It is kept in memory from

@@ -470,6 +470,18 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
         panic!("the entry is ours: acquired")
     };
     assert_eq!(grant.reservation, record.id);
+    // The entry is this create's: its quota slot stays taken.
+    let settled: Vec<NodeEvent> = std::iter::from_fn(|| acquire.poll_event())
+        .filter(|e| matches!(e, NodeEvent::QuotaSettled { .. }))
+        .collect();
+    let namespace = key().namespace;
+    assert_eq!(
+        settled,
+        vec![NodeEvent::QuotaSettled {
+            namespace,
+            kept: true
+        }]
+    );
 }
 
 #[test]

@@ -252,7 +252,7 @@ pub trait DcStore: Send + Sync + 'static {
 }
 
 /// Whether `record` is a key this DC created (see [`DcStore::keys_created`]).
-fn created_key(record: &DcRecord) -> bool {
+pub(crate) fn created_key(record: &DcRecord) -> bool {
     record.predecessor.is_none() && record.state != homing_core::RecordState::Abandoned
 }
 

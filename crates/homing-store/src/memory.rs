@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
-    Event, EventSeq, Key, NamespaceScope, ReservationId, StoreTime, Succession, SuccessionCause,
-    TakeOverReply, TakeoverPolicy,
+    Event, EventSeq, Key, Namespace, NamespaceScope, ReservationId, StoreTime, Succession,
+    SuccessionCause, TakeOverReply, TakeoverPolicy,
 };
 
 use homing_core::succession::judge_takeover;
@@ -280,6 +280,16 @@ impl MemoryDc {
     /// Every record, in reservation order.
     pub fn records(&self) -> impl Iterator<Item = &DcRecord> {
         self.records.values()
+    }
+
+    /// How many keys this DC created in `namespace`, at most `at_most`
+    /// ([`DcStore::keys_created`], counted in one go).
+    pub fn keys_created(&self, namespace: &Namespace, at_most: u64) -> u64 {
+        let created = self
+            .records
+            .values()
+            .filter(|r| r.key.namespace == *namespace && crate::dc::created_key(r));
+        (created.count() as u64).min(at_most)
     }
 
     /// The event log's last sequence number (0: no event yet).

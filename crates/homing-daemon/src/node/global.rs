@@ -13,7 +13,6 @@ use homing_store::{SetIfAbsent, StoreError};
 use tokio::sync::OnceCell;
 
 use super::{Failure, Node};
-use crate::quota::QuotaSlot;
 
 /// What a node keeps in memory about other DCs' facts.
 #[derive(Debug, Clone, Copy)]
@@ -63,23 +62,14 @@ impl Drop for Boarded<'_> {
 impl Node {
     /// Performs one of homing-node's global-store operations the DC's
     /// memory did not answer ([`homing_node::Endpoint::answer_at_once`])
-    /// against the store, and hands the answer to the memory. `slot`: the
-    /// quota slot of the key create a set-if-absent settles, if any.
-    pub(super) async fn perform_global(
-        &self,
-        op: GlobalOp,
-        slot: &mut Option<QuotaSlot<'_>>,
-    ) -> Result<GlobalAnswer, Failure> {
-        let answer = self.ask_global(&op, slot).await?;
+    /// against the store, and hands the answer to the memory.
+    pub(super) async fn perform_global(&self, op: GlobalOp) -> Result<GlobalAnswer, Failure> {
+        let answer = self.ask_global(&op).await?;
         Ok(self.lock_endpoint().learn(&op, answer, self.waiters.now()))
     }
 
     /// What the global store answers `op`.
-    async fn ask_global(
-        &self,
-        op: &GlobalOp,
-        slot: &mut Option<QuotaSlot<'_>>,
-    ) -> Result<GlobalAnswer, Failure> {
+    async fn ask_global(&self, op: &GlobalOp) -> Result<GlobalAnswer, Failure> {
         Ok(match op {
             GlobalOp::Entry { key, read } => {
                 GlobalAnswer::Entry(self.read_entry(key, *read).await?)
@@ -90,10 +80,6 @@ impl Node {
                     SetIfAbsent::Inserted => None,
                     SetIfAbsent::Exists(existing) => Some(existing),
                 };
-                if let Some(slot) = slot.take() {
-                    // Inserted, or a retried write of our own entry.
-                    slot.settle(existing.as_ref().is_none_or(|winner| winner == id));
-                }
                 GlobalAnswer::SetIfAbsent(existing)
             }
             GlobalOp::Successor { id, .. } => {

@@ -8,7 +8,7 @@
 //! one loop, [`Node::drive`], and turns the events they note into logs
 //! and metrics.
 
-use homing_core::{Grant, Mutations};
+use homing_core::{Grant, Mutations, Namespace};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +42,7 @@ use failure::Failure;
 use crate::dc_lease::{DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
 use crate::peers::Peers;
-use crate::quota::{Quota, QuotaSlot};
+use crate::quota::KeyCounts;
 use crate::waiters::{Registration, WaitLimits, Waiters};
 
 /// Most records one `Inspect` or `Scan` reply carries (homing-node's).
@@ -75,7 +75,7 @@ pub struct Node {
     metrics: Arc<Metrics>,
     /// The DC as homing-node's endpoint: dispatch, retried acquires,
     /// cancellations, its memory of the global store.
-    endpoint: std::sync::Mutex<Endpoint<oneshot::Sender<Reply>>>,
+    endpoint: Arc<std::sync::Mutex<Endpoint<oneshot::Sender<Reply>>>>,
     /// How long a resolve's absent answer is reused, ms: while it is above
     /// zero, concurrent resolves of a key also share one read.
     absent_ttl_ms: u64,
@@ -94,8 +94,9 @@ pub struct Node {
     closing: watch::Sender<bool>,
     /// This DC's lease in the global store: grants and marks wait on it.
     dc_lease: Arc<DcLeaseCell>,
-    /// Keys this DC created per namespace, against `keys_per_namespace_max`.
-    quota: Quota,
+    /// Counts of namespaces' keys running now (the key quota's counts are
+    /// the endpoint's).
+    key_counts: KeyCounts,
     /// Where the last failed reconciliation pass got to (the next pass of
     /// the same reconciliation starts there).
     resumption: std::sync::Mutex<Option<Resumption>>,
@@ -139,8 +140,8 @@ impl Drop for Running<'_> {
 /// back when the stepper ends (or its request is dropped).
 #[derive(Default)]
 struct Held<'a> {
-    /// The key create it holds a quota slot for ([`Effect::Admit`]):
-    /// settled by its set-if-absent, else given back.
+    /// The key create it holds a quota slot for ([`Effect::Admit`]), until
+    /// the stepper notes it settled; given back if the stepper is dropped first.
     slot: Option<QuotaSlot<'a>>,
     /// A waiter's place in its queue ([`Effect::Queue`]): it leaves the
     /// queue unless a write woke it.
@@ -150,6 +151,34 @@ struct Held<'a> {
     changes: Option<watch::Receiver<u64>>,
     /// A parked watch's slot (`watches_parked_max`), taken at its first park.
     parked_watch: Option<Parked<'a>>,
+}
+
+/// A key create's quota slot at the endpoint, while the acquire holds it:
+/// given back if the acquire is dropped before it noted the slot settled
+/// (its request was cancelled; a stepper that ends notes it itself).
+struct QuotaSlot<'a> {
+    node: &'a Node,
+    /// `None` once the acquire noted it settled.
+    namespace: Option<Namespace>,
+}
+
+impl QuotaSlot<'_> {
+    /// The acquire noted the slot settled (kept or given back).
+    fn settled(mut self) {
+        self.namespace = None;
+    }
+}
+
+impl Drop for QuotaSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(namespace) = self.namespace.take() {
+            let given_back = NodeEvent::QuotaSettled {
+                namespace,
+                kept: false,
+            };
+            self.node.lock_endpoint().note(&given_back);
+        }
+    }
 }
 
 fn outcome_of(reply: &Reply) -> &'static str {
@@ -203,9 +232,10 @@ impl Node {
                 entries: caches.entries,
                 absent_ttl_ms: caches.absent_ttl_ms,
             },
+            keys_per_namespace_max,
         });
         Node {
-            quota: Quota::new(keys_per_namespace_max),
+            key_counts: KeyCounts::default(),
             resumption: std::sync::Mutex::default(),
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
@@ -218,7 +248,7 @@ impl Node {
             records,
             peers,
             metrics,
-            endpoint: std::sync::Mutex::new(endpoint),
+            endpoint: Arc::new(std::sync::Mutex::new(endpoint)),
             absent_ttl_ms: caches.absent_ttl_ms,
             shared_reads: SharedReads::default(),
             random: (
@@ -229,9 +259,8 @@ impl Node {
     }
 
     /// This node under takeover policy `policy` (default: automatic).
-    pub fn with_takeover(mut self, policy: TakeoverPolicy) -> Node {
-        let endpoint = self.endpoint.get_mut().expect("never poisoned");
-        endpoint.set_takeover(policy);
+    pub fn with_takeover(self, policy: TakeoverPolicy) -> Node {
+        self.lock_endpoint().set_takeover(policy);
         self
     }
 
@@ -363,6 +392,11 @@ impl Node {
         loop {
             let step = stepper.step(self.waiters.now());
             while let Some(event) = stepper.poll_event() {
+                if let NodeEvent::QuotaSettled { .. } = &event
+                    && let Some(slot) = held.slot.take()
+                {
+                    slot.settled();
+                }
                 self.noted(event);
             }
             match step {
@@ -383,6 +417,10 @@ impl Node {
     async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
         let classify = |f: Failure| f.classify(&self.config.dc);
         let now = self.waiters.now();
+        let admitting = match &effect {
+            Effect::Admit(namespace) => Some(namespace.clone()),
+            _ => None,
+        };
         // The DC lease's lock is taken (inside the endpoint's) only for the
         // effects that look at it.
         let at_once = self
@@ -393,6 +431,12 @@ impl Node {
                 if matches!(&answer, Answer::Global(Ok(GlobalAnswer::Entry(Some(_))))) {
                     self.metrics.global_cache(true);
                 }
+                if let (Some(namespace), Answer::Admitted(Ok(()))) = (admitting, &answer) {
+                    held.slot = Some(QuotaSlot {
+                        node: self,
+                        namespace: Some(namespace),
+                    });
+                }
                 return answer;
             }
             Err(effect) => effect,
@@ -401,19 +445,33 @@ impl Node {
             Effect::Store(op) => {
                 Answer::Stored(self.perform(op).await.map_err(|e| self.store_failure(e)))
             }
-            Effect::Global(op) => Answer::Global(
-                self.perform_global(op, &mut held.slot)
-                    .await
-                    .map_err(classify),
-            ),
+            Effect::Global(op) => Answer::Global(self.perform_global(op).await.map_err(classify)),
             Effect::Segment(id) => Answer::Segment(self.segment(&id).await),
             Effect::Forward { dc, key } => {
                 let answer = self.peers.drain(&dc, &key).await;
                 Answer::Forwarded(answer.map_err(|e| classify(Failure::from(e))))
             }
+            // The namespace is not counted yet: count, then the endpoint admits.
             Effect::Admit(namespace) => {
-                let admitted = self.quota.admit(&self.config.dc, &self.records, &namespace);
-                Answer::Admitted(admitted.await.map(|granted| held.slot = Some(granted)))
+                let bound = self.lock_endpoint().count_bound();
+                let (dc, records) = (&self.config.dc, &self.records);
+                let (endpoint, counted_namespace) = (self.endpoint.clone(), namespace.clone());
+                let keep = move |created| {
+                    let mut endpoint = endpoint.lock().expect("never poisoned");
+                    endpoint.counted(&counted_namespace, created);
+                };
+                let count = self.key_counts.count(dc, records, &namespace, bound, keep);
+                let answer = match count.await {
+                    Ok(created) => self.lock_endpoint().admit_counted(&namespace, created),
+                    Err(failure) => Answer::Admitted(Err(failure)),
+                };
+                if let Answer::Admitted(Ok(())) = &answer {
+                    held.slot = Some(QuotaSlot {
+                        node: self,
+                        namespace: Some(namespace),
+                    });
+                }
+                answer
             }
             Effect::Link {
                 key,
@@ -518,7 +576,7 @@ impl Node {
     fn noted(&self, event: NodeEvent) {
         self.lock_endpoint().note(&event);
         match event {
-            NodeEvent::Learned { .. } => {}
+            NodeEvent::Learned { .. } | NodeEvent::QuotaSettled { .. } => {}
             NodeEvent::Drained(id) => tracing::info!(reservation = %id, "drained"),
             NodeEvent::Reconciled(ReconcileEvent::Superseded(succession)) => tracing::warn!(
                 reservation = %succession.link.from,
