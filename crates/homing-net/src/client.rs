@@ -31,7 +31,9 @@ pub struct Client {
 
 struct Inner {
     endpoint: Endpoint,
-    config: quinn::ClientConfig,
+    /// New connections' configuration ([`Client::reload`] replaces it).
+    config: std::sync::RwLock<quinn::ClientConfig>,
+    transport: Arc<quinn::TransportConfig>,
     limits: ClientLimits,
     pool: Pool,
     /// Set by [`Client::close`].
@@ -67,8 +69,6 @@ impl Client {
         addr: SocketAddr,
     ) -> Result<Client, NetError> {
         limits.validate()?;
-        let crypto = QuicClientConfig::try_from(tls.rustls_client_config()?)
-            .map_err(|e| NetError::Tls(e.to_string()))?;
         let mut transport = quinn::TransportConfig::default();
         transport
             .max_concurrent_bidi_streams(VarInt::from_u32(0))
@@ -76,8 +76,8 @@ impl Client {
             .max_idle_timeout(Some(idle_timeout(limits.idle_timeout_ms)?))
             .keep_alive_interval(Some(Duration::from_millis(limits.keep_alive_interval_ms)))
             .stream_receive_window(VarInt::from_u32(stream_window(limits.frame_bytes_max)));
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport));
+        let transport = Arc::new(transport);
+        let config = client_config(tls, &transport)?;
         let endpoint = Endpoint::client(addr)?;
         let pool = Pool::new(
             limits.peers_max,
@@ -87,12 +87,24 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 endpoint,
-                config,
+                config: std::sync::RwLock::new(config),
+                transport,
                 limits,
                 pool,
                 closed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Presents `tls`'s certificate and trusts its CA and revocation lists
+    /// on every connection made from now on (and by its clones; a peer it
+    /// was backing off from is tried at the next request); open
+    /// connections go on as they are.
+    pub fn reload(&self, tls: &TlsIdentity) -> Result<(), NetError> {
+        let config = client_config(tls, &self.inner.transport)?;
+        *self.inner.config.write().expect("never poisoned") = config;
+        self.inner.pool.forget_backoffs();
+        Ok(())
     }
 
     /// Closes every connection of this client (and of its clones) and waits,
@@ -204,7 +216,11 @@ impl Client {
                 };
                 let connecting = inner
                     .endpoint
-                    .connect_with(inner.config.clone(), peer.addr, &node_server_name(&peer.dc))
+                    .connect_with(
+                        inner.config.read().expect("never poisoned").clone(),
+                        peer.addr,
+                        &node_server_name(&peer.dc),
+                    )
                     .map_err(|e| connect_error(e.to_string()))?;
                 let timeout = Duration::from_millis(inner.limits.connect_timeout_ms);
                 let connection = match tokio::time::timeout(timeout, connecting).await {
@@ -278,4 +294,16 @@ impl Drop for EvictUnlessAnswered<'_> {
             self.pool.evict(self.peer, self.connection);
         }
     }
+}
+
+/// The QUIC client configuration presenting `tls` over `transport`.
+fn client_config(
+    tls: &TlsIdentity,
+    transport: &Arc<quinn::TransportConfig>,
+) -> Result<quinn::ClientConfig, NetError> {
+    let crypto = QuicClientConfig::try_from(tls.rustls_client_config()?)
+        .map_err(|e| NetError::Tls(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(transport.clone());
+    Ok(config)
 }

@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 
 use homing_core::{DcId, Identity, Role};
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, RevocationReason,
+    RevokedCertParams, SanType, SerialNumber,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer};
 use thiserror::Error;
 
 use crate::error::NetError;
@@ -20,6 +23,11 @@ use crate::tls::TlsIdentity;
 pub const DEV_CA_COMMON_NAME: &str = "homing dev ca";
 /// File stem of the CA certificate and key written by [`generate_dev_pki`].
 pub const CA_FILE_STEM: &str = "ca";
+/// The dev PKI's certificate revocation list, written by [`revoke_dev_certs`].
+pub const CRL_FILE: &str = "crl.pem";
+/// How long a revocation list of the dev PKI is valid, days (rustls does not
+/// refuse an expired list by default; this is for other readers).
+pub const CRL_VALID_DAYS: i64 = 365;
 
 /// Why a certificate could not be generated or written.
 #[derive(Debug, Error)]
@@ -34,6 +42,14 @@ pub enum PkiError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// A file could not be read or is not what it should be.
+    #[error("read {path}: {reason}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
     },
 }
 
@@ -140,6 +156,34 @@ impl DevCa {
         })
     }
 
+    /// A certificate revocation list signed by this CA listing the
+    /// certificates with `serials` (revoked at `now_unix_s`), numbered
+    /// `now_unix_s` (so a later list has a higher number), PEM.
+    pub fn crl(&self, serials: &[Vec<u8>], now_unix_s: i64) -> Result<String, PkiError> {
+        let at = |s: i64| {
+            time::OffsetDateTime::from_unix_timestamp(s)
+                .map_err(|_| rcgen::Error::InvalidCrlNextUpdate)
+        };
+        let now = at(now_unix_s)?;
+        let params = CertificateRevocationListParams {
+            this_update: now,
+            next_update: at(now_unix_s + CRL_VALID_DAYS * 86_400)?,
+            crl_number: SerialNumber::from(now_unix_s.max(0) as u64),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|serial| RevokedCertParams {
+                    serial_number: SerialNumber::from_slice(serial),
+                    revocation_time: now,
+                    reason_code: Some(RevocationReason::Unspecified),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: KeyIdMethod::Sha256,
+        };
+        Ok(params.signed_by(&self.issuer)?.pem()?)
+    }
+
     /// Issues a certificate for `identity` and returns it as a ready
     /// [`TlsIdentity`] trusting this CA.
     pub fn tls_identity(&self, identity: &Identity) -> Result<TlsIdentity, NetError> {
@@ -168,6 +212,75 @@ pub fn load_identity(dir: &Path, identity: &Identity) -> Result<TlsIdentity, Net
         &dir.join(format!("{name}.pem")),
         &dir.join(format!("{name}.key")),
     )
+}
+
+/// Revokes the dev PKI's certificates `names` (file stems in `dir`, as
+/// [`cert_name`] makes them): writes `dir/crl.pem`, signed by the CA in
+/// `dir`, listing them and every certificate the list there already lists.
+/// Processes that load it (homingd's `crl` setting) refuse those
+/// certificates at their next handshake once they reload it. Returns the
+/// list's path and how many certificates it lists.
+pub fn revoke_dev_certs(
+    dir: &Path,
+    names: &[String],
+    now_unix_s: i64,
+) -> Result<(PathBuf, usize), PkiError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|e| PkiError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    };
+    let ca_cert = read(&dir.join(format!("{CA_FILE_STEM}.pem")))?;
+    let ca = DevCa::from_pem(&ca_cert, &read(&dir.join(format!("{CA_FILE_STEM}.key")))?)?;
+    let crl_path = dir.join(CRL_FILE);
+    let mut serials = match crl_path.exists() {
+        true => crl_serials(&crl_path, &read(&crl_path)?)?,
+        false => Vec::new(),
+    };
+    for name in names {
+        let path = dir.join(format!("{name}.pem"));
+        let serial = cert_serial(&path, &read(&path)?)?;
+        if !serials.contains(&serial) {
+            serials.push(serial);
+        }
+    }
+    let crl = ca.crl(&serials, now_unix_s)?;
+    // Written beside it and renamed over it: a process reloading it never
+    // reads half a list.
+    let staged = dir.join(format!("{CRL_FILE}.new"));
+    write_file(&staged, &crl, false)?;
+    std::fs::rename(&staged, &crl_path).map_err(|source| PkiError::Write {
+        path: crl_path.clone(),
+        source,
+    })?;
+    Ok((crl_path, serials.len()))
+}
+
+/// The serial number of the first certificate in `pem` (read from `path`).
+fn cert_serial(path: &Path, pem: &str) -> Result<Vec<u8>, PkiError> {
+    let bad = |reason: String| PkiError::Read {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| bad(e.to_string()))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| bad(e.to_string()))?;
+    Ok(cert.raw_serial().to_vec())
+}
+
+/// The serial numbers a PEM revocation list (read from `path`) lists.
+fn crl_serials(path: &Path, pem: &str) -> Result<Vec<Vec<u8>>, PkiError> {
+    let bad = |reason: String| PkiError::Read {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let der = CertificateRevocationListDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| bad(e.to_string()))?;
+    let (_, crl) = x509_parser::parse_x509_crl(&der).map_err(|e| bad(e.to_string()))?;
+    Ok(crl
+        .iter_revoked_certificates()
+        .map(|revoked| revoked.raw_serial().to_vec())
+        .collect())
 }
 
 /// The files [`generate_dev_pki`] wrote.

@@ -119,6 +119,17 @@ impl Pool {
         }
     }
 
+    /// Connects to every peer in backoff at its next request: what a
+    /// connect meets changed (the client reloaded its certificates). A
+    /// peer being connected to now keeps its state.
+    pub(crate) fn forget_backoffs(&self) {
+        for slot in lock(&self.slots).values() {
+            if let Ok(mut backoff) = slot.connecting.try_lock() {
+                *backoff = Backoff::default();
+            }
+        }
+    }
+
     /// Forgets `connection` as `peer`'s pooled connection (if it still is),
     /// so the next request connects afresh. Requests already using it go on.
     pub(crate) fn evict(&self, peer: &Peer, connection: &Connection) {

@@ -61,6 +61,8 @@ pub struct Server {
     accepting: Option<tokio::task::JoinHandle<()>>,
     shutdown_drain_ms: u64,
     stats: ServerStats,
+    /// What new connections' configurations are built with ([`Server::reload`]).
+    limits: ServerLimits,
 }
 
 /// What every connection and request task shares.
@@ -94,6 +96,7 @@ impl Server {
         let (stop, stop_rx) = watch::channel(false);
         let (drain, drained) = mpsc::channel(1);
         let shutdown_drain_ms = limits.shutdown_drain_ms;
+        let kept_limits = limits.clone();
         let admission = Admission::new(limits.shares, local_dc.clone());
         let counters = Arc::new(Counters::default());
         let stats = ServerStats {
@@ -122,7 +125,19 @@ impl Server {
             accepting: Some(accepting),
             shutdown_drain_ms,
             stats,
+            limits: kept_limits,
         })
+    }
+
+    /// Presents `tls`'s certificate and trusts its CA and revocation lists
+    /// from now on: connections accepted after this use them, those open
+    /// now go on as they are (a revoked peer's open connection is not cut;
+    /// its next one is refused). The stateless-reset keys stay those of the
+    /// key the server started with.
+    pub fn reload(&self, tls: &TlsIdentity) -> Result<(), NetError> {
+        let config = server_config(tls, &self.limits)?;
+        self.endpoint.set_server_config(Some(config));
+        Ok(())
     }
 
     /// The bound address (useful after binding port 0).

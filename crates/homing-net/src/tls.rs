@@ -1,6 +1,8 @@
 //! `TlsIdentity`: the deployment CA plus this process's certificate and key,
-//! loaded from PEM, and the rustls configurations built from it: TLS 1.3
-//! only, ring provider, mutual authentication, ALPN [`homing_core::wire::ALPN`].
+//! and the CA's certificate revocation lists if any, loaded from PEM, and
+//! the rustls configurations built from it: TLS 1.3 only, ring provider,
+//! mutual authentication, every peer's certificate checked against the
+//! revocation lists, ALPN [`homing_core::wire::ALPN`].
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,20 +10,24 @@ use std::sync::Arc;
 use homing_core::Identity;
 use homing_core::wire::ALPN;
 use rustls::RootCertStore;
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
 use crate::error::NetError;
 use crate::identity::{CertIdentityError, identity_from_cert};
 
-/// The CA every peer must chain to, this process's certificate chain and its key.
+/// The CA every peer must chain to, this process's certificate chain and
+/// its key, and the CA's revocation lists (a peer whose certificate one of
+/// them lists is refused at the handshake).
 #[derive(Debug)]
 pub struct TlsIdentity {
     ca: CertificateDer<'static>,
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    crls: Vec<CertificateRevocationListDer<'static>>,
 }
 
 impl Clone for TlsIdentity {
@@ -30,6 +36,7 @@ impl Clone for TlsIdentity {
             ca: self.ca.clone(),
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            crls: self.crls.clone(),
         }
     }
 }
@@ -101,9 +108,39 @@ impl TlsIdentity {
             ca: ca_certs.remove(0),
             chain,
             key: key_der,
+            crls: Vec::new(),
         };
         identity.identity()?;
         Ok(identity)
+    }
+
+    /// This identity, also refusing every peer certificate that the
+    /// revocation lists in `pem` (PEM `X509 CRL` blocks, named `what` in
+    /// errors) list. Each list must be signed by the CA: one that is not
+    /// refuses every peer, so a wrong file is seen at once.
+    pub fn with_crl_pem(mut self, what: &str, pem: &[u8]) -> Result<TlsIdentity, NetError> {
+        let crls = CertificateRevocationListDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| NetError::Pem {
+                what: what.to_string(),
+                reason: e.to_string(),
+            })?;
+        if crls.is_empty() {
+            return Err(NetError::Pem {
+                what: what.to_string(),
+                reason: "no certificate revocation list".to_string(),
+            });
+        }
+        self.crls = crls;
+        // Built once here so that a list rustls cannot use is refused now,
+        // not at the first handshake.
+        self.rustls_server_config()?;
+        Ok(self)
+    }
+
+    /// How many revocation lists it checks peers against.
+    pub fn crls(&self) -> usize {
+        self.crls.len()
     }
 
     /// The homing identity this process's certificate names.
@@ -130,12 +167,18 @@ impl TlsIdentity {
     }
 
     /// A rustls server configuration: TLS 1.3, ring, clients must present a
-    /// certificate from the CA, ALPN [`ALPN`] only.
+    /// certificate from the CA that no revocation list lists, ALPN [`ALPN`] only.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig, NetError> {
         let provider = provider();
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone())
-            .build()
-            .map_err(|e| NetError::Tls(e.to_string()))?;
+        let mut verifier =
+            WebPkiClientVerifier::builder_with_provider(self.roots()?, provider.clone());
+        if !self.crls.is_empty() {
+            // The CA issues the leaves itself: only they can be revoked.
+            verifier = verifier
+                .with_crls(self.crls.clone())
+                .only_check_end_entity_revocation();
+        }
+        let verifier = verifier.build().map_err(|e| NetError::Tls(e.to_string()))?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| NetError::Tls(e.to_string()))?
@@ -147,13 +190,22 @@ impl TlsIdentity {
     }
 
     /// A rustls client configuration: TLS 1.3, ring, servers must present a
-    /// certificate from the CA, this process's certificate as client
-    /// certificate, ALPN [`ALPN`] only.
+    /// certificate from the CA that no revocation list lists, this
+    /// process's certificate as client certificate, ALPN [`ALPN`] only.
     pub fn rustls_client_config(&self) -> Result<rustls::ClientConfig, NetError> {
-        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        let provider = provider();
+        let mut verifier =
+            WebPkiServerVerifier::builder_with_provider(self.roots()?, provider.clone());
+        if !self.crls.is_empty() {
+            verifier = verifier
+                .with_crls(self.crls.clone())
+                .only_check_end_entity_revocation();
+        }
+        let verifier = verifier.build().map_err(|e| NetError::Tls(e.to_string()))?;
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| NetError::Tls(e.to_string()))?
-            .with_root_certificates(self.roots()?)
+            .with_webpki_verifier(verifier)
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| NetError::Tls(e.to_string()))?;
         config.alpn_protocols = vec![ALPN.to_vec()];

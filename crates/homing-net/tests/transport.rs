@@ -1068,3 +1068,124 @@ async fn past_half_the_handshake_cap_unproven_callers_get_a_retry_and_real_clien
     .await
     .unwrap();
 }
+
+/// Writes `ca` and the certificate `name` (`cert_pem`) into `dir` as the
+/// dev PKI lays them out, for [`homing_net::pki::revoke_dev_certs`].
+fn dev_pki_dir(dir: &std::path::Path, ca: &DevCa, name: &str, cert_pem: &str) {
+    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+    std::fs::write(dir.join("ca.key"), ca.key_pem()).unwrap();
+    std::fs::write(dir.join(format!("{name}.pem")), cert_pem).unwrap();
+}
+
+#[tokio::test]
+async fn a_revoked_client_certificate_is_refused_at_its_next_connection_once_the_server_reloads() {
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let node = tls(&ca, Role::Node, Some(iad()));
+        let server = Server::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &node,
+            iad(),
+            ServerLimits::default(),
+            Arc::new(TestHandler::default()),
+        )
+        .await
+        .unwrap();
+        let peer = Peer {
+            addr: server.local_addr(),
+            dc: iad(),
+        };
+        let revoked = ca
+            .issue(&Identity::new(Role::Router, None).unwrap())
+            .unwrap();
+        let revoked_tls =
+            TlsIdentity::from_pem_strings(ca.cert_pem(), &revoked.cert_pem, &revoked.key_pem)
+                .unwrap();
+        let open = Client::new(&revoked_tls, ClientLimits::default()).unwrap();
+        assert!(is_resolved(&open.request(&peer, &resolve()).await.unwrap()));
+
+        let dir = tempfile::tempdir().unwrap();
+        dev_pki_dir(dir.path(), &ca, "router", &revoked.cert_pem);
+        let (crl, listed) =
+            homing_net::pki::revoke_dev_certs(dir.path(), &["router".to_string()], 1_000).unwrap();
+        assert_eq!(listed, 1);
+        let crl_pem = std::fs::read(&crl).unwrap();
+        // Written, not yet loaded: the host still connects anew.
+        let before = Client::new(&revoked_tls, ClientLimits::default()).unwrap();
+        assert!(is_resolved(
+            &before.request(&peer, &resolve()).await.unwrap()
+        ));
+
+        server
+            .reload(&node.clone().with_crl_pem("crl.pem", &crl_pem).unwrap())
+            .unwrap();
+        let next = Client::new(&revoked_tls, ClientLimits::default()).unwrap();
+        let refused = next.request(&peer, &resolve()).await;
+        assert!(
+            matches!(
+                refused,
+                Err(NetError::Connect { .. } | NetError::Closed { .. })
+            ),
+            "{refused:?}"
+        );
+        // Its open connection goes on; certificates not listed (another
+        // router's, from the same CA) still connect.
+        assert!(is_resolved(&open.request(&peer, &resolve()).await.unwrap()));
+        let router = client(&ca, Role::Router);
+        assert!(is_resolved(
+            &router.request(&peer, &resolve()).await.unwrap()
+        ));
+        // Revoking another keeps the first listed.
+        let admin = ca
+            .issue(&Identity::new(Role::Admin, None).unwrap())
+            .unwrap();
+        std::fs::write(dir.path().join("admin.pem"), &admin.cert_pem).unwrap();
+        let (_, listed) =
+            homing_net::pki::revoke_dev_certs(dir.path(), &["admin".to_string()], 1_001).unwrap();
+        assert_eq!(listed, 2);
+        for client in [open, before, next, router] {
+            client.close().await;
+        }
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_rotated_server_certificate_is_used_for_new_connections_while_open_ones_go_on() {
+    timeout(TEST_TIMEOUT, async {
+        // The rotation replaces the CA too, so which certificate a new
+        // connection met shows in whom it can reach.
+        let (old_ca, new_ca) = (
+            DevCa::generate("old ca").unwrap(),
+            DevCa::generate("new ca").unwrap(),
+        );
+        let (server, peer) = start(&old_ca, Arc::default(), ServerLimits::default()).await;
+        let open = client(&old_ca, Role::Router);
+        assert!(is_resolved(&open.request(&peer, &resolve()).await.unwrap()));
+        let stranger = client(&new_ca, Role::Router);
+        assert!(stranger.request(&peer, &resolve()).await.is_err());
+
+        server
+            .reload(&tls(&new_ca, Role::Node, Some(iad())))
+            .unwrap();
+        let renewed = client(&new_ca, Role::Router);
+        assert!(is_resolved(
+            &renewed.request(&peer, &resolve()).await.unwrap()
+        ));
+        assert!(is_resolved(&open.request(&peer, &resolve()).await.unwrap()));
+        let late = client(&old_ca, Role::Router);
+        assert!(late.request(&peer, &resolve()).await.is_err());
+        // A client reloads too: the old client, given the new CA's
+        // identity, connects anew.
+        late.reload(&tls(&new_ca, Role::Router, None)).unwrap();
+        assert!(is_resolved(&late.request(&peer, &resolve()).await.unwrap()));
+        for client in [open, stranger, renewed, late] {
+            client.close().await;
+        }
+        server.shutdown().await;
+    })
+    .await
+    .unwrap();
+}
