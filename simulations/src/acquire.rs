@@ -9,7 +9,8 @@ use homing_node::{Acquire, AcquireEvent, Answer, Failure};
 
 use crate::counter::Counter;
 use crate::dc::{Next, Task, error};
-use crate::sim::{Event, NodeId, Sim};
+use crate::event::{Event, NodeId};
+use crate::sim::Sim;
 use crate::waiting::AwaitFor;
 
 /// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]

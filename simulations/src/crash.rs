@@ -9,8 +9,9 @@ use homing_store::memory::MemoryDc;
 use crate::counter::Counter;
 use crate::dc::Dc;
 use crate::dc_lease::DcLeaseDriver;
+use crate::event::Event;
 use crate::invariants::view;
-use crate::sim::{Event, Sim};
+use crate::sim::Sim;
 use crate::store::StoreCall;
 
 impl Sim {

@@ -37,7 +37,8 @@ use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
-use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
+use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
+use crate::sim::Sim;
 use crate::store::StoreCall;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;

@@ -29,7 +29,8 @@ use homing_node::{
 };
 
 use crate::dc::{Next, Task};
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 use crate::store::{Asked, StoreCall};
 use homing_node::StoreOp as DcOp;
 

@@ -11,7 +11,8 @@ use crate::counter::Counter;
 use homing_core::{Key, Request};
 
 use crate::dc::Task;
-use crate::sim::{NodeId, Sim};
+use crate::event::NodeId;
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 
 impl Sim {

@@ -18,33 +18,9 @@ use homing_core::{
 use crate::invariants::view;
 
 use crate::clock::NodeClock;
+use crate::event::{Body, Event, HostTimer, Message, NodeId};
 use crate::report::Op;
-use crate::sim::{Body, Event, Message, NodeId, Sim};
-
-/// A host's timers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostTimer {
-    /// Idle: acquire a key.
-    Act,
-    /// A deadline of the lease ([`HostLeasePoll::Wait`]): poll it again.
-    Lease,
-    /// The graceful stop finished.
-    Stopped,
-    /// The workload releases the key.
-    Leave,
-}
-
-impl HostTimer {
-    /// The timer's name, for traces.
-    pub fn name(self) -> &'static str {
-        match self {
-            HostTimer::Act => "host_act",
-            HostTimer::Lease => "host_lease_deadline",
-            HostTimer::Stopped => "host_stopped",
-            HostTimer::Leave => "host_leave",
-        }
-    }
-}
+use crate::sim::Sim;
 
 #[derive(Debug, Clone)]
 struct Lease {

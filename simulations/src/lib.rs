@@ -28,6 +28,7 @@ pub mod dc;
 pub mod dc_lease;
 mod drain;
 mod drain_scope;
+pub mod event;
 pub mod host;
 pub mod invariants;
 pub mod network;

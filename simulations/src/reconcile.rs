@@ -21,7 +21,8 @@ use homing_node::{Failure, Reconcile};
 
 use crate::counter::Counter;
 use crate::dc::Task;
-use crate::sim::{Event, NodeId, Sim};
+use crate::event::{Event, NodeId};
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 

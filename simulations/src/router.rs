@@ -39,8 +39,9 @@ use crate::scan::Scanner;
 use crate::trace::NO_KEY;
 use crate::watch::Watcher;
 
+use crate::event::{Body, Event, Message, NodeId};
 use crate::report::Op;
-use crate::sim::{Body, Event, Message, NodeId, Sim};
+use crate::sim::Sim;
 
 #[derive(Debug, Clone)]
 struct CachedTail {

@@ -21,7 +21,8 @@ use homing_core::{Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor
 use homing_node::SCAN_PAGE_RECORDS;
 use homing_store::keyspace::record_scan_bytes;
 
-use crate::sim::{Event, NodeId, Sim};
+use crate::event::{Event, NodeId};
+use crate::sim::Sim;
 use crate::trace::NO_KEY;
 
 /// A router's scan of its region's DC.

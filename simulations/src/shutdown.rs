@@ -14,7 +14,8 @@ use crate::counter::{Counter, Timing};
 use homing_core::AwaitReply;
 use homing_node::Answer;
 
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 
 /// How often a closing DC looks whether its requests have finished, ms.
 pub const CLOSE_CHECK_MS: u64 = 10;

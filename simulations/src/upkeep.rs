@@ -15,8 +15,9 @@ use homing_node::{Failure, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
 use crate::dc::Task;
+use crate::event::{Event, NodeId};
 use crate::scenario::StoreSpec;
-use crate::sim::{Event, NodeId, Sim};
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 

@@ -15,7 +15,8 @@ use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
 use crate::dc::Task;
-use crate::sim::{NodeId, Sim};
+use crate::event::NodeId;
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.

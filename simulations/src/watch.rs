@@ -20,7 +20,8 @@ use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
 use homing_node::{Answer, NodeTime, WatchRead};
 
 use crate::dc::Task;
-use crate::sim::{Event, NodeId, Sim};
+use crate::event::{Event, NodeId};
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
