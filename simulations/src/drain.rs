@@ -20,8 +20,8 @@ impl Sim {
     /// through a random running DC.
     pub(crate) fn drain_keys(&mut self, count: u32) {
         for _ in 0..count {
-            let k = self.rng.below(self.keys.len() as u64) as usize;
-            let d = self.rng.below(self.dcs.len() as u64) as usize;
+            let k = self.world.rng.below(self.keys.len() as u64) as usize;
+            let d = self.world.rng.below(self.dcs.len() as u64) as usize;
             if !self.dcs[d].up {
                 continue;
             }

@@ -49,6 +49,7 @@ mod upkeep;
 mod waiting;
 pub mod wakeups;
 mod watch;
+mod world;
 
 pub use invariants::{Invariant, Violation};
 pub use report::Measurements;

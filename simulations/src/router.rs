@@ -218,27 +218,29 @@ impl Router {
 impl Sim {
     pub(crate) fn router_tick(&mut self, r: usize) {
         let mean = self.scenario.workload.resolve_interval_ms * 1000.0;
-        let at = self.now + self.rng.exp(mean);
-        self.schedule(at, Event::RouterTick { router: r as u32 });
+        let at = self.world.now + self.world.rng.exp(mean);
+        self.world
+            .schedule(at, Event::RouterTick { router: r as u32 });
         let n = self.keys.len() as u64;
-        let key = if self.rng.chance(self.scenario.workload.hot_fraction) {
-            self.rng.below((n / 10).max(1))
+        let key = if self.world.rng.chance(self.scenario.workload.hot_fraction) {
+            self.world.rng.below((n / 10).max(1))
         } else {
-            self.rng.below(n)
+            self.world.rng.below(n)
         } as u32;
-        self.current_key = key;
-        let cold = self.rng.chance(self.scenario.workload.cold_fraction);
+        self.world.current_key = key;
+        let cold = self.world.rng.chance(self.scenario.workload.cold_fraction);
         if let Some(cached) = self.routers[r].tails.get(&key)
-            && cached.expires_at_us > self.now
+            && cached.expires_at_us > self.world.now
             && !cold
         {
             let (view, start) = (cached.view.clone(), cached.window_start_us);
             self.measurements.record(Op::ResolveCached, 0, 0, 0);
-            self.checker.on_resolve(key, start, self.now, Some(&view));
+            self.checker
+                .on_resolve(key, start, self.world.now, Some(&view));
             return;
         }
         if !cold && let Some(joined) = self.routers[r].walking.get_mut(&key) {
-            joined.push(self.now);
+            joined.push(self.world.now);
             return;
         }
         if !cold {
@@ -263,7 +265,7 @@ impl Sim {
         let resolve = Resolve {
             key,
             walk: Box::new(walk),
-            started_us: self.now,
+            started_us: self.world.now,
             entry_cached,
             cold,
             remote: 0,
@@ -273,7 +275,7 @@ impl Sim {
 
     /// Drives `resolve`'s walk until it sends a request or ends.
     fn router_drive(&mut self, r: usize, mut resolve: Resolve) {
-        let now = self.instant();
+        let now = self.world.instant();
         let home = self.routers[r].region;
         loop {
             let router = &mut self.routers[r];
@@ -294,7 +296,9 @@ impl Sim {
                         resolve.remote += 1;
                     }
                     let from = NodeId::Router(r as u32);
-                    let rpc = self.request(from, NodeId::Dc(dc), resolve.key, request);
+                    let rpc = self
+                        .world
+                        .request(from, NodeId::Dc(dc), resolve.key, request);
                     self.routers[r].inflight.insert(rpc, (resolve, dc));
                     return;
                 }
@@ -303,11 +307,11 @@ impl Sim {
                         self.measurements
                             .count(Counter::ResolveAbsentReusedAtRouter);
                     }
-                    let latency = self.now - resolve.started_us;
+                    let latency = self.world.now - resolve.started_us;
                     self.measurements
                         .record(Op::ResolveNotFound, latency, resolve.remote, 0);
                     self.checker
-                        .on_resolve(resolve.key, resolve.started_us, self.now, None);
+                        .on_resolve(resolve.key, resolve.started_us, self.world.now, None);
                     return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
                 }
                 RouterPoll::Found(walked) => return self.router_found(r, &resolve, walked),
@@ -329,7 +333,7 @@ impl Sim {
     /// `resolve`'s walk reached the tail: judged, measured, cached if live.
     fn router_found(&mut self, r: usize, resolve: &Resolve, walked: homing_core::Walked) {
         let home = self.routers[r].region;
-        let latency = self.now - resolve.started_us;
+        let latency = self.world.now - resolve.started_us;
         let (op, model) = if resolve.entry_cached {
             // Only the tail's state is fetched: one RTT unless it is local.
             let remote = self.dc_index.get(walked.tail.id.dc()) != Some(&home);
@@ -342,7 +346,7 @@ impl Sim {
         self.checker.on_resolve(
             resolve.key,
             resolve.started_us,
-            self.now,
+            self.world.now,
             Some(&walked.tail),
         );
         self.router_walk_ended(r, resolve, Op::ResolveJoined);
@@ -355,7 +359,7 @@ impl Sim {
             CachedTail {
                 view: walked.tail,
                 window_start_us: resolve.started_us,
-                expires_at_us: self.now + ttl,
+                expires_at_us: self.world.now + ttl,
             },
         );
     }
@@ -373,7 +377,7 @@ impl Sim {
 
     /// DC `dc` answered router `r` (any answer): healthy again if it was suspect.
     fn router_heard(&mut self, r: usize, dc: u16) {
-        let now = self.instant();
+        let now = self.world.instant();
         let heard = self.routers[r]
             .reach
             .handle_answer(AddrSlot(usize::from(dc)), now);
@@ -385,7 +389,7 @@ impl Sim {
     /// A request of router `r` to `dc` got no answer in time: suspect, and
     /// the suspicion's probe loop starts.
     fn router_lost(&mut self, r: usize, dc: u16) {
-        let now = self.instant();
+        let now = self.world.instant();
         let lost = self.routers[r]
             .reach
             .handle_failure(AddrSlot(usize::from(dc)), now);
@@ -397,20 +401,23 @@ impl Sim {
 
     /// The probe loop `epoch` of router `r` for `dc`: wait, send, or end.
     pub(crate) fn router_probe(&mut self, r: usize, dc: u16, epoch: u64) {
-        let now = self.instant();
+        let now = self.world.instant();
         let addr = AddrSlot(usize::from(dc));
         match self.routers[r].reach.poll_probe(addr, epoch, now) {
             ProbeStep::Stop => {}
             ProbeStep::WaitUntil(at) => {
-                let at_us = self.us_at(at);
+                let at_us = self.world.us_at(at);
                 let router = r as u32;
-                self.schedule(at_us, Event::RouterProbe { router, dc, epoch });
+                self.world
+                    .schedule(at_us, Event::RouterProbe { router, dc, epoch });
             }
             ProbeStep::Send => {
                 self.measurements.count(Counter::RouterProbeSent);
                 let id = ReservationId::new(self.dcs[usize::from(dc)].id.clone(), 0);
                 let request = Request::ResolveReservation { id };
-                let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
+                let rpc =
+                    self.world
+                        .request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
                 self.routers[r].probes.insert(rpc, (dc, epoch));
             }
         }
@@ -418,7 +425,7 @@ impl Sim {
 
     /// A probe of router `r` was answered (`answered`) or timed out.
     fn router_probed(&mut self, r: usize, (dc, epoch): (u16, u64), answered: bool) {
-        let now = self.instant();
+        let now = self.world.instant();
         let addr = AddrSlot(usize::from(dc));
         let probed = self.routers[r]
             .reach
@@ -458,7 +465,7 @@ impl Sim {
             return self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
         };
         self.router_heard(r, from);
-        let now = self.instant();
+        let now = self.world.instant();
         let router = &mut self.routers[r];
         let mut memory = KeyMemory {
             remembered: &mut router.remembered,
@@ -485,7 +492,7 @@ impl Sim {
             return self.router_inspected(r, None);
         }
         if let Some((mut resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
-            self.current_key = resolve.key;
+            self.world.current_key = resolve.key;
             self.router_lost(r, dc);
             let reason = "timed out".to_string();
             resolve
@@ -498,7 +505,7 @@ impl Sim {
     /// `resolve` ends without an answer (`op`: unavailable, or a DC it
     /// needs is suspect); so do the resolves that joined it.
     fn router_unanswered(&mut self, r: usize, resolve: &Resolve, op: Op) {
-        let latency = self.now - resolve.started_us;
+        let latency = self.world.now - resolve.started_us;
         self.measurements.record(op, latency, resolve.remote, 0);
         self.router_walk_ended(r, resolve, op);
     }
@@ -516,7 +523,8 @@ impl Sim {
             .remove(&resolve.key)
             .unwrap_or_default();
         for started_us in joined {
-            self.measurements.record(op, self.now - started_us, 0, 0);
+            self.measurements
+                .record(op, self.world.now - started_us, 0, 0);
         }
     }
 }

@@ -70,7 +70,9 @@ impl Sim {
             scope: NamespaceScope::everything(),
             after,
         };
-        let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
+        let rpc = self
+            .world
+            .request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
         if let Some(scanner) = &mut self.routers[r].scanner {
             scanner.rpc = Some(rpc);
         }
@@ -140,7 +142,7 @@ impl Sim {
         if seen == 0 || scanner.inspecting.is_some() {
             return;
         }
-        let pick = self.rng.below(seen) as usize;
+        let pick = self.world.rng.below(seen) as usize;
         let Some(id) = scanner.seen.iter().nth(pick).cloned() else {
             return;
         };
@@ -154,7 +156,9 @@ impl Sim {
             .map(|record| record.id.clone())
             .collect();
         let request = Request::Inspect { key: key.clone() };
-        let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
+        let rpc = self
+            .world
+            .request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
         self.measurements.count(Counter::InspectSent);
         if let Some(scanner) = &mut self.routers[r].scanner {
             scanner.inspecting = Some((rpc, key, expected));
@@ -204,7 +208,8 @@ impl Sim {
 
     fn scan_again_later(&mut self, r: usize) {
         let interval_ms = self.scenario.workload.scan_interval_ms;
-        let at = self.now + interval_ms * 1000;
-        self.schedule(at, Event::RouterScan { router: r as u32 });
+        let at = self.world.now + interval_ms * 1000;
+        self.world
+            .schedule(at, Event::RouterScan { router: r as u32 });
     }
 }

@@ -201,7 +201,7 @@ impl Sim {
     pub(crate) fn now_at(&self, d: usize) -> Now {
         Now {
             node: self.node_now(d),
-            store: self.dcs[d].clock.store_time(self.now),
+            store: self.dcs[d].clock.store_time(self.world.now),
         }
     }
 

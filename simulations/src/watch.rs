@@ -110,9 +110,11 @@ impl Sim {
             after: watcher.after,
             wait_ms: WATCH_WAIT_MS,
         };
-        let timeout_us = self.request_timeout_us + u64::from(WATCH_WAIT_MS) * 1000;
+        let timeout_us = self.world.request_timeout_us + u64::from(WATCH_WAIT_MS) * 1000;
         let from = NodeId::Router(r as u32);
-        let rpc = self.request_within(from, NodeId::Dc(dc), NO_KEY, request, timeout_us);
+        let rpc = self
+            .world
+            .request_within(from, NodeId::Dc(dc), NO_KEY, request, timeout_us);
         if let Some(watcher) = &mut self.routers[r].watcher {
             watcher.rpc = Some(rpc);
         }
@@ -165,7 +167,8 @@ impl Sim {
         if let (Some(cursor), Some(watcher)) = (cursor, &mut self.routers[r].watcher) {
             watcher.after = cursor;
         }
-        let at = self.now + (pause_ms * 1000.0) as u64;
-        self.schedule(at, Event::RouterWatch { router: r as u32 });
+        let at = self.world.now + (pause_ms * 1000.0) as u64;
+        self.world
+            .schedule(at, Event::RouterWatch { router: r as u32 });
     }
 }
