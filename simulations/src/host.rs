@@ -6,7 +6,7 @@
 //! `Draining` ending renewals, a grant that arrives too late never started —
 //! all on the host's own drifting clock. It releases when its workload says so.
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Op};
 use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
 use homing_core::{AcquireReply, Grant};
 use homing_core::{
@@ -19,7 +19,6 @@ use crate::invariants::view;
 
 use crate::clock::NodeClock;
 use crate::event::{Body, Event, HostTimer, Message, NodeId};
-use crate::report::Op;
 use crate::sim::Sim;
 
 #[derive(Debug, Clone)]

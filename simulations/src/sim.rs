@@ -4,10 +4,10 @@
 //! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
 //! hash order, and the wall clock is read only to report events per second.
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Op};
 use std::collections::{BTreeMap, BTreeSet};
 
-use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId};
+use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, TailView};
 
 use crate::clock::NodeClock;
 use crate::dc::Dc;
@@ -16,9 +16,10 @@ use crate::event::{Body, Event, HostTimer, Message, NodeId};
 use crate::host::Host;
 use crate::invariants::{Checker, Violation, view};
 use crate::network::{Network, Partition};
+use crate::observe::Observer;
 use crate::report::Measurements;
 use crate::rng::Rng;
-use crate::router::Router;
+use crate::router::{Router, RouterCtx};
 use crate::rules::Rules;
 use crate::scan::Scanner;
 use crate::scenario::{Fault, Scenario, ScenarioError};
@@ -196,10 +197,10 @@ impl Sim {
                 let idx = routers.len() as u32;
                 let mut router = Router::new(idx, region, &ids, rtt_ms, seed, rules.mutations);
                 if slot == 0 && scenario.workload.watch {
-                    router.watcher = Some(Watcher::default());
+                    router.watcher = Some(Watcher::new(idx, region));
                 }
                 if slot == 0 && scenario.workload.scan_interval_ms > 0 {
-                    router.scanner = Some(Scanner::default());
+                    router.scanner = Some(Scanner::new(idx, region));
                 }
                 routers.push(router);
             }
@@ -710,7 +711,7 @@ impl Sim {
             Event::Timeout { node, rpc } => match node {
                 NodeId::Dc(d) => self.dc_timeout(usize::from(d), rpc),
                 NodeId::Host(h) => self.host_timeout(h as usize, rpc),
-                NodeId::Router(r) => self.router_timeout(r as usize, rpc),
+                NodeId::Router(r) => self.on_router(r, |router, ctx| router.timeout(rpc, ctx)),
             },
             Event::Host {
                 host,
@@ -718,11 +719,11 @@ impl Sim {
                 timer,
                 generation,
             } => self.host_timer(host as usize, incarnation, timer, generation),
-            Event::RouterTick { router } => self.router_tick(router as usize),
-            Event::RouterWatch { router } => self.router_watch(router as usize),
-            Event::RouterScan { router } => self.router_scan(router as usize),
+            Event::RouterTick { router } => self.on_router(router, Router::tick),
+            Event::RouterWatch { router } => self.on_router(router, Router::watch),
+            Event::RouterScan { router } => self.on_router(router, Router::scan),
             Event::RouterProbe { router, dc, epoch } => {
-                self.router_probe(router as usize, dc, epoch)
+                self.on_router(router, |router, ctx| router.probe(dc, epoch, ctx))
             }
             Event::SuspicionCheck { dc, ended_us } => self.suspicion_check(dc, ended_us),
             Event::DcTask {
@@ -791,8 +792,26 @@ impl Sim {
         match message.to {
             NodeId::Dc(d) => self.dc_receive(usize::from(d), message),
             NodeId::Host(h) => self.host_receive(h as usize, message),
-            NodeId::Router(r) => self.router_receive(r as usize, message),
+            NodeId::Router(r) => self.on_router(r, |router, ctx| router.receive(message, ctx)),
         }
+    }
+
+    /// Router `r` handles an event with `handle`, given the world, the
+    /// checker and measurements as its observer, and what it may read.
+    fn on_router(&mut self, r: u32, handle: impl FnOnce(&mut Router, &mut RouterCtx)) {
+        let router = &mut self.routers[r as usize];
+        let mut observers = Observers {
+            checker: &mut self.checker,
+            measurements: &mut self.measurements,
+        };
+        let mut ctx = RouterCtx {
+            world: &mut self.world,
+            observer: &mut observers,
+            keys: &self.keys,
+            workload: &self.scenario.workload,
+            region_store: &self.dcs[usize::from(router.region)].store,
+        };
+        handle(router, &mut ctx);
     }
 
     /// Whether DC `d`'s store fails the operation completing now (a draw
@@ -817,6 +836,43 @@ impl Sim {
             })
             .map(|s| s.3)
             .fold(1.0, f64::max)
+    }
+}
+
+/// The checker and the measurements, borrowed together: what an actor
+/// reports to.
+struct Observers<'a> {
+    checker: &'a mut Checker,
+    measurements: &'a mut Measurements,
+}
+
+impl Observer for Observers<'_> {
+    fn record(&mut self, op: Op, latency_us: u64, rtts: u32, model_rtts: u32) {
+        self.measurements.record(op, latency_us, rtts, model_rtts);
+    }
+
+    fn count(&mut self, what: Counter) {
+        self.measurements.count(what);
+    }
+
+    fn on_resolve(&mut self, key: u32, start_us: u64, now_us: u64, answer: Option<&TailView>) {
+        self.checker.on_resolve(key, start_us, now_us, answer);
+    }
+
+    fn on_resolve_error(&mut self, key: u32, error: String) {
+        self.checker.on_resolve_error(key, error);
+    }
+
+    fn on_watch_gap(&mut self, detail: String) {
+        self.checker.on_watch_gap(detail);
+    }
+
+    fn on_scan_broken(&mut self, detail: String) {
+        self.checker.on_scan_broken(detail);
+    }
+
+    fn on_inspect_broken(&mut self, detail: String) {
+        self.checker.on_inspect_broken(detail);
     }
 }
 
