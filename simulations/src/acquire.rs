@@ -9,7 +9,8 @@ use homing_node::{Acquire, AcquireEvent, Answer, Failure};
 
 use crate::counter::Counter;
 use crate::dc::{Next, Task, error};
-use crate::sim::{Event, NodeId, Sim};
+use crate::event::{Event, NodeId};
+use crate::sim::Sim;
 use crate::waiting::AwaitFor;
 
 /// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]
@@ -110,7 +111,7 @@ impl Sim {
                 .await_vacant(reservation, remaining_ms, now);
             return self.await_start(d, me, 0, key, wait, origin);
         };
-        let timeout_us = self.request_timeout_us + u64::from(remaining_ms) * 1000;
+        let timeout_us = self.world.request_timeout_us + u64::from(remaining_ms) * 1000;
         let request = Request::Await {
             reservation,
             wait_ms: remaining_ms,
@@ -126,17 +127,18 @@ impl Sim {
         dc.tasks.insert(tid, task);
         self.checker
             .wake
-            .on_origin_sent(self.now, d as u16, rpc, to, deadline_us);
+            .on_origin_sent(self.world.now, d as u16, rpc, to, deadline_us);
         // The registration rides a QUIC connection: the origin learns that
         // it is lost one idle timeout after the path died or the peer crashed.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
-        let until_us = self.now + timeout_us;
+        let until_us = self.world.now + timeout_us;
         let mut lost_at =
-            self.network
-                .path_dead_at(d, usize::from(to), self.now, until_us, idle_us);
+            self.world
+                .network
+                .path_dead_at(d, usize::from(to), self.world.now, until_us, idle_us);
         let peer_dc = &self.dcs[usize::from(to)];
         if !peer_dc.up {
-            let dead = self.now.max(peer_dc.down_since_us + idle_us);
+            let dead = self.world.now.max(peer_dc.down_since_us + idle_us);
             lost_at = Some(lost_at.map_or(dead, |l| l.min(dead)));
         }
         if let Some(at) = lost_at.filter(|at| *at < until_us) {
@@ -145,7 +147,7 @@ impl Sim {
                 rpc,
                 reset: false,
             };
-            self.schedule(at, lost);
+            self.world.schedule(at, lost);
         }
     }
 

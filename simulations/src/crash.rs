@@ -8,8 +8,9 @@ use homing_store::memory::MemoryDc;
 
 use crate::counter::Counter;
 use crate::dc_lease::DcLeaseDriver;
+use crate::event::Event;
 use crate::invariants::view;
-use crate::sim::{Event, Sim};
+use crate::sim::Sim;
 use crate::store::StoreCall;
 
 impl Sim {
@@ -19,7 +20,7 @@ impl Sim {
         let dc = &mut self.dcs[d];
         dc.up = false;
         dc.epoch += 1;
-        dc.down_since_us = self.now;
+        dc.down_since_us = self.world.now;
         dc.tasks.clear();
         dc.closing = None;
         dc.watches.clear();
@@ -37,7 +38,7 @@ impl Sim {
         dc.endpoint = Endpoint::new(dc.endpoint_config.clone());
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
-        self.checker.wake.on_dc_crash(self.now, d as u16);
+        self.checker.wake.on_dc_crash(self.world.now, d as u16);
         // Every other DC parked on this one learns it one idle timeout later.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
         let mut lost = Vec::new();
@@ -54,7 +55,7 @@ impl Sim {
                 rpc,
                 reset: false,
             };
-            self.schedule(self.now + idle_us, event);
+            self.world.schedule(self.world.now + idle_us, event);
         }
     }
 
@@ -72,7 +73,7 @@ impl Sim {
             })
             .collect();
         for op in in_flight {
-            if !self.rng.chance(p) {
+            if !self.world.rng.chance(p) {
                 continue;
             }
             self.measurements
@@ -125,21 +126,23 @@ impl Sim {
             self.dcs[d].up = false;
             return;
         }
-        self.dcs[d].up_since_us = self.now;
-        self.checker.wake.on_dc_restart(self.now, d as u16);
+        self.dcs[d].up_since_us = self.world.now;
+        self.checker.wake.on_dc_restart(self.world.now, d as u16);
         if self.rules.waiting.reset_on_restart {
             // Every pending `Await` on `d` rode a connection to its previous
             // process: the origin's next packet (a keep-alive at the latest)
             // draws a stateless reset from the new one, a round trip later.
             let keep_alive_us = self.scenario.network.keep_alive_ms.max(1) * 1000;
             for (o, rpc) in self.awaits_on(d) {
-                let at = self.now + self.rng.below(keep_alive_us) + self.network.rtt_us(o, d);
+                let at = self.world.now
+                    + self.world.rng.below(keep_alive_us)
+                    + self.world.network.rtt_us(o, d);
                 let event = Event::ConnectionLost {
                     dc: o as u16,
                     rpc,
                     reset: true,
                 };
-                self.schedule(at, event);
+                self.world.schedule(at, event);
             }
         }
         let view = view!(self);

@@ -37,7 +37,8 @@ use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
-use crate::sim::{Body, Event, GlobalSet, Message, NodeId, Sim, reply_kind};
+use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
+use crate::sim::Sim;
 use crate::store::StoreCall;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
@@ -221,7 +222,7 @@ pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
 impl Sim {
     fn store_delay_us(&mut self, d: usize, base_ms: f64, jitter_ms: f64) -> u64 {
         let jitter = if jitter_ms > 0.0 {
-            self.rng.below((jitter_ms * 1000.0) as u64 + 1)
+            self.world.rng.below((jitter_ms * 1000.0) as u64 + 1)
         } else {
             0
         };
@@ -233,7 +234,9 @@ impl Sim {
     pub(crate) fn nearest_read_misses(&mut self, key: &Key) -> bool {
         let lag_us = (self.scenario.stores.global_nearest_lag_ms * 1000.0) as u64;
         match self.global_landed_us.get(key) {
-            Some(&landed) if lag_us > 0 => self.now < landed + self.rng.below(lag_us + 1),
+            Some(&landed) if lag_us > 0 => {
+                self.world.now < landed + self.world.rng.below(lag_us + 1)
+            }
             _ => false,
         }
     }
@@ -256,7 +259,7 @@ impl Sim {
             NodeId::Dc(c) => Some(self.dcs[usize::from(c)].id.clone()),
             _ => None,
         };
-        let (now, rng) = (self.node_now(d), &mut self.rng);
+        let (now, rng) = (self.node_now(d), &mut self.world.rng);
         let bits = || u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64());
         let dc = &mut self.dcs[d];
         let dispatch =
@@ -306,7 +309,7 @@ impl Sim {
         key: u32,
         reply: Reply,
     ) {
-        self.send(Message {
+        self.world.send(Message {
             from: NodeId::Dc(d as u16),
             to: client,
             rpc,
@@ -368,8 +371,8 @@ impl Sim {
                 task.waiting = Some(op);
                 let epoch = self.dcs[d].epoch;
                 self.dcs[d].tasks.insert(tid, task);
-                self.schedule(
-                    self.now + delay,
+                self.world.schedule(
+                    self.world.now + delay,
                     Event::Store {
                         dc: d as u16,
                         epoch,
@@ -389,14 +392,17 @@ impl Sim {
                     write,
                 };
                 self.dcs[d].tasks.insert(tid, task);
-                self.schedule(self.now + delay, Event::GlobalSet(Box::new(set)));
+                self.world
+                    .schedule(self.world.now + delay, Event::GlobalSet(Box::new(set)));
             }
             Next::Peer(to, request) => {
                 task.work.peer_rtts += 1;
                 if matches!(request, Request::Link { .. }) {
                     task.work.links += 1;
                 }
-                let rpc = self.request(NodeId::Dc(d as u16), NodeId::Dc(to), task.key, request);
+                let rpc =
+                    self.world
+                        .request(NodeId::Dc(d as u16), NodeId::Dc(to), task.key, request);
                 self.dcs[d].peer_rpcs.insert(rpc, (tid, to));
                 self.dcs[d].tasks.insert(tid, task);
             }
@@ -458,8 +464,8 @@ impl Sim {
         let epoch = self.dcs[d].epoch;
         self.dcs[d].tasks.insert(tid, task);
         let dc = d as u16;
-        self.schedule(
-            self.now + delay,
+        self.world.schedule(
+            self.world.now + delay,
             Event::GlobalFailed {
                 dc,
                 epoch,
@@ -494,23 +500,25 @@ impl Sim {
             entry: notice.entry,
             shortcut: notice.shortcut,
         };
-        self.request(NodeId::Dc(d as u16), NodeId::Dc(to), key, request);
+        self.world
+            .request(NodeId::Dc(d as u16), NodeId::Dc(to), key, request);
     }
 
     /// The global write-once lands; then the DC that asked (if it still
     /// runs) learns what the store has now and goes on.
     pub(crate) fn dc_global_set(&mut self, set: GlobalSet) {
         let d = usize::from(set.dc);
-        self.current_key = set.key;
+        self.world.current_key = set.key;
         // The write is decided here, whether or not its DC still waits for it.
         let landed = match &set.write {
             GlobalOp::SetIfAbsent { key, id } => {
                 let existing = self.global.get(key).cloned();
                 if existing.is_none() {
                     self.global.insert(key.clone(), id.clone());
-                    self.global_landed_us.insert(key.clone(), self.now);
+                    self.global_landed_us.insert(key.clone(), self.world.now);
                     let view = view!(self);
-                    self.checker.on_global_set(&view, self.now, set.key, id);
+                    self.checker
+                        .on_global_set(&view, self.world.now, set.key, id);
                 }
                 GlobalAnswer::SetIfAbsent(existing)
             }
@@ -531,7 +539,8 @@ impl Sim {
                     self.measurements.count(Counter::Takeovers);
                     self.successions.insert(from, succession.clone());
                     if set.key != NO_KEY {
-                        self.checker.on_taken_over(&view!(self), self.now, set.key);
+                        self.checker
+                            .on_taken_over(&view!(self), self.world.now, set.key);
                     }
                 }
                 GlobalAnswer::TakenOver(reply.unwrap_or(TakeOverReply::Taken))
@@ -556,7 +565,7 @@ impl Sim {
         let Some(task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
-        self.current_key = task.key;
+        self.world.current_key = task.key;
         if !matches!(from, NodeId::Dc(_)) {
             return;
         }
@@ -610,7 +619,7 @@ impl Sim {
         let Some(task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
-        self.current_key = task.key;
+        self.world.current_key = task.key;
         // The peer that did not answer is the one unavailable (homingd's
         // `PeerError::Unavailable { dc }`), not this DC.
         let unavailable = ErrorKind::Unavailable {
@@ -635,7 +644,7 @@ impl Sim {
             task: tid,
             generation,
         };
-        self.schedule(at, timer);
+        self.world.schedule(at, timer);
     }
 
     /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.
@@ -660,7 +669,7 @@ impl Sim {
         if let Some(job) = task.kind.acquire_mut() {
             job.paused = false;
         }
-        self.current_key = task.key;
+        self.world.current_key = task.key;
         if task.kind.waiter().is_some() {
             return self.await_select(d, tid, task);
         }

@@ -29,7 +29,8 @@ use homing_node::{
 };
 
 use crate::dc::{Next, Task};
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 use crate::store::{Asked, StoreCall};
 use homing_node::StoreOp as DcOp;
 
@@ -119,9 +120,9 @@ pub(crate) fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
 impl Sim {
     /// Whether DC `d` is cut off from the global store now.
     pub(crate) fn cut_from_global(&self, d: usize) -> bool {
-        self.global_cuts
-            .iter()
-            .any(|&(dc, start, end)| usize::from(dc) == d && start <= self.now && self.now < end)
+        self.global_cuts.iter().any(|&(dc, start, end)| {
+            usize::from(dc) == d && start <= self.world.now && self.world.now < end
+        })
     }
 
     /// `Unavailable` while DC `d` is cut off from the global store: what
@@ -187,13 +188,13 @@ impl Sim {
     /// and marks are kept; the marks the store keeps now.
     fn dc_lease_land(&mut self, d: usize, terms: DcTerms, marks: DcMarks) -> DcMarks {
         let kept = &mut self.global_leases[d];
-        kept.received_us = Some(self.now);
+        kept.received_us = Some(self.world.now);
         kept.terms = Some(terms);
         kept.marks = kept.marks.max(marks);
         let kept = kept.marks;
-        let at = self.now + terms.expires_after_ms() * 1000;
-        let received_us = self.now;
-        self.schedule(
+        let at = self.world.now + terms.expires_after_ms() * 1000;
+        let received_us = self.world.now;
+        self.world.schedule(
             at,
             Event::DcLeaseExpiry {
                 dc: d as u16,
@@ -210,7 +211,7 @@ impl Sim {
         }
         if self.dcs[d].lease.unchecked {
             if self.cut_from_global(d) || !self.dc_lease_check(d) {
-                let at = self.now + RENEW_RETRY_MS * 1000;
+                let at = self.world.now + RENEW_RETRY_MS * 1000;
                 return self.dc_lease_wake_at(d, at);
             }
             self.release_parked_writes(d);
@@ -227,8 +228,8 @@ impl Sim {
                 let dc = d as u16;
                 self.measurements.count(Counter::DcLeaseRenewalSent);
                 // Bounded by the renewal period, as homingd's loop is.
-                self.schedule(
-                    self.now + every_us,
+                self.world.schedule(
+                    self.world.now + every_us,
                     Event::DcRenewalTimeout { dc, epoch, seq },
                 );
                 if self.cut_from_global(d) {
@@ -243,7 +244,7 @@ impl Sim {
                     terms,
                     marks,
                 };
-                self.schedule(self.now + delay, event);
+                self.world.schedule(self.world.now + delay, event);
             }
             DcLeasePoll::Wait { until } => {
                 let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
@@ -261,7 +262,7 @@ impl Sim {
             epoch: dc.epoch,
             generation: dc.lease.generation,
         };
-        self.schedule(at_us, event);
+        self.world.schedule(at_us, event);
     }
 
     /// The renewal loop's timer.
@@ -333,7 +334,7 @@ impl Sim {
         let kept = &self.global_leases[i as usize];
         DcLeaseState {
             dc: dc.clone(),
-            standing: kept.standing(self.now),
+            standing: kept.standing(self.world.now),
             terms: kept.terms,
             marks: kept.marks,
             retired: false,
@@ -370,9 +371,9 @@ impl Sim {
         lease.parked.insert(tid, (task, op));
         self.measurements.count(Counter::WriteWaitsForMarks);
         let epoch = self.dcs[d].epoch;
-        let at = self.now + MARKS_WAIT_MS * 1000;
+        let at = self.world.now + MARKS_WAIT_MS * 1000;
         let dc = d as u16;
-        self.schedule(
+        self.world.schedule(
             at,
             Event::MarksTimeout {
                 dc,
@@ -432,7 +433,7 @@ impl Sim {
         let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
-        self.current_key = task.key;
+        self.world.current_key = task.key;
         task.waiting = None;
         self.measurements.count(Counter::GlobalOpFailedCutOff);
         let e = global_unavailable(self, d, "the global store cannot be reached");
@@ -451,7 +452,7 @@ impl Sim {
         asked: Asked,
         e: ErrorReply,
     ) {
-        self.current_key = task.key;
+        self.world.current_key = task.key;
         let answer = crate::task::failed_answer(asked, Failure::from_reply(e));
         self.step_answered(d, tid, task, answer);
     }
@@ -463,10 +464,11 @@ impl Sim {
         if kept.received_us != Some(received_us) {
             return;
         }
-        debug_assert_eq!(kept.standing(self.now), DcStanding::Expired);
+        debug_assert_eq!(kept.standing(self.world.now), DcStanding::Expired);
         self.measurements.count(Counter::DcLeaseExpiredInStore);
         let dc = self.dcs[d].id.clone();
-        self.checker.on_dc_lease_expired(&dc, received_us, self.now);
+        self.checker
+            .on_dc_lease_expired(&dc, received_us, self.world.now);
     }
 
     /// DC `d`'s cut from the global store, begun at `start_us`, ends: how
@@ -487,6 +489,6 @@ impl Sim {
 
     /// Whether the global store judges DC `d`'s lease expired now.
     pub(crate) fn dc_lease_expired(&self, d: usize) -> bool {
-        self.global_leases[d].standing(self.now) == DcStanding::Expired
+        self.global_leases[d].standing(self.world.now) == DcStanding::Expired
     }
 }

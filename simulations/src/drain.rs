@@ -11,7 +11,8 @@ use crate::counter::Counter;
 use homing_core::{Key, Request};
 
 use crate::dc::Task;
-use crate::sim::{NodeId, Sim};
+use crate::event::NodeId;
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 
 impl Sim {
@@ -19,8 +20,8 @@ impl Sim {
     /// through a random running DC.
     pub(crate) fn drain_keys(&mut self, count: u32) {
         for _ in 0..count {
-            let k = self.rng.below(self.keys.len() as u64) as usize;
-            let d = self.rng.below(self.dcs.len() as u64) as usize;
+            let k = self.world.rng.below(self.keys.len() as u64) as usize;
+            let d = self.world.rng.below(self.dcs.len() as u64) as usize;
             if !self.dcs[d].up {
                 continue;
             }

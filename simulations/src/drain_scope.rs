@@ -15,7 +15,8 @@ use homing_core::{ErrorReply, NamespaceScope, ReservationId, ScanCursor};
 use homing_node::DrainScope;
 
 use crate::dc::Task;
-use crate::sim::{NodeId, Sim};
+use crate::event::NodeId;
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 

@@ -6,7 +6,7 @@
 //! `Draining` ending renewals, a grant that arrives too late never started —
 //! all on the host's own drifting clock. It releases when its workload says so.
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Op};
 use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
 use homing_core::{AcquireReply, Grant};
 use homing_core::{
@@ -18,33 +18,8 @@ use homing_core::{
 use crate::invariants::view;
 
 use crate::clock::NodeClock;
-use crate::report::Op;
-use crate::sim::{Body, Event, Message, NodeId, Sim};
-
-/// A host's timers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostTimer {
-    /// Idle: acquire a key.
-    Act,
-    /// A deadline of the lease ([`HostLeasePoll::Wait`]): poll it again.
-    Lease,
-    /// The graceful stop finished.
-    Stopped,
-    /// The workload releases the key.
-    Leave,
-}
-
-impl HostTimer {
-    /// The timer's name, for traces.
-    pub fn name(self) -> &'static str {
-        match self {
-            HostTimer::Act => "host_act",
-            HostTimer::Lease => "host_lease_deadline",
-            HostTimer::Stopped => "host_stopped",
-            HostTimer::Leave => "host_leave",
-        }
-    }
-}
+use crate::event::{Body, Event, HostTimer, Message, NodeId};
+use crate::sim::Sim;
 
 #[derive(Debug, Clone)]
 struct Lease {
@@ -151,32 +126,32 @@ impl Sim {
             timer,
             generation: host.generation,
         };
-        self.schedule(at_us, event);
+        self.world.schedule(at_us, event);
     }
 
     fn pick_key(&mut self) -> u32 {
         let n = self.keys.len() as u64;
         let hot = (n / 10).max(1);
         let fraction = self.scenario.workload.hot_fraction;
-        if self.rng.chance(fraction) {
-            self.rng.below(hot) as u32
+        if self.world.rng.chance(fraction) {
+            self.world.rng.below(hot) as u32
         } else {
-            self.rng.below(n) as u32
+            self.world.rng.below(n) as u32
         }
     }
 
     fn go_idle(&mut self, h: usize) {
         self.hosts[h].state = HostState::Idle;
         let think = self.scenario.workload.think_ms;
-        let at = self.now + self.rng.exp(think * 1000.0);
+        let at = self.world.now + self.world.rng.exp(think * 1000.0);
         self.host_timer_at(h, at, HostTimer::Act);
     }
 
     /// Checks the deadline of a host that acts: it must be before its hard deadline.
     fn host_check(&mut self, h: usize) {
         if let HostState::Holding(lease) = &self.hosts[h].state {
-            let host_ms = self.hosts[h].clock.local_ms(self.now);
-            self.current_key = lease.key;
+            let host_ms = self.hosts[h].clock.local_ms(self.world.now);
+            self.world.current_key = lease.key;
             self.checker
                 .on_holder_check(lease.key, h as u32, host_ms, lease.hard);
         }
@@ -184,15 +159,15 @@ impl Sim {
 
     /// The host's monotonic clock now (its drifting clock, in µs).
     fn host_instant(&self, h: usize) -> HostInstant {
-        HostInstant::from_us(self.hosts[h].clock.local_us(self.now))
+        HostInstant::from_us(self.hosts[h].clock.local_us(self.world.now))
     }
 
     /// A request host `h` sends now: its clock's reading and instant, and true time.
     fn host_sent(&self, h: usize) -> Sent {
         Sent {
-            host_time: self.hosts[h].clock.host_time(self.now),
+            host_time: self.hosts[h].clock.host_time(self.world.now),
             instant: self.host_instant(h),
-            true_us: self.now,
+            true_us: self.world.now,
         }
     }
 
@@ -212,7 +187,7 @@ impl Sim {
                         l.stopping = true;
                     }
                     let graceful = self.scenario.workload.graceful_stop_ms * 1000;
-                    let at = self.now + self.rng.below(graceful + 1);
+                    let at = self.world.now + self.world.rng.below(graceful + 1);
                     self.host_timer_at(h, at, HostTimer::Stopped);
                 }
                 HostLeasePoll::HardTerminate(cause) => {
@@ -226,7 +201,7 @@ impl Sim {
                     if lease.wake_at != Some(until) {
                         lease.wake_at = Some(until);
                         let at = self.hosts[h].clock.first_true_us_at_us(until.as_us());
-                        self.host_timer_at(h, at.max(self.now), HostTimer::Lease);
+                        self.host_timer_at(h, at.max(self.world.now), HostTimer::Lease);
                     }
                     return;
                 }
@@ -248,9 +223,12 @@ impl Sim {
         };
         let key = lease.key;
         let by_us = self.hosts[h].clock.first_true_us_at_us(by.as_us());
-        let timeout = self.request_timeout_us.min(by_us.saturating_sub(self.now));
+        let timeout = self
+            .world
+            .request_timeout_us
+            .min(by_us.saturating_sub(self.world.now));
         let dc = self.hosts[h].dc;
-        let rpc = self.request_within(
+        let rpc = self.world.request_within(
             NodeId::Host(h as u32),
             NodeId::Dc(dc),
             key,
@@ -270,7 +248,7 @@ impl Sim {
         };
         let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
         let lease_key = lease.lease_key;
-        self.checker.on_holder_stop(self.now, key, h as u32);
+        self.checker.on_holder_stop(self.world.now, key, h as u32);
         self.host_release(h, key, reservation, token, lease_key);
         self.hosts[h].generation += 1;
         self.go_idle(h);
@@ -286,6 +264,7 @@ impl Sim {
         lease: LeaseKey,
     ) {
         let outcome = if self
+            .world
             .rng
             .chance(self.scenario.workload.release_failed_fraction)
         {
@@ -296,9 +275,9 @@ impl Sim {
             RunOutcome::Ok
         };
         self.checker.on_release_sent(&reservation, token, &outcome);
-        let rpc = self.rpc();
+        let rpc = self.world.rpc();
         let dc = self.hosts[h].dc;
-        self.send(Message {
+        self.world.send(Message {
             from: NodeId::Host(h as u32),
             to: NodeId::Dc(dc),
             rpc,
@@ -349,14 +328,14 @@ impl Sim {
         ))
         .expect("valid actor id");
         let w = &self.scenario.workload;
-        let wait_ms = if self.rng.chance(w.wait_fraction) {
+        let wait_ms = if self.world.rng.chance(w.wait_fraction) {
             w.acquire_wait_ms
         } else {
             0
         };
         let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&self.rng.next_u64().to_le_bytes());
-        bytes[8..].copy_from_slice(&(self.rng.next_u64() | 1).to_le_bytes());
+        bytes[..8].copy_from_slice(&self.world.rng.next_u64().to_le_bytes());
+        bytes[8..].copy_from_slice(&(self.world.rng.next_u64() | 1).to_le_bytes());
         let lease = LeaseKey::from_bytes(bytes).expect("never all zeros");
         let acquiring = Acquiring {
             key,
@@ -380,13 +359,14 @@ impl Sim {
             host_time: sent.host_time,
             wait_ms,
         };
-        self.current_key = key;
+        self.world.current_key = key;
         let rpc = if wait_ms == 0 {
-            self.request(NodeId::Host(h as u32), NodeId::Dc(dc), key, request)
+            self.world
+                .request(NodeId::Host(h as u32), NodeId::Dc(dc), key, request)
         } else {
             // A request that asks to wait gets that much more time (HostAgent).
             self.measurements.count(Counter::HostAcquireWithWait);
-            let timeout_us = self.request_timeout_us + u64::from(wait_ms) * 1000;
+            let timeout_us = self.world.request_timeout_us + u64::from(wait_ms) * 1000;
             self.stream_request(
                 NodeId::Host(h as u32),
                 NodeId::Dc(dc),
@@ -453,7 +433,7 @@ impl Sim {
     ) {
         let Try { rpc, sent } = answered;
         let work = self.measurements.take_acquire_work(rpc);
-        let latency = self.now - sent.true_us;
+        let latency = self.world.now - sent.true_us;
         let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
@@ -508,9 +488,9 @@ impl Sim {
                 .on_holder_start_under_expired_dc(&dc, key, h as u32, &reservation);
         }
         self.checker
-            .on_holder_start(self.now, key, h as u32, token, &reservation);
+            .on_holder_start(self.world.now, key, h as u32, token, &reservation);
         let hold = self.scenario.workload.hold_ms;
-        let leave_at = self.now + self.rng.exp(hold * 1000.0);
+        let leave_at = self.world.now + self.world.rng.exp(hold * 1000.0);
         self.hosts[h].generation += 1;
         self.hosts[h].state = HostState::Holding(Lease {
             key,
@@ -581,7 +561,7 @@ impl Sim {
             Renewal::Lost | Renewal::Failed { .. } => {}
         }
         if answered {
-            let latency = self.now - renewing.sent.true_us;
+            let latency = self.world.now - renewing.sent.true_us;
             self.measurements.record(Op::Renew, latency, 0, 0);
         }
         self.drive_lease(h);
@@ -602,10 +582,10 @@ impl Sim {
                 }
                 let first = acquiring.tries[0].sent;
                 let work = self.measurements.take_acquire_work(rpc);
-                let latency = self.now - first.true_us;
+                let latency = self.world.now - first.true_us;
                 self.measurements.count(Counter::AcquireTimedOutAtHost);
                 // Fault-free: nothing but load delayed it (DESIGN.md §7.6 wants none).
-                let (from_ms, to_ms) = (first.true_us / 1000, self.now / 1000);
+                let (from_ms, to_ms) = (first.true_us / 1000, self.world.now / 1000);
                 if !self.scenario.faulty_between(from_ms, to_ms) {
                     self.measurements
                         .count(Counter::AcquireTimedOutAtHostWithNoFault);
@@ -628,7 +608,7 @@ impl Sim {
                     lease: acquiring.lease,
                 };
                 let dc = self.hosts[h].dc;
-                self.request(
+                self.world.request(
                     NodeId::Host(h as u32),
                     NodeId::Dc(dc),
                     acquiring.key,
@@ -650,16 +630,18 @@ impl Sim {
             return;
         }
         if let HostState::Holding(lease) = &self.hosts[h].state {
-            self.current_key = lease.key;
-            self.checker.on_holder_stop(self.now, lease.key, h as u32);
+            self.world.current_key = lease.key;
+            self.checker
+                .on_holder_stop(self.world.now, lease.key, h as u32);
             self.measurements.count(Counter::HostCrashWhileHolding);
         }
         let host = &mut self.hosts[h];
         host.up = false;
         host.incarnation += 1;
         host.state = HostState::Down;
-        let at = self.now + self.scenario.workload.host_restart_ms * 1000;
-        self.schedule(at, Event::HostRestart { host: h as u32 });
+        let at = self.world.now + self.scenario.workload.host_restart_ms * 1000;
+        self.world
+            .schedule(at, Event::HostRestart { host: h as u32 });
     }
 
     /// The host comes back, idle.

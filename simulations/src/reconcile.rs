@@ -21,7 +21,8 @@ use homing_node::{Failure, Reconcile};
 
 use crate::counter::Counter;
 use crate::dc::Task;
-use crate::sim::{Event, NodeId, Sim};
+use crate::event::{Event, NodeId};
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
@@ -80,9 +81,9 @@ impl Sim {
                 self.measurements.count(Counter::ReconcileFailed);
                 self.dcs[d].lease.resumption = reconcile.resumption();
                 let epoch = self.dcs[d].epoch;
-                let at = self.now + RENEW_RETRY_MS * 1000;
+                let at = self.world.now + RENEW_RETRY_MS * 1000;
                 let dc = d as u16;
-                self.schedule(at, Event::ReconcileRetry { dc, epoch });
+                self.world.schedule(at, Event::ReconcileRetry { dc, epoch });
             }
         }
     }

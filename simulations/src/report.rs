@@ -6,84 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::counter::{Counter, Timing};
+use crate::counter::{Counter, Op, Timing};
 use crate::dc::Work;
-
-/// An operation kind that is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Op {
-    /// Acquire that wrote the key's first reservation and global entry.
-    AcquireFirst,
-    /// Acquire that re-activated a vacant tail in the same DC.
-    AcquireReactivate,
-    /// Acquire that created a reservation and linked the old tail in another DC.
-    AcquireRecreate,
-    /// Acquire that waited for the holder (`wait_ms`) and then got the key.
-    AcquireAfterWait,
-    /// Acquire answered with the live holder (or a tag mismatch).
-    AcquireHeldElsewhere,
-    /// Acquire that failed or timed out.
-    AcquireFailed,
-    /// A renewal.
-    Renew,
-    /// A resolve answered from the router's cache.
-    ResolveCached,
-    /// A resolve with nothing cached, through a chain of this many links.
-    ResolveCold(u8),
-    /// A resolve with the entry (and links) cached, the tail's state stale.
-    ResolveRefresh,
-    /// A resolve of a key never reserved.
-    ResolveNotFound,
-    /// A resolve that could not reach a DC it needed.
-    ResolveUnavailable,
-    /// A resolve answered `Unavailable` at once: a DC it needed is suspect.
-    ResolveSuspect,
-    /// A resolve that joined a walk of its key already in flight at its
-    /// router (the Resolver's single-flight) and got that walk's answer.
-    ResolveJoined,
-}
-
-impl Op {
-    /// The row label.
-    pub fn label(self) -> String {
-        match self {
-            Op::AcquireFirst => "acquire: first reserve".into(),
-            Op::AcquireReactivate => "acquire: re-activate (same dc)".into(),
-            Op::AcquireRecreate => "acquire: recreate elsewhere".into(),
-            Op::AcquireAfterWait => "acquire: after waiting".into(),
-            Op::AcquireHeldElsewhere => "acquire: held elsewhere".into(),
-            Op::AcquireFailed => "acquire: failed/timeout".into(),
-            Op::Renew => "renew".into(),
-            Op::ResolveCached => "resolve: cached".into(),
-            Op::ResolveCold(n) => format!("resolve: cold, {n}-link chain"),
-            Op::ResolveRefresh => "resolve: refresh (entry+links cached)".into(),
-            Op::ResolveNotFound => "resolve: not found".into(),
-            Op::ResolveUnavailable => "resolve: unavailable".into(),
-            Op::ResolveSuspect => "resolve: unavailable, dc suspect".into(),
-            Op::ResolveJoined => "resolve: joined a walk in flight".into(),
-        }
-    }
-
-    /// What DESIGN.md §4 promises for it.
-    pub fn model(self) -> &'static str {
-        match self {
-            Op::AcquireFirst => "1 DC write + 1 global write-once, 0 inter-DC RTT",
-            Op::AcquireReactivate => "walk to the tail + own DC read + CAS",
-            Op::AcquireRecreate => "1 RTT for the link (+ walk to the tail)",
-            Op::AcquireAfterWait => "the wait, then connect again (not in §4)",
-            Op::AcquireHeldElsewhere => "walk to the tail (1 RTT per remote hop)",
-            Op::AcquireFailed => "-",
-            Op::Renew => "1 RTT to own DC, 1 DC-store CAS",
-            Op::ResolveCached => "one cache lookup, no I/O",
-            Op::ResolveCold(_) => "1 global read + 1 RTT per remote hop",
-            Op::ResolveRefresh => "1 RTT to the tail's DC (0 if local)",
-            Op::ResolveNotFound => "1 global read, no fan-out",
-            Op::ResolveUnavailable => "-",
-            Op::ResolveSuspect => "no wait: one timeout per partition",
-            Op::ResolveJoined => "no request: the walk's answer",
-        }
-    }
-}
 
 /// Samples of one operation kind.
 #[derive(Debug, Clone, Default)]

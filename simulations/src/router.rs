@@ -23,7 +23,7 @@
 //! row). A cold resolve (a fresh router's) neither joins nor is joined, and
 //! consults nothing remembered.
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Op};
 use std::collections::BTreeMap;
 
 use std::time::{Duration, Instant};
@@ -31,16 +31,20 @@ use std::time::{Duration, Instant};
 use homing_core::chain::{HOP_LIMIT_DEFAULT, RESOLVER_ABSENT_TTL_MS_DEFAULT};
 use homing_core::reachability::{AddrSlot, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route};
 use homing_core::{
-    DcId, Learned, Mutations, Request, ReservationId, RouterMemory, RouterPoll, RouterWalk,
+    DcId, Key, Learned, Mutations, Request, ReservationId, RouterMemory, RouterPoll, RouterWalk,
     Shortcut, Succession, TailView,
 };
 
+use homing_store::memory::MemoryDc;
+
+use crate::observe::Observer;
 use crate::scan::Scanner;
+use crate::scenario::WorkloadSpec;
 use crate::trace::NO_KEY;
 use crate::watch::Watcher;
+use crate::world::World;
 
-use crate::report::Op;
-use crate::sim::{Body, Event, Message, NodeId, Sim};
+use crate::event::{Body, Event, Message, NodeId};
 
 #[derive(Debug, Clone)]
 struct CachedTail {
@@ -214,147 +218,172 @@ impl Router {
     }
 }
 
-impl Sim {
-    pub(crate) fn router_tick(&mut self, r: usize) {
-        let mean = self.scenario.workload.resolve_interval_ms * 1000.0;
-        let at = self.now + self.rng.exp(mean);
-        self.schedule(at, Event::RouterTick { router: r as u32 });
-        let n = self.keys.len() as u64;
-        let key = if self.rng.chance(self.scenario.workload.hot_fraction) {
-            self.rng.below((n / 10).max(1))
+/// What a router's handlers take from the rest of the simulation: the
+/// shared world, the observer, and what it may read.
+pub(crate) struct RouterCtx<'a> {
+    /// Time, the queue, the network, the rng.
+    pub(crate) world: &'a mut World,
+    /// The checker and the measurements.
+    pub(crate) observer: &'a mut dyn Observer,
+    /// The keys by index.
+    pub(crate) keys: &'a [Key],
+    /// The scenario's workload.
+    pub(crate) workload: &'a WorkloadSpec,
+    /// Its region's DC's records: what a scan must return (the checker's
+    /// knowledge, not the router's).
+    pub(crate) region_store: &'a MemoryDc,
+}
+
+impl Router {
+    /// The DC of index `dc`.
+    fn dc_id(&self, dc: u16) -> &DcId {
+        // Invariant: `order` holds every DC index once, `table` its id.
+        let slot = self
+            .order
+            .iter()
+            .position(|d| *d == dc)
+            .expect("a known dc");
+        &self.table[slot]
+    }
+
+    /// Starts a resolve of a key the workload draws (and arms the next tick).
+    pub(crate) fn tick(&mut self, ctx: &mut RouterCtx) {
+        let world = &mut *ctx.world;
+        let mean = ctx.workload.resolve_interval_ms * 1000.0;
+        let at = world.now + world.rng.exp(mean);
+        world.schedule(at, Event::RouterTick { router: self.idx });
+        let n = ctx.keys.len() as u64;
+        let key = if world.rng.chance(ctx.workload.hot_fraction) {
+            world.rng.below((n / 10).max(1))
         } else {
-            self.rng.below(n)
+            world.rng.below(n)
         } as u32;
-        self.current_key = key;
-        let cold = self.rng.chance(self.scenario.workload.cold_fraction);
-        if let Some(cached) = self.routers[r].tails.get(&key)
-            && cached.expires_at_us > self.now
+        world.current_key = key;
+        let cold = world.rng.chance(ctx.workload.cold_fraction);
+        if let Some(cached) = self.tails.get(&key)
+            && cached.expires_at_us > world.now
             && !cold
         {
             let (view, start) = (cached.view.clone(), cached.window_start_us);
-            self.measurements.record(Op::ResolveCached, 0, 0, 0);
-            self.checker.on_resolve(key, start, self.now, Some(&view));
+            ctx.observer.record(Op::ResolveCached, 0, 0, 0);
+            ctx.observer.on_resolve(key, start, world.now, Some(&view));
             return;
         }
-        if !cold && let Some(joined) = self.routers[r].walking.get_mut(&key) {
-            joined.push(self.now);
+        if !cold && let Some(joined) = self.walking.get_mut(&key) {
+            joined.push(world.now);
             return;
         }
         if !cold {
-            self.routers[r].walking.insert(key, Vec::new());
+            self.walking.insert(key, Vec::new());
         }
-        let router = &mut self.routers[r];
         let memory = KeyMemory {
-            remembered: &mut router.remembered,
+            remembered: &mut self.remembered,
             key,
             cold,
         };
         let entry_cached = memory.entry().is_some();
         let absent_ttl = Duration::from_millis(RESOLVER_ABSENT_TTL_MS_DEFAULT);
-        let key_id = self.keys[key as usize].clone();
+        let key_id = ctx.keys[key as usize].clone();
         let walk = RouterWalk::new(
             key_id,
             HOP_LIMIT_DEFAULT,
             absent_ttl,
             &memory,
-            router.mutations,
+            self.mutations,
         );
         let resolve = Resolve {
             key,
             walk: Box::new(walk),
-            started_us: self.now,
+            started_us: world.now,
             entry_cached,
             cold,
             remote: 0,
         };
-        self.router_drive(r, resolve);
+        self.drive(resolve, ctx);
     }
 
     /// Drives `resolve`'s walk until it sends a request or ends.
-    fn router_drive(&mut self, r: usize, mut resolve: Resolve) {
-        let now = self.instant();
-        let home = self.routers[r].region;
+    fn drive(&mut self, mut resolve: Resolve, ctx: &mut RouterCtx) {
+        let now = ctx.world.instant();
+        let home = self.region;
         loop {
-            let router = &mut self.routers[r];
             let mut memory = KeyMemory {
-                remembered: &mut router.remembered,
+                remembered: &mut self.remembered,
                 key: resolve.key,
                 cold: resolve.cold,
             };
-            match resolve.walk.poll(&router.table, &mut memory, now) {
+            match resolve.walk.poll(&self.table, &mut memory, now) {
                 RouterPoll::Ask { slot, request } => {
-                    let dc = router.order[slot.0];
-                    if router.suspects(dc) {
+                    let dc = self.order[slot.0];
+                    if self.suspects(dc) {
                         let reason = "suspect: not asked".to_string();
-                        resolve.walk.handle_silence(&router.table, reason, true);
+                        resolve.walk.handle_silence(&self.table, reason, true);
                         continue;
                     }
                     if dc != home {
                         resolve.remote += 1;
                     }
-                    let from = NodeId::Router(r as u32);
-                    let rpc = self.request(from, NodeId::Dc(dc), resolve.key, request);
-                    self.routers[r].inflight.insert(rpc, (resolve, dc));
+                    let from = NodeId::Router(self.idx);
+                    let rpc = ctx
+                        .world
+                        .request(from, NodeId::Dc(dc), resolve.key, request);
+                    self.inflight.insert(rpc, (resolve, dc));
                     return;
                 }
                 RouterPoll::NotFound => {
                     if resolve.walk.absent_reused() {
-                        self.measurements
-                            .count(Counter::ResolveAbsentReusedAtRouter);
+                        ctx.observer.count(Counter::ResolveAbsentReusedAtRouter);
                     }
-                    let latency = self.now - resolve.started_us;
-                    self.measurements
+                    let now_us = ctx.world.now;
+                    let latency = now_us - resolve.started_us;
+                    ctx.observer
                         .record(Op::ResolveNotFound, latency, resolve.remote, 0);
-                    self.checker
-                        .on_resolve(resolve.key, resolve.started_us, self.now, None);
-                    return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
+                    ctx.observer
+                        .on_resolve(resolve.key, resolve.started_us, now_us, None);
+                    return self.walk_ended(&resolve, Op::ResolveJoined, ctx);
                 }
-                RouterPoll::Found(walked) => return self.router_found(r, &resolve, walked),
+                RouterPoll::Found(walked) => return self.found(&resolve, walked, ctx),
                 RouterPoll::Unavailable(unavailable) => {
                     let op = match unavailable.suspect {
                         true => Op::ResolveSuspect,
                         false => Op::ResolveUnavailable,
                     };
-                    return self.router_unanswered(r, &resolve, op);
+                    return self.unanswered(&resolve, op, ctx);
                 }
                 RouterPoll::Failed(e) => {
-                    self.checker.on_resolve_error(resolve.key, e.to_string());
-                    return self.router_walk_ended(r, &resolve, Op::ResolveJoined);
+                    ctx.observer.on_resolve_error(resolve.key, e.to_string());
+                    return self.walk_ended(&resolve, Op::ResolveJoined, ctx);
                 }
             }
         }
     }
 
     /// `resolve`'s walk reached the tail: judged, measured, cached if live.
-    fn router_found(&mut self, r: usize, resolve: &Resolve, walked: homing_core::Walked) {
-        let home = self.routers[r].region;
-        let latency = self.now - resolve.started_us;
+    fn found(&mut self, resolve: &Resolve, walked: homing_core::Walked, ctx: &mut RouterCtx) {
+        let now_us = ctx.world.now;
+        let latency = now_us - resolve.started_us;
         let (op, model) = if resolve.entry_cached {
             // Only the tail's state is fetched: one RTT unless it is local.
-            let remote = self.dc_index.get(walked.tail.id.dc()) != Some(&home);
+            let remote = walked.tail.id.dc() != self.dc_id(self.region);
             (Op::ResolveRefresh, u32::from(remote))
         } else {
             let n = walked.links.len().min(255) as u8;
-            (Op::ResolveCold(n), self.model_remote_rtts(home, &walked))
+            (Op::ResolveCold(n), self.model_remote_rtts(&walked))
         };
-        self.measurements.record(op, latency, resolve.remote, model);
-        self.checker.on_resolve(
-            resolve.key,
-            resolve.started_us,
-            self.now,
-            Some(&walked.tail),
-        );
-        self.router_walk_ended(r, resolve, Op::ResolveJoined);
+        ctx.observer.record(op, latency, resolve.remote, model);
+        ctx.observer
+            .on_resolve(resolve.key, resolve.started_us, now_us, Some(&walked.tail));
+        self.walk_ended(resolve, Op::ResolveJoined, ctx);
         if walked.tail.answer().is_none() {
             return; // a vacant tail is read again next time (the Resolver's rule)
         }
-        let ttl = self.scenario.workload.tail_ttl_ms * 1000;
-        self.routers[r].tails.insert(
+        let ttl = ctx.workload.tail_ttl_ms * 1000;
+        self.tails.insert(
             resolve.key,
             CachedTail {
                 view: walked.tail,
                 window_start_us: resolve.started_us,
-                expires_at_us: self.now + ttl,
+                expires_at_us: now_us + ttl,
             },
         );
     }
@@ -363,159 +392,168 @@ impl Sim {
     /// shortcut, the tail's DC with the tail, one RTT each unless it is the
     /// region's own DC (which answers the global read); links the shortcut
     /// skips cost nothing.
-    fn model_remote_rtts(&self, home: u16, walked: &homing_core::Walked) -> u32 {
+    fn model_remote_rtts(&self, walked: &homing_core::Walked) -> u32 {
         let mut dcs = vec![walked.entry.dc(), walked.tail.id.dc()];
         dcs.dedup();
-        let home = &self.dcs[usize::from(home)].id;
+        let home = self.dc_id(self.region);
         dcs.iter().filter(|d| *d != &home).count() as u32
     }
 
-    /// DC `dc` answered router `r` (any answer): healthy again if it was suspect.
-    fn router_heard(&mut self, r: usize, dc: u16) {
-        let now = self.instant();
-        let heard = self.routers[r]
-            .reach
-            .handle_answer(AddrSlot(usize::from(dc)), now);
+    /// DC `dc` answered (any answer): healthy again if it was suspect.
+    fn heard(&mut self, dc: u16, ctx: &mut RouterCtx) {
+        let now = ctx.world.instant();
+        let heard = self.reach.handle_answer(AddrSlot(usize::from(dc)), now);
         if heard.is_some() {
-            self.measurements.count(Counter::RouterDcAnswersAgain);
+            ctx.observer.count(Counter::RouterDcAnswersAgain);
         }
     }
 
-    /// A request of router `r` to `dc` got no answer in time: suspect, and
-    /// the suspicion's probe loop starts.
-    fn router_lost(&mut self, r: usize, dc: u16) {
-        let now = self.instant();
-        let lost = self.routers[r]
-            .reach
-            .handle_failure(AddrSlot(usize::from(dc)), now);
+    /// A request to `dc` got no answer in time: suspect, and the
+    /// suspicion's probe loop starts.
+    fn lost(&mut self, dc: u16, ctx: &mut RouterCtx) {
+        let now = ctx.world.instant();
+        let lost = self.reach.handle_failure(AddrSlot(usize::from(dc)), now);
         if let Some(change) = lost {
-            self.measurements.count(Counter::RouterDcSuspect);
-            self.router_probe(r, dc, change.epoch);
+            ctx.observer.count(Counter::RouterDcSuspect);
+            self.probe(dc, change.epoch, ctx);
         }
     }
 
-    /// The probe loop `epoch` of router `r` for `dc`: wait, send, or end.
-    pub(crate) fn router_probe(&mut self, r: usize, dc: u16, epoch: u64) {
-        let now = self.instant();
+    /// The probe loop `epoch` for `dc`: wait, send, or end.
+    pub(crate) fn probe(&mut self, dc: u16, epoch: u64, ctx: &mut RouterCtx) {
+        let now = ctx.world.instant();
         let addr = AddrSlot(usize::from(dc));
-        match self.routers[r].reach.poll_probe(addr, epoch, now) {
+        match self.reach.poll_probe(addr, epoch, now) {
             ProbeStep::Stop => {}
             ProbeStep::WaitUntil(at) => {
-                let at_us = self.us_at(at);
-                let router = r as u32;
-                self.schedule(at_us, Event::RouterProbe { router, dc, epoch });
+                let at_us = ctx.world.us_at(at);
+                let router = self.idx;
+                ctx.world
+                    .schedule(at_us, Event::RouterProbe { router, dc, epoch });
             }
             ProbeStep::Send => {
-                self.measurements.count(Counter::RouterProbeSent);
-                let id = ReservationId::new(self.dcs[usize::from(dc)].id.clone(), 0);
+                ctx.observer.count(Counter::RouterProbeSent);
+                let id = ReservationId::new(self.dc_id(dc).clone(), 0);
                 let request = Request::ResolveReservation { id };
-                let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
-                self.routers[r].probes.insert(rpc, (dc, epoch));
+                let from = NodeId::Router(self.idx);
+                let rpc = ctx.world.request(from, NodeId::Dc(dc), NO_KEY, request);
+                self.probes.insert(rpc, (dc, epoch));
             }
         }
     }
 
-    /// A probe of router `r` was answered (`answered`) or timed out.
-    fn router_probed(&mut self, r: usize, (dc, epoch): (u16, u64), answered: bool) {
-        let now = self.instant();
+    /// A probe was answered (`answered`) or timed out.
+    fn probed(&mut self, (dc, epoch): (u16, u64), answered: bool, ctx: &mut RouterCtx) {
+        let now = ctx.world.instant();
         let addr = AddrSlot(usize::from(dc));
-        let probed = self.routers[r]
-            .reach
-            .handle_probe(addr, epoch, answered, now);
+        let probed = self.reach.handle_probe(addr, epoch, answered, now);
         if probed.is_some() {
-            self.measurements.count(Counter::RouterDcAnswersAgain);
+            ctx.observer.count(Counter::RouterDcAnswersAgain);
         }
-        self.router_probe(r, dc, epoch);
+        self.probe(dc, epoch, ctx);
     }
 
-    pub(crate) fn router_receive(&mut self, r: usize, message: Message) {
-        if let Some(probe) = self.routers[r].probes.remove(&message.rpc) {
-            return self.router_probed(r, probe, true);
+    /// Asks its region's DC for the events after its watcher's cursor.
+    pub(crate) fn watch(&mut self, ctx: &mut RouterCtx) {
+        if let Some(watcher) = &mut self.watcher {
+            watcher.ask(ctx.world, ctx.observer);
         }
-        if self.is_router_scan(r, message.rpc) {
+    }
+
+    /// Begins a scan of its region's DC, or asks for its next page.
+    pub(crate) fn scan(&mut self, ctx: &mut RouterCtx) {
+        if let Some(scanner) = &mut self.scanner {
+            scanner.ask(ctx.region_store, ctx.world, ctx.observer);
+        }
+    }
+
+    /// A message for it arrived.
+    pub(crate) fn receive(&mut self, message: Message, ctx: &mut RouterCtx) {
+        if let Some(probe) = self.probes.remove(&message.rpc) {
+            return self.probed(probe, true, ctx);
+        }
+        if let Some(scanner) = &mut self.scanner
+            && let Some(asked) = scanner.asked(message.rpc)
+        {
             let Body::Reply(reply) = message.body else {
                 return;
             };
-            return self.router_scanned(r, Some(reply));
+            let store = (ctx.region_store, ctx.workload.scan_interval_ms);
+            return scanner.answered(asked, Some(reply), store, ctx.world, ctx.observer);
         }
-        if self.is_router_inspect(r, message.rpc) {
+        if let Some(watcher) = &mut self.watcher
+            && watcher.asked(message.rpc)
+        {
             let Body::Reply(reply) = message.body else {
                 return;
             };
-            return self.router_inspected(r, Some(reply));
+            let pause_ms = ctx.workload.watch_pause_ms;
+            return watcher.answered(Some(reply), pause_ms, ctx.world, ctx.observer);
         }
-        if self.is_router_watch(r, message.rpc) {
-            let Body::Reply(reply) = message.body else {
-                return;
-            };
-            return self.router_watched(r, Some(reply));
-        }
-        let Some((mut resolve, _)) = self.routers[r].inflight.remove(&message.rpc) else {
+        let Some((mut resolve, _)) = self.inflight.remove(&message.rpc) else {
             return;
         };
         let (NodeId::Dc(from), Body::Reply(reply)) = (message.from, message.body) else {
-            return self.router_unanswered(r, &resolve, Op::ResolveUnavailable);
+            return self.unanswered(&resolve, Op::ResolveUnavailable, ctx);
         };
-        self.router_heard(r, from);
-        let now = self.instant();
-        let router = &mut self.routers[r];
+        self.heard(from, ctx);
+        let now = ctx.world.instant();
         let mut memory = KeyMemory {
-            remembered: &mut router.remembered,
+            remembered: &mut self.remembered,
             key: resolve.key,
             cold: resolve.cold,
         };
         resolve
             .walk
-            .handle_reply(&router.table, reply, &mut memory, now);
-        self.router_drive(r, resolve);
+            .handle_reply(&self.table, reply, &mut memory, now);
+        self.drive(resolve, ctx);
     }
 
-    pub(crate) fn router_timeout(&mut self, r: usize, rpc: u64) {
-        if let Some(probe) = self.routers[r].probes.remove(&rpc) {
-            return self.router_probed(r, probe, false);
+    /// Its request `rpc` got no reply in time.
+    pub(crate) fn timeout(&mut self, rpc: u64, ctx: &mut RouterCtx) {
+        if let Some(probe) = self.probes.remove(&rpc) {
+            return self.probed(probe, false, ctx);
         }
-        if self.is_router_watch(r, rpc) {
-            return self.router_watched(r, None);
+        if let Some(watcher) = &mut self.watcher
+            && watcher.asked(rpc)
+        {
+            let pause_ms = ctx.workload.watch_pause_ms;
+            return watcher.answered(None, pause_ms, ctx.world, ctx.observer);
         }
-        if self.is_router_scan(r, rpc) {
-            return self.router_scanned(r, None);
+        if let Some(scanner) = &mut self.scanner
+            && let Some(asked) = scanner.asked(rpc)
+        {
+            let store = (ctx.region_store, ctx.workload.scan_interval_ms);
+            return scanner.answered(asked, None, store, ctx.world, ctx.observer);
         }
-        if self.is_router_inspect(r, rpc) {
-            return self.router_inspected(r, None);
-        }
-        if let Some((mut resolve, dc)) = self.routers[r].inflight.remove(&rpc) {
-            self.current_key = resolve.key;
-            self.router_lost(r, dc);
+        if let Some((mut resolve, dc)) = self.inflight.remove(&rpc) {
+            ctx.world.current_key = resolve.key;
+            self.lost(dc, ctx);
             let reason = "timed out".to_string();
-            resolve
-                .walk
-                .handle_silence(&self.routers[r].table, reason, false);
-            self.router_drive(r, resolve);
+            resolve.walk.handle_silence(&self.table, reason, false);
+            self.drive(resolve, ctx);
         }
     }
 
     /// `resolve` ends without an answer (`op`: unavailable, or a DC it
     /// needs is suspect); so do the resolves that joined it.
-    fn router_unanswered(&mut self, r: usize, resolve: &Resolve, op: Op) {
-        let latency = self.now - resolve.started_us;
-        self.measurements.record(op, latency, resolve.remote, 0);
-        self.router_walk_ended(r, resolve, op);
+    fn unanswered(&mut self, resolve: &Resolve, op: Op, ctx: &mut RouterCtx) {
+        let latency = ctx.world.now - resolve.started_us;
+        ctx.observer.record(op, latency, resolve.remote, 0);
+        self.walk_ended(resolve, op, ctx);
     }
 
     /// The walk of `resolve` ended: the resolves that joined it get its
     /// outcome (the Resolver's single-flight), counted as `op` when it
     /// answered none (unavailable, suspect), else as joined (an answer or a
     /// failure, which the checker judged on the walk).
-    fn router_walk_ended(&mut self, r: usize, resolve: &Resolve, op: Op) {
+    fn walk_ended(&mut self, resolve: &Resolve, op: Op, ctx: &mut RouterCtx) {
         if resolve.cold {
             return;
         }
-        let joined = self.routers[r]
-            .walking
-            .remove(&resolve.key)
-            .unwrap_or_default();
+        let joined = self.walking.remove(&resolve.key).unwrap_or_default();
         for started_us in joined {
-            self.measurements.record(op, self.now - started_us, 0, 0);
+            ctx.observer.record(op, ctx.world.now - started_us, 0, 0);
         }
     }
 }

@@ -21,12 +21,20 @@ use homing_core::{Key, NamespaceScope, Reply, Request, ReservationId, ScanCursor
 use homing_node::SCAN_PAGE_RECORDS;
 use homing_store::keyspace::record_scan_bytes;
 
-use crate::sim::{Event, NodeId, Sim};
+use homing_store::memory::MemoryDc;
+
+use crate::event::{Event, NodeId};
+use crate::observe::Observer;
 use crate::trace::NO_KEY;
+use crate::world::World;
 
 /// A router's scan of its region's DC.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Scanner {
+    /// The router scanning.
+    router: u32,
+    /// Its region: the DC scanned.
+    dc: u16,
     /// The page request in flight.
     rpc: Option<u64>,
     /// Where the next page starts.
@@ -42,108 +50,129 @@ pub struct Scanner {
     inspecting: Option<(u64, Key, BTreeSet<ReservationId>)>,
 }
 
-impl Sim {
-    /// Router `r`'s scanner begins a scan, or asks for its next page.
-    pub(crate) fn router_scan(&mut self, r: usize) {
-        let dc = self.routers[r].region;
-        let Some(scanner) = &self.routers[r].scanner else {
-            return;
-        };
-        if scanner.after.is_none() {
-            let expected = self.dcs[usize::from(dc)]
-                .store
-                .records()
-                .map(|r| r.id.clone())
-                .collect();
-            let scanner = self.routers[r].scanner.as_mut().expect("checked above");
-            scanner.expected = expected;
-            scanner.seen.clear();
-            scanner.last = None;
-            self.measurements.count(Counter::ScanStarted);
+/// Which of a scanner's requests an RPC is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// A scan page.
+    Page,
+    /// An `Inspect`.
+    Inspect,
+}
+
+impl Scanner {
+    /// Router `router`'s scans of its region's DC `dc`, none begun.
+    pub fn new(router: u32, dc: u16) -> Scanner {
+        Scanner {
+            router,
+            dc,
+            rpc: None,
+            after: None,
+            expected: BTreeSet::new(),
+            seen: BTreeSet::new(),
+            last: None,
+            inspecting: None,
         }
-        let after = self.routers[r]
-            .scanner
-            .as_ref()
-            .and_then(|s| s.after.clone());
+    }
+
+    /// Begins a scan (`store`: the DC's records now, each of which it
+    /// must return), or asks for its next page.
+    pub(crate) fn ask(&mut self, store: &MemoryDc, world: &mut World, observer: &mut dyn Observer) {
+        if self.after.is_none() {
+            self.expected = store.records().map(|r| r.id.clone()).collect();
+            self.seen.clear();
+            self.last = None;
+            observer.count(Counter::ScanStarted);
+        }
         let request = Request::Scan {
             scope: NamespaceScope::everything(),
-            after,
+            after: self.after.clone(),
         };
-        let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
-        if let Some(scanner) = &mut self.routers[r].scanner {
-            scanner.rpc = Some(rpc);
+        let (from, to) = (NodeId::Router(self.router), NodeId::Dc(self.dc));
+        self.rpc = Some(world.request(from, to, NO_KEY, request));
+    }
+
+    /// Which of its requests `rpc` is, if it is one.
+    pub(crate) fn asked(&self, rpc: u64) -> Option<Asked> {
+        if self.rpc == Some(rpc) {
+            return Some(Asked::Page);
+        }
+        let inspect = self.inspecting.as_ref().is_some_and(|i| i.0 == rpc);
+        inspect.then_some(Asked::Inspect)
+    }
+
+    /// Its request `asked` was answered (`None`: it timed out); `store`
+    /// is the DC's now; the next scan begins `interval_ms` after one ends.
+    pub(crate) fn answered(
+        &mut self,
+        asked: Asked,
+        reply: Option<Reply>,
+        (store, interval_ms): (&MemoryDc, u64),
+        world: &mut World,
+        observer: &mut dyn Observer,
+    ) {
+        match asked {
+            Asked::Page => self.scanned(reply, (store, interval_ms), world, observer),
+            Asked::Inspect => self.inspected(reply, observer),
         }
     }
 
-    /// Whether `rpc` is router `r`'s scan page.
-    pub(crate) fn is_router_scan(&self, r: usize, rpc: u64) -> bool {
-        self.routers[r]
-            .scanner
-            .as_ref()
-            .is_some_and(|s| s.rpc == Some(rpc))
-    }
-
-    /// Router `r`'s scan page was answered (`None`: it timed out).
-    pub(crate) fn router_scanned(&mut self, r: usize, reply: Option<Reply>) {
-        let dc = self.routers[r].region;
-        let Some(scanner) = &mut self.routers[r].scanner else {
-            return;
-        };
-        scanner.rpc = None;
+    /// A scan page was answered (`None`: it timed out).
+    fn scanned(
+        &mut self,
+        reply: Option<Reply>,
+        (store, interval_ms): (&MemoryDc, u64),
+        world: &mut World,
+        observer: &mut dyn Observer,
+    ) {
+        let (r, dc) = (self.router, self.dc);
+        self.rpc = None;
         let Some(Reply::Records { records, next }) = reply else {
-            self.measurements.count(Counter::ScanFailed);
-            scanner.after = None;
-            return self.scan_again_later(r);
+            observer.count(Counter::ScanFailed);
+            self.after = None;
+            return self.again_later(interval_ms, world);
         };
         let mut broken = None;
         for record in &records {
             let at = record_scan_bytes(&record.key, &record.id);
-            if scanner.last.as_ref().is_some_and(|last| *last >= at) {
+            if self.last.as_ref().is_some_and(|last| *last >= at) {
                 broken = Some(format!("{} out of (key, id) order", record.id));
             }
-            if !scanner.seen.insert(record.id.clone()) {
+            if !self.seen.insert(record.id.clone()) {
                 broken = Some(format!("{} returned twice", record.id));
             }
-            scanner.last = Some(at);
+            self.last = Some(at);
         }
-        scanner.after = next;
-        if scanner.after.is_some() {
+        self.after = next;
+        if self.after.is_some() {
             if let Some(detail) = broken {
-                self.checker
-                    .on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
+                observer.on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
             }
-            return self.router_scan(r);
+            return self.ask(store, world, observer);
         }
-        let missed = scanner.expected.difference(&scanner.seen).next().cloned();
+        let missed = self.expected.difference(&self.seen).next().cloned();
         if let Some(id) = missed {
             broken = Some(format!(
                 "{id}, there when the scan began, was never returned"
             ));
         }
         if let Some(detail) = broken {
-            self.checker
-                .on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
+            observer.on_scan_broken(format!("router #{r} scanning dc #{dc}: {detail}"));
         }
-        self.measurements.count(Counter::ScanCompleted);
-        self.router_inspect(r);
-        self.scan_again_later(r);
+        observer.count(Counter::ScanCompleted);
+        self.inspect(store, world, observer);
+        self.again_later(interval_ms, world);
     }
 
-    /// Router `r` inspects the key of a record its scan saw.
-    fn router_inspect(&mut self, r: usize) {
-        let dc = self.routers[r].region;
-        let Some(scanner) = &self.routers[r].scanner else {
-            return;
-        };
-        let seen = scanner.seen.len() as u64;
-        if seen == 0 || scanner.inspecting.is_some() {
+    /// Inspects the key of a record its scan saw.
+    fn inspect(&mut self, store: &MemoryDc, world: &mut World, observer: &mut dyn Observer) {
+        let seen = self.seen.len() as u64;
+        if seen == 0 || self.inspecting.is_some() {
             return;
         }
-        let pick = self.rng.below(seen) as usize;
-        let Some(id) = scanner.seen.iter().nth(pick).cloned() else {
+        let pick = world.rng.below(seen) as usize;
+        let Some(id) = self.seen.iter().nth(pick).cloned() else {
             return;
         };
-        let store = &self.dcs[usize::from(dc)].store;
         let Some(key) = store.record(&id).map(|record| record.key.clone()) else {
             return;
         };
@@ -153,33 +182,23 @@ impl Sim {
             .map(|record| record.id.clone())
             .collect();
         let request = Request::Inspect { key: key.clone() };
-        let rpc = self.request(NodeId::Router(r as u32), NodeId::Dc(dc), NO_KEY, request);
-        self.measurements.count(Counter::InspectSent);
-        if let Some(scanner) = &mut self.routers[r].scanner {
-            scanner.inspecting = Some((rpc, key, expected));
-        }
+        let (from, to) = (NodeId::Router(self.router), NodeId::Dc(self.dc));
+        let rpc = world.request(from, to, NO_KEY, request);
+        observer.count(Counter::InspectSent);
+        self.inspecting = Some((rpc, key, expected));
     }
 
-    /// Whether `rpc` is router `r`'s inspect.
-    pub(crate) fn is_router_inspect(&self, r: usize, rpc: u64) -> bool {
-        let scanner = self.routers[r].scanner.as_ref();
-        scanner.is_some_and(|s| s.inspecting.as_ref().is_some_and(|i| i.0 == rpc))
-    }
-
-    /// Router `r`'s inspect was answered (`None`: it timed out).
-    pub(crate) fn router_inspected(&mut self, r: usize, reply: Option<Reply>) {
-        let dc = self.routers[r].region;
-        let Some(scanner) = &mut self.routers[r].scanner else {
-            return;
-        };
-        let Some((_, key, expected)) = scanner.inspecting.take() else {
+    /// Its inspect was answered (`None`: it timed out).
+    fn inspected(&mut self, reply: Option<Reply>, observer: &mut dyn Observer) {
+        let (r, dc) = (self.router, self.dc);
+        let Some((_, key, expected)) = self.inspecting.take() else {
             return;
         };
         let Some(Reply::Inspected { records }) = reply else {
-            self.measurements.count(Counter::InspectFailed);
+            observer.count(Counter::InspectFailed);
             return;
         };
-        self.measurements.count(Counter::InspectAnswered);
+        observer.count(Counter::InspectAnswered);
         let ids: Vec<&ReservationId> = records.iter().map(|record| &record.id).collect();
         let broken = if let Some(other) = records.iter().find(|record| record.key != key) {
             Some(format!("{} of another key returned", other.id))
@@ -195,15 +214,19 @@ impl Sim {
                 .map(|id| format!("{id}, there when asked, was not returned"))
         };
         if let Some(detail) = broken {
-            self.checker.on_inspect_broken(format!(
+            observer.on_inspect_broken(format!(
                 "router #{r} inspecting {key} at dc #{dc}: {detail}"
             ));
         }
     }
 
-    fn scan_again_later(&mut self, r: usize) {
-        let interval_ms = self.scenario.workload.scan_interval_ms;
-        let at = self.now + interval_ms * 1000;
-        self.schedule(at, Event::RouterScan { router: r as u32 });
+    fn again_later(&mut self, interval_ms: u64, world: &mut World) {
+        let at = world.now + interval_ms * 1000;
+        world.schedule(
+            at,
+            Event::RouterScan {
+                router: self.router,
+            },
+        );
     }
 }

@@ -14,7 +14,8 @@ use crate::counter::{Counter, Timing};
 use homing_core::AwaitReply;
 use homing_node::Answer;
 
-use crate::sim::{Event, Sim};
+use crate::event::Event;
+use crate::sim::Sim;
 
 /// How often a closing DC looks whether its requests have finished, ms.
 pub const CLOSE_CHECK_MS: u64 = 10;
@@ -29,7 +30,7 @@ impl Sim {
             return;
         }
         self.measurements.count(Counter::DcShutdownStarted);
-        self.dcs[d].closing = Some(self.now);
+        self.dcs[d].closing = Some(self.world.now);
         self.dcs[d].endpoint.close();
         // Waiters: answered now (homingd's `Node::close`).
         let woken = self.dcs[d].waiters.wake_all(AwaitReply::TimedOut);
@@ -92,18 +93,20 @@ impl Sim {
             return;
         }
         let busy = (self.dcs[d].tasks.values()).any(|t| !t.kind.in_background());
-        if busy && self.now - since >= DRAIN_MS_MAX * 1000 {
+        if busy && self.world.now - since >= DRAIN_MS_MAX * 1000 {
             // homingd exits with requests still in flight: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);
             return self.dc_crash(d);
         }
         if busy {
-            let at = self.now + CLOSE_CHECK_MS * 1000;
-            return self.schedule(at, Event::DcCloseCheck { dc: d as u16 });
+            let at = self.world.now + CLOSE_CHECK_MS * 1000;
+            return self
+                .world
+                .schedule(at, Event::DcCloseCheck { dc: d as u16 });
         }
         self.measurements.count(Counter::DcShutdownDrained);
         self.measurements
-            .duration(Timing::DcShutdownDrain, self.now - since);
+            .duration(Timing::DcShutdownDrain, self.world.now - since);
         self.dc_crash(d);
     }
 }

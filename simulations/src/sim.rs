@@ -4,24 +4,22 @@
 //! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
 //! hash order, and the wall clock is read only to report events per second.
 
-use crate::counter::Counter;
-use homing_core::AcquireReply;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use crate::counter::{Counter, Op};
+use std::collections::{BTreeMap, BTreeSet};
 
-use homing_core::{
-    DcId, DcMarks, DcTerms, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, wire,
-};
+use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, TailView};
 
 use crate::clock::NodeClock;
 use crate::dc::Dc;
 use crate::dc_lease::StoreDcLease;
-use crate::host::{Host, HostTimer};
+use crate::event::{Body, Event, HostTimer, Message, NodeId};
+use crate::host::Host;
 use crate::invariants::{Checker, Violation, view};
 use crate::network::{Network, Partition};
+use crate::observe::Observer;
 use crate::report::Measurements;
 use crate::rng::Rng;
-use crate::router::Router;
+use crate::router::{Router, RouterCtx};
 use crate::rules::Rules;
 use crate::scan::Scanner;
 use crate::scenario::{Fault, Scenario, ScenarioError};
@@ -29,386 +27,7 @@ use crate::trace::{NO_KEY, Trace, TraceRecord};
 use crate::upkeep::new_upkeep;
 use crate::wakeups::{Connections, WakeChecker};
 use crate::watch::Watcher;
-
-/// A node of the simulation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum NodeId {
-    /// A DC's daemon (index into the scenario's `dcs`).
-    Dc(u16),
-    /// A host agent.
-    Host(u32),
-    /// An edge router.
-    Router(u32),
-}
-
-impl NodeId {
-    /// A compact code for the trace.
-    pub fn code(self) -> u32 {
-        match self {
-            NodeId::Dc(i) => u32::from(i),
-            NodeId::Host(i) => (1 << 30) | i,
-            NodeId::Router(i) => (2 << 30) | i,
-        }
-    }
-}
-
-/// What a message carries: a homing wire request or reply.
-#[derive(Debug, Clone)]
-pub enum Body {
-    /// A request.
-    Request(Request),
-    /// A reply to the request with the same RPC id.
-    Reply(Reply),
-}
-
-/// One message in flight.
-#[derive(Debug, Clone)]
-pub struct Message {
-    /// Sender.
-    pub from: NodeId,
-    /// Receiver.
-    pub to: NodeId,
-    /// RPC id, shared by a request and its reply.
-    pub rpc: u64,
-    /// The key concerned (for traces), or `NO_KEY`.
-    pub key: u32,
-    /// The payload.
-    pub body: Body,
-}
-
-/// The global store's write landing (it lands even if the DC that sent it crashed).
-#[derive(Debug, Clone)]
-pub struct GlobalSet {
-    /// The DC that asked.
-    pub dc: u16,
-    /// Its epoch when it asked.
-    pub epoch: u32,
-    /// Its task.
-    pub task: u64,
-    /// The key index.
-    pub key: u32,
-    /// What is written, decided where it lands (as a store transaction
-    /// would): a set-if-absent, a confirm or a takeover.
-    pub write: homing_node::GlobalOp,
-}
-
-/// Something that happens at an instant of true time.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// A message arrives.
-    Deliver(Box<Message>),
-    /// A DC-store operation of a DC task completes.
-    Store {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when the operation started (a crash voids it).
-        epoch: u32,
-        /// The task.
-        task: u64,
-    },
-    /// A global write-once lands.
-    GlobalSet(Box<GlobalSet>),
-    /// An RPC's reply did not come in time.
-    Timeout {
-        /// The requester.
-        node: NodeId,
-        /// The RPC.
-        rpc: u64,
-    },
-    /// A host timer.
-    Host {
-        /// The host.
-        host: u32,
-        /// The host's incarnation when the timer was set.
-        incarnation: u32,
-        /// Which timer.
-        timer: HostTimer,
-        /// The lease generation it belongs to.
-        generation: u64,
-    },
-    /// A router starts a resolve.
-    RouterTick {
-        /// The router.
-        router: u32,
-    },
-    /// A router's scanner begins a scan of its DC's records.
-    RouterScan {
-        /// The router.
-        router: u32,
-    },
-    /// A router's watcher asks its DC for events again.
-    RouterWatch {
-        /// The router.
-        router: u32,
-    },
-    /// A router's probe loop for a suspect DC polls again.
-    RouterProbe {
-        /// The router.
-        router: u32,
-        /// The suspect DC.
-        dc: u16,
-        /// The suspicion the loop belongs to.
-        epoch: u64,
-    },
-    /// A fault involving `dc` ended a few probe cycles ago: no router may
-    /// still hold it suspect since before the fault ended (unless another
-    /// fault window is open).
-    SuspicionCheck {
-        /// The DC.
-        dc: u16,
-        /// When the fault ended, true µs.
-        ended_us: u64,
-    },
-    /// A DC task's timer (a waiter's select, an acquire's pause before registering again).
-    DcTask {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when the timer was armed (a crash voids it).
-        epoch: u32,
-        /// The task.
-        task: u64,
-        /// The task's generation when armed (a later re-arm voids it).
-        generation: u64,
-    },
-    /// The QUIC connection a DC's parked `Await` rode ended: it timed out,
-    /// or (`reset`) the restarted tail's DC answered it with a stateless reset.
-    ConnectionLost {
-        /// The DC that sent the `Await`.
-        dc: u16,
-        /// Its RPC.
-        rpc: u64,
-        /// Ended by a stateless reset rather than the idle timeout.
-        reset: bool,
-    },
-    /// A DC's reaper pass.
-    Reap {
-        /// The DC.
-        dc: u16,
-    },
-    /// A random host crashes (the crash process).
-    HostCrash,
-    /// A crashed host comes back.
-    HostRestart {
-        /// The host.
-        host: u32,
-    },
-    /// A DC crashes.
-    DcCrash {
-        /// The DC.
-        dc: u16,
-    },
-    /// A DC starts a graceful shutdown.
-    DcClose {
-        /// The DC.
-        dc: u16,
-    },
-    /// A closing DC looks whether its requests have finished.
-    DcCloseCheck {
-        /// The DC.
-        dc: u16,
-    },
-    /// A DC tries its failed reconciliation again.
-    ReconcileRetry {
-        /// The DC.
-        dc: u16,
-        /// Its run then (a crash voids the retry).
-        epoch: u32,
-    },
-    /// A DC restarts.
-    DcRestart {
-        /// The DC.
-        dc: u16,
-        /// On an empty store (its own was lost).
-        store_lost: bool,
-    },
-    /// A DC's DC-lease renewal loop wakes.
-    DcLeaseTick {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when armed.
-        epoch: u32,
-        /// The loop's generation when armed (a later arm voids it).
-        generation: u64,
-    },
-    /// A DC-lease renewal reaches the global store (and, unless the DC is
-    /// cut off by now, its answer the DC).
-    DcRenewalLands {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when it sent the renewal.
-        epoch: u32,
-        /// The renewal's number.
-        seq: u64,
-        /// Its terms.
-        terms: DcTerms,
-        /// The marks it publishes.
-        marks: DcMarks,
-    },
-    /// A DC-lease renewal was not answered within the renewal period.
-    DcRenewalTimeout {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when it sent the renewal.
-        epoch: u32,
-        /// The renewal's number.
-        seq: u64,
-    },
-    /// The global store would judge a DC's lease expired from now, unless
-    /// a renewal landed after the one received at `received_us`.
-    DcLeaseExpiry {
-        /// The DC.
-        dc: u16,
-        /// When the store received the renewal this expiry follows, true µs.
-        received_us: u64,
-    },
-    /// A write waiting for marks gives up.
-    MarksTimeout {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when the write parked.
-        epoch: u32,
-        /// The task.
-        task: u64,
-    },
-    /// A global read or write of a DC cut off from the global store fails.
-    GlobalFailed {
-        /// The DC.
-        dc: u16,
-        /// Its epoch when it asked.
-        epoch: u32,
-        /// The task.
-        task: u64,
-    },
-    /// A DC's cut from the global store ends (measurements).
-    CutEnds {
-        /// The DC.
-        dc: u16,
-        /// When it began, true µs.
-        start_us: u64,
-    },
-    /// An operator drains keys.
-    Drain {
-        /// How many.
-        count: u32,
-    },
-    /// An operator drains every lease of a DC.
-    DrainScope {
-        /// The DC.
-        dc: u16,
-    },
-    /// Some of a DC's hosts crash.
-    CrashHosts {
-        /// The DC.
-        dc: u16,
-        /// Fraction, parts per million.
-        fraction_ppm: u32,
-    },
-}
-
-impl Event {
-    fn name(&self) -> &'static str {
-        match self {
-            Event::Deliver(m) => match &m.body {
-                Body::Request(r) => r.kind(),
-                Body::Reply(r) => reply_kind(r),
-            },
-            Event::Store { .. } => "store_done",
-            Event::GlobalSet(_) => "global_set",
-            Event::Timeout { .. } => "timeout",
-            Event::Host { timer, .. } => timer.name(),
-            Event::RouterTick { .. } => "router_tick",
-            Event::RouterProbe { .. } => "router_probe",
-            Event::RouterWatch { .. } => "router_watch",
-            Event::RouterScan { .. } => "router_scan",
-            Event::SuspicionCheck { .. } => "suspicion_check",
-            Event::DcTask { .. } => "dc_task_timer",
-            Event::ConnectionLost { .. } => "connection_lost",
-            Event::Reap { .. } => "reap",
-            Event::HostCrash => "host_crash",
-            Event::HostRestart { .. } => "host_restart",
-            Event::DcCrash { .. } => "dc_crash",
-            Event::DcClose { .. } => "dc_close",
-            Event::DcCloseCheck { .. } => "dc_close_check",
-            Event::ReconcileRetry { .. } => "reconcile_retry",
-            Event::DcRestart { .. } => "dc_restart",
-            Event::DcLeaseTick { .. } => "dc_lease_tick",
-            Event::DcRenewalLands { .. } => "dc_renewal_lands",
-            Event::DcRenewalTimeout { .. } => "dc_renewal_timeout",
-            Event::DcLeaseExpiry { .. } => "dc_lease_expiry",
-            Event::MarksTimeout { .. } => "marks_timeout",
-            Event::GlobalFailed { .. } => "global_failed",
-            Event::CutEnds { .. } => "cut_ends",
-            Event::Drain { .. } => "drain",
-            Event::DrainScope { .. } => "drain_scope",
-            Event::CrashHosts { .. } => "crash_hosts",
-        }
-    }
-}
-
-/// The kind of a reply, for traces.
-pub fn reply_kind(reply: &Reply) -> &'static str {
-    match reply {
-        Reply::Resolved { .. } => "reply_resolved",
-        Reply::Reservation(_) => "reply_reservation",
-        Reply::Acquire(AcquireReply::Acquired(_)) => "reply_acquired",
-        Reply::Acquire(AcquireReply::HeldElsewhere(_)) => "reply_held_elsewhere",
-        Reply::Acquire(AcquireReply::TagMismatch { .. }) => "reply_tag_mismatch",
-        Reply::Renew(_) => "reply_renew",
-        Reply::Release(_) => "reply_release",
-        Reply::Link(_) => "reply_link",
-        Reply::Noted(_) => "reply_noted",
-        Reply::Cancelled(_) => "reply_cancelled",
-        Reply::Drained => "reply_drained",
-        Reply::Inspected { .. } => "reply_inspected",
-        Reply::Awaited(_) => "reply_awaited",
-        Reply::Events { .. } => "reply_events",
-        Reply::Records { .. } => "reply_records",
-        Reply::DrainedPage { .. } => "reply_drained_page",
-        Reply::Error(_) => "reply_error",
-        Reply::Successor { .. } => "reply_successor",
-    }
-}
-
-struct Scheduled {
-    at_us: u64,
-    event: Event,
-}
-
-/// The pending events in (time, sequence) order: a heap of small keys
-/// (time, sequence, slot) over a slab of the events, so that sifting the
-/// heap moves 24 bytes an entry, not a whole event. The order is the
-/// keys' alone (sequence numbers are unique): the slab changes no trace.
-#[derive(Default)]
-struct Queue {
-    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
-    slab: Vec<Option<Event>>,
-    free: Vec<u32>,
-}
-
-impl Queue {
-    fn push(&mut self, at_us: u64, seq: u64, event: Event) {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slab[slot as usize] = Some(event);
-                slot
-            }
-            None => {
-                self.slab.push(Some(event));
-                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 pending events")
-            }
-        };
-        self.heap.push(Reverse((at_us, seq, slot)));
-    }
-
-    /// The earliest event.
-    fn pop(&mut self) -> Option<Scheduled> {
-        let Reverse((at_us, _, slot)) = self.heap.pop()?;
-        // Invariant: a slot in the heap holds its event until popped.
-        let event = self.slab[slot as usize].take().expect("a queued slot");
-        self.free.push(slot);
-        Some(Scheduled { at_us, event })
-    }
-}
+use crate::world::{Regions, World};
 
 /// How to run.
 #[derive(Debug, Clone, Copy, Default)]
@@ -486,16 +105,9 @@ pub struct Sim {
     pub(crate) scenario: Scenario,
     pub(crate) policy: LeasePolicy,
     pub(crate) rules: Rules,
-    pub(crate) rng: Rng,
-    pub(crate) now: u64,
-    /// True time 0 as an `Instant`, for homing-core parts that count in
-    /// `Instant`s (reachability): only differences are used, so a run
-    /// replays whatever the wall clock.
-    epoch: std::time::Instant,
+    /// Time, the pending events, the network and the run's randomness.
+    pub(crate) world: World,
     end_us: u64,
-    queue: Queue,
-    seq: u64,
-    next_rpc: u64,
     pub(crate) dcs: Vec<Dc>,
     pub(crate) hosts: Vec<Host>,
     pub(crate) routers: Vec<Router>,
@@ -506,7 +118,6 @@ pub struct Sim {
     pub(crate) key_index: BTreeMap<Key, u32>,
     pub(crate) dc_index: BTreeMap<DcId, u16>,
     pub(crate) reservation_key: BTreeMap<ReservationId, u32>,
-    pub(crate) network: Network,
     pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
     /// Failing-store windows: (dc, start µs, end µs, share of operations).
     pub(crate) failing_stores: Vec<(u16, u64, u64, f64)>,
@@ -519,13 +130,10 @@ pub struct Sim {
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
-    pub(crate) request_timeout_us: u64,
     /// Acquire RPCs whose host gave up (timed out) while the DC still worked on them.
     pub(crate) acquires_given_up: BTreeSet<u64>,
     events: u64,
     options: RunOptions,
-    /// What the event being processed concerns, for its trace record.
-    pub(crate) current_key: u32,
 }
 
 fn ms_to_us(ms: u64) -> u64 {
@@ -583,10 +191,10 @@ impl Sim {
                 let idx = routers.len() as u32;
                 let mut router = Router::new(idx, region, &ids, rtt_ms, seed, rules.mutations);
                 if slot == 0 && scenario.workload.watch {
-                    router.watcher = Some(Watcher::default());
+                    router.watcher = Some(Watcher::new(idx, region));
                 }
                 if slot == 0 && scenario.workload.scan_interval_ms > 0 {
-                    router.scanner = Some(Scanner::default());
+                    router.scanner = Some(Scanner::new(idx, region));
                 }
                 routers.push(router);
             }
@@ -680,18 +288,25 @@ impl Sim {
             dcs.iter().map(|d| d.clock).collect(),
             policy,
         );
+        let regions = Regions {
+            hosts: hosts.iter().map(|h| h.dc).collect(),
+            routers: routers.iter().map(|r| r.region).collect(),
+        };
+        let world = World::new(
+            rng,
+            network,
+            regions,
+            ms_to_us(n.request_timeout_ms),
+            ms_to_us(n.idle_timeout_ms),
+            scenario.encode_messages,
+        );
         let mut sim = Sim {
             seed,
             scenario: scenario.clone(),
             policy,
             rules,
-            rng,
-            now: 0,
+            world,
             end_us: ms_to_us(scenario.duration_ms),
-            queue: Queue::default(),
-            seq: 0,
-            epoch: std::time::Instant::now(),
-            next_rpc: 1,
             dcs,
             hosts,
             routers,
@@ -709,7 +324,6 @@ impl Sim {
             key_index,
             dc_index,
             reservation_key: BTreeMap::new(),
-            network,
             slow_stores,
             failing_stores,
             global_cuts,
@@ -717,11 +331,9 @@ impl Sim {
             successions: std::collections::BTreeMap::new(),
             trace: Trace::default(),
             measurements: Measurements::default(),
-            request_timeout_us: ms_to_us(n.request_timeout_ms),
             acquires_given_up: BTreeSet::new(),
             events: 0,
             options,
-            current_key: NO_KEY,
         };
         sim.schedule_start();
         Ok(sim)
@@ -734,8 +346,8 @@ impl Sim {
         }
         let w = self.scenario.workload.clone();
         for h in 0..self.hosts.len() {
-            let at = ms_to_us(self.rng.exp(w.think_ms));
-            self.schedule(
+            let at = ms_to_us(self.world.rng.exp(w.think_ms));
+            self.world.schedule(
                 at,
                 Event::Host {
                     host: h as u32,
@@ -746,24 +358,27 @@ impl Sim {
             );
         }
         for r in 0..self.routers.len() {
-            let at = self.rng.exp(w.resolve_interval_ms * 1000.0);
-            self.schedule(at, Event::RouterTick { router: r as u32 });
+            let at = self.world.rng.exp(w.resolve_interval_ms * 1000.0);
+            self.world
+                .schedule(at, Event::RouterTick { router: r as u32 });
             if self.routers[r].watcher.is_some() {
-                self.schedule(at, Event::RouterWatch { router: r as u32 });
+                self.world
+                    .schedule(at, Event::RouterWatch { router: r as u32 });
             }
             if self.routers[r].scanner.is_some() {
                 let first = ms_to_us(w.scan_interval_ms) / 2 + at;
-                self.schedule(first, Event::RouterScan { router: r as u32 });
+                self.world
+                    .schedule(first, Event::RouterScan { router: r as u32 });
             }
         }
         let reap = ms_to_us(self.scenario.stores.reaper_interval_ms.max(1));
         for d in 0..self.dcs.len() {
-            let at = self.rng.below(reap) + 1;
-            self.schedule(at, Event::Reap { dc: d as u16 });
+            let at = self.world.rng.below(reap) + 1;
+            self.world.schedule(at, Event::Reap { dc: d as u16 });
         }
         if w.host_crash_interval_ms > 0.0 && !self.hosts.is_empty() {
-            let at = ms_to_us(self.rng.exp(w.host_crash_interval_ms));
-            self.schedule(at, Event::HostCrash);
+            let at = ms_to_us(self.world.rng.exp(w.host_crash_interval_ms));
+            self.world.schedule(at, Event::HostCrash);
         }
         for fault in self.scenario.faults.clone() {
             self.schedule_suspicion_checks(&fault);
@@ -781,21 +396,23 @@ impl Sim {
                         true => Event::DcClose { dc },
                         false => Event::DcCrash { dc },
                     };
-                    self.schedule(ms_to_us(at_ms), stop);
+                    self.world.schedule(ms_to_us(at_ms), stop);
                     let restart = Event::DcRestart { dc, store_lost };
-                    self.schedule(ms_to_us(at_ms + for_ms), restart);
+                    self.world.schedule(ms_to_us(at_ms + for_ms), restart);
                 }
                 Fault::CutFromGlobal { dc, at_ms, for_ms } => {
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
                     let start_us = ms_to_us(at_ms);
-                    self.schedule(ms_to_us(at_ms + for_ms), Event::CutEnds { dc, start_us });
+                    self.world
+                        .schedule(ms_to_us(at_ms + for_ms), Event::CutEnds { dc, start_us });
                 }
                 Fault::Drain { at_ms, count } => {
-                    self.schedule(ms_to_us(at_ms), Event::Drain { count })
+                    self.world.schedule(ms_to_us(at_ms), Event::Drain { count })
                 }
                 Fault::DrainScope { dc, at_ms } => {
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
-                    self.schedule(ms_to_us(at_ms), Event::DrainScope { dc });
+                    self.world
+                        .schedule(ms_to_us(at_ms), Event::DrainScope { dc });
                 }
                 Fault::CrashHosts {
                     dc,
@@ -804,7 +421,8 @@ impl Sim {
                 } => {
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
                     let fraction_ppm = (fraction.clamp(0.0, 1.0) * 1e6) as u32;
-                    self.schedule(ms_to_us(at_ms), Event::CrashHosts { dc, fraction_ppm });
+                    self.world
+                        .schedule(ms_to_us(at_ms), Event::CrashHosts { dc, fraction_ppm });
                 }
                 Fault::Partition { .. } | Fault::SlowStore { .. } | Fault::FailingStore { .. } => {}
             }
@@ -834,7 +452,7 @@ impl Sim {
         let schedule = homing_core::reachability::ProbeSchedule::default();
         let cycle_ms = self.scenario.network.request_timeout_ms
             + schedule.interval_max_ms * (100 + u64::from(schedule.jitter_percent)) / 100
-            + 2 * self.network.rtt_max_us() / 1000;
+            + 2 * self.world.network.rtt_max_us() / 1000;
         let cycles = if self.scenario.network.loss > 0.0 {
             5
         } else {
@@ -845,7 +463,7 @@ impl Sim {
             // Invariant: fault DCs were checked when the scenario was parsed.
             let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
             let ended_us = ms_to_us(end_ms);
-            self.schedule(
+            self.world.schedule(
                 ms_to_us(end_ms + bound_ms),
                 Event::SuspicionCheck { dc, ended_us },
             );
@@ -857,89 +475,25 @@ impl Sim {
     /// before it ended must be gone (a newer one — a lost message — is a
     /// new suspicion).
     fn suspicion_check(&mut self, dc: u16, ended_us: u64) {
-        let (ended_ms, now_ms) = (ended_us / 1000, self.now / 1000);
+        let (ended_ms, now_ms) = (ended_us / 1000, self.world.now / 1000);
         if self.scenario.faulty_between(ended_ms + 1, now_ms) || !self.dcs[usize::from(dc)].up {
             return;
         }
-        let ended = self.epoch + std::time::Duration::from_micros(ended_us);
+        let ended = self.world.instant_at(ended_us);
         let stale = |r: &&Router| r.suspects_since(dc).is_some_and(|since| since <= ended);
         if let Some(router) = self.routers.iter().find(stale) {
             let detail = format!(
                 "router {} still holds dc {} suspect, since before its fault ended, {} ms after",
                 router.idx,
                 self.dcs[usize::from(dc)].id,
-                (self.now - ended_us) / 1000
+                (self.world.now - ended_us) / 1000
             );
             self.checker.on_suspicion_not_cleared(detail);
         }
     }
 
-    /// True time `at` as the `Instant` homing-core's reachability counts in.
-    pub(crate) fn instant(&self) -> std::time::Instant {
-        self.epoch + std::time::Duration::from_micros(self.now)
-    }
-
-    /// The true time (µs) of an `Instant` from [`Sim::instant`].
-    pub(crate) fn us_at(&self, at: std::time::Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
-    }
-
-    /// Schedules `event` at true time `at_us` (never in the past).
-    pub(crate) fn schedule(&mut self, at_us: u64, event: Event) {
-        self.seq += 1;
-        self.queue.push(at_us.max(self.now), self.seq, event);
-    }
-
-    /// A fresh RPC id.
-    pub(crate) fn rpc(&mut self) -> u64 {
-        self.next_rpc += 1;
-        self.next_rpc
-    }
-
-    /// The region a node sits in.
-    pub(crate) fn region(&self, node: NodeId) -> usize {
-        match node {
-            NodeId::Dc(d) => usize::from(d),
-            NodeId::Host(h) => usize::from(self.hosts[h as usize].dc),
-            NodeId::Router(r) => usize::from(self.routers[r as usize].region),
-        }
-    }
-
-    /// Sends a message over the simulated network (it may be lost).
-    pub(crate) fn send(&mut self, message: Message) {
-        let (from, to) = (self.region(message.from), self.region(message.to));
-        let Some(delay) = self.network.delay_us(from, to, self.now, &mut self.rng) else {
-            return;
-        };
-        let message = if self.scenario.encode_messages {
-            round_trip(message)
-        } else {
-            message
-        };
-        self.schedule(self.now + delay, Event::Deliver(Box::new(message)));
-    }
-
-    /// Sends a request and arms its timeout; returns the RPC id.
-    pub(crate) fn request(&mut self, from: NodeId, to: NodeId, key: u32, request: Request) -> u64 {
-        self.request_within(from, to, key, request, self.request_timeout_us)
-    }
-
-    /// [`Sim::request`] given up on after `timeout_us` instead of the request timeout.
-    pub(crate) fn request_within(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        key: u32,
-        request: Request,
-        timeout_us: u64,
-    ) -> u64 {
-        let (rpc, message) = self.request_message(from, to, key, request, timeout_us);
-        self.send(message);
-        rpc
-    }
-
-    /// Sends a request on a QUIC stream (see [`Network::stream_delay_us`])
-    /// and arms its timeout; returns the RPC id.
+    /// Sends a request on a QUIC stream (see [`World::stream_send`]) and
+    /// arms its timeout; returns the RPC id.
     pub(crate) fn stream_request(
         &mut self,
         from: NodeId,
@@ -948,30 +502,11 @@ impl Sim {
         request: Request,
         timeout_us: u64,
     ) -> u64 {
-        let (rpc, message) = self.request_message(from, to, key, request, timeout_us);
+        let (rpc, message) = self
+            .world
+            .request_message(from, to, key, request, timeout_us);
         self.stream_send(message);
         rpc
-    }
-
-    /// A new RPC's request message, its timeout armed.
-    fn request_message(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        key: u32,
-        request: Request,
-        timeout_us: u64,
-    ) -> (u64, Message) {
-        let rpc = self.rpc();
-        self.schedule(self.now + timeout_us, Event::Timeout { node: from, rpc });
-        let message = Message {
-            from,
-            to,
-            rpc,
-            key,
-            body: Body::Request(request),
-        };
-        (rpc, message)
     }
 
     /// Answers DC `d`'s parked request on its QUIC stream.
@@ -993,7 +528,9 @@ impl Sim {
         if !self.stream_send(message)
             && let NodeId::Dc(o) = client
         {
-            self.checker.wake.on_reply_undeliverable(self.now, o, rpc);
+            self.checker
+                .wake
+                .on_reply_undeliverable(self.world.now, o, rpc);
         }
     }
 
@@ -1006,27 +543,13 @@ impl Sim {
         {
             return true;
         }
-        let (from, to) = (self.region(message.from), self.region(message.to));
-        let idle_us = ms_to_us(self.scenario.network.idle_timeout_ms);
-        let delay = self
-            .network
-            .stream_delay_us(from, to, self.now, idle_us, &mut self.rng);
-        let Some(delay) = delay else {
-            return false;
-        };
-        let message = if self.scenario.encode_messages {
-            round_trip(message)
-        } else {
-            message
-        };
-        self.schedule(self.now + delay, Event::Deliver(Box::new(message)));
-        true
+        self.world.stream_send(message)
     }
 
     /// Runs to the end of the scenario or the first violation.
     pub fn run(mut self) -> Outcome {
         let mut failure = None;
-        while let Some(next) = self.queue.pop() {
+        while let Some(next) = self.world.pop() {
             if next.at_us > self.end_us {
                 break;
             }
@@ -1036,9 +559,9 @@ impl Sim {
                 failure = Some(f);
                 break;
             }
-            self.now = next.at_us;
+            self.world.now = next.at_us;
             self.events += 1;
-            self.current_key = NO_KEY;
+            self.world.current_key = NO_KEY;
             let what = next.event.name();
             let (node, detail) = self.describe(&next.event);
             let verbose = self
@@ -1048,10 +571,10 @@ impl Sim {
             self.dispatch(next.event);
             let record = TraceRecord {
                 index: self.events,
-                at_us: self.now,
+                at_us: self.world.now,
                 what,
                 node,
-                key: self.current_key,
+                key: self.world.current_key,
                 detail,
             };
             self.trace.push(record);
@@ -1076,7 +599,7 @@ impl Sim {
             seed: self.seed,
             scenario: self.scenario.name.clone(),
             events: self.events,
-            sim_us: self.now,
+            sim_us: self.world.now,
             trace_hash: self.trace.hash(),
             failure,
             measurements: self.measurements,
@@ -1098,14 +621,15 @@ impl Sim {
         let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
         let up_since: Vec<u64> = self.dcs.iter().map(|d| d.up_since_us).collect();
         let view = view!(self);
-        self.checker.on_end(&view, self.now, interval, &up_since);
+        self.checker
+            .on_end(&view, self.world.now, interval, &up_since);
         let violation = self.checker.take_violation()?;
         Some(self.failure(violation))
     }
 
     /// The report of `violation`, found now: the seed, where, and the key's last events.
     fn failure(&self, violation: Violation) -> Failure {
-        self.failure_at(violation, self.now)
+        self.failure_at(violation, self.world.now)
     }
 
     /// The report of `violation`, due at `at_us`.
@@ -1129,12 +653,12 @@ impl Sim {
     fn describe(&mut self, event: &Event) -> (u32, u64) {
         match event {
             Event::Deliver(m) => {
-                self.current_key = m.key;
+                self.world.current_key = m.key;
                 (m.to.code(), m.rpc)
             }
             Event::Store { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
             Event::GlobalSet(g) => {
-                self.current_key = g.key;
+                self.world.current_key = g.key;
                 (NodeId::Dc(g.dc).code(), g.task)
             }
             Event::Timeout { node, rpc } => (node.code(), *rpc),
@@ -1181,7 +705,7 @@ impl Sim {
             Event::Timeout { node, rpc } => match node {
                 NodeId::Dc(d) => self.dc_timeout(usize::from(d), rpc),
                 NodeId::Host(h) => self.host_timeout(h as usize, rpc),
-                NodeId::Router(r) => self.router_timeout(r as usize, rpc),
+                NodeId::Router(r) => self.on_router(r, |router, ctx| router.timeout(rpc, ctx)),
             },
             Event::Host {
                 host,
@@ -1189,11 +713,11 @@ impl Sim {
                 timer,
                 generation,
             } => self.host_timer(host as usize, incarnation, timer, generation),
-            Event::RouterTick { router } => self.router_tick(router as usize),
-            Event::RouterWatch { router } => self.router_watch(router as usize),
-            Event::RouterScan { router } => self.router_scan(router as usize),
+            Event::RouterTick { router } => self.on_router(router, Router::tick),
+            Event::RouterWatch { router } => self.on_router(router, Router::watch),
+            Event::RouterScan { router } => self.on_router(router, Router::scan),
             Event::RouterProbe { router, dc, epoch } => {
-                self.router_probe(router as usize, dc, epoch)
+                self.on_router(router, |router, ctx| router.probe(dc, epoch, ctx))
             }
             Event::SuspicionCheck { dc, ended_us } => self.suspicion_check(dc, ended_us),
             Event::DcTask {
@@ -1207,11 +731,11 @@ impl Sim {
             }
             Event::Reap { dc } => self.reap(usize::from(dc)),
             Event::HostCrash => {
-                let h = self.rng.below(self.hosts.len() as u64) as usize;
+                let h = self.world.rng.below(self.hosts.len() as u64) as usize;
                 self.host_crash(h);
                 let mean = self.scenario.workload.host_crash_interval_ms;
-                let at = self.now + ms_to_us(self.rng.exp(mean));
-                self.schedule(at, Event::HostCrash);
+                let at = self.world.now + ms_to_us(self.world.rng.exp(mean));
+                self.world.schedule(at, Event::HostCrash);
             }
             Event::HostRestart { host } => self.host_restart(host as usize),
             Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
@@ -1248,7 +772,8 @@ impl Sim {
             Event::DrainScope { dc } => self.drain_scope_begin(usize::from(dc)),
             Event::CrashHosts { dc, fraction_ppm } => {
                 for h in 0..self.hosts.len() {
-                    if self.hosts[h].dc == dc && self.rng.below(1_000_000) < u64::from(fraction_ppm)
+                    if self.hosts[h].dc == dc
+                        && self.world.rng.below(1_000_000) < u64::from(fraction_ppm)
                     {
                         self.host_crash(h);
                     }
@@ -1261,21 +786,39 @@ impl Sim {
         match message.to {
             NodeId::Dc(d) => self.dc_receive(usize::from(d), message),
             NodeId::Host(h) => self.host_receive(h as usize, message),
-            NodeId::Router(r) => self.router_receive(r as usize, message),
+            NodeId::Router(r) => self.on_router(r, |router, ctx| router.receive(message, ctx)),
         }
+    }
+
+    /// Router `r` handles an event with `handle`, given the world, the
+    /// checker and measurements as its observer, and what it may read.
+    fn on_router(&mut self, r: u32, handle: impl FnOnce(&mut Router, &mut RouterCtx)) {
+        let router = &mut self.routers[r as usize];
+        let mut observers = Observers {
+            checker: &mut self.checker,
+            measurements: &mut self.measurements,
+        };
+        let mut ctx = RouterCtx {
+            world: &mut self.world,
+            observer: &mut observers,
+            keys: &self.keys,
+            workload: &self.scenario.workload,
+            region_store: &self.dcs[usize::from(router.region)].store,
+        };
+        handle(router, &mut ctx);
     }
 
     /// Whether DC `d`'s store fails the operation completing now (a draw
     /// inside a failing-store window).
     pub(crate) fn store_fails_now(&mut self, d: usize) -> bool {
-        let now = self.now;
+        let now = self.world.now;
         let share = self
             .failing_stores
             .iter()
             .filter(|(dc, start, end, _)| usize::from(*dc) == d && *start <= now && now < *end)
             .map(|s| s.3)
             .fold(0.0, f64::max);
-        share > 0.0 && self.rng.chance(share)
+        share > 0.0 && self.world.rng.chance(share)
     }
 
     /// The slow-store factor for DC `d` now.
@@ -1283,26 +826,48 @@ impl Sim {
         self.slow_stores
             .iter()
             .filter(|(dc, start, end, _)| {
-                usize::from(*dc) == d && *start <= self.now && self.now < *end
+                usize::from(*dc) == d && *start <= self.world.now && self.world.now < *end
             })
             .map(|s| s.3)
             .fold(1.0, f64::max)
     }
 }
 
-fn round_trip(message: Message) -> Message {
-    // A frame that does not survive encode/decode is a homing-core bug: crash loudly.
-    let body = match &message.body {
-        Body::Request(r) => {
-            let frame = wire::encode(r).expect("request encodes");
-            Body::Request(wire::decode(&frame).expect("request decodes"))
-        }
-        Body::Reply(r) => {
-            let frame = wire::encode(r).expect("reply encodes");
-            Body::Reply(wire::decode(&frame).expect("reply decodes"))
-        }
-    };
-    Message { body, ..message }
+/// The checker and the measurements, borrowed together: what an actor
+/// reports to.
+struct Observers<'a> {
+    checker: &'a mut Checker,
+    measurements: &'a mut Measurements,
+}
+
+impl Observer for Observers<'_> {
+    fn record(&mut self, op: Op, latency_us: u64, rtts: u32, model_rtts: u32) {
+        self.measurements.record(op, latency_us, rtts, model_rtts);
+    }
+
+    fn count(&mut self, what: Counter) {
+        self.measurements.count(what);
+    }
+
+    fn on_resolve(&mut self, key: u32, start_us: u64, now_us: u64, answer: Option<&TailView>) {
+        self.checker.on_resolve(key, start_us, now_us, answer);
+    }
+
+    fn on_resolve_error(&mut self, key: u32, error: String) {
+        self.checker.on_resolve_error(key, error);
+    }
+
+    fn on_watch_gap(&mut self, detail: String) {
+        self.checker.on_watch_gap(detail);
+    }
+
+    fn on_scan_broken(&mut self, detail: String) {
+        self.checker.on_scan_broken(detail);
+    }
+
+    fn on_inspect_broken(&mut self, detail: String) {
+        self.checker.on_inspect_broken(detail);
+    }
 }
 
 fn short(text: &str) -> &str {

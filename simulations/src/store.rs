@@ -101,7 +101,7 @@ pub(crate) enum Asked {
 impl Sim {
     fn local_segment(&self, d: usize, id: &ReservationId) -> Result<Segment, SegmentError> {
         let dc = &self.dcs[d];
-        let now = dc.clock.store_time(self.now);
+        let now = dc.clock.store_time(self.world.now);
         let hop_limit = dc.endpoint.config().hop_limit;
         let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), hop_limit);
         while let Some(at) = segment.need().cloned() {
@@ -125,7 +125,7 @@ impl Sim {
                 k
             }
         };
-        self.current_key = key;
+        self.world.current_key = key;
         let previous = self.dcs[d].store.get(id);
         let head = self.dcs[d].store.event_head();
         match self.dcs[d].store.compare_and_set(expected, record) {
@@ -140,7 +140,7 @@ impl Sim {
         let view = view!(self);
         self.checker.on_commit(
             &view,
-            self.now,
+            self.world.now,
             key,
             d,
             id,
@@ -166,11 +166,11 @@ impl Sim {
         match &op {
             StoreCall::Dc(DcOp::Write {
                 expected, record, ..
-            }) if self.rng.chance(lands) => {
+            }) if self.world.rng.chance(lands) => {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
                 self.cas(d, *expected, record);
             }
-            StoreCall::Dc(DcOp::Allocate) if self.rng.chance(lands) => {
+            StoreCall::Dc(DcOp::Allocate) if self.world.rng.chance(lands) => {
                 self.allocate(d);
             }
             _ => {}
@@ -198,7 +198,7 @@ impl Sim {
         let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
             return;
         };
-        self.current_key = task.key;
+        self.world.current_key = task.key;
         let Some(op) = task.waiting.take() else {
             return;
         };

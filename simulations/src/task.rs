@@ -22,7 +22,8 @@ use crate::acquire::{AcquireJob, acquire_counter};
 use crate::counter::Counter;
 use crate::dc::{Next, Task, peer_answer, unknown_dc};
 use crate::drain_scope::DrainScopeJob;
-use crate::sim::{NodeId, Sim};
+use crate::event::NodeId;
+use crate::sim::Sim;
 use crate::store::{Asked, StoreCall};
 use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
@@ -200,7 +201,7 @@ impl Sim {
     pub(crate) fn now_at(&self, d: usize) -> Now {
         Now {
             node: self.node_now(d),
-            store: self.dcs[d].clock.store_time(self.now),
+            store: self.dcs[d].clock.store_time(self.world.now),
         }
     }
 

@@ -15,8 +15,9 @@ use homing_node::{Failure, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
 use crate::dc::Task;
+use crate::event::{Event, NodeId};
 use crate::scenario::StoreSpec;
-use crate::sim::{Event, NodeId, Sim};
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
@@ -52,7 +53,8 @@ impl Sim {
     /// DC runs and none is in progress.
     pub(crate) fn reap(&mut self, d: usize) {
         let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
-        self.schedule(self.now + interval, Event::Reap { dc: d as u16 });
+        self.world
+            .schedule(self.world.now + interval, Event::Reap { dc: d as u16 });
         if !self.dcs[d].up {
             return;
         }
@@ -60,7 +62,7 @@ impl Sim {
         let Some(mut upkeep) = self.dcs[d].upkeep.take() else {
             return;
         };
-        upkeep.start(self.dcs[d].clock.store_time(self.now));
+        upkeep.start(self.dcs[d].clock.store_time(self.world.now));
         let kind = TaskStepper::Upkeep(Box::new(upkeep));
         self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind));
     }

@@ -15,7 +15,8 @@ use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
 use crate::dc::Task;
-use crate::sim::{NodeId, Sim};
+use crate::event::NodeId;
+use crate::sim::Sim;
 use crate::task::TaskStepper;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
@@ -47,7 +48,7 @@ pub(crate) struct AwaitJob {
 impl Sim {
     /// The node clock of DC `d` now: its local clock, µs.
     pub(crate) fn node_now(&self, d: usize) -> NodeTime {
-        NodeTime::from_us(self.dcs[d].clock.local_us(self.now))
+        NodeTime::from_us(self.dcs[d].clock.local_us(self.world.now))
     }
 
     /// A waiter (homing-node's, as the DC's endpoint made it) starts:
@@ -82,7 +83,7 @@ impl Sim {
     /// Performs waiter `tid`'s registry operation at once: homing-node's
     /// `Waiters::queue`, with the checker told of a registration.
     pub(crate) fn await_queue(&mut self, d: usize, tid: u64, task: &Task, op: QueueOp) -> Answer {
-        let store_now = self.dcs[d].clock.store_time(self.now);
+        let store_now = self.dcs[d].clock.store_time(self.world.now);
         let now = self.node_now(d);
         let reservation = op.reservation().clone();
         // Simulated waiters leave the queue themselves when they stop listening.
@@ -99,7 +100,7 @@ impl Sim {
                 let record = job.wait.record().expect("a record read");
                 let id = &reservation;
                 let ticket = ticket.get();
-                let (at, dc) = (self.now, d as u16);
+                let (at, dc) = (self.world.now, d as u16);
                 (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, record);
             }
             Queued::Settled(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
@@ -152,7 +153,7 @@ impl Sim {
     /// lets go, as homing-node's `Waiters` decides.
     pub(crate) fn waiters_written(&mut self, d: usize, record: &DcRecord) {
         let clock = self.dcs[d].clock;
-        let store_now = clock.store_time(self.now);
+        let store_now = clock.store_time(self.world.now);
         let now = self.node_now(d);
         // Simulated waiters leave the queue themselves when they stop listening.
         let notified = self.dcs[d]
@@ -164,7 +165,7 @@ impl Sim {
     /// Delivers what a change of `id` did to its waiters: wake-ups to their
     /// tasks, and a look again for those a moved hand-off concerns.
     fn waiters_deliver(&mut self, d: usize, id: &ReservationId, notified: Notified<u64>) {
-        let true_now = self.now;
+        let true_now = self.world.now;
         let mut wake_tasks: Vec<u64> = if notified.handoff_moved {
             self.dcs[d].waiters.queued(id).copied().collect()
         } else {
@@ -197,7 +198,7 @@ impl Sim {
             return;
         };
         if let Some(generation) = job.parked {
-            self.dc_timer(d, tid, generation, self.now);
+            self.dc_timer(d, tid, generation, self.world.now);
         }
     }
 

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use homing_sim::counter::Counter;
-use homing_sim::report::{Measurements, Op};
+use homing_sim::counter::{Counter, Op};
+use homing_sim::report::Measurements;
 use homing_sim::{Rules, RunOptions, Scenario, run};
 
 fn scenarios() -> Vec<(String, Scenario)> {

@@ -1,0 +1,64 @@
+//! The DC's end of watches: a `Watch` request runs as a task driving
+//! homing-node's `WatchRead` (its state a [`WatchJob`]), parks until the
+//! DC's log moves or its wait runs out, and answers (see `watch` for the
+//! protocol and the router's end).
+
+use homing_node::{Answer, NodeTime, WatchRead};
+
+use crate::dc::Task;
+use crate::event::NodeId;
+use crate::sim::Sim;
+use crate::task::TaskStepper;
+use crate::trace::NO_KEY;
+use crate::watch::WatchJob;
+
+impl Sim {
+    /// DC `d` starts answering a `Watch`.
+    #[allow(clippy::too_many_arguments)] // the request's origin and its content
+    pub(crate) fn watch_start(&mut self, d: usize, client: NodeId, rpc: u64, read: WatchRead) {
+        let job = WatchJob {
+            read,
+            parked: None,
+            generation: 0,
+        };
+        let kind = TaskStepper::Watch(Box::new(job));
+        self.step_start(d, Task::new(client, rpc, NO_KEY, kind));
+    }
+
+    /// Watch `tid` parks until the DC's log moves or `until` (its
+    /// deadline, by the DC's clock).
+    pub(crate) fn watch_park(&mut self, d: usize, tid: u64, mut task: Task, until: NodeTime) {
+        let job = task.kind.watch_mut().expect("a watch parks");
+        job.generation += 1;
+        job.parked = Some(job.generation);
+        let generation = job.generation;
+        let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
+        self.dcs[d].watches.insert(tid);
+        self.dcs[d].tasks.insert(tid, task);
+        self.dc_timer(d, tid, generation, at);
+    }
+
+    /// DC `d`'s event log moved: every parked watch reads again.
+    pub(crate) fn watches_moved(&mut self, d: usize) {
+        for tid in std::mem::take(&mut self.dcs[d].watches) {
+            let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+                continue;
+            };
+            if let Some(job) = task.kind.watch_mut() {
+                job.parked = None;
+            }
+            self.step_answered(d, tid, task, Answer::LogMoved(Ok(())));
+        }
+    }
+
+    /// Watch `tid` stops waiting while parked: its wait ran out
+    /// (`Answer::TimedOut`) or the DC shuts down (`Answer::Closed`); it
+    /// answers the cursor as it stands.
+    pub(crate) fn watch_ended(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
+        self.dcs[d].watches.remove(&tid);
+        if let Some(job) = task.kind.watch_mut() {
+            job.parked = None;
+        }
+        self.step_answered(d, tid, task, answer);
+    }
+}
