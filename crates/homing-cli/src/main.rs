@@ -72,7 +72,15 @@ enum Command {
     /// Run an end-to-end benchmark suite against real homingd instances in
     /// this process and print homing next to its model or baseline.
     Bench(bench::BenchArgs),
-    /// Write a development CA and node, host, router and admin certificates.
+    /// Write a development CA and node, host, router and admin certificates;
+    /// or, with --revoke, its certificate revocation list.
+    ///
+    /// `homing certs --out DIR --revoke host-iad` writes DIR/crl.pem, signed
+    /// by DIR's CA, listing host-iad.pem and every certificate the list
+    /// already lists (`--revoke` alone writes a list of those only, or an
+    /// empty one). A homingd started with `--crl DIR/crl.pem` refuses a
+    /// listed certificate at its next connection, within its
+    /// `tls_reload_ms`, without a restart.
     Certs {
         /// Directory to write into (created if missing).
         #[arg(long, default_value = "homing-certs")]
@@ -80,6 +88,10 @@ enum Command {
         /// DC ids to issue node and host certificates for, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "iad,fra,sin")]
         dcs: Vec<String>,
+        /// Revoke these certificates (file stems in --out: node-iad,
+        /// host-fra, router, admin, ...) instead of writing new ones.
+        #[arg(long, value_delimiter = ',', num_args = 0..)]
+        revoke: Option<Vec<String>>,
     },
     /// Where the key's actor lives now: DC, reservation, actor, token.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -313,7 +325,27 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Devnet(args) => return devnet::run(args).await.map(checked),
         Command::Bench(args) => return bench::run(args).await.map(checked),
-        Command::Certs { out, dcs } => {
+        Command::Certs {
+            out,
+            revoke: Some(names),
+            ..
+        } => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            let (crl, listed) = homing_net::pki::revoke_dev_certs(&out, &names, now)
+                .bad_input(format!("--revoke in {}", out.display()))?;
+            println!(
+                "wrote {}: it lists {listed} revoked certificate(s); a homingd started with --crl {} refuses them at their next connection",
+                crl.display(),
+                crl.display()
+            );
+        }
+        Command::Certs {
+            out,
+            dcs,
+            revoke: None,
+        } => {
             let dcs = dcs
                 .iter()
                 .map(|d| DcId::new(d.as_str()))

@@ -57,6 +57,12 @@ pub struct Settings {
     /// PEM file of this node's private key.
     #[arg(long, env = "HOMING_KEY")]
     pub key: Option<PathBuf>,
+    /// PEM file of the CA's certificate revocation list (e.g. `homing certs revoke`'s crl.pem): a peer, host, router or admin whose certificate it lists is refused at its next connection. Unset: no revocation.
+    #[arg(long, env = "HOMING_CRL")]
+    pub crl: Option<PathBuf>,
+    /// How often the certificate, key, CA and revocation-list files are checked for changes, in milliseconds; changed files are loaded for new connections (open ones go on), files that do not load are logged and the ones in use kept. 0: never.
+    #[arg(long, env = "HOMING_TLS_RELOAD_MS")]
+    pub tls_reload_ms: Option<u64>,
     /// DC store backend: redb (default), etcd or fdb.
     #[arg(long, env = "HOMING_DC_STORE")]
     pub dc_store: Option<String>,
@@ -235,6 +241,8 @@ impl Settings {
             ca_cert,
             cert,
             key,
+            crl,
+            tls_reload_ms,
             dc_store,
             global_store,
             etcd_endpoints,
@@ -280,6 +288,9 @@ impl Settings {
 pub use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT as ABSENT_TTL_MS_DEFAULT;
 /// Default most Watch requests parked at a DC at once.
 pub const WATCHES_PARKED_MAX_DEFAULT: u64 = 1_024;
+
+/// Default of `tls_reload_ms`: how often the TLS files are checked for changes.
+pub const TLS_RELOAD_MS_DEFAULT: u64 = 5_000;
 
 /// A configuration that failed validation; the message names the field.
 #[derive(Debug, Error)]
@@ -332,6 +343,10 @@ pub struct Config {
     pub cert: PathBuf,
     /// Own key file.
     pub key: PathBuf,
+    /// The CA's certificate revocation list, if revocation is used.
+    pub crl: Option<PathBuf>,
+    /// How often the TLS files are checked for changes, ms (0: never).
+    pub tls_reload_ms: u64,
     /// DC store backend.
     pub dc_store: StoreKind,
     /// Global store backend.
@@ -420,6 +435,17 @@ fn dc_terms(ttl_ms: u64, policy: &LeasePolicy) -> DcTerms {
 }
 
 impl Config {
+    /// Where its TLS identity lives: loaded at start, and again when the
+    /// files change.
+    pub fn tls_files(&self) -> homing_net::TlsFiles {
+        homing_net::TlsFiles {
+            ca: self.ca_cert.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            crl: self.crl.clone(),
+        }
+    }
+
     /// The terms this DC renews its DC lease under.
     pub fn dc_terms(&self) -> DcTerms {
         dc_terms(self.dc_lease_ttl_ms, &self.policy)
@@ -502,6 +528,8 @@ impl Config {
             ca_cert: s.ca_cert.ok_or(ConfigError::Missing("ca_cert"))?,
             cert: s.cert.ok_or(ConfigError::Missing("cert"))?,
             key: s.key.ok_or(ConfigError::Missing("key"))?,
+            crl: s.crl,
+            tls_reload_ms: s.tls_reload_ms.unwrap_or(TLS_RELOAD_MS_DEFAULT),
             dc_store,
             global_store,
             etcd_endpoints,

@@ -16,6 +16,7 @@ pub mod node;
 pub mod peers;
 pub mod quota;
 pub mod stores;
+pub mod tls_reload;
 pub mod upkeep;
 pub mod waiters;
 
@@ -156,7 +157,7 @@ impl Daemon {
         let client = Client::new(tls, ClientLimits::default())?;
         let peers = Peers::new(
             &config.peers,
-            client,
+            client.clone(),
             Duration::from_millis(config.peer_timeout_ms),
             metrics.clone(),
         );
@@ -223,6 +224,15 @@ impl Daemon {
             Duration::from_millis(config.log_follow_ms),
             stopped.clone(),
         )));
+        if config.tls_reload_ms > 0 {
+            tasks.push(tokio::spawn(tls_reload::run(
+                config.tls_files(),
+                server.reloader(),
+                client,
+                Duration::from_millis(config.tls_reload_ms),
+                stopped.clone(),
+            )));
+        }
         let mut metrics_addr = None;
         if let Some(addr) = config.metrics_listen {
             let listener = metrics::bind(addr).await?;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use homing_daemon::{Config, Daemon, Settings, open_stores};
-use homing_net::TlsIdentity;
 
 /// homingd — serves one datacenter of a homing deployment.
 ///
@@ -49,7 +48,9 @@ async fn main() -> anyhow::Result<()> {
         None => Settings::default(),
     };
     let config = Config::from_settings(file.overlay(cli.settings))?;
-    let tls = TlsIdentity::load_pem(&config.ca_cert, &config.cert, &config.key)
+    let tls = config
+        .tls_files()
+        .load()
         .with_context(|| format!("loading TLS identity from {}", config.cert.display()))?;
     let stores = open_stores(&config).await?;
     let daemon =

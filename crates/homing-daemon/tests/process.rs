@@ -409,3 +409,71 @@ async fn a_second_homingd_on_the_same_data_dir_is_refused_and_the_first_keeps_se
     ));
     drop(first);
 }
+
+#[tokio::test]
+async fn a_revoked_host_certificate_is_refused_at_its_next_connection_without_a_restart() {
+    let (dir, ca) = setup();
+    let certs = dir.path().join("certs");
+    // Revocation is on from the start, with nothing revoked yet.
+    let (crl, listed) = homing_net::pki::revoke_dev_certs(&certs, &[], 1_000).unwrap();
+    assert_eq!(listed, 0);
+    let addr = free_port();
+    let mut child = homingd(dir.path(), addr)
+        .arg("--crl")
+        .arg(&crl)
+        .args(["--tls-reload-ms", "50"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("homingd starts");
+    let stdout = child.stdout.take().unwrap();
+    let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    let _daemon = Homingd { child, addr };
+    let peer = Peer {
+        addr,
+        dc: DcId::new("iad").unwrap(),
+    };
+    // The host's certificate as the dev PKI wrote it: the one revoked below.
+    let host_tls = homing_net::pki::load_identity(
+        &certs,
+        &Identity::new(Role::Host, Some(peer.dc.clone())).unwrap(),
+    )
+    .unwrap();
+    let host = || Client::new(&host_tls, ClientLimits::default()).unwrap();
+    let open = host();
+    assert!(matches!(
+        open.request(&peer, &acquire("before")).await.unwrap(),
+        Reply::Acquire(AcquireReply::Acquired(_))
+    ));
+
+    homing_net::pki::revoke_dev_certs(&certs, &["host-iad".to_string()], 1_001).unwrap();
+    // homingd looks at its files every 50 ms: a new connection of the host
+    // is refused once it reloaded (bounded wait, one fresh client per try).
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let attempt = host().request(&peer, &acquire_under("after", 8)).await;
+        if attempt.is_err() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revoked host still connects: {attempt:?}"
+        );
+    }
+    // Its open connection goes on; another certificate connects anew.
+    assert!(matches!(
+        open.request(&peer, &acquire_under("open", 9))
+            .await
+            .unwrap(),
+        Reply::Acquire(AcquireReply::Acquired(_))
+    ));
+    let router = client(&ca, Role::Router);
+    assert!(matches!(
+        router
+            .request(&peer, &Request::Resolve { key: key("before") })
+            .await
+            .unwrap(),
+        Reply::Resolved { entry: Some(_), .. }
+    ));
+}

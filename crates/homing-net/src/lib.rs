@@ -50,9 +50,9 @@ pub use loopback::loopback_listen_addr;
 pub use pki::{DevCa, IssuedCert, PkiError, generate_dev_pki};
 pub use pool::Peer;
 pub use relay::Relay;
-pub use server::{Handler, Server};
+pub use server::{Handler, Server, ServerReloader};
 pub use stats::{CloseKind, ConnectionStats, ServerStats};
-pub use tls::TlsIdentity;
+pub use tls::{FilesStamp, TlsFiles, TlsIdentity};
 
 /// Locks `mutex`, ignoring poisoning: every critical section in this crate
 /// is a few reads and assignments that leave the state consistent even if a

@@ -65,6 +65,27 @@ pub struct Server {
     limits: ServerLimits,
 }
 
+/// Reloads a running server's certificates ([`Server::reload`]). Once the
+/// server shut down, a reload changes nothing.
+#[derive(Clone)]
+pub struct ServerReloader {
+    endpoint: Endpoint,
+    limits: ServerLimits,
+    stopped: watch::Receiver<bool>,
+}
+
+impl ServerReloader {
+    /// See [`Server::reload`].
+    pub fn reload(&self, tls: &TlsIdentity) -> Result<(), NetError> {
+        let config = server_config(tls, &self.limits)?;
+        // A shut-down server accepts nothing: a reload must not reopen it.
+        if !*self.stopped.borrow() {
+            self.endpoint.set_server_config(Some(config));
+        }
+        Ok(())
+    }
+}
+
 /// What every connection and request task shares.
 struct Shared {
     local_dc: DcId,
@@ -135,9 +156,16 @@ impl Server {
     /// its next one is refused). The stateless-reset keys stay those of the
     /// key the server started with.
     pub fn reload(&self, tls: &TlsIdentity) -> Result<(), NetError> {
-        let config = server_config(tls, &self.limits)?;
-        self.endpoint.set_server_config(Some(config));
-        Ok(())
+        self.reloader().reload(tls)
+    }
+
+    /// [`Server::reload`] for another task to call.
+    pub fn reloader(&self) -> ServerReloader {
+        ServerReloader {
+            endpoint: self.endpoint.clone(),
+            limits: self.limits.clone(),
+            stopped: self.stop.subscribe(),
+        }
     }
 
     /// The bound address (useful after binding port 0).

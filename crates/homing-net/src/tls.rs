@@ -4,7 +4,7 @@
 //! mutual authentication, every peer's certificate checked against the
 //! revocation lists, ALPN [`homing_core::wire::ALPN`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use homing_core::Identity;
@@ -218,6 +218,68 @@ impl TlsIdentity {
             .add(self.ca.clone())
             .map_err(|e| NetError::Tls(e.to_string()))?;
         Ok(Arc::new(roots))
+    }
+}
+
+/// Where a process's TLS identity lives on disk, so that it can be loaded
+/// again when the files change (certificate rotation, a new revocation
+/// list) without a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA certificate (PEM).
+    pub ca: PathBuf,
+    /// This process's certificate chain, leaf first (PEM).
+    pub cert: PathBuf,
+    /// This process's private key (PEM).
+    pub key: PathBuf,
+    /// The CA's certificate revocation list (PEM), if revocation is used.
+    pub crl: Option<PathBuf>,
+}
+
+/// What the files looked like when last looked at: each one's size,
+/// modification time and (on unix) inode, so that a file replaced by a
+/// rename shows as changed even within the same second.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesStamp(Vec<Option<(u64, Option<std::time::SystemTime>, u64)>>);
+
+impl TlsFiles {
+    /// The identity the files hold now.
+    pub fn load(&self) -> Result<TlsIdentity, NetError> {
+        let identity = TlsIdentity::load_pem(&self.ca, &self.cert, &self.key)?;
+        match &self.crl {
+            None => Ok(identity),
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| NetError::Pem {
+                    what: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                identity.with_crl_pem(&path.display().to_string(), &pem)
+            }
+        }
+    }
+
+    /// How the files look now (a file that cannot be read stamps as `None`).
+    pub fn stamp(&self) -> FilesStamp {
+        let paths = [
+            Some(&self.ca),
+            Some(&self.cert),
+            Some(&self.key),
+            self.crl.as_ref(),
+        ];
+        FilesStamp(
+            paths
+                .into_iter()
+                .flatten()
+                .map(|path| {
+                    let meta = std::fs::metadata(path).ok()?;
+                    #[cfg(unix)]
+                    let inode = std::os::unix::fs::MetadataExt::ino(&meta);
+                    #[cfg(not(unix))]
+                    let inode = 0;
+                    Some((meta.len(), meta.modified().ok(), inode))
+                })
+                .collect(),
+        )
     }
 }
 
