@@ -176,8 +176,8 @@ fn check_version(dir: &Path, cases: &[Case]) -> Vec<String> {
             failures.push(format!(
                 "{}: encodes differently from its fixture\n  fixture  {}\n  encoded  {}",
                 case.name,
-                to_hex(&stored).replace('\n', " "),
-                to_hex(written).replace('\n', " "),
+                to_hex(&stored).replace('\n', " ").trim_end(),
+                to_hex(written).replace('\n', " ").trim_end(),
             ));
         }
     }
