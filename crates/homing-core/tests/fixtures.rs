@@ -13,7 +13,7 @@ use std::path::Path;
 use golden::samples::{self, actor, failed, id, key, lease_key, plain_key, shortcut, tag};
 use golden::{Case, Version};
 use homing_core::wire::{
-    self, AwaitReply, ErrorKind, ErrorReply, PROTOCOL_VERSION, Reply, Request,
+    self, ALPN, AwaitReply, ErrorKind, ErrorReply, PROTOCOL_VERSION, Reply, Request,
 };
 use homing_core::{
     AcquireReply, Deadlines, EventKind, FencingToken, Grant, Holder, HostTime, KeyConfig, Link,
@@ -410,6 +410,13 @@ fn wire_fixtures_decode_to_their_values_and_encode_to_their_bytes() {
         cases: cases(),
     };
     golden::check(&root, vec![current]);
+}
+
+/// The fixtures directory is named after `PROTOCOL_VERSION`; peers agree
+/// on `ALPN`: the two must be one version.
+#[test]
+fn the_fixtures_version_is_the_one_alpn_carries() {
+    assert_eq!(ALPN, format!("homing/{PROTOCOL_VERSION}").as_bytes());
 }
 
 /// The variant indices `T`'s decoder accepts: postcard starts an enum with
