@@ -1,0 +1,148 @@
+//! The values fixtures are made of, fixed forever once a version's files
+//! exist: every optional field is `Some` in at least one of them, and
+//! numbers are large enough to take several varint bytes.
+
+use homing_core::record::FailureReason;
+use homing_core::{
+    ActorId, DcRecord, Event, EventKind, FencingToken, Key, KeyName, LeaseKey, Namespace,
+    PreviousRun, RecordState, ReleaseCause, ReservationId, RunOutcome, Shortcut, StoreTime, Tag,
+};
+
+/// A reservation ID from its text (`iad.42`).
+pub fn id(text: &str) -> ReservationId {
+    text.parse().expect("sample reservation ids are valid")
+}
+
+/// A key in a nested namespace.
+pub fn key() -> Key {
+    Key::in_namespace(
+        Namespace::new("games/eu").expect("valid namespace"),
+        KeyName::new("room-42").expect("valid key name"),
+    )
+}
+
+/// A key in the default namespace.
+pub fn plain_key() -> Key {
+    Key::new(KeyName::new("lobby").expect("valid key name"))
+}
+
+/// The tag of [`key`].
+pub fn tag() -> Tag {
+    Tag::new("chat").expect("valid tag")
+}
+
+/// An actor.
+pub fn actor() -> ActorId {
+    ActorId::new("10.0.0.7:8080").expect("valid actor id")
+}
+
+/// A lease key whose 16 bytes count up from 1.
+pub fn lease_key() -> LeaseKey {
+    let bytes = std::array::from_fn(|i| i as u8 + 1);
+    LeaseKey::from_bytes(bytes).expect("not all zeros")
+}
+
+/// A run that failed.
+pub fn failed() -> RunOutcome {
+    RunOutcome::Failed {
+        reason: FailureReason::new("out of memory").expect("valid reason"),
+    }
+}
+
+/// A store time (ms since the epoch, 2023-11-14).
+pub fn at() -> StoreTime {
+    StoreTime::from_ms(1_700_000_000_000)
+}
+
+/// A shortcut to a later member of the chain.
+pub fn shortcut() -> Shortcut {
+    Shortcut {
+        to: id("fra.9000"),
+        token: FencingToken::new(12),
+    }
+}
+
+/// One record per [`RecordState`] variant, named; the active one has every
+/// optional field set.
+pub fn records() -> Vec<(&'static str, DcRecord)> {
+    let record = |unique: u64, state: RecordState| DcRecord {
+        id: ReservationId::new("iad".parse().expect("valid dc"), unique),
+        key: key(),
+        tag: Some(tag()),
+        token: FencingToken::new(7),
+        allow_renew: true,
+        predecessor: Some(id("fra.3")),
+        state,
+        shortcut: Some(Box::new(shortcut())),
+        version: 300,
+    };
+    let active = RecordState::Active {
+        actor: actor(),
+        expires_at: at(),
+        lease: Some(lease_key()),
+        previous: Some(Box::new(PreviousRun {
+            reservation: id("iad.41"),
+            token: FencingToken::new(6),
+            ended: ReleaseCause::Released(failed()),
+        })),
+    };
+    let released = RecordState::Released {
+        at: at(),
+        cause: ReleaseCause::Expired,
+    };
+    let mut abandoned = record(45, RecordState::Abandoned);
+    abandoned.tag = None;
+    abandoned.predecessor = None;
+    abandoned.shortcut = None;
+    abandoned.allow_renew = false;
+    vec![
+        ("active", record(42, active)),
+        ("released", record(43, released)),
+        (
+            "linked",
+            record(44, RecordState::Linked { to: id("fra.9000") }),
+        ),
+        ("abandoned", abandoned),
+    ]
+}
+
+/// One event per [`EventKind`] variant, named.
+pub fn events() -> Vec<(&'static str, Event)> {
+    let kinds = [
+        (
+            "reserved",
+            EventKind::Reserved {
+                actor: actor(),
+                tag: Some(tag()),
+                predecessor: Some(id("fra.3")),
+            },
+        ),
+        (
+            "released",
+            EventKind::Released {
+                at: at(),
+                outcome: failed(),
+            },
+        ),
+        ("expired", EventKind::Expired { at: at() }),
+        ("linked", EventKind::Linked { to: id("fra.9000") }),
+        ("drained", EventKind::Drained),
+        ("abandoned", EventKind::Abandoned),
+        ("force-released", EventKind::ForceReleased { at: at() }),
+        ("cancelled", EventKind::Cancelled { at: at() }),
+    ];
+    kinds
+        .into_iter()
+        .zip(1_000u64..)
+        .map(|((name, kind), seq)| {
+            let event = Event {
+                seq,
+                reservation: id("iad.42"),
+                key: key(),
+                token: FencingToken::new(7),
+                kind,
+            };
+            (name, event)
+        })
+        .collect()
+}
