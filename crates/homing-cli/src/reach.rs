@@ -139,7 +139,20 @@ fn parse_entries(entries: &[String]) -> anyhow::Result<Vec<(DcId, SocketAddr)>> 
 /// Loads `identity`'s certificate, key and the CA from `dir`, saying how to
 /// make them when they are missing (bad input).
 pub fn load_identity(dir: &Path, identity: &Identity) -> anyhow::Result<TlsIdentity> {
-    homing_net::pki::load_identity(dir, identity).bad_input(format!(
+    load_files(
+        &homing_net::pki::identity_files(dir, identity, None),
+        dir,
+        identity,
+    )
+}
+
+/// [`load_identity`] from `files` (`identity`'s in `dir`, with a revocation list perhaps).
+pub fn load_files(
+    files: &homing_net::TlsFiles,
+    dir: &Path,
+    identity: &Identity,
+) -> anyhow::Result<TlsIdentity> {
+    files.load().bad_input(format!(
         "loading the {} certificate from {} (run `homing certs --out {}` first?)",
         cert_name(identity),
         dir.display(),

@@ -290,7 +290,7 @@ pub use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT as ABSENT_TTL_MS_DEFAULT;
 pub const WATCHES_PARKED_MAX_DEFAULT: u64 = 1_024;
 
 /// Default of `tls_reload_ms`: how often the TLS files are checked for changes.
-pub const TLS_RELOAD_MS_DEFAULT: u64 = 5_000;
+pub use homing_net::reload::TLS_RELOAD_MS_DEFAULT;
 
 /// A configuration that failed validation; the message names the field.
 #[derive(Debug, Error)]

@@ -16,7 +16,6 @@ pub mod node;
 pub mod peers;
 pub mod quota;
 pub mod stores;
-pub mod tls_reload;
 pub mod upkeep;
 pub mod waiters;
 
@@ -225,12 +224,14 @@ impl Daemon {
             stopped.clone(),
         )));
         if config.tls_reload_ms > 0 {
-            tasks.push(tokio::spawn(tls_reload::run(
+            let mut stopped = stopped.clone();
+            tasks.push(tokio::spawn(homing_net::reload::watch_files(
                 config.tls_files(),
-                server.reloader(),
-                client,
                 Duration::from_millis(config.tls_reload_ms),
-                stopped.clone(),
+                vec![Box::new(server.reloader()), Box::new(client)],
+                async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                },
             )));
         }
         let mut metrics_addr = None;

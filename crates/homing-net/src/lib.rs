@@ -35,6 +35,7 @@ mod loopback;
 pub mod pki;
 mod pool;
 pub mod relay;
+pub mod reload;
 mod server;
 mod stats;
 mod tls;

@@ -17,7 +17,7 @@ use thiserror::Error;
 
 use crate::error::NetError;
 use crate::identity::{identity_uri, node_server_name};
-use crate::tls::TlsIdentity;
+use crate::tls::{TlsFiles, TlsIdentity};
 
 /// Common name of a generated CA.
 pub const DEV_CA_COMMON_NAME: &str = "homing dev ca";
@@ -206,12 +206,19 @@ pub fn cert_name(identity: &Identity) -> String {
 /// Loads `identity`'s certificate and key, and the CA, from a directory laid
 /// out as [`generate_dev_pki`] writes it (`ca.pem`, `<cert_name>.pem|.key`).
 pub fn load_identity(dir: &Path, identity: &Identity) -> Result<TlsIdentity, NetError> {
+    identity_files(dir, identity, None).load()
+}
+
+/// Where `identity`'s certificate, key and CA are in a directory laid out
+/// as [`generate_dev_pki`] writes it, with revocation list `crl` if given.
+pub fn identity_files(dir: &Path, identity: &Identity, crl: Option<PathBuf>) -> TlsFiles {
     let name = cert_name(identity);
-    TlsIdentity::load_pem(
-        &dir.join(format!("{CA_FILE_STEM}.pem")),
-        &dir.join(format!("{name}.pem")),
-        &dir.join(format!("{name}.key")),
-    )
+    TlsFiles {
+        ca: dir.join(format!("{CA_FILE_STEM}.pem")),
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}.key")),
+        crl,
+    }
 }
 
 /// Revokes the dev PKI's certificates `names` (file stems in `dir`, as

@@ -98,6 +98,12 @@ pub struct HoldArgs {
     /// Directory with ca.pem and host-<dc>.pem/.key, as written by `homing certs`.
     #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
     certs: PathBuf,
+    /// PEM file of the CA's certificate revocation list (`homing certs --revoke`): a DC whose certificate it lists is not connected to.
+    #[arg(long, env = "HOMING_CRL")]
+    crl: Option<PathBuf>,
+    /// How often the certificate, key, CA and revocation-list files are checked for changes, in milliseconds; changed files are used for new connections (open ones go on). 0: never.
+    #[arg(long, env = "HOMING_TLS_RELOAD_MS", default_value_t = homing_net::reload::TLS_RELOAD_MS_DEFAULT)]
+    tls_reload_ms: u64,
     /// The host's own DC as NAME=ADDR (the first, if repeated; env: HOMING_DCS). The same DC given again names its other homingd, tried in turn when one does not answer.
     #[arg(long = "dc", env = "HOMING_DCS", value_delimiter = ',')]
     dcs: Vec<String>,
@@ -235,8 +241,16 @@ impl Plan {
             None => ActorId::new(host_name()).context("this host's name as the actor id")?,
         };
         let identity = Identity::new(Role::Host, Some(dc.clone()))?;
-        let tls = reach::load_identity(&args.certs, &identity)?;
-        let client = reach::closed_at_exit(Client::new(&tls, ClientLimits::default())?);
+        let files = homing_net::pki::identity_files(&args.certs, &identity, args.crl.clone());
+        let tls = reach::load_files(&files, &args.certs, &identity)?;
+        let client = Client::new(&tls, ClientLimits::default())?;
+        tokio::spawn(homing_net::reload::watch_files(
+            files,
+            Duration::from_millis(args.tls_reload_ms),
+            vec![Box::new(client.clone())],
+            std::future::pending(),
+        ));
+        let client = reach::closed_at_exit(client);
         let mut config = HostAgentConfig::new(Peer { addr, dc }, key, actor);
         config.alternates = alternates;
         config.wait_ms = args.wait_ms;

@@ -27,6 +27,12 @@ struct Args {
     /// Directory with ca.pem and router.pem/router.key, as written by `homing certs`.
     #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
     certs: PathBuf,
+    /// PEM file of the CA's certificate revocation list (`homing certs --revoke`): a DC whose certificate it lists is not connected to.
+    #[arg(long, env = "HOMING_CRL")]
+    crl: Option<PathBuf>,
+    /// How often the certificate, key, CA and revocation-list files are checked for changes, in milliseconds; changed files are used for new connections to DCs (open ones go on). 0: never.
+    #[arg(long, env = "HOMING_TLS_RELOAD_MS", default_value_t = homing_net::reload::TLS_RELOAD_MS_DEFAULT)]
+    tls_reload_ms: u64,
     /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated). A DC served by several homingd is given once per address (iad=10.0.1.1:7400,iad=10.0.1.2:7400): requests go to the next when one does not answer.
     #[arg(
         long = "dc",
@@ -180,13 +186,8 @@ fn dc_table(entries: &[String]) -> anyhow::Result<Vec<(homing_core::DcId, Socket
 async fn run(args: Args) -> anyhow::Result<()> {
     let dcs = dc_table(&args.dcs)?;
     let identity = Identity::new(Role::Router, None)?;
-    let name = homing_net::pki::cert_name(&identity);
-    let tls = homing_net::TlsIdentity::load_pem(
-        &args.certs.join("ca.pem"),
-        &args.certs.join(format!("{name}.pem")),
-        &args.certs.join(format!("{name}.key")),
-    )
-    .with_context(|| {
+    let files = homing_net::pki::identity_files(&args.certs, &identity, args.crl.clone());
+    let tls = files.load().with_context(|| {
         format!(
             "loading the router certificate from {}",
             args.certs.display()
@@ -202,6 +203,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ..ResolverConfig::new(dcs)
     };
     let client = Client::new(&tls, ClientLimits::default())?;
+    tokio::spawn(homing_net::reload::watch_files(
+        files,
+        std::time::Duration::from_millis(args.tls_reload_ms),
+        vec![Box::new(client.clone())],
+        std::future::pending(),
+    ));
     let resolver = Resolver::new(client.clone(), resolver_config);
     let config = EdgeConfig {
         key_header: HeaderName::try_from(args.key_header.as_str()).context("--key-header")?,
