@@ -38,6 +38,7 @@ use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
 use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
+use crate::report::Work;
 use crate::sim::Sim;
 use crate::store::StoreCall;
 use crate::task::TaskStepper;
@@ -155,19 +156,6 @@ const MEMORY_LIMITS: MemoryLimits = MemoryLimits {
     entries: MEMORY_ENTRIES_DEFAULT,
     absent_ttl_ms: NODE_ABSENT_TTL_MS_DEFAULT,
 };
-
-/// Per-request work counters, reported with acquire replies.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Work {
-    /// Round trips to other DCs.
-    pub peer_rtts: u32,
-    /// Global write-once operations.
-    pub global_writes: u32,
-    /// Link requests sent to a tail's DC.
-    pub links: u32,
-    /// Times the acquire awaited the holder's reservation.
-    pub awaits: u32,
-}
 
 #[derive(Debug)]
 pub(crate) struct Task {
