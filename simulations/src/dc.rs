@@ -31,7 +31,7 @@ use homing_node::{
 
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
-use crate::invariants::view;
+use crate::invariants::{DcsView, view};
 use homing_core::Mutations;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
@@ -148,6 +148,21 @@ impl Dc {
             memory: MEMORY_LIMITS,
             keys_per_namespace_max,
         }
+    }
+}
+
+/// The simulated DCs, as the checkers read them.
+impl DcsView for Vec<Dc> {
+    fn store(&self, d: usize) -> &MemoryDc {
+        &self[d].store
+    }
+
+    fn up(&self, d: usize) -> bool {
+        self[d].up
+    }
+
+    fn clock(&self, d: usize) -> NodeClock {
+        self[d].clock
     }
 }
 

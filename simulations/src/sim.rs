@@ -12,12 +12,13 @@ use homing_core::{
     Request, ReservationId, RunOutcome, TailView,
 };
 
+use crate::checker::Checker;
 use crate::clock::NodeClock;
 use crate::dc::Dc;
 use crate::dc_lease::StoreDcLease;
 use crate::event::{Body, Event, HostTimer, Message, NodeId};
 use crate::host::{Host, HostCtx};
-use crate::invariants::{Checker, View, Violation, view};
+use crate::invariants::{View, Violation, view};
 use crate::network::{Network, Partition};
 use crate::observe::Observer;
 use crate::report::{Measurements, Work};
