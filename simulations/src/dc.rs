@@ -2,13 +2,13 @@
 //! at commit), its volatile state (its memory of the global store, in-flight
 //! requests — lost in a crash), its clock, and its request handling, which
 //! drives homing-node as `homing-daemon`'s `Node` does: every request runs
-//! as a homing-node stepper in `crate::task`'s loop (an acquire, a
-//! waiter, a watch, a drain-scope page with what the driver holds for
-//! them; every other request as homing-node's `Serve`), and so do the DC's
-//! own passes; this module performs what takes time (global writes, peer
-//! requests, pauses; store operations in `crate::store`, an acquire's waits
-//! in `crate::acquire`, a crash and a restart in `crate::crash`) and routes
-//! each answer back.
+//! as a homing-node stepper in `task.rs`'s loop (an acquire, a waiter, a
+//! watch, a drain-scope page with what the driver holds for them; every
+//! other request as homing-node's `Serve`), and so do the DC's own passes;
+//! this module performs what takes time (global writes, peer requests,
+//! pauses; store operations in `store.rs`, an acquire's waits in
+//! `acquire.rs`, a crash and a restart in `crash.rs`) and routes each
+//! answer back. The checkers read the DCs through [`DcsView`].
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
