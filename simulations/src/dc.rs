@@ -2,13 +2,13 @@
 //! at commit), its volatile state (its memory of the global store, in-flight
 //! requests — lost in a crash), its clock, and its request handling, which
 //! drives homing-node as `homing-daemon`'s `Node` does: every request runs
-//! as a homing-node stepper in `crate::task`'s loop (an acquire, a
-//! waiter, a watch, a drain-scope page with what the driver holds for
-//! them; every other request as homing-node's `Serve`), and so do the DC's
-//! own passes; this module performs what takes time (global writes, peer
-//! requests, pauses; store operations in `crate::store`, an acquire's waits
-//! in `crate::acquire`, a crash and a restart in `crate::crash`) and routes
-//! each answer back.
+//! as a homing-node stepper in `task.rs`'s loop (an acquire, a waiter, a
+//! watch, a drain-scope page with what the driver holds for them; every
+//! other request as homing-node's `Serve`), and so do the DC's own passes;
+//! this module performs what takes time (global writes, peer requests,
+//! pauses; store operations in `store.rs`, an acquire's waits in
+//! `acquire.rs`, a crash and a restart in `crash.rs`) and routes each
+//! answer back. The checkers read the DCs through [`DcsView`].
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
@@ -31,13 +31,14 @@ use homing_node::{
 
 use crate::clock::NodeClock;
 use crate::dc_lease::DcLeaseDriver;
-use crate::invariants::view;
+use crate::invariants::{DcsView, view};
 use homing_core::Mutations;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
 use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
 use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
+use crate::report::Work;
 use crate::sim::Sim;
 use crate::store::StoreCall;
 use crate::task::TaskStepper;
@@ -150,24 +151,26 @@ impl Dc {
     }
 }
 
+/// The simulated DCs, as the checkers read them.
+impl DcsView for Vec<Dc> {
+    fn store(&self, d: usize) -> &MemoryDc {
+        &self[d].store
+    }
+
+    fn up(&self, d: usize) -> bool {
+        self[d].up
+    }
+
+    fn clock(&self, d: usize) -> NodeClock {
+        self[d].clock
+    }
+}
+
 /// What a simulated DC remembers: homingd's defaults.
 const MEMORY_LIMITS: MemoryLimits = MemoryLimits {
     entries: MEMORY_ENTRIES_DEFAULT,
     absent_ttl_ms: NODE_ABSENT_TTL_MS_DEFAULT,
 };
-
-/// Per-request work counters, reported with acquire replies.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Work {
-    /// Round trips to other DCs.
-    pub peer_rtts: u32,
-    /// Global write-once operations.
-    pub global_writes: u32,
-    /// Link requests sent to a tail's DC.
-    pub links: u32,
-    /// Times the acquire awaited the holder's reservation.
-    pub awaits: u32,
-}
 
 #[derive(Debug)]
 pub(crate) struct Task {

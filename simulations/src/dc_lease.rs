@@ -486,9 +486,4 @@ impl Sim {
         self.measurements
             .duration(Timing::DcCutHostsStoppedAfter, after);
     }
-
-    /// Whether the global store judges DC `d`'s lease expired now.
-    pub(crate) fn dc_lease_expired(&self, d: usize) -> bool {
-        self.global_leases[d].standing(self.world.now) == DcStanding::Expired
-    }
 }

@@ -5,21 +5,24 @@
 //! before the hard deadline, `StaleToken`/`Expired` stopping it at once,
 //! `Draining` ending renewals, a grant that arrives too late never started —
 //! all on the host's own drifting clock. It releases when its workload says so.
+//! A host is an actor: its handlers take a `HostCtx` (the shared world,
+//! the observer it reports to, what it may read), never the simulator.
 
-use crate::counter::{Counter, Op};
+use std::collections::BTreeSet;
+
 use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
-use homing_core::{AcquireReply, Grant};
 use homing_core::{
-    ActorId, ErrorKind, FailureReason, FencingToken, HostInstant, HostLease, HostLeasePoll,
-    HostTime, KeyConfig, LeaseKey, PreviousRun, ReleaseCause, Reply, Request, ReservationId,
-    RunOutcome,
+    AcquireReply, ActorId, ErrorKind, FailureReason, FencingToken, Grant, HostInstant, HostLease,
+    HostLeasePoll, HostTime, Key, KeyConfig, LeaseKey, PreviousRun, ReleaseCause, Reply, Request,
+    ReservationId, RunOutcome,
 };
 
-use crate::invariants::view;
-
 use crate::clock::NodeClock;
+use crate::counter::{Counter, Op};
 use crate::event::{Body, Event, HostTimer, Message, NodeId};
-use crate::sim::Sim;
+use crate::observe::Observer;
+use crate::scenario::Scenario;
+use crate::world::World;
 
 #[derive(Debug, Clone)]
 struct Lease {
@@ -97,6 +100,9 @@ pub struct Host {
     /// The tries of the last acquire answered: a retry joined at the DC
     /// is answered too, after the try the host took.
     answered_tries: Vec<u64>,
+    /// Tries of acquires it gave up on (timed out) while their DC still
+    /// worked on them: a grant for one comes too late.
+    given_up: BTreeSet<u64>,
     state: HostState,
 }
 
@@ -112,96 +118,111 @@ impl Host {
             generation: 0,
             acquires: 0,
             answered_tries: Vec::new(),
+            given_up: BTreeSet::new(),
             state: HostState::Idle,
         }
     }
 }
 
-impl Sim {
-    fn host_timer_at(&mut self, h: usize, at_us: u64, timer: HostTimer) {
-        let host = &self.hosts[h];
+/// What a host's handlers take from the rest of the simulation: the shared
+/// world, the observer, and what it may read.
+pub(crate) struct HostCtx<'a> {
+    /// Time, the queue, the network, the rng.
+    pub(crate) world: &'a mut World,
+    /// The checker and the measurements.
+    pub(crate) observer: &'a mut dyn Observer,
+    /// The keys by index.
+    pub(crate) keys: &'a [Key],
+    /// The scenario: its workload, and its fault windows (an acquire
+    /// unanswered with no fault in the way breaks an invariant).
+    pub(crate) scenario: &'a Scenario,
+    /// Whether its DC runs: a request on a stream to a DC that is down is
+    /// lost (it rides a connection to the dead process).
+    pub(crate) dc_up: bool,
+}
+
+impl Host {
+    fn timer_at(&self, at_us: u64, timer: HostTimer, ctx: &mut HostCtx) {
         let event = Event::Host {
-            host: h as u32,
-            incarnation: host.incarnation,
+            host: self.idx,
+            incarnation: self.incarnation,
             timer,
-            generation: host.generation,
+            generation: self.generation,
         };
-        self.world.schedule(at_us, event);
+        ctx.world.schedule(at_us, event);
     }
 
-    fn pick_key(&mut self) -> u32 {
-        let n = self.keys.len() as u64;
+    fn pick_key(ctx: &mut HostCtx) -> u32 {
+        let n = ctx.keys.len() as u64;
         let hot = (n / 10).max(1);
-        let fraction = self.scenario.workload.hot_fraction;
-        if self.world.rng.chance(fraction) {
-            self.world.rng.below(hot) as u32
+        let fraction = ctx.scenario.workload.hot_fraction;
+        if ctx.world.rng.chance(fraction) {
+            ctx.world.rng.below(hot) as u32
         } else {
-            self.world.rng.below(n) as u32
+            ctx.world.rng.below(n) as u32
         }
     }
 
-    fn go_idle(&mut self, h: usize) {
-        self.hosts[h].state = HostState::Idle;
-        let think = self.scenario.workload.think_ms;
-        let at = self.world.now + self.world.rng.exp(think * 1000.0);
-        self.host_timer_at(h, at, HostTimer::Act);
+    fn go_idle(&mut self, ctx: &mut HostCtx) {
+        self.state = HostState::Idle;
+        let think = ctx.scenario.workload.think_ms;
+        let at = ctx.world.now + ctx.world.rng.exp(think * 1000.0);
+        self.timer_at(at, HostTimer::Act, ctx);
     }
 
     /// Checks the deadline of a host that acts: it must be before its hard deadline.
-    fn host_check(&mut self, h: usize) {
-        if let HostState::Holding(lease) = &self.hosts[h].state {
-            let host_ms = self.hosts[h].clock.local_ms(self.world.now);
-            self.world.current_key = lease.key;
-            self.checker
-                .on_holder_check(lease.key, h as u32, host_ms, lease.hard);
+    fn check(&self, ctx: &mut HostCtx) {
+        if let HostState::Holding(lease) = &self.state {
+            let host_ms = self.clock.local_ms(ctx.world.now);
+            ctx.world.current_key = lease.key;
+            ctx.observer
+                .on_holder_check(lease.key, self.idx, host_ms, lease.hard);
         }
     }
 
-    /// The host's monotonic clock now (its drifting clock, in µs).
-    fn host_instant(&self, h: usize) -> HostInstant {
-        HostInstant::from_us(self.hosts[h].clock.local_us(self.world.now))
+    /// Its monotonic clock now (its drifting clock, in µs).
+    fn instant(&self, world: &World) -> HostInstant {
+        HostInstant::from_us(self.clock.local_us(world.now))
     }
 
-    /// A request host `h` sends now: its clock's reading and instant, and true time.
-    fn host_sent(&self, h: usize) -> Sent {
+    /// A request it sends now: its clock's reading and instant, and true time.
+    fn sent(&self, world: &World) -> Sent {
         Sent {
-            host_time: self.hosts[h].clock.host_time(self.world.now),
-            instant: self.host_instant(h),
-            true_us: self.world.now,
+            host_time: self.clock.host_time(world.now),
+            instant: self.instant(world),
+            true_us: world.now,
         }
     }
 
-    /// Does what host `h`'s lease asks until it waits: renew, stop
-    /// gracefully, kill, or arm a timer for its next deadline.
-    fn drive_lease(&mut self, h: usize) {
+    /// Does what its lease asks until it waits: renew, stop gracefully,
+    /// kill, or arm a timer for its next deadline.
+    fn drive_lease(&mut self, ctx: &mut HostCtx) {
         loop {
-            let now = self.host_instant(h);
-            let HostState::Holding(lease) = &mut self.hosts[h].state else {
+            let now = self.instant(ctx.world);
+            let HostState::Holding(lease) = &mut self.state else {
                 return;
             };
             match lease.lease.poll(now) {
-                HostLeasePoll::Renew { by } => self.host_renew(h, by),
+                HostLeasePoll::Renew { by } => self.renew(by, ctx),
                 HostLeasePoll::SoftTerminate => {
-                    self.measurements.count(Counter::HostSoftDeadlineStop);
-                    if let HostState::Holding(l) = &mut self.hosts[h].state {
-                        l.stopping = true;
-                    }
-                    let graceful = self.scenario.workload.graceful_stop_ms * 1000;
-                    let at = self.world.now + self.world.rng.below(graceful + 1);
-                    self.host_timer_at(h, at, HostTimer::Stopped);
+                    ctx.observer.count(Counter::HostSoftDeadlineStop);
+                    lease.stopping = true;
+                    let graceful = ctx.scenario.workload.graceful_stop_ms * 1000;
+                    let at = ctx.world.now + ctx.world.rng.below(graceful + 1);
+                    self.timer_at(at, HostTimer::Stopped, ctx);
                 }
                 HostLeasePoll::HardTerminate(cause) => {
-                    self.measurements.count(match cause {
+                    ctx.observer.count(match cause {
                         HardCause::HardDeadline => Counter::HostKilledAtHardDeadline,
                         HardCause::Lost => Counter::RenewRefusedStopNow,
                     });
-                    return self.host_stop(h);
+                    return self.stop(ctx);
                 }
                 HostLeasePoll::Wait { until } => {
                     if lease.wake_at != Some(until) {
                         lease.wake_at = Some(until);
-                        let at = self.hosts[h].clock.first_true_us_at_us(until.as_us());
-                        self.host_timer_at(h, at.max(self.world.now), HostTimer::Lease);
+                        let at = self.clock.first_true_us_at_us(until.as_us());
+                        self.timer_at(at.max(ctx.world.now), HostTimer::Lease, ctx);
                     }
                     return;
                 }
@@ -210,76 +231,63 @@ impl Sim {
     }
 
     /// Sends a `Renew`, given up on at the soft deadline `by`.
-    fn host_renew(&mut self, h: usize, by: HostInstant) {
-        let HostState::Holding(lease) = &self.hosts[h].state else {
+    fn renew(&mut self, by: HostInstant, ctx: &mut HostCtx) {
+        let sent = self.sent(ctx.world);
+        let HostState::Holding(lease) = &mut self.state else {
             return;
         };
-        let sent = self.host_sent(h);
         let request = Request::Renew {
             reservation: lease.reservation.clone(),
             token: lease.token,
             lease: lease.lease_key,
             host_time: sent.host_time,
         };
-        let key = lease.key;
-        let by_us = self.hosts[h].clock.first_true_us_at_us(by.as_us());
-        let timeout = self
-            .world
+        let by_us = self.clock.first_true_us_at_us(by.as_us());
+        let world = &mut *ctx.world;
+        let timeout = world
             .request_timeout_us
-            .min(by_us.saturating_sub(self.world.now));
-        let dc = self.hosts[h].dc;
-        let rpc = self.world.request_within(
-            NodeId::Host(h as u32),
-            NodeId::Dc(dc),
-            key,
-            request,
-            timeout,
-        );
-        let renewing = Renewing { rpc, sent };
-        if let HostState::Holding(l) = &mut self.hosts[h].state {
-            l.renewing = Some(renewing);
-        }
+            .min(by_us.saturating_sub(world.now));
+        let (from, to) = (NodeId::Host(self.idx), NodeId::Dc(self.dc));
+        let rpc = world.request_within(from, to, lease.key, request, timeout);
+        lease.renewing = Some(Renewing { rpc, sent });
     }
 
     /// The actor stops (released, killed, or told the lease is gone); the host releases.
-    fn host_stop(&mut self, h: usize) {
-        let HostState::Holding(lease) = &self.hosts[h].state else {
+    fn stop(&mut self, ctx: &mut HostCtx) {
+        let HostState::Holding(lease) = &self.state else {
             return;
         };
         let (key, reservation, token) = (lease.key, lease.reservation.clone(), lease.token);
         let lease_key = lease.lease_key;
-        self.checker.on_holder_stop(self.world.now, key, h as u32);
-        self.host_release(h, key, reservation, token, lease_key);
-        self.hosts[h].generation += 1;
-        self.go_idle(h);
+        ctx.observer.on_holder_stop(ctx.world.now, key, self.idx);
+        self.release(key, reservation, token, lease_key, ctx);
+        self.generation += 1;
+        self.go_idle(ctx);
     }
 
     /// Sends `Release`, saying how the run ended (`release_failed_fraction` of them `Failed`).
-    fn host_release(
-        &mut self,
-        h: usize,
+    fn release(
+        &self,
         key: u32,
         reservation: ReservationId,
         token: FencingToken,
         lease: LeaseKey,
+        ctx: &mut HostCtx,
     ) {
-        let outcome = if self
-            .world
-            .rng
-            .chance(self.scenario.workload.release_failed_fraction)
-        {
+        let failed = ctx.scenario.workload.release_failed_fraction;
+        let outcome = if ctx.world.rng.chance(failed) {
             // Invariant: a short printable reason satisfies the failure-reason rule.
-            let reason = FailureReason::new(format!("host {h} run failed")).expect("valid reason");
+            let reason =
+                FailureReason::new(format!("host {} run failed", self.idx)).expect("valid reason");
             RunOutcome::Failed { reason }
         } else {
             RunOutcome::Ok
         };
-        self.checker.on_release_sent(&reservation, token, &outcome);
-        let rpc = self.world.rpc();
-        let dc = self.hosts[h].dc;
-        self.world.send(Message {
-            from: NodeId::Host(h as u32),
-            to: NodeId::Dc(dc),
+        ctx.observer.on_release_sent(&reservation, token, &outcome);
+        let rpc = ctx.world.rpc();
+        ctx.world.send(Message {
+            from: NodeId::Host(self.idx),
+            to: NodeId::Dc(self.dc),
             rpc,
             key,
             body: Body::Request(Request::Release {
@@ -291,51 +299,51 @@ impl Sim {
         });
     }
 
-    pub(crate) fn host_timer(
+    /// One of its timers fired (void if it crashed since it was set).
+    pub(crate) fn timer(
         &mut self,
-        h: usize,
         incarnation: u32,
         timer: HostTimer,
         generation: u64,
+        ctx: &mut HostCtx,
     ) {
-        let host = &self.hosts[h];
-        if !host.up || host.incarnation != incarnation {
+        if !self.up || self.incarnation != incarnation {
             return;
         }
-        self.host_check(h);
-        let current = generation == self.hosts[h].generation;
-        match (timer, &self.hosts[h].state) {
-            (HostTimer::Act, HostState::Idle) => self.host_acquire(h),
-            (HostTimer::Lease, HostState::Holding(_)) if current => self.drive_lease(h),
+        self.check(ctx);
+        let current = generation == self.generation;
+        match (timer, &self.state) {
+            (HostTimer::Act, HostState::Idle) => self.acquire(ctx),
+            (HostTimer::Lease, HostState::Holding(_)) if current => self.drive_lease(ctx),
             (HostTimer::Stopped, HostState::Holding(lease)) if current && lease.stopping => {
-                self.host_stop(h)
+                self.stop(ctx)
             }
             (HostTimer::Leave, HostState::Holding(lease)) if current && !lease.stopping => {
-                self.host_stop(h)
+                self.stop(ctx)
             }
             _ => {}
         }
     }
 
-    fn host_acquire(&mut self, h: usize) {
-        let key = self.pick_key();
-        let host = &mut self.hosts[h];
-        host.acquires += 1;
+    fn acquire(&mut self, ctx: &mut HostCtx) {
+        let key = Host::pick_key(ctx);
+        self.acquires += 1;
         // Invariant: "h<n>.<n>.<n>" satisfies the actor-id rule.
         let actor = ActorId::new(format!(
             "h{}.{}.{}",
-            host.idx, host.incarnation, host.acquires
+            self.idx, self.incarnation, self.acquires
         ))
         .expect("valid actor id");
-        let w = &self.scenario.workload;
-        let wait_ms = if self.world.rng.chance(w.wait_fraction) {
+        let w = &ctx.scenario.workload;
+        let rng = &mut ctx.world.rng;
+        let wait_ms = if rng.chance(w.wait_fraction) {
             w.acquire_wait_ms
         } else {
             0
         };
         let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&self.world.rng.next_u64().to_le_bytes());
-        bytes[8..].copy_from_slice(&(self.world.rng.next_u64() | 1).to_le_bytes());
+        bytes[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+        bytes[8..].copy_from_slice(&(rng.next_u64() | 1).to_le_bytes());
         let lease = LeaseKey::from_bytes(bytes).expect("never all zeros");
         let acquiring = Acquiring {
             key,
@@ -344,50 +352,50 @@ impl Sim {
             wait_ms,
             tries: Vec::new(),
         };
-        self.host_try_acquire(h, acquiring);
+        self.try_acquire(acquiring, ctx);
     }
 
     /// Sends one try of `acquiring` (the same lease key every time).
-    fn host_try_acquire(&mut self, h: usize, mut acquiring: Acquiring) {
-        let sent = self.host_sent(h);
+    fn try_acquire(&mut self, mut acquiring: Acquiring, ctx: &mut HostCtx) {
+        let sent = self.sent(ctx.world);
         let (key, wait_ms) = (acquiring.key, acquiring.wait_ms);
-        let dc = self.hosts[h].dc;
         let request = Request::Acquire {
-            config: KeyConfig::named(self.keys[key as usize].name.clone()),
+            config: KeyConfig::named(ctx.keys[key as usize].name.clone()),
             actor: acquiring.actor.clone(),
             lease: acquiring.lease,
             host_time: sent.host_time,
             wait_ms,
         };
-        self.world.current_key = key;
+        let world = &mut *ctx.world;
+        world.current_key = key;
+        let (from, to) = (NodeId::Host(self.idx), NodeId::Dc(self.dc));
         let rpc = if wait_ms == 0 {
-            self.world
-                .request(NodeId::Host(h as u32), NodeId::Dc(dc), key, request)
+            world.request(from, to, key, request)
         } else {
-            // A request that asks to wait gets that much more time (HostAgent).
-            self.measurements.count(Counter::HostAcquireWithWait);
-            let timeout_us = self.world.request_timeout_us + u64::from(wait_ms) * 1000;
-            self.stream_request(
-                NodeId::Host(h as u32),
-                NodeId::Dc(dc),
-                key,
-                request,
-                timeout_us,
-            )
+            // A request that asks to wait gets that much more time (HostAgent),
+            // on a stream.
+            ctx.observer.count(Counter::HostAcquireWithWait);
+            let timeout_us = world.request_timeout_us + u64::from(wait_ms) * 1000;
+            let (rpc, message) = world.request_message(from, to, key, request, timeout_us);
+            if ctx.dc_up {
+                world.stream_send(message);
+            }
+            rpc
         };
         acquiring.tries.push(Try { rpc, sent });
-        self.hosts[h].state = HostState::Acquiring(acquiring);
+        self.state = HostState::Acquiring(acquiring);
     }
 
-    pub(crate) fn host_receive(&mut self, h: usize, message: Message) {
-        if !self.hosts[h].up {
+    /// A message for it arrived.
+    pub(crate) fn receive(&mut self, message: Message, ctx: &mut HostCtx) {
+        if !self.up {
             return;
         }
         let Body::Reply(reply) = message.body else {
             return;
         };
-        self.host_check(h);
-        match self.hosts[h].state.clone() {
+        self.check(ctx);
+        match self.state.clone() {
             HostState::Acquiring(acquiring)
                 if acquiring.tries.iter().any(|t| t.rpc == message.rpc) =>
             {
@@ -396,23 +404,23 @@ impl Sim {
                     .iter()
                     .find(|t| t.rpc == message.rpc)
                     .expect("matched above");
-                self.hosts[h].answered_tries = acquiring.tries.iter().map(|t| t.rpc).collect();
-                self.host_acquired(h, acquiring.key, answered, acquiring.lease, reply)
+                self.answered_tries = acquiring.tries.iter().map(|t| t.rpc).collect();
+                self.acquired(acquiring.key, answered, acquiring.lease, reply, ctx)
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(message.rpc) => {
-                self.host_renewed(h, Some(reply))
+                self.renewed(Some(reply), ctx)
             }
             // A grant nobody asked for any more (the request timed out, or
             // the host crashed, while the DC worked on it): the lease lapses
             // unused.
             // The same outcome for another try of an acquire already answered.
-            _ if self.hosts[h].answered_tries.contains(&message.rpc) => {
-                self.measurements.count(Counter::AcquireAnsweredAgain);
+            _ if self.answered_tries.contains(&message.rpc) => {
+                ctx.observer.count(Counter::AcquireAnsweredAgain);
             }
             _ if matches!(reply, Reply::Acquire(AcquireReply::Acquired(_))) => {
-                let work = self.measurements.take_acquire_work(message.rpc);
-                let gave_up = self.acquires_given_up.remove(&message.rpc);
-                self.measurements.count(match (gave_up, work.awaits > 0) {
+                let work = ctx.observer.take_acquire_work(message.rpc);
+                let gave_up = self.given_up.remove(&message.rpc);
+                ctx.observer.count(match (gave_up, work.awaits > 0) {
                     (true, true) => Counter::AcquiredAfterTheHostGaveUpWaiting,
                     (true, false) => Counter::AcquiredAfterTheHostGaveUp,
                     (false, true) => Counter::AcquiredAfterTheHostCrashedWaiting,
@@ -423,17 +431,17 @@ impl Sim {
         }
     }
 
-    fn host_acquired(
+    fn acquired(
         &mut self,
-        h: usize,
         key: u32,
         answered: Try,
         lease_key: LeaseKey,
         reply: Reply,
+        ctx: &mut HostCtx,
     ) {
         let Try { rpc, sent } = answered;
-        let work = self.measurements.take_acquire_work(rpc);
-        let latency = self.world.now - sent.true_us;
+        let work = ctx.observer.take_acquire_work(rpc);
+        let latency = ctx.world.now - sent.true_us;
         let Reply::Acquire(AcquireReply::Acquired(Grant {
             reservation,
             token,
@@ -446,7 +454,7 @@ impl Sim {
                 Reply::Acquire(AcquireReply::HeldElsewhere(_))
                 | Reply::Acquire(AcquireReply::TagMismatch { .. }) => Op::AcquireHeldElsewhere,
                 Reply::Error(e) => {
-                    self.measurements.count(match e.kind {
+                    ctx.observer.count(match e.kind {
                         ErrorKind::Unavailable { .. } => Counter::AcquireErrorUnavailable,
                         ErrorKind::Overloaded => Counter::AcquireErrorOverloaded,
                         ErrorKind::Inconsistent => Counter::AcquireErrorInconsistent,
@@ -457,10 +465,10 @@ impl Sim {
                 }
                 _ => Op::AcquireFailed,
             };
-            self.measurements.record(op, latency, work.peer_rtts, 0);
-            return self.go_idle(h);
+            ctx.observer.record(op, latency, work.peer_rtts, 0);
+            return self.go_idle(ctx);
         };
-        self.check_previous(key, &reservation, token, previous.as_ref());
+        check_previous(key, &reservation, token, previous.as_ref(), ctx.observer);
         let (op, model) = if work.awaits > 0 {
             (Op::AcquireAfterWait, 0)
         } else if work.global_writes > 0 {
@@ -470,29 +478,23 @@ impl Sim {
         } else {
             (Op::AcquireReactivate, 0)
         };
-        self.measurements.record(op, latency, work.peer_rtts, model);
-        let now = self.host_instant(h);
-        let retry_ms = self.scenario.workload.renew_retry_ms;
+        ctx.observer.record(op, latency, work.peer_rtts, model);
+        let now = self.instant(ctx.world);
+        let retry_ms = ctx.scenario.workload.renew_retry_ms;
         let started = HostLease::start(&deadlines, sent.host_time, sent.instant, now, retry_ms);
         let Ok(held) = started else {
             // Too late to start: the grant is already past its soft deadline.
-            self.measurements.count(Counter::HostGrantTooLate);
-            self.host_release(h, key, reservation, token, lease_key);
-            return self.go_idle(h);
+            ctx.observer.count(Counter::HostGrantTooLate);
+            self.release(key, reservation, token, lease_key, ctx);
+            return self.go_idle(ctx);
         };
-        if let Some(&g) = self.dc_index.get(reservation.dc())
-            && self.dc_lease_expired(usize::from(g))
-        {
-            let dc = reservation.dc().clone();
-            self.checker
-                .on_holder_start_under_expired_dc(&dc, key, h as u32, &reservation);
-        }
-        self.checker
-            .on_holder_start(self.world.now, key, h as u32, token, &reservation);
-        let hold = self.scenario.workload.hold_ms;
-        let leave_at = self.world.now + self.world.rng.exp(hold * 1000.0);
-        self.hosts[h].generation += 1;
-        self.hosts[h].state = HostState::Holding(Lease {
+        let now_us = ctx.world.now;
+        ctx.observer
+            .on_holder_start(now_us, key, self.idx, token, &reservation);
+        let hold = ctx.scenario.workload.hold_ms;
+        let leave_at = now_us + ctx.world.rng.exp(hold * 1000.0);
+        self.generation += 1;
+        self.state = HostState::Holding(Lease {
             key,
             reservation,
             token,
@@ -503,37 +505,14 @@ impl Sim {
             renewing: None,
             wake_at: None,
         });
-        self.host_timer_at(h, leave_at, HostTimer::Leave);
-        self.drive_lease(h);
+        self.timer_at(leave_at, HostTimer::Leave, ctx);
+        self.drive_lease(ctx);
     }
 
-    /// Checks the `previous` an `Acquired` carries against what truly happened.
-    fn check_previous(
-        &mut self,
-        key: u32,
-        reservation: &ReservationId,
-        token: FencingToken,
-        previous: Option<&PreviousRun>,
-    ) {
-        self.measurements.count(match previous.map(|p| &p.ended) {
-            None => Counter::PreviousNone,
-            Some(ReleaseCause::Released(RunOutcome::Ok)) => Counter::PreviousReleasedOk,
-            Some(ReleaseCause::Released(RunOutcome::Failed { .. })) => {
-                Counter::PreviousReleasedFailed
-            }
-            Some(ReleaseCause::Expired) => Counter::PreviousExpired,
-            Some(ReleaseCause::Forced) => Counter::PreviousForceReleased,
-            Some(ReleaseCause::Cancelled) => Counter::PreviousCancelled,
-        });
-        let view = view!(self);
-        self.checker
-            .on_acquired(&view, key, reservation, token, previous);
-    }
-
-    /// The answer to host `h`'s renewal (`None`: none in time).
-    fn host_renewed(&mut self, h: usize, reply: Option<Reply>) {
-        let now = self.host_instant(h);
-        let HostState::Holding(lease) = &mut self.hosts[h].state else {
+    /// The answer to its renewal (`None`: none in time).
+    fn renewed(&mut self, reply: Option<Reply>, ctx: &mut HostCtx) {
+        let now = self.instant(ctx.world);
+        let HostState::Holding(lease) = &mut self.state else {
             return;
         };
         let Some(renewing) = lease.renewing.take() else {
@@ -556,97 +535,119 @@ impl Sim {
             Renewal::Moved(_) => {
                 lease.hard = deadlines.expect("moved by a renewal").hard_terminate_at
             }
-            Renewal::Draining => self.measurements.count(Counter::RenewDraining),
-            Renewal::TooLate => self.measurements.count(Counter::RenewAnsweredTooLate),
+            Renewal::Draining => ctx.observer.count(Counter::RenewDraining),
+            Renewal::TooLate => ctx.observer.count(Counter::RenewAnsweredTooLate),
             Renewal::Lost | Renewal::Failed { .. } => {}
         }
         if answered {
-            let latency = self.world.now - renewing.sent.true_us;
-            self.measurements.record(Op::Renew, latency, 0, 0);
+            let latency = ctx.world.now - renewing.sent.true_us;
+            ctx.observer.record(Op::Renew, latency, 0, 0);
         }
-        self.drive_lease(h);
+        self.drive_lease(ctx);
     }
 
-    pub(crate) fn host_timeout(&mut self, h: usize, rpc: u64) {
-        if !self.hosts[h].up {
+    /// Its request `rpc` got no reply in time.
+    pub(crate) fn timeout(&mut self, rpc: u64, ctx: &mut HostCtx) {
+        if !self.up {
             return;
         }
-        match self.hosts[h].state.clone() {
+        match self.state.clone() {
             HostState::Acquiring(acquiring)
                 if acquiring.tries.last().map(|t| t.rpc) == Some(rpc) =>
             {
-                if acquiring.tries.len() < ACQUIRE_ATTEMPTS_DEFAULT as usize {
-                    // No answer in time: the same acquire again, same lease key.
-                    self.measurements.count(Counter::AcquireRetriedAtHost);
-                    return self.host_try_acquire(h, acquiring);
-                }
-                let first = acquiring.tries[0].sent;
-                let work = self.measurements.take_acquire_work(rpc);
-                let latency = self.world.now - first.true_us;
-                self.measurements.count(Counter::AcquireTimedOutAtHost);
-                // Fault-free: nothing but load delayed it (DESIGN.md §7.6 wants none).
-                let (from_ms, to_ms) = (first.true_us / 1000, self.world.now / 1000);
-                if !self.scenario.faulty_between(from_ms, to_ms) {
-                    self.measurements
-                        .count(Counter::AcquireTimedOutAtHostWithNoFault);
-                    if self.scenario.network.loss == 0.0 {
-                        let detail = format!(
-                            "host {h} gave up after {} tries over {} ms with no fault in the way",
-                            acquiring.tries.len(),
-                            to_ms - from_ms
-                        );
-                        self.checker.on_acquire_unanswered(acquiring.key, detail);
-                    }
-                }
-                self.acquires_given_up
-                    .extend(acquiring.tries.iter().map(|t| t.rpc));
-                self.measurements
-                    .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
-                // Gave up: cancel the grant it may have been made (HostAgent's rule).
-                let cancel = Request::Cancel {
-                    key: self.keys[acquiring.key as usize].clone(),
-                    lease: acquiring.lease,
-                };
-                let dc = self.hosts[h].dc;
-                self.world.request(
-                    NodeId::Host(h as u32),
-                    NodeId::Dc(dc),
-                    acquiring.key,
-                    cancel,
-                );
-                self.go_idle(h);
+                self.acquire_timed_out(acquiring, rpc, ctx)
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(rpc) => {
-                self.host_check(h);
-                self.host_renewed(h, None);
+                self.check(ctx);
+                self.renewed(None, ctx);
             }
             _ => {}
         }
     }
 
+    /// The last try of `acquiring` (RPC `rpc`) got no answer: try again, or
+    /// give up and cancel.
+    fn acquire_timed_out(&mut self, acquiring: Acquiring, rpc: u64, ctx: &mut HostCtx) {
+        if acquiring.tries.len() < ACQUIRE_ATTEMPTS_DEFAULT as usize {
+            // No answer in time: the same acquire again, same lease key.
+            ctx.observer.count(Counter::AcquireRetriedAtHost);
+            return self.try_acquire(acquiring, ctx);
+        }
+        let first = acquiring.tries[0].sent;
+        let work = ctx.observer.take_acquire_work(rpc);
+        let now_us = ctx.world.now;
+        let latency = now_us - first.true_us;
+        ctx.observer.count(Counter::AcquireTimedOutAtHost);
+        // Fault-free: nothing but load delayed it (DESIGN.md §7.6 wants none).
+        let (from_ms, to_ms) = (first.true_us / 1000, now_us / 1000);
+        if !ctx.scenario.faulty_between(from_ms, to_ms) {
+            ctx.observer
+                .count(Counter::AcquireTimedOutAtHostWithNoFault);
+            if ctx.scenario.network.loss == 0.0 {
+                let detail = format!(
+                    "host {} gave up after {} tries over {} ms with no fault in the way",
+                    self.idx,
+                    acquiring.tries.len(),
+                    to_ms - from_ms
+                );
+                ctx.observer.on_acquire_unanswered(acquiring.key, detail);
+            }
+        }
+        self.given_up.extend(acquiring.tries.iter().map(|t| t.rpc));
+        ctx.observer
+            .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
+        // Gave up: cancel the grant it may have been made (HostAgent's rule).
+        let cancel = Request::Cancel {
+            key: ctx.keys[acquiring.key as usize].clone(),
+            lease: acquiring.lease,
+        };
+        let (from, to) = (NodeId::Host(self.idx), NodeId::Dc(self.dc));
+        ctx.world.request(from, to, acquiring.key, cancel);
+        self.go_idle(ctx);
+    }
+
     /// The host crashes: its actor dies with it.
-    pub(crate) fn host_crash(&mut self, h: usize) {
-        if !self.hosts[h].up {
+    pub(crate) fn crash(&mut self, ctx: &mut HostCtx) {
+        if !self.up {
             return;
         }
-        if let HostState::Holding(lease) = &self.hosts[h].state {
-            self.world.current_key = lease.key;
-            self.checker
-                .on_holder_stop(self.world.now, lease.key, h as u32);
-            self.measurements.count(Counter::HostCrashWhileHolding);
+        if let HostState::Holding(lease) = &self.state {
+            ctx.world.current_key = lease.key;
+            ctx.observer
+                .on_holder_stop(ctx.world.now, lease.key, self.idx);
+            ctx.observer.count(Counter::HostCrashWhileHolding);
         }
-        let host = &mut self.hosts[h];
-        host.up = false;
-        host.incarnation += 1;
-        host.state = HostState::Down;
-        let at = self.world.now + self.scenario.workload.host_restart_ms * 1000;
-        self.world
-            .schedule(at, Event::HostRestart { host: h as u32 });
+        self.up = false;
+        self.incarnation += 1;
+        self.state = HostState::Down;
+        let at = ctx.world.now + ctx.scenario.workload.host_restart_ms * 1000;
+        let host = self.idx;
+        ctx.world.schedule(at, Event::HostRestart { host });
     }
 
     /// The host comes back, idle.
-    pub(crate) fn host_restart(&mut self, h: usize) {
-        self.hosts[h].up = true;
-        self.go_idle(h);
+    pub(crate) fn restart(&mut self, ctx: &mut HostCtx) {
+        self.up = true;
+        self.go_idle(ctx);
     }
+}
+
+/// Counts how the run before a grant ended, and has the checker judge the
+/// `previous` the grant carries against what truly happened.
+fn check_previous(
+    key: u32,
+    reservation: &ReservationId,
+    token: FencingToken,
+    previous: Option<&PreviousRun>,
+    observer: &mut dyn Observer,
+) {
+    observer.count(match previous.map(|p| &p.ended) {
+        None => Counter::PreviousNone,
+        Some(ReleaseCause::Released(RunOutcome::Ok)) => Counter::PreviousReleasedOk,
+        Some(ReleaseCause::Released(RunOutcome::Failed { .. })) => Counter::PreviousReleasedFailed,
+        Some(ReleaseCause::Expired) => Counter::PreviousExpired,
+        Some(ReleaseCause::Forced) => Counter::PreviousForceReleased,
+        Some(ReleaseCause::Cancelled) => Counter::PreviousCancelled,
+    });
+    observer.on_acquired(key, reservation, token, previous);
 }

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod acquire;
+pub mod checker;
 pub mod clock;
 pub mod counter;
 mod crash;

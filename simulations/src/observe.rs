@@ -1,11 +1,13 @@
 //! What an actor reports as it goes: the [`Observer`] it tells what it
 //! measured and what the checker must judge. The simulator implements it
-//! over its checker and its measurements, so an actor needs neither (both
-//! read the DCs).
+//! over its checker and its measurements, and over what the checker judges
+//! against (the DCs' records, the global store), so an actor needs none of
+//! them.
 
-use homing_core::TailView;
+use homing_core::{FencingToken, HostTime, PreviousRun, ReservationId, RunOutcome, TailView};
 
 use crate::counter::{Counter, Op};
+use crate::report::Work;
 
 /// The checker and the measurements, as an actor reports to them.
 pub trait Observer {
@@ -24,4 +26,41 @@ pub trait Observer {
     fn on_scan_broken(&mut self, detail: String);
     /// An `Inspect` answer was not its key's records.
     fn on_inspect_broken(&mut self, detail: String);
+    /// The work the DC noted for the acquire it answered under `rpc`
+    /// (none if it never answered).
+    fn take_acquire_work(&mut self, rpc: u64) -> Work;
+    /// A host sent `Release` for `reservation` under `token`, saying `outcome`.
+    fn on_release_sent(
+        &mut self,
+        reservation: &ReservationId,
+        token: FencingToken,
+        outcome: &RunOutcome,
+    );
+    /// A host got `Acquired { reservation, token, previous }` for `key`;
+    /// the checker judges `previous` against what truly happened.
+    fn on_acquired(
+        &mut self,
+        key: u32,
+        reservation: &ReservationId,
+        token: FencingToken,
+        previous: Option<&PreviousRun>,
+    );
+    /// Host `host` starts acting on `key` at true time `now_us`, under
+    /// `reservation` and `token`; the checker also judges whether the
+    /// global store held the granting DC's lease expired.
+    fn on_holder_start(
+        &mut self,
+        now_us: u64,
+        key: u32,
+        host: u32,
+        token: FencingToken,
+        reservation: &ReservationId,
+    );
+    /// Host `host` stopped acting on `key` (released, killed, crashed).
+    fn on_holder_stop(&mut self, now_us: u64, key: u32, host: u32);
+    /// Host `host` acts on `key` with its clock reading `host_ms`; its
+    /// hard deadline is `hard`.
+    fn on_holder_check(&mut self, key: u32, host: u32, host_ms: u64, hard: HostTime);
+    /// A host gave up on an acquire of `key` with no fault in the way.
+    fn on_acquire_unanswered(&mut self, key: u32, detail: String);
 }

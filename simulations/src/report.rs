@@ -1,13 +1,29 @@
 //! Measurements and reports: per operation kind, the simulated latency and
 //! the inter-DC round trips, set against DESIGN.md §4's cost model; printed
 //! as a terminal table and written as `summary.json` plus a latency-CDF SVG.
+//! An acquire's [`Work`] (what its DC did for it) is part of its
+//! measurement: the DC notes it with the reply, the host takes it with the
+//! answer.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::counter::{Counter, Op, Timing};
-use crate::dc::Work;
+
+/// What one acquire cost its DC, counted by its task and reported with
+/// its reply (the host measures the acquire by it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Work {
+    /// Round trips to other DCs.
+    pub peer_rtts: u32,
+    /// Global write-once operations.
+    pub global_writes: u32,
+    /// Link requests sent to a tail's DC.
+    pub links: u32,
+    /// Times the acquire awaited the holder's reservation.
+    pub awaits: u32,
+}
 
 /// Samples of one operation kind.
 #[derive(Debug, Clone, Default)]

@@ -5,19 +5,23 @@
 //! hash order, and the wall clock is read only to report events per second.
 
 use crate::counter::{Counter, Op};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use homing_core::{DcId, Key, KeyName, LeasePolicy, Reply, Request, ReservationId, TailView};
+use homing_core::{
+    DcId, DcStanding, FencingToken, HostTime, Key, KeyName, LeasePolicy, PreviousRun, Reply,
+    Request, ReservationId, RunOutcome, TailView,
+};
 
+use crate::checker::Checker;
 use crate::clock::NodeClock;
 use crate::dc::Dc;
 use crate::dc_lease::StoreDcLease;
 use crate::event::{Body, Event, HostTimer, Message, NodeId};
-use crate::host::Host;
-use crate::invariants::{Checker, Violation, view};
+use crate::host::{Host, HostCtx};
+use crate::invariants::{View, Violation, view};
 use crate::network::{Network, Partition};
 use crate::observe::Observer;
-use crate::report::Measurements;
+use crate::report::{Measurements, Work};
 use crate::rng::Rng;
 use crate::router::{Router, RouterCtx};
 use crate::rules::Rules;
@@ -130,8 +134,6 @@ pub struct Sim {
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
-    /// Acquire RPCs whose host gave up (timed out) while the DC still worked on them.
-    pub(crate) acquires_given_up: BTreeSet<u64>,
     events: u64,
     options: RunOptions,
 }
@@ -331,7 +333,6 @@ impl Sim {
             successions: std::collections::BTreeMap::new(),
             trace: Trace::default(),
             measurements: Measurements::default(),
-            acquires_given_up: BTreeSet::new(),
             events: 0,
             options,
         };
@@ -704,7 +705,7 @@ impl Sim {
             Event::GlobalSet(set) => self.dc_global_set(*set),
             Event::Timeout { node, rpc } => match node {
                 NodeId::Dc(d) => self.dc_timeout(usize::from(d), rpc),
-                NodeId::Host(h) => self.host_timeout(h as usize, rpc),
+                NodeId::Host(h) => self.on_host(h, |host, ctx| host.timeout(rpc, ctx)),
                 NodeId::Router(r) => self.on_router(r, |router, ctx| router.timeout(rpc, ctx)),
             },
             Event::Host {
@@ -712,7 +713,9 @@ impl Sim {
                 incarnation,
                 timer,
                 generation,
-            } => self.host_timer(host as usize, incarnation, timer, generation),
+            } => self.on_host(host, |host, ctx| {
+                host.timer(incarnation, timer, generation, ctx)
+            }),
             Event::RouterTick { router } => self.on_router(router, Router::tick),
             Event::RouterWatch { router } => self.on_router(router, Router::watch),
             Event::RouterScan { router } => self.on_router(router, Router::scan),
@@ -731,13 +734,13 @@ impl Sim {
             }
             Event::Reap { dc } => self.reap(usize::from(dc)),
             Event::HostCrash => {
-                let h = self.world.rng.below(self.hosts.len() as u64) as usize;
-                self.host_crash(h);
+                let h = self.world.rng.below(self.hosts.len() as u64) as u32;
+                self.on_host(h, Host::crash);
                 let mean = self.scenario.workload.host_crash_interval_ms;
                 let at = self.world.now + ms_to_us(self.world.rng.exp(mean));
                 self.world.schedule(at, Event::HostCrash);
             }
-            Event::HostRestart { host } => self.host_restart(host as usize),
+            Event::HostRestart { host } => self.on_host(host, Host::restart),
             Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
             Event::DcClose { dc } => self.dc_close(usize::from(dc)),
             Event::DcCloseCheck { dc } => self.dc_close_check(usize::from(dc)),
@@ -775,7 +778,7 @@ impl Sim {
                     if self.hosts[h].dc == dc
                         && self.world.rng.below(1_000_000) < u64::from(fraction_ppm)
                     {
-                        self.host_crash(h);
+                        self.on_host(h as u32, Host::crash);
                     }
                 }
             }
@@ -785,7 +788,7 @@ impl Sim {
     fn deliver(&mut self, message: Message) {
         match message.to {
             NodeId::Dc(d) => self.dc_receive(usize::from(d), message),
-            NodeId::Host(h) => self.host_receive(h as usize, message),
+            NodeId::Host(h) => self.on_host(h, |host, ctx| host.receive(message, ctx)),
             NodeId::Router(r) => self.on_router(r, |router, ctx| router.receive(message, ctx)),
         }
     }
@@ -794,10 +797,7 @@ impl Sim {
     /// checker and measurements as its observer, and what it may read.
     fn on_router(&mut self, r: u32, handle: impl FnOnce(&mut Router, &mut RouterCtx)) {
         let router = &mut self.routers[r as usize];
-        let mut observers = Observers {
-            checker: &mut self.checker,
-            measurements: &mut self.measurements,
-        };
+        let mut observers = observers!(self);
         let mut ctx = RouterCtx {
             world: &mut self.world,
             observer: &mut observers,
@@ -806,6 +806,22 @@ impl Sim {
             region_store: &self.dcs[usize::from(router.region)].store,
         };
         handle(router, &mut ctx);
+    }
+
+    /// Host `h` handles an event with `handle`, given the world, the
+    /// checker and measurements as its observer, and what it may read.
+    fn on_host(&mut self, h: u32, handle: impl FnOnce(&mut Host, &mut HostCtx)) {
+        let host = &mut self.hosts[h as usize];
+        let dc_up = self.dcs[usize::from(host.dc)].up;
+        let mut observers = observers!(self);
+        let mut ctx = HostCtx {
+            world: &mut self.world,
+            observer: &mut observers,
+            keys: &self.keys,
+            scenario: &self.scenario,
+            dc_up,
+        };
+        handle(host, &mut ctx);
     }
 
     /// Whether DC `d`'s store fails the operation completing now (a draw
@@ -833,12 +849,29 @@ impl Sim {
     }
 }
 
-/// The checker and the measurements, borrowed together: what an actor
-/// reports to.
+/// The checker and the measurements, borrowed together with what the
+/// checker judges against: what an actor reports to.
 struct Observers<'a> {
     checker: &'a mut Checker,
     measurements: &'a mut Measurements,
+    view: View<'a>,
+    /// What the global store keeps about each DC's lease.
+    global_leases: &'a [StoreDcLease],
 }
+
+/// The [`Observers`] of the simulator `$sim`: a macro, so that the actor
+/// and the world (fields beside these) stay borrowable mutably.
+macro_rules! observers {
+    ($sim:expr) => {
+        Observers {
+            checker: &mut $sim.checker,
+            measurements: &mut $sim.measurements,
+            view: view!($sim),
+            global_leases: &$sim.global_leases,
+        }
+    };
+}
+use observers;
 
 impl Observer for Observers<'_> {
     fn record(&mut self, op: Op, latency_us: u64, rtts: u32, model_rtts: u32) {
@@ -867,6 +900,61 @@ impl Observer for Observers<'_> {
 
     fn on_inspect_broken(&mut self, detail: String) {
         self.checker.on_inspect_broken(detail);
+    }
+
+    fn take_acquire_work(&mut self, rpc: u64) -> Work {
+        self.measurements.take_acquire_work(rpc)
+    }
+
+    fn on_release_sent(
+        &mut self,
+        reservation: &ReservationId,
+        token: FencingToken,
+        outcome: &RunOutcome,
+    ) {
+        self.checker.on_release_sent(reservation, token, outcome);
+    }
+
+    fn on_acquired(
+        &mut self,
+        key: u32,
+        reservation: &ReservationId,
+        token: FencingToken,
+        previous: Option<&PreviousRun>,
+    ) {
+        self.checker
+            .on_acquired(&self.view, key, reservation, token, previous);
+    }
+
+    fn on_holder_start(
+        &mut self,
+        now_us: u64,
+        key: u32,
+        host: u32,
+        token: FencingToken,
+        reservation: &ReservationId,
+    ) {
+        let dc = reservation.dc();
+        if let Some(&d) = self.view.dc_index.get(dc)
+            && self.global_leases[usize::from(d)].standing(now_us) == DcStanding::Expired
+        {
+            self.checker
+                .on_holder_start_under_expired_dc(dc, key, host, reservation);
+        }
+        self.checker
+            .on_holder_start(now_us, key, host, token, reservation);
+    }
+
+    fn on_holder_stop(&mut self, now_us: u64, key: u32, host: u32) {
+        self.checker.on_holder_stop(now_us, key, host);
+    }
+
+    fn on_holder_check(&mut self, key: u32, host: u32, host_ms: u64, hard: HostTime) {
+        self.checker.on_holder_check(key, host, host_ms, hard);
+    }
+
+    fn on_acquire_unanswered(&mut self, key: u32, detail: String) {
+        self.checker.on_acquire_unanswered(key, detail);
     }
 }
 

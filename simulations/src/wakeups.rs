@@ -352,7 +352,7 @@ impl WakeChecker {
         match what {
             Obligation::Deadline(d, ticket) => {
                 let r = self.regs.get(&(*d, *ticket))?;
-                view.dcs[usize::from(*d)].up.then(|| {
+                view.dcs.up(usize::from(*d)).then(|| {
                     violation(r.key, format!(
                         "ticket {ticket} for {} at dc #{d} still waits {}µs past its deadline",
                         r.id,
@@ -386,7 +386,7 @@ impl WakeChecker {
         id: &ReservationId,
         view: &View<'_>,
     ) -> Option<(u32, String)> {
-        let dc = &view.dcs[usize::from(d)];
+        let dc = usize::from(d);
         let track = self.tracks.get(&(d, id.clone()))?;
         let a = self.allowance_us;
         let old: Vec<&Registration> = track
@@ -396,10 +396,10 @@ impl WakeChecker {
             .filter(|r| r.at_us + a <= t)
             .collect();
         let first = old.first()?;
-        if !dc.up {
+        if !view.dcs.up(dc) {
             return None;
         }
-        let record = dc.store.record(id)?;
+        let record = view.dcs.store(dc).record(id)?;
         let clock = self.dc_clocks[usize::from(d)];
         let vacant_since = match &record.state {
             RecordState::Linked { .. } | RecordState::Abandoned => {
