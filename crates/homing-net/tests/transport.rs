@@ -717,15 +717,24 @@ async fn one_connection_cannot_make_the_server_hold_more_than_its_request_budget
             .await
             .unwrap();
         // 64 streams of one whole-size frame each, sent side by side: 4 MiB
-        // in all, 16 times the budget. Each is answered: read whole (and
-        // found malformed), or refused as over the budget.
+        // in all, 16 times the budget. No frame ends before every stream
+        // sent all of its frame but the last byte (or was refused), so the
+        // server holds partly read frames until they pass the budget,
+        // however fast it reads: some are refused, whatever the machine's
+        // load. Each is answered: read whole (and found malformed), or
+        // refused as over the budget.
+        let all_sent = Arc::new(tokio::sync::Barrier::new(64));
         let mut streams = JoinSet::new();
         for _ in 0..64 {
-            let connection = connection.clone();
+            let (connection, all_sent) = (connection.clone(), all_sent.clone());
             streams.spawn(async move {
                 let (mut send, mut recv) = connection.open_bi().await.unwrap();
                 // A refused stream is stopped: its write fails, its reply comes.
-                if send.write_all(&vec![0xff; FRAME_BYTES_MAX]).await.is_ok() {
+                let frame = vec![0xff; FRAME_BYTES_MAX];
+                let (head, last) = frame.split_at(FRAME_BYTES_MAX - 1);
+                let sent = send.write_all(head).await.is_ok();
+                all_sent.wait().await;
+                if sent && send.write_all(last).await.is_ok() {
                     let _ = send.finish();
                 }
                 recv.read_to_end(FRAME_BYTES_MAX).await.unwrap()
