@@ -22,7 +22,7 @@ impl Sim {
         dc.epoch += 1;
         dc.down_since_us = self.world.now;
         dc.tasks.clear();
-        dc.closing = None;
+        dc.closing_since = None;
         dc.watches.clear();
         dc.peer_rpcs.clear();
         dc.await_rpcs.clear();
@@ -109,7 +109,7 @@ impl Sim {
     /// store, under the same id — which its lease's floor check refuses: it
     /// stays down, as homingd refuses to start).
     pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
-        if self.dcs[d].up && self.dcs[d].closing.is_some() {
+        if self.dcs[d].up && self.dcs[d].endpoint.closing() {
             // A graceful shutdown that had not drained: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);
             self.dc_crash(d);

@@ -82,8 +82,9 @@ pub struct Dc {
     /// Volatile: the upkeep pass and the proofs it remembers (`None`
     /// while a pass runs: its task holds it).
     pub(crate) upkeep: Option<Upkeep>,
-    /// Volatile: since when it shuts down gracefully (true µs), if it does.
-    pub(crate) closing: Option<u64>,
+    /// Volatile: since when it shuts down gracefully (true µs), if it does
+    /// (whether it does is its endpoint's: `Endpoint::closing`).
+    pub(crate) closing_since: Option<u64>,
     /// Volatile: watches parked until the event log moves.
     pub(crate) watches: BTreeSet<u64>,
     /// Wake-ups handed to waiter tasks, taken at their next select point.
@@ -121,7 +122,7 @@ impl Dc {
             await_rpcs: BTreeMap::new(),
             waiters: Waiters::new(limits, mutations),
             upkeep: Some(upkeep),
-            closing: None,
+            closing_since: None,
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(&policy, mutations),
@@ -429,7 +430,7 @@ impl Sim {
                 self.dc_answer(d, parked, client, rpc, key, reply);
             }
             // A closing DC's `closed()` is ready at once: no new wait or pause.
-            Next::Await { .. } | Next::Pause(_) if self.dcs[d].closing.is_some() => {
+            Next::Await { .. } | Next::Pause(_) if self.dcs[d].endpoint.closing() => {
                 self.acquire_closed(d, tid, task);
             }
             Next::Await {

@@ -26,11 +26,11 @@ pub const DRAIN_MS_MAX: u64 = 5_000;
 impl Sim {
     /// DC `d` starts shutting down.
     pub(crate) fn dc_close(&mut self, d: usize) {
-        if !self.dcs[d].up || self.dcs[d].closing.is_some() {
+        if !self.dcs[d].up || self.dcs[d].endpoint.closing() {
             return;
         }
         self.measurements.count(Counter::DcShutdownStarted);
-        self.dcs[d].closing = Some(self.world.now);
+        self.dcs[d].closing_since = Some(self.world.now);
         self.dcs[d].endpoint.close();
         // Waiters: answered now (homingd's `Node::close`).
         let woken = self.dcs[d].waiters.wake_all(AwaitReply::TimedOut);
@@ -86,7 +86,7 @@ impl Sim {
     /// Closing DC `d` exits once no request is left (its upkeep pass and
     /// reconciliation stop with it, as homingd's background tasks do).
     pub(crate) fn dc_close_check(&mut self, d: usize) {
-        let Some(since) = self.dcs[d].closing else {
+        let Some(since) = self.dcs[d].closing_since else {
             return;
         };
         if !self.dcs[d].up {

@@ -72,7 +72,7 @@ impl Sim {
         };
         let kind = TaskStepper::Await(Box::new(job));
         let task = Task::new(client, rpc, key, kind);
-        if self.dcs[d].closing.is_some() {
+        if self.dcs[d].endpoint.closing() {
             // homingd's `closed()` is ready at once: the wait ends now.
             self.measurements.count(Counter::WaitAnsweredAtShutdown);
             return self.await_finish(d, &task, Ok(AwaitReply::TimedOut));
