@@ -289,10 +289,9 @@ impl<J> Endpoint<J> {
             Effect::Cancellation { lease, note } => Ok(Answer::Cancelled(
                 self.cancellations.answer(lease, note, now),
             )),
-            Effect::Admit(namespace) => match self.quota.admit(&namespace) {
-                Admit::Granted => Ok(Answer::Admitted(Ok(()))),
-                Admit::Refused(reply) => Ok(Answer::Admitted(Err(Failure::from_reply(reply)))),
-                Admit::Count => Err(Effect::Admit(namespace)),
+            Effect::Admit(namespace) => match self.admission(&namespace) {
+                Some(answer) => Ok(answer),
+                None => Err(Effect::Admit(namespace)),
             },
             effect => Err(effect),
         }
@@ -315,11 +314,18 @@ impl<J> Endpoint<J> {
     /// [`Endpoint::counted`], and the answer to the admission that came back.
     pub fn admit_counted(&mut self, namespace: &Namespace, created: u64) -> Answer {
         self.quota.counted(namespace, created);
+        // Invariant: a counted namespace is never asked to be counted again.
+        self.admission(namespace)
+            .unwrap_or_else(|| unreachable!("key quota: {namespace:?} counted, yet uncounted"))
+    }
+
+    /// The key quota's answer to a create in `namespace`; `None`: the
+    /// namespace must be counted first.
+    fn admission(&mut self, namespace: &Namespace) -> Option<Answer> {
         match self.quota.admit(namespace) {
-            Admit::Granted => Answer::Admitted(Ok(())),
-            Admit::Refused(reply) => Answer::Admitted(Err(Failure::from_reply(reply))),
-            // Invariant: a counted namespace is never asked to be counted again.
-            Admit::Count => unreachable!("key quota: {namespace:?} counted, yet uncounted"),
+            Admit::Granted => Some(Answer::Admitted(Ok(()))),
+            Admit::Refused(reply) => Some(Answer::Admitted(Err(Failure::from_reply(reply)))),
+            Admit::Count => None,
         }
     }
 
