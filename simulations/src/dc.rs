@@ -276,6 +276,7 @@ impl Sim {
                 }
                 return self.dc_reply_to(d, client, rpc, key, Reply::Error(refused));
             }
+            Dispatch::Answered(reply) => return self.dc_reply_to(d, client, rpc, key, reply),
             Dispatch::Joined(_) => {
                 self.measurements.count(Counter::AcquireRetryJoined);
                 return;

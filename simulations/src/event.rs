@@ -367,5 +367,6 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
         Reply::DrainedPage { .. } => "reply_drained_page",
         Reply::Error(_) => "reply_error",
         Reply::Successor { .. } => "reply_successor",
+        Reply::Directory(_) => "reply_directory",
     }
 }

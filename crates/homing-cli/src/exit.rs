@@ -171,7 +171,8 @@ fn net_exit(e: &NetError) -> Exit {
         NetError::Pem { .. } | NetError::Tls(_) | NetError::Identity(_) | NetError::Limits(_) => {
             Exit::BadInput
         }
-        NetError::Refused { .. } => Exit::Refused,
+        // The peer runs an older release: asking again will not help.
+        NetError::Refused { .. } | NetError::NotSpoken { .. } => Exit::Refused,
         NetError::Connect { .. }
         | NetError::Backoff { .. }
         | NetError::PoolFull { .. }

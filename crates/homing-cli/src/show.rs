@@ -63,6 +63,7 @@ pub fn reply_kind(reply: &Reply) -> String {
         Reply::DrainedPage { .. } => "a page of drained leases".into(),
         Reply::Error(e) => format!("an error: {e}"),
         Reply::Successor { .. } => "a succession".into(),
+        Reply::Directory(_) => "a dc directory".into(),
     }
 }
 

@@ -121,7 +121,8 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
     let allowed = match request {
         Request::Resolve { .. }
         | Request::ResolveReservation { .. }
-        | Request::Successor { .. } => {
+        | Request::Successor { .. }
+        | Request::Directory => {
             matches!(caller.role, Role::Router | Role::Node | Role::Admin)
         }
         Request::Acquire { .. } | Request::Release { .. } | Request::Cancel { .. } => {

@@ -32,6 +32,7 @@ pub mod chain;
 pub mod connect;
 pub mod dc;
 pub mod dc_lease;
+pub mod directory;
 pub mod due;
 pub mod event;
 pub mod fencing;
@@ -62,6 +63,7 @@ pub use connect::{
 };
 pub use dc::DcId;
 pub use dc_lease::{DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms};
+pub use directory::{Directory, DirectoryDc, DirectoryError};
 pub use due::{BadRecord, Due, DueCursor, DueKind, DuePage};
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;

@@ -10,6 +10,7 @@ use crate::actor::ActorId;
 use crate::chain::Segment;
 use crate::connect::AcquireReply;
 use crate::dc::DcId;
+use crate::directory::Directory;
 use crate::event::{Event, EventSeq};
 use crate::fencing::FencingToken;
 use crate::key::{Key, KeyConfig, NamespaceScope};
@@ -21,10 +22,15 @@ use crate::record::{
 use crate::reservation::ReservationId;
 use crate::time::HostTime;
 
-/// The protocol version; a peer speaking another one is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 7;
+/// The newest protocol version this build speaks (N).
+pub const PROTOCOL_VERSION: u16 = 8;
+/// The oldest protocol version this build still speaks (N−1): a process of
+/// the previous release and one of this release talk at the older of their
+/// two newest versions, so a deployment upgrades one process at a time. A
+/// peer that speaks neither is refused at the handshake.
+pub const PROTOCOL_VERSION_OLDEST: u16 = 7;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/7";
+pub const ALPN: &[u8] = b"homing/8";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -178,6 +184,10 @@ pub enum Request {
         /// A reservation of any DC.
         id: ReservationId,
     },
+    /// Since version 8: which homingd serve each DC (the DC directory the
+    /// global store keeps, as the receiving DC last read it). Answered with
+    /// [`Reply::Directory`].
+    Directory,
 }
 
 impl Request {
@@ -200,6 +210,7 @@ impl Request {
             Request::Scan { .. } => "scan",
             Request::DrainScope { .. } => "drain_scope",
             Request::Successor { .. } => "successor",
+            Request::Directory => "directory",
         }
     }
 
@@ -284,6 +295,8 @@ pub enum Reply {
         /// The answering DC's hint.
         hint: Option<Shortcut>,
     },
+    /// Since version 8, to `Directory`: the DC directory.
+    Directory(Directory),
 }
 
 /// Reply to [`Request::Await`].
@@ -452,6 +465,86 @@ pub fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, FrameError> {
     if !rest.is_empty() {
         return Err(FrameError::Trailing(rest.len()));
     }
+    Ok(message)
+}
+
+/// A message whose variants each arrived in some protocol version.
+pub trait Versioned {
+    /// The first protocol version that carries this message.
+    fn since(&self) -> u16;
+}
+
+/// A request is sent only on a connection of its version or newer.
+impl Versioned for Request {
+    fn since(&self) -> u16 {
+        match self {
+            Request::Directory => 8,
+            _ => 7,
+        }
+    }
+}
+
+/// A reply to a request of version `v` is of version `v` at most.
+impl Versioned for Reply {
+    fn since(&self) -> u16 {
+        match self {
+            Reply::Directory(_) => 8,
+            _ => 7,
+        }
+    }
+}
+
+/// The ALPN identifier of protocol `version`: `homing/<version>`.
+pub fn alpn(version: u16) -> Vec<u8> {
+    format!("homing/{version}").into_bytes()
+}
+
+/// The ALPN identifiers of `versions`, newest first: what a TLS
+/// configuration offers, so a handshake settles on the newest both sides
+/// speak (a server picks the first of its own list the client offers).
+pub fn alpn_offer(versions: std::ops::RangeInclusive<u16>) -> Vec<Vec<u8>> {
+    versions.rev().map(alpn).collect()
+}
+
+/// The protocol version an ALPN identifier names, if it is a homing one.
+pub fn version_of_alpn(protocol: &[u8]) -> Option<u16> {
+    std::str::from_utf8(protocol.strip_prefix(b"homing/")?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// A message is not part of the protocol version a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("needs protocol version {needs}; the connection speaks {speaks}")]
+pub struct NotInVersion {
+    /// The version the message arrived in.
+    pub needs: u16,
+    /// The connection's version.
+    pub speaks: u16,
+}
+
+/// Whether `message` may travel on a connection of protocol `version`.
+pub fn check_version<T: Versioned>(message: &T, version: u16) -> Result<(), NotInVersion> {
+    let needs = message.since();
+    if needs > version {
+        return Err(NotInVersion {
+            needs,
+            speaks: version,
+        });
+    }
+    Ok(())
+}
+
+/// Decodes one frame that arrived on a connection of protocol `version`: a
+/// message of a later version is malformed there (a peer speaking `version`
+/// cannot have meant it).
+pub fn decode_for<T: DeserializeOwned + Versioned>(
+    version: u16,
+    frame: &[u8],
+) -> Result<T, FrameError> {
+    let message: T = decode(frame)?;
+    check_version(&message, version).map_err(|e| FrameError::Malformed(e.to_string()))?;
     Ok(message)
 }
 

@@ -13,7 +13,8 @@ use std::path::Path;
 use golden::samples::{self, actor, failed, id, key, lease_key, plain_key, shortcut, tag};
 use golden::{Case, Version};
 use homing_core::wire::{
-    self, ALPN, AwaitReply, ErrorKind, ErrorReply, PROTOCOL_VERSION, Reply, Request,
+    self, ALPN, AwaitReply, ErrorKind, ErrorReply, PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST,
+    Reply, Request, Versioned,
 };
 use homing_core::{
     AcquireReply, Deadlines, EventKind, FencingToken, Grant, Holder, HostTime, KeyConfig, Link,
@@ -34,6 +35,7 @@ fn requests() -> Vec<(&'static str, Request)> {
     let scope = NamespaceScope::subtree(Namespace::new("games").expect("valid namespace"));
     vec![
         ("resolve", Request::Resolve { key: key() }),
+        ("directory", Request::Directory),
         (
             "resolve-reservation",
             Request::ResolveReservation { id: id("iad.42") },
@@ -300,6 +302,10 @@ fn replies() -> Vec<(String, Reply)> {
     let events = samples::events().into_iter().map(|(_, e)| e).collect();
     let mut replies = vec![
         (
+            "directory".to_string(),
+            Reply::Directory(samples::directory()),
+        ),
+        (
             "resolved".to_string(),
             Reply::Resolved {
                 entry: Some(id("iad.1")),
@@ -390,12 +396,16 @@ fn frame<T: Serialize>(message: &T) -> Vec<u8> {
     wire::encode(message).expect("every fixture fits a frame")
 }
 
-fn cases() -> Vec<Case> {
-    let requests = requests().into_iter().map(|(name, request)| {
+/// The cases of the messages protocol `version` added.
+fn cases(version: u16) -> Vec<Case> {
+    let added = |message: &dyn Versioned| message.since() == version;
+    let requests = requests().into_iter().filter(|(_, r)| added(r));
+    let replies = replies().into_iter().filter(|(_, r)| added(r));
+    let requests = requests.map(|(name, request)| {
         let name = format!("request-{name}");
         Case::round_trip(&name, request, frame, wire::decode::<Request>)
     });
-    let replies = replies().into_iter().map(|(name, reply)| {
+    let replies = replies.map(|(name, reply)| {
         let name = format!("reply-{name}");
         Case::round_trip(&name, reply, frame, wire::decode::<Reply>)
     });
@@ -405,18 +415,40 @@ fn cases() -> Vec<Case> {
 #[test]
 fn wire_fixtures_decode_to_their_values_and_encode_to_their_bytes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wire");
-    let current = Version {
-        dir: format!("v{PROTOCOL_VERSION}"),
-        cases: cases(),
-    };
-    golden::check(&root, vec![current]);
+    // A version's messages are encoded the same by every later version (a
+    // version only adds variants), so each is checked both ways.
+    let versions = (PROTOCOL_VERSION_OLDEST..=PROTOCOL_VERSION)
+        .map(|version| Version {
+            dir: format!("v{version}"),
+            cases: cases(version),
+        })
+        .collect();
+    golden::check(&root, versions);
 }
 
-/// The fixtures directory is named after `PROTOCOL_VERSION`; peers agree
-/// on `ALPN`: the two must be one version.
+/// The newest fixtures directory is named after `PROTOCOL_VERSION`; peers
+/// agree on `ALPN`: the two must be one version.
 #[test]
 fn the_fixtures_version_is_the_one_alpn_carries() {
-    assert_eq!(ALPN, format!("homing/{PROTOCOL_VERSION}").as_bytes());
+    assert_eq!(ALPN, wire::alpn(PROTOCOL_VERSION));
+    assert_eq!(wire::version_of_alpn(ALPN), Some(PROTOCOL_VERSION));
+}
+
+/// On a connection of an older version, a newer message is neither sent
+/// nor accepted.
+#[test]
+fn a_message_of_a_newer_version_is_refused_on_an_older_connection() {
+    let older = PROTOCOL_VERSION_OLDEST;
+    for (name, request) in requests() {
+        let fits = request.since() <= older;
+        assert_eq!(wire::check_version(&request, older).is_ok(), fits, "{name}");
+        let decoded = wire::decode_for::<Request>(older, &frame(&request));
+        assert_eq!(decoded.is_ok(), fits, "{name}");
+    }
+    for (name, reply) in replies() {
+        let decoded = wire::decode_for::<Reply>(older, &frame(&reply));
+        assert_eq!(decoded.is_ok(), reply.since() <= older, "{name}");
+    }
 }
 
 /// The variant indices `T`'s decoder accepts: postcard starts an enum with

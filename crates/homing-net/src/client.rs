@@ -19,8 +19,8 @@ use crate::error::NetError;
 use crate::frame::{self, CODE_BAD_IDENTITY, CODE_CLIENT_CLOSED, CODE_REFUSED, ReadFrameError};
 use crate::identity::node_server_name;
 use crate::limits::{CLIENT_CLOSE_WAIT_MS, ClientLimits};
-use crate::pool::{Peer, Pool};
-use crate::server::{idle_timeout, peer_identity, stream_window};
+use crate::pool::{Peer, Pool, Pooled};
+use crate::server::{connection_version, idle_timeout, peer_identity, stream_window};
 use crate::tls::TlsIdentity;
 
 /// A client of homing servers, with one pooled connection per peer.
@@ -145,7 +145,7 @@ impl Client {
         let timeout_ms = limits.request_timeout_ms + u64::from(request.wait_ms());
         tokio::time::timeout(
             Duration::from_millis(timeout_ms),
-            self.exchange(peer, &frame),
+            self.exchange(peer, request, &frame),
         )
         .await
         .map_err(|_| NetError::Timeout {
@@ -154,8 +154,28 @@ impl Client {
         })?
     }
 
-    async fn exchange(&self, peer: &Peer, frame: &[u8]) -> Result<Reply, NetError> {
-        let mut connection = self.connection(peer).await?;
+    /// The protocol version this client and `peer` speak (the newest both
+    /// do), connecting if there is no pooled connection.
+    pub async fn version(&self, peer: &Peer) -> Result<u16, NetError> {
+        Ok(self.connection(peer).await?.version)
+    }
+
+    async fn exchange(
+        &self,
+        peer: &Peer,
+        request: &Request,
+        frame: &[u8],
+    ) -> Result<Reply, NetError> {
+        let Pooled {
+            mut connection,
+            version,
+        } = self.connection(peer).await?;
+        wire::check_version(request, version).map_err(|e| NetError::NotSpoken {
+            peer: peer.addr,
+            request: request.kind(),
+            needs: e.needs,
+            speaks: e.speaks,
+        })?;
         let closed = |connection: &Connection, reason: String| {
             refusal(peer, connection).unwrap_or(NetError::Closed {
                 peer: peer.addr,
@@ -167,7 +187,7 @@ impl Client {
             // The pooled connection died since it was last used; nothing was
             // sent yet, so one fresh connection is safe to try.
             Err(_) => {
-                connection = self.connection(peer).await?;
+                connection = self.connection(peer).await?.connection;
                 connection
                     .open_bi()
                     .await
@@ -202,10 +222,10 @@ impl Client {
                 }
             })?;
         suspect.answered();
-        wire::decode(&bytes).map_err(NetError::Malformed)
+        wire::decode_for(version, &bytes).map_err(NetError::Malformed)
     }
 
-    async fn connection(&self, peer: &Peer) -> Result<Connection, NetError> {
+    async fn connection(&self, peer: &Peer) -> Result<Pooled, NetError> {
         let inner = &self.inner;
         inner
             .pool
@@ -240,7 +260,14 @@ impl Client {
                     Ok(identity)
                         if identity.role() == Role::Node && identity.dc() == Some(&peer.dc) =>
                     {
-                        Ok(connection)
+                        let version = connection_version(&connection).map_err(|e| {
+                            connection.close(CODE_BAD_IDENTITY, b"no protocol version agreed");
+                            connect_error(e.to_string())
+                        })?;
+                        Ok(Pooled {
+                            connection,
+                            version,
+                        })
                     }
                     Ok(identity) => {
                         connection.close(CODE_BAD_IDENTITY, b"not the expected node");

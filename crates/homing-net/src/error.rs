@@ -81,6 +81,19 @@ pub enum NetError {
         /// The server's reason, naming the role and the share that was full.
         reason: String,
     },
+    /// The peer speaks an older protocol version than the request needs
+    /// (it runs the previous release): nothing was sent.
+    #[error("{peer} speaks protocol version {speaks}; {request} needs {needs}")]
+    NotSpoken {
+        /// The peer's address.
+        peer: SocketAddr,
+        /// The request kind.
+        request: &'static str,
+        /// The version the request arrived in.
+        needs: u16,
+        /// The connection's version.
+        speaks: u16,
+    },
     /// The connection or stream was closed or reset before the reply arrived;
     /// the request may or may not have been processed.
     #[error("connection to {peer} closed: {reason}")]
@@ -104,7 +117,9 @@ impl NetError {
             | NetError::Backoff { .. }
             | NetError::Closed { .. }
             | NetError::Io(_) => Some(false),
-            NetError::Refused { .. } | NetError::Malformed(_) => Some(true),
+            NetError::Refused { .. } | NetError::NotSpoken { .. } | NetError::Malformed(_) => {
+                Some(true)
+            }
             NetError::Pem { .. }
             | NetError::Tls(_)
             | NetError::Identity(_)

@@ -2,8 +2,10 @@
 //! daemons. quinn + rustls with the ring provider, TLS 1.3 only, mutual TLS:
 //! every peer presents a certificate from the deployment's CA whose SAN URI
 //! `homing://<role>[/<dc>]` names its [`homing_core::Identity`]. The ALPN
-//! ([`homing_core::wire::ALPN`], `homing/<version>`) carries the protocol
-//! version. Each request is one bidirectional
+//! (`homing/<version>`) carries the protocol version: each side offers
+//! every version it speaks (this release's and the previous one's), a
+//! connection uses the newest both speak, and no message newer than that
+//! crosses it. Each request is one bidirectional
 //! stream holding one postcard frame each way, over one pooled connection per
 //! peer; the server authorizes every request by the caller's certificate.
 //!

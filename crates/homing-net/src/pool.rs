@@ -28,6 +28,15 @@ pub struct Peer {
     pub dc: DcId,
 }
 
+/// A pooled connection and the protocol version its handshake settled on.
+#[derive(Clone)]
+pub(crate) struct Pooled {
+    /// The connection.
+    pub(crate) connection: Connection,
+    /// Its protocol version.
+    pub(crate) version: u16,
+}
+
 /// The pooled connections of one client.
 pub(crate) struct Pool {
     slots: Mutex<HashMap<SocketAddr, Arc<Slot>>>,
@@ -39,7 +48,7 @@ pub(crate) struct Pool {
 /// One peer's connection and its connect state.
 struct Slot {
     dc: DcId,
-    live: Mutex<Option<Connection>>,
+    live: Mutex<Option<Pooled>>,
     /// Held while connecting: the single flight. Guards the backoff state.
     connecting: tokio::sync::Mutex<Backoff>,
 }
@@ -51,9 +60,9 @@ struct Backoff {
 }
 
 impl Slot {
-    fn live(&self) -> Option<Connection> {
+    fn live(&self) -> Option<Pooled> {
         match &*lock(&self.live) {
-            Some(connection) if connection.close_reason().is_none() => Some(connection.clone()),
+            Some(pooled) if pooled.connection.close_reason().is_none() => Some(pooled.clone()),
             _ => None,
         }
     }
@@ -79,10 +88,10 @@ impl Pool {
         &self,
         peer: &Peer,
         connect: F,
-    ) -> Result<Connection, NetError>
+    ) -> Result<Pooled, NetError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<Connection, NetError>>,
+        Fut: Future<Output = Result<Pooled, NetError>>,
     {
         let slot = self.slot(peer)?;
         if let Some(connection) = slot.live() {
@@ -136,7 +145,8 @@ impl Pool {
         let slot = lock(&self.slots).get(&peer.addr).cloned();
         if let Some(slot) = slot {
             let mut live = lock(&slot.live);
-            if live.as_ref().map(Connection::stable_id) == Some(connection.stable_id()) {
+            let pooled = live.as_ref().map(|pooled| pooled.connection.stable_id());
+            if pooled == Some(connection.stable_id()) {
                 *live = None;
             }
         }

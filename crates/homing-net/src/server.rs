@@ -12,7 +12,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use homing_core::wire::{self, ALPN};
+use homing_core::wire;
 use homing_core::{DcId, ErrorKind, ErrorReply, Identity, Reply, Request, authorize};
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{
@@ -489,7 +489,15 @@ async fn serve_connection(
             return;
         }
     };
-    debug!(%remote, caller = %caller, "connection established");
+    let version = match connection_version(&connection) {
+        Ok(version) => version,
+        Err(error) => {
+            warn!(%remote, caller = %caller, %error, "closing connection: no protocol version agreed");
+            connection.close(CODE_BAD_IDENTITY, b"no protocol version agreed");
+            return;
+        }
+    };
+    debug!(%remote, caller = %caller, version, "connection established");
     if *stop.borrow_and_update() {
         counters.closed(CloseKind::Local);
         return;
@@ -520,6 +528,7 @@ async fn serve_connection(
             send,
             recv,
             caller.clone(),
+            version,
             unacked.clone(),
             budget.clone(),
             shared.clone(),
@@ -536,14 +545,27 @@ fn log_handshake_failure(counters: &Counters, remote: SocketAddr, error: &Connec
         if e.code == TransportErrorCode::crypto(ALERT_NO_APPLICATION_PROTOCOL));
     if alpn_mismatch {
         if counters.handshake_failed("version_mismatch") {
-            warn!(%remote, expected = %String::from_utf8_lossy(ALPN), protocol_version = wire::PROTOCOL_VERSION,
-                "handshake refused: protocol version mismatch (peer offered no matching alpn)");
+            warn!(%remote, oldest = wire::PROTOCOL_VERSION_OLDEST, newest = wire::PROTOCOL_VERSION,
+                "handshake refused: protocol version mismatch (peer offered no alpn of a version spoken here)");
         }
     } else if counters.handshake_failed("tls") {
         warn!(%remote, %error, "handshake failed");
     } else {
         debug!(%remote, %error, "handshake failed");
     }
+}
+
+/// The protocol version the handshake of `connection` settled on.
+pub(crate) fn connection_version(connection: &Connection) -> Result<u16, NetError> {
+    let protocol = connection
+        .handshake_data()
+        .and_then(|any| any.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|data| data.protocol);
+    let protocol = protocol.ok_or_else(|| NetError::Tls("no alpn agreed".to_string()))?;
+    wire::version_of_alpn(&protocol).ok_or_else(|| {
+        let alpn = String::from_utf8_lossy(&protocol);
+        NetError::Tls(format!("alpn {alpn:?} names no homing protocol version"))
+    })
 }
 
 /// The peer's identity from its verified certificate.
@@ -563,10 +585,12 @@ fn peer_certificate(connection: &Connection) -> Result<(Identity, CertFingerprin
     Ok((identity_from_cert(leaf)?, CertFingerprint::of(leaf)))
 }
 
+#[allow(clippy::too_many_arguments)] // the streams, the connection's caller and version, and what they share
 async fn serve_request(
     mut send: SendStream,
     mut recv: RecvStream,
     caller: Arc<Identity>,
+    version: u16,
     unacked: Arc<Unacked>,
     budget: Arc<RequestBudget>,
     shared: Arc<Shared>,
@@ -584,7 +608,7 @@ async fn serve_request(
     .await;
     // The frame's bytes (and their budget) go as soon as it is decoded: a
     // request may be parked for minutes.
-    let read = read.map(|read| read.map(|frame| decode(frame.bytes(), &caller)));
+    let read = read.map(|read| read.map(|frame| decode(version, frame.bytes(), &caller)));
     let reply = match read {
         None => {
             debug!(caller = %caller, timeout_ms = limits.request_timeout_ms, "request not received in time");
@@ -632,7 +656,12 @@ async fn serve_request(
             return;
         }
     };
-    match within(deadline.as_mut(), deliver(&mut send, &reply, &caller)).await {
+    match within(
+        deadline.as_mut(),
+        deliver(&mut send, version, &reply, &caller),
+    )
+    .await
+    {
         None => {
             debug!(caller = %caller, "reply not written in time");
             let _ = send.reset(CODE_REQUEST_TIMEOUT);
@@ -664,9 +693,14 @@ async fn within<F: Future>(mut deadline: Pin<&mut Sleep>, work: F) -> Option<F::
     .await
 }
 
-/// Writes the reply and finishes the stream; whether it was written.
-async fn deliver(send: &mut SendStream, reply: &Reply, caller: &Identity) -> bool {
-    let bytes = match wire::encode(reply) {
+/// Writes the reply and finishes the stream; whether it was written. A
+/// reply the connection's `version` does not carry is answered `Internal`
+/// (a handler answered a request with a reply newer than the request).
+async fn deliver(send: &mut SendStream, version: u16, reply: &Reply, caller: &Identity) -> bool {
+    let encoded = wire::check_version(reply, version)
+        .map_err(|e| e.to_string())
+        .and_then(|()| wire::encode(reply).map_err(|e| e.to_string()));
+    let bytes = match encoded {
         Ok(bytes) => bytes,
         Err(error) => {
             warn!(caller = %caller, %error, "reply could not be encoded");
@@ -685,9 +719,10 @@ async fn deliver(send: &mut SendStream, reply: &Reply, caller: &Identity) -> boo
     true
 }
 
-/// Decodes a request frame, or the error to answer a malformed one with.
-fn decode(bytes: &[u8], caller: &Identity) -> Result<Request, ErrorReply> {
-    wire::decode::<Request>(bytes).map_err(|error| {
+/// Decodes a request frame that arrived on a connection of protocol
+/// `version`, or the error to answer a malformed one with.
+fn decode(version: u16, bytes: &[u8], caller: &Identity) -> Result<Request, ErrorReply> {
+    wire::decode_for::<Request>(version, bytes).map_err(|error| {
         debug!(caller = %caller, %error, "malformed request");
         ErrorReply::new(ErrorKind::BadRequest, error.to_string())
     })

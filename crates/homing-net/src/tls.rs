@@ -2,13 +2,15 @@
 //! and the CA's certificate revocation lists if any, loaded from PEM, and
 //! the rustls configurations built from it: TLS 1.3 only, ring provider,
 //! mutual authentication, every peer's certificate checked against the
-//! revocation lists, ALPN [`homing_core::wire::ALPN`].
+//! revocation lists, ALPN `homing/<version>` for every protocol version it
+//! speaks (newest first, so a handshake settles on the newest both sides
+//! speak).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use homing_core::Identity;
-use homing_core::wire::ALPN;
+use homing_core::wire::{self, PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
 use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
@@ -28,6 +30,8 @@ pub struct TlsIdentity {
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     crls: Vec<CertificateRevocationListDer<'static>>,
+    /// The protocol versions it offers (oldest, newest).
+    versions: (u16, u16),
 }
 
 impl Clone for TlsIdentity {
@@ -37,6 +41,7 @@ impl Clone for TlsIdentity {
             chain: self.chain.clone(),
             key: self.key.clone_key(),
             crls: self.crls.clone(),
+            versions: self.versions,
         }
     }
 }
@@ -109,6 +114,7 @@ impl TlsIdentity {
             chain,
             key: key_der,
             crls: Vec::new(),
+            versions: (PROTOCOL_VERSION_OLDEST, PROTOCOL_VERSION),
         };
         identity.identity()?;
         Ok(identity)
@@ -136,6 +142,30 @@ impl TlsIdentity {
         // not at the first handshake.
         self.rustls_server_config()?;
         Ok(self)
+    }
+
+    /// This identity offering only protocol versions `oldest..=newest`
+    /// (by default every version this build speaks): a test's stand-in for
+    /// a process of another release.
+    ///
+    /// # Panics
+    /// If the range is empty or reaches outside what this build speaks.
+    pub fn speaking(mut self, oldest: u16, newest: u16) -> TlsIdentity {
+        assert!(
+            PROTOCOL_VERSION_OLDEST <= oldest && oldest <= newest && newest <= PROTOCOL_VERSION,
+            "versions {oldest}..={newest} outside what this build speaks"
+        );
+        self.versions = (oldest, newest);
+        self
+    }
+
+    /// The protocol versions it offers, oldest and newest.
+    pub fn versions(&self) -> (u16, u16) {
+        self.versions
+    }
+
+    fn alpn_protocols(&self) -> Vec<Vec<u8>> {
+        wire::alpn_offer(self.versions.0..=self.versions.1)
     }
 
     /// How many revocation lists it checks peers against.
@@ -167,7 +197,8 @@ impl TlsIdentity {
     }
 
     /// A rustls server configuration: TLS 1.3, ring, clients must present a
-    /// certificate from the CA that no revocation list lists, ALPN [`ALPN`] only.
+    /// certificate from the CA that no revocation list lists, ALPN of every
+    /// version it speaks.
     pub fn rustls_server_config(&self) -> Result<rustls::ServerConfig, NetError> {
         let provider = provider();
         let mut verifier =
@@ -185,13 +216,14 @@ impl TlsIdentity {
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| NetError::Tls(e.to_string()))?;
-        config.alpn_protocols = vec![ALPN.to_vec()];
+        config.alpn_protocols = self.alpn_protocols();
         Ok(config)
     }
 
     /// A rustls client configuration: TLS 1.3, ring, servers must present a
     /// certificate from the CA that no revocation list lists, this
-    /// process's certificate as client certificate, ALPN [`ALPN`] only.
+    /// process's certificate as client certificate, ALPN of every version
+    /// it speaks.
     pub fn rustls_client_config(&self) -> Result<rustls::ClientConfig, NetError> {
         let provider = provider();
         let mut verifier =
@@ -208,7 +240,7 @@ impl TlsIdentity {
             .with_webpki_verifier(verifier)
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| NetError::Tls(e.to_string()))?;
-        config.alpn_protocols = vec![ALPN.to_vec()];
+        config.alpn_protocols = self.alpn_protocols();
         Ok(config)
     }
 

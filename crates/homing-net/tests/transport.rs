@@ -39,6 +39,7 @@ impl Handler for TestHandler {
                 segment: None,
             },
             Request::Drain { .. } => Reply::Drained,
+            Request::Directory => Reply::Directory(Default::default()),
             Request::Link { .. } => Reply::Link(LinkReply::Linked),
             Request::Watch { after, .. } => Reply::Events {
                 events: Vec::new(),
@@ -505,14 +506,68 @@ async fn an_alpn_mismatch_fails_the_handshake_and_is_logged_as_a_version_mismatc
         );
         assert!(raw_connect(&router_tls, &peer, None).await.is_ok());
         server.shutdown().await;
-        let ours = std::str::from_utf8(homing_core::wire::ALPN).unwrap();
+        let newest = format!("newest={}", homing_core::wire::PROTOCOL_VERSION);
         let warnings = warnings.lock().unwrap();
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("protocol version mismatch") && w.contains(ours)),
+                .any(|w| w.contains("protocol version mismatch") && w.contains(&newest)),
             "{warnings:?}"
         );
+    })
+    .await
+    .unwrap();
+}
+
+/// A process of this release and one of the previous release (which
+/// speaks only N−1) talk at N−1, whichever side is the older; a request
+/// N−1 does not carry is refused before it is sent, and two processes of
+/// this release talk at N.
+#[tokio::test]
+async fn peers_of_two_releases_talk_at_the_older_version() {
+    use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
+    let older = PROTOCOL_VERSION_OLDEST;
+    timeout(TEST_TIMEOUT, async {
+        let ca = DevCa::generate("test ca").unwrap();
+        let node = tls(&ca, Role::Node, Some(iad()));
+        let router = tls(&ca, Role::Router, None);
+        async fn bind(tls: &TlsIdentity) -> Server {
+            let handler = Arc::new(TestHandler::default());
+            let addr = "127.0.0.1:0".parse().unwrap();
+            let limits = ServerLimits::default();
+            Server::bind(addr, tls, iad(), limits, handler).await.unwrap()
+        }
+        let new_server = bind(&node).await;
+        let old_server = bind(&node.clone().speaking(older, older)).await;
+        let at = |server: &Server| Peer {
+            addr: server.local_addr(),
+            dc: iad(),
+        };
+        let new_client = Client::new(&router, ClientLimits::default()).unwrap();
+        let old_client =
+            Client::new(&router.clone().speaking(older, older), ClientLimits::default()).unwrap();
+        for (client, server, version) in [
+            (&new_client, &new_server, PROTOCOL_VERSION),
+            (&new_client, &old_server, older),
+            (&old_client, &new_server, older),
+        ] {
+            let peer = at(server);
+            assert_eq!(client.version(&peer).await.unwrap(), version);
+            let reply = client.request(&peer, &resolve()).await.unwrap();
+            assert!(is_resolved(&reply), "{reply:?}");
+            let directory = client.request(&peer, &Request::Directory).await;
+            if version == PROTOCOL_VERSION {
+                assert_eq!(directory.unwrap(), Reply::Directory(Default::default()));
+            } else {
+                let error = directory.expect_err("the older version has no directory");
+                assert!(
+                    matches!(error, NetError::NotSpoken { needs: 8, speaks, .. } if speaks == older),
+                    "{error}"
+                );
+            }
+        }
+        new_server.shutdown().await;
+        old_server.shutdown().await;
     })
     .await
     .unwrap();

@@ -19,8 +19,8 @@
 //! answers a retry that joined an acquire ([`Endpoint::acquire_ended`]).
 
 use homing_core::{
-    DcId, ErrorKind, ErrorReply, Key, LeaseKey, Namespace, NamespaceScope, Request, ReservationId,
-    ScanCursor, TakeoverPolicy,
+    DcId, Directory, ErrorKind, ErrorReply, Key, LeaseKey, Namespace, NamespaceScope, Reply,
+    Request, ReservationId, ScanCursor, TakeoverPolicy,
 };
 
 use crate::acquire::{Acquire, AcquireRequest};
@@ -86,6 +86,8 @@ pub enum Dispatch {
     /// Refused on arrival: the node shuts down (`Unavailable`), or too many
     /// retries wait for one acquire (`Overloaded`).
     Refused(ErrorReply),
+    /// Answered on arrival from what the endpoint holds (the DC directory).
+    Answered(Reply),
 }
 
 /// One DC's endpoint (see the module doc).
@@ -97,6 +99,8 @@ pub struct Endpoint<J> {
     quota: KeyQuota,
     cancellations: Cancellations,
     acquires: AcquiresInFlight<J>,
+    /// The DC directory as the driver last read it from the global store.
+    directory: Directory,
     closing: bool,
 }
 
@@ -110,6 +114,7 @@ impl<J> Endpoint<J> {
             takeover: config.takeover,
             cancellations: Cancellations::default(),
             acquires: AcquiresInFlight::default(),
+            directory: Directory::default(),
             closing: false,
         }
     }
@@ -122,6 +127,17 @@ impl<J> Endpoint<J> {
     /// Takes over a silent DC's tails under `policy` from now on.
     pub fn set_takeover(&mut self, policy: TakeoverPolicy) {
         self.takeover = policy;
+    }
+
+    /// The DC directory the driver read from the global store: what a
+    /// `Directory` request is answered with from now on.
+    pub fn set_directory(&mut self, directory: Directory) {
+        self.directory = directory;
+    }
+
+    /// The DC directory as last set.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
     }
 
     /// The node shuts down: every request arriving from now on is refused.
@@ -183,6 +199,9 @@ impl<J> Endpoint<J> {
             }
             Request::DrainScope { scope, after } => {
                 Handling::DrainScope(Box::new(self.drain_scope(scope, after)))
+            }
+            Request::Directory => {
+                return Dispatch::Answered(Reply::Directory(self.directory.clone()));
             }
             request => Handling::Serve(Box::new(self.serve(peer, request))),
         };

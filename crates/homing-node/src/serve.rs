@@ -211,7 +211,8 @@ impl Serve {
             other @ (Request::Acquire { .. }
             | Request::Await { .. }
             | Request::Watch { .. }
-            | Request::DrainScope { .. }) => {
+            | Request::DrainScope { .. }
+            | Request::Directory) => {
                 let why = format!("a {} request is not served by Serve", other.kind());
                 Phase::Done(internal(why))
             }

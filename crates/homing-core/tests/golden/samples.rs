@@ -4,13 +4,26 @@
 
 use homing_core::record::FailureReason;
 use homing_core::{
-    ActorId, DcRecord, Event, EventKind, FencingToken, Key, KeyName, LeaseKey, Namespace,
-    PreviousRun, RecordState, ReleaseCause, ReservationId, RunOutcome, Shortcut, StoreTime, Tag,
+    ActorId, DcRecord, Directory, Event, EventKind, FencingToken, Key, KeyName, LeaseKey,
+    Namespace, PreviousRun, RecordState, ReleaseCause, ReservationId, RunOutcome, Shortcut,
+    StoreTime, Tag,
 };
 
 /// A reservation ID from its text (`iad.42`).
 pub fn id(text: &str) -> ReservationId {
     text.parse().expect("sample reservation ids are valid")
+}
+
+/// A directory of two DCs, one served by two homingd (IPv4 and IPv6).
+pub fn directory() -> Directory {
+    let v4 = "10.1.0.7:4433".parse().expect("valid address");
+    let v6 = "[2001:db8::7]:4433".parse().expect("valid address");
+    let sin = "192.0.2.1:4433".parse().expect("valid address");
+    Directory::default()
+        .with(&"iad".parse().expect("valid dc"), v4)
+        .and_then(|d| d.with(&"iad".parse().expect("valid dc"), v6))
+        .and_then(|d| d.with(&"sin".parse().expect("valid dc"), sin))
+        .expect("within bounds")
 }
 
 /// A key in a nested namespace.

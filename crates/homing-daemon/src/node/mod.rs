@@ -628,6 +628,7 @@ impl Node {
             match dispatch {
                 Dispatch::Run(handling) => return self.run(handling).await,
                 Dispatch::Refused(refused) => return Err(Failure::Reply(refused)),
+                Dispatch::Answered(reply) => return Ok(reply),
                 Dispatch::Joined(request) => {
                     self.metrics.acquire_retry();
                     tracing::debug!("a retried acquire joined the one running");
@@ -832,7 +833,10 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         Request::Link { from, .. } => (None, Some(from.to_string())),
         Request::Shortcut { entry, .. } => (None, Some(entry.to_string())),
         Request::Await { reservation, .. } => (None, Some(reservation.to_string())),
-        Request::Watch { .. } | Request::Scan { .. } | Request::DrainScope { .. } => (None, None),
+        Request::Watch { .. }
+        | Request::Scan { .. }
+        | Request::DrainScope { .. }
+        | Request::Directory => (None, None),
     };
     tracing::info_span!(
         "request",
