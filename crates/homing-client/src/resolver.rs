@@ -55,6 +55,8 @@ pub const CACHE_ENTRIES_DEFAULT: u64 = 1_000_000;
 pub const HOP_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 /// Default timeout of one probe of a suspect DC.
 pub const PROBE_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+/// Default interval between two reads of the DC directory.
+pub const DIRECTORY_REFRESH_MS_DEFAULT: u64 = 2_000;
 pub use crate::reachability::{
     PROBE_INTERVAL_MAX_MS_DEFAULT, PROBE_INTERVAL_MS_DEFAULT, PROBE_JITTER_PERCENT_DEFAULT,
 };
@@ -95,6 +97,12 @@ pub struct ResolverConfig {
     /// Spread of each wait between probes, in percent either way (at most
     /// 100), so routers do not probe a DC in step.
     pub probe_jitter_percent: u8,
+    /// How often the resolver asks its DCs for the DC directory and adds
+    /// the DCs and homingd it did not know (after `dcs`, in the order the
+    /// directory lists them), in milliseconds; 0: never (the DC table is
+    /// `dcs` only). A DC added to the deployment is routed to within about
+    /// this long plus its homingd's own directory refresh.
+    pub directory_refresh_ms: u64,
 }
 
 impl ResolverConfig {
@@ -111,6 +119,7 @@ impl ResolverConfig {
             probe_interval_ms: PROBE_INTERVAL_MS_DEFAULT,
             probe_interval_max_ms: PROBE_INTERVAL_MAX_MS_DEFAULT,
             probe_jitter_percent: PROBE_JITTER_PERCENT_DEFAULT,
+            directory_refresh_ms: DIRECTORY_REFRESH_MS_DEFAULT,
         }
     }
 
@@ -275,10 +284,10 @@ struct Answer {
 impl Answer {
     /// The answer to cache for `resolution`; `None` if its DC is not in
     /// `dcs` (a walk only ends at a DC it asked, which is in the table).
-    fn of(resolution: Resolution, dcs: &[DcId], actor_ids: &ActorIds) -> Option<Answer> {
-        let place = dcs.iter().position(|d| d == resolution.reservation.dc())?;
+    fn of(resolution: Resolution, dcs: &DcTable, actor_ids: &ActorIds) -> Option<Answer> {
+        let place = dcs.slot(resolution.reservation.dc())?;
         Some(Answer {
-            dc: u32::try_from(place).ok()?,
+            dc: u32::try_from(place.0).ok()?,
             unique: resolution.reservation.unique(),
             actor: actor_ids.get(resolution.actor.as_str()),
             token: resolution.token,
@@ -287,18 +296,18 @@ impl Answer {
     }
 
     /// Whether this answer's tail is `id`.
-    fn names(&self, id: &ReservationId, dcs: &[DcId]) -> bool {
+    fn names(&self, id: &ReservationId, dcs: &DcTable) -> bool {
         self.unique == id.unique() && self.dc_id(dcs) == Some(id.dc())
     }
 
-    fn dc_id<'a>(&self, dcs: &'a [DcId]) -> Option<&'a DcId> {
-        dcs.get(self.dc as usize)
+    fn dc_id<'a>(&self, dcs: &'a DcTable) -> Option<&'a DcId> {
+        dcs.dc(DcSlot(self.dc as usize))
     }
 
     /// The answer as served from cache (no round trip of this call).
-    fn cached(self, key: &Key, stale: bool, dcs: &[DcId]) -> Resolution {
+    fn cached(self, key: &Key, stale: bool, dcs: &DcTable) -> Resolution {
         // Invariant: `of` only makes answers whose index is in `dcs`, and a
-        // resolver's table never changes.
+        // resolver's table only grows.
         let dc = self
             .dc_id(dcs)
             .expect("a cached answer's dc is in the resolver's table")
@@ -329,7 +338,7 @@ struct Found {
 }
 
 impl Found {
-    fn resolution(self, key: &Key, dcs: &[DcId]) -> Resolution {
+    fn resolution(self, key: &Key, dcs: &DcTable) -> Resolution {
         let resolution = self.answer.cached(key, self.stale, dcs);
         match self.walked {
             Some(remote_round_trips) => Resolution {
@@ -341,9 +350,9 @@ impl Found {
         }
     }
 
-    fn resolved(self, dcs: &[DcId]) -> Resolved<'_> {
+    fn resolved(self, dcs: &DcTable) -> Resolved<'_> {
         // Invariant: `Answer::of` only makes answers whose index is in
-        // `dcs`, and a resolver's table never changes.
+        // `dcs`, and a resolver's table only grows.
         let dc = self
             .answer
             .dc_id(dcs)
@@ -475,7 +484,8 @@ impl Resolver {
             config.cache_entries,
             Duration::from_millis(config.tail_ttl_ms),
         );
-        Resolver {
+        let refresh = Duration::from_millis(config.directory_refresh_ms);
+        let resolver = Resolver {
             inner: Arc::new(Inner {
                 dcs,
                 counters: Counters::default(),
@@ -491,7 +501,24 @@ impl Resolver {
                 absent: lately(&config),
                 config,
             }),
+        };
+        if !refresh.is_zero() {
+            // Ends when the resolver is dropped. Without a runtime (a
+            // resolver built outside tokio) the table stays `config.dcs`.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(learn_directory_every(Arc::downgrade(&resolver.inner), refresh));
+            }
         }
+        resolver
+    }
+
+    /// Asks its DCs, in table order, for the DC directory until one gives
+    /// it, and adds every DC and homingd it did not know; how many
+    /// addresses it added. A DC of the previous release (which has no
+    /// directory) or one that does not answer is passed over; an error
+    /// (naming the last DC asked) when none gave the directory.
+    pub async fn learn_directory(&self) -> Result<usize, ResolveError> {
+        self.inner.learn_directory().await
     }
 
     /// Where `key`'s actor lives now. From cache if the answer is younger
@@ -503,7 +530,7 @@ impl Resolver {
     /// the shared answer as `from_cache: true` with no round trips of their own.
     pub async fn resolve(&self, key: &Key) -> Result<Resolution, ResolveError> {
         let found = self.find(key.borrowed(), Some(key)).await?;
-        Ok(found.resolution(key, self.inner.dcs.dcs()))
+        Ok(found.resolution(key, &self.inner.dcs))
     }
 
     /// Like [`Resolver::resolve`], but borrowed: the answer shares the
@@ -512,7 +539,7 @@ impl Resolver {
     /// copying the key or allocating. What the edge router asks per request.
     pub async fn resolve_ref(&self, key: KeyRef<'_>) -> Result<Resolved<'_>, ResolveError> {
         let found = self.find(key, None).await?;
-        Ok(found.resolved(self.inner.dcs.dcs()))
+        Ok(found.resolved(&self.inner.dcs))
     }
 
     /// The answer for `key` (`owned`: the same key, if the caller has it as
@@ -539,7 +566,7 @@ impl Resolver {
 
     /// A resolve that missed the answer cache at `now`.
     async fn resolve_cold(&self, key: &Key, now: Instant) -> Result<Found, ResolveError> {
-        let dcs = self.inner.dcs.dcs();
+        let dcs = &self.inner.dcs;
         // Set only if this call's future ran the walk (single-flight); atomic
         // because the future must be Send, never contended.
         let walked_here = AtomicU64::new(NOT_WALKED);
@@ -580,7 +607,7 @@ impl Resolver {
     /// answer is remembered, returns that answer marked `stale`.
     pub async fn resolve_or_stale(&self, key: &Key) -> Result<Resolution, ResolveError> {
         let found = self.find_or_stale(key.borrowed(), Some(key)).await?;
-        Ok(found.resolution(key, self.inner.dcs.dcs()))
+        Ok(found.resolution(key, &self.inner.dcs))
     }
 
     /// [`Resolver::resolve_ref`], with stale answers as
@@ -590,7 +617,7 @@ impl Resolver {
         key: KeyRef<'_>,
     ) -> Result<Resolved<'_>, ResolveError> {
         let found = self.find_or_stale(key, None).await?;
-        Ok(found.resolved(self.inner.dcs.dcs()))
+        Ok(found.resolved(&self.inner.dcs))
     }
 
     async fn find_or_stale(
@@ -638,7 +665,7 @@ impl Resolver {
     /// Only an answer that still names the reported reservation is dropped: a
     /// late report must not throw away a newer answer that already replaced it.
     pub async fn report_unreachable(&self, resolution: &Resolution) {
-        let dcs = self.inner.dcs.dcs();
+        let dcs = &self.inner.dcs;
         self.inner.answers.remove_if(&resolution.key, |cached| {
             cached.names(&resolution.reservation, dcs)
         });
@@ -698,17 +725,69 @@ impl Resolver {
     #[doc(hidden)]
     pub async fn prime(&self, resolution: Resolution) {
         let key = resolution.key.clone();
-        if let Some(answer) = Answer::of(resolution, self.inner.dcs.dcs(), &self.inner.actor_ids) {
+        if let Some(answer) = Answer::of(resolution, &self.inner.dcs, &self.inner.actor_ids) {
             self.inner.answers.insert(&key, answer, Instant::now());
         }
     }
 }
 
+/// Reads the DC directory every `interval` while the resolver lives.
+async fn learn_directory_every(inner: std::sync::Weak<Inner>, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if let Err(error) = inner.learn_directory().await {
+            tracing::debug!(%error, "dc directory not read");
+        }
+    }
+}
+
 impl Inner {
+    async fn learn_directory(&self) -> Result<usize, ResolveError> {
+        let dcs = self.dcs.dcs();
+        let mut last = None;
+        for (slot, dc) in dcs.iter().enumerate() {
+            let directory = match self.ask(DcSlot(slot), &Request::Directory).await {
+                Ok(Reply::Directory(directory)) => directory,
+                Ok(Reply::Error(error)) => {
+                    last = Some((dc, error.to_string()));
+                    continue;
+                }
+                Ok(_) => {
+                    last = Some((dc, "answered a directory request with something else".into()));
+                    continue;
+                }
+                Err(unanswered) => {
+                    last = Some((dc, unanswered.to_string()));
+                    continue;
+                }
+            };
+            let mut added = 0;
+            for (dc, addr) in directory.addresses() {
+                if self.dcs.add(dc, addr) {
+                    info!(%dc, %addr, "dc address learned from the dc directory");
+                    added += 1;
+                }
+            }
+            return Ok(added);
+        }
+        // An empty table asks no one and learns nothing.
+        let Some((dc, reason)) = last else {
+            return Ok(0);
+        };
+        Err(ResolveError::Unavailable {
+            dc: dc.clone(),
+            reason: format!("no dc gave the dc directory; the last: {reason}"),
+            suspect: false,
+        })
+    }
+
     /// Walks the chain from the furthest member known, remembering what
     /// the walk learned (homing-core's `RouterWalk` decides; this only asks).
     async fn walk_chain(&self, key: &Key) -> Result<Walked, ResolveError> {
-        let dcs = self.dcs.dcs();
+        let dcs = &*self.dcs.dcs();
         let mut memory = KeyMemory { inner: self, key };
         let absent_ttl = Duration::from_millis(self.config.absent_ttl_ms);
         let mut walk = RouterWalk::new(

@@ -183,6 +183,23 @@ impl Reachability {
         }
     }
 
+    /// Adds an address of `dc` — a DC already here, or the next DC slot
+    /// (`DcSlot(dc_count)`) for a DC new to the table — healthy, tried after
+    /// the DC's other addresses; its slot.
+    ///
+    /// # Panics
+    /// If `dc` is past the next DC slot.
+    pub fn add_addr(&mut self, dc: DcSlot) -> AddrSlot {
+        assert!(dc.0 <= self.dcs.len(), "dc slot {} skips a slot", dc.0);
+        if dc.0 == self.dcs.len() {
+            self.dcs.push(Vec::new());
+        }
+        let addr = AddrSlot(self.addrs.len());
+        self.addrs.push((dc, AddrState::Healthy));
+        self.dcs[dc.0].push(addr);
+        addr
+    }
+
     /// Where a request to `dc` goes now: its first healthy address, or
     /// nowhere if all are suspect.
     ///
@@ -354,6 +371,23 @@ mod tests {
     /// iad and fra, one address each (slots 0 and 1).
     fn two_dcs(jitter_percent: u8) -> Reachability {
         Reachability::new(schedule(jitter_percent), &[IAD, FRA], 7)
+    }
+
+    #[test]
+    fn an_address_added_later_is_tried_after_the_dcs_others_and_a_new_dc_gets_the_next_slot() {
+        let now = Instant::now();
+        let mut r = two_dcs(0);
+        let second = r.add_addr(IAD);
+        assert_eq!(second, AddrSlot(2));
+        assert_eq!(r.route(IAD), Route::Ask(AddrSlot(0)));
+        r.handle_failure(AddrSlot(0), now);
+        assert_eq!(r.route(IAD), Route::Ask(second));
+        let sin = DcSlot(2);
+        let only = r.add_addr(sin);
+        assert_eq!(r.route(sin), Route::Ask(only));
+        r.handle_failure(only, now);
+        assert!(r.dc_suspect(sin));
+        assert_eq!(r.dcs_suspect(), 1);
     }
 
     /// Runs `addr`'s probe loop `epoch` until it sends, from `now`; returns

@@ -5,16 +5,22 @@
 //! background until it answers, and sending a request once more to the DC's
 //! next address when the first gave no answer. The Resolver and homingd's
 //! peer client both ask their DCs through one of these.
+//!
+//! The table only grows ([`DcTable::add`]): a DC or a homingd learned from
+//! the DC directory while the caller runs is appended, so every slot handed
+//! out stays valid. An address that left the directory stays, suspect once
+//! it stops answering.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use homing_core::reachability::{
     AddrSlot, Change, DcSlot, ProbeSchedule, ProbeStep, Reachability, Route,
 };
 use homing_core::{DcId, Reply, Request, ReservationId};
+use tracing::warn;
 
 use crate::client::Client;
 use crate::pool::Peer;
@@ -64,21 +70,68 @@ pub struct DcTableCounters {
 /// log it and count it where the caller counts).
 pub type OnChange = Box<dyn Fn(&Peer, &Change) + Send + Sync>;
 
+/// The DC and address tables and their reachability, grown together.
+struct Table {
+    /// The DC table; a DC's place in it is its [`DcSlot`].
+    dcs: Arc<[DcId]>,
+    /// The address table; an address's place in it is its [`AddrSlot`].
+    addrs: Vec<Arc<Peer>>,
+    reach: Reachability,
+}
+
+impl Table {
+    /// Appends `addr` of `dc` unless it is there, naming a new DC's slot in
+    /// `names`; whether it was added.
+    fn add(&mut self, names: &[OnceLock<DcId>], dc: &DcId, addr: SocketAddr) -> bool {
+        if self.addrs.iter().any(|p| p.addr == addr && p.dc == *dc)
+            || self.addrs.len() >= DC_TABLE_ADDRS_MAX
+        {
+            return false;
+        }
+        let slot = match self.dcs.iter().position(|d| d == dc) {
+            Some(slot) => DcSlot(slot),
+            None => {
+                let Some(name) = names.get(self.dcs.len()) else {
+                    return false;
+                };
+                // Set once: slots are only ever appended, under the lock.
+                let _ = name.set(dc.clone());
+                let mut dcs = self.dcs.to_vec();
+                dcs.push(dc.clone());
+                self.dcs = dcs.into();
+                DcSlot(self.dcs.len() - 1)
+            }
+        };
+        self.reach.add_addr(slot);
+        self.addrs.push(Arc::new(Peer {
+            addr,
+            dc: dc.clone(),
+        }));
+        true
+    }
+}
+
 /// The DCs a caller asks, with their addresses.
 #[derive(Clone)]
 pub struct DcTable {
     inner: Arc<Inner>,
 }
 
+/// Most addresses a table holds: past this, [`DcTable::add`] refuses.
+pub const DC_TABLE_ADDRS_MAX: usize = 4096;
+/// Most DCs a table holds (as many as a DC directory lists).
+pub const DC_TABLE_DCS_MAX: usize = homing_core::directory::DIRECTORY_DCS_MAX;
+
 struct Inner {
     client: Client,
-    /// The DC table; a DC's place in it is its [`DcSlot`].
-    dcs: Vec<DcId>,
-    /// The address table; an address's place in it is its [`AddrSlot`].
-    addrs: Vec<Peer>,
     probe_timeout: Duration,
-    /// Which addresses are suspect; locked briefly, never across an await.
-    reach: Mutex<Reachability>,
+    /// The DCs, their addresses and which are suspect; locked briefly,
+    /// never across an await.
+    table: Mutex<Table>,
+    /// Each DC's name by slot, set once when the DC is added (under the
+    /// table's lock) and never moved: read without a lock, borrowed for as
+    /// long as the table lives.
+    names: Box<[OnceLock<DcId>]>,
     counters: DcTableCounters,
     on_change: OnChange,
     /// This table, for the probe loops it starts (which end when it is dropped).
@@ -99,31 +152,21 @@ impl DcTable {
         seed: u64,
         on_change: OnChange,
     ) -> DcTable {
-        let mut dcs: Vec<DcId> = Vec::new();
-        let mut dc_of_addr = Vec::with_capacity(addresses.len());
-        let mut addrs = Vec::with_capacity(addresses.len());
+        let mut table = Table {
+            dcs: Arc::new([]),
+            addrs: Vec::with_capacity(addresses.len()),
+            reach: Reachability::new(schedule, &[], seed),
+        };
+        let names: Box<[OnceLock<DcId>]> = (0..DC_TABLE_DCS_MAX).map(|_| OnceLock::new()).collect();
         for (dc, addr) in addresses {
-            let slot = match dcs.iter().position(|d| d == dc) {
-                Some(slot) => slot,
-                None => {
-                    dcs.push(dc.clone());
-                    dcs.len() - 1
-                }
-            };
-            dc_of_addr.push(DcSlot(slot));
-            addrs.push(Peer {
-                addr: *addr,
-                dc: dc.clone(),
-            });
+            table.add(&names, dc, *addr);
         }
-        let reach = Reachability::new(schedule, &dc_of_addr, seed);
         DcTable {
             inner: Arc::new_cyclic(|this| Inner {
                 client,
-                dcs,
-                addrs,
                 probe_timeout,
-                reach: Mutex::new(reach),
+                table: Mutex::new(table),
+                names,
                 counters: DcTableCounters::default(),
                 on_change,
                 this: this.clone(),
@@ -131,26 +174,55 @@ impl DcTable {
         }
     }
 
-    /// The DCs, in table order (a DC's index is its [`DcSlot`]).
-    pub fn dcs(&self) -> &[DcId] {
-        &self.inner.dcs
+    /// The DCs now, in table order (a DC's index is its [`DcSlot`]; the
+    /// table only grows, so a slot of this list stays valid).
+    pub fn dcs(&self) -> Arc<[DcId]> {
+        self.inner.table().dcs.clone()
+    }
+
+    /// Every (DC, address) pair now, in table order.
+    pub fn addresses(&self) -> Vec<(DcId, SocketAddr)> {
+        let table = self.inner.table();
+        table.addrs.iter().map(|p| (p.dc.clone(), p.addr)).collect()
     }
 
     /// `dc`'s place in the table, if it is there.
     pub fn slot(&self, dc: &DcId) -> Option<DcSlot> {
-        self.inner.dcs.iter().position(|d| d == dc).map(DcSlot)
+        self.inner.table().dcs.iter().position(|d| d == dc).map(DcSlot)
+    }
+
+    /// The DC in `slot`, borrowed without a lock (what a cached answer
+    /// names its DC by).
+    pub fn dc(&self, slot: DcSlot) -> Option<&DcId> {
+        self.inner.names.get(slot.0)?.get()
+    }
+
+    /// Adds `addr` of `dc` (a DC new to the table, or another homingd of
+    /// one in it), healthy; whether it was added: not when it is there, or
+    /// the table holds [`DC_TABLE_ADDRS_MAX`] addresses or
+    /// [`DC_TABLE_DCS_MAX`] DCs (logged).
+    pub fn add(&self, dc: &DcId, addr: SocketAddr) -> bool {
+        let mut table = self.inner.table();
+        let there = table.addrs.iter().any(|p| p.addr == addr && p.dc == *dc);
+        let added = table.add(&self.inner.names, dc, addr);
+        if !added && !there {
+            warn!(%dc, %addr, addrs_max = DC_TABLE_ADDRS_MAX, dcs_max = DC_TABLE_DCS_MAX,
+                "dc table full: address not added");
+        }
+        added
     }
 
     /// Whether every address of `dc` is suspect now; false for a DC not in
     /// the table.
     pub fn is_suspect(&self, dc: &DcId) -> bool {
-        self.slot(dc)
-            .is_some_and(|slot| self.inner.reach().dc_suspect(slot))
+        let table = self.inner.table();
+        let slot = table.dcs.iter().position(|d| d == dc).map(DcSlot);
+        slot.is_some_and(|slot| table.reach.dc_suspect(slot))
     }
 
     /// How many DCs have every address suspect now.
     pub fn dcs_suspect(&self) -> usize {
-        self.inner.reach().dcs_suspect()
+        self.inner.table().reach.dcs_suspect()
     }
 
     /// What the table counted so far.
@@ -193,14 +265,14 @@ impl DcTable {
 }
 
 impl Inner {
-    fn reach(&self) -> MutexGuard<'_, Reachability> {
+    fn table(&self) -> MutexGuard<'_, Table> {
         // Each method updates the state in one step: a panic elsewhere while
         // it was locked left it consistent.
-        crate::lock(&self.reach)
+        crate::lock(&self.table)
     }
 
     fn route(&self, slot: DcSlot) -> Result<AddrSlot, Unanswered> {
-        match self.reach().route(slot) {
+        match self.table().reach.route(slot) {
             Route::Ask(addr) => Ok(addr),
             Route::Suspect { since } => Err(Unanswered::Suspect { since }),
         }
@@ -215,9 +287,9 @@ impl Inner {
         request: &Request,
         timeout: Duration,
     ) -> Result<Reply, String> {
-        let peer = &self.addrs[addr.0];
+        let peer = self.peer(addr);
         let (outcome, reached) =
-            match tokio::time::timeout(timeout, self.client.request(peer, request)).await {
+            match tokio::time::timeout(timeout, self.client.request(&peer, request)).await {
                 Err(_) => (
                     Err(format!(
                         "no answer from {} within {} ms",
@@ -231,14 +303,18 @@ impl Inner {
             };
         let now = Instant::now();
         let change = match reached {
-            Some(true) => self.reach().handle_answer(addr, now),
-            Some(false) => self.reach().handle_failure(addr, now),
+            Some(true) => self.table().reach.handle_answer(addr, now),
+            Some(false) => self.table().reach.handle_failure(addr, now),
             None => None,
         };
         if let Some(change) = change {
             self.changed(change);
         }
         outcome
+    }
+
+    fn peer(&self, addr: AddrSlot) -> Arc<Peer> {
+        self.table().addrs[addr.0].clone()
     }
 
     /// Counts a transition, tells the caller once, and starts the probe
@@ -250,7 +326,7 @@ impl Inner {
             &self.counters.recoveries
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        (self.on_change)(&self.addrs[change.addr.0], &change);
+        (self.on_change)(&self.peer(change.addr), &change);
         if change.suspect {
             tokio::spawn(probe_loop(self.this.clone(), change.addr, change.epoch));
         }
@@ -266,7 +342,7 @@ async fn probe_loop(table: Weak<Inner>, addr: AddrSlot, epoch: u64) {
         let Some(inner) = table.upgrade() else {
             return;
         };
-        let step = inner.reach().poll_probe(addr, epoch, Instant::now());
+        let step = inner.table().reach.poll_probe(addr, epoch, Instant::now());
         match step {
             ProbeStep::Stop => return,
             ProbeStep::WaitUntil(at) => {
@@ -276,7 +352,7 @@ async fn probe_loop(table: Weak<Inner>, addr: AddrSlot, epoch: u64) {
             ProbeStep::Send => {
                 inner.counters.probes.fetch_add(1, Ordering::Relaxed);
                 let probe = Request::ResolveReservation {
-                    id: ReservationId::new(inner.addrs[addr.0].dc.clone(), 0),
+                    id: ReservationId::new(inner.peer(addr).dc.clone(), 0),
                 };
                 // An answer is reported (and clears the suspicion) inside `send`.
                 let answered = inner.send(addr, &probe, inner.probe_timeout).await.is_ok();
@@ -284,7 +360,7 @@ async fn probe_loop(table: Weak<Inner>, addr: AddrSlot, epoch: u64) {
                     inner.counters.probes_failed.fetch_add(1, Ordering::Relaxed);
                 }
                 let now = Instant::now();
-                let change = inner.reach().handle_probe(addr, epoch, answered, now);
+                let change = inner.table().reach.handle_probe(addr, epoch, answered, now);
                 if let Some(change) = change {
                     inner.changed(change);
                 }

@@ -45,7 +45,7 @@ mod unacked;
 
 pub use admission::Refusal;
 pub use client::Client;
-pub use dc_table::{DcTable, DcTableCounters, OnChange, Unanswered};
+pub use dc_table::{DC_TABLE_ADDRS_MAX, DcTable, DcTableCounters, OnChange, Unanswered};
 pub use error::NetError;
 pub use identity::{CertIdentityError, identity_from_cert, identity_uri, node_server_name};
 pub use limits::{ClientLimits, ConnectionShares, ServerLimits};

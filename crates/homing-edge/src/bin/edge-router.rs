@@ -33,7 +33,7 @@ struct Args {
     /// How often the certificate, key, CA and revocation-list files are checked for changes, in milliseconds; changed files are used for new connections to DCs (open ones go on). 0: never.
     #[arg(long, env = "HOMING_TLS_RELOAD_MS", default_value_t = homing_net::reload::TLS_RELOAD_MS_DEFAULT)]
     tls_reload_ms: u64,
-    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated). A DC served by several homingd is given once per address (iad=10.0.1.1:7400,iad=10.0.1.2:7400): requests go to the next when one does not answer.
+    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated). A DC served by several homingd is given once per address (iad=10.0.1.1:7400,iad=10.0.1.2:7400): requests go to the next when one does not answer. One DC is enough to start: the others are learned from the DC directory (--directory-refresh-ms) and tried after these.
     #[arg(
         long = "dc",
         env = "HOMING_DCS",
@@ -66,6 +66,9 @@ struct Args {
     /// Longest wait between probes of a suspect DC, in milliseconds.
     #[arg(long, default_value_t = homing_client::resolver::PROBE_INTERVAL_MAX_MS_DEFAULT)]
     probe_interval_max_ms: u64,
+    /// How often to ask the DCs for the DC directory and add DCs (and homingd) not in --dc, in milliseconds: a DC added to the deployment is routed to without restarting the router. 0: never; the DC table is --dc only.
+    #[arg(long, env = "HOMING_DIRECTORY_REFRESH_MS", default_value_t = homing_client::resolver::DIRECTORY_REFRESH_MS_DEFAULT)]
+    directory_refresh_ms: u64,
     /// Capacity of each resolver cache, in entries.
     #[arg(long, default_value_t = homing_client::resolver::CACHE_ENTRIES_DEFAULT)]
     cache_entries: u64,
@@ -200,6 +203,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         probe_timeout_ms: args.probe_timeout_ms,
         probe_interval_ms: args.probe_interval_ms,
         probe_interval_max_ms: args.probe_interval_max_ms,
+        directory_refresh_ms: args.directory_refresh_ms,
         ..ResolverConfig::new(dcs)
     };
     let client = Client::new(&tls, ClientLimits::default())?;
