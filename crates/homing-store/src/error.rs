@@ -54,6 +54,17 @@ pub enum StoreError {
         /// The limit.
         max: usize,
     },
+    /// Caller bug: a setting value above [`crate::SETTING_BYTES_MAX`].
+    /// Nothing was written.
+    #[error("a value of setting {setting} is {bytes} bytes, more than the {max} allowed")]
+    SettingTooLarge {
+        /// The setting.
+        setting: crate::Setting,
+        /// The value's length.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A batch (`get_many` keys, `scan` limit) is larger than the store's bound.
     #[error("batch of {len} exceeds the maximum of {max}")]
     BatchTooLarge {

@@ -1,5 +1,8 @@
-//! The global store contract: `key → ReservationId`, written once, never
-//! changed, never deleted. There is deliberately no update or delete in the API.
+//! The global store contract: `key → ReservationId` entries, written once,
+//! never changed, never deleted (there is deliberately no update or delete
+//! of an entry in the API); beside them, each DC's lease and marks, the
+//! successions (write-once too) and the deployment [`Setting`]s, the one
+//! thing in the store that changes by compare-and-set.
 
 use std::sync::Arc;
 
@@ -11,6 +14,7 @@ use homing_core::{
 
 use crate::error::StoreError;
 use crate::failover::Failover;
+use crate::setting::{SETTING_BYTES_MAX, Setting};
 
 /// Most DCs one [`GlobalStore::dc_leases`] lists: a deployment has a few
 /// dozen; past this, the rest are left off.
@@ -30,7 +34,9 @@ pub enum SetIfAbsent {
     Exists(ReservationId),
 }
 
-/// Write-once map from keys to the reservation that first claimed them.
+/// Write-once map from keys to the reservation that first claimed them,
+/// with what the deployment keeps beside it: DC leases, successions and
+/// settings.
 #[async_trait]
 pub trait GlobalStore: Send + Sync + 'static {
     /// The key's entry, if any: linearizable, so "absent" is the truth at
@@ -136,6 +142,27 @@ pub trait GlobalStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<Succession>, StoreError>;
 
+    /// A deployment setting's value, if it was ever set (linearizable:
+    /// the value at some instant during the call). Settings change, unlike
+    /// entries: a value read is not the value forever.
+    async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Sets `name` to `value` provided it holds `expected` now (`None`: never
+    /// set), in one store transaction. `Ok(Ok(()))` when set; `Ok(Err(found))`
+    /// with what it holds otherwise (compare-and-set: the caller re-reads and
+    /// retries). A value over [`SETTING_BYTES_MAX`] is refused with
+    /// [`StoreError::SettingTooLarge`] and nothing is written. Acknowledged
+    /// swaps are durable (for durable backends). A swap whose answer was
+    /// lost and that the store retried answers `Ok(Ok(()))` when the retry
+    /// finds `value` held (it was set, once); if another swap changed the
+    /// setting in between, the retry answers what that one wrote.
+    async fn swap_setting(
+        &self,
+        name: Setting,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError>;
+
     /// Its endpoints' health and failover counters, for a store that talks
     /// to several servers and goes around a silent one (etcd); `None` for
     /// the others.
@@ -213,6 +240,31 @@ pub(crate) fn check_batch(len: usize) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+/// Rejects a setting value above [`SETTING_BYTES_MAX`].
+pub(crate) fn check_setting(name: Setting, value: &[u8]) -> Result<(), StoreError> {
+    if value.len() > SETTING_BYTES_MAX {
+        return Err(StoreError::SettingTooLarge {
+            setting: name,
+            bytes: value.len(),
+            max: SETTING_BYTES_MAX,
+        });
+    }
+    Ok(())
+}
+
+/// A setting swap's judgement, shared by every backend: `Ok(())` when the
+/// setting holds `expected` (the swap may write), else `Err` with what it
+/// holds (the caller's answer).
+pub(crate) fn judge_swap(
+    held: Option<Vec<u8>>,
+    expected: Option<&[u8]>,
+) -> Result<(), Option<Vec<u8>>> {
+    match held.as_deref() == expected {
+        true => Ok(()),
+        false => Err(held),
+    }
 }
 
 /// Rejects a succession written through the wrong call (a move through

@@ -15,6 +15,7 @@ use homing_core::{
 };
 
 use crate::error::StoreError;
+use crate::setting::Setting;
 
 /// Largest encoded record a backend accepts, in bytes: one wire frame, so a
 /// record can always be shipped to a peer.
@@ -379,6 +380,13 @@ pub fn decode_succession(
         ));
     }
     Ok(succession)
+}
+
+/// The store key of a deployment setting within a backend's settings
+/// section (redb: its `settings` table): the setting's name. Its value is
+/// stored as the caller gave it: the store reads no format into it.
+pub fn setting_key(setting: Setting) -> &'static [u8] {
+    setting.name().as_bytes()
 }
 
 /// Encodes a record (a format byte, then postcard), refusing one above

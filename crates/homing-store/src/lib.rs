@@ -5,6 +5,9 @@
 //! - [`GlobalStore`]: `key → ReservationId`, written once and never changed or
 //!   deleted, so readers may cache entries forever;
 //!   [`GlobalStore::scan`] pages through every entry in key order (migration).
+//!   Beside the entries it keeps the deployment's [`Setting`]s: a few small
+//!   values that do change, each only by compare-and-set
+//!   ([`GlobalStore::swap_setting`]).
 //! - [`DcStore`]: one DC's own mutable [`homing_core::DcRecord`]s, changed by
 //!   compare-and-set on the record's `version` and scanned by namespace scope
 //!   (one namespace, or a namespace and everything under it); the DC's
@@ -73,6 +76,7 @@ pub mod keyspace;
 pub mod memory;
 pub mod migrate;
 pub mod redb;
+pub mod setting;
 mod writer;
 
 pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
@@ -81,3 +85,4 @@ pub use failover::{EndpointHealth, Failover, FailoverEvent};
 pub use global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
 pub use memory::{MemoryDcStore, MemoryGlobalStore};
 pub use redb::{CommitMode, RedbDcStore, RedbGlobalStore, RedbOptions};
+pub use setting::{SETTING_BYTES_MAX, Setting};

@@ -21,8 +21,11 @@ use crate::dc::{
 };
 use crate::dc_lease::{DcLeaseTable, LeaseClock, process_clock};
 use crate::error::StoreError;
-use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause};
+use crate::global::{
+    DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting, judge_swap,
+};
 use crate::keyspace;
+use crate::setting::Setting;
 
 /// A [`GlobalStore`] in a `BTreeMap` (key order, for [`GlobalStore::scan`]).
 pub struct MemoryGlobalStore {
@@ -30,6 +33,7 @@ pub struct MemoryGlobalStore {
     /// Locked after `dcs` when both are held (a takeover).
     successions: Mutex<BTreeMap<ReservationId, Succession>>,
     dcs: Mutex<DcLeaseTable>,
+    settings: Mutex<BTreeMap<Setting, Vec<u8>>>,
 }
 
 impl Default for MemoryGlobalStore {
@@ -57,6 +61,7 @@ impl MemoryGlobalStore {
             entries: Mutex::default(),
             successions: Mutex::default(),
             dcs: Mutex::new(DcLeaseTable::new(clock, [])),
+            settings: Mutex::default(),
         }
     }
 
@@ -68,6 +73,11 @@ impl MemoryGlobalStore {
     fn successions(&self) -> std::sync::MutexGuard<'_, BTreeMap<ReservationId, Succession>> {
         // Inserts are single calls: a poisoned map is consistent.
         self.successions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn settings(&self) -> std::sync::MutexGuard<'_, BTreeMap<Setting, Vec<u8>>> {
+        // A swap is one insert: a poisoned map is consistent.
+        self.settings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, ReservationId>> {
@@ -193,6 +203,25 @@ impl GlobalStore for MemoryGlobalStore {
                 .map(|(_, s)| s.clone())
                 .collect()
         })
+    }
+
+    async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.settings().get(&name).cloned())
+    }
+
+    async fn swap_setting(
+        &self,
+        name: Setting,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+        check_setting(name, value)?;
+        let mut settings = self.settings();
+        let judged = judge_swap(settings.get(&name).cloned(), expected);
+        if judged.is_ok() {
+            settings.insert(name, value.to_vec());
+        }
+        Ok(judged)
     }
 
     async fn scan(

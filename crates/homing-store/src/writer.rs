@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::dc::{Cas, Import, judge_cas, judge_event_import, judge_import};
 use crate::error::StoreError;
+use crate::global::judge_swap;
 use crate::keyspace;
 
 /// Global entries: key bytes → reservation ID text.
@@ -33,6 +34,10 @@ pub(crate) const DCS: TableDefinition<&str, &[u8]> = TableDefinition::new("dcs")
 /// Global store: successions, `keyspace::succession_key` (dc, unique) →
 /// `keyspace::encode_succession`, written once.
 pub(crate) const SUCCESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("successions");
+/// Global store: deployment settings, `keyspace::setting_key` (the
+/// setting's name) → the value as the caller gave it, changed by
+/// compare-and-set.
+pub(crate) const SETTINGS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("settings");
 /// Small counters (the allocator's high-water mark, the event head).
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The allocator's persisted high-water mark in [`META`] (exclusive: every
@@ -77,6 +82,13 @@ pub(crate) enum Op {
     /// Global store: insert a succession under `key` unless one is there
     /// (a takeover's caller holds the DC-lease lock across its check and this).
     SetSuccessor { key: Vec<u8>, value: Vec<u8> },
+    /// Global store: set the setting under `key` to `value` if it holds
+    /// `expected` (`None`: absent).
+    SwapSetting {
+        key: &'static [u8],
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+    },
     /// Tests: panic in the writer thread, as a bug in redb would.
     #[cfg(test)]
     Crash,
@@ -104,6 +116,8 @@ pub(crate) enum Outcome {
     DcPut,
     /// `None`: inserted (durable); `Some(bytes)`: the succession already there.
     SetSuccessor(Option<Vec<u8>>),
+    /// `Ok`: set (durable); `Err`: what the setting holds instead.
+    SwapSetting(Result<(), Option<Vec<u8>>>),
 }
 
 struct Request {
@@ -241,6 +255,7 @@ struct Tables<'txn> {
     meta: Table<'txn, &'static str, u64>,
     dcs: Table<'txn, &'static str, &'static [u8]>,
     successions: Table<'txn, &'static [u8], &'static [u8]>,
+    settings: Table<'txn, &'static [u8], &'static [u8]>,
 }
 
 /// Applies every op in one write transaction, in arrival order.
@@ -257,6 +272,7 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
             meta: txn.open_table(META)?,
             dcs: txn.open_table(DCS)?,
             successions: txn.open_table(SUCCESSIONS)?,
+            settings: txn.open_table(SETTINGS)?,
         };
         for request in batch {
             answers.push(match apply(&mut tables, &request.op) {
@@ -314,6 +330,18 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
                 t.successions.insert(key.as_slice(), value.as_slice())?;
             }
             Ok(Outcome::SetSuccessor(existing))
+        }
+        Op::SwapSetting {
+            key,
+            expected,
+            value,
+        } => {
+            let held = t.settings.get(*key)?.map(|v| v.value().to_vec());
+            let judged = judge_swap(held, expected.as_deref());
+            if judged.is_ok() {
+                t.settings.insert(*key, value.as_slice())?;
+            }
+            Ok(Outcome::SwapSetting(judged))
         }
         #[cfg(test)]
         Op::Crash => panic!("the writer thread crashes on purpose"),

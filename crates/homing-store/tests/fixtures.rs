@@ -19,14 +19,15 @@ use homing_core::{
 };
 use homing_store::dc_lease::DcEntry;
 use homing_store::keyspace;
+use homing_store::setting::Setting;
 
 /// The store has no format number of its own: this directory is its first.
 const STORE_FORMAT_DIR: &str = "v1";
 
 /// Stored keys: what a global entry, a record's scan index entry, an expiry
-/// index entry, an event and a succession are stored under, and the stored
-/// form of a reservation ID (a record's key, every index's value, a global
-/// entry's value).
+/// index entry, an event, a succession and each setting are stored under,
+/// and the stored form of a reservation ID (a record's key, every index's
+/// value, a global entry's value).
 fn key_cases() -> Vec<Case> {
     let due =
         |kind: DueKind| move |c: &DueCursor| keyspace::due_bytes(Due { kind, at: c.at }, &c.id);
@@ -34,7 +35,11 @@ fn key_cases() -> Vec<Case> {
         at: samples::at(),
         id: id("iad.42"),
     };
-    vec![
+    let settings = Setting::ALL.map(|setting| {
+        let name = format!("setting-key-{setting}");
+        Case::written_only(&name, keyspace::setting_key(setting).to_vec())
+    });
+    let mut cases = vec![
         Case::round_trip(
             "key-default-namespace",
             plain_key(),
@@ -76,7 +81,9 @@ fn key_cases() -> Vec<Case> {
             keyspace::id_bytes,
             keyspace::decode_id,
         ),
-    ]
+    ];
+    cases.extend(settings);
+    cases
 }
 
 /// A record as the formats before lease keys read it: an active lease

@@ -14,7 +14,7 @@ use homing_core::{
 };
 use homing_store::{
     Cas, DcStore, EVENTS_LIMIT_MAX, GlobalStore, RedbDcStore, RedbGlobalStore, RedbOptions,
-    SetIfAbsent,
+    SetIfAbsent, Setting,
 };
 use redb::{ReadableDatabase, StorageBackend, TableDefinition};
 
@@ -154,6 +154,16 @@ async fn power_loss_every_acknowledged_write_survives_a_power_cut() {
     }
     let head = dc.events(0, 0).await.unwrap().head;
     assert!(head >= WRITES, "every create appended an event");
+    // Settings change: the last acknowledged swap of each must survive.
+    for setting in Setting::ALL {
+        let mut held: Option<Vec<u8>> = None;
+        for n in 0..WRITES {
+            let value = format!("{setting} {n}").into_bytes();
+            let swapped = global.swap_setting(setting, held.as_deref(), &value);
+            assert_eq!(swapped.await.unwrap(), Ok(()));
+            held = Some(value);
+        }
+    }
 
     // The cut, with the stores still open: nothing gets a clean close.
     let (dc_after, global_after) = (dc_disk.after_power_cut(), global_disk.after_power_cut());
@@ -169,6 +179,14 @@ async fn power_loss_every_acknowledged_write_survives_a_power_cut() {
             r.id
         );
         assert_eq!(global.get(&r.key).await.unwrap(), Some(r.id));
+    }
+    for setting in Setting::ALL {
+        let last = format!("{setting} {}", WRITES - 1).into_bytes();
+        assert_eq!(
+            global.setting(setting).await.unwrap(),
+            Some(last),
+            "the last acknowledged swap of {setting} lost in the power cut"
+        );
     }
     let page = dc.events(0, EVENTS_LIMIT_MAX).await.unwrap();
     assert_eq!(page.head, head, "acknowledged events lost in the power cut");

@@ -17,7 +17,7 @@ use homing_core::{
 };
 use homing_daemon::{Config, Daemon, DaemonError, Settings};
 use homing_net::DevCa;
-use homing_store::{DcStore, GlobalStore, MemoryGlobalStore, SetIfAbsent, StoreError};
+use homing_store::{DcStore, GlobalStore, MemoryGlobalStore, SetIfAbsent, Setting, StoreError};
 
 /// This machine's wall clock as a host clock reading.
 pub fn now() -> HostTime {
@@ -213,6 +213,19 @@ impl GlobalStore for TestGlobal {
             });
         }
         self.inner.successions_of(dc, after, limit).await
+    }
+    async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {
+        self.check()?;
+        self.inner.setting(name).await
+    }
+    async fn swap_setting(
+        &self,
+        name: Setting,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+        self.check()?;
+        self.inner.swap_setting(name, expected, value).await
     }
 }
 

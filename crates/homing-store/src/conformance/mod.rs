@@ -5,9 +5,9 @@
 //! in sequence (for backends that need one expensive fixture, like an etcd
 //! cluster). Enabled under `cfg(test)` and by the `conformance` feature.
 //!
-//! The cases live by trait: `global` (write-once entries), `dc_lease` and
-//! `succession` (the [`GlobalStore`]'s DC leases and successions) and `dc`
-//! ([`DcStore`]); each is re-exported here, where [`run_all`] and
+//! The cases live by trait: `global` (write-once entries), `dc_lease`,
+//! `succession` and `setting` (the [`GlobalStore`]'s DC leases,
+//! successions and deployment settings) and `dc` ([`DcStore`]); each is re-exported here, where [`run_all`] and
 //! [`conformance_tests!`](crate::conformance_tests) find it by name. This
 //! module holds the harness: [`Backend`], the fixtures every file shares,
 //! and the one list of cases.
@@ -26,6 +26,7 @@ use crate::global::GlobalStore;
 mod dc;
 mod dc_lease;
 mod global;
+mod setting;
 mod succession;
 
 pub use self::dc::{
@@ -53,6 +54,12 @@ pub use self::global::{
     global_unicode_and_long_keys_do_not_collide, global_write_once,
     global_write_once_whose_answer_was_lost_is_inserted_once,
 };
+pub use self::setting::{
+    global_concurrent_setting_swaps_have_exactly_one_winner,
+    global_setting_above_its_bound_is_refused, global_setting_is_changed_only_by_a_matching_swap,
+    global_setting_swap_whose_answer_was_lost_is_set_once,
+    global_settings_are_independent_of_each_other_and_of_entries,
+};
 pub use self::succession::{
     global_concurrent_successions_have_exactly_one_winner,
     global_set_successor_whose_answer_was_lost_is_written_once,
@@ -75,8 +82,9 @@ pub trait Backend: Send + Sync {
     async fn dc_store(&self, place: &str) -> Arc<dyn DcStore>;
     /// Whether reopening a place finds what was written there.
     fn durable(&self) -> bool;
-    /// A global store at `place` whose next `set_if_absent` is applied but
-    /// whose answer is lost on the way back (its transport drops it), so the
+    /// A global store at `place` whose next write (`set_if_absent`,
+    /// `set_successor`, `swap_setting`) is applied but whose answer is lost
+    /// on the way back (its transport drops it), so the
     /// store itself must resolve the ambiguous outcome; `None` (the case is
     /// skipped) where a write's answer cannot be lost: a local call (memory,
     /// redb) or a client that resolves it out of our sight (FoundationDB).
@@ -173,6 +181,11 @@ macro_rules! conformance_cases {
         global_takeovers_racing_a_renewal_are_refused_or_reconciled,
         global_concurrent_successions_have_exactly_one_winner,
         global_successions_of_pages_in_unique_order,
+        global_setting_is_changed_only_by_a_matching_swap,
+        global_settings_are_independent_of_each_other_and_of_entries,
+        global_setting_above_its_bound_is_refused,
+        global_concurrent_setting_swaps_have_exactly_one_winner,
+        global_setting_swap_whose_answer_was_lost_is_set_once,
         }
     };
 }

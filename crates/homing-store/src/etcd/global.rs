@@ -1,6 +1,6 @@
 //! The etcd [`GlobalStore`]: write-once entries (`g/`), batched, and the
-//! DC leases and successions it serves through [`super::dc_lease`] and
-//! [`super::succession`].
+//! DC leases, successions and settings it serves through
+//! [`super::dc_lease`], [`super::succession`] and [`super::setting`].
 //!
 //! - `set_if_absent`: `create_revision(g/k) == 0` ? put : get; concurrent
 //!   calls share one transaction, a nested one per key (`batch`).
@@ -25,13 +25,15 @@ use homing_core::{
 use super::compaction::{CompactionPolicy, Compactor};
 use super::dc_lease::DcLeases;
 use super::members::Op;
+use super::setting::Settings;
 use super::succession::Successions;
 use super::{Space, first_kv, protocol};
 use crate::batch::{Batch, BatchBounds, Batcher};
 use crate::error::StoreError;
 use crate::failover::Failover;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause};
+use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting};
 use crate::keyspace;
+use crate::setting::Setting;
 
 /// A [`GlobalStore`] in etcd.
 #[derive(Clone)]
@@ -46,6 +48,8 @@ pub struct EtcdGlobalStore {
     pub(super) dcs: DcLeases,
     /// Who succeeds which reservation (`succession`).
     pub(super) successions: Successions,
+    /// The deployment settings (`setting`).
+    settings: Settings,
 }
 
 /// The global entries under one prefix, as the write-once batcher writes them.
@@ -227,6 +231,7 @@ impl EtcdGlobalStore {
         let dcs = DcLeases::new(space.clone());
         Ok(EtcdGlobalStore {
             successions: Successions::new(space.clone(), dcs.clone()),
+            settings: Settings::new(space.clone()),
             dcs,
             space,
             write_once: Arc::new(Batcher::start(entries, write_once)),
@@ -378,6 +383,20 @@ impl GlobalStore for EtcdGlobalStore {
 
     async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
         self.dcs.retire(dc).await
+    }
+
+    async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {
+        self.settings.get(name).await
+    }
+
+    async fn swap_setting(
+        &self,
+        name: Setting,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+        check_setting(name, value)?;
+        self.settings.swap(name, expected, value).await
     }
 
     fn failover(&self) -> Option<Arc<Failover>> {

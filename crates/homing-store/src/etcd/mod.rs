@@ -7,9 +7,11 @@
 //! `dcl/<dc>` → empty, on an etcd lease: it exists while the DC lease has
 //! not expired (`dc_lease`); `succ/<dc, 0x00, unique 8 bytes big-endian>`
 //! → the reservation's succession, written once, a takeover guarded by the
-//! DC's lease keys in the same transaction (`succession`); `r/<id>` → postcard record; `k/<(key, id) bytes>` → id (scan
-//! index); `events/<seq, 8 bytes big-endian>` → postcard event;
-//! `events-head` → the last event seq ever appended (decimal; outside the
+//! DC's lease keys in the same transaction (`succession`);
+//! `setting/<setting name>` → a deployment setting's value, changed by a
+//! transaction comparing the value (`setting`); `r/<id>` → postcard
+//! record; `k/<(key, id) bytes>` → id (scan index); `events/<seq, 8 bytes
+//! big-endian>` → postcard event; `events-head` → the last event seq ever appended (decimal; outside the
 //! `events/` range, so trimming keeps it); `alloc` → the allocator's
 //! high-water mark (decimal); `d/<kind, time, id>` → id (expiry index,
 //! written in the transaction of every record write; `due-index` → `1`
@@ -50,6 +52,7 @@ mod log;
 mod lost_answer;
 mod members;
 mod record_cache;
+mod setting;
 mod succession;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 //! The FoundationDB [`GlobalStore`]: write-once entries (`g/`), batched,
-//! and the DC leases and successions it serves through `dc_lease` and
-//! `succession`.
+//! and the DC leases, successions and settings it serves through
+//! `dc_lease`, `succession` and `setting`.
 
 use async_trait::async_trait;
 use foundationdb::Database;
@@ -10,12 +10,14 @@ use homing_core::{
 };
 
 use super::dc_lease::DcLeases;
+use super::setting::Settings;
 use super::succession::Successions;
 use super::{Space, Step, TRANSACTION_ATTEMPTS_MAX, exact_range, fdb_err};
 use crate::batch::{Batch, BatchBounds, Batcher};
 use crate::error::StoreError;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause};
+use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting};
 use crate::keyspace;
+use crate::setting::Setting;
 
 /// A [`GlobalStore`] in FoundationDB.
 pub struct FdbGlobalStore {
@@ -26,6 +28,8 @@ pub struct FdbGlobalStore {
     dcs: DcLeases,
     /// Who succeeds which reservation (`succession`).
     successions: Successions,
+    /// The deployment settings (`setting`).
+    settings: Settings,
 }
 
 impl FdbGlobalStore {
@@ -44,6 +48,7 @@ impl FdbGlobalStore {
         FdbGlobalStore {
             dcs: DcLeases::new(space.clone()),
             successions: Successions::new(space.clone()),
+            settings: Settings::new(space.clone()),
             space,
             write_once: Batcher::start(entries, BatchBounds::default()),
         }
@@ -222,5 +227,19 @@ impl GlobalStore for FdbGlobalStore {
 
     async fn retire_dc(&self, dc: &DcId) -> Result<DcLeaseState, StoreError> {
         self.dcs.retire(dc).await
+    }
+
+    async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {
+        self.settings.get(name).await
+    }
+
+    async fn swap_setting(
+        &self,
+        name: Setting,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+        check_setting(name, value)?;
+        self.settings.swap(name, expected, value).await
     }
 }

@@ -22,9 +22,11 @@
 //! versionstamp of its last renewal (`dc_lease`: judged by FDB's versions
 //! and this process's clock), `succ/<dc, 0x00, unique 8 bytes big-endian>`
 //! → a reservation's succession, written once; a takeover judges the DC and
-//! writes in one transaction (`succession`). Every operation is one serializable FDB
-//! transaction (reads add conflict ranges, so a racing set_if_absent or CAS
-//! retries and then sees the winner), retried at most
+//! writes in one transaction (`succession`); `setting/<setting name>` → a
+//! deployment setting's value, read, compared and set in one transaction
+//! (`setting`). Every operation is one serializable FDB transaction
+//! (reads add conflict ranges, so a racing set_if_absent or CAS retries
+//! and then sees the winner), retried at most
 //! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff. A
 //! compare-and-set that derives an event reads the head and writes the
 //! record, the event at `head + 1` and the new head in that one
@@ -202,6 +204,7 @@ macro_rules! step {
 mod dc;
 mod dc_lease;
 mod global;
+mod setting;
 mod succession;
 
 /// `limit` rows of `[begin, end)` in one go: the default `Iterator` mode's

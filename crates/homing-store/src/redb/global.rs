@@ -1,5 +1,5 @@
-//! The redb [`GlobalStore`]: write-once entries, DC leases and successions,
-//! every write through the file's writer.
+//! The redb [`GlobalStore`]: write-once entries, DC leases, successions
+//! and settings, every write through the file's writer.
 
 use std::path::Path;
 
@@ -14,9 +14,10 @@ use tokio::sync::Mutex;
 
 use crate::dc_lease::{DcEntry, DcLeaseTable, process_clock};
 use crate::error::StoreError;
-use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause};
+use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting};
 use crate::keyspace;
-use crate::writer::{DCS, GLOBAL, Op, Outcome, SUCCESSIONS, backend};
+use crate::setting::Setting;
+use crate::writer::{DCS, GLOBAL, Op, Outcome, SETTINGS, SUCCESSIONS, backend};
 
 use super::{RedbOptions, Shared, unexpected};
 
@@ -30,6 +31,9 @@ use super::{RedbOptions, Shared, unexpected};
 /// the DC-lease lock, which renewals and retires hold across their own
 /// writes, from its reading of the DC's standing until its write has
 /// committed: no renewal is answered between the two.
+///
+/// Settings live in the `settings` table; a swap is one writer op that
+/// compares and writes in the group's transaction (durable when answered).
 pub struct RedbGlobalStore {
     shared: Shared,
     dcs: Mutex<DcLeaseTable>,
@@ -198,6 +202,32 @@ impl GlobalStore for RedbGlobalStore {
 
     async fn health(&self) -> Result<(), StoreError> {
         self.shared.health()
+    }
+
+    async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {
+        self.shared.read_here(|txn| {
+            let table = txn.open_table(SETTINGS).map_err(backend)?;
+            let value = table.get(keyspace::setting_key(name)).map_err(backend)?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
+    }
+
+    async fn swap_setting(
+        &self,
+        name: Setting,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+        check_setting(name, value)?;
+        let op = Op::SwapSetting {
+            key: keyspace::setting_key(name),
+            expected: expected.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::SwapSetting(judged) => Ok(judged),
+            _ => Err(unexpected()),
+        }
     }
 
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {

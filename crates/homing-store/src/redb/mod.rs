@@ -23,7 +23,8 @@ pub use self::dc::RedbDcStore;
 pub use self::global::RedbGlobalStore;
 use crate::error::StoreError;
 use crate::writer::{
-    BY_KEY, DUE, EVENTS, GLOBAL, META, RECORDS, SUCCESSIONS, Writer, backend, build_due_index,
+    BY_KEY, DUE, EVENTS, GLOBAL, META, RECORDS, SETTINGS, SUCCESSIONS, Writer, backend,
+    build_due_index,
 };
 
 mod dc;
@@ -101,6 +102,7 @@ impl Shared {
         txn.open_table(META).map_err(backend)?;
         txn.open_table(DUE).map_err(backend)?;
         txn.open_table(SUCCESSIONS).map_err(backend)?;
+        txn.open_table(SETTINGS).map_err(backend)?;
         let indexed = build_due_index(&txn).map_err(backend)?;
         txn.commit().map_err(backend)?;
         if indexed > 0 {
