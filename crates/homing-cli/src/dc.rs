@@ -1,6 +1,7 @@
-//! `homing dc status` and `homing dc retire`: what the global store keeps
-//! about each DC — its DC lease, the marks it published, whether it was
-//! retired (DESIGN.md §7.5) — and whether each DC's homingd answers.
+//! `homing dc status`, `homing dc retire` and `homing dc directory`: what
+//! the global store keeps about each DC — its DC lease, the marks it
+//! published, whether it was retired (DESIGN.md §7.5), which homingd serve
+//! it (the DC directory) — and whether each DC's homingd answers.
 
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,27 @@ pub enum DcCommand {
     /// deadlines), and a homingd started under its id is refused. Use it for
     /// a DC that is gone and will not come back under that id.
     Retire(RetireArgs),
+    /// The DC directory: which homingd serve each DC, at which address.
+    /// Every homingd lists itself at start (its --advertise address);
+    /// peers and routers learn new DCs from it without a restart. A homingd
+    /// that is gone for good stays listed (its peers and routers hold it
+    /// suspect) until --remove takes it out.
+    Directory(DirectoryArgs),
+}
+
+/// `homing dc directory`.
+#[derive(Debug, Args)]
+pub struct DirectoryArgs {
+    /// The deployment's stores (same forms as `status`).
+    #[arg(long, value_name = "SPEC")]
+    stores: StoreSpec,
+    /// Take DC=ADDR (one homingd) or DC (every homingd of the DC) out of
+    /// the directory; repeatable. Running peers and routers keep what they
+    /// learned; new ones do not learn it.
+    #[arg(long, value_name = "DC[=ADDR]")]
+    remove: Vec<String>,
+    #[command(flatten)]
+    json: JsonArg,
 }
 
 /// `homing dc status`.
@@ -88,13 +110,74 @@ pub async fn run(command: DcCommand) -> anyhow::Result<()> {
     let json = match &command {
         DcCommand::Status(args) => args.json.json,
         DcCommand::Retire(args) => args.json.json,
+        DcCommand::Directory(args) => args.json.json,
     };
     // A failure is printed as JSON too.
     crate::JSON.store(json, std::sync::atomic::Ordering::Relaxed);
     match command {
         DcCommand::Status(args) => status(args).await,
         DcCommand::Retire(args) => retire(args).await,
+        DcCommand::Directory(args) => directory(args).await,
     }
+}
+
+/// `DC` or `DC=ADDR` of `--remove`.
+fn removal(text: &str) -> anyhow::Result<(DcId, Option<std::net::SocketAddr>)> {
+    let (dc, addr) = match text.split_once('=') {
+        Some((dc, addr)) => (dc, Some(addr)),
+        None => (text, None),
+    };
+    let dc = DcId::new(dc).bad_input("--remove DC")?;
+    let addr = addr
+        .map(|a| a.parse::<std::net::SocketAddr>())
+        .transpose()
+        .bad_input("--remove DC=ADDR: address")?;
+    Ok((dc, addr))
+}
+
+async fn directory(args: DirectoryArgs) -> anyhow::Result<()> {
+    let removals = args
+        .remove
+        .iter()
+        .map(|text| removal(text))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let global = StoreOpener::new()
+        .global(&args.stores, OpenMode::MustExist)
+        .await?;
+    let directory = if removals.is_empty() {
+        homing_store::directory::read(global.as_ref()).await?
+    } else {
+        let removed = homing_store::directory::update(global.as_ref(), |d| {
+            Ok(removals
+                .iter()
+                .fold(d.clone(), |d, (dc, addr)| d.without(dc, *addr)))
+        })
+        .await?;
+        for (dc, addr) in &removals {
+            let which = addr.map_or_else(|| "every homingd".to_string(), |a| a.to_string());
+            tracing::warn!(dc = %dc, which = %which, "removed from the dc directory by an operator");
+        }
+        removed
+    };
+    if args.json.json {
+        let dcs: Vec<_> = directory
+            .dcs()
+            .iter()
+            .map(|d| json!({ "dc": d.dc.as_str(), "addrs": d.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>() }))
+            .collect();
+        println!("{}", json!({ "outcome": "ok", "dcs": dcs }));
+        return Ok(());
+    }
+    if directory.dcs().is_empty() {
+        println!("no homingd is listed in the dc directory of this global store");
+        return Ok(());
+    }
+    println!("{:<12} homingd", "DC");
+    for d in directory.dcs() {
+        let addrs: Vec<String> = d.addrs.iter().map(|a| a.to_string()).collect();
+        println!("{:<12} {}", d.dc.as_str(), addrs.join(", "));
+    }
+    Ok(())
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
@@ -185,6 +268,9 @@ async fn retire(args: RetireArgs) -> anyhow::Result<()> {
     }
     let state = global.retire_dc(&dc).await?;
     tracing::warn!(dc = %dc, "dc retired by an operator");
+    // Its homingd are refused from now on: new peers and routers need not
+    // learn their addresses.
+    homing_store::directory::update(global.as_ref(), |d| Ok(d.without(&dc, None))).await?;
     if args.json.json {
         println!(
             "{}",
@@ -192,7 +278,7 @@ async fn retire(args: RetireArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "{dc} retired: its DC lease is refused from now on ({}); a homingd started as {dc} is refused",
+            "{dc} retired: its DC lease is refused from now on ({}); a homingd started as {dc} is refused; it is out of the dc directory",
             standing_words(&state)
         );
     }

@@ -41,6 +41,12 @@ pub struct Settings {
     /// HTTP address for /metrics and /healthz; unset disables the endpoint.
     #[arg(long, env = "HOMING_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// The address peers and routers reach this homingd at, listed in the DC directory in the global store at start (e.g. 10.0.1.1:7400). Default: the listen address, unless it is a wildcard (0.0.0.0, [::]): then this homingd is not listed, and says so.
+    #[arg(long, env = "HOMING_ADVERTISE")]
+    pub advertise: Option<SocketAddr>,
+    /// How often the DC directory is read from the global store, in milliseconds: DCs and homingd listed there and not in --peer become peers, and routers asking for the directory get this copy. 0: never (the directory is neither read nor written; peers are --peer only).
+    #[arg(long, env = "HOMING_DIRECTORY_REFRESH_MS")]
+    pub directory_refresh_ms: Option<u64>,
     /// Peer DCs as DC=ADDR, repeatable (env: comma-separated), e.g. fra=10.0.2.1:7400; a DC served by several homingd is listed once per address (fra=10.0.2.1:7400,fra=10.0.2.2:7400), and a request goes to its next address when one does not answer.
     #[arg(long = "peer", env = "HOMING_PEERS", value_delimiter = ',', value_parser = parse_peer)]
     #[serde(default, deserialize_with = "peers_from_table")]
@@ -236,6 +242,8 @@ impl Settings {
             dc,
             listen,
             metrics_listen,
+            advertise,
+            directory_refresh_ms,
             peers,
             data_dir,
             ca_cert,
@@ -289,6 +297,9 @@ pub use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT as ABSENT_TTL_MS_DEFAULT;
 /// Default most Watch requests parked at a DC at once.
 pub const WATCHES_PARKED_MAX_DEFAULT: u64 = 1_024;
 
+/// Default of `directory_refresh_ms`: how often the DC directory is read.
+pub const DIRECTORY_REFRESH_MS_DEFAULT: u64 = 2_000;
+
 /// Default of `tls_reload_ms`: how often the TLS files are checked for changes.
 pub use homing_net::reload::TLS_RELOAD_MS_DEFAULT;
 
@@ -332,6 +343,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// HTTP metrics address, if enabled.
     pub metrics_listen: Option<SocketAddr>,
+    /// The address listed in the DC directory, if given (else the bound
+    /// listen address unless it is a wildcard).
+    pub advertise: Option<SocketAddr>,
+    /// How often the DC directory is read, ms (0: never read nor written).
+    pub directory_refresh_ms: u64,
     /// Peer DCs and their homingd addresses (a DC with several homingd is
     /// listed once per address, in the order given).
     pub peers: Vec<(DcId, SocketAddr)>,
@@ -523,6 +539,18 @@ impl Config {
         Ok(Config {
             listen: s.listen.ok_or(ConfigError::Missing("listen"))?,
             metrics_listen: s.metrics_listen,
+            advertise: match s.advertise {
+                Some(addr) if addr.ip().is_unspecified() || addr.port() == 0 => {
+                    return Err(invalid(
+                        "advertise",
+                        format!("{addr} cannot be reached: give a routable address and port"),
+                    ));
+                }
+                advertise => advertise,
+            },
+            directory_refresh_ms: s
+                .directory_refresh_ms
+                .unwrap_or(DIRECTORY_REFRESH_MS_DEFAULT),
             peers,
             data_dir: s.data_dir.ok_or(ConfigError::Missing("data_dir"))?,
             ca_cert: s.ca_cert.ok_or(ConfigError::Missing("ca_cert"))?,

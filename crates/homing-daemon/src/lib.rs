@@ -10,6 +10,7 @@
 pub mod config;
 pub mod dc_lease;
 pub mod devnet;
+pub mod directory;
 pub mod follow;
 pub mod metrics;
 pub mod node;
@@ -223,6 +224,21 @@ impl Daemon {
             Duration::from_millis(config.log_follow_ms),
             stopped.clone(),
         )));
+        if config.directory_refresh_ms > 0 {
+            let bound = server.local_addr();
+            let advertise = config
+                .advertise
+                .or((!bound.ip().is_unspecified()).then_some(bound));
+            if advertise.is_none() {
+                tracing::warn!(listen = %bound, "not listed in the dc directory: the listen address is a wildcard and no advertise address is set; peers and routers reach this homingd only if configured with its address");
+            }
+            tasks.push(tokio::spawn(directory::run(
+                node.clone(),
+                advertise,
+                Duration::from_millis(config.directory_refresh_ms),
+                stopped.clone(),
+            )));
+        }
         if config.tls_reload_ms > 0 {
             let mut stopped = stopped.clone();
             tasks.push(tokio::spawn(homing_net::reload::watch_files(

@@ -118,6 +118,12 @@ impl Peers {
         }
     }
 
+    /// Adds `addr` of `dc` to the peer table unless it is there; whether it
+    /// was added.
+    pub fn add(&self, dc: &DcId, addr: SocketAddr) -> bool {
+        self.shared.table.add(dc, addr)
+    }
+
     /// Whether `dc` is suspect now (not asked until a probe gets an answer).
     pub fn is_suspect(&self, dc: &DcId) -> bool {
         self.shared.table.is_suspect(dc)

@@ -16,7 +16,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, AwaitReply, DcId, ErrorKind, ErrorReply, Identity, Key, LeaseKey, LeasePolicy,
+    AcquireReply, AwaitReply, DcId, Directory, ErrorKind, ErrorReply, Identity, Key, LeaseKey, LeasePolicy,
     LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
 };
 use homing_net::Handler;
@@ -320,6 +320,18 @@ impl Node {
     /// The global store.
     pub fn global(&self) -> &Arc<dyn GlobalStore> {
         &self.global
+    }
+
+    /// Takes `directory` (read from the global store) as the DC directory:
+    /// DCs and homingd of other DCs it lists that are not peers yet become
+    /// peers, and routers asking for the directory get it.
+    pub fn learn_directory(&self, directory: Directory) {
+        for (dc, addr) in directory.addresses() {
+            if dc != self.dc() && self.peers.add(dc, addr) {
+                tracing::info!(peer = %dc, %addr, "peer learned from the dc directory");
+            }
+        }
+        self.lock_endpoint().set_directory(directory);
     }
 
     /// The peers.
