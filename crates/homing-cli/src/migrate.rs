@@ -1,5 +1,5 @@
-//! `homing migrate`: copies a deployment's stores — global entries, and each
-//! DC's records, events and allocator — from one backend to another,
+//! `homing migrate`: copies a deployment's stores — global entries and
+//! settings, and each DC's records, events and allocator — from one backend to another,
 //! offline, resumably, then verifies the copy. The work is
 //! `homing_store::migrate`'s; this module opens the stores homingd's way,
 //! draws the progress line and sets the exit status.
@@ -41,8 +41,8 @@ homingd refuses to start on a marked store until a run verified the copy
 exist; a target is created as needed. The target's allocator is raised above the source's first, so it
 never hands out a reservation ID the source used. Items already at the target
 and equal are skipped, so an interrupted migration is finished by running the
-same command again. A global entry, record or event the target holds with
-other contents is a conflict: reported with both values, never overwritten.
+same command again. A global entry, setting, record or event the target holds
+with other contents is a conflict: reported with both values, never overwritten.
 
 Examples:
   # A single-node start (data_dir /var/lib/homing, DC iad) moves to etcd.
@@ -210,7 +210,7 @@ fn warn_empty(global: u64, per_dc: impl Iterator<Item = (DcId, u64)>) -> bool {
 fn empty_report(report: &MigrateReport) -> bool {
     let items = |t: &migrate::Tally| t.copied + t.present + t.conflicts;
     warn_empty(
-        items(&report.global),
+        items(&report.global) + items(&report.settings),
         report
             .dcs
             .iter()
@@ -220,7 +220,7 @@ fn empty_report(report: &MigrateReport) -> bool {
 
 fn empty_source(v: &Verification, dcs: &[DcId]) -> bool {
     warn_empty(
-        v.global.source,
+        v.global.source + v.settings.source,
         dcs.iter()
             .zip(&v.dcs)
             .map(|(dc, d)| (dc.clone(), d.records.source + d.events.source)),

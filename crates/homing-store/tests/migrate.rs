@@ -1,10 +1,11 @@
 //! Migration round trips between real backends: a realistic population made
 //! through the public store API (reserve, renew, drain, release, expire,
 //! recreate in another DC with a link, lost races abandoned, nested
-//! namespaces, a trimmed event log) is copied, and the copy must hold every
-//! entry, record and event, carry on allocating above the source, keep
-//! global entries write-once, accept compare-and-set on migrated versions,
-//! and find everything present on a second run.
+//! namespaces, a trimmed event log, settings changed by swaps) is copied,
+//! and the copy must hold every entry, setting, record and event, carry on
+//! allocating above the source, keep global entries write-once, accept
+//! compare-and-set on migrated versions and settings, and find everything
+//! present on a second run.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use homing_core::{
 use homing_store::migrate::{MigrateOptions, MigrateReport, SAMPLE_MAX, StoreSet, migrate, verify};
 use homing_store::{
     Cas, DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, RedbDcStore, RedbGlobalStore,
-    RedbOptions, SCAN_LIMIT_MAX, SetIfAbsent,
+    RedbOptions, SCAN_LIMIT_MAX, SETTING_BYTES_MAX, SetIfAbsent, Setting,
 };
 
 const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
@@ -202,6 +203,29 @@ async fn populate(set: &StoreSet) {
     }
     // Retention ran in the first DC.
     set.dcs[0].1.trim_events(TRIMMED_BELOW).await.unwrap();
+    // Each setting swapped a few times; the directory is as large as a
+    // setting may be, and no text.
+    for (n, setting) in Setting::ALL.into_iter().enumerate() {
+        let mut held: Option<Vec<u8>> = None;
+        for round in 0..3_u8 {
+            let value = match setting {
+                Setting::Directory => vec![round ^ 0xA5; SETTING_BYTES_MAX - n],
+                Setting::DeploymentVersion => vec![b'5' + round],
+            };
+            let swapped = set.global.swap_setting(setting, held.as_deref(), &value);
+            assert_eq!(swapped.await.unwrap(), Ok(()), "{setting}");
+            held = Some(value);
+        }
+    }
+}
+
+/// Every setting's value, in [`Setting::ALL`] order.
+async fn all_settings(global: &dyn GlobalStore) -> Vec<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    for setting in Setting::ALL {
+        out.push(global.setting(setting).await.unwrap());
+    }
+    out
 }
 
 async fn all_records(store: &dyn DcStore, scope: &NamespaceScope) -> Vec<DcRecord> {
@@ -260,6 +284,12 @@ async fn assert_same(a: &StoreSet, b: &StoreSet) {
         all_entries(b.global.as_ref()).await,
         "global entries"
     );
+    let settings = all_settings(a.global.as_ref()).await;
+    assert!(settings.iter().all(Option::is_some), "every setting is set");
+    assert!(
+        settings == all_settings(b.global.as_ref()).await,
+        "settings differ"
+    );
     let scopes = [
         NamespaceScope::everything(),
         NamespaceScope::exact(Namespace::new("a/b").unwrap()),
@@ -287,6 +317,22 @@ async fn assert_same(a: &StoreSet, b: &StoreSet) {
 
 /// The target works as a store of the same deployment. Writes to it.
 async fn assert_target_carries_on(source: &StoreSet, target: &StoreSet) {
+    // A setting changes by compare-and-set on its migrated value.
+    let version = Setting::DeploymentVersion;
+    let migrated = source.global.setting(version).await.unwrap();
+    assert_eq!(
+        target
+            .global
+            .swap_setting(version, None, b"9")
+            .await
+            .unwrap(),
+        Err(migrated.clone()),
+        "a migrated setting is set"
+    );
+    let swapped = target
+        .global
+        .swap_setting(version, migrated.as_deref(), b"9");
+    assert_eq!(swapped.await.unwrap(), Ok(()));
     // Write-once entries stay write-once: the original wins.
     let (key, original) = all_entries(source.global.as_ref()).await.remove(7);
     let intruder: ReservationId = "sin.1".parse().unwrap();
@@ -360,6 +406,12 @@ async fn assert_rerun_finds_everything_present(
     assert!(again.ok(), "{again}");
     assert_eq!(again.global.copied, 0);
     assert_eq!(again.global.present, first.global.copied);
+    let settings = Setting::ALL.len() as u64;
+    assert_eq!(
+        (again.settings.copied, again.settings.present),
+        (0, settings)
+    );
+    assert_eq!(first.settings.copied, settings);
     for (a, b) in first.dcs.iter().zip(&again.dcs) {
         assert_eq!((b.records.copied, b.records.present), (0, a.records.copied));
         assert_eq!((b.events.copied, b.events.present), (0, a.events.copied));

@@ -8,8 +8,20 @@ use super::*;
 #[derive(Debug, Default)]
 pub(super) struct Counts {
     pub(super) global: u64,
+    /// The settings that are set, with their values, in [`Setting::ALL`] order.
+    pub(super) settings: Vec<(Setting, Vec<u8>)>,
     pub(super) referenced_dcs: BTreeMap<DcId, u64>,
     pub(super) dcs: Vec<DcCounts>,
+}
+
+impl Counts {
+    /// The value of `name`, if it is set.
+    pub(super) fn setting(&self, name: Setting) -> Option<&Vec<u8>> {
+        self.settings
+            .iter()
+            .find(|(setting, _)| *setting == name)
+            .map(|(_, value)| value)
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -106,6 +118,12 @@ pub(super) async fn count_as(
             break;
         }
     }
+    for name in Setting::ALL {
+        if let Some(value) = set.global.setting(name).await? {
+            counts.settings.push((name, value));
+        }
+    }
+    report(counts.settings.len(), progress);
     Ok(counts)
 }
 
@@ -367,6 +385,44 @@ impl<'p> Walk<'p> {
                 _ => return Ok(tally),
             }
         }
+    }
+
+    /// Copies the source's `settings` (as counted) with a swap from never
+    /// set: a setting the target holds with another value is a conflict,
+    /// never overwritten.
+    pub(super) async fn settings(
+        &mut self,
+        to: &dyn GlobalStore,
+        settings: &[(Setting, Vec<u8>)],
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        for (name, value) in settings {
+            let held = match self.mode {
+                Mode::Copy => match to.swap_setting(*name, None, value).await? {
+                    Ok(()) => None,
+                    Err(held) => held,
+                },
+                Mode::DryRun => to.setting(*name).await?,
+                Mode::Sample => continue,
+            };
+            match held {
+                None => tally.copied += 1,
+                Some(held) if &held == value => tally.present += 1,
+                Some(held) => {
+                    tally.conflicts += 1;
+                    self.conflict(Conflict::Setting {
+                        setting: *name,
+                        source: value.clone(),
+                        target: held,
+                    });
+                }
+            }
+        }
+        if self.mode != Mode::Sample {
+            let total = settings.len() as u64;
+            self.progress(Step::Settings, total, total);
+        }
+        Ok(tally)
     }
 
     /// Copies the global entries with `set_if_absent`, a page at a time.

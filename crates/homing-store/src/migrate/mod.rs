@@ -1,13 +1,13 @@
-//! Migration: copying a deployment's state — the global entries, and each
-//! DC's records, lifecycle event log and allocator — from one set of stores
-//! to another of any backend (the embedded redb of a single-node start to
+//! Migration: copying a deployment's state — the global entries and
+//! settings, and each DC's records, lifecycle event log and allocator —
+//! from one set of stores to another of any backend (the embedded redb of a single-node start to
 //! etcd or FoundationDB when a deployment grows), then verifying the copy.
 //!
 //! A copy is idempotent and resumable: every write is an import that leaves
 //! an equal item alone, so a run stopped anywhere is finished by running it
 //! again. It never overwrites what differs: a write-once global entry, a
-//! record or an event that the target holds with other contents is a
-//! [`Conflict`], reported with both values and left as it is.
+//! setting, a record or an event that the target holds with other contents
+//! is a [`Conflict`], reported with both values and left as it is.
 //!
 //! Migration is **offline**: every homingd of the deployment must be
 //! stopped. A live daemon changes records while they are copied (renewals
@@ -26,11 +26,13 @@
 //! Order, per DC: raise the target's allocator above the source's floor
 //! first, so the target never hands out a reservation ID the source used,
 //! even when the copy stops half way; then records; then events in `seq`
-//! order, so an interrupted copy leaves a gap-free prefix of the log. Global
-//! entries come last, in the order a reserve writes them (record first,
-//! then entry): an entry in the target has its record there. They are held
-//! back (judged, not written) when a DC's records or events conflicted: a
-//! written entry can never be taken back.
+//! order, so an interrupted copy leaves a gap-free prefix of the log. Then
+//! the settings (each a swap from never set), which no conflict holds back:
+//! a setting can be changed again by compare-and-set. Global entries come
+//! last, in the order a reserve writes them (record first, then entry): an
+//! entry in the target has its record there. They are held back (judged,
+//! not written) when a DC's records or events conflicted: a written entry
+//! can never be taken back.
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -43,6 +45,7 @@ use crate::dc::{
 };
 use crate::error::StoreError;
 use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
+use crate::setting::Setting;
 
 mod copy;
 mod report;
@@ -100,8 +103,8 @@ impl Default for MigrateOptions {
     }
 }
 /// Copies `source` into `target`: for each DC (in order) the allocator, the
-/// records and the events, then the global entries (held back, only
-/// judged, if a record or event conflicted); then verifies the
+/// records and the events, then the settings, then the global entries
+/// (held back, only judged, if a record or event conflicted); then verifies the
 /// target (see [`verify`]) unless `options.dry_run`. `progress` is called
 /// after every page. Conflicts are reported, never overwritten; a run that
 /// fails part way (a store error) is resumed by running it again.
@@ -132,6 +135,7 @@ pub async fn migrate(
     let mut walk = Walk::new(mode, options.sample, progress);
     let mut report = MigrateReport {
         dry_run: options.dry_run,
+        settings: Tally::default(),
         global: Tally::default(),
         global_held_back: false,
         dcs: Vec::with_capacity(source.dcs.len()),
@@ -164,7 +168,10 @@ pub async fn migrate(
             events,
         });
     }
-    if report.conflicts_total() > 0 && walk.mode == Mode::Copy {
+    report.settings = walk
+        .settings(target.global.as_ref(), &counts.settings)
+        .await?;
+    if report.dc_conflicts() > 0 && walk.mode == Mode::Copy {
         walk.mode = Mode::DryRun;
         report.global_held_back = true;
     }
@@ -189,8 +196,8 @@ pub async fn migrate(
 
 /// Verifies that `target` holds what `source` holds, reading both and
 /// writing nothing: equal counts of global entries and of each DC's records
-/// and kept events, each target allocator floor and event head at or above
-/// the source's, and `sample` records and events per DC and `sample` global
+/// and kept events, every setting equal, each target allocator floor and
+/// event head at or above the source's, and `sample` records and events per DC and `sample` global
 /// entries (spread evenly over the key space, the same ones every run)
 /// equal field by field, with the global entries of the sampled records'
 /// keys.
@@ -616,6 +623,108 @@ mod tests {
         assert!(v.mismatches.iter().any(
             |m| matches!(m, Mismatch::EventDiffers { fields, .. } if fields == &vec!["missing"])
         ));
+    }
+
+    async fn swap(set: &StoreSet, name: Setting, expected: Option<&[u8]>, value: &[u8]) {
+        let swapped = set.global.swap_setting(name, expected, value).await;
+        assert_eq!(swapped.unwrap(), Ok(()), "{name}");
+    }
+
+    /// Settings are copied with the rest and found present by a second run;
+    /// one the target holds with another value is a conflict left as is,
+    /// which holds no global entry back; verify compares every setting
+    /// (also with no sample) and catches one changed after the copy.
+    #[tokio::test]
+    async fn settings_are_copied_never_overwritten_and_verified() {
+        let (directory, version) = (Setting::Directory, Setting::DeploymentVersion);
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 10).await;
+        swap(&source, directory, None, b"iad=10.0.1.1:7400").await;
+        swap(&source, version, None, b"7").await;
+
+        let dry = run(&source, &target, true).await;
+        assert_eq!(dry.settings.copied, 2);
+        assert_eq!(target.global.setting(directory).await.unwrap(), None);
+        let first = run(&source, &target, false).await;
+        assert!(first.ok(), "{first}");
+        assert_eq!((first.settings.copied, first.settings.present), (2, 0));
+        for name in Setting::ALL {
+            let want = source.global.setting(name).await.unwrap();
+            assert_eq!(target.global.setting(name).await.unwrap(), want);
+        }
+        let counted = Counted {
+            source: 2,
+            target: 2,
+        };
+        assert_eq!(first.verification.as_ref().unwrap().settings, counted);
+        let text = first.to_string();
+        assert!(text.contains("settings                 2 → 2 ✓"), "{text}");
+        let second = run(&source, &target, false).await;
+        assert_eq!((second.settings.copied, second.settings.present), (0, 2));
+
+        let other = memory_set(&["iad"]);
+        swap(&other, version, None, b"6").await;
+        let report = run(&source, &other, false).await;
+        assert!(!report.ok() && !report.global_held_back, "{report}");
+        assert_eq!((report.settings.copied, report.settings.conflicts), (1, 1));
+        assert_eq!(report.global.copied, 10);
+        let conflict = Conflict::Setting {
+            setting: version,
+            source: b"7".to_vec(),
+            target: b"6".to_vec(),
+        };
+        assert!(report.conflicts.contains(&conflict), "{report}");
+        assert_eq!(
+            other.global.setting(version).await.unwrap(),
+            Some(b"6".to_vec())
+        );
+        let text = report.to_string();
+        let line = "setting deployment-version: source 1 byte \"7\", target 1 byte \"6\"";
+        assert!(text.contains(line), "{text}");
+
+        swap(
+            &target,
+            directory,
+            Some(b"iad=10.0.1.1:7400"),
+            b"iad=10.0.1.9:7400",
+        )
+        .await;
+        let v = verify(&source, &target, 0, &mut |_| {}).await.unwrap();
+        let changed = Mismatch::SettingDiffers {
+            setting: directory,
+            source: Some(b"iad=10.0.1.1:7400".to_vec()),
+            target: Some(b"iad=10.0.1.9:7400".to_vec()),
+        };
+        assert_eq!(v.mismatches, vec![changed], "{v}");
+        let v = verify(&source, &memory_set(&["iad"]), 0, &mut |_| {})
+            .await
+            .unwrap();
+        let unset = Mismatch::SettingDiffers {
+            setting: version,
+            source: Some(b"7".to_vec()),
+            target: None,
+        };
+        assert!(v.mismatches.contains(&unset), "{v}");
+        assert!(
+            v.to_string().contains("source 1 byte \"7\", target unset"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn a_long_setting_value_is_shown_by_its_length_and_escaped_head() {
+        let conflict = Conflict::Setting {
+            setting: Setting::Directory,
+            source: [&b"\x00\xff\n"[..], &[b'a'; 100]].concat(),
+            target: Vec::new(),
+        };
+        let shown = conflict.to_string();
+        let head = format!("{}…", "a".repeat(SETTING_SHOWN_BYTES_MAX - 3));
+        assert!(
+            shown.contains(&format!("source 103 bytes \"\\x00\\xff\\n{head}\"")),
+            "{shown}"
+        );
+        assert!(shown.contains("target 0 bytes \"\""), "{shown}");
     }
 
     /// A memory DC store that logs the kind of every write.

@@ -12,6 +12,8 @@ pub enum Step {
     Records(DcId),
     /// Copying one DC's events.
     Events(DcId),
+    /// Copying the settings.
+    Settings,
     /// Copying the global entries.
     Global,
     /// Reading the target to verify it.
@@ -24,6 +26,7 @@ impl fmt::Display for Step {
             Step::Count => f.write_str("counting source"),
             Step::Records(dc) => write!(f, "{dc} records"),
             Step::Events(dc) => write!(f, "{dc} events"),
+            Step::Settings => f.write_str("settings"),
             Step::Global => f.write_str("global entries"),
             Step::Verify => f.write_str("verifying"),
         }
@@ -119,6 +122,15 @@ pub enum Conflict {
         /// The target's event.
         target: Box<Event>,
     },
+    /// A setting the target holds with another value.
+    Setting {
+        /// The setting.
+        setting: Setting,
+        /// The source's value.
+        source: Vec<u8>,
+        /// The target's value.
+        target: Vec<u8>,
+    },
 }
 
 impl fmt::Display for Conflict {
@@ -150,8 +162,35 @@ impl fmt::Display for Conflict {
                 target.token,
                 event_diff(source, target).join(", ")
             ),
+            Conflict::Setting {
+                setting,
+                source,
+                target,
+            } => write!(
+                f,
+                "setting {setting}: source {}, target {} (left as is)",
+                shown(source),
+                shown(target)
+            ),
         }
     }
+}
+
+/// Most bytes of a setting's value a report shows; the length is always shown.
+pub const SETTING_SHOWN_BYTES_MAX: usize = 32;
+
+/// A setting's value as a report shows it: its length and its first
+/// [`SETTING_SHOWN_BYTES_MAX`] bytes, escaped (values are opaque bytes).
+fn shown(value: &[u8]) -> String {
+    let head = &value[..value.len().min(SETTING_SHOWN_BYTES_MAX)];
+    let more = if head.len() < value.len() { "…" } else { "" };
+    let unit = if value.len() == 1 { "byte" } else { "bytes" };
+    format!("{} {unit} \"{}{more}\"", value.len(), head.escape_ascii())
+}
+
+/// [`shown`], or `unset`.
+fn shown_or_unset(value: &Option<Vec<u8>>) -> String {
+    value.as_deref().map_or_else(|| "unset".to_string(), shown)
 }
 
 /// What a source and a target count of one kind found.
@@ -240,6 +279,15 @@ pub enum Mismatch {
         /// The fields that differ (`missing` when absent).
         fields: Vec<&'static str>,
     },
+    /// A setting differs, or is set on one side only.
+    SettingDiffers {
+        /// The setting.
+        setting: Setting,
+        /// The source's value.
+        source: Option<Vec<u8>>,
+        /// The target's value.
+        target: Option<Vec<u8>>,
+    },
 }
 
 fn or_none(id: &Option<ReservationId>) -> String {
@@ -287,6 +335,16 @@ impl fmt::Display for Mismatch {
             Mismatch::EventDiffers { dc, seq, fields } => {
                 write!(f, "{dc} event {seq}: {}", fields.join(", "))
             }
+            Mismatch::SettingDiffers {
+                setting,
+                source,
+                target,
+            } => write!(
+                f,
+                "setting {setting}: source {}, target {}",
+                shown_or_unset(source),
+                shown_or_unset(target)
+            ),
         }
     }
 }
@@ -296,6 +354,8 @@ impl fmt::Display for Mismatch {
 pub struct Verification {
     /// Global entries.
     pub global: Counted,
+    /// Settings set (each value is compared too).
+    pub settings: Counted,
     /// Per DC.
     pub dcs: Vec<DcVerification>,
     /// Items compared field by field: records, global entries, events.
@@ -323,6 +383,7 @@ impl fmt::Display for Verification {
             |c: Counted| format!("{} → {} {}", c.source, c.target, mark(c.target >= c.source));
         writeln!(f, "verification (source → target):")?;
         writeln!(f, "  {:<24} {}", "global entries", equal(self.global))?;
+        writeln!(f, "  {:<24} {}", "settings", equal(self.settings))?;
         for dc in &self.dcs {
             let row = |what: &str| format!("{} {what}", dc.dc);
             writeln!(f, "  {:<24} {}", row("records"), equal(dc.records))?;
@@ -369,6 +430,9 @@ impl fmt::Display for Verification {
 pub struct MigrateReport {
     /// Nothing was written.
     pub dry_run: bool,
+    /// Settings (copied whatever else conflicted: a setting can be changed
+    /// again, unlike a global entry).
+    pub settings: Tally,
     /// Global entries (judged only, not written, when `global_held_back`).
     pub global: Tally,
     /// The global entries were not written because a DC's records or events
@@ -390,12 +454,16 @@ pub struct MigrateReport {
 impl MigrateReport {
     /// Conflicts of every kind.
     pub fn conflicts_total(&self) -> u64 {
-        self.global.conflicts
-            + self
-                .dcs
-                .iter()
-                .map(|d| d.records.conflicts + d.events.conflicts)
-                .sum::<u64>()
+        self.global.conflicts + self.settings.conflicts + self.dc_conflicts()
+    }
+
+    /// Conflicts of the DCs' records and events: what holds the global
+    /// entries back.
+    pub(super) fn dc_conflicts(&self) -> u64 {
+        self.dcs
+            .iter()
+            .map(|d| d.records.conflicts + d.events.conflicts)
+            .sum()
     }
 
     /// No conflict, and the verification (if any) passed.
@@ -443,6 +511,7 @@ impl fmt::Display for MigrateReport {
             tally_line(f, &format!("{} records", dc.dc), &dc.records, self.dry_run)?;
             tally_line(f, &format!("{} events", dc.dc), &dc.events, self.dry_run)?;
         }
+        tally_line(f, "settings", &self.settings, self.dry_run)?;
         tally_line(
             f,
             "global entries",

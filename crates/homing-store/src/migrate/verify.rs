@@ -1,5 +1,6 @@
-//! The verification: counts, allocator floors and event heads compared, and
-//! the sampled records, events and entries compared field by field.
+//! The verification: counts, allocator floors and event heads compared,
+//! every setting compared, and the sampled records, events and entries
+//! compared field by field.
 
 use super::*;
 
@@ -11,7 +12,9 @@ pub(super) async fn check(
     samples: &Samples,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<Verification, StoreError> {
-    let expected = counts.global + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
+    let expected = counts.global
+        + counts.settings.len() as u64
+        + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
     let found = count_as(target, Step::Verify, Some(expected), progress).await?;
     let mut mismatches = Mismatches::default();
     let global = Counted {
@@ -19,6 +22,20 @@ pub(super) async fn check(
         target: found.global,
     };
     mismatches.count("global entries", None, global);
+    let settings = Counted {
+        source: counts.settings.len() as u64,
+        target: found.settings.len() as u64,
+    };
+    for setting in Setting::ALL {
+        let (source, target) = (counts.setting(setting), found.setting(setting));
+        if source != target {
+            mismatches.push(Mismatch::SettingDiffers {
+                setting,
+                source: source.cloned(),
+                target: target.cloned(),
+            });
+        }
+    }
     let mut dcs = Vec::with_capacity(source.dcs.len());
     for (((dc, _), s), t) in source.dcs.iter().zip(&counts.dcs).zip(&found.dcs) {
         let v = DcVerification {
@@ -59,6 +76,7 @@ pub(super) async fn check(
     let sampled = compare_samples(source, target, samples, &mut mismatches).await?;
     Ok(Verification {
         global,
+        settings,
         dcs,
         sampled,
         mismatches: mismatches.listed,
