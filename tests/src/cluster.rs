@@ -25,6 +25,9 @@ use homing_store::etcd_cluster::{self, LocalEtcdCluster};
 
 /// The DCs of the cluster, in the order they are started.
 pub const DCS: [&str; 3] = ["iad", "fra", "sin"];
+/// A DC the PKI has a node certificate for but the cluster does not start:
+/// what [`Cluster::add_dc`] adds to the running deployment.
+pub const SPARE_DC: &str = "syd";
 /// Timeout of one request a test sends, in milliseconds: generous, so only a
 /// real hang fails a test.
 pub const TEST_REQUEST_TIMEOUT_MS: u64 = 5_000;
@@ -196,7 +199,8 @@ impl Cluster {
         let dir = tempfile::tempdir().map_err(|e| ClusterError::Start(e.to_string()))?;
         let certs = dir.path().join("certs");
         let dcs: Vec<DcId> = DCS.iter().map(|d| dc(d)).collect();
-        generate_dev_pki(&certs, &dcs).map_err(|e| ClusterError::Start(e.to_string()))?;
+        let with_spare: Vec<DcId> = dcs.iter().cloned().chain([dc(SPARE_DC)]).collect();
+        generate_dev_pki(&certs, &with_spare).map_err(|e| ClusterError::Start(e.to_string()))?;
         let ca = load_ca(&certs)?;
         let listen: BTreeMap<DcId, SocketAddr> =
             dcs.iter().map(|d| (d.clone(), free_udp_addr())).collect();
@@ -423,6 +427,23 @@ impl Cluster {
         spec.extra_args
             .extend(extra_args.iter().map(|a| a.to_string()));
         Homingd::start(spec).await.expect("the instance starts")
+    }
+
+    /// Adds DC `dc` ([`SPARE_DC`]) to the running deployment: its homingd
+    /// on the cluster's stores and flags, with no peer configured (it
+    /// learns them from the DC directory, as the running DCs learn it), and
+    /// no relay (every DC reaches it, and it every DC, directly).
+    pub async fn add_dc(&mut self, dc: &DcId) -> Result<(), String> {
+        let first = self.daemons.values().next().expect("a running dc");
+        let mut spec = first.spec().clone();
+        spec.dc = dc.clone();
+        spec.listen = free_udp_addr();
+        spec.peers = Vec::new();
+        spec.data_dir = self.dir.path().join(dc.as_str());
+        spec.log = self.dir.path().join(format!("{dc}.log"));
+        let daemon = Homingd::start(spec).await?;
+        self.daemons.insert(dc.clone(), daemon);
+        Ok(())
     }
 
     /// The etcd cluster (to kill a member).

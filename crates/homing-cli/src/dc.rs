@@ -61,6 +61,35 @@ pub enum DcCommand {
     /// that is gone for good stays listed (its peers and routers hold it
     /// suspect) until --remove takes it out.
     Directory(DirectoryArgs),
+    /// The deployment version: the protocol version features may rely on
+    /// every homingd speaking. Every release speaks its own version and the
+    /// previous one, so processes are upgraded one at a time; once all are,
+    /// --raise switches on what needs the new version everywhere. It asks
+    /// every homingd listed in the DC directory (with the certificates of
+    /// --certs) and raises only if each speaks the new version. --lower
+    /// rolls back, until something was written in the new version's form.
+    /// A homingd of this release refuses to start in a deployment whose
+    /// version is newer than it speaks.
+    Version(VersionArgs),
+}
+
+/// `homing dc version`.
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    /// The deployment's stores (same forms as `status`).
+    #[arg(long, value_name = "SPEC")]
+    stores: StoreSpec,
+    /// Raise the deployment version by one, if every listed homingd speaks it.
+    #[arg(long, conflicts_with = "lower")]
+    raise: bool,
+    /// Lower the deployment version by one (a rollback), if nothing was
+    /// written in its form yet.
+    #[arg(long)]
+    lower: bool,
+    #[command(flatten)]
+    reach: Reach,
+    #[command(flatten)]
+    json: JsonArg,
 }
 
 /// `homing dc directory`.
@@ -111,6 +140,7 @@ pub async fn run(command: DcCommand) -> anyhow::Result<()> {
         DcCommand::Status(args) => args.json.json,
         DcCommand::Retire(args) => args.json.json,
         DcCommand::Directory(args) => args.json.json,
+        DcCommand::Version(args) => args.json.json,
     };
     // A failure is printed as JSON too.
     crate::JSON.store(json, std::sync::atomic::Ordering::Relaxed);
@@ -118,7 +148,113 @@ pub async fn run(command: DcCommand) -> anyhow::Result<()> {
         DcCommand::Status(args) => status(args).await,
         DcCommand::Retire(args) => retire(args).await,
         DcCommand::Directory(args) => directory(args).await,
+        DcCommand::Version(args) => version(args).await,
     }
+}
+
+/// The protocol version each homingd listed in `directory` speaks with this
+/// CLI (the newest both speak), or why it could not be asked.
+async fn versions_spoken(
+    reach: &Reach,
+    directory: &homing_core::Directory,
+) -> anyhow::Result<Vec<(DcId, std::net::SocketAddr, Result<u16, String>)>> {
+    let client = reach.client()?;
+    let mut spoken = Vec::new();
+    for (dc, addr) in directory.addresses() {
+        let peer = homing_net::Peer {
+            addr,
+            dc: dc.clone(),
+        };
+        let version = match tokio::time::timeout(PROBE_TIMEOUT, client.version(&peer)).await {
+            Ok(Ok(version)) => Ok(version),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no handshake within {} ms",
+                PROBE_TIMEOUT.as_millis()
+            )),
+        };
+        spoken.push((dc.clone(), addr, version));
+    }
+    Ok(spoken)
+}
+
+async fn version(args: VersionArgs) -> anyhow::Result<()> {
+    use homing_store::deployment;
+    let global = StoreOpener::new()
+        .global(&args.stores, OpenMode::MustExist)
+        .await?;
+    let global = global.as_ref();
+    let before = deployment::read(global).await?;
+    let change_failed = |e: deployment::VersionChangeError| match e {
+        deployment::VersionChangeError::Store(e) => anyhow::Error::from(e),
+        other => fail(Exit::Refused, other.to_string()),
+    };
+    let after = if args.raise {
+        let target = before.version + 1;
+        let directory = homing_store::directory::read(global).await?;
+        if directory.dcs().is_empty() {
+            return Err(fail(
+                Exit::Refused,
+                "no homingd is listed in the dc directory: nothing says which versions the deployment speaks",
+            ));
+        }
+        let spoken = versions_spoken(&args.reach, &directory).await?;
+        let behind: Vec<String> = spoken
+            .iter()
+            .filter_map(|(dc, addr, v)| match v {
+                Ok(v) if *v >= target => None,
+                Ok(v) => Some(format!("{dc} at {addr} speaks {v}")),
+                Err(e) => Some(format!("{dc} at {addr} did not answer: {e}")),
+            })
+            .collect();
+        if !behind.is_empty() {
+            return Err(fail(
+                Exit::Refused,
+                format!(
+                    "not raised to {target}: not every listed homingd speaks it ({}); upgrade them, or take one that is gone for good out with `homing dc directory --remove`",
+                    behind.join("; ")
+                ),
+            ));
+        }
+        let after = deployment::raise(global).await.map_err(change_failed)?;
+        tracing::warn!(
+            version = after.version,
+            "deployment version raised by an operator"
+        );
+        after
+    } else if args.lower {
+        let after = deployment::lower(global).await.map_err(change_failed)?;
+        tracing::warn!(
+            version = after.version,
+            "deployment version lowered by an operator"
+        );
+        after
+    } else {
+        before
+    };
+    if args.json.json {
+        println!(
+            "{}",
+            json!({
+                "outcome": "ok",
+                "version": after.version,
+                "was": before.version,
+                "new_form_written": after.new_form_written,
+            })
+        );
+    } else if after != before {
+        println!(
+            "deployment version {} (was {})",
+            after.version, before.version
+        );
+    } else {
+        let lowerable = match after.new_form_written {
+            true => "; something was written in its form: it cannot be lowered",
+            false => "",
+        };
+        println!("deployment version {}{lowerable}", after.version);
+    }
+    Ok(())
 }
 
 /// `DC` or `DC=ADDR` of `--remove`.

@@ -98,9 +98,10 @@ pub struct ResolverConfig {
     /// 100), so routers do not probe a DC in step.
     pub probe_jitter_percent: u8,
     /// How often the resolver asks its DCs for the DC directory and adds
-    /// the DCs and homingd it did not know (after `dcs`, in the order the
-    /// directory lists them), in milliseconds; 0: never (the DC table is
-    /// `dcs` only). A DC added to the deployment is routed to within about
+    /// the DCs not in `dcs` (after them, in the order the directory lists
+    /// them, each with every homingd listed), in milliseconds; 0: never
+    /// (the DC table is `dcs` only). A DC in `dcs` is reached only at the
+    /// addresses given there. A DC added to the deployment is routed to within about
     /// this long plus its homingd's own directory refresh.
     pub directory_refresh_ms: u64,
 }
@@ -506,15 +507,18 @@ impl Resolver {
             // Ends when the resolver is dropped. Without a runtime (a
             // resolver built outside tokio) the table stays `config.dcs`.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(learn_directory_every(Arc::downgrade(&resolver.inner), refresh));
+                runtime.spawn(learn_directory_every(
+                    Arc::downgrade(&resolver.inner),
+                    refresh,
+                ));
             }
         }
         resolver
     }
 
     /// Asks its DCs, in table order, for the DC directory until one gives
-    /// it, and adds every DC and homingd it did not know; how many
-    /// addresses it added. A DC of the previous release (which has no
+    /// it, and adds the DCs not in its configuration (with every homingd
+    /// listed) it did not know; how many addresses it added. A DC of the previous release (which has no
     /// directory) or one that does not answer is passed over; an error
     /// (naming the last DC asked) when none gave the directory.
     pub async fn learn_directory(&self) -> Result<usize, ResolveError> {
@@ -756,7 +760,10 @@ impl Inner {
                     continue;
                 }
                 Ok(_) => {
-                    last = Some((dc, "answered a directory request with something else".into()));
+                    last = Some((
+                        dc,
+                        "answered a directory request with something else".into(),
+                    ));
                     continue;
                 }
                 Err(unanswered) => {
@@ -766,7 +773,7 @@ impl Inner {
             };
             let mut added = 0;
             for (dc, addr) in directory.addresses() {
-                if self.dcs.add(dc, addr) {
+                if self.dcs.learn(dc, addr) {
                     info!(%dc, %addr, "dc address learned from the dc directory");
                     added += 1;
                 }

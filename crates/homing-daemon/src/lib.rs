@@ -71,6 +71,16 @@ pub enum DaemonError {
     /// The global store's record of this DC forbids serving it.
     #[error(transparent)]
     Refused(#[from] dc_lease::Refusal),
+    /// The deployment version was raised past what this release speaks.
+    #[error(
+        "the deployment version is {deployment}, and this homingd speaks protocol versions up to {speaks}: start this release's successor (the deployment was upgraded past it), or lower the deployment version with `homing dc version --lower` if nothing was written in its form"
+    )]
+    Outdated {
+        /// The deployment version.
+        deployment: u16,
+        /// The newest version this build speaks.
+        speaks: u16,
+    },
 }
 
 /// Starts compacting etcd's history when a store is on etcd and
@@ -106,6 +116,24 @@ async fn start_compactor(
     Ok(Some(compactor))
 }
 
+/// Refuses to serve a deployment whose version was raised past what this
+/// build speaks. A global store that does not answer is not a refusal
+/// (the DC lease decides whether the DC grants): logged, and started.
+async fn refuse_if_outdated(global: &dyn GlobalStore) -> Result<(), DaemonError> {
+    let speaks = homing_core::wire::PROTOCOL_VERSION;
+    match homing_store::deployment::read(global).await {
+        Ok(d) if d.version > speaks => Err(DaemonError::Outdated {
+            deployment: d.version,
+            speaks,
+        }),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the deployment version could not be read at start; starting without checking it");
+            Ok(())
+        }
+    }
+}
+
 /// A running DC daemon.
 pub struct Daemon {
     node: Arc<Node>,
@@ -136,6 +164,7 @@ impl Daemon {
                 dc: config.dc.clone(),
             });
         }
+        refuse_if_outdated(global.as_ref()).await?;
         let lease = dc_lease::open(
             &config.dc,
             global.as_ref(),

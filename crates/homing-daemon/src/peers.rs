@@ -118,10 +118,11 @@ impl Peers {
         }
     }
 
-    /// Adds `addr` of `dc` to the peer table unless it is there; whether it
-    /// was added.
-    pub fn add(&self, dc: &DcId, addr: SocketAddr) -> bool {
-        self.shared.table.add(dc, addr)
+    /// Adds `addr` of `dc`, learned from the DC directory, to the peer
+    /// table, unless it is there or `dc` is a configured peer (reached only
+    /// at the addresses configured); whether it was added.
+    pub fn learn(&self, dc: &DcId, addr: SocketAddr) -> bool {
+        self.shared.table.learn(dc, addr)
     }
 
     /// Whether `dc` is suspect now (not asked until a probe gets an answer).

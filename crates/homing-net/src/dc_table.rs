@@ -6,10 +6,12 @@
 //! next address when the first gave no answer. The Resolver and homingd's
 //! peer client both ask their DCs through one of these.
 //!
-//! The table only grows ([`DcTable::add`]): a DC or a homingd learned from
-//! the DC directory while the caller runs is appended, so every slot handed
-//! out stays valid. An address that left the directory stays, suspect once
-//! it stops answering.
+//! The table only grows ([`DcTable::learn`]): a DC learned from the DC
+//! directory while the caller runs, or another homingd of one, is
+//! appended, so every slot handed out stays valid. A DC the table was built
+//! with keeps the addresses it was given (the caller's configuration
+//! decides how it reaches that DC: through a relay, a private address). An
+//! address that left the directory stays, suspect once it stops answering.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +76,8 @@ pub type OnChange = Box<dyn Fn(&Peer, &Change) + Send + Sync>;
 struct Table {
     /// The DC table; a DC's place in it is its [`DcSlot`].
     dcs: Arc<[DcId]>,
+    /// How many DCs the table was built with (the first slots).
+    configured: usize,
     /// The address table; an address's place in it is its [`AddrSlot`].
     addrs: Vec<Arc<Peer>>,
     reach: Reachability,
@@ -154,6 +158,7 @@ impl DcTable {
     ) -> DcTable {
         let mut table = Table {
             dcs: Arc::new([]),
+            configured: 0,
             addrs: Vec::with_capacity(addresses.len()),
             reach: Reachability::new(schedule, &[], seed),
         };
@@ -161,6 +166,7 @@ impl DcTable {
         for (dc, addr) in addresses {
             table.add(&names, dc, *addr);
         }
+        table.configured = table.dcs.len();
         DcTable {
             inner: Arc::new_cyclic(|this| Inner {
                 client,
@@ -188,7 +194,12 @@ impl DcTable {
 
     /// `dc`'s place in the table, if it is there.
     pub fn slot(&self, dc: &DcId) -> Option<DcSlot> {
-        self.inner.table().dcs.iter().position(|d| d == dc).map(DcSlot)
+        self.inner
+            .table()
+            .dcs
+            .iter()
+            .position(|d| d == dc)
+            .map(DcSlot)
     }
 
     /// The DC in `slot`, borrowed without a lock (what a cached answer
@@ -197,15 +208,20 @@ impl DcTable {
         self.inner.names.get(slot.0)?.get()
     }
 
-    /// Adds `addr` of `dc` (a DC new to the table, or another homingd of
-    /// one in it), healthy; whether it was added: not when it is there, or
-    /// the table holds [`DC_TABLE_ADDRS_MAX`] addresses or
-    /// [`DC_TABLE_DCS_MAX`] DCs (logged).
-    pub fn add(&self, dc: &DcId, addr: SocketAddr) -> bool {
+    /// Adds `addr` of `dc`, learned from the DC directory (a DC new to the
+    /// table, or another homingd of one learned before), healthy; whether
+    /// it was added: not when it is there, when `dc` is one the table was
+    /// built with, or when the table holds [`DC_TABLE_ADDRS_MAX`] addresses
+    /// or [`DC_TABLE_DCS_MAX`] DCs (logged).
+    pub fn learn(&self, dc: &DcId, addr: SocketAddr) -> bool {
         let mut table = self.inner.table();
+        let configured = table.dcs[..table.configured].contains(dc);
         let there = table.addrs.iter().any(|p| p.addr == addr && p.dc == *dc);
+        if configured || there {
+            return false;
+        }
         let added = table.add(&self.inner.names, dc, addr);
-        if !added && !there {
+        if !added {
             warn!(%dc, %addr, addrs_max = DC_TABLE_ADDRS_MAX, dcs_max = DC_TABLE_DCS_MAX,
                 "dc table full: address not added");
         }

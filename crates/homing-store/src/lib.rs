@@ -63,6 +63,7 @@ pub mod batch;
 pub mod conformance;
 pub mod dc;
 pub mod dc_lease;
+pub mod deployment;
 pub mod directory;
 pub mod error;
 #[cfg(feature = "etcd")]

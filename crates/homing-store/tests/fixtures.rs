@@ -18,6 +18,7 @@ use homing_core::{
     Succession, SuccessionCause,
 };
 use homing_store::dc_lease::DcEntry;
+use homing_store::deployment::DeploymentVersion;
 use homing_store::keyspace;
 use homing_store::setting::Setting;
 
@@ -165,7 +166,22 @@ fn global_value_cases() -> Vec<Case> {
         let encode = keyspace::encode_dc_entry;
         Case::round_trip(name, entry, encode, keyspace::decode_dc_entry)
     };
+    let setting = |name, value| {
+        let encode = |v: &_| homing_core::wire::encode(v).expect("a setting fits");
+        Case::round_trip(name, value, encode, homing_core::wire::decode)
+    };
+    let deployment = DeploymentVersion {
+        version: 8,
+        new_form_written: true,
+    };
     vec![
+        setting("setting-directory", samples::directory()),
+        Case::round_trip(
+            "setting-deployment-version",
+            deployment,
+            |v| homing_core::wire::encode(v).expect("a setting fits"),
+            homing_core::wire::decode,
+        ),
         dc_entry("dc-entry-renewed", renewed),
         dc_entry("dc-entry-retired-never-renewed", retired),
         Case::round_trip(

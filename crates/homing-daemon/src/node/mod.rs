@@ -16,8 +16,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, AwaitReply, DcId, Directory, ErrorKind, ErrorReply, Identity, Key, LeaseKey, LeasePolicy,
-    LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
+    AcquireReply, AwaitReply, DcId, Directory, ErrorKind, ErrorReply, Identity, Key, LeaseKey,
+    LeasePolicy, LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
 };
 use homing_net::Handler;
 use homing_node::{
@@ -323,11 +323,11 @@ impl Node {
     }
 
     /// Takes `directory` (read from the global store) as the DC directory:
-    /// DCs and homingd of other DCs it lists that are not peers yet become
-    /// peers, and routers asking for the directory get it.
+    /// DCs it lists that are not configured peers become peers (with every
+    /// homingd listed), and routers asking for the directory get it.
     pub fn learn_directory(&self, directory: Directory) {
         for (dc, addr) in directory.addresses() {
-            if dc != self.dc() && self.peers.add(dc, addr) {
+            if dc != self.dc() && self.peers.learn(dc, addr) {
                 tracing::info!(peer = %dc, %addr, "peer learned from the dc directory");
             }
         }

@@ -33,7 +33,7 @@ struct Args {
     /// How often the certificate, key, CA and revocation-list files are checked for changes, in milliseconds; changed files are used for new connections to DCs (open ones go on). 0: never.
     #[arg(long, env = "HOMING_TLS_RELOAD_MS", default_value_t = homing_net::reload::TLS_RELOAD_MS_DEFAULT)]
     tls_reload_ms: u64,
-    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated). A DC served by several homingd is given once per address (iad=10.0.1.1:7400,iad=10.0.1.2:7400): requests go to the next when one does not answer. One DC is enough to start: the others are learned from the DC directory (--directory-refresh-ms) and tried after these.
+    /// A DC as NAME=ADDR, nearest first; repeatable (env: comma-separated). A DC served by several homingd is given once per address (iad=10.0.1.1:7400,iad=10.0.1.2:7400): requests go to the next when one does not answer. One DC is enough to start: DCs not given here are learned from the DC directory (--directory-refresh-ms) and tried after these; a DC given here is reached only at the addresses given.
     #[arg(
         long = "dc",
         env = "HOMING_DCS",
