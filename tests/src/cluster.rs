@@ -121,6 +121,8 @@ pub struct ClusterOptions {
     pub homingd_args: Vec<String>,
     /// Where every DC keeps its records (redb unless a test asks for etcd).
     pub dc_store: DcStoreSpec,
+    /// The `homingd` every DC starts with (`None`: this build's).
+    pub homingd_binary: Option<std::path::PathBuf>,
 }
 
 impl ClusterOptions {
@@ -132,6 +134,7 @@ impl ClusterOptions {
             lease,
             homingd_args: args.iter().map(|a| a.to_string()).collect(),
             dc_store: DcStoreSpec::Redb,
+            homingd_binary: None,
         }
     }
 
@@ -232,6 +235,7 @@ impl Cluster {
                 dc_store: options.dc_store,
                 extra_args: options.args(),
                 log: dir.path().join(format!("{d}.log")),
+                binary: options.homingd_binary.clone(),
             };
             let daemon = Homingd::start(spec).await.map_err(ClusterError::Start)?;
             daemons.insert(d.clone(), daemon);
@@ -401,6 +405,7 @@ impl Cluster {
             dc_store: DcStoreSpec::Redb,
             extra_args,
             log: self.dir.path().join(format!("{name}.log")),
+            binary: None,
         };
         let daemon = Homingd::start(spec).await.expect("the lone daemon starts");
         let global = EtcdGlobalStore::connect(self.etcd.endpoints(), &format!("{prefix}/global/"))

@@ -81,6 +81,9 @@ pub struct HomingdSpec {
     pub extra_args: Vec<String>,
     /// File that collects the daemon's stderr across restarts.
     pub log: PathBuf,
+    /// The `homingd` binary to run (`None`: this build's, [`homingd_binary`]),
+    /// e.g. the previous release's in a mixed-version test.
+    pub binary: Option<PathBuf>,
 }
 
 /// Where a daemon's global store lives.
@@ -130,7 +133,8 @@ impl Homingd {
             .open(&spec.log)
             .map_err(|e| format!("log file {}: {e}", spec.log.display()))?;
         let certs = &spec.certs_dir;
-        let mut command = Command::new(homingd_binary());
+        let binary = spec.binary.clone().unwrap_or_else(homingd_binary);
+        let mut command = Command::new(&binary);
         command
             .arg("--dc")
             .arg(spec.dc.as_str())
@@ -167,7 +171,7 @@ impl Homingd {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("spawning {}: {e}", homingd_binary().display()))?;
+            .map_err(|e| format!("spawning {}: {e}", binary.display()))?;
         let stdout = child.stdout.take().expect("stdout was piped");
         self.child = Some(child);
         let line = tokio::task::spawn_blocking(move || {
@@ -235,6 +239,13 @@ impl Homingd {
         self.spec
             .extra_args
             .extend(args.iter().map(|a| a.to_string()));
+        self.restart().await
+    }
+
+    /// Stops it and starts `binary` (`None`: this build's) on the same
+    /// port and data directory: an upgrade (or a rollback) of this DC.
+    pub async fn restart_as(&mut self, binary: Option<PathBuf>) -> Result<(), String> {
+        self.spec.binary = binary;
         self.restart().await
     }
 

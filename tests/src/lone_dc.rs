@@ -52,6 +52,7 @@ impl LoneDc {
             dc_store: DcStoreSpec::Redb,
             extra_args: args,
             log: dir.path().join("homingd.log"),
+            binary: None,
         };
         let daemon = Homingd::start(spec).await.expect("the lone homingd starts");
         LoneDc {
