@@ -32,6 +32,12 @@ struct Args {
     /// Directory with ca.pem and `host-<dc>.pem`/`.key`, as written by `homing certs`.
     #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
     certs: PathBuf,
+    /// PEM file of the CA's certificate revocation list (`homing certs --revoke`): a DC whose certificate it lists is not connected to.
+    #[arg(long, env = "HOMING_CRL")]
+    crl: Option<PathBuf>,
+    /// How often the certificate, key, CA and revocation-list files are checked for changes, in milliseconds; changed files are used for new connections to the DC (open ones go on). 0: never.
+    #[arg(long, env = "HOMING_TLS_RELOAD_MS", default_value_t = homing_net::reload::TLS_RELOAD_MS_DEFAULT)]
+    tls_reload_ms: u64,
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -42,19 +48,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let dc = DcId::new(dc).context("--dc")?;
     let addr: SocketAddr = addr.parse().context("--dc: address")?;
     let identity = Identity::new(Role::Host, Some(dc.clone()))?;
-    let name = homing_net::pki::cert_name(&identity);
-    let tls = homing_net::TlsIdentity::load_pem(
-        &args.certs.join("ca.pem"),
-        &args.certs.join(format!("{name}.pem")),
-        &args.certs.join(format!("{name}.key")),
-    )
-    .with_context(|| format!("loading the host certificate from {}", args.certs.display()))?;
+    let files = homing_net::pki::identity_files(&args.certs, &identity, args.crl.clone());
+    let tls = files
+        .load()
+        .with_context(|| format!("loading the host certificate from {}", args.certs.display()))?;
     let key = KeyConfig {
         namespace: Namespace::new(args.namespace.as_str()).context("--namespace")?,
         ..KeyConfig::named(KeyName::new(args.key.as_str()).context("key")?)
     };
     let config = ActorHostConfig::new(Peer { addr, dc }, key, args.listen);
     let client = Client::new(&tls, ClientLimits::default())?;
+    if args.tls_reload_ms > 0 {
+        tokio::spawn(homing_net::reload::watch_files(
+            files,
+            std::time::Duration::from_millis(args.tls_reload_ms),
+            vec![Box::new(client.clone())],
+            std::future::pending(),
+        ));
+    }
     let served = serve(client.clone(), config).await;
     // However it ended: the DC frees this host's connection now.
     client.close().await;
