@@ -286,8 +286,9 @@ pub struct Connect {
 }
 
 /// After a link, the new tail tells the DC of the key's first reservation
-/// (DESIGN.md §7.2), which records it as the chain's shortcut. Best effort:
-/// a lost notice only leaves walks a few links longer until the next move.
+/// (DESIGN.md §7.2), which records it as the chain's shortcut. homingd sends
+/// it again until that DC answers; until it lands, walks follow the links
+/// past the last shortcut recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShortcutNotice {
     /// The key.

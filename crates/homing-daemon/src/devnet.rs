@@ -153,6 +153,16 @@ impl Devnet {
         })
     }
 
+    /// The relay in front of `dc` (what other DCs reach it through), when
+    /// latency is injected: a test cuts or delays the DC's peers with it.
+    ///
+    /// # Panics
+    /// If `dc` is not one of the devnet's DCs: a caller bug.
+    pub fn relay(&self, dc: &DcId) -> Option<&Relay> {
+        let found = self.dcs.iter().find(|d| &d.id == dc);
+        found.expect("a dc of this devnet")._relay.as_ref()
+    }
+
     /// The running DCs, in start order.
     pub fn dcs(&self) -> &[DevnetDc] {
         &self.dcs

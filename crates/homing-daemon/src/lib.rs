@@ -14,6 +14,7 @@ pub mod directory;
 pub mod follow;
 pub mod metrics;
 pub mod node;
+pub mod notices;
 pub mod peers;
 pub mod quota;
 pub mod stores;

@@ -41,6 +41,7 @@ use failure::Failure;
 
 use crate::dc_lease::{DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
+use crate::notices::ShortcutNotices;
 use crate::peers::Peers;
 use crate::quota::KeyCounts;
 use crate::waiters::{Registration, WaitLimits, Waiters};
@@ -92,6 +93,8 @@ pub struct Node {
     watches_parked_max: usize,
     /// Turns true when the daemon shuts down: parked requests answer at once.
     closing: watch::Sender<bool>,
+    /// Shortcut notices other DCs have not answered yet.
+    notices: ShortcutNotices,
     /// This DC's lease in the global store: grants and marks wait on it.
     dc_lease: Arc<DcLeaseCell>,
     /// Counts of namespaces' keys running now (the key quota's counts are
@@ -243,6 +246,7 @@ impl Node {
             waiters: Waiters::new(waiting, metrics.waiters_gauge()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
+            notices: ShortcutNotices::default(),
             config,
             global,
             records,
@@ -717,17 +721,11 @@ impl Node {
     }
 
     /// Tells another DC's entry about the chain's new member, in the
-    /// background (our own entry the acquire noted itself). Best effort: a
-    /// lost notice only leaves walks a few links longer until the next move.
+    /// background, again until that DC answers (`notices.rs`; our own entry
+    /// the acquire noted itself).
     fn tell_shortcut(&self, notice: ShortcutNotice) {
-        let entry = notice.entry.clone();
-        let peers = self.peers.clone();
-        tokio::spawn(async move {
-            match peers.shortcut(notice).await {
-                Ok(noted) => tracing::debug!(entry = %entry, noted, "shortcut told"),
-                Err(e) => tracing::info!(entry = %entry, error = %e, "shortcut not told"),
-            }
-        });
+        let closing = self.closing.subscribe();
+        self.notices.tell(notice, self.peers.clone(), closing);
     }
 
     /// Resolves once the daemon is shutting down.
