@@ -506,7 +506,10 @@ impl Resolver {
             // Ends when the resolver is dropped. Without a runtime (a
             // resolver built outside tokio) the table stays `config.dcs`.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(learn_directory_every(Arc::downgrade(&resolver.inner), refresh));
+                runtime.spawn(learn_directory_every(
+                    Arc::downgrade(&resolver.inner),
+                    refresh,
+                ));
             }
         }
         resolver
@@ -756,7 +759,10 @@ impl Inner {
                     continue;
                 }
                 Ok(_) => {
-                    last = Some((dc, "answered a directory request with something else".into()));
+                    last = Some((
+                        dc,
+                        "answered a directory request with something else".into(),
+                    ));
                     continue;
                 }
                 Err(unanswered) => {

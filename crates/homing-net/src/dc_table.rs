@@ -188,7 +188,12 @@ impl DcTable {
 
     /// `dc`'s place in the table, if it is there.
     pub fn slot(&self, dc: &DcId) -> Option<DcSlot> {
-        self.inner.table().dcs.iter().position(|d| d == dc).map(DcSlot)
+        self.inner
+            .table()
+            .dcs
+            .iter()
+            .position(|d| d == dc)
+            .map(DcSlot)
     }
 
     /// The DC in `slot`, borrowed without a lock (what a cached answer

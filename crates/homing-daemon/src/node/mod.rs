@@ -16,8 +16,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use homing_core::{
-    AcquireReply, AwaitReply, DcId, Directory, ErrorKind, ErrorReply, Identity, Key, LeaseKey, LeasePolicy,
-    LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
+    AcquireReply, AwaitReply, DcId, Directory, ErrorKind, ErrorReply, Identity, Key, LeaseKey,
+    LeasePolicy, LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
 };
 use homing_net::Handler;
 use homing_node::{
