@@ -111,6 +111,25 @@ pub trait GlobalStore: Send + Sync + 'static {
         succession: &Succession,
     ) -> Result<Option<Succession>, StoreError>;
 
+    /// Migration only (`homing migrate`): makes `succession`, of either
+    /// cause, the one succession of `succession.link.from` unless it has
+    /// one; returns the one it has otherwise (equal to the caller's on a
+    /// retry, or when an earlier run copied it). Nothing else is judged: the
+    /// succession was judged once, where it was first written (a move
+    /// confirmed by its mover, a takeover against the DC lease as the source
+    /// store kept it), and a copy must not judge a DC lease again in a store
+    /// whose clock never saw it. Write-once against every other write of a
+    /// succession: an import blocks a later `set_successor` or `take_over` of
+    /// the same reservation, and they block it. Never for a serving DC (a
+    /// move goes through `set_successor`, a takeover through `take_over`).
+    /// A reservation succeeding itself is refused with
+    /// [`StoreError::InvalidArgument`]. Acknowledged writes are durable
+    /// (for durable backends).
+    async fn import_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError>;
+
     /// A takeover (DESIGN.md §7.5): makes `succession` (a
     /// [`SuccessionCause::TakenOver`]) the one succession of
     /// `succession.link.from`, provided, *in the same store transaction*,
@@ -138,6 +157,22 @@ pub trait GlobalStore: Send + Sync + 'static {
     async fn successions_of(
         &self,
         dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError>;
+
+    /// Migration: every succession the store keeps, of every DC, in
+    /// (DC id, unique) order, strictly after the succession of `after` if
+    /// given (which needs not exist), at most `limit` (≤
+    /// [`GET_MANY_KEYS_MAX`], else [`StoreError::BatchTooLarge`]). Fewer
+    /// than `limit` only at the end. Unlike [`successions_of`] it needs no
+    /// list of DCs, so it also finds the successions of a DC whose lease
+    /// the store never kept, or that [`dc_leases`] leaves off.
+    ///
+    /// [`successions_of`]: GlobalStore::successions_of
+    /// [`dc_leases`]: GlobalStore::dc_leases
+    async fn scan_successions(
+        &self,
         after: Option<&ReservationId>,
         limit: usize,
     ) -> Result<Vec<Succession>, StoreError>;
@@ -269,7 +304,7 @@ pub(crate) fn judge_swap(
 
 /// Rejects a succession written through the wrong call (a move through
 /// `take_over`, a takeover through `set_successor`) or linking a
-/// reservation to itself.
+/// reservation to itself ([`check_link`]).
 pub(crate) fn check_cause(
     succession: &Succession,
     cause: SuccessionCause,
@@ -280,6 +315,12 @@ pub(crate) fn check_cause(
             succession.cause
         )));
     }
+    check_link(succession)
+}
+
+/// Rejects a succession linking a reservation to itself (what
+/// `import_succession` checks: it takes either cause).
+pub(crate) fn check_link(succession: &Succession) -> Result<(), StoreError> {
     if succession.link.from == succession.link.to {
         return Err(StoreError::InvalidArgument(format!(
             "{} cannot succeed itself",
