@@ -213,13 +213,16 @@ pub trait GlobalStore: Send + Sync + 'static {
     }
 }
 
-/// One DC's successions, a page of [`GET_MANY_KEYS_MAX`] at a time, in
-/// reservation-unique order ([`GlobalStore::successions_of`] with its
-/// cursor kept): what `homing dc status` counts. (A DC returning from
-/// expiry pages them through homing-node's `Reconcile`.)
+/// Successions a page of [`GET_MANY_KEYS_MAX`] at a time, with the cursor
+/// kept: one DC's in reservation-unique order
+/// ([`GlobalStore::successions_of`]: what `homing dc status` counts; a DC
+/// returning from expiry pages them through homing-node's `Reconcile`), or
+/// every DC's in (DC id, unique) order ([`GlobalStore::scan_successions`]:
+/// what a migration copies and verifies).
 #[derive(Debug)]
 pub struct SuccessionPages {
-    dc: DcId,
+    /// Whose: one DC's, or every DC's (`None`).
+    dc: Option<DcId>,
     after: Option<ReservationId>,
     finished: bool,
 }
@@ -228,7 +231,16 @@ impl SuccessionPages {
     /// From the first of `dc`'s successions.
     pub fn of(dc: DcId) -> SuccessionPages {
         SuccessionPages {
-            dc,
+            dc: Some(dc),
+            after: None,
+            finished: false,
+        }
+    }
+
+    /// From the first succession of every DC's.
+    pub fn every() -> SuccessionPages {
+        SuccessionPages {
+            dc: None,
             after: None,
             finished: false,
         }
@@ -242,9 +254,11 @@ impl SuccessionPages {
         if self.finished {
             return Ok(None);
         }
-        let page = global
-            .successions_of(&self.dc, self.after.as_ref(), GET_MANY_KEYS_MAX)
-            .await?;
+        let after = self.after.as_ref();
+        let page = match &self.dc {
+            Some(dc) => global.successions_of(dc, after, GET_MANY_KEYS_MAX).await?,
+            None => global.scan_successions(after, GET_MANY_KEYS_MAX).await?,
+        };
         // Fewer than asked only at the end.
         self.finished = page.len() < GET_MANY_KEYS_MAX;
         self.after = page.last().map(|s| s.link.from.clone());
@@ -336,7 +350,7 @@ mod tests {
     use crate::MemoryGlobalStore;
 
     #[tokio::test]
-    async fn succession_pages_read_every_succession_of_one_dc_once_in_order() {
+    async fn succession_pages_read_every_succession_of_one_dc_or_of_all_once_in_order() {
         let store = MemoryGlobalStore::new();
         for unique in 1..=300 {
             let from = ReservationId::new(DcId::new("iad").unwrap(), unique);
@@ -368,5 +382,15 @@ mod tests {
         assert_eq!(uniques, (1..=300).collect::<Vec<_>>());
         assert!(pages.finished());
         assert!(pages.next(&store).await.unwrap().is_none());
+
+        // Every DC's: iad's 300, then sin's one, in (dc, unique) order.
+        let mut pages = SuccessionPages::every();
+        let mut froms = Vec::new();
+        while let Some(page) = pages.next(&store).await.unwrap() {
+            froms.extend(page.into_iter().map(|s| s.link.from));
+        }
+        assert_eq!(froms.len(), 301);
+        assert!(froms.is_sorted(), "store order is reservation order");
+        assert_eq!(froms.last().unwrap().dc().as_str(), "sin");
     }
 }

@@ -8,6 +8,8 @@ use super::*;
 #[derive(Debug, Default)]
 pub(super) struct Counts {
     pub(super) global: u64,
+    /// Every DC's successions.
+    pub(super) successions: u64,
     /// The settings that are set, with their values, in [`Setting::ALL`] order.
     pub(super) settings: Vec<(Setting, Vec<u8>)>,
     pub(super) referenced_dcs: BTreeMap<DcId, u64>,
@@ -117,6 +119,11 @@ pub(super) async fn count_as(
         if page.len() < GET_MANY_KEYS_MAX {
             break;
         }
+    }
+    let mut pages = SuccessionPages::every();
+    while let Some(page) = pages.next(set.global.as_ref()).await? {
+        counts.successions += page.len() as u64;
+        report(page.len(), progress);
     }
     for name in Setting::ALL {
         if let Some(value) = set.global.setting(name).await? {
@@ -405,22 +412,50 @@ impl<'p> Walk<'p> {
                 Mode::DryRun => to.setting(*name).await?,
                 Mode::Sample => continue,
             };
-            match held {
-                None => tally.copied += 1,
-                Some(held) if &held == value => tally.present += 1,
-                Some(held) => {
-                    tally.conflicts += 1;
-                    self.conflict(Conflict::Setting {
-                        setting: *name,
-                        source: value.clone(),
-                        target: held,
-                    });
-                }
+            if let Some(held) = tally.found(value, held) {
+                self.conflict(Conflict::Setting {
+                    setting: *name,
+                    source: value.clone(),
+                    target: held,
+                });
             }
         }
         if self.mode != Mode::Sample {
             let total = settings.len() as u64;
             self.progress(Step::Settings, total, total);
+        }
+        Ok(tally)
+    }
+
+    /// Copies every DC's successions with `import_succession` (which judges
+    /// no DC lease: each was judged where it was first written), a page at
+    /// a time; in a dry run, reads the target's. One the target holds with
+    /// another successor is a conflict, never overwritten.
+    pub(super) async fn successions(
+        &mut self,
+        from: &dyn GlobalStore,
+        to: &Arc<dyn GlobalStore>,
+        total: u64,
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        if self.mode == Mode::Sample {
+            // Verification compares every succession, not samples.
+            return Ok(tally);
+        }
+        let mut pages = SuccessionPages::every();
+        let mut done = 0;
+        while let Some(page) = pages.next(from).await? {
+            let found = import_successions(to, &page, self.mode).await?;
+            for (succession, found) in page.iter().zip(found) {
+                if let Some(held) = tally.found(succession, found) {
+                    self.conflict(Conflict::Succession {
+                        source: succession.clone(),
+                        target: held,
+                    });
+                }
+            }
+            done += page.len() as u64;
+            self.progress(Step::Successions, done, total);
         }
         Ok(tally)
     }
@@ -452,17 +487,12 @@ impl<'p> Walk<'p> {
                 Mode::Sample => Vec::new(),
             };
             for ((key, id), found) in page.iter().zip(found) {
-                match found {
-                    None => tally.copied += 1,
-                    Some(existing) if &existing == id => tally.present += 1,
-                    Some(existing) => {
-                        tally.conflicts += 1;
-                        self.conflict(Conflict::Global {
-                            key: key.clone(),
-                            source: id.clone(),
-                            target: existing,
-                        });
-                    }
+                if let Some(existing) = tally.found(id, found) {
+                    self.conflict(Conflict::Global {
+                        key: key.clone(),
+                        source: id.clone(),
+                        target: existing,
+                    });
                 }
             }
             done += page.len() as u64;
@@ -496,6 +526,33 @@ pub(super) async fn set_all(
             SetIfAbsent::Inserted => None,
             SetIfAbsent::Exists(existing) => Some(existing),
         });
+    }
+    Ok(out)
+}
+
+/// `import_succession` of every succession of `page`, concurrently (in a
+/// dry run: `successor`): `None` where it was (would be) written, the
+/// target's succession of that reservation otherwise.
+pub(super) async fn import_successions(
+    to: &Arc<dyn GlobalStore>,
+    page: &[Succession],
+    mode: Mode,
+) -> Result<Vec<Option<Succession>>, StoreError> {
+    let handles: Vec<_> = page
+        .iter()
+        .map(|succession| {
+            let (to, succession) = (to.clone(), succession.clone());
+            tokio::spawn(async move {
+                match mode {
+                    Mode::Copy => to.import_succession(&succession).await,
+                    Mode::DryRun | Mode::Sample => to.successor(&succession.link.from).await,
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(joined(handle).await?);
     }
     Ok(out)
 }

@@ -1,13 +1,15 @@
-//! Migration: copying a deployment's state — the global entries and
-//! settings, and each DC's records, lifecycle event log and allocator —
-//! from one set of stores to another of any backend (the embedded redb of a single-node start to
-//! etcd or FoundationDB when a deployment grows), then verifying the copy.
+//! Migration: copying a deployment's state — the global entries, every
+//! DC's successions and the settings, and each DC's records, lifecycle
+//! event log and allocator — from one set of stores to another of any
+//! backend (the embedded redb of a single-node start to etcd or
+//! FoundationDB when a deployment grows), then verifying the copy.
 //!
 //! A copy is idempotent and resumable: every write is an import that leaves
 //! an equal item alone, so a run stopped anywhere is finished by running it
-//! again. It never overwrites what differs: a write-once global entry, a
-//! setting, a record or an event that the target holds with other contents
-//! is a [`Conflict`], reported with both values and left as it is.
+//! again. It never overwrites what differs: a write-once global entry or
+//! succession, a setting, a record or an event that the target holds with
+//! other contents is a [`Conflict`], reported with both values and left as
+//! it is.
 //!
 //! Migration is **offline**: every homingd of the deployment must be
 //! stopped. A live daemon changes records while they are copied (renewals
@@ -28,23 +30,31 @@
 //! even when the copy stops half way; then records; then events in `seq`
 //! order, so an interrupted copy leaves a gap-free prefix of the log. Then
 //! the settings (each a swap from never set), which no conflict holds back:
-//! a setting can be changed again by compare-and-set. Global entries come
-//! last, in the order a reserve writes them (record first, then entry): an
-//! entry in the target has its record there. They are held back (judged,
-//! not written) when a DC's records or events conflicted: a written entry
-//! can never be taken back.
-use std::collections::{BTreeMap, BTreeSet};
+//! a setting can be changed again by compare-and-set. Then every DC's
+//! successions ([`GlobalStore::import_succession`], found by
+//! [`GlobalStore::scan_successions`], so a DC the store keeps no lease of
+//! is not missed), after the records as a mover writes its record before it
+//! confirms its move; see [`migrate`] for why they must be in before
+//! anything could take over at the target. Global entries come last, in the
+//! order a reserve writes them (record first, then entry): an entry in the
+//! target has its record there. Successions and entries are held back
+//! (judged, not written) when a DC's records or events conflicted: neither
+//! can ever be taken back.
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use homing_core::{DcId, DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use homing_core::{
+    DcId, DcRecord, Event, EventSeq, Key, Link, NamespaceScope, ReservationId, Succession,
+    SuccessionCause,
+};
 use tokio::task::JoinHandle;
 
 use crate::dc::{
     DcStore, EVENTS_LIMIT_MAX, Import, SCAN_LIMIT_MAX, ScanCursor, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
-use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
+use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
 use crate::setting::Setting;
 
 mod copy;
@@ -103,9 +113,10 @@ impl Default for MigrateOptions {
     }
 }
 /// Copies `source` into `target`: for each DC (in order) the allocator, the
-/// records and the events, then the settings, then the global entries
-/// (held back, only judged, if a record or event conflicted); then verifies the
-/// target (see [`verify`]) unless `options.dry_run`. `progress` is called
+/// records and the events, then the settings, then every DC's successions,
+/// then the global entries (successions and entries held back, only
+/// judged, if a record or event conflicted); then verifies the target (see
+/// [`verify`]) unless `options.dry_run`. `progress` is called
 /// after every page. Conflicts are reported, never overwritten; a run that
 /// fails part way (a store error) is resumed by running it again.
 ///
@@ -136,6 +147,7 @@ pub async fn migrate(
     let mut report = MigrateReport {
         dry_run: options.dry_run,
         settings: Tally::default(),
+        successions: Tally::default(),
         global: Tally::default(),
         global_held_back: false,
         dcs: Vec::with_capacity(source.dcs.len()),
@@ -175,6 +187,15 @@ pub async fn migrate(
         walk.mode = Mode::DryRun;
         report.global_held_back = true;
     }
+    // Every succession is in the target before anything could take over
+    // there: a takeover of a reservation whose move is not copied yet would
+    // fork the key's chain (two holders). No homingd of a copied DC runs on
+    // the target before the copy verified (its DC store stays marked), and
+    // the target judges no DC it never heard of expired. After the records,
+    // which a mover writes before it confirms its move.
+    report.successions = walk
+        .successions(source.global.as_ref(), &target.global, counts.successions)
+        .await?;
     report.global = walk
         .global(source.global.as_ref(), &target.global, counts.global)
         .await?;
@@ -196,7 +217,8 @@ pub async fn migrate(
 
 /// Verifies that `target` holds what `source` holds, reading both and
 /// writing nothing: equal counts of global entries and of each DC's records
-/// and kept events, every setting equal, each target allocator floor and
+/// and kept events, every setting and every succession equal (whatever
+/// `sample`), each target allocator floor and
 /// event head at or above the source's, and `sample` records and events per DC and `sample` global
 /// entries (spread evenly over the key space, the same ones every run)
 /// equal field by field, with the global entries of the sampled records'
@@ -485,6 +507,7 @@ mod tests {
         let mut record = all_records(source.dcs[0].1.as_ref()).await.remove(3);
         record.allow_renew = !record.allow_renew;
         target.dcs[0].1.import(&record).await.unwrap();
+        let moved = succeed(&source, 1).await.remove(0);
 
         let report = run(&source, &target, false).await;
         assert!(!report.ok());
@@ -504,10 +527,161 @@ mod tests {
         assert!(report.global_held_back);
         assert_eq!(report.global.copied, 19, "judged as would-be copies");
         assert_eq!(all_entries(target.global.as_ref()).await.len(), 1);
+        // ... and the successions, write-once too.
+        assert_eq!(report.successions.copied, 1, "judged as a would-be copy");
+        let held = target.global.successor(&moved.link.from).await.unwrap();
+        assert_eq!(held, None);
         let text = report.to_string();
         assert!(text.contains("differing in allow_renew"), "{text}");
-        assert!(text.contains("global entries held back"), "{text}");
+        assert!(
+            text.contains("successions and global entries held back"),
+            "{text}"
+        );
         assert!(text.ends_with("result: 2 CONFLICTS"), "{text}");
+    }
+
+    /// `n` successions in `set`'s global store of reservations of iad, fra
+    /// and lax (a DC with no store in the set that never renewed a lease),
+    /// in turn, each a move or a takeover; in store order. Moves are
+    /// confirmed as a mover does; takeovers are imported (this store's
+    /// lease judgement is not what these tests are about).
+    async fn succeed(set: &StoreSet, n: u64) -> Vec<Succession> {
+        let mut made = Vec::new();
+        for i in 0..n {
+            let from = ReservationId::new(
+                DcId::new(["iad", "fra", "lax"][i as usize % 3]).unwrap(),
+                1_000 + i,
+            );
+            let to = ReservationId::new(DcId::new("sea").unwrap(), i);
+            let written = if i % 2 == 0 {
+                let s = Succession::moved(from, to, FencingToken::new(i + 1));
+                (set.global.set_successor(&s).await.unwrap(), s)
+            } else {
+                let s = Succession::taken_over(from, to, 1 << 20);
+                (set.global.import_succession(&s).await.unwrap(), s)
+            };
+            assert_eq!(written.0, None);
+            made.push(written.1);
+        }
+        made.sort_by(|a, b| a.link.from.cmp(&b.link.from));
+        made
+    }
+
+    async fn all_successions(store: &dyn GlobalStore) -> Vec<Succession> {
+        let mut pages = SuccessionPages::every();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next(store).await.unwrap() {
+            out.extend(page);
+        }
+        out
+    }
+
+    /// Every DC's successions are copied (more than a page; of a DC with no
+    /// store in the set and no lease too) and found present by a second
+    /// run; one the target holds with another successor is a conflict left
+    /// as is, which holds nothing back; verify compares every succession
+    /// (also with no sample) and catches one missing in the target and one
+    /// only there.
+    #[tokio::test]
+    async fn successions_are_copied_never_overwritten_and_verified() {
+        let (source, target) = (memory_set(&["iad", "fra"]), memory_set(&["iad", "fra"]));
+        populate(&source, 10).await;
+        let made = succeed(&source, 300).await;
+        assert!(source.global.dc_leases().await.unwrap().is_empty());
+
+        let dry = run(&source, &target, true).await;
+        assert_eq!(dry.successions.copied, 300);
+        assert!(all_successions(target.global.as_ref()).await.is_empty());
+        let first = run(&source, &target, false).await;
+        assert!(first.ok(), "{first}");
+        assert_eq!(
+            (first.successions.copied, first.successions.present),
+            (300, 0)
+        );
+        assert_eq!(all_successions(target.global.as_ref()).await, made);
+        let counted = Counted {
+            source: 300,
+            target: 300,
+        };
+        assert_eq!(first.verification.as_ref().unwrap().successions, counted);
+        let text = first.to_string();
+        assert!(
+            text.contains("successions              300 → 300 ✓"),
+            "{text}"
+        );
+        let second = run(&source, &target, false).await;
+        assert_eq!(
+            (second.successions.copied, second.successions.present),
+            (0, 300)
+        );
+
+        let other = memory_set(&["iad", "fra"]);
+        let ours = made
+            .iter()
+            .find(|s| s.link.from == "fra.1001".parse().unwrap())
+            .unwrap()
+            .clone();
+        let theirs = Succession::moved(
+            ours.link.from.clone(),
+            "ord.1".parse().unwrap(),
+            FencingToken::new(5),
+        );
+        other.global.import_succession(&theirs).await.unwrap();
+        let report = run(&source, &other, false).await;
+        assert!(!report.ok() && !report.global_held_back, "{report}");
+        let tally = report.successions;
+        assert_eq!((tally.copied, tally.conflicts), (299, 1));
+        let held_back = report.global.copied;
+        assert_eq!(held_back, 20, "a succession conflict holds nothing back");
+        let conflict = Conflict::Succession {
+            source: ours,
+            target: theirs.clone(),
+        };
+        assert!(report.conflicts.contains(&conflict), "{report}");
+        let held = other.global.successor(&theirs.link.from).await.unwrap();
+        assert_eq!(held, Some(theirs));
+        let line = format!(
+            "succession of fra.1001: source taken over by sea.1 (token {}), target moved to ord.1 (token 5) (write-once: left as is)",
+            (1_u64 << 20) + 1
+        );
+        assert!(report.to_string().contains(&line), "{report}");
+
+        let only_in_target = Succession::moved(
+            "ord.9".parse().unwrap(),
+            "sea.9".parse().unwrap(),
+            FencingToken::new(2),
+        );
+        target
+            .global
+            .import_succession(&only_in_target)
+            .await
+            .unwrap();
+        let only_in_source =
+            Succession::taken_over("zrh.1".parse().unwrap(), "sea.1".parse().unwrap(), 8);
+        source
+            .global
+            .import_succession(&only_in_source)
+            .await
+            .unwrap();
+        let v = verify(&source, &target, 0, &mut |_| {}).await.unwrap();
+        let want = vec![
+            Mismatch::SuccessionDiffers {
+                from: only_in_target.link.from.clone(),
+                source: None,
+                target: Some(only_in_target),
+            },
+            Mismatch::SuccessionDiffers {
+                from: only_in_source.link.from.clone(),
+                source: Some(only_in_source),
+                target: None,
+            },
+        ];
+        assert_eq!(v.mismatches, want, "{v}");
+        let text = v.to_string();
+        assert!(
+            text.contains("succession of zrh.1: source taken over by sea.1 (token 9), target none"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! The verification: counts, allocator floors and event heads compared,
-//! every setting compared, and the sampled records, events and entries
-//! compared field by field.
+//! every setting and every succession compared, and the sampled records,
+//! events and entries compared field by field.
 
 use super::*;
 
@@ -13,6 +13,7 @@ pub(super) async fn check(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<Verification, StoreError> {
     let expected = counts.global
+        + counts.successions
         + counts.settings.len() as u64
         + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
     let found = count_as(target, Step::Verify, Some(expected), progress).await?;
@@ -36,6 +37,16 @@ pub(super) async fn check(
             });
         }
     }
+    let successions = Counted {
+        source: counts.successions,
+        target: found.successions,
+    };
+    compare_successions(
+        source.global.as_ref(),
+        target.global.as_ref(),
+        &mut mismatches,
+    )
+    .await?;
     let mut dcs = Vec::with_capacity(source.dcs.len());
     for (((dc, _), s), t) in source.dcs.iter().zip(&counts.dcs).zip(&found.dcs) {
         let v = DcVerification {
@@ -77,6 +88,7 @@ pub(super) async fn check(
     Ok(Verification {
         global,
         settings,
+        successions,
         dcs,
         sampled,
         mismatches: mismatches.listed,
@@ -106,6 +118,77 @@ impl Mismatches {
                 counted,
             });
         }
+    }
+}
+
+/// Compares every succession of `source` with `target`'s, in one merge of
+/// both in store order (each read once, a page at a time): one missing in
+/// the target, different there, or there only is a mismatch. Every one, not
+/// a sample: a missing succession lets a takeover in the target fork its
+/// key's chain.
+pub(super) async fn compare_successions(
+    source: &dyn GlobalStore,
+    target: &dyn GlobalStore,
+    mismatches: &mut Mismatches,
+) -> Result<(), StoreError> {
+    let (mut source, mut target) = (ReadAhead::new(source), ReadAhead::new(target));
+    loop {
+        let s = source.peek().await?.cloned();
+        let t = target.peek().await?.cloned();
+        // Both sides come in reservation order: the smaller one is alone.
+        let (s, t) = match (s, t) {
+            (None, None) => return Ok(()),
+            (Some(s), Some(t)) if s.link.from == t.link.from => (Some(s), Some(t)),
+            (Some(s), t) if t.as_ref().is_none_or(|t| s.link.from < t.link.from) => (Some(s), None),
+            (_, t) => (None, t),
+        };
+        if s.is_some() {
+            source.pop();
+        }
+        if t.is_some() {
+            target.pop();
+        }
+        if s != t {
+            let from = s.as_ref().or(t.as_ref()).map(|x| x.link.from.clone());
+            mismatches.push(Mismatch::SuccessionDiffers {
+                from: from.expect("one side holds a succession"),
+                source: s,
+                target: t,
+            });
+        }
+    }
+}
+
+/// One store's successions read a page ahead, in store order.
+struct ReadAhead<'g> {
+    global: &'g dyn GlobalStore,
+    pages: SuccessionPages,
+    ahead: VecDeque<Succession>,
+}
+
+impl<'g> ReadAhead<'g> {
+    fn new(global: &'g dyn GlobalStore) -> ReadAhead<'g> {
+        ReadAhead {
+            global,
+            pages: SuccessionPages::every(),
+            ahead: VecDeque::new(),
+        }
+    }
+
+    /// The next succession, left in place; `None` after the last.
+    async fn peek(&mut self) -> Result<Option<&Succession>, StoreError> {
+        while self.ahead.is_empty() {
+            match self.pages.next(self.global).await? {
+                Some(page) => self.ahead.extend(page),
+                None => return Ok(None),
+            }
+        }
+        Ok(self.ahead.front())
+    }
+
+    /// Takes the succession [`ReadAhead::peek`] showed.
+    fn pop(&mut self) {
+        self.ahead.pop_front();
     }
 }
 
