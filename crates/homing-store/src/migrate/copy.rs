@@ -10,6 +10,8 @@ pub(super) struct Counts {
     pub(super) global: u64,
     /// Every DC's successions.
     pub(super) successions: u64,
+    /// Every DC the global store keeps a lease entry of, in id order.
+    pub(super) dc_leases: Vec<DcLeaseState>,
     /// The settings that are set, with their values, in [`Setting::ALL`] order.
     pub(super) settings: Vec<(Setting, Vec<u8>)>,
     pub(super) referenced_dcs: BTreeMap<DcId, u64>,
@@ -125,6 +127,18 @@ pub(super) async fn count_as(
         counts.successions += page.len() as u64;
         report(page.len(), progress);
     }
+    counts.dc_leases = set.global.dc_leases().await?;
+    if counts.dc_leases.len() >= DCS_MAX {
+        // A DC past the listing would keep no marks at the target.
+        return Err(StoreError::Backend {
+            backend: "migrate",
+            reason: format!(
+                "the global store lists {} DCs, as many as dc_leases lists at most ({DCS_MAX}): any further DC's lease would not be copied",
+                counts.dc_leases.len()
+            ),
+        });
+    }
+    report(counts.dc_leases.len(), progress);
     for name in Setting::ALL {
         if let Some(value) = set.global.setting(name).await? {
             counts.settings.push((name, value));
@@ -460,6 +474,43 @@ impl<'p> Walk<'p> {
         Ok(tally)
     }
 
+    /// Copies every DC's lease entry the target lacks (see [`lease_copy`]):
+    /// a renewal under the source's terms publishes its marks, then a
+    /// retired DC is retired (in a dry run, only judged).
+    pub(super) async fn dc_leases(
+        &mut self,
+        to: &dyn GlobalStore,
+        leases: &[DcLeaseState],
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        if self.mode == Mode::Sample {
+            // Verification compares every DC's lease, not samples.
+            return Ok(tally);
+        }
+        for source in leases {
+            let target = to.dc_lease(&source.dc).await?;
+            match lease_copy(source, &target) {
+                LeaseCopy::Present => tally.present += 1,
+                LeaseCopy::Conflict => {
+                    tally.conflicts += 1;
+                    self.conflict(Conflict::DcLease {
+                        source: Box::new(source.clone()),
+                        target: Box::new(target),
+                    });
+                }
+                LeaseCopy::Write { renew, retire } => {
+                    tally.copied += 1;
+                    if self.mode == Mode::Copy {
+                        write_lease(to, source, renew, retire).await?;
+                    }
+                }
+            }
+        }
+        let total = leases.len() as u64;
+        self.progress(Step::DcLeases, total, total);
+        Ok(tally)
+    }
+
     /// Copies the global entries with `set_if_absent`, a page at a time.
     pub(super) async fn global(
         &mut self,
@@ -528,6 +579,71 @@ pub(super) async fn set_all(
         });
     }
     Ok(out)
+}
+
+/// What copying one DC's lease entry to a target takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LeaseCopy {
+    /// The target keeps at least what the source does ([`lease_diff`]).
+    Present,
+    /// A renewal under the source's terms and marks (`renew`), then
+    /// retiring the DC (`retire`).
+    Write {
+        /// Publish the source's terms and marks.
+        renew: bool,
+        /// Retire the DC.
+        retire: bool,
+    },
+    /// The target lacks something it can never be given: it retired the
+    /// DC (for good; a retired DC's renewals are refused), or the source
+    /// has marks but no terms to renew with.
+    Conflict,
+}
+
+/// How `target`'s entry of a DC becomes at least `source`'s: marks only
+/// rise and a retirement is for good, so the one write that publishes
+/// marks is a renewal (under the source's terms), before the retirement.
+pub(super) fn lease_copy(source: &DcLeaseState, target: &DcLeaseState) -> LeaseCopy {
+    let lacking = lease_diff(source, target);
+    if lacking.is_empty() {
+        return LeaseCopy::Present;
+    }
+    let renew = lacking.iter().any(|field| *field != "retired");
+    let retire = source.retired && !target.retired;
+    let impossible = (target.retired && !source.retired)
+        || (renew && (target.retired || source.terms.is_none()));
+    match impossible {
+        true => LeaseCopy::Conflict,
+        false => LeaseCopy::Write { renew, retire },
+    }
+}
+
+/// Performs a [`LeaseCopy::Write`] of `source` at `to`.
+async fn write_lease(
+    to: &dyn GlobalStore,
+    source: &DcLeaseState,
+    renew: bool,
+    retire: bool,
+) -> Result<(), StoreError> {
+    if let Some(terms) = source.terms.filter(|_| renew) {
+        // Counted as renewed now, as a store that restarts counts every DC
+        // it knows: never expired sooner than the source would call it.
+        let renewal = to.renew_dc_lease(&source.dc, &terms, &source.marks).await?;
+        // lease_copy renews only a DC the target had not retired.
+        if renewal == DcRenewal::Retired {
+            return Err(StoreError::Backend {
+                backend: "migrate",
+                reason: format!(
+                    "dc {} was retired at the target while its lease was copied: stop every homing process using the target and run again",
+                    source.dc
+                ),
+            });
+        }
+    }
+    if retire {
+        to.retire_dc(&source.dc).await?;
+    }
+    Ok(())
 }
 
 /// `import_succession` of every succession of `page`, concurrently (in a

@@ -1,6 +1,7 @@
 //! Migration: copying a deployment's state — the global entries, every
-//! DC's successions and the settings, and each DC's records, lifecycle
-//! event log and allocator — from one set of stores to another of any
+//! DC's successions and lease entry (terms, marks, retirement) and the
+//! settings, and each DC's records, lifecycle event log and allocator —
+//! from one set of stores to another of any
 //! backend (the embedded redb of a single-node start to etcd or
 //! FoundationDB when a deployment grows), then verifying the copy.
 //!
@@ -34,19 +35,20 @@
 //! successions ([`GlobalStore::import_succession`], found by
 //! [`GlobalStore::scan_successions`], so a DC the store keeps no lease of
 //! is not missed), after the records as a mover writes its record before it
-//! confirms its move; see [`migrate`] for why they must be in before
-//! anything could take over at the target. Global entries come last, in the
-//! order a reserve writes them (record first, then entry): an entry in the
-//! target has its record there. Successions and entries are held back
-//! (judged, not written) when a DC's records or events conflicted: neither
-//! can ever be taken back.
+//! confirms its move. Then every DC's lease entry, after the successions:
+//! see [`migrate`] for why that order keeps any takeover at the target from
+//! forking a chain, and why the marks must be copied at all. Global entries
+//! come last, in the order a reserve writes them (record first, then
+//! entry): an entry in the target has its record there. Successions, DC
+//! leases and entries are held back (judged, not written) when a DC's
+//! records or events conflicted: none can ever be taken back.
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
 use homing_core::{
-    DcId, DcRecord, Event, EventSeq, Key, Link, NamespaceScope, ReservationId, Succession,
-    SuccessionCause,
+    DcId, DcLeaseState, DcRecord, DcRenewal, DcTerms, Event, EventSeq, Key, Link, NamespaceScope,
+    ReservationId, Succession, SuccessionCause,
 };
 use tokio::task::JoinHandle;
 
@@ -54,7 +56,7 @@ use crate::dc::{
     DcStore, EVENTS_LIMIT_MAX, Import, SCAN_LIMIT_MAX, ScanCursor, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
-use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
+use crate::global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
 use crate::setting::Setting;
 
 mod copy;
@@ -63,7 +65,7 @@ mod verify;
 
 use copy::{Counts, Mode, Samples, Walk, count, count_as};
 pub use report::*;
-use verify::{check, event_diff, record_diff};
+use verify::{check, event_diff, lease_diff, record_diff};
 
 /// Records, entries and events compared per DC (entries: in all) when
 /// [`MigrateOptions::sample`] is not set otherwise.
@@ -114,9 +116,10 @@ impl Default for MigrateOptions {
 }
 /// Copies `source` into `target`: for each DC (in order) the allocator, the
 /// records and the events, then the settings, then every DC's successions,
-/// then the global entries (successions and entries held back, only
-/// judged, if a record or event conflicted); then verifies the target (see
-/// [`verify`]) unless `options.dry_run`. `progress` is called
+/// then every DC's lease entry, then the global entries (successions,
+/// leases and entries held back, only judged, if a record or event
+/// conflicted); then verifies the target (see [`verify`]) unless
+/// `options.dry_run`. `progress` is called
 /// after every page. Conflicts are reported, never overwritten; a run that
 /// fails part way (a store error) is resumed by running it again.
 ///
@@ -148,6 +151,7 @@ pub async fn migrate(
         dry_run: options.dry_run,
         settings: Tally::default(),
         successions: Tally::default(),
+        dc_leases: Tally::default(),
         global: Tally::default(),
         global_held_back: false,
         dcs: Vec::with_capacity(source.dcs.len()),
@@ -189,12 +193,24 @@ pub async fn migrate(
     }
     // Every succession is in the target before anything could take over
     // there: a takeover of a reservation whose move is not copied yet would
-    // fork the key's chain (two holders). No homingd of a copied DC runs on
-    // the target before the copy verified (its DC store stays marked), and
-    // the target judges no DC it never heard of expired. After the records,
-    // which a mover writes before it confirms its move.
+    // fork the key's chain (two holders). The target takes over only a DC
+    // whose lease it judges expired, and never one it has no lease entry of
+    // (`Unknown`): so the successions come before the DC leases, and until
+    // the leases are in, nothing at the target can be taken over, even if
+    // the copy stops in between. After the records, which a mover writes
+    // before it confirms its move.
     report.successions = walk
         .successions(source.global.as_ref(), &target.global, counts.successions)
+        .await?;
+    // The DC leases' marks must reach the target: a DC restarted there
+    // publishes only what it wants now (a token bound of its headroom, not
+    // its highest token), and a takeover's token is the token bound the
+    // store keeps + 1 — below tokens the DC granted before, without the
+    // copied bound. Each lease counts as renewed at the copy (as a store
+    // that restarts counts every DC it knows), so the target never calls a
+    // DC expired sooner than the source would; a retired DC stays retired.
+    report.dc_leases = walk
+        .dc_leases(target.global.as_ref(), &counts.dc_leases)
         .await?;
     report.global = walk
         .global(source.global.as_ref(), &target.global, counts.global)
@@ -217,8 +233,8 @@ pub async fn migrate(
 
 /// Verifies that `target` holds what `source` holds, reading both and
 /// writing nothing: equal counts of global entries and of each DC's records
-/// and kept events, every setting and every succession equal (whatever
-/// `sample`), each target allocator floor and
+/// and kept events, every setting and every succession equal and every
+/// DC's lease entry kept (whatever `sample`), each target allocator floor and
 /// event head at or above the source's, and `sample` records and events per DC and `sample` global
 /// entries (spread evenly over the key space, the same ones every run)
 /// equal field by field, with the global entries of the sampled records'
@@ -252,12 +268,13 @@ pub async fn verify(
 }
 #[cfg(test)]
 mod tests {
-    use super::copy::{Picker, scan_page};
+    use super::copy::{LeaseCopy, Picker, lease_copy, scan_page};
     use super::*;
     use crate::dc::Cas;
     use crate::memory::{MemoryDcStore, MemoryGlobalStore};
     use homing_core::{
-        ActorId, FencingToken, HostTime, KeyName, LeasePolicy, Namespace, RunOutcome, StoreTime,
+        ActorId, DcMarks, FencingToken, HostTime, KeyName, LeasePolicy, Namespace, RunOutcome,
+        StoreTime,
     };
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
@@ -508,6 +525,13 @@ mod tests {
         record.allow_renew = !record.allow_renew;
         target.dcs[0].1.import(&record).await.unwrap();
         let moved = succeed(&source, 1).await.remove(0);
+        let iad = DcId::new("iad").unwrap();
+        let kept = marks(1_025, 9, 0);
+        source
+            .global
+            .renew_dc_lease(&iad, &TERMS, &kept)
+            .await
+            .unwrap();
 
         let report = run(&source, &target, false).await;
         assert!(!report.ok());
@@ -531,10 +555,13 @@ mod tests {
         assert_eq!(report.successions.copied, 1, "judged as a would-be copy");
         let held = target.global.successor(&moved.link.from).await.unwrap();
         assert_eq!(held, None);
+        // ... and the DC leases, which would let the target take over.
+        assert_eq!(report.dc_leases.copied, 1, "judged as a would-be copy");
+        assert!(target.global.dc_leases().await.unwrap().is_empty());
         let text = report.to_string();
         assert!(text.contains("differing in allow_renew"), "{text}");
         assert!(
-            text.contains("successions and global entries held back"),
+            text.contains("successions, dc leases and global entries held back"),
             "{text}"
         );
         assert!(text.ends_with("result: 2 CONFLICTS"), "{text}");
@@ -680,6 +707,181 @@ mod tests {
         let text = v.to_string();
         assert!(
             text.contains("succession of zrh.1: source taken over by sea.1 (token 9), target none"),
+            "{text}"
+        );
+    }
+
+    const TERMS: DcTerms = DcTerms {
+        ttl_ms: 20_000,
+        host_lease_ttl_max_ms: 10_000,
+        grace_ms: 1_000,
+    };
+
+    fn marks(allocator_floor: u64, token_bound: u64, event_head: u64) -> DcMarks {
+        DcMarks {
+            allocator_floor,
+            token_bound,
+            event_head,
+        }
+    }
+
+    #[test]
+    fn a_lease_is_copied_by_a_renewal_then_a_retirement_or_is_a_conflict() {
+        let iad = DcId::new("iad").unwrap();
+        let unknown = DcLeaseState::unknown(iad.clone());
+        let kept = DcLeaseState {
+            terms: Some(TERMS),
+            marks: marks(10, 20, 30),
+            ..unknown.clone()
+        };
+        let retired = |s: &DcLeaseState| DcLeaseState {
+            retired: true,
+            ..s.clone()
+        };
+        let (renew, retire) = (true, true);
+        let longer = DcTerms {
+            grace_ms: 5_000,
+            ..TERMS
+        };
+        let above = DcLeaseState {
+            terms: Some(longer),
+            marks: marks(11, 21, 31),
+            ..kept.clone()
+        };
+        let lower_bound = DcLeaseState {
+            marks: marks(10, 19, 30),
+            ..kept.clone()
+        };
+        let cases = [
+            (&kept, &kept, LeaseCopy::Present),
+            (&kept, &above, LeaseCopy::Present),
+            (
+                &above,
+                &kept,
+                LeaseCopy::Write {
+                    renew,
+                    retire: false,
+                },
+            ),
+            (
+                &kept,
+                &unknown,
+                LeaseCopy::Write {
+                    renew,
+                    retire: false,
+                },
+            ),
+            (
+                &kept,
+                &lower_bound,
+                LeaseCopy::Write {
+                    renew,
+                    retire: false,
+                },
+            ),
+            (
+                &retired(&kept),
+                &kept,
+                LeaseCopy::Write {
+                    renew: false,
+                    retire,
+                },
+            ),
+            (
+                &retired(&kept),
+                &unknown,
+                LeaseCopy::Write { renew, retire },
+            ),
+            (
+                &retired(&unknown),
+                &unknown,
+                LeaseCopy::Write {
+                    renew: false,
+                    retire,
+                },
+            ),
+            // The target retired it, for good: not undone, no renewal.
+            (&kept, &retired(&kept), LeaseCopy::Conflict),
+            (&retired(&kept), &retired(&unknown), LeaseCopy::Conflict),
+        ];
+        for (n, (source, target, want)) in cases.into_iter().enumerate() {
+            assert_eq!(lease_copy(source, target), want, "case {n}");
+        }
+        let all = [
+            "terms",
+            "allocator_floor",
+            "token_bound",
+            "event_head",
+            "retired",
+        ];
+        assert_eq!(lease_diff(&retired(&kept), &unknown), all);
+        assert_eq!(lease_diff(&kept, &lower_bound), ["token_bound"]);
+    }
+
+    /// Every DC's lease entry is copied (a lost DC's with no store in the
+    /// set, and one retired that never renewed, too) and found present by a
+    /// second run; a DC the target retired and the source did not is a
+    /// conflict left as is; verify compares every DC's and catches a token
+    /// bound below the source's.
+    #[tokio::test]
+    async fn dc_leases_are_copied_with_their_marks_and_retirement_and_verified() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 10).await;
+        let (iad, lax, ord) = (
+            DcId::new("iad").unwrap(),
+            DcId::new("lax").unwrap(),
+            DcId::new("ord").unwrap(),
+        );
+        let renew = |dc: &DcId, marks: DcMarks| {
+            let (global, dc) = (source.global.clone(), dc.clone());
+            async move { global.renew_dc_lease(&dc, &TERMS, &marks).await.unwrap() }
+        };
+        renew(&iad, marks(1_025, 5 << 20, 3)).await;
+        renew(&lax, marks(7, 9, 0)).await;
+        source.global.retire_dc(&lax).await.unwrap();
+        source.global.retire_dc(&ord).await.unwrap();
+        let kept = |s: DcLeaseState| (s.dc, s.terms, s.marks, s.retired);
+        let want: Vec<_> = source.global.dc_leases().await.unwrap();
+        let want: Vec<_> = want.into_iter().map(kept).collect();
+
+        let dry = run(&source, &target, true).await;
+        assert_eq!(dry.dc_leases.copied, 3);
+        assert!(target.global.dc_leases().await.unwrap().is_empty());
+        let first = run(&source, &target, false).await;
+        assert!(first.ok(), "{first}");
+        assert_eq!((first.dc_leases.copied, first.dc_leases.present), (3, 0));
+        let got = target.global.dc_leases().await.unwrap();
+        assert_eq!(got.into_iter().map(kept).collect::<Vec<_>>(), want);
+        let counted = Counted {
+            source: 3,
+            target: 3,
+        };
+        assert_eq!(first.verification.as_ref().unwrap().dc_leases, counted);
+        let second = run(&source, &target, false).await;
+        assert_eq!((second.dc_leases.copied, second.dc_leases.present), (0, 3));
+
+        let other = memory_set(&["iad"]);
+        other.global.retire_dc(&iad).await.unwrap();
+        let report = run(&source, &other, false).await;
+        assert!(!report.ok() && !report.global_held_back, "{report}");
+        assert_eq!(
+            (report.dc_leases.copied, report.dc_leases.conflicts),
+            (2, 1)
+        );
+        let line = "dc lease iad: the target's differs from the source's in terms, allocator_floor, token_bound, event_head, retired, and the target retired the dc for good (left as is)";
+        assert!(report.to_string().contains(line), "{report}");
+        assert!(other.global.dc_lease(&iad).await.unwrap().terms.is_none());
+
+        renew(&iad, marks(1_025, 6 << 20, 3)).await;
+        let v = verify(&source, &target, 0, &mut |_| {}).await.unwrap();
+        let below = Mismatch::DcLeaseDiffers {
+            dc: iad,
+            fields: vec!["token_bound"],
+        };
+        assert_eq!(v.mismatches, vec![below], "{v}");
+        let text = v.to_string();
+        assert!(
+            text.contains("dc lease iad: the target's differs from the source's in token_bound"),
             "{text}"
         );
     }

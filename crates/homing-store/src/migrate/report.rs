@@ -16,6 +16,8 @@ pub enum Step {
     Settings,
     /// Copying every DC's successions.
     Successions,
+    /// Copying every DC's lease entry (terms, marks, retirement).
+    DcLeases,
     /// Copying the global entries.
     Global,
     /// Reading the target to verify it.
@@ -30,6 +32,7 @@ impl fmt::Display for Step {
             Step::Events(dc) => write!(f, "{dc} events"),
             Step::Settings => f.write_str("settings"),
             Step::Successions => f.write_str("successions"),
+            Step::DcLeases => f.write_str("dc leases"),
             Step::Global => f.write_str("global entries"),
             Step::Verify => f.write_str("verifying"),
         }
@@ -157,6 +160,15 @@ pub enum Conflict {
         /// The target's succession of the same reservation.
         target: Succession,
     },
+    /// A DC's lease entry that the target keeps less of and cannot be
+    /// given: the target retired the DC (for good), or the source has
+    /// marks but no terms to renew them with.
+    DcLease {
+        /// The source's entry.
+        source: Box<DcLeaseState>,
+        /// The target's entry.
+        target: Box<DcLeaseState>,
+    },
 }
 
 impl fmt::Display for Conflict {
@@ -204,6 +216,17 @@ impl fmt::Display for Conflict {
                 source.link.from,
                 shown_succession(source),
                 shown_succession(target)
+            ),
+            Conflict::DcLease { source, target } => write!(
+                f,
+                "dc lease {}: the target's differs from the source's in {}, and {} (left as is)",
+                source.dc,
+                lease_diff(source, target).join(", "),
+                if target.retired {
+                    "the target retired the dc for good"
+                } else {
+                    "the source has no terms to renew it with"
+                }
             ),
         }
     }
@@ -273,7 +296,7 @@ pub struct DcVerification {
 pub enum Mismatch {
     /// Different numbers of items of one kind.
     Count {
-        /// `global entries`, `records` or `events`.
+        /// `global entries`, `dc leases`, `records` or `events`.
         what: &'static str,
         /// The DC, for records and events.
         dc: Option<DcId>,
@@ -336,6 +359,14 @@ pub enum Mismatch {
         source: Option<Vec<u8>>,
         /// The target's value.
         target: Option<Vec<u8>>,
+    },
+    /// A DC's lease entry at the target keeps less than the source's.
+    DcLeaseDiffers {
+        /// The DC.
+        dc: DcId,
+        /// What the target lacks (`terms`, `allocator_floor`,
+        /// `token_bound`, `event_head`, `retired`).
+        fields: Vec<&'static str>,
     },
     /// A reservation's succession differs, or is on one side only (missing
     /// in the target: a takeover there could fork the key's chain).
@@ -404,6 +435,11 @@ impl fmt::Display for Mismatch {
                 shown_or_unset(source),
                 shown_or_unset(target)
             ),
+            Mismatch::DcLeaseDiffers { dc, fields } => write!(
+                f,
+                "dc lease {dc}: the target's differs from the source's in {}",
+                fields.join(", ")
+            ),
             Mismatch::SuccessionDiffers {
                 from,
                 source,
@@ -427,6 +463,8 @@ pub struct Verification {
     pub settings: Counted,
     /// Every DC's successions (each one is compared too).
     pub successions: Counted,
+    /// DCs with a lease entry (each one is compared too).
+    pub dc_leases: Counted,
     /// Per DC.
     pub dcs: Vec<DcVerification>,
     /// Items compared field by field: records, global entries, events.
@@ -456,6 +494,7 @@ impl fmt::Display for Verification {
         writeln!(f, "  {:<24} {}", "global entries", equal(self.global))?;
         writeln!(f, "  {:<24} {}", "settings", equal(self.settings))?;
         writeln!(f, "  {:<24} {}", "successions", equal(self.successions))?;
+        writeln!(f, "  {:<24} {}", "dc leases", equal(self.dc_leases))?;
         for dc in &self.dcs {
             let row = |what: &str| format!("{} {what}", dc.dc);
             writeln!(f, "  {:<24} {}", row("records"), equal(dc.records))?;
@@ -508,12 +547,17 @@ pub struct MigrateReport {
     /// Every DC's successions (judged only, not written, when
     /// `global_held_back`).
     pub successions: Tally,
+    /// Every DC's lease entry: terms, marks, retirement (judged only, not
+    /// written, when `global_held_back`).
+    pub dc_leases: Tally,
     /// Global entries (judged only, not written, when `global_held_back`).
     pub global: Tally,
-    /// The successions and global entries were not written because a DC's
-    /// records or events conflicted: neither can ever be taken back, and
-    /// each would name a reservation whose record at the target is another
-    /// one.
+    /// The successions, DC leases and global entries were not written
+    /// because a DC's records or events conflicted: none can ever be taken
+    /// back (marks only rise, a retirement is for good), successions and
+    /// entries name reservations whose records at the target are other
+    /// ones, and a DC lease copied without its successions would let the
+    /// target take over what the source had moved.
     pub global_held_back: bool,
     /// Per DC, in the order given.
     pub dcs: Vec<DcReport>,
@@ -533,6 +577,7 @@ impl MigrateReport {
         self.global.conflicts
             + self.settings.conflicts
             + self.successions.conflicts
+            + self.dc_leases.conflicts
             + self.dc_conflicts()
     }
 
@@ -593,11 +638,12 @@ impl fmt::Display for MigrateReport {
         tally_line(f, "settings", &self.settings, self.dry_run)?;
         let held_back = self.dry_run || self.global_held_back;
         tally_line(f, "successions", &self.successions, held_back)?;
+        tally_line(f, "dc leases", &self.dc_leases, held_back)?;
         tally_line(f, "global entries", &self.global, held_back)?;
         if self.global_held_back {
             writeln!(
                 f,
-                "  successions and global entries held back: DC conflicts first (neither can ever be taken back)"
+                "  successions, dc leases and global entries held back: DC conflicts first (none can ever be taken back)"
             )?;
         }
         for (dc, entries) in &self.unmigrated_dcs {

@@ -1,6 +1,6 @@
 //! The verification: counts, allocator floors and event heads compared,
-//! every setting and every succession compared, and the sampled records,
-//! events and entries compared field by field.
+//! every setting, succession and DC lease entry compared, and the sampled
+//! records, events and entries compared field by field.
 
 use super::*;
 
@@ -14,6 +14,7 @@ pub(super) async fn check(
 ) -> Result<Verification, StoreError> {
     let expected = counts.global
         + counts.successions
+        + counts.dc_leases.len() as u64
         + counts.settings.len() as u64
         + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
     let found = count_as(target, Step::Verify, Some(expected), progress).await?;
@@ -47,6 +48,24 @@ pub(super) async fn check(
         &mut mismatches,
     )
     .await?;
+    let dc_leases = Counted {
+        source: counts.dc_leases.len() as u64,
+        target: found.dc_leases.len() as u64,
+    };
+    mismatches.count("dc leases", None, dc_leases);
+    for source in &counts.dc_leases {
+        let target = found.dc_leases.iter().find(|t| t.dc == source.dc);
+        let target = target
+            .cloned()
+            .unwrap_or_else(|| DcLeaseState::unknown(source.dc.clone()));
+        let fields = lease_diff(source, &target);
+        if !fields.is_empty() {
+            mismatches.push(Mismatch::DcLeaseDiffers {
+                dc: source.dc.clone(),
+                fields,
+            });
+        }
+    }
     let mut dcs = Vec::with_capacity(source.dcs.len());
     for (((dc, _), s), t) in source.dcs.iter().zip(&counts.dcs).zip(&found.dcs) {
         let v = DcVerification {
@@ -89,6 +108,7 @@ pub(super) async fn check(
         global,
         settings,
         successions,
+        dc_leases,
         dcs,
         sampled,
         mismatches: mismatches.listed,
@@ -275,6 +295,38 @@ pub(super) fn record_diff(a: &DcRecord, b: &DcRecord) -> Vec<&'static str> {
     ]
     .into_iter()
     .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
+
+/// What `target`'s lease entry of a DC lacks of `source`'s, by field:
+/// `terms` (none, or a shorter ttl, host lease or grace: it could call the
+/// DC expired sooner), a mark below the source's (`allocator_floor`,
+/// `token_bound`: a takeover's token must be above every token the DC
+/// granted; `event_head`), `retired` differing. Empty: the target keeps at
+/// least what the source does. Standings are not compared: each store
+/// judges them by its own clock.
+pub(super) fn lease_diff(source: &DcLeaseState, target: &DcLeaseState) -> Vec<&'static str> {
+    let covers = |s: &DcTerms, t: &DcTerms| {
+        t.ttl_ms >= s.ttl_ms
+            && t.host_lease_ttl_max_ms >= s.host_lease_ttl_max_ms
+            && t.grace_ms >= s.grace_ms
+    };
+    let terms = match (&source.terms, &target.terms) {
+        (None, _) => true,
+        (Some(s), Some(t)) => covers(s, t),
+        (Some(_), None) => false,
+    };
+    let (s, t) = (&source.marks, &target.marks);
+    [
+        ("terms", terms),
+        ("allocator_floor", t.allocator_floor >= s.allocator_floor),
+        ("token_bound", t.token_bound >= s.token_bound),
+        ("event_head", t.event_head >= s.event_head),
+        ("retired", target.retired == source.retired),
+    ]
+    .into_iter()
+    .filter(|(_, kept)| !kept)
     .map(|(name, _)| name)
     .collect()
 }
