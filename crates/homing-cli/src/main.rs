@@ -164,9 +164,10 @@ enum Command {
     Watch(scope::WatchArgs),
     /// List every record in a namespace (and its children) in every DC.
     Inspect(scope::ScopeCommand),
-    /// Copy a deployment's stores (global entries and settings, DC records,
-    /// events, allocators) to another backend, e.g. redb to etcd, with homingd
-    /// stopped; resumable, never overwriting, then verified.
+    /// Copy a deployment's stores (global entries, successions, DC leases and
+    /// settings, DC records, events, allocators) to another backend, e.g.
+    /// redb to etcd, with homingd stopped; resumable, never overwriting, then
+    /// verified.
     #[command(after_long_help = migrate::LONG_HELP)]
     Migrate(migrate::MigrateArgs),
     Hold(hold::HoldArgs),

@@ -1,5 +1,6 @@
-//! `homing migrate`: copies a deployment's stores — global entries and
-//! settings, and each DC's records, events and allocator — from one backend to another,
+//! `homing migrate`: copies a deployment's stores — global entries, every
+//! DC's successions and lease entry (marks, retirement) and settings, and
+//! each DC's records, events and allocator — from one backend to another,
 //! offline, resumably, then verifies the copy. The work is
 //! `homing_store::migrate`'s; this module opens the stores homingd's way,
 //! draws the progress line and sets the exit status.
@@ -41,8 +42,12 @@ homingd refuses to start on a marked store until a run verified the copy
 exist; a target is created as needed. The target's allocator is raised above the source's first, so it
 never hands out a reservation ID the source used. Items already at the target
 and equal are skipped, so an interrupted migration is finished by running the
-same command again. A global entry, setting, record or event the target holds
-with other contents is a conflict: reported with both values, never overwritten.
+same command again. A global entry, succession, setting, record or event the
+target holds with other contents is a conflict: reported with both values,
+never overwritten. Every succession (a move or takeover of a reservation) is
+copied before anything could take over at the target, then every DC's lease
+entry (its marks, which takeovers count above, and its retirement); both are
+verified one by one.
 
 Examples:
   # A single-node start (data_dir /var/lib/homing, DC iad) moves to etcd.
@@ -88,7 +93,7 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "N", default_value_t = SAMPLE_DEFAULT)]
     sample: usize,
     /// Copy nothing: verify an earlier migration (counts, allocator floors,
-    /// event heads, and the sample).
+    /// event heads, every setting, succession and DC lease, and the sample).
     #[arg(long, conflicts_with = "dry_run")]
     verify_only: bool,
 }
@@ -210,7 +215,10 @@ fn warn_empty(global: u64, per_dc: impl Iterator<Item = (DcId, u64)>) -> bool {
 fn empty_report(report: &MigrateReport) -> bool {
     let items = |t: &migrate::Tally| t.copied + t.present + t.conflicts;
     warn_empty(
-        items(&report.global) + items(&report.settings),
+        items(&report.global)
+            + items(&report.settings)
+            + items(&report.successions)
+            + items(&report.dc_leases),
         report
             .dcs
             .iter()
@@ -220,7 +228,7 @@ fn empty_report(report: &MigrateReport) -> bool {
 
 fn empty_source(v: &Verification, dcs: &[DcId]) -> bool {
     warn_empty(
-        v.global.source + v.settings.source,
+        v.global.source + v.settings.source + v.successions.source + v.dc_leases.source,
         dcs.iter()
             .zip(&v.dcs)
             .map(|(dc, d)| (dc.clone(), d.records.source + d.events.source)),

@@ -111,6 +111,25 @@ pub trait GlobalStore: Send + Sync + 'static {
         succession: &Succession,
     ) -> Result<Option<Succession>, StoreError>;
 
+    /// Migration only (`homing migrate`): makes `succession`, of either
+    /// cause, the one succession of `succession.link.from` unless it has
+    /// one; returns the one it has otherwise (equal to the caller's on a
+    /// retry, or when an earlier run copied it). Nothing else is judged: the
+    /// succession was judged once, where it was first written (a move
+    /// confirmed by its mover, a takeover against the DC lease as the source
+    /// store kept it), and a copy must not judge a DC lease again in a store
+    /// whose clock never saw it. Write-once against every other write of a
+    /// succession: an import blocks a later `set_successor` or `take_over` of
+    /// the same reservation, and they block it. Never for a serving DC (a
+    /// move goes through `set_successor`, a takeover through `take_over`).
+    /// A reservation succeeding itself is refused with
+    /// [`StoreError::InvalidArgument`]. Acknowledged writes are durable
+    /// (for durable backends).
+    async fn import_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError>;
+
     /// A takeover (DESIGN.md §7.5): makes `succession` (a
     /// [`SuccessionCause::TakenOver`]) the one succession of
     /// `succession.link.from`, provided, *in the same store transaction*,
@@ -138,6 +157,22 @@ pub trait GlobalStore: Send + Sync + 'static {
     async fn successions_of(
         &self,
         dc: &DcId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError>;
+
+    /// Migration: every succession the store keeps, of every DC, in
+    /// (DC id, unique) order, strictly after the succession of `after` if
+    /// given (which needs not exist), at most `limit` (≤
+    /// [`GET_MANY_KEYS_MAX`], else [`StoreError::BatchTooLarge`]). Fewer
+    /// than `limit` only at the end. Unlike [`successions_of`] it needs no
+    /// list of DCs, so it also finds the successions of a DC whose lease
+    /// the store never kept, or that [`dc_leases`] leaves off.
+    ///
+    /// [`successions_of`]: GlobalStore::successions_of
+    /// [`dc_leases`]: GlobalStore::dc_leases
+    async fn scan_successions(
+        &self,
         after: Option<&ReservationId>,
         limit: usize,
     ) -> Result<Vec<Succession>, StoreError>;
@@ -178,13 +213,16 @@ pub trait GlobalStore: Send + Sync + 'static {
     }
 }
 
-/// One DC's successions, a page of [`GET_MANY_KEYS_MAX`] at a time, in
-/// reservation-unique order ([`GlobalStore::successions_of`] with its
-/// cursor kept): what `homing dc status` counts. (A DC returning from
-/// expiry pages them through homing-node's `Reconcile`.)
+/// Successions a page of [`GET_MANY_KEYS_MAX`] at a time, with the cursor
+/// kept: one DC's in reservation-unique order
+/// ([`GlobalStore::successions_of`]: what `homing dc status` counts; a DC
+/// returning from expiry pages them through homing-node's `Reconcile`), or
+/// every DC's in (DC id, unique) order ([`GlobalStore::scan_successions`]:
+/// what a migration copies and verifies).
 #[derive(Debug)]
 pub struct SuccessionPages {
-    dc: DcId,
+    /// Whose: one DC's, or every DC's (`None`).
+    dc: Option<DcId>,
     after: Option<ReservationId>,
     finished: bool,
 }
@@ -193,7 +231,16 @@ impl SuccessionPages {
     /// From the first of `dc`'s successions.
     pub fn of(dc: DcId) -> SuccessionPages {
         SuccessionPages {
-            dc,
+            dc: Some(dc),
+            after: None,
+            finished: false,
+        }
+    }
+
+    /// From the first succession of every DC's.
+    pub fn every() -> SuccessionPages {
+        SuccessionPages {
+            dc: None,
             after: None,
             finished: false,
         }
@@ -207,9 +254,11 @@ impl SuccessionPages {
         if self.finished {
             return Ok(None);
         }
-        let page = global
-            .successions_of(&self.dc, self.after.as_ref(), GET_MANY_KEYS_MAX)
-            .await?;
+        let after = self.after.as_ref();
+        let page = match &self.dc {
+            Some(dc) => global.successions_of(dc, after, GET_MANY_KEYS_MAX).await?,
+            None => global.scan_successions(after, GET_MANY_KEYS_MAX).await?,
+        };
         // Fewer than asked only at the end.
         self.finished = page.len() < GET_MANY_KEYS_MAX;
         self.after = page.last().map(|s| s.link.from.clone());
@@ -269,7 +318,7 @@ pub(crate) fn judge_swap(
 
 /// Rejects a succession written through the wrong call (a move through
 /// `take_over`, a takeover through `set_successor`) or linking a
-/// reservation to itself.
+/// reservation to itself ([`check_link`]).
 pub(crate) fn check_cause(
     succession: &Succession,
     cause: SuccessionCause,
@@ -280,6 +329,12 @@ pub(crate) fn check_cause(
             succession.cause
         )));
     }
+    check_link(succession)
+}
+
+/// Rejects a succession linking a reservation to itself (what
+/// `import_succession` checks: it takes either cause).
+pub(crate) fn check_link(succession: &Succession) -> Result<(), StoreError> {
     if succession.link.from == succession.link.to {
         return Err(StoreError::InvalidArgument(format!(
             "{} cannot succeed itself",
@@ -295,7 +350,7 @@ mod tests {
     use crate::MemoryGlobalStore;
 
     #[tokio::test]
-    async fn succession_pages_read_every_succession_of_one_dc_once_in_order() {
+    async fn succession_pages_read_every_succession_of_one_dc_or_of_all_once_in_order() {
         let store = MemoryGlobalStore::new();
         for unique in 1..=300 {
             let from = ReservationId::new(DcId::new("iad").unwrap(), unique);
@@ -327,5 +382,15 @@ mod tests {
         assert_eq!(uniques, (1..=300).collect::<Vec<_>>());
         assert!(pages.finished());
         assert!(pages.next(&store).await.unwrap().is_none());
+
+        // Every DC's: iad's 300, then sin's one, in (dc, unique) order.
+        let mut pages = SuccessionPages::every();
+        let mut froms = Vec::new();
+        while let Some(page) = pages.next(&store).await.unwrap() {
+            froms.extend(page.into_iter().map(|s| s.link.from));
+        }
+        assert_eq!(froms.len(), 301);
+        assert!(froms.is_sorted(), "store order is reservation order");
+        assert_eq!(froms.last().unwrap().dc().as_str(), "sin");
     }
 }

@@ -321,6 +321,14 @@ pub fn decode_succession_key(bytes: &[u8]) -> Result<ReservationId, StoreError> 
 /// A byte range `[start, end)`.
 pub type KeyRange = (Vec<u8>, Vec<u8>);
 
+/// Where a scan of every DC's successions strictly after `after`'s starts,
+/// before a backend's section prefix: byte order is `(dc, unique)` order,
+/// so the successor of `after`'s key is the smallest key strictly after it
+/// (empty: the start).
+pub fn successions_scan_start(after: Option<&ReservationId>) -> Vec<u8> {
+    after.map_or_else(Vec::new, |id| successor(&succession_key(id)))
+}
+
 /// The key range `[start, end)` of `dc`'s successions strictly after
 /// `after`; `None` when nothing can follow it (its unique is `u64::MAX`).
 /// A cursor of another DC is the caller's bug: `InvalidArgument`.
@@ -819,6 +827,10 @@ mod tests {
         ids.sort_by(|a, b| (a.dc().as_str(), a.unique()).cmp(&(b.dc().as_str(), b.unique())));
         by_bytes.sort_by_key(succession_key);
         assert_eq!(ids, by_bytes);
+        // The memory store keeps them in `ReservationId` order: the same.
+        let mut by_ord = ids.clone();
+        by_ord.sort();
+        assert_eq!(by_ord, by_bytes);
         for id in &ids {
             assert_eq!(&decode_succession_key(&succession_key(id)).unwrap(), id);
         }
@@ -848,6 +860,11 @@ mod tests {
         assert_eq!(start, succession_key(&"iad.11".parse().unwrap()));
         let last: ReservationId = "iad.18446744073709551615".parse().unwrap();
         assert_eq!(successions_range(&iad, Some(&last)).unwrap(), None);
+        // A scan over every DC goes on past a DC's last unique to the next DC.
+        assert_eq!(successions_scan_start(None), Vec::<u8>::new());
+        let past_last = successions_scan_start(Some(&last));
+        assert!(past_last > succession_key(&last));
+        assert!(past_last < succession_key(&"iad-2.0".parse().unwrap()));
         assert!(matches!(
             successions_range(&iad, Some(&"fra.1".parse().unwrap())),
             Err(StoreError::InvalidArgument(_))

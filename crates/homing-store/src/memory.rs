@@ -22,7 +22,8 @@ use crate::dc::{
 use crate::dc_lease::{DcLeaseTable, LeaseClock, process_clock};
 use crate::error::StoreError;
 use crate::global::{
-    DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting, judge_swap,
+    DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause, check_link, check_setting,
+    judge_swap,
 };
 use crate::keyspace;
 use crate::setting::Setting;
@@ -157,6 +158,14 @@ impl GlobalStore for MemoryGlobalStore {
         Ok(insert_succession(&mut self.successions(), succession))
     }
 
+    async fn import_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_link(succession)?;
+        Ok(insert_succession(&mut self.successions(), succession))
+    }
+
     async fn take_over(
         &self,
         succession: &Succession,
@@ -203,6 +212,23 @@ impl GlobalStore for MemoryGlobalStore {
                 .map(|(_, s)| s.clone())
                 .collect()
         })
+    }
+
+    async fn scan_successions(
+        &self,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        use std::ops::Bound::{Excluded, Unbounded};
+        let start = after.map_or(Unbounded, Excluded);
+        // `ReservationId` order is the byte-keyed backends' (dc, unique) order.
+        let successions = self.successions();
+        Ok(successions
+            .range::<ReservationId, _>((start, Unbounded))
+            .take(limit)
+            .map(|(_, s)| s.clone())
+            .collect())
     }
 
     async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {

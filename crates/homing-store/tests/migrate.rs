@@ -1,24 +1,28 @@
 //! Migration round trips between real backends: a realistic population made
 //! through the public store API (reserve, renew, drain, release, expire,
-//! recreate in another DC with a link, lost races abandoned, nested
-//! namespaces, a trimmed event log, settings changed by swaps) is copied,
-//! and the copy must hold every entry, setting, record and event, carry on
-//! allocating above the source, keep global entries write-once, accept
-//! compare-and-set on migrated versions and settings, and find everything
-//! present on a second run.
+//! recreate in another DC with a link confirmed in the global store, lost
+//! races abandoned, nested namespaces, a trimmed event log, settings
+//! changed by swaps, DC leases renewed, a lost DC retired and taken over)
+//! is copied, and the copy must hold every entry, succession, DC lease
+//! entry, setting, record and event, carry on allocating above the
+//! source, keep global entries and successions write-once (a takeover in
+//! the target finds a move made at the source), accept compare-and-set on
+//! migrated versions and settings, and find everything present on a second
+//! run.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use homing_core::{
-    ActorId, DcId, DcRecord, Event, EventSeq, FailureReason, FencingToken, HostTime, Key, KeyName,
-    LeasePolicy, Namespace, NamespaceScope, RecordState, ReservationId, RunOutcome, ScanCursor,
-    StoreTime,
+    ActorId, DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcStanding, DcTerms, Event,
+    EventSeq, FailureReason, FencingToken, HostTime, Key, KeyName, LeasePolicy, Namespace,
+    NamespaceScope, RecordState, ReservationId, RunOutcome, ScanCursor, StoreTime, Succession,
+    TakeOverReply, TakeoverPolicy,
 };
 use homing_store::migrate::{MigrateOptions, MigrateReport, SAMPLE_MAX, StoreSet, migrate, verify};
 use homing_store::{
     Cas, DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, RedbDcStore, RedbGlobalStore,
-    RedbOptions, SCAN_LIMIT_MAX, SETTING_BYTES_MAX, SetIfAbsent, Setting,
+    RedbOptions, SCAN_LIMIT_MAX, SETTING_BYTES_MAX, SetIfAbsent, Setting, SuccessionPages,
 };
 
 const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
@@ -168,6 +172,9 @@ async fn populate(set: &StoreSet) {
                     let linked =
                         released.link(&released.key, &next.id, released.token, later, &POLICY);
                     update(store, linked.next).await;
+                    // The mover confirms the move in the global store.
+                    let moved = Succession::moved(released.id, next.id, released.token);
+                    assert_eq!(set.global.set_successor(&moved).await.unwrap(), None);
                 }
                 _ => {
                     // Re-activated in the same DC.
@@ -203,6 +210,32 @@ async fn populate(set: &StoreSet) {
     }
     // Retention ran in the first DC.
     set.dcs[0].1.trim_events(TRIMMED_BELOW).await.unwrap();
+    // Each DC renewed its lease as it served, publishing its marks; sin, a
+    // DC lost earlier (no store here), was retired and one of its tails
+    // taken over by iad.
+    for (dc, store) in dcs {
+        let marks = DcMarks {
+            allocator_floor: store.allocator_floor().await.unwrap(),
+            token_bound: 3 << 20,
+            event_head: all_events(store.as_ref()).await.2,
+        };
+        let renewal = set.global.renew_dc_lease(dc, &LONG_TERMS, &marks);
+        assert!(matches!(renewal.await.unwrap(), DcRenewal::Renewed(_)));
+    }
+    let sin = DcId::new("sin").unwrap();
+    let lost = DcMarks {
+        allocator_floor: 2_048,
+        token_bound: 7 << 20,
+        event_head: 90,
+    };
+    let renewal = set.global.renew_dc_lease(&sin, &SHORT_TERMS, &lost);
+    assert!(matches!(renewal.await.unwrap(), DcRenewal::Renewed(_)));
+    set.global.retire_dc(&sin).await.unwrap();
+    let state = expired(set.global.as_ref(), &sin).await;
+    let taker = ReservationId::new(dcs[0].0.clone(), 9_999);
+    let takeover = Succession::taken_over("sin.7".parse().unwrap(), taker, state.marks.token_bound);
+    let taken = set.global.take_over(&takeover, TakeoverPolicy::RetiredOnly);
+    assert_eq!(taken.await.unwrap(), TakeOverReply::Taken);
     // Each setting swapped a few times; the directory is as large as a
     // setting may be, and no text.
     for (n, setting) in Setting::ALL.into_iter().enumerate() {
@@ -259,6 +292,26 @@ async fn all_events(store: &dyn DcStore) -> (Vec<Event>, EventSeq, EventSeq) {
     }
 }
 
+/// Every DC's lease entry, as a store keeps it: its terms, marks and
+/// retirement (standings are each store's own judgement).
+async fn dc_leases(global: &dyn GlobalStore) -> Vec<(DcId, Option<DcTerms>, DcMarks, bool)> {
+    let leases = global.dc_leases().await.unwrap();
+    leases
+        .into_iter()
+        .map(|s| (s.dc, s.terms, s.marks, s.retired))
+        .collect()
+}
+
+/// Every DC's successions, in store order.
+async fn all_successions(global: &dyn GlobalStore) -> Vec<Succession> {
+    let mut pages = SuccessionPages::every();
+    let mut out = Vec::new();
+    while let Some(page) = pages.next(global).await.unwrap() {
+        out.extend(page);
+    }
+    out
+}
+
 async fn all_entries(global: &dyn GlobalStore) -> Vec<(Key, ReservationId)> {
     let mut out: Vec<(Key, ReservationId)> = Vec::new();
     loop {
@@ -284,6 +337,15 @@ async fn assert_same(a: &StoreSet, b: &StoreSet) {
         all_entries(b.global.as_ref()).await,
         "global entries"
     );
+    let successions = all_successions(a.global.as_ref()).await;
+    assert!(!successions.is_empty());
+    assert!(
+        successions == all_successions(b.global.as_ref()).await,
+        "successions differ"
+    );
+    let leases = dc_leases(a.global.as_ref()).await;
+    assert!(leases.iter().any(|(_, _, _, retired)| *retired));
+    assert_eq!(leases, dc_leases(b.global.as_ref()).await, "dc leases");
     let settings = all_settings(a.global.as_ref()).await;
     assert!(settings.iter().all(Option::is_some), "every setting is set");
     assert!(
@@ -339,6 +401,13 @@ async fn assert_target_carries_on(source: &StoreSet, target: &StoreSet) {
     assert_eq!(
         target.global.set_if_absent(&key, &intruder).await.unwrap(),
         SetIfAbsent::Exists(original)
+    );
+    // So do successions: a later move of a moved reservation finds the first.
+    let moved = all_successions(source.global.as_ref()).await.remove(0);
+    let later = Succession::moved(moved.link.from.clone(), intruder, moved.link.token);
+    assert_eq!(
+        target.global.set_successor(&later).await.unwrap(),
+        Some(moved)
     );
     for ((dc, from), (_, to)) in source.dcs.iter().zip(&target.dcs) {
         let records = all_records(from.as_ref(), &NamespaceScope::everything()).await;
@@ -412,6 +481,12 @@ async fn assert_rerun_finds_everything_present(
         (0, settings)
     );
     assert_eq!(first.settings.copied, settings);
+    let successions = (again.successions.copied, again.successions.present);
+    assert_eq!(successions, (0, first.successions.copied));
+    assert!(first.successions.copied > 0);
+    let leases = (again.dc_leases.copied, again.dc_leases.present);
+    assert_eq!(leases, (0, first.dc_leases.copied));
+    assert_eq!(first.dc_leases.copied, 3, "iad, fra and sin");
     for (a, b) in first.dcs.iter().zip(&again.dcs) {
         assert_eq!((b.records.copied, b.records.present), (0, a.records.copied));
         assert_eq!((b.events.copied, b.events.present), (0, a.events.copied));
@@ -468,6 +543,148 @@ async fn redb_to_redb_round_trip_copies_everything_and_the_copy_carries_on() {
             .await
             .unwrap()
             .ok()
+    );
+}
+
+/// Lease terms of a DC that serves on.
+const LONG_TERMS: DcTerms = DcTerms {
+    ttl_ms: 60_000,
+    host_lease_ttl_max_ms: 30_000,
+    grace_ms: 2_000,
+};
+
+/// Lease terms that expire a DC 300 ms after its last renewal.
+const SHORT_TERMS: DcTerms = DcTerms {
+    ttl_ms: 200,
+    host_lease_ttl_max_ms: 100,
+    grace_ms: 0,
+};
+
+/// Waits until `global` calls `dc`'s lease expired (a few seconds at most).
+async fn expired(global: &dyn GlobalStore, dc: &DcId) -> DcLeaseState {
+    for _ in 0..200 {
+        let state = global.dc_lease(dc).await.unwrap();
+        if state.standing == DcStanding::Expired {
+            return state;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{dc}'s lease never expired");
+}
+
+/// In `set`, `key` reserved at iad, then moved to fra as a mover does it:
+/// released at iad, reserved at fra, iad's reservation linked to fra's,
+/// and the move confirmed in the global store. The move's succession.
+async fn move_to_fra(set: &StoreSet, key: &Key) -> Succession {
+    let [(iad, at_iad), (fra, at_fra)] = &set.dcs[..] else {
+        panic!("the sets here are iad and fra");
+    };
+    let now = StoreTime::from_ms(1_000_000);
+    let r = reserve(at_iad.as_ref(), iad, key, FencingToken::FIRST, None, now).await;
+    set.global.set_if_absent(key, &r.id).await.unwrap();
+    let released = update(
+        at_iad.as_ref(),
+        r.release(r.token, &lease(), RunOutcome::Ok, now).next,
+    )
+    .await;
+    let next = reserve(
+        at_fra.as_ref(),
+        fra,
+        key,
+        released.token.next(),
+        Some(released.id.clone()),
+        now,
+    )
+    .await;
+    let linked = released.link(key, &next.id, released.token, now, &POLICY);
+    update(at_iad.as_ref(), linked.next).await;
+    let moved = Succession::moved(released.id.clone(), next.id.clone(), released.token);
+    assert_eq!(set.global.set_successor(&moved).await.unwrap(), None);
+    moved
+}
+
+/// migrate: a reservation of iad that a move linked to fra keeps its
+/// succession in the target. When iad is then lost there (it renewed once
+/// after the migration, then went silent until its lease expired), a
+/// takeover of that reservation finds the move and is refused, instead of
+/// forking the key's chain into two holders (fra's and the taker's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_a_moved_reservation_of_a_lost_dc_cannot_be_taken_over_in_the_target() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (source, target) = (redb_set(a.path()), redb_set(b.path()));
+    let iad = DcId::new("iad").unwrap();
+    let kept = DcMarks {
+        allocator_floor: 1_024,
+        token_bound: 1 << 20,
+        event_head: 0,
+    };
+    source
+        .global
+        .renew_dc_lease(&iad, &SHORT_TERMS, &kept)
+        .await
+        .unwrap();
+    let key = Key::new(KeyName::new("moved-room").unwrap());
+    let moved = move_to_fra(&source, &key).await;
+
+    let report = run(&source, &target).await;
+    assert!(report.ok(), "{report}");
+    // iad's homingd starts on the target, renews once, and is lost.
+    let restarted = DcMarks::default();
+    let renewal = target.global.renew_dc_lease(&iad, &SHORT_TERMS, &restarted);
+    assert!(matches!(renewal.await.unwrap(), DcRenewal::Renewed(_)));
+    let state = expired(target.global.as_ref(), &iad).await;
+    let taker: ReservationId = "sin.1".parse().unwrap();
+    let takeover = Succession::taken_over(moved.link.from.clone(), taker, state.marks.token_bound);
+    assert_eq!(
+        target
+            .global
+            .take_over(&takeover, TakeoverPolicy::Automatic)
+            .await
+            .unwrap(),
+        TakeOverReply::Exists(moved.clone()),
+        "the takeover forked a moved key"
+    );
+    assert_eq!(
+        target.global.successor(&moved.link.from).await.unwrap(),
+        Some(moved)
+    );
+}
+
+/// migrate: every DC's lease entry reaches the target — its marks, its
+/// terms, its retirement. A migrated DC's first renewal publishes only what
+/// it wants now (a restarted homingd: its store's allocator, a token bound
+/// of its headroom), so without the copied token bound a takeover in the
+/// target would start below tokens the DC granted before the migration; a
+/// DC retired in the source stays refused for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_copies_every_dc_lease_marks_and_retirement() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (source, target) = (redb_set(a.path()), redb_set(b.path()));
+    let (iad, sin) = (DcId::new("iad").unwrap(), DcId::new("sin").unwrap());
+    let granted = DcMarks {
+        allocator_floor: 4_096,
+        token_bound: 5 << 20,
+        event_head: 0,
+    };
+    for dc in [&iad, &sin] {
+        let renewal = source.global.renew_dc_lease(dc, &SHORT_TERMS, &granted);
+        assert!(matches!(renewal.await.unwrap(), DcRenewal::Renewed(_)));
+    }
+    source.global.retire_dc(&sin).await.unwrap();
+    let report = run(&source, &target).await;
+    assert!(report.ok(), "{report}");
+    let restarted = DcMarks {
+        token_bound: 1 << 20,
+        ..DcMarks::default()
+    };
+    let renewal = target.global.renew_dc_lease(&iad, &SHORT_TERMS, &restarted);
+    assert_eq!(renewal.await.unwrap(), DcRenewal::Renewed(granted));
+    let renewal = target.global.renew_dc_lease(&sin, &SHORT_TERMS, &restarted);
+    assert_eq!(renewal.await.unwrap(), DcRenewal::Retired);
+    let sin_state = target.global.dc_lease(&sin).await.unwrap();
+    assert_eq!(
+        (sin_state.marks, sin_state.terms, sin_state.retired),
+        (granted, Some(SHORT_TERMS), true)
     );
 }
 

@@ -190,6 +190,13 @@ impl GlobalStore for TestGlobal {
         self.check()?;
         self.inner.set_successor(succession).await
     }
+    async fn import_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        self.check()?;
+        self.inner.import_succession(succession).await
+    }
     async fn take_over(
         &self,
         succession: &Succession,
@@ -213,6 +220,14 @@ impl GlobalStore for TestGlobal {
             });
         }
         self.inner.successions_of(dc, after, limit).await
+    }
+    async fn scan_successions(
+        &self,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        self.check()?;
+        self.inner.scan_successions(after, limit).await
     }
     async fn setting(&self, name: Setting) -> Result<Option<Vec<u8>>, StoreError> {
         self.check()?;

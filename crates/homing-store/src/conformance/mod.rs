@@ -62,6 +62,9 @@ pub use self::setting::{
 };
 pub use self::succession::{
     global_concurrent_successions_have_exactly_one_winner,
+    global_import_and_serving_successions_exclude_each_other,
+    global_import_succession_is_write_once_for_either_cause,
+    global_scan_successions_lists_every_dc_in_order,
     global_set_successor_whose_answer_was_lost_is_written_once,
     global_successions_of_pages_in_unique_order,
     global_successor_is_write_once_and_checks_its_cause,
@@ -181,6 +184,9 @@ macro_rules! conformance_cases {
         global_takeovers_racing_a_renewal_are_refused_or_reconciled,
         global_concurrent_successions_have_exactly_one_winner,
         global_successions_of_pages_in_unique_order,
+        global_import_succession_is_write_once_for_either_cause,
+        global_import_and_serving_successions_exclude_each_other,
+        global_scan_successions_lists_every_dc_in_order,
         global_setting_is_changed_only_by_a_matching_swap,
         global_settings_are_independent_of_each_other_and_of_entries,
         global_setting_above_its_bound_is_refused,

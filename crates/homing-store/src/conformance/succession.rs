@@ -1,5 +1,6 @@
 //! The [`GlobalStore`](crate::GlobalStore) cases on successions: set_successor,
-//! take_over (judged against the DC lease) and successions_of.
+//! take_over (judged against the DC lease), successions_of, and a
+//! migration's import_succession and scan_successions.
 
 use homing_core::{
     DcId, DcLeaseState, DcRenewal, DcStanding, DcTerms, FencingToken, ReservationId, Succession,
@@ -464,5 +465,196 @@ pub async fn global_successions_of_pages_in_unique_order(b: &dyn Backend) {
     assert!(matches!(
         g.successions_of(&iad, Some(&rid("iad-2.1")), 10).await,
         Err(StoreError::InvalidArgument(_))
+    ));
+}
+
+/// successions: a migration's `import_succession` writes a succession of
+/// either cause once and judges no DC lease (a takeover of a reservation of
+/// a DC the store never heard of is imported, where `take_over` refuses
+/// it); a retry answers the succession it wrote, a different import of the
+/// same reservation (either cause) finds the first, a reservation
+/// succeeding itself is refused and writes nothing; `successions_of` lists
+/// imports, and they are kept on reopen.
+pub async fn global_import_succession_is_write_once_for_either_cause(b: &dyn Backend) {
+    let place = "global_import_succession";
+    let g = b.global_store(place).await;
+    let never = dc("never");
+    let reply = g
+        .take_over(
+            &taken(&rid("never.2"), &rid("fra.2")),
+            TakeoverPolicy::Automatic,
+        )
+        .await
+        .unwrap();
+    assert_refused(reply, &never, "unknown", |s| {
+        s.standing == DcStanding::Unknown
+    });
+    let imported = [
+        moved(&rid("iad.1"), &rid("fra.1")),
+        taken(&rid("never.1"), &rid("fra.1")),
+    ];
+    for s in &imported {
+        assert_eq!(g.import_succession(s).await.unwrap(), None, "{s:?}");
+        assert_eq!(
+            g.import_succession(s).await.unwrap(),
+            Some(s.clone()),
+            "a retry answers the succession it wrote"
+        );
+        for other in [
+            moved(&s.link.from, &rid("sea.9")),
+            taken(&s.link.from, &rid("sea.9")),
+        ] {
+            assert_eq!(g.import_succession(&other).await.unwrap(), Some(s.clone()));
+        }
+        assert_eq!(g.successor(&s.link.from).await.unwrap(), Some(s.clone()));
+    }
+    let blank = rid("iad.2");
+    for itself in [moved(&blank, &blank), taken(&blank, &blank)] {
+        let outcome = g.import_succession(&itself).await;
+        assert!(
+            matches!(outcome, Err(StoreError::InvalidArgument(_))),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(
+        g.successor(&blank).await.unwrap(),
+        None,
+        "a refused import wrote"
+    );
+    let listed = g.successions_of(&never, None, GET_MANY_KEYS_MAX).await;
+    assert_eq!(listed.unwrap(), vec![imported[1].clone()]);
+    if !b.durable() {
+        return;
+    }
+    drop(g);
+    let g = b.global_store(place).await;
+    for s in &imported {
+        let kept = g.successor(&s.link.from).await.unwrap();
+        assert_eq!(kept.as_ref(), Some(s), "import lost on reopen");
+    }
+}
+
+/// successions: an import and the serving writes of a succession exclude
+/// each other, whatever their causes: an imported move or takeover is what
+/// a later `take_over` (of an expired DC) and a later `set_successor` of the
+/// same reservation find, and a takeover or move written first is what a
+/// later import finds.
+pub async fn global_import_and_serving_successions_exclude_each_other(b: &dyn Backend) {
+    let g = b.global_store("global_import_vs_serving").await;
+    let iad = dc("iad");
+    expire(g.as_ref(), std::slice::from_ref(&iad)).await;
+    let automatic = TakeoverPolicy::Automatic;
+    for (n, first) in [
+        moved(&rid("iad.1"), &rid("fra.1")),
+        taken(&rid("iad.2"), &rid("fra.2")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert_eq!(g.import_succession(&first).await.unwrap(), None);
+        let from = &first.link.from;
+        let later = taken(from, &ReservationId::new(dc("ord"), n as u64));
+        assert_eq!(
+            g.take_over(&later, automatic).await.unwrap(),
+            TakeOverReply::Exists(first.clone()),
+            "a takeover after an import"
+        );
+        let later = moved(from, &ReservationId::new(dc("sea"), n as u64));
+        assert_eq!(
+            g.set_successor(&later).await.unwrap(),
+            Some(first.clone()),
+            "a move after an import"
+        );
+    }
+    let takeover = taken(&rid("iad.3"), &rid("fra.3"));
+    assert_eq!(
+        g.take_over(&takeover, automatic).await.unwrap(),
+        TakeOverReply::Taken
+    );
+    let moved_first = moved(&rid("iad.4"), &rid("fra.4"));
+    assert_eq!(g.set_successor(&moved_first).await.unwrap(), None);
+    for first in [takeover, moved_first] {
+        let from = &first.link.from;
+        for later in [taken(from, &rid("ord.9")), moved(from, &rid("ord.9"))] {
+            assert_eq!(
+                g.import_succession(&later).await.unwrap(),
+                Some(first.clone()),
+                "an import after a {:?}",
+                first.cause
+            );
+        }
+        assert_eq!(g.successor(from).await.unwrap(), Some(first));
+    }
+}
+
+/// successions: `scan_successions` lists every DC's successions — of DCs
+/// the store keeps no lease of too — in (DC id, unique) order (not text
+/// order), paged by `after` cursors (a cursor needs not be a succession;
+/// past a DC's last unique the next DC follows); a limit above
+/// [`GET_MANY_KEYS_MAX`] is refused.
+pub async fn global_scan_successions_lists_every_dc_in_order(b: &dyn Backend) {
+    let g = b.global_store("global_scan_successions").await;
+    let froms = [
+        "iad.256",
+        "iad.0",
+        "fra.5",
+        "ia.3",
+        "iad-2.1",
+        "iad.18446744073709551615",
+        "iad2.4",
+        "iad.9",
+        "lhr.1",
+    ];
+    let mut want = Vec::new();
+    for (n, from) in froms.iter().enumerate() {
+        let to = ReservationId::new(dc("sea"), n as u64);
+        let s = match n % 2 {
+            0 => moved(&rid(from), &to),
+            _ => taken(&rid(from), &to),
+        };
+        assert_eq!(g.import_succession(&s).await.unwrap(), None);
+        want.push(s);
+    }
+    want.sort_by(|a, b| {
+        let key = |s: &Succession| (s.link.from.dc().as_str().to_string(), s.link.from.unique());
+        key(a).cmp(&key(b))
+    });
+    assert!(
+        g.dc_leases().await.unwrap().is_empty(),
+        "no DC renewed: successions_of alone would need their ids"
+    );
+    let all = g.scan_successions(None, GET_MANY_KEYS_MAX).await.unwrap();
+    assert_eq!(all, want);
+    for limit in [1, 2, 3] {
+        let mut paged = Vec::new();
+        let mut after: Option<ReservationId> = None;
+        loop {
+            let page = g.scan_successions(after.as_ref(), limit).await.unwrap();
+            assert!(page.len() <= limit);
+            let last_page = page.len() < limit;
+            after = page.last().map(|s| s.link.from.clone());
+            paged.extend(page);
+            if last_page {
+                break;
+            }
+        }
+        assert_eq!(paged, want, "pages of {limit}");
+    }
+    let at = |from: &str| want.iter().position(|s| s.link.from == rid(from)).unwrap();
+    let page = g.scan_successions(Some(&rid("iad.10")), 2).await.unwrap();
+    assert_eq!(
+        page,
+        want[at("iad.256")..][..2],
+        "a cursor that is no succession"
+    );
+    let last_of_iad = ReservationId::new(dc("iad"), u64::MAX);
+    let page = g.scan_successions(Some(&last_of_iad), 1).await.unwrap();
+    assert_eq!(page, want[at("iad-2.1")..][..1], "the next DC follows");
+    let past_all = g.scan_successions(Some(&rid("lhr.1")), 10).await.unwrap();
+    assert!(past_all.is_empty());
+    assert!(g.scan_successions(None, 0).await.unwrap().is_empty());
+    assert!(matches!(
+        g.scan_successions(None, GET_MANY_KEYS_MAX + 1).await,
+        Err(StoreError::BatchTooLarge { .. })
     ));
 }

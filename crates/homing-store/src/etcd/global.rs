@@ -31,7 +31,9 @@ use super::{Space, first_kv, protocol};
 use crate::batch::{Batch, BatchBounds, Batcher};
 use crate::error::StoreError;
 use crate::failover::Failover;
-use crate::global::{GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting};
+use crate::global::{
+    GlobalStore, SetIfAbsent, check_batch, check_cause, check_link, check_setting,
+};
 use crate::keyspace;
 use crate::setting::Setting;
 
@@ -274,6 +276,14 @@ impl GlobalStore for EtcdGlobalStore {
         self.successions.set(succession).await
     }
 
+    async fn import_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_link(succession)?;
+        self.successions.set(succession).await
+    }
+
     async fn take_over(
         &self,
         succession: &Succession,
@@ -291,6 +301,15 @@ impl GlobalStore for EtcdGlobalStore {
     ) -> Result<Vec<Succession>, StoreError> {
         check_batch(limit)?;
         self.successions.of(dc, after, limit).await
+    }
+
+    async fn scan_successions(
+        &self,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        self.successions.scan(after, limit).await
     }
 
     async fn get(&self, key: &Key) -> Result<Option<ReservationId>, StoreError> {

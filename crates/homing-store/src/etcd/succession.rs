@@ -1,11 +1,13 @@
 //! Successions in etcd (DESIGN.md §7.5): `succ/<keyspace::succession_key>`
 //! → [`keyspace::encode_succession`] under the global prefix, written once,
-//! never deleted. One DC's successions are one key range, in unique order.
+//! never deleted. One DC's successions are one key range, in unique order;
+//! the whole section is every DC's, in (dc, unique) order (`scan_successions`).
 //!
-//! - `set_successor`: `create_revision(succ) == 0` ? put : get, like a
-//!   global entry's write-once. If an abandoned attempt may have landed
-//!   (`members::Answer::ambiguous`) and the read-back is the caller's own
-//!   succession, it was written once, by this call: answered as inserted.
+//! - `set_successor` (and `import_succession`, a migration's copy of either
+//!   cause, through the same write): `create_revision(succ) == 0` ? put :
+//!   get, like a global entry's write-once. If an abandoned attempt may have
+//!   landed (`members::Answer::ambiguous`) and the read-back is the caller's
+//!   own succession, it was written once, by this call: answered as inserted.
 //! - `take_over`: read `succ/<from>`, `dcs/<dc>` and `dcl/<dc>` (the DC
 //!   lease's keys, `dc_lease`) and judge the DC as `dc_lease` does; if the
 //!   policy allows it, ONE transaction puts the succession guarded by:
@@ -230,14 +232,41 @@ impl Successions {
         let Some((start, end)) = keyspace::successions_range(dc, after)? else {
             return Ok(Vec::new());
         };
+        let (start, end) = (
+            self.space.key(SUCCESSIONS, &start),
+            self.space.key(SUCCESSIONS, &end),
+        );
+        self.between(start, end, limit).await
+    }
+
+    /// Every DC's successions strictly after `after`'s, at most `limit`
+    /// (checked by the caller), in (dc, unique) order.
+    pub(super) async fn scan(
+        &self,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        let section = self.space.key(SUCCESSIONS, b"");
+        // Invariant: the section ends in `/`, so it has an end.
+        let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
+        let start = self
+            .space
+            .key(SUCCESSIONS, &keyspace::successions_scan_start(after));
+        self.between(start, end, limit).await
+    }
+
+    /// The successions whose full keys are in `[start, end)`, at most `limit`.
+    async fn between(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
         if limit == 0 {
             // etcd reads limit 0 as "no limit".
             return Ok(Vec::new());
         }
-        let options = GetOptions::new()
-            .with_range(self.space.key(SUCCESSIONS, &end))
-            .with_limit(limit as i64);
-        let start = self.space.key(SUCCESSIONS, &start);
+        let options = GetOptions::new().with_range(end).with_limit(limit as i64);
         let response = self.space.get(Op::BulkRead, start, Some(options)).await?;
         let section = self.space.key(SUCCESSIONS, b"");
         response

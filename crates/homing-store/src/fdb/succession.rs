@@ -4,10 +4,12 @@
 //!
 //! `succ/<keyspace::succession_key>` → [`keyspace::encode_succession`]
 //! under the global prefix, written once, never deleted; one DC's
-//! successions are one key range, in unique order.
+//! successions are one key range, in unique order; the whole section is
+//! every DC's, in (dc, unique) order (`scan_successions`).
 //!
-//! - `set_successor`: one transaction reads the key and sets it when
-//!   absent. Run again after a commit whose result is unknown, it may read
+//! - `set_successor` (and `import_succession`, a migration's copy of either
+//!   cause, through the same write): one transaction reads the key and sets
+//!   it when absent. Run again after a commit whose result is unknown, it may read
 //!   the caller's own succession back: that one was written by this call,
 //!   answered as inserted.
 //! - `take_over`: ONE serializable transaction reads the succession key,
@@ -133,13 +135,39 @@ impl Successions {
         let Some((start, end)) = keyspace::successions_range(dc, after)? else {
             return Ok(Vec::new());
         };
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
         let (start, end) = (
             self.space.key(SUCCESSIONS, &start),
             self.space.key(SUCCESSIONS, &end),
         );
+        self.between(start, end, limit).await
+    }
+
+    /// Every DC's successions strictly after `after`'s, at most `limit`
+    /// (checked by the caller), in (dc, unique) order.
+    pub(super) async fn scan(
+        &self,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        let section = self.space.key(SUCCESSIONS, b"");
+        // Invariant: the section ends in `/`, so it has an end.
+        let end = keyspace::prefix_end(&section).expect("a section ending in '/' has an end");
+        let start = self
+            .space
+            .key(SUCCESSIONS, &keyspace::successions_scan_start(after));
+        self.between(start, end, limit).await
+    }
+
+    /// The successions whose full keys are in `[start, end)`, at most `limit`.
+    async fn between(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let rows = transact!(self.space, trx, {
             let range = exact_range(start.clone(), end.clone(), limit);
             let rows: Vec<(Vec<u8>, Vec<u8>)> = step!(trx.get_range(&range, 1, false).await)

@@ -8,6 +8,10 @@ use super::*;
 #[derive(Debug, Default)]
 pub(super) struct Counts {
     pub(super) global: u64,
+    /// Every DC's successions.
+    pub(super) successions: u64,
+    /// Every DC the global store keeps a lease entry of, in id order.
+    pub(super) dc_leases: Vec<DcLeaseState>,
     /// The settings that are set, with their values, in [`Setting::ALL`] order.
     pub(super) settings: Vec<(Setting, Vec<u8>)>,
     pub(super) referenced_dcs: BTreeMap<DcId, u64>,
@@ -118,6 +122,23 @@ pub(super) async fn count_as(
             break;
         }
     }
+    let mut pages = SuccessionPages::every();
+    while let Some(page) = pages.next(set.global.as_ref()).await? {
+        counts.successions += page.len() as u64;
+        report(page.len(), progress);
+    }
+    counts.dc_leases = set.global.dc_leases().await?;
+    if counts.dc_leases.len() >= DCS_MAX {
+        // A DC past the listing would keep no marks at the target.
+        return Err(StoreError::Backend {
+            backend: "migrate",
+            reason: format!(
+                "the global store lists {} DCs, as many as dc_leases lists at most ({DCS_MAX}): any further DC's lease would not be copied",
+                counts.dc_leases.len()
+            ),
+        });
+    }
+    report(counts.dc_leases.len(), progress);
     for name in Setting::ALL {
         if let Some(value) = set.global.setting(name).await? {
             counts.settings.push((name, value));
@@ -405,23 +426,88 @@ impl<'p> Walk<'p> {
                 Mode::DryRun => to.setting(*name).await?,
                 Mode::Sample => continue,
             };
-            match held {
-                None => tally.copied += 1,
-                Some(held) if &held == value => tally.present += 1,
-                Some(held) => {
-                    tally.conflicts += 1;
-                    self.conflict(Conflict::Setting {
-                        setting: *name,
-                        source: value.clone(),
-                        target: held,
-                    });
-                }
+            if let Some(held) = tally.found(value, held) {
+                self.conflict(Conflict::Setting {
+                    setting: *name,
+                    source: value.clone(),
+                    target: held,
+                });
             }
         }
         if self.mode != Mode::Sample {
             let total = settings.len() as u64;
             self.progress(Step::Settings, total, total);
         }
+        Ok(tally)
+    }
+
+    /// Copies every DC's successions with `import_succession` (which judges
+    /// no DC lease: each was judged where it was first written), a page at
+    /// a time; in a dry run, reads the target's. One the target holds with
+    /// another successor is a conflict, never overwritten.
+    pub(super) async fn successions(
+        &mut self,
+        from: &dyn GlobalStore,
+        to: &Arc<dyn GlobalStore>,
+        total: u64,
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        if self.mode == Mode::Sample {
+            // Verification compares every succession, not samples.
+            return Ok(tally);
+        }
+        let mut pages = SuccessionPages::every();
+        let mut done = 0;
+        while let Some(page) = pages.next(from).await? {
+            let found = import_successions(to, &page, self.mode).await?;
+            for (succession, found) in page.iter().zip(found) {
+                if let Some(held) = tally.found(succession, found) {
+                    self.conflict(Conflict::Succession {
+                        source: succession.clone(),
+                        target: held,
+                    });
+                }
+            }
+            done += page.len() as u64;
+            self.progress(Step::Successions, done, total);
+        }
+        Ok(tally)
+    }
+
+    /// Copies every DC's lease entry the target lacks (see [`lease_copy`]):
+    /// a renewal under the source's terms publishes its marks, then a
+    /// retired DC is retired (in a dry run, only judged).
+    pub(super) async fn dc_leases(
+        &mut self,
+        to: &dyn GlobalStore,
+        leases: &[DcLeaseState],
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        if self.mode == Mode::Sample {
+            // Verification compares every DC's lease, not samples.
+            return Ok(tally);
+        }
+        for source in leases {
+            let target = to.dc_lease(&source.dc).await?;
+            match lease_copy(source, &target) {
+                LeaseCopy::Present => tally.present += 1,
+                LeaseCopy::Conflict => {
+                    tally.conflicts += 1;
+                    self.conflict(Conflict::DcLease {
+                        source: Box::new(source.clone()),
+                        target: Box::new(target),
+                    });
+                }
+                LeaseCopy::Write { renew, retire } => {
+                    tally.copied += 1;
+                    if self.mode == Mode::Copy {
+                        write_lease(to, source, renew, retire).await?;
+                    }
+                }
+            }
+        }
+        let total = leases.len() as u64;
+        self.progress(Step::DcLeases, total, total);
         Ok(tally)
     }
 
@@ -452,17 +538,12 @@ impl<'p> Walk<'p> {
                 Mode::Sample => Vec::new(),
             };
             for ((key, id), found) in page.iter().zip(found) {
-                match found {
-                    None => tally.copied += 1,
-                    Some(existing) if &existing == id => tally.present += 1,
-                    Some(existing) => {
-                        tally.conflicts += 1;
-                        self.conflict(Conflict::Global {
-                            key: key.clone(),
-                            source: id.clone(),
-                            target: existing,
-                        });
-                    }
+                if let Some(existing) = tally.found(id, found) {
+                    self.conflict(Conflict::Global {
+                        key: key.clone(),
+                        source: id.clone(),
+                        target: existing,
+                    });
                 }
             }
             done += page.len() as u64;
@@ -496,6 +577,98 @@ pub(super) async fn set_all(
             SetIfAbsent::Inserted => None,
             SetIfAbsent::Exists(existing) => Some(existing),
         });
+    }
+    Ok(out)
+}
+
+/// What copying one DC's lease entry to a target takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LeaseCopy {
+    /// The target keeps at least what the source does ([`lease_diff`]).
+    Present,
+    /// A renewal under the source's terms and marks (`renew`), then
+    /// retiring the DC (`retire`).
+    Write {
+        /// Publish the source's terms and marks.
+        renew: bool,
+        /// Retire the DC.
+        retire: bool,
+    },
+    /// The target lacks something it can never be given: it retired the
+    /// DC (for good; a retired DC's renewals are refused), or the source
+    /// has marks but no terms to renew with.
+    Conflict,
+}
+
+/// How `target`'s entry of a DC becomes at least `source`'s: marks only
+/// rise and a retirement is for good, so the one write that publishes
+/// marks is a renewal (under the source's terms), before the retirement.
+pub(super) fn lease_copy(source: &DcLeaseState, target: &DcLeaseState) -> LeaseCopy {
+    let lacking = lease_diff(source, target);
+    if lacking.is_empty() {
+        return LeaseCopy::Present;
+    }
+    let renew = lacking.iter().any(|field| *field != "retired");
+    let retire = source.retired && !target.retired;
+    let impossible = (target.retired && !source.retired)
+        || (renew && (target.retired || source.terms.is_none()));
+    match impossible {
+        true => LeaseCopy::Conflict,
+        false => LeaseCopy::Write { renew, retire },
+    }
+}
+
+/// Performs a [`LeaseCopy::Write`] of `source` at `to`.
+async fn write_lease(
+    to: &dyn GlobalStore,
+    source: &DcLeaseState,
+    renew: bool,
+    retire: bool,
+) -> Result<(), StoreError> {
+    if let Some(terms) = source.terms.filter(|_| renew) {
+        // Counted as renewed now, as a store that restarts counts every DC
+        // it knows: never expired sooner than the source would call it.
+        let renewal = to.renew_dc_lease(&source.dc, &terms, &source.marks).await?;
+        // lease_copy renews only a DC the target had not retired.
+        if renewal == DcRenewal::Retired {
+            return Err(StoreError::Backend {
+                backend: "migrate",
+                reason: format!(
+                    "dc {} was retired at the target while its lease was copied: stop every homing process using the target and run again",
+                    source.dc
+                ),
+            });
+        }
+    }
+    if retire {
+        to.retire_dc(&source.dc).await?;
+    }
+    Ok(())
+}
+
+/// `import_succession` of every succession of `page`, concurrently (in a
+/// dry run: `successor`): `None` where it was (would be) written, the
+/// target's succession of that reservation otherwise.
+pub(super) async fn import_successions(
+    to: &Arc<dyn GlobalStore>,
+    page: &[Succession],
+    mode: Mode,
+) -> Result<Vec<Option<Succession>>, StoreError> {
+    let handles: Vec<_> = page
+        .iter()
+        .map(|succession| {
+            let (to, succession) = (to.clone(), succession.clone());
+            tokio::spawn(async move {
+                match mode {
+                    Mode::Copy => to.import_succession(&succession).await,
+                    Mode::DryRun | Mode::Sample => to.successor(&succession.link.from).await,
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(joined(handle).await?);
     }
     Ok(out)
 }

@@ -1,13 +1,16 @@
-//! Migration: copying a deployment's state — the global entries and
+//! Migration: copying a deployment's state — the global entries, every
+//! DC's successions and lease entry (terms, marks, retirement) and the
 //! settings, and each DC's records, lifecycle event log and allocator —
-//! from one set of stores to another of any backend (the embedded redb of a single-node start to
-//! etcd or FoundationDB when a deployment grows), then verifying the copy.
+//! from one set of stores to another of any
+//! backend (the embedded redb of a single-node start to etcd or
+//! FoundationDB when a deployment grows), then verifying the copy.
 //!
 //! A copy is idempotent and resumable: every write is an import that leaves
 //! an equal item alone, so a run stopped anywhere is finished by running it
-//! again. It never overwrites what differs: a write-once global entry, a
-//! setting, a record or an event that the target holds with other contents
-//! is a [`Conflict`], reported with both values and left as it is.
+//! again. It never overwrites what differs: a write-once global entry or
+//! succession, a setting, a record or an event that the target holds with
+//! other contents is a [`Conflict`], reported with both values and left as
+//! it is.
 //!
 //! Migration is **offline**: every homingd of the deployment must be
 //! stopped. A live daemon changes records while they are copied (renewals
@@ -28,23 +31,32 @@
 //! even when the copy stops half way; then records; then events in `seq`
 //! order, so an interrupted copy leaves a gap-free prefix of the log. Then
 //! the settings (each a swap from never set), which no conflict holds back:
-//! a setting can be changed again by compare-and-set. Global entries come
-//! last, in the order a reserve writes them (record first, then entry): an
-//! entry in the target has its record there. They are held back (judged,
-//! not written) when a DC's records or events conflicted: a written entry
-//! can never be taken back.
-use std::collections::{BTreeMap, BTreeSet};
+//! a setting can be changed again by compare-and-set. Then every DC's
+//! successions ([`GlobalStore::import_succession`], found by
+//! [`GlobalStore::scan_successions`], so a DC the store keeps no lease of
+//! is not missed), after the records as a mover writes its record before it
+//! confirms its move. Then every DC's lease entry, after the successions:
+//! see [`migrate`] for why that order keeps any takeover at the target from
+//! forking a chain, and why the marks must be copied at all. Global entries
+//! come last, in the order a reserve writes them (record first, then
+//! entry): an entry in the target has its record there. Successions, DC
+//! leases and entries are held back (judged, not written) when a DC's
+//! records or events conflicted: none can ever be taken back.
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use homing_core::{DcId, DcRecord, Event, EventSeq, Key, NamespaceScope, ReservationId};
+use homing_core::{
+    DcId, DcLeaseState, DcRecord, DcRenewal, DcTerms, Event, EventSeq, Key, Link, NamespaceScope,
+    ReservationId, Succession, SuccessionCause,
+};
 use tokio::task::JoinHandle;
 
 use crate::dc::{
     DcStore, EVENTS_LIMIT_MAX, Import, SCAN_LIMIT_MAX, ScanCursor, judge_event_import, judge_import,
 };
 use crate::error::StoreError;
-use crate::global::{GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent};
+use crate::global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
 use crate::setting::Setting;
 
 mod copy;
@@ -53,7 +65,7 @@ mod verify;
 
 use copy::{Counts, Mode, Samples, Walk, count, count_as};
 pub use report::*;
-use verify::{check, event_diff, record_diff};
+use verify::{check, event_diff, lease_diff, record_diff};
 
 /// Records, entries and events compared per DC (entries: in all) when
 /// [`MigrateOptions::sample`] is not set otherwise.
@@ -103,9 +115,11 @@ impl Default for MigrateOptions {
     }
 }
 /// Copies `source` into `target`: for each DC (in order) the allocator, the
-/// records and the events, then the settings, then the global entries
-/// (held back, only judged, if a record or event conflicted); then verifies the
-/// target (see [`verify`]) unless `options.dry_run`. `progress` is called
+/// records and the events, then the settings, then every DC's successions,
+/// then every DC's lease entry, then the global entries (successions,
+/// leases and entries held back, only judged, if a record or event
+/// conflicted); then verifies the target (see [`verify`]) unless
+/// `options.dry_run`. `progress` is called
 /// after every page. Conflicts are reported, never overwritten; a run that
 /// fails part way (a store error) is resumed by running it again.
 ///
@@ -136,6 +150,8 @@ pub async fn migrate(
     let mut report = MigrateReport {
         dry_run: options.dry_run,
         settings: Tally::default(),
+        successions: Tally::default(),
+        dc_leases: Tally::default(),
         global: Tally::default(),
         global_held_back: false,
         dcs: Vec::with_capacity(source.dcs.len()),
@@ -175,6 +191,27 @@ pub async fn migrate(
         walk.mode = Mode::DryRun;
         report.global_held_back = true;
     }
+    // Every succession is in the target before anything could take over
+    // there: a takeover of a reservation whose move is not copied yet would
+    // fork the key's chain (two holders). The target takes over only a DC
+    // whose lease it judges expired, and never one it has no lease entry of
+    // (`Unknown`): so the successions come before the DC leases, and until
+    // the leases are in, nothing at the target can be taken over, even if
+    // the copy stops in between. After the records, which a mover writes
+    // before it confirms its move.
+    report.successions = walk
+        .successions(source.global.as_ref(), &target.global, counts.successions)
+        .await?;
+    // The DC leases' marks must reach the target: a DC restarted there
+    // publishes only what it wants now (a token bound of its headroom, not
+    // its highest token), and a takeover's token is the token bound the
+    // store keeps + 1 — below tokens the DC granted before, without the
+    // copied bound. Each lease counts as renewed at the copy (as a store
+    // that restarts counts every DC it knows), so the target never calls a
+    // DC expired sooner than the source would; a retired DC stays retired.
+    report.dc_leases = walk
+        .dc_leases(target.global.as_ref(), &counts.dc_leases)
+        .await?;
     report.global = walk
         .global(source.global.as_ref(), &target.global, counts.global)
         .await?;
@@ -196,7 +233,8 @@ pub async fn migrate(
 
 /// Verifies that `target` holds what `source` holds, reading both and
 /// writing nothing: equal counts of global entries and of each DC's records
-/// and kept events, every setting equal, each target allocator floor and
+/// and kept events, every setting and every succession equal and every
+/// DC's lease entry kept (whatever `sample`), each target allocator floor and
 /// event head at or above the source's, and `sample` records and events per DC and `sample` global
 /// entries (spread evenly over the key space, the same ones every run)
 /// equal field by field, with the global entries of the sampled records'
@@ -230,12 +268,13 @@ pub async fn verify(
 }
 #[cfg(test)]
 mod tests {
-    use super::copy::{Picker, scan_page};
+    use super::copy::{LeaseCopy, Picker, lease_copy, scan_page};
     use super::*;
     use crate::dc::Cas;
     use crate::memory::{MemoryDcStore, MemoryGlobalStore};
     use homing_core::{
-        ActorId, FencingToken, HostTime, KeyName, LeasePolicy, Namespace, RunOutcome, StoreTime,
+        ActorId, DcMarks, FencingToken, HostTime, KeyName, LeasePolicy, Namespace, RunOutcome,
+        StoreTime,
     };
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
@@ -485,6 +524,14 @@ mod tests {
         let mut record = all_records(source.dcs[0].1.as_ref()).await.remove(3);
         record.allow_renew = !record.allow_renew;
         target.dcs[0].1.import(&record).await.unwrap();
+        let moved = succeed(&source, 1).await.remove(0);
+        let iad = DcId::new("iad").unwrap();
+        let kept = marks(1_025, 9, 0);
+        source
+            .global
+            .renew_dc_lease(&iad, &TERMS, &kept)
+            .await
+            .unwrap();
 
         let report = run(&source, &target, false).await;
         assert!(!report.ok());
@@ -504,10 +551,339 @@ mod tests {
         assert!(report.global_held_back);
         assert_eq!(report.global.copied, 19, "judged as would-be copies");
         assert_eq!(all_entries(target.global.as_ref()).await.len(), 1);
+        // ... and the successions, write-once too.
+        assert_eq!(report.successions.copied, 1, "judged as a would-be copy");
+        let held = target.global.successor(&moved.link.from).await.unwrap();
+        assert_eq!(held, None);
+        // ... and the DC leases, which would let the target take over.
+        assert_eq!(report.dc_leases.copied, 1, "judged as a would-be copy");
+        assert!(target.global.dc_leases().await.unwrap().is_empty());
         let text = report.to_string();
         assert!(text.contains("differing in allow_renew"), "{text}");
-        assert!(text.contains("global entries held back"), "{text}");
+        assert!(
+            text.contains("successions, dc leases and global entries held back"),
+            "{text}"
+        );
         assert!(text.ends_with("result: 2 CONFLICTS"), "{text}");
+    }
+
+    /// `n` successions in `set`'s global store of reservations of iad, fra
+    /// and lax (a DC with no store in the set that never renewed a lease),
+    /// in turn, each a move or a takeover; in store order. Moves are
+    /// confirmed as a mover does; takeovers are imported (this store's
+    /// lease judgement is not what these tests are about).
+    async fn succeed(set: &StoreSet, n: u64) -> Vec<Succession> {
+        let mut made = Vec::new();
+        for i in 0..n {
+            let from = ReservationId::new(
+                DcId::new(["iad", "fra", "lax"][i as usize % 3]).unwrap(),
+                1_000 + i,
+            );
+            let to = ReservationId::new(DcId::new("sea").unwrap(), i);
+            let written = if i % 2 == 0 {
+                let s = Succession::moved(from, to, FencingToken::new(i + 1));
+                (set.global.set_successor(&s).await.unwrap(), s)
+            } else {
+                let s = Succession::taken_over(from, to, 1 << 20);
+                (set.global.import_succession(&s).await.unwrap(), s)
+            };
+            assert_eq!(written.0, None);
+            made.push(written.1);
+        }
+        made.sort_by(|a, b| a.link.from.cmp(&b.link.from));
+        made
+    }
+
+    async fn all_successions(store: &dyn GlobalStore) -> Vec<Succession> {
+        let mut pages = SuccessionPages::every();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next(store).await.unwrap() {
+            out.extend(page);
+        }
+        out
+    }
+
+    /// Every DC's successions are copied (more than a page; of a DC with no
+    /// store in the set and no lease too) and found present by a second
+    /// run; one the target holds with another successor is a conflict left
+    /// as is, which holds nothing back; verify compares every succession
+    /// (also with no sample) and catches one missing in the target and one
+    /// only there.
+    #[tokio::test]
+    async fn successions_are_copied_never_overwritten_and_verified() {
+        let (source, target) = (memory_set(&["iad", "fra"]), memory_set(&["iad", "fra"]));
+        populate(&source, 10).await;
+        let made = succeed(&source, 300).await;
+        assert!(source.global.dc_leases().await.unwrap().is_empty());
+
+        let dry = run(&source, &target, true).await;
+        assert_eq!(dry.successions.copied, 300);
+        assert!(all_successions(target.global.as_ref()).await.is_empty());
+        let first = run(&source, &target, false).await;
+        assert!(first.ok(), "{first}");
+        assert_eq!(
+            (first.successions.copied, first.successions.present),
+            (300, 0)
+        );
+        assert_eq!(all_successions(target.global.as_ref()).await, made);
+        let counted = Counted {
+            source: 300,
+            target: 300,
+        };
+        assert_eq!(first.verification.as_ref().unwrap().successions, counted);
+        let text = first.to_string();
+        assert!(
+            text.contains("successions              300 → 300 ✓"),
+            "{text}"
+        );
+        let second = run(&source, &target, false).await;
+        assert_eq!(
+            (second.successions.copied, second.successions.present),
+            (0, 300)
+        );
+
+        let other = memory_set(&["iad", "fra"]);
+        let ours = made
+            .iter()
+            .find(|s| s.link.from == "fra.1001".parse().unwrap())
+            .unwrap()
+            .clone();
+        let theirs = Succession::moved(
+            ours.link.from.clone(),
+            "ord.1".parse().unwrap(),
+            FencingToken::new(5),
+        );
+        other.global.import_succession(&theirs).await.unwrap();
+        let report = run(&source, &other, false).await;
+        assert!(!report.ok() && !report.global_held_back, "{report}");
+        let tally = report.successions;
+        assert_eq!((tally.copied, tally.conflicts), (299, 1));
+        let held_back = report.global.copied;
+        assert_eq!(held_back, 20, "a succession conflict holds nothing back");
+        let conflict = Conflict::Succession {
+            source: ours,
+            target: theirs.clone(),
+        };
+        assert!(report.conflicts.contains(&conflict), "{report}");
+        let held = other.global.successor(&theirs.link.from).await.unwrap();
+        assert_eq!(held, Some(theirs));
+        let line = format!(
+            "succession of fra.1001: source taken over by sea.1 (token {}), target moved to ord.1 (token 5) (write-once: left as is)",
+            (1_u64 << 20) + 1
+        );
+        assert!(report.to_string().contains(&line), "{report}");
+
+        let only_in_target = Succession::moved(
+            "ord.9".parse().unwrap(),
+            "sea.9".parse().unwrap(),
+            FencingToken::new(2),
+        );
+        target
+            .global
+            .import_succession(&only_in_target)
+            .await
+            .unwrap();
+        let only_in_source =
+            Succession::taken_over("zrh.1".parse().unwrap(), "sea.1".parse().unwrap(), 8);
+        source
+            .global
+            .import_succession(&only_in_source)
+            .await
+            .unwrap();
+        let v = verify(&source, &target, 0, &mut |_| {}).await.unwrap();
+        let want = vec![
+            Mismatch::SuccessionDiffers {
+                from: only_in_target.link.from.clone(),
+                source: None,
+                target: Some(only_in_target),
+            },
+            Mismatch::SuccessionDiffers {
+                from: only_in_source.link.from.clone(),
+                source: Some(only_in_source),
+                target: None,
+            },
+        ];
+        assert_eq!(v.mismatches, want, "{v}");
+        let text = v.to_string();
+        assert!(
+            text.contains("succession of zrh.1: source taken over by sea.1 (token 9), target none"),
+            "{text}"
+        );
+    }
+
+    const TERMS: DcTerms = DcTerms {
+        ttl_ms: 20_000,
+        host_lease_ttl_max_ms: 10_000,
+        grace_ms: 1_000,
+    };
+
+    fn marks(allocator_floor: u64, token_bound: u64, event_head: u64) -> DcMarks {
+        DcMarks {
+            allocator_floor,
+            token_bound,
+            event_head,
+        }
+    }
+
+    #[test]
+    fn a_lease_is_copied_by_a_renewal_then_a_retirement_or_is_a_conflict() {
+        let iad = DcId::new("iad").unwrap();
+        let unknown = DcLeaseState::unknown(iad.clone());
+        let kept = DcLeaseState {
+            terms: Some(TERMS),
+            marks: marks(10, 20, 30),
+            ..unknown.clone()
+        };
+        let retired = |s: &DcLeaseState| DcLeaseState {
+            retired: true,
+            ..s.clone()
+        };
+        let (renew, retire) = (true, true);
+        let longer = DcTerms {
+            grace_ms: 5_000,
+            ..TERMS
+        };
+        let above = DcLeaseState {
+            terms: Some(longer),
+            marks: marks(11, 21, 31),
+            ..kept.clone()
+        };
+        let lower_bound = DcLeaseState {
+            marks: marks(10, 19, 30),
+            ..kept.clone()
+        };
+        let cases = [
+            (&kept, &kept, LeaseCopy::Present),
+            (&kept, &above, LeaseCopy::Present),
+            (
+                &above,
+                &kept,
+                LeaseCopy::Write {
+                    renew,
+                    retire: false,
+                },
+            ),
+            (
+                &kept,
+                &unknown,
+                LeaseCopy::Write {
+                    renew,
+                    retire: false,
+                },
+            ),
+            (
+                &kept,
+                &lower_bound,
+                LeaseCopy::Write {
+                    renew,
+                    retire: false,
+                },
+            ),
+            (
+                &retired(&kept),
+                &kept,
+                LeaseCopy::Write {
+                    renew: false,
+                    retire,
+                },
+            ),
+            (
+                &retired(&kept),
+                &unknown,
+                LeaseCopy::Write { renew, retire },
+            ),
+            (
+                &retired(&unknown),
+                &unknown,
+                LeaseCopy::Write {
+                    renew: false,
+                    retire,
+                },
+            ),
+            // The target retired it, for good: not undone, no renewal.
+            (&kept, &retired(&kept), LeaseCopy::Conflict),
+            (&retired(&kept), &retired(&unknown), LeaseCopy::Conflict),
+        ];
+        for (n, (source, target, want)) in cases.into_iter().enumerate() {
+            assert_eq!(lease_copy(source, target), want, "case {n}");
+        }
+        let all = [
+            "terms",
+            "allocator_floor",
+            "token_bound",
+            "event_head",
+            "retired",
+        ];
+        assert_eq!(lease_diff(&retired(&kept), &unknown), all);
+        assert_eq!(lease_diff(&kept, &lower_bound), ["token_bound"]);
+    }
+
+    /// Every DC's lease entry is copied (a lost DC's with no store in the
+    /// set, and one retired that never renewed, too) and found present by a
+    /// second run; a DC the target retired and the source did not is a
+    /// conflict left as is; verify compares every DC's and catches a token
+    /// bound below the source's.
+    #[tokio::test]
+    async fn dc_leases_are_copied_with_their_marks_and_retirement_and_verified() {
+        let (source, target) = (memory_set(&["iad"]), memory_set(&["iad"]));
+        populate(&source, 10).await;
+        let (iad, lax, ord) = (
+            DcId::new("iad").unwrap(),
+            DcId::new("lax").unwrap(),
+            DcId::new("ord").unwrap(),
+        );
+        let renew = |dc: &DcId, marks: DcMarks| {
+            let (global, dc) = (source.global.clone(), dc.clone());
+            async move { global.renew_dc_lease(&dc, &TERMS, &marks).await.unwrap() }
+        };
+        renew(&iad, marks(1_025, 5 << 20, 3)).await;
+        renew(&lax, marks(7, 9, 0)).await;
+        source.global.retire_dc(&lax).await.unwrap();
+        source.global.retire_dc(&ord).await.unwrap();
+        let kept = |s: DcLeaseState| (s.dc, s.terms, s.marks, s.retired);
+        let want: Vec<_> = source.global.dc_leases().await.unwrap();
+        let want: Vec<_> = want.into_iter().map(kept).collect();
+
+        let dry = run(&source, &target, true).await;
+        assert_eq!(dry.dc_leases.copied, 3);
+        assert!(target.global.dc_leases().await.unwrap().is_empty());
+        let first = run(&source, &target, false).await;
+        assert!(first.ok(), "{first}");
+        assert_eq!((first.dc_leases.copied, first.dc_leases.present), (3, 0));
+        let got = target.global.dc_leases().await.unwrap();
+        assert_eq!(got.into_iter().map(kept).collect::<Vec<_>>(), want);
+        let counted = Counted {
+            source: 3,
+            target: 3,
+        };
+        assert_eq!(first.verification.as_ref().unwrap().dc_leases, counted);
+        let second = run(&source, &target, false).await;
+        assert_eq!((second.dc_leases.copied, second.dc_leases.present), (0, 3));
+
+        let other = memory_set(&["iad"]);
+        other.global.retire_dc(&iad).await.unwrap();
+        let report = run(&source, &other, false).await;
+        assert!(!report.ok() && !report.global_held_back, "{report}");
+        assert_eq!(
+            (report.dc_leases.copied, report.dc_leases.conflicts),
+            (2, 1)
+        );
+        let line = "dc lease iad: the target's differs from the source's in terms, allocator_floor, token_bound, event_head, retired, and the target retired the dc for good (left as is)";
+        assert!(report.to_string().contains(line), "{report}");
+        assert!(other.global.dc_lease(&iad).await.unwrap().terms.is_none());
+
+        renew(&iad, marks(1_025, 6 << 20, 3)).await;
+        let v = verify(&source, &target, 0, &mut |_| {}).await.unwrap();
+        let below = Mismatch::DcLeaseDiffers {
+            dc: iad,
+            fields: vec!["token_bound"],
+        };
+        assert_eq!(v.mismatches, vec![below], "{v}");
+        let text = v.to_string();
+        assert!(
+            text.contains("dc lease iad: the target's differs from the source's in token_bound"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

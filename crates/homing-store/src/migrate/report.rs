@@ -14,6 +14,10 @@ pub enum Step {
     Events(DcId),
     /// Copying the settings.
     Settings,
+    /// Copying every DC's successions.
+    Successions,
+    /// Copying every DC's lease entry (terms, marks, retirement).
+    DcLeases,
     /// Copying the global entries.
     Global,
     /// Reading the target to verify it.
@@ -27,6 +31,8 @@ impl fmt::Display for Step {
             Step::Records(dc) => write!(f, "{dc} records"),
             Step::Events(dc) => write!(f, "{dc} events"),
             Step::Settings => f.write_str("settings"),
+            Step::Successions => f.write_str("successions"),
+            Step::DcLeases => f.write_str("dc leases"),
             Step::Global => f.write_str("global entries"),
             Step::Verify => f.write_str("verifying"),
         }
@@ -56,6 +62,21 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Counts what a write-once copy of `source` found at the target:
+    /// nothing (`None`: written, or would be), `source` itself (present), or
+    /// another value, returned: a conflict, for the caller to list.
+    pub(super) fn found<T: PartialEq>(&mut self, source: &T, found: Option<T>) -> Option<T> {
+        match found {
+            None => self.copied += 1,
+            Some(held) if &held == source => self.present += 1,
+            Some(held) => {
+                self.conflicts += 1;
+                return Some(held);
+            }
+        }
+        None
+    }
+
     pub(super) fn add<T>(&mut self, import: &Import<T>) {
         match import {
             Import::Written => self.copied += 1,
@@ -131,6 +152,23 @@ pub enum Conflict {
         /// The target's value.
         target: Vec<u8>,
     },
+    /// A succession (write-once) of the same reservation with another
+    /// successor, cause or token.
+    Succession {
+        /// The source's succession.
+        source: Succession,
+        /// The target's succession of the same reservation.
+        target: Succession,
+    },
+    /// A DC's lease entry that the target keeps less of and cannot be
+    /// given: the target retired the DC (for good), or the source has
+    /// marks but no terms to renew them with.
+    DcLease {
+        /// The source's entry.
+        source: Box<DcLeaseState>,
+        /// The target's entry.
+        target: Box<DcLeaseState>,
+    },
 }
 
 impl fmt::Display for Conflict {
@@ -172,8 +210,42 @@ impl fmt::Display for Conflict {
                 shown(source),
                 shown(target)
             ),
+            Conflict::Succession { source, target } => write!(
+                f,
+                "succession of {}: source {}, target {} (write-once: left as is)",
+                source.link.from,
+                shown_succession(source),
+                shown_succession(target)
+            ),
+            Conflict::DcLease { source, target } => write!(
+                f,
+                "dc lease {}: the target's differs from the source's in {}, and {} (left as is)",
+                source.dc,
+                lease_diff(source, target).join(", "),
+                if target.retired {
+                    "the target retired the dc for good"
+                } else {
+                    "the source has no terms to renew it with"
+                }
+            ),
         }
     }
+}
+
+/// A succession as a report shows it (its reservation is shown beside it).
+fn shown_succession(succession: &Succession) -> String {
+    let Link { to, token, .. } = &succession.link;
+    match succession.cause {
+        SuccessionCause::Moved => format!("moved to {to} (token {token})"),
+        SuccessionCause::TakenOver => format!("taken over by {to} (token {token})"),
+    }
+}
+
+/// [`shown_succession`], or `none`.
+fn shown_succession_or_none(succession: &Option<Succession>) -> String {
+    succession
+        .as_ref()
+        .map_or_else(|| "none".to_string(), shown_succession)
 }
 
 /// Most bytes of a setting's value a report shows; the length is always shown.
@@ -224,7 +296,7 @@ pub struct DcVerification {
 pub enum Mismatch {
     /// Different numbers of items of one kind.
     Count {
-        /// `global entries`, `records` or `events`.
+        /// `global entries`, `dc leases`, `records` or `events`.
         what: &'static str,
         /// The DC, for records and events.
         dc: Option<DcId>,
@@ -288,6 +360,24 @@ pub enum Mismatch {
         /// The target's value.
         target: Option<Vec<u8>>,
     },
+    /// A DC's lease entry at the target keeps less than the source's.
+    DcLeaseDiffers {
+        /// The DC.
+        dc: DcId,
+        /// What the target lacks (`terms`, `allocator_floor`,
+        /// `token_bound`, `event_head`, `retired`).
+        fields: Vec<&'static str>,
+    },
+    /// A reservation's succession differs, or is on one side only (missing
+    /// in the target: a takeover there could fork the key's chain).
+    SuccessionDiffers {
+        /// The reservation succeeded.
+        from: ReservationId,
+        /// The source's succession.
+        source: Option<Succession>,
+        /// The target's succession.
+        target: Option<Succession>,
+    },
 }
 
 fn or_none(id: &Option<ReservationId>) -> String {
@@ -345,6 +435,21 @@ impl fmt::Display for Mismatch {
                 shown_or_unset(source),
                 shown_or_unset(target)
             ),
+            Mismatch::DcLeaseDiffers { dc, fields } => write!(
+                f,
+                "dc lease {dc}: the target's differs from the source's in {}",
+                fields.join(", ")
+            ),
+            Mismatch::SuccessionDiffers {
+                from,
+                source,
+                target,
+            } => write!(
+                f,
+                "succession of {from}: source {}, target {}",
+                shown_succession_or_none(source),
+                shown_succession_or_none(target)
+            ),
         }
     }
 }
@@ -356,6 +461,10 @@ pub struct Verification {
     pub global: Counted,
     /// Settings set (each value is compared too).
     pub settings: Counted,
+    /// Every DC's successions (each one is compared too).
+    pub successions: Counted,
+    /// DCs with a lease entry (each one is compared too).
+    pub dc_leases: Counted,
     /// Per DC.
     pub dcs: Vec<DcVerification>,
     /// Items compared field by field: records, global entries, events.
@@ -384,6 +493,8 @@ impl fmt::Display for Verification {
         writeln!(f, "verification (source → target):")?;
         writeln!(f, "  {:<24} {}", "global entries", equal(self.global))?;
         writeln!(f, "  {:<24} {}", "settings", equal(self.settings))?;
+        writeln!(f, "  {:<24} {}", "successions", equal(self.successions))?;
+        writeln!(f, "  {:<24} {}", "dc leases", equal(self.dc_leases))?;
         for dc in &self.dcs {
             let row = |what: &str| format!("{} {what}", dc.dc);
             writeln!(f, "  {:<24} {}", row("records"), equal(dc.records))?;
@@ -433,11 +544,20 @@ pub struct MigrateReport {
     /// Settings (copied whatever else conflicted: a setting can be changed
     /// again, unlike a global entry).
     pub settings: Tally,
+    /// Every DC's successions (judged only, not written, when
+    /// `global_held_back`).
+    pub successions: Tally,
+    /// Every DC's lease entry: terms, marks, retirement (judged only, not
+    /// written, when `global_held_back`).
+    pub dc_leases: Tally,
     /// Global entries (judged only, not written, when `global_held_back`).
     pub global: Tally,
-    /// The global entries were not written because a DC's records or events
-    /// conflicted: an entry can never be taken back, and it would name a
-    /// reservation whose record at the target is another one.
+    /// The successions, DC leases and global entries were not written
+    /// because a DC's records or events conflicted: none can ever be taken
+    /// back (marks only rise, a retirement is for good), successions and
+    /// entries name reservations whose records at the target are other
+    /// ones, and a DC lease copied without its successions would let the
+    /// target take over what the source had moved.
     pub global_held_back: bool,
     /// Per DC, in the order given.
     pub dcs: Vec<DcReport>,
@@ -454,7 +574,11 @@ pub struct MigrateReport {
 impl MigrateReport {
     /// Conflicts of every kind.
     pub fn conflicts_total(&self) -> u64 {
-        self.global.conflicts + self.settings.conflicts + self.dc_conflicts()
+        self.global.conflicts
+            + self.settings.conflicts
+            + self.successions.conflicts
+            + self.dc_leases.conflicts
+            + self.dc_conflicts()
     }
 
     /// Conflicts of the DCs' records and events: what holds the global
@@ -512,16 +636,14 @@ impl fmt::Display for MigrateReport {
             tally_line(f, &format!("{} events", dc.dc), &dc.events, self.dry_run)?;
         }
         tally_line(f, "settings", &self.settings, self.dry_run)?;
-        tally_line(
-            f,
-            "global entries",
-            &self.global,
-            self.dry_run || self.global_held_back,
-        )?;
+        let held_back = self.dry_run || self.global_held_back;
+        tally_line(f, "successions", &self.successions, held_back)?;
+        tally_line(f, "dc leases", &self.dc_leases, held_back)?;
+        tally_line(f, "global entries", &self.global, held_back)?;
         if self.global_held_back {
             writeln!(
                 f,
-                "  global entries held back: DC conflicts first (an entry can never be taken back)"
+                "  successions, dc leases and global entries held back: DC conflicts first (none can ever be taken back)"
             )?;
         }
         for (dc, entries) in &self.unmigrated_dcs {

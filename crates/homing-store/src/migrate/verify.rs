@@ -1,6 +1,6 @@
 //! The verification: counts, allocator floors and event heads compared,
-//! every setting compared, and the sampled records, events and entries
-//! compared field by field.
+//! every setting, succession and DC lease entry compared, and the sampled
+//! records, events and entries compared field by field.
 
 use super::*;
 
@@ -13,6 +13,8 @@ pub(super) async fn check(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<Verification, StoreError> {
     let expected = counts.global
+        + counts.successions
+        + counts.dc_leases.len() as u64
         + counts.settings.len() as u64
         + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
     let found = count_as(target, Step::Verify, Some(expected), progress).await?;
@@ -33,6 +35,34 @@ pub(super) async fn check(
                 setting,
                 source: source.cloned(),
                 target: target.cloned(),
+            });
+        }
+    }
+    let successions = Counted {
+        source: counts.successions,
+        target: found.successions,
+    };
+    compare_successions(
+        source.global.as_ref(),
+        target.global.as_ref(),
+        &mut mismatches,
+    )
+    .await?;
+    let dc_leases = Counted {
+        source: counts.dc_leases.len() as u64,
+        target: found.dc_leases.len() as u64,
+    };
+    mismatches.count("dc leases", None, dc_leases);
+    for source in &counts.dc_leases {
+        let target = found.dc_leases.iter().find(|t| t.dc == source.dc);
+        let target = target
+            .cloned()
+            .unwrap_or_else(|| DcLeaseState::unknown(source.dc.clone()));
+        let fields = lease_diff(source, &target);
+        if !fields.is_empty() {
+            mismatches.push(Mismatch::DcLeaseDiffers {
+                dc: source.dc.clone(),
+                fields,
             });
         }
     }
@@ -77,6 +107,8 @@ pub(super) async fn check(
     Ok(Verification {
         global,
         settings,
+        successions,
+        dc_leases,
         dcs,
         sampled,
         mismatches: mismatches.listed,
@@ -106,6 +138,77 @@ impl Mismatches {
                 counted,
             });
         }
+    }
+}
+
+/// Compares every succession of `source` with `target`'s, in one merge of
+/// both in store order (each read once, a page at a time): one missing in
+/// the target, different there, or there only is a mismatch. Every one, not
+/// a sample: a missing succession lets a takeover in the target fork its
+/// key's chain.
+pub(super) async fn compare_successions(
+    source: &dyn GlobalStore,
+    target: &dyn GlobalStore,
+    mismatches: &mut Mismatches,
+) -> Result<(), StoreError> {
+    let (mut source, mut target) = (ReadAhead::new(source), ReadAhead::new(target));
+    loop {
+        let s = source.peek().await?.cloned();
+        let t = target.peek().await?.cloned();
+        // Both sides come in reservation order: the smaller one is alone.
+        let (s, t) = match (s, t) {
+            (None, None) => return Ok(()),
+            (Some(s), Some(t)) if s.link.from == t.link.from => (Some(s), Some(t)),
+            (Some(s), t) if t.as_ref().is_none_or(|t| s.link.from < t.link.from) => (Some(s), None),
+            (_, t) => (None, t),
+        };
+        if s.is_some() {
+            source.pop();
+        }
+        if t.is_some() {
+            target.pop();
+        }
+        if s != t {
+            let from = s.as_ref().or(t.as_ref()).map(|x| x.link.from.clone());
+            mismatches.push(Mismatch::SuccessionDiffers {
+                from: from.expect("one side holds a succession"),
+                source: s,
+                target: t,
+            });
+        }
+    }
+}
+
+/// One store's successions read a page ahead, in store order.
+struct ReadAhead<'g> {
+    global: &'g dyn GlobalStore,
+    pages: SuccessionPages,
+    ahead: VecDeque<Succession>,
+}
+
+impl<'g> ReadAhead<'g> {
+    fn new(global: &'g dyn GlobalStore) -> ReadAhead<'g> {
+        ReadAhead {
+            global,
+            pages: SuccessionPages::every(),
+            ahead: VecDeque::new(),
+        }
+    }
+
+    /// The next succession, left in place; `None` after the last.
+    async fn peek(&mut self) -> Result<Option<&Succession>, StoreError> {
+        while self.ahead.is_empty() {
+            match self.pages.next(self.global).await? {
+                Some(page) => self.ahead.extend(page),
+                None => return Ok(None),
+            }
+        }
+        Ok(self.ahead.front())
+    }
+
+    /// Takes the succession [`ReadAhead::peek`] showed.
+    fn pop(&mut self) {
+        self.ahead.pop_front();
     }
 }
 
@@ -192,6 +295,38 @@ pub(super) fn record_diff(a: &DcRecord, b: &DcRecord) -> Vec<&'static str> {
     ]
     .into_iter()
     .filter(|(_, same)| !same)
+    .map(|(name, _)| name)
+    .collect()
+}
+
+/// What `target`'s lease entry of a DC lacks of `source`'s, by field:
+/// `terms` (none, or a shorter ttl, host lease or grace: it could call the
+/// DC expired sooner), a mark below the source's (`allocator_floor`,
+/// `token_bound`: a takeover's token must be above every token the DC
+/// granted; `event_head`), `retired` differing. Empty: the target keeps at
+/// least what the source does. Standings are not compared: each store
+/// judges them by its own clock.
+pub(super) fn lease_diff(source: &DcLeaseState, target: &DcLeaseState) -> Vec<&'static str> {
+    let covers = |s: &DcTerms, t: &DcTerms| {
+        t.ttl_ms >= s.ttl_ms
+            && t.host_lease_ttl_max_ms >= s.host_lease_ttl_max_ms
+            && t.grace_ms >= s.grace_ms
+    };
+    let terms = match (&source.terms, &target.terms) {
+        (None, _) => true,
+        (Some(s), Some(t)) => covers(s, t),
+        (Some(_), None) => false,
+    };
+    let (s, t) = (&source.marks, &target.marks);
+    [
+        ("terms", terms),
+        ("allocator_floor", t.allocator_floor >= s.allocator_floor),
+        ("token_bound", t.token_bound >= s.token_bound),
+        ("event_head", t.event_head >= s.event_head),
+        ("retired", target.retired == source.retired),
+    ]
+    .into_iter()
+    .filter(|(_, kept)| !kept)
     .map(|(name, _)| name)
     .collect()
 }

@@ -14,7 +14,9 @@ use tokio::sync::Mutex;
 
 use crate::dc_lease::{DcEntry, DcLeaseTable, process_clock};
 use crate::error::StoreError;
-use crate::global::{DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause, check_setting};
+use crate::global::{
+    DCS_MAX, GlobalStore, SetIfAbsent, check_batch, check_cause, check_link, check_setting,
+};
 use crate::keyspace;
 use crate::setting::Setting;
 use crate::writer::{DCS, GLOBAL, Op, Outcome, SETTINGS, SUCCESSIONS, backend};
@@ -27,7 +29,9 @@ use super::{RedbOptions, Shared, unexpected};
 /// [`crate::dc_lease`]).
 ///
 /// Successions live in the `successions` table, written once through the
-/// writer (durable when answered, like `set_if_absent`). A takeover holds
+/// writer (durable when answered, like `set_if_absent`); a move, a
+/// migration's import and a takeover all end in that one write-once op, so
+/// whichever lands first is the one. A takeover holds
 /// the DC-lease lock, which renewals and retires hold across their own
 /// writes, from its reading of the DC's standing until its write has
 /// committed: no renewal is answered between the two.
@@ -121,6 +125,38 @@ impl RedbGlobalStore {
             _ => Err(unexpected()),
         }
     }
+
+    /// The successions whose keys are at or above `start` and below `end`
+    /// (`None`: to the table's end), at most `limit`, in key order.
+    async fn successions_between(
+        &self,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        let found = self
+            .shared
+            .read(move |txn| {
+                let table = txn.open_table(SUCCESSIONS).map_err(backend)?;
+                let range = match &end {
+                    Some(end) => table.range::<&[u8]>(start.as_slice()..end.as_slice()),
+                    None => table.range::<&[u8]>(start.as_slice()..),
+                };
+                range
+                    .map_err(backend)?
+                    .take(limit)
+                    .map(|entry| {
+                        let (k, v) = entry.map_err(backend)?;
+                        Ok((k.value().to_vec(), v.value().to_vec()))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            })
+            .await?;
+        found
+            .into_iter()
+            .map(|(k, v)| keyspace::decode_succession(&keyspace::decode_succession_key(&k)?, &v))
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -142,6 +178,14 @@ impl GlobalStore for RedbGlobalStore {
         succession: &Succession,
     ) -> Result<Option<Succession>, StoreError> {
         check_cause(succession, SuccessionCause::Moved)?;
+        self.insert_succession(succession).await
+    }
+
+    async fn import_succession(
+        &self,
+        succession: &Succession,
+    ) -> Result<Option<Succession>, StoreError> {
+        check_link(succession)?;
         self.insert_succession(succession).await
     }
 
@@ -178,26 +222,17 @@ impl GlobalStore for RedbGlobalStore {
         let Some((start, end)) = keyspace::successions_range(dc, after)? else {
             return Ok(Vec::new());
         };
-        let found = self
-            .shared
-            .read(move |txn| {
-                let table = txn.open_table(SUCCESSIONS).map_err(backend)?;
-                let range = table
-                    .range::<&[u8]>(start.as_slice()..end.as_slice())
-                    .map_err(backend)?;
-                range
-                    .take(limit)
-                    .map(|entry| {
-                        let (k, v) = entry.map_err(backend)?;
-                        Ok((k.value().to_vec(), v.value().to_vec()))
-                    })
-                    .collect::<Result<Vec<_>, StoreError>>()
-            })
-            .await?;
-        found
-            .into_iter()
-            .map(|(k, v)| keyspace::decode_succession(&keyspace::decode_succession_key(&k)?, &v))
-            .collect()
+        self.successions_between(start, Some(end), limit).await
+    }
+
+    async fn scan_successions(
+        &self,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<Succession>, StoreError> {
+        check_batch(limit)?;
+        let start = keyspace::successions_scan_start(after);
+        self.successions_between(start, None, limit).await
     }
 
     async fn health(&self) -> Result<(), StoreError> {
