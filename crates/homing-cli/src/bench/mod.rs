@@ -2,6 +2,7 @@
 //! homingd instances (an in-process devnet over QUIC + mutual TLS with redb
 //! stores), each printing homing next to its model or baseline in one run.
 
+mod cli;
 mod flood;
 mod renew;
 mod reserve;
@@ -106,6 +107,8 @@ enum Suite {
     RenewEtcd,
     /// Resolve p50/p99 before, during and after 100 k forged QUIC Initials/s at homingd and 10 k idle TCP connections at the edge router.
     Flood,
+    /// What a script pays per call: `homing resolve` as a new process, beside a process that does nothing, medians of 100.
+    Cli,
     /// Cached resolve (a separate program: prints its command).
     ResolveCached,
     /// Transport (a separate program: prints its command).
@@ -122,6 +125,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
     match args.suite {
         Suite::ResolveCold => resolve_cold::run(&args.out, &args.load()).await,
         Suite::ResolveAbsent => resolve_absent::run(&args.load()).await,
+        Suite::Cli => cli::run().await,
         Suite::Reserve => reserve::run(&args.out, &args.load()).await,
         #[cfg(feature = "etcd")]
         Suite::ReserveEtcd => reserve::run_etcd(&args.out, &args.load()).await,
