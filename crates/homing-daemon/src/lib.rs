@@ -284,9 +284,14 @@ impl Daemon {
         if let Some(addr) = config.metrics_listen {
             let listener = metrics::bind(addr).await?;
             metrics_addr = Some(listener.local_addr()?);
+            let ready = {
+                let node = node.clone();
+                Arc::new(move || node.readiness()) as metrics::Readiness
+            };
             let health = metrics::Health {
                 global: node.global().clone(),
                 records: node.records().clone(),
+                ready,
             };
             tasks.push(tokio::spawn(metrics::listen(
                 listener, metrics, health, stopped,

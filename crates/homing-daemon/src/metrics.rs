@@ -1,5 +1,5 @@
 //! What homingd counts, and the HTTP endpoint that shows it: `/metrics` in
-//! Prometheus text format and `/healthz`, served with hyper (HTTP/1.1, one
+//! Prometheus text format, `/healthz` and `/readyz`, served with hyper (HTTP/1.1, one
 //! request per connection). The text format stays hand-written: a dozen
 //! series do not earn a metrics crate, and `render` is tested against the
 //! exposition format. The endpoint is bounded: at most
@@ -470,19 +470,29 @@ fn render_connections(out: &mut String, stats: &homing_net::ConnectionStats) {
     );
 }
 
-/// What `/healthz` checks: the stores this DC serves from.
+/// Whether the DC can grant now, apart from its stores: why not, in words.
+pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// What `/readyz` checks: the stores this DC serves from, and the DC itself.
 #[derive(Clone)]
 pub struct Health {
     /// The global store.
     pub global: Arc<dyn GlobalStore>,
     /// This DC's store.
     pub records: Arc<dyn DcStore>,
+    /// The DC's own readiness (its DC lease, shutdown).
+    pub ready: Readiness,
 }
 
 impl Health {
     /// `Ok` when both stores answer their health check within
-    /// [`HEALTH_CHECK_MS_MAX`]; else why not, in words.
+    /// [`HEALTH_CHECK_MS_MAX`] and the DC can grant; else why not, in words.
     pub async fn check(&self) -> Result<(), String> {
+        (self.ready)()?;
+        self.check_stores().await
+    }
+
+    async fn check_stores(&self) -> Result<(), String> {
         let both = async {
             self.global
                 .health()
@@ -502,7 +512,9 @@ impl Health {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `listener` until `shutdown` turns true.
+/// Serves `/metrics`, `/healthz` (the process serves) and `/readyz` (the
+/// DC can grant: [`Health::check`]) on `listener` until `shutdown` turns
+/// true.
 pub async fn listen(
     listener: TcpListener,
     metrics: Arc<Metrics>,
@@ -579,16 +591,18 @@ async fn next_connection<L: Accept>(listener: &L) -> L::Stream {
 async fn respond(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
     let (status, body) = match path {
         "/metrics" => (StatusCode::OK, metrics.render()),
-        "/healthz" => match health.check().await {
-            Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        // Liveness: the process serves (restarting it helps nothing else).
+        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
+        "/readyz" => match health.check().await {
+            Ok(()) => (StatusCode::OK, "ready\n".to_string()),
             Err(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("unhealthy: {why}\n"),
+                format!("not ready: {why}\n"),
             ),
         },
         _ => (
             StatusCode::NOT_FOUND,
-            "try /metrics or /healthz\n".to_string(),
+            "try /metrics, /healthz or /readyz\n".to_string(),
         ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));

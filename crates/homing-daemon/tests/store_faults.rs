@@ -1,6 +1,6 @@
 //! homingd when its global store itself fails (not a peer DC): a resolve
-//! answers `Unavailable`, never "absent"; `/healthz` turns unhealthy and
-//! back; the metrics endpoint closes a connection that sends nothing; and
+//! answers `Unavailable`, never "absent"; `/readyz` turns unready (the
+//! store, then the lapsed DC lease) and back while `/healthz` stays up; the metrics endpoint closes a connection that sends nothing; and
 //! homingd refuses a DC store that an unfinished migration copies into.
 
 use std::sync::Arc;
@@ -99,20 +99,51 @@ async fn store_faults_a_resolve_when_the_global_store_fails_is_unavailable_never
     daemon.shutdown().await;
 }
 
+/// GETs `path` until its status is `status` and its body contains
+/// `needle`, within [`STEP_MS_MAX`]; the body.
+async fn until_answers(daemon: &Daemon, path: &str, status: u16, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(STEP_MS_MAX);
+    loop {
+        let (got, body) = get(daemon, path).await;
+        if got == status && body.contains(needle) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} still answers {got} {body:?}, not {status} with {needle:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
-async fn store_faults_healthz_follows_the_global_store() {
+async fn store_faults_readyz_follows_the_stores_and_the_dc_lease_while_healthz_stays_up() {
     let global = switchable(false);
-    let (daemon, _dir) = start(global.clone()).await;
+    let ca = DevCa::generate("store faults test ca").unwrap();
+    let records = Arc::new(MemoryDcStore::new()) as Arc<dyn DcStore>;
+    // 1 s host leases: the DC lease is 2 s, renewed every 200 ms.
+    let short = homing_daemon::Settings {
+        lease_ttl_ms: Some(1_000),
+        soft_margin_ms: Some(300),
+        hard_margin_ms: Some(100),
+        renew_at_permille: Some(200),
+        grace_ms: Some(100),
+        ..homing_daemon::Settings::default()
+    };
+    let global_store = global.clone() as Arc<dyn GlobalStore>;
+    let (daemon, _dir) = support::start_iad_with(&ca, global_store, records, true, short).await;
+    let daemon = daemon.unwrap();
+    until_answers(&daemon, "/readyz", 200, "ready").await;
     assert_eq!(get(&daemon, "/healthz").await, (200, "ok\n".to_string()));
     global.down.store(true, Ordering::SeqCst);
-    let (status, body) = get(&daemon, "/healthz").await;
-    assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("global store") && body.contains("switched off"),
-        "{body}"
-    );
+    // At once the global store's health check fails; within the DC lease's
+    // last second it also stops covering a host lease.
+    until_answers(&daemon, "/readyz", 503, "switched off").await;
+    until_answers(&daemon, "/readyz", 503, "the dc lease is valid for").await;
+    // The process still serves: liveness stays up.
+    assert_eq!(get(&daemon, "/healthz").await, (200, "ok\n".to_string()));
     global.down.store(false, Ordering::SeqCst);
-    assert_eq!(get(&daemon, "/healthz").await.0, 200);
+    until_answers(&daemon, "/readyz", 200, "ready").await;
     let (status, metrics) = get(&daemon, "/metrics").await;
     assert_eq!(status, 200);
     assert!(

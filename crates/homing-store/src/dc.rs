@@ -243,7 +243,7 @@ pub trait DcStore: Send + Sync + 'static {
     /// Sets or clears the mark [`DcStore::migrating`] reads, durably.
     async fn set_migrating(&self, on: bool) -> Result<(), StoreError>;
 
-    /// Whether the store serves now (homingd's `/healthz` asks): one read of
+    /// Whether the store serves now (homingd's `/readyz` asks): one read of
     /// the event log's bounds, plus what a backend needs to write (redb: its
     /// writer thread runs).
     async fn health(&self) -> Result<(), StoreError> {

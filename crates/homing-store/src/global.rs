@@ -205,7 +205,7 @@ pub trait GlobalStore: Send + Sync + 'static {
         None
     }
 
-    /// Whether the store serves now (homingd's `/healthz` asks): one
+    /// Whether the store serves now (homingd's `/readyz` asks): one
     /// linearizable read, plus what a backend needs to write (redb: its
     /// writer thread runs). The default reads a key nobody writes.
     async fn health(&self) -> Result<(), StoreError> {

@@ -373,6 +373,33 @@ impl Node {
         self.dc_lease.with(|l| l.valid_for_ms(now))
     }
 
+    /// Whether this DC can grant now (what `/readyz` asks beside the
+    /// stores' health): not shutting down, not retired, its DC lease live
+    /// for longer than a host lease, the takeovers of its tails applied.
+    /// Why not, in words.
+    pub fn readiness(&self) -> Result<(), String> {
+        if *self.closing.borrow() {
+            return Err("shutting down".to_string());
+        }
+        let now = self.waiters.now();
+        let ttl_ms = self.config.policy.ttl_ms();
+        self.dc_lease.with(|lease| {
+            if lease.retired() {
+                return Err(format!("dc {} is retired", self.config.dc));
+            }
+            if !lease.covers(now, ttl_ms) {
+                let valid_ms = lease.valid_for_ms(now);
+                return Err(format!(
+                    "the dc lease is valid for {valid_ms} ms, less than a host lease ({ttl_ms} ms): granting nothing until it is renewed"
+                ));
+            }
+            if lease.reconciliation().is_some() {
+                return Err("the takeovers of this dc's tails are not applied yet".to_string());
+            }
+            Ok(())
+        })
+    }
+
     /// Shutdown: parked acquirers and watchers are answered now.
     pub fn close(&self) {
         self.lock_endpoint().close();
