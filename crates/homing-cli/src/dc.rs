@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use homing_core::{DcId, DcLeaseState, DcStanding, Request, ReservationId, SuccessionCause};
+use homing_core::{DcId, DcLeaseState, DcStanding, Reply, Request, SuccessionCause};
 use homing_daemon::{OpenMode, StoreOpener, StoreSpec};
 use homing_store::{GET_MANY_KEYS_MAX, GlobalStore, SuccessionPages};
 use serde_json::json;
@@ -48,7 +48,8 @@ pub enum DcCommand {
     /// the marks it published (reservation IDs and fencing tokens it may
     /// have used), whether it was retired, how many of its keys other DCs
     /// took over after its lease expired; and, for the DCs in --dc,
-    /// whether their homingd answers and how fast.
+    /// whether their homingd answers (a resolve that reads the DC's global
+    /// store; an error answer is an error) and how fast.
     Status(StatusArgs),
     /// Retire a DC for good: the global store refuses its lease from now on
     /// (a lease it holds runs out by its terms, and its hosts stop by their
@@ -468,15 +469,19 @@ fn row_json(state: &DcLeaseState, reach: Option<&Result<f64, String>>) -> serde_
     })
 }
 
-/// One round trip to `dc`'s homingd (asking for its reservation 0, which
-/// never exists: any answer means it serves), in ms.
+/// One round trip to `dc`'s homingd, in ms: a resolve of the global
+/// store's health-probe key (which nobody reserves), so the DC reads its
+/// global store. An error answer (its global store down, say) is an error,
+/// not an answer.
 async fn probe(reach: &Reach, dc: &DcId) -> Result<f64, String> {
     let peer = reach.peer(dc).map_err(|e| e.to_string())?;
     let client = reach.client().map_err(|e| e.to_string())?;
-    let id: ReservationId = format!("{dc}.0").parse().map_err(|e| format!("{e}"))?;
-    let request = Request::ResolveReservation { id };
+    let request = Request::Resolve {
+        key: homing_store::global::health_probe_key(),
+    };
     let started = Instant::now();
     match tokio::time::timeout(PROBE_TIMEOUT, client.request(&peer, &request)).await {
+        Ok(Ok(Reply::Error(e))) => Err(format!("answers with an error: {e}")),
         Ok(Ok(_)) => Ok(started.elapsed().as_secs_f64() * 1000.0),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("none within {} ms", PROBE_TIMEOUT.as_millis())),
