@@ -17,7 +17,7 @@ use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{
-    AwaitReply, DcId, ErrorKind, ErrorReply, Key, LeasePolicy, Reply, Request, ReservationId,
+    AwaitReply, DcId, ErrorKind, ErrorReply, LeasePolicy, Reply, Request, ReservationId,
     ShortcutNotice, TakeOverReply, TakeoverPolicy, chain::HOP_LIMIT_DEFAULT,
 };
 
@@ -34,7 +34,6 @@ use crate::dc_lease::DcLeaseDriver;
 use crate::invariants::{DcsView, view};
 use homing_core::Mutations;
 use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
-use homing_core::succession::judge_takeover;
 
 use crate::acquire::AcquireJob;
 use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
@@ -231,18 +230,6 @@ impl Sim {
             0
         };
         (((base_ms * 1000.0) as u64 + jitter) as f64 * self.store_factor(d)) as u64 + 1
-    }
-
-    /// Whether a connect's nearest-replica read misses `key`'s entry: it
-    /// landed less than a draw from `0..=global_nearest_lag_ms` ago.
-    pub(crate) fn nearest_read_misses(&mut self, key: &Key) -> bool {
-        let lag_us = (self.scenario.stores.global_nearest_lag_ms * 1000.0) as u64;
-        match self.global_landed_us.get(key) {
-            Some(&landed) if lag_us > 0 => {
-                self.world.now < landed + self.world.rng.below(lag_us + 1)
-            }
-            _ => false,
-        }
     }
 
     /// A request arrives at DC `d` (or a reply to one of its peer requests).
@@ -515,37 +502,25 @@ impl Sim {
         let d = usize::from(set.dc);
         self.world.current_key = set.key;
         // The write is decided here, whether or not its DC still waits for it.
+        let now_us = self.world.now;
         let landed = match &set.write {
             GlobalOp::SetIfAbsent { key, id } => {
-                let existing = self.global.get(key).cloned();
+                let existing = self.global.set_if_absent(key, id, now_us);
                 if existing.is_none() {
-                    self.global.insert(key.clone(), id.clone());
-                    self.global_landed_us.insert(key.clone(), self.world.now);
                     let view = view!(self);
-                    self.checker
-                        .on_global_set(&view, self.world.now, set.key, id);
+                    self.checker.on_global_set(&view, now_us, set.key, id);
                 }
                 GlobalAnswer::SetIfAbsent(existing)
             }
             GlobalOp::Confirm(succession) => {
-                let recorded = self
-                    .successions
-                    .entry(succession.link.from.clone())
-                    .or_insert_with(|| succession.clone())
-                    .clone();
-                GlobalAnswer::Confirmed(recorded)
+                GlobalAnswer::Confirmed(self.global.confirm(succession))
             }
             GlobalOp::TakeOver { succession, policy } => {
-                let from = succession.link.from.clone();
-                let state = self.global_dc_lease_state(from.dc());
-                let existing = self.successions.get(&from).cloned();
-                let reply = judge_takeover(existing, state, *policy, succession);
+                let reply = self.global.take_over(succession, *policy, now_us);
                 if reply.is_none() {
                     self.measurements.count(Counter::Takeovers);
-                    self.successions.insert(from, succession.clone());
                     if set.key != NO_KEY {
-                        self.checker
-                            .on_taken_over(&view!(self), self.world.now, set.key);
+                        self.checker.on_taken_over(&view!(self), now_us, set.key);
                     }
                 }
                 GlobalAnswer::TakenOver(reply.unwrap_or(TakeOverReply::Taken))

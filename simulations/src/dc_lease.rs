@@ -8,20 +8,18 @@
 //! (homingd's `publish_marks_for`: asks the next renewal to publish them,
 //! fails `Unavailable` after [`MARKS_WAIT_MS`]).
 //!
-//! The global store keeps each DC's lease as homing-store's lease table
-//! does: when it received the last renewal (true time: the store's clock),
-//! its terms, and its marks (never going down); [`DcStanding::judge`] says
-//! when it is expired, and [`crate::Invariant::DcExpiredNoHolder`] is checked
-//! at that instant.
+//! The global store (`global.rs`) keeps each DC's lease as homing-store's
+//! lease table does: when it received the last renewal (true time: the
+//! store's clock), its terms, and its marks (never going down);
+//! [`DcStanding::judge`] says when it is expired, and
+//! [`crate::Invariant::DcExpiredNoHolder`] is checked at that instant.
 //!
 //! A `cut_from_global` fault makes every renewal, global read and global
 //! write of the DC fail while hosts, routers and peers still reach it.
 
 use crate::counter::{Counter, Timing};
 use homing_core::Mutations;
-use homing_core::{
-    DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
-};
+use homing_core::{DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy};
 use homing_node::dc_lease::MARKS_WAIT_MS;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
@@ -86,27 +84,6 @@ impl DcLeaseDriver {
     }
 }
 
-/// What the global store keeps about one DC's lease.
-#[derive(Debug, Clone, Default)]
-pub struct StoreDcLease {
-    /// When it received the last renewal, true µs (`None`: never).
-    pub received_us: Option<u64>,
-    /// The terms of that renewal.
-    pub terms: Option<DcTerms>,
-    /// The published marks.
-    pub marks: DcMarks,
-}
-
-impl StoreDcLease {
-    /// How the store judges the lease at true time `now_us`.
-    pub fn standing(&self, now_us: u64) -> DcStanding {
-        match (self.terms, self.received_us) {
-            (Some(terms), Some(at)) => DcStanding::judge(&terms, now_us.saturating_sub(at) / 1000),
-            _ => DcStanding::Unknown,
-        }
-    }
-}
-
 /// A failure as the DC's store client reports an unreachable global store.
 pub(crate) fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
     ErrorReply::new(
@@ -120,9 +97,7 @@ pub(crate) fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
 impl Sim {
     /// Whether DC `d` is cut off from the global store now.
     pub(crate) fn cut_from_global(&self, d: usize) -> bool {
-        self.global_cuts.iter().any(|&(dc, start, end)| {
-            usize::from(dc) == d && start <= self.world.now && self.world.now < end
-        })
+        self.global.cut_off(&self.dcs[d].id, self.world.now)
     }
 
     /// `Unavailable` while DC `d` is cut off from the global store: what
@@ -169,7 +144,8 @@ impl Sim {
     /// The start-up check against what the global store keeps (homingd's
     /// `dc_lease::check`); `false`: refused, the lease stopped for good.
     fn dc_lease_check(&mut self, d: usize) -> bool {
-        let published = self.global_leases[d].marks;
+        // Invariant: the global store keeps a lease for every DC.
+        let published = self.global.lease(&self.dcs[d].id).expect("a dc").marks;
         let store_floor = self.allocator_floor(d);
         let lease = &mut self.dcs[d].lease;
         lease.unchecked = false;
@@ -187,11 +163,9 @@ impl Sim {
     /// A renewal of DC `d` lands at the global store now: its receipt, terms
     /// and marks are kept; the marks the store keeps now.
     fn dc_lease_land(&mut self, d: usize, terms: DcTerms, marks: DcMarks) -> DcMarks {
-        let kept = &mut self.global_leases[d];
-        kept.received_us = Some(self.world.now);
-        kept.terms = Some(terms);
-        kept.marks = kept.marks.max(marks);
-        let kept = kept.marks;
+        let kept = self
+            .global
+            .renew(&self.dcs[d].id, terms, marks, self.world.now);
         let at = self.world.now + terms.expires_after_ms() * 1000;
         let received_us = self.world.now;
         self.world.schedule(
@@ -326,21 +300,6 @@ impl Sim {
         }
     }
 
-    /// How the global store judges DC `dc`'s lease now.
-    pub(crate) fn global_dc_lease_state(&self, dc: &DcId) -> DcLeaseState {
-        let Some(&i) = self.dc_index.get(dc) else {
-            return DcLeaseState::unknown(dc.clone());
-        };
-        let kept = &self.global_leases[i as usize];
-        DcLeaseState {
-            dc: dc.clone(),
-            standing: kept.standing(self.world.now),
-            terms: kept.terms,
-            marks: kept.marks,
-            retired: false,
-        }
-    }
-
     /// A record write of task `tid`: on to the store if the published marks
     /// cover it (homingd's `publish_marks_for`), else parked until a
     /// renewal publishes them or [`MARKS_WAIT_MS`] passes. `None`: parked.
@@ -460,7 +419,8 @@ impl Sim {
     /// The global store's judgement of DC `d`'s lease reaches Expired now
     /// (unless a later renewal landed): no host lease it granted may still act.
     pub(crate) fn dc_lease_expiry(&mut self, d: usize, received_us: u64) {
-        let kept = &self.global_leases[d];
+        // Invariant: the global store keeps a lease for every DC.
+        let kept = self.global.lease(&self.dcs[d].id).expect("a dc");
         if kept.received_us != Some(received_us) {
             return;
         }

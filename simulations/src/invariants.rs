@@ -155,10 +155,10 @@ macro_rules! view {
     ($sim:expr) => {
         $crate::invariants::View {
             dcs: &$sim.dcs,
-            global: &$sim.global,
+            global: $sim.global.entries(),
             keys: &$sim.keys,
             dc_index: &$sim.dc_index,
-            successions: &$sim.successions,
+            successions: $sim.global.successions(),
         }
     };
 }

@@ -31,6 +31,7 @@ mod dc_watch;
 mod drain;
 mod drain_scope;
 pub mod event;
+mod global;
 pub mod host;
 pub mod invariants;
 pub mod network;

@@ -15,7 +15,6 @@
 //! owing a reconciliation does) but answering links, resolves of its
 //! entries and drains during the pass (a few store round trips).
 
-use homing_core::ReservationId;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{Failure, Reconcile};
 
@@ -86,20 +85,5 @@ impl Sim {
                 self.world.schedule(at, Event::ReconcileRetry { dc, epoch });
             }
         }
-    }
-
-    /// A page of DC `dc`'s successions in the global store, after `after`.
-    pub(crate) fn successions_of(
-        &self,
-        dc: &homing_core::DcId,
-        after: Option<ReservationId>,
-        limit: usize,
-    ) -> Vec<homing_core::Succession> {
-        let start = after.map_or(0, |a| a.unique().saturating_add(1));
-        let range =
-            ReservationId::new(dc.clone(), start)..=ReservationId::new(dc.clone(), u64::MAX);
-        (self.successions.range(range).take(limit))
-            .map(|(_, s)| s.clone())
-            .collect()
     }
 }

@@ -15,8 +15,8 @@ use homing_core::{
 use crate::checker::Checker;
 use crate::clock::NodeClock;
 use crate::dc::Dc;
-use crate::dc_lease::StoreDcLease;
 use crate::event::{Body, Event, HostTimer, Message, NodeId};
+use crate::global::{GlobalCut, GlobalStore};
 use crate::host::{Host, HostCtx};
 use crate::invariants::{View, Violation, view};
 use crate::network::{Network, Partition};
@@ -115,9 +115,8 @@ pub struct Sim {
     pub(crate) dcs: Vec<Dc>,
     pub(crate) hosts: Vec<Host>,
     pub(crate) routers: Vec<Router>,
-    pub(crate) global: BTreeMap<Key, ReservationId>,
-    /// When each global entry landed (µs of true time), for lagging nearest reads.
-    pub(crate) global_landed_us: BTreeMap<Key, u64>,
+    /// The global store.
+    pub(crate) global: GlobalStore,
     pub(crate) keys: Vec<Key>,
     pub(crate) key_index: BTreeMap<Key, u32>,
     pub(crate) dc_index: BTreeMap<DcId, u16>,
@@ -125,12 +124,6 @@ pub struct Sim {
     pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
     /// Failing-store windows: (dc, start µs, end µs, share of operations).
     pub(crate) failing_stores: Vec<(u16, u64, u64, f64)>,
-    /// DCs cut off from the global store: (dc, start µs, end µs).
-    pub(crate) global_cuts: Vec<(u16, u64, u64)>,
-    /// What the global store keeps about each DC's lease.
-    pub(crate) global_leases: Vec<StoreDcLease>,
-    /// The global store's successions (DESIGN.md §7.5), by the reservation succeeded.
-    pub(crate) successions: std::collections::BTreeMap<ReservationId, homing_core::Succession>,
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
@@ -254,11 +247,11 @@ impl Sim {
                         _ => failing_stores.push(window),
                     }
                 }
-                Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push((
-                    scenario.dc_index(dc)? as u16,
-                    ms_to_us(*at_ms),
-                    ms_to_us(at_ms + for_ms),
-                )),
+                Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push(GlobalCut {
+                    dc: dcs[scenario.dc_index(dc)?].id.clone(),
+                    start_us: ms_to_us(*at_ms),
+                    end_us: ms_to_us(at_ms + for_ms),
+                }),
                 _ => {}
             }
         }
@@ -302,6 +295,11 @@ impl Sim {
             ms_to_us(n.idle_timeout_ms),
             scenario.encode_messages,
         );
+        let global = GlobalStore::new(
+            dcs.iter().map(|d| &d.id),
+            scenario.stores.global_nearest_lag_ms,
+            global_cuts,
+        );
         let mut sim = Sim {
             seed,
             scenario: scenario.clone(),
@@ -312,8 +310,7 @@ impl Sim {
             dcs,
             hosts,
             routers,
-            global: BTreeMap::new(),
-            global_landed_us: BTreeMap::new(),
+            global,
             checker: Checker::new(
                 scenario.keys as usize,
                 dc_clocks,
@@ -328,9 +325,6 @@ impl Sim {
             reservation_key: BTreeMap::new(),
             slow_stores,
             failing_stores,
-            global_cuts,
-            global_leases: vec![StoreDcLease::default(); scenario.dcs.len()],
-            successions: std::collections::BTreeMap::new(),
             trace: Trace::default(),
             measurements: Measurements::default(),
             events: 0,
@@ -855,8 +849,8 @@ struct Observers<'a> {
     checker: &'a mut Checker,
     measurements: &'a mut Measurements,
     view: View<'a>,
-    /// What the global store keeps about each DC's lease.
-    global_leases: &'a [StoreDcLease],
+    /// The global store: what it keeps of each DC's lease.
+    global: &'a GlobalStore,
 }
 
 /// The [`Observers`] of the simulator `$sim`: a macro, so that the actor
@@ -867,7 +861,7 @@ macro_rules! observers {
             checker: &mut $sim.checker,
             measurements: &mut $sim.measurements,
             view: view!($sim),
-            global_leases: &$sim.global_leases,
+            global: &$sim.global,
         }
     };
 }
@@ -935,8 +929,8 @@ impl Observer for Observers<'_> {
         reservation: &ReservationId,
     ) {
         let dc = reservation.dc();
-        if let Some(&d) = self.view.dc_index.get(dc)
-            && self.global_leases[usize::from(d)].standing(now_us) == DcStanding::Expired
+        if let Some(lease) = self.global.lease(dc)
+            && lease.standing(now_us) == DcStanding::Expired
         {
             self.checker
                 .on_holder_start_under_expired_dc(dc, key, host, reservation);

@@ -224,11 +224,11 @@ impl Sim {
                 Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
             }
             StoreCall::GlobalGet { key, read } => {
-                let mut entry = self.global.get(&key).cloned();
                 let nearest = read == GlobalRead::Nearest;
-                if nearest && entry.is_some() && self.nearest_read_misses(&key) {
+                let (entry, missed) =
+                    (self.global).entry(&key, nearest, self.world.now, &mut self.world.rng);
+                if missed {
                     self.measurements.count(Counter::ConnectStaleGlobalReads);
-                    entry = None;
                 }
                 let now = self.node_now(d);
                 let read = GlobalOp::Entry { key, read };

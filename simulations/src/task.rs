@@ -417,13 +417,15 @@ impl Sim {
                 return Performed::Later(Next::GlobalWrite(task.key, op));
             }
             GlobalOp::Successor { id, .. } => GlobalAnswer::Successor {
-                succession: self.successions.get(id).cloned(),
+                succession: self.global.successor(id),
                 source: Source::Local,
                 hint: None,
             },
-            GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(dc)),
+            GlobalOp::DcLease(dc) => {
+                GlobalAnswer::DcLease(self.global.lease_state(dc, self.world.now))
+            }
             GlobalOp::SuccessionsOf { dc, after, limit } => {
-                GlobalAnswer::Successions(self.successions_of(dc, after.clone(), *limit))
+                GlobalAnswer::Successions(self.global.successions_of(dc, after.clone(), *limit))
             }
         };
         let answer = match self.global_reachable(d) {
