@@ -20,13 +20,13 @@ impl Sim {
     /// through a random running DC.
     pub(crate) fn drain_keys(&mut self, count: u32) {
         for _ in 0..count {
-            let k = self.world.rng.below(self.keys.len() as u64) as usize;
+            let k = self.world.rng.below(self.keys.all().len() as u64) as usize;
             let d = self.world.rng.below(self.dcs.len() as u64) as usize;
             if !self.dcs[d].up {
                 continue;
             }
             self.measurements.count(Counter::DrainRequested);
-            let key = self.keys[k].clone();
+            let key = self.keys.all()[k].clone();
             self.drain_start(d, k as u32, key);
         }
     }

@@ -156,7 +156,7 @@ macro_rules! view {
         $crate::invariants::View {
             dcs: &$sim.dcs,
             global: $sim.global.entries(),
-            keys: &$sim.keys,
+            keys: $sim.keys.all(),
             dc_index: &$sim.dc_index,
             successions: $sim.global.successions(),
         }

@@ -34,6 +34,7 @@ pub mod event;
 mod global;
 pub mod host;
 pub mod invariants;
+mod keys;
 pub mod network;
 mod observe;
 mod reconcile;

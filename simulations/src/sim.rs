@@ -8,8 +8,8 @@ use crate::counter::{Counter, Op};
 use std::collections::BTreeMap;
 
 use homing_core::{
-    DcId, DcStanding, FencingToken, HostTime, Key, KeyName, LeasePolicy, PreviousRun, Reply,
-    Request, ReservationId, RunOutcome, TailView,
+    DcId, DcStanding, FencingToken, HostTime, LeasePolicy, PreviousRun, Reply, Request,
+    ReservationId, RunOutcome, TailView,
 };
 
 use crate::checker::Checker;
@@ -19,6 +19,7 @@ use crate::event::{Body, Event, HostTimer, Message, NodeId};
 use crate::global::{GlobalCut, GlobalStore};
 use crate::host::{Host, HostCtx};
 use crate::invariants::{View, Violation, view};
+use crate::keys::Keys;
 use crate::network::{Network, Partition};
 use crate::observe::Observer;
 use crate::report::{Measurements, Work};
@@ -117,10 +118,9 @@ pub struct Sim {
     pub(crate) routers: Vec<Router>,
     /// The global store.
     pub(crate) global: GlobalStore,
-    pub(crate) keys: Vec<Key>,
-    pub(crate) key_index: BTreeMap<Key, u32>,
+    /// The run's keys, numbered.
+    pub(crate) keys: Keys,
     pub(crate) dc_index: BTreeMap<DcId, u16>,
-    pub(crate) reservation_key: BTreeMap<ReservationId, u32>,
     pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
     /// Failing-store windows: (dc, start µs, end µs, share of operations).
     pub(crate) failing_stores: Vec<(u16, u64, u64, f64)>,
@@ -194,17 +194,6 @@ impl Sim {
                 routers.push(router);
             }
         }
-        let keys: Vec<Key> = (0..scenario.keys)
-            .map(|i| {
-                // Invariant: "k<n>" satisfies the key-name rule.
-                Key::new(KeyName::new(format!("k{i}")).expect("valid key name"))
-            })
-            .collect();
-        let key_index = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k.clone(), i as u32))
-            .collect();
         let mut partitions = Vec::new();
         let mut slow_stores = Vec::new();
         let mut failing_stores = Vec::new();
@@ -319,10 +308,8 @@ impl Sim {
                 absent_staleness_us(scenario),
                 wake,
             ),
-            keys,
-            key_index,
+            keys: Keys::new(scenario.keys),
             dc_index,
-            reservation_key: BTreeMap::new(),
             slow_stores,
             failing_stores,
             trace: Trace::default(),
@@ -795,7 +782,7 @@ impl Sim {
         let mut ctx = RouterCtx {
             world: &mut self.world,
             observer: &mut observers,
-            keys: &self.keys,
+            keys: self.keys.all(),
             workload: &self.scenario.workload,
             region_store: &self.dcs[usize::from(router.region)].store,
         };
@@ -811,7 +798,7 @@ impl Sim {
         let mut ctx = HostCtx {
             world: &mut self.world,
             observer: &mut observers,
-            keys: &self.keys,
+            keys: self.keys.all(),
             scenario: &self.scenario,
             dc_up,
         };

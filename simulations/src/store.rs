@@ -13,7 +13,6 @@ use crate::counter::Counter;
 use crate::dc::Task;
 use crate::invariants::view;
 use crate::sim::Sim;
-use crate::trace::NO_KEY;
 
 /// What a task waits for from a store, done when the store's latency
 /// passes.
@@ -117,14 +116,7 @@ impl Sim {
     /// refuses breaks `store_accepts_writes` and changes nothing.
     pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: &DcRecord) -> Written {
         let id = &record.id;
-        let key = match self.reservation_key.get(id) {
-            Some(k) => *k,
-            None => {
-                let k = self.key_index.get(&record.key).copied().unwrap_or(NO_KEY);
-                self.reservation_key.insert(id.clone(), k);
-                k
-            }
-        };
+        let key = self.keys.of_record(id, &record.key);
         self.world.current_key = key;
         let previous = self.dcs[d].store.get(id);
         let head = self.dcs[d].store.event_head();

@@ -25,7 +25,6 @@ use crate::drain_scope::DrainScopeJob;
 use crate::event::NodeId;
 use crate::sim::Sim;
 use crate::store::{Asked, StoreCall};
-use crate::trace::NO_KEY;
 use crate::upkeep::upkeep_counter;
 use crate::waiting::AwaitJob;
 use crate::watch::WatchJob;
@@ -410,7 +409,7 @@ impl Sim {
                 return Performed::Later(Next::Store(StoreCall::GlobalGet { key, read }));
             }
             GlobalOp::SetIfAbsent { key, .. } => {
-                let at = self.key_index.get(key).copied().unwrap_or(NO_KEY);
+                let at = self.keys.number(key);
                 return Performed::Later(Next::GlobalWrite(at, op));
             }
             GlobalOp::Confirm(_) | GlobalOp::TakeOver { .. } => {

@@ -62,7 +62,7 @@ impl Sim {
         wait: AwaitVacant,
         origin: AwaitFor,
     ) {
-        let key = self.reservation_key.get(wait.id()).copied().unwrap_or(key);
+        let key = self.keys.of_reservation(wait.id()).unwrap_or(key);
         let job = AwaitJob {
             wait,
             origin,
