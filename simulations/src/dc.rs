@@ -39,7 +39,7 @@ use crate::acquire::AcquireJob;
 use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
 use crate::report::Work;
 use crate::sim::Sim;
-use crate::store::StoreCall;
+use crate::store::{StoreCall, StoreFaults};
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 use crate::waiting::AwaitFor;
@@ -90,6 +90,8 @@ pub struct Dc {
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
     pub(crate) lease: DcLeaseDriver,
+    /// When its store is slow or fails.
+    pub(crate) store_faults: StoreFaults,
     pub(crate) next_task: u64,
 }
 
@@ -125,6 +127,7 @@ impl Dc {
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(&policy, mutations),
+            store_faults: StoreFaults::default(),
             next_task: 0,
         }
     }
@@ -229,7 +232,8 @@ impl Sim {
         } else {
             0
         };
-        (((base_ms * 1000.0) as u64 + jitter) as f64 * self.store_factor(d)) as u64 + 1
+        let factor = self.dcs[d].store_faults.factor(self.world.now);
+        (((base_ms * 1000.0) as u64 + jitter) as f64 * factor) as u64 + 1
     }
 
     /// A request arrives at DC `d` (or a reply to one of its peer requests).

@@ -121,9 +121,6 @@ pub struct Sim {
     /// The run's keys, numbered.
     pub(crate) keys: Keys,
     pub(crate) dc_index: BTreeMap<DcId, u16>,
-    pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
-    /// Failing-store windows: (dc, start µs, end µs, share of operations).
-    pub(crate) failing_stores: Vec<(u16, u64, u64, f64)>,
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
@@ -195,8 +192,6 @@ impl Sim {
             }
         }
         let mut partitions = Vec::new();
-        let mut slow_stores = Vec::new();
-        let mut failing_stores = Vec::new();
         let mut global_cuts = Vec::new();
         for fault in &scenario.faults {
             match fault {
@@ -225,15 +220,11 @@ impl Sim {
                     for_ms,
                     fraction: amount,
                 } => {
-                    let window = (
-                        scenario.dc_index(dc)? as u16,
-                        ms_to_us(*at_ms),
-                        ms_to_us(at_ms + for_ms),
-                        *amount,
-                    );
+                    let window = (ms_to_us(*at_ms), ms_to_us(at_ms + for_ms), *amount);
+                    let faults = &mut dcs[scenario.dc_index(dc)?].store_faults;
                     match fault {
-                        Fault::SlowStore { .. } => slow_stores.push(window),
-                        _ => failing_stores.push(window),
+                        Fault::SlowStore { .. } => faults.slow.push(window),
+                        _ => faults.failing.push(window),
                     }
                 }
                 Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push(GlobalCut {
@@ -255,7 +246,9 @@ impl Sim {
         // Slack for a wake-up: a timer's millisecond, a few store operations
         // at their slowest (a waiter's read, an expire's read and CAS, a
         // release computed one operation before it lands).
-        let slow = slow_stores.iter().map(|s| s.3).fold(1.0, f64::max);
+        let slow = (dcs.iter())
+            .map(|d| d.store_faults.slowest())
+            .fold(1.0, f64::max);
         let op_us = (scenario.stores.dc_op_ms + scenario.stores.dc_op_jitter_ms) * 1000.0;
         let allowance_us = 5_000 + (6.0 * op_us * slow) as u64;
         let connections = Connections {
@@ -310,8 +303,6 @@ impl Sim {
             ),
             keys: Keys::new(scenario.keys),
             dc_index,
-            slow_stores,
-            failing_stores,
             trace: Trace::default(),
             measurements: Measurements::default(),
             events: 0,
@@ -803,30 +794,6 @@ impl Sim {
             dc_up,
         };
         handle(host, &mut ctx);
-    }
-
-    /// Whether DC `d`'s store fails the operation completing now (a draw
-    /// inside a failing-store window).
-    pub(crate) fn store_fails_now(&mut self, d: usize) -> bool {
-        let now = self.world.now;
-        let share = self
-            .failing_stores
-            .iter()
-            .filter(|(dc, start, end, _)| usize::from(*dc) == d && *start <= now && now < *end)
-            .map(|s| s.3)
-            .fold(0.0, f64::max);
-        share > 0.0 && self.world.rng.chance(share)
-    }
-
-    /// The slow-store factor for DC `d` now.
-    pub(crate) fn store_factor(&self, d: usize) -> f64 {
-        self.slow_stores
-            .iter()
-            .filter(|(dc, start, end, _)| {
-                usize::from(*dc) == d && *start <= self.world.now && self.world.now < *end
-            })
-            .map(|s| s.3)
-            .fold(1.0, f64::max)
     }
 }
 

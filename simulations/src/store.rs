@@ -12,7 +12,43 @@ use homing_store::StoreError;
 use crate::counter::Counter;
 use crate::dc::Task;
 use crate::invariants::view;
+use crate::rng::Rng;
 use crate::sim::Sim;
+
+/// When a DC's store is slow or fails (`slow_store` and `failing_store`
+/// faults).
+#[derive(Debug, Default)]
+pub(crate) struct StoreFaults {
+    /// Slow windows: (start µs, end µs, latency factor).
+    pub(crate) slow: Vec<(u64, u64, f64)>,
+    /// Failing windows: (start µs, end µs, share of operations failed).
+    pub(crate) failing: Vec<(u64, u64, f64)>,
+}
+
+impl StoreFaults {
+    /// The store's latency factor at true time `now_us` (1: not slow).
+    pub(crate) fn factor(&self, now_us: u64) -> f64 {
+        (self.slow.iter())
+            .filter(|(start, end, _)| *start <= now_us && now_us < *end)
+            .map(|s| s.2)
+            .fold(1.0, f64::max)
+    }
+
+    /// Whether the operation completing at `now_us` fails: a draw inside
+    /// a failing window.
+    pub(crate) fn fails(&self, now_us: u64, rng: &mut Rng) -> bool {
+        let share = (self.failing.iter())
+            .filter(|(start, end, _)| *start <= now_us && now_us < *end)
+            .map(|s| s.2)
+            .fold(0.0, f64::max);
+        share > 0.0 && rng.chance(share)
+    }
+
+    /// The largest latency factor of any window (1: never slow).
+    pub(crate) fn slowest(&self) -> f64 {
+        self.slow.iter().map(|s| s.2).fold(1.0, f64::max)
+    }
+}
 
 /// What a task waits for from a store, done when the store's latency
 /// passes.
@@ -194,7 +230,8 @@ impl Sim {
         let Some(op) = task.waiting.take() else {
             return;
         };
-        if op.asked() != Asked::Global && self.store_fails_now(d) {
+        let (faults, now) = (&self.dcs[d].store_faults, self.world.now);
+        if op.asked() != Asked::Global && faults.fails(now, &mut self.world.rng) {
             return self.dc_store_failed(d, tid, task, op);
         }
         let op = match op {
