@@ -5,60 +5,59 @@
 
 use homing_node::{Answer, NodeTime, WatchRead};
 
-use crate::dc::Task;
+use crate::dc::{DcCtx, Task};
 use crate::event::NodeId;
-use crate::sim::Sim;
 use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 use crate::watch::WatchJob;
 
-impl Sim {
-    /// DC `d` starts answering a `Watch`.
+impl DcCtx<'_> {
+    /// The DC starts answering a `Watch`.
     #[allow(clippy::too_many_arguments)] // the request's origin and its content
-    pub(crate) fn watch_start(&mut self, d: usize, client: NodeId, rpc: u64, read: WatchRead) {
+    pub(crate) fn watch_start(&mut self, client: NodeId, rpc: u64, read: WatchRead) {
         let job = WatchJob {
             read,
             parked: None,
             generation: 0,
         };
         let kind = TaskStepper::Watch(Box::new(job));
-        self.step_start(d, Task::new(client, rpc, NO_KEY, kind));
+        self.step_start(Task::new(client, rpc, NO_KEY, kind));
     }
 
     /// Watch `tid` parks until the DC's log moves or `until` (its
     /// deadline, by the DC's clock).
-    pub(crate) fn watch_park(&mut self, d: usize, tid: u64, mut task: Task, until: NodeTime) {
+    pub(crate) fn watch_park(&mut self, tid: u64, mut task: Task, until: NodeTime) {
         let job = task.kind.watch_mut().expect("a watch parks");
         job.generation += 1;
         job.parked = Some(job.generation);
         let generation = job.generation;
-        let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-        self.dcs[d].watches.insert(tid);
-        self.dcs[d].tasks.insert(tid, task);
-        self.dc_timer(d, tid, generation, at);
+        let at = self.dc.clock.first_true_us_at_us(until.as_us());
+        self.dc.watches.insert(tid);
+        self.dc.tasks.insert(tid, task);
+        self.set_timer(tid, generation, at);
     }
 
-    /// DC `d`'s event log moved: every parked watch reads again.
-    pub(crate) fn watches_moved(&mut self, d: usize) {
-        for tid in std::mem::take(&mut self.dcs[d].watches) {
-            let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+    /// The DC's event log moved: every parked watch reads again.
+    pub(crate) fn watches_moved(&mut self) {
+        for tid in std::mem::take(&mut self.dc.watches) {
+            let Some(mut task) = self.dc.tasks.remove(&tid) else {
                 continue;
             };
             if let Some(job) = task.kind.watch_mut() {
                 job.parked = None;
             }
-            self.step_answered(d, tid, task, Answer::LogMoved(Ok(())));
+            self.step_answered(tid, task, Answer::LogMoved(Ok(())));
         }
     }
 
     /// Watch `tid` stops waiting while parked: its wait ran out
     /// (`Answer::TimedOut`) or the DC shuts down (`Answer::Closed`); it
     /// answers the cursor as it stands.
-    pub(crate) fn watch_ended(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
-        self.dcs[d].watches.remove(&tid);
+    pub(crate) fn watch_ended(&mut self, tid: u64, mut task: Task, answer: Answer) {
+        self.dc.watches.remove(&tid);
         if let Some(job) = task.kind.watch_mut() {
             job.parked = None;
         }
-        self.step_answered(d, tid, task, answer);
+        self.step_answered(tid, task, answer);
     }
 }

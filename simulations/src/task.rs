@@ -20,10 +20,8 @@ use homing_node::{
 
 use crate::acquire::{AcquireJob, acquire_counter};
 use crate::counter::Counter;
-use crate::dc::{Next, Task, peer_answer, unknown_dc};
+use crate::dc::{DcCtx, Next, Task, peer_answer, unknown_dc};
 use crate::drain_scope::DrainScopeJob;
-use crate::event::NodeId;
-use crate::sim::Sim;
 use crate::store::{Asked, StoreCall};
 use crate::upkeep::upkeep_counter;
 use crate::waiting::AwaitJob;
@@ -107,7 +105,7 @@ impl TaskStepper {
     }
 }
 
-/// A task's homing-node [`Stepper`], run by [`Sim::step_drive`].
+/// A task's homing-node [`Stepper`], run by [`DcCtx::step_drive`].
 #[derive(Debug)]
 pub(crate) enum TaskStepper {
     /// A host's acquire: homing-node's [`homing_node::Acquire`] and where
@@ -182,26 +180,18 @@ fn stepping(task: &mut Task) -> &mut TaskStepper {
     &mut task.kind
 }
 
-impl Sim {
-    /// Starts a stepper task at DC `d`.
-    pub(crate) fn step_start(&mut self, d: usize, task: Task) {
-        let tid = self.new_task_id(d);
-        self.step_drive(d, tid, task);
+impl DcCtx<'_> {
+    /// Starts a stepper task at the DC.
+    pub(crate) fn step_start(&mut self, task: Task) {
+        let tid = self.new_task_id();
+        self.step_drive(tid, task);
     }
 
     /// The stepper of task `tid` was answered: it goes on.
-    pub(crate) fn step_answered(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
-        let now = self.now_at(d);
+    pub(crate) fn step_answered(&mut self, tid: u64, mut task: Task, answer: Answer) {
+        let now = self.now();
         stepping(&mut task).answer(answer, now);
-        self.step_drive(d, tid, task);
-    }
-
-    /// Both clocks of DC `d` now.
-    pub(crate) fn now_at(&self, d: usize) -> Now {
-        Now {
-            node: self.node_now(d),
-            store: self.dcs[d].clock.store_time(self.world.now),
-        }
+        self.step_drive(tid, task);
     }
 
     /// A peer answered what the task's stepper asked of it — a
@@ -209,7 +199,6 @@ impl Sim {
     /// (`Err`).
     pub(crate) fn step_peer_answer(
         &mut self,
-        d: usize,
         tid: u64,
         mut task: Task,
         reply: Result<Reply, Failure>,
@@ -235,22 +224,22 @@ impl Sim {
                 })
             })),
         };
-        self.step_answered(d, tid, task, answer);
+        self.step_answered(tid, task, answer);
     }
 
     /// Runs the task's stepper until it asks for something that takes
     /// time, or ends.
-    pub(crate) fn step_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+    pub(crate) fn step_drive(&mut self, tid: u64, mut task: Task) {
         // No effect performed at once moves the simulator's time: both
         // clocks read once serve the whole drive.
-        let now = self.now_at(d);
+        let now = self.now();
         let next = loop {
             let step = stepping(&mut task).step(now.node);
             while let Some(event) = stepping(&mut task).poll_event() {
-                self.dcs[d].endpoint.note(&event);
+                self.dc.endpoint.note(&event);
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
-                    NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
+                    NodeEvent::Shortcut(notice) => self.tell_shortcut(task.key, notice),
                     NodeEvent::Learned { .. } | NodeEvent::QuotaSettled { .. } => {}
                     NodeEvent::Drained(_) => match stepping(&mut task) {
                         TaskStepper::DrainScope(job) => job.drained += 1,
@@ -283,11 +272,11 @@ impl Sim {
                 }
             }
             match step {
-                Step::Ask(effect) => match self.effect_next(d, tid, &mut task, effect) {
+                Step::Ask(effect) => match self.effect_next(tid, &mut task, effect) {
                     Performed::Later(next) => break next,
                     Performed::Now(answer) => stepping(&mut task).answer(answer, now),
                 },
-                Step::Done(ended) => match self.step_ended(d, task, ended) {
+                Step::Done(ended) => match self.step_ended(task, ended) {
                     Some((answering, reply)) => {
                         task = answering;
                         break Next::Reply(reply);
@@ -296,14 +285,14 @@ impl Sim {
                 },
             }
         };
-        self.dc_continue(d, tid, task, next);
+        self.continue_task(tid, task, next);
     }
 
-    /// How DC `d` performs `effect` for `task`: as the task's next
+    /// How the DC performs `effect` for `task`: as the task's next
     /// operation, or answered at once. Cut from the global store, the
     /// succession and DC-lease reads fail at once; entries, confirms,
     /// takeovers and set-if-absent writes find out where they land.
-    fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
+    fn effect_next(&mut self, tid: u64, task: &mut Task, effect: Effect) -> Performed {
         let resolve = matches!(
             effect,
             Effect::Global(GlobalOp::Entry {
@@ -311,8 +300,8 @@ impl Sim {
                 ..
             })
         );
-        let now = self.node_now(d);
-        let dc = &mut self.dcs[d];
+        let now = self.node_now();
+        let dc = &mut *self.dc;
         let effect = match dc.endpoint.answer_at_once(effect, now, &dc.lease.lease) {
             Ok(answer) => {
                 if resolve && answer == Answer::Global(Ok(GlobalAnswer::Entry(None))) {
@@ -332,8 +321,8 @@ impl Sim {
                 }
                 Performed::Later(Next::Store(StoreCall::Dc(op)))
             }
-            Effect::Global(op) => self.global_next(d, task, op),
-            Effect::Segment(id) => match self.ask_segment(d, id) {
+            Effect::Global(op) => self.global_next(task, op),
+            Effect::Segment(id) => match self.ask_segment(id) {
                 Ok(next) => Performed::Later(next),
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
             },
@@ -346,13 +335,13 @@ impl Sim {
                 }
                 self.measurements.count(Counter::DrainForwarded);
                 // Invariant: the walk named the tail's DC, one of ours.
-                let to = self.dc_index[&dc];
+                let to = self.peers.index[&dc];
                 Performed::Later(Next::Peer(to, Request::Drain { key }))
             }
             // The namespace is not counted yet: the DC's store counts it
             // (at once: a count only reads), then the endpoint admits.
             Effect::Admit(namespace) => {
-                let dc = &mut self.dcs[d];
+                let dc = &mut *self.dc;
                 let created = dc.store.keys_created(&namespace, dc.endpoint.count_bound());
                 Performed::Now(dc.endpoint.admit_counted(&namespace, created))
             }
@@ -361,7 +350,7 @@ impl Sim {
                 from,
                 to,
                 expected_token,
-            } => match self.dc_index.get(from.dc()) {
+            } => match self.peers.index.get(from.dc()) {
                 Some(&dc) => {
                     let link = Request::Link {
                         key,
@@ -385,24 +374,24 @@ impl Sim {
             Effect::Cancellation { .. } | Effect::Cover { .. } | Effect::AnswersForTails => {
                 unreachable!("the dc's endpoint answers it at once")
             }
-            Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
+            Effect::Queue(op) => Performed::Now(self.await_queue(tid, task, op)),
             Effect::AwaitLog { until } => Performed::Later(Next::AwaitLog(until)),
-            Effect::Park { until } => match self.await_selected(d, tid, task) {
+            Effect::Park { until } => match self.await_selected(tid, task) {
                 Some(answer) => Performed::Now(answer),
                 None => Performed::Later(Next::Park(until)),
             },
         }
     }
 
-    /// How DC `d` performs the global-store operation `op` for `task`, one
+    /// How the DC performs the global-store operation `op` for `task`, one
     /// its endpoint's memory did not answer: a read
     /// of an entry or a write takes the store's time, and a succession, a
     /// page of them or a DC lease is read at once (what a read decides is
     /// checked where writes land). Cut from the global store, those reads
     /// fail at once; entries, confirms, takeovers and set-if-absent writes
     /// find out where they land.
-    fn global_next(&mut self, d: usize, task: &Task, op: GlobalOp) -> Performed {
-        let now = self.node_now(d);
+    fn global_next(&mut self, task: &Task, op: GlobalOp) -> Performed {
+        let now = self.node_now();
         let read = match &op {
             GlobalOp::Entry { key, read } => {
                 let (key, read) = (key.clone(), *read);
@@ -427,8 +416,8 @@ impl Sim {
                 GlobalAnswer::Successions(self.global.successions_of(dc, after.clone(), *limit))
             }
         };
-        let answer = match self.global_reachable(d) {
-            Ok(()) => Ok(self.dcs[d].endpoint.learn(&op, read, now)),
+        let answer = match self.global_reachable() {
+            Ok(()) => Ok(self.dc.endpoint.learn(&op, read, now)),
             Err(cut) => Err(Failure::Unreachable(cut)),
         };
         Performed::Now(Answer::Global(answer))
@@ -436,7 +425,7 @@ impl Sim {
 
     /// What the task does after its stepper ended: answer its reply
     /// (`Some`), or nothing more.
-    fn step_ended(&mut self, d: usize, task: Task, ended: Ended) -> Option<(Task, Reply)> {
+    fn step_ended(&mut self, task: Task, ended: Ended) -> Option<(Task, Reply)> {
         let reply = match ended {
             Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
             Ended::Serve(reply) => {
@@ -447,7 +436,7 @@ impl Sim {
                         Reply::Error(_) => Counter::DrainRefused,
                         _ => Counter::DrainDone,
                     });
-                    if task.client == NodeId::Dc(d as u16) {
+                    if task.client == self.me() {
                         return None; // the operator's own drain: nobody to answer
                     }
                 }
@@ -457,7 +446,7 @@ impl Sim {
                 let TaskStepper::DrainScope(job) = task.kind else {
                     unreachable!("a drain scope's task")
                 };
-                self.drain_scope_paged(d, *job, done);
+                self.drain_scope_paged(*job, done);
                 return None;
             }
             Ended::DrainScopePage(done) => match done {
@@ -468,12 +457,12 @@ impl Sim {
                 let TaskStepper::Reconcile(reconcile) = &task.kind else {
                     unreachable!("a reconciliation's task")
                 };
-                self.reconciled(d, reconcile, done);
+                self.reconciled(reconcile, done);
                 return None;
             }
             Ended::Upkeep => {
                 if let TaskStepper::Upkeep(upkeep) = task.kind {
-                    self.dcs[d].upkeep = Some(*upkeep);
+                    self.dc.upkeep = Some(*upkeep);
                 }
                 return None;
             }
@@ -482,7 +471,7 @@ impl Sim {
                 Err(e) => Reply::Error(e),
             },
             Ended::Await(result) => {
-                self.await_finish(d, &task, result);
+                self.await_finish(&task, result);
                 return None;
             }
         };
