@@ -4,7 +4,7 @@
 //! homing-store's lease table does), and when a DC cannot reach it
 //! (`cut_from_global` faults). It answers reads and decides writes at the
 //! instant they land; the latency of each, and what a DC learns from it,
-//! are the DC's (`dc.rs`, `dc_lease.rs`).
+//! are the DC's (`dc/mod.rs`, `dc/lease.rs`).
 
 use std::collections::BTreeMap;
 

@@ -18,7 +18,7 @@ use homing_core::{
 
 use crate::checker::Checker;
 use crate::clock::NodeClock;
-use crate::dc::{Dc, DcCtx, Peers};
+use crate::dc::{Dc, DcCtx, Peers, new_upkeep};
 use crate::event::{Event, HostTimer, Message, NodeId};
 use crate::global::{GlobalCut, GlobalStore};
 use crate::host::{Host, HostCtx};
@@ -33,7 +33,6 @@ use crate::rules::Rules;
 use crate::scan::Scanner;
 use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
-use crate::upkeep::new_upkeep;
 use crate::wakeups::{Connections, WakeChecker};
 use crate::watch::Watcher;
 use crate::world::{Regions, World};

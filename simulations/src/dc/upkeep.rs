@@ -1,7 +1,7 @@
 //! Each simulated DC's upkeep: homing-node's `Upkeep` — the pass homingd
 //! runs (reap lapsed leases, abandon proven orphans, settle proven members,
 //! reading only what the DC's expiry index says is due) — run as a stepper
-//! task (`crate::task`) that holds the DC's `Upkeep` while its pass runs,
+//! task (`task.rs`) that holds the DC's `Upkeep` while its pass runs,
 //! its store operations and peer requests each taking its latency. A
 //! pass starts every `reaper_interval_ms` unless one still runs (homingd
 //! waits the interval after a pass ends: the simulator's passes may start a
@@ -14,10 +14,11 @@ use homing_core::{DcId, LeasePolicy};
 use homing_node::{Failure, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
-use crate::dc::{DcCtx, Task};
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::task::TaskStepper;
 use crate::event::Event;
 use crate::scenario::StoreSpec;
-use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 /// A DC's upkeep as it starts: no proofs remembered.

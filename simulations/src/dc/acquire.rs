@@ -1,16 +1,18 @@
 //! An acquire's waits at the simulated DC, performed as homingd's `Node`
 //! performs homing-node's `Effect::Await`: at the holder's DC — a local
-//! waiter (`crate::waiting`) or an `Await` request on a QUIC stream,
+//! waiter (`waiting.rs`) or an `Await` request on a QUIC stream,
 //! lost with its connection when the path or the peer dies — bounded by
 //! the acquire's own deadline, as homingd's `timeout_at` bounds it.
 
 use homing_core::{AwaitReply, ErrorKind, Request, ReservationId};
 use homing_node::{Acquire, AcquireEvent, Answer, Failure};
 
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::waiting::AwaitFor;
+use super::{Next, error};
 use crate::counter::Counter;
-use crate::dc::{DcCtx, Next, Task, error};
 use crate::event::{Event, NodeId};
-use crate::waiting::AwaitFor;
 
 /// An acquire in progress at the acquirer's DC: homing-node's [`Acquire`]
 /// and where it is registered while it waits.

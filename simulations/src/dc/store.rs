@@ -9,8 +9,9 @@ use homing_node::{
 };
 use homing_store::StoreError;
 
+use super::ctx::{DcCtx, dc_view};
+use super::task::Task;
 use crate::counter::Counter;
-use crate::dc::{DcCtx, Task, dc_view};
 use crate::rng::Rng;
 
 /// When a DC's store is slow or fails (`slow_store` and `failing_store`
@@ -68,7 +69,7 @@ impl DcCtx<'_> {
     /// ([`DcCtx::cas`]).
     fn perform(&mut self, op: DcOp) -> Result<Stored, Failure> {
         let dc = &mut *self.dc;
-        let failed = |e| crate::upkeep::store_failure(&dc.id, e);
+        let failed = |e| super::upkeep::store_failure(&dc.id, e);
         Ok(match op {
             DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
             DcOp::Allocate => Stored::Allocated(self.allocate()),
@@ -207,7 +208,7 @@ impl DcCtx<'_> {
             backend: "memory",
             reason: "failing_store fault".into(),
         };
-        let failure = crate::upkeep::store_failure(&self.dc.id, e);
+        let failure = super::upkeep::store_failure(&self.dc.id, e);
         self.store_failed(tid, task, op.asked(), failure.into_reply());
     }
 

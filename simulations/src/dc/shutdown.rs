@@ -10,8 +10,9 @@
 //! homingd's [`DRAIN_MS_MAX`] (or by the fault's restart time) it is cut
 //! there like a crash (counted).
 
+use super::ctx::DcCtx;
+use super::task::Task;
 use crate::counter::{Counter, Timing};
-use crate::dc::DcCtx;
 use homing_core::AwaitReply;
 use homing_node::Answer;
 
@@ -70,7 +71,7 @@ impl DcCtx<'_> {
 
     /// A paused or waiting acquire of the closing DC answers now (a
     /// registration is dropped).
-    pub(crate) fn acquire_closed(&mut self, tid: u64, mut task: crate::dc::Task) {
+    pub(crate) fn acquire_closed(&mut self, tid: u64, mut task: Task) {
         self.measurements.count(Counter::AcquireAnsweredAtShutdown);
         let Some(job) = task.kind.acquire_mut() else {
             unreachable!("a closing dc's paused task is an acquire");

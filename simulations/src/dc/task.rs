@@ -18,14 +18,51 @@ use homing_node::{
     ReconcileEvent, Step, Stepper,
 };
 
-use crate::acquire::{AcquireJob, acquire_counter};
+use super::acquire::{AcquireJob, acquire_counter};
+use super::ctx::DcCtx;
+use super::drain_scope::DrainScopeJob;
+use super::store::{Asked, StoreCall};
+use super::upkeep::upkeep_counter;
+use super::waiting::AwaitJob;
+use super::watch::WatchJob;
+use super::{Next, peer_answer, unknown_dc};
 use crate::counter::Counter;
-use crate::dc::{DcCtx, Next, Task, peer_answer, unknown_dc};
-use crate::drain_scope::DrainScopeJob;
-use crate::store::{Asked, StoreCall};
-use crate::upkeep::upkeep_counter;
-use crate::waiting::AwaitJob;
-use crate::watch::WatchJob;
+use crate::event::NodeId;
+use crate::report::Work;
+
+/// A request or one of the DC's own passes in progress at the DC: who
+/// asked, under which RPC, about which key, the stepper it runs, what it
+/// waits for from a store, and the work it did (for the measurements).
+#[derive(Debug)]
+pub(crate) struct Task {
+    /// Who asked (the DC itself for its own passes).
+    pub(crate) client: NodeId,
+    /// The RPC to answer under.
+    pub(crate) rpc: u64,
+    /// The key concerned (the trace's index), or `NO_KEY`.
+    pub(crate) key: u32,
+    /// The homing-node stepper it runs.
+    pub(crate) kind: TaskStepper,
+    /// The store operation it waits for, if any.
+    pub(crate) waiting: Option<StoreCall>,
+    /// What it did: round trips, writes, awaits.
+    pub(crate) work: Work,
+}
+
+impl Task {
+    /// A task for `client`'s request `rpc` about key `key` (the trace's
+    /// index), nothing asked of the store yet.
+    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Task {
+        Task {
+            client,
+            rpc,
+            key,
+            kind,
+            waiting: None,
+            work: Work::default(),
+        }
+    }
+}
 
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
@@ -125,10 +162,10 @@ pub(crate) enum TaskStepper {
     /// proofs it remembers) until the pass ends.
     Upkeep(Box<homing_node::Upkeep>),
     /// A waiter at the holder's DC, for a peer's `Await` or a local
-    /// acquire: homing-node's [`homing_node::AwaitVacant`] (`src/waiting.rs`).
+    /// acquire: homing-node's [`homing_node::AwaitVacant`] (`waiting.rs`).
     Await(Box<AwaitJob>),
     /// A watcher's `Watch`: homing-node's [`homing_node::WatchRead`]
-    /// (`src/watch.rs`).
+    /// (`watch.rs`).
     Watch(Box<WatchJob>),
 }
 

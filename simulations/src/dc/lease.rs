@@ -28,9 +28,11 @@ use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, NodeTime, StartCheck, start_check,
 };
 
-use crate::dc::{DcCtx, Next, Task};
+use super::Next;
+use super::ctx::DcCtx;
+use super::store::{Asked, StoreCall};
+use super::task::Task;
 use crate::event::Event;
-use crate::store::{Asked, StoreCall};
 use homing_node::StoreOp as DcOp;
 
 /// The DC-lease terms homingd derives from a lease policy by default: a DC
@@ -391,7 +393,7 @@ impl DcCtx<'_> {
     /// handles it as homingd's driver does.
     pub(crate) fn store_failed(&mut self, tid: u64, task: Task, asked: Asked, e: ErrorReply) {
         self.world.current_key = task.key;
-        let answer = crate::task::failed_answer(asked, Failure::from_reply(e));
+        let answer = super::task::failed_answer(asked, Failure::from_reply(e));
         self.step_answered(tid, task, answer);
     }
 

@@ -3,7 +3,7 @@
 //! is homing-node's `Waiters`, and each waiter's loop (first look, join,
 //! re-read, park until the earliest timer, expire a lapsed holder, time out)
 //! is homing-node's `AwaitVacant`, a stepper the simulator's one loop runs
-//! (`src/task.rs`): the same code homingd runs. This module performs its
+//! (`task.rs`): the same code homingd runs. This module performs its
 //! registry operations and parks, and delivers wake-ups to tasks.
 //!
 //! A parked waiter's "select" takes its wake-up first, then a due timer,
@@ -14,9 +14,10 @@ use crate::counter::Counter;
 use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
-use crate::dc::{DcCtx, Task};
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::task::TaskStepper;
 use crate::event::NodeId;
-use crate::task::TaskStepper;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

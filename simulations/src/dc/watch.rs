@@ -1,19 +1,28 @@
 //! The DC's end of watches: a `Watch` request runs as a task driving
 //! homing-node's `WatchRead` (its state a [`WatchJob`]), parks until the
-//! DC's log moves or its wait runs out, and answers (see `watch` for the
-//! protocol and the router's end).
+//! DC's log moves or its wait runs out, and answers (see `crate::watch`
+//! for the protocol and the router's end).
 
 use homing_node::{Answer, NodeTime, WatchRead};
 
-use crate::dc::{DcCtx, Task};
+use super::ctx::DcCtx;
+use super::task::{Task, TaskStepper};
 use crate::event::NodeId;
-use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
-use crate::watch::WatchJob;
+
+/// A DC's `Watch` request in progress.
+#[derive(Debug)]
+pub(crate) struct WatchJob {
+    /// homing-node's watch.
+    pub(crate) read: WatchRead,
+    /// The generation of its deadline timer while parked.
+    pub(crate) parked: Option<u64>,
+    /// The generation of the latest deadline timer armed.
+    pub(crate) generation: u64,
+}
 
 impl DcCtx<'_> {
     /// The DC starts answering a `Watch`.
-    #[allow(clippy::too_many_arguments)] // the request's origin and its content
     pub(crate) fn watch_start(&mut self, client: NodeId, rpc: u64, read: WatchRead) {
         let job = WatchJob {
             read,

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use homing_core::{ErrorReply, NamespaceScope, ReservationId, ScanCursor};
 use homing_node::DrainScope;
 
-use crate::dc::{DcCtx, Task};
-use crate::task::TaskStepper;
+use super::ctx::DcCtx;
+use super::task::{Task, TaskStepper};
 use crate::trace::NO_KEY;
 
 /// One operator drain of a whole DC in progress.

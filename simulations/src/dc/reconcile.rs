@@ -18,10 +18,11 @@
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{Failure, Reconcile};
 
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::task::TaskStepper;
 use crate::counter::Counter;
-use crate::dc::{DcCtx, Task};
 use crate::event::Event;
-use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 impl DcCtx<'_> {

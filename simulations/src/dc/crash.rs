@@ -6,11 +6,11 @@ use homing_core::AwaitReply;
 use homing_node::{Endpoint, StoreOp as DcOp};
 use homing_store::memory::MemoryDc;
 
+use super::ctx::{DcCtx, dc_view};
+use super::lease::DcLeaseDriver;
+use super::store::StoreCall;
 use crate::counter::Counter;
-use crate::dc::{DcCtx, dc_view};
-use crate::dc_lease::DcLeaseDriver;
 use crate::event::Event;
-use crate::store::StoreCall;
 
 impl DcCtx<'_> {
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.

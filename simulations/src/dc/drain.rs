@@ -9,8 +9,8 @@
 
 use homing_core::{Key, Request};
 
-use crate::dc::{DcCtx, Task};
-use crate::task::TaskStepper;
+use super::ctx::DcCtx;
+use super::task::{Task, TaskStepper};
 
 impl DcCtx<'_> {
     /// An operator's drain of `key` (the trace's `key_index`) starts at

@@ -7,14 +7,15 @@
 //! holds for them; every other request as homing-node's `Serve`), and so
 //! do the DC's own passes.
 //!
-//! The DC handles its events given a [`DcCtx`]: itself, its peers to read,
-//! the world, the global store, the checker and the measurements. This
-//! module performs what takes time (global writes, peer requests, pauses)
-//! and routes each answer back; the DC's other modules handle the rest
-//! (store operations in `store.rs`, an acquire's waits in `acquire.rs`,
-//! waiters in `waiting.rs`, its lease in `dc_lease.rs`, upkeep, drains,
-//! watches, reconciliation, shutdown, and a crash and a restart in
-//! `crash.rs`). The checkers read the DCs through [`DcsView`].
+//! The DC handles its events given a `DcCtx` (`ctx.rs`): itself, its
+//! peers to read, the world, the global store, the checker and the
+//! measurements. This module performs what takes time (global writes, peer
+//! requests, pauses) and routes each answer back; the DC's other modules
+//! handle the rest (its tasks in `task.rs`, store operations in
+//! `store.rs`, an acquire's waits in `acquire.rs`, waiters in
+//! `waiting.rs`, its lease in `lease.rs`, upkeep, drains, watches,
+//! reconciliation, shutdown, and a crash and a restart in `crash.rs`).
+//! The checkers read the DCs through [`DcsView`].
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
@@ -28,28 +29,38 @@ use homing_core::{
 };
 use homing_node::{
     Answer, Dispatch, Endpoint, EndpointConfig, Failure, GlobalAnswer, GlobalOp, Handling,
-    MEMORY_ENTRIES_DEFAULT, MemoryLimits, NodeConfig, NodeTime, Now, StoreOp as DcOp, Upkeep,
+    MEMORY_ENTRIES_DEFAULT, MemoryLimits, NodeConfig, NodeTime, StoreOp as DcOp, Upkeep,
     WaitLimits, Waiters,
 };
 use homing_store::memory::MemoryDc;
 
-use crate::acquire::AcquireJob;
-use crate::checker::Checker;
+mod acquire;
+mod crash;
+mod ctx;
+mod drain;
+mod drain_scope;
+pub mod lease;
+mod reconcile;
+mod shutdown;
+mod store;
+mod task;
+mod upkeep;
+mod waiting;
+mod watch;
+
+pub(crate) use ctx::{DcCtx, Peers, dc_view};
+pub(crate) use upkeep::new_upkeep;
+
 use crate::clock::NodeClock;
 use crate::counter::Counter;
-use crate::dc_lease::DcLeaseDriver;
 use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
-use crate::global::GlobalStore;
 use crate::invariants::DcsView;
-use crate::keys::Keys;
-use crate::report::{Measurements, Work};
-use crate::rules::Rules;
-use crate::scenario::Scenario;
-use crate::store::{StoreCall, StoreFaults};
-use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
-use crate::waiting::AwaitFor;
-use crate::world::World;
+use acquire::AcquireJob;
+use lease::DcLeaseDriver;
+use store::{StoreCall, StoreFaults};
+use task::{Task, TaskStepper};
+use waiting::AwaitFor;
 
 /// One simulated DC.
 #[derive(Debug)]
@@ -176,187 +187,11 @@ impl DcsView for Vec<Dc> {
     }
 }
 
-/// What a DC's handlers take from the rest of the simulation: the DC
-/// itself (the actor), what it may read of the other DCs, the shared
-/// world, the global store, the run's keys, the checker and measurements
-/// it reports to, and the run's settings. Its handlers (`impl DcCtx`,
-/// in this module and the DC's others) are the DC's event handling;
-/// `Sim::on_dc` builds one for the DC an event concerns.
-///
-/// The DC reports to the checker directly, not through an
-/// [`crate::observe::Observer`] as routers and hosts do: the checks a DC
-/// triggers (a commit, a global write, a restart) judge every DC's
-/// records at that instant, its own included, so it builds the checker's
-/// [`View`] itself from its own state and its peers' (`dc_view!`).
-pub(crate) struct DcCtx<'a> {
-    /// The DC that handles the event.
-    pub(crate) dc: &'a mut Dc,
-    /// The other DCs, read only.
-    pub(crate) peers: Peers<'a>,
-    /// Time, the queue, the network, the rng.
-    pub(crate) world: &'a mut World,
-    /// The global store.
-    pub(crate) global: &'a mut GlobalStore,
-    /// The run's keys, numbered.
-    pub(crate) keys: &'a mut Keys,
-    /// The invariant checkers.
-    pub(crate) checker: &'a mut Checker,
-    /// Latency samples and counters.
-    pub(crate) measurements: &'a mut Measurements,
-    /// The scenario: store latencies, network timeouts.
-    pub(crate) scenario: &'a Scenario,
-    /// The lease policy every DC applies.
-    pub(crate) policy: LeasePolicy,
-    /// The rules it runs (some broken on purpose by tests).
-    pub(crate) rules: Rules,
-}
-
-/// The DCs other than the one handling an event, as it may read them
-/// (never change them): those of lower and higher index, and every DC's
-/// index by name.
-pub(crate) struct Peers<'a> {
-    /// The DCs of lower index.
-    pub(crate) before: &'a [Dc],
-    /// The DCs of higher index.
-    pub(crate) after: &'a [Dc],
-    /// Each DC's index by name.
-    pub(crate) index: &'a BTreeMap<DcId, u16>,
-}
-
-/// Every DC while one of them handles an event: that one and its peers,
-/// in index order.
-#[derive(Clone, Copy)]
-pub(crate) struct AllDcs<'a> {
-    /// The DCs of lower index.
-    pub(crate) before: &'a [Dc],
-    /// The DC that handles the event.
-    pub(crate) dc: &'a Dc,
-    /// The DCs of higher index.
-    pub(crate) after: &'a [Dc],
-}
-
-impl<'a> AllDcs<'a> {
-    /// DC `d`.
-    pub(crate) fn get(self, d: usize) -> &'a Dc {
-        match d.cmp(&self.before.len()) {
-            std::cmp::Ordering::Less => &self.before[d],
-            std::cmp::Ordering::Equal => self.dc,
-            std::cmp::Ordering::Greater => &self.after[d - self.before.len() - 1],
-        }
-    }
-
-    /// Every DC, in index order.
-    pub(crate) fn iter(self) -> impl Iterator<Item = &'a Dc> {
-        (self.before.iter())
-            .chain(std::iter::once(self.dc))
-            .chain(self.after)
-    }
-}
-
-/// Every DC, as the checkers read them while one DC handles an event.
-impl DcsView for AllDcs<'_> {
-    fn store(&self, d: usize) -> &MemoryDc {
-        &self.get(d).store
-    }
-
-    fn up(&self, d: usize) -> bool {
-        self.get(d).up
-    }
-
-    fn clock(&self, d: usize) -> NodeClock {
-        self.get(d).clock
-    }
-}
-
-/// The checker's view from the DC context `$ctx`: a macro, so that the
-/// checker (a field beside these) stays borrowable mutably in the same call.
-macro_rules! dc_view {
-    ($ctx:expr) => {
-        $crate::invariants::View {
-            dcs: &$crate::dc::AllDcs {
-                before: $ctx.peers.before,
-                dc: &*$ctx.dc,
-                after: $ctx.peers.after,
-            },
-            global: $ctx.global.entries(),
-            keys: $ctx.keys.all(),
-            dc_index: $ctx.peers.index,
-            successions: $ctx.global.successions(),
-        }
-    };
-}
-pub(crate) use dc_view;
-
-impl DcCtx<'_> {
-    /// This DC's index.
-    pub(crate) fn d(&self) -> usize {
-        usize::from(self.dc.idx)
-    }
-
-    /// This DC as a node of the network.
-    pub(crate) fn me(&self) -> NodeId {
-        NodeId::Dc(self.dc.idx)
-    }
-
-    /// Every DC, this one included.
-    pub(crate) fn all_dcs(&self) -> AllDcs<'_> {
-        AllDcs {
-            before: self.peers.before,
-            dc: self.dc,
-            after: self.peers.after,
-        }
-    }
-
-    /// DC `d`: this one or a peer.
-    pub(crate) fn dc_at(&self, d: usize) -> &Dc {
-        self.all_dcs().get(d)
-    }
-
-    /// The DC's node clock now: its local clock, µs.
-    pub(crate) fn node_now(&self) -> NodeTime {
-        NodeTime::from_us(self.dc.clock.local_us(self.world.now))
-    }
-
-    /// Both clocks of the DC now.
-    pub(crate) fn now(&self) -> Now {
-        Now {
-            node: self.node_now(),
-            store: self.dc.clock.store_time(self.world.now),
-        }
-    }
-}
-
 /// What a simulated DC remembers: homingd's defaults.
 const MEMORY_LIMITS: MemoryLimits = MemoryLimits {
     entries: MEMORY_ENTRIES_DEFAULT,
     absent_ttl_ms: NODE_ABSENT_TTL_MS_DEFAULT,
 };
-
-#[derive(Debug)]
-pub(crate) struct Task {
-    pub(crate) client: NodeId,
-    pub(crate) rpc: u64,
-    pub(crate) key: u32,
-    /// The homing-node stepper it runs.
-    pub(crate) kind: TaskStepper,
-    pub(crate) waiting: Option<StoreCall>,
-    pub(crate) work: Work,
-}
-
-impl Task {
-    /// A task for `client`'s request `rpc` about key `key` (the trace's
-    /// index), nothing asked of the store yet.
-    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Task {
-        Task {
-            client,
-            rpc,
-            key,
-            kind,
-            waiting: None,
-            work: Work::default(),
-        }
-    }
-}
 
 /// What a driving step decided.
 pub(crate) enum Next {
