@@ -149,21 +149,6 @@ pub struct View<'a> {
     pub successions: &'a BTreeMap<ReservationId, homing_core::Succession>,
 }
 
-/// The checker's view of the simulator `$sim`: a macro, so that the checker
-/// (a field beside these) stays borrowable mutably in the same call.
-macro_rules! view {
-    ($sim:expr) => {
-        $crate::invariants::View {
-            dcs: &$sim.dcs,
-            global: &$sim.global,
-            keys: &$sim.keys,
-            dc_index: &$sim.dc_index,
-            successions: &$sim.successions,
-        }
-    };
-}
-pub(crate) use view;
-
 impl View<'_> {
     /// The record of `id` at its DC, with that DC's index.
     pub fn record(&self, id: &ReservationId) -> Option<(usize, &DcRecord)> {

@@ -20,36 +20,26 @@
 
 #![forbid(unsafe_code)]
 
-mod acquire;
 pub mod checker;
 pub mod clock;
 pub mod counter;
-mod crash;
 pub mod dc;
-pub mod dc_lease;
-mod dc_watch;
-mod drain;
-mod drain_scope;
 pub mod event;
+mod global;
 pub mod host;
 pub mod invariants;
+mod keys;
 pub mod network;
 mod observe;
-mod reconcile;
 pub mod report;
 pub mod rng;
 pub mod router;
 pub mod rules;
 mod scan;
 pub mod scenario;
-mod shutdown;
 pub mod sim;
-mod store;
 pub mod swarm;
-mod task;
 pub mod trace;
-mod upkeep;
-mod waiting;
 pub mod wakeups;
 mod watch;
 mod world;

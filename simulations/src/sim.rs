@@ -1,24 +1,29 @@
-//! The discrete-event core: a binary heap of events ordered by (true time,
-//! sequence number), the nodes (DCs, hosts, routers), the global store, the
-//! network, the invariant checker and the trace. One [`Rng`] seeded from the
-//! run's seed makes every choice; maps are `BTreeMap`s, so nothing depends on
-//! hash order, and the wall clock is read only to report events per second.
+//! The discrete-event core: a run builds the world from its scenario and
+//! seed (the DCs, hosts and routers, the global store, the network, the
+//! checker), then its loop takes each event in (true time, sequence
+//! number) order and dispatches it to the actor it concerns — a DC given a
+//! [`DcCtx`], a host a [`HostCtx`], a router a [`RouterCtx`] — records it
+//! in the trace and stops at the first violated invariant. One [`Rng`]
+//! seeded from the run's seed makes every choice; maps are `BTreeMap`s, so
+//! nothing depends on hash order, and the wall clock is read only to
+//! report events per second.
 
 use crate::counter::{Counter, Op};
 use std::collections::BTreeMap;
 
 use homing_core::{
-    DcId, DcStanding, FencingToken, HostTime, Key, KeyName, LeasePolicy, PreviousRun, Reply,
-    Request, ReservationId, RunOutcome, TailView,
+    DcId, DcStanding, FencingToken, HostTime, LeasePolicy, PreviousRun, ReservationId, RunOutcome,
+    TailView,
 };
 
 use crate::checker::Checker;
 use crate::clock::NodeClock;
-use crate::dc::Dc;
-use crate::dc_lease::StoreDcLease;
-use crate::event::{Body, Event, HostTimer, Message, NodeId};
+use crate::dc::{Dc, DcCtx, Peers, new_upkeep};
+use crate::event::{Event, HostTimer, Message, NodeId};
+use crate::global::{GlobalCut, GlobalStore};
 use crate::host::{Host, HostCtx};
-use crate::invariants::{View, Violation, view};
+use crate::invariants::{View, Violation};
+use crate::keys::Keys;
 use crate::network::{Network, Partition};
 use crate::observe::Observer;
 use crate::report::{Measurements, Work};
@@ -28,7 +33,6 @@ use crate::rules::Rules;
 use crate::scan::Scanner;
 use crate::scenario::{Fault, Scenario, ScenarioError};
 use crate::trace::{NO_KEY, Trace, TraceRecord};
-use crate::upkeep::new_upkeep;
 use crate::wakeups::{Connections, WakeChecker};
 use crate::watch::Watcher;
 use crate::world::{Regions, World};
@@ -115,22 +119,11 @@ pub struct Sim {
     pub(crate) dcs: Vec<Dc>,
     pub(crate) hosts: Vec<Host>,
     pub(crate) routers: Vec<Router>,
-    pub(crate) global: BTreeMap<Key, ReservationId>,
-    /// When each global entry landed (µs of true time), for lagging nearest reads.
-    pub(crate) global_landed_us: BTreeMap<Key, u64>,
-    pub(crate) keys: Vec<Key>,
-    pub(crate) key_index: BTreeMap<Key, u32>,
+    /// The global store.
+    pub(crate) global: GlobalStore,
+    /// The run's keys, numbered.
+    pub(crate) keys: Keys,
     pub(crate) dc_index: BTreeMap<DcId, u16>,
-    pub(crate) reservation_key: BTreeMap<ReservationId, u32>,
-    pub(crate) slow_stores: Vec<(u16, u64, u64, f64)>,
-    /// Failing-store windows: (dc, start µs, end µs, share of operations).
-    pub(crate) failing_stores: Vec<(u16, u64, u64, f64)>,
-    /// DCs cut off from the global store: (dc, start µs, end µs).
-    pub(crate) global_cuts: Vec<(u16, u64, u64)>,
-    /// What the global store keeps about each DC's lease.
-    pub(crate) global_leases: Vec<StoreDcLease>,
-    /// The global store's successions (DESIGN.md §7.5), by the reservation succeeded.
-    pub(crate) successions: std::collections::BTreeMap<ReservationId, homing_core::Succession>,
     pub(crate) checker: Checker,
     pub(crate) trace: Trace,
     pub(crate) measurements: Measurements,
@@ -201,20 +194,7 @@ impl Sim {
                 routers.push(router);
             }
         }
-        let keys: Vec<Key> = (0..scenario.keys)
-            .map(|i| {
-                // Invariant: "k<n>" satisfies the key-name rule.
-                Key::new(KeyName::new(format!("k{i}")).expect("valid key name"))
-            })
-            .collect();
-        let key_index = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k.clone(), i as u32))
-            .collect();
         let mut partitions = Vec::new();
-        let mut slow_stores = Vec::new();
-        let mut failing_stores = Vec::new();
         let mut global_cuts = Vec::new();
         for fault in &scenario.faults {
             match fault {
@@ -243,22 +223,18 @@ impl Sim {
                     for_ms,
                     fraction: amount,
                 } => {
-                    let window = (
-                        scenario.dc_index(dc)? as u16,
-                        ms_to_us(*at_ms),
-                        ms_to_us(at_ms + for_ms),
-                        *amount,
-                    );
+                    let window = (ms_to_us(*at_ms), ms_to_us(at_ms + for_ms), *amount);
+                    let faults = &mut dcs[scenario.dc_index(dc)?].store_faults;
                     match fault {
-                        Fault::SlowStore { .. } => slow_stores.push(window),
-                        _ => failing_stores.push(window),
+                        Fault::SlowStore { .. } => faults.slow.push(window),
+                        _ => faults.failing.push(window),
                     }
                 }
-                Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push((
-                    scenario.dc_index(dc)? as u16,
-                    ms_to_us(*at_ms),
-                    ms_to_us(at_ms + for_ms),
-                )),
+                Fault::CutFromGlobal { dc, at_ms, for_ms } => global_cuts.push(GlobalCut {
+                    dc: dcs[scenario.dc_index(dc)?].id.clone(),
+                    start_us: ms_to_us(*at_ms),
+                    end_us: ms_to_us(at_ms + for_ms),
+                }),
                 _ => {}
             }
         }
@@ -273,7 +249,9 @@ impl Sim {
         // Slack for a wake-up: a timer's millisecond, a few store operations
         // at their slowest (a waiter's read, an expire's read and CAS, a
         // release computed one operation before it lands).
-        let slow = slow_stores.iter().map(|s| s.3).fold(1.0, f64::max);
+        let slow = (dcs.iter())
+            .map(|d| d.store_faults.slowest())
+            .fold(1.0, f64::max);
         let op_us = (scenario.stores.dc_op_ms + scenario.stores.dc_op_jitter_ms) * 1000.0;
         let allowance_us = 5_000 + (6.0 * op_us * slow) as u64;
         let connections = Connections {
@@ -302,6 +280,11 @@ impl Sim {
             ms_to_us(n.idle_timeout_ms),
             scenario.encode_messages,
         );
+        let global = GlobalStore::new(
+            dcs.iter().map(|d| &d.id),
+            scenario.stores.global_nearest_lag_ms,
+            global_cuts,
+        );
         let mut sim = Sim {
             seed,
             scenario: scenario.clone(),
@@ -312,8 +295,7 @@ impl Sim {
             dcs,
             hosts,
             routers,
-            global: BTreeMap::new(),
-            global_landed_us: BTreeMap::new(),
+            global,
             checker: Checker::new(
                 scenario.keys as usize,
                 dc_clocks,
@@ -322,15 +304,8 @@ impl Sim {
                 absent_staleness_us(scenario),
                 wake,
             ),
-            keys,
-            key_index,
+            keys: Keys::new(scenario.keys),
             dc_index,
-            reservation_key: BTreeMap::new(),
-            slow_stores,
-            failing_stores,
-            global_cuts,
-            global_leases: vec![StoreDcLease::default(); scenario.dcs.len()],
-            successions: std::collections::BTreeMap::new(),
             trace: Trace::default(),
             measurements: Measurements::default(),
             events: 0,
@@ -342,8 +317,8 @@ impl Sim {
 
     fn schedule_start(&mut self) {
         // Each DC's lease: checked and renewed once before it serves.
-        for d in 0..self.dcs.len() {
-            self.dc_lease_open(d);
+        for d in 0..self.dcs.len() as u16 {
+            self.on_dc(d, |dc| dc.lease_open());
         }
         let w = self.scenario.workload.clone();
         for h in 0..self.hosts.len() {
@@ -491,60 +466,6 @@ impl Sim {
             );
             self.checker.on_suspicion_not_cleared(detail);
         }
-    }
-
-    /// Sends a request on a QUIC stream (see [`World::stream_send`]) and
-    /// arms its timeout; returns the RPC id.
-    pub(crate) fn stream_request(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        key: u32,
-        request: Request,
-        timeout_us: u64,
-    ) -> u64 {
-        let (rpc, message) = self
-            .world
-            .request_message(from, to, key, request, timeout_us);
-        self.stream_send(message);
-        rpc
-    }
-
-    /// Answers DC `d`'s parked request on its QUIC stream.
-    pub(crate) fn stream_reply(
-        &mut self,
-        d: usize,
-        client: NodeId,
-        rpc: u64,
-        key: u32,
-        reply: Reply,
-    ) {
-        let message = Message {
-            from: NodeId::Dc(d as u16),
-            to: client,
-            rpc,
-            key,
-            body: Body::Reply(reply),
-        };
-        if !self.stream_send(message)
-            && let NodeId::Dc(o) = client
-        {
-            self.checker
-                .wake
-                .on_reply_undeliverable(self.world.now, o, rpc);
-        }
-    }
-
-    /// Sends on a QUIC stream; `false` if the connection died under it.
-    /// A message to a DC that is down is lost: it rides a connection to the
-    /// dead process, which its restarted successor resets.
-    fn stream_send(&mut self, message: Message) -> bool {
-        if let NodeId::Dc(t) = message.to
-            && !self.dcs[usize::from(t)].up
-        {
-            return true;
-        }
-        self.world.stream_send(message)
     }
 
     /// Runs to the end of the scenario or the first violation.
@@ -701,10 +622,10 @@ impl Sim {
     fn dispatch(&mut self, event: Event) {
         match event {
             Event::Deliver(message) => self.deliver(*message),
-            Event::Store { dc, epoch, task } => self.dc_store_done(usize::from(dc), epoch, task),
-            Event::GlobalSet(set) => self.dc_global_set(*set),
+            Event::Store { dc, epoch, task } => self.on_dc(dc, |dc| dc.store_done(epoch, task)),
+            Event::GlobalSet(set) => self.on_dc(set.dc, |dc| dc.global_set_lands(*set)),
             Event::Timeout { node, rpc } => match node {
-                NodeId::Dc(d) => self.dc_timeout(usize::from(d), rpc),
+                NodeId::Dc(d) => self.on_dc(d, |dc| dc.timeout(rpc)),
                 NodeId::Host(h) => self.on_host(h, |host, ctx| host.timeout(rpc, ctx)),
                 NodeId::Router(r) => self.on_router(r, |router, ctx| router.timeout(rpc, ctx)),
             },
@@ -728,11 +649,11 @@ impl Sim {
                 epoch,
                 task,
                 generation,
-            } => self.dc_task_timer(usize::from(dc), epoch, task, generation),
+            } => self.on_dc(dc, |dc| dc.task_timer(epoch, task, generation)),
             Event::ConnectionLost { dc, rpc, reset } => {
-                self.dc_connection_lost(usize::from(dc), rpc, reset)
+                self.on_dc(dc, |dc| dc.connection_lost(rpc, reset))
             }
-            Event::Reap { dc } => self.reap(usize::from(dc)),
+            Event::Reap { dc } => self.on_dc(dc, |dc| dc.reap()),
             Event::HostCrash => {
                 let h = self.world.rng.below(self.hosts.len() as u64) as u32;
                 self.on_host(h, Host::crash);
@@ -741,38 +662,38 @@ impl Sim {
                 self.world.schedule(at, Event::HostCrash);
             }
             Event::HostRestart { host } => self.on_host(host, Host::restart),
-            Event::DcCrash { dc } => self.dc_crash(usize::from(dc)),
-            Event::DcClose { dc } => self.dc_close(usize::from(dc)),
-            Event::DcCloseCheck { dc } => self.dc_close_check(usize::from(dc)),
-            Event::ReconcileRetry { dc, epoch } => self.reconcile_retry(usize::from(dc), epoch),
-            Event::DcRestart { dc, store_lost } => self.dc_restart(usize::from(dc), store_lost),
+            Event::DcCrash { dc } => self.on_dc(dc, |dc| dc.crash()),
+            Event::DcClose { dc } => self.on_dc(dc, |dc| dc.close()),
+            Event::DcCloseCheck { dc } => self.on_dc(dc, |dc| dc.close_check()),
+            Event::ReconcileRetry { dc, epoch } => self.on_dc(dc, |dc| dc.reconcile_retry(epoch)),
+            Event::DcRestart { dc, store_lost } => self.on_dc(dc, |dc| dc.restart(store_lost)),
             Event::DcLeaseTick {
                 dc,
                 epoch,
                 generation,
-            } => self.dc_lease_tick(usize::from(dc), epoch, generation),
+            } => self.on_dc(dc, |dc| dc.lease_tick(epoch, generation)),
             Event::DcRenewalLands {
                 dc,
                 epoch,
                 seq,
                 terms,
                 marks,
-            } => self.dc_renewal_lands(usize::from(dc), epoch, seq, terms, marks),
+            } => self.on_dc(dc, |dc| dc.renewal_lands(epoch, seq, terms, marks)),
             Event::DcRenewalTimeout { dc, epoch, seq } => {
-                self.dc_renewal_timeout(usize::from(dc), epoch, seq)
+                self.on_dc(dc, |dc| dc.renewal_timeout(epoch, seq))
             }
             Event::DcLeaseExpiry { dc, received_us } => {
-                self.dc_lease_expiry(usize::from(dc), received_us)
+                self.on_dc(dc, |dc| dc.lease_expiry(received_us))
             }
             Event::MarksTimeout { dc, epoch, task } => {
-                self.marks_timeout(usize::from(dc), epoch, task)
+                self.on_dc(dc, |dc| dc.marks_timeout(epoch, task))
             }
             Event::GlobalFailed { dc, epoch, task } => {
-                self.global_failed(usize::from(dc), epoch, task)
+                self.on_dc(dc, |dc| dc.global_failed(epoch, task))
             }
-            Event::CutEnds { dc, start_us } => self.cut_ends(usize::from(dc), start_us),
+            Event::CutEnds { dc, start_us } => self.on_dc(dc, |dc| dc.cut_ends(start_us)),
             Event::Drain { count } => self.drain_keys(count),
-            Event::DrainScope { dc } => self.drain_scope_begin(usize::from(dc)),
+            Event::DrainScope { dc } => self.on_dc(dc, |dc| dc.drain_scope_begin()),
             Event::CrashHosts { dc, fraction_ppm } => {
                 for h in 0..self.hosts.len() {
                     if self.hosts[h].dc == dc
@@ -787,10 +708,51 @@ impl Sim {
 
     fn deliver(&mut self, message: Message) {
         match message.to {
-            NodeId::Dc(d) => self.dc_receive(usize::from(d), message),
+            NodeId::Dc(d) => self.on_dc(d, |dc| dc.receive(message)),
             NodeId::Host(h) => self.on_host(h, |host, ctx| host.receive(message, ctx)),
             NodeId::Router(r) => self.on_router(r, |router, ctx| router.receive(message, ctx)),
         }
+    }
+
+    /// The `drain` fault: an operator drains `count` random keys, each
+    /// through a random running DC.
+    fn drain_keys(&mut self, count: u32) {
+        for _ in 0..count {
+            let k = self.world.rng.below(self.keys.all().len() as u64) as usize;
+            let d = self.world.rng.below(self.dcs.len() as u64) as u16;
+            if !self.dcs[usize::from(d)].up {
+                continue;
+            }
+            self.measurements.count(Counter::DrainRequested);
+            let key = self.keys.all()[k].clone();
+            self.on_dc(d, |dc| dc.drain_start(k as u32, key));
+        }
+    }
+
+    /// DC `d` handles an event with `handle`, given its context: itself,
+    /// its peers to read, the world, the global store, the keys, the
+    /// checker and measurements, and the run's settings.
+    fn on_dc<R>(&mut self, d: u16, handle: impl FnOnce(&mut DcCtx) -> R) -> R {
+        let (before, rest) = self.dcs.split_at_mut(usize::from(d));
+        // Invariant: events name DCs of the simulation.
+        let (dc, after) = rest.split_first_mut().expect("a dc of the simulation");
+        let mut ctx = DcCtx {
+            dc,
+            peers: Peers {
+                before,
+                after,
+                index: &self.dc_index,
+            },
+            world: &mut self.world,
+            global: &mut self.global,
+            keys: &mut self.keys,
+            checker: &mut self.checker,
+            measurements: &mut self.measurements,
+            scenario: &self.scenario,
+            policy: self.policy,
+            rules: self.rules,
+        };
+        handle(&mut ctx)
     }
 
     /// Router `r` handles an event with `handle`, given the world, the
@@ -801,7 +763,7 @@ impl Sim {
         let mut ctx = RouterCtx {
             world: &mut self.world,
             observer: &mut observers,
-            keys: &self.keys,
+            keys: self.keys.all(),
             workload: &self.scenario.workload,
             region_store: &self.dcs[usize::from(router.region)].store,
         };
@@ -817,37 +779,28 @@ impl Sim {
         let mut ctx = HostCtx {
             world: &mut self.world,
             observer: &mut observers,
-            keys: &self.keys,
+            keys: self.keys.all(),
             scenario: &self.scenario,
             dc_up,
         };
         handle(host, &mut ctx);
     }
-
-    /// Whether DC `d`'s store fails the operation completing now (a draw
-    /// inside a failing-store window).
-    pub(crate) fn store_fails_now(&mut self, d: usize) -> bool {
-        let now = self.world.now;
-        let share = self
-            .failing_stores
-            .iter()
-            .filter(|(dc, start, end, _)| usize::from(*dc) == d && *start <= now && now < *end)
-            .map(|s| s.3)
-            .fold(0.0, f64::max);
-        share > 0.0 && self.world.rng.chance(share)
-    }
-
-    /// The slow-store factor for DC `d` now.
-    pub(crate) fn store_factor(&self, d: usize) -> f64 {
-        self.slow_stores
-            .iter()
-            .filter(|(dc, start, end, _)| {
-                usize::from(*dc) == d && *start <= self.world.now && self.world.now < *end
-            })
-            .map(|s| s.3)
-            .fold(1.0, f64::max)
-    }
 }
+
+/// The checker's view of the simulator `$sim`: a macro, so that the checker
+/// (a field beside these) stays borrowable mutably in the same call.
+macro_rules! view {
+    ($sim:expr) => {
+        View {
+            dcs: &$sim.dcs,
+            global: $sim.global.entries(),
+            keys: $sim.keys.all(),
+            dc_index: &$sim.dc_index,
+            successions: $sim.global.successions(),
+        }
+    };
+}
+use view;
 
 /// The checker and the measurements, borrowed together with what the
 /// checker judges against: what an actor reports to.
@@ -855,8 +808,8 @@ struct Observers<'a> {
     checker: &'a mut Checker,
     measurements: &'a mut Measurements,
     view: View<'a>,
-    /// What the global store keeps about each DC's lease.
-    global_leases: &'a [StoreDcLease],
+    /// The global store: what it keeps of each DC's lease.
+    global: &'a GlobalStore,
 }
 
 /// The [`Observers`] of the simulator `$sim`: a macro, so that the actor
@@ -867,7 +820,7 @@ macro_rules! observers {
             checker: &mut $sim.checker,
             measurements: &mut $sim.measurements,
             view: view!($sim),
-            global_leases: &$sim.global_leases,
+            global: &$sim.global,
         }
     };
 }
@@ -935,8 +888,8 @@ impl Observer for Observers<'_> {
         reservation: &ReservationId,
     ) {
         let dc = reservation.dc();
-        if let Some(&d) = self.view.dc_index.get(dc)
-            && self.global_leases[usize::from(d)].standing(now_us) == DcStanding::Expired
+        if let Some(lease) = self.global.lease(dc)
+            && lease.standing(now_us) == DcStanding::Expired
         {
             self.checker
                 .on_holder_start_under_expired_dc(dc, key, host, reservation);

@@ -1,9 +1,9 @@
-//! Watches: what each end keeps, and the router's end. A DC answers `Watch { scope, after, wait_ms }` as
-//! homingd's `Node::watch` does, driving homing-node's `WatchRead` over its
-//! store's event log (homing-store's memory backend): read pages, park
-//! until the log moves (any write that appends an event) or the wait runs
-//! out, answer (`dc_watch` drives it; [`WatchJob`] is what it keeps). A
-//! crash loses parked watches (their requests time out).
+//! Watches, and the router's end of them. A DC answers `Watch { scope,
+//! after, wait_ms }` as homingd's `Node::watch` does, driving
+//! homing-node's `WatchRead` over its store's event log (homing-store's
+//! memory backend): read pages, park until the log moves (any write that
+//! appends an event) or the wait runs out, answer (the DC's end:
+//! `dc/watch.rs`). A crash loses parked watches (their requests time out).
 //!
 //! Each region's first router also watches its DC's whole log
 //! (`workload.watch`), as an edge router following events would: it asks
@@ -18,7 +18,6 @@
 
 use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
-use homing_node::WatchRead;
 
 use crate::event::{Event, NodeId};
 use crate::observe::Observer;
@@ -29,17 +28,6 @@ use crate::world::World;
 pub const WATCH_WAIT_MS: u32 = 2_000;
 /// Pause before a watcher asks again after a failure, ms.
 pub const WATCH_RETRY_MS: u64 = 250;
-
-/// A DC's `Watch` request in progress.
-#[derive(Debug)]
-pub(crate) struct WatchJob {
-    /// homing-node's watch.
-    pub(crate) read: WatchRead,
-    /// The generation of its deadline timer while parked.
-    pub(crate) parked: Option<u64>,
-    /// The generation of the latest deadline timer armed.
-    pub(crate) generation: u64,
-}
 
 /// A router's watch of its region's DC.
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 //! [`Stepper`] that asks one [`Effect`] at a time, is handed one [`Answer`]
 //! back, and notes [`NodeEvent`]s for its node between steps. Every decision
 //! is taken here; homingd (`Node::drive` in crates/homing-daemon) and the
-//! simulator (`Sim::step_drive` in simulations/) only perform the effects,
+//! simulator (`DcCtx::step_drive` in simulations/) only perform the effects,
 //! so both run the same code. Where each driver performs each effect:
 //! docs/ARCHITECTURE.md, the table under homing-node.
 //!

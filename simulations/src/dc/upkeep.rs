@@ -1,7 +1,7 @@
 //! Each simulated DC's upkeep: homing-node's `Upkeep` — the pass homingd
 //! runs (reap lapsed leases, abandon proven orphans, settle proven members,
 //! reading only what the DC's expiry index says is due) — run as a stepper
-//! task (`crate::task`) that holds the DC's `Upkeep` while its pass runs,
+//! task (`task.rs`) that holds the DC's `Upkeep` while its pass runs,
 //! its store operations and peer requests each taking its latency. A
 //! pass starts every `reaper_interval_ms` unless one still runs (homingd
 //! waits the interval after a pass ends: the simulator's passes may start a
@@ -14,11 +14,11 @@ use homing_core::{DcId, LeasePolicy};
 use homing_node::{Failure, Upkeep, UpkeepEvent, UpkeepLimits};
 use homing_store::{SCAN_LIMIT_MAX, StoreError};
 
-use crate::dc::Task;
-use crate::event::{Event, NodeId};
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::task::TaskStepper;
+use crate::event::Event;
 use crate::scenario::StoreSpec;
-use crate::sim::Sim;
-use crate::task::TaskStepper;
 use crate::trace::NO_KEY;
 
 /// A DC's upkeep as it starts: no proofs remembered.
@@ -42,29 +42,29 @@ pub(crate) fn store_failure(dc: &DcId, e: StoreError) -> Failure {
     Failure::of_store(dc, e.is_unavailable(), e)
 }
 
-impl Sim {
-    /// DC `d`'s upkeep as it restarts: no proofs remembered.
-    pub(crate) fn fresh_upkeep(&self, d: usize) -> Upkeep {
-        let dc = self.dcs[d].id.clone();
+impl DcCtx<'_> {
+    /// The DC's upkeep as it restarts: no proofs remembered.
+    pub(crate) fn fresh_upkeep(&self) -> Upkeep {
+        let dc = self.dc.id.clone();
         new_upkeep(dc, self.policy, &self.scenario.stores, self.rules.mutations)
     }
 
     /// The interval's tick: the next one is scheduled; a pass starts if the
     /// DC runs and none is in progress.
-    pub(crate) fn reap(&mut self, d: usize) {
+    pub(crate) fn reap(&mut self) {
         let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
         self.world
-            .schedule(self.world.now + interval, Event::Reap { dc: d as u16 });
-        if !self.dcs[d].up {
+            .schedule(self.world.now + interval, Event::Reap { dc: self.dc.idx });
+        if !self.dc.up {
             return;
         }
         // Taken by the pass's task until it ends: none may start meanwhile.
-        let Some(mut upkeep) = self.dcs[d].upkeep.take() else {
+        let Some(mut upkeep) = self.dc.upkeep.take() else {
             return;
         };
-        upkeep.start(self.dcs[d].clock.store_time(self.world.now));
+        upkeep.start(self.dc.clock.store_time(self.world.now));
         let kind = TaskStepper::Upkeep(Box::new(upkeep));
-        self.step_start(d, Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind));
+        self.step_start(Task::new(self.me(), 0, NO_KEY, kind));
     }
 }
 

@@ -9,11 +9,45 @@ use homing_node::{
 };
 use homing_store::StoreError;
 
+use super::ctx::{DcCtx, dc_view};
+use super::task::Task;
 use crate::counter::Counter;
-use crate::dc::Task;
-use crate::invariants::view;
-use crate::sim::Sim;
-use crate::trace::NO_KEY;
+use crate::rng::Rng;
+
+/// When a DC's store is slow or fails (`slow_store` and `failing_store`
+/// faults).
+#[derive(Debug, Default)]
+pub(crate) struct StoreFaults {
+    /// Slow windows: (start µs, end µs, latency factor).
+    pub(crate) slow: Vec<(u64, u64, f64)>,
+    /// Failing windows: (start µs, end µs, share of operations failed).
+    pub(crate) failing: Vec<(u64, u64, f64)>,
+}
+
+impl StoreFaults {
+    /// The store's latency factor at true time `now_us` (1: not slow).
+    pub(crate) fn factor(&self, now_us: u64) -> f64 {
+        (self.slow.iter())
+            .filter(|(start, end, _)| *start <= now_us && now_us < *end)
+            .map(|s| s.2)
+            .fold(1.0, f64::max)
+    }
+
+    /// Whether the operation completing at `now_us` fails: a draw inside
+    /// a failing window.
+    pub(crate) fn fails(&self, now_us: u64, rng: &mut Rng) -> bool {
+        let share = (self.failing.iter())
+            .filter(|(start, end, _)| *start <= now_us && now_us < *end)
+            .map(|s| s.2)
+            .fold(0.0, f64::max);
+        share > 0.0 && rng.chance(share)
+    }
+
+    /// The largest latency factor of any window (1: never slow).
+    pub(crate) fn slowest(&self) -> f64 {
+        self.slow.iter().map(|s| s.2).fold(1.0, f64::max)
+    }
+}
 
 /// What a task waits for from a store, done when the store's latency
 /// passes.
@@ -29,19 +63,19 @@ pub(crate) enum StoreCall {
     GlobalGet { key: Key, read: GlobalRead },
 }
 
-impl Sim {
-    /// DC `d`'s store performs `op` (a failure as homingd classifies it);
+impl DcCtx<'_> {
+    /// The DC's store performs `op` (a failure as homingd classifies it);
     /// a landed write reaches the checker, the DC's waiters and watchers
-    /// ([`Sim::cas`]).
-    fn perform(&mut self, d: usize, op: DcOp) -> Result<Stored, Failure> {
-        let dc = &mut self.dcs[d];
-        let failed = |e| crate::upkeep::store_failure(&dc.id, e);
+    /// ([`DcCtx::cas`]).
+    fn perform(&mut self, op: DcOp) -> Result<Stored, Failure> {
+        let dc = &mut *self.dc;
+        let failed = |e| super::upkeep::store_failure(&dc.id, e);
         Ok(match op {
             DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
-            DcOp::Allocate => Stored::Allocated(self.allocate(d)),
+            DcOp::Allocate => Stored::Allocated(self.allocate()),
             DcOp::Write {
                 expected, record, ..
-            } => Stored::Written(self.cas(d, expected, &record)),
+            } => Stored::Written(self.cas(expected, &record)),
             DcOp::Due {
                 kind,
                 until,
@@ -98,9 +132,9 @@ pub(crate) enum Asked {
     Global,
 }
 
-impl Sim {
-    fn local_segment(&self, d: usize, id: &ReservationId) -> Result<Segment, SegmentError> {
-        let dc = &self.dcs[d];
+impl DcCtx<'_> {
+    fn local_segment(&self, id: &ReservationId) -> Result<Segment, SegmentError> {
+        let dc = &*self.dc;
         let now = dc.clock.store_time(self.world.now);
         let hop_limit = dc.endpoint.config().hop_limit;
         let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), hop_limit);
@@ -110,34 +144,29 @@ impl Sim {
         Ok(segment.finish())
     }
 
-    /// Compare-and-set of `record` over version `expected` in DC `d`'s
+    /// Compare-and-set of `record` over version `expected` in the DC's
     /// store (homing-store's memory backend: its key check, version rules
     /// and conflict judgement); a write that landed goes to the checker and
     /// to the record's waiters (homingd's `Node::wrote`). A call the store
     /// refuses breaks `store_accepts_writes` and changes nothing.
-    pub(crate) fn cas(&mut self, d: usize, expected: Option<u64>, record: &DcRecord) -> Written {
+    pub(crate) fn cas(&mut self, expected: Option<u64>, record: &DcRecord) -> Written {
         let id = &record.id;
-        let key = match self.reservation_key.get(id) {
-            Some(k) => *k,
-            None => {
-                let k = self.key_index.get(&record.key).copied().unwrap_or(NO_KEY);
-                self.reservation_key.insert(id.clone(), k);
-                k
-            }
-        };
+        let key = self.keys.of_record(id, &record.key);
         self.world.current_key = key;
-        let previous = self.dcs[d].store.get(id);
-        let head = self.dcs[d].store.event_head();
-        match self.dcs[d].store.compare_and_set(expected, record) {
+        let previous = self.dc.store.get(id);
+        let head = self.dc.store.event_head();
+        match self.dc.store.compare_and_set(expected, record) {
             Ok(cas) if cas.landed() => {}
             Ok(_) => return Written::Conflict,
             Err(e) => {
+                let d = self.dc.idx;
                 let detail = format!("dc #{d} refused a write of {id} over {expected:?}: {e}");
                 self.checker.on_store_refused(key, detail);
                 return Written::Conflict;
             }
         }
-        let view = view!(self);
+        let d = self.d();
+        let view = dc_view!(self);
         self.checker.on_commit(
             &view,
             self.world.now,
@@ -147,20 +176,20 @@ impl Sim {
             record.version,
             previous.as_ref(),
         );
-        if self.dcs[d].waiters.has_waiters(id) {
-            self.waiters_written(d, record);
+        if self.dc.waiters.has_waiters(id) {
+            self.waiters_written(record);
         }
-        if self.dcs[d].store.event_head() > head && !self.dcs[d].watches.is_empty() {
-            self.watches_moved(d);
+        if self.dc.store.event_head() > head && !self.dc.watches.is_empty() {
+            self.watches_moved();
         }
         Written::Yes
     }
 
-    /// DC `d`'s store failed `op` (a failing-store fault): `Unavailable`,
+    /// The DC's store failed `op` (a failing-store fault): `Unavailable`,
     /// as a backend that could not be reached answers — a write may still
     /// have landed, as one whose outcome was lost may have. The task
     /// handles the failure as homingd's driver does.
-    fn dc_store_failed(&mut self, d: usize, tid: u64, task: Task, op: StoreCall) {
+    fn store_op_failed(&mut self, tid: u64, task: Task, op: StoreCall) {
         self.measurements.count(Counter::DcStoreOpFailed);
         let lands = self.scenario.stores.crash_lands_in_flight;
         match &op {
@@ -168,10 +197,10 @@ impl Sim {
                 expected, record, ..
             }) if self.world.rng.chance(lands) => {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
-                self.cas(d, *expected, record);
+                self.cas(*expected, record);
             }
             StoreCall::Dc(DcOp::Allocate) if self.world.rng.chance(lands) => {
-                self.allocate(d);
+                self.allocate();
             }
             _ => {}
         }
@@ -179,69 +208,69 @@ impl Sim {
             backend: "memory",
             reason: "failing_store fault".into(),
         };
-        let failure = crate::upkeep::store_failure(&self.dcs[d].id, e);
-        self.store_failed(d, tid, task, op.asked(), failure.into_reply());
+        let failure = super::upkeep::store_failure(&self.dc.id, e);
+        self.store_failed(tid, task, op.asked(), failure.into_reply());
     }
 
-    /// A unique from DC `d`'s allocator (homing-store's hi-lo blocks).
-    pub(crate) fn allocate(&mut self, d: usize) -> u64 {
-        let unique =
-            (self.dcs[d].store.allocate()).expect("a simulation never allocates 2^64 uniques");
-        self.checker.on_allocate(d, unique);
+    /// A unique from the DC's allocator (homing-store's hi-lo blocks).
+    pub(crate) fn allocate(&mut self) -> u64 {
+        let unique = (self.dc.store.allocate()).expect("a simulation never allocates 2^64 uniques");
+        self.checker.on_allocate(usize::from(self.dc.idx), unique);
         unique
     }
 
-    pub(crate) fn dc_store_done(&mut self, d: usize, epoch: u32, tid: u64) {
-        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+    pub(crate) fn store_done(&mut self, epoch: u32, tid: u64) {
+        if !self.dc.up || self.dc.epoch != epoch {
             return;
         }
-        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(mut task) = self.dc.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
         let Some(op) = task.waiting.take() else {
             return;
         };
-        if op.asked() != Asked::Global && self.store_fails_now(d) {
-            return self.dc_store_failed(d, tid, task, op);
+        let (faults, now) = (&self.dc.store_faults, self.world.now);
+        if op.asked() != Asked::Global && faults.fails(now, &mut self.world.rng) {
+            return self.store_op_failed(tid, task, op);
         }
         let op = match op {
             StoreCall::Dc(op) => {
-                let stored = self.perform(d, op);
+                let stored = self.perform(op);
                 let update = task.kind.acquire().is_none();
                 if update && stored == Ok(Stored::Written(Written::Conflict)) {
                     self.measurements.count(Counter::UpdateCasConflict);
                 }
-                return self.dc_stored(d, tid, task, stored);
+                return self.stored(tid, task, stored);
             }
             op => op,
         };
         let answer = match op {
-            StoreCall::Dc(_) => unreachable!("answered by dc_stored"),
+            StoreCall::Dc(_) => unreachable!("answered by stored"),
             // A stepper's own segment (a resolve's, an acquire's walk, a
             // drain's, an upkeep pass's proof).
             StoreCall::Segment(id) => {
-                Answer::Segment(self.local_segment(d, &id).map_err(segment_failure))
+                Answer::Segment(self.local_segment(&id).map_err(segment_failure))
             }
             StoreCall::GlobalGet { key, read } => {
-                let mut entry = self.global.get(&key).cloned();
                 let nearest = read == GlobalRead::Nearest;
-                if nearest && entry.is_some() && self.nearest_read_misses(&key) {
+                let (entry, missed) =
+                    (self.global).entry(&key, nearest, self.world.now, &mut self.world.rng);
+                if missed {
                     self.measurements.count(Counter::ConnectStaleGlobalReads);
-                    entry = None;
                 }
-                let now = self.node_now(d);
+                let now = self.node_now();
                 let read = GlobalOp::Entry { key, read };
                 let entry = GlobalAnswer::Entry(entry);
-                Answer::Global(Ok(self.dcs[d].endpoint.learn(&read, entry, now)))
+                Answer::Global(Ok(self.dc.endpoint.learn(&read, entry, now)))
             }
         };
-        self.step_answered(d, tid, task, answer);
+        self.step_answered(tid, task, answer);
     }
 
-    /// DC `d`'s store answered task `tid`'s operation (or failed it): the
+    /// The DC's store answered task `tid`'s operation (or failed it): the
     /// task's stepper takes the answer.
-    fn dc_stored(&mut self, d: usize, tid: u64, task: Task, stored: Result<Stored, Failure>) {
-        self.step_answered(d, tid, task, Answer::Stored(stored));
+    fn stored(&mut self, tid: u64, task: Task, stored: Result<Stored, Failure>) {
+        self.step_answered(tid, task, Answer::Stored(stored));
     }
 }

@@ -18,17 +18,51 @@ use homing_node::{
     ReconcileEvent, Step, Stepper,
 };
 
-use crate::acquire::{AcquireJob, acquire_counter};
+use super::acquire::{AcquireJob, acquire_counter};
+use super::ctx::DcCtx;
+use super::drain_scope::DrainScopeJob;
+use super::store::{Asked, StoreCall};
+use super::upkeep::upkeep_counter;
+use super::waiting::AwaitJob;
+use super::watch::WatchJob;
+use super::{Next, peer_answer, unknown_dc};
 use crate::counter::Counter;
-use crate::dc::{Next, Task, peer_answer, unknown_dc};
-use crate::drain_scope::DrainScopeJob;
 use crate::event::NodeId;
-use crate::sim::Sim;
-use crate::store::{Asked, StoreCall};
-use crate::trace::NO_KEY;
-use crate::upkeep::upkeep_counter;
-use crate::waiting::AwaitJob;
-use crate::watch::WatchJob;
+use crate::report::Work;
+
+/// A request or one of the DC's own passes in progress at the DC: who
+/// asked, under which RPC, about which key, the stepper it runs, what it
+/// waits for from a store, and the work it did (for the measurements).
+#[derive(Debug)]
+pub(crate) struct Task {
+    /// Who asked (the DC itself for its own passes).
+    pub(crate) client: NodeId,
+    /// The RPC to answer under.
+    pub(crate) rpc: u64,
+    /// The key concerned (the trace's index), or `NO_KEY`.
+    pub(crate) key: u32,
+    /// The homing-node stepper it runs.
+    pub(crate) kind: TaskStepper,
+    /// The store operation it waits for, if any.
+    pub(crate) waiting: Option<StoreCall>,
+    /// What it did: round trips, writes, awaits.
+    pub(crate) work: Work,
+}
+
+impl Task {
+    /// A task for `client`'s request `rpc` about key `key` (the trace's
+    /// index), nothing asked of the store yet.
+    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Task {
+        Task {
+            client,
+            rpc,
+            key,
+            kind,
+            waiting: None,
+            work: Work::default(),
+        }
+    }
+}
 
 /// How a stepper task ended, by kind.
 pub(crate) enum Ended {
@@ -108,7 +142,7 @@ impl TaskStepper {
     }
 }
 
-/// A task's homing-node [`Stepper`], run by [`Sim::step_drive`].
+/// A task's homing-node [`Stepper`], run by [`DcCtx::step_drive`].
 #[derive(Debug)]
 pub(crate) enum TaskStepper {
     /// A host's acquire: homing-node's [`homing_node::Acquire`] and where
@@ -128,10 +162,10 @@ pub(crate) enum TaskStepper {
     /// proofs it remembers) until the pass ends.
     Upkeep(Box<homing_node::Upkeep>),
     /// A waiter at the holder's DC, for a peer's `Await` or a local
-    /// acquire: homing-node's [`homing_node::AwaitVacant`] (`src/waiting.rs`).
+    /// acquire: homing-node's [`homing_node::AwaitVacant`] (`waiting.rs`).
     Await(Box<AwaitJob>),
     /// A watcher's `Watch`: homing-node's [`homing_node::WatchRead`]
-    /// (`src/watch.rs`).
+    /// (`watch.rs`).
     Watch(Box<WatchJob>),
 }
 
@@ -183,26 +217,18 @@ fn stepping(task: &mut Task) -> &mut TaskStepper {
     &mut task.kind
 }
 
-impl Sim {
-    /// Starts a stepper task at DC `d`.
-    pub(crate) fn step_start(&mut self, d: usize, task: Task) {
-        let tid = self.new_task_id(d);
-        self.step_drive(d, tid, task);
+impl DcCtx<'_> {
+    /// Starts a stepper task at the DC.
+    pub(crate) fn step_start(&mut self, task: Task) {
+        let tid = self.new_task_id();
+        self.step_drive(tid, task);
     }
 
     /// The stepper of task `tid` was answered: it goes on.
-    pub(crate) fn step_answered(&mut self, d: usize, tid: u64, mut task: Task, answer: Answer) {
-        let now = self.now_at(d);
+    pub(crate) fn step_answered(&mut self, tid: u64, mut task: Task, answer: Answer) {
+        let now = self.now();
         stepping(&mut task).answer(answer, now);
-        self.step_drive(d, tid, task);
-    }
-
-    /// Both clocks of DC `d` now.
-    pub(crate) fn now_at(&self, d: usize) -> Now {
-        Now {
-            node: self.node_now(d),
-            store: self.dcs[d].clock.store_time(self.world.now),
-        }
+        self.step_drive(tid, task);
     }
 
     /// A peer answered what the task's stepper asked of it — a
@@ -210,7 +236,6 @@ impl Sim {
     /// (`Err`).
     pub(crate) fn step_peer_answer(
         &mut self,
-        d: usize,
         tid: u64,
         mut task: Task,
         reply: Result<Reply, Failure>,
@@ -236,22 +261,22 @@ impl Sim {
                 })
             })),
         };
-        self.step_answered(d, tid, task, answer);
+        self.step_answered(tid, task, answer);
     }
 
     /// Runs the task's stepper until it asks for something that takes
     /// time, or ends.
-    pub(crate) fn step_drive(&mut self, d: usize, tid: u64, mut task: Task) {
+    pub(crate) fn step_drive(&mut self, tid: u64, mut task: Task) {
         // No effect performed at once moves the simulator's time: both
         // clocks read once serve the whole drive.
-        let now = self.now_at(d);
+        let now = self.now();
         let next = loop {
             let step = stepping(&mut task).step(now.node);
             while let Some(event) = stepping(&mut task).poll_event() {
-                self.dcs[d].endpoint.note(&event);
+                self.dc.endpoint.note(&event);
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
-                    NodeEvent::Shortcut(notice) => self.tell_shortcut(d, task.key, notice),
+                    NodeEvent::Shortcut(notice) => self.tell_shortcut(task.key, notice),
                     NodeEvent::Learned { .. } | NodeEvent::QuotaSettled { .. } => {}
                     NodeEvent::Drained(_) => match stepping(&mut task) {
                         TaskStepper::DrainScope(job) => job.drained += 1,
@@ -284,11 +309,11 @@ impl Sim {
                 }
             }
             match step {
-                Step::Ask(effect) => match self.effect_next(d, tid, &mut task, effect) {
+                Step::Ask(effect) => match self.effect_next(tid, &mut task, effect) {
                     Performed::Later(next) => break next,
                     Performed::Now(answer) => stepping(&mut task).answer(answer, now),
                 },
-                Step::Done(ended) => match self.step_ended(d, task, ended) {
+                Step::Done(ended) => match self.step_ended(task, ended) {
                     Some((answering, reply)) => {
                         task = answering;
                         break Next::Reply(reply);
@@ -297,14 +322,14 @@ impl Sim {
                 },
             }
         };
-        self.dc_continue(d, tid, task, next);
+        self.continue_task(tid, task, next);
     }
 
-    /// How DC `d` performs `effect` for `task`: as the task's next
+    /// How the DC performs `effect` for `task`: as the task's next
     /// operation, or answered at once. Cut from the global store, the
     /// succession and DC-lease reads fail at once; entries, confirms,
     /// takeovers and set-if-absent writes find out where they land.
-    fn effect_next(&mut self, d: usize, tid: u64, task: &mut Task, effect: Effect) -> Performed {
+    fn effect_next(&mut self, tid: u64, task: &mut Task, effect: Effect) -> Performed {
         let resolve = matches!(
             effect,
             Effect::Global(GlobalOp::Entry {
@@ -312,8 +337,8 @@ impl Sim {
                 ..
             })
         );
-        let now = self.node_now(d);
-        let dc = &mut self.dcs[d];
+        let now = self.node_now();
+        let dc = &mut *self.dc;
         let effect = match dc.endpoint.answer_at_once(effect, now, &dc.lease.lease) {
             Ok(answer) => {
                 if resolve && answer == Answer::Global(Ok(GlobalAnswer::Entry(None))) {
@@ -333,8 +358,8 @@ impl Sim {
                 }
                 Performed::Later(Next::Store(StoreCall::Dc(op)))
             }
-            Effect::Global(op) => self.global_next(d, task, op),
-            Effect::Segment(id) => match self.ask_segment(d, id) {
+            Effect::Global(op) => self.global_next(task, op),
+            Effect::Segment(id) => match self.ask_segment(id) {
                 Ok(next) => Performed::Later(next),
                 Err(failure) => Performed::Now(Answer::Segment(Err(failure))),
             },
@@ -347,13 +372,13 @@ impl Sim {
                 }
                 self.measurements.count(Counter::DrainForwarded);
                 // Invariant: the walk named the tail's DC, one of ours.
-                let to = self.dc_index[&dc];
+                let to = self.peers.index[&dc];
                 Performed::Later(Next::Peer(to, Request::Drain { key }))
             }
             // The namespace is not counted yet: the DC's store counts it
             // (at once: a count only reads), then the endpoint admits.
             Effect::Admit(namespace) => {
-                let dc = &mut self.dcs[d];
+                let dc = &mut *self.dc;
                 let created = dc.store.keys_created(&namespace, dc.endpoint.count_bound());
                 Performed::Now(dc.endpoint.admit_counted(&namespace, created))
             }
@@ -362,7 +387,7 @@ impl Sim {
                 from,
                 to,
                 expected_token,
-            } => match self.dc_index.get(from.dc()) {
+            } => match self.peers.index.get(from.dc()) {
                 Some(&dc) => {
                     let link = Request::Link {
                         key,
@@ -386,48 +411,50 @@ impl Sim {
             Effect::Cancellation { .. } | Effect::Cover { .. } | Effect::AnswersForTails => {
                 unreachable!("the dc's endpoint answers it at once")
             }
-            Effect::Queue(op) => Performed::Now(self.await_queue(d, tid, task, op)),
+            Effect::Queue(op) => Performed::Now(self.await_queue(tid, task, op)),
             Effect::AwaitLog { until } => Performed::Later(Next::AwaitLog(until)),
-            Effect::Park { until } => match self.await_selected(d, tid, task) {
+            Effect::Park { until } => match self.await_selected(tid, task) {
                 Some(answer) => Performed::Now(answer),
                 None => Performed::Later(Next::Park(until)),
             },
         }
     }
 
-    /// How DC `d` performs the global-store operation `op` for `task`, one
+    /// How the DC performs the global-store operation `op` for `task`, one
     /// its endpoint's memory did not answer: a read
     /// of an entry or a write takes the store's time, and a succession, a
     /// page of them or a DC lease is read at once (what a read decides is
     /// checked where writes land). Cut from the global store, those reads
     /// fail at once; entries, confirms, takeovers and set-if-absent writes
     /// find out where they land.
-    fn global_next(&mut self, d: usize, task: &Task, op: GlobalOp) -> Performed {
-        let now = self.node_now(d);
+    fn global_next(&mut self, task: &Task, op: GlobalOp) -> Performed {
+        let now = self.node_now();
         let read = match &op {
             GlobalOp::Entry { key, read } => {
                 let (key, read) = (key.clone(), *read);
                 return Performed::Later(Next::Store(StoreCall::GlobalGet { key, read }));
             }
             GlobalOp::SetIfAbsent { key, .. } => {
-                let at = self.key_index.get(key).copied().unwrap_or(NO_KEY);
+                let at = self.keys.number(key);
                 return Performed::Later(Next::GlobalWrite(at, op));
             }
             GlobalOp::Confirm(_) | GlobalOp::TakeOver { .. } => {
                 return Performed::Later(Next::GlobalWrite(task.key, op));
             }
             GlobalOp::Successor { id, .. } => GlobalAnswer::Successor {
-                succession: self.successions.get(id).cloned(),
+                succession: self.global.successor(id),
                 source: Source::Local,
                 hint: None,
             },
-            GlobalOp::DcLease(dc) => GlobalAnswer::DcLease(self.global_dc_lease_state(dc)),
+            GlobalOp::DcLease(dc) => {
+                GlobalAnswer::DcLease(self.global.lease_state(dc, self.world.now))
+            }
             GlobalOp::SuccessionsOf { dc, after, limit } => {
-                GlobalAnswer::Successions(self.successions_of(dc, after.clone(), *limit))
+                GlobalAnswer::Successions(self.global.successions_of(dc, after.clone(), *limit))
             }
         };
-        let answer = match self.global_reachable(d) {
-            Ok(()) => Ok(self.dcs[d].endpoint.learn(&op, read, now)),
+        let answer = match self.global_reachable() {
+            Ok(()) => Ok(self.dc.endpoint.learn(&op, read, now)),
             Err(cut) => Err(Failure::Unreachable(cut)),
         };
         Performed::Now(Answer::Global(answer))
@@ -435,7 +462,7 @@ impl Sim {
 
     /// What the task does after its stepper ended: answer its reply
     /// (`Some`), or nothing more.
-    fn step_ended(&mut self, d: usize, task: Task, ended: Ended) -> Option<(Task, Reply)> {
+    fn step_ended(&mut self, task: Task, ended: Ended) -> Option<(Task, Reply)> {
         let reply = match ended {
             Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
             Ended::Serve(reply) => {
@@ -446,7 +473,7 @@ impl Sim {
                         Reply::Error(_) => Counter::DrainRefused,
                         _ => Counter::DrainDone,
                     });
-                    if task.client == NodeId::Dc(d as u16) {
+                    if task.client == self.me() {
                         return None; // the operator's own drain: nobody to answer
                     }
                 }
@@ -456,7 +483,7 @@ impl Sim {
                 let TaskStepper::DrainScope(job) = task.kind else {
                     unreachable!("a drain scope's task")
                 };
-                self.drain_scope_paged(d, *job, done);
+                self.drain_scope_paged(*job, done);
                 return None;
             }
             Ended::DrainScopePage(done) => match done {
@@ -467,12 +494,12 @@ impl Sim {
                 let TaskStepper::Reconcile(reconcile) = &task.kind else {
                     unreachable!("a reconciliation's task")
                 };
-                self.reconciled(d, reconcile, done);
+                self.reconciled(reconcile, done);
                 return None;
             }
             Ended::Upkeep => {
                 if let TaskStepper::Upkeep(upkeep) = task.kind {
-                    self.dcs[d].upkeep = Some(*upkeep);
+                    self.dc.upkeep = Some(*upkeep);
                 }
                 return None;
             }
@@ -481,7 +508,7 @@ impl Sim {
                 Err(e) => Reply::Error(e),
             },
             Ended::Await(result) => {
-                self.await_finish(d, &task, result);
+                self.await_finish(&task, result);
                 return None;
             }
         };

@@ -8,11 +8,11 @@
 //! (homingd's `publish_marks_for`: asks the next renewal to publish them,
 //! fails `Unavailable` after [`MARKS_WAIT_MS`]).
 //!
-//! The global store keeps each DC's lease as homing-store's lease table
-//! does: when it received the last renewal (true time: the store's clock),
-//! its terms, and its marks (never going down); [`DcStanding::judge`] says
-//! when it is expired, and [`crate::Invariant::DcExpiredNoHolder`] is checked
-//! at that instant.
+//! The global store (`global.rs`) keeps each DC's lease as homing-store's
+//! lease table does: when it received the last renewal (true time: the
+//! store's clock), its terms, and its marks (never going down);
+//! [`DcStanding::judge`] says when it is expired, and
+//! [`crate::Invariant::DcExpiredNoHolder`] is checked at that instant.
 //!
 //! A `cut_from_global` fault makes every renewal, global read and global
 //! write of the DC fail while hosts, routers and peers still reach it.
@@ -20,7 +20,7 @@
 use crate::counter::{Counter, Timing};
 use homing_core::Mutations;
 use homing_core::{
-    DcId, DcLeaseState, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
+    DcId, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
 };
 use homing_node::dc_lease::MARKS_WAIT_MS;
 use homing_node::dc_lease::RENEW_RETRY_MS;
@@ -28,10 +28,11 @@ use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, NodeTime, StartCheck, start_check,
 };
 
-use crate::dc::{Next, Task};
+use super::Next;
+use super::ctx::DcCtx;
+use super::store::{Asked, StoreCall};
+use super::task::Task;
 use crate::event::Event;
-use crate::sim::Sim;
-use crate::store::{Asked, StoreCall};
 use homing_node::StoreOp as DcOp;
 
 /// The DC-lease terms homingd derives from a lease policy by default: a DC
@@ -86,50 +87,22 @@ impl DcLeaseDriver {
     }
 }
 
-/// What the global store keeps about one DC's lease.
-#[derive(Debug, Clone, Default)]
-pub struct StoreDcLease {
-    /// When it received the last renewal, true µs (`None`: never).
-    pub received_us: Option<u64>,
-    /// The terms of that renewal.
-    pub terms: Option<DcTerms>,
-    /// The published marks.
-    pub marks: DcMarks,
-}
-
-impl StoreDcLease {
-    /// How the store judges the lease at true time `now_us`.
-    pub fn standing(&self, now_us: u64) -> DcStanding {
-        match (self.terms, self.received_us) {
-            (Some(terms), Some(at)) => DcStanding::judge(&terms, now_us.saturating_sub(at) / 1000),
-            _ => DcStanding::Unknown,
-        }
-    }
-}
-
 /// A failure as the DC's store client reports an unreachable global store.
-pub(crate) fn global_unavailable(sim: &Sim, d: usize, why: &str) -> ErrorReply {
-    ErrorReply::new(
-        ErrorKind::Unavailable {
-            dc: sim.dcs[d].id.clone(),
-        },
-        why,
-    )
+pub(crate) fn global_unavailable(dc: &DcId, why: &str) -> ErrorReply {
+    ErrorReply::new(ErrorKind::Unavailable { dc: dc.clone() }, why)
 }
 
-impl Sim {
-    /// Whether DC `d` is cut off from the global store now.
-    pub(crate) fn cut_from_global(&self, d: usize) -> bool {
-        self.global_cuts.iter().any(|&(dc, start, end)| {
-            usize::from(dc) == d && start <= self.world.now && self.world.now < end
-        })
+impl DcCtx<'_> {
+    /// Whether the DC is cut off from the global store now.
+    pub(crate) fn cut_from_global(&self) -> bool {
+        self.global.cut_off(&self.dc.id, self.world.now)
     }
 
-    /// `Unavailable` while DC `d` is cut off from the global store: what
+    /// `Unavailable` while the DC is cut off from the global store: what
     /// every global read or write of the DC answers then.
-    pub(crate) fn global_reachable(&self, d: usize) -> Result<(), ErrorReply> {
-        if self.cut_from_global(d) {
-            return Err(global_unavailable(self, d, "cut from the global store"));
+    pub(crate) fn global_reachable(&self) -> Result<(), ErrorReply> {
+        if self.cut_from_global() {
+            return Err(global_unavailable(&self.dc.id, "cut from the global store"));
         }
         Ok(())
     }
@@ -137,41 +110,42 @@ impl Sim {
     /// The DC store's allocator floor: the durable high-water mark of the
     /// hi-lo allocator, at or above every unique it handed out (0 for a
     /// store that never allocated).
-    pub(crate) fn allocator_floor(&self, d: usize) -> u64 {
-        self.dcs[d].store.allocator_floor()
+    pub(crate) fn allocator_floor(&self) -> u64 {
+        self.dc.store.allocator_floor()
     }
 
-    /// DC `d` (re)starts its lease: homingd's `open` (the check against the
+    /// The DC (re)starts its lease: homingd's `open` (the check against the
     /// store's marks, if the store answers) and the first renewal before
     /// serving. `false`: the DC must not serve (its store is below the
     /// floor it published: wiped, or restored from an old backup).
-    pub(crate) fn dc_lease_open(&mut self, d: usize) -> bool {
-        self.dcs[d].lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
-        if !self.cut_from_global(d) && !self.dc_lease_check(d) {
+    pub(crate) fn lease_open(&mut self) -> bool {
+        self.dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
+        if !self.cut_from_global() && !self.lease_check() {
             return false;
         }
         // The first renewal before serving: a DC whose global store answers
         // grants from its first request.
-        if !self.dcs[d].lease.unchecked && !self.cut_from_global(d) {
-            let sent = self.node_now(d);
-            if let DcLeasePoll::Renew { terms, marks } = self.dcs[d].lease.lease.poll(sent) {
-                let kept = self.dc_lease_land(d, terms, marks);
-                let now = self.node_now(d);
+        if !self.dc.lease.unchecked && !self.cut_from_global() {
+            let sent = self.node_now();
+            if let DcLeasePoll::Renew { terms, marks } = self.dc.lease.lease.poll(sent) {
+                let kept = self.lease_land(terms, marks);
+                let now = self.node_now();
                 let renewal = DcRenewal::Renewed(kept);
-                self.dcs[d].lease.lease.handle_renewed(sent, renewal, now);
-                self.dc_reconcile(d);
+                self.dc.lease.lease.handle_renewed(sent, renewal, now);
+                self.reconcile();
             }
         }
-        self.dc_lease_drive(d);
+        self.lease_drive();
         true
     }
 
     /// The start-up check against what the global store keeps (homingd's
     /// `dc_lease::check`); `false`: refused, the lease stopped for good.
-    fn dc_lease_check(&mut self, d: usize) -> bool {
-        let published = self.global_leases[d].marks;
-        let store_floor = self.allocator_floor(d);
-        let lease = &mut self.dcs[d].lease;
+    fn lease_check(&mut self) -> bool {
+        // Invariant: the global store keeps a lease for every DC.
+        let published = self.global.lease(&self.dc.id).expect("a dc").marks;
+        let store_floor = self.allocator_floor();
+        let lease = &mut self.dc.lease;
         lease.unchecked = false;
         // The simulator never retires a DC nor starts above the floor.
         // The simulator publishes no event head (its stores keep none).
@@ -184,55 +158,51 @@ impl Sim {
         true
     }
 
-    /// A renewal of DC `d` lands at the global store now: its receipt, terms
+    /// A renewal of the DC lands at the global store now: its receipt, terms
     /// and marks are kept; the marks the store keeps now.
-    fn dc_lease_land(&mut self, d: usize, terms: DcTerms, marks: DcMarks) -> DcMarks {
-        let kept = &mut self.global_leases[d];
-        kept.received_us = Some(self.world.now);
-        kept.terms = Some(terms);
-        kept.marks = kept.marks.max(marks);
-        let kept = kept.marks;
+    fn lease_land(&mut self, terms: DcTerms, marks: DcMarks) -> DcMarks {
+        let kept = self.global.renew(&self.dc.id, terms, marks, self.world.now);
         let at = self.world.now + terms.expires_after_ms() * 1000;
         let received_us = self.world.now;
         self.world.schedule(
             at,
             Event::DcLeaseExpiry {
-                dc: d as u16,
+                dc: self.dc.idx,
                 received_us,
             },
         );
         kept
     }
 
-    /// Runs DC `d`'s renewal loop until it waits.
-    pub(crate) fn dc_lease_drive(&mut self, d: usize) {
-        if !self.dcs[d].up {
+    /// Runs the DC's renewal loop until it waits.
+    pub(crate) fn lease_drive(&mut self) {
+        if !self.dc.up {
             return;
         }
-        if self.dcs[d].lease.unchecked {
-            if self.cut_from_global(d) || !self.dc_lease_check(d) {
+        if self.dc.lease.unchecked {
+            if self.cut_from_global() || !self.lease_check() {
                 let at = self.world.now + RENEW_RETRY_MS * 1000;
-                return self.dc_lease_wake_at(d, at);
+                return self.lease_wake_at(at);
             }
-            self.release_parked_writes(d);
+            self.release_parked_writes();
         }
-        let sent = self.node_now(d);
-        match self.dcs[d].lease.lease.poll(sent) {
+        let sent = self.node_now();
+        match self.dc.lease.lease.poll(sent) {
             DcLeasePoll::Renew { terms, marks } => {
-                let lease = &mut self.dcs[d].lease;
+                let lease = &mut self.dc.lease;
                 lease.renewals += 1;
                 let seq = lease.renewals;
                 lease.renewing = Some((seq, sent));
                 let every_us = lease.renew_every_ms * 1000;
-                let epoch = self.dcs[d].epoch;
-                let dc = d as u16;
+                let epoch = self.dc.epoch;
+                let dc = self.dc.idx;
                 self.measurements.count(Counter::DcLeaseRenewalSent);
                 // Bounded by the renewal period, as homingd's loop is.
                 self.world.schedule(
                     self.world.now + every_us,
                     Event::DcRenewalTimeout { dc, epoch, seq },
                 );
-                if self.cut_from_global(d) {
+                if self.cut_from_global() {
                     return;
                 }
                 let ms = self.scenario.stores.global_write_ms;
@@ -247,18 +217,18 @@ impl Sim {
                 self.world.schedule(self.world.now + delay, event);
             }
             DcLeasePoll::Wait { until } => {
-                let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-                self.dc_lease_wake_at(d, at);
+                let at = self.dc.clock.first_true_us_at_us(until.as_us());
+                self.lease_wake_at(at);
             }
             DcLeasePoll::InFlight | DcLeasePoll::Stopped => {}
         }
     }
 
-    fn dc_lease_wake_at(&mut self, d: usize, at_us: u64) {
-        let dc = &mut self.dcs[d];
+    fn lease_wake_at(&mut self, at_us: u64) {
+        let dc = &mut *self.dc;
         dc.lease.generation += 1;
         let event = Event::DcLeaseTick {
-            dc: d as u16,
+            dc: dc.idx,
             epoch: dc.epoch,
             generation: dc.lease.generation,
         };
@@ -266,55 +236,49 @@ impl Sim {
     }
 
     /// The renewal loop's timer.
-    pub(crate) fn dc_lease_tick(&mut self, d: usize, epoch: u32, generation: u64) {
-        let dc = &self.dcs[d];
+    pub(crate) fn lease_tick(&mut self, epoch: u32, generation: u64) {
+        let dc = &*self.dc;
         if dc.up && dc.epoch == epoch && dc.lease.generation == generation {
-            self.dc_lease_drive(d);
+            self.lease_drive();
         }
     }
 
-    /// Renewal `seq` of DC `d` reaches the global store; its answer reaches
+    /// Renewal `seq` of the DC reaches the global store; its answer reaches
     /// the DC unless the DC is cut off by now.
-    pub(crate) fn dc_renewal_lands(
-        &mut self,
-        d: usize,
-        epoch: u32,
-        seq: u64,
-        terms: DcTerms,
-        marks: DcMarks,
-    ) {
-        let kept = self.dc_lease_land(d, terms, marks);
-        let dc = &self.dcs[d];
+    pub(crate) fn renewal_lands(&mut self, epoch: u32, seq: u64, terms: DcTerms, marks: DcMarks) {
+        let kept = self.lease_land(terms, marks);
+        let dc = &*self.dc;
         let current = dc.up && dc.epoch == epoch && dc.lease.renewing.map(|r| r.0) == Some(seq);
-        if !current || self.cut_from_global(d) {
+        if !current || self.cut_from_global() {
             return;
         }
-        let Some((_, sent)) = self.dcs[d].lease.renewing.take() else {
+        let Some((_, sent)) = self.dc.lease.renewing.take() else {
             return;
         };
-        let now = self.node_now(d);
-        let change = self.dcs[d]
+        let now = self.node_now();
+        let change = self
+            .dc
             .lease
             .lease
             .handle_renewed(sent, DcRenewal::Renewed(kept), now);
         self.count_change(change);
-        self.dc_reconcile(d);
-        self.release_parked_writes(d);
-        self.dc_lease_drive(d);
+        self.reconcile();
+        self.release_parked_writes();
+        self.lease_drive();
     }
 
-    /// Renewal `seq` of DC `d` was not answered within the renewal period.
-    pub(crate) fn dc_renewal_timeout(&mut self, d: usize, epoch: u32, seq: u64) {
-        let dc = &self.dcs[d];
+    /// Renewal `seq` of the DC was not answered within the renewal period.
+    pub(crate) fn renewal_timeout(&mut self, epoch: u32, seq: u64) {
+        let dc = &*self.dc;
         if !dc.up || dc.epoch != epoch || dc.lease.renewing.map(|r| r.0) != Some(seq) {
             return;
         }
-        self.dcs[d].lease.renewing = None;
+        self.dc.lease.renewing = None;
         self.measurements.count(Counter::DcLeaseRenewalFailed);
-        let now = self.node_now(d);
-        let change = self.dcs[d].lease.lease.handle_failed(now);
+        let now = self.node_now();
+        let change = self.dc.lease.lease.handle_failed(now);
         self.count_change(change);
-        self.dc_lease_drive(d);
+        self.lease_drive();
     }
 
     fn count_change(&mut self, change: DcLeaseChange) {
@@ -326,27 +290,11 @@ impl Sim {
         }
     }
 
-    /// How the global store judges DC `dc`'s lease now.
-    pub(crate) fn global_dc_lease_state(&self, dc: &DcId) -> DcLeaseState {
-        let Some(&i) = self.dc_index.get(dc) else {
-            return DcLeaseState::unknown(dc.clone());
-        };
-        let kept = &self.global_leases[i as usize];
-        DcLeaseState {
-            dc: dc.clone(),
-            standing: kept.standing(self.world.now),
-            terms: kept.terms,
-            marks: kept.marks,
-            retired: false,
-        }
-    }
-
     /// A record write of task `tid`: on to the store if the published marks
     /// cover it (homingd's `publish_marks_for`), else parked until a
     /// renewal publishes them or [`MARKS_WAIT_MS`] passes. `None`: parked.
     pub(crate) fn marks_for_write(
         &mut self,
-        d: usize,
         tid: u64,
         task: Task,
         op: StoreCall,
@@ -355,24 +303,24 @@ impl Sim {
             return Some((task, op));
         };
         let (unique, token) = (record.id.unique(), record.token);
-        let lease = &mut self.dcs[d].lease;
+        let lease = &mut self.dc.lease;
         if !lease.unchecked && lease.lease.admits(unique, token) {
             return Some((task, op));
         }
         if lease.lease.retired() {
             self.measurements.count(Counter::WriteRefusedDcStopped);
-            let e = global_unavailable(self, d, "this dc may never hold its dc lease again");
-            self.store_failed(d, tid, task, Asked::DcStore, e);
+            let e = global_unavailable(&self.dc.id, "this dc may never hold its dc lease again");
+            self.store_failed(tid, task, Asked::DcStore, e);
             return None;
         }
-        let floor = self.allocator_floor(d);
-        let lease = &mut self.dcs[d].lease;
+        let floor = self.allocator_floor();
+        let lease = &mut self.dc.lease;
         lease.lease.want(floor.max(unique), token);
         lease.parked.insert(tid, (task, op));
         self.measurements.count(Counter::WriteWaitsForMarks);
-        let epoch = self.dcs[d].epoch;
+        let epoch = self.dc.epoch;
         let at = self.world.now + MARKS_WAIT_MS * 1000;
-        let dc = d as u16;
+        let dc = self.dc.idx;
         self.world.schedule(
             at,
             Event::MarksTimeout {
@@ -381,15 +329,15 @@ impl Sim {
                 task: tid,
             },
         );
-        if self.dcs[d].lease.renewing.is_none() {
-            self.dc_lease_drive(d);
+        if self.dc.lease.renewing.is_none() {
+            self.lease_drive();
         }
         None
     }
 
     /// Parked writes the published marks now cover go on to the store.
-    fn release_parked_writes(&mut self, d: usize) {
-        let lease = &self.dcs[d].lease;
+    fn release_parked_writes(&mut self) {
+        let lease = &self.dc.lease;
         let ready: Vec<u64> = lease
             .parked
             .iter()
@@ -402,80 +350,73 @@ impl Sim {
             .map(|(tid, _)| *tid)
             .collect();
         for tid in ready {
-            if let Some((task, op)) = self.dcs[d].lease.parked.remove(&tid) {
-                self.dc_continue(d, tid, task, Next::Store(op));
+            if let Some((task, op)) = self.dc.lease.parked.remove(&tid) {
+                self.continue_task(tid, task, Next::Store(op));
             }
         }
     }
 
     /// A parked write's wait for marks ran out: it fails `Unavailable`.
-    pub(crate) fn marks_timeout(&mut self, d: usize, epoch: u32, tid: u64) {
-        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+    pub(crate) fn marks_timeout(&mut self, epoch: u32, tid: u64) {
+        if !self.dc.up || self.dc.epoch != epoch {
             return;
         }
-        let Some((task, op)) = self.dcs[d].lease.parked.remove(&tid) else {
+        let Some((task, op)) = self.dc.lease.parked.remove(&tid) else {
             return;
         };
         self.measurements.count(Counter::WriteMarksWaitTimedOut);
         let e = global_unavailable(
-            self,
-            d,
+            &self.dc.id,
             "the global store has not acknowledged the marks the record needs in time",
         );
-        self.store_failed(d, tid, task, op.asked(), e);
+        self.store_failed(tid, task, op.asked(), e);
     }
 
     /// A global read or write of task `tid` failed: the DC is cut off.
-    pub(crate) fn global_failed(&mut self, d: usize, epoch: u32, tid: u64) {
-        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+    pub(crate) fn global_failed(&mut self, epoch: u32, tid: u64) {
+        if !self.dc.up || self.dc.epoch != epoch {
             return;
         }
-        let Some(mut task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(mut task) = self.dc.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
         task.waiting = None;
         self.measurements.count(Counter::GlobalOpFailedCutOff);
-        let e = global_unavailable(self, d, "the global store cannot be reached");
-        self.store_failed(d, tid, task, Asked::Global, e);
+        let e = global_unavailable(&self.dc.id, "the global store cannot be reached");
+        self.store_failed(tid, task, Asked::Global, e);
     }
 
     /// A store operation of task `tid` failed with `e` (an unreachable
     /// store); `asked` says which: an operation of the DC's store, a
     /// segment read from it, or the global store. Each kind of task
     /// handles it as homingd's driver does.
-    pub(crate) fn store_failed(
-        &mut self,
-        d: usize,
-        tid: u64,
-        task: Task,
-        asked: Asked,
-        e: ErrorReply,
-    ) {
+    pub(crate) fn store_failed(&mut self, tid: u64, task: Task, asked: Asked, e: ErrorReply) {
         self.world.current_key = task.key;
-        let answer = crate::task::failed_answer(asked, Failure::from_reply(e));
-        self.step_answered(d, tid, task, answer);
+        let answer = super::task::failed_answer(asked, Failure::from_reply(e));
+        self.step_answered(tid, task, answer);
     }
 
-    /// The global store's judgement of DC `d`'s lease reaches Expired now
+    /// The global store's judgement of the DC's lease reaches Expired now
     /// (unless a later renewal landed): no host lease it granted may still act.
-    pub(crate) fn dc_lease_expiry(&mut self, d: usize, received_us: u64) {
-        let kept = &self.global_leases[d];
+    pub(crate) fn lease_expiry(&mut self, received_us: u64) {
+        // Invariant: the global store keeps a lease for every DC.
+        let kept = self.global.lease(&self.dc.id).expect("a dc");
         if kept.received_us != Some(received_us) {
             return;
         }
         debug_assert_eq!(kept.standing(self.world.now), DcStanding::Expired);
         self.measurements.count(Counter::DcLeaseExpiredInStore);
-        let dc = self.dcs[d].id.clone();
+        let dc = self.dc.id.clone();
         self.checker
             .on_dc_lease_expired(&dc, received_us, self.world.now);
     }
 
-    /// DC `d`'s cut from the global store, begun at `start_us`, ends: how
+    /// The DC's cut from the global store, begun at `start_us`, ends: how
     /// long after it began the last host lease the DC granted stopped acting
     /// (0: none acted then), or a count of cuts that ended with some acting.
-    pub(crate) fn cut_ends(&mut self, d: usize, start_us: u64) {
-        let dc = self.dcs[d].id.clone();
+    pub(crate) fn cut_ends(&mut self, start_us: u64) {
+        let dc = self.dc.id.clone();
         if !self.checker.holders_of(&dc).is_empty() {
             self.measurements
                 .count(Counter::DcCutEndedWithHoldersActing);

@@ -3,7 +3,7 @@
 //! is homing-node's `Waiters`, and each waiter's loop (first look, join,
 //! re-read, park until the earliest timer, expire a lapsed holder, time out)
 //! is homing-node's `AwaitVacant`, a stepper the simulator's one loop runs
-//! (`src/task.rs`): the same code homingd runs. This module performs its
+//! (`task.rs`): the same code homingd runs. This module performs its
 //! registry operations and parks, and delivers wake-ups to tasks.
 //!
 //! A parked waiter's "select" takes its wake-up first, then a due timer,
@@ -14,10 +14,10 @@ use crate::counter::Counter;
 use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
-use crate::dc::Task;
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::task::TaskStepper;
 use crate::event::NodeId;
-use crate::sim::Sim;
-use crate::task::TaskStepper;
 
 /// Who waits: a peer DC's `Await` request, or an acquire of this DC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,24 +45,18 @@ pub(crate) struct AwaitJob {
     pub(crate) selected: bool,
 }
 
-impl Sim {
-    /// The node clock of DC `d` now: its local clock, µs.
-    pub(crate) fn node_now(&self, d: usize) -> NodeTime {
-        NodeTime::from_us(self.dcs[d].clock.local_us(self.world.now))
-    }
-
+impl DcCtx<'_> {
     /// A waiter (homing-node's, as the DC's endpoint made it) starts:
     /// read, then join the queue.
     pub(crate) fn await_start(
         &mut self,
-        d: usize,
         client: NodeId,
         rpc: u64,
         key: u32,
         wait: AwaitVacant,
         origin: AwaitFor,
     ) {
-        let key = self.reservation_key.get(wait.id()).copied().unwrap_or(key);
+        let key = self.keys.of_reservation(wait.id()).unwrap_or(key);
         let job = AwaitJob {
             wait,
             origin,
@@ -72,102 +66,104 @@ impl Sim {
         };
         let kind = TaskStepper::Await(Box::new(job));
         let task = Task::new(client, rpc, key, kind);
-        if self.dcs[d].endpoint.closing() {
+        if self.dc.endpoint.closing() {
             // homingd's `closed()` is ready at once: the wait ends now.
             self.measurements.count(Counter::WaitAnsweredAtShutdown);
-            return self.await_finish(d, &task, Ok(AwaitReply::TimedOut));
+            return self.await_finish(&task, Ok(AwaitReply::TimedOut));
         }
-        self.step_start(d, task);
+        self.step_start(task);
     }
 
     /// Performs waiter `tid`'s registry operation at once: homing-node's
     /// `Waiters::queue`, with the checker told of a registration.
-    pub(crate) fn await_queue(&mut self, d: usize, tid: u64, task: &Task, op: QueueOp) -> Answer {
-        let store_now = self.dcs[d].clock.store_time(self.world.now);
-        let now = self.node_now(d);
+    pub(crate) fn await_queue(&mut self, tid: u64, task: &Task, op: QueueOp) -> Answer {
+        let store_now = self.dc.clock.store_time(self.world.now);
+        let now = self.node_now();
         let reservation = op.reservation().clone();
         // Simulated waiters leave the queue themselves when they stop listening.
-        let waiters = &mut self.dcs[d].waiters;
+        let waiters = &mut self.dc.waiters;
         let (queued, notified) = waiters.queue(op, store_now, now, &self.policy, || tid, |_| true);
         let job = task.kind.waiter().expect("a waiter's registry operation");
         match &queued {
             Queued::Joined(ticket, _) => {
                 self.measurements.count(Counter::WaitRegistered);
-                let deadline_us = self.dcs[d]
+                let deadline_us = self
+                    .dc
                     .clock
                     .first_true_us_at_us(job.wait.deadline().as_us());
                 // Invariant: a waiter joins after reading its record.
                 let record = job.wait.record().expect("a record read");
                 let id = &reservation;
                 let ticket = ticket.get();
-                let (at, dc) = (self.world.now, d as u16);
+                let (at, dc) = (self.world.now, self.dc.idx);
                 (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, record);
             }
             Queued::Settled(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
             Queued::Full(_) => self.measurements.count(Counter::WaitOverloaded),
             Queued::Handoff(_) => {}
         }
-        self.waiters_deliver(d, &reservation, notified);
+        self.waiters_deliver(&reservation, notified);
         Answer::Queued(queued)
     }
 
     /// Waiter `tid` parks until `until` (its select already ran): it waits
     /// for its timer or a wake-up.
-    pub(crate) fn await_park(&mut self, d: usize, tid: u64, mut task: Task, until: NodeTime) {
+    pub(crate) fn await_park(&mut self, tid: u64, mut task: Task, until: NodeTime) {
         let job = task.kind.waiter_mut().expect("a waiter parks");
         job.generation += 1;
         let generation = job.generation;
         job.parked = Some(generation);
-        let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-        self.dcs[d].tasks.insert(tid, task);
-        self.dc_timer(d, tid, generation, at);
+        let at = self.dc.clock.first_true_us_at_us(until.as_us());
+        self.dc.tasks.insert(tid, task);
+        self.set_timer(tid, generation, at);
     }
 
     /// Waiter `tid` asks to park: the first time since its last store
     /// operation or wake-up its select runs at once (taking a reply
     /// delivered meanwhile, or looking again, as tokio's `select!` finds a
     /// ready branch), `None` after that (it parks for real).
-    pub(crate) fn await_selected(&mut self, d: usize, tid: u64, task: &mut Task) -> Option<Answer> {
+    pub(crate) fn await_selected(&mut self, tid: u64, task: &mut Task) -> Option<Answer> {
         let job = task.kind.waiter_mut().expect("a waiter parks");
         let selected = std::mem::replace(&mut job.selected, true);
-        (!selected).then(|| Answer::Woken(self.dcs[d].woken.remove(&tid)))
+        (!selected).then(|| Answer::Woken(self.dc.woken.remove(&tid)))
     }
 
     /// A parked waiter's timer fired or it was roused: its select runs.
-    pub(crate) fn await_select(&mut self, d: usize, tid: u64, mut task: Task) {
+    pub(crate) fn await_select(&mut self, tid: u64, mut task: Task) {
         if let Some(job) = task.kind.waiter_mut() {
             job.parked = None;
             job.selected = false;
         }
-        self.step_drive(d, tid, task);
+        self.step_drive(tid, task);
     }
 
     /// A waiter leaves the queue (it timed out or failed; dropping its ticket).
-    fn waiters_leave(&mut self, d: usize, id: &ReservationId, ticket: Ticket) {
-        if self.dcs[d].waiters.leave(id, ticket).is_some() {
-            self.checker.wake.on_left(d as u16, ticket.get());
+    fn waiters_leave(&mut self, id: &ReservationId, ticket: Ticket) {
+        if self.dc.waiters.leave(id, ticket).is_some() {
+            self.checker.wake.on_left(self.dc.idx, ticket.get());
         }
     }
 
-    /// `record` (of DC `d`) was just written: wakes the waiters its state
+    /// `record` (of this DC) was just written: wakes the waiters its state
     /// lets go, as homing-node's `Waiters` decides.
-    pub(crate) fn waiters_written(&mut self, d: usize, record: &DcRecord) {
-        let clock = self.dcs[d].clock;
+    pub(crate) fn waiters_written(&mut self, record: &DcRecord) {
+        let clock = self.dc.clock;
         let store_now = clock.store_time(self.world.now);
-        let now = self.node_now(d);
+        let now = self.node_now();
         // Simulated waiters leave the queue themselves when they stop listening.
-        let notified = self.dcs[d]
+        let notified = self
+            .dc
             .waiters
             .written(record, store_now, now, &self.policy, |_| true);
-        self.waiters_deliver(d, &record.id, notified);
+        self.waiters_deliver(&record.id, notified);
     }
 
     /// Delivers what a change of `id` did to its waiters: wake-ups to their
     /// tasks, and a look again for those a moved hand-off concerns.
-    fn waiters_deliver(&mut self, d: usize, id: &ReservationId, notified: Notified<u64>) {
+    fn waiters_deliver(&mut self, id: &ReservationId, notified: Notified<u64>) {
         let true_now = self.world.now;
         let mut wake_tasks: Vec<u64> = if notified.handoff_moved {
-            self.dcs[d].waiters.queued(id).copied().collect()
+            self.dc.waiters.queued(id).copied().collect()
         } else {
             Vec::new()
         };
@@ -183,51 +179,46 @@ impl Sim {
             });
             self.checker
                 .wake
-                .on_wake(true_now, d as u16, id, wake.ticket.get(), vacated);
-            self.dcs[d].woken.insert(wake.waiter, wake.reply);
+                .on_wake(true_now, self.dc.idx, id, wake.ticket.get(), vacated);
+            self.dc.woken.insert(wake.waiter, wake.reply);
             wake_tasks.push(wake.waiter);
         }
         for tid in wake_tasks {
-            self.await_rouse(d, tid);
+            self.await_rouse(tid);
         }
     }
 
     /// A parked waiter has something to look at: run its select now.
-    pub(crate) fn await_rouse(&mut self, d: usize, tid: u64) {
-        let Some(job) = self.dcs[d].tasks.get(&tid).and_then(|t| t.kind.waiter()) else {
+    pub(crate) fn await_rouse(&mut self, tid: u64) {
+        let Some(job) = self.dc.tasks.get(&tid).and_then(|t| t.kind.waiter()) else {
             return;
         };
         if let Some(generation) = job.parked {
-            self.dc_timer(d, tid, generation, self.world.now);
+            self.set_timer(tid, generation, self.world.now);
         }
     }
 
     /// The waiter ends: it leaves the queue (unless woken) and is answered.
-    pub(crate) fn await_finish(
-        &mut self,
-        d: usize,
-        task: &Task,
-        result: Result<AwaitReply, Failure>,
-    ) {
+    pub(crate) fn await_finish(&mut self, task: &Task, result: Result<AwaitReply, Failure>) {
         let Some(job) = task.kind.waiter() else {
             unreachable!("a waiter's task");
         };
         if let Some(ticket) = job.wait.ticket() {
-            self.waiters_leave(d, job.wait.id(), ticket);
+            self.waiters_leave(job.wait.id(), ticket);
         }
         if matches!(result, Ok(AwaitReply::TimedOut)) {
             self.measurements.count(Counter::WaitTimedOutAtTail);
         }
-        self.await_answer(d, task.client, task.rpc, task.key, job.origin, result);
+        self.await_answer(task.client, task.rpc, task.key, job.origin, result);
     }
 
     /// The local acquire `acquire` stopped waiting (its deadline passed):
     /// its waiter ends at once, leaving the queue, and a wake-up it had not
     /// yet taken is lost with it — as when homingd drops the `await_vacant`
     /// future (the hand-off window then passes the turn on).
-    pub(crate) fn await_drop(&mut self, d: usize, acquire: u64) {
+    pub(crate) fn await_drop(&mut self, acquire: u64) {
         let origin = AwaitFor::Local { acquire };
-        let waiter = self.dcs[d].tasks.iter().find_map(|(tid, t)| {
+        let waiter = self.dc.tasks.iter().find_map(|(tid, t)| {
             (t.kind.waiter())
                 .is_some_and(|job| job.origin == origin)
                 .then_some(*tid)
@@ -235,24 +226,23 @@ impl Sim {
         let Some(tid) = waiter else {
             return;
         };
-        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(task) = self.dc.tasks.remove(&tid) else {
             return;
         };
-        if self.dcs[d].woken.remove(&tid).is_some() {
+        if self.dc.woken.remove(&tid).is_some() {
             self.measurements
                 .count(Counter::WaitWakeUpDroppedAtDeadline);
         }
         if let Some(job) = task.kind.waiter()
             && let Some(ticket) = job.wait.ticket()
         {
-            self.waiters_leave(d, job.wait.id(), ticket);
+            self.waiters_leave(job.wait.id(), ticket);
         }
     }
 
     /// Answers a waiter: a reply on the requesting DC's stream, or the local acquire resumes.
     fn await_answer(
         &mut self,
-        d: usize,
         client: NodeId,
         rpc: u64,
         key: u32,
@@ -265,13 +255,13 @@ impl Sim {
                     Ok(answer) => Reply::Awaited(answer),
                     Err(e) => Reply::Error(e.into_reply()),
                 };
-                self.stream_reply(d, client, rpc, key, reply);
+                self.stream_reply(client, rpc, key, reply);
             }
             AwaitFor::Local { acquire } => {
-                let Some(task) = self.dcs[d].tasks.remove(&acquire) else {
+                let Some(task) = self.dc.tasks.remove(&acquire) else {
                     return;
                 };
-                self.acquire_awaited(d, acquire, task, result);
+                self.acquire_awaited(acquire, task, result);
             }
         }
     }

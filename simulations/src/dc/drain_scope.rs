@@ -14,10 +14,8 @@ use std::collections::BTreeMap;
 use homing_core::{ErrorReply, NamespaceScope, ReservationId, ScanCursor};
 use homing_node::DrainScope;
 
-use crate::dc::Task;
-use crate::event::NodeId;
-use crate::sim::Sim;
-use crate::task::TaskStepper;
+use super::ctx::DcCtx;
+use super::task::{Task, TaskStepper};
 use crate::trace::NO_KEY;
 
 /// One operator drain of a whole DC in progress.
@@ -34,85 +32,79 @@ pub(crate) struct DrainScopeJob {
     pub(crate) drained: u64,
 }
 
-impl Sim {
-    /// An operator starts draining every lease of DC `d`.
-    pub(crate) fn drain_scope_begin(&mut self, d: usize) {
-        if !self.dcs[d].up {
+impl DcCtx<'_> {
+    /// An operator starts draining every lease of the DC.
+    pub(crate) fn drain_scope_begin(&mut self) {
+        if !self.dc.up {
             return;
         }
         self.measurements.count(Counter::DrainScopeStarted);
-        let began = (self.dcs[d].store.records())
+        let began = (self.dc.store.records())
             .filter(|r| r.drain().is_some())
             .map(|r| (r.id.clone(), r.version))
             .collect();
         let job = DrainScopeJob {
-            page: self.drain_scope_page_at(d, None),
+            page: self.drain_scope_page_at(None),
             after: None,
             failures: 0,
             began,
             drained: 0,
         };
-        self.drain_scope_page(d, job);
+        self.drain_scope_page(job);
     }
 
-    fn drain_scope_page(&mut self, d: usize, job: DrainScopeJob) {
-        let task = Task::new(
-            NodeId::Dc(d as u16),
-            0,
-            NO_KEY,
-            TaskStepper::DrainScope(Box::new(job)),
-        );
-        self.step_start(d, task);
+    fn drain_scope_page(&mut self, job: DrainScopeJob) {
+        let task = Task::new(self.me(), 0, NO_KEY, TaskStepper::DrainScope(Box::new(job)));
+        self.step_start(task);
     }
 
-    /// DC `d`'s page of every namespace's records after `after`, as its
+    /// The DC's page of every namespace's records after `after`, as its
     /// endpoint makes a `DrainScope` request's.
-    fn drain_scope_page_at(&self, d: usize, after: Option<ScanCursor>) -> DrainScope {
+    fn drain_scope_page_at(&self, after: Option<ScanCursor>) -> DrainScope {
         let scope = NamespaceScope::everything();
-        self.dcs[d].endpoint.drain_scope(scope, after)
+        self.dc.endpoint.drain_scope(scope, after)
     }
 
     /// A page ended: the next one, the end, or the same page again.
     pub(crate) fn drain_scope_paged(
         &mut self,
-        d: usize,
         mut job: DrainScopeJob,
         done: Result<(u32, Option<ScanCursor>), ErrorReply>,
     ) {
         match done {
             Ok((_, Some(next))) => {
-                job.page = self.drain_scope_page_at(d, Some(next.clone()));
+                job.page = self.drain_scope_page_at(Some(next.clone()));
                 (job.after, job.failures) = (Some(next), 0);
-                self.drain_scope_page(d, job);
+                self.drain_scope_page(job);
             }
-            Ok((_, None)) => self.drain_scope_end(d, job),
-            Err(_) => self.drain_scope_retry(d, job),
+            Ok((_, None)) => self.drain_scope_end(job),
+            Err(_) => self.drain_scope_retry(job),
         }
     }
 
     /// The operator runs a failed page again, twenty times at most.
-    fn drain_scope_retry(&mut self, d: usize, mut job: DrainScopeJob) {
+    fn drain_scope_retry(&mut self, mut job: DrainScopeJob) {
         self.measurements.count(Counter::DrainScopePageFailed);
         job.failures += 1;
         if job.failures > 20 {
             self.measurements.count(Counter::DrainScopeGaveUp);
             return;
         }
-        job.page = self.drain_scope_page_at(d, job.after.clone());
-        self.drain_scope_page(d, job);
+        job.page = self.drain_scope_page_at(job.after.clone());
+        self.drain_scope_page(job);
     }
 
     /// The last page was drained: every lease renewable when the drain
     /// began has changed since.
-    fn drain_scope_end(&mut self, d: usize, job: DrainScopeJob) {
+    fn drain_scope_end(&mut self, job: DrainScopeJob) {
         self.measurements.count(Counter::DrainScopeDone);
-        let store = &self.dcs[d].store;
+        let store = &self.dc.store;
         let missed = (job.began.iter())
             .find(|(id, version)| store.record(id).is_some_and(|r| r.version == **version));
         if let Some((id, _)) = missed {
             let detail = format!(
-                "dc #{d}: {id}, renewable when the drain began, unchanged at its end ({} drained)",
-                job.drained
+                "dc #{}: {id}, renewable when the drain began, unchanged at its end ({} drained)",
+                self.dc.idx, job.drained
             );
             self.checker.on_drain_scope_incomplete(detail);
         }

@@ -15,21 +15,20 @@
 //! owing a reconciliation does) but answering links, resolves of its
 //! entries and drains during the pass (a few store round trips).
 
-use homing_core::ReservationId;
 use homing_node::dc_lease::RENEW_RETRY_MS;
 use homing_node::{Failure, Reconcile};
 
+use super::ctx::DcCtx;
+use super::task::Task;
+use super::task::TaskStepper;
 use crate::counter::Counter;
-use crate::dc::Task;
-use crate::event::{Event, NodeId};
-use crate::sim::Sim;
-use crate::task::TaskStepper;
+use crate::event::Event;
 use crate::trace::NO_KEY;
 
-impl Sim {
-    /// Starts DC `d`'s reconciliation if its lease owes one and none runs.
-    pub(crate) fn dc_reconcile(&mut self, d: usize) {
-        let dc = &self.dcs[d];
+impl DcCtx<'_> {
+    /// Starts the DC's reconciliation if its lease owes one and none runs.
+    pub(crate) fn reconcile(&mut self) {
+        let dc = &*self.dc;
         let Some(number) = dc.lease.lease.reconciliation() else {
             return;
         };
@@ -41,65 +40,45 @@ impl Sim {
         }
         let id = dc.id.clone();
         // Taken, as homingd's node takes it: a failed pass leaves its own.
-        let resumption = self.dcs[d].lease.resumption.take();
+        let resumption = self.dc.lease.resumption.take();
         let reconcile = Reconcile::new(id, number, self.policy, self.rules.mutations)
             .resuming(resumption.as_ref());
         if reconcile.resumes_after().is_some() {
             self.measurements.count(Counter::ReconcileResumed);
         }
         let kind = TaskStepper::Reconcile(Box::new(reconcile));
-        let task = Task::new(NodeId::Dc(d as u16), 0, NO_KEY, kind);
-        self.step_start(d, task);
+        let task = Task::new(self.me(), 0, NO_KEY, kind);
+        self.step_start(task);
     }
 
-    /// A retry of DC `d`'s failed reconciliation comes due.
-    pub(crate) fn reconcile_retry(&mut self, d: usize, epoch: u32) {
-        if self.dcs[d].epoch == epoch {
-            self.dc_reconcile(d);
+    /// A retry of the DC's failed reconciliation comes due.
+    pub(crate) fn reconcile_retry(&mut self, epoch: u32) {
+        if self.dc.epoch == epoch {
+            self.reconcile();
         }
     }
 
-    /// DC `d`'s reconciliation ended: the DC grants again (and runs the
+    /// The DC's reconciliation ended: the DC grants again (and runs the
     /// next one, if it regained its lease again meanwhile), or the pass is
     /// tried again later from where it got to.
-    pub(crate) fn reconciled(
-        &mut self,
-        d: usize,
-        reconcile: &Reconcile,
-        done: Result<usize, Failure>,
-    ) {
+    pub(crate) fn reconciled(&mut self, reconcile: &Reconcile, done: Result<usize, Failure>) {
         match done {
             Ok(_) => {
                 self.measurements.count(Counter::ReconcilePassed);
                 let number = reconcile.number();
-                self.dcs[d].lease.lease.handle_reconciled(number);
+                self.dc.lease.lease.handle_reconciled(number);
                 // Regained again meanwhile: the newer one is owed now
                 // (homingd's loop runs it at once too).
-                self.dc_reconcile(d);
+                self.reconcile();
             }
             Err(_) => {
                 self.measurements.count(Counter::ReconcileFailed);
-                self.dcs[d].lease.resumption = reconcile.resumption();
-                let epoch = self.dcs[d].epoch;
+                self.dc.lease.resumption = reconcile.resumption();
+                let epoch = self.dc.epoch;
                 let at = self.world.now + RENEW_RETRY_MS * 1000;
-                let dc = d as u16;
+                let dc = self.dc.idx;
                 self.world.schedule(at, Event::ReconcileRetry { dc, epoch });
             }
         }
-    }
-
-    /// A page of DC `dc`'s successions in the global store, after `after`.
-    pub(crate) fn successions_of(
-        &self,
-        dc: &homing_core::DcId,
-        after: Option<ReservationId>,
-        limit: usize,
-    ) -> Vec<homing_core::Succession> {
-        let start = after.map_or(0, |a| a.unique().saturating_add(1));
-        let range =
-            ReservationId::new(dc.clone(), start)..=ReservationId::new(dc.clone(), u64::MAX);
-        (self.successions.range(range).take(limit))
-            .map(|(_, s)| s.clone())
-            .collect()
     }
 }

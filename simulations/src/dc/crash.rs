@@ -6,18 +6,17 @@ use homing_core::AwaitReply;
 use homing_node::{Endpoint, StoreOp as DcOp};
 use homing_store::memory::MemoryDc;
 
+use super::ctx::{DcCtx, dc_view};
+use super::lease::DcLeaseDriver;
+use super::store::StoreCall;
 use crate::counter::Counter;
-use crate::dc_lease::DcLeaseDriver;
 use crate::event::Event;
-use crate::invariants::view;
-use crate::sim::Sim;
-use crate::store::StoreCall;
 
-impl Sim {
+impl DcCtx<'_> {
     /// The DC crashes: in-flight requests and caches are lost, committed records stay.
-    pub(crate) fn dc_crash(&mut self, d: usize) {
-        self.land_in_flight_writes(d);
-        let dc = &mut self.dcs[d];
+    pub(crate) fn crash(&mut self) {
+        self.land_in_flight_writes();
+        let dc = &mut *self.dc;
         dc.up = false;
         dc.epoch += 1;
         dc.down_since_us = self.world.now;
@@ -32,19 +31,19 @@ impl Sim {
         }
         // Tickets keep counting up across the crash: the checkers know them.
         dc.waiters.wake_all(AwaitReply::TimedOut);
-        self.dcs[d].upkeep = Some(self.fresh_upkeep(d));
-        let dc = &mut self.dcs[d];
+        self.dc.upkeep = Some(self.fresh_upkeep());
+        let dc = &mut *self.dc;
         dc.woken.clear();
         dc.endpoint = Endpoint::new(dc.endpoint_config.clone());
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
-        self.checker.wake.on_dc_crash(self.world.now, d as u16);
+        self.checker.wake.on_dc_crash(self.world.now, self.dc.idx);
         // Every other DC parked on this one learns it one idle timeout later.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
         let mut lost = Vec::new();
-        for (o, other) in self.dcs.iter().enumerate() {
+        for (o, other) in self.all_dcs().iter().enumerate() {
             for (rpc, peer) in &other.await_rpcs {
-                if usize::from(*peer) == d {
+                if *peer == self.dc.idx {
                     lost.push((o as u16, *rpc));
                 }
             }
@@ -59,12 +58,13 @@ impl Sim {
         }
     }
 
-    /// DC `d` is crashing: each store write it has in flight lands or is
+    /// The DC is crashing: each store write it has in flight lands or is
     /// lost (`crash_lands_in_flight`). A landed write is durable but its
     /// task never learns it: committed, not acknowledged.
-    fn land_in_flight_writes(&mut self, d: usize) {
+    fn land_in_flight_writes(&mut self) {
         let p = self.scenario.stores.crash_lands_in_flight;
-        let in_flight: Vec<DcOp> = self.dcs[d]
+        let in_flight: Vec<DcOp> = self
+            .dc
             .tasks
             .values()
             .filter_map(|t| match &t.waiting {
@@ -82,22 +82,22 @@ impl Sim {
                 DcOp::Write {
                     expected, record, ..
                 } => {
-                    self.cas(d, expected, &record);
+                    self.cas(expected, &record);
                 }
                 DcOp::Allocate => {
-                    self.allocate(d);
+                    self.allocate();
                 }
                 other => unreachable!("only writes and allocations land: {other:?}"),
             }
         }
     }
 
-    /// The `Await` RPCs of running DCs pending on DC `d`.
-    fn awaits_on(&self, d: usize) -> Vec<(usize, u64)> {
+    /// The `Await` RPCs of running DCs pending on this one.
+    fn awaits_on(&self) -> Vec<(usize, u64)> {
         let mut on = Vec::new();
-        for (o, other) in self.dcs.iter().enumerate().filter(|(_, o)| o.up) {
+        for (o, other) in self.all_dcs().iter().enumerate().filter(|(_, o)| o.up) {
             for (rpc, peer) in &other.await_rpcs {
-                if usize::from(*peer) == d {
+                if *peer == self.dc.idx {
                     on.push((o, *rpc));
                 }
             }
@@ -108,32 +108,33 @@ impl Sim {
     /// The DC restarts from its durable state (`store_lost`: from an empty
     /// store, under the same id — which its lease's floor check refuses: it
     /// stays down, as homingd refuses to start).
-    pub(crate) fn dc_restart(&mut self, d: usize, store_lost: bool) {
-        if self.dcs[d].up && self.dcs[d].endpoint.closing() {
+    pub(crate) fn restart(&mut self, store_lost: bool) {
+        if self.dc.up && self.dc.endpoint.closing() {
             // A graceful shutdown that had not drained: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);
-            self.dc_crash(d);
+            self.crash();
         }
         if store_lost {
-            let dc = &mut self.dcs[d];
+            let dc = &mut *self.dc;
             dc.store = MemoryDc::new();
         }
         // What the store's process kept in memory is gone (the rest of its
         // allocator block).
-        self.dcs[d].store.restart();
-        self.dcs[d].up = true;
-        if !self.dc_lease_open(d) {
-            self.dcs[d].up = false;
+        self.dc.store.restart();
+        self.dc.up = true;
+        if !self.lease_open() {
+            self.dc.up = false;
             return;
         }
-        self.dcs[d].up_since_us = self.world.now;
-        self.checker.wake.on_dc_restart(self.world.now, d as u16);
+        self.dc.up_since_us = self.world.now;
+        self.checker.wake.on_dc_restart(self.world.now, self.dc.idx);
         if self.rules.waiting.reset_on_restart {
-            // Every pending `Await` on `d` rode a connection to its previous
+            // Every pending `Await` on this DC rode a connection to its previous
             // process: the origin's next packet (a keep-alive at the latest)
             // draws a stateless reset from the new one, a round trip later.
             let keep_alive_us = self.scenario.network.keep_alive_ms.max(1) * 1000;
-            for (o, rpc) in self.awaits_on(d) {
+            let d = self.d();
+            for (o, rpc) in self.awaits_on() {
                 let at = self.world.now
                     + self.world.rng.below(keep_alive_us)
                     + self.world.network.rtt_us(o, d);
@@ -145,7 +146,8 @@ impl Sim {
                 self.world.schedule(at, event);
             }
         }
-        let view = view!(self);
+        let d = self.d();
+        let view = dc_view!(self);
         self.checker.on_restart(&view, d);
     }
 }

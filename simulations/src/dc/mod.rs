@@ -1,49 +1,66 @@
-//! A simulated DC: its durable state (records, the ID allocator — durable
-//! at commit), its volatile state (its memory of the global store, in-flight
-//! requests — lost in a crash), its clock, and its request handling, which
-//! drives homing-node as `homing-daemon`'s `Node` does: every request runs
-//! as a homing-node stepper in `task.rs`'s loop (an acquire, a waiter, a
-//! watch, a drain-scope page with what the driver holds for them; every
-//! other request as homing-node's `Serve`), and so do the DC's own passes;
-//! this module performs what takes time (global writes, peer requests,
-//! pauses; store operations in `store.rs`, an acquire's waits in
-//! `acquire.rs`, a crash and a restart in `crash.rs`) and routes each
-//! answer back. The checkers read the DCs through [`DcsView`].
+//! A simulated DC, an actor: its durable state (records, the ID allocator —
+//! durable at commit), its volatile state (its memory of the global store,
+//! in-flight requests — lost in a crash), its clock, and its request
+//! handling, which drives homing-node as `homing-daemon`'s `Node` does:
+//! every request runs as a homing-node stepper in `task.rs`'s loop (an
+//! acquire, a waiter, a watch, a drain-scope page with what the driver
+//! holds for them; every other request as homing-node's `Serve`), and so
+//! do the DC's own passes.
+//!
+//! The DC handles its events given a `DcCtx` (`ctx.rs`): itself, its
+//! peers to read, the world, the global store, the checker and the
+//! measurements. This module performs what takes time (global writes, peer
+//! requests, pauses) and routes each answer back; the DC's other modules
+//! handle the rest (its tasks in `task.rs`, store operations in
+//! `store.rs`, an acquire's waits in `acquire.rs`, waiters in
+//! `waiting.rs`, its lease in `lease.rs`, upkeep, drains, watches,
+//! reconciliation, shutdown, and a crash and a restart in `crash.rs`).
+//! The checkers read the DCs through [`DcsView`].
 //!
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
 
-use crate::counter::Counter;
 use std::collections::{BTreeMap, BTreeSet};
 
+use homing_core::chain::{HOP_LIMIT_DEFAULT, NODE_ABSENT_TTL_MS_DEFAULT};
 use homing_core::{
-    AwaitReply, DcId, ErrorKind, ErrorReply, Key, LeasePolicy, Reply, Request, ReservationId,
-    ShortcutNotice, TakeOverReply, TakeoverPolicy, chain::HOP_LIMIT_DEFAULT,
+    AwaitReply, DcId, ErrorKind, ErrorReply, LeasePolicy, Mutations, Reply, Request, ReservationId,
+    ShortcutNotice, TakeOverReply, TakeoverPolicy,
 };
-
-use homing_store::memory::MemoryDc;
-
 use homing_node::{
     Answer, Dispatch, Endpoint, EndpointConfig, Failure, GlobalAnswer, GlobalOp, Handling,
     MEMORY_ENTRIES_DEFAULT, MemoryLimits, NodeConfig, NodeTime, StoreOp as DcOp, Upkeep,
     WaitLimits, Waiters,
 };
+use homing_store::memory::MemoryDc;
+
+mod acquire;
+mod crash;
+mod ctx;
+mod drain;
+mod drain_scope;
+pub mod lease;
+mod reconcile;
+mod shutdown;
+mod store;
+mod task;
+mod upkeep;
+mod waiting;
+mod watch;
+
+pub(crate) use ctx::{DcCtx, Peers, dc_view};
+pub(crate) use upkeep::new_upkeep;
 
 use crate::clock::NodeClock;
-use crate::dc_lease::DcLeaseDriver;
-use crate::invariants::{DcsView, view};
-use homing_core::Mutations;
-use homing_core::chain::NODE_ABSENT_TTL_MS_DEFAULT;
-use homing_core::succession::judge_takeover;
-
-use crate::acquire::AcquireJob;
+use crate::counter::Counter;
 use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
-use crate::report::Work;
-use crate::sim::Sim;
-use crate::store::StoreCall;
-use crate::task::TaskStepper;
+use crate::invariants::DcsView;
 use crate::trace::NO_KEY;
-use crate::waiting::AwaitFor;
+use acquire::AcquireJob;
+use lease::DcLeaseDriver;
+use store::{StoreCall, StoreFaults};
+use task::{Task, TaskStepper};
+use waiting::AwaitFor;
 
 /// One simulated DC.
 #[derive(Debug)]
@@ -91,6 +108,8 @@ pub struct Dc {
     pub(crate) woken: BTreeMap<u64, AwaitReply>,
     /// Volatile: its DC lease as its homingd holds it.
     pub(crate) lease: DcLeaseDriver,
+    /// When its store is slow or fails.
+    pub(crate) store_faults: StoreFaults,
     pub(crate) next_task: u64,
 }
 
@@ -126,6 +145,7 @@ impl Dc {
             watches: BTreeSet::new(),
             woken: BTreeMap::new(),
             lease: DcLeaseDriver::new(&policy, mutations),
+            store_faults: StoreFaults::default(),
             next_task: 0,
         }
     }
@@ -173,32 +193,6 @@ const MEMORY_LIMITS: MemoryLimits = MemoryLimits {
     absent_ttl_ms: NODE_ABSENT_TTL_MS_DEFAULT,
 };
 
-#[derive(Debug)]
-pub(crate) struct Task {
-    pub(crate) client: NodeId,
-    pub(crate) rpc: u64,
-    pub(crate) key: u32,
-    /// The homing-node stepper it runs.
-    pub(crate) kind: TaskStepper,
-    pub(crate) waiting: Option<StoreCall>,
-    pub(crate) work: Work,
-}
-
-impl Task {
-    /// A task for `client`'s request `rpc` about key `key` (the trace's
-    /// index), nothing asked of the store yet.
-    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Task {
-        Task {
-            client,
-            rpc,
-            key,
-            kind,
-            waiting: None,
-            work: Work::default(),
-        }
-    }
-}
-
 /// What a driving step decided.
 pub(crate) enum Next {
     Store(StoreCall),
@@ -223,60 +217,49 @@ pub(crate) fn error(kind: ErrorKind, message: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(kind, message))
 }
 
-impl Sim {
-    fn store_delay_us(&mut self, d: usize, base_ms: f64, jitter_ms: f64) -> u64 {
+impl DcCtx<'_> {
+    fn store_delay_us(&mut self, base_ms: f64, jitter_ms: f64) -> u64 {
         let jitter = if jitter_ms > 0.0 {
             self.world.rng.below((jitter_ms * 1000.0) as u64 + 1)
         } else {
             0
         };
-        (((base_ms * 1000.0) as u64 + jitter) as f64 * self.store_factor(d)) as u64 + 1
+        let factor = self.dc.store_faults.factor(self.world.now);
+        (((base_ms * 1000.0) as u64 + jitter) as f64 * factor) as u64 + 1
     }
 
-    /// Whether a connect's nearest-replica read misses `key`'s entry: it
-    /// landed less than a draw from `0..=global_nearest_lag_ms` ago.
-    pub(crate) fn nearest_read_misses(&mut self, key: &Key) -> bool {
-        let lag_us = (self.scenario.stores.global_nearest_lag_ms * 1000.0) as u64;
-        match self.global_landed_us.get(key) {
-            Some(&landed) if lag_us > 0 => {
-                self.world.now < landed + self.world.rng.below(lag_us + 1)
-            }
-            _ => false,
-        }
-    }
-
-    /// A request arrives at DC `d` (or a reply to one of its peer requests).
-    pub(crate) fn dc_receive(&mut self, d: usize, message: Message) {
-        if !self.dcs[d].up {
+    /// A request arrives at the DC (or a reply to one of its peer requests).
+    pub(crate) fn receive(&mut self, message: Message) {
+        if !self.dc.up {
             return;
         }
         match message.body {
-            Body::Reply(reply) => self.dc_peer_reply(d, message.from, message.rpc, reply),
+            Body::Reply(reply) => self.peer_reply(message.from, message.rpc, reply),
             Body::Request(request) => {
-                self.dc_request(d, message.from, message.rpc, message.key, request)
+                self.handle_request(message.from, message.rpc, message.key, request)
             }
         }
     }
 
-    fn dc_request(&mut self, d: usize, client: NodeId, rpc: u64, key: u32, request: Request) {
+    fn handle_request(&mut self, client: NodeId, rpc: u64, key: u32, request: Request) {
         let peer = match client {
-            NodeId::Dc(c) => Some(self.dcs[usize::from(c)].id.clone()),
+            NodeId::Dc(c) => Some(self.dc_at(usize::from(c)).id.clone()),
             _ => None,
         };
-        let (now, rng) = (self.node_now(d), &mut self.world.rng);
+        let (now, rng) = (self.node_now(), &mut self.world.rng);
         let bits = || u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64());
-        let dc = &mut self.dcs[d];
+        let dc = &mut *self.dc;
         let dispatch =
             dc.endpoint
                 .handle_request(peer.as_ref(), request, now, bits, (client, rpc, key));
         let kind = match dispatch {
             Dispatch::Refused(refused) => {
-                if self.dcs[d].endpoint.closing() {
+                if self.dc.endpoint.closing() {
                     self.measurements.count(Counter::DcRefusedShuttingDown);
                 }
-                return self.dc_reply_to(d, client, rpc, key, Reply::Error(refused));
+                return self.reply_to(client, rpc, key, Reply::Error(refused));
             }
-            Dispatch::Answered(reply) => return self.dc_reply_to(d, client, rpc, key, reply),
+            Dispatch::Answered(reply) => return self.reply_to(client, rpc, key, reply),
             Dispatch::Joined(_) => {
                 self.measurements.count(Counter::AcquireRetryJoined);
                 return;
@@ -290,32 +273,25 @@ impl Sim {
                 }))
             }
             Dispatch::Run(Handling::Await(wait)) => {
-                return self.await_start(d, client, rpc, key, *wait, AwaitFor::Remote);
+                return self.await_start(client, rpc, key, *wait, AwaitFor::Remote);
             }
             Dispatch::Run(Handling::Watch(read)) => {
-                return self.watch_start(d, client, rpc, *read);
+                return self.watch_start(client, rpc, *read);
             }
             Dispatch::Run(Handling::DrainScope(page)) => TaskStepper::DrainScopePage(page),
             Dispatch::Run(Handling::Serve(serve)) => TaskStepper::Serve(serve),
         };
-        self.step_start(d, Task::new(client, rpc, key, kind));
+        self.step_start(Task::new(client, rpc, key, kind));
     }
 
-    pub(crate) fn new_task_id(&mut self, d: usize) -> u64 {
-        self.dcs[d].next_task += 1;
-        self.dcs[d].next_task
+    pub(crate) fn new_task_id(&mut self) -> u64 {
+        self.dc.next_task += 1;
+        self.dc.next_task
     }
 
-    pub(crate) fn dc_reply_to(
-        &mut self,
-        d: usize,
-        client: NodeId,
-        rpc: u64,
-        key: u32,
-        reply: Reply,
-    ) {
+    pub(crate) fn reply_to(&mut self, client: NodeId, rpc: u64, key: u32, reply: Reply) {
         self.world.send(Message {
-            from: NodeId::Dc(d as u16),
+            from: self.me(),
             to: client,
             rpc,
             key,
@@ -323,44 +299,81 @@ impl Sim {
         });
     }
 
-    /// Answers a request: on its QUIC stream if it was `parked` (waited).
-    fn dc_answer(
+    /// Sends a request to `to` on a QUIC stream (see
+    /// [`World::stream_send`]) and arms its timeout; returns the RPC id.
+    pub(crate) fn stream_request(
         &mut self,
-        d: usize,
-        parked: bool,
-        client: NodeId,
-        rpc: u64,
+        to: NodeId,
         key: u32,
-        reply: Reply,
-    ) {
+        request: Request,
+        timeout_us: u64,
+    ) -> u64 {
+        let from = self.me();
+        let (rpc, message) = (self.world).request_message(from, to, key, request, timeout_us);
+        self.stream_send(message);
+        rpc
+    }
+
+    /// Answers a parked request on its QUIC stream.
+    pub(crate) fn stream_reply(&mut self, client: NodeId, rpc: u64, key: u32, reply: Reply) {
+        let message = Message {
+            from: self.me(),
+            to: client,
+            rpc,
+            key,
+            body: Body::Reply(reply),
+        };
+        if !self.stream_send(message)
+            && let NodeId::Dc(o) = client
+        {
+            self.checker
+                .wake
+                .on_reply_undeliverable(self.world.now, o, rpc);
+        }
+    }
+
+    /// Sends on a QUIC stream; `false` if the connection died under it.
+    /// A message to a DC that is down is lost: it rides a connection to the
+    /// dead process, which its restarted successor resets.
+    fn stream_send(&mut self, message: Message) -> bool {
+        if let NodeId::Dc(t) = message.to
+            && !self.dc_at(usize::from(t)).up
+        {
+            return true;
+        }
+        self.world.stream_send(message)
+    }
+
+    /// Answers a request: on its QUIC stream if it was `parked` (waited).
+    fn answer(&mut self, parked: bool, client: NodeId, rpc: u64, key: u32, reply: Reply) {
         if parked {
-            self.stream_reply(d, client, rpc, key, reply);
+            self.stream_reply(client, rpc, key, reply);
         } else {
-            self.dc_reply_to(d, client, rpc, key, reply);
+            self.reply_to(client, rpc, key, reply);
         }
     }
 
     /// Parks the task on its next need, or answers.
-    pub(crate) fn dc_continue(&mut self, d: usize, tid: u64, mut task: Task, next: Next) {
+    pub(crate) fn continue_task(&mut self, tid: u64, mut task: Task, next: Next) {
         let (base, jitter) = (
             self.scenario.stores.dc_op_ms,
             self.scenario.stores.dc_op_jitter_ms,
         );
         let next = match next {
             Next::Store(op @ StoreCall::Dc(DcOp::Write { .. })) => {
-                let Some((t, op)) = self.marks_for_write(d, tid, task, op) else {
+                let Some((t, op)) = self.marks_for_write(tid, task, op) else {
                     return;
                 };
                 task = t;
                 Next::Store(op)
             }
-            Next::Store(op @ StoreCall::GlobalGet { .. }) if self.cut_from_global(d) => {
+            Next::Store(op @ StoreCall::GlobalGet { .. }) if self.cut_from_global() => {
                 let ms = self.scenario.stores.global_read_ms;
-                return self.global_fails_after(d, tid, task, Some(op), ms);
+                return self.global_fails_after(tid, task, Some(op), ms);
             }
-            Next::GlobalWrite(..) if self.cut_from_global(d) => {
+            Next::GlobalWrite(..) if self.cut_from_global() => {
                 let ms = self.scenario.stores.global_write_ms;
-                return self.global_fails_after(d, tid, task, None, ms);
+                return self.global_fails_after(tid, task, None, ms);
             }
             next => next,
         };
@@ -369,17 +382,17 @@ impl Sim {
                 let delay = match op {
                     StoreCall::GlobalGet { .. } => {
                         let ms = self.scenario.stores.global_read_ms;
-                        self.store_delay_us(d, ms, 0.0)
+                        self.store_delay_us(ms, 0.0)
                     }
-                    _ => self.store_delay_us(d, base, jitter),
+                    _ => self.store_delay_us(base, jitter),
                 };
                 task.waiting = Some(op);
-                let epoch = self.dcs[d].epoch;
-                self.dcs[d].tasks.insert(tid, task);
+                let epoch = self.dc.epoch;
+                self.dc.tasks.insert(tid, task);
                 self.world.schedule(
                     self.world.now + delay,
                     Event::Store {
-                        dc: d as u16,
+                        dc: self.dc.idx,
                         epoch,
                         task: tid,
                     },
@@ -388,15 +401,15 @@ impl Sim {
             Next::GlobalWrite(key, write) => {
                 task.work.global_writes += 1;
                 let ms = self.scenario.stores.global_write_ms;
-                let delay = self.store_delay_us(d, ms, 0.0);
+                let delay = self.store_delay_us(ms, 0.0);
                 let set = GlobalSet {
-                    dc: d as u16,
-                    epoch: self.dcs[d].epoch,
+                    dc: self.dc.idx,
+                    epoch: self.dc.epoch,
                     task: tid,
                     key,
                     write,
                 };
-                self.dcs[d].tasks.insert(tid, task);
+                self.dc.tasks.insert(tid, task);
                 self.world
                     .schedule(self.world.now + delay, Event::GlobalSet(Box::new(set)));
             }
@@ -405,11 +418,11 @@ impl Sim {
                 if matches!(request, Request::Link { .. }) {
                     task.work.links += 1;
                 }
-                let rpc =
-                    self.world
-                        .request(NodeId::Dc(d as u16), NodeId::Dc(to), task.key, request);
-                self.dcs[d].peer_rpcs.insert(rpc, (tid, to));
-                self.dcs[d].tasks.insert(tid, task);
+                let rpc = self
+                    .world
+                    .request(self.me(), NodeId::Dc(to), task.key, request);
+                self.dc.peer_rpcs.insert(rpc, (tid, to));
+                self.dc.tasks.insert(tid, task);
             }
             Next::Reply(reply) => {
                 if task.kind.acquire().is_some() {
@@ -419,27 +432,27 @@ impl Sim {
                 let mut parked = false;
                 if let Some(job) = task.kind.acquire() {
                     let (key, lease) = (job.acquire.key(), job.acquire.lease());
-                    answered.extend(self.dcs[d].endpoint.acquire_ended(key, lease));
+                    answered.extend(self.dc.endpoint.acquire_ended(key, lease));
                     parked = job.acquire.waits();
                 }
                 // Invariant: `answered` starts with the task's own client.
                 let (&last, first) = answered.split_last().expect("the task's own client");
                 for &(client, rpc, key) in first {
-                    self.dc_answer(d, parked, client, rpc, key, reply.clone());
+                    self.answer(parked, client, rpc, key, reply.clone());
                 }
                 let (client, rpc, key) = last;
-                self.dc_answer(d, parked, client, rpc, key, reply);
+                self.answer(parked, client, rpc, key, reply);
             }
             // A closing DC's `closed()` is ready at once: no new wait or pause.
-            Next::Await { .. } | Next::Pause(_) if self.dcs[d].endpoint.closing() => {
-                self.acquire_closed(d, tid, task);
+            Next::Await { .. } | Next::Pause(_) if self.dc.endpoint.closing() => {
+                self.acquire_closed(tid, task);
             }
             Next::Await {
                 reservation,
                 remaining_ms,
-            } => self.acquire_await(d, tid, task, reservation, remaining_ms),
-            Next::Park(until) => self.await_park(d, tid, task, until),
-            Next::AwaitLog(until) => self.watch_park(d, tid, task, until),
+            } => self.acquire_await(tid, task, reservation, remaining_ms),
+            Next::Park(until) => self.await_park(tid, task, until),
+            Next::AwaitLog(until) => self.watch_park(tid, task, until),
             Next::Pause(until) => {
                 let Some(job) = task.kind.acquire_mut() else {
                     unreachable!("only an acquire pauses");
@@ -447,28 +460,21 @@ impl Sim {
                 job.paused = true;
                 job.generation += 1;
                 let generation = job.generation;
-                let at = self.dcs[d].clock.first_true_us_at_us(until.as_us());
-                self.dcs[d].tasks.insert(tid, task);
-                self.dc_timer(d, tid, generation, at);
+                let at = self.dc.clock.first_true_us_at_us(until.as_us());
+                self.dc.tasks.insert(tid, task);
+                self.set_timer(tid, generation, at);
             }
         }
     }
 
     /// A global read or write of task `tid` fails after `ms`: the DC is cut
     /// off from the global store.
-    fn global_fails_after(
-        &mut self,
-        d: usize,
-        tid: u64,
-        mut task: Task,
-        op: Option<StoreCall>,
-        ms: f64,
-    ) {
-        let delay = self.store_delay_us(d, ms, 0.0);
+    fn global_fails_after(&mut self, tid: u64, mut task: Task, op: Option<StoreCall>, ms: f64) {
+        let delay = self.store_delay_us(ms, 0.0);
         task.waiting = op;
-        let epoch = self.dcs[d].epoch;
-        self.dcs[d].tasks.insert(tid, task);
-        let dc = d as u16;
+        let epoch = self.dc.epoch;
+        self.dc.tasks.insert(tid, task);
+        let dc = self.dc.idx;
         self.world.schedule(
             self.world.now + delay,
             Event::GlobalFailed {
@@ -479,14 +485,14 @@ impl Sim {
         );
     }
 
-    /// How DC `d` asks what `id`'s DC knows of it: a read of its own
+    /// How the DC asks what `id`'s DC knows of it: a read of its own
     /// store, or a `ResolveReservation` to that peer; `Err` when the
     /// simulation has no such DC ([`unknown_dc`]).
-    pub(crate) fn ask_segment(&self, d: usize, id: ReservationId) -> Result<Next, Failure> {
-        if id.dc() == &self.dcs[d].id {
+    pub(crate) fn ask_segment(&self, id: ReservationId) -> Result<Next, Failure> {
+        if id.dc() == &self.dc.id {
             return Ok(Next::Store(StoreCall::Segment(id)));
         }
-        match self.dc_index.get(id.dc()) {
+        match self.peers.index.get(id.dc()) {
             Some(&to) => Ok(Next::Peer(to, Request::ResolveReservation { id })),
             None => Err(unknown_dc(id.dc())),
         }
@@ -495,8 +501,8 @@ impl Sim {
     /// Tells another DC's entry about the chain's new member, not waiting
     /// for the answer (homingd: a background task; its own entry the
     /// acquire noted itself).
-    pub(crate) fn tell_shortcut(&mut self, d: usize, key: u32, notice: ShortcutNotice) {
-        let Some(&to) = self.dc_index.get(notice.entry.dc()) else {
+    pub(crate) fn tell_shortcut(&mut self, key: u32, notice: ShortcutNotice) {
+        let Some(&to) = self.peers.index.get(notice.entry.dc()) else {
             return;
         };
         self.measurements.count(Counter::ShortcutNotices);
@@ -505,91 +511,76 @@ impl Sim {
             entry: notice.entry,
             shortcut: notice.shortcut,
         };
-        self.world
-            .request(NodeId::Dc(d as u16), NodeId::Dc(to), key, request);
+        self.world.request(self.me(), NodeId::Dc(to), key, request);
     }
 
     /// The global write-once lands; then the DC that asked (if it still
     /// runs) learns what the store has now and goes on.
-    pub(crate) fn dc_global_set(&mut self, set: GlobalSet) {
-        let d = usize::from(set.dc);
+    pub(crate) fn global_set_lands(&mut self, set: GlobalSet) {
         self.world.current_key = set.key;
         // The write is decided here, whether or not its DC still waits for it.
+        let now_us = self.world.now;
         let landed = match &set.write {
             GlobalOp::SetIfAbsent { key, id } => {
-                let existing = self.global.get(key).cloned();
+                let existing = self.global.set_if_absent(key, id, now_us);
                 if existing.is_none() {
-                    self.global.insert(key.clone(), id.clone());
-                    self.global_landed_us.insert(key.clone(), self.world.now);
-                    let view = view!(self);
-                    self.checker
-                        .on_global_set(&view, self.world.now, set.key, id);
+                    let view = dc_view!(self);
+                    self.checker.on_global_set(&view, now_us, set.key, id);
                 }
                 GlobalAnswer::SetIfAbsent(existing)
             }
             GlobalOp::Confirm(succession) => {
-                let recorded = self
-                    .successions
-                    .entry(succession.link.from.clone())
-                    .or_insert_with(|| succession.clone())
-                    .clone();
-                GlobalAnswer::Confirmed(recorded)
+                GlobalAnswer::Confirmed(self.global.confirm(succession))
             }
             GlobalOp::TakeOver { succession, policy } => {
-                let from = succession.link.from.clone();
-                let state = self.global_dc_lease_state(from.dc());
-                let existing = self.successions.get(&from).cloned();
-                let reply = judge_takeover(existing, state, *policy, succession);
+                let reply = self.global.take_over(succession, *policy, now_us);
                 if reply.is_none() {
                     self.measurements.count(Counter::Takeovers);
-                    self.successions.insert(from, succession.clone());
                     if set.key != NO_KEY {
-                        self.checker
-                            .on_taken_over(&view!(self), self.world.now, set.key);
+                        self.checker.on_taken_over(&dc_view!(self), now_us, set.key);
                     }
                 }
                 GlobalAnswer::TakenOver(reply.unwrap_or(TakeOverReply::Taken))
             }
             read => unreachable!("a global read is not a write: {read:?}"),
         };
-        if !self.dcs[d].up || self.dcs[d].epoch != set.epoch {
+        if !self.dc.up || self.dc.epoch != set.epoch {
             return;
         }
-        let now = self.node_now(d);
-        let landed = self.dcs[d].endpoint.learn(&set.write, landed, now);
-        let Some(task) = self.dcs[d].tasks.remove(&set.task) else {
+        let now = self.node_now();
+        let landed = self.dc.endpoint.learn(&set.write, landed, now);
+        let Some(task) = self.dc.tasks.remove(&set.task) else {
             return;
         };
-        self.step_answered(d, set.task, task, Answer::Global(Ok(landed)));
+        self.step_answered(set.task, task, Answer::Global(Ok(landed)));
     }
 
-    fn dc_peer_reply(&mut self, d: usize, from: NodeId, rpc: u64, reply: Reply) {
-        let Some((tid, _)) = self.dcs[d].peer_rpcs.remove(&rpc) else {
+    fn peer_reply(&mut self, from: NodeId, rpc: u64, reply: Reply) {
+        let Some((tid, _)) = self.dc.peer_rpcs.remove(&rpc) else {
             return;
         };
-        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(task) = self.dc.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
         if !matches!(from, NodeId::Dc(_)) {
             return;
         }
-        if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
-            self.checker.wake.on_origin_done(d as u16, rpc);
+        if self.dc.await_rpcs.remove(&rpc).is_some() {
+            self.checker.wake.on_origin_done(self.dc.idx, rpc);
             // Any answer of the peer, even an error of kind `Unavailable`, is
             // a refusal (`PeerError::Refused`), not an unreachable DC.
             let result = peer_answer(reply, "await", |r| match r {
                 Reply::Awaited(answer) => Some(answer),
                 _ => None,
             });
-            return self.acquire_awaited(d, tid, task, result);
+            return self.acquire_awaited(tid, task, result);
         }
-        self.step_peer_answer(d, tid, task, Ok(reply));
+        self.step_peer_answer(tid, task, Ok(reply));
     }
 
-    pub(crate) fn dc_timeout(&mut self, d: usize, rpc: u64) {
-        self.dc_rpc_failed(
-            d,
+    pub(crate) fn timeout(&mut self, rpc: u64) {
+        self.rpc_failed(
             rpc,
             Counter::DcPeerTimeout,
             "a peer dc did not answer in time",
@@ -598,8 +589,8 @@ impl Sim {
 
     /// The QUIC connection a parked `Await` rode died (idle timeout, or a
     /// stateless `reset` from the tail's restarted DC).
-    pub(crate) fn dc_connection_lost(&mut self, d: usize, rpc: u64, reset: bool) {
-        if !self.dcs[d].up {
+    pub(crate) fn connection_lost(&mut self, rpc: u64, reset: bool) {
+        if !self.dc.up {
             return;
         }
         let (counter, why) = if reset {
@@ -613,39 +604,39 @@ impl Sim {
                 "the connection to the peer dc timed out",
             )
         };
-        self.dc_rpc_failed(d, rpc, counter, why);
+        self.rpc_failed(rpc, counter, why);
     }
 
-    fn dc_rpc_failed(&mut self, d: usize, rpc: u64, counter: Counter, why: &str) {
-        let Some((tid, peer)) = self.dcs[d].peer_rpcs.remove(&rpc) else {
+    fn rpc_failed(&mut self, rpc: u64, counter: Counter, why: &str) {
+        let Some((tid, peer)) = self.dc.peer_rpcs.remove(&rpc) else {
             return;
         };
         self.measurements.count(counter);
-        let Some(task) = self.dcs[d].tasks.remove(&tid) else {
+        let Some(task) = self.dc.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
         // The peer that did not answer is the one unavailable (homingd's
         // `PeerError::Unavailable { dc }`), not this DC.
         let unavailable = ErrorKind::Unavailable {
-            dc: self.dcs[usize::from(peer)].id.clone(),
+            dc: self.dc_at(usize::from(peer)).id.clone(),
         };
-        if self.dcs[d].await_rpcs.remove(&rpc).is_some() {
-            self.checker.wake.on_origin_done(d as u16, rpc);
+        if self.dc.await_rpcs.remove(&rpc).is_some() {
+            self.checker.wake.on_origin_done(self.dc.idx, rpc);
             let lost = ErrorReply::new(unavailable, why);
-            return self.acquire_awaited(d, tid, task, Err(Failure::Unreachable(lost)));
+            return self.acquire_awaited(tid, task, Err(Failure::Unreachable(lost)));
         }
         let e = ErrorReply::new(unavailable, why);
-        self.step_peer_answer(d, tid, task, Err(Failure::Unreachable(e)));
+        self.step_peer_answer(tid, task, Err(Failure::Unreachable(e)));
     }
 
-    /// Sets a timer of DC `d`'s task `tid` at `at` (true time), for its
+    /// Sets a timer of the DC's task `tid` at `at` (true time), for its
     /// `generation` (a timer of another generation is stale when it fires)
     /// and the DC's current epoch (a crash voids it).
-    pub(crate) fn dc_timer(&mut self, d: usize, tid: u64, generation: u64, at: u64) {
+    pub(crate) fn set_timer(&mut self, tid: u64, generation: u64, at: u64) {
         let timer = Event::DcTask {
-            dc: d as u16,
-            epoch: self.dcs[d].epoch,
+            dc: self.dc.idx,
+            epoch: self.dc.epoch,
             task: tid,
             generation,
         };
@@ -653,11 +644,11 @@ impl Sim {
     }
 
     /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.
-    pub(crate) fn dc_task_timer(&mut self, d: usize, epoch: u32, tid: u64, generation: u64) {
-        if !self.dcs[d].up || self.dcs[d].epoch != epoch {
+    pub(crate) fn task_timer(&mut self, epoch: u32, tid: u64, generation: u64) {
+        if !self.dc.up || self.dc.epoch != epoch {
             return;
         }
-        let current = match self.dcs[d].tasks.get(&tid).map(|t| &t.kind) {
+        let current = match self.dc.tasks.get(&tid).map(|t| &t.kind) {
             Some(kind) if kind.parked_watch(generation) => true,
             Some(kind) => match (kind.waiter(), kind.acquire()) {
                 (Some(job), _) => job.parked == Some(generation),
@@ -670,26 +661,26 @@ impl Sim {
             return;
         }
         // Invariant: the task was just found in the map.
-        let mut task = self.dcs[d].tasks.remove(&tid).expect("task present");
+        let mut task = self.dc.tasks.remove(&tid).expect("task present");
         if let Some(job) = task.kind.acquire_mut() {
             job.paused = false;
         }
         self.world.current_key = task.key;
         if task.kind.waiter().is_some() {
-            return self.await_select(d, tid, task);
+            return self.await_select(tid, task);
         }
         if task.kind.watch_mut().is_some() {
-            return self.watch_ended(d, tid, task, Answer::TimedOut);
+            return self.watch_ended(tid, task, Answer::TimedOut);
         }
         if task
             .kind
             .acquire()
             .is_some_and(|job| job.awaiting.is_some())
         {
-            return self.acquire_deadline(d, tid, task);
+            return self.acquire_deadline(tid, task);
         }
         // An acquire's pause ended: it connects again.
-        self.step_answered(d, tid, task, Answer::Resumed);
+        self.step_answered(tid, task, Answer::Resumed);
     }
 }
 
