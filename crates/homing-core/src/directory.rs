@@ -1,14 +1,12 @@
 //! The DC directory: which homingd serve each DC, at which address. Every
 //! homingd lists its own address in the copy the global store keeps (a DC
 //! served by several homingd is listed once per address); peers read it
-//! from the store, routers ask a DC for it ([`Request::Directory`]), so a DC
-//! added while the deployment runs is reached without restarting anyone.
+//! from the store, routers ask a DC for it (the `Directory` request), so a
+//! DC added while the deployment runs is reached without restarting anyone.
 //!
 //! A directory that arrives from the store or a peer is validated like any
 //! other input: at most [`DIRECTORY_DCS_MAX`] DCs, each listed once with 1
 //! to [`DIRECTORY_ADDRS_MAX`] distinct addresses, in DC order.
-//!
-//! [`Request::Directory`]: crate::wire::Request::Directory
 
 use std::net::SocketAddr;
 
@@ -235,11 +233,11 @@ mod tests {
             Directory::new(vec![entry("fra", vec![])]),
             Err(DirectoryError::NoAddr(dc("fra")))
         );
-        let bytes = crate::wire::encode(&vec![
+        let bytes = postcard::to_allocvec(&vec![
             entry("sin", vec![addr(1)]),
             entry("fra", vec![addr(2)]),
         ])
         .expect("fits");
-        assert!(crate::wire::decode::<Directory>(&bytes).is_err());
+        assert!(postcard::from_bytes::<Directory>(&bytes).is_err());
     }
 }
