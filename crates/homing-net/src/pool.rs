@@ -139,15 +139,6 @@ impl Pool {
         }
     }
 
-    /// The pooled connections open now.
-    pub(crate) fn connections(&self) -> Vec<Connection> {
-        let slots = lock(&self.slots);
-        slots
-            .values()
-            .filter_map(|slot| slot.live().map(|pooled| pooled.connection))
-            .collect()
-    }
-
     /// Forgets `connection` as `peer`'s pooled connection (if it still is),
     /// so the next request connects afresh. Requests already using it go on.
     pub(crate) fn evict(&self, peer: &Peer, connection: &Connection) {
