@@ -12,11 +12,11 @@
 //! ([`note_new_form_written`]). A homingd that speaks less than the
 //! deployment version refuses to start.
 
-use homing_core::wire::{self, PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
+use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::global::GlobalStore;
+use crate::global::{GlobalStore, read_setting, swap_setting_to};
 use crate::setting::Setting;
 
 /// The deployment version and whether it can still be lowered.
@@ -65,7 +65,9 @@ pub enum VersionChangeError {
 
 /// The deployment version the store keeps (the default if never set).
 pub async fn read(global: &dyn GlobalStore) -> Result<DeploymentVersion, StoreError> {
-    Ok(read_held(global).await?.0)
+    Ok(read_setting(global, Setting::DeploymentVersion, WHAT)
+        .await?
+        .0)
 }
 
 /// Raises the deployment version by one, to at most this build's
@@ -127,34 +129,19 @@ async fn change(
     global: &dyn GlobalStore,
     next: impl Fn(DeploymentVersion) -> Result<DeploymentVersion, VersionChangeError>,
 ) -> Result<DeploymentVersion, VersionChangeError> {
-    let (now, held) = read_held(global).await?;
+    let (now, held) = read_setting(global, Setting::DeploymentVersion, WHAT).await?;
     let after = next(now)?;
     if after == now && held.is_some() {
         return Ok(after);
     }
-    let bytes = wire::encode(&after).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-    match global
-        .swap_setting(Setting::DeploymentVersion, held.as_deref(), &bytes)
-        .await?
-    {
+    match swap_setting_to(global, Setting::DeploymentVersion, held.as_deref(), &after).await? {
         Ok(()) => Ok(after),
         Err(_) => Err(VersionChangeError::Raced),
     }
 }
 
-async fn read_held(
-    global: &dyn GlobalStore,
-) -> Result<(DeploymentVersion, Option<Vec<u8>>), StoreError> {
-    let held = global.setting(Setting::DeploymentVersion).await?;
-    let version = match &held {
-        Some(bytes) => wire::decode(bytes).map_err(|e| StoreError::Corrupt {
-            what: "deployment version",
-            reason: e.to_string(),
-        })?,
-        None => DeploymentVersion::default(),
-    };
-    Ok((version, held))
-}
+/// What a version that does not decode is named in [`StoreError::Corrupt`].
+const WHAT: &str = "deployment version";
 
 #[cfg(test)]
 mod tests {

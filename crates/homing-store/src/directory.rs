@@ -4,11 +4,10 @@
 //! Every homingd lists its own address at start; the CLI shows and prunes
 //! it (`homing dc directory`).
 
-use homing_core::wire;
 use homing_core::{Directory, DirectoryError};
 
 use crate::error::StoreError;
-use crate::global::GlobalStore;
+use crate::global::{GlobalStore, decode_setting, read_setting, swap_setting_to};
 use crate::setting::Setting;
 
 /// Most compare-and-set attempts of one [`update`] before it gives up: each
@@ -18,10 +17,7 @@ pub const UPDATE_ATTEMPTS_MAX: usize = 32;
 
 /// The directory the global store keeps (empty if it was never set).
 pub async fn read(global: &dyn GlobalStore) -> Result<Directory, StoreError> {
-    match global.setting(Setting::Directory).await? {
-        Some(bytes) => decode(&bytes),
-        None => Ok(Directory::default()),
-    }
+    Ok(read_setting(global, Setting::Directory, WHAT).await?.0)
 }
 
 /// Applies `change` to the directory the store keeps, by compare-and-set,
@@ -33,23 +29,19 @@ pub async fn update(
     global: &dyn GlobalStore,
     change: impl Fn(&Directory) -> Result<Directory, DirectoryError>,
 ) -> Result<Directory, StoreError> {
-    let mut held = global.setting(Setting::Directory).await?;
+    let (mut before, mut held) = read_setting(global, Setting::Directory, WHAT).await?;
     for _ in 0..UPDATE_ATTEMPTS_MAX {
-        let before = match &held {
-            Some(bytes) => decode(bytes)?,
-            None => Directory::default(),
-        };
         let after = change(&before).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
         if after == before && held.is_some() {
             return Ok(after);
         }
-        let bytes = wire::encode(&after).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
-        match global
-            .swap_setting(Setting::Directory, held.as_deref(), &bytes)
-            .await?
-        {
+        match swap_setting_to(global, Setting::Directory, held.as_deref(), &after).await? {
             Ok(()) => return Ok(after),
-            Err(found) => held = found,
+            Err(found) => {
+                // Another writer's directory: the change applies to it.
+                before = decode_setting(found.as_deref(), WHAT)?;
+                held = found;
+            }
         }
     }
     Err(StoreError::Unavailable {
@@ -60,12 +52,8 @@ pub async fn update(
     })
 }
 
-fn decode(bytes: &[u8]) -> Result<Directory, StoreError> {
-    wire::decode(bytes).map_err(|e| StoreError::Corrupt {
-        what: "dc directory",
-        reason: e.to_string(),
-    })
-}
+/// What a directory that does not decode is named in [`StoreError::Corrupt`].
+const WHAT: &str = "dc directory";
 
 #[cfg(test)]
 mod tests {
@@ -88,7 +76,7 @@ mod tests {
         let attempts = std::sync::atomic::AtomicUsize::new(0);
         let listed = update(&global, |d| {
             if attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-                let other = wire::encode(&d.with(&dc("fra"), addr(2))?).unwrap();
+                let other = homing_core::wire::encode(&d.with(&dc("fra"), addr(2))?).unwrap();
                 let swapped = futures_now(global.swap_setting(Setting::Directory, None, &other));
                 assert_eq!(swapped.unwrap(), Ok(()));
             }

@@ -271,6 +271,46 @@ impl SuccessionPages {
     }
 }
 
+/// Setting `name`'s value decoded as a `T` (postcard, as on the wire; `T`'s
+/// default if it was never set), with the bytes held (what a
+/// [`GlobalStore::swap_setting`] of it expects). Bytes that do not decode
+/// are [`StoreError::Corrupt`], named `what`.
+pub(crate) async fn read_setting<T: serde::de::DeserializeOwned + Default>(
+    global: &dyn GlobalStore,
+    name: Setting,
+    what: &'static str,
+) -> Result<(T, Option<Vec<u8>>), StoreError> {
+    let held = global.setting(name).await?;
+    Ok((decode_setting(held.as_deref(), what)?, held))
+}
+
+/// A setting's `held` bytes decoded as [`read_setting`] does.
+pub(crate) fn decode_setting<T: serde::de::DeserializeOwned + Default>(
+    held: Option<&[u8]>,
+    what: &'static str,
+) -> Result<T, StoreError> {
+    match held {
+        Some(bytes) => homing_core::wire::decode(bytes).map_err(|e| StoreError::Corrupt {
+            what,
+            reason: e.to_string(),
+        }),
+        None => Ok(T::default()),
+    }
+}
+
+/// Sets setting `name` to `value` (encoded as [`read_setting`] decodes it)
+/// provided it holds `held`: [`GlobalStore::swap_setting`]'s answer.
+pub(crate) async fn swap_setting_to<T: serde::Serialize>(
+    global: &dyn GlobalStore,
+    name: Setting,
+    held: Option<&[u8]>,
+    value: &T,
+) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+    let bytes =
+        homing_core::wire::encode(value).map_err(|e| StoreError::InvalidArgument(e.to_string()))?;
+    global.swap_setting(name, held, &bytes).await
+}
+
 /// The key [`GlobalStore::health`] reads by default: reading it changes
 /// nothing, whether or not anyone reserved it.
 pub fn health_probe_key() -> Key {
