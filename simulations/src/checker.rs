@@ -202,7 +202,7 @@ impl Checker {
 
     /// Records how a holder's run ended when a write moves its record off it.
     fn note_run_end(&mut self, d: usize, now_us: u64, previous: &DcRecord, next: &DcRecord) {
-        let RecordState::Active { expires_at, .. } = &previous.state else {
+        let Some(expires_at) = previous.held_until(None) else {
             return;
         };
         let cause = match &next.state {
@@ -211,7 +211,7 @@ impl Checker {
             _ => ReleaseCause::Expired,
         };
         let now = self.dc_clocks[d].store_time(now_us);
-        let lapsed = now >= self.policy.reapable_at(*expires_at);
+        let lapsed = now >= self.policy.reapable_at(expires_at);
         self.runs
             .entry((previous.id.clone(), previous.token))
             .or_insert(RunEnd { cause, lapsed });
@@ -460,16 +460,14 @@ impl Checker {
                     tail = to.clone();
                     ks.tail = Some(tail.clone());
                 }
-                RecordState::Active {
-                    actor, expires_at, ..
-                } => {
+                RecordState::Active { actor, expiry, .. } => {
                     let snapshot = Snapshot {
                         at_us: now_us,
                         tail: tail.clone(),
                         dc: d,
                         token: record.token,
                         actor: Some(actor.clone()),
-                        reapable_at: Some(self.policy.reapable_at(*expires_at)),
+                        reapable_at: Some(self.policy.reapable_at(expiry.holds_until(None))),
                     };
                     return self.push(key, snapshot);
                 }
@@ -580,11 +578,9 @@ impl Checker {
                 continue;
             }
             let deadline = view.dcs.clock(d).store_time(now_us - settle);
-            let stuck = view.dcs.store(d).records().find(|r| match &r.state {
-                RecordState::Active { expires_at, .. } => {
-                    self.policy.reapable_at(*expires_at) < deadline
-                }
-                _ => false,
+            let stuck = view.dcs.store(d).records().find(|r| {
+                r.held_until(None)
+                    .is_some_and(|held| self.policy.reapable_at(held) < deadline)
             });
             if let Some(r) = stuck {
                 let key = view

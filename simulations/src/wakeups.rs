@@ -141,13 +141,8 @@ impl WakeChecker {
 
     /// The true instant DC `d`'s clock reaches the reapable time of a lease expiring at `record`'s expiry.
     fn lapse_us(&self, d: u16, record: &DcRecord) -> Option<u64> {
-        match &record.state {
-            RecordState::Active { expires_at, .. } => {
-                let at = self.policy.reapable_at(*expires_at);
-                Some(self.dc_clocks[usize::from(d)].first_true_us_at_ms(at.as_ms()))
-            }
-            _ => None,
-        }
+        let at = self.policy.reapable_at(record.held_until(None)?);
+        Some(self.dc_clocks[usize::from(d)].first_true_us_at_ms(at.as_ms()))
     }
 
     /// A waiter registered at DC `d` for `id` (whose record reads `record`).
@@ -230,7 +225,7 @@ impl WakeChecker {
             return;
         }
         let clock = self.dc_clocks[usize::from(d)];
-        let view = record.view(clock.store_time(now_us), &self.policy);
+        let view = record.view(clock.store_time(now_us), &self.policy, None);
         let a = self.allowance_us;
         match view {
             RecordView::Link(_) | RecordView::Abandoned => {

@@ -255,7 +255,7 @@ impl LocalSegment {
             Some(key) if key != &record.key => return Err(SegmentError::Broken(at)),
             Some(_) => {}
         }
-        match record.view(now, policy) {
+        match record.view(now, policy, None) {
             crate::record::RecordView::Link(to) => {
                 let stays = to.dc() == &self.local && self.links.len() < self.hop_limit;
                 self.links.push(Link {

@@ -801,7 +801,7 @@ impl Connect {
             let message = format!("reservation {id} is in the chain but has no record");
             return self.fail(ConnectError::Inconsistent(message));
         };
-        let out = record.activate(self.tag.as_ref(), &self.holder, now, &self.policy);
+        let out = record.activate(self.tag.as_ref(), &self.holder, now, &self.policy, None);
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {
                 // A recreated record confirms its succession first.

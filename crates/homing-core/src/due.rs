@@ -5,7 +5,9 @@
 //! A record is due for one of two reasons, each its own [`DueKind`]:
 //!
 //! - an active lease is due for the reaper at its expiry (the reaper adds
-//!   the grace period when it asks: [`DueKind::Lease`] at `expires_at`);
+//!   the grace period when it asks: [`DueKind::Lease`] at its own expiry or
+//!   the one it froze at; a live host session's keys have no entry, their
+//!   session has one);
 //! - a released record is due for the orphan sweeper at its release time
 //!   (the sweeper adds the orphan age: [`DueKind::Released`] at `at`), until
 //!   the sweeper proves it a member of its chain and settles it.
@@ -53,9 +55,9 @@ impl Due {
     /// The entry `record` has in the expiry index (`None`: never due).
     pub fn of(record: &DcRecord) -> Option<Due> {
         match &record.state {
-            RecordState::Active { expires_at, .. } => Some(Due {
+            RecordState::Active { expiry, .. } => expiry.indexed_at().map(|at| Due {
                 kind: DueKind::Lease,
-                at: *expires_at,
+                at,
             }),
             RecordState::Released { at, .. } => Some(Due {
                 kind: DueKind::Released,

@@ -199,7 +199,7 @@ mod tests {
             .next
             .unwrap();
         assert_eq!(kind(Some(&r), &renewed), None);
-        let drained = renewed.drain().unwrap();
+        let drained = renewed.drain(None).unwrap();
         assert_eq!(kind(Some(&renewed), &drained), Some(EventKind::Drained));
         let reason = FailureReason::new("boom").unwrap();
         let failed = RunOutcome::Failed { reason };
@@ -224,20 +224,28 @@ mod tests {
                 },
                 t(3),
                 &POLICY,
+                None,
             )
             .next
             .unwrap();
         let event = derive(Some(&released), &again).unwrap();
         assert_eq!(event.token, FencingToken::new(2));
         assert!(matches!(event.kind, EventKind::Reserved { .. }));
-        let expired = again.expire(t(100_000), &POLICY).unwrap();
+        let expired = again.expire(t(100_000), &POLICY, None).unwrap();
         assert_eq!(
             kind(Some(&again), &expired),
             Some(EventKind::Expired { at: t(100_000) })
         );
         let to: ReservationId = "fra.2".parse().unwrap();
         let linked = expired
-            .link(&expired.key, &to, FencingToken::new(2), t(100_001), &POLICY)
+            .link(
+                &expired.key,
+                &to,
+                FencingToken::new(2),
+                t(100_001),
+                &POLICY,
+                None,
+            )
             .next
             .unwrap();
         assert_eq!(

@@ -82,6 +82,14 @@ pub enum LabelError {
         /// What was wrong with it.
         reason: &'static str,
     },
+    /// A session ID is not `<dc>~<unique>`.
+    #[error("session id {input:?} is not `<dc>~<unique>`: {reason}")]
+    SessionId {
+        /// The input as given (truncated to a printable length).
+        input: String,
+        /// What was wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// How a field's text is checked.

@@ -21,7 +21,7 @@
 //! // The holder releases (token and lease key); fra then links the vacant tail.
 //! let released = record.release(FencingToken::FIRST, &lease, RunOutcome::Ok, StoreTime::from_ms(91_000))
 //!     .next.unwrap();
-//! let link = released.link(&released.key, &"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy);
+//! let link = released.link(&released.key, &"fra.7".parse()?, FencingToken::FIRST, StoreTime::from_ms(92_000), &policy, None);
 //! assert_eq!(link.reply, LinkReply::Linked);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -47,6 +47,7 @@ pub mod reachability;
 pub mod record;
 pub mod reservation;
 pub mod router_walk;
+pub mod session;
 pub mod succession;
 pub mod time;
 pub mod wire;
@@ -81,6 +82,10 @@ pub use record::{
 };
 pub use reservation::{ReservationId, ReservationRef};
 pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
+pub use session::{
+    Expiry, SessionEnd, SessionId, SessionRecord, SessionRenewReply, SessionState,
+    SessionTransition,
+};
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
 pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};

@@ -31,6 +31,7 @@ use crate::lease::{Deadlines, LeasePolicy};
 use crate::lease_key::LeaseKey;
 use crate::link::{Shortcut, Succession};
 use crate::reservation::ReservationId;
+use crate::session::{Expiry, SessionId, SessionRecord};
 use crate::time::{HostTime, StoreTime};
 
 /// A DC's record of one reservation it owns.
@@ -59,14 +60,15 @@ pub struct DcRecord {
 }
 
 /// Where a reservation is in its life.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
-    /// A host holds a lease on `actor` until `expires_at` (store time).
+    /// A host holds a lease on `actor` until its expiry.
     Active {
         /// The actor the holder runs.
         actor: ActorId,
-        /// Lease expiry in store time; reaped after the grace period.
-        expires_at: StoreTime,
+        /// Until when: a store time of its own, or its host session's;
+        /// reaped after the grace period.
+        expiry: Expiry,
         /// The holder's secret: renew and release present it, a retried
         /// acquire with it gets this grant again. `None` only for leases
         /// granted before lease keys existed, which no host can present.
@@ -90,6 +92,136 @@ pub enum RecordState {
     /// Never became part of the key's chain (it lost a race); kept as a
     /// tombstone so its ID is not reused, never served.
     Abandoned,
+}
+
+/// [`RecordState`] as stored and sent. Variants 0–3 are the layout of
+/// before sessions, byte for byte, so every record a per-key lease or no
+/// lease holds reads and writes as it always did (and a process of the
+/// previous protocol version reads it); a key held under a session is a
+/// fifth variant, written only once the deployment speaks sessions.
+#[derive(Serialize)]
+enum StateOut<'a> {
+    Active {
+        actor: &'a ActorId,
+        expires_at: StoreTime,
+        lease: &'a Option<LeaseKey>,
+        previous: &'a Option<Box<PreviousRun>>,
+    },
+    Released {
+        at: StoreTime,
+        cause: &'a ReleaseCause,
+    },
+    Linked {
+        to: &'a ReservationId,
+    },
+    Abandoned,
+    ActiveInSession {
+        actor: &'a ActorId,
+        session: &'a SessionId,
+        frozen_at: Option<StoreTime>,
+        lease: &'a Option<LeaseKey>,
+        previous: &'a Option<Box<PreviousRun>>,
+    },
+}
+
+/// [`StateOut`], owned, for reading.
+#[derive(Deserialize)]
+enum StateIn {
+    Active {
+        actor: ActorId,
+        expires_at: StoreTime,
+        lease: Option<LeaseKey>,
+        previous: Option<Box<PreviousRun>>,
+    },
+    Released {
+        at: StoreTime,
+        cause: ReleaseCause,
+    },
+    Linked {
+        to: ReservationId,
+    },
+    Abandoned,
+    ActiveInSession {
+        actor: ActorId,
+        session: SessionId,
+        frozen_at: Option<StoreTime>,
+        lease: Option<LeaseKey>,
+        previous: Option<Box<PreviousRun>>,
+    },
+}
+
+impl Serialize for RecordState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let out = match self {
+            RecordState::Active {
+                actor,
+                expiry,
+                lease,
+                previous,
+            } => match expiry {
+                Expiry::At(expires_at) => StateOut::Active {
+                    actor,
+                    expires_at: *expires_at,
+                    lease,
+                    previous,
+                },
+                Expiry::Session(session) => StateOut::ActiveInSession {
+                    actor,
+                    session,
+                    frozen_at: None,
+                    lease,
+                    previous,
+                },
+                Expiry::Frozen { session, at } => StateOut::ActiveInSession {
+                    actor,
+                    session,
+                    frozen_at: Some(*at),
+                    lease,
+                    previous,
+                },
+            },
+            RecordState::Released { at, cause } => StateOut::Released { at: *at, cause },
+            RecordState::Linked { to } => StateOut::Linked { to },
+            RecordState::Abandoned => StateOut::Abandoned,
+        };
+        out.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RecordState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(match StateIn::deserialize(deserializer)? {
+            StateIn::Active {
+                actor,
+                expires_at,
+                lease,
+                previous,
+            } => RecordState::Active {
+                actor,
+                expiry: Expiry::At(expires_at),
+                lease,
+                previous,
+            },
+            StateIn::ActiveInSession {
+                actor,
+                session,
+                frozen_at,
+                lease,
+                previous,
+            } => RecordState::Active {
+                actor,
+                expiry: match frozen_at {
+                    None => Expiry::Session(session),
+                    Some(at) => Expiry::Frozen { session, at },
+                },
+                lease,
+                previous,
+            },
+            StateIn::Released { at, cause } => RecordState::Released { at, cause },
+            StateIn::Linked { to } => RecordState::Linked { to },
+            StateIn::Abandoned => RecordState::Abandoned,
+        })
+    }
 }
 
 /// Where a page of records in `(key, id)` order ended: the last record
@@ -380,7 +512,7 @@ impl DcRecord {
             predecessor: previous.as_ref().map(|p| p.reservation.clone()),
             state: RecordState::Active {
                 actor: holder.actor.clone(),
-                expires_at: grant.expires_at,
+                expiry: Expiry::At(grant.expires_at),
                 lease: Some(holder.lease),
                 previous: previous.map(Box::new),
             },
@@ -390,22 +522,54 @@ impl DcRecord {
         (record, grant.deadlines)
     }
 
+    /// The session an active lease was granted under, if any: its row must
+    /// be read with the record (at the same point) to judge the lease.
+    pub fn session(&self) -> Option<&SessionId> {
+        match &self.state {
+            RecordState::Active { expiry, .. } => expiry.session(),
+            _ => None,
+        }
+    }
+
+    /// Until when (store time) an active lease is held — reapable from then
+    /// plus grace; `None` for a record that holds no lease. `session` is the
+    /// row of [`DcRecord::session`], read with the record.
+    pub fn held_until(&self, session: Option<&SessionRecord>) -> Option<StoreTime> {
+        match &self.state {
+            RecordState::Active { expiry, .. } => Some(expiry.holds_until(session)),
+            _ => None,
+        }
+    }
+
     /// The live holder's actor, if a lease is held at `now` (until expiry plus
     /// grace, the DC treats the lease as held: the host may still be running).
-    pub fn live_actor(&self, now: StoreTime, policy: &LeasePolicy) -> Option<&ActorId> {
+    /// `session` is the row of [`DcRecord::session`], read with the record.
+    pub fn live_actor(
+        &self,
+        now: StoreTime,
+        policy: &LeasePolicy,
+        session: Option<&SessionRecord>,
+    ) -> Option<&ActorId> {
         match &self.state {
-            RecordState::Active {
-                actor, expires_at, ..
-            } if now < policy.reapable_at(*expires_at) => Some(actor),
+            RecordState::Active { actor, expiry, .. }
+                if now < policy.reapable_at(expiry.holds_until(session)) =>
+            {
+                Some(actor)
+            }
             _ => None,
         }
     }
 
     /// How the last run ended, if no lease is held at `now`.
-    pub fn ended(&self, now: StoreTime, policy: &LeasePolicy) -> Option<ReleaseCause> {
+    pub fn ended(
+        &self,
+        now: StoreTime,
+        policy: &LeasePolicy,
+        session: Option<&SessionRecord>,
+    ) -> Option<ReleaseCause> {
         match &self.state {
             RecordState::Released { cause, .. } => Some(cause.clone()),
-            RecordState::Active { .. } if self.live_actor(now, policy).is_none() => {
+            RecordState::Active { .. } if self.live_actor(now, policy, session).is_none() => {
                 Some(ReleaseCause::Expired)
             }
             _ => None,
@@ -413,12 +577,18 @@ impl DcRecord {
     }
 
     /// How a resolver sees this record at `now`.
-    pub fn view(&self, now: StoreTime, policy: &LeasePolicy) -> RecordView {
+    pub fn view(
+        &self,
+        now: StoreTime,
+        policy: &LeasePolicy,
+        session: Option<&SessionRecord>,
+    ) -> RecordView {
         match &self.state {
             RecordState::Linked { to } => RecordView::Link(to.clone()),
             RecordState::Abandoned => RecordView::Abandoned,
             RecordState::Active { .. } | RecordState::Released { .. } => {
-                let state = match (self.live_actor(now, policy), self.ended(now, policy)) {
+                let live = self.live_actor(now, policy, session);
+                let state = match (live, self.ended(now, policy, session)) {
                     (Some(actor), _) => TailState::Active {
                         actor: actor.clone(),
                     },
@@ -457,12 +627,14 @@ impl DcRecord {
     /// lease whose key `holder` presents is its own grant, asked for again
     /// (a lost reply): the same token, renewed — unless the key is drained,
     /// which a renewal could not extend either.
+    /// `session` is the row of [`DcRecord::session`], read with the record.
     pub fn activate(
         &self,
         tag: Option<&Tag>,
         holder: &Holding,
         now: StoreTime,
         policy: &LeasePolicy,
+        session: Option<&SessionRecord>,
     ) -> Transition<ActivateReply> {
         match &self.state {
             RecordState::Linked { to } => {
@@ -474,7 +646,7 @@ impl DcRecord {
         if let Some(again) = self.grant_again(holder, now, policy) {
             return again;
         }
-        if let Some(live) = self.live_actor(now, policy) {
+        if let Some(live) = self.live_actor(now, policy, session) {
             let reply = if self.tag.as_ref() == tag {
                 ActivateReply::StillActive {
                     actor: live.clone(),
@@ -490,7 +662,9 @@ impl DcRecord {
         let previous = PreviousRun {
             reservation: self.id.clone(),
             token: self.token,
-            ended: self.ended(now, policy).unwrap_or(ReleaseCause::Expired),
+            ended: self
+                .ended(now, policy, session)
+                .unwrap_or(ReleaseCause::Expired),
         };
         let grant = policy.grant(holder.host_time, now);
         let token = self.token.next();
@@ -500,7 +674,7 @@ impl DcRecord {
             r.allow_renew = true;
             r.state = RecordState::Active {
                 actor: holder.actor.clone(),
-                expires_at: grant.expires_at,
+                expiry: Expiry::At(grant.expires_at),
                 lease: Some(holder.lease),
                 previous: Some(Box::new(previous.clone())),
             };
@@ -557,7 +731,9 @@ impl DcRecord {
 
     /// Renew the holder's lease. Refused for a stale token, a lease key that
     /// is not the holder's, a drained key, or a lease already past its
-    /// expiry (the host must have stopped).
+    /// expiry (the host must have stopped). A key held under a session is
+    /// renewed by its session only: a per-key renewal of it is not its
+    /// holder's (`NotHolder`).
     pub fn renew(
         &self,
         token: FencingToken,
@@ -571,8 +747,11 @@ impl DcRecord {
                 current: self.token,
             });
         }
-        let RecordState::Active { expires_at, .. } = &self.state else {
+        let RecordState::Active { expiry, .. } = &self.state else {
             return Transition::unchanged(RenewReply::Expired);
+        };
+        let Expiry::At(expires_at) = expiry else {
+            return Transition::unchanged(RenewReply::NotHolder);
         };
         if !self.held_under(presented) {
             return Transition::unchanged(RenewReply::NotHolder);
@@ -585,8 +764,8 @@ impl DcRecord {
         }
         let grant = policy.grant(host_time, now);
         let next = self.changed(|r| {
-            if let RecordState::Active { expires_at, .. } = &mut r.state {
-                *expires_at = grant.expires_at;
+            if let RecordState::Active { expiry, .. } = &mut r.state {
+                *expiry = Expiry::At(grant.expires_at);
             }
         });
         Transition {
@@ -655,9 +834,17 @@ impl DcRecord {
     }
 
     /// The reaper: a lease past expiry + grace becomes `Released(Expired)`.
-    pub fn expire(&self, now: StoreTime, policy: &LeasePolicy) -> Option<DcRecord> {
+    /// `session` is the row of [`DcRecord::session`], read with the record.
+    pub fn expire(
+        &self,
+        now: StoreTime,
+        policy: &LeasePolicy,
+        session: Option<&SessionRecord>,
+    ) -> Option<DcRecord> {
         match &self.state {
-            RecordState::Active { expires_at, .. } if now >= policy.reapable_at(*expires_at) => {
+            RecordState::Active { expiry, .. }
+                if now >= policy.reapable_at(expiry.holds_until(session)) =>
+            {
                 Some(self.changed(|r| {
                     r.state = RecordState::Released {
                         at: now,
@@ -670,17 +857,31 @@ impl DcRecord {
     }
 
     /// Drain: refuse further renewals so the holder stops by its deadlines.
-    pub fn drain(&self) -> Option<DcRecord> {
+    /// A key held under a session freezes at the session's expiry as read
+    /// (`session`, the row of [`DcRecord::session`]): renewals of the session
+    /// no longer extend it. The store writes that freeze together with the
+    /// session's notice ([`SessionRecord::noticed`]), so the host learns of
+    /// it on its next renewal, before its session deadlines move past it.
+    pub fn drain(&self, session: Option<&SessionRecord>) -> Option<DcRecord> {
         match &self.state {
-            RecordState::Active { .. } if self.allow_renew => {
-                Some(self.changed(|r| r.allow_renew = false))
-            }
+            RecordState::Active { expiry, .. } if self.allow_renew => Some(self.changed(|r| {
+                r.allow_renew = false;
+                if let (Expiry::Session(id), RecordState::Active { expiry: frozen, .. }) =
+                    (expiry, &mut r.state)
+                {
+                    *frozen = Expiry::Frozen {
+                        session: id.clone(),
+                        at: expiry.holds_until(session),
+                    };
+                }
+            })),
             _ => None,
         }
     }
 
     /// The compare-and-set at the tail: continue this reservation as `to`,
     /// provided it is vacant and still carries `expected_token`.
+    /// `session` is the row of [`DcRecord::session`], read with the record.
     pub fn link(
         &self,
         key: &Key,
@@ -688,6 +889,7 @@ impl DcRecord {
         expected_token: FencingToken,
         now: StoreTime,
         policy: &LeasePolicy,
+        session: Option<&SessionRecord>,
     ) -> Transition<LinkReply> {
         if key != &self.key {
             return Transition::unchanged(LinkReply::OtherKey);
@@ -701,7 +903,7 @@ impl DcRecord {
             }
             RecordState::Abandoned => Transition::unchanged(LinkReply::Abandoned),
             RecordState::Active { .. } | RecordState::Released { .. } => {
-                if let Some(actor) = self.live_actor(now, policy) {
+                if let Some(actor) = self.live_actor(now, policy, session) {
                     return Transition::unchanged(LinkReply::StillActive {
                         actor: actor.clone(),
                         token: self.token,
@@ -840,6 +1042,107 @@ mod tests {
         StoreTime::from_ms(ms)
     }
 
+    /// `fresh` held under a session opened at `at_ms` (ttl 10 s).
+    fn in_session(at_ms: u64) -> (DcRecord, crate::session::SessionRecord) {
+        let (session, _) = crate::session::SessionRecord::open(
+            "iad~9".parse().unwrap(),
+            lease("host"),
+            HostTime::from_ms(at_ms),
+            t(at_ms),
+            &POLICY,
+        );
+        let mut record = fresh(at_ms);
+        if let RecordState::Active { expiry, .. } = &mut record.state {
+            *expiry = Expiry::Session(session.id.clone());
+        }
+        (record, session)
+    }
+
+    #[test]
+    fn a_session_key_lives_while_its_session_does_and_is_renewed_only_through_it() {
+        let (record, session) = in_session(0);
+        assert!(
+            record
+                .live_actor(t(11_999), &POLICY, Some(&session))
+                .is_some()
+        );
+        assert!(
+            record
+                .live_actor(t(12_000), &POLICY, Some(&session))
+                .is_none()
+        );
+        // The session renewed at 8 s: the key lives on with no write of its own.
+        let renewed = session
+            .renew(&lease("host"), HostTime::from_ms(8_000), t(8_000), &POLICY)
+            .next
+            .unwrap();
+        assert!(
+            record
+                .live_actor(t(19_999), &POLICY, Some(&renewed))
+                .is_some()
+        );
+        assert_eq!(record.expire(t(19_999), &POLICY, Some(&renewed)), None);
+        assert!(record.expire(t(20_000), &POLICY, Some(&renewed)).is_some());
+        // No session row (reaped and deleted) or another session's: vacant
+        // (past the grace counted from the store clock's epoch).
+        assert!(record.live_actor(t(2_000), &POLICY, None).is_none());
+        // A per-key renewal of a session key is not its holder's.
+        let per_key = record.renew(
+            FencingToken::FIRST,
+            &lease("a1"),
+            HostTime::from_ms(1),
+            t(1),
+            &POLICY,
+        );
+        assert_eq!(per_key.reply, RenewReply::NotHolder);
+        assert_eq!(per_key.next, None);
+    }
+
+    #[test]
+    fn a_drained_session_key_freezes_at_the_sessions_expiry_however_long_the_session_lives() {
+        let (record, session) = in_session(0);
+        let drained = record.drain(Some(&session)).unwrap();
+        let RecordState::Active { expiry, .. } = &drained.state else {
+            panic!("{:?}", drained.state)
+        };
+        assert_eq!(
+            expiry,
+            &Expiry::Frozen {
+                session: session.id.clone(),
+                at: t(10_000)
+            }
+        );
+        assert!(!drained.allow_renew);
+        let renewed = session
+            .renew(&lease("host"), HostTime::from_ms(8_000), t(8_000), &POLICY)
+            .next
+            .unwrap();
+        // The hard deadline the host held at the freeze ends before 10 s:
+        // the key is vacant from 10 s plus grace, the session's renewals notwithstanding.
+        assert!(
+            drained
+                .live_actor(t(11_999), &POLICY, Some(&renewed))
+                .is_some()
+        );
+        assert!(
+            drained
+                .live_actor(t(12_000), &POLICY, Some(&renewed))
+                .is_none()
+        );
+        assert!(drained.expire(t(12_000), &POLICY, Some(&renewed)).is_some());
+        assert_eq!(
+            drained.drain(Some(&renewed)),
+            None,
+            "draining twice writes nothing"
+        );
+        assert_eq!(crate::due::Due::of(&drained).map(|d| d.at), Some(t(10_000)));
+        assert_eq!(
+            crate::due::Due::of(&record),
+            None,
+            "a live session's key is found through its session"
+        );
+    }
+
     #[test]
     fn renew_keeps_the_token_and_moves_expiry() {
         let r = fresh(0);
@@ -854,7 +1157,7 @@ mod tests {
         assert_eq!(next.token, FencingToken::FIRST);
         assert_eq!(next.version, r.version + 1);
         assert!(
-            matches!(next.state, RecordState::Active { expires_at, .. } if expires_at == t(15_000))
+            matches!(next.state, RecordState::Active { expiry: Expiry::At(at), .. } if at == t(15_000))
         );
         assert!(matches!(out.reply, RenewReply::Renewed(_)));
     }
@@ -892,7 +1195,7 @@ mod tests {
 
     #[test]
     fn drained_key_refuses_renewal() {
-        let drained = fresh(0).drain().unwrap();
+        let drained = fresh(0).drain(None).unwrap();
         assert!(!drained.allow_renew);
         let out = drained.renew(
             FencingToken::FIRST,
@@ -902,14 +1205,14 @@ mod tests {
             &POLICY,
         );
         assert_eq!((out.next, out.reply), (None, RenewReply::Draining));
-        assert_eq!(drained.drain(), None, "draining twice writes nothing");
+        assert_eq!(drained.drain(None), None, "draining twice writes nothing");
     }
 
     #[test]
     fn reaper_waits_for_expiry_plus_grace() {
         let r = fresh(0);
-        assert_eq!(r.expire(t(11_999), &POLICY), None);
-        let reaped = r.expire(t(12_000), &POLICY).unwrap();
+        assert_eq!(r.expire(t(11_999), &POLICY, None), None);
+        let reaped = r.expire(t(12_000), &POLICY, None).unwrap();
         assert_eq!(
             reaped.state,
             RecordState::Released {
@@ -925,7 +1228,7 @@ mod tests {
             .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(1))
             .next
             .unwrap();
-        let out = released.activate(None, &holding("a2", 2), t(2), &POLICY);
+        let out = released.activate(None, &holding("a2", 2), t(2), &POLICY, None);
         let next = out.next.unwrap();
         assert_eq!(next.token, FencingToken::new(2));
         let ActivateReply::Activated { previous, .. } = &out.reply else {
@@ -955,7 +1258,7 @@ mod tests {
     #[test]
     fn activate_returns_the_live_actor_or_a_tag_mismatch() {
         let r = fresh(0);
-        let same = r.activate(None, &holding("other", 1), t(1), &POLICY);
+        let same = r.activate(None, &holding("other", 1), t(1), &POLICY, None);
         assert_eq!(same.next, None);
         assert_eq!(
             same.reply,
@@ -965,7 +1268,7 @@ mod tests {
             }
         );
         let tag = Tag::new("v2").unwrap();
-        let other = r.activate(Some(&tag), &holding("other", 1), t(1), &POLICY);
+        let other = r.activate(Some(&tag), &holding("other", 1), t(1), &POLICY, None);
         assert_eq!(other.reply, ActivateReply::TagMismatch { existing: None });
     }
 
@@ -975,7 +1278,7 @@ mod tests {
             .release(FencingToken::FIRST, &lease("a1"), RunOutcome::Ok, t(1))
             .next
             .unwrap();
-        let first = released.activate(None, &holding("a2", 2), t(2), &POLICY);
+        let first = released.activate(None, &holding("a2", 2), t(2), &POLICY, None);
         let granted = first.next.unwrap();
         let ActivateReply::Activated {
             token, previous, ..
@@ -984,7 +1287,7 @@ mod tests {
             panic!("not activated: {:?}", first.reply);
         };
         // The reply was lost; a2 asks again with the same lease key.
-        let again = granted.activate(None, &holding("a2", 3_000), t(3_000), &POLICY);
+        let again = granted.activate(None, &holding("a2", 3_000), t(3_000), &POLICY, None);
         let ActivateReply::Activated {
             token: token_again,
             previous: previous_again,
@@ -1000,16 +1303,16 @@ mod tests {
         );
         let renewed = again.next.unwrap();
         assert!(
-            matches!(renewed.state, RecordState::Active { expires_at, .. }
-            if expires_at == t(13_000))
+            matches!(renewed.state, RecordState::Active { expiry: Expiry::At(at), .. }
+            if at == t(13_000))
         );
         // Anyone else still sees the holder, never the grant.
-        let other = renewed.activate(None, &holding("a3", 4_000), t(4_000), &POLICY);
+        let other = renewed.activate(None, &holding("a3", 4_000), t(4_000), &POLICY, None);
         assert_eq!(other.next, None);
         assert!(matches!(other.reply, ActivateReply::StillActive { .. }));
         // A drained lease cannot be extended by a retry either.
-        let drained = renewed.drain().unwrap();
-        let retry = drained.activate(None, &holding("a2", 5_000), t(5_000), &POLICY);
+        let drained = renewed.drain(None).unwrap();
+        let retry = drained.activate(None, &holding("a2", 5_000), t(5_000), &POLICY, None);
         assert_eq!(retry.next, None);
         assert!(matches!(retry.reply, ActivateReply::StillActive { .. }));
     }
@@ -1087,7 +1390,7 @@ mod tests {
         let to = id("fra.9");
         let live = fresh(0);
         assert!(matches!(
-            live.link(&key(), &to, FencingToken::FIRST, t(1), &POLICY)
+            live.link(&key(), &to, FencingToken::FIRST, t(1), &POLICY, None)
                 .reply,
             LinkReply::StillActive { .. }
         ));
@@ -1097,26 +1400,33 @@ mod tests {
             .unwrap();
         assert_eq!(
             released
-                .link(&key(), &to, FencingToken::new(5), t(2), &POLICY)
+                .link(&key(), &to, FencingToken::new(5), t(2), &POLICY, None)
                 .reply,
             LinkReply::TokenMoved {
                 current: FencingToken::FIRST
             }
         );
         let linked = released
-            .link(&key(), &to, FencingToken::FIRST, t(2), &POLICY)
+            .link(&key(), &to, FencingToken::FIRST, t(2), &POLICY, None)
             .next
             .unwrap();
         assert_eq!(linked.state, RecordState::Linked { to: to.clone() });
         assert_eq!(
             linked
-                .link(&key(), &to, FencingToken::FIRST, t(3), &POLICY)
+                .link(&key(), &to, FencingToken::FIRST, t(3), &POLICY, None)
                 .reply,
             LinkReply::Linked
         );
         assert_eq!(
             linked
-                .link(&key(), &id("sin.4"), FencingToken::FIRST, t(3), &POLICY)
+                .link(
+                    &key(),
+                    &id("sin.4"),
+                    FencingToken::FIRST,
+                    t(3),
+                    &POLICY,
+                    None
+                )
                 .reply,
             LinkReply::AlreadyLinked(to.clone())
         );
@@ -1125,11 +1435,14 @@ mod tests {
             None,
             "a linked record is part of the chain forever"
         );
-        assert_eq!(linked.view(t(3), &POLICY), RecordView::Link(to.clone()));
+        assert_eq!(
+            linked.view(t(3), &POLICY, None),
+            RecordView::Link(to.clone())
+        );
         let other = Key::new(KeyName::new("hall").unwrap());
         assert_eq!(
             released
-                .link(&other, &to, FencingToken::FIRST, t(2), &POLICY)
+                .link(&other, &to, FencingToken::FIRST, t(2), &POLICY, None)
                 .reply,
             LinkReply::OtherKey,
             "a link is only made for the record's own key"
@@ -1152,7 +1465,14 @@ mod tests {
             "not linked: it is the tail"
         );
         let linked = released
-            .link(&key(), &id("fra.2"), FencingToken::FIRST, t(2), &POLICY)
+            .link(
+                &key(),
+                &id("fra.2"),
+                FencingToken::FIRST,
+                t(2),
+                &POLICY,
+                None,
+            )
             .next
             .unwrap();
         let noted = linked.note_shortcut(&key(), &shortcut("sin.3", 5)).unwrap();
@@ -1190,7 +1510,7 @@ mod tests {
             .release(FencingToken::FIRST, &lease("a1"), failed.clone(), t(1))
             .next
             .unwrap();
-        let RecordView::Tail(tail) = released.view(t(2), &POLICY) else {
+        let RecordView::Tail(tail) = released.view(t(2), &POLICY, None) else {
             panic!("not a tail");
         };
         assert_eq!(
@@ -1207,7 +1527,7 @@ mod tests {
             None
         );
         // A lapsed, not yet reaped lease reads as expired.
-        let RecordView::Tail(lapsed) = fresh(0).view(t(12_000), &POLICY) else {
+        let RecordView::Tail(lapsed) = fresh(0).view(t(12_000), &POLICY, None) else {
             panic!("not a tail");
         };
         assert_eq!(
@@ -1228,6 +1548,7 @@ mod tests {
             FencingToken::FIRST,
             t(12_000),
             &POLICY,
+            None,
         );
         assert_eq!(out.reply, LinkReply::Linked);
     }

@@ -298,7 +298,12 @@ fn error_kinds() -> Vec<(&'static str, ErrorKind)> {
 /// Every reply: one per variant, and one per variant of the enum a
 /// variant carries.
 fn replies() -> Vec<(String, Reply)> {
-    let records = || samples::records().into_iter().map(|(_, r)| r).collect();
+    // Records of keys held under a host session are a form versions 7 and
+    // 8 cannot read: a reply of theirs never carries one.
+    let records = || {
+        let records = samples::records().into_iter().map(|(_, r)| r);
+        records.filter(|r| r.session().is_none()).collect()
+    };
     let events = samples::events().into_iter().map(|(_, e)| e).collect();
     let mut replies = vec![
         (

@@ -229,7 +229,7 @@ impl World {
                 let now = self.store_now(dc);
                 let expired: Vec<_> = self.records[dc]
                     .values()
-                    .filter_map(|r| r.expire(now, &POLICY))
+                    .filter_map(|r| r.expire(now, &POLICY, None))
                     .collect();
                 for next in expired {
                     self.write(next);
@@ -237,7 +237,7 @@ impl World {
             }
             Op::Drain => {
                 if let Some(tail) = self.tail()
-                    && let Some(next) = self.record(&tail).drain()
+                    && let Some(next) = self.record(&tail).drain(None)
                 {
                     self.write(next);
                 }
@@ -281,7 +281,9 @@ impl World {
         };
         let tail_dc = self.dc_of(&tail);
         if tail_dc == dc {
-            let out = self.record(&tail).activate(None, &holder, now, &POLICY);
+            let out = self
+                .record(&tail)
+                .activate(None, &holder, now, &POLICY, None);
             if let Some(next) = out.next {
                 self.write(next);
             }
@@ -294,7 +296,7 @@ impl World {
             return;
         }
         let tail_now = self.store_now(tail_dc);
-        match self.record(&tail).view(tail_now, &POLICY) {
+        match self.record(&tail).view(tail_now, &POLICY, None) {
             RecordView::Tail(view)
                 if stale_view || matches!(view.state, homing_core::TailState::Vacant { .. }) =>
             {
@@ -346,7 +348,7 @@ impl World {
             } => {
                 let tail_now = self.store_now(self.dc_of(&tail));
                 let record = self.record(&tail);
-                let out = record.link(&record.key, &id, expected, tail_now, &POLICY);
+                let out = record.link(&record.key, &id, expected, tail_now, &POLICY, None);
                 if let Some(next) = out.next {
                     self.write(next);
                 }

@@ -30,8 +30,8 @@
 //! from the registry (a woken waiter has left already).
 
 use homing_core::{
-    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordState, RecordView,
-    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
+    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordView, ReservationId,
+    StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
 use crate::change::{Change, expire};
@@ -47,7 +47,7 @@ use homing_core::mutation::Mutations;
 /// The answer to a waiter that need not wait: the record has no live holder
 /// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.
 pub fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Option<AwaitReply> {
-    match record.view(now, policy) {
+    match record.view(now, policy, None) {
         RecordView::Link(_) | RecordView::Abandoned => Some(AwaitReply::Moved),
         RecordView::Tail(tail) => match tail.state {
             TailState::Vacant { ended } => Some(AwaitReply::Vacated { ended }),
@@ -199,13 +199,11 @@ impl AwaitVacant {
     /// be slower), the hand-off window's end (`handoff_until`), the
     /// deadline.
     fn wake_at(&self, now: Now, handoff_until: Option<NodeTime>) -> NodeTime {
-        let lapse = match self.record.as_ref().map(|r| &r.state) {
-            Some(RecordState::Active { expires_at, .. }) => {
-                let at = self.policy.reapable_at(*expires_at);
-                Some(now.node.plus_ms(at.ms_since(now.store) + 1))
-            }
-            _ => None,
-        };
+        let held = self.record.as_ref().and_then(|r| r.held_until(None));
+        let lapse = held.map(|held| {
+            let at = self.policy.reapable_at(held);
+            now.node.plus_ms(at.ms_since(now.store) + 1)
+        });
         [lapse, handoff_until, Some(self.deadline)]
             .into_iter()
             .flatten()
@@ -576,7 +574,7 @@ mod tests {
         assert_eq!(dc.events, [NodeEvent::HolderExpired(id.clone())]);
         assert!(matches!(
             dc.records[&id].state,
-            RecordState::Released { .. }
+            homing_core::RecordState::Released { .. }
         ));
         let reapable = POLICY.reapable_at(StoreTime::from_ms(1_000 + 10_000));
         assert!(
@@ -643,6 +641,7 @@ mod tests {
                 FencingToken::FIRST,
                 lapsed,
                 &POLICY,
+                None,
             )
             .next
             .unwrap();

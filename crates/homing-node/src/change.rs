@@ -201,9 +201,9 @@ impl Change {
                 let t = if mutations.has(Mutation::LinkIgnoresLiveness) {
                     link_ignoring_liveness(record, to)
                 } else if mutations.has(Mutation::LinkIgnoresToken) {
-                    record.link(key, to, record.token, now, policy)
+                    record.link(key, to, record.token, now, policy, None)
                 } else {
-                    record.link(key, to, *expected, now, policy)
+                    record.link(key, to, *expected, now, policy, None)
                 };
                 Transition {
                     next: t.next,
@@ -217,7 +217,7 @@ impl Change {
                     next,
                 }
             }
-            Change::Drain => done(record.drain()),
+            Change::Drain => done(record.drain(None)),
             Change::Expire => done(expire(record, now, policy, mutations)),
             Change::Abandon => done(record.abandon()),
             Change::Supersede(succession) => done(record.supersede(succession)),
@@ -247,7 +247,7 @@ pub fn expire(
         next.version += 1;
         return Some(next);
     }
-    record.expire(now, policy)
+    record.expire(now, policy, None)
 }
 
 /// [`Mutation::LinkIgnoresLiveness`]: links whatever it is asked to link.

@@ -332,7 +332,7 @@ mod tests {
             store: StoreTime::from_ms(1),
         };
         let tail = crate::fixture::held("iad.2", "k", None, now.store);
-        let drained = tail.drain().expect("a held tail drains");
+        let drained = tail.drain(None).expect("a held tail drains");
         for (record, noted) in [(tail, true), (drained, false)] {
             let mut d = drain(true, Mutations::NONE);
             d.step(NodeTime::from_us(0));

@@ -134,7 +134,7 @@ impl DrainScope {
                 unasked("drain scope", &stored)
             };
             self.next = next_cursor(&records, self.limit);
-            let live = records.iter().filter(|r| r.drain().is_some());
+            let live = records.iter().filter(|r| r.drain(None).is_some());
             self.todo = live.map(|r| r.id.clone()).collect();
             return;
         }
@@ -334,7 +334,7 @@ mod tests {
     #[test]
     fn a_drain_scope_page_drains_each_live_lease_and_points_at_the_next_page() {
         let live = held("iad.1", "a", None, StoreTime::from_ms(0));
-        let drained = live.drain().unwrap();
+        let drained = live.drain(None).unwrap();
         let other = held("iad.2", "b", None, StoreTime::from_ms(0));
         let mut page = drain_scope();
         assert_eq!(
@@ -355,7 +355,7 @@ mod tests {
         else {
             panic!("a live lease is drained with a write")
         };
-        assert_eq!(record.drain(), None, "the write drains it");
+        assert_eq!(record.drain(None), None, "the write drains it");
         page.handle_stored(Ok(Stored::Written(Written::Yes)), NOW);
         assert_eq!(
             page.step(NodeTime::from_us(0)),
@@ -364,7 +364,7 @@ mod tests {
         assert_eq!(page.poll_drained(), Some(live.id.clone()));
         assert_eq!(page.poll_drained(), None);
         // Drained meanwhile by another: nothing to write, not counted.
-        let meanwhile = Some(other.drain().unwrap());
+        let meanwhile = Some(other.drain(None).unwrap());
         page.handle_stored(Ok(Stored::Record(meanwhile)), NOW);
         let next = Some(ScanCursor::after(&other));
         assert_eq!(page.step(NodeTime::from_us(0)), Step::Done(Ok((1, next))));

@@ -974,9 +974,7 @@ mod tests {
         world.record("iad.1", "a", None, false);
         world.record("iad.3", "c", None, false);
         let lapsed = world.records[&id("iad.1")].clone();
-        let RecordState::Active { expires_at, .. } = lapsed.state else {
-            unreachable!("held")
-        };
+        let expires_at = lapsed.held_until(None).expect("held");
         world.bad.insert((expires_at, id("iad.2")));
         let events = world.pass(&mut upkeep(1, Mutations::NONE));
         assert_eq!(

@@ -356,7 +356,7 @@ impl<W> Waiters<W> {
             return out;
         };
         let queued = queue.waiters.len();
-        match record.view(store_now, policy) {
+        match record.view(store_now, policy, None) {
             RecordView::Link(_) | RecordView::Abandoned => {
                 for (ticket, waiter) in queue.waiters.drain(..) {
                     let reply = AwaitReply::Moved;
@@ -541,6 +541,7 @@ mod tests {
                 FencingToken::FIRST,
                 s,
                 &POLICY,
+                None,
             )
             .next
             .unwrap();

@@ -183,7 +183,7 @@ impl From<StateBeforeLeaseKey> for RecordState {
         match state {
             StateBeforeLeaseKey::Active { actor, expires_at } => RecordState::Active {
                 actor,
-                expires_at,
+                expiry: homing_core::Expiry::At(expires_at),
                 lease: None,
                 previous: None,
             },
@@ -672,7 +672,7 @@ mod tests {
         let mut without_lease_key = record.clone();
         without_lease_key.state = RecordState::Active {
             actor: ActorId::new("a").unwrap(),
-            expires_at: StoreTime::from_ms(10_000),
+            expiry: homing_core::Expiry::At(StoreTime::from_ms(10_000)),
             lease: None,
             previous: None,
         };

@@ -140,10 +140,10 @@ async fn populate(set: &StoreSet) {
                 }
                 3 => {
                     let reaped = StoreTime::from_ms(now.as_ms() + 10_000_000);
-                    update(store, r.expire(reaped, &POLICY)).await;
+                    update(store, r.expire(reaped, &POLICY, None)).await;
                 }
                 4 => {
-                    let drained = update(store, r.drain()).await;
+                    let drained = update(store, r.drain(None)).await;
                     update(
                         store,
                         drained
@@ -169,8 +169,14 @@ async fn populate(set: &StoreSet) {
                         later,
                     )
                     .await;
-                    let linked =
-                        released.link(&released.key, &next.id, released.token, later, &POLICY);
+                    let linked = released.link(
+                        &released.key,
+                        &next.id,
+                        released.token,
+                        later,
+                        &POLICY,
+                        None,
+                    );
                     update(store, linked.next).await;
                     // The mover confirms the move in the global store.
                     let moved = Succession::moved(released.id, next.id, released.token);
@@ -193,6 +199,7 @@ async fn populate(set: &StoreSet) {
                         },
                         again,
                         &POLICY,
+                        None,
                     );
                     update(store, activated.next).await;
                 }
@@ -596,7 +603,7 @@ async fn move_to_fra(set: &StoreSet, key: &Key) -> Succession {
         now,
     )
     .await;
-    let linked = released.link(key, &next.id, released.token, now, &POLICY);
+    let linked = released.link(key, &next.id, released.token, now, &POLICY, None);
     update(at_iad.as_ref(), linked.next).await;
     let moved = Succession::moved(released.id.clone(), next.id.clone(), released.token);
     assert_eq!(set.global.set_successor(&moved).await.unwrap(), None);

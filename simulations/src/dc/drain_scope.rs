@@ -40,7 +40,7 @@ impl DcCtx<'_> {
         }
         self.measurements.count(Counter::DrainScopeStarted);
         let began = (self.dc.store.records())
-            .filter(|r| r.drain().is_some())
+            .filter(|r| r.drain(None).is_some())
             .map(|r| (r.id.clone(), r.version))
             .collect();
         let job = DrainScopeJob {

@@ -216,7 +216,7 @@ fn main() {
     println!("7. an operator drains room-42 (allow_renew = false)");
     let record = world.record(&fra1).cloned();
     if let Some(record) = record {
-        if let Some(drained) = record.drain() {
+        if let Some(drained) = record.drain(None) {
             world.write(Some(record.version), drained);
         }
         let renewal = world.record(&fra1).map(|r| {

@@ -138,7 +138,7 @@ impl World {
     ) -> LinkReply {
         self.round_trips += 1;
         let tail = self.record(from).expect("tail exists").clone();
-        let out = tail.link(key, &to, expected_token, self.now(), &self.policy);
+        let out = tail.link(key, &to, expected_token, self.now(), &self.policy, None);
         if let Some(next) = out.next {
             assert_eq!(self.write(Some(tail.version), next), Written::Yes);
         }

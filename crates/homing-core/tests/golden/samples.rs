@@ -4,9 +4,9 @@
 
 use homing_core::record::FailureReason;
 use homing_core::{
-    ActorId, DcRecord, Directory, Event, EventKind, FencingToken, Key, KeyName, LeaseKey,
-    Namespace, PreviousRun, RecordState, ReleaseCause, ReservationId, RunOutcome, Shortcut,
-    StoreTime, Tag,
+    ActorId, DcRecord, Directory, Event, EventKind, Expiry, FencingToken, Key, KeyName, LeaseKey,
+    Namespace, PreviousRun, RecordState, ReleaseCause, ReservationId, RunOutcome, SessionEnd,
+    SessionId, SessionRecord, SessionState, Shortcut, StoreTime, Tag,
 };
 
 /// A reservation ID from its text (`iad.42`).
@@ -91,7 +91,7 @@ pub fn records() -> Vec<(&'static str, DcRecord)> {
     };
     let active = RecordState::Active {
         actor: actor(),
-        expires_at: at(),
+        expiry: Expiry::At(at()),
         lease: Some(lease_key()),
         previous: Some(Box::new(PreviousRun {
             reservation: id("iad.41"),
@@ -99,6 +99,25 @@ pub fn records() -> Vec<(&'static str, DcRecord)> {
             ended: ReleaseCause::Released(failed()),
         })),
     };
+    let in_session = |expiry| match active.clone() {
+        RecordState::Active {
+            actor,
+            lease,
+            previous,
+            ..
+        } => RecordState::Active {
+            actor,
+            expiry,
+            lease,
+            previous,
+        },
+        _ => unreachable!("built active above"),
+    };
+    let session_key = in_session(Expiry::Session(session_id()));
+    let frozen = in_session(Expiry::Frozen {
+        session: session_id(),
+        at: at(),
+    });
     let released = RecordState::Released {
         at: at(),
         cause: ReleaseCause::Expired,
@@ -116,6 +135,41 @@ pub fn records() -> Vec<(&'static str, DcRecord)> {
             record(44, RecordState::Linked { to: id("fra.9000") }),
         ),
         ("abandoned", abandoned),
+        ("active-in-session", record(46, session_key)),
+        ("active-frozen", record(47, frozen)),
+    ]
+}
+
+/// The session of the session samples.
+pub fn session_id() -> SessionId {
+    "iad~40".parse().expect("a valid session id")
+}
+
+/// One session row per state, named.
+pub fn sessions() -> Vec<(&'static str, SessionRecord)> {
+    let row = |state| SessionRecord {
+        id: session_id(),
+        secret: lease_key(),
+        state,
+        notice_seq: 12,
+        version: 90,
+    };
+    vec![
+        ("live", row(SessionState::Live { expires_at: at() })),
+        (
+            "ended-closed",
+            row(SessionState::Ended {
+                until: at(),
+                cause: SessionEnd::Closed,
+            }),
+        ),
+        (
+            "ended-expired",
+            row(SessionState::Ended {
+                until: at(),
+                cause: SessionEnd::Expired,
+            }),
+        ),
     ]
 }
 

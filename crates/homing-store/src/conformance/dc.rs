@@ -386,7 +386,7 @@ fn in_state(r: &DcRecord, state: RecordState) -> DcRecord {
 fn leased_until(ms: u64) -> RecordState {
     RecordState::Active {
         actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
-        expires_at: StoreTime::from_ms(ms),
+        expiry: homing_core::Expiry::At(StoreTime::from_ms(ms)),
         lease: Some(lease()),
         previous: None,
     }
@@ -571,7 +571,7 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
         )
         .next
         .expect("a live lease renews");
-    let drained = renewed.drain().expect("a renewable record drains");
+    let drained = renewed.drain(None).expect("a renewable record drains");
     let released = drained
         .release(
             FencingToken::FIRST,
@@ -591,11 +591,12 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
             },
             StoreTime::from_ms(3),
             &POLICY,
+            None,
         )
         .next
         .expect("a released record re-activates");
     let expired = again
-        .expire(StoreTime::from_ms(100_000), &POLICY)
+        .expire(StoreTime::from_ms(100_000), &POLICY, None)
         .expect("a lease long past its grace expires");
     let linked = expired
         .link(
@@ -604,6 +605,7 @@ fn lifecycle(id: &ReservationId, key: &Key) -> Vec<DcRecord> {
             again.token,
             StoreTime::from_ms(100_001),
             &POLICY,
+            None,
         )
         .next
         .expect("a vacant record links");

@@ -358,7 +358,7 @@ mod tests {
                         );
                         write(store.as_ref(), None, &r2).await;
                         let linked = released
-                            .link(&released.key, &next, released.token, now, &POLICY)
+                            .link(&released.key, &next, released.token, now, &POLICY, None)
                             .next;
                         write(store.as_ref(), Some(2), &linked.unwrap()).await;
                     }

@@ -245,7 +245,7 @@ mod tests {
         let mut record = crate::conformance::record(&id, &key);
         record.state = homing_core::RecordState::Active {
             actor: homing_core::ActorId::new("a").unwrap(),
-            expires_at: StoreTime::from_ms(expires_ms),
+            expiry: homing_core::Expiry::At(StoreTime::from_ms(expires_ms)),
             lease: None,
             previous: None,
         };
