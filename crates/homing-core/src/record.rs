@@ -118,7 +118,7 @@ enum StateOut<'a> {
     ActiveInSession {
         actor: &'a ActorId,
         session: &'a SessionId,
-        frozen_at: Option<StoreTime>,
+        frozen: Option<(StoreTime, u64)>,
         lease: &'a Option<LeaseKey>,
         previous: &'a Option<Box<PreviousRun>>,
     },
@@ -144,7 +144,7 @@ enum StateIn {
     ActiveInSession {
         actor: ActorId,
         session: SessionId,
-        frozen_at: Option<StoreTime>,
+        frozen: Option<(StoreTime, u64)>,
         lease: Option<LeaseKey>,
         previous: Option<Box<PreviousRun>>,
     },
@@ -168,14 +168,18 @@ impl Serialize for RecordState {
                 Expiry::Session(session) => StateOut::ActiveInSession {
                     actor,
                     session,
-                    frozen_at: None,
+                    frozen: None,
                     lease,
                     previous,
                 },
-                Expiry::Frozen { session, at } => StateOut::ActiveInSession {
+                Expiry::Frozen {
+                    session,
+                    at,
+                    notice,
+                } => StateOut::ActiveInSession {
                     actor,
                     session,
-                    frozen_at: Some(*at),
+                    frozen: Some((*at, *notice)),
                     lease,
                     previous,
                 },
@@ -205,14 +209,18 @@ impl<'de> Deserialize<'de> for RecordState {
             StateIn::ActiveInSession {
                 actor,
                 session,
-                frozen_at,
+                frozen,
                 lease,
                 previous,
             } => RecordState::Active {
                 actor,
-                expiry: match frozen_at {
+                expiry: match frozen {
                     None => Expiry::Session(session),
-                    Some(at) => Expiry::Frozen { session, at },
+                    Some((at, notice)) => Expiry::Frozen {
+                        session,
+                        at,
+                        notice,
+                    },
                 },
                 lease,
                 previous,
@@ -859,9 +867,11 @@ impl DcRecord {
     /// Drain: refuse further renewals so the holder stops by its deadlines.
     /// A key held under a session freezes at the session's expiry as read
     /// (`session`, the row of [`DcRecord::session`]): renewals of the session
-    /// no longer extend it. The store writes that freeze together with the
-    /// session's notice ([`SessionRecord::noticed`]), so the host learns of
-    /// it on its next renewal, before its session deadlines move past it.
+    /// no longer extend it. It carries the session's next notice number; the
+    /// store writes the freeze together with the session row that numbered
+    /// it ([`SessionRecord::noticed`]), so every renewal either landed before
+    /// the freeze (and the freeze is at or past what it granted) or sees the
+    /// notice.
     pub fn drain(&self, session: Option<&SessionRecord>) -> Option<DcRecord> {
         match &self.state {
             RecordState::Active { expiry, .. } if self.allow_renew => Some(self.changed(|r| {
@@ -872,6 +882,7 @@ impl DcRecord {
                     *frozen = Expiry::Frozen {
                         session: id.clone(),
                         at: expiry.holds_until(session),
+                        notice: session.map_or(0, |s| s.notice_seq + 1),
                     };
                 }
             })),
@@ -1109,7 +1120,8 @@ mod tests {
             expiry,
             &Expiry::Frozen {
                 session: session.id.clone(),
-                at: t(10_000)
+                at: t(10_000),
+                notice: 1,
             }
         );
         assert!(!drained.allow_renew);

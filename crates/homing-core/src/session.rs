@@ -305,15 +305,18 @@ pub enum Expiry {
     At(StoreTime),
     /// As long as the session lives (its row says until when).
     Session(SessionId),
-    /// A session key drained or force-released: its host was told (a
-    /// notice on its next renewal) and stops by the deadlines it held when
-    /// the key froze; held until `at`, the session's expiry at that moment,
-    /// however long the session lives on.
+    /// A session key drained or force-released: its host is told (notice
+    /// `notice` of the session, on its renewals until it acknowledges it)
+    /// and stops by the deadlines it held when the key froze; held until
+    /// `at`, the session's expiry at that moment, however long the session
+    /// lives on.
     Frozen {
         /// The session the key was granted under.
         session: SessionId,
         /// Held until this store time.
         at: StoreTime,
+        /// The session's notice number for this freeze.
+        notice: u64,
     },
 }
 
@@ -467,6 +470,7 @@ mod tests {
         let frozen = Expiry::Frozen {
             session: row.id.clone(),
             at: StoreTime::from_ms(7),
+            notice: 1,
         };
         assert_eq!(frozen.holds_until(Some(&row)), StoreTime::from_ms(7));
         assert_eq!(key.indexed_at(), None);

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use homing_core::{
     DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Namespace, NamespaceScope,
-    ReservationId, StoreTime,
+    ReservationId, SessionId, SessionRecord, StoreTime,
 };
 
 use crate::error::StoreError;
 use crate::failover::Failover;
+use crate::session::{GuardedCas, SessionCas, SessionCursor, SessionGuard};
 
 pub use homing_core::ScanCursor;
 
@@ -243,6 +244,74 @@ pub trait DcStore: Send + Sync + 'static {
     /// Sets or clears the mark [`DcStore::migrating`] reads, durably.
     async fn set_migrating(&self, on: bool) -> Result<(), StoreError>;
 
+    /// The row of host session `id`, if any.
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// Writes session row `row` iff the stored row's version is `expected`
+    /// (`None`: no row yet); `row.version` must follow it, else
+    /// [`StoreError::InvalidVersion`]. Keeps the row's sessions-due entry
+    /// in the same transaction ([`crate::session`]).
+    async fn compare_and_set_session(
+        &self,
+        expected: Option<u64>,
+        row: &SessionRecord,
+    ) -> Result<SessionCas, StoreError>;
+
+    /// Deletes session row `id` iff it is at `version` (`Ok(true)`), with
+    /// its sessions-due entry. The caller deletes only an ended session
+    /// whose keys were all reaped: an ended session gains no key (a key
+    /// joins only under a guard of a live row), so none can appear after.
+    async fn delete_session(&self, id: &SessionId, version: u64) -> Result<bool, StoreError>;
+
+    /// [`DcStore::compare_and_set`] of a record that joins a session or
+    /// freezes in it, iff the session row is still at `guard.version`; the
+    /// row `guard.next`, if given, is written in the same transaction. Any
+    /// other record may be written this way too (the guard is then only
+    /// checked). Nothing is written on a conflict of either.
+    async fn compare_and_set_in_session(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: &SessionGuard,
+    ) -> Result<GuardedCas, StoreError>;
+
+    /// The records held under session `id` (live or frozen), in the order of
+    /// their stored ids, strictly after `after`, at most `limit` (≤
+    /// [`crate::session::SESSION_PAGE_MAX`]); fewer only when no more are.
+    async fn session_keys(
+        &self,
+        id: &SessionId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError>;
+
+    /// The frozen records of session `id` whose notice is numbered above
+    /// `after`, in notice order, at most `limit` (≤
+    /// [`crate::session::SESSION_PAGE_MAX`]).
+    async fn session_notices(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError>;
+
+    /// Session rows due by `until` (a live one at its expiry, an ended one
+    /// at its end), oldest first, strictly after `after`, at most `limit`
+    /// (≤ [`crate::session::SESSION_PAGE_MAX`]).
+    async fn due_sessions(
+        &self,
+        until: StoreTime,
+        after: Option<&SessionCursor>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
+
+    /// Migration: writes session row `row` exactly as given unless the store
+    /// holds it already (judged as [`DcStore::import`] judges a record).
+    async fn import_session(
+        &self,
+        row: &SessionRecord,
+    ) -> Result<Import<SessionRecord>, StoreError>;
+
     /// Whether the store serves now (homingd's `/readyz` asks): one read of
     /// the event log's bounds, plus what a backend needs to write (redb: its
     /// writer thread runs).
@@ -293,6 +362,19 @@ pub(crate) fn judge_import(
         None => None,
         Some(current) if &current == record => Some(Import::Present),
         Some(current) if current.version < record.version && current.key == record.key => None,
+        Some(current) => Some(Import::Conflict { current }),
+    }
+}
+
+/// How a session-row import judges the stored row.
+pub(crate) fn judge_session_import(
+    row: &SessionRecord,
+    current: Option<SessionRecord>,
+) -> Option<Import<SessionRecord>> {
+    match current {
+        None => None,
+        Some(current) if &current == row => Some(Import::Present),
+        Some(current) if current.version < row.version => None,
         Some(current) => Some(Import::Conflict { current }),
     }
 }

@@ -84,6 +84,16 @@ pub enum StoreError {
     /// was read or written.
     #[error("invalid request: {0}")]
     InvalidArgument(String),
+    /// Caller bug: a record joining a host session (or freezing in one)
+    /// was written without checking its session row
+    /// ([`crate::DcStore::compare_and_set_in_session`]). Nothing was written.
+    #[error("record {id} joins or freezes in session {session}: write it with its session's guard")]
+    SessionGuardMissing {
+        /// The record.
+        id: homing_core::ReservationId,
+        /// Its session.
+        session: homing_core::SessionId,
+    },
     /// The allocator ran out of `u64` uniques (never expected in practice).
     #[error("reservation allocator exhausted")]
     AllocatorExhausted,

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
-    Event, EventSeq, Key, Namespace, NamespaceScope, ReservationId, StoreTime, Succession,
-    SuccessionCause, TakeOverReply, TakeoverPolicy,
+    Event, EventSeq, Key, Namespace, NamespaceScope, ReservationId, SessionId, SessionRecord,
+    StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy,
 };
 
 use homing_core::succession::judge_takeover;
@@ -26,6 +26,9 @@ use crate::global::{
     judge_swap,
 };
 use crate::keyspace;
+use crate::session::{
+    self, GuardedCas, SessionCas, SessionCursor, SessionEntry, SessionGuard, SessionIndex,
+};
 use crate::setting::Setting;
 
 /// A [`GlobalStore`] in a `BTreeMap` (key order, for [`GlobalStore::scan`]).
@@ -304,6 +307,12 @@ pub struct MemoryDc {
     events: BTreeMap<EventSeq, Event>,
     event_head: EventSeq,
     migrating: bool,
+    sessions: BTreeMap<SessionId, SessionRecord>,
+    /// The session indexes ([`crate::session`]), keyed like the byte-keyed
+    /// backends' so that pages and cursors agree.
+    session_keys: BTreeMap<Vec<u8>, ReservationId>,
+    session_notices: BTreeMap<Vec<u8>, ReservationId>,
+    sessions_due: BTreeMap<Vec<u8>, SessionId>,
 }
 
 impl Default for MemoryDc {
@@ -317,6 +326,10 @@ impl Default for MemoryDc {
             events: BTreeMap::new(),
             event_head: 0,
             migrating: false,
+            sessions: BTreeMap::new(),
+            session_keys: BTreeMap::new(),
+            session_notices: BTreeMap::new(),
+            sessions_due: BTreeMap::new(),
         }
     }
 }
@@ -375,7 +388,150 @@ impl MemoryDc {
             self.due
                 .insert(keyspace::due_bytes(due, &record.id), record.id.clone());
         }
+        let (gone, added) = session::session_index_changes(old, record);
+        for SessionEntry { index, entry } in gone {
+            self.session_index(index).remove(&entry);
+        }
+        for SessionEntry { index, entry } in added {
+            self.session_index(index).insert(entry, record.id.clone());
+        }
         self.records.insert(record.id.clone(), record.clone());
+    }
+
+    fn session_index(&mut self, index: SessionIndex) -> &mut BTreeMap<Vec<u8>, ReservationId> {
+        match index {
+            SessionIndex::Keys => &mut self.session_keys,
+            SessionIndex::Notices => &mut self.session_notices,
+        }
+    }
+
+    fn put_session(&mut self, row: &SessionRecord) {
+        if let Some(old) = self.sessions.get(&row.id) {
+            self.sessions_due.remove(&session::session_due_entry(old));
+        }
+        self.sessions_due
+            .insert(session::session_due_entry(row), row.id.clone());
+        self.sessions.insert(row.id.clone(), row.clone());
+    }
+
+    /// Every session row, in session order.
+    pub fn sessions(&self) -> impl Iterator<Item = &SessionRecord> {
+        self.sessions.values()
+    }
+
+    /// [`DcStore::session`].
+    pub fn session(&self, id: &SessionId) -> Option<SessionRecord> {
+        self.sessions.get(id).cloned()
+    }
+
+    /// [`DcStore::compare_and_set_session`].
+    pub fn compare_and_set_session(
+        &mut self,
+        expected: Option<u64>,
+        row: &SessionRecord,
+    ) -> Result<SessionCas, StoreError> {
+        session::check_session_cas(expected, row)?;
+        let current = self.sessions.get(&row.id).cloned();
+        if let Some(conflict) = session::judge_session_cas(expected, current) {
+            return Ok(conflict);
+        }
+        self.put_session(row);
+        Ok(SessionCas::Written)
+    }
+
+    /// [`DcStore::delete_session`].
+    pub fn delete_session(&mut self, id: &SessionId, version: u64) -> bool {
+        match self.sessions.get(id) {
+            Some(row) if row.version == version => {
+                self.sessions_due.remove(&session::session_due_entry(row));
+                self.sessions.remove(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`DcStore::compare_and_set_in_session`].
+    pub fn compare_and_set_in_session(
+        &mut self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: &SessionGuard,
+    ) -> Result<GuardedCas, StoreError> {
+        session::check_guard(record, guard)?;
+        if let Some(moved) = session::judge_guard(guard, self.sessions.get(&guard.id).cloned()) {
+            // Caller bugs first, as the durable backends check them.
+            check_cas(expected, record)?;
+            return Ok(moved);
+        }
+        match self.write_record(expected, record, false)? {
+            Cas::Written => {}
+            Cas::Conflict { current } => return Ok(GuardedCas::RecordConflict { current }),
+        }
+        if let Some(next) = &guard.next {
+            self.put_session(next);
+        }
+        Ok(GuardedCas::Written)
+    }
+
+    /// [`DcStore::session_keys`].
+    pub fn session_keys(
+        &self,
+        id: &SessionId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        check_limit(limit)?;
+        let (start, end) = session::session_keys_range(id, after);
+        Ok(self.session_page(&self.session_keys, start, end, limit))
+    }
+
+    /// [`DcStore::session_notices`].
+    pub fn session_notices(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        check_limit(limit)?;
+        let (start, end) = session::session_notices_range(id, after);
+        Ok(self.session_page(&self.session_notices, start, end, limit))
+    }
+
+    fn session_page(
+        &self,
+        index: &BTreeMap<Vec<u8>, ReservationId>,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        limit: usize,
+    ) -> Vec<DcRecord> {
+        let ids = index.range(start..end).take(limit).map(|(_, id)| id);
+        ids.filter_map(|id| self.records.get(id).cloned()).collect()
+    }
+
+    /// [`DcStore::due_sessions`].
+    pub fn due_sessions(
+        &self,
+        until: StoreTime,
+        after: Option<&SessionCursor>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        check_limit(limit)?;
+        let (start, end) = session::sessions_due_range(until, after);
+        let ids = self.sessions_due.range(start..end).take(limit);
+        Ok(ids
+            .filter_map(|(_, id)| self.sessions.get(id).cloned())
+            .collect())
+    }
+
+    /// [`DcStore::import_session`].
+    pub fn import_session(&mut self, row: &SessionRecord) -> Import<SessionRecord> {
+        let current = self.sessions.get(&row.id).cloned();
+        if let Some(judged) = crate::dc::judge_session_import(row, current) {
+            return judged;
+        }
+        self.put_session(row);
+        Import::Written
     }
 
     /// [`DcStore::get`].
@@ -389,10 +545,24 @@ impl MemoryDc {
         expected: Option<u64>,
         record: &DcRecord,
     ) -> Result<Cas, StoreError> {
+        self.write_record(expected, record, true)
+    }
+
+    /// A record's compare-and-set; `unguarded`: refuse a record that needs
+    /// its session row checked.
+    fn write_record(
+        &mut self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        unguarded: bool,
+    ) -> Result<Cas, StoreError> {
         check_cas(expected, record)?;
         // Same size limit as the durable backends.
         keyspace::check_record(record)?;
         let current = self.records.get(&record.id).cloned();
+        if unguarded {
+            session::check_unguarded(current.as_ref(), record)?;
+        }
         let event = homing_core::event::derive(current.as_ref(), record);
         if let Some(conflict) = judge_cas(expected, record, current)? {
             return Ok(conflict);
@@ -634,6 +804,66 @@ impl DcStore for MemoryDcStore {
     async fn raise_allocator(&self, floor: u64) -> Result<(), StoreError> {
         self.state().raise_allocator(floor);
         Ok(())
+    }
+
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.state().session(id))
+    }
+
+    async fn compare_and_set_session(
+        &self,
+        expected: Option<u64>,
+        row: &SessionRecord,
+    ) -> Result<SessionCas, StoreError> {
+        self.state().compare_and_set_session(expected, row)
+    }
+
+    async fn delete_session(&self, id: &SessionId, version: u64) -> Result<bool, StoreError> {
+        Ok(self.state().delete_session(id, version))
+    }
+
+    async fn compare_and_set_in_session(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: &SessionGuard,
+    ) -> Result<GuardedCas, StoreError> {
+        self.state()
+            .compare_and_set_in_session(expected, record, guard)
+    }
+
+    async fn session_keys(
+        &self,
+        id: &SessionId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        self.state().session_keys(id, after, limit)
+    }
+
+    async fn session_notices(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        self.state().session_notices(id, after, limit)
+    }
+
+    async fn due_sessions(
+        &self,
+        until: StoreTime,
+        after: Option<&SessionCursor>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.state().due_sessions(until, after, limit)
+    }
+
+    async fn import_session(
+        &self,
+        row: &SessionRecord,
+    ) -> Result<Import<SessionRecord>, StoreError> {
+        Ok(self.state().import_session(row))
     }
 
     async fn migrating(&self) -> Result<bool, StoreError> {

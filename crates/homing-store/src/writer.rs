@@ -10,14 +10,15 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use homing_core::{DcRecord, Due, DueKind, Event, EventSeq};
+use homing_core::{DcRecord, Due, DueKind, Event, EventSeq, SessionId, SessionRecord};
 use redb::{Database, ReadableTable, Table, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::dc::{Cas, Import, judge_cas, judge_event_import, judge_import};
+use crate::dc::{Cas, Import, judge_cas, judge_event_import, judge_import, judge_session_import};
 use crate::error::StoreError;
 use crate::global::judge_swap;
 use crate::keyspace;
+use crate::session::{self, GuardedCas, SessionCas, SessionEntry, SessionGuard, SessionIndex};
 
 /// Global entries: key bytes → reservation ID text.
 pub(crate) const GLOBAL: TableDefinition<&[u8], &[u8]> = TableDefinition::new("global");
@@ -38,6 +39,15 @@ pub(crate) const SUCCESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::n
 /// setting's name) → the value as the caller gave it, changed by
 /// compare-and-set.
 pub(crate) const SETTINGS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("settings");
+/// Host sessions: session name (`<dc>~<n>`) → `session::encode_session`.
+pub(crate) const SESSIONS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions");
+/// `session::session_key_entry` (session, reservation) → reservation ID text.
+pub(crate) const SESSION_KEYS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("session_keys");
+/// `session::session_notice_entry` (session, notice) → reservation ID text.
+pub(crate) const SESSION_NOTICES: TableDefinition<&[u8], &[u8]> =
+    TableDefinition::new("session_notices");
+/// `session::session_due_entry` (time, session) → session name.
+pub(crate) const SESSIONS_DUE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("sessions_due");
 /// Small counters (the allocator's high-water mark, the event head).
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The allocator's persisted high-water mark in [`META`] (exclusive: every
@@ -65,6 +75,26 @@ pub(crate) enum Op {
         record: DcRecord,
         value: Vec<u8>,
     },
+    /// Compare-and-set a record that joins or freezes in a session, iff
+    /// the session row is at the guarded version; the guard's next row
+    /// (encoded in `row_value`) is written with it.
+    GuardedCas {
+        expected: Option<u64>,
+        record: DcRecord,
+        value: Vec<u8>,
+        guard: SessionGuard,
+        row_value: Option<Vec<u8>>,
+    },
+    /// Compare-and-set a session row.
+    SessionCas {
+        expected: Option<u64>,
+        row: SessionRecord,
+        value: Vec<u8>,
+    },
+    /// Delete a session row at this version.
+    DeleteSession { id: SessionId, version: u64 },
+    /// Write a copied session row unless it is there.
+    ImportSession { row: SessionRecord, value: Vec<u8> },
     /// Raise the allocator's high-water mark to at least this.
     HighWater(u64),
     /// Write a copied record unless it is there (see `DcStore::import`).
@@ -100,6 +130,14 @@ pub(crate) enum Outcome {
     SetIfAbsent(Option<Vec<u8>>),
     /// The compare-and-set result.
     Cas(Cas),
+    /// The guarded compare-and-set result.
+    Guarded(GuardedCas),
+    /// The session row's compare-and-set result.
+    SessionCas(SessionCas),
+    /// Whether the session row was deleted.
+    SessionDeleted(bool),
+    /// What a session-row import did.
+    ImportSession(Import<SessionRecord>),
     /// The high-water mark is durable.
     HighWater,
     /// What a record import did.
@@ -256,6 +294,10 @@ struct Tables<'txn> {
     dcs: Table<'txn, &'static str, &'static [u8]>,
     successions: Table<'txn, &'static [u8], &'static [u8]>,
     settings: Table<'txn, &'static [u8], &'static [u8]>,
+    sessions: Table<'txn, &'static [u8], &'static [u8]>,
+    session_keys: Table<'txn, &'static [u8], &'static [u8]>,
+    session_notices: Table<'txn, &'static [u8], &'static [u8]>,
+    sessions_due: Table<'txn, &'static [u8], &'static [u8]>,
 }
 
 /// Applies every op in one write transaction, in arrival order.
@@ -273,6 +315,10 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
             dcs: txn.open_table(DCS)?,
             successions: txn.open_table(SUCCESSIONS)?,
             settings: txn.open_table(SETTINGS)?,
+            sessions: txn.open_table(SESSIONS)?,
+            session_keys: txn.open_table(SESSION_KEYS)?,
+            session_notices: txn.open_table(SESSION_NOTICES)?,
+            sessions_due: txn.open_table(SESSIONS_DUE)?,
         };
         for request in batch {
             answers.push(match apply(&mut tables, &request.op) {
@@ -300,7 +346,44 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
             expected,
             record,
             value,
-        } => cas(t, *expected, record, value),
+        } => cas(t, *expected, record, value, true),
+        Op::GuardedCas {
+            expected,
+            record,
+            value,
+            guard,
+            row_value,
+        } => guarded_cas(t, *expected, record, value, guard, row_value.as_deref()),
+        Op::SessionCas {
+            expected,
+            row,
+            value,
+        } => {
+            let current = stored_session(t, &row.id)?;
+            if let Some(conflict) = session::judge_session_cas(*expected, current.clone()) {
+                return Ok(Outcome::SessionCas(conflict));
+            }
+            put_session(t, current.as_ref(), row, value)?;
+            Ok(Outcome::SessionCas(SessionCas::Written))
+        }
+        Op::DeleteSession { id, version } => {
+            let current = stored_session(t, id)?;
+            let Some(row) = current.filter(|r| r.version == *version) else {
+                return Ok(Outcome::SessionDeleted(false));
+            };
+            t.sessions_due
+                .remove(session::session_due_entry(&row).as_slice())?;
+            t.sessions.remove(session::session_bytes(id).as_slice())?;
+            Ok(Outcome::SessionDeleted(true))
+        }
+        Op::ImportSession { row, value } => {
+            let current = stored_session(t, &row.id)?;
+            if let Some(judged) = judge_session_import(row, current.clone()) {
+                return Ok(Outcome::ImportSession(judged));
+            }
+            put_session(t, current.as_ref(), row, value)?;
+            Ok(Outcome::ImportSession(Import::Written))
+        }
         Op::HighWater(mark) => {
             let old = t.meta.get(HIGH_WATER)?.map_or(0, |v| v.value());
             t.meta.insert(HIGH_WATER, old.max(*mark))?;
@@ -356,6 +439,60 @@ fn stored(t: &Tables<'_>, id: &[u8]) -> Result<Option<DcRecord>, Failure> {
         .transpose()?)
 }
 
+/// The stored row of session `id`, decoded.
+fn stored_session(t: &Tables<'_>, id: &SessionId) -> Result<Option<SessionRecord>, Failure> {
+    let current = t.sessions.get(session::session_bytes(id).as_slice())?;
+    Ok(current
+        .map(|v| session::decode_session(v.value()))
+        .transpose()?)
+}
+
+/// Writes session row `row` (encoded: `value`) over `old`, moving its
+/// sessions-due entry.
+fn put_session(
+    t: &mut Tables<'_>,
+    old: Option<&SessionRecord>,
+    row: &SessionRecord,
+    value: &[u8],
+) -> Result<(), Failure> {
+    let name = session::session_bytes(&row.id);
+    if let Some(old) = old {
+        t.sessions_due
+            .remove(session::session_due_entry(old).as_slice())?;
+    }
+    t.sessions_due
+        .insert(session::session_due_entry(row).as_slice(), name.as_slice())?;
+    t.sessions.insert(name.as_slice(), value)?;
+    Ok(())
+}
+
+/// A guarded compare-and-set: the session row must be at the guarded
+/// version; then the record's compare-and-set, then the guard's row.
+fn guarded_cas(
+    t: &mut Tables<'_>,
+    expected: Option<u64>,
+    record: &DcRecord,
+    value: &[u8],
+    guard: &SessionGuard,
+    row_value: Option<&[u8]>,
+) -> Result<Outcome, Failure> {
+    let current = stored_session(t, &guard.id)?;
+    if let Some(moved) = session::judge_guard(guard, current.clone()) {
+        return Ok(Outcome::Guarded(moved));
+    }
+    match cas(t, expected, record, value, false)? {
+        Outcome::Cas(Cas::Written) => {}
+        Outcome::Cas(Cas::Conflict { current }) => {
+            return Ok(Outcome::Guarded(GuardedCas::RecordConflict { current }));
+        }
+        _ => unreachable!("cas answers Outcome::Cas"),
+    }
+    if let (Some(next), Some(row_value)) = (&guard.next, row_value) {
+        put_session(t, current.as_ref(), next, row_value)?;
+    }
+    Ok(Outcome::Guarded(GuardedCas::Written))
+}
+
 /// The last event seq ever appended (0: none).
 fn head(t: &Tables<'_>) -> Result<EventSeq, Failure> {
     Ok(t.meta.get(EVENT_HEAD)?.map_or(0, |v| v.value()))
@@ -364,19 +501,26 @@ fn head(t: &Tables<'_>) -> Result<EventSeq, Failure> {
 /// A compare-and-set and, in the same transaction, its event at `head + 1`.
 /// Events of several ops in one group get consecutive seqs: each reads the
 /// head the previous one wrote.
+/// `unguarded`: refuse a record that joins or freezes in a session.
 fn cas(
     t: &mut Tables<'_>,
     expected: Option<u64>,
     record: &DcRecord,
     value: &[u8],
+    unguarded: bool,
 ) -> Result<Outcome, Failure> {
     let id = keyspace::id_bytes(&record.id);
     let current = stored(t, &id)?;
+    if unguarded {
+        session::check_unguarded(current.as_ref(), record)?;
+    }
     let event = homing_core::event::derive(current.as_ref(), record);
     let old_due = current.as_ref().and_then(Due::of);
+    let old = current.clone();
     if let Some(conflict) = judge_cas(expected, record, current)? {
         return Ok(Outcome::Cas(conflict));
     }
+    apply_session_index(t, &id, old.as_ref(), record)?;
     reindex(t, &id, old_due, record)?;
     let event = match event {
         Some(mut event) => {
@@ -403,9 +547,11 @@ fn import(t: &mut Tables<'_>, record: &DcRecord, value: &[u8]) -> Result<Outcome
     let id = keyspace::id_bytes(&record.id);
     let current = stored(t, &id)?;
     let old_due = current.as_ref().and_then(Due::of);
+    let old = current.clone();
     if let Some(judged) = judge_import(record, current) {
         return Ok(Outcome::Import(judged));
     }
+    apply_session_index(t, &id, old.as_ref(), record)?;
     reindex(t, &id, old_due, record)?;
     t.records.insert(id.as_slice(), value)?;
     // An older version of the record has the same key (judge_import checks
@@ -433,6 +579,35 @@ fn reindex(
             .insert(keyspace::due_bytes(new, &record.id).as_slice(), id)?;
     }
     Ok(())
+}
+
+/// Moves `record`'s session-index entries from `old`'s.
+fn apply_session_index(
+    t: &mut Tables<'_>,
+    id: &[u8],
+    old: Option<&DcRecord>,
+    record: &DcRecord,
+) -> Result<(), Failure> {
+    let (gone, added) = session::session_index_changes(old, record);
+    for SessionEntry { index, entry } in gone {
+        t.session_index(index).remove(entry.as_slice())?;
+    }
+    for SessionEntry { index, entry } in added {
+        t.session_index(index).insert(entry.as_slice(), id)?;
+    }
+    Ok(())
+}
+
+impl<'txn> Tables<'txn> {
+    fn session_index(
+        &mut self,
+        index: SessionIndex,
+    ) -> &mut Table<'txn, &'static [u8], &'static [u8]> {
+        match index {
+            SessionIndex::Keys => &mut self.session_keys,
+            SessionIndex::Notices => &mut self.session_notices,
+        }
+    }
 }
 
 /// Drops a released record's expiry entry if the record is at `version`.

@@ -20,6 +20,7 @@ use homing_core::{
 use homing_store::dc_lease::DcEntry;
 use homing_store::deployment::DeploymentVersion;
 use homing_store::keyspace;
+use homing_store::session;
 use homing_store::setting::Setting;
 
 /// The store has no format number of its own: this directory is its first.
@@ -199,6 +200,37 @@ fn global_value_cases() -> Vec<Case> {
     ]
 }
 
+/// Host sessions: the rows, and what their three indexes are keyed by.
+fn session_cases() -> Vec<Case> {
+    let encode = |row: &homing_core::SessionRecord| session::encode_session(row).expect("fits");
+    let mut cases: Vec<Case> = samples::sessions()
+        .into_iter()
+        .map(|(name, row)| {
+            let name = format!("session-{name}");
+            Case::round_trip(&name, row, encode, session::decode_session)
+        })
+        .collect();
+    let (_, live) = samples::sessions().swap_remove(0);
+    cases.extend([
+        Case::round_trip(
+            "session-id",
+            samples::session_id(),
+            session::session_bytes,
+            session::decode_session_id,
+        ),
+        Case::written_only(
+            "session-key-entry",
+            session::session_key_entry(&samples::session_id(), &id("iad.42")),
+        ),
+        Case::written_only(
+            "session-notice-entry",
+            session::session_notice_entry(&samples::session_id(), 13),
+        ),
+        Case::written_only("session-due-entry", session::session_due_entry(&live)),
+    ]);
+    cases
+}
+
 #[test]
 fn store_fixtures_decode_to_their_values_and_encode_to_their_bytes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store");
@@ -207,6 +239,7 @@ fn store_fixtures_decode_to_their_values_and_encode_to_their_bytes() {
         record_cases(),
         event_cases(),
         global_value_cases(),
+        session_cases(),
     ];
     let current = Version {
         dir: STORE_FORMAT_DIR.to_string(),

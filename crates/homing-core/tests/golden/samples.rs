@@ -117,6 +117,7 @@ pub fn records() -> Vec<(&'static str, DcRecord)> {
     let frozen = in_session(Expiry::Frozen {
         session: session_id(),
         at: at(),
+        notice: 13,
     });
     let released = RecordState::Released {
         at: at(),

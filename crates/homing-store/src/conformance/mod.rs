@@ -7,7 +7,8 @@
 //!
 //! The cases live by trait: `global` (write-once entries), `dc_lease`,
 //! `succession` and `setting` (the [`GlobalStore`]'s DC leases,
-//! successions and deployment settings) and `dc` ([`DcStore`]); each is re-exported here, where [`run_all`] and
+//! successions and deployment settings), `dc` ([`DcStore`]) and `session`
+//! (the [`DcStore`]'s host sessions); each is re-exported here, where [`run_all`] and
 //! [`conformance_tests!`](crate::conformance_tests) find it by name. This
 //! module holds the harness: [`Backend`], the fixtures every file shares,
 //! and the one list of cases.
@@ -26,6 +27,7 @@ use crate::global::GlobalStore;
 mod dc;
 mod dc_lease;
 mod global;
+mod session;
 mod setting;
 mod succession;
 
@@ -53,6 +55,13 @@ pub use self::global::{
     global_nearest_read_is_never_wrong_and_catches_up, global_scan_pages_in_key_order,
     global_unicode_and_long_keys_do_not_collide, global_write_once,
     global_write_once_whose_answer_was_lost_is_inserted_once,
+};
+pub use self::session::{
+    dc_concurrent_session_renewals_have_exactly_one_winner,
+    dc_due_sessions_follow_renewals_ends_and_deletes,
+    dc_import_session_copies_rows_without_overwriting,
+    dc_records_join_and_freeze_only_under_their_sessions_guard,
+    dc_session_keys_and_notices_follow_every_write, dc_session_rows_change_only_by_compare_and_set,
 };
 pub use self::setting::{
     global_concurrent_setting_swaps_have_exactly_one_winner,
@@ -192,6 +201,12 @@ macro_rules! conformance_cases {
         global_setting_above_its_bound_is_refused,
         global_concurrent_setting_swaps_have_exactly_one_winner,
         global_setting_swap_whose_answer_was_lost_is_set_once,
+        dc_session_rows_change_only_by_compare_and_set,
+        dc_concurrent_session_renewals_have_exactly_one_winner,
+        dc_records_join_and_freeze_only_under_their_sessions_guard,
+        dc_session_keys_and_notices_follow_every_write,
+        dc_due_sessions_follow_renewals_ends_and_deletes,
+        dc_import_session_copies_rows_without_overwriting,
         }
     };
 }

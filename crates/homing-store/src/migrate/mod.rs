@@ -1183,6 +1183,68 @@ mod tests {
         async fn set_migrating(&self, on: bool) -> Result<(), StoreError> {
             self.inner.set_migrating(on).await
         }
+        async fn session(
+            &self,
+            id: &homing_core::SessionId,
+        ) -> Result<Option<homing_core::SessionRecord>, StoreError> {
+            self.inner.session(id).await
+        }
+        async fn compare_and_set_session(
+            &self,
+            e: Option<u64>,
+            row: &homing_core::SessionRecord,
+        ) -> Result<crate::SessionCas, StoreError> {
+            self.log("compare_and_set_session");
+            self.inner.compare_and_set_session(e, row).await
+        }
+        async fn delete_session(
+            &self,
+            id: &homing_core::SessionId,
+            version: u64,
+        ) -> Result<bool, StoreError> {
+            self.log("delete_session");
+            self.inner.delete_session(id, version).await
+        }
+        async fn compare_and_set_in_session(
+            &self,
+            e: Option<u64>,
+            r: &DcRecord,
+            guard: &crate::SessionGuard,
+        ) -> Result<crate::GuardedCas, StoreError> {
+            self.log("compare_and_set_in_session");
+            self.inner.compare_and_set_in_session(e, r, guard).await
+        }
+        async fn session_keys(
+            &self,
+            id: &homing_core::SessionId,
+            after: Option<&ReservationId>,
+            limit: usize,
+        ) -> Result<Vec<DcRecord>, StoreError> {
+            self.inner.session_keys(id, after, limit).await
+        }
+        async fn session_notices(
+            &self,
+            id: &homing_core::SessionId,
+            after: u64,
+            limit: usize,
+        ) -> Result<Vec<DcRecord>, StoreError> {
+            self.inner.session_notices(id, after, limit).await
+        }
+        async fn due_sessions(
+            &self,
+            until: homing_core::StoreTime,
+            after: Option<&crate::SessionCursor>,
+            limit: usize,
+        ) -> Result<Vec<homing_core::SessionRecord>, StoreError> {
+            self.inner.due_sessions(until, after, limit).await
+        }
+        async fn import_session(
+            &self,
+            row: &homing_core::SessionRecord,
+        ) -> Result<Import<homing_core::SessionRecord>, StoreError> {
+            self.log("import_session");
+            self.inner.import_session(row).await
+        }
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use homing_core::{
     DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
-    StoreTime,
+    SessionId, SessionRecord, StoreTime,
 };
 use redb::{ReadableDatabase, ReadableTable};
 use tokio::sync::Mutex;
@@ -19,8 +19,10 @@ use crate::dc::{
 };
 use crate::error::StoreError;
 use crate::keyspace;
+use crate::session::{self, GuardedCas, SessionCas, SessionCursor, SessionGuard};
 use crate::writer::{
-    BY_KEY, DUE, EVENT_HEAD, EVENTS, HIGH_WATER, META, MIGRATING, Op, Outcome, RECORDS, backend,
+    BY_KEY, DUE, EVENT_HEAD, EVENTS, HIGH_WATER, META, MIGRATING, Op, Outcome, RECORDS,
+    SESSION_KEYS, SESSION_NOTICES, SESSIONS, SESSIONS_DUE, backend,
 };
 
 use super::{RedbOptions, Shared, unexpected};
@@ -70,6 +72,27 @@ fn read_record(txn: &redb::ReadTransaction, id: &[u8]) -> Result<Option<DcRecord
     value
         .map(|v| keyspace::decode_record(v.value()))
         .transpose()
+}
+
+/// The records a session index lists in `[start, end)`, at most `limit`.
+fn session_page(
+    txn: &redb::ReadTransaction,
+    index: redb::TableDefinition<&[u8], &[u8]>,
+    (start, end): (Vec<u8>, Vec<u8>),
+    limit: usize,
+) -> Result<Vec<DcRecord>, StoreError> {
+    let index = txn.open_table(index).map_err(backend)?;
+    let range = index
+        .range::<&[u8]>(start.as_slice()..end.as_slice())
+        .map_err(backend)?;
+    let mut out = Vec::with_capacity(limit);
+    for entry in range.take(limit) {
+        let (_, id) = entry.map_err(backend)?;
+        let record = read_record(txn, id.value())?
+            .ok_or_else(|| StoreError::corrupt("session index", "entry without a record"))?;
+        out.push(record);
+    }
+    Ok(out)
 }
 
 #[async_trait]
@@ -254,6 +277,142 @@ impl DcStore for RedbDcStore {
                 Ok(high_water.map_or(0, |v| v.value()))
             })
             .await
+    }
+
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let name = session::session_bytes(id);
+        self.shared.read_here(|txn| {
+            let table = txn.open_table(SESSIONS).map_err(backend)?;
+            let value = table.get(name.as_slice()).map_err(backend)?;
+            value
+                .map(|v| session::decode_session(v.value()))
+                .transpose()
+        })
+    }
+
+    async fn compare_and_set_session(
+        &self,
+        expected: Option<u64>,
+        row: &SessionRecord,
+    ) -> Result<SessionCas, StoreError> {
+        session::check_session_cas(expected, row)?;
+        let op = Op::SessionCas {
+            expected,
+            row: row.clone(),
+            value: session::encode_session(row)?,
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::SessionCas(cas) => Ok(cas),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn delete_session(&self, id: &SessionId, version: u64) -> Result<bool, StoreError> {
+        let op = Op::DeleteSession {
+            id: id.clone(),
+            version,
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::SessionDeleted(deleted) => Ok(deleted),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn compare_and_set_in_session(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: &SessionGuard,
+    ) -> Result<GuardedCas, StoreError> {
+        check_cas(expected, record)?;
+        session::check_guard(record, guard)?;
+        let row_value = guard
+            .next
+            .as_ref()
+            .map(session::encode_session)
+            .transpose()?;
+        let op = Op::GuardedCas {
+            expected,
+            record: record.clone(),
+            value: keyspace::encode_record(record)?,
+            guard: guard.clone(),
+            row_value,
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::Guarded(cas) => Ok(cas),
+            _ => Err(unexpected()),
+        }
+    }
+
+    async fn session_keys(
+        &self,
+        id: &SessionId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        check_limit(limit)?;
+        let range = session::session_keys_range(id, after);
+        self.shared
+            .read(move |txn| session_page(txn, SESSION_KEYS, range, limit))
+            .await
+    }
+
+    async fn session_notices(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        check_limit(limit)?;
+        let range = session::session_notices_range(id, after);
+        self.shared
+            .read(move |txn| session_page(txn, SESSION_NOTICES, range, limit))
+            .await
+    }
+
+    async fn due_sessions(
+        &self,
+        until: StoreTime,
+        after: Option<&SessionCursor>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        check_limit(limit)?;
+        let (start, end) = session::sessions_due_range(until, after);
+        self.shared
+            .read(move |txn| {
+                let due = txn.open_table(SESSIONS_DUE).map_err(backend)?;
+                let sessions = txn.open_table(SESSIONS).map_err(backend)?;
+                let range = due
+                    .range::<&[u8]>(start.as_slice()..end.as_slice())
+                    .map_err(backend)?;
+                let mut out = Vec::with_capacity(limit);
+                for entry in range.take(limit) {
+                    let (_, name) = entry.map_err(backend)?;
+                    let row = sessions
+                        .get(name.value())
+                        .map_err(backend)?
+                        .ok_or_else(|| {
+                            StoreError::corrupt("sessions due index", "entry without a session")
+                        })?;
+                    out.push(session::decode_session(row.value())?);
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn import_session(
+        &self,
+        row: &SessionRecord,
+    ) -> Result<Import<SessionRecord>, StoreError> {
+        let op = Op::ImportSession {
+            row: row.clone(),
+            value: session::encode_session(row)?,
+        };
+        match self.shared.writer.submit(op).await? {
+            Outcome::ImportSession(import) => Ok(import),
+            _ => Err(unexpected()),
+        }
     }
 
     async fn migrating(&self) -> Result<bool, StoreError> {

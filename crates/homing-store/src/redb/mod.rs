@@ -23,8 +23,8 @@ pub use self::dc::RedbDcStore;
 pub use self::global::RedbGlobalStore;
 use crate::error::StoreError;
 use crate::writer::{
-    BY_KEY, DUE, EVENTS, GLOBAL, META, RECORDS, SETTINGS, SUCCESSIONS, Writer, backend,
-    build_due_index,
+    BY_KEY, DUE, EVENTS, GLOBAL, META, RECORDS, SESSION_KEYS, SESSION_NOTICES, SESSIONS,
+    SESSIONS_DUE, SETTINGS, SUCCESSIONS, Writer, backend, build_due_index,
 };
 
 mod dc;
@@ -95,7 +95,15 @@ impl Shared {
     fn start(db: Database, options: RedbOptions) -> Result<Shared, StoreError> {
         // Create every table up front so read transactions never miss one.
         let txn = db.begin_write().map_err(backend)?;
-        for table in [GLOBAL, RECORDS, BY_KEY] {
+        for table in [
+            GLOBAL,
+            RECORDS,
+            BY_KEY,
+            SESSIONS,
+            SESSION_KEYS,
+            SESSION_NOTICES,
+            SESSIONS_DUE,
+        ] {
             txn.open_table(table).map_err(backend)?;
         }
         txn.open_table(EVENTS).map_err(backend)?;
