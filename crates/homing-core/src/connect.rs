@@ -47,6 +47,7 @@ use crate::record::{
     ActivateReply, DcRecord, Holding, LinkReply, PreviousRun, TailState, TailView,
 };
 use crate::reservation::ReservationId;
+use crate::session::RecordRead;
 use crate::succession::{TakeOverReply, TakeoverPolicy};
 use crate::succession::{confirmation_of, superseding, takeover_link_token};
 use crate::time::StoreTime;
@@ -792,16 +793,23 @@ impl Connect {
         }
     }
 
-    /// The local record the connect asked for; `now` is the local store's clock.
-    pub fn handle_local_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
+    /// The local record the connect asked for, with its session's row;
+    /// `now` is the local store's clock.
+    pub fn handle_local_record(&mut self, read: Option<RecordRead>, now: StoreTime) {
         let Phase::ReadingLocal(id) = &self.phase else {
             return self.fail(ConnectError::Unexpected);
         };
-        let Some(record) = record else {
+        let Some(RecordRead { record, session }) = read else {
             let message = format!("reservation {id} is in the chain but has no record");
             return self.fail(ConnectError::Inconsistent(message));
         };
-        let out = record.activate(self.tag.as_ref(), &self.holder, now, &self.policy, None);
+        let out = record.activate(
+            self.tag.as_ref(),
+            &self.holder,
+            now,
+            &self.policy,
+            session.as_ref(),
+        );
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {
                 // A recreated record confirms its succession first.

@@ -83,8 +83,8 @@ pub use record::{
 pub use reservation::{ReservationId, ReservationRef};
 pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
 pub use session::{
-    Expiry, SessionEnd, SessionId, SessionRecord, SessionRenewReply, SessionState,
-    SessionTransition,
+    Expiry, RecordRead, SessionEnd, SessionGuard, SessionId, SessionRecord, SessionRenewReply,
+    SessionState, SessionTransition,
 };
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};

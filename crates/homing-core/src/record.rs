@@ -873,6 +873,12 @@ impl DcRecord {
     /// the freeze (and the freeze is at or past what it granted) or sees the
     /// notice.
     pub fn drain(&self, session: Option<&SessionRecord>) -> Option<DcRecord> {
+        if let Some(id) = self.session()
+            && session.is_none_or(|row| &row.id != id)
+        {
+            // Its session's row is gone: not held, nothing to drain.
+            return None;
+        }
         match &self.state {
             RecordState::Active { expiry, .. } if self.allow_renew => Some(self.changed(|r| {
                 r.allow_renew = false;

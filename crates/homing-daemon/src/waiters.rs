@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::Mutations;
-use homing_core::{AwaitReply, DcRecord, LeasePolicy, ReservationId, StoreTime};
+use homing_core::{AwaitReply, DcRecord, LeasePolicy, RecordRead, ReservationId, StoreTime};
 use homing_node::{Followed, LogFollower, NodeTime, Notified, QueueOp, Queued};
 pub use homing_node::{Full, WaitLimits};
 use tokio::sync::{Notify, oneshot};
@@ -138,9 +138,10 @@ impl Waiters {
     /// `record` (of this DC) as read back after another writer's event
     /// (see [`homing_node::log_follow`]): wakes the waiters its state lets
     /// go. Returns how many were woken.
-    pub fn seen(&self, record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> usize {
+    pub fn seen(&self, read: &RecordRead, now: StoreTime, policy: &LeasePolicy) -> usize {
         let mono = self.now();
-        let notified = self.with(|w| w.notify(record, now, mono, policy, listening));
+        let (record, session) = (&read.record, read.session());
+        let notified = self.with(|w| w.notify(record, session, now, mono, policy, listening));
         self.deliver(&record.id, notified)
     }
 

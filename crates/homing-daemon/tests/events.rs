@@ -364,8 +364,8 @@ async fn an_upkeep_pass_abandons_a_released_record_the_global_entry_does_not_nam
         let (lost_key, lost_held, lost) = released(1, "lost");
         let (won_key, won_held, won) = released(2, "won");
         for (held, released) in [(&lost_held, &lost), (&won_held, &won)] {
-            node.write(None, true, held).await.unwrap();
-            node.write(Some(held.version), true, released)
+            node.write(None, true, held, None).await.unwrap();
+            node.write(Some(held.version), true, released, None)
                 .await
                 .unwrap();
         }

@@ -377,6 +377,7 @@ impl Acquire {
                 expected,
                 record: Box::new(record),
                 event: true,
+                guard: None,
             }),
             ConnectNeed::GlobalEntry(key) => global(GlobalOp::Entry {
                 key,

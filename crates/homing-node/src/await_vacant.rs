@@ -30,8 +30,8 @@
 //! from the registry (a woken waiter has left already).
 
 use homing_core::{
-    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordView, ReservationId,
-    StoreTime, TailState, Written, wire::WAIT_MS_MAX,
+    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordRead, RecordView,
+    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
 use crate::change::{Change, expire};
@@ -46,8 +46,8 @@ use homing_core::mutation::Mutations;
 
 /// The answer to a waiter that need not wait: the record has no live holder
 /// (`Vacated`) or is no longer the tail (`Moved`); `None` while held.
-pub fn settled(record: &DcRecord, now: StoreTime, policy: &LeasePolicy) -> Option<AwaitReply> {
-    match record.view(now, policy, None) {
+pub fn settled(read: &RecordRead, now: StoreTime, policy: &LeasePolicy) -> Option<AwaitReply> {
+    match read.record.view(now, policy, read.session()) {
         RecordView::Link(_) | RecordView::Abandoned => Some(AwaitReply::Moved),
         RecordView::Tail(tail) => match tail.state {
             TailState::Vacant { ended } => Some(AwaitReply::Vacated { ended }),
@@ -89,7 +89,7 @@ pub struct AwaitVacant {
     deadline: NodeTime,
     ticket: Option<Ticket>,
     /// The record as last read.
-    record: Option<DcRecord>,
+    record: Option<RecordRead>,
     /// The queue's hand-off version when last looked at.
     seen_version: u64,
     policy: LeasePolicy,
@@ -160,7 +160,7 @@ impl AwaitVacant {
 
     /// The record as last read, if one was.
     pub fn record(&self) -> Option<&DcRecord> {
-        self.record.as_ref()
+        self.record.as_ref().map(|read| &read.record)
     }
 
     fn read(&self) -> Step<Result<AwaitReply, Failure>> {
@@ -199,7 +199,7 @@ impl AwaitVacant {
     /// be slower), the hand-off window's end (`handoff_until`), the
     /// deadline.
     fn wake_at(&self, now: Now, handoff_until: Option<NodeTime>) -> NodeTime {
-        let held = self.record.as_ref().and_then(|r| r.held_until(None));
+        let held = (self.record.as_ref()).and_then(|r| r.record.held_until(r.session()));
         let lapse = held.map(|held| {
             let at = self.policy.reapable_at(held);
             now.node.plus_ms(at.ms_since(now.store) + 1)
@@ -431,7 +431,12 @@ mod tests {
         /// A waiter's store operation, at once.
         fn perform(&mut self, op: StoreOp) -> Stored {
             match op {
-                StoreOp::Read(id) => Stored::Record(self.records.get(&id).cloned()),
+                StoreOp::Read(id) => Stored::Record(
+                    self.records
+                        .get(&id)
+                        .cloned()
+                        .map(homing_core::RecordRead::alone),
+                ),
                 StoreOp::Write {
                     expected, record, ..
                 } => {

@@ -7,8 +7,8 @@
 
 use homing_core::{
     DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, HostTime, Key, LeaseKey, LeasePolicy,
-    LinkReply, RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply, ReservationId,
-    RunOutcome, Shortcut, StoreTime, Succession, Transition,
+    LinkReply, RecordRead, RecordState, ReleaseCause, ReleaseReply, RenewReply, Reply,
+    ReservationId, RunOutcome, Shortcut, StoreTime, Succession, Transition,
 };
 
 use homing_core::mutation::{Mutation, Mutations};
@@ -143,14 +143,15 @@ impl Change {
         Ok(Change::Link { key, to, expected })
     }
 
-    /// The transition this change makes of `record` at `now`.
+    /// The transition this change makes of the record read at `now`.
     pub fn apply(
         &self,
-        record: &DcRecord,
+        read: &RecordRead,
         now: StoreTime,
         policy: &LeasePolicy,
         mutations: Mutations,
     ) -> Transition<Changed> {
+        let (record, session) = (&read.record, read.session());
         let done = |next: Option<DcRecord>| Transition {
             reply: Changed::Done(next.is_some()),
             next,
@@ -201,9 +202,9 @@ impl Change {
                 let t = if mutations.has(Mutation::LinkIgnoresLiveness) {
                     link_ignoring_liveness(record, to)
                 } else if mutations.has(Mutation::LinkIgnoresToken) {
-                    record.link(key, to, record.token, now, policy, None)
+                    record.link(key, to, record.token, now, policy, session)
                 } else {
-                    record.link(key, to, *expected, now, policy, None)
+                    record.link(key, to, *expected, now, policy, session)
                 };
                 Transition {
                     next: t.next,
@@ -217,8 +218,8 @@ impl Change {
                     next,
                 }
             }
-            Change::Drain => done(record.drain(None)),
-            Change::Expire => done(expire(record, now, policy, mutations)),
+            Change::Drain => done(record.drain(session)),
+            Change::Expire => done(expire(read, now, policy, mutations)),
             Change::Abandon => done(record.abandon()),
             Change::Supersede(succession) => done(record.supersede(succession)),
         }
@@ -227,11 +228,12 @@ impl Change {
 
 /// The expiry rule, as the reaper and waiters apply it.
 pub fn expire(
-    record: &DcRecord,
+    read: &RecordRead,
     now: StoreTime,
     policy: &LeasePolicy,
     mutations: Mutations,
 ) -> Option<DcRecord> {
+    let record = &read.record;
     if mutations.has(Mutation::ExpiryNeverComes) {
         return None;
     }
@@ -247,7 +249,7 @@ pub fn expire(
         next.version += 1;
         return Some(next);
     }
-    record.expire(now, policy, None)
+    record.expire(now, policy, read.session())
 }
 
 /// [`Mutation::LinkIgnoresLiveness`]: links whatever it is asked to link.

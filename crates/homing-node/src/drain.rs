@@ -337,7 +337,7 @@ mod tests {
             let mut d = drain(true, Mutations::NONE);
             d.step(NodeTime::from_us(0));
             d.walked(Ok(Some(record.id.clone())));
-            let mut answer = Stored::Record(Some(record.clone()));
+            let mut answer = Stored::Record(Some(homing_core::RecordRead::alone(record.clone())));
             let outcome = loop {
                 d.answer(Answer::Stored(Ok(answer)), now);
                 match d.step(now.node) {

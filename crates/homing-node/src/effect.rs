@@ -12,14 +12,15 @@
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
-    ReservationId, ScanCursor, Shortcut, Source, StoreTime, Succession, TakeOverReply,
-    TakeoverPolicy, Written,
+    RecordRead, ReservationId, ScanCursor, SessionGuard, Shortcut, Source, StoreTime, Succession,
+    TakeOverReply, TakeoverPolicy, Written,
 };
 
 /// One operation on this DC's store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreOp {
-    /// Read our record; answered [`Stored::Record`].
+    /// Read our record, with its session's row when it is held under one;
+    /// answered [`Stored::Record`].
     Read(ReservationId),
     /// A new unique from this DC's allocator (the number of a reservation
     /// to create); answered [`Stored::Allocated`].
@@ -35,6 +36,10 @@ pub enum StoreOp {
         record: Box<DcRecord>,
         /// Whether the write appends a lifecycle event (watchers learn of it).
         event: bool,
+        /// The session row the write depends on (a record joining or
+        /// freezing in a session), checked and written in the same
+        /// transaction; a moved row answers [`Written::Conflict`].
+        guard: Option<Box<SessionGuard>>,
     },
     /// A page of the expiry index: records of `kind` due by `until`;
     /// answered [`Stored::Due`].
@@ -99,8 +104,8 @@ impl StoreOp {
 /// What the DC store answered a [`StoreOp`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stored {
-    /// The record read (`None`: there is none).
-    Record(Option<DcRecord>),
+    /// The record read, with its session's row (`None`: there is none).
+    Record(Option<RecordRead>),
     /// A unique never handed out before.
     Allocated(u64),
     /// Whether the compare-and-set landed.

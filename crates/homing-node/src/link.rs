@@ -17,7 +17,7 @@
 //! ```
 
 use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, FencingToken, Key, LeasePolicy, LinkReply,
+    DcId, ErrorKind, ErrorReply, FencingToken, Key, LeasePolicy, LinkReply, RecordRead,
     ReservationId, StoreTime,
 };
 
@@ -47,7 +47,7 @@ pub struct LinkOnward {
     change: Option<Change>,
     /// The record as the check read it, and when (store clock): the
     /// update's first read.
-    read: Option<(Option<DcRecord>, StoreTime)>,
+    read: Option<(Option<RecordRead>, StoreTime)>,
     /// Whether the supersede check linked the record to a takeover's winner.
     superseded: bool,
     phase: Phase,
@@ -179,7 +179,7 @@ impl Stepper for LinkOnward {
 
 #[cfg(test)]
 mod tests {
-    use homing_core::{KeyName, RecordState, Succession, Written};
+    use homing_core::{DcRecord, KeyName, RecordState, Succession, Written};
 
     use super::*;
     use crate::effect::{GlobalOp, StoreOp};
@@ -215,7 +215,10 @@ mod tests {
             asked,
             Step::Ask(Effect::Store(StoreOp::Read(record.id.clone())))
         );
-        link.handle_stored(Stored::Record(Some(record.clone())), now);
+        link.handle_stored(
+            Stored::Record(Some(homing_core::RecordRead::alone(record.clone()))),
+            now,
+        );
     }
 
     /// Expects the write asked next and lands it; the record written.

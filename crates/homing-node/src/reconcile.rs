@@ -315,7 +315,9 @@ mod tests {
             reconcile.step(NodeTime::from_us(0)),
             Step::Ask(Effect::Store(StoreOp::Read(record.id.clone())))
         );
-        let read = Ok(Stored::Record(Some(record.clone())));
+        let read = Ok(Stored::Record(Some(homing_core::RecordRead::alone(
+            record.clone(),
+        ))));
         reconcile.handle_stored(read, now);
         let Step::Ask(Effect::Store(StoreOp::Write {
             record: written, ..

@@ -349,7 +349,12 @@ mod tests {
             page.step(NodeTime::from_us(0)),
             Step::Ask(Effect::Store(StoreOp::Read(live.id.clone())))
         );
-        page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW);
+        page.handle_stored(
+            Ok(Stored::Record(Some(homing_core::RecordRead::alone(
+                live.clone(),
+            )))),
+            NOW,
+        );
         let Step::Ask(Effect::Store(StoreOp::Write { record, .. })) =
             page.step(NodeTime::from_us(0))
         else {
@@ -365,7 +370,12 @@ mod tests {
         assert_eq!(page.poll_drained(), None);
         // Drained meanwhile by another: nothing to write, not counted.
         let meanwhile = Some(other.drain(None).unwrap());
-        page.handle_stored(Ok(Stored::Record(meanwhile)), NOW);
+        page.handle_stored(
+            Ok(Stored::Record(
+                meanwhile.map(homing_core::RecordRead::alone),
+            )),
+            NOW,
+        );
         let next = Some(ScanCursor::after(&other));
         assert_eq!(page.step(NodeTime::from_us(0)), Step::Done(Ok((1, next))));
         assert_eq!(page.poll_drained(), None);
@@ -382,7 +392,12 @@ mod tests {
                 page.step(NodeTime::from_us(0)),
                 Step::Ask(Effect::Store(StoreOp::Read(live.id.clone())))
             );
-            page.handle_stored(Ok(Stored::Record(Some(live.clone()))), NOW);
+            page.handle_stored(
+                Ok(Stored::Record(Some(homing_core::RecordRead::alone(
+                    live.clone(),
+                )))),
+                NOW,
+            );
             assert!(matches!(
                 page.step(NodeTime::from_us(0)),
                 Step::Ask(Effect::Store(StoreOp::Write { .. }))

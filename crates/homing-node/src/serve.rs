@@ -535,7 +535,9 @@ mod tests {
         let answers = vec![
             Answer::Cancelled(true),
             Answer::Stored(Ok(Stored::Page(vec![granted.clone()]))),
-            Answer::Stored(Ok(Stored::Record(Some(granted)))),
+            Answer::Stored(Ok(Stored::Record(Some(homing_core::RecordRead::alone(
+                granted,
+            ))))),
             Answer::Stored(Ok(Stored::Written(Written::Yes))),
         ];
         let (asked, events, reply) = serve(cancel.clone(), answers);
@@ -623,7 +625,9 @@ mod tests {
         };
         let holder = held("iad.1", "a", None, StoreTime::from_ms(0));
         let answers = vec![
-            Answer::Stored(Ok(Stored::Record(Some(holder)))),
+            Answer::Stored(Ok(Stored::Record(Some(homing_core::RecordRead::alone(
+                holder,
+            ))))),
             Answer::Stored(Ok(Stored::Written(Written::Yes))),
         ];
         let (_, events, reply) = serve(force.clone(), answers);

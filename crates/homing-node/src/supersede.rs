@@ -99,7 +99,7 @@ impl Supersede {
     /// The answer to the [`StoreOp`] asked at `now` (store clock).
     pub fn handle_stored(&mut self, stored: Stored, now: StoreTime) {
         match (&mut self.phase, stored) {
-            (Phase::Read, Stored::Record(record)) => self.handle_record(record),
+            (Phase::Read, Stored::Record(read)) => self.handle_record(read.map(|r| r.record)),
             (Phase::Supersede(update), stored) => update.handle_stored(stored, now),
             (_, other) => unasked("supersede", &other),
         }
@@ -179,7 +179,10 @@ mod tests {
             check.next(),
             Step::Ask(Effect::Store(StoreOp::Read(record.id.clone())))
         );
-        check.handle_stored(Stored::Record(Some(record)), now);
+        check.handle_stored(
+            Stored::Record(Some(homing_core::RecordRead::alone(record))),
+            now,
+        );
         let Step::Ask(Effect::Store(StoreOp::Write {
             record: written, ..
         })) = check.next()

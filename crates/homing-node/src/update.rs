@@ -17,7 +17,8 @@
 //! ([`crate::Waiters::written`]).
 
 use homing_core::{
-    DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, ReservationId, StoreTime, Written,
+    DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordRead, ReservationId, SessionGuard,
+    StoreTime, Written,
 };
 use thiserror::Error;
 
@@ -85,6 +86,7 @@ enum Phase {
         /// Boxed: a record is several times larger than the other phases.
         record: Box<DcRecord>,
         event: bool,
+        guard: Option<Box<SessionGuard>>,
         reply: Changed,
     },
     Done(Changed),
@@ -154,17 +156,20 @@ impl Update {
                 expected,
                 record,
                 event,
+                guard,
                 reply,
             } => {
                 let step = Step::Ask(Effect::Store(StoreOp::Write {
                     expected: Some(expected),
                     record: record.clone(),
                     event,
+                    guard: guard.clone(),
                 }));
                 self.phase = Phase::Write {
                     expected,
                     record,
                     event,
+                    guard,
                     reply,
                 };
                 step
@@ -190,29 +195,29 @@ impl Update {
     }
 
     /// The record as read at `now` (store clock): applies the change.
-    fn handle_record(&mut self, record: Option<DcRecord>, now: StoreTime) {
+    fn handle_record(&mut self, read: Option<RecordRead>, now: StoreTime) {
         assert!(
             matches!(self.phase, Phase::Read),
             "update of {}: a record it did not ask for",
             self.id
         );
-        let Some(record) = record else {
+        let Some(read) = read else {
             self.phase = Phase::Failed(UpdateError::Unknown {
                 id: self.id.clone(),
                 dc: self.dc.clone(),
             });
             return;
         };
-        let out = self
-            .change
-            .apply(&record, now, &self.policy, self.mutations);
+        let out = self.change.apply(&read, now, &self.policy, self.mutations);
+        let record = &read.record;
         self.phase = match out.next {
             None => Phase::Done(out.reply),
             Some(next) => {
                 assert_eq!(next.id, self.id, "a transition keeps the record's id");
                 Phase::Write {
                     expected: record.version,
-                    event: homing_core::event::derive(Some(&record), &next).is_some(),
+                    event: homing_core::event::derive(Some(record), &next).is_some(),
+                    guard: guard_of(&read, &next).map(Box::new),
                     record: Box::new(next),
                     reply: out.reply,
                 }
@@ -237,6 +242,26 @@ impl Update {
             Written::Conflict => Phase::Read,
         };
     }
+}
+
+/// The session row a write of `next` over the record `read` depends on: a
+/// freeze numbers its notice in the row (written with it); a key joining a
+/// session checks the row's version. `None` for every other write.
+fn guard_of(read: &RecordRead, next: &DcRecord) -> Option<SessionGuard> {
+    let id = homing_core::session::needs_guard(Some(&read.record), next)?;
+    let row = read.session().filter(|row| row.id == id)?;
+    let frozen = matches!(
+        &next.state,
+        homing_core::RecordState::Active {
+            expiry: homing_core::Expiry::Frozen { .. },
+            ..
+        }
+    );
+    Some(SessionGuard {
+        id,
+        version: row.version,
+        next: frozen.then(|| row.noticed().0),
+    })
 }
 
 impl Stepper for Update {
@@ -303,8 +328,12 @@ mod tests {
         let record = held();
         let mut u = update(record.id.clone());
         assert!(matches!(u.next(), Step::Ask(Effect::Store(StoreOp::Read(id))) if id == record.id));
-        u.handle_record(Some(record.clone()), StoreTime::from_ms(1));
+        u.handle_record(
+            Some(homing_core::RecordRead::alone(record.clone())),
+            StoreTime::from_ms(1),
+        );
         let Step::Ask(Effect::Store(StoreOp::Write {
+            guard: _,
             expected,
             record: next,
             event,
@@ -337,7 +366,10 @@ mod tests {
         let mut u = update(record.id.clone());
         u.next();
         // Releasing twice: the same answer, nothing to write.
-        u.handle_record(Some(released), StoreTime::from_ms(2));
+        u.handle_record(
+            Some(homing_core::RecordRead::alone(released)),
+            StoreTime::from_ms(2),
+        );
         assert!(matches!(u.next(), Step::Done(Ok(_))));
     }
 
@@ -361,7 +393,10 @@ mod tests {
                 matches!(u.next(), Step::Ask(Effect::Store(StoreOp::Read(_)))),
                 "attempt {attempt}"
             );
-            u.handle_record(Some(record.clone()), StoreTime::from_ms(1));
+            u.handle_record(
+                Some(homing_core::RecordRead::alone(record.clone())),
+                StoreTime::from_ms(1),
+            );
             assert!(matches!(
                 u.next(),
                 Step::Ask(Effect::Store(StoreOp::Write { .. }))

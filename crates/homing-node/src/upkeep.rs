@@ -42,8 +42,8 @@
 use std::collections::VecDeque;
 
 use homing_core::{
-    DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordState, ReservationId,
-    Segment, StoreTime,
+    DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordRead, RecordState,
+    ReservationId, Segment, StoreTime,
 };
 
 use crate::change::{Change, expire};
@@ -365,8 +365,11 @@ impl Upkeep {
         for record in page.records {
             match kind {
                 DueKind::Lease => {
-                    if expire(&record, now, &self.policy, self.mutations).is_some() {
-                        self.jobs.push_back(Job::Reap(record.id.clone()));
+                    // Due by a per-key expiry (its own, or the one it froze
+                    // at): judged without its session; the reap re-reads it.
+                    let read = RecordRead::alone(record);
+                    if expire(&read, now, &self.policy, self.mutations).is_some() {
+                        self.jobs.push_back(Job::Reap(read.record.id.clone()));
                     }
                 }
                 DueKind::Released if self.sweepable(&record, now) => {
@@ -669,7 +672,12 @@ mod tests {
                     after,
                     limit,
                 } => Stored::Due(self.due(kind, until, after, limit)),
-                StoreOp::Read(rid) => Stored::Record(self.records.get(&rid).cloned()),
+                StoreOp::Read(rid) => Stored::Record(
+                    self.records
+                        .get(&rid)
+                        .cloned()
+                        .map(homing_core::RecordRead::alone),
+                ),
                 StoreOp::Write { record, .. } => {
                     self.trace.push(format!("write {}", record.id));
                     self.settled.remove(&record.id);

@@ -18,7 +18,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use homing_core::{
-    AwaitReply, DcRecord, LeasePolicy, RecordView, ReservationId, StoreTime, TailState,
+    AwaitReply, DcRecord, LeasePolicy, RecordRead, RecordView, ReservationId, SessionRecord,
+    StoreTime, TailState,
 };
 use thiserror::Error;
 
@@ -127,7 +128,7 @@ pub enum QueueOp {
     },
     /// The waiter read `record` (of this DC): wake the waiters its state
     /// lets go (maybe this one), then tell the queue's hand-off.
-    Notify(Box<DcRecord>),
+    Notify(Box<RecordRead>),
     /// Tell the queue's hand-off now.
     Handoff(ReservationId),
 }
@@ -137,7 +138,7 @@ impl QueueOp {
     pub fn reservation(&self) -> &ReservationId {
         match self {
             QueueOp::Join { reservation, .. } | QueueOp::Handoff(reservation) => reservation,
-            QueueOp::Notify(record) => &record.id,
+            QueueOp::Notify(read) => &read.record.id,
         }
     }
 }
@@ -315,8 +316,9 @@ impl<W> Waiters<W> {
                 };
                 (queued, Notified::default())
             }
-            QueueOp::Notify(record) => {
-                let notified = self.notify(&record, store_now, now, policy, listening);
+            QueueOp::Notify(read) => {
+                let (record, session) = (&read.record, read.session());
+                let notified = self.notify(record, session, store_now, now, policy, listening);
                 (Queued::Handoff(handoff(self, &record.id)), notified)
             }
             QueueOp::Handoff(id) => (Queued::Handoff(handoff(self, &id)), Notified::default()),
@@ -336,16 +338,25 @@ impl<W> Waiters<W> {
         if self.mutations.has(Mutation::WriteForgetsWaiters) {
             return Notified::default();
         }
-        self.notify(record, store_now, now, policy, listening)
+        if record.session().is_some() {
+            // A key written held under a session joined it or froze in it:
+            // neither lets a waiter go, and judging it needs the session's
+            // row, which a write does not carry. Its waiters look again at
+            // their own wake-up (their read brings the row).
+            return Notified::default();
+        }
+        self.notify(record, None, store_now, now, policy, listening)
     }
 
     /// `record` (of this DC) was read or written at `store_now` (store
-    /// clock) and `now` (node clock): wakes the waiters its state lets go.
+    /// clock) and `now` (node clock), with the row of its session if it is
+    /// held under one: wakes the waiters its state lets go.
     /// `listening` says whether a waiter's caller still waits; the first
     /// vacancy goes to the first that does, the others are dropped.
     pub fn notify(
         &mut self,
         record: &DcRecord,
+        session: Option<&SessionRecord>,
         store_now: StoreTime,
         now: NodeTime,
         policy: &LeasePolicy,
@@ -356,7 +367,7 @@ impl<W> Waiters<W> {
             return out;
         };
         let queued = queue.waiters.len();
-        match record.view(store_now, policy, None) {
+        match record.view(store_now, policy, session) {
             RecordView::Link(_) | RecordView::Abandoned => {
                 for (ticket, waiter) in queue.waiters.drain(..) {
                     let reply = AwaitReply::Moved;
@@ -480,7 +491,7 @@ mod tests {
         w.register(&record.id, "first").unwrap();
         w.register(&record.id, "second").unwrap();
         let (s, n) = at(1);
-        assert!(names(&w.notify(&record, s, n, &POLICY, |_| true)).is_empty());
+        assert!(names(&w.notify(&record, None, s, n, &POLICY, |_| true)).is_empty());
         let vacant = released(&record);
         let (s, n) = at(2);
         let woke = w.written(&vacant, s, n, &POLICY, |_| true);
@@ -489,10 +500,10 @@ mod tests {
         assert_eq!(w.handoff_until(&record.id), Some(n.plus_ms(60_000)));
         // Within the hand-off window nobody else is woken.
         let (s, n) = at(3);
-        assert!(names(&w.notify(&vacant, s, n, &POLICY, |_| true)).is_empty());
+        assert!(names(&w.notify(&vacant, None, s, n, &POLICY, |_| true)).is_empty());
         // After it, the next one is.
         let (s, n) = at(60_003);
-        let woke = w.notify(&vacant, s, n, &POLICY, |_| true);
+        let woke = w.notify(&vacant, None, s, n, &POLICY, |_| true);
         assert_eq!(names(&woke), ["second"]);
         assert!(woke.handoff_expired);
         assert!(w.is_empty());
@@ -505,7 +516,7 @@ mod tests {
         w.register(&record.id, "gone").unwrap();
         w.register(&record.id, "here").unwrap();
         let (s, n) = at(2);
-        let woke = w.notify(&released(&record), s, n, &POLICY, |w| *w != "gone");
+        let woke = w.notify(&released(&record), None, s, n, &POLICY, |w| *w != "gone");
         assert_eq!(names(&woke), ["here"]);
         assert_eq!(woke.gone, ["gone"]);
         assert!(w.is_empty());
@@ -558,9 +569,9 @@ mod tests {
         w.register(&record.id, "first").unwrap();
         w.register(&record.id, "second").unwrap();
         let (s, n) = at(2);
-        w.notify(&released(&record), s, n, &POLICY, |_| true);
+        w.notify(&released(&record), None, s, n, &POLICY, |_| true);
         let version = w.handoff_version(&record.id);
-        let woke = w.notify(&record, s, n, &POLICY, |_| true);
+        let woke = w.notify(&record, None, s, n, &POLICY, |_| true);
         assert!(woke.woken.is_empty() && woke.handoff_moved);
         assert_eq!(w.handoff_until(&record.id), None);
         assert_eq!(w.handoff_version(&record.id), version + 1);
@@ -596,7 +607,7 @@ mod tests {
         back.register(&record.id, "first").unwrap();
         back.register(&record.id, "second").unwrap();
         assert_eq!(
-            names(&back.notify(&released(&record), s, n, &POLICY, |_| true)),
+            names(&back.notify(&released(&record), None, s, n, &POLICY, |_| true)),
             ["second"]
         );
         let mut forgets = Waiters::new(

@@ -146,7 +146,12 @@ fn noted(acquire: &mut Acquire) -> Vec<NodeEvent> {
 fn perform_store(world: &mut World, at: &str, op: StoreOp) -> Stored {
     match op {
         StoreOp::Allocate => Stored::Allocated(world.allocate(&dc(at))),
-        StoreOp::Read(id) => Stored::Record(world.record(&id).cloned()),
+        StoreOp::Read(id) => Stored::Record(
+            world
+                .record(&id)
+                .cloned()
+                .map(homing_core::RecordRead::alone),
+        ),
         StoreOp::Write {
             expected, record, ..
         } => Stored::Written(world.write(expected, *record)),
@@ -440,6 +445,7 @@ fn a_connects_store_and_global_needs_are_asked_as_effects_and_their_answers_reac
     let mut acquire = create_up_to_the_write(&mut world, "iad", 0);
     let t = node_now(&world);
     let Step::Ask(Effect::Store(StoreOp::Write {
+        guard: _,
         expected: None,
         record,
         event: true,

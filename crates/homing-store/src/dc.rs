@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use homing_core::{
-    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Namespace, NamespaceScope,
+    DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Namespace, NamespaceScope, RecordRead,
     ReservationId, SessionId, SessionRecord, StoreTime,
 };
 
@@ -243,6 +243,20 @@ pub trait DcStore: Send + Sync + 'static {
 
     /// Sets or clears the mark [`DcStore::migrating`] reads, durably.
     async fn set_migrating(&self, on: bool) -> Result<(), StoreError>;
+
+    /// The record of `id` with the row of the session it is held under, if
+    /// it is ([`RecordRead`]): the record, then the row. Every judgement of
+    /// whether a lease is held reads this way.
+    async fn read(&self, id: &ReservationId) -> Result<Option<RecordRead>, StoreError> {
+        let Some(record) = self.get(id).await? else {
+            return Ok(None);
+        };
+        let session = match record.session() {
+            Some(session) => self.session(session).await?,
+            None => None,
+        };
+        Ok(Some(RecordRead { record, session }))
+    }
 
     /// The row of host session `id`, if any.
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError>;

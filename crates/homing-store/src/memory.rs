@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use homing_core::{
     DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcTerms, Due, DueCursor, DueKind, DuePage,
-    Event, EventSeq, Key, Namespace, NamespaceScope, ReservationId, SessionId, SessionRecord,
-    StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy,
+    Event, EventSeq, Key, Namespace, NamespaceScope, RecordRead, ReservationId, SessionId,
+    SessionRecord, StoreTime, Succession, SuccessionCause, TakeOverReply, TakeoverPolicy,
 };
 
 use homing_core::succession::judge_takeover;
@@ -537,6 +537,13 @@ impl MemoryDc {
     /// [`DcStore::get`].
     pub fn get(&self, id: &ReservationId) -> Option<DcRecord> {
         self.records.get(id).cloned()
+    }
+
+    /// [`DcStore::read`]: the record with its session's row, at one point.
+    pub fn read(&self, id: &ReservationId) -> Option<RecordRead> {
+        let record = self.records.get(id)?.clone();
+        let session = record.session().and_then(|s| self.sessions.get(s).cloned());
+        Some(RecordRead { record, session })
     }
 
     /// [`DcStore::compare_and_set`].

@@ -38,18 +38,7 @@ pub enum SessionCas {
     },
 }
 
-/// The session row a record write depends on: its version must still be
-/// `version`, and `next` (if any) is written in the same transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionGuard {
-    /// The session.
-    pub id: SessionId,
-    /// The row's version the write was judged on.
-    pub version: u64,
-    /// The row to write with the record (a freeze numbers its notice);
-    /// `None`: the row is only checked (a key joins the session).
-    pub next: Option<SessionRecord>,
-}
+pub use homing_core::SessionGuard;
 
 /// What [`crate::DcStore::compare_and_set_in_session`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,22 +249,7 @@ pub fn session_index_changes(
     (gone, added)
 }
 
-/// Whether writing `new` over `old` needs its session row checked: the
-/// record joins a session or freezes.
-pub fn needs_guard(old: Option<&DcRecord>, new: &DcRecord) -> Option<SessionId> {
-    let expiry = |r: &DcRecord| match &r.state {
-        RecordState::Active { expiry, .. } => Some(expiry.clone()),
-        _ => None,
-    };
-    let (before, after) = (old.and_then(expiry), expiry(new)?);
-    let same_token = old.is_some_and(|o| o.token == new.token);
-    match after {
-        Expiry::At(_) => None,
-        Expiry::Session(s) if same_token && before == Some(Expiry::Session(s.clone())) => None,
-        Expiry::Frozen { .. } if same_token && before == Some(after.clone()) => None,
-        Expiry::Session(s) | Expiry::Frozen { session: s, .. } => Some(s),
-    }
-}
+pub use homing_core::session::needs_guard;
 
 /// The caller-bug check of a plain compare-and-set: a record joining a
 /// session or freezing needs [`crate::DcStore::compare_and_set_in_session`].

@@ -80,9 +80,12 @@ impl DcCtx<'_> {
                 .count(Counter::CrashWriteLandedUnacknowledged);
             match op {
                 DcOp::Write {
-                    expected, record, ..
+                    expected,
+                    record,
+                    guard,
+                    ..
                 } => {
-                    self.cas(expected, &record);
+                    self.cas(expected, &record, guard.as_deref());
                 }
                 DcOp::Allocate => {
                     self.allocate();

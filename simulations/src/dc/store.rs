@@ -3,10 +3,13 @@
 //! failing-store fault's failures (a write may still land), the checker
 //! told of every write that landed, and this DC's own segment of a chain.
 
-use homing_core::{DcRecord, Key, LocalSegment, ReservationId, Segment, SegmentError, Written};
+use homing_core::{
+    DcRecord, Key, LocalSegment, ReservationId, Segment, SegmentError, SessionGuard, Written,
+};
 use homing_node::{
     Answer, Failure, GlobalAnswer, GlobalOp, GlobalRead, StoreOp as DcOp, Stored, segment_failure,
 };
+use homing_store::GuardedCas;
 use homing_store::StoreError;
 
 use super::ctx::{DcCtx, dc_view};
@@ -71,11 +74,14 @@ impl DcCtx<'_> {
         let dc = &mut *self.dc;
         let failed = |e| super::upkeep::store_failure(&dc.id, e);
         Ok(match op {
-            DcOp::Read(id) => Stored::Record(dc.store.get(&id)),
+            DcOp::Read(id) => Stored::Record(dc.store.read(&id)),
             DcOp::Allocate => Stored::Allocated(self.allocate()),
             DcOp::Write {
-                expected, record, ..
-            } => Stored::Written(self.cas(expected, &record)),
+                expected,
+                record,
+                guard,
+                ..
+            } => Stored::Written(self.cas(expected, &record, guard.as_deref())),
             DcOp::Due {
                 kind,
                 until,
@@ -149,15 +155,28 @@ impl DcCtx<'_> {
     /// and conflict judgement); a write that landed goes to the checker and
     /// to the record's waiters (homingd's `Node::wrote`). A call the store
     /// refuses breaks `store_accepts_writes` and changes nothing.
-    pub(crate) fn cas(&mut self, expected: Option<u64>, record: &DcRecord) -> Written {
+    pub(crate) fn cas(
+        &mut self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: Option<&SessionGuard>,
+    ) -> Written {
         let id = &record.id;
         let key = self.keys.of_record(id, &record.key);
         self.world.current_key = key;
         let previous = self.dc.store.get(id);
         let head = self.dc.store.event_head();
-        match self.dc.store.compare_and_set(expected, record) {
-            Ok(cas) if cas.landed() => {}
-            Ok(_) => return Written::Conflict,
+        let landed = match guard {
+            None => (self.dc.store.compare_and_set(expected, record)).map(|cas| cas.landed()),
+            Some(guard) => (self
+                .dc
+                .store
+                .compare_and_set_in_session(expected, record, guard))
+            .map(|cas| cas == GuardedCas::Written),
+        };
+        match landed {
+            Ok(true) => {}
+            Ok(false) => return Written::Conflict,
             Err(e) => {
                 let d = self.dc.idx;
                 let detail = format!("dc #{d} refused a write of {id} over {expected:?}: {e}");
@@ -194,10 +213,13 @@ impl DcCtx<'_> {
         let lands = self.scenario.stores.crash_lands_in_flight;
         match &op {
             StoreCall::Dc(DcOp::Write {
-                expected, record, ..
+                expected,
+                record,
+                guard,
+                ..
             }) if self.world.rng.chance(lands) => {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
-                self.cas(*expected, record);
+                self.cas(*expected, record, guard.as_deref());
             }
             StoreCall::Dc(DcOp::Allocate) if self.world.rng.chance(lands) => {
                 self.allocate();

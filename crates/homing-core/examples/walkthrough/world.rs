@@ -179,7 +179,7 @@ impl World {
             }
             ConnectNeed::LocalRecord(id) => {
                 let record = self.record(&id).cloned();
-                connect.handle_local_record(record, self.now());
+                connect.handle_local_record(record.map(homing_core::RecordRead::alone), self.now());
             }
             ConnectNeed::Allocate => {
                 let unique = self.allocate(local);

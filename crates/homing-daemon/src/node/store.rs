@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use homing_core::{DcRecord, LocalSegment, ReservationId, Segment, Written};
+use homing_core::{DcRecord, LocalSegment, ReservationId, Segment, SessionGuard, Written};
 use homing_node::{LogFollower, StoreOp, Stored};
-use homing_store::StoreError;
+use homing_store::{GuardedCas, StoreError};
 
 use super::{Failure, Node, store_now};
 use crate::dc_lease;
@@ -44,9 +44,9 @@ impl Node {
             self.changes.send_modify(|v| *v = v.wrapping_add(1));
         }
         for id in &followed.look {
-            match self.timed("dc_get", self.records.get(id)).await {
-                Ok(Some(record)) => {
-                    let woken = self.waiters.seen(&record, store_now(), &self.config.policy);
+            match self.timed("dc_get", self.records.read(id)).await {
+                Ok(Some(read)) => {
+                    let woken = self.waiters.seen(&read, store_now(), &self.config.policy);
                     self.metrics.log_follow_looked(woken);
                 }
                 Ok(None) => {}
@@ -59,19 +59,31 @@ impl Node {
     }
 
     /// Compare-and-set of our record `next` over version `expected`
-    /// (`None`: a create), then `Node::wrote` if it landed; `event`: the
-    /// write appends a lifecycle event.
+    /// (`None`: a create) — under `guard`, its session row's, when it joins
+    /// or freezes in a session — then `Node::wrote` if it landed; `event`:
+    /// the write appends a lifecycle event. A session row that moved is a
+    /// conflict: the caller reads both again.
     pub async fn write(
         &self,
         expected: Option<u64>,
         event: bool,
         next: &DcRecord,
+        guard: Option<&SessionGuard>,
     ) -> Result<Written, StoreError> {
         dc_lease::publish_marks_for(&self.dc_lease, self.records.as_ref(), next).await?;
-        let cas = self
-            .timed("dc_cas", self.records.compare_and_set(expected, next))
-            .await?;
-        if !cas.landed() {
+        let landed = match guard {
+            None => self
+                .timed("dc_cas", self.records.compare_and_set(expected, next))
+                .await?
+                .landed(),
+            Some(guard) => {
+                let cas = self
+                    .records
+                    .compare_and_set_in_session(expected, next, guard);
+                self.timed("dc_cas", cas).await? == GuardedCas::Written
+            }
+        };
+        if !landed {
             return Ok(Written::Conflict);
         }
         self.wrote(event, next);
@@ -84,7 +96,7 @@ impl Node {
     pub async fn perform(&self, op: StoreOp) -> Result<Stored, StoreError> {
         let records = self.records.as_ref();
         Ok(match op {
-            StoreOp::Read(id) => Stored::Record(self.timed("dc_get", records.get(&id)).await?),
+            StoreOp::Read(id) => Stored::Record(self.timed("dc_get", records.read(&id)).await?),
             StoreOp::Allocate => {
                 Stored::Allocated(self.timed("dc_allocate", records.allocate()).await?)
             }
@@ -92,7 +104,11 @@ impl Node {
                 expected,
                 record,
                 event,
-            } => Stored::Written(self.write(expected, event, &record).await?),
+                guard,
+            } => Stored::Written(
+                self.write(expected, event, &record, guard.as_deref())
+                    .await?,
+            ),
             StoreOp::Due {
                 kind,
                 until,
