@@ -808,7 +808,7 @@ impl Connect {
             &self.holder,
             now,
             &self.policy,
-            session.as_ref(),
+            session.as_deref(),
         );
         match (out.next, out.reply) {
             (Some(next), reply @ ActivateReply::Activated { .. }) => {

@@ -322,8 +322,8 @@ pub struct RecordRead {
     /// The record.
     pub record: crate::record::DcRecord,
     /// Its session's row (`None`: a per-key lease, no lease, or the row is
-    /// gone).
-    pub session: Option<SessionRecord>,
+    /// gone). Boxed: most records have none, and a read travels in enums.
+    pub session: Option<Box<SessionRecord>>,
 }
 
 impl RecordRead {
@@ -337,7 +337,7 @@ impl RecordRead {
 
     /// The session row, borrowed, for the record's judgements.
     pub fn session(&self) -> Option<&SessionRecord> {
-        self.session.as_ref()
+        self.session.as_deref()
     }
 }
 

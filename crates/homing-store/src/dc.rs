@@ -255,6 +255,7 @@ pub trait DcStore: Send + Sync + 'static {
             Some(session) => self.session(session).await?,
             None => None,
         };
+        let session = session.map(Box::new);
         Ok(Some(RecordRead { record, session }))
     }
 

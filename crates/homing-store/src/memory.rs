@@ -543,6 +543,7 @@ impl MemoryDc {
     pub fn read(&self, id: &ReservationId) -> Option<RecordRead> {
         let record = self.records.get(id)?.clone();
         let session = record.session().and_then(|s| self.sessions.get(s).cloned());
+        let session = session.map(Box::new);
         Some(RecordRead { record, session })
     }
 
