@@ -132,6 +132,9 @@ named! {
         GlobalOpFailedCutOff = "global_op_failed_cut_off",
         /// A grant refused: the DC lease does not cover it.
         GrantRefusedByDcLease = "grant_refused_by_dc_lease",
+        /// A request to a peer DC, a host's or a router's went to the DC's
+        /// next homingd after the one it used gave no answer.
+        HomingdFailover = "homingd_failover",
         /// A host sent an acquire with a wait.
         HostAcquireWithWait = "host_acquire_with_wait",
         /// A host crashed while holding a lease.
@@ -166,6 +169,12 @@ named! {
         LinkStillActive = "link_still_active",
         /// A link answered `TokenMoved`.
         LinkTokenMoved = "link_token_moved",
+        /// A homingd's log follower looked at a record of its waiters
+        /// another homingd of its DC (or its own upkeep) wrote.
+        LogFollowLooked = "log_follow_looked",
+        /// A homingd's log follower could not read its DC store's log
+        /// (a failing-store fault): its waiters look again on their timers.
+        LogFollowReadFailed = "log_follow_read_failed",
         /// The sweeper abandoned an orphan reservation (`UpkeepEvent::Abandoned`).
         OrphanAbandoned = "orphan_abandoned",
         /// The sweeper's membership proof found the reservation a chain member (`UpkeepEvent::Confirmed`).

@@ -8,8 +8,8 @@ use homing_core::{AcquireReply, DcMarks, DcTerms, Reply, Request};
 /// A node of the simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum NodeId {
-    /// A DC's daemon (index into the scenario's `dcs`).
-    Dc(u16),
+    /// A DC's daemon: one homingd of the DC.
+    Dc(Homingd),
     /// A host agent.
     Host(u32),
     /// An edge router.
@@ -20,9 +20,63 @@ impl NodeId {
     /// A compact code for the trace.
     pub fn code(self) -> u32 {
         match self {
-            NodeId::Dc(i) => u32::from(i),
+            NodeId::Dc(h) => u32::from(h.code()),
             NodeId::Host(i) => (1 << 30) | i,
             NodeId::Router(i) => (2 << 30) | i,
+        }
+    }
+}
+
+/// One homingd: a DC (its index into the scenario's `dcs`) and which of
+/// the DC's instances (several may serve one DC over its shared store).
+/// Packed in 16 bits, the instance above the DC, so that instance 0's
+/// code is the DC's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Homingd(u16);
+
+impl Homingd {
+    /// Most DCs a simulation has.
+    pub const DCS_MAX: usize = 1 << 12;
+    /// Most homingd one DC runs.
+    pub const INSTANCES_MAX: u8 = 16;
+
+    /// Instance `instance` of DC `dc`.
+    pub fn new(dc: u16, instance: u8) -> Homingd {
+        assert!(usize::from(dc) < Self::DCS_MAX && instance < Self::INSTANCES_MAX);
+        Homingd(dc | u16::from(instance) << 12)
+    }
+
+    /// Its DC's index.
+    pub fn dc(self) -> u16 {
+        self.0 & 0x0fff
+    }
+
+    /// Its DC's index, for indexing.
+    pub fn d(self) -> usize {
+        usize::from(self.dc())
+    }
+
+    /// Which of its DC's instances.
+    pub fn instance(self) -> u8 {
+        (self.0 >> 12) as u8
+    }
+
+    /// The homingd whose [`Homingd::code`] is `code`.
+    pub fn from_code(code: u16) -> Homingd {
+        Homingd(code)
+    }
+
+    /// A compact code for traces (instance 0's is its DC's index).
+    pub fn code(self) -> u16 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Homingd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.instance() {
+            0 => write!(f, "{}", self.dc()),
+            i => write!(f, "{}.{i}", self.dc()),
         }
     }
 }
@@ -54,8 +108,8 @@ pub struct Message {
 /// The global store's write landing (it lands even if the DC that sent it crashed).
 #[derive(Debug, Clone)]
 pub struct GlobalSet {
-    /// The DC that asked.
-    pub dc: u16,
+    /// The homingd that asked.
+    pub dc: Homingd,
     /// Its epoch when it asked.
     pub epoch: u32,
     /// Its task.
@@ -100,7 +154,7 @@ pub enum Event {
     /// A DC-store operation of a DC task completes.
     Store {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when the operation started (a crash voids it).
         epoch: u32,
         /// The task.
@@ -162,7 +216,7 @@ pub enum Event {
     /// A DC task's timer (a waiter's select, an acquire's pause before registering again).
     DcTask {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when the timer was armed (a crash voids it).
         epoch: u32,
         /// The task.
@@ -174,7 +228,7 @@ pub enum Event {
     /// or (`reset`) the restarted tail's DC answered it with a stateless reset.
     ConnectionLost {
         /// The DC that sent the `Await`.
-        dc: u16,
+        dc: Homingd,
         /// Its RPC.
         rpc: u64,
         /// Ended by a stateless reset rather than the idle timeout.
@@ -183,7 +237,7 @@ pub enum Event {
     /// A DC's reaper pass.
     Reap {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
     },
     /// A random host crashes (the crash process).
     HostCrash,
@@ -195,36 +249,36 @@ pub enum Event {
     /// A DC crashes.
     DcCrash {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
     },
     /// A DC starts a graceful shutdown.
     DcClose {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
     },
     /// A closing DC looks whether its requests have finished.
     DcCloseCheck {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
     },
     /// A DC tries its failed reconciliation again.
     ReconcileRetry {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its run then (a crash voids the retry).
         epoch: u32,
     },
     /// A DC restarts.
     DcRestart {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// On an empty store (its own was lost).
         store_lost: bool,
     },
     /// A DC's DC-lease renewal loop wakes.
     DcLeaseTick {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when armed.
         epoch: u32,
         /// The loop's generation when armed (a later arm voids it).
@@ -234,7 +288,7 @@ pub enum Event {
     /// cut off by now, its answer the DC).
     DcRenewalLands {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when it sent the renewal.
         epoch: u32,
         /// The renewal's number.
@@ -247,7 +301,7 @@ pub enum Event {
     /// A DC-lease renewal was not answered within the renewal period.
     DcRenewalTimeout {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when it sent the renewal.
         epoch: u32,
         /// The renewal's number.
@@ -257,14 +311,14 @@ pub enum Event {
     /// a renewal landed after the one received at `received_us`.
     DcLeaseExpiry {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// When the store received the renewal this expiry follows, true µs.
         received_us: u64,
     },
     /// A write waiting for marks gives up.
     MarksTimeout {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when the write parked.
         epoch: u32,
         /// The task.
@@ -273,7 +327,7 @@ pub enum Event {
     /// A global read or write of a DC cut off from the global store fails.
     GlobalFailed {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// Its epoch when it asked.
         epoch: u32,
         /// The task.
@@ -282,9 +336,16 @@ pub enum Event {
     /// A DC's cut from the global store ends (measurements).
     CutEnds {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
         /// When it began, true µs.
         start_us: u64,
+    },
+    /// A homingd of a DC with several reads its DC store's event log.
+    LogFollow {
+        /// The homingd.
+        dc: Homingd,
+        /// Its epoch when armed (a crash voids it).
+        epoch: u32,
     },
     /// An operator drains keys.
     Drain {
@@ -294,7 +355,7 @@ pub enum Event {
     /// An operator drains every lease of a DC.
     DrainScope {
         /// The DC.
-        dc: u16,
+        dc: Homingd,
     },
     /// Some of a DC's hosts crash.
     CrashHosts {
@@ -328,6 +389,7 @@ impl Event {
             Event::HostCrash => "host_crash",
             Event::HostRestart { .. } => "host_restart",
             Event::DcCrash { .. } => "dc_crash",
+            Event::LogFollow { .. } => "dc_log_follow",
             Event::DcClose { .. } => "dc_close",
             Event::DcCloseCheck { .. } => "dc_close_check",
             Event::ReconcileRetry { .. } => "reconcile_retry",

@@ -19,7 +19,7 @@ use homing_core::{
 
 use crate::clock::NodeClock;
 use crate::counter::{Counter, Op};
-use crate::event::{Body, Event, HostTimer, Message, NodeId};
+use crate::event::{Body, Event, Homingd, HostTimer, Message, NodeId};
 use crate::observe::Observer;
 use crate::scenario::Scenario;
 use crate::world::World;
@@ -89,6 +89,11 @@ pub struct Host {
     pub idx: u32,
     /// Its DC.
     pub dc: u16,
+    /// How many homingd its DC runs.
+    instances: u8,
+    /// The homingd of its DC it sends to: its own first, the next after
+    /// one that gave no answer (HostAgent's `alternates`).
+    homingd: u8,
     /// Its clock.
     pub clock: NodeClock,
     /// Whether it runs.
@@ -107,11 +112,19 @@ pub struct Host {
 }
 
 impl Host {
-    /// An idle host in DC `dc`.
-    pub fn new(idx: u32, dc: u16, clock: NodeClock) -> Host {
+    /// The homingd it sends to now.
+    fn homingd(&self) -> NodeId {
+        NodeId::Dc(Homingd::new(self.dc, self.homingd))
+    }
+
+    /// An idle host in DC `dc`, which runs `instances` homingd; it talks
+    /// to `homingd` first.
+    pub fn new(idx: u32, dc: u16, instances: u8, homingd: u8, clock: NodeClock) -> Host {
         Host {
             idx,
             dc,
+            instances,
+            homingd,
             clock,
             up: true,
             incarnation: 0,
@@ -233,6 +246,7 @@ impl Host {
     /// Sends a `Renew`, given up on at the soft deadline `by`.
     fn renew(&mut self, by: HostInstant, ctx: &mut HostCtx) {
         let sent = self.sent(ctx.world);
+        let to = self.homingd();
         let HostState::Holding(lease) = &mut self.state else {
             return;
         };
@@ -247,7 +261,7 @@ impl Host {
         let timeout = world
             .request_timeout_us
             .min(by_us.saturating_sub(world.now));
-        let (from, to) = (NodeId::Host(self.idx), NodeId::Dc(self.dc));
+        let from = NodeId::Host(self.idx);
         let rpc = world.request_within(from, to, lease.key, request, timeout);
         lease.renewing = Some(Renewing { rpc, sent });
     }
@@ -287,7 +301,7 @@ impl Host {
         let rpc = ctx.world.rpc();
         ctx.world.send(Message {
             from: NodeId::Host(self.idx),
-            to: NodeId::Dc(self.dc),
+            to: self.homingd(),
             rpc,
             key,
             body: Body::Request(Request::Release {
@@ -368,7 +382,7 @@ impl Host {
         };
         let world = &mut *ctx.world;
         world.current_key = key;
-        let (from, to) = (NodeId::Host(self.idx), NodeId::Dc(self.dc));
+        let (from, to) = (NodeId::Host(self.idx), self.homingd());
         let rpc = if wait_ms == 0 {
             world.request(from, to, key, request)
         } else {
@@ -555,13 +569,24 @@ impl Host {
             HostState::Acquiring(acquiring)
                 if acquiring.tries.last().map(|t| t.rpc) == Some(rpc) =>
             {
+                self.failover(ctx);
                 self.acquire_timed_out(acquiring, rpc, ctx)
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(rpc) => {
+                self.failover(ctx);
                 self.check(ctx);
                 self.renewed(None, ctx);
             }
             _ => {}
+        }
+    }
+
+    /// A request got no answer: the next goes to the DC's next homingd
+    /// (HostAgent's move to its next alternate).
+    fn failover(&mut self, ctx: &mut HostCtx) {
+        if self.instances > 1 {
+            ctx.observer.count(Counter::HomingdFailover);
+            self.homingd = (self.homingd + 1) % self.instances;
         }
     }
 
@@ -601,7 +626,7 @@ impl Host {
             key: ctx.keys[acquiring.key as usize].clone(),
             lease: acquiring.lease,
         };
-        let (from, to) = (NodeId::Host(self.idx), NodeId::Dc(self.dc));
+        let (from, to) = (NodeId::Host(self.idx), self.homingd());
         ctx.world.request(from, to, acquiring.key, cancel);
         self.go_idle(ctx);
     }

@@ -44,7 +44,7 @@ use crate::trace::NO_KEY;
 use crate::watch::Watcher;
 use crate::world::World;
 
-use crate::event::{Body, Event, Message, NodeId};
+use crate::event::{Body, Event, Homingd, Message, NodeId};
 
 #[derive(Debug, Clone)]
 struct CachedTail {
@@ -82,7 +82,10 @@ pub struct Router {
     tails: BTreeMap<u32, CachedTail>,
     mutations: Mutations,
     /// Resolves waiting for an answer, by RPC, with the DC asked.
-    inflight: BTreeMap<u64, (Resolve, u16)>,
+    /// Resolves waiting for an answer, by RPC: the address asked, and
+    /// the request if it may still be sent once more to another address
+    /// of the same DC (the Resolver's failover).
+    inflight: BTreeMap<u64, (Resolve, u16, Option<Request>)>,
     /// Keys with a (not cold) walk in flight, and when each resolve that
     /// joined it started (true µs).
     walking: BTreeMap<u32, Vec<u64>>,
@@ -90,6 +93,9 @@ pub struct Router {
     reach: Reachability,
     /// Probes in flight, by RPC: the DC and the suspicion's epoch.
     probes: BTreeMap<u64, (u16, u64)>,
+    /// How many homingd each DC runs: the address of homingd `i` of DC
+    /// `d` is `d * instances + i` (the Resolver lists a DC once per address).
+    instances: u8,
     /// Its watch of its region's DC's event log, if it watches.
     pub(crate) watcher: Option<Watcher>,
     /// Its scans of its region's DC's records, if it scans.
@@ -168,18 +174,21 @@ impl RouterMemory for KeyMemory<'_> {
 }
 
 impl Router {
-    /// A router with empty caches in `region`, every DC of `dcs` reachable,
-    /// asked nearest first by `rtt_ms` (the region's row); `seed` spreads
-    /// its probes; its walks break `mutations` on purpose.
+    /// A router with empty caches in `region`, every DC of `dcs` reachable
+    /// at each of its `instances` homingd, asked nearest first by `rtt_ms`
+    /// (the region's row); `seed` spreads its probes; its walks break
+    /// `mutations` on purpose.
     pub fn new(
         idx: u32,
         region: u16,
-        dcs: &[DcId],
+        (dcs, instances): (&[DcId], u8),
         rtt_ms: &[f64],
         seed: u64,
         mutations: Mutations,
     ) -> Router {
-        let slots: Vec<DcSlot> = (0..dcs.len()).map(DcSlot).collect();
+        let slots: Vec<DcSlot> = (0..dcs.len())
+            .flat_map(|d| std::iter::repeat_n(DcSlot(d), usize::from(instances)))
+            .collect();
         let mut order: Vec<u16> = (0..dcs.len() as u16).collect();
         order.sort_by(|a, b| {
             let near = |d: &u16| (*d != region, rtt_ms.get(usize::from(*d)).copied());
@@ -199,6 +208,7 @@ impl Router {
             walking: BTreeMap::new(),
             reach: Reachability::new(ProbeSchedule::default(), &slots, seed),
             probes: BTreeMap::new(),
+            instances,
             watcher: None,
             scanner: None,
         }
@@ -210,6 +220,17 @@ impl Router {
             Route::Suspect { since } => Some(since),
             Route::Ask(_) => None,
         }
+    }
+
+    /// The homingd at address `addr`.
+    fn homingd(&self, addr: u16) -> Homingd {
+        let n = u16::from(self.instances);
+        Homingd::new(addr / n, (addr % n) as u8)
+    }
+
+    /// The address of homingd `h`.
+    fn address(&self, h: Homingd) -> u16 {
+        h.dc() * u16::from(self.instances) + u16::from(h.instance())
     }
 
     /// Whether it holds `dc` suspect now.
@@ -315,19 +336,19 @@ impl Router {
             match resolve.walk.poll(&self.table, &mut memory, now) {
                 RouterPoll::Ask { slot, request } => {
                     let dc = self.order[slot.0];
-                    if self.suspects(dc) {
+                    let Route::Ask(addr) = self.reach.route(DcSlot(usize::from(dc))) else {
                         let reason = "suspect: not asked".to_string();
                         resolve.walk.handle_silence(&self.table, reason, true);
                         continue;
-                    }
+                    };
                     if dc != home {
                         resolve.remote += 1;
                     }
+                    let again = (self.instances > 1).then(|| request.clone());
+                    let to = NodeId::Dc(self.homingd(addr.0 as u16));
                     let from = NodeId::Router(self.idx);
-                    let rpc = ctx
-                        .world
-                        .request(from, NodeId::Dc(dc), resolve.key, request);
-                    self.inflight.insert(rpc, (resolve, dc));
+                    let rpc = ctx.world.request(from, to, resolve.key, request);
+                    self.inflight.insert(rpc, (resolve, addr.0 as u16, again));
                     return;
                 }
                 RouterPoll::NotFound => {
@@ -399,7 +420,7 @@ impl Router {
         dcs.iter().filter(|d| *d != &home).count() as u32
     }
 
-    /// DC `dc` answered (any answer): healthy again if it was suspect.
+    /// Address `dc` answered (any answer): healthy again if it was suspect.
     fn heard(&mut self, dc: u16, ctx: &mut RouterCtx) {
         let now = ctx.world.instant();
         let heard = self.reach.handle_answer(AddrSlot(usize::from(dc)), now);
@@ -408,7 +429,7 @@ impl Router {
         }
     }
 
-    /// A request to `dc` got no answer in time: suspect, and the
+    /// A request to address `dc` got no answer in time: suspect, and the
     /// suspicion's probe loop starts.
     fn lost(&mut self, dc: u16, ctx: &mut RouterCtx) {
         let now = ctx.world.instant();
@@ -419,7 +440,7 @@ impl Router {
         }
     }
 
-    /// The probe loop `epoch` for `dc`: wait, send, or end.
+    /// The probe loop `epoch` for address `dc`: wait, send, or end.
     pub(crate) fn probe(&mut self, dc: u16, epoch: u64, ctx: &mut RouterCtx) {
         let now = ctx.world.instant();
         let addr = AddrSlot(usize::from(dc));
@@ -433,10 +454,11 @@ impl Router {
             }
             ProbeStep::Send => {
                 ctx.observer.count(Counter::RouterProbeSent);
-                let id = ReservationId::new(self.dc_id(dc).clone(), 0);
+                let to = self.homingd(dc);
+                let id = ReservationId::new(self.dc_id(to.dc()).clone(), 0);
                 let request = Request::ResolveReservation { id };
                 let from = NodeId::Router(self.idx);
-                let rpc = ctx.world.request(from, NodeId::Dc(dc), NO_KEY, request);
+                let rpc = ctx.world.request(from, NodeId::Dc(to), NO_KEY, request);
                 self.probes.insert(rpc, (dc, epoch));
             }
         }
@@ -490,13 +512,13 @@ impl Router {
             let pause_ms = ctx.workload.watch_pause_ms;
             return watcher.answered(Some(reply), pause_ms, ctx.world, ctx.observer);
         }
-        let Some((mut resolve, _)) = self.inflight.remove(&message.rpc) else {
+        let Some((mut resolve, ..)) = self.inflight.remove(&message.rpc) else {
             return;
         };
         let (NodeId::Dc(from), Body::Reply(reply)) = (message.from, message.body) else {
             return self.unanswered(&resolve, Op::ResolveUnavailable, ctx);
         };
-        self.heard(from, ctx);
+        self.heard(self.address(from), ctx);
         let now = ctx.world.instant();
         let mut memory = KeyMemory {
             remembered: &mut self.remembered,
@@ -526,9 +548,20 @@ impl Router {
             let store = (ctx.region_store, ctx.workload.scan_interval_ms);
             return scanner.answered(asked, None, store, ctx.world, ctx.observer);
         }
-        if let Some((mut resolve, dc)) = self.inflight.remove(&rpc) {
+        if let Some((mut resolve, addr, again)) = self.inflight.remove(&rpc) {
             ctx.world.current_key = resolve.key;
-            self.lost(dc, ctx);
+            self.lost(addr, ctx);
+            // Sent once more, to the DC's next address that is not
+            // suspect (the Resolver's failover), before the walk hears of it.
+            let dc = DcSlot(usize::from(self.homingd(addr).dc()));
+            if let (Some(request), Route::Ask(next)) = (again, self.reach.route(dc)) {
+                ctx.observer.count(Counter::HomingdFailover);
+                let to = NodeId::Dc(self.homingd(next.0 as u16));
+                let from = NodeId::Router(self.idx);
+                let rpc = ctx.world.request(from, to, resolve.key, request);
+                self.inflight.insert(rpc, (resolve, next.0 as u16, None));
+                return;
+            }
             let reason = "timed out".to_string();
             resolve.walk.handle_silence(&self.table, reason, false);
             self.drive(resolve, ctx);

@@ -23,7 +23,7 @@ use homing_store::keyspace::record_scan_bytes;
 
 use homing_store::memory::MemoryDc;
 
-use crate::event::{Event, NodeId};
+use crate::event::{Event, Homingd, NodeId};
 use crate::observe::Observer;
 use crate::trace::NO_KEY;
 use crate::world::World;
@@ -87,7 +87,10 @@ impl Scanner {
             scope: NamespaceScope::everything(),
             after: self.after.clone(),
         };
-        let (from, to) = (NodeId::Router(self.router), NodeId::Dc(self.dc));
+        let (from, to) = (
+            NodeId::Router(self.router),
+            NodeId::Dc(Homingd::new(self.dc, 0)),
+        );
         self.rpc = Some(world.request(from, to, NO_KEY, request));
     }
 
@@ -182,7 +185,10 @@ impl Scanner {
             .map(|record| record.id.clone())
             .collect();
         let request = Request::Inspect { key: key.clone() };
-        let (from, to) = (NodeId::Router(self.router), NodeId::Dc(self.dc));
+        let (from, to) = (
+            NodeId::Router(self.router),
+            NodeId::Dc(Homingd::new(self.dc, 0)),
+        );
         let rpc = world.request(from, to, NO_KEY, request);
         observer.count(Counter::InspectSent);
         self.inspecting = Some((rpc, key, expected));

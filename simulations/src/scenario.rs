@@ -39,6 +39,12 @@ pub struct Scenario {
     pub routers_per_dc: u32,
     /// Host agents per DC.
     pub hosts_per_dc: u32,
+    /// homingd per DC, over the DC's one store (OPERATIONS "Several
+    /// homingd per DC"); hosts, routers and peer DCs list them all.
+    pub instances_per_dc: u8,
+    /// How often each homingd of a DC with several reads the DC store's
+    /// event log for the others' writes (homingd's `log_follow_ms`), ms.
+    pub log_follow_ms: u64,
     /// Round-trip every message through `homing_core::wire::encode/decode`.
     pub encode_messages: bool,
     /// Network knobs.
@@ -248,6 +254,10 @@ pub enum Fault {
         /// finish, then the process exits (cut at the restart if not yet).
         #[serde(default)]
         graceful: bool,
+        /// Only this homingd of the DC (its instance, from 0) stops; the
+        /// DC's others run on. Absent: every homingd of the DC.
+        #[serde(default)]
+        instance: Option<u8>,
     },
     /// A DC is cut off from the global store: its DC-lease renewals and its
     /// global reads and writes fail; hosts, routers and peer DCs still reach it.
@@ -346,6 +356,8 @@ impl Default for Scenario {
             keys: 200,
             routers_per_dc: 2,
             hosts_per_dc: 10,
+            instances_per_dc: 1,
+            log_follow_ms: 100,
             encode_messages: false,
             network: NetworkSpec::default(),
             stores: StoreSpec::default(),
@@ -484,7 +496,23 @@ impl Scenario {
                     .into(),
             ));
         }
+        let n = scenario.instances_per_dc;
+        if !(1..=crate::event::Homingd::INSTANCES_MAX).contains(&n) || scenario.log_follow_ms == 0 {
+            return Err(ScenarioError(format!(
+                "instances_per_dc ({n}) must be within 1..={}, log_follow_ms at least 1",
+                crate::event::Homingd::INSTANCES_MAX
+            )));
+        }
         for fault in &scenario.faults {
+            if let Fault::CrashDc {
+                instance: Some(i), ..
+            } = fault
+                && *i >= n
+            {
+                return Err(ScenarioError(format!(
+                    "crash_dc: instance {i} is not below instances_per_dc ({n})"
+                )));
+            }
             match fault {
                 Fault::Partition { from, to, .. } => {
                     scenario.dc_index(from)?;

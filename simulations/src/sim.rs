@@ -19,7 +19,7 @@ use homing_core::{
 use crate::checker::Checker;
 use crate::clock::NodeClock;
 use crate::dc::{Dc, DcCtx, Peers, new_upkeep};
-use crate::event::{Event, HostTimer, Message, NodeId};
+use crate::event::{Event, Homingd, HostTimer, Message, NodeId};
 use crate::global::{GlobalCut, GlobalStore};
 use crate::host::{Host, HostCtx};
 use crate::invariants::{View, Violation};
@@ -162,10 +162,11 @@ impl Sim {
                 total: scenario.waiting.waiters_max,
                 handoff_ms: scenario.waiting.handoff_ms,
             };
-            let upkeep = new_upkeep(id.clone(), policy, &scenario.stores, rules.mutations);
+            let upkeep = || new_upkeep(id.clone(), policy, &scenario.stores, rules.mutations);
             let keys_max = scenario.keys_per_namespace_max;
             let endpoint = Dc::endpoint_config(&id, &policy, rules.mutations, keys_max);
-            dcs.push(Dc::new(i as u16, clock, limits, upkeep, endpoint));
+            let n = scenario.instances_per_dc;
+            dcs.push(Dc::new(i as u16, clock, limits, n, upkeep, endpoint));
         }
         let mut hosts = Vec::new();
         for d in 0..dcs.len() {
@@ -174,7 +175,9 @@ impl Sim {
                     rng.signed(c.host_offset_ms * 1000),
                     rng.signed(c.host_drift_ppm),
                 );
-                hosts.push(Host::new(hosts.len() as u32, d as u16, clock));
+                let (idx, n) = (hosts.len() as u32, scenario.instances_per_dc);
+                let first = (idx % u32::from(n)) as u8;
+                hosts.push(Host::new(idx, d as u16, n, first, clock));
             }
         }
         let mut routers = Vec::new();
@@ -184,7 +187,14 @@ impl Sim {
                 let seed = rng.next_u64();
                 let region = d as u16;
                 let idx = routers.len() as u32;
-                let mut router = Router::new(idx, region, &ids, rtt_ms, seed, rules.mutations);
+                let mut router = Router::new(
+                    idx,
+                    region,
+                    (&ids, scenario.instances_per_dc),
+                    rtt_ms,
+                    seed,
+                    rules.mutations,
+                );
                 if slot == 0 && scenario.workload.watch {
                     router.watcher = Some(Watcher::new(idx, region));
                 }
@@ -253,7 +263,13 @@ impl Sim {
             .map(|d| d.store_faults.slowest())
             .fold(1.0, f64::max);
         let op_us = (scenario.stores.dc_op_ms + scenario.stores.dc_op_jitter_ms) * 1000.0;
-        let allowance_us = 5_000 + (6.0 * op_us * slow) as u64;
+        let mut allowance_us = 5_000 + (6.0 * op_us * slow) as u64;
+        if scenario.instances_per_dc > 1 {
+            // A write through one homingd reaches the waiters parked at
+            // another when its log follower next reads the log: one
+            // interval and two store reads (the page, the record) later.
+            allowance_us += ms_to_us(scenario.log_follow_ms) + (2.0 * op_us * slow) as u64;
+        }
         let connections = Connections {
             idle_us: ms_to_us(n.idle_timeout_ms),
             keep_alive_us: ms_to_us(n.keep_alive_ms),
@@ -267,6 +283,7 @@ impl Sim {
             connections,
             dcs.iter().map(|d| d.clock).collect(),
             policy,
+            scenario.instances_per_dc,
         );
         let regions = Regions {
             hosts: hosts.iter().map(|h| h.dc).collect(),
@@ -317,8 +334,8 @@ impl Sim {
 
     fn schedule_start(&mut self) {
         // Each DC's lease: checked and renewed once before it serves.
-        for d in 0..self.dcs.len() as u16 {
-            self.on_dc(d, |dc| dc.lease_open());
+        for h in self.homingd() {
+            self.on_dc(h, |dc| dc.lease_open());
         }
         let w = self.scenario.workload.clone();
         for h in 0..self.hosts.len() {
@@ -348,9 +365,16 @@ impl Sim {
             }
         }
         let reap = ms_to_us(self.scenario.stores.reaper_interval_ms.max(1));
-        for d in 0..self.dcs.len() {
+        for h in self.homingd() {
             let at = self.world.rng.below(reap) + 1;
-            self.world.schedule(at, Event::Reap { dc: d as u16 });
+            self.world.schedule(at, Event::Reap { dc: h });
+        }
+        if self.scenario.instances_per_dc > 1 {
+            for h in self.homingd() {
+                let at = self.world.rng.below(ms_to_us(self.scenario.log_follow_ms)) + 1;
+                let event = Event::LogFollow { dc: h, epoch: 0 };
+                self.world.schedule(at, event);
+            }
         }
         if w.host_crash_interval_ms > 0.0 && !self.hosts.is_empty() {
             let at = ms_to_us(self.world.rng.exp(w.host_crash_interval_ms));
@@ -365,19 +389,25 @@ impl Sim {
                     for_ms,
                     store_lost,
                     graceful,
+                    instance,
                 } => {
                     // Invariant: fault DCs were checked when the scenario was parsed.
-                    let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
-                    let stop = match graceful {
-                        true => Event::DcClose { dc },
-                        false => Event::DcCrash { dc },
-                    };
-                    self.world.schedule(ms_to_us(at_ms), stop);
-                    let restart = Event::DcRestart { dc, store_lost };
-                    self.world.schedule(ms_to_us(at_ms + for_ms), restart);
+                    let d = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    let all = 0..self.scenario.instances_per_dc;
+                    for i in instance.map_or(all, |i| i..i + 1) {
+                        let dc = Homingd::new(d, i);
+                        let stop = match graceful {
+                            true => Event::DcClose { dc },
+                            false => Event::DcCrash { dc },
+                        };
+                        self.world.schedule(ms_to_us(at_ms), stop);
+                        let restart = Event::DcRestart { dc, store_lost };
+                        self.world.schedule(ms_to_us(at_ms + for_ms), restart);
+                    }
                 }
                 Fault::CutFromGlobal { dc, at_ms, for_ms } => {
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    let dc = Homingd::new(dc, 0);
                     let start_us = ms_to_us(at_ms);
                     self.world
                         .schedule(ms_to_us(at_ms + for_ms), Event::CutEnds { dc, start_us });
@@ -387,6 +417,7 @@ impl Sim {
                 }
                 Fault::DrainScope { dc, at_ms } => {
                     let dc = self.scenario.dc_index(&dc).expect("checked dc") as u16;
+                    let dc = Homingd::new(dc, 0);
                     self.world
                         .schedule(ms_to_us(at_ms), Event::DrainScope { dc });
                 }
@@ -578,10 +609,10 @@ impl Sim {
                 self.world.current_key = m.key;
                 (m.to.code(), m.rpc)
             }
-            Event::Store { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
+            Event::Store { dc, task, .. } => (dc.code().into(), *task),
             Event::GlobalSet(g) => {
                 self.world.current_key = g.key;
-                (NodeId::Dc(g.dc).code(), g.task)
+                (g.dc.code().into(), g.task)
             }
             Event::Timeout { node, rpc } => (node.code(), *rpc),
             Event::Host {
@@ -591,31 +622,30 @@ impl Sim {
             | Event::RouterWatch { router }
             | Event::RouterScan { router } => (NodeId::Router(*router).code(), 0),
             Event::RouterProbe { router, epoch, .. } => (NodeId::Router(*router).code(), *epoch),
-            Event::SuspicionCheck { dc, ended_us } => (NodeId::Dc(*dc).code(), *ended_us),
-            Event::DcTask { dc, task, .. } => (NodeId::Dc(*dc).code(), *task),
-            Event::ConnectionLost { dc, rpc, .. } => (NodeId::Dc(*dc).code(), *rpc),
+            Event::SuspicionCheck { dc, ended_us } => (u32::from(*dc), *ended_us),
+            Event::DcTask { dc, task, .. } => (dc.code().into(), *task),
+            Event::ConnectionLost { dc, rpc, .. } => (dc.code().into(), *rpc),
             Event::Reap { dc }
             | Event::DcCrash { dc }
             | Event::DcClose { dc }
             | Event::DcCloseCheck { dc }
-            | Event::DcRestart { dc, .. } => (NodeId::Dc(*dc).code(), 0),
-            Event::ReconcileRetry { dc, epoch } => (NodeId::Dc(*dc).code(), u64::from(*epoch)),
-            Event::DcLeaseTick { dc, generation, .. } => (NodeId::Dc(*dc).code(), *generation),
+            | Event::DcRestart { dc, .. } => (dc.code().into(), 0),
+            Event::ReconcileRetry { dc, epoch } => (dc.code().into(), u64::from(*epoch)),
+            Event::DcLeaseTick { dc, generation, .. } => (dc.code().into(), *generation),
             Event::DcRenewalLands { dc, seq, .. } | Event::DcRenewalTimeout { dc, seq, .. } => {
-                (NodeId::Dc(*dc).code(), *seq)
+                (dc.code().into(), *seq)
             }
-            Event::DcLeaseExpiry { dc, received_us } => (NodeId::Dc(*dc).code(), *received_us),
+            Event::DcLeaseExpiry { dc, received_us } => (dc.code().into(), *received_us),
             Event::MarksTimeout { dc, task, .. } | Event::GlobalFailed { dc, task, .. } => {
-                (NodeId::Dc(*dc).code(), *task)
+                (dc.code().into(), *task)
             }
-            Event::CutEnds { dc, start_us } => (NodeId::Dc(*dc).code(), *start_us),
+            Event::CutEnds { dc, start_us } => (dc.code().into(), *start_us),
+            Event::LogFollow { dc, epoch } => (dc.code().into(), u64::from(*epoch)),
             Event::HostRestart { host } => (NodeId::Host(*host).code(), 0),
             Event::HostCrash => (u32::MAX, 0),
             Event::Drain { count } => (u32::MAX, u64::from(*count)),
-            Event::DrainScope { dc } => (NodeId::Dc(*dc).code(), 0),
-            Event::CrashHosts { dc, fraction_ppm } => {
-                (NodeId::Dc(*dc).code(), u64::from(*fraction_ppm))
-            }
+            Event::DrainScope { dc } => (dc.code().into(), 0),
+            Event::CrashHosts { dc, fraction_ppm } => (u32::from(*dc), u64::from(*fraction_ppm)),
         }
     }
 
@@ -692,6 +722,7 @@ impl Sim {
                 self.on_dc(dc, |dc| dc.global_failed(epoch, task))
             }
             Event::CutEnds { dc, start_us } => self.on_dc(dc, |dc| dc.cut_ends(start_us)),
+            Event::LogFollow { dc, epoch } => self.on_dc(dc, |dc| dc.follow_log(epoch)),
             Event::Drain { count } => self.drain_keys(count),
             Event::DrainScope { dc } => self.on_dc(dc, |dc| dc.drain_scope_begin()),
             Event::CrashHosts { dc, fraction_ppm } => {
@@ -720,24 +751,39 @@ impl Sim {
         for _ in 0..count {
             let k = self.world.rng.below(self.keys.all().len() as u64) as usize;
             let d = self.world.rng.below(self.dcs.len() as u64) as u16;
-            if !self.dcs[usize::from(d)].up {
+            let Some(i) = self.dcs[usize::from(d)].running_from(0) else {
                 continue;
-            }
+            };
             self.measurements.count(Counter::DrainRequested);
             let key = self.keys.all()[k].clone();
-            self.on_dc(d, |dc| dc.drain_start(k as u32, key));
+            self.on_dc(Homingd::new(d, i), |dc| dc.drain_start(k as u32, key));
         }
     }
 
-    /// DC `d` handles an event with `handle`, given its context: itself,
+    /// Every homingd of every DC, DC by DC.
+    fn homingd(&self) -> Vec<Homingd> {
+        let n = self.scenario.instances_per_dc;
+        (0..self.dcs.len() as u16)
+            .flat_map(|d| (0..n).map(move |i| Homingd::new(d, i)))
+            .collect()
+    }
+
+    /// Homingd `h` handles an event with `handle`, given its context: itself,
     /// its peers to read, the world, the global store, the keys, the
     /// checker and measurements, and the run's settings.
-    fn on_dc<R>(&mut self, d: u16, handle: impl FnOnce(&mut DcCtx) -> R) -> R {
-        let (before, rest) = self.dcs.split_at_mut(usize::from(d));
+    fn on_dc<R>(&mut self, h: Homingd, handle: impl FnOnce(&mut DcCtx) -> R) -> R {
+        let (before, rest) = self.dcs.split_at_mut(h.d());
         // Invariant: events name DCs of the simulation.
         let (dc, after) = rest.split_first_mut().expect("a dc of the simulation");
+        // The homingd handling the event is the context's; its siblings
+        // wait outside the DC meanwhile (nothing reads them: each homingd
+        // learns of the others only through the shared store).
+        let mut instances = std::mem::take(&mut dc.instances);
+        // Invariant: events name homingd of their DC.
+        let inst = (instances.get_mut(usize::from(h.instance()))).expect("a homingd of the dc");
         let mut ctx = DcCtx {
             dc,
+            inst,
             peers: Peers {
                 before,
                 after,
@@ -752,7 +798,9 @@ impl Sim {
             policy: self.policy,
             rules: self.rules,
         };
-        handle(&mut ctx)
+        let out = handle(&mut ctx);
+        self.dcs[h.d()].instances = instances;
+        out
     }
 
     /// Router `r` handles an event with `handle`, given the world, the
@@ -925,13 +973,15 @@ pub fn format_record(r: &TraceRecord, scenario: &Scenario) -> String {
         "-".to_string()
     } else {
         match r.node >> 30 {
-            0 => format!(
-                "dc:{}",
-                scenario
-                    .dcs
-                    .get(r.node as usize)
-                    .map_or("?", |s| s.as_str())
-            ),
+            0 => {
+                // Invariant: a DC's code is its homingd's, 16 bits.
+                let h = Homingd::from_code(r.node as u16);
+                let dc = scenario.dcs.get(h.d()).map_or("?", |s| s.as_str());
+                match h.instance() {
+                    0 => format!("dc:{dc}"),
+                    i => format!("dc:{dc}.{i}"),
+                }
+            }
             1 => format!("host:{}", r.node & 0x3fff_ffff),
             _ => format!("router:{}", r.node & 0x3fff_ffff),
         }

@@ -76,6 +76,7 @@ pub fn scenario(seed: u64) -> Result<Scenario, ScenarioError> {
         .map(|_| fault(&mut rng, &s.dcs, fault_ms))
         .collect();
     s.faults.extend(lost_dc(seed, &s.dcs, fault_ms));
+    s.instances_per_dc = instances(seed, &s.dcs, fault_ms, &mut s.faults);
     s.validate()?;
     Ok(s)
 }
@@ -101,6 +102,30 @@ fn lost_dc(seed: u64, dcs: &[String], fault_ms: u64) -> Option<Fault> {
         at_ms,
         for_ms: fault_ms - at_ms,
     })
+}
+
+/// For a third of the seeds, 2 or 3 homingd per DC over its one store;
+/// then, for half of those, one homingd of a DC crashes alone (and
+/// restarts) while the others run on, within the fault phase. Drawn from a
+/// stream of its own, so every other draw of a seed stays as it was.
+fn instances(seed: u64, dcs: &[String], fault_ms: u64, faults: &mut Vec<Fault>) -> u8 {
+    let mut rng = Rng::new(seed ^ 0x494e_5354_0000_0000);
+    if !rng.chance(1.0 / 3.0) {
+        return 1;
+    }
+    let n = 2 + rng.below(2) as u8;
+    if rng.chance(0.5) {
+        let at_ms = rng.below(fault_ms / 2);
+        faults.push(Fault::CrashDc {
+            dc: dcs[rng.below(dcs.len() as u64) as usize].clone(),
+            at_ms,
+            for_ms: 500 + rng.below(fault_ms - at_ms - 500),
+            store_lost: false,
+            graceful: rng.chance(0.3),
+            instance: Some(rng.below(u64::from(n)) as u8),
+        });
+    }
+    n
 }
 
 fn pick<T: Copy>(rng: &mut Rng, choices: &[T]) -> T {
@@ -134,6 +159,7 @@ fn fault(rng: &mut Rng, dcs: &[String], fault_ms: u64) -> Fault {
             for_ms,
             store_lost: false,
             graceful: rng.chance(0.3),
+            instance: None,
         },
         // One draw picks the store fault, so the other faults' draws stay
         // as they were before failing stores were simulated.
@@ -191,6 +217,25 @@ mod tests {
             .collect::<Vec<_>>();
         assert!(lost.len() > 10, "{lost:?}");
         assert!(lost.iter().all(|&ms| ms >= LOST_DC_MS), "{lost:?}");
+    }
+
+    #[test]
+    fn some_seeds_run_several_homingd_per_dc_and_crash_one_alone() {
+        let drawn: Vec<Scenario> = (0..200).map(|seed| scenario(seed).unwrap()).collect();
+        let several = drawn.iter().filter(|s| s.instances_per_dc > 1).count();
+        let alone = (drawn.iter().flat_map(|s| &s.faults))
+            .filter(|f| {
+                matches!(
+                    f,
+                    Fault::CrashDc {
+                        instance: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert!((40..=100).contains(&several), "{several} of 200");
+        assert!(alone > 15, "{alone} of 200");
     }
 
     #[test]

@@ -26,13 +26,22 @@
 //!    is bounded by the origin, not by the tail's answer).
 //!
 //! `waiter_fifo`: a `Vacated` wake-up goes to the earliest registration
-//! still waiting for that reservation in that DC.
+//! still waiting for that reservation in that homingd.
+//!
+//! With several homingd per DC, registrations are kept per homingd (each
+//! has its own queue and hand-off window), a commit is owed to the waiters
+//! of every homingd of the DC, `A` also covers one `log_follow_ms` and two
+//! store reads (the follower's page and record), and in rule 2 a wake-up
+//! covers its hand-off window even if a holder was live since: one that
+//! came and went through another homingd between two of this one's log
+//! reads is never seen here.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use homing_core::{DcRecord, LeasePolicy, RecordState, RecordView, ReservationId, TailState};
 
 use crate::clock::NodeClock;
+use crate::event::Homingd;
 use crate::invariants::{Invariant, View, Violation};
 use crate::trace::NO_KEY;
 
@@ -55,14 +64,14 @@ struct Track {
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Obligation {
-    /// Rules 1 and 2 for a reservation of a DC.
-    Tail(u16, ReservationId),
-    /// Rule 3 for a ticket of a DC.
-    Deadline(u16, u64),
-    /// Rule 4 for an origin DC's `Await` RPC (and when its registration was lost).
-    Origin(u16, u64, u64),
-    /// Rule 5 for an origin DC's `Await` RPC.
-    OriginDeadline(u16, u64),
+    /// Rules 1 and 2 for a reservation at a homingd.
+    Tail(Homingd, ReservationId),
+    /// Rule 3 for a ticket of a homingd.
+    Deadline(Homingd, u64),
+    /// Rule 4 for an origin homingd's `Await` RPC (and when its registration was lost).
+    Origin(Homingd, u64, u64),
+    /// Rule 5 for an origin homingd's `Await` RPC.
+    OriginDeadline(Homingd, u64),
 }
 
 /// What the checker knows of the QUIC connections an `Await` rides.
@@ -79,8 +88,8 @@ pub struct Connections {
 /// An origin's pending `Await`.
 #[derive(Debug, Clone, Copy)]
 struct OriginAwait {
-    /// The tail's DC it was sent to.
-    tail: u16,
+    /// The tail's homingd it was sent to.
+    tail: Homingd,
     /// When the origin's wait ends, true µs.
     deadline_us: u64,
 }
@@ -93,11 +102,13 @@ pub struct WakeChecker {
     connections: Connections,
     dc_clocks: Vec<NodeClock>,
     policy: LeasePolicy,
-    regs: BTreeMap<(u16, u64), Registration>,
-    tracks: BTreeMap<(u16, ReservationId), Track>,
-    origin_pending: BTreeMap<(u16, u64), OriginAwait>,
-    /// DCs that are down, with when they crashed (true µs).
-    down_since: BTreeMap<u16, u64>,
+    /// How many homingd each DC runs.
+    instances: u8,
+    regs: BTreeMap<(Homingd, u64), Registration>,
+    tracks: BTreeMap<(Homingd, ReservationId), Track>,
+    origin_pending: BTreeMap<(Homingd, u64), OriginAwait>,
+    /// Homingd that are down, with when they crashed (true µs).
+    down_since: BTreeMap<Homingd, u64>,
     due: BTreeSet<(u64, u64, Obligation)>,
     seq: u64,
     violation: Option<Violation>,
@@ -112,8 +123,10 @@ impl WakeChecker {
         connections: Connections,
         dc_clocks: Vec<NodeClock>,
         policy: LeasePolicy,
+        instances: u8,
     ) -> WakeChecker {
         WakeChecker {
+            instances,
             allowance_us,
             handoff_us: handoff_ms * 1000,
             connections,
@@ -140,9 +153,9 @@ impl WakeChecker {
     }
 
     /// The true instant DC `d`'s clock reaches the reapable time of a lease expiring at `record`'s expiry.
-    fn lapse_us(&self, d: u16, record: &DcRecord) -> Option<u64> {
+    fn lapse_us(&self, d: Homingd, record: &DcRecord) -> Option<u64> {
         let at = self.policy.reapable_at(record.held_until(None)?);
-        Some(self.dc_clocks[usize::from(d)].first_true_us_at_ms(at.as_ms()))
+        Some(self.dc_clocks[d.d()].first_true_us_at_ms(at.as_ms()))
     }
 
     /// A waiter registered at DC `d` for `id` (whose record reads `record`).
@@ -150,7 +163,7 @@ impl WakeChecker {
     pub fn on_register(
         &mut self,
         now_us: u64,
-        d: u16,
+        d: Homingd,
         id: &ReservationId,
         key: u32,
         ticket: u64,
@@ -174,7 +187,7 @@ impl WakeChecker {
         }
     }
 
-    fn forget(&mut self, d: u16, ticket: u64) -> Option<Registration> {
+    fn forget(&mut self, d: Homingd, ticket: u64) -> Option<Registration> {
         let registration = self.regs.remove(&(d, ticket))?;
         let key = (d, registration.id.clone());
         if let Some(track) = self.tracks.get_mut(&key) {
@@ -184,7 +197,14 @@ impl WakeChecker {
     }
 
     /// A waiter was woken (`Vacated` when `vacated`, else `Moved`).
-    pub fn on_wake(&mut self, now_us: u64, d: u16, id: &ReservationId, ticket: u64, vacated: bool) {
+    pub fn on_wake(
+        &mut self,
+        now_us: u64,
+        d: Homingd,
+        id: &ReservationId,
+        ticket: u64,
+        vacated: bool,
+    ) {
         let key = (d, id.clone());
         let first = self.tracks.get(&key).and_then(|t| t.order.front().copied());
         let registration = self.forget(d, ticket);
@@ -204,18 +224,25 @@ impl WakeChecker {
             invariant: Invariant::WaiterFifo,
             key: (k != NO_KEY).then_some(k),
             detail: format!(
-                "dc #{d} woke ticket {ticket} for {id} (k{k}) while ticket {first:?}, registered earlier, still waits"
+                "homingd #{d} woke ticket {ticket} for {id} (k{k}) while ticket {first:?}, registered earlier, still waits"
             ),
         });
     }
 
     /// A waiter left without being woken (timed out, failed).
-    pub fn on_left(&mut self, d: u16, ticket: u64) {
+    pub fn on_left(&mut self, d: Homingd, ticket: u64) {
         self.forget(d, ticket);
     }
 
-    /// DC `d` committed `record`.
-    pub fn on_commit(&mut self, now_us: u64, d: u16, record: &DcRecord) {
+    /// DC `dc` committed `record`.
+    pub fn on_commit(&mut self, now_us: u64, dc: u16, record: &DcRecord) {
+        // The store is the DC's: every homingd of it owes its waiters the write.
+        for i in 0..self.instances {
+            self.on_commit_at(now_us, Homingd::new(dc, i), record);
+        }
+    }
+
+    fn on_commit_at(&mut self, now_us: u64, d: Homingd, record: &DcRecord) {
         let key = (d, record.id.clone());
         let Some(track) = self.tracks.get_mut(&key) else {
             return;
@@ -224,7 +251,7 @@ impl WakeChecker {
             self.tracks.remove(&key);
             return;
         }
-        let clock = self.dc_clocks[usize::from(d)];
+        let clock = self.dc_clocks[d.d()];
         let view = record.view(clock.store_time(now_us), &self.policy, None);
         let a = self.allowance_us;
         match view {
@@ -247,7 +274,7 @@ impl WakeChecker {
     }
 
     /// The pending origin `Await`s sent to DC `tail`.
-    fn awaiting(&self, tail: u16) -> Vec<(u16, u64)> {
+    fn awaiting(&self, tail: Homingd) -> Vec<(Homingd, u64)> {
         self.origin_pending
             .iter()
             .filter(|(_, a)| a.tail == tail)
@@ -258,7 +285,7 @@ impl WakeChecker {
     /// DC `d` shuts down gracefully (or crashes: then also as below): its
     /// registrations end — answered `TimedOut` or lost —, none is owed a
     /// wake-up any more.
-    pub fn on_dc_close(&mut self, d: u16) {
+    pub fn on_dc_close(&mut self, d: Homingd) {
         let answered: Vec<u64> = self
             .regs
             .range((d, 0)..=(d, u64::MAX))
@@ -272,7 +299,7 @@ impl WakeChecker {
 
     /// DC `d` crashed: its registrations, and every `Await` on its way to
     /// it, are lost; their origins must notice.
-    pub fn on_dc_crash(&mut self, now_us: u64, d: u16) {
+    pub fn on_dc_crash(&mut self, now_us: u64, d: Homingd) {
         self.on_dc_close(d);
         self.origin_pending.retain(|(o, _), _| *o != d);
         let due = now_us + self.connections.idle_us + self.allowance_us + 1;
@@ -285,10 +312,10 @@ impl WakeChecker {
     /// DC `d` runs again: every `Await` still pending on it rode a
     /// connection to its previous process, which the origin's next packet
     /// resets.
-    pub fn on_dc_restart(&mut self, now_us: u64, d: u16) {
+    pub fn on_dc_restart(&mut self, now_us: u64, d: Homingd) {
         self.down_since.remove(&d);
         for (o, rpc) in self.awaiting(d) {
-            let rtt_us = self.connections.rtt_us[usize::from(o)][usize::from(d)];
+            let rtt_us = self.connections.rtt_us[o.d()][d.d()];
             let due = now_us + self.connections.keep_alive_us + rtt_us + self.allowance_us + 1;
             self.oblige(due, Obligation::Origin(o, rpc, now_us));
         }
@@ -296,7 +323,14 @@ impl WakeChecker {
 
     /// Origin DC `o` sent an `Await` to DC `tail` as RPC `rpc`, its own wait
     /// ending at `deadline_us`.
-    pub fn on_origin_sent(&mut self, now_us: u64, o: u16, rpc: u64, tail: u16, deadline_us: u64) {
+    pub fn on_origin_sent(
+        &mut self,
+        now_us: u64,
+        o: Homingd,
+        rpc: u64,
+        tail: Homingd,
+        deadline_us: u64,
+    ) {
         self.origin_pending
             .insert((o, rpc), OriginAwait { tail, deadline_us });
         let a = self.allowance_us;
@@ -311,12 +345,12 @@ impl WakeChecker {
 
     /// Origin DC `o`'s `Await` RPC ended (answered, failed, timed out,
     /// connection lost, or its deadline passed).
-    pub fn on_origin_done(&mut self, o: u16, rpc: u64) {
+    pub fn on_origin_done(&mut self, o: Homingd, rpc: u64) {
         self.origin_pending.remove(&(o, rpc));
     }
 
     /// The answer to origin `o`'s `Await` RPC could not be delivered (the connection died).
-    pub fn on_reply_undeliverable(&mut self, now_us: u64, o: u16, rpc: u64) {
+    pub fn on_reply_undeliverable(&mut self, now_us: u64, o: Homingd, rpc: u64) {
         if self.origin_pending.contains_key(&(o, rpc)) {
             let due = now_us + self.connections.idle_us + self.allowance_us + 1;
             self.oblige(due, Obligation::Origin(o, rpc, now_us));
@@ -347,9 +381,9 @@ impl WakeChecker {
         match what {
             Obligation::Deadline(d, ticket) => {
                 let r = self.regs.get(&(*d, *ticket))?;
-                view.dcs.up(usize::from(*d)).then(|| {
+                view.dcs.up(d.d()).then(|| {
                     violation(r.key, format!(
-                        "ticket {ticket} for {} at dc #{d} still waits {}µs past its deadline",
+                        "ticket {ticket} for {} at homingd #{d} still waits {}µs past its deadline",
                         r.id,
                         t - r.deadline_us
                     ))
@@ -358,7 +392,7 @@ impl WakeChecker {
             Obligation::Origin(o, rpc, lost_us) => {
                 self.origin_pending.contains_key(&(*o, *rpc)).then(|| {
                     violation(NO_KEY, format!(
-                        "dc #{o} still waits on await rpc {rpc} {}µs after its registration or answer was lost (or the tail's dc restarted)",
+                        "homingd #{o} still waits on await rpc {rpc} {}µs after its registration or answer was lost (or the tail's dc restarted)",
                         t - lost_us
                     ))
                 })
@@ -366,7 +400,7 @@ impl WakeChecker {
             Obligation::OriginDeadline(o, rpc) => {
                 let pending = self.origin_pending.get(&(*o, *rpc))?;
                 Some(violation(NO_KEY, format!(
-                    "dc #{o} still waits on await rpc {rpc} {}µs past its own deadline",
+                    "homingd #{o} still waits on await rpc {rpc} {}µs past its own deadline",
                     t - pending.deadline_us
                 )))
             }
@@ -377,11 +411,11 @@ impl WakeChecker {
     fn judge_tail(
         &self,
         t: u64,
-        d: u16,
+        d: Homingd,
         id: &ReservationId,
         view: &View<'_>,
     ) -> Option<(u32, String)> {
-        let dc = usize::from(d);
+        let dc = d.d();
         let track = self.tracks.get(&(d, id.clone()))?;
         let a = self.allowance_us;
         let old: Vec<&Registration> = track
@@ -395,13 +429,13 @@ impl WakeChecker {
             return None;
         }
         let record = view.dcs.store(dc).record(id)?;
-        let clock = self.dc_clocks[usize::from(d)];
+        let clock = self.dc_clocks[d.d()];
         let vacant_since = match &record.state {
             RecordState::Linked { .. } | RecordState::Abandoned => {
                 let since = track.moved_at_us.unwrap_or(first.at_us);
                 return (since + a <= t).then(|| {
                     (first.key, format!(
-                        "{} waiter(s) for {id} at dc #{d} still wait {}µs after it stopped being a tail (nobody told them Moved)",
+                        "{} waiter(s) for {id} at homingd #{d} still wait {}µs after it stopped being a tail (nobody told them Moved)",
                         old.len(),
                         t - since
                     ))
@@ -413,12 +447,18 @@ impl WakeChecker {
         if vacant_since + a > t {
             return None;
         }
+        // With several homingd per DC a live holder may have come and gone
+        // through another between two reads of this one's log follower,
+        // unseen here: this homingd's hand-off window then holds its queue
+        // to its end (OPERATIONS "Several homingd per DC").
+        let unseen_live = self.instances > 1;
         let covered = track.last_wake_us.is_some_and(|w| {
-            w + self.handoff_us + a >= t && track.last_live_us.is_none_or(|l| l <= w)
+            w + self.handoff_us + a >= t
+                && (unseen_live || track.last_live_us.is_none_or(|l| l <= w))
         });
         (!covered).then(|| {
             (first.key, format!(
-                "{id} at dc #{d} vacant for {}µs with {} waiter(s) registered (the first {}µs ago), last wake-up {:?}, last live holder {:?}: nobody was woken",
+                "{id} at homingd #{d} vacant for {}µs with {} waiter(s) registered (the first {}µs ago), last wake-up {:?}, last live holder {:?}: nobody was woken",
                 t - vacant_since,
                 old.len(),
                 t - first.at_us,

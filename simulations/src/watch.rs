@@ -19,7 +19,7 @@
 use crate::counter::Counter;
 use homing_core::{ErrorKind, EventSeq, NamespaceScope, Reply, Request};
 
-use crate::event::{Event, NodeId};
+use crate::event::{Event, Homingd, NodeId};
 use crate::observe::Observer;
 use crate::trace::NO_KEY;
 use crate::world::World;
@@ -62,7 +62,13 @@ impl Watcher {
         };
         let timeout_us = world.request_timeout_us + u64::from(WATCH_WAIT_MS) * 1000;
         let from = NodeId::Router(self.router);
-        let rpc = world.request_within(from, NodeId::Dc(self.dc), NO_KEY, request, timeout_us);
+        let rpc = world.request_within(
+            from,
+            NodeId::Dc(Homingd::new(self.dc, 0)),
+            NO_KEY,
+            request,
+            timeout_us,
+        );
         self.rpc = Some(rpc);
         observer.count(Counter::WatchSent);
     }

@@ -149,7 +149,7 @@ impl World {
     /// The region a node sits in.
     pub(crate) fn region(&self, node: NodeId) -> usize {
         match node {
-            NodeId::Dc(d) => usize::from(d),
+            NodeId::Dc(d) => d.d(),
             NodeId::Host(h) => usize::from(self.regions.hosts[h as usize]),
             NodeId::Router(r) => usize::from(self.regions.routers[r as usize]),
         }

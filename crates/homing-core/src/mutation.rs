@@ -63,6 +63,9 @@ pub enum Mutation {
     /// A router takes a global read that got no answer as "no entry"
     /// ([`crate::RouterWalk`]): a silent DC makes an existing key "not found".
     RouterSilenceIsAbsent = 1 << 17,
+    /// A homingd's log follower reads the log but wakes nobody for
+    /// another homingd's writes: no record named is looked at again.
+    FollowerWakesNobody = 1 << 18,
 }
 
 /// How late [`Mutation::GrantRunsLate`] pretends the host's request was sent, ms.

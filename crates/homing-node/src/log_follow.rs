@@ -14,7 +14,7 @@
 //! records the trimmed events were of) looks again at every reservation
 //! with waiters here.
 
-use homing_core::{Event, EventSeq, ReservationId};
+use homing_core::{Event, EventSeq, Mutation, ReservationId};
 
 use crate::waiters::Waiters;
 
@@ -95,6 +95,9 @@ impl LogFollower {
             self.cursor = Some(event.seq);
         }
         out.more = events.len() >= FOLLOW_PAGE_EVENTS && self.after() < head;
+        if waiters.mutations().has(Mutation::FollowerWakesNobody) {
+            out.look.clear();
+        }
         out
     }
 }

@@ -325,6 +325,11 @@ impl<W> Waiters<W> {
         }
     }
 
+    /// The rules it breaks on purpose (none in production).
+    pub fn mutations(&self) -> Mutations {
+        self.mutations
+    }
+
     /// `record` (of this DC) was just written: its waiters learn of it.
     /// Every landed write of a record must come through here.
     pub fn written(

@@ -103,16 +103,17 @@ impl DcCtx<'_> {
         let Some(to) = to.filter(|_| !local) else {
             job.awaiting = Some(Awaiting::Local);
             let key = task.key;
-            self.dc.tasks.insert(tid, task);
+            self.inst.tasks.insert(tid, task);
             let origin = AwaitFor::Local { acquire: tid };
             let me = self.me();
             let now = self.node_now();
             let wait = self
-                .dc
+                .inst
                 .endpoint
                 .await_vacant(reservation, remaining_ms, now);
             return self.await_start(me, 0, key, wait, origin);
         };
+        let to = self.peer_homingd(to);
         let timeout_us = self.world.request_timeout_us + u64::from(remaining_ms) * 1000;
         let request = Request::Await {
             reservation,
@@ -122,28 +123,27 @@ impl DcCtx<'_> {
         if let Some(job) = task.kind.acquire_mut() {
             job.awaiting = Some(Awaiting::Remote { rpc });
         }
-        let dc = &mut *self.dc;
-        dc.peer_rpcs.insert(rpc, (tid, to));
-        dc.await_rpcs.insert(rpc, to);
-        dc.tasks.insert(tid, task);
+        let inst = &mut *self.inst;
+        inst.peer_rpcs.insert(rpc, (tid, to));
+        inst.await_rpcs.insert(rpc, to);
+        inst.tasks.insert(tid, task);
         self.checker
             .wake
-            .on_origin_sent(self.world.now, self.dc.idx, rpc, to, deadline_us);
+            .on_origin_sent(self.world.now, self.addr(), rpc, to, deadline_us);
         // The registration rides a QUIC connection: the origin learns that
         // it is lost one idle timeout after the path died or the peer crashed.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
         let until_us = self.world.now + timeout_us;
         let (d, now) = (self.d(), self.world.now);
-        let mut lost_at =
-            (self.world.network).path_dead_at(d, usize::from(to), now, until_us, idle_us);
-        let peer_dc = self.dc_at(usize::from(to));
-        if !peer_dc.up {
-            let dead = self.world.now.max(peer_dc.down_since_us + idle_us);
+        let mut lost_at = (self.world.network).path_dead_at(d, to.d(), now, until_us, idle_us);
+        let peer = &self.dc_at(to.d()).instances[usize::from(to.instance())];
+        if !peer.up {
+            let dead = self.world.now.max(peer.down_since_us + idle_us);
             lost_at = Some(lost_at.map_or(dead, |l| l.min(dead)));
         }
         if let Some(at) = lost_at.filter(|at| *at < until_us) {
             let lost = Event::ConnectionLost {
-                dc: self.dc.idx,
+                dc: self.addr(),
                 rpc,
                 reset: false,
             };
@@ -184,10 +184,10 @@ impl DcCtx<'_> {
     pub(crate) fn acquire_unregister(&mut self, tid: u64, awaiting: Option<Awaiting>) {
         match awaiting {
             Some(Awaiting::Remote { rpc }) => {
-                let dc = &mut *self.dc;
-                dc.peer_rpcs.remove(&rpc);
-                dc.await_rpcs.remove(&rpc);
-                self.checker.wake.on_origin_done(self.dc.idx, rpc);
+                let inst = &mut *self.inst;
+                inst.peer_rpcs.remove(&rpc);
+                inst.await_rpcs.remove(&rpc);
+                self.checker.wake.on_origin_done(self.addr(), rpc);
             }
             Some(Awaiting::Local) => self.await_drop(tid),
             None => {}

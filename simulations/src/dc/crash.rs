@@ -3,20 +3,26 @@
 //! registered with it lost with their connections, its store kept or lost.
 
 use homing_core::AwaitReply;
-use homing_node::{Endpoint, StoreOp as DcOp};
+use homing_node::{Endpoint, LogFollower, StoreOp as DcOp};
 use homing_store::memory::MemoryDc;
 
+use super::Instance;
 use super::ctx::{DcCtx, dc_view};
 use super::lease::DcLeaseDriver;
 use super::store::StoreCall;
 use crate::counter::Counter;
-use crate::event::Event;
+use crate::event::{Event, Homingd};
 
 impl DcCtx<'_> {
-    /// The DC crashes: in-flight requests and caches are lost, committed records stay.
+    /// The homingd crashes: its in-flight requests and caches are lost,
+    /// committed records stay (the DC runs on if another homingd of it does).
     pub(crate) fn crash(&mut self) {
         self.land_in_flight_writes();
-        let dc = &mut *self.dc;
+        if self.inst.up {
+            self.dc.running -= 1;
+        }
+        self.dc.up = self.dc.running > 0;
+        let dc = &mut *self.inst;
         dc.up = false;
         dc.epoch += 1;
         dc.down_since_us = self.world.now;
@@ -31,23 +37,18 @@ impl DcCtx<'_> {
         }
         // Tickets keep counting up across the crash: the checkers know them.
         dc.waiters.wake_all(AwaitReply::TimedOut);
-        self.dc.upkeep = Some(self.fresh_upkeep());
-        let dc = &mut *self.dc;
+        self.inst.upkeep = Some(self.fresh_upkeep());
+        let dc = &mut *self.inst;
         dc.woken.clear();
-        dc.endpoint = Endpoint::new(dc.endpoint_config.clone());
+        dc.endpoint = Endpoint::new(self.dc.endpoint_config.clone());
+        dc.follower = LogFollower::new();
+        dc.peer_at.clear();
         // The lease lives in the process: writes waiting for marks die with it.
         dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
-        self.checker.wake.on_dc_crash(self.world.now, self.dc.idx);
+        self.checker.wake.on_dc_crash(self.world.now, self.addr());
         // Every other DC parked on this one learns it one idle timeout later.
         let idle_us = self.scenario.network.idle_timeout_ms * 1000;
-        let mut lost = Vec::new();
-        for (o, other) in self.all_dcs().iter().enumerate() {
-            for (rpc, peer) in &other.await_rpcs {
-                if *peer == self.dc.idx {
-                    lost.push((o as u16, *rpc));
-                }
-            }
-        }
+        let lost = self.awaits_on(|_| true);
         for (o, rpc) in lost {
             let event = Event::ConnectionLost {
                 dc: o,
@@ -64,7 +65,7 @@ impl DcCtx<'_> {
     fn land_in_flight_writes(&mut self) {
         let p = self.scenario.stores.crash_lands_in_flight;
         let in_flight: Vec<DcOp> = self
-            .dc
+            .inst
             .tasks
             .values()
             .filter_map(|t| match &t.waiting {
@@ -95,13 +96,15 @@ impl DcCtx<'_> {
         }
     }
 
-    /// The `Await` RPCs of running DCs pending on this one.
-    fn awaits_on(&self) -> Vec<(usize, u64)> {
+    /// The `Await` RPCs pending on this homingd of the other DCs' homingd
+    /// that `which` picks.
+    fn awaits_on(&self, which: impl Fn(&Instance) -> bool) -> Vec<(Homingd, u64)> {
         let mut on = Vec::new();
-        for (o, other) in self.all_dcs().iter().enumerate().filter(|(_, o)| o.up) {
+        let others = self.all_dcs().iter().flat_map(|dc| &dc.instances);
+        for other in others.filter(|o| which(o)) {
             for (rpc, peer) in &other.await_rpcs {
-                if *peer == self.dc.idx {
-                    on.push((o, *rpc));
+                if *peer == self.addr() {
+                    on.push((other.addr, *rpc));
                 }
             }
         }
@@ -112,37 +115,49 @@ impl DcCtx<'_> {
     /// store, under the same id — which its lease's floor check refuses: it
     /// stays down, as homingd refuses to start).
     pub(crate) fn restart(&mut self, store_lost: bool) {
-        if self.dc.up && self.dc.endpoint.closing() {
+        if self.inst.up && self.inst.endpoint.closing() {
             // A graceful shutdown that had not drained: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);
             self.crash();
         }
-        if store_lost {
+        // Only a DC none of whose homingd runs can have lost its store.
+        if store_lost && !self.dc.up {
             let dc = &mut *self.dc;
             dc.store = MemoryDc::new();
         }
         // What the store's process kept in memory is gone (the rest of its
         // allocator block).
         self.dc.store.restart();
+        let (was_up, dc_was_up) = (self.inst.up, self.dc.up);
+        if !was_up {
+            self.dc.running += 1;
+        }
+        self.inst.up = true;
         self.dc.up = true;
         if !self.lease_open() {
-            self.dc.up = false;
+            self.inst.up = false;
+            self.dc.running -= 1;
+            self.dc.up = self.dc.running > 0;
             return;
         }
-        self.dc.up_since_us = self.world.now;
-        self.checker.wake.on_dc_restart(self.world.now, self.dc.idx);
+        self.inst.up_since_us = self.world.now;
+        if !dc_was_up || self.dc.instances() <= 1 {
+            self.dc.up_since_us = self.world.now;
+        }
+        self.checker.wake.on_dc_restart(self.world.now, self.addr());
+        self.follow_start();
         if self.rules.waiting.reset_on_restart {
             // Every pending `Await` on this DC rode a connection to its previous
             // process: the origin's next packet (a keep-alive at the latest)
             // draws a stateless reset from the new one, a round trip later.
             let keep_alive_us = self.scenario.network.keep_alive_ms.max(1) * 1000;
             let d = self.d();
-            for (o, rpc) in self.awaits_on() {
+            for (o, rpc) in self.awaits_on(|o| o.up) {
                 let at = self.world.now
                     + self.world.rng.below(keep_alive_us)
-                    + self.world.network.rtt_us(o, d);
+                    + self.world.network.rtt_us(o.d(), d);
                 let event = Event::ConnectionLost {
-                    dc: o as u16,
+                    dc: o,
                     rpc,
                     reset: true,
                 };

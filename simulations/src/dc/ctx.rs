@@ -8,10 +8,10 @@ use homing_core::{DcId, LeasePolicy};
 use homing_node::{NodeTime, Now};
 use homing_store::memory::MemoryDc;
 
-use super::Dc;
+use super::{Dc, Instance};
 use crate::checker::Checker;
 use crate::clock::NodeClock;
-use crate::event::NodeId;
+use crate::event::{Homingd, NodeId};
 use crate::global::GlobalStore;
 use crate::invariants::DcsView;
 use crate::keys::Keys;
@@ -33,8 +33,10 @@ use crate::world::World;
 /// records at that instant, its own included, so it builds the checker's
 /// [`crate::invariants::View`] itself from its own state and its peers' (`dc_view!`).
 pub(crate) struct DcCtx<'a> {
-    /// The DC that handles the event.
+    /// The DC that handles the event (its instances taken out).
     pub(crate) dc: &'a mut Dc,
+    /// The DC's homingd that handles it.
+    pub(crate) inst: &'a mut Instance,
     /// The other DCs, read only.
     pub(crate) peers: Peers<'a>,
     /// Time, the queue, the network, the rng.
@@ -137,9 +139,14 @@ impl DcCtx<'_> {
         usize::from(self.dc.idx)
     }
 
-    /// This DC as a node of the network.
+    /// The homingd that handles the event.
+    pub(crate) fn addr(&self) -> Homingd {
+        self.inst.addr
+    }
+
+    /// This homingd as a node of the network.
     pub(crate) fn me(&self) -> NodeId {
-        NodeId::Dc(self.dc.idx)
+        NodeId::Dc(self.inst.addr)
     }
 
     /// Every DC, this one included.
@@ -149,6 +156,31 @@ impl DcCtx<'_> {
             dc: self.dc,
             after: self.peers.after,
         }
+    }
+
+    /// The homingd of peer DC `to` this one sends to: the one it last
+    /// heard from, or the next after one that gave no answer.
+    pub(crate) fn peer_homingd(&self, to: u16) -> Homingd {
+        Homingd::new(to, self.inst.peer_at.get(&to).copied().unwrap_or(0))
+    }
+
+    /// Peer homingd `to` gave no answer: this one sends to the DC's next
+    /// homingd from now on (as homingd's peer client fails over to the
+    /// DC's next address).
+    pub(crate) fn peer_silent(&mut self, to: Homingd) {
+        let n = self.dc_at(to.d()).instances();
+        if n > 1 && self.peer_homingd(to.dc()) == to {
+            self.inst.peer_at.insert(to.dc(), (to.instance() + 1) % n);
+        }
+    }
+
+    /// Whether homingd `h` runs (of this DC: whether the DC does — a
+    /// homingd never sends to its siblings).
+    pub(crate) fn homingd_up(&self, h: Homingd) -> bool {
+        if h.dc() == self.dc.idx {
+            return self.dc.up;
+        }
+        self.dc_at(h.d()).instances[usize::from(h.instance())].up
     }
 
     /// DC `d`: this one or a peer.

@@ -16,7 +16,7 @@ impl DcCtx<'_> {
     /// An operator's drain of `key` (the trace's `key_index`) starts at
     /// this DC: nobody waits for its reply.
     pub(crate) fn drain_start(&mut self, key_index: u32, key: Key) {
-        let serve = self.dc.endpoint.serve(None, Request::Drain { key });
+        let serve = self.inst.endpoint.serve(None, Request::Drain { key });
         let kind = TaskStepper::Serve(Box::new(serve));
         self.step_start(Task::new(self.me(), 0, key_index, kind));
     }

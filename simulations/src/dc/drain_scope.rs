@@ -35,7 +35,7 @@ pub(crate) struct DrainScopeJob {
 impl DcCtx<'_> {
     /// An operator starts draining every lease of the DC.
     pub(crate) fn drain_scope_begin(&mut self) {
-        if !self.dc.up {
+        if !self.inst.up {
             return;
         }
         self.measurements.count(Counter::DrainScopeStarted);
@@ -62,7 +62,7 @@ impl DcCtx<'_> {
     /// endpoint makes a `DrainScope` request's.
     fn drain_scope_page_at(&self, after: Option<ScanCursor>) -> DrainScope {
         let scope = NamespaceScope::everything();
-        self.dc.endpoint.drain_scope(scope, after)
+        self.inst.endpoint.drain_scope(scope, after)
     }
 
     /// A page ended: the next one, the end, or the same page again.
@@ -104,7 +104,8 @@ impl DcCtx<'_> {
         if let Some((id, _)) = missed {
             let detail = format!(
                 "dc #{}: {id}, renewable when the drain began, unchanged at its end ({} drained)",
-                self.dc.idx, job.drained
+                self.addr(),
+                job.drained
             );
             self.checker.on_drain_scope_incomplete(detail);
         }

@@ -119,19 +119,19 @@ impl DcCtx<'_> {
     /// serving. `false`: the DC must not serve (its store is below the
     /// floor it published: wiped, or restored from an old backup).
     pub(crate) fn lease_open(&mut self) -> bool {
-        self.dc.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
+        self.inst.lease = DcLeaseDriver::new(&self.policy, self.rules.mutations);
         if !self.cut_from_global() && !self.lease_check() {
             return false;
         }
         // The first renewal before serving: a DC whose global store answers
         // grants from its first request.
-        if !self.dc.lease.unchecked && !self.cut_from_global() {
+        if !self.inst.lease.unchecked && !self.cut_from_global() {
             let sent = self.node_now();
-            if let DcLeasePoll::Renew { terms, marks } = self.dc.lease.lease.poll(sent) {
+            if let DcLeasePoll::Renew { terms, marks } = self.inst.lease.lease.poll(sent) {
                 let kept = self.lease_land(terms, marks);
                 let now = self.node_now();
                 let renewal = DcRenewal::Renewed(kept);
-                self.dc.lease.lease.handle_renewed(sent, renewal, now);
+                self.inst.lease.lease.handle_renewed(sent, renewal, now);
                 self.reconcile();
             }
         }
@@ -145,7 +145,7 @@ impl DcCtx<'_> {
         // Invariant: the global store keeps a lease for every DC.
         let published = self.global.lease(&self.dc.id).expect("a dc").marks;
         let store_floor = self.allocator_floor();
-        let lease = &mut self.dc.lease;
+        let lease = &mut self.inst.lease;
         lease.unchecked = false;
         // The simulator never retires a DC nor starts above the floor.
         // The simulator publishes no event head (its stores keep none).
@@ -167,7 +167,7 @@ impl DcCtx<'_> {
         self.world.schedule(
             at,
             Event::DcLeaseExpiry {
-                dc: self.dc.idx,
+                dc: self.addr(),
                 received_us,
             },
         );
@@ -176,10 +176,10 @@ impl DcCtx<'_> {
 
     /// Runs the DC's renewal loop until it waits.
     pub(crate) fn lease_drive(&mut self) {
-        if !self.dc.up {
+        if !self.inst.up {
             return;
         }
-        if self.dc.lease.unchecked {
+        if self.inst.lease.unchecked {
             if self.cut_from_global() || !self.lease_check() {
                 let at = self.world.now + RENEW_RETRY_MS * 1000;
                 return self.lease_wake_at(at);
@@ -187,15 +187,15 @@ impl DcCtx<'_> {
             self.release_parked_writes();
         }
         let sent = self.node_now();
-        match self.dc.lease.lease.poll(sent) {
+        match self.inst.lease.lease.poll(sent) {
             DcLeasePoll::Renew { terms, marks } => {
-                let lease = &mut self.dc.lease;
+                let lease = &mut self.inst.lease;
                 lease.renewals += 1;
                 let seq = lease.renewals;
                 lease.renewing = Some((seq, sent));
                 let every_us = lease.renew_every_ms * 1000;
-                let epoch = self.dc.epoch;
-                let dc = self.dc.idx;
+                let epoch = self.inst.epoch;
+                let dc = self.addr();
                 self.measurements.count(Counter::DcLeaseRenewalSent);
                 // Bounded by the renewal period, as homingd's loop is.
                 self.world.schedule(
@@ -225,10 +225,10 @@ impl DcCtx<'_> {
     }
 
     fn lease_wake_at(&mut self, at_us: u64) {
-        let dc = &mut *self.dc;
+        let dc = &mut *self.inst;
         dc.lease.generation += 1;
         let event = Event::DcLeaseTick {
-            dc: dc.idx,
+            dc: dc.addr,
             epoch: dc.epoch,
             generation: dc.lease.generation,
         };
@@ -237,7 +237,7 @@ impl DcCtx<'_> {
 
     /// The renewal loop's timer.
     pub(crate) fn lease_tick(&mut self, epoch: u32, generation: u64) {
-        let dc = &*self.dc;
+        let dc = &*self.inst;
         if dc.up && dc.epoch == epoch && dc.lease.generation == generation {
             self.lease_drive();
         }
@@ -247,17 +247,17 @@ impl DcCtx<'_> {
     /// the DC unless the DC is cut off by now.
     pub(crate) fn renewal_lands(&mut self, epoch: u32, seq: u64, terms: DcTerms, marks: DcMarks) {
         let kept = self.lease_land(terms, marks);
-        let dc = &*self.dc;
+        let dc = &*self.inst;
         let current = dc.up && dc.epoch == epoch && dc.lease.renewing.map(|r| r.0) == Some(seq);
         if !current || self.cut_from_global() {
             return;
         }
-        let Some((_, sent)) = self.dc.lease.renewing.take() else {
+        let Some((_, sent)) = self.inst.lease.renewing.take() else {
             return;
         };
         let now = self.node_now();
         let change = self
-            .dc
+            .inst
             .lease
             .lease
             .handle_renewed(sent, DcRenewal::Renewed(kept), now);
@@ -269,14 +269,14 @@ impl DcCtx<'_> {
 
     /// Renewal `seq` of the DC was not answered within the renewal period.
     pub(crate) fn renewal_timeout(&mut self, epoch: u32, seq: u64) {
-        let dc = &*self.dc;
+        let dc = &*self.inst;
         if !dc.up || dc.epoch != epoch || dc.lease.renewing.map(|r| r.0) != Some(seq) {
             return;
         }
-        self.dc.lease.renewing = None;
+        self.inst.lease.renewing = None;
         self.measurements.count(Counter::DcLeaseRenewalFailed);
         let now = self.node_now();
-        let change = self.dc.lease.lease.handle_failed(now);
+        let change = self.inst.lease.lease.handle_failed(now);
         self.count_change(change);
         self.lease_drive();
     }
@@ -303,7 +303,7 @@ impl DcCtx<'_> {
             return Some((task, op));
         };
         let (unique, token) = (record.id.unique(), record.token);
-        let lease = &mut self.dc.lease;
+        let lease = &mut self.inst.lease;
         if !lease.unchecked && lease.lease.admits(unique, token) {
             return Some((task, op));
         }
@@ -314,13 +314,13 @@ impl DcCtx<'_> {
             return None;
         }
         let floor = self.allocator_floor();
-        let lease = &mut self.dc.lease;
+        let lease = &mut self.inst.lease;
         lease.lease.want(floor.max(unique), token);
         lease.parked.insert(tid, (task, op));
         self.measurements.count(Counter::WriteWaitsForMarks);
-        let epoch = self.dc.epoch;
+        let epoch = self.inst.epoch;
         let at = self.world.now + MARKS_WAIT_MS * 1000;
-        let dc = self.dc.idx;
+        let dc = self.addr();
         self.world.schedule(
             at,
             Event::MarksTimeout {
@@ -329,7 +329,7 @@ impl DcCtx<'_> {
                 task: tid,
             },
         );
-        if self.dc.lease.renewing.is_none() {
+        if self.inst.lease.renewing.is_none() {
             self.lease_drive();
         }
         None
@@ -337,7 +337,7 @@ impl DcCtx<'_> {
 
     /// Parked writes the published marks now cover go on to the store.
     fn release_parked_writes(&mut self) {
-        let lease = &self.dc.lease;
+        let lease = &self.inst.lease;
         let ready: Vec<u64> = lease
             .parked
             .iter()
@@ -350,7 +350,7 @@ impl DcCtx<'_> {
             .map(|(tid, _)| *tid)
             .collect();
         for tid in ready {
-            if let Some((task, op)) = self.dc.lease.parked.remove(&tid) {
+            if let Some((task, op)) = self.inst.lease.parked.remove(&tid) {
                 self.continue_task(tid, task, Next::Store(op));
             }
         }
@@ -358,10 +358,10 @@ impl DcCtx<'_> {
 
     /// A parked write's wait for marks ran out: it fails `Unavailable`.
     pub(crate) fn marks_timeout(&mut self, epoch: u32, tid: u64) {
-        if !self.dc.up || self.dc.epoch != epoch {
+        if !self.inst.up || self.inst.epoch != epoch {
             return;
         }
-        let Some((task, op)) = self.dc.lease.parked.remove(&tid) else {
+        let Some((task, op)) = self.inst.lease.parked.remove(&tid) else {
             return;
         };
         self.measurements.count(Counter::WriteMarksWaitTimedOut);
@@ -374,10 +374,10 @@ impl DcCtx<'_> {
 
     /// A global read or write of task `tid` failed: the DC is cut off.
     pub(crate) fn global_failed(&mut self, epoch: u32, tid: u64) {
-        if !self.dc.up || self.dc.epoch != epoch {
+        if !self.inst.up || self.inst.epoch != epoch {
             return;
         }
-        let Some(mut task) = self.dc.tasks.remove(&tid) else {
+        let Some(mut task) = self.inst.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;

@@ -20,17 +20,15 @@
 //! Every DC-store operation takes the store's latency and applies when it
 //! completes; the global write-once lands even if the DC crashed meanwhile.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use homing_core::chain::{HOP_LIMIT_DEFAULT, NODE_ABSENT_TTL_MS_DEFAULT};
 use homing_core::{
-    AwaitReply, DcId, ErrorKind, ErrorReply, LeasePolicy, Mutations, Reply, Request, ReservationId,
+    DcId, ErrorKind, ErrorReply, LeasePolicy, Mutations, Reply, Request, ReservationId,
     ShortcutNotice, TakeOverReply, TakeoverPolicy,
 };
 use homing_node::{
-    Answer, Dispatch, Endpoint, EndpointConfig, Failure, GlobalAnswer, GlobalOp, Handling,
+    Answer, Dispatch, EndpointConfig, Failure, GlobalAnswer, GlobalOp, Handling,
     MEMORY_ENTRIES_DEFAULT, MemoryLimits, NodeConfig, NodeTime, StoreOp as DcOp, Upkeep,
-    WaitLimits, Waiters,
+    WaitLimits,
 };
 use homing_store::memory::MemoryDc;
 
@@ -39,6 +37,8 @@ mod crash;
 mod ctx;
 mod drain;
 mod drain_scope;
+mod follow;
+mod instance;
 pub mod lease;
 mod reconcile;
 mod shutdown;
@@ -53,101 +53,89 @@ pub(crate) use upkeep::new_upkeep;
 
 use crate::clock::NodeClock;
 use crate::counter::Counter;
-use crate::event::{Body, Event, GlobalSet, Message, NodeId, reply_kind};
+use crate::event::{Body, Event, GlobalSet, Homingd, Message, NodeId, reply_kind};
 use crate::invariants::DcsView;
 use crate::trace::NO_KEY;
 use acquire::AcquireJob;
-use lease::DcLeaseDriver;
+pub(crate) use instance::Instance;
 use store::{StoreCall, StoreFaults};
 use task::{Task, TaskStepper};
 use waiting::AwaitFor;
 
-/// One simulated DC.
+/// One simulated DC: what its homingd share (its name, clocks and store)
+/// and its homingd ([`Instance`]s, one or several over the shared store).
 #[derive(Debug)]
 pub struct Dc {
     /// Its name.
     pub id: DcId,
     /// Its index.
     pub idx: u16,
-    /// Its store's clock.
+    /// Its store's clock (every homingd of the DC reads this one).
     pub clock: NodeClock,
     /// Durable: its DC store (records, expiry index, allocator, event
     /// log) — homing-store's memory backend, in its synchronous form.
     pub store: MemoryDc,
-    /// Whether it runs.
+    /// Whether any of its homingd runs.
     pub up: bool,
-    /// Bumped by every crash: voids store operations started before it.
-    pub epoch: u32,
-    /// When it last (re)started, true µs.
+    /// How many homingd it has.
+    pub(crate) homingd: u8,
+    /// How many of its homingd run.
+    pub(crate) running: u8,
+    /// When it last (re)started — a homingd of it after none ran —, true µs.
     pub up_since_us: u64,
-    /// When it last crashed, true µs.
-    pub down_since_us: u64,
-    /// Volatile: the DC as homing-node's endpoint — dispatch, retried
-    /// acquires, cancellations, its memory of the global store — as
-    /// homingd's node keeps it (a joined retry is answered to its client,
-    /// RPC and trace key).
-    pub(crate) endpoint: Endpoint<(NodeId, u64, u32)>,
-    /// How its endpoint is set up at every start.
+    /// How each homingd's endpoint is set up at every start.
     pub(crate) endpoint_config: EndpointConfig,
-    pub(crate) tasks: BTreeMap<u64, Task>,
-    /// Volatile: this DC's requests to peers in flight: RPC → (task, peer).
-    pub(crate) peer_rpcs: BTreeMap<u64, (u64, u16)>,
-    /// Volatile: this DC's pending `Await` requests to other DCs (RPC → peer).
-    pub(crate) await_rpcs: BTreeMap<u64, u16>,
-    /// Volatile: parked acquirers of this DC by task (lost in a crash).
-    pub(crate) waiters: Waiters<u64>,
-    /// Volatile: the upkeep pass and the proofs it remembers (`None`
-    /// while a pass runs: its task holds it).
-    pub(crate) upkeep: Option<Upkeep>,
-    /// Volatile: since when it shuts down gracefully (true µs), if it does
-    /// (whether it does is its endpoint's: `Endpoint::closing`).
-    pub(crate) closing_since: Option<u64>,
-    /// Volatile: watches parked until the event log moves.
-    pub(crate) watches: BTreeSet<u64>,
-    /// Wake-ups handed to waiter tasks, taken at their next select point.
-    pub(crate) woken: BTreeMap<u64, AwaitReply>,
-    /// Volatile: its DC lease as its homingd holds it.
-    pub(crate) lease: DcLeaseDriver,
     /// When its store is slow or fails.
     pub(crate) store_faults: StoreFaults,
-    pub(crate) next_task: u64,
+    /// Its homingd, by instance (taken out while one of them handles an
+    /// event: that one is the context's).
+    pub(crate) instances: Vec<Instance>,
 }
 
 impl Dc {
-    /// A running DC with empty stores; its endpoint set up by `endpoint`
-    /// (rules broken on purpose: its `mutations`), its waiters bounded by
-    /// `limits`, its upkeep `upkeep`.
+    /// A running DC with empty stores and `instances` homingd; their
+    /// endpoints set up by `endpoint` (rules broken on purpose: its
+    /// `mutations`), their waiters bounded by `limits`, their upkeep made
+    /// by `upkeep`.
     pub fn new(
         idx: u16,
         clock: NodeClock,
         limits: WaitLimits,
-        upkeep: Upkeep,
+        instances: u8,
+        upkeep: impl Fn() -> Upkeep,
         endpoint: EndpointConfig,
     ) -> Dc {
-        let (policy, mutations) = (endpoint.node.policy, endpoint.node.mutations);
+        assert!((1..=Homingd::INSTANCES_MAX).contains(&instances));
+        let instances: Vec<Instance> = (0..instances)
+            .map(|i| Instance::new(Homingd::new(idx, i), limits, upkeep(), &endpoint))
+            .collect();
         Dc {
             id: endpoint.node.dc.clone(),
             idx,
             clock,
             store: MemoryDc::new(),
             up: true,
-            epoch: 0,
+            homingd: instances.len() as u8,
+            running: instances.len() as u8,
             up_since_us: 0,
-            down_since_us: 0,
-            endpoint: Endpoint::new(endpoint.clone()),
             endpoint_config: endpoint,
-            tasks: BTreeMap::new(),
-            peer_rpcs: BTreeMap::new(),
-            await_rpcs: BTreeMap::new(),
-            waiters: Waiters::new(limits, mutations),
-            upkeep: Some(upkeep),
-            closing_since: None,
-            watches: BTreeSet::new(),
-            woken: BTreeMap::new(),
-            lease: DcLeaseDriver::new(&policy, mutations),
             store_faults: StoreFaults::default(),
-            next_task: 0,
+            instances,
         }
+    }
+
+    /// How many homingd it runs.
+    pub fn instances(&self) -> u8 {
+        self.homingd
+    }
+
+    /// Its homingd that runs, if any, the first from instance `from` on
+    /// (where a client that found `from` silent goes next).
+    pub fn running_from(&self, from: u8) -> Option<u8> {
+        let n = self.instances();
+        (0..n)
+            .map(|k| (from + k) % n)
+            .find(|&i| self.instances[usize::from(i)].up)
     }
 
     /// How DC `id`'s endpoint starts: homingd's defaults (its memory bounded
@@ -230,7 +218,7 @@ impl DcCtx<'_> {
 
     /// A request arrives at the DC (or a reply to one of its peer requests).
     pub(crate) fn receive(&mut self, message: Message) {
-        if !self.dc.up {
+        if !self.inst.up {
             return;
         }
         match message.body {
@@ -243,18 +231,21 @@ impl DcCtx<'_> {
 
     fn handle_request(&mut self, client: NodeId, rpc: u64, key: u32, request: Request) {
         let peer = match client {
-            NodeId::Dc(c) => Some(self.dc_at(usize::from(c)).id.clone()),
+            NodeId::Dc(c) => Some(self.dc_at(c.d()).id.clone()),
             _ => None,
         };
         let (now, rng) = (self.node_now(), &mut self.world.rng);
         let bits = || u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64());
-        let dc = &mut *self.dc;
-        let dispatch =
-            dc.endpoint
-                .handle_request(peer.as_ref(), request, now, bits, (client, rpc, key));
+        let dispatch = (self.inst.endpoint).handle_request(
+            peer.as_ref(),
+            request,
+            now,
+            bits,
+            (client, rpc, key),
+        );
         let kind = match dispatch {
             Dispatch::Refused(refused) => {
-                if self.dc.endpoint.closing() {
+                if self.inst.endpoint.closing() {
                     self.measurements.count(Counter::DcRefusedShuttingDown);
                 }
                 return self.reply_to(client, rpc, key, Reply::Error(refused));
@@ -285,8 +276,8 @@ impl DcCtx<'_> {
     }
 
     pub(crate) fn new_task_id(&mut self) -> u64 {
-        self.dc.next_task += 1;
-        self.dc.next_task
+        self.inst.next_task += 1;
+        self.inst.next_task
     }
 
     pub(crate) fn reply_to(&mut self, client: NodeId, rpc: u64, key: u32, reply: Reply) {
@@ -337,7 +328,7 @@ impl DcCtx<'_> {
     /// dead process, which its restarted successor resets.
     fn stream_send(&mut self, message: Message) -> bool {
         if let NodeId::Dc(t) = message.to
-            && !self.dc_at(usize::from(t)).up
+            && !self.homingd_up(t)
         {
             return true;
         }
@@ -387,12 +378,12 @@ impl DcCtx<'_> {
                     _ => self.store_delay_us(base, jitter),
                 };
                 task.waiting = Some(op);
-                let epoch = self.dc.epoch;
-                self.dc.tasks.insert(tid, task);
+                let epoch = self.inst.epoch;
+                self.inst.tasks.insert(tid, task);
                 self.world.schedule(
                     self.world.now + delay,
                     Event::Store {
-                        dc: self.dc.idx,
+                        dc: self.addr(),
                         epoch,
                         task: tid,
                     },
@@ -403,13 +394,13 @@ impl DcCtx<'_> {
                 let ms = self.scenario.stores.global_write_ms;
                 let delay = self.store_delay_us(ms, 0.0);
                 let set = GlobalSet {
-                    dc: self.dc.idx,
-                    epoch: self.dc.epoch,
+                    dc: self.addr(),
+                    epoch: self.inst.epoch,
                     task: tid,
                     key,
                     write,
                 };
-                self.dc.tasks.insert(tid, task);
+                self.inst.tasks.insert(tid, task);
                 self.world
                     .schedule(self.world.now + delay, Event::GlobalSet(Box::new(set)));
             }
@@ -418,11 +409,12 @@ impl DcCtx<'_> {
                 if matches!(request, Request::Link { .. }) {
                     task.work.links += 1;
                 }
+                let to = self.peer_homingd(to);
                 let rpc = self
                     .world
                     .request(self.me(), NodeId::Dc(to), task.key, request);
-                self.dc.peer_rpcs.insert(rpc, (tid, to));
-                self.dc.tasks.insert(tid, task);
+                self.inst.peer_rpcs.insert(rpc, (tid, to));
+                self.inst.tasks.insert(tid, task);
             }
             Next::Reply(reply) => {
                 if task.kind.acquire().is_some() {
@@ -432,7 +424,7 @@ impl DcCtx<'_> {
                 let mut parked = false;
                 if let Some(job) = task.kind.acquire() {
                     let (key, lease) = (job.acquire.key(), job.acquire.lease());
-                    answered.extend(self.dc.endpoint.acquire_ended(key, lease));
+                    answered.extend(self.inst.endpoint.acquire_ended(key, lease));
                     parked = job.acquire.waits();
                 }
                 // Invariant: `answered` starts with the task's own client.
@@ -444,7 +436,7 @@ impl DcCtx<'_> {
                 self.answer(parked, client, rpc, key, reply);
             }
             // A closing DC's `closed()` is ready at once: no new wait or pause.
-            Next::Await { .. } | Next::Pause(_) if self.dc.endpoint.closing() => {
+            Next::Await { .. } | Next::Pause(_) if self.inst.endpoint.closing() => {
                 self.acquire_closed(tid, task);
             }
             Next::Await {
@@ -461,7 +453,7 @@ impl DcCtx<'_> {
                 job.generation += 1;
                 let generation = job.generation;
                 let at = self.dc.clock.first_true_us_at_us(until.as_us());
-                self.dc.tasks.insert(tid, task);
+                self.inst.tasks.insert(tid, task);
                 self.set_timer(tid, generation, at);
             }
         }
@@ -472,9 +464,9 @@ impl DcCtx<'_> {
     fn global_fails_after(&mut self, tid: u64, mut task: Task, op: Option<StoreCall>, ms: f64) {
         let delay = self.store_delay_us(ms, 0.0);
         task.waiting = op;
-        let epoch = self.dc.epoch;
-        self.dc.tasks.insert(tid, task);
-        let dc = self.dc.idx;
+        let epoch = self.inst.epoch;
+        self.inst.tasks.insert(tid, task);
+        let dc = self.addr();
         self.world.schedule(
             self.world.now + delay,
             Event::GlobalFailed {
@@ -511,6 +503,7 @@ impl DcCtx<'_> {
             entry: notice.entry,
             shortcut: notice.shortcut,
         };
+        let to = self.peer_homingd(to);
         self.world.request(self.me(), NodeId::Dc(to), key, request);
     }
 
@@ -544,30 +537,30 @@ impl DcCtx<'_> {
             }
             read => unreachable!("a global read is not a write: {read:?}"),
         };
-        if !self.dc.up || self.dc.epoch != set.epoch {
+        if !self.inst.up || self.inst.epoch != set.epoch {
             return;
         }
         let now = self.node_now();
-        let landed = self.dc.endpoint.learn(&set.write, landed, now);
-        let Some(task) = self.dc.tasks.remove(&set.task) else {
+        let landed = self.inst.endpoint.learn(&set.write, landed, now);
+        let Some(task) = self.inst.tasks.remove(&set.task) else {
             return;
         };
         self.step_answered(set.task, task, Answer::Global(Ok(landed)));
     }
 
     fn peer_reply(&mut self, from: NodeId, rpc: u64, reply: Reply) {
-        let Some((tid, _)) = self.dc.peer_rpcs.remove(&rpc) else {
+        let Some((tid, _)) = self.inst.peer_rpcs.remove(&rpc) else {
             return;
         };
-        let Some(task) = self.dc.tasks.remove(&tid) else {
+        let Some(task) = self.inst.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
         if !matches!(from, NodeId::Dc(_)) {
             return;
         }
-        if self.dc.await_rpcs.remove(&rpc).is_some() {
-            self.checker.wake.on_origin_done(self.dc.idx, rpc);
+        if self.inst.await_rpcs.remove(&rpc).is_some() {
+            self.checker.wake.on_origin_done(self.addr(), rpc);
             // Any answer of the peer, even an error of kind `Unavailable`, is
             // a refusal (`PeerError::Refused`), not an unreachable DC.
             let result = peer_answer(reply, "await", |r| match r {
@@ -580,6 +573,9 @@ impl DcCtx<'_> {
     }
 
     pub(crate) fn timeout(&mut self, rpc: u64) {
+        if let Some(&(_, peer)) = self.inst.peer_rpcs.get(&rpc) {
+            self.peer_silent(peer);
+        }
         self.rpc_failed(
             rpc,
             Counter::DcPeerTimeout,
@@ -590,7 +586,7 @@ impl DcCtx<'_> {
     /// The QUIC connection a parked `Await` rode died (idle timeout, or a
     /// stateless `reset` from the tail's restarted DC).
     pub(crate) fn connection_lost(&mut self, rpc: u64, reset: bool) {
-        if !self.dc.up {
+        if !self.inst.up {
             return;
         }
         let (counter, why) = if reset {
@@ -608,21 +604,21 @@ impl DcCtx<'_> {
     }
 
     fn rpc_failed(&mut self, rpc: u64, counter: Counter, why: &str) {
-        let Some((tid, peer)) = self.dc.peer_rpcs.remove(&rpc) else {
+        let Some((tid, peer)) = self.inst.peer_rpcs.remove(&rpc) else {
             return;
         };
         self.measurements.count(counter);
-        let Some(task) = self.dc.tasks.remove(&tid) else {
+        let Some(task) = self.inst.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
         // The peer that did not answer is the one unavailable (homingd's
         // `PeerError::Unavailable { dc }`), not this DC.
         let unavailable = ErrorKind::Unavailable {
-            dc: self.dc_at(usize::from(peer)).id.clone(),
+            dc: self.dc_at(peer.d()).id.clone(),
         };
-        if self.dc.await_rpcs.remove(&rpc).is_some() {
-            self.checker.wake.on_origin_done(self.dc.idx, rpc);
+        if self.inst.await_rpcs.remove(&rpc).is_some() {
+            self.checker.wake.on_origin_done(self.addr(), rpc);
             let lost = ErrorReply::new(unavailable, why);
             return self.acquire_awaited(tid, task, Err(Failure::Unreachable(lost)));
         }
@@ -635,8 +631,8 @@ impl DcCtx<'_> {
     /// and the DC's current epoch (a crash voids it).
     pub(crate) fn set_timer(&mut self, tid: u64, generation: u64, at: u64) {
         let timer = Event::DcTask {
-            dc: self.dc.idx,
-            epoch: self.dc.epoch,
+            dc: self.addr(),
+            epoch: self.inst.epoch,
             task: tid,
             generation,
         };
@@ -645,10 +641,10 @@ impl DcCtx<'_> {
 
     /// A DC timer of task `tid` (a waiter's wake-up, an acquire's pause) fired.
     pub(crate) fn task_timer(&mut self, epoch: u32, tid: u64, generation: u64) {
-        if !self.dc.up || self.dc.epoch != epoch {
+        if !self.inst.up || self.inst.epoch != epoch {
             return;
         }
-        let current = match self.dc.tasks.get(&tid).map(|t| &t.kind) {
+        let current = match self.inst.tasks.get(&tid).map(|t| &t.kind) {
             Some(kind) if kind.parked_watch(generation) => true,
             Some(kind) => match (kind.waiter(), kind.acquire()) {
                 (Some(job), _) => job.parked == Some(generation),
@@ -661,7 +657,7 @@ impl DcCtx<'_> {
             return;
         }
         // Invariant: the task was just found in the map.
-        let mut task = self.dc.tasks.remove(&tid).expect("task present");
+        let mut task = self.inst.tasks.remove(&tid).expect("task present");
         if let Some(job) = task.kind.acquire_mut() {
             job.paused = false;
         }

@@ -28,7 +28,7 @@ use crate::trace::NO_KEY;
 impl DcCtx<'_> {
     /// Starts the DC's reconciliation if its lease owes one and none runs.
     pub(crate) fn reconcile(&mut self) {
-        let dc = &*self.dc;
+        let dc = &*self.inst;
         let Some(number) = dc.lease.lease.reconciliation() else {
             return;
         };
@@ -38,9 +38,9 @@ impl DcCtx<'_> {
         if !dc.up || running {
             return;
         }
-        let id = dc.id.clone();
+        let id = self.dc.id.clone();
         // Taken, as homingd's node takes it: a failed pass leaves its own.
-        let resumption = self.dc.lease.resumption.take();
+        let resumption = self.inst.lease.resumption.take();
         let reconcile = Reconcile::new(id, number, self.policy, self.rules.mutations)
             .resuming(resumption.as_ref());
         if reconcile.resumes_after().is_some() {
@@ -53,7 +53,7 @@ impl DcCtx<'_> {
 
     /// A retry of the DC's failed reconciliation comes due.
     pub(crate) fn reconcile_retry(&mut self, epoch: u32) {
-        if self.dc.epoch == epoch {
+        if self.inst.epoch == epoch {
             self.reconcile();
         }
     }
@@ -66,17 +66,17 @@ impl DcCtx<'_> {
             Ok(_) => {
                 self.measurements.count(Counter::ReconcilePassed);
                 let number = reconcile.number();
-                self.dc.lease.lease.handle_reconciled(number);
+                self.inst.lease.lease.handle_reconciled(number);
                 // Regained again meanwhile: the newer one is owed now
                 // (homingd's loop runs it at once too).
                 self.reconcile();
             }
             Err(_) => {
                 self.measurements.count(Counter::ReconcileFailed);
-                self.dc.lease.resumption = reconcile.resumption();
-                let epoch = self.dc.epoch;
+                self.inst.lease.resumption = reconcile.resumption();
+                let epoch = self.inst.epoch;
                 let at = self.world.now + RENEW_RETRY_MS * 1000;
-                let dc = self.dc.idx;
+                let dc = self.addr();
                 self.world.schedule(at, Event::ReconcileRetry { dc, epoch });
             }
         }

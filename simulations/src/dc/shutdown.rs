@@ -27,41 +27,41 @@ pub const DRAIN_MS_MAX: u64 = 5_000;
 impl DcCtx<'_> {
     /// The DC starts shutting down.
     pub(crate) fn close(&mut self) {
-        if !self.dc.up || self.dc.endpoint.closing() {
+        if !self.inst.up || self.inst.endpoint.closing() {
             return;
         }
         self.measurements.count(Counter::DcShutdownStarted);
-        self.dc.closing_since = Some(self.world.now);
-        self.dc.endpoint.close();
+        self.inst.closing_since = Some(self.world.now);
+        self.inst.endpoint.close();
         // Waiters: answered now (homingd's `Node::close`).
-        let woken = self.dc.waiters.wake_all(AwaitReply::TimedOut);
+        let woken = self.inst.waiters.wake_all(AwaitReply::TimedOut);
         if !woken.is_empty() {
             self.measurements.count(Counter::WaitAnsweredAtShutdown);
         }
-        self.checker.wake.on_dc_close(self.dc.idx);
+        self.checker.wake.on_dc_close(self.addr());
         let mut rouse = Vec::new();
         for wake in woken {
-            self.dc.woken.insert(wake.waiter, wake.reply);
+            self.inst.woken.insert(wake.waiter, wake.reply);
             rouse.push(wake.waiter);
         }
         for tid in rouse {
             self.await_rouse(tid);
         }
         // Parked watches answer the cursor as it stands.
-        for tid in self.dc.watches.clone() {
-            if let Some(task) = self.dc.tasks.remove(&tid) {
+        for tid in self.inst.watches.clone() {
+            if let Some(task) = self.inst.tasks.remove(&tid) {
                 self.watch_ended(tid, task, Answer::Closed);
             }
         }
         // Paused and waiting acquires answer now.
-        let parked: Vec<u64> = (self.dc.tasks.iter())
+        let parked: Vec<u64> = (self.inst.tasks.iter())
             .filter(|(_, t)| {
                 (t.kind.acquire()).is_some_and(|job| job.paused || job.awaiting.is_some())
             })
             .map(|(tid, _)| *tid)
             .collect();
         for tid in parked {
-            let Some(task) = self.dc.tasks.remove(&tid) else {
+            let Some(task) = self.inst.tasks.remove(&tid) else {
                 continue;
             };
             self.acquire_closed(tid, task);
@@ -87,13 +87,13 @@ impl DcCtx<'_> {
     /// The closing DC exits once no request is left (its upkeep pass and
     /// reconciliation stop with it, as homingd's background tasks do).
     pub(crate) fn close_check(&mut self) {
-        let Some(since) = self.dc.closing_since else {
+        let Some(since) = self.inst.closing_since else {
             return;
         };
-        if !self.dc.up {
+        if !self.inst.up {
             return;
         }
-        let busy = (self.dc.tasks.values()).any(|t| !t.kind.in_background());
+        let busy = (self.inst.tasks.values()).any(|t| !t.kind.in_background());
         if busy && self.world.now - since >= DRAIN_MS_MAX * 1000 {
             // homingd exits with requests still in flight: cut like a crash.
             self.measurements.count(Counter::DcShutdownCut);
@@ -103,7 +103,7 @@ impl DcCtx<'_> {
             let at = self.world.now + CLOSE_CHECK_MS * 1000;
             return self
                 .world
-                .schedule(at, Event::DcCloseCheck { dc: self.dc.idx });
+                .schedule(at, Event::DcCloseCheck { dc: self.addr() });
         }
         self.measurements.count(Counter::DcShutdownDrained);
         self.measurements

@@ -142,7 +142,7 @@ impl DcCtx<'_> {
     fn local_segment(&self, id: &ReservationId) -> Result<Segment, SegmentError> {
         let dc = &*self.dc;
         let now = dc.clock.store_time(self.world.now);
-        let hop_limit = dc.endpoint.config().hop_limit;
+        let hop_limit = self.inst.endpoint.config().hop_limit;
         let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), hop_limit);
         while let Some(at) = segment.need().cloned() {
             segment.handle(dc.store.record(&at), now, &self.policy)?;
@@ -195,10 +195,10 @@ impl DcCtx<'_> {
             record.version,
             previous.as_ref(),
         );
-        if self.dc.waiters.has_waiters(id) {
+        if self.inst.waiters.has_waiters(id) {
             self.waiters_written(record);
         }
-        if self.dc.store.event_head() > head && !self.dc.watches.is_empty() {
+        if self.dc.store.event_head() > head && !self.inst.watches.is_empty() {
             self.watches_moved();
         }
         Written::Yes
@@ -242,10 +242,10 @@ impl DcCtx<'_> {
     }
 
     pub(crate) fn store_done(&mut self, epoch: u32, tid: u64) {
-        if !self.dc.up || self.dc.epoch != epoch {
+        if !self.inst.up || self.inst.epoch != epoch {
             return;
         }
-        let Some(mut task) = self.dc.tasks.remove(&tid) else {
+        let Some(mut task) = self.inst.tasks.remove(&tid) else {
             return;
         };
         self.world.current_key = task.key;
@@ -284,7 +284,7 @@ impl DcCtx<'_> {
                 let now = self.node_now();
                 let read = GlobalOp::Entry { key, read };
                 let entry = GlobalAnswer::Entry(entry);
-                Answer::Global(Ok(self.dc.endpoint.learn(&read, entry, now)))
+                Answer::Global(Ok(self.inst.endpoint.learn(&read, entry, now)))
             }
         };
         self.step_answered(tid, task, answer);

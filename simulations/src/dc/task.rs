@@ -273,7 +273,7 @@ impl DcCtx<'_> {
         let next = loop {
             let step = stepping(&mut task).step(now.node);
             while let Some(event) = stepping(&mut task).poll_event() {
-                self.dc.endpoint.note(&event);
+                self.inst.endpoint.note(&event);
                 match event {
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(task.key, notice),
@@ -338,8 +338,8 @@ impl DcCtx<'_> {
             })
         );
         let now = self.node_now();
-        let dc = &mut *self.dc;
-        let effect = match dc.endpoint.answer_at_once(effect, now, &dc.lease.lease) {
+        let inst = &mut *self.inst;
+        let effect = match inst.endpoint.answer_at_once(effect, now, &inst.lease.lease) {
             Ok(answer) => {
                 if resolve && answer == Answer::Global(Ok(GlobalAnswer::Entry(None))) {
                     self.measurements.count(Counter::ResolveAbsentReusedAtDc);
@@ -378,9 +378,9 @@ impl DcCtx<'_> {
             // The namespace is not counted yet: the DC's store counts it
             // (at once: a count only reads), then the endpoint admits.
             Effect::Admit(namespace) => {
-                let dc = &mut *self.dc;
-                let created = dc.store.keys_created(&namespace, dc.endpoint.count_bound());
-                Performed::Now(dc.endpoint.admit_counted(&namespace, created))
+                let endpoint = &mut self.inst.endpoint;
+                let created = (self.dc.store).keys_created(&namespace, endpoint.count_bound());
+                Performed::Now(endpoint.admit_counted(&namespace, created))
             }
             Effect::Link {
                 key,
@@ -454,7 +454,7 @@ impl DcCtx<'_> {
             }
         };
         let answer = match self.global_reachable() {
-            Ok(()) => Ok(self.dc.endpoint.learn(&op, read, now)),
+            Ok(()) => Ok(self.inst.endpoint.learn(&op, read, now)),
             Err(cut) => Err(Failure::Unreachable(cut)),
         };
         Performed::Now(Answer::Global(answer))
@@ -499,7 +499,7 @@ impl DcCtx<'_> {
             }
             Ended::Upkeep => {
                 if let TaskStepper::Upkeep(upkeep) = task.kind {
-                    self.dc.upkeep = Some(*upkeep);
+                    self.inst.upkeep = Some(*upkeep);
                 }
                 return None;
             }

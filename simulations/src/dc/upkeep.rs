@@ -54,12 +54,12 @@ impl DcCtx<'_> {
     pub(crate) fn reap(&mut self) {
         let interval = self.scenario.stores.reaper_interval_ms.max(1) * 1000;
         self.world
-            .schedule(self.world.now + interval, Event::Reap { dc: self.dc.idx });
-        if !self.dc.up {
+            .schedule(self.world.now + interval, Event::Reap { dc: self.addr() });
+        if !self.inst.up {
             return;
         }
         // Taken by the pass's task until it ends: none may start meanwhile.
-        let Some(mut upkeep) = self.dc.upkeep.take() else {
+        let Some(mut upkeep) = self.inst.upkeep.take() else {
             return;
         };
         upkeep.start(self.dc.clock.store_time(self.world.now));

@@ -11,7 +11,7 @@
 //! daemon can take). Queues live in memory: a crash loses them.
 
 use crate::counter::Counter;
-use homing_core::{AwaitReply, DcRecord, Reply, ReservationId};
+use homing_core::{AwaitReply, DcRecord, RecordRead, Reply, ReservationId};
 use homing_node::{Answer, AwaitVacant, Failure, NodeTime, Notified, QueueOp, Queued, Ticket};
 
 use super::ctx::DcCtx;
@@ -66,7 +66,7 @@ impl DcCtx<'_> {
         };
         let kind = TaskStepper::Await(Box::new(job));
         let task = Task::new(client, rpc, key, kind);
-        if self.dc.endpoint.closing() {
+        if self.inst.endpoint.closing() {
             // homingd's `closed()` is ready at once: the wait ends now.
             self.measurements.count(Counter::WaitAnsweredAtShutdown);
             return self.await_finish(&task, Ok(AwaitReply::TimedOut));
@@ -81,7 +81,7 @@ impl DcCtx<'_> {
         let now = self.node_now();
         let reservation = op.reservation().clone();
         // Simulated waiters leave the queue themselves when they stop listening.
-        let waiters = &mut self.dc.waiters;
+        let waiters = &mut self.inst.waiters;
         let (queued, notified) = waiters.queue(op, store_now, now, &self.policy, || tid, |_| true);
         let job = task.kind.waiter().expect("a waiter's registry operation");
         match &queued {
@@ -95,7 +95,7 @@ impl DcCtx<'_> {
                 let record = job.wait.record().expect("a record read");
                 let id = &reservation;
                 let ticket = ticket.get();
-                let (at, dc) = (self.world.now, self.dc.idx);
+                let (at, dc) = (self.world.now, self.addr());
                 (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, record);
             }
             Queued::Settled(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
@@ -114,7 +114,7 @@ impl DcCtx<'_> {
         let generation = job.generation;
         job.parked = Some(generation);
         let at = self.dc.clock.first_true_us_at_us(until.as_us());
-        self.dc.tasks.insert(tid, task);
+        self.inst.tasks.insert(tid, task);
         self.set_timer(tid, generation, at);
     }
 
@@ -125,7 +125,7 @@ impl DcCtx<'_> {
     pub(crate) fn await_selected(&mut self, tid: u64, task: &mut Task) -> Option<Answer> {
         let job = task.kind.waiter_mut().expect("a waiter parks");
         let selected = std::mem::replace(&mut job.selected, true);
-        (!selected).then(|| Answer::Woken(self.dc.woken.remove(&tid)))
+        (!selected).then(|| Answer::Woken(self.inst.woken.remove(&tid)))
     }
 
     /// A parked waiter's timer fired or it was roused: its select runs.
@@ -139,8 +139,8 @@ impl DcCtx<'_> {
 
     /// A waiter leaves the queue (it timed out or failed; dropping its ticket).
     fn waiters_leave(&mut self, id: &ReservationId, ticket: Ticket) {
-        if self.dc.waiters.leave(id, ticket).is_some() {
-            self.checker.wake.on_left(self.dc.idx, ticket.get());
+        if self.inst.waiters.leave(id, ticket).is_some() {
+            self.checker.wake.on_left(self.addr(), ticket.get());
         }
     }
 
@@ -152,9 +152,21 @@ impl DcCtx<'_> {
         let now = self.node_now();
         // Simulated waiters leave the queue themselves when they stop listening.
         let notified = self
-            .dc
+            .inst
             .waiters
             .written(record, store_now, now, &self.policy, |_| true);
+        self.waiters_deliver(&record.id, notified);
+    }
+
+    /// `record` (of this DC) as the log follower read it: its waiters
+    /// here learn of a write another homingd of the DC made (homingd's
+    /// `Waiters::seen`).
+    pub(crate) fn waiters_seen(&mut self, read: &RecordRead) {
+        let store_now = self.dc.clock.store_time(self.world.now);
+        let now = self.node_now();
+        let (record, session) = (&read.record, read.session());
+        let waiters = &mut self.inst.waiters;
+        let notified = waiters.notify(record, session, store_now, now, &self.policy, |_| true);
         self.waiters_deliver(&record.id, notified);
     }
 
@@ -163,7 +175,7 @@ impl DcCtx<'_> {
     fn waiters_deliver(&mut self, id: &ReservationId, notified: Notified<u64>) {
         let true_now = self.world.now;
         let mut wake_tasks: Vec<u64> = if notified.handoff_moved {
-            self.dc.waiters.queued(id).copied().collect()
+            self.inst.waiters.queued(id).copied().collect()
         } else {
             Vec::new()
         };
@@ -179,8 +191,8 @@ impl DcCtx<'_> {
             });
             self.checker
                 .wake
-                .on_wake(true_now, self.dc.idx, id, wake.ticket.get(), vacated);
-            self.dc.woken.insert(wake.waiter, wake.reply);
+                .on_wake(true_now, self.addr(), id, wake.ticket.get(), vacated);
+            self.inst.woken.insert(wake.waiter, wake.reply);
             wake_tasks.push(wake.waiter);
         }
         for tid in wake_tasks {
@@ -190,7 +202,7 @@ impl DcCtx<'_> {
 
     /// A parked waiter has something to look at: run its select now.
     pub(crate) fn await_rouse(&mut self, tid: u64) {
-        let Some(job) = self.dc.tasks.get(&tid).and_then(|t| t.kind.waiter()) else {
+        let Some(job) = self.inst.tasks.get(&tid).and_then(|t| t.kind.waiter()) else {
             return;
         };
         if let Some(generation) = job.parked {
@@ -218,7 +230,7 @@ impl DcCtx<'_> {
     /// future (the hand-off window then passes the turn on).
     pub(crate) fn await_drop(&mut self, acquire: u64) {
         let origin = AwaitFor::Local { acquire };
-        let waiter = self.dc.tasks.iter().find_map(|(tid, t)| {
+        let waiter = self.inst.tasks.iter().find_map(|(tid, t)| {
             (t.kind.waiter())
                 .is_some_and(|job| job.origin == origin)
                 .then_some(*tid)
@@ -226,10 +238,10 @@ impl DcCtx<'_> {
         let Some(tid) = waiter else {
             return;
         };
-        let Some(task) = self.dc.tasks.remove(&tid) else {
+        let Some(task) = self.inst.tasks.remove(&tid) else {
             return;
         };
-        if self.dc.woken.remove(&tid).is_some() {
+        if self.inst.woken.remove(&tid).is_some() {
             self.measurements
                 .count(Counter::WaitWakeUpDroppedAtDeadline);
         }
@@ -258,7 +270,7 @@ impl DcCtx<'_> {
                 self.stream_reply(client, rpc, key, reply);
             }
             AwaitFor::Local { acquire } => {
-                let Some(task) = self.dc.tasks.remove(&acquire) else {
+                let Some(task) = self.inst.tasks.remove(&acquire) else {
                     return;
                 };
                 self.acquire_awaited(acquire, task, result);

@@ -41,15 +41,15 @@ impl DcCtx<'_> {
         job.parked = Some(job.generation);
         let generation = job.generation;
         let at = self.dc.clock.first_true_us_at_us(until.as_us());
-        self.dc.watches.insert(tid);
-        self.dc.tasks.insert(tid, task);
+        self.inst.watches.insert(tid);
+        self.inst.tasks.insert(tid, task);
         self.set_timer(tid, generation, at);
     }
 
     /// The DC's event log moved: every parked watch reads again.
     pub(crate) fn watches_moved(&mut self) {
-        for tid in std::mem::take(&mut self.dc.watches) {
-            let Some(mut task) = self.dc.tasks.remove(&tid) else {
+        for tid in std::mem::take(&mut self.inst.watches) {
+            let Some(mut task) = self.inst.tasks.remove(&tid) else {
                 continue;
             };
             if let Some(job) = task.kind.watch_mut() {
@@ -63,7 +63,7 @@ impl DcCtx<'_> {
     /// (`Answer::TimedOut`) or the DC shuts down (`Answer::Closed`); it
     /// answers the cursor as it stands.
     pub(crate) fn watch_ended(&mut self, tid: u64, mut task: Task, answer: Answer) {
-        self.dc.watches.remove(&tid);
+        self.inst.watches.remove(&tid);
         if let Some(job) = task.kind.watch_mut() {
             job.parked = None;
         }
