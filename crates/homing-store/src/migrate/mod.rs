@@ -1238,6 +1238,13 @@ mod tests {
         ) -> Result<Vec<homing_core::SessionRecord>, StoreError> {
             self.inner.due_sessions(until, after, limit).await
         }
+        async fn sessions(
+            &self,
+            after: Option<&homing_core::SessionId>,
+            limit: usize,
+        ) -> Result<Vec<homing_core::SessionRecord>, StoreError> {
+            self.inner.sessions(after, limit).await
+        }
         async fn import_session(
             &self,
             row: &homing_core::SessionRecord,
