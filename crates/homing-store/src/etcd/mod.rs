@@ -52,6 +52,7 @@ mod log;
 mod lost_answer;
 mod members;
 mod record_cache;
+mod session;
 mod setting;
 mod succession;
 #[cfg(test)]
