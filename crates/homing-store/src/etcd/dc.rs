@@ -258,10 +258,9 @@ impl EtcdDcStore {
                     .map(|e| (self.session_index_key(e.index, &e.entry), id.clone())),
             );
             if let Some((next, value)) = &next_row {
-                let (row_puts, row_deletes) =
-                    self.session_row_writes(row.row.as_ref(), next, value.clone());
-                puts.extend(row_puts);
-                deletes.extend(row_deletes);
+                let writes = self.session_row_writes(row.row.as_ref(), next, value.clone());
+                puts.extend(writes.puts);
+                deletes.extend(writes.deletes);
             }
             let append = Append {
                 record_key: rk.clone(),

@@ -56,6 +56,13 @@ impl StoredRow {
     }
 }
 
+/// The writes that put a session row: keys put with their values, keys
+/// deleted (never one of those put).
+pub(super) struct RowWrites {
+    pub(super) puts: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(super) deletes: Vec<Vec<u8>>,
+}
+
 fn contended(what: &str) -> StoreError {
     StoreError::Unavailable {
         backend: "etcd",
@@ -83,7 +90,7 @@ impl EtcdDcStore {
         old: Option<&SessionRecord>,
         row: &SessionRecord,
         value: Vec<u8>,
-    ) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<Vec<u8>>) {
+    ) -> RowWrites {
         let due = |r: &SessionRecord| self.space.key(SESSIONS_DUE, &session::session_due_entry(r));
         let new_due = due(row);
         let deletes = old
@@ -95,7 +102,7 @@ impl EtcdDcStore {
             (self.session_key(&row.id), value),
             (new_due, session::session_bytes(&row.id)),
         ];
-        (puts, deletes)
+        RowWrites { puts, deletes }
     }
 
     /// [`crate::DcStore::session`].
@@ -126,7 +133,8 @@ impl EtcdDcStore {
         let mut maybe_ours = false;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let current = StoredRow::of(kv.as_ref())?.row;
-            let (puts, deletes) = self.session_row_writes(current.as_ref(), row, value.clone());
+            let RowWrites { puts, deletes } =
+                self.session_row_writes(current.as_ref(), row, value.clone());
             if let Some(answer) = judge(current, maybe_ours) {
                 return Ok(answer);
             }
