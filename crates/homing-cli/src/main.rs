@@ -165,7 +165,7 @@ enum Command {
     /// List every record in a namespace (and its children) in every DC.
     Inspect(scope::ScopeCommand),
     /// Copy a deployment's stores (global entries, successions, DC leases and
-    /// settings, DC records, events, allocators) to another backend, e.g.
+    /// settings, DC session rows, records, events, allocators) to another backend, e.g.
     /// redb to etcd, with homingd stopped; resumable, never overwriting, then
     /// verified.
     #[command(after_long_help = migrate::LONG_HELP)]

@@ -1,6 +1,7 @@
 //! `homing migrate`: copies a deployment's stores — global entries, every
 //! DC's successions and lease entry (marks, retirement) and settings, and
-//! each DC's records, events and allocator — from one backend to another,
+//! each DC's host session rows, records, events and allocator — from one
+//! backend to another,
 //! offline, resumably, then verifies the copy. The work is
 //! `homing_store::migrate`'s; this module opens the stores homingd's way,
 //! draws the progress line and sets the exit status.
@@ -42,12 +43,13 @@ homingd refuses to start on a marked store until a run verified the copy
 exist; a target is created as needed. The target's allocator is raised above the source's first, so it
 never hands out a reservation ID the source used. Items already at the target
 and equal are skipped, so an interrupted migration is finished by running the
-same command again. A global entry, succession, setting, record or event the
-target holds with other contents is a conflict: reported with both values,
+same command again. A global entry, succession, setting, host session row,
+record or event the target holds with other contents is a conflict: reported with both values,
 never overwritten. Every succession (a move or takeover of a reservation) is
 copied before anything could take over at the target, then every DC's lease
 entry (its marks, which takeovers count above, and its retirement); both are
-verified one by one.
+verified one by one, as is every DC's host session row (copied before the
+records held under it).
 
 Examples:
   # A single-node start (data_dir /var/lib/homing, DC iad) moves to etcd.

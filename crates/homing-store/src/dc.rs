@@ -320,6 +320,17 @@ pub trait DcStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<SessionRecord>, StoreError>;
 
+    /// Every session row, live or ended, in the order of their stored names
+    /// ([`crate::session::session_bytes`], byte order: `iad~10` before
+    /// `iad~2`), strictly after `after`, at most `limit` (≤
+    /// [`crate::session::SESSION_PAGE_MAX`]); fewer only when no more are.
+    /// Migration pages through them to copy and verify every row.
+    async fn sessions(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
+
     /// Migration: writes session row `row` exactly as given unless the store
     /// holds it already (judged as [`DcStore::import`] judges a record).
     async fn import_session(

@@ -13,10 +13,19 @@
 //!   (one namespace, or a namespace and everything under it); the DC's
 //!   lifecycle event log, each event appended in the same transaction as the
 //!   change it records (seqs 1, 2, … without gaps, trimmed by retention);
-//!   and a durable allocator of reservation uniques. Migration copies
-//!   records and events with [`DcStore::import`] / [`DcStore::import_event`]
-//!   and carries the allocator over with [`DcStore::allocator_floor`] /
-//!   [`DcStore::raise_allocator`].
+//!   and a durable allocator of reservation uniques. It also keeps the
+//!   DC's host sessions ([`session`]): one row per session, changed by
+//!   compare-and-set on its version, and three indexes every backend
+//!   derives in the transaction of the write they follow (session keys,
+//!   session notices, sessions due); a record joins or freezes in a session
+//!   only by [`DcStore::compare_and_set_in_session`], its row compared in
+//!   the same transaction. Migration copies session rows, records and
+//!   events with [`DcStore::import_session`] / [`DcStore::import`] /
+//!   [`DcStore::import_event`] (found by [`DcStore::sessions`],
+//!   [`DcStore::scan`] and [`DcStore::events`]) and carries the allocator
+//!   over with [`DcStore::allocator_floor`] / [`DcStore::raise_allocator`].
+//!   Where each backend keeps each of them: docs/OPERATIONS.md, "Where a
+//!   DC store keeps what".
 //!
 //! The global store also keeps each DC's lease and marks
 //! ([`GlobalStore::renew_dc_lease`], DESIGN.md §7.5): a DC grants host leases

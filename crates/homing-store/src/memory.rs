@@ -307,7 +307,9 @@ pub struct MemoryDc {
     events: BTreeMap<EventSeq, Event>,
     event_head: EventSeq,
     migrating: bool,
-    sessions: BTreeMap<SessionId, SessionRecord>,
+    /// Session rows by stored name ([`session::session_bytes`]), so that
+    /// [`DcStore::sessions`] pages in the byte-keyed backends' order.
+    sessions: BTreeMap<Vec<u8>, SessionRecord>,
     /// The session indexes ([`crate::session`]), keyed like the byte-keyed
     /// backends' so that pages and cursors agree.
     session_keys: BTreeMap<Vec<u8>, ReservationId>,
@@ -406,22 +408,38 @@ impl MemoryDc {
     }
 
     fn put_session(&mut self, row: &SessionRecord) {
-        if let Some(old) = self.sessions.get(&row.id) {
+        let name = session::session_bytes(&row.id);
+        if let Some(old) = self.sessions.get(&name) {
             self.sessions_due.remove(&session::session_due_entry(old));
         }
         self.sessions_due
             .insert(session::session_due_entry(row), row.id.clone());
-        self.sessions.insert(row.id.clone(), row.clone());
+        self.sessions.insert(name, row.clone());
     }
 
-    /// Every session row, in session order.
+    /// Every session row, in the order of their stored names.
     pub fn sessions(&self) -> impl Iterator<Item = &SessionRecord> {
         self.sessions.values()
     }
 
+    /// [`DcStore::sessions`].
+    pub fn sessions_page(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        check_limit(limit)?;
+        let page = self.sessions.range(session::sessions_start(after)..);
+        Ok(page.take(limit).map(|(_, row)| row.clone()).collect())
+    }
+
+    fn stored_session(&self, id: &SessionId) -> Option<SessionRecord> {
+        self.sessions.get(&session::session_bytes(id)).cloned()
+    }
+
     /// [`DcStore::session`].
     pub fn session(&self, id: &SessionId) -> Option<SessionRecord> {
-        self.sessions.get(id).cloned()
+        self.stored_session(id)
     }
 
     /// [`DcStore::compare_and_set_session`].
@@ -431,7 +449,7 @@ impl MemoryDc {
         row: &SessionRecord,
     ) -> Result<SessionCas, StoreError> {
         session::check_session_cas(expected, row)?;
-        let current = self.sessions.get(&row.id).cloned();
+        let current = self.stored_session(&row.id);
         if let Some(conflict) = session::judge_session_cas(expected, current) {
             return Ok(conflict);
         }
@@ -441,10 +459,11 @@ impl MemoryDc {
 
     /// [`DcStore::delete_session`].
     pub fn delete_session(&mut self, id: &SessionId, version: u64) -> bool {
-        match self.sessions.get(id) {
+        let name = session::session_bytes(id);
+        match self.sessions.get(&name) {
             Some(row) if row.version == version => {
                 self.sessions_due.remove(&session::session_due_entry(row));
-                self.sessions.remove(id);
+                self.sessions.remove(&name);
                 true
             }
             _ => false,
@@ -459,7 +478,7 @@ impl MemoryDc {
         guard: &SessionGuard,
     ) -> Result<GuardedCas, StoreError> {
         session::check_guard(record, guard)?;
-        if let Some(moved) = session::judge_guard(guard, self.sessions.get(&guard.id).cloned()) {
+        if let Some(moved) = session::judge_guard(guard, self.stored_session(&guard.id)) {
             // Caller bugs first, as the durable backends check them.
             check_cas(expected, record)?;
             return Ok(moved);
@@ -519,14 +538,12 @@ impl MemoryDc {
         check_limit(limit)?;
         let (start, end) = session::sessions_due_range(until, after);
         let ids = self.sessions_due.range(start..end).take(limit);
-        Ok(ids
-            .filter_map(|(_, id)| self.sessions.get(id).cloned())
-            .collect())
+        Ok(ids.filter_map(|(_, id)| self.stored_session(id)).collect())
     }
 
     /// [`DcStore::import_session`].
     pub fn import_session(&mut self, row: &SessionRecord) -> Import<SessionRecord> {
-        let current = self.sessions.get(&row.id).cloned();
+        let current = self.stored_session(&row.id);
         if let Some(judged) = crate::dc::judge_session_import(row, current) {
             return judged;
         }
@@ -542,7 +559,7 @@ impl MemoryDc {
     /// [`DcStore::read`]: the record with its session's row, at one point.
     pub fn read(&self, id: &ReservationId) -> Option<RecordRead> {
         let record = self.records.get(id)?.clone();
-        let session = record.session().and_then(|s| self.sessions.get(s).cloned());
+        let session = record.session().and_then(|s| self.stored_session(s));
         let session = session.map(Box::new);
         Some(RecordRead { record, session })
     }
@@ -865,6 +882,14 @@ impl DcStore for MemoryDcStore {
         limit: usize,
     ) -> Result<Vec<SessionRecord>, StoreError> {
         self.state().due_sessions(until, after, limit)
+    }
+
+    async fn sessions(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.state().sessions_page(after, limit)
     }
 
     async fn import_session(

@@ -38,6 +38,21 @@ pub enum SessionCas {
     },
 }
 
+impl SessionCas {
+    /// Resolves a conflict seen by a write whose earlier attempt may have
+    /// landed unseen (an answer lost, the request resent): if the stored row
+    /// is exactly `row`, that attempt wrote it (rows carry their version, so
+    /// an equal row is this write), and the answer is `Written`.
+    pub fn after_unknown_outcome(self, row: &SessionRecord) -> SessionCas {
+        match self {
+            SessionCas::Conflict {
+                current: Some(current),
+            } if &current == row => SessionCas::Written,
+            other => other,
+        }
+    }
+}
+
 pub use homing_core::SessionGuard;
 
 /// What [`crate::DcStore::compare_and_set_in_session`] did.
@@ -56,6 +71,15 @@ pub enum GuardedCas {
         /// The row as stored now.
         current: Option<SessionRecord>,
     },
+}
+
+impl From<crate::dc::Cas> for GuardedCas {
+    fn from(cas: crate::dc::Cas) -> GuardedCas {
+        match cas {
+            crate::dc::Cas::Written => GuardedCas::Written,
+            crate::dc::Cas::Conflict { current } => GuardedCas::RecordConflict { current },
+        }
+    }
 }
 
 /// Where a page of due sessions ended: the last row returned.
@@ -106,6 +130,15 @@ pub fn decode_session(bytes: &[u8]) -> Result<SessionRecord, StoreError> {
         }
         _ => Err(StoreError::corrupt("session", "unknown format byte")),
     }
+}
+
+/// Where a page of every session row ([`crate::DcStore::sessions`]) starts
+/// in a byte-keyed table of rows by [`session_bytes`]: strictly after
+/// `after`'s name.
+pub fn sessions_start(after: Option<&SessionId>) -> Vec<u8> {
+    after.map_or_else(Vec::new, |id| {
+        crate::keyspace::successor(&session_bytes(id))
+    })
 }
 
 /// The prefix of every index entry of `session` in the session-keys and
@@ -309,6 +342,30 @@ pub(crate) fn judge_session_cas(
         (Some(stored), Some(v)) if stored.version == v => None,
         _ => Some(SessionCas::Conflict { current }),
     }
+}
+
+/// Judges a guarded compare-and-set against the stored record and session
+/// row, for the backends that read both before they write: `Ok(None)` to
+/// write. The row is judged first (as [`judge_guard`]), then the record (as
+/// [`crate::dc::judge_cas`]). `unknown_outcome`: an earlier attempt of this
+/// very write may have landed unseen; if the stored record is exactly
+/// `record` it did (with its row), and the answer is `Written`.
+#[cfg_attr(not(any(feature = "etcd", feature = "fdb")), allow(dead_code))]
+pub(crate) fn judge_guarded(
+    expected: Option<u64>,
+    record: &DcRecord,
+    guard: &SessionGuard,
+    stored: Option<DcRecord>,
+    row: Option<SessionRecord>,
+    unknown_outcome: bool,
+) -> Result<Option<GuardedCas>, StoreError> {
+    if unknown_outcome && stored.as_ref() == Some(record) {
+        return Ok(Some(GuardedCas::Written));
+    }
+    if let Some(moved) = judge_guard(guard, row) {
+        return Ok(Some(moved));
+    }
+    Ok(crate::dc::judge_cas(expected, record, stored)?.map(GuardedCas::from))
 }
 
 /// Judges a guarded write's session row: `None` when it is still at the

@@ -2,9 +2,10 @@
 //! through the public store API (reserve, renew, drain, release, expire,
 //! recreate in another DC with a link confirmed in the global store, lost
 //! races abandoned, nested namespaces, a trimmed event log, settings
-//! changed by swaps, DC leases renewed, a lost DC retired and taken over)
-//! is copied, and the copy must hold every entry, succession, DC lease
-//! entry, setting, record and event, carry on allocating above the
+//! changed by swaps, DC leases renewed, a lost DC retired and taken over,
+//! host sessions live and ended with keys held and frozen under one) is
+//! copied, and the copy must hold every entry, succession, DC lease
+//! entry, setting, session row (with its derived indexes), record and event, carry on allocating above the
 //! source, keep global entries and successions write-once (a takeover in
 //! the target finds a move made at the source), accept compare-and-set on
 //! migrated versions and settings, and find everything present on a second
@@ -16,19 +17,23 @@ use std::sync::Arc;
 use homing_core::{
     ActorId, DcId, DcLeaseState, DcMarks, DcRecord, DcRenewal, DcStanding, DcTerms, Event,
     EventSeq, FailureReason, FencingToken, HostTime, Key, KeyName, LeasePolicy, Namespace,
-    NamespaceScope, RecordState, ReservationId, RunOutcome, ScanCursor, StoreTime, Succession,
-    TakeOverReply, TakeoverPolicy,
+    NamespaceScope, RecordState, ReservationId, RunOutcome, ScanCursor, SessionId, SessionRecord,
+    StoreTime, Succession, TakeOverReply, TakeoverPolicy,
 };
 use homing_store::migrate::{MigrateOptions, MigrateReport, SAMPLE_MAX, StoreSet, migrate, verify};
+use homing_store::session::SESSION_PAGE_MAX;
 use homing_store::{
-    Cas, DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, RedbDcStore, RedbGlobalStore,
-    RedbOptions, SCAN_LIMIT_MAX, SETTING_BYTES_MAX, SetIfAbsent, Setting, SuccessionPages,
+    Cas, DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, GuardedCas, RedbDcStore,
+    RedbGlobalStore, RedbOptions, SCAN_LIMIT_MAX, SETTING_BYTES_MAX, SessionCas, SessionGuard,
+    SetIfAbsent, Setting, SuccessionPages,
 };
 
 const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 /// Keys each DC reserves: more than a scan page, so paging is exercised.
 const KEYS_PER_DC: u64 = 150;
 const NAMESPACES: [&str; 4] = ["", "games", "games/eu", "a/b"];
+/// Host sessions each DC opens: more than a page of them.
+const SESSIONS_PER_DC: u64 = SESSION_PAGE_MAX as u64 + 2;
 /// Events below this are trimmed in the first DC (retention ran there).
 const TRIMMED_BELOW: EventSeq = 25;
 
@@ -257,6 +262,116 @@ async fn populate(set: &StoreSet) {
             held = Some(value);
         }
     }
+    populate_sessions(set).await;
+}
+
+/// Each DC opens [`SESSIONS_PER_DC`] host sessions (every third closed);
+/// under its first, one key joins and stays held and one joins and
+/// freezes (its notice numbered on the row).
+async fn populate_sessions(set: &StoreSet) {
+    for (dc, store) in &set.dcs {
+        let store = store.as_ref();
+        let mut first: Option<SessionRecord> = None;
+        for i in 0..SESSIONS_PER_DC {
+            let id = SessionId::new(dc.clone(), store.allocate().await.unwrap());
+            let now = StoreTime::from_ms(2_000_000 + i);
+            let (row, _) = SessionRecord::open(id, lease(), HostTime::from_ms(0), now, &POLICY);
+            let created = store.compare_and_set_session(None, &row).await.unwrap();
+            assert_eq!(created, SessionCas::Written);
+            if i % 3 == 2 {
+                let closed = row.close(&lease(), now).unwrap();
+                let cas = store.compare_and_set_session(Some(1), &closed).await;
+                assert_eq!(cas.unwrap(), SessionCas::Written);
+            }
+            first.get_or_insert(row);
+        }
+        let mut row = first.expect("a session was opened");
+        for name in ["held", "frozen"] {
+            let key = Key::new(KeyName::new(format!("{dc}-session-{name}")).unwrap());
+            let now = StoreTime::from_ms(2_000_000);
+            let id = ReservationId::new(dc.clone(), store.allocate().await.unwrap());
+            let (mut record, _) = DcRecord::reserve(
+                id,
+                key,
+                None,
+                FencingToken::FIRST,
+                None,
+                &homing_core::Holding {
+                    actor: actor(dc, 1),
+                    lease: lease(),
+                    host_time: HostTime::from_ms(0),
+                },
+                now,
+                &POLICY,
+            );
+            if let RecordState::Active { expiry, .. } = &mut record.state {
+                *expiry = homing_core::Expiry::Session(row.id.clone());
+            }
+            let joins = SessionGuard {
+                id: row.id.clone(),
+                version: row.version,
+                next: None,
+            };
+            let joined = store.compare_and_set_in_session(None, &record, &joins);
+            assert_eq!(joined.await.unwrap(), GuardedCas::Written);
+            if name == "frozen" {
+                let frozen = record.drain(Some(&row)).unwrap();
+                let (next, _) = row.noticed();
+                let freeze = SessionGuard {
+                    next: Some(next.clone()),
+                    ..joins
+                };
+                let written = store.compare_and_set_in_session(Some(1), &frozen, &freeze);
+                assert_eq!(written.await.unwrap(), GuardedCas::Written);
+                row = next;
+            }
+        }
+    }
+}
+
+/// Every session row of `store`, in stored-name order.
+async fn all_sessions(store: &dyn DcStore) -> Vec<SessionRecord> {
+    let mut out: Vec<SessionRecord> = Vec::new();
+    loop {
+        let after = out.last().map(|r| r.id.clone());
+        let page = store.sessions(after.as_ref(), SESSION_PAGE_MAX).await;
+        let page = page.unwrap();
+        let last = page.len() < SESSION_PAGE_MAX;
+        out.extend(page);
+        if last {
+            return out;
+        }
+    }
+}
+
+/// What `store` derives from its session rows and records: every
+/// session's keys and notices, and the sessions due by far in the future.
+async fn session_indexes(store: &dyn DcStore) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for row in all_sessions(store).await {
+        let keys = store.session_keys(&row.id, None, SESSION_PAGE_MAX).await;
+        let notices = store.session_notices(&row.id, 0, SESSION_PAGE_MAX).await;
+        let ids = |records: Vec<DcRecord>| records.iter().map(|r| r.id.to_string()).collect();
+        out.push(ids(keys.unwrap()));
+        out.push(ids(notices.unwrap()));
+    }
+    let mut after = None;
+    let mut due = Vec::new();
+    loop {
+        let until = StoreTime::from_ms(u64::MAX / 2);
+        let page = store
+            .due_sessions(until, after.as_ref(), SESSION_PAGE_MAX)
+            .await;
+        let page = page.unwrap();
+        after = page.last().map(homing_store::SessionCursor::after);
+        let last = page.len() < SESSION_PAGE_MAX;
+        due.extend(page.iter().map(|r| r.id.to_string()));
+        if last {
+            break;
+        }
+    }
+    out.push(due);
+    out
 }
 
 /// Every setting's value, in [`Setting::ALL`] order.
@@ -365,6 +480,22 @@ async fn assert_same(a: &StoreSet, b: &StoreSet) {
         NamespaceScope::subtree(Namespace::new("games").unwrap()),
     ];
     for ((dc, from), (_, to)) in a.dcs.iter().zip(&b.dcs) {
+        let sessions = all_sessions(from.as_ref()).await;
+        assert_eq!(sessions.len() as u64, SESSIONS_PER_DC, "{dc}");
+        assert!(
+            sessions == all_sessions(to.as_ref()).await,
+            "{dc}: session rows differ"
+        );
+        let derived = session_indexes(from.as_ref()).await;
+        assert!(
+            derived.iter().any(|keys| keys.len() == 2),
+            "{dc}: no session keys"
+        );
+        assert_eq!(
+            derived,
+            session_indexes(to.as_ref()).await,
+            "{dc}: session indexes"
+        );
         for scope in &scopes {
             let want = all_records(from.as_ref(), scope).await;
             assert!(!want.is_empty());
@@ -496,6 +627,9 @@ async fn assert_rerun_finds_everything_present(
     assert_eq!(first.dc_leases.copied, 3, "iad, fra and sin");
     for (a, b) in first.dcs.iter().zip(&again.dcs) {
         assert_eq!((b.records.copied, b.records.present), (0, a.records.copied));
+        let sessions = (b.sessions.copied, b.sessions.present);
+        assert_eq!(sessions, (0, a.sessions.copied));
+        assert_eq!(a.sessions.copied, SESSIONS_PER_DC);
         assert_eq!((b.events.copied, b.events.present), (0, a.events.copied));
     }
 }

@@ -62,6 +62,7 @@ pub use self::session::{
     dc_import_session_copies_rows_without_overwriting,
     dc_records_join_and_freeze_only_under_their_sessions_guard,
     dc_session_keys_and_notices_follow_every_write, dc_session_rows_change_only_by_compare_and_set,
+    dc_sessions_page_every_row_in_name_order,
 };
 pub use self::setting::{
     global_concurrent_setting_swaps_have_exactly_one_winner,
@@ -207,6 +208,7 @@ macro_rules! conformance_cases {
         dc_session_keys_and_notices_follow_every_write,
         dc_due_sessions_follow_renewals_ends_and_deletes,
         dc_import_session_copies_rows_without_overwriting,
+        dc_sessions_page_every_row_in_name_order,
         }
     };
 }

@@ -397,3 +397,39 @@ pub async fn dc_import_session_copies_rows_without_overwriting(b: &dyn Backend) 
         "an imported row is indexed as due"
     );
 }
+
+/// dc: every session row, live or ended, pages in the order of its stored
+/// name (`iad~10` before `iad~2`), strictly after a cursor, and a deleted
+/// row is gone from the pages.
+pub async fn dc_sessions_page_every_row_in_name_order(b: &dyn Backend) {
+    let s = b.dc_store("dc_sessions_pages").await;
+    assert!(s.sessions(None, 128).await.unwrap().is_empty());
+    let names = ["iad~1", "iad~10", "iad~2", "iad~3", "lax~1"];
+    for name in ["iad~3", "iad~1", "lax~1", "iad~10", "iad~2"] {
+        create_session(&s, &opened(name, 0)).await;
+    }
+    let ended = opened("iad~2", 0)
+        .expire(StoreTime::from_ms(60_000), &LeasePolicy::DEFAULT)
+        .expect("past its expiry plus grace");
+    s.compare_and_set_session(Some(1), &ended).await.unwrap();
+    let rows = |rows: Vec<SessionRecord>| -> Vec<String> {
+        rows.iter().map(|r| r.id.to_string()).collect()
+    };
+    let all = s.sessions(None, 128).await.unwrap();
+    assert_eq!(rows(all.clone()), names);
+    assert_eq!(all[2], ended, "an ended row is listed as stored");
+    let first = s.sessions(None, 2).await.unwrap();
+    assert_eq!(rows(first.clone()), ["iad~1", "iad~10"]);
+    let rest = s.sessions(Some(&first[1].id), 128).await.unwrap();
+    assert_eq!(rows(rest), ["iad~2", "iad~3", "lax~1"]);
+    // A cursor that names no row pages from where it would be.
+    let rest = s.sessions(Some(&sid("iad~20")), 128).await.unwrap();
+    assert_eq!(rows(rest), ["iad~3", "lax~1"]);
+    assert!(s.delete_session(&sid("iad~2"), 2).await.unwrap());
+    let all = s.sessions(None, 128).await.unwrap();
+    assert_eq!(rows(all), ["iad~1", "iad~10", "iad~3", "lax~1"]);
+    assert!(matches!(
+        s.sessions(None, 129).await,
+        Err(StoreError::BatchTooLarge { .. })
+    ));
+}

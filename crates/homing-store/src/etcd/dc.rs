@@ -32,14 +32,15 @@ use etcd_client::{
 };
 use homing_core::{
     DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
-    StoreTime,
+    SessionId, SessionRecord, StoreTime,
 };
 use tokio::sync::Mutex;
 
 use super::compaction::{CompactionPolicy, Compactor};
-use super::log::{Append, Appended, Appender};
+use super::log::{Append, Appended, Appender, SessionGuardRead};
 use super::members::Op;
 use super::record_cache::{RECORD_CACHE_BYTES_MAX, RECORD_CACHE_ENTRIES_MAX, RecordCache, Seen};
+use super::session::StoredRow;
 use super::{
     CAS_ATTEMPTS_MAX, EVENT_HEAD, EVENTS, Space, decode_counter, every_first_kv, first_kv,
     protocol, unchanged,
@@ -52,6 +53,7 @@ use crate::dc::{
 use crate::error::StoreError;
 use crate::failover::Failover;
 use crate::keyspace;
+use crate::session::{self, GuardedCas, SessionCas, SessionCursor, SessionGuard};
 
 /// The section of the expiry index: `d/<keyspace::due_bytes>` → id.
 const DUE: &[u8] = b"d/";
@@ -80,7 +82,7 @@ impl Default for EtcdDcOptions {
 pub struct EtcdDcStore {
     pub(super) space: Space,
     blocks: Mutex<Blocks>,
-    appender: Appender,
+    pub(super) appender: Appender,
     pub(super) cache: RecordCache,
 }
 
@@ -172,6 +174,172 @@ impl EtcdDcStore {
         }
     }
 
+    /// A record's compare-and-set through the appender (see the module
+    /// doc); with `guard`, also guarded by the session row's revision as
+    /// read, the guard's next row written with it. Every write moves the
+    /// record's session-index entries in its transaction.
+    async fn write(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: Option<&SessionGuard>,
+    ) -> Result<GuardedCas, StoreError> {
+        check_cas(expected, record)?;
+        if let Some(guard) = guard {
+            session::check_guard(record, guard)?;
+        }
+        let value = keyspace::encode_record(record)?;
+        let rk = self.record_key(&record.id);
+        let mut puts = vec![(rk.clone(), value.clone())];
+        if expected.is_none() {
+            puts.push((self.index_key(record), keyspace::id_bytes(&record.id)));
+        }
+        let new_due = Due::of(record);
+        if let Some(due) = new_due {
+            puts.push((
+                self.due_key(due, &record.id),
+                keyspace::id_bytes(&record.id),
+            ));
+        }
+        let next_row = match guard.and_then(|g| g.next.as_ref()) {
+            Some(next) => Some((next, session::encode_session(next)?)),
+            None => None,
+        };
+        let (mut stored, mut row) = self.read_for_write(expected, record, guard).await?;
+        // Whether our own append may have committed unseen: its transaction
+        // was resent after a lost answer and then found the record moved.
+        let mut maybe_ours = false;
+        for _ in 0..CAS_ATTEMPTS_MAX {
+            let event = homing_core::event::derive(stored.record.as_ref(), record);
+            let old = stored.record.clone();
+            let old_due = old.as_ref().and_then(Due::of);
+            let judged = match guard {
+                Some(guard) => session::judge_guarded(
+                    expected,
+                    record,
+                    guard,
+                    stored.record,
+                    row.row.clone(),
+                    maybe_ours,
+                )?,
+                None => {
+                    session::check_unguarded(old.as_ref(), record)?;
+                    // Only on a conflict can an equal record be ours (a
+                    // resent write that had landed); otherwise it is
+                    // someone else's identical write.
+                    judge_cas(expected, record, stored.record)?
+                        .map(|c| match maybe_ours {
+                            true => c.after_unknown_outcome(record),
+                            false => c,
+                        })
+                        .map(GuardedCas::from)
+                }
+            };
+            if let Some(judged) = judged {
+                return Ok(judged);
+            }
+            let mut puts = puts.clone();
+            // An entry that stays is put again (one transaction may not
+            // delete and put one key), which also restores a settled one.
+            let mut deletes: Vec<Vec<u8>> = old_due
+                .filter(|old| Some(*old) != new_due)
+                .map(|old| self.due_key(old, &record.id))
+                .into_iter()
+                .collect();
+            let (gone, added) = session::session_index_changes(old.as_ref(), record);
+            deletes.extend(
+                gone.iter()
+                    .map(|e| self.session_index_key(e.index, &e.entry)),
+            );
+            let id = keyspace::id_bytes(&record.id);
+            puts.extend(
+                added
+                    .iter()
+                    .map(|e| (self.session_index_key(e.index, &e.entry), id.clone())),
+            );
+            if let Some((next, value)) = &next_row {
+                let writes = self.session_row_writes(row.row.as_ref(), next, value.clone());
+                puts.extend(writes.puts);
+                deletes.extend(writes.deletes);
+            }
+            let append = Append {
+                record_key: rk.clone(),
+                read_revision: stored.revision,
+                puts,
+                deletes,
+                guard: guard.map(|g| SessionGuardRead {
+                    key: self.session_key(&g.id),
+                    read_revision: row.revision,
+                }),
+                event,
+            };
+            match self.appender.submit(append).await? {
+                Appended::Written { revision } => {
+                    let value = value.clone();
+                    self.cache.insert(&record.id, Seen { revision, value });
+                    return Ok(GuardedCas::Written);
+                }
+                // The record (or the row) moved since it was read or
+                // cached: judge again against both as they are now.
+                Appended::Moved {
+                    now,
+                    session,
+                    resent,
+                } => {
+                    maybe_ours |= resent;
+                    stored = self.note(&record.id, now.as_ref())?;
+                    if guard.is_some() {
+                        row = StoredRow::of(session.as_ref())?;
+                    }
+                }
+            }
+        }
+        Err(StoreError::Unavailable {
+            backend: "etcd",
+            reason: format!("compare-and-set: record moved for {CAS_ATTEMPTS_MAX} attempts"),
+        })
+    }
+
+    /// The record (cached when it may be assumed, else read) and, for a
+    /// guarded write, its session row, read together.
+    async fn read_for_write(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: Option<&SessionGuard>,
+    ) -> Result<(Stored, StoredRow), StoreError> {
+        let no_row = || StoredRow {
+            row: None,
+            revision: None,
+        };
+        let rk = self.record_key(&record.id);
+        let row_key = guard.map(|g| self.session_key(&g.id));
+        let assumed = self.assume(expected, &record.id);
+        let mut keys: Vec<&[u8]> = Vec::with_capacity(2);
+        if assumed.is_none() {
+            keys.push(&rk);
+        }
+        keys.extend(row_key.as_deref());
+        let mut read = match keys.len() {
+            0 => Vec::new(),
+            _ => self
+                .read_together(Op::HotRead, &keys)
+                .await?
+                .into_iter()
+                .collect(),
+        }
+        .into_iter();
+        let stored = match assumed {
+            Some(assumed) => assumed,
+            None => self.note(&record.id, read.next().flatten().as_ref())?,
+        };
+        let row = match row_key {
+            Some(_) => StoredRow::of(read.next().flatten().as_ref())?,
+            None => no_row(),
+        };
+        Ok((stored, row))
+    }
+
     pub(super) fn record_key(&self, id: &ReservationId) -> Vec<u8> {
         self.space.key(b"r/", &keyspace::id_bytes(id))
     }
@@ -202,12 +370,13 @@ impl EtcdDcStore {
     }
 
     /// Reads `keys` in one transaction (one revision): the first kv of each.
-    async fn read_together(&self, keys: &[&[u8]]) -> Result<Vec<Option<KeyValue>>, StoreError> {
+    async fn read_together(
+        &self,
+        op: Op,
+        keys: &[&[u8]],
+    ) -> Result<Vec<Option<KeyValue>>, StoreError> {
         let gets: Vec<TxnOp> = keys.iter().map(|k| TxnOp::get(*k, None)).collect();
-        let (_, responses) = self
-            .space
-            .txn(Op::BulkRead, Txn::new().and_then(gets))
-            .await?;
+        let (_, responses) = self.space.txn(op, Txn::new().and_then(gets)).await?;
         every_first_kv(&responses, keys.len())
     }
 
@@ -348,74 +517,13 @@ impl DcStore for EtcdDcStore {
         expected: Option<u64>,
         record: &DcRecord,
     ) -> Result<Cas, StoreError> {
-        check_cas(expected, record)?;
-        let value = keyspace::encode_record(record)?;
-        let rk = self.record_key(&record.id);
-        let mut puts = vec![(rk.clone(), value.clone())];
-        if expected.is_none() {
-            puts.push((self.index_key(record), keyspace::id_bytes(&record.id)));
+        match self.write(expected, record, None).await? {
+            GuardedCas::Written => Ok(Cas::Written),
+            GuardedCas::RecordConflict { current } => Ok(Cas::Conflict { current }),
+            GuardedCas::SessionMoved { .. } => Err(protocol(
+                "an unguarded compare-and-set answered that a session row moved",
+            )),
         }
-        let new_due = Due::of(record);
-        if let Some(due) = new_due {
-            puts.push((
-                self.due_key(due, &record.id),
-                keyspace::id_bytes(&record.id),
-            ));
-        }
-        let mut stored = match self.assume(expected, &record.id) {
-            Some(assumed) => assumed,
-            None => {
-                let response = self.space.get(Op::HotRead, rk.clone(), None).await?;
-                self.note(&record.id, response.kvs().first())?
-            }
-        };
-        // Whether our own append may have committed unseen: its transaction
-        // was resent after a lost answer and then found the record moved.
-        let mut maybe_ours = false;
-        for _ in 0..CAS_ATTEMPTS_MAX {
-            let event = homing_core::event::derive(stored.record.as_ref(), record);
-            let old_due = stored.record.as_ref().and_then(Due::of);
-            if let Some(conflict) = judge_cas(expected, record, stored.record)? {
-                // Only then can an equal record be ours (a resent write that
-                // had landed); otherwise it is someone else's identical write.
-                return Ok(if maybe_ours {
-                    conflict.after_unknown_outcome(record)
-                } else {
-                    conflict
-                });
-            }
-            let append = Append {
-                record_key: rk.clone(),
-                read_revision: stored.revision,
-                puts: puts.clone(),
-                // An entry that stays is put again (one transaction may
-                // not delete and put one key), which also restores a
-                // settled one.
-                deletes: old_due
-                    .filter(|old| Some(*old) != new_due)
-                    .map(|old| self.due_key(old, &record.id))
-                    .into_iter()
-                    .collect(),
-                event,
-            };
-            let appended = self.appender.submit(append).await?;
-            match appended {
-                Appended::Written { revision } => {
-                    self.cache.insert(&record.id, Seen { revision, value });
-                    return Ok(Cas::Written);
-                }
-                // The record moved since it was read or cached: judge again
-                // against it as it is now.
-                Appended::Moved { now, resent } => {
-                    maybe_ours |= resent;
-                    stored = self.note(&record.id, now.as_ref())?
-                }
-            }
-        }
-        Err(StoreError::Unavailable {
-            backend: "etcd",
-            reason: format!("compare-and-set: record moved for {CAS_ATTEMPTS_MAX} attempts"),
-        })
     }
 
     async fn scan(
@@ -656,12 +764,12 @@ impl DcStore for EtcdDcStore {
         self.cache.remove(&record.id);
         let value = keyspace::encode_record(record)?;
         let rk = self.record_key(&record.id);
-        let mut read = self.read_together(&[&rk]).await?;
+        let mut read = self.read_together(Op::BulkRead, &[&rk]).await?;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let kv = read[0].take();
             let current = decode_record_kv(kv.as_ref())?;
             let old_due = current.as_ref().and_then(Due::of);
-            if let Some(judged) = judge_import(record, current) {
+            if let Some(judged) = judge_import(record, current.clone()) {
                 return Ok(judged);
             }
             // An older version has the same key (judge_import checks it),
@@ -670,6 +778,17 @@ impl DcStore for EtcdDcStore {
                 TxnOp::put(rk.clone(), value.clone(), None),
                 TxnOp::put(self.index_key(record), keyspace::id_bytes(&record.id), None),
             ];
+            let (gone, added) = session::session_index_changes(current.as_ref(), record);
+            for entry in gone {
+                ops.push(TxnOp::delete(
+                    self.session_index_key(entry.index, &entry.entry),
+                    None,
+                ));
+            }
+            for entry in added {
+                let key = self.session_index_key(entry.index, &entry.entry);
+                ops.push(TxnOp::put(key, keyspace::id_bytes(&record.id), None));
+            }
             let new_due = Due::of(record);
             if old_due != new_due {
                 if let Some(old) = old_due {
@@ -694,7 +813,7 @@ impl DcStore for EtcdDcStore {
     async fn import_event(&self, event: &Event) -> Result<Import<Event>, StoreError> {
         let value = keyspace::encode_event(event)?;
         let (ek, hk) = (self.event_key(event.seq), self.head_key());
-        let mut read = self.read_together(&[&ek, &hk]).await?;
+        let mut read = self.read_together(Op::BulkRead, &[&ek, &hk]).await?;
         for _ in 0..CAS_ATTEMPTS_MAX {
             let (event_kv, head_kv) = (read[0].take(), read[1].take());
             let current = event_kv
@@ -716,6 +835,73 @@ impl DcStore for EtcdDcStore {
             }
         }
         Err(contended("event import"))
+    }
+
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        self.read_session(id).await
+    }
+
+    async fn compare_and_set_session(
+        &self,
+        expected: Option<u64>,
+        row: &SessionRecord,
+    ) -> Result<SessionCas, StoreError> {
+        self.cas_session(expected, row).await
+    }
+
+    async fn delete_session(&self, id: &SessionId, version: u64) -> Result<bool, StoreError> {
+        self.remove_session(id, version).await
+    }
+
+    async fn compare_and_set_in_session(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: &SessionGuard,
+    ) -> Result<GuardedCas, StoreError> {
+        self.write(expected, record, Some(guard)).await
+    }
+
+    async fn session_keys(
+        &self,
+        id: &SessionId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        self.session_key_records(id, after, limit).await
+    }
+
+    async fn session_notices(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        self.session_notice_records(id, after, limit).await
+    }
+
+    async fn due_sessions(
+        &self,
+        until: StoreTime,
+        after: Option<&SessionCursor>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.due_session_rows(until, after, limit).await
+    }
+
+    async fn sessions(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.session_rows(after, limit).await
+    }
+
+    async fn import_session(
+        &self,
+        row: &SessionRecord,
+    ) -> Result<Import<SessionRecord>, StoreError> {
+        self.import_session_row(row).await
     }
 
     fn failover(&self) -> Option<Arc<Failover>> {

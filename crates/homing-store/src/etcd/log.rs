@@ -6,27 +6,38 @@
 //! the task takes the first waiting one, drains more that are already queued
 //! (bounded in count and bytes, never the same record twice), and writes them
 //! all in ONE transaction: each record guarded by the `mod_revision` its
-//! caller read, and — when the group derives events — the head guarded by the
+//! caller read (a write in a host session also its session row's, see
+//! [`SessionGuardRead`]), and — when the group derives events — the head guarded by the
 //! value the task last saw, the events at consecutive seqs after it and the
 //! new head (a group of renewals alone leaves the head alone). If a guard
 //! fails the transaction reads back every record (and the head); a caller
-//! whose record moved is told so, with the record as read back (it judges its
-//! CAS anew), the rest go again, at most [`CAS_ATTEMPTS_MAX`] times.
+//! whose record (or session row) moved is told so, with both as read back
+//! (it judges its CAS anew), the rest go again, at most [`CAS_ATTEMPTS_MAX`]
+//! times. A group never writes a key twice, nor writes a key another of its
+//! writes compares (a freeze's session row and a join guarded by it go in
+//! turn), and each of its transaction's three lists (compares, writes,
+//! read-backs) stays within etcd's [`TXN_OPS_MAX`].
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use homing_core::{Event, EventSeq};
 use tokio::sync::{mpsc, oneshot};
 
 use super::members::Op;
-use super::{CAS_ATTEMPTS_MAX, EVENT_HEAD, EVENTS, Space, decode_counter, every_first_kv};
+use super::{
+    CAS_ATTEMPTS_MAX, EVENT_HEAD, EVENTS, Space, decode_counter, every_first_kv, unchanged_at,
+};
 use crate::error::StoreError;
 use crate::keyspace;
 
-/// Most compare-and-sets one transaction carries: each costs one compare and
-/// up to four writes (record, scan-index entry or old expiry entry's delete,
-/// new expiry entry, event), plus the head once, and etcd allows 128 of each
-/// per transaction by default: 31 × 4 + 1 = 125.
-pub const APPEND_GROUP_OPS_MAX: usize = 31;
+/// Most operations in each list of one etcd transaction (its compares, its
+/// writes, its read-backs): etcd's `--max-txn-ops` default. A group takes
+/// compare-and-sets while each list, with the head's compare, put and
+/// read-back, stays within it. A compare-and-set costs one compare and one
+/// read-back (two with a session guard) and up to 12 writes (record,
+/// scan-index entry, old and new expiry entries, event, two session-index
+/// entries gone and two added, the session row and its old and new
+/// sessions-due entries), so one alone always fits.
+pub const TXN_OPS_MAX: usize = 128;
 /// Most key and value bytes one transaction carries (etcd refuses requests
 /// above 1.5 MiB by default). A single larger op still goes alone.
 pub const APPEND_GROUP_BYTES_MAX: usize = 1024 * 1024;
@@ -43,11 +54,56 @@ pub(super) struct Append {
     /// expiry-index entry).
     pub(super) puts: Vec<(Vec<u8>, Vec<u8>)>,
     /// Keys deleted in the same transaction (the record's old expiry-index
-    /// entry); never one of `puts`.
+    /// entry, its session-index entries gone, the session row's old
+    /// sessions-due entry); never one of `puts`.
     pub(super) deletes: Vec<Vec<u8>>,
+    /// The session row the write depends on, compared in the same
+    /// transaction (its next row, if any, is among `puts`).
+    pub(super) guard: Option<SessionGuardRead>,
     /// The event the change derives, if any (a renewal derives none); the
     /// appender numbers it.
     pub(super) event: Option<Event>,
+}
+
+/// A session row as the caller of a guarded write read it.
+pub(super) struct SessionGuardRead {
+    /// The row's key.
+    pub(super) key: Vec<u8>,
+    /// Its `mod_revision` as read (`None`: absent).
+    pub(super) read_revision: Option<i64>,
+}
+
+impl Append {
+    /// Every key the transaction writes for this append.
+    fn written(&self) -> impl Iterator<Item = &[u8]> {
+        let puts = self.puts.iter().map(|(k, _)| k.as_slice());
+        puts.chain(self.deletes.iter().map(Vec::as_slice))
+    }
+
+    /// Every key the transaction compares for this append.
+    fn compared(&self) -> impl Iterator<Item = &[u8]> {
+        let guard = self.guard.as_ref().map(|g| g.key.as_slice());
+        std::iter::once(self.record_key.as_slice()).chain(guard)
+    }
+
+    /// What it adds to each list of the transaction: (compares, writes,
+    /// read-backs).
+    fn ops(&self) -> [usize; 3] {
+        let guarded = usize::from(self.guard.is_some());
+        let event = usize::from(self.event.is_some());
+        [
+            1 + guarded,
+            self.puts.len() + self.deletes.len() + event,
+            1 + guarded,
+        ]
+    }
+
+    /// Whether `self` and `other` may not share a transaction: one would
+    /// write a key the other writes or compares.
+    fn clashes(&self, other: &Append) -> bool {
+        let touches = |a: &Append, key: &[u8]| a.written().chain(a.compared()).any(|k| k == key);
+        self.written().any(|k| touches(other, k)) || other.written().any(|k| touches(self, k))
+    }
 }
 
 /// What became of an [`Append`].
@@ -59,11 +115,14 @@ pub(super) enum Appended {
         /// The transaction's revision.
         revision: i64,
     },
-    /// The record is no longer as read: nothing written; judge again
-    /// against the record as it is now.
+    /// The record (or the guarding session row) is no longer as read:
+    /// nothing written; judge again against both as they are now.
     Moved {
         /// The record's kv as the failed transaction read it back.
         now: Option<KeyValue>,
+        /// The session row's kv as read back (`None` for an unguarded write
+        /// or an absent row).
+        session: Option<KeyValue>,
         /// The transaction was resent after a lost answer: an earlier
         /// attempt may have written this very record.
         resent: bool,
@@ -135,22 +194,34 @@ async fn run(space: Space, mut rx: mpsc::Receiver<Queued>) {
             },
         };
         let mut bytes = first.bytes();
+        // The head's compare, put and read-back.
+        let mut ops = [1, 1, 1];
+        add_ops(&mut ops, first.append.ops());
         let mut group = vec![first];
-        while group.len() < APPEND_GROUP_OPS_MAX {
+        loop {
             let Ok(next) = rx.try_recv() else { break };
-            // One transaction may not put a key twice: a second write of a
-            // record waits for the next group (where its guard fails).
-            let twice = group
-                .iter()
-                .any(|q| q.append.record_key == next.append.record_key);
-            if twice || bytes + next.bytes() > APPEND_GROUP_BYTES_MAX {
+            // One transaction may not write a key twice: a second write of
+            // a record (or of a session row, or of a record guarded by a
+            // row another write changes) waits for the next group, where
+            // its guard fails if it must.
+            let clashes = group.iter().any(|q| q.append.clashes(&next.append));
+            let mut more = ops;
+            add_ops(&mut more, next.append.ops());
+            let over = more.iter().any(|&n| n > TXN_OPS_MAX);
+            if clashes || over || bytes + next.bytes() > APPEND_GROUP_BYTES_MAX {
                 held = Some(next);
                 break;
             }
-            bytes += next.bytes();
+            (bytes, ops) = (bytes + next.bytes(), more);
             group.push(next);
         }
         commit(&space, &head_key, &mut head, group).await;
+    }
+}
+
+fn add_ops(total: &mut [usize; 3], ops: [usize; 3]) {
+    for (t, n) in total.iter_mut().zip(ops) {
+        *t += n;
     }
 }
 
@@ -239,10 +310,10 @@ async fn attempt(
     }
     for (q, event) in &encoded {
         let a = &q.append;
-        guards.push(match a.read_revision {
-            Some(rev) => Compare::mod_revision(a.record_key.clone(), CompareOp::Equal, rev),
-            None => Compare::create_revision(a.record_key.clone(), CompareOp::Equal, 0),
-        });
+        guards.push(unchanged_at(&a.record_key, a.read_revision));
+        if let Some(guard) = &a.guard {
+            guards.push(unchanged_at(&guard.key, guard.read_revision));
+        }
         ops.extend(
             a.puts
                 .iter()
@@ -263,7 +334,7 @@ async fn attempt(
     }
     let mut reread: Vec<TxnOp> = group
         .iter()
-        .map(|q| TxnOp::get(q.append.record_key.clone(), None))
+        .flat_map(|q| q.append.compared().map(|k| TxnOp::get(k, None)))
         .collect();
     if let Some(base) = base {
         guards.push(match base {
@@ -274,6 +345,12 @@ async fn attempt(
         ops.push(TxnOp::put(head_key.to_vec(), seq.to_string(), None));
         reread.push(TxnOp::get(head_key.to_vec(), None));
     }
+    // Invariant: the group was formed within the bound (see `run`).
+    assert!(
+        guards.len() <= TXN_OPS_MAX && ops.len() <= TXN_OPS_MAX && reread.len() <= TXN_OPS_MAX,
+        "an append group above etcd's txn op bound"
+    );
+    let reads = reread.len();
     let txn = Txn::new().when(guards).and_then(ops).or_else(reread);
     let txned = space.txn_at(Op::HotWrite, txn).await?;
     let (written, revision, responses) = (txned.succeeded, txned.revision, txned.responses);
@@ -283,11 +360,12 @@ async fn attempt(
         }
         return Ok(Some(revision));
     }
-    let mut now = every_first_kv(&responses, group.len() + usize::from(base.is_some()))?;
+    let mut now = every_first_kv(&responses, reads)?;
     if base.is_some() {
         let head_kv: Option<KeyValue> = now.pop().flatten();
         *head = Some(decode_counter("event head", head_kv.as_ref())?);
     }
+    let mut now = now.into_iter();
     // A record that moved may have been written by this very group on an
     // attempt that was abandoned and landed (`members`): a transaction is
     // all or nothing, so if the group landed every record holds the bytes
@@ -295,9 +373,21 @@ async fn attempt(
     // Written, once; every guard of the group now fails, so it cannot land
     // again. Any other moved record is told to its caller, who judges anew.
     let mut kept = Vec::with_capacity(group.len());
-    for (q, kv) in group.drain(..).zip(now) {
+    for q in group.drain(..) {
+        // Read back in `compared` order: the record, then its guard's row.
+        let kv = now.next().flatten();
+        let session = match &q.append.guard {
+            Some(_) => now.next().flatten(),
+            None => None,
+        };
         let revision = kv.as_ref().map(KeyValue::mod_revision);
-        if revision == q.append.read_revision {
+        let row_revision = session.as_ref().map(KeyValue::mod_revision);
+        let row_held = q
+            .append
+            .guard
+            .as_ref()
+            .is_none_or(|g| g.read_revision == row_revision);
+        if revision == q.append.read_revision && row_held {
             kept.push(q);
         } else if let Some(revision) = landed(txned.ambiguous, &q.append, kv.as_ref()) {
             space.members.resolved_ambiguous();
@@ -305,6 +395,7 @@ async fn attempt(
         } else {
             let _ = q.reply.send(Ok(Appended::Moved {
                 now: kv,
+                session,
                 resent: txned.ambiguous,
             }));
         }
@@ -321,4 +412,45 @@ fn landed(ambiguous: bool, append: &Append, now: Option<&KeyValue>) -> Option<i6
     // Invariant: an append's first put is its record (see `Append::puts`).
     let (_, record) = append.puts.first()?;
     (now.value() == record.as_slice()).then(|| now.mod_revision())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append(record: &[u8], guard: Option<&[u8]>, row_written: bool) -> Append {
+        let mut puts = vec![(record.to_vec(), b"record".to_vec())];
+        if let (Some(row), true) = (guard, row_written) {
+            puts.push((row.to_vec(), b"row".to_vec()));
+        }
+        Append {
+            record_key: record.to_vec(),
+            read_revision: None,
+            puts,
+            deletes: Vec::new(),
+            guard: guard.map(|key| SessionGuardRead {
+                key: key.to_vec(),
+                read_revision: Some(1),
+            }),
+            event: None,
+        }
+    }
+
+    #[test]
+    fn joins_of_one_session_share_a_transaction_but_not_with_its_freeze() {
+        let join = |r: &[u8]| append(r, Some(b"s/iad~1"), false);
+        let freeze = append(b"r/3", Some(b"s/iad~1"), true);
+        assert!(!join(b"r/1").clashes(&join(b"r/2")));
+        assert!(join(b"r/1").clashes(&freeze));
+        assert!(freeze.clashes(&join(b"r/1")));
+        assert!(join(b"r/1").clashes(&append(b"r/1", None, false)));
+        assert!(!append(b"r/1", None, false).clashes(&append(b"r/2", None, false)));
+    }
+
+    #[test]
+    fn a_guarded_write_counts_its_row_in_every_list() {
+        assert_eq!(append(b"r/1", None, false).ops(), [1, 1, 1]);
+        assert_eq!(append(b"r/2", Some(b"s/iad~1"), false).ops(), [2, 1, 2]);
+        assert_eq!(append(b"r/3", Some(b"s/iad~1"), true).ops(), [2, 2, 2]);
+    }
 }

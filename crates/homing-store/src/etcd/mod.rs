@@ -16,7 +16,9 @@
 //! high-water mark (decimal); `d/<kind, time, id>` → id (expiry index,
 //! written in the transaction of every record write; `due-index` → `1`
 //! once a store from before the index was indexed on connect); `migrating`
-//! → `1` while an unfinished `homing migrate` copies into the store.
+//! → `1` while an unfinished `homing migrate` copies into the store;
+//! `s/<session name>` → a host session's row, `sk/`, `sn/` and `sd/` → its
+//! keys', notices' and due-time index entries (`session`).
 //!
 //! The two stores live in `global` ([`EtcdGlobalStore`]) and `dc`
 //! ([`EtcdDcStore`]); this module holds what both are built on: the
@@ -52,6 +54,7 @@ mod log;
 mod lost_answer;
 mod members;
 mod record_cache;
+mod session;
 mod setting;
 mod succession;
 #[cfg(test)]

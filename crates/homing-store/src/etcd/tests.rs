@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use homing_core::{
-    DcId, DcRecord, DcTerms, EventSeq, Key, ReservationId, Succession, TakeOverReply,
-    TakeoverPolicy,
+    DcId, DcRecord, DcTerms, EventSeq, Key, ReservationId, SessionRecord, Succession,
+    TakeOverReply, TakeoverPolicy,
 };
 
 use super::compaction::CompactionPolicy;
@@ -22,6 +22,7 @@ use crate::etcd_cluster::{ClusterError, LocalEtcdCluster};
 use crate::failover::FailoverEvent;
 use crate::global::{GlobalStore, SetIfAbsent};
 use crate::keyspace;
+use crate::session::{GuardedCas, SessionCas, SessionGuard};
 
 struct EtcdBackend {
     endpoints: Vec<String>,
@@ -130,6 +131,14 @@ async fn etcd_three_member_cluster_passes_the_conformance_suite() {
     concurrent_nearest_reads_share_transactions_and_each_get_their_own_entry(&backend).await;
     println!("etcd: a_cas_whose_answer_was_lost_is_written_once");
     a_cas_whose_answer_was_lost_is_written_once(&backend).await;
+    println!("etcd: a_session_renewal_whose_answer_was_lost_is_written_once");
+    a_session_renewal_whose_answer_was_lost_is_written_once(&backend).await;
+    println!("etcd: a_freeze_whose_answer_was_lost_is_written_once_with_its_row");
+    a_freeze_whose_answer_was_lost_is_written_once_with_its_row(&backend).await;
+    println!("etcd: a_guarded_append_whose_session_row_moved_after_it_was_read_writes_nothing");
+    a_guarded_append_whose_session_row_moved_after_it_was_read_writes_nothing(&backend).await;
+    println!("etcd: joins_racing_a_freeze_each_land_before_it_or_see_the_session_moved");
+    joins_racing_a_freeze_each_land_before_it_or_see_the_session_moved(&backend).await;
     println!("etcd: dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired");
     dc_lease_reads_racing_renewals_never_see_a_replaced_lease_as_expired(&backend).await;
     println!("etcd: a_dc_lease_renewal_whose_answer_was_lost_is_recognised_as_ours");
@@ -856,4 +865,249 @@ async fn concurrent_nearest_reads_share_transactions_and_each_get_their_own_entr
         requests <= calls / 4,
         "{calls} concurrent nearest reads took {requests} etcd requests: not grouped"
     );
+}
+
+/// A session row opened at store time 0 (ttl 10 s).
+fn opened_session(name: &str) -> SessionRecord {
+    SessionRecord::open(
+        name.parse().unwrap(),
+        conformance::lease(),
+        homing_core::HostTime::from_ms(0),
+        homing_core::StoreTime::from_ms(0),
+        &homing_core::LeasePolicy::DEFAULT,
+    )
+    .0
+}
+
+/// `row` renewed at store time `at_ms`.
+fn renewed_session(row: &SessionRecord, at_ms: u64) -> SessionRecord {
+    row.renew(
+        &conformance::lease(),
+        homing_core::HostTime::from_ms(at_ms),
+        homing_core::StoreTime::from_ms(at_ms),
+        &homing_core::LeasePolicy::DEFAULT,
+    )
+    .next
+    .unwrap()
+}
+
+/// A fresh record held under session `row`.
+fn session_record(unique: u64, row: &SessionRecord) -> DcRecord {
+    let mut record = test_record(unique);
+    if let homing_core::RecordState::Active { expiry, .. } = &mut record.state {
+        *expiry = homing_core::Expiry::Session(row.id.clone());
+    }
+    record
+}
+
+/// A guard that only checks `row`'s version.
+fn joins(row: &SessionRecord) -> SessionGuard {
+    SessionGuard {
+        id: row.id.clone(),
+        version: row.version,
+        next: None,
+    }
+}
+
+/// A session renewal whose transaction landed but whose answer was lost
+/// is retried on another member; the retry's guard fails on the row it
+/// wrote itself, and the caller is told Written, once: the row is at the
+/// next version, not two past it, and a renewal judged on the old
+/// version still conflicts.
+async fn a_session_renewal_whose_answer_was_lost_is_written_once(backend: &EtcdBackend) {
+    let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+    let endpoints = [relay.endpoint(), backend.endpoints[1].clone()];
+    let prefix = backend.prefix("dc", "lost_session_cas");
+    let store = EtcdDcStore::connect(&endpoints, &prefix).await.unwrap();
+    // Round-robin from member 0: the create reads (0) and writes (1); one
+    // read (0); the renewal then reads on member 1 and writes on member 0,
+    // through the relay.
+    let row = opened_session("iad~1");
+    let created = store.compare_and_set_session(None, &row).await.unwrap();
+    assert_eq!(created, SessionCas::Written);
+    assert_eq!(store.session(&row.id).await.unwrap(), Some(row.clone()));
+    relay.lose_answers();
+    let next = renewed_session(&row, 1_000);
+    let renewal = store.compare_and_set_session(Some(1), &next).await;
+    assert_eq!(renewal.unwrap(), SessionCas::Written);
+    assert!(relay.lost_any(), "the renewal's answer was not lost");
+    let failover = store.failover().unwrap();
+    assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+    assert_eq!(store.session(&row.id).await.unwrap(), Some(next.clone()));
+    let stale = renewed_session(&row, 2_000);
+    assert_eq!(
+        store
+            .compare_and_set_session(Some(1), &stale)
+            .await
+            .unwrap(),
+        SessionCas::Conflict {
+            current: Some(next.clone())
+        }
+    );
+    let due = store.due_sessions(homing_core::StoreTime::from_ms(99_000), None, 128);
+    assert_eq!(due.await.unwrap(), vec![next], "one sessions-due entry");
+}
+
+/// A freeze (a guarded write that also writes the session row) whose
+/// transaction landed but whose answer was lost: the retry's guards fail
+/// on its own record and row, the read-back recognises the record, and
+/// the caller is told Written, once: one notice numbered, one event.
+async fn a_freeze_whose_answer_was_lost_is_written_once_with_its_row(backend: &EtcdBackend) {
+    let relay = AnswerRelay::start(&backend.endpoints[0]).await;
+    let endpoints = [relay.endpoint(), backend.endpoints[1].clone()];
+    let prefix = backend.prefix("dc", "lost_freeze");
+    let store = EtcdDcStore::connect(&endpoints, &prefix).await.unwrap();
+    // Round-robin from member 0: the row's read (0) and write (1); the
+    // first join's row read (0), head read (1) and write (0); the second
+    // join's row read (1) and write (0); the freeze's row read (1) and
+    // write (0), through the relay.
+    let row = opened_session("iad~1");
+    store.compare_and_set_session(None, &row).await.unwrap();
+    for unique in [1, 2] {
+        let (record, guard) = (session_record(unique, &row), joins(&row));
+        let joined = store.compare_and_set_in_session(None, &record, &guard);
+        assert_eq!(joined.await.unwrap(), GuardedCas::Written);
+    }
+    let held = store.get(&test_record(2).id).await.unwrap().unwrap();
+    // The get went to member 1: the freeze's row read goes to member 0.
+    // One more read puts the freeze's write on member 0.
+    store.session(&row.id).await.unwrap();
+    relay.lose_answers();
+    let frozen = held.drain(Some(&row)).expect("a held key drains");
+    let (next, notice) = row.noticed();
+    let freeze = SessionGuard {
+        id: row.id.clone(),
+        version: row.version,
+        next: Some(next.clone()),
+    };
+    let written = store
+        .compare_and_set_in_session(Some(1), &frozen, &freeze)
+        .await;
+    assert_eq!(written.unwrap(), GuardedCas::Written);
+    assert!(relay.lost_any(), "the freeze's answer was not lost");
+    let failover = store.failover().unwrap();
+    assert_eq!(failover.total(FailoverEvent::AmbiguousResolved), 1);
+    assert_eq!(store.session(&row.id).await.unwrap(), Some(next.clone()));
+    assert_eq!(store.get(&frozen.id).await.unwrap(), Some(frozen.clone()));
+    let notices = store.session_notices(&row.id, 0, 128).await.unwrap();
+    assert_eq!((notices, notice), (vec![frozen.clone()], 1));
+    // The same freeze judged again on the old row is refused: the row moved.
+    let again = store
+        .compare_and_set_in_session(Some(1), &frozen, &freeze)
+        .await;
+    assert_eq!(
+        again.unwrap(),
+        GuardedCas::SessionMoved {
+            current: Some(next)
+        }
+    );
+    let kinds = event_kinds(&store).await;
+    let frozen_events = kinds.iter().filter(|k| **k != "reserved").count();
+    assert!(frozen_events <= 1, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "reserved").count(), 2);
+}
+
+/// Many joins and a freeze of one session queued at once (the appender
+/// groups them): each join lands before the freeze or is told the session
+/// moved, and the session-keys index lists exactly the keys that landed.
+async fn joins_racing_a_freeze_each_land_before_it_or_see_the_session_moved(backend: &EtcdBackend) {
+    const JOINS: u64 = 40;
+    let prefix = backend.prefix("dc", "freeze_and_joins");
+    let store = Arc::new(
+        EtcdDcStore::connect(&backend.endpoints, &prefix)
+            .await
+            .unwrap(),
+    );
+    let row = opened_session("iad~1");
+    store.compare_and_set_session(None, &row).await.unwrap();
+    let first = session_record(1, &row);
+    let guard = joins(&row);
+    let joined = store.compare_and_set_in_session(None, &first, &guard);
+    assert_eq!(joined.await.unwrap(), GuardedCas::Written);
+    let frozen = first.drain(Some(&row)).unwrap();
+    let (next, _) = row.noticed();
+    let freeze = SessionGuard {
+        id: row.id.clone(),
+        version: row.version,
+        next: Some(next.clone()),
+    };
+    let mut racers = Vec::new();
+    for unique in 2..2 + JOINS {
+        let (joiner, record, guard) = (store.clone(), session_record(unique, &row), joins(&row));
+        racers.push(tokio::spawn(async move {
+            joiner
+                .compare_and_set_in_session(None, &record, &guard)
+                .await
+        }));
+        if unique == 2 + JOINS / 2 {
+            let (freezer, frozen, freeze) = (store.clone(), frozen.clone(), freeze.clone());
+            racers.push(tokio::spawn(async move {
+                freezer
+                    .compare_and_set_in_session(Some(1), &frozen, &freeze)
+                    .await
+            }));
+        }
+    }
+    let mut landed = 0;
+    for racer in racers {
+        match racer.await.unwrap().unwrap() {
+            GuardedCas::Written => landed += 1,
+            GuardedCas::SessionMoved { current } => assert_eq!(current, Some(next.clone())),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        store.session(&row.id).await.unwrap(),
+        Some(next),
+        "the freeze landed"
+    );
+    let keys = store.session_keys(&row.id, None, 128).await.unwrap();
+    // Every key that landed is in the index (the first, and the freeze
+    // counted among `landed` is the first's record again).
+    assert_eq!(keys.len(), landed);
+}
+
+/// The race the session row's compare closes: a join judged on the row as
+/// read (version 1) reaches the appender after a renewal moved the row.
+/// Its transaction compares the row's revision as read, so nothing is
+/// written and the caller gets the row as it is now, to judge again.
+async fn a_guarded_append_whose_session_row_moved_after_it_was_read_writes_nothing(
+    backend: &EtcdBackend,
+) {
+    let prefix = backend.prefix("dc", "guard_race");
+    let store = EtcdDcStore::connect(&backend.endpoints, &prefix)
+        .await
+        .unwrap();
+    let row = opened_session("iad~1");
+    store.compare_and_set_session(None, &row).await.unwrap();
+    let row_key = store.session_key(&row.id);
+    let read = store.space.get(Op::HotRead, row_key.clone(), None).await;
+    let read_revision = read.unwrap().kvs()[0].mod_revision();
+    let next = renewed_session(&row, 1_000);
+    store.compare_and_set_session(Some(1), &next).await.unwrap();
+    let record = session_record(1, &row);
+    let append = super::log::Append {
+        record_key: store.record_key(&record.id),
+        read_revision: None,
+        puts: vec![(
+            store.record_key(&record.id),
+            keyspace::encode_record(&record).unwrap(),
+        )],
+        deletes: Vec::new(),
+        guard: Some(super::log::SessionGuardRead {
+            key: row_key,
+            read_revision: Some(read_revision),
+        }),
+        event: None,
+    };
+    match store.appender.submit(append).await.unwrap() {
+        super::log::Appended::Moved { now, session, .. } => {
+            assert!(now.is_none(), "the record was not written");
+            let session = session.expect("the row is read back");
+            let current = crate::session::decode_session(session.value()).unwrap();
+            assert_eq!(current, next);
+        }
+        written => panic!("a join landed on a moved session row: {written:?}"),
+    }
+    assert_eq!(store.get(&record.id).await.unwrap(), None);
 }

@@ -1,12 +1,16 @@
 //! The FoundationDB [`DcStore`]: one DC's records (`r/`), their scan and
 //! expiry indexes (`k/`, `d/`), the event log and its head, the allocator
-//! (`alloc`) and the migration mark, each operation one transaction.
+//! (`alloc`) and the migration mark, each operation one transaction. A
+//! record write also moves the record's session-index entries, and a write
+//! guarded by a host session reads the session row in its transaction (a
+//! racing change of the row conflicts, and the retry judges it anew); the
+//! session rows themselves are in `session`.
 
 use async_trait::async_trait;
-use foundationdb::Database;
+use foundationdb::{Database, Transaction};
 use homing_core::{
     DcRecord, Due, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
-    StoreTime,
+    SessionId, SessionRecord, StoreTime,
 };
 use tokio::sync::Mutex;
 
@@ -18,6 +22,7 @@ use crate::dc::{
 };
 use crate::error::StoreError;
 use crate::keyspace;
+use crate::session::{self, GuardedCas, SessionCas, SessionCursor, SessionGuard};
 
 /// The section of the expiry index: `d/<keyspace::due_bytes>` → id.
 const DUE: &[u8] = b"d/";
@@ -28,7 +33,7 @@ const INDEX_PAGE_RECORDS: usize = 128;
 
 /// A [`DcStore`] in FoundationDB.
 pub struct FdbDcStore {
-    space: Space,
+    pub(super) space: Space,
     blocks: Mutex<Blocks>,
     /// Held by a compare-and-set while it appends an event: every append
     /// reads and writes the one head key, so appends of this process take
@@ -44,9 +49,20 @@ pub struct FdbDcStore {
 /// What the first, event-less attempt of a compare-and-set found.
 #[allow(clippy::large_enum_variant)] // one per write, never stored, like `Cas`
 enum CasStep {
-    Done(Cas),
+    Done(GuardedCas),
     /// The write derives an event: redo it holding the append turn.
     Append,
+}
+
+/// One record write, as every attempt of its transaction needs it.
+struct Write<'a> {
+    expected: Option<u64>,
+    record: &'a DcRecord,
+    /// The encoded record.
+    value: Vec<u8>,
+    guard: Option<&'a SessionGuard>,
+    /// The guard's next row, and it encoded.
+    next_row: Option<(&'a SessionRecord, Vec<u8>)>,
 }
 
 impl FdbDcStore {
@@ -145,6 +161,122 @@ impl FdbDcStore {
         Ok(())
     }
 
+    /// A record's compare-and-set (see [`DcStore::compare_and_set`]); with
+    /// `guard`, the session row is read in the same transaction and must be
+    /// at the guarded version, the guard's next row written with the
+    /// record. First without the append turn (a renewal derives no event),
+    /// then, if the write derives one, again holding it.
+    async fn write(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: Option<&SessionGuard>,
+    ) -> Result<GuardedCas, StoreError> {
+        check_cas(expected, record)?;
+        if let Some(guard) = guard {
+            session::check_guard(record, guard)?;
+        }
+        let next_row = match guard.and_then(|g| g.next.as_ref()) {
+            Some(next) => Some((next, session::encode_session(next)?)),
+            None => None,
+        };
+        let write = Write {
+            expected,
+            record,
+            value: keyspace::encode_record(record)?,
+            guard,
+            next_row,
+        };
+        // A retry after a commit that may have landed recognises its own
+        // record (`Cas::after_unknown_outcome`); a first attempt never does.
+        let mut unknown = false;
+        let first = transact!(self.space, trx, unknown, {
+            self.write_in(&trx, &write, unknown, false).await
+        })?;
+        if let CasStep::Done(cas) = first {
+            return Ok(cas);
+        }
+        let _turn = self.appending.lock().await;
+        let mut unknown = false;
+        let appended = transact!(self.space, trx, unknown, {
+            // Judged again: the record may have moved since the first look.
+            self.write_in(&trx, &write, unknown, true).await
+        })?;
+        match appended {
+            CasStep::Done(cas) => Ok(cas),
+            CasStep::Append => Err(StoreError::Backend {
+                backend: "fdb",
+                reason: "a write holding the append turn asked for it again".into(),
+            }),
+        }
+    }
+
+    /// One attempt of `w` in `trx`: judge it against the record (and row)
+    /// as read, and write it; `CasStep::Append` when it derives an event
+    /// and `append` (this process's append turn is held) is false.
+    async fn write_in(
+        &self,
+        trx: &Transaction,
+        w: &Write<'_>,
+        unknown: bool,
+        append: bool,
+    ) -> Result<Step<CasStep>, StoreError> {
+        let record = w.record;
+        let id = keyspace::id_bytes(&record.id);
+        let rk = self.space.key(b"r/", &id);
+        let current = step!(trx.get(&rk, false).await)
+            .map(|v| keyspace::decode_record(&v))
+            .transpose()?;
+        let row = match w.guard {
+            // Read in the transaction: a racing change of the row conflicts.
+            Some(guard) => step!(self.stored_session(trx, &guard.id).await)?,
+            None => None,
+        };
+        let event = homing_core::event::derive(current.as_ref(), record);
+        let old = current.clone();
+        let old_due = old.as_ref().and_then(Due::of);
+        let judged = match w.guard {
+            Some(guard) => {
+                session::judge_guarded(w.expected, record, guard, current, row.clone(), unknown)?
+            }
+            None => {
+                session::check_unguarded(old.as_ref(), record)?;
+                judge_cas(w.expected, record, current)?
+                    .map(|c| match unknown {
+                        true => c.after_unknown_outcome(record),
+                        false => c,
+                    })
+                    .map(GuardedCas::from)
+            }
+        };
+        if let Some(judged) = judged {
+            return Ok(Step::Done(CasStep::Done(judged)));
+        }
+        if let Some(mut event) = event {
+            if !append {
+                return Ok(Step::Done(CasStep::Append));
+            }
+            let head_key = self.head_key();
+            let head = step!(trx.get(&head_key, false).await);
+            let head = decode_counter("event head", head.as_deref())?;
+            // Invariant: a u64 log never fills (one event per write).
+            event.seq = head.checked_add(1).expect("event seq overflow");
+            trx.set(&self.event_key(event.seq), &keyspace::encode_event(&event)?);
+            trx.set(&head_key, &event.seq.to_be_bytes());
+        }
+        trx.set(&rk, &w.value);
+        if w.expected.is_none() {
+            let index = keyspace::record_scan_bytes(&record.key, &record.id);
+            trx.set(&self.space.key(b"k/", &index), &id);
+        }
+        self.reindex(trx, old_due, record);
+        self.reindex_sessions(trx, old.as_ref(), record);
+        if let Some((next, value)) = &w.next_row {
+            self.put_session(trx, row.as_ref(), next, value);
+        }
+        Ok(Step::Done(CasStep::Done(GuardedCas::Written)))
+    }
+
     /// Present while an unfinished migration copies into this store.
     fn migrating_key(&self) -> Vec<u8> {
         self.space.key(b"migrating", b"")
@@ -179,73 +311,14 @@ impl DcStore for FdbDcStore {
         expected: Option<u64>,
         record: &DcRecord,
     ) -> Result<Cas, StoreError> {
-        check_cas(expected, record)?;
-        let value = keyspace::encode_record(record)?;
-        let id = keyspace::id_bytes(&record.id);
-        let rk = self.space.key(b"r/", &id);
-        let index = self
-            .space
-            .key(b"k/", &keyspace::record_scan_bytes(&record.key, &record.id));
-        // A retry after a commit that may have landed recognises its own
-        // record (`Cas::after_unknown_outcome`); a first attempt never does.
-        let mut unknown = false;
-        // First without the append turn: a renewal derives no event.
-        let first = transact!(self.space, trx, unknown, {
-            let current = step!(trx.get(&rk, false).await)
-                .map(|v| keyspace::decode_record(&v))
-                .transpose()?;
-            let event = homing_core::event::derive(current.as_ref(), record);
-            let old_due = current.as_ref().and_then(Due::of);
-            if let Some(conflict) = judge_cas(expected, record, current)? {
-                let conflict = if unknown {
-                    conflict.after_unknown_outcome(record)
-                } else {
-                    conflict
-                };
-                return Ok(Step::Done(CasStep::Done(conflict)));
-            }
-            if event.is_some() {
-                return Ok(Step::Done(CasStep::Append));
-            }
-            trx.set(&rk, &value);
-            self.reindex(&trx, old_due, record);
-            Ok(Step::Done(CasStep::Done(Cas::Written)))
-        })?;
-        if let CasStep::Done(cas) = first {
-            return Ok(cas);
+        match self.write(expected, record, None).await? {
+            GuardedCas::Written => Ok(Cas::Written),
+            GuardedCas::RecordConflict { current } => Ok(Cas::Conflict { current }),
+            GuardedCas::SessionMoved { .. } => Err(StoreError::Backend {
+                backend: "fdb",
+                reason: "an unguarded compare-and-set answered that a session row moved".into(),
+            }),
         }
-        let _turn = self.appending.lock().await;
-        let head_key = self.head_key();
-        let mut unknown = false;
-        transact!(self.space, trx, unknown, {
-            // Judged again: the record may have moved since the first look.
-            let current = step!(trx.get(&rk, false).await)
-                .map(|v| keyspace::decode_record(&v))
-                .transpose()?;
-            let event = homing_core::event::derive(current.as_ref(), record);
-            let old_due = current.as_ref().and_then(Due::of);
-            if let Some(conflict) = judge_cas(expected, record, current)? {
-                return Ok(Step::Done(if unknown {
-                    conflict.after_unknown_outcome(record)
-                } else {
-                    conflict
-                }));
-            }
-            if let Some(mut event) = event {
-                let head = step!(trx.get(&head_key, false).await);
-                let head = decode_counter("event head", head.as_deref())?;
-                // Invariant: a u64 log never fills (one event per write).
-                event.seq = head.checked_add(1).expect("event seq overflow");
-                trx.set(&self.event_key(event.seq), &keyspace::encode_event(&event)?);
-                trx.set(&head_key, &event.seq.to_be_bytes());
-            }
-            trx.set(&rk, &value);
-            if expected.is_none() {
-                trx.set(&index, &id);
-            }
-            self.reindex(&trx, old_due, record);
-            Ok(Step::Done(Cas::Written))
-        })
     }
 
     async fn scan(
@@ -433,11 +506,12 @@ impl DcStore for FdbDcStore {
                 .map(|v| keyspace::decode_record(&v))
                 .transpose()?;
             let old_due = current.as_ref().and_then(Due::of);
-            if let Some(judged) = judge_import(record, current) {
+            if let Some(judged) = judge_import(record, current.clone()) {
                 return Ok(Step::Done(judged));
             }
             trx.set(&rk, &value);
             self.reindex(&trx, old_due, record);
+            self.reindex_sessions(&trx, current.as_ref(), record);
             // An older version has the same key (judge_import checks it).
             trx.set(&index, &id);
             Ok(Step::Done(Import::Written))
@@ -462,6 +536,73 @@ impl DcStore for FdbDcStore {
             }
             Ok(Step::Done(Import::Written))
         })
+    }
+
+    async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        self.read_session(id).await
+    }
+
+    async fn compare_and_set_session(
+        &self,
+        expected: Option<u64>,
+        row: &SessionRecord,
+    ) -> Result<SessionCas, StoreError> {
+        self.cas_session(expected, row).await
+    }
+
+    async fn delete_session(&self, id: &SessionId, version: u64) -> Result<bool, StoreError> {
+        self.remove_session(id, version).await
+    }
+
+    async fn compare_and_set_in_session(
+        &self,
+        expected: Option<u64>,
+        record: &DcRecord,
+        guard: &SessionGuard,
+    ) -> Result<GuardedCas, StoreError> {
+        self.write(expected, record, Some(guard)).await
+    }
+
+    async fn session_keys(
+        &self,
+        id: &SessionId,
+        after: Option<&ReservationId>,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        self.session_key_records(id, after, limit).await
+    }
+
+    async fn session_notices(
+        &self,
+        id: &SessionId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DcRecord>, StoreError> {
+        self.session_notice_records(id, after, limit).await
+    }
+
+    async fn due_sessions(
+        &self,
+        until: StoreTime,
+        after: Option<&SessionCursor>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.due_session_rows(until, after, limit).await
+    }
+
+    async fn sessions(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.session_rows(after, limit).await
+    }
+
+    async fn import_session(
+        &self,
+        row: &SessionRecord,
+    ) -> Result<Import<SessionRecord>, StoreError> {
+        self.import_session_row(row).await
     }
 
     async fn allocator_floor(&self) -> Result<u64, StoreError> {

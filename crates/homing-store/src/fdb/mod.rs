@@ -24,7 +24,11 @@
 //! → a reservation's succession, written once; a takeover judges the DC and
 //! writes in one transaction (`succession`); `setting/<setting name>` → a
 //! deployment setting's value, read, compared and set in one transaction
-//! (`setting`). Every operation is one serializable FDB transaction
+//! (`setting`); `s/<session name>` → a host session's row, `sk/<session,
+//! 0x00, id>` and `sn/<session, 0x00, notice>` → reservation id (its keys
+//! and its frozen keys' notices), `sd/<due time, session name>` → session
+//! name (the sessions due), each index entry moved in the transaction of
+//! the write it follows (`session`). Every operation is one serializable FDB transaction
 //! (reads add conflict ranges, so a racing set_if_absent or CAS retries
 //! and then sees the winner), retried at most
 //! `TRANSACTION_ATTEMPTS_MAX` times through FDB's `on_error` backoff. A
@@ -204,6 +208,7 @@ macro_rules! step {
 mod dc;
 mod dc_lease;
 mod global;
+mod session;
 mod setting;
 mod succession;
 

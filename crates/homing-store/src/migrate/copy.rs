@@ -30,12 +30,15 @@ impl Counts {
 
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct DcCounts {
+    /// Host sessions' rows.
+    pub(super) sessions: u64,
     pub(super) records: u64,
     pub(super) events: u64,
     pub(super) event_head: EventSeq,
     /// The store's allocator floor.
     pub(super) floor: u64,
-    /// The highest unique of the DC's own records.
+    /// The highest unique of the DC's own records and sessions (one
+    /// allocator hands out both).
     pub(super) unique_max: u64,
 }
 
@@ -78,6 +81,19 @@ pub(super) async fn count_as(
             floor: store.allocator_floor().await?,
             ..DcCounts::default()
         };
+        let mut after: Option<SessionId> = None;
+        loop {
+            let page = store.sessions(after.as_ref(), SESSION_PAGE_MAX).await?;
+            c.sessions += page.len() as u64;
+            for row in page.iter().filter(|r| r.id.dc() == dc) {
+                c.unique_max = c.unique_max.max(row.id.unique());
+            }
+            report(page.len(), progress);
+            after = page.last().map(|r| r.id.clone());
+            if page.len() < SESSION_PAGE_MAX {
+                break;
+            }
+        }
         let mut after: Option<ScanCursor> = None;
         loop {
             let page = scan_page(store.as_ref(), after.as_ref()).await?;
@@ -285,6 +301,48 @@ impl<'p> Walk<'p> {
             target_before,
             target_after,
         })
+    }
+
+    /// Imports one DC's host sessions' rows with `import_session`, a page
+    /// at a time (in a dry run: judges each against the target's row). A
+    /// row the target holds newer or different is a conflict, never
+    /// overwritten. Not sampled: the verification compares every row.
+    pub(super) async fn sessions(
+        &mut self,
+        dc: &DcId,
+        from: &Arc<dyn DcStore>,
+        to: &Arc<dyn DcStore>,
+        total: u64,
+    ) -> Result<Tally, StoreError> {
+        let mut tally = Tally::default();
+        if self.mode == Mode::Sample {
+            return Ok(tally);
+        }
+        let (mut after, mut done): (Option<SessionId>, u64) = (None, 0);
+        loop {
+            let page = from.sessions(after.as_ref(), SESSION_PAGE_MAX).await?;
+            for row in &page {
+                let import = match self.mode {
+                    Mode::Copy => to.import_session(row).await?,
+                    _ => judge_session_import(row, to.session(&row.id).await?)
+                        .unwrap_or(Import::Written),
+                };
+                tally.add(&import);
+                if let Import::Conflict { current } = import {
+                    self.conflict(Conflict::Session {
+                        dc: dc.clone(),
+                        source: Box::new(row.clone()),
+                        target: Box::new(current),
+                    });
+                }
+            }
+            done += page.len() as u64;
+            self.progress(Step::Sessions(dc.clone()), done, total);
+            after = page.last().map(|r| r.id.clone());
+            if page.len() < SESSION_PAGE_MAX {
+                return Ok(tally);
+            }
+        }
     }
 
     /// Imports one DC's records, a page at a time (a page's imports run

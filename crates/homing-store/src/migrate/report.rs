@@ -8,6 +8,8 @@ use super::*;
 pub enum Step {
     /// Counting the source (totals for the other steps).
     Count,
+    /// Copying one DC's host sessions' rows.
+    Sessions(DcId),
     /// Copying one DC's records.
     Records(DcId),
     /// Copying one DC's events.
@@ -28,6 +30,7 @@ impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Step::Count => f.write_str("counting source"),
+            Step::Sessions(dc) => write!(f, "{dc} sessions"),
             Step::Records(dc) => write!(f, "{dc} records"),
             Step::Events(dc) => write!(f, "{dc} events"),
             Step::Settings => f.write_str("settings"),
@@ -105,6 +108,8 @@ pub struct DcReport {
     pub dc: DcId,
     /// Its allocator.
     pub allocator: AllocatorReport,
+    /// Its host sessions' rows.
+    pub sessions: Tally,
     /// Its records.
     pub records: Tally,
     /// Its events.
@@ -133,6 +138,16 @@ pub enum Conflict {
         source: Box<DcRecord>,
         /// The target's record.
         target: Box<DcRecord>,
+    },
+    /// A host session's row with a newer or equal version and other
+    /// contents.
+    Session {
+        /// The DC.
+        dc: DcId,
+        /// The source's row.
+        source: Box<SessionRecord>,
+        /// The target's row.
+        target: Box<SessionRecord>,
     },
     /// Another event at the same `seq`.
     Event {
@@ -189,6 +204,13 @@ impl fmt::Display for Conflict {
                 source.version,
                 target.version,
                 record_diff(source, target).join(", ")
+            ),
+            Conflict::Session { dc, source, target } => write!(
+                f,
+                "{dc} session {}: source {}, target {}",
+                source.id,
+                shown_session(source),
+                shown_session(target)
             ),
             Conflict::Event { dc, source, target } => write!(
                 f,
@@ -279,6 +301,8 @@ pub struct Counted {
 pub struct DcVerification {
     /// The DC.
     pub dc: DcId,
+    /// Host sessions' rows: equal counts expected (each row is compared too).
+    pub sessions: Counted,
     /// Records: equal counts expected.
     pub records: Counted,
     /// Kept events: equal counts expected.
@@ -294,6 +318,18 @@ pub struct DcVerification {
 /// How the target differs from the source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mismatch {
+    /// A DC's host session row differs, or is on one side only (missing in
+    /// the target: its keys there are held by no live session).
+    SessionDiffers {
+        /// The DC.
+        dc: DcId,
+        /// The session.
+        id: SessionId,
+        /// The source's row.
+        source: Option<Box<SessionRecord>>,
+        /// The target's row.
+        target: Option<Box<SessionRecord>>,
+    },
     /// Different numbers of items of one kind.
     Count {
         /// `global entries`, `dc leases`, `records` or `events`.
@@ -380,6 +416,25 @@ pub enum Mismatch {
     },
 }
 
+/// A session row as a report shows it: never its secret.
+fn shown_session(row: &SessionRecord) -> String {
+    let state = match row.state {
+        SessionState::Live { expires_at } => format!("live until {}", expires_at.as_ms()),
+        SessionState::Ended { until, cause } => {
+            format!("ended ({cause:?}) at {}", until.as_ms())
+        }
+    };
+    format!(
+        "{state}, notice {}, version {}",
+        row.notice_seq, row.version
+    )
+}
+
+/// [`shown_session`], or `none`.
+fn shown_session_or_none(row: Option<&SessionRecord>) -> String {
+    row.map_or_else(|| "none".to_string(), shown_session)
+}
+
 fn or_none(id: &Option<ReservationId>) -> String {
     id.as_ref()
         .map_or_else(|| "none".to_string(), |id| id.to_string())
@@ -388,6 +443,17 @@ fn or_none(id: &Option<ReservationId>) -> String {
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Mismatch::SessionDiffers {
+                dc,
+                id,
+                source,
+                target,
+            } => write!(
+                f,
+                "{dc} session {id}: source {}, target {}",
+                shown_session_or_none(source.as_deref()),
+                shown_session_or_none(target.as_deref())
+            ),
             Mismatch::Count { what, dc, counted } => {
                 if let Some(dc) = dc {
                     write!(f, "{dc} ")?;
@@ -497,6 +563,7 @@ impl fmt::Display for Verification {
         writeln!(f, "  {:<24} {}", "dc leases", equal(self.dc_leases))?;
         for dc in &self.dcs {
             let row = |what: &str| format!("{} {what}", dc.dc);
+            writeln!(f, "  {:<24} {}", row("sessions"), equal(dc.sessions))?;
             writeln!(f, "  {:<24} {}", row("records"), equal(dc.records))?;
             writeln!(
                 f,
@@ -581,12 +648,12 @@ impl MigrateReport {
             + self.dc_conflicts()
     }
 
-    /// Conflicts of the DCs' records and events: what holds the global
+    /// Conflicts of the DCs' session rows, records and events: what holds the global
     /// entries back.
     pub(super) fn dc_conflicts(&self) -> u64 {
         self.dcs
             .iter()
-            .map(|d| d.records.conflicts + d.events.conflicts)
+            .map(|d| d.sessions.conflicts + d.records.conflicts + d.events.conflicts)
             .sum()
     }
 
@@ -631,6 +698,12 @@ impl fmt::Display for MigrateReport {
                 "  {:<24} {verb} {} ({floors})",
                 format!("{} allocator", dc.dc),
                 a.floor,
+            )?;
+            tally_line(
+                f,
+                &format!("{} sessions", dc.dc),
+                &dc.sessions,
+                self.dry_run,
             )?;
             tally_line(f, &format!("{} records", dc.dc), &dc.records, self.dry_run)?;
             tally_line(f, &format!("{} events", dc.dc), &dc.events, self.dry_run)?;

@@ -16,7 +16,11 @@ pub(super) async fn check(
         + counts.successions
         + counts.dc_leases.len() as u64
         + counts.settings.len() as u64
-        + counts.dcs.iter().map(|c| c.records + c.events).sum::<u64>();
+        + counts
+            .dcs
+            .iter()
+            .map(|c| c.sessions + c.records + c.events)
+            .sum::<u64>();
     let found = count_as(target, Step::Verify, Some(expected), progress).await?;
     let mut mismatches = Mismatches::default();
     let global = Counted {
@@ -67,9 +71,19 @@ pub(super) async fn check(
         }
     }
     let mut dcs = Vec::with_capacity(source.dcs.len());
-    for (((dc, _), s), t) in source.dcs.iter().zip(&counts.dcs).zip(&found.dcs) {
+    for (((dc, from), s), (t, (_, to))) in source
+        .dcs
+        .iter()
+        .zip(&counts.dcs)
+        .zip(found.dcs.iter().zip(&target.dcs))
+    {
+        compare_sessions(dc, from.as_ref(), to.as_ref(), &mut mismatches).await?;
         let v = DcVerification {
             dc: dc.clone(),
+            sessions: Counted {
+                source: s.sessions,
+                target: t.sessions,
+            },
             records: Counted {
                 source: s.records,
                 target: t.records,
@@ -176,6 +190,86 @@ pub(super) async fn compare_successions(
                 target: t,
             });
         }
+    }
+}
+
+/// Compares every host session row of `dc` in `source` with `target`'s,
+/// in one merge of both in stored-name order, a page at a time: a row
+/// missing in the target, different there, or there only is a mismatch.
+/// Every row, not a sample: a session's keys are held only while its row
+/// says so.
+pub(super) async fn compare_sessions(
+    dc: &DcId,
+    source: &dyn DcStore,
+    target: &dyn DcStore,
+    mismatches: &mut Mismatches,
+) -> Result<(), StoreError> {
+    let (mut source, mut target) = (SessionsAhead::new(source), SessionsAhead::new(target));
+    loop {
+        let s = source.peek().await?.cloned();
+        let t = target.peek().await?.cloned();
+        let name = |r: &SessionRecord| crate::session::session_bytes(&r.id);
+        // Both sides come in stored-name order: the smaller one is alone.
+        let (s, t) = match (s, t) {
+            (None, None) => return Ok(()),
+            (Some(s), Some(t)) if s.id == t.id => (Some(s), Some(t)),
+            (Some(s), t) if t.as_ref().is_none_or(|t| name(&s) < name(t)) => (Some(s), None),
+            (_, t) => (None, t),
+        };
+        if s.is_some() {
+            source.pop();
+        }
+        if t.is_some() {
+            target.pop();
+        }
+        if s != t {
+            let id = s.as_ref().or(t.as_ref()).map(|r| r.id.clone());
+            mismatches.push(Mismatch::SessionDiffers {
+                dc: dc.clone(),
+                id: id.expect("one side holds a row"),
+                source: s.map(Box::new),
+                target: t.map(Box::new),
+            });
+        }
+    }
+}
+
+/// One DC store's session rows read a page ahead, in stored-name order.
+struct SessionsAhead<'s> {
+    store: &'s dyn DcStore,
+    /// The last row read (`None`: none yet), and whether the last page was
+    /// the end.
+    after: Option<SessionId>,
+    done: bool,
+    ahead: VecDeque<SessionRecord>,
+}
+
+impl<'s> SessionsAhead<'s> {
+    fn new(store: &'s dyn DcStore) -> SessionsAhead<'s> {
+        SessionsAhead {
+            store,
+            after: None,
+            done: false,
+            ahead: VecDeque::new(),
+        }
+    }
+
+    /// The next row, left in place; `None` after the last.
+    async fn peek(&mut self) -> Result<Option<&SessionRecord>, StoreError> {
+        if self.ahead.is_empty() && !self.done {
+            let page = self
+                .store
+                .sessions(self.after.as_ref(), SESSION_PAGE_MAX)
+                .await?;
+            self.done = page.len() < SESSION_PAGE_MAX;
+            self.after = page.last().map(|r| r.id.clone());
+            self.ahead.extend(page);
+        }
+        Ok(self.ahead.front())
+    }
+
+    fn pop(&mut self) {
+        self.ahead.pop_front();
     }
 }
 

@@ -401,6 +401,29 @@ impl DcStore for RedbDcStore {
             .await
     }
 
+    async fn sessions(
+        &self,
+        after: Option<&SessionId>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        check_limit(limit)?;
+        let start = session::sessions_start(after);
+        self.shared
+            .read(move |txn| {
+                let sessions = txn.open_table(SESSIONS).map_err(backend)?;
+                let range = sessions
+                    .range::<&[u8]>(start.as_slice()..)
+                    .map_err(backend)?;
+                let mut out = Vec::with_capacity(limit);
+                for entry in range.take(limit) {
+                    let (_, row) = entry.map_err(backend)?;
+                    out.push(session::decode_session(row.value())?);
+                }
+                Ok(out)
+            })
+            .await
+    }
+
     async fn import_session(
         &self,
         row: &SessionRecord,
