@@ -84,22 +84,19 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         net.dir().display()
     );
     for dc in dcs {
+        let http = dc
+            .daemon
+            .metrics_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let relay = match args.latency_ms {
+            0 => String::new(),
+            ms => format!(", reached via relay {} (+{ms} ms each way)", dc.reached_at),
+        };
         println!(
-            "   {} serving on {}{} (metrics http://{}/metrics)",
+            "   {} serving on {}{relay} (status page http://{http}/, metrics http://{http}/metrics)",
             dc.id,
             dc.daemon.local_addr(),
-            if args.latency_ms > 0 {
-                format!(
-                    ", reached via relay {} (+{} ms each way)",
-                    dc.reached_at, args.latency_ms
-                )
-            } else {
-                String::new()
-            },
-            dc.daemon
-                .metrics_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default()
         );
     }
 
@@ -141,6 +138,9 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         );
         println!("   homing resolve my-key");
         println!("   homing chain my-key");
+        if let Some(http) = dcs[0].daemon.metrics_addr() {
+            println!("   open http://{http}/ in a browser: the status page of the whole devnet");
+        }
         if let Some(edge) = &edge {
             edge.print_curl();
         }

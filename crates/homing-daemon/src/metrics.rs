@@ -1,5 +1,6 @@
 //! What homingd counts, and the HTTP endpoint that shows it: `/metrics` in
-//! Prometheus text format, `/healthz` and `/readyz`, served with hyper (HTTP/1.1, one
+//! Prometheus text format, `/healthz` and `/readyz` (and the status page,
+//! [`crate::status`]), routed by axum and served with hyper (HTTP/1.1, one
 //! request per connection). The text format stays hand-written: a dozen
 //! series do not earn a metrics crate, and `render` is tested against the
 //! exposition format. The endpoint is bounded: at most
@@ -9,7 +10,6 @@
 //! (out of file descriptors) pauses the loop instead of spinning.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,12 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use homing_store::{DcStore, Failover, FailoverEvent, GlobalStore};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -199,6 +200,20 @@ impl Metrics {
     /// Leases active at the last reaper pass.
     pub fn set_active_leases(&self, n: u64) {
         self.active_leases.store(n, Ordering::Relaxed);
+    }
+
+    /// Leases active at the last reaper pass.
+    pub fn active_leases(&self) -> u64 {
+        self.active_leases.load(Ordering::Relaxed)
+    }
+
+    /// QUIC connections holding a slot now, by the caller's role (none
+    /// before the server is attached).
+    pub fn connections_open(&self) -> Vec<(&'static str, usize)> {
+        self.connections
+            .get()
+            .map(|stats| stats.snapshot().open.into_iter().collect())
+            .unwrap_or_default()
     }
 
     /// Shows what the etcd compactor did, read by `source` at each scrape.
@@ -512,15 +527,52 @@ impl Health {
     }
 }
 
-/// Serves `/metrics`, `/healthz` (the process serves) and `/readyz` (the
-/// DC can grant: [`Health::check`]) on `listener` until `shutdown` turns
-/// true.
-pub async fn listen(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    health: Health,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// The routes of the metrics listener: `/metrics`, `/healthz` (the process
+/// serves) and `/readyz` (the DC can grant: [`Health::check`]).
+pub fn routes(metrics: Arc<Metrics>, health: Health) -> Router {
+    let scrape = move || {
+        let metrics = metrics.clone();
+        async move { plain(StatusCode::OK, metrics.render()) }
+    };
+    let ready = move || {
+        let health = health.clone();
+        async move {
+            match health.check().await {
+                Ok(()) => plain(StatusCode::OK, "ready\n".to_string()),
+                Err(why) => plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}\n"),
+                ),
+            }
+        }
+    };
+    Router::new()
+        .route("/metrics", get(scrape))
+        // Liveness: the process serves (restarting it helps nothing else).
+        .route(
+            "/healthz",
+            get(|| async { plain(StatusCode::OK, "ok\n".to_string()) }),
+        )
+        .route("/readyz", get(ready))
+}
+
+/// What a path no route serves answers.
+pub async fn not_found() -> Response {
+    plain(
+        StatusCode::NOT_FOUND,
+        "try / (the status page), /metrics, /healthz or /readyz\n".to_string(),
+    )
+}
+
+/// A plain-text answer (Prometheus' text format is plain text).
+fn plain(status: StatusCode, body: String) -> Response {
+    let content_type = [(header::CONTENT_TYPE, "text/plain; version=0.0.4")];
+    (status, content_type, body).into_response()
+}
+
+/// Serves `app` (the [`routes`] and the status page) on `listener` until
+/// `shutdown` turns true.
+pub async fn listen(listener: TcpListener, app: Router, mut shutdown: watch::Receiver<bool>) {
     let permits = Arc::new(Semaphore::new(METRICS_CONNECTIONS_MAX));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -539,11 +591,7 @@ pub async fn listen(
             stream = next_connection(&listener) => stream,
             _ = shutdown.changed() => return,
         };
-        let (metrics, health) = (metrics.clone(), health.clone());
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let (metrics, health) = (metrics.clone(), health.clone());
-            async move { Ok::<_, Infallible>(respond(request.uri().path(), &metrics, &health).await) }
-        });
+        let service = TowerToHyperService::new(app.clone());
         let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
             let limit = Duration::from_millis(METRICS_CONNECTION_MS_MAX);
@@ -585,33 +633,6 @@ async fn next_connection<L: Accept>(listener: &L) -> L::Stream {
             }
         }
     }
-}
-
-/// The answer to a GET of `path`.
-async fn respond(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
-    let (status, body) = match path {
-        "/metrics" => (StatusCode::OK, metrics.render()),
-        // Liveness: the process serves (restarting it helps nothing else).
-        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-        "/readyz" => match health.check().await {
-            Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-            Err(why) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {why}\n"),
-            ),
-        },
-        _ => (
-            StatusCode::NOT_FOUND,
-            "try /metrics, /healthz or /readyz\n".to_string(),
-        ),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    response
 }
 
 /// Binds the endpoint; the error names the address.
