@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use homing_core::{AcquireReply, Grant, ReleaseReply, Reply, Request};
+use homing_core::{AcquireReply, Grant, LeasePolicy, ReleaseReply, Reply, Request};
 use homing_e2e::cluster::{Cluster, acquire, dc, lease_of};
 use homing_e2e::{ClusterOptions, start_or_skip};
 
@@ -160,7 +160,12 @@ async fn must_acquire(cluster: &Cluster, at: &str, name: &str, actor: &str) -> G
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_in_chromium_lists_every_dc_shows_a_chain_and_a_killed_dc_unavailable() {
     let Some(browser) = chromium() else { return };
-    let options = ClusterOptions::short_lease().with_http();
+    // short_lease's 1 s peer timeout (a killed DC turns suspect fast), with
+    // the default 10 s host lease: the key's tail stays active, unrenewed,
+    // while the pages are loaded on a slow machine.
+    let options = ClusterOptions::short_lease()
+        .with_lease(LeasePolicy::default())
+        .with_http();
     let Some(mut cluster) = start_or_skip("status_page", options).await else {
         return;
     };
