@@ -1,5 +1,5 @@
 //! What homingd counts, and the HTTP endpoint that shows it: `/metrics` in
-//! Prometheus text format, `/healthz` and `/readyz` (and the status page,
+//! OpenMetrics text (what Prometheus scrapes), `/healthz` and `/readyz` (and the status page,
 //! [`crate::status`]), routed by axum and served with hyper (HTTP/1.1, one
 //! request per connection). The exposition is OpenMetrics text encoded by
 //! `prometheus-client` (the Prometheus project's Rust client) from a
@@ -445,7 +445,7 @@ impl Metrics {
             return;
         }
         let healthy = stores.iter().flat_map(|(store, failover)| {
-            failover.endpoints().into_iter().map(move |endpoint| {
+            failover.endpoints().iter().map(move |endpoint| {
                 let labels = labels(&[("store", store), ("endpoint", &endpoint.endpoint)]);
                 (labels, i64::from(endpoint.healthy()))
             })
