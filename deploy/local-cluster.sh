@@ -60,6 +60,7 @@ homing cluster running (state in $work):
   $bin/homing resolve room-1
   $bin/homing chain room-1
   curl -s http://127.0.0.1:9402/metrics | grep homing_requests_total
+  open http://127.0.0.1:9401/ in a browser: the status page (any DC's shows every DC)
 
 Ctrl-C stops everything.
 EOT
@@ -68,6 +69,12 @@ if [ "${HOMING_CLUSTER_SMOKE:-}" = 1 ]; then
   "$bin/homing" reserve "smoke-$$" --actor 10.0.0.1:8080 --at fra
   "$bin/homing" resolve "smoke-$$"
   "$bin/homing" chain "smoke-$$"
+  # The status page of iad lists every DC and walks the key's chain.
+  page=$(curl -sf "http://127.0.0.1:9401/?key=smoke-$$")
+  for dc in iad fra sin; do
+    grep -q "data-dc=\"$dc\"" <<<"$page" || { echo "status page lists no $dc" >&2; exit 1; }
+  done
+  grep -q "tail: active, actor 10.0.0.1:8080" <<<"$page" || { echo "status page shows no chain of smoke-$$" >&2; exit 1; }
   exit 0
 fi
 wait

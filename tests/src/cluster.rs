@@ -123,6 +123,9 @@ pub struct ClusterOptions {
     pub dc_store: DcStoreSpec,
     /// The `homingd` every DC starts with (`None`: this build's).
     pub homingd_binary: Option<std::path::PathBuf>,
+    /// Every DC serves its metrics listener (and its status page) on a
+    /// loopback port of its own ([`Cluster::http_addr`]).
+    pub http: bool,
 }
 
 impl ClusterOptions {
@@ -135,6 +138,7 @@ impl ClusterOptions {
             homingd_args: args.iter().map(|a| a.to_string()).collect(),
             dc_store: DcStoreSpec::Redb,
             homingd_binary: None,
+            http: false,
         }
     }
 
@@ -147,6 +151,12 @@ impl ClusterOptions {
     /// These options with every DC's records in `dc_store`.
     pub fn with_dc_store(mut self, dc_store: DcStoreSpec) -> ClusterOptions {
         self.dc_store = dc_store;
+        self
+    }
+
+    /// These options with every DC serving `/metrics` and the status page.
+    pub fn with_http(mut self) -> ClusterOptions {
+        self.http = true;
         self
     }
 
@@ -186,6 +196,8 @@ pub enum ClusterError {
 pub struct Cluster {
     options: ClusterOptions,
     daemons: BTreeMap<DcId, Homingd>,
+    /// Each DC's metrics listener, with [`ClusterOptions::http`].
+    http: BTreeMap<DcId, SocketAddr>,
     /// `(from, to)` → the relay `from` uses to reach `to`.
     paths: BTreeMap<(DcId, DcId), Relay>,
     etcd: LocalEtcdCluster,
@@ -216,7 +228,14 @@ impl Cluster {
         }
         let prefix = unique_prefix();
         let mut daemons = BTreeMap::new();
+        let mut http = BTreeMap::new();
         for d in &dcs {
+            let mut extra_args = options.args();
+            if options.http {
+                let addr = free_tcp_addr();
+                extra_args.push(format!("--metrics-listen={addr}"));
+                http.insert(d.clone(), addr);
+            }
             let peers = dcs
                 .iter()
                 .filter(|p| *p != d)
@@ -233,7 +252,7 @@ impl Cluster {
                     prefix: prefix.clone(),
                 },
                 dc_store: options.dc_store,
-                extra_args: options.args(),
+                extra_args,
                 log: dir.path().join(format!("{d}.log")),
                 binary: options.homingd_binary.clone(),
             };
@@ -243,12 +262,22 @@ impl Cluster {
         Ok(Cluster {
             options,
             daemons,
+            http,
             paths,
             etcd,
             ca,
             prefix,
             dir,
         })
+    }
+
+    /// The address of `dc`'s metrics listener and status page (the cluster
+    /// was started [`ClusterOptions::with_http`]).
+    pub fn http_addr(&self, dc: &DcId) -> SocketAddr {
+        *self
+            .http
+            .get(dc)
+            .unwrap_or_else(|| panic!("{dc} serves no http: start the cluster with_http()"))
     }
 
     /// The deployment's stores as `homing` commands name them:
@@ -427,6 +456,10 @@ impl Cluster {
             "instances share an etcd dc store"
         );
         spec.listen = free_udp_addr();
+        // Another instance binds no metrics listener of its own (the DC's
+        // port is taken by the first).
+        spec.extra_args
+            .retain(|a| !a.starts_with("--metrics-listen="));
         spec.data_dir = self.dir.path().join(name);
         spec.log = self.dir.path().join(format!("{name}.log"));
         spec.extra_args
@@ -444,6 +477,13 @@ impl Cluster {
         spec.dc = dc.clone();
         spec.listen = free_udp_addr();
         spec.peers = Vec::new();
+        if self.options.http {
+            let addr = free_tcp_addr();
+            spec.extra_args
+                .retain(|a| !a.starts_with("--metrics-listen="));
+            spec.extra_args.push(format!("--metrics-listen={addr}"));
+            self.http.insert(dc.clone(), addr);
+        }
         spec.data_dir = self.dir.path().join(dc.as_str());
         spec.log = self.dir.path().join(format!("{dc}.log"));
         let daemon = Homingd::start(spec).await?;
@@ -512,6 +552,13 @@ fn load_ca(certs: &Path) -> Result<DevCa, ClusterError> {
     };
     DevCa::from_pem(&read("ca.pem")?, &read("ca.key")?)
         .map_err(|e| ClusterError::Start(e.to_string()))
+}
+
+/// A free TCP port on loopback (for a metrics listener).
+fn free_tcp_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
 }
 
 /// Starts a cluster, or prints why the test is skipped and returns `None`

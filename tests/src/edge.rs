@@ -193,6 +193,9 @@ pub struct EdgeRouterProcess {
     pub process: Process,
     /// Where it accepts HTTP.
     pub addr: SocketAddr,
+    /// Where it serves /metrics, /healthz and /readyz (started with
+    /// `--metrics-listen=ADDR`).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl EdgeRouterProcess {
@@ -225,7 +228,20 @@ impl EdgeRouterProcess {
             .trim()
             .parse()
             .map_err(|e| format!("edge-router address {url:?}: {e}"))?;
-        Ok(EdgeRouterProcess { process, addr })
+        let mut metrics = None;
+        if extra_args.iter().any(|a| a.starts_with("--metrics-listen")) {
+            let url = started_line(&process, "edge-router metrics on http://", since).await?;
+            let at = url.trim().trim_end_matches("/metrics");
+            let at = at
+                .parse()
+                .map_err(|e| format!("edge-router metrics address {url:?}: {e}"))?;
+            metrics = Some(at);
+        }
+        Ok(EdgeRouterProcess {
+            process,
+            addr,
+            metrics,
+        })
     }
 }
 

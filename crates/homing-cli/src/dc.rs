@@ -376,7 +376,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         println!(
             "{:<12} {:<34} {:>14} {:>14} {taken:>11}  {homingd}",
             state.dc.as_str(),
-            standing_words(state),
+            state.words(),
             state.marks.allocator_floor,
             state.marks.token_bound
         );
@@ -416,28 +416,10 @@ async fn retire(args: RetireArgs) -> anyhow::Result<()> {
     } else {
         println!(
             "{dc} retired: its DC lease is refused from now on ({}); a homingd started as {dc} is refused; it is out of the dc directory",
-            standing_words(&state)
+            state.words()
         );
     }
     Ok(())
-}
-
-/// The standing in words, e.g. "live, 18.2 s left".
-fn standing_words(state: &DcLeaseState) -> String {
-    let standing = match state.standing {
-        DcStanding::Unknown => "never held".to_string(),
-        DcStanding::Live { remaining_ms } => {
-            format!("live, {:.1} s left", remaining_ms as f64 / 1000.0)
-        }
-        DcStanding::Lapsed { expires_in_ms } => {
-            format!("lapsed, expires in {:.1} s", expires_in_ms as f64 / 1000.0)
-        }
-        DcStanding::Expired => "expired".to_string(),
-    };
-    match state.retired {
-        true => format!("retired ({standing})"),
-        false => standing,
-    }
 }
 
 fn standing_name(standing: &DcStanding) -> &'static str {

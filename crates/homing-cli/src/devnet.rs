@@ -84,22 +84,19 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         net.dir().display()
     );
     for dc in dcs {
+        let http = dc
+            .daemon
+            .metrics_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let relay = match args.latency_ms {
+            0 => String::new(),
+            ms => format!(", reached via relay {} (+{ms} ms each way)", dc.reached_at),
+        };
         println!(
-            "   {} serving on {}{} (metrics http://{}/metrics)",
+            "   {} serving on {}{relay} (status page http://{http}/, metrics http://{http}/metrics)",
             dc.id,
             dc.daemon.local_addr(),
-            if args.latency_ms > 0 {
-                format!(
-                    ", reached via relay {} (+{} ms each way)",
-                    dc.reached_at, args.latency_ms
-                )
-            } else {
-                String::new()
-            },
-            dc.daemon
-                .metrics_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default()
         );
     }
 
@@ -141,6 +138,9 @@ pub async fn run(args: DevnetArgs) -> anyhow::Result<bool> {
         );
         println!("   homing resolve my-key");
         println!("   homing chain my-key");
+        if let Some(http) = dcs[0].daemon.metrics_addr() {
+            println!("   open http://{http}/ in a browser: the status page of the whole devnet");
+        }
         if let Some(edge) = &edge {
             edge.print_curl();
         }
@@ -516,6 +516,10 @@ mod edge {
     pub struct Edge {
         serving: Serving,
         hosts: Vec<ActorHost>,
+        /// Where the router's /metrics, /healthz and /readyz are served.
+        metrics_at: std::net::SocketAddr,
+        stop_metrics: tokio::sync::watch::Sender<bool>,
+        metrics: tokio::task::JoinHandle<()>,
     }
 
     fn key_of(dcs: &[homing_daemon::DevnetDc], i: usize) -> String {
@@ -563,9 +567,18 @@ mod edge {
         let router = EdgeRouter::new(resolver, EdgeConfig::default());
         let serving_at = router.spawn(tokio::net::TcpListener::bind("127.0.0.1:0").await?)?;
         println!("   edge router on http://{}", serving_at.local_addr());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let metrics_at = listener.local_addr()?;
+        let (stop_metrics, stopped) = tokio::sync::watch::channel(false);
+        let connections = Some(serving_at.connections());
+        let metrics = homing_edge::metrics::spawn(listener, router.clone(), connections, stopped);
+        println!("   edge router metrics on http://{metrics_at}/metrics");
         let edge = Edge {
             serving: serving_at,
             hosts,
+            metrics_at,
+            stop_metrics,
+            metrics,
         };
         if !serving {
             for host in &edge.hosts {
@@ -600,11 +613,17 @@ mod edge {
             if let Some(host) = self.hosts.first() {
                 println!("   curl http://{at}/k/{}/any/path", host.key());
             }
+            println!(
+                "   curl http://{}/metrics   # the router's counters",
+                self.metrics_at
+            );
         }
 
         /// Stops the router, then releases every host's key.
         pub async fn stop(self) {
             self.serving.stop(Duration::from_millis(DRAIN_MS)).await;
+            let _ = self.stop_metrics.send(true);
+            let _ = self.metrics.await;
             for host in self.hosts {
                 let key = host.key().to_string();
                 if let Err(e) = host.stop().await {

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, bail};
 use clap::Args;
 use homing_client::{WatchError, Watcher};
-use homing_core::{
-    DcId, Event, EventKind, EventSeq, Namespace, NamespaceScope, Reply, Request, RunOutcome,
-};
+use homing_core::{DcId, Event, EventSeq, Namespace, NamespaceScope, Reply, Request};
 
 use crate::reach::Reach;
 
@@ -74,27 +72,7 @@ fn parse_cursors(after: &[String]) -> anyhow::Result<BTreeMap<DcId, EventSeq>> {
 
 /// One event as a line: `dc=seq kind key reservation token details`.
 pub fn event_line(dc: &DcId, event: &Event) -> String {
-    let detail = match &event.kind {
-        EventKind::Reserved {
-            actor, predecessor, ..
-        } => match predecessor {
-            Some(p) => format!("actor {actor}, continues {p}"),
-            None => format!("actor {actor}"),
-        },
-        EventKind::Released {
-            outcome: RunOutcome::Ok,
-            ..
-        } => "outcome ok".to_string(),
-        EventKind::Released {
-            outcome: RunOutcome::Failed { reason },
-            ..
-        } => format!("outcome failed: {reason}"),
-        EventKind::Expired { .. } => "lease lapsed past grace".to_string(),
-        EventKind::Linked { to } => format!("continues as {to}"),
-        EventKind::ForceReleased { .. } => "by an operator, without its holder".to_string(),
-        EventKind::Cancelled { .. } => "its host gave up on the acquire".to_string(),
-        EventKind::Drained | EventKind::Abandoned => String::new(),
-    };
+    let detail = event.kind.detail();
     let line = format!(
         "{dc}={:<6} {:<9} {:<24} {:<10} token {:<3} {detail}",
         event.seq,

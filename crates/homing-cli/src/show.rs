@@ -1,15 +1,7 @@
 //! How the CLI prints what homing answers.
 
 use homing_client::Resolution;
-use homing_core::{DcRecord, RecordState, Reply, Source, TailState, Walked};
-
-fn source(source: Source) -> &'static str {
-    match source {
-        Source::Cache => "cache",
-        Source::Local => "same reply",
-        Source::Remote => "round trip",
-    }
-}
+use homing_core::{DcRecord, RecordState, Reply, Walked};
 
 /// One line for a resolution.
 pub fn resolution(r: &Resolution) -> String {
@@ -67,55 +59,14 @@ pub fn reply_kind(reply: &Reply) -> String {
     }
 }
 
-/// The chain hop by hop, one line each, indented by `indent`: the links
-/// followed, and each shortcut tried where the walk stood when it tried it
-/// (the links a taken shortcut skips are not walked, so not shown: `homing
-/// inspect` shows every record).
+/// The chain hop by hop, one line each, indented by `indent`
+/// ([`Walked::hops`]: the status page shows the same lines).
 pub fn chain(walked: &Walked, indent: &str) -> String {
-    let mut lines = vec![format!("{indent}global entry → {}", walked.entry)];
-    let jumps_from = |at: &homing_core::ReservationId, lines: &mut Vec<String>| {
-        for jump in walked.jumps.iter().filter(|j| &j.from == at) {
-            lines.push(match jump.taken {
-                true => format!(
-                    "{indent}{} shortcut → {} (dc {}), skipping the links between",
-                    jump.from,
-                    jump.to,
-                    jump.to.dc()
-                ),
-                false => format!(
-                    "{indent}{} shortcut → {} did not hold up; following the links",
-                    jump.from, jump.to
-                ),
-            });
-        }
-    };
-    jumps_from(&walked.entry, &mut lines);
-    for (link, from) in walked.links.iter().zip(&walked.link_sources) {
-        lines.push(format!(
-            "{indent}{} (dc {}) released, linked → {}   [{}]",
-            link.from,
-            link.from.dc(),
-            link.to,
-            source(*from)
-        ));
-        jumps_from(&link.to, &mut lines);
-    }
-    let tail = &walked.tail;
-    let state = match &tail.state {
-        TailState::Active { actor } => format!("active, actor {actor}"),
-        TailState::Vacant { ended } => format!("vacant, last run {ended}"),
-    };
-    lines.push(format!(
-        "{indent}{} (dc {}) tail: {state}, token {}   [{}]",
-        tail.id,
-        tail.id.dc(),
-        tail.token,
-        source(walked.tail_source)
-    ));
-    lines.push(format!(
-        "{indent}{} remote round trip(s)",
-        walked.remote_round_trips
-    ));
+    let lines: Vec<String> = walked
+        .hops()
+        .into_iter()
+        .map(|line| format!("{indent}{line}"))
+        .collect();
     lines.join("\n")
 }
 

@@ -710,6 +710,11 @@ impl Resolver {
         }
     }
 
+    /// The DCs in its table now (configured, then learned), in table order.
+    pub fn dcs(&self) -> Arc<[DcId]> {
+        self.inner.dcs.dcs()
+    }
+
     /// Whether `dc` is suspect now (not asked until a probe gets an answer);
     /// false for a DC not in the table.
     pub fn is_suspect(&self, dc: &DcId) -> bool {

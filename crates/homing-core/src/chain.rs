@@ -28,7 +28,7 @@ use thiserror::Error;
 use crate::dc::DcId;
 use crate::fencing::FencingToken;
 use crate::key::Key;
-use crate::record::TailView;
+use crate::record::{TailState, TailView};
 use crate::reservation::ReservationId;
 
 // Their public paths from before `link`; other crates use `chain::Link`.
@@ -77,6 +77,15 @@ pub enum Source {
 }
 
 impl Source {
+    /// Where the answer came from, in words ("cache", "same reply", "round trip").
+    pub fn words(self) -> &'static str {
+        match self {
+            Source::Cache => "cache",
+            Source::Local => "same reply",
+            Source::Remote => "round trip",
+        }
+    }
+
     /// Where an answer by DC `answered_by` comes from for a caller at DC
     /// `local`: its own store, or a round trip.
     pub fn of_dc(local: &DcId, answered_by: &DcId) -> Source {
@@ -137,6 +146,56 @@ impl Walked {
             to: self.tail.id.clone(),
             token: self.tail.token,
         }
+    }
+
+    /// The chain hop by hop, one line each, as `homing chain` prints it and
+    /// the status page shows it: the links followed, and each shortcut tried
+    /// where the walk stood when it tried it (the links a taken shortcut
+    /// skips are not walked, so not shown), then the tail and the count of
+    /// remote round trips.
+    pub fn hops(&self) -> Vec<String> {
+        let mut lines = vec![format!("global entry → {}", self.entry)];
+        let jumps_from = |at: &ReservationId, lines: &mut Vec<String>| {
+            for jump in self.jumps.iter().filter(|j| &j.from == at) {
+                lines.push(match jump.taken {
+                    true => format!(
+                        "{} shortcut → {} (dc {}), skipping the links between",
+                        jump.from,
+                        jump.to,
+                        jump.to.dc()
+                    ),
+                    false => format!(
+                        "{} shortcut → {} did not hold up; following the links",
+                        jump.from, jump.to
+                    ),
+                });
+            }
+        };
+        jumps_from(&self.entry, &mut lines);
+        for (link, from) in self.links.iter().zip(&self.link_sources) {
+            lines.push(format!(
+                "{} (dc {}) released, linked → {}   [{}]",
+                link.from,
+                link.from.dc(),
+                link.to,
+                from.words()
+            ));
+            jumps_from(&link.to, &mut lines);
+        }
+        let tail = &self.tail;
+        let state = match &tail.state {
+            TailState::Active { actor } => format!("active, actor {actor}"),
+            TailState::Vacant { ended } => format!("vacant, last run {ended}"),
+        };
+        lines.push(format!(
+            "{} (dc {}) tail: {state}, token {}   [{}]",
+            tail.id,
+            tail.id.dc(),
+            tail.token,
+            self.tail_source.words()
+        ));
+        lines.push(format!("{} remote round trip(s)", self.remote_round_trips));
+        lines
     }
 }
 

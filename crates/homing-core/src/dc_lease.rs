@@ -147,6 +147,26 @@ pub struct DcLeaseState {
 }
 
 impl DcLeaseState {
+    /// The standing in words, as `homing dc status` and the status page
+    /// show it: "live, 18.2 s left", "lapsed, expires in 3.0 s", "expired",
+    /// "never held", each inside "retired (…)" once retired.
+    pub fn words(&self) -> String {
+        let standing = match self.standing {
+            DcStanding::Unknown => "never held".to_string(),
+            DcStanding::Live { remaining_ms } => {
+                format!("live, {:.1} s left", remaining_ms as f64 / 1000.0)
+            }
+            DcStanding::Lapsed { expires_in_ms } => {
+                format!("lapsed, expires in {:.1} s", expires_in_ms as f64 / 1000.0)
+            }
+            DcStanding::Expired => "expired".to_string(),
+        };
+        match self.retired {
+            true => format!("retired ({standing})"),
+            false => standing,
+        }
+    }
+
     /// A DC the store has never heard of.
     pub fn unknown(dc: DcId) -> DcLeaseState {
         DcLeaseState {

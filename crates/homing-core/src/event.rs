@@ -82,6 +82,33 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// What else there is to say about it, in words, for `homing watch` and
+    /// the status page: the actor and what it continues, a run's outcome,
+    /// the successor (empty when its name says it all).
+    pub fn detail(&self) -> String {
+        match self {
+            EventKind::Reserved {
+                actor, predecessor, ..
+            } => match predecessor {
+                Some(p) => format!("actor {actor}, continues {p}"),
+                None => format!("actor {actor}"),
+            },
+            EventKind::Released {
+                outcome: RunOutcome::Ok,
+                ..
+            } => "outcome ok".to_string(),
+            EventKind::Released {
+                outcome: RunOutcome::Failed { reason },
+                ..
+            } => format!("outcome failed: {reason}"),
+            EventKind::Expired { .. } => "lease lapsed past grace".to_string(),
+            EventKind::Linked { to } => format!("continues as {to}"),
+            EventKind::ForceReleased { .. } => "by an operator, without its holder".to_string(),
+            EventKind::Cancelled { .. } => "its host gave up on the acquire".to_string(),
+            EventKind::Drained | EventKind::Abandoned => String::new(),
+        }
+    }
+
     /// A short name, for logs and the CLI.
     pub fn name(&self) -> &'static str {
         match self {

@@ -38,7 +38,7 @@ pub struct Settings {
     /// QUIC address to serve on, e.g. 0.0.0.0:7400.
     #[arg(long, env = "HOMING_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// HTTP address for /metrics, /healthz (the process serves) and /readyz (the DC can grant); unset disables the endpoint.
+    /// HTTP address for /metrics, /healthz (the process serves), /readyz (the DC can grant) and the status page (/); unset disables the endpoint.
     #[arg(long, env = "HOMING_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// The address peers and routers reach this homingd at, listed in the DC directory in the global store at start (e.g. 10.0.1.1:7400). Default: the listen address, unless it is a wildcard (0.0.0.0, [::]): then this homingd is not listed, and says so.

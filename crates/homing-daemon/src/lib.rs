@@ -17,6 +17,7 @@ pub mod node;
 pub mod notices;
 pub mod peers;
 pub mod quota;
+pub mod status;
 pub mod stores;
 pub mod upkeep;
 pub mod waiters;
@@ -185,6 +186,7 @@ impl Daemon {
         #[cfg(feature = "etcd")]
         let compactor = start_compactor(config, &metrics).await?;
         let client = Client::new(tls, ClientLimits::default())?;
+        let status_client = client.clone();
         let peers = Peers::new(
             &config.peers,
             client.clone(),
@@ -293,9 +295,11 @@ impl Daemon {
                 records: node.records().clone(),
                 ready,
             };
-            tasks.push(tokio::spawn(metrics::listen(
-                listener, metrics, health, stopped,
-            )));
+            let page = status::Status::new(node.clone(), status_client, server.local_addr());
+            let app = metrics::routes(metrics, health)
+                .merge(status::routes(page))
+                .fallback(metrics::not_found);
+            tasks.push(tokio::spawn(metrics::listen(listener, app, stopped)));
         }
         tracing::info!(dc = %config.dc, listen = %server.local_addr(), peers = config.peers.len(), "homingd serving");
         Ok(Daemon {

@@ -1,28 +1,34 @@
 //! What homingd counts, and the HTTP endpoint that shows it: `/metrics` in
-//! Prometheus text format, `/healthz` and `/readyz`, served with hyper (HTTP/1.1, one
-//! request per connection). The text format stays hand-written: a dozen
-//! series do not earn a metrics crate, and `render` is tested against the
-//! exposition format. The endpoint is bounded: at most
+//! OpenMetrics text (what Prometheus scrapes), `/healthz` and `/readyz` (and the status page,
+//! [`crate::status`]), routed by axum and served with hyper (HTTP/1.1, one
+//! request per connection). The exposition is OpenMetrics text encoded by
+//! `prometheus-client` (the Prometheus project's Rust client) from a
+//! registry made at each scrape out of the counters kept here. The endpoint is bounded: at most
 //! [`METRICS_CONNECTIONS_MAX`] connections at once (more wait in the
 //! kernel's backlog), each closed after [`METRICS_CONNECTION_MS_MAX`]
 //! whatever it does (a silent or never-reading scraper), and a failed accept
 //! (out of file descriptors) pauses the loop instead of spinning.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use homing_store::{DcStore, Failover, FailoverEvent, GlobalStore};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Metric, Registry};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -62,24 +68,20 @@ impl Histogram {
         self.sum_us = self.sum_us.saturating_add(us);
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        for (count, bound) in self.buckets.iter().zip(BUCKETS_US) {
-            let le = bound as f64 / 1e6;
-            let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{le}\"}} {count}");
+    /// As the encoder wants it: per-bucket counts, `+Inf` last.
+    fn snapshot(&self) -> HistogramSnapshot {
+        let mut below = 0;
+        let mut buckets = Vec::with_capacity(BUCKETS_US.len() + 1);
+        for (cumulative, bound_us) in self.buckets.iter().zip(BUCKETS_US) {
+            buckets.push((bound_us as f64 / 1e6, cumulative - below));
+            below = *cumulative;
         }
-        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{}}} {}",
-            labels.trim_end_matches(','),
-            self.sum_us as f64 / 1e6
-        );
-        let _ = writeln!(
-            out,
-            "{name}_count{{{}}} {}",
-            labels.trim_end_matches(','),
-            self.count
-        );
+        buckets.push((f64::INFINITY, self.count - below));
+        HistogramSnapshot {
+            sum_s: self.sum_us as f64 / 1e6,
+            count: self.count,
+            buckets,
+        }
     }
 }
 
@@ -201,6 +203,20 @@ impl Metrics {
         self.active_leases.store(n, Ordering::Relaxed);
     }
 
+    /// Leases active at the last reaper pass.
+    pub fn active_leases(&self) -> u64 {
+        self.active_leases.load(Ordering::Relaxed)
+    }
+
+    /// QUIC connections holding a slot now, by the caller's role (none
+    /// before the server is attached).
+    pub fn connections_open(&self) -> Vec<(&'static str, usize)> {
+        self.connections
+            .get()
+            .map(|stats| stats.snapshot().open.into_iter().collect())
+            .unwrap_or_default()
+    }
+
     /// Shows what the etcd compactor did, read by `source` at each scrape.
     pub fn watch_compaction(&self, source: CompactionSource) {
         let _ = self.compaction.set(source);
@@ -272,137 +288,173 @@ impl Metrics {
             .sum()
     }
 
-    /// Everything, in Prometheus text exposition format.
+    /// Everything, in OpenMetrics text (what Prometheus scrapes), encoded
+    /// by `prometheus-client` from a registry made for this scrape.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str("# HELP homing_requests_total Requests served, by kind and outcome.\n# TYPE homing_requests_total counter\n");
-        for ((kind, outcome), n) in lock(&self.requests).iter() {
-            let _ = writeln!(
-                out,
-                "homing_requests_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP homing_request_duration_seconds Time to serve a request.\n# TYPE homing_request_duration_seconds histogram\n");
-        for (kind, h) in lock(&self.request_seconds).iter() {
-            h.render(
-                &mut out,
-                "homing_request_duration_seconds",
-                &format!("kind=\"{kind}\","),
-            );
-        }
-        out.push_str("# HELP homing_store_duration_seconds Time of one store operation.\n# TYPE homing_store_duration_seconds histogram\n");
-        for (op, h) in lock(&self.store_seconds).iter() {
-            h.render(
-                &mut out,
-                "homing_store_duration_seconds",
-                &format!("op=\"{op}\","),
-            );
-        }
-        self.render_failover(&mut out);
-        out.push_str("# HELP homing_peer_rtt_seconds Round trip of one request to a peer DC.\n# TYPE homing_peer_rtt_seconds histogram\n");
-        for (dc, h) in lock(&self.peer_seconds).iter() {
-            h.render(
-                &mut out,
-                "homing_peer_rtt_seconds",
-                &format!("dc=\"{dc}\","),
-            );
-        }
+        let mut scrape = Scrape::default();
+        let requests = lock(&self.requests);
+        scrape.counters(
+            "homing_requests_total",
+            "Requests served, by kind and outcome.",
+            requests
+                .iter()
+                .map(|((kind, outcome), n)| (labels(&[("kind", kind), ("outcome", outcome)]), *n)),
+        );
+        drop(requests);
+        scrape.histograms(
+            "homing_request_duration_seconds",
+            "Time to serve a request.",
+            lock(&self.request_seconds)
+                .iter()
+                .map(|(kind, h)| (labels(&[("kind", kind)]), h.snapshot())),
+        );
+        scrape.histograms(
+            "homing_store_duration_seconds",
+            "Time of one store operation.",
+            lock(&self.store_seconds)
+                .iter()
+                .map(|(op, h)| (labels(&[("op", op)]), h.snapshot())),
+        );
+        self.scrape_failover(&mut scrape);
+        scrape.histograms(
+            "homing_peer_rtt_seconds",
+            "Round trip of one request to a peer DC.",
+            lock(&self.peer_seconds)
+                .iter()
+                .map(|(dc, h)| (labels(&[("dc", dc)]), h.snapshot())),
+        );
         let suspects = lock(&self.peer_suspect);
-        out.push_str("# HELP homing_peer_suspect 1 while this DC holds a peer suspect: requests that need it answer Unavailable at once until a probe gets an answer.\n# TYPE homing_peer_suspect gauge\n");
-        for (dc, (suspect, _)) in suspects.iter() {
-            let _ = writeln!(
-                out,
-                "homing_peer_suspect{{dc=\"{dc}\"}} {}",
-                u8::from(*suspect)
-            );
-        }
-        out.push_str("# HELP homing_peer_suspicions_total Times a peer became suspect (a request timed out or could not connect).\n# TYPE homing_peer_suspicions_total counter\n");
-        for (dc, (_, total)) in suspects.iter() {
-            let _ = writeln!(out, "homing_peer_suspicions_total{{dc=\"{dc}\"}} {total}");
-        }
+        scrape.gauges(
+            "homing_peer_suspect",
+            "1 while this DC holds a peer suspect: requests that need it answer Unavailable at once until a probe gets an answer.",
+            suspects
+                .iter()
+                .map(|(dc, (suspect, _))| (labels(&[("dc", dc)]), i64::from(*suspect))),
+        );
+        scrape.counters(
+            "homing_peer_suspicions_total",
+            "Times a peer became suspect (a request timed out or could not connect).",
+            suspects
+                .iter()
+                .map(|(dc, (_, total))| (labels(&[("dc", dc)]), *total)),
+        );
         drop(suspects);
-        let _ = writeln!(
-            out,
-            "# HELP homing_global_cache_hits_total Global entries served from the in-memory cache.\n# TYPE homing_global_cache_hits_total counter\nhoming_global_cache_hits_total {}",
-            self.global_cache_hits.load(Ordering::Relaxed)
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let counters = [
+            (
+                "homing_global_cache_hits_total",
+                "Global entries served from the in-memory cache.",
+                get(&self.global_cache_hits),
+            ),
+            (
+                "homing_global_cache_misses_total",
+                "Global entries read from the store.",
+                get(&self.global_cache_misses),
+            ),
+            (
+                "homing_acquire_retries_total",
+                "Acquires a host sent again (same key and lease key, no answer in time) that joined the one still running here instead of racing it.",
+                get(&self.acquire_retries),
+            ),
+            (
+                "homing_log_follow_wakeups_total",
+                "Waiters woken because the dc store's event log showed a change (another homingd of this dc wrote it).",
+                get(&self.log_follow_wakeups),
+            ),
+            (
+                "homing_upkeep_bad_records_total",
+                "Expiry-index entries the upkeep skipped because their record could not be read back (each pass that meets one counts it again).",
+                get(&self.upkeep_bad_records),
+            ),
+        ];
+        for (name, help, value) in counters {
+            scrape.counter(name, help, value);
+        }
+        let gauges = [
+            (
+                "homing_active_leases",
+                "Leases active in this DC at the last reaper pass.",
+                get(&self.active_leases),
+            ),
+            (
+                "homing_waiters",
+                "Acquirers parked in this DC, waiting for a busy key.",
+                get(&self.waiters),
+            ),
+            (
+                "homing_watches_parked",
+                "Watch requests parked at this DC, waiting for an event (at most watches_parked_max).",
+                get(&self.watches_parked),
+            ),
+            (
+                "homing_event_head",
+                "Sequence number of this DC's last lifecycle event, at the last reaper pass.",
+                get(&self.event_head),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            scrape.gauge(name, help, value);
+        }
+        scrape.counters(
+            "homing_dc_lease_renewals_total",
+            "Renewals of this DC's lease in the global store, by outcome.",
+            [
+                (
+                    labels(&[("outcome", "acknowledged")]),
+                    get(&self.dc_lease_renewals[0]),
+                ),
+                (
+                    labels(&[("outcome", "failed")]),
+                    get(&self.dc_lease_renewals[1]),
+                ),
+            ],
         );
-        let _ = writeln!(
-            out,
-            "# HELP homing_global_cache_misses_total Global entries read from the store.\n# TYPE homing_global_cache_misses_total counter\nhoming_global_cache_misses_total {}",
-            self.global_cache_misses.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_active_leases Leases active in this DC at the last reaper pass.\n# TYPE homing_active_leases gauge\nhoming_active_leases {}",
-            self.active_leases.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_acquire_retries_total Acquires a host sent again (same key and lease key, no answer in time) that joined the one still running here instead of racing it.\n# TYPE homing_acquire_retries_total counter\nhoming_acquire_retries_total {}",
-            self.acquire_retries.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_log_follow_wakeups_total Waiters woken because the dc store's event log showed a change (another homingd of this dc wrote it).\n# TYPE homing_log_follow_wakeups_total counter\nhoming_log_follow_wakeups_total {}",
-            self.log_follow_wakeups.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_upkeep_bad_records_total Expiry-index entries the upkeep skipped because their record could not be read back (each pass that meets one counts it again).\n# TYPE homing_upkeep_bad_records_total counter\nhoming_upkeep_bad_records_total {}",
-            self.upkeep_bad_records.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_waiters Acquirers parked in this DC, waiting for a busy key.\n# TYPE homing_waiters gauge\nhoming_waiters {}",
-            self.waiters.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_watches_parked Watch requests parked at this DC, waiting for an event (at most watches_parked_max).\n# TYPE homing_watches_parked gauge\nhoming_watches_parked {}",
-            self.watches_parked.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_event_head Sequence number of this DC's last lifecycle event, at the last reaper pass.\n# TYPE homing_event_head gauge\nhoming_event_head {}",
-            self.event_head.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP homing_dc_lease_renewals_total Renewals of this DC's lease in the global store, by outcome.\n# TYPE homing_dc_lease_renewals_total counter\nhoming_dc_lease_renewals_total{{outcome=\"acknowledged\"}} {}\nhoming_dc_lease_renewals_total{{outcome=\"failed\"}} {}\n# HELP homing_dc_lease_valid_seconds How long this DC still counts on its lease, as of the last renewal's answer (0: it grants no host lease).\n# TYPE homing_dc_lease_valid_seconds gauge\nhoming_dc_lease_valid_seconds {:.3}",
-            self.dc_lease_renewals[0].load(Ordering::Relaxed),
-            self.dc_lease_renewals[1].load(Ordering::Relaxed),
-            self.dc_lease_valid_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        let valid_s = get(&self.dc_lease_valid_ms) as f64 / 1000.0;
+        scrape.register(
+            "homing_dc_lease_valid_seconds",
+            "How long this DC still counts on its lease, as of the last renewal's answer (0: it grants no host lease).",
+            ConstGauge::new(valid_s),
         );
         if let Some(source) = self.compaction.get() {
             let c = (source.0)();
-            let _ = writeln!(
-                out,
-                "# HELP homing_etcd_compactions_total Compactions of etcd's history by this homingd.\n# TYPE homing_etcd_compactions_total counter\nhoming_etcd_compactions_total {}\n# HELP homing_etcd_compaction_failures_total Compactions of etcd's history that failed (tried again next interval).\n# TYPE homing_etcd_compaction_failures_total counter\nhoming_etcd_compaction_failures_total {}\n# HELP homing_etcd_compacted_revision The etcd revision this homingd last compacted to.\n# TYPE homing_etcd_compacted_revision gauge\nhoming_etcd_compacted_revision {}",
-                c.compactions, c.failures, c.revision
+            scrape.counter(
+                "homing_etcd_compactions_total",
+                "Compactions of etcd's history by this homingd.",
+                c.compactions,
+            );
+            scrape.counter(
+                "homing_etcd_compaction_failures_total",
+                "Compactions of etcd's history that failed (tried again next interval).",
+                c.failures,
+            );
+            scrape.register(
+                "homing_etcd_compacted_revision",
+                "The etcd revision this homingd last compacted to.",
+                ConstGauge::new(c.revision),
             );
         }
         if let Some(stats) = self.connections.get() {
-            render_connections(&mut out, &stats.snapshot());
+            scrape_connections(&mut scrape, &stats.snapshot());
         }
-        out
+        scrape.finish()
     }
 
-    fn render_failover(&self, out: &mut String) {
+    fn scrape_failover(&self, scrape: &mut Scrape) {
         let stores = lock(&self.failover);
         if stores.is_empty() {
             return;
         }
-        out.push_str("# HELP homing_store_endpoint_healthy Whether the store sends operations to this endpoint (0: it missed a deadline or failed, and has not answered a probe since).\n# TYPE homing_store_endpoint_healthy gauge\n");
-        for (store, failover) in stores.iter() {
-            for endpoint in failover.endpoints() {
-                let _ = writeln!(
-                    out,
-                    "homing_store_endpoint_healthy{{store=\"{store}\",endpoint=\"{}\"}} {}",
-                    endpoint.endpoint,
-                    u8::from(endpoint.healthy())
-                );
-            }
-        }
+        let healthy = stores.iter().flat_map(|(store, failover)| {
+            failover.endpoints().iter().map(move |endpoint| {
+                let labels = labels(&[("store", store), ("endpoint", &endpoint.endpoint)]);
+                (labels, i64::from(endpoint.healthy()))
+            })
+        });
+        scrape.gauges(
+            "homing_store_endpoint_healthy",
+            "Whether the store sends operations to this endpoint (0: it missed a deadline or failed, and has not answered a probe since).",
+            healthy.collect::<Vec<_>>(),
+        );
         let counters = [
             (
                 "homing_store_retried_elsewhere_total",
@@ -421,53 +473,184 @@ impl Metrics {
             ),
         ];
         for (name, help, event) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (store, failover) in stores.iter() {
-                let _ = writeln!(out, "{name}{{store=\"{store}\"}} {}", failover.total(event));
-            }
+            scrape.counters(
+                name,
+                help,
+                stores
+                    .iter()
+                    .map(|(store, failover)| (labels(&[("store", store)]), failover.total(event))),
+            );
         }
     }
 }
 
-/// The QUIC server's connection counters, in Prometheus text format.
-fn render_connections(out: &mut String, stats: &homing_net::ConnectionStats) {
-    out.push_str("# HELP homing_connections Connections holding a slot, by the caller's role.\n# TYPE homing_connections gauge\n");
-    for (role, n) in &stats.open {
-        let _ = writeln!(out, "homing_connections{{role=\"{role}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP homing_handshakes TLS handshakes in progress.\n# TYPE homing_handshakes gauge\nhoming_handshakes {}",
-        stats.handshakes
+/// The QUIC server's connection counters, into `scrape`.
+fn scrape_connections(scrape: &mut Scrape, stats: &homing_net::ConnectionStats) {
+    scrape.gauges(
+        "homing_connections",
+        "Connections holding a slot, by the caller's role.",
+        stats
+            .open
+            .iter()
+            .map(|(role, n)| (labels(&[("role", role)]), *n as i64)),
     );
-    out.push_str("# HELP homing_connection_refusals_total Connections refused, by role (unauthenticated before the handshake) and the share or limit that was full.\n# TYPE homing_connection_refusals_total counter\n");
-    for ((role, reason), n) in &stats.refusals {
-        let _ = writeln!(
-            out,
-            "homing_connection_refusals_total{{role=\"{role}\",reason=\"{reason}\"}} {n}"
-        );
-    }
-    out.push_str("# HELP homing_connection_closes_total Connections ended, by how: graceful (the caller closed), idle_timeout, error, local.\n# TYPE homing_connection_closes_total counter\n");
-    for (kind, n) in &stats.closes {
-        let _ = writeln!(out, "homing_connection_closes_total{{kind=\"{kind}\"}} {n}");
-    }
-    out.push_str("# HELP homing_handshake_failures_total Handshakes that failed, by reason.\n# TYPE homing_handshake_failures_total counter\n");
-    for (reason, n) in &stats.handshake_failures {
-        let _ = writeln!(
-            out,
-            "homing_handshake_failures_total{{reason=\"{reason}\"}} {n}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP homing_handshake_retries_total QUIC Retry packets sent to make callers prove their address.\n# TYPE homing_handshake_retries_total counter\nhoming_handshake_retries_total {}",
-        stats.retries
+    scrape.gauge(
+        "homing_handshakes",
+        "TLS handshakes in progress.",
+        stats.handshakes as u64,
     );
-    let _ = writeln!(
-        out,
-        "# HELP homing_request_bytes_buffered Request bytes held in partly read frames.\n# TYPE homing_request_bytes_buffered gauge\nhoming_request_bytes_buffered {}",
-        stats.request_bytes_buffered
+    scrape.counters(
+        "homing_connection_refusals_total",
+        "Connections refused, by role (unauthenticated before the handshake) and the share or limit that was full.",
+        stats
+            .refusals
+            .iter()
+            .map(|((role, reason), n)| (labels(&[("role", role), ("reason", reason)]), *n)),
     );
+    scrape.counters(
+        "homing_connection_closes_total",
+        "Connections ended, by how: graceful (the caller closed), idle_timeout, error, local.",
+        stats
+            .closes
+            .iter()
+            .map(|(kind, n)| (labels(&[("kind", kind)]), *n)),
+    );
+    scrape.counters(
+        "homing_handshake_failures_total",
+        "Handshakes that failed, by reason.",
+        stats
+            .handshake_failures
+            .iter()
+            .map(|(reason, n)| (labels(&[("reason", reason)]), *n)),
+    );
+    scrape.counter(
+        "homing_handshake_retries_total",
+        "QUIC Retry packets sent to make callers prove their address.",
+        stats.retries,
+    );
+    scrape.gauge(
+        "homing_request_bytes_buffered",
+        "Request bytes held in partly read frames.",
+        stats.request_bytes_buffered as u64,
+    );
+}
+
+/// A label set, in the order given.
+type Labels = Vec<(&'static str, String)>;
+
+fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+}
+
+/// Series of one metric family read at a scrape, each with its labels.
+#[derive(Debug)]
+struct Series<M> {
+    kind: MetricType,
+    series: Vec<(Labels, M)>,
+}
+
+impl<M: EncodeMetric> EncodeMetric for Series<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, metric) in &self.series {
+            metric.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.kind
+    }
+}
+
+/// A histogram as read at a scrape: sum, count, and per-bucket counts
+/// (not cumulative: the encoder adds them up), ending with `+Inf`.
+#[derive(Debug)]
+struct HistogramSnapshot {
+    sum_s: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for HistogramSnapshot {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum_s, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// One scrape's registry: every family registered under its exposed name.
+#[derive(Default)]
+struct Scrape {
+    registry: Registry,
+}
+
+impl Scrape {
+    /// Registers `metric` as `name`; prometheus-client appends the full stop
+    /// to `help` and `_total` to a counter's samples.
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        self.registry
+            .register(name, help.trim_end_matches('.'), metric);
+    }
+
+    /// A counter family; `name` is the samples' name, ending in `_total`.
+    fn counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
+        let family = name.strip_suffix("_total");
+        assert!(family.is_some(), "counter {name} ends in _total");
+        let series = series.into_iter().map(|(l, n)| (l, ConstCounter::new(n)));
+        let series = Series {
+            kind: MetricType::Counter,
+            series: series.collect(),
+        };
+        self.register(family.unwrap_or(name), help, series);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, value: u64) {
+        let family = name.strip_suffix("_total");
+        assert!(family.is_some(), "counter {name} ends in _total");
+        self.register(family.unwrap_or(name), help, ConstCounter::new(value));
+    }
+
+    fn gauges(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, i64)>) {
+        let series = series.into_iter().map(|(l, n)| (l, ConstGauge::new(n)));
+        let series = Series {
+            kind: MetricType::Gauge,
+            series: series.collect(),
+        };
+        self.register(name, help, series);
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, value: u64) {
+        let value = i64::try_from(value).unwrap_or(i64::MAX);
+        self.register(name, help, ConstGauge::new(value));
+    }
+
+    fn histograms(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, HistogramSnapshot)>,
+    ) {
+        let series = Series {
+            kind: MetricType::Histogram,
+            series: series.into_iter().collect(),
+        };
+        self.register(name, help, series);
+    }
+
+    fn finish(self) -> String {
+        let mut text = String::new();
+        // Writing into a String does not fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
 }
 
 /// Whether the DC can grant now, apart from its stores: why not, in words.
@@ -512,15 +695,58 @@ impl Health {
     }
 }
 
-/// Serves `/metrics`, `/healthz` (the process serves) and `/readyz` (the
-/// DC can grant: [`Health::check`]) on `listener` until `shutdown` turns
-/// true.
-pub async fn listen(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    health: Health,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// The routes of the metrics listener: `/metrics`, `/healthz` (the process
+/// serves) and `/readyz` (the DC can grant: [`Health::check`]).
+pub fn routes(metrics: Arc<Metrics>, health: Health) -> Router {
+    let scrape = move || {
+        let metrics = metrics.clone();
+        async move {
+            let content_type = [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)];
+            (StatusCode::OK, content_type, metrics.render()).into_response()
+        }
+    };
+    let ready = move || {
+        let health = health.clone();
+        async move {
+            match health.check().await {
+                Ok(()) => plain(StatusCode::OK, "ready\n".to_string()),
+                Err(why) => plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {why}\n"),
+                ),
+            }
+        }
+    };
+    Router::new()
+        .route("/metrics", get(scrape))
+        // Liveness: the process serves (restarting it helps nothing else).
+        .route(
+            "/healthz",
+            get(|| async { plain(StatusCode::OK, "ok\n".to_string()) }),
+        )
+        .route("/readyz", get(ready))
+}
+
+/// What a path no route serves answers.
+pub async fn not_found() -> Response {
+    plain(
+        StatusCode::NOT_FOUND,
+        "try / (the status page), /metrics, /healthz or /readyz\n".to_string(),
+    )
+}
+
+/// What `/metrics` answers in.
+const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A plain-text answer.
+fn plain(status: StatusCode, body: String) -> Response {
+    let content_type = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    (status, content_type, body).into_response()
+}
+
+/// Serves `app` (the [`routes`] and the status page) on `listener` until
+/// `shutdown` turns true.
+pub async fn listen(listener: TcpListener, app: Router, mut shutdown: watch::Receiver<bool>) {
     let permits = Arc::new(Semaphore::new(METRICS_CONNECTIONS_MAX));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -539,11 +765,7 @@ pub async fn listen(
             stream = next_connection(&listener) => stream,
             _ = shutdown.changed() => return,
         };
-        let (metrics, health) = (metrics.clone(), health.clone());
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let (metrics, health) = (metrics.clone(), health.clone());
-            async move { Ok::<_, Infallible>(respond(request.uri().path(), &metrics, &health).await) }
-        });
+        let service = TowerToHyperService::new(app.clone());
         let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
             let limit = Duration::from_millis(METRICS_CONNECTION_MS_MAX);
@@ -587,33 +809,6 @@ async fn next_connection<L: Accept>(listener: &L) -> L::Stream {
     }
 }
 
-/// The answer to a GET of `path`.
-async fn respond(path: &str, metrics: &Metrics, health: &Health) -> Response<Full<Bytes>> {
-    let (status, body) = match path {
-        "/metrics" => (StatusCode::OK, metrics.render()),
-        // Liveness: the process serves (restarting it helps nothing else).
-        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-        "/readyz" => match health.check().await {
-            Ok(()) => (StatusCode::OK, "ready\n".to_string()),
-            Err(why) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {why}\n"),
-            ),
-        },
-        _ => (
-            StatusCode::NOT_FOUND,
-            "try /metrics, /healthz or /readyz\n".to_string(),
-        ),
-    };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    response
-}
-
 /// Binds the endpoint; the error names the address.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr)
@@ -639,7 +834,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "homing_request_duration_seconds_bucket{kind=\"resolve\",le=\"0.0001\"} 1"
+                "homing_request_duration_seconds_bucket{le=\"0.0001\",kind=\"resolve\"} 1"
             ),
             "{text}"
         );

@@ -130,6 +130,25 @@ impl Peers {
         self.shared.table.is_suspect(dc)
     }
 
+    /// One round trip to `dc` for the status page, as `homing dc status`
+    /// probes it: a resolve of the global store's health-probe key (which
+    /// nobody reserves), so the peer reads its global store. An error
+    /// answer is an error, not an answer. A peer that lets it time out
+    /// becomes suspect, like after any other request.
+    pub async fn probe(&self, dc: &DcId) -> Result<Duration, PeerError> {
+        let request = Request::Resolve {
+            key: homing_store::global::health_probe_key(),
+        };
+        let started = Instant::now();
+        self.call(dc, &request).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Every address in the peer table (a DC once per homingd), in table order.
+    pub fn addresses(&self) -> Vec<(DcId, SocketAddr)> {
+        self.shared.table.addresses()
+    }
+
     async fn call(&self, dc: &DcId, request: &Request) -> Result<Reply, PeerError> {
         let shared = &self.shared;
         let unavailable = |reason: String| PeerError::Unavailable {

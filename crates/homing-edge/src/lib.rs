@@ -31,6 +31,7 @@ pub mod connection;
 mod front;
 mod h1;
 mod json;
+pub mod metrics;
 pub mod network;
 mod pool;
 pub mod probe;

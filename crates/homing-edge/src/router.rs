@@ -39,6 +39,7 @@ use tracing::{debug, warn};
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
 use crate::h1::{DECIMAL_BYTES_MAX, Extra, HOP_BY_HOP, Headers, ResponseHead, decimal};
 use crate::json;
+use crate::metrics::EdgeMetrics;
 use crate::pool::{ActorPool, Outgoing, PooledBody, SendError};
 use crate::route::{KeyError, route_parts};
 
@@ -67,6 +68,8 @@ const IDENTITY_HEADERS: [HeaderName; 3] = [
 pub struct EdgeStats {
     /// Requests received.
     pub requests: u64,
+    /// Requests answered by their actor.
+    pub forwarded: u64,
     /// Resolves answered from the Resolver's answer cache.
     pub resolved_from_cache: u64,
     /// Resolves that walked the chain (round trips to DCs).
@@ -123,6 +126,8 @@ struct Inner {
     /// The permits `bodies` started with.
     bodies_bytes_max: usize,
     counters: Counters,
+    /// Refusals by reason and the upstream latency, for `/metrics`.
+    metrics: EdgeMetrics,
 }
 
 /// The edge router. Cheap to clone; clones share the resolver, the actor
@@ -168,6 +173,7 @@ impl EdgeRouter {
                 config,
                 pool: Arc::new(pool),
                 counters: Counters::default(),
+                metrics: EdgeMetrics::default(),
             }),
         }
     }
@@ -177,6 +183,11 @@ impl EdgeRouter {
         &self.inner.resolver
     }
 
+    /// Its refusals by reason and upstream latency ([`crate::metrics`]).
+    pub(crate) fn metrics(&self) -> &EdgeMetrics {
+        &self.inner.metrics
+    }
+
     /// What it did so far.
     pub fn stats(&self) -> EdgeStats {
         let c = &self.inner.counters;
@@ -184,6 +195,7 @@ impl EdgeRouter {
         let resolver = self.inner.resolver.stats();
         EdgeStats {
             requests: get(&c.requests),
+            forwarded: self.inner.metrics.forwarded_total(),
             resolved_from_cache: get(&c.resolved_from_cache),
             resolved_by_walk: get(&c.resolved_by_walk),
             resolved_stale: get(&c.resolved_stale),
@@ -282,7 +294,10 @@ impl EdgeRouter {
                 .forward(&at, method, path_and_query, headers, body)
                 .await
             {
-                Ok(response) => return Ok(response),
+                Ok(response) => {
+                    self.inner.metrics.forwarded();
+                    return Ok(response);
+                }
                 Err(Forward::Unreachable { error, sent }) => {
                     debug!(%key, reservation = %at.reservation(), actor = at.actor(), %error, attempt, "actor unreachable");
                     self.inner.resolver.report_unreachable_ref(key, &at).await;
@@ -453,7 +468,12 @@ impl EdgeRouter {
         let timeout = Duration::from_millis(self.inner.config.upstream_timeout_ms);
         let sent = async {
             let _permit = self.inner.forwards.acquire().await;
-            self.inner.pool.send(at.actor(), &request).await
+            let started = Instant::now();
+            let answer = self.inner.pool.send(at.actor(), &request).await;
+            if answer.is_ok() {
+                self.inner.metrics.upstream(started.elapsed());
+            }
+            answer
         };
         match tokio::time::timeout(timeout, sent).await {
             Err(_) => Err(Forward::Timeout),
@@ -475,11 +495,12 @@ impl EdgeRouter {
     fn refuse(
         &self,
         status: StatusCode,
-        reason: &str,
+        reason: &'static str,
         key: Option<KeyRef<'_>>,
         dc: Option<&str>,
     ) -> Refusal {
         Counters::bump(&self.inner.counters.failures);
+        self.inner.metrics.refused(reason);
         let mut object = json::Object::new().string("error", reason);
         if let Some(key) = key {
             object = object.string("key", &key.to_string());

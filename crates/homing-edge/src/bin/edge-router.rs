@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use homing_client::{Resolver, ResolverConfig};
 use homing_core::{Identity, Namespace, Role};
-use homing_edge::{ActorNetwork, EdgeConfig, EdgeRouter, ServeLimits};
+use homing_edge::{ActorNetwork, EdgeConfig, EdgeRouter, ServeLimits, metrics};
 use homing_net::{Client, ClientLimits};
 use hyper::header::HeaderName;
 
@@ -24,6 +24,9 @@ struct Args {
     /// Address to accept HTTP/1.1 and HTTP/2 (prior knowledge) on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Address to serve /metrics (OpenMetrics text), /healthz and /readyz on (docs/EDGE-ROUTER.md, "Metrics and health"); unset: not served.
+    #[arg(long, env = "HOMING_EDGE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// Directory with ca.pem and router.pem/router.key, as written by `homing certs`.
     #[arg(long, env = "HOMING_CERTS", default_value = "homing-certs")]
     certs: PathBuf,
@@ -232,18 +235,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("--listen {}", args.listen))?;
-    println!("edge-router listening on http://{}", listener.local_addr()?);
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            eprintln!("waiting for Ctrl-C: {e}; stopping");
+    let serving = router.spawn(listener)?;
+    println!("edge-router listening on http://{}", serving.local_addr());
+    let (stop_metrics, metrics_stopped) = tokio::sync::watch::channel(false);
+    let metrics = match args.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?;
+            println!(
+                "edge-router metrics on http://{}/metrics",
+                listener.local_addr()?
+            );
+            let connections = Some(serving.connections());
+            let task = metrics::spawn(listener, router.clone(), connections, metrics_stopped);
+            Some(task)
         }
     };
-    let served = router
-        .serve(listener, ctrl_c, Duration::from_millis(DRAIN_MS))
-        .await;
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        eprintln!("waiting for Ctrl-C: {e}; stopping");
+    }
+    serving.stop(Duration::from_millis(DRAIN_MS)).await;
+    let _ = stop_metrics.send(true);
+    if let Some(task) = metrics {
+        let _ = task.await;
+    }
     // The DCs free the router's connections now, not at their idle timeout.
     client.close().await;
-    served?;
     println!("edge-router stopped: {:?}", router.stats());
     Ok(())
 }
