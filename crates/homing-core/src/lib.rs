@@ -37,6 +37,7 @@ pub mod due;
 pub mod event;
 pub mod fencing;
 pub mod host_lease;
+pub mod host_session;
 pub mod key;
 pub mod label;
 pub mod lease;
@@ -69,6 +70,7 @@ pub use due::{BadRecord, Due, DueCursor, DueKind, DuePage};
 pub use event::{Event, EventKind, EventSeq};
 pub use fencing::FencingToken;
 pub use host_lease::{HostInstant, HostLease, HostLeasePoll};
+pub use host_session::{HostSession, HostSessionPoll};
 pub use key::{Key, KeyConfig, KeyName, KeyRef, Namespace, NamespaceScope, Tag};
 pub use label::LabelError;
 pub use lease::{Deadlines, LeasePolicy};
@@ -83,8 +85,8 @@ pub use record::{
 pub use reservation::{ReservationId, ReservationRef};
 pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
 pub use session::{
-    Expiry, RecordRead, SessionEnd, SessionGuard, SessionId, SessionRecord, SessionRenewReply,
-    SessionState, SessionTransition,
+    Expiry, RecordRead, SessionEnd, SessionGuard, SessionId, SessionNotice, SessionRecord,
+    SessionRenewReply, SessionState, SessionTransition,
 };
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};

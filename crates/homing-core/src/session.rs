@@ -141,11 +141,29 @@ pub enum SessionEnd {
     Expired,
 }
 
+/// A key of the session drained or force-released, as a renewal tells its
+/// host: the host stops it by the deadlines it held before that renewal's
+/// answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionNotice {
+    /// The notice's number in the session (the host acknowledges up to it).
+    pub seq: u64,
+    /// The key's reservation.
+    pub reservation: ReservationId,
+}
+
 /// Reply to a session renewal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SessionRenewReply {
-    /// Renewed: the new deadlines, in the host's clock.
-    Renewed(Deadlines),
+    /// Renewed: the new deadlines, in the host's clock, and the notices
+    /// numbered above the host's acknowledgement (the DC adds them from its
+    /// notices index; [`SessionRecord::renew`] leaves them empty).
+    Renewed {
+        /// The session's new deadlines.
+        deadlines: Deadlines,
+        /// Keys frozen since the acknowledged notice, oldest first.
+        notices: Vec<SessionNotice>,
+    },
     /// The session had already run out (or ended): the host must stop
     /// every actor it runs under it now.
     Expired,
@@ -251,7 +269,10 @@ impl SessionRecord {
         let expires_at = expires_at.max(grant.expires_at);
         SessionTransition {
             next: Some(self.changed(|r| r.state = SessionState::Live { expires_at })),
-            reply: SessionRenewReply::Renewed(grant.deadlines),
+            reply: SessionRenewReply::Renewed {
+                deadlines: grant.deadlines,
+                notices: Vec::new(),
+            },
         }
     }
 
@@ -472,7 +493,7 @@ mod tests {
         let next = t.next.unwrap();
         assert_eq!(next.holds_until(), StoreTime::from_ms(14_000));
         assert_eq!(next.version, 2);
-        let SessionRenewReply::Renewed(deadlines) = t.reply else {
+        let SessionRenewReply::Renewed { deadlines, .. } = t.reply else {
             panic!("{:?}", t.reply)
         };
         assert_eq!(
