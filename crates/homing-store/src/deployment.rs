@@ -25,8 +25,11 @@ pub struct DeploymentVersion {
     /// The protocol version every homingd of the deployment speaks, as last
     /// raised: features that need it are on.
     pub version: u16,
-    /// Whether something was written in a form only `version` reads since
-    /// it was raised: the version can no longer be lowered.
+    /// Whether something was written in a form only `version` (or a
+    /// version it was raised from) reads: the version can no longer be
+    /// lowered. Kept across a later raise, which makes that raise final
+    /// too: the flag does not say which version wrote, and lowering past
+    /// it would make those records unreadable.
     pub new_form_written: bool,
 }
 
@@ -80,7 +83,7 @@ pub async fn raise(global: &dyn GlobalStore) -> Result<DeploymentVersion, Versio
         }
         Ok(DeploymentVersion {
             version: now.version + 1,
-            new_form_written: false,
+            new_form_written: now.new_form_written,
         })
     })
     .await
@@ -160,16 +163,19 @@ mod tests {
         let raised = raise(&global).await.unwrap();
         assert_eq!(raised.version, PROTOCOL_VERSION_OLDEST + 1);
         assert_eq!(read(&global).await.unwrap(), raised);
-        assert!(matches!(
-            raise(&global).await,
-            Err(VersionChangeError::AtNewest(PROTOCOL_VERSION))
-        ));
         // A rollback before anything was written in the new form.
         assert_eq!(
             lower(&global).await.unwrap().version,
             PROTOCOL_VERSION_OLDEST
         );
-        raise(&global).await.unwrap();
+        let mut newest = raise(&global).await.unwrap();
+        while newest.version < PROTOCOL_VERSION {
+            newest = raise(&global).await.unwrap();
+        }
+        assert!(matches!(
+            raise(&global).await,
+            Err(VersionChangeError::AtNewest(PROTOCOL_VERSION))
+        ));
         assert!(matches!(
             note_new_form_written(&global, PROTOCOL_VERSION_OLDEST).await,
             Err(VersionChangeError::Raced)
@@ -183,5 +189,24 @@ mod tests {
             Err(VersionChangeError::NewFormWritten(PROTOCOL_VERSION))
         ));
         assert_eq!(read(&global).await.unwrap(), written);
+    }
+
+    /// A form written at one version stays unreadable below it after a
+    /// later raise: that raise cannot be rolled back either.
+    #[tokio::test]
+    async fn a_written_form_is_not_forgotten_by_a_later_raise() {
+        let global = MemoryGlobalStore::new();
+        let raised = raise(&global).await.unwrap();
+        note_new_form_written(&global, raised.version)
+            .await
+            .unwrap();
+        if raised.version < PROTOCOL_VERSION {
+            let again = raise(&global).await.unwrap();
+            assert!(again.new_form_written);
+        }
+        assert!(matches!(
+            lower(&global).await,
+            Err(VersionChangeError::NewFormWritten(_))
+        ));
     }
 }
