@@ -134,6 +134,9 @@ pub fn classify(error: &anyhow::Error) -> Exit {
         if let Some(e) = cause.downcast_ref::<NetError>() {
             return net_exit(e);
         }
+        if let Some(e) = cause.downcast_ref::<homing_client::AgentError>() {
+            return agent_exit(e);
+        }
         if let Some(e) = cause.downcast_ref::<OpenError>() {
             match e {
                 OpenError::Missing { .. } | OpenError::NotBuilt { .. } => return Exit::BadInput,
@@ -145,6 +148,17 @@ pub fn classify(error: &anyhow::Error) -> Exit {
         }
     }
     Exit::Failed
+}
+
+fn agent_exit(e: &homing_client::AgentError) -> Exit {
+    use homing_client::AgentError;
+    match e {
+        AgentError::Unavailable { .. } => Exit::Unavailable,
+        AgentError::Refused { error, .. } => reply_exit(&error.kind),
+        AgentError::StaleToken { .. } | AgentError::NotHolder => Exit::Refused,
+        AgentError::Unexpected { .. } => Exit::Failed,
+        AgentError::Config(_) => Exit::BadInput,
+    }
 }
 
 fn resolve_exit(e: &ResolveError) -> Exit {
@@ -160,7 +174,7 @@ pub fn reply_exit(kind: &ErrorKind) -> Exit {
     match kind {
         ErrorKind::Unauthorized | ErrorKind::QuotaExceeded { .. } => Exit::Refused,
         ErrorKind::BadRequest => Exit::BadInput,
-        ErrorKind::UnknownReservation => Exit::NotFound,
+        ErrorKind::UnknownReservation | ErrorKind::SessionEnded => Exit::NotFound,
         ErrorKind::Unavailable { .. } | ErrorKind::Overloaded => Exit::Unavailable,
         ErrorKind::Inconsistent | ErrorKind::Trimmed { .. } | ErrorKind::Internal => Exit::Failed,
     }

@@ -56,6 +56,10 @@ pub fn reply_kind(reply: &Reply) -> String {
         Reply::Error(e) => format!("an error: {e}"),
         Reply::Successor { .. } => "a succession".into(),
         Reply::Directory(_) => "a dc directory".into(),
+        Reply::SessionOpened { .. } => "a host session opened".into(),
+        Reply::SessionRenewed(_) => "a host session's renewal answer".into(),
+        Reply::SessionClosed(_) => "a host session's close answer".into(),
+        Reply::SessionKeys { .. } => "a page of a host session's keys".into(),
     }
 }
 
@@ -73,6 +77,16 @@ pub fn chain(walked: &Walked, indent: &str) -> String {
 /// One line for a DC record: key, reservation, token, state.
 pub fn record(r: &DcRecord) -> String {
     let state = match &r.state {
+        RecordState::Active {
+            actor,
+            expiry: homing_core::Expiry::Frozen { session, .. },
+            ..
+        } => format!("active (frozen in session {session}), actor {actor}"),
+        RecordState::Active {
+            actor,
+            expiry: homing_core::Expiry::Session(session),
+            ..
+        } if r.allow_renew => format!("active in session {session}, actor {actor}"),
         RecordState::Active { actor, .. } if r.allow_renew => format!("active, actor {actor}"),
         RecordState::Active { actor, .. } => format!("active (drained), actor {actor}"),
         RecordState::Released { cause, .. } => format!("vacant, last run {cause}"),

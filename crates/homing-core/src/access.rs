@@ -128,7 +128,12 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
         Request::Acquire { .. } | Request::Release { .. } | Request::Cancel { .. } => {
             own_dc_host || caller.role == Role::Admin
         }
-        Request::Renew { .. } => own_dc_host,
+        Request::Renew { .. }
+        | Request::OpenSession { .. }
+        | Request::RenewSession { .. }
+        | Request::CloseSession { .. }
+        | Request::SessionKeys { .. }
+        | Request::AcquireInSession { .. } => own_dc_host,
         // Without the lease key: an operator's act, never a host's.
         Request::ForceRelease { .. } => caller.role == Role::Admin,
         Request::Link { .. } | Request::Shortcut { .. } => caller.role == Role::Node,

@@ -284,12 +284,15 @@ impl LocalSegment {
         self.at.as_ref()
     }
 
-    /// The record asked for (`None` if the store has none) at store time `now`.
+    /// The record asked for (`None` if the store has none) at store time
+    /// `now`, with the row of its host session when it is held under one
+    /// (read with it: [`crate::RecordRead`]).
     pub fn handle(
         &mut self,
         record: Option<&crate::record::DcRecord>,
         now: crate::time::StoreTime,
         policy: &crate::lease::LeasePolicy,
+        session: Option<&crate::session::SessionRecord>,
     ) -> Result<(), SegmentError> {
         let Some(at) = self.at.take() else {
             return Ok(());
@@ -314,7 +317,7 @@ impl LocalSegment {
             Some(key) if key != &record.key => return Err(SegmentError::Broken(at)),
             Some(_) => {}
         }
-        match record.view(now, policy, None) {
+        match record.view(now, policy, session) {
             crate::record::RecordView::Link(to) => {
                 let stays = to.dc() == &self.local && self.links.len() < self.hop_limit;
                 self.links.push(Link {
@@ -1245,6 +1248,7 @@ mod tests {
                     actor: ActorId::new("a").unwrap(),
                     lease: crate::LeaseKey::from_bytes([1; 16]).unwrap(),
                     host_time: HostTime::from_ms(0),
+                    session: None,
                 },
                 StoreTime::from_ms(0),
                 &policy,
@@ -1267,6 +1271,7 @@ mod tests {
                     records.iter().find(|r| r.id == at),
                     StoreTime::from_ms(1),
                     &policy,
+                    None,
                 )
                 .unwrap();
         }
@@ -1282,7 +1287,7 @@ mod tests {
 
         let mut unknown = LocalSegment::new(dc("iad"), id("iad.9"), HOP_LIMIT_DEFAULT);
         assert_eq!(
-            unknown.handle(None, StoreTime::from_ms(1), &policy),
+            unknown.handle(None, StoreTime::from_ms(1), &policy, None),
             Err(SegmentError::Unknown(id("iad.9")))
         );
     }

@@ -328,6 +328,13 @@ impl Connect {
         }
     }
 
+    /// The host session the holder asks under, as read again: an acquire
+    /// whose guarded write lost to the session's renewal reads the row
+    /// anew before the connect writes again.
+    pub fn set_holder_session(&mut self, row: Option<Box<crate::SessionRecord>>) {
+        self.holder.session = row;
+    }
+
     /// The caller's time is up: the next lost race ends this connect
     /// [`ConnectError::Contended`] instead of restarting it. Steps already
     /// under way finish (a restart is the one point where nothing of ours

@@ -142,6 +142,12 @@ impl HostSession {
         Ok(())
     }
 
+    /// Nobody will close the session (its owner is gone): renew no more
+    /// and let the deadlines held stop every actor.
+    pub fn stop_renewing(&mut self) {
+        self.lease.stop_renewing();
+    }
+
     /// The host released `id` (or gave it up): no longer tracked.
     pub fn forget(&mut self, id: &ReservationId) {
         self.running.remove(id);

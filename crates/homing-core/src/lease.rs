@@ -181,6 +181,30 @@ impl LeasePolicy {
         }
     }
 
+    /// The deadlines, in the clock of a host that sent its request at
+    /// `host_time` (received at `received`), of a hold that runs until
+    /// store time `expires_at` — a key granted under a session lives as
+    /// long as the session as it stood then: never later than
+    /// [`LeasePolicy::grant`]'s for a hold of `expires_at − received`.
+    pub fn until(
+        &self,
+        host_time: HostTime,
+        received: StoreTime,
+        expires_at: StoreTime,
+    ) -> Deadlines {
+        let remaining_ms = expires_at.ms_since(received).min(self.ttl_ms);
+        let renew_at_ms = self.ttl_ms * u64::from(self.renew_at_permille) / 1000;
+        let soft_terminate_at = host_time.plus_ms(remaining_ms.saturating_sub(self.soft_margin_ms));
+        let deadlines = Deadlines {
+            renew_at: host_time.plus_ms(renew_at_ms).min(soft_terminate_at),
+            soft_terminate_at,
+            hard_terminate_at: host_time.plus_ms(remaining_ms.saturating_sub(self.hard_margin_ms)),
+        };
+        assert!(deadlines.renew_at <= deadlines.soft_terminate_at);
+        assert!(deadlines.soft_terminate_at <= deadlines.hard_terminate_at);
+        deadlines
+    }
+
     /// When a lease expiring at `expires_at` may be reaped: expiry plus grace.
     pub fn reapable_at(&self, expires_at: StoreTime) -> StoreTime {
         expires_at.plus_ms(self.grace_ms)

@@ -14,7 +14,7 @@
 //! let id: ReservationId = "iad.1".parse()?;
 //! // iad reserves the key for a host's actor; the host's clock and the store's differ.
 //! let lease = LeaseKey::from_bytes([0x2a; 16]).expect("the host's random bits");
-//! let host = Holding { actor: ActorId::new("10.1.0.7:9000")?, lease, host_time: HostTime::from_ms(500) };
+//! let host = Holding { actor: ActorId::new("10.1.0.7:9000")?, lease, host_time: HostTime::from_ms(500), session: None };
 //! let (record, deadlines) = DcRecord::reserve(id, key, None, FencingToken::FIRST, None, &host,
 //!                                             StoreTime::from_ms(90_000), &policy);
 //! assert!(deadlines.hard_terminate_at < HostTime::from_ms(500 + policy.ttl_ms()));
@@ -85,8 +85,8 @@ pub use record::{
 pub use reservation::{ReservationId, ReservationRef};
 pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
 pub use session::{
-    Expiry, RecordRead, SessionEnd, SessionGuard, SessionId, SessionNotice, SessionRecord,
-    SessionRenewReply, SessionState, SessionTransition,
+    Expiry, RecordRead, SessionEnd, SessionGuard, SessionId, SessionKey, SessionNotice,
+    SessionRecord, SessionRenewReply, SessionState, SessionTransition,
 };
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};

@@ -492,6 +492,30 @@ pub struct Holding {
     pub lease: LeaseKey,
     /// The host's clock when it sent the acquire.
     pub host_time: HostTime,
+    /// The host session the key is asked under, as read when the acquire
+    /// began (live, and the host presented its secret); `None`: a lease of
+    /// the key's own. The write that grants under it is guarded by this
+    /// row's version ([`crate::SessionGuard`]).
+    pub session: Option<Box<SessionRecord>>,
+}
+
+impl Holding {
+    /// What a grant to this holder received at `now` writes and answers:
+    /// a lease of its own for the ttl, or the session's hold (the key lives
+    /// as long as the session, and the deadlines are the session's as it
+    /// stood).
+    fn term(&self, now: StoreTime, policy: &LeasePolicy) -> (Expiry, Deadlines) {
+        match &self.session {
+            None => {
+                let grant = policy.grant(self.host_time, now);
+                (Expiry::At(grant.expires_at), grant.deadlines)
+            }
+            Some(row) => (
+                Expiry::Session(row.id.clone()),
+                policy.until(self.host_time, now, row.holds_until()),
+            ),
+        }
+    }
 }
 
 impl DcRecord {
@@ -510,7 +534,7 @@ impl DcRecord {
         now: StoreTime,
         policy: &LeasePolicy,
     ) -> (DcRecord, Deadlines) {
-        let grant = policy.grant(holder.host_time, now);
+        let (expiry, deadlines) = holder.term(now, policy);
         let record = DcRecord {
             id,
             key,
@@ -520,14 +544,14 @@ impl DcRecord {
             predecessor: previous.as_ref().map(|p| p.reservation.clone()),
             state: RecordState::Active {
                 actor: holder.actor.clone(),
-                expiry: Expiry::At(grant.expires_at),
+                expiry,
                 lease: Some(holder.lease),
                 previous: previous.map(Box::new),
             },
             shortcut: None,
             version: 1,
         };
-        (record, grant.deadlines)
+        (record, deadlines)
     }
 
     /// The session an active lease was granted under, if any: its row must
@@ -674,7 +698,7 @@ impl DcRecord {
                 .ended(now, policy, session)
                 .unwrap_or(ReleaseCause::Expired),
         };
-        let grant = policy.grant(holder.host_time, now);
+        let (expiry, deadlines) = holder.term(now, policy);
         let token = self.token.next();
         let next = self.changed(|r| {
             r.token = token;
@@ -682,7 +706,7 @@ impl DcRecord {
             r.allow_renew = true;
             r.state = RecordState::Active {
                 actor: holder.actor.clone(),
-                expiry: Expiry::At(grant.expires_at),
+                expiry,
                 lease: Some(holder.lease),
                 previous: Some(Box::new(previous.clone())),
             };
@@ -691,7 +715,7 @@ impl DcRecord {
             next: Some(next),
             reply: ActivateReply::Activated {
                 token,
-                deadlines: grant.deadlines,
+                deadlines,
                 previous: Some(previous),
             },
         }
@@ -708,6 +732,26 @@ impl DcRecord {
     ) -> Option<Transition<ActivateReply>> {
         if !self.held_under(&holder.lease) {
             return None;
+        }
+        if let Some(row) = &holder.session {
+            // Under a session: granted again while the key is still held
+            // under that same session and it lives; nothing to write (the
+            // session's renewals hold the key).
+            let RecordState::Active {
+                expiry: Expiry::Session(id),
+                ..
+            } = &self.state
+            else {
+                return None;
+            };
+            if id != &row.id || !row.admits(&row.secret) || now >= row.holds_until() {
+                return None;
+            }
+            return Some(Transition::unchanged(ActivateReply::Activated {
+                token: self.token,
+                deadlines: policy.until(holder.host_time, now, row.holds_until()),
+                previous: self.previous_run(),
+            }));
         }
         let renewed = self.renew(self.token, &holder.lease, holder.host_time, now, policy);
         let RenewReply::Renewed(deadlines) = renewed.reply else {
@@ -1034,6 +1078,7 @@ mod tests {
             actor: actor(name),
             lease: lease(name),
             host_time: HostTime::from_ms(at_ms),
+            session: None,
         }
     }
 

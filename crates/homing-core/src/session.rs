@@ -152,6 +152,34 @@ pub struct SessionNotice {
     pub reservation: ReservationId,
 }
 
+/// The protocol (and deployment) version host sessions arrived in: a
+/// homingd opens one only once the deployment version is this or later,
+/// since a key held under a session is a record form earlier releases
+/// cannot read.
+pub const SESSIONS_VERSION: u16 = 9;
+
+/// Keys one [`crate::Reply::SessionKeys`] page lists at most (a page of
+/// the longest keys stays well inside a frame).
+pub const SESSION_KEYS_PAGE: usize = 64;
+
+/// Notices one session renewal's answer carries at most; the rest come
+/// with the next renewals.
+pub const SESSION_NOTICES_PAGE: usize = 64;
+
+/// A key held under a session, as a resync lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionKey {
+    /// Its reservation.
+    pub reservation: ReservationId,
+    /// The key.
+    pub key: crate::key::Key,
+    /// Its fencing token.
+    pub token: crate::fencing::FencingToken,
+    /// Whether it is frozen (drained or force-released: its host stops it
+    /// by the deadlines it held when it learned so).
+    pub frozen: bool,
+}
+
 /// Reply to a session renewal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SessionRenewReply {

@@ -14,23 +14,26 @@ use crate::directory::Directory;
 use crate::event::{Event, EventSeq};
 use crate::fencing::FencingToken;
 use crate::key::{Key, KeyConfig, NamespaceScope};
+use crate::lease::Deadlines;
 use crate::lease_key::LeaseKey;
 use crate::link::{Shortcut, Succession};
 use crate::record::{
     DcRecord, LinkReply, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
 };
 use crate::reservation::ReservationId;
+use crate::session::{SessionId, SessionKey, SessionRenewReply};
 use crate::time::HostTime;
 
 /// The newest protocol version this build speaks (N).
-pub const PROTOCOL_VERSION: u16 = 8;
-/// The oldest protocol version this build still speaks (N−1): a process of
-/// the previous release and one of this release talk at the older of their
-/// two newest versions, so a deployment upgrades one process at a time. A
-/// peer that speaks neither is refused at the handshake.
+pub const PROTOCOL_VERSION: u16 = 9;
+/// The oldest protocol version this build still speaks: the previous
+/// release's newest (tag `release-7`; 8 and 9 came since). A process of
+/// that release and one of this release talk at it, so a deployment
+/// upgrades one process at a time. A peer that speaks none of
+/// `PROTOCOL_VERSION_OLDEST..=PROTOCOL_VERSION` is refused at the handshake.
 pub const PROTOCOL_VERSION_OLDEST: u16 = 7;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/8";
+pub const ALPN: &[u8] = b"homing/9";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -188,6 +191,65 @@ pub enum Request {
     /// global store keeps, as the receiving DC last read it). Answered with
     /// [`Reply::Directory`].
     Directory,
+    /// Since version 9, host to its own DC: open a host session, whose
+    /// renewals hold every key acquired under it. Answered with
+    /// [`Reply::SessionOpened`].
+    OpenSession {
+        /// The host's secret for the session: renewals, acquires under it,
+        /// its close and its resync present it.
+        secret: LeaseKey,
+        /// The caller's clock when it sent this.
+        host_time: HostTime,
+    },
+    /// Since version 9: the session's heartbeat, acknowledging the notices
+    /// numbered up to `ack`. Answered with [`Reply::SessionRenewed`].
+    RenewSession {
+        /// The session.
+        session: SessionId,
+        /// Its secret.
+        secret: LeaseKey,
+        /// The caller's clock when it sent this.
+        host_time: HostTime,
+        /// The highest notice number the host has acted on.
+        ack: u64,
+    },
+    /// Since version 9: the host stopped every actor it ran under the
+    /// session; its keys are vacant from now plus grace. Answered with
+    /// [`Reply::SessionClosed`].
+    CloseSession {
+        /// The session.
+        session: SessionId,
+        /// Its secret.
+        secret: LeaseKey,
+    },
+    /// Since version 9: a page of the keys held under the session (a host
+    /// resyncing after it lost track). Answered with [`Reply::SessionKeys`].
+    SessionKeys {
+        /// The session.
+        session: SessionId,
+        /// Its secret.
+        secret: LeaseKey,
+        /// Start after this reservation (`None`: from the first).
+        after: Option<ReservationId>,
+    },
+    /// Since version 9: [`Request::Acquire`] under a host session — the key
+    /// is held for as long as the session is (no per-key renewals).
+    AcquireInSession {
+        /// The key, its namespace and tag.
+        config: KeyConfig,
+        /// The actor the caller will run.
+        actor: ActorId,
+        /// The caller's secret for this logical acquire (as `Acquire`'s).
+        lease: LeaseKey,
+        /// The caller's clock when it sent this.
+        host_time: HostTime,
+        /// As `Acquire`'s.
+        wait_ms: u32,
+        /// The session to hold the key under.
+        session: SessionId,
+        /// Its secret.
+        secret: LeaseKey,
+    },
 }
 
 impl Request {
@@ -211,6 +273,11 @@ impl Request {
             Request::DrainScope { .. } => "drain_scope",
             Request::Successor { .. } => "successor",
             Request::Directory => "directory",
+            Request::OpenSession { .. } => "open_session",
+            Request::RenewSession { .. } => "renew_session",
+            Request::CloseSession { .. } => "close_session",
+            Request::SessionKeys { .. } => "session_keys",
+            Request::AcquireInSession { .. } => "acquire_in_session",
         }
     }
 
@@ -219,6 +286,7 @@ impl Request {
     pub fn wait_ms(&self) -> u32 {
         match self {
             Request::Acquire { wait_ms, .. }
+            | Request::AcquireInSession { wait_ms, .. }
             | Request::Await { wait_ms, .. }
             | Request::Watch { wait_ms, .. } => (*wait_ms).min(WAIT_MS_MAX),
             _ => 0,
@@ -297,6 +365,27 @@ pub enum Reply {
     },
     /// Since version 8, to `Directory`: the DC directory.
     Directory(Directory),
+    /// Since version 9, to `OpenSession`: the new session and its first
+    /// deadlines, in the host's clock.
+    SessionOpened {
+        /// The session.
+        session: SessionId,
+        /// Its deadlines.
+        deadlines: Deadlines,
+    },
+    /// Since version 9, to `RenewSession`.
+    SessionRenewed(SessionRenewReply),
+    /// Since version 9, to `CloseSession`: whether it was live and is
+    /// closed now (`false`: already ended, unknown, or another secret).
+    SessionClosed(bool),
+    /// Since version 9, to `SessionKeys`: a page of the session's keys, in
+    /// reservation order.
+    SessionKeys {
+        /// The keys.
+        keys: Vec<SessionKey>,
+        /// Whether more follow (ask again after the last one).
+        more: bool,
+    },
 }
 
 /// Reply to [`Request::Await`].
@@ -381,6 +470,11 @@ pub enum ErrorKind {
         /// The DC's quota.
         keys_max: u64,
     },
+    /// Since version 9: the host session an acquire named has ended, run
+    /// out, or is not this DC's: open a new one (its keys are vacant, or
+    /// will be at its expiry plus grace).
+    #[error("host session ended")]
+    SessionEnded,
 }
 
 impl ErrorKind {
@@ -478,6 +572,11 @@ pub trait Versioned {
 impl Versioned for Request {
     fn since(&self) -> u16 {
         match self {
+            Request::OpenSession { .. }
+            | Request::RenewSession { .. }
+            | Request::CloseSession { .. }
+            | Request::SessionKeys { .. }
+            | Request::AcquireInSession { .. } => 9,
             Request::Directory => 8,
             _ => 7,
         }
@@ -488,7 +587,22 @@ impl Versioned for Request {
 impl Versioned for Reply {
     fn since(&self) -> u16 {
         match self {
+            Reply::SessionOpened { .. }
+            | Reply::SessionRenewed(_)
+            | Reply::SessionClosed(_)
+            | Reply::SessionKeys { .. } => 9,
+            Reply::Error(ErrorReply {
+                kind: ErrorKind::SessionEnded,
+                ..
+            }) => 9,
             Reply::Directory(_) => 8,
+            // A key held under a session is a record form versions 7 and 8
+            // cannot read.
+            Reply::Inspected { records } | Reply::Records { records, .. }
+                if records.iter().any(|r| r.session().is_some()) =>
+            {
+                9
+            }
             _ => 7,
         }
     }

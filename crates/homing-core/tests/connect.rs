@@ -31,6 +31,7 @@ fn connect(world: &World, at: &str, actor: &str, tag: Option<&str>) -> Connect {
                 lease: lease_of(&actor),
                 actor,
                 host_time: HostTime::from_ms(7),
+                session: None,
             }
         },
         world.policy,
@@ -391,6 +392,7 @@ fn a_recreated_record_confirms_its_succession_before_it_is_re_activated() {
             actor: ActorId::new("a9").unwrap(),
             lease: lease_of(&ActorId::new("a9").unwrap()),
             host_time: HostTime::from_ms(7),
+            session: None,
         },
         world.now(),
         &world.policy,

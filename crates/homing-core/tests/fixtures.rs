@@ -19,7 +19,8 @@ use homing_core::wire::{
 use homing_core::{
     AcquireReply, Deadlines, EventKind, FencingToken, Grant, Holder, HostTime, KeyConfig, Link,
     LinkReply, Namespace, NamespaceScope, PreviousRun, RecordState, ReleaseCause, ReleaseReply,
-    RenewReply, RunOutcome, ScanCursor, Segment, Succession, SuccessionCause, TailState, TailView,
+    RenewReply, RunOutcome, ScanCursor, Segment, SessionId, SessionKey, SessionNotice,
+    SessionRenewReply, Succession, SuccessionCause, TailState, TailView,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -36,6 +37,53 @@ fn requests() -> Vec<(&'static str, Request)> {
     vec![
         ("resolve", Request::Resolve { key: key() }),
         ("directory", Request::Directory),
+        (
+            "open-session",
+            Request::OpenSession {
+                secret: lease_key(),
+                host_time: HostTime::from_ms(1_700_000_000_500),
+            },
+        ),
+        (
+            "renew-session",
+            Request::RenewSession {
+                session: session(),
+                secret: lease_key(),
+                host_time: HostTime::from_ms(1_700_000_003_500),
+                ack: 17,
+            },
+        ),
+        (
+            "close-session",
+            Request::CloseSession {
+                session: session(),
+                secret: lease_key(),
+            },
+        ),
+        (
+            "session-keys",
+            Request::SessionKeys {
+                session: session(),
+                secret: lease_key(),
+                after: Some(id("iad.42")),
+            },
+        ),
+        (
+            "acquire-in-session",
+            Request::AcquireInSession {
+                config: KeyConfig {
+                    name: Some(key().name),
+                    namespace: key().namespace,
+                    tag: Some(tag()),
+                },
+                actor: actor(),
+                lease: lease_key(),
+                host_time: HostTime::from_ms(1_700_000_000_500),
+                wait_ms: 30_000,
+                session: session(),
+                secret: lease_key(),
+            },
+        ),
         (
             "resolve-reservation",
             Request::ResolveReservation { id: id("iad.42") },
@@ -273,6 +321,27 @@ fn await_replies() -> Vec<(&'static str, AwaitReply)> {
     ]
 }
 
+fn session() -> SessionId {
+    "iad~7".parse().expect("valid session id")
+}
+
+fn session_renew_replies() -> Vec<(&'static str, SessionRenewReply)> {
+    vec![
+        (
+            "renewed",
+            SessionRenewReply::Renewed {
+                deadlines: deadlines(),
+                notices: vec![SessionNotice {
+                    seq: 18,
+                    reservation: id("iad.43"),
+                }],
+            },
+        ),
+        ("expired", SessionRenewReply::Expired),
+        ("not-holder", SessionRenewReply::NotHolder),
+    ]
+}
+
 fn error_kinds() -> Vec<(&'static str, ErrorKind)> {
     vec![
         ("unauthorized", ErrorKind::Unauthorized),
@@ -292,6 +361,7 @@ fn error_kinds() -> Vec<(&'static str, ErrorKind)> {
             "quota-exceeded",
             ErrorKind::QuotaExceeded { keys_max: 100_000 },
         ),
+        ("session-ended", ErrorKind::SessionEnded),
     ]
 }
 
@@ -309,6 +379,44 @@ fn replies() -> Vec<(String, Reply)> {
         (
             "directory".to_string(),
             Reply::Directory(samples::directory()),
+        ),
+        (
+            "session-opened".to_string(),
+            Reply::SessionOpened {
+                session: session(),
+                deadlines: deadlines(),
+            },
+        ),
+        ("session-closed".to_string(), Reply::SessionClosed(true)),
+        (
+            "session-keys".to_string(),
+            Reply::SessionKeys {
+                keys: vec![
+                    SessionKey {
+                        reservation: id("iad.42"),
+                        key: key(),
+                        token: FencingToken::new(3),
+                        frozen: false,
+                    },
+                    SessionKey {
+                        reservation: id("iad.43"),
+                        key: key(),
+                        token: FencingToken::new(1),
+                        frozen: true,
+                    },
+                ],
+                more: true,
+            },
+        ),
+        (
+            "inspected-in-session".to_string(),
+            Reply::Inspected {
+                records: samples::records()
+                    .into_iter()
+                    .map(|(_, r)| r)
+                    .filter(|r| r.session().is_some())
+                    .collect(),
+            },
         ),
         (
             "resolved".to_string(),
@@ -385,6 +493,9 @@ fn replies() -> Vec<(String, Reply)> {
     add("release", &|| map(release_replies(), Reply::Release));
     add("link", &|| map(link_replies(), Reply::Link));
     add("awaited", &|| map(await_replies(), Reply::Awaited));
+    add("session-renewed", &|| {
+        map(session_renew_replies(), Reply::SessionRenewed)
+    });
     add("error", &|| {
         map(error_kinds(), |kind| {
             Reply::Error(ErrorReply::new(kind, "dc fra did not answer in 10 s"))
@@ -497,6 +608,7 @@ fn every_variant_has_a_case() {
     assert_covers("LinkReply", &values(link_replies()));
     assert_covers("AwaitReply", &values(await_replies()));
     assert_covers("ErrorKind", &values(error_kinds()));
+    assert_covers("SessionRenewReply", &values(session_renew_replies()));
     assert_covers("TailState", &values(tail_states()));
     let records = values(samples::records());
     let states: Vec<RecordState> = records.into_iter().map(|r| r.state).collect();

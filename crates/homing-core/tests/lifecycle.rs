@@ -262,6 +262,7 @@ impl World {
             actor,
             lease: lease_of(host),
             host_time,
+            session: None,
         };
         let Some(tail) = self.tail() else {
             let id = self.allocate(dc);

@@ -77,6 +77,9 @@ impl Devnet {
                 source,
             })?,
         );
+        // Every homingd of a devnet is this release: its deployment version
+        // is the newest this release speaks (host sessions need it).
+        raise_to_newest(global.as_ref()).await?;
         let listen = options
             .dcs
             .iter()
@@ -231,4 +234,31 @@ fn invalid_dc(e: homing_core::access::IdentityError) -> DaemonError {
         field: "dcs",
         reason: e.to_string(),
     })
+}
+
+/// Raises the deployment version one step at a time to the newest this
+/// release speaks (nothing to do when it is there already).
+async fn raise_to_newest(global: &dyn GlobalStore) -> Result<(), DaemonError> {
+    use homing_store::deployment::{VersionChangeError, raise};
+    loop {
+        match raise(global).await {
+            Ok(_) => {}
+            Err(VersionChangeError::AtNewest(_)) => return Ok(()),
+            Err(VersionChangeError::Store(source)) => {
+                return Err(DaemonError::Store {
+                    which: "global",
+                    source,
+                });
+            }
+            Err(other) => {
+                return Err(DaemonError::Store {
+                    which: "global",
+                    source: homing_store::StoreError::Backend {
+                        backend: "redb",
+                        reason: other.to_string(),
+                    },
+                });
+            }
+        }
+    }
 }

@@ -342,6 +342,7 @@ async fn an_upkeep_pass_abandons_a_released_record_the_global_entry_does_not_nam
             actor: ActorId::new("a1").unwrap(),
             lease,
             host_time: now(),
+            session: None,
         };
         // Uniques far above the DC's allocator, so no acquire collides.
         let id = |unique: u64| ReservationId::new(iad(), 1 << 40 | unique);

@@ -159,6 +159,7 @@ fn linked(from: &str, to: &str) -> DcRecord {
             actor: ActorId::new("old").unwrap(),
             lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
             host_time: HostTime::from_ms(0),
+            session: None,
         },
         StoreTime::from_ms(0),
         &LeasePolicy::DEFAULT,

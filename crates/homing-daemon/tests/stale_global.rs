@@ -44,6 +44,7 @@ async fn stale_global_a_connect_that_reads_a_stale_absent_ends_at_the_holder() {
             actor: ActorId::new("first").unwrap(),
             lease: homing_core::LeaseKey::from_bytes([1; 16]).unwrap(),
             host_time: HostTime::from_ms(0),
+            session: None,
         },
         store_now(),
         &LeasePolicy::DEFAULT,

@@ -50,7 +50,8 @@ use std::collections::VecDeque;
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
     ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, LinkReply, Segment,
-    Shortcut, ShortcutNotice, Source, StoreTime, Tag, TakeoverPolicy, wire::WAIT_MS_MAX,
+    SessionGuard, SessionId, SessionRecord, Shortcut, ShortcutNotice, Source, StoreTime, Tag,
+    TakeoverPolicy, Written, wire::WAIT_MS_MAX,
 };
 
 use crate::change::Change;
@@ -93,6 +94,12 @@ enum Trailing {
 
 #[derive(Debug)]
 enum Phase {
+    /// Reading the host session the key is asked under (`first`: before
+    /// the DC lease's cover; else again, after a guarded write lost to
+    /// the session's renewal).
+    Session {
+        first: bool,
+    },
     /// Waiting for the driver's answer to [`Effect::Cover`].
     Covering {
         from: NodeTime,
@@ -131,6 +138,17 @@ pub struct AcquireRequest {
     pub host_time: HostTime,
     /// How long the host lets the DC wait for a held key, ms.
     pub wait_ms: u32,
+    /// The host session to hold the key under (`None`: a lease of its own).
+    pub session: Option<InSession>,
+}
+
+/// The host session an acquire names, and the secret it presents.
+#[derive(Debug, Clone)]
+pub struct InSession {
+    /// The session.
+    pub id: SessionId,
+    /// Its secret.
+    pub secret: LeaseKey,
 }
 
 impl AcquireRequest {
@@ -140,6 +158,8 @@ impl AcquireRequest {
             actor: self.actor.clone(),
             lease: self.lease,
             host_time,
+            // Set once the session's row is read.
+            session: None,
         }
     }
 }
@@ -170,6 +190,8 @@ pub struct Acquire {
     /// What the outcome noted for the node, as a [`Stepper`]: the member
     /// learned and the notice, handed out after the acquire's own events.
     outcome_events: VecDeque<NodeEvent>,
+    /// The row of the host session the key is asked under, as last read.
+    session_row: Option<Box<SessionRecord>>,
 }
 
 impl Acquire {
@@ -193,7 +215,6 @@ impl Acquire {
         );
         Acquire {
             dc,
-            request,
             policy,
             hop_limit,
             takeover: TakeoverPolicy::Automatic,
@@ -205,10 +226,15 @@ impl Acquire {
             last_look: false,
             awaits: 0,
             admitted: false,
-            phase: Phase::Covering { from: now },
+            phase: match request.session {
+                Some(_) => Phase::Session { first: true },
+                None => Phase::Covering { from: now },
+            },
+            request,
             notice: None,
             events: VecDeque::new(),
             outcome_events: VecDeque::new(),
+            session_row: None,
         }
     }
 
@@ -317,6 +343,12 @@ impl Acquire {
                     self.phase = Phase::Covering { from };
                     return Step::Ask(Effect::Cover { from });
                 }
+                Phase::Session { first } => {
+                    self.phase = Phase::Session { first };
+                    let session = self.request.session.as_ref();
+                    let id = session.expect("a session phase has a session").id.clone();
+                    return Step::Ask(Effect::Store(StoreOp::Session(id)));
+                }
                 Phase::Granted(outcome) => {
                     self.phase = Phase::Granted(outcome);
                     let lease = self.request.lease;
@@ -372,13 +404,25 @@ impl Acquire {
             }
             ConnectNeed::Allocate => Effect::Store(StoreOp::Allocate),
             ConnectNeed::LocalRecord(id) => Effect::Store(StoreOp::Read(id)),
-            // A connect's write appends a lifecycle event.
-            ConnectNeed::Write { expected, record } => Effect::Store(StoreOp::Write {
-                expected,
-                record: Box::new(record),
-                event: true,
-                guard: None,
-            }),
+            // A connect's write appends a lifecycle event; one that makes
+            // the key the session's is guarded by the row it judged.
+            ConnectNeed::Write { expected, record } => {
+                let guard = self.session_row.as_ref().and_then(|row| {
+                    (record.session() == Some(&row.id)).then(|| {
+                        Box::new(SessionGuard {
+                            id: row.id.clone(),
+                            version: row.version,
+                            next: None,
+                        })
+                    })
+                });
+                Effect::Store(StoreOp::Write {
+                    expected,
+                    record: Box::new(record),
+                    event: true,
+                    guard,
+                })
+            }
             ConnectNeed::GlobalEntry(key) => global(GlobalOp::Entry {
                 key,
                 read: CONNECT_GLOBAL_READ,
@@ -434,11 +478,45 @@ impl Acquire {
             return update.handle_stored(stored, now);
         }
         match stored {
+            Stored::Session(row) => self.handle_session(row, now),
             Stored::Allocated(unique) => self.connect.handle_allocated(unique, now),
             Stored::Record(record) => self.connect.handle_local_record(record, now),
-            Stored::Written(written) => self.connect.handle_written(written),
+            Stored::Written(written) => {
+                self.connect.handle_written(written);
+                // The write may have lost to the session's renewal (its
+                // guard): read the row again before the connect goes on.
+                if written == Written::Conflict && self.session_row.is_some() {
+                    self.phase = Phase::Session { first: false };
+                }
+            }
             other => unasked("acquire", &other),
         }
+    }
+
+    /// The row of the session the key is asked under, read at `now`: the
+    /// key is granted under it only while it lives and the host presents
+    /// its secret.
+    fn handle_session(&mut self, row: Option<SessionRecord>, now: StoreTime) {
+        let Phase::Session { first } = self.phase else {
+            unasked("acquire", &"a session row it did not ask for")
+        };
+        let session = self.request.session.as_ref().expect("asked its session");
+        let live = row.filter(|row| row.admits(&session.secret) && now < row.holds_until());
+        let Some(row) = live else {
+            let why = format!(
+                "host session {} has ended, run out, or is not this dc's",
+                session.id
+            );
+            self.phase = Phase::Done(Err(ErrorReply::new(ErrorKind::SessionEnded, why)));
+            return;
+        };
+        let row = Box::new(row);
+        self.connect.set_holder_session(Some(row.clone()));
+        self.session_row = Some(row);
+        self.phase = match first {
+            true => Phase::Covering { from: self.started },
+            false => Phase::Connecting,
+        };
     }
 
     /// The answer to the [`Effect::Global`] asked. A global entry read
@@ -743,6 +821,7 @@ impl Acquire {
         )
         .with_takeover(self.takeover)
         .with_hint(waited_on);
+        self.connect.set_holder_session(self.session_row.clone());
         self.phase = Phase::Covering { from: now };
     }
 

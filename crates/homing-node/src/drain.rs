@@ -363,7 +363,7 @@ mod tests {
         let mut local = LocalSegment::new("iad".parse().unwrap(), tail.id.clone(), 16);
         while local.need().is_some() {
             local
-                .handle(Some(&tail), now, &crate::fixture::POLICY)
+                .handle(Some(&tail), now, &crate::fixture::POLICY, None)
                 .unwrap();
         }
         let hint = Shortcut {

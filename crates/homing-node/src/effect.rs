@@ -12,8 +12,8 @@
 
 use homing_core::{
     DcLeaseState, DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, Key, NamespaceScope,
-    RecordRead, ReservationId, ScanCursor, SessionGuard, Shortcut, Source, StoreTime, Succession,
-    TakeOverReply, TakeoverPolicy, Written,
+    RecordRead, ReservationId, ScanCursor, SessionGuard, SessionId, SessionRecord, Shortcut,
+    Source, StoreTime, Succession, TakeOverReply, TakeoverPolicy, Written,
 };
 
 /// One operation on this DC's store.
@@ -40,6 +40,36 @@ pub enum StoreOp {
         /// freezing in a session), checked and written in the same
         /// transaction; a moved row answers [`Written::Conflict`].
         guard: Option<Box<SessionGuard>>,
+    },
+    /// Read host session `id`'s row; answered [`Stored::Session`].
+    Session(SessionId),
+    /// Compare-and-set of a host session's row over stored version
+    /// `expected` (`None`: a new session); answered [`Stored::Written`].
+    WriteSession {
+        /// The version read (`None`: a create).
+        expected: Option<u64>,
+        /// The row to write.
+        row: Box<SessionRecord>,
+    },
+    /// The frozen keys of session `id` whose notices are numbered above
+    /// `after`, in notice order, at most `limit`; answered [`Stored::Page`].
+    SessionNotices {
+        /// The session.
+        id: SessionId,
+        /// The host's acknowledgement.
+        after: u64,
+        /// The page size.
+        limit: usize,
+    },
+    /// The keys held under session `id` after `after`, at most `limit`;
+    /// answered [`Stored::Page`].
+    SessionKeys {
+        /// The session.
+        id: SessionId,
+        /// Start after this reservation (`None`: from the first).
+        after: Option<ReservationId>,
+        /// The page size.
+        limit: usize,
     },
     /// A page of the expiry index: records of `kind` due by `until`;
     /// answered [`Stored::Due`].
@@ -106,6 +136,8 @@ impl StoreOp {
 pub enum Stored {
     /// The record read, with its session's row (`None`: there is none).
     Record(Option<RecordRead>),
+    /// A host session's row (`None`: there is none).
+    Session(Option<SessionRecord>),
     /// A unique never handed out before.
     Allocated(u64),
     /// Whether the compare-and-set landed.

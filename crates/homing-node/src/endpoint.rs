@@ -23,7 +23,7 @@ use homing_core::{
     Request, ReservationId, ScanCursor, TakeoverPolicy,
 };
 
-use crate::acquire::{Acquire, AcquireRequest};
+use crate::acquire::{Acquire, AcquireRequest, InSession};
 use crate::await_vacant::AwaitVacant;
 use crate::cancel::Cancellations;
 use crate::dc_lease::LeaseLender;
@@ -182,6 +182,30 @@ impl<J> Endpoint<J> {
                     lease,
                     host_time,
                     wait_ms,
+                    session: None,
+                };
+                return self.handle_acquire(request, now, join);
+            }
+            Request::AcquireInSession {
+                config,
+                actor,
+                lease,
+                host_time,
+                wait_ms,
+                session,
+                secret,
+            } => {
+                let request = AcquireRequest {
+                    key: config.key(bits()),
+                    tag: config.tag,
+                    actor,
+                    lease,
+                    host_time,
+                    wait_ms,
+                    session: Some(InSession {
+                        id: session,
+                        secret,
+                    }),
                 };
                 return self.handle_acquire(request, now, join);
             }

@@ -126,6 +126,7 @@ pub mod resolve;
 pub mod retries;
 pub mod scan;
 pub mod serve;
+pub mod session;
 pub mod step;
 pub mod supersede;
 pub mod time;
@@ -136,7 +137,8 @@ pub mod walk;
 pub mod watch;
 
 pub use acquire::{
-    AWAIT_RETRY_MS, Acquire, AcquireRequest, CONNECT_GLOBAL_READ, CONTENDED_ANSWER_MS, member_named,
+    AWAIT_RETRY_MS, Acquire, AcquireRequest, CONNECT_GLOBAL_READ, CONTENDED_ANSWER_MS, InSession,
+    member_named,
 };
 pub use await_vacant::{AwaitVacant, settled};
 pub use cancel::Cancellations;
@@ -158,6 +160,7 @@ pub use resolve::{Resolve, answered, owned_here, segment_failure};
 pub use retries::{AcquiresInFlight, Arrival, JOINS_MAX};
 pub use scan::{DrainScope, KeyRecords, SCAN_PAGE_RECORDS};
 pub use serve::{KEY_RECORDS_PAGE, NodeConfig, Serve};
+pub use session::{SessionAsk, SessionRequest};
 pub use step::{Answer, Effect, Now, Step, Stepper};
 pub use time::NodeTime;
 pub use update::{CAS_ATTEMPTS_MAX, Update, UpdateError};

@@ -161,7 +161,7 @@ mod tests {
         let mut segment = LocalSegment::new(dc("iad"), id("iad.1"), 8);
         while segment.need().is_some() {
             segment
-                .handle(Some(&record), StoreTime::from_ms(1), &POLICY)
+                .handle(Some(&record), StoreTime::from_ms(1), &POLICY, None)
                 .unwrap();
         }
         segment.finish()

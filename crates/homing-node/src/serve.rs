@@ -27,6 +27,7 @@
 //! Drain ─► Drain (forwarded when a peer dc asks)
 //! Inspect ─► KeyRecords ─► Done(redacted)
 //! Scan ─► Store(Scan) ─► Done(redacted page, next cursor)
+//! OpenSession, RenewSession, CloseSession, SessionKeys ─► SessionRequest
 //! ```
 
 use std::collections::VecDeque;
@@ -44,6 +45,7 @@ use crate::failure::Failure;
 use crate::link::LinkOnward;
 use crate::resolve::{Resolve, answered, owned_here};
 use crate::scan::{KeyRecords, SCAN_PAGE_RECORDS, next_cursor};
+use crate::session::{SessionAsk, SessionRequest};
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
 use crate::update::Update;
@@ -91,6 +93,8 @@ enum Phase {
     /// A peer's link, and the successor it asked for.
     Link(Box<LinkOnward>, ReservationId),
     Drain(Box<Drain>),
+    /// A host session's own request.
+    Session(Box<SessionRequest>),
     /// `Scan`: one page of the DC's records.
     Scan {
         scope: NamespaceScope,
@@ -208,7 +212,47 @@ impl Serve {
             }
             Request::Inspect { key } => Phase::Inspect(KeyRecords::inspect(key, KEY_RECORDS_PAGE)),
             Request::Scan { scope, after } => Phase::Scan { scope, after },
+            Request::OpenSession { secret, host_time } => {
+                session(n, SessionAsk::Open { secret, host_time })
+            }
+            Request::RenewSession {
+                session: id,
+                secret,
+                host_time,
+                ack,
+            } => session(
+                n,
+                SessionAsk::Renew {
+                    session: id,
+                    secret,
+                    host_time,
+                    ack,
+                },
+            ),
+            Request::CloseSession {
+                session: id,
+                secret,
+            } => session(
+                n,
+                SessionAsk::Close {
+                    session: id,
+                    secret,
+                },
+            ),
+            Request::SessionKeys {
+                session: id,
+                secret,
+                after,
+            } => session(
+                n,
+                SessionAsk::Keys {
+                    session: id,
+                    secret,
+                    after,
+                },
+            ),
             other @ (Request::Acquire { .. }
+            | Request::AcquireInSession { .. }
             | Request::Await { .. }
             | Request::Watch { .. }
             | Request::DrainScope { .. }
@@ -265,6 +309,12 @@ fn updated(
 /// An `Internal` error reply: a driver or a stepper broke its contract.
 fn internal(why: impl Into<String>) -> Reply {
     Reply::Error(ErrorReply::new(ErrorKind::Internal, why))
+}
+
+/// A host session's request at `node`.
+fn session(node: &NodeConfig, ask: SessionAsk) -> Phase {
+    let request = SessionRequest::new(node.dc.clone(), node.policy, ask);
+    Phase::Session(Box::new(request))
 }
 
 /// The link `from → to` that DC `peer` asks of `node`.
@@ -353,6 +403,10 @@ impl Stepper for Serve {
                     done.map_or_else(Reply::Error, Reply::Link)
                 }
             },
+            Phase::Session(request) => match request.step(now) {
+                Step::Ask(effect) => return Step::Ask(effect),
+                Step::Done(reply) => reply,
+            },
             Phase::Drain(drain) => {
                 let step = drain.step(now);
                 self.events
@@ -380,6 +434,7 @@ impl Stepper for Serve {
             Phase::Cancel(read, _) | Phase::Inspect(read) => return read.answer(answer, now),
             Phase::Link(link, _) => return link.answer(answer, now),
             Phase::Drain(drain) => return drain.answer(answer, now),
+            Phase::Session(request) => return request.answer(answer, now),
             _ => {}
         }
         let phase = std::mem::replace(&mut self.phase, Phase::Over);

@@ -34,6 +34,7 @@ fn start(world: &World, at: &str, actor: &str, wait_ms: u32) -> Acquire {
         lease: lease_of(&ActorId::new(actor).unwrap()),
         host_time: HostTime::from_ms(HOST_TIME_MS),
         wait_ms,
+        session: None,
     };
     Acquire::new(
         dc(at),

@@ -128,6 +128,7 @@ mod dc {
                 actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
                 lease: super::lease(),
                 host_time: HostTime::from_ms(0),
+                session: None,
             },
             StoreTime::from_ms(0),
             &LeasePolicy::DEFAULT,

@@ -483,6 +483,7 @@ mod tests {
                 actor: ActorId::new("a").unwrap(),
                 lease: LeaseKey::from_bytes([1; 16]).unwrap(),
                 host_time: HostTime::from_ms(0),
+                session: None,
             },
             StoreTime::from_ms(0),
             &LeasePolicy::DEFAULT,

@@ -55,6 +55,7 @@ fn record(unique: u64) -> DcRecord {
             actor,
             lease: lease(),
             host_time: at_host,
+            session: None,
         },
         at_store,
         &policy,

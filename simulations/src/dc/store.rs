@@ -82,6 +82,22 @@ impl DcCtx<'_> {
                 guard,
                 ..
             } => Stored::Written(self.cas(expected, &record, guard.as_deref())),
+            DcOp::Session(id) => Stored::Session(dc.store.session(&id)),
+            DcOp::WriteSession { expected, row } => {
+                let cas = dc.store.compare_and_set_session(expected, &row);
+                Stored::Written(match cas.map_err(failed)? {
+                    homing_store::SessionCas::Written => Written::Yes,
+                    homing_store::SessionCas::Conflict { .. } => Written::Conflict,
+                })
+            }
+            DcOp::SessionNotices { id, after, limit } => {
+                let page = dc.store.session_notices(&id, after, limit);
+                Stored::Page(page.map_err(failed)?)
+            }
+            DcOp::SessionKeys { id, after, limit } => {
+                let page = dc.store.session_keys(&id, after.as_ref(), limit);
+                Stored::Page(page.map_err(failed)?)
+            }
             DcOp::Due {
                 kind,
                 until,
@@ -145,7 +161,9 @@ impl DcCtx<'_> {
         let hop_limit = self.inst.endpoint.config().hop_limit;
         let mut segment = LocalSegment::new(dc.id.clone(), id.clone(), hop_limit);
         while let Some(at) = segment.need().cloned() {
-            segment.handle(dc.store.record(&at), now, &self.policy)?;
+            let record = dc.store.record(&at);
+            let session = record.and_then(|r| dc.store.session(r.session()?));
+            segment.handle(record, now, &self.policy, session.as_ref())?;
         }
         Ok(segment.finish())
     }

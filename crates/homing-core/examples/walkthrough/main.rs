@@ -44,6 +44,7 @@ fn connect(world: &mut World, at: &str, key: &Key, actor: &str) -> AcquireReply 
                 lease: lease_of(&actor),
                 actor,
                 host_time: HostTime::from_ms(world.now_ms),
+                session: None,
             }
         },
         world.policy,
@@ -184,6 +185,7 @@ fn main() {
                     lease: lease_of(&actor),
                     actor,
                     host_time: HostTime::from_ms(world.now_ms),
+                    session: None,
                 }
             },
             world.policy,

@@ -85,7 +85,7 @@ impl World {
     pub fn segment(&self, id: &ReservationId) -> Result<Segment, SegmentError> {
         let mut segment = LocalSegment::new(id.dc().clone(), id.clone(), HOP_LIMIT_DEFAULT);
         while let Some(at) = segment.need().cloned() {
-            segment.handle(self.record(&at), self.now(), &self.policy)?;
+            segment.handle(self.record(&at), self.now(), &self.policy, None)?;
         }
         Ok(segment.finish())
     }

@@ -8,6 +8,7 @@
 //! one loop, [`Node::drive`], and turns the events they note into logs
 //! and metrics.
 
+use homing_core::session::SESSIONS_VERSION;
 use homing_core::{Grant, Mutations, Namespace};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -103,6 +104,9 @@ pub struct Node {
     /// Where the last failed reconciliation pass got to (the next pass of
     /// the same reconciliation starts there).
     resumption: std::sync::Mutex<Option<Resumption>>,
+    /// Whether host sessions were found allowed: the deployment version is
+    /// one that reads their record form, and that form was noted written.
+    sessions_allowed: std::sync::atomic::AtomicBool,
 }
 
 /// An acquire running here: answers the retries that joined it, or, if
@@ -196,6 +200,7 @@ fn outcome_of(reply: &Reply) -> &'static str {
             ErrorKind::Trimmed { .. } => "trimmed",
             ErrorKind::Internal => "internal",
             ErrorKind::QuotaExceeded { .. } => "quota_exceeded",
+            ErrorKind::SessionEnded => "session_ended",
         },
         Reply::Awaited(AwaitReply::TimedOut) => "timed_out",
         Reply::Resolved { entry: None, .. } => "not_found",
@@ -240,6 +245,7 @@ impl Node {
         Node {
             key_counts: KeyCounts::default(),
             resumption: std::sync::Mutex::default(),
+            sessions_allowed: std::sync::atomic::AtomicBool::new(false),
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
@@ -661,6 +667,9 @@ impl Node {
     /// answers it (or that it joined an acquire running, or is refused);
     /// the stepper runs with what this driver holds for it.
     async fn dispatch(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
+        if matches!(request, Request::OpenSession { .. }) {
+            self.allow_sessions().await?;
+        }
         let peer = caller.dc().filter(|_| caller.role() == Role::Node);
         let (join, mut joined) = oneshot::channel();
         let now = self.waiters.now();
@@ -687,6 +696,44 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Host sessions write a record form the previous release cannot read:
+    /// the first open checks that the deployment version reads it (`homing
+    /// dc version --raise` made it so) and notes the form written (from
+    /// then on the version cannot be lowered); later opens go on at once.
+    async fn allow_sessions(&self) -> Result<(), Failure> {
+        if self.sessions_allowed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let global = self.global.as_ref();
+        let deployment = homing_store::deployment::read(global).await?;
+        if deployment.version < SESSIONS_VERSION {
+            let why = format!(
+                "host sessions need deployment version {SESSIONS_VERSION}, and it is {}: once every homingd runs this release, raise it with `homing dc version --raise`",
+                deployment.version
+            );
+            return Err(Failure::Reply(ErrorReply::new(ErrorKind::BadRequest, why)));
+        }
+        if !deployment.new_form_written {
+            homing_store::deployment::note_new_form_written(global, deployment.version)
+                .await
+                .map_err(|e| match e {
+                    homing_store::deployment::VersionChangeError::Store(e) => Failure::Store(e),
+                    other => Failure::Reply(ErrorReply::new(
+                        ErrorKind::Overloaded,
+                        format!(
+                            "the deployment version moved while host sessions were allowed: {other}"
+                        ),
+                    )),
+                })?;
+            tracing::info!(
+                version = deployment.version,
+                "host sessions allowed: their record form is noted written, so the deployment version can no longer be lowered"
+            );
+        }
+        self.sessions_allowed.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Runs a request's stepper to its reply, holding what it needs here:
@@ -863,7 +910,9 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         | Request::Cancel { key, .. } => (Some(key.to_string()), None),
         Request::ResolveReservation { id } => (None, Some(id.to_string())),
         Request::Successor { key, id } => (Some(key.to_string()), Some(id.to_string())),
-        Request::Acquire { config, .. } => (config.name.as_ref().map(|n| n.to_string()), None),
+        Request::Acquire { config, .. } | Request::AcquireInSession { config, .. } => {
+            (config.name.as_ref().map(|n| n.to_string()), None)
+        }
         Request::Renew { reservation, .. }
         | Request::Release { reservation, .. }
         | Request::ForceRelease { reservation, .. } => (None, Some(reservation.to_string())),
@@ -873,7 +922,11 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         Request::Watch { .. }
         | Request::Scan { .. }
         | Request::DrainScope { .. }
-        | Request::Directory => (None, None),
+        | Request::Directory
+        | Request::OpenSession { .. }
+        | Request::RenewSession { .. }
+        | Request::CloseSession { .. }
+        | Request::SessionKeys { .. } => (None, None),
     };
     tracing::info_span!(
         "request",

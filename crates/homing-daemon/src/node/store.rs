@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use homing_core::{DcRecord, LocalSegment, ReservationId, Segment, SessionGuard, Written};
 use homing_node::{LogFollower, StoreOp, Stored};
-use homing_store::{GuardedCas, StoreError};
+use homing_store::{GuardedCas, SessionCas, StoreError};
 
 use super::{Failure, Node, store_now};
 use crate::dc_lease;
@@ -109,6 +109,24 @@ impl Node {
                 self.write(expected, event, &record, guard.as_deref())
                     .await?,
             ),
+            StoreOp::Session(id) => {
+                Stored::Session(self.timed("dc_session", records.session(&id)).await?)
+            }
+            StoreOp::WriteSession { expected, row } => {
+                let cas = records.compare_and_set_session(expected, &row);
+                Stored::Written(match self.timed("dc_session_cas", cas).await? {
+                    SessionCas::Written => Written::Yes,
+                    SessionCas::Conflict { .. } => Written::Conflict,
+                })
+            }
+            StoreOp::SessionNotices { id, after, limit } => {
+                let page = records.session_notices(&id, after, limit);
+                Stored::Page(self.timed("dc_session_notices", page).await?)
+            }
+            StoreOp::SessionKeys { id, after, limit } => {
+                let page = records.session_keys(&id, after.as_ref(), limit);
+                Stored::Page(self.timed("dc_session_keys", page).await?)
+            }
             StoreOp::Due {
                 kind,
                 until,
@@ -171,9 +189,13 @@ impl Node {
         let mut segment =
             LocalSegment::new(self.config.dc.clone(), id.clone(), self.config.hop_limit);
         while let Some(at) = segment.need().cloned() {
-            let record = self.timed("dc_get", self.records.get(&at)).await?;
+            let read = self.timed("dc_get", self.records.read(&at)).await?;
+            let (record, session) = match &read {
+                Some(read) => (Some(&read.record), read.session()),
+                None => (None, None),
+            };
             segment
-                .handle(record.as_ref(), store_now(), &self.config.policy)
+                .handle(record, store_now(), &self.config.policy, session)
                 .map_err(homing_node::segment_failure)?;
         }
         Ok(segment.finish())

@@ -143,6 +143,7 @@ pub fn record(id: &ReservationId, key: &Key) -> DcRecord {
             actor: ActorId::new("10.0.0.1:9000").expect("valid actor"),
             lease: lease(),
             host_time: HostTime::from_ms(0),
+            session: None,
         },
         StoreTime::from_ms(0),
         &LeasePolicy::DEFAULT,
