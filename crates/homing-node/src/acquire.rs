@@ -49,9 +49,9 @@ use std::collections::VecDeque;
 
 use homing_core::{
     AcquireReply, ActorId, AwaitReply, Connect, ConnectError, ConnectNeed, ConnectPoll, DcId,
-    ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, LinkReply, Segment,
-    SessionGuard, SessionId, SessionRecord, Shortcut, ShortcutNotice, Source, StoreTime, Tag,
-    TakeoverPolicy, Written, wire::WAIT_MS_MAX,
+    DcRecord, ErrorKind, ErrorReply, Holding, HostTime, Key, LeaseKey, LeasePolicy, LinkReply,
+    Segment, SessionGuard, SessionId, SessionRecord, Shortcut, ShortcutNotice, Source, StoreTime,
+    Tag, TakeoverPolicy, Written, wire::WAIT_MS_MAX,
 };
 
 use crate::change::Change;
@@ -60,7 +60,7 @@ use crate::event::{AcquireEvent, NodeEvent};
 use crate::failure::Failure;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
 use crate::time::NodeTime;
-use crate::update::Update;
+use crate::update::{CAS_ATTEMPTS_MAX, Update};
 use homing_core::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 
 /// Pause before connecting or registering again after a DC did not answer,
@@ -100,6 +100,9 @@ enum Phase {
     Session {
         first: bool,
     },
+    /// Writing the new record of `session_create` again, guarded by the
+    /// row just read.
+    Recreating,
     /// Waiting for the driver's answer to [`Effect::Cover`].
     Covering {
         from: NodeTime,
@@ -192,6 +195,12 @@ pub struct Acquire {
     outcome_events: VecDeque<NodeEvent>,
     /// The row of the host session the key is asked under, as last read.
     session_row: Option<Box<SessionRecord>>,
+    /// A new record asked to be written under the session, kept until the
+    /// write lands: its guard may lose to the session's renewal, and it is
+    /// then written again over the row read anew.
+    session_create: Option<Box<DcRecord>>,
+    /// Guarded creates that lost to the session's row so far.
+    session_conflicts: u32,
 }
 
 impl Acquire {
@@ -235,6 +244,8 @@ impl Acquire {
             events: VecDeque::new(),
             outcome_events: VecDeque::new(),
             session_row: None,
+            session_create: None,
+            session_conflicts: 0,
         }
     }
 
@@ -343,6 +354,15 @@ impl Acquire {
                     self.phase = Phase::Covering { from };
                     return Step::Ask(Effect::Cover { from });
                 }
+                Phase::Recreating => {
+                    // Its answer goes on as the connect's write would.
+                    self.phase = Phase::Connecting;
+                    let record = self.session_create.take().expect("a create to write again");
+                    return Step::Ask(self.ask(ConnectNeed::Write {
+                        expected: None,
+                        record: *record,
+                    }));
+                }
                 Phase::Session { first } => {
                     self.phase = Phase::Session { first };
                     let session = self.request.session.as_ref();
@@ -396,7 +416,7 @@ impl Acquire {
     }
 
     /// The connect's `need` as the effect the driver performs.
-    fn ask(&self, need: ConnectNeed) -> Effect {
+    fn ask(&mut self, need: ConnectNeed) -> Effect {
         let global = Effect::Global;
         match need {
             ConnectNeed::Allocate if self.connect.creates_key() && !self.admitted => {
@@ -416,6 +436,9 @@ impl Acquire {
                         })
                     })
                 });
+                if guard.is_some() && expected.is_none() {
+                    self.session_create = Some(Box::new(record.clone()));
+                }
                 Effect::Store(StoreOp::Write {
                     expected,
                     record: Box::new(record),
@@ -482,12 +505,29 @@ impl Acquire {
             Stored::Allocated(unique) => self.connect.handle_allocated(unique, now),
             Stored::Record(record) => self.connect.handle_local_record(record, now),
             Stored::Written(written) => {
-                self.connect.handle_written(written);
-                // The write may have lost to the session's renewal (its
-                // guard): read the row again before the connect goes on.
+                let create = self.session_create.take();
                 if written == Written::Conflict && self.session_row.is_some() {
+                    // The write may have lost to the session's renewal (its
+                    // guard): read the row again before going on. A new
+                    // record lost to nothing else (its unique is fresh),
+                    // so it is written again; an existing one is read
+                    // again by the connect.
                     self.phase = Phase::Session { first: false };
+                    if let Some(record) = create {
+                        self.session_conflicts += 1;
+                        if self.session_conflicts >= CAS_ATTEMPTS_MAX {
+                            let why = format!(
+                                "host session of {} contended for {} attempts",
+                                self.request.key, self.session_conflicts
+                            );
+                            let error = ErrorReply::new(ErrorKind::Overloaded, why);
+                            self.phase = Phase::Done(Err(error));
+                        }
+                        self.session_create = Some(record);
+                        return;
+                    }
                 }
+                self.connect.handle_written(written);
             }
             other => unasked("acquire", &other),
         }
@@ -515,6 +555,7 @@ impl Acquire {
         self.session_row = Some(row);
         self.phase = match first {
             true => Phase::Covering { from: self.started },
+            false if self.session_create.is_some() => Phase::Recreating,
             false => Phase::Connecting,
         };
     }

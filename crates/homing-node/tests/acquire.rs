@@ -768,3 +768,101 @@ fn only_a_member_past_the_keys_first_reservation_is_learned_for_the_next_walk() 
         .expect("the new tail is learned");
     assert_eq!(learned.to.to_string(), "fra.1");
 }
+
+/// An acquire under a host session whose renewal lands between the
+/// session's read and the new record's guarded write: the write loses to
+/// the row (not to a record: its unique is fresh), so the acquire reads the
+/// row again and writes the same record over it — one allocation, one key,
+/// granted. Before this, the lost guard reached the connect as the
+/// allocator's fault ("allocator handed out iad.221, which already has a
+/// record"), seen by `tests/tests/sessions.rs` holding 1,000 keys.
+#[test]
+fn a_create_under_a_session_renewed_meanwhile_is_written_again_over_the_new_row() {
+    let mut world = World::new(&["iad", "fra"]);
+    let secret = LeaseKey::from_bytes([9; 16]).unwrap();
+    let id = homing_core::SessionId::new(dc("iad"), 1 << 40);
+    let (mut row, _) = homing_core::SessionRecord::open(
+        id.clone(),
+        secret,
+        HostTime::from_ms(HOST_TIME_MS),
+        world.now(),
+        &world.policy,
+    );
+    row.version = 1;
+    let request = AcquireRequest {
+        key: key(),
+        tag: None,
+        actor: ActorId::new("a1").unwrap(),
+        lease: secret,
+        host_time: HostTime::from_ms(HOST_TIME_MS),
+        wait_ms: 0,
+        session: Some(homing_node::InSession {
+            id: id.clone(),
+            secret,
+        }),
+    };
+    let mut acquire = Acquire::new(
+        dc("iad"),
+        request,
+        node_now(&world),
+        world.policy,
+        HOP_LIMIT_DEFAULT,
+        Mutations::NONE,
+    );
+    let (mut allocations, mut guarded, mut renewed) = (0, Vec::new(), false);
+    let done = loop {
+        let effect = match acquire.step(node_now(&world)) {
+            Step::Ask(effect) => effect,
+            Step::Done(done) => break done,
+        };
+        let answer = match effect {
+            Effect::Cover { .. } => Answer::Covered(Ok(())),
+            Effect::Admit(_) => Answer::Admitted(Ok(())),
+            Effect::Cancellation { .. } => Answer::Cancelled(false),
+            Effect::Store(StoreOp::Session(asked)) => {
+                assert_eq!(asked, id);
+                Answer::Stored(Ok(Stored::Session(Some(row.clone()))))
+            }
+            Effect::Store(StoreOp::Write {
+                expected,
+                record,
+                guard: Some(guard),
+                ..
+            }) => {
+                guarded.push((record.id.clone(), guard.version));
+                if !renewed {
+                    // The session's renewal lands first.
+                    renewed = true;
+                    row.version += 1;
+                }
+                let written = if guard.version == row.version {
+                    world.write(expected, *record)
+                } else {
+                    homing_core::Written::Conflict
+                };
+                Answer::Stored(Ok(Stored::Written(written)))
+            }
+            Effect::Store(op) => {
+                allocations += usize::from(matches!(op, StoreOp::Allocate));
+                Answer::Stored(Ok(perform_store(&mut world, "iad", op)))
+            }
+            Effect::Global(op) => Answer::Global(Ok(perform_global(&mut world, op))),
+            other => panic!("an acquire in an empty world does not ask {other:?}"),
+        };
+        acquire.answer(answer, now(&world));
+    };
+    let Ok(AcquireReply::Acquired(grant)) = done else {
+        panic!("expected a grant, got {done:?}")
+    };
+    assert_eq!(allocations, 1);
+    assert_eq!(
+        guarded,
+        vec![
+            (grant.reservation.clone(), 1),
+            (grant.reservation.clone(), 2)
+        ],
+        "the same record, written again over the renewed row"
+    );
+    let record = world.record(&grant.reservation).expect("written");
+    assert_eq!(record.session(), Some(&id));
+}
