@@ -97,7 +97,7 @@ async fn the_deployment_version_is_raised_only_when_every_homingd_speaks_it_and_
         let (code, raised) = version(&stores, &certs, &["--raise"]);
         assert_eq!(
             (code, raised["version"].as_u64()),
-            (0, Some(u64::from(PROTOCOL_VERSION))),
+            (0, Some(u64::from(PROTOCOL_VERSION_OLDEST + 1))),
             "{raised}"
         );
 
@@ -107,7 +107,13 @@ async fn the_deployment_version_is_raised_only_when_every_homingd_speaks_it_and_
             (code, lowered["version"].as_u64()),
             (0, Some(u64::from(PROTOCOL_VERSION_OLDEST)))
         );
-        version(&stores, &certs, &["--raise"]);
+        // One version at a time, up to this release's.
+        for to in PROTOCOL_VERSION_OLDEST + 1..=PROTOCOL_VERSION {
+            let (code, raised) = version(&stores, &certs, &["--raise"]);
+            assert_eq!((code, raised["version"].as_u64()), (0, Some(u64::from(to))));
+        }
+        let (code, _) = version(&stores, &certs, &["--raise"]);
+        assert_ne!(code, 0, "raised past what this release speaks");
         deployment::note_new_form_written(&global, PROTOCOL_VERSION)
             .await
             .unwrap();

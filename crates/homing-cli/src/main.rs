@@ -8,6 +8,7 @@ mod hold;
 mod migrate;
 mod reach;
 mod scope;
+mod session;
 mod show;
 
 use homing_core::{AcquireReply, Grant, Holder};
@@ -171,6 +172,9 @@ enum Command {
     #[command(after_long_help = migrate::LONG_HELP)]
     Migrate(migrate::MigrateArgs),
     Hold(hold::HoldArgs),
+    /// Host sessions: hold many keys under one heartbeat (`homing session hold`).
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// The DCs as the global store knows them: DC leases, marks, retirement
     /// (`homing dc status`, `homing dc retire`).
     #[command(subcommand, after_help = EXIT_CODES_HELP)]
@@ -469,6 +473,13 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Migrate(args) => return migrate::run(args).await.map(checked),
         Command::Dc(command) => {
             dc::run(command).await?;
+        }
+        Command::Session(command) => {
+            let code = session::run(command).await?;
+            if code != 0 {
+                reach::close_clients().await;
+                std::process::exit(code)
+            }
         }
         // Exit codes of its own (COMMAND's status among them).
         Command::Hold(args) => {

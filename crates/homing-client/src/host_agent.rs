@@ -327,20 +327,24 @@ enum Command {
 }
 
 /// How the agent reaches its DC, with the bounds every request gets.
-struct DcChannel {
-    transport: Arc<dyn LeaseTransport>,
-    clock: Arc<dyn HostClock>,
-    dc: DcId,
-    request_timeout: Duration,
+pub(crate) struct DcChannel {
+    pub(crate) transport: Arc<dyn LeaseTransport>,
+    pub(crate) clock: Arc<dyn HostClock>,
+    pub(crate) dc: DcId,
+    pub(crate) request_timeout: Duration,
     /// How many homingd serve the DC (the configured one and its
     /// alternates): a request that must land tries each once.
-    instances: usize,
+    pub(crate) instances: usize,
 }
 
 impl DcChannel {
     /// Sends `request`, bounded by the request timeout and by `by` if given.
     /// A request that asks to wait (`wait_ms`) gets that much more time.
-    async fn ask(&self, request: Request, by: Option<Instant>) -> Result<Reply, AgentError> {
+    pub(crate) async fn ask(
+        &self,
+        request: Request,
+        by: Option<Instant>,
+    ) -> Result<Reply, AgentError> {
         let kind = request.kind();
         let parked = Duration::from_millis(u64::from(request.wait_ms()));
         let mut until = Instant::now() + self.request_timeout + parked;
@@ -359,14 +363,14 @@ impl DcChannel {
         }
     }
 
-    fn unavailable(&self, reason: String) -> AgentError {
+    pub(crate) fn unavailable(&self, reason: String) -> AgentError {
         AgentError::Unavailable {
             dc: self.dc.clone(),
             reason,
         }
     }
 
-    fn unexpected(&self, request: &'static str, reply: &Reply) -> AgentError {
+    pub(crate) fn unexpected(&self, request: &'static str, reply: &Reply) -> AgentError {
         AgentError::Unexpected {
             dc: self.dc.clone(),
             request,
@@ -605,20 +609,33 @@ async fn acquire_once(
     key_config: &KeyConfig,
     lease: LeaseKey,
 ) -> Result<(Reply, HostTime, Instant), AgentError> {
+    let request = |host_time| Request::Acquire {
+        config: key_config.clone(),
+        actor: config.actor.clone(),
+        lease,
+        host_time,
+        wait_ms: config.wait_ms,
+    };
+    send_acquire(channel, config.acquire_attempts, key_config, lease, request).await
+}
+
+/// Sends the acquire `request(host_time)` makes up to `attempts` times with
+/// the same lease key while no answer arrives (see [`acquire_once`]); every
+/// try unanswered, it is cancelled by its lease key.
+pub(crate) async fn send_acquire(
+    channel: &DcChannel,
+    attempts: u32,
+    key_config: &KeyConfig,
+    lease: LeaseKey,
+    request: impl Fn(HostTime) -> Request,
+) -> Result<(Reply, HostTime, Instant), AgentError> {
     let mut attempt = 1;
     loop {
         let sent_at = Instant::now();
         let sent = channel.clock.now();
-        let request = Request::Acquire {
-            config: key_config.clone(),
-            actor: config.actor.clone(),
-            lease,
-            host_time: sent,
-            wait_ms: config.wait_ms,
-        };
-        match channel.ask(request, None).await {
+        match channel.ask(request(sent), None).await {
             Ok(reply) => return Ok((reply, sent, sent_at)),
-            Err(error @ AgentError::Unavailable { .. }) if attempt < config.acquire_attempts => {
+            Err(error @ AgentError::Unavailable { .. }) if attempt < attempts => {
                 attempt += 1;
                 warn!(%error, attempt, "acquire not answered; sending it again with the same lease key");
             }
@@ -660,7 +677,7 @@ pub fn new_lease_key() -> Result<LeaseKey, AgentError> {
 }
 
 /// 16 bytes from the operating system's secure random source.
-fn random_bytes() -> Result<[u8; 16], AgentError> {
+pub(crate) fn random_bytes() -> Result<[u8; 16], AgentError> {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; 16];
     ring::rand::SystemRandom::new()
@@ -673,17 +690,17 @@ fn random_bytes() -> Result<[u8; 16], AgentError> {
 /// of `tokio::time` since the acquire was sent (so a paused tokio clock
 /// drives the lease deterministically).
 #[derive(Debug, Clone, Copy)]
-struct MonoClock {
-    epoch: Instant,
+pub(crate) struct MonoClock {
+    pub(crate) epoch: Instant,
 }
 
 impl MonoClock {
-    fn instant(&self, at: Instant) -> HostInstant {
+    pub(crate) fn instant(&self, at: Instant) -> HostInstant {
         let us = at.saturating_duration_since(self.epoch).as_micros();
         HostInstant::from_us(u64::try_from(us).unwrap_or(u64::MAX))
     }
 
-    fn at(&self, instant: HostInstant) -> Instant {
+    pub(crate) fn at(&self, instant: HostInstant) -> Instant {
         self.epoch + Duration::from_micros(instant.as_us())
     }
 }

@@ -81,6 +81,7 @@ pub mod host_agent;
 /// [`Resolver`] drives (re-exported from homing-core).
 pub use homing_core::reachability;
 pub mod resolver;
+pub mod session_host;
 pub mod watch;
 
 pub use host_agent::{
@@ -88,4 +89,5 @@ pub use host_agent::{
     QuicTransport, Started, SystemClock, new_lease_key,
 };
 pub use resolver::{Resolution, ResolveError, Resolved, Resolver, ResolverConfig, ResolverStats};
+pub use session_host::{SessionActors, SessionHost, SessionHostConfig, SessionLease};
 pub use watch::{WatchError, WatchStream, Watcher};

@@ -1,0 +1,209 @@
+//! Host sessions end to end: the real `homing session hold` against three
+//! real homingd over etcd. Refused until the deployment version reads
+//! sessions; once raised, one session holds a thousand keys; a drained key
+//! reaches its host as a notice, which stops and releases it; SIGKILLed, the session's keys stay held
+//! until its expiry plus grace, and then another host takes every one of
+//! them (token + 1, the previous run `Expired`). Each wait is on an event
+//! (a line the process prints, an answer), each bounded.
+
+#![cfg(feature = "etcd")]
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
+use homing_core::{
+    AcquireReply, ActorId, KeyConfig, KeyName, ReleaseCause, Reply, Request, Role, RunOutcome,
+    SessionId,
+};
+use homing_e2e::cluster::{ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
+use homing_e2e::edge::Process;
+use homing_e2e::homing_binary;
+
+/// Upper bound on the whole scenario, so a hang fails instead of stalling CI.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for any one event.
+const EVENT_WAIT: Duration = Duration::from_secs(30);
+/// Keys the session holds.
+const KEYS: usize = 1_000;
+
+/// `homing session hold ARGS` against iad with the cluster's certificates.
+fn session_hold(certs: &std::path::Path, iad: std::net::SocketAddr, args: &[&str]) -> Command {
+    let mut command = Command::new(homing_binary());
+    command
+        .args(["session", "hold"])
+        .arg("--certs")
+        .arg(certs)
+        .arg("--dc")
+        .arg(format!("iad={iad}"))
+        .args(args);
+    command
+}
+
+fn acquire(name: &str, actor: &str, wait_ms: u32) -> Request {
+    Request::Acquire {
+        lease: lease_of(actor),
+        config: KeyConfig::named(KeyName::new(name).expect("a valid key name")),
+        actor: ActorId::new(actor).expect("a valid actor id"),
+        host_time: host_now(),
+        wait_ms,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_takes_every_one() {
+    let Some(cluster) = start_or_skip("sessions", ClusterOptions::short_lease()).await else {
+        return;
+    };
+    let iad = dc("iad");
+    let certs = cluster.dir().join("certs");
+    let stores = cluster.store_spec();
+    let policy = cluster.options().lease;
+    let global = cluster.global_store().await;
+    let scenario = async {
+        let deadline = Instant::now() + EVENT_WAIT;
+        while homing_store::directory::read(&global)
+            .await
+            .unwrap()
+            .dcs()
+            .len()
+            < 3
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the homingd did not list themselves"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // Before the deployment reads sessions: refused, saying what to do.
+        let refused = session_hold(&certs, cluster.addr(&iad), &["early"])
+            .output()
+            .expect("homing runs");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(77), "{said}");
+        assert!(said.contains("homing dc version --raise"), "{said}");
+
+        for _ in PROTOCOL_VERSION_OLDEST..PROTOCOL_VERSION {
+            let raised = Command::new(homing_binary())
+                .args(["dc", "version", "--raise", "--stores", &stores, "--certs"])
+                .arg(&certs)
+                .output()
+                .expect("homing runs");
+            assert!(raised.status.success(), "{raised:?}");
+        }
+
+        let count = KEYS.to_string();
+        let args = ["--count", &count, "--prefix", "room-", "--quiet"];
+        let hold = Process::spawn(
+            "homing session hold",
+            session_hold(&certs, cluster.addr(&iad), &args),
+        )
+        .expect("homing session hold starts");
+        let since = Instant::now();
+        let holding = hold
+            .wait_for("keys under session", since, EVENT_WAIT)
+            .await
+            .unwrap();
+        assert!(
+            holding.text.starts_with(&format!("holding {KEYS} keys")),
+            "{}",
+            hold.output()
+        );
+        let session: SessionId = holding
+            .text
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no session id in {:?}", holding.text));
+
+        // Another host finds every key held by the session's host.
+        let other = cluster.host(&iad);
+        let mut first_holders = Vec::with_capacity(KEYS);
+        for n in 0..KEYS {
+            let name = format!("room-{n}");
+            match cluster.ask(&other, &iad, &acquire(&name, "other", 0)).await {
+                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
+                    first_holders.push((holder.reservation, holder.token));
+                }
+                reply => panic!("{name} while the session lives: {reply:?}"),
+            }
+        }
+
+        // A drained key reaches its host as a notice on a renewal.
+        let admin = cluster.client(Role::Admin, None);
+        let drained = Request::Drain { key: key("room-7") };
+        let reply = cluster.ask(&admin, &iad, &drained).await;
+        assert!(matches!(reply, Ok(Reply::Drained)), "{reply:?}");
+        hold.wait_for("stopped room-7 ", since, EVENT_WAIT)
+            .await
+            .unwrap();
+        // Its host stopped it and released it, while the session lives on:
+        // another host takes it (waiting for the release if need be).
+        let wait_ms = EVENT_WAIT.as_millis() as u32;
+        let reply = cluster
+            .ask(&other, &iad, &acquire("room-7", "other", wait_ms))
+            .await;
+        let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
+            panic!("room-7 after its host stopped it: {reply:?}")
+        };
+        let previous = grant.previous.expect("the session's run came before");
+        assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
+        assert_eq!(previous.token, first_holders[7].1);
+
+        // SIGKILL: nothing closes the session.
+        let killed_at = Instant::now();
+        drop(hold);
+        let reply = cluster
+            .ask(&other, &iad, &acquire("room-0", "other", 0))
+            .await;
+        assert!(
+            matches!(reply, Ok(Reply::Acquire(AcquireReply::HeldElsewhere(_)))),
+            "right after the kill, the session's key is still held: {reply:?}"
+        );
+
+        // Every key, once the session's expiry plus grace has passed.
+        let wait_ms = 2 * (policy.ttl_ms() + policy.grace_ms()) as u32;
+        let mut taken = 0;
+        let mut first_taken = None;
+        for (n, (reservation, token)) in first_holders.iter().enumerate() {
+            if n == 7 {
+                continue;
+            }
+            let name = format!("room-{n}");
+            let reply = cluster
+                .ask(&other, &iad, &acquire(&name, "other", wait_ms))
+                .await;
+            let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
+                panic!("{name} after the session's host was killed: {reply:?}")
+            };
+            let previous = grant.previous.expect("the session's run came before");
+            assert_eq!(
+                (&previous.reservation, previous.token),
+                (reservation, *token),
+                "{name}"
+            );
+            assert_eq!(previous.ended, ReleaseCause::Expired, "{name}");
+            assert_eq!(grant.token, token.next(), "{name}");
+            taken += 1;
+            first_taken.get_or_insert_with(|| killed_at.elapsed());
+        }
+        assert_eq!(taken, KEYS - 1);
+        let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms());
+        eprintln!(
+            "session {session}: the first key taken {:?} after the kill, all {} by {:?} (ttl + grace {bound:?})",
+            first_taken.unwrap_or_default(),
+            KEYS - 1,
+            killed_at.elapsed(),
+        );
+    };
+    if tokio::time::timeout(SCENARIO_TIMEOUT, scenario)
+        .await
+        .is_err()
+    {
+        panic!(
+            "the scenario did not end within {SCENARIO_TIMEOUT:?}; daemon logs:\n{}",
+            cluster.logs()
+        );
+    }
+}
