@@ -85,6 +85,13 @@ impl StorageBackend for OnDisk {
     }
 }
 
+/// Opens storage on `disk` (again, when a store reopens it: the volatile
+/// image, as a reopened file reads the kernel's page cache).
+fn on(disk: &Arc<Disk>) -> impl Fn() -> Result<OnDisk, std::io::Error> + Send + Sync + 'static {
+    let disk = disk.clone();
+    move || Ok(OnDisk(disk.clone()))
+}
+
 fn key_of(i: u64) -> Key {
     Key::new(KeyName::new(format!("power-{i}")).unwrap())
 }
@@ -139,9 +146,8 @@ fn power_loss_the_disk_model_loses_what_was_not_synced() {
 async fn power_loss_every_acknowledged_write_survives_a_power_cut() {
     let dc_disk = Arc::new(Disk::default());
     let global_disk = Arc::new(Disk::default());
-    let dc = RedbDcStore::on_storage(OnDisk(dc_disk.clone()), RedbOptions::default()).unwrap();
-    let global =
-        RedbGlobalStore::on_storage(OnDisk(global_disk.clone()), RedbOptions::default()).unwrap();
+    let dc = RedbDcStore::on_storage(on(&dc_disk), RedbOptions::default()).unwrap();
+    let global = RedbGlobalStore::on_storage(on(&global_disk), RedbOptions::default()).unwrap();
     let mut uniques = Vec::new();
     for _ in 0..WRITES {
         let unique = dc.allocate().await.unwrap();
@@ -169,8 +175,8 @@ async fn power_loss_every_acknowledged_write_survives_a_power_cut() {
     // The cut, with the stores still open: nothing gets a clean close.
     let (dc_after, global_after) = (dc_disk.after_power_cut(), global_disk.after_power_cut());
     drop((dc, global));
-    let dc = RedbDcStore::on_storage(OnDisk(dc_after), RedbOptions::default()).unwrap();
-    let global = RedbGlobalStore::on_storage(OnDisk(global_after), RedbOptions::default()).unwrap();
+    let dc = RedbDcStore::on_storage(on(&dc_after), RedbOptions::default()).unwrap();
+    let global = RedbGlobalStore::on_storage(on(&global_after), RedbOptions::default()).unwrap();
     for &unique in &uniques {
         let r = record(unique);
         assert_eq!(

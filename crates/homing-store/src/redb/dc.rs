@@ -40,14 +40,16 @@ impl RedbDcStore {
         RedbDcStore::resume(Shared::open(path.as_ref(), options)?)
     }
 
-    /// Opens the DC store on `storage` instead of a file: for tests that
-    /// model the disk, such as a power cut that loses every write not yet
-    /// synced (`tests/redb_power_loss.rs`).
-    pub fn on_storage(
-        storage: impl redb::StorageBackend,
+    /// Opens the DC store on the storage `open` returns instead of a file
+    /// (`open` is called again to reopen it after an I/O error): for tests
+    /// that model the disk, such as a power cut that loses every write not
+    /// yet synced (`tests/redb_power_loss.rs`) or a disk that fills
+    /// ([`FillableFile`](super::FillableFile), `tests/redb_io_error.rs`).
+    pub fn on_storage<S: redb::StorageBackend>(
+        open: impl Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
         options: RedbOptions,
     ) -> Result<RedbDcStore, StoreError> {
-        RedbDcStore::resume(Shared::on_storage(storage, options)?)
+        RedbDcStore::resume(Shared::on_storage(open, options)?)
     }
 
     fn resume(shared: Shared) -> Result<RedbDcStore, StoreError> {

@@ -53,13 +53,13 @@ impl RedbGlobalStore {
         RedbGlobalStore::over(Shared::open(path.as_ref(), options)?)
     }
 
-    /// Opens the global store on `storage` instead of a file (see
-    /// [`RedbDcStore::on_storage`]).
-    pub fn on_storage(
-        storage: impl redb::StorageBackend,
+    /// Opens the global store on the storage `open` returns instead of a
+    /// file (see [`RedbDcStore::on_storage`]).
+    pub fn on_storage<S: redb::StorageBackend>(
+        open: impl Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
         options: RedbOptions,
     ) -> Result<RedbGlobalStore, StoreError> {
-        RedbGlobalStore::over(Shared::on_storage(storage, options)?)
+        RedbGlobalStore::over(Shared::on_storage(open, options)?)
     }
 
     fn over(shared: Shared) -> Result<RedbGlobalStore, StoreError> {

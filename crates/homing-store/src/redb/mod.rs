@@ -20,6 +20,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase};
 
 pub use self::dc::RedbDcStore;
+pub use self::fillable::{FillableFile, FullDisk};
 pub use self::global::RedbGlobalStore;
 use crate::error::StoreError;
 use crate::writer::{
@@ -28,6 +29,7 @@ use crate::writer::{
 };
 
 mod dc;
+mod fillable;
 mod global;
 
 /// Default most operations committed in one group (one transaction, one fsync).
@@ -82,12 +84,12 @@ impl Shared {
     }
 
     /// Over storage other than a file (see `RedbDcStore::on_storage`).
-    fn on_storage(
-        storage: impl redb::StorageBackend,
+    fn on_storage<S: redb::StorageBackend>(
+        open: impl Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
         options: RedbOptions,
     ) -> Result<Shared, StoreError> {
         let db = Database::builder()
-            .create_with_backend(storage)
+            .create_with_backend(open().map_err(backend)?)
             .map_err(backend)?;
         Shared::start(db, options)
     }
