@@ -1,6 +1,9 @@
 //! homingd when its global store itself fails (not a peer DC): a resolve
 //! answers `Unavailable`, never "absent"; `/readyz` turns unready (the
-//! store, then the lapsed DC lease) and back while `/healthz` stays up; the metrics endpoint closes a connection that sends nothing; and
+//! store, then the lapsed DC lease) and back while `/healthz` stays up;
+//! `/readyz` names the DC store while a full disk fails its writes and
+//! turns ready again once the disk has room, without a restart; the
+//! metrics endpoint closes a connection that sends nothing; and
 //! homingd refuses a DC store that an unfinished migration copies into.
 
 use std::sync::Arc;
@@ -10,7 +13,8 @@ use std::time::Duration;
 use homing_core::{ErrorKind, ErrorReply, Identity, Key, KeyName, Reply, Request, Role};
 use homing_daemon::Daemon;
 use homing_net::{DevCa, Handler};
-use homing_store::{DcStore, GlobalStore, MemoryDcStore};
+use homing_store::redb::{FillableFile, FullDisk};
+use homing_store::{DcStore, GlobalStore, MemoryDcStore, RedbDcStore, RedbOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -150,6 +154,36 @@ async fn store_faults_readyz_follows_the_stores_and_the_dc_lease_while_healthz_s
         metrics.contains("# TYPE homing_requests counter"),
         "{metrics}"
     );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn store_faults_readyz_names_the_dc_store_while_a_full_disk_fails_its_writes_then_recovers() {
+    let global = switchable(false);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, disk) = (dir.path().join("iad.dc.redb"), FullDisk::default());
+    let open = {
+        let disk = disk.clone();
+        move || FillableFile::open(&path, &disk)
+    };
+    let redb = RedbDcStore::on_storage(open, RedbOptions::default()).unwrap();
+    let records = Arc::new(redb) as Arc<dyn DcStore>;
+    let (daemon, _dir) = start_on(global, records.clone()).await;
+    let daemon = daemon.unwrap();
+    until_answers(&daemon, "/readyz", 200, "ready").await;
+    disk.fill();
+    // Any write will do; this one is harmless to a running homingd.
+    let refused = records.set_migrating(false).await;
+    assert!(
+        refused.is_err(),
+        "a write on a full disk answered {refused:?}"
+    );
+    until_answers(&daemon, "/readyz", 503, "dc store").await;
+    assert_eq!(get(&daemon, "/healthz").await, (200, "ok\n".to_string()));
+    disk.free();
+    // No restart: the store opens its file again by itself.
+    until_answers(&daemon, "/readyz", 200, "ready").await;
+    records.set_migrating(false).await.unwrap();
     daemon.shutdown().await;
 }
 

@@ -87,6 +87,7 @@ pub mod keyspace;
 pub mod memory;
 pub mod migrate;
 pub mod redb;
+mod reopen;
 pub mod session;
 pub mod setting;
 mod writer;

@@ -6,18 +6,26 @@
 //! `Durability::Immediate`), then answers each caller. Under load, N
 //! concurrent writers share one fsync; alone, a writer pays one fsync per op.
 //! `group_ops_max = 1` is the non-grouped mode kept for comparison.
+//!
+//! A commit that fails with a storage error (a full disk) closes the file
+//! before its callers are answered with the error, and the writer opens it
+//! again before it takes another group (`reopen.rs`); writes queued
+//! meanwhile are refused within [`REFUSE_POLL_MS`].
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use homing_core::{DcRecord, Due, DueKind, Event, EventSeq, SessionId, SessionRecord};
 use redb::{Database, ReadableTable, Table, TableDefinition};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::dc::{Cas, Import, judge_cas, judge_event_import, judge_import, judge_session_import};
 use crate::error::StoreError;
 use crate::global::judge_swap;
 use crate::keyspace;
+use crate::reopen::{self, DbFile, REOPEN_PAUSE_MS_FIRST, REOPEN_PAUSE_MS_MAX, needs_reopen};
 use crate::session::{self, GuardedCas, SessionCas, SessionEntry, SessionGuard, SessionIndex};
 
 /// Global entries: key bytes → reservation ID text.
@@ -64,6 +72,11 @@ pub(crate) const MIGRATING: &str = "migrating";
 
 /// Operations queued for the writer before senders wait (backpressure).
 pub const WRITE_QUEUE_OPS_MAX: usize = 4096;
+
+/// While the file is closed after an I/O error, how often the writer
+/// refuses what was queued meanwhile, ms: the longest a write then waits
+/// for its error.
+pub const REFUSE_POLL_MS: u64 = 10;
 
 /// One write, as the writer applies it.
 pub(crate) enum Op {
@@ -185,13 +198,14 @@ fn stopped() -> StoreError {
 }
 
 impl Writer {
-    /// Starts the writer thread over `db`, committing up to `group_ops_max` ops per transaction.
-    pub(crate) fn start(db: Arc<Database>, group_ops_max: usize) -> Result<Writer, StoreError> {
+    /// Starts the writer thread over `file`, committing up to `group_ops_max` ops per transaction.
+    pub(crate) fn start(file: Arc<DbFile>, group_ops_max: usize) -> Result<Writer, StoreError> {
         assert!(group_ops_max >= 1, "a group holds at least one op");
+        let db = file.database()?;
         let (queue, rx) = mpsc::channel(WRITE_QUEUE_OPS_MAX);
         let thread = std::thread::Builder::new()
             .name("homing-redb-writer".into())
-            .spawn(move || run(&db, rx, group_ops_max))
+            .spawn(move || run(&file, db, rx, group_ops_max))
             .map_err(backend)?;
         Ok(Writer {
             queue: Some(queue),
@@ -232,7 +246,12 @@ impl Drop for Writer {
     }
 }
 
-fn run(db: &Database, mut rx: mpsc::Receiver<Request>, group_ops_max: usize) {
+fn run(
+    file: &DbFile,
+    mut db: Arc<Database>,
+    mut rx: mpsc::Receiver<Request>,
+    group_ops_max: usize,
+) {
     let mut batch = Vec::with_capacity(group_ops_max);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -243,7 +262,7 @@ fn run(db: &Database, mut rx: mpsc::Receiver<Request>, group_ops_max: usize) {
             }
         }
         let ops = batch.len();
-        match commit_group(db, &batch) {
+        match commit_group(&db, &batch) {
             Ok(outcomes) => {
                 for (request, outcome) in batch.drain(..).zip(outcomes) {
                     // A caller that stopped waiting still had its op committed.
@@ -252,9 +271,81 @@ fn run(db: &Database, mut rx: mpsc::Receiver<Request>, group_ops_max: usize) {
             }
             Err(e) => {
                 tracing::warn!(ops, error = %e, "redb group commit failed");
+                let reopening = needs_reopen(&e);
+                if reopening {
+                    // Closed before anyone hears of the failure, so a caller
+                    // that got the error finds the store unhealthy.
+                    file.close(e.to_string());
+                }
+                // Nothing of the group was committed: every caller gets the error.
                 for request in batch.drain(..) {
                     let _ = request.reply.send(Err(backend(&e)));
                 }
+                if reopening {
+                    match reopen(file, db, &mut rx, &e) {
+                        Some(reopened) => db = reopened,
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Opens the file `cause` closed again, pausing between attempts
+/// (`reopen.rs`), and meanwhile refuses every write queued; the database
+/// open again, or `None` once the queue closed (the store dropped) first.
+fn reopen(
+    file: &DbFile,
+    db: Arc<Database>,
+    rx: &mut mpsc::Receiver<Request>,
+    cause: &redb::Error,
+) -> Option<Arc<Database>> {
+    // Ours must go before the file can open again; readers in flight drop theirs.
+    drop(db);
+    let cause = cause.to_string();
+    tracing::error!(error = %cause, "redb storage failed: closed the file to open it again");
+    let started = Instant::now();
+    let mut pause_ms = REOPEN_PAUSE_MS_FIRST;
+    let mut attempts: u64 = 0;
+    loop {
+        attempts += 1;
+        match file.try_reopen() {
+            Ok(db) => {
+                let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                tracing::info!(attempts, elapsed_ms, "redb file open again: writes resume");
+                return Some(db);
+            }
+            // Logged at 1, 2, 4, 8, ... attempts: a disk full for hours
+            // writes a few dozen lines, not thousands.
+            Err(e) if attempts.is_power_of_two() => {
+                tracing::warn!(attempts, pause_ms, error = %e, "redb file does not open again yet");
+            }
+            Err(_) => {}
+        }
+        if !refuse_for(rx, Duration::from_millis(pause_ms), &cause) {
+            return None;
+        }
+        pause_ms = (pause_ms * 2).min(REOPEN_PAUSE_MS_MAX);
+    }
+}
+
+/// Answers every write queued during `pause` with `Unavailable`, at least
+/// every [`REFUSE_POLL_MS`]; `false` once the queue is closed.
+fn refuse_for(rx: &mut mpsc::Receiver<Request>, pause: Duration, cause: &str) -> bool {
+    let until = Instant::now() + pause;
+    loop {
+        match rx.try_recv() {
+            Ok(request) => {
+                let _ = request.reply.send(Err(reopen::closed(cause)));
+            }
+            Err(TryRecvError::Disconnected) => return false,
+            Err(TryRecvError::Empty) => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return true;
+                }
+                std::thread::sleep(left.min(Duration::from_millis(REFUSE_POLL_MS)));
             }
         }
     }

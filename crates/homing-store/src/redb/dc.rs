@@ -9,7 +9,7 @@ use homing_core::{
     DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
     SessionId, SessionRecord, StoreTime,
 };
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use tokio::sync::Mutex;
 
 use crate::allocator::Blocks;
@@ -53,14 +53,11 @@ impl RedbDcStore {
     }
 
     fn resume(shared: Shared) -> Result<RedbDcStore, StoreError> {
-        let txn = shared.db.begin_read().map_err(backend)?;
-        let meta = txn.open_table(META).map_err(backend)?;
-        let high_water = meta
-            .get(HIGH_WATER)
-            .map_err(backend)?
-            .map_or(0, |v| v.value());
-        drop(meta);
-        drop(txn);
+        let high_water = shared.read_here(|txn| {
+            let meta = txn.open_table(META).map_err(backend)?;
+            let mark = meta.get(HIGH_WATER).map_err(backend)?;
+            Ok(mark.map_or(0, |v| v.value()))
+        })?;
         Ok(RedbDcStore {
             shared,
             blocks: Mutex::new(Blocks::resume(high_water)),

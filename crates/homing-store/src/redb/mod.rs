@@ -23,6 +23,7 @@ pub use self::dc::RedbDcStore;
 pub use self::fillable::{FillableFile, FullDisk};
 pub use self::global::RedbGlobalStore;
 use crate::error::StoreError;
+use crate::reopen::DbFile;
 use crate::writer::{
     BY_KEY, DUE, EVENTS, GLOBAL, META, RECORDS, SESSION_KEYS, SESSION_NOTICES, SESSIONS,
     SESSIONS_DUE, SETTINGS, SUCCESSIONS, Writer, backend, build_due_index,
@@ -68,19 +69,20 @@ impl Default for RedbOptions {
 /// joined (dropping its database handle) before ours is dropped.
 struct Shared {
     writer: Writer,
-    db: Arc<Database>,
+    file: Arc<DbFile>,
 }
 
 impl Shared {
     fn open(path: &Path, options: RedbOptions) -> Result<Shared, StoreError> {
-        let db = Database::create(path).map_err(|e| match e {
+        let at = path.to_owned();
+        let file = DbFile::new(Box::new(move || Database::create(&at))).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable {
                 backend: "redb",
                 reason: format!("{} is already open", path.display()),
             },
             e => backend(e),
         })?;
-        Shared::start(db, options)
+        Shared::start(file, options)
     }
 
     /// Over storage other than a file (see `RedbDcStore::on_storage`).
@@ -88,13 +90,16 @@ impl Shared {
         open: impl Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
         options: RedbOptions,
     ) -> Result<Shared, StoreError> {
-        let db = Database::builder()
-            .create_with_backend(open().map_err(backend)?)
-            .map_err(backend)?;
-        Shared::start(db, options)
+        let file = DbFile::new(Box::new(move || {
+            let storage = open().map_err(redb::StorageError::Io)?;
+            Database::builder().create_with_backend(storage)
+        }))
+        .map_err(backend)?;
+        Shared::start(file, options)
     }
 
-    fn start(db: Database, options: RedbOptions) -> Result<Shared, StoreError> {
+    fn start(file: DbFile, options: RedbOptions) -> Result<Shared, StoreError> {
+        let db = file.database()?;
         // Create every table up front so read transactions never miss one.
         let txn = db.begin_write().map_err(backend)?;
         for table in [
@@ -115,19 +120,20 @@ impl Shared {
         txn.open_table(SETTINGS).map_err(backend)?;
         let indexed = build_due_index(&txn).map_err(backend)?;
         txn.commit().map_err(backend)?;
+        drop(db);
         if indexed > 0 {
             tracing::info!(
                 records = indexed,
                 "indexed existing records by expiry (once)"
             );
         }
-        let db = Arc::new(db);
+        let file = Arc::new(file);
         let group_ops_max = match options.commit {
             CommitMode::Grouped { group_ops_max } => group_ops_max.max(1),
             CommitMode::PerOp => 1,
         };
-        let writer = Writer::start(db.clone(), group_ops_max)?;
-        Ok(Shared { writer, db })
+        let writer = Writer::start(file.clone(), group_ops_max)?;
+        Ok(Shared { writer, file })
     }
 
     /// Runs `read` in a read transaction on the blocking pool.
@@ -135,7 +141,7 @@ impl Shared {
         &self,
         read: impl FnOnce(&redb::ReadTransaction) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let db = self.db.clone();
+        let db = self.file.database()?;
         tokio::task::spawn_blocking(move || {
             let txn = db.begin_read().map_err(backend)?;
             read(&txn)
@@ -156,15 +162,17 @@ impl Shared {
         &self,
         read: impl FnOnce(&redb::ReadTransaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.file.database()?.begin_read().map_err(backend)?;
         read(&txn)
     }
 }
 
 impl Shared {
-    /// The writer thread runs and a read transaction opens.
+    /// The writer thread runs, the file is open (not closed after an I/O
+    /// error, see `reopen.rs`) and a read transaction opens.
     fn health(&self) -> Result<(), StoreError> {
         self.writer.running()?;
+        self.file.health()?;
         self.read_here(|txn| txn.open_table(META).map(|_| ()).map_err(backend))
     }
 }
