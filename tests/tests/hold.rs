@@ -10,6 +10,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -75,9 +76,9 @@ fn acquire(name: &str, actor: &str) -> Request {
 // Harness: a `homing hold` process and a probe FIFO
 // ---------------------------------------------------------------------------
 
-/// A running `homing hold --json`: its JSON lines as they come, each with
-/// the wall time it was read. Dropped while running, it is SIGKILLed along
-/// with its COMMAND's group.
+/// A running `homing hold --json` (leading a process group of its own):
+/// its JSON lines as they come, each with the wall time it was read.
+/// Dropped while running, it is SIGKILLed along with its COMMAND's group.
 struct Hold {
     process: Child,
     lines: mpsc::UnboundedReceiver<(Value, u64)>,
@@ -85,6 +86,8 @@ struct Hold {
     seen: Vec<Value>,
     /// COMMAND's pid (= its process group), once `started`.
     command_pid: Option<i32>,
+    /// The pid of hold's watchdog, once `started`.
+    watchdog_pid: Option<Pid>,
     stderr: PathBuf,
 }
 
@@ -116,6 +119,9 @@ impl Hold {
             .args(["--", "sh", "-c", script])
             .envs(env.iter().copied())
             .env("HOMING_LOG", "info")
+            // Its own process group, as under a supervisor: a test may kill
+            // the group without killing itself.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -140,6 +146,7 @@ impl Hold {
             lines,
             seen: Vec::new(),
             command_pid: None,
+            watchdog_pid: None,
             stderr,
         }
     }
@@ -158,6 +165,10 @@ impl Hold {
             self.seen.push(value.clone());
             if value["event"] == "started" {
                 self.command_pid = value["pid"].as_i64().map(|p| p as i32);
+                self.watchdog_pid = value["watchdog"]
+                    .as_i64()
+                    .and_then(|p| Pid::from_raw(p as i32));
+                assert!(self.watchdog_pid.is_some(), "no watchdog pid in {value}");
             }
             if value["event"] == name {
                 return (value, at);
@@ -166,13 +177,21 @@ impl Hold {
     }
 
     /// Waits for its `exit` event and the process; returns the exit code,
-    /// which must equal the event's.
+    /// which must equal the event's. Once COMMAND had started, hold must
+    /// have stood its watchdog down and reaped it: no process, no zombie.
     async fn exit_code(&mut self) -> i32 {
         let (exit, _) = self.event("exit").await;
         // It exits right after printing `exit`.
         let status = tokio::task::block_in_place(|| self.process.wait()).expect("hold is waited");
         let code = status.code().expect("hold exits, not killed by a signal");
         assert_eq!(exit["code"].as_i64(), Some(i64::from(code)), "{exit}");
+        if let Some(watchdog) = self.watchdog_pid {
+            assert_eq!(
+                rustix::process::test_kill_process(watchdog),
+                Err(rustix::io::Errno::SRCH),
+                "hold exited leaving its watchdog (pid {watchdog:?}) running or unreaped"
+            );
+        }
         code
     }
 
@@ -298,6 +317,67 @@ impl Probe {
             .iter()
             .find(|(line, _)| line.starts_with(prefix))
             .map(|(_, at)| *at)
+    }
+}
+
+/// A process's death as an event: a pidfd, readable once the process has
+/// exited (a zombie counts: it is dead, and its parent, pid 1 once `hold` is
+/// gone, may be slow to reap it, or never). Opened while the pid is surely
+/// the process's own, it cannot mistake a process that reused the pid.
+#[cfg(target_os = "linux")]
+struct Death {
+    what: String,
+    pidfd: std::os::fd::OwnedFd,
+}
+
+#[cfg(target_os = "linux")]
+impl Death {
+    fn of(what: &str, pid: Pid) -> Death {
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .unwrap_or_else(|e| panic!("pidfd of {what} (pid {pid:?}): {e}"));
+        Death {
+            what: what.to_string(),
+            pidfd,
+        }
+    }
+
+    /// Waits, within [`EVENT_WAIT`], until the process is dead.
+    fn wait(&self) {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let deadline = std::time::Instant::now() + EVENT_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let timeout = Timespec::try_from(left).expect("EVENT_WAIT fits a timespec");
+            let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+            match tokio::task::block_in_place(|| rustix::event::poll(&mut fds, Some(&timeout))) {
+                Ok(0) => panic!("{} still runs after {EVENT_WAIT:?}", self.what),
+                Ok(_) => return,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => panic!("polling the pidfd of {}: {e}", self.what),
+            }
+        }
+    }
+}
+
+/// SIGKILLs a process group when dropped, unless disarmed: what a failed
+/// test leaves.
+#[cfg(target_os = "linux")]
+struct KillGroupOnDrop(Option<Pid>);
+
+#[cfg(target_os = "linux")]
+impl KillGroupOnDrop {
+    /// The group is gone: its id may be reused, so it is no longer signalled.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        }
     }
 }
 
@@ -673,6 +753,64 @@ async fn hold_a_command_that_forks_grandchildren_the_whole_group_is_gone_by_the_
         }
         assert_dead_by_hard_deadline("grandchildren", &lost["deadlines"], dead_us);
         assert_eq!(hold.exit_code().await, 124);
+    })
+    .await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_killed_by_sigkill_its_watchdog_kills_the_command_group_at_once() {
+    // A 10 s lease: the hard deadline is far, so what kills the command is
+    // the watchdog, not the deadline.
+    let dc = LoneDc::start(steady_lease(), &[]).await;
+    bounded(async {
+        let mut probe = Probe::new(dc.dir(), "orphaned");
+        // The command and a grandchild, both holding the probe.
+        let script = r#"exec 3>"$PROBE"; echo "pid $$" >&3; sleep 600 & echo "pid $!" >&3; echo started >&3; wait"#;
+        let mut hold = Hold::spawn(&dc, "orphaned", &[], script, &[("PROBE", &probe.path)]);
+        hold.event("holding").await;
+        hold.event("started").await;
+        probe.line("started").await;
+        let command: Vec<Pid> = probe
+            .lines
+            .iter()
+            .filter_map(|(line, _)| line.strip_prefix("pid ")?.parse().ok())
+            .filter_map(Pid::from_raw)
+            .collect();
+        assert_eq!(command.len(), 2, "{:?}", probe.lines);
+        let mut cleanup = KillGroupOnDrop(Some(command[0]));
+        let watchdog = hold.watchdog_pid.expect("`started` names the watchdog");
+        // While hold lives, these pids are its children's and grandchild's.
+        let deaths = [
+            Death::of("the command", command[0]),
+            Death::of("the command's child", command[1]),
+            Death::of("the watchdog", watchdog),
+        ];
+        let deadlines = hold.last_deadlines();
+
+        // hold's whole process group, as a supervisor kills it: the watchdog
+        // is in a group of its own and survives to act.
+        let killed_us = wall_us();
+        rustix::process::kill_process_group(hold.pid(), Signal::KILL)
+            .expect("SIGKILL to hold's group");
+        let status = tokio::task::block_in_place(|| hold.process.wait()).expect("hold is waited");
+        assert_eq!(status.code(), None, "hold was killed, it did not exit: {status}");
+        let dead_us = probe.eof().await;
+        for death in &deaths {
+            // The watchdog's work is done once the group is: it exits too.
+            death.wait();
+        }
+        cleanup.disarm();
+        let hard_us = ms(&deadlines, "hard_terminate_at_ms") * 1_000;
+        assert!(
+            dead_us < hard_us,
+            "the command's group was killed by its deadline, not at once"
+        );
+        eprintln!(
+            "watchdog: the command's group was dead {:.1} ms after hold was killed ({:.1} ms before its hard deadline)",
+            (dead_us - killed_us) as f64 / 1_000.0,
+            (hard_us - dead_us) as f64 / 1_000.0
+        );
     })
     .await;
 }

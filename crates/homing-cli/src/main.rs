@@ -491,8 +491,20 @@ async fn run(cli: Cli) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+fn main() {
+    // `homing hold`'s watchdog (hidden; `hold` starts it) blocks on a pipe
+    // and nothing else: no runtime, no worker threads, no logging.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == hold::WATCHDOG_SUBCOMMAND)
+    {
+        std::process::exit(hold::watchdog_main());
+    }
+    cli_main();
+}
+
 #[tokio::main]
-async fn main() {
+async fn cli_main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()

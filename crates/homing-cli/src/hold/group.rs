@@ -10,6 +10,11 @@
 //! init: [`GroupEvent::Gone`] means no member of the group is left. A member
 //! that moves itself into another group or session (`setsid`) leaves this
 //! one and is not tracked; systemd's cgroup kill catches those.
+//!
+//! A [`Watchdog`] kills the group if `hold` dies: it is told the group right
+//! after COMMAND's `exec`, and the reaper stands it down after killing the
+//! group and before reaping the leader, while the group id is still the
+//! group's.
 
 use std::ffi::OsString;
 use std::io;
@@ -20,6 +25,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
 use tokio::sync::mpsc;
+
+use super::watchdog::Watchdog;
 
 /// How the group's leader ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +84,10 @@ pub struct Group {
     /// reaper sets it; [`Group::signal`] reads it under the same lock.
     done: Arc<Mutex<bool>>,
     events: mpsc::Receiver<GroupEvent>,
+    /// Why the watchdog could not be told the group, if it could not: the
+    /// group was sent SIGKILL at once, since nothing would stop it if
+    /// `hold` died.
+    unwatched: Option<io::Error>,
 }
 
 /// Makes this process the subreaper of its descendants (Linux), so members
@@ -91,12 +102,22 @@ pub fn become_subreaper() -> io::Result<()> {
 impl Group {
     /// Starts `command` (program and arguments) as the leader of a new
     /// process group, with this process's environment changed by `env`
-    /// (`Some`: set, `None`: removed), and its reaper thread. Fails as `Command::spawn` does (`NotFound`,
-    /// `PermissionDenied`, …).
-    pub fn spawn(command: &[OsString], env: &[(&str, Option<String>)]) -> io::Result<Group> {
-        let (program, args) = command
-            .split_first()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
+    /// (`Some`: set, `None`: removed), tells `watchdog` the group, and
+    /// starts the reaper thread, which stands the watchdog down. Fails as
+    /// `Command::spawn` does (`NotFound`, `PermissionDenied`, …), the
+    /// watchdog stood down.
+    pub fn spawn(
+        command: &[OsString],
+        env: &[(&str, Option<String>)],
+        mut watchdog: Watchdog,
+    ) -> io::Result<Group> {
+        let Some((program, args)) = command.split_first() else {
+            watchdog.stand_down();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no command given",
+            ));
+        };
         let mut child = Command::new(program);
         child.args(args).process_group(0);
         for (name, value) in env {
@@ -105,22 +126,41 @@ impl Group {
                 None => child.env_remove(name),
             };
         }
-        let child = child.spawn()?;
+        let child = match child.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                watchdog.stand_down();
+                return Err(error);
+            }
+        };
         let leader = Pid::from_child(&child);
         // Dropping `child` neither waits nor kills: the reaper owns it now.
         drop(child);
+        // At once: until this write, `hold` dying would leave COMMAND running.
+        let unwatched = watchdog.watch(leader).err();
+        if unwatched.is_some() {
+            // Not reaped yet, the leader holds the group id.
+            let _ = rustix::process::kill_process_group(leader, Signal::KILL);
+        }
         let done = Arc::new(Mutex::new(false));
         // Two events, each sent once: the channel never fills.
         let (tx, events) = mpsc::channel(2);
         let reaper_done = done.clone();
         std::thread::Builder::new()
             .name("hold-reaper".into())
-            .spawn(move || reap(leader, &reaper_done, &tx))?;
+            .spawn(move || reap(leader, &reaper_done, &tx, watchdog))?;
         Ok(Group {
             leader,
             done,
             events,
+            unwatched,
         })
+    }
+
+    /// Why the watchdog could not be told the group (it was gone), if it
+    /// could not; the group was killed then.
+    pub fn unwatched(&self) -> Option<&io::Error> {
+        self.unwatched.as_ref()
     }
 
     /// The leader's process id (also the group id).
@@ -145,8 +185,8 @@ impl Group {
 }
 
 /// The reaper thread: the leader's exit (left a zombie), the group killed,
-/// every member reaped.
-fn reap(leader: Pid, done: &Mutex<bool>, events: &mpsc::Sender<GroupEvent>) {
+/// the watchdog stood down, every member reaped.
+fn reap(leader: Pid, done: &Mutex<bool>, events: &mpsc::Sender<GroupEvent>, watchdog: Watchdog) {
     let status = leader_exit(leader);
     {
         let mut done = done.lock().unwrap_or_else(PoisonError::into_inner);
@@ -156,6 +196,9 @@ fn reap(leader: Pid, done: &Mutex<bool>, events: &mpsc::Sender<GroupEvent>) {
         let _ = rustix::process::kill_process_group(leader, Signal::KILL);
         *done = true;
     }
+    // The group is killed; the watchdog has nothing left to do. Before the
+    // leader is reaped: until then its SIGKILL could reach only this group.
+    watchdog.stand_down();
     let _ = events.blocking_send(GroupEvent::LeaderExited(status));
     // Until ECHILD: no child of ours is left in the group.
     while let Ok(_) | Err(Errno::INTR) = rustix::process::waitpgid(leader, WaitOptions::empty()) {}

@@ -8,12 +8,13 @@
 //! acquire ─ Unavailable 69 / Refused, TagMismatch 77 / HeldElsewhere 75 ─► exit, COMMAND never runs
 //!    │ Acquired
 //!    ▼
-//! spawn COMMAND (own process group, HOMING_* env) ─ fails ─► release failed, exit 126/127
+//! start the watchdog (`watchdog.rs`), spawn COMMAND (own process group, HOMING_* env) ─ fails ─► release failed, exit 126/127
 //!    │
 //!    ├─ soft deadline without a renewal ─────► --soft-signal to the group
 //!    ├─ hard deadline - --kill-lead-ms ──────► SIGKILL to the group ┐ lease lost:
 //!    ├─ renewal answered StaleToken/Expired ─► SIGKILL to the group ┘ exit 124 once the group is gone
 //!    ├─ SIGINT/SIGTERM to hold ──────────────► forwarded; SIGKILL after --grace-ms or a second one
+//!    ├─ hold itself dies (SIGKILL) ──────────► its watchdog SIGKILLs the group at once
 //!    ▼
 //! COMMAND exits ─► leftovers in its group killed, group reaped ─► release with the outcome ─► exit
 //! ```
@@ -21,6 +22,7 @@
 mod group;
 mod lease;
 mod signal;
+mod watchdog;
 
 use homing_core::AcquireReply;
 use std::ffi::OsString;
@@ -46,6 +48,8 @@ use tokio::time::Instant;
 
 use self::group::{ChildStatus, Group, GroupEvent};
 use self::lease::{LeaseView, ObservedTransport};
+pub use self::watchdog::SUBCOMMAND as WATCHDOG_SUBCOMMAND;
+use self::watchdog::Watchdog;
 use crate::reach;
 
 /// Default of `--kill-lead-ms`: how long before the hard deadline the group
@@ -75,7 +79,9 @@ pub const GRACE_MS_DEFAULT: u64 = 10_000;
 /// ok; anything else: failed, with the status) for the next holder, and hold
 /// exits with COMMAND's status. SIGINT or SIGTERM to hold is forwarded to the
 /// group; after --grace-ms (or a second signal) the group is killed; then
-/// the lease is released.
+/// the lease is released. If hold itself dies (SIGKILL, the OOM killer), a
+/// watchdog it started before COMMAND, in a process group of its own,
+/// SIGKILLs COMMAND's group at once.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct HoldArgs {
@@ -186,6 +192,12 @@ impl Exit {
     fn interrupted(signal: Signal) -> Exit {
         Exit::new(128 + signal.as_raw(), "interrupted")
     }
+}
+
+/// Runs `homing hold`'s watchdog (`homing hold-watchdog`, which `hold`
+/// starts); returns the process's exit code.
+pub fn watchdog_main() -> i32 {
+    watchdog::run()
 }
 
 /// Runs `homing hold`; returns the process's exit code.
@@ -463,14 +475,24 @@ impl Holder<'_> {
             let why = "the lease ended before COMMAND started".to_string();
             return self.finish(ChildStatus::Unknown, Some(why)).await;
         }
-        let group = match Group::spawn(command, &self.environment()) {
+        // Before COMMAND: without a watchdog, COMMAND does not run.
+        let watchdog = match Watchdog::start() {
+            Ok(watchdog) => watchdog,
+            Err(error) => {
+                let error = std::io::Error::other(format!("the watchdog did not start: {error}"));
+                return self.not_started(command, &error).await;
+            }
+        };
+        let watchdog_pid = watchdog.pid();
+        // The group's reaper stands the watchdog down once the group is killed.
+        let group = match Group::spawn(command, &self.environment(), watchdog) {
             Ok(group) => group,
             Err(error) => return self.not_started(command, &error).await,
         };
         self.report
             .say(&format!("started {:?} as pid {}", command, group.pid()));
         self.report
-            .event(json!({ "event": "started", "pid": group.pid() }));
+            .event(json!({ "event": "started", "pid": group.pid(), "watchdog": watchdog_pid }));
         let ended = self.supervise(group).await;
         self.finish(ended.status, ended.lost).await
     }
@@ -541,6 +563,11 @@ impl Holder<'_> {
         let mut killed = false;
         let mut grace_until: Option<Instant> = None;
         let mut news = News::default();
+        if let Some(error) = group.unwatched() {
+            // Nothing would stop the group if `hold` died: it was killed.
+            killed = true;
+            self.kill(&group, &format!("the watchdog is gone ({error})"));
+        }
         loop {
             let kill_at = self.kill_at();
             tokio::select! {
