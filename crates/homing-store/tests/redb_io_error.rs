@@ -36,6 +36,7 @@ fn record(unique: u64) -> DcRecord {
             actor: ActorId::new("10.0.0.1:9000").unwrap(),
             lease: homing_core::LeaseKey::from_bytes([1; 16]).expect("not all zeros"),
             host_time: HostTime::from_ms(0),
+            session: None,
         },
         StoreTime::from_ms(0),
         &LeasePolicy::DEFAULT,
