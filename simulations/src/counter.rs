@@ -155,6 +155,8 @@ named! {
         KeyDrained = "key_drained",
         /// The upkeep reaped an expired lease (`UpkeepEvent::Reaped`).
         LeaseReaped = "lease_reaped",
+        /// The upkeep ended a host session that ran out (`UpkeepEvent::SessionEnded`).
+        SessionEnded = "session_ended",
         /// A link answered `Abandoned`.
         LinkAbandoned = "link_abandoned",
         /// A link answered `AlreadyLinked`.
@@ -247,6 +249,8 @@ named! {
         UpkeepPass = "upkeep_pass",
         /// An upkeep index scan failed.
         UpkeepScanFailed = "upkeep_scan_failed",
+        /// The upkeep failed to read a due host session's keys or delete its row (`UpkeepEvent::SessionFailed`).
+        UpkeepSessionFailed = "upkeep_session_failed",
         /// An upkeep settle failed.
         UpkeepSettleFailed = "upkeep_settle_failed",
         /// The upkeep trimmed the event log.

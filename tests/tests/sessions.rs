@@ -1,10 +1,12 @@
 //! Host sessions end to end: the real `homing session hold` against three
 //! real homingd over etcd. Refused until the deployment version reads
 //! sessions; once raised, one session holds a thousand keys; a drained key
-//! reaches its host as a notice, which stops and releases it; SIGKILLed, the session's keys stay held
-//! until its expiry plus grace, and then another host takes every one of
-//! them (token + 1, the previous run `Expired`). Each wait is on an event
-//! (a line the process prints, an answer), each bounded.
+//! reaches its host as a notice, which stops and releases it; SIGKILLed,
+//! the session's keys stay held until its expiry plus grace, when the DC's
+//! reaper ends the session (its keys `Released(Expired)`), and another host
+//! takes every one of them (token + 1, the previous run `Expired`). Each
+//! wait is on an event (a line the process prints, an answer), each
+//! bounded.
 
 #![cfg(feature = "etcd")]
 
@@ -13,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
 use homing_core::{
-    AcquireReply, ActorId, KeyConfig, KeyName, ReleaseCause, Reply, Request, Role, RunOutcome,
-    SessionId,
+    AcquireReply, ActorId, KeyConfig, KeyName, RecordState, ReleaseCause, Reply, Request, Role,
+    RunOutcome, SessionId,
 };
 use homing_e2e::cluster::{ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
 use homing_e2e::edge::Process;
@@ -162,6 +164,32 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
             "right after the kill, the session's key is still held: {reply:?}"
         );
 
+        // The DC's reaper ends the session: its keys become Released
+        // (Expired) without anyone asking for them.
+        let inspect = Request::Inspect {
+            key: key("room-500"),
+        };
+        let reaped = loop {
+            let reply = cluster.ask(&admin, &iad, &inspect).await;
+            let Ok(Reply::Inspected { records }) = reply else {
+                panic!("inspecting room-500: {reply:?}")
+            };
+            if matches!(
+                records.first().map(|r| &r.state),
+                Some(RecordState::Released {
+                    cause: ReleaseCause::Expired,
+                    ..
+                })
+            ) {
+                break killed_at.elapsed();
+            }
+            assert!(
+                killed_at.elapsed() < EVENT_WAIT,
+                "room-500 not reaped: {records:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+
         // Every key, once the session's expiry plus grace has passed.
         let wait_ms = 2 * (policy.ttl_ms() + policy.grace_ms()) as u32;
         let mut taken = 0;
@@ -191,7 +219,7 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         assert_eq!(taken, KEYS - 1);
         let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms());
         eprintln!(
-            "session {session}: the first key taken {:?} after the kill, all {} by {:?} (ttl + grace {bound:?})",
+            "session {session}: reaped by {reaped:?} after the kill, the first key taken {:?} after the kill, all {} by {:?} (ttl + grace {bound:?})",
             first_taken.unwrap_or_default(),
             KEYS - 1,
             killed_at.elapsed(),

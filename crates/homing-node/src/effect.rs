@@ -99,6 +99,25 @@ pub enum StoreOp {
         /// The page size.
         limit: usize,
     },
+    /// Host session rows due by `until` (a live one at its expiry, an
+    /// ended one at its end), oldest first, strictly after `after` (due
+    /// time, session), at most `limit`; answered [`Stored::Sessions`].
+    DueSessions {
+        /// The latest due time read.
+        until: StoreTime,
+        /// Where the page starts (`None`: at the oldest).
+        after: Option<(StoreTime, SessionId)>,
+        /// The page size.
+        limit: usize,
+    },
+    /// Delete host session `id`'s row if it is still at `version` (every
+    /// key of it reaped); answered [`Stored::Deleted`].
+    DeleteSession {
+        /// The session.
+        id: SessionId,
+        /// Its version when its keys were found reaped.
+        version: u64,
+    },
     /// Trim the event log below `before`; answered [`Stored::Trimmed`].
     TrimEvents {
         /// The first event kept.
@@ -146,6 +165,10 @@ pub enum Stored {
     Due(DuePage),
     /// Whether the entry was settled (`false`: the record changed since).
     Settled(bool),
+    /// Host session rows, as [`StoreOp::DueSessions`] asked.
+    Sessions(Vec<SessionRecord>),
+    /// Whether the session row was deleted (`false`: it changed since).
+    Deleted(bool),
     /// A page of the event log.
     Events {
         /// The events after the cursor, in order.

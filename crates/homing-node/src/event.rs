@@ -4,8 +4,8 @@
 //! stepper.
 
 use homing_core::{
-    BadRecord, EventSeq, FencingToken, Key, LinkReply, Namespace, ReservationId, Shortcut,
-    ShortcutNotice, Succession,
+    BadRecord, EventSeq, FencingToken, Key, LinkReply, Namespace, ReservationId, SessionId,
+    Shortcut, ShortcutNotice, Succession,
 };
 
 use crate::failure::Failure;
@@ -140,6 +140,11 @@ pub enum UpkeepEvent {
     ScanFailed(Failure),
     /// Settling a proven member failed (it is proven again next pass).
     SettleFailed(ReservationId, Failure),
+    /// A due host session's keys were all reaped and its row deleted.
+    SessionEnded(SessionId),
+    /// Reading a due session's keys or deleting its row failed (tried
+    /// again next pass).
+    SessionFailed(SessionId, Failure),
     /// Events before this one were trimmed.
     Trimmed(EventSeq),
     /// Reading or trimming the event log failed.

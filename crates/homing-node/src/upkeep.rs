@@ -5,6 +5,12 @@
 //!
 //! - reaps: leases whose expiry + grace has passed (index kind `Lease`)
 //!   become `Released(Expired)`;
+//! - ends host sessions: a session whose expiry (or end) + grace has
+//!   passed (the DC store's sessions-due index) has its keys — found in
+//!   pages through its session-keys index — reaped as above, and then its
+//!   row deleted; a session whose page of keys reaped none (each refused
+//!   or failed) is left for a later pass, so one stuck key never holds up
+//!   the rest;
 //! - sweeps: a record released at least `orphan_age_ms` ago (index kind
 //!   `Released`) that lost its race (a crash or an unreachable peer between
 //!   writing the record and winning the global entry or the link) becomes
@@ -29,6 +35,8 @@
 //!
 //! ```text
 //! Due(Lease) page ─► reap each (Update Expire) ─► next page
+//! last page ─► DueSessions page ─► each: SessionKeys page ─► reap each ─► again
+//!                                        └ none left ─► DeleteSession
 //! last page ─► Due(Released) pages ─► prove each candidate (Global entry │ Reservation)
 //!           ─ orphan ─► Update Abandon │ member ─► Settle
 //!           ─► EventsHead ─► TrimEvents (if too many) ─► Done(report)
@@ -43,7 +51,7 @@ use std::collections::VecDeque;
 
 use homing_core::{
     DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordRead, RecordState,
-    ReservationId, Segment, StoreTime,
+    ReservationId, Segment, SessionId, SessionRecord, StoreTime,
 };
 
 use crate::change::{Change, expire};
@@ -76,22 +84,38 @@ enum Job {
     Abandon(ReservationId),
 }
 
+/// Whose jobs a pass is working through.
+#[derive(Debug)]
+enum Section {
+    /// A page of the expiry index's `kind` section.
+    Due(DueKind),
+    /// A page of a due host session's keys.
+    Session(Box<SessionRecord>),
+}
+
 #[derive(Debug)]
 enum Phase {
     Idle,
     /// Reading a page of the index's `kind` section.
     Read(DueKind),
-    /// Working through the page's jobs; `more`: another page of `kind` follows.
+    /// Working through the page's jobs; `more`: another page of the
+    /// section follows.
     Jobs {
-        kind: DueKind,
+        section: Section,
         more: bool,
     },
     Changing {
-        kind: DueKind,
+        section: Section,
         more: bool,
         update: Box<Update>,
         reap: bool,
     },
+    /// Reading a page of due host sessions.
+    Sessions,
+    /// Reading a page of a due session's keys.
+    SessionKeys(Box<SessionRecord>),
+    /// Deleting a due session's row, its keys all reaped.
+    Ending(Box<SessionRecord>),
     Proving {
         record: DcRecord,
     },
@@ -117,6 +141,13 @@ pub struct Upkeep {
     /// The store time the pass started at: what is due is judged by it.
     started: StoreTime,
     after: Option<DueCursor>,
+    /// Where the next page of due sessions starts.
+    sessions_after: Option<(StoreTime, SessionId)>,
+    /// Due sessions read and not yet ended, and whether more follow.
+    sessions: VecDeque<SessionRecord>,
+    sessions_more: bool,
+    /// Keys of the current session's page reaped.
+    session_reaped: usize,
     jobs: VecDeque<Job>,
     /// Orphan candidates, proven once the released records are read.
     proofs: VecDeque<DcRecord>,
@@ -144,6 +175,10 @@ impl Upkeep {
             phase: Phase::Idle,
             started: StoreTime::from_ms(0),
             after: None,
+            sessions_after: None,
+            sessions: VecDeque::new(),
+            sessions_more: false,
+            session_reaped: 0,
             jobs: VecDeque::new(),
             proofs: VecDeque::new(),
             active: None,
@@ -163,6 +198,8 @@ impl Upkeep {
         }
         self.started = now;
         self.after = None;
+        self.sessions_after = None;
+        self.sessions.clear();
         self.active = None;
         self.jobs.clear();
         self.proofs.clear();
@@ -200,9 +237,9 @@ impl Upkeep {
                         limit: self.limits.page_records,
                     }));
                 }
-                Phase::Jobs { kind, more } => self.next_job(kind, more),
+                Phase::Jobs { section, more } => self.next_job(section, more),
                 Phase::Changing {
-                    kind,
+                    section,
                     more,
                     mut update,
                     reap,
@@ -212,13 +249,14 @@ impl Upkeep {
                         Step::Done(Ok(changed)) => {
                             if changed.made() {
                                 let id = update.id().clone();
+                                self.session_reaped += usize::from(reap);
                                 self.events.push_back(if reap {
                                     UpkeepEvent::Reaped(id)
                                 } else {
                                     UpkeepEvent::Abandoned(id)
                                 });
                             }
-                            self.phase = Phase::Jobs { kind, more };
+                            self.phase = Phase::Jobs { section, more };
                             continue;
                         }
                         Step::Done(Err(e)) => {
@@ -226,16 +264,42 @@ impl Upkeep {
                             let id = update.id().clone();
                             self.events
                                 .push_back(UpkeepEvent::ChangeFailed(id, failure));
-                            self.phase = Phase::Jobs { kind, more };
+                            self.phase = Phase::Jobs { section, more };
                             continue;
                         }
                     };
                     self.phase = Phase::Changing {
-                        kind,
+                        section,
                         more,
                         update,
                         reap,
                     };
+                    return step;
+                }
+                Phase::Sessions => {
+                    self.phase = Phase::Sessions;
+                    let until = self.until(DueKind::Lease);
+                    return Step::Ask(Effect::Store(StoreOp::DueSessions {
+                        until,
+                        after: self.sessions_after.clone(),
+                        limit: self.limits.page_records,
+                    }));
+                }
+                Phase::SessionKeys(row) => {
+                    let step = Step::Ask(Effect::Store(StoreOp::SessionKeys {
+                        id: row.id.clone(),
+                        after: None,
+                        limit: self.limits.page_records,
+                    }));
+                    self.phase = Phase::SessionKeys(row);
+                    return step;
+                }
+                Phase::Ending(row) => {
+                    let step = Step::Ask(Effect::Store(StoreOp::DeleteSession {
+                        id: row.id.clone(),
+                        version: row.version,
+                    }));
+                    self.phase = Phase::Ending(row);
                     return step;
                 }
                 Phase::Proving { record } => {
@@ -272,17 +336,98 @@ impl Upkeep {
 
     /// Takes the next job of the page, or moves on to the next page, the
     /// released records, the proofs or the event log.
-    fn next_job(&mut self, kind: DueKind, more: bool) {
-        self.phase = match self.jobs.pop_front() {
-            Some(Job::Reap(id)) => self.changing(kind, more, id, Change::Expire),
-            Some(Job::Abandon(id)) => self.changing(kind, more, id, Change::Abandon),
-            None if more => Phase::Read(kind),
-            None if kind == DueKind::Lease => {
+    fn next_job(&mut self, section: Section, more: bool) {
+        self.phase = match (self.jobs.pop_front(), section) {
+            (Some(Job::Reap(id)), section) => self.changing(section, more, id, Change::Expire),
+            (Some(Job::Abandon(id)), section) => self.changing(section, more, id, Change::Abandon),
+            (None, Section::Due(kind)) if more => Phase::Read(kind),
+            (None, Section::Due(DueKind::Lease)) => {
+                self.sessions_more = true;
+                self.next_session()
+            }
+            (None, Section::Due(DueKind::Released)) => self.next_proof(),
+            // Its reaped keys left its index: read what remains.
+            (None, Section::Session(row)) if std::mem::take(&mut self.session_reaped) > 0 => {
+                Phase::SessionKeys(row)
+            }
+            // Not one of its page reaped (refused, failed): a later pass.
+            (None, Section::Session(_)) => self.next_session(),
+        };
+    }
+
+    /// The next due session's keys, the next page of due sessions, or the
+    /// released records once every due session was seen.
+    fn next_session(&mut self) -> Phase {
+        match self.sessions.pop_front() {
+            Some(row) => Phase::SessionKeys(Box::new(row)),
+            None if self.sessions_more => Phase::Sessions,
+            None => {
                 self.after = None;
                 Phase::Read(DueKind::Released)
             }
-            None => self.next_proof(),
+        }
+    }
+
+    /// A page of due sessions (or why not).
+    fn handle_sessions(&mut self, page: Result<Vec<SessionRecord>, Failure>) {
+        self.phase = match page {
+            Ok(rows) => {
+                self.sessions_more = rows.len() >= self.limits.page_records;
+                if let Some(last) = rows.last() {
+                    self.sessions_after = Some((last.holds_until(), last.id.clone()));
+                }
+                self.sessions.extend(rows);
+                self.next_session()
+            }
+            Err(failure) => {
+                self.events.push_back(UpkeepEvent::ScanFailed(failure));
+                self.sessions_more = false;
+                self.sessions.clear();
+                self.next_session()
+            }
         };
+    }
+
+    /// A page of the current due session's keys (or why not): each reaped,
+    /// or the row deleted once none is left.
+    fn handle_session_keys(&mut self, page: Result<Vec<DcRecord>, Failure>) {
+        let Phase::SessionKeys(row) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            panic!("upkeep: session keys it did not ask for");
+        };
+        self.phase = match page {
+            Ok(keys) if keys.is_empty() => Phase::Ending(row),
+            Ok(keys) => {
+                self.session_reaped = 0;
+                let reaps = keys.into_iter().map(|r| Job::Reap(r.id));
+                self.jobs.extend(reaps);
+                Phase::Jobs {
+                    section: Section::Session(row),
+                    more: true,
+                }
+            }
+            Err(failure) => {
+                let id = row.id.clone();
+                self.events
+                    .push_back(UpkeepEvent::SessionFailed(id, failure));
+                self.next_session()
+            }
+        };
+    }
+
+    /// Whether the due session's row was deleted (or why not).
+    fn handle_deleted(&mut self, deleted: Result<bool, Failure>) {
+        let Phase::Ending(row) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            panic!("upkeep: a session delete it did not ask for");
+        };
+        match deleted {
+            Ok(true) => self.events.push_back(UpkeepEvent::SessionEnded(row.id)),
+            // It changed since its keys were read: a later pass.
+            Ok(false) => {}
+            Err(failure) => self
+                .events
+                .push_back(UpkeepEvent::SessionFailed(row.id, failure)),
+        }
+        self.phase = self.next_session();
     }
 
     /// The next proof, or the event log once every proof is done.
@@ -294,11 +439,11 @@ impl Upkeep {
         }
     }
 
-    fn changing(&self, kind: DueKind, more: bool, id: ReservationId, change: Change) -> Phase {
+    fn changing(&self, section: Section, more: bool, id: ReservationId, change: Change) -> Phase {
         let reap = change == Change::Expire;
         let update = Update::new(self.dc.clone(), id, change, self.policy, self.mutations);
         Phase::Changing {
-            kind,
+            section,
             more,
             update: Box::new(update),
             reap,
@@ -320,6 +465,12 @@ impl Upkeep {
             (Phase::Read(_), Ok(Stored::Due(page))) => self.handle_due(Ok(page), now),
             (Phase::Read(_), Err(failure)) => self.handle_due(Err(failure), now),
             (Phase::Changing { update, .. }, Ok(stored)) => update.handle_stored(stored, now),
+            (Phase::Sessions, Ok(Stored::Sessions(rows))) => self.handle_sessions(Ok(rows)),
+            (Phase::Sessions, Err(failure)) => self.handle_sessions(Err(failure)),
+            (Phase::SessionKeys(_), Ok(Stored::Page(keys))) => self.handle_session_keys(Ok(keys)),
+            (Phase::SessionKeys(_), Err(failure)) => self.handle_session_keys(Err(failure)),
+            (Phase::Ending(_), Ok(Stored::Deleted(deleted))) => self.handle_deleted(Ok(deleted)),
+            (Phase::Ending(_), Err(failure)) => self.handle_deleted(Err(failure)),
             (Phase::Changing { .. }, Err(failure)) => self.handle_change_failure(failure),
             (Phase::Settling { .. }, Ok(Stored::Settled(settled))) => {
                 self.handle_settled(Ok(settled))
@@ -385,7 +536,10 @@ impl Upkeep {
                 DueKind::Released => {}
             }
         }
-        self.phase = Phase::Jobs { kind, more };
+        self.phase = Phase::Jobs {
+            section: Section::Due(kind),
+            more,
+        };
     }
 
     fn sweepable(&self, record: &DcRecord, now: StoreTime) -> bool {
@@ -397,7 +551,10 @@ impl Upkeep {
     /// next pass.
     fn handle_change_failure(&mut self, failure: Failure) {
         let Phase::Changing {
-            kind, more, update, ..
+            section,
+            more,
+            update,
+            ..
         } = std::mem::replace(&mut self.phase, Phase::Idle)
         else {
             panic!("upkeep: a failure of a change it did not ask for");
@@ -405,7 +562,7 @@ impl Upkeep {
         let id = update.id().clone();
         self.events
             .push_back(UpkeepEvent::ChangeFailed(id, failure));
-        self.phase = Phase::Jobs { kind, more };
+        self.phase = Phase::Jobs { section, more };
     }
 
     /// The key's global entry (or why it could not be read).
@@ -452,14 +609,14 @@ impl Upkeep {
             unreachable!("checked by proving()");
         };
         // Proofs come after the last page of released records.
-        let (kind, more) = (DueKind::Released, false);
+        let (section, more) = (Section::Due(DueKind::Released), false);
         self.phase = match member {
             Some(true) => Phase::Settling {
                 id: record.id,
                 version: record.version,
             },
-            Some(false) => self.changing(kind, more, record.id, Change::Abandon),
-            None => Phase::Jobs { kind, more },
+            Some(false) => self.changing(section, more, record.id, Change::Abandon),
+            None => Phase::Jobs { section, more },
         };
     }
 
@@ -474,7 +631,7 @@ impl Upkeep {
             Err(failure) => UpkeepEvent::SettleFailed(id, failure),
         });
         self.phase = Phase::Jobs {
-            kind: DueKind::Released,
+            section: Section::Due(DueKind::Released),
             more: false,
         };
     }
@@ -573,6 +730,8 @@ mod tests {
         trace: Vec<String>,
         /// Kinds of store operation that fail (`due`, `write`, `trim`).
         failing: BTreeSet<&'static str>,
+        /// Host session rows.
+        sessions: BTreeMap<SessionId, SessionRecord>,
     }
 
     fn key(name: &str) -> Key {
@@ -597,6 +756,7 @@ mod tests {
                 entries_read: 0,
                 trace: Vec::new(),
                 failing: BTreeSet::new(),
+                sessions: BTreeMap::new(),
             }
         }
 
@@ -672,12 +832,46 @@ mod tests {
                     after,
                     limit,
                 } => Stored::Due(self.due(kind, until, after, limit)),
-                StoreOp::Read(rid) => Stored::Record(
-                    self.records
-                        .get(&rid)
+                StoreOp::Read(rid) => Stored::Record(self.records.get(&rid).map(|record| {
+                    let row = record.session().and_then(|s| self.sessions.get(s));
+                    RecordRead {
+                        record: record.clone(),
+                        session: row.cloned().map(Box::new),
+                    }
+                })),
+                StoreOp::DueSessions {
+                    until,
+                    after,
+                    limit,
+                } => {
+                    let mut due: Vec<_> = (self.sessions.values())
+                        .filter(|row| row.holds_until() <= until)
+                        .filter(|row| {
+                            after
+                                .as_ref()
+                                .is_none_or(|(at, id)| (row.holds_until(), &row.id) > (*at, id))
+                        })
                         .cloned()
-                        .map(homing_core::RecordRead::alone),
+                        .collect();
+                    due.sort_by(|a, b| (a.holds_until(), &a.id).cmp(&(b.holds_until(), &b.id)));
+                    due.truncate(limit);
+                    Stored::Sessions(due)
+                }
+                StoreOp::SessionKeys { id, after, limit } => Stored::Page(
+                    (self.records.values())
+                        .filter(|r| r.session() == Some(&id))
+                        .filter(|r| after.as_ref().is_none_or(|a| &r.id > a))
+                        .take(limit)
+                        .cloned()
+                        .collect(),
                 ),
+                StoreOp::DeleteSession { id, version } => {
+                    let current = self.sessions.get(&id).is_some_and(|r| r.version == version);
+                    if current {
+                        self.sessions.remove(&id);
+                    }
+                    Stored::Deleted(current)
+                }
                 StoreOp::Write { record, .. } => {
                     self.trace.push(format!("write {}", record.id));
                     self.settled.remove(&record.id);
@@ -781,9 +975,61 @@ mod tests {
             UpkeepEvent::Trimmed(_) => "trimmed",
             UpkeepEvent::TrimFailed(_) => "trim failed",
             UpkeepEvent::PassDone { .. } => "done",
+            UpkeepEvent::SessionEnded(_) => "session ended",
             _ => "other",
         };
         events.iter().map(kind).collect()
+    }
+
+    #[test]
+    fn a_due_session_has_its_keys_reaped_page_by_page_then_its_row_deleted() {
+        let mut world = World::new();
+        // Opened at 1 ms: run out long before the world's now.
+        let dead = crate::fixture::session();
+        for unique in 10..15 {
+            let key = crate::fixture::held_in_session(&dead, unique);
+            world.records.insert(key.id.clone(), key);
+        }
+        // A session renewed just now: nothing of it is due.
+        let (mut live, _) = SessionRecord::open(
+            SessionId::new("iad".parse().unwrap(), 4),
+            crate::fixture::secret(),
+            homing_core::HostTime::from_ms(0),
+            world.now,
+            &POLICY,
+        );
+        live.version = 1;
+        let kept = crate::fixture::held_in_session(&live, 20);
+        world.records.insert(kept.id.clone(), kept);
+        world.sessions.insert(dead.id.clone(), dead.clone());
+        world.sessions.insert(live.id.clone(), live.clone());
+
+        // A key that will not write: the session waits for a later pass.
+        world.failing.insert("write");
+        let events = world.pass(&mut upkeep(2, Mutations::NONE));
+        assert!(!kinds(&events).contains(&"session ended"), "{events:?}");
+        assert!(world.sessions.contains_key(&dead.id));
+
+        world.failing.clear();
+        let events = world.pass(&mut upkeep(2, Mutations::NONE));
+        assert_eq!(
+            kinds(&events),
+            [
+                "reaped",
+                "reaped",
+                "reaped",
+                "reaped",
+                "reaped",
+                "session ended",
+                "done"
+            ]
+        );
+        for unique in 10..15 {
+            assert_eq!(state(&world, &format!("iad.{unique}")), "released");
+        }
+        assert!(!world.sessions.contains_key(&dead.id));
+        assert_eq!(state(&world, "iad.20"), "active");
+        assert!(world.sessions.contains_key(&live.id));
     }
 
     #[test]

@@ -98,6 +98,18 @@ impl DcCtx<'_> {
                 let page = dc.store.session_keys(&id, after.as_ref(), limit);
                 Stored::Page(page.map_err(failed)?)
             }
+            DcOp::DueSessions {
+                until,
+                after,
+                limit,
+            } => {
+                let after = after.map(|(at, id)| homing_store::SessionCursor { at, id });
+                let page = dc.store.due_sessions(until, after.as_ref(), limit);
+                Stored::Sessions(page.map_err(failed)?)
+            }
+            DcOp::DeleteSession { id, version } => {
+                Stored::Deleted(dc.store.delete_session(&id, version))
+            }
             DcOp::Due {
                 kind,
                 until,

@@ -78,6 +78,8 @@ pub(crate) fn upkeep_counter(event: &UpkeepEvent) -> Counter {
         UpkeepEvent::SettleFailed(..) => Counter::UpkeepSettleFailed,
         UpkeepEvent::ChangeFailed(..) => Counter::UpkeepChangeFailed,
         UpkeepEvent::ScanFailed(_) => Counter::UpkeepScanFailed,
+        UpkeepEvent::SessionEnded(_) => Counter::SessionEnded,
+        UpkeepEvent::SessionFailed(..) => Counter::UpkeepSessionFailed,
         UpkeepEvent::Trimmed(_) | UpkeepEvent::TrimFailed(_) => Counter::UpkeepTrim,
         UpkeepEvent::PassDone { .. } => Counter::UpkeepPass,
     }

@@ -853,6 +853,12 @@ fn log_upkeep(metrics: &Metrics, event: UpkeepEvent) {
         UpkeepEvent::ScanFailed(f) => {
             tracing::warn!(error = %f.into_reply(), "upkeep pass stopped early")
         }
+        UpkeepEvent::SessionEnded(id) => {
+            tracing::info!(session = %id, "host session ran out: its keys reaped, its row deleted")
+        }
+        UpkeepEvent::SessionFailed(id, f) => {
+            tracing::warn!(session = %id, error = %f.into_reply(), "ending a host session failed (tried again next pass)")
+        }
         UpkeepEvent::Trimmed(before) => tracing::info!(before, "trimmed events"),
         UpkeepEvent::TrimFailed(f) => tracing::warn!(error = %f.into_reply(), "event trim failed"),
         UpkeepEvent::PassDone { active, event_head } => {

@@ -127,6 +127,19 @@ impl Node {
                 let page = records.session_keys(&id, after.as_ref(), limit);
                 Stored::Page(self.timed("dc_session_keys", page).await?)
             }
+            StoreOp::DueSessions {
+                until,
+                after,
+                limit,
+            } => {
+                let after = after.map(|(at, id)| homing_store::SessionCursor { at, id });
+                let page = records.due_sessions(until, after.as_ref(), limit);
+                Stored::Sessions(self.timed("dc_due_sessions", page).await?)
+            }
+            StoreOp::DeleteSession { id, version } => {
+                let deleted = records.delete_session(&id, version);
+                Stored::Deleted(self.timed("dc_delete_session", deleted).await?)
+            }
             StoreOp::Due {
                 kind,
                 until,
