@@ -155,8 +155,6 @@ named! {
         KeyDrained = "key_drained",
         /// The upkeep reaped an expired lease (`UpkeepEvent::Reaped`).
         LeaseReaped = "lease_reaped",
-        /// The upkeep ended a host session that ran out (`UpkeepEvent::SessionEnded`).
-        SessionEnded = "session_ended",
         /// A link answered `Abandoned`.
         LinkAbandoned = "link_abandoned",
         /// A link answered `AlreadyLinked`.
@@ -228,6 +226,8 @@ named! {
         ScanFailed = "scan_failed",
         /// A router's scan of its DC started.
         ScanStarted = "scan_started",
+        /// The upkeep ended a host session that ran out (`UpkeepEvent::SessionEnded`).
+        SessionEnded = "session_ended",
         /// Noting a shortcut in the acquire's own DC failed.
         ShortcutNotNoted = "shortcut_not_noted",
         /// A shortcut notice was sent to another DC, or noted in the
