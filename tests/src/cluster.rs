@@ -401,6 +401,30 @@ impl Cluster {
         client.request(&self.peer(dc), request).await
     }
 
+    /// Waits (bounded by `within`) until every DC's homingd has listed
+    /// itself in the DC directory, as each does at its start. Panics when
+    /// they have not.
+    pub async fn wait_listed(&self, within: Duration) {
+        let global = self.global_store().await;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let listed = homing_store::directory::read(&global)
+                .await
+                .expect("the directory reads")
+                .dcs()
+                .len();
+            if listed >= self.daemons.len() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{listed} of {} homingd listed themselves within {within:?}",
+                self.daemons.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The global store the daemons share, opened by the test itself.
     pub async fn global_store(&self) -> EtcdGlobalStore {
         EtcdGlobalStore::connect(self.etcd.endpoints(), &format!("{}/global/", self.prefix))

@@ -9,7 +9,7 @@
 #![cfg(feature = "etcd")]
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
 use homing_e2e::cluster::{dc, free_udp_addr};
@@ -51,20 +51,7 @@ async fn the_deployment_version_is_raised_only_when_every_homingd_speaks_it_and_
     let global = cluster.global_store().await;
     let scenario = async {
         // The three homingd list themselves at start.
-        let deadline = Instant::now() + EVENT_WAIT;
-        while homing_store::directory::read(&global)
-            .await
-            .unwrap()
-            .dcs()
-            .len()
-            < 3
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the homingd did not list themselves"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        cluster.wait_listed(EVENT_WAIT).await;
         let (code, shown) = version(&stores, &certs, &[]);
         assert_eq!(
             (code, shown["version"].as_u64()),

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use homing_client::{ResolveError, Resolver};
-use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
+use homing_core::wire::PROTOCOL_VERSION_OLDEST;
 use homing_core::{
     AcquireReply, DcId, FencingToken, Key, KeyName, ReleaseReply, Reply, Request, RunOutcome,
 };
@@ -235,24 +235,12 @@ async fn a_deployment_upgrades_one_dc_at_a_time_under_load_and_rolls_back_before
             );
             moves_past(&moves, moves.load(Ordering::Relaxed)).await;
         }
-        // 3. Every homingd speaks 8 now: raise, then roll back.
-        let wait = Instant::now() + Duration::from_secs(20);
-        while homing_store::directory::read(&cluster.global_store().await)
-            .await
-            .expect("the directory reads")
-            .dcs()
-            .len()
-            < 3
-        {
-            assert!(
-                Instant::now() < wait,
-                "the upgraded homingd list themselves"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // 3. Every homingd speaks this release's versions now: raise by
+        // one (the previous release's + 1), then roll back.
+        cluster.wait_listed(Duration::from_secs(20)).await;
         assert_eq!(
             deployment_version(&cluster, &["--raise"]),
-            u64::from(PROTOCOL_VERSION)
+            u64::from(PROTOCOL_VERSION_OLDEST + 1)
         );
         moves_past(&moves, moves.load(Ordering::Relaxed)).await;
         assert_eq!(

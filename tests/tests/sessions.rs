@@ -61,22 +61,8 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
     let certs = cluster.dir().join("certs");
     let stores = cluster.store_spec();
     let policy = cluster.options().lease;
-    let global = cluster.global_store().await;
     let scenario = async {
-        let deadline = Instant::now() + EVENT_WAIT;
-        while homing_store::directory::read(&global)
-            .await
-            .unwrap()
-            .dcs()
-            .len()
-            < 3
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the homingd did not list themselves"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        cluster.wait_listed(EVENT_WAIT).await;
 
         // Before the deployment reads sessions: refused, saying what to do.
         let refused = session_hold(&certs, cluster.addr(&iad), &["early"])

@@ -337,7 +337,43 @@ pub(crate) struct DcChannel {
     pub(crate) instances: usize,
 }
 
+/// A host's bounds on its requests, as configured.
+pub(crate) struct Bounds {
+    pub(crate) request_timeout_ms: u64,
+    pub(crate) acquire_attempts: u32,
+    pub(crate) retry_interval_ms: u64,
+}
+
 impl DcChannel {
+    /// The channel to DC `dc` (served by one homingd and `alternates`
+    /// more), once `bounds` are checked.
+    pub(crate) fn new(
+        transport: Arc<dyn LeaseTransport>,
+        clock: Arc<dyn HostClock>,
+        dc: &DcId,
+        alternates: usize,
+        bounds: Bounds,
+    ) -> Result<DcChannel, AgentError> {
+        if bounds.request_timeout_ms == 0 {
+            return Err(AgentError::Config("request_timeout_ms must be at least 1"));
+        }
+        if bounds.acquire_attempts == 0 {
+            return Err(AgentError::Config("acquire_attempts must be at least 1"));
+        }
+        if bounds.retry_interval_ms < RETRY_INTERVAL_MS_MIN {
+            return Err(AgentError::Config(
+                "retry_interval_ms must be at least RETRY_INTERVAL_MS_MIN",
+            ));
+        }
+        Ok(DcChannel {
+            transport,
+            clock,
+            dc: dc.clone(),
+            request_timeout: Duration::from_millis(bounds.request_timeout_ms),
+            instances: 1 + alternates,
+        })
+    }
+
     /// Sends `request`, bounded by the request timeout and by `by` if given.
     /// A request that asks to wait (`wait_ms`) gets that much more time.
     pub(crate) async fn ask(
@@ -406,24 +442,17 @@ impl HostAgent {
         config: HostAgentConfig,
         actor: Arc<dyn Actor>,
     ) -> Result<Started, AgentError> {
-        if config.request_timeout_ms == 0 {
-            return Err(AgentError::Config("request_timeout_ms must be at least 1"));
-        }
-        if config.acquire_attempts == 0 {
-            return Err(AgentError::Config("acquire_attempts must be at least 1"));
-        }
-        if config.retry_interval_ms < RETRY_INTERVAL_MS_MIN {
-            return Err(AgentError::Config(
-                "retry_interval_ms must be at least RETRY_INTERVAL_MS_MIN",
-            ));
-        }
-        let channel = Arc::new(DcChannel {
+        let channel = Arc::new(DcChannel::new(
             transport,
             clock,
-            dc: config.dc.dc.clone(),
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
-            instances: 1 + config.alternates.len(),
-        });
+            &config.dc.dc,
+            config.alternates.len(),
+            Bounds {
+                request_timeout_ms: config.request_timeout_ms,
+                acquire_attempts: config.acquire_attempts,
+                retry_interval_ms: config.retry_interval_ms,
+            },
+        )?);
         let mut key_config = config.key.clone();
         let name = match key_config.name.clone() {
             Some(name) => name,

@@ -19,7 +19,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use homing_core::host_lease::{HardCause, LateGrant, Renewal};
 use homing_core::{
@@ -34,9 +33,9 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::host_agent::{
-    AGENT_REQUEST_TIMEOUT_MS_DEFAULT, AgentError, DcChannel, HostClock, LeaseTransport, MonoClock,
-    QuicTransport, RETRY_INTERVAL_MS_DEFAULT, RETRY_INTERVAL_MS_MIN, SystemClock, new_lease_key,
-    random_bytes, send_acquire,
+    AGENT_REQUEST_TIMEOUT_MS_DEFAULT, AgentError, Bounds, DcChannel, HostClock, LeaseTransport,
+    MonoClock, QuicTransport, RETRY_INTERVAL_MS_DEFAULT, SystemClock, new_lease_key, random_bytes,
+    send_acquire,
 };
 
 /// The actors a [`SessionHost`] guards, told when to stop. Called from the
@@ -68,7 +67,7 @@ pub struct SessionHostConfig {
     /// How many times one acquire is sent when no answer arrives in time.
     pub acquire_attempts: u32,
     /// Wait between failed renewals, in milliseconds (at least
-    /// [`RETRY_INTERVAL_MS_MIN`]).
+    /// [`crate::host_agent::RETRY_INTERVAL_MS_MIN`]).
     pub retry_interval_ms: u64,
 }
 
@@ -173,24 +172,17 @@ impl SessionHost {
         config: SessionHostConfig,
         actors: Arc<dyn SessionActors>,
     ) -> Result<SessionHost, AgentError> {
-        if config.request_timeout_ms == 0 {
-            return Err(AgentError::Config("request_timeout_ms must be at least 1"));
-        }
-        if config.acquire_attempts == 0 {
-            return Err(AgentError::Config("acquire_attempts must be at least 1"));
-        }
-        if config.retry_interval_ms < RETRY_INTERVAL_MS_MIN {
-            return Err(AgentError::Config(
-                "retry_interval_ms must be at least RETRY_INTERVAL_MS_MIN",
-            ));
-        }
-        let channel = Arc::new(DcChannel {
+        let channel = Arc::new(DcChannel::new(
             transport,
             clock,
-            dc: config.dc.dc.clone(),
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
-            instances: 1 + config.alternates.len(),
-        });
+            &config.dc.dc,
+            config.alternates.len(),
+            Bounds {
+                request_timeout_ms: config.request_timeout_ms,
+                acquire_attempts: config.acquire_attempts,
+                retry_interval_ms: config.retry_interval_ms,
+            },
+        )?);
         let secret = new_lease_key()?;
         let sent_at = Instant::now();
         let sent = channel.clock.now();
