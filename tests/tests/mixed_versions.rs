@@ -1,6 +1,6 @@
 //! An upgrade of a running deployment, one DC at a time (issue 51): three
 //! DCs start on the previous release's `homingd` (built from the git tag
-//! `release-7`, which speaks protocol version 7 only; `.ci/run` builds it
+//! `release-7` (commit 67ed29a), which speaks protocol version 7 only; `.ci/run` builds it
 //! and sets `HOMING_PREVIOUS_HOMINGD`), over a 3-member etcd. A host keeps
 //! moving keys between the DCs (acquire at one DC, release, acquire the
 //! same key at the next: every move links a tail in another DC, so old and
@@ -196,7 +196,7 @@ async fn a_deployment_upgrades_one_dc_at_a_time_under_load_and_rolls_back_before
     let Some(previous) = std::env::var_os("HOMING_PREVIOUS_HOMINGD").map(PathBuf::from) else {
         eprintln!(
             "mixed_versions: skipped: set HOMING_PREVIOUS_HOMINGD to the previous release's homingd \
-             (git worktree add /tmp/prev release-7 && cd /tmp/prev && cargo build -p homing-daemon \
+             (git worktree add /tmp/prev 67ed29a && cd /tmp/prev && cargo build -p homing-daemon \
              --features etcd --bin homingd), as .ci/run does"
         );
         return;

@@ -27,7 +27,7 @@ use crate::time::HostTime;
 /// The newest protocol version this build speaks (N).
 pub const PROTOCOL_VERSION: u16 = 9;
 /// The oldest protocol version this build still speaks: the previous
-/// release's newest (tag `release-7`; 8 and 9 came since). A process of
+/// release's newest (release-7, commit 67ed29a; 8 and 9 came since). A process of
 /// that release and one of this release talk at it, so a deployment
 /// upgrades one process at a time. A peer that speaks none of
 /// `PROTOCOL_VERSION_OLDEST..=PROTOCOL_VERSION` is refused at the handshake.
