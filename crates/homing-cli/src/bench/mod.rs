@@ -105,6 +105,8 @@ enum Suite {
     Renew,
     /// The same with the DC store on a 3-member etcd, vs etcd's own guarded put (feature `etcd`).
     RenewEtcd,
+    /// One host session of 20 k keys stops renewing: when the reaper has released them all, and the reap rate.
+    SessionReap,
     /// Resolve p50/p99 before, during and after 100 k forged QUIC Initials/s at homingd and 10 k idle TCP connections at the edge router.
     Flood,
     /// What a script pays per call: `homing resolve` as a new process, beside a process that does nothing, medians of 100.
@@ -132,6 +134,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         #[cfg(not(feature = "etcd"))]
         Suite::ReserveEtcd => Ok(needs_etcd("reserve-etcd")),
         Suite::Renew => renew::run().await,
+        Suite::SessionReap => renew::run_reap().await,
         Suite::Flood => {
             let flood = flood::Flood {
                 rate: args.flood_rate,

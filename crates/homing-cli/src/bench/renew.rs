@@ -370,3 +370,159 @@ async fn raw_cell(
     })
     .await
 }
+
+/// Keys under the one session `session-reap` lets die.
+const REAP_KEYS: usize = 20_000;
+/// The lease of `session-reap`'s daemon: short, so the wait is short.
+const REAP_TTL_MS: u64 = 2_000;
+/// Its grace after expiry, ms.
+const REAP_GRACE_MS: u64 = 500;
+/// How often its reaper runs, ms.
+const REAP_INTERVAL_MS: u64 = 100;
+
+/// `homing bench session-reap`: one host session holding [`REAP_KEYS`]
+/// keys stops renewing; how long after its expiry plus grace the DC's
+/// reaper has every key `Released(Expired)` (counted from the DC's event
+/// log), and the reap rate.
+pub async fn run_reap() -> anyhow::Result<bool> {
+    use homing_core::event::EventKind;
+    use homing_core::{Namespace, NamespaceScope, Role};
+    use std::time::Instant;
+
+    let dc = homing_core::DcId::new("dc0")?;
+    let net = homing_daemon::Devnet::start(homing_daemon::DevnetOptions {
+        dcs: vec![dc.clone()],
+        overrides: homing_daemon::Settings {
+            lease_ttl_ms: Some(REAP_TTL_MS),
+            renew_at_permille: Some(300),
+            soft_margin_ms: Some(800),
+            hard_margin_ms: Some(400),
+            grace_ms: Some(REAP_GRACE_MS),
+            reaper_interval_ms: Some(REAP_INTERVAL_MS),
+            ..homing_daemon::Settings::default()
+        },
+        ..homing_daemon::DevnetOptions::default()
+    })
+    .await?;
+    let client = net.client(Role::Host, Some(&dc))?;
+    let admin = net.client(Role::Admin, None)?;
+    let peer = net.peer(&dc);
+    let tag = run_tag();
+    let secret = homing_client::new_lease_key()?;
+    let opened = Request::OpenSession {
+        secret,
+        host_time: host_now(),
+    };
+    let Reply::SessionOpened { session, .. } = client.request(&peer, &opened).await? else {
+        bail!("the session was not opened");
+    };
+    println!(
+        "session-reap: {REAP_KEYS} keys under session {session}, renewed while they are acquired (not timed)…"
+    );
+    let mut renewed_at = Instant::now();
+    let all: Vec<usize> = (0..REAP_KEYS).collect();
+    for batch in all.chunks(TASKS) {
+        let handles: Vec<_> = (batch.iter())
+            .map(|&i| {
+                let (client, peer, session) = (client.clone(), peer.clone(), session.clone());
+                let name = format!("reaped-{tag}-{i}");
+                tokio::spawn(async move {
+                    let request = Request::AcquireInSession {
+                        config: KeyConfig::named(key(name)?.name),
+                        actor: homing_core::ActorId::new("bench-host:9000")?,
+                        lease: homing_client::new_lease_key()?,
+                        host_time: host_now(),
+                        wait_ms: 0,
+                        session,
+                        secret,
+                    };
+                    match client.request(&peer, &request).await? {
+                        Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
+                        other => bail!("acquire in session answered {other:?}"),
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.await??;
+        }
+        if renewed_at.elapsed() > Duration::from_millis(REAP_TTL_MS / 3) {
+            let renew = Request::RenewSession {
+                session: session.clone(),
+                secret,
+                host_time: host_now(),
+                ack: 0,
+            };
+            match client.request(&peer, &renew).await? {
+                Reply::SessionRenewed(SessionRenewReply::Renewed { .. }) => {}
+                other => bail!("renew session answered {other:?}"),
+            }
+            renewed_at = Instant::now();
+        }
+    }
+    // The last renewal's expiry plus grace, in this machine's clock (the
+    // DC's store clock is this machine's too here).
+    let due = renewed_at + Duration::from_millis(REAP_TTL_MS + REAP_GRACE_MS);
+    let scope = NamespaceScope {
+        namespace: Namespace::new("")?,
+        include_children: true,
+    };
+    let (mut after, mut reaped, mut first, mut last) = (0, 0usize, None, None);
+    // Past the acquires' events before the session runs out, so the
+    // watcher reads the reaps as they come.
+    loop {
+        let watch = Request::Watch {
+            scope: scope.clone(),
+            after,
+            wait_ms: 0,
+        };
+        let Reply::Events { events, next } = admin.request(&peer, &watch).await? else {
+            bail!("the watch was not answered with events");
+        };
+        after = next;
+        if events.is_empty() || Instant::now() >= due {
+            break;
+        }
+    }
+    let bound = due + Duration::from_secs(120);
+    while reaped < REAP_KEYS {
+        if Instant::now() > bound {
+            bail!(
+                "only {reaped} of {REAP_KEYS} keys reaped 120 s after the session's expiry plus grace"
+            );
+        }
+        let watch = Request::Watch {
+            scope: scope.clone(),
+            after,
+            wait_ms: 1_000,
+        };
+        let Reply::Events { events, next } = admin.request(&peer, &watch).await? else {
+            bail!("the watch was not answered with events");
+        };
+        after = next;
+        for event in events {
+            if matches!(event.kind, EventKind::Expired { .. }) {
+                reaped += 1;
+                first.get_or_insert_with(Instant::now);
+                last = Some(Instant::now());
+            }
+        }
+    }
+    net.shutdown().await;
+    let (first, last) = (first.unwrap_or(due), last.unwrap_or(due));
+    let since = |t: Instant| t.saturating_duration_since(due).as_secs_f64() * 1000.0;
+    let spread = last.saturating_duration_since(first).as_secs_f64();
+    println!(
+        "\nOne host session of {REAP_KEYS} keys stops renewing (1 DC, redb, ttl {REAP_TTL_MS} ms, grace {REAP_GRACE_MS} ms, reaper every {REAP_INTERVAL_MS} ms); times after its expiry plus grace, as the event log shows them to a watcher\n"
+    );
+    println!("| keys | first reaped ms | last reaped ms | reaped/s |");
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {} | {:.0} | {:.0} | {} |",
+        thousands(REAP_KEYS as f64),
+        since(first),
+        since(last),
+        thousands(REAP_KEYS as f64 / spread.max(1e-3))
+    );
+    Ok(true)
+}
