@@ -113,15 +113,7 @@ async fn open_sessions(
     );
     let mut sessions = Vec::with_capacity(SESSIONS);
     for _ in 0..SESSIONS {
-        let secret = homing_client::new_lease_key()?;
-        let open = Request::OpenSession {
-            secret,
-            host_time: host_now(),
-        };
-        match client.request(peer, &open).await? {
-            Reply::SessionOpened { session, .. } => sessions.push((session, secret)),
-            other => bail!("open session answered {other:?}"),
-        }
+        sessions.push(open_session(client, peer).await?);
     }
     let sessions = Arc::new(sessions);
     let all: Vec<usize> = (0..SESSIONS * KEYS_PER_SESSION).collect();
@@ -132,21 +124,8 @@ async fn open_sessions(
                 let (client, peer, sessions) = (client.clone(), peer.clone(), sessions.clone());
                 let name = format!("held-{tag}-{i}");
                 tokio::spawn(async move {
-                    let (session, secret) = sessions[i % SESSIONS].clone();
-                    let key = key(name)?;
-                    let request = Request::AcquireInSession {
-                        config: KeyConfig::named(key.name.clone()),
-                        actor: homing_core::ActorId::new("bench-host:9000")?,
-                        lease: homing_client::new_lease_key()?,
-                        host_time: host_now(),
-                        wait_ms: 0,
-                        session,
-                        secret,
-                    };
-                    match client.request(&peer, &request).await? {
-                        Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
-                        other => bail!("acquire in session answered {other:?}"),
-                    }
+                    let (session, secret) = &sessions[i % SESSIONS];
+                    acquire_in_session(&client, &peer, name, session, *secret).await
                 })
             })
             .collect();
@@ -158,6 +137,64 @@ async fn open_sessions(
         .map(|(id, secret)| (id.clone(), *secret, tokio::sync::Mutex::new(())))
         .collect();
     Ok(Arc::new(sessions))
+}
+
+/// Opens a host session at `peer` under a fresh secret.
+async fn open_session(
+    client: &homing_net::Client,
+    peer: &homing_net::Peer,
+) -> anyhow::Result<(SessionId, LeaseKey)> {
+    let secret = homing_client::new_lease_key()?;
+    let open = Request::OpenSession {
+        secret,
+        host_time: host_now(),
+    };
+    match client.request(peer, &open).await? {
+        Reply::SessionOpened { session, .. } => Ok((session, secret)),
+        other => bail!("open session answered {other:?}"),
+    }
+}
+
+/// Acquires key `name` under `session`, not waiting.
+async fn acquire_in_session(
+    client: &homing_net::Client,
+    peer: &homing_net::Peer,
+    name: String,
+    session: &SessionId,
+    secret: LeaseKey,
+) -> anyhow::Result<()> {
+    let request = Request::AcquireInSession {
+        config: KeyConfig::named(key(name)?.name),
+        actor: homing_core::ActorId::new("bench-host:9000")?,
+        lease: homing_client::new_lease_key()?,
+        host_time: host_now(),
+        wait_ms: 0,
+        session: session.clone(),
+        secret,
+    };
+    match client.request(peer, &request).await? {
+        Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
+        other => bail!("acquire in session answered {other:?}"),
+    }
+}
+
+/// Renews `session` once, acknowledging no notice.
+async fn renew_session(
+    client: &homing_net::Client,
+    peer: &homing_net::Peer,
+    session: &SessionId,
+    secret: LeaseKey,
+) -> anyhow::Result<()> {
+    let request = Request::RenewSession {
+        session: session.clone(),
+        secret,
+        host_time: host_now(),
+        ack: 0,
+    };
+    match client.request(peer, &request).await? {
+        Reply::SessionRenewed(SessionRenewReply::Renewed { .. }) => Ok(()),
+        other => bail!("renew session answered {other:?}"),
+    }
 }
 
 /// One cell of [`TASKS`] tasks renewing the sessions in turn, each session
@@ -174,16 +211,7 @@ async fn session_cell(
         async move {
             let (session, secret, turn) = &sessions[n as usize % sessions.len()];
             let _turn = turn.lock().await;
-            let request = Request::RenewSession {
-                session: session.clone(),
-                secret: *secret,
-                host_time: host_now(),
-                ack: 0,
-            };
-            match client.request(&peer, &request).await? {
-                Reply::SessionRenewed(SessionRenewReply::Renewed { .. }) => Ok(()),
-                other => bail!("renew session answered {other:?}"),
-            }
+            renew_session(&client, &peer, session, *secret).await
         }
     })
     .await
@@ -408,14 +436,7 @@ pub async fn run_reap() -> anyhow::Result<bool> {
     let admin = net.client(Role::Admin, None)?;
     let peer = net.peer(&dc);
     let tag = run_tag();
-    let secret = homing_client::new_lease_key()?;
-    let opened = Request::OpenSession {
-        secret,
-        host_time: host_now(),
-    };
-    let Reply::SessionOpened { session, .. } = client.request(&peer, &opened).await? else {
-        bail!("the session was not opened");
-    };
+    let (session, secret) = open_session(&client, &peer).await?;
     println!(
         "session-reap: {REAP_KEYS} keys under session {session}, renewed while they are acquired (not timed)…"
     );
@@ -427,19 +448,7 @@ pub async fn run_reap() -> anyhow::Result<bool> {
                 let (client, peer, session) = (client.clone(), peer.clone(), session.clone());
                 let name = format!("reaped-{tag}-{i}");
                 tokio::spawn(async move {
-                    let request = Request::AcquireInSession {
-                        config: KeyConfig::named(key(name)?.name),
-                        actor: homing_core::ActorId::new("bench-host:9000")?,
-                        lease: homing_client::new_lease_key()?,
-                        host_time: host_now(),
-                        wait_ms: 0,
-                        session,
-                        secret,
-                    };
-                    match client.request(&peer, &request).await? {
-                        Reply::Acquire(AcquireReply::Acquired(_)) => Ok(()),
-                        other => bail!("acquire in session answered {other:?}"),
-                    }
+                    acquire_in_session(&client, &peer, name, &session, secret).await
                 })
             })
             .collect();
@@ -447,16 +456,7 @@ pub async fn run_reap() -> anyhow::Result<bool> {
             handle.await??;
         }
         if renewed_at.elapsed() > Duration::from_millis(REAP_TTL_MS / 3) {
-            let renew = Request::RenewSession {
-                session: session.clone(),
-                secret,
-                host_time: host_now(),
-                ack: 0,
-            };
-            match client.request(&peer, &renew).await? {
-                Reply::SessionRenewed(SessionRenewReply::Renewed { .. }) => {}
-                other => bail!("renew session answered {other:?}"),
-            }
+            renew_session(&client, &peer, &session, secret).await?;
             renewed_at = Instant::now();
         }
     }
