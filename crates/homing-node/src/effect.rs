@@ -41,6 +41,14 @@ pub enum StoreOp {
         /// transaction; a moved row answers [`Written::Conflict`].
         guard: Option<Box<SessionGuard>>,
     },
+    /// Compare-and-set of each of several of our records over its stored
+    /// version, each on its own (any may land or conflict, or fail,
+    /// without the others), unguarded; answered [`Stored::WrittenEach`],
+    /// in order. A driver sends them at once, so the store's group commit
+    /// takes them in as few transactions as its limits allow (upkeep's
+    /// reaps of a page of due leases). Each landed write also reaches the
+    /// DC's waiters, as a [`StoreOp::Write`] does.
+    WriteEach(Vec<RecordWrite>),
     /// Read host session `id`'s row; answered [`Stored::Session`].
     Session(SessionId),
     /// Compare-and-set of a host session's row over stored version
@@ -137,6 +145,17 @@ pub enum StoreOp {
     },
 }
 
+/// One write of a [`StoreOp::WriteEach`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordWrite {
+    /// The version read.
+    pub expected: u64,
+    /// The record to write.
+    pub record: DcRecord,
+    /// Whether the write appends a lifecycle event.
+    pub event: bool,
+}
+
 impl StoreOp {
     /// A page of every record in `scope`.
     pub fn scan_scope(scope: NamespaceScope, after: Option<ScanCursor>, limit: usize) -> StoreOp {
@@ -161,6 +180,9 @@ pub enum Stored {
     Allocated(u64),
     /// Whether the compare-and-set landed.
     Written(Written),
+    /// For each write of a [`StoreOp::WriteEach`], in order: whether it
+    /// landed, or why it failed.
+    WrittenEach(Vec<Result<Written, crate::Failure>>),
     /// A page of the expiry index.
     Due(DuePage),
     /// Whether the entry was settled (`false`: the record changed since).

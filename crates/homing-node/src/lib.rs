@@ -147,7 +147,7 @@ pub use dc_lease::{
     DcLease, DcLeaseChange, DcLeasePoll, LeaseLender, StartCheck, TOKEN_HEADROOM, start_check,
 };
 pub use drain::Drain;
-pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored};
+pub use effect::{GlobalAnswer, GlobalOp, GlobalRead, RecordWrite, StoreOp, Stored};
 pub use endpoint::{Dispatch, Endpoint, EndpointConfig, Handling, WATCH_EVENTS_PAGE};
 pub use event::{AcquireEvent, NodeEvent, ReconcileEvent, UpkeepEvent};
 pub use failure::Failure;

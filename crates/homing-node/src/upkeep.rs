@@ -4,13 +4,20 @@
 //! not every record the DC ever wrote:
 //!
 //! - reaps: leases whose expiry + grace has passed (index kind `Lease`)
-//!   become `Released(Expired)`;
+//!   become `Released(Expired)`. A page's reaps are judged on the records
+//!   the page read and asked as one [`StoreOp::WriteEach`] (each its own
+//!   compare-and-set, so the store's group commit takes a page in one or a
+//!   few transactions within its limits); only a key held in a session is
+//!   read again first, with its session's row;
 //! - ends host sessions: a session whose expiry (or end) + grace has
 //!   passed (the DC store's sessions-due index) has its keys — found in
-//!   pages through its session-keys index — reaped as above, and then its
-//!   row deleted; a session whose page of keys reaped none (each refused
-//!   or failed) is left for a later pass, so one stuck key never holds up
-//!   the rest;
+//!   pages through its session-keys index — reaped a page at a time as
+//!   above, and then its row deleted. A due row's end is final (a renewal
+//!   at or past a session's expiry is refused), so the row read with the
+//!   due page judges every page of its keys. Keys that would not reap
+//!   (refused, failed) are stepped over; the session is swept again from
+//!   its first key while a sweep reaped any, and left for a later pass
+//!   when one reaped none, so one stuck key never holds up the rest;
 //! - sweeps: a record released at least `orphan_age_ms` ago (index kind
 //!   `Released`) that lost its race (a crash or an unreachable peer between
 //!   writing the record and winning the global entry or the link) becomes
@@ -34,8 +41,8 @@
 //! holds up a reap.
 //!
 //! ```text
-//! Due(Lease) page ─► reap each (Update Expire) ─► next page
-//! last page ─► DueSessions page ─► each: SessionKeys page ─► reap each ─► again
+//! Due(Lease) page ─► WriteEach (its reaps) ─► session keys: Update Expire ─► next page
+//! last page ─► DueSessions page ─► each: SessionKeys page ─► WriteEach ─► next page
 //!                                        └ none left ─► DeleteSession
 //! last page ─► Due(Released) pages ─► prove each candidate (Global entry │ Reservation)
 //!           ─ orphan ─► Update Abandon │ member ─► Settle
@@ -51,11 +58,11 @@ use std::collections::VecDeque;
 
 use homing_core::{
     DcId, DcRecord, DueCursor, DueKind, DuePage, EventSeq, LeasePolicy, RecordRead, RecordState,
-    ReservationId, Segment, SessionId, SessionRecord, StoreTime,
+    ReservationId, Segment, SessionId, SessionRecord, StoreTime, Written,
 };
 
 use crate::change::{Change, expire};
-use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
+use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, RecordWrite, StoreOp, Stored, unasked};
 use crate::event::{NodeEvent, UpkeepEvent};
 use crate::failure::Failure;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
@@ -89,8 +96,12 @@ enum Job {
 enum Section {
     /// A page of the expiry index's `kind` section.
     Due(DueKind),
-    /// A page of a due host session's keys.
-    Session(Box<SessionRecord>),
+    /// A page of a due host session's keys; `next`: the page was full, so
+    /// the sweep reads on after this key.
+    Session {
+        row: Box<SessionRecord>,
+        next: Option<ReservationId>,
+    },
 }
 
 #[derive(Debug)]
@@ -110,10 +121,20 @@ enum Phase {
         update: Box<Update>,
         reap: bool,
     },
+    /// The page's reaps, asked at once.
+    Writing {
+        section: Section,
+        more: bool,
+        writes: Vec<RecordWrite>,
+    },
     /// Reading a page of due host sessions.
     Sessions,
-    /// Reading a page of a due session's keys.
-    SessionKeys(Box<SessionRecord>),
+    /// Reading a page of a due session's keys, after `after` (`None`: a
+    /// sweep from its first key).
+    SessionKeys {
+        row: Box<SessionRecord>,
+        after: Option<ReservationId>,
+    },
     /// Deleting a due session's row, its keys all reaped.
     Ending(Box<SessionRecord>),
     Proving {
@@ -146,8 +167,10 @@ pub struct Upkeep {
     /// Due sessions read and not yet ended, and whether more follow.
     sessions: VecDeque<SessionRecord>,
     sessions_more: bool,
-    /// Keys of the current session's page reaped.
+    /// Keys of the current session reaped in this sweep of its keys.
     session_reaped: usize,
+    /// The page's reaps judged on the records it read.
+    writes: Vec<RecordWrite>,
     jobs: VecDeque<Job>,
     /// Orphan candidates, proven once the released records are read.
     proofs: VecDeque<DcRecord>,
@@ -179,6 +202,7 @@ impl Upkeep {
             sessions: VecDeque::new(),
             sessions_more: false,
             session_reaped: 0,
+            writes: Vec::new(),
             jobs: VecDeque::new(),
             proofs: VecDeque::new(),
             active: None,
@@ -201,6 +225,7 @@ impl Upkeep {
         self.sessions_after = None;
         self.sessions.clear();
         self.active = None;
+        self.writes.clear();
         self.jobs.clear();
         self.proofs.clear();
         self.phase = Phase::Read(DueKind::Lease);
@@ -285,13 +310,26 @@ impl Upkeep {
                         limit: self.limits.page_records,
                     }));
                 }
-                Phase::SessionKeys(row) => {
+                Phase::Writing {
+                    section,
+                    more,
+                    writes,
+                } => {
+                    let step = Step::Ask(Effect::Store(StoreOp::WriteEach(writes.clone())));
+                    self.phase = Phase::Writing {
+                        section,
+                        more,
+                        writes,
+                    };
+                    return step;
+                }
+                Phase::SessionKeys { row, after } => {
                     let step = Step::Ask(Effect::Store(StoreOp::SessionKeys {
                         id: row.id.clone(),
-                        after: None,
+                        after: after.clone(),
                         limit: self.limits.page_records,
                     }));
-                    self.phase = Phase::SessionKeys(row);
+                    self.phase = Phase::SessionKeys { row, after };
                     return step;
                 }
                 Phase::Ending(row) => {
@@ -337,6 +375,15 @@ impl Upkeep {
     /// Takes the next job of the page, or moves on to the next page, the
     /// released records, the proofs or the event log.
     fn next_job(&mut self, section: Section, more: bool) {
+        if !self.writes.is_empty() {
+            let writes = std::mem::take(&mut self.writes);
+            self.phase = Phase::Writing {
+                section,
+                more,
+                writes,
+            };
+            return;
+        }
         self.phase = match (self.jobs.pop_front(), section) {
             (Some(Job::Reap(id)), section) => self.changing(section, more, id, Change::Expire),
             (Some(Job::Abandon(id)), section) => self.changing(section, more, id, Change::Abandon),
@@ -346,20 +393,84 @@ impl Upkeep {
                 self.next_session()
             }
             (None, Section::Due(DueKind::Released)) => self.next_proof(),
-            // Its reaped keys left its index: read what remains.
-            (None, Section::Session(row)) if std::mem::take(&mut self.session_reaped) > 0 => {
-                Phase::SessionKeys(row)
+            (
+                None,
+                Section::Session {
+                    row,
+                    next: Some(after),
+                },
+            ) => Phase::SessionKeys {
+                row,
+                after: Some(after),
+            },
+            // Its reaped keys left its index: sweep what remains.
+            (None, Section::Session { row, next: None })
+                if std::mem::take(&mut self.session_reaped) > 0 =>
+            {
+                Phase::SessionKeys { row, after: None }
             }
-            // Not one of its page reaped (refused, failed): a later pass.
-            (None, Section::Session(_)) => self.next_session(),
+            // Not one key of the sweep reaped (refused, failed): a later pass.
+            (None, Section::Session { .. }) => self.next_session(),
         };
+    }
+
+    /// Queues the reap of `read` if it is due at `now` (store clock),
+    /// judged on the record as read: written only if it is still so.
+    fn reap(&mut self, read: &RecordRead, now: StoreTime) {
+        if let Some(next) = expire(read, now, &self.policy, self.mutations) {
+            let event = homing_core::event::derive(Some(&read.record), &next).is_some();
+            self.writes.push(RecordWrite {
+                expected: read.record.version,
+                record: next,
+                event,
+            });
+        }
+    }
+
+    /// What each of the page's reaps did (or why the whole batch failed).
+    fn handle_written_each(&mut self, written: Result<Vec<Result<Written, Failure>>, Failure>) {
+        let Phase::Writing {
+            section,
+            more,
+            writes,
+        } = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
+            panic!("upkeep: writes it did not ask for");
+        };
+        let outcomes = match written {
+            Ok(outcomes) => {
+                assert_eq!(outcomes.len(), writes.len(), "upkeep: an answer per write");
+                outcomes
+            }
+            Err(failure) => vec![Err(failure); writes.len()],
+        };
+        for (write, outcome) in writes.into_iter().zip(outcomes) {
+            let id = write.record.id;
+            match outcome {
+                Ok(Written::Yes) => {
+                    self.session_reaped += 1;
+                    self.events.push_back(UpkeepEvent::Reaped(id));
+                }
+                // It changed since the page was read: judged again when
+                // it is due (or in the session's next sweep).
+                Ok(Written::Conflict) => {}
+                Err(failure) => self
+                    .events
+                    .push_back(UpkeepEvent::ChangeFailed(id, failure)),
+            }
+        }
+        self.phase = Phase::Jobs { section, more };
     }
 
     /// The next due session's keys, the next page of due sessions, or the
     /// released records once every due session was seen.
     fn next_session(&mut self) -> Phase {
+        self.session_reaped = 0;
         match self.sessions.pop_front() {
-            Some(row) => Phase::SessionKeys(Box::new(row)),
+            Some(row) => Phase::SessionKeys {
+                row: Box::new(row),
+                after: None,
+            },
             None if self.sessions_more => Phase::Sessions,
             None => {
                 self.after = None;
@@ -388,20 +499,24 @@ impl Upkeep {
         };
     }
 
-    /// A page of the current due session's keys (or why not): each reaped,
-    /// or the row deleted once none is left.
-    fn handle_session_keys(&mut self, page: Result<Vec<DcRecord>, Failure>) {
-        let Phase::SessionKeys(row) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+    /// A page of the current due session's keys read at `now` (or why
+    /// not): each reaped, or the row deleted once none is left.
+    fn handle_session_keys(&mut self, page: Result<Vec<DcRecord>, Failure>, now: StoreTime) {
+        let Phase::SessionKeys { row, after } = std::mem::replace(&mut self.phase, Phase::Idle)
+        else {
             panic!("upkeep: session keys it did not ask for");
         };
         self.phase = match page {
-            Ok(keys) if keys.is_empty() => Phase::Ending(row),
+            Ok(keys) if keys.is_empty() && after.is_none() => Phase::Ending(row),
             Ok(keys) => {
-                self.session_reaped = 0;
-                let reaps = keys.into_iter().map(|r| Job::Reap(r.id));
-                self.jobs.extend(reaps);
+                let full = keys.len() >= self.limits.page_records;
+                let next = keys.last().filter(|_| full).map(|r| r.id.clone());
+                for record in keys {
+                    let session = Some(row.clone());
+                    self.reap(&RecordRead { record, session }, now);
+                }
                 Phase::Jobs {
-                    section: Section::Session(row),
+                    section: Section::Session { row, next },
                     more: true,
                 }
             }
@@ -467,8 +582,16 @@ impl Upkeep {
             (Phase::Changing { update, .. }, Ok(stored)) => update.handle_stored(stored, now),
             (Phase::Sessions, Ok(Stored::Sessions(rows))) => self.handle_sessions(Ok(rows)),
             (Phase::Sessions, Err(failure)) => self.handle_sessions(Err(failure)),
-            (Phase::SessionKeys(_), Ok(Stored::Page(keys))) => self.handle_session_keys(Ok(keys)),
-            (Phase::SessionKeys(_), Err(failure)) => self.handle_session_keys(Err(failure)),
+            (Phase::Writing { .. }, Ok(Stored::WrittenEach(each))) => {
+                self.handle_written_each(Ok(each))
+            }
+            (Phase::Writing { .. }, Err(failure)) => self.handle_written_each(Err(failure)),
+            (Phase::SessionKeys { .. }, Ok(Stored::Page(keys))) => {
+                self.handle_session_keys(Ok(keys), now)
+            }
+            (Phase::SessionKeys { .. }, Err(failure)) => {
+                self.handle_session_keys(Err(failure), now)
+            }
             (Phase::Ending(_), Ok(Stored::Deleted(deleted))) => self.handle_deleted(Ok(deleted)),
             (Phase::Ending(_), Err(failure)) => self.handle_deleted(Err(failure)),
             (Phase::Changing { .. }, Err(failure)) => self.handle_change_failure(failure),
@@ -515,9 +638,13 @@ impl Upkeep {
         }
         for record in page.records {
             match kind {
+                // A lease of its own: judged on the record as read.
+                DueKind::Lease if record.session().is_none() => {
+                    self.reap(&RecordRead::alone(record), now)
+                }
                 DueKind::Lease => {
-                    // Due by a per-key expiry (its own, or the one it froze
-                    // at): judged without its session; the reap re-reads it.
+                    // A session key due by the expiry it froze at: judged
+                    // without its session here; the reap reads it with its row.
                     let read = RecordRead::alone(record);
                     if expire(&read, now, &self.policy, self.mutations).is_some() {
                         self.jobs.push_back(Job::Reap(read.record.id.clone()));
@@ -732,6 +859,8 @@ mod tests {
         failing: BTreeSet<&'static str>,
         /// Host session rows.
         sessions: BTreeMap<SessionId, SessionRecord>,
+        /// The size of each `WriteEach` asked, in order.
+        batches: Vec<usize>,
     }
 
     fn key(name: &str) -> Key {
@@ -757,6 +886,7 @@ mod tests {
                 trace: Vec::new(),
                 failing: BTreeSet::new(),
                 sessions: BTreeMap::new(),
+                batches: Vec::new(),
             }
         }
 
@@ -872,11 +1002,19 @@ mod tests {
                     }
                     Stored::Deleted(current)
                 }
-                StoreOp::Write { record, .. } => {
-                    self.trace.push(format!("write {}", record.id));
-                    self.settled.remove(&record.id);
-                    self.records.insert(record.id.clone(), *record);
-                    Stored::Written(Written::Yes)
+                StoreOp::Write {
+                    expected, record, ..
+                } => Stored::Written(self.write(expected, *record)),
+                StoreOp::WriteEach(writes) => {
+                    self.batches.push(writes.len());
+                    let each = writes.into_iter().map(|w| {
+                        if self.failing.contains("write") {
+                            let e = ErrorReply::new(ErrorKind::Internal, "write fails");
+                            return Err(Failure::Refused(e));
+                        }
+                        Ok(self.write(Some(w.expected), w.record))
+                    });
+                    Stored::WrittenEach(each.collect())
                 }
                 StoreOp::Settle { id, version } => {
                     let current = self.records.get(&id).is_some_and(|r| r.version == version);
@@ -893,6 +1031,18 @@ mod tests {
                 }
                 other => panic!("upkeep asked {other:?}"),
             }
+        }
+
+        /// A compare-and-set over `expected`.
+        fn write(&mut self, expected: Option<u64>, record: DcRecord) -> Written {
+            let stored = self.records.get(&record.id).map(|r| r.version);
+            if stored != expected {
+                return Written::Conflict;
+            }
+            self.trace.push(format!("write {}", record.id));
+            self.settled.remove(&record.id);
+            self.records.insert(record.id.clone(), record);
+            Written::Yes
         }
 
         fn pass(&mut self, upkeep: &mut Upkeep) -> Vec<UpkeepEvent> {
@@ -1030,6 +1180,81 @@ mod tests {
         assert!(!world.sessions.contains_key(&dead.id));
         assert_eq!(state(&world, "iad.20"), "active");
         assert!(world.sessions.contains_key(&live.id));
+    }
+
+    /// A dead session's keys cost one write per page, not a read and a
+    /// write per key (the reap rate the issue's million-key session needs);
+    /// a key that changed since its page was read is judged again.
+    #[test]
+    fn a_dead_sessions_keys_are_reaped_one_batch_per_page() {
+        let mut world = World::new();
+        let dead = crate::fixture::session();
+        for unique in 100..400 {
+            let key = crate::fixture::held_in_session(&dead, unique);
+            world.records.insert(key.id.clone(), key);
+        }
+        world.sessions.insert(dead.id.clone(), dead.clone());
+        // Lapsed per-key leases go in one batch too.
+        world.record("iad.1", "a", None, false);
+        world.record("iad.2", "b", None, false);
+        let mut upkeep = upkeep(128, Mutations::NONE);
+        let events = world.pass(&mut upkeep);
+        assert_eq!(world.batches, [2, 128, 128, 44]);
+        assert_eq!(world.reads, 0, "no proof read");
+        let reaped = kinds(&events).iter().filter(|k| **k == "reaped").count();
+        assert_eq!(reaped, 302);
+        assert!(kinds(&events).contains(&"session ended"));
+        assert!((world.records.values()).all(|r| matches!(r.state, RecordState::Released { .. })));
+    }
+
+    #[test]
+    fn a_session_key_changed_since_its_page_was_read_is_reaped_on_the_next_sweep() {
+        let mut world = World::new();
+        let dead = crate::fixture::session();
+        for unique in 10..14 {
+            let key = crate::fixture::held_in_session(&dead, unique);
+            world.records.insert(key.id.clone(), key);
+        }
+        world.sessions.insert(dead.id.clone(), dead.clone());
+        let mut upkeep = upkeep(128, Mutations::NONE);
+        // Drive by hand up to the page's writes, then move one key.
+        upkeep.start(world.now);
+        let writes = loop {
+            let Step::Ask(Effect::Store(op)) = upkeep.step(NodeTime::from_us(0)) else {
+                panic!("upkeep stopped before reaping");
+            };
+            if let StoreOp::WriteEach(writes) = op {
+                break writes;
+            }
+            let stored = world.perform(op);
+            upkeep.handle_stored(Ok(stored), world.now);
+        };
+        assert_eq!(writes.len(), 4);
+        world.records.get_mut(&id("iad.11")).unwrap().version += 1;
+        let stored = world.perform(StoreOp::WriteEach(writes));
+        let Stored::WrittenEach(each) = &stored else {
+            panic!("{stored:?}")
+        };
+        assert_eq!(each[1], Ok(Written::Conflict));
+        upkeep.handle_stored(Ok(stored), world.now);
+        // The rest of the pass: the moved key is read again and reaped.
+        let mut events = Vec::new();
+        loop {
+            match upkeep.step(NodeTime::from_us(0)) {
+                Step::Ask(Effect::Store(op)) => {
+                    let stored = world.perform(op);
+                    upkeep.handle_stored(Ok(stored), world.now);
+                }
+                Step::Done(()) => break,
+                Step::Ask(other) => panic!("upkeep asked {other:?}"),
+            }
+            events.extend(std::iter::from_fn(|| match upkeep.poll_event() {
+                Some(NodeEvent::Upkeep(event)) => Some(event),
+                _ => None,
+            }));
+        }
+        assert_eq!(state(&world, "iad.11"), "released");
+        assert!(events.contains(&UpkeepEvent::SessionEnded(dead.id.clone())));
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! concurrent writers share one fsync; alone, a writer pays one fsync per op.
 //! `group_ops_max = 1` is the non-grouped mode kept for comparison.
 //!
+//! Host-session rows ([`Op::SessionCas`]: a session's renewal, open, close)
+//! go ahead of everything else: they wait in their own queue, which the
+//! thread empties first into each group, so an acquire storm or a big reap
+//! that fills the main queue delays a heartbeat by at most the group being
+//! committed (etcd's failure mode is keepalives starved by writes).
+//!
 //! A commit that fails with a storage error (a full disk) closes the file
 //! before its callers are answered with the error, and the writer opens it
 //! again before it takes another group (`reopen.rs`); writes queued
@@ -135,6 +141,21 @@ pub(crate) enum Op {
     /// Tests: panic in the writer thread, as a bug in redb would.
     #[cfg(test)]
     Crash,
+    /// Tests: hold the writer thread (saying so on `held`) until `go`
+    /// says go (or drops).
+    #[cfg(test)]
+    Hold {
+        held: std::sync::mpsc::Sender<()>,
+        go: std::sync::mpsc::Receiver<()>,
+    },
+}
+
+impl Op {
+    /// Whether it goes ahead of the queue: a host session's row (its
+    /// renewals carry every key of the session).
+    fn urgent(&self) -> bool {
+        matches!(self, Op::SessionCas { .. })
+    }
 }
 
 /// What an applied [`Op`] found.
@@ -179,9 +200,16 @@ struct Request {
 /// Handle to the writer thread; dropping it stops and joins the thread, so the
 /// database file is closed when the store is dropped.
 pub(crate) struct Writer {
-    queue: Option<mpsc::Sender<Request>>,
+    /// The main queue; `None` in it only wakes the thread for `urgent`.
+    queue: Option<mpsc::Sender<Option<Request>>>,
+    /// Ops that go first ([`Op::urgent`]): not bounded by the main queue
+    /// (one per host session renewing, each waiting for its answer).
+    urgent: Arc<Urgent>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// The queue of urgent ops.
+type Urgent = std::sync::Mutex<std::collections::VecDeque<Request>>;
 
 pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend {
@@ -203,12 +231,18 @@ impl Writer {
         assert!(group_ops_max >= 1, "a group holds at least one op");
         let db = file.database()?;
         let (queue, rx) = mpsc::channel(WRITE_QUEUE_OPS_MAX);
+        let urgent = Arc::new(Urgent::default());
+        let queues = Queues {
+            urgent: urgent.clone(),
+            rx,
+        };
         let thread = std::thread::Builder::new()
             .name("homing-redb-writer".into())
-            .spawn(move || run(&file, db, rx, group_ops_max))
+            .spawn(move || run(&file, db, queues, group_ops_max))
             .map_err(backend)?;
         Ok(Writer {
             queue: Some(queue),
+            urgent,
             thread: Some(thread),
         })
     }
@@ -223,14 +257,35 @@ impl Writer {
         }
     }
 
+    /// Ops waiting in the main queue (tests).
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.queue
+            .as_ref()
+            .map_or(0, |q| WRITE_QUEUE_OPS_MAX - q.capacity())
+    }
+
+    /// Ops waiting in the urgent queue (tests).
+    #[cfg(test)]
+    pub(crate) fn urgent_queued(&self) -> usize {
+        self.urgent.lock().expect("urgent queue").len()
+    }
+
     /// Queues `op` and waits until its transaction committed (or failed).
     pub(crate) async fn submit(&self, op: Op) -> Result<Outcome, StoreError> {
         let queue = self.queue.as_ref().ok_or_else(stopped)?;
         let (reply, answer) = oneshot::channel();
-        queue
-            .send(Request { op, reply })
-            .await
-            .map_err(|_| stopped())?;
+        let request = Request { op, reply };
+        if request.op.urgent() {
+            self.urgent.lock().expect("urgent queue").push_back(request);
+            // Wakes a thread waiting on an empty queue; a full one means
+            // the thread is busy and takes the urgent queue first anyway.
+            if let Err(mpsc::error::TrySendError::Closed(_)) = queue.try_send(None) {
+                return Err(stopped());
+            }
+        } else {
+            queue.send(Some(request)).await.map_err(|_| stopped())?;
+        }
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -246,19 +301,53 @@ impl Drop for Writer {
     }
 }
 
-fn run(
-    file: &DbFile,
-    mut db: Arc<Database>,
-    mut rx: mpsc::Receiver<Request>,
-    group_ops_max: usize,
-) {
+/// The writer thread's ends of the two queues.
+struct Queues {
+    urgent: Arc<Urgent>,
+    rx: mpsc::Receiver<Option<Request>>,
+}
+
+impl Queues {
+    fn urgent(&self) -> Option<Request> {
+        self.urgent.lock().expect("urgent queue").pop_front()
+    }
+
+    /// The next op, urgent ones first, waiting for one; `None` once the
+    /// store is dropped.
+    fn next(&mut self) -> Option<Request> {
+        loop {
+            if let Some(request) = self.urgent() {
+                return Some(request);
+            }
+            if let Some(request) = self.rx.blocking_recv()? {
+                return Some(request);
+            }
+        }
+    }
+
+    /// The next op already queued, urgent ones first.
+    fn queued(&mut self) -> Option<Request> {
+        if let Some(request) = self.urgent() {
+            return Some(request);
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(Some(request)) => return Some(request),
+                Ok(None) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+fn run(file: &DbFile, mut db: Arc<Database>, mut queues: Queues, group_ops_max: usize) {
     let mut batch = Vec::with_capacity(group_ops_max);
-    while let Some(first) = rx.blocking_recv() {
+    while let Some(first) = queues.next() {
         batch.push(first);
         while batch.len() < group_ops_max {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+            match queues.queued() {
+                Some(next) => batch.push(next),
+                None => break,
             }
         }
         let ops = batch.len();
@@ -282,7 +371,7 @@ fn run(
                     let _ = request.reply.send(Err(backend(&e)));
                 }
                 if reopening {
-                    match reopen(file, db, &mut rx, &e) {
+                    match reopen(file, db, &mut queues, &e) {
                         Some(reopened) => db = reopened,
                         None => return,
                     }
@@ -298,7 +387,7 @@ fn run(
 fn reopen(
     file: &DbFile,
     db: Arc<Database>,
-    rx: &mut mpsc::Receiver<Request>,
+    queues: &mut Queues,
     cause: &redb::Error,
 ) -> Option<Arc<Database>> {
     // Ours must go before the file can open again; readers in flight drop theirs.
@@ -323,7 +412,7 @@ fn reopen(
             }
             Err(_) => {}
         }
-        if !refuse_for(rx, Duration::from_millis(pause_ms), &cause) {
+        if !refuse_for(queues, Duration::from_millis(pause_ms), &cause) {
             return None;
         }
         pause_ms = (pause_ms * 2).min(REOPEN_PAUSE_MS_MAX);
@@ -332,13 +421,18 @@ fn reopen(
 
 /// Answers every write queued during `pause` with `Unavailable`, at least
 /// every [`REFUSE_POLL_MS`]; `false` once the queue is closed.
-fn refuse_for(rx: &mut mpsc::Receiver<Request>, pause: Duration, cause: &str) -> bool {
+fn refuse_for(queues: &mut Queues, pause: Duration, cause: &str) -> bool {
     let until = Instant::now() + pause;
     loop {
-        match rx.try_recv() {
-            Ok(request) => {
+        if let Some(request) = queues.urgent() {
+            let _ = request.reply.send(Err(reopen::closed(cause)));
+            continue;
+        }
+        match queues.rx.try_recv() {
+            Ok(Some(request)) => {
                 let _ = request.reply.send(Err(reopen::closed(cause)));
             }
+            Ok(None) => {}
             Err(TryRecvError::Disconnected) => return false,
             Err(TryRecvError::Empty) => {
                 let left = until.saturating_duration_since(Instant::now());
@@ -519,6 +613,12 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
         }
         #[cfg(test)]
         Op::Crash => panic!("the writer thread crashes on purpose"),
+        #[cfg(test)]
+        Op::Hold { held, go } => {
+            let _ = held.send(());
+            let _ = go.recv();
+            Ok(Outcome::Trimmed)
+        }
     }
 }
 

@@ -82,6 +82,11 @@ impl DcCtx<'_> {
                 guard,
                 ..
             } => Stored::Written(self.cas(expected, &record, guard.as_deref())),
+            DcOp::WriteEach(writes) => Stored::WrittenEach(
+                (writes.iter())
+                    .map(|w| Ok(self.cas(Some(w.expected), &w.record, None)))
+                    .collect(),
+            ),
             DcOp::Session(id) => Stored::Session(dc.store.session(&id)),
             DcOp::WriteSession { expected, row } => {
                 let cas = dc.store.compare_and_set_session(expected, &row);
@@ -250,6 +255,15 @@ impl DcCtx<'_> {
             }) if self.world.rng.chance(lands) => {
                 self.measurements.count(Counter::DcStoreFailedWriteLanded);
                 self.cas(*expected, record, guard.as_deref());
+            }
+            // Each write of a batch lands or not on its own.
+            StoreCall::Dc(DcOp::WriteEach(writes)) => {
+                for w in writes {
+                    if self.world.rng.chance(lands) {
+                        self.measurements.count(Counter::DcStoreFailedWriteLanded);
+                        self.cas(Some(w.expected), &w.record, None);
+                    }
+                }
             }
             StoreCall::Dc(DcOp::Allocate) if self.world.rng.chance(lands) => {
                 self.allocate();

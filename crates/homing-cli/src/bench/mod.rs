@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// `idle-attacker` (flood's child process): the router to attack.
     #[arg(long, hide = true)]
     attack: Option<std::net::SocketAddr>,
+    /// `session-reap`: keys under the session that dies (acquired through
+    /// homingd before the clock starts).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    reap_keys: u64,
     /// Only the throughput cells (`resolve-cold`: skips the latency-per-chain-length
     /// part and its model table).
     #[arg(long)]
@@ -105,7 +109,7 @@ enum Suite {
     Renew,
     /// The same with the DC store on a 3-member etcd, vs etcd's own guarded put (feature `etcd`).
     RenewEtcd,
-    /// One host session of 20 k keys stops renewing: when the reaper has released them all, and the reap rate.
+    /// One host session of `--reap-keys` keys stops renewing: when the reaper has released them all, the reap rate, other sessions' renewal p99 meanwhile.
     SessionReap,
     /// Resolve p50/p99 before, during and after 100 k forged QUIC Initials/s at homingd and 10 k idle TCP connections at the edge router.
     Flood,
@@ -134,7 +138,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         #[cfg(not(feature = "etcd"))]
         Suite::ReserveEtcd => Ok(needs_etcd("reserve-etcd")),
         Suite::Renew => renew::run().await,
-        Suite::SessionReap => renew::run_reap().await,
+        Suite::SessionReap => renew::run_reap(args.reap_keys as usize).await,
         Suite::Flood => {
             let flood = flood::Flood {
                 rate: args.flood_rate,

@@ -399,8 +399,11 @@ async fn raw_cell(
     .await
 }
 
-/// Keys under the one session `session-reap` lets die.
-const REAP_KEYS: usize = 20_000;
+/// Host sessions that keep renewing while `session-reap`'s session is
+/// reaped: their renewal latency before and during the reap.
+const BYSTANDERS: usize = 8;
+/// A bystander's pause between renewals, ms.
+const BYSTANDER_PAUSE_MS: u64 = 20;
 /// The lease of `session-reap`'s daemon: short, so the wait is short.
 const REAP_TTL_MS: u64 = 2_000;
 /// Its grace after expiry, ms.
@@ -408,13 +411,15 @@ const REAP_GRACE_MS: u64 = 500;
 /// How often its reaper runs, ms.
 const REAP_INTERVAL_MS: u64 = 100;
 
-/// `homing bench session-reap`: one host session holding [`REAP_KEYS`]
-/// keys stops renewing; how long after its expiry plus grace the DC's
-/// reaper has every key `Released(Expired)` (counted from the DC's event
-/// log), and the reap rate.
-pub async fn run_reap() -> anyhow::Result<bool> {
+/// `homing bench session-reap`: one host session holding `keys` keys
+/// stops renewing; how long after its expiry plus grace the DC's reaper
+/// has every key `Released(Expired)` (counted from the DC's event log),
+/// the reap rate, and the renewal latency of [`BYSTANDERS`] other
+/// sessions before and during the reap.
+pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
     use homing_core::event::EventKind;
     use homing_core::{Namespace, NamespaceScope, Role};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
 
     let dc = homing_core::DcId::new("dc0")?;
@@ -437,11 +442,29 @@ pub async fn run_reap() -> anyhow::Result<bool> {
     let peer = net.peer(&dc);
     let tag = run_tag();
     let (session, secret) = open_session(&client, &peer).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut bystanders = Vec::with_capacity(BYSTANDERS);
+    for _ in 0..BYSTANDERS {
+        let (session, secret) = open_session(&client, &peer).await?;
+        let (client, peer, stop) = (client.clone(), peer.clone(), stop.clone());
+        bystanders.push(tokio::spawn(async move {
+            // (when sent, latency µs) of each renewal.
+            let mut samples: Vec<(Instant, u64)> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                renew_session(&client, &peer, &session, secret).await?;
+                samples.push((sent, sent.elapsed().as_micros() as u64));
+                tokio::time::sleep(Duration::from_millis(BYSTANDER_PAUSE_MS)).await;
+            }
+            anyhow::Ok(samples)
+        }));
+    }
     println!(
-        "session-reap: {REAP_KEYS} keys under session {session}, renewed while they are acquired (not timed)…"
+        "session-reap: {keys} keys under session {session}, renewed while they are acquired (not timed); {BYSTANDERS} other sessions renewing every {BYSTANDER_PAUSE_MS} ms…"
     );
+    let acquiring = Instant::now();
     let mut renewed_at = Instant::now();
-    let all: Vec<usize> = (0..REAP_KEYS).collect();
+    let all: Vec<usize> = (0..keys).collect();
     for batch in all.chunks(TASKS) {
         let handles: Vec<_> = (batch.iter())
             .map(|&i| {
@@ -460,6 +483,7 @@ pub async fn run_reap() -> anyhow::Result<bool> {
             renewed_at = Instant::now();
         }
     }
+    let acquired_per_s = keys as f64 / acquiring.elapsed().as_secs_f64().max(1e-3);
     // The last renewal's expiry plus grace, in this machine's clock (the
     // DC's store clock is this machine's too here).
     let due = renewed_at + Duration::from_millis(REAP_TTL_MS + REAP_GRACE_MS);
@@ -484,11 +508,11 @@ pub async fn run_reap() -> anyhow::Result<bool> {
             break;
         }
     }
-    let bound = due + Duration::from_secs(120);
-    while reaped < REAP_KEYS {
+    let bound = due + Duration::from_secs(600);
+    while reaped < keys {
         if Instant::now() > bound {
             bail!(
-                "only {reaped} of {REAP_KEYS} keys reaped 120 s after the session's expiry plus grace"
+                "only {reaped} of {keys} keys reaped 600 s after the session's expiry plus grace"
             );
         }
         let watch = Request::Watch {
@@ -508,21 +532,54 @@ pub async fn run_reap() -> anyhow::Result<bool> {
             }
         }
     }
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    for bystander in bystanders {
+        samples.extend(bystander.await??);
+    }
     net.shutdown().await;
     let (first, last) = (first.unwrap_or(due), last.unwrap_or(due));
+    // Before: from the acquires' end to the session's expiry (nothing else
+    // runs); during: from the first key reaped to the last.
+    let before_from = renewed_at;
+    let window = |from: Instant, to: Instant| {
+        let mut us: Vec<u64> = (samples.iter())
+            .filter(|(sent, _)| *sent >= from && *sent <= to)
+            .map(|s| s.1)
+            .collect();
+        us.sort_unstable();
+        us
+    };
+    let (before, during) = (window(before_from, due), window(first, last));
     let since = |t: Instant| t.saturating_duration_since(due).as_secs_f64() * 1000.0;
     let spread = last.saturating_duration_since(first).as_secs_f64();
     println!(
-        "\nOne host session of {REAP_KEYS} keys stops renewing (1 DC, redb, ttl {REAP_TTL_MS} ms, grace {REAP_GRACE_MS} ms, reaper every {REAP_INTERVAL_MS} ms); times after its expiry plus grace, as the event log shows them to a watcher\n"
+        "\nOne host session of {keys} keys stops renewing (1 DC, redb, ttl {REAP_TTL_MS} ms, grace {REAP_GRACE_MS} ms, reaper every {REAP_INTERVAL_MS} ms); times after its expiry plus grace, as the event log shows them to a watcher; keys were acquired at {} /s\n",
+        thousands(acquired_per_s)
     );
     println!("| keys | first reaped ms | last reaped ms | reaped/s |");
     println!("|---:|---:|---:|---:|");
     println!(
         "| {} | {:.0} | {:.0} | {} |",
-        thousands(REAP_KEYS as f64),
+        thousands(keys as f64),
         since(first),
         since(last),
-        thousands(REAP_KEYS as f64 / spread.max(1e-3))
+        thousands(keys as f64 / spread.max(1e-3))
     );
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "\nRenewals of {BYSTANDERS} other sessions (one every {BYSTANDER_PAUSE_MS} ms each)\n"
+    );
+    println!("| window | renewals | p50 ms | p99 ms | max ms |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, us) in [("before the reap", &before), ("during the reap", &during)] {
+        println!(
+            "| {name} | {} | {:.1} | {:.1} | {:.1} |",
+            us.len(),
+            ms(super::quantile(us, 0.5)),
+            ms(super::quantile(us, 0.99)),
+            ms(us.last().copied().unwrap_or(0))
+        );
+    }
     Ok(true)
 }

@@ -109,6 +109,14 @@ impl Node {
                 self.write(expected, event, &record, guard.as_deref())
                     .await?,
             ),
+            StoreOp::WriteEach(writes) => {
+                // All at once: the store's group commit takes them together.
+                let each = writes.iter().map(|w| async move {
+                    let written = self.write(Some(w.expected), w.event, &w.record, None);
+                    written.await.map_err(|e| self.store_failure(e))
+                });
+                Stored::WrittenEach(futures_util::future::join_all(each).await)
+            }
             StoreOp::Session(id) => {
                 Stored::Session(self.timed("dc_session", records.session(&id)).await?)
             }

@@ -335,6 +335,71 @@ mod tests {
         assert_eq!(due_ids(&store).await, page);
     }
 
+    /// A host session's renewal is not queued behind a storm of other
+    /// writes: it goes in the next group committed. Without the urgent
+    /// queue it would be answered after the 600 writes queued before it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_row_write_goes_ahead_of_the_writes_queued_before_it() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dc.redb");
+        let store = Arc::new(RedbDcStore::open(&path, RedbOptions::default()).unwrap());
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        let hold = crate::writer::Op::Hold {
+            held: held_tx,
+            go: go_rx,
+        };
+        let holder = store.clone();
+        let holding = tokio::spawn(async move { holder.shared.writer.submit(hold).await });
+        tokio::task::spawn_blocking(move || held.recv().unwrap())
+            .await
+            .unwrap();
+        // The writer thread is held: 600 writes queue up, then a session row.
+        let answered = Arc::new(AtomicUsize::new(0));
+        let mut writes = Vec::new();
+        for unique in 1..=600 {
+            let (store, answered) = (store.clone(), answered.clone());
+            writes.push(tokio::spawn(async move {
+                store
+                    .compare_and_set(None, &leased(unique, 1_000))
+                    .await
+                    .unwrap();
+                answered.fetch_add(1, Ordering::SeqCst)
+            }));
+        }
+        while store.shared.writer.queued() < 600 {
+            tokio::task::yield_now().await;
+        }
+        let (row, _) = homing_core::SessionRecord::open(
+            homing_core::SessionId::new("iad".parse().unwrap(), 1),
+            homing_core::LeaseKey::from_bytes([7; 16]).unwrap(),
+            homing_core::HostTime::from_ms(0),
+            StoreTime::from_ms(1),
+            &homing_core::LeasePolicy::DEFAULT,
+        );
+        let (renewer, answered_at) = (store.clone(), answered.clone());
+        let renewal = tokio::spawn(async move {
+            let cas = renewer.compare_and_set_session(None, &row).await.unwrap();
+            assert_eq!(cas, crate::SessionCas::Written);
+            answered_at.fetch_add(1, Ordering::SeqCst)
+        });
+        // Queued: in the urgent queue, or (were it not urgent) the main one.
+        while store.shared.writer.urgent_queued() + store.shared.writer.queued() < 601 {
+            tokio::task::yield_now().await;
+        }
+        go.send(()).unwrap();
+        holding.await.unwrap().unwrap();
+        let place = renewal.await.unwrap();
+        for write in writes {
+            write.await.unwrap();
+        }
+        assert!(
+            place < crate::redb::GROUP_OPS_MAX_DEFAULT,
+            "the session row was answered {place}th of 601"
+        );
+    }
+
     #[test]
     fn opening_an_open_file_twice_is_unavailable_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
