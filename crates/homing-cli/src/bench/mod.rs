@@ -334,6 +334,15 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Resident set size of this process, in bytes (0 where /proc is not
+/// there); pages of 4 KiB, as on the Linux hosts benchmarks run on.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
 /// The median of `xs` (the upper one for an even count); 0 when empty.
 fn median(mut xs: Vec<f64>) -> f64 {
     if xs.is_empty() {

@@ -462,6 +462,13 @@ pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
     println!(
         "session-reap: {keys} keys under session {session}, renewed while they are acquired (not timed); {BYSTANDERS} other sessions renewing every {BYSTANDER_PAUSE_MS} ms…"
     );
+    let dc_file = net.dir().join(dc.as_str()).join(format!("dc-{dc}.redb"));
+    let global_file = net.dir().join("global.redb");
+    let sizes = || {
+        let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        [size(&dc_file), size(&global_file), super::rss_bytes()]
+    };
+    let empty = sizes();
     let acquiring = Instant::now();
     let mut renewed_at = Instant::now();
     let all: Vec<usize> = (0..keys).collect();
@@ -484,6 +491,7 @@ pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
         }
     }
     let acquired_per_s = keys as f64 / acquiring.elapsed().as_secs_f64().max(1e-3);
+    let held = sizes();
     // The last renewal's expiry plus grace, in this machine's clock (the
     // DC's store clock is this machine's too here).
     let due = renewed_at + Duration::from_millis(REAP_TTL_MS + REAP_GRACE_MS);
@@ -565,6 +573,19 @@ pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
         since(first),
         since(last),
         thousands(keys as f64 / spread.max(1e-3))
+    );
+    let per_key = |i: usize| held[i].saturating_sub(empty[i]) as f64 / keys as f64;
+    println!(
+        "\nWhat the {keys} session keys cost, from before the first acquire to after the last (file sizes; one process holds homingd and the bench's clients, so its RSS is an upper bound on homingd's)\n"
+    );
+    println!("| keys | DC store B/key | global store B/key | process RSS B/key |");
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {} | {:.0} | {:.0} | {:.0} |",
+        thousands(keys as f64),
+        per_key(0),
+        per_key(1),
+        per_key(2)
     );
     let ms = |us: u64| us as f64 / 1000.0;
     println!(
