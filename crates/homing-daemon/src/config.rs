@@ -138,6 +138,9 @@ pub struct Settings {
     /// How long a resolve's "no global entry" answer is reused for the same key, in milliseconds (concurrent misses share one read); 0 reads the global store for every such resolve.
     #[arg(long, env = "HOMING_ABSENT_TTL_MS")]
     pub absent_ttl_ms: Option<u64>,
+    /// The most memory redb's page cache takes for each redb store file (the DC store's, the global store's), in MiB: the records live on disk, this much of them stays in memory. redb's own default is 1024.
+    #[arg(long, env = "HOMING_REDB_CACHE_MB")]
+    pub redb_cache_mb: Option<u64>,
     /// Most acquirers parked on one reservation of this DC (Acquire with wait_ms).
     #[arg(long, env = "HOMING_WAITERS_PER_KEY_MAX")]
     pub waiters_per_key_max: Option<u64>,
@@ -274,6 +277,7 @@ impl Settings {
             peer_timeout_ms,
             global_cache_entries,
             absent_ttl_ms,
+            redb_cache_mb,
             waiters_per_key_max,
             waiters_max,
             handoff_ms,
@@ -289,6 +293,17 @@ impl Settings {
             udp_receive_buffer_bytes
         )
     }
+}
+
+/// Default of `redb_cache_mb`: redb's own page cache per file.
+pub const REDB_CACHE_MB_DEFAULT: u64 = (homing_store::redb::CACHE_BYTES_DEFAULT >> 20) as u64;
+
+/// `redb_cache_mb` in bytes; refused when it does not fit this machine's
+/// address space.
+fn redb_cache_bytes(mb: u64) -> Result<usize, ConfigError> {
+    mb.checked_mul(1 << 20)
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .ok_or_else(|| invalid("redb_cache_mb", "larger than this machine can address"))
 }
 
 /// Default of `absent_ttl_ms`: how long a resolve's "no global entry"
@@ -402,6 +417,8 @@ pub struct Config {
     pub global_cache_entries: u64,
     /// How long a resolve's absent answer is reused, ms (0: never).
     pub absent_ttl_ms: u64,
+    /// redb's page cache per store file, bytes.
+    pub redb_cache_bytes: usize,
     /// Bounds and hand-off of parked acquirers.
     pub waiting: WaitLimits,
     /// Lifecycle events kept for watchers.
@@ -595,6 +612,11 @@ impl Config {
                 homing_node::MEMORY_ENTRIES_DEFAULT,
             )?,
             absent_ttl_ms: s.absent_ttl_ms.unwrap_or(ABSENT_TTL_MS_DEFAULT),
+            redb_cache_bytes: redb_cache_bytes(positive(
+                "redb_cache_mb",
+                s.redb_cache_mb,
+                REDB_CACHE_MB_DEFAULT,
+            )?)?,
             waiting: WaitLimits {
                 per_key: positive("waiters_per_key_max", s.waiters_per_key_max, 64)? as usize,
                 total: positive("waiters_max", s.waiters_max, 10_000)? as usize,

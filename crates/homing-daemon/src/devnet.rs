@@ -66,16 +66,21 @@ impl Devnet {
         };
         let certs = dir.join("certs");
         generate_dev_pki(&certs, &options.dcs)?;
+        let redb = RedbOptions {
+            cache_bytes: (options.overrides.redb_cache_mb)
+                .map_or(homing_store::redb::CACHE_BYTES_DEFAULT, |mb| {
+                    (mb << 20) as usize
+                }),
+            ..RedbOptions::default()
+        };
         // One embedded global store shared by every DC of this process.
         let global: Arc<dyn GlobalStore> = Arc::new(
-            RedbGlobalStore::open(
-                crate::stores::redb_global_path(&dir),
-                RedbOptions::default(),
-            )
-            .map_err(|source| DaemonError::Store {
-                which: "global",
-                source,
-            })?,
+            RedbGlobalStore::open(crate::stores::redb_global_path(&dir), redb).map_err(
+                |source| DaemonError::Store {
+                    which: "global",
+                    source,
+                },
+            )?,
         );
         // Every homingd of a devnet is this release: its deployment version
         // is the newest this release speaks (host sessions need it).
@@ -131,10 +136,12 @@ impl Devnet {
             )?;
             std::fs::create_dir_all(&config.data_dir)?;
             let records = Arc::new(
-                RedbDcStore::open(
-                    crate::stores::redb_dc_path(&config.data_dir, id),
-                    RedbOptions::default(),
-                )
+                RedbDcStore::open(crate::stores::redb_dc_path(&config.data_dir, id), {
+                    RedbOptions {
+                        cache_bytes: config.redb_cache_bytes,
+                        ..redb
+                    }
+                })
                 .map_err(|source| DaemonError::Store {
                     which: "dc",
                     source,

@@ -32,7 +32,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{Config, ConfigError, Settings, StoreKind};
+pub use config::{Config, ConfigError, REDB_CACHE_MB_DEFAULT, Settings, StoreKind};
 pub use devnet::{Devnet, DevnetDc, DevnetOptions};
 pub use metrics::Metrics;
 pub use node::{Node, NodeCaches};

@@ -337,6 +337,8 @@ pub enum OpenError {
 /// long as the stores it opened.
 #[derive(Default)]
 pub struct StoreOpener {
+    /// How redb files are opened.
+    redb: RedbOptions,
     #[cfg(feature = "fdb")]
     fdb: Option<homing_store::fdb::FdbNetwork>,
 }
@@ -360,6 +362,12 @@ impl StoreOpener {
         StoreOpener::default()
     }
 
+    /// Opens redb files with a page cache of at most `bytes` each.
+    pub fn with_redb_cache(mut self, bytes: usize) -> StoreOpener {
+        self.redb.cache_bytes = bytes;
+        self
+    }
+
     /// The global store `spec` names.
     pub async fn global(
         &mut self,
@@ -374,7 +382,7 @@ impl StoreOpener {
         match spec {
             StoreSpec::Redb { dir, .. } => {
                 let path = redb_file(redb_global_path(dir), "global", mode)?;
-                let store = RedbGlobalStore::open(path, RedbOptions::default()).map_err(failed)?;
+                let store = RedbGlobalStore::open(path, self.redb).map_err(failed)?;
                 Ok(Arc::new(store))
             }
             #[cfg(feature = "etcd")]
@@ -420,7 +428,7 @@ impl StoreOpener {
         match spec {
             StoreSpec::Redb { dir, layout } => {
                 let path = redb_file(layout.dc_path(dir, dc), "dc", mode)?;
-                let store = RedbDcStore::open(path, RedbOptions::default()).map_err(failed)?;
+                let store = RedbDcStore::open(path, self.redb).map_err(failed)?;
                 Ok(Arc::new(store))
             }
             #[cfg(feature = "etcd")]
@@ -568,7 +576,7 @@ pub fn check_global_store_shared(config: &Config) -> Result<(), ConfigError> {
 pub async fn open_stores(config: &Config) -> Result<Stores, DaemonError> {
     check_global_store_shared(config)?;
     std::fs::create_dir_all(&config.data_dir)?;
-    let mut opener = StoreOpener::new();
+    let mut opener = StoreOpener::new().with_redb_cache(config.redb_cache_bytes);
     let global = opener
         .global(
             &StoreSpec::configured(&config.global_store, config),

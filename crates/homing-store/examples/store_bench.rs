@@ -57,8 +57,14 @@ async fn redb_cell(commit: CommitMode, writers: usize) -> f64 {
     let mut runs = Vec::with_capacity(REPETITIONS);
     for _ in 0..REPETITIONS {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let store = RedbGlobalStore::open(dir.path().join("global.redb"), RedbOptions { commit })
-            .expect("open");
+        let store = RedbGlobalStore::open(
+            dir.path().join("global.redb"),
+            RedbOptions {
+                commit,
+                ..RedbOptions::default()
+            },
+        )
+        .expect("open");
         runs.push(run_cell(Arc::new(store), writers).await);
     }
     median(runs)

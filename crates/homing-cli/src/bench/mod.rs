@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// homingd before the clock starts).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     reap_keys: u64,
+    /// `session-reap`: homingd's `redb_cache_mb` (redb's page cache per
+    /// store file, MiB; default redb's own, 1024).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    redb_cache_mb: Option<u64>,
     /// Only the throughput cells (`resolve-cold`: skips the latency-per-chain-length
     /// part and its model table).
     #[arg(long)]
@@ -138,7 +142,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         #[cfg(not(feature = "etcd"))]
         Suite::ReserveEtcd => Ok(needs_etcd("reserve-etcd")),
         Suite::Renew => renew::run().await,
-        Suite::SessionReap => renew::run_reap(args.reap_keys as usize).await,
+        Suite::SessionReap => renew::run_reap(args.reap_keys as usize, args.redb_cache_mb).await,
         Suite::Flood => {
             let flood = flood::Flood {
                 rate: args.flood_rate,

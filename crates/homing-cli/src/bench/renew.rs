@@ -416,7 +416,7 @@ const REAP_INTERVAL_MS: u64 = 100;
 /// has every key `Released(Expired)` (counted from the DC's event log),
 /// the reap rate, and the renewal latency of [`BYSTANDERS`] other
 /// sessions before and during the reap.
-pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
+pub async fn run_reap(keys: usize, redb_cache_mb: Option<u64>) -> anyhow::Result<bool> {
     use homing_core::event::EventKind;
     use homing_core::{Namespace, NamespaceScope, Role};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -432,6 +432,7 @@ pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
             hard_margin_ms: Some(400),
             grace_ms: Some(REAP_GRACE_MS),
             reaper_interval_ms: Some(REAP_INTERVAL_MS),
+            redb_cache_mb,
             ..homing_daemon::Settings::default()
         },
         ..homing_daemon::DevnetOptions::default()
@@ -575,8 +576,9 @@ pub async fn run_reap(keys: usize) -> anyhow::Result<bool> {
         thousands(keys as f64 / spread.max(1e-3))
     );
     let per_key = |i: usize| held[i].saturating_sub(empty[i]) as f64 / keys as f64;
+    let cache_mb = redb_cache_mb.unwrap_or(homing_daemon::REDB_CACHE_MB_DEFAULT);
     println!(
-        "\nWhat the {keys} session keys cost, from before the first acquire to after the last (file sizes; one process holds homingd and the bench's clients, so its RSS is an upper bound on homingd's)\n"
+        "\nWhat the {keys} session keys cost, from before the first acquire to after the last (file sizes; one process holds homingd and the bench's clients, so its RSS is an upper bound on homingd's; redb cache {cache_mb} MiB per file)\n"
     );
     println!("| keys | DC store B/key | global store B/key | process RSS B/key |");
     println!("|---:|---:|---:|---:|");

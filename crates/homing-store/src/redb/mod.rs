@@ -48,11 +48,17 @@ pub enum CommitMode {
     PerOp,
 }
 
+/// redb's page cache per file by default, bytes (redb's own default).
+pub const CACHE_BYTES_DEFAULT: usize = 1024 * 1024 * 1024;
+
 /// Options for opening a redb store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedbOptions {
     /// Group commit or one transaction per op.
     pub commit: CommitMode,
+    /// The most memory redb's page cache of the file takes, bytes (the
+    /// records are on disk; this is what stays in memory of them).
+    pub cache_bytes: usize,
 }
 
 impl Default for RedbOptions {
@@ -61,6 +67,7 @@ impl Default for RedbOptions {
             commit: CommitMode::Grouped {
                 group_ops_max: GROUP_OPS_MAX_DEFAULT,
             },
+            cache_bytes: CACHE_BYTES_DEFAULT,
         }
     }
 }
@@ -75,7 +82,9 @@ struct Shared {
 impl Shared {
     fn open(path: &Path, options: RedbOptions) -> Result<Shared, StoreError> {
         let at = path.to_owned();
-        let file = DbFile::new(Box::new(move || Database::create(&at))).map_err(|e| match e {
+        let cache_bytes = options.cache_bytes;
+        let create = move || Database::builder().set_cache_size(cache_bytes).create(&at);
+        let file = DbFile::new(Box::new(create)).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable {
                 backend: "redb",
                 reason: format!("{} is already open", path.display()),
@@ -90,9 +99,10 @@ impl Shared {
         open: impl Fn() -> Result<S, std::io::Error> + Send + Sync + 'static,
         options: RedbOptions,
     ) -> Result<Shared, StoreError> {
+        let cache_bytes = options.cache_bytes;
         let file = DbFile::new(Box::new(move || {
             let storage = open().map_err(redb::StorageError::Io)?;
-            Database::builder().create_with_backend(storage)
+            (Database::builder().set_cache_size(cache_bytes)).create_with_backend(storage)
         }))
         .map_err(backend)?;
         Shared::start(file, options)
@@ -230,7 +240,8 @@ mod tests {
 
     mod per_op {
         crate::conformance_tests!(super::RedbBackend::new(super::RedbOptions {
-            commit: super::CommitMode::PerOp
+            commit: super::CommitMode::PerOp,
+            ..super::RedbOptions::default()
         }));
     }
 
