@@ -18,8 +18,8 @@ use homing_core::{
     AcquireReply, ActorId, KeyConfig, KeyName, RecordState, ReleaseCause, Reply, Request, Role,
     RunOutcome, SessionId,
 };
-use homing_e2e::cluster::{ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
-use homing_e2e::edge::Process;
+use homing_e2e::cluster::{Cluster, ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
+use homing_e2e::edge::{Process, http_get};
 use homing_e2e::homing_binary;
 
 /// Upper bound on the whole scenario, so a hang fails instead of stalling CI.
@@ -28,6 +28,32 @@ const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
 const EVENT_WAIT: Duration = Duration::from_secs(30);
 /// Keys the session holds.
 const KEYS: usize = 1_000;
+
+/// Waits until iad's `/metrics` counts `rows` host sessions holding `keys`
+/// keys (set after each reaper pass), within [`EVENT_WAIT`].
+async fn session_gauges(cluster: &Cluster, rows: usize, keys: usize) {
+    let want = [
+        format!("homing_session_rows {rows}"),
+        format!("homing_session_keys {keys}"),
+    ];
+    let since = Instant::now();
+    loop {
+        let page = http_get(cluster.http_addr(&dc("iad")), "/metrics", EVENT_WAIT).await;
+        let seen = |line: &String| {
+            page.as_ref()
+                .is_ok_and(|p| p.body.lines().any(|l| l == line))
+        };
+        if want.iter().all(seen) {
+            return;
+        }
+        assert!(
+            since.elapsed() < EVENT_WAIT,
+            "iad's metrics never said {want:?}: {page:?}"
+        );
+        // The gauges move once per reaper pass (every 100 ms here).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// `homing session hold ARGS` against iad with the cluster's certificates.
 fn session_hold(certs: &std::path::Path, iad: std::net::SocketAddr, args: &[&str]) -> Command {
@@ -54,7 +80,8 @@ fn acquire(name: &str, actor: &str, wait_ms: u32) -> Request {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_takes_every_one() {
-    let Some(cluster) = start_or_skip("sessions", ClusterOptions::short_lease()).await else {
+    let options = ClusterOptions::short_lease().with_http();
+    let Some(cluster) = start_or_skip("sessions", options).await else {
         return;
     };
     let iad = dc("iad");
@@ -104,6 +131,8 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no session id in {:?}", holding.text));
+        // The operator sees them: one session, a thousand keys.
+        session_gauges(&cluster, 1, KEYS).await;
 
         // Another host finds every key held by the session's host.
         let other = cluster.host(&iad);
@@ -203,6 +232,8 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
             first_taken.get_or_insert_with(|| killed_at.elapsed());
         }
         assert_eq!(taken, KEYS - 1);
+        // Every key reaped and the row deleted: no session left.
+        session_gauges(&cluster, 0, 0).await;
         let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms());
         eprintln!(
             "session {session}: reaped by {reaped:?} after the kill, the first key taken {:?} after the kill, all {} by {:?} (ttl + grace {bound:?})",

@@ -121,6 +121,8 @@ pub struct Metrics {
     global_cache_hits: AtomicU64,
     global_cache_misses: AtomicU64,
     active_leases: AtomicU64,
+    session_rows: AtomicU64,
+    session_keys: AtomicU64,
     upkeep_bad_records: AtomicU64,
     acquire_retries: AtomicU64,
     /// Waiters woken by a record read back after another homingd's event.
@@ -196,6 +198,12 @@ impl Metrics {
     /// Global-entry reads that went to the global store so far (cache misses).
     pub fn global_reads(&self) -> u64 {
         self.global_cache_misses.load(Ordering::Relaxed)
+    }
+
+    /// Session rows and keys as the DC store counted them after a pass.
+    pub fn set_sessions(&self, counts: homing_store::SessionCounts) {
+        self.session_rows.store(counts.rows, Ordering::Relaxed);
+        self.session_keys.store(counts.keys, Ordering::Relaxed);
     }
 
     /// Leases active at the last reaper pass.
@@ -375,6 +383,16 @@ impl Metrics {
                 "homing_active_leases",
                 "Leases active in this DC at the last reaper pass.",
                 get(&self.active_leases),
+            ),
+            (
+                "homing_session_rows",
+                "Host sessions in this DC's store at the last reaper pass: live ones, and ended ones whose keys are not all reaped yet (redb, etcd; 0 on FoundationDB, which does not count them).",
+                get(&self.session_rows),
+            ),
+            (
+                "homing_session_keys",
+                "Keys held under host sessions in this DC at the last reaper pass (not in homing_active_leases, which counts per-key leases).",
+                get(&self.session_keys),
             ),
             (
                 "homing_waiters",

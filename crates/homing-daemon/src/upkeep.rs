@@ -47,8 +47,16 @@ pub fn upkeep(node: &Node, config: UpkeepConfig) -> Upkeep {
     Upkeep::new(node.dc().clone(), *node.policy(), limits, Mutations::NONE)
 }
 
-/// One whole pass.
+/// One whole pass, then the DC store's session counts for the metrics.
 pub async fn pass(node: &Node, upkeep: &mut Upkeep) {
     upkeep.start(store_now());
     node.drive(upkeep).await;
+    let counted = node.timed("dc_session_counts", node.records().session_counts());
+    match counted.await {
+        Ok(Some(counts)) => node.metrics().set_sessions(counts),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::debug!(error = %e, "counting host sessions failed (metrics keep the last count)")
+        }
+    }
 }

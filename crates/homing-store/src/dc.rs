@@ -13,7 +13,7 @@ use homing_core::{
 
 use crate::error::StoreError;
 use crate::failover::Failover;
-use crate::session::{GuardedCas, SessionCas, SessionCursor, SessionGuard};
+use crate::session::{GuardedCas, SessionCas, SessionCounts, SessionCursor, SessionGuard};
 
 pub use homing_core::ScanCursor;
 
@@ -337,6 +337,13 @@ pub trait DcStore: Send + Sync + 'static {
         &self,
         row: &SessionRecord,
     ) -> Result<Import<SessionRecord>, StoreError>;
+
+    /// How many session rows and session keys the store holds, counted
+    /// without reading them (homingd's metrics after each upkeep pass);
+    /// `None` where a backend cannot count cheaply (FoundationDB).
+    async fn session_counts(&self) -> Result<Option<SessionCounts>, StoreError> {
+        Ok(None)
+    }
 
     /// Whether the store serves now (homingd's `/readyz` asks): one read of
     /// the event log's bounds, plus what a backend needs to write (redb: its

@@ -98,5 +98,5 @@ pub use failover::{EndpointHealth, Failover, FailoverEvent};
 pub use global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
 pub use memory::{MemoryDcStore, MemoryGlobalStore};
 pub use redb::{CommitMode, RedbDcStore, RedbGlobalStore, RedbOptions};
-pub use session::{GuardedCas, SessionCas, SessionCursor, SessionGuard};
+pub use session::{GuardedCas, SessionCas, SessionCounts, SessionCursor, SessionGuard};
 pub use setting::{SETTING_BYTES_MAX, Setting};

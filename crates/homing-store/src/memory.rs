@@ -442,6 +442,14 @@ impl MemoryDc {
         self.stored_session(id)
     }
 
+    /// [`DcStore::session_counts`].
+    pub fn session_counts(&self) -> crate::SessionCounts {
+        crate::SessionCounts {
+            rows: self.sessions.len() as u64,
+            keys: self.session_keys.len() as u64,
+        }
+    }
+
     /// [`DcStore::compare_and_set_session`].
     pub fn compare_and_set_session(
         &mut self,
@@ -833,6 +841,10 @@ impl DcStore for MemoryDcStore {
 
     async fn session(&self, id: &SessionId) -> Result<Option<SessionRecord>, StoreError> {
         Ok(self.state().session(id))
+    }
+
+    async fn session_counts(&self) -> Result<Option<crate::SessionCounts>, StoreError> {
+        Ok(Some(self.state().session_counts()))
     }
 
     async fn compare_and_set_session(

@@ -82,6 +82,16 @@ impl From<crate::dc::Cas> for GuardedCas {
     }
 }
 
+/// How many host sessions a DC store holds ([`crate::DcStore::session_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionCounts {
+    /// Session rows: live sessions, and ended ones whose keys are not all
+    /// reaped yet.
+    pub rows: u64,
+    /// Keys held under them (live or frozen).
+    pub keys: u64,
+}
+
 /// Where a page of due sessions ended: the last row returned.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SessionCursor {

@@ -194,7 +194,7 @@ impl Node {
         Failure::Store(e).classify(&self.config.dc)
     }
 
-    pub(super) async fn timed<T>(
+    pub(crate) async fn timed<T>(
         &self,
         op: &'static str,
         f: impl std::future::Future<Output = T>,

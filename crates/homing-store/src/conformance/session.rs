@@ -72,6 +72,13 @@ async fn join(s: &Arc<dyn DcStore>, record: &DcRecord, session: &SessionRecord) 
     assert_eq!(written.await.unwrap(), GuardedCas::Written);
 }
 
+/// The store's session counts, where it counts them.
+async fn assert_counts(s: &Arc<dyn DcStore>, rows: u64, keys: u64) {
+    if let Some(counts) = s.session_counts().await.unwrap() {
+        assert_eq!((counts.rows, counts.keys), (rows, keys));
+    }
+}
+
 fn ids(records: &[DcRecord]) -> Vec<String> {
     records.iter().map(|r| r.id.to_string()).collect()
 }
@@ -243,6 +250,7 @@ pub async fn dc_session_keys_and_notices_follow_every_write(b: &dyn Backend) {
         .unwrap();
     let all = s.session_keys(&row.id, None, 128).await.unwrap();
     assert_eq!(ids(&all), names);
+    assert_counts(&s, 2, 6).await;
     let first = s.session_keys(&row.id, None, 2).await.unwrap();
     assert_eq!(ids(&first), ["iad.10", "iad.11"]);
     let rest = s.session_keys(&row.id, Some(&first[1].id), 128).await;
@@ -301,6 +309,7 @@ pub async fn dc_session_keys_and_notices_follow_every_write(b: &dyn Backend) {
         .unwrap();
     let keys = s.session_keys(&row.id, None, 128).await.unwrap();
     assert_eq!(ids(&keys), ["iad.10", "iad.11", "iad.12", "iad.14"]);
+    assert_counts(&s, 2, 5).await;
     assert_eq!(
         ids(&s.session_notices(&row.id, 0, 128).await.unwrap()),
         ["iad.11"]

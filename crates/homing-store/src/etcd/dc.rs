@@ -841,6 +841,10 @@ impl DcStore for EtcdDcStore {
         self.read_session(id).await
     }
 
+    async fn session_counts(&self) -> Result<Option<crate::SessionCounts>, StoreError> {
+        self.count_sessions().await.map(Some)
+    }
+
     async fn compare_and_set_session(
         &self,
         expected: Option<u64>,

@@ -106,6 +106,31 @@ impl EtcdDcStore {
     }
 
     /// [`crate::DcStore::session`].
+    /// Session rows and session-keys index entries, counted by etcd in one
+    /// read (`count_only`: no values sent).
+    pub(super) async fn count_sessions(&self) -> Result<crate::SessionCounts, StoreError> {
+        let count = |section: &[u8]| {
+            let start = self.space.key(section, b"");
+            // Invariant: the section ends in `/`, so it has an end.
+            let end = keyspace::prefix_end(&start).expect("a section ending in '/' has an end");
+            let options = GetOptions::new().with_range(end).with_count_only();
+            TxnOp::get(start, Some(options))
+        };
+        let txn = Txn::new().and_then([count(SESSIONS), count(SESSION_KEYS)]);
+        let txned = self.space.txn_at(Op::BulkRead, txn).await?;
+        let [TxnOpResponse::Get(rows), TxnOpResponse::Get(keys)] = txned.responses.as_slice()
+        else {
+            return Err(protocol(
+                "transaction answered without the counts it asked for",
+            ));
+        };
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(crate::SessionCounts {
+            rows: count(rows.count()),
+            keys: count(keys.count()),
+        })
+    }
+
     pub(super) async fn read_session(
         &self,
         id: &SessionId,

@@ -9,7 +9,7 @@ use homing_core::{
     DcRecord, DueCursor, DueKind, DuePage, Event, EventSeq, NamespaceScope, ReservationId,
     SessionId, SessionRecord, StoreTime,
 };
-use redb::ReadableTable;
+use redb::{ReadableTable, ReadableTableMetadata};
 use tokio::sync::Mutex;
 
 use crate::allocator::Blocks;
@@ -286,6 +286,18 @@ impl DcStore for RedbDcStore {
             value
                 .map(|v| session::decode_session(v.value()))
                 .transpose()
+        })
+    }
+
+    async fn session_counts(&self) -> Result<Option<session::SessionCounts>, StoreError> {
+        // redb keeps each table's length in its header: no scan.
+        self.shared.read_here(|txn| {
+            let rows = txn.open_table(SESSIONS).map_err(backend)?;
+            let keys = txn.open_table(SESSION_KEYS).map_err(backend)?;
+            Ok(Some(session::SessionCounts {
+                rows: rows.len().map_err(backend)?,
+                keys: keys.len().map_err(backend)?,
+            }))
         })
     }
 
