@@ -1207,6 +1207,71 @@ mod tests {
         assert!((world.records.values()).all(|r| matches!(r.state, RecordState::Released { .. })));
     }
 
+    /// homingd dies in the middle of a reap: a batch was answered with
+    /// some writes landed and the rest failed, and the pass never finished.
+    /// Everything the reap needs is in the store, so a new upkeep (the
+    /// restarted homingd's) reaps the rest, each key once, and only then
+    /// deletes the row. (Seen failing with the row deleted as soon as a
+    /// pass reads it: the keys left stay held.)
+    #[test]
+    fn a_reap_cut_short_is_finished_by_the_next_homingds_upkeep() {
+        let mut world = World::new();
+        let dead = crate::fixture::session();
+        for unique in 100..400 {
+            let key = crate::fixture::held_in_session(&dead, unique);
+            world.records.insert(key.id.clone(), key);
+        }
+        world.sessions.insert(dead.id.clone(), dead.clone());
+        let mut first = upkeep(128, Mutations::NONE);
+        first.start(world.now);
+        let mut crashed_at = None;
+        for _ in 0..100 {
+            let Step::Ask(Effect::Store(op)) = first.step(NodeTime::from_us(0)) else {
+                panic!("the first pass stopped before its second batch");
+            };
+            let stored = match op {
+                // The second batch: half lands, then the store (and the
+                // process) goes away.
+                StoreOp::WriteEach(writes) if world.batches.len() == 1 => {
+                    let (landed, lost) = writes.split_at(writes.len() / 2);
+                    let Stored::WrittenEach(mut each) =
+                        world.perform(StoreOp::WriteEach(landed.to_vec()))
+                    else {
+                        unreachable!("a batch is answered per write")
+                    };
+                    let e = ErrorReply::new(ErrorKind::Internal, "the store went away");
+                    each.extend(lost.iter().map(|_| Err(Failure::Refused(e.clone()))));
+                    crashed_at = Some(world.batches.len());
+                    Stored::WrittenEach(each)
+                }
+                op => world.perform(op),
+            };
+            first.handle_stored(Ok(stored), world.now);
+            if crashed_at.is_some() {
+                break;
+            }
+        }
+        assert_eq!(crashed_at, Some(2), "crashed in the second batch");
+        drop(first);
+        let held = |world: &World| {
+            (world.records.values())
+                .filter(|r| matches!(r.state, RecordState::Active { .. }))
+                .count()
+        };
+        assert_eq!(held(&world), 300 - 128 - 64);
+        assert!(
+            world.sessions.contains_key(&dead.id),
+            "the row outlives its keys"
+        );
+
+        let events = world.pass(&mut upkeep(128, Mutations::NONE));
+        let reaped = kinds(&events).iter().filter(|k| **k == "reaped").count();
+        assert_eq!(reaped, 300 - 128 - 64, "each key once");
+        assert_eq!(held(&world), 0);
+        assert!(events.contains(&UpkeepEvent::SessionEnded(dead.id.clone())));
+        assert!(!world.sessions.contains_key(&dead.id));
+    }
+
     #[test]
     fn a_session_key_changed_since_its_page_was_read_is_reaped_on_the_next_sweep() {
         let mut world = World::new();
