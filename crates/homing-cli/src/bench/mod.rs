@@ -4,6 +4,7 @@
 
 mod cli;
 mod flood;
+mod hold;
 mod renew;
 mod reserve;
 mod resolve_absent;
@@ -58,8 +59,18 @@ pub struct BenchArgs {
     /// homingd before the clock starts).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     reap_keys: u64,
-    /// `session-reap`: homingd's `redb_cache_mb` (redb's page cache per
-    /// store file, MiB; default redb's own, 1024).
+    /// `session-hold`: host sessions opened.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    sessions: u64,
+    /// `session-hold`: keys acquired under each session.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    session_keys: u64,
+    /// `session-hold`: how long the leases are held once every key is
+    /// acquired, in milliseconds.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+    hold_ms: u64,
+    /// `session-hold`, `session-reap`: homingd's `redb_cache_mb` (redb's
+    /// page cache per store file, MiB; default redb's own, 1024).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     redb_cache_mb: Option<u64>,
     /// Only the throughput cells (`resolve-cold`: skips the latency-per-chain-length
@@ -113,6 +124,8 @@ enum Suite {
     Renew,
     /// The same with the DC store on a 3-member etcd, vs etcd's own guarded put (feature `etcd`).
     RenewEtcd,
+    /// `--sessions` host sessions of `--session-keys` keys each held `--hold-ms` on one homingd, each renewed on its own schedule: renewal p50/p99, missed soft deadlines, store bytes and RSS per lease.
+    SessionHold,
     /// One host session of `--reap-keys` keys stops renewing: when the reaper has released them all, the reap rate, other sessions' renewal p99 meanwhile.
     SessionReap,
     /// Resolve p50/p99 before, during and after 100 k forged QUIC Initials/s at homingd and 10 k idle TCP connections at the edge router.
@@ -142,6 +155,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<bool> {
         #[cfg(not(feature = "etcd"))]
         Suite::ReserveEtcd => Ok(needs_etcd("reserve-etcd")),
         Suite::Renew => renew::run().await,
+        Suite::SessionHold => {
+            let shape = hold::Shape {
+                sessions: args.sessions as usize,
+                keys_per_session: args.session_keys as usize,
+                hold: Duration::from_millis(args.hold_ms),
+                redb_cache_mb: args.redb_cache_mb,
+            };
+            hold::run(shape).await
+        }
         Suite::SessionReap => renew::run_reap(args.reap_keys as usize, args.redb_cache_mb).await,
         Suite::Flood => {
             let flood = flood::Flood {
@@ -336,6 +358,28 @@ fn quantile(sorted: &[u64], q: f64) -> u64 {
     }
     let i = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// What a devnet DC's leases cost at one moment: its DC store file's and
+/// the global store file's sizes, and this process's RSS, in bytes.
+struct Footprint([u64; 3]);
+
+impl Footprint {
+    fn of(net: &homing_daemon::Devnet, dc: &homing_core::DcId) -> Footprint {
+        let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+        let dc_file = net.dir().join(dc.as_str()).join(format!("dc-{dc}.redb"));
+        Footprint([
+            size(dc_file),
+            size(net.dir().join("global.redb")),
+            rss_bytes(),
+        ])
+    }
+
+    /// Bytes per lease of each, grown since `before`, over `leases`.
+    fn per_lease(&self, before: &Footprint, leases: usize) -> [f64; 3] {
+        let grown = |i: usize| self.0[i].saturating_sub(before.0[i]) as f64;
+        [0, 1, 2].map(|i| grown(i) / leases.max(1) as f64)
+    }
 }
 
 /// Resident set size of this process, in bytes (0 where /proc is not

@@ -116,15 +116,38 @@ async fn open_sessions(
         sessions.push(open_session(client, peer).await?);
     }
     let sessions = Arc::new(sessions);
-    let all: Vec<usize> = (0..SESSIONS * KEYS_PER_SESSION).collect();
+    let prefix = format!("held-{tag}");
+    acquire_under(
+        client,
+        peer,
+        &sessions,
+        SESSIONS * KEYS_PER_SESSION,
+        &prefix,
+    )
+    .await?;
+    let sessions = (sessions.iter())
+        .map(|(id, secret)| (id.clone(), *secret, tokio::sync::Mutex::new(())))
+        .collect();
+    Ok(Arc::new(sessions))
+}
+
+/// Acquires `count` keys named `PREFIX-i`, key `i` under session `i` mod
+/// the sessions, [`TASKS`] at a time (not timed).
+pub(super) async fn acquire_under(
+    client: &homing_net::Client,
+    peer: &homing_net::Peer,
+    sessions: &Arc<Vec<(SessionId, LeaseKey)>>,
+    count: usize,
+    prefix: &str,
+) -> anyhow::Result<()> {
+    let all: Vec<usize> = (0..count).collect();
     for batch in all.chunks(TASKS) {
-        let handles: Vec<_> = batch
-            .iter()
+        let handles: Vec<_> = (batch.iter())
             .map(|&i| {
                 let (client, peer, sessions) = (client.clone(), peer.clone(), sessions.clone());
-                let name = format!("held-{tag}-{i}");
+                let name = format!("{prefix}-{i}");
                 tokio::spawn(async move {
-                    let (session, secret) = &sessions[i % SESSIONS];
+                    let (session, secret) = &sessions[i % sessions.len()];
                     acquire_in_session(&client, &peer, name, session, *secret).await
                 })
             })
@@ -133,14 +156,11 @@ async fn open_sessions(
             handle.await??;
         }
     }
-    let sessions = (sessions.iter())
-        .map(|(id, secret)| (id.clone(), *secret, tokio::sync::Mutex::new(())))
-        .collect();
-    Ok(Arc::new(sessions))
+    Ok(())
 }
 
 /// Opens a host session at `peer` under a fresh secret.
-async fn open_session(
+pub(super) async fn open_session(
     client: &homing_net::Client,
     peer: &homing_net::Peer,
 ) -> anyhow::Result<(SessionId, LeaseKey)> {
@@ -156,7 +176,7 @@ async fn open_session(
 }
 
 /// Acquires key `name` under `session`, not waiting.
-async fn acquire_in_session(
+pub(super) async fn acquire_in_session(
     client: &homing_net::Client,
     peer: &homing_net::Peer,
     name: String,
@@ -178,13 +198,13 @@ async fn acquire_in_session(
     }
 }
 
-/// Renews `session` once, acknowledging no notice.
-async fn renew_session(
+/// Renews `session` once, acknowledging no notice: its new deadlines.
+pub(super) async fn renew_session(
     client: &homing_net::Client,
     peer: &homing_net::Peer,
     session: &SessionId,
     secret: LeaseKey,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<homing_core::Deadlines> {
     let request = Request::RenewSession {
         session: session.clone(),
         secret,
@@ -192,7 +212,7 @@ async fn renew_session(
         ack: 0,
     };
     match client.request(peer, &request).await? {
-        Reply::SessionRenewed(SessionRenewReply::Renewed { .. }) => Ok(()),
+        Reply::SessionRenewed(SessionRenewReply::Renewed { deadlines, .. }) => Ok(deadlines),
         other => bail!("renew session answered {other:?}"),
     }
 }
@@ -211,7 +231,8 @@ async fn session_cell(
         async move {
             let (session, secret, turn) = &sessions[n as usize % sessions.len()];
             let _turn = turn.lock().await;
-            renew_session(&client, &peer, session, *secret).await
+            renew_session(&client, &peer, session, *secret).await?;
+            Ok(())
         }
     })
     .await
@@ -463,12 +484,7 @@ pub async fn run_reap(keys: usize, redb_cache_mb: Option<u64>) -> anyhow::Result
     println!(
         "session-reap: {keys} keys under session {session}, renewed while they are acquired (not timed); {BYSTANDERS} other sessions renewing every {BYSTANDER_PAUSE_MS} ms…"
     );
-    let dc_file = net.dir().join(dc.as_str()).join(format!("dc-{dc}.redb"));
-    let global_file = net.dir().join("global.redb");
-    let sizes = || {
-        let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
-        [size(&dc_file), size(&global_file), super::rss_bytes()]
-    };
+    let sizes = || super::Footprint::of(&net, &dc);
     let empty = sizes();
     let acquiring = Instant::now();
     let mut renewed_at = Instant::now();
@@ -575,7 +591,7 @@ pub async fn run_reap(keys: usize, redb_cache_mb: Option<u64>) -> anyhow::Result
         since(last),
         thousands(keys as f64 / spread.max(1e-3))
     );
-    let per_key = |i: usize| held[i].saturating_sub(empty[i]) as f64 / keys as f64;
+    let per_key = held.per_lease(&empty, keys);
     let cache_mb = redb_cache_mb.unwrap_or(homing_daemon::REDB_CACHE_MB_DEFAULT);
     println!(
         "\nWhat the {keys} session keys cost, from before the first acquire to after the last (file sizes; one process holds homingd and the bench's clients, so its RSS is an upper bound on homingd's; redb cache {cache_mb} MiB per file)\n"
@@ -585,9 +601,9 @@ pub async fn run_reap(keys: usize, redb_cache_mb: Option<u64>) -> anyhow::Result
     println!(
         "| {} | {:.0} | {:.0} | {:.0} |",
         thousands(keys as f64),
-        per_key(0),
-        per_key(1),
-        per_key(2)
+        per_key[0],
+        per_key[1],
+        per_key[2]
     );
     let ms = |us: u64| us as f64 / 1000.0;
     println!(
