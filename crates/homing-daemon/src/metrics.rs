@@ -124,6 +124,9 @@ pub struct Metrics {
     session_rows: AtomicU64,
     session_keys: AtomicU64,
     upkeep_bad_records: AtomicU64,
+    upkeep_reaped: AtomicU64,
+    /// `upkeep_reaped` when the last pass ended.
+    upkeep_reaped_at_last_pass: AtomicU64,
     acquire_retries: AtomicU64,
     /// Waiters woken by a record read back after another homingd's event.
     log_follow_wakeups: AtomicU64,
@@ -228,6 +231,17 @@ impl Metrics {
     /// Shows what the etcd compactor did, read by `source` at each scrape.
     pub fn watch_compaction(&self, source: CompactionSource) {
         let _ = self.compaction.set(source);
+    }
+
+    /// The upkeep reaped a lease.
+    pub fn upkeep_reaped(&self) {
+        self.upkeep_reaped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Leases reaped since the last call (once per pass).
+    pub fn upkeep_reaped_since_last_pass(&self) -> u64 {
+        let now = self.upkeep_reaped.load(Ordering::Relaxed);
+        now.saturating_sub(self.upkeep_reaped_at_last_pass.swap(now, Ordering::Relaxed))
     }
 
     /// The upkeep skipped an expiry-index entry whose record could not be read.
@@ -368,6 +382,11 @@ impl Metrics {
                 "homing_log_follow_wakeups_total",
                 "Waiters woken because the dc store's event log showed a change (another homingd of this dc wrote it).",
                 get(&self.log_follow_wakeups),
+            ),
+            (
+                "homing_upkeep_reaped_total",
+                "Leases the upkeep released as expired (per-key leases and host sessions' keys).",
+                get(&self.upkeep_reaped),
             ),
             (
                 "homing_upkeep_bad_records_total",

@@ -835,7 +835,13 @@ impl Drop for Parked<'_> {
 /// Logs and metrics for one upkeep event.
 fn log_upkeep(metrics: &Metrics, event: UpkeepEvent) {
     match event {
-        UpkeepEvent::Reaped(id) => tracing::info!(reservation = %id, "lease expired, reaped"),
+        // One line per key at debug: a dead session of a million keys
+        // would write a million; the pass's count is logged at info, and
+        // each key's `expired` event is in the DC's event log.
+        UpkeepEvent::Reaped(id) => {
+            metrics.upkeep_reaped();
+            tracing::debug!(reservation = %id, "lease expired, reaped")
+        }
         UpkeepEvent::Abandoned(id) => tracing::info!(reservation = %id, "orphan abandoned"),
         UpkeepEvent::Confirmed(id, settled) => {
             tracing::debug!(reservation = %id, settled, "in its chain")
@@ -862,6 +868,10 @@ fn log_upkeep(metrics: &Metrics, event: UpkeepEvent) {
         UpkeepEvent::Trimmed(before) => tracing::info!(before, "trimmed events"),
         UpkeepEvent::TrimFailed(f) => tracing::warn!(error = %f.into_reply(), "event trim failed"),
         UpkeepEvent::PassDone { active, event_head } => {
+            let reaped = metrics.upkeep_reaped_since_last_pass();
+            if reaped > 0 {
+                tracing::info!(reaped, "upkeep pass reaped expired leases");
+            }
             if let Some(active) = active {
                 metrics.set_active_leases(active);
             }
