@@ -300,7 +300,7 @@ pub const REDB_CACHE_MB_DEFAULT: u64 = (homing_store::redb::CACHE_BYTES_DEFAULT 
 
 /// `redb_cache_mb` in bytes; refused when it does not fit this machine's
 /// address space.
-fn redb_cache_bytes(mb: u64) -> Result<usize, ConfigError> {
+pub(crate) fn redb_cache_bytes(mb: u64) -> Result<usize, ConfigError> {
     mb.checked_mul(1 << 20)
         .and_then(|bytes| usize::try_from(bytes).ok())
         .ok_or_else(|| invalid("redb_cache_mb", "larger than this machine can address"))

@@ -67,10 +67,10 @@ impl Devnet {
         let certs = dir.join("certs");
         generate_dev_pki(&certs, &options.dcs)?;
         let redb = RedbOptions {
-            cache_bytes: (options.overrides.redb_cache_mb)
-                .map_or(homing_store::redb::CACHE_BYTES_DEFAULT, |mb| {
-                    (mb << 20) as usize
-                }),
+            cache_bytes: match options.overrides.redb_cache_mb {
+                Some(mb) => crate::config::redb_cache_bytes(mb)?,
+                None => homing_store::redb::CACHE_BYTES_DEFAULT,
+            },
             ..RedbOptions::default()
         };
         // One embedded global store shared by every DC of this process.

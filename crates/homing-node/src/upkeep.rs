@@ -1033,6 +1033,17 @@ mod tests {
             }
         }
 
+        /// A host session that ran out long ago, holding keys `uniques`.
+        fn dead_session(&mut self, uniques: std::ops::Range<u64>) -> SessionRecord {
+            let dead = crate::fixture::session();
+            for unique in uniques {
+                let key = crate::fixture::held_in_session(&dead, unique);
+                self.records.insert(key.id.clone(), key);
+            }
+            self.sessions.insert(dead.id.clone(), dead.clone());
+            dead
+        }
+
         /// A compare-and-set over `expected`.
         fn write(&mut self, expected: Option<u64>, record: DcRecord) -> Written {
             let stored = self.records.get(&record.id).map(|r| r.version);
@@ -1188,12 +1199,7 @@ mod tests {
     #[test]
     fn a_dead_sessions_keys_are_reaped_one_batch_per_page() {
         let mut world = World::new();
-        let dead = crate::fixture::session();
-        for unique in 100..400 {
-            let key = crate::fixture::held_in_session(&dead, unique);
-            world.records.insert(key.id.clone(), key);
-        }
-        world.sessions.insert(dead.id.clone(), dead.clone());
+        world.dead_session(100..400);
         // Lapsed per-key leases go in one batch too.
         world.record("iad.1", "a", None, false);
         world.record("iad.2", "b", None, false);
@@ -1216,12 +1222,7 @@ mod tests {
     #[test]
     fn a_reap_cut_short_is_finished_by_the_next_homingds_upkeep() {
         let mut world = World::new();
-        let dead = crate::fixture::session();
-        for unique in 100..400 {
-            let key = crate::fixture::held_in_session(&dead, unique);
-            world.records.insert(key.id.clone(), key);
-        }
-        world.sessions.insert(dead.id.clone(), dead.clone());
+        let dead = world.dead_session(100..400);
         let mut first = upkeep(128, Mutations::NONE);
         first.start(world.now);
         let mut crashed_at = None;
@@ -1275,12 +1276,7 @@ mod tests {
     #[test]
     fn a_session_key_changed_since_its_page_was_read_is_reaped_on_the_next_sweep() {
         let mut world = World::new();
-        let dead = crate::fixture::session();
-        for unique in 10..14 {
-            let key = crate::fixture::held_in_session(&dead, unique);
-            world.records.insert(key.id.clone(), key);
-        }
-        world.sessions.insert(dead.id.clone(), dead.clone());
+        let dead = world.dead_session(10..14);
         let mut upkeep = upkeep(128, Mutations::NONE);
         // Drive by hand up to the page's writes, then move one key.
         upkeep.start(world.now);
