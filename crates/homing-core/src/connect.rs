@@ -43,11 +43,11 @@ use crate::fencing::FencingToken;
 use crate::key::{Key, Tag};
 use crate::lease::{Deadlines, LeasePolicy};
 use crate::link::{Shortcut, Succession};
+use crate::record::RecordRead;
 use crate::record::{
     ActivateReply, DcRecord, Holding, LinkReply, PreviousRun, TailState, TailView,
 };
 use crate::reservation::ReservationId;
-use crate::session::RecordRead;
 use crate::succession::{TakeOverReply, TakeoverPolicy};
 use crate::succession::{confirmation_of, superseding, takeover_link_token};
 use crate::time::StoreTime;

@@ -78,15 +78,15 @@ pub use lease_key::LeaseKey;
 pub use link::{Link, Shortcut, Succession, SuccessionCause};
 pub use mutation::{Mutation, Mutations};
 pub use record::{
-    ActivateReply, DcRecord, FailureReason, Holding, LinkReply, PreviousRun, RecordState,
-    RecordView, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, TailState,
-    TailView, Transition,
+    ActivateReply, DcRecord, FailureReason, Holding, LinkReply, PreviousRun, RecordRead,
+    RecordState, RecordView, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
+    TailState, TailView, Transition,
 };
 pub use reservation::{ReservationId, ReservationRef};
 pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
 pub use session::{
-    Expiry, RecordRead, SessionEnd, SessionGuard, SessionId, SessionKey, SessionNotice,
-    SessionRecord, SessionRenewReply, SessionState, SessionTransition,
+    Expiry, SessionEnd, SessionGuard, SessionId, SessionKey, SessionNotice, SessionRecord,
+    SessionRenewReply, SessionState, SessionTransition,
 };
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};

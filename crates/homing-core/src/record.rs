@@ -1048,6 +1048,52 @@ impl DcRecord {
     }
 }
 
+/// A record as read from its DC's store, with the row of the session it is
+/// held under when it is (read just after it: a session's expiry only
+/// moves later until it ends, so a row read later never makes the record
+/// look less held than it was). Every judgement of whether the lease is
+/// held goes through here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRead {
+    /// The record.
+    pub record: DcRecord,
+    /// Its session's row (`None`: a per-key lease, no lease, or the row is
+    /// gone). Boxed: most records have none, and a read travels in enums.
+    pub session: Option<Box<SessionRecord>>,
+}
+
+impl RecordRead {
+    /// A record with no session row beside it.
+    pub fn alone(record: DcRecord) -> RecordRead {
+        RecordRead {
+            record,
+            session: None,
+        }
+    }
+
+    /// The session row, borrowed, for the record's judgements.
+    pub fn session(&self) -> Option<&SessionRecord> {
+        self.session.as_deref()
+    }
+}
+
+/// Whether writing `new` over `old` needs its session row checked: the
+/// record joins a session or freezes.
+pub fn needs_guard(old: Option<&DcRecord>, new: &DcRecord) -> Option<SessionId> {
+    let expiry = |r: &DcRecord| match &r.state {
+        RecordState::Active { expiry, .. } => Some(expiry.clone()),
+        _ => None,
+    };
+    let (before, after) = (old.and_then(expiry), expiry(new)?);
+    let same_token = old.is_some_and(|o| o.token == new.token);
+    match after {
+        Expiry::At(_) => None,
+        Expiry::Session(s) if same_token && before == Some(Expiry::Session(s.clone())) => None,
+        Expiry::Frozen { .. } if same_token && before == Some(after.clone()) => None,
+        Expiry::Session(s) | Expiry::Frozen { session: s, .. } => Some(s),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -361,35 +361,6 @@ pub struct SessionGuard {
     pub next: Option<SessionRecord>,
 }
 
-/// A record as read from its DC's store, with the row of the session it is
-/// held under when it is (read just after it: a session's expiry only
-/// moves later until it ends, so a row read later never makes the record
-/// look less held than it was). Every judgement of whether the lease is
-/// held goes through here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordRead {
-    /// The record.
-    pub record: crate::record::DcRecord,
-    /// Its session's row (`None`: a per-key lease, no lease, or the row is
-    /// gone). Boxed: most records have none, and a read travels in enums.
-    pub session: Option<Box<SessionRecord>>,
-}
-
-impl RecordRead {
-    /// A record with no session row beside it.
-    pub fn alone(record: crate::record::DcRecord) -> RecordRead {
-        RecordRead {
-            record,
-            session: None,
-        }
-    }
-
-    /// The session row, borrowed, for the record's judgements.
-    pub fn session(&self) -> Option<&SessionRecord> {
-        self.session.as_deref()
-    }
-}
-
 /// How long an active lease runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Expiry {
@@ -442,26 +413,6 @@ impl Expiry {
             Expiry::At(at) | Expiry::Frozen { at, .. } => Some(*at),
             Expiry::Session(_) => None,
         }
-    }
-}
-
-/// Whether writing `new` over `old` needs its session row checked: the
-/// record joins a session or freezes.
-pub fn needs_guard(
-    old: Option<&crate::record::DcRecord>,
-    new: &crate::record::DcRecord,
-) -> Option<SessionId> {
-    let expiry = |r: &crate::record::DcRecord| match &r.state {
-        crate::record::RecordState::Active { expiry, .. } => Some(expiry.clone()),
-        _ => None,
-    };
-    let (before, after) = (old.and_then(expiry), expiry(new)?);
-    let same_token = old.is_some_and(|o| o.token == new.token);
-    match after {
-        Expiry::At(_) => None,
-        Expiry::Session(s) if same_token && before == Some(Expiry::Session(s.clone())) => None,
-        Expiry::Frozen { .. } if same_token && before == Some(after.clone()) => None,
-        Expiry::Session(s) | Expiry::Frozen { session: s, .. } => Some(s),
     }
 }
 

@@ -1,6 +1,6 @@
 //! What homingd counts, and the HTTP endpoint that shows it: `/metrics` in
 //! OpenMetrics text (what Prometheus scrapes), `/healthz` and `/readyz` (and the status page,
-//! [`crate::status`]), routed by axum and served with hyper (HTTP/1.1, one
+//! the `status` module), routed by axum and served with hyper (HTTP/1.1, one
 //! request per connection). The exposition is OpenMetrics text encoded by
 //! `prometheus-client` (the Prometheus project's Rust client) from a
 //! registry made at each scrape out of the counters kept here. The endpoint is bounded: at most

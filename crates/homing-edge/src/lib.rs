@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod network;
 mod pool;
 pub mod probe;
+mod request_counts;
 pub mod route;
 pub mod router;
 pub mod serve;

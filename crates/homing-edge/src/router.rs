@@ -39,8 +39,8 @@ use tracing::{debug, warn};
 use crate::config::{EdgeConfig, MOVE_POLL_MS};
 use crate::h1::{DECIMAL_BYTES_MAX, Extra, HOP_BY_HOP, Headers, ResponseHead, decimal};
 use crate::json;
-use crate::metrics::EdgeMetrics;
 use crate::pool::{ActorPool, Outgoing, PooledBody, SendError};
+use crate::request_counts::EdgeMetrics;
 use crate::route::{KeyError, route_parts};
 
 /// Forwards per request: the first, and one retry after a fresh resolve.
@@ -183,7 +183,7 @@ impl EdgeRouter {
         &self.inner.resolver
     }
 
-    /// Its refusals by reason and upstream latency ([`crate::metrics`]).
+    /// Its refusals by reason and upstream latency (served by the `metrics` module).
     pub(crate) fn metrics(&self) -> &EdgeMetrics {
         &self.inner.metrics
     }

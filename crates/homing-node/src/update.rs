@@ -275,7 +275,7 @@ impl Update {
 /// freeze numbers its notice in the row (written with it); a key joining a
 /// session checks the row's version. `None` for every other write.
 fn guard_of(read: &RecordRead, next: &DcRecord) -> Option<SessionGuard> {
-    let id = homing_core::session::needs_guard(Some(&read.record), next)?;
+    let id = homing_core::record::needs_guard(Some(&read.record), next)?;
     let row = read.session().filter(|row| row.id == id)?;
     let frozen = matches!(
         &next.state,

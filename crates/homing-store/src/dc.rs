@@ -13,12 +13,14 @@ use homing_core::{
 
 use crate::error::StoreError;
 use crate::failover::Failover;
-use crate::session::{GuardedCas, SessionCas, SessionCounts, SessionCursor, SessionGuard};
+use crate::session::{self, GuardedCas, SessionCas, SessionCounts, SessionCursor, SessionGuard};
 
 pub use homing_core::ScanCursor;
 
 /// Most records one [`DcStore::scan`] returns.
 pub const SCAN_LIMIT_MAX: usize = 128;
+/// Most rows or records one session page returns.
+pub const SESSION_PAGE_MAX: usize = SCAN_LIMIT_MAX;
 /// Most events one [`DcStore::events`] returns.
 pub const EVENTS_LIMIT_MAX: usize = 256;
 
@@ -292,7 +294,7 @@ pub trait DcStore: Send + Sync + 'static {
 
     /// The records held under session `id` (live or frozen), in the order of
     /// their stored ids, strictly after `after`, at most `limit` (≤
-    /// [`crate::session::SESSION_PAGE_MAX`]); fewer only when no more are.
+    /// [`SESSION_PAGE_MAX`]); fewer only when no more are.
     async fn session_keys(
         &self,
         id: &SessionId,
@@ -302,7 +304,7 @@ pub trait DcStore: Send + Sync + 'static {
 
     /// The frozen records of session `id` whose notice is numbered above
     /// `after`, in notice order, at most `limit` (≤
-    /// [`crate::session::SESSION_PAGE_MAX`]).
+    /// [`SESSION_PAGE_MAX`]).
     async fn session_notices(
         &self,
         id: &SessionId,
@@ -312,7 +314,7 @@ pub trait DcStore: Send + Sync + 'static {
 
     /// Session rows due by `until` (a live one at its expiry, an ended one
     /// at its end), oldest first, strictly after `after`, at most `limit`
-    /// (≤ [`crate::session::SESSION_PAGE_MAX`]).
+    /// (≤ [`SESSION_PAGE_MAX`]).
     async fn due_sessions(
         &self,
         until: StoreTime,
@@ -323,7 +325,7 @@ pub trait DcStore: Send + Sync + 'static {
     /// Every session row, live or ended, in the order of their stored names
     /// ([`crate::session::session_bytes`], byte order: `iad~10` before
     /// `iad~2`), strictly after `after`, at most `limit` (≤
-    /// [`crate::session::SESSION_PAGE_MAX`]); fewer only when no more are.
+    /// [`SESSION_PAGE_MAX`]); fewer only when no more are.
     /// Migration pages through them to copy and verify every row.
     async fn sessions(
         &self,
@@ -437,6 +439,39 @@ pub(crate) fn check_cas(expected: Option<u64>, record: &DcRecord) -> Result<(), 
         });
     }
     Ok(())
+}
+
+impl From<Cas> for GuardedCas {
+    fn from(cas: Cas) -> GuardedCas {
+        match cas {
+            Cas::Written => GuardedCas::Written,
+            Cas::Conflict { current } => GuardedCas::RecordConflict { current },
+        }
+    }
+}
+
+/// Judges a guarded compare-and-set against the stored record and session
+/// row, for the backends that read both before they write: `Ok(None)` to
+/// write. The row is judged first (as [`session::judge_guard`]), then the record (as
+/// [`judge_cas`]). `unknown_outcome`: an earlier attempt of this
+/// very write may have landed unseen; if the stored record is exactly
+/// `record` it did (with its row), and the answer is `Written`.
+#[cfg_attr(not(any(feature = "etcd", feature = "fdb")), allow(dead_code))]
+pub(crate) fn judge_guarded(
+    expected: Option<u64>,
+    record: &DcRecord,
+    guard: &SessionGuard,
+    stored: Option<DcRecord>,
+    row: Option<SessionRecord>,
+    unknown_outcome: bool,
+) -> Result<Option<GuardedCas>, StoreError> {
+    if unknown_outcome && stored.as_ref() == Some(record) {
+        return Ok(Some(GuardedCas::Written));
+    }
+    if let Some(moved) = session::judge_guard(guard, row) {
+        return Ok(Some(moved));
+    }
+    Ok(judge_cas(expected, record, stored)?.map(GuardedCas::from))
 }
 
 /// Checks a CAS against the stored record: `Ok(None)` to write, `Ok(Some(conflict))`

@@ -92,7 +92,9 @@ pub mod session;
 pub mod setting;
 mod writer;
 
-pub use dc::{Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, ScanCursor};
+pub use dc::{
+    Cas, DcStore, EVENTS_LIMIT_MAX, EventPage, Import, SCAN_LIMIT_MAX, SESSION_PAGE_MAX, ScanCursor,
+};
 pub use error::StoreError;
 pub use failover::{EndpointHealth, Failover, FailoverEvent};
 pub use global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};

@@ -23,9 +23,6 @@ use homing_core::{DcRecord, Expiry, RecordState, ReservationId, SessionId, Sessi
 
 use crate::error::StoreError;
 
-/// Most rows or records one session page returns.
-pub const SESSION_PAGE_MAX: usize = crate::dc::SCAN_LIMIT_MAX;
-
 /// What [`crate::DcStore::compare_and_set_session`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionCas {
@@ -71,15 +68,6 @@ pub enum GuardedCas {
         /// The row as stored now.
         current: Option<SessionRecord>,
     },
-}
-
-impl From<crate::dc::Cas> for GuardedCas {
-    fn from(cas: crate::dc::Cas) -> GuardedCas {
-        match cas {
-            crate::dc::Cas::Written => GuardedCas::Written,
-            crate::dc::Cas::Conflict { current } => GuardedCas::RecordConflict { current },
-        }
-    }
 }
 
 /// How many host sessions a DC store holds ([`crate::DcStore::session_counts`]).
@@ -292,7 +280,7 @@ pub fn session_index_changes(
     (gone, added)
 }
 
-pub use homing_core::session::needs_guard;
+pub use homing_core::record::needs_guard;
 
 /// The caller-bug check of a plain compare-and-set: a record joining a
 /// session or freezing needs [`crate::DcStore::compare_and_set_in_session`].
@@ -352,30 +340,6 @@ pub(crate) fn judge_session_cas(
         (Some(stored), Some(v)) if stored.version == v => None,
         _ => Some(SessionCas::Conflict { current }),
     }
-}
-
-/// Judges a guarded compare-and-set against the stored record and session
-/// row, for the backends that read both before they write: `Ok(None)` to
-/// write. The row is judged first (as [`judge_guard`]), then the record (as
-/// [`crate::dc::judge_cas`]). `unknown_outcome`: an earlier attempt of this
-/// very write may have landed unseen; if the stored record is exactly
-/// `record` it did (with its row), and the answer is `Written`.
-#[cfg_attr(not(any(feature = "etcd", feature = "fdb")), allow(dead_code))]
-pub(crate) fn judge_guarded(
-    expected: Option<u64>,
-    record: &DcRecord,
-    guard: &SessionGuard,
-    stored: Option<DcRecord>,
-    row: Option<SessionRecord>,
-    unknown_outcome: bool,
-) -> Result<Option<GuardedCas>, StoreError> {
-    if unknown_outcome && stored.as_ref() == Some(record) {
-        return Ok(Some(GuardedCas::Written));
-    }
-    if let Some(moved) = judge_guard(guard, row) {
-        return Ok(Some(moved));
-    }
-    Ok(crate::dc::judge_cas(expected, record, stored)?.map(GuardedCas::from))
 }
 
 /// Judges a guarded write's session row: `None` when it is still at the

@@ -20,8 +20,8 @@ use homing_core::{
     NamespaceScope, RecordState, ReservationId, RunOutcome, ScanCursor, SessionId, SessionRecord,
     StoreTime, Succession, TakeOverReply, TakeoverPolicy,
 };
+use homing_store::SESSION_PAGE_MAX;
 use homing_store::migrate::{MigrateOptions, MigrateReport, SAMPLE_MAX, StoreSet, migrate, verify};
-use homing_store::session::SESSION_PAGE_MAX;
 use homing_store::{
     Cas, DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, GuardedCas, RedbDcStore,
     RedbGlobalStore, RedbOptions, SCAN_LIMIT_MAX, SETTING_BYTES_MAX, SessionCas, SessionGuard,

@@ -214,7 +214,7 @@ impl EtcdDcStore {
             let old = stored.record.clone();
             let old_due = old.as_ref().and_then(Due::of);
             let judged = match guard {
-                Some(guard) => session::judge_guarded(
+                Some(guard) => crate::dc::judge_guarded(
                     expected,
                     record,
                     guard,

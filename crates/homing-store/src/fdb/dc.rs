@@ -237,7 +237,7 @@ impl FdbDcStore {
         let old_due = old.as_ref().and_then(Due::of);
         let judged = match w.guard {
             Some(guard) => {
-                session::judge_guarded(w.expected, record, guard, current, row.clone(), unknown)?
+                crate::dc::judge_guarded(w.expected, record, guard, current, row.clone(), unknown)?
             }
             None => {
                 session::check_unguarded(old.as_ref(), record)?;

@@ -57,13 +57,13 @@ use homing_core::{
 };
 use tokio::task::JoinHandle;
 
+use crate::dc::SESSION_PAGE_MAX;
 use crate::dc::{
     DcStore, EVENTS_LIMIT_MAX, Import, SCAN_LIMIT_MAX, ScanCursor, judge_event_import,
     judge_import, judge_session_import,
 };
 use crate::error::StoreError;
 use crate::global::{DCS_MAX, GET_MANY_KEYS_MAX, GlobalStore, SetIfAbsent, SuccessionPages};
-use crate::session::SESSION_PAGE_MAX;
 use crate::setting::Setting;
 
 mod copy;
@@ -282,8 +282,8 @@ mod tests {
     use super::copy::{LeaseCopy, Picker, lease_copy, scan_page};
     use super::*;
     use crate::dc::Cas;
+    use crate::dc::SESSION_PAGE_MAX;
     use crate::memory::{MemoryDcStore, MemoryGlobalStore};
-    use crate::session::SESSION_PAGE_MAX;
     use homing_core::{
         ActorId, DcMarks, FencingToken, HostTime, KeyName, LeasePolicy, Namespace, RunOutcome,
         SessionId, SessionRecord, StoreTime,
