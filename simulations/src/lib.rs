@@ -48,7 +48,7 @@ pub use invariants::{Invariant, Violation};
 pub use report::Measurements;
 pub use rules::{Rules, WaitRules};
 pub use scenario::{Scenario, ScenarioError};
-pub use sim::{Failure, Outcome, RunOptions, Sim};
+pub use sim::{InvariantFailure, Outcome, RunOptions, Sim};
 
 /// Runs `scenario` with `seed` to its end or its first invariant violation.
 pub fn run(

@@ -46,7 +46,7 @@ pub struct RunOptions {
 
 /// A violated invariant, as reported.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub struct InvariantFailure {
     /// The run's scenario name (`swarm`: drawn from the seed).
     pub scenario: String,
     /// The run's seed.
@@ -61,7 +61,7 @@ pub struct Failure {
     pub trace: Vec<String>,
 }
 
-impl std::fmt::Display for Failure {
+impl std::fmt::Display for InvariantFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
@@ -102,7 +102,7 @@ pub struct Outcome {
     /// FNV-1a over every processed event.
     pub trace_hash: u64,
     /// The first invariant violation, if any.
-    pub failure: Option<Failure>,
+    pub failure: Option<InvariantFailure>,
     /// Latency and round-trip samples per operation.
     pub measurements: Measurements,
 }
@@ -164,9 +164,9 @@ impl Sim {
             };
             let upkeep = || new_upkeep(id.clone(), policy, &scenario.stores, rules.mutations);
             let keys_max = scenario.keys_per_namespace_max;
-            let endpoint = Dc::endpoint_config(&id, &policy, rules.mutations, keys_max);
+            let endpoint = Dc::endpoint_config(&id, &policy, rules.mutations, keys_max, limits);
             let n = scenario.instances_per_dc;
-            dcs.push(Dc::new(i as u16, clock, limits, n, upkeep, endpoint));
+            dcs.push(Dc::new(i as u16, clock, n, upkeep, endpoint));
         }
         let mut hosts = Vec::new();
         for d in 0..dcs.len() {
@@ -560,14 +560,14 @@ impl Sim {
     }
 
     /// Judges the wake-up obligations that fell due before `before_us`.
-    fn check_due(&mut self, before_us: u64) -> Option<Failure> {
+    fn check_due(&mut self, before_us: u64) -> Option<InvariantFailure> {
         let view = view!(self);
         let (at_us, violation) = self.checker.wake.check_due(before_us, &view)?;
         Some(self.failure_at(violation, at_us))
     }
 
     /// The end-of-run (liveness) checks.
-    fn check_end(&mut self) -> Option<Failure> {
+    fn check_end(&mut self) -> Option<InvariantFailure> {
         if let Some(f) = self.check_due(self.end_us + 1) {
             return Some(f);
         }
@@ -581,14 +581,14 @@ impl Sim {
     }
 
     /// The report of `violation`, found now: the seed, where, and the key's last events.
-    fn failure(&self, violation: Violation) -> Failure {
+    fn failure(&self, violation: Violation) -> InvariantFailure {
         self.failure_at(violation, self.world.now)
     }
 
     /// The report of `violation`, due at `at_us`.
-    fn failure_at(&self, violation: Violation, at_us: u64) -> Failure {
+    fn failure_at(&self, violation: Violation, at_us: u64) -> InvariantFailure {
         let key = violation.key.unwrap_or(NO_KEY);
-        Failure {
+        InvariantFailure {
             scenario: self.scenario.name.clone(),
             seed: self.seed,
             event_index: self.events,

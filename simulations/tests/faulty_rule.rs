@@ -6,12 +6,12 @@
 mod support;
 
 use homing_core::Mutation;
-use homing_sim::Failure;
+use homing_sim::InvariantFailure;
 use homing_sim::{Invariant, Rules, RunOptions, run};
 use support::{first_failure, mutant, scenario};
 
 /// A broken link shows as two holders or as tokens out of order.
-fn assert_holders_or_tokens(first: &Failure) {
+fn assert_holders_or_tokens(first: &InvariantFailure) {
     assert!(
         matches!(
             first.violation.invariant,

@@ -12,14 +12,14 @@ use std::collections::BTreeMap;
 
 use homing_core::Mutation;
 use homing_sim::counter::Counter;
-use homing_sim::{Failure, Invariant, Rules, RunOptions, Scenario, WaitRules, run};
+use homing_sim::{Invariant, InvariantFailure, Rules, RunOptions, Scenario, WaitRules, run};
 
 fn waiting() -> Scenario {
     support::scenario("waiting", 30_000)
 }
 
 /// The first seed that catches `broken` (see `support::first_failure`).
-fn first_failure(scenario: &Scenario, broken: Rules) -> Failure {
+fn first_failure(scenario: &Scenario, broken: Rules) -> InvariantFailure {
     support::first_failure(scenario, broken).1
 }
 

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homing_core::{DcId, DcLeaseState, DcRecord, DcTerms};
-use homing_node::dc_lease::MARKS_WAIT_MS;
-use homing_node::dc_lease::RENEW_RETRY_MS;
+use homing_node::dc::dc_lease::MARKS_WAIT_MS;
+use homing_node::dc::dc_lease::RENEW_RETRY_MS;
 use homing_node::{DcLease, DcLeaseChange, DcLeasePoll, NodeTime, StartCheck, start_check};
 use homing_store::{DcStore, GlobalStore, StoreError};
 use thiserror::Error;

@@ -361,7 +361,7 @@ async fn reconcile_takeovers(
                 Err(e) => {
                     tracing::warn!(dc = %node.dc(), error = %e, "reconciling takeovers failed; trying again");
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(homing_node::dc_lease::RENEW_RETRY_MS)) => continue,
+                        _ = tokio::time::sleep(Duration::from_millis(homing_node::dc::dc_lease::RENEW_RETRY_MS)) => continue,
                         _ = stop.changed() => return,
                     }
                 }

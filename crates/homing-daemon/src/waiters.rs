@@ -1,33 +1,37 @@
 //! homingd's side of parked acquirers: homing-node's [`homing_node::Waiters`]
-//! decides who is woken with what (FIFO, bounds, hand-off) and
-//! [`homing_node::AwaitVacant`] runs each waiter's loop (`Node::drive`
-//! performs its registry operations here); this module keeps the registry
-//! under a lock, reads the node clock, and delivers answers to request tasks
-//! over channels. A waiter whose request future is dropped leaves the queue
-//! at once ([`Registration`]'s `Drop`).
+//! decides who is woken with what (FIFO, bounds, hand-off) and is held by
+//! the DC's [`homing_node::Endpoint`]; [`homing_node::AwaitVacant`] runs
+//! each waiter's loop (`Node::drive` performs its registry operations
+//! here). This module reaches the registry through the endpoint's lock,
+//! reads the node clock, and delivers answers to request tasks over
+//! channels. A waiter whose request future is dropped leaves the queue at
+//! once ([`Registration`]'s `Drop`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use homing_core::Mutations;
-use homing_core::{AwaitReply, DcRecord, LeasePolicy, RecordRead, ReservationId, StoreTime};
-use homing_node::{Followed, LogFollower, NodeTime, Notified, QueueOp, Queued};
+use homing_core::{AwaitReply, DcRecord, LeasePolicy, RecordRead, Reply, ReservationId, StoreTime};
+use homing_node::{Endpoint, Followed, LogFollower, NodeTime, Notified, QueueOp, Queued};
 pub use homing_node::{Full, WaitLimits};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+/// homingd's endpoint: a joined retry is answered on a reply channel, a
+/// parked acquirer on its [`Parked`] channels.
+pub type DcEndpoint = Endpoint<oneshot::Sender<Reply>, Parked>;
+
 /// One parked request task, as the registry holds it.
-struct Parked {
+pub struct Parked {
     /// Its answer.
     woken: oneshot::Sender<AwaitReply>,
     /// Roused when the queue's hand-off moves, to re-arm its timers.
     rouse: Arc<Notify>,
 }
 
-/// The parked acquirers of one DC.
+/// The parked acquirers of one DC, in its endpoint's registry.
 pub struct Waiters {
-    inner: Mutex<homing_node::Waiters<Parked>>,
+    endpoint: Arc<Mutex<DcEndpoint>>,
     /// The node clock's origin.
     origin: Instant,
     /// Mirrors the number waiting, for metrics.
@@ -53,10 +57,10 @@ impl Drop for Registration<'_> {
 }
 
 impl Waiters {
-    /// No waiters yet; `gauge` follows how many wait.
-    pub fn new(limits: WaitLimits, gauge: Arc<AtomicU64>) -> Waiters {
+    /// The registry of `endpoint`; `gauge` follows how many wait.
+    pub fn new(endpoint: Arc<Mutex<DcEndpoint>>, gauge: Arc<AtomicU64>) -> Waiters {
         Waiters {
-            inner: Mutex::new(homing_node::Waiters::new(limits, Mutations::NONE)),
+            endpoint,
             origin: Instant::now(),
             gauge,
         }
@@ -64,10 +68,10 @@ impl Waiters {
 
     /// Runs `f` on the registry, then publishes the count.
     fn with<T>(&self, f: impl FnOnce(&mut homing_node::Waiters<Parked>) -> T) -> T {
-        // The registry's methods complete their edits before anything can panic.
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let out = f(&mut inner);
-        self.gauge.store(inner.len() as u64, Ordering::Relaxed);
+        let mut endpoint = (self.endpoint.lock()).expect("the endpoint's lock is never poisoned");
+        let waiters = endpoint.waiters_mut();
+        let out = f(waiters);
+        self.gauge.store(waiters.len() as u64, Ordering::Relaxed);
         out
     }
 

@@ -363,7 +363,7 @@ async fn dc_lease_a_failed_reconciliation_pass_resumes_after_the_page_it_applied
     let (daemon, _dir) = start(&global, &records, short_leases()).await;
     let daemon = daemon.unwrap();
     // One more tail than a page of successions holds.
-    let count = homing_node::reconcile::PAGE_SUCCESSIONS + 1;
+    let count = homing_node::pass::reconcile::PAGE_SUCCESSIONS + 1;
     let mut tails = Vec::new();
     for i in 0..count {
         let name = format!("room{i}");

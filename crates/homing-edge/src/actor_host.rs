@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use crate::config::ServeLimits;
 use crate::json;
-use crate::serve::{self, Serving, StopSignal};
+use crate::listener::{self, Serving, StopSignal};
 
 /// Default time in-flight requests get after a graceful stop, in milliseconds.
 pub const DRAIN_MS_DEFAULT: u64 = 1_000;
@@ -145,7 +145,7 @@ impl ActorHost {
             let landed = landed.clone();
             async move { Ok::<_, Infallible>(landed_response(landed)) }
         });
-        let serving = serve::spawn(listener, service, None, config.serve, stop)?;
+        let serving = listener::spawn(listener, service, None, config.serve, stop)?;
         info!(key = %agent.key(), reservation = %agent.reservation(), %actor, "actor host serving");
         Ok(AcquireReply::Acquired(Box::new(ActorHost {
             agent,

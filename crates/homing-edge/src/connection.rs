@@ -177,7 +177,7 @@ where
 /// evicted before its first request, stalls a write too long, or the server
 /// stops (`stop` holds a drain time; the server bounds the drain). HTTP/1.1
 /// goes to `http1` if given, else to hyper with `service`.
-pub(crate) async fn serve<S, B>(
+pub(crate) async fn run<S, B>(
     mut stream: TcpStream,
     builders: Arc<Builders>,
     service: S,

@@ -49,10 +49,10 @@ use crate::connection::{Http1Connection, Http1Server};
 use crate::h1::{
     self, Decoded, Decoder, Framing, HeadError, Headers, RequestHead, ResponseHead, Sending,
 };
+use crate::listener::{self, Serving};
 use crate::pool::PooledBody;
 use crate::route::{origin_form, route};
 use crate::router::{EdgeRouter, Refusal};
-use crate::serve::{self, Serving};
 
 /// Most bytes read from a client at once (hyper's first read buffer size).
 const READ_BYTES: usize = 8 * 1024;
@@ -73,7 +73,7 @@ impl EdgeRouter {
         });
         let (stop, _) = watch::channel(None);
         let http1 = Some(server(self.clone()));
-        serve::spawn(
+        listener::spawn(
             listener,
             service,
             http1,
@@ -85,7 +85,7 @@ impl EdgeRouter {
     /// Serves on `listener` until `shutdown` resolves, then gives in-flight
     /// requests up to `drain` and returns. Fails only if the listener has
     /// no local address.
-    pub async fn serve(
+    pub async fn run(
         &self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
@@ -98,7 +98,7 @@ impl EdgeRouter {
     }
 }
 
-/// The router's HTTP/1.1 server side, for [`serve::spawn`].
+/// The router's HTTP/1.1 server side, for [`listener::spawn`].
 fn server(router: EdgeRouter) -> Http1Server {
     Arc::new(move |connection| {
         let served: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> =

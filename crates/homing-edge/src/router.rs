@@ -150,7 +150,7 @@ enum Forward {
     NotAllowed,
 }
 
-// Putting the router on a listener (`spawn`, `serve`) is front.rs's, with
+// Putting the router on a listener (`spawn`, `run`) is front.rs's, with
 // the HTTP/1.1 server side it starts: the front uses the router, not the
 // other way round.
 impl EdgeRouter {

@@ -6,7 +6,7 @@ use homing_core::{
 };
 
 use crate::step::Now;
-use crate::time::NodeTime;
+use crate::step::time::NodeTime;
 
 /// The lease policy of every fixture.
 pub(crate) const POLICY: LeasePolicy = LeasePolicy::DEFAULT;

@@ -449,22 +449,22 @@ type Answer = Result<Outcome, StoreError>;
 
 /// Why one op was not applied: its own failure (answered to its caller, the
 /// group goes on), or the storage failing under the whole group.
-enum Failure {
+enum NotApplied {
     /// This op only; it wrote nothing (every check runs before its first insert).
     Op(StoreError),
     /// The transaction: the whole group is aborted.
     Group(redb::Error),
 }
 
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        Failure::Op(e)
+impl From<StoreError> for NotApplied {
+    fn from(e: StoreError) -> NotApplied {
+        NotApplied::Op(e)
     }
 }
 
-impl From<redb::StorageError> for Failure {
-    fn from(e: redb::StorageError) -> Failure {
-        Failure::Group(e.into())
+impl From<redb::StorageError> for NotApplied {
+    fn from(e: redb::StorageError) -> NotApplied {
+        NotApplied::Group(e.into())
     }
 }
 
@@ -508,8 +508,8 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
         for request in batch {
             answers.push(match apply(&mut tables, &request.op) {
                 Ok(outcome) => Ok(outcome),
-                Err(Failure::Op(e)) => Err(e),
-                Err(Failure::Group(e)) => return Err(e),
+                Err(NotApplied::Op(e)) => Err(e),
+                Err(NotApplied::Group(e)) => return Err(e),
             });
         }
     }
@@ -518,7 +518,7 @@ fn commit_group(db: &Database, batch: &[Request]) -> Result<Vec<Answer>, redb::E
 }
 
 /// Applies one op inside the group's transaction.
-fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
+fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, NotApplied> {
     match op {
         Op::SetIfAbsent { key, id } => {
             let existing = t.global.get(key.as_slice())?.map(|v| v.value().to_vec());
@@ -623,7 +623,7 @@ fn apply(t: &mut Tables<'_>, op: &Op) -> Result<Outcome, Failure> {
 }
 
 /// The stored record of `id`, decoded.
-fn stored(t: &Tables<'_>, id: &[u8]) -> Result<Option<DcRecord>, Failure> {
+fn stored(t: &Tables<'_>, id: &[u8]) -> Result<Option<DcRecord>, NotApplied> {
     let current = t.records.get(id)?;
     Ok(current
         .map(|v| keyspace::decode_record(v.value()))
@@ -631,7 +631,7 @@ fn stored(t: &Tables<'_>, id: &[u8]) -> Result<Option<DcRecord>, Failure> {
 }
 
 /// The stored row of session `id`, decoded.
-fn stored_session(t: &Tables<'_>, id: &SessionId) -> Result<Option<SessionRecord>, Failure> {
+fn stored_session(t: &Tables<'_>, id: &SessionId) -> Result<Option<SessionRecord>, NotApplied> {
     let current = t.sessions.get(session::session_bytes(id).as_slice())?;
     Ok(current
         .map(|v| session::decode_session(v.value()))
@@ -645,7 +645,7 @@ fn put_session(
     old: Option<&SessionRecord>,
     row: &SessionRecord,
     value: &[u8],
-) -> Result<(), Failure> {
+) -> Result<(), NotApplied> {
     let name = session::session_bytes(&row.id);
     if let Some(old) = old {
         t.sessions_due
@@ -666,7 +666,7 @@ fn guarded_cas(
     value: &[u8],
     guard: &SessionGuard,
     row_value: Option<&[u8]>,
-) -> Result<Outcome, Failure> {
+) -> Result<Outcome, NotApplied> {
     let current = stored_session(t, &guard.id)?;
     if let Some(moved) = session::judge_guard(guard, current.clone()) {
         return Ok(Outcome::Guarded(moved));
@@ -685,7 +685,7 @@ fn guarded_cas(
 }
 
 /// The last event seq ever appended (0: none).
-fn head(t: &Tables<'_>) -> Result<EventSeq, Failure> {
+fn head(t: &Tables<'_>) -> Result<EventSeq, NotApplied> {
     Ok(t.meta.get(EVENT_HEAD)?.map_or(0, |v| v.value()))
 }
 
@@ -699,7 +699,7 @@ fn cas(
     record: &DcRecord,
     value: &[u8],
     unguarded: bool,
-) -> Result<Outcome, Failure> {
+) -> Result<Outcome, NotApplied> {
     let id = keyspace::id_bytes(&record.id);
     let current = stored(t, &id)?;
     if unguarded {
@@ -734,7 +734,7 @@ fn cas(
 }
 
 /// A record import: written when absent or older, judged otherwise; no event.
-fn import(t: &mut Tables<'_>, record: &DcRecord, value: &[u8]) -> Result<Outcome, Failure> {
+fn import(t: &mut Tables<'_>, record: &DcRecord, value: &[u8]) -> Result<Outcome, NotApplied> {
     let id = keyspace::id_bytes(&record.id);
     let current = stored(t, &id)?;
     let old_due = current.as_ref().and_then(Due::of);
@@ -759,7 +759,7 @@ fn reindex(
     id: &[u8],
     old: Option<Due>,
     record: &DcRecord,
-) -> Result<(), Failure> {
+) -> Result<(), NotApplied> {
     let new = Due::of(record);
     if let Some(old) = old.filter(|old| Some(*old) != new) {
         t.due
@@ -778,7 +778,7 @@ fn apply_session_index(
     id: &[u8],
     old: Option<&DcRecord>,
     record: &DcRecord,
-) -> Result<(), Failure> {
+) -> Result<(), NotApplied> {
     let (gone, added) = session::session_index_changes(old, record);
     for SessionEntry { index, entry } in gone {
         t.session_index(index).remove(entry.as_slice())?;
@@ -802,7 +802,7 @@ impl<'txn> Tables<'txn> {
 }
 
 /// Drops a released record's expiry entry if the record is at `version`.
-fn settle(t: &mut Tables<'_>, id: &[u8], version: u64) -> Result<Outcome, Failure> {
+fn settle(t: &mut Tables<'_>, id: &[u8], version: u64) -> Result<Outcome, NotApplied> {
     let Some(record) = stored(t, id)?.filter(|r| r.version == version) else {
         return Ok(Outcome::Settled(false));
     };
@@ -848,7 +848,7 @@ pub(crate) fn build_due_index(txn: &redb::WriteTransaction) -> Result<u64, redb:
 }
 
 /// An event import at its own seq; the head becomes at least that seq.
-fn import_event(t: &mut Tables<'_>, event: &Event, value: &[u8]) -> Result<Outcome, Failure> {
+fn import_event(t: &mut Tables<'_>, event: &Event, value: &[u8]) -> Result<Outcome, NotApplied> {
     let current = t
         .events
         .get(event.seq)?

@@ -9,7 +9,7 @@ use homing_node::{Acquire, AcquireEvent, Answer, Failure};
 
 use super::ctx::DcCtx;
 use super::task::Task;
-use super::waiting::AwaitFor;
+use super::waiters::AwaitFor;
 use super::{Next, error};
 use crate::counter::Counter;
 use crate::event::{Event, NodeId};

@@ -31,16 +31,19 @@ impl DcCtx<'_> {
         dc.watches.clear();
         dc.peer_rpcs.clear();
         dc.await_rpcs.clear();
-        if !dc.waiters.is_empty() {
+        if !dc.endpoint.waiters().is_empty() {
             self.measurements
                 .count(Counter::WaitRegistrationsLostInCrash);
         }
         // Tickets keep counting up across the crash: the checkers know them.
-        dc.waiters.wake_all(AwaitReply::TimedOut);
+        dc.endpoint.waiters_mut().wake_all(AwaitReply::TimedOut);
         self.inst.upkeep = Some(self.fresh_upkeep());
         let dc = &mut *self.inst;
         dc.woken.clear();
-        dc.endpoint = Endpoint::new(self.dc.endpoint_config.clone());
+        // The registry, emptied, carries its ticket count into the fresh endpoint.
+        let mut endpoint = Endpoint::new(self.dc.endpoint_config.clone());
+        std::mem::swap(endpoint.waiters_mut(), dc.endpoint.waiters_mut());
+        dc.endpoint = endpoint;
         dc.follower = LogFollower::new();
         dc.peer_at.clear();
         // The lease lives in the process: writes waiting for marks die with it.

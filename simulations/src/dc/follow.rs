@@ -58,8 +58,12 @@ impl DcCtx<'_> {
         let page = (self.dc.store)
             .events(follower.after(), follower.limit())
             .expect("a page within the bound");
-        let followed =
-            follower.handle_page(&page.events, page.oldest, page.head, &self.inst.waiters);
+        let followed = follower.handle_page(
+            &page.events,
+            page.oldest,
+            page.head,
+            self.inst.endpoint.waiters_mut(),
+        );
         for id in &followed.look {
             reads_us += self.store_delay_us(base, jitter);
             let Some(read) = self.dc.store.read(id) else {

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use homing_core::{AwaitReply, LeasePolicy, Mutations};
-use homing_node::{Endpoint, EndpointConfig, LogFollower, Upkeep, WaitLimits, Waiters};
+use homing_node::{Endpoint, EndpointConfig, LogFollower, Upkeep};
 
 use super::lease::DcLeaseDriver;
 use super::task::Task;
@@ -30,7 +30,7 @@ pub struct Instance {
     /// acquires, cancellations, its memory of the global store, key-quota
     /// counts — as homingd's node keeps it (a joined retry is answered to
     /// its client, RPC and trace key).
-    pub(crate) endpoint: Endpoint<(NodeId, u64, u32)>,
+    pub(crate) endpoint: Endpoint<(NodeId, u64, u32), u64>,
     pub(crate) tasks: BTreeMap<u64, Task>,
     /// Volatile: its requests to peers in flight: RPC → (task, the peer's
     /// homingd).
@@ -38,8 +38,6 @@ pub struct Instance {
     /// Volatile: its pending `Await` requests to other DCs (RPC → the
     /// peer's homingd).
     pub(crate) await_rpcs: BTreeMap<u64, Homingd>,
-    /// Volatile: parked acquirers by task (lost in a crash).
-    pub(crate) waiters: Waiters<u64>,
     /// Volatile: the upkeep pass and the proofs it remembers (`None`
     /// while a pass runs: its task holds it).
     pub(crate) upkeep: Option<Upkeep>,
@@ -63,14 +61,9 @@ pub struct Instance {
 }
 
 impl Instance {
-    /// A running homingd `addr` with a fresh endpoint, its waiters bounded
-    /// by `limits`, its upkeep `upkeep`.
-    pub(crate) fn new(
-        addr: Homingd,
-        limits: WaitLimits,
-        upkeep: Upkeep,
-        endpoint: &EndpointConfig,
-    ) -> Instance {
+    /// A running homingd `addr` with a fresh endpoint (its waiters
+    /// included), its upkeep `upkeep`.
+    pub(crate) fn new(addr: Homingd, upkeep: Upkeep, endpoint: &EndpointConfig) -> Instance {
         let (policy, mutations): (LeasePolicy, Mutations) =
             (endpoint.node.policy, endpoint.node.mutations);
         Instance {
@@ -83,7 +76,6 @@ impl Instance {
             tasks: BTreeMap::new(),
             peer_rpcs: BTreeMap::new(),
             await_rpcs: BTreeMap::new(),
-            waiters: Waiters::new(limits, mutations),
             upkeep: Some(upkeep),
             closing_since: None,
             watches: BTreeSet::new(),

@@ -22,8 +22,8 @@ use homing_core::Mutations;
 use homing_core::{
     DcId, DcMarks, DcRenewal, DcStanding, DcTerms, ErrorKind, ErrorReply, LeasePolicy,
 };
-use homing_node::dc_lease::MARKS_WAIT_MS;
-use homing_node::dc_lease::RENEW_RETRY_MS;
+use homing_node::dc::dc_lease::MARKS_WAIT_MS;
+use homing_node::dc::dc_lease::RENEW_RETRY_MS;
 use homing_node::{
     DcLease, DcLeaseChange, DcLeasePoll, Failure, NodeTime, StartCheck, start_check,
 };

@@ -13,7 +13,7 @@
 //! requests, pauses) and routes each answer back; the DC's other modules
 //! handle the rest (its tasks in `task.rs`, store operations in
 //! `store.rs`, an acquire's waits in `acquire.rs`, waiters in
-//! `waiting.rs`, its lease in `lease.rs`, upkeep, drains, watches,
+//! `waiters.rs`, its lease in `lease.rs`, upkeep, drains, watches,
 //! reconciliation, shutdown, and a crash and a restart in `crash.rs`).
 //! The checkers read the DCs through [`DcsView`].
 //!
@@ -45,7 +45,7 @@ mod shutdown;
 mod store;
 mod task;
 mod upkeep;
-mod waiting;
+mod waiters;
 mod watch;
 
 pub(crate) use ctx::{DcCtx, Peers, dc_view};
@@ -60,7 +60,7 @@ use acquire::AcquireJob;
 pub(crate) use instance::Instance;
 use store::{StoreCall, StoreFaults};
 use task::{Task, TaskStepper};
-use waiting::AwaitFor;
+use waiters::AwaitFor;
 
 /// One simulated DC: what its homingd share (its name, clocks and store)
 /// and its homingd ([`Instance`]s, one or several over the shared store).
@@ -95,19 +95,18 @@ pub struct Dc {
 impl Dc {
     /// A running DC with empty stores and `instances` homingd; their
     /// endpoints set up by `endpoint` (rules broken on purpose: its
-    /// `mutations`), their waiters bounded by `limits`, their upkeep made
-    /// by `upkeep`.
+    /// `mutations`; their waiters bounded by its `waits`), their upkeep
+    /// made by `upkeep`.
     pub fn new(
         idx: u16,
         clock: NodeClock,
-        limits: WaitLimits,
         instances: u8,
         upkeep: impl Fn() -> Upkeep,
         endpoint: EndpointConfig,
     ) -> Dc {
         assert!((1..=Homingd::INSTANCES_MAX).contains(&instances));
         let instances: Vec<Instance> = (0..instances)
-            .map(|i| Instance::new(Homingd::new(idx, i), limits, upkeep(), &endpoint))
+            .map(|i| Instance::new(Homingd::new(idx, i), upkeep(), &endpoint))
             .collect();
         Dc {
             id: endpoint.node.dc.clone(),
@@ -139,12 +138,14 @@ impl Dc {
     }
 
     /// How DC `id`'s endpoint starts: homingd's defaults (its memory bounded
-    /// as homingd's), `keys_per_namespace_max` keys per namespace.
+    /// as homingd's), `keys_per_namespace_max` keys per namespace, its
+    /// waiters bounded by `waits`.
     pub(crate) fn endpoint_config(
         id: &DcId,
         policy: &LeasePolicy,
         mutations: Mutations,
         keys_per_namespace_max: u64,
+        waits: WaitLimits,
     ) -> EndpointConfig {
         EndpointConfig {
             node: NodeConfig {
@@ -156,6 +157,7 @@ impl Dc {
             takeover: TakeoverPolicy::Automatic,
             memory: MEMORY_LIMITS,
             keys_per_namespace_max,
+            waits,
         }
     }
 }

@@ -15,7 +15,7 @@
 //! owing a reconciliation does) but answering links, resolves of its
 //! entries and drains during the pass (a few store round trips).
 
-use homing_node::dc_lease::RENEW_RETRY_MS;
+use homing_node::dc::dc_lease::RENEW_RETRY_MS;
 use homing_node::{Failure, Reconcile};
 
 use super::ctx::DcCtx;

@@ -34,7 +34,11 @@ impl DcCtx<'_> {
         self.inst.closing_since = Some(self.world.now);
         self.inst.endpoint.close();
         // Waiters: answered now (homingd's `Node::close`).
-        let woken = self.inst.waiters.wake_all(AwaitReply::TimedOut);
+        let woken = self
+            .inst
+            .endpoint
+            .waiters_mut()
+            .wake_all(AwaitReply::TimedOut);
         if !woken.is_empty() {
             self.measurements.count(Counter::WaitAnsweredAtShutdown);
         }

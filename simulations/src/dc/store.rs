@@ -230,7 +230,7 @@ impl DcCtx<'_> {
             record.version,
             previous.as_ref(),
         );
-        if self.inst.waiters.has_waiters(id) {
+        if self.inst.endpoint.waiters().has_waiters(id) {
             self.waiters_written(record);
         }
         if self.dc.store.event_head() > head && !self.inst.watches.is_empty() {

@@ -23,7 +23,7 @@ use super::ctx::DcCtx;
 use super::drain_scope::DrainScopeJob;
 use super::store::{Asked, StoreCall};
 use super::upkeep::upkeep_counter;
-use super::waiting::AwaitJob;
+use super::waiters::AwaitJob;
 use super::watch::WatchJob;
 use super::{Next, peer_answer, unknown_dc};
 use crate::counter::Counter;

@@ -2,7 +2,7 @@
 //! and the first seed that catches a broken rule, checked to replay.
 
 use homing_core::{Mutation, Mutations};
-use homing_sim::{Failure, Rules, RunOptions, Scenario, run};
+use homing_sim::{InvariantFailure, Rules, RunOptions, Scenario, run};
 
 /// `simulations/scenarios/<name>.toml`, cut to `duration_ms`.
 pub fn scenario(name: &str, duration_ms: u64) -> Scenario {
@@ -24,7 +24,7 @@ pub fn mutant(mutation: Mutation) -> Rules {
 /// The first seed in 1..=20 whose run with `broken` fails, checked to fail
 /// again at the same event and to pass with the real rules. Prints the
 /// failure (with its seed, to replay).
-pub fn first_failure(scenario: &Scenario, broken: Rules) -> (u64, Failure) {
+pub fn first_failure(scenario: &Scenario, broken: Rules) -> (u64, InvariantFailure) {
     let (seed, first) = (1..=20)
         .find_map(|seed| {
             let outcome = run(scenario, seed, broken, RunOptions::default()).unwrap();

@@ -423,7 +423,7 @@ async fn idle_tcp(load: &Load, flood: &Flood) -> anyhow::Result<bool> {
 
 /// The most connections the router held at once over `length` (sampled
 /// every millisecond or so).
-async fn most_held(serving: &homing_edge::serve::Serving, length: Duration) -> usize {
+async fn most_held(serving: &homing_edge::listener::Serving, length: Duration) -> usize {
     let until = tokio::time::Instant::now() + length;
     let mut most = serving.connections_open();
     while tokio::time::Instant::now() < until {

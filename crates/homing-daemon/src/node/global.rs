@@ -12,7 +12,7 @@ use homing_node::{GlobalAnswer, GlobalOp, GlobalRead};
 use homing_store::{SetIfAbsent, StoreError};
 use tokio::sync::OnceCell;
 
-use super::{Failure, Node};
+use super::{Node, RequestError};
 
 /// What a node keeps in memory about other DCs' facts.
 #[derive(Debug, Clone, Copy)]
@@ -63,13 +63,13 @@ impl Node {
     /// Performs one of homing-node's global-store operations the DC's
     /// memory did not answer ([`homing_node::Endpoint::answer_at_once`])
     /// against the store, and hands the answer to the memory.
-    pub(super) async fn perform_global(&self, op: GlobalOp) -> Result<GlobalAnswer, Failure> {
+    pub(super) async fn perform_global(&self, op: GlobalOp) -> Result<GlobalAnswer, RequestError> {
         let answer = self.ask_global(&op).await?;
         Ok(self.lock_endpoint().learn(&op, answer, self.waiters.now()))
     }
 
     /// What the global store answers `op`.
-    async fn ask_global(&self, op: &GlobalOp) -> Result<GlobalAnswer, Failure> {
+    async fn ask_global(&self, op: &GlobalOp) -> Result<GlobalAnswer, RequestError> {
         Ok(match op {
             GlobalOp::Entry { key, read } => {
                 GlobalAnswer::Entry(self.read_entry(key, *read).await?)
@@ -119,7 +119,7 @@ impl Node {
         &self,
         key: &Key,
         read: GlobalRead,
-    ) -> Result<Option<ReservationId>, Failure> {
+    ) -> Result<Option<ReservationId>, RequestError> {
         match read {
             GlobalRead::Resolve if self.absent_ttl_ms > 0 => {
                 let flight = self
@@ -135,10 +135,10 @@ impl Node {
                 };
                 let read = async {
                     let entry = self.entry_from_store(key, GlobalRead::Latest).await;
-                    entry.map_err(|e| Failure::Store(e).into_reply(&self.config.dc))
+                    entry.map_err(|e| RequestError::Store(e).into_reply(&self.config.dc))
                 };
                 let shared = boarded.flight.get_or_init(|| read).await.clone();
-                shared.map_err(Failure::Reply)
+                shared.map_err(RequestError::Reply)
             }
             read => Ok(self.entry_from_store(key, read).await?),
         }

@@ -30,22 +30,22 @@ use homing_store::{DcStore, EVENTS_LIMIT_MAX, GET_MANY_KEYS_MAX, GlobalStore, SC
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
-mod failure;
 mod global;
+mod request_error;
 mod store;
 
 pub use global::NodeCaches;
 
 use global::SharedReads;
 
-use failure::Failure;
+use request_error::RequestError;
 
 use crate::dc_lease::{DcLeaseCell, Renewer};
 use crate::metrics::Metrics;
 use crate::notices::ShortcutNotices;
 use crate::peers::Peers;
 use crate::quota::KeyCounts;
-use crate::waiters::{Registration, WaitLimits, Waiters};
+use crate::waiters::{DcEndpoint, Registration, WaitLimits, Waiters};
 
 /// Most records one `Inspect` or `Scan` reply carries (homing-node's).
 pub const INSPECT_RECORDS_MAX: usize = homing_node::SCAN_PAGE_RECORDS;
@@ -56,7 +56,7 @@ const _: () = assert!(homing_node::WATCH_EVENTS_PAGE == EVENTS_LIMIT_MAX);
 // A key read's page is one every DC store answers.
 const _: () = assert!(homing_node::KEY_RECORDS_PAGE == SCAN_LIMIT_MAX);
 // A reconciliation's page is one every global store answers.
-const _: () = assert!(homing_node::reconcile::PAGE_SUCCESSIONS <= GET_MANY_KEYS_MAX);
+const _: () = assert!(homing_node::pass::reconcile::PAGE_SUCCESSIONS <= GET_MANY_KEYS_MAX);
 
 /// Reads this machine's clock as the DC store's time. Only this driver reads it.
 pub fn store_now() -> StoreTime {
@@ -76,8 +76,8 @@ pub struct Node {
     peers: Peers,
     metrics: Arc<Metrics>,
     /// The DC as homing-node's endpoint: dispatch, retried acquires,
-    /// cancellations, its memory of the global store.
-    endpoint: Arc<std::sync::Mutex<Endpoint<oneshot::Sender<Reply>>>>,
+    /// cancellations, its memory of the global store, its waiters.
+    endpoint: Arc<std::sync::Mutex<DcEndpoint>>,
     /// How long a resolve's absent answer is reused, ms: while it is above
     /// zero, concurrent resolves of a key also share one read.
     absent_ttl_ms: u64,
@@ -241,7 +241,9 @@ impl Node {
                 absent_ttl_ms: caches.absent_ttl_ms,
             },
             keys_per_namespace_max,
+            waits: waiting,
         });
+        let endpoint = Arc::new(std::sync::Mutex::new(endpoint));
         Node {
             key_counts: KeyCounts::default(),
             resumption: std::sync::Mutex::default(),
@@ -249,7 +251,7 @@ impl Node {
             dc_lease,
             watches_parked: metrics.watches_parked_gauge(),
             watches_parked_max,
-            waiters: Waiters::new(waiting, metrics.waiters_gauge()),
+            waiters: Waiters::new(endpoint.clone(), metrics.waiters_gauge()),
             changes: watch::Sender::new(0),
             closing: watch::Sender::new(false),
             notices: ShortcutNotices::default(),
@@ -258,7 +260,7 @@ impl Node {
             records,
             peers,
             metrics,
-            endpoint: Arc::new(std::sync::Mutex::new(endpoint)),
+            endpoint,
             absent_ttl_ms: caches.absent_ttl_ms,
             shared_reads: SharedReads::default(),
             random: (
@@ -464,7 +466,7 @@ impl Node {
 
     /// Performs one of homing-node's effects, its failure classified.
     async fn perform_effect<'a>(&'a self, effect: Effect, held: &mut Held<'a>) -> Answer {
-        let classify = |f: Failure| f.classify(&self.config.dc);
+        let classify = |f: RequestError| f.classify(&self.config.dc);
         let now = self.waiters.now();
         let admitting = match &effect {
             Effect::Admit(namespace) => Some(namespace.clone()),
@@ -498,7 +500,7 @@ impl Node {
             Effect::Segment(id) => Answer::Segment(self.segment(&id).await),
             Effect::Forward { dc, key } => {
                 let answer = self.peers.drain(&dc, &key).await;
-                Answer::Forwarded(answer.map_err(|e| classify(Failure::from(e))))
+                Answer::Forwarded(answer.map_err(|e| classify(RequestError::from(e))))
             }
             // The namespace is not counted yet: count, then the endpoint admits.
             Effect::Admit(namespace) => {
@@ -529,7 +531,7 @@ impl Node {
                 expected_token,
             } => {
                 let linked = self.peers.link(&key, &from, &to, expected_token).await;
-                Answer::Linked(linked.map_err(|e| classify(Failure::from(e))))
+                Answer::Linked(linked.map_err(|e| classify(RequestError::from(e))))
             }
             Effect::Await {
                 reservation,
@@ -545,7 +547,7 @@ impl Node {
                         Box::pin(self.drive(&mut wait)).await
                     } else {
                         let remote = self.peers.await_vacant(&reservation, wait_ms).await;
-                        remote.map_err(|e| classify(Failure::from(e)))
+                        remote.map_err(|e| classify(RequestError::from(e)))
                     }
                 };
                 // Our own deadline bounds the wait, also when the tail's DC
@@ -666,7 +668,7 @@ impl Node {
     /// Handles `request`: the DC's endpoint says which homing-node stepper
     /// answers it (or that it joined an acquire running, or is refused);
     /// the stepper runs with what this driver holds for it.
-    async fn dispatch(&self, caller: &Identity, request: Request) -> Result<Reply, Failure> {
+    async fn dispatch(&self, caller: &Identity, request: Request) -> Result<Reply, RequestError> {
         if matches!(request, Request::OpenSession { .. }) {
             self.allow_sessions().await?;
         }
@@ -679,7 +681,7 @@ impl Node {
         loop {
             match dispatch {
                 Dispatch::Run(handling) => return self.run(handling).await,
-                Dispatch::Refused(refused) => return Err(Failure::Reply(refused)),
+                Dispatch::Refused(refused) => return Err(RequestError::Reply(refused)),
                 Dispatch::Answered(reply) => return Ok(reply),
                 Dispatch::Joined(request) => {
                     self.metrics.acquire_retry();
@@ -702,7 +704,7 @@ impl Node {
     /// the first open checks that the deployment version reads it (`homing
     /// dc version --raise` made it so) and notes the form written (from
     /// then on the version cannot be lowered); later opens go on at once.
-    async fn allow_sessions(&self) -> Result<(), Failure> {
+    async fn allow_sessions(&self) -> Result<(), RequestError> {
         if self.sessions_allowed.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -713,14 +715,19 @@ impl Node {
                 "host sessions need deployment version {SESSIONS_VERSION}, and it is {}: once every homingd runs this release, raise it with `homing dc version --raise`",
                 deployment.version
             );
-            return Err(Failure::Reply(ErrorReply::new(ErrorKind::BadRequest, why)));
+            return Err(RequestError::Reply(ErrorReply::new(
+                ErrorKind::BadRequest,
+                why,
+            )));
         }
         if !deployment.new_form_written {
             homing_store::deployment::note_new_form_written(global, deployment.version)
                 .await
                 .map_err(|e| match e {
-                    homing_store::deployment::VersionChangeError::Store(e) => Failure::Store(e),
-                    other => Failure::Reply(ErrorReply::new(
+                    homing_store::deployment::VersionChangeError::Store(e) => {
+                        RequestError::Store(e)
+                    }
+                    other => RequestError::Reply(ErrorReply::new(
                         ErrorKind::Overloaded,
                         format!(
                             "the deployment version moved while host sessions were allowed: {other}"
@@ -739,7 +746,7 @@ impl Node {
     /// Runs a request's stepper to its reply, holding what it needs here:
     /// an acquire answers the retries that joined it, a watch subscribes to
     /// the log before its first read.
-    async fn run(&self, handling: Handling) -> Result<Reply, Failure> {
+    async fn run(&self, handling: Handling) -> Result<Reply, RequestError> {
         match handling {
             Handling::Acquire(mut acquire) => {
                 let (key, lease) = (acquire.key().clone(), acquire.lease());
@@ -758,7 +765,7 @@ impl Node {
                 Ok(reply)
             }
             Handling::Await(mut wait) => Ok(Reply::Awaited(
-                self.drive(&mut *wait).await.map_err(Failure::from)?,
+                self.drive(&mut *wait).await.map_err(RequestError::from)?,
             )),
             Handling::Watch(mut read) => {
                 // Subscribed before the first read: a write while it reads wakes it.
@@ -769,20 +776,18 @@ impl Node {
                     ..Held::default()
                 };
                 let done = self.drive_holding(&mut *read, held).await;
-                let (events, next) = done.map_err(Failure::Reply)?;
+                let (events, next) = done.map_err(RequestError::Reply)?;
                 Ok(Reply::Events { events, next })
             }
             Handling::DrainScope(mut page) => {
-                let (drained, next) = self.drive(&mut *page).await.map_err(Failure::Reply)?;
+                let (drained, next) = self.drive(&mut *page).await.map_err(RequestError::Reply)?;
                 Ok(Reply::DrainedPage { drained, next })
             }
             Handling::Serve(mut serve) => Ok(self.drive(&mut *serve).await),
         }
     }
 
-    pub(super) fn lock_endpoint(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Endpoint<oneshot::Sender<Reply>>> {
+    pub(super) fn lock_endpoint(&self) -> std::sync::MutexGuard<'_, DcEndpoint> {
         self.endpoint
             .lock()
             .expect("the endpoint's lock is never poisoned")

@@ -9,7 +9,7 @@ use homing_core::{DcRecord, LocalSegment, ReservationId, Segment, SessionGuard, 
 use homing_node::{LogFollower, StoreOp, Stored};
 use homing_store::{GuardedCas, SessionCas, StoreError};
 
-use super::{Failure, Node, store_now};
+use super::{Node, RequestError, store_now};
 use crate::dc_lease;
 
 impl Node {
@@ -191,7 +191,7 @@ impl Node {
     /// A store error as homing-node's failure at this DC (unreachable store:
     /// the DC is unavailable; anything else: internal).
     pub fn store_failure(&self, e: StoreError) -> homing_node::Failure {
-        Failure::Store(e).classify(&self.config.dc)
+        RequestError::Store(e).classify(&self.config.dc)
     }
 
     pub(crate) async fn timed<T>(
@@ -206,7 +206,7 @@ impl Node {
     }
 
     /// This DC's answer for its own reservation `id`: links inside the DC, then the tail.
-    pub(super) async fn local_segment(&self, id: &ReservationId) -> Result<Segment, Failure> {
+    pub(super) async fn local_segment(&self, id: &ReservationId) -> Result<Segment, RequestError> {
         let mut segment =
             LocalSegment::new(self.config.dc.clone(), id.clone(), self.config.hop_limit);
         while let Some(at) = segment.need().cloned() {
@@ -234,7 +234,7 @@ impl Node {
             self.peers
                 .resolve_reservation(id)
                 .await
-                .map_err(Failure::from)
+                .map_err(RequestError::from)
         };
         segment.map_err(|f| f.classify(&self.config.dc))
     }

@@ -66,14 +66,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             std::future::pending(),
         ));
     }
-    let served = serve(client.clone(), config).await;
+    let served = run_host(client.clone(), config).await;
     // However it ended: the DC frees this host's connection now.
     client.close().await;
     served
 }
 
 /// Serves the actor until Ctrl-C or the lease is lost.
-async fn serve(client: Client, config: ActorHostConfig) -> anyhow::Result<()> {
+async fn run_host(client: Client, config: ActorHostConfig) -> anyhow::Result<()> {
     let mut host = match ActorHost::start(client, config).await? {
         AcquireReply::Acquired(host) => *host,
         AcquireReply::HeldElsewhere(Holder {

@@ -33,9 +33,9 @@
 
 use homing_core::{ErrorKind, ErrorReply, Event, EventSeq, NamespaceScope, wire};
 
-use crate::effect::{StoreOp, Stored};
+use crate::step::effect::{StoreOp, Stored};
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
 use homing_core::{Mutation, Mutations};
 
 /// Most encoded bytes of events one `Watch` reply carries (the rest of the
@@ -245,7 +245,7 @@ impl Stepper for WatchRead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::Failure;
+    use crate::step::failure::Failure;
     use homing_core::{EventKind, FencingToken, Key, KeyName, Namespace, StoreTime};
 
     const NOW: Now = Now {

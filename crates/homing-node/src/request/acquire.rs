@@ -54,13 +54,13 @@ use homing_core::{
     Tag, TakeoverPolicy, Written, wire::WAIT_MS_MAX,
 };
 
-use crate::change::Change;
-use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
-use crate::event::{AcquireEvent, NodeEvent};
-use crate::failure::Failure;
+use crate::request::change::Change;
+use crate::request::update::{CAS_ATTEMPTS_MAX, Update};
+use crate::step::effect::{GlobalAnswer, GlobalOp, GlobalRead, StoreOp, Stored, unasked};
+use crate::step::event::{AcquireEvent, NodeEvent};
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::{CAS_ATTEMPTS_MAX, Update};
 use homing_core::mutation::{GRANT_LATE_MS, Mutation, Mutations};
 
 /// Pause before connecting or registering again after a DC did not answer,
@@ -73,7 +73,7 @@ pub const AWAIT_RETRY_MS: u64 = 250;
 /// `Overloaded` ("contended, try again"). Below the hosts' request timeout
 /// (`homing_core::host_lease::REQUEST_TIMEOUT_MS_DEFAULT`, 2 s); the
 /// attempt under way then may still take a few round trips, so the answer
-/// can reach a host's retry (which joins this acquire: `crate::retries`)
+/// can reach a host's retry (which joins this acquire: the DC's retries)
 /// rather than its first try — but before the host gives up.
 pub const CONTENDED_ANSWER_MS: u64 = 1_500;
 

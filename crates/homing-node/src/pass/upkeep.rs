@@ -61,13 +61,15 @@ use homing_core::{
     ReservationId, Segment, SessionId, SessionRecord, StoreTime, Written,
 };
 
-use crate::change::{Change, expire};
-use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, RecordWrite, StoreOp, Stored, unasked};
-use crate::event::{NodeEvent, UpkeepEvent};
-use crate::failure::Failure;
+use crate::request::change::{Change, expire};
+use crate::request::update::Update;
+use crate::step::effect::{
+    GlobalAnswer, GlobalOp, GlobalRead, RecordWrite, StoreOp, Stored, unasked,
+};
+use crate::step::event::{NodeEvent, UpkeepEvent};
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::Update;
 use homing_core::mutation::{Mutation, Mutations};
 
 /// Most orphan candidates one pass proves; the rest are found again by the

@@ -21,14 +21,14 @@ use homing_core::{
     DcId, ErrorKind, ErrorReply, Key, LeasePolicy, ReservationId, Segment, Shortcut, StoreTime,
 };
 
-use crate::change::Change;
-use crate::effect::{GlobalAnswer, Stored, unasked};
-use crate::event::NodeEvent;
-use crate::failure::Failure;
+use crate::request::change::Change;
+use crate::request::update::Update;
+use crate::request::walk::{Walk, WalkPoll};
+use crate::step::effect::{GlobalAnswer, Stored, unasked};
+use crate::step::event::NodeEvent;
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::Update;
-use crate::walk::{Walk, WalkPoll};
 use homing_core::mutation::{Mutation, Mutations};
 
 #[derive(Debug)]
@@ -257,7 +257,7 @@ impl Stepper for Drain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effect::StoreOp;
+    use crate::step::effect::StoreOp;
 
     fn key() -> Key {
         Key::new(homing_core::KeyName::new("k").unwrap())

@@ -8,7 +8,7 @@ use homing_core::{
     Shortcut, ShortcutNotice, Succession,
 };
 
-use crate::failure::Failure;
+use crate::step::failure::Failure;
 
 /// Something a stepper noted for its node: what to remember, log or count.
 #[derive(Debug, Clone, PartialEq, Eq)]

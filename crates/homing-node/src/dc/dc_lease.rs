@@ -18,7 +18,7 @@
 use homing_core::{DcId, DcMarks, DcRenewal, DcTerms, ErrorKind, ErrorReply, FencingToken};
 
 use crate::Failure;
-use crate::time::NodeTime;
+use crate::step::time::NodeTime;
 use homing_core::mutation::{Mutation, Mutations};
 
 /// How far above a token the DC publishes its token bound, so renewals

@@ -21,12 +21,12 @@ use homing_core::{
     ReservationId, StoreTime,
 };
 
-use crate::change::{Change, Changed};
-use crate::effect::{GlobalAnswer, Stored, unasked};
+use crate::request::change::{Change, Changed};
+use crate::request::supersede::Supersede;
+use crate::request::update::Update;
+use crate::step::effect::{GlobalAnswer, Stored, unasked};
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Now, Step, Stepper};
-use crate::supersede::Supersede;
-use crate::time::NodeTime;
-use crate::update::Update;
 use homing_core::mutation::Mutations;
 
 #[derive(Debug)]
@@ -182,9 +182,9 @@ mod tests {
     use homing_core::{DcRecord, KeyName, RecordState, Succession, Written};
 
     use super::*;
-    use crate::effect::{GlobalOp, StoreOp};
     use crate::fixture::{POLICY, held};
     use crate::step::Effect;
+    use crate::step::effect::{GlobalOp, StoreOp};
 
     fn id(s: &str) -> ReservationId {
         s.parse().unwrap()

@@ -10,9 +10,9 @@ use homing_core::succession::{confirmation_of, superseding};
 use homing_core::{DcId, DcRecord, ErrorReply, LeasePolicy, ReservationId, StoreTime, Succession};
 
 use crate::Change;
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
+use crate::request::update::Update;
+use crate::step::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored, unasked};
 use crate::step::{Effect, Step};
-use crate::update::Update;
 use homing_core::mutation::Mutations;
 
 #[derive(Debug)]

@@ -34,14 +34,14 @@ use homing_core::{
     ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
-use crate::change::{Change, expire};
-use crate::effect::{StoreOp, Stored, unasked};
-use crate::event::NodeEvent;
-use crate::failure::Failure;
+use crate::request::change::{Change, expire};
+use crate::request::update::Update;
+use crate::step::effect::{StoreOp, Stored, unasked};
+use crate::step::event::NodeEvent;
+use crate::step::failure::Failure;
+use crate::step::queue::{Handoff, QueueOp, Queued, Ticket};
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::Update;
-use crate::waiters::{Handoff, QueueOp, Queued, Ticket};
 use homing_core::mutation::Mutations;
 
 /// The answer to a waiter that need not wait: the record has no live holder
@@ -334,7 +334,7 @@ mod tests {
     use homing_core::{FencingToken, ReleaseCause, RunOutcome, Written};
 
     use super::*;
-    use crate::waiters::{Notified, WaitLimits, Waiters};
+    use crate::dc::waiters::{Notified, WaitLimits, Waiters};
 
     const POLICY: LeasePolicy = LeasePolicy::DEFAULT;
 

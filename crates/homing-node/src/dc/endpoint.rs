@@ -4,7 +4,8 @@
 //! a driver holds something for included), a host's retried acquire joined
 //! to the one still running, refusing while the node shuts down, the
 //! cancellations an acquire must honour, the DC's [`Memory`] of the
-//! global store, and its key quota's counts ([`KeyQuota`]). homingd keeps one `Endpoint` per node (behind a lock), the
+//! global store, its key quota's counts ([`KeyQuota`]) and its parked
+//! acquirers ([`Waiters`], [`Endpoint::waiters`]). homingd keeps one `Endpoint` per node (behind a lock), the
 //! simulator one per simulated DC (lost in a crash, as homingd's is).
 //!
 //! A driver hands every request to [`Endpoint::handle_request`] and runs
@@ -16,28 +17,32 @@
 //! (an admission whose namespace is not counted yet comes back: count it in
 //! the DC store and hand the number to [`Endpoint::counted`]), and hands a global store's answer to [`Endpoint::learn`] and
 //! the events a stepper notes to [`Endpoint::note`]. `J` is how the driver
-//! answers a retry that joined an acquire ([`Endpoint::acquire_ended`]).
+//! answers a retry that joined an acquire ([`Endpoint::acquire_ended`]),
+//! `W` how it wakes a parked acquirer: an `Effect::Queue` and every record
+//! the DC writes or sees go to the endpoint's [`Waiters`], which decides;
+//! the driver delivers the wake-ups it hands back.
 
 use homing_core::{
     DcId, Directory, ErrorKind, ErrorReply, Key, LeaseKey, Namespace, NamespaceScope, Reply,
     Request, ReservationId, ScanCursor, TakeoverPolicy,
 };
 
-use crate::acquire::{Acquire, AcquireRequest, InSession};
-use crate::await_vacant::AwaitVacant;
-use crate::cancel::Cancellations;
-use crate::dc_lease::LeaseLender;
-use crate::effect::{GlobalAnswer, GlobalOp};
-use crate::event::NodeEvent;
-use crate::failure::Failure;
-use crate::key_quota::{Admit, KeyQuota};
-use crate::memory::{Memory, MemoryLimits};
-use crate::retries::{AcquiresInFlight, Arrival, JOINS_MAX};
-use crate::scan::DrainScope;
-use crate::serve::{KEY_RECORDS_PAGE, NodeConfig, Serve};
+use crate::dc::cancel::Cancellations;
+use crate::dc::dc_lease::LeaseLender;
+use crate::dc::key_quota::{Admit, KeyQuota};
+use crate::dc::memory::{Memory, MemoryLimits};
+use crate::dc::retries::{AcquiresInFlight, Arrival, JOINS_MAX};
+use crate::dc::waiters::{WaitLimits, Waiters};
+use crate::request::acquire::{Acquire, AcquireRequest, InSession};
+use crate::request::await_vacant::AwaitVacant;
+use crate::request::scan::DrainScope;
+use crate::request::serve::{KEY_RECORDS_PAGE, NodeConfig, Serve};
+use crate::request::watch::WatchRead;
+use crate::step::effect::{GlobalAnswer, GlobalOp};
+use crate::step::event::NodeEvent;
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect};
-use crate::time::NodeTime;
-use crate::watch::WatchRead;
 use homing_core::mutation::Mutation;
 
 /// Most events one `Watch` reply reads from the DC's event log (a page
@@ -55,6 +60,8 @@ pub struct EndpointConfig {
     pub memory: MemoryLimits,
     /// Keys it may create per namespace (0: unlimited).
     pub keys_per_namespace_max: u64,
+    /// How many acquirers may wait, and their hand-off window.
+    pub waits: WaitLimits,
 }
 
 /// A request's handling at the DC: the stepper that answers it.
@@ -92,22 +99,24 @@ pub enum Dispatch {
 
 /// One DC's endpoint (see the module doc).
 #[derive(Debug)]
-pub struct Endpoint<J> {
+pub struct Endpoint<J, W> {
     config: NodeConfig,
     takeover: TakeoverPolicy,
     memory: Memory,
     quota: KeyQuota,
     cancellations: Cancellations,
     acquires: AcquiresInFlight<J>,
+    waiters: Waiters<W>,
     /// The DC directory as the driver last read it from the global store.
     directory: Directory,
     closing: bool,
 }
 
-impl<J> Endpoint<J> {
+impl<J, W> Endpoint<J, W> {
     /// A DC's endpoint with nothing remembered and nothing running.
-    pub fn new(config: EndpointConfig) -> Endpoint<J> {
+    pub fn new(config: EndpointConfig) -> Endpoint<J, W> {
         Endpoint {
+            waiters: Waiters::new(config.waits, config.node.mutations),
             memory: Memory::new(config.memory, config.node.mutations),
             quota: KeyQuota::new(config.keys_per_namespace_max),
             config: config.node,
@@ -122,6 +131,17 @@ impl<J> Endpoint<J> {
     /// Its DC, policy, hop limit and mutations.
     pub fn config(&self) -> &NodeConfig {
         &self.config
+    }
+
+    /// The DC's parked acquirers: who waits for which reservation, and
+    /// who a record written or seen wakes.
+    pub fn waiters(&self) -> &Waiters<W> {
+        &self.waiters
+    }
+
+    /// The DC's parked acquirers, to register, leave or wake.
+    pub fn waiters_mut(&mut self) -> &mut Waiters<W> {
+        &mut self.waiters
     }
 
     /// Takes over a silent DC's tails under `policy` from now on.
@@ -395,11 +415,11 @@ mod tests {
     use homing_core::{ActorId, HostTime, KeyConfig, LeasePolicy};
 
     use super::*;
-    use crate::dc_lease::DcLease;
+    use crate::dc::dc_lease::DcLease;
     use crate::fixture::{NOW, key};
     use homing_core::Mutations;
 
-    fn endpoint() -> Endpoint<u32> {
+    fn endpoint() -> Endpoint<u32, u32> {
         Endpoint::new(EndpointConfig {
             node: NodeConfig {
                 dc: "iad".parse().unwrap(),
@@ -413,6 +433,7 @@ mod tests {
                 absent_ttl_ms: 500,
             },
             keys_per_namespace_max: 2,
+            waits: WaitLimits::default(),
         })
     }
 
@@ -436,7 +457,7 @@ mod tests {
         DcLease::new(terms, 2_000)
     }
 
-    fn arrive(endpoint: &mut Endpoint<u32>, request: Request, join: u32) -> Dispatch {
+    fn arrive(endpoint: &mut Endpoint<u32, u32>, request: Request, join: u32) -> Dispatch {
         endpoint.handle_request(None, request, NOW.node, || 7, join)
     }
 
@@ -470,8 +491,9 @@ mod tests {
         let mut endpoint = endpoint();
         let namespace = key().namespace;
         let admit = || Effect::Admit(key().namespace);
-        let at_once =
-            |endpoint: &mut Endpoint<u32>| endpoint.answer_at_once(admit(), NOW.node, &dc_lease());
+        let at_once = |endpoint: &mut Endpoint<u32, u32>| {
+            endpoint.answer_at_once(admit(), NOW.node, &dc_lease())
+        };
         // Not counted yet: the driver counts the DC store (one key there).
         assert!(matches!(at_once(&mut endpoint), Err(Effect::Admit(_))));
         assert_eq!(endpoint.count_bound(), 2);

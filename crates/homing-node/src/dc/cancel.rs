@@ -5,7 +5,7 @@
 //! A grant is always made at the host's own DC (a re-activated local tail,
 //! or a new local reservation) and keeps the lease key while it is active,
 //! so the DC looks among its own records of the key — no walk, no peer —
-//! for the active one with that lease key ([`target`]) and releases it
+//! for the active one with that lease key (`serve::cancel_target`) and releases it
 //! ([`crate::Change::Cancel`]). The acquire may still be
 //! running when the cancel arrives (parked, or waiting for a peer): the DC
 //! remembers the lease key ([`Cancellations`]), and an acquire that is
@@ -16,10 +16,10 @@
 
 use std::collections::{HashSet, VecDeque};
 
+use homing_core::LeaseKey;
 use homing_core::wire::WAIT_MS_MAX;
-use homing_core::{DcRecord, LeaseKey, ReservationId};
 
-use crate::time::NodeTime;
+use crate::step::time::NodeTime;
 
 /// How long a cancelled lease key is remembered, ms: longer than any
 /// acquire runs (its longest wait plus a minute for its walks and writes).
@@ -27,15 +27,6 @@ pub const CANCEL_MEMORY_MS: u64 = WAIT_MS_MAX as u64 + 60_000;
 /// Most cancelled lease keys remembered at once; past it the oldest is
 /// forgotten (its grant, if one still lands, ends by expiry as before).
 pub const CANCELLATIONS_MAX: usize = 65_536;
-
-/// The reservation a cancel changes, among this DC's `records` of the key:
-/// the active lease granted under `lease`, if any.
-pub fn target(records: &[DcRecord], lease: &LeaseKey) -> Option<ReservationId> {
-    records
-        .iter()
-        .find(|r| r.held_under(lease))
-        .map(|r| r.id.clone())
-}
 
 /// The lease keys of acquires their hosts cancelled recently, bounded in
 /// count and time.
@@ -100,33 +91,11 @@ impl Cancellations {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homing_core::RecordState;
 
     fn lease(n: u32) -> LeaseKey {
         let mut bytes = [0xC3; 16];
         bytes[..4].copy_from_slice(&n.to_le_bytes());
         LeaseKey::from_bytes(bytes).unwrap()
-    }
-
-    #[test]
-    fn cancel_targets_only_the_active_lease_with_that_lease_key() {
-        let at = homing_core::StoreTime::from_ms(0);
-        let granted = crate::fixture::held("iad.3", "k", None, at);
-        let RecordState::Active {
-            lease: Some(key), ..
-        } = &granted.state
-        else {
-            panic!("held");
-        };
-        let key = *key;
-        let mut linked = crate::fixture::held("iad.1", "k", None, at);
-        linked.state = RecordState::Linked {
-            to: "fra.2".parse().unwrap(),
-        };
-        let records = [linked, granted];
-        assert_eq!(target(&records, &key).unwrap().to_string(), "iad.3");
-        assert_eq!(target(&records, &lease(7)), None);
-        assert_eq!(target(&records[..1], &key), None);
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl DcCtx<'_> {
         let now = self.node_now();
         let reservation = op.reservation().clone();
         // Simulated waiters leave the queue themselves when they stop listening.
-        let waiters = &mut self.inst.waiters;
+        let waiters = self.inst.endpoint.waiters_mut();
         let (queued, notified) = waiters.queue(op, store_now, now, &self.policy, || tid, |_| true);
         let job = task.kind.waiter().expect("a waiter's registry operation");
         match &queued {
@@ -139,7 +139,7 @@ impl DcCtx<'_> {
 
     /// A waiter leaves the queue (it timed out or failed; dropping its ticket).
     fn waiters_leave(&mut self, id: &ReservationId, ticket: Ticket) {
-        if self.inst.waiters.leave(id, ticket).is_some() {
+        if self.inst.endpoint.waiters_mut().leave(id, ticket).is_some() {
             self.checker.wake.on_left(self.addr(), ticket.get());
         }
     }
@@ -151,10 +151,11 @@ impl DcCtx<'_> {
         let store_now = clock.store_time(self.world.now);
         let now = self.node_now();
         // Simulated waiters leave the queue themselves when they stop listening.
-        let notified = self
-            .inst
-            .waiters
-            .written(record, store_now, now, &self.policy, |_| true);
+        let notified =
+            self.inst
+                .endpoint
+                .waiters_mut()
+                .written(record, store_now, now, &self.policy, |_| true);
         self.waiters_deliver(&record.id, notified);
     }
 
@@ -165,7 +166,7 @@ impl DcCtx<'_> {
         let store_now = self.dc.clock.store_time(self.world.now);
         let now = self.node_now();
         let (record, session) = (&read.record, read.session());
-        let waiters = &mut self.inst.waiters;
+        let waiters = self.inst.endpoint.waiters_mut();
         let notified = waiters.notify(record, session, store_now, now, &self.policy, |_| true);
         self.waiters_deliver(&record.id, notified);
     }
@@ -175,7 +176,7 @@ impl DcCtx<'_> {
     fn waiters_deliver(&mut self, id: &ReservationId, notified: Notified<u64>) {
         let true_now = self.world.now;
         let mut wake_tasks: Vec<u64> = if notified.handoff_moved {
-            self.inst.waiters.queued(id).copied().collect()
+            self.inst.endpoint.waiters().queued(id).copied().collect()
         } else {
             Vec::new()
         };

@@ -16,7 +16,7 @@
 
 use homing_core::{Event, EventSeq, Mutation, ReservationId};
 
-use crate::waiters::Waiters;
+use crate::dc::waiters::Waiters;
 
 /// Most events the follower reads at once.
 pub const FOLLOW_PAGE_EVENTS: usize = 256;
@@ -105,7 +105,7 @@ impl LogFollower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::waiters::WaitLimits;
+    use crate::dc::waiters::WaitLimits;
     use homing_core::Mutations;
     use homing_core::{EventKind, FencingToken, Key, KeyName};
 

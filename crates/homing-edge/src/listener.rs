@@ -171,7 +171,7 @@ async fn accept_loop<S, B>(
                 };
                 let _ = stream.set_nodelay(true);
                 // The place is held until the connection's task ends.
-                let served = connection::serve(stream, builders.clone(), service.clone(), http1.clone(), stop.clone(), Arc::new(admitted));
+                let served = connection::run(stream, builders.clone(), service.clone(), http1.clone(), stop.clone(), Arc::new(admitted));
                 connections.spawn(served);
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

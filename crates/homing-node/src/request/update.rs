@@ -22,11 +22,11 @@ use homing_core::{
 };
 use thiserror::Error;
 
-use crate::change::{Change, Changed};
-use crate::effect::{StoreOp, Stored, unasked};
-use crate::failure::Failure;
+use crate::request::change::{Change, Changed};
+use crate::step::effect::{StoreOp, Stored, unasked};
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
 use homing_core::mutation::Mutations;
 
 /// Most compare-and-set attempts on one record before answering `Overloaded`.

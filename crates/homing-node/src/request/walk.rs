@@ -16,8 +16,8 @@ use homing_core::{
     Shortcut, Source, Walked,
 };
 
-use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead, unasked};
-use crate::failure::Failure;
+use crate::step::effect::{GlobalAnswer, GlobalOp, GlobalRead, unasked};
+use crate::step::failure::Failure;
 
 /// What the driver must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]

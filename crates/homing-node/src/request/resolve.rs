@@ -8,9 +8,9 @@
 use homing_core::{DcId, ErrorKind, ErrorReply, Key, Reply, ReservationId, Segment, SegmentError};
 
 use crate::Failure;
-use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead};
+use crate::step::effect::{GlobalAnswer, GlobalOp, GlobalRead};
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
 
 /// Refuses a request about reservation `id` unless DC `dc` owns it: only
 /// the owner's store has the record.

@@ -5,7 +5,7 @@
 //! the reply its outcome becomes. homingd and the simulator run every
 //! request a DC serves as one [`Serve`], except the four whose handling
 //! holds something at the driver while it runs: an acquire (a host's retry
-//! joins the one running, [`crate::retries`]), an await (the waiter's
+//! joins the one running, the DC's `retries`), an await (the waiter's
 //! place in its queue), a watch (its subscription to the DC's log) and a
 //! page of a DC's drain (an operator's loop over pages); those run their
 //! own steppers ([`crate::Acquire`], [`crate::AwaitVacant`],
@@ -37,18 +37,18 @@ use homing_core::{
     NamespaceScope, ReleaseReply, Reply, Request, ReservationId, ScanCursor, Segment, Shortcut,
 };
 
-use crate::change::{Change, Changed};
-use crate::drain::Drain;
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
-use crate::event::NodeEvent;
-use crate::failure::Failure;
-use crate::link::LinkOnward;
-use crate::resolve::{Resolve, answered, owned_here};
-use crate::scan::{KeyRecords, SCAN_PAGE_RECORDS, next_cursor};
-use crate::session::{SessionAsk, SessionRequest};
+use crate::request::change::{Change, Changed};
+use crate::request::drain::Drain;
+use crate::request::link::LinkOnward;
+use crate::request::resolve::{Resolve, answered, owned_here};
+use crate::request::scan::{KeyRecords, SCAN_PAGE_RECORDS, next_cursor};
+use crate::request::session::{SessionAsk, SessionRequest};
+use crate::request::update::Update;
+use crate::step::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
+use crate::step::event::NodeEvent;
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::Update;
 use homing_core::mutation::Mutations;
 
 /// Records one store page of a key's read holds (`Cancel`, `Inspect`):
@@ -366,7 +366,7 @@ impl Stepper for Serve {
                     Step::Ask(effect) => return Step::Ask(effect),
                     Step::Done(Err(refused)) => Reply::Error(refused),
                     Step::Done(Ok(records)) => {
-                        let target = crate::cancel::target(&records, &lease);
+                        let target = cancel_target(&records, &lease);
                         self.events
                             .push_back(NodeEvent::CancelFound(target.clone()));
                         match target {
@@ -476,6 +476,15 @@ impl Stepper for Serve {
     fn poll_event(&mut self) -> Option<NodeEvent> {
         self.events.pop_front()
     }
+}
+
+/// The reservation a cancel changes, among this DC's `records` of the key:
+/// the active lease granted under `lease`, if any.
+pub fn cancel_target(records: &[DcRecord], lease: &LeaseKey) -> Option<ReservationId> {
+    records
+        .iter()
+        .find(|r| r.held_under(lease))
+        .map(|r| r.id.clone())
 }
 
 #[cfg(test)]
@@ -723,5 +732,29 @@ mod tests {
         let (asked, _, reply) = serve(watch, Vec::new());
         assert!(asked.is_empty());
         assert_eq!(error_kind(&reply), &ErrorKind::Internal);
+    }
+
+    #[test]
+    fn cancel_targets_only_the_active_lease_with_that_lease_key() {
+        let at = homing_core::StoreTime::from_ms(0);
+        let granted = crate::fixture::held("iad.3", "k", None, at);
+        let homing_core::RecordState::Active {
+            lease: Some(key), ..
+        } = &granted.state
+        else {
+            panic!("held");
+        };
+        let key = *key;
+        let mut linked = crate::fixture::held("iad.1", "k", None, at);
+        linked.state = homing_core::RecordState::Linked {
+            to: "fra.2".parse().unwrap(),
+        };
+        let records = [linked, granted];
+        assert_eq!(cancel_target(&records, &key).unwrap().to_string(), "iad.3");
+        assert_eq!(
+            cancel_target(&records, &LeaseKey::from_bytes([7; 16]).unwrap()),
+            None
+        );
+        assert_eq!(cancel_target(&records[..1], &key), None);
     }
 }

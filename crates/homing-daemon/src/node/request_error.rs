@@ -8,43 +8,45 @@ use crate::peers::PeerError;
 
 /// How a request failed, before it becomes an error reply.
 #[derive(Debug)]
-pub(super) enum Failure {
+pub(super) enum RequestError {
     Reply(ErrorReply),
     Store(StoreError),
     Peer(PeerError),
 }
 
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        Failure::Store(e)
+impl From<StoreError> for RequestError {
+    fn from(e: StoreError) -> RequestError {
+        RequestError::Store(e)
     }
 }
 
-impl From<PeerError> for Failure {
-    fn from(e: PeerError) -> Failure {
-        Failure::Peer(e)
+impl From<PeerError> for RequestError {
+    fn from(e: PeerError) -> RequestError {
+        RequestError::Peer(e)
     }
 }
 
-impl From<homing_node::Failure> for Failure {
-    fn from(f: homing_node::Failure) -> Failure {
-        Failure::Reply(f.into_reply())
+impl From<homing_node::Failure> for RequestError {
+    fn from(f: homing_node::Failure) -> RequestError {
+        RequestError::Reply(f.into_reply())
     }
 }
 
-impl Failure {
+impl RequestError {
     /// homing-node's split of this failure at DC `dc`: a DC or store that
     /// could not be reached (worth retrying), an answer (a refusal, a full
     /// queue, a contradiction), or a peer's lie. A peer relaying an error
     /// is an answer.
     pub(super) fn classify(self, dc: &DcId) -> homing_node::Failure {
         let unreachable = match &self {
-            Failure::Store(e) => return homing_node::Failure::of_store(dc, e.is_unavailable(), e),
-            Failure::Peer(PeerError::Lied { .. }) => {
+            RequestError::Store(e) => {
+                return homing_node::Failure::of_store(dc, e.is_unavailable(), e);
+            }
+            RequestError::Peer(PeerError::Lied { .. }) => {
                 return homing_node::Failure::Lied(self.into_reply(dc));
             }
-            Failure::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
-            Failure::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
+            RequestError::Peer(e) => matches!(e, PeerError::Unavailable { .. }),
+            RequestError::Reply(e) => matches!(e.kind, ErrorKind::Unavailable { .. }),
         };
         let reply = self.into_reply(dc);
         if unreachable {
@@ -58,11 +60,11 @@ impl Failure {
     /// makes the DC unavailable (retryable); other store errors are internal.
     pub(super) fn into_reply(self, dc: &DcId) -> ErrorReply {
         match self {
-            Failure::Reply(reply) => reply,
-            Failure::Store(e) => {
+            RequestError::Reply(reply) => reply,
+            RequestError::Store(e) => {
                 homing_node::Failure::of_store(dc, e.is_unavailable(), e).into_reply()
             }
-            Failure::Peer(e) => e.to_reply(),
+            RequestError::Peer(e) => e.to_reply(),
         }
     }
 }

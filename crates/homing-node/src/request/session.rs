@@ -31,11 +31,11 @@ use homing_core::{
     SessionRenewReply, StoreTime, Written,
 };
 
-use crate::effect::{StoreOp, Stored};
-use crate::failure::Failure;
+use crate::request::update::CAS_ATTEMPTS_MAX;
+use crate::step::effect::{StoreOp, Stored};
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::CAS_ATTEMPTS_MAX;
 
 /// What the host asked of its session.
 #[derive(Debug, Clone, PartialEq, Eq)]

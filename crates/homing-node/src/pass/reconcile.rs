@@ -27,13 +27,13 @@ use homing_core::{
     DcId, ErrorKind, ErrorReply, LeasePolicy, ReservationId, StoreTime, Succession, SuccessionCause,
 };
 
-use crate::change::Change;
-use crate::effect::{GlobalAnswer, GlobalOp, Stored, unasked};
-use crate::event::{NodeEvent, ReconcileEvent};
-use crate::failure::Failure;
+use crate::request::change::Change;
+use crate::request::update::{Update, UpdateError};
+use crate::step::effect::{GlobalAnswer, GlobalOp, Stored, unasked};
+use crate::step::event::{NodeEvent, ReconcileEvent};
+use crate::step::failure::Failure;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::{Update, UpdateError};
 use homing_core::mutation::Mutations;
 
 /// Successions asked for a page: the most any global store returns at once
@@ -269,8 +269,8 @@ mod tests {
     use homing_core::{ErrorKind, RecordState, Written};
 
     use super::*;
-    use crate::effect::StoreOp;
     use crate::fixture::{POLICY, held};
+    use crate::step::effect::StoreOp;
 
     fn id(s: &str) -> ReservationId {
         s.parse().unwrap()

@@ -23,16 +23,22 @@
 //! request's write wakes it ([`Answer::Woken`]); a watch parks until the
 //! DC's event log moves ([`Effect::AwaitLog`]).
 
+pub mod effect;
+pub mod event;
+pub mod failure;
+pub mod queue;
+pub mod time;
+
 use homing_core::{
     AwaitReply, DcId, FencingToken, Key, LeaseKey, LinkReply, Namespace, ReservationId, Segment,
     StoreTime,
 };
 
-use crate::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
-use crate::event::NodeEvent;
-use crate::failure::Failure;
-use crate::time::NodeTime;
-use crate::waiters::{QueueOp, Queued};
+use crate::step::effect::{GlobalAnswer, GlobalOp, StoreOp, Stored};
+use crate::step::event::NodeEvent;
+use crate::step::failure::Failure;
+use crate::step::queue::{QueueOp, Queued};
+use crate::step::time::NodeTime;
 
 /// What a stepper asks of its driver.
 #[derive(Debug, Clone, PartialEq, Eq)]

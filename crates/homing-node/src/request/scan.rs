@@ -12,12 +12,12 @@ use homing_core::{
 };
 
 use crate::Failure;
-use crate::change::Change;
-use crate::effect::{StoreOp, Stored, unasked};
-use crate::event::NodeEvent;
+use crate::request::change::Change;
+use crate::request::update::Update;
+use crate::step::effect::{StoreOp, Stored, unasked};
+use crate::step::event::NodeEvent;
+use crate::step::time::NodeTime;
 use crate::step::{Answer, Effect, Now, Step, Stepper};
-use crate::time::NodeTime;
-use crate::update::Update;
 use homing_core::mutation::Mutations;
 
 /// Records per `Scan` page (and per `Inspect` answer): a record encodes to

@@ -25,8 +25,8 @@ use std::hash::Hash;
 
 use homing_core::{Key, ReservationId, Shortcut, Source, Succession, TakeOverReply};
 
-use crate::effect::{GlobalAnswer, GlobalOp, GlobalRead};
-use crate::time::NodeTime;
+use crate::step::effect::{GlobalAnswer, GlobalOp, GlobalRead};
+use crate::step::time::NodeTime;
 use homing_core::mutation::{Mutation, Mutations};
 
 /// Default of [`MemoryLimits::entries`] (homingd's `global_cache_entries`).
