@@ -1,6 +1,8 @@
 //! Parked acquirers (DESIGN.md §3.1 with `wait_ms`). An acquire whose key is
 //! held waits at the DC that owns the holder's reservation; that DC wakes
-//! its waiters from the records it writes or reads — never by polling:
+//! its waiters from the records it writes or reads — never by polling the
+//! key (a DC of several homingd sees the others' writes in its store's
+//! event log, [`crate::LogFollower`]):
 //!
 //! - vacant (released, or the lease lapsed past expiry + grace): the first
 //!   waiter still listening is woken alone (first come, first served) and
