@@ -73,7 +73,7 @@ impl DcCtx<'_> {
     pub(crate) fn acquire_await(
         &mut self,
         tid: u64,
-        mut task: Task,
+        mut task: Box<Task>,
         reservation: ReservationId,
         remaining_ms: u32,
     ) {
@@ -156,7 +156,7 @@ impl DcCtx<'_> {
     pub(crate) fn acquire_awaited(
         &mut self,
         tid: u64,
-        mut task: Task,
+        mut task: Box<Task>,
         result: Result<AwaitReply, Failure>,
     ) {
         let Some(job) = task.kind.acquire_mut() else {
@@ -170,7 +170,7 @@ impl DcCtx<'_> {
     /// The acquire's own deadline passed while it awaited: it stops waiting
     /// (its registration future dropped: a local waiter leaves the queue, a
     /// remote one runs on at the tail's DC unanswered) and answers at once.
-    pub(crate) fn acquire_deadline(&mut self, tid: u64, mut task: Task) {
+    pub(crate) fn acquire_deadline(&mut self, tid: u64, mut task: Box<Task>) {
         let Some(job) = task.kind.acquire_mut() else {
             unreachable!("a deadline timer of a task that is not an acquire");
         };

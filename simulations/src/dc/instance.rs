@@ -31,7 +31,7 @@ pub struct Instance {
     /// counts — as homingd's node keeps it (a joined retry is answered to
     /// its client, RPC and trace key).
     pub(crate) endpoint: Endpoint<(NodeId, u64, u32), u64>,
-    pub(crate) tasks: BTreeMap<u64, Task>,
+    pub(crate) tasks: BTreeMap<u64, Box<Task>>,
     /// Volatile: its requests to peers in flight: RPC → (task, the peer's
     /// homingd).
     pub(crate) peer_rpcs: BTreeMap<u64, (u64, Homingd)>,

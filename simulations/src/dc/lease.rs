@@ -64,7 +64,7 @@ pub struct DcLeaseDriver {
     /// Voids older wake-up timers of the renewal loop.
     pub generation: u64,
     /// Writes waiting for marks: task id → (task, its write).
-    pub(crate) parked: std::collections::BTreeMap<u64, (Task, StoreCall)>,
+    pub(crate) parked: std::collections::BTreeMap<u64, (Box<Task>, StoreCall)>,
     /// Where the last failed reconciliation pass got to (homingd keeps it
     /// in its node: a crash loses it).
     pub resumption: Option<homing_node::Resumption>,
@@ -296,9 +296,9 @@ impl DcCtx<'_> {
     pub(crate) fn marks_for_write(
         &mut self,
         tid: u64,
-        task: Task,
+        task: Box<Task>,
         op: StoreCall,
-    ) -> Option<(Task, StoreCall)> {
+    ) -> Option<(Box<Task>, StoreCall)> {
         let StoreCall::Dc(DcOp::Write { record, .. }) = &op else {
             return Some((task, op));
         };
@@ -391,7 +391,7 @@ impl DcCtx<'_> {
     /// store); `asked` says which: an operation of the DC's store, a
     /// segment read from it, or the global store. Each kind of task
     /// handles it as homingd's driver does.
-    pub(crate) fn store_failed(&mut self, tid: u64, task: Task, asked: Asked, e: ErrorReply) {
+    pub(crate) fn store_failed(&mut self, tid: u64, task: Box<Task>, asked: Asked, e: ErrorReply) {
         self.world.current_key = task.key;
         let answer = super::task::failed_answer(asked, Failure::from_reply(e));
         self.step_answered(tid, task, answer);

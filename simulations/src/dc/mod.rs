@@ -347,7 +347,7 @@ impl DcCtx<'_> {
     }
 
     /// Parks the task on its next need, or answers.
-    pub(crate) fn continue_task(&mut self, tid: u64, mut task: Task, next: Next) {
+    pub(crate) fn continue_task(&mut self, tid: u64, mut task: Box<Task>, next: Next) {
         let (base, jitter) = (
             self.scenario.stores.dc_op_ms,
             self.scenario.stores.dc_op_jitter_ms,
@@ -463,7 +463,13 @@ impl DcCtx<'_> {
 
     /// A global read or write of task `tid` fails after `ms`: the DC is cut
     /// off from the global store.
-    fn global_fails_after(&mut self, tid: u64, mut task: Task, op: Option<StoreCall>, ms: f64) {
+    fn global_fails_after(
+        &mut self,
+        tid: u64,
+        mut task: Box<Task>,
+        op: Option<StoreCall>,
+        ms: f64,
+    ) {
         let delay = self.store_delay_us(ms, 0.0);
         task.waiting = op;
         let epoch = self.inst.epoch;

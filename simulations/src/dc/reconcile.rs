@@ -34,7 +34,8 @@ impl DcCtx<'_> {
         };
         // One pass at a time: running, or its write parked for marks.
         let pass = |task: &Task| task.kind.reconciles();
-        let running = dc.tasks.values().any(pass) || dc.lease.parked.values().any(|(t, _)| pass(t));
+        let running =
+            dc.tasks.values().any(|t| pass(t)) || dc.lease.parked.values().any(|(t, _)| pass(t));
         if !dc.up || running {
             return;
         }

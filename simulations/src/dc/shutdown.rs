@@ -75,7 +75,7 @@ impl DcCtx<'_> {
 
     /// A paused or waiting acquire of the closing DC answers now (a
     /// registration is dropped).
-    pub(crate) fn acquire_closed(&mut self, tid: u64, mut task: Task) {
+    pub(crate) fn acquire_closed(&mut self, tid: u64, mut task: Box<Task>) {
         self.measurements.count(Counter::AcquireAnsweredAtShutdown);
         let Some(job) = task.kind.acquire_mut() else {
             unreachable!("a closing dc's paused task is an acquire");

@@ -243,7 +243,7 @@ impl DcCtx<'_> {
     /// as a backend that could not be reached answers — a write may still
     /// have landed, as one whose outcome was lost may have. The task
     /// handles the failure as homingd's driver does.
-    fn store_op_failed(&mut self, tid: u64, task: Task, op: StoreCall) {
+    fn store_op_failed(&mut self, tid: u64, task: Box<Task>, op: StoreCall) {
         self.measurements.count(Counter::DcStoreOpFailed);
         let lands = self.scenario.stores.crash_lands_in_flight;
         match &op {
@@ -336,7 +336,7 @@ impl DcCtx<'_> {
 
     /// The DC's store answered task `tid`'s operation (or failed it): the
     /// task's stepper takes the answer.
-    fn stored(&mut self, tid: u64, task: Task, stored: Result<Stored, Failure>) {
+    fn stored(&mut self, tid: u64, task: Box<Task>, stored: Result<Stored, Failure>) {
         self.step_answered(tid, task, Answer::Stored(stored));
     }
 }

@@ -52,15 +52,15 @@ pub(crate) struct Task {
 impl Task {
     /// A task for `client`'s request `rpc` about key `key` (the trace's
     /// index), nothing asked of the store yet.
-    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Task {
-        Task {
+    pub(crate) fn new(client: NodeId, rpc: u64, key: u32, kind: TaskStepper) -> Box<Task> {
+        Box::new(Task {
             client,
             rpc,
             key,
             kind,
             waiting: None,
             work: Work::default(),
-        }
+        })
     }
 }
 
@@ -219,13 +219,13 @@ fn stepping(task: &mut Task) -> &mut TaskStepper {
 
 impl DcCtx<'_> {
     /// Starts a stepper task at the DC.
-    pub(crate) fn step_start(&mut self, task: Task) {
+    pub(crate) fn step_start(&mut self, task: Box<Task>) {
         let tid = self.new_task_id();
         self.step_drive(tid, task);
     }
 
     /// The stepper of task `tid` was answered: it goes on.
-    pub(crate) fn step_answered(&mut self, tid: u64, mut task: Task, answer: Answer) {
+    pub(crate) fn step_answered(&mut self, tid: u64, mut task: Box<Task>, answer: Answer) {
         let now = self.now();
         stepping(&mut task).answer(answer, now);
         self.step_drive(tid, task);
@@ -237,7 +237,7 @@ impl DcCtx<'_> {
     pub(crate) fn step_peer_answer(
         &mut self,
         tid: u64,
-        mut task: Task,
+        mut task: Box<Task>,
         reply: Result<Reply, Failure>,
     ) {
         let answer = match stepping(&mut task) {
@@ -266,7 +266,7 @@ impl DcCtx<'_> {
 
     /// Runs the task's stepper until it asks for something that takes
     /// time, or ends.
-    pub(crate) fn step_drive(&mut self, tid: u64, mut task: Task) {
+    pub(crate) fn step_drive(&mut self, tid: u64, mut task: Box<Task>) {
         // No effect performed at once moves the simulator's time: both
         // clocks read once serve the whole drive.
         let now = self.now();
@@ -462,7 +462,7 @@ impl DcCtx<'_> {
 
     /// What the task does after its stepper ended: answer its reply
     /// (`Some`), or nothing more.
-    fn step_ended(&mut self, task: Task, ended: Ended) -> Option<(Task, Reply)> {
+    fn step_ended(&mut self, task: Box<Task>, ended: Ended) -> Option<(Box<Task>, Reply)> {
         let reply = match ended {
             Ended::Acquire(done) => done.map_or_else(Reply::Error, Reply::Acquire),
             Ended::Serve(reply) => {

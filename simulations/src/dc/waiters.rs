@@ -108,7 +108,7 @@ impl DcCtx<'_> {
 
     /// Waiter `tid` parks until `until` (its select already ran): it waits
     /// for its timer or a wake-up.
-    pub(crate) fn await_park(&mut self, tid: u64, mut task: Task, until: NodeTime) {
+    pub(crate) fn await_park(&mut self, tid: u64, mut task: Box<Task>, until: NodeTime) {
         let job = task.kind.waiter_mut().expect("a waiter parks");
         job.generation += 1;
         let generation = job.generation;
@@ -129,7 +129,7 @@ impl DcCtx<'_> {
     }
 
     /// A parked waiter's timer fired or it was roused: its select runs.
-    pub(crate) fn await_select(&mut self, tid: u64, mut task: Task) {
+    pub(crate) fn await_select(&mut self, tid: u64, mut task: Box<Task>) {
         if let Some(job) = task.kind.waiter_mut() {
             job.parked = None;
             job.selected = false;

@@ -35,7 +35,7 @@ impl DcCtx<'_> {
 
     /// Watch `tid` parks until the DC's log moves or `until` (its
     /// deadline, by the DC's clock).
-    pub(crate) fn watch_park(&mut self, tid: u64, mut task: Task, until: NodeTime) {
+    pub(crate) fn watch_park(&mut self, tid: u64, mut task: Box<Task>, until: NodeTime) {
         let job = task.kind.watch_mut().expect("a watch parks");
         job.generation += 1;
         job.parked = Some(job.generation);
@@ -62,7 +62,7 @@ impl DcCtx<'_> {
     /// Watch `tid` stops waiting while parked: its wait ran out
     /// (`Answer::TimedOut`) or the DC shuts down (`Answer::Closed`); it
     /// answers the cursor as it stands.
-    pub(crate) fn watch_ended(&mut self, tid: u64, mut task: Task, answer: Answer) {
+    pub(crate) fn watch_ended(&mut self, tid: u64, mut task: Box<Task>, answer: Answer) {
         self.inst.watches.remove(&tid);
         if let Some(job) = task.kind.watch_mut() {
             job.parked = None;
