@@ -500,18 +500,39 @@ fn main() {
     {
         std::process::exit(hold::watchdog_main());
     }
-    cli_main();
+    let cli = Cli::parse();
+    let runtime = if cli.command.runs_servers_or_load() {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        // One request at a time: one thread is enough, starts sooner, and
+        // lets `Client::close` see its closes sent without a draining wait.
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build()
+    .expect("the tokio runtime starts");
+    runtime.block_on(cli_main(cli));
 }
 
-#[tokio::main]
-async fn cli_main() {
+impl Command {
+    /// Whether this command runs servers (devnet), load (bench) or
+    /// long-lived leases (hold) and wants every core.
+    fn runs_servers_or_load(&self) -> bool {
+        matches!(
+            self,
+            Command::Devnet(_) | Command::Bench(_) | Command::Hold(_)
+        )
+    }
+}
+
+async fn cli_main(cli: Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOMING_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let outcome = run(Cli::parse()).await;
+    let outcome = run(cli).await;
     // Before exiting, whatever the outcome: the DCs free our connections now.
     reach::close_clients().await;
     let exit = match outcome {

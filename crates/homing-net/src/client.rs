@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use homing_core::wire;
 use homing_core::{Reply, Request, Role};
@@ -22,6 +22,14 @@ use crate::limits::{CLIENT_CLOSE_WAIT_MS, ClientLimits};
 use crate::pool::{Peer, Pool, Pooled};
 use crate::server::{connection_version, idle_timeout, peer_identity, stream_window};
 use crate::tls::TlsIdentity;
+
+/// How often [`Client::close`] looks whether its closes were sent.
+const CLOSE_POLL: Duration = Duration::from_millis(1);
+
+/// Datagrams `connection` has handed to the socket so far.
+fn sent_datagrams(connection: &Connection) -> u64 {
+    connection.stats().udp_tx.datagrams
+}
 
 /// A client of homing servers, with one pooled connection per peer.
 #[derive(Clone)]
@@ -111,15 +119,54 @@ impl Client {
     /// at most [`CLIENT_CLOSE_WAIT_MS`], until the servers were told: they
     /// free the connections at once. Requests after this fail. Call it
     /// before a program exits.
+    ///
+    /// A close is told once its CONNECTION_CLOSE datagram was sent: after
+    /// the close a connection sends nothing else, so its sent-datagram count
+    /// moving past where it stood at the close says so (quinn counts a
+    /// datagram as it builds it and hands it to the socket in the same step,
+    /// unless the socket is full). A short CLI call pays about a
+    /// millisecond, not QUIC's draining period (three probe timeouts). When
+    /// a datagram was sent between the two reads around the close (the
+    /// connection's driver ran on another thread meanwhile), whether it
+    /// carried the close is not known, and the close waits until the
+    /// endpoint has drained instead: on a current-thread runtime that never
+    /// happens.
     pub async fn close(&self) {
         let inner = &self.inner;
         inner.closed.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_millis(CLIENT_CLOSE_WAIT_MS);
+        let mut closing = Vec::new();
+        let mut drain = false;
+        for connection in inner.pool.live_connections() {
+            let before = sent_datagrams(&connection);
+            connection.close(CODE_CLIENT_CLOSED, b"client closed");
+            let at_close = sent_datagrams(&connection);
+            match connection.close_reason() {
+                // The peer had closed it first: nothing to tell.
+                Some(reason) if reason != ConnectionError::LocallyClosed => {}
+                _ if at_close != before => drain = true,
+                _ => closing.push((connection, at_close)),
+            }
+        }
+        // Connections still in their handshake are in no pool slot.
         inner.endpoint.close(CODE_CLIENT_CLOSED, b"client closed");
-        let wait = Duration::from_millis(CLIENT_CLOSE_WAIT_MS);
-        if tokio::time::timeout(wait, inner.endpoint.wait_idle())
-            .await
-            .is_err()
-        {
+        let told = if drain {
+            tokio::time::timeout_at(deadline.into(), inner.endpoint.wait_idle())
+                .await
+                .is_ok()
+        } else {
+            loop {
+                closing.retain(|(connection, at_close)| sent_datagrams(connection) == *at_close);
+                if closing.is_empty() {
+                    break true;
+                }
+                if Instant::now() >= deadline {
+                    break false;
+                }
+                tokio::time::sleep(CLOSE_POLL).await;
+            }
+        };
+        if !told {
             debug!(
                 wait_ms = CLIENT_CLOSE_WAIT_MS,
                 "client close: connections still closing"

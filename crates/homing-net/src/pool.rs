@@ -128,6 +128,15 @@ impl Pool {
         }
     }
 
+    /// The pooled connections that are still open.
+    pub(crate) fn live_connections(&self) -> Vec<Connection> {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
+        slots
+            .iter()
+            .filter_map(|slot| slot.live().map(|pooled| pooled.connection))
+            .collect()
+    }
+
     /// Connects to every peer in backoff at its next request: what a
     /// connect meets changed (the client reloaded its certificates). A
     /// peer being connected to now keeps its state.
