@@ -430,6 +430,7 @@ pub fn reply_kind(reply: &Reply) -> &'static str {
         Reply::Error(_) => "reply_error",
         Reply::Successor { .. } => "reply_successor",
         Reply::Directory(_) => "reply_directory",
+        Reply::DcReport(_) => "reply_dc_report",
         Reply::SessionOpened { .. } => "reply_session_opened",
         Reply::SessionRenewed(_) => "reply_session_renewed",
         Reply::SessionClosed(_) => "reply_session_closed",

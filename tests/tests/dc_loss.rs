@@ -7,6 +7,9 @@
 //! `homing dc status` shows it. A DC killed (`kill -9`) for good has every
 //! key it hosted taken over by the other DCs once the global store judges
 //! its DC lease expired, and never before its holders' hard deadlines.
+//! `homing dc status` asks each DC in --dc for its report: live leases, its
+//! DC store's health, its round trip to every other DC; a killed DC shows
+//! as no report, and as a failed round trip in the others'.
 
 #![cfg(feature = "etcd")]
 
@@ -14,7 +17,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use homing_core::{
-    AcquireReply, DcId, ErrorKind, FencingToken, Grant, HostTime, Reply, Request, ReservationId,
+    AcquireReply, DcId, ErrorKind, FencingToken, Grant, HostTime, LeasePolicy, Reply, Request,
+    ReservationId,
 };
 use homing_e2e::cluster::{Cluster, acquire, dc, host_now, lease_of};
 use homing_e2e::homingd::homing_binary;
@@ -307,6 +311,107 @@ async fn dc_loss_a_dc_killed_for_good_has_every_key_taken_over_after_its_holders
             }
             other => panic!("a second taker: {other:?}"),
         }
+    })
+    .await
+    .expect("scenario finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dc_status_shows_each_dcs_live_leases_store_and_round_trips_and_a_killed_dc() {
+    // Leases that outlive the test: the count stays put while it reads.
+    let lease = LeasePolicy::new(600_000, 250, 1_000, 500, 500).expect("an ordered policy");
+    let options = ClusterOptions::short_lease().with_lease(lease);
+    let Some(mut cluster) = start_or_skip("dc_loss", options).await else {
+        return;
+    };
+    tokio::time::timeout(SCENARIO_TIMEOUT, async {
+        let (iad, fra, sin) = (dc("iad"), dc("fra"), dc("sin"));
+        for i in 0..3 {
+            acquire_at(&cluster, &iad, &format!("counted-{i}"))
+                .await
+                .unwrap();
+        }
+        acquire_at(&cluster, &fra, "counted-fra").await.unwrap();
+        let stores = cluster.store_spec();
+        let certs = cluster.dir().join("certs");
+        let certs = certs.to_str().expect("a UTF-8 path");
+        let table = [&iad, &fra, &sin]
+            .iter()
+            .map(|d| format!("{d}={}", cluster.addr(d)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let status = |table: String| {
+            let stores = stores.clone();
+            async move {
+                let args = [
+                    "dc", "status", "--json", "--stores", &stores, "--certs", certs,
+                ];
+                let mut args: Vec<&str> = args.to_vec();
+                args.extend(["--dc", &table]);
+                let out = homing(&args).await;
+                assert!(out.status.success(), "{}", text(&out));
+                serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+            }
+        };
+        let row = |json: &serde_json::Value, dc: &DcId| {
+            json["dcs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["dc"] == dc.as_str())
+                .cloned()
+                .unwrap_or_else(|| panic!("{dc} not listed: {json}"))
+        };
+        // The reaper counts live leases once per pass (every 100 ms here).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let json = loop {
+            let json = status(table.clone()).await;
+            let counted = |dc: &DcId| row(&json, dc)["report"]["live_leases"].as_u64();
+            if (counted(&iad), counted(&fra)) == (Some(3), Some(1)) {
+                break json;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "live leases never counted 3 at iad and 1 at fra: {json}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        for d in [&iad, &fra, &sin] {
+            let report = &row(&json, d)["report"];
+            assert!(report["dc_store"]["ms"].is_number(), "{d}: {json}");
+            assert!(report["global_store"]["ms"].is_number(), "{d}: {json}");
+            for other in [&iad, &fra, &sin].into_iter().filter(|o| o != &d) {
+                assert!(
+                    report["round_trips"][other.as_str()]["ms"].is_number(),
+                    "{d} to {other}: {json}"
+                );
+            }
+        }
+        let shown = homing(&[
+            "dc", "status", "--stores", &stores, "--certs", certs, "--dc", &table,
+        ])
+        .await;
+        let shown = text(&shown);
+        assert!(shown.contains("round trips, ms"), "{shown}");
+        println!("{shown}");
+
+        cluster.daemon(&sin).kill();
+        let json = status(table.clone()).await;
+        let sin_row = row(&json, &sin);
+        assert!(sin_row["report"].is_null(), "{json}");
+        assert!(sin_row["report_error"].is_string(), "{json}");
+        let to_sin = &row(&json, &iad)["report"]["round_trips"]["sin"];
+        assert!(
+            to_sin["error"].is_string(),
+            "iad still reaches a killed sin: {json}"
+        );
+        let shown = homing(&[
+            "dc", "status", "--stores", &stores, "--certs", certs, "--dc", &table,
+        ])
+        .await;
+        let shown = text(&shown);
+        assert!(shown.contains("sin: no report"), "{shown}");
+        assert!(shown.contains("iad: no answer from sin"), "{shown}");
     })
     .await
     .expect("scenario finished in time");

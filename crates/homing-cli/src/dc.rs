@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
-use homing_core::{DcId, DcLeaseState, DcStanding, Reply, Request, SuccessionCause};
+use homing_core::{
+    DcId, DcLeaseState, DcReport, DcStanding, Probe, Reply, Request, SuccessionCause,
+};
 use homing_daemon::{OpenMode, StoreOpener, StoreSpec};
 use homing_store::{GET_MANY_KEYS_MAX, GlobalStore, SuccessionPages};
 use serde_json::json;
@@ -17,6 +19,9 @@ use crate::reach::Reach;
 
 /// How long `status` waits for each DC's homingd.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `status` waits for each DC's report: the DC times its stores
+/// (2 s at most each) and its peers (their timeout) before it answers.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// Most successions `status` reads per DC to count its takeovers (they
 /// include every move out of the DC: the count says "at least" past this).
@@ -49,7 +54,10 @@ pub enum DcCommand {
     /// have used), whether it was retired, how many of its keys other DCs
     /// took over after its lease expired; and, for the DCs in --dc,
     /// whether their homingd answers (a resolve that reads the DC's global
-    /// store; an error answer is an error) and how fast.
+    /// store; an error answer is an error) and how fast, and what each
+    /// reports of itself: live leases (per key, and keys under host
+    /// sessions) at its last upkeep pass, its DC store's health check, and
+    /// its round trip to every other DC (a table below the DCs).
     Status(StatusArgs),
     /// Retire a DC for good: the global store refuses its lease from now on
     /// (a lease it holds runs out by its terms, and its hosts stop by their
@@ -335,23 +343,26 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     states.sort_by(|a, b| a.dc.cmp(&b.dc));
     let mut rows = Vec::new();
     for state in &states {
-        let reach = match table.iter().any(|(dc, _)| dc == &state.dc) {
-            true => Some(probe(&args.reach, &state.dc).await),
-            false => None,
+        let (reach, report) = match table.iter().any(|(dc, _)| dc == &state.dc) {
+            true => {
+                let (reach, report) = tokio::join!(
+                    probe(&args.reach, &state.dc),
+                    report(&args.reach, &state.dc)
+                );
+                (Some(reach), Some(report))
+            }
+            false => (None, None),
         };
         let taken = takeovers(global.as_ref(), &state.dc).await?;
-        rows.push((state, reach, taken));
+        rows.push(Row {
+            state,
+            reach,
+            report,
+            taken,
+        });
     }
     if args.json.json {
-        let dcs: Vec<_> = rows
-            .iter()
-            .map(|(s, r, taken)| {
-                let mut row = row_json(s, r.as_ref());
-                row["taken_over"] = json!(taken.0);
-                row["taken_over_complete"] = json!(taken.1);
-                row
-            })
-            .collect();
+        let dcs: Vec<_> = rows.iter().map(Row::json).collect();
         println!("{}", json!({ "outcome": "ok", "dcs": dcs }));
         return Ok(());
     }
@@ -360,28 +371,170 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<12} {:<34} {:>14} {:>14} {:>11}  homingd",
-        "DC", "DC LEASE", "IDS UP TO", "TOKENS UP TO", "TAKEN OVER"
+        "{:<12} {:<34} {:>14} {:>14} {:>11} {:>8} {:>13} {:>9}  homingd",
+        "DC",
+        "DC LEASE",
+        "IDS UP TO",
+        "TOKENS UP TO",
+        "TAKEN OVER",
+        "LEASES",
+        "SESSION KEYS",
+        "DC STORE"
     );
-    for (state, reach, (taken, complete)) in &rows {
+    for row in &rows {
+        let (taken, complete) = row.taken;
         let taken = match complete {
             true => taken.to_string(),
             false => format!("≥{taken}"),
         };
-        let homingd = match reach {
+        let homingd = match &row.reach {
             None => "not in --dc".to_string(),
             Some(Ok(ms)) => format!("answers in {ms:.1} ms"),
             Some(Err(e)) => format!("no answer: {e}"),
         };
+        let report = row.report.as_ref().and_then(|r| r.as_ref().ok());
+        let leases = report.map_or("-".to_string(), |r| r.live_leases.to_string());
+        let session_keys = report
+            .and_then(|r| r.sessions)
+            .map_or("-".to_string(), |s| s.keys.to_string());
+        let store = report.map_or("-".to_string(), |r| probe_words(&r.dc_store));
         println!(
-            "{:<12} {:<34} {:>14} {:>14} {taken:>11}  {homingd}",
-            state.dc.as_str(),
-            state.words(),
-            state.marks.allocator_floor,
-            state.marks.token_bound
+            "{:<12} {:<34} {:>14} {:>14} {taken:>11} {leases:>8} {session_keys:>13} {store:>9}  {homingd}",
+            row.state.dc.as_str(),
+            row.state.words(),
+            row.state.marks.allocator_floor,
+            row.state.marks.token_bound
         );
     }
+    print_report_details(&rows);
     Ok(())
+}
+
+/// One DC in `homing dc status`.
+struct Row<'a> {
+    state: &'a DcLeaseState,
+    /// The resolve probe's round trip in ms (`None`: not in --dc).
+    reach: Option<Result<f64, String>>,
+    /// What the DC reported of itself (`None`: not in --dc).
+    report: Option<Result<DcReport, String>>,
+    /// Keys taken over from it, and whether all were counted.
+    taken: (usize, bool),
+}
+
+impl Row<'_> {
+    fn json(&self) -> serde_json::Value {
+        let mut row = row_json(self.state, self.reach.as_ref());
+        row["taken_over"] = json!(self.taken.0);
+        row["taken_over_complete"] = json!(self.taken.1);
+        match &self.report {
+            None => {}
+            Some(Ok(report)) => row["report"] = report_json(report),
+            Some(Err(e)) => row["report_error"] = json!(e),
+        }
+        row
+    }
+}
+
+/// A store check or peer round trip in a table cell: its time, or "failed".
+fn probe_words(probe: &Probe) -> String {
+    match probe {
+        Probe::Answered { micros } => format!("{:.1} ms", *micros as f64 / 1000.0),
+        Probe::Failed(_) => "failed".to_string(),
+    }
+}
+
+fn probe_json(probe: &Probe) -> serde_json::Value {
+    match probe {
+        Probe::Answered { micros } => json!({ "ms": *micros as f64 / 1000.0 }),
+        Probe::Failed(why) => json!({ "error": why }),
+    }
+}
+
+fn report_json(report: &DcReport) -> serde_json::Value {
+    let peers: serde_json::Map<String, serde_json::Value> = report
+        .peers
+        .iter()
+        .map(|p| (p.dc.to_string(), probe_json(&p.probe)))
+        .collect();
+    json!({
+        "live_leases": report.live_leases,
+        "sessions": report.sessions.map(|s| s.sessions),
+        "session_keys": report.sessions.map(|s| s.keys),
+        "dc_store": probe_json(&report.dc_store),
+        "global_store": probe_json(&report.global_store),
+        "round_trips": peers,
+    })
+}
+
+/// Below the DC table: each reporting DC's round trip to every other DC (a
+/// matrix, from the row's DC to the column's), then every failed check and
+/// every report that did not come, in words.
+fn print_report_details(rows: &[Row<'_>]) {
+    let reports: Vec<(&DcId, &DcReport)> = rows
+        .iter()
+        .filter_map(|row| match &row.report {
+            Some(Ok(report)) => Some((&row.state.dc, report)),
+            _ => None,
+        })
+        .collect();
+    let mut columns: Vec<&DcId> = reports
+        .iter()
+        .flat_map(|(_, r)| r.peers.iter().map(|p| &p.dc))
+        .collect();
+    columns.sort();
+    columns.dedup();
+    if !columns.is_empty() {
+        println!("\nround trips, ms (from each DC in --dc to the DCs in its peer table):");
+        print!("{:<12}", "FROM \\ TO");
+        for to in &columns {
+            print!(" {:>9}", to.as_str());
+        }
+        println!();
+        for (from, report) in &reports {
+            print!("{:<12}", from.as_str());
+            for to in &columns {
+                let cell = match report.peers.iter().find(|p| &&p.dc == to) {
+                    Some(peer) => match &peer.probe {
+                        Probe::Answered { micros } => format!("{:.1}", *micros as f64 / 1000.0),
+                        Probe::Failed(_) => "failed".to_string(),
+                    },
+                    None => "-".to_string(),
+                };
+                print!(" {cell:>9}");
+            }
+            println!();
+        }
+    }
+    let mut problems = Vec::new();
+    for row in rows {
+        let dc = &row.state.dc;
+        match &row.report {
+            Some(Err(e)) => problems.push(format!("{dc}: no report: {e}")),
+            Some(Ok(report)) => {
+                let checks = [
+                    ("dc store", &report.dc_store),
+                    ("global store", &report.global_store),
+                ];
+                for (what, probe) in checks {
+                    if let Probe::Failed(why) = probe {
+                        problems.push(format!("{dc}: {what} check failed: {why}"));
+                    }
+                }
+                for peer in &report.peers {
+                    if let Probe::Failed(why) = &peer.probe {
+                        problems.push(format!("{dc}: no answer from {}: {why}", peer.dc));
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+    if !problems.is_empty() {
+        println!();
+        for problem in problems {
+            println!("{problem}");
+        }
+    }
 }
 
 async fn retire(args: RetireArgs) -> anyhow::Result<()> {
@@ -449,6 +602,21 @@ fn row_json(state: &DcLeaseState, reach: Option<&Result<f64, String>>) -> serde_
         "homingd_rtt_ms": reach.and_then(|r| r.as_ref().ok().copied()),
         "homingd_error": reach.and_then(|r| r.as_ref().err().cloned()),
     })
+}
+
+/// What `dc`'s homingd reports of its DC; an error answer, a homingd too
+/// old to report (protocol version 9 or older) or none in time, in words.
+async fn report(reach: &Reach, dc: &DcId) -> Result<DcReport, String> {
+    let peer = reach.peer(dc).map_err(|e| e.to_string())?;
+    let client = reach.client().map_err(|e| e.to_string())?;
+    let asked = client.request(&peer, &Request::DcReport);
+    match tokio::time::timeout(REPORT_TIMEOUT, asked).await {
+        Ok(Ok(Reply::DcReport(report))) => Ok(report),
+        Ok(Ok(Reply::Error(e))) => Err(format!("answers with an error: {e}")),
+        Ok(Ok(other)) => Err(format!("answers with {}", crate::show::reply_kind(&other))),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("none within {} ms", REPORT_TIMEOUT.as_millis())),
+    }
 }
 
 /// One round trip to `dc`'s homingd, in ms: a resolve of the global

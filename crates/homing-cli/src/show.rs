@@ -56,6 +56,7 @@ pub fn reply_kind(reply: &Reply) -> String {
         Reply::Error(e) => format!("an error: {e}"),
         Reply::Successor { .. } => "a succession".into(),
         Reply::Directory(_) => "a dc directory".into(),
+        Reply::DcReport(_) => "a dc report".into(),
         Reply::SessionOpened { .. } => "a host session opened".into(),
         Reply::SessionRenewed(_) => "a host session's renewal answer".into(),
         Reply::SessionClosed(_) => "a host session's close answer".into(),

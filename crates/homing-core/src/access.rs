@@ -137,6 +137,8 @@ pub fn authorize(caller: &Identity, request: &Request, local_dc: &DcId) -> Resul
         // Without the lease key: an operator's act, never a host's.
         Request::ForceRelease { .. } => caller.role == Role::Admin,
         Request::Link { .. } | Request::Shortcut { .. } => caller.role == Role::Node,
+        // An operator's view, or a peer's status page showing this DC.
+        Request::DcReport => matches!(caller.role, Role::Admin | Role::Node),
         // A node forwards an operator's drain to the DC that owns the tail.
         Request::Drain { .. } => matches!(caller.role, Role::Admin | Role::Node),
         Request::Inspect { .. } | Request::Scan { .. } | Request::DrainScope { .. } => {

@@ -90,4 +90,7 @@ pub use session::{
 };
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
-pub use wire::{AwaitReply, ErrorKind, ErrorReply, FrameError, Reply, Request};
+pub use wire::{
+    AwaitReply, DcReport, ErrorKind, ErrorReply, FrameError, PeerProbe, Probe, Reply, Request,
+    SessionCount,
+};

@@ -25,7 +25,7 @@ use crate::session::{SessionId, SessionKey, SessionRenewReply};
 use crate::time::HostTime;
 
 /// The newest protocol version this build speaks (N).
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;
 /// The oldest protocol version this build still speaks: the previous
 /// release's newest (release-7, commit 67ed29a; 8 and 9 came since). A process of
 /// that release and one of this release talk at it, so a deployment
@@ -33,7 +33,7 @@ pub const PROTOCOL_VERSION: u16 = 9;
 /// `PROTOCOL_VERSION_OLDEST..=PROTOCOL_VERSION` is refused at the handshake.
 pub const PROTOCOL_VERSION_OLDEST: u16 = 7;
 /// The ALPN identifier that carries [`PROTOCOL_VERSION`].
-pub const ALPN: &[u8] = b"homing/9";
+pub const ALPN: &[u8] = b"homing/10";
 /// Longest a request may ask to be parked (`wait_ms` of `Acquire`, `Await`
 /// and `Watch`), in milliseconds: 5 minutes.
 pub const WAIT_MS_MAX: u32 = 300_000;
@@ -250,6 +250,10 @@ pub enum Request {
         /// Its secret.
         secret: LeaseKey,
     },
+    /// Since version 10, operator or peer DC: what the receiving homingd
+    /// knows of its DC now — live leases, its stores' health, its round
+    /// trips to the other DCs. Answered with [`Reply::DcReport`].
+    DcReport,
 }
 
 impl Request {
@@ -278,6 +282,7 @@ impl Request {
             Request::CloseSession { .. } => "close_session",
             Request::SessionKeys { .. } => "session_keys",
             Request::AcquireInSession { .. } => "acquire_in_session",
+            Request::DcReport => "dc_report",
         }
     }
 
@@ -386,6 +391,55 @@ pub enum Reply {
         /// Whether more follow (ask again after the last one).
         more: bool,
     },
+    /// To `DcReport` (since version 10).
+    DcReport(DcReport),
+}
+
+/// What a homingd knows of its DC now ([`Reply::DcReport`]): what
+/// `homing dc status` shows per DC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DcReport {
+    /// Per-key live leases at the reaper's last pass.
+    pub live_leases: u64,
+    /// Host sessions and the keys held under them, as the DC store counts
+    /// them after the last upkeep pass (`None`: the store does not count).
+    pub sessions: Option<SessionCount>,
+    /// The DC's own store: one health read, timed.
+    pub dc_store: Probe,
+    /// The global store, as this homingd reaches it: one health read, timed.
+    pub global_store: Probe,
+    /// One request to each other DC in this homingd's peer table, timed.
+    pub peers: Vec<PeerProbe>,
+}
+
+/// Host sessions and their keys at a DC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCount {
+    /// Session rows.
+    pub sessions: u64,
+    /// Keys held under them.
+    pub keys: u64,
+}
+
+/// A timed check: how long it took to answer, or why it did not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Probe {
+    /// It answered, in this many microseconds.
+    Answered {
+        /// Its latency.
+        micros: u64,
+    },
+    /// It failed or did not answer in time.
+    Failed(String),
+}
+
+/// One homingd's round trip to a peer DC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerProbe {
+    /// The peer DC.
+    pub dc: DcId,
+    /// The round trip of one request to it.
+    pub probe: Probe,
 }
 
 /// Reply to [`Request::Await`].
@@ -577,6 +631,7 @@ impl Versioned for Request {
             | Request::CloseSession { .. }
             | Request::SessionKeys { .. }
             | Request::AcquireInSession { .. } => 9,
+            Request::DcReport => 10,
             Request::Directory => 8,
             _ => 7,
         }
@@ -596,6 +651,7 @@ impl Versioned for Reply {
                 ..
             }) => 9,
             Reply::Directory(_) => 8,
+            Reply::DcReport(_) => 10,
             // A key held under a session is a record form versions 7 and 8
             // cannot read.
             Reply::Inspected { records } | Reply::Records { records, .. }

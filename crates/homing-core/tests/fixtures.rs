@@ -17,10 +17,11 @@ use homing_core::wire::{
     Reply, Request, Versioned,
 };
 use homing_core::{
-    AcquireReply, Deadlines, EventKind, FencingToken, Grant, Holder, HostTime, KeyConfig, Link,
-    LinkReply, Namespace, NamespaceScope, PreviousRun, RecordState, ReleaseCause, ReleaseReply,
-    RenewReply, RunOutcome, ScanCursor, Segment, SessionId, SessionKey, SessionNotice,
-    SessionRenewReply, Succession, SuccessionCause, TailState, TailView,
+    AcquireReply, DcReport, Deadlines, EventKind, FencingToken, Grant, Holder, HostTime, KeyConfig,
+    Link, LinkReply, Namespace, NamespaceScope, PeerProbe, PreviousRun, Probe, RecordState,
+    ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, Segment, SessionCount,
+    SessionId, SessionKey, SessionNotice, SessionRenewReply, Succession, SuccessionCause,
+    TailState, TailView,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,6 +38,7 @@ fn requests() -> Vec<(&'static str, Request)> {
     vec![
         ("resolve", Request::Resolve { key: key() }),
         ("directory", Request::Directory),
+        ("dc-report", Request::DcReport),
         (
             "open-session",
             Request::OpenSession {
@@ -379,6 +381,38 @@ fn replies() -> Vec<(String, Reply)> {
         (
             "directory".to_string(),
             Reply::Directory(samples::directory()),
+        ),
+        (
+            "dc-report".to_string(),
+            Reply::DcReport(DcReport {
+                live_leases: 1_250,
+                sessions: Some(SessionCount {
+                    sessions: 3,
+                    keys: 30_000,
+                }),
+                dc_store: Probe::Answered { micros: 412 },
+                global_store: Probe::Failed("no answer within 2000 ms".to_string()),
+                peers: vec![
+                    PeerProbe {
+                        dc: homing_core::DcId::new("fra").expect("a valid dc"),
+                        probe: Probe::Answered { micros: 90_150 },
+                    },
+                    PeerProbe {
+                        dc: homing_core::DcId::new("sin").expect("a valid dc"),
+                        probe: Probe::Failed("none within 2000 ms".to_string()),
+                    },
+                ],
+            }),
+        ),
+        (
+            "dc-report-uncounted".to_string(),
+            Reply::DcReport(DcReport {
+                live_leases: 0,
+                sessions: None,
+                dc_store: Probe::Failed("store unavailable".to_string()),
+                global_store: Probe::Answered { micros: 1_903 },
+                peers: Vec::new(),
+            }),
         ),
         (
             "session-opened".to_string(),

@@ -123,6 +123,8 @@ pub struct Metrics {
     active_leases: AtomicU64,
     session_rows: AtomicU64,
     session_keys: AtomicU64,
+    /// Whether the DC store counted sessions at all (FoundationDB does not).
+    sessions_counted: std::sync::atomic::AtomicBool,
     upkeep_bad_records: AtomicU64,
     upkeep_reaped: AtomicU64,
     /// `upkeep_reaped` when the last pass ended.
@@ -207,6 +209,17 @@ impl Metrics {
     pub fn set_sessions(&self, counts: homing_store::SessionCounts) {
         self.session_rows.store(counts.rows, Ordering::Relaxed);
         self.session_keys.store(counts.keys, Ordering::Relaxed);
+        self.sessions_counted.store(true, Ordering::Relaxed);
+    }
+
+    /// Session rows and keys at the last count (`None`: never counted).
+    pub fn sessions(&self) -> Option<homing_store::SessionCounts> {
+        self.sessions_counted
+            .load(Ordering::Relaxed)
+            .then(|| homing_store::SessionCounts {
+                rows: self.session_rows.load(Ordering::Relaxed),
+                keys: self.session_keys.load(Ordering::Relaxed),
+            })
     }
 
     /// Leases active at the last reaper pass.

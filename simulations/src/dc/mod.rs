@@ -253,6 +253,12 @@ impl DcCtx<'_> {
                 return self.reply_to(client, rpc, key, Reply::Error(refused));
             }
             Dispatch::Answered(reply) => return self.reply_to(client, rpc, key, reply),
+            // Nothing simulated asks for one (an operator's `homing dc
+            // status`); homingd measures its stores and peers for it.
+            Dispatch::Report => {
+                let why = "a dc report is measured by homingd; the simulator has no stores or peers to time";
+                return self.reply_to(client, rpc, key, error(ErrorKind::BadRequest, why));
+            }
             Dispatch::Joined(_) => {
                 self.measurements.count(Counter::AcquireRetryJoined);
                 return;

@@ -31,6 +31,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 mod global;
+pub mod report;
 mod request_error;
 mod store;
 
@@ -683,6 +684,7 @@ impl Node {
                 Dispatch::Run(handling) => return self.run(handling).await,
                 Dispatch::Refused(refused) => return Err(RequestError::Reply(refused)),
                 Dispatch::Answered(reply) => return Ok(reply),
+                Dispatch::Report => return Ok(Reply::DcReport(self.report().await)),
                 Dispatch::Joined(request) => {
                     self.metrics.acquire_retry();
                     tracing::debug!("a retried acquire joined the one running");
@@ -944,6 +946,7 @@ fn request_span(dc: &DcId, caller: &Identity, request: &Request) -> tracing::Spa
         | Request::Scan { .. }
         | Request::DrainScope { .. }
         | Request::Directory
+        | Request::DcReport
         | Request::OpenSession { .. }
         | Request::RenewSession { .. }
         | Request::CloseSession { .. }

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -29,16 +29,15 @@ use homing_client::{Resolver, ResolverConfig};
 use homing_core::{DcId, DcLeaseState, DcRecord, DueKind, Event, Key, KeyName, Namespace, Walked};
 use homing_net::Client;
 use serde::Deserialize;
-use tokio::task::JoinSet;
 
+pub use crate::node::report::STORE_READ_MS_MAX;
+use crate::node::report::within;
 use crate::node::{Node, store_now};
 
 /// Most recent events of this DC's log the page shows.
 pub const EVENTS_SHOWN_MAX: usize = 20;
 /// Most live leases of this DC the page lists (the soonest to expire).
 pub const LEASES_SHOWN_MAX: usize = 20;
-/// How long the page waits for one store read before it shows the read as failed.
-pub const STORE_READ_MS_MAX: u64 = 2_000;
 /// How long a key search may walk the chain before it gives up.
 pub const CHAIN_WALK_MS_MAX: u64 = 3_000;
 /// Longest namespace or key text a search accepts, in bytes (the key's own
@@ -144,29 +143,6 @@ pub enum SearchError {
     Walk(String),
 }
 
-/// `f` within `ms`, a timeout or its error in words.
-async fn within<T, E: std::fmt::Display>(
-    ms: u64,
-    what: &str,
-    f: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(Duration::from_millis(ms), f).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!("{what}: no answer within {ms} ms")),
-    }
-}
-
-/// How long `check` took to succeed, bounded by [`STORE_READ_MS_MAX`].
-async fn timed<E: std::fmt::Display>(
-    what: &str,
-    check: impl std::future::Future<Output = Result<(), E>>,
-) -> Result<Duration, String> {
-    let started = Instant::now();
-    within(STORE_READ_MS_MAX, what, check).await?;
-    Ok(started.elapsed())
-}
-
 /// The address to reach a homingd listening on `bound` from this machine.
 fn reachable(bound: SocketAddr) -> SocketAddr {
     let ip = match bound.ip() {
@@ -196,10 +172,10 @@ impl Status {
         let node = &self.node;
         let (global, (global_store, dc_store), leases, events, probes) = tokio::join!(
             self.read_global(),
-            self.store_health(),
+            self.node.store_health(),
             self.live_leases(),
             self.recent_events(),
-            self.probe_peers(),
+            self.node.probe_peers(),
         );
         let (states, directory, global_read) = match global {
             Ok((states, directory)) => (Some(states), Some(directory), Ok(())),
@@ -241,7 +217,10 @@ impl Status {
                     false => probes
                         .iter()
                         .find(|(d, _)| d == &dc)
-                        .map(|(_, reach)| reach.clone())
+                        .map(|(_, reach)| match reach {
+                            Ok(rtt) => Reach::Answers(*rtt),
+                            Err(e) => Reach::Unavailable(e.clone()),
+                        })
                         .unwrap_or_else(|| {
                             Reach::Unavailable("not in this DC's peer table".to_string())
                         }),
@@ -284,14 +263,6 @@ impl Status {
         Ok((states?, directory?))
     }
 
-    /// Each store's health check and how long it took.
-    async fn store_health(&self) -> (Result<Duration, String>, Result<Duration, String>) {
-        tokio::join!(
-            timed("global store", self.node.global().health()),
-            timed("dc store", self.node.records().health()),
-        )
-    }
-
     /// The soonest-expiring live leases of this DC, from its expiry index.
     async fn live_leases(&self) -> Result<LiveLeases, String> {
         let until = store_now().plus_ms(LEASE_HORIZON_MS);
@@ -323,38 +294,6 @@ impl Status {
         )
         .await?;
         Ok(page.events)
-    }
-
-    /// One probe of every other DC in the peer table, all at once.
-    async fn probe_peers(&self) -> Vec<(DcId, Reach)> {
-        let here = self.node.dc();
-        let dcs: BTreeSet<DcId> = self
-            .node
-            .peers()
-            .addresses()
-            .into_iter()
-            .map(|(dc, _)| dc)
-            .filter(|dc| dc != here)
-            .collect();
-        let mut probes = JoinSet::new();
-        for dc in dcs {
-            let peers = self.node.peers().clone();
-            probes.spawn(async move {
-                let reach = match peers.probe(&dc).await {
-                    Ok(rtt) => Reach::Answers(rtt),
-                    Err(e) => Reach::Unavailable(e.to_string()),
-                };
-                (dc, reach)
-            });
-        }
-        let mut reached = Vec::new();
-        while let Some(probe) = probes.join_next().await {
-            // A probe task only panics if the runtime is going away.
-            if let Ok(probe) = probe {
-                reached.push(probe);
-            }
-        }
-        reached
     }
 
     /// Walks the chain of the key typed as `namespace` and `name`, as

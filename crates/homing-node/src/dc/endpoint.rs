@@ -95,6 +95,9 @@ pub enum Dispatch {
     Refused(ErrorReply),
     /// Answered on arrival from what the endpoint holds (the DC directory).
     Answered(Reply),
+    /// A [`Request::DcReport`]: the driver answers it with what it measures
+    /// (its stores' health, its peers' round trips, its lease counts).
+    Report,
 }
 
 /// One DC's endpoint (see the module doc).
@@ -247,6 +250,7 @@ impl<J, W> Endpoint<J, W> {
             Request::Directory => {
                 return Dispatch::Answered(Reply::Directory(self.directory.clone()));
             }
+            Request::DcReport => return Dispatch::Report,
             request => Handling::Serve(Box::new(self.serve(peer, request))),
         };
         Dispatch::Run(handling)

@@ -256,7 +256,8 @@ impl Serve {
             | Request::Await { .. }
             | Request::Watch { .. }
             | Request::DrainScope { .. }
-            | Request::Directory) => {
+            | Request::Directory
+            | Request::DcReport) => {
                 let why = format!("a {} request is not served by Serve", other.kind());
                 Phase::Done(internal(why))
             }
