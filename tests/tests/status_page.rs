@@ -194,6 +194,10 @@ async fn status_page_in_chromium_lists_every_dc_shows_a_chain_and_a_killed_dc_un
         for name in ["iad", "fra", "sin"] {
             let row = dc_row(&dom, name).expect("listed");
             assert!(row.contains("live, "), "{name}'s DC lease is live: {row}");
+            // Its live leases and DC store: iad's own, the others' reports.
+            assert!(row.contains("healthy, "), "{name}'s DC store: {row}");
+            let from = format!(r#"<tr data-from="{name}">"#);
+            assert!(dom.contains(&from), "{name}'s round trips: {dom}");
         }
         // The chain, hop by hop, as `homing chain` prints it.
         let linked = format!(

@@ -125,6 +125,11 @@ impl Peers {
         self.shared.table.learn(dc, addr)
     }
 
+    /// How long a request to a peer may take before it counts as unanswered.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
     /// Whether `dc` is suspect now (not asked until a probe gets an answer).
     pub fn is_suspect(&self, dc: &DcId) -> bool {
         self.shared.table.is_suspect(dc)

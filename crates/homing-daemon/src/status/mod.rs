@@ -3,9 +3,11 @@
 //!
 //! Any DC's page shows every DC: the global store gives each DC's lease
 //! and its homingd (the DC directory), the peers give the round trip to
-//! each other DC (a probe like `homing dc status` sends), and this DC adds
-//! what only it knows — its stores' health and latency, its live leases,
-//! its connections and the recent events of its store's log. A key search
+//! each other DC (a probe like `homing dc status` sends) and their reports
+//! (live leases, DC store, their own round trips: `Request::DcReport`), and
+//! this DC adds what only it knows — its stores' health and latency, its
+//! soonest-expiring leases, its connections and the recent events of its
+//! store's log. A key search
 //! walks the key's chain as `homing chain` does ([`Walked::hops`]).
 //!
 //! [`Status::snapshot`] gathers all of it at once, every part bounded in
@@ -14,7 +16,7 @@
 
 pub mod page;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,9 +28,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use homing_client::{Resolver, ResolverConfig};
-use homing_core::{DcId, DcLeaseState, DcRecord, DueKind, Event, Key, KeyName, Namespace, Walked};
-use homing_net::Client;
+use homing_core::{
+    DcId, DcLeaseState, DcRecord, DcReport, DueKind, Event, Key, KeyName, Namespace, Reply,
+    Request, Walked,
+};
+use homing_net::{Client, Peer};
 use serde::Deserialize;
+use tokio::task::JoinSet;
 
 pub use crate::node::report::STORE_READ_MS_MAX;
 use crate::node::report::within;
@@ -81,6 +87,10 @@ pub struct DcRow {
     pub instances: Vec<SocketAddr>,
     /// Whether it answers from here.
     pub reach: Reach,
+    /// What it reports of itself (live leases, its DC store, its round
+    /// trips), or why no report came; `None` for this DC (the snapshot's
+    /// own fields say it).
+    pub report: Option<Result<DcReport, String>>,
 }
 
 /// This DC's live leases: the soonest to expire, and whether more exist.
@@ -111,6 +121,11 @@ pub struct Snapshot {
     pub dc_store: Result<Duration, String>,
     /// Live leases at the reaper's last pass (the metrics gauge).
     pub live_leases_counted: u64,
+    /// Session rows and keys at the last upkeep pass (`None`: not counted).
+    pub sessions_counted: Option<homing_store::SessionCounts>,
+    /// This DC's round trip to each other DC (the same probes as `dcs`'
+    /// reach), for the round-trip table.
+    pub round_trips: Vec<(DcId, Result<Duration, String>)>,
     /// This DC's live leases, read now.
     pub leases: Result<LiveLeases, String>,
     /// This DC's most recent events, oldest first.
@@ -170,12 +185,13 @@ impl Status {
     /// [`STORE_READ_MS_MAX`], a peer as unavailable after the peer timeout.
     pub async fn snapshot(&self) -> Snapshot {
         let node = &self.node;
-        let (global, (global_store, dc_store), leases, events, probes) = tokio::join!(
+        let (global, (global_store, dc_store), leases, events, probes, mut reports) = tokio::join!(
             self.read_global(),
             self.node.store_health(),
             self.live_leases(),
             self.recent_events(),
             self.node.probe_peers(),
+            self.peer_reports(),
         );
         let (states, directory, global_read) = match global {
             Ok((states, directory)) => (Some(states), Some(directory), Ok(())),
@@ -225,11 +241,13 @@ impl Status {
                             Reach::Unavailable("not in this DC's peer table".to_string())
                         }),
                 };
+                let report = reports.remove(&dc);
                 DcRow {
                     dc,
                     lease,
                     instances,
                     reach,
+                    report,
                 }
             })
             .collect();
@@ -243,11 +261,66 @@ impl Status {
             global_store,
             dc_store,
             live_leases_counted: node.metrics().active_leases(),
+            sessions_counted: node.metrics().sessions(),
+            round_trips: probes,
             leases,
             events,
             connections,
             waiters: node.waiting(),
         }
+    }
+
+    /// What every other DC in the peer table reports of itself, asked of
+    /// its first address, all at once, each bounded by the peer timeout
+    /// (what a probe waits); a suspect DC is not asked. Sent with this
+    /// page's own client, not through the peer table: a slow report makes
+    /// no peer suspect.
+    async fn peer_reports(&self) -> BTreeMap<DcId, Result<DcReport, String>> {
+        let (here, peers) = (self.node.dc(), self.node.peers());
+        let wait_ms = u64::try_from(peers.timeout().as_millis()).unwrap_or(u64::MAX);
+        let mut first: BTreeMap<DcId, SocketAddr> = BTreeMap::new();
+        let mut reports = BTreeMap::new();
+        for (dc, addr) in peers.addresses() {
+            if &dc == here {
+                continue;
+            }
+            if peers.is_suspect(&dc) {
+                let why = "not asked: suspect (its last request went unanswered)";
+                reports.insert(dc, Err(why.to_string()));
+            } else {
+                first.entry(dc).or_insert(addr);
+            }
+        }
+        let mut asks = JoinSet::new();
+        for (dc, addr) in first {
+            let client = self.client.clone();
+            asks.spawn(async move {
+                let peer = Peer {
+                    addr,
+                    dc: dc.clone(),
+                };
+                let report = match within(
+                    wait_ms,
+                    "report",
+                    client.request(&peer, &Request::DcReport),
+                )
+                .await
+                {
+                    Ok(Reply::DcReport(report)) => Ok(report),
+                    Ok(Reply::Error(e)) => Err(format!("report: answered with an error: {e}")),
+                    Ok(_) => Err("report: answered with something else".to_string()),
+                    Err(e) => Err(e),
+                };
+                (dc, report)
+            });
+        }
+        while let Some(asked) = asks.join_next().await {
+            // A task only panics if the runtime is going away.
+            if let Ok((dc, report)) = asked {
+                reports.insert(dc, report);
+            }
+        }
+        reports
     }
 
     /// Every DC's lease and the DC directory, from the global store.

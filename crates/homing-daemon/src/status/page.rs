@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use homing_core::{DcLeaseState, DcRecord, DcStanding, RecordState};
+use homing_core::{DcId, DcLeaseState, DcRecord, DcStanding, Probe, RecordState};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::{DcRow, EVENTS_SHOWN_MAX, Reach, Search, Snapshot};
@@ -115,9 +115,10 @@ pub fn deployment(s: &Snapshot) -> Markup {
         @if let Err(e) = &s.global_read { p.failed { "The global store could not be read: " (e) } }
         h2 { "Datacenters" }
         table #dcs {
-            thead { tr { th { "DC" } th { "state" } th { "DC lease" } th { "homingd" } th { "round trip from " (s.here) } th { "live leases" } } }
+            thead { tr { th { "DC" } th { "state" } th { "DC lease" } th { "homingd" } th { "round trip from " (s.here) } th { "live leases" } th { "DC store" } } }
             tbody { @for row in &s.dcs { (dc_row(row, s)) } }
         }
+        (round_trips(s))
         h2 { "This DC (" (s.here) ")" }
         table #here {
             tr { th { "global store" } td { (health(&s.global_store)) } }
@@ -173,8 +174,95 @@ fn dc_row(row: &DcRow, s: &Snapshot) -> Markup {
             td { (lease(row.lease.as_ref())) }
             td.mono { @for addr in &row.instances { (addr) br; } }
             td { (rtt) }
-            td { @if row.dc == s.here { (s.live_leases_counted) } @else { span.muted title="Each DC counts its own: open its page" { "on its page" } } }
+            @if row.dc == s.here {
+                td { (leases(s.live_leases_counted, s.sessions_counted.map(|c| (c.rows, c.keys)))) }
+                td { (health(&s.dc_store)) }
+            } @else {
+                @match &row.report {
+                    Some(Ok(report)) => {
+                        td { (leases(report.live_leases, report.sessions.map(|c| (c.sessions, c.keys)))) }
+                        td { (probe(&report.dc_store)) }
+                    }
+                    Some(Err(why)) => {
+                        td colspan="2" { span.muted title=(why) { "no report" } }
+                    }
+                    None => { td {} td {} }
+                }
+            }
         }
+    }
+}
+
+/// Live leases as a DC counted them at its last upkeep pass: per-key
+/// leases, and keys under host sessions when there are any.
+fn leases(per_key: u64, sessions: Option<(u64, u64)>) -> Markup {
+    html! {
+        (per_key)
+        @if let Some((sessions, keys)) = sessions.filter(|(_, keys)| *keys > 0) {
+            " + " (keys) " in " (sessions) " sessions"
+        }
+    }
+}
+
+/// A round trip one DC measured to another, or why there was none.
+type Measured<'a> = (&'a DcId, Result<Duration, String>);
+
+/// Each DC's round trip to every other, as each measured it (this DC's
+/// probes, the others' reports): rows from, columns to.
+fn round_trips(s: &Snapshot) -> Markup {
+    let mut rows: Vec<(&DcId, Vec<Measured>)> = vec![(
+        &s.here,
+        s.round_trips
+            .iter()
+            .map(|(dc, rtt)| (dc, rtt.clone()))
+            .collect(),
+    )];
+    for row in &s.dcs {
+        if let Some(Ok(report)) = &row.report {
+            let measured = report
+                .peers
+                .iter()
+                .map(|p| {
+                    let rtt = match &p.probe {
+                        Probe::Answered { micros } => Ok(Duration::from_micros(*micros)),
+                        Probe::Failed(why) => Err(why.clone()),
+                    };
+                    (&p.dc, rtt)
+                })
+                .collect();
+            rows.push((&row.dc, measured));
+        }
+    }
+    let columns: Vec<&DcId> = s.dcs.iter().map(|row| &row.dc).collect();
+    html! {
+        h2 { "Round trips between DCs" }
+        table #round-trips {
+            thead { tr { th { "from \\ to" } @for to in &columns { th { (to) } } } }
+            tbody {
+                @for (from, measured) in &rows {
+                    tr data-from=(from) {
+                        th { (from) }
+                        @for to in &columns {
+                            td {
+                                @match measured.iter().find(|(dc, _)| dc == to) {
+                                    Some((_, Ok(rtt))) => (ms(*rtt)),
+                                    Some((_, Err(why))) => span.state.failed title=(why) { "no answer" },
+                                    None => span.muted { "—" },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A check another DC reported: healthy with its latency, or why not.
+fn probe(checked: &Probe) -> Markup {
+    match checked {
+        Probe::Answered { micros } => health(&Ok(Duration::from_micros(*micros))),
+        Probe::Failed(why) => health(&Err(why.clone())),
     }
 }
 
@@ -244,6 +332,8 @@ mod tests {
             global_store: Ok(Duration::from_micros(1_500)),
             dc_store: Err("dc store: no answer within 2000 ms".to_string()),
             live_leases_counted: 3,
+            sessions_counted: None,
+            round_trips: vec![(dc("fra"), Ok(Duration::from_millis(12)))],
             leases: Ok(super::super::LiveLeases {
                 shown: Vec::new(),
                 more: false,
@@ -260,6 +350,7 @@ mod tests {
             lease: Some(DcLeaseState::unknown(dc(name))),
             instances: vec!["127.0.0.1:7000".parse().expect("an address")],
             reach,
+            report: None,
         }
     }
 
@@ -294,6 +385,43 @@ mod tests {
         assert!(
             html.contains("no answer within 2000 ms"),
             "a failed store: {html}"
+        );
+    }
+
+    #[test]
+    fn another_dcs_report_shows_its_leases_its_store_and_its_round_trips() {
+        let mut fra = row("fra", Reach::Answers(Duration::from_millis(12)));
+        fra.report = Some(Ok(homing_core::DcReport {
+            live_leases: 41,
+            sessions: Some(homing_core::SessionCount {
+                sessions: 2,
+                keys: 700,
+            }),
+            dc_store: Probe::Answered { micros: 300 },
+            global_store: Probe::Answered { micros: 4_000 },
+            peers: vec![
+                homing_core::PeerProbe {
+                    dc: dc("iad"),
+                    probe: Probe::Answered { micros: 11_500 },
+                },
+                homing_core::PeerProbe {
+                    dc: dc("sin"),
+                    probe: Probe::Failed("sin: <i>timed out</i>".to_string()),
+                },
+            ],
+        }));
+        let mut sin = row("sin", Reach::Unavailable("timed out".into()));
+        sin.report = Some(Err("report: <b>no answer</b> within 3000 ms".to_string()));
+        let html =
+            deployment(&snapshot(vec![fra, row("iad", Reach::Here(Ok(()))), sin])).into_string();
+        assert!(html.contains("41 + 700 in 2 sessions"), "{html}");
+        assert!(html.contains("healthy, 0.30 ms"), "fra's dc store: {html}");
+        assert!(html.contains(r#"<tr data-from="fra">"#), "{html}");
+        assert!(html.contains("11.5 ms"), "fra to iad: {html}");
+        assert!(html.contains("no report"), "{html}");
+        assert!(
+            !html.contains("<b>no answer</b>") && !html.contains("<i>timed out</i>"),
+            "escaped: {html}"
         );
     }
 
