@@ -340,19 +340,21 @@ async fn dc_status_shows_each_dcs_live_leases_store_and_round_trips_and_a_killed
             .map(|d| format!("{d}={}", cluster.addr(d)))
             .collect::<Vec<_>>()
             .join(",");
-        let status = |table: String| {
-            let stores = stores.clone();
+        // `homing dc status` over every DC, as JSON or as a person reads it.
+        let status = |json: bool| {
+            let (stores, table) = (stores.clone(), table.clone());
             async move {
-                let args = [
-                    "dc", "status", "--json", "--stores", &stores, "--certs", certs,
-                ];
-                let mut args: Vec<&str> = args.to_vec();
+                let mut args = vec!["dc", "status", "--stores", &stores, "--certs", certs];
                 args.extend(["--dc", &table]);
+                if json {
+                    args.push("--json");
+                }
                 let out = homing(&args).await;
                 assert!(out.status.success(), "{}", text(&out));
-                serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+                out
             }
         };
+        let parse = |out: Output| serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
         let row = |json: &serde_json::Value, dc: &DcId| {
             json["dcs"]
                 .as_array()
@@ -365,7 +367,7 @@ async fn dc_status_shows_each_dcs_live_leases_store_and_round_trips_and_a_killed
         // The reaper counts live leases once per pass (every 100 ms here).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let json = loop {
-            let json = status(table.clone()).await;
+            let json = parse(status(true).await);
             let counted = |dc: &DcId| row(&json, dc)["report"]["live_leases"].as_u64();
             if (counted(&iad), counted(&fra)) == (Some(3), Some(1)) {
                 break json;
@@ -387,16 +389,12 @@ async fn dc_status_shows_each_dcs_live_leases_store_and_round_trips_and_a_killed
                 );
             }
         }
-        let shown = homing(&[
-            "dc", "status", "--stores", &stores, "--certs", certs, "--dc", &table,
-        ])
-        .await;
-        let shown = text(&shown);
+        let shown = text(&status(false).await);
         assert!(shown.contains("round trips, ms"), "{shown}");
         println!("{shown}");
 
         cluster.daemon(&sin).kill();
-        let json = status(table.clone()).await;
+        let json = parse(status(true).await);
         let sin_row = row(&json, &sin);
         assert!(sin_row["report"].is_null(), "{json}");
         assert!(sin_row["report_error"].is_string(), "{json}");
@@ -405,11 +403,7 @@ async fn dc_status_shows_each_dcs_live_leases_store_and_round_trips_and_a_killed
             to_sin["error"].is_string(),
             "iad still reaches a killed sin: {json}"
         );
-        let shown = homing(&[
-            "dc", "status", "--stores", &stores, "--certs", certs, "--dc", &table,
-        ])
-        .await;
-        let shown = text(&shown);
+        let shown = text(&status(false).await);
         assert!(shown.contains("sin: no report"), "{shown}");
         assert!(shown.contains("iad: no answer from sin"), "{shown}");
     })
