@@ -390,7 +390,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         let homingd = match &row.reach {
             None => "not in --dc".to_string(),
             Some(Ok(ms)) => format!("answers in {ms:.1} ms"),
-            Some(Err(e)) => format!("no answer: {e}"),
+            Some(Err(e)) => e.clone(),
         };
         let report = row.report.as_ref().and_then(|r| r.as_ref().ok());
         let leases = report.map_or("-".to_string(), |r| r.live_leases.to_string());
@@ -633,7 +633,10 @@ async fn probe(reach: &Reach, dc: &DcId) -> Result<f64, String> {
     match tokio::time::timeout(PROBE_TIMEOUT, client.request(&peer, &request)).await {
         Ok(Ok(Reply::Error(e))) => Err(format!("answers with an error: {e}")),
         Ok(Ok(_)) => Ok(started.elapsed().as_secs_f64() * 1000.0),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("none within {} ms", PROBE_TIMEOUT.as_millis())),
+        Ok(Err(e)) => Err(format!("no answer: {e}")),
+        Err(_) => Err(format!(
+            "no answer: none within {} ms",
+            PROBE_TIMEOUT.as_millis()
+        )),
     }
 }
