@@ -69,10 +69,14 @@ named! {
         AcquiredAfterTheHostGaveUp = "acquired_after_the_host_gave_up",
         /// The same, for an acquire that had waited.
         AcquiredAfterTheHostGaveUpWaiting = "acquired_after_the_host_gave_up_waiting",
+        /// A host stopped owing a cancel that was never answered.
+        CancelAbandoned = "cancel_abandoned",
         /// A host's cancel found the grant it cancels.
         CancelFoundAGrant = "cancel_found_a_grant",
         /// A host's cancel found no grant.
         CancelFoundNoGrant = "cancel_found_no_grant",
+        /// A host sent a cancel again: the last got no answer.
+        CancelSentAgain = "cancel_sent_again",
         /// A grant landed after its host cancelled it (it is released
         /// before the answer).
         CancelledGrantLanded = "cancelled_grant_landed",

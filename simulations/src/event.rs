@@ -132,6 +132,8 @@ pub enum HostTimer {
     Stopped,
     /// The workload releases the key.
     Leave,
+    /// A cancel it owes is due to be sent again.
+    Cancel,
 }
 
 impl HostTimer {
@@ -142,6 +144,7 @@ impl HostTimer {
             HostTimer::Lease => "host_lease_deadline",
             HostTimer::Stopped => "host_stopped",
             HostTimer::Leave => "host_leave",
+            HostTimer::Cancel => "host_cancel_again",
         }
     }
 }

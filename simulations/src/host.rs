@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 
 use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
+use homing_core::owed_cancel::{CancelAnswer, OwedCancel};
 use homing_core::{
     AcquireReply, ActorId, ErrorKind, FailureReason, FencingToken, Grant, HostInstant, HostLease,
     HostLeasePoll, HostTime, Key, KeyConfig, LeaseKey, PreviousRun, ReleaseCause, Reply, Request,
@@ -108,7 +109,21 @@ pub struct Host {
     /// Tries of acquires it gave up on (timed out) while their DC still
     /// worked on them: a grant for one comes too late.
     given_up: BTreeSet<u64>,
+    /// Cancels of acquires it gave up on, sent until their DC answers
+    /// (homing-core's [`OwedCancel`], as HostAgent keeps them).
+    owed: Vec<Owed>,
     state: HostState,
+}
+
+/// A cancel a host owes its DC, and where it stands.
+#[derive(Debug, Clone)]
+struct Owed {
+    key: u32,
+    cancel: OwedCancel,
+    /// The RPC of the send in flight; `None` while it waits to be sent again.
+    rpc: Option<u64>,
+    /// When to send it again (true time, µs), while it waits.
+    due_us: u64,
 }
 
 impl Host {
@@ -132,6 +147,7 @@ impl Host {
             acquires: 0,
             answered_tries: Vec::new(),
             given_up: BTreeSet::new(),
+            owed: Vec::new(),
             state: HostState::Idle,
         }
     }
@@ -335,6 +351,7 @@ impl Host {
             (HostTimer::Leave, HostState::Holding(lease)) if current && !lease.stopping => {
                 self.stop(ctx)
             }
+            (HostTimer::Cancel, _) => self.send_owed_cancels(ctx),
             _ => {}
         }
     }
@@ -428,6 +445,9 @@ impl Host {
             // the host crashed, while the DC worked on it): the lease lapses
             // unused.
             // The same outcome for another try of an acquire already answered.
+            _ if self.owed.iter().any(|o| o.rpc == Some(message.rpc)) => {
+                self.cancel_answered(message.rpc, &reply, ctx)
+            }
             _ if self.answered_tries.contains(&message.rpc) => {
                 ctx.observer.count(Counter::AcquireAnsweredAgain);
             }
@@ -577,6 +597,10 @@ impl Host {
                 self.check(ctx);
                 self.renewed(None, ctx);
             }
+            _ if self.owed.iter().any(|o| o.rpc == Some(rpc)) => {
+                self.failover(ctx);
+                self.cancel_unanswered(rpc, ctx)
+            }
             _ => {}
         }
     }
@@ -621,14 +645,68 @@ impl Host {
         self.given_up.extend(acquiring.tries.iter().map(|t| t.rpc));
         ctx.observer
             .record(Op::AcquireFailed, latency, work.peer_rtts, 0);
-        // Gave up: cancel the grant it may have been made (HostAgent's rule).
-        let cancel = Request::Cancel {
-            key: ctx.keys[acquiring.key as usize].clone(),
-            lease: acquiring.lease,
-        };
-        let (from, to) = (NodeId::Host(self.idx), self.homingd());
-        ctx.world.request(from, to, acquiring.key, cancel);
+        // Gave up: cancel the grant it may have been made, until the DC
+        // answers (HostAgent's rule).
+        let key = ctx.keys[acquiring.key as usize].clone();
+        let cancel = OwedCancel::new(key, acquiring.lease, self.instant(ctx.world));
+        self.owed.push(Owed {
+            key: acquiring.key,
+            cancel,
+            rpc: None,
+            due_us: ctx.world.now,
+        });
+        self.send_owed_cancels(ctx);
         self.go_idle(ctx);
+    }
+
+    /// Sends every owed cancel that is due.
+    fn send_owed_cancels(&mut self, ctx: &mut HostCtx) {
+        let to = self.homingd();
+        let now = ctx.world.now;
+        for owed in self.owed.iter_mut() {
+            if owed.rpc.is_none() && owed.due_us <= now {
+                if owed.cancel.sent() > 0 {
+                    ctx.observer.count(Counter::CancelSentAgain);
+                }
+                let request = owed.cancel.send();
+                let rpc = ctx
+                    .world
+                    .request(NodeId::Host(self.idx), to, owed.key, request);
+                owed.rpc = Some(rpc);
+            }
+        }
+    }
+
+    /// The owed cancel sent as `rpc` was answered with `reply`.
+    fn cancel_answered(&mut self, rpc: u64, reply: &Reply, ctx: &mut HostCtx) {
+        match OwedCancel::answered(reply) {
+            CancelAnswer::Done => self.owed.retain(|o| o.rpc != Some(rpc)),
+            CancelAnswer::Again => self.cancel_unanswered(rpc, ctx),
+        }
+    }
+
+    /// The owed cancel sent as `rpc` got no answer it could use: due again
+    /// after its backoff, or owed no more.
+    fn cancel_unanswered(&mut self, rpc: u64, ctx: &mut HostCtx) {
+        let now = self.instant(ctx.world);
+        let Some(i) = self.owed.iter().position(|o| o.rpc == Some(rpc)) else {
+            return;
+        };
+        match self.owed[i].cancel.unanswered(now) {
+            Some(at) => {
+                let due = self
+                    .clock
+                    .first_true_us_at_us(at.as_us())
+                    .max(ctx.world.now);
+                self.owed[i].rpc = None;
+                self.owed[i].due_us = due;
+                self.timer_at(due, HostTimer::Cancel, ctx);
+            }
+            None => {
+                ctx.observer.count(Counter::CancelAbandoned);
+                self.owed.remove(i);
+            }
+        }
     }
 
     /// The host crashes: its actor dies with it.
@@ -643,6 +721,8 @@ impl Host {
             ctx.observer.count(Counter::HostCrashWhileHolding);
         }
         self.up = false;
+        // Its owed cancels die with the process, as HostAgent's do.
+        self.owed.clear();
         self.incarnation += 1;
         self.state = HostState::Down;
         let at = ctx.world.now + ctx.scenario.workload.host_restart_ms * 1000;

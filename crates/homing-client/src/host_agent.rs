@@ -25,6 +25,7 @@
 //! answer is cancelled by its lease key, so no grant the host never saw
 //! stays a phantom holder.
 
+use homing_core::owed_cancel::{CancelAnswer, OwedCancel};
 use homing_core::{AcquireReply, Grant};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -327,6 +328,7 @@ enum Command {
 }
 
 /// How the agent reaches its DC, with the bounds every request gets.
+#[derive(Clone)]
 pub(crate) struct DcChannel {
     pub(crate) transport: Arc<dyn LeaseTransport>,
     pub(crate) clock: Arc<dyn HostClock>,
@@ -678,23 +680,56 @@ pub(crate) async fn send_acquire(
 }
 
 /// Tells the DC this host gave up on the acquire with `lease`, so a grant
-/// it never saw is released instead of held until it expires. Best effort:
-/// a cancel that gets no answer leaves that grant to expire as before.
+/// it never saw is released instead of held until it expires. The first
+/// send is awaited; if the DC does not answer it (what made the acquire go
+/// unanswered often loses the cancel too), a background task sends it again
+/// by homing-core's [`OwedCancel`] until the DC answers or it is owed no
+/// more.
 async fn cancel(channel: &DcChannel, key_config: &KeyConfig, lease: LeaseKey) {
     let Some(name) = key_config.name.clone() else {
         return;
     };
     let key = Key::in_namespace(key_config.namespace.clone(), name);
-    let request = Request::Cancel {
-        key: key.clone(),
-        lease,
+    let clock = MonoClock {
+        epoch: Instant::now(),
     };
-    match channel.ask(request, None).await {
-        Ok(Reply::Cancelled(true)) => info!(%key, "gave up on the acquire; its grant is cancelled"),
-        Ok(Reply::Cancelled(false)) => info!(%key, "gave up on the acquire; no grant was made"),
-        Ok(other) => warn!(%key, reply = ?other, "cancel answered unexpectedly"),
-        Err(error) => warn!(%key, %error, "cancel failed: a grant, if made, expires at the dc"),
+    let mut owed = OwedCancel::new(key, lease, clock.instant(Instant::now()));
+    if send_cancel(channel, &mut owed).await == CancelAnswer::Done {
+        return;
     }
+    let channel = channel.clone();
+    tokio::spawn(async move {
+        while let Some(at) = owed.unanswered(clock.instant(Instant::now())) {
+            tokio::time::sleep_until(clock.at(at)).await;
+            if send_cancel(&channel, &mut owed).await == CancelAnswer::Done {
+                return;
+            }
+        }
+        warn!(key = %owed.key(), sent = owed.sent(),
+            "cancel never answered: a grant, if made, expires at the dc");
+    });
+}
+
+/// Sends `owed` once; what its answer means.
+async fn send_cancel(channel: &DcChannel, owed: &mut OwedCancel) -> CancelAnswer {
+    let key = owed.key().clone();
+    let sent = owed.sent() + 1;
+    let reply = match channel.ask(owed.send(), None).await {
+        Ok(reply) => reply,
+        Err(AgentError::Refused { error, .. }) => Reply::Error(error),
+        Err(error) => {
+            warn!(%key, %error, sent, "cancel not answered; sending it again later");
+            return CancelAnswer::Again;
+        }
+    };
+    match &reply {
+        Reply::Cancelled(true) => {
+            info!(%key, sent, "gave up on the acquire; its grant is cancelled")
+        }
+        Reply::Cancelled(false) => info!(%key, sent, "gave up on the acquire; no grant was made"),
+        other => warn!(%key, reply = ?other, sent, "cancel answered with an error"),
+    }
+    OwedCancel::answered(&reply)
 }
 
 /// A fresh lease key for one logical acquire, from the operating system's

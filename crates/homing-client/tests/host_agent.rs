@@ -40,6 +40,8 @@ struct MemoryDc {
     acquire: Mutex<Option<Reply>>,
     /// How long an acquire takes to answer (a DC holding a waiting acquire).
     acquire_delay: Mutex<Duration>,
+    /// How many cancels go unanswered (lost on the way) before one is answered.
+    cancels_lost: Mutex<usize>,
     log: Mutex<Vec<(Duration, Request)>>,
     start: Instant,
 }
@@ -50,6 +52,7 @@ impl MemoryDc {
             mode: Mutex::new(Mode::Answer),
             acquire: Mutex::new(None),
             acquire_delay: Mutex::new(Duration::ZERO),
+            cancels_lost: Mutex::new(0),
             log: Mutex::new(Vec::new()),
             start,
         })
@@ -120,6 +123,18 @@ impl LeaseTransport for MemoryDc {
                 Mode::Expired => Ok(Reply::Renew(RenewReply::Expired)),
             },
             Request::Release { .. } => Ok(Reply::Release(ReleaseReply::Released)),
+            Request::Cancel { .. } => {
+                let lost = {
+                    let mut lost = self.cancels_lost.lock().unwrap();
+                    let now = *lost > 0;
+                    *lost = lost.saturating_sub(1);
+                    now
+                };
+                if lost {
+                    std::future::pending::<()>().await;
+                }
+                Ok(Reply::Cancelled(true))
+            }
             other => Err(format!("unexpected {}", other.kind())),
         }
     }
@@ -354,6 +369,30 @@ async fn lease_a_waiting_acquire_gets_its_wait_on_top_of_the_request_timeout() {
         Some((_, Request::Acquire { wait_ms, .. })) => assert_eq!(*wait_ms, 10_000),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_a_cancel_lost_like_its_acquire_is_sent_again_until_answered() {
+    // Every try of the acquire goes unanswered, and so do the first two
+    // cancels: the third, sent in the background, is answered.
+    let dc = MemoryDc::new(Instant::now());
+    *dc.acquire_delay.lock().unwrap() = Duration::from_secs(3_600);
+    *dc.cancels_lost.lock().unwrap() = 2;
+    let started = Instant::now();
+    let gave_up = start_on(dc.clone(), config()).await;
+    assert!(matches!(gave_up, Err(AgentError::Unavailable { .. })));
+    // Three 2 s acquire tries and the first cancel's 2 s: the caller is
+    // told then, not after the cancel's resends.
+    assert_eq!(started.elapsed(), Duration::from_secs(8));
+    assert_eq!(dc.count("cancel"), 1);
+    // Resent 250 ms after the first timed out, and again 500 ms after the
+    // second timed out (2 s later): answered, and never sent again.
+    sleep_ms(260).await;
+    assert_eq!(dc.count("cancel"), 2);
+    sleep_ms(2_000 + 500).await;
+    assert_eq!(dc.count("cancel"), 3);
+    sleep_ms(60_000).await;
+    assert_eq!(dc.count("cancel"), 3);
 }
 
 #[tokio::test(start_paused = true)]

@@ -44,6 +44,7 @@ pub mod lease;
 pub mod lease_key;
 pub mod link;
 pub mod mutation;
+pub mod owed_cancel;
 pub mod reachability;
 pub mod record;
 pub mod reservation;
