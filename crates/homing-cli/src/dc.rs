@@ -341,13 +341,17 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
         }
     }
     states.sort_by(|a, b| a.dc.cmp(&b.dc));
+    let asker: Asker = match table.is_empty() {
+        true => Err("no --dc".to_string()),
+        false => args.reach.client().map_err(|e| format!("{e:#}")),
+    };
     let mut rows = Vec::new();
     for state in &states {
         let (reach, report) = match table.iter().any(|(dc, _)| dc == &state.dc) {
             true => {
                 let (reach, report) = tokio::join!(
-                    probe(&args.reach, &state.dc),
-                    report(&args.reach, &state.dc)
+                    probe(&asker, &args.reach, &state.dc),
+                    report(&asker, &args.reach, &state.dc)
                 );
                 (Some(reach), Some(report))
             }
@@ -458,7 +462,7 @@ fn report_json(report: &DcReport) -> serde_json::Value {
         .collect();
     json!({
         "live_leases": report.live_leases,
-        "sessions": report.sessions.map(|s| s.sessions),
+        "sessions": report.sessions.map(|s| s.rows),
         "session_keys": report.sessions.map(|s| s.keys),
         "dc_store": probe_json(&report.dc_store),
         "global_store": probe_json(&report.global_store),
@@ -604,18 +608,35 @@ fn row_json(state: &DcLeaseState, reach: Option<&Result<f64, String>>) -> serde_
     })
 }
 
+/// The client `status` asks every DC in --dc with (one handshake per DC
+/// for the probe and the report together), or why there is none.
+type Asker = Result<homing_net::Client, String>;
+
+/// `request` to `dc`'s homingd within `timeout`: its answer, or in words an
+/// error answer, none, or none in time.
+async fn ask(
+    asker: &Asker,
+    reach: &Reach,
+    dc: &DcId,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Reply, String> {
+    let client = asker.as_ref().map_err(Clone::clone)?;
+    let peer = reach.peer(dc).map_err(|e| e.to_string())?;
+    match tokio::time::timeout(timeout, client.request(&peer, request)).await {
+        Ok(Ok(Reply::Error(e))) => Err(format!("answers with an error: {e}")),
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(format!("no answer: {e}")),
+        Err(_) => Err(format!("no answer: none within {} ms", timeout.as_millis())),
+    }
+}
+
 /// What `dc`'s homingd reports of its DC; an error answer, a homingd too
 /// old to report (protocol version 9 or older) or none in time, in words.
-async fn report(reach: &Reach, dc: &DcId) -> Result<DcReport, String> {
-    let peer = reach.peer(dc).map_err(|e| e.to_string())?;
-    let client = reach.client().map_err(|e| e.to_string())?;
-    let asked = client.request(&peer, &Request::DcReport);
-    match tokio::time::timeout(REPORT_TIMEOUT, asked).await {
-        Ok(Ok(Reply::DcReport(report))) => Ok(report),
-        Ok(Ok(Reply::Error(e))) => Err(format!("answers with an error: {e}")),
-        Ok(Ok(other)) => Err(format!("answers with {}", crate::show::reply_kind(&other))),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("none within {} ms", REPORT_TIMEOUT.as_millis())),
+async fn report(asker: &Asker, reach: &Reach, dc: &DcId) -> Result<DcReport, String> {
+    match ask(asker, reach, dc, &Request::DcReport, REPORT_TIMEOUT).await? {
+        Reply::DcReport(report) => Ok(report),
+        other => Err(format!("answers with {}", crate::show::reply_kind(&other))),
     }
 }
 
@@ -623,20 +644,11 @@ async fn report(reach: &Reach, dc: &DcId) -> Result<DcReport, String> {
 /// store's health-probe key (which nobody reserves), so the DC reads its
 /// global store. An error answer (its global store down, say) is an error,
 /// not an answer.
-async fn probe(reach: &Reach, dc: &DcId) -> Result<f64, String> {
-    let peer = reach.peer(dc).map_err(|e| e.to_string())?;
-    let client = reach.client().map_err(|e| e.to_string())?;
+async fn probe(asker: &Asker, reach: &Reach, dc: &DcId) -> Result<f64, String> {
     let request = Request::Resolve {
         key: homing_store::global::health_probe_key(),
     };
     let started = Instant::now();
-    match tokio::time::timeout(PROBE_TIMEOUT, client.request(&peer, &request)).await {
-        Ok(Ok(Reply::Error(e))) => Err(format!("answers with an error: {e}")),
-        Ok(Ok(_)) => Ok(started.elapsed().as_secs_f64() * 1000.0),
-        Ok(Err(e)) => Err(format!("no answer: {e}")),
-        Err(_) => Err(format!(
-            "no answer: none within {} ms",
-            PROBE_TIMEOUT.as_millis()
-        )),
-    }
+    ask(asker, reach, dc, &request, PROBE_TIMEOUT).await?;
+    Ok(started.elapsed().as_secs_f64() * 1000.0)
 }
