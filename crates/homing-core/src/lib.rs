@@ -86,12 +86,11 @@ pub use record::{
 pub use reservation::{ReservationId, ReservationRef};
 pub use router_walk::{Learned, RouterMemory, RouterPoll, RouterWalk, Unavailable};
 pub use session::{
-    Expiry, SessionEnd, SessionGuard, SessionId, SessionKey, SessionNotice, SessionRecord,
-    SessionRenewReply, SessionState, SessionTransition,
+    Expiry, SessionCounts, SessionEnd, SessionGuard, SessionId, SessionKey, SessionNotice,
+    SessionRecord, SessionRenewReply, SessionState, SessionTransition,
 };
 pub use succession::{TakeOverReply, TakeoverPolicy};
 pub use time::{HostTime, StoreTime};
 pub use wire::{
     AwaitReply, DcReport, ErrorKind, ErrorReply, FrameError, PeerProbe, Probe, Reply, Request,
-    SessionCount,
 };

@@ -166,6 +166,17 @@ pub const SESSION_KEYS_PAGE: usize = 64;
 /// with the next renewals.
 pub const SESSION_NOTICES_PAGE: usize = 64;
 
+/// How many host sessions a DC store holds (the store's `session_counts`,
+/// and what a `DcReport` carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SessionCounts {
+    /// Session rows: live sessions, and ended ones whose keys are not all
+    /// reaped yet.
+    pub rows: u64,
+    /// Keys held under them (live or frozen).
+    pub keys: u64,
+}
+
 /// A key held under a session, as a resync lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionKey {

@@ -21,7 +21,7 @@ use crate::record::{
     DcRecord, LinkReply, ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor,
 };
 use crate::reservation::ReservationId;
-use crate::session::{SessionId, SessionKey, SessionRenewReply};
+use crate::session::{SessionCounts, SessionId, SessionKey, SessionRenewReply};
 use crate::time::HostTime;
 
 /// The newest protocol version this build speaks (N).
@@ -403,22 +403,13 @@ pub struct DcReport {
     pub live_leases: u64,
     /// Host sessions and the keys held under them, as the DC store counts
     /// them after the last upkeep pass (`None`: the store does not count).
-    pub sessions: Option<SessionCount>,
+    pub sessions: Option<SessionCounts>,
     /// The DC's own store: one health read, timed.
     pub dc_store: Probe,
     /// The global store, as this homingd reaches it: one health read, timed.
     pub global_store: Probe,
     /// One request to each other DC in this homingd's peer table, timed.
     pub peers: Vec<PeerProbe>,
-}
-
-/// Host sessions and their keys at a DC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionCount {
-    /// Session rows.
-    pub sessions: u64,
-    /// Keys held under them.
-    pub keys: u64,
 }
 
 /// A timed check: how long it took to answer, or why it did not.

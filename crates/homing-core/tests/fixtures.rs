@@ -19,7 +19,7 @@ use homing_core::wire::{
 use homing_core::{
     AcquireReply, DcReport, Deadlines, EventKind, FencingToken, Grant, Holder, HostTime, KeyConfig,
     Link, LinkReply, Namespace, NamespaceScope, PeerProbe, PreviousRun, Probe, RecordState,
-    ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, Segment, SessionCount,
+    ReleaseCause, ReleaseReply, RenewReply, RunOutcome, ScanCursor, Segment, SessionCounts,
     SessionId, SessionKey, SessionNotice, SessionRenewReply, Succession, SuccessionCause,
     TailState, TailView,
 };
@@ -386,8 +386,8 @@ fn replies() -> Vec<(String, Reply)> {
             "dc-report".to_string(),
             Reply::DcReport(DcReport {
                 live_leases: 1_250,
-                sessions: Some(SessionCount {
-                    sessions: 3,
+                sessions: Some(SessionCounts {
+                    rows: 3,
                     keys: 30_000,
                 }),
                 dc_store: Probe::Answered { micros: 412 },

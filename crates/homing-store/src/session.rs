@@ -71,14 +71,7 @@ pub enum GuardedCas {
 }
 
 /// How many host sessions a DC store holds ([`crate::DcStore::session_counts`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SessionCounts {
-    /// Session rows: live sessions, and ended ones whose keys are not all
-    /// reaped yet.
-    pub rows: u64,
-    /// Keys held under them (live or frozen).
-    pub keys: u64,
-}
+pub use homing_core::SessionCounts;
 
 /// Where a page of due sessions ended: the last row returned.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

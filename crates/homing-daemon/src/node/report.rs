@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use homing_core::{DcId, DcReport, PeerProbe, Probe, SessionCount};
+use homing_core::{DcId, DcReport, PeerProbe, Probe};
 use tokio::task::JoinSet;
 
 use super::Node;
@@ -56,10 +56,7 @@ impl Node {
         let metrics = self.metrics();
         DcReport {
             live_leases: metrics.active_leases(),
-            sessions: metrics.sessions().map(|counts| SessionCount {
-                sessions: counts.rows,
-                keys: counts.keys,
-            }),
+            sessions: metrics.sessions(),
             dc_store: probe(dc_store),
             global_store: probe(global_store),
             peers: peers

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use homing_core::{DcId, DcLeaseState, DcRecord, DcStanding, Probe, RecordState};
+use homing_core::{DcId, DcLeaseState, DcRecord, DcStanding, Probe, RecordState, SessionCounts};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::{DcRow, EVENTS_SHOWN_MAX, Reach, Search, Snapshot};
@@ -175,12 +175,12 @@ fn dc_row(row: &DcRow, s: &Snapshot) -> Markup {
             td.mono { @for addr in &row.instances { (addr) br; } }
             td { (rtt) }
             @if row.dc == s.here {
-                td { (leases(s.live_leases_counted, s.sessions_counted.map(|c| (c.rows, c.keys)))) }
+                td { (leases(s.live_leases_counted, s.sessions_counted)) }
                 td { (health(&s.dc_store)) }
             } @else {
                 @match &row.report {
                     Some(Ok(report)) => {
-                        td { (leases(report.live_leases, report.sessions.map(|c| (c.sessions, c.keys)))) }
+                        td { (leases(report.live_leases, report.sessions)) }
                         td { (probe(&report.dc_store)) }
                     }
                     Some(Err(why)) => {
@@ -195,11 +195,11 @@ fn dc_row(row: &DcRow, s: &Snapshot) -> Markup {
 
 /// Live leases as a DC counted them at its last upkeep pass: per-key
 /// leases, and keys under host sessions when there are any.
-fn leases(per_key: u64, sessions: Option<(u64, u64)>) -> Markup {
+fn leases(per_key: u64, sessions: Option<SessionCounts>) -> Markup {
     html! {
         (per_key)
-        @if let Some((sessions, keys)) = sessions.filter(|(_, keys)| *keys > 0) {
-            " + " (keys) " in " (sessions) " sessions"
+        @if let Some(counted) = sessions.filter(|c| c.keys > 0) {
+            " + " (counted.keys) " in " (counted.rows) " sessions"
         }
     }
 }
@@ -393,10 +393,7 @@ mod tests {
         let mut fra = row("fra", Reach::Answers(Duration::from_millis(12)));
         fra.report = Some(Ok(homing_core::DcReport {
             live_leases: 41,
-            sessions: Some(homing_core::SessionCount {
-                sessions: 2,
-                keys: 700,
-            }),
+            sessions: Some(homing_core::SessionCounts { rows: 2, keys: 700 }),
             dc_store: Probe::Answered { micros: 300 },
             global_store: Probe::Answered { micros: 4_000 },
             peers: vec![
