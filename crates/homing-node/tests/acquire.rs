@@ -779,36 +779,7 @@ fn only_a_member_past_the_keys_first_reservation_is_learned_for_the_next_walk() 
 #[test]
 fn a_create_under_a_session_renewed_meanwhile_is_written_again_over_the_new_row() {
     let mut world = World::new(&["iad", "fra"]);
-    let secret = LeaseKey::from_bytes([9; 16]).unwrap();
-    let id = homing_core::SessionId::new(dc("iad"), 1 << 40);
-    let (mut row, _) = homing_core::SessionRecord::open(
-        id.clone(),
-        secret,
-        HostTime::from_ms(HOST_TIME_MS),
-        world.now(),
-        &world.policy,
-    );
-    row.version = 1;
-    let request = AcquireRequest {
-        key: key(),
-        tag: None,
-        actor: ActorId::new("a1").unwrap(),
-        lease: secret,
-        host_time: HostTime::from_ms(HOST_TIME_MS),
-        wait_ms: 0,
-        session: Some(homing_node::InSession {
-            id: id.clone(),
-            secret,
-        }),
-    };
-    let mut acquire = Acquire::new(
-        dc("iad"),
-        request,
-        node_now(&world),
-        world.policy,
-        HOP_LIMIT_DEFAULT,
-        Mutations::NONE,
-    );
+    let (id, mut row, mut acquire) = start_in_session(&world);
     let (mut allocations, mut guarded, mut renewed) = (0, Vec::new(), false);
     let done = loop {
         let effect = match acquire.step(node_now(&world)) {
@@ -865,4 +836,92 @@ fn a_create_under_a_session_renewed_meanwhile_is_written_again_over_the_new_row(
     );
     let record = world.record(&grant.reservation).expect("written");
     assert_eq!(record.session(), Some(&id));
+}
+
+/// An acquire at iad under a new session of iad (its row, version 1).
+fn start_in_session(
+    world: &World,
+) -> (homing_core::SessionId, homing_core::SessionRecord, Acquire) {
+    let secret = LeaseKey::from_bytes([9; 16]).unwrap();
+    let id = homing_core::SessionId::new(dc("iad"), 1 << 40);
+    let (mut row, _) = homing_core::SessionRecord::open(
+        id.clone(),
+        secret,
+        HostTime::from_ms(HOST_TIME_MS),
+        world.now(),
+        &world.policy,
+    );
+    row.version = 1;
+    let request = AcquireRequest {
+        key: key(),
+        tag: None,
+        actor: ActorId::new("a1").unwrap(),
+        lease: secret,
+        host_time: HostTime::from_ms(HOST_TIME_MS),
+        wait_ms: 0,
+        session: Some(homing_node::InSession {
+            id: id.clone(),
+            secret,
+        }),
+    };
+    let acquire = Acquire::new(
+        dc("iad"),
+        request,
+        node_now(world),
+        world.policy,
+        HOP_LIMIT_DEFAULT,
+        Mutations::NONE,
+    );
+    (id, row, acquire)
+}
+
+/// The DC store fails the read of the session's row, before the DC lease's
+/// cover or again after a guarded write lost to a renewal: the acquire ends
+/// with the store's failure, as a failed read of the connect would. It used
+/// to panic ("a failure while not connecting"), which the simulator found
+/// once its hosts acquired under sessions on a failing store (swarm seeds
+/// 69 and 80).
+#[test]
+fn a_failed_read_of_the_session_row_fails_the_acquire() {
+    for conflicts in [0, 1] {
+        let mut world = World::new(&["iad", "fra"]);
+        let (_, row, mut acquire) = start_in_session(&world);
+        let (mut reads, mut conflicted) = (0, 0);
+        let done = loop {
+            let effect = match acquire.step(node_now(&world)) {
+                Step::Ask(effect) => effect,
+                Step::Done(done) => break done,
+            };
+            let answer = match effect {
+                Effect::Cover { .. } => Answer::Covered(Ok(())),
+                Effect::Admit(_) => Answer::Admitted(Ok(())),
+                Effect::Cancellation { .. } => Answer::Cancelled(false),
+                Effect::Store(StoreOp::Session(_)) if reads == conflicts => {
+                    let down = ErrorReply::new(ErrorKind::Internal, "store down");
+                    Answer::Stored(Err(Failure::Refused(down)))
+                }
+                Effect::Store(StoreOp::Session(_)) => {
+                    reads += 1;
+                    Answer::Stored(Ok(Stored::Session(Some(row.clone()))))
+                }
+                Effect::Store(StoreOp::Write { guard: Some(_), .. }) => {
+                    // The session's renewal lands first, every time.
+                    conflicted += 1;
+                    Answer::Stored(Ok(Stored::Written(homing_core::Written::Conflict)))
+                }
+                Effect::Store(op) => Answer::Stored(Ok(perform_store(&mut world, "iad", op))),
+                Effect::Global(op) => Answer::Global(Ok(perform_global(&mut world, op))),
+                other => panic!("an acquire in an empty world does not ask {other:?}"),
+            };
+            acquire.answer(answer, now(&world));
+        };
+        let Err(error) = done else {
+            panic!("expected the store's failure, got {done:?}")
+        };
+        assert!(error.message.contains("store down"), "{error:?}");
+        assert_eq!(
+            conflicted, conflicts,
+            "read failed after {conflicts} lost write(s)"
+        );
+    }
 }

@@ -723,6 +723,13 @@ impl Acquire {
             self.phase = self.updated(why, outcome, Err(failure.into_reply()));
             return;
         }
+        if matches!(self.phase, Phase::Session { .. }) {
+            // The session's row could not be read (before the cover, or
+            // again after a write lost to its renewal): nothing was
+            // written, and the acquire fails as a connect's read would.
+            self.phase = Phase::Done(Err(failure.into_reply()));
+            return;
+        }
         assert!(
             matches!(self.phase, Phase::Connecting),
             "acquire of {}: a failure while not connecting",
