@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use homing_core::{
-    ActorId, DcId, DcRecord, FencingToken, HostTime, LeasePolicy, PreviousRun, RecordState,
-    ReleaseCause, ReservationId, RunOutcome, StoreTime, TailState, TailView,
+    ActorId, DcId, DcRecord, Expiry, FencingToken, HostTime, LeasePolicy, PreviousRun, RecordState,
+    ReleaseCause, ReservationId, RunOutcome, SessionId, StoreTime, TailState, TailView,
 };
 
 use crate::clock::NodeClock;
@@ -31,6 +31,9 @@ struct Snapshot {
     token: FencingToken,
     actor: Option<ActorId>,
     reapable_at: Option<StoreTime>,
+    /// A session key: reapable when its session's row says (read when a
+    /// resolve is judged; a session is never renewed once it lapsed).
+    session: Option<SessionId>,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +69,9 @@ pub struct Checker {
     last_unique: Vec<u64>,
     runs: BTreeMap<(ReservationId, FencingToken), RunEnd>,
     sent: BTreeMap<(ReservationId, FencingToken), RunOutcome>,
+    /// Session keys frozen at their DC (drained): by when, in true µs, the
+    /// run must have stopped (the DC's clock reaching the frozen expiry).
+    frozen: BTreeMap<(ReservationId, FencingToken), u64>,
     /// The wake-up checkers.
     pub wake: WakeChecker,
     /// Per DC name: when a holder it granted last stopped acting, true µs.
@@ -98,6 +104,7 @@ impl Checker {
             last_unique: vec![0; dcs],
             runs: BTreeMap::new(),
             sent: BTreeMap::new(),
+            frozen: BTreeMap::new(),
             wake,
             last_stop_us: BTreeMap::new(),
             previous_expired_released_late: 0,
@@ -294,8 +301,20 @@ impl Checker {
     /// A holder stopped acting (released, killed, crashed, told to stop).
     pub fn on_holder_stop(&mut self, now_us: u64, key: u32, host: u32) {
         let acting = &mut self.keys[key as usize].acting;
-        for (_, _, reservation) in acting.iter().filter(|a| a.0 == host) {
+        let mut late = None;
+        for (_, token, reservation) in acting.iter().filter(|a| a.0 == host) {
             self.last_stop_us.insert(reservation.dc().clone(), now_us);
+            if let Some(by_us) = self.frozen.remove(&(reservation.clone(), *token))
+                && now_us >= by_us
+            {
+                late = Some(format!(
+                    "host {host} stopped k{key} ({reservation}, token {token}) at {now_us}µs, past the expiry its DC froze it at ({by_us}µs in true time)"
+                ));
+            }
+        }
+        if let Some(detail) = late {
+            acting.retain(|a| a.0 != host);
+            return self.fail(Invariant::FrozenKeyStopped, key, detail);
         }
         acting.retain(|a| a.0 != host);
     }
@@ -372,10 +391,20 @@ impl Checker {
     ) {
         self.acked[d].insert(id.clone(), version);
         if let Some((_, next)) = view.record(id) {
+            if let RecordState::Active {
+                expiry: Expiry::Frozen { at, .. },
+                ..
+            } = &next.state
+            {
+                let by_us = self.dc_clocks[d].first_true_us_at_ms(at.as_ms());
+                self.frozen.entry((id.clone(), next.token)).or_insert(by_us);
+            }
             if let Some(p) = previous {
                 self.note_run_end(d, now_us, p, next);
             }
-            self.wake.on_commit(now_us, d as u16, next);
+            let session = next.session().and_then(|s| view.dcs.store(d).session(s));
+            self.wake
+                .on_commit(now_us, d as u16, next, session.as_ref());
         }
         if let Some(RecordState::Linked { to }) = previous.map(|p| &p.state) {
             let now = view.record(id).map(|(_, r)| &r.state);
@@ -468,6 +497,10 @@ impl Checker {
                         token: record.token,
                         actor: Some(actor.clone()),
                         reapable_at: Some(self.policy.reapable_at(expiry.holds_until(None))),
+                        session: match expiry {
+                            Expiry::Session(id) => Some(id.clone()),
+                            _ => None,
+                        },
                     };
                     return self.push(key, snapshot);
                 }
@@ -479,6 +512,7 @@ impl Checker {
                         token: record.token,
                         actor: None,
                         reapable_at: None,
+                        session: None,
                     };
                     return self.push(key, snapshot);
                 }
@@ -498,7 +532,14 @@ impl Checker {
     /// A resolve that started at `start_us` answered at `now_us`: `None` for
     /// `NotFound` (true at some instant up to the absent caches' staleness
     /// before the start), else the tail it found.
-    pub fn on_resolve(&mut self, key: u32, start_us: u64, now_us: u64, answer: Option<&TailView>) {
+    pub fn on_resolve(
+        &mut self,
+        view: &View<'_>,
+        key: u32,
+        start_us: u64,
+        now_us: u64,
+        answer: Option<&TailView>,
+    ) {
         let ks = &self.keys[key as usize];
         let Some(tail) = answer else {
             if let Some(set) = ks.global_set_at_us
@@ -524,13 +565,24 @@ impl Checker {
             let clock = &self.dc_clocks[s.dc];
             let lo = clock.store_time(s.at_us.max(start_us));
             let hi = clock.store_time(end.min(now_us));
-            match (&tail.state, &s.actor, s.reapable_at) {
-                (TailState::Active { actor }, Some(a), Some(reapable)) => {
-                    a == actor && reapable > lo
+            // A session key whose row is gone (the session over, every key
+            // reaped): its expiry is no longer known, live or vacant passes.
+            let (reapable_at, unknown) = match &s.session {
+                Some(id) => match view.dcs.store(s.dc).session(id) {
+                    Some(row) => (Some(self.policy.reapable_at(row.holds_until())), false),
+                    None => (None, true),
+                },
+                None => (s.reapable_at, false),
+            };
+            match (&tail.state, &s.actor, reapable_at) {
+                (TailState::Active { actor }, Some(a), reapable) => {
+                    a == actor && (unknown || reapable.is_some_and(|r| r > lo))
                 }
-                (TailState::Active { .. }, _, _) => false,
+                (TailState::Active { .. }, None, _) => false,
                 (TailState::Vacant { .. }, None, _) => true,
-                (TailState::Vacant { .. }, Some(_), reapable) => reapable.is_none_or(|r| r <= hi),
+                (TailState::Vacant { .. }, Some(_), reapable) => {
+                    unknown || reapable.is_none_or(|r| r <= hi)
+                }
             }
         });
         if !matches {
@@ -578,8 +630,10 @@ impl Checker {
                 continue;
             }
             let deadline = view.dcs.clock(d).store_time(now_us - settle);
-            let stuck = view.dcs.store(d).records().find(|r| {
-                r.held_until(None)
+            let store = view.dcs.store(d);
+            let stuck = store.records().find(|r| {
+                let session = r.session().and_then(|id| store.session(id));
+                r.held_until(session.as_ref())
                     .is_some_and(|held| self.policy.reapable_at(held) < deadline)
             });
             if let Some(r) = stuck {

@@ -232,6 +232,14 @@ named! {
         ScanStarted = "scan_started",
         /// The upkeep ended a host session that ran out (`UpkeepEvent::SessionEnded`).
         SessionEnded = "session_ended",
+        /// A renewal's answer listed a key of a session host as frozen
+        /// (drained at its DC): the key stops by the deadlines held before.
+        SessionKeyFrozen = "session_key_frozen",
+        /// A session host's session ended without a close: not renewed in
+        /// time, or refused (`HardTerminateAll`); every key it held stopped.
+        SessionLost = "session_lost",
+        /// A session host opened a host session.
+        SessionOpened = "session_opened",
         /// Noting a shortcut in the acquire's own DC failed.
         ShortcutNotNoted = "shortcut_not_noted",
         /// A shortcut notice was sent to another DC, or noted in the
@@ -355,6 +363,8 @@ pub enum Op {
     AcquireFailed,
     /// A renewal.
     Renew,
+    /// A host session's renewal (every key it holds at once).
+    RenewSession,
     /// A resolve answered from the router's cache.
     ResolveCached,
     /// A resolve with nothing cached, through a chain of this many links.
@@ -383,6 +393,7 @@ impl Op {
             Op::AcquireHeldElsewhere => "acquire: held elsewhere".into(),
             Op::AcquireFailed => "acquire: failed/timeout".into(),
             Op::Renew => "renew".into(),
+            Op::RenewSession => "renew: a host session".into(),
             Op::ResolveCached => "resolve: cached".into(),
             Op::ResolveCold(n) => format!("resolve: cold, {n}-link chain"),
             Op::ResolveRefresh => "resolve: refresh (entry+links cached)".into(),
@@ -403,6 +414,7 @@ impl Op {
             Op::AcquireHeldElsewhere => "walk to the tail (1 RTT per remote hop)",
             Op::AcquireFailed => "-",
             Op::Renew => "1 RTT to own DC, 1 DC-store CAS",
+            Op::RenewSession => "1 RTT to own DC, 1 session-row CAS",
             Op::ResolveCached => "one cache lookup, no I/O",
             Op::ResolveCold(_) => "1 global read + 1 RTT per remote hop",
             Op::ResolveRefresh => "1 RTT to the tail's DC (0 if local)",

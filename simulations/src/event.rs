@@ -134,6 +134,10 @@ pub enum HostTimer {
     Leave,
     /// A cancel it owes is due to be sent again.
     Cancel,
+    /// A session host: the graceful stop of the key of this hold finished.
+    KeyStopped(u64),
+    /// A session host: the workload releases the key of this hold.
+    KeyLeave(u64),
 }
 
 impl HostTimer {
@@ -145,6 +149,8 @@ impl HostTimer {
             HostTimer::Stopped => "host_stopped",
             HostTimer::Leave => "host_leave",
             HostTimer::Cancel => "host_cancel_again",
+            HostTimer::KeyStopped(_) => "host_key_stopped",
+            HostTimer::KeyLeave(_) => "host_key_leave",
         }
     }
 }

@@ -7,15 +7,22 @@
 //! all on the host's own drifting clock. It releases when its workload says so.
 //! A host is an actor: its handlers take a `HostCtx` (the shared world,
 //! the observer it reports to, what it may read), never the simulator.
+//!
+//! A share of the hosts (`workload.session_fraction`) hold their keys under
+//! a host session instead: see [`session`].
+
+mod session;
 
 use std::collections::BTreeSet;
+
+use session::SessionRun;
 
 use homing_core::host_lease::{ACQUIRE_ATTEMPTS_DEFAULT, HardCause, Renewal};
 use homing_core::owed_cancel::{CancelAnswer, OwedCancel};
 use homing_core::{
     AcquireReply, ActorId, ErrorKind, FailureReason, FencingToken, Grant, HostInstant, HostLease,
     HostLeasePoll, HostTime, Key, KeyConfig, LeaseKey, PreviousRun, ReleaseCause, Reply, Request,
-    ReservationId, RunOutcome,
+    ReservationId, RunOutcome, SessionId,
 };
 
 use crate::clock::NodeClock;
@@ -73,6 +80,8 @@ struct Acquiring {
     wait_ms: u32,
     /// Every try so far, the last one current; a reply to any is the answer.
     tries: Vec<Try>,
+    /// The host session it acquires under (a session host), with its secret.
+    session: Option<(SessionId, LeaseKey)>,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +121,10 @@ pub struct Host {
     /// Cancels of acquires it gave up on, sent until their DC answers
     /// (homing-core's [`OwedCancel`], as HostAgent keeps them).
     owed: Vec<Owed>,
+    /// A session host's session and the keys it holds under it (`None`: a
+    /// host that holds one key at a time, on a lease of its own). A
+    /// session host's `state` is only ever idle, acquiring or down.
+    session: Option<Box<SessionRun>>,
     state: HostState,
 }
 
@@ -133,8 +146,15 @@ impl Host {
     }
 
     /// An idle host in DC `dc`, which runs `instances` homingd; it talks
-    /// to `homingd` first.
-    pub fn new(idx: u32, dc: u16, instances: u8, homingd: u8, clock: NodeClock) -> Host {
+    /// to `homingd` first. With `session_keys`, a session host holding up
+    /// to that many keys at once.
+    pub fn new(
+        idx: u32,
+        dc: u16,
+        (instances, homingd): (u8, u8),
+        clock: NodeClock,
+        session_keys: Option<u32>,
+    ) -> Host {
         Host {
             idx,
             dc,
@@ -148,6 +168,7 @@ impl Host {
             answered_tries: Vec::new(),
             given_up: BTreeSet::new(),
             owed: Vec::new(),
+            session: session_keys.map(|max| Box::new(SessionRun::new(max))),
             state: HostState::Idle,
         }
     }
@@ -201,6 +222,9 @@ impl Host {
 
     /// Checks the deadline of a host that acts: it must be before its hard deadline.
     fn check(&self, ctx: &mut HostCtx) {
+        if let Some(run) = &self.session {
+            return run.check(self.idx, self.clock.local_ms(ctx.world.now), ctx);
+        }
         if let HostState::Holding(lease) = &self.state {
             let host_ms = self.clock.local_ms(ctx.world.now);
             ctx.world.current_key = lease.key;
@@ -342,8 +366,11 @@ impl Host {
         }
         self.check(ctx);
         let current = generation == self.generation;
+        if self.session.is_some() && timer != HostTimer::Cancel {
+            return self.session_timer(timer, current, ctx);
+        }
         match (timer, &self.state) {
-            (HostTimer::Act, HostState::Idle) => self.acquire(ctx),
+            (HostTimer::Act, HostState::Idle) => self.acquire(None, ctx),
             (HostTimer::Lease, HostState::Holding(_)) if current => self.drive_lease(ctx),
             (HostTimer::Stopped, HostState::Holding(lease)) if current && lease.stopping => {
                 self.stop(ctx)
@@ -356,7 +383,8 @@ impl Host {
         }
     }
 
-    fn acquire(&mut self, ctx: &mut HostCtx) {
+    /// Acquires a key drawn by the workload (under `session`, if any).
+    fn acquire(&mut self, session: Option<(SessionId, LeaseKey)>, ctx: &mut HostCtx) {
         let key = Host::pick_key(ctx);
         self.acquires += 1;
         // Invariant: "h<n>.<n>.<n>" satisfies the actor-id rule.
@@ -372,16 +400,14 @@ impl Host {
         } else {
             0
         };
-        let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
-        bytes[8..].copy_from_slice(&(rng.next_u64() | 1).to_le_bytes());
-        let lease = LeaseKey::from_bytes(bytes).expect("never all zeros");
+        let lease = lease_key(ctx);
         let acquiring = Acquiring {
             key,
             actor,
             lease,
             wait_ms,
             tries: Vec::new(),
+            session,
         };
         self.try_acquire(acquiring, ctx);
     }
@@ -390,12 +416,25 @@ impl Host {
     fn try_acquire(&mut self, mut acquiring: Acquiring, ctx: &mut HostCtx) {
         let sent = self.sent(ctx.world);
         let (key, wait_ms) = (acquiring.key, acquiring.wait_ms);
-        let request = Request::Acquire {
-            config: KeyConfig::named(ctx.keys[key as usize].name.clone()),
-            actor: acquiring.actor.clone(),
-            lease: acquiring.lease,
-            host_time: sent.host_time,
-            wait_ms,
+        let config = KeyConfig::named(ctx.keys[key as usize].name.clone());
+        let (actor, lease, host_time) = (acquiring.actor.clone(), acquiring.lease, sent.host_time);
+        let request = match acquiring.session.clone() {
+            None => Request::Acquire {
+                config,
+                actor,
+                lease,
+                host_time,
+                wait_ms,
+            },
+            Some((session, secret)) => Request::AcquireInSession {
+                config,
+                actor,
+                lease,
+                host_time,
+                wait_ms,
+                session,
+                secret,
+            },
         };
         let world = &mut *ctx.world;
         world.current_key = key;
@@ -436,7 +475,10 @@ impl Host {
                     .find(|t| t.rpc == message.rpc)
                     .expect("matched above");
                 self.answered_tries = acquiring.tries.iter().map(|t| t.rpc).collect();
-                self.acquired(acquiring.key, answered, acquiring.lease, reply, ctx)
+                self.acquired(&acquiring, answered, reply, ctx)
+            }
+            _ if self.session.as_ref().is_some_and(|s| s.asked(message.rpc)) => {
+                self.session_reply(reply, ctx)
             }
             HostState::Holding(lease) if lease.renewing.map(|r| r.rpc) == Some(message.rpc) => {
                 self.renewed(Some(reply), ctx)
@@ -465,14 +507,8 @@ impl Host {
         }
     }
 
-    fn acquired(
-        &mut self,
-        key: u32,
-        answered: Try,
-        lease_key: LeaseKey,
-        reply: Reply,
-        ctx: &mut HostCtx,
-    ) {
+    fn acquired(&mut self, acquiring: &Acquiring, answered: Try, reply: Reply, ctx: &mut HostCtx) {
+        let (key, lease_key) = (acquiring.key, acquiring.lease);
         let Try { rpc, sent } = answered;
         let work = ctx.observer.take_acquire_work(rpc);
         let latency = ctx.world.now - sent.true_us;
@@ -513,6 +549,11 @@ impl Host {
             (Op::AcquireReactivate, 0)
         };
         ctx.observer.record(op, latency, work.peer_rtts, model);
+        if let Some((session, _)) = &acquiring.session {
+            let held = (key, reservation, token, lease_key);
+            self.session_hold(session, held, ctx);
+            return self.go_idle(ctx);
+        }
         let now = self.instant(ctx.world);
         let retry_ms = ctx.scenario.workload.renew_retry_ms;
         let started = HostLease::start(&deadlines, sent.host_time, sent.instant, now, retry_ms);
@@ -596,6 +637,11 @@ impl Host {
                 self.failover(ctx);
                 self.check(ctx);
                 self.renewed(None, ctx);
+            }
+            _ if self.session.as_ref().is_some_and(|s| s.asked(rpc)) => {
+                self.failover(ctx);
+                self.check(ctx);
+                self.session_unanswered(ctx)
             }
             _ if self.owed.iter().any(|o| o.rpc == Some(rpc)) => {
                 self.failover(ctx);
@@ -720,6 +766,9 @@ impl Host {
                 .on_holder_stop(ctx.world.now, lease.key, self.idx);
             ctx.observer.count(Counter::HostCrashWhileHolding);
         }
+        if let Some(run) = &mut self.session {
+            run.crash(self.idx, ctx);
+        }
         self.up = false;
         // Its owed cancels die with the process, as HostAgent's do.
         self.owed.clear();
@@ -735,6 +784,16 @@ impl Host {
         self.up = true;
         self.go_idle(ctx);
     }
+}
+
+/// A fresh secret (a lease key, or a session's), drawn from the run's rng.
+fn lease_key(ctx: &mut HostCtx) -> LeaseKey {
+    let rng = &mut ctx.world.rng;
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+    bytes[8..].copy_from_slice(&(rng.next_u64() | 1).to_le_bytes());
+    // Invariant: the second half is odd, so the key is never all zeros.
+    LeaseKey::from_bytes(bytes).expect("never all zeros")
 }
 
 /// Counts how the run before a grant ended, and has the checker judge the

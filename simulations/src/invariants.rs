@@ -80,6 +80,10 @@ pub enum Invariant {
     /// An operator's drain of a whole DC leaves no lease that was
     /// renewable when it began unchanged at its end.
     DrainScopeComplete,
+    /// A key drained under a host session stops acting before the expiry
+    /// its DC froze it at, in true time: its host kills it by the deadlines
+    /// it held before the renewal answer that listed it.
+    FrozenKeyStopped,
 }
 
 impl Invariant {
@@ -109,6 +113,7 @@ impl Invariant {
             Invariant::ScanComplete => "scan_complete",
             Invariant::InspectExact => "inspect_exact",
             Invariant::DrainScopeComplete => "drain_scope_complete",
+            Invariant::FrozenKeyStopped => "frozen_key_stopped",
         }
     }
 }

@@ -194,6 +194,12 @@ pub struct WorkloadSpec {
     /// How often each region's first router scans its DC's records from
     /// start to end (`homing scan`), ms; 0: never.
     pub scan_interval_ms: u64,
+    /// Share of each DC's hosts that hold their keys under a host session
+    /// (one heartbeat for all of them) instead of a lease per key.
+    pub session_fraction: f64,
+    /// Most keys a session host holds at once; it acquires the next after
+    /// `think_ms` while it holds fewer.
+    pub session_keys: u32,
 }
 
 /// homingd's `WaitLimits`: bounds on parked acquirers and the hand-off window.
@@ -444,6 +450,8 @@ impl Default for WorkloadSpec {
             watch: true,
             watch_pause_ms: 0.0,
             scan_interval_ms: 10_000,
+            session_fraction: 0.0,
+            session_keys: 4,
         }
     }
 }
@@ -488,6 +496,11 @@ impl Scenario {
                 "workload.acquire_wait_ms must be at most {} (WAIT_MS_MAX)",
                 homing_core::wire::WAIT_MS_MAX
             )));
+        }
+        if !(0.0..=1.0).contains(&w.session_fraction) || w.session_keys == 0 {
+            return Err(ScenarioError(
+                "workload.session_fraction must be within 0..=1 and session_keys at least 1".into(),
+            ));
         }
         let waiting = &scenario.waiting;
         if waiting.waiters_per_key_max == 0 || waiting.waiters_max == 0 || waiting.handoff_ms == 0 {

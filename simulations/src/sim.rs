@@ -169,15 +169,19 @@ impl Sim {
             dcs.push(Dc::new(i as u16, clock, n, upkeep, endpoint));
         }
         let mut hosts = Vec::new();
+        // The first hosts of each DC hold their keys under host sessions.
+        let w = &scenario.workload;
+        let session_hosts = (f64::from(scenario.hosts_per_dc) * w.session_fraction).round() as u32;
         for d in 0..dcs.len() {
-            for _ in 0..scenario.hosts_per_dc {
+            for i in 0..scenario.hosts_per_dc {
                 let clock = NodeClock::new(
                     rng.signed(c.host_offset_ms * 1000),
                     rng.signed(c.host_drift_ppm),
                 );
                 let (idx, n) = (hosts.len() as u32, scenario.instances_per_dc);
                 let first = (idx % u32::from(n)) as u8;
-                hosts.push(Host::new(idx, d as u16, n, first, clock));
+                let session_keys = (i < session_hosts).then_some(w.session_keys);
+                hosts.push(Host::new(idx, d as u16, (n, first), clock, session_keys));
             }
         }
         let mut routers = Vec::new();
@@ -884,7 +888,8 @@ impl Observer for Observers<'_> {
     }
 
     fn on_resolve(&mut self, key: u32, start_us: u64, now_us: u64, answer: Option<&TailView>) {
-        self.checker.on_resolve(key, start_us, now_us, answer);
+        self.checker
+            .on_resolve(&self.view, key, start_us, now_us, answer);
     }
 
     fn on_resolve_error(&mut self, key: u32, error: String) {

@@ -11,7 +11,7 @@
 //! swarm --seed N` replays it.
 
 use crate::rng::Rng;
-use crate::scenario::{Fault, Scenario, ScenarioError};
+use crate::scenario::{Fault, Scenario, ScenarioError, WorkloadSpec};
 
 /// The scenario argument that means "drawn from the seed".
 pub const SWARM: &str = "swarm";
@@ -77,6 +77,7 @@ pub fn scenario(seed: u64) -> Result<Scenario, ScenarioError> {
         .collect();
     s.faults.extend(lost_dc(seed, &s.dcs, fault_ms));
     s.instances_per_dc = instances(seed, &s.dcs, fault_ms, &mut s.faults);
+    sessions(seed, &mut s.workload);
     s.validate()?;
     Ok(s)
 }
@@ -126,6 +127,18 @@ fn instances(seed: u64, dcs: &[String], fault_ms: u64, faults: &mut Vec<Fault>) 
         });
     }
     n
+}
+
+/// For a third of the seeds, half or all of each DC's hosts hold their
+/// keys under host sessions, 2 or 8 keys each. Drawn from a stream of its
+/// own, so every other draw of a seed stays as it was.
+fn sessions(seed: u64, workload: &mut WorkloadSpec) {
+    let mut rng = Rng::new(seed ^ 0x5345_5353_0000_0000);
+    if !rng.chance(1.0 / 3.0) {
+        return;
+    }
+    workload.session_fraction = pick(&mut rng, &[0.5, 1.0]);
+    workload.session_keys = pick(&mut rng, &[2, 8]);
 }
 
 fn pick<T: Copy>(rng: &mut Rng, choices: &[T]) -> T {
@@ -236,6 +249,14 @@ mod tests {
             .count();
         assert!((40..=100).contains(&several), "{several} of 200");
         assert!(alone > 15, "{alone} of 200");
+    }
+
+    #[test]
+    fn a_third_of_the_seeds_draw_session_hosts() {
+        let drawn = (0..300)
+            .filter(|&seed| scenario(seed).unwrap().workload.session_fraction > 0.0)
+            .count();
+        assert!((70..=130).contains(&drawn), "{drawn} of 300");
     }
 
     #[test]

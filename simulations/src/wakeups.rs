@@ -38,7 +38,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use homing_core::{DcRecord, LeasePolicy, RecordState, RecordView, ReservationId, TailState};
+use homing_core::{
+    DcRecord, LeasePolicy, RecordState, RecordView, ReservationId, SessionEnd, SessionRecord,
+    SessionState, TailState,
+};
 
 use crate::clock::NodeClock;
 use crate::event::Homingd;
@@ -152,9 +155,16 @@ impl WakeChecker {
         self.due.insert((at_us, self.seq, what));
     }
 
-    /// The true instant DC `d`'s clock reaches the reapable time of a lease expiring at `record`'s expiry.
-    fn lapse_us(&self, d: Homingd, record: &DcRecord) -> Option<u64> {
-        let at = self.policy.reapable_at(record.held_until(None)?);
+    /// The true instant DC `d`'s clock reaches the reapable time of a lease
+    /// expiring at `record`'s expiry (`session`: its session's row, for a
+    /// key held under one).
+    fn lapse_us(
+        &self,
+        d: Homingd,
+        record: &DcRecord,
+        session: Option<&SessionRecord>,
+    ) -> Option<u64> {
+        let at = self.policy.reapable_at(record.held_until(session)?);
         Some(self.dc_clocks[d.d()].first_true_us_at_ms(at.as_ms()))
     }
 
@@ -168,7 +178,7 @@ impl WakeChecker {
         key: u32,
         ticket: u64,
         deadline_us: u64,
-        record: &DcRecord,
+        (record, session): (&DcRecord, Option<&SessionRecord>),
     ) {
         let registration = Registration {
             id: id.clone(),
@@ -182,7 +192,7 @@ impl WakeChecker {
         let a = self.allowance_us;
         self.oblige(now_us + a + 1, Obligation::Tail(d, id.clone()));
         self.oblige(deadline_us + a + 1, Obligation::Deadline(d, ticket));
-        if let Some(lapse) = self.lapse_us(d, record) {
+        if let Some(lapse) = self.lapse_us(d, record, session) {
             self.oblige(lapse.max(now_us) + a + 1, Obligation::Tail(d, id.clone()));
         }
     }
@@ -235,14 +245,26 @@ impl WakeChecker {
     }
 
     /// DC `dc` committed `record`.
-    pub fn on_commit(&mut self, now_us: u64, dc: u16, record: &DcRecord) {
+    pub fn on_commit(
+        &mut self,
+        now_us: u64,
+        dc: u16,
+        record: &DcRecord,
+        session: Option<&SessionRecord>,
+    ) {
         // The store is the DC's: every homingd of it owes its waiters the write.
         for i in 0..self.instances {
-            self.on_commit_at(now_us, Homingd::new(dc, i), record);
+            self.on_commit_at(now_us, Homingd::new(dc, i), record, session);
         }
     }
 
-    fn on_commit_at(&mut self, now_us: u64, d: Homingd, record: &DcRecord) {
+    fn on_commit_at(
+        &mut self,
+        now_us: u64,
+        d: Homingd,
+        record: &DcRecord,
+        session: Option<&SessionRecord>,
+    ) {
         let key = (d, record.id.clone());
         let Some(track) = self.tracks.get_mut(&key) else {
             return;
@@ -252,7 +274,7 @@ impl WakeChecker {
             return;
         }
         let clock = self.dc_clocks[d.d()];
-        let view = record.view(clock.store_time(now_us), &self.policy, None);
+        let view = record.view(clock.store_time(now_us), &self.policy, session);
         let a = self.allowance_us;
         match view {
             RecordView::Link(_) | RecordView::Abandoned => {
@@ -262,7 +284,7 @@ impl WakeChecker {
             RecordView::Tail(tail) => match tail.state {
                 TailState::Active { .. } => {
                     track.last_live_us = Some(now_us);
-                    if let Some(lapse) = self.lapse_us(d, record) {
+                    if let Some(lapse) = self.lapse_us(d, record, session) {
                         self.oblige(lapse + a + 1, Obligation::Tail(d, record.id.clone()));
                     }
                 }
@@ -368,6 +390,14 @@ impl WakeChecker {
             if let Some(v) = self.judge(due, &what, view) {
                 return Some((due, v));
             }
+            // A session key's lease runs as long as its session is renewed:
+            // judged again when the session as it stands now would lapse.
+            if let Obligation::Tail(d, id) = &what
+                && let Some(lapse) = self.session_lapse_us(*d, id, view)
+                && lapse > due
+            {
+                self.oblige(lapse + self.allowance_us + 1, what.clone());
+            }
         }
         None
     }
@@ -408,6 +438,20 @@ impl WakeChecker {
         }
     }
 
+    /// When the session lease of `id`, a tail at `d` with waiters, would
+    /// lapse by its session's row as it stands (`None`: not a session key,
+    /// or no waiter).
+    fn session_lapse_us(&self, d: Homingd, id: &ReservationId, view: &View<'_>) -> Option<u64> {
+        let track = self.tracks.get(&(d, id.clone()))?;
+        if track.order.is_empty() || !view.dcs.up(d.d()) {
+            return None;
+        }
+        let store = view.dcs.store(d.d());
+        let record = store.record(id)?;
+        let session = store.session(record.session()?);
+        self.lapse_us(d, record, session.as_ref())
+    }
+
     fn judge_tail(
         &self,
         t: u64,
@@ -442,7 +486,27 @@ impl WakeChecker {
                 });
             }
             RecordState::Released { at, .. } => clock.first_true_us_at_ms(at.as_ms()),
-            RecordState::Active { .. } => self.lapse_us(d, record)?,
+            RecordState::Active { .. } => {
+                let session = record.session().and_then(|s| view.dcs.store(dc).session(s));
+                // A session closed at another homingd of the DC: this one
+                // learns its keys are vacant when the upkeep reaps them
+                // (the reap's write reaches its log follower), not at the
+                // close plus grace (OPERATIONS "Several homingd per DC").
+                if self.instances > 1
+                    && session.as_ref().is_some_and(|row| {
+                        matches!(
+                            row.state,
+                            SessionState::Ended {
+                                cause: SessionEnd::Closed,
+                                ..
+                            }
+                        )
+                    })
+                {
+                    return None;
+                }
+                self.lapse_us(d, record, session.as_ref())?
+            }
         };
         if vacant_since + a > t {
             return None;

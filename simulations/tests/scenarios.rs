@@ -219,3 +219,19 @@ fn a_dc_past_its_key_quota_refuses_creates_and_keeps_every_invariant() {
     let created = measured.by_op.get(&Op::AcquireFirst).map_or(0, |s| s.count);
     assert!(created > 0, "{counters:?}");
 }
+
+#[test]
+fn session_hosts_hold_keys_under_one_heartbeat_and_drained_keys_stop_in_time() {
+    let measured = measured("sessions");
+    let count = |what| measured.counted(what);
+    let counters = &measured.counters;
+    // Sessions open, renew and hold keys; drains freeze some of their keys
+    // (frozen_key_stopped judged each), a mass crash leaves sessions for
+    // the upkeep to end, and the DC restart makes some sessions lapse.
+    assert!(count(Counter::SessionOpened) > 20, "{counters:?}");
+    assert!(count(Counter::SessionKeyFrozen) > 5, "{counters:?}");
+    assert!(count(Counter::SessionEnded) > 5, "{counters:?}");
+    assert!(count(Counter::HostCrashWhileHolding) > 0, "{counters:?}");
+    let renewals = measured.by_op.get(&Op::RenewSession).map_or(0, |s| s.count);
+    assert!(renewals > 100, "{renewals} session renewals");
+}

@@ -124,6 +124,12 @@ impl HostSession {
         self.running.len() + self.frozen.len()
     }
 
+    /// Whether every actor was told to stop (the session's soft deadline
+    /// passed unrenewed): no key is held under it any more.
+    pub fn stopping(&self) -> bool {
+        self.lease.soft_terminated()
+    }
+
     /// Whether `id` is tracked and frozen.
     pub fn frozen(&self, id: &ReservationId) -> bool {
         self.frozen.contains_key(id)

@@ -144,9 +144,8 @@ impl Waiters {
     /// go. Returns how many were woken.
     pub fn seen(&self, read: &RecordRead, now: StoreTime, policy: &LeasePolicy) -> usize {
         let mono = self.now();
-        let (record, session) = (&read.record, read.session());
-        let notified = self.with(|w| w.notify(record, session, now, mono, policy, listening));
-        self.deliver(&record.id, notified)
+        let notified = self.with(|w| w.seen(read, now, mono, policy, listening));
+        self.deliver(&read.record.id, notified)
     }
 
     /// A page of the DC's event log, handed to `follower` with the waiters
@@ -159,6 +158,12 @@ impl Waiters {
         head: homing_core::EventSeq,
     ) -> Followed {
         self.with(|w| follower.handle_page(events, oldest, head, w))
+    }
+
+    /// The waiters of `id` look again (their reservation's lapse moved:
+    /// the session it was held under closed).
+    pub fn rouse(&self, id: &ReservationId) {
+        self.deliver(id, Notified::roused());
     }
 
     fn deliver(&self, id: &ReservationId, notified: Notified<Parked>) -> usize {

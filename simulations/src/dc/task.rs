@@ -273,8 +273,9 @@ impl DcCtx<'_> {
         let next = loop {
             let step = stepping(&mut task).step(now.node);
             while let Some(event) = stepping(&mut task).poll_event() {
-                self.inst.endpoint.note(&event);
+                let roused = self.inst.endpoint.note(&event);
                 match event {
+                    NodeEvent::SessionClosed(_) => self.waiters_roused(roused),
                     NodeEvent::Acquire(event) => self.measurements.count(acquire_counter(event)),
                     NodeEvent::Shortcut(notice) => self.tell_shortcut(task.key, notice),
                     NodeEvent::Learned { .. } | NodeEvent::QuotaSettled { .. } => {}

@@ -96,7 +96,9 @@ impl DcCtx<'_> {
                 let id = &reservation;
                 let ticket = ticket.get();
                 let (at, dc) = (self.world.now, self.addr());
-                (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, record);
+                let session = record.session().and_then(|s| self.dc.store.session(s));
+                let read = (record, session.as_ref());
+                (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, read);
             }
             Queued::Settled(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),
             Queued::Full(_) => self.measurements.count(Counter::WaitOverloaded),
@@ -165,14 +167,21 @@ impl DcCtx<'_> {
     pub(crate) fn waiters_seen(&mut self, read: &RecordRead) {
         let store_now = self.dc.clock.store_time(self.world.now);
         let now = self.node_now();
-        let (record, session) = (&read.record, read.session());
         let waiters = self.inst.endpoint.waiters_mut();
-        let notified = waiters.notify(record, session, store_now, now, &self.policy, |_| true);
-        self.waiters_deliver(&record.id, notified);
+        let notified = waiters.seen(read, store_now, now, &self.policy, |_| true);
+        self.waiters_deliver(&read.record.id, notified);
     }
 
     /// Delivers what a change of `id` did to its waiters: wake-ups to their
     /// tasks, and a look again for those a moved hand-off concerns.
+    /// The waiters of each of `ids` look again (a session their
+    /// reservation was held under closed: see `Endpoint::note`).
+    pub(crate) fn waiters_roused(&mut self, ids: Vec<ReservationId>) {
+        for id in ids {
+            self.waiters_deliver(&id, Notified::roused());
+        }
+    }
+
     fn waiters_deliver(&mut self, id: &ReservationId, notified: Notified<u64>) {
         let true_now = self.world.now;
         let mut wake_tasks: Vec<u64> = if notified.handoff_moved {

@@ -184,7 +184,8 @@ impl Drop for QuotaSlot<'_> {
                 namespace,
                 kept: false,
             };
-            self.node.lock_endpoint().note(&given_back);
+            // A quota note rouses nobody.
+            let _ = self.node.lock_endpoint().note(&given_back);
         }
     }
 }
@@ -626,9 +627,13 @@ impl Node {
     /// reconciled takeover, an upkeep pass's or an acquire's work to log
     /// and count, a new member to tell another DC's entry of.
     fn noted(&self, event: NodeEvent) {
-        self.lock_endpoint().note(&event);
+        let roused = self.lock_endpoint().note(&event);
         match event {
             NodeEvent::Learned { .. } | NodeEvent::QuotaSettled { .. } => {}
+            NodeEvent::SessionClosed(id) => {
+                tracing::debug!(session = %id, keys_waited_for = roused.len(), "host session closed");
+                roused.iter().for_each(|id| self.waiters.rouse(id));
+            }
             NodeEvent::Drained(id) => tracing::info!(reservation = %id, "drained"),
             NodeEvent::Reconciled(ReconcileEvent::Superseded(succession)) => tracing::warn!(
                 reservation = %succession.link.from,

@@ -404,13 +404,18 @@ impl<J, W> Endpoint<J, W> {
     }
 
     /// A stepper noted `event`: a chain member proved is remembered, a
-    /// create's quota slot settled.
-    pub fn note(&mut self, event: &NodeEvent) {
+    /// create's quota slot settled, a closed session's waiters told to
+    /// look again. Returns the reservations whose waiters the driver must
+    /// rouse (as for a moved hand-off).
+    #[must_use = "the waiters of the reservations returned must be roused"]
+    pub fn note(&mut self, event: &NodeEvent) -> Vec<ReservationId> {
         match event {
             NodeEvent::Learned { key, member } => self.memory.remember(key, member.clone()),
             NodeEvent::QuotaSettled { namespace, kept } => self.quota.settle(namespace, *kept),
+            NodeEvent::SessionClosed(id) => return self.waiters.session_closed(id),
             _ => {}
         }
+        Vec::new()
     }
 }
 
@@ -514,7 +519,7 @@ mod tests {
         // The admitted create lost its race: its slot is given back.
         let kept = false;
         let namespace = namespace.clone();
-        endpoint.note(&NodeEvent::QuotaSettled { namespace, kept });
+        let _ = endpoint.note(&NodeEvent::QuotaSettled { namespace, kept });
         assert!(matches!(
             at_once(&mut endpoint),
             Ok(Answer::Admitted(Ok(())))

@@ -20,8 +20,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use homing_core::{
-    AwaitReply, DcRecord, LeasePolicy, RecordView, ReservationId, SessionRecord, StoreTime,
-    TailState,
+    AwaitReply, DcRecord, LeasePolicy, RecordRead, RecordState, RecordView, ReservationId,
+    SessionId, SessionRecord, StoreTime, TailState,
 };
 
 use crate::step::queue::{Full, Handoff, QueueOp, Queued, Ticket};
@@ -87,6 +87,18 @@ impl<W> Default for Notified<W> {
     }
 }
 
+impl<W> Notified<W> {
+    /// Nobody woken, the waiters still queued told to look again (as when
+    /// the hand-off moved): what [`Endpoint::note`](crate::Endpoint::note)'s
+    /// reservations get.
+    pub fn roused() -> Notified<W> {
+        Notified {
+            handoff_moved: true,
+            ..Notified::default()
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Queue<W> {
     waiters: VecDeque<(Ticket, W)>,
@@ -94,6 +106,20 @@ struct Queue<W> {
     handoff_until: Option<NodeTime>,
     /// Bumped whenever the hand-off moves.
     version: u64,
+    /// The host session the reservation was last seen held under.
+    session: Option<SessionId>,
+}
+
+impl<W> Queue<W> {
+    /// The reservation is held again: a hand-off window open for it is
+    /// over. Whether one was.
+    fn end_handoff(&mut self) -> bool {
+        let open = self.handoff_until.take().is_some();
+        if open {
+            self.version += 1;
+        }
+        open
+    }
 }
 
 /// The parked acquirers of one DC.
@@ -174,6 +200,7 @@ impl<W> Waiters<W> {
                 waiters: VecDeque::new(),
                 handoff_until: None,
                 version: 0,
+                session: None,
             });
         if queue.waiters.len() >= self.limits.per_key {
             let waiting = queue.waiters.len();
@@ -266,12 +293,66 @@ impl<W> Waiters<W> {
         }
         if record.session().is_some() {
             // A key written held under a session joined it or froze in it:
-            // neither lets a waiter go, and judging it needs the session's
-            // row, which a write does not carry. Its waiters look again at
-            // their own wake-up (their read brings the row).
-            return Notified::default();
+            // neither lets a waiter go, but when it lapses changed (a
+            // frozen key lapses at its own expiry, before its session's)
+            // and judging it needs the session's row, which a write does
+            // not carry. Its waiters are roused to read it again, with the
+            // row; a hand-off window open for it is over (it is held).
+            let mut out = Notified::default();
+            if let Some(queue) = self.queues.get_mut(&record.id)
+                && matches!(record.state, RecordState::Active { .. })
+            {
+                queue.session = record.session().cloned();
+                queue.end_handoff();
+                queue.version += 1;
+                out.handoff_moved = true;
+            }
+            return out;
         }
         self.notify(record, None, store_now, now, policy, listening)
+    }
+
+    /// Host session `id` was closed here: the keys held under it are
+    /// vacant from its end plus grace, sooner than their waiters parked
+    /// for. Moves the hand-off version of every queue whose reservation was
+    /// last seen held under it, and returns those reservations: their
+    /// waiters must look again (the driver rouses them, as for a moved
+    /// hand-off).
+    pub fn session_closed(&mut self, id: &SessionId) -> Vec<ReservationId> {
+        let mut roused = Vec::new();
+        for (reservation, queue) in &mut self.queues {
+            if queue.session.as_ref() == Some(id) {
+                queue.version += 1;
+                roused.push(reservation.clone());
+            }
+        }
+        roused
+    }
+
+    /// `read` (of this DC) is another homingd's write, as its log follower
+    /// read it back: wakes the waiters its state lets go, as
+    /// [`Waiters::notify`]. A key still held under a session also rouses
+    /// its waiters here, as [`Waiters::written`] does on the writer: the
+    /// write may have frozen it, which moves its lapse before its
+    /// session's.
+    pub fn seen(
+        &mut self,
+        read: &RecordRead,
+        store_now: StoreTime,
+        now: NodeTime,
+        policy: &LeasePolicy,
+        listening: impl FnMut(&W) -> bool,
+    ) -> Notified<W> {
+        let (record, session) = (&read.record, read.session());
+        let mut out = self.notify(record, session, store_now, now, policy, listening);
+        if record.session().is_some()
+            && out.woken.is_empty()
+            && let Some(queue) = self.queues.get_mut(&record.id)
+        {
+            queue.version += 1;
+            out.handoff_moved = true;
+        }
+        out
     }
 
     /// `record` (of this DC) was read or written at `store_now` (store
@@ -293,6 +374,7 @@ impl<W> Waiters<W> {
             return out;
         };
         let queued = queue.waiters.len();
+        queue.session = record.session().cloned();
         match record.view(store_now, policy, session) {
             RecordView::Link(_) | RecordView::Abandoned => {
                 for (ticket, waiter) in queue.waiters.drain(..) {
@@ -305,12 +387,7 @@ impl<W> Waiters<W> {
                 }
             }
             RecordView::Tail(tail) => match tail.state {
-                TailState::Active { .. } => {
-                    if queue.handoff_until.take().is_some() {
-                        queue.version += 1;
-                        out.handoff_moved = true;
-                    }
-                }
+                TailState::Active { .. } => out.handoff_moved = queue.end_handoff(),
                 TailState::Vacant { ended } => {
                     let in_handoff = queue.handoff_until.is_some_and(|t| t > now);
                     if !in_handoff {
@@ -505,6 +582,60 @@ mod tests {
             w.queued(&record.id).copied().collect::<Vec<_>>(),
             ["second"]
         );
+    }
+
+    /// The woken waiter takes the key under its host session, then
+    /// releases it: the next waiter is woken at once. The session's write
+    /// used to leave the hand-off window open (a write held under a session
+    /// was not looked at), so the next waiter waited out the whole window —
+    /// seen by the simulator's session hosts (`no_lost_wakeup`, swarm seed
+    /// 162).
+    #[test]
+    fn waiting_a_key_taken_under_a_session_ends_the_handoff() {
+        let mut w = waiters();
+        let taken = crate::fixture::held_in_session(&crate::fixture::session(), 1);
+        let id = taken.id.clone();
+        w.register(&id, "first").unwrap();
+        w.register(&id, "second").unwrap();
+        let vacant = released(&held_at(&id));
+        let (s, n) = at(2);
+        assert_eq!(
+            names(&w.written(&vacant, s, n, &POLICY, |_| true)),
+            ["first"]
+        );
+        let woke = w.written(&taken, s, n, &POLICY, |_| true);
+        assert!(woke.woken.is_empty() && woke.handoff_moved);
+        assert_eq!(w.handoff_until(&id), None);
+        let (s, n) = at(3);
+        assert_eq!(
+            names(&w.written(&vacant, s, n, &POLICY, |_| true)),
+            ["second"]
+        );
+    }
+
+    /// A key held under a session is drained (frozen at its session's
+    /// expiry as it stands, which the session then outlives): its waiters
+    /// are roused to read it again, or they would sleep until the
+    /// session's lapse, well past the key's — seen by the simulator
+    /// (`no_lost_wakeup`, swarm seed 330: a waiter parked until 43.1 s for
+    /// a key vacant from 36.4 s).
+    #[test]
+    fn waiting_a_key_frozen_in_its_session_rouses_its_waiters() {
+        let mut w = waiters();
+        let row = crate::fixture::session();
+        let taken = crate::fixture::held_in_session(&row, 1);
+        w.register(&taken.id, "first").unwrap();
+        let version = w.handoff_version(&taken.id);
+        let frozen = taken.drain(Some(&row)).expect("a live session key drains");
+        let (s, n) = at(2);
+        let roused = w.written(&frozen, s, n, &POLICY, |_| true);
+        assert!(roused.woken.is_empty() && roused.handoff_moved);
+        assert_eq!(w.handoff_version(&taken.id), version + 1);
+    }
+
+    /// A per-key lease of reservation `id`.
+    fn held_at(id: &ReservationId) -> DcRecord {
+        crate::fixture::held(&id.to_string(), "k1", None, StoreTime::from_ms(0))
     }
 
     #[test]

@@ -406,7 +406,12 @@ impl Stepper for Serve {
             },
             Phase::Session(request) => match request.step(now) {
                 Step::Ask(effect) => return Step::Ask(effect),
-                Step::Done(reply) => reply,
+                Step::Done(reply) => {
+                    if let (Reply::SessionClosed(true), Some(id)) = (&reply, request.session()) {
+                        self.events.push_back(NodeEvent::SessionClosed(id.clone()));
+                    }
+                    reply
+                }
             },
             Phase::Drain(drain) => {
                 let step = drain.step(now);

@@ -61,6 +61,9 @@ pub enum NodeEvent {
         /// Whether the slot stays taken.
         kept: bool,
     },
+    /// A host closed this session here: its keys are vacant from now plus
+    /// grace, sooner than their waiters parked for (they must look again).
+    SessionClosed(SessionId),
     /// An operator force-released this reservation, fenced by `token`: its
     /// holder may run until its hard deadline.
     ForceReleased {
