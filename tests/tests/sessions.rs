@@ -1,7 +1,8 @@
 //! Host sessions end to end: the real `homing session hold` against three
 //! real homingd over etcd. Refused until the deployment version reads
-//! sessions; once raised, one session holds a thousand keys; a drained key
-//! reaches its host as a notice, which stops and releases it; SIGKILLed,
+//! sessions; once raised, one session holds a thousand keys; a drained key,
+//! and a force-released one, reach their host as a notice, which stops and
+//! releases it; SIGKILLed,
 //! the session's keys stay held until its expiry plus grace, when the DC's
 //! reaper ends the session (its keys `Released(Expired)`), and another host
 //! takes every one of them (token + 1, the previous run `Expired`). Each
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
 use homing_core::{
-    AcquireReply, ActorId, KeyConfig, KeyName, RecordState, ReleaseCause, Reply, Request, Role,
-    RunOutcome, SessionId,
+    AcquireReply, ActorId, KeyConfig, KeyName, RecordState, ReleaseCause, ReleaseReply, Reply,
+    Request, Role, RunOutcome, SessionId,
 };
 use homing_e2e::cluster::{Cluster, ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
 use homing_e2e::edge::{Process, http_get};
@@ -168,6 +169,28 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
         assert_eq!(previous.token, first_holders[7].1);
 
+        // An operator's force release reaches the host the same way: the
+        // key is frozen, listed on a renewal, stopped and released.
+        let (reservation, token) = first_holders[9].clone();
+        let forced = Request::ForceRelease { reservation, token };
+        let reply = cluster.ask(&admin, &iad, &forced).await;
+        assert!(
+            matches!(reply, Ok(Reply::Release(ReleaseReply::Released))),
+            "{reply:?}"
+        );
+        hold.wait_for("stopped room-9 ", since, EVENT_WAIT)
+            .await
+            .unwrap();
+        let reply = cluster
+            .ask(&other, &iad, &acquire("room-9", "other", wait_ms))
+            .await;
+        let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
+            panic!("room-9 after its host stopped it: {reply:?}")
+        };
+        let previous = grant.previous.expect("the session's run came before");
+        assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
+        assert_eq!(previous.token, first_holders[9].1);
+
         // SIGKILL: nothing closes the session.
         let killed_at = Instant::now();
         drop(hold);
@@ -210,7 +233,7 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         let mut taken = 0;
         let mut first_taken = None;
         for (n, (reservation, token)) in first_holders.iter().enumerate() {
-            if n == 7 {
+            if n == 7 || n == 9 {
                 continue;
             }
             let name = format!("room-{n}");
@@ -231,7 +254,7 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
             taken += 1;
             first_taken.get_or_insert_with(|| killed_at.elapsed());
         }
-        assert_eq!(taken, KEYS - 1);
+        assert_eq!(taken, KEYS - 2);
         // Every key reaped and the row deleted: no session left.
         session_gauges(&cluster, 0, 0).await;
         let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms());

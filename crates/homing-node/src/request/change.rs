@@ -34,7 +34,12 @@ pub enum Change {
         /// How the run ended.
         outcome: RunOutcome,
     },
-    /// An operator releases the lease without its holder.
+    /// An operator releases the lease without its holder. A live key held
+    /// under a host session is frozen instead, as a drain freezes it: its
+    /// host is told on its session's next renewal and stops it by the
+    /// deadlines it held, and the key is vacant by its session's expiry as
+    /// it stood plus grace (released outright, the session's renewals would
+    /// go on extending its run, its host never told).
     ForceRelease {
         /// The holder's token.
         token: FencingToken,
@@ -182,6 +187,16 @@ impl Change {
                 Transition {
                     next: t.next,
                     reply: Changed::Release(t.reply),
+                }
+            }
+            Change::ForceRelease { token }
+                if *token == record.token
+                    && record.session().is_some()
+                    && record.live_actor(now, policy, session).is_some() =>
+            {
+                Transition {
+                    next: record.drain(session),
+                    reply: Changed::Release(ReleaseReply::Released),
                 }
             }
             Change::ForceRelease { token } => {

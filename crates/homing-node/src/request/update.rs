@@ -51,19 +51,6 @@ pub enum UpdateError {
         /// This DC.
         dc: DcId,
     },
-    /// A force release of a live key held under a host session: its host
-    /// would not be told (its session's renewals go on extending it), so it
-    /// is refused; a drain tells the host. (A session key whose session
-    /// ran out is force-released as any other.)
-    #[error(
-        "reservation {id} is held under host session {session}, whose renewals would go on extending it: force release of a session key is not built (its host would not be told); drain the key instead (`homing drain`): its host is told and stops it, and the key is vacant by the session's expiry as it stood plus grace"
-    )]
-    SessionKey {
-        /// The reservation.
-        id: ReservationId,
-        /// The session holding it.
-        session: homing_core::SessionId,
-    },
     /// Every compare-and-set lost to a concurrent write.
     #[error("reservation {id} contended for {attempts} attempts")]
     Contended {
@@ -83,7 +70,7 @@ impl UpdateError {
     pub fn reply(&self) -> ErrorReply {
         let kind = match self {
             UpdateError::Store(reply) => return reply.clone(),
-            UpdateError::NotOwned { .. } | UpdateError::SessionKey { .. } => ErrorKind::BadRequest,
+            UpdateError::NotOwned { .. } => ErrorKind::BadRequest,
             UpdateError::Unknown { .. } => ErrorKind::UnknownReservation,
             UpdateError::Contended { .. } => ErrorKind::Overloaded,
         };
@@ -221,20 +208,6 @@ impl Update {
             });
             return;
         };
-        if let (Change::ForceRelease { token }, Some(session)) =
-            (&self.change, read.record.session())
-            && *token == read.record.token
-            && read
-                .record
-                .live_actor(now, &self.policy, read.session())
-                .is_some()
-        {
-            self.phase = Phase::Failed(UpdateError::SessionKey {
-                id: self.id.clone(),
-                session: session.clone(),
-            });
-            return;
-        }
         let out = self.change.apply(&read, now, &self.policy, self.mutations);
         let record = &read.record;
         self.phase = match out.next {
@@ -378,8 +351,13 @@ mod tests {
         ));
     }
 
+    /// A force release of a live session key freezes it as a drain does —
+    /// the session's next renewal lists it, so its host is told — and the
+    /// freeze is written with the row that numbers the notice. One whose
+    /// session ran out is released as any other key. (It used to be refused
+    /// `BadRequest`: released outright, its host would never be told.)
     #[test]
-    fn a_live_session_key_is_not_force_released_one_whose_session_ran_out_is() {
+    fn a_live_session_key_force_released_is_frozen_one_whose_session_ran_out_is_released() {
         let row = crate::fixture::session();
         let record = crate::fixture::held_in_session(&row, 10);
         let read = homing_core::RecordRead {
@@ -395,16 +373,33 @@ mod tests {
             u.handle_record(Some(read), now);
             u.next()
         };
-        let Step::Done(Err(e)) = force(read.clone(), StoreTime::from_ms(2)) else {
-            panic!("expected a refusal")
+        let Step::Ask(Effect::Store(StoreOp::Write {
+            record: frozen,
+            guard: Some(guard),
+            ..
+        })) = force(read.clone(), StoreTime::from_ms(2))
+        else {
+            panic!("expected a guarded write")
         };
-        assert!(matches!(e, UpdateError::SessionKey { .. }));
-        assert_eq!(e.reply().kind, ErrorKind::BadRequest);
+        assert!(matches!(
+            &frozen.state,
+            homing_core::RecordState::Active {
+                expiry: homing_core::Expiry::Frozen { notice: 1, .. },
+                ..
+            }
+        ));
+        assert_eq!(guard.next.map(|row| row.notice_seq), Some(1));
         // Long after the session's expiry plus grace: nobody holds it.
         let late = StoreTime::from_ms(10_000_000);
+        let Step::Ask(Effect::Store(StoreOp::Write {
+            record: released, ..
+        })) = force(read, late)
+        else {
+            panic!("expected a write")
+        };
         assert!(matches!(
-            force(read, late),
-            Step::Ask(Effect::Store(StoreOp::Write { .. }))
+            released.state,
+            homing_core::RecordState::Released { .. }
         ));
     }
 
