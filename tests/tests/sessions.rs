@@ -56,6 +56,15 @@ async fn session_gauges(cluster: &Cluster, rows: usize, keys: usize) {
     }
 }
 
+/// The value of counter `name` on iad's `/metrics` now.
+async fn counter(cluster: &Cluster, name: &str) -> u64 {
+    let page = http_get(cluster.http_addr(&dc("iad")), "/metrics", EVENT_WAIT).await;
+    let page = page.unwrap_or_else(|e| panic!("iad's metrics: {e:?}"));
+    let line = page.body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' '));
+    line.and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {}", page.body))
+}
+
 /// `homing session hold ARGS` against iad with the cluster's certificates.
 fn session_hold(certs: &std::path::Path, iad: std::net::SocketAddr, args: &[&str]) -> Command {
     let mut command = Command::new(homing_binary());
@@ -190,6 +199,9 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         let previous = grant.previous.expect("the session's run came before");
         assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
         assert_eq!(previous.token, first_holders[9].1);
+        // Each notice was listed on a renewal (again only if an answer was lost).
+        let listed = counter(&cluster, "homing_session_notices_listed_total").await;
+        assert!(listed >= 2, "{listed} notices listed");
 
         // SIGKILL: nothing closes the session.
         let killed_at = Instant::now();
@@ -257,6 +269,7 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         assert_eq!(taken, KEYS - 2);
         // Every key reaped and the row deleted: no session left.
         session_gauges(&cluster, 0, 0).await;
+        assert_eq!(counter(&cluster, "homing_sessions_ended_total").await, 1);
         let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms());
         eprintln!(
             "session {session}: reaped by {reaped:?} after the kill, the first key taken {:?} after the kill, all {} by {:?} (ttl + grace {bound:?})",

@@ -127,6 +127,10 @@ pub struct Metrics {
     sessions_counted: std::sync::atomic::AtomicBool,
     upkeep_bad_records: AtomicU64,
     upkeep_reaped: AtomicU64,
+    /// Host sessions the upkeep ended (their keys reaped, their row deleted).
+    sessions_ended: AtomicU64,
+    /// Notices listed in session renewal answers (again until acknowledged).
+    session_notices_listed: AtomicU64,
     /// `upkeep_reaped` when the last pass ended.
     upkeep_reaped_at_last_pass: AtomicU64,
     acquire_retries: AtomicU64,
@@ -255,6 +259,17 @@ impl Metrics {
     pub fn upkeep_reaped_since_last_pass(&self) -> u64 {
         let now = self.upkeep_reaped.load(Ordering::Relaxed);
         now.saturating_sub(self.upkeep_reaped_at_last_pass.swap(now, Ordering::Relaxed))
+    }
+
+    /// The upkeep ended a host session.
+    pub fn session_ended(&self) {
+        self.sessions_ended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A session renewal's answer listed `n` notices.
+    pub fn session_notices_listed(&self, n: usize) {
+        self.session_notices_listed
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// The upkeep skipped an expiry-index entry whose record could not be read.
@@ -400,6 +415,16 @@ impl Metrics {
                 "homing_upkeep_reaped_total",
                 "Leases the upkeep released as expired (per-key leases and host sessions' keys).",
                 get(&self.upkeep_reaped),
+            ),
+            (
+                "homing_sessions_ended_total",
+                "Host sessions the upkeep ended after their expiry (or close) plus grace: their keys reaped, their row deleted.",
+                get(&self.sessions_ended),
+            ),
+            (
+                "homing_session_notices_listed_total",
+                "Notices (a drained or force-released session key) listed in host session renewal answers; a notice is listed on every renewal until its host acknowledges it, so a rate well above the drains' means hosts slow to acknowledge.",
+                get(&self.session_notices_listed),
             ),
             (
                 "homing_upkeep_bad_records_total",

@@ -18,7 +18,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use homing_core::{
     AcquireReply, AwaitReply, DcId, Directory, ErrorKind, ErrorReply, Identity, Key, LeaseKey,
-    LeasePolicy, LinkReply, Reply, Request, Role, ShortcutNotice, StoreTime, TakeoverPolicy,
+    LeasePolicy, LinkReply, Reply, Request, Role, SessionRenewReply, ShortcutNotice, StoreTime,
+    TakeoverPolicy,
 };
 use homing_net::Handler;
 use homing_node::{
@@ -208,6 +209,9 @@ fn outcome_of(reply: &Reply) -> &'static str {
         Reply::Resolved { entry: None, .. } => "not_found",
         Reply::Acquire(AcquireReply::HeldElsewhere(_)) => "held_elsewhere",
         Reply::Acquire(AcquireReply::TagMismatch { .. }) => "tag_mismatch",
+        Reply::SessionRenewed(SessionRenewReply::Expired) => "expired",
+        Reply::SessionRenewed(SessionRenewReply::NotHolder) => "not_holder",
+        Reply::SessionClosed(false) => "not_live",
         _ => "ok",
     }
 }
@@ -872,6 +876,7 @@ fn log_upkeep(metrics: &Metrics, event: UpkeepEvent) {
             tracing::warn!(error = %f.into_reply(), "upkeep pass stopped early")
         }
         UpkeepEvent::SessionEnded(id) => {
+            metrics.session_ended();
             tracing::info!(session = %id, "host session ran out: its keys reaped, its row deleted")
         }
         UpkeepEvent::SessionFailed(id, f) => {
@@ -989,6 +994,9 @@ impl Handler for Node {
         .await;
         self.metrics
             .request(kind, outcome_of(&reply), started.elapsed());
+        if let Reply::SessionRenewed(SessionRenewReply::Renewed { notices, .. }) = &reply {
+            self.metrics.session_notices_listed(notices.len());
+        }
         reply
     }
 }
