@@ -2,12 +2,12 @@
 //! real homingd over etcd. Refused until the deployment version reads
 //! sessions; once raised, one session holds a thousand keys; a drained key,
 //! and a force-released one, reach their host as a notice, which stops and
-//! releases it; SIGKILLed,
-//! the session's keys stay held until its expiry plus grace, when the DC's
-//! reaper ends the session (its keys `Released(Expired)`), and another host
-//! takes every one of them (token + 1, the previous run `Expired`). Each
-//! wait is on an event (a line the process prints, an answer), each
-//! bounded.
+//! releases it; SIGKILLed, the session's keys stay held until its expiry
+//! plus grace, when the DC's reaper ends the session (its keys
+//! `Released(Expired)`), and another host takes every one of them (token +
+//! 1, the previous run `Expired`). The etcd leader killed under a session's
+//! renewals neither shortens nor extends it. Each wait is on an event (a
+//! line the process prints, an answer), each bounded.
 
 #![cfg(feature = "etcd")]
 
@@ -19,6 +19,7 @@ use homing_core::{
     AcquireReply, ActorId, KeyConfig, KeyName, RecordState, ReleaseCause, ReleaseReply, Reply,
     Request, Role, RunOutcome, SessionId,
 };
+use homing_e2e::DcStoreSpec;
 use homing_e2e::cluster::{Cluster, ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
 use homing_e2e::edge::{Process, http_get};
 use homing_e2e::homing_binary;
@@ -56,13 +57,34 @@ async fn session_gauges(cluster: &Cluster, rows: usize, keys: usize) {
     }
 }
 
-/// The value of counter `name` on iad's `/metrics` now.
+/// The value of counter `name` on iad's `/metrics` now (0 for a labelled
+/// series never counted yet: it has no line).
 async fn counter(cluster: &Cluster, name: &str) -> u64 {
     let page = http_get(cluster.http_addr(&dc("iad")), "/metrics", EVENT_WAIT).await;
     let page = page.unwrap_or_else(|e| panic!("iad's metrics: {e:?}"));
-    let line = page.body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' '));
-    line.and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {}", page.body))
+    let line = page
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '));
+    match line {
+        Some(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} {value} is no count")),
+        None if name.contains('{') => 0,
+        None => panic!("no {name} in {}", page.body),
+    }
+}
+
+/// Raises the deployment version to this build's, so the DCs serve sessions.
+fn raise_deployment(certs: &std::path::Path, stores: &str) {
+    for _ in PROTOCOL_VERSION_OLDEST..PROTOCOL_VERSION {
+        let raised = Command::new(homing_binary())
+            .args(["dc", "version", "--raise", "--stores", stores, "--certs"])
+            .arg(certs)
+            .output()
+            .expect("homing runs");
+        assert!(raised.status.success(), "{raised:?}");
+    }
 }
 
 /// `homing session hold ARGS` against iad with the cluster's certificates.
@@ -109,14 +131,7 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         assert_eq!(refused.status.code(), Some(77), "{said}");
         assert!(said.contains("homing dc version --raise"), "{said}");
 
-        for _ in PROTOCOL_VERSION_OLDEST..PROTOCOL_VERSION {
-            let raised = Command::new(homing_binary())
-                .args(["dc", "version", "--raise", "--stores", &stores, "--certs"])
-                .arg(&certs)
-                .output()
-                .expect("homing runs");
-            assert!(raised.status.success(), "{raised:?}");
-        }
+        raise_deployment(&certs, &stores);
 
         let count = KEYS.to_string();
         let args = ["--count", &count, "--prefix", "room-", "--quiet"];
@@ -274,9 +289,132 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         eprintln!(
             "session {session}: reaped by {reaped:?} after the kill, the first key taken {:?} after the kill, all {} by {:?} (ttl + grace {bound:?})",
             first_taken.unwrap_or_default(),
-            KEYS - 1,
+            KEYS - 2,
             killed_at.elapsed(),
         );
+    };
+    if tokio::time::timeout(SCENARIO_TIMEOUT, scenario)
+        .await
+        .is_err()
+    {
+        panic!(
+            "the scenario did not end within {SCENARIO_TIMEOUT:?}; daemon logs:\n{}",
+            cluster.logs()
+        );
+    }
+}
+
+/// Renewals that landed at iad, as its `/metrics` counts them.
+async fn renewals(cluster: &Cluster) -> u64 {
+    let ok = r#"homing_requests_total{kind="renew_session",outcome="ok"}"#;
+    counter(cluster, ok).await
+}
+
+/// The etcd leader is SIGKILLed while a host session holding keys renews
+/// through it (the DC store on etcd): etcd's own leases have their ttl
+/// reset on a leader change, homing's sessions must neither lose a renewal
+/// into a lapse (the host keeps every key: no key stopped, the keys still
+/// held under their first tokens) nor come out extended (SIGKILLed after,
+/// its keys are free within its ttl plus grace of its last renewal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_leader_killed_during_renewals_neither_shortens_nor_extends_a_session() {
+    let options = ClusterOptions::short_lease()
+        .with_http()
+        .with_dc_store(DcStoreSpec::Etcd);
+    let Some(mut cluster) = start_or_skip("sessions_leader", options).await else {
+        return;
+    };
+    let iad = dc("iad");
+    let certs = cluster.dir().join("certs");
+    let stores = cluster.store_spec();
+    let policy = cluster.options().lease;
+    let scenario = async {
+        cluster.wait_listed(EVENT_WAIT).await;
+        raise_deployment(&certs, &stores);
+        let args = ["--count", "20", "--prefix", "lead-", "--quiet"];
+        let hold = Process::spawn(
+            "homing session hold",
+            session_hold(&certs, cluster.addr(&iad), &args),
+        )
+        .expect("homing session hold starts");
+        let since = Instant::now();
+        hold.wait_for("keys under session", since, EVENT_WAIT)
+            .await
+            .unwrap();
+        let other = cluster.host(&iad);
+        let mut holders = Vec::new();
+        for n in 0..20 {
+            let name = format!("lead-{n}");
+            match cluster.ask(&other, &iad, &acquire(&name, "other", 0)).await {
+                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
+                    holders.push((holder.reservation, holder.token))
+                }
+                reply => panic!("{name} while the session lives: {reply:?}"),
+            }
+        }
+
+        // Renewals under way (two landed), then the leader dies.
+        while renewals(&cluster).await < 2 {
+            assert!(
+                since.elapsed() < EVENT_WAIT,
+                "no renewal:\n{}",
+                hold.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let leader = cluster.etcd().leader().await.expect("an etcd leader");
+        let before = renewals(&cluster).await;
+        cluster.etcd().kill_member(leader);
+        let killed_at = Instant::now();
+        eprintln!("killed etcd member {leader} (the leader) after {before} renewals");
+        // Renewals go on through the new leader: four more (a ttl's worth
+        // at a third of it each, past the election).
+        while renewals(&cluster).await < before + 4 {
+            assert!(
+                killed_at.elapsed() < EVENT_WAIT,
+                "renewals stopped after the etcd leader was killed:\n{}",
+                hold.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let renewed_for = killed_at.elapsed();
+        // Not shortened: the host lost nothing, every key is still held
+        // under the token it was first granted.
+        let printed = hold.output();
+        assert!(
+            !printed.contains("lost") && !printed.contains("stopped"),
+            "{printed}"
+        );
+        for (n, (reservation, token)) in holders.iter().enumerate() {
+            let name = format!("lead-{n}");
+            match cluster.ask(&other, &iad, &acquire(&name, "other", 0)).await {
+                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
+                    assert_eq!((&holder.reservation, holder.token), (reservation, *token))
+                }
+                reply => panic!("{name} after the leader's death: {reply:?}"),
+            }
+        }
+
+        // Not extended: SIGKILLed now, its keys are free within the ttl
+        // plus grace of its last renewal (plus a reaper pass and a wake-up).
+        let renewals_at_kill = renewals(&cluster).await;
+        let host_killed_at = Instant::now();
+        drop(hold);
+        let wait_ms = 4 * (policy.ttl_ms() + policy.grace_ms()) as u32;
+        let reply = cluster
+            .ask(&other, &iad, &acquire("lead-0", "other", wait_ms))
+            .await;
+        let freed_after = host_killed_at.elapsed();
+        let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
+            panic!("lead-0 after its host was killed: {reply:?}")
+        };
+        assert_eq!(grant.token, holders[0].1.next());
+        let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms() + 1_000);
+        eprintln!(
+            "renewals resumed {renewed_for:?} after the etcd leader's kill ({} landed by the host's kill); the key free {freed_after:?} after the host's kill (bound {bound:?})",
+            renewals_at_kill - before
+        );
+        assert!(freed_after <= bound, "{freed_after:?} > {bound:?}");
     };
     if tokio::time::timeout(SCENARIO_TIMEOUT, scenario)
         .await

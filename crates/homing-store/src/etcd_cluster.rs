@@ -200,6 +200,30 @@ impl LocalEtcdCluster {
         pid.is_some_and(|pid| rustix::process::kill_process(pid, signal).is_ok())
     }
 
+    /// The index of the member that leads the cluster now, as the first
+    /// running member that answers a status request says (each member
+    /// reports its own id and the leader's).
+    pub async fn leader(&self) -> Result<usize, ClusterError> {
+        let fail = |e: etcd_client::Error| ClusterError::Start(format!("etcd status: {e}"));
+        let mut ids = vec![None; self.endpoints.len()];
+        let mut leader = None;
+        for (index, endpoint) in self.endpoints.iter().enumerate() {
+            if self.members.get(index).is_none_or(Option::is_none) {
+                continue;
+            }
+            let mut client = etcd_client::Client::connect([endpoint], None)
+                .await
+                .map_err(fail)?;
+            let status = client.status().await.map_err(fail)?;
+            ids[index] = status.header().map(|h| h.member_id());
+            leader.get_or_insert(status.leader());
+        }
+        let leader = leader.ok_or_else(|| ClusterError::Start("no member runs".into()))?;
+        ids.iter()
+            .position(|id| *id == Some(leader))
+            .ok_or_else(|| ClusterError::Start(format!("leader {leader:x} is no running member")))
+    }
+
     /// How many members are still running.
     pub fn running_members(&self) -> usize {
         self.members.iter().filter(|m| m.is_some()).count()
