@@ -232,6 +232,9 @@ named! {
         ScanStarted = "scan_started",
         /// The upkeep ended a host session that ran out (`UpkeepEvent::SessionEnded`).
         SessionEnded = "session_ended",
+        /// A grant under a session its host no longer holds open (ended,
+        /// replaced, stopping, or full): released at once, never run.
+        SessionGrantNotHeld = "session_grant_not_held",
         /// A renewal's answer listed a key of a session host as frozen
         /// (drained at its DC): the key stops by the deadlines held before.
         SessionKeyFrozen = "session_key_frozen",

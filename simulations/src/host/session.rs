@@ -406,7 +406,7 @@ impl Host {
             .filter(|open| &open.id == session)
             .is_some_and(|open| open.machine.hold(reservation.clone()).is_ok());
         if !taken {
-            ctx.observer.count(Counter::HostGrantTooLate);
+            ctx.observer.count(Counter::SessionGrantNotHeld);
             return self.release(key, reservation, token, lease_key, ctx);
         }
         let now_us = ctx.world.now;
