@@ -71,6 +71,7 @@ pub use self::setting::{
     global_settings_are_independent_of_each_other_and_of_entries,
 };
 pub use self::succession::{
+    global_an_import_losing_its_answer_finds_a_succession_already_there,
     global_concurrent_successions_have_exactly_one_winner,
     global_import_and_serving_successions_exclude_each_other,
     global_import_succession_is_write_once_for_either_cause,
@@ -191,6 +192,7 @@ macro_rules! conformance_cases {
         global_dc_retired_is_refused_for_good,
         global_successor_is_write_once_and_checks_its_cause,
         global_set_successor_whose_answer_was_lost_is_written_once,
+        global_an_import_losing_its_answer_finds_a_succession_already_there,
         global_take_over_waits_for_the_dc_lease_to_expire,
         global_takeovers_racing_a_renewal_are_refused_or_reconciled,
         global_concurrent_successions_have_exactly_one_winner,

@@ -83,6 +83,7 @@ impl Batch for Entries {
                 )
             })
             .collect();
+        let seen = self.space.members.revision_seen();
         let txned = self
             .space
             .txn_at(Op::HotWrite, Txn::new().and_then(nested))
@@ -107,8 +108,7 @@ impl Batch for Entries {
                     .ok_or_else(|| protocol("entry vanished (entries are never deleted)"))?;
                 let existing = keyspace::decode_id(kv.value())?;
                 // An abandoned attempt landed: the entry is ours, inserted once.
-                if txned.ambiguous && existing == *id {
-                    self.space.members.resolved_ambiguous();
+                if existing == *id && self.space.members.landed_ours(txned.ambiguous, seen, &kv) {
                     return Ok(SetIfAbsent::Inserted);
                 }
                 Ok(SetIfAbsent::Exists(existing))

@@ -22,11 +22,11 @@
 //! nothing is applied twice.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, KvClient, LeaseClient, MaintenanceClient};
+use etcd_client::{Client, ConnectOptions, KeyValue, KvClient, LeaseClient, MaintenanceClient};
 
 use super::{CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS, map_err};
 use crate::error::StoreError;
@@ -120,6 +120,8 @@ pub(super) struct Members {
     members: Vec<Member>,
     next: AtomicUsize,
     failover: Arc<Failover>,
+    /// The highest store revision any answer has carried.
+    revision_seen: AtomicI64,
 }
 
 impl Members {
@@ -159,12 +161,39 @@ impl Members {
             members,
             next: AtomicUsize::new(0),
             failover: Arc::new(Failover::new(endpoints)),
+            revision_seen: AtomicI64::new(0),
         }))
     }
 
     /// The store's failover state and counters.
     pub(super) fn failover(&self) -> &Arc<Failover> {
         &self.failover
+    }
+
+    /// An answer carried store revision `revision`.
+    pub(super) fn note_revision(&self, revision: i64) {
+        self.revision_seen.fetch_max(revision, Ordering::Relaxed);
+    }
+
+    /// The highest store revision an answer has carried so far: a key
+    /// whose `mod_revision` is at most this was written before any call
+    /// that begins now, so not by it. (0 before the first answer.)
+    pub(super) fn revision_seen(&self) -> i64 {
+        self.revision_seen.load(Ordering::Relaxed)
+    }
+
+    /// Whether an ambiguous write (an attempt of it may have landed
+    /// unanswered) that finds `kv` holding the value it wrote wrote it: not
+    /// if `kv` was written before the call began (`seen`, the
+    /// [`Members::revision_seen`] read before its first attempt). A key
+    /// written since is taken for the call's own (a concurrent writer of
+    /// the very same value is not told apart).
+    pub(super) fn landed_ours(&self, ambiguous: bool, seen: i64, kv: &KeyValue) -> bool {
+        let ours = ambiguous && kv.mod_revision() > seen;
+        if ours {
+            self.resolved_ambiguous();
+        }
+        ours
     }
 
     /// Counts an ambiguous write resolved by its caller's re-read.

@@ -149,6 +149,9 @@ impl Space {
                 async move { kv.get(key, options).await }
             })
             .await?;
+        if let Some(header) = answer.value.header() {
+            self.members.note_revision(header.revision());
+        }
         Ok(answer.value)
     }
 
@@ -167,9 +170,11 @@ impl Space {
             })
             .await?;
         let response = answer.value;
+        let revision = response.header().map_or(0, |h| h.revision());
+        self.members.note_revision(revision);
         Ok(Txned {
             succeeded: response.succeeded(),
-            revision: response.header().map_or(0, |h| h.revision()),
+            revision,
             responses: response.op_responses(),
             ambiguous: answer.ambiguous,
         })

@@ -62,16 +62,20 @@ impl Settings {
             .when([guard])
             .and_then([TxnOp::put(key.clone(), value, None)])
             .or_else([TxnOp::get(key, None)]);
+        let seen = self.space.members.revision_seen();
         let txned = self.space.txn_at(Op::HotWrite, txn).await?;
         if txned.succeeded {
             return Ok(Ok(()));
         }
-        let held = first_kv(txned.responses.first())?.map(|kv| kv.value().to_vec());
-        if txned.ambiguous && held.as_deref() == Some(value) {
+        let kv = first_kv(txned.responses.first())?;
+        let members = &self.space.members;
+        if let Some(kv) = &kv
+            && kv.value() == value
+            && members.landed_ours(txned.ambiguous, seen, kv)
+        {
             // An abandoned attempt of this call landed: set once, by us.
-            self.space.members.resolved_ambiguous();
             return Ok(Ok(()));
         }
-        Ok(Err(held))
+        Ok(Err(kv.map(|kv| kv.value().to_vec())))
     }
 }

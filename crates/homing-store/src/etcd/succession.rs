@@ -118,6 +118,7 @@ impl Successions {
                 None,
             )])
             .or_else([TxnOp::get(key, None)]);
+        let seen = self.space.members.revision_seen();
         let txned = self.space.txn_at(Op::HotWrite, txn).await?;
         if txned.succeeded {
             return Ok(None);
@@ -125,9 +126,8 @@ impl Successions {
         let kv = first_kv(txned.responses.first())?
             .ok_or_else(|| protocol("succession vanished (successions are never deleted)"))?;
         let existing = keyspace::decode_succession(from, kv.value())?;
-        if txned.ambiguous && &existing == succession {
+        if &existing == succession && self.space.members.landed_ours(txned.ambiguous, seen, &kv) {
             // An abandoned attempt of this call landed: written once, by us.
-            self.space.members.resolved_ambiguous();
             return Ok(None);
         }
         Ok(Some(existing))
