@@ -120,6 +120,13 @@ impl<W> Queue<W> {
         }
         open
     }
+
+    /// Its waiters must look again (their reservation's lapse moved): a
+    /// hand-off window open for it is over, and the version moves.
+    fn rouse(&mut self) {
+        self.handoff_until = None;
+        self.version += 1;
+    }
 }
 
 /// The parked acquirers of one DC.
@@ -303,8 +310,7 @@ impl<W> Waiters<W> {
                 && matches!(record.state, RecordState::Active { .. })
             {
                 queue.session = record.session().cloned();
-                queue.end_handoff();
-                queue.version += 1;
+                queue.rouse();
                 out.handoff_moved = true;
             }
             return out;
@@ -322,7 +328,7 @@ impl<W> Waiters<W> {
         let mut roused = Vec::new();
         for (reservation, queue) in &mut self.queues {
             if queue.session.as_ref() == Some(id) {
-                queue.version += 1;
+                queue.rouse();
                 roused.push(reservation.clone());
             }
         }
@@ -349,7 +355,7 @@ impl<W> Waiters<W> {
             && out.woken.is_empty()
             && let Some(queue) = self.queues.get_mut(&record.id)
         {
-            queue.version += 1;
+            queue.rouse();
             out.handoff_moved = true;
         }
         out
