@@ -402,7 +402,7 @@ impl Checker {
             if let Some(p) = previous {
                 self.note_run_end(d, now_us, p, next);
             }
-            let session = next.session().and_then(|s| view.dcs.store(d).session(s));
+            let session = view.session_row(d, next);
             self.wake
                 .on_commit(now_us, d as u16, next, session.as_ref());
         }
@@ -632,7 +632,7 @@ impl Checker {
             let deadline = view.dcs.clock(d).store_time(now_us - settle);
             let store = view.dcs.store(d);
             let stuck = store.records().find(|r| {
-                let session = r.session().and_then(|id| store.session(id));
+                let session = view.session_row(d, r);
                 r.held_until(session.as_ref())
                     .is_some_and(|held| self.policy.reapable_at(held) < deadline)
             });

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use homing_core::{DcId, DcRecord, Key, ReservationId};
+use homing_core::{DcId, DcRecord, Key, ReservationId, SessionRecord};
 use homing_store::memory::MemoryDc;
 
 use crate::clock::NodeClock;
@@ -155,6 +155,12 @@ pub struct View<'a> {
 }
 
 impl View<'_> {
+    /// The row of the host session `record` (of DC `d`) is held under, if
+    /// any and if its DC still keeps it.
+    pub fn session_row(&self, d: usize, record: &DcRecord) -> Option<SessionRecord> {
+        self.dcs.store(d).session(record.session()?)
+    }
+
     /// The record of `id` at its DC, with that DC's index.
     pub fn record(&self, id: &ReservationId) -> Option<(usize, &DcRecord)> {
         let d = usize::from(*self.dc_index.get(id.dc())?);

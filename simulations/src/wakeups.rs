@@ -39,8 +39,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use homing_core::{
-    DcRecord, LeasePolicy, RecordState, RecordView, ReservationId, SessionEnd, SessionRecord,
-    SessionState, TailState,
+    DcRecord, LeasePolicy, RecordRead, RecordState, RecordView, ReservationId, SessionEnd,
+    SessionRecord, SessionState, TailState,
 };
 
 use crate::clock::NodeClock;
@@ -178,7 +178,7 @@ impl WakeChecker {
         key: u32,
         ticket: u64,
         deadline_us: u64,
-        (record, session): (&DcRecord, Option<&SessionRecord>),
+        read: &RecordRead,
     ) {
         let registration = Registration {
             id: id.clone(),
@@ -192,7 +192,7 @@ impl WakeChecker {
         let a = self.allowance_us;
         self.oblige(now_us + a + 1, Obligation::Tail(d, id.clone()));
         self.oblige(deadline_us + a + 1, Obligation::Deadline(d, ticket));
-        if let Some(lapse) = self.lapse_us(d, record, session) {
+        if let Some(lapse) = self.lapse_us(d, &read.record, read.session()) {
             self.oblige(lapse.max(now_us) + a + 1, Obligation::Tail(d, id.clone()));
         }
     }
@@ -446,9 +446,9 @@ impl WakeChecker {
         if track.order.is_empty() || !view.dcs.up(d.d()) {
             return None;
         }
-        let store = view.dcs.store(d.d());
-        let record = store.record(id)?;
-        let session = store.session(record.session()?);
+        let record = view.dcs.store(d.d()).record(id)?;
+        record.session()?;
+        let session = view.session_row(d.d(), record);
         self.lapse_us(d, record, session.as_ref())
     }
 
@@ -487,7 +487,7 @@ impl WakeChecker {
             }
             RecordState::Released { at, .. } => clock.first_true_us_at_ms(at.as_ms()),
             RecordState::Active { .. } => {
-                let session = record.session().and_then(|s| view.dcs.store(dc).session(s));
+                let session = view.session_row(dc, record);
                 // A session closed at another homingd of the DC: this one
                 // learns its keys are vacant when the upkeep reaps them
                 // (the reap's write reaches its log follower), not at the

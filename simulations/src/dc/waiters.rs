@@ -92,12 +92,10 @@ impl DcCtx<'_> {
                     .clock
                     .first_true_us_at_us(job.wait.deadline().as_us());
                 // Invariant: a waiter joins after reading its record.
-                let record = job.wait.record().expect("a record read");
+                let read = job.wait.last_read().expect("a record read");
                 let id = &reservation;
                 let ticket = ticket.get();
                 let (at, dc) = (self.world.now, self.addr());
-                let session = record.session().and_then(|s| self.dc.store.session(s));
-                let read = (record, session.as_ref());
                 (self.checker.wake).on_register(at, dc, id, task.key, ticket, deadline_us, read);
             }
             Queued::Settled(_) => self.measurements.count(Counter::WaitAnsweredAtOnce),

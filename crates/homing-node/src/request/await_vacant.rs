@@ -30,8 +30,8 @@
 //! from the registry (a woken waiter has left already).
 
 use homing_core::{
-    AwaitReply, DcId, DcRecord, ErrorKind, ErrorReply, LeasePolicy, RecordRead, RecordView,
-    ReservationId, StoreTime, TailState, Written, wire::WAIT_MS_MAX,
+    AwaitReply, DcId, ErrorKind, ErrorReply, LeasePolicy, RecordRead, RecordView, ReservationId,
+    StoreTime, TailState, Written, wire::WAIT_MS_MAX,
 };
 
 use crate::request::change::{Change, expire};
@@ -158,9 +158,9 @@ impl AwaitVacant {
         self.ticket
     }
 
-    /// The record as last read, if one was.
-    pub fn record(&self) -> Option<&DcRecord> {
-        self.record.as_ref().map(|read| &read.record)
+    /// The record as last read, with its session's row, if one was.
+    pub fn last_read(&self) -> Option<&RecordRead> {
+        self.record.as_ref()
     }
 
     fn read(&self) -> Step<Result<AwaitReply, Failure>> {
@@ -331,7 +331,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use homing_core::{FencingToken, ReleaseCause, RunOutcome, Written};
+    use homing_core::{DcRecord, FencingToken, ReleaseCause, RunOutcome, Written};
 
     use super::*;
     use crate::dc::waiters::{Notified, WaitLimits, Waiters};
