@@ -16,13 +16,14 @@ use std::time::{Duration, Instant};
 
 use homing_core::wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_OLDEST};
 use homing_core::{
-    AcquireReply, ActorId, KeyConfig, KeyName, RecordState, ReleaseCause, ReleaseReply, Reply,
-    Request, Role, RunOutcome, SessionId,
+    AcquireReply, ActorId, FencingToken, KeyConfig, KeyName, RecordState, ReleaseCause,
+    ReleaseReply, Reply, Request, ReservationId, Role, RunOutcome, SessionId,
 };
 use homing_e2e::DcStoreSpec;
 use homing_e2e::cluster::{Cluster, ClusterOptions, dc, host_now, key, lease_of, start_or_skip};
 use homing_e2e::edge::{Process, http_get};
 use homing_e2e::homing_binary;
+use homing_net::Client;
 
 /// Upper bound on the whole scenario, so a hang fails instead of stalling CI.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(120);
@@ -73,6 +74,68 @@ async fn counter(cluster: &Cluster, name: &str) -> u64 {
         None if name.contains('{') => 0,
         None => panic!("no {name} in {}", page.body),
     }
+}
+
+/// Who holds `<prefix>0` to `<prefix><count - 1>` at iad, as `other`'s
+/// acquires find them: each must be held elsewhere (`when` says when, in a
+/// failure). Reservation and token, in key order.
+async fn holders(
+    cluster: &Cluster,
+    other: &Client,
+    prefix: &str,
+    count: usize,
+    when: &str,
+) -> Vec<(ReservationId, FencingToken)> {
+    let mut found = Vec::with_capacity(count);
+    for n in 0..count {
+        let name = format!("{prefix}{n}");
+        match cluster
+            .ask(other, &dc("iad"), &acquire(&name, "other", 0))
+            .await
+        {
+            Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
+                found.push((holder.reservation, holder.token));
+            }
+            reply => panic!("{name} {when}: {reply:?}"),
+        }
+    }
+    found
+}
+
+/// Key `name`, held under the session with `token`, reached its host as a
+/// notice: `hold` says it stopped it (after `since`), and `other` takes the
+/// key once it is released (waiting if need be), the session's run before
+/// it `Released(Ok)`.
+async fn taken_after_its_host_stopped(
+    cluster: &Cluster,
+    other: &Client,
+    hold: &Process,
+    since: Instant,
+    name: &str,
+    token: FencingToken,
+) {
+    hold.wait_for(&format!("stopped {name} "), since, EVENT_WAIT)
+        .await
+        .unwrap();
+    let wait_ms = EVENT_WAIT.as_millis() as u32;
+    let reply = cluster
+        .ask(other, &dc("iad"), &acquire(name, "other", wait_ms))
+        .await;
+    let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
+        panic!("{name} after its host stopped it: {reply:?}")
+    };
+    let previous = grant.previous.expect("the session's run came before");
+    assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
+    assert_eq!(previous.token, token);
+}
+
+/// A scenario that did not end within [`SCENARIO_TIMEOUT`] fails with the
+/// daemons' logs.
+fn stalled(cluster: &Cluster) -> ! {
+    panic!(
+        "the scenario did not end within {SCENARIO_TIMEOUT:?}; daemon logs:\n{}",
+        cluster.logs()
+    )
 }
 
 /// Raises the deployment version to this build's, so the DCs serve sessions.
@@ -161,37 +224,18 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
 
         // Another host finds every key held by the session's host.
         let other = cluster.host(&iad);
-        let mut first_holders = Vec::with_capacity(KEYS);
-        for n in 0..KEYS {
-            let name = format!("room-{n}");
-            match cluster.ask(&other, &iad, &acquire(&name, "other", 0)).await {
-                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
-                    first_holders.push((holder.reservation, holder.token));
-                }
-                reply => panic!("{name} while the session lives: {reply:?}"),
-            }
-        }
+        let first_holders =
+            holders(&cluster, &other, "room-", KEYS, "while the session lives").await;
 
         // A drained key reaches its host as a notice on a renewal.
         let admin = cluster.client(Role::Admin, None);
         let drained = Request::Drain { key: key("room-7") };
         let reply = cluster.ask(&admin, &iad, &drained).await;
         assert!(matches!(reply, Ok(Reply::Drained)), "{reply:?}");
-        hold.wait_for("stopped room-7 ", since, EVENT_WAIT)
-            .await
-            .unwrap();
         // Its host stopped it and released it, while the session lives on:
         // another host takes it (waiting for the release if need be).
-        let wait_ms = EVENT_WAIT.as_millis() as u32;
-        let reply = cluster
-            .ask(&other, &iad, &acquire("room-7", "other", wait_ms))
-            .await;
-        let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
-            panic!("room-7 after its host stopped it: {reply:?}")
-        };
-        let previous = grant.previous.expect("the session's run came before");
-        assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
-        assert_eq!(previous.token, first_holders[7].1);
+        let token = first_holders[7].1;
+        taken_after_its_host_stopped(&cluster, &other, &hold, since, "room-7", token).await;
 
         // An operator's force release reaches the host the same way: the
         // key is frozen, listed on a renewal, stopped and released.
@@ -202,18 +246,8 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
             matches!(reply, Ok(Reply::Release(ReleaseReply::Released))),
             "{reply:?}"
         );
-        hold.wait_for("stopped room-9 ", since, EVENT_WAIT)
-            .await
-            .unwrap();
-        let reply = cluster
-            .ask(&other, &iad, &acquire("room-9", "other", wait_ms))
-            .await;
-        let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
-            panic!("room-9 after its host stopped it: {reply:?}")
-        };
-        let previous = grant.previous.expect("the session's run came before");
-        assert_eq!(previous.ended, ReleaseCause::Released(RunOutcome::Ok));
-        assert_eq!(previous.token, first_holders[9].1);
+        let token = first_holders[9].1;
+        taken_after_its_host_stopped(&cluster, &other, &hold, since, "room-9", token).await;
         // Each notice was listed on a renewal (again only if an answer was lost).
         let listed = counter(&cluster, "homing_session_notices_listed_total").await;
         assert!(listed >= 2, "{listed} notices listed");
@@ -297,10 +331,7 @@ async fn a_killed_session_holds_its_keys_until_its_expiry_then_another_host_take
         .await
         .is_err()
     {
-        panic!(
-            "the scenario did not end within {SCENARIO_TIMEOUT:?}; daemon logs:\n{}",
-            cluster.logs()
-        );
+        stalled(&cluster);
     }
 }
 
@@ -342,16 +373,7 @@ async fn an_etcd_leader_killed_during_renewals_neither_shortens_nor_extends_a_se
             .await
             .unwrap();
         let other = cluster.host(&iad);
-        let mut holders = Vec::new();
-        for n in 0..20 {
-            let name = format!("lead-{n}");
-            match cluster.ask(&other, &iad, &acquire(&name, "other", 0)).await {
-                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
-                    holders.push((holder.reservation, holder.token))
-                }
-                reply => panic!("{name} while the session lives: {reply:?}"),
-            }
-        }
+        let first = holders(&cluster, &other, "lead-", 20, "while the session lives").await;
 
         // Renewals under way (two landed), then the leader dies.
         while renewals(&cluster).await < 2 {
@@ -385,15 +407,8 @@ async fn an_etcd_leader_killed_during_renewals_neither_shortens_nor_extends_a_se
             !printed.contains("lost") && !printed.contains("stopped"),
             "{printed}"
         );
-        for (n, (reservation, token)) in holders.iter().enumerate() {
-            let name = format!("lead-{n}");
-            match cluster.ask(&other, &iad, &acquire(&name, "other", 0)).await {
-                Ok(Reply::Acquire(AcquireReply::HeldElsewhere(holder))) => {
-                    assert_eq!((&holder.reservation, holder.token), (reservation, *token))
-                }
-                reply => panic!("{name} after the leader's death: {reply:?}"),
-            }
-        }
+        let now = holders(&cluster, &other, "lead-", 20, "after the leader's death").await;
+        assert_eq!(now, first);
 
         // Not extended: SIGKILLed now, its keys are free within the ttl
         // plus grace of its last renewal (plus a reaper pass and a wake-up).
@@ -408,7 +423,7 @@ async fn an_etcd_leader_killed_during_renewals_neither_shortens_nor_extends_a_se
         let Ok(Reply::Acquire(AcquireReply::Acquired(grant))) = reply else {
             panic!("lead-0 after its host was killed: {reply:?}")
         };
-        assert_eq!(grant.token, holders[0].1.next());
+        assert_eq!(grant.token, first[0].1.next());
         let bound = Duration::from_millis(policy.ttl_ms() + policy.grace_ms() + 1_000);
         eprintln!(
             "renewals resumed {renewed_for:?} after the etcd leader's kill ({} landed by the host's kill); the key free {freed_after:?} after the host's kill (bound {bound:?})",
@@ -420,9 +435,6 @@ async fn an_etcd_leader_killed_during_renewals_neither_shortens_nor_extends_a_se
         .await
         .is_err()
     {
-        panic!(
-            "the scenario did not end within {SCENARIO_TIMEOUT:?}; daemon logs:\n{}",
-            cluster.logs()
-        );
+        stalled(&cluster);
     }
 }

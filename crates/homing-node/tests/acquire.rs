@@ -781,47 +781,36 @@ fn a_create_under_a_session_renewed_meanwhile_is_written_again_over_the_new_row(
     let mut world = World::new(&["iad", "fra"]);
     let (id, mut row, mut acquire) = start_in_session(&world);
     let (mut allocations, mut guarded, mut renewed) = (0, Vec::new(), false);
-    let done = loop {
-        let effect = match acquire.step(node_now(&world)) {
-            Step::Ask(effect) => effect,
-            Step::Done(done) => break done,
-        };
-        let answer = match effect {
-            Effect::Cover { .. } => Answer::Covered(Ok(())),
-            Effect::Admit(_) => Answer::Admitted(Ok(())),
-            Effect::Cancellation { .. } => Answer::Cancelled(false),
-            Effect::Store(StoreOp::Session(asked)) => {
-                assert_eq!(asked, id);
-                Answer::Stored(Ok(Stored::Session(Some(row.clone()))))
+    let done = drive_in_session(&mut world, &mut acquire, |world, op| match op {
+        StoreOp::Session(asked) => {
+            assert_eq!(asked, &id);
+            Some(Answer::Stored(Ok(Stored::Session(Some(row.clone())))))
+        }
+        StoreOp::Write {
+            expected,
+            record,
+            guard: Some(guard),
+            ..
+        } => {
+            guarded.push((record.id.clone(), guard.version));
+            if !renewed {
+                // The session's renewal lands first.
+                renewed = true;
+                row.version += 1;
             }
-            Effect::Store(StoreOp::Write {
-                expected,
-                record,
-                guard: Some(guard),
-                ..
-            }) => {
-                guarded.push((record.id.clone(), guard.version));
-                if !renewed {
-                    // The session's renewal lands first.
-                    renewed = true;
-                    row.version += 1;
-                }
-                let written = if guard.version == row.version {
-                    world.write(expected, *record)
-                } else {
-                    homing_core::Written::Conflict
-                };
-                Answer::Stored(Ok(Stored::Written(written)))
-            }
-            Effect::Store(op) => {
-                allocations += usize::from(matches!(op, StoreOp::Allocate));
-                Answer::Stored(Ok(perform_store(&mut world, "iad", op)))
-            }
-            Effect::Global(op) => Answer::Global(Ok(perform_global(&mut world, op))),
-            other => panic!("an acquire in an empty world does not ask {other:?}"),
-        };
-        acquire.answer(answer, now(&world));
-    };
+            let written = if guard.version == row.version {
+                world.write(*expected, (**record).clone())
+            } else {
+                homing_core::Written::Conflict
+            };
+            Some(Answer::Stored(Ok(Stored::Written(written))))
+        }
+        StoreOp::Allocate => {
+            allocations += 1;
+            None
+        }
+        _ => None,
+    });
     let Ok(AcquireReply::Acquired(grant)) = done else {
         panic!("expected a grant, got {done:?}")
     };
@@ -836,6 +825,35 @@ fn a_create_under_a_session_renewed_meanwhile_is_written_again_over_the_new_row(
     );
     let record = world.record(&grant.reservation).expect("written");
     assert_eq!(record.session(), Some(&id));
+}
+
+/// Drives an acquire at iad in an empty world to its end, every grant
+/// covered, every create admitted, nobody giving up: `store` answers the
+/// store operations it wants to (the session's row, guarded writes), the
+/// world the others.
+fn drive_in_session(
+    world: &mut World,
+    acquire: &mut Acquire,
+    mut store: impl FnMut(&mut World, &StoreOp) -> Option<Answer>,
+) -> Result<AcquireReply, ErrorReply> {
+    loop {
+        let effect = match acquire.step(node_now(world)) {
+            Step::Ask(effect) => effect,
+            Step::Done(done) => return done,
+        };
+        let answer = match effect {
+            Effect::Cover { .. } => Answer::Covered(Ok(())),
+            Effect::Admit(_) => Answer::Admitted(Ok(())),
+            Effect::Cancellation { .. } => Answer::Cancelled(false),
+            Effect::Store(op) => match store(world, &op) {
+                Some(answer) => answer,
+                None => Answer::Stored(Ok(perform_store(world, "iad", op))),
+            },
+            Effect::Global(op) => Answer::Global(Ok(perform_global(world, op))),
+            other => panic!("an acquire in an empty world does not ask {other:?}"),
+        };
+        acquire.answer(answer, now(world));
+    }
 }
 
 /// An acquire at iad under a new session of iad (its row, version 1).
@@ -887,34 +905,23 @@ fn a_failed_read_of_the_session_row_fails_the_acquire() {
         let mut world = World::new(&["iad", "fra"]);
         let (_, row, mut acquire) = start_in_session(&world);
         let (mut reads, mut conflicted) = (0, 0);
-        let done = loop {
-            let effect = match acquire.step(node_now(&world)) {
-                Step::Ask(effect) => effect,
-                Step::Done(done) => break done,
-            };
-            let answer = match effect {
-                Effect::Cover { .. } => Answer::Covered(Ok(())),
-                Effect::Admit(_) => Answer::Admitted(Ok(())),
-                Effect::Cancellation { .. } => Answer::Cancelled(false),
-                Effect::Store(StoreOp::Session(_)) if reads == conflicts => {
-                    let down = ErrorReply::new(ErrorKind::Internal, "store down");
-                    Answer::Stored(Err(Failure::Refused(down)))
-                }
-                Effect::Store(StoreOp::Session(_)) => {
-                    reads += 1;
-                    Answer::Stored(Ok(Stored::Session(Some(row.clone()))))
-                }
-                Effect::Store(StoreOp::Write { guard: Some(_), .. }) => {
-                    // The session's renewal lands first, every time.
-                    conflicted += 1;
-                    Answer::Stored(Ok(Stored::Written(homing_core::Written::Conflict)))
-                }
-                Effect::Store(op) => Answer::Stored(Ok(perform_store(&mut world, "iad", op))),
-                Effect::Global(op) => Answer::Global(Ok(perform_global(&mut world, op))),
-                other => panic!("an acquire in an empty world does not ask {other:?}"),
-            };
-            acquire.answer(answer, now(&world));
-        };
+        let done = drive_in_session(&mut world, &mut acquire, |_, op| match op {
+            StoreOp::Session(_) if reads == conflicts => {
+                let down = ErrorReply::new(ErrorKind::Internal, "store down");
+                Some(Answer::Stored(Err(Failure::Refused(down))))
+            }
+            StoreOp::Session(_) => {
+                reads += 1;
+                Some(Answer::Stored(Ok(Stored::Session(Some(row.clone())))))
+            }
+            StoreOp::Write { guard: Some(_), .. } => {
+                // The session's renewal lands first, every time.
+                conflicted += 1;
+                let lost = Stored::Written(homing_core::Written::Conflict);
+                Some(Answer::Stored(Ok(lost)))
+            }
+            _ => None,
+        });
         let Err(error) = done else {
             panic!("expected the store's failure, got {done:?}")
         };
